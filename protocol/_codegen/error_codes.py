@@ -27,7 +27,7 @@ def render_error_codes(tsv: Path) -> str:
         "    retriable: bool",
         "    exception_name: str",
         "",
-        "    def __new__(cls, code: int, retriable: bool = False, exception_name: str = \"\") -> ErrorCode:",
+        '    def __new__(cls, code: int, retriable: bool = False, exception_name: str = "") -> ErrorCode:',
         "        member = int.__new__(cls, code)",
         "        member._value_ = code",
         "        member.retriable = retriable",
@@ -37,7 +37,5 @@ def render_error_codes(tsv: Path) -> str:
     ]
     for row in rows:
         retriable = row["retriable"].strip() == "true"
-        lines.append(
-            f"    {row['name']} = ({int(row['code'])}, {retriable}, {row['exception']!r})"
-        )
+        lines.append(f"    {row['name']} = ({int(row['code'])}, {retriable}, {row['exception']!r})")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,41 @@
+# wirebroker's commands. `make test` and (soon) `make serve` set everything up on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+SPECS  ?= ../shared/kafka-3.9-message-specs
+# The venv is rebuilt when pyproject.toml changes.
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: setup test check generate bench-codec clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+setup: $(STAMP)
+
+## test: set up and run the whole suite
+test: setup
+	$(PY) -m pytest
+
+## check: format, lint, types, the import direction and the codegen freshness check
+check: setup
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
+	@if [ -d "$(SPECS)/clients" ]; then $(PY) -m protocol._codegen --specs $(SPECS) --check; \
+	else echo "skipping the codegen freshness check: no specs at $(SPECS)"; fi
+
+## generate: regenerate protocol/messages/ from the Kafka 3.9 message specs
+generate: setup
+	$(PY) -m protocol._codegen --specs $(SPECS)
+
+## bench-codec: the codec benchmark (Produce v9 decode, Fetch v12 encode)
+bench-codec: setup
+	$(PY) bench/bench_codec.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

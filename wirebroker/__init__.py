@@ -1,0 +1,1 @@
+"""The broker: the only package that knows trio, kazoo, sockets and time."""

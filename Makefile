@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup test check generate bench-codec clean
+.PHONY: setup test check generate bench-codec jars golden clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,14 @@ generate: setup
 ## bench-codec: the codec benchmark (Produce v9 decode, Fetch v12 encode)
 bench-codec: setup
 	$(PY) bench/bench_codec.py
+
+## jars: Kafka 3.9 + ZooKeeper jars from Maven Central into .cache/jars/kafka/ (no-op when up to date)
+jars:
+	bash jars/fetch.sh kafka
+
+## golden: re-capture tests/protocol/golden/frames/ from librdkafka and the Java client against real Kafka 3.9
+golden: setup jars
+	$(PY) tests/protocol/golden/capture.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

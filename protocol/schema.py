@@ -134,7 +134,10 @@ class Message(Struct):
         return msg
 
     def write_to(self, w: Writer, version: int) -> None:
-        self.check_version(version)
+        if not self.MIN_VERSION <= version <= self.MAX_VERSION:
+            raise EncodeError(
+                f"{type(self).__name__} has no v{version} (v{self.MIN_VERSION}-v{self.MAX_VERSION})"
+            )
         try:
             self._write(w, version)
         except EncodeError:

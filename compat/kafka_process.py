@@ -1,0 +1,666 @@
+"""Start and stop a real ZooKeeper and a real Apache Kafka 3.9 broker (ZooKeeper mode).
+
+This module owns running the reference implementation for compatibility work: it
+launches the JVMs from the jars that ``jars/fetch.sh`` puts in ``.cache/jars/kafka/``,
+on free loopback ports with throw-away data folders, waits until each one answers
+(ZooKeeper's ``ruok``; Kafka's ApiVersions plus a Metadata round trip that lists the
+broker), and stops them with SIGTERM, then SIGKILL after a grace period, always
+removing the temporary folders. It also runs Kafka's CLI tools by main class.
+
+Stdlib only (plus ``subprocess``): it must not depend on wirebroker's own codec.
+
+Typical use::
+
+    with kafka_cluster() as cluster:
+        print(cluster.bootstrap_servers)   # "127.0.0.1:PORT"
+
+A broker can also advertise a second, client-facing listener on a port that something
+else (e.g. a recording proxy) listens on: ``kafka_cluster(client_advertised_port=P)``;
+the proxy then forwards to ``cluster.broker.client_port``. Inter-broker traffic keeps
+using the broker's own PLAINTEXT listener, so it never passes through the proxy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_JARS_DIR = REPO_ROOT / ".cache" / "jars" / "kafka"
+JARS_ENV = "WIREBROKER_KAFKA_JARS"
+"""Environment variable that overrides the folder holding the Kafka jars."""
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_HEAP = "512m"
+DEFAULT_STARTUP_TIMEOUT = 90.0
+DEFAULT_STOP_TIMEOUT = 30.0
+DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
+    "-Xss1m",
+    # Light on a 2-core machine: one GC thread, C1 only (starts faster, less CPU).
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+)
+
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+KAFKA_MAIN = "kafka.Kafka"
+
+_LOG4J_PROPERTIES = """\
+log4j.rootLogger={level}, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.Target=System.out
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.controller=INFO
+log4j.logger.org.apache.zookeeper=WARN
+log4j.logger.org.apache.kafka.clients=WARN
+"""
+
+
+class KafkaProcessError(RuntimeError):
+    """A ZooKeeper/Kafka process could not be started or did not become ready."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def jars_dir() -> Path:
+    """Folder holding the Kafka + ZooKeeper jars (``$WIREBROKER_KAFKA_JARS`` or the cache)."""
+    override = os.environ.get(JARS_ENV)
+    return Path(override) if override else DEFAULT_JARS_DIR
+
+
+def jars_available(directory: Path | None = None) -> bool:
+    """True when the jar set looks usable (``kafka_2.13-*.jar`` and zookeeper present)."""
+    d = directory or jars_dir()
+    return any(d.glob("kafka_2.13-*.jar")) and any(d.glob("zookeeper-[0-9]*.jar"))
+
+
+def kafka_version(directory: Path | None = None) -> str:
+    """The Kafka version of the jar set, read from the ``kafka_2.13-<version>.jar`` name."""
+    d = directory or jars_dir()
+    for jar in sorted(d.glob("kafka_2.13-*.jar")):
+        return jar.name[len("kafka_2.13-") : -len(".jar")]
+    raise KafkaProcessError(f"no kafka_2.13-*.jar in {d}; run `make jars`")
+
+
+def java_executable() -> str:
+    """Path of ``java`` (``$JAVA_HOME/bin/java`` when set, else from ``PATH``)."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise KafkaProcessError("java not found (install a JDK 17 or set JAVA_HOME)")
+    return found
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that was free on ``host`` a moment ago (bind to port 0 and release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def write_log4j_config(path: Path, level: str = "INFO") -> Path:
+    """Write a log4j 1.x (reload4j) config that logs to stdout at ``level``."""
+    path.write_text(_LOG4J_PROPERTIES.format(level=level))
+    return path
+
+
+def java_command(
+    main_class: str,
+    args: Sequence[str] = (),
+    *,
+    heap: str = DEFAULT_HEAP,
+    log4j_config: Path | None = None,
+    jvm_options: Sequence[str] = (),
+    directory: Path | None = None,
+) -> list[str]:
+    """The argv that runs ``main_class`` from the Kafka jar set."""
+    d = directory or jars_dir()
+    if not jars_available(d):
+        raise KafkaProcessError(f"Kafka jars missing in {d}; run `make jars`")
+    cmd = [java_executable(), f"-Xmx{heap}", *DEFAULT_JVM_OPTIONS]
+    if log4j_config is not None:
+        cmd.append(f"-Dlog4j.configuration=file:{log4j_config}")
+    cmd += list(jvm_options)
+    cmd += ["-cp", str(d / "*"), main_class, *args]
+    return cmd
+
+
+def _write_properties(path: Path, props: Mapping[str, object]) -> Path:
+    lines = [f"{k}={v}" for k, v in props.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------- processes
+
+_live: set[JavaProcess] = set()
+_live_lock = threading.Lock()
+
+
+def _kill_leftovers() -> None:
+    with _live_lock:
+        leftovers = list(_live)
+    for proc in leftovers:
+        proc.stop(timeout=5.0)
+
+
+atexit.register(_kill_leftovers)
+
+
+@dataclass(eq=False)
+class JavaProcess:
+    """One JVM child process with its output going to ``log_path``."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    cwd: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: Mapping[str, str] | None = None) -> JavaProcess:
+        """Launch the process (in its own session, so a terminal's Ctrl-C does not reach it)."""
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self.popen = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        with _live_lock:
+            _live.add(self)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """Last ``lines`` lines of the process output (for error messages)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> int | None:
+        """SIGTERM, wait up to ``timeout`` seconds, then SIGKILL; returns the exit code."""
+        p = self.popen
+        if p is None:
+            return None
+        try:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        p.kill()
+                    p.wait(timeout=10.0)
+            return p.returncode
+        finally:
+            with _live_lock:
+                _live.discard(self)
+
+
+def _wait_until(
+    check: Callable[[], bool],
+    proc: JavaProcess,
+    timeout: float,
+    what: str,
+) -> None:
+    """Poll ``check`` until it is true; fail early if ``proc`` exits, or at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    last_error: BaseException | None = None
+    while True:
+        if not proc.running():
+            code = proc.popen.returncode if proc.popen else None
+            raise KafkaProcessError(
+                f"{proc.name} exited (code {code}) before {what}:\n{proc.log_tail()}"
+            )
+        try:
+            if check():
+                return
+        except (OSError, ValueError, struct.error) as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            raise KafkaProcessError(
+                f"{proc.name}: timed out after {timeout:.0f}s waiting for {what}"
+                f" (last error: {last_error!r}):\n{proc.log_tail()}"
+            )
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def zookeeper_ruok(host: str, port: int, timeout: float = 2.0) -> bool:
+    """True when ZooKeeper answers the ``ruok`` four-letter command with ``imok``."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(b"ruok")
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            data += chunk
+    return data == b"imok"
+
+
+def _kafka_round_trip(
+    sock: socket.socket, api_key: int, api_version: int, correlation_id: int, body: bytes
+) -> bytes:
+    """Send one request with a v1 request header; return the response minus its header."""
+    client_id = b"wirebroker-probe"
+    header = struct.pack(">hhih", api_key, api_version, correlation_id, len(client_id)) + client_id
+    frame = header + body
+    sock.sendall(struct.pack(">i", len(frame)) + frame)
+    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+    payload = _recv_exact(sock, size)
+    (got_correlation,) = struct.unpack_from(">i", payload, 0)
+    if got_correlation != correlation_id:
+        raise ValueError(f"correlation id {got_correlation} != {correlation_id}")
+    return payload[4:]
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by peer")
+        buf += chunk
+    return bytes(buf)
+
+
+def kafka_api_versions(host: str, port: int, timeout: float = 5.0) -> dict[int, tuple[int, int]]:
+    """ApiVersions v0 round trip: ``{api_key: (min_version, max_version)}``."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        body = _kafka_round_trip(s, 18, 0, 1, b"")
+    (error_code, count) = struct.unpack_from(">hi", body, 0)
+    if error_code != 0:
+        raise ValueError(f"ApiVersions error_code {error_code}")
+    out: dict[int, tuple[int, int]] = {}
+    for i in range(count):
+        key, lo, hi = struct.unpack_from(">hhh", body, 6 + 6 * i)
+        out[key] = (lo, hi)
+    return out
+
+
+def kafka_metadata_brokers(
+    host: str, port: int, timeout: float = 5.0
+) -> tuple[dict[int, tuple[str, int]], int]:
+    """Metadata v1 round trip asking for no topics: ``({node_id: (host, port)}, controller_id)``."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        body = _kafka_round_trip(s, 3, 1, 2, struct.pack(">i", 0))
+    pos = 0
+    (count,) = struct.unpack_from(">i", body, pos)
+    pos += 4
+    brokers: dict[int, tuple[str, int]] = {}
+    for _ in range(count):
+        node_id, host_len = struct.unpack_from(">ih", body, pos)
+        pos += 6
+        b_host = body[pos : pos + host_len].decode()
+        pos += host_len
+        (b_port, rack_len) = struct.unpack_from(">ih", body, pos)
+        pos += 6 + max(rack_len, 0)
+        brokers[node_id] = (b_host, b_port)
+    (controller_id,) = struct.unpack_from(">i", body, pos)
+    return brokers, controller_id
+
+
+# --------------------------------------------------------------------------- ZooKeeper
+
+
+@dataclass
+class ZooKeeperServer:
+    """A running standalone ZooKeeper."""
+
+    host: str
+    port: int
+    data_dir: Path
+    process: JavaProcess
+
+    @property
+    def connect(self) -> str:
+        """The ``zookeeper.connect`` string."""
+        return f"{self.host}:{self.port}"
+
+
+@contextlib.contextmanager
+def zookeeper(
+    *,
+    port: int | None = None,
+    heap: str = DEFAULT_HEAP,
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+    workdir: Path | None = None,
+) -> Iterator[ZooKeeperServer]:
+    """Run a standalone ZooKeeper on a free loopback port until the block exits.
+
+    Everything lives in a temporary folder (``workdir`` if given, kept then) that is
+    removed afterwards; its ``zookeeper.log`` holds the output.
+    """
+    own_tmp = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="wb-zookeeper-")) if own_tmp else workdir
+    assert base is not None
+    proc: JavaProcess | None = None
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        zk_port = port or free_port()
+        data_dir = base / "data"
+        data_dir.mkdir(exist_ok=True)
+        cfg = _write_properties(
+            base / "zoo.cfg",
+            {
+                "tickTime": 2000,
+                "initLimit": 10,
+                "syncLimit": 5,
+                "dataDir": data_dir,
+                "clientPort": zk_port,
+                "clientPortAddress": LOOPBACK,
+                "maxClientCnxns": 0,
+                "admin.enableServer": "false",
+                "4lw.commands.whitelist": "ruok,srvr,stat",
+                "autopurge.purgeInterval": 0,
+            },
+        )
+        log4j = write_log4j_config(base / "log4j.properties", "INFO")
+        argv = java_command(ZOOKEEPER_MAIN, [str(cfg)], heap=heap, log4j_config=log4j)
+        proc = JavaProcess("zookeeper", argv, base / "zookeeper.log", base).start()
+        _wait_until(
+            lambda: zookeeper_ruok(LOOPBACK, zk_port),
+            proc,
+            startup_timeout,
+            f"ZooKeeper to answer ruok on {LOOPBACK}:{zk_port}",
+        )
+        yield ZooKeeperServer(LOOPBACK, zk_port, data_dir, proc)
+    finally:
+        if proc is not None:
+            proc.stop()
+        if own_tmp:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+@dataclass
+class KafkaBroker:
+    """A running Kafka broker (ZooKeeper mode)."""
+
+    broker_id: int
+    host: str
+    port: int
+    """The PLAINTEXT listener: inter-broker traffic and direct clients; advertised as itself."""
+    log_dir: Path
+    properties: dict[str, str]
+    process: JavaProcess
+    client_port: int | None = None
+    """Bound port of the CLIENT listener, when ``client_advertised_port`` was given."""
+    client_advertised_port: int | None = None
+    """Port the CLIENT listener advertises (e.g. a proxy's), or None."""
+    api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` clients should bootstrap from (the advertised client port if any)."""
+        return f"{self.host}:{self.client_advertised_port or self.port}"
+
+
+def kafka_properties(
+    *,
+    broker_id: int,
+    port: int,
+    zookeeper_connect: str,
+    log_dir: Path,
+    client_port: int | None = None,
+    client_advertised_port: int | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> dict[str, str]:
+    """``server.properties`` for a single test broker in ZooKeeper mode."""
+    props: dict[str, object] = {
+        "broker.id": broker_id,
+        "zookeeper.connect": zookeeper_connect,
+        "zookeeper.connection.timeout.ms": 30000,
+        "log.dirs": log_dir,
+        "num.partitions": 1,
+        "default.replication.factor": 1,
+        "offsets.topic.replication.factor": 1,
+        # Fewer __consumer_offsets partitions: the first group starts much faster.
+        "offsets.topic.num.partitions": 1,
+        "transaction.state.log.replication.factor": 1,
+        "transaction.state.log.min.isr": 1,
+        "transaction.state.log.num.partitions": 1,
+        "group.initial.rebalance.delay.ms": 0,
+        "auto.create.topics.enable": "true",
+        "delete.topic.enable": "true",
+        "num.network.threads": 2,
+        "num.io.threads": 2,
+        "num.recovery.threads.per.data.dir": 1,
+        "log.flush.interval.messages": 9223372036854775807,
+        "controlled.shutdown.enable": "true",
+        "controlled.shutdown.max.retries": 1,
+    }
+    if client_advertised_port is None:
+        props["listeners"] = f"PLAINTEXT://{LOOPBACK}:{port}"
+        props["advertised.listeners"] = f"PLAINTEXT://{LOOPBACK}:{port}"
+    else:
+        if client_port is None:
+            raise ValueError("client_port is required with client_advertised_port")
+        props["listeners"] = f"PLAINTEXT://{LOOPBACK}:{port},CLIENT://{LOOPBACK}:{client_port}"
+        props["advertised.listeners"] = (
+            f"PLAINTEXT://{LOOPBACK}:{port},CLIENT://{LOOPBACK}:{client_advertised_port}"
+        )
+        props["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT"
+        props["inter.broker.listener.name"] = "PLAINTEXT"
+    if overrides:
+        props.update(overrides)
+    return {k: str(v) for k, v in props.items()}
+
+
+def _broker_ready(host: str, port: int, broker_id: int) -> bool:
+    brokers, controller_id = kafka_metadata_brokers(host, port)
+    return broker_id in brokers and controller_id >= 0
+
+
+@contextlib.contextmanager
+def kafka_broker(
+    zookeeper_connect: str,
+    *,
+    broker_id: int = 0,
+    port: int | None = None,
+    client_advertised_port: int | None = None,
+    overrides: Mapping[str, object] | None = None,
+    heap: str = DEFAULT_HEAP,
+    log_level: str = "INFO",
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+    workdir: Path | None = None,
+) -> Iterator[KafkaBroker]:
+    """Run a Kafka broker against ``zookeeper_connect`` until the block exits.
+
+    Ready means: the port accepts, ApiVersions answers, and Metadata lists this broker
+    and a controller. With ``client_advertised_port`` a second listener (CLIENT) is bound
+    to its own free port and advertises ``client_advertised_port`` instead.
+    """
+    own_tmp = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="wb-kafka-")) if own_tmp else workdir
+    assert base is not None
+    proc: JavaProcess | None = None
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        kafka_port = port or free_port()
+        client_port = free_port() if client_advertised_port is not None else None
+        log_dir = base / "kafka-logs"
+        props = kafka_properties(
+            broker_id=broker_id,
+            port=kafka_port,
+            zookeeper_connect=zookeeper_connect,
+            log_dir=log_dir,
+            client_port=client_port,
+            client_advertised_port=client_advertised_port,
+            overrides=overrides,
+        )
+        cfg = _write_properties(base / "server.properties", props)
+        log4j = write_log4j_config(base / "log4j.properties", log_level)
+        argv = java_command(KAFKA_MAIN, [str(cfg)], heap=heap, log4j_config=log4j)
+        proc = JavaProcess(f"kafka-{broker_id}", argv, base / "kafka.log", base).start()
+        _wait_until(
+            lambda: bool(kafka_api_versions(LOOPBACK, kafka_port)),
+            proc,
+            startup_timeout,
+            f"Kafka ApiVersions on {LOOPBACK}:{kafka_port}",
+        )
+        _wait_until(
+            lambda: _broker_ready(LOOPBACK, kafka_port, broker_id),
+            proc,
+            startup_timeout,
+            f"Kafka Metadata to list broker {broker_id}",
+        )
+        if client_port is not None:
+            _wait_until(
+                lambda: bool(kafka_api_versions(LOOPBACK, client_port)),
+                proc,
+                startup_timeout,
+                f"Kafka CLIENT listener on {LOOPBACK}:{client_port}",
+            )
+        yield KafkaBroker(
+            broker_id=broker_id,
+            host=LOOPBACK,
+            port=kafka_port,
+            log_dir=log_dir,
+            properties=props,
+            process=proc,
+            client_port=client_port,
+            client_advertised_port=client_advertised_port,
+            api_versions=kafka_api_versions(LOOPBACK, kafka_port),
+        )
+    finally:
+        if proc is not None:
+            proc.stop()
+        if own_tmp:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+@dataclass
+class KafkaCluster:
+    """ZooKeeper plus one Kafka broker."""
+
+    zookeeper: ZooKeeperServer
+    broker: KafkaBroker
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.broker.bootstrap_servers
+
+
+@contextlib.contextmanager
+def kafka_cluster(
+    *,
+    client_advertised_port: int | None = None,
+    overrides: Mapping[str, object] | None = None,
+    heap: str = DEFAULT_HEAP,
+    log_level: str = "INFO",
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+) -> Iterator[KafkaCluster]:
+    """ZooKeeper + one broker; both stopped (broker first) and cleaned up on exit."""
+    with (
+        zookeeper(heap=heap, startup_timeout=startup_timeout) as zk,
+        kafka_broker(
+            zk.connect,
+            client_advertised_port=client_advertised_port,
+            overrides=overrides,
+            heap=heap,
+            log_level=log_level,
+            startup_timeout=startup_timeout,
+        ) as broker,
+    ):
+        yield KafkaCluster(zk, broker)
+
+
+# --------------------------------------------------------------------------- CLI tools
+
+
+def kafka_tool_command(
+    main_class: str,
+    args: Sequence[str],
+    *,
+    heap: str = "256m",
+    log4j_config: Path | None = None,
+) -> list[str]:
+    """argv for a Kafka CLI tool by main class, e.g. ``kafka.tools.ConsoleProducer``.
+
+    Without ``log4j_config`` the tools log WARN and above to stderr, like Kafka's
+    ``config/tools-log4j.properties``.
+    """
+    opts = [] if log4j_config is not None else ["-Dlog4j.configuration=" + _tools_log4j_url()]
+    return java_command(main_class, args, heap=heap, log4j_config=log4j_config, jvm_options=opts)
+
+
+_tools_log4j_path: Path | None = None
+
+
+def _tools_log4j_url() -> str:
+    global _tools_log4j_path
+    if _tools_log4j_path is None or not _tools_log4j_path.exists():
+        fd, name = tempfile.mkstemp(prefix="wb-tools-log4j-", suffix=".properties")
+        os.close(fd)
+        path = Path(name)
+        path.write_text(_LOG4J_PROPERTIES.format(level="WARN").replace("System.out", "System.err"))
+        atexit.register(lambda: path.unlink(missing_ok=True))
+        _tools_log4j_path = path
+    return f"file:{_tools_log4j_path}"
+
+
+def run_kafka_tool(
+    main_class: str,
+    args: Sequence[str],
+    *,
+    input: bytes | None = None,
+    timeout: float = 120.0,
+    check: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a Kafka CLI tool to completion; the child is killed if ``timeout`` passes."""
+    argv = kafka_tool_command(main_class, args)
+    result = subprocess.run(
+        argv,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+        capture_output=True,
+        timeout=timeout,
+    )
+    if check and result.returncode != 0:
+        raise KafkaProcessError(
+            f"{main_class} exited {result.returncode}:\n"
+            f"{result.stderr.decode(errors='replace')[-4000:]}"
+        )
+    return result

@@ -1,0 +1,70 @@
+"""FrameBuffer: frames split anywhere come out whole; sizes are checked before allocating."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.errors import FrameTooLargeError, ProtocolError
+from protocol.framing import NEED_DATA, FrameBuffer, frame
+
+
+def drain(fb: FrameBuffer) -> list[bytes]:
+    out = []
+    while (f := fb.next_frame()) is not NEED_DATA:
+        assert isinstance(f, memoryview)
+        out.append(bytes(f))
+    return out
+
+
+def test_split_at_every_byte() -> None:
+    payloads = [b"abc", b"", b"x" * 300, b"\x00\x01"]
+    data = b"".join(frame(p) for p in payloads)
+    for cut in range(len(data) + 1):
+        fb = FrameBuffer()
+        fb.receive_data(data[:cut])
+        got = drain(fb)
+        fb.receive_data(data[cut:])
+        got += drain(fb)
+        assert got == payloads
+        assert fb.buffered() == 0
+
+
+@given(
+    st.lists(st.binary(max_size=200), max_size=8),
+    st.lists(st.integers(1, 50), min_size=1, max_size=20),
+)
+def test_any_chunking(payloads: list[bytes], sizes: list[int]) -> None:
+    data = b"".join(frame(p) for p in payloads)
+    fb = FrameBuffer()
+    got: list[bytes] = []
+    pos, i = 0, 0
+    while pos < len(data):
+        step = sizes[i % len(sizes)]
+        fb.receive_data(data[pos : pos + step])
+        got += drain(fb)
+        pos += step
+        i += 1
+    assert got == payloads
+
+
+def test_oversize_frame_is_refused_from_its_prefix_alone() -> None:
+    fb = FrameBuffer(max_frame_size=1024)
+    fb.receive_data(b"\x00\x00\x04\x01")  # 1025, and not one byte of body
+    with pytest.raises(FrameTooLargeError):
+        fb.next_frame()
+
+
+def test_negative_size_is_a_protocol_error() -> None:
+    fb = FrameBuffer()
+    fb.receive_data(b"\xff\xff\xff\xfe")
+    with pytest.raises(ProtocolError):
+        fb.next_frame()
+
+
+def test_partial_prefix_needs_data() -> None:
+    fb = FrameBuffer()
+    fb.receive_data(b"\x00\x00")
+    assert fb.next_frame() is NEED_DATA
+    assert fb.pending_size() is None

@@ -64,6 +64,7 @@ class FrameBuffer:
 
         A frame that ends exactly where the received bytes end (the usual case for large
         frames) is handed over without a copy; one followed by more bytes is copied out once.
+        Either way the frame is writable, so a broker can assign offsets in place.
         """
         size = self.pending_size()
         if size is None or len(self._buf) - self._start - 4 < size:
@@ -76,7 +77,7 @@ class FrameBuffer:
             self._start = 0
             return frame
         with memoryview(self._buf) as view:
-            copied = memoryview(bytes(view[begin:end]))
+            copied = memoryview(bytearray(view[begin:end]))
         self._start = end
         if self._start > 65536 and self._start * 2 > len(self._buf):
             del self._buf[: self._start]

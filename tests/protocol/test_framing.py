@@ -68,3 +68,14 @@ def test_partial_prefix_needs_data() -> None:
     fb.receive_data(b"\x00\x00")
     assert fb.next_frame() is NEED_DATA
     assert fb.pending_size() is None
+
+
+def test_frames_are_writable_views() -> None:
+    fb = FrameBuffer()
+    fb.receive_data(frame(b"ab") + frame(b"cd"))
+    first = fb.next_frame()
+    assert isinstance(first, memoryview) and not first.readonly
+    first[0] = ord("x")
+    second = fb.next_frame()
+    assert isinstance(second, memoryview) and not second.readonly
+    assert bytes(second) == b"cd"

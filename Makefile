@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup test check generate bench-codec jars golden clean
+.PHONY: setup test check generate bench-codec bench-storage jars golden clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## test: set up and run the whole suite
-test: setup
+## test: set up everything the suite needs (venv, Kafka jars) and run the whole suite
+test: setup jars
 	$(PY) -m pytest
 
 ## check: format, lint, types, the import direction and the codegen freshness check
@@ -36,6 +36,10 @@ generate: setup
 ## bench-codec: the codec benchmark (Produce v9 decode, Fetch v12 encode)
 bench-codec: setup
 	$(PY) bench/bench_codec.py
+
+## bench-storage: storage benchmark (append, read lookup, recovery); figures in docs/storage.md
+bench-storage: setup
+	$(PY) bench/bench_storage.py
 
 ## jars: Kafka 3.9 + ZooKeeper jars from Maven Central into .cache/jars/kafka/ (no-op when up to date)
 jars:

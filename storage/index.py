@@ -1,0 +1,394 @@
+"""OffsetIndex and TimeIndex: one segment's sparse index files, in Kafka's exact formats.
+
+``<base>.index`` holds 8-byte entries (int32 offset relative to the segment's base offset,
+int32 byte position in the ``.log``); ``<base>.timeindex`` holds 12-byte entries (int64
+timestamp, int32 relative offset). Both are big-endian, sorted, and, while the segment is
+active, preallocated to ``segment.index.bytes`` (rounded down to whole entries) and trimmed to
+their entries when the segment rolls or closes -- as Kafka lays them out, so Kafka's tools read
+them.
+
+This module owns one index file each: its in-memory copy (two ``array`` columns searched with
+``bisect``, i.e. no file access per lookup), which entries have reached the file, and the
+file's size. Entries are written to the file in batches (``persist``) on flush, roll and close;
+entries not yet persisted are rebuilt by recovery after a crash, exactly like the unflushed
+pages of Kafka's memory-mapped index. Inactive indexes are loaded lazily and may be dropped
+(``unload``) to bound memory. It must not read the ``.log``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+from pathlib import Path
+
+from storage.errors import CorruptIndexError
+
+__all__ = ["OffsetIndex", "TimeIndex"]
+
+_LITTLE = sys.byteorder == "little"
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_NO_TIMESTAMP = -1
+
+
+class _IndexFile:
+    """The file side shared by both indexes: path, base offset, sizes, persistence."""
+
+    ENTRY_SIZE = 0
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max_index_size // self.ENTRY_SIZE
+        self.loaded = False
+        self._persisted = 0  # leading entries known to be in the file
+        self._file_size: int | None = None  # None: unknown
+        self._cut_needed = False  # entries were removed: cut the file at the next persist
+
+    # ---- file helpers ----------------------------------------------------------------------
+
+    def _read_file(self) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise CorruptIndexError(f"index file {self.path} does not exist") from None
+        self._file_size = len(data)
+        if len(data) % self.ENTRY_SIZE:
+            raise CorruptIndexError(
+                f"index file {self.path} is corrupt: {len(data)} bytes is not a multiple of "
+                f"{self.ENTRY_SIZE}"
+            )
+        return data
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def create(self, preallocate: bool) -> None:
+        """Create an empty index file, preallocated to its maximum size if asked."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            size = self.max_entries * self.ENTRY_SIZE if preallocate else 0
+            if size:
+                os.ftruncate(fd, size)
+            self._file_size = size
+        finally:
+            os.close(fd)
+        self._clear()
+        self.loaded = True
+        self._persisted = 0
+
+    def _encode(self, start: int) -> bytes:
+        raise NotImplementedError
+
+    def _clear(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def entries(self) -> int:
+        raise NotImplementedError
+
+    def persist(self, *, fsync: bool = False, size: int | None = None) -> None:
+        """Write the entries not yet in the file; then set the file's length to `size`
+        bytes if given (preallocation or trimming); fsync if asked."""
+        start = self._persisted
+        n = self.entries if self.loaded else start
+        if (
+            start >= n
+            and (size is None or size == self._file_size)
+            and not fsync
+            and not self._cut_needed
+        ):
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if self._cut_needed:
+                os.ftruncate(fd, start * self.ENTRY_SIZE)
+                self._file_size = start * self.ENTRY_SIZE
+                self._cut_needed = False
+            if start < n:
+                data = self._encode(start)
+                pos = start * self.ENTRY_SIZE
+                view = memoryview(data)
+                while view:
+                    written = os.pwrite(fd, view, pos)
+                    view = view[written:]
+                    pos += written
+                self._persisted = n
+            if size is not None and size != self._file_size:
+                os.ftruncate(fd, max(size, n * self.ENTRY_SIZE))
+                self._file_size = max(size, n * self.ENTRY_SIZE)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def trim(self) -> None:
+        """Persist and cut the file to exactly its entries (a segment becoming inactive)."""
+        if not self.loaded:
+            self.load()
+        self.persist(size=self.entries * self.ENTRY_SIZE)
+
+    def preallocate(self) -> None:
+        """Persist and grow the file to ``segment.index.bytes`` (a segment becoming active)."""
+        if not self.loaded:
+            self.load()
+        self.persist(size=self.max_entries * self.ENTRY_SIZE)
+
+    def unload(self) -> None:
+        """Drop the in-memory entries if they are all in the file (they reload on demand)."""
+        if self.loaded and self._persisted == self.entries:
+            self._clear()
+            self.loaded = False
+
+    def rename(self, new_path: Path) -> None:
+        if self.path.exists():
+            os.rename(self.path, new_path)
+        self.path = new_path
+
+    def delete(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def load(self) -> None:
+        raise NotImplementedError
+
+    def _relative(self, offset: int) -> int:
+        rel = offset - self.base_offset
+        if not 0 <= rel <= 0x7FFFFFFF:
+            raise ValueError(f"offset {offset} does not fit segment {self.base_offset}'s index")
+        return rel
+
+
+class OffsetIndex(_IndexFile):
+    """``.index``: relative offset -> position, one entry per ``index.interval.bytes``."""
+
+    ENTRY_SIZE = 8
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        super().__init__(path, base_offset, max_index_size)
+        self._offsets = array("i")  # relative offsets
+        self._positions = array("i")
+
+    def _clear(self) -> None:
+        self._offsets = array("i")
+        self._positions = array("i")
+
+    @property
+    def entries(self) -> int:
+        if not self.loaded:
+            self.load()
+        return len(self._offsets)
+
+    @property
+    def is_full(self) -> bool:
+        if not self.loaded:
+            self.load()
+        return len(self._offsets) >= self.max_entries
+
+    def load(self) -> None:
+        """Read the file; raise :class:`CorruptIndexError` if it fails Kafka's sanity check."""
+        data = self._read_file()
+        both = array("i")
+        both.frombytes(data)
+        if _LITTLE:
+            both.byteswap()
+        offsets, positions = both[0::2], both[1::2]
+        # A preallocated file from a crash has trailing zero entries: stop at the first.
+        n = len(offsets)
+        while n > 0 and offsets[n - 1] == 0 and positions[n - 1] == 0:
+            n -= 1
+        if n < len(offsets):
+            del offsets[n:]
+            del positions[n:]
+        for i in range(1, len(offsets)):
+            if offsets[i] <= offsets[i - 1] or positions[i] < positions[i - 1]:
+                raise CorruptIndexError(f"index file {self.path} is corrupt at entry {i}")
+        if offsets and offsets[0] < 0:
+            raise CorruptIndexError(f"index file {self.path} has a negative relative offset")
+        self._offsets, self._positions = offsets, positions
+        self._persisted = len(offsets)
+        self.loaded = True
+
+    def append(self, offset: int, position: int) -> None:
+        if not self.loaded:
+            self.load()
+        rel = self._relative(offset)
+        if self._offsets and rel <= self._offsets[-1]:
+            return  # Kafka raises; a repeated entry is harmless, so keep the first
+        self._offsets.append(rel)
+        self._positions.append(position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """``(offset, position)`` of the last entry at or below `offset`, else ``(base, 0)``."""
+        if not self.loaded:
+            self.load()
+        i = bisect_right(self._offsets, offset - self.base_offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._offsets[i], self._positions[i]
+
+    def last_entry(self) -> tuple[int, int]:
+        if not self.loaded:
+            self.load()
+        if not self._offsets:
+            return self.base_offset, 0
+        return self.base_offset + self._offsets[-1], self._positions[-1]
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry for an offset at or above `offset`."""
+        if not self.loaded:
+            self.load()
+        keep = bisect_right(self._offsets, offset - self.base_offset - 1)
+        del self._offsets[keep:]
+        del self._positions[keep:]
+        if keep < self._persisted:
+            self._persisted = keep
+            self._cut_needed = True
+
+    def reset(self) -> None:
+        self._clear()
+        self.loaded = True
+        self._persisted = 0
+        self._cut_needed = True
+
+    def _encode(self, start: int) -> bytes:
+        both = array("i", bytes(8 * (len(self._offsets) - start)))
+        both[0::2] = self._offsets[start:]
+        both[1::2] = self._positions[start:]
+        if _LITTLE:
+            both.byteswap()
+        return both.tobytes()
+
+
+class TimeIndex(_IndexFile):
+    """``.timeindex``: timestamp -> relative offset, appended only when the timestamp grows.
+
+    The last slot is reserved for the entry written when the segment becomes inactive, so the
+    index counts as full one entry early (as Kafka's does).
+    """
+
+    ENTRY_SIZE = 12
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        super().__init__(path, base_offset, max_index_size)
+        self._timestamps = array("q")
+        self._offsets = array("i")
+        self._last: tuple[int, int] | None = None  # cached tail while unloaded
+
+    def _clear(self) -> None:
+        self._timestamps = array("q")
+        self._offsets = array("i")
+
+    @property
+    def entries(self) -> int:
+        if not self.loaded:
+            self.load()
+        return len(self._timestamps)
+
+    @property
+    def is_full(self) -> bool:
+        if not self.loaded:
+            self.load()
+        return len(self._timestamps) >= self.max_entries - 1
+
+    def load(self) -> None:
+        data = self._read_file()
+        timestamps = array("q")
+        offsets = array("i")
+        for ts, rel in _TIME_ENTRY.iter_unpack(data):
+            if rel == 0 and ts == 0 and timestamps:
+                break  # preallocated zeros after a crash
+            timestamps.append(ts)
+            offsets.append(rel)
+        if timestamps and (timestamps[-1] < timestamps[0] or offsets[-1] < 0):
+            raise CorruptIndexError(f"time index file {self.path} is corrupt")
+        self._timestamps, self._offsets = timestamps, offsets
+        self._persisted = len(timestamps)
+        self.loaded = True
+        self._last = None
+
+    def last_entry(self) -> tuple[int, int]:
+        """``(timestamp, offset)`` of the last entry, or ``(-1, base)`` when empty.
+
+        For an unloaded index only the file's last entry is read.
+        """
+        if self.loaded:
+            if not self._timestamps:
+                return _NO_TIMESTAMP, self.base_offset
+            return self._timestamps[-1], self.base_offset + self._offsets[-1]
+        if self._last is None:
+            self._last = self._read_last()
+        return self._last
+
+    def _read_last(self) -> tuple[int, int]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise CorruptIndexError(f"time index file {self.path} does not exist") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size % self.ENTRY_SIZE:
+                raise CorruptIndexError(f"time index file {self.path} has a partial entry")
+            if size == 0:
+                return _NO_TIMESTAMP, self.base_offset
+            ts, rel = _TIME_ENTRY.unpack(os.pread(fd, self.ENTRY_SIZE, size - self.ENTRY_SIZE))
+        finally:
+            os.close(fd)
+        if ts == 0 and rel == 0:  # preallocated: fall back to a full load
+            self.load()
+            return self.last_entry()
+        return ts, self.base_offset + rel
+
+    def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
+        if not self.loaded:
+            self.load()
+        if not skip_full_check and self.is_full:
+            return
+        last_ts = self._timestamps[-1] if self._timestamps else _NO_TIMESTAMP
+        if timestamp > last_ts:
+            rel = self._relative(offset)
+            if self._offsets and rel < self._offsets[-1]:
+                return
+            self._timestamps.append(timestamp)
+            self._offsets.append(rel)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """``(timestamp, offset)`` of the last entry with a timestamp at or below `timestamp`,
+        else ``(-1, base)``."""
+        if not self.loaded:
+            self.load()
+        i = bisect_right(self._timestamps, timestamp) - 1
+        if i < 0:
+            return _NO_TIMESTAMP, self.base_offset
+        return self._timestamps[i], self.base_offset + self._offsets[i]
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry for an offset at or above `offset`."""
+        if not self.loaded:
+            self.load()
+        rel = offset - self.base_offset
+        keep = len(self._offsets)
+        while keep and self._offsets[keep - 1] >= rel:
+            keep -= 1
+        del self._timestamps[keep:]
+        del self._offsets[keep:]
+        if keep < self._persisted:
+            self._persisted = keep
+            self._cut_needed = True
+
+    def reset(self) -> None:
+        self._clear()
+        self.loaded = True
+        self._persisted = 0
+        self._cut_needed = True
+        self._last = None
+
+    def _encode(self, start: int) -> bytes:
+        pack = _TIME_ENTRY.pack
+        return b"".join(
+            pack(ts, rel)
+            for ts, rel in zip(self._timestamps[start:], self._offsets[start:], strict=True)
+        )

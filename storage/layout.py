@@ -1,0 +1,105 @@
+"""Kafka's on-disk names: segment files, suffixes, partition directories, checkpoint files.
+
+This module owns every file and directory name the storage layer writes or recognises, so that
+a Kafka 3.9 broker (and ``kafka.tools.DumpLogSegments``) finds our files where it looks for its
+own. Pure string and path functions; it must not touch the file system.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "CLEANER_OFFSET_CHECKPOINT",
+    "CLEAN_SHUTDOWN_FILE",
+    "DELETED_SUFFIX",
+    "DELETE_DIR_SUFFIX",
+    "INDEX_SUFFIX",
+    "LEADER_EPOCH_CHECKPOINT",
+    "LOG_START_OFFSET_CHECKPOINT",
+    "LOG_SUFFIX",
+    "RECOVERY_POINT_CHECKPOINT",
+    "REPLICATION_OFFSET_CHECKPOINT",
+    "SWAP_SUFFIX",
+    "TIME_INDEX_SUFFIX",
+    "delete_dir_name",
+    "is_delete_dir",
+    "offset_from_file_name",
+    "parse_partition_dir",
+    "partition_dir_name",
+    "segment_file",
+]
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+#: A segment file scheduled for removal after ``file.delete.delay.ms``.
+DELETED_SUFFIX = ".deleted"
+#: Compaction output being written (deleted at recovery).
+CLEANED_SUFFIX = ".cleaned"
+#: Compaction output complete, replacing the segments in its range (finished at recovery).
+SWAP_SUFFIX = ".swap"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+# In the partition directory.
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+# In each log directory.
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)$")
+_SPECIAL_DIR = re.compile(r"\.[0-9a-f]{32}-(delete|future|stray)$")
+
+
+def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
+    """``<dir>/<base offset, 20 digits><suffix>``, e.g. ``00000000000000000042.log``."""
+    return directory / f"{base_offset:020d}{suffix}"
+
+
+def offset_from_file_name(name: str) -> int | None:
+    """The base offset a segment file name starts with, or None if it has none."""
+    head, _, _ = name.partition(".")
+    if len(head) != 20 or not head.isdigit():
+        return None
+    return int(head)
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    if not _TOPIC.match(topic) or topic in (".", ".."):
+        raise ValueError(f"invalid topic name {topic!r}")
+    if partition < 0:
+        raise ValueError(f"invalid partition {partition}")
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``(topic, partition)`` for a partition directory name, None for anything else
+    (including directories being deleted, future and stray replicas)."""
+    if _SPECIAL_DIR.search(name):
+        return None
+    m = _PARTITION_DIR.match(name)
+    if m is None or not _TOPIC.match(m["topic"]):
+        return None
+    return m["topic"], int(m["partition"])
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """The name a partition directory is renamed to while being deleted (as Kafka does)."""
+    return f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+
+
+def is_delete_dir(name: str) -> bool:
+    return bool(_SPECIAL_DIR.search(name)) and name.endswith(DELETE_DIR_SUFFIX)

@@ -1,0 +1,785 @@
+"""PartitionLog: one partition's ordered segments and its offsets (Kafka's UnifiedLog/LocalLog).
+
+This module owns a partition directory while it is open: the segment list (found by bisecting
+base offsets, so a read costs O(log segments) plus one in-memory index probe and a scan of
+about one index interval), the log start offset, high watermark, log end offset and recovery
+point -- with ``log_start_offset <= high_watermark <= log_end_offset`` after every operation --
+and every operation that changes them: leader and follower appends, reads returning pinned file
+slices, timestamp lookups, truncation, DeleteRecords, retention, compaction, rolling, flushing
+and closing. It must not know about sockets, trio, replicas or requests; the broker decides
+*when* (high watermark, flush, retention ticks), this module decides *how*.
+
+Durability: an append returns after ``os.pwrite`` returned for all its bytes (nothing is
+buffered in user space, so a process crash loses nothing acknowledged). fsync happens when
+``flush.messages`` / ``flush.ms`` say so, before returning when
+``wirebroker.fsync.before.ack`` is set, or when the caller flushes. For group commit, append
+with ``sync=False`` and then call :meth:`PartitionLog.begin_flush`, run the returned
+:class:`PendingFlush` (the fsyncs; safe in a worker thread) and :meth:`complete_flush`: one
+fsync then covers every append made before ``begin_flush``.
+
+Not thread-safe: one thread calls a log (except ``PendingFlush.run``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from pathlib import Path
+
+from protocol.record_batch import NO_TIMESTAMP
+from storage.checkpoints import fsync_dir
+from storage.cleaner import clean_log
+from storage.config import LogConfig
+from storage.errors import (
+    KafkaStorageError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from storage.file_handles import FileHandles
+from storage.layout import DELETED_SUFFIX, delete_dir_name, parse_partition_dir
+from storage.leader_epoch import LeaderEpochCache
+from storage.recovery import load_partition_dir
+from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResult
+from storage.retention import plan_retention
+from storage.segment import LogSegment
+from storage.validation import (
+    AppendOrigin,
+    ValidatedAppend,
+    analyze_follower_append,
+    validate_leader_append,
+)
+
+__all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "PartitionLog",
+    "PendingFlush",
+    "wall_clock_ms",
+]
+
+log = logging.getLogger(__name__)
+
+#: A read continues into following segments (Kafka's stops at the first segment's end), up
+#: to this many: each slice pins one descriptor until released.
+MAX_READ_SEGMENTS = 8
+
+#: ListOffsets special timestamps.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PendingFlush:
+    """The fsyncs of one flush, prepared by :meth:`PartitionLog.begin_flush`.
+
+    It holds file paths, not descriptors: :meth:`run` opens, fsyncs and closes one file at a
+    time (an fsync through any descriptor of a file makes all its data durable), so a flush
+    of thousands of segments uses one descriptor, and :meth:`run` touches no state of the log:
+    it may run in a worker thread while the log keeps appending. A file deleted meanwhile
+    (retention, compaction) is skipped. Hand it back to :meth:`PartitionLog.complete_flush`
+    afterwards, on the log's thread.
+    """
+
+    __slots__ = ("up_to", "paths", "directory", "done")
+
+    def __init__(self, up_to: int) -> None:
+        self.up_to = up_to
+        self.paths: list[Path] = []
+        self.directory: Path | None = None
+        self.done = False
+
+    def run(self) -> None:
+        for path in self.paths:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if self.directory is not None:
+            fsync_dir(self.directory)
+        self.done = True
+
+
+class PartitionLog:
+    """One partition's log; open with :meth:`open`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        handles: FileHandles,
+        now_ms: Callable[[], int],
+        *,
+        owns_handles: bool,
+    ) -> None:
+        self.dir = directory
+        self.config = config
+        self.handles = handles
+        self.topic_partition = parse_partition_dir(directory.name)
+        self._now_ms = now_ms
+        self._owns_handles = owns_handles
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._log_start = 0
+        self._high_watermark = 0
+        self._leo = 0
+        self._recovery_point = 0
+        self.leader_epoch_cache = LeaderEpochCache(None)
+        #: First offset not yet compacted (Kafka's cleaner checkpoint).
+        self.cleaner_checkpoint = 0
+        #: Earliest tombstone delete horizon left by compaction (None: none pending).
+        self.tombstone_horizon_ms: int | None = None
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self._dir_dirty = False
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._position_cache: tuple[int, LogSegment, int] | None = None
+        self.closed = False
+        self.had_clean_shutdown = False
+        self.recovery_stats: dict[str, int] = {}
+
+    # ---- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        handles: FileHandles | None = None,
+        now_ms: Callable[[], int] = wall_clock_ms,
+        had_clean_shutdown: bool = False,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+        cleaner_checkpoint: int | None = None,
+    ) -> PartitionLog:
+        """Open the log in `directory` (created if missing), recovering it if needed.
+
+        The keyword offsets are the log directory's checkpoints (the log manager passes them;
+        the defaults mean "unknown": the whole log is scanned, the high watermark starts at the
+        log start offset). With `had_clean_shutdown` nothing is scanned.
+        """
+        owns = handles is None
+        pool = FileHandles() if handles is None else handles
+        self = cls(directory, config, pool, now_ms, owns_handles=owns)
+        try:
+            loaded = load_partition_dir(
+                directory,
+                config,
+                pool,
+                now_ms=now_ms(),
+                had_clean_shutdown=had_clean_shutdown,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+            )
+        except OSError as e:
+            raise KafkaStorageError(f"cannot load {directory}: {e}") from e
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in loaded.segments]
+        self._log_start = loaded.log_start_offset
+        self._leo = loaded.log_end_offset
+        self._recovery_point = loaded.recovery_point
+        self.leader_epoch_cache = loaded.leader_epoch_cache
+        self.had_clean_shutdown = had_clean_shutdown
+        self.recovery_stats = {
+            "truncated_bytes": loaded.truncated_bytes,
+            "dropped_segments": loaded.dropped_segments,
+            "recovered_segments": loaded.recovered_segments,
+        }
+        hw = self._log_start if high_watermark is None else high_watermark
+        self._high_watermark = min(max(hw, self._log_start), self._leo)
+        cc = self._log_start if cleaner_checkpoint is None else cleaner_checkpoint
+        self.cleaner_checkpoint = min(max(cc, self._log_start), self._leo)
+        return self
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (a copy of the list; do not modify the segments)."""
+        return list(self._segments)
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: ``(epoch, end_offset)`` against the current log end offset,
+        ``(-1, -1)`` when unknown (see :meth:`LeaderEpochCache.end_offset_for`)."""
+        return self.leader_epoch_cache.end_offset_for(leader_epoch, self._leo)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log start, log end]; return the new value."""
+        self._high_watermark = min(max(offset, self._log_start), self._leo)
+        return self._high_watermark
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a changed topic config (segment-shape settings apply from the next roll)."""
+        self.config = config
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise LogClosedError(f"log {self.dir} is closed")
+
+    # ---- appends ---------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        sync: bool | None = None,
+    ) -> AppendInfo:
+        """Validate `records`, assign offsets from the log end offset (in place, in the
+        caller's buffer when it is writable), stamp `leader_epoch`, append.
+
+        `sync`: fsync before returning (True), don't (False), or as
+        ``wirebroker.fsync.before.ack`` says (None). Raises the errors listed in
+        :mod:`storage.validation`, :class:`RecordBatchTooLargeError` and
+        :class:`KafkaStorageError`; on any error nothing was written.
+        """
+        self._check_open()
+        v = validate_leader_append(
+            records,
+            next_offset=self._leo,
+            leader_epoch=leader_epoch,
+            now_ms=now_ms,
+            config=self.config,
+            origin=origin,
+        )
+        self._append(v, now_ms)
+        if leader_epoch >= 0:
+            self.leader_epoch_cache.assign(leader_epoch, v.first_offset)
+        return self._after_append(v, now_ms, sync)
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, *, sync: bool | None = None
+    ) -> AppendInfo:
+        """Append replicated batches as they are (offsets, epochs, timestamps kept).
+
+        A trailing partial batch is ignored (``valid_bytes`` says how much was taken). Raises
+        :class:`CorruptRecordError`, :class:`OffsetsOutOfOrderError`,
+        :class:`UnexpectedAppendOffsetError` (first offset below the log end offset).
+        """
+        self._check_open()
+        now_ms = self._now_ms()
+        v = analyze_follower_append(records)
+        if not v.metas:
+            return AppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start, 0, 0)
+        if v.first_offset < self._leo:
+            raise UnexpectedAppendOffsetError(
+                f"follower append starts at offset {v.first_offset}, below the log end offset "
+                f"{self._leo}",
+                first_offset=v.first_offset,
+                last_offset=v.last_offset,
+            )
+        self._append(v, now_ms)
+        cache = self.leader_epoch_cache
+        if v.has_legacy:
+            cache.clear()
+        else:
+            for epoch, offset in v.epochs:
+                cache.assign(epoch, offset)
+        return self._after_append(v, now_ms, sync)
+
+    def _append(self, v: ValidatedAppend, now_ms: int) -> None:
+        size = len(v.data)
+        config = self.config
+        if size > config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"append of {size} bytes exceeds segment.bytes ({config.segment_bytes})"
+            )
+        seg = self._segments[-1]
+        if seg.should_roll(
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+            append_size=size,
+            max_timestamp=v.max_timestamp,
+            max_offset=v.last_offset,
+            now_ms=now_ms,
+        ):
+            seg = self._roll(max(v.first_offset, self._leo), now_ms)
+        seg.append(v.data, v.metas)
+        self._leo = v.last_offset + 1
+        self._unflushed_messages += v.records_count
+
+    def _after_append(self, v: ValidatedAppend, now_ms: int, sync: bool | None) -> AppendInfo:
+        config = self.config
+        if (
+            sync
+            or (sync is None and config.fsync_before_ack)
+            or (
+                self._unflushed_messages >= config.flush_messages
+                or now_ms - self._last_flush_ms >= config.flush_ms
+            )
+        ):
+            self.flush()
+        return AppendInfo(
+            v.first_offset,
+            v.last_offset,
+            v.max_timestamp,
+            v.offset_of_max_timestamp,
+            v.log_append_time,
+            self._log_start,
+            v.records_count,
+            len(v.data),
+        )
+
+    # ---- rolling ---------------------------------------------------------------------------
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new segment at the log end offset (no-op if the active one is empty)."""
+        self._check_open()
+        return self._roll(self._leo, self._now_ms() if now_ms is None else now_ms)
+
+    def _roll(self, base_offset: int, now_ms: int) -> LogSegment:
+        old = self._segments[-1]
+        if old.size == 0 and old.base_offset == base_offset:
+            return old
+        old.become_inactive()
+        try:
+            new = LogSegment.create(self.dir, base_offset, self.config, self.handles, now_ms)
+        except KafkaStorageError:
+            old.become_active()
+            raise
+        self._segments.append(new)
+        self._bases.append(base_offset)
+        self._dir_dirty = True
+        return new
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """File slices from the batch holding `offset`, at most `max_bytes` (but the whole
+        first batch if `min_one_batch`), below `max_offset` (the high watermark for
+        consumers; default: the log end offset). Continues into the next segments (up to
+        ``MAX_READ_SEGMENTS``) when a segment is read to its end. Release the result (or use
+        it as a context manager).
+
+        Raises :class:`OffsetOutOfRangeError` for `offset` outside [log start, log end].
+        """
+        self._check_open()
+        leo = self._leo
+        if offset < self._log_start or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.dir.name}: log start "
+                f"{self._log_start}, log end {leo}"
+            )
+        limit = leo if max_offset is None else min(max_offset, leo)
+        result = ReadResult()
+        if offset >= limit:
+            return result
+        segs = self._segments
+        if limit == leo:
+            end_index, end_pos = len(segs) - 1, segs[-1].size
+        else:
+            end_seg, end_pos = self._position_of(limit)
+            end_index = bisect_right(self._bases, end_seg.base_offset) - 1
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        budget = max_bytes
+        first = True
+        try:
+            while i <= end_index:
+                seg = segs[i]
+                seg_end = end_pos if i == end_index else seg.size
+                if first:
+                    h = seg.translate_offset(offset)
+                    if h is None:
+                        i += 1
+                        continue
+                    start = h.position
+                    if start >= seg_end:
+                        break
+                    allowed = max(budget, h.size) if min_one_batch else budget
+                    result.first_batch_offset = h.base_offset
+                else:
+                    start = 0
+                    allowed = budget
+                length = min(seg_end - start, allowed)
+                if length <= 0:
+                    break
+                result.slices.append(FileSlice(seg.log, start, length))
+                result.size += length
+                budget -= length
+                first = False
+                if start + length < seg_end or budget <= 0:
+                    break
+                if len(result.slices) >= MAX_READ_SEGMENTS:
+                    break
+                i += 1
+        except BaseException:
+            result.release()
+            raise
+        return result
+
+    def _position_of(self, offset: int) -> tuple[LogSegment, int]:
+        """Segment and byte position of the batch holding `offset` (end of its floor segment
+        if no batch does): where a read bounded by `offset` stops."""
+        cached = self._position_cache
+        if cached is not None and cached[0] == offset:
+            return cached[1], cached[2]
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        seg = self._segments[i]
+        h = seg.translate_offset(offset)
+        pos = seg.size if h is None else h.position
+        if seg is not self._segments[-1] or h is not None:
+            self._position_cache = (offset, seg, pos)
+        return seg, pos
+
+    def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
+        """ListOffsets: -1 latest (log end offset), -2 earliest, -3 the record with the max
+        timestamp, -4 earliest local; otherwise the first offset whose timestamp is >=
+        `timestamp`. None when nothing matches."""
+        self._check_open()
+        cache = self.leader_epoch_cache
+        if timestamp == EARLIEST_TIMESTAMP:
+            entry = cache.earliest_entry
+            epoch = entry.epoch if entry and entry.start_offset <= self._log_start else None
+            return OffsetAndTimestamp(self._log_start, NO_TIMESTAMP, epoch)
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            epoch_for = cache.epoch_for_offset(self._log_start)
+            return OffsetAndTimestamp(self._log_start, NO_TIMESTAMP, epoch_for)
+        if timestamp == LATEST_TIMESTAMP:
+            return OffsetAndTimestamp(self._leo, NO_TIMESTAMP, cache.latest_epoch)
+        if timestamp == MAX_TIMESTAMP:
+            best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
+            if best.max_timestamp_so_far < 0:
+                return None
+            found = best.max_timestamp_record()
+            return None if found is None else OffsetAndTimestamp(*found)
+        if timestamp < 0:
+            return None
+        for seg in self._segments:
+            if seg.max_timestamp_so_far >= timestamp and seg.next_offset > self._log_start:
+                found = seg.find_offset_by_timestamp(timestamp, self._log_start)
+                if found is not None:
+                    return OffsetAndTimestamp(*found)
+        return None
+
+    # ---- truncation and deletion -----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Follower truncation: remove every batch whose last offset is >= `offset` (a batch
+        straddling it goes whole) and set the log end offset to `offset`. Returns whether
+        anything changed."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        if offset >= self._leo:
+            return False
+        if offset < self._segments[0].base_offset or offset < self._log_start:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        keep = bisect_right(self._bases, offset)
+        for seg in self._segments[keep:]:
+            self._delete_segment(seg)
+        del self._segments[keep:]
+        del self._bases[keep:]
+        seg = self._segments[-1]
+        seg.truncate_to(offset)
+        if not seg.active:
+            seg.become_active()
+        self._leo = offset
+        self._after_truncation()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop everything and start an empty log at `offset` (log start = end = offset)."""
+        self._check_open()
+        for seg in self._segments:
+            self._delete_segment(seg)
+        new = LogSegment.create(self.dir, offset, self.config, self.handles, self._now_ms())
+        self._segments = [new]
+        self._bases = [offset]
+        self._dir_dirty = True
+        self._leo = offset
+        self._log_start = offset
+        self.leader_epoch_cache.clear()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        leo = self._leo
+        self._high_watermark = min(max(self._high_watermark, self._log_start), leo)
+        self._recovery_point = min(self._recovery_point, leo)
+        self.cleaner_checkpoint = min(max(self.cleaner_checkpoint, self._log_start), leo)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self._position_cache = None
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance the log start offset to `offset` (-1: the high watermark),
+        deleting segments wholly below it. Returns the new log start offset. Raises
+        :class:`OffsetOutOfRangeError` if `offset` is above the high watermark."""
+        self._check_open()
+        if offset == -1:
+            offset = self._high_watermark
+        if offset < 0 or offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot increment the log start offset to {offset} of {self.dir.name}: it is "
+                f"larger than the high watermark {self._high_watermark}"
+            )
+        if offset > self._log_start:
+            self._log_start = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+            self.cleaner_checkpoint = max(self.cleaner_checkpoint, offset)
+            now = self._now_ms()
+            plan = plan_retention(
+                self._segments,
+                self.config.replace(cleanup_policy=("compact",)),
+                now_ms=now,
+                log_start_offset=self._log_start,
+                high_watermark=self._high_watermark,
+                log_end_offset=self._leo,
+            )
+            self._delete_oldest(plan.count, now)
+        return self._log_start
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the segments retention allows (log start, ``retention.bytes``,
+        ``retention.ms``) and remove files whose ``file.delete.delay.ms`` passed. Returns
+        the number of segments deleted."""
+        self._check_open()
+        self._purge_deleted(now_ms)
+        plan = plan_retention(
+            self._segments,
+            self.config,
+            now_ms=now_ms,
+            log_start_offset=self._log_start,
+            high_watermark=self._high_watermark,
+            log_end_offset=self._leo,
+        )
+        if plan.count:
+            log.info("%s: deleting %d segment(s): %s", self.dir.name, plan.count, plan.reasons)
+        return self._delete_oldest(plan.count, now_ms)
+
+    def _delete_oldest(self, count: int, now_ms: int) -> int:
+        if count <= 0:
+            return 0
+        if count >= len(self._segments):
+            self._roll(self._leo, now_ms)
+        victims = self._segments[:count]
+        del self._segments[:count]
+        del self._bases[:count]
+        for seg in victims:
+            self._delete_segment(seg, now_ms)
+        first = self._segments[0].base_offset
+        if first > self._log_start:
+            self._log_start = first
+            self.leader_epoch_cache.truncate_from_start(first)
+        self._high_watermark = max(self._high_watermark, self._log_start)
+        self._recovery_point = max(self._recovery_point, min(self._log_start, self._leo))
+        self.cleaner_checkpoint = max(self.cleaner_checkpoint, self._log_start)
+        self._position_cache = None
+        return count
+
+    def _delete_segment(self, seg: LogSegment, now_ms: int | None = None) -> None:
+        """Rename to ``.deleted`` now, remove after ``file.delete.delay.ms`` (readers holding
+        slices keep their descriptors meanwhile)."""
+        seg.active = False
+        seg.rename_suffix(DELETED_SUFFIX)
+        seg.log.detach()
+        now = self._now_ms() if now_ms is None else now_ms
+        if self.config.file_delete_delay_ms <= 0:
+            seg.delete_files()
+        else:
+            self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+
+    def _purge_deleted(self, now_ms: int | None) -> None:
+        keep: list[tuple[int, LogSegment]] = []
+        for due, seg in self._pending_deletes:
+            if now_ms is None or due <= now_ms:
+                seg.delete_files()
+            else:
+                keep.append((due, seg))
+        self._pending_deletes = keep
+
+    # ---- compaction ------------------------------------------------------------------------
+
+    def compact(self, now_ms: int, *, force: bool = False) -> int:
+        """Compact the cleanable part of the log if ``cleanup.policy`` includes compact and
+        the dirty ratio reaches ``min.cleanable.dirty.ratio`` (or `force`). Returns the
+        number of bytes removed."""
+        self._check_open()
+        return clean_log(self, now_ms, force=force)
+
+    def _replace_segments(self, old: list[LogSegment], new: list[LogSegment]) -> None:
+        """Install compacted segments (already renamed from ``.swap``) in place of `old`."""
+        first = self._segments.index(old[0])
+        self._segments[first : first + len(old)] = new
+        self._bases = [s.base_offset for s in self._segments]
+        self._position_cache = None
+
+    # ---- flushing --------------------------------------------------------------------------
+
+    def begin_flush(self, up_to: int | None = None) -> PendingFlush | None:
+        """Prepare fsyncs making everything below `up_to` (default: the log end offset)
+        durable; None if nothing needs it. See :class:`PendingFlush`."""
+        self._check_open()
+        end = self._leo if up_to is None else min(up_to, self._leo)
+        if end <= self._recovery_point and not self._dir_dirty:
+            return None
+        self.leader_epoch_cache.flush()
+        pending = PendingFlush(end)
+        try:
+            segs = self._segments
+            for i, seg in enumerate(segs):
+                seg_end = self._bases[i + 1] if i + 1 < len(segs) else self._leo
+                if seg_end <= self._recovery_point:
+                    continue
+                if seg.base_offset >= end:
+                    break
+                seg.persist_indexes()
+                pending.paths += (seg.log.path, seg.offset_index.path, seg.time_index.path)
+        except OSError as e:
+            raise KafkaStorageError(f"flush of {self.dir} failed: {e}") from e
+        if self._dir_dirty:
+            pending.directory = self.dir
+            self._dir_dirty = False
+        return pending
+
+    def complete_flush(self, pending: PendingFlush | None) -> None:
+        """If the flush ran, advance the recovery point to what it covered."""
+        if pending is None:
+            return
+        if not pending.done:
+            if pending.directory is not None:
+                self._dir_dirty = True
+            return
+        if pending.up_to > self._recovery_point:
+            self._recovery_point = min(pending.up_to, self._leo)
+        if pending.up_to >= self._leo:
+            self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync everything below `up_to` (default: all) and advance the recovery point."""
+        pending = self.begin_flush(up_to)
+        if pending is None:
+            return
+        try:
+            pending.run()
+        except OSError as e:
+            raise KafkaStorageError(f"fsync in {self.dir} failed: {e}") from e
+        finally:
+            self.complete_flush(pending)
+
+    # ---- closing ---------------------------------------------------------------------------
+
+    def close(self, *, fsync: bool = True) -> None:
+        """Flush, finish the active segment's indexes, release every descriptor.
+
+        With ``fsync=False`` everything is written but nothing fsynced: the caller syncs the
+        file system once for many logs and then calls :meth:`mark_flushed` (the log
+        manager's shutdown does that)."""
+        if self.closed:
+            return
+        if fsync:
+            self.flush()
+        self.leader_epoch_cache.flush(fsync=fsync)
+        for seg in self._segments:
+            seg.close()
+        self._purge_deleted(None)
+        self.closed = True
+        if self._owns_handles:
+            self.handles.close_all()
+
+    def mark_flushed(self) -> None:
+        """Declare everything durable (after the caller synced the file system)."""
+        self._recovery_point = self._leo
+        self._unflushed_messages = 0
+
+    def abandon(self) -> None:
+        """Drop the log without flushing or writing anything (what a crash leaves behind);
+        for tests and for a failed log directory."""
+        for seg in self._segments:
+            seg.log.detach()
+        for _due, seg in self._pending_deletes:
+            seg.log.detach()
+        self.closed = True
+        if self._owns_handles:
+            self.handles.close_all()
+
+    def delete(self) -> None:
+        """Remove the partition: rename its directory to ``<name>.<uuid>-delete``, then
+        delete it. Open file slices stay readable until released."""
+        for seg in self._segments:
+            seg.log.detach()
+        for _due, seg in self._pending_deletes:
+            seg.log.detach()
+        self.closed = True
+        target = self.dir
+        tp = self.topic_partition
+        if tp is not None:
+            target = self.dir.with_name(delete_dir_name(*tp))
+            os.rename(self.dir, target)
+            fsync_dir(target.parent)
+        shutil.rmtree(target, ignore_errors=True)
+        if self._owns_handles:
+            self.handles.close_all()
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "segments": len(self._segments),
+            "size_in_bytes": self.size_in_bytes,
+            "log_start_offset": self._log_start,
+            "high_watermark": self._high_watermark,
+            "log_end_offset": self._leo,
+            "recovery_point": self._recovery_point,
+            "unflushed_messages": self._unflushed_messages,
+            "pending_deletes": len(self._pending_deletes),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.dir.name}, log_start={self._log_start}, "
+            f"hw={self._high_watermark}, leo={self._leo}, segments={len(self._segments)})"
+        )

@@ -1,0 +1,609 @@
+"""LogSegment: one ``.log`` file with its ``.index`` and ``.timeindex``.
+
+This module owns one segment's bytes and positions: appending batches with ``os.pwrite`` and
+indexing them every ``index.interval.bytes``, turning an offset into a file position (one
+in-memory index probe plus a scan of at most about one index interval), truncation,
+the CRC-checking recovery scan that rebuilds the indexes, rolling bookkeeping (size, time,
+index fullness) and finding offsets by timestamp. It knows offsets and positions only: it must
+not know partitions, high watermarks, retention or other segments (that is
+:mod:`storage.partition_log`).
+
+The ``.log`` descriptor comes from the shared :class:`~storage.file_handles.FileHandles` pool
+and is pinned only for the length of each operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import random
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import crc32c
+
+from protocol.errors import CorruptRecordError, ProtocolError
+from protocol.legacy_records import LegacyMessageView
+from protocol.record_batch import TimestampType
+from protocol.records import RecordBatchView, iter_batches, iter_records
+from storage.config import LogConfig
+from storage.errors import CorruptIndexError, KafkaStorageError
+from storage.file_handles import FileHandle, FileHandles
+from storage.index import OffsetIndex, TimeIndex
+from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from storage.scan import MIN_SIZE, BatchHeader, iter_file_headers, read_batch
+
+__all__ = ["BatchMeta", "LogSegment", "TimestampAndOffset"]
+
+log = logging.getLogger(__name__)
+
+#: What an append tells the segment about each batch it writes:
+#: (size, first_offset, last_offset, max_timestamp).
+BatchMeta = tuple[int, int, int, int]
+#: (offset, timestamp, leader_epoch or None), as ListOffsets answers.
+TimestampAndOffset = tuple[int, int, int | None]
+
+_INT_MAX = 0x7FFFFFFF
+_V2_HEAD = struct.Struct(">qiibIhiqq")
+_LEGACY_HEAD = struct.Struct(">qiIb")
+
+
+def _write_fully(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, position)
+        if n <= 0:
+            raise OSError("pwrite wrote nothing")
+        position += n
+        view = view[n:]
+
+
+class LogSegment:
+    """One segment; see the module doc. Create with :meth:`create` or :meth:`open`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        handles: FileHandles,
+        *,
+        suffix: str = "",
+        created_ms: int = 0,
+    ) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        self.suffix = suffix
+        self.log: FileHandle = handles.handle(
+            segment_file(directory, base_offset, LOG_SUFFIX + suffix)
+        )
+        self.log.on_close = self._on_log_closed
+        self.offset_index = OffsetIndex(
+            segment_file(directory, base_offset, INDEX_SUFFIX + suffix),
+            base_offset,
+            config.segment_index_bytes,
+        )
+        self.time_index = TimeIndex(
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX + suffix),
+            base_offset,
+            config.segment_index_bytes,
+        )
+        self.size = 0
+        self.active = False
+        self.index_interval_bytes = config.index_interval_bytes
+        self.preallocated = False
+        self.created_ms = created_ms
+        jitter = config.segment_jitter_ms
+        self.roll_jitter_ms = random.randrange(min(jitter, config.segment_ms)) if jitter > 0 else 0
+        self._bytes_since_index = 0
+        self._needs_preallocation = False
+        self._next_offset: int | None = None
+        self._max_ts: int | None = None
+        self._offset_of_max_ts = base_offset
+        self._rolling_ts: int | None = None  # max timestamp of the first batch, once known
+        self._rolling_ts_known = False
+
+    # ---- life cycle ------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        handles: FileHandles,
+        now_ms: int,
+        *,
+        suffix: str = "",
+        active: bool = True,
+    ) -> LogSegment:
+        """A new, empty segment (any stale files of the same name are replaced)."""
+        seg = cls(directory, base_offset, config, handles, suffix=suffix, created_ms=now_ms)
+        path = seg.log.path
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                if active and config.preallocate:
+                    os.ftruncate(fd, config.segment_bytes)
+                    seg.preallocated = True
+            finally:
+                os.close(fd)
+            seg.offset_index.create(preallocate=active)
+            seg.time_index.create(preallocate=active)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot create segment {path}: {e}") from e
+        seg._next_offset = base_offset
+        seg._max_ts = -1
+        seg._rolling_ts_known = True
+        seg.active = active
+        return seg
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        handles: FileHandles,
+        *,
+        suffix: str = "",
+        now_ms: int = 0,
+    ) -> LogSegment:
+        """An existing segment; its size is the file's size, its indexes load lazily. Its age
+        for ``segment.ms`` (when its records carry no timestamps) counts from `now_ms`, as
+        Kafka counts from loading."""
+        seg = cls(directory, base_offset, config, handles, suffix=suffix, created_ms=now_ms)
+        seg.size = os.stat(seg.log.path).st_size
+        return seg
+
+    def _on_log_closed(self) -> None:
+        if not self.active:
+            self.offset_index.unload()
+            self.time_index.unload()
+
+    def indexes_exist(self) -> bool:
+        return self.offset_index.exists() and self.time_index.exists()
+
+    def become_active(self) -> None:
+        """Make this the segment appends go to: its indexes are loaded now and grown back to
+        ``segment.index.bytes`` (as Kafka's ``resizeIndexes``) on the first append."""
+        self.active = True
+        try:
+            for index in (self.offset_index, self.time_index):
+                if not index.loaded:
+                    index.load()
+        except CorruptIndexError:
+            self.rebuild_indexes()
+        self._needs_preallocation = True
+
+    def _preallocate_indexes(self) -> None:
+        self._needs_preallocation = False
+        self.offset_index.preallocate()
+        self.time_index.preallocate()
+
+    def become_inactive(self) -> None:
+        """Roll bookkeeping: final time index entry, indexes and log trimmed to their data."""
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self._offset_of_max_ts, skip_full_check=True
+        )
+        self._needs_preallocation = False
+        self.offset_index.trim()
+        self.time_index.trim()
+        if self.preallocated:
+            with self.log.use() as fd:
+                os.ftruncate(fd, self.size)
+            self.preallocated = False
+        self.active = False
+
+    def close(self) -> None:
+        """Write what is in memory and trim the files (as Kafka's close), release the fd."""
+        try:
+            if self.active:
+                self.become_inactive()
+        finally:
+            self.log.detach()
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename all three files to ``<base>.<ext><suffix>`` (e.g. ``.deleted``)."""
+        for path, rename in (
+            (segment_file(self.dir, self.base_offset, LOG_SUFFIX + suffix), self.log.rename),
+            (
+                segment_file(self.dir, self.base_offset, INDEX_SUFFIX + suffix),
+                self.offset_index.rename,
+            ),
+            (
+                segment_file(self.dir, self.base_offset, TIME_INDEX_SUFFIX + suffix),
+                self.time_index.rename,
+            ),
+        ):
+            rename(path)
+        self.suffix = suffix
+
+    def delete_files(self) -> None:
+        self.log.detach()
+        self.log.path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    # ---- facts -----------------------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """One past the last offset in this segment (its base offset when empty)."""
+        if self._next_offset is None:
+            self._load_tail()
+        assert self._next_offset is not None
+        return self._next_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        if self._max_ts is None:
+            try:
+                ts, off = self.time_index.last_entry()
+                self._max_ts, self._offset_of_max_ts = ts, off
+            except CorruptIndexError:
+                self.rebuild_indexes()
+        assert self._max_ts is not None
+        return self._max_ts
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        _ = self.max_timestamp_so_far
+        return self._offset_of_max_ts
+
+    def largest_timestamp(self) -> int:
+        """The max record timestamp, or the file's mtime if it has none (Kafka's rule)."""
+        ts = self.max_timestamp_so_far
+        if ts >= 0:
+            return ts
+        try:
+            return os.stat(self.log.path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return 0
+
+    def _load_tail(self) -> None:
+        """Scan from the last offset index entry to the end (at most about one interval)."""
+        try:
+            _, pos = self.offset_index.last_entry()
+        except CorruptIndexError:
+            self.rebuild_indexes()
+            _, pos = self.offset_index.last_entry()
+        max_ts = self.max_timestamp_so_far
+        next_offset = self.base_offset
+        end = pos
+        if self.size:
+            with self.log.use() as fd:
+                try:
+                    for h in iter_file_headers(fd, pos, self.size):
+                        next_offset = h.last_offset + 1
+                        end = h.position + h.size
+                        if h.max_timestamp > max_ts:
+                            max_ts, self._offset_of_max_ts = h.max_timestamp, h.last_offset
+                except CorruptRecordError:
+                    end = -1
+        if end != self.size:
+            # Bytes that are not whole batches where a clean shutdown leaves none: recover
+            # rather than append after garbage.
+            log.warning("%s: unexpected data at its end; recovering it", self.log.path)
+            self.recover()
+            return
+        self._max_ts = max_ts
+        self._next_offset = next_offset
+
+    def first_batch_timestamp(self) -> int | None:
+        if not self._rolling_ts_known:
+            self._rolling_ts_known = True
+            if self.size:
+                with self.log.use() as fd:
+                    for h in iter_file_headers(fd, 0, self.size):
+                        self._rolling_ts = h.max_timestamp
+                        break
+        return self._rolling_ts
+
+    def should_roll(
+        self,
+        *,
+        segment_bytes: int,
+        segment_ms: int,
+        append_size: int,
+        max_timestamp: int,
+        max_offset: int,
+        now_ms: int,
+    ) -> bool:
+        """Kafka's ``shouldRoll``: size, age (by first batch timestamp), index full, or an
+        offset that no longer fits a 32-bit relative offset. An empty segment only rolls for
+        the last reason."""
+        size = self.size
+        if max_offset - self.base_offset > _INT_MAX:
+            return True
+        if size == 0:
+            return False
+        if size > segment_bytes - append_size:
+            return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        first_ts = self.first_batch_timestamp()
+        if first_ts is not None and first_ts >= 0:
+            waited = max_timestamp - first_ts
+        else:
+            waited = max(now_ms - self.created_ms, 0)
+        return waited > segment_ms - self.roll_jitter_ms
+
+    # ---- append ----------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, metas: Sequence[BatchMeta]) -> None:
+        """Write `data` (whole batches described by `metas`) at the end, then index it.
+
+        On an I/O error the file is cut back to its previous size and
+        :class:`KafkaStorageError` is raised.
+        """
+        if self._needs_preallocation:
+            self._preallocate_indexes()
+        pos = self.size
+        handle = self.log
+        fd = handle.acquire()
+        try:
+            _write_fully(fd, data, pos)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, pos)
+            raise KafkaStorageError(f"append to {handle.path} failed: {e}") from e
+        finally:
+            handle.release()
+        if pos == 0:
+            self._rolling_ts = metas[0][3]
+            self._rolling_ts_known = True
+        max_ts = self.max_timestamp_so_far
+        interval = self.index_interval_bytes
+        since = self._bytes_since_index
+        last = self.base_offset
+        for size, _first, last, ts in metas:
+            if ts > max_ts:
+                max_ts = ts
+                self._offset_of_max_ts = last
+            if since > interval:
+                self.offset_index.append(last, pos)
+                self.time_index.maybe_append(max_ts, self._offset_of_max_ts)
+                since = 0
+            pos += size
+            since += size
+        self._max_ts = max_ts
+        self._bytes_since_index = since
+        self.size = pos
+        self._next_offset = last + 1
+
+    # ---- lookups ---------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
+        """The first batch whose last offset is at or above `offset`, or None if none is."""
+        try:
+            _, pos = self.offset_index.lookup(offset)
+        except CorruptIndexError:
+            self.rebuild_indexes()
+            _, pos = self.offset_index.lookup(offset)
+        pos = max(pos, start_position)
+        if pos >= self.size:
+            return None
+        with self.log.use() as fd:
+            for h in iter_file_headers(fd, pos, self.size):
+                if h.last_offset >= offset:
+                    return h
+        return None
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> TimestampAndOffset | None:
+        """The first record at or after `starting_offset` with a timestamp >= `timestamp`."""
+        try:
+            _, ts_offset = self.time_index.lookup(timestamp)
+            _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
+        except CorruptIndexError:
+            self.rebuild_indexes()
+            pos = 0
+        with self.log.use() as fd:
+            for h in iter_file_headers(fd, pos, self.size):
+                if h.max_timestamp < timestamp or h.last_offset < starting_offset:
+                    continue
+                for batch in iter_batches(read_batch(fd, h)):
+                    for record in iter_records(batch):
+                        if record.timestamp >= timestamp and record.offset >= starting_offset:
+                            return record.offset, record.timestamp, _epoch(h)
+        return None
+
+    def max_timestamp_record(self) -> TimestampAndOffset | None:
+        """The (first) record holding this segment's max timestamp (ListOffsets -3)."""
+        target = self.max_timestamp_so_far
+        try:
+            _, pos = self.offset_index.lookup(self.offset_of_max_timestamp)
+        except CorruptIndexError:
+            self.rebuild_indexes()
+            pos = 0
+        with self.log.use() as fd:
+            for h in iter_file_headers(fd, pos, self.size):
+                if h.max_timestamp != target:
+                    continue
+                for batch in iter_batches(read_batch(fd, h)):
+                    if (
+                        isinstance(batch, RecordBatchView)
+                        and batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+                    ):
+                        return batch.base_offset, target, _epoch(h)
+                    for record in iter_records(batch):
+                        if record.timestamp == target:
+                            return record.offset, target, _epoch(h)
+        return None
+
+    # ---- truncation and recovery -----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is at or above `offset`; return bytes cut."""
+        h = self.translate_offset(offset)
+        if h is None:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        cut = self.size - h.position
+        self._truncate_file(h.position)
+        self._max_ts = None
+        self._next_offset = None
+        self._bytes_since_index = 0
+        if self.size == 0:
+            self._rolling_ts = None
+            self._rolling_ts_known = True
+        self._load_tail()
+        return cut
+
+    def _truncate_file(self, size: int) -> None:
+        with self.log.use() as fd:
+            os.ftruncate(fd, size)
+        self.size = size
+        self.preallocated = False
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the batch headers (no CRC checks, no truncation)."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        max_ts, off_max = -1, self.base_offset
+        last_index_pos = 0
+        next_offset = self.base_offset
+        with self.log.use() as fd:
+            try:
+                for h in iter_file_headers(fd, 0, self.size):
+                    if h.max_timestamp > max_ts:
+                        max_ts, off_max = h.max_timestamp, h.last_offset
+                    if h.position - last_index_pos > self.index_interval_bytes:
+                        self.offset_index.append(h.last_offset, h.position)
+                        self.time_index.maybe_append(max_ts, off_max)
+                        last_index_pos = h.position
+                    next_offset = h.last_offset + 1
+            except CorruptRecordError:
+                pass
+        self.time_index.maybe_append(max_ts, off_max, skip_full_check=True)
+        self._max_ts, self._offset_of_max_ts = max_ts, off_max
+        self._next_offset = next_offset
+        self._write_rebuilt_indexes()
+
+    def _write_rebuilt_indexes(self) -> None:
+        self.offset_index.trim()
+        self.time_index.trim()
+        if self.active:
+            self._preallocate_indexes()
+
+    def recover(self, on_epoch: Callable[[int, int], None] | None = None) -> int:
+        """Kafka's segment recovery: verify every batch (framing, CRC, offsets), rebuild both
+        indexes, and cut the file at the first torn or corrupt batch. Calls
+        ``on_epoch(partition_leader_epoch, base_offset)`` for each v2 batch. Returns the
+        number of bytes cut."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        max_ts, off_max = -1, self.base_offset
+        valid = 0
+        prev_last = self.base_offset - 1
+        interval = self.index_interval_bytes
+        base = self.base_offset
+        offset_index, time_index = self.offset_index, self.time_index
+        size = self.size
+        with self.log.use() as fd:
+            if size:
+                m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+                view = memoryview(m)
+                try:
+                    valid, prev_last, max_ts, off_max = _scan_valid(
+                        view, base, interval, offset_index, time_index, on_epoch
+                    )
+                finally:
+                    view.release()
+                    m.close()
+            cut = size - valid
+            if cut:
+                os.ftruncate(fd, valid)
+        self.size = valid
+        self.preallocated = False
+        time_index.maybe_append(max_ts, off_max, skip_full_check=True)
+        self._max_ts, self._offset_of_max_ts = max_ts, off_max
+        self._next_offset = prev_last + 1
+        self._bytes_since_index = 0
+        self._rolling_ts_known = False
+        self._rolling_ts = None
+        self._write_rebuilt_indexes()
+        return cut
+
+    # ---- flush -----------------------------------------------------------------------------
+
+    def persist_indexes(self, *, fsync: bool = False) -> None:
+        """Write pending index entries (the file keeps its preallocated size)."""
+        self.offset_index.persist(fsync=fsync)
+        self.time_index.persist(fsync=fsync)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, active={self.active})"
+
+
+def _epoch(h: BatchHeader) -> int | None:
+    return h.partition_leader_epoch if h.partition_leader_epoch >= 0 else None
+
+
+def _scan_valid(
+    view: memoryview,
+    base: int,
+    interval: int,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    on_epoch: Callable[[int, int], None] | None,
+) -> tuple[int, int, int, int]:
+    """The recovery loop over a mapped segment: returns (valid bytes, last offset, max
+    timestamp, offset of max timestamp). Kept flat for speed."""
+    end = len(view)
+    pos = 0
+    last_index_pos = 0
+    prev_last = base - 1
+    max_ts, off_max = -1, base
+    v2_unpack = _V2_HEAD.unpack_from
+    legacy_unpack = _LEGACY_HEAD.unpack_from
+    crc = crc32c.crc32c
+    limit = base + _INT_MAX
+    while end - pos >= 17:
+        magic = view[pos + 16]
+        if magic == 2:
+            if end - pos < 61:
+                break
+            first, length, epoch, _m, stored, _a, lod, _bts, ts = v2_unpack(view, pos)
+            size = length + 12
+            if size < 61 or pos + size > end or lod < 0:
+                break
+            if crc(view[pos + 21 : pos + size]) != stored:
+                break
+            last = first + lod
+        elif magic < 2:
+            first, length, stored, _m = legacy_unpack(view, pos)
+            size = length + 12
+            if size < MIN_SIZE[magic] or pos + size > end:
+                break
+            if zlib.crc32(view[pos + 16 : pos + size]) != stored:
+                break
+            try:
+                LegacyMessageView(view[pos : pos + size])
+            except ProtocolError:
+                break
+            last = first
+            ts = struct.unpack_from(">q", view, pos + 18)[0] if magic == 1 else -1
+            epoch = -1
+        else:
+            break
+        if first <= prev_last or first < base or last > limit:
+            break
+        if ts > max_ts:
+            max_ts, off_max = ts, last
+        if pos - last_index_pos > interval:
+            offset_index.append(last, pos)
+            time_index.maybe_append(max_ts, off_max)
+            last_index_pos = pos
+        if on_epoch is not None and magic == 2 and epoch >= 0:
+            on_epoch(epoch, first)
+        prev_last = last
+        pos += size
+    return pos, prev_last, max_ts, off_max

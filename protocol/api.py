@@ -63,6 +63,8 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> tuple[int, int
 def decode_request(frame: bytes | bytearray | memoryview) -> RequestFrame:
     """Decode a request frame. Unknown keys and versions raise UnsupportedVersionError.
 
+    Bytes left after the body are ignored, as Kafka ignores them.
+
     For ApiVersions of an unknown version the caller answers with
     :func:`unsupported_api_versions_response` (KIP-511) rather than closing the connection.
     """
@@ -73,8 +75,8 @@ def decode_request(frame: bytes | bytearray | memoryview) -> RequestFrame:
     r = Reader(frame)
     header = RequestHeader.read_from(r, info.request_header_version(api_version))
     body = info.request_class().read_from(r, api_version)
-    if r.remaining():
-        raise ProtocolError(f"{r.remaining()} bytes left after {info.name} v{api_version}")
+    # Bytes after the body are ignored, as Kafka's request parsing ignores them (librdkafka 2.16
+    # sends three after an all-topics Metadata v12 request).
     return RequestFrame(header, body)
 
 

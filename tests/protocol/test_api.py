@@ -88,14 +88,13 @@ def test_unknown_api_key_and_short_frames() -> None:
         peek_request_header(b"\x00\x03")
 
 
-def test_trailing_bytes_are_refused() -> None:
+def test_trailing_bytes_after_a_request_are_ignored_as_kafka_does() -> None:
     header = RequestHeader(
         request_api_key=3, request_api_version=1, correlation_id=1, client_id="c"
     )
     frame = encode_request(header, MetadataRequest(topics=None))
     assert decode_request(frame).body == MetadataRequest(topics=None)
-    with pytest.raises(ProtocolError):
-        decode_request(frame + b"\x00")
+    assert decode_request(frame + b"\x00\x01\x00").body == MetadataRequest(topics=None)
 
 
 def test_fetch_response_records_stay_zero_copy() -> None:

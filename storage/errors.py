@@ -16,12 +16,14 @@ from protocol.errors import KafkaError
 __all__ = [
     "CorruptIndexError",
     "InvalidConfigError",
+    "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidTimestampError",
     "KafkaStorageError",
     "LogClosedError",
     "OffsetOutOfRangeError",
     "OffsetsOutOfOrderError",
+    "OutOfOrderSequenceError",
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "StorageError",
@@ -150,3 +152,19 @@ class CorruptIndexError(StorageError):
     recovery, which rebuilds the index from the log; it never reaches the broker."""
 
     error_code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent producer's batch does not continue its sequence (a gap, or a non-zero
+    first sequence for a new epoch). Raised by :mod:`storage.producer_state` during a leader
+    append; nothing was written. The producer resends or resets its sequences."""
+
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(StorageError):
+    """A producer's batch carries an epoch older than the one this partition last saw (the
+    producer was fenced by a newer instance). Raised by :mod:`storage.producer_state` during a
+    leader append; nothing was written."""
+
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH

@@ -30,7 +30,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 
-from protocol.record_batch import NO_TIMESTAMP
+from protocol.record_batch import NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
 from storage.cleaner import clean_log
 from storage.config import LogConfig
@@ -44,9 +44,17 @@ from storage.errors import (
 from storage.file_handles import FileHandles
 from storage.layout import DELETED_SUFFIX, delete_dir_name, parse_partition_dir
 from storage.leader_epoch import LeaderEpochCache
+from storage.producer_state import (
+    BATCH_HEADER_SIZE,
+    BatchMetadata,
+    ProducerStateManager,
+    batch_update,
+    producer_batches,
+)
 from storage.recovery import load_partition_dir
 from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResult
 from storage.retention import plan_retention
+from storage.scan import iter_file_headers
 from storage.segment import LogSegment
 from storage.validation import (
     AppendOrigin,
@@ -141,6 +149,8 @@ class PartitionLog:
         self._leo = 0
         self._recovery_point = 0
         self.leader_epoch_cache = LeaderEpochCache(None)
+        #: Idempotent producers' epochs and last batches (see :mod:`storage.producer_state`).
+        self.producer_state = ProducerStateManager(directory)
         #: First offset not yet compacted (Kafka's cleaner checkpoint).
         self.cleaner_checkpoint = 0
         #: Earliest tombstone delete horizon left by compaction (None: none pending).
@@ -207,7 +217,41 @@ class PartitionLog:
         self._high_watermark = min(max(hw, self._log_start), self._leo)
         cc = self._log_start if cleaner_checkpoint is None else cleaner_checkpoint
         self.cleaner_checkpoint = min(max(cc, self._log_start), self._leo)
+        try:
+            self._load_producer_state(had_clean_shutdown)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot load the producer state of {directory}: {e}") from e
         return self
+
+    def _load_producer_state(self, had_clean_shutdown: bool) -> None:
+        """Latest snapshot, then the batches after it. Without a snapshot after a clean
+        shutdown only the last two segments are scanned (as Kafka does)."""
+        producers = self.producer_state
+        start = producers.load(self._log_start, self._leo)
+        if start < 0:
+            start = self._log_start
+            if had_clean_shutdown and len(self._segments) > 2:
+                start = self._segments[-2].base_offset
+        if start < self._leo:
+            self._scan_producers(start)
+        producers.remove_expired(self._now_ms())
+
+    def _scan_producers(self, start: int) -> None:
+        producers = self.producer_state
+        for seg in self._segments:
+            if seg.next_offset <= start:
+                continue
+            first = seg.translate_offset(start) if seg.base_offset < start else None
+            with seg.log.use() as fd:
+                for h in iter_file_headers(fd, 0 if first is None else first.position, seg.size):
+                    if h.magic != 2 or h.last_offset < start:
+                        continue
+                    head = os.pread(fd, BATCH_HEADER_SIZE, h.position)
+                    if len(head) < BATCH_HEADER_SIZE:
+                        break
+                    update = batch_update(head)
+                    if update is not None:
+                        producers.update(update)
 
     # ---- offsets ---------------------------------------------------------------------------
 
@@ -290,10 +334,32 @@ class PartitionLog:
             config=self.config,
             origin=origin,
         )
+        producers = producer_batches(v.data)
+        if producers and origin is AppendOrigin.CLIENT:
+            for update in producers:  # a client append holds exactly one batch
+                duplicate = self.producer_state.check(update)
+                if duplicate is not None:
+                    return self._duplicate_info(duplicate)
         self._append(v, now_ms)
+        for update in producers:
+            self.producer_state.update(update)
         if leader_epoch >= 0:
             self.leader_epoch_cache.assign(leader_epoch, v.first_offset)
         return self._after_append(v, now_ms, sync)
+
+    def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
+        log_append = self.config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
+        return AppendInfo(
+            batch.first_offset,
+            batch.last_offset,
+            batch.timestamp,
+            batch.last_offset,
+            batch.timestamp if log_append else NO_TIMESTAMP,
+            self._log_start,
+            0,
+            0,
+            duplicate=True,
+        )
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, *, sync: bool | None = None
@@ -317,6 +383,8 @@ class PartitionLog:
                 last_offset=v.last_offset,
             )
         self._append(v, now_ms)
+        for update in producer_batches(v.data):
+            self.producer_state.update(update)
         cache = self.leader_epoch_cache
         if v.has_legacy:
             cache.clear()
@@ -388,7 +456,15 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(base_offset)
         self._dir_dirty = True
+        self._snapshot_producers(base_offset, fsync=False)
         return new
+
+    def _snapshot_producers(self, offset: int, *, fsync: bool) -> None:
+        # A lost snapshot only costs a longer scan at the next open: never fail for it.
+        try:
+            self.producer_state.take_snapshot(offset, fsync=fsync)
+        except OSError as e:
+            log.warning("%s: cannot write the producer snapshot at %d: %s", self.dir, offset, e)
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -554,6 +630,8 @@ class PartitionLog:
         self.cleaner_checkpoint = min(max(self.cleaner_checkpoint, self._log_start), leo)
         self.leader_epoch_cache.truncate_from_end(leo)
         self._position_cache = None
+        self.producer_state.delete_snapshots_after(leo)
+        self._load_producer_state(False)
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: advance the log start offset to `offset` (-1: the high watermark),
@@ -589,6 +667,7 @@ class PartitionLog:
         the number of segments deleted."""
         self._check_open()
         self._purge_deleted(now_ms)
+        self.producer_state.remove_expired(now_ms)
         plan = plan_retention(
             self._segments,
             self.config,
@@ -619,6 +698,7 @@ class PartitionLog:
         self._recovery_point = max(self._recovery_point, min(self._log_start, self._leo))
         self.cleaner_checkpoint = max(self.cleaner_checkpoint, self._log_start)
         self._position_cache = None
+        self.producer_state.delete_snapshots_before(self._log_start)
         return count
 
     def _delete_segment(self, seg: LogSegment, now_ms: int | None = None) -> None:
@@ -725,6 +805,7 @@ class PartitionLog:
         if fsync:
             self.flush()
         self.leader_epoch_cache.flush(fsync=fsync)
+        self._snapshot_producers(self._leo, fsync=fsync)
         for seg in self._segments:
             seg.close()
         self._purge_deleted(None)

@@ -34,6 +34,9 @@ class AppendInfo(NamedTuple):
     log_start_offset: int
     records_count: int
     valid_bytes: int
+    #: The batch repeated one of its producer's last five (nothing was written; the offsets
+    #: are the original batch's, as Kafka answers a retried idempotent batch).
+    duplicate: bool = False
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -1,0 +1,374 @@
+"""Idempotent producer state of one partition (Kafka's ProducerStateManager), and its snapshots.
+
+This module owns, per producer id, the epoch and the metadata of the last five batches the
+partition accepted (first/last sequence, first/last offset, max timestamp), and the rules a
+leader append must pass, as Kafka 3.9 applies them to client appends:
+
+- a batch whose epoch and sequence range equal a retained batch is a *duplicate*: it is not
+  written, and the append answers with the original offsets and no error;
+- an epoch older than the producer's current one: INVALID_PRODUCER_EPOCH;
+- a new (higher) epoch must start at sequence 0, unless the producer is unknown here;
+- within an epoch the first sequence must follow the last one (``last + 1``, or 0 after
+  ``Int32.MAX``): otherwise OUT_OF_ORDER_SEQUENCE_NUMBER;
+- a producer the partition has no state for (new, or its state expired or was lost) may start
+  at any sequence: Kafka 3.9 no longer answers UNKNOWN_PRODUCER_ID to Produce.
+
+Snapshots are Kafka's ``<offset, 20 digits>.snapshot`` files (version 1: int16 version, uint32
+CRC-32C of everything after it, then an int32-counted array of entries -- producer id, epoch,
+last sequence, last offset, offset delta, timestamp, coordinator epoch, current transaction
+first offset), holding the state of every batch below ``offset``. Kafka writes one entry per
+producer (its last batch), so a restart forgets the other four and answers their retries
+OUT_OF_ORDER_SEQUENCE_NUMBER; we write one entry per retained batch, oldest first, so all five
+survive -- Kafka reads such a file too (later entries of a producer replace earlier ones). :class:`PartitionLog` takes one at each roll and at close, and
+at open rebuilds the state from the latest readable snapshot plus the batches after it.
+
+Pure apart from the snapshot files: it never reads segments (the log hands it batch headers).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import crc32c
+
+from storage.checkpoints import fsync_dir
+from storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from storage.layout import SNAPSHOT_SUFFIX, offset_from_file_name, segment_file
+
+__all__ = [
+    "BatchMetadata",
+    "CorruptSnapshotError",
+    "ProducerEntry",
+    "ProducerStateManager",
+    "batch_update",
+    "producer_batches",
+    "read_snapshot",
+    "write_snapshot",
+]
+
+log = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_VERSION = 1
+NO_PRODUCER_ID = -1
+NO_EPOCH = -1
+NO_SEQUENCE = -1
+INT32_MAX = 0x7FFFFFFF
+#: Kafka's ``producer.id.expiration.ms`` default: a producer whose last batch's timestamp is
+#: older than this is forgotten (at load, and at each retention pass of the log).
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+
+#: The v2 batch header up to the base sequence: base offset, length, leader epoch, magic, crc,
+#: attributes, last offset delta, base timestamp, max timestamp, producer id, epoch, sequence.
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhi")
+BATCH_HEADER_SIZE = BATCH_HEADER.size
+_CONTROL = 0x20
+_SNAPSHOT_HEADER = struct.Struct(">hIi")
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+
+
+class CorruptSnapshotError(Exception):
+    """A snapshot file is unreadable (short, wrong version, bad CRC). Raised by
+    :func:`read_snapshot`; the manager deletes the file and falls back to an older one."""
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+class BatchUpdate(NamedTuple):
+    """One producer batch of an append, read from its header (offsets already assigned)."""
+
+    producer_id: int
+    epoch: int
+    batch: BatchMetadata
+    is_control: bool
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int = NO_EPOCH
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
+    )
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+def last_sequence(first_seq: int, delta: int) -> int:
+    """The sequence of a batch's last record (sequences wrap from Int32.MAX to 0)."""
+    return (first_seq + delta) & INT32_MAX
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def batch_update(header: bytes | memoryview, pos: int = 0) -> BatchUpdate | None:
+    """The producer facts of the v2 batch at ``header[pos:]``; None without a producer id."""
+    (
+        base,
+        _len,
+        _ple,
+        _magic,
+        _crc,
+        attributes,
+        lod,
+        _base_ts,
+        max_ts,
+        pid,
+        epoch,
+        seq,
+    ) = BATCH_HEADER.unpack_from(header, pos)
+    if pid < 0:
+        return None
+    meta = BatchMetadata(seq, last_sequence(seq, lod), base, base + lod, max_ts)
+    return BatchUpdate(pid, epoch, meta, bool(attributes & _CONTROL))
+
+
+def producer_batches(data: memoryview) -> list[BatchUpdate]:
+    """The producer batches among the (validated, offset-assigned) v2 batches of `data`."""
+    out = []
+    pos = 0
+    n = len(data)
+    while n - pos >= BATCH_HEADER_SIZE:
+        if data[pos + 16] == 2:
+            update = batch_update(data, pos)
+            if update is not None:
+                out.append(update)
+        pos += int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
+    return out
+
+
+# ---- snapshot files --------------------------------------------------------------------------
+
+
+def write_snapshot(path: Path, entries: Iterable[ProducerEntry], *, fsync: bool = False) -> None:
+    """Atomically write a version 1 snapshot of `entries` to `path`."""
+    parts = []
+    for e in entries:
+        rows = [(b.last_seq, b.last_offset, b.last_offset - b.first_offset) for b in e.batches]
+        for last_seq, last_offset, delta in rows or [(NO_SEQUENCE, -1, 0)]:
+            parts.append(
+                _SNAPSHOT_ENTRY.pack(
+                    e.producer_id,
+                    e.epoch,
+                    last_seq,
+                    last_offset,
+                    delta,
+                    e.last_timestamp,
+                    e.coordinator_epoch,
+                    e.current_txn_first_offset,
+                )
+            )
+    body = bytearray(_SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, 0, len(parts)))
+    body += b"".join(parts)
+    struct.pack_into(">I", body, 2, crc32c.crc32c(memoryview(body)[6:]))
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if fsync:
+        fsync_dir(path.parent)
+
+
+def read_snapshot(path: Path) -> list[ProducerEntry]:
+    """The entries of a snapshot file; raises :class:`CorruptSnapshotError`."""
+    data = path.read_bytes()
+    if len(data) < _SNAPSHOT_HEADER.size:
+        raise CorruptSnapshotError(f"{path}: {len(data)} bytes is too short")
+    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"{path}: unknown snapshot version {version}")
+    if crc32c.crc32c(data[6:]) != crc:
+        raise CorruptSnapshotError(f"{path}: CRC mismatch")
+    if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
+        raise CorruptSnapshotError(f"{path}: {count} entries do not fit {len(data)} bytes")
+    entries: dict[int, ProducerEntry] = {}
+    for pid, epoch, last_seq, last_offset, delta, ts, coord, txn in _SNAPSHOT_ENTRY.iter_unpack(
+        data[_SNAPSHOT_HEADER.size :]
+    ):
+        entry = entries.get(pid)
+        if entry is None or entry.epoch != epoch:
+            entry = entries[pid] = ProducerEntry(pid, epoch, coordinator_epoch=coord)
+        entry.last_timestamp = ts
+        entry.current_txn_first_offset = txn
+        if last_offset >= 0:
+            first_seq = max(0, last_seq - delta)
+            entry.batches.append(
+                BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts)
+            )
+    return list(entries.values())
+
+
+def snapshot_offsets(directory: Path) -> list[int]:
+    """Offsets of the snapshot files in `directory`, ascending."""
+    found = []
+    for name in os.listdir(directory):
+        if name.endswith(SNAPSHOT_SUFFIX):
+            off = offset_from_file_name(name)
+            if off is not None and name == f"{off:020d}{SNAPSHOT_SUFFIX}":
+                found.append(off)
+    return sorted(found)
+
+
+# ---- the manager -----------------------------------------------------------------------------
+
+
+class ProducerStateManager:
+    """The producers of one partition directory; see the module doc."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.producers: dict[int, ProducerEntry] = {}
+        #: Offset of the latest snapshot on disk (-1: none).
+        self.last_snapshot_offset = -1
+
+    # -- appends --
+
+    def check(self, update: BatchUpdate) -> BatchMetadata | None:
+        """Apply the client rules to one batch: the original batch if it is a duplicate, None
+        if it may be appended. Raises :class:`InvalidProducerEpochError`,
+        :class:`OutOfOrderSequenceError`."""
+        entry = self.producers.get(update.producer_id)
+        b = update.batch
+        if entry is None:
+            return None
+        dup = entry.find_duplicate(update.epoch, b.first_seq, b.last_seq)
+        if dup is not None:
+            return dup
+        if update.epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"epoch {update.epoch} of producer {update.producer_id} is older than its "
+                f"current epoch {entry.epoch}"
+            )
+        if update.epoch != entry.epoch:
+            if b.first_seq != 0 and entry.epoch != NO_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"invalid sequence {b.first_seq} for the new epoch {update.epoch} of "
+                    f"producer {update.producer_id} (current epoch {entry.epoch}): expected 0"
+                )
+        elif not in_sequence(entry.last_seq, b.first_seq):
+            raise OutOfOrderSequenceError(
+                f"out of order sequence for producer {update.producer_id} at epoch "
+                f"{update.epoch}: first sequence {b.first_seq}, last appended {entry.last_seq}"
+            )
+        return None
+
+    def update(self, update: BatchUpdate) -> None:
+        """Record an appended batch (no checks: recovery, follower appends, after check)."""
+        pid = update.producer_id
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerEntry(pid)
+        if update.epoch != entry.epoch:
+            entry.epoch = update.epoch
+            entry.batches.clear()
+        if not update.is_control:
+            entry.batches.append(update.batch)
+        entry.last_timestamp = update.batch.timestamp
+
+    # -- snapshots --
+
+    def load(self, log_start_offset: int, log_end_offset: int) -> int:
+        """Load the latest readable snapshot at or below `log_end_offset` (deleting later
+        and unreadable ones, and those below `log_start_offset`); return its offset, or -1
+        when there is none (the caller then rebuilds from the log)."""
+        self.producers.clear()
+        self.last_snapshot_offset = -1
+        for name in os.listdir(self.dir):
+            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):  # a write cut short by a crash
+                (self.dir / name).unlink(missing_ok=True)
+        offsets = snapshot_offsets(self.dir)
+        for off in offsets:
+            if off > log_end_offset or off < log_start_offset:
+                self._delete_snapshot(off)
+        for off in reversed([o for o in offsets if log_start_offset <= o <= log_end_offset]):
+            path = segment_file(self.dir, off, SNAPSHOT_SUFFIX)
+            try:
+                entries = read_snapshot(path)
+            except (CorruptSnapshotError, OSError) as e:
+                log.warning("deleting unreadable producer snapshot: %s", e)
+                self._delete_snapshot(off)
+                continue
+            self.producers = {e.producer_id: e for e in entries}
+            self.last_snapshot_offset = off
+            return off
+        return -1
+
+    def take_snapshot(self, offset: int, *, fsync: bool = False) -> None:
+        """Write the state of everything below `offset` (the log end offset) to disk."""
+        if offset == self.last_snapshot_offset and not fsync:
+            return
+        write_snapshot(
+            segment_file(self.dir, offset, SNAPSHOT_SUFFIX), self.producers.values(), fsync=fsync
+        )
+        self.last_snapshot_offset = offset
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        """Remove snapshots below `offset` (the new log start offset), keeping the latest."""
+        for off in snapshot_offsets(self.dir):
+            if off < offset and off != self.last_snapshot_offset:
+                self._delete_snapshot(off)
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        """Remove snapshots above `offset` (after a truncation)."""
+        for off in snapshot_offsets(self.dir):
+            if off > offset:
+                self._delete_snapshot(off)
+        if self.last_snapshot_offset > offset:
+            self.last_snapshot_offset = -1
+
+    def _delete_snapshot(self, offset: int) -> None:
+        segment_file(self.dir, offset, SNAPSHOT_SUFFIX).unlink(missing_ok=True)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> int:
+        """Forget producers idle for `expiration_ms` (by their last batch's timestamp, as
+        Kafka judges it); return how many."""
+        expired = [
+            pid
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms
+        ]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    def statistics(self) -> dict[str, int]:
+        return {"producers": len(self.producers), "last_snapshot_offset": self.last_snapshot_offset}

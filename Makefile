@@ -1,4 +1,4 @@
-# wirebroker's commands. `make test` and (soon) `make serve` set everything up on first use.
+# wirebroker's commands. `make serve` and `make test` set everything up on first use.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup test check generate bench-codec bench-storage jars golden clean
+.PHONY: setup serve test check generate bench-codec bench-storage bench-broker bench-groups bench-idempotence jars golden tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,9 +16,19 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## test: set up everything the suite needs (venv, Kafka jars) and run the whole suite
-test: setup jars
+## serve: one broker on 127.0.0.1:9092 with its data in ./data (Ctrl-C stops it cleanly)
+serve: setup
+	$(VENV)/bin/wirebroker serve --listeners PLAINTEXT://127.0.0.1:9092 --log-dirs ./data
+
+## test: set up everything the suite needs (venv, Kafka jars, kcat) and run the whole suite
+test: setup jars tools
 	$(PY) -m pytest
+
+## tools: command-line clients the tests drive (kcat, from Debian's packages)
+tools:
+	@command -v kcat >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat >/dev/null; \
+	  else echo "kcat is missing: install it (e.g. sudo apt-get install kcat)"; exit 1; fi; }
 
 ## check: format, lint, types, the import direction and the codegen freshness check
 check: setup
@@ -40,6 +50,18 @@ bench-codec: setup
 ## bench-storage: storage benchmark (append, read lookup, recovery); figures in docs/storage.md
 bench-storage: setup
 	$(PY) bench/bench_storage.py
+
+## bench-broker: broker benchmark with confluent-kafka as the load generator
+bench-broker: setup
+	$(PY) bench/bench_broker.py
+
+## bench-groups: join of a 10-member group and offset-commit round trips
+bench-groups: setup
+	$(PY) bench/bench_groups.py
+
+## bench-idempotence: idempotent produce against plain acks=all
+bench-idempotence: setup
+	$(PY) bench/bench_idempotence.py
 
 ## jars: Kafka 3.9 + ZooKeeper jars from Maven Central into .cache/jars/kafka/ (no-op when up to date)
 jars:

@@ -1,0 +1,120 @@
+"""A real wirebroker process for integration tests: start, stop cleanly, kill -9, restart.
+
+The broker is started as `python -m wirebroker serve` on a free port chosen by the OS; the
+bound port is read from its "ready" log line, so tests never race for ports and never sleep.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+READY = re.compile(r"ready in \d+ ms on PLAINTEXT://(?P<host>[^:,\s]+):(?P<port>\d+)")
+
+
+class BrokerProcess:
+    """One broker process with its data in `data_dir` (kept across restarts)."""
+
+    def __init__(self, data_dir: Path, properties: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.properties = dict(properties or {})
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.log: list[str] = []
+        self._logged = threading.Condition()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> None:
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
+        cmd += ["--log-dirs", str(self.data_dir)]
+        for key, value in self.properties.items():
+            cmd += ["--override", f"{key}={value}"]
+        self.proc = subprocess.Popen(
+            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, bufsize=1
+        )
+        ready = threading.Event()
+        stderr = self.proc.stderr
+        assert stderr is not None
+
+        def pump() -> None:
+            for line in stderr:
+                with self._logged:
+                    self.log.append(line.rstrip())
+                    self._logged.notify_all()
+                m = READY.search(line)
+                if m:
+                    self.port = int(m["port"])
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(timeout) or self.proc.poll() is not None:
+            self.kill()
+            raise RuntimeError("wirebroker did not start:\n" + "\n".join(self.log[-30:]))
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        if self.proc is None:
+            return 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """kill -9: an unclean stop."""
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def wait_for_log(self, text: str, timeout: float = 10.0, since: int = 0) -> str | None:
+        """The first log line containing `text` (from line `since` on), waiting up to `timeout` s."""
+
+        def found() -> str | None:
+            return next((line for line in self.log[since:] if text in line), None)
+
+        with self._logged:
+            self._logged.wait_for(found, timeout)
+            return found()
+
+    def restart(self, *, clean: bool = True) -> None:
+        if clean:
+            self.stop()
+        else:
+            self.kill()
+        self.start()
+
+    def tracebacks(self) -> list[str]:
+        """Log lines that open a traceback: a bug the broker caught and logged."""
+        return [line for line in self.log if line.startswith("Traceback")]
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@contextmanager
+def broker_process(
+    data_dir: Path, properties: dict[str, str] | None = None
+) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(data_dir, properties)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,0 +1,54 @@
+"""Fixtures of the broker tests: one broker process per module, unique topic names.
+
+A module configures its broker with a module-level `BROKER_PROPERTIES` dict (server.properties
+keys). The broker is stopped cleanly at the end of the module, and the module fails if the broker
+died, exited uncleanly, or logged a traceback (a handler bug answered as UNKNOWN_SERVER_ERROR
+would otherwise go unnoticed). A failing test gets the tail of the broker's log in its report.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.broker_process import BrokerProcess
+
+LOG_TAIL = 60
+
+
+@pytest.fixture(scope="module")
+def broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    properties = getattr(request.module, "BROKER_PROPERTIES", {})
+    process = BrokerProcess(tmp_path_factory.mktemp("broker"), properties)
+    process.start()
+    try:
+        yield process
+    finally:
+        alive = process.alive()
+        code = process.stop()
+    assert alive, "the broker died during the module:\n" + "\n".join(process.log[-LOG_TAIL:])
+    assert code == 0, f"the broker exited with {code}:\n" + "\n".join(process.log[-LOG_TAIL:])
+    assert not process.tracebacks(), "the broker logged tracebacks:\n" + "\n".join(process.log)
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A topic name unique to this test (not created)."""
+    stem = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name)[:80].strip("-")
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    if report.failed:
+        funcargs = getattr(item, "funcargs", {})
+        for value in funcargs.values():
+            if isinstance(value, BrokerProcess):
+                report.sections.append(("broker log", "\n".join(value.log[-LOG_TAIL:])))
+    return report

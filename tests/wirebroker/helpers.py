@@ -1,0 +1,387 @@
+"""Shared helpers of the broker tests: deadlines, a raw Kafka client over our codec, topics.
+
+`RawClient` speaks the wire protocol with `protocol.api` and `protocol.framing` over a plain
+blocking socket, so tests can send exactly the bytes they mean (malformed frames, unknown
+versions, oversize prefixes) and see exactly what comes back. `create_topic` and friends use it
+to set up topics without the start-up cost of a real client.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+import pytest
+
+from protocol.api import decode_response, encode_request
+from protocol.compression import CompressionType
+from protocol.errors import ErrorCode
+from protocol.framing import frame
+from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from protocol.messages.fetch import FetchRequest
+from protocol.messages.headers import RequestHeader
+from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.produce import ProduceRequest
+from protocol.record_batch import SimpleRecord
+from protocol.record_builder import build_record_batch
+from protocol.records import iter_batches, iter_records
+from protocol.schema import Message
+
+T = TypeVar("T")
+
+#: For tests that run kcat, which `make tools` (part of `make test`) installs from Debian.
+needs_kcat = pytest.mark.skipif(
+    shutil.which("kcat") is None, reason="kcat is not installed: run `make tools`"
+)
+
+DEFAULT_TIMEOUT = 15.0
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = DEFAULT_TIMEOUT,
+    interval: float = 0.02,
+    what: str = "",
+) -> T:
+    """Poll `predicate` until it returns something truthy (returned); fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def host_port(bootstrap: str) -> tuple[str, int]:
+    host, _, port = bootstrap.rpartition(":")
+    return host, int(port)
+
+
+def request_frame(
+    body: Message, version: int, correlation_id: int, client_id: str | None = "raw-test"
+) -> bytes:
+    """A whole request frame (with its size prefix)."""
+    header = RequestHeader(
+        request_api_key=body.API_KEY,
+        request_api_version=version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    return frame(encode_request(header, body))
+
+
+class RawClient:
+    """One blocking connection speaking Kafka frames with our codec."""
+
+    def __init__(
+        self, bootstrap: str, *, client_id: str | None = "raw-test", timeout: float = 10.0
+    ):
+        self.sock = socket.create_connection(host_port(bootstrap), timeout=timeout)
+        self.client_id = client_id
+        self.timeout = timeout
+        self._correlation_id = 0
+        self._buf = bytearray()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    # sending ------------------------------------------------------------------------------
+    def next_correlation_id(self) -> int:
+        self._correlation_id += 1
+        return self._correlation_id
+
+    def encode(self, body: Message, version: int, correlation_id: int) -> bytes:
+        """A whole request frame (with its size prefix) from this client."""
+        return request_frame(body, version, correlation_id, self.client_id)
+
+    def send(self, body: Message, version: int) -> int:
+        """Send a request; returns its correlation id."""
+        correlation_id = self.next_correlation_id()
+        self.sock.sendall(self.encode(body, version, correlation_id))
+        return correlation_id
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    # receiving ----------------------------------------------------------------------------
+    def _fill(self, n: int) -> None:
+        while len(self._buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"connection closed with {len(self._buf)} of {n} bytes read")
+            self._buf += chunk
+
+    def receive_frame(self) -> bytes:
+        """The next response frame (without its size prefix)."""
+        self._fill(4)
+        (size,) = struct.unpack_from(">i", self._buf)
+        self._fill(4 + size)
+        data = bytes(self._buf[4 : 4 + size])
+        del self._buf[: 4 + size]
+        return data
+
+    def receive(self, body_class: type[Message], version: int, correlation_id: int) -> Any:
+        """The next response, decoded as a response to `body_class` at `version`."""
+        response = decode_response(self.receive_frame(), body_class.API_KEY, version)
+        assert response.header.correlation_id == correlation_id
+        return response.body
+
+    def request(self, body: Message, version: int) -> Any:
+        """Send a request and return the decoded response body."""
+        correlation_id = self.send(body, version)
+        return self.receive(type(body), version, correlation_id)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as a frame."""
+        return len(self._buf)
+
+    def wait_closed(self, timeout: float = 10.0) -> bool:
+        """True once the broker closed this connection (EOF or reset) within `timeout`."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self._buf += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.sock.settimeout(self.timeout)
+
+
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
+    """Create a topic (and fail the test unless it was created)."""
+    request = CreateTopicsRequest(
+        topics=[
+            CreateTopicsRequest.CreatableTopic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=1,
+                configs=[
+                    CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
+                    for k, v in (configs or {}).items()
+                ],
+            )
+        ],
+        timeout_ms=10_000,
+    )
+    with RawClient(bootstrap) as client:
+        response: CreateTopicsResponse = client.request(request, 7)
+    (result,) = response.topics
+    assert result.error_code == ErrorCode.NONE, (result.error_code, result.error_message)
+
+
+def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    """(error code, offset) of ListOffsets v9 for one partition (-2 earliest, -1 latest)."""
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    ListOffsetsRequest.ListOffsetsPartition(
+                        partition_index=partition, timestamp=timestamp
+                    )
+                ],
+            )
+        ],
+    )
+    with RawClient(bootstrap) as client:
+        response = client.request(request, 9)
+    (p,) = response.topics[0].partitions
+    return p.error_code, p.offset
+
+
+def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
+    code, offset = list_offset(bootstrap, topic, partition, -1)
+    assert code == ErrorCode.NONE
+    return offset
+
+
+def produce_request(
+    topic: str,
+    partition: int,
+    records: Sequence[SimpleRecord],
+    *,
+    acks: int = -1,
+    **batch_args: Any,
+) -> ProduceRequest:
+    """A Produce request carrying one v2 batch of `records`."""
+    return ProduceRequest(
+        acks=acks,
+        timeout_ms=10_000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(
+                        index=partition, records=build_record_batch(records, **batch_args)
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def decode_records(data: Any) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record in a fetched records blob."""
+    out = []
+    for batch in iter_batches(bytes(data or b"")):
+        for r in iter_records(batch, verify_crc=True):
+            key = None if r.key is None else bytes(r.key)
+            value = None if r.value is None else bytes(r.value)
+            out.append((r.offset, key, value))
+    return out
+
+
+# Records the client tests send and expect back --------------------------------------------------
+
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+BASE_TS = 1_700_000_000_000
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class Sample(NamedTuple):
+    """A record as a test sends it."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp: int
+
+
+class Seen(NamedTuple):
+    """A record as a consumer saw it, in one shape for every client."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp: int
+    timestamp_type: int
+
+
+def sample_records(null_header_values: bool = True) -> list[Sample]:
+    """Keys, null keys and values, empty ones, repeated and unicode headers, binary data.
+
+    kafka-python cannot send a null header value: it gets an empty one instead.
+    """
+    null = None if null_header_values else b""
+    return [
+        Sample(b"key-0", b"value-0", [], BASE_TS),
+        Sample(None, b"no key", [("h", b"1")], BASE_TS + 1),
+        Sample(b"tombstone", None, [], BASE_TS + 2),
+        Sample(b"", b"", [], BASE_TS + 3),
+        Sample(
+            b"headers",
+            b"v",
+            [
+                ("a", b"1"),
+                ("a", b"2"),
+                ("\u00fcn\u00ef", b"\x00\xff"),
+                ("empty", b""),
+                ("null", null),
+            ],
+            BASE_TS + 4,
+        ),
+        Sample(bytes(range(256)), bytes(range(256)) * 40, [], BASE_TS + 5),
+        Sample(b"older", b"timestamps need not increase", [], BASE_TS - 86_400_000),
+        Sample(
+            "\u043a\u043b\u044e\u0447".encode(),
+            "\u0437\u043d\u0430\u0447".encode(),
+            [],
+            BASE_TS + 6,
+        ),
+    ]
+
+
+def expected(samples: Sequence[Sample], partition: int = 0, first_offset: int = 0) -> list[Seen]:
+    return [
+        Seen(partition, first_offset + i, s.key, s.value, list(s.headers), s.timestamp, CREATE_TIME)
+        for i, s in enumerate(samples)
+    ]
+
+
+def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> Any:
+    """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=partition, fetch_offset=offset, partition_max_bytes=16 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    with RawClient(bootstrap) as client:
+        response = client.request(request, 12)
+    return response.responses[0].partitions[0]
+
+
+def stored_codecs(bootstrap: str, topic: str, partition: int = 0) -> set[int]:
+    """The compression codec of every batch stored in a partition (as the producer sent it)."""
+    data = fetch_raw(bootstrap, topic, partition).records
+    return {batch.compression for batch in iter_batches(bytes(data or b""))}
+
+
+def assert_stored_as_sent(bootstrap: str, topic: str, codec: int) -> None:
+    """The partition's batches carry the producer's codec: the broker does not recompress.
+
+    librdkafka sends a batch uncompressed when compressing would not make it smaller (a batch
+    of one small record, when its linger splits the records), so batches without a codec are
+    allowed beside those with it; at least one batch must carry it.
+    """
+    codecs = stored_codecs(bootstrap, topic)
+    assert codec in codecs and codecs <= {codec, CompressionType.NONE}, codecs
+
+
+def read_partition(
+    bootstrap: str, topic: str, partition: int = 0
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record from the log start to the high watermark, (offset, key, value), via Fetch."""
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    code, offset = list_offset(bootstrap, topic, partition, -2)
+    assert code == ErrorCode.NONE
+    while True:
+        p = fetch_raw(bootstrap, topic, partition, offset)
+        assert p.error_code == ErrorCode.NONE, p.error_code
+        records = [r for r in decode_records(p.records) if r[0] >= offset]
+        out += records
+        if not records:
+            assert offset == p.high_watermark, (offset, p.high_watermark)
+            return out
+        offset = records[-1][0] + 1
+
+
+def advertised_api_keys(bootstrap: str) -> set[int]:
+    """The API keys the broker advertises in ApiVersions."""
+    with RawClient(bootstrap) as client:
+        response = client.request(ApiVersionsRequest(), 0)
+    return {k.api_key for k in response.api_keys}

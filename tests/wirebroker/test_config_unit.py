@@ -1,0 +1,101 @@
+"""Broker configuration: server.properties parsing, Kafka's defaults, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import ErrorCode, KafkaError
+from wirebroker.config import BrokerConfig, ConfigError, Listener, parse_properties
+from wirebroker.topic_configs import (
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STATIC_BROKER_CONFIG,
+    effective_values,
+    log_config_for,
+)
+from wirebroker.topics import validate_topic_name
+
+
+def test_properties_syntax() -> None:
+    text = "# comment\n! also\nlisteners=PLAINTEXT://0.0.0.0:9093\nlog.dirs : /a,/b\nnum.partitions 3\nx=a\\\n  b\n"
+    assert parse_properties(text) == {
+        "listeners": "PLAINTEXT://0.0.0.0:9093",
+        "log.dirs": "/a,/b",
+        "num.partitions": "3",
+        "x": "ab",
+    }
+
+
+def test_defaults_are_kafkas_except_the_listed_ones() -> None:
+    config = BrokerConfig.from_properties({})
+    assert config.listeners() == [Listener("PLAINTEXT", "127.0.0.1", 9092)]
+    assert config.log_dirs() == [Path("./data")]
+    assert config.get_int("num.partitions") == 1
+    assert config.get_int("message.max.bytes") == 1048588
+    assert config.socket_request_max_bytes == 104857600
+    assert config.connections_max_idle_ms == 600000
+    assert config.retention_ms() == 168 * 3600 * 1000
+    assert config.get_bool("auto.create.topics.enable")
+
+
+def test_load_file_with_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("log.retention.hours=1\nlisteners=PLAINTEXT://127.0.0.1:0\n")
+    config = BrokerConfig.load(path, {"num.partitions": "4"})
+    assert config.retention_ms() == 3_600_000
+    assert config.get_int("num.partitions") == 4
+    assert config.listeners()[0].port == 0
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"listeners": "127.0.0.1:9092"}, "NAME://host:port"),
+        ({"num.partitions": "three"}, "not a whole number"),
+        ({"auto.create.topics.enable": "yes"}, "true or false"),
+    ],
+)
+def test_bad_values_say_what_is_wrong(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_properties(props)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        BrokerConfig.load(tmp_path / "missing.properties")
+
+
+def test_topic_config_sources() -> None:
+    config = BrokerConfig.from_properties({"log.retention.hours": "2"})
+    values = {v.name: v for v in effective_values(config, {"segment.bytes": "1048576"})}
+    assert (values["segment.bytes"].value, values["segment.bytes"].source) == (
+        "1048576",
+        DYNAMIC_TOPIC_CONFIG,
+    )
+    assert (values["retention.ms"].value, values["retention.ms"].source) == (
+        "7200000",
+        STATIC_BROKER_CONFIG,
+    )
+    assert values["cleanup.policy"].source == DEFAULT_CONFIG
+    assert log_config_for(config, {"segment.bytes": "1048576"}).segment_bytes == 1048576
+
+
+@pytest.mark.parametrize("overrides", [{"no.such.config": "1"}, {"retention.ms": "soon"}])
+def test_invalid_topic_configs(overrides: dict[str, str]) -> None:
+    with pytest.raises(KafkaError) as e:
+        log_config_for(BrokerConfig.from_properties({}), overrides)
+    assert e.value.error_code == ErrorCode.INVALID_CONFIG
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "ünïcode"])
+def test_invalid_topic_names(name: str) -> None:
+    with pytest.raises(KafkaError) as e:
+        validate_topic_name(name)
+    assert e.value.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+def test_valid_topic_names() -> None:
+    for name in ["a", "A-b_c.1", "x" * 249]:
+        validate_topic_name(name)

@@ -1,0 +1,5 @@
+import sys
+
+from wirebroker.cli import main
+
+sys.exit(main())

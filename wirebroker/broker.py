@@ -1,0 +1,201 @@
+"""The broker's state and its single owner: topics, partitions, logs, cluster identity.
+
+`Broker` owns everything a handler may read or change: the topic registry, the partitions (each
+with its log), the node id and cluster id, and the addresses clients are told. All of it lives
+in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
+It must not speak the wire protocol (handlers do) or accept connections (`server` does).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from protocol.errors import ErrorCode, KafkaError
+from storage.config import LogConfig
+from storage.log_manager import LogManager
+from wirebroker.config import BrokerConfig, Listener
+from wirebroker.group.coordinator import GroupCoordinator
+from wirebroker.meta_properties import load_or_create_meta
+from wirebroker.partition import Partition
+from wirebroker.producer_ids import ProducerIdManager
+from wirebroker.topic_configs import log_config_for
+from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BrokerStats:
+    connections: int = 0
+    requests: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(eq=False)
+class Broker:
+    """One broker: its config, identity, topics and partitions."""
+
+    config: BrokerConfig
+    node_id: int
+    cluster_id: str
+    log_manager: LogManager
+    topics: TopicRegistry
+    partitions: dict[TopicPartition, Partition] = field(default_factory=dict)
+    advertised: list[Listener] = field(default_factory=list)
+    stats: BrokerStats = field(default_factory=BrokerStats)
+    groups: GroupCoordinator = field(init=False)
+    producer_ids: ProducerIdManager = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.groups = GroupCoordinator(self)
+        self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
+
+    @classmethod
+    def open(cls, config: BrokerConfig) -> Broker:
+        """Open the log dirs (recovering what needs it) and load the topic registry."""
+        dirs = config.log_dirs()
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        cluster_id = load_or_create_meta(dirs, config.broker_id, config.get("cluster.id"))
+        manager = LogManager(dirs, log_config_for(config, {}))
+        manager.open()
+        broker = cls(
+            config, config.broker_id, cluster_id, manager, TopicRegistry(dirs[0] / "topics.json")
+        )
+        for record in broker.topics.topics.values():
+            broker._attach(record)
+        log.info(
+            "opened %d topics, %d partitions from %s",
+            len(broker.topics.topics),
+            len(broker.partitions),
+            ", ".join(map(str, dirs)),
+        )
+        return broker
+
+    def close(self) -> None:
+        self.log_manager.close()
+
+    # topics -------------------------------------------------------------------------------
+    def topic_log_config(self, record: TopicRecord) -> LogConfig:
+        return log_config_for(self.config, record.configs)
+
+    def _attach(self, record: TopicRecord) -> None:
+        config = self.topic_log_config(record)
+        for index in range(record.partitions):
+            tp = TopicPartition(record.name, index)
+            if tp in self.partitions:
+                continue
+            plog = self.log_manager.get_or_create(record.name, index, config)
+            self.partitions[tp] = Partition(
+                record.name,
+                index,
+                record.topic_id,
+                plog,
+                leader=self.node_id,
+                leader_epoch=0,
+                replicas=[self.node_id],
+                isr=[self.node_id],
+            )
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        validate_only: bool = False,
+    ) -> TopicRecord:
+        validate_topic_name(name)
+        if name in self.topics.topics:
+            raise KafkaError(
+                f"topic {name!r} already exists", error_code=ErrorCode.TOPIC_ALREADY_EXISTS
+            )
+        if partitions <= 0:
+            raise KafkaError(
+                "number of partitions must be larger than 0",
+                error_code=ErrorCode.INVALID_PARTITIONS,
+            )
+        if replication_factor != 1:
+            raise KafkaError(
+                f"replication factor {replication_factor} is larger than the 1 available broker",
+                error_code=ErrorCode.INVALID_REPLICATION_FACTOR,
+            )
+        record = TopicRecord(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
+        log_config_for(self.config, record.configs)  # validates the configs
+        if validate_only:
+            return record
+        self.topics.add(record)
+        self._attach(record)
+        log.info("created topic %s with %d partitions", name, partitions)
+        return record
+
+    def delete_topic(self, name: str) -> TopicRecord:
+        record = self.topics.get(name)
+        if record is None:
+            raise KafkaError(
+                f"unknown topic {name!r}", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+        for index in range(record.partitions):
+            tp = TopicPartition(name, index)
+            partition = self.partitions.pop(tp, None)
+            if partition is not None:
+                self.log_manager.delete_partition(name, index)
+        self.topics.remove(name)
+        log.info("deleted topic %s", name)
+        return record
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        record = self.topics.get(name)
+        if record is None:
+            raise KafkaError(
+                f"unknown topic {name!r}", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+        if count <= record.partitions:
+            raise KafkaError(
+                f"topic {name} has {record.partitions} partitions; the new count must be larger, not {count}",
+                error_code=ErrorCode.INVALID_PARTITIONS,
+            )
+        if validate_only:
+            return
+        record.partitions = count
+        self.topics.save()
+        self._attach(record)
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get(TopicPartition(topic, index))
+
+    def topic_id_b64(self, record: TopicRecord) -> str:
+        return base64.urlsafe_b64encode(record.topic_id.bytes).decode().rstrip("=")
+
+    def set_topic_configs(
+        self, name: str, overrides: dict[str, str], *, validate_only: bool = False
+    ) -> None:
+        """Replace a topic's config overrides (validated), and apply them to its partitions."""
+        record = self.topics.get(name)
+        if record is None:
+            raise KafkaError(
+                f"unknown topic {name!r}", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+        config = log_config_for(self.config, overrides)
+        if validate_only:
+            return
+        record.configs = dict(overrides)
+        self.topics.save()
+        for index in range(record.partitions):
+            partition = self.partition(name, index)
+            if partition is not None:
+                partition.log.update_config(config)

@@ -1,0 +1,113 @@
+"""The `wirebroker` command.
+
+    wirebroker serve [server.properties] [--override key=value ...]
+
+Runs one broker until SIGINT or SIGTERM, then shuts down cleanly (checkpoints written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from wirebroker.config import BROKER_KEYS, BrokerConfig, ConfigError
+from wirebroker.server import serve_broker
+
+log = logging.getLogger("wirebroker")
+
+EPILOG = """\
+examples:
+  wirebroker serve                                   one broker on 127.0.0.1:9092, data in ./data
+  wirebroker serve config/server.properties          Kafka's server.properties keys and defaults
+  wirebroker serve --override log.dirs=/var/lib/wb --override num.partitions=3
+  wirebroker serve --listeners PLAINTEXT://0.0.0.0:9092 --advertised-listeners PLAINTEXT://host:9092
+
+Clients connect with bootstrap.servers=127.0.0.1:9092. `wirebroker serve --list-configs`
+prints every server.properties key it understands, with its default.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="wirebroker",
+        description="A Kafka-wire-compatible message broker.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser(
+        "serve",
+        help="run one broker",
+        description="Run one broker until SIGINT/SIGTERM.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("config", nargs="?", type=Path, help="a server.properties file")
+    serve.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="set one config key"
+    )
+    serve.add_argument("--listeners", help="listeners, e.g. PLAINTEXT://127.0.0.1:9092")
+    serve.add_argument("--advertised-listeners", help="the addresses clients are told")
+    serve.add_argument("--log-dirs", help="comma-separated data directories (default ./data)")
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    serve.add_argument("--list-configs", action="store_true", help="print known keys and exit")
+    args = parser.parse_args(argv)
+
+    if args.list_configs:
+        for key in BROKER_KEYS.values():
+            print(f"{key.name}={key.default or ''}\t# {key.doc}")
+        return 0
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    overrides: dict[str, str] = {}
+    for item in args.override:
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--override expects KEY=VALUE, got {item!r}")
+        overrides[name.strip()] = value.strip()
+    for flag, name in (
+        ("listeners", "listeners"),
+        ("advertised_listeners", "advertised.listeners"),
+        ("log_dirs", "log.dirs"),
+    ):
+        if getattr(args, flag):
+            overrides[name] = getattr(args, flag)
+    try:
+        if args.config:
+            config = BrokerConfig.load(args.config, overrides)
+        else:
+            config = BrokerConfig.from_properties(overrides)
+    except ConfigError as e:
+        print(f"wirebroker: configuration error: {e}", file=sys.stderr)
+        return 2
+    try:
+        trio.run(_run, config)
+    except OSError as e:
+        print(
+            f"wirebroker: {e.strerror or e}: is another broker already on that port?",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+async def _run(config: BrokerConfig) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_broker, config)
+            async for signum in signals:
+                log.info("received %s: shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+if __name__ == "__main__":
+    sys.exit(main())

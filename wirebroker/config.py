@@ -1,0 +1,298 @@
+"""Broker configuration: Kafka's `server.properties` key names, types and defaults.
+
+This module owns parsing a properties file plus overrides into a typed `BrokerConfig`, and the
+table of broker keys we honour (which DescribeConfigs also lists). It must not open sockets or
+files other than the properties file it is given.
+
+Where our default differs from Kafka's it is on purpose and noted in `DEFAULTS`' comments:
+`listeners` binds 127.0.0.1 (a development broker should not listen on every interface),
+`log.dirs` is `./data`, `broker.id` is 0, and the internal topics use replication factor 1.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, malformed or out of range; the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One broker config key: its type, Kafka's default (as text) and documentation."""
+
+    name: str
+    type: str  # int, long, boolean, string, list, double, class, password
+    default: str | None
+    doc: str
+    read_only: bool = True
+
+
+def _k(name: str, type_: str, default: str | None, doc: str, read_only: bool = True) -> ConfigKey:
+    return ConfigKey(name, type_, default, doc, read_only)
+
+
+BROKER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        _k("broker.id", "int", "0", "This broker's id (Kafka's default -1 means generate one)."),
+        _k(
+            "listeners",
+            "string",
+            "PLAINTEXT://127.0.0.1:9092",
+            "Where to listen (Kafka: all interfaces).",
+        ),
+        _k("advertised.listeners", "string", None, "What clients are told; defaults to listeners."),
+        _k(
+            "log.dirs",
+            "string",
+            "./data",
+            "Directories holding partition logs (Kafka: /tmp/kafka-logs).",
+        ),
+        _k("log.dir", "string", "/tmp/kafka-logs", "Used when log.dirs is not set."),
+        _k("num.partitions", "int", "1", "Partitions of an auto-created topic.", False),
+        _k("default.replication.factor", "int", "1", "Replication factor of auto-created topics."),
+        _k(
+            "auto.create.topics.enable",
+            "boolean",
+            "true",
+            "Create topics on first metadata request.",
+        ),
+        _k("delete.topic.enable", "boolean", "true", "Allow DeleteTopics."),
+        _k("message.max.bytes", "int", "1048588", "Largest record batch a topic accepts.", False),
+        _k("socket.request.max.bytes", "int", "104857600", "Largest request frame accepted."),
+        _k("connections.max.idle.ms", "long", "600000", "Close connections idle this long."),
+        _k("log.segment.bytes", "int", "1073741824", "Roll a segment at this size.", False),
+        _k(
+            "log.roll.ms",
+            "long",
+            None,
+            "Roll a segment after this long (log.roll.hours if unset).",
+            False,
+        ),
+        _k("log.roll.hours", "int", "168", "Roll a segment after this many hours."),
+        _k("log.retention.ms", "long", None, "Delete segments older than this.", False),
+        _k("log.retention.minutes", "int", None, "log.retention.ms in minutes."),
+        _k("log.retention.hours", "int", "168", "log.retention.ms in hours."),
+        _k("log.retention.bytes", "long", "-1", "Delete old segments beyond this size.", False),
+        _k("log.retention.check.interval.ms", "long", "300000", "How often retention runs."),
+        _k("log.cleanup.policy", "list", "delete", "delete, compact or both.", False),
+        _k(
+            "log.cleaner.delete.retention.ms",
+            "long",
+            "86400000",
+            "Keep tombstones this long.",
+            False,
+        ),
+        _k("log.cleaner.min.compaction.lag.ms", "long", "0", "Never compact newer records.", False),
+        _k("log.index.interval.bytes", "int", "4096", "Bytes between offset index entries.", False),
+        _k("log.index.size.max.bytes", "int", "10485760", "Maximum size of an index file.", False),
+        _k(
+            "log.flush.interval.messages",
+            "long",
+            str(LONG_MAX),
+            "fsync after this many messages.",
+            False,
+        ),
+        _k("log.flush.interval.ms", "long", None, "fsync after this long.", False),
+        _k(
+            "log.message.timestamp.type",
+            "string",
+            "CreateTime",
+            "CreateTime or LogAppendTime.",
+            False,
+        ),
+        _k("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets."),
+        _k(
+            "offsets.topic.replication.factor", "short", "1", "RF of __consumer_offsets (Kafka: 3)."
+        ),
+        _k(
+            "group.initial.rebalance.delay.ms",
+            "int",
+            "3000",
+            "Wait for more members on a new group.",
+        ),
+        _k("group.min.session.timeout.ms", "int", "6000", "Smallest session timeout allowed."),
+        _k("group.max.session.timeout.ms", "int", "1800000", "Largest session timeout allowed."),
+        _k("offset.metadata.max.bytes", "int", "4096", "Largest commit metadata string."),
+        _k("num.network.threads", "int", "3", "Accepted for compatibility; trio runs one thread."),
+        _k("num.io.threads", "int", "8", "Accepted for compatibility; trio runs one thread."),
+        _k(
+            "zookeeper.connect",
+            "string",
+            None,
+            "ZooKeeper for a cluster; unset: embedded single broker.",
+        ),
+        _k(
+            "cluster.id",
+            "string",
+            None,
+            "Cluster id; generated and stored in meta.properties if unset.",
+        ),
+    ]
+}
+
+_LISTENER = re.compile(
+    r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One `NAME://host:port` entry of `listeners` or `advertised.listeners`."""
+
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Listener:
+        m = _LISTENER.match(text.strip())
+        if not m:
+            raise ConfigError(
+                f"bad listener {text!r}: expected NAME://host:port, e.g. PLAINTEXT://127.0.0.1:9092"
+            )
+        host = m["host"].strip("[]")
+        return cls(m["name"].upper(), host, int(m["port"]))
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties text to a dict: `key=value` or `key: value`, `#`/`!` comments."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
+        while line.endswith("\\") and i < len(lines):
+            line = line[:-1] + lines[i].strip()
+            i += 1
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if m:
+            out[m[1]] = m[2]
+        else:
+            out[line] = ""
+    return out
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The broker's settings. Build one with :meth:`from_properties`."""
+
+    values: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_properties(
+        cls, properties: Mapping[str, str] | None = None, **overrides: str
+    ) -> BrokerConfig:
+        merged = dict(properties or {})
+        merged.update({k.replace("_", "."): v for k, v in overrides.items()})
+        config = cls(merged)
+        config.validate()
+        return config
+
+    @classmethod
+    def load(cls, path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        try:
+            props = parse_properties(path.read_text())
+        except OSError as e:
+            raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+        props.update(overrides or {})
+        config = cls(props)
+        config.validate()
+        return config
+
+    # raw access ---------------------------------------------------------------------------
+    def get(self, name: str) -> str | None:
+        if name in self.values:
+            return self.values[name]
+        key = BROKER_KEYS.get(name)
+        return key.default if key else None
+
+    def is_set(self, name: str) -> bool:
+        return name in self.values
+
+    def get_int(self, name: str) -> int:
+        value = self.get(name)
+        if value is None:
+            raise ConfigError(f"{name} has no value")
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ConfigError(f"{name}={value!r} is not a whole number") from None
+
+    def get_bool(self, name: str) -> bool:
+        value = (self.get(name) or "").strip().lower()
+        if value not in ("true", "false"):
+            raise ConfigError(f"{name}={value!r} must be true or false")
+        return value == "true"
+
+    def validate(self) -> None:
+        for name, key in BROKER_KEYS.items():
+            if self.get(name) is None:
+                continue
+            if key.type in ("int", "long", "short"):
+                self.get_int(name)
+            elif key.type == "boolean":
+                self.get_bool(name)
+        self.listeners()
+        self.advertised_listeners()
+        if self.get_int("message.max.bytes") <= 0:
+            raise ConfigError("message.max.bytes must be positive")
+
+    # typed views --------------------------------------------------------------------------
+    @property
+    def broker_id(self) -> int:
+        return self.get_int("broker.id")
+
+    def listeners(self) -> list[Listener]:
+        text = self.get("listeners") or ""
+        out = [Listener.parse(t) for t in text.split(",") if t.strip()]
+        if not out:
+            raise ConfigError(
+                "listeners is empty: give at least one, e.g. PLAINTEXT://127.0.0.1:9092"
+            )
+        return out
+
+    def advertised_listeners(self) -> list[Listener] | None:
+        text = self.get("advertised.listeners")
+        if not text:
+            return None
+        return [Listener.parse(t) for t in text.split(",") if t.strip()]
+
+    def log_dirs(self) -> list[Path]:
+        text = (
+            self.values.get("log.dirs") or self.values.get("log.dir") or self.get("log.dirs") or ""
+        )
+        return [Path(p.strip()) for p in text.split(",") if p.strip()]
+
+    @property
+    def socket_request_max_bytes(self) -> int:
+        return self.get_int("socket.request.max.bytes")
+
+    @property
+    def connections_max_idle_ms(self) -> int:
+        return self.get_int("connections.max.idle.ms")
+
+    def retention_ms(self) -> int:
+        for name, scale in (("log.retention.ms", 1), ("log.retention.minutes", 60_000)):
+            if self.get(name) is not None:
+                return self.get_int(name) * scale
+        return self.get_int("log.retention.hours") * 3_600_000
+
+    def roll_ms(self) -> int:
+        if self.get("log.roll.ms") is not None:
+            return self.get_int("log.roll.ms")
+        return self.get_int("log.roll.hours") * 3_600_000

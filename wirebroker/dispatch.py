@@ -1,0 +1,170 @@
+"""The handler registry, request context, and turning failures into Kafka error responses.
+
+Each handler module registers its API with :func:`handles`, naming the versions it implements;
+the same registry answers ApiVersions, so what we advertise is exactly what we implement. This
+module owns the three levels of failure from DESIGN.md: a connection-level problem (unknown key
+or version, malformed frame) is reported to the caller, which closes the connection; a request
+level :class:`KafkaError` becomes that API's error response; a bug inside a handler is logged
+with its traceback and answered the same way. `trio.Cancelled` always propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import APIS
+from protocol.messages.headers import RequestHeader
+from protocol.schema import Message, Struct
+
+if TYPE_CHECKING:
+    from wirebroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+Handler = Callable[["RequestContext", Any], Awaitable[Message | None]]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    broker: Broker
+    header: RequestHeader
+    client_host: str
+    listener_name: str
+
+    @property
+    def api_version(self) -> int:
+        return self.header.request_api_version
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+REGISTRY: dict[int, Registration] = {}
+
+
+class CloseConnection(Exception):
+    """Raised by the connection or a handler to end the connection after logging why.
+
+    Kafka closes a connection rather than answer in two cases we share: a request it cannot
+    parse or does not support, and a failed acks=0 produce (so the producer notices and
+    refreshes its metadata).
+    """
+
+
+def handles(request_class: type[M], versions: tuple[int, int]) -> Callable[[Handler], Handler]:
+    """Register `handler` for `request_class` over the inclusive `versions` range."""
+    lo, hi = versions
+    info = APIS[request_class.API_KEY]
+    assert info.min_version <= lo <= hi <= info.max_version, (request_class, versions)
+
+    def register(handler: Handler) -> Handler:
+        REGISTRY[request_class.API_KEY] = Registration(request_class.API_KEY, lo, hi, handler)
+        return handler
+
+    return register
+
+
+def supported(api_key: int, version: int) -> bool:
+    reg = REGISTRY.get(api_key)
+    return reg is not None and reg.min_version <= version <= reg.max_version
+
+
+async def dispatch(ctx: RequestContext, body: Message) -> Message | None:
+    """Run the handler; a KafkaError or a bug becomes this API's error response."""
+    reg = REGISTRY[ctx.header.request_api_key]
+    try:
+        return await reg.handler(ctx, body)
+    except CloseConnection:
+        raise
+    except KafkaError as e:
+        log.info("%s v%d failed: %s", type(body).__name__, ctx.api_version, e)
+        return error_response(ctx, body, e.error_code)
+    except Exception:
+        log.exception("%s v%d: unexpected error in handler", type(body).__name__, ctx.api_version)
+        return error_response(ctx, body, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def error_response(ctx: RequestContext, body: Message, code: ErrorCode) -> Message:
+    """A response that carries `code` wherever the response has an error code.
+
+    Topic and partition lists are mirrored from the request by name, as Kafka's
+    `getErrorResponse` does, so that every partition the client asked about gets the code.
+    """
+    info = APIS[ctx.header.request_api_key]
+    response = info.response_class()()
+    _fill(response, body, int(code))
+    return response
+
+
+def _fill(target: Struct, source: Struct | None, code: int) -> None:
+    for f in type(target).FIELDS:
+        if f.name == "error_code" and f.type == "int16":
+            target.error_code = code  # type: ignore[attr-defined]
+        elif f.struct is not None and f.type.startswith("[]") and source is not None:
+            mirror = _matching_list(source, f.name)
+            if mirror is not None:
+                items = []
+                for src in mirror:
+                    item = f.struct()
+                    _copy_keys(item, src)
+                    _fill(item, src, code)
+                    items.append(item)
+                setattr(target, f.name, items)
+
+
+def _matching_list(source: Struct, target_name: str) -> list[Any] | None:
+    """The request's list that a response list mirrors (topics/partitions by shape)."""
+    lists = [
+        f.name for f in type(source).FIELDS if f.type.startswith("[]") and f.struct is not None
+    ]
+    for name in lists:
+        if name == target_name or _stem(name) == _stem(target_name):
+            value = getattr(source, name)
+            return value if isinstance(value, list) else None
+    if len(lists) == 1:
+        value = getattr(source, lists[0])
+        return value if isinstance(value, list) else None
+    return None
+
+
+def _stem(name: str) -> str:
+    for word in ("topic", "partition", "group", "resource", "transaction"):
+        if word in name:
+            return word
+    return name
+
+
+def _copy_keys(target: Struct, source: Struct) -> None:
+    """Copy identifying fields (names, ids, indexes) from a request item to a response item."""
+    names = {f.name for f in type(target).FIELDS}
+    for f in type(source).FIELDS:
+        value = getattr(source, f.name)
+        for candidate in (f.name, _RENAMES.get(f.name, "")):
+            if candidate in names and not f.type.startswith("[]"):
+                setattr(target, candidate, value)
+
+
+_RENAMES = {
+    "index": "partition_index",
+    "partition": "partition_index",
+    "partition_index": "index",
+    "topic": "name",
+    "name": "topic",
+    "topic_id": "topic_id",
+}

@@ -1,0 +1,96 @@
+"""The records of `__consumer_offsets`, in Kafka's format: encode and decode, nothing else.
+
+A key is an int16 version then the key struct: versions 0 and 1 are `OffsetCommitKey`
+(group, topic, partition), version 2 is `GroupMetadataKey` (group). A value is an int16 version
+then the value struct; a null value is a tombstone. We write offset values at version 3 (Kafka's
+choice when no expire timestamp is set) and group metadata values at version 3 (static members).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from protocol.messages.group_coordinator.group_metadata import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+)
+from protocol.messages.group_coordinator.offset_commit import OffsetCommitKey, OffsetCommitValue
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+_version = struct.Struct(">h")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRecord:
+    """An offset commit (or, with `value` None, its deletion)."""
+
+    group: str
+    topic: str
+    partition: int
+    value: OffsetCommitValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A group's metadata (or, with `value` None, the group's deletion)."""
+
+    group: str
+    value: GroupMetadataValue | None
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    key = OffsetCommitKey(group=group, topic=topic, partition=partition)
+    return _version.pack(OFFSET_KEY_VERSION) + key.encode(OFFSET_KEY_VERSION)
+
+
+def offset_value(value: OffsetCommitValue) -> bytes:
+    return _version.pack(OFFSET_VALUE_VERSION) + value.encode(OFFSET_VALUE_VERSION)
+
+
+def group_key(group: str) -> bytes:
+    return _version.pack(GROUP_KEY_VERSION) + GroupMetadataKey(group=group).encode(
+        GROUP_KEY_VERSION
+    )
+
+
+def group_value(value: GroupMetadataValue) -> bytes:
+    return _version.pack(GROUP_VALUE_VERSION) + value.encode(GROUP_VALUE_VERSION)
+
+
+def decode(key: bytes, value: bytes | None) -> OffsetRecord | GroupRecord | None:
+    """One record of the topic; None for key versions we don't know (Kafka skips them too)."""
+    (key_version,) = _version.unpack_from(key)
+    if key_version in (0, 1):
+        k = OffsetCommitKey.decode(key[2:], key_version)
+        v = None if value is None else _offset_value(value)
+        return OffsetRecord(k.group, k.topic, k.partition, v)
+    if key_version == GROUP_KEY_VERSION:
+        g = GroupMetadataKey.decode(key[2:], key_version)
+        return GroupRecord(g.group, None if value is None else _group_value(value))
+    return None
+
+
+def _offset_value(value: bytes) -> OffsetCommitValue:
+    (version,) = _version.unpack_from(value)
+    return OffsetCommitValue.decode(value[2:], version)
+
+
+def _group_value(value: bytes) -> GroupMetadataValue:
+    (version,) = _version.unpack_from(value)
+    return GroupMetadataValue.decode(value[2:], version)
+
+
+def partition_for(group: str, partitions: int) -> int:
+    """Kafka's `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode."""
+    h = 0
+    data = group.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    if h >= 0x80000000:
+        h -= 0x100000000
+    return (0 if h == -0x80000000 else abs(h)) % partitions

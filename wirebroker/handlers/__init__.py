@@ -1,0 +1,16 @@
+"""One module per API family; importing this package registers them all with the dispatcher."""
+
+from wirebroker.handlers import (  # noqa: F401
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    offsets,
+    partitions_admin,
+    produce,
+    producer_ids,
+    topics,
+)

@@ -1,0 +1,38 @@
+"""ApiVersions, v0-v4.
+
+Advertises exactly the registry: every API a handler module registered, with the version range
+it implements (always a whole range within Kafka 3.9's). Differences from Kafka: no supported or
+finalized features are listed (Kafka 3.9 in ZooKeeper mode lists none either), and
+`zk_migration_ready` is false.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from wirebroker.dispatch import REGISTRY, RequestContext, handles
+
+
+@handles(ApiVersionsRequest, (0, 4))
+async def api_versions(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
+    keys = [
+        ApiVersionsResponse.ApiVersion(
+            api_key=reg.api_key, min_version=reg.min_version, max_version=reg.max_version
+        )
+        for reg in sorted(REGISTRY.values(), key=lambda r: r.api_key)
+    ]
+    error = ErrorCode.NONE
+    if ctx.api_version >= 3 and not _valid_client_software(request):
+        error = ErrorCode.INVALID_REQUEST
+    return ApiVersionsResponse(error_code=error, api_keys=keys)
+
+
+def _valid_client_software(request: ApiVersionsRequest) -> bool:
+    """KIP-511: name and version must be non-empty and of letters, digits, '.', '-'."""
+    import re
+
+    pattern = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+    return bool(
+        pattern.match(request.client_software_name or "")
+        and pattern.match(request.client_software_version or "")
+    )

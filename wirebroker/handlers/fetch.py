@@ -1,0 +1,195 @@
+"""Fetch, v0-v17: a long poll woken by appends, with record data sent by `os.sendfile`.
+
+A consumer fetch (replica id -1) reads up to the high watermark (READ_UNCOMMITTED) or the last
+stable offset (READ_COMMITTED, equal to the high watermark while there are no transactions).
+Byte limits: each partition's `partition_max_bytes` and the response's `max_bytes`, with at
+least one whole batch for the first partition that has data, as Kafka does. When fewer than
+`min_bytes` are ready the request waits up to `max_wait_ms` for an append to any of its
+partitions; a partition error (out of range, unknown partition) ends the wait at once, as in
+Kafka, and such a partition carries empty records, never null ones (librdkafka cannot parse a
+null record set). Record data is never read into Python: storage returns file slices, which the
+connection writes with `os.sendfile`.
+
+Fetch sessions (KIP-227) are refused cleanly: a full fetch (session id 0) is answered with
+session id 0, which tells clients to keep sending full fetches; an incremental fetch naming a
+session gets FETCH_SESSION_ID_NOT_FOUND. Differences from Kafka: no incremental sessions, no
+follower fetching from this fetch path yet, no preferred read replica (-1).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.fetch import FetchRequest, FetchResponse
+from wirebroker.dispatch import RequestContext, handles
+from wirebroker.partition import Partition
+
+READ_COMMITTED = 1
+EMPTY = memoryview(b"")  # a partition with an error still carries records: empty, never null
+ZERO_UUID = uuid.UUID(int=0)
+
+PartitionData = FetchResponse.PartitionData
+
+
+class FileRecords:
+    """The record data of one partition in a response: file slices, sized without reading them.
+
+    The transport sends each slice with `os.sendfile`; `release()` unpins the files afterwards.
+    """
+
+    __slots__ = ("slices", "size")
+
+    def __init__(self, slices: list[Any]) -> None:
+        self.slices = slices
+        self.size = sum(s.length for s in slices)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def release(self) -> None:
+        for s in self.slices:
+            s.release()
+        self.slices = []
+
+
+@dataclass
+class _Wanted:
+    topic: str | None
+    topic_id: uuid.UUID
+    request: FetchRequest.FetchPartition
+    partition: Partition | None
+    error: ErrorCode = ErrorCode.NONE
+    result: PartitionData = field(default_factory=PartitionData)
+
+
+@handles(FetchRequest, (0, 17))
+async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
+    version = ctx.api_version
+    if version >= 7 and request.session_id != 0:
+        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    wanted = _resolve(ctx, request)
+    max_wait_s = max(request.max_wait_ms, 0) / 1000
+    with trio.move_on_after(max_wait_s):
+        while True:
+            events = [w.partition.append_event() for w in wanted if w.partition is not None]
+            size = _read_all(ctx, request, wanted)
+            failed = any(w.result.error_code != ErrorCode.NONE for w in wanted)
+            if size >= request.min_bytes or request.max_wait_ms <= 0 or not events or failed:
+                break
+            _release(wanted)
+            await _wait_any(events)
+    if _needs_final_read(wanted):
+        _read_all(ctx, request, wanted)
+    return _response(ctx, request, wanted)
+
+
+def _needs_final_read(wanted: list[_Wanted]) -> bool:
+    return any(w.error == ErrorCode.NONE and w.result.records is None for w in wanted)
+
+
+def _resolve(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
+    broker = ctx.broker
+    out = []
+    for topic in request.topics:
+        name: str | None = topic.topic
+        error = ErrorCode.NONE
+        if ctx.api_version >= 13:
+            record = broker.topics.by_id.get(topic.topic_id)
+            name = record.name if record else None
+            if record is None:
+                error = ErrorCode.UNKNOWN_TOPIC_ID
+        for p in topic.partitions:
+            partition = broker.partition(name, p.partition) if name else None
+            w = _Wanted(name, topic.topic_id, p, partition)
+            if error:
+                w.error = error
+            elif partition is None:
+                w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                w.error = partition.leader_error(broker.node_id, p.current_leader_epoch)
+            out.append(w)
+    return out
+
+
+def _read_all(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted]) -> int:
+    """Read every partition within the byte limits; returns the bytes gathered."""
+    remaining = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
+    total = 0
+    min_one = True
+    for w in wanted:
+        result = w.result
+        result.partition_index = w.request.partition
+        if w.error or w.partition is None:
+            result.error_code = w.error
+            result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
+            result.records = EMPTY
+            continue
+        p = w.partition
+        result.high_watermark = p.high_watermark
+        result.last_stable_offset = p.high_watermark
+        result.log_start_offset = p.log_start_offset
+        result.aborted_transactions = [] if request.isolation_level == READ_COMMITTED else None
+        if result.records is not None:
+            _release_one(w)
+        limit = min(w.request.partition_max_bytes, remaining)
+        try:
+            read = p.log.read(
+                w.request.fetch_offset,
+                max(limit, 0),
+                max_offset=p.high_watermark,
+                min_one_batch=min_one,
+            )
+        except KafkaError as e:
+            result.error_code = e.error_code
+            result.records = EMPTY
+            continue
+        result.error_code = ErrorCode.NONE
+        result.records = FileRecords(read.slices) if read.slices else memoryview(b"")
+        size = len(result.records)
+        if size:
+            min_one = False
+        total += size
+        remaining -= size
+    return total
+
+
+def _release_one(w: _Wanted) -> None:
+    records = w.result.records
+    if isinstance(records, FileRecords):
+        records.release()
+    w.result.records = None
+
+
+def _release(wanted: list[_Wanted]) -> None:
+    for w in wanted:
+        _release_one(w)
+
+
+async def _wait_any(events: list[trio.Event]) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        for event in events:
+            nursery.start_soon(wait, event)
+
+
+def _response(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted]) -> FetchResponse:
+    topics: list[FetchResponse.FetchableTopicResponse] = []
+    for w in wanted:
+        if not topics or topics[-1].topic != (w.topic or "") or topics[-1].topic_id != w.topic_id:
+            topics.append(
+                FetchResponse.FetchableTopicResponse(
+                    topic=w.topic or "",
+                    topic_id=w.topic_id if ctx.api_version >= 13 else ZERO_UUID,
+                )
+            )
+        topics[-1].partitions.append(w.result)
+    return FetchResponse(error_code=ErrorCode.NONE, session_id=0, responses=topics)

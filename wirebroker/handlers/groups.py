@@ -1,0 +1,222 @@
+"""The classic group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
+
+- FindCoordinator v0-6: key type 0 (group) and 1 (transaction) both answer with this broker
+  (it is the only one, and the transaction coordinator will live here too); other key types get
+  INVALID_REQUEST. v4+ batches keys. A group lookup creates `__consumer_offsets`, as Kafka does.
+- JoinGroup v0-9: v0 has no rebalance timeout (the session timeout is used, as Kafka does);
+  v4+ requires a known member id (KIP-394, MEMBER_ID_REQUIRED); v5+ static membership; v9
+  `skip_assignment` is set for a static leader rejoining a stable group (before v9 that leader
+  gets the member list and its SyncGroup, the group being Stable, returns its assignment).
+- SyncGroup v0-5 (v5 checks protocol type and name), Heartbeat v0-4.
+- LeaveGroup v0-5: v0-2 one member (its code is the top-level code), v3+ batched members.
+- DescribeGroups v0-5: an unknown group is described as Dead with no error (Kafka < v6);
+  member metadata and assignments only for a Stable group, as Kafka does.
+- ListGroups v0-5: v4 state filter, v5 type filter (every group here is "classic").
+- DeleteGroups v0-2: only Empty groups (NON_EMPTY_GROUP otherwise).
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from wirebroker import authorized_operations as ops
+from wirebroker.dispatch import RequestContext, handles
+from wirebroker.group.state import GroupState
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+CLASSIC = "classic"
+
+
+@handles(FindCoordinatorRequest, (0, 6))
+async def find_coordinator(
+    ctx: RequestContext, request: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
+    listener = next(
+        (a for a in ctx.broker.advertised if a.name == ctx.listener_name),
+        ctx.broker.advertised[0] if ctx.broker.advertised else None,
+    )
+    host, port = (listener.host, listener.port) if listener else ("", -1)
+    keys = request.coordinator_keys if ctx.api_version >= 4 else [request.key]
+    found = []
+    for key in keys:
+        c = FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1)
+        if request.key_type not in (GROUP_KEY, TRANSACTION_KEY):
+            c.error_code = ErrorCode.INVALID_REQUEST
+            c.error_message = f"unknown coordinator key type {request.key_type}"
+        elif not key:
+            c.error_code = ErrorCode.INVALID_REQUEST
+            c.error_message = "the coordinator key is empty"
+        else:
+            if request.key_type == GROUP_KEY:
+                ctx.broker.groups.ensure_topic()
+            c.node_id, c.host, c.port = ctx.broker.node_id, host, port
+            c.error_message = None
+        found.append(c)
+    if ctx.api_version >= 4:
+        return FindCoordinatorResponse(coordinators=found)
+    c = found[0]
+    return FindCoordinatorResponse(
+        error_code=c.error_code,
+        error_message=c.error_message,
+        node_id=c.node_id,
+        host=c.host,
+        port=c.port,
+    )
+
+
+@handles(JoinGroupRequest, (0, 9))
+async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    version = ctx.api_version
+    rebalance_timeout = request.session_timeout_ms if version == 0 else request.rebalance_timeout_ms
+    result = await ctx.broker.groups.join(
+        request.group_id,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id if version >= 5 else None,
+        client_id=ctx.client_id or "",
+        client_host=f"/{ctx.client_host}",
+        rebalance_timeout_ms=rebalance_timeout,
+        session_timeout_ms=request.session_timeout_ms,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        require_known_member_id=version >= 4,
+    )
+    protocol_name = result.protocol_name
+    if protocol_name is None and version < 7:
+        protocol_name = ""
+    return JoinGroupResponse(
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=protocol_name,
+        leader=result.leader,
+        skip_assignment=result.skip_assignment and version >= 9,
+        member_id=result.member_id,
+        members=[
+            JoinGroupResponse.JoinGroupResponseMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata
+            )
+            for m in result.members
+        ],
+    )
+
+
+@handles(SyncGroupRequest, (0, 5))
+async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    v5 = ctx.api_version >= 5
+    result = await ctx.broker.groups.sync(
+        request.group_id,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id,
+        generation_id=request.generation_id,
+        protocol_type=request.protocol_type if v5 else None,
+        protocol_name=request.protocol_name if v5 else None,
+        assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
+    return SyncGroupResponse(
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+@handles(HeartbeatRequest, (0, 4))
+async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    error = ctx.broker.groups.heartbeat(
+        request.group_id, request.member_id, request.group_instance_id, request.generation_id
+    )
+    return HeartbeatResponse(error_code=error)
+
+
+@handles(LeaveGroupRequest, (0, 5))
+async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    if ctx.api_version < 3:
+        (error,) = ctx.broker.groups.leave(request.group_id, [(request.member_id, None)])
+        return LeaveGroupResponse(error_code=error)
+    members = [(m.member_id, m.group_instance_id) for m in request.members]
+    errors = ctx.broker.groups.leave(request.group_id, members)
+    return LeaveGroupResponse(
+        error_code=ErrorCode.NONE,
+        members=[
+            LeaveGroupResponse.MemberResponse(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=e
+            )
+            for m, e in zip(request.members, errors, strict=True)
+        ],
+    )
+
+
+@handles(DescribeGroupsRequest, (0, 5))
+async def describe_groups(
+    ctx: RequestContext, request: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
+    operations = ops.GROUP if request.include_authorized_operations else ops.NOT_REQUESTED
+    described = []
+    for group_id in request.groups:
+        group = ctx.broker.groups.describe(group_id)
+        d = DescribeGroupsResponse.DescribedGroup(
+            error_code=ErrorCode.NONE,
+            group_id=group_id,
+            group_state=GroupState.DEAD.value,
+            authorized_operations=operations,
+        )
+        described.append(d)
+        if group is None:
+            continue
+        stable = group.state == GroupState.STABLE
+        d.group_state = group.state.value
+        d.protocol_type = group.protocol_type or ""
+        d.protocol_data = (group.protocol_name or "") if stable else ""
+        d.members = [
+            DescribeGroupsResponse.DescribedGroupMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata(group.protocol_name) if stable else b"",
+                member_assignment=m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        ]
+    return DescribeGroupsResponse(groups=described)
+
+
+@handles(ListGroupsRequest, (0, 5))
+async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    states = {s.lower() for s in request.states_filter}
+    types = {t.lower() for t in request.types_filter}
+    listed = []
+    for group in ctx.broker.groups.list_groups():
+        if states and group.state.value.lower() not in states:
+            continue
+        if types and CLASSIC not in types:
+            continue
+        listed.append(
+            ListGroupsResponse.ListedGroup(
+                group_id=group.group_id,
+                protocol_type=group.protocol_type or "",
+                group_state=group.state.value,
+                group_type=CLASSIC,
+            )
+        )
+    return ListGroupsResponse(error_code=ErrorCode.NONE, groups=listed)
+
+
+@handles(DeleteGroupsRequest, (0, 2))
+async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    return DeleteGroupsResponse(
+        results=[
+            DeleteGroupsResponse.DeletableGroupResult(
+                group_id=g, error_code=ctx.broker.groups.delete_group(g)
+            )
+            for g in request.groups_names
+        ]
+    )

@@ -1,0 +1,179 @@
+"""OffsetCommit, OffsetFetch and OffsetDelete — every version Kafka 3.9 accepts.
+
+- OffsetCommit v0-9: v0 commits without a generation (an "admin" commit, allowed only while the
+  group is Empty); v1 carries a per-partition commit timestamp (-1: now); v2-v4 carry a
+  retention time, accepted and ignored (offsets never expire here yet); v6+ leader epochs; v7+
+  static members. Metadata is stored verbatim (null is stored as ""), up to
+  `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
+- OffsetFetch v0-9: v0 reads the same store (Kafka v0 read ZooKeeper); v2+ `topics` null means
+  every committed partition; v7+ `require_stable` is accepted — there are no pending
+  transactional offsets yet, so nothing is ever unstable; v8+ batches groups. v9's member id and
+  epoch belong to the consumer (KIP-848) protocol and are ignored for classic groups.
+- OffsetDelete v0: refused with GROUP_SUBSCRIBED_TO_TOPIC per partition for topics the group's
+  consumers still subscribe to, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from protocol.errors import ErrorCode
+from protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from wirebroker.dispatch import RequestContext, handles
+from wirebroker.group.coordinator import now_ms
+from wirebroker.group.state import CommittedOffset
+
+NO_OFFSET = -1
+
+
+@handles(OffsetCommitRequest, (0, 9))
+async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    now = now_ms()
+    results: dict[tuple[str, int], ErrorCode] = {}
+    wanted: list[tuple[str, int, CommittedOffset]] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            key = (topic.name, p.partition_index)
+            if ctx.broker.partition(*key) is None:
+                results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            timestamp = p.commit_timestamp if ctx.api_version == 1 else -1
+            committed = CommittedOffset(
+                p.committed_offset,
+                p.committed_leader_epoch,
+                p.committed_metadata or "",
+                now if timestamp < 0 else timestamp,
+            )
+            wanted.append((topic.name, p.partition_index, committed))
+    error, codes = ErrorCode.NONE, list[ErrorCode]()
+    if not request.group_id:
+        error = ErrorCode.INVALID_GROUP_ID
+    elif wanted:
+        error, codes = ctx.broker.groups.commit(
+            request.group_id,
+            request.member_id,
+            request.group_instance_id,
+            request.generation_id_or_member_epoch,
+            wanted,
+        )
+    for (topic_name, index, _), code in zip(wanted, codes or [error] * len(wanted), strict=True):
+        results[(topic_name, index)] = code if error is ErrorCode.NONE else error
+    return OffsetCommitResponse(
+        topics=[
+            OffsetCommitResponse.OffsetCommitResponseTopic(
+                name=topic.name,
+                partitions=[
+                    OffsetCommitResponse.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=results[(topic.name, p.partition_index)],
+                    )
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+@handles(OffsetFetchRequest, (0, 9))
+async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    if ctx.api_version >= 8:
+        groups = []
+        for g in request.groups:
+            wanted = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
+            groups.append(
+                OffsetFetchResponse.OffsetFetchResponseGroup(
+                    group_id=g.group_id,
+                    error_code=ErrorCode.NONE,
+                    topics=[
+                        OffsetFetchResponse.OffsetFetchResponseTopics(
+                            name=name,
+                            partitions=[
+                                OffsetFetchResponse.OffsetFetchResponsePartitions(
+                                    partition_index=index,
+                                    committed_offset=offset,
+                                    committed_leader_epoch=epoch,
+                                    metadata=metadata,
+                                )
+                                for index, offset, epoch, metadata in partitions
+                            ],
+                        )
+                        for name, partitions in _lookup(ctx, g.group_id, wanted)
+                    ],
+                )
+            )
+        return OffsetFetchResponse(groups=groups)
+    wanted = (
+        None if request.topics is None else [(t.name, t.partition_indexes) for t in request.topics]
+    )
+    return OffsetFetchResponse(
+        error_code=ErrorCode.NONE,
+        topics=[
+            OffsetFetchResponse.OffsetFetchResponseTopic(
+                name=name,
+                partitions=[
+                    OffsetFetchResponse.OffsetFetchResponsePartition(
+                        partition_index=index,
+                        committed_offset=offset,
+                        committed_leader_epoch=epoch,
+                        metadata=metadata,
+                        error_code=ErrorCode.NONE,
+                    )
+                    for index, offset, epoch, metadata in partitions
+                ],
+            )
+            for name, partitions in _lookup(ctx, request.group_id, wanted)
+        ],
+    )
+
+
+Row = tuple[int, int, int, str]  # partition, offset, leader epoch, metadata
+
+
+def _lookup(
+    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None
+) -> Iterable[tuple[str, list[Row]]]:
+    """(topic, rows) for the requested partitions, or for every committed one if `wanted` is
+    None; a partition without a commit answers offset -1 and metadata ""."""
+    offsets = ctx.broker.groups.fetch(group_id)
+    if wanted is None:
+        by_topic: dict[str, list[Row]] = {}
+        for (topic, index), c in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append((index, c.offset, c.leader_epoch, c.metadata))
+        return by_topic.items()
+    out = []
+    for topic, indexes in wanted:
+        rows: list[Row] = []
+        for index in indexes:
+            found = offsets.get((topic, index))
+            if found is None:
+                rows.append((index, NO_OFFSET, -1, ""))
+            else:
+                rows.append((index, found.offset, found.leader_epoch, found.metadata))
+        out.append((topic, rows))
+    return out
+
+
+@handles(OffsetDeleteRequest, (0, 0))
+async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    error, codes = ctx.broker.groups.delete_offsets(request.group_id, partitions)
+    by_key = dict(zip(partitions, codes, strict=True)) if error is ErrorCode.NONE else {}
+    return OffsetDeleteResponse(
+        error_code=error,
+        topics=[
+            OffsetDeleteResponse.OffsetDeleteResponseTopic(
+                name=t.name,
+                partitions=[
+                    OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=by_key.get((t.name, p.partition_index), error),
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )

@@ -1,0 +1,135 @@
+"""DeleteRecords v0-v2, OffsetForLeaderEpoch v0-v4, DescribeLogDirs v0-v4.
+
+DeleteRecords advances a partition's log start offset (-1 means the high watermark) and never
+past the high watermark (OFFSET_OUT_OF_RANGE). OffsetForLeaderEpoch answers from the leader
+epoch cache (KIP-101/KIP-279): the end offset of the requested epoch, or of the largest epoch
+below it. DescribeLogDirs lists each log dir with its partitions' sizes.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+from protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
+from protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from wirebroker.dispatch import RequestContext, handles
+
+HIGH_WATERMARK = -1
+
+
+@handles(DeleteRecordsRequest, (0, 2))
+async def delete_records(
+    ctx: RequestContext, request: DeleteRecordsRequest
+) -> DeleteRecordsResponse:
+    topics = []
+    for topic in request.topics:
+        results = []
+        for p in topic.partitions:
+            result = DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                partition_index=p.partition_index, low_watermark=-1
+            )
+            results.append(result)
+            partition = ctx.broker.partition(topic.name, p.partition_index)
+            if partition is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if not partition.is_leader(ctx.broker.node_id):
+                result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                continue
+            offset = partition.high_watermark if p.offset == HIGH_WATERMARK else p.offset
+            if offset < 0 or offset > partition.high_watermark:
+                result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                continue
+            try:
+                result.low_watermark = partition.log.delete_records_before(offset)
+            except KafkaError as e:
+                result.error_code = e.error_code
+        topics.append(
+            DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic.name, partitions=results)
+        )
+    return DeleteRecordsResponse(topics=topics)
+
+
+@handles(OffsetForLeaderEpochRequest, (0, 4))
+async def offset_for_leader_epoch(
+    ctx: RequestContext, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
+    topics = []
+    for topic in request.topics:
+        results = []
+        for p in topic.partitions:
+            result = OffsetForLeaderEpochResponse.EpochEndOffset(
+                partition=p.partition, leader_epoch=-1, end_offset=-1
+            )
+            results.append(result)
+            partition = ctx.broker.partition(topic.topic, p.partition)
+            if partition is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif error := partition.leader_error(ctx.broker.node_id, p.current_leader_epoch):
+                result.error_code = error
+            else:
+                epoch, end_offset = partition.end_offset_for_epoch(p.leader_epoch)
+                result.leader_epoch = epoch
+                result.end_offset = end_offset
+        topics.append(
+            OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(
+                topic=topic.topic, partitions=results
+            )
+        )
+    return OffsetForLeaderEpochResponse(topics=topics)
+
+
+@handles(DescribeLogDirsRequest, (0, 4))
+async def describe_log_dirs(
+    ctx: RequestContext, request: DescribeLogDirsRequest
+) -> DescribeLogDirsResponse:
+    broker = ctx.broker
+    wanted: set[tuple[str, int]] | None = None
+    if request.topics is not None:
+        wanted = {(t.topic, i) for t in request.topics for i in t.partitions}
+    by_dir: dict[str, dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]]] = {
+        str(d.resolve()): {} for d in broker.config.log_dirs()
+    }
+    for tp, partition in sorted(
+        broker.partitions.items(), key=lambda kv: (kv[0].topic, kv[0].partition)
+    ):
+        if wanted is not None and (tp.topic, tp.partition) not in wanted:
+            continue
+        log_dir = str(partition.log.dir.parent.resolve())
+        by_dir.setdefault(log_dir, {}).setdefault(tp.topic, []).append(
+            DescribeLogDirsResponse.DescribeLogDirsPartition(
+                partition_index=tp.partition,
+                partition_size=partition.log.size_in_bytes,
+                offset_lag=0,
+                is_future_key=False,
+            )
+        )
+    results = []
+    for log_dir, topics in by_dir.items():
+        usage = _usage(log_dir)
+        results.append(
+            DescribeLogDirsResponse.DescribeLogDirsResult(
+                error_code=ErrorCode.NONE,
+                log_dir=log_dir,
+                topics=[
+                    DescribeLogDirsResponse.DescribeLogDirsTopic(name=name, partitions=parts)
+                    for name, parts in sorted(topics.items())
+                ],
+                total_bytes=usage[0],
+                usable_bytes=usage[1],
+            )
+        )
+    return DescribeLogDirsResponse(error_code=ErrorCode.NONE, results=results)
+
+
+def _usage(path: str) -> tuple[int, int]:
+    import os
+
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1, -1
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize

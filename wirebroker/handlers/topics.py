@@ -1,0 +1,146 @@
+"""CreateTopics v0-v7, DeleteTopics v0-v6, CreatePartitions v0-v3.
+
+Per-topic failures are answered per topic with Kafka's codes (TOPIC_ALREADY_EXISTS,
+INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION,
+UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID) and a message from v1 (CreateTopics) or v5
+(DeleteTopics). Differences from Kafka: manual replica assignments are accepted only when they
+name this broker; creation is synchronous, so `timeout_ms` never expires.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
+from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from wirebroker.dispatch import RequestContext, handles
+from wirebroker.topic_configs import describe_topic_configs
+from wirebroker.topics import INTERNAL_TOPICS
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@handles(CreateTopicsRequest, (0, 7))
+async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    broker = ctx.broker
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for topic in request.topics:
+        result = CreateTopicsResponse.CreatableTopicResult(name=topic.name)
+        results.append(result)
+        if counts[topic.name] > 1:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"topic {topic.name} is listed more than once"
+            continue
+        try:
+            partitions, replication = _sizes(ctx, topic)
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            record = broker.create_topic(
+                topic.name, partitions, replication, configs, validate_only=request.validate_only
+            )
+        except KafkaError as e:
+            result.error_code = e.error_code
+            result.error_message = str(e)
+            result.num_partitions = -1
+            result.replication_factor = -1
+            continue
+        result.topic_id = record.topic_id if not request.validate_only else ZERO_UUID
+        result.num_partitions = record.partitions
+        result.replication_factor = record.replication_factor
+        if ctx.api_version >= 5:
+            result.configs = [
+                CreateTopicsResponse.CreatableTopicConfigs(
+                    name=c.name,
+                    value=c.value,
+                    read_only=c.read_only,
+                    config_source=c.source,
+                    is_sensitive=c.is_sensitive,
+                )
+                for c in describe_topic_configs(broker, record)
+            ]
+    return CreateTopicsResponse(topics=results)
+
+
+def _sizes(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic) -> tuple[int, int]:
+    config = ctx.broker.config
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise KafkaError(
+                "give either replica assignments or num_partitions and replication_factor, not both",
+                error_code=ErrorCode.INVALID_REQUEST,
+            )
+        indexes = sorted(a.partition_index for a in topic.assignments)
+        if indexes != list(range(len(indexes))):
+            raise KafkaError(
+                "replica assignment partitions must be 0..n-1",
+                error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            )
+        for a in topic.assignments:
+            if a.broker_ids != [ctx.broker.node_id]:
+                raise KafkaError(
+                    f"replica assignment {a.broker_ids} names brokers other than {ctx.broker.node_id}",
+                    error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                )
+        return len(indexes), 1
+    partitions = topic.num_partitions
+    replication = topic.replication_factor
+    if partitions == -1:
+        partitions = config.get_int("num.partitions")
+    if replication == -1:
+        replication = config.get_int("default.replication.factor")
+    return partitions, replication
+
+
+@handles(DeleteTopicsRequest, (0, 6))
+async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    broker = ctx.broker
+    wanted: list[tuple[str | None, uuid.UUID]] = (
+        [(t.name, t.topic_id) for t in request.topics]
+        if ctx.api_version >= 6
+        else [(name, ZERO_UUID) for name in request.topic_names]
+    )
+    responses = []
+    for name, topic_id in wanted:
+        result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
+        responses.append(result)
+        if name is None:
+            record = broker.topics.by_id.get(topic_id)
+            if record is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                result.error_message = f"no topic has id {topic_id}"
+                continue
+            name = result.name = record.name
+        if not broker.config.get_bool("delete.topic.enable"):
+            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+            result.error_message = "delete.topic.enable is false"
+            continue
+        if name in INTERNAL_TOPICS:
+            result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            result.error_message = f"{name} is an internal topic"
+            continue
+        try:
+            record = broker.delete_topic(name)
+            result.topic_id = record.topic_id if ctx.api_version >= 6 else ZERO_UUID
+        except KafkaError as e:
+            result.error_code = e.error_code
+            result.error_message = str(e)
+    return DeleteTopicsResponse(responses=responses)
+
+
+@handles(CreatePartitionsRequest, (0, 3))
+async def create_partitions(
+    ctx: RequestContext, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
+    results = []
+    for topic in request.topics:
+        result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name)
+        results.append(result)
+        try:
+            ctx.broker.add_partitions(topic.name, topic.count, validate_only=request.validate_only)
+        except KafkaError as e:
+            result.error_code = e.error_code
+            result.error_message = str(e)
+    return CreatePartitionsResponse(results=results)

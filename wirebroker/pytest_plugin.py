@@ -1,0 +1,22 @@
+"""A pytest fixture for users: a real broker on a free port, one per test.
+
+Installed as a pytest plugin with wirebroker, so a test just asks for it::
+
+    def test_roundtrip(wirebroker_bootstrap):
+        producer = KafkaProducer(bootstrap_servers=wirebroker_bootstrap)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from wirebroker.embed import run_broker
+
+
+@pytest.fixture
+def wirebroker_bootstrap() -> Iterator[str]:
+    """The bootstrap address of a fresh broker with its own temporary data directory."""
+    with run_broker() as bootstrap:
+        yield bootstrap

@@ -1,0 +1,115 @@
+"""The broker process as a trio nursery tree: listeners, connections, housekeeping.
+
+`serve_broker(config, task_status=...)` opens the logs, binds every listener, reports a
+`RunningBroker` (with the real bound ports) through `task_status.started`, and runs until
+cancelled; on the way out it writes checkpoints and the clean-shutdown marker. Nothing here is
+fire-and-forget: connections and periodic jobs are children of its nursery.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+import wirebroker.handlers  # noqa: F401  (registers every API)
+from wirebroker.broker import Broker, now_ms
+from wirebroker.config import BrokerConfig, Listener
+from wirebroker.connection import serve_connection
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms
+FLUSH_CHECK_INTERVAL_S = 1.0
+CLEANER_BACKOFF_S = 15.0  # Kafka's log.cleaner.backoff.ms
+
+
+@dataclass(frozen=True)
+class RunningBroker:
+    """What a started broker reports: itself and the addresses it listens on."""
+
+    broker: Broker
+    listeners: list[Listener]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{lst.host}:{lst.port}" for lst in self.listeners)
+
+
+async def serve_broker(
+    config: BrokerConfig, *, task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED
+) -> None:
+    started = time.monotonic()
+    broker = Broker.open(config)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.groups.serve)
+            bound: list[Listener] = []
+            for listener in config.listeners():
+                sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+                port = sockets[0].socket.getsockname()[1]
+                bound.append(Listener(listener.name, listener.host or "0.0.0.0", port))
+                handler = partial(_serve_one, broker=broker, listener_name=listener.name)
+                nursery.start_soon(trio.serve_listeners, handler, sockets)
+            broker.advertised = _advertised(config, bound)
+            nursery.start_soon(_housekeeping, broker)
+            log.info(
+                "wirebroker %d ready in %.0f ms on %s (cluster %s)",
+                broker.node_id,
+                (time.monotonic() - started) * 1000,
+                ", ".join(map(str, bound)),
+                broker.cluster_id,
+            )
+            task_status.started(RunningBroker(broker, bound))
+    finally:
+        log.info("shutting down: writing checkpoints")
+        broker.close()
+
+
+def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
+    advertised = config.advertised_listeners()
+    if advertised:
+        return advertised
+    return [
+        Listener(b.name, "127.0.0.1" if b.host in ("0.0.0.0", "", "::") else b.host, b.port)
+        for b in bound
+    ]
+
+
+async def _serve_one(stream: trio.SocketStream, *, broker: Broker, listener_name: str) -> None:
+    await serve_connection(stream, broker, listener_name)
+
+
+async def _housekeeping(broker: Broker) -> None:
+    """Flushes, retention, compaction and checkpoints, each on its own schedule.
+
+    They run on the broker's trio thread because storage logs have one owner; a long
+    compaction pass therefore delays requests (a later issue moves it off the loop).
+    """
+    schedule = {
+        "flush": FLUSH_CHECK_INTERVAL_S,
+        "retention": broker.config.get_int("log.retention.check.interval.ms") / 1000,
+        "cleaner": CLEANER_BACKOFF_S,
+        "checkpoint": CHECKPOINT_INTERVAL_S,
+    }
+    due = {job: trio.current_time() + interval for job, interval in schedule.items()}
+    while True:
+        job = min(due, key=due.__getitem__)
+        await trio.sleep_until(due[job])
+        due[job] = trio.current_time() + schedule[job]
+        manager = broker.log_manager
+        if job == "flush":
+            manager.flush_dirty_logs(now_ms())
+        elif job == "retention":
+            deleted = manager.run_retention(now_ms())
+            if deleted:
+                log.info("retention deleted %d segments", deleted)
+        elif job == "cleaner":
+            freed = manager.run_cleaner(now_ms())
+            if freed:
+                log.info("compaction freed %d bytes", freed)
+        else:
+            manager.checkpoint()

@@ -1,0 +1,230 @@
+"""Topic configs: Kafka's topic-level keys, their broker synonyms, defaults and sources.
+
+This module owns the rules DescribeConfigs reports and CreateTopics/AlterConfigs validate: a
+topic key's value comes from the topic's own override (source TOPIC_CONFIG), else from the
+broker's `server.properties` synonym (STATIC_BROKER_CONFIG), else Kafka's default
+(DEFAULT_CONFIG). It also turns the effective values into storage's `LogConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from protocol.errors import ErrorCode, KafkaError
+from storage.config import LogConfig
+from wirebroker.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from wirebroker.broker import Broker
+    from wirebroker.topics import TopicRecord
+
+# ConfigSource codes of DescribeConfigs (org.apache.kafka.common.requests.DescribeConfigsResponse)
+UNKNOWN, DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG = 0, 1, 2
+DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 3, 4, 5
+DYNAMIC_BROKER_LOGGER_CONFIG, CLIENT_METRICS_CONFIG = 6, 7
+# ConfigType codes (v3+)
+TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicKey:
+    name: str
+    type: str
+    default: str | None
+    broker_synonym: str | None
+    doc: str
+
+
+_WEEK_MS = str(7 * 24 * 3600 * 1000)
+_LONG_MAX = str(2**63 - 1)
+
+TOPIC_KEYS: dict[str, TopicKey] = {
+    k.name: k
+    for k in [
+        TopicKey(
+            "cleanup.policy", "list", "delete", "log.cleanup.policy", "delete, compact, or both"
+        ),
+        TopicKey("compression.type", "string", "producer", "compression.type", "Final compression"),
+        TopicKey(
+            "delete.retention.ms",
+            "long",
+            "86400000",
+            "log.cleaner.delete.retention.ms",
+            "How long tombstones are kept",
+        ),
+        TopicKey(
+            "file.delete.delay.ms",
+            "long",
+            "60000",
+            "log.segment.delete.delay.ms",
+            "Delay before deleting a file",
+        ),
+        TopicKey(
+            "flush.messages",
+            "long",
+            _LONG_MAX,
+            "log.flush.interval.messages",
+            "fsync interval in messages",
+        ),
+        TopicKey("flush.ms", "long", _LONG_MAX, "log.flush.interval.ms", "fsync interval in ms"),
+        TopicKey(
+            "index.interval.bytes",
+            "int",
+            "4096",
+            "log.index.interval.bytes",
+            "Bytes between index entries",
+        ),
+        TopicKey(
+            "max.compaction.lag.ms",
+            "long",
+            _LONG_MAX,
+            "log.cleaner.max.compaction.lag.ms",
+            "Latest a record stays uncompacted",
+        ),
+        TopicKey(
+            "max.message.bytes", "int", "1048588", "message.max.bytes", "Largest record batch"
+        ),
+        TopicKey(
+            "message.timestamp.after.max.ms",
+            "long",
+            _LONG_MAX,
+            "log.message.timestamp.after.max.ms",
+            "Future timestamp bound",
+        ),
+        TopicKey(
+            "message.timestamp.before.max.ms",
+            "long",
+            _LONG_MAX,
+            "log.message.timestamp.before.max.ms",
+            "Past timestamp bound",
+        ),
+        TopicKey(
+            "message.timestamp.type",
+            "string",
+            "CreateTime",
+            "log.message.timestamp.type",
+            "CreateTime or LogAppendTime",
+        ),
+        TopicKey(
+            "min.cleanable.dirty.ratio",
+            "double",
+            "0.5",
+            "log.cleaner.min.cleanable.ratio",
+            "Dirty ratio before compaction",
+        ),
+        TopicKey(
+            "min.compaction.lag.ms",
+            "long",
+            "0",
+            "log.cleaner.min.compaction.lag.ms",
+            "Earliest a record is compacted",
+        ),
+        TopicKey(
+            "min.insync.replicas", "int", "1", "min.insync.replicas", "ISR size needed for acks=all"
+        ),
+        TopicKey("preallocate", "boolean", "false", "log.preallocate", "Preallocate segment files"),
+        TopicKey(
+            "retention.bytes", "long", "-1", "log.retention.bytes", "Size to keep per partition"
+        ),
+        TopicKey("retention.ms", "long", _WEEK_MS, "log.retention.ms", "Time to keep records"),
+        TopicKey("segment.bytes", "int", "1073741824", "log.segment.bytes", "Segment size"),
+        TopicKey(
+            "segment.index.bytes", "int", "10485760", "log.index.size.max.bytes", "Index file size"
+        ),
+        TopicKey(
+            "segment.jitter.ms", "long", "0", "log.roll.jitter.ms", "Random jitter on segment.ms"
+        ),
+        TopicKey("segment.ms", "long", _WEEK_MS, "log.roll.ms", "Roll a segment after this long"),
+        TopicKey(
+            "unclean.leader.election.enable",
+            "boolean",
+            "false",
+            "unclean.leader.election.enable",
+            "Allow out-of-sync leaders",
+        ),
+    ]
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigValue:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    is_sensitive: bool
+    type: int
+    doc: str
+    default_value: str | None
+
+
+def _broker_value(config: BrokerConfig, key: TopicKey) -> str | None:
+    """The broker's own setting of a topic key's synonym, if the operator set one."""
+    if key.broker_synonym is None:
+        return None
+    if key.name == "retention.ms" and any(
+        config.is_set(n)
+        for n in ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+    ):
+        return str(config.retention_ms())
+    if key.name == "segment.ms" and any(
+        config.is_set(n) for n in ("log.roll.ms", "log.roll.hours")
+    ):
+        return str(config.roll_ms())
+    if config.is_set(key.broker_synonym):
+        return config.get(key.broker_synonym)
+    return None
+
+
+def effective_values(config: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigValue]:
+    out = []
+    for key in TOPIC_KEYS.values():
+        broker_value = _broker_value(config, key)
+        value: str | None
+        if key.name in overrides:
+            value, source = overrides[key.name], DYNAMIC_TOPIC_CONFIG
+        elif broker_value is not None:
+            value, source = broker_value, STATIC_BROKER_CONFIG
+        else:
+            value, source = key.default, DEFAULT_CONFIG
+        out.append(
+            ConfigValue(
+                key.name, value, source, False, False, TYPE_CODES[key.type], key.doc, key.default
+            )
+        )
+    return out
+
+
+def validate_overrides(overrides: Mapping[str, str]) -> None:
+    for name, value in overrides.items():
+        key = TOPIC_KEYS.get(name)
+        if key is None:
+            raise KafkaError(f"unknown topic config {name!r}", error_code=ErrorCode.INVALID_CONFIG)
+        try:
+            if key.type in ("int", "long", "short"):
+                int(value)
+            elif key.type == "double":
+                float(value)
+            elif key.type == "boolean" and value.lower() not in ("true", "false"):
+                raise ValueError
+        except ValueError:
+            raise KafkaError(
+                f"invalid value {value!r} for {name}: expected a {key.type}",
+                error_code=ErrorCode.INVALID_CONFIG,
+            ) from None
+
+
+def log_config_for(config: BrokerConfig, overrides: Mapping[str, str]) -> LogConfig:
+    """Storage's LogConfig for a topic with these overrides (validated first)."""
+    validate_overrides(overrides)
+    values = {v.name: v.value for v in effective_values(config, overrides) if v.value is not None}
+    try:
+        return LogConfig.from_properties(values)
+    except ValueError as e:
+        raise KafkaError(str(e), error_code=ErrorCode.INVALID_CONFIG) from e
+
+
+def describe_topic_configs(broker: Broker, record: TopicRecord) -> list[ConfigValue]:
+    return effective_values(broker.config, record.configs)

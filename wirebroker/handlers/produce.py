@@ -5,7 +5,8 @@ connection, as Kafka does. Each partition is answered on its own:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE (batch over the topic's
 `max.message.bytes`), CORRUPT_MESSAGE (CRC or framing), INVALID_RECORD, INVALID_TIMESTAMP,
 KAFKA_STORAGE_ERROR. A partition whose append succeeded is always answered with its offset,
-even if another partition in the same request failed. v3+ must carry exactly one v2 batch.
+even if another partition in the same request failed (an unexpected error is confined to the
+partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
@@ -85,6 +86,11 @@ def _append(
         log.error("append to %s-%d failed: %s", topic, data.index, e)
         result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         result.error_message = str(e)
+        return
+    except Exception:
+        # A bug: only this partition's fate is unknown; the others keep their real answers.
+        log.exception("append to %s-%d failed unexpectedly", topic, data.index)
+        result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
         return
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time

@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve test check generate bench-codec bench-storage bench-broker bench-groups bench-idempotence jars golden tools clean
+.PHONY: setup serve test check generate bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline jars golden tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,9 +63,13 @@ bench-groups: setup
 bench-idempotence: setup
 	$(PY) bench/bench_idempotence.py
 
-## jars: Kafka 3.9 + ZooKeeper jars from Maven Central into .cache/jars/kafka/ (no-op when up to date)
+## pipeline: the Spark log-aggregation job end to end (embedded broker unless one answers on 127.0.0.1:9092; Ctrl-C stops)
+pipeline: setup jars
+	$(PY) -m pipeline
+
+## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector from Maven Central into .cache/jars/ (no-op when up to date)
 jars:
-	bash jars/fetch.sh kafka
+	bash jars/fetch.sh kafka spark
 
 ## golden: re-capture tests/protocol/golden/frames/ from librdkafka and the Java client against real Kafka 3.9
 golden: setup jars

@@ -93,6 +93,12 @@ def produce_until_acked(
             i += 1
         producer.poll(0 if i - len(acked) < IN_FLIGHT else 0.001)
     if kill_after:
+        # Make sure records are outstanding at the kill: queue a burst and kill before polling
+        # (linger.ms keeps them in the producer for at least 2 ms).
+        for j in range(i, i + IN_FLIGHT):
+            producer.produce(
+                topic, value_of(j), b"key-%d" % j, partition=j % PARTITIONS, on_delivery=on_delivery
+            )
         broker.kill()
         producer.purge()  # whatever was not acknowledged by now never will be
         producer.flush(TIMEOUT)

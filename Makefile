@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve test check generate bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline jars golden tools clean
+.PHONY: setup serve test check generate bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline compat jars golden tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ check: setup
 ## generate: regenerate protocol/messages/ from the Kafka 3.9 message specs
 generate: setup
 	$(PY) -m protocol._codegen --specs $(SPECS)
+
+## compat: the same scenarios on real Kafka 3.9 and on wirebroker, plus raw-request diffs; writes compat/REPORT.md
+compat: setup jars tools
+	WIREBROKER_COMPAT_REPORT=compat/REPORT.md $(PY) -m pytest compat
 
 ## bench-codec: the codec benchmark (Produce v9 decode, Fetch v12 encode)
 bench-codec: setup

@@ -29,6 +29,12 @@ from wirebroker.topic_configs import (
 )
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+
+#: Broker synonyms Kafka gives no default (their value comes from a coarser key, e.g.
+#: log.retention.ms from log.retention.hours), so Kafka lists no DEFAULT_CONFIG synonym for them.
+BROKER_KEYS_WITHOUT_DEFAULT = frozenset(
+    {"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms", "log.flush.interval.ms"}
+)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -126,7 +132,7 @@ def _synonyms(ctx: RequestContext, v: ConfigValue, resource_type: int) -> list[S
                     source=STATIC_BROKER_CONFIG,
                 )
             )
-        if key.broker_synonym and key.default is not None:
+        if key.broker_synonym and key.broker_synonym not in BROKER_KEYS_WITHOUT_DEFAULT:
             out.append(Synonym(name=key.broker_synonym, value=key.default, source=DEFAULT_CONFIG))
     else:
         out.append(Synonym(name=v.name, value=v.value, source=v.source))

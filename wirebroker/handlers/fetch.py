@@ -145,7 +145,9 @@ def _read_all(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted])
                 min_one_batch=min_one,
             )
         except KafkaError as e:
+            # Like Kafka's failed LogReadResult: offsets unknown (-1) next to the error.
             result.error_code = e.error_code
+            result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
             result.records = EMPTY
             continue
         result.error_code = ErrorCode.NONE

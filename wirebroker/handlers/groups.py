@@ -58,7 +58,7 @@ async def find_coordinator(
             if request.key_type == GROUP_KEY:
                 ctx.broker.groups.ensure_topic()
             c.node_id, c.host, c.port = ctx.broker.node_id, host, port
-            c.error_message = None
+            c.error_message = "NONE"  # Kafka sends Errors.NONE.message() on success
         found.append(c)
     if ctx.api_version >= 4:
         return FindCoordinatorResponse(coordinators=found)

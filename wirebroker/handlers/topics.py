@@ -29,7 +29,8 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     counts = Counter(t.name for t in request.topics)
     results = []
     for topic in request.topics:
-        result = CreateTopicsResponse.CreatableTopicResult(name=topic.name)
+        # Kafka answers a created topic with a null error message (the codec's default is "").
+        result = CreateTopicsResponse.CreatableTopicResult(name=topic.name, error_message=None)
         results.append(result)
         if counts[topic.name] > 1:
             result.error_code = ErrorCode.INVALID_REQUEST
@@ -126,7 +127,9 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
             result.topic_id = record.topic_id if ctx.api_version >= 6 else ZERO_UUID
         except KafkaError as e:
             result.error_code = e.error_code
-            result.error_message = str(e)
+            # Kafka answers an unknown topic with the code alone (message null)
+            unknown = e.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            result.error_message = None if unknown else str(e)
     return DeleteTopicsResponse(responses=responses)
 
 

@@ -1,0 +1,98 @@
+"""Raw-protocol helpers of the compat scenarios (our own codec over a socket).
+
+Used to set up topics without a client's start-up cost and to look at what a broker
+stored (batch codec, producer id, sequence), which no client shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from compat.clients import GET_OFFSETS, java
+from protocol.messages.fetch import FetchRequest, FetchResponse
+from protocol.records import iter_batches
+from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import create_topic as create_topic
+
+__all__ = ["StoredBatch", "create_topic", "offsets_for_time", "stored_batches"]
+
+
+class StoredBatch(NamedTuple):
+    codec: int
+    has_producer_id: bool
+    base_sequence: int
+    records: int
+
+
+def fetch_partition(bootstrap: str, topic: str, partition: int = 0) -> FetchResponse.PartitionData:
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=10_000_000,
+        isolation_level=0,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=partition, fetch_offset=0, partition_max_bytes=10_000_000
+                    )
+                ],
+            )
+        ],
+    )
+    with RawClient(bootstrap) as client:
+        response = client.request(request, 12)
+    (p,) = response.responses[0].partitions
+    return p  # type: ignore[no-any-return]
+
+
+def stored_batches(bootstrap: str, topic: str, partition: int = 0) -> list[StoredBatch]:
+    """Every batch of the partition as the broker stored it."""
+    data = fetch_partition(bootstrap, topic, partition).records
+    out = []
+    for b in iter_batches(bytes(data or b"")):
+        out.append(
+            StoredBatch(
+                int(b.compression),
+                b.producer_id >= 0,
+                b.base_sequence,
+                b.last_offset_delta + 1,
+            )
+        )
+    return out
+
+
+def offsets_for_time(client: str, bootstrap: str, topic: str, stamps: list[int]) -> list[Any]:
+    """Partition 0's first offset with a timestamp >= each stamp, per ``client`` (None: none)."""
+    if client == "kafka-python":
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+        try:
+            tp = TopicPartition(topic, 0)
+            found = [consumer.offsets_for_times({tp: ts})[tp] for ts in stamps]
+            return [None if f is None else (f.offset, f.timestamp) for f in found]
+        finally:
+            consumer.close()
+    if client == "confluent-kafka":
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compat-unused"})
+        try:
+            out = []
+            for ts in stamps:
+                (r,) = consumer.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)
+                out.append(None if r.offset < 0 else r.offset)
+            return out
+        finally:
+            consumer.close()
+    if client == "java":
+        return [
+            java(GET_OFFSETS, "--bootstrap-server", bootstrap, "--topic", topic, "--time", str(ts))
+            .strip()
+            .splitlines()
+            for ts in stamps
+        ]
+    raise ValueError(client)

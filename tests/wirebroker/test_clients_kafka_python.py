@@ -1,8 +1,7 @@
 """kafka-python against a broker process: version detection, produce and consume, seeking.
 
 Records go out with keys, null keys and values, headers, explicit timestamps and each codec
-kafka-python can write here (snappy needs python-snappy, which the project does not install;
-the other clients cover snappy), and come back exactly: offsets, keys, values, headers,
+(snappy through python-snappy, a test dependency), and come back exactly: offsets, keys, values, headers,
 timestamps and timestamp types. Consumers assign and seek (no groups yet).
 """
 
@@ -110,7 +109,7 @@ def test_detects_kafka_3_9(broker: BrokerProcess) -> None:
         assert (k.min_version, k.max_version) == real[k.api_key], k
 
 
-@pytest.mark.parametrize("codec", [None, "gzip", "lz4", "zstd"])
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
 def test_produce_and_consume_every_kind_of_record(
     broker: BrokerProcess, topic: str, codec: str | None
 ) -> None:

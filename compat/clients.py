@@ -13,6 +13,7 @@ runs compare equal.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import subprocess
 import time
@@ -249,19 +250,43 @@ def _consume_kafka_python(bootstrap: str, topic: str, count: int) -> list[Got]:
 def _consume_confluent(bootstrap: str, topic: str, count: int) -> list[Got]:
     # A fresh consumer gets a second chance: in two of the first full runs, on real Kafka
     # and under load, one consumer read nothing for 40 s without reporting any error.
+    # librdkafka's own debug log is kept and shown if both attempts fail, so the cause of
+    # the silence is in the failure report.
     errors: list[str] = []
     for _attempt in range(2):
-        out = _consume_confluent_once(bootstrap, topic, count, errors)
+        log = _RingLog()
+        out = _consume_confluent_once(bootstrap, topic, count, errors, log)
         if len(out) == count:
             return out
-    raise AssertionError(f"confluent-kafka read {len(out)} of {count}; errors: {errors}")
+    raise AssertionError(
+        f"confluent-kafka read {len(out)} of {count}; errors: {errors}\n"
+        "librdkafka debug log of the last attempt:\n" + "\n".join(log.lines)
+    )
 
 
-def _consume_confluent_once(bootstrap: str, topic: str, count: int, errors: list[str]) -> list[Got]:
+class _RingLog:
+    """A ``logging.Logger`` stand-in that keeps librdkafka's last log lines."""
+
+    def __init__(self, keep: int = 300) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        self.lines.append(fmt % args if args else fmt)
+
+
+def _consume_confluent_once(
+    bootstrap: str, topic: str, count: int, errors: list[str], log: _RingLog
+) -> list[Got]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": unique("compat"), "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("compat"),
+            "enable.auto.commit": False,
+            "debug": "consumer,cgrp,topic,fetch,metadata",
+        },
+        logger=log,
     )
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])

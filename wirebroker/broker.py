@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
 from storage.config import LogConfig
@@ -24,6 +25,9 @@ from wirebroker.partition import Partition
 from wirebroker.producer_ids import ProducerIdManager
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
+
+if TYPE_CHECKING:
+    from wirebroker.zk.member import ClusterMember
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,17 @@ class Broker:
     stats: BrokerStats = field(default_factory=BrokerStats)
     groups: GroupCoordinator = field(init=False)
     producer_ids: ProducerIdManager = field(init=False)
+    #: The controller's broker id: this broker when embedded; in a cluster, whoever holds
+    #: `/controller` (-1 while there is none), kept current by `cluster` (and by UpdateMetadata).
+    controller_id: int = -1
+    #: This broker's part of a ZooKeeper cluster (None when embedded, without zookeeper.connect).
+    cluster: ClusterMember | None = None
+    #: The czxid of this broker's `/brokers/ids/<id>` registration; -1 when embedded.
+    broker_epoch: int = -1
 
     def __post_init__(self) -> None:
+        if self.controller_id == -1 and not self.config.get("zookeeper.connect"):
+            self.controller_id = self.node_id
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
 
@@ -180,6 +193,22 @@ class Broker:
 
     def topic_id_b64(self, record: TopicRecord) -> str:
         return base64.urlsafe_b64encode(record.topic_id.bytes).decode().rstrip("=")
+
+    def apply_topic_config(self, name: str, overrides: dict[str, str]) -> None:
+        """A topic's overrides changed elsewhere (cluster mode: `/config/changes`): apply them
+        to the registry record, if any, and to whatever local logs the topic has here."""
+        try:
+            config = log_config_for(self.config, overrides)
+        except Exception as e:
+            log.error("topic %s: cannot apply config overrides %s: %s", name, overrides, e)
+            return
+        record = self.topics.get(name)
+        if record is not None and record.configs != overrides:
+            record.configs = dict(overrides)
+            self.topics.save()
+        for tp, partition in self.partitions.items():
+            if tp.topic == name:
+                partition.log.update_config(config)
 
     def set_topic_configs(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False

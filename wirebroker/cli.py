@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 
 from wirebroker.config import BROKER_KEYS, BrokerConfig, ConfigError
-from wirebroker.server import serve_broker
+from wirebroker.server import RunningBroker, serve_broker
 
 log = logging.getLogger("wirebroker")
 
@@ -102,11 +102,21 @@ def main(argv: list[str] | None = None) -> int:
 async def _run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_broker, config)
+            running: RunningBroker = await nursery.start(serve_broker, config)
+            stopping = False
             async for signum in signals:
+                if stopping:
+                    log.info("received %s again: stopping now", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    break
                 log.info("received %s: shutting down", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+                stopping = True
+                nursery.start_soon(_stop, running, nursery.cancel_scope)
+
+
+async def _stop(running: RunningBroker, scope: trio.CancelScope) -> None:
+    await running.stop()  # a controlled shutdown first, in a cluster
+    scope.cancel()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ Auto-creation follows `auto.create.topics.enable` and, from v4, the request's
 `allow_auto_topic_creation`. Differences from Kafka: a topic created by this request is
 answered as ready (error NONE with its partitions) instead of LEADER_NOT_AVAILABLE, because
 leaders are assigned synchronously here; authorized operations are all those the resource type
-supports, as Kafka reports them without an authorizer.
+supports, as Kafka reports them without an authorizer. In a cluster, auto-creation writes
+ZooKeeper and answers LEADER_NOT_AVAILABLE, as Kafka does, and `controller_id` is the broker
+holding `/controller`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
             version < 4 or request.allow_auto_topic_creation
         )
         for wanted in request.topics or []:
-            topics.append(_lookup(ctx, wanted, request, allow_create))
+            topics.append(await _lookup(ctx, wanted, request, allow_create))
     response = MetadataResponse(
         brokers=[
             MetadataResponse.MetadataResponseBroker(
@@ -44,7 +46,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
             for listener in broker.advertised[:1]
         ],
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=broker.controller_id,
         topics=topics,
     )
     if version <= 10 and version >= 8 and request.include_cluster_authorized_operations:
@@ -52,7 +54,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     return response
 
 
-def _lookup(
+async def _lookup(
     ctx: RequestContext,
     wanted: MetadataRequest.MetadataRequestTopic,
     request: MetadataRequest,
@@ -68,6 +70,8 @@ def _lookup(
     if record is None:
         if not allow_create or wanted.name in INTERNAL_TOPICS:
             return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name)
+        if broker.cluster is not None:
+            return await _auto_create_in_zk(ctx, wanted.name)
         try:
             record = broker.create_topic(
                 wanted.name,
@@ -107,4 +111,24 @@ def _describe(ctx: RequestContext, record: TopicRecord, request: MetadataRequest
         topic_authorized_operations=(
             ops.TOPIC if request.include_topic_authorized_operations else ops.NOT_REQUESTED
         ),
+    )
+
+
+async def _auto_create_in_zk(ctx: RequestContext, name: str) -> Topic:
+    """Cluster mode: create the topic in ZooKeeper; it is answered LEADER_NOT_AVAILABLE (also when
+    it already exists but this broker does not know it yet), as Kafka answers with timeout 0."""
+    broker = ctx.broker
+    assert broker.cluster is not None
+    try:
+        await broker.cluster.create_topic(
+            name,
+            broker.config.get_int("num.partitions"),
+            broker.config.get_int("default.replication.factor"),
+            {},
+        )
+    except KafkaError as e:
+        if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            return Topic(error_code=e.error_code, name=name, is_internal=name in INTERNAL_TOPICS)
+    return Topic(
+        error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=name in INTERNAL_TOPICS
     )

@@ -1,0 +1,28 @@
+"""Fixtures of the cluster tests: one real ZooKeeper per module (from the Kafka jar set).
+
+The tests need `make jars` (ZooKeeper 3.8 comes with Kafka's jars) and a JDK; without them they
+are skipped. Each test gets its own chroot, so tests in a module never see each other's znodes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from wirebroker.zookeeper_server import ZooKeeperServer, jars_available, zookeeper
+
+
+@pytest.fixture(scope="module")
+def zk_server() -> Iterator[ZooKeeperServer]:
+    if not jars_available():
+        pytest.skip("no ZooKeeper jars: run `make jars`")
+    with zookeeper(heap="128m") as server:
+        yield server
+
+
+@pytest.fixture
+def zk_connect(zk_server: ZooKeeperServer) -> str:
+    """A `zookeeper.connect` string with a chroot of this test's own."""
+    return f"{zk_server.connect}/wb-{uuid.uuid4().hex[:8]}"

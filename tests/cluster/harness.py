@@ -13,10 +13,16 @@ from typing import Any
 
 import trio
 
+from protocol.api import decode_request, encode_response
+from protocol.framing import FrameBuffer, frame
+from protocol.messages import APIS
+from protocol.messages.headers import ResponseHeader
 from protocol.schema import Message
 from wirebroker.config import BrokerConfig
 from wirebroker.controller.channel import request_once
 from wirebroker.server import RunningBroker, serve_broker
+from wirebroker.zk import znodes
+from wirebroker.zk.client import ZkClient
 
 
 def broker_config(zk_connect: str, tmp: Path, broker_id: int, **extra: str) -> BrokerConfig:
@@ -55,3 +61,74 @@ async def eventually(predicate: Callable[[], Any], timeout: float = 15.0, what: 
                 return value
             await trio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+
+
+class FakeBroker:
+    """A broker that only registers in ZooKeeper and records the controller's requests.
+
+    It answers every request with that API's empty (success) response, so the controller's
+    LeaderAndIsr / UpdateMetadata / StopReplica can be checked field by field without the
+    replica side. `zk` is its own session (expire it, close it, to make it leave).
+    """
+
+    def __init__(self, broker_id: int, rack: str | None = None) -> None:
+        self.broker_id = broker_id
+        self.rack = rack
+        self.port = 0
+        self.requests: list[Message] = []
+        self.zk: ZkClient | None = None
+        self.epoch = -1
+
+    def received(self, kind: type[Message]) -> list[Any]:
+        return [r for r in self.requests if isinstance(r, kind)]
+
+    async def run(self, zk_connect: str, *, task_status: trio.TaskStatus[None]) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, self._serve, listeners)
+            self.zk = ZkClient(zk_connect, session_timeout_ms=6000)
+            await self.zk.start()
+            try:
+                await self.register()
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                await self.zk.close()
+
+    async def register(self) -> None:
+        assert self.zk is not None
+        reg = znodes.BrokerRegistration(
+            self.broker_id, (znodes.Endpoint("PLAINTEXT", "127.0.0.1", self.port),), self.rack
+        )
+        path = znodes.broker_path(self.broker_id)
+        await self.zk.create(path, reg.encode(), ephemeral=True, makepath=True)
+        stat = await self.zk.exists(path)
+        assert stat is not None
+        self.epoch = stat.czxid
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        buffer = FrameBuffer()
+        try:
+            async with stream:
+                while True:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    buffer.receive_data(data)
+                    while True:
+                        got = buffer.next_frame()
+                        if not isinstance(got, memoryview):
+                            break
+                        request = decode_request(got)
+                        self.requests.append(request.body)
+                        info = APIS[request.api_key]
+                        answer = encode_response(
+                            ResponseHeader(correlation_id=request.header.correlation_id),
+                            info.response_class()(),
+                            request.api_key,
+                            request.api_version,
+                        )
+                        await stream.send_all(frame(answer))
+        except trio.BrokenResourceError:
+            return

@@ -87,7 +87,12 @@ class ZkClient:
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self._token = trio.lowlevel.current_trio_token()
         self._send, self.events = trio.open_memory_channel[ZkEvent](math.inf)
-        self._kazoo = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        # Reconnect forever (the default gives up after a while, leaving a dead client).
+        self._kazoo = KazooClient(
+            hosts=connect,
+            timeout=session_timeout_ms / 1000,
+            connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
+        )
         self._closed = False
         self._session_id: int | None = None
         self._expired = False
@@ -179,9 +184,13 @@ class ZkClient:
             self._deliver_from_thread(ZkEvent("session", state="LOST"))
 
     def _on_data(self, event: WatchedEvent) -> None:
+        if event.path is None:  # session news reaches watchers too; the listener reports it
+            return
         self._deliver_from_thread(ZkEvent("data", path=event.path, type=str(event.type)))
 
     def _on_children(self, event: WatchedEvent) -> None:
+        if event.path is None:
+            return
         self._deliver_from_thread(ZkEvent("children", path=event.path, type=str(event.type)))
 
     # calls ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve test check generate bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline compat jars golden tools clean
+.PHONY: setup serve cluster test check generate bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline compat jars golden tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ setup: $(STAMP)
 ## serve: one broker on 127.0.0.1:9092 with its data in ./data (Ctrl-C stops it cleanly)
 serve: setup
 	$(VENV)/bin/wirebroker serve --listeners PLAINTEXT://127.0.0.1:9092 --log-dirs ./data
+
+## cluster: ZooKeeper + 3 brokers on 127.0.0.1:9092-9094, data in ./data/cluster (Ctrl-C stops all)
+cluster: setup jars
+	$(VENV)/bin/wirebroker cluster --brokers 3
 
 ## test: set up everything the suite needs (venv, Kafka jars, kcat) and run the whole suite
 test: setup jars tools

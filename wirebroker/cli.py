@@ -1,8 +1,10 @@
 """The `wirebroker` command.
 
     wirebroker serve [server.properties] [--override key=value ...]
+    wirebroker cluster [--brokers 3] [--zookeeper host:port]
 
-Runs one broker until SIGINT or SIGTERM, then shuts down cleanly (checkpoints written).
+`serve` runs one broker until SIGINT or SIGTERM, then shuts down cleanly (checkpoints written;
+in a cluster, after a controlled shutdown). `cluster` runs ZooKeeper and N brokers locally.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from wirebroker import cluster_cli
 from wirebroker.config import BROKER_KEYS, BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker, serve_broker
 
@@ -56,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--log-dirs", help="comma-separated data directories (default ./data)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     serve.add_argument("--list-configs", action="store_true", help="print known keys and exit")
+    cluster_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "cluster":
+        return cluster_cli.run(args)
 
     if args.list_configs:
         for key in BROKER_KEYS.values():

@@ -30,6 +30,7 @@ from protocol.messages.metadata import MetadataRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import FakeBroker, call, eventually, start_broker
+from wirebroker.controller.channel import request_once
 from wirebroker.server import RunningBroker
 from wirebroker.zk import znodes
 from wirebroker.zk.client import BadVersionError, ZkClient
@@ -469,6 +470,42 @@ def test_auto_create_and_clean_stop(zk_connect: str, tmp_path: Path) -> None:
             state = c1.controller.ctx.states[("auto", 0)].state
             assert state.leader == 1 and state.isr == (1,)
             await eventually(lambda: set(c1.controller.ctx.live) == {1}, what="broker 2 gone")
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_inter_broker_listener(zk_connect: str, tmp_path: Path) -> None:
+    """With two listeners, the controller uses `inter.broker.listener.name`; clients are told
+    the endpoints of the listener they came in on."""
+
+    async def main() -> None:
+        extra = {
+            "listeners": "INTERNAL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+            "inter_broker_listener_name": "INTERNAL",
+        }
+        async with trio.open_nursery() as nursery:
+            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, **extra)
+            b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **extra)
+            c1 = b1.broker.cluster
+            assert c1 is not None
+            channel = c1.controller.channel
+            assert channel is not None
+            await eventually(lambda: channel.brokers() == [1, 2], what="channels")
+            internal2 = next(x for x in b2.listeners if x.name == "INTERNAL")
+            assert (channel._links[2].host, channel._links[2].port) == ("127.0.0.1", internal2.port)
+            reg = c1.registrations[2]
+            assert [e.listener for e in reg.endpoints] == ["INTERNAL", "PLAINTEXT"]
+            for listener in b1.listeners:
+                answer = await request_once(
+                    listener.host, listener.port, DescribeClusterRequest(), 1, client_id="t"
+                )
+                ports = {x.broker_id: x.port for x in answer.brokers}
+                expected = {
+                    b.broker.node_id: next(x.port for x in b.listeners if x.name == listener.name)
+                    for b in (b1, b2)
+                }
+                assert ports == expected
             nursery.cancel_scope.cancel()
 
     run(main)

@@ -35,7 +35,14 @@ from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.zk import znodes
-from wirebroker.zk.client import BadVersionError, NodeExistsError, NoNodeError, ZkClient, ZkEvent
+from wirebroker.zk.client import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    ZkClient,
+    ZkEvent,
+    ZookeeperError,
+)
 from wirebroker.zk.znodes import BrokerRegistration, PartitionState, TopicAssignment
 
 if TYPE_CHECKING:
@@ -142,7 +149,7 @@ class Controller:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
-            await self._elect()
+            await self._safe_elect()
             async for item in self._receive:
                 if isinstance(item, ZkEvent):
                     await self._guarded(self._on_zk_event(item))
@@ -155,18 +162,34 @@ class Controller:
         except ControllerMoved:
             log.warning("controller %d: another broker took over; resigning", self.broker_id)
             await self._resign()
+            await self._safe_elect()
+        except ZookeeperError as e:
+            # Typically the connection dropped mid-way: what we know may be stale. Resign and
+            # run again from ZooKeeper's state, now or (if ZooKeeper is unreachable) on the
+            # next CONNECTED.
+            log.warning("controller %d: ZooKeeper failed (%r); resigning", self.broker_id, e)
+            await self._resign()
+            await self._safe_elect()
+
+    async def _safe_elect(self) -> None:
+        try:
             await self._elect()
+        except ZookeeperError as e:
+            log.warning("controller %d: election failed (%r)", self.broker_id, e)
 
     async def _run_call(self, call: _Call) -> None:
         try:
             if not self.active:
                 raise NotController()
             call.result = await call.fn()
-        except ControllerMoved as e:
+        except ControllerMoved:
             call.error = NotController()
             await self._resign()
-            await self._elect()
-            del e
+            await self._safe_elect()
+        except ZookeeperError as e:
+            call.error = e
+            await self._resign()
+            await self._safe_elect()
         except Exception as e:
             call.error = e
         finally:
@@ -195,7 +218,7 @@ class Controller:
                 if self.active:
                     log.warning("controller %d: ZooKeeper session lost; resigning", self.broker_id)
                 await self._resign()
-            elif ev.state == "CONNECTED" and ev.new_session:
+            elif ev.state == "CONNECTED" and (ev.new_session or not self.active):
                 await self._elect()
             return
         if ev.path == znodes.CONTROLLER:
@@ -234,7 +257,13 @@ class Controller:
         while True:
             got = await self.zk.get(znodes.CONTROLLER, watch=True)
             if got is not None:
-                self._set_active_id(znodes.ControllerZNode.decode(got[0]).broker_id)
+                holder = znodes.ControllerZNode.decode(got[0]).broker_id
+                if holder == self.broker_id and got[1].ephemeralOwner == self.zk.session_id:
+                    # Ours, from before we resigned on a ZooKeeper error: give it up and run
+                    # again, so the controller epoch is bumped and all state is re-read.
+                    await self.zk.delete(znodes.CONTROLLER, version=got[1].version)
+                    continue
+                self._set_active_id(holder)
                 return
             epoch_node = await self.zk.get(znodes.CONTROLLER_EPOCH)
             if epoch_node is None:
@@ -354,7 +383,11 @@ class Controller:
     def _connect_channels(self) -> None:
         assert self.channel is not None
         for broker_id, live in self.ctx.live.items():
-            ep = live.registration.endpoint(self.config.get("inter.broker.listener.name"))
+            try:
+                ep = live.registration.endpoint(self.config.get("inter.broker.listener.name"))
+            except KeyError as e:
+                log.error("cannot reach broker %d: %s", broker_id, e)
+                continue
             self.channel.add_broker(broker_id, ep.host, ep.port)
         for broker_id in self.channel.brokers():
             if broker_id not in self.ctx.live:
@@ -472,9 +505,12 @@ class Controller:
             live_leaders = []
             for leader in sorted(leaders):
                 if leader in ctx.live:
-                    ep = ctx.live[leader].registration.endpoint(
-                        self.config.get("inter.broker.listener.name")
-                    )
+                    try:
+                        ep = ctx.live[leader].registration.endpoint(
+                            self.config.get("inter.broker.listener.name")
+                        )
+                    except KeyError:
+                        continue
                     live_leaders.append(
                         LeaderAndIsrRequest.LeaderAndIsrLiveLeader(
                             broker_id=leader, host_name=ep.host, port=ep.port

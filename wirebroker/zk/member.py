@@ -37,7 +37,7 @@ from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import znodes
-from wirebroker.zk.client import NodeExistsError, ZkClient, ZkEvent
+from wirebroker.zk.client import NodeExistsError, ZkClient, ZkEvent, ZookeeperError
 from wirebroker.zk.znodes import BrokerRegistration, Endpoint, EntityConfig, TopicAssignment
 
 if TYPE_CHECKING:
@@ -111,6 +111,7 @@ class ClusterMember:
         self.topic_configs: dict[str, dict[str, str]] = {}
         self._last_change = -1
         self._registered = trio.Event()
+        self._stale = False
 
     # the owner task ------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -122,7 +123,12 @@ class ClusterMember:
                 await nursery.start(self.controller.run)
                 task_status.started()
                 async for event in self.zk.events:
-                    await self._on_event(event)
+                    try:
+                        await self._on_event(event)
+                    except ZookeeperError as e:
+                        # A dropped connection mid-way; the next CONNECTED redoes the work.
+                        log.warning("broker %d: ZooKeeper failed (%r)", self.broker.node_id, e)
+                        self._stale = True
         finally:
             await self.zk.close()
 
@@ -132,7 +138,8 @@ class ClusterMember:
                 log.warning("broker %d: ZooKeeper session expired", self.broker.node_id)
             elif ev.state == "SUSPENDED":
                 log.warning("broker %d: ZooKeeper connection lost; retrying", self.broker.node_id)
-            elif ev.state == "CONNECTED" and ev.new_session:
+            elif ev.state == "CONNECTED" and (ev.new_session or self._stale):
+                self._stale = False
                 log.info("broker %d: new ZooKeeper session; registering again", self.broker.node_id)
                 await self._register()
                 await self._load_topic_configs()

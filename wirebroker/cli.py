@@ -96,13 +96,36 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         trio.run(_run, config)
-    except OSError as e:
-        print(
-            f"wirebroker: {e.strerror or e}: is another broker already on that port?",
-            file=sys.stderr,
-        )
-        return 1
+    except BaseException as e:
+        # trio wraps errors of nursery children in exception groups: report the cause plainly
+        problem = find_exception(e, ConfigError)
+        if problem is not None:
+            print(f"wirebroker: {problem}", file=sys.stderr)
+            return 2
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        problem = find_exception(e, OSError)
+        if isinstance(problem, OSError):
+            print(
+                f"wirebroker: {problem.strerror or problem}: is another broker already on that "
+                "port, or ZooKeeper unreachable?",
+                file=sys.stderr,
+            )
+            return 1
+        raise
     return 0
+
+
+def find_exception(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`error` itself or the first exception of `kind` inside (nested) exception groups."""
+    if isinstance(error, kind):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = find_exception(inner, kind)
+            if found is not None:
+                return found
+    return None
 
 
 async def _run(config: BrokerConfig) -> None:

@@ -28,6 +28,7 @@ from wirebroker.topic_configs import (
     TYPE_CODES,
     ConfigValue,
     describe_topic_configs,
+    effective_values,
 )
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
@@ -53,7 +54,16 @@ async def describe_configs(
         result = Result(resource_type=resource.resource_type, resource_name=resource.resource_name)
         results.append(result)
         try:
-            values = _values(ctx, resource.resource_type, resource.resource_name)
+            if ctx.broker.cluster is not None and resource.resource_type == TOPIC:
+                overrides = await ctx.broker.cluster.topic_config(resource.resource_name)
+                if overrides is None:
+                    raise KafkaError(
+                        f"unknown topic {resource.resource_name!r}",
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    )
+                values = effective_values(ctx.broker.config, overrides)
+            else:
+                values = _values(ctx, resource.resource_type, resource.resource_name)
         except KafkaError as e:
             result.error_code = e.error_code
             result.error_message = str(e)

@@ -916,10 +916,14 @@ class Controller:
         changed = await self._write_states(updates)
         self._send_stop_replica(broker_id, followed, delete=False)
         self._announce(changed)
+        # Still led by it: partitions with other replicas (one replica has nowhere to go).
         return [
             tp
             for tp in ctx.partitions_on(broker_id)
-            if ctx.states.get(tp) and ctx.states[tp].state.leader == broker_id
+            if tp in ctx.states
+            and ctx.states[tp].state.leader == broker_id
+            and len(ctx.assignment(tp).replicas) > 1
+            and tp[0] not in ctx.deleting
         ]
 
     # leader elections on request ------------------------------------------------------------

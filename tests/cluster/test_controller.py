@@ -96,6 +96,17 @@ def test_election_fencing_and_reregistration(zk_connect: str, tmp_path: Path) ->
                 meta = await call(b, MetadataRequest(topics=[]), 12)
                 assert meta.controller_id == 1
 
+            # topics made before the failover: one by a non-controller, one by an old tool
+            kept = await create_topic(b2, "kept", 2, 2, configs=[])
+            assert kept.error_code == ErrorCode.NONE
+            await eventually(lambda: "kept" in c1.topic_configs, what="config cache of broker 1")
+            await c2.zk.create(
+                znodes.topic_path("no-id"), b'{"version":1,"partitions":{"0":[2,1]}}'
+            )
+            await eventually(lambda: ("no-id", 0) in c1.controller.ctx.states, what="old topic")
+            no_id = await c2.topic_assignment("no-id")
+            assert no_id is not None and no_id.topic_id is not None
+
             creds = c1.zk.session_credentials
             assert creds is not None
             await trio.to_thread.run_sync(expire_session, zk_connect, creds)
@@ -120,8 +131,12 @@ def test_election_fencing_and_reregistration(zk_connect: str, tmp_path: Path) ->
                     ]
                 )
             assert await c2.zk.exists("/fenced-write") is None
-            # the new controller sees both brokers live
-            assert set(c2.controller.ctx.live) == {1, 2}
+            # the new controller sees both brokers live, and the topics with live leaders
+            await eventually(lambda: set(c2.controller.ctx.live) == {1, 2}, what="both live")
+            states = c2.controller.ctx.states
+            assert {tp for tp in states} == {("kept", 0), ("kept", 1), ("no-id", 0)}
+            assert all(info.state.leader in (1, 2) for info in states.values())
+            assert c2.controller.ctx.topics["no-id"].topic_id == no_id.topic_id
             # a non-controller answers the controller APIs with NOT_CONTROLLER
             answer = await call(b1, ControlledShutdownRequest(broker_id=1, broker_epoch=-1), 3)
             assert answer.error_code == ErrorCode.NOT_CONTROLLER

@@ -369,8 +369,17 @@ class Controller:
         got = await self.zk.get(znodes.topic_path(topic), watch=True)
         if got is None:
             return False
-        self.ctx.topics[topic] = TopicAssignment.decode(got[0])
-        self.ctx.topic_versions[topic] = got[1].version
+        assignment = TopicAssignment.decode(got[0])
+        version = got[1].version
+        if assignment.topic_id is None:
+            # Written by an old tool: give it an id, as Kafka's controller does.
+            assignment.topic_id = uuid.uuid4()
+            results = await self._fenced(
+                [("set", znodes.topic_path(topic), assignment.encode(), version)]
+            )
+            version = results[1].version
+        self.ctx.topics[topic] = assignment
+        self.ctx.topic_versions[topic] = version
         for p in self.ctx.topics[topic].partitions:
             await self._load_state((topic, p))
         return True

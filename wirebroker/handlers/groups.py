@@ -86,7 +86,7 @@ async def _ensure_offsets_topic_in_zk(ctx: RequestContext) -> ErrorCode:
     live brokers: until enough are up the coordinator is not available."""
     cluster = ctx.broker.cluster
     assert cluster is not None
-    if OFFSETS_TOPIC in cluster.topic_configs or await cluster.topic_assignment(OFFSETS_TOPIC):
+    if await cluster.topic_assignment(OFFSETS_TOPIC) is not None:
         return ErrorCode.NONE
     try:
         await cluster.create_topic(

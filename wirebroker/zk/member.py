@@ -149,6 +149,9 @@ class ClusterMember:
         if ev.path == znodes.CONFIG_CHANGES:
             await self._process_config_changes()
             return
+        if ev.path == znodes.CONFIG_TOPICS:
+            await self._on_config_topics()
+            return
         if ev.path == znodes.BROKER_IDS:
             await self._refresh_brokers()
         self.controller.submit_zk_event(ev)
@@ -195,32 +198,46 @@ class ClusterMember:
             "broker %d registered at %s (broker epoch %d)", self.broker.node_id, path, stat.czxid
         )
 
-    async def _refresh_brokers(self) -> None:
-        ids = await self.zk.get_children(znodes.BROKER_IDS, watch=True) or []
+    async def _read_brokers(self, *, watch: bool) -> dict[int, BrokerRegistration]:
+        ids = await self.zk.get_children(znodes.BROKER_IDS, watch=watch) or []
         found: dict[int, BrokerRegistration] = {}
         for name in ids:
             got = await self.zk.get(znodes.broker_path(int(name)))
             if got is not None:
                 found[int(name)] = BrokerRegistration.decode(int(name), got[0])
-        self.registrations = found
+        return dict(sorted(found.items()))
+
+    async def _refresh_brokers(self) -> None:
+        self.registrations = await self._read_brokers(watch=True)
 
     async def live_brokers(self) -> dict[int, str | None]:
-        """The registered brokers and their racks, read from ZooKeeper now."""
-        await self._refresh_brokers()
-        return {b: r.rack for b, r in sorted(self.registrations.items())}
+        """The registered brokers and their racks, read from ZooKeeper now (for admin requests;
+        the owner task's `registrations` is left alone)."""
+        return {b: r.rack for b, r in (await self._read_brokers(watch=False)).items()}
 
     # topic configs --------------------------------------------------------------------------
     async def _load_topic_configs(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
         self._last_change = max((_seq(c) for c in changes), default=-1)
         configs: dict[str, dict[str, str]] = {}
-        for topic in await self.zk.get_children(znodes.CONFIG_TOPICS) or []:
+        for topic in await self.zk.get_children(znodes.CONFIG_TOPICS, watch=True) or []:
             got = await self.zk.get(znodes.topic_config_path(topic))
             if got is not None:
                 configs[topic] = EntityConfig.decode(got[0]).config
         self.topic_configs = configs
         for topic, overrides in configs.items():
-            self.broker.apply_topic_config(topic, overrides)
+            if overrides:
+                self.broker.apply_topic_config(topic, overrides)
+
+    async def _on_config_topics(self) -> None:
+        """A topic was created (its config znode comes first) or deleted: keep the cache whole."""
+        names = set(await self.zk.get_children(znodes.CONFIG_TOPICS, watch=True) or [])
+        for gone in set(self.topic_configs) - names:
+            del self.topic_configs[gone]
+        for topic in sorted(names - set(self.topic_configs)):
+            got = await self.zk.get(znodes.topic_config_path(topic))
+            if got is not None:
+                self.topic_configs[topic] = EntityConfig.decode(got[0]).config
 
     async def _process_config_changes(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
@@ -369,7 +386,6 @@ class ClusterMember:
             raise KafkaError(
                 f"Topic '{name}' already exists.", error_code=ErrorCode.TOPIC_ALREADY_EXISTS
             ) from None
-        self.topic_configs[name] = dict(configs)
         log.info("created topic %s: %s", name, assignment)
         return created
 

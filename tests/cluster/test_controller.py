@@ -31,6 +31,7 @@ from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import FakeBroker, call, eventually, start_broker
 from wirebroker.controller.channel import request_once
+from wirebroker.controller.controller import ControllerMoved
 from wirebroker.server import RunningBroker
 from wirebroker.zk import znodes
 from wirebroker.zk.client import BadVersionError, ZkClient
@@ -131,6 +132,11 @@ def test_election_fencing_and_reregistration(zk_connect: str, tmp_path: Path) ->
                     ]
                 )
             assert await c2.zk.exists("/fenced-write") is None
+            # ... and so does every write of the deposed controller itself
+            assert c1.controller.ctx.epoch_zk_version == old_version
+            with pytest.raises(ControllerMoved):
+                await c1.controller._fenced([("create", "/zombie-write", b"")])
+            assert await c2.zk.exists("/zombie-write") is None
             # the new controller sees both brokers live, and the topics with live leaders
             await eventually(lambda: set(c2.controller.ctx.live) == {1, 2}, what="both live")
             states = c2.controller.ctx.states

@@ -272,7 +272,14 @@ class ClusterMember:
         for attempt in range(1, retries + 1):
             try:
                 remaining = await self._controlled_shutdown_once()
-            except (OSError, trio.TooSlowError, EOFError, KafkaError, NotController) as e:
+            except (
+                OSError,
+                trio.TooSlowError,
+                EOFError,
+                KafkaError,
+                NotController,
+                ZookeeperError,
+            ) as e:
                 log.info("controlled shutdown attempt %d failed: %s", attempt, e)
             else:
                 if not remaining:

@@ -7,6 +7,7 @@ import trio
 from kazoo.client import KazooClient
 
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent
+from wirebroker.zk.member import allocate_producer_id_block
 
 pytestmark = pytest.mark.integration
 
@@ -73,5 +74,30 @@ def test_calls_watches_and_session_events(zk_connect: str) -> None:
         finally:
             await zk.close()
             await zk.close()  # twice is fine
+
+    trio.run(main)
+
+
+def test_producer_id_blocks_never_overlap(zk_connect: str) -> None:
+    async def main() -> None:
+        zk = ZkClient(zk_connect)
+        await zk.start()
+        try:
+            blocks: list[tuple[int, int]] = []
+
+            async def take(broker_id: int) -> None:
+                for _ in range(5):
+                    blocks.append(await allocate_producer_id_block(zk, broker_id))
+
+            async with trio.open_nursery() as nursery:
+                for broker_id in (1, 2, 3):
+                    nursery.start_soon(take, broker_id)
+            assert sorted(blocks) == [(i * 1000, i * 1000 + 999) for i in range(15)]
+            got = await zk.get("/latest_producer_id_block")
+            assert got is not None
+            assert got[0].startswith(b'{"version":1,"broker":')
+            assert got[0].endswith(b'"block_start":"14000","block_end":"14999"}')
+        finally:
+            await zk.close()
 
     trio.run(main)

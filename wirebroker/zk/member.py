@@ -37,7 +37,7 @@ from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import znodes
-from wirebroker.zk.client import NodeExistsError, ZkClient, ZkEvent, ZookeeperError
+from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
 from wirebroker.zk.znodes import BrokerRegistration, Endpoint, EntityConfig, TopicAssignment
 
 if TYPE_CHECKING:
@@ -330,6 +330,10 @@ class ClusterMember:
             )
         return [(p.topic_name, p.partition_index) for p in response.remaining_partitions]
 
+    async def allocate_producer_id_block(self) -> tuple[int, int]:
+        """(first, last) of a fresh block of 1000 producer ids for this broker (cluster mode)."""
+        return await allocate_producer_id_block(self.zk, self.broker.node_id)
+
     # topic admin (cluster mode) ---------------------------------------------------------------
     async def topic_assignment(self, name: str) -> TopicAssignment | None:
         got = await self.zk.get(znodes.topic_path(name))
@@ -497,6 +501,30 @@ class ClusterMember:
             sequence=True,
             makepath=True,
         )
+
+
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+
+
+async def allocate_producer_id_block(zk: ZkClient, broker_id: int) -> tuple[int, int]:
+    """The next block of producer ids for this broker, as (first, last), from
+    `/latest_producer_id_block`, written with a version check (retried when another broker won),
+    as Kafka's ZkProducerIdManager does."""
+    path = znodes.LATEST_PRODUCER_ID_BLOCK
+    while True:
+        got = await zk.get(path)
+        if got is None:
+            with contextlib.suppress(NodeExistsError):
+                await zk.create(path, b"", makepath=True)
+            continue
+        data, stat = got
+        first = znodes.ProducerIdBlock.decode(data).block_end + 1 if data else 0
+        block = znodes.ProducerIdBlock(broker_id, first, first + PRODUCER_ID_BLOCK_SIZE - 1)
+        try:
+            await zk.set(path, block.encode(), version=stat.version)
+        except BadVersionError:
+            continue
+        return block.block_start, block.block_end
 
 
 def _seq(child: str) -> int:

@@ -339,7 +339,7 @@ class Controller:
         created = await self._initialize_partitions(
             [tp for tp in ctx.partitions() if tp not in ctx.states]
         )
-        changed = await self._elect_offline(
+        await self._elect_offline(
             [
                 tp
                 for tp, info in ctx.states.items()
@@ -348,9 +348,7 @@ class Controller:
         )
         self._send_update_metadata(ctx.live, ctx.partitions())
         for broker_id in ctx.live:
-            self._send_leader_and_isr(
-                [broker_id], ctx.partitions_on(broker_id), is_new=created | changed
-            )
+            self._send_leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
         await self._on_delete_topics()
         await self._on_legacy_reassignment()
         await self._on_preferred_election_znode()
@@ -776,11 +774,9 @@ class Controller:
             if await self._load_topic(topic):
                 log.info("new topic %s: %s", topic, ctx.topics[topic].partitions)
                 created |= await self._initialize_partitions(
-                    [(topic, p) for p in sorted(ctx.topics[topic].partitions)]
-                    if (topic, 0) not in ctx.states
-                    else [
+                    [
                         (topic, p)
-                        for p in ctx.topics[topic].partitions
+                        for p in sorted(ctx.topics[topic].partitions)
                         if (topic, p) not in ctx.states
                     ]
                 )
@@ -1030,7 +1026,10 @@ class Controller:
                     written = await self._write_states(
                         {tp: self._new_state(tp, info.state.leader, info.state.isr)}
                     )
-                    self._announce(written, is_new=set(written))
+                    staying = [b for b in new.replicas if b not in new.adding]
+                    self._send_leader_and_isr(staying, written)
+                    self._send_leader_and_isr(new.adding, written, is_new=written)
+                    self._send_update_metadata(ctx.live, written)
                 await self._maybe_complete_reassignment(tp)
             else:
                 await self._finish_reassignment(tp, current, new.replicas)

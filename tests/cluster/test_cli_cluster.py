@@ -73,8 +73,14 @@ def test_cluster_command(tmp_path: Path) -> None:
         finally:
             zk.stop()
             zk.close()
-        # the controller's state changes and its LeaderAndIsr attempts are in the logs
+        # the controller's state changes, and LeaderAndIsr to each broker, are in the logs
         wait_until(lambda: found(r"rf3-2: leader \d, leader epoch 0"), 10, what="state log")
+        for broker_id in (1, 2, 3):
+            wait_until(
+                lambda b=broker_id: found(rf"LeaderAndIsr to broker {b}: .*rf3-0"),
+                10,
+                what=f"LeaderAndIsr to broker {broker_id}",
+            )
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -537,6 +537,13 @@ class Controller:
                 ],
                 live_leaders=live_leaders,
             )
+            names = [f"{t}-{ps.partition_index}" for t, pss in by_topic.items() for ps in pss]
+            state_log.info(
+                "LeaderAndIsr to broker %d: %s%s",
+                broker_id,
+                ", ".join(names[:8]),
+                f" and {len(names) - 8} more" if len(names) > 8 else "",
+            )
             self._send(broker_id, body, LEADER_AND_ISR_VERSION)
 
     def _send_update_metadata(

@@ -156,6 +156,24 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             False,
         ),
         _k(
+            "auto.leader.rebalance.enable",
+            "boolean",
+            "true",
+            "Move leadership back to preferred replicas when brokers are imbalanced.",
+        ),
+        _k(
+            "leader.imbalance.check.interval.seconds",
+            "long",
+            "300",
+            "How often the controller checks the leader balance.",
+        ),
+        _k(
+            "leader.imbalance.per.broker.percentage",
+            "int",
+            "10",
+            "Share of a broker's preferred partitions led elsewhere that triggers a rebalance.",
+        ),
+        _k(
             "controlled.shutdown.enable",
             "boolean",
             "true",

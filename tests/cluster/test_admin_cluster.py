@@ -244,3 +244,37 @@ def test_a_broker_of_another_cluster_or_a_duplicate_id_does_not_start(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_auto_leader_rebalance(zk_connect: str, tmp_path: Path) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            b1 = await start_broker(
+                nursery, zk_connect, tmp_path, 1, leader_imbalance_check_interval_seconds="1"
+            )
+            fake = FakeBroker(2)
+            await nursery.start(fake.run, zk_connect)
+            cluster = b1.broker.cluster
+            assert cluster is not None
+            controller = cluster.controller
+            await eventually(lambda: set(controller.ctx.live) == {1, 2}, what="2 live")
+            assert (
+                await create(b1, "balance", {0: [2, 1], 1: [1, 2]})
+            ).error_code == ErrorCode.NONE
+            await eventually(lambda: ("balance", 1) in controller.ctx.states)
+            tp = ("balance", 0)
+            info = controller.ctx.states[tp]
+            assert info.state.leader == 2
+            # leadership of partition 0 wanders to broker 1 (as after a restart of broker 2)
+            await controller.call(
+                lambda: controller._write_states({tp: controller._new_state(tp, 1, info.state.isr)})
+            )
+            assert controller.ctx.states[tp].state.leader == 1
+            # broker 2 leads none of its one preferred partition: 100% > 10%, so it gets it back
+            await eventually(
+                lambda: controller.ctx.states[tp].state.leader == 2, what="auto rebalance"
+            )
+            assert controller.ctx.states[("balance", 1)].state.leader == 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

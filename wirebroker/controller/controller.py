@@ -316,7 +316,11 @@ class Controller:
 
         async def run_channel(task_status: trio.TaskStatus[None]) -> None:
             with scope:
-                await channel.run(task_status=task_status)
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(channel.run)
+                    if self.config.get_bool("auto.leader.rebalance.enable"):
+                        nursery.start_soon(self._rebalance_timer)
+                    task_status.started()
 
         await self._nursery.start(run_channel)
         self._scope = scope
@@ -974,6 +978,37 @@ class Controller:
             results[tp] = ErrorCode.NONE if tp in written else ErrorCode.UNKNOWN_SERVER_ERROR
         self._announce(written)
         return results
+
+    async def _rebalance_timer(self) -> None:
+        """Every `leader.imbalance.check.interval.seconds`, queue a leader rebalance check."""
+        interval = self.config.get_int("leader.imbalance.check.interval.seconds")
+        while True:
+            await trio.sleep(interval)
+            self._queue.send_nowait(_Call(self.rebalance_leaders))
+
+    async def rebalance_leaders(self) -> dict[TP, ErrorCode]:
+        """Kafka's auto leader rebalance: a broker whose share of partitions led by another
+        broker, among those it is the preferred replica of, is above
+        `leader.imbalance.per.broker.percentage` gets them back (preferred election)."""
+        ctx = self.ctx
+        limit = self.config.get_int("leader.imbalance.per.broker.percentage") / 100
+        moves: list[TP] = []
+        for broker_id in sorted(ctx.live_ids()):
+            preferred = [
+                tp
+                for tp in ctx.partitions()
+                if tp in ctx.states
+                and ctx.assignment(tp).replicas[:1] == (broker_id,)
+                and not ctx.assignment(tp).reassigning
+                and tp[0] not in ctx.deleting
+            ]
+            elsewhere = [tp for tp in preferred if ctx.states[tp].state.leader != broker_id]
+            if preferred and len(elsewhere) / len(preferred) > limit:
+                moves += [tp for tp in elsewhere if broker_id in ctx.states[tp].state.isr]
+        if not moves:
+            return {}
+        log.info("leader rebalance: moving %d partitions to their preferred leader", len(moves))
+        return await self.elect_leaders(moves, unclean=False)
 
     async def _on_preferred_election_znode(self) -> None:
         got = await self.zk.get(znodes.PREFERRED_REPLICA_ELECTION, watch=True)

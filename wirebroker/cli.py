@@ -20,6 +20,7 @@ import trio
 from wirebroker import cluster_cli
 from wirebroker.config import BROKER_KEYS, BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker, serve_broker
+from wirebroker.zk.client import ZooKeeperUnreachable
 
 log = logging.getLogger("wirebroker")
 
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if isinstance(e, KeyboardInterrupt):
             raise
+        problem = find_exception(e, ZooKeeperUnreachable)
+        if problem is not None:
+            print(f"wirebroker: {problem}", file=sys.stderr)
+            return 1
         problem = find_exception(e, OSError)
         if isinstance(problem, OSError):
             print(

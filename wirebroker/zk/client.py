@@ -48,11 +48,16 @@ __all__ = [
     "SessionExpiredError",
     "ZkClient",
     "ZkEvent",
+    "ZooKeeperUnreachable",
     "ZnodeStat",
     "ZookeeperError",
 ]
 
 log = logging.getLogger(__name__)
+
+
+class ZooKeeperUnreachable(ConnectionError):
+    """No ZooKeeper answered within `zookeeper.connection.timeout.ms` at start-up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +115,7 @@ class ZkClient:
             )
         except Exception as e:
             await self.close()
-            raise ConnectionError(
+            raise ZooKeeperUnreachable(
                 f"cannot reach ZooKeeper at {self.connect} within "
                 f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}"
             ) from e

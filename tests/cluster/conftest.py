@@ -1,7 +1,7 @@
-"""Fixtures of the cluster tests: one real ZooKeeper per module (from the Kafka jar set).
+"""Fixtures of the cluster tests: one real ZooKeeper for the session (from the Kafka jar set).
 
 The tests need `make jars` (ZooKeeper 3.8 comes with Kafka's jars) and a JDK; without them they
-are skipped. Each test gets its own chroot, so tests in a module never see each other's znodes.
+are skipped. Each test gets its own chroot, so tests never see each other's znodes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from wirebroker.zookeeper_server import ZooKeeperServer, jars_available, zookeeper
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def zk_server() -> Iterator[ZooKeeperServer]:
     if not jars_available():
         pytest.skip("no ZooKeeper jars: run `make jars`")

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
 from protocol.errors import ErrorCode
@@ -57,6 +58,10 @@ def test_cluster_command(tmp_path: Path) -> None:
             )
             answer = client.request(CreateTopicsRequest(topics=[topic], timeout_ms=15_000), 7)
             assert answer.topics[0].error_code == ErrorCode.NONE, answer.topics[0].error_message
+        # a stock admin client finds the controller through Metadata and creates a topic there
+        admin = AdminClient({"bootstrap.servers": bootstraps[1]})
+        futures = admin.create_topics([NewTopic("by-admin", 2, 3)], request_timeout=20)
+        futures["by-admin"].result(timeout=30)
         for address in bootstraps:
             with RawClient(address) as client:
                 described = client.request(DescribeClusterRequest(), 1)
@@ -66,10 +71,11 @@ def test_cluster_command(tmp_path: Path) -> None:
         zk = KazooClient(hosts=zk_connect[1])
         zk.start(timeout=10)
         try:
-            for p in range(3):
-                data, stat = zk.get(znodes.partition_state_path("rf3", p))
-                state = znodes.PartitionState.decode(data)
-                assert state.leader in (1, 2, 3) and sorted(state.isr) == [1, 2, 3]
+            for topic, partitions in (("rf3", 3), ("by-admin", 2)):
+                for p in range(partitions):
+                    data, _ = zk.get(znodes.partition_state_path(topic, p))
+                    state = znodes.PartitionState.decode(data)
+                    assert state.leader in (1, 2, 3) and sorted(state.isr) == [1, 2, 3]
         finally:
             zk.stop()
             zk.close()

@@ -96,6 +96,7 @@ def test_election_fencing_and_reregistration(zk_connect: str, tmp_path: Path) ->
                 assert [x.broker_id for x in described.brokers] == [1, 2]
                 meta = await call(b, MetadataRequest(topics=[]), 12)
                 assert meta.controller_id == 1
+                assert [x.node_id for x in meta.brokers] == [1, 2]
 
             # topics made before the failover: one by a non-controller, one by an old tool
             kept = await create_topic(b2, "kept", 2, 2, configs=[])

@@ -39,12 +39,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
         for wanted in request.topics or []:
             topics.append(await _lookup(ctx, wanted, request, allow_create))
     response = MetadataResponse(
-        brokers=[
-            MetadataResponse.MetadataResponseBroker(
-                node_id=broker.node_id, host=listener.host, port=listener.port, rack=None
-            )
-            for listener in broker.advertised[:1]
-        ],
+        brokers=_brokers(ctx),
         cluster_id=broker.cluster_id,
         controller_id=broker.controller_id,
         topics=topics,
@@ -52,6 +47,31 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     if version <= 10 and version >= 8 and request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = ops.CLUSTER
     return response
+
+
+def _brokers(ctx: RequestContext) -> list[MetadataResponse.MetadataResponseBroker]:
+    broker = ctx.broker
+    if broker.cluster is None:
+        return [
+            MetadataResponse.MetadataResponseBroker(
+                node_id=broker.node_id, host=listener.host, port=listener.port, rack=None
+            )
+            for listener in broker.advertised[:1]
+        ]
+    # Cluster mode: the registered brokers, at their endpoint for this request's listener (the
+    # replica side's metadata cache, fed by UpdateMetadata, is the long-term source).
+    out = []
+    for broker_id, registration in sorted(broker.cluster.registrations.items()):
+        try:
+            ep = registration.endpoint(ctx.listener_name)
+        except KeyError:
+            continue
+        out.append(
+            MetadataResponse.MetadataResponseBroker(
+                node_id=broker_id, host=ep.host, port=ep.port, rack=registration.rack
+            )
+        )
+    return out
 
 
 async def _lookup(

@@ -42,16 +42,35 @@ def test_broker_registration_with_a_rack_and_two_listeners() -> None:
     assert back.endpoint("CLIENT").port == 1
 
 
-def test_broker_registration_kafka_wrote() -> None:
-    # /brokers/ids/0 as a Kafka 3.9 broker writes it (from a real ZooKeeper)
-    data = (
-        b'{"features":{},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
-        b'"endpoints":["PLAINTEXT://127.0.0.1:40313"],"jmx_port":-1,"port":40313,'
-        b'"host":"127.0.0.1","version":5,"timestamp":"1763700000000"}'
-    )
-    reg = z.BrokerRegistration.decode(0, data)
-    assert reg.endpoints == (z.Endpoint("PLAINTEXT", "127.0.0.1", 40313),)
+#: Znodes as a Kafka 3.9 broker wrote them (captured from a real ZooKeeper; see
+#: test_kafka_interop.py for the live version of this check).
+KAFKA_WROTE = {
+    "registration": b'{"features":{},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
+    b'"endpoints":["PLAINTEXT://127.0.0.1:47921"],"jmx_port":-1,"port":47921,'
+    b'"host":"127.0.0.1","version":5,"timestamp":"1795248212593"}',
+    "controller": b'{"version":2,"brokerid":0,"timestamp":"1795248212871","kraftControllerEpoch":-1}',
+    "cluster": b'{"version":"1","id":"0ztWcSQTRZWhhkWbu2Zmgg"}',
+    "topic": b'{"partitions":{"0":[0],"1":[0]},"topic_id":"Zb3P3fGJQFSlorpxyZYxgw",'
+    b'"adding_replicas":{},"removing_replicas":{},"version":3}',
+    "state": b'{"controller_epoch":1,"leader":0,"version":1,"leader_epoch":0,"isr":[0]}',
+    "config": b'{"version":1,"config":{}}',
+}
+
+
+def test_kafkas_bytes_decode_and_encode_byte_for_byte() -> None:
+    reg = z.BrokerRegistration.decode(0, KAFKA_WROTE["registration"])
+    assert reg.endpoints == (z.Endpoint("PLAINTEXT", "127.0.0.1", 47921),)
     assert reg.rack is None and reg.version == 5
+    assert reg.encode() == KAFKA_WROTE["registration"]
+    assert z.ControllerZNode.decode(KAFKA_WROTE["controller"]).encode() == KAFKA_WROTE["controller"]
+    assert z.ClusterIdZNode.decode(KAFKA_WROTE["cluster"]).encode() == KAFKA_WROTE["cluster"]
+    topic = z.TopicAssignment.decode(KAFKA_WROTE["topic"])
+    assert topic.partitions == {0: [0], 1: [0]}
+    assert topic.encode() == KAFKA_WROTE["topic"]
+    state = z.PartitionState.decode(KAFKA_WROTE["state"])
+    assert state == z.PartitionState(0, 0, (0,), 1)
+    assert state.encode() == KAFKA_WROTE["state"]
+    assert z.EntityConfig.decode(KAFKA_WROTE["config"]).encode() == KAFKA_WROTE["config"]
 
 
 def test_controller_and_epoch() -> None:

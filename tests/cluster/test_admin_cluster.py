@@ -278,3 +278,41 @@ def test_auto_leader_rebalance(zk_connect: str, tmp_path: Path) -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_unclean_election_by_topic_override(zk_connect: str, tmp_path: Path) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            b1 = await start_broker(nursery, zk_connect, tmp_path, 1)
+            fake = FakeBroker(2)
+            await nursery.start(fake.run, zk_connect)
+            cluster = b1.broker.cluster
+            assert cluster is not None
+            controller = cluster.controller
+            await eventually(lambda: set(controller.ctx.live) == {1, 2}, what="2 live")
+            unclean = [
+                CreateTopicsRequest.CreatableTopicConfig(
+                    name="unclean.leader.election.enable", value="true"
+                )
+            ]
+            for name, configs in (("dirty", unclean), ("clean", [])):
+                made = await create(b1, name, {0: [2, 1]}, configs=configs)
+                assert made.error_code == ErrorCode.NONE
+            for name in ("dirty", "clean"):
+                await eventually(lambda n=name: (n, 0) in controller.ctx.states)
+                info = controller.ctx.states[(name, 0)]
+                await controller.call(
+                    lambda n=name, i=info: controller.alter_partition(
+                        2, fake.epoch, {(n, 0): (i.state.leader_epoch, (2,), i.version, 0)}
+                    )
+                )
+            assert fake.zk is not None
+            await fake.zk.close()
+            await eventually(lambda: 2 not in controller.ctx.live, what="broker 2 gone")
+            dirty = controller.ctx.states[("dirty", 0)].state
+            assert (dirty.leader, dirty.isr) == (1, (1,))
+            clean = controller.ctx.states[("clean", 0)].state
+            assert (clean.leader, clean.isr) == (-1, (2,))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

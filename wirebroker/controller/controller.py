@@ -134,6 +134,8 @@ class Controller:
         self.ctx = ControllerContext()
         self.channel: ControllerChannel | None = None
         self.on_controller_change: Callable[[int], None] = lambda _id: None
+        #: A topic's config overrides (the broker's `ClusterMember` keeps them current).
+        self.topic_config: Callable[[str], dict[str, str]] = lambda _topic: {}
         self._queue, self._receive = trio.open_memory_channel[_Call | ZkEvent](math.inf)
         self._scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
@@ -659,7 +661,11 @@ class Controller:
         return await self._write_states(updates)
 
     def _unclean_allowed(self, topic: str) -> bool:
-        return (self.config.get("unclean.leader.election.enable") or "false").lower() == "true"
+        """The topic's `unclean.leader.election.enable` override, else the broker's setting."""
+        value = self.topic_config(topic).get("unclean.leader.election.enable")
+        if value is None:
+            value = self.config.get("unclean.leader.election.enable") or "false"
+        return value.strip().lower() == "true"
 
     async def _elect_offline(self, tps: Iterable[TP]) -> set[TP]:
         """Elect leaders for partitions whose leader is gone; the ones that changed are returned."""

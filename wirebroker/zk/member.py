@@ -106,6 +106,7 @@ class ClusterMember:
         self.config = broker.config
         self.controller = Controller(zk, broker.node_id, broker.config)
         self.controller.on_controller_change = self._controller_changed
+        self.controller.topic_config = lambda topic: self.topic_configs.get(topic, {})
         self.broker_epoch = -1
         self.registrations: dict[int, BrokerRegistration] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}

@@ -54,6 +54,7 @@ class _BrokerLink:
     send: trio.MemorySendChannel[_Queued]
     receive: trio.MemoryReceiveChannel[_Queued]
     cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
+    connected_once: bool = False
 
 
 class ControllerChannel:
@@ -119,13 +120,14 @@ class ControllerChannel:
                     await trio.sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
-                log.info(
+                (log.debug if link.connected_once else log.info)(
                     "controller %d connected to broker %d at %s:%d",
                     self.controller_id,
                     link.broker_id,
                     link.host,
                     link.port,
                 )
+                link.connected_once = True
                 backoff = BACKOFF_S
                 buffer = FrameBuffer()
                 try:
@@ -144,7 +146,7 @@ class ControllerChannel:
                                 except Exception:
                                     log.exception("response callback failed")
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError) as e:
-                    log.info(
+                    log.debug(
                         "lost the connection to broker %d (%s); reconnecting", link.broker_id, e
                     )
                     if pending is not None and attempts >= MAX_ATTEMPTS:

@@ -148,6 +148,20 @@ def test_partitions_configs_and_elections(zk_connect: str, tmp_path: Path) -> No
             assert result.error_code == ErrorCode.NONE
             state = controller.ctx.states[("lonely", 0)].state
             assert state.leader == 1 and state.isr == (1,)
+            assert state.leader_recovery_state == 1  # RECOVERING until the leader says otherwise
+            got = await cluster.zk.get(znodes.partition_state_path("lonely", 0))
+            assert got is not None and got[0].endswith(b',"leader_recovery_state":1}')
+            # the new leader reports itself recovered (AlterPartition), as Kafka's leaders do
+            info = controller.ctx.states[("lonely", 0)]
+            recovered = await controller.call(
+                lambda: controller.alter_partition(
+                    1,
+                    b1.broker.broker_epoch,
+                    {("lonely", 0): (info.state.leader_epoch, (1,), info.version, 0)},
+                )
+            )
+            assert recovered[0] == ErrorCode.NONE
+            assert controller.ctx.states[("lonely", 0)].state.leader_recovery_state == 0
             again = await call(b1, elect, 1)
             assert (
                 again.replica_election_results[0].partition_result[0].error_code
@@ -310,7 +324,7 @@ def test_unclean_election_by_topic_override(zk_connect: str, tmp_path: Path) -> 
             await fake.zk.close()
             await eventually(lambda: 2 not in controller.ctx.live, what="broker 2 gone")
             dirty = controller.ctx.states[("dirty", 0)].state
-            assert (dirty.leader, dirty.isr) == (1, (1,))
+            assert (dirty.leader, dirty.isr, dirty.leader_recovery_state) == (1, (1,), 1)
             clean = controller.ctx.states[("clean", 0)].state
             assert (clean.leader, clean.isr) == (-1, (2,))
             nursery.cancel_scope.cancel()

@@ -455,11 +455,20 @@ class Controller:
         return done
 
     def _new_state(
-        self, tp: TP, leader: int, isr: Iterable[int], *, bump: bool = True
+        self,
+        tp: TP,
+        leader: int,
+        isr: Iterable[int],
+        *,
+        bump: bool = True,
+        recovering: bool = False,
     ) -> PartitionState:
+        """The next state of `tp`: leader epoch + 1, our controller epoch, and the leader
+        recovery state kept, except after an unclean election (RECOVERING, as Kafka 3.2+)."""
         info = self.ctx.states.get(tp)
         epoch = (info.state.leader_epoch + 1 if bump else info.state.leader_epoch) if info else 0
-        return PartitionState(leader, epoch, tuple(isr), self.ctx.epoch)
+        recovery = 1 if recovering else (info.state.leader_recovery_state if info else 0)
+        return PartitionState(leader, epoch, tuple(isr), self.ctx.epoch, recovery)
 
     # sending ------------------------------------------------------------------------------
     def _on_response(self, broker_id: int, body: Message) -> None:
@@ -691,7 +700,9 @@ class Controller:
                 continue
             if election.unclean:
                 log.warning("%s-%d: unclean election of broker %d", tp[0], tp[1], election.leader)
-            updates[tp] = self._new_state(tp, election.leader, election.isr)
+            updates[tp] = self._new_state(
+                tp, election.leader, election.isr, recovering=election.unclean
+            )
         return await self._write_states(updates)
 
     # broker changes -----------------------------------------------------------------------
@@ -978,7 +989,9 @@ class Controller:
                 if election is None:
                     results[tp] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
                     continue
-            updates[tp] = self._new_state(tp, election.leader, election.isr)
+            updates[tp] = self._new_state(
+                tp, election.leader, election.isr, recovering=election.unclean
+            )
         written = await self._write_states(updates)
         for tp in updates:
             results[tp] = ErrorCode.NONE if tp in written else ErrorCode.UNKNOWN_SERVER_ERROR

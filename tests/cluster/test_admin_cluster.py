@@ -12,10 +12,14 @@ import trio
 from protocol.errors import ErrorCode
 from protocol.messages.create_partitions import CreatePartitionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
+from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.elect_leaders import ElectLeadersRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
+from protocol.messages.leader_and_isr import LeaderAndIsrRequest
+from protocol.messages.stop_replica import StopReplicaRequest
+from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import FakeBroker, call, eventually, start_broker
 from wirebroker.cli import find_exception
 from wirebroker.config import ConfigError
@@ -327,6 +331,54 @@ def test_unclean_election_by_topic_override(zk_connect: str, tmp_path: Path) -> 
             assert (dirty.leader, dirty.isr, dirty.leader_recovery_state) == (1, (1,), 1)
             clean = controller.ctx.states[("clean", 0)].state
             assert (clean.leader, clean.isr) == (-1, (2,))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_deletion_waits_for_a_replica_that_is_down(zk_connect: str, tmp_path: Path) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            b1 = await start_broker(nursery, zk_connect, tmp_path, 1)
+            f2, f3 = FakeBroker(2), FakeBroker(3)
+            for f in (f2, f3):
+                await nursery.start(f.run, zk_connect)
+            cluster = b1.broker.cluster
+            assert cluster is not None
+            controller = cluster.controller
+            await eventually(lambda: set(controller.ctx.live) == {1, 2, 3}, what="3 live")
+            assert (await create(b1, "doomed", {0: [2, 3]})).error_code == ErrorCode.NONE
+            await eventually(lambda: ("doomed", 0) in controller.ctx.states)
+            assert f3.zk is not None
+            await f3.zk.close()
+            await eventually(lambda: 3 not in controller.ctx.live, what="broker 3 gone")
+            answer = await call(b1, DeleteTopicsRequest(topic_names=["doomed"], timeout_ms=1000), 5)
+            assert answer.responses[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+            assert await cluster.topic_assignment("doomed") is not None
+            assert "doomed" in controller.ctx.deleting
+            # broker 2 was told the topic is going (leader -2) ...
+            await eventually(
+                lambda: any(
+                    p.leader == -2
+                    for r in f2.received(UpdateMetadataRequest)
+                    for t in r.topic_states
+                    if t.topic_name == "doomed"
+                    for p in t.partition_states
+                ),
+                what="UpdateMetadata with LeaderDuringDelete",
+            )
+            # ... and once broker 3 is back, both replicas are stopped and the topic is gone
+            back = FakeBroker(3)
+            await nursery.start(back.run, zk_connect)
+            await eventually(lambda: "doomed" not in controller.ctx.topics, what="deleted")
+            assert await cluster.topic_assignment("doomed") is None
+            assert await cluster.zk.exists(znodes.delete_topic_path("doomed")) is None
+            await eventually(lambda: back.received(StopReplicaRequest), what="StopReplica at 3")
+            assert not any(
+                t.topic_name == "doomed"
+                for r in back.received(LeaderAndIsrRequest)
+                for t in r.topic_states
+            )
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -494,7 +494,11 @@ class Controller:
         self, brokers: Iterable[int], tps: Iterable[TP], *, is_new: Collection[TP] = ()
     ) -> None:
         ctx = self.ctx
-        tps = [tp for tp in tps if tp in ctx.states and tp[0] in ctx.topics]
+        tps = [
+            tp
+            for tp in tps
+            if tp in ctx.states and tp[0] in ctx.topics and tp[0] not in ctx.deleting
+        ]
         for broker_id in brokers:
             live = ctx.live.get(broker_id)
             if live is None:
@@ -561,10 +565,10 @@ class Controller:
             )
             self._send(broker_id, body, LEADER_AND_ISR_VERSION)
 
-    def _send_update_metadata(
-        self, brokers: Iterable[int], tps: Iterable[TP], *, deleting: Collection[str] = ()
-    ) -> None:
+    def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TP]) -> None:
+        """UpdateMetadata for `tps` (leader -2 for topics being deleted) and every live broker."""
         ctx = self.ctx
+        deleting = ctx.deleting
         by_topic: dict[str, list[UpdateMetadataRequest.UpdateMetadataPartitionState]] = {}
         for tp in tps:
             info = ctx.states.get(tp)
@@ -682,7 +686,7 @@ class Controller:
         updates: dict[TP, PartitionState] = {}
         for tp in tps:
             info = ctx.states.get(tp)
-            if info is None:
+            if info is None or tp[0] in ctx.deleting:
                 continue
             election = decisions.offline_election(
                 ctx.assignment(tp).target,
@@ -789,6 +793,8 @@ class Controller:
         for tp in ctx.partitions():
             if ctx.assignment(tp).reassigning:
                 await self._maybe_complete_reassignment(tp)
+        for topic in sorted(ctx.deleting & set(ctx.topics)):  # waiting for a replica's broker
+            await self._delete_topic(topic)
 
     # topic changes ------------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
@@ -849,10 +855,16 @@ class Controller:
     async def _delete_topic(self, topic: str) -> None:
         ctx = self.ctx
         tps = [(topic, p) for p in sorted(ctx.topics[topic].partitions)]
-        log.info("deleting topic %s", topic)
+        if topic not in ctx.deleting:
+            log.info("deleting topic %s", topic)
         ctx.deleting.add(topic)
-        self._send_update_metadata(ctx.live, tps, deleting={topic})
+        self._send_update_metadata(ctx.live, tps)
         replicas = {b for tp in tps for b in ctx.assignment(tp).replicas}
+        down = sorted(b for b in replicas if b not in ctx.live)
+        if down:
+            # As Kafka: the deletion waits until every replica can be told to delete its log.
+            log.warning("deleting topic %s waits for brokers %s, which hold replicas", topic, down)
+            return
         for b in sorted(replicas):
             self._send_stop_replica(
                 b, [tp for tp in tps if b in ctx.assignment(tp).replicas], delete=True

@@ -149,6 +149,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "The listener brokers and the controller use to reach each other (unset: PLAINTEXT).",
         ),
         _k(
+            "listener.security.protocol.map",
+            "string",
+            None,
+            "Security protocol of each listener name, e.g. INTERNAL:PLAINTEXT (as registered).",
+        ),
+        _k(
             "unclean.leader.election.enable",
             "boolean",
             "false",

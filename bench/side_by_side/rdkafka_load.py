@@ -9,7 +9,9 @@ argv is the exact command the report shows.
 Modes:
 
 - ``produce``: ``--records`` records of ``--record-size`` bytes as fast as the client goes,
-  timed from the first ``produce()`` to the end of ``flush()``; with ``--partitions N`` the
+  timed from the first ``produce()`` to the end of ``flush()`` (with ``--wait-stored``, to
+  when partition 0's end offset reaches ``--records``: with acks=0 ``flush()`` returns
+  while the last records may still sit in socket buffers); with ``--partitions N`` the
   records go round-robin over partitions 0..N-1, else to the client's partitioner.
 - ``consume``: ``--records`` records from the start of partition 0, timed from ``assign``.
 - ``latency-consume`` / ``latency-produce``: end-to-end latency. The producer sends at a
@@ -28,7 +30,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,12 +107,15 @@ def produce(
     config: Mapping[str, object],
     timeout: float,
     partitions: int | None = None,
+    wait_stored: bool = False,
 ) -> Run:
     """Figures ``records_per_s`` and ``bytes_per_s`` of one produce run."""
     options: dict[str, object] = {"records": records, "record_size": record_size}
     if partitions is not None:
         options["partitions"] = partitions
     argv = _argv("produce", bootstrap, topic, {**options, "config": config})
+    if wait_stored:
+        argv.append("--wait-stored")
     with _spawn(argv) as proc:
         return _result(proc, argv, timeout)
 
@@ -182,6 +187,7 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
     p = Producer(config)
     value = b"x" * args.record_size
     topic, n = args.topic, args.partitions
+    stored = _end_offset_reader(args) if args.wait_stored else None
     start = time.perf_counter()
     for i in range(args.records):
         while True:
@@ -195,6 +201,8 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
                 p.poll(0.005)
     if p.flush(300) != 0:
         raise KafkaException(f"{len(p)} records still undelivered after flush")
+    while stored is not None and stored() < args.records:
+        time.sleep(0.002)
     elapsed = time.perf_counter() - start
     if errors:
         raise KafkaException(f"{len(errors)} records failed, e.g. {errors[0]}")
@@ -202,6 +210,16 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
         "records_per_s": args.records / elapsed,
         "bytes_per_s": args.records * args.record_size / elapsed,
     }
+
+
+def _end_offset_reader(args: argparse.Namespace) -> Callable[[], int]:
+    """A function returning partition 0's end offset, its connection already made."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "bench-rdkafka-stored"})
+    partition = TopicPartition(args.topic, 0)
+    c.get_watermark_offsets(partition, timeout=30)
+    return lambda: int(c.get_watermark_offsets(partition, timeout=30)[1])
 
 
 def _consumer(args: argparse.Namespace, group: str) -> Any:
@@ -308,6 +326,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="latency-produce: how long")
     parser.add_argument("--warmup-records", type=int, default=0, help="latency-consume: skip")
     parser.add_argument("--config", action="append", default=[], help="client KEY=VALUE")
+    parser.add_argument(
+        "--wait-stored",
+        action="store_true",
+        help="produce: stop the clock when partition 0 holds every record (for acks=0)",
+    )
     args = parser.parse_args(argv)
     print(json.dumps(MODES[args.mode](args)), flush=True)
 

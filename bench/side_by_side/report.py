@@ -93,7 +93,7 @@ def fmt(value: float | None, unit: str) -> str:
 def goal_text(figure: Figure) -> str:
     if figure.goal is None:
         return "—"
-    text = f"{'≥' if figure.higher_is_better else '≤'} {figure.goal:g}"
+    text = f"{'≥' if figure.higher_is_better else '≤'} {figure.goal:.1f}"
     if figure.reference is not None:
         text += f", and ≥ {figure.reference:,.0f} records/s (the paper's Kafka)"
     if figure.note:
@@ -289,6 +289,15 @@ def write_chart(path: Path, catalogue: Sequence[Figure], results: Results) -> No
             ok = met(f, results)
             colours.append("#9e9e9e" if ok is None else ("#2e7d32" if ok else "#c62828"))
         ax.barh(ys, [r for _, r in rows], color=colours, height=0.6)
+        for y, (_, r) in zip(ys, rows, strict=True):
+            ax.annotate(
+                f"{r:.2f}",
+                (r, y),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=7,
+            )
         goals = [(y, f.goal) for y, (f, _) in zip(ys, rows, strict=True) if f.goal is not None]
         ax.scatter(
             [g for _, g in goals],
@@ -302,7 +311,10 @@ def write_chart(path: Path, catalogue: Sequence[Figure], results: Results) -> No
         ax.axvline(1.0, color="#555555", linestyle=":", linewidth=1)
         ax.set_xscale("log")
         ax.set_yticks(ys, [f"{f.row}: {f.label}" for f, _ in rows], fontsize=8)
-        ax.set_xlabel("wirebroker / Kafka (log scale); green: goal met, red: not met")
+        ax.set_xlabel(
+            "wirebroker / Kafka (log scale). Green: goal met; red: not met "
+            "(row 2 also needs the paper's records/s)"
+        )
         ax.legend(loc="lower right", fontsize=8)
     ax.set_title("wirebroker against Apache Kafka 3.9, same machine, same load generators")
     fig.tight_layout()

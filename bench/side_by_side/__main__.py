@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -93,8 +94,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)  # unwinds the context managers: brokers and ZooKeeper stop
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="[bench %(asctime)s] %(message)s",

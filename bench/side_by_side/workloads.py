@@ -394,11 +394,10 @@ def _produce(
 
 
 def idle_memory(ctx: Context, broker: Broker) -> None:
-    """Row 6, idle: RSS of the fresh broker after it settled, before any topic or load."""
+    """Row 6, idle: one RSS reading of the fresh broker once settled, before any topic or load."""
     time.sleep(ctx.sizes.idle_settle)
     rss = broker.rss_bytes() / MiB
-    for _ in range(ctx.repeats):
-        ctx.results.add("6/idle", broker.target, rss)
+    ctx.results.add("6/idle", broker.target, rss)
     _progress(broker.target, "row 6 idle RSS", 1, 1, f"{rss:.0f} MiB")
 
 

@@ -136,9 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         load_before=load_before,
     )
     markdown, chart = args.out / "BENCHMARKS.md", args.out / "benchmarks.png"
-    report.write_markdown(
-        markdown, report.render(catalogue, results, info, broker_commands, chart.name)
-    )
+    generated = report.render(catalogue, results, info, broker_commands, chart.name, ctx.workdir)
+    report.write_markdown(markdown, generated)
     report.write_chart(chart, catalogue, results)
     log.info("wrote %s and %s in %.1f min", markdown, chart, info.minutes)
     for error in results.errors:

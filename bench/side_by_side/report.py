@@ -16,6 +16,7 @@ import statistics
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from bench.side_by_side.targets import REPO_ROOT
@@ -205,7 +206,7 @@ def versions() -> dict[str, str]:
         "wirebroker": sha + (" (with uncommitted changes)" if dirty else ""),
         "Kafka": kafka_version(),
         "Java": _first_line([java_executable(), "-version"]),
-        "librdkafka": f"{confluent_kafka.libversion()[0]} (confluent-kafka {confluent_kafka.version()[0]})",
+        "librdkafka": f"{confluent_kafka.libversion()[0]} (confluent-kafka {metadata.version('confluent-kafka')})",
     }
 
 
@@ -215,8 +216,9 @@ def render(
     info: RunInfo,
     broker_commands: dict[str, str],
     chart_name: str,
+    scratch: Path,
 ) -> str:
-    """The generated part of BENCHMARKS.md (without the markers)."""
+    """The generated part of BENCHMARKS.md (without the markers); ``scratch`` shows as $SCRATCH."""
     lines = [
         f"Run {info.started}, {info.minutes:.0f} min, `--repeats {info.repeats}`"
         + (" `--quick` (smoke-test sizes: not figures to quote)" if info.quick else "")
@@ -245,7 +247,9 @@ def render(
         "",
         "### Commands",
         "",
-        "Brokers (`$BOOTSTRAP` is the broker's `127.0.0.1:PORT`):",
+        "`$BOOTSTRAP` is the broker's `127.0.0.1:PORT`, `$SCRATCH` the run's temporary folder.",
+        "",
+        "Brokers:",
         "",
     ]
     for name, command in broker_commands.items():
@@ -257,7 +261,7 @@ def render(
     ]
     for what, command in results.commands.items():
         lines += [f"- {what}:", "", "  ```", f"  {command}", "  ```"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).replace(str(scratch), "$SCRATCH") + "\n"
 
 
 def write_markdown(path: Path, generated: str) -> None:

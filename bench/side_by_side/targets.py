@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -277,7 +278,8 @@ class WirebrokerTarget:
         if not self.last_argv:
             return "(no broker started)"
         argv = ["python" if a == sys.executable else a for a in self.last_argv]
-        return " ".join("DATA_DIR" if a.endswith("/data") else a for a in argv)
+        text = " ".join("$SCRATCH/DATA_DIR" if a.endswith("/data") else a for a in argv)
+        return re.sub(r"PLAINTEXT://[\d.]+:\d+", "PLAINTEXT://$BOOTSTRAP", text)
 
 
 TARGET_NAMES = ("kafka", "wirebroker")

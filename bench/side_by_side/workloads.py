@@ -91,12 +91,17 @@ def paper_config(client: str, batch: int) -> dict[str, object]:
     """Producer settings of row 2: ``batch`` records per batch, linger only for 50.
 
     acks=0 as in the paper ("the producer doesn't wait for acknowledgements from the
-    broker"): the client sends as fast as the broker takes the bytes; ``paper`` then
-    checks that every record reached the log.
+    broker"): the client sends as fast as the broker takes the bytes. librdkafka's clock
+    stops when the log holds every record; ProducerPerformance's when its last send
+    returns, with up to a socket buffer's worth still on its way. ``paper`` then checks
+    that every record reached the log.
     """
-    linger = 0 if batch == 1 else 5
-    common: dict[str, object] = {"acks": 0, "enable.idempotence": "false", "linger.ms": linger}
-    common["compression.type"] = "none"
+    common: dict[str, object] = {
+        "acks": 0,
+        "enable.idempotence": "false",
+        "linger.ms": 0 if batch == 1 else 5,
+        "compression.type": "none",
+    }
     if client == "java":
         return {**common, "batch.size": paper_batch_size(batch)}
     return {**common, "batch.num.messages": batch, **_RDKAFKA_QUEUE}
@@ -302,6 +307,7 @@ class Context:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 120.0) -> None:
+    """CreateTopics (RF 1), then Metadata until every partition reports a leader."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout)
     deadline = time.monotonic() + timeout

@@ -20,9 +20,11 @@ from storage.log_manager import LogManager
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.meta_properties import load_or_create_meta
-from wirebroker.partition import Partition
+from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
+from wirebroker.partition import Partition, TopicPartition
 from wirebroker.producer_ids import ProducerIdManager
-from wirebroker.topic_configs import log_config_for
+from wirebroker.replication.manager import ReplicaManager
+from wirebroker.topic_configs import log_config_for, min_insync_replicas
 from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -32,12 +34,6 @@ log = logging.getLogger(__name__)
 class BrokerStats:
     connections: int = 0
     requests: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
 
 
 def now_ms() -> int:
@@ -58,10 +54,57 @@ class Broker:
     stats: BrokerStats = field(default_factory=BrokerStats)
     groups: GroupCoordinator = field(init=False)
     producer_ids: ProducerIdManager = field(init=False)
+    # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
+    metadata_cache: MetadataCache = field(default_factory=MetadataCache)
+    replica_manager: ReplicaManager = field(init=False)
+    #: The czxid of our /brokers/ids znode (set by the ZooKeeper side); -1: unknown.
+    broker_epoch: int = -1
 
     def __post_init__(self) -> None:
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
+        self.replica_manager = ReplicaManager(self)
+
+    @property
+    def cluster_mode(self) -> bool:
+        """Partitions and metadata come from a controller (not the embedded single broker)."""
+        return self.config.cluster_mode
+
+    @property
+    def controller_id(self) -> int:
+        """The controller (from UpdateMetadata in a cluster; ourselves when embedded)."""
+        if not self.cluster_mode:
+            return self.node_id
+        controller = self.metadata_cache.controller_id
+        return -1 if controller is None else controller
+
+    @staticmethod
+    def now_ms() -> int:
+        return now_ms()
+
+    def metadata(self) -> MetadataCache:
+        """The cluster as clients are told it. The embedded broker describes itself."""
+        if not self.cluster_mode:
+            self._describe_self()
+        return self.metadata_cache
+
+    def _describe_self(self) -> None:
+        me = BrokerInfo(
+            self.node_id, tuple(Endpoint(a.name, a.host, a.port) for a in self.advertised)
+        )
+        topics = []
+        for name, record in self.topics.topics.items():
+            parts = []
+            for index in range(record.partitions):
+                p = self.partitions.get(TopicPartition(name, index))
+                if p is not None:
+                    parts.append(
+                        PartitionInfo(
+                            name, index, p.leader, p.leader_epoch, list(p.isr), list(p.replicas)
+                        )
+                    )
+            topics.append((name, record.topic_id, parts))
+        self.metadata_cache.set_local(me, topics)
 
     @classmethod
     def open(cls, config: BrokerConfig) -> Broker:
@@ -75,8 +118,10 @@ class Broker:
         broker = cls(
             config, config.broker_id, cluster_id, manager, TopicRegistry(dirs[0] / "topics.json")
         )
-        for record in broker.topics.topics.values():
-            broker._attach(record)
+        if not config.cluster_mode:
+            # In a cluster, partitions appear when the controller's LeaderAndIsr names them.
+            for record in broker.topics.topics.values():
+                broker._attach(record)
         log.info(
             "opened %d topics, %d partitions from %s",
             len(broker.topics.topics),
@@ -93,6 +138,8 @@ class Broker:
         return log_config_for(self.config, record.configs)
 
     def _attach(self, record: TopicRecord) -> None:
+        if self.cluster_mode:
+            return
         config = self.topic_log_config(record)
         for index in range(record.partitions):
             tp = TopicPartition(record.name, index)
@@ -108,6 +155,7 @@ class Broker:
                 leader_epoch=0,
                 replicas=[self.node_id],
                 isr=[self.node_id],
+                min_isr=min_insync_replicas(self.config, record.configs),
             )
 
     def create_topic(
@@ -178,6 +226,19 @@ class Broker:
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, index))
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, from the registry or (in a cluster) the
+        partitions we host and the metadata cache."""
+        record = self.topics.by_id.get(topic_id)
+        if record is not None:
+            return record.name
+        if not self.cluster_mode:
+            return None
+        for tp, p in self.partitions.items():
+            if p.topic_id == topic_id:
+                return tp.topic
+        return self.metadata_cache.topic_name(topic_id)
+
     def topic_id_b64(self, record: TopicRecord) -> str:
         return base64.urlsafe_b64encode(record.topic_id.bytes).decode().rstrip("=")
 
@@ -199,3 +260,4 @@ class Broker:
             partition = self.partition(name, index)
             if partition is not None:
                 partition.log.update_config(config)
+                partition.min_isr = min_insync_replicas(self.config, overrides)

@@ -289,7 +289,13 @@ class ReplicaManager:
                     s.leader_epoch,
                     current_epoch,
                 )
-                if p is not None and s.leader_epoch == current_epoch and p.topic_id == ZERO_UUID:
+                if (
+                    p is not None
+                    and s.leader_epoch == current_epoch
+                    and p.topic_id == ZERO_UUID
+                    and request_id != ZERO_UUID
+                ):
+                    # Kafka: the controller may add a topic id without a new epoch.
                     p.topic_id = request_id
                     errors[key] = ErrorCode.NONE
                 else:

@@ -8,14 +8,16 @@ ISR. Everything waits on events (responses, recorded ISR changes, log lines), ne
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchRequest
-from protocol.messages.produce import ProduceResponse
+from protocol.messages.produce import ProduceRequest, ProduceResponse
 from protocol.record_batch import SimpleRecord
 from tests.wirebroker.cluster_harness import Cluster, PartitionState
 from tests.wirebroker.helpers import (
@@ -256,3 +258,71 @@ def test_fetch_from_a_broker_that_is_not_a_replica(cluster: Cluster, topic: str)
     with RawClient(cluster.brokers[1].bootstrap) as c:
         p = c.request(request, 12).responses[0].partitions[0]
     assert p.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def test_stock_client_finds_the_leader_and_reads_replicated_records(
+    cluster: Cluster, topic: str
+) -> None:
+    """librdkafka bootstraps from a follower, learns the leader from Metadata, produces with
+    acks=all, and reads back from the leader: the cluster as a client sees it."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    cluster.create_partition(topic, [3, 1, 2], leader=3)
+    producer = Producer(
+        {"bootstrap.servers": cluster.brokers[1].bootstrap, "acks": "all", "linger.ms": 5}
+    )
+    delivered: list[Any] = []
+    for i in range(50):
+        producer.produce(
+            topic, value=f"v{i}".encode(), partition=0, on_delivery=lambda e, m: delivered.append(e)
+        )
+    assert producer.flush(30) == 0
+    assert delivered == [None] * 50
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.brokers[2].bootstrap,
+            "group.id": "unused",  # required by the client; we only assign()
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 50:
+            assert time.monotonic() < deadline, f"only {len(values)} records arrived"
+            for msg in consumer.consume(50, timeout=0.2):
+                assert msg.error() is None, msg.error()
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    assert values == [f"v{i}".encode() for i in range(50)]
+    same_log_everywhere(cluster, topic, [1, 2, 3])
+
+
+def test_waiting_produce_holds_only_its_own_connection(cluster: Cluster, topic: str) -> None:
+    """An acks=all produce waiting for a paused follower: other connections are served at
+    once, and on its own connection the answers still come in request order."""
+    from protocol.messages.api_versions import ApiVersionsRequest
+
+    cluster.create_partition(topic, [1, 2, 3])
+    cluster.pause(2)
+    waiting = RawClient(cluster.brokers[1].bootstrap, timeout=60)
+    try:
+        request = produce_request(topic, 0, [SimpleRecord(None, b"held")], acks=-1)
+        request.timeout_ms = 60_000
+        produce_id = waiting.send(request, 9)
+        versions_id = waiting.send(ApiVersionsRequest(), 0)  # pipelined behind the produce
+        # Another connection is answered meanwhile, and its acks=1 record is written.
+        assert produce(cluster, 1, topic, [b"other"], acks=1).error_code == ErrorCode.NONE
+        waiting.sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            waiting.sock.recv(1)  # nothing answered on the held connection yet
+        waiting.sock.settimeout(60)
+        cluster.resume(2)
+        # The follower catches up, the watermark passes both records: produce, then ApiVersions.
+        held = waiting.receive(ProduceRequest, 9, produce_id)
+        assert held.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        assert waiting.receive(ApiVersionsRequest, 0, versions_id).error_code == ErrorCode.NONE
+    finally:
+        waiting.close()

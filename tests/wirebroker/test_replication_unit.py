@@ -27,6 +27,7 @@ from wirebroker.config import BrokerConfig, Listener
 from wirebroker.dispatch import RequestContext, dispatch
 from wirebroker.metadata_cache import MetadataCache
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
+from wirebroker.replication.partition_metadata import encode_topic_id
 
 TOPIC_ID = uuid.UUID(int=0x1234)
 
@@ -402,5 +403,30 @@ def test_embedded_broker_refuses_controller_requests(tmp_path: Path) -> None:
         assert call(broker, update_metadata(), 8).error_code == ErrorCode.UNSUPPORTED_VERSION
         assert not broker.partitions
         assert broker.controller_id == 1
+    finally:
+        broker.close()
+
+
+def test_topic_id_is_kept_in_partition_metadata(tmp_path: Path) -> None:
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(1, 0), 7)
+        text = (
+            broker.partitions[TopicPartition("t", 0)].log.dir / "partition.metadata"
+        ).read_text()
+        assert text == f"version: 0\ntopic_id: {encode_topic_id(TOPIC_ID)}\n"
+    finally:
+        broker.close()
+    # After a restart, a LeaderAndIsr for a topic of the same name but another id is refused:
+    # the log on disk belongs to the old topic.
+    broker = open_broker(tmp_path)
+    try:
+        other = leader_and_isr(1, 1)
+        other.topic_states[0].topic_id = uuid.UUID(int=99)
+        response = call(broker, other, 7)
+        assert partition_errors(response, 7) == [ErrorCode.INCONSISTENT_TOPIC_ID]
+        assert not broker.partitions
+        response = call(broker, leader_and_isr(1, 1), 7)
+        assert partition_errors(response, 7) == [ErrorCode.NONE]
     finally:
         broker.close()

@@ -27,6 +27,7 @@ from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.errors import KafkaStorageError
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.replication.fetcher import ReplicaFetcher
+from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
 from wirebroker.replication.peer import PeerClient, PeerError
 from wirebroker.topic_configs import log_config_for, min_insync_replicas
 
@@ -308,8 +309,19 @@ class ReplicaManager:
             try:
                 if p is None:
                     p = self._create_partition(tp, request_id)
+                    if request_id not in (ZERO_UUID, p.topic_id):
+                        log.error(
+                            "%s-%d: topic id %s in LeaderAndIsr, %s on disk",
+                            *key,
+                            request_id,
+                            p.topic_id,
+                        )
+                        del broker.partitions[tp]
+                        errors[key] = ErrorCode.INCONSISTENT_TOPIC_ID
+                        continue
                 elif p.topic_id == ZERO_UUID:
                     p.topic_id = request_id
+                write_topic_id(p.log.dir, p.topic_id)
                 if s.leader == node_id:
                     self._make_leader(tp, p, s, now)
                 else:
@@ -322,16 +334,18 @@ class ReplicaManager:
         return _leader_and_isr_response(version, ErrorCode.NONE, errors, topic_ids)
 
     def _create_partition(self, tp: TopicPartition, topic_id: uuid.UUID) -> Partition:
+        """The partition over its log (opened or created), with the topic id the log has."""
         broker = self.broker
         record = broker.topics.get(tp.topic)
         overrides = record.configs if record is not None else {}
         plog = broker.log_manager.get_or_create(
             tp.topic, tp.partition, log_config_for(broker.config, overrides)
         )
+        stored = read_topic_id(plog.dir)
         p = Partition(
             tp.topic,
             tp.partition,
-            topic_id,
+            stored if stored is not None else topic_id,
             plog,
             leader=NO_LEADER,
             leader_epoch=-1,

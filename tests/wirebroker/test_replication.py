@@ -326,3 +326,36 @@ def test_waiting_produce_holds_only_its_own_connection(cluster: Cluster, topic: 
         assert waiting.receive(ApiVersionsRequest, 0, versions_id).error_code == ErrorCode.NONE
     finally:
         waiting.close()
+
+
+def test_consumer_long_poll_wakes_when_the_watermark_moves(cluster: Cluster, topic: str) -> None:
+    cluster.create_partition(topic, [1, 2, 3])
+    cluster.pause(3)
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=20_000,
+        min_bytes=1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    with RawClient(cluster.brokers[1].bootstrap, timeout=60) as consumer:
+        started = time.monotonic()
+        fetch_id = consumer.send(request, 12)
+        # Appended, but not below the watermark while 3 lags: the consumer keeps waiting.
+        assert produce(cluster, 1, topic, [b"x"], acks=1).error_code == ErrorCode.NONE
+        cluster.resume(3)
+        # 3 fetches the record, the watermark moves, and that alone answers the long poll.
+        response = consumer.receive(FetchRequest, 12, fetch_id)
+        elapsed = time.monotonic() - started
+    p = response.responses[0].partitions[0]
+    assert [v for _, _, v in decode_records(p.records)] == [b"x"]
+    assert p.high_watermark == 1
+    assert elapsed < 15, elapsed  # well before max_wait_ms

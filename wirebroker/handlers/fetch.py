@@ -17,7 +17,8 @@ session gets FETCH_SESSION_ID_NOT_FOUND.
 A follower's fetch (replica id >= 0, from a replica of the partition) reads up to the log end
 offset, not the high watermark, and its fetch offset is recorded as the follower's log end
 offset (which may move the high watermark and the ISR: `Partition.update_follower_fetch_state`).
-Its long poll also ends when the high watermark moves, so followers learn it promptly. A fetch
+Its long poll also ends when the high watermark moves, so followers learn it promptly; a
+consumer's long poll wakes then too, since what it may read grew. A fetch
 from a broker that is not a replica gets UNKNOWN_LEADER_EPOCH (with a leader epoch) or
 NOT_LEADER_OR_FOLLOWER, as in Kafka. Differences from Kafka: no incremental sessions, no
 diverging-epoch answers (followers truncate with OffsetForLeaderEpoch first), no preferred read
@@ -86,9 +87,10 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     first_hw: list[int] | None = None
     with trio.move_on_after(max_wait_s):
         while True:
+            # Appends wake everyone; a moved high watermark wakes consumers too (the data they
+            # may read grew) and followers (who must learn it).
             events = [w.partition.append_event() for w in wanted if w.partition is not None]
-            if replica_id >= 0:
-                events += [w.partition.state_event() for w in wanted if w.partition is not None]
+            events += [w.partition.state_event() for w in wanted if w.partition is not None]
             size = _read_all(ctx, request, wanted, replica_id)
             failed = any(w.result.error_code != ErrorCode.NONE for w in wanted)
             hws = [w.result.high_watermark for w in wanted]

@@ -37,6 +37,7 @@ PROPERTIES = {
     "replica.fetch.wait.max.ms": "200",
     "replica.fetch.backoff.ms": "100",
     "min.insync.replicas": "2",
+    "offsets.topic.num.partitions": "1",
 }
 
 
@@ -110,6 +111,8 @@ def test_acks_all_is_replicated_byte_identically(cluster: Cluster, topic: str) -
 
 
 def test_metadata_comes_from_update_metadata(cluster: Cluster, topic: str) -> None:
+    from protocol.messages.describe_cluster import DescribeClusterRequest
+    from protocol.messages.find_coordinator import FindCoordinatorRequest
     from protocol.messages.metadata import MetadataRequest
 
     state = cluster.create_partition(topic, [2, 3, 1], leader=2)
@@ -127,6 +130,22 @@ def test_metadata_comes_from_update_metadata(cluster: Cluster, topic: str) -> No
         0,
         [2, 3, 1],
         [2, 3, 1],
+    )
+    with RawClient(cluster.brokers[1].bootstrap) as c:
+        cluster_info = c.request(DescribeClusterRequest(), 1)
+        coordinator = c.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4)
+    assert cluster_info.controller_id == 100
+    assert {b.broker_id for b in cluster_info.brokers} == {1, 2, 3, 100}
+    # No __consumer_offsets partition led anywhere yet: no coordinator.
+    assert coordinator.coordinators[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    cluster.create_partition("__consumer_offsets", [3, 1, 2], leader=3)
+    with RawClient(cluster.brokers[1].bootstrap) as c:
+        coordinator = c.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4)
+    found = coordinator.coordinators[0]
+    assert (found.error_code, found.node_id, found.port) == (
+        ErrorCode.NONE,
+        3,
+        cluster.brokers[3].port,
     )
 
 

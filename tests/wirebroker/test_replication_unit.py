@@ -430,3 +430,43 @@ def test_topic_id_is_kept_in_partition_metadata(tmp_path: Path) -> None:
         assert partition_errors(response, 7) == [ErrorCode.NONE]
     finally:
         broker.close()
+
+
+def test_truncation_walks_back_through_epochs_the_leader_never_had(tmp_path: Path) -> None:
+    """KIP-279: our latest epoch (2) is unknown to the leader, which answers with its epoch 1;
+    we cut to the end of our largest epoch below that (0) and ask again, then settle."""
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 5), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_leader(batch(2), 0, 0)  # offsets 0-1 at epoch 0
+        p.log.append_as_leader(batch(2), 2, 0)  # offsets 2-3 at epoch 2 (only we have it)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        assert p.log.leader_epoch_cache.latest_epoch == 2
+        # The leader: epoch 1 is its largest <= 2, and its log ends at 6.
+        fetcher._apply_epoch_end(tp, p, state, leader_epoch=1, leader_end=6)
+        assert p.log_end_offset == 2 and state.truncating  # not done: ask again with epoch 0
+        assert p.log.leader_epoch_cache.latest_epoch == 0
+        fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=2)
+        assert p.log_end_offset == 2 and not state.truncating and state.fetch_offset == 2
+    finally:
+        broker.close()
+
+
+def test_truncation_never_goes_past_our_log_end(tmp_path: Path) -> None:
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 5), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_leader(batch(3), 0, 0)
+        p.log.update_high_watermark(3)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        # The leader's epoch 0 goes on past our end: nothing to cut, the watermark stays.
+        fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=10)
+        assert (p.log_end_offset, p.high_watermark, state.truncating) == (3, 3, False)
+    finally:
+        broker.close()

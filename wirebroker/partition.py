@@ -15,6 +15,7 @@ encode or decode anything, nor do I/O besides its log.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,11 +208,13 @@ class Partition:
             return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return False, ErrorCode.NONE
 
-    def _advance_high_watermark(self, now_ms: int = 0) -> bool:
+    def _advance_high_watermark(self, now_ms: int | None = None) -> bool:
         """Kafka's maybeIncrementLeaderHW: the minimum log end offset over the (maximal) ISR
         and the caught-up followers about to join it; never while under min ISR."""
         if not self.is_local_leader or self.under_min_isr:
             return False
+        if now_ms is None:
+            now_ms = time.time_ns() // 1_000_000
         leo = self.log.log_end_offset
         new_hw = leo
         maximal = self.maximal_isr
@@ -323,7 +326,7 @@ class Partition:
         leader_epoch: int = -1,
         isr: list[int] | None = None,
         partition_epoch: int = -1,
-        now_ms: int = 0,
+        now_ms: int | None = None,
     ) -> bool:
         """Apply the controller's answer to `pending`; True when it should be sent again."""
         if self.pending_isr is not pending:

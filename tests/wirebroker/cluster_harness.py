@@ -65,6 +65,7 @@ class FakeController:
         self.port = self.server.getsockname()[1]
         self._closed = False
         self._conns: list[socket.socket] = []
+        self.errors: list[str] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def close(self) -> None:
@@ -107,6 +108,10 @@ class FakeController:
                 conn.sendall(frame(payload))
         except OSError:
             return
+        except Exception as e:  # reported by Cluster.close, so the test fails with it
+            self.errors.append(f"fake controller: {e!r}")
+        finally:
+            conn.close()
 
     def alter_partition(
         self, request: AlterPartitionRequest, version: int
@@ -215,7 +220,7 @@ class Cluster:
                 problems.append(f"broker {broker_id} exited with {code}")
             problems += [f"broker {broker_id}: {line}" for line in b.tracebacks()]
         self.controller.close()
-        return problems
+        return problems + self.controller.errors
 
     # signals ------------------------------------------------------------------------------
     def pause(self, broker_id: int) -> None:

@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 
 from protocol.errors import ErrorCode, KafkaError
 from storage.config import LogConfig
@@ -59,8 +60,13 @@ class Broker:
     replica_manager: ReplicaManager = field(init=False)
     #: The czxid of our /brokers/ids znode (set by the ZooKeeper side); -1: unknown.
     broker_epoch: int = -1
+    #: The controller's broker id: ourselves when embedded; in a cluster the one UpdateMetadata
+    #: (or the ZooKeeper side, watching /controller) names last; -1 while there is none.
+    controller_id: int = -1
 
     def __post_init__(self) -> None:
+        if self.controller_id == -1 and not self.config.cluster_mode:
+            self.controller_id = self.node_id
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
         self.replica_manager = ReplicaManager(self)
@@ -69,14 +75,6 @@ class Broker:
     def cluster_mode(self) -> bool:
         """Partitions and metadata come from a controller (not the embedded single broker)."""
         return self.config.cluster_mode
-
-    @property
-    def controller_id(self) -> int:
-        """The controller (from UpdateMetadata in a cluster; ourselves when embedded)."""
-        if not self.cluster_mode:
-            return self.node_id
-        controller = self.metadata_cache.controller_id
-        return -1 if controller is None else controller
 
     @staticmethod
     def now_ms() -> int:
@@ -155,7 +153,7 @@ class Broker:
                 leader_epoch=0,
                 replicas=[self.node_id],
                 isr=[self.node_id],
-                min_isr=min_insync_replicas(self.config, record.configs),
+                min_isr_source=partial(self.min_insync_replicas, record.name),
             )
 
     def create_topic(
@@ -226,6 +224,11 @@ class Broker:
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, index))
 
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's `min.insync.replicas`: its override, else the broker's setting."""
+        record = self.topics.get(topic)
+        return min_insync_replicas(self.config, record.configs if record is not None else {})
+
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with this id, from the registry or (in a cluster) the
         partitions we host and the metadata cache."""
@@ -260,4 +263,3 @@ class Broker:
             partition = self.partition(name, index)
             if partition is not None:
                 partition.log.update_config(config)
-                partition.min_isr = min_insync_replicas(self.config, overrides)

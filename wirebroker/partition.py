@@ -80,6 +80,8 @@ class Partition:
     partition_epoch: int = 0
     controller_epoch: int = 0
     min_isr: int = 1
+    #: The topic's current `min.insync.replicas` (configs change at run time); else `min_isr`.
+    min_isr_source: Callable[[], int] | None = None
     replica_lag_ms: int = DEFAULT_REPLICA_LAG_MS
     followers: dict[int, FollowerState] = field(default_factory=dict)
     leader_epoch_start_offset: int | None = None
@@ -164,7 +166,8 @@ class Partition:
     @property
     def effective_min_isr(self) -> int:
         """`min.insync.replicas`, but never more than the replicas there are (as Kafka)."""
-        return max(1, min(self.min_isr, len(self.followers) + 1))
+        configured = self.min_isr_source() if self.min_isr_source is not None else self.min_isr
+        return max(1, min(configured, len(self.followers) + 1))
 
     @property
     def under_min_isr(self) -> bool:

@@ -53,11 +53,10 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                     node_id=b.id, host=endpoint.host, port=endpoint.port, rack=b.rack
                 )
             )
-    controller = cache.controller_id
     response = MetadataResponse(
         brokers=brokers,
         cluster_id=broker.cluster_id,
-        controller_id=-1 if controller is None else controller,
+        controller_id=broker.controller_id,
         topics=topics,
     )
     if version <= 10 and version >= 8 and request.include_cluster_authorized_operations:

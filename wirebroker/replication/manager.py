@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -29,7 +30,7 @@ from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.replication.fetcher import ReplicaFetcher
 from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
 from wirebroker.replication.peer import PeerClient, PeerError
-from wirebroker.topic_configs import log_config_for, min_insync_replicas
+from wirebroker.topic_configs import log_config_for
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -91,8 +92,8 @@ class ReplicaManager:
         return self.live_leaders.get(broker_id)
 
     def _controller_address(self) -> tuple[str, int] | None:
-        controller = self.broker.metadata_cache.controller_id
-        return None if controller is None else self.address_of(controller)
+        controller = self.broker.controller_id
+        return None if controller < 0 else self.address_of(controller)
 
     # the tasks ----------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -350,7 +351,7 @@ class ReplicaManager:
             leader=NO_LEADER,
             leader_epoch=-1,
             node_id=broker.node_id,
-            min_isr=min_insync_replicas(broker.config, overrides),
+            min_isr_source=partial(broker.min_insync_replicas, tp.topic),
             replica_lag_ms=self.lag_ms,
             on_isr_change=self._enqueue_isr_change,
             is_broker_alive=broker.metadata_cache.is_alive,
@@ -469,6 +470,7 @@ class ReplicaManager:
             )
             return ErrorCode.STALE_CONTROLLER_EPOCH
         self.broker.metadata_cache.update(request, version)
+        self.broker.controller_id = max(request.controller_id, -1)
         self.controller_epoch = request.controller_epoch
         return ErrorCode.NONE
 

@@ -187,6 +187,7 @@ class Cluster:
             }
             self.brokers[broker_id] = BrokerProcess(root / f"broker-{broker_id}", props)
         self.stopped: set[int] = set()
+        self.retired: list[FakeController] = []
 
     def start(self) -> None:
         """Start every broker at once (each waits for its own "ready" line)."""
@@ -219,8 +220,10 @@ class Cluster:
             if not alive or code != 0:
                 problems.append(f"broker {broker_id} exited with {code}")
             problems += [f"broker {broker_id}: {line}" for line in b.tracebacks()]
-        self.controller.close()
-        return problems + self.controller.errors
+        for controller in [self.controller, *self.retired]:
+            controller.close()
+            problems += controller.errors
+        return problems
 
     # signals ------------------------------------------------------------------------------
     def pause(self, broker_id: int) -> None:
@@ -238,7 +241,7 @@ class Cluster:
     # the controller's requests -------------------------------------------------------------
     def request(self, broker_id: int, body: Any, version: int) -> Any:
         with RawClient(
-            self.brokers[broker_id].bootstrap, client_id=f"controller-{CONTROLLER_ID}"
+            self.brokers[broker_id].bootstrap, client_id=f"controller-{self.controller.node_id}"
         ) as c:
             return c.request(body, version)
 
@@ -251,7 +254,7 @@ class Cluster:
             if broker_id in exclude or b.proc is None:
                 continue
             out.append(_um_broker(broker_id, "127.0.0.1", b.port))
-        out.append(_um_broker(CONTROLLER_ID, "127.0.0.1", self.controller.port))
+        out.append(_um_broker(self.controller.node_id, "127.0.0.1", self.controller.port))
         return out
 
     def update_metadata(
@@ -277,7 +280,7 @@ class Cluster:
                 )
             )
         request = UpdateMetadataRequest(
-            controller_id=CONTROLLER_ID,
+            controller_id=self.controller.node_id,
             controller_epoch=self.controller_epoch,
             topic_states=[
                 UpdateMetadataRequest.UpdateMetadataTopicState(
@@ -316,7 +319,7 @@ class Cluster:
                 )
             )
         request = LeaderAndIsrRequest(
-            controller_id=CONTROLLER_ID,
+            controller_id=self.controller.node_id,
             controller_epoch=epoch,
             type=0,
             topic_states=[
@@ -339,7 +342,7 @@ class Cluster:
         self, broker_id: int, topic: str, partition: int, leader_epoch: int, delete: bool
     ) -> StopReplicaResponse:
         request = StopReplicaRequest(
-            controller_id=CONTROLLER_ID,
+            controller_id=self.controller.node_id,
             controller_epoch=self.controller_epoch,
             topic_states=[
                 StopReplicaRequest.StopReplicaTopicState(
@@ -390,6 +393,21 @@ class Cluster:
         self.update_metadata([])  # brokers learn each other (and the controller) first
         self.elect(state)
         return state
+
+    def move_controller(self) -> FakeController:
+        """A new controller (the next node id, the next controller epoch) takes over the
+        partition states; the old one answers NOT_CONTROLLER from now on. Every broker learns
+        of it from UpdateMetadata, as after a ZooKeeper election."""
+        old = self.controller
+        new = FakeController(node_id=old.node_id + 1)
+        with old.cond:
+            old.refuse_with = ErrorCode.NOT_CONTROLLER
+            new.partitions = old.partitions
+        self.retired.append(old)
+        self.controller = new
+        self.controller_epoch += 1
+        self.update_metadata(list(new.partitions.values()), exclude=self.stopped)
+        return new
 
     def segment_bytes(self, broker_id: int, topic: str, partition: int = 0) -> bytes:
         """The concatenated .log files of a partition on one broker's disk."""

@@ -378,3 +378,23 @@ def test_consumer_long_poll_wakes_when_the_watermark_moves(cluster: Cluster, top
     assert [v for _, _, v in decode_records(p.records)] == [b"x"]
     assert p.high_watermark == 1
     assert elapsed < 15, elapsed  # well before max_wait_ms
+
+
+def test_isr_changes_follow_the_controller_when_it_moves(cluster: Cluster, topic: str) -> None:
+    state = cluster.create_partition(topic, [1, 2, 3])
+    old = cluster.controller
+    # The leader talks to the first controller ...
+    cluster.pause(3)
+    assert produce(cluster, 1, topic, [b"a"], acks=1).error_code == ErrorCode.NONE
+    old.wait_for_isr(state.topic_id, [1, 2])
+    cluster.resume(3)
+    old.wait_for_isr(state.topic_id, [1, 2, 3])
+    sent_to_old = len(old.requests)
+    # ... then another is elected: ISR changes go where UpdateMetadata says, on a new connection.
+    new = cluster.move_controller()
+    cluster.pause(3)
+    assert produce(cluster, 1, topic, [b"b"], acks=1).error_code == ErrorCode.NONE
+    new.wait_for_isr(state.topic_id, [1, 2])
+    cluster.resume(3)
+    new.wait_for_isr(state.topic_id, [1, 2, 3])
+    assert len(old.requests) == sent_to_old

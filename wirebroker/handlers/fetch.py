@@ -87,10 +87,14 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     first_hw: list[int] | None = None
     with trio.move_on_after(max_wait_s):
         while True:
-            # Appends wake everyone; a moved high watermark wakes consumers too (the data they
-            # may read grew) and followers (who must learn it).
+            # Appends wake everyone; a moved high watermark wakes followers (who must learn it)
+            # and, where followers move it, consumers (what they may read grew).
             events = [w.partition.append_event() for w in wanted if w.partition is not None]
-            events += [w.partition.state_event() for w in wanted if w.partition is not None]
+            events += [
+                w.partition.state_event()
+                for w in wanted
+                if w.partition is not None and (replica_id >= 0 or w.partition.followers)
+            ]
             size = _read_all(ctx, request, wanted, replica_id)
             failed = any(w.result.error_code != ErrorCode.NONE for w in wanted)
             hws = [w.result.high_watermark for w in wanted]

@@ -4,6 +4,7 @@ cache, and the controller's requests at every version through the codec and the 
 from __future__ import annotations
 
 import copy
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -468,5 +469,39 @@ def test_truncation_never_goes_past_our_log_end(tmp_path: Path) -> None:
         # The leader's epoch 0 goes on past our end: nothing to cut, the watermark stays.
         fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=10)
         assert (p.log_end_offset, p.high_watermark, state.truncating) == (3, 3, False)
+    finally:
+        broker.close()
+
+
+def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> None:
+    from protocol.messages.fetch import FetchResponse
+
+    leader_log = PartitionLog.open(tmp_path / "leader" / "t-0", LogConfig())
+    leader_log.append_as_leader(batch(2), 0, 0)
+    leader_log.append_as_leader(batch(2), 0, 0)
+    with leader_log.read(0, 1 << 20) as read:
+        data = b"".join(os.pread(s.fd, s.length, s.position) for s in read.slices)
+    leader_log.close()
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        # The leader's watermark is past what we have: ours stops at our log end.
+        answer = FetchResponse.PartitionData(
+            partition_index=0, high_watermark=9, log_start_offset=0, records=memoryview(data)
+        )
+        fetcher._append(tp, p, state, answer)
+        assert (p.log_end_offset, p.high_watermark, state.fetch_offset) == (4, 4, 4)
+        with p.log.read(0, 1 << 20) as ours:
+            assert ours.size == len(data)  # stored as the leader had it
+        # The leader deleted records up to 2 (DeleteRecords): our log start follows.
+        empty = FetchResponse.PartitionData(
+            partition_index=0, high_watermark=4, log_start_offset=2, records=memoryview(b"")
+        )
+        fetcher._append(tp, p, state, empty)
+        assert p.log_start_offset == 2
     finally:
         broker.close()

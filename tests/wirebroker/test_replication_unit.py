@@ -505,3 +505,42 @@ def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> N
         assert p.log_start_offset == 2
     finally:
         broker.close()
+
+
+def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> None:
+    from protocol.messages.fetch import FetchResponse
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        state.truncating = False
+        garbage = bytearray(batch(1))
+        garbage[-1] ^= 0xFF  # the record's last byte: the CRC no longer matches
+
+        async def answer(body: Any, version: int) -> FetchResponse:
+            return FetchResponse(
+                responses=[
+                    FetchResponse.FetchableTopicResponse(
+                        topic="t",
+                        partitions=[
+                            FetchResponse.PartitionData(
+                                partition_index=0,
+                                high_watermark=1,
+                                log_start_offset=0,
+                                records=memoryview(bytes(garbage)),
+                            )
+                        ],
+                    )
+                ]
+            )
+
+        fetcher.peer.request = answer  # type: ignore[method-assign]
+        trio.run(fetcher._fetch, {tp: state})
+        assert p.log_end_offset == 0
+        assert not state.failed and state.delayed_until > 0  # retried after the backoff
+    finally:
+        broker.close()

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
-from storage.errors import UnexpectedAppendOffsetError
+from storage.errors import KafkaStorageError, UnexpectedAppendOffsetError
 from wirebroker.partition import TopicPartition
 from wirebroker.replication.peer import PeerClient, PeerError
 
@@ -98,7 +98,12 @@ class ReplicaFetcher:
         with self.cancel_scope:
             try:
                 while True:
-                    await self._one_round()
+                    try:
+                        await self._one_round()
+                    except Exception:
+                        # A bug must stop this round, never the broker: log it and go on.
+                        log.exception("fetcher of broker %d failed a round", self.source_id)
+                        await trio.sleep(self.backoff_s)
             finally:
                 await self.peer.aclose()
 
@@ -192,7 +197,10 @@ class ReplicaFetcher:
                 if r.error_code != ErrorCode.NONE:
                     self._on_error(tp, state, ErrorCode(r.error_code))
                     continue
-                self._apply_epoch_end(tp, p, state, r.leader_epoch, r.end_offset)
+                try:
+                    self._apply_epoch_end(tp, p, state, r.leader_epoch, r.end_offset)
+                except KafkaError as e:
+                    self._on_local_error(tp, state, e)
         self._delay(sent)  # partitions the leader did not answer about
 
     def _apply_epoch_end(
@@ -291,12 +299,15 @@ class ReplicaFetcher:
                 if p is None:
                     continue
                 code = ErrorCode(r.error_code)
-                if code == ErrorCode.NONE:
-                    self._append(tp, p, state, r)
-                elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    await self._out_of_range(tp, p, state, offset)
-                else:
-                    self._on_error(tp, state, code)
+                try:
+                    if code == ErrorCode.NONE:
+                        self._append(tp, p, state, r)
+                    elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                        await self._out_of_range(tp, p, state, offset)
+                    else:
+                        self._on_error(tp, state, code)
+                except KafkaError as e:
+                    self._on_local_error(tp, state, e)
 
     def _append(
         self, tp: TopicPartition, p: Partition, state: FetchState, r: FetchResponse.PartitionData
@@ -373,6 +384,24 @@ class ReplicaFetcher:
                 if r.error_code == ErrorCode.NONE:
                     return int(r.offset)
         return None
+
+    def _on_local_error(self, tp: TopicPartition, state: FetchState, e: KafkaError) -> None:
+        """Our side failed (Kafka's processPartitionData errors): corrupt or invalid records
+        are fetched again; a storage failure stops this partition until new orders come."""
+        if isinstance(e, KafkaStorageError):
+            log.error(
+                "%s-%d: the log failed, stopping its replication: %s", tp.topic, tp.partition, e
+            )
+            state.failed = True
+            return
+        log.error(
+            "%s-%d: cannot take the leader's records at %d: %s",
+            tp.topic,
+            tp.partition,
+            state.fetch_offset,
+            e,
+        )
+        self._delay([tp])
 
     def _on_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode) -> None:
         if code == ErrorCode.FENCED_LEADER_EPOCH:

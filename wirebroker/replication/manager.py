@@ -119,7 +119,10 @@ class ReplicaManager:
             now = self.broker.now_ms()
             for partition in list(self.broker.partitions.values()):
                 if partition.is_local_leader and partition.followers:
-                    partition.maybe_shrink_isr(now)
+                    try:
+                        partition.maybe_shrink_isr(now)
+                    except Exception:  # a bug: log it, keep checking the others
+                        log.exception("%s-%d: ISR check failed", partition.topic, partition.index)
 
     def _enqueue_isr_change(self, partition: Partition) -> None:
         self._isr_queue[TopicPartition(partition.topic, partition.index)] = partition
@@ -139,7 +142,11 @@ class ReplicaManager:
             self._isr_queue.clear()
             if not batch:
                 continue
-            retry = await self._send_alter_partition(batch)
+            try:
+                retry = await self._send_alter_partition(batch)
+            except Exception:  # a bug: log it and try again later rather than stop the broker
+                log.exception("AlterPartition failed")
+                retry = batch
             for tp, (p, pending) in retry.items():
                 if p.pending_isr is pending and self.broker.partitions.get(tp) is p:
                     self._isr_queue.setdefault(tp, p)

@@ -151,13 +151,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k("num.replica.fetchers", "int", "1", "Fetcher tasks per source broker."),
         _k("min.insync.replicas", "int", "1", "ISR size acks=all needs.", False),
         _k(
-            "unclean.leader.election.enable",
-            "boolean",
-            "false",
-            "Allow electing a leader from outside the ISR.",
-            False,
-        ),
-        _k(
             "wirebroker.external.controller",
             "boolean",
             "false",

@@ -10,8 +10,10 @@ supports, as Kafka reports them without an authorizer.
 Brokers, partitions and the controller come from the metadata cache (`Broker.metadata()`): in a
 cluster what the controller's UpdateMetadata said, embedded the broker itself. A partition whose
 leader is not a live broker is LEADER_NOT_AVAILABLE with leader -1 (v0 lists only live replicas,
-REPLICA_NOT_AVAILABLE when some are missing), as Kafka's ZkMetadataCache answers. In a cluster a
-topic created by this request is LEADER_NOT_AVAILABLE until the controller elects its leaders.
+REPLICA_NOT_AVAILABLE when some are missing), as Kafka's ZkMetadataCache answers; brokers are
+listed with their endpoint on the listener the request came in on (a leader without one is
+LISTENER_NOT_FOUND from v6). In a cluster a topic created by this request is
+LEADER_NOT_AVAILABLE until the controller elects its leaders.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
             topics.append(_lookup(ctx, wanted, request, allow_create))
     brokers = []
     for b in cache.alive_brokers():
-        endpoint = b.endpoint(ctx.listener_name) or b.endpoint(None)
+        endpoint = b.endpoint(ctx.listener_name)  # brokers without this listener are left out
         if endpoint is not None:
             brokers.append(
                 MetadataResponse.MetadataResponseBroker(
@@ -108,11 +110,16 @@ def _describe(
         if v0:
             replicas = [r for r in replicas if cache.is_alive(r)]
             isr = [r for r in isr if cache.is_alive(r)]
-        if (
-            cache.endpoint(leader, ctx.listener_name) is None
-            and cache.endpoint(leader, None) is None
-        ):
+        if not cache.is_alive(leader):
             error, leader = ErrorCode.LEADER_NOT_AVAILABLE, -1
+        elif cache.endpoint(leader, ctx.listener_name) is None:
+            # Alive, but not reachable on the listener this client came in on.
+            error = (
+                ErrorCode.LISTENER_NOT_FOUND
+                if ctx.api_version >= 6
+                else (ErrorCode.LEADER_NOT_AVAILABLE)
+            )
+            leader = -1
         elif v0 and (len(replicas) < len(p.replicas) or len(isr) < len(p.isr)):
             error = ErrorCode.REPLICA_NOT_AVAILABLE
         partitions.append(

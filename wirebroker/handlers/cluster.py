@@ -29,7 +29,7 @@ async def describe_cluster(
     cache = broker.metadata()
     brokers = []
     for b in cache.alive_brokers():
-        endpoint = b.endpoint(ctx.listener_name) or b.endpoint(None)
+        endpoint = b.endpoint(ctx.listener_name)  # as Kafka: those on the client's listener
         if endpoint is not None:
             brokers.append(
                 DescribeClusterResponse.DescribeClusterBroker(

@@ -87,7 +87,7 @@ def _cluster_coordinator(
     p = cache.partition(OFFSETS_TOPIC, index)
     endpoint = None
     if p is not None:
-        endpoint = cache.endpoint(p.leader, ctx.listener_name) or cache.endpoint(p.leader, None)
+        endpoint = cache.endpoint(p.leader, ctx.listener_name)
     if p is None or endpoint is None:
         c.error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
         c.error_message = "the coordinator is not available"

@@ -97,7 +97,10 @@ class FakeController:
                 size = struct.unpack_from(">i", buf)[0]
                 data, buf = bytes(buf[4 : 4 + size]), buf[4 + size :]
                 request = decode_request(data)
-                assert isinstance(request.body, AlterPartitionRequest), request.body
+                if not isinstance(request.body, AlterPartitionRequest):
+                    # A client that found this node in Metadata (librdkafka connects to every
+                    # broker it is told of): not a broker, so hang up, as on a dead one.
+                    return
                 response = self.alter_partition(request.body, request.header.request_api_version)
                 payload = encode_response(
                     ResponseHeader(correlation_id=request.header.correlation_id),

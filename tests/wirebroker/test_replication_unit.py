@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from protocol.api import decode_request, decode_response, encode_request, encode_response
+from protocol.api import decode_request, decode_response, encode_request, encode_response_chunks
 from protocol.errors import ErrorCode
 from protocol.messages.headers import RequestHeader, ResponseHeader
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest
@@ -23,6 +23,7 @@ from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from storage.config import LogConfig
 from storage.partition_log import PartitionLog
+from tests.wirebroker.helpers import decode_records
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.dispatch import RequestContext, dispatch
@@ -252,8 +253,21 @@ def call(broker: Broker, body: Any, version: int) -> Any:
     )
     ctx = RequestContext(broker, header, "127.0.0.1", "PLAINTEXT")
     response = trio.run(dispatch, ctx, request)
-    data = encode_response(ResponseHeader(correlation_id=7), response, body.API_KEY, version)
+    chunks = encode_response_chunks(
+        ResponseHeader(correlation_id=7), response, body.API_KEY, version
+    )
+    data = b"".join(_materialize(chunk) for chunk in chunks)
     return decode_response(data, body.API_KEY, version).body
+
+
+def _materialize(chunk: Any) -> bytes:
+    """File slices of a fetch response, read (the transport would sendfile them)."""
+    slices = getattr(chunk, "slices", None)
+    if slices is None:
+        return bytes(chunk)
+    data = b"".join(os.pread(s.fd, s.length, s.position) for s in slices)
+    chunk.release()
+    return data
 
 
 def leader_and_isr(
@@ -542,5 +556,49 @@ def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> No
         trio.run(fetcher._fetch, {tp: state})
         assert p.log_end_offset == 0
         assert not state.failed and state.delayed_until > 0  # retried after the backoff
+    finally:
+        broker.close()
+
+
+def test_leader_answers_a_diverging_epoch_to_a_follower(tmp_path: Path) -> None:
+    from protocol.messages.fetch import FetchRequest
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(1, 0), 7)
+        p = broker.partitions[TopicPartition("t", 0)]
+        p.append_to_leader(batch(3), now_ms=0)  # offsets 0-2 at epoch 0
+        call(broker, leader_and_isr(1, 1), 7)
+        p.append_to_leader(batch(2), now_ms=0)  # offsets 3-4 at epoch 1
+
+        def fetch(offset: int, last_epoch: int) -> Any:
+            request = FetchRequest(
+                replica_id=2,
+                max_wait_ms=0,
+                topics=[
+                    FetchRequest.FetchTopic(
+                        topic="t",
+                        partitions=[
+                            FetchRequest.FetchPartition(
+                                partition=0,
+                                current_leader_epoch=1,
+                                fetch_offset=offset,
+                                last_fetched_epoch=last_epoch,
+                                partition_max_bytes=1 << 20,
+                            )
+                        ],
+                    )
+                ],
+            )
+            return call(broker, request, 12).responses[0].partitions[0]
+
+        # A follower that wrote offsets 3-4 at epoch 0 (a tail we never had): diverged.
+        r = fetch(5, 0)
+        assert r.error_code == ErrorCode.NONE and len(r.records or b"") == 0
+        assert (r.diverging_epoch.epoch, r.diverging_epoch.end_offset) == (0, 3)
+        # One whose epoch 0 ends where ours does: records as usual.
+        r = fetch(3, 0)
+        assert r.diverging_epoch.epoch == -1
+        assert [o for o, _, _ in decode_records(r.records)] == [3, 4]
     finally:
         broker.close()

@@ -20,9 +20,9 @@ offset (which may move the high watermark and the ISR: `Partition.update_followe
 Its long poll also ends when the high watermark moves, so followers learn it promptly; a
 consumer's long poll wakes then too, since what it may read grew. A fetch
 from a broker that is not a replica gets UNKNOWN_LEADER_EPOCH (with a leader epoch) or
-NOT_LEADER_OR_FOLLOWER, as in Kafka. Differences from Kafka: no incremental sessions, no
-diverging-epoch answers (followers truncate with OffsetForLeaderEpoch first), no preferred read
-replica (-1).
+NOT_LEADER_OR_FOLLOWER, as in Kafka. A follower's last fetched epoch (v12+) is checked: where our
+log diverges from it the answer is the diverging epoch and where it ends, without records.
+Differences from Kafka: no incremental sessions, no preferred read replica (-1).
 """
 
 from __future__ import annotations
@@ -96,7 +96,10 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
                 if w.partition is not None and (replica_id >= 0 or w.partition.followers)
             ]
             size = _read_all(ctx, request, wanted, replica_id)
-            failed = any(w.result.error_code != ErrorCode.NONE for w in wanted)
+            failed = any(
+                w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
+                for w in wanted
+            )
             hws = [w.result.high_watermark for w in wanted]
             if first_hw is None:
                 first_hw = hws
@@ -170,6 +173,8 @@ def _read_all(
             _release_one(w)
         limit = min(w.request.partition_max_bytes, remaining)
         leader_leo = p.log_end_offset
+        if replica_id >= 0 and w.request.last_fetched_epoch >= 0 and _diverged(w, p):
+            continue
         try:
             read = p.log.read(
                 w.request.fetch_offset,
@@ -200,6 +205,23 @@ def _read_all(
         total += size
         remaining -= size
     return total
+
+
+def _diverged(w: _Wanted, p: Partition) -> bool:
+    """Kafka's check of a follower's last fetched epoch (v12+): when our log diverges from
+    the follower's at that epoch, answer where our epoch ends instead of records (the
+    follower truncates there); an epoch older than our log is out of range."""
+    result = w.result
+    epoch, end = p.end_offset_for_epoch(w.request.last_fetched_epoch)
+    if epoch < 0 or end < 0:
+        result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+    elif epoch < w.request.last_fetched_epoch or end < w.request.fetch_offset:
+        result.error_code = ErrorCode.NONE
+        result.diverging_epoch = FetchResponse.EpochEndOffset(epoch=epoch, end_offset=end)
+    else:
+        return False
+    result.records = EMPTY
+    return True
 
 
 def _release_one(w: _Wanted) -> None:

@@ -260,6 +260,7 @@ class ReplicaFetcher:
                     partition=tp.partition,
                     current_leader_epoch=state.leader_epoch,
                     fetch_offset=state.fetch_offset,
+                    last_fetched_epoch=_latest_epoch(p),
                     log_start_offset=p.log_start_offset,
                     partition_max_bytes=self.max_bytes,
                 )
@@ -299,6 +300,17 @@ class ReplicaFetcher:
                 if p is None:
                     continue
                 code = ErrorCode(r.error_code)
+                if code == ErrorCode.NONE and r.diverging_epoch.epoch >= 0:
+                    # The leader's log parted from ours: truncate (OffsetForLeaderEpoch) again.
+                    log.info(
+                        "%s-%d: the leader's epoch %d ends at %d: truncating again",
+                        tp.topic,
+                        tp.partition,
+                        r.diverging_epoch.epoch,
+                        r.diverging_epoch.end_offset,
+                    )
+                    state.truncating = True
+                    continue
                 try:
                     if code == ErrorCode.NONE:
                         self._append(tp, p, state, r)
@@ -417,3 +429,8 @@ class ReplicaFetcher:
             code.name,
         )
         self._delay([tp])
+
+
+def _latest_epoch(p: Partition) -> int:
+    latest = p.log.leader_epoch_cache.latest_epoch
+    return -1 if latest is None else latest

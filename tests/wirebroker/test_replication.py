@@ -153,12 +153,15 @@ def test_paused_follower_leaves_the_isr_and_comes_back(cluster: Cluster, topic: 
     state = cluster.create_partition(topic, [1, 2, 3])
     assert produce(cluster, 1, topic, [b"a"]).error_code == ErrorCode.NONE
     cluster.pause(3)
+    paused = time.monotonic()
     # acks=1 is written at once, but the high watermark waits for follower 3 (still in the ISR).
     assert produce(cluster, 1, topic, [b"b"], acks=1).error_code == ErrorCode.NONE
     assert high_watermark(cluster, 1, topic) == 1
     assert consumed(cluster, 1, topic) == [b"a"]  # consumers read only up to the watermark
     # After replica.lag.time.max.ms the leader asks the controller to drop 3 ...
     cluster.controller.wait_for_isr(state.topic_id, [1, 2])
+    # (3 was caught up until at most one fetch wait, 200 ms, before the pause)
+    assert time.monotonic() - paused >= LAG_MS / 1000 - 0.25
     # ... and once the controller accepted, the watermark follows the smaller ISR.
     wait_until(lambda: high_watermark(cluster, 1, topic) == 2, what="the high watermark at 2")
     assert consumed(cluster, 1, topic) == [b"a", b"b"]

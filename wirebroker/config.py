@@ -130,6 +130,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "ZooKeeper for a cluster; unset: embedded single broker.",
         ),
         _k(
+            "cluster.id",
+            "string",
+            None,
+            "Cluster id; generated and stored in meta.properties if unset.",
+        ),
+        # the replica side of a cluster
+        _k(
             "replica.lag.time.max.ms",
             "long",
             "30000",
@@ -156,12 +163,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "false",
             "Ours: cluster mode without ZooKeeper; partitions and metadata come only from "
             "LeaderAndIsr/UpdateMetadata sent by a controller over the wire (tests act as it).",
-        ),
-        _k(
-            "cluster.id",
-            "string",
-            None,
-            "Cluster id; generated and stored in meta.properties if unset.",
         ),
     ]
 }

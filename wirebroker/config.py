@@ -198,6 +198,35 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             None,
             "Cluster id; generated and stored in meta.properties if unset.",
         ),
+        # the replica side of a cluster
+        _k(
+            "replica.lag.time.max.ms",
+            "long",
+            "30000",
+            "Drop a follower from the ISR after this long behind.",
+        ),
+        _k("replica.fetch.max.bytes", "int", "1048576", "Bytes a follower fetches per partition."),
+        _k(
+            "replica.fetch.response.max.bytes",
+            "int",
+            "10485760",
+            "Bytes a follower fetches per request.",
+        ),
+        _k(
+            "replica.fetch.wait.max.ms", "int", "500", "How long a follower's fetch waits for data."
+        ),
+        _k("replica.fetch.min.bytes", "int", "1", "Bytes a follower's fetch waits for."),
+        _k("replica.fetch.backoff.ms", "int", "1000", "Pause after a failed replica fetch."),
+        _k("replica.socket.timeout.ms", "int", "30000", "Timeout of inter-broker requests."),
+        _k("num.replica.fetchers", "int", "1", "Fetcher tasks per source broker."),
+        _k("min.insync.replicas", "int", "1", "ISR size acks=all needs.", False),
+        _k(
+            "wirebroker.external.controller",
+            "boolean",
+            "false",
+            "Ours: cluster mode without ZooKeeper; partitions and metadata come only from "
+            "LeaderAndIsr/UpdateMetadata sent by a controller over the wire (tests act as it).",
+        ),
     ]
 }
 
@@ -340,6 +369,13 @@ class BrokerConfig:
             self.values.get("log.dirs") or self.values.get("log.dir") or self.get("log.dirs") or ""
         )
         return [Path(p.strip()) for p in text.split(",") if p.strip()]
+
+    @property
+    def cluster_mode(self) -> bool:
+        """A cluster broker (ZooKeeper, or an external controller) rather than the embedded one."""
+        return bool(self.get("zookeeper.connect")) or self.get_bool(
+            "wirebroker.external.controller"
+        )
 
     @property
     def socket_request_max_bytes(self) -> int:

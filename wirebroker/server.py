@@ -77,6 +77,8 @@ async def serve_broker(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.groups.serve)
+            if broker.cluster_mode:
+                await nursery.start(broker.replica_manager.run)
             bound: list[Listener] = []
             for listener in config.listeners():
                 sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)

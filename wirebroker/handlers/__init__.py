@@ -4,6 +4,7 @@ from wirebroker.handlers import (  # noqa: F401
     api_versions,
     cluster,
     configs,
+    control,
     controller,
     fetch,
     groups,

@@ -30,6 +30,7 @@ from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from wirebroker import authorized_operations as ops
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.coordinator import OFFSETS_TOPIC
+from wirebroker.group.records import partition_for
 from wirebroker.group.state import GroupState
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
@@ -63,10 +64,13 @@ async def find_coordinator(
                     c.error_message = None
                     found.append(c)
                     continue
-            if request.key_type == GROUP_KEY:
+            elif request.key_type == GROUP_KEY and not ctx.broker.cluster_mode:
                 ctx.broker.groups.ensure_topic()
-            c.node_id, c.host, c.port = ctx.broker.node_id, host, port
-            c.error_message = "NONE"  # Kafka sends Errors.NONE.message() on success
+            if ctx.broker.cluster_mode:
+                _cluster_coordinator(ctx, key, c)
+            else:
+                c.node_id, c.host, c.port = ctx.broker.node_id, host, port
+                c.error_message = "NONE"  # Kafka sends Errors.NONE.message() on success
         found.append(c)
     if ctx.api_version >= 4:
         return FindCoordinatorResponse(coordinators=found)
@@ -104,6 +108,25 @@ async def _ensure_offsets_topic_in_zk(ctx: RequestContext) -> ErrorCode:
             return ErrorCode.NONE
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     return ErrorCode.NONE
+
+
+def _cluster_coordinator(
+    ctx: RequestContext, key: str, c: FindCoordinatorResponse.Coordinator
+) -> None:
+    """In a cluster the coordinator of a group is the leader of its offsets partition."""
+    broker = ctx.broker
+    cache = broker.metadata_cache
+    index = partition_for(key, broker.groups.num_partitions)
+    p = cache.partition(OFFSETS_TOPIC, index)
+    endpoint = None
+    if p is not None:
+        endpoint = cache.endpoint(p.leader, ctx.listener_name)
+    if p is None or endpoint is None:
+        c.error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        c.error_message = "the coordinator is not available"
+        return
+    c.node_id, c.host, c.port = p.leader, endpoint.host, endpoint.port
+    c.error_message = "NONE"
 
 
 @handles(JoinGroupRequest, (0, 9))

@@ -6,11 +6,11 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve test check generate bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline compat jars golden tools clean
+.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline compat jars golden tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,bench]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -19,6 +19,10 @@ setup: $(STAMP)
 ## serve: one broker on 127.0.0.1:9092 with its data in ./data (Ctrl-C stops it cleanly)
 serve: setup
 	$(VENV)/bin/wirebroker serve --listeners PLAINTEXT://127.0.0.1:9092 --log-dirs ./data
+
+## cluster: ZooKeeper + 3 brokers on 127.0.0.1:9092-9094, data in ./data/cluster (Ctrl-C stops all)
+cluster: setup jars
+	$(VENV)/bin/wirebroker cluster --brokers 3
 
 ## test: set up everything the suite needs (venv, Kafka jars, kcat) and run the whole suite
 test: setup jars tools
@@ -46,6 +50,10 @@ generate: setup
 ## compat: the same scenarios on real Kafka 3.9 and on wirebroker, plus raw-request diffs; writes compat/REPORT.md
 compat: setup jars tools
 	WIREBROKER_COMPAT_REPORT=compat/REPORT.md $(PY) -m pytest compat
+
+## bench: wirebroker against real Kafka 3.9 here, same load generators; writes docs/BENCHMARKS.md + benchmarks.png (~30 min)
+bench: setup jars
+	$(PY) -m bench.side_by_side
 
 ## bench-codec: the codec benchmark (Produce v9 decode, Fetch v12 encode)
 bench-codec: setup

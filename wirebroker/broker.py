@@ -13,6 +13,8 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
 from storage.config import LogConfig
@@ -20,10 +22,15 @@ from storage.log_manager import LogManager
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.meta_properties import load_or_create_meta
-from wirebroker.partition import Partition
+from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
+from wirebroker.partition import Partition, TopicPartition
 from wirebroker.producer_ids import ProducerIdManager
-from wirebroker.topic_configs import log_config_for
+from wirebroker.replication.manager import ReplicaManager
+from wirebroker.topic_configs import log_config_for, min_insync_replicas
 from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
+
+if TYPE_CHECKING:
+    from wirebroker.zk.member import ClusterMember
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +39,6 @@ log = logging.getLogger(__name__)
 class BrokerStats:
     connections: int = 0
     requests: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
 
 
 def now_ms() -> int:
@@ -58,10 +59,56 @@ class Broker:
     stats: BrokerStats = field(default_factory=BrokerStats)
     groups: GroupCoordinator = field(init=False)
     producer_ids: ProducerIdManager = field(init=False)
+    # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
+    metadata_cache: MetadataCache = field(default_factory=MetadataCache)
+    replica_manager: ReplicaManager = field(init=False)
+    #: The controller's broker id: this broker when embedded; in a cluster, whoever holds
+    #: `/controller` (-1 while there is none), kept current by `cluster` and by UpdateMetadata.
+    controller_id: int = -1
+    #: This broker's part of a ZooKeeper cluster (None when embedded, without zookeeper.connect).
+    cluster: ClusterMember | None = None
+    #: The czxid of this broker's `/brokers/ids/<id>` registration; -1 when embedded.
+    broker_epoch: int = -1
 
     def __post_init__(self) -> None:
+        if self.controller_id == -1 and not self.config.cluster_mode:
+            self.controller_id = self.node_id
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
+        self.replica_manager = ReplicaManager(self)
+
+    @property
+    def cluster_mode(self) -> bool:
+        """Partitions and metadata come from a controller (not the embedded single broker)."""
+        return self.config.cluster_mode
+
+    @staticmethod
+    def now_ms() -> int:
+        return now_ms()
+
+    def metadata(self) -> MetadataCache:
+        """The cluster as clients are told it. The embedded broker describes itself."""
+        if not self.cluster_mode:
+            self._describe_self()
+        return self.metadata_cache
+
+    def _describe_self(self) -> None:
+        me = BrokerInfo(
+            self.node_id, tuple(Endpoint(a.name, a.host, a.port) for a in self.advertised)
+        )
+        topics = []
+        for name, record in self.topics.topics.items():
+            parts = []
+            for index in range(record.partitions):
+                p = self.partitions.get(TopicPartition(name, index))
+                if p is not None:
+                    parts.append(
+                        PartitionInfo(
+                            name, index, p.leader, p.leader_epoch, list(p.isr), list(p.replicas)
+                        )
+                    )
+            topics.append((name, record.topic_id, parts))
+        self.metadata_cache.set_local(me, topics)
 
     @classmethod
     def open(cls, config: BrokerConfig) -> Broker:
@@ -75,8 +122,10 @@ class Broker:
         broker = cls(
             config, config.broker_id, cluster_id, manager, TopicRegistry(dirs[0] / "topics.json")
         )
-        for record in broker.topics.topics.values():
-            broker._attach(record)
+        if not config.cluster_mode:
+            # In a cluster, partitions appear when the controller's LeaderAndIsr names them.
+            for record in broker.topics.topics.values():
+                broker._attach(record)
         log.info(
             "opened %d topics, %d partitions from %s",
             len(broker.topics.topics),
@@ -93,6 +142,8 @@ class Broker:
         return log_config_for(self.config, record.configs)
 
     def _attach(self, record: TopicRecord) -> None:
+        if self.cluster_mode:
+            return
         config = self.topic_log_config(record)
         for index in range(record.partitions):
             tp = TopicPartition(record.name, index)
@@ -108,6 +159,7 @@ class Broker:
                 leader_epoch=0,
                 replicas=[self.node_id],
                 isr=[self.node_id],
+                min_isr_source=partial(self.min_insync_replicas, record.name),
             )
 
     def create_topic(
@@ -178,8 +230,48 @@ class Broker:
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, index))
 
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic's config overrides: from ZooKeeper in a cluster, else from the registry."""
+        if self.cluster is not None:
+            return self.cluster.topic_configs.get(topic, {})
+        record = self.topics.get(topic)
+        return record.configs if record is not None else {}
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's `min.insync.replicas`: its override, else the broker's setting."""
+        return min_insync_replicas(self.config, self.topic_overrides(topic))
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, from the registry or (in a cluster) the
+        partitions we host and the metadata cache."""
+        record = self.topics.by_id.get(topic_id)
+        if record is not None:
+            return record.name
+        if not self.cluster_mode:
+            return None
+        for tp, p in self.partitions.items():
+            if p.topic_id == topic_id:
+                return tp.topic
+        return self.metadata_cache.topic_name(topic_id)
+
     def topic_id_b64(self, record: TopicRecord) -> str:
         return base64.urlsafe_b64encode(record.topic_id.bytes).decode().rstrip("=")
+
+    def apply_topic_config(self, name: str, overrides: dict[str, str]) -> None:
+        """A topic's overrides changed elsewhere (cluster mode: `/config/changes`): apply them
+        to the registry record, if any, and to whatever local logs the topic has here."""
+        try:
+            config = log_config_for(self.config, overrides)
+        except Exception as e:
+            log.error("topic %s: cannot apply config overrides %s: %s", name, overrides, e)
+            return
+        record = self.topics.get(name)
+        if record is not None and record.configs != overrides:
+            record.configs = dict(overrides)
+            self.topics.save()
+        for tp, partition in self.partitions.items():
+            if tp.topic == name:
+                partition.log.update_config(config)
 
     def set_topic_configs(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False

@@ -1,8 +1,10 @@
 """The `wirebroker` command.
 
     wirebroker serve [server.properties] [--override key=value ...]
+    wirebroker cluster [--brokers 3] [--zookeeper host:port]
 
-Runs one broker until SIGINT or SIGTERM, then shuts down cleanly (checkpoints written).
+`serve` runs one broker until SIGINT or SIGTERM, then shuts down cleanly (checkpoints written;
+in a cluster, after a controlled shutdown). `cluster` runs ZooKeeper and N brokers locally.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from pathlib import Path
 
 import trio
 
+from wirebroker import cluster_cli
 from wirebroker.config import BROKER_KEYS, BrokerConfig, ConfigError
-from wirebroker.server import serve_broker
+from wirebroker.server import RunningBroker, serve_broker
+from wirebroker.zk.client import ZooKeeperUnreachable
 
 log = logging.getLogger("wirebroker")
 
@@ -56,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--log-dirs", help="comma-separated data directories (default ./data)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     serve.add_argument("--list-configs", action="store_true", help="print known keys and exit")
+    cluster_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "cluster":
+        return cluster_cli.run(args)
 
     if args.list_configs:
         for key in BROKER_KEYS.values():
@@ -90,23 +97,60 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         trio.run(_run, config)
-    except OSError as e:
-        print(
-            f"wirebroker: {e.strerror or e}: is another broker already on that port?",
-            file=sys.stderr,
-        )
-        return 1
+    except BaseException as e:
+        # trio wraps errors of nursery children in exception groups: report the cause plainly
+        problem = find_exception(e, ConfigError)
+        if problem is not None:
+            print(f"wirebroker: {problem}", file=sys.stderr)
+            return 2
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        problem = find_exception(e, ZooKeeperUnreachable)
+        if problem is not None:
+            print(f"wirebroker: {problem}", file=sys.stderr)
+            return 1
+        problem = find_exception(e, OSError)
+        if isinstance(problem, OSError):
+            print(
+                f"wirebroker: {problem.strerror or problem}: is another broker already on that "
+                "port, or ZooKeeper unreachable?",
+                file=sys.stderr,
+            )
+            return 1
+        raise
     return 0
+
+
+def find_exception(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`error` itself or the first exception of `kind` inside (nested) exception groups."""
+    if isinstance(error, kind):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = find_exception(inner, kind)
+            if found is not None:
+                return found
+    return None
 
 
 async def _run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_broker, config)
+            running: RunningBroker = await nursery.start(serve_broker, config)
+            stopping = False
             async for signum in signals:
+                if stopping:
+                    log.info("received %s again: stopping now", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    break
                 log.info("received %s: shutting down", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+                stopping = True
+                nursery.start_soon(_stop, running, nursery.cancel_scope)
+
+
+async def _stop(running: RunningBroker, scope: trio.CancelScope) -> None:
+    await running.stop()  # a controlled shutdown first, in a cluster
+    scope.cancel()
 
 
 if __name__ == "__main__":

@@ -130,10 +130,102 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "ZooKeeper for a cluster; unset: embedded single broker.",
         ),
         _k(
+            "zookeeper.session.timeout.ms",
+            "int",
+            "18000",
+            "ZooKeeper session timeout; a broker silent this long leaves the cluster.",
+        ),
+        _k(
+            "zookeeper.connection.timeout.ms",
+            "int",
+            None,
+            "How long to wait for ZooKeeper at start-up (unset: the session timeout).",
+        ),
+        _k("broker.rack", "string", None, "This broker's rack, for rack-aware replica assignment."),
+        _k(
+            "inter.broker.listener.name",
+            "string",
+            None,
+            "The listener brokers and the controller use to reach each other (unset: PLAINTEXT).",
+        ),
+        _k(
+            "listener.security.protocol.map",
+            "string",
+            None,
+            "Security protocol of each listener name, e.g. INTERNAL:PLAINTEXT (as registered).",
+        ),
+        _k(
+            "unclean.leader.election.enable",
+            "boolean",
+            "false",
+            "Let a replica outside the ISR lead when no ISR member is live (data loss).",
+            False,
+        ),
+        _k(
+            "auto.leader.rebalance.enable",
+            "boolean",
+            "true",
+            "Move leadership back to preferred replicas when brokers are imbalanced.",
+        ),
+        _k(
+            "leader.imbalance.check.interval.seconds",
+            "long",
+            "300",
+            "How often the controller checks the leader balance.",
+        ),
+        _k(
+            "leader.imbalance.per.broker.percentage",
+            "int",
+            "10",
+            "Share of a broker's preferred partitions led elsewhere that triggers a rebalance.",
+        ),
+        _k(
+            "controlled.shutdown.enable",
+            "boolean",
+            "true",
+            "On a clean stop, move leadership off this broker first.",
+        ),
+        _k("controlled.shutdown.max.retries", "int", "3", "Controlled shutdown attempts."),
+        _k(
+            "controlled.shutdown.retry.backoff.ms",
+            "long",
+            "5000",
+            "Pause between controlled shutdown attempts.",
+        ),
+        _k(
             "cluster.id",
             "string",
             None,
             "Cluster id; generated and stored in meta.properties if unset.",
+        ),
+        # the replica side of a cluster
+        _k(
+            "replica.lag.time.max.ms",
+            "long",
+            "30000",
+            "Drop a follower from the ISR after this long behind.",
+        ),
+        _k("replica.fetch.max.bytes", "int", "1048576", "Bytes a follower fetches per partition."),
+        _k(
+            "replica.fetch.response.max.bytes",
+            "int",
+            "10485760",
+            "Bytes a follower fetches per request.",
+        ),
+        _k(
+            "replica.fetch.wait.max.ms", "int", "500", "How long a follower's fetch waits for data."
+        ),
+        _k("replica.fetch.min.bytes", "int", "1", "Bytes a follower's fetch waits for."),
+        _k("replica.fetch.backoff.ms", "int", "1000", "Pause after a failed replica fetch."),
+        _k("replica.socket.timeout.ms", "int", "30000", "Timeout of inter-broker requests."),
+        _k("num.replica.fetchers", "int", "1", "Fetcher tasks per source broker."),
+        _k("min.insync.replicas", "int", "1", "ISR size acks=all needs.", False),
+        _k(
+            "wirebroker.external.controller",
+            "boolean",
+            "false",
+            "Ours: cluster mode without ZooKeeper; partitions and metadata come only from "
+            "LeaderAndIsr/UpdateMetadata sent by a controller over the wire (tests act as it).",
         ),
     ]
 }
@@ -277,6 +369,13 @@ class BrokerConfig:
             self.values.get("log.dirs") or self.values.get("log.dir") or self.get("log.dirs") or ""
         )
         return [Path(p.strip()) for p in text.split(",") if p.strip()]
+
+    @property
+    def cluster_mode(self) -> bool:
+        """A cluster broker (ZooKeeper, or an external controller) rather than the embedded one."""
+        return bool(self.get("zookeeper.connect")) or self.get_bool(
+            "wirebroker.external.controller"
+        )
 
     @property
     def socket_request_max_bytes(self) -> int:

@@ -48,3 +48,14 @@ def load_or_create_meta(dirs: list[Path], broker_id: int, configured: str | None
         tmp.write_text(f"#\nversion=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
         os.replace(tmp, path)
     return cluster_id
+
+
+def read_meta_cluster_id(dirs: list[Path]) -> str | None:
+    """The cluster id recorded in the log dirs' meta.properties, if any has one."""
+    for d in dirs:
+        path = d / FILE
+        if path.exists():
+            found = parse_properties(path.read_text()).get("cluster.id")
+            if found:
+                return found
+    return None

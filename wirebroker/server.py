@@ -4,6 +4,12 @@
 `RunningBroker` (with the real bound ports) through `task_status.started`, and runs until
 cancelled; on the way out it writes checkpoints and the clean-shutdown marker. Nothing here is
 fire-and-forget: connections and periodic jobs are children of its nursery.
+
+With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
+cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
+(registration, config changes, the controller candidacy) runs as a child of the same nursery.
+`RunningBroker.stop()` is the clean stop: a controlled shutdown first (when
+`controlled.shutdown.enable`), then cancellation; the session is closed on the way out.
 """
 
 from __future__ import annotations
@@ -19,12 +25,15 @@ import wirebroker.handlers  # noqa: F401  (registers every API)
 from wirebroker.broker import Broker, now_ms
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
+from wirebroker.zk import member as zk_member
+from wirebroker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms
 FLUSH_CHECK_INTERVAL_S = 1.0
 CLEANER_BACKOFF_S = 15.0  # Kafka's log.cleaner.backoff.ms
+CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -33,20 +42,43 @@ class RunningBroker:
 
     broker: Broker
     listeners: list[Listener]
+    scope: trio.CancelScope | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{lst.host}:{lst.port}" for lst in self.listeners)
+
+    async def stop(self) -> None:
+        """Stop cleanly: in a cluster, move leadership away first (controlled shutdown)."""
+        cluster = self.broker.cluster
+        if cluster is not None and self.broker.config.get_bool("controlled.shutdown.enable"):
+            with trio.move_on_after(CONTROLLED_SHUTDOWN_LIMIT_S):
+                await cluster.controlled_shutdown()
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 async def serve_broker(
     config: BrokerConfig, *, task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED
 ) -> None:
     started = time.monotonic()
-    broker = Broker.open(config)
+    zk: ZkClient | None = None
+    if config.get("zookeeper.connect"):
+        zk = await zk_member.connect(config)
+        try:
+            cluster_id = await zk_member.ensure_cluster_id(zk, config)
+            config = BrokerConfig({**config.values, "cluster.id": cluster_id})
+            broker = Broker.open(config)
+        except BaseException:
+            await zk.close()
+            raise
+    else:
+        broker = Broker.open(config)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.groups.serve)
+            if broker.cluster_mode:
+                await nursery.start(broker.replica_manager.run)
             bound: list[Listener] = []
             for listener in config.listeners():
                 sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
@@ -55,6 +87,9 @@ async def serve_broker(
                 handler = partial(_serve_one, broker=broker, listener_name=listener.name)
                 nursery.start_soon(trio.serve_listeners, handler, sockets)
             broker.advertised = _advertised(config, bound)
+            if zk is not None:
+                broker.cluster = zk_member.ClusterMember(broker, zk)
+                await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
@@ -63,8 +98,10 @@ async def serve_broker(
                 ", ".join(map(str, bound)),
                 broker.cluster_id,
             )
-            task_status.started(RunningBroker(broker, bound))
+            task_status.started(RunningBroker(broker, bound, nursery.cancel_scope))
     finally:
+        if zk is not None:
+            await zk.close()
         log.info("shutting down: writing checkpoints")
         broker.close()
 

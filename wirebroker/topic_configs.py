@@ -228,3 +228,14 @@ def log_config_for(config: BrokerConfig, overrides: Mapping[str, str]) -> LogCon
 
 def describe_topic_configs(broker: Broker, record: TopicRecord) -> list[ConfigValue]:
     return effective_values(broker.config, record.configs)
+
+
+def min_insync_replicas(config: BrokerConfig, overrides: Mapping[str, str]) -> int:
+    """The topic's `min.insync.replicas` (its override, else the broker's, else 1)."""
+    value = overrides.get("min.insync.replicas")
+    if value is None:
+        value = config.get("min.insync.replicas") or "1"
+    try:
+        return max(int(value), 1)
+    except ValueError:
+        return 1

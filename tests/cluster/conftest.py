@@ -1,40 +1,36 @@
-"""Fixtures of the cluster failure tests: which broker kind runs them, and skips with reasons.
+"""Fixtures of the cluster tests: one real ZooKeeper for the session (from the Kafka jar set).
 
-``WIREBROKER_CLUSTER_TARGET=kafka`` runs the same scenarios against Apache Kafka 3.9 (how they
-were validated); the default is wirebroker. ZooKeeper comes from the project's jars
-(``make jars``), so the tests skip, saying so, where java or the jars are missing.
+The tests need `make jars` (ZooKeeper 3.8 comes with Kafka's jars) and a JDK; without them they
+are skipped. Each test gets its own chroot, so tests never see each other's znodes.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
+import uuid
+from collections.abc import Iterator
 
 import pytest
 
-from compat.kafka_process import jars_available, jars_dir
+from wirebroker.zookeeper_server import ZooKeeperServer, jars_available, zookeeper
 
 
-def _missing() -> str | None:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        return "java is not installed: the cluster tests run ZooKeeper from its jars"
+@pytest.fixture(scope="session")
+def zk_server() -> Iterator[ZooKeeperServer]:
     if not jars_available():
-        return f"ZooKeeper jars missing in {jars_dir()}: run `make jars`"
-    return None
+        pytest.skip("no ZooKeeper jars: run `make jars`")
+    with zookeeper(heap="128m") as server:
+        yield server
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    reason = _missing()
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.integration)
-            if reason:
-                item.add_marker(pytest.mark.skip(reason=reason))
+@pytest.fixture
+def zk_connect(zk_server: ZooKeeperServer) -> str:
+    """A `zookeeper.connect` string with a chroot of this test's own."""
+    return f"{zk_server.connect}/wb-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
 def kind() -> str:
-    """The broker implementation under test: ``wirebroker`` (default) or ``kafka``."""
+    """The broker kind the process-level failure tests run: ``wirebroker`` (default) or, with
+    ``WIREBROKER_CLUSTER_TARGET=kafka``, Apache Kafka 3.9 (how those scenarios were validated)."""
     return os.environ.get("WIREBROKER_CLUSTER_TARGET", "wirebroker")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from protocol.records import iter_batches
-from tests.cluster.harness import running_cluster, wait_for
+from tests.cluster.processes import running_cluster, wait_for
 from tests.cluster.workload import (
     ConfluentProducer,
     GroupConsumer,
@@ -25,6 +25,8 @@ from tests.cluster.workload import (
     read_all,
     verify,
 )
+
+pytestmark = pytest.mark.integration
 
 CHAOS_SECONDS = float(os.environ.get("WIREBROKER_CHAOS_SECONDS", "120"))
 KILL_EVERY_S = 10.0

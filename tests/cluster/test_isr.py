@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from tests.cluster.harness import running_cluster
+import pytest
+
+from tests.cluster.processes import running_cluster
 from tests.cluster.workload import ConfluentProducer
+
+pytestmark = pytest.mark.integration
 
 
 def test_paused_follower_leaves_and_rejoins_the_isr(kind: str) -> None:

@@ -6,8 +6,12 @@ producer sees at most retriable errors (none reach the application) and nothing 
 
 from __future__ import annotations
 
-from tests.cluster.harness import running_cluster
+import pytest
+
+from tests.cluster.processes import running_cluster
 from tests.cluster.workload import ConfluentProducer, GroupConsumer, read_all, verify
+
+pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
 

@@ -11,8 +11,12 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from tests.cluster.harness import LOOPBACK, Cluster, running_cluster, wait_for
+import pytest
+
+from tests.cluster.processes import LOOPBACK, Cluster, running_cluster, wait_for
 from tests.cluster.workload import ConfluentProducer, LeaderProbe, read_all, verify
+
+pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
 SESSION_TIMEOUT_S = 6.0  # harness.CLUSTER_PROPERTIES["zookeeper.session.timeout.ms"]

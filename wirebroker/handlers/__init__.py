@@ -4,6 +4,8 @@ from wirebroker.handlers import (  # noqa: F401
     api_versions,
     cluster,
     configs,
+    control,
+    controller,
     fetch,
     groups,
     list_offsets,

@@ -1,7 +1,8 @@
 """DescribeCluster, v0-v1.
 
-Lists this broker (v1: endpoint type 1, brokers; controllers are not listed, as in ZooKeeper
-mode), the cluster id, and the controller id (this broker: it is its own controller).
+Lists the live brokers (v1: endpoint type 1, brokers; controllers are not listed, as in ZooKeeper
+mode), the cluster id, and the controller id, from the metadata cache (embedded: this broker,
+its own controller).
 """
 
 from __future__ import annotations
@@ -25,17 +26,22 @@ async def describe_cluster(
             error_message="only broker endpoints are described",
             endpoint_type=request.endpoint_type,
         )
+    cache = broker.metadata()
+    brokers = []
+    for b in cache.alive_brokers():
+        endpoint = b.endpoint(ctx.listener_name)  # as Kafka: those on the client's listener
+        if endpoint is not None:
+            brokers.append(
+                DescribeClusterResponse.DescribeClusterBroker(
+                    broker_id=b.id, host=endpoint.host, port=endpoint.port, rack=b.rack
+                )
+            )
     return DescribeClusterResponse(
         error_code=ErrorCode.NONE,
         endpoint_type=BROKERS,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=[
-            DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None
-            )
-            for listener in broker.advertised[:1]
-        ],
+        controller_id=broker.controller_id,
+        brokers=brokers,
         cluster_authorized_operations=(
             ops.CLUSTER if request.include_cluster_authorized_operations else ops.NOT_REQUESTED
         ),

@@ -4,7 +4,9 @@ Topic configs are reported as Kafka lists them: every topic-level key with its v
 source (a topic override, the broker's server.properties synonym, or Kafka's default), with
 synonyms (v1+) and types and documentation (v3+). Broker configs list the keys of
 `wirebroker.config`. Differences from Kafka: broker configs are static (altering one answers
-INVALID_REQUEST), and BROKER_LOGGER resources are not supported.
+INVALID_REQUEST), and BROKER_LOGGER resources are not supported. In a cluster, altering a
+topic's configs writes `/config/topics/<t>` and a `/config/changes` notification, which every
+broker applies to its logs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from wirebroker.topic_configs import (
     TYPE_CODES,
     ConfigValue,
     describe_topic_configs,
+    effective_values,
 )
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
@@ -51,7 +54,16 @@ async def describe_configs(
         result = Result(resource_type=resource.resource_type, resource_name=resource.resource_name)
         results.append(result)
         try:
-            values = _values(ctx, resource.resource_type, resource.resource_name)
+            if ctx.broker.cluster is not None and resource.resource_type == TOPIC:
+                overrides = await ctx.broker.cluster.topic_config(resource.resource_name)
+                if overrides is None:
+                    raise KafkaError(
+                        f"unknown topic {resource.resource_name!r}",
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    )
+                values = effective_values(ctx.broker.config, overrides)
+            else:
+                values = _values(ctx, resource.resource_type, resource.resource_name)
         except KafkaError as e:
             result.error_code = e.error_code
             result.error_message = str(e)
@@ -148,6 +160,14 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
         )
         responses.append(result)
         try:
+            if ctx.broker.cluster is not None:
+                await _check_topic_in_zk(ctx, resource.resource_type, resource.resource_name)
+                await ctx.broker.cluster.set_topic_config(
+                    resource.resource_name,
+                    {c.name: c.value for c in resource.configs if c.value is not None},
+                    validate_only=request.validate_only,
+                )
+                continue
             _check_topic(ctx, resource.resource_type, resource.resource_name)
             overrides = {c.name: c.value for c in resource.configs if c.value is not None}
             ctx.broker.set_topic_configs(
@@ -170,6 +190,16 @@ async def incremental_alter_configs(
         )
         responses.append(result)
         try:
+            if ctx.broker.cluster is not None:
+                await _check_topic_in_zk(ctx, resource.resource_type, resource.resource_name)
+                current = await ctx.broker.cluster.topic_config(resource.resource_name)
+                overrides = dict(current or {})
+                for c in resource.configs:
+                    _apply(overrides, c.name, c.config_operation, c.value)
+                await ctx.broker.cluster.set_topic_config(
+                    resource.resource_name, overrides, validate_only=request.validate_only
+                )
+                continue
             _check_topic(ctx, resource.resource_type, resource.resource_name)
             record = ctx.broker.topics.get(resource.resource_name)
             assert record is not None
@@ -196,6 +226,15 @@ def _check_topic(ctx: RequestContext, resource_type: int, name: str) -> None:
             f"resource type {resource_type} is not supported", error_code=ErrorCode.INVALID_REQUEST
         )
     if ctx.broker.topics.get(name) is None:
+        raise KafkaError(f"unknown topic {name!r}", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+async def _check_topic_in_zk(ctx: RequestContext, resource_type: int, name: str) -> None:
+    """Cluster mode: the same checks, with the topic looked up in ZooKeeper."""
+    if resource_type != TOPIC:
+        _check_topic(ctx, resource_type, name)
+    assert ctx.broker.cluster is not None
+    if await ctx.broker.cluster.topic_config(name) is None:
         raise KafkaError(f"unknown topic {name!r}", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 

@@ -12,8 +12,17 @@ connection writes with `os.sendfile`.
 
 Fetch sessions (KIP-227) are refused cleanly: a full fetch (session id 0) is answered with
 session id 0, which tells clients to keep sending full fetches; an incremental fetch naming a
-session gets FETCH_SESSION_ID_NOT_FOUND. Differences from Kafka: no incremental sessions, no
-follower fetching from this fetch path yet, no preferred read replica (-1).
+session gets FETCH_SESSION_ID_NOT_FOUND.
+
+A follower's fetch (replica id >= 0, from a replica of the partition) reads up to the log end
+offset, not the high watermark, and its fetch offset is recorded as the follower's log end
+offset (which may move the high watermark and the ISR: `Partition.update_follower_fetch_state`).
+Its long poll also ends when the high watermark moves, so followers learn it promptly; a
+consumer's long poll wakes then too, since what it may read grew. A fetch
+from a broker that is not a replica gets UNKNOWN_LEADER_EPOCH (with a leader epoch) or
+NOT_LEADER_OR_FOLLOWER, as in Kafka. A follower's last fetched epoch (v12+) is checked: where our
+log diverges from it the answer is the diverging epoch and where it ends, without records.
+Differences from Kafka: no incremental sessions, no preferred read replica (-1).
 """
 
 from __future__ import annotations
@@ -72,19 +81,37 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     version = ctx.api_version
     if version >= 7 and request.session_id != 0:
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
-    wanted = _resolve(ctx, request)
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    wanted = _resolve(ctx, request, replica_id)
     max_wait_s = max(request.max_wait_ms, 0) / 1000
+    first_hw: list[int] | None = None
     with trio.move_on_after(max_wait_s):
         while True:
+            # Appends wake everyone; a moved high watermark wakes followers (who must learn it)
+            # and, where followers move it, consumers (what they may read grew).
             events = [w.partition.append_event() for w in wanted if w.partition is not None]
-            size = _read_all(ctx, request, wanted)
-            failed = any(w.result.error_code != ErrorCode.NONE for w in wanted)
+            events += [
+                w.partition.state_event()
+                for w in wanted
+                if w.partition is not None and (replica_id >= 0 or w.partition.followers)
+            ]
+            size = _read_all(ctx, request, wanted, replica_id)
+            failed = any(
+                w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
+                for w in wanted
+            )
+            hws = [w.result.high_watermark for w in wanted]
+            if first_hw is None:
+                first_hw = hws
+            moved = replica_id >= 0 and hws != first_hw
             if size >= request.min_bytes or request.max_wait_ms <= 0 or not events or failed:
+                break
+            if moved:
                 break
             _release(wanted)
             await _wait_any(events)
     if _needs_final_read(wanted):
-        _read_all(ctx, request, wanted)
+        _read_all(ctx, request, wanted, replica_id)
     return _response(ctx, request, wanted)
 
 
@@ -92,16 +119,15 @@ def _needs_final_read(wanted: list[_Wanted]) -> bool:
     return any(w.error == ErrorCode.NONE and w.result.records is None for w in wanted)
 
 
-def _resolve(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
+def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int) -> list[_Wanted]:
     broker = ctx.broker
     out = []
     for topic in request.topics:
         name: str | None = topic.topic
         error = ErrorCode.NONE
         if ctx.api_version >= 13:
-            record = broker.topics.by_id.get(topic.topic_id)
-            name = record.name if record else None
-            if record is None:
+            name = broker.topic_name(topic.topic_id)
+            if name is None:
                 error = ErrorCode.UNKNOWN_TOPIC_ID
         for p in topic.partitions:
             partition = broker.partition(name, p.partition) if name else None
@@ -112,11 +138,20 @@ def _resolve(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
                 w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 w.error = partition.leader_error(broker.node_id, p.current_leader_epoch)
+                if not w.error and replica_id >= 0 and replica_id not in partition.followers:
+                    # Kafka's followerReplicaOrThrow: not (yet) a replica of this partition.
+                    w.error = (
+                        ErrorCode.UNKNOWN_LEADER_EPOCH
+                        if p.current_leader_epoch >= 0
+                        else ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    )
             out.append(w)
     return out
 
 
-def _read_all(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted]) -> int:
+def _read_all(
+    ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted], replica_id: int = -1
+) -> int:
     """Read every partition within the byte limits; returns the bytes gathered."""
     remaining = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
     total = 0
@@ -137,11 +172,14 @@ def _read_all(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted])
         if result.records is not None:
             _release_one(w)
         limit = min(w.request.partition_max_bytes, remaining)
+        leader_leo = p.log_end_offset
+        if replica_id >= 0 and w.request.last_fetched_epoch >= 0 and _diverged(w, p):
+            continue
         try:
             read = p.log.read(
                 w.request.fetch_offset,
                 max(limit, 0),
-                max_offset=p.high_watermark,
+                max_offset=None if replica_id >= 0 else p.high_watermark,
                 min_one_batch=min_one,
             )
         except KafkaError as e:
@@ -150,6 +188,15 @@ def _read_all(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted])
             result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
             result.records = EMPTY
             continue
+        if replica_id >= 0:
+            p.update_follower_fetch_state(
+                replica_id,
+                w.request.fetch_offset,
+                w.request.log_start_offset,
+                ctx.broker.now_ms(),
+                leader_leo,
+            )
+            result.high_watermark = result.last_stable_offset = p.high_watermark
         result.error_code = ErrorCode.NONE
         result.records = FileRecords(read.slices) if read.slices else memoryview(b"")
         size = len(result.records)
@@ -158,6 +205,23 @@ def _read_all(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted])
         total += size
         remaining -= size
     return total
+
+
+def _diverged(w: _Wanted, p: Partition) -> bool:
+    """Kafka's check of a follower's last fetched epoch (v12+): when our log diverges from
+    the follower's at that epoch, answer where our epoch ends instead of records (the
+    follower truncates there); an epoch older than our log is out of range."""
+    result = w.result
+    epoch, end = p.end_offset_for_epoch(w.request.last_fetched_epoch)
+    if epoch < 0 or end < 0:
+        result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+    elif epoch < w.request.last_fetched_epoch or end < w.request.fetch_offset:
+        result.error_code = ErrorCode.NONE
+        result.diverging_epoch = FetchResponse.EpochEndOffset(epoch=epoch, end_offset=end)
+    else:
+        return False
+    result.records = EMPTY
+    return True
 
 
 def _release_one(w: _Wanted) -> None:

@@ -18,7 +18,7 @@ DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
@@ -29,6 +29,8 @@ from protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from wirebroker import authorized_operations as ops
 from wirebroker.dispatch import RequestContext, handles
+from wirebroker.group.coordinator import OFFSETS_TOPIC
+from wirebroker.group.records import partition_for
 from wirebroker.group.state import GroupState
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
@@ -55,10 +57,20 @@ async def find_coordinator(
             c.error_code = ErrorCode.INVALID_REQUEST
             c.error_message = "the coordinator key is empty"
         else:
-            if request.key_type == GROUP_KEY:
+            if request.key_type == GROUP_KEY and ctx.broker.cluster is not None:
+                code = await _ensure_offsets_topic_in_zk(ctx)
+                if code != ErrorCode.NONE:
+                    c.error_code = code
+                    c.error_message = None
+                    found.append(c)
+                    continue
+            elif request.key_type == GROUP_KEY and not ctx.broker.cluster_mode:
                 ctx.broker.groups.ensure_topic()
-            c.node_id, c.host, c.port = ctx.broker.node_id, host, port
-            c.error_message = "NONE"  # Kafka sends Errors.NONE.message() on success
+            if ctx.broker.cluster_mode:
+                _cluster_coordinator(ctx, key, c)
+            else:
+                c.node_id, c.host, c.port = ctx.broker.node_id, host, port
+                c.error_message = "NONE"  # Kafka sends Errors.NONE.message() on success
         found.append(c)
     if ctx.api_version >= 4:
         return FindCoordinatorResponse(coordinators=found)
@@ -70,6 +82,51 @@ async def find_coordinator(
         host=c.host,
         port=c.port,
     )
+
+
+async def _ensure_offsets_topic_in_zk(ctx: RequestContext) -> ErrorCode:
+    """Cluster mode: `__consumer_offsets` is created in ZooKeeper with
+    `offsets.topic.replication.factor` replicas. As in Kafka 3.9 the factor is not capped at the
+    live brokers: until enough are up the coordinator is not available."""
+    cluster = ctx.broker.cluster
+    assert cluster is not None
+    if await cluster.topic_assignment(OFFSETS_TOPIC) is not None:
+        return ErrorCode.NONE
+    try:
+        await cluster.create_topic(
+            OFFSETS_TOPIC,
+            ctx.broker.groups.num_partitions,
+            ctx.broker.config.get_int("offsets.topic.replication.factor"),
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": "104857600",
+                "compression.type": "producer",
+            },
+        )
+    except KafkaError as e:
+        if e.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            return ErrorCode.NONE
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.NONE
+
+
+def _cluster_coordinator(
+    ctx: RequestContext, key: str, c: FindCoordinatorResponse.Coordinator
+) -> None:
+    """In a cluster the coordinator of a group is the leader of its offsets partition."""
+    broker = ctx.broker
+    cache = broker.metadata_cache
+    index = partition_for(key, broker.groups.num_partitions)
+    p = cache.partition(OFFSETS_TOPIC, index)
+    endpoint = None
+    if p is not None:
+        endpoint = cache.endpoint(p.leader, ctx.listener_name)
+    if p is None or endpoint is None:
+        c.error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        c.error_message = "the coordinator is not available"
+        return
+    c.node_id, c.host, c.port = p.leader, endpoint.host, endpoint.port
+    c.error_message = "NONE"
 
 
 @handles(JoinGroupRequest, (0, 9))

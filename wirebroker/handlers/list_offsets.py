@@ -1,7 +1,7 @@
 """ListOffsets, v0-v9.
 
 Timestamps: -2 earliest (log start offset), -1 latest (high watermark, or the last stable
-offset for READ_COMMITTED), -3 the record with the largest timestamp (v7+), -4 earliest local
+offset for READ_COMMITTED; the log end offset for a follower, replica id >= 0), -3 the record with the largest timestamp (v7+), -4 earliest local
 (v8+, the log start offset here: there is no tiered storage), -5 latest tiered (v9+, answered
 with offset -1 as Kafka does without tiered storage); otherwise the first offset whose
 timestamp is at or after the target. v0 answers with `old_style_offsets`.
@@ -35,7 +35,7 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
                 result.error_code = error
             else:
                 try:
-                    _lookup(ctx, partition, p, result)
+                    _lookup(ctx, request, partition, p, result)
                 except KafkaError as e:
                     result.error_code = e.error_code
         topics.append(
@@ -46,6 +46,7 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
 
 def _lookup(
     ctx: RequestContext,
+    request: ListOffsetsRequest,
     partition: Partition,
     p: ListOffsetsRequest.ListOffsetsPartition,
     result: Result,
@@ -58,11 +59,10 @@ def _lookup(
             _epoch_at(partition, partition.log_start_offset),
         )
     elif ts == LATEST:
-        offset, timestamp, epoch = (
-            partition.high_watermark,
-            -1,
-            _epoch_at(partition, partition.high_watermark),
-        )
+        # A follower (replica id >= 0) is told the log end offset, as Kafka does.
+        end = partition.log_end_offset if request.replica_id >= 0 else partition.high_watermark
+        offset, timestamp, epoch = -1, -1, _epoch_at(partition, end)
+        offset = end
     elif ts == LATEST_TIERED:
         offset, timestamp, epoch = -1, -1, NO_EPOCH
     else:

@@ -6,6 +6,14 @@ Auto-creation follows `auto.create.topics.enable` and, from v4, the request's
 answered as ready (error NONE with its partitions) instead of LEADER_NOT_AVAILABLE, because
 leaders are assigned synchronously here; authorized operations are all those the resource type
 supports, as Kafka reports them without an authorizer.
+
+Brokers, partitions and the controller come from the metadata cache (`Broker.metadata()`): in a
+cluster what the controller's UpdateMetadata said, embedded the broker itself. A partition whose
+leader is not a live broker is LEADER_NOT_AVAILABLE with leader -1 (v0 lists only live replicas,
+REPLICA_NOT_AVAILABLE when some are missing), as Kafka's ZkMetadataCache answers; brokers are
+listed with their endpoint on the listener the request came in on (a leader without one is
+LISTENER_NOT_FOUND from v6). In a cluster, auto-creation writes ZooKeeper and the topic is
+LEADER_NOT_AVAILABLE until the controller elects its leaders, as in Kafka.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from wirebroker import authorized_operations as ops
 from wirebroker.dispatch import RequestContext, handles
-from wirebroker.topics import INTERNAL_TOPICS, TopicRecord
+from wirebroker.metadata_cache import MetadataCache
+from wirebroker.topics import INTERNAL_TOPICS
 
 Topic = MetadataResponse.MetadataResponseTopic
 ZERO_UUID = uuid.UUID(int=0)
@@ -28,23 +37,28 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     version = ctx.api_version
     all_topics = request.topics is None or (version == 0 and not request.topics)
     topics: list[Topic] = []
+    cache = broker.metadata()
     if all_topics:
-        topics = [_describe(ctx, r, request) for _, r in sorted(broker.topics.topics.items())]
+        topics = [_describe(ctx, cache, name, request) for name in cache.topics()]
     else:
         allow_create = broker.config.get_bool("auto.create.topics.enable") and (
             version < 4 or request.allow_auto_topic_creation
         )
         for wanted in request.topics or []:
-            topics.append(_lookup(ctx, wanted, request, allow_create))
-    response = MetadataResponse(
-        brokers=[
-            MetadataResponse.MetadataResponseBroker(
-                node_id=broker.node_id, host=listener.host, port=listener.port, rack=None
+            topics.append(await _lookup(ctx, wanted, request, allow_create))
+    brokers = []
+    for b in cache.alive_brokers():
+        endpoint = b.endpoint(ctx.listener_name)  # brokers without this listener are left out
+        if endpoint is not None:
+            brokers.append(
+                MetadataResponse.MetadataResponseBroker(
+                    node_id=b.id, host=endpoint.host, port=endpoint.port, rack=b.rack
+                )
             )
-            for listener in broker.advertised[:1]
-        ],
+    response = MetadataResponse(
+        brokers=brokers,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=broker.controller_id,
         topics=topics,
     )
     if version <= 10 and version >= 8 and request.include_cluster_authorized_operations:
@@ -52,24 +66,26 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     return response
 
 
-def _lookup(
+async def _lookup(
     ctx: RequestContext,
     wanted: MetadataRequest.MetadataRequestTopic,
     request: MetadataRequest,
     allow_create: bool,
 ) -> Topic:
     broker = ctx.broker
+    cache = broker.metadata_cache  # refreshed by the caller
     if wanted.name is None:
-        record = broker.topics.by_id.get(wanted.topic_id)
-        if record is None:
+        name = cache.topic_name(wanted.topic_id)
+        if name is None:
             return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
-        return _describe(ctx, record, request)
-    record = broker.topics.get(wanted.name)
-    if record is None:
+        return _describe(ctx, cache, name, request)
+    if not cache.has_topic(wanted.name):
         if not allow_create or wanted.name in INTERNAL_TOPICS:
             return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name)
+        if broker.cluster is not None:
+            return await _auto_create_in_zk(ctx, wanted.name)
         try:
-            record = broker.create_topic(
+            broker.create_topic(
                 wanted.name,
                 broker.config.get_int("num.partitions"),
                 broker.config.get_int("default.replication.factor"),
@@ -77,34 +93,75 @@ def _lookup(
             )
         except KafkaError as e:
             return Topic(error_code=e.error_code, name=wanted.name)
-    return _describe(ctx, record, request)
+        cache = broker.metadata()
+        if not cache.has_topic(wanted.name):
+            # A cluster: the controller elects the leaders, and UpdateMetadata tells us.
+            return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=wanted.name)
+    return _describe(ctx, cache, wanted.name, request)
 
 
-def _describe(ctx: RequestContext, record: TopicRecord, request: MetadataRequest) -> Topic:
-    broker = ctx.broker
+def _describe(
+    ctx: RequestContext, cache: MetadataCache, name: str, request: MetadataRequest
+) -> Topic:
+    v0 = ctx.api_version == 0
     partitions = []
-    for index in range(record.partitions):
-        p = broker.partition(record.name, index)
-        if p is None:
-            continue
+    for p in cache.partitions_of(name):
+        error = ErrorCode.NONE
+        leader = p.leader
+        replicas, isr = list(p.replicas), list(p.isr)
+        if v0:
+            replicas = [r for r in replicas if cache.is_alive(r)]
+            isr = [r for r in isr if cache.is_alive(r)]
+        if not cache.is_alive(leader):
+            error, leader = ErrorCode.LEADER_NOT_AVAILABLE, -1
+        elif cache.endpoint(leader, ctx.listener_name) is None:
+            # Alive, but not reachable on the listener this client came in on.
+            error = (
+                ErrorCode.LISTENER_NOT_FOUND
+                if ctx.api_version >= 6
+                else (ErrorCode.LEADER_NOT_AVAILABLE)
+            )
+            leader = -1
+        elif v0 and (len(replicas) < len(p.replicas) or len(isr) < len(p.isr)):
+            error = ErrorCode.REPLICA_NOT_AVAILABLE
         partitions.append(
             MetadataResponse.MetadataResponsePartition(
-                error_code=ErrorCode.NONE,
-                partition_index=index,
-                leader_id=p.leader,
+                error_code=error,
+                partition_index=p.partition,
+                leader_id=leader,
                 leader_epoch=p.leader_epoch,
-                replica_nodes=list(p.replicas),
-                isr_nodes=list(p.isr),
-                offline_replicas=[],
+                replica_nodes=replicas,
+                isr_nodes=isr,
+                offline_replicas=list(p.offline_replicas),
             )
         )
     return Topic(
         error_code=ErrorCode.NONE,
-        name=record.name,
-        topic_id=record.topic_id if ctx.api_version >= 10 else ZERO_UUID,
-        is_internal=record.name in INTERNAL_TOPICS,
+        name=name,
+        topic_id=cache.topic_id(name) if ctx.api_version >= 10 else ZERO_UUID,
+        is_internal=name in INTERNAL_TOPICS,
         partitions=partitions,
         topic_authorized_operations=(
             ops.TOPIC if request.include_topic_authorized_operations else ops.NOT_REQUESTED
         ),
+    )
+
+
+async def _auto_create_in_zk(ctx: RequestContext, name: str) -> Topic:
+    """Cluster mode: create the topic in ZooKeeper; it is answered LEADER_NOT_AVAILABLE (also when
+    it already exists but this broker does not know it yet), as Kafka answers with timeout 0."""
+    broker = ctx.broker
+    assert broker.cluster is not None
+    try:
+        await broker.cluster.create_topic(
+            name,
+            broker.config.get_int("num.partitions"),
+            broker.config.get_int("default.replication.factor"),
+            {},
+        )
+    except KafkaError as e:
+        if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            return Topic(error_code=e.error_code, name=name, is_internal=name in INTERNAL_TOPICS)
+    return Topic(
+        error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=name in INTERNAL_TOPICS
     )

@@ -10,6 +10,11 @@ partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
+acks=all (-1) is answered once the high watermark passed every appended batch, i.e. every
+in-sync replica has it, or after the request's `timeout_ms` (REQUEST_TIMED_OUT); an ISR smaller
+than `min.insync.replicas` refuses the append (NOT_ENOUGH_REPLICAS), and an ISR that shrank below
+it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are written). The wait
+holds only this connection (whose answers stay in request order), never others.
 Differences from Kafka: transactional produce is accepted but no transaction state is kept yet.
 """
 
@@ -17,10 +22,13 @@ from __future__ import annotations
 
 import logging
 
+import trio
+
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
 from wirebroker.broker import now_ms
 from wirebroker.dispatch import CloseConnection, RequestContext, handles
+from wirebroker.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +38,7 @@ PartitionResponse = ProduceResponse.PartitionProduceResponse
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     acks_valid = request.acks in (0, 1, -1)
+    waiting: list[tuple[Partition, int, PartitionResponse]] = []
     topics = []
     for topic in request.topic_data:
         partitions = []
@@ -39,7 +48,9 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             if not acks_valid:
                 result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
-            _append(ctx, topic.name, data, result)
+            appended = _append(ctx, topic.name, data, result, request.acks)
+            if appended is not None and request.acks == -1:
+                waiting.append((*appended, result))
         topics.append(
             ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions)
         )
@@ -54,7 +65,46 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             # Kafka closes the connection so that an acks=0 producer learns of the failure.
             raise CloseConnection(f"acks=0 produce failed for {', '.join(failed)}")
         return None
+    if waiting:
+        await _await_replication(waiting, request.timeout_ms)
     return ProduceResponse(responses=topics)
+
+
+async def _await_replication(
+    waiting: list[tuple[Partition, int, PartitionResponse]], timeout_ms: int
+) -> None:
+    """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
+    pending = list(waiting)
+    with trio.move_on_after(max(timeout_ms, 0) / 1000):
+        while pending:
+            events = []
+            still = []
+            for partition, required, result in pending:
+                done, error = partition.check_enough_replicas_reach_offset(required)
+                if done:
+                    result.error_code = error
+                else:
+                    events.append(partition.state_event())
+                    still.append((partition, required, result))
+            pending = still
+            if pending:
+                await _wait_any(events)
+    for _partition, _required, result in pending:
+        result.error_code = ErrorCode.REQUEST_TIMED_OUT
+
+
+async def _wait_any(events: list[trio.Event]) -> None:
+    if len(events) == 1:
+        await events[0].wait()
+        return
+    async with trio.open_nursery() as nursery:
+
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        for event in events:
+            nursery.start_soon(wait, event)
 
 
 def _append(
@@ -62,36 +112,39 @@ def _append(
     topic: str,
     data: ProduceRequest.PartitionProduceData,
     result: PartitionResponse,
-) -> None:
+    acks: int = 1,
+) -> tuple[Partition, int] | None:
+    """Append one partition's batch; (partition, offset the high watermark must reach)."""
     broker = ctx.broker
     partition = broker.partition(topic, data.index)
     if partition is None:
         result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return
+        return None
     if not partition.is_leader(broker.node_id):
         result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return
+        return None
     records = data.records
     if records is None or len(records) == 0:
         result.error_code = ErrorCode.INVALID_RECORD
         result.error_message = "the produce request carries no records"
-        return
+        return None
     try:
-        info = partition.append_to_leader(records, now_ms())
+        info = partition.append_to_leader(records, now_ms(), acks)
     except KafkaError as e:
         result.error_code = e.error_code
         result.error_message = str(e)
-        return
+        return None
     except OSError as e:
         log.error("append to %s-%d failed: %s", topic, data.index, e)
         result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         result.error_message = str(e)
-        return
+        return None
     except Exception:
         # A bug: only this partition's fate is unknown; the others keep their real answers.
         log.exception("append to %s-%d failed unexpectedly", topic, data.index)
         result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
-        return
+        return None
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
     result.log_start_offset = partition.log_start_offset
+    return partition, info.last_offset + 1

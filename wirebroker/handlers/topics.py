@@ -5,6 +5,11 @@ INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EX
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID) and a message from v1 (CreateTopics) or v5
 (DeleteTopics). Differences from Kafka: manual replica assignments are accepted only when they
 name this broker; creation is synchronous, so `timeout_ms` never expires.
+
+In a cluster (`zookeeper.connect`) the same requests write ZooKeeper as Kafka's AdminZkClient
+does (`ClusterMember.create_topic`, `delete_topic`, `add_partitions`): replicas are assigned
+over the live brokers (rack-aware when they have racks), the controller makes the partitions,
+and the answer waits up to `timeout_ms` for it (REQUEST_TIMED_OUT past that, as in Kafka).
 """
 
 from __future__ import annotations
@@ -12,19 +17,23 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
+import trio
+
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.topic_configs import describe_topic_configs
-from wirebroker.topics import INTERNAL_TOPICS
+from wirebroker.topics import INTERNAL_TOPICS, TopicRecord
 
 ZERO_UUID = uuid.UUID(int=0)
 
 
 @handles(CreateTopicsRequest, (0, 7))
 async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    if ctx.broker.cluster is not None:
+        return await _create_topics_in_zk(ctx, request)
     broker = ctx.broker
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -97,6 +106,8 @@ def _sizes(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic) -> tu
 
 @handles(DeleteTopicsRequest, (0, 6))
 async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    if ctx.broker.cluster is not None:
+        return await _delete_topics_in_zk(ctx, request)
     broker = ctx.broker
     wanted: list[tuple[str | None, uuid.UUID]] = (
         [(t.name, t.topic_id) for t in request.topics]
@@ -142,8 +153,150 @@ async def create_partitions(
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name)
         results.append(result)
         try:
+            if ctx.broker.cluster is not None:
+                await ctx.broker.cluster.add_partitions(
+                    topic.name,
+                    topic.count,
+                    (
+                        [list(a.broker_ids) for a in topic.assignments]
+                        if topic.assignments is not None
+                        else None
+                    ),
+                    validate_only=request.validate_only,
+                )
+                continue
             ctx.broker.add_partitions(topic.name, topic.count, validate_only=request.validate_only)
         except KafkaError as e:
             result.error_code = e.error_code
             result.error_message = str(e)
     return CreatePartitionsResponse(results=results)
+
+
+# cluster mode -----------------------------------------------------------------------------
+async def _create_topics_in_zk(
+    ctx: RequestContext, request: CreateTopicsRequest
+) -> CreateTopicsResponse:
+    cluster = ctx.broker.cluster
+    assert cluster is not None
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    created: list[tuple[CreateTopicsResponse.CreatableTopicResult, int]] = []
+    for topic in request.topics:
+        result = CreateTopicsResponse.CreatableTopicResult(name=topic.name, error_message=None)
+        results.append(result)
+        if counts[topic.name] > 1:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"topic {topic.name} is listed more than once"
+            continue
+        try:
+            assignment = None
+            if topic.assignments:
+                if topic.num_partitions != -1 or topic.replication_factor != -1:
+                    raise KafkaError(
+                        "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                        "Both cannot be used at the same time.",
+                        error_code=ErrorCode.INVALID_REQUEST,
+                    )
+                assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+            partitions, replication = topic.num_partitions, topic.replication_factor
+            if partitions == -1:
+                partitions = ctx.broker.config.get_int("num.partitions")
+            if replication == -1:
+                replication = ctx.broker.config.get_int("default.replication.factor")
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            done = await cluster.create_topic(
+                topic.name,
+                partitions,
+                replication,
+                configs,
+                assignment,
+                validate_only=request.validate_only,
+            )
+        except KafkaError as e:
+            result.error_code = e.error_code
+            result.error_message = str(e)
+            result.num_partitions = -1
+            result.replication_factor = -1
+            continue
+        result.topic_id = done.topic_id if not request.validate_only else ZERO_UUID
+        result.num_partitions = done.partitions
+        result.replication_factor = done.replication_factor
+        if ctx.api_version >= 5:
+            record = TopicRecord(
+                topic.name, done.topic_id, done.partitions, done.replication_factor, done.configs
+            )
+            result.configs = [
+                CreateTopicsResponse.CreatableTopicConfigs(
+                    name=c.name,
+                    value=c.value,
+                    read_only=c.read_only,
+                    config_source=c.source,
+                    is_sensitive=c.is_sensitive,
+                )
+                for c in describe_topic_configs(ctx.broker, record)
+            ]
+        if not request.validate_only:
+            created.append((result, done.partitions))
+    if request.timeout_ms > 0:
+        timeout_s = request.timeout_ms / 1000
+        for result, partitions in created:
+            assert result.name is not None
+            if not await cluster.wait_topic_ready(result.name, partitions, timeout_s):
+                result.error_code = ErrorCode.REQUEST_TIMED_OUT
+                result.error_message = "the controller did not create the partitions in time"
+    return CreateTopicsResponse(topics=results)
+
+
+async def _delete_topics_in_zk(
+    ctx: RequestContext, request: DeleteTopicsRequest
+) -> DeleteTopicsResponse:
+    cluster = ctx.broker.cluster
+    assert cluster is not None
+    wanted: list[tuple[str | None, uuid.UUID]] = (
+        [(t.name, t.topic_id) for t in request.topics]
+        if ctx.api_version >= 6
+        else [(name, ZERO_UUID) for name in request.topic_names]
+    )
+    responses = []
+    marked: list[DeleteTopicsResponse.DeletableTopicResult] = []
+    for name, topic_id in wanted:
+        result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
+        responses.append(result)
+        if name is None:
+            for candidate in await cluster.topic_names():
+                assignment = await cluster.topic_assignment(candidate)
+                if assignment is not None and assignment.topic_id == topic_id:
+                    name = result.name = candidate
+                    break
+            else:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                result.error_message = f"no topic has id {topic_id}"
+                continue
+        if not ctx.broker.config.get_bool("delete.topic.enable"):
+            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+            result.error_message = "delete.topic.enable is false"
+            continue
+        if name in INTERNAL_TOPICS:
+            result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            result.error_message = f"{name} is an internal topic"
+            continue
+        try:
+            found_id = await cluster.delete_topic(name)
+        except KafkaError as e:
+            result.error_code = e.error_code
+            unknown = e.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            result.error_message = None if unknown else str(e)
+            continue
+        result.topic_id = found_id if ctx.api_version >= 6 else ZERO_UUID
+        marked.append(result)
+    if request.timeout_ms > 0:
+        with trio.move_on_after(request.timeout_ms / 1000):
+            for result in marked:
+                assert result.name is not None
+                await cluster.wait_topic_deleted(result.name, request.timeout_ms / 1000)
+        for result in marked:
+            assert result.name is not None
+            if await cluster.topic_assignment(result.name) is not None:
+                result.error_code = ErrorCode.REQUEST_TIMED_OUT
+                result.error_message = "the controller did not delete the topic in time"
+    return DeleteTopicsResponse(responses=responses)

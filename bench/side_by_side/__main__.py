@@ -1,0 +1,149 @@
+"""Command line of the side-by-side benchmark: ``python -m bench.side_by_side --help``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.side_by_side import report, workloads
+from bench.side_by_side.targets import REPO_ROOT, TARGET_NAMES, target_session
+
+ROWS_HELP = """\
+rows (ratio wirebroker/Kafka, goal):
+  1  produce 1 KiB records, acks=1, batch 64 KiB, linger 5 ms: MB/s (>= 1.0)
+  2  the Kafka paper: 200-byte records, 1 and 50 per batch, acks=0: records/s
+     (>= 1.0, and above the paper's 50,000 and 400,000 records/s)
+  3  consume a 1 GiB topic from its start: MB/s (>= 1.0)
+  4  end-to-end latency at 5,000 records/s, p50 and p99 (<= 1.0)
+  5  idempotent producer, acks=all: MB/s (>= 1.0)
+  6  broker RSS idle and under row 1 (<= 0.2)           [runs row 1]
+  7  process spawn to first acknowledged produce (<= 0.1)
+  8  broker CPU seconds per GiB produced / consumed (<= 1.0)  [runs rows 1 and 3]
+  9  10, 100, 1,000 partitions written round-robin: MB/s and RSS
+
+Rows 1, 2, 3 and 5 run both Java (ProducerPerformance / ConsumerPerformance) and
+librdkafka (confluent-kafka in its own process) load generators. Progress goes to stderr.
+"""
+
+
+def _rows(text: str) -> set[int]:
+    rows = {int(r) for r in text.split(",") if r.strip()}
+    unknown = rows - set(workloads.ALL_ROWS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown rows {sorted(unknown)}; rows are 1-9")
+    return rows
+
+
+def _targets(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = set(names) - set(TARGET_NAMES)
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"targets are {', '.join(TARGET_NAMES)}")
+    return names
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.side_by_side",
+        description="Measure wirebroker against real Apache Kafka 3.9 on this machine, with the "
+        "same load generators, in one run; write BENCHMARKS.md and benchmarks.png.",
+        epilog=ROWS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--rows",
+        type=_rows,
+        default=set(workloads.ALL_ROWS),
+        help="comma-separated rows to run (default: all, 1-9)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repeats of each workload; figures are medians (default 3; 1 with --quick)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes and 1 repeat: a smoke test of the harness, not figures",
+    )
+    parser.add_argument(
+        "--targets",
+        type=_targets,
+        default=list(TARGET_NAMES),
+        help="comma-separated, in run order (default: kafka,wirebroker)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO_ROOT / "docs",
+        help="folder for BENCHMARKS.md and benchmarks.png (default: docs/)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="also log failing runs' tracebacks")
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 3
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)  # unwinds the context managers: brokers and ZooKeeper stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="[bench %(asctime)s] %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    log = logging.getLogger("bench")
+    sizes = workloads.QUICK if args.quick else workloads.Sizes()
+    catalogue = workloads.figures(sizes)
+    results = workloads.Results()
+    started, began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), time.monotonic()
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    broker_commands: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="wb-side-by-side-") as scratch:
+        ctx = workloads.Context(sizes, args.repeats, results, Path(scratch))
+        for name in args.targets:
+            log.info(
+                "%-10s | rows %s, %d repeat(s)",
+                name,
+                ",".join(map(str, sorted(args.rows))),
+                args.repeats,
+            )
+            with target_session(name, Path(scratch) / name) as target:
+                workloads.run_target(ctx, target, args.rows)
+                broker_commands[name] = target.describe()
+    info = report.RunInfo(
+        repeats=args.repeats,
+        targets=args.targets,
+        quick=args.quick,
+        started=started,
+        minutes=(time.monotonic() - began) / 60,
+        load_before=load_before,
+    )
+    markdown, chart = args.out / "BENCHMARKS.md", args.out / "benchmarks.png"
+    generated = report.render(catalogue, results, info, broker_commands, chart.name, ctx.workdir)
+    report.write_markdown(markdown, generated)
+    report.write_chart(chart, catalogue, results)
+    log.info("wrote %s and %s in %.1f min", markdown, chart, info.minutes)
+    for error in results.errors:
+        log.error("failed: %s", error)
+    return 1 if results.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""The librdkafka (confluent-kafka) load generators, each in its own Python process.
+
+The harness calls ``produce``, ``consume`` and ``end_to_end_latency``; each starts
+``python -m bench.side_by_side.rdkafka_load MODE ...`` (this module's ``main``), which does
+the work with nothing else in the process and prints one JSON line with its figures. So
+the client's Python loop never shares a GIL with the harness's samplers, and the printed
+argv is the exact command the report shows.
+
+Modes:
+
+- ``produce``: ``--records`` records of ``--record-size`` bytes as fast as the client goes,
+  timed from the first ``produce()`` to the end of ``flush()`` (with ``--wait-stored``, to
+  when partition 0's end offset reaches ``--records``: with acks=0 ``flush()`` returns
+  while the last records may still sit in socket buffers); with ``--partitions N`` the
+  records go round-robin over partitions 0..N-1, else to the client's partitioner.
+- ``consume``: ``--records`` records from the start of partition 0, timed from ``assign``.
+- ``latency-consume`` / ``latency-produce``: end-to-end latency. The producer sends at a
+  fixed ``--rate`` for ``--seconds``, each record's value starting with the
+  ``CLOCK_MONOTONIC`` nanoseconds of its ``produce()`` call (one clock for all processes on
+  the machine); the consumer, already fetching, takes receive time minus that stamp for
+  each record after the first ``--warmup`` seconds and prints p50 and p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODULE = "bench.side_by_side.rdkafka_load"
+STAMP = struct.Struct(">q")
+
+
+class RdkafkaLoadError(RuntimeError):
+    """A librdkafka load process failed."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's figures and the argv that produced them."""
+
+    figures: dict[str, float]
+    argv: list[str]
+
+
+# --------------------------------------------------------------------------- harness side
+
+
+def _argv(mode: str, bootstrap: str, topic: str, options: Mapping[str, object]) -> list[str]:
+    argv = [sys.executable, "-m", MODULE, mode, "--bootstrap", bootstrap, "--topic", topic]
+    for key, value in options.items():
+        if key == "config":
+            assert isinstance(value, Mapping)
+            for k, v in value.items():
+                argv += ["--config", f"{k}={v}"]
+        else:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+
+def _result(proc: subprocess.Popen[str], argv: list[str], timeout: float) -> Run:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
+        raise RdkafkaLoadError(f"{' '.join(argv[2:4])} timed out after {timeout:.0f} s") from exc
+    if proc.returncode != 0:
+        raise RdkafkaLoadError(f"{' '.join(argv[2:4])} exited {proc.returncode}:\n{err[-3000:]}")
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RdkafkaLoadError(f"{' '.join(argv[2:4])} printed no figures:\n{out}\n{err[-3000:]}")
+    return Run(json.loads(lines[-1]), argv)
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=REPO_ROOT,
+    )
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    *,
+    records: int,
+    record_size: int,
+    config: Mapping[str, object],
+    timeout: float,
+    partitions: int | None = None,
+    wait_stored: bool = False,
+) -> Run:
+    """Figures ``records_per_s`` and ``bytes_per_s`` of one produce run."""
+    options: dict[str, object] = {"records": records, "record_size": record_size}
+    if partitions is not None:
+        options["partitions"] = partitions
+    argv = _argv("produce", bootstrap, topic, {**options, "config": config})
+    if wait_stored:
+        argv.append("--wait-stored")
+    with _spawn(argv) as proc:
+        return _result(proc, argv, timeout)
+
+
+def consume(bootstrap: str, topic: str, *, records: int, timeout: float) -> Run:
+    """Figures ``records_per_s`` and ``bytes_per_s`` of reading ``records`` from the start."""
+    argv = _argv("consume", bootstrap, topic, {"records": records})
+    with _spawn(argv) as proc:
+        return _result(proc, argv, timeout)
+
+
+def end_to_end_latency(
+    bootstrap: str,
+    topic: str,
+    *,
+    rate: int,
+    seconds: float,
+    record_size: int,
+    warmup: float,
+    producer_config: Mapping[str, object],
+) -> tuple[Run, list[str]]:
+    """Figures ``p50_ms`` and ``p99_ms``; also the producer's argv (the run has the consumer's)."""
+    records = int(rate * seconds)
+    consumer_argv = _argv(
+        "latency-consume",
+        bootstrap,
+        topic,
+        {"records": records, "warmup_records": int(rate * warmup)},
+    )
+    producer_argv = _argv(
+        "latency-produce",
+        bootstrap,
+        topic,
+        {"rate": rate, "seconds": seconds, "record_size": record_size, "config": producer_config},
+    )
+    with _spawn(consumer_argv) as consumer:
+        assert consumer.stdout is not None
+        line = consumer.stdout.readline()
+        if line.strip() != "ready":
+            consumer.kill()
+            _, err = consumer.communicate()
+            raise RdkafkaLoadError(f"latency consumer did not start: {line!r}\n{err[-3000:]}")
+        with _spawn(producer_argv) as producer:
+            _result(producer, producer_argv, seconds * 3 + 60)
+        return _result(consumer, consumer_argv, 60), producer_argv
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def _config(pairs: list[str]) -> dict[str, str]:
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def _produce(args: argparse.Namespace) -> dict[str, float]:
+    from confluent_kafka import KafkaException, Producer
+
+    errors: list[str] = []
+
+    def on_error(err: Any, _msg: Any) -> None:
+        errors.append(str(err))
+
+    config: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap,
+        "delivery.report.only.error": True,
+        "on_delivery": on_error,
+        **_config(args.config),
+    }
+    p = Producer(config)
+    value = b"x" * args.record_size
+    topic, n = args.topic, args.partitions
+    stored = _end_offset_reader(args) if args.wait_stored else None
+    start = time.perf_counter()
+    for i in range(args.records):
+        while True:
+            try:
+                if n:
+                    p.produce(topic, value, partition=i % n)
+                else:
+                    p.produce(topic, value)
+                break
+            except BufferError:
+                p.poll(0.005)
+    if p.flush(300) != 0:
+        raise KafkaException(f"{len(p)} records still undelivered after flush")
+    while stored is not None and stored() < args.records:
+        time.sleep(0.002)
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise KafkaException(f"{len(errors)} records failed, e.g. {errors[0]}")
+    return {
+        "records_per_s": args.records / elapsed,
+        "bytes_per_s": args.records * args.record_size / elapsed,
+    }
+
+
+def _end_offset_reader(args: argparse.Namespace) -> Callable[[], int]:
+    """A function returning partition 0's end offset, its connection already made."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "bench-rdkafka-stored"})
+    partition = TopicPartition(args.topic, 0)
+    c.get_watermark_offsets(partition, timeout=30)
+    return lambda: int(c.get_watermark_offsets(partition, timeout=30)[1])
+
+
+def _consumer(args: argparse.Namespace, group: str) -> Any:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    c.assign([TopicPartition(args.topic, 0, OFFSET_BEGINNING)])
+    return c
+
+
+def _consume(args: argparse.Namespace) -> dict[str, float]:
+    start = time.perf_counter()
+    c = _consumer(args, "bench-rdkafka-consume")
+    got = size = 0
+    while got < args.records:
+        batch = c.consume(num_messages=10_000, timeout=30)
+        if not batch:
+            raise RuntimeError(f"consumed only {got} of {args.records} records")
+        for m in batch:
+            if m.error():
+                raise RuntimeError(str(m.error()))
+            size += len(m)
+        got += len(batch)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return {"records_per_s": got / elapsed, "bytes_per_s": size / elapsed}
+
+
+def _latency_consume(args: argparse.Namespace) -> dict[str, float]:
+    from confluent_kafka import TopicPartition
+
+    c = _consumer(args, "bench-rdkafka-latency")
+    c.get_watermark_offsets(TopicPartition(args.topic, 0), timeout=30)  # connected, leader known
+    c.poll(0.1)
+    print("ready", flush=True)
+    latencies: list[int] = []
+    got = 0
+    while got < args.records:
+        # One record per poll: a batch call would hold early records until the batch fills.
+        m = c.poll(30)
+        now = time.monotonic_ns()
+        if m is None:
+            raise RuntimeError(f"received only {got} of {args.records} records")
+        if m.error():
+            raise RuntimeError(str(m.error()))
+        got += 1
+        if got > args.warmup_records:
+            latencies.append(now - STAMP.unpack_from(m.value())[0])
+    c.close()
+    latencies.sort()
+
+    def quantile(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] / 1e6
+
+    return {"p50_ms": quantile(0.50), "p99_ms": quantile(0.99), "samples": len(latencies)}
+
+
+def _latency_produce(args: argparse.Namespace) -> dict[str, float]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": args.bootstrap, **_config(args.config)})
+    padding = b"x" * (args.record_size - STAMP.size)
+    total = int(args.rate * args.seconds)
+    tick = 0.001  # send every millisecond what the rate owes by then
+    start = time.monotonic()
+    sent = 0
+    while sent < total:
+        due = min(total, int((time.monotonic() - start) * args.rate) + 1)
+        while sent < due:
+            p.produce(args.topic, STAMP.pack(time.monotonic_ns()) + padding)
+            sent += 1
+        p.poll(0)
+        time.sleep(max(0.0, start + sent / args.rate - time.monotonic(), tick / 10))
+    p.flush(60)
+    return {"records": sent, "seconds": time.monotonic() - start}
+
+
+MODES = {
+    "produce": _produce,
+    "consume": _consume,
+    "latency-consume": _latency_consume,
+    "latency-produce": _latency_produce,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {MODULE}", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("mode", choices=MODES)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--records", type=int, default=0)
+    parser.add_argument("--record-size", type=int, default=1024)
+    parser.add_argument("--partitions", type=int, default=0, help="produce round-robin over N")
+    parser.add_argument("--rate", type=int, default=5000, help="latency-produce: records/s")
+    parser.add_argument("--seconds", type=float, default=10.0, help="latency-produce: how long")
+    parser.add_argument("--warmup-records", type=int, default=0, help="latency-consume: skip")
+    parser.add_argument("--config", action="append", default=[], help="client KEY=VALUE")
+    parser.add_argument(
+        "--wait-stored",
+        action="store_true",
+        help="produce: stop the clock when partition 0 holds every record (for acks=0)",
+    )
+    args = parser.parse_args(argv)
+    print(json.dumps(MODES[args.mode](args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""The brokers under test: real Apache Kafka 3.9 and wirebroker, started the same way.
+
+A ``Target`` starts brokers of one kind; every broker gets a fresh data folder, a free
+loopback port and the same settings (``SHARED_PROPERTIES``: RF 1, the same segment size, no
+fsync on either). Kafka runs in ZooKeeper mode from the project's jars with the JVM options
+``kafka-server-start.sh`` would give it (``-Xmx1G -Xms1G`` plus ``kafka-run-class.sh``'s G1
+settings); its ZooKeeper lives for the whole target session and each broker gets its own
+chroot, so a fresh broker never inherits an earlier broker's topics. wirebroker runs as a
+``python -m wirebroker serve`` process with this tree on its path.
+
+A broker counts as ready when ApiVersions answers and Metadata lists it with a controller
+(the same probes for both). ``Broker`` also reads what the report needs from ``/proc``: the
+process's resident memory (VmRSS) and its CPU seconds (utime + stime).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from compat.kafka_process import (
+    KAFKA_MAIN,
+    LOOPBACK,
+    ZooKeeperServer,
+    free_port,
+    jars_dir,
+    java_executable,
+    kafka_api_versions,
+    kafka_metadata_brokers,
+    kafka_properties,
+    write_log4j_config,
+    zookeeper,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+SHARED_PROPERTIES: dict[str, str] = {
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "offsets.topic.replication.factor": "1",
+    # One __consumer_offsets partition on both: ConsumerPerformance's first group is not a
+    # 50-partition topic creation on either broker.
+    "offsets.topic.num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "true",
+    "log.segment.bytes": str(1 << 30),
+    # No fsync on either: both brokers leave flushing to the OS (Kafka's default).
+    "log.flush.interval.messages": str(2**63 - 1),
+}
+"""server.properties keys given to both brokers, with the same values."""
+
+KAFKA_ONLY_PROPERTIES: dict[str, str] = {
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    # compat's test settings shrink these; the benchmark runs Kafka's defaults.
+    "num.network.threads": "3",
+    "num.io.threads": "8",
+    "num.recovery.threads.per.data.dir": "1",
+}
+"""Keys Kafka needs with one broker, or Kafka's own defaults restored over compat's."""
+
+KAFKA_HEAP = ("-Xmx1G", "-Xms1G")
+"""``kafka-server-start.sh``'s default heap."""
+
+KAFKA_JVM_PERFORMANCE_OPTS = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+)
+"""``kafka-run-class.sh``'s default JVM options (brokers and tools alike)."""
+
+READY_TIMEOUT = 120.0
+STOP_TIMEOUT = 60.0
+
+
+class BrokerError(RuntimeError):
+    """A broker did not start, or died."""
+
+
+@dataclass(eq=False)
+class Broker:
+    """One broker process: spawned at ``spawned_at`` (``time.monotonic()``), output in ``log_path``."""
+
+    target: str
+    argv: list[str]
+    port: int
+    log_path: Path
+    env: Mapping[str, str] | None = None
+    spawned_at: float = 0.0
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        if self.popen is None:
+            raise BrokerError(f"{self.target} broker was not spawned")
+        return self.popen.pid
+
+    def spawn(self) -> None:
+        """Start the process (its own session: a terminal's Ctrl-C reaches only the harness)."""
+        with open(self.log_path, "ab") as log:
+            self.spawned_at = time.monotonic()
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(self.env) if self.env is not None else None,
+                cwd=REPO_ROOT,
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def check_alive(self) -> None:
+        """Raise with the tail of the broker's log if the process has exited."""
+        if not self.alive():
+            code = self.popen.returncode if self.popen else None
+            raise BrokerError(f"{self.target} broker exited (code {code}):\n{self.log_tail()}")
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> float:
+        """Block until ApiVersions and Metadata answer; seconds from spawn to ready."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            with contextlib.suppress(OSError, ValueError):
+                if kafka_api_versions(LOOPBACK, self.port, timeout=2.0):
+                    brokers, controller = kafka_metadata_brokers(LOOPBACK, self.port, timeout=2.0)
+                    if brokers and controller >= 0:
+                        return time.monotonic() - self.spawned_at
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"{self.target} not ready after {timeout:.0f} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.02)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM (a clean shutdown), then SIGKILL after ``timeout`` seconds."""
+        p = self.popen
+        if p is None or p.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10.0)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the broker process (VmRSS)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise BrokerError(f"no VmRSS for pid {self.pid}")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds the broker process has used so far (all its threads)."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        # Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Target(Protocol):
+    """Starts brokers of one kind; ``describe`` says how, for the report."""
+
+    name: str
+
+    def new_broker(self) -> Broker:
+        """A broker with a fresh data folder, not yet spawned."""
+        ...
+
+    def describe(self) -> str:
+        """The launch command and settings, for the report."""
+        ...
+
+
+def _fresh_dir(parent: Path, prefix: str) -> Path:
+    index = sum(1 for p in parent.iterdir() if p.name.startswith(prefix))
+    path = parent / f"{prefix}{index}"
+    path.mkdir()
+    return path
+
+
+@dataclass
+class KafkaTarget:
+    """ZooKeeper-mode Kafka brokers, all on the session's one ZooKeeper (one chroot each)."""
+
+    workdir: Path
+    zk: ZooKeeperServer
+    name: str = "kafka"
+    last_argv: list[str] = field(default_factory=list)
+
+    def new_broker(self) -> Broker:
+        base = _fresh_dir(self.workdir, "broker-")
+        port = free_port()
+        props = kafka_properties(
+            broker_id=0,
+            port=port,
+            zookeeper_connect=f"{self.zk.connect}/{base.name}",
+            log_dir=base / "kafka-logs",
+            overrides={**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES},
+        )
+        config = base / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        log4j = write_log4j_config(base / "log4j.properties", "INFO")
+        argv = [
+            java_executable(),
+            *KAFKA_HEAP,
+            *KAFKA_JVM_PERFORMANCE_OPTS,
+            f"-Dlog4j.configuration=file:{log4j}",
+            "-cp",
+            str(jars_dir() / "*"),
+            KAFKA_MAIN,
+            str(config),
+        ]
+        self.last_argv = argv
+        return Broker(self.name, argv, port, base / "kafka.log")
+
+    def describe(self) -> str:
+        if not self.last_argv:
+            return "(no broker started)"
+        argv = [a.replace(str(jars_dir()), ".cache/jars/kafka") for a in self.last_argv]
+        settings = {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES}
+        return (
+            " ".join(argv[:-1] + ["server.properties"])
+            + "\n# server.properties: compat.kafka_process.kafka_properties() with "
+            + " ".join(f"{k}={v}" for k, v in settings.items())
+            + "\n# ZooKeeper: compat.kafka_process.zookeeper() on the same machine, one chroot per broker"
+        )
+
+
+@dataclass
+class WirebrokerTarget:
+    """``wirebroker serve`` processes run by this Python with this tree first on the path."""
+
+    workdir: Path
+    name: str = "wirebroker"
+    last_argv: list[str] = field(default_factory=list)
+
+    def new_broker(self) -> Broker:
+        base = _fresh_dir(self.workdir, "broker-")
+        port = free_port()
+        argv = [sys.executable, "-m", "wirebroker", "serve"]
+        argv += ["--listeners", f"PLAINTEXT://{LOOPBACK}:{port}", "--log-dirs", str(base / "data")]
+        for key, value in SHARED_PROPERTIES.items():
+            argv += ["--override", f"{key}={value}"]
+        self.last_argv = argv
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        return Broker(self.name, argv, port, base / "wirebroker.log", env=env)
+
+    def describe(self) -> str:
+        if not self.last_argv:
+            return "(no broker started)"
+        argv = ["python" if a == sys.executable else a for a in self.last_argv]
+        text = " ".join("$SCRATCH/DATA_DIR" if a.endswith("/data") else a for a in argv)
+        return re.sub(r"PLAINTEXT://[\d.]+:\d+", "PLAINTEXT://$BOOTSTRAP", text)
+
+
+TARGET_NAMES = ("kafka", "wirebroker")
+
+
+@contextlib.contextmanager
+def target_session(name: str, workdir: Path) -> Iterator[Target]:
+    """A target whose brokers live under ``workdir`` (removed afterwards); Kafka's ZooKeeper too."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        if name == "kafka":
+            with zookeeper(workdir=workdir / "zookeeper") as zk:
+                yield KafkaTarget(workdir, zk)
+        elif name == "wirebroker":
+            yield WirebrokerTarget(workdir)
+        else:
+            raise ValueError(f"unknown target {name!r}; known: {', '.join(TARGET_NAMES)}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(target: Target) -> Iterator[Broker]:
+    """A fresh broker of ``target``, spawned and ready, stopped on exit."""
+    broker = target.new_broker()
+    broker.spawn()
+    try:
+        broker.wait_ready()
+        yield broker
+    finally:
+        broker.stop()

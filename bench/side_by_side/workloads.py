@@ -1,0 +1,701 @@
+"""The rows of the comparison: what each one runs against a target and which figures it yields.
+
+``figures(sizes)`` is the table's catalogue (row, label, unit, goal on the ratio
+wirebroker/Kafka); ``run_target`` runs the selected rows against one target and adds every
+repeat's figure to ``Results``. Rows 1-6 and 8 share one broker per target (started fresh,
+idle memory read before any load); row 7 starts a fresh broker per repeat (it times the
+start itself) and row 9 one per partition count (its memory is the figure). Every run
+writes to a fresh topic, created through the admin API and waited on until each partition
+has a leader, except row 9's, which all write to the one wide topic of their broker.
+
+A failing run is logged and recorded in ``Results.errors``; the other rows still run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import shlex
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.side_by_side import java_load, rdkafka_load
+from bench.side_by_side.targets import Broker, Target, running
+from compat.kafka_process import jars_dir
+
+log = logging.getLogger("bench")
+
+GiB = 1 << 30
+MiB = 1 << 20
+KiB = 1 << 10
+PAPER_RECORD_SIZE = 200
+PAPER_BATCHES = (1, 50)
+PAPER_RECORDS_PER_S = {1: 50_000, 50: 400_000}
+"""Kafka's producer throughput in Kreps, Narkhede & Rao, "Kafka: a Distributed Messaging
+System for Log Processing" (NetDB 2011), 200-byte messages, batch size 1 and 50."""
+
+LATENCY_RATE = 5_000
+LATENCY_RECORD_SIZE = 200
+LATENCY_PRODUCER: dict[str, object] = {
+    "acks": 1,
+    "linger.ms": 0,
+    # One request in flight: records that arrive meanwhile go out together in the next one.
+    # With more in flight and no linger, each record becomes its own Produce request and the
+    # figure turns into requests/s, not latency.
+    "max.in.flight.requests.per.connection": 1,
+    "compression.type": "none",
+}
+RUN_TIMEOUT = 900.0
+ALL_ROWS = tuple(range(1, 10))
+CLIENTS = ("java", "rdkafka")
+CLIENT_NAMES = {"java": "Java ProducerPerformance", "rdkafka": "librdkafka"}
+CONSUMER_NAMES = {"java": "Java ConsumerPerformance", "rdkafka": "librdkafka"}
+
+# Client settings of rows 1, 5, 8 and 9 (1 KiB records, batch 64 KiB, linger 5 ms), per client.
+_BATCHING: dict[str, object] = {"batch.size": 65536, "linger.ms": 5, "compression.type": "none"}
+_RDKAFKA_QUEUE: dict[str, object] = {
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+}
+ACKS_1: dict[str, dict[str, object]] = {
+    "java": {"acks": 1, "enable.idempotence": "false", **_BATCHING},
+    "rdkafka": {"acks": 1, "enable.idempotence": "false", **_BATCHING, **_RDKAFKA_QUEUE},
+}
+IDEMPOTENT: dict[str, dict[str, object]] = {
+    "java": {"acks": "all", "enable.idempotence": "true", **_BATCHING},
+    "rdkafka": {"acks": "all", "enable.idempotence": "true", **_BATCHING, **_RDKAFKA_QUEUE},
+}
+
+
+def paper_batch_size(records: int) -> int:
+    """A Java ``batch.size`` that holds exactly ``records`` 200-byte records, not one more.
+
+    An uncompressed v2 batch is a 61-byte header plus, per 200-byte record with no key,
+    209 or 210 bytes (the varint of its timestamp delta grows after 64 ms); adding 100
+    bytes of slack keeps ``records`` in and the next one out.
+    """
+    return 61 + records * 209 + 100
+
+
+def paper_config(client: str, batch: int) -> dict[str, object]:
+    """Producer settings of row 2: ``batch`` records per batch, linger only for 50.
+
+    acks=0 as in the paper ("the producer doesn't wait for acknowledgements from the
+    broker"): the client sends as fast as the broker takes the bytes. librdkafka's clock
+    stops when the log holds every record; ProducerPerformance's when its last send
+    returns, with up to a socket buffer's worth still on its way. ``paper`` then checks
+    that every record reached the log.
+    """
+    common: dict[str, object] = {
+        "acks": 0,
+        "enable.idempotence": "false",
+        "linger.ms": 0 if batch == 1 else 5,
+        "compression.type": "none",
+    }
+    if client == "java":
+        return {**common, "batch.size": paper_batch_size(batch)}
+    return {**common, "batch.num.messages": batch, **_RDKAFKA_QUEUE}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each row moves; ``QUICK`` is for smoke tests, not for figures."""
+
+    produce_records: int = 512 * MiB // KiB
+    paper_records: Mapping[tuple[int, str], int] = field(
+        default_factory=lambda: {
+            # The Java client sends small records several times slower than librdkafka on
+            # a 2-core machine: fewer records keep its runs as long, not longer. Both
+            # targets get the same counts, so each client's ratio stays like for like.
+            (1, "java"): 50_000,
+            (1, "rdkafka"): 200_000,
+            (50, "java"): 500_000,
+            (50, "rdkafka"): 2_000_000,
+        }
+    )
+    consume_records: int = GiB // KiB
+    latency_seconds: float = 15.0
+    latency_warmup: float = 2.0
+    idempotent_records: int = 256 * MiB // KiB
+    scale_records: int = 128 * MiB // KiB
+    scale_partitions: tuple[int, ...] = (10, 100, 1000)
+    idle_settle: float = 3.0
+
+
+QUICK = Sizes(
+    produce_records=20_000,
+    paper_records={
+        (1, "java"): 5_000,
+        (1, "rdkafka"): 5_000,
+        (50, "java"): 50_000,
+        (50, "rdkafka"): 50_000,
+    },
+    consume_records=20_000,
+    latency_seconds=3.0,
+    latency_warmup=0.5,
+    idempotent_records=10_000,
+    scale_records=10_000,
+    scale_partitions=(10, 100),
+    idle_settle=0.5,
+)
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes as GiB when it is at least one, else MiB."""
+    return f"{n / GiB:g} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row of the table: its figure and the goal on the ratio wirebroker/Kafka."""
+
+    key: str
+    row: int
+    label: str
+    unit: str
+    higher_is_better: bool
+    goal: float | None
+    """Ratio wirebroker/Kafka to reach (``>=`` when higher is better, else ``<=``); None: none."""
+    reference: float | None = None
+    """An absolute figure wirebroker must also beat (the Kafka paper's), or None."""
+    note: str = ""
+
+
+def figures(sizes: Sizes) -> list[Figure]:
+    """The catalogue of table rows, in order."""
+    out: list[Figure] = []
+    for c in CLIENTS:
+        out.append(
+            Figure(f"1/{c}", 1, f"Produce 1 KiB, acks=1 ({CLIENT_NAMES[c]})", "MB/s", True, 1.0)
+        )
+    for batch in PAPER_BATCHES:
+        for c in CLIENTS:
+            out.append(
+                Figure(
+                    f"2/{batch}/{c}",
+                    2,
+                    f"Kafka paper: 200 B, batch {batch} ({CLIENT_NAMES[c]})",
+                    "records/s",
+                    True,
+                    1.0,
+                    reference=PAPER_RECORDS_PER_S[batch],
+                )
+            )
+    for c in CLIENTS:
+        size = size_text(sizes.consume_records * KiB)
+        out.append(
+            Figure(
+                f"3/{c}",
+                3,
+                f"Consume {size} from the start ({CONSUMER_NAMES[c]})",
+                "MB/s",
+                True,
+                1.0,
+            )
+        )
+    for q in ("p50", "p99"):
+        label = f"End-to-end latency {q} at {LATENCY_RATE:,} records/s (librdkafka)"
+        out.append(Figure(f"4/{q}", 4, label, "ms", False, 1.0))
+    for c in CLIENTS:
+        out.append(
+            Figure(
+                f"5/{c}", 5, f"Idempotent produce, acks=all ({CLIENT_NAMES[c]})", "MB/s", True, 1.0
+            )
+        )
+    out.append(Figure("6/idle", 6, "Broker RSS, idle", "MiB", False, 0.2))
+    out.append(Figure("6/load", 6, "Broker RSS, under row 1 (peak)", "MiB", False, 0.2))
+    out.append(Figure("7", 7, "Spawn to first acknowledged produce", "s", False, 0.1))
+    for c in CLIENTS:
+        out.append(
+            Figure(
+                f"8/produce/{c}",
+                8,
+                f"Broker CPU per GiB produced ({CLIENT_NAMES[c]})",
+                "CPU s/GiB",
+                False,
+                1.0,
+            )
+        )
+    for c in CLIENTS:
+        out.append(
+            Figure(
+                f"8/consume/{c}",
+                8,
+                f"Broker CPU per GiB consumed ({CONSUMER_NAMES[c]})",
+                "CPU s/GiB",
+                False,
+                1.0,
+            )
+        )
+    for n in sizes.scale_partitions:
+        for c in CLIENTS:
+            out.append(
+                Figure(
+                    f"9/{n}/{c}",
+                    9,
+                    f"{n:,} partitions, round-robin produce ({CLIENT_NAMES[c]})",
+                    "MB/s",
+                    True,
+                    1.0,
+                    note="goal as row 1",
+                )
+            )
+        out.append(
+            Figure(
+                f"9/{n}/rss",
+                9,
+                f"{n:,} partitions: broker RSS under that load (peak)",
+                "MiB",
+                False,
+                0.2,
+                note="goal as row 6",
+            )
+        )
+    return out
+
+
+@dataclass
+class Results:
+    """Every repeat's figure per (figure key, target), the commands run, and the failures."""
+
+    values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    commands: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, key: str, target: str, value: float) -> None:
+        self.values.setdefault((key, target), []).append(value)
+
+    def command(self, what: str, argv: list[str], bootstrap: str) -> None:
+        """Keep the first command of ``what``, with the address and paths made generic."""
+        if what in self.commands:
+            return
+        text = shlex.join(argv)
+        text = text.replace(bootstrap, "$BOOTSTRAP").replace(str(jars_dir()), ".cache/jars/kafka")
+        self.commands[what] = text.replace(sys.executable, "python")
+
+
+@dataclass
+class Context:
+    """What every workload needs: sizes, repeats, the results, a scratch folder."""
+
+    sizes: Sizes
+    repeats: int
+    results: Results
+    workdir: Path
+    log4j: Path = field(init=False)
+    _topics: int = 0
+
+    def __post_init__(self) -> None:
+        self.log4j = java_load.tools_log4j(self.workdir)
+
+    def topic(self, broker: Broker, stem: str, partitions: int = 1) -> str:
+        """Create a fresh topic and wait until every partition has a leader."""
+        self._topics += 1
+        name = f"{stem}-{self._topics}"
+        create_topic(broker.bootstrap, name, partitions)
+        return name
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 120.0) -> None:
+    """CreateTopics (RF 1), then Metadata until every partition reports a leader."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = admin.list_topics(name, timeout=10).topics.get(name)
+        if (
+            meta is not None
+            and meta.error is None
+            and len(meta.partitions) == partitions
+            and all(p.leader >= 0 and p.error is None for p in meta.partitions.values())
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name}: partitions without a leader after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def wait_end_offset(bootstrap: str, topic: str, records: int, timeout: float = 60.0) -> None:
+    """Wait until partition 0 of ``topic`` holds ``records`` records (acks=0 runs' check)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check"})
+    try:
+        deadline = time.monotonic() + timeout
+        while (
+            end := consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        ) < records:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic} holds {end} of the {records} records sent with acks=0")
+            time.sleep(0.1)
+    finally:
+        consumer.close()
+
+
+def _progress(target: str, what: str, repeat: int, repeats: int, figure: str) -> None:
+    log.info("%-10s | %-34s | repeat %d/%d | %s", target, what, repeat, repeats, figure)
+
+
+@contextmanager
+def peak_rss(broker: Broker, every: float = 0.1) -> Iterator[list[int]]:
+    """Sample the broker's RSS until the block ends; the list's one item is the peak (bytes)."""
+    peak = [broker.rss_bytes()]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(every):
+            try:
+                peak[0] = max(peak[0], broker.rss_bytes())
+            except OSError:
+                return
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        thread.join()
+
+
+def _produce(
+    ctx: Context,
+    broker: Broker,
+    client: str,
+    topic: str,
+    *,
+    records: int,
+    record_size: int,
+    config: Mapping[str, object],
+    what: str,
+    partitions: int | None = None,
+) -> float:
+    """One produce run by ``client``; bytes per second. Records the command under ``what``."""
+    if client == "java":
+        props = dict(config)
+        if partitions is not None:
+            props["partitioner.class"] = "org.apache.kafka.clients.producer.RoundRobinPartitioner"
+            # Round-robin keeps a batch open on every partition; the default 32 MiB buffer
+            # holds only 512 of 64 KiB, so with more partitions every send would block.
+            props["buffer.memory"] = max(32 * MiB, 2 * partitions * 64 * KiB)
+        run = java_load.producer_performance(
+            broker.bootstrap,
+            topic,
+            records=records,
+            record_size=record_size,
+            props=props,
+            log4j=ctx.log4j,
+            timeout=RUN_TIMEOUT,
+        )
+        ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", run.argv, broker.bootstrap)
+        return run.bytes_per_s
+    rd = rdkafka_load.produce(
+        broker.bootstrap,
+        topic,
+        records=records,
+        record_size=record_size,
+        config=config,
+        timeout=RUN_TIMEOUT,
+        partitions=partitions,
+        wait_stored=config.get("acks") == 0,
+    )
+    ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", rd.argv, broker.bootstrap)
+    return rd.figures["bytes_per_s"]
+
+
+# --------------------------------------------------------------------------- the rows
+
+
+def idle_memory(ctx: Context, broker: Broker) -> None:
+    """Row 6, idle: one RSS reading of the fresh broker once settled, before any topic or load."""
+    time.sleep(ctx.sizes.idle_settle)
+    rss = broker.rss_bytes() / MiB
+    ctx.results.add("6/idle", broker.target, rss)
+    _progress(broker.target, "row 6 idle RSS", 1, 1, f"{rss:.0f} MiB")
+
+
+def produce_1kib(ctx: Context, broker: Broker) -> None:
+    """Row 1 (and row 6 under load, row 8 produce): 1 KiB records, acks=1."""
+    records = ctx.sizes.produce_records
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            topic = ctx.topic(broker, f"produce-{client}")
+            cpu = broker.cpu_seconds()
+            with peak_rss(broker) as peak:
+                rate = _produce(
+                    ctx,
+                    broker,
+                    client,
+                    topic,
+                    records=records,
+                    record_size=KiB,
+                    config=ACKS_1[client],
+                    what="Row 1: produce 1 KiB, acks=1",
+                )
+            cpu_per_gib = (broker.cpu_seconds() - cpu) / (records * KiB / GiB)
+            ctx.results.add(f"1/{client}", broker.target, rate / 1e6)
+            ctx.results.add("6/load", broker.target, peak[0] / MiB)
+            ctx.results.add(f"8/produce/{client}", broker.target, cpu_per_gib)
+            _progress(
+                broker.target,
+                f"row 1 produce ({client})",
+                i,
+                ctx.repeats,
+                f"{rate / 1e6:.1f} MB/s, peak RSS {peak[0] / MiB:.0f} MiB, {cpu_per_gib:.2f} CPU s/GiB",
+            )
+
+
+def paper(ctx: Context, broker: Broker) -> None:
+    """Row 2: the Kafka paper's producer test, 200-byte records, 1 and 50 per batch."""
+    for batch in PAPER_BATCHES:
+        for i in range(1, ctx.repeats + 1):
+            for client in CLIENTS:
+                records = ctx.sizes.paper_records[batch, client]
+                topic = ctx.topic(broker, f"paper-{batch}-{client}")
+                rate = _produce(
+                    ctx,
+                    broker,
+                    client,
+                    topic,
+                    records=records,
+                    record_size=PAPER_RECORD_SIZE,
+                    config=paper_config(client, batch),
+                    what=f"Row 2: Kafka paper, batch {batch}",
+                )
+                wait_end_offset(broker.bootstrap, topic, records)
+                per_s = rate / PAPER_RECORD_SIZE
+                ctx.results.add(f"2/{batch}/{client}", broker.target, per_s)
+                _progress(
+                    broker.target,
+                    f"row 2 batch {batch} ({client})",
+                    i,
+                    ctx.repeats,
+                    f"{per_s:,.0f} records/s",
+                )
+
+
+def consume(ctx: Context, broker: Broker) -> None:
+    """Row 3 (and row 8 consume): read a whole 1 KiB-record topic from its start."""
+    records = ctx.sizes.consume_records
+    topic = ctx.topic(broker, "consume")
+    fill = rdkafka_load.produce(
+        broker.bootstrap,
+        topic,
+        records=records,
+        record_size=KiB,
+        config=ACKS_1["rdkafka"],
+        timeout=RUN_TIMEOUT,
+    )
+    ctx.results.command("Row 3: fill the topic (librdkafka)", fill.argv, broker.bootstrap)
+    _progress(broker.target, "row 3 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            cpu = broker.cpu_seconds()
+            if client == "java":
+                run = java_load.consumer_performance(
+                    broker.bootstrap,
+                    topic,
+                    messages=records,
+                    group=f"bench-consume-{i}",
+                    log4j=ctx.log4j,
+                    timeout=RUN_TIMEOUT,
+                )
+                argv, rate = run.argv, run.bytes_per_s
+            else:
+                rd = rdkafka_load.consume(
+                    broker.bootstrap, topic, records=records, timeout=RUN_TIMEOUT
+                )
+                argv, rate = rd.argv, rd.figures["bytes_per_s"]
+            ctx.results.command(
+                f"Row 3: consume from the start ({CONSUMER_NAMES[client]})", argv, broker.bootstrap
+            )
+            cpu_per_gib = (broker.cpu_seconds() - cpu) / (records * KiB / GiB)
+            ctx.results.add(f"3/{client}", broker.target, rate / 1e6)
+            ctx.results.add(f"8/consume/{client}", broker.target, cpu_per_gib)
+            _progress(
+                broker.target,
+                f"row 3 consume ({client})",
+                i,
+                ctx.repeats,
+                f"{rate / 1e6:.1f} MB/s, {cpu_per_gib:.2f} CPU s/GiB",
+            )
+
+
+def latency(ctx: Context, broker: Broker) -> None:
+    """Row 4: end-to-end latency at a fixed rate, librdkafka producer and consumer."""
+    for i in range(1, ctx.repeats + 1):
+        topic = ctx.topic(broker, "latency")
+        run, producer_argv = rdkafka_load.end_to_end_latency(
+            broker.bootstrap,
+            topic,
+            rate=LATENCY_RATE,
+            seconds=ctx.sizes.latency_seconds,
+            record_size=LATENCY_RECORD_SIZE,
+            warmup=ctx.sizes.latency_warmup,
+            producer_config=LATENCY_PRODUCER,
+        )
+        ctx.results.command(
+            "Row 4: latency, paced producer (librdkafka)", producer_argv, broker.bootstrap
+        )
+        ctx.results.command("Row 4: latency, consumer (librdkafka)", run.argv, broker.bootstrap)
+        p50, p99 = run.figures["p50_ms"], run.figures["p99_ms"]
+        ctx.results.add("4/p50", broker.target, p50)
+        ctx.results.add("4/p99", broker.target, p99)
+        _progress(
+            broker.target, "row 4 latency", i, ctx.repeats, f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+        )
+
+
+def idempotent(ctx: Context, broker: Broker) -> None:
+    """Row 5: the idempotent producer with acks=all, 1 KiB records."""
+    records = ctx.sizes.idempotent_records
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            topic = ctx.topic(broker, f"idempotent-{client}")
+            rate = _produce(
+                ctx,
+                broker,
+                client,
+                topic,
+                records=records,
+                record_size=KiB,
+                config=IDEMPOTENT[client],
+                what="Row 5: idempotent produce, acks=all",
+            )
+            ctx.results.add(f"5/{client}", broker.target, rate / 1e6)
+            _progress(
+                broker.target,
+                f"row 5 idempotent ({client})",
+                i,
+                ctx.repeats,
+                f"{rate / 1e6:.1f} MB/s",
+            )
+
+
+def first_produce(ctx: Context, target: Target) -> None:
+    """Row 7: spawn a fresh broker and time until a produce to a new topic is acknowledged.
+
+    The client exists before the spawn and retries every 10 ms, so the figure is the
+    broker's start plus one topic auto-creation; Kafka's ZooKeeper is already running.
+    """
+    for i in range(1, ctx.repeats + 1):
+        broker = target.new_broker()
+        acked: list[float] = []
+
+        def on_delivery(err: Any, _msg: Any, acked: list[float] = acked) -> None:
+            if err is None:
+                acked.append(time.monotonic())
+
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "acks": 1,
+                "linger.ms": 0,
+                "reconnect.backoff.ms": 10,
+                "reconnect.backoff.max.ms": 10,
+                "retry.backoff.ms": 10,
+                "retry.backoff.max.ms": 10,
+                "topic.metadata.refresh.fast.interval.ms": 10,
+                "message.timeout.ms": 120_000,
+                "log_level": 0,
+                "error_cb": lambda _err: None,  # refused connections until the broker listens
+            }
+        )
+        broker.spawn()
+        try:
+            producer.produce("first", b"x" * KiB, on_delivery=on_delivery)
+            while not acked:
+                broker.check_alive()
+                producer.poll(0.005)
+                if time.monotonic() - broker.spawned_at > 120:
+                    raise TimeoutError("no acknowledged produce 120 s after the spawn")
+            seconds = acked[0] - broker.spawned_at
+            ctx.results.add("7", target.name, seconds)
+            _progress(
+                target.name, "row 7 spawn to first produce", i, ctx.repeats, f"{seconds:.3f} s"
+            )
+        finally:
+            producer.flush(5)
+            broker.stop()
+    ctx.results.commands.setdefault(
+        "Row 7: first produce (librdkafka, in the harness)",
+        "Producer(acks=1, linger.ms=0, reconnect/retry backoff 10 ms) created before the spawn; "
+        "produce('first', 1 KiB) right after it; time of the delivery report minus spawn time",
+    )
+
+
+def scale(ctx: Context, target: Target) -> None:
+    """Row 9: one topic of N partitions per fresh broker, produced to round-robin."""
+    records = ctx.sizes.scale_records
+    for n in ctx.sizes.scale_partitions:
+        with running(target) as broker:
+            topic = ctx.topic(broker, "scale", partitions=n)
+            for i in range(1, ctx.repeats + 1):
+                for client in CLIENTS:
+                    with peak_rss(broker) as peak:
+                        rate = _produce(
+                            ctx,
+                            broker,
+                            client,
+                            topic,
+                            records=records,
+                            record_size=KiB,
+                            config=ACKS_1[client],
+                            what="Row 9: round-robin over N partitions",
+                            partitions=n,
+                        )
+                    ctx.results.add(f"9/{n}/{client}", broker.target, rate / 1e6)
+                    ctx.results.add(f"9/{n}/rss", broker.target, peak[0] / MiB)
+                    _progress(
+                        broker.target,
+                        f"row 9 {n} partitions ({client})",
+                        i,
+                        ctx.repeats,
+                        f"{rate / 1e6:.1f} MB/s, peak RSS {peak[0] / MiB:.0f} MiB",
+                    )
+
+
+def _attempt(ctx: Context, target: str, what: str, work: Callable[[], None]) -> None:
+    try:
+        work()
+    except Exception as exc:  # one failing row must not lose the others' figures
+        log.error("%s | %s failed: %s", target, what, exc)
+        log.debug("%s", traceback.format_exc())
+        ctx.results.errors.append(
+            f"{target}, {what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        )
+
+
+def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
+    """Run ``rows`` against ``target``; rows 6 and 8 bring in the runs they are measured on."""
+    shared: list[tuple[set[int], str, Callable[[Context, Broker], None]]] = [
+        ({6}, "row 6 idle memory", idle_memory),
+        ({1, 6, 8}, "row 1 produce", produce_1kib),
+        ({2}, "row 2 Kafka paper", paper),
+        ({3, 8}, "row 3 consume", consume),
+        ({4}, "row 4 latency", latency),
+        ({5}, "row 5 idempotent", idempotent),
+    ]
+    wanted = [(what, work) for needs, what, work in shared if needs & rows]
+
+    def on_one_broker() -> None:
+        shown = ", ".join(map(str, sorted(rows - {7, 9})))
+        log.info("%-10s | starting a fresh broker for rows %s", target.name, shown)
+        with running(target) as broker:
+            for what, work in wanted:
+                _attempt(ctx, target.name, what, functools.partial(work, ctx, broker))
+
+    if wanted:
+        _attempt(ctx, target.name, "starting the broker", on_one_broker)
+    if 7 in rows:
+        _attempt(ctx, target.name, "row 7 first produce", lambda: first_produce(ctx, target))
+    if 9 in rows:
+        _attempt(ctx, target.name, "row 9 scale", lambda: scale(ctx, target))

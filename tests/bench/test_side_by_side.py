@@ -1,0 +1,65 @@
+"""Smoke test of the side-by-side benchmark: a ``--quick`` run of cheap rows on both targets.
+
+Checks the harness end to end (both brokers start, both load generators run, the report and
+chart are written), not the figures: ``--quick`` sizes are too small to mean anything.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.side_by_side.report import BEGIN, END
+from bench.side_by_side.targets import REPO_ROOT
+from compat.kafka_process import jars_available, jars_dir
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed"),
+    pytest.mark.skipif(
+        not jars_available(), reason=f"Kafka jars missing in {jars_dir()}: run `make jars`"
+    ),
+]
+
+
+def test_quick_run_writes_the_report_and_chart(tmp_path: Path) -> None:
+    hand_written = "## Limits\n\nKept between runs.\n"
+    (tmp_path / "BENCHMARKS.md").write_text(
+        f"# Benchmarks\n\n{BEGIN}\nold\n{END}\n\n{hand_written}"
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.side_by_side",
+            "--quick",
+            "--rows",
+            "1,6",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "repeat 1/1" in run.stderr  # progress on stderr
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert text.endswith(hand_written) and "\nold\n" not in text
+    for needle in (
+        "Produce 1 KiB, acks=1 (Java ProducerPerformance)",
+        "Broker RSS, idle",
+        "| CPU |",
+        "ProducerPerformance --topic",
+    ):
+        assert needle in text
+    table_row = next(
+        line for line in text.splitlines() if "Produce 1 KiB, acks=1 (librdkafka)" in line
+    )
+    assert table_row.count("MB/s") == 2  # a figure for each target, so a ratio too
+    assert (tmp_path / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

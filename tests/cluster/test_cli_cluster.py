@@ -1,0 +1,103 @@
+"""`wirebroker cluster` end to end: ZooKeeper and three broker processes, a topic with RF 3, and
+a clean Ctrl-C that stops every process (brokers by controlled shutdown, then ZooKeeper)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+
+from protocol.errors import ErrorCode
+from protocol.messages.create_topics import CreateTopicsRequest
+from protocol.messages.describe_cluster import DescribeClusterRequest
+from tests.wirebroker.helpers import RawClient, host_port, wait_until
+from wirebroker.zk import znodes
+from wirebroker.zookeeper_server import jars_available
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not jars_available(), reason="no ZooKeeper jars: run `make jars`"),
+]
+
+
+def test_cluster_command(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "wirebroker", "cluster", "--brokers", "3", "--base-port", "0"]
+    cmd += ["--zookeeper-port", "0", "--data-dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+
+        def found(pattern: str) -> re.Match[str] | None:
+            return next((m for line in list(lines) if (m := re.search(pattern, line))), None)
+
+        boot = wait_until(lambda: found(r"bootstrap.servers=(\S+)"), 90, what="the cluster")
+        zk_connect = found(r"ZooKeeper ready on (\S+)")
+        assert zk_connect is not None
+        bootstraps = boot[1].split(",")
+        assert len(bootstraps) == 3
+
+        with RawClient(bootstraps[0]) as client:
+            topic = CreateTopicsRequest.CreatableTopic(
+                name="rf3", num_partitions=3, replication_factor=3
+            )
+            answer = client.request(CreateTopicsRequest(topics=[topic], timeout_ms=15_000), 7)
+            assert answer.topics[0].error_code == ErrorCode.NONE, answer.topics[0].error_message
+        # a stock admin client finds the controller through Metadata and creates a topic there
+        admin = AdminClient({"bootstrap.servers": bootstraps[1]})
+        futures = admin.create_topics([NewTopic("by-admin", 2, 3)], request_timeout=20)
+        futures["by-admin"].result(timeout=30)
+        for address in bootstraps:
+            with RawClient(address) as client:
+                described = client.request(DescribeClusterRequest(), 1)
+            assert sorted(b.broker_id for b in described.brokers) == [1, 2, 3]
+            assert described.controller_id in (1, 2, 3)
+
+        zk = KazooClient(hosts=zk_connect[1])
+        zk.start(timeout=10)
+        try:
+            for topic, partitions in (("rf3", 3), ("by-admin", 2)):
+                for p in range(partitions):
+                    data, _ = zk.get(znodes.partition_state_path(topic, p))
+                    state = znodes.PartitionState.decode(data)
+                    assert state.leader in (1, 2, 3) and sorted(state.isr) == [1, 2, 3]
+        finally:
+            zk.stop()
+            zk.close()
+        # the controller's state changes, and LeaderAndIsr to each broker, are in the logs
+        wait_until(lambda: found(r"rf3-2: leader \d, leader epoch 0"), 10, what="state log")
+        for broker_id in (1, 2, 3):
+            wait_until(
+                lambda b=broker_id: found(rf"LeaderAndIsr to broker {b}: .*rf3-0"),
+                10,
+                what=f"LeaderAndIsr to broker {broker_id}",
+            )
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert code == 0, "\n".join(lines[-40:])
+    assert any("stopping: brokers one at a time" in line for line in lines)
+    assert sum("stopped (0)" in line for line in lines) == 3, "\n".join(lines[-40:])
+    for address in bootstraps:
+        with pytest.raises(OSError):
+            socket.create_connection(host_port(address), timeout=1).close()
+    time.sleep(0)

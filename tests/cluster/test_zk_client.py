@@ -1,0 +1,103 @@
+"""The kazoo wrapper: calls from trio, watches and session changes delivered into one channel."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from kazoo.client import KazooClient
+
+from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent
+from wirebroker.zk.member import allocate_producer_id_block
+
+pytestmark = pytest.mark.integration
+
+
+async def next_event(zk: ZkClient, kind: str, timeout: float = 15) -> ZkEvent:
+    with trio.fail_after(timeout):
+        while True:
+            event = await zk.events.receive()
+            if event.kind == kind:
+                return event
+
+
+def test_calls_watches_and_session_events(zk_connect: str) -> None:
+    async def main() -> None:
+        zk = ZkClient(zk_connect, session_timeout_ms=6000)
+        await zk.start()
+        try:
+            first = await next_event(zk, "session")
+            assert (first.state, first.new_session) == ("CONNECTED", False)
+            # the chroot was made; paths are relative to it
+            await zk.create("/a/b", b"1", makepath=True)
+            with pytest.raises(NodeExistsError):
+                await zk.create("/a/b", b"2")
+            got = await zk.get("/a/b", watch=True)
+            assert got is not None and got[0] == b"1"
+            await zk.set("/a/b", b"2", version=got[1].version)
+            changed = await next_event(zk, "data")
+            assert (changed.path, changed.type) == ("/a/b", "CHANGED")
+            with pytest.raises(BadVersionError):
+                await zk.set("/a/b", b"3", version=got[1].version)
+            # a watch on a missing znode fires when it appears
+            assert await zk.get("/a/c", watch=True) is None
+            await zk.create("/a/c")
+            created = await next_event(zk, "data")
+            assert (created.path, created.type) == ("/a/c", "CREATED")
+            assert sorted(await zk.get_children("/a", watch=True) or []) == ["b", "c"]
+            await zk.delete("/a/c")
+            child = await next_event(zk, "children")
+            assert child.path == "/a"
+            assert await zk.get_children("/missing") is None
+            # multi: all or nothing
+            with pytest.raises(BadVersionError):
+                await zk.multi([("check", "/a/b", 0), ("create", "/a/d", b"")])
+            assert await zk.exists("/a/d") is None
+            # an expired session: LOST, then CONNECTED with a new session
+            creds = zk.session_credentials
+            assert creds is not None
+            hosts = zk_connect.partition("/")[0]
+
+            def expire() -> None:
+                other = KazooClient(hosts=hosts, client_id=creds, timeout=6)
+                other.start(timeout=10)
+                other.stop()
+                other.close()
+
+            await trio.to_thread.run_sync(expire)
+            states = []
+            with trio.fail_after(20):
+                while not (states and states[-1].state == "CONNECTED"):
+                    states.append(await next_event(zk, "session"))
+            assert "LOST" in [s.state for s in states]
+            assert states[-1].new_session
+            assert zk.session_id != creds[0]
+        finally:
+            await zk.close()
+            await zk.close()  # twice is fine
+
+    trio.run(main)
+
+
+def test_producer_id_blocks_never_overlap(zk_connect: str) -> None:
+    async def main() -> None:
+        zk = ZkClient(zk_connect)
+        await zk.start()
+        try:
+            blocks: list[tuple[int, int]] = []
+
+            async def take(broker_id: int) -> None:
+                for _ in range(5):
+                    blocks.append(await allocate_producer_id_block(zk, broker_id))
+
+            async with trio.open_nursery() as nursery:
+                for broker_id in (1, 2, 3):
+                    nursery.start_soon(take, broker_id)
+            assert sorted(blocks) == [(i * 1000, i * 1000 + 999) for i in range(15)]
+            got = await zk.get("/latest_producer_id_block")
+            assert got is not None
+            assert got[0].startswith(b'{"version":1,"broker":')
+            assert got[0].endswith(b'"block_start":"14000","block_end":"14999"}')
+        finally:
+            await zk.close()
+
+    trio.run(main)

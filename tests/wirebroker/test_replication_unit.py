@@ -1,0 +1,604 @@
+"""The replica side in-process: the partition's ISR and high watermark rules, the metadata
+cache, and the controller's requests at every version through the codec and the dispatcher."""
+
+from __future__ import annotations
+
+import copy
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from protocol.api import decode_request, decode_response, encode_request, encode_response_chunks
+from protocol.errors import ErrorCode
+from protocol.messages.headers import RequestHeader, ResponseHeader
+from protocol.messages.leader_and_isr import LeaderAndIsrRequest
+from protocol.messages.stop_replica import StopReplicaRequest
+from protocol.messages.update_metadata import UpdateMetadataRequest
+from protocol.record_batch import SimpleRecord
+from protocol.record_builder import build_record_batch
+from storage.config import LogConfig
+from storage.partition_log import PartitionLog
+from tests.wirebroker.helpers import decode_records
+from wirebroker.broker import Broker
+from wirebroker.config import BrokerConfig, Listener
+from wirebroker.dispatch import RequestContext, dispatch
+from wirebroker.metadata_cache import MetadataCache
+from wirebroker.partition import Partition, PendingIsr, TopicPartition
+from wirebroker.replication.partition_metadata import encode_topic_id
+
+TOPIC_ID = uuid.UUID(int=0x1234)
+
+# Partition: ISR and high watermark -----------------------------------------------------------
+
+
+def batch(n: int = 1) -> memoryview:
+    return memoryview(bytearray(build_record_batch([SimpleRecord(None, b"v")] * n)))
+
+
+@pytest.fixture
+def leader(tmp_path: Path) -> Iterator[Partition]:
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    proposals: list[Partition] = []
+    p = Partition("t", 0, TOPIC_ID, plog, leader=-1, leader_epoch=-1, node_id=1, min_isr=2)
+    p.on_isr_change = proposals.append
+    p.replica_lag_ms = 1000
+    p.make_leader(
+        leader_epoch=0,
+        partition_epoch=0,
+        controller_epoch=1,
+        isr=[1, 2, 3],
+        replicas=[1, 2, 3],
+        now_ms=0,
+    )
+    yield p
+    plog.close()
+
+
+def test_high_watermark_is_the_minimum_over_the_isr(leader: Partition) -> None:
+    leader.append_to_leader(batch(3), now_ms=10, acks=-1)
+    assert leader.log_end_offset == 3 and leader.high_watermark == 0
+    leader.update_follower_fetch_state(2, 3, 0, now_ms=20, leader_leo=3)
+    assert leader.high_watermark == 0  # 3 has not fetched yet
+    leader.update_follower_fetch_state(3, 2, 0, now_ms=20, leader_leo=3)
+    assert leader.high_watermark == 2
+    assert leader.check_enough_replicas_reach_offset(3) == (False, ErrorCode.NONE)
+    leader.update_follower_fetch_state(3, 3, 0, now_ms=30, leader_leo=3)
+    assert leader.high_watermark == 3
+    assert leader.check_enough_replicas_reach_offset(3) == (True, ErrorCode.NONE)
+
+
+def test_lagging_follower_is_proposed_for_removal_then_rejoins(leader: Partition) -> None:
+    leader.append_to_leader(batch(2), now_ms=0, acks=-1)
+    leader.update_follower_fetch_state(2, 2, 0, now_ms=100, leader_leo=2)
+    leader.update_follower_fetch_state(3, 1, 0, now_ms=100, leader_leo=2)
+    leader.maybe_shrink_isr(now_ms=500)
+    assert leader.pending_isr is None  # within replica.lag.time.max.ms
+    leader.maybe_shrink_isr(now_ms=1200)
+    pending = leader.pending_isr
+    assert pending is not None and pending.isr == [1, 2]
+    # A shrink is not assumed before the controller accepts: 3 still holds the watermark.
+    assert leader.high_watermark == 1 and leader.maximal_isr == {1, 2, 3}
+    assert not leader.complete_isr_change(
+        pending, ErrorCode.NONE, leader_epoch=0, isr=[1, 2], partition_epoch=1, now_ms=1200
+    )
+    assert leader.isr == [1, 2] and leader.partition_epoch == 1 and leader.high_watermark == 2
+    # Follower 3 catches up to the log end: proposed again, counted at once (maximal ISR).
+    leader.update_follower_fetch_state(3, 2, 0, now_ms=1300, leader_leo=2)
+    pending = leader.pending_isr
+    assert pending is not None and pending.isr == [1, 2, 3] and pending.partition_epoch == 1
+    leader.append_to_leader(batch(1), now_ms=1300, acks=-1)
+    leader.update_follower_fetch_state(2, 3, 0, now_ms=1301, leader_leo=3)
+    assert leader.high_watermark == 2  # waits for 3, which is joining
+    assert not leader.complete_isr_change(
+        pending, ErrorCode.NONE, leader_epoch=0, isr=[1, 2, 3], partition_epoch=2
+    )
+    assert leader.isr == [1, 2, 3]
+
+
+def test_refused_and_stale_isr_answers(leader: Partition) -> None:
+    leader.append_to_leader(batch(1), now_ms=0, acks=-1)
+    leader.maybe_shrink_isr(now_ms=5000)
+    pending = leader.pending_isr
+    assert isinstance(pending, PendingIsr)
+    # A transient failure is retried; a fenced epoch waits for new metadata (stays pending).
+    assert leader.complete_isr_change(pending, ErrorCode.REQUEST_TIMED_OUT)
+    assert not leader.complete_isr_change(pending, ErrorCode.FENCED_LEADER_EPOCH)
+    assert leader.pending_isr is pending
+    # The controller says it was not applied: back to the committed ISR.
+    assert not leader.complete_isr_change(pending, ErrorCode.INELIGIBLE_REPLICA)
+    assert leader.pending_isr is None and leader.isr == [1, 2, 3]
+
+
+def test_min_insync_replicas_and_the_frozen_watermark(leader: Partition) -> None:
+    leader.maybe_shrink_isr(now_ms=5000)
+    pending = leader.pending_isr
+    assert pending is not None
+    leader.complete_isr_change(pending, ErrorCode.NONE, leader_epoch=0, isr=[1], partition_epoch=1)
+    assert leader.under_min_isr
+    with pytest.raises(Exception) as e:
+        leader.append_to_leader(batch(1), now_ms=5000, acks=-1)
+    assert getattr(e.value, "error_code", None) == ErrorCode.NOT_ENOUGH_REPLICAS
+    leader.append_to_leader(batch(1), now_ms=5000, acks=1)
+    assert leader.high_watermark == 0  # under min ISR the watermark does not move (Kafka 3.9)
+    assert leader.check_enough_replicas_reach_offset(1) == (
+        True,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    )
+
+
+def test_follower_must_reach_the_leader_epoch_start_to_join(tmp_path: Path) -> None:
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    p = Partition("t", 0, TOPIC_ID, plog, leader=-1, leader_epoch=-1, node_id=1)
+    p.make_follower(
+        leader=2, leader_epoch=0, partition_epoch=0, controller_epoch=1, replicas=[1, 2]
+    )
+    plog.append_as_leader(batch(4), 0, 0)  # as if replicated from leader 2 at epoch 0
+    p.make_leader(
+        leader_epoch=1, partition_epoch=1, controller_epoch=1, isr=[1], replicas=[1, 2], now_ms=0
+    )
+    assert p.leader_epoch_start_offset == 4
+    assert plog.leader_epoch_cache.latest_entry == (1, 4)
+    p.update_follower_fetch_state(2, 3, 0, now_ms=1, leader_leo=4)
+    assert p.pending_isr is None  # below the start of our epoch
+    p.update_follower_fetch_state(2, 4, 0, now_ms=2, leader_leo=4)
+    assert p.pending_isr is not None and p.pending_isr.isr == [1, 2]
+    plog.close()
+
+
+# the metadata cache ----------------------------------------------------------------------------
+
+
+def shaped(obj: Any, version: int) -> Any:
+    """A copy of `obj` holding only the fields `version` has (the codec refuses others)."""
+    obj = copy.deepcopy(obj)
+    blank = type(obj)()
+    for f in type(obj).FIELDS:
+        if not f.present_in(version) and not f.tagged_in(version):
+            setattr(obj, f.name, getattr(blank, f.name))
+        elif f.struct is not None and f.type.startswith("[]"):
+            setattr(obj, f.name, [shaped(item, version) for item in getattr(obj, f.name)])
+    return obj
+
+
+def roundtrip(body: Any, version: int) -> Any:
+    header = RequestHeader(
+        request_api_key=body.API_KEY, request_api_version=version, correlation_id=7, client_id="c"
+    )
+    return decode_request(encode_request(header, shaped(body, version))).body
+
+
+def update_metadata(leader: int = 2, *, controller: int = 9) -> UpdateMetadataRequest:
+    state = UpdateMetadataRequest.UpdateMetadataPartitionState(
+        topic_name="t",
+        partition_index=0,
+        controller_epoch=1,
+        leader=leader,
+        leader_epoch=3,
+        isr=[2, 1],
+        zk_version=4,
+        replicas=[1, 2],
+        offline_replicas=[],
+    )
+    brokers = [
+        UpdateMetadataRequest.UpdateMetadataBroker(
+            id=i,
+            v0_host="h",
+            v0_port=9090 + i,
+            endpoints=[
+                UpdateMetadataRequest.UpdateMetadataEndpoint(
+                    port=9090 + i, host="h", listener="PLAINTEXT", security_protocol=0
+                )
+            ],
+            rack="r1",
+        )
+        for i in (1, 2)
+    ]
+    return UpdateMetadataRequest(
+        controller_id=controller,
+        controller_epoch=1,
+        ungrouped_partition_states=[state],
+        topic_states=[
+            UpdateMetadataRequest.UpdateMetadataTopicState(
+                topic_name="t", topic_id=TOPIC_ID, partition_states=[state]
+            )
+        ],
+        live_brokers=brokers,
+    )
+
+
+@pytest.mark.parametrize("version", range(0, 9))
+def test_metadata_cache_takes_every_update_metadata_version(version: int) -> None:
+    cache = MetadataCache()
+    cache.update(roundtrip(update_metadata(), version), version)
+    assert cache.controller_id == 9
+    assert sorted(b.id for b in cache.alive_brokers()) == [1, 2]
+    endpoint = cache.endpoint(2, "PLAINTEXT")
+    assert endpoint is not None and (endpoint.host, endpoint.port) == ("h", 9092)
+    assert cache.alive_broker(1).rack == ("r1" if version >= 2 else None)  # type: ignore[union-attr]
+    p = cache.partition("t", 0)
+    assert p is not None and (p.leader, p.leader_epoch, p.isr, p.replicas) == (2, 3, [2, 1], [1, 2])
+    assert cache.topic_id("t") == (TOPIC_ID if version >= 7 else uuid.UUID(int=0))
+    # A leader of -2 marks the partition of a topic being deleted: it leaves the cache.
+    deleted = cache.update(roundtrip(update_metadata(leader=-2), version), version)
+    assert deleted == [("t", 0)] and not cache.has_topic("t")
+
+
+# the controller's requests through the dispatcher -------------------------------------------------
+
+
+def open_broker(tmp_path: Path, cluster: bool = True) -> Broker:
+    config = BrokerConfig.from_properties(
+        {
+            "broker.id": "1",
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "log.dirs": str(tmp_path / "data"),
+            "wirebroker.external.controller": "true" if cluster else "false",
+        }
+    )
+    broker = Broker.open(config)
+    broker.advertised = [Listener("PLAINTEXT", "127.0.0.1", 9092)]
+    return broker
+
+
+def call(broker: Broker, body: Any, version: int) -> Any:
+    """Encode, decode, dispatch, encode the answer and decode it, as on the wire."""
+    request = roundtrip(body, version)
+    header = RequestHeader(
+        request_api_key=body.API_KEY, request_api_version=version, correlation_id=7, client_id="c"
+    )
+    ctx = RequestContext(broker, header, "127.0.0.1", "PLAINTEXT")
+    response = trio.run(dispatch, ctx, request)
+    chunks = encode_response_chunks(
+        ResponseHeader(correlation_id=7), response, body.API_KEY, version
+    )
+    data = b"".join(_materialize(chunk) for chunk in chunks)
+    return decode_response(data, body.API_KEY, version).body
+
+
+def _materialize(chunk: Any) -> bytes:
+    """File slices of a fetch response, read (the transport would sendfile them)."""
+    slices = getattr(chunk, "slices", None)
+    if slices is None:
+        return bytes(chunk)
+    data = b"".join(os.pread(s.fd, s.length, s.position) for s in slices)
+    chunk.release()
+    return data
+
+
+def leader_and_isr(
+    leader: int, epoch: int, *, controller_epoch: int = 1, broker_epoch: int = -1
+) -> LeaderAndIsrRequest:
+    state = LeaderAndIsrRequest.LeaderAndIsrPartitionState(
+        topic_name="t",
+        partition_index=0,
+        controller_epoch=controller_epoch,
+        leader=leader,
+        leader_epoch=epoch,
+        isr=[1, 2],
+        partition_epoch=epoch,
+        replicas=[1, 2],
+    )
+    return LeaderAndIsrRequest(
+        controller_id=9,
+        controller_epoch=controller_epoch,
+        broker_epoch=broker_epoch,
+        ungrouped_partition_states=[state],
+        topic_states=[
+            LeaderAndIsrRequest.LeaderAndIsrTopicState(
+                topic_name="t", topic_id=TOPIC_ID, partition_states=[state]
+            )
+        ],
+        live_leaders=[
+            LeaderAndIsrRequest.LeaderAndIsrLiveLeader(broker_id=2, host_name="h", port=1)
+        ],
+    )
+
+
+def partition_errors(response: Any, version: int) -> list[int]:
+    if version < 5:
+        return [p.error_code for p in response.partition_errors]
+    return [p.error_code for t in response.topics for p in t.partition_errors]
+
+
+@pytest.mark.parametrize("version", range(0, 8))
+def test_leader_and_isr_every_version(tmp_path: Path, version: int) -> None:
+    broker = open_broker(tmp_path)
+    try:
+        response = call(broker, leader_and_isr(1, 0), version)
+        assert response.error_code == ErrorCode.NONE
+        assert partition_errors(response, version) == [ErrorCode.NONE]
+        p = broker.partitions[TopicPartition("t", 0)]
+        assert p.is_local_leader and p.leader_epoch == 0 and p.isr == [1, 2]
+        assert p.topic_id == (TOPIC_ID if version >= 5 else uuid.UUID(int=0))
+        assert p.log.leader_epoch_cache.latest_entry == (0, 0)
+        # Not newer: refused per partition, as Kafka 3.9 does.
+        response = call(broker, leader_and_isr(2, 0), version)
+        assert partition_errors(response, version) == [ErrorCode.STALE_CONTROLLER_EPOCH]
+        # A newer epoch with another leader: we follow it.
+        response = call(broker, leader_and_isr(2, 1), version)
+        assert partition_errors(response, version) == [ErrorCode.NONE]
+        assert p.leader == 2 and not p.is_local_leader
+        assert broker.replica_manager.fetcher_state(TopicPartition("t", 0)) == "truncating"
+        assert broker.replica_manager.address_of(2) == ("h", 1)  # from LiveLeaders
+        # An older controller epoch: the whole request is refused.
+        response = call(broker, leader_and_isr(1, 5, controller_epoch=0), version)
+        assert response.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    finally:
+        broker.close()
+
+
+def test_stale_broker_epoch(tmp_path: Path) -> None:
+    broker = open_broker(tmp_path)
+    broker.broker_epoch = 50
+    try:
+        response = call(broker, leader_and_isr(1, 0, broker_epoch=49), 7)
+        assert response.error_code == ErrorCode.STALE_BROKER_EPOCH
+        assert not broker.partitions
+        um = update_metadata()
+        um.broker_epoch = 49
+        assert call(broker, um, 8).error_code == ErrorCode.STALE_BROKER_EPOCH
+        stop = StopReplicaRequest(controller_id=9, controller_epoch=1, broker_epoch=49)
+        assert call(broker, stop, 4).error_code == ErrorCode.STALE_BROKER_EPOCH
+        # The current epoch (or a newer one: the controller may know our new registration).
+        assert call(broker, leader_and_isr(1, 0, broker_epoch=51), 7).error_code == 0
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("version", range(0, 9))
+def test_update_metadata_every_version(tmp_path: Path, version: int) -> None:
+    broker = open_broker(tmp_path)
+    try:
+        assert call(broker, update_metadata(), version).error_code == ErrorCode.NONE
+        assert broker.controller_id == 9
+        old = update_metadata()
+        old.controller_epoch = 0
+        assert call(broker, old, version).error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    finally:
+        broker.close()
+
+
+def stop_replica(version: int, epoch: int, delete: bool) -> StopReplicaRequest:
+    return StopReplicaRequest(
+        controller_id=9,
+        controller_epoch=1,
+        delete_partitions=delete,
+        ungrouped_partitions=[
+            StopReplicaRequest.StopReplicaPartitionV0(topic_name="t", partition_index=0)
+        ],
+        topics=[StopReplicaRequest.StopReplicaTopicV1(name="t", partition_indexes=[0])],
+        topic_states=[
+            StopReplicaRequest.StopReplicaTopicState(
+                topic_name="t",
+                partition_states=[
+                    StopReplicaRequest.StopReplicaPartitionState(
+                        partition_index=0, leader_epoch=epoch, delete_partition=delete
+                    )
+                ],
+            )
+        ],
+    )
+
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_stop_replica_every_version(tmp_path: Path, version: int) -> None:
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 3), 7)
+        tp = TopicPartition("t", 0)
+        assert broker.replica_manager.fetcher_state(tp) == "truncating"
+        if version >= 3:
+            fenced = call(broker, stop_replica(version, 2, True), version)
+            assert [p.error_code for p in fenced.partition_errors] == [
+                ErrorCode.FENCED_LEADER_EPOCH
+            ]
+            assert tp in broker.partitions
+        response = call(broker, stop_replica(version, 3, False), version)
+        assert response.error_code == ErrorCode.NONE
+        assert [
+            (p.topic_name, p.partition_index, p.error_code) for p in response.partition_errors
+        ] == [("t", 0, ErrorCode.NONE)]
+        assert broker.replica_manager.fetcher_state(tp) is None and tp in broker.partitions
+        response = call(broker, stop_replica(version, 3, True), version)
+        assert response.error_code == ErrorCode.NONE
+        assert tp not in broker.partitions and broker.log_manager.get("t", 0) is None
+    finally:
+        broker.close()
+
+
+def test_embedded_broker_refuses_controller_requests(tmp_path: Path) -> None:
+    broker = open_broker(tmp_path, cluster=False)
+    try:
+        assert call(broker, leader_and_isr(1, 0), 7).error_code == ErrorCode.UNSUPPORTED_VERSION
+        assert call(broker, update_metadata(), 8).error_code == ErrorCode.UNSUPPORTED_VERSION
+        assert not broker.partitions
+        assert broker.controller_id == 1
+    finally:
+        broker.close()
+
+
+def test_topic_id_is_kept_in_partition_metadata(tmp_path: Path) -> None:
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(1, 0), 7)
+        text = (
+            broker.partitions[TopicPartition("t", 0)].log.dir / "partition.metadata"
+        ).read_text()
+        assert text == f"version: 0\ntopic_id: {encode_topic_id(TOPIC_ID)}\n"
+    finally:
+        broker.close()
+    # After a restart, a LeaderAndIsr for a topic of the same name but another id is refused:
+    # the log on disk belongs to the old topic.
+    broker = open_broker(tmp_path)
+    try:
+        other = leader_and_isr(1, 1)
+        other.topic_states[0].topic_id = uuid.UUID(int=99)
+        response = call(broker, other, 7)
+        assert partition_errors(response, 7) == [ErrorCode.INCONSISTENT_TOPIC_ID]
+        assert not broker.partitions
+        response = call(broker, leader_and_isr(1, 1), 7)
+        assert partition_errors(response, 7) == [ErrorCode.NONE]
+    finally:
+        broker.close()
+
+
+def test_truncation_walks_back_through_epochs_the_leader_never_had(tmp_path: Path) -> None:
+    """KIP-279: our latest epoch (2) is unknown to the leader, which answers with its epoch 1;
+    we cut to the end of our largest epoch below that (0) and ask again, then settle."""
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 5), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_leader(batch(2), 0, 0)  # offsets 0-1 at epoch 0
+        p.log.append_as_leader(batch(2), 2, 0)  # offsets 2-3 at epoch 2 (only we have it)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        assert p.log.leader_epoch_cache.latest_epoch == 2
+        # The leader: epoch 1 is its largest <= 2, and its log ends at 6.
+        fetcher._apply_epoch_end(tp, p, state, leader_epoch=1, leader_end=6)
+        assert p.log_end_offset == 2 and state.truncating  # not done: ask again with epoch 0
+        assert p.log.leader_epoch_cache.latest_epoch == 0
+        fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=2)
+        assert p.log_end_offset == 2 and not state.truncating and state.fetch_offset == 2
+    finally:
+        broker.close()
+
+
+def test_truncation_never_goes_past_our_log_end(tmp_path: Path) -> None:
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 5), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_leader(batch(3), 0, 0)
+        p.log.update_high_watermark(3)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        # The leader's epoch 0 goes on past our end: nothing to cut, the watermark stays.
+        fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=10)
+        assert (p.log_end_offset, p.high_watermark, state.truncating) == (3, 3, False)
+    finally:
+        broker.close()
+
+
+def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> None:
+    from protocol.messages.fetch import FetchResponse
+
+    leader_log = PartitionLog.open(tmp_path / "leader" / "t-0", LogConfig())
+    leader_log.append_as_leader(batch(2), 0, 0)
+    leader_log.append_as_leader(batch(2), 0, 0)
+    with leader_log.read(0, 1 << 20) as read:
+        data = b"".join(os.pread(s.fd, s.length, s.position) for s in read.slices)
+    leader_log.close()
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        # The leader's watermark is past what we have: ours stops at our log end.
+        answer = FetchResponse.PartitionData(
+            partition_index=0, high_watermark=9, log_start_offset=0, records=memoryview(data)
+        )
+        fetcher._append(tp, p, state, answer)
+        assert (p.log_end_offset, p.high_watermark, state.fetch_offset) == (4, 4, 4)
+        with p.log.read(0, 1 << 20) as ours:
+            assert ours.size == len(data)  # stored as the leader had it
+        # The leader deleted records up to 2 (DeleteRecords): our log start follows.
+        empty = FetchResponse.PartitionData(
+            partition_index=0, high_watermark=4, log_start_offset=2, records=memoryview(b"")
+        )
+        fetcher._append(tp, p, state, empty)
+        assert p.log_start_offset == 2
+    finally:
+        broker.close()
+
+
+def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> None:
+    from protocol.messages.fetch import FetchResponse
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        state.truncating = False
+        garbage = bytearray(batch(1))
+        garbage[-1] ^= 0xFF  # the record's last byte: the CRC no longer matches
+
+        async def answer(body: Any, version: int) -> FetchResponse:
+            return FetchResponse(
+                responses=[
+                    FetchResponse.FetchableTopicResponse(
+                        topic="t",
+                        partitions=[
+                            FetchResponse.PartitionData(
+                                partition_index=0,
+                                high_watermark=1,
+                                log_start_offset=0,
+                                records=memoryview(bytes(garbage)),
+                            )
+                        ],
+                    )
+                ]
+            )
+
+        fetcher.peer.request = answer  # type: ignore[method-assign]
+        trio.run(fetcher._fetch, {tp: state})
+        assert p.log_end_offset == 0
+        assert not state.failed and state.delayed_until > 0  # retried after the backoff
+    finally:
+        broker.close()
+
+
+def test_leader_answers_a_diverging_epoch_to_a_follower(tmp_path: Path) -> None:
+    from protocol.messages.fetch import FetchRequest
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(1, 0), 7)
+        p = broker.partitions[TopicPartition("t", 0)]
+        p.append_to_leader(batch(3), now_ms=0)  # offsets 0-2 at epoch 0
+        call(broker, leader_and_isr(1, 1), 7)
+        p.append_to_leader(batch(2), now_ms=0)  # offsets 3-4 at epoch 1
+
+        def fetch(offset: int, last_epoch: int) -> Any:
+            request = FetchRequest(
+                replica_id=2,
+                max_wait_ms=0,
+                topics=[
+                    FetchRequest.FetchTopic(
+                        topic="t",
+                        partitions=[
+                            FetchRequest.FetchPartition(
+                                partition=0,
+                                current_leader_epoch=1,
+                                fetch_offset=offset,
+                                last_fetched_epoch=last_epoch,
+                                partition_max_bytes=1 << 20,
+                            )
+                        ],
+                    )
+                ],
+            )
+            return call(broker, request, 12).responses[0].partitions[0]
+
+        # A follower that wrote offsets 3-4 at epoch 0 (a tail we never had): diverged.
+        r = fetch(5, 0)
+        assert r.error_code == ErrorCode.NONE and len(r.records or b"") == 0
+        assert (r.diverging_epoch.epoch, r.diverging_epoch.end_offset) == (0, 3)
+        # One whose epoch 0 ends where ours does: records as usual.
+        r = fetch(3, 0)
+        assert r.diverging_epoch.epoch == -1
+        assert [o for o, _, _ in decode_records(r.records)] == [3, 4]
+    finally:
+        broker.close()

@@ -1,0 +1,189 @@
+"""The broker's view of the cluster: live brokers, every partition's state, topic ids, controller.
+
+In a cluster this module owns what the controller last told us through UpdateMetadata (Kafka's
+ZkMetadataCache): the live brokers with their endpoints per listener and racks, every partition's
+leader, leader epoch, ISR, replicas and offline replicas, the topic ids, and the controller id.
+Metadata, FindCoordinator and DescribeCluster answer from it; the replica side finds other
+brokers' addresses in it. The embedded single broker fills it from its own state instead
+(:meth:`MetadataCache.set_local`), so clients are answered by one code path in both modes.
+It must not do I/O, and it knows nothing about logs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from protocol.messages.update_metadata import UpdateMetadataRequest
+
+ZERO_UUID = uuid.UUID(int=0)
+NO_LEADER = -1
+#: UpdateMetadata marks the partitions of a topic being deleted with this leader (Kafka's
+#: LeaderAndIsr.LeaderDuringDelete); the cache drops them.
+LEADER_DURING_DELETE = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: int = 0  # PLAINTEXT
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    id: int
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None = None
+
+    def endpoint(self, listener: str | None) -> Endpoint | None:
+        """The endpoint on `listener` (None: the first one)."""
+        for e in self.endpoints:
+            if listener is None or e.listener == listener:
+                return e
+        return None
+
+
+@dataclass(slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    replicas: list[int]
+    offline_replicas: list[int] = field(default_factory=list)
+    zk_version: int = 0
+    controller_epoch: int = 0
+
+
+class MetadataCache:
+    """What the broker knows about the cluster; replaced piecewise by UpdateMetadata."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.partitions: dict[str, dict[int, PartitionInfo]] = {}
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self.controller_id: int | None = None
+
+    # reading ------------------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        return sorted(self.partitions)
+
+    def has_topic(self, name: str) -> bool:
+        return name in self.partitions
+
+    def partitions_of(self, topic: str) -> list[PartitionInfo]:
+        return [p for _, p in sorted(self.partitions.get(topic, {}).items())]
+
+    def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        return self.partitions.get(topic, {}).get(index)
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        return self.topic_ids.get(topic, ZERO_UUID)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        for name, tid in self.topic_ids.items():
+            if tid == topic_id:
+                return name
+        return None
+
+    def alive_broker(self, broker_id: int) -> BrokerInfo | None:
+        return self.brokers.get(broker_id)
+
+    def is_alive(self, broker_id: int) -> bool:
+        return broker_id in self.brokers
+
+    def alive_brokers(self) -> Iterator[BrokerInfo]:
+        for _, b in sorted(self.brokers.items()):
+            yield b
+
+    def endpoint(self, broker_id: int, listener: str | None) -> Endpoint | None:
+        broker = self.brokers.get(broker_id)
+        return None if broker is None else broker.endpoint(listener)
+
+    # changing -----------------------------------------------------------------------------
+    def update(self, request: UpdateMetadataRequest, version: int) -> list[tuple[str, int]]:
+        """Apply an UpdateMetadata request (any version); returns the deleted partitions.
+
+        As Kafka's ZkMetadataCache: the live brokers and the controller are replaced, partition
+        states are upserted (a leader of -2 deletes the partition), topic ids are merged.
+        """
+        brokers: dict[int, BrokerInfo] = {}
+        for b in request.live_brokers:
+            if version == 0:
+                endpoints: tuple[Endpoint, ...] = (Endpoint("PLAINTEXT", b.v0_host, b.v0_port),)
+            else:
+                endpoints = tuple(
+                    Endpoint(
+                        e.listener or _protocol_name(e.security_protocol),
+                        e.host,
+                        e.port,
+                        e.security_protocol,
+                    )
+                    for e in b.endpoints
+                )
+            brokers[b.id] = BrokerInfo(b.id, endpoints, b.rack if version >= 2 else None)
+        self.brokers = brokers
+        self.controller_id = request.controller_id if request.controller_id >= 0 else None
+        states: Iterable[UpdateMetadataRequest.UpdateMetadataPartitionState]
+        if version >= 5:
+            states = [
+                _with_topic(s, t.topic_name)
+                for t in request.topic_states
+                for s in t.partition_states
+            ]
+            for t in request.topic_states:
+                if version >= 7 and t.topic_id != ZERO_UUID:
+                    self.topic_ids[t.topic_name] = t.topic_id
+        else:
+            states = request.ungrouped_partition_states
+        deleted: list[tuple[str, int]] = []
+        for s in states:
+            if s.leader == LEADER_DURING_DELETE:
+                parts = self.partitions.get(s.topic_name)
+                if parts is not None and parts.pop(s.partition_index, None) is not None:
+                    deleted.append((s.topic_name, s.partition_index))
+                if parts is not None and not parts:
+                    del self.partitions[s.topic_name]
+                    self.topic_ids.pop(s.topic_name, None)
+                continue
+            self.partitions.setdefault(s.topic_name, {})[s.partition_index] = PartitionInfo(
+                s.topic_name,
+                s.partition_index,
+                s.leader,
+                s.leader_epoch,
+                list(s.isr),
+                list(s.replicas),
+                list(s.offline_replicas) if version >= 4 else [],
+                s.zk_version,
+                s.controller_epoch,
+            )
+        return deleted
+
+    def set_local(
+        self,
+        broker: BrokerInfo,
+        topics: Iterable[tuple[str, uuid.UUID, list[PartitionInfo]]],
+    ) -> None:
+        """The embedded single broker: itself the only broker and controller, its partitions."""
+        self.brokers = {broker.id: broker}
+        self.controller_id = broker.id
+        self.partitions = {}
+        self.topic_ids = {}
+        for name, topic_id, parts in topics:
+            self.partitions[name] = {p.partition: p for p in parts}
+            self.topic_ids[name] = topic_id
+
+
+def _with_topic(
+    state: UpdateMetadataRequest.UpdateMetadataPartitionState, topic: str
+) -> UpdateMetadataRequest.UpdateMetadataPartitionState:
+    state.topic_name = topic
+    return state
+
+
+def _protocol_name(code: int) -> str:
+    return {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}.get(code, "PLAINTEXT")

@@ -1,0 +1,546 @@
+"""The replica manager: what the controller's requests do to this broker's partitions.
+
+This module owns the transitions a controller orders (Kafka's ReplicaManager): LeaderAndIsr
+makes partitions leaders or followers — creating the log, with its topic id, when it is missing
+— StopReplica stops (and maybe deletes) them, UpdateMetadata feeds the metadata cache; all
+three are refused when they come from an older controller epoch. It owns the fetchers (one task
+per source broker and fetcher id, `num.replica.fetchers`), the periodic ISR shrink check, and the
+AlterPartition requests that carry the leaders' ISR changes to the controller (applied when the
+controller answers). Decisions about one partition's ISR and high watermark are the
+partition's (`wirebroker.partition`); the bytes are storage's.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from functools import partial
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.alter_partition import AlterPartitionRequest, AlterPartitionResponse
+from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
+from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
+from protocol.messages.update_metadata import UpdateMetadataRequest
+from storage.errors import KafkaStorageError
+from wirebroker.partition import Partition, PendingIsr, TopicPartition
+from wirebroker.replication.fetcher import ReplicaFetcher
+from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
+from wirebroker.replication.peer import PeerClient, PeerError
+from wirebroker.topic_configs import log_config_for
+
+if TYPE_CHECKING:
+    from wirebroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+ZERO_UUID = uuid.UUID(int=0)
+ALTER_PARTITION_VERSION = 3
+#: StopReplica leader epochs that skip the epoch check (Kafka's LeaderAndIsr.NoEpoch and
+#: EpochDuringDelete).
+NO_EPOCH, EPOCH_DURING_DELETE = -1, -2
+NO_LEADER = -1
+
+LeaderAndIsrState = LeaderAndIsrRequest.LeaderAndIsrPartitionState
+
+
+def java_string_hash(text: str) -> int:
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h >= 0x80000000 else h
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        #: The newest controller epoch seen; requests from older controllers are refused.
+        self.controller_epoch = 0
+        self.num_fetchers = max(1, config.get_int("num.replica.fetchers"))
+        self.lag_ms = config.get_int("replica.lag.time.max.ms")
+        self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
+        self.inter_broker_listener = (
+            config.get("inter.broker.listener.name") or config.listeners()[0].name
+        )
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        #: Leaders' addresses from LeaderAndIsr, when the metadata cache does not know them.
+        self.live_leaders: dict[int, tuple[str, int]] = {}
+        self._nursery: trio.Nursery | None = None
+        self._isr_queue: dict[TopicPartition, Partition] = {}
+        self._isr_wake = trio.Event()
+        self.controller = PeerClient(
+            "controller",
+            self._controller_address,
+            client_id=f"broker-{broker.node_id}-alter-partition",
+            timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
+            backoff_s=self.backoff_s,
+        )
+
+    # addresses ----------------------------------------------------------------------------
+    def address_of(self, broker_id: int) -> tuple[str, int] | None:
+        cache = self.broker.metadata_cache
+        endpoint = cache.endpoint(broker_id, self.inter_broker_listener) or cache.endpoint(
+            broker_id, None
+        )
+        if endpoint is not None:
+            return endpoint.host, endpoint.port
+        return self.live_leaders.get(broker_id)
+
+    def _controller_address(self) -> tuple[str, int] | None:
+        controller = self.broker.controller_id
+        return None if controller < 0 else self.address_of(controller)
+
+    # the tasks ----------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Fetchers, the ISR shrink check and the AlterPartition sender, until cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for fetcher in self.fetchers.values():
+                    nursery.start_soon(fetcher.run)
+                nursery.start_soon(self._shrink_isr_loop)
+                nursery.start_soon(self._alter_partition_loop)
+                task_status.started()
+        finally:
+            self._nursery = None
+            with trio.CancelScope(shield=True):
+                await self.controller.aclose()
+
+    async def _shrink_isr_loop(self) -> None:
+        # Kafka checks every replica.lag.time.max.ms / 2.
+        interval = max(self.lag_ms / 2000, 0.01)
+        while True:
+            await trio.sleep(interval)
+            now = self.broker.now_ms()
+            for partition in list(self.broker.partitions.values()):
+                if partition.is_local_leader and partition.followers:
+                    try:
+                        partition.maybe_shrink_isr(now)
+                    except Exception:  # a bug: log it, keep checking the others
+                        log.exception("%s-%d: ISR check failed", partition.topic, partition.index)
+
+    def _enqueue_isr_change(self, partition: Partition) -> None:
+        self._isr_queue[TopicPartition(partition.topic, partition.index)] = partition
+        self._isr_wake.set()
+
+    async def _alter_partition_loop(self) -> None:
+        while True:
+            if not self._isr_queue:
+                self._isr_wake = trio.Event()
+                await self._isr_wake.wait()
+                continue
+            batch = {
+                tp: (p, p.pending_isr)
+                for tp, p in self._isr_queue.items()
+                if p.pending_isr is not None and p.is_local_leader
+            }
+            self._isr_queue.clear()
+            if not batch:
+                continue
+            try:
+                retry = await self._send_alter_partition(batch)
+            except Exception:  # a bug: log it and try again later rather than stop the broker
+                log.exception("AlterPartition failed")
+                retry = batch
+            for tp, (p, pending) in retry.items():
+                if p.pending_isr is pending and self.broker.partitions.get(tp) is p:
+                    self._isr_queue.setdefault(tp, p)
+            if retry:
+                await trio.sleep(self.backoff_s)
+
+    async def _send_alter_partition(
+        self, batch: dict[TopicPartition, tuple[Partition, PendingIsr]]
+    ) -> dict[TopicPartition, tuple[Partition, PendingIsr]]:
+        """Send one AlterPartition; returns the changes to send again."""
+        topics: dict[uuid.UUID, list[AlterPartitionRequest.PartitionData]] = {}
+        for tp, (p, pending) in batch.items():
+            topics.setdefault(p.topic_id, []).append(
+                AlterPartitionRequest.PartitionData(
+                    partition_index=tp.partition,
+                    leader_epoch=pending.leader_epoch,
+                    new_isr_with_epochs=[
+                        AlterPartitionRequest.BrokerState(broker_id=r, broker_epoch=-1)
+                        for r in pending.isr
+                    ],
+                    leader_recovery_state=0,
+                    partition_epoch=pending.partition_epoch,
+                )
+            )
+        request = AlterPartitionRequest(
+            broker_id=self.broker.node_id,
+            broker_epoch=self.broker.broker_epoch,
+            topics=[
+                AlterPartitionRequest.TopicData(topic_id=tid, partitions=ps)
+                for tid, ps in topics.items()
+            ],
+        )
+        if self.controller.address != self._controller_address():
+            await self.controller.aclose()  # the controller moved
+        try:
+            response: AlterPartitionResponse = await self.controller.request(
+                request, ALTER_PARTITION_VERSION
+            )
+        except PeerError as e:
+            log.info("AlterPartition not sent: %s", e)
+            return batch
+        if response.error_code != ErrorCode.NONE:
+            log.info("AlterPartition failed: %s", ErrorCode(response.error_code).name)
+            if response.error_code == ErrorCode.NOT_CONTROLLER:
+                await self.controller.aclose()
+            return batch
+        retry = dict(batch)
+        by_id = {p.topic_id: p.topic for p, _ in batch.values()}
+        now = self.broker.now_ms()
+        for topic in response.topics:
+            name = by_id.get(topic.topic_id)
+            if name is None:
+                continue
+            for r in topic.partitions:
+                tp = TopicPartition(name, r.partition_index)
+                entry = retry.pop(tp, None)
+                if entry is None:
+                    continue
+                p, pending = entry
+                again = p.complete_isr_change(
+                    pending,
+                    ErrorCode(r.error_code),
+                    leader_epoch=r.leader_epoch,
+                    isr=list(r.isr),
+                    partition_epoch=r.partition_epoch,
+                    now_ms=now,
+                )
+                if again:
+                    retry[tp] = entry
+        return retry
+
+    # fetchers -----------------------------------------------------------------------------
+    def _fetcher_id(self, tp: TopicPartition) -> int:
+        return abs(31 * java_string_hash(tp.topic) + tp.partition) % self.num_fetchers
+
+    def _add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
+        key = (p.leader, self._fetcher_id(tp))
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, p.leader, key[1])
+            if self._nursery is not None:
+                self._nursery.start_soon(fetcher.run)
+        fetcher.add(tp, p.topic_id, p.log_end_offset, p.leader_epoch)
+
+    def _remove_fetcher(self, tp: TopicPartition) -> None:
+        for key, fetcher in list(self.fetchers.items()):
+            fetcher.remove(tp)
+            if not fetcher.partitions:
+                fetcher.stop()
+                del self.fetchers[key]
+
+    def fetcher_state(self, tp: TopicPartition) -> str | None:
+        """'truncating', 'fetching', 'failed' or None: for tests and logs."""
+        for fetcher in self.fetchers.values():
+            state = fetcher.partitions.get(tp)
+            if state is not None:
+                return (
+                    "failed" if state.failed else "truncating" if state.truncating else "fetching"
+                )
+        return None
+
+    # LeaderAndIsr ------------------------------------------------------------------------
+    def become_leader_or_follower(
+        self, request: LeaderAndIsrRequest, version: int
+    ) -> LeaderAndIsrResponse:
+        states = _leader_and_isr_states(request, version)
+        topic_ids = {t.topic_name: t.topic_id for t in request.topic_states} if version >= 5 else {}
+        if request.controller_epoch < self.controller_epoch:
+            log.warning(
+                "ignoring LeaderAndIsr from controller %d: its epoch %d is older than %d",
+                request.controller_id,
+                request.controller_epoch,
+                self.controller_epoch,
+            )
+            stale = {
+                (s.topic_name, s.partition_index): ErrorCode.STALE_CONTROLLER_EPOCH for s in states
+            }
+            return _leader_and_isr_response(
+                version, ErrorCode.STALE_CONTROLLER_EPOCH, stale, topic_ids
+            )
+        self.controller_epoch = request.controller_epoch
+        for leader in request.live_leaders:
+            self.live_leaders[leader.broker_id] = (leader.host_name, leader.port)
+        broker = self.broker
+        node_id = broker.node_id
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        now = broker.now_ms()
+        for s in states:
+            key = (s.topic_name, s.partition_index)
+            tp = TopicPartition(*key)
+            p = broker.partitions.get(tp)
+            request_id = topic_ids.get(s.topic_name, ZERO_UUID)
+            current_epoch = p.leader_epoch if p is not None else -1
+            if (
+                p is not None
+                and request_id != ZERO_UUID
+                and p.topic_id not in (ZERO_UUID, request_id)
+            ):
+                log.error(
+                    "%s-%d: topic id %s in LeaderAndIsr, %s here", *key, request_id, p.topic_id
+                )
+                errors[key] = ErrorCode.INCONSISTENT_TOPIC_ID
+                continue
+            if s.leader_epoch <= current_epoch:
+                # As Kafka 3.9's ReplicaManager: an old or equal leader epoch is a stale request.
+                log.info(
+                    "%s-%d: ignoring leader epoch %d (ours is %d)",
+                    *key,
+                    s.leader_epoch,
+                    current_epoch,
+                )
+                if (
+                    p is not None
+                    and s.leader_epoch == current_epoch
+                    and p.topic_id == ZERO_UUID
+                    and request_id != ZERO_UUID
+                ):
+                    # Kafka: the controller may add a topic id without a new epoch.
+                    p.topic_id = request_id
+                    errors[key] = ErrorCode.NONE
+                else:
+                    errors[key] = ErrorCode.STALE_CONTROLLER_EPOCH
+                continue
+            if node_id not in s.replicas:
+                log.warning("%s-%d: not in the assigned replicas %s", *key, s.replicas)
+                errors[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            try:
+                if p is None:
+                    p = self._create_partition(tp, request_id)
+                    if request_id not in (ZERO_UUID, p.topic_id):
+                        log.error(
+                            "%s-%d: topic id %s in LeaderAndIsr, %s on disk",
+                            *key,
+                            request_id,
+                            p.topic_id,
+                        )
+                        del broker.partitions[tp]
+                        errors[key] = ErrorCode.INCONSISTENT_TOPIC_ID
+                        continue
+                elif p.topic_id == ZERO_UUID:
+                    p.topic_id = request_id
+                write_topic_id(p.log.dir, p.topic_id)
+                if s.leader == node_id:
+                    self._make_leader(tp, p, s, now)
+                else:
+                    self._make_follower(tp, p, s)
+            except (KafkaStorageError, OSError) as e:
+                log.error("%s-%d: the log is unavailable: %s", *key, e)
+                errors[key] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            errors[key] = ErrorCode.NONE
+        return _leader_and_isr_response(version, ErrorCode.NONE, errors, topic_ids)
+
+    def _create_partition(self, tp: TopicPartition, topic_id: uuid.UUID) -> Partition:
+        """The partition over its log (opened or created), with the topic id the log has."""
+        broker = self.broker
+        plog = broker.log_manager.get_or_create(
+            tp.topic, tp.partition, log_config_for(broker.config, broker.topic_overrides(tp.topic))
+        )
+        stored = read_topic_id(plog.dir)
+        p = Partition(
+            tp.topic,
+            tp.partition,
+            stored if stored is not None else topic_id,
+            plog,
+            leader=NO_LEADER,
+            leader_epoch=-1,
+            node_id=broker.node_id,
+            min_isr_source=partial(broker.min_insync_replicas, tp.topic),
+            replica_lag_ms=self.lag_ms,
+            on_isr_change=self._enqueue_isr_change,
+            is_broker_alive=broker.metadata_cache.is_alive,
+        )
+        broker.partitions[tp] = p
+        log.info("%s-%d: created (log end offset %d)", tp.topic, tp.partition, plog.log_end_offset)
+        return p
+
+    def _make_leader(
+        self, tp: TopicPartition, p: Partition, s: LeaderAndIsrState, now: int
+    ) -> None:
+        self._remove_fetcher(tp)
+        p.make_leader(
+            leader_epoch=s.leader_epoch,
+            partition_epoch=s.partition_epoch,
+            controller_epoch=s.controller_epoch,
+            isr=list(s.isr),
+            replicas=list(s.replicas),
+            now_ms=now,
+        )
+        log.info(
+            "%s-%d: leader at epoch %d from offset %d, ISR %s, high watermark %d",
+            tp.topic,
+            tp.partition,
+            p.leader_epoch,
+            p.log_end_offset,
+            p.isr,
+            p.high_watermark,
+        )
+
+    def _make_follower(self, tp: TopicPartition, p: Partition, s: LeaderAndIsrState) -> None:
+        restart = p.make_follower(
+            leader=s.leader,
+            leader_epoch=s.leader_epoch,
+            partition_epoch=s.partition_epoch,
+            controller_epoch=s.controller_epoch,
+            replicas=list(s.replicas),
+        )
+        log.info(
+            "%s-%d: follower of %d at epoch %d, log end offset %d",
+            tp.topic,
+            tp.partition,
+            s.leader,
+            s.leader_epoch,
+            p.log_end_offset,
+        )
+        if restart:
+            self._remove_fetcher(tp)
+            if s.leader >= 0:
+                self._add_fetcher(tp, p)
+
+    # StopReplica -------------------------------------------------------------------------
+    def stop_replicas(self, request: StopReplicaRequest, version: int) -> StopReplicaResponse:
+        if request.controller_epoch < self.controller_epoch:
+            log.warning(
+                "ignoring StopReplica from controller %d: its epoch %d is older than %d",
+                request.controller_id,
+                request.controller_epoch,
+                self.controller_epoch,
+            )
+            return StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+        self.controller_epoch = request.controller_epoch
+        results = []
+        for topic, index, epoch, delete in _stop_replica_states(request, version):
+            tp = TopicPartition(topic, index)
+            p = self.broker.partitions.get(tp)
+            code = ErrorCode.NONE
+            if (
+                p is not None
+                and epoch not in (NO_EPOCH, EPOCH_DURING_DELETE)
+                and epoch < p.leader_epoch
+            ):
+                log.info(
+                    "%s-%d: ignoring StopReplica at epoch %d (ours is %d)",
+                    topic,
+                    index,
+                    epoch,
+                    p.leader_epoch,
+                )
+                code = ErrorCode.FENCED_LEADER_EPOCH
+            else:
+                try:
+                    self._stop(tp, p, delete)
+                except (KafkaStorageError, OSError) as e:
+                    log.error("%s-%d: cannot delete: %s", topic, index, e)
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
+            results.append(
+                StopReplicaResponse.StopReplicaPartitionError(
+                    topic_name=topic, partition_index=index, error_code=code
+                )
+            )
+        return StopReplicaResponse(error_code=ErrorCode.NONE, partition_errors=results)
+
+    def _stop(self, tp: TopicPartition, p: Partition | None, delete: bool) -> None:
+        self._remove_fetcher(tp)
+        self._isr_queue.pop(tp, None)
+        if not delete:
+            log.info("%s-%d: stopped", tp.topic, tp.partition)
+            return
+        if p is not None:
+            del self.broker.partitions[tp]
+            p.leader = NO_LEADER
+            p.notify_changed()
+            p.notify_append()
+        if self.broker.log_manager.delete_partition(tp.topic, tp.partition):
+            log.info("%s-%d: stopped and deleted", tp.topic, tp.partition)
+
+    # UpdateMetadata ----------------------------------------------------------------------
+    def update_metadata(self, request: UpdateMetadataRequest, version: int) -> ErrorCode:
+        if request.controller_epoch < self.controller_epoch:
+            log.warning(
+                "ignoring UpdateMetadata from controller %d: its epoch %d is older than %d",
+                request.controller_id,
+                request.controller_epoch,
+                self.controller_epoch,
+            )
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        self.broker.metadata_cache.update(request, version)
+        self.broker.controller_id = max(request.controller_id, -1)
+        self.controller_epoch = request.controller_epoch
+        return ErrorCode.NONE
+
+    def check_broker_epoch(self, broker_epoch: int) -> None:
+        """Kafka's isBrokerEpochStale: a request meant for an earlier registration of ours."""
+        current = self.broker.broker_epoch
+        if broker_epoch != -1 and broker_epoch < current:
+            raise KafkaError(
+                f"broker epoch {broker_epoch} is older than ours ({current})",
+                error_code=ErrorCode.STALE_BROKER_EPOCH,
+            )
+
+
+def _leader_and_isr_states(request: LeaderAndIsrRequest, version: int) -> list[LeaderAndIsrState]:
+    if version < 2:
+        return list(request.ungrouped_partition_states)
+    out = []
+    for topic in request.topic_states:
+        for s in topic.partition_states:
+            s.topic_name = topic.topic_name
+            out.append(s)
+    return out
+
+
+def _leader_and_isr_response(
+    version: int,
+    error: ErrorCode,
+    errors: dict[tuple[str, int], ErrorCode],
+    topic_ids: dict[str, uuid.UUID],
+) -> LeaderAndIsrResponse:
+    Error = LeaderAndIsrResponse.LeaderAndIsrPartitionError
+    if version < 5:
+        return LeaderAndIsrResponse(
+            error_code=error,
+            partition_errors=[
+                Error(topic_name=t, partition_index=i, error_code=code)
+                for (t, i), code in errors.items()
+            ],
+        )
+    topics: dict[uuid.UUID, list[LeaderAndIsrResponse.LeaderAndIsrPartitionError]] = {}
+    for (t, i), code in errors.items():
+        topics.setdefault(topic_ids.get(t, ZERO_UUID), []).append(
+            Error(partition_index=i, error_code=code)
+        )
+    return LeaderAndIsrResponse(
+        error_code=error,
+        topics=[
+            LeaderAndIsrResponse.LeaderAndIsrTopicError(topic_id=tid, partition_errors=ps)
+            for tid, ps in topics.items()
+        ],
+    )
+
+
+def _stop_replica_states(
+    request: StopReplicaRequest, version: int
+) -> Iterable[tuple[str, int, int, bool]]:
+    """(topic, partition, leader epoch, delete) for every partition, whatever the version."""
+    if version == 0:
+        for p in request.ungrouped_partitions:
+            yield p.topic_name, p.partition_index, NO_EPOCH, request.delete_partitions
+    elif version <= 2:
+        for t in request.topics:
+            for index in t.partition_indexes:
+                yield t.name, index, NO_EPOCH, request.delete_partitions
+    else:
+        for ts in request.topic_states:
+            for ps in ts.partition_states:
+                yield ts.topic_name, ps.partition_index, ps.leader_epoch, ps.delete_partition

@@ -1,0 +1,294 @@
+"""kazoo, wrapped for trio: blocking calls in worker threads, watches and session changes in one channel.
+
+kazoo runs its connection in threads of its own. `ZkClient` keeps that away from the broker:
+every call (get, create, set, delete, multi) runs in `trio.to_thread.run_sync`, and every watch
+notification and session-state change is sent, from kazoo's threads, into one trio memory
+channel (`events`) through `trio.from_thread` with the run's token. The task that reads that
+channel is then the only owner of whatever state the events change (the broker's
+registration, the controller), so nothing needs a lock.
+
+Watches are one-shot, as in ZooKeeper: ask again with `watch=True` when the event arrives.
+The owner re-reads the znode rather than trusting the event, as Kafka's handlers do.
+
+Session states: CONNECTED (first connection, or reconnected: `new_session` says whether a
+session replaced an expired one, i.e. ephemerals and watches are gone), SUSPENDED (connection lost, session may
+still live), LOST (the session expired or the client closed: ephemerals are gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    SessionExpiredError,
+    ZookeeperError,
+)
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
+
+__all__ = [
+    "BadVersionError",
+    "ConnectionLoss",
+    "NoNodeError",
+    "NodeExistsError",
+    "NotEmptyError",
+    "RolledBackError",
+    "SessionExpiredError",
+    "ZkClient",
+    "ZkEvent",
+    "ZooKeeperUnreachable",
+    "ZnodeStat",
+    "ZookeeperError",
+]
+
+log = logging.getLogger(__name__)
+
+
+class ZooKeeperUnreachable(ConnectionError):
+    """No ZooKeeper answered within `zookeeper.connection.timeout.ms` at start-up."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZkEvent:
+    """A session-state change (`kind` "session") or a watch firing (`kind` "data"/"children")."""
+
+    kind: str
+    path: str = ""
+    state: str = ""  # session: CONNECTED, SUSPENDED, LOST
+    type: str = ""  # watch: CREATED, DELETED, CHANGED, CHILD, NONE
+    new_session: bool = False
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """`host:port,host:port/chroot` -> (hosts, chroot or "")."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, (slash + chroot).rstrip("/")
+
+
+class ZkClient:
+    """One ZooKeeper session for the broker. Create it inside a trio run, then `await start()`."""
+
+    def __init__(
+        self,
+        connect: str,
+        *,
+        session_timeout_ms: int = 18_000,
+        connection_timeout_ms: int | None = None,
+    ) -> None:
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        self._token = trio.lowlevel.current_trio_token()
+        self._send, self.events = trio.open_memory_channel[ZkEvent](math.inf)
+        # Reconnect forever (the default gives up after a while, leaving a dead client).
+        self._kazoo = KazooClient(
+            hosts=connect,
+            timeout=session_timeout_ms / 1000,
+            connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
+        )
+        self._closed = False
+        self._session_id: int | None = None
+        self._expired = False
+
+    # lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect (waiting at most `zookeeper.connection.timeout.ms`) and create the chroot."""
+        hosts, chroot = split_connect(self.connect)
+        if chroot:
+            await trio.to_thread.run_sync(self._ensure_chroot, hosts, chroot)
+        self._kazoo.add_listener(self._on_state)
+        try:
+            await trio.to_thread.run_sync(
+                lambda: self._kazoo.start(timeout=self.connection_timeout_ms / 1000)
+            )
+        except Exception as e:
+            await self.close()
+            raise ZooKeeperUnreachable(
+                f"cannot reach ZooKeeper at {self.connect} within "
+                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}"
+            ) from e
+
+    def _ensure_chroot(self, hosts: str, chroot: str) -> None:
+        bare = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+        bare.start(timeout=self.connection_timeout_ms / 1000)
+        try:
+            bare.ensure_path(chroot)
+        finally:
+            bare.stop()
+            bare.close()
+
+    async def close(self) -> None:
+        """End the session (its ephemerals disappear at once). Safe to call twice, even cancelled."""
+        if self._closed:
+            return
+        self._closed = True
+        self._kazoo.remove_listener(self._on_state)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._stop_kazoo)
+        self._send.close()
+
+    def _stop_kazoo(self) -> None:
+        try:
+            self._kazoo.stop()
+            self._kazoo.close()
+        except Exception:
+            log.debug("closing the ZooKeeper client failed", exc_info=True)
+
+    @property
+    def session_id(self) -> int | None:
+        cid = self._kazoo.client_id
+        return int(cid[0]) if cid else None
+
+    @property
+    def session_credentials(self) -> tuple[int, bytes] | None:
+        """(session id, password): what a test needs to expire this session from outside."""
+        cid = self._kazoo.client_id
+        return (int(cid[0]), bytes(cid[1])) if cid else None
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._kazoo.connected)
+
+    # from kazoo's threads -------------------------------------------------------------
+    def _deliver(self, event: ZkEvent) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            self._send.send_nowait(event)
+
+    def _deliver_from_thread(self, event: ZkEvent) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(trio.RunFinishedError, RuntimeError):
+            trio.from_thread.run_sync(self._deliver, event, trio_token=self._token)
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            # Called on kazoo's connection thread before requests flow; the session id is set.
+            sid = self.session_id
+            new = self._expired or (self._session_id is not None and sid != self._session_id)
+            self._session_id = sid
+            self._expired = False
+            self._deliver_from_thread(ZkEvent("session", state="CONNECTED", new_session=new))
+        elif state == KazooState.SUSPENDED:
+            self._deliver_from_thread(ZkEvent("session", state="SUSPENDED"))
+        else:
+            self._expired = True
+            self._deliver_from_thread(ZkEvent("session", state="LOST"))
+
+    def _on_data(self, event: WatchedEvent) -> None:
+        if event.path is None:  # session news reaches watchers too; the listener reports it
+            return
+        self._deliver_from_thread(ZkEvent("data", path=event.path, type=str(event.type)))
+
+    def _on_children(self, event: WatchedEvent) -> None:
+        if event.path is None:
+            return
+        self._deliver_from_thread(ZkEvent("children", path=event.path, type=str(event.type)))
+
+    # calls ----------------------------------------------------------------------------
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    async def get(self, path: str, *, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
+        """(data, stat), or None when the znode does not exist (a watch then waits for it)."""
+        kazoo = self._kazoo
+
+        def call() -> tuple[bytes, ZnodeStat] | None:
+            try:
+                data, stat = kazoo.get(path, watch=self._on_data if watch else None)
+                return bytes(data or b""), stat
+            except NoNodeError:
+                if watch:
+                    kazoo.exists(path, watch=self._on_data)
+                return None
+
+        return await trio.to_thread.run_sync(call)
+
+    async def exists(self, path: str, *, watch: bool = False) -> ZnodeStat | None:
+        return await self._run(self._kazoo.exists, path, watch=self._on_data if watch else None)
+
+    async def get_children(self, path: str, *, watch: bool = False) -> list[str] | None:
+        """The children's names, or None when the znode does not exist."""
+        try:
+            children = await self._run(
+                self._kazoo.get_children, path, watch=self._on_children if watch else None
+            )
+        except NoNodeError:
+            return None
+        return list(children)
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        """Create the znode; NodeExistsError if it exists. Returns the path (with a sequence)."""
+        return str(
+            await self._run(
+                self._kazoo.create,
+                path,
+                data,
+                ephemeral=ephemeral,
+                sequence=sequence,
+                makepath=makepath,
+            )
+        )
+
+    async def set(self, path: str, data: bytes, *, version: int = -1) -> ZnodeStat:
+        """Replace the data; BadVersionError unless its version is `version` (-1: any)."""
+        return await self._run(self._kazoo.set, path, data, version=version)
+
+    async def delete(self, path: str, *, version: int = -1, recursive: bool = False) -> None:
+        with contextlib.suppress(NoNodeError):
+            await self._run(self._kazoo.delete, path, version=version, recursive=recursive)
+
+    async def ensure_path(self, path: str) -> None:
+        await self._run(self._kazoo.ensure_path, path)
+
+    async def multi(self, ops: list[tuple[Any, ...]]) -> list[Any]:
+        """A ZooKeeper multi: ("check", path, version), ("create", path, data[, ephemeral]),
+        ("set", path, data, version), ("delete", path, version). All or nothing: when one fails,
+        the first real error is raised (BadVersionError, NodeExistsError, NoNodeError, ...)."""
+        kazoo = self._kazoo
+
+        def call() -> list[Any]:
+            t = kazoo.transaction()
+            for op in ops:
+                kind = op[0]
+                if kind == "check":
+                    t.check(op[1], op[2])
+                elif kind == "create":
+                    t.create(op[1], op[2], ephemeral=len(op) > 3 and bool(op[3]))
+                elif kind == "set":
+                    t.set_data(op[1], op[2], version=op[3])
+                elif kind == "delete":
+                    t.delete(op[1], version=op[2])
+                else:
+                    raise ValueError(f"unknown multi op {kind!r}")
+            results = t.commit()
+            failures = [r for r in results if isinstance(r, Exception)]
+            real = [r for r in failures if not isinstance(r, RolledBackError)]
+            if real:
+                raise real[0]
+            if failures:
+                raise failures[0]
+            return list(results)
+
+        return await trio.to_thread.run_sync(call)

@@ -200,12 +200,23 @@ class Cluster:
         self.nodes[node_id].start()
 
     def wait_gone(self, node_id: int) -> None:
-        """Until Metadata no longer lists the broker (its ZooKeeper session has expired)."""
-        wait_for(
-            lambda: node_id not in self.brokers(),
-            60.0,
-            f"the cluster to notice broker {node_id} is gone",
-        )
+        """Until the broker's registration znode is gone (its ZooKeeper session expired).
+
+        Asked of ZooKeeper itself: a broker that just started may not know the others yet.
+        """
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.zk.connect)
+        zk.start(timeout=30)
+        try:
+            wait_for(
+                lambda: zk.exists(f"/brokers/ids/{node_id}") is None,
+                60.0,
+                f"the registration of broker {node_id} to expire",
+            )
+        finally:
+            zk.stop()
+            zk.close()
 
     def pause(self, node_id: int) -> None:
         os.kill(self.nodes[node_id].pid(), signal.SIGSTOP)

@@ -114,7 +114,8 @@ class Message(Struct):
     @classmethod
     def read_from(cls, r: Reader, version: int) -> Self:
         """Decode one message from `r` (which may hold more after it)."""
-        cls.check_version(version)
+        if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+            cls.check_version(version)
         try:
             return cls._read(r, version)
         except ProtocolError:

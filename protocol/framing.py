@@ -135,6 +135,19 @@ class FrameBuffer:
         """Bytes received but not yet returned as frames."""
         return self._end - self._start
 
+    def capacity(self) -> int:
+        """Bytes of receive buffer this FrameBuffer holds (in use or free)."""
+        return len(self._buf)
+
+    def release(self) -> None:
+        """Drop the receive buffer when nothing is pending (an idle connection holds none).
+
+        Frames already handed out stay valid: they keep their own buffer alive.
+        """
+        if self._start == self._end:
+            self._buf = bytearray()
+            self._start = self._end = 0
+
 
 def frame(payload: bytes | bytearray | memoryview) -> bytes:
     """Prefix a payload with its 4-byte size."""

@@ -44,6 +44,8 @@ PRODUCE_KEY = 0
 # Handlers that never wait: ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
 # ApiVersions.
 _IMMEDIATE_KEYS = frozenset({2, 3, 8, 9, 10, 18})
+# Seconds without a byte after which a connection drops its (256 KiB) receive buffer.
+BUFFER_IDLE_S = 1.0
 
 
 async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_name: str) -> None:
@@ -65,7 +67,16 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_n
             try:
                 n = os.readv(fd, (frames.writable(),))
             except BlockingIOError:
-                with trio.move_on_after(idle_s) as idle:
+                deadline = trio.current_time() + idle_s
+                if frames.capacity() and not frames.buffered():
+                    # A connection quiet for a moment gives its receive buffer back, so idle
+                    # connections cost no buffer memory; a busy one keeps reusing it.
+                    with trio.move_on_after(min(BUFFER_IDLE_S, idle_s)) as quiet:
+                        await trio.lowlevel.wait_readable(fd)
+                    if not quiet.cancelled_caught:
+                        continue
+                    frames.release()
+                with trio.move_on_at(deadline) as idle:
                     await trio.lowlevel.wait_readable(fd)
                 if idle.cancelled_caught:
                     log.info("closing connection from %s: idle for %.0f s", client_host, idle_s)

@@ -125,3 +125,18 @@ def test_advance_past_the_space_is_refused() -> None:
     room = fb.writable()
     with pytest.raises(ValueError):
         fb.advance(room.nbytes + 1)
+
+
+def test_release_drops_the_buffer_but_not_the_frames() -> None:
+    fb = FrameBuffer()
+    fb.receive_data(frame(b"abc"))
+    held = fb.next_frame()
+    assert fb.capacity() > 0
+    fb.release()
+    assert fb.capacity() == 0
+    assert isinstance(held, memoryview) and bytes(held) == b"abc"
+    fb.receive_data(frame(b"de")[:3])
+    fb.release()  # something is pending: kept
+    assert fb.capacity() > 0
+    fb.receive_data(frame(b"de")[3:])
+    assert bytes(fb.next_frame()) == b"de"  # type: ignore[arg-type]

@@ -2,10 +2,10 @@
 
 This module owns the life of a connection: reading bytes straight into a `FrameBuffer` (which
 refuses a frame over `socket.request.max.bytes` before reading its body), decoding each
-request, handing it to the dispatcher, and writing the responses — one at a time, in request
-order, as Kafka guarantees. The requests that arrived together are handled one after the other
-and their responses written together in one system call; a handler that may wait (see
-`_answers_at_once`) first has the responses before it written. acks=0 Produce gets no response.
+request, handing it to the dispatcher, and writing the responses in request order, as Kafka
+guarantees. The requests that arrived together are handled one after the other and their
+responses written together in one system call; before a handler that may wait (see
+`_answers_at_once`) the responses ahead of it are written. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
 connection idle for `connections.max.idle.ms` is closed.

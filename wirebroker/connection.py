@@ -128,14 +128,24 @@ async def _flush(fd: int, out: list[list[Any]]) -> None:
         out.clear()
 
 
-def _answers_at_once(api_key: int, body: Message) -> bool:
+def _answers_at_once(broker: Broker, api_key: int, body: Message) -> bool:
     """Whether the handler answers without waiting (so its response may wait for others').
 
-    A handler that can wait (a Fetch long poll, a group join, an acks=all produce once
-    followers are in the ISR) must not hold back the responses to requests before it.
+    A handler that can wait (a Fetch long poll, a group join, an acks=all produce to a
+    partition with followers in its ISR) must not hold back the responses to requests before
+    it. An acks=all produce whose partitions have only their leader in the ISR is answered at
+    once (the high watermark moves with the append), so pipelined acks=all requests to such
+    partitions, the Java producer's default, are still answered together.
     """
     if api_key == PRODUCE_KEY:
-        return body.acks != -1  # type: ignore[attr-defined]
+        if body.acks != -1:  # type: ignore[attr-defined]
+            return True
+        for topic in body.topic_data:  # type: ignore[attr-defined]
+            for data in topic.partition_data:
+                partition = broker.partition(topic.name, data.index)
+                if partition is not None and partition.isr != [partition.leader]:
+                    return False
+        return True
     return api_key in _IMMEDIATE_KEYS
 
 
@@ -160,7 +170,7 @@ async def _handle_frame(
         name = api_info(api_key).name if api_key in APIS else f"API key {api_key}"
         raise CloseConnection(f"{name} v{api_version} is not supported")
     request = decode_request(frame)
-    if out and not _answers_at_once(api_key, request.body):
+    if out and not _answers_at_once(broker, api_key, request.body):
         await _flush(fd, out)
     ctx = RequestContext(broker, request.header, client_host, listener_name)
     broker.stats.requests += 1

@@ -132,10 +132,10 @@ def _answers_at_once(broker: Broker, api_key: int, body: Message) -> bool:
     """Whether the handler answers without waiting (so its response may wait for others').
 
     A handler that can wait (a Fetch long poll, a group join, an acks=all produce to a
-    partition with followers in its ISR) must not hold back the responses to requests before
-    it. An acks=all produce whose partitions have only their leader in the ISR is answered at
-    once (the high watermark moves with the append), so pipelined acks=all requests to such
-    partitions, the Java producer's default, are still answered together.
+    partition with followers) must not hold back the responses to requests before it. An
+    acks=all produce to partitions whose only replica is their leader is answered at once (the
+    high watermark moves with the append), so pipelined acks=all requests to such partitions,
+    the Java producer's default, are still answered together.
     """
     if api_key == PRODUCE_KEY:
         if body.acks != -1:  # type: ignore[attr-defined]
@@ -143,7 +143,10 @@ def _answers_at_once(broker: Broker, api_key: int, body: Message) -> bool:
         for topic in body.topic_data:  # type: ignore[attr-defined]
             for data in topic.partition_data:
                 partition = broker.partition(topic.name, data.index)
-                if partition is not None and partition.isr != [partition.leader]:
+                if partition is None:
+                    continue  # answered at once with an error
+                leader = partition.leader
+                if partition.isr != [leader] or any(r != leader for r in partition.replicas):
                     return False
         return True
     return api_key in _IMMEDIATE_KEYS

@@ -321,9 +321,7 @@ def test_pipelined_responses_come_in_request_order(broker: BrokerProcess, topic:
     assert decode_records(bodies[4].responses[0].partitions[0].records) == [(0, None, b"x")]
 
 
-def test_responses_before_a_long_poll_are_not_held_back(
-    broker: BrokerProcess, topic: str
-) -> None:
+def test_responses_before_a_long_poll_are_not_held_back(broker: BrokerProcess, topic: str) -> None:
     """Requests that arrive together are answered together, but never behind a wait: the
     produce responses come while the fetch after them is still long-polling."""
     create_topic(broker.bootstrap, topic)

@@ -8,6 +8,7 @@ the KIP-511 answer to an ApiVersions request of a version we do not know, and de
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,9 @@ from protocol.primitives import Reader, Writer
 from protocol.schema import ApiInfo, Message
 
 API_VERSIONS_KEY = 18
+
+_PEEK = struct.Struct(">hhi")
+_KEY_VERSION = struct.Struct(">hh")
 
 
 @dataclass(slots=True)
@@ -54,10 +58,9 @@ def api_info(api_key: int) -> ApiInfo:
 
 def peek_request_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the first 8 bytes every request header has."""
-    r = Reader(frame)
-    if r.remaining() < 8:
+    if len(frame) < 8:
         raise ProtocolError("request frame shorter than a request header")
-    return r.int16(), r.int16(), r.int32()
+    return _PEEK.unpack_from(frame, 0)
 
 
 def decode_request(frame: bytes | bytearray | memoryview) -> RequestFrame:
@@ -68,11 +71,13 @@ def decode_request(frame: bytes | bytearray | memoryview) -> RequestFrame:
     For ApiVersions of an unknown version the caller answers with
     :func:`unsupported_api_versions_response` (KIP-511) rather than closing the connection.
     """
-    api_key, api_version, _ = peek_request_header(frame)
+    r = Reader(frame)
+    if r.end < 8:
+        raise ProtocolError("request frame shorter than a request header")
+    api_key, api_version = _KEY_VERSION.unpack_from(r.buf, 0)
     info = api_info(api_key)
     if not info.min_version <= api_version <= info.max_version:
         raise UnsupportedVersionError(f"{info.name} v{api_version} is not supported")
-    r = Reader(frame)
     header = RequestHeader.read_from(r, info.request_header_version(api_version))
     body = info.request_class().read_from(r, api_version)
     # Bytes after the body are ignored, as Kafka's request parsing ignores them (librdkafka 2.16

@@ -29,26 +29,84 @@ NEED_DATA: Final = _NeedData()
 #: Kafka's default `socket.request.max.bytes`.
 DEFAULT_MAX_FRAME_SIZE: Final = 104_857_600
 
+#: Receive buffers are this big unless a frame needs more (then it grows with what arrived).
+DEFAULT_CHUNK_SIZE: Final = 256 * 1024
+
+#: :meth:`FrameBuffer.writable` starts a new buffer when less than this is free.
+MIN_FREE: Final = 16 * 1024
+
 
 class FrameBuffer:
-    """Collects received bytes and cuts them into frames of at most `max_frame_size` bytes."""
+    """Collects received bytes and cuts them into frames of at most `max_frame_size` bytes.
 
-    __slots__ = ("_buf", "_start", "max_frame_size")
+    Bytes go in either by :meth:`receive_data` (a copy) or, with no copy, by reading straight
+    into :meth:`writable` and calling :meth:`advance` (``recv_into``/``readv``). Frames come
+    out as writable memoryviews of the buffer they arrived in, never copied. A buffer is never
+    written again where a frame was handed out of it: when the free space runs short, a new
+    buffer is started and only the bytes of the unfinished frame move to it. So a frame stays
+    valid for as long as anyone holds it, and the cost is one allocation per buffer.
+    """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    __slots__ = ("_buf", "_start", "_end", "max_frame_size", "chunk_size")
+
+    def __init__(
+        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> None:
         self._buf = bytearray()
-        self._start = 0
+        self._start = 0  # first byte not yet returned as a frame
+        self._end = 0  # end of the received bytes
         self.max_frame_size = max_frame_size
+        self.chunk_size = chunk_size
+
+    def writable(self) -> memoryview:
+        """Free space after the received bytes, to read into; then call :meth:`advance`.
+
+        It is at least `MIN_FREE` bytes, or the rest of a frame whose size is known.
+        """
+        buf, start, end = self._buf, self._start, self._end
+        have = end - start
+        size = self.pending_size()
+        if size is not None:
+            whole = size + 4
+            if whole > len(buf) - start:
+                # Grow with the bytes that arrived, never straight to a size the peer claims.
+                self._move(max(self.chunk_size, min(whole, 2 * have)))
+            elif end == len(buf):
+                # The frame is complete in this buffer: nothing to read into before it is cut.
+                self._move(self.chunk_size)
+        elif len(buf) - end < MIN_FREE:
+            self._move(self.chunk_size)
+        return memoryview(self._buf)[self._end :]
+
+    def advance(self, n: int) -> None:
+        """Account for `n` bytes written into the view :meth:`writable` returned."""
+        if n < 0 or self._end + n > len(self._buf):
+            raise ValueError(f"advance({n}) past the writable space")
+        self._end += n
+
+    def _move(self, capacity: int) -> None:
+        """Start a new buffer of `capacity` bytes holding the unfinished frame's bytes."""
+        have = self._end - self._start
+        new = bytearray(max(capacity, have))
+        if have:
+            new[:have] = memoryview(self._buf)[self._start : self._end]
+        self._buf, self._start, self._end = new, 0, have
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        if self._start and self._start == len(self._buf):
-            self._buf.clear()
-            self._start = 0
-        self._buf += data
+        """Copy `data` in (for callers that already hold the bytes)."""
+        with memoryview(data) as src, src.cast("B") as flat:
+            pos, total = 0, flat.nbytes
+            while pos < total:
+                room = self.writable()
+                n = min(room.nbytes, total - pos)
+                room[:n] = flat[pos : pos + n]
+                room.release()
+                self.advance(n)
+                pos += n
 
     def pending_size(self) -> int | None:
         """The size of the frame being received, once its prefix arrived (checked first)."""
-        if len(self._buf) - self._start < 4:
+        if self._end - self._start < 4:
             return None
         size: int = _SIZE.unpack_from(self._buf, self._start)[0]
         if size < 0:
@@ -62,31 +120,33 @@ class FrameBuffer:
     def next_frame(self) -> memoryview | _NeedData:
         """The next whole frame (without its size prefix), or NEED_DATA.
 
-        A frame that ends exactly where the received bytes end (the usual case for large
-        frames) is handed over without a copy; one followed by more bytes is copied out once.
-        Either way the frame is writable, so a broker can assign offsets in place.
+        The frame is a writable view of the receive buffer (no copy), so a broker can assign
+        offsets in place; it stays valid after later calls.
         """
         size = self.pending_size()
-        if size is None or len(self._buf) - self._start - 4 < size:
+        if size is None or self._end - self._start - 4 < size:
             return NEED_DATA
         begin = self._start + 4
         end = begin + size
-        if end == len(self._buf):
-            frame = memoryview(self._buf)[begin:end]
-            self._buf = bytearray()
-            self._start = 0
-            return frame
-        with memoryview(self._buf) as view:
-            copied = memoryview(bytearray(view[begin:end]))
         self._start = end
-        if self._start > 65536 and self._start * 2 > len(self._buf):
-            del self._buf[: self._start]
-            self._start = 0
-        return copied
+        return memoryview(self._buf)[begin:end]
 
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return len(self._buf) - self._start
+        return self._end - self._start
+
+    def capacity(self) -> int:
+        """Bytes of receive buffer this FrameBuffer holds (in use or free)."""
+        return len(self._buf)
+
+    def release(self) -> None:
+        """Drop the receive buffer when nothing is pending (an idle connection holds none).
+
+        Frames already handed out stay valid: they keep their own buffer alive.
+        """
+        if self._start == self._end:
+            self._buf = bytearray()
+            self._start = self._end = 0
 
 
 def frame(payload: bytes | bytearray | memoryview) -> bytes:

@@ -30,6 +30,17 @@ _i32 = struct.Struct(">i")
 _u32 = struct.Struct(">I")
 _i64 = struct.Struct(">q")
 _f64 = struct.Struct(">d")
+_unpack_i8 = _i8.unpack_from
+_unpack_i16 = _i16.unpack_from
+_unpack_u16 = _u16.unpack_from
+_unpack_i32 = _i32.unpack_from
+_unpack_u32 = _u32.unpack_from
+_unpack_i64 = _i64.unpack_from
+
+
+def _short(n: int, left: int) -> ProtocolError:
+    return ProtocolError(f"length {n} exceeds the {left} bytes left")
+
 
 UnknownTags = list[tuple[int, bytes]]
 
@@ -62,26 +73,60 @@ class Reader:
         return pos
 
     # fixed width -------------------------------------------------------------------------
+    # Each is `_take` inlined: these run for every field of every request.
     def int8(self) -> int:
-        return _i8.unpack_from(self.buf, self._take(1))[0]
+        pos = self.pos
+        if self.end - pos < 1:
+            raise _short(1, self.end - pos)
+        self.pos = pos + 1
+        return _unpack_i8(self.buf, pos)[0]
 
     def int16(self) -> int:
-        return _i16.unpack_from(self.buf, self._take(2))[0]
+        pos = self.pos
+        if self.end - pos < 2:
+            raise _short(2, self.end - pos)
+        self.pos = pos + 2
+        return _unpack_i16(self.buf, pos)[0]
 
     def uint16(self) -> int:
-        return _u16.unpack_from(self.buf, self._take(2))[0]
+        pos = self.pos
+        if self.end - pos < 2:
+            raise _short(2, self.end - pos)
+        self.pos = pos + 2
+        return _unpack_u16(self.buf, pos)[0]
 
     def int32(self) -> int:
-        return _i32.unpack_from(self.buf, self._take(4))[0]
+        pos = self.pos
+        if self.end - pos < 4:
+            raise _short(4, self.end - pos)
+        self.pos = pos + 4
+        return _unpack_i32(self.buf, pos)[0]
 
     def uint32(self) -> int:
-        return _u32.unpack_from(self.buf, self._take(4))[0]
+        pos = self.pos
+        if self.end - pos < 4:
+            raise _short(4, self.end - pos)
+        self.pos = pos + 4
+        return _unpack_u32(self.buf, pos)[0]
 
     def int64(self) -> int:
-        return _i64.unpack_from(self.buf, self._take(8))[0]
+        pos = self.pos
+        if self.end - pos < 8:
+            raise _short(8, self.end - pos)
+        self.pos = pos + 8
+        return _unpack_i64(self.buf, pos)[0]
 
     def float64(self) -> float:
         return _f64.unpack_from(self.buf, self._take(8))[0]
+
+    def fixed(self, s: struct.Struct) -> tuple[Any, ...]:
+        """Several fixed-width fields in a row, with one bounds check and one unpack."""
+        pos = self.pos
+        n = s.size
+        if self.end - pos < n:
+            raise _short(n, self.end - pos)
+        self.pos = pos + n
+        return s.unpack_from(self.buf, pos)
 
     def boolean(self) -> bool:
         return self.buf[self._take(1)] != 0
@@ -94,6 +139,11 @@ class Reader:
     def uvarint(self) -> int:
         """An unsigned varint of at most 5 bytes (32 bits), as Kafka's readUnsignedVarint."""
         buf, pos, end = self.buf, self.pos, self.end
+        if pos < end:  # one byte: lengths, counts and tag sections almost always are
+            b = buf[pos]
+            if b < 0x80:
+                self.pos = pos + 1
+                return b
         result = 0
         for shift in (0, 7, 14, 21, 28):
             if pos >= end:
@@ -267,6 +317,10 @@ class Reader:
 
     def unknown_tags_only(self) -> UnknownTags | None:
         """Read a tagged-field section in which no tag is known to this struct and version."""
+        pos = self.pos
+        if pos < self.end and self.buf[pos] == 0:  # the usual empty section
+            self.pos = pos + 1
+            return None
         count = self.tag_count()
         unknown: UnknownTags | None = None
         for _ in range(count):

@@ -114,7 +114,8 @@ class Message(Struct):
     @classmethod
     def read_from(cls, r: Reader, version: int) -> Self:
         """Decode one message from `r` (which may hold more after it)."""
-        cls.check_version(version)
+        if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+            cls.check_version(version)
         try:
             return cls._read(r, version)
         except ProtocolError:
@@ -203,8 +204,14 @@ class ApiInfo:
         return 1 if flexible else 0
 
 
-def _load(module: str, name: str) -> type[Message]:
-    import importlib
+_LOADED: dict[tuple[str, str], type[Message]] = {}
 
-    cls: type[Message] = getattr(importlib.import_module(module), name)
+
+def _load(module: str, name: str) -> type[Message]:
+    cls = _LOADED.get((module, name))
+    if cls is None:  # once per class: importlib's lookup cost more than decoding a header
+        import importlib
+
+        cls = getattr(importlib.import_module(module), name)
+        _LOADED[module, name] = cls
     return cls

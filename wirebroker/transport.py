@@ -1,10 +1,16 @@
-"""Writing a response to a socket without copying record bytes.
+"""Writing responses to a socket without copying record bytes.
 
 A response arrives as a list of chunks from `protocol.api.encode_response_chunks`: buffers the
 codec built, memoryviews of record data, and file slices from `storage` (anything with an open
-`fd`, a `position` and a `length`), possibly grouped in containers with `.slices`. Buffers go out with `sendmsg` (scatter/gather, no join);
-file slices go out with `os.sendfile`, straight from the page cache to the socket. This module
-owns only that; it never decodes anything.
+`fd`, a `position` and a `length`), possibly grouped in containers with `.slices`. Buffers go
+out with `writev` (scatter/gather, no join); file slices go out with `os.sendfile`, straight
+from the page cache to the socket. Several responses can go in one call (see
+:func:`send_frames`), so a connection answering pipelined requests makes one system call for
+all of them. This module owns only that; it never decodes anything.
+
+The socket is written through its descriptor, which is non-blocking: a write that would block
+waits with `trio.lowlevel.wait_writable`. These functions do not checkpoint when the kernel took
+everything at once; the connection loop checkpoints once per round of requests.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ from typing import Any, Protocol
 
 import trio
 
-_MAX_IOV = 512
+# Linux's IOV_MAX.
+_MAX_IOV = 1024
+_SIZE = struct.Struct(">i")
+_BUFFERS = (bytes, bytearray, memoryview)
 
 
 class FileChunk(Protocol):
@@ -31,6 +40,9 @@ def flatten(chunks: Sequence[Any]) -> list[Any]:
     """Expand containers of file slices (anything with `.slices`) into the slices."""
     out: list[Any] = []
     for chunk in chunks:
+        if type(chunk) in _BUFFERS:
+            out.append(chunk)
+            continue
         slices = getattr(chunk, "slices", None)
         if slices is not None:
             out.extend(slices)
@@ -42,6 +54,8 @@ def flatten(chunks: Sequence[Any]) -> list[Any]:
 def release(chunks: Sequence[Any]) -> None:
     """Unpin whatever file slices a response held."""
     for chunk in chunks:
+        if type(chunk) in _BUFFERS:
+            continue
         done = getattr(chunk, "release", None)
         if done is not None and not isinstance(chunk, memoryview):
             done()
@@ -59,46 +73,69 @@ def chunk_size(chunk: Any) -> int:
     return len(chunk)
 
 
-async def send_frame(sock: trio.socket.SocketType, chunks: Sequence[Any]) -> None:
-    """Send the 4-byte size prefix and the chunks, in order."""
-    chunks = flatten(chunks)
-    size = sum(chunk_size(c) for c in chunks)
-    pending: list[Any] = [struct.pack(">i", size)]
-    for chunk in chunks:
-        if _is_file(chunk):
-            await _send_buffers(sock, pending)
-            pending = []
-            await _sendfile(sock, chunk)
-        elif chunk_size(chunk):
-            pending.append(chunk)
-    await _send_buffers(sock, pending)
+async def send_frame(sock: trio.socket.SocketType | int, chunks: Sequence[Any]) -> None:
+    """Send one response: the 4-byte size prefix and the chunks, in order."""
+    await send_frames(sock, [chunks])
 
 
-async def _send_buffers(sock: trio.socket.SocketType, buffers: list[Any]) -> None:
-    views = [memoryview(b).cast("B") for b in buffers]
-    while views:
-        sent = await sock.sendmsg(views[:_MAX_IOV])
-        while sent and views:
-            first = views[0]
-            if sent >= first.nbytes:
-                sent -= first.nbytes
-                views.pop(0)
-            else:
-                views[0] = first[sent:]
-                sent = 0
+async def send_frames(
+    sock: trio.socket.SocketType | int, responses: Sequence[Sequence[Any]]
+) -> None:
+    """Send several responses, each its size prefix and its chunks, in order."""
+    fd = sock if isinstance(sock, int) else sock.fileno()
+    pending: list[Any] = []
+    for chunks in responses:
+        chunks = flatten(chunks)
+        if len(chunks) == 1 and type(chunks[0]) in _BUFFERS:  # the usual small response
+            only = chunks[0]
+            pending.append(_SIZE.pack(only.nbytes if type(only) is memoryview else len(only)))
+            pending.append(only)
+            continue
+        pending.append(_SIZE.pack(sum(chunk_size(c) for c in chunks)))
+        for chunk in chunks:
+            if type(chunk) not in _BUFFERS and _is_file(chunk):
+                await _write_buffers(fd, pending)
+                pending = []
+                await _sendfile(fd, chunk)
+            elif chunk_size(chunk):
+                pending.append(chunk)
+    await _write_buffers(fd, pending)
 
 
-async def _sendfile(sock: trio.socket.SocketType, chunk: FileChunk) -> None:
-    out_fd = sock.fileno()
+async def _write_buffers(fd: int, buffers: list[Any]) -> None:
+    if not buffers:
+        return
+    while True:
+        try:
+            sent = os.writev(fd, buffers[:_MAX_IOV])
+        except BlockingIOError:
+            sent = 0
+        # Drop what went out; keep the rest (cutting a partly sent buffer) for the next call.
+        i = 0
+        while i < len(buffers):
+            first = buffers[i]
+            n = first.nbytes if type(first) is memoryview else len(first)
+            if sent < n:
+                break
+            sent -= n
+            i += 1
+        if i == len(buffers):
+            return
+        del buffers[:i]
+        if sent:
+            buffers[0] = memoryview(buffers[0]).cast("B")[sent:]
+        await trio.lowlevel.wait_writable(fd)
+
+
+async def _sendfile(fd: int, chunk: FileChunk) -> None:
     offset, remaining = chunk.position, chunk.length
     while remaining > 0:
         try:
-            sent = os.sendfile(out_fd, chunk.fd, offset, remaining)
+            sent = os.sendfile(fd, chunk.fd, offset, remaining)
         except BlockingIOError:
-            await trio.lowlevel.wait_writable(sock)
+            await trio.lowlevel.wait_writable(fd)
             continue
         if sent == 0:
             raise OSError(f"file slice ended {remaining} bytes early at position {offset}")
         offset += sent
         remaining -= sent
-    await trio.lowlevel.checkpoint()

@@ -32,6 +32,16 @@ _FIXED_READ = {
     "uuid": "r.uuid_()",
 }
 _FIXED_WRITE = {k: v.replace("r.", "w.").replace("()", "({})") for k, v in _FIXED_READ.items()}
+# struct codes of the fixed-width types that consecutive fields may share one unpack/pack for
+_STRUCT_CODE = {
+    "int8": "b",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "float64": "d",
+}
 _PY_TYPE = {
     "int8": "int",
     "int16": "int",
@@ -49,9 +59,43 @@ _PY_TYPE = {
 
 
 class Emitter:
-    def __init__(self, msg: MessageSpec) -> None:
+    def __init__(self, msg: MessageSpec, formats: set[str] | None = None) -> None:
         self.msg = msg
         self.lines: list[str] = []
+        #: struct formats the module must define (``_F_<codes>``), shared across messages
+        self.formats: set[str] = set() if formats is None else formats
+
+    def run_code(self, f: FieldSpec) -> str | None:
+        """The struct code of a field that is the same fixed-width value in every version.
+
+        Runs of such fields are read with one ``Reader.fixed`` and written with one pack.
+        """
+        if f.is_array or f.is_struct or f.type not in _STRUCT_CODE:
+            return None
+        # (flexible versions read fixed-width fields the same way: only presence matters)
+        if any(mode.kind != "regular" for _, _, mode in field_modes(f, self.msg)):
+            return None
+        return _STRUCT_CODE[f.type]
+
+    def fixed_run(self, run: list[tuple[FieldSpec, str]], b: str, write: bool) -> None:
+        """Emit one read or write for a run of consecutive fixed-width fields."""
+        if not run:
+            return
+        if len(run) == 1:
+            f = run[0][0]
+            if write:
+                self.lines.append(b + _FIXED_WRITE[f.type].format(f"self.{f.attr}"))
+            else:
+                self.lines.append(f"{b}self.{f.attr} = {_FIXED_READ[f.type]}")
+            return
+        codes = "".join(code for _, code in run)
+        self.formats.add(codes)
+        attrs = [f"self.{f.attr}" for f, _ in run]
+        if write:
+            self.lines.append(f"{b}w.buf += _F_{codes}.pack({', '.join(attrs)})")
+        else:
+            self.lines.append(f"{b}{', '.join(attrs)} = r.fixed(_F_{codes})")
+        run.clear()
 
     # naming ------------------------------------------------------------------------------
     def qual(self, struct_name: str) -> str:
@@ -286,7 +330,14 @@ class Emitter:
         b = ind + "    "
         L(f"{b}self = _new(cls)")
         tagged: list[tuple[FieldSpec, list[tuple[int, int, Mode]]]] = []
+        run: list[tuple[FieldSpec, str]] = []
         for f in s.fields:
+            code = self.run_code(f)
+            if code is not None:
+                run.append((f, code))
+                continue
+            self.fixed_run(run, b, write=False)
+            run.clear()
             modes = field_modes(f, self.msg)
             bodies = []
             for lo, hi, mode in modes:
@@ -298,6 +349,7 @@ class Emitter:
             tagged_ranges = [m for m in modes if m[2].kind == "tagged"]
             if tagged_ranges:
                 tagged.append((f, tagged_ranges))
+        self.fixed_run(run, b, write=False)
         flex = self.flex_cond()
         if flex is None:
             L(f"{b}self.unknown_tagged_fields = None")
@@ -342,7 +394,15 @@ class Emitter:
         b = ind + "    "
         tagged: list[tuple[FieldSpec, list[tuple[int, int, Mode]]]] = []
         wrote = False
+        run: list[tuple[FieldSpec, str]] = []
         for f in s.fields:
+            code = self.run_code(f)
+            if code is not None:
+                run.append((f, code))
+                wrote = True
+                continue
+            self.fixed_run(run, b, write=True)
+            run.clear()
             modes = field_modes(f, self.msg)
             bodies: list[tuple[int, int, list[str]]] = []
             for lo, hi, mode in modes:
@@ -367,6 +427,8 @@ class Emitter:
             tagged_ranges = [m for m in modes if m[2].kind == "tagged"]
             if tagged_ranges:
                 tagged.append((f, tagged_ranges))
+        self.fixed_run(run, b, write=True)
+        run.clear()
         flex = self.flex_cond()
         unknown_error = [
             "if self.unknown_tagged_fields:",
@@ -471,6 +533,9 @@ _OPTIONAL_IMPORTS = {
 def _imports(body: str) -> list[str]:
     """Import lines for exactly the names the generated body uses."""
     out = ["from __future__ import annotations", ""]
+    if re.search(r"\bstruct\.Struct\(", body):
+        out.append("import struct")
+        body = re.sub(r"\bstruct\.Struct\(", "(", body)  # not protocol.schema's Struct
     if re.search(r"\buuid\.UUID\b", body):
         out.append("import uuid")
     if re.search(r"\bAny\b", body):
@@ -485,9 +550,14 @@ def _imports(body: str) -> list[str]:
 
 
 def render_module(header: str, doc: str, messages: list[MessageSpec]) -> str:
-    body: list[str] = ["", "_new = object.__new__"]
+    formats: set[str] = set()
+    classes: list[str] = []
     for m in messages:
-        body += Emitter(m).message()
+        classes += Emitter(m, formats).message()
+    body: list[str] = ["", "_new = object.__new__"]
+    # Runs of fixed-width fields: one bounds check and one unpack (or pack) for the run.
+    body += [f'_F_{codes} = struct.Struct(">{codes}")' for codes in sorted(formats)]
+    body += classes
     body.append("")
     names = ", ".join(repr(m.name) for m in messages)
     body.append(f"__all__ = [{names}]")

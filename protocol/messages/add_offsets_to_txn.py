@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_qh = struct.Struct(">qh")
 
 
 class AddOffsetsToTxnRequest(Message):
@@ -53,8 +57,7 @@ class AddOffsetsToTxnRequest(Message):
             self.transactional_id = r.compact_string()
         else:
             self.transactional_id = r.string()
-        self.producer_id = r.int64()
-        self.producer_epoch = r.int16()
+        self.producer_id, self.producer_epoch = r.fixed(_F_qh)
         if version >= 3:
             self.group_id = r.compact_string()
         else:
@@ -67,8 +70,7 @@ class AddOffsetsToTxnRequest(Message):
             w.compact_string(self.transactional_id)
         else:
             w.string(self.transactional_id)
-        w.int64(self.producer_id)
-        w.int16(self.producer_epoch)
+        w.buf += _F_qh.pack(self.producer_id, self.producer_epoch)
         if version >= 3:
             w.compact_string(self.group_id)
         else:
@@ -127,14 +129,12 @@ class AddOffsetsToTxnResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AddOffsetsToTxnResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         if version >= 3:
             w.no_tagged_fields(self.unknown_tagged_fields)
         elif self.unknown_tagged_fields:

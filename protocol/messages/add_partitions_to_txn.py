@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class AddPartitionsToTxnRequest(Message):
@@ -563,14 +566,12 @@ class AddPartitionsToTxnResponse(Message):
             cls, r: Reader, version: int
         ) -> AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.partition_error_code = r.int16()
+            self.partition_index, self.partition_error_code = r.fixed(_F_ih)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.partition_error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.partition_error_code)
             if version >= 3:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

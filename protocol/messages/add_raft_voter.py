@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_ii = struct.Struct(">ii")
 
 
 class AddRaftVoterRequest(Message):
@@ -106,8 +109,7 @@ class AddRaftVoterRequest(Message):
     def _read(cls, r: Reader, version: int) -> AddRaftVoterRequest:
         self = _new(cls)
         self.cluster_id = r.compact_nullable_string()
-        self.timeout_ms = r.int32()
-        self.voter_id = r.int32()
+        self.timeout_ms, self.voter_id = r.fixed(_F_ii)
         self.voter_directory_id = r.uuid_()
         self.listeners = r.compact_array(AddRaftVoterRequest.Listener._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
@@ -115,8 +117,7 @@ class AddRaftVoterRequest(Message):
 
     def _write(self, w: Writer, version: int) -> None:
         w.compact_nullable_string(self.cluster_id)
-        w.int32(self.timeout_ms)
-        w.int32(self.voter_id)
+        w.buf += _F_ii.pack(self.timeout_ms, self.voter_id)
         w.uuid_(self.voter_directory_id)
         w.array_length(self.listeners, compact=True, nullable=False)
         for listeners_item in self.listeners:
@@ -183,15 +184,13 @@ class AddRaftVoterResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AddRaftVoterResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.no_tagged_fields(self.unknown_tagged_fields)
 

@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
 _new = object.__new__
+_F_ihqi = struct.Struct(">ihqi")
+_F_iq = struct.Struct(">iq")
 
 
 class AllocateProducerIdsRequest(Message):
@@ -41,14 +45,12 @@ class AllocateProducerIdsRequest(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AllocateProducerIdsRequest:
         self = _new(cls)
-        self.broker_id = r.int32()
-        self.broker_epoch = r.int64()
+        self.broker_id, self.broker_epoch = r.fixed(_F_iq)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.broker_id)
-        w.int64(self.broker_epoch)
+        w.buf += _F_iq.pack(self.broker_id, self.broker_epoch)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:
@@ -100,18 +102,16 @@ class AllocateProducerIdsResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AllocateProducerIdsResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
-        self.producer_id_start = r.int64()
-        self.producer_id_len = r.int32()
+        self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len = (
+            r.fixed(_F_ihqi)
+        )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
-        w.int64(self.producer_id_start)
-        w.int32(self.producer_id_len)
+        w.buf += _F_ihqi.pack(
+            self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len
+        )
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

@@ -4,12 +4,17 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_ihii = struct.Struct(">ihii")
+_F_ii = struct.Struct(">ii")
+_F_iq = struct.Struct(">iq")
 
 
 class AlterPartitionRequest(Message):
@@ -124,8 +129,7 @@ class AlterPartitionRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> AlterPartitionRequest.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.leader_epoch = r.int32()
+            self.partition_index, self.leader_epoch = r.fixed(_F_ii)
             if version >= 3:
                 self.new_isr = []
             else:
@@ -145,8 +149,7 @@ class AlterPartitionRequest(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ii.pack(self.partition_index, self.leader_epoch)
             if version >= 3:
                 if self.new_isr != []:
                     raise not_in_version("AlterPartitionRequest.PartitionData", "new_isr", version)
@@ -268,15 +271,13 @@ class AlterPartitionRequest(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterPartitionRequest:
         self = _new(cls)
-        self.broker_id = r.int32()
-        self.broker_epoch = r.int64()
+        self.broker_id, self.broker_epoch = r.fixed(_F_iq)
         self.topics = r.compact_array(AlterPartitionRequest.TopicData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.broker_id)
-        w.int64(self.broker_epoch)
+        w.buf += _F_iq.pack(self.broker_id, self.broker_epoch)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)
@@ -433,10 +434,9 @@ class AlterPartitionResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> AlterPartitionResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(
+                _F_ihii
+            )
             self.isr = r.compact_array(read_int32_item, version)
             if version >= 1:
                 self.leader_recovery_state = r.int8()
@@ -447,10 +447,9 @@ class AlterPartitionResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ihii.pack(
+                self.partition_index, self.error_code, self.leader_id, self.leader_epoch
+            )
             w.array_length(self.isr, compact=True, nullable=False)
             for isr_item in self.isr:
                 w.int32(isr_item)
@@ -498,15 +497,13 @@ class AlterPartitionResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterPartitionResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.topics = r.compact_array(AlterPartitionResponse.TopicData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)

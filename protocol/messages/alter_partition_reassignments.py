@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class AlterPartitionReassignmentsRequest(Message):
@@ -263,15 +266,13 @@ class AlterPartitionReassignmentsResponse(Message):
             cls, r: Reader, version: int
         ) -> AlterPartitionReassignmentsResponse.ReassignablePartitionResponse:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.error_message = r.compact_nullable_string()
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             w.compact_nullable_string(self.error_message)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
@@ -314,8 +315,7 @@ class AlterPartitionReassignmentsResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterPartitionReassignmentsResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.responses = r.compact_array(
             AlterPartitionReassignmentsResponse.ReassignableTopicResponse._read, version
@@ -324,8 +324,7 @@ class AlterPartitionReassignmentsResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.responses, compact=True, nullable=False)
         for responses_item in self.responses:

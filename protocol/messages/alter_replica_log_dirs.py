@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class AlterReplicaLogDirsRequest(Message):
@@ -325,14 +328,12 @@ class AlterReplicaLogDirsResponse(Message):
             cls, r: Reader, version: int
         ) -> AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             if version >= 2:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

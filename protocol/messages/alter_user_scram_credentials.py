@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_bi = struct.Struct(">bi")
 
 
 class AlterUserScramCredentialsRequest(Message):
@@ -100,8 +103,7 @@ class AlterUserScramCredentialsRequest(Message):
         ) -> AlterUserScramCredentialsRequest.ScramCredentialUpsertion:
             self = _new(cls)
             self.name = r.compact_string()
-            self.mechanism = r.int8()
-            self.iterations = r.int32()
+            self.mechanism, self.iterations = r.fixed(_F_bi)
             self.salt = r.compact_blob()
             self.salted_password = r.compact_blob()
             self.unknown_tagged_fields = r.unknown_tags_only()
@@ -109,8 +111,7 @@ class AlterUserScramCredentialsRequest(Message):
 
         def _write(self, w: Writer, version: int) -> None:
             w.compact_string(self.name)
-            w.int8(self.mechanism)
-            w.int32(self.iterations)
+            w.buf += _F_bi.pack(self.mechanism, self.iterations)
             w.compact_blob(self.salt)
             w.compact_blob(self.salted_password)
             w.no_tagged_fields(self.unknown_tagged_fields)

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_hhh = struct.Struct(">hhh")
 
 
 class ApiVersionsRequest(Message):
@@ -114,16 +117,12 @@ class ApiVersionsResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ApiVersionsResponse.ApiVersion:
             self = _new(cls)
-            self.api_key = r.int16()
-            self.min_version = r.int16()
-            self.max_version = r.int16()
+            self.api_key, self.min_version, self.max_version = r.fixed(_F_hhh)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.api_key)
-            w.int16(self.min_version)
-            w.int16(self.max_version)
+            w.buf += _F_hhh.pack(self.api_key, self.min_version, self.max_version)
             if version >= 3:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

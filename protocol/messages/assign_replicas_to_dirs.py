@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_iq = struct.Struct(">iq")
 
 
 class AssignReplicasToDirsRequest(Message):
@@ -165,15 +168,13 @@ class AssignReplicasToDirsRequest(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsRequest:
         self = _new(cls)
-        self.broker_id = r.int32()
-        self.broker_epoch = r.int64()
+        self.broker_id, self.broker_epoch = r.fixed(_F_iq)
         self.directories = r.compact_array(AssignReplicasToDirsRequest.DirectoryData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.broker_id)
-        w.int64(self.broker_epoch)
+        w.buf += _F_iq.pack(self.broker_id, self.broker_epoch)
         w.array_length(self.directories, compact=True, nullable=False)
         for directories_item in self.directories:
             directories_item._write(w, version)
@@ -336,14 +337,12 @@ class AssignReplicasToDirsResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -380,8 +379,7 @@ class AssignReplicasToDirsResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.directories = r.compact_array(
             AssignReplicasToDirsResponse.DirectoryData._read, version
         )
@@ -389,8 +387,7 @@ class AssignReplicasToDirsResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.array_length(self.directories, compact=True, nullable=False)
         for directories_item in self.directories:
             directories_item._write(w, version)

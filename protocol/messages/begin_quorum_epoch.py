@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ihii = struct.Struct(">ihii")
+_F_ii = struct.Struct(">ii")
 
 
 class BeginQuorumEpochRequest(Message):
@@ -123,8 +126,7 @@ class BeginQuorumEpochRequest(Message):
                 self.voter_directory_id = r.uuid_()
             else:
                 self.voter_directory_id = ZERO_UUID
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
             return self
 
@@ -132,8 +134,7 @@ class BeginQuorumEpochRequest(Message):
             w.int32(self.partition_index)
             if version >= 1:
                 w.uuid_(self.voter_directory_id)
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
             if version >= 1:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:
@@ -449,18 +450,16 @@ class BeginQuorumEpochResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> BeginQuorumEpochResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(
+                _F_ihii
+            )
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ihii.pack(
+                self.partition_index, self.error_code, self.leader_id, self.leader_epoch
+            )
             if version >= 1:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_uuid_item
 from protocol.schema import DEFAULT, Field, Message, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_iqq = struct.Struct(">iqq")
 
 
 class BrokerHeartbeatRequest(Message):
@@ -59,9 +62,7 @@ class BrokerHeartbeatRequest(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> BrokerHeartbeatRequest:
         self = _new(cls)
-        self.broker_id = r.int32()
-        self.broker_epoch = r.int64()
-        self.current_metadata_offset = r.int64()
+        self.broker_id, self.broker_epoch, self.current_metadata_offset = r.fixed(_F_iqq)
         self.want_fence = r.boolean()
         self.want_shut_down = r.boolean()
         self.offline_log_dirs = []
@@ -78,9 +79,7 @@ class BrokerHeartbeatRequest(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.broker_id)
-        w.int64(self.broker_epoch)
-        w.int64(self.current_metadata_offset)
+        w.buf += _F_iqq.pack(self.broker_id, self.broker_epoch, self.current_metadata_offset)
         w.boolean(self.want_fence)
         w.boolean(self.want_shut_down)
         if version >= 1:
@@ -162,8 +161,7 @@ class BrokerHeartbeatResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> BrokerHeartbeatResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.is_caught_up = r.boolean()
         self.is_fenced = r.boolean()
         self.should_shut_down = r.boolean()
@@ -171,8 +169,7 @@ class BrokerHeartbeatResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.boolean(self.is_caught_up)
         w.boolean(self.is_fenced)
         w.boolean(self.should_shut_down)

@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_uuid_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_Hh = struct.Struct(">Hh")
+_F_hh = struct.Struct(">hh")
+_F_ihq = struct.Struct(">ihq")
 
 
 class BrokerRegistrationRequest(Message):
@@ -56,16 +60,14 @@ class BrokerRegistrationRequest(Message):
             self = _new(cls)
             self.name = r.compact_string()
             self.host = r.compact_string()
-            self.port = r.uint16()
-            self.security_protocol = r.int16()
+            self.port, self.security_protocol = r.fixed(_F_Hh)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
             w.compact_string(self.name)
             w.compact_string(self.host)
-            w.uint16(self.port)
-            w.int16(self.security_protocol)
+            w.buf += _F_Hh.pack(self.port, self.security_protocol)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -108,15 +110,13 @@ class BrokerRegistrationRequest(Message):
         def _read(cls, r: Reader, version: int) -> BrokerRegistrationRequest.Feature:
             self = _new(cls)
             self.name = r.compact_string()
-            self.min_supported_version = r.int16()
-            self.max_supported_version = r.int16()
+            self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
             w.compact_string(self.name)
-            w.int16(self.min_supported_version)
-            w.int16(self.max_supported_version)
+            w.buf += _F_hh.pack(self.min_supported_version, self.max_supported_version)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -297,16 +297,12 @@ class BrokerRegistrationResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> BrokerRegistrationResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
-        self.broker_epoch = r.int64()
+        self.throttle_time_ms, self.error_code, self.broker_epoch = r.fixed(_F_ihq)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
-        w.int64(self.broker_epoch)
+        w.buf += _F_ihq.pack(self.throttle_time_ms, self.error_code, self.broker_epoch)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import (
@@ -17,6 +18,8 @@ from protocol.primitives import (
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_ii = struct.Struct(">ii")
 
 
 class ConsumerGroupHeartbeatRequest(Message):
@@ -326,12 +329,10 @@ class ConsumerGroupHeartbeatResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupHeartbeatResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.member_id = r.compact_nullable_string()
-        self.member_epoch = r.int32()
-        self.heartbeat_interval_ms = r.int32()
+        self.member_epoch, self.heartbeat_interval_ms = r.fixed(_F_ii)
         self.assignment = (
             ConsumerGroupHeartbeatResponse.Assignment._read(r, version) if r.int8() >= 0 else None
         )
@@ -339,12 +340,10 @@ class ConsumerGroupHeartbeatResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.compact_nullable_string(self.member_id)
-        w.int32(self.member_epoch)
-        w.int32(self.heartbeat_interval_ms)
+        w.buf += _F_ii.pack(self.member_epoch, self.heartbeat_interval_ms)
         if self.assignment is None:
             w.int8(-1)
         else:

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_bb = struct.Struct(">bb")
 
 
 class CreateAclsRequest(Message):
@@ -81,8 +84,7 @@ class CreateAclsRequest(Message):
                 self.host = r.compact_string()
             else:
                 self.host = r.string()
-            self.operation = r.int8()
-            self.permission_type = r.int8()
+            self.operation, self.permission_type = r.fixed(_F_bb)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
             return self
 
@@ -107,8 +109,7 @@ class CreateAclsRequest(Message):
                 w.compact_string(self.host)
             else:
                 w.string(self.host)
-            w.int8(self.operation)
-            w.int8(self.permission_type)
+            w.buf += _F_bb.pack(self.operation, self.permission_type)
             if version >= 2:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_qqq = struct.Struct(">qqq")
 
 
 class CreateDelegationTokenRequest(Message):
@@ -269,9 +272,7 @@ class CreateDelegationTokenResponse(Message):
             self.token_requester_principal_name = r.compact_string()
         else:
             self.token_requester_principal_name = ""
-        self.issue_timestamp_ms = r.int64()
-        self.expiry_timestamp_ms = r.int64()
-        self.max_timestamp_ms = r.int64()
+        self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms = r.fixed(_F_qqq)
         if version >= 2:
             self.token_id = r.compact_string()
         else:
@@ -308,9 +309,9 @@ class CreateDelegationTokenResponse(Message):
                 raise not_in_version(
                     "CreateDelegationTokenResponse", "token_requester_principal_name", version
                 )
-        w.int64(self.issue_timestamp_ms)
-        w.int64(self.expiry_timestamp_ms)
-        w.int64(self.max_timestamp_ms)
+        w.buf += _F_qqq.pack(
+            self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms
+        )
         if version >= 2:
             w.compact_string(self.token_id)
         else:

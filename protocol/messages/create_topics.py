@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class CreateTopicsRequest(Message):
@@ -62,8 +64,7 @@ class CreateTopicsRequest(Message):
                 self.name = r.compact_string()
             else:
                 self.name = r.string()
-            self.num_partitions = r.int32()
-            self.replication_factor = r.int16()
+            self.num_partitions, self.replication_factor = r.fixed(_F_ih)
             if version >= 5:
                 self.assignments = r.compact_array(
                     CreateTopicsRequest.CreatableReplicaAssignment._read, version
@@ -86,8 +87,7 @@ class CreateTopicsRequest(Message):
                 w.compact_string(self.name)
             else:
                 w.string(self.name)
-            w.int32(self.num_partitions)
-            w.int16(self.replication_factor)
+            w.buf += _F_ih.pack(self.num_partitions, self.replication_factor)
             if version >= 5:
                 w.array_length(self.assignments, compact=True, nullable=False)
                 for assignments_item in self.assignments:

@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_iq = struct.Struct(">iq")
+_F_iqh = struct.Struct(">iqh")
 
 
 class DeleteRecordsRequest(Message):
@@ -108,14 +112,12 @@ class DeleteRecordsRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> DeleteRecordsRequest.DeleteRecordsPartition:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.offset = r.int64()
+            self.partition_index, self.offset = r.fixed(_F_iq)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int64(self.offset)
+            w.buf += _F_iq.pack(self.partition_index, self.offset)
             if version >= 2:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:
@@ -303,16 +305,12 @@ class DeleteRecordsResponse(Message):
             cls, r: Reader, version: int
         ) -> DeleteRecordsResponse.DeleteRecordsPartitionResult:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.low_watermark = r.int64()
-            self.error_code = r.int16()
+            self.partition_index, self.low_watermark, self.error_code = r.fixed(_F_iqh)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int64(self.low_watermark)
-            w.int16(self.error_code)
+            w.buf += _F_iqh.pack(self.partition_index, self.low_watermark, self.error_code)
             if version >= 2:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

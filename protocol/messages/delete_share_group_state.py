@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class DeleteShareGroupStateRequest(Message):
@@ -242,15 +244,13 @@ class DeleteShareGroupStateResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateResponse.PartitionResult:
             self = _new(cls)
-            self.partition = r.int32()
-            self.error_code = r.int16()
+            self.partition, self.error_code = r.fixed(_F_ih)
             self.error_message = r.compact_nullable_string()
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition, self.error_code)
             w.compact_nullable_string(self.error_message)
             w.no_tagged_fields(self.unknown_tagged_fields)
 

@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_bb = struct.Struct(">bb")
+_F_ih = struct.Struct(">ih")
 
 
 class DescribeAclsRequest(Message):
@@ -78,8 +82,7 @@ class DescribeAclsRequest(Message):
             self.host_filter = r.compact_nullable_string()
         else:
             self.host_filter = r.nullable_string()
-        self.operation = r.int8()
-        self.permission_type = r.int8()
+        self.operation, self.permission_type = r.fixed(_F_bb)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -102,8 +105,7 @@ class DescribeAclsRequest(Message):
             w.compact_nullable_string(self.host_filter)
         else:
             w.nullable_string(self.host_filter)
-        w.int8(self.operation)
-        w.int8(self.permission_type)
+        w.buf += _F_bb.pack(self.operation, self.permission_type)
         if version >= 2:
             w.no_tagged_fields(self.unknown_tagged_fields)
         elif self.unknown_tagged_fields:
@@ -270,8 +272,7 @@ class DescribeAclsResponse(Message):
                 self.host = r.compact_string()
             else:
                 self.host = r.string()
-            self.operation = r.int8()
-            self.permission_type = r.int8()
+            self.operation, self.permission_type = r.fixed(_F_bb)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
             return self
 
@@ -284,8 +285,7 @@ class DescribeAclsResponse(Message):
                 w.compact_string(self.host)
             else:
                 w.string(self.host)
-            w.int8(self.operation)
-            w.int8(self.permission_type)
+            w.buf += _F_bb.pack(self.operation, self.permission_type)
             if version >= 2:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:
@@ -333,8 +333,7 @@ class DescribeAclsResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeAclsResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         if version >= 2:
             self.error_message = r.compact_nullable_string()
         else:
@@ -349,8 +348,7 @@ class DescribeAclsResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         if version >= 2:
             w.compact_nullable_string(self.error_message)
         else:

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class DescribeClientQuotasRequest(Message):
@@ -366,8 +369,7 @@ class DescribeClientQuotasResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeClientQuotasResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         if version >= 1:
             self.error_message = r.compact_nullable_string()
         else:
@@ -382,8 +384,7 @@ class DescribeClientQuotasResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         if version >= 1:
             w.compact_nullable_string(self.error_message)
         else:

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_qqq = struct.Struct(">qqq")
 
 
 class DescribeDelegationTokenRequest(Message):
@@ -233,9 +236,7 @@ class DescribeDelegationTokenResponse(Message):
                 self.token_requester_principal_name = r.compact_string()
             else:
                 self.token_requester_principal_name = ""
-            self.issue_timestamp = r.int64()
-            self.expiry_timestamp = r.int64()
-            self.max_timestamp = r.int64()
+            self.issue_timestamp, self.expiry_timestamp, self.max_timestamp = r.fixed(_F_qqq)
             if version >= 2:
                 self.token_id = r.compact_string()
             else:
@@ -282,9 +283,7 @@ class DescribeDelegationTokenResponse(Message):
                         "token_requester_principal_name",
                         version,
                     )
-            w.int64(self.issue_timestamp)
-            w.int64(self.expiry_timestamp)
-            w.int64(self.max_timestamp)
+            w.buf += _F_qqq.pack(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
             if version >= 2:
                 w.compact_string(self.token_id)
             else:

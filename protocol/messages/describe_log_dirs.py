@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_iqq = struct.Struct(">iqq")
 
 
 class DescribeLogDirsRequest(Message):
@@ -348,17 +351,13 @@ class DescribeLogDirsResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> DescribeLogDirsResponse.DescribeLogDirsPartition:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.partition_size = r.int64()
-            self.offset_lag = r.int64()
+            self.partition_index, self.partition_size, self.offset_lag = r.fixed(_F_iqq)
             self.is_future_key = r.boolean()
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int64(self.partition_size)
-            w.int64(self.offset_lag)
+            w.buf += _F_iqq.pack(self.partition_index, self.partition_size, self.offset_lag)
             w.boolean(self.is_future_key)
             if version >= 2:
                 w.no_tagged_fields(self.unknown_tagged_fields)

@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_qiiqiq = struct.Struct(">qiiqiq")
 
 
 class DescribeProducersRequest(Message):
@@ -188,8 +192,7 @@ class DescribeProducersResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> DescribeProducersResponse.PartitionResponse:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.error_message = r.compact_nullable_string()
             self.active_producers = r.compact_array(
                 DescribeProducersResponse.ProducerState._read, version
@@ -198,8 +201,7 @@ class DescribeProducersResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             w.compact_nullable_string(self.error_message)
             w.array_length(self.active_producers, compact=True, nullable=False)
             for active_producers_item in self.active_producers:
@@ -257,22 +259,26 @@ class DescribeProducersResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> DescribeProducersResponse.ProducerState:
             self = _new(cls)
-            self.producer_id = r.int64()
-            self.producer_epoch = r.int32()
-            self.last_sequence = r.int32()
-            self.last_timestamp = r.int64()
-            self.coordinator_epoch = r.int32()
-            self.current_txn_start_offset = r.int64()
+            (
+                self.producer_id,
+                self.producer_epoch,
+                self.last_sequence,
+                self.last_timestamp,
+                self.coordinator_epoch,
+                self.current_txn_start_offset,
+            ) = r.fixed(_F_qiiqiq)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.producer_id)
-            w.int32(self.producer_epoch)
-            w.int32(self.last_sequence)
-            w.int64(self.last_timestamp)
-            w.int32(self.coordinator_epoch)
-            w.int64(self.current_txn_start_offset)
+            w.buf += _F_qiiqiq.pack(
+                self.producer_id,
+                self.producer_epoch,
+                self.last_sequence,
+                self.last_timestamp,
+                self.coordinator_epoch,
+                self.current_txn_start_offset,
+            )
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:

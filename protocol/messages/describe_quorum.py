@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_iiq = struct.Struct(">iiq")
 
 
 class DescribeQuorumRequest(Message):
@@ -237,15 +240,12 @@ class DescribeQuorumResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             if version >= 2:
                 self.error_message = r.compact_nullable_string()
             else:
                 self.error_message = ""
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
-            self.high_watermark = r.int64()
+            self.leader_id, self.leader_epoch, self.high_watermark = r.fixed(_F_iiq)
             self.current_voters = r.compact_array(
                 DescribeQuorumResponse.ReplicaState._read, version
             )
@@ -254,13 +254,10 @@ class DescribeQuorumResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             if version >= 2:
                 w.compact_nullable_string(self.error_message)
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
-            w.int64(self.high_watermark)
+            w.buf += _F_iiq.pack(self.leader_id, self.leader_epoch, self.high_watermark)
             w.array_length(self.current_voters, compact=True, nullable=False)
             for current_voters_item in self.current_voters:
                 current_voters_item._write(w, version)

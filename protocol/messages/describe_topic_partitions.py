@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_hiii = struct.Struct(">hiii")
 
 
 class DescribeTopicPartitionsRequest(Message):
@@ -313,10 +315,9 @@ class DescribeTopicPartitionsResponse(Message):
             cls, r: Reader, version: int
         ) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition:
             self = _new(cls)
-            self.error_code = r.int16()
-            self.partition_index = r.int32()
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.error_code, self.partition_index, self.leader_id, self.leader_epoch = r.fixed(
+                _F_hiii
+            )
             self.replica_nodes = r.compact_array(read_int32_item, version)
             self.isr_nodes = r.compact_array(read_int32_item, version)
             self.eligible_leader_replicas = r.compact_nullable_array(read_int32_item, version)
@@ -326,10 +327,9 @@ class DescribeTopicPartitionsResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            w.int32(self.partition_index)
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_hiii.pack(
+                self.error_code, self.partition_index, self.leader_id, self.leader_epoch
+            )
             w.array_length(self.replica_nodes, compact=True, nullable=False)
             for replica_nodes_item in self.replica_nodes:
                 w.int32(replica_nodes_item)

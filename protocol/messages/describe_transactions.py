@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import (
     Reader,
     UnknownTags,
@@ -14,6 +16,7 @@ from protocol.primitives import (
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_iqqh = struct.Struct(">iqqh")
 
 
 class DescribeTransactionsRequest(Message):
@@ -121,10 +124,12 @@ class DescribeTransactionsResponse(Message):
             self.error_code = r.int16()
             self.transactional_id = r.compact_string()
             self.transaction_state = r.compact_string()
-            self.transaction_timeout_ms = r.int32()
-            self.transaction_start_time_ms = r.int64()
-            self.producer_id = r.int64()
-            self.producer_epoch = r.int16()
+            (
+                self.transaction_timeout_ms,
+                self.transaction_start_time_ms,
+                self.producer_id,
+                self.producer_epoch,
+            ) = r.fixed(_F_iqqh)
             self.topics = r.compact_array(DescribeTransactionsResponse.TopicData._read, version)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
@@ -133,10 +138,12 @@ class DescribeTransactionsResponse(Message):
             w.int16(self.error_code)
             w.compact_string(self.transactional_id)
             w.compact_string(self.transaction_state)
-            w.int32(self.transaction_timeout_ms)
-            w.int64(self.transaction_start_time_ms)
-            w.int64(self.producer_id)
-            w.int16(self.producer_epoch)
+            w.buf += _F_iqqh.pack(
+                self.transaction_timeout_ms,
+                self.transaction_start_time_ms,
+                self.producer_id,
+                self.producer_epoch,
+            )
             w.array_length(self.topics, compact=True, nullable=False)
             for topics_item in self.topics:
                 topics_item._write(w, version)

@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_bi = struct.Struct(">bi")
+_F_ih = struct.Struct(">ih")
 
 
 class DescribeUserScramCredentialsRequest(Message):
@@ -195,14 +199,12 @@ class DescribeUserScramCredentialsResponse(Message):
             cls, r: Reader, version: int
         ) -> DescribeUserScramCredentialsResponse.CredentialInfo:
             self = _new(cls)
-            self.mechanism = r.int8()
-            self.iterations = r.int32()
+            self.mechanism, self.iterations = r.fixed(_F_bi)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int8(self.mechanism)
-            w.int32(self.iterations)
+            w.buf += _F_bi.pack(self.mechanism, self.iterations)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -241,8 +243,7 @@ class DescribeUserScramCredentialsResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeUserScramCredentialsResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.results = r.compact_array(
             DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult._read, version
@@ -251,8 +252,7 @@ class DescribeUserScramCredentialsResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.results, compact=True, nullable=False)
         for results_item in self.results:

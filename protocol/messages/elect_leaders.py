@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class ElectLeadersRequest(Message):
@@ -271,8 +274,7 @@ class ElectLeadersResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ElectLeadersResponse.PartitionResult:
             self = _new(cls)
-            self.partition_id = r.int32()
-            self.error_code = r.int16()
+            self.partition_id, self.error_code = r.fixed(_F_ih)
             if version >= 2:
                 self.error_message = r.compact_nullable_string()
             else:
@@ -281,8 +283,7 @@ class ElectLeadersResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_id)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_id, self.error_code)
             if version >= 2:
                 w.compact_nullable_string(self.error_message)
             else:

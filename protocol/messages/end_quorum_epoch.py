@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ihii = struct.Struct(">ihii")
+_F_iii = struct.Struct(">iii")
 
 
 class EndQuorumEpochRequest(Message):
@@ -126,9 +129,7 @@ class EndQuorumEpochRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.partition_index, self.leader_id, self.leader_epoch = r.fixed(_F_iii)
             if version >= 1:
                 self.preferred_successors = []
             else:
@@ -143,9 +144,7 @@ class EndQuorumEpochRequest(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_iii.pack(self.partition_index, self.leader_id, self.leader_epoch)
             if version >= 1:
                 pass
             else:
@@ -535,18 +534,16 @@ class EndQuorumEpochResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> EndQuorumEpochResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(
+                _F_ihii
+            )
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ihii.pack(
+                self.partition_index, self.error_code, self.leader_id, self.leader_epoch
+            )
             if version >= 1:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

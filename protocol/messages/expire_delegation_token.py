@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
 _new = object.__new__
+_F_hqi = struct.Struct(">hqi")
 
 
 class ExpireDelegationTokenRequest(Message):
@@ -109,16 +112,12 @@ class ExpireDelegationTokenResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> ExpireDelegationTokenResponse:
         self = _new(cls)
-        self.error_code = r.int16()
-        self.expiry_timestamp_ms = r.int64()
-        self.throttle_time_ms = r.int32()
+        self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms = r.fixed(_F_hqi)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int16(self.error_code)
-        w.int64(self.expiry_timestamp_ms)
-        w.int32(self.throttle_time_ms)
+        w.buf += _F_hqi.pack(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
         if version >= 2:
             w.no_tagged_fields(self.unknown_tagged_fields)
         elif self.unknown_tagged_fields:

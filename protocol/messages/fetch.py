@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -11,6 +12,9 @@ from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ihq = struct.Struct(">ihq")
+_F_ii = struct.Struct(">ii")
+_F_qi = struct.Struct(">qi")
 
 
 class FetchRequest(Message):
@@ -433,8 +437,7 @@ class FetchRequest(Message):
         else:
             self.replica_id = r.int32()
         self.replica_state = FetchRequest.ReplicaState()
-        self.max_wait_ms = r.int32()
-        self.min_bytes = r.int32()
+        self.max_wait_ms, self.min_bytes = r.fixed(_F_ii)
         if version >= 3:
             self.max_bytes = r.int32()
         else:
@@ -496,8 +499,7 @@ class FetchRequest(Message):
         else:
             if not self.replica_state._is_default():
                 raise not_in_version("FetchRequest", "replica_state", version)
-        w.int32(self.max_wait_ms)
-        w.int32(self.min_bytes)
+        w.buf += _F_ii.pack(self.max_wait_ms, self.min_bytes)
         if version >= 3:
             w.int32(self.max_bytes)
         if version >= 4:
@@ -779,9 +781,7 @@ class FetchResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> FetchResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
-            self.high_watermark = r.int64()
+            self.partition_index, self.error_code, self.high_watermark = r.fixed(_F_ihq)
             if version >= 4:
                 self.last_stable_offset = r.int64()
             else:
@@ -833,9 +833,7 @@ class FetchResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
-            w.int64(self.high_watermark)
+            w.buf += _F_ihq.pack(self.partition_index, self.error_code, self.high_watermark)
             if version >= 4:
                 w.int64(self.last_stable_offset)
             if version >= 5:
@@ -1056,14 +1054,12 @@ class FetchResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> FetchResponse.SnapshotId:
             self = _new(cls)
-            self.end_offset = r.int64()
-            self.epoch = r.int32()
+            self.end_offset, self.epoch = r.fixed(_F_qi)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.end_offset)
-            w.int32(self.epoch)
+            w.buf += _F_qi.pack(self.end_offset, self.epoch)
             if version >= 12:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

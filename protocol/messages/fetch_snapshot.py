@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -11,6 +12,10 @@ from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_ii = struct.Struct(">ii")
+_F_qi = struct.Struct(">qi")
+_F_qq = struct.Struct(">qq")
 
 
 class FetchSnapshotRequest(Message):
@@ -102,8 +107,7 @@ class FetchSnapshotRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest.PartitionSnapshot:
             self = _new(cls)
-            self.partition = r.int32()
-            self.current_leader_epoch = r.int32()
+            self.partition, self.current_leader_epoch = r.fixed(_F_ii)
             self.snapshot_id = FetchSnapshotRequest.SnapshotId._read(r, version)
             self.position = r.int64()
             self.replica_directory_id = ZERO_UUID
@@ -120,8 +124,7 @@ class FetchSnapshotRequest(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            w.int32(self.current_leader_epoch)
+            w.buf += _F_ii.pack(self.partition, self.current_leader_epoch)
             self.snapshot_id._write(w, version)
             w.int64(self.position)
             tagged: list[tuple[int, bytes]] = []
@@ -167,14 +170,12 @@ class FetchSnapshotRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest.SnapshotId:
             self = _new(cls)
-            self.end_offset = r.int64()
-            self.epoch = r.int32()
+            self.end_offset, self.epoch = r.fixed(_F_qi)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.end_offset)
-            w.int32(self.epoch)
+            w.buf += _F_qi.pack(self.end_offset, self.epoch)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -212,8 +213,7 @@ class FetchSnapshotRequest(Message):
     def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest:
         self = _new(cls)
         self.cluster_id = None
-        self.replica_id = r.int32()
-        self.max_bytes = r.int32()
+        self.replica_id, self.max_bytes = r.fixed(_F_ii)
         self.topics = r.compact_array(FetchSnapshotRequest.TopicSnapshot._read, version)
         unknown = None
         for _ in range(r.tag_count()):
@@ -228,8 +228,7 @@ class FetchSnapshotRequest(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.replica_id)
-        w.int32(self.max_bytes)
+        w.buf += _F_ii.pack(self.replica_id, self.max_bytes)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)
@@ -395,12 +394,10 @@ class FetchSnapshotResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.PartitionSnapshot:
             self = _new(cls)
-            self.index = r.int32()
-            self.error_code = r.int16()
+            self.index, self.error_code = r.fixed(_F_ih)
             self.snapshot_id = FetchSnapshotResponse.SnapshotId._read(r, version)
             self.current_leader = FetchSnapshotResponse.LeaderIdAndEpoch()
-            self.size = r.int64()
-            self.position = r.int64()
+            self.size, self.position = r.fixed(_F_qq)
             self.unaligned_records = r.compact_view()
             unknown = None
             for _ in range(r.tag_count()):
@@ -415,11 +412,9 @@ class FetchSnapshotResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.index, self.error_code)
             self.snapshot_id._write(w, version)
-            w.int64(self.size)
-            w.int64(self.position)
+            w.buf += _F_qq.pack(self.size, self.position)
             w.records(self.unaligned_records, compact=True, nullable=False)
             tagged: list[tuple[int, bytes]] = []
             if not self.current_leader._is_default():
@@ -466,14 +461,12 @@ class FetchSnapshotResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.SnapshotId:
             self = _new(cls)
-            self.end_offset = r.int64()
-            self.epoch = r.int32()
+            self.end_offset, self.epoch = r.fixed(_F_qi)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.end_offset)
-            w.int32(self.epoch)
+            w.buf += _F_qi.pack(self.end_offset, self.epoch)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -505,14 +498,12 @@ class FetchSnapshotResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.LeaderIdAndEpoch:
             self = _new(cls)
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -620,8 +611,7 @@ class FetchSnapshotResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.topics = r.compact_array(FetchSnapshotResponse.TopicSnapshot._read, version)
         self.node_endpoints = []
         unknown = None
@@ -639,8 +629,7 @@ class FetchSnapshotResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)

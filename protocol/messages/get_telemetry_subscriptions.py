@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import (
@@ -17,6 +18,8 @@ from protocol.primitives import (
 from protocol.schema import DEFAULT, Field, Message
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_ii = struct.Struct(">ii")
 
 
 class GetTelemetrySubscriptionsRequest(Message):
@@ -122,28 +125,24 @@ class GetTelemetrySubscriptionsResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> GetTelemetrySubscriptionsResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.client_instance_id = r.uuid_()
         self.subscription_id = r.int32()
         self.accepted_compression_types = r.compact_array(read_int8_item, version)
-        self.push_interval_ms = r.int32()
-        self.telemetry_max_bytes = r.int32()
+        self.push_interval_ms, self.telemetry_max_bytes = r.fixed(_F_ii)
         self.delta_temporality = r.boolean()
         self.requested_metrics = r.compact_array(read_compact_string_item, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.uuid_(self.client_instance_id)
         w.int32(self.subscription_id)
         w.array_length(self.accepted_compression_types, compact=True, nullable=False)
         for accepted_compression_types_item in self.accepted_compression_types:
             w.int8(accepted_compression_types_item)
-        w.int32(self.push_interval_ms)
-        w.int32(self.telemetry_max_bytes)
+        w.buf += _F_ii.pack(self.push_interval_ms, self.telemetry_max_bytes)
         w.boolean(self.delta_temporality)
         w.array_length(self.requested_metrics, compact=True, nullable=False)
         for requested_metrics_item in self.requested_metrics:

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
 _new = object.__new__
+_F_hhi = struct.Struct(">hhi")
 
 
 class RequestHeader(Message):
@@ -49,9 +52,7 @@ class RequestHeader(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> RequestHeader:
         self = _new(cls)
-        self.request_api_key = r.int16()
-        self.request_api_version = r.int16()
-        self.correlation_id = r.int32()
+        self.request_api_key, self.request_api_version, self.correlation_id = r.fixed(_F_hhi)
         if version >= 1:
             self.client_id = r.nullable_string()
         else:
@@ -60,9 +61,7 @@ class RequestHeader(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int16(self.request_api_key)
-        w.int16(self.request_api_version)
-        w.int32(self.correlation_id)
+        w.buf += _F_hhi.pack(self.request_api_key, self.request_api_version, self.correlation_id)
         if version >= 1:
             w.nullable_string(self.client_id)
         if version >= 2:

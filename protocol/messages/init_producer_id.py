@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
 _new = object.__new__
+_F_ihqh = struct.Struct(">ihqh")
 
 
 class InitProducerIdRequest(Message):
@@ -143,18 +146,16 @@ class InitProducerIdResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> InitProducerIdResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
-        self.producer_id = r.int64()
-        self.producer_epoch = r.int16()
+        self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch = r.fixed(
+            _F_ihqh
+        )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
-        w.int64(self.producer_id)
-        w.int16(self.producer_epoch)
+        w.buf += _F_ihqh.pack(
+            self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch
+        )
         if version >= 2:
             w.no_tagged_fields(self.unknown_tagged_fields)
         elif self.unknown_tagged_fields:

@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_iiq = struct.Struct(">iiq")
 
 
 class InitializeShareGroupStateRequest(Message):
@@ -99,16 +102,12 @@ class InitializeShareGroupStateRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> InitializeShareGroupStateRequest.PartitionData:
             self = _new(cls)
-            self.partition = r.int32()
-            self.state_epoch = r.int32()
-            self.start_offset = r.int64()
+            self.partition, self.state_epoch, self.start_offset = r.fixed(_F_iiq)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            w.int32(self.state_epoch)
-            w.int64(self.start_offset)
+            w.buf += _F_iiq.pack(self.partition, self.state_epoch, self.start_offset)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -274,15 +273,13 @@ class InitializeShareGroupStateResponse(Message):
             cls, r: Reader, version: int
         ) -> InitializeShareGroupStateResponse.PartitionResult:
             self = _new(cls)
-            self.partition = r.int32()
-            self.error_code = r.int16()
+            self.partition, self.error_code = r.fixed(_F_ih)
             self.error_message = r.compact_nullable_string()
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition, self.error_code)
             w.compact_nullable_string(self.error_message)
             w.no_tagged_fields(self.unknown_tagged_fields)
 

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_hi = struct.Struct(">hi")
 
 
 class JoinGroupRequest(Message):
@@ -372,8 +375,7 @@ class JoinGroupResponse(Message):
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
-        self.error_code = r.int16()
-        self.generation_id = r.int32()
+        self.error_code, self.generation_id = r.fixed(_F_hi)
         if version >= 7:
             self.protocol_type = r.compact_nullable_string()
         else:
@@ -406,8 +408,7 @@ class JoinGroupResponse(Message):
     def _write(self, w: Writer, version: int) -> None:
         if version >= 2:
             w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
-        w.int32(self.generation_id)
+        w.buf += _F_hi.pack(self.error_code, self.generation_id)
         if version >= 7:
             w.compact_nullable_string(self.protocol_type)
         if version >= 7:

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
 _new = object.__new__
+_F_hh = struct.Struct(">hh")
 
 
 class KRaftVersionRecord(Message):
@@ -41,14 +44,12 @@ class KRaftVersionRecord(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> KRaftVersionRecord:
         self = _new(cls)
-        self.version = r.int16()
-        self.k_raft_version = r.int16()
+        self.version, self.k_raft_version = r.fixed(_F_hh)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int16(self.version)
-        w.int16(self.k_raft_version)
+        w.buf += _F_hh.pack(self.version, self.k_raft_version)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

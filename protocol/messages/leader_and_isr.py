@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_iiii = struct.Struct(">iiii")
 
 
 class LeaderAndIsrRequest(Message):
@@ -90,10 +93,9 @@ class LeaderAndIsrRequest(Message):
                 self.topic_name = ""
             else:
                 self.topic_name = r.string()
-            self.partition_index = r.int32()
-            self.controller_epoch = r.int32()
-            self.leader = r.int32()
-            self.leader_epoch = r.int32()
+            self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = r.fixed(
+                _F_iiii
+            )
             if version >= 4:
                 self.isr = r.compact_array(read_int32_item, version)
             else:
@@ -131,10 +133,9 @@ class LeaderAndIsrRequest(Message):
                 pass
             else:
                 w.string(self.topic_name)
-            w.int32(self.partition_index)
-            w.int32(self.controller_epoch)
-            w.int32(self.leader)
-            w.int32(self.leader_epoch)
+            w.buf += _F_iiii.pack(
+                self.partition_index, self.controller_epoch, self.leader, self.leader_epoch
+            )
             if version >= 4:
                 w.array_length(self.isr, compact=True, nullable=False)
                 for isr_item in self.isr:
@@ -605,8 +606,7 @@ class LeaderAndIsrResponse(Message):
                 self.topic_name = r.compact_string()
             else:
                 self.topic_name = r.string()
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
             return self
 
@@ -617,8 +617,7 @@ class LeaderAndIsrResponse(Message):
                 w.compact_string(self.topic_name)
             else:
                 w.string(self.topic_name)
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             if version >= 4:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

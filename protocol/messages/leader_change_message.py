@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_hi = struct.Struct(">hi")
 
 
 class LeaderChangeMessage(Message):
@@ -101,16 +103,14 @@ class LeaderChangeMessage(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> LeaderChangeMessage:
         self = _new(cls)
-        self.version = r.int16()
-        self.leader_id = r.int32()
+        self.version, self.leader_id = r.fixed(_F_hi)
         self.voters = r.compact_array(LeaderChangeMessage.Voter._read, version)
         self.granting_voters = r.compact_array(LeaderChangeMessage.Voter._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int16(self.version)
-        w.int32(self.leader_id)
+        w.buf += _F_hi.pack(self.version, self.leader_id)
         w.array_length(self.voters, compact=True, nullable=False)
         for voters_item in self.voters:
             voters_item._write(w, version)

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class ListClientMetricsResourcesRequest(Message):
@@ -110,8 +113,7 @@ class ListClientMetricsResourcesResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListClientMetricsResourcesResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.client_metrics_resources = r.compact_array(
             ListClientMetricsResourcesResponse.ClientMetricsResource._read, version
         )
@@ -119,8 +121,7 @@ class ListClientMetricsResourcesResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.array_length(self.client_metrics_resources, compact=True, nullable=False)
         for client_metrics_resources_item in self.client_metrics_resources:
             client_metrics_resources_item._write(w, version)

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int64_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class ListOffsetsRequest(Message):
@@ -359,8 +362,7 @@ class ListOffsetsResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             if version >= 1:
                 self.old_style_offsets = []
             else:
@@ -381,8 +383,7 @@ class ListOffsetsResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             if version >= 1:
                 if self.old_style_offsets != []:
                     raise not_in_version(

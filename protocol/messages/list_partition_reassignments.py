@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class ListPartitionReassignmentsRequest(Message):
@@ -273,8 +276,7 @@ class ListPartitionReassignmentsResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListPartitionReassignmentsResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.topics = r.compact_array(
             ListPartitionReassignmentsResponse.OngoingTopicReassignment._read, version
@@ -283,8 +285,7 @@ class ListPartitionReassignmentsResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:

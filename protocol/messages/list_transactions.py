@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import (
     Reader,
     UnknownTags,
@@ -14,6 +16,7 @@ from protocol.primitives import (
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class ListTransactionsRequest(Message):
@@ -181,8 +184,7 @@ class ListTransactionsResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListTransactionsResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.unknown_state_filters = r.compact_array(read_compact_string_item, version)
         self.transaction_states = r.compact_array(
             ListTransactionsResponse.TransactionState._read, version
@@ -191,8 +193,7 @@ class ListTransactionsResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.array_length(self.unknown_state_filters, compact=True, nullable=False)
         for unknown_state_filters_item in self.unknown_state_filters:
             w.compact_string(unknown_state_filters_item)

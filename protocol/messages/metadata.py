@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_hii = struct.Struct(">hii")
 
 
 class MetadataRequest(Message):
@@ -453,9 +455,7 @@ class MetadataResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> MetadataResponse.MetadataResponsePartition:
             self = _new(cls)
-            self.error_code = r.int16()
-            self.partition_index = r.int32()
-            self.leader_id = r.int32()
+            self.error_code, self.partition_index, self.leader_id = r.fixed(_F_hii)
             if version >= 7:
                 self.leader_epoch = r.int32()
             else:
@@ -478,9 +478,7 @@ class MetadataResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            w.int32(self.partition_index)
-            w.int32(self.leader_id)
+            w.buf += _F_hii.pack(self.error_code, self.partition_index, self.leader_id)
             if version >= 7:
                 w.int32(self.leader_epoch)
             if version >= 9:

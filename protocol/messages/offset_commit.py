@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_iq = struct.Struct(">iq")
 
 
 class OffsetCommitRequest(Message):
@@ -120,8 +124,7 @@ class OffsetCommitRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> OffsetCommitRequest.OffsetCommitRequestPartition:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.committed_offset = r.int64()
+            self.partition_index, self.committed_offset = r.fixed(_F_iq)
             if version >= 6:
                 self.committed_leader_epoch = r.int32()
             else:
@@ -140,8 +143,7 @@ class OffsetCommitRequest(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int64(self.committed_offset)
+            w.buf += _F_iq.pack(self.partition_index, self.committed_offset)
             if version >= 6:
                 w.int32(self.committed_leader_epoch)
             if version >= 2:
@@ -437,14 +439,12 @@ class OffsetCommitResponse(Message):
             cls, r: Reader, version: int
         ) -> OffsetCommitResponse.OffsetCommitResponsePartition:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             if version >= 8:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

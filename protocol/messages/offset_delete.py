@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_hi = struct.Struct(">hi")
+_F_ih = struct.Struct(">ih")
 
 
 class OffsetDeleteRequest(Message):
@@ -246,14 +250,12 @@ class OffsetDeleteResponse(Message):
             cls, r: Reader, version: int
         ) -> OffsetDeleteResponse.OffsetDeleteResponsePartition:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.unknown_tagged_fields = None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 raise not_in_version(
                     "OffsetDeleteResponse.OffsetDeleteResponsePartition",
@@ -295,15 +297,13 @@ class OffsetDeleteResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetDeleteResponse:
         self = _new(cls)
-        self.error_code = r.int16()
-        self.throttle_time_ms = r.int32()
+        self.error_code, self.throttle_time_ms = r.fixed(_F_hi)
         self.topics = r.array(OffsetDeleteResponse.OffsetDeleteResponseTopic._read, version)
         self.unknown_tagged_fields = None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int16(self.error_code)
-        w.int32(self.throttle_time_ms)
+        w.buf += _F_hi.pack(self.error_code, self.throttle_time_ms)
         w.array_length(self.topics, compact=False, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_hi = struct.Struct(">hi")
 
 
 class OffsetForLeaderEpochRequest(Message):
@@ -338,8 +341,7 @@ class OffsetForLeaderEpochResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> OffsetForLeaderEpochResponse.EpochEndOffset:
             self = _new(cls)
-            self.error_code = r.int16()
-            self.partition = r.int32()
+            self.error_code, self.partition = r.fixed(_F_hi)
             if version >= 1:
                 self.leader_epoch = r.int32()
             else:
@@ -349,8 +351,7 @@ class OffsetForLeaderEpochResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            w.int32(self.partition)
+            w.buf += _F_hi.pack(self.error_code, self.partition)
             if version >= 1:
                 w.int32(self.leader_epoch)
             w.int64(self.end_offset)

@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_hi = struct.Struct(">hi")
+_F_ihq = struct.Struct(">ihq")
 
 
 class ProduceRequest(Message):
@@ -169,8 +172,7 @@ class ProduceRequest(Message):
             self.transactional_id = r.nullable_string()
         else:
             self.transactional_id = None
-        self.acks = r.int16()
-        self.timeout_ms = r.int32()
+        self.acks, self.timeout_ms = r.fixed(_F_hi)
         if version >= 9:
             self.topic_data = r.compact_array(ProduceRequest.TopicProduceData._read, version)
         else:
@@ -186,8 +188,7 @@ class ProduceRequest(Message):
         else:
             if self.transactional_id is not None:
                 raise not_in_version("ProduceRequest", "transactional_id", version)
-        w.int16(self.acks)
-        w.int32(self.timeout_ms)
+        w.buf += _F_hi.pack(self.acks, self.timeout_ms)
         if version >= 9:
             w.array_length(self.topic_data, compact=True, nullable=False)
             for topic_data_item in self.topic_data:
@@ -360,9 +361,7 @@ class ProduceResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ProduceResponse.PartitionProduceResponse:
             self = _new(cls)
-            self.index = r.int32()
-            self.error_code = r.int16()
-            self.base_offset = r.int64()
+            self.index, self.error_code, self.base_offset = r.fixed(_F_ihq)
             if version >= 2:
                 self.log_append_time_ms = r.int64()
             else:
@@ -404,9 +403,7 @@ class ProduceResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.index)
-            w.int16(self.error_code)
-            w.int64(self.base_offset)
+            w.buf += _F_ihq.pack(self.index, self.error_code, self.base_offset)
             if version >= 2:
                 w.int64(self.log_append_time_ms)
             if version >= 5:

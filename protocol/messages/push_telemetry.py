@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class PushTelemetryRequest(Message):
@@ -122,14 +124,12 @@ class PushTelemetryResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> PushTelemetryResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int8_item
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_ii = struct.Struct(">ii")
+_F_qq = struct.Struct(">qq")
 
 
 class ShareAcknowledgeRequest(Message):
@@ -146,15 +150,13 @@ class ShareAcknowledgeRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ShareAcknowledgeRequest.AcknowledgementBatch:
             self = _new(cls)
-            self.first_offset = r.int64()
-            self.last_offset = r.int64()
+            self.first_offset, self.last_offset = r.fixed(_F_qq)
             self.acknowledge_types = r.compact_array(read_int8_item, version)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.first_offset)
-            w.int64(self.last_offset)
+            w.buf += _F_qq.pack(self.first_offset, self.last_offset)
             w.array_length(self.acknowledge_types, compact=True, nullable=False)
             for acknowledge_types_item in self.acknowledge_types:
                 w.int8(acknowledge_types_item)
@@ -351,16 +353,14 @@ class ShareAcknowledgeResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.error_message = r.compact_nullable_string()
             self.current_leader = ShareAcknowledgeResponse.LeaderIdAndEpoch._read(r, version)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             w.compact_nullable_string(self.error_message)
             self.current_leader._write(w, version)
             w.no_tagged_fields(self.unknown_tagged_fields)
@@ -400,14 +400,12 @@ class ShareAcknowledgeResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse.LeaderIdAndEpoch:
             self = _new(cls)
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -505,8 +503,7 @@ class ShareAcknowledgeResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.responses = r.compact_array(
             ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse._read, version
@@ -516,8 +513,7 @@ class ShareAcknowledgeResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.responses, compact=True, nullable=False)
         for responses_item in self.responses:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -18,6 +19,11 @@ from protocol.primitives import (
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_ii = struct.Struct(">ii")
+_F_iiii = struct.Struct(">iiii")
+_F_qq = struct.Struct(">qq")
+_F_qqh = struct.Struct(">qqh")
 
 
 class ShareFetchRequest(Message):
@@ -105,8 +111,7 @@ class ShareFetchRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ShareFetchRequest.FetchPartition:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.partition_max_bytes = r.int32()
+            self.partition_index, self.partition_max_bytes = r.fixed(_F_ii)
             self.acknowledgement_batches = r.compact_array(
                 ShareFetchRequest.AcknowledgementBatch._read, version
             )
@@ -114,8 +119,7 @@ class ShareFetchRequest(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int32(self.partition_max_bytes)
+            w.buf += _F_ii.pack(self.partition_index, self.partition_max_bytes)
             w.array_length(self.acknowledgement_batches, compact=True, nullable=False)
             for acknowledgement_batches_item in self.acknowledgement_batches:
                 acknowledgement_batches_item._write(w, version)
@@ -159,15 +163,13 @@ class ShareFetchRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ShareFetchRequest.AcknowledgementBatch:
             self = _new(cls)
-            self.first_offset = r.int64()
-            self.last_offset = r.int64()
+            self.first_offset, self.last_offset = r.fixed(_F_qq)
             self.acknowledge_types = r.compact_array(read_int8_item, version)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.first_offset)
-            w.int64(self.last_offset)
+            w.buf += _F_qq.pack(self.first_offset, self.last_offset)
             w.array_length(self.acknowledge_types, compact=True, nullable=False)
             for acknowledge_types_item in self.acknowledge_types:
                 w.int8(acknowledge_types_item)
@@ -277,10 +279,9 @@ class ShareFetchRequest(Message):
         self = _new(cls)
         self.group_id = r.compact_nullable_string()
         self.member_id = r.compact_nullable_string()
-        self.share_session_epoch = r.int32()
-        self.max_wait_ms = r.int32()
-        self.min_bytes = r.int32()
-        self.max_bytes = r.int32()
+        self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes = r.fixed(
+            _F_iiii
+        )
         self.topics = r.compact_array(ShareFetchRequest.FetchTopic._read, version)
         self.forgotten_topics_data = r.compact_array(
             ShareFetchRequest.ForgottenTopic._read, version
@@ -291,10 +292,9 @@ class ShareFetchRequest(Message):
     def _write(self, w: Writer, version: int) -> None:
         w.compact_nullable_string(self.group_id)
         w.compact_nullable_string(self.member_id)
-        w.int32(self.share_session_epoch)
-        w.int32(self.max_wait_ms)
-        w.int32(self.min_bytes)
-        w.int32(self.max_bytes)
+        w.buf += _F_iiii.pack(
+            self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes
+        )
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)
@@ -464,8 +464,7 @@ class ShareFetchResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ShareFetchResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.error_message = r.compact_nullable_string()
             self.acknowledge_error_code = r.int16()
             self.acknowledge_error_message = r.compact_nullable_string()
@@ -478,8 +477,7 @@ class ShareFetchResponse(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             w.compact_nullable_string(self.error_message)
             w.int16(self.acknowledge_error_code)
             w.compact_nullable_string(self.acknowledge_error_message)
@@ -529,14 +527,12 @@ class ShareFetchResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ShareFetchResponse.LeaderIdAndEpoch:
             self = _new(cls)
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -572,16 +568,12 @@ class ShareFetchResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> ShareFetchResponse.AcquiredRecords:
             self = _new(cls)
-            self.first_offset = r.int64()
-            self.last_offset = r.int64()
-            self.delivery_count = r.int16()
+            self.first_offset, self.last_offset, self.delivery_count = r.fixed(_F_qqh)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.first_offset)
-            w.int64(self.last_offset)
-            w.int16(self.delivery_count)
+            w.buf += _F_qqh.pack(self.first_offset, self.last_offset, self.delivery_count)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -684,8 +676,7 @@ class ShareFetchResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareFetchResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.responses = r.compact_array(
             ShareFetchResponse.ShareFetchableTopicResponse._read, version
@@ -695,8 +686,7 @@ class ShareFetchResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.responses, compact=True, nullable=False)
         for responses_item in self.responses:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import (
@@ -17,6 +18,7 @@ from protocol.primitives import (
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ii = struct.Struct(">ii")
 
 
 class ShareGroupDescribeRequest(Message):
@@ -142,8 +144,7 @@ class ShareGroupDescribeResponse(Message):
             self.error_message = r.compact_nullable_string()
             self.group_id = r.compact_string()
             self.group_state = r.compact_string()
-            self.group_epoch = r.int32()
-            self.assignment_epoch = r.int32()
+            self.group_epoch, self.assignment_epoch = r.fixed(_F_ii)
             self.assignor_name = r.compact_string()
             self.members = r.compact_array(ShareGroupDescribeResponse.Member._read, version)
             self.authorized_operations = r.int32()
@@ -155,8 +156,7 @@ class ShareGroupDescribeResponse(Message):
             w.compact_nullable_string(self.error_message)
             w.compact_string(self.group_id)
             w.compact_string(self.group_state)
-            w.int32(self.group_epoch)
-            w.int32(self.assignment_epoch)
+            w.buf += _F_ii.pack(self.group_epoch, self.assignment_epoch)
             w.compact_string(self.assignor_name)
             w.array_length(self.members, compact=True, nullable=False)
             for members_item in self.members:

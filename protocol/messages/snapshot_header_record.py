@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
 _new = object.__new__
+_F_hq = struct.Struct(">hq")
 
 
 class SnapshotHeaderRecord(Message):
@@ -41,14 +44,12 @@ class SnapshotHeaderRecord(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> SnapshotHeaderRecord:
         self = _new(cls)
-        self.version = r.int16()
-        self.last_contained_log_timestamp = r.int64()
+        self.version, self.last_contained_log_timestamp = r.fixed(_F_hq)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int16(self.version)
-        w.int64(self.last_contained_log_timestamp)
+        w.buf += _F_hq.pack(self.version, self.last_contained_log_timestamp)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

@@ -4,10 +4,15 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_iq = struct.Struct(">iq")
+_F_qh = struct.Struct(">qh")
 
 
 class TxnOffsetCommitRequest(Message):
@@ -122,8 +127,7 @@ class TxnOffsetCommitRequest(Message):
             cls, r: Reader, version: int
         ) -> TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.committed_offset = r.int64()
+            self.partition_index, self.committed_offset = r.fixed(_F_iq)
             if version >= 2:
                 self.committed_leader_epoch = r.int32()
             else:
@@ -136,8 +140,7 @@ class TxnOffsetCommitRequest(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int64(self.committed_offset)
+            w.buf += _F_iq.pack(self.partition_index, self.committed_offset)
             if version >= 2:
                 w.int32(self.committed_leader_epoch)
             if version >= 3:
@@ -217,8 +220,7 @@ class TxnOffsetCommitRequest(Message):
             self.group_id = r.compact_string()
         else:
             self.group_id = r.string()
-        self.producer_id = r.int64()
-        self.producer_epoch = r.int16()
+        self.producer_id, self.producer_epoch = r.fixed(_F_qh)
         if version >= 3:
             self.generation_id = r.int32()
         else:
@@ -249,8 +251,7 @@ class TxnOffsetCommitRequest(Message):
             w.compact_string(self.group_id)
         else:
             w.string(self.group_id)
-        w.int64(self.producer_id)
-        w.int16(self.producer_epoch)
+        w.buf += _F_qh.pack(self.producer_id, self.producer_epoch)
         if version >= 3:
             w.int32(self.generation_id)
         else:
@@ -429,14 +430,12 @@ class TxnOffsetCommitResponse(Message):
             cls, r: Reader, version: int
         ) -> TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             if version >= 3:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

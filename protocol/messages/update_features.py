@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
 
 
 class UpdateFeaturesRequest(Message):
@@ -259,16 +262,14 @@ class UpdateFeaturesResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> UpdateFeaturesResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.results = r.compact_array(UpdateFeaturesResponse.UpdatableFeatureResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.results, compact=True, nullable=False)
         for results_item in self.results:

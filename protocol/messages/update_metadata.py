@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_iiii = struct.Struct(">iiii")
 
 
 class UpdateMetadataRequest(Message):
@@ -80,10 +82,9 @@ class UpdateMetadataRequest(Message):
                 self.topic_name = ""
             else:
                 self.topic_name = r.string()
-            self.partition_index = r.int32()
-            self.controller_epoch = r.int32()
-            self.leader = r.int32()
-            self.leader_epoch = r.int32()
+            self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = r.fixed(
+                _F_iiii
+            )
             if version >= 6:
                 self.isr = r.compact_array(read_int32_item, version)
             else:
@@ -107,10 +108,9 @@ class UpdateMetadataRequest(Message):
                 pass
             else:
                 w.string(self.topic_name)
-            w.int32(self.partition_index)
-            w.int32(self.controller_epoch)
-            w.int32(self.leader)
-            w.int32(self.leader_epoch)
+            w.buf += _F_iiii.pack(
+                self.partition_index, self.controller_epoch, self.leader, self.leader_epoch
+            )
             if version >= 6:
                 w.array_length(self.isr, compact=True, nullable=False)
                 for isr_item in self.isr:

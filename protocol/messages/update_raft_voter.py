@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_hh = struct.Struct(">hh")
+_F_ih = struct.Struct(">ih")
+_F_ii = struct.Struct(">ii")
 
 
 class UpdateRaftVoterRequest(Message):
@@ -96,14 +100,12 @@ class UpdateRaftVoterRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> UpdateRaftVoterRequest.KRaftVersionFeature:
             self = _new(cls)
-            self.min_supported_version = r.int16()
-            self.max_supported_version = r.int16()
+            self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.min_supported_version)
-            w.int16(self.max_supported_version)
+            w.buf += _F_hh.pack(self.min_supported_version, self.max_supported_version)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -157,8 +159,7 @@ class UpdateRaftVoterRequest(Message):
     def _read(cls, r: Reader, version: int) -> UpdateRaftVoterRequest:
         self = _new(cls)
         self.cluster_id = r.compact_nullable_string()
-        self.current_leader_epoch = r.int32()
-        self.voter_id = r.int32()
+        self.current_leader_epoch, self.voter_id = r.fixed(_F_ii)
         self.voter_directory_id = r.uuid_()
         self.listeners = r.compact_array(UpdateRaftVoterRequest.Listener._read, version)
         self.k_raft_version_feature = UpdateRaftVoterRequest.KRaftVersionFeature._read(r, version)
@@ -167,8 +168,7 @@ class UpdateRaftVoterRequest(Message):
 
     def _write(self, w: Writer, version: int) -> None:
         w.compact_nullable_string(self.cluster_id)
-        w.int32(self.current_leader_epoch)
-        w.int32(self.voter_id)
+        w.buf += _F_ii.pack(self.current_leader_epoch, self.voter_id)
         w.uuid_(self.voter_directory_id)
         w.array_length(self.listeners, compact=True, nullable=False)
         for listeners_item in self.listeners:
@@ -254,16 +254,14 @@ class UpdateRaftVoterResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> UpdateRaftVoterResponse.CurrentLeader:
             self = _new(cls)
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
             self.host = r.compact_string()
             self.port = r.int32()
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
             w.compact_string(self.host)
             w.int32(self.port)
             w.no_tagged_fields(self.unknown_tagged_fields)
@@ -306,8 +304,7 @@ class UpdateRaftVoterResponse(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> UpdateRaftVoterResponse:
         self = _new(cls)
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
+        self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.current_leader = UpdateRaftVoterResponse.CurrentLeader()
         unknown = None
         for _ in range(r.tag_count()):
@@ -322,8 +319,7 @@ class UpdateRaftVoterResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.throttle_time_ms)
-        w.int16(self.error_code)
+        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
         tagged: list[tuple[int, bytes]] = []
         if not self.current_leader._is_default():
             t = Writer()

@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ihii = struct.Struct(">ihii")
+_F_iii = struct.Struct(">iii")
+_F_iq = struct.Struct(">iq")
 
 
 class VoteRequest(Message):
@@ -109,9 +113,7 @@ class VoteRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> VoteRequest.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.candidate_epoch = r.int32()
-            self.candidate_id = r.int32()
+            self.partition_index, self.candidate_epoch, self.candidate_id = r.fixed(_F_iii)
             if version >= 1:
                 self.candidate_directory_id = r.uuid_()
             else:
@@ -120,21 +122,17 @@ class VoteRequest(Message):
                 self.voter_directory_id = r.uuid_()
             else:
                 self.voter_directory_id = ZERO_UUID
-            self.last_offset_epoch = r.int32()
-            self.last_offset = r.int64()
+            self.last_offset_epoch, self.last_offset = r.fixed(_F_iq)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int32(self.candidate_epoch)
-            w.int32(self.candidate_id)
+            w.buf += _F_iii.pack(self.partition_index, self.candidate_epoch, self.candidate_id)
             if version >= 1:
                 w.uuid_(self.candidate_directory_id)
             if version >= 1:
                 w.uuid_(self.voter_directory_id)
-            w.int32(self.last_offset_epoch)
-            w.int64(self.last_offset)
+            w.buf += _F_iq.pack(self.last_offset_epoch, self.last_offset)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -312,19 +310,17 @@ class VoteResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> VoteResponse.PartitionData:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
-            self.leader_id = r.int32()
-            self.leader_epoch = r.int32()
+            self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(
+                _F_ihii
+            )
             self.vote_granted = r.boolean()
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
-            w.int32(self.leader_id)
-            w.int32(self.leader_epoch)
+            w.buf += _F_ihii.pack(
+                self.partition_index, self.error_code, self.leader_id, self.leader_epoch
+            )
             w.boolean(self.vote_granted)
             w.no_tagged_fields(self.unknown_tagged_fields)
 

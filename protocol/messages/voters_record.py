@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_hh = struct.Struct(">hh")
 
 
 class VotersRecord(Message):
@@ -159,14 +161,12 @@ class VotersRecord(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> VotersRecord.KRaftVersionFeature:
             self = _new(cls)
-            self.min_supported_version = r.int16()
-            self.max_supported_version = r.int16()
+            self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.min_supported_version)
-            w.int16(self.max_supported_version)
+            w.buf += _F_hh.pack(self.min_supported_version, self.max_supported_version)
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:

@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import DEFAULT, Field, Message, Struct
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_iiiq = struct.Struct(">iiiq")
+_F_qqbh = struct.Struct(">qqbh")
 
 
 class WriteShareGroupStateRequest(Message):
@@ -105,10 +109,9 @@ class WriteShareGroupStateRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest.PartitionData:
             self = _new(cls)
-            self.partition = r.int32()
-            self.state_epoch = r.int32()
-            self.leader_epoch = r.int32()
-            self.start_offset = r.int64()
+            self.partition, self.state_epoch, self.leader_epoch, self.start_offset = r.fixed(
+                _F_iiiq
+            )
             self.state_batches = r.compact_array(
                 WriteShareGroupStateRequest.StateBatch._read, version
             )
@@ -116,10 +119,9 @@ class WriteShareGroupStateRequest(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            w.int32(self.state_epoch)
-            w.int32(self.leader_epoch)
-            w.int64(self.start_offset)
+            w.buf += _F_iiiq.pack(
+                self.partition, self.state_epoch, self.leader_epoch, self.start_offset
+            )
             w.array_length(self.state_batches, compact=True, nullable=False)
             for state_batches_item in self.state_batches:
                 state_batches_item._write(w, version)
@@ -169,18 +171,16 @@ class WriteShareGroupStateRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest.StateBatch:
             self = _new(cls)
-            self.first_offset = r.int64()
-            self.last_offset = r.int64()
-            self.delivery_state = r.int8()
-            self.delivery_count = r.int16()
+            self.first_offset, self.last_offset, self.delivery_state, self.delivery_count = r.fixed(
+                _F_qqbh
+            )
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.first_offset)
-            w.int64(self.last_offset)
-            w.int8(self.delivery_state)
-            w.int16(self.delivery_count)
+            w.buf += _F_qqbh.pack(
+                self.first_offset, self.last_offset, self.delivery_state, self.delivery_count
+            )
             w.no_tagged_fields(self.unknown_tagged_fields)
 
         def _is_default(self) -> bool:
@@ -348,15 +348,13 @@ class WriteShareGroupStateResponse(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> WriteShareGroupStateResponse.PartitionResult:
             self = _new(cls)
-            self.partition = r.int32()
-            self.error_code = r.int16()
+            self.partition, self.error_code = r.fixed(_F_ih)
             self.error_message = r.compact_nullable_string()
             self.unknown_tagged_fields = r.unknown_tags_only()
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition, self.error_code)
             w.compact_nullable_string(self.error_message)
             w.no_tagged_fields(self.unknown_tagged_fields)
 

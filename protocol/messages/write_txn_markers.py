@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_ih = struct.Struct(">ih")
+_F_qh = struct.Struct(">qh")
 
 
 class WriteTxnMarkersRequest(Message):
@@ -56,8 +60,7 @@ class WriteTxnMarkersRequest(Message):
         @classmethod
         def _read(cls, r: Reader, version: int) -> WriteTxnMarkersRequest.WritableTxnMarker:
             self = _new(cls)
-            self.producer_id = r.int64()
-            self.producer_epoch = r.int16()
+            self.producer_id, self.producer_epoch = r.fixed(_F_qh)
             self.transaction_result = r.boolean()
             if version >= 1:
                 self.topics = r.compact_array(
@@ -70,8 +73,7 @@ class WriteTxnMarkersRequest(Message):
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.producer_id)
-            w.int16(self.producer_epoch)
+            w.buf += _F_qh.pack(self.producer_id, self.producer_epoch)
             w.boolean(self.transaction_result)
             if version >= 1:
                 w.array_length(self.topics, compact=True, nullable=False)
@@ -397,14 +399,12 @@ class WriteTxnMarkersResponse(Message):
             cls, r: Reader, version: int
         ) -> WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult:
             self = _new(cls)
-            self.partition_index = r.int32()
-            self.error_code = r.int16()
+            self.partition_index, self.error_code = r.fixed(_F_ih)
             self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
             return self
 
         def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.int16(self.error_code)
+            w.buf += _F_ih.pack(self.partition_index, self.error_code)
             if version >= 1:
                 w.no_tagged_fields(self.unknown_tagged_fields)
             elif self.unknown_tagged_fields:

@@ -79,3 +79,64 @@ def test_frames_are_writable_views() -> None:
     second = fb.next_frame()
     assert isinstance(second, memoryview) and not second.readonly
     assert bytes(second) == b"cd"
+
+
+def _read_into(fb: FrameBuffer, data: bytes, step: int) -> list[bytes]:
+    """Feed `data` the way a socket loop does: readv into writable(), advance, drain."""
+    got: list[memoryview] = []
+    pos = 0
+    while pos < len(data):
+        room = fb.writable()
+        assert room.nbytes > 0 and not room.readonly
+        n = min(step, room.nbytes, len(data) - pos)
+        room[:n] = data[pos : pos + n]
+        fb.advance(n)
+        pos += n
+        while (f := fb.next_frame()) is not NEED_DATA:
+            assert isinstance(f, memoryview)
+            got.append(f)
+    # Frames stay valid (never overwritten) after everything that came later.
+    return [bytes(f) for f in got]
+
+
+@given(
+    st.lists(st.binary(max_size=300), max_size=10),
+    st.integers(1, 700),
+    st.sampled_from([16, 64, 1024]),
+)
+def test_reading_into_the_buffer(payloads: list[bytes], step: int, chunk: int) -> None:
+    data = b"".join(frame(p) for p in payloads)
+    fb = FrameBuffer(chunk_size=chunk)
+    assert _read_into(fb, data, step) == payloads
+    assert fb.buffered() == 0
+
+
+def test_a_large_frame_grows_with_what_arrived() -> None:
+    fb = FrameBuffer(max_frame_size=10_000_000, chunk_size=1024)
+    fb.receive_data(b"\x00\x98\x96\x80")  # claims 10,000,000 bytes
+    assert fb.writable().nbytes < 2048  # nothing near the claimed size is set aside
+    payload = bytes(range(256)) * 40
+    assert _read_into(fb, payload, 999) == []
+    assert fb.buffered() == 4 + len(payload)
+
+
+def test_advance_past_the_space_is_refused() -> None:
+    fb = FrameBuffer()
+    room = fb.writable()
+    with pytest.raises(ValueError):
+        fb.advance(room.nbytes + 1)
+
+
+def test_release_drops_the_buffer_but_not_the_frames() -> None:
+    fb = FrameBuffer()
+    fb.receive_data(frame(b"abc"))
+    held = fb.next_frame()
+    assert fb.capacity() > 0
+    fb.release()
+    assert fb.capacity() == 0
+    assert isinstance(held, memoryview) and bytes(held) == b"abc"
+    fb.receive_data(frame(b"de")[:3])
+    fb.release()  # something is pending: kept
+    assert fb.capacity() > 0
+    fb.receive_data(frame(b"de")[3:])
+    assert bytes(fb.next_frame()) == b"de"  # type: ignore[arg-type]

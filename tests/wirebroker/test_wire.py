@@ -321,6 +321,27 @@ def test_pipelined_responses_come_in_request_order(broker: BrokerProcess, topic:
     assert decode_records(bodies[4].responses[0].partitions[0].records) == [(0, None, b"x")]
 
 
+def test_responses_before_a_long_poll_are_not_held_back(broker: BrokerProcess, topic: str) -> None:
+    """Requests that arrive together are answered together, but never behind a wait: the
+    produce responses come while the fetch after them is still long-polling."""
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as client:
+        frames = [
+            client.encode(
+                produce_request(topic, 0, [SimpleRecord(None, b"%d" % i)], acks=1), 9, cid
+            )
+            for i, cid in enumerate((1, 2, 3))
+        ]
+        frames.append(client.encode(_fetch(topic, 3, max_wait_ms=20_000), 11, 4))
+        started = time.monotonic()
+        client.send_raw(b"".join(frames))  # one segment: all four arrive in one read
+        acks = [client.receive(ProduceRequest, 9, cid) for cid in (1, 2, 3)]
+        assert time.monotonic() - started < 10
+        assert [a.responses[0].partition_responses[0].base_offset for a in acks] == [0, 1, 2]
+        assert client.wait_closed(timeout=0.2) is False
+        assert client.buffered == 0  # the fetch is still waiting
+
+
 def test_long_poll_fetch_is_woken_by_an_append(broker: BrokerProcess, topic: str) -> None:
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as consumer, RawClient(broker.bootstrap) as producer:

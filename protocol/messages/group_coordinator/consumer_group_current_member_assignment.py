@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_iib = struct.Struct(">iib")
 
 
 class ConsumerGroupCurrentMemberAssignmentKey(Message):
@@ -162,9 +164,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupCurrentMemberAssignmentValue:
         self = _new(cls)
-        self.member_epoch = r.int32()
-        self.previous_member_epoch = r.int32()
-        self.state = r.int8()
+        self.member_epoch, self.previous_member_epoch, self.state = r.fixed(_F_iib)
         self.assigned_partitions = r.compact_array(
             ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions._read, version
         )
@@ -175,9 +175,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int32(self.member_epoch)
-        w.int32(self.previous_member_epoch)
-        w.int8(self.state)
+        w.buf += _F_iib.pack(self.member_epoch, self.previous_member_epoch, self.state)
         w.array_length(self.assigned_partitions, compact=True, nullable=False)
         for assigned_partitions_item in self.assigned_partitions:
             assigned_partitions_item._write(w, version)

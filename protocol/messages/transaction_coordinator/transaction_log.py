@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
 from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
 
 _new = object.__new__
+_F_qhib = struct.Struct(">qhib")
+_F_qq = struct.Struct(">qq")
 
 
 class TransactionLogKey(Message):
@@ -163,10 +167,12 @@ class TransactionLogValue(Message):
     @classmethod
     def _read(cls, r: Reader, version: int) -> TransactionLogValue:
         self = _new(cls)
-        self.producer_id = r.int64()
-        self.producer_epoch = r.int16()
-        self.transaction_timeout_ms = r.int32()
-        self.transaction_status = r.int8()
+        (
+            self.producer_id,
+            self.producer_epoch,
+            self.transaction_timeout_ms,
+            self.transaction_status,
+        ) = r.fixed(_F_qhib)
         if version >= 1:
             self.transaction_partitions = r.compact_nullable_array(
                 TransactionLogValue.PartitionsSchema._read, version
@@ -175,16 +181,19 @@ class TransactionLogValue(Message):
             self.transaction_partitions = r.nullable_array(
                 TransactionLogValue.PartitionsSchema._read, version
             )
-        self.transaction_last_update_timestamp_ms = r.int64()
-        self.transaction_start_timestamp_ms = r.int64()
+        self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms = r.fixed(
+            _F_qq
+        )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.int64(self.producer_id)
-        w.int16(self.producer_epoch)
-        w.int32(self.transaction_timeout_ms)
-        w.int8(self.transaction_status)
+        w.buf += _F_qhib.pack(
+            self.producer_id,
+            self.producer_epoch,
+            self.transaction_timeout_ms,
+            self.transaction_status,
+        )
         if version >= 1:
             w.array_length(self.transaction_partitions, compact=True, nullable=True)
             if self.transaction_partitions is not None:
@@ -195,8 +204,9 @@ class TransactionLogValue(Message):
             if self.transaction_partitions is not None:
                 for transaction_partitions_item in self.transaction_partitions:
                     transaction_partitions_item._write(w, version)
-        w.int64(self.transaction_last_update_timestamp_ms)
-        w.int64(self.transaction_start_timestamp_ms)
+        w.buf += _F_qq.pack(
+            self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms
+        )
         if version >= 1:
             w.no_tagged_fields(self.unknown_tagged_fields)
         elif self.unknown_tagged_fields:

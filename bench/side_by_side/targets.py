@@ -78,6 +78,8 @@ KAFKA_ONLY_PROPERTIES: dict[str, str] = {
 CLUSTER_SIZE = 3
 SESSION_TIMEOUT_MS = 6000
 """``zookeeper.session.timeout.ms`` of both clusters: how long a killed broker stays registered."""
+ZOOKEEPER_TICK_MS = 2000
+"""The ``tickTime`` ``zookeeper()`` writes: ZooKeeper expires sessions once a tick."""
 
 CLUSTER_PROPERTIES: dict[str, str] = {
     **SHARED_PROPERTIES,

@@ -132,9 +132,13 @@ def main(argv: list[str] | None = None) -> int:
                 ",".join(map(str, sorted(args.rows))),
                 args.repeats,
             )
-            with target_session(name, Path(scratch) / name) as target:
-                workloads.run_target(ctx, target, args.rows)
-                broker_commands[name] = target.describe()
+            try:
+                with target_session(name, Path(scratch) / name) as target:
+                    workloads.run_target(ctx, target, args.rows)
+                    broker_commands[name] = target.describe()
+            except KeyboardInterrupt:  # brokers, ZooKeeper and load processes are stopped by now
+                log.error("interrupted: every broker and ZooKeeper stopped; no report written")
+                return 130
     info = report.RunInfo(
         repeats=args.repeats,
         targets=args.targets,

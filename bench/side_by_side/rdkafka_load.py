@@ -31,13 +31,14 @@ Modes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,8 +94,10 @@ def _result(proc: subprocess.Popen[str], argv: list[str], timeout: float) -> Run
     return Run(json.loads(lines[-1]), argv)
 
 
-def _spawn(argv: list[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+@contextlib.contextmanager
+def _spawn(argv: list[str], stdin: int = subprocess.DEVNULL) -> Iterator[subprocess.Popen[str]]:
+    """The load process, killed if the harness leaves the block on an error or Ctrl-C."""
+    with subprocess.Popen(
         argv,
         stdin=stdin,
         stdout=subprocess.PIPE,
@@ -102,7 +105,12 @@ def _spawn(argv: list[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen
         text=True,
         env=_env(),
         cwd=REPO_ROOT,
-    )
+    ) as proc:
+        try:
+            yield proc
+        except BaseException:
+            proc.kill()
+            raise
 
 
 def produce(

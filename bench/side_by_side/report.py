@@ -192,9 +192,11 @@ def _cluster_notes(catalogue: Sequence[Figure], results: Results) -> list[str]:
         "`default.replication.factor=3`, `min.insync.replicas=2`, "
         f"`zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}` on both, no fsync; each run's "
         "topic has one partition on all three brokers, and `$BOOTSTRAP` is the three addresses.",
+        "",
         "Row 10's p99 is the send-to-acknowledgement latency over every record of the "
         "throughput run (ProducerPerformance's own figure; librdkafka's delivery reports): "
         "under that saturating load it is mostly time queued in the client's 32 MiB buffer.",
+        "",
         f"Row 11 kills (SIGKILL) the leader of a fresh partition, never the controller, while "
         f"a librdkafka producer sends it one acks=all record every {FAILOVER_INTERVAL_MS:g} ms, "
         "and times from the kill to the first acknowledgement of a record sent after it; the "
@@ -321,6 +323,7 @@ def write_chart(path: Path, catalogue: Sequence[Figure], results: Results) -> No
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     rows = [(f, r) for f in catalogue if (r := ratio(results, f.key)) is not None]
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.32 * max(len(rows), 1)))
@@ -355,9 +358,16 @@ def write_chart(path: Path, catalogue: Sequence[Figure], results: Results) -> No
         )
         ax.axvline(1.0, color="#555555", linestyle=":", linewidth=1)
         ax.set_xscale("log")
+        # Readable ticks at 1-2-5 steps over the plotted range (matplotlib's minor labels
+        # overlap on a short log axis, and a long one has only powers of ten).
+        low, high = ax.get_xlim()
+        steps = [m * 10.0**e for e in range(-4, 5) for m in (1, 2, 5)]
+        ax.set_xticks([t for t in steps if low <= t <= high], minor=False)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_yticks(ys, [f"{f.row}: {f.label}" for f, _ in rows], fontsize=8)
         ax.set_xlabel(
-            "wirebroker / Kafka (log scale). Green: goal met; red: not met "
+            "wirebroker / Kafka (log scale). Green: goal met; red: not met\n"
             "(row 2 also needs the paper's records/s)"
         )
         ax.legend(loc="lower right", fontsize=8)

@@ -88,6 +88,9 @@ CLUSTER_PROPERTIES: dict[str, str] = {
     "min.insync.replicas": "2",
     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     "unclean.leader.election.enable": "false",
+    # compat's kafka_properties() gives Kafka this already: the last broker of a cluster
+    # cannot hand its leaders on, and each retry waits 5 s before the broker stops anyway.
+    "controlled.shutdown.max.retries": "1",
 }
 """server.properties keys given to every broker of both clusters (plus ``broker.id``)."""
 

@@ -24,8 +24,8 @@ Modes:
   are acknowledged, then reads ``killed T_KILL T_DEAD`` (monotonic seconds: just before the
   SIGKILL of the partition's leader, and once it was reaped) on stdin. It stops at the first
   acknowledgement of a record sent after T_DEAD, which only a new leader can give, and
-  prints ``failover_s`` (that acknowledgement minus T_KILL) and ``gap_s`` (minus the last
-  acknowledgement before T_KILL).
+  prints ``failover_s`` (that acknowledgement minus T_KILL), ``gap_s`` (minus the last
+  acknowledgement before T_KILL) and ``first_ack_at`` (its monotonic time).
 """
 
 from __future__ import annotations
@@ -423,6 +423,7 @@ def _failover(args: argparse.Namespace) -> dict[str, float]:
     before = [acked for _, acked in acks if acked < killed[0]]
     return {
         "failover_s": first_after - killed[0],
+        "first_ack_at": first_after,
         "gap_s": first_after - max(before) if before else float("nan"),
         "acks": len(acks),
         "errors": len(errors),

@@ -203,7 +203,10 @@ def _cluster_notes(catalogue: Sequence[Figure], results: Results) -> list[str]:
         "killed broker is started again before the next repeat. What bounds it: the "
         "controller learns of the death only when the dead broker's ZooKeeper session "
         f"expires, {session:g} s after its last heartbeat and checked by ZooKeeper once a "
-        f"tick, so {session:g}-{session + tick:g} s on both; the rest is the election, "
+        f"tick, and the broker's last heartbeat was up to a third of that before the kill, so "
+        f"{session * 2 / 3:g}-{session + tick:g} s on both. The second row 11 figure leaves "
+        "that out: from the deletion of the killed broker's `/brokers/ids` znode (watched "
+        "in ZooKeeper by the harness) to the same acknowledgement, so the election, "
         "LeaderAndIsr and UpdateMetadata, and the client's metadata refresh.",
         "",
     ]

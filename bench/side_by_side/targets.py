@@ -474,6 +474,30 @@ class Cluster:
                 )
             time.sleep(0.1)
 
+    @contextlib.contextmanager
+    def deregistration(self, broker_id: int) -> Iterator[list[float]]:
+        """Watch ``/brokers/ids/<broker_id>`` in ZooKeeper; the list gets the
+        ``time.monotonic()`` of its deletion (the session's expiry after a kill -9), which
+        is when the controller learns the broker is gone."""
+        from kazoo.client import KazooClient
+
+        path = f"/brokers/ids/{broker_id}"
+        deleted: list[float] = []
+
+        def on_change(event: object) -> None:
+            if getattr(event, "type", None) == "DELETED":
+                deleted.append(time.monotonic())
+
+        zk = KazooClient(hosts=self.zk.connect)
+        zk.start(timeout=30)
+        try:
+            if zk.exists(path, watch=on_change) is None:
+                raise BrokerError(f"broker {broker_id} is not registered at {path}")
+            yield deleted
+        finally:
+            zk.stop()
+            zk.close()
+
     def restart(self, broker_id: int) -> None:
         """Spawn a killed broker again on its data folder and wait until the cluster is whole."""
         self.brokers[broker_id].spawn()

@@ -100,6 +100,7 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
     )
     seconds = float(repeats.split("|")[3].strip().removesuffix(" s"))
     assert 1.0 < seconds < 60.0  # the session timeout (6 s) bounds it from below
+    assert "| 11 | Of which: ZooKeeper session expiry to first produce" in text
     assert "zookeeper.session.timeout.ms=6000" in text
     assert "--override broker.id=$ID" in text
     left = []

@@ -31,8 +31,12 @@ log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
 log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
-# ProducerPerformance's summary: "N records sent, R records/sec (M MB/sec), ... 50th, ..."
-_PRODUCER_SUMMARY = re.compile(r"(\d+) records sent, ([\d.]+) records/sec .*50th")
+# ProducerPerformance's summary: "N records sent, R records/sec (M MB/sec), A ms avg latency,
+# X ms max latency, P50 ms 50th, P95 ms 95th, P99 ms 99th, P999 ms 99.9th."
+_PRODUCER_SUMMARY = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec .*?([\d.]+) ms 50th, ([\d.]+) ms 95th, "
+    r"([\d.]+) ms 99th"
+)
 
 
 class LoadError(RuntimeError):
@@ -41,11 +45,17 @@ class LoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class Run:
-    """One load-generator run: records per second, bytes per second, and how it was run."""
+    """One load-generator run: records per second, bytes per second, and how it was run.
+
+    ProducerPerformance also reports the latency from ``send()`` to the acknowledgement's
+    callback over all records (``p50_ms``, ``p99_ms``); None for ConsumerPerformance.
+    """
 
     records_per_s: float
     bytes_per_s: float
     argv: list[str]
+    p50_ms: float | None = None
+    p99_ms: float | None = None
 
 
 def tool_argv(main_class: str, args: list[str], log4j: Path) -> list[str]:
@@ -101,7 +111,7 @@ def producer_performance(
     if match is None or int(match[1]) != records:
         raise LoadError(f"no summary for {records} records in ProducerPerformance output:\n{out}")
     rate = float(match[2])
-    return Run(rate, rate * record_size, argv)
+    return Run(rate, rate * record_size, argv, p50_ms=float(match[3]), p99_ms=float(match[5]))
 
 
 def consumer_performance(

@@ -19,18 +19,26 @@ Modes:
   ``CLOCK_MONOTONIC`` nanoseconds of its ``produce()`` call (one clock for all processes on
   the machine); the consumer, already fetching, takes receive time minus that stamp for
   each record after the first ``--warmup`` seconds and prints p50 and p99.
+- ``failover``: one record to ``--partition`` every ``--interval-ms`` (each value starting
+  with its ``CLOCK_MONOTONIC`` send time); prints ``ready`` once ``--warmup-acks`` records
+  are acknowledged, then reads ``killed T_KILL T_DEAD`` (monotonic seconds: just before the
+  SIGKILL of the partition's leader, and once it was reaped) on stdin. It stops at the first
+  acknowledgement of a record sent after T_DEAD, which only a new leader can give, and
+  prints ``failover_s`` (that acknowledgement minus T_KILL), ``gap_s`` (minus the last
+  acknowledgement before T_KILL) and ``first_ack_at`` (its monotonic time).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,16 +94,23 @@ def _result(proc: subprocess.Popen[str], argv: list[str], timeout: float) -> Run
     return Run(json.loads(lines[-1]), argv)
 
 
-def _spawn(argv: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+@contextlib.contextmanager
+def _spawn(argv: list[str], stdin: int = subprocess.DEVNULL) -> Iterator[subprocess.Popen[str]]:
+    """The load process, killed if the harness leaves the block on an error or Ctrl-C."""
+    with subprocess.Popen(
         argv,
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
         cwd=REPO_ROOT,
-    )
+    ) as proc:
+        try:
+            yield proc
+        except BaseException:
+            proc.kill()
+            raise
 
 
 def produce(
@@ -108,14 +123,18 @@ def produce(
     timeout: float,
     partitions: int | None = None,
     wait_stored: bool = False,
+    latency: bool = False,
 ) -> Run:
-    """Figures ``records_per_s`` and ``bytes_per_s`` of one produce run."""
+    """Figures ``records_per_s`` and ``bytes_per_s`` of one produce run (``latency``: and
+    ``p50_ms``, ``p99_ms`` of the delivery reports)."""
     options: dict[str, object] = {"records": records, "record_size": record_size}
     if partitions is not None:
         options["partitions"] = partitions
     argv = _argv("produce", bootstrap, topic, {**options, "config": config})
     if wait_stored:
         argv.append("--wait-stored")
+    if latency:
+        argv.append("--latency")
     with _spawn(argv) as proc:
         return _result(proc, argv, timeout)
 
@@ -163,6 +182,36 @@ def end_to_end_latency(
         return _result(consumer, consumer_argv, 60), producer_argv
 
 
+def failover(
+    bootstrap: str,
+    topic: str,
+    *,
+    partition: int,
+    interval_ms: float,
+    config: Mapping[str, object],
+    kill: Callable[[], tuple[float, float]],
+    timeout: float,
+) -> Run:
+    """Figures ``failover_s`` and ``gap_s``: ``kill`` runs once the producer is acknowledged.
+
+    ``kill`` SIGKILLs the partition's leader and returns ``time.monotonic()`` just before the
+    signal and once the process was reaped.
+    """
+    options = {"partition": partition, "interval_ms": interval_ms, "seconds": timeout}
+    argv = _argv("failover", bootstrap, topic, {**options, "config": config})
+    with _spawn(argv, stdin=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            proc.kill()
+            _, err = proc.communicate()
+            raise RdkafkaLoadError(f"failover producer did not start: {line!r}\n{err[-3000:]}")
+        killed_at, dead_at = kill()
+        proc.stdin.write(f"killed {killed_at!r} {dead_at!r}\n")
+        proc.stdin.flush()
+        return _result(proc, argv, timeout + 30)
+
+
 # --------------------------------------------------------------------------- child side
 
 
@@ -174,14 +223,18 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
     from confluent_kafka import KafkaException, Producer
 
     errors: list[str] = []
+    latencies: list[float] = []
 
-    def on_error(err: Any, _msg: Any) -> None:
-        errors.append(str(err))
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        elif args.latency:
+            latencies.append(msg.latency())
 
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
-        "delivery.report.only.error": True,
-        "on_delivery": on_error,
+        "delivery.report.only.error": not args.latency,
+        "on_delivery": on_delivery,
         **_config(args.config),
     }
     p = Producer(config)
@@ -206,10 +259,15 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
     elapsed = time.perf_counter() - start
     if errors:
         raise KafkaException(f"{len(errors)} records failed, e.g. {errors[0]}")
-    return {
+    figures = {
         "records_per_s": args.records / elapsed,
         "bytes_per_s": args.records * args.record_size / elapsed,
     }
+    if args.latency:
+        latencies.sort()
+        for name, q in (("p50_ms", 0.50), ("p99_ms", 0.99)):
+            figures[name] = latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3
+    return figures
 
 
 def _end_offset_reader(args: argparse.Namespace) -> Callable[[], int]:
@@ -304,11 +362,80 @@ def _latency_produce(args: argparse.Namespace) -> dict[str, float]:
     return {"records": sent, "seconds": time.monotonic() - start}
 
 
+def _failover(args: argparse.Namespace) -> dict[str, float]:
+    import threading
+
+    from confluent_kafka import Producer
+
+    killed: list[float] = []  # T_KILL, T_DEAD once the harness has said
+    got_kill = threading.Event()
+
+    def read_kill() -> None:
+        words = sys.stdin.readline().split()
+        if len(words) == 3 and words[0] == "killed":
+            killed.extend(map(float, words[1:]))
+        got_kill.set()
+
+    acks: list[tuple[float, float]] = []  # (sent, acknowledged), monotonic seconds
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acks.append((STAMP.unpack_from(msg.value())[0] / 1e9, time.monotonic()))
+
+    p = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "on_delivery": on_delivery,
+            "error_cb": lambda _err: None,  # the dead leader's refused connections
+            **_config(args.config),
+        }
+    )
+    padding = b"x" * (args.record_size - STAMP.size)
+    interval = args.interval_ms / 1000
+    ready = False
+    next_send = time.monotonic()
+    deadline = next_send + args.seconds
+    while True:
+        now = time.monotonic()
+        if now >= next_send:
+            p.produce(
+                args.topic, STAMP.pack(time.monotonic_ns()) + padding, partition=args.partition
+            )
+            next_send += interval
+        p.poll(max(0.0, min(next_send - time.monotonic(), interval)))
+        if not ready and len(acks) >= args.warmup_acks:
+            print("ready", flush=True)
+            threading.Thread(target=read_kill, daemon=True).start()
+            ready = True
+        if got_kill.is_set():
+            if len(killed) != 2:
+                raise RuntimeError("no kill times on stdin")
+            after = [a for a in acks if a[0] > killed[1]]
+            if after:
+                break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no acknowledgement within {args.seconds:.0f} s of the start")
+    p.flush(10)
+    first_after = min(acked for _, acked in after)
+    before = [acked for _, acked in acks if acked < killed[0]]
+    return {
+        "failover_s": first_after - killed[0],
+        "first_ack_at": first_after,
+        "gap_s": first_after - max(before) if before else float("nan"),
+        "acks": len(acks),
+        "errors": len(errors),
+    }
+
+
 MODES = {
     "produce": _produce,
     "consume": _consume,
     "latency-consume": _latency_consume,
     "latency-produce": _latency_produce,
+    "failover": _failover,
 }
 
 
@@ -325,7 +452,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=int, default=5000, help="latency-produce: records/s")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency-produce: how long")
     parser.add_argument("--warmup-records", type=int, default=0, help="latency-consume: skip")
+    parser.add_argument("--partition", type=int, default=0, help="failover: the partition")
+    parser.add_argument("--interval-ms", type=float, default=5.0, help="failover: send period")
+    parser.add_argument("--warmup-acks", type=int, default=20, help="failover: acks before ready")
     parser.add_argument("--config", action="append", default=[], help="client KEY=VALUE")
+    parser.add_argument(
+        "--latency", action="store_true", help="produce: also p50/p99 of delivery reports"
+    )
     parser.add_argument(
         "--wait-stored",
         action="store_true",

@@ -9,7 +9,13 @@ chroot, so a fresh broker never inherits an earlier broker's topics. wirebroker 
 ``python -m wirebroker serve`` process with this tree on its path.
 
 A broker counts as ready when ApiVersions answers and Metadata lists it with a controller
-(the same probes for both). ``Broker`` also reads what the report needs from ``/proc``: the
+(the same probes for both).
+
+Rows 10 and 11 run against a cluster of each kind (``running_cluster``): a fresh ZooKeeper
+(``wirebroker.zookeeper_server.zookeeper``, the same launcher for both) and ``CLUSTER_SIZE``
+brokers with ids 1..N, fresh data folders and ``CLUSTER_PROPERTIES`` (RF 3, min ISR 2, the
+same ZooKeeper session timeout, no fsync). It is ready when every broker's Metadata lists all
+N brokers and a controller; it is stopped brokers first, then ZooKeeper, also on Ctrl-C. ``Broker`` also reads what the report needs from ``/proc``: the
 process's resident memory (VmRSS) and its CPU seconds (utime + stime).
 """
 
@@ -69,6 +75,32 @@ KAFKA_ONLY_PROPERTIES: dict[str, str] = {
 }
 """Keys Kafka needs with one broker, or Kafka's own defaults restored over compat's."""
 
+CLUSTER_SIZE = 3
+SESSION_TIMEOUT_MS = 6000
+"""``zookeeper.session.timeout.ms`` of both clusters: how long a killed broker stays registered."""
+ZOOKEEPER_TICK_MS = 2000
+"""The ``tickTime`` ``zookeeper()`` writes: ZooKeeper expires sessions once a tick."""
+
+CLUSTER_PROPERTIES: dict[str, str] = {
+    **SHARED_PROPERTIES,
+    "default.replication.factor": "3",
+    "offsets.topic.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "unclean.leader.election.enable": "false",
+    # compat's kafka_properties() gives Kafka this already: the last broker of a cluster
+    # cannot hand its leaders on, and each retry waits 5 s before the broker stops anyway.
+    "controlled.shutdown.max.retries": "1",
+}
+"""server.properties keys given to every broker of both clusters (plus ``broker.id``)."""
+
+KAFKA_CLUSTER_ONLY_PROPERTIES: dict[str, str] = {
+    **KAFKA_ONLY_PROPERTIES,
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+}
+"""Kafka's transaction log settings for three brokers; wirebroker has no such topic."""
+
 KAFKA_HEAP = ("-Xmx1G", "-Xms1G")
 """``kafka-server-start.sh``'s default heap."""
 
@@ -100,6 +132,7 @@ class Broker:
     port: int
     log_path: Path
     env: Mapping[str, str] | None = None
+    broker_id: int = 0
     spawned_at: float = 0.0
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -152,13 +185,27 @@ class Broker:
                 )
             time.sleep(0.02)
 
+    def terminate(self) -> None:
+        """SIGTERM (a clean shutdown) without waiting; ``stop`` waits."""
+        p = self.popen
+        if p is not None and p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL (no shutdown at all: sockets reset, ZooKeeper session left to expire)."""
+        p = self.popen
+        if p is not None and p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            p.wait(10.0)
+
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """SIGTERM (a clean shutdown), then SIGKILL after ``timeout`` seconds."""
         p = self.popen
         if p is None or p.poll() is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            p.send_signal(signal.SIGTERM)
+        self.terminate()
         try:
             p.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -190,9 +237,14 @@ class Target(Protocol):
     """Starts brokers of one kind; ``describe`` says how, for the report."""
 
     name: str
+    workdir: Path
 
     def new_broker(self) -> Broker:
         """A broker with a fresh data folder, not yet spawned."""
+        ...
+
+    def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
+        """Broker ``broker_id`` of a cluster on ``zookeeper_connect``, data under ``base``."""
         ...
 
     def describe(self) -> str:
@@ -215,16 +267,32 @@ class KafkaTarget:
     zk: ZooKeeperServer
     name: str = "kafka"
     last_argv: list[str] = field(default_factory=list)
+    cluster_argv: list[str] = field(default_factory=list)
 
     def new_broker(self) -> Broker:
         base = _fresh_dir(self.workdir, "broker-")
+        zk_connect = f"{self.zk.connect}/{base.name}"
+        broker = self._broker(0, zk_connect, base, {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES})
+        self.last_argv = broker.argv
+        return broker
+
+    def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
+        overrides = {**CLUSTER_PROPERTIES, **KAFKA_CLUSTER_ONLY_PROPERTIES}
+        broker = self._broker(broker_id, zookeeper_connect, base, overrides)
+        self.cluster_argv = broker.argv
+        return broker
+
+    def _broker(
+        self, broker_id: int, zookeeper_connect: str, base: Path, overrides: Mapping[str, str]
+    ) -> Broker:
+        base.mkdir(parents=True, exist_ok=True)
         port = free_port()
         props = kafka_properties(
-            broker_id=0,
+            broker_id=broker_id,
             port=port,
-            zookeeper_connect=f"{self.zk.connect}/{base.name}",
+            zookeeper_connect=zookeeper_connect,
             log_dir=base / "kafka-logs",
-            overrides={**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES},
+            overrides=overrides,
         )
         config = base / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -239,20 +307,33 @@ class KafkaTarget:
             KAFKA_MAIN,
             str(config),
         ]
-        self.last_argv = argv
-        return Broker(self.name, argv, port, base / "kafka.log")
+        return Broker(self.name, argv, port, base / "kafka.log", broker_id=broker_id)
 
     def describe(self) -> str:
-        if not self.last_argv:
-            return "(no broker started)"
-        argv = [a.replace(str(jars_dir()), ".cache/jars/kafka") for a in self.last_argv]
-        settings = {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES}
-        return (
-            " ".join(argv[:-1] + ["server.properties"])
-            + "\n# server.properties: compat.kafka_process.kafka_properties() with "
-            + " ".join(f"{k}={v}" for k, v in settings.items())
-            + "\n# ZooKeeper: compat.kafka_process.zookeeper() on the same machine, one chroot per broker"
-        )
+        lines = []
+        if self.last_argv:
+            settings = {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES}
+            lines += [
+                self._command(self.last_argv),
+                "# server.properties: compat.kafka_process.kafka_properties() with "
+                + " ".join(f"{k}={v}" for k, v in settings.items()),
+                "# ZooKeeper: compat.kafka_process.zookeeper() on the same machine, one chroot per broker",
+            ]
+        if self.cluster_argv:
+            settings = {**CLUSTER_PROPERTIES, **KAFKA_CLUSTER_ONLY_PROPERTIES}
+            lines += [
+                f"# rows 10-11, {CLUSTER_SIZE} brokers, each (broker.id=1..{CLUSTER_SIZE}):",
+                self._command(self.cluster_argv),
+                "# server.properties: compat.kafka_process.kafka_properties() with "
+                + " ".join(f"{k}={v}" for k, v in settings.items()),
+                "# ZooKeeper: wirebroker.zookeeper_server.zookeeper(), a fresh one per cluster",
+            ]
+        return "\n".join(lines) if lines else "(no broker started)"
+
+    @staticmethod
+    def _command(argv: list[str]) -> str:
+        argv = [a.replace(str(jars_dir()), ".cache/jars/kafka") for a in argv]
+        return " ".join(argv[:-1] + ["server.properties"])
 
 
 @dataclass
@@ -262,23 +343,49 @@ class WirebrokerTarget:
     workdir: Path
     name: str = "wirebroker"
     last_argv: list[str] = field(default_factory=list)
+    cluster_argv: list[str] = field(default_factory=list)
 
     def new_broker(self) -> Broker:
-        base = _fresh_dir(self.workdir, "broker-")
+        broker = self._broker(_fresh_dir(self.workdir, "broker-"), SHARED_PROPERTIES)
+        self.last_argv = broker.argv
+        return broker
+
+    def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
+        overrides = {
+            **CLUSTER_PROPERTIES,
+            "broker.id": str(broker_id),
+            "zookeeper.connect": zookeeper_connect,
+        }
+        broker = self._broker(base, overrides, broker_id)
+        self.cluster_argv = broker.argv
+        return broker
+
+    def _broker(self, base: Path, overrides: Mapping[str, str], broker_id: int = 0) -> Broker:
+        base.mkdir(parents=True, exist_ok=True)
         port = free_port()
         argv = [sys.executable, "-m", "wirebroker", "serve"]
         argv += ["--listeners", f"PLAINTEXT://{LOOPBACK}:{port}", "--log-dirs", str(base / "data")]
-        for key, value in SHARED_PROPERTIES.items():
+        for key, value in overrides.items():
             argv += ["--override", f"{key}={value}"]
-        self.last_argv = argv
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        return Broker(self.name, argv, port, base / "wirebroker.log", env=env)
+        return Broker(self.name, argv, port, base / "wirebroker.log", env=env, broker_id=broker_id)
 
     def describe(self) -> str:
-        if not self.last_argv:
-            return "(no broker started)"
-        argv = ["python" if a == sys.executable else a for a in self.last_argv]
+        lines = [self._command(self.last_argv)] if self.last_argv else []
+        if self.cluster_argv:
+            lines += [
+                f"# rows 10-11, {CLUSTER_SIZE} brokers, each (broker.id=1..{CLUSTER_SIZE}), "
+                "and a ZooKeeper from wirebroker.zookeeper_server.zookeeper():",
+                self._command(self.cluster_argv),
+            ]
+        return "\n".join(lines) if lines else "(no broker started)"
+
+    @staticmethod
+    def _command(argv: list[str]) -> str:
+        argv = ["python" if a == sys.executable else a for a in argv]
         text = " ".join("$SCRATCH/DATA_DIR" if a.endswith("/data") else a for a in argv)
+        text = re.sub(r"broker\.id=\d+", "broker.id=$ID", text)
+        text = re.sub(r"zookeeper\.connect=[\d.]+:\d+", "zookeeper.connect=$ZOOKEEPER", text)
         return re.sub(r"PLAINTEXT://[\d.]+:\d+", "PLAINTEXT://$BOOTSTRAP", text)
 
 
@@ -311,3 +418,120 @@ def running(target: Target) -> Iterator[Broker]:
         yield broker
     finally:
         broker.stop()
+
+
+@dataclass
+class Cluster:
+    """A running cluster of one kind: its ZooKeeper and brokers by id."""
+
+    zk: ZooKeeperServer
+    brokers: dict[int, Broker]
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's address, comma-separated (dead ones too: clients skip them)."""
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def live(self) -> list[Broker]:
+        return [b for b in self.brokers.values() if b.alive()]
+
+    def controller_id(self, timeout: float = 30.0) -> int:
+        """The controller's id, as a live broker's Metadata reports it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for b in self.live():
+                with contextlib.suppress(OSError, ValueError):
+                    _, controller = kafka_metadata_brokers(LOOPBACK, b.port, timeout=2.0)
+                    if controller >= 0:
+                        return controller
+            if time.monotonic() > deadline:
+                raise BrokerError(f"no controller after {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Until every live broker answers and its Metadata lists every broker and a controller."""
+        deadline = time.monotonic() + timeout
+        for b in self.live():
+            b.wait_ready(max(1.0, deadline - time.monotonic()))
+        wanted = set(self.brokers)
+        while True:
+            pending = []
+            for b in self.brokers.values():
+                b.check_alive()
+                try:
+                    listed, controller = kafka_metadata_brokers(LOOPBACK, b.port, timeout=2.0)
+                except (OSError, ValueError):
+                    listed, controller = {}, -1
+                if set(listed) != wanted or controller < 0:
+                    pending.append(b.broker_id)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                tails = "\n".join(self.brokers[i].log_tail(10) for i in pending)
+                raise BrokerError(
+                    f"{self.brokers[pending[0]].target} cluster: brokers {pending} do not list "
+                    f"all of {sorted(wanted)} after {timeout:.0f} s:\n{tails}"
+                )
+            time.sleep(0.1)
+
+    @contextlib.contextmanager
+    def deregistration(self, broker_id: int) -> Iterator[list[float]]:
+        """Watch ``/brokers/ids/<broker_id>`` in ZooKeeper; the list gets the
+        ``time.monotonic()`` of its deletion (the session's expiry after a kill -9), which
+        is when the controller learns the broker is gone."""
+        from kazoo.client import KazooClient
+
+        path = f"/brokers/ids/{broker_id}"
+        deleted: list[float] = []
+
+        def on_change(event: object) -> None:
+            if getattr(event, "type", None) == "DELETED":
+                deleted.append(time.monotonic())
+
+        zk = KazooClient(hosts=self.zk.connect)
+        zk.start(timeout=30)
+        try:
+            if zk.exists(path, watch=on_change) is None:
+                raise BrokerError(f"broker {broker_id} is not registered at {path}")
+            yield deleted
+        finally:
+            zk.stop()
+            zk.close()
+
+    def restart(self, broker_id: int) -> None:
+        """Spawn a killed broker again on its data folder and wait until the cluster is whole."""
+        self.brokers[broker_id].spawn()
+        self.wait_ready()
+
+    def stop(self) -> None:
+        """Stop the brokers one at a time (each a controlled shutdown), the controller last.
+
+        All at once, the brokers' controlled shutdowns would race the controller's own and
+        wait out their retry backoffs; one at a time, as ``wirebroker cluster`` does, each
+        is quick and the controller moves at most once.
+        """
+        try:
+            controller = self.controller_id(timeout=2.0) if self.live() else -1
+        except BrokerError:
+            controller = -1
+        for broker_id in sorted(self.brokers, key=lambda i: (i == controller, -i)):
+            self.brokers[broker_id].stop()
+
+
+@contextlib.contextmanager
+def running_cluster(target: Target, size: int = CLUSTER_SIZE) -> Iterator[Cluster]:
+    """A fresh ZooKeeper and ``size`` fresh brokers of ``target``, ready; all stopped on exit."""
+    base = _fresh_dir(target.workdir, "cluster-")
+    with zookeeper(workdir=base / "zookeeper") as zk:
+        brokers = {
+            i: target.cluster_broker(i, zk.connect, base / f"broker-{i}")
+            for i in range(1, size + 1)
+        }
+        cluster = Cluster(zk, brokers)
+        try:
+            for b in brokers.values():
+                b.spawn()
+            cluster.wait_ready()
+            yield cluster
+        finally:
+            cluster.stop()  # before ZooKeeper, which the brokers shut down through

@@ -4,9 +4,11 @@
 wirebroker/Kafka); ``run_target`` runs the selected rows against one target and adds every
 repeat's figure to ``Results``. Rows 1-6 and 8 share one broker per target (started fresh,
 idle memory read before any load); row 7 starts a fresh broker per repeat (it times the
-start itself) and row 9 one per partition count (its memory is the figure). Every run
-writes to a fresh topic, created through the admin API and waited on until each partition
-has a leader, except row 9's, which all write to the one wide topic of their broker.
+start itself) and row 9 one per partition count (its memory is the figure). Rows 10 and 11
+share one fresh 3-broker cluster per target; row 11 kills a broker per repeat and starts it
+again before the next. Every run writes to a fresh topic, created through the admin API and
+waited on until each partition has a leader (and, in the cluster, a full ISR), except row
+9's, which all write to the one wide topic of their broker.
 
 A failing run is logged and recorded in ``Results.errors``; the other rows still run.
 """
@@ -30,7 +32,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.side_by_side import java_load, rdkafka_load
-from bench.side_by_side.targets import Broker, Target, running
+from bench.side_by_side.targets import (
+    CLUSTER_SIZE,
+    Broker,
+    Cluster,
+    Target,
+    running,
+    running_cluster,
+)
 from compat.kafka_process import jars_dir
 
 log = logging.getLogger("bench")
@@ -56,7 +65,8 @@ LATENCY_PRODUCER: dict[str, object] = {
     "compression.type": "none",
 }
 RUN_TIMEOUT = 900.0
-ALL_ROWS = tuple(range(1, 10))
+ALL_ROWS = tuple(range(1, 12))
+CLUSTER_ROWS = {10, 11}
 CLIENTS = ("java", "rdkafka")
 CLIENT_NAMES = {"java": "Java ProducerPerformance", "rdkafka": "librdkafka"}
 CONSUMER_NAMES = {"java": "Java ConsumerPerformance", "rdkafka": "librdkafka"}
@@ -71,6 +81,36 @@ ACKS_1: dict[str, dict[str, object]] = {
     "java": {"acks": 1, "enable.idempotence": "false", **_BATCHING},
     "rdkafka": {"acks": 1, "enable.idempotence": "false", **_BATCHING, **_RDKAFKA_QUEUE},
 }
+REPLICATED: dict[str, dict[str, object]] = {
+    # Row 10: acks=all without idempotence (row 5 has it), the batching of row 1. librdkafka's
+    # queue is capped at the Java producer's 32 MiB buffer.memory: under a saturating load the
+    # delivery latency is mostly time in that queue, so both clients queue as much.
+    "java": {"acks": "all", "enable.idempotence": "false", **_BATCHING},
+    "rdkafka": {
+        "acks": "all",
+        "enable.idempotence": "false",
+        **_BATCHING,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 32 * KiB,
+    },
+}
+FAILOVER_INTERVAL_MS = 5.0
+FAILOVER_PRODUCER: dict[str, object] = {
+    # Row 11's probe: one record in flight, acks=all, and the client's own waits (retry,
+    # reconnect, metadata refresh) short, so the figure is the cluster's, not the client's.
+    "acks": "all",
+    "enable.idempotence": "false",
+    "linger.ms": 0,
+    "max.in.flight.requests.per.connection": 1,
+    "retry.backoff.ms": 10,
+    "retry.backoff.max.ms": 10,
+    "reconnect.backoff.ms": 10,
+    "reconnect.backoff.max.ms": 100,
+    "topic.metadata.refresh.fast.interval.ms": 10,
+    "message.timeout.ms": 120_000,
+    "log_level": 0,
+}
+FAILOVER_TIMEOUT = 120.0
 IDEMPOTENT: dict[str, dict[str, object]] = {
     "java": {"acks": "all", "enable.idempotence": "true", **_BATCHING},
     "rdkafka": {"acks": "all", "enable.idempotence": "true", **_BATCHING, **_RDKAFKA_QUEUE},
@@ -130,6 +170,7 @@ class Sizes:
     scale_records: int = 128 * MiB // KiB
     scale_partitions: tuple[int, ...] = (10, 100, 1000)
     idle_settle: float = 3.0
+    replicated_records: int = 128 * MiB // KiB
 
 
 QUICK = Sizes(
@@ -147,6 +188,7 @@ QUICK = Sizes(
     scale_records=10_000,
     scale_partitions=(10, 100),
     idle_settle=0.5,
+    replicated_records=10_000,
 )
 
 
@@ -261,6 +303,42 @@ def figures(sizes: Sizes) -> list[Figure]:
                 note="goal as row 6",
             )
         )
+    for c in CLIENTS:
+        out.append(
+            Figure(
+                f"10/{c}",
+                10,
+                f"Produce 1 KiB, acks=all, RF 3, 3 brokers ({CLIENT_NAMES[c]})",
+                "MB/s",
+                True,
+                1.0,
+            )
+        )
+    for c in CLIENTS:
+        out.append(
+            Figure(
+                f"10/p99/{c}",
+                10,
+                f"Produce acks=all, RF 3: p99 send-to-ack latency ({CLIENT_NAMES[c]})",
+                "ms",
+                False,
+                1.0,
+            )
+        )
+    out.append(
+        Figure("11", 11, "Leader kill -9 to first produce through the new leader", "s", False, 1.0)
+    )
+    out.append(
+        Figure(
+            "11/after-expiry",
+            11,
+            "Of which: ZooKeeper session expiry to first produce through the new leader",
+            "s",
+            False,
+            1.0,
+            note="row 11 without the session timeout",
+        )
+    )
     return out
 
 
@@ -305,11 +383,33 @@ class Context:
         create_topic(broker.bootstrap, name, partitions)
         return name
 
+    def cluster_topic(self, cluster: Cluster, stem: str, replicas: list[int] | None = None) -> str:
+        """A fresh one-partition topic, RF 3 (on ``replicas``, the first the leader, if given),
+        once its leader is elected and every replica is in the ISR."""
+        self._topics += 1
+        name = f"{stem}-{self._topics}"
+        create_topic(cluster.bootstrap, name, 1, replicas=replicas or CLUSTER_SIZE)
+        return name
 
-def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 120.0) -> None:
-    """CreateTopics (RF 1), then Metadata until every partition reports a leader."""
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    timeout: float = 120.0,
+    replicas: int | list[int] = 1,
+) -> None:
+    """CreateTopics, then Metadata until every partition reports a leader and a full ISR.
+
+    ``replicas`` is the replication factor, or partition 0's replica list (its first the
+    preferred leader, which a fresh partition gets).
+    """
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout)
+    if isinstance(replicas, int):
+        new, rf = NewTopic(name, partitions, replicas), replicas
+    else:
+        new, rf = NewTopic(name, 1, replica_assignment=[replicas]), len(replicas)
+    admin.create_topics([new])[name].result(timeout)
     deadline = time.monotonic() + timeout
     while True:
         meta = admin.list_topics(name, timeout=10).topics.get(name)
@@ -317,7 +417,10 @@ def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 12
             meta is not None
             and meta.error is None
             and len(meta.partitions) == partitions
-            and all(p.leader >= 0 and p.error is None for p in meta.partitions.values())
+            and all(
+                p.leader >= 0 and p.error is None and len(p.isrs) == rf
+                for p in meta.partitions.values()
+            )
         ):
             return
         if time.monotonic() > deadline:
@@ -379,6 +482,34 @@ def _produce(
     partitions: int | None = None,
 ) -> float:
     """One produce run by ``client``; bytes per second. Records the command under ``what``."""
+    return _produce_to(
+        ctx,
+        broker.bootstrap,
+        client,
+        topic,
+        records=records,
+        record_size=record_size,
+        config=config,
+        what=what,
+        partitions=partitions,
+    )[0]
+
+
+def _produce_to(
+    ctx: Context,
+    bootstrap: str,
+    client: str,
+    topic: str,
+    *,
+    records: int,
+    record_size: int,
+    config: Mapping[str, object],
+    what: str,
+    partitions: int | None = None,
+    latency: bool = False,
+) -> tuple[float, float | None]:
+    """One produce run by ``client``: bytes per second and, with ``latency``, the p99 in ms
+    from send to acknowledgement. Records the command under ``what``."""
     if client == "java":
         props = dict(config)
         if partitions is not None:
@@ -387,7 +518,7 @@ def _produce(
             # holds only 512 of 64 KiB, so with more partitions every send would block.
             props["buffer.memory"] = max(32 * MiB, 2 * partitions * 64 * KiB)
         run = java_load.producer_performance(
-            broker.bootstrap,
+            bootstrap,
             topic,
             records=records,
             record_size=record_size,
@@ -395,10 +526,10 @@ def _produce(
             log4j=ctx.log4j,
             timeout=RUN_TIMEOUT,
         )
-        ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", run.argv, broker.bootstrap)
-        return run.bytes_per_s
+        ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", run.argv, bootstrap)
+        return run.bytes_per_s, run.p99_ms if latency else None
     rd = rdkafka_load.produce(
-        broker.bootstrap,
+        bootstrap,
         topic,
         records=records,
         record_size=record_size,
@@ -406,9 +537,10 @@ def _produce(
         timeout=RUN_TIMEOUT,
         partitions=partitions,
         wait_stored=config.get("acks") == 0,
+        latency=latency,
     )
-    ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", rd.argv, broker.bootstrap)
-    return rd.figures["bytes_per_s"]
+    ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", rd.argv, bootstrap)
+    return rd.figures["bytes_per_s"], rd.figures["p99_ms"] if latency else None
 
 
 # --------------------------------------------------------------------------- the rows
@@ -663,6 +795,94 @@ def scale(ctx: Context, target: Target) -> None:
                     )
 
 
+def replicated(ctx: Context, cluster: Cluster) -> None:
+    """Row 10: 1 KiB records, acks=all, to a one-partition topic of RF 3 (min ISR 2)."""
+    records = ctx.sizes.replicated_records
+    target = next(iter(cluster.brokers.values())).target
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            topic = ctx.cluster_topic(cluster, f"replicated-{client}")
+            rate, p99 = _produce_to(
+                ctx,
+                cluster.bootstrap,
+                client,
+                topic,
+                records=records,
+                record_size=KiB,
+                config=REPLICATED[client],
+                what="Row 10: produce 1 KiB, acks=all, RF 3",
+                latency=True,
+            )
+            assert p99 is not None
+            ctx.results.add(f"10/{client}", target, rate / 1e6)
+            ctx.results.add(f"10/p99/{client}", target, p99)
+            _progress(
+                target,
+                f"row 10 acks=all RF 3 ({client})",
+                i,
+                ctx.repeats,
+                f"{rate / 1e6:.1f} MB/s, p99 {p99:.1f} ms",
+            )
+
+
+def failover(ctx: Context, cluster: Cluster) -> None:
+    """Row 11: kill -9 a partition's leader under a producer; time to its first new ack.
+
+    Each repeat makes a fresh RF 3 topic led by a broker that is not the controller (the
+    controller's own failover would add its election), rotating over those brokers, kills
+    that broker while the probe produces every ``FAILOVER_INTERVAL_MS``, and starts it
+    again on its data before the next repeat.
+    """
+    target = next(iter(cluster.brokers.values())).target
+    for i in range(1, ctx.repeats + 1):
+        controller = cluster.controller_id()
+        others = sorted(b for b in cluster.brokers if b != controller)
+        leader = others[(i - 1) % len(others)]
+        replicas = [leader, *sorted(b for b in cluster.brokers if b != leader)]
+        topic = ctx.cluster_topic(cluster, "failover", replicas=replicas)
+        victim = cluster.brokers[leader]
+
+        def kill(victim: Broker = victim) -> tuple[float, float]:
+            killed_at = time.monotonic()
+            victim.kill()
+            return killed_at, time.monotonic()
+
+        with cluster.deregistration(leader) as deregistered:
+            run = rdkafka_load.failover(
+                cluster.bootstrap,
+                topic,
+                partition=0,
+                interval_ms=FAILOVER_INTERVAL_MS,
+                config=FAILOVER_PRODUCER,
+                kill=kill,
+                timeout=FAILOVER_TIMEOUT,
+            )
+            waited = time.monotonic() + 10.0
+            while not deregistered and time.monotonic() < waited:
+                time.sleep(0.01)
+        if not deregistered:
+            raise RuntimeError(f"broker {leader}'s registration was never deleted")
+        ctx.results.command(
+            "Row 11: failover probe (librdkafka; the harness kill -9s the leader once it is acked)",
+            run.argv,
+            cluster.bootstrap,
+        )
+        seconds, gap = run.figures["failover_s"], run.figures["gap_s"]
+        after_expiry = run.figures["first_ack_at"] - deregistered[0]
+        ctx.results.add("11", target, seconds)
+        ctx.results.add("11/after-expiry", target, after_expiry)
+        _progress(
+            target,
+            "row 11 leader kill -9 to new leader",
+            i,
+            ctx.repeats,
+            f"{seconds:.3f} s, of which {after_expiry:.3f} s after the session expired "
+            f"(broker {leader} killed; last ack before to first after: {gap:.3f} s)",
+        )
+        if i < ctx.repeats:
+            cluster.restart(leader)
+
+
 def _attempt(ctx: Context, target: str, what: str, work: Callable[[], None]) -> None:
     try:
         work()
@@ -687,7 +907,7 @@ def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
     wanted = [(what, work) for needs, what, work in shared if needs & rows]
 
     def on_one_broker() -> None:
-        shown = ", ".join(map(str, sorted(rows - {7, 9})))
+        shown = ", ".join(map(str, sorted(rows - {7, 9} - CLUSTER_ROWS)))
         log.info("%-10s | starting a fresh broker for rows %s", target.name, shown)
         with running(target) as broker:
             for what, work in wanted:
@@ -699,3 +919,20 @@ def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
         _attempt(ctx, target.name, "row 7 first produce", lambda: first_produce(ctx, target))
     if 9 in rows:
         _attempt(ctx, target.name, "row 9 scale", lambda: scale(ctx, target))
+    if rows & CLUSTER_ROWS:
+        _attempt(ctx, target.name, "cluster rows", lambda: on_cluster(ctx, target, rows))
+
+
+def on_cluster(ctx: Context, target: Target, rows: set[int]) -> None:
+    """Rows 10 and 11 on one fresh cluster of ``target`` (row 11 last: it kills brokers)."""
+    shown = ",".join(map(str, sorted(rows & CLUSTER_ROWS)))
+    log.info(
+        "%-10s | starting a fresh %d-broker cluster for rows %s", target.name, CLUSTER_SIZE, shown
+    )
+    began = time.monotonic()
+    with running_cluster(target) as cluster:
+        log.info("%-10s | cluster ready in %.1f s", target.name, time.monotonic() - began)
+        if 10 in rows:
+            _attempt(ctx, target.name, "row 10 acks=all RF 3", lambda: replicated(ctx, cluster))
+        if 11 in rows:
+            _attempt(ctx, target.name, "row 11 failover", lambda: failover(ctx, cluster))

@@ -6,6 +6,7 @@ chart are written), not the figures: ``--quick`` sizes are too small to mean any
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -63,3 +64,50 @@ def test_quick_run_writes_the_report_and_chart(tmp_path: Path) -> None:
     )
     assert table_row.count("MB/s") == 2  # a figure for each target, so a ratio too
     assert (tmp_path / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
+    """Row 11 alone against wirebroker: ZooKeeper + 3 brokers start, a leader is killed and
+    replaced, the figure reaches the report, and nothing is left running."""
+    scratch = tmp_path / "scratch"  # the run's temporary folder: every broker's argv names it
+    scratch.mkdir()
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.side_by_side",
+            "--quick",
+            "--rows",
+            "11",
+            "--targets",
+            "wirebroker",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "row 11 leader kill -9 to new leader | repeat 1/1" in run.stderr
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    repeats = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| 11: Leader kill -9") and "| wirebroker |" in line
+    )
+    seconds = float(repeats.split("|")[3].strip().removesuffix(" s"))
+    assert 1.0 < seconds < 60.0  # the session timeout (6 s) bounds it from below
+    assert "| 11 | Of which: ZooKeeper session expiry to first produce" in text
+    assert "zookeeper.session.timeout.ms=6000" in text
+    assert "--override broker.id=$ID" in text
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(scratch) in (proc / "cmdline").read_text():
+                left.append(proc.name)
+        except OSError:
+            continue
+    assert not left, f"processes left running: {left}"

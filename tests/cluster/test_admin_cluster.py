@@ -327,6 +327,13 @@ def test_unclean_election_by_topic_override(zk_connect: str, tmp_path: Path) -> 
             assert fake.zk is not None
             await fake.zk.close()
             await eventually(lambda: 2 not in controller.ctx.live, what="broker 2 gone")
+            # The controller handles the loss partition by partition: wait until both are done.
+            await eventually(
+                lambda: all(
+                    controller.ctx.states[(n, 0)].state.leader != 2 for n in ("dirty", "clean")
+                ),
+                what="both partitions re-elected",
+            )
             dirty = controller.ctx.states[("dirty", 0)].state
             assert (dirty.leader, dirty.isr, dirty.leader_recovery_state) == (1, (1,), 1)
             clean = controller.ctx.states[("clean", 0)].state

@@ -297,6 +297,7 @@ def test_create_topic_leaders_isr_and_requests(zk_connect: str, tmp_path: Path) 
             assert moved is not None and moved[0].leader in (1, 2) and moved[0].leader_epoch == 1
 
             # controlled shutdown of broker 2: leadership moves to broker 1
+            told = len(fakes[0].received(LeaderAndIsrRequest))
             answer = await call(
                 b1, ControlledShutdownRequest(broker_id=2, broker_epoch=fakes[0].epoch), 3
             )
@@ -314,6 +315,8 @@ def test_create_topic_leaders_isr_and_requests(zk_connect: str, tmp_path: Path) 
                 ),
                 what="StopReplica (no delete) at broker 2",
             )
+            # no LeaderAndIsr to the broker shutting down (it would start following again)
+            assert len(fakes[0].received(LeaderAndIsrRequest)) == told
             nursery.cancel_scope.cancel()
 
     run(main)

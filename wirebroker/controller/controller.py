@@ -653,10 +653,16 @@ class Controller:
         self._send(broker_id, body, STOP_REPLICA_VERSION)
 
     def _announce(self, tps: Collection[TP], *, is_new: Collection[TP] = ()) -> None:
-        """LeaderAndIsr to the live replicas of `tps`, then UpdateMetadata to every live broker."""
+        """LeaderAndIsr to the live replicas of `tps`, then UpdateMetadata to every live broker.
+
+        A broker in controlled shutdown gets no LeaderAndIsr (Kafka's isReplicaOnline without
+        shutting-down brokers): made a follower again, it would restart the fetchers its
+        StopReplica stopped and be proposed for the ISRs it just left, holding back the high
+        watermark of every partition it follows until its session ends."""
         if not tps:
             return
         replicas = {b for tp in tps for b in self.ctx.assignment(tp).replicas}
+        replicas -= self.ctx.shutting_down
         self._send_leader_and_isr(sorted(replicas), tps, is_new=is_new)
         self._send_update_metadata(self.ctx.live, tps)
 

@@ -482,6 +482,12 @@ class ReplicaManager:
         self.broker.metadata_cache.update(request, version)
         self.broker.controller_id = max(request.controller_id, -1)
         self.controller_epoch = request.controller_epoch
+        # A follower that was caught up holds the watermark only while its broker is alive;
+        # when it goes, nothing else would move the watermark of an idle partition.
+        now = self.broker.now_ms()
+        for partition in self.broker.partitions.values():
+            if partition.is_local_leader and partition.followers:
+                partition.maybe_advance_high_watermark(now)
         return ErrorCode.NONE
 
     def check_broker_epoch(self, broker_epoch: int) -> None:

@@ -34,7 +34,7 @@ from wirebroker.config import BrokerConfig, Listener
 from wirebroker.dispatch import RequestContext, dispatch
 from wirebroker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from wirebroker.group.records import partition_for
-from wirebroker.group.state import CommittedOffset, JoinResult
+from wirebroker.group.state import CommittedOffset, JoinResult, SyncResult
 from wirebroker.partition import TopicPartition
 
 OFFSETS_ID = uuid.UUID(int=0x0FF5E7)
@@ -352,3 +352,63 @@ def test_under_min_insync_replicas_the_coordinator_is_not_available(tmp_path: Pa
         assert broker.groups.fetch(G0) == {}
 
     run(tmp_path, test, min_insync_replicas="2")
+
+
+def test_sync_group_answers_once_the_group_is_replicated(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        groups = broker.groups
+        lead(broker, 0, 0, [1, 2])
+        p = broker.partitions[TopicPartition(OFFSETS_TOPIC, 0)]
+
+        async def generation(member_id: str = "") -> tuple[str, int]:
+            joined = await groups.join(
+                G0,
+                member_id=member_id,
+                group_instance_id=None,
+                client_id="c",
+                client_host="/127.0.0.1",
+                rebalance_timeout_ms=10_000,
+                session_timeout_ms=10_000,
+                protocol_type="consumer",
+                protocols=[("range", b"")],
+                require_known_member_id=False,
+            )
+            assert joined.error == ErrorCode.NONE, joined
+            return joined.member_id, joined.generation_id
+
+        async def sync(member_id: str, generation_id: int) -> SyncResult:
+            return await groups.sync(
+                G0,
+                member_id=member_id,
+                group_instance_id=None,
+                generation_id=generation_id,
+                protocol_type="consumer",
+                protocol_name="range",
+                assignments={member_id: b"mine"},
+            )
+
+        # Broker 2 does not fetch: the group record never commits, the member is told the
+        # coordinator is not available (Kafka's storeGroup mapping of a timeout).
+        member_id, generation_id = await generation()
+        synced = await sync(member_id, generation_id)
+        assert synced.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+        # Broker 2 catches up; the next generation's reply (with the assignment) waits for
+        # its next fetch.
+        leo = p.log_end_offset
+        p.update_follower_fetch_state(2, leo, 0, broker.now_ms(), leo)
+        member_id, generation_id = await generation(member_id)  # the member rejoins
+        answers: list[SyncResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def syncing() -> None:
+                answers.append(await sync(member_id, generation_id))
+
+            nursery.start_soon(syncing)
+            await trio.sleep(0.05)
+            assert not answers
+            leo = p.log_end_offset
+            p.update_follower_fetch_state(2, leo, 0, broker.now_ms(), leo)
+        assert answers[0].error == ErrorCode.NONE and answers[0].assignment == b"mine"
+
+    run(tmp_path, test, group_initial_rebalance_delay_ms="0")

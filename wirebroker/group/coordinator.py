@@ -148,8 +148,11 @@ class GroupCoordinator:
         if record is None:
             return
         self.num_partitions = record.partitions
+        groups = count = 0
         for index in range(record.partitions):
-            self._load_partition(index)
+            loaded, replayed = self._load_partition(index)
+            groups, count = groups + loaded, count + replayed
+        log.info("loaded %d groups from %d records of %s", groups, count, OFFSETS_TOPIC)
 
     def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
         """The replica manager made `tp` leader or follower here, or stopped it (`leader`
@@ -160,12 +163,19 @@ class GroupCoordinator:
         if leader:
             if tp.partition not in self.owned:
                 try:
-                    self._load_partition(tp.partition)
+                    groups, count = self._load_partition(tp.partition)
                 except Exception:  # a bug: its groups stay NOT_COORDINATOR, the broker runs on
                     log.exception("%s-%d: loading failed", OFFSETS_TOPIC, tp.partition)
                     self._unload_partition(tp.partition)
                     return
                 self.owned.add(tp.partition)
+                log.info(
+                    "%s-%d: leader: loaded %d groups from %d records",
+                    OFFSETS_TOPIC,
+                    tp.partition,
+                    groups,
+                    count,
+                )
         elif tp.partition in self.owned:
             self.owned.discard(tp.partition)
             self._unload_partition(tp.partition)
@@ -179,12 +189,13 @@ class GroupCoordinator:
     def partition_of(self, group_id: str) -> int:
         return records.partition_for(group_id, self.num_partitions)
 
-    def _load_partition(self, index: int) -> None:
-        """Replay one partition of `__consumer_offsets`, replacing what we held of its groups."""
+    def _load_partition(self, index: int) -> tuple[int, int]:
+        """Replay one partition of `__consumer_offsets`, replacing what we held of its groups;
+        (groups loaded, records replayed)."""
         self._unload_partition(index)
         partition = self.broker.partition(OFFSETS_TOPIC, index)
         if partition is None:
-            return
+            return 0, 0
         count = 0
         now = now_ms()
         before = set(self.groups)
@@ -211,9 +222,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.heartbeat_deadline_ms = now + m.session_timeout_ms
         self._wake.set()  # the loaded groups' deadlines
-        log.info(
-            "%s-%d: loaded %d groups from %d records", OFFSETS_TOPIC, index, len(loaded), count
-        )
+        return len(loaded), count
 
     def _unload_partition(self, index: int) -> None:
         """Forget the groups of one partition; their parked requests answer NOT_COORDINATOR."""

@@ -17,6 +17,7 @@ from protocol.api import decode_response, encode_response_chunks
 from protocol.errors import ErrorCode
 from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.describe_groups import DescribeGroupsRequest
+from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.headers import RequestHeader, ResponseHeader
 from protocol.messages.heartbeat import HeartbeatRequest
 from protocol.messages.join_group import JoinGroupRequest
@@ -28,6 +29,7 @@ from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.sync_group import SyncGroupRequest
+from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.wirebroker.test_replication_unit import _materialize, roundtrip, update_metadata
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
@@ -412,3 +414,42 @@ def test_sync_group_answers_once_the_group_is_replicated(tmp_path: Path) -> None
         assert answers[0].error == ErrorCode.NONE and answers[0].assignment == b"mine"
 
     run(tmp_path, test, group_initial_rebalance_delay_ms="0")
+
+
+def test_the_topics_partition_count_decides_over_the_config(tmp_path: Path) -> None:
+    """As Kafka: once `__consumer_offsets` exists, its partition count maps groups (it may
+    have been created by a broker with another `offsets.topic.num.partitions`)."""
+
+    async def test(broker: Broker) -> None:
+        group = next(
+            g
+            for g in (f"g{i}" for i in range(1000))
+            if partition_for(g, 3) != partition_for(g, PARTITIONS)
+        )
+        assert broker.groups.partition_of(group) == partition_for(group, PARTITIONS)
+        request = update_metadata()
+        states = [
+            UpdateMetadataRequest.UpdateMetadataPartitionState(
+                topic_name=OFFSETS_TOPIC,
+                partition_index=i,
+                controller_epoch=1,
+                leader=2,
+                leader_epoch=0,
+                isr=[2],
+                zk_version=0,
+                replicas=[2],
+                offline_replicas=[],
+            )
+            for i in range(3)
+        ]
+        request.topic_states = [
+            UpdateMetadataRequest.UpdateMetadataTopicState(
+                topic_name=OFFSETS_TOPIC, topic_id=OFFSETS_ID, partition_states=states
+            )
+        ]
+        broker.replica_manager.update_metadata(request, 8)
+        assert broker.groups.partition_of(group) == partition_for(group, 3)
+        found = await call(broker, FindCoordinatorRequest(key=group, key_type=0), 3)
+        assert found.error_code == ErrorCode.NONE and found.node_id == 2
+
+    run(tmp_path, test)

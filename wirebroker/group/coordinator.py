@@ -187,7 +187,13 @@ class GroupCoordinator:
         return ErrorCode.NOT_COORDINATOR
 
     def partition_of(self, group_id: str) -> int:
-        return records.partition_for(group_id, self.num_partitions)
+        """The group's `__consumer_offsets` partition. In a cluster the topic's real partition
+        count counts (it may have been created by a broker configured otherwise), as Kafka's
+        getGroupMetadataTopicPartitionCount; `offsets.topic.num.partitions` until it is known."""
+        count = self.num_partitions
+        if self.broker.cluster_mode:
+            count = len(self.broker.metadata_cache.partitions.get(OFFSETS_TOPIC, {})) or count
+        return records.partition_for(group_id, count)
 
     def _load_partition(self, index: int) -> tuple[int, int]:
         """Replay one partition of `__consumer_offsets`, replacing what we held of its groups;

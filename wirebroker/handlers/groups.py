@@ -35,7 +35,6 @@ from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from wirebroker import authorized_operations as ops
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.coordinator import OFFSETS_TOPIC
-from wirebroker.group.records import partition_for
 from wirebroker.group.state import GroupState
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
@@ -121,7 +120,7 @@ def _cluster_coordinator(
     """In a cluster the coordinator of a group is the leader of its offsets partition."""
     broker = ctx.broker
     cache = broker.metadata_cache
-    index = partition_for(key, broker.groups.num_partitions)
+    index = broker.groups.partition_of(key)
     p = cache.partition(OFFSETS_TOPIC, index)
     endpoint = None
     if p is not None:

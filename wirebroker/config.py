@@ -121,6 +121,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k("group.min.session.timeout.ms", "int", "6000", "Smallest session timeout allowed."),
         _k("group.max.session.timeout.ms", "int", "1800000", "Largest session timeout allowed."),
         _k("offset.metadata.max.bytes", "int", "4096", "Largest commit metadata string."),
+        _k(
+            "offsets.commit.timeout.ms",
+            "int",
+            "5000",
+            "How long a group or offset write waits to be replicated.",
+        ),
         _k("num.network.threads", "int", "3", "Accepted for compatibility; trio runs one thread."),
         _k("num.io.threads", "int", "8", "Accepted for compatibility; trio runs one thread."),
         _k(

@@ -197,6 +197,11 @@ class Partition:
         self.notify_append()
         return info
 
+    def maybe_advance_high_watermark(self, now_ms: int | None = None) -> None:
+        """Recompute the high watermark after something besides a fetch or an append changed
+        (a broker died: a caught-up follower on it no longer counts)."""
+        self._advance_high_watermark(now_ms)
+
     def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, ErrorCode]:
         """For acks=all: (done, error) once the high watermark passed `required_offset`."""
         if not self.is_local_leader:
@@ -337,6 +342,9 @@ class Partition:
         if error != ErrorCode.NONE:
             if error in (ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA):
                 self.pending_isr = None  # the controller says: not applied, epoch is right
+                # The refused replica no longer holds the watermark back (when it is not
+                # caught up, or gone): nothing else may come to move it.
+                self._advance_high_watermark(now_ms)
                 self.notify_changed()
                 return False
             if error in (

@@ -9,6 +9,11 @@ non-transactional InitProducerId always gets a fresh id with epoch 0 (as Kafka a
 transactional id keeps its id and gets its epoch bumped at each InitProducerId (a fresh id once
 the epoch is exhausted), and the mapping is written before the answer is sent. Synchronous;
 the broker's trio thread calls it. It must not speak the wire protocol.
+
+In a ZooKeeper cluster the blocks come from `/latest_producer_id_block` instead (shared by every
+broker, so no two brokers hand out the same id): the caller fetches one whenever
+:attr:`ProducerIdManager.needs_block` and hands it over with :meth:`ProducerIdManager.add_block`;
+the local file then only keeps the transactional ids.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class ProducerIdManager:
         self._next = block_end
         self._block_end = block_end
         self.transactional: dict[str, TransactionalProducer] = txn
+        #: Blocks are handed over by `add_block` (a cluster), never reserved in the local file.
+        self.external_blocks = False
 
     @classmethod
     def open(cls, log_dir: Path) -> ProducerIdManager:
@@ -73,9 +80,24 @@ class ProducerIdManager:
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
 
+    @property
+    def needs_block(self) -> bool:
+        """Whether the current block is used up (a cluster must fetch the next one)."""
+        return self._next >= self._block_end
+
+    def add_block(self, first: int, last: int) -> None:
+        """Use the block `first`..`last` (inclusive), allocated to this broker elsewhere."""
+        self.external_blocks = True
+        self._next, self._block_end = first, last + 1
+
     def next_producer_id(self) -> int:
         """A producer id never handed out before (reserving a new block when needed)."""
-        if self._next >= self._block_end:
+        if self.needs_block:
+            if self.external_blocks:
+                raise KafkaError(
+                    "no producer id block: fetch one first",
+                    error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                )
             self._block_end = self._next + BLOCK_SIZE
             self._save()
         pid = self._next

@@ -297,6 +297,7 @@ def test_create_topic_leaders_isr_and_requests(zk_connect: str, tmp_path: Path) 
             assert moved is not None and moved[0].leader in (1, 2) and moved[0].leader_epoch == 1
 
             # controlled shutdown of broker 2: leadership moves to broker 1
+            told = len(fakes[0].received(LeaderAndIsrRequest))
             answer = await call(
                 b1, ControlledShutdownRequest(broker_id=2, broker_epoch=fakes[0].epoch), 3
             )
@@ -314,6 +315,8 @@ def test_create_topic_leaders_isr_and_requests(zk_connect: str, tmp_path: Path) 
                 ),
                 what="StopReplica (no delete) at broker 2",
             )
+            # no LeaderAndIsr to the broker shutting down (it would start following again)
+            assert len(fakes[0].received(LeaderAndIsrRequest)) == told
             nursery.cancel_scope.cancel()
 
     run(main)
@@ -531,3 +534,59 @@ def test_inter_broker_listener(zk_connect: str, tmp_path: Path) -> None:
             nursery.cancel_scope.cancel()
 
     run(main)
+
+
+def test_new_controller_takes_dead_brokers_out_of_isrs(zk_connect: str, tmp_path: Path) -> None:
+    """A broker that died while there was no controller leaves the ISRs when the next one
+    starts (Kafka's replica state machine starts its replicas offline); otherwise leaders
+    would wait on it for acks=all until their own lag check."""
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fakes = [FakeBroker(2), FakeBroker(3)]
+            for fake in fakes:
+                await nursery.start(fake.run, zk_connect)
+            b1 = await start_broker(nursery, zk_connect, tmp_path, 1)
+            cluster = b1.broker.cluster
+            assert cluster is not None
+            made = await create_topic(b1, "x", assignments=[_assign(0, [2, 3])])
+            assert made.error_code == ErrorCode.NONE
+            await eventually(lambda: ("x", 0) in cluster.controller.ctx.states, what="state")
+            zk = ZkClient(zk_connect, session_timeout_ms=6000)
+            await zk.start()
+            try:
+                assert b1.scope is not None
+                b1.scope.cancel()  # the controller goes...
+                await eventually_znode_gone(zk, znodes.CONTROLLER)
+                assert fakes[1].zk is not None
+                await fakes[1].zk.close()  # ...then broker 3, with nobody to notice
+                await eventually_znode_gone(zk, znodes.broker_path(3))
+                b4 = await start_broker(nursery, zk_connect, tmp_path, 4)
+                c4 = b4.broker.cluster
+                assert c4 is not None
+                await eventually(lambda: c4.controller.active, what="broker 4 controls")
+                with trio.fail_after(10):
+                    while True:
+                        got = await read_state(zk, "x", 0)
+                        assert got is not None
+                        if got[0].isr == (2,):
+                            break
+                        await trio.sleep(0.05)
+                assert got[0].leader == 2 and got[0].leader_epoch == 1
+            finally:
+                await zk.close()
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def _assign(index: int, replicas: list[int]) -> CreateTopicsRequest.CreatableReplicaAssignment:
+    return CreateTopicsRequest.CreatableReplicaAssignment(
+        partition_index=index, broker_ids=replicas
+    )
+
+
+async def eventually_znode_gone(zk: ZkClient, path: str) -> None:
+    with trio.fail_after(10):
+        while await zk.exists(path) is not None:
+            await trio.sleep(0.05)

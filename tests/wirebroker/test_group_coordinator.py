@@ -86,7 +86,7 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
                         sync, leader, {leader.member_id: b"L", follower.member_id: b"F"}
                     )
             assert synced[follower.member_id].assignment == b"F"
-            error, codes = groups.commit(
+            error, codes = await groups.commit(
                 "g", leader.member_id, None, 1, [("t", 1, CommittedOffset(42, 0, "meta", 7))]
             )
             assert (error, codes) == (ErrorCode.NONE, [ErrorCode.NONE])

@@ -23,12 +23,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.describe_producers import DescribeProducersRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient, create_topic, produce_request, wait_until
+from wirebroker.producer_ids import FILE_NAME, ProducerIdManager
 
 pytestmark = pytest.mark.integration
 
@@ -354,6 +355,20 @@ def test_producer_ids_survive_restart(tmp_path: Path) -> None:
         assert bad.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
     finally:
         b.stop()
+
+
+def test_producer_ids_from_external_blocks(tmp_path: Path) -> None:
+    """In a cluster the blocks come from ZooKeeper: the local file never reserves one."""
+    ids = ProducerIdManager.open(tmp_path)
+    assert ids.needs_block  # a fresh broker has none
+    ids.add_block(3000, 3001)
+    assert not ids.needs_block
+    assert [ids.next_producer_id(), ids.next_producer_id()] == [3000, 3001]
+    assert ids.needs_block
+    with pytest.raises(KafkaError) as e:
+        ids.next_producer_id()
+    assert e.value.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert not (tmp_path / FILE_NAME).exists()
 
 
 def test_duplicates_detected_after_restart(tmp_path: Path) -> None:

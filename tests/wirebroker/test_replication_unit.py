@@ -131,6 +131,34 @@ def test_min_insync_replicas_and_the_frozen_watermark(leader: Partition) -> None
     )
 
 
+def test_a_replica_leaving_releases_the_watermark_without_a_new_append(tmp_path: Path) -> None:
+    """A refused ISR expansion, or the death of a caught-up follower's broker, moves the high
+    watermark at once: an idle partition (a produce waiting on acks=all, a group commit) would
+    otherwise wait for an append that never comes."""
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    alive = {1, 2, 3}
+    p = Partition("t", 0, TOPIC_ID, plog, leader=-1, leader_epoch=-1, node_id=1)
+    p.is_broker_alive = alive.__contains__
+    p.make_leader(
+        leader_epoch=0, partition_epoch=0, controller_epoch=1, isr=[1], replicas=[1, 2, 3], now_ms=0
+    )
+    p.update_follower_fetch_state(2, 0, 0, now_ms=1, leader_leo=0)  # caught up: proposed
+    pending = p.pending_isr
+    assert pending is not None and pending.isr == [1, 2]
+    p.append_to_leader(batch(2), now_ms=2, acks=-1)
+    p.update_follower_fetch_state(3, 2, 0, now_ms=3, leader_leo=2)  # caught up, not proposed
+    assert p.high_watermark == 0  # 2 is joining: it counts
+    alive.discard(2)
+    assert not p.complete_isr_change(pending, ErrorCode.INELIGIBLE_REPLICA, now_ms=4)
+    assert p.high_watermark == 2  # refused: only 3 (caught up, alive) counts besides us
+    p.append_to_leader(batch(2), now_ms=5, acks=-1)
+    assert p.high_watermark == 2  # 3 has not fetched these yet
+    alive.discard(3)  # the metadata cache hears it (UpdateMetadata)
+    p.maybe_advance_high_watermark(now_ms=6)
+    assert p.high_watermark == 4
+    plog.close()
+
+
 def test_follower_must_reach_the_leader_epoch_start_to_join(tmp_path: Path) -> None:
     plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
     p = Partition("t", 0, TOPIC_ID, plog, leader=-1, leader_epoch=-1, node_id=1)

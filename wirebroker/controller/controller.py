@@ -345,13 +345,18 @@ class Controller:
         created = await self._initialize_partitions(
             [tp for tp in ctx.partitions() if tp not in ctx.states]
         )
-        await self._elect_offline(
+        elected = await self._elect_offline(
             [
                 tp
                 for tp, info in ctx.states.items()
                 if info.state.leader not in ctx.live_ids() and tp not in created
             ]
         )
+        # Replicas on brokers that are not live leave the ISRs, as Kafka's replica state
+        # machine starts them OfflineReplica: a broker that died with the previous controller
+        # would otherwise hold back the high watermark of every partition it followed.
+        in_isrs = {b for info in ctx.states.values() for b in info.state.isr}
+        await self._remove_from_isrs(in_isrs - set(ctx.live), skip=elected | created)
         self._send_update_metadata(ctx.live, ctx.partitions())
         for broker_id in ctx.live:
             self._send_leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
@@ -653,10 +658,16 @@ class Controller:
         self._send(broker_id, body, STOP_REPLICA_VERSION)
 
     def _announce(self, tps: Collection[TP], *, is_new: Collection[TP] = ()) -> None:
-        """LeaderAndIsr to the live replicas of `tps`, then UpdateMetadata to every live broker."""
+        """LeaderAndIsr to the live replicas of `tps`, then UpdateMetadata to every live broker.
+
+        A broker in controlled shutdown gets no LeaderAndIsr (Kafka's isReplicaOnline without
+        shutting-down brokers): made a follower again, it would restart the fetchers its
+        StopReplica stopped and be proposed for the ISRs it just left, holding back the high
+        watermark of every partition it follows until its session ends."""
         if not tps:
             return
         replicas = {b for tp in tps for b in self.ctx.assignment(tp).replicas}
+        replicas -= self.ctx.shutting_down
         self._send_leader_and_isr(sorted(replicas), tps, is_new=is_new)
         self._send_update_metadata(self.ctx.live, tps)
 
@@ -752,9 +763,18 @@ class Controller:
             if info.state.leader in gone and tp[0] in ctx.topics
         ]
         changed = await self._elect_offline(led)
-        followers: dict[TP, PartitionState] = {}
+        changed |= await self._remove_from_isrs(gone, skip=changed)
+        replicas = {b for tp in changed for b in ctx.assignment(tp).replicas}
+        self._send_leader_and_isr(sorted(replicas), changed)
+        self._send_update_metadata(ctx.live, ctx.partitions())
+
+    async def _remove_from_isrs(self, gone: set[int], *, skip: Collection[TP]) -> set[TP]:
+        """Take the brokers `gone` out of every ISR (but those of `skip`, just elected); the
+        partitions whose state changed."""
+        ctx = self.ctx
+        updates: dict[TP, PartitionState] = {}
         for tp, info in ctx.states.items():
-            if tp in changed or tp[0] not in ctx.topics:
+            if tp in skip or tp[0] not in ctx.topics:
                 continue
             isr = info.state.isr
             leader = info.state.leader
@@ -763,11 +783,8 @@ class Controller:
             for b in gone:
                 leader, isr = decisions.shrink_isr(leader, isr, b)
             if isr != info.state.isr:
-                followers[tp] = self._new_state(tp, leader, isr)
-        changed |= await self._write_states(followers)
-        replicas = {b for tp in changed for b in ctx.assignment(tp).replicas}
-        self._send_leader_and_isr(sorted(replicas), changed)
-        self._send_update_metadata(ctx.live, ctx.partitions())
+                updates[tp] = self._new_state(tp, leader, isr)
+        return await self._write_states(updates)
 
     async def _on_brokers_startup(self, new: set[int]) -> None:
         ctx = self.ctx

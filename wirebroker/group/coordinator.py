@@ -1,11 +1,24 @@
-"""The group coordinator's trio side: owns every group, their timers, and `__consumer_offsets`.
+"""The group coordinator's trio side: owns the groups this broker coordinates, their timers,
+and their records in `__consumer_offsets`.
 
 The pure machine (`group.state`) decides; this module does what it cannot: it mints member ids,
 parks JoinGroup/SyncGroup requests until the machine answers them, runs the one timer task that
 calls `Group.tick` at each group's next deadline, and writes the records the machine asks for
-to `__consumer_offsets` before any reply leaves (the append is synchronous). The topic is created
-on first use with `offsets.topic.num.partitions` partitions and `cleanup.policy=compact`, and is
-replayed on start so groups and offsets survive restarts.
+to `__consumer_offsets` (Kafka's GroupCoordinator and GroupMetadataManager).
+
+Which groups it coordinates: embedded, every group (the topic is created on first use with
+`offsets.topic.num.partitions` partitions and `cleanup.policy=compact`, and every partition is
+replayed at start). In a cluster, the groups of the `__consumer_offsets` partitions this broker
+leads: the replica manager calls `partition_moved` when it becomes leader (the partition is
+replayed, Kafka's onElection) or follower, or stops the partition (its groups are unloaded,
+parked requests answered NOT_COORDINATOR, Kafka's onResignation). Loading is synchronous, so
+COORDINATOR_LOAD_IN_PROGRESS is never answered. Any other group gets NOT_COORDINATOR.
+
+Writes are appended to the local leader at once, as acks=all; what must be durable before it
+is answered — an offset commit and the SyncGroup replies of a new generation — waits for the
+high watermark to pass the write, within `offsets.commit.timeout.ms`, and append errors are
+mapped as Kafka's GroupMetadataManager maps them. Group deletions and offset deletions are not
+waited for (Kafka appends those tombstones with acks=0).
 """
 
 from __future__ import annotations
@@ -20,7 +33,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import trio
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.group_coordinator.group_metadata import GroupMetadataValue
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
 from protocol.record_batch import SimpleRecord
@@ -38,6 +51,7 @@ from wirebroker.group.state import (
     Outcome,
     SyncResult,
 )
+from wirebroker.partition import Partition, TopicPartition
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -53,18 +67,37 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """An append to `__consumer_offsets`: the partition and the offset the high watermark must
+    reach for it to be durable, or (partition None) the append's error."""
+
+    partition: Partition | None
+    end_offset: int
+    error: ErrorCode = ErrorCode.NONE
+
+
+_WRITTEN = _Write(None, 0)
+
+
 @dataclass(eq=False)
 class _Waiter(Generic[T]):
     event: trio.Event
     result: T | None = None
+    write: _Write = _WRITTEN
 
 
 class GroupCoordinator:
-    """Every group of this broker (it coordinates them all), and their offsets."""
+    """The groups this broker coordinates (all of them when embedded), and their offsets."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.groups: dict[str, Group] = {}
+        #: Cluster mode: the `__consumer_offsets` partitions we lead and have loaded.
+        self.owned: set[int] = set()
+        #: Per group, the log offset of the commit each partition's offset came from: a commit
+        #: acknowledged after a later one must not overwrite it.
+        self._commit_positions: dict[str, dict[tuple[str, int], int]] = {}
         self._joins: dict[tuple[str, str], _Waiter[JoinResult]] = {}
         self._syncs: dict[tuple[str, str], _Waiter[SyncResult]] = {}
         self._wake = trio.Event()
@@ -75,6 +108,7 @@ class GroupCoordinator:
         self.min_session_ms = config.get_int("group.min.session.timeout.ms")
         self.max_session_ms = config.get_int("group.max.session.timeout.ms")
         self.max_metadata_bytes = config.get_int("offset.metadata.max.bytes")
+        self.commit_timeout_s = config.get_int("offsets.commit.timeout.ms") / 1000
 
     # -- lifecycle --------------------------------------------------------------------------
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -106,39 +140,114 @@ class GroupCoordinator:
                         await trio.sleep(1)
 
     def load(self) -> None:
-        """Replay every partition of `__consumer_offsets` into groups and offsets."""
+        """Embedded: replay every partition of `__consumer_offsets` into groups and offsets.
+        In a cluster nothing is loaded here: partitions load as this broker becomes leader."""
+        if self.broker.cluster_mode:
+            return
         record = self.broker.topics.get(OFFSETS_TOPIC)
         if record is None:
             return
         self.num_partitions = record.partitions
+        groups = count = 0
+        for index in range(record.partitions):
+            loaded, replayed = self._load_partition(index)
+            groups, count = groups + loaded, count + replayed
+        log.info("loaded %d groups from %d records of %s", groups, count, OFFSETS_TOPIC)
+
+    def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
+        """The replica manager made `tp` leader or follower here, or stopped it (`leader`
+        False). For a `__consumer_offsets` partition, load its groups when we newly lead it
+        (Kafka's onElection) and unload them when we no longer do (onResignation)."""
+        if tp.topic != OFFSETS_TOPIC:
+            return
+        if leader:
+            if tp.partition not in self.owned:
+                try:
+                    groups, count = self._load_partition(tp.partition)
+                except Exception:  # a bug: its groups stay NOT_COORDINATOR, the broker runs on
+                    log.exception("%s-%d: loading failed", OFFSETS_TOPIC, tp.partition)
+                    self._unload_partition(tp.partition)
+                    return
+                self.owned.add(tp.partition)
+                log.info(
+                    "%s-%d: leader: loaded %d groups from %d records",
+                    OFFSETS_TOPIC,
+                    tp.partition,
+                    groups,
+                    count,
+                )
+        elif tp.partition in self.owned:
+            self.owned.discard(tp.partition)
+            self._unload_partition(tp.partition)
+
+    def coordinator_error(self, group_id: str) -> ErrorCode:
+        """NONE when this broker coordinates `group_id`, else NOT_COORDINATOR."""
+        if not self.broker.cluster_mode or self.partition_of(group_id) in self.owned:
+            return ErrorCode.NONE
+        return ErrorCode.NOT_COORDINATOR
+
+    def partition_of(self, group_id: str) -> int:
+        """The group's `__consumer_offsets` partition. In a cluster the topic's real partition
+        count counts (it may have been created by a broker configured otherwise), as Kafka's
+        getGroupMetadataTopicPartitionCount; `offsets.topic.num.partitions` until it is known."""
+        count = self.num_partitions
+        if self.broker.cluster_mode:
+            count = len(self.broker.metadata_cache.partitions.get(OFFSETS_TOPIC, {})) or count
+        return records.partition_for(group_id, count)
+
+    def _load_partition(self, index: int) -> tuple[int, int]:
+        """Replay one partition of `__consumer_offsets`, replacing what we held of its groups;
+        (groups loaded, records replayed)."""
+        self._unload_partition(index)
+        partition = self.broker.partition(OFFSETS_TOPIC, index)
+        if partition is None:
+            return 0, 0
         count = 0
         now = now_ms()
-        for index in range(record.partitions):
-            partition = self.broker.partition(OFFSETS_TOPIC, index)
-            if partition is None:
-                continue
-            plog = partition.log
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                with plog.read(offset, LOAD_CHUNK_BYTES) as result:
-                    data = result.read()
-                start = offset
-                for batch in iter_batches(data):
-                    offset = batch.last_offset + 1
-                    if isinstance(batch, RecordBatchView) and batch.is_control:
-                        continue
-                    for r in iter_records(batch):
-                        if r.key is not None:
-                            count += 1
-                            value = None if r.value is None else bytes(r.value)
-                            self._replay(records.decode(bytes(r.key), value), now)
-                if offset == start:
-                    log.warning("%s-%d: no whole batch at offset %d", OFFSETS_TOPIC, index, offset)
-                    break
-        for group in self.groups.values():
+        before = set(self.groups)
+        plog = partition.log
+        offset = plog.log_start_offset
+        while offset < plog.log_end_offset:
+            with plog.read(offset, LOAD_CHUNK_BYTES) as result:
+                data = result.read()
+            start = offset
+            for batch in iter_batches(data):
+                offset = batch.last_offset + 1
+                if isinstance(batch, RecordBatchView) and batch.is_control:
+                    continue
+                for r in iter_records(batch):
+                    if r.key is not None:
+                        count += 1
+                        value = None if r.value is None else bytes(r.value)
+                        self._replay(records.decode(bytes(r.key), value), now)
+            if offset == start:
+                log.warning("%s-%d: no whole batch at offset %d", OFFSETS_TOPIC, index, offset)
+                break
+        loaded = [g for gid, g in self.groups.items() if gid not in before]
+        for group in loaded:
             for m in group.members.values():
                 m.heartbeat_deadline_ms = now + m.session_timeout_ms
-        log.info("loaded %d groups from %d records of %s", len(self.groups), count, OFFSETS_TOPIC)
+        self._wake.set()  # the loaded groups' deadlines
+        return len(loaded), count
+
+    def _unload_partition(self, index: int) -> None:
+        """Forget the groups of one partition; their parked requests answer NOT_COORDINATOR."""
+        gone = {gid for gid in self.groups if self.partition_of(gid) == index}
+        if not gone:
+            return
+        for gid in gone:
+            del self.groups[gid]
+            self._commit_positions.pop(gid, None)
+        for (gid, member_id), join in list(self._joins.items()):
+            if gid in gone:
+                join.result = JoinResult(ErrorCode.NOT_COORDINATOR, member_id)
+                join.event.set()
+        for (gid, _), sync in list(self._syncs.items()):
+            if gid in gone:
+                sync.result = SyncResult(ErrorCode.NOT_COORDINATOR)
+                sync.write = _WRITTEN
+                sync.event.set()
+        log.info("%s-%d: unloaded %d groups", OFFSETS_TOPIC, index, len(gone))
 
     def _replay(self, rec: OffsetRecord | GroupRecord | None, now: int) -> None:
         if isinstance(rec, OffsetRecord):
@@ -200,10 +309,12 @@ class GroupCoordinator:
         ):
             self.groups.pop(group.group_id, None)
 
-    def _apply(self, group: Group, out: Outcome) -> None:
-        """Write what the machine asked for, then hand replies to parked requests."""
+    def _apply(self, group: Group, out: Outcome) -> _Write:
+        """Write what the machine asked for, then hand replies to parked requests (a parked
+        SyncGroup waits for the group's write to be durable before it answers)."""
+        write = _WRITTEN
         if out.write_group:
-            self._append(
+            write = self._append(
                 group.group_id,
                 [(records.group_key(group.group_id), records.group_value(_group_value(group)))],
             )
@@ -216,19 +327,48 @@ class GroupCoordinator:
             sync_waiter = self._syncs.pop((group.group_id, member_id), None)
             if sync_waiter is not None:
                 sync_waiter.result = sync
+                sync_waiter.write = write
                 sync_waiter.event.set()
         deadline = group.next_deadline()
         if deadline is not None and deadline < self._sleeping_until:
             self._wake.set()  # only an earlier deadline needs the timer task to wake
+        return write
 
-    def _append(self, group_id: str, kvs: list[tuple[bytes, bytes | None]]) -> None:
-        self.ensure_topic()
-        index = records.partition_for(group_id, self.num_partitions)
+    def _append(self, group_id: str, kvs: list[tuple[bytes, bytes | None]]) -> _Write:
+        """Append to the group's partition as its leader (acks=all); durability is awaited
+        separately (`_stored`)."""
+        if not self.broker.cluster_mode:
+            self.ensure_topic()
+        index = self.partition_of(group_id)
         partition = self.broker.partition(OFFSETS_TOPIC, index)
-        assert partition is not None
+        if partition is None or not partition.is_local_leader:
+            return _Write(None, 0, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         now = now_ms()
         batch = build_record_batch([SimpleRecord(k, v, timestamp=now) for k, v in kvs])
-        partition.append_to_leader(memoryview(bytearray(batch)), now)
+        try:
+            info = partition.append_to_leader(memoryview(bytearray(batch)), now, acks=-1)
+        except KafkaError as e:
+            log.warning("%s-%d: append for group %s failed: %s", OFFSETS_TOPIC, index, group_id, e)
+            return _Write(None, 0, e.error_code)
+        except OSError as e:
+            log.error("%s-%d: append for group %s failed: %s", OFFSETS_TOPIC, index, group_id, e)
+            return _Write(None, 0, ErrorCode.KAFKA_STORAGE_ERROR)
+        return _Write(partition, info.last_offset + 1)
+
+    async def _stored(self, write: _Write) -> ErrorCode:
+        """Wait until the high watermark passes `write` (Kafka's DelayedProduce for acks=all):
+        NONE, the append's error, or REQUEST_TIMED_OUT after `offsets.commit.timeout.ms`."""
+        partition = write.partition
+        if partition is None:
+            return write.error
+        with trio.move_on_after(self.commit_timeout_s):
+            while True:
+                changed = partition.state_event()
+                done, error = partition.check_enough_replicas_reach_offset(write.end_offset)
+                if done:
+                    return error
+                await changed.wait()
+        return ErrorCode.REQUEST_TIMED_OUT
 
     async def join(
         self,
@@ -246,6 +386,8 @@ class GroupCoordinator:
     ) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
+        if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
+            return JoinResult(error, member_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
         group = self._group(group_id, create=member_id == "")
@@ -273,7 +415,9 @@ class GroupCoordinator:
         if key in out.joins:
             return out.joins[key]
         retry = JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, key)
-        return await self._park(self._joins, (group_id, key), retry)
+        waiter = await self._park(self._joins, (group_id, key), retry)
+        assert waiter.result is not None
+        return waiter.result
 
     async def sync(
         self,
@@ -286,6 +430,8 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> SyncResult:
+        if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
+            return SyncResult(error)
         group = self.groups.get(group_id)
         if group is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -298,21 +444,36 @@ class GroupCoordinator:
             assignments,
             now_ms(),
         )
-        self._apply(group, out)
+        write = self._apply(group, out)
         if out.sync_reply is not None:
-            return out.sync_reply
-        if member_id in out.syncs:
-            return out.syncs[member_id]
-        retry = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
-        return await self._park(self._syncs, (group_id, member_id), retry)
+            result = out.sync_reply
+        elif member_id in out.syncs:
+            result = out.syncs[member_id]
+        else:
+            waiter = await self._park(
+                self._syncs, (group_id, member_id), SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+            )
+            assert waiter.result is not None
+            result, write = waiter.result, waiter.write
+        return await self._durable_sync(result, write)
+
+    async def _durable_sync(self, result: SyncResult, write: _Write) -> SyncResult:
+        """A SyncGroup reply once the group's write is durable; if it is not, the write's error
+        as Kafka's storeGroup maps it (the members rejoin through the coordinator lookup)."""
+        if result.error != ErrorCode.NONE:
+            return result
+        error = _group_store_error(await self._stored(write))
+        return result if error == ErrorCode.NONE else SyncResult(error)
 
     async def _park(
         self, waiters: dict[tuple[str, str], _Waiter[T]], key: tuple[str, str], retry: T
-    ) -> T:
+    ) -> _Waiter[T]:
+        """Park a request until `_apply` (or an unload) answers it; the waiter, answered."""
         waiter: _Waiter[T] = _Waiter(trio.Event())
         earlier = waiters.get(key)
         if earlier is not None:  # the same member asked again: the earlier request retries
             earlier.result = retry
+            earlier.write = _WRITTEN
             earlier.event.set()
         waiters[key] = waiter
         try:
@@ -320,12 +481,13 @@ class GroupCoordinator:
         finally:
             if waiters.get(key) is waiter:
                 del waiters[key]
-        assert waiter.result is not None
-        return waiter.result
+        return waiter
 
     def heartbeat(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int
     ) -> ErrorCode:
+        if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
+            return error
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -334,6 +496,7 @@ class GroupCoordinator:
         return out.error
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[ErrorCode]:
+        """Per-member errors (the handler answers NOT_COORDINATOR before asking)."""
         group = self.groups.get(group_id)
         if group is None:
             return [ErrorCode.UNKNOWN_MEMBER_ID] * len(members)
@@ -348,6 +511,8 @@ class GroupCoordinator:
         return [g for g in self.groups.values() if g.state != GroupState.DEAD]
 
     def delete_group(self, group_id: str) -> ErrorCode:
+        if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
+            return error
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             return ErrorCode.GROUP_ID_NOT_FOUND
@@ -357,13 +522,14 @@ class GroupCoordinator:
             (records.offset_key(group_id, t, p), None) for t, p in group.offsets
         ]
         kvs.append((records.group_key(group_id), None))
-        self._append(group_id, kvs)
+        self._append(group_id, kvs)  # not awaited: Kafka appends these tombstones with acks=0
         group.state = GroupState.DEAD
         del self.groups[group_id]
+        self._commit_positions.pop(group_id, None)
         return ErrorCode.NONE
 
     # -- offsets ----------------------------------------------------------------------------
-    def commit(
+    async def commit(
         self,
         group_id: str,
         member_id: str,
@@ -371,7 +537,10 @@ class GroupCoordinator:
         generation_id: int,
         offsets: list[tuple[str, int, CommittedOffset]],
     ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """Validate and write a commit: (group-level error, per-partition errors)."""
+        """Validate and write a commit: (group-level error, per-partition errors). The offsets
+        are visible once durable (the high watermark passed them), as Kafka's storeOffsets."""
+        if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
+            return error, []
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:  # not a simple (admin) commit: a stale generation
@@ -401,19 +570,31 @@ class GroupCoordinator:
                 (records.offset_key(group_id, topic, partition), records.offset_value(value))
             )
             accepted.append((topic, partition, committed))
-        if kvs:
-            self._append(group_id, kvs)
+        if not kvs:
+            return ErrorCode.NONE, codes
+        write = self._append(group_id, kvs)
+        stored = _offset_store_error(await self._stored(write))
+        if stored != ErrorCode.NONE:
+            return ErrorCode.NONE, [stored if c == ErrorCode.NONE else c for c in codes]
+        if self.groups.get(group_id) is not group:
+            return ErrorCode.NONE, codes  # unloaded or deleted meanwhile; the log has it
+        positions = self._commit_positions.setdefault(group_id, {})
         for topic, partition, committed in accepted:
-            group.offsets[(topic, partition)] = committed
+            if positions.get((topic, partition), -1) < write.end_offset:
+                positions[(topic, partition)] = write.end_offset
+                group.offsets[(topic, partition)] = committed
         return ErrorCode.NONE, codes
 
     def fetch(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        """The group's committed offsets (the handler answers NOT_COORDINATOR before asking)."""
         group = self.groups.get(group_id)
         return {} if group is None else group.offsets
 
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]
     ) -> tuple[ErrorCode, list[ErrorCode]]:
+        if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
+            return error, []
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND, []
@@ -430,10 +611,51 @@ class GroupCoordinator:
                 continue
             codes.append(ErrorCode.NONE)
             if group.offsets.pop((topic, partition), None) is not None:
+                self._commit_positions.get(group_id, {}).pop((topic, partition), None)
                 kvs.append((records.offset_key(group_id, topic, partition), None))
         if kvs:
-            self._append(group_id, kvs)
+            self._append(group_id, kvs)  # not awaited, as Kafka's acks=0 tombstones
         return ErrorCode.NONE, codes
+
+
+def _group_store_error(error: ErrorCode) -> ErrorCode:
+    """A failed group write as Kafka's GroupMetadataManager.storeGroup answers it."""
+    if error in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if error in (
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.INVALID_FETCH_SIZE,
+    ):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return error
+
+
+def _offset_store_error(error: ErrorCode) -> ErrorCode:
+    """A failed offset write as Kafka's GroupMetadataManager.storeOffsets answers it (a
+    timeout stays REQUEST_TIMED_OUT, which consumers treat as a lost coordinator)."""
+    if error in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if error in (
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.INVALID_FETCH_SIZE,
+    ):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return error
 
 
 def _group_value(group: Group) -> GroupMetadataValue:

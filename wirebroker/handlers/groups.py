@@ -2,8 +2,8 @@
 DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
 
 - FindCoordinator v0-6: key type 0 (group) and 1 (transaction) both answer with this broker
-  (it is the only one, and the transaction coordinator will live here too); other key types get
-  INVALID_REQUEST. v4+ batches keys. A group lookup creates `__consumer_offsets`, as Kafka does.
+  when embedded; in a cluster, with the leader of the key's `__consumer_offsets` partition.
+  Other key types get INVALID_REQUEST. v4+ batches keys. A group lookup creates `__consumer_offsets`, as Kafka does.
 - JoinGroup v0-9: v0 has no rebalance timeout (the session timeout is used, as Kafka does);
   v4+ requires a known member id (KIP-394, MEMBER_ID_REQUIRED); v5+ static membership; v9
   `skip_assignment` is set for a static leader rejoining a stable group (before v9 that leader
@@ -14,6 +14,11 @@ DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
   member metadata and assignments only for a Stable group, as Kafka does.
 - ListGroups v0-5: v4 state filter, v5 type filter (every group here is "classic").
 - DeleteGroups v0-2: only Empty groups (NON_EMPTY_GROUP otherwise).
+
+In a cluster, a group this broker does not coordinate (its `__consumer_offsets` partition is led
+elsewhere) gets NOT_COORDINATOR: top-level in JoinGroup, SyncGroup, Heartbeat and LeaveGroup,
+per group in DescribeGroups (with an empty state) and DeleteGroups; ListGroups lists only the
+groups coordinated here, as Kafka's brokers each do.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from wirebroker import authorized_operations as ops
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.coordinator import OFFSETS_TOPIC
-from wirebroker.group.records import partition_for
 from wirebroker.group.state import GroupState
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
@@ -116,7 +120,7 @@ def _cluster_coordinator(
     """In a cluster the coordinator of a group is the leader of its offsets partition."""
     broker = ctx.broker
     cache = broker.metadata_cache
-    index = partition_for(key, broker.groups.num_partitions)
+    index = broker.groups.partition_of(key)
     p = cache.partition(OFFSETS_TOPIC, index)
     endpoint = None
     if p is not None:
@@ -195,6 +199,9 @@ async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Heartbeat
 
 @handles(LeaveGroupRequest, (0, 5))
 async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    error = ctx.broker.groups.coordinator_error(request.group_id)
+    if error != ErrorCode.NONE:
+        return LeaveGroupResponse(error_code=error)
     if ctx.api_version < 3:
         (error,) = ctx.broker.groups.leave(request.group_id, [(request.member_id, None)])
         return LeaveGroupResponse(error_code=error)
@@ -218,11 +225,13 @@ async def describe_groups(
     operations = ops.GROUP if request.include_authorized_operations else ops.NOT_REQUESTED
     described = []
     for group_id in request.groups:
-        group = ctx.broker.groups.describe(group_id)
+        error = ctx.broker.groups.coordinator_error(group_id)
+        group = ctx.broker.groups.describe(group_id) if error == ErrorCode.NONE else None
         d = DescribeGroupsResponse.DescribedGroup(
-            error_code=ErrorCode.NONE,
+            error_code=error,
             group_id=group_id,
-            group_state=GroupState.DEAD.value,
+            # Kafka describes a group it does not coordinate with no state at all
+            group_state=GroupState.DEAD.value if error == ErrorCode.NONE else "",
             authorized_operations=operations,
         )
         described.append(d)

@@ -11,6 +11,11 @@
   epoch belong to the consumer (KIP-848) protocol and are ignored for classic groups.
 - OffsetDelete v0: refused with GROUP_SUBSCRIBED_TO_TOPIC per partition for topics the group's
   consumers still subscribe to, as Kafka does.
+
+In a cluster a group this broker does not coordinate gets NOT_COORDINATOR (per partition in
+OffsetCommit, per group in OffsetFetch v8+, top-level in OffsetFetch v2-7 and OffsetDelete, per
+partition in OffsetFetch v0-1), partitions are known from the metadata cache, and a commit is
+answered once replicated (see `wirebroker.group.coordinator`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     for topic in request.topics:
         for p in topic.partitions:
             key = (topic.name, p.partition_index)
-            if ctx.broker.partition(*key) is None:
+            if not _known(ctx, *key):
                 results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             timestamp = p.commit_timestamp if ctx.api_version == 1 else -1
@@ -51,7 +56,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     if not request.group_id:
         error = ErrorCode.INVALID_GROUP_ID
     elif wanted:
-        error, codes = ctx.broker.groups.commit(
+        error, codes = await ctx.broker.groups.commit(
             request.group_id,
             request.member_id,
             request.group_instance_id,
@@ -77,16 +82,27 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     )
 
 
+def _known(ctx: RequestContext, topic: str, index: int) -> bool:
+    """Whether the partition exists: in a cluster, as the metadata cache knows it (it may be
+    hosted elsewhere); embedded, as a partition of this broker."""
+    broker = ctx.broker
+    if broker.cluster_mode:
+        return broker.metadata_cache.partition(topic, index) is not None
+    return broker.partition(topic, index) is not None
+
+
 @handles(OffsetFetchRequest, (0, 9))
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    coordinator_error = ctx.broker.groups.coordinator_error
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
+            error = coordinator_error(g.group_id)
             groups.append(
                 OffsetFetchResponse.OffsetFetchResponseGroup(
                     group_id=g.group_id,
-                    error_code=ErrorCode.NONE,
+                    error_code=error,
                     topics=[
                         OffsetFetchResponse.OffsetFetchResponseTopics(
                             name=name,
@@ -101,6 +117,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                             ],
                         )
                         for name, partitions in _lookup(ctx, g.group_id, wanted)
+                        if error == ErrorCode.NONE
                     ],
                 )
             )
@@ -108,6 +125,9 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
     wanted = (
         None if request.topics is None else [(t.name, t.partition_indexes) for t in request.topics]
     )
+    error = coordinator_error(request.group_id)
+    if error != ErrorCode.NONE:
+        return _fetch_error(ctx.api_version, error, wanted)
     return OffsetFetchResponse(
         error_code=ErrorCode.NONE,
         topics=[
@@ -126,6 +146,33 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
             )
             for name, partitions in _lookup(ctx, request.group_id, wanted)
         ],
+    )
+
+
+def _fetch_error(
+    version: int, error: ErrorCode, wanted: list[tuple[str, list[int]]] | None
+) -> OffsetFetchResponse:
+    """Kafka's error answer: v2+ carries it at the top; v0-1 have no top-level error, so every
+    requested partition carries it (with offset -1)."""
+    if version >= 2:
+        return OffsetFetchResponse(error_code=error, topics=[])
+    return OffsetFetchResponse(
+        topics=[
+            OffsetFetchResponse.OffsetFetchResponseTopic(
+                name=name,
+                partitions=[
+                    OffsetFetchResponse.OffsetFetchResponsePartition(
+                        partition_index=index,
+                        committed_offset=NO_OFFSET,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=error,
+                    )
+                    for index in indexes
+                ],
+            )
+            for name, indexes in wanted or []
+        ]
     )
 
 

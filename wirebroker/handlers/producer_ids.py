@@ -7,7 +7,10 @@ epoch is exhausted); a v3+ request whose expected id and epoch are no longer cur
 PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v4, as Kafka maps it). A transaction timeout
 that is not positive or above ``transaction.max.timeout.ms`` (default 900000) is
 INVALID_TRANSACTION_TIMEOUT; an empty transactional id is INVALID_REQUEST. Ids and the
-transactional id mapping survive restarts (:mod:`wirebroker.producer_ids`).
+transactional id mapping survive restarts (:mod:`wirebroker.producer_ids`). In a ZooKeeper
+cluster the ids come from blocks of `/latest_producer_id_block`, so InitProducerId may go to any
+broker and two brokers never answer the same id; while ZooKeeper cannot give a block the answer
+is COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.9 answers it when its block is not there yet).
 
 Differences from Kafka: this broker is not a transaction coordinator -- no transaction log,
 no ongoing transaction is aborted on re-init, no timeouts, no markers (transactions are out of
@@ -19,6 +22,8 @@ from the partition's producer state; coordinator epoch and transaction start are
 
 from __future__ import annotations
 
+import logging
+
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.describe_producers import (
     DescribeProducersRequest,
@@ -26,6 +31,8 @@ from protocol.messages.describe_producers import (
 )
 from protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
 from wirebroker.dispatch import RequestContext, handles
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
 
@@ -37,6 +44,14 @@ async def init_producer_id(
     ids = ctx.broker.producer_ids
     tid = request.transactional_id
     response = InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+    cluster = ctx.broker.cluster
+    if cluster is not None and ids.needs_block:
+        try:
+            ids.add_block(*await cluster.allocate_producer_id_block())
+        except Exception as e:  # ZooKeeper unreachable or slow: the client retries
+            log.warning("no producer id block from ZooKeeper: %s", e)
+            response.error_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            return response
     if tid is None:
         response.producer_id = ids.next_producer_id()
         response.producer_epoch = 0

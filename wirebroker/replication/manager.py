@@ -7,7 +7,9 @@ three are refused when they come from an older controller epoch. It owns the fet
 per source broker and fetcher id, `num.replica.fetchers`), the periodic ISR shrink check, and the
 AlterPartition requests that carry the leaders' ISR changes to the controller (applied when the
 controller answers). Decisions about one partition's ISR and high watermark are the
-partition's (`wirebroker.partition`); the bytes are storage's.
+partition's (`wirebroker.partition`); the bytes are storage's. Every leader or follower
+transition and every stop is reported to the group coordinator (`GroupCoordinator.
+partition_moved`), which loads or unloads the groups of `__consumer_offsets` partitions.
 """
 
 from __future__ import annotations
@@ -386,6 +388,7 @@ class ReplicaManager:
             p.isr,
             p.high_watermark,
         )
+        self.broker.groups.partition_moved(tp, leader=True)
 
     def _make_follower(self, tp: TopicPartition, p: Partition, s: LeaderAndIsrState) -> None:
         restart = p.make_follower(
@@ -403,6 +406,7 @@ class ReplicaManager:
             s.leader_epoch,
             p.log_end_offset,
         )
+        self.broker.groups.partition_moved(tp, leader=False)
         if restart:
             self._remove_fetcher(tp)
             if s.leader >= 0:
@@ -452,6 +456,7 @@ class ReplicaManager:
 
     def _stop(self, tp: TopicPartition, p: Partition | None, delete: bool) -> None:
         self._remove_fetcher(tp)
+        self.broker.groups.partition_moved(tp, leader=False)
         self._isr_queue.pop(tp, None)
         if not delete:
             log.info("%s-%d: stopped", tp.topic, tp.partition)
@@ -477,6 +482,12 @@ class ReplicaManager:
         self.broker.metadata_cache.update(request, version)
         self.broker.controller_id = max(request.controller_id, -1)
         self.controller_epoch = request.controller_epoch
+        # A follower that was caught up holds the watermark only while its broker is alive;
+        # when it goes, nothing else would move the watermark of an idle partition.
+        now = self.broker.now_ms()
+        for partition in self.broker.partitions.values():
+            if partition.is_local_leader and partition.followers:
+                partition.maybe_advance_high_watermark(now)
         return ErrorCode.NONE
 
     def check_broker_epoch(self, broker_epoch: int) -> None:

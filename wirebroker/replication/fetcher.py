@@ -32,7 +32,7 @@ from protocol.messages.offset_for_leader_epoch import (
 )
 from storage.errors import KafkaStorageError, UnexpectedAppendOffsetError
 from wirebroker.partition import TopicPartition
-from wirebroker.replication.peer import PeerClient, PeerError
+from wirebroker.peer import PeerClient, PeerError
 
 if TYPE_CHECKING:
     from wirebroker.partition import Partition

@@ -142,13 +142,8 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
     if ctx.broker.cluster is not None:
         return await _delete_topics_in_zk(ctx, request)
     broker = ctx.broker
-    wanted: list[tuple[str | None, uuid.UUID]] = (
-        [(t.name, t.topic_id) for t in request.topics]
-        if ctx.api_version >= 6
-        else [(name, ZERO_UUID) for name in request.topic_names]
-    )
     responses = []
-    for name, topic_id in wanted:
+    for name, topic_id in _deletion_wanted(ctx, request):
         result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
         responses.append(result)
         if name is None:
@@ -158,13 +153,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
                 result.error_message = f"no topic has id {topic_id}"
                 continue
             name = result.name = record.name
-        if not broker.config.get_bool("delete.topic.enable"):
-            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
-            result.error_message = "delete.topic.enable is false"
-            continue
-        if name in INTERNAL_TOPICS:
-            result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
-            result.error_message = f"{name} is an internal topic"
+        if _deletion_refused(ctx, name, result):
             continue
         try:
             record = broker.delete_topic(name)
@@ -175,6 +164,30 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
             unknown = e.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = None if unknown else str(e)
     return DeleteTopicsResponse(responses=responses)
+
+
+def _deletion_wanted(
+    ctx: RequestContext, request: DeleteTopicsRequest
+) -> list[tuple[str | None, uuid.UUID]]:
+    """(name, id) per topic to delete: by name or id from v6, by name alone before."""
+    if ctx.api_version >= 6:
+        return [(t.name, t.topic_id) for t in request.topics]
+    return [(name, ZERO_UUID) for name in request.topic_names]
+
+
+def _deletion_refused(
+    ctx: RequestContext, name: str, result: DeleteTopicsResponse.DeletableTopicResult
+) -> bool:
+    """Answer `result` and return True if this broker must not delete `name` at all."""
+    if not ctx.broker.config.get_bool("delete.topic.enable"):
+        result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+        result.error_message = "delete.topic.enable is false"
+        return True
+    if name in INTERNAL_TOPICS:
+        result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+        result.error_message = f"{name} is an internal topic"
+        return True
+    return False
 
 
 @handles(CreatePartitionsRequest, (0, 3))
@@ -257,14 +270,9 @@ async def _delete_topics_in_zk(
 ) -> DeleteTopicsResponse:
     cluster = ctx.broker.cluster
     assert cluster is not None
-    wanted: list[tuple[str | None, uuid.UUID]] = (
-        [(t.name, t.topic_id) for t in request.topics]
-        if ctx.api_version >= 6
-        else [(name, ZERO_UUID) for name in request.topic_names]
-    )
     responses = []
     marked: list[DeleteTopicsResponse.DeletableTopicResult] = []
-    for name, topic_id in wanted:
+    for name, topic_id in _deletion_wanted(ctx, request):
         result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
         responses.append(result)
         if name is None:
@@ -277,13 +285,7 @@ async def _delete_topics_in_zk(
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 result.error_message = f"no topic has id {topic_id}"
                 continue
-        if not ctx.broker.config.get_bool("delete.topic.enable"):
-            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
-            result.error_message = "delete.topic.enable is false"
-            continue
-        if name in INTERNAL_TOPICS:
-            result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
-            result.error_message = f"{name} is an internal topic"
+        if _deletion_refused(ctx, name, result):
             continue
         try:
             found_id = await cluster.delete_topic(name)

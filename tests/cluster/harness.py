@@ -19,7 +19,7 @@ from protocol.messages import APIS
 from protocol.messages.headers import ResponseHeader
 from protocol.schema import Message
 from wirebroker.config import BrokerConfig
-from wirebroker.controller.channel import request_once
+from wirebroker.peer import request_once
 from wirebroker.server import RunningBroker, serve_broker
 from wirebroker.zk import znodes
 from wirebroker.zk.client import ZkClient

@@ -30,8 +30,8 @@ from protocol.messages.metadata import MetadataRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import FakeBroker, call, eventually, start_broker
-from wirebroker.controller.channel import request_once
 from wirebroker.controller.controller import ControllerMoved
+from wirebroker.peer import request_once
 from wirebroker.server import RunningBroker
 from wirebroker.zk import znodes
 from wirebroker.zk.client import BadVersionError, ZkClient

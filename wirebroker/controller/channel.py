@@ -8,8 +8,8 @@ hand is sent again, until the broker is removed (it left the cluster) or the con
 resigns (the whole channel is cancelled). Answers go to the optional callback, so the
 controller can log errors; a callback must not block.
 
-Requests are encoded and responses decoded with `protocol`; every request carries the
-controller's id and epoch and the broker's epoch, which the caller puts in the body.
+Requests go over `wirebroker.peer.PeerConnection`; every request carries the controller's id
+and epoch and the broker's epoch, which the caller puts in the body.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from typing import Any
 
 import trio
 
-from protocol.api import decode_response, encode_request
-from protocol.framing import NEED_DATA, FrameBuffer, frame
-from protocol.messages.headers import RequestHeader
 from protocol.schema import Message
+from wirebroker.peer import PeerConnection
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +62,6 @@ class ControllerChannel:
         self.controller_id = controller_id
         self._links: dict[int, _BrokerLink] = {}
         self._nursery: trio.Nursery | None = None
-        self._correlation = 0
         self.sent: list[tuple[int, str]] = []  # (broker, request name) answered: logs, tests
         self.dropped: list[tuple[int, str]] = []  # (broker, request name) given up on
 
@@ -114,7 +111,9 @@ class ControllerChannel:
             attempts = 0
             while True:
                 try:
-                    stream = await trio.open_tcp_stream(link.host, link.port)
+                    connection = await PeerConnection.open(
+                        link.host, link.port, client_id=f"controller-{self.controller_id}"
+                    )
                 except OSError as e:
                     log.debug("broker %d at %s:%d: %s", link.broker_id, link.host, link.port, e)
                     await trio.sleep(backoff)
@@ -129,15 +128,15 @@ class ControllerChannel:
                 )
                 link.connected_once = True
                 backoff = BACKOFF_S
-                buffer = FrameBuffer()
                 try:
-                    async with stream:
+                    async with connection:
                         while True:
                             if pending is None:
                                 pending = await link.receive.receive()
                                 attempts = 0
                             attempts += 1
-                            response = await self._round_trip(stream, buffer, pending)
+                            with trio.fail_after(REQUEST_TIMEOUT_S):
+                                response = await connection.request(pending.body, pending.version)
                             self.sent.append((link.broker_id, type(pending.body).__name__))
                             callback, pending = pending.callback, None
                             if callback is not None:
@@ -165,63 +164,3 @@ class ControllerChannel:
                     return
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
-
-    async def _round_trip(
-        self, stream: trio.SocketStream, buffer: FrameBuffer, item: _Queued
-    ) -> Message:
-        self._correlation += 1
-        cid = self._correlation
-        header = RequestHeader(
-            request_api_key=item.body.API_KEY,
-            request_api_version=item.version,
-            correlation_id=cid,
-            client_id=f"controller-{self.controller_id}",
-        )
-        with trio.fail_after(REQUEST_TIMEOUT_S):
-            await stream.send_all(frame(encode_request(header, item.body)))
-            while True:
-                got = buffer.next_frame()
-                if got is not NEED_DATA:
-                    break
-                data = await stream.receive_some(65536)
-                if not data:
-                    raise EOFError("connection closed by the broker")
-                buffer.receive_data(data)
-        assert isinstance(got, memoryview)
-        response = decode_response(got, item.body.API_KEY, item.version)
-        if response.header.correlation_id != cid:
-            raise EOFError(f"correlation id {response.header.correlation_id} != {cid}")
-        return response.body
-
-
-async def request_once(
-    host: str,
-    port: int,
-    body: Message,
-    version: int,
-    *,
-    client_id: str,
-    timeout_s: float = REQUEST_TIMEOUT_S,
-) -> Message:
-    """One request on a fresh connection (a broker's ControlledShutdown to the controller)."""
-    header = RequestHeader(
-        request_api_key=body.API_KEY,
-        request_api_version=version,
-        correlation_id=1,
-        client_id=client_id,
-    )
-    buffer = FrameBuffer()
-    with trio.fail_after(timeout_s):
-        stream = await trio.open_tcp_stream(host, port)
-        async with stream:
-            await stream.send_all(frame(encode_request(header, body)))
-            while True:
-                got = buffer.next_frame()
-                if got is not NEED_DATA:
-                    break
-                data = await stream.receive_some(65536)
-                if not data:
-                    raise EOFError("connection closed before the answer")
-                buffer.receive_data(data)
-    assert isinstance(got, memoryview)
-    return decode_response(got, body.API_KEY, version).body

@@ -36,6 +36,7 @@ import trio
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from wirebroker.dispatch import RequestContext, handles
+from wirebroker.events import wait_any
 from wirebroker.partition import Partition
 
 READ_COMMITTED = 1
@@ -109,7 +110,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             if moved:
                 break
             _release(wanted)
-            await _wait_any(events)
+            await wait_any(events)
     if _needs_final_read(wanted):
         _read_all(ctx, request, wanted, replica_id)
     return _response(ctx, request, wanted)
@@ -234,17 +235,6 @@ def _release_one(w: _Wanted) -> None:
 def _release(wanted: list[_Wanted]) -> None:
     for w in wanted:
         _release_one(w)
-
-
-async def _wait_any(events: list[trio.Event]) -> None:
-    async with trio.open_nursery() as nursery:
-
-        async def wait(event: trio.Event) -> None:
-            await event.wait()
-            nursery.cancel_scope.cancel()
-
-        for event in events:
-            nursery.start_soon(wait, event)
 
 
 def _response(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted]) -> FetchResponse:

@@ -28,6 +28,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
 from wirebroker.broker import now_ms
 from wirebroker.dispatch import CloseConnection, RequestContext, handles
+from wirebroker.events import wait_any
 from wirebroker.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -88,23 +89,9 @@ async def _await_replication(
                     still.append((partition, required, result))
             pending = still
             if pending:
-                await _wait_any(events)
+                await wait_any(events)
     for _partition, _required, result in pending:
         result.error_code = ErrorCode.REQUEST_TIMED_OUT
-
-
-async def _wait_any(events: list[trio.Event]) -> None:
-    if len(events) == 1:
-        await events[0].wait()
-        return
-    async with trio.open_nursery() as nursery:
-
-        async def wait(event: trio.Event) -> None:
-            await event.wait()
-            nursery.cancel_scope.cancel()
-
-        for event in events:
-            nursery.start_soon(wait, event)
 
 
 def _append(

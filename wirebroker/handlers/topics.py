@@ -28,6 +28,8 @@ from wirebroker.topic_configs import describe_topic_configs
 from wirebroker.topics import INTERNAL_TOPICS, TopicRecord
 
 ZERO_UUID = uuid.UUID(int=0)
+_Topic = CreateTopicsRequest.CreatableTopic
+_Result = CreateTopicsResponse.CreatableTopicResult
 
 
 @handles(CreateTopicsRequest, (0, 7))
@@ -35,47 +37,84 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     if ctx.broker.cluster is not None:
         return await _create_topics_in_zk(ctx, request)
     broker = ctx.broker
+    results, to_create = _create_results(request)
+    for topic, result in to_create:
+        try:
+            partitions, replication = _sizes(ctx, topic)
+            record = broker.create_topic(
+                topic.name,
+                partitions,
+                replication,
+                {c.name: c.value for c in topic.configs if c.value is not None},
+                validate_only=request.validate_only,
+            )
+        except KafkaError as e:
+            _answer_failed(result, e)
+            continue
+        _answer_created(ctx, result, record, request.validate_only)
+    return CreateTopicsResponse(topics=results)
+
+
+def _create_results(
+    request: CreateTopicsRequest,
+) -> tuple[list[_Result], list[tuple[_Topic, _Result]]]:
+    """One result per requested topic, and the (topic, result) pairs still to create: a name
+    listed more than once is answered INVALID_REQUEST each time and not created."""
     counts = Counter(t.name for t in request.topics)
     results = []
+    to_create = []
     for topic in request.topics:
         # Kafka answers a created topic with a null error message (the codec's default is "").
-        result = CreateTopicsResponse.CreatableTopicResult(name=topic.name, error_message=None)
+        result = _Result(name=topic.name, error_message=None)
         results.append(result)
         if counts[topic.name] > 1:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"topic {topic.name} is listed more than once"
-            continue
-        try:
-            partitions, replication = _sizes(ctx, topic)
-            configs = {c.name: c.value for c in topic.configs if c.value is not None}
-            record = broker.create_topic(
-                topic.name, partitions, replication, configs, validate_only=request.validate_only
-            )
-        except KafkaError as e:
-            result.error_code = e.error_code
-            result.error_message = str(e)
-            result.num_partitions = -1
-            result.replication_factor = -1
-            continue
-        result.topic_id = record.topic_id if not request.validate_only else ZERO_UUID
-        result.num_partitions = record.partitions
-        result.replication_factor = record.replication_factor
-        if ctx.api_version >= 5:
-            result.configs = [
-                CreateTopicsResponse.CreatableTopicConfigs(
-                    name=c.name,
-                    value=c.value,
-                    read_only=c.read_only,
-                    config_source=c.source,
-                    is_sensitive=c.is_sensitive,
-                )
-                for c in describe_topic_configs(broker, record)
-            ]
-    return CreateTopicsResponse(topics=results)
+        else:
+            to_create.append((topic, result))
+    return results, to_create
 
 
-def _sizes(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic) -> tuple[int, int]:
+def _default_sizes(ctx: RequestContext, topic: _Topic) -> tuple[int, int]:
+    """The requested partition count and replication factor, the broker's defaults for -1."""
     config = ctx.broker.config
+    partitions = topic.num_partitions
+    replication = topic.replication_factor
+    if partitions == -1:
+        partitions = config.get_int("num.partitions")
+    if replication == -1:
+        replication = config.get_int("default.replication.factor")
+    return partitions, replication
+
+
+def _answer_failed(result: _Result, e: KafkaError) -> None:
+    result.error_code = e.error_code
+    result.error_message = str(e)
+    result.num_partitions = -1
+    result.replication_factor = -1
+
+
+def _answer_created(
+    ctx: RequestContext, result: _Result, record: TopicRecord, validate_only: bool
+) -> None:
+    """Fill a created (or validated) topic's result; its configs from v5."""
+    result.topic_id = record.topic_id if not validate_only else ZERO_UUID
+    result.num_partitions = record.partitions
+    result.replication_factor = record.replication_factor
+    if ctx.api_version >= 5:
+        result.configs = [
+            CreateTopicsResponse.CreatableTopicConfigs(
+                name=c.name,
+                value=c.value,
+                read_only=c.read_only,
+                config_source=c.source,
+                is_sensitive=c.is_sensitive,
+            )
+            for c in describe_topic_configs(ctx.broker, record)
+        ]
+
+
+def _sizes(ctx: RequestContext, topic: _Topic) -> tuple[int, int]:
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
             raise KafkaError(
@@ -95,13 +134,7 @@ def _sizes(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic) -> tu
                     error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 )
         return len(indexes), 1
-    partitions = topic.num_partitions
-    replication = topic.replication_factor
-    if partitions == -1:
-        partitions = config.get_int("num.partitions")
-    if replication == -1:
-        replication = config.get_int("default.replication.factor")
-    return partitions, replication
+    return _default_sizes(ctx, topic)
 
 
 @handles(DeleteTopicsRequest, (0, 6))
@@ -109,13 +142,8 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
     if ctx.broker.cluster is not None:
         return await _delete_topics_in_zk(ctx, request)
     broker = ctx.broker
-    wanted: list[tuple[str | None, uuid.UUID]] = (
-        [(t.name, t.topic_id) for t in request.topics]
-        if ctx.api_version >= 6
-        else [(name, ZERO_UUID) for name in request.topic_names]
-    )
     responses = []
-    for name, topic_id in wanted:
+    for name, topic_id in _deletion_wanted(ctx, request):
         result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
         responses.append(result)
         if name is None:
@@ -125,13 +153,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
                 result.error_message = f"no topic has id {topic_id}"
                 continue
             name = result.name = record.name
-        if not broker.config.get_bool("delete.topic.enable"):
-            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
-            result.error_message = "delete.topic.enable is false"
-            continue
-        if name in INTERNAL_TOPICS:
-            result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
-            result.error_message = f"{name} is an internal topic"
+        if _deletion_refused(ctx, name, result):
             continue
         try:
             record = broker.delete_topic(name)
@@ -142,6 +164,30 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
             unknown = e.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = None if unknown else str(e)
     return DeleteTopicsResponse(responses=responses)
+
+
+def _deletion_wanted(
+    ctx: RequestContext, request: DeleteTopicsRequest
+) -> list[tuple[str | None, uuid.UUID]]:
+    """(name, id) per topic to delete: by name or id from v6, by name alone before."""
+    if ctx.api_version >= 6:
+        return [(t.name, t.topic_id) for t in request.topics]
+    return [(name, ZERO_UUID) for name in request.topic_names]
+
+
+def _deletion_refused(
+    ctx: RequestContext, name: str, result: DeleteTopicsResponse.DeletableTopicResult
+) -> bool:
+    """Answer `result` and return True if this broker must not delete `name` at all."""
+    if not ctx.broker.config.get_bool("delete.topic.enable"):
+        result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+        result.error_message = "delete.topic.enable is false"
+        return True
+    if name in INTERNAL_TOPICS:
+        result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+        result.error_message = f"{name} is an internal topic"
+        return True
+    return False
 
 
 @handles(CreatePartitionsRequest, (0, 3))
@@ -178,16 +224,9 @@ async def _create_topics_in_zk(
 ) -> CreateTopicsResponse:
     cluster = ctx.broker.cluster
     assert cluster is not None
-    counts = Counter(t.name for t in request.topics)
-    results = []
-    created: list[tuple[CreateTopicsResponse.CreatableTopicResult, int]] = []
-    for topic in request.topics:
-        result = CreateTopicsResponse.CreatableTopicResult(name=topic.name, error_message=None)
-        results.append(result)
-        if counts[topic.name] > 1:
-            result.error_code = ErrorCode.INVALID_REQUEST
-            result.error_message = f"topic {topic.name} is listed more than once"
-            continue
+    results, to_create = _create_results(request)
+    created: list[tuple[_Result, int]] = []
+    for topic, result in to_create:
         try:
             assignment = None
             if topic.assignments:
@@ -198,43 +237,22 @@ async def _create_topics_in_zk(
                         error_code=ErrorCode.INVALID_REQUEST,
                     )
                 assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
-            partitions, replication = topic.num_partitions, topic.replication_factor
-            if partitions == -1:
-                partitions = ctx.broker.config.get_int("num.partitions")
-            if replication == -1:
-                replication = ctx.broker.config.get_int("default.replication.factor")
-            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            partitions, replication = _default_sizes(ctx, topic)
             done = await cluster.create_topic(
                 topic.name,
                 partitions,
                 replication,
-                configs,
+                {c.name: c.value for c in topic.configs if c.value is not None},
                 assignment,
                 validate_only=request.validate_only,
             )
         except KafkaError as e:
-            result.error_code = e.error_code
-            result.error_message = str(e)
-            result.num_partitions = -1
-            result.replication_factor = -1
+            _answer_failed(result, e)
             continue
-        result.topic_id = done.topic_id if not request.validate_only else ZERO_UUID
-        result.num_partitions = done.partitions
-        result.replication_factor = done.replication_factor
-        if ctx.api_version >= 5:
-            record = TopicRecord(
-                topic.name, done.topic_id, done.partitions, done.replication_factor, done.configs
-            )
-            result.configs = [
-                CreateTopicsResponse.CreatableTopicConfigs(
-                    name=c.name,
-                    value=c.value,
-                    read_only=c.read_only,
-                    config_source=c.source,
-                    is_sensitive=c.is_sensitive,
-                )
-                for c in describe_topic_configs(ctx.broker, record)
-            ]
+        record = TopicRecord(
+            topic.name, done.topic_id, done.partitions, done.replication_factor, done.configs
+        )
+        _answer_created(ctx, result, record, request.validate_only)
         if not request.validate_only:
             created.append((result, done.partitions))
     if request.timeout_ms > 0:
@@ -252,14 +270,9 @@ async def _delete_topics_in_zk(
 ) -> DeleteTopicsResponse:
     cluster = ctx.broker.cluster
     assert cluster is not None
-    wanted: list[tuple[str | None, uuid.UUID]] = (
-        [(t.name, t.topic_id) for t in request.topics]
-        if ctx.api_version >= 6
-        else [(name, ZERO_UUID) for name in request.topic_names]
-    )
     responses = []
     marked: list[DeleteTopicsResponse.DeletableTopicResult] = []
-    for name, topic_id in wanted:
+    for name, topic_id in _deletion_wanted(ctx, request):
         result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
         responses.append(result)
         if name is None:
@@ -272,13 +285,7 @@ async def _delete_topics_in_zk(
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 result.error_message = f"no topic has id {topic_id}"
                 continue
-        if not ctx.broker.config.get_bool("delete.topic.enable"):
-            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
-            result.error_message = "delete.topic.enable is false"
-            continue
-        if name in INTERNAL_TOPICS:
-            result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
-            result.error_message = f"{name} is an internal topic"
+        if _deletion_refused(ctx, name, result):
             continue
         try:
             found_id = await cluster.delete_topic(name)

@@ -32,7 +32,7 @@ from protocol.messages.offset_for_leader_epoch import (
 )
 from storage.errors import KafkaStorageError, UnexpectedAppendOffsetError
 from wirebroker.partition import TopicPartition
-from wirebroker.replication.peer import PeerClient, PeerError
+from wirebroker.peer import PeerClient, PeerError
 
 if TYPE_CHECKING:
     from wirebroker.partition import Partition
@@ -139,6 +139,17 @@ class ReplicaFetcher:
             return None
         return self._partition(tp)
 
+    def _answered(
+        self, sent: dict[TopicPartition, tuple[FetchState, int]], tp: TopicPartition
+    ) -> tuple[FetchState, int, Partition] | None:
+        """Take `tp` out of `sent` when a response answers it: its state, the offset sent and the
+        partition, or None if it was not asked about or its fetch state changed since."""
+        if tp not in sent:
+            return None
+        state, offset = sent.pop(tp)
+        p = self._current(tp, state, offset)
+        return None if p is None else (state, offset, p)
+
     def _delay(self, tps: Any) -> None:
         until = trio.current_time() + self.backoff_s
         for tp in tps:
@@ -188,12 +199,10 @@ class ReplicaFetcher:
         for topic in response.topics:
             for r in topic.partitions:
                 tp = TopicPartition(topic.topic, r.partition)
-                if tp not in sent:
+                answered = self._answered(sent, tp)
+                if answered is None:
                     continue
-                state, offset = sent.pop(tp)
-                p = self._current(tp, state, offset)
-                if p is None:
-                    continue
+                state, _offset, p = answered
                 if r.error_code != ErrorCode.NONE:
                     self._on_error(tp, state, ErrorCode(r.error_code))
                     continue
@@ -293,12 +302,10 @@ class ReplicaFetcher:
         for topic in response.responses:
             for r in topic.partitions:
                 tp = TopicPartition(topic.topic, r.partition_index)
-                if tp not in sent:
+                answered = self._answered(sent, tp)
+                if answered is None:
                     continue
-                state, offset = sent.pop(tp)
-                p = self._current(tp, state, offset)
-                if p is None:
-                    continue
+                state, offset, p = answered
                 code = ErrorCode(r.error_code)
                 if code == ErrorCode.NONE and r.diverging_epoch.epoch >= 0:
                     # The leader's log parted from ours: truncate (OffsetForLeaderEpoch) again.

@@ -29,9 +29,9 @@ from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaRespon
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.errors import KafkaStorageError
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
+from wirebroker.peer import PeerClient, PeerError
 from wirebroker.replication.fetcher import ReplicaFetcher
 from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
-from wirebroker.replication.peer import PeerClient, PeerError
 from wirebroker.topic_configs import log_config_for
 
 if TYPE_CHECKING:

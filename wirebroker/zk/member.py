@@ -31,9 +31,9 @@ from protocol.messages.controlled_shutdown import (
 )
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.controller import decisions
-from wirebroker.controller.channel import request_once
 from wirebroker.controller.controller import Controller, NotController
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
+from wirebroker.peer import request_once
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import znodes

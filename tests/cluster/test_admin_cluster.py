@@ -138,6 +138,10 @@ def test_partitions_configs_and_elections(zk_connect: str, tmp_path: Path) -> No
             assert fake.zk is not None
             await fake.zk.close()
             await eventually(lambda: 2 not in controller.ctx.live, what="broker 2 gone")
+            await eventually(
+                lambda: controller.ctx.states[("lonely", 0)].state.leader != 2,
+                what="the controller to handle the loss",
+            )
             state = controller.ctx.states[("lonely", 0)].state
             assert state.leader == -1 and state.isr == (2,)  # offline, ISR not emptied
             elect = ElectLeadersRequest(

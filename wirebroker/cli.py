@@ -20,7 +20,7 @@ import trio
 from wirebroker import cluster_cli
 from wirebroker.config import BROKER_KEYS, BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker, serve_broker
-from wirebroker.zk.client import ZooKeeperUnreachable
+from wirebroker.zk.errors import ZooKeeperUnreachable
 
 log = logging.getLogger("wirebroker")
 

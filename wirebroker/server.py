@@ -18,6 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -25,8 +26,9 @@ import wirebroker.handlers  # noqa: F401  (registers every API)
 from wirebroker.broker import Broker, now_ms
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
-from wirebroker.zk import member as zk_member
-from wirebroker.zk.client import ZkClient
+
+if TYPE_CHECKING:
+    from wirebroker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,9 @@ async def serve_broker(
     started = time.monotonic()
     zk: ZkClient | None = None
     if config.get("zookeeper.connect"):
+        # Imported here: an embedded broker never loads kazoo and the controller (start-up time).
+        from wirebroker.zk import member as zk_member
+
         zk = await zk_member.connect(config)
         try:
             cluster_id = await zk_member.ensure_cluster_id(zk, config)
@@ -88,7 +93,9 @@ async def serve_broker(
                 nursery.start_soon(trio.serve_listeners, handler, sockets)
             broker.advertised = _advertised(config, bound)
             if zk is not None:
-                broker.cluster = zk_member.ClusterMember(broker, zk)
+                from wirebroker.zk.member import ClusterMember
+
+                broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
             log.info(

@@ -34,6 +34,7 @@ from protocol.schema import Message
 from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.decisions import ReplicaAssignment
+from wirebroker.controller.errors import ControllerError, NotController
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
     BadVersionError,
@@ -63,10 +64,6 @@ EPOCH_DURING_DELETE = -2
 
 class ControllerMoved(Exception):
     """Our controller epoch is no longer the current one: another broker took over."""
-
-
-class NotController(Exception):
-    """Raised by `Controller.call` when this broker is not the active controller."""
 
 
 @dataclass
@@ -947,9 +944,9 @@ class Controller:
         ctx = self.ctx
         live = ctx.live.get(broker_id)
         if live is None:
-            raise _CodeError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
+            raise ControllerError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
         if broker_epoch != -1 and broker_epoch < live.epoch:
-            raise _CodeError(ErrorCode.STALE_BROKER_EPOCH, "stale broker epoch")
+            raise ControllerError(ErrorCode.STALE_BROKER_EPOCH, "stale broker epoch")
         log.info("controlled shutdown of broker %d", broker_id)
         ctx.shutting_down.add(broker_id)
         act_on = [
@@ -1195,12 +1192,3 @@ class Controller:
             await self.zk.delete(znodes.REASSIGN_PARTITIONS)
         elif left != wanted:
             await self.zk.set(znodes.REASSIGN_PARTITIONS, znodes.LegacyReassignment(left).encode())
-
-
-class _CodeError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-ControllerError = _CodeError

@@ -11,7 +11,7 @@ only other brokers send, get NOT_CONTROLLER).
 from __future__ import annotations
 
 import uuid
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from protocol.errors import ErrorCode
 from protocol.messages.alter_partition import AlterPartitionRequest, AlterPartitionResponse
@@ -28,8 +28,11 @@ from protocol.messages.list_partition_reassignments import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
-from wirebroker.controller.controller import Controller, ControllerError, NotController
+from wirebroker.controller.errors import ControllerError, NotController
 from wirebroker.dispatch import RequestContext, handles
+
+if TYPE_CHECKING:
+    from wirebroker.controller.controller import Controller
 
 T = TypeVar("T")
 ZERO_UUID = uuid.UUID(int=0)

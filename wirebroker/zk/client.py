@@ -38,6 +38,8 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
+from wirebroker.zk.errors import ZooKeeperUnreachable
+
 __all__ = [
     "BadVersionError",
     "ConnectionLoss",
@@ -54,10 +56,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class ZooKeeperUnreachable(ConnectionError):
-    """No ZooKeeper answered within `zookeeper.connection.timeout.ms` at start-up."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,8 @@
+"""ZooKeeper errors that code outside `wirebroker.zk` catches, importable without kazoo."""
+
+from __future__ import annotations
+
+
+class ZooKeeperUnreachable(ConnectionError):
+    """No ZooKeeper answered within `zookeeper.connection.timeout.ms` at start-up; `wirebroker
+    serve` reports it in one line and exits."""

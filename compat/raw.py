@@ -11,10 +11,23 @@ from typing import Any, NamedTuple
 from compat.clients import GET_OFFSETS, java
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from protocol.records import iter_batches
+from tests.wirebroker import helpers
 from tests.wirebroker.helpers import RawClient
-from tests.wirebroker.helpers import create_topic as create_topic
 
 __all__ = ["StoredBatch", "create_topic", "offsets_for_time", "stored_batches"]
+
+
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
+    """Create a scenario topic that keeps its records (``retention.ms=-1``).
+
+    Scenario records carry fixed 2023 timestamps, and Kafka's time retention deletes a segment
+    whose records are all older than ``retention.ms`` -- the active one too, rolling first --
+    so its check (every 5 minutes) once emptied a topic between produce and consume in CI (the
+    earliest offset became 5). Topic-level, so broker config describes stay untouched.
+    """
+    helpers.create_topic(bootstrap, name, partitions, {"retention.ms": "-1", **(configs or {})})
 
 
 class StoredBatch(NamedTuple):

@@ -618,13 +618,14 @@ class GroupCoordinator:
         return ErrorCode.NONE, codes
 
 
-def _group_store_error(error: ErrorCode) -> ErrorCode:
-    """A failed group write as Kafka's GroupMetadataManager.storeGroup answers it."""
+def _store_error(error: ErrorCode, *, too_large: ErrorCode, timed_out: ErrorCode) -> ErrorCode:
+    """A failed write to `__consumer_offsets` as Kafka's GroupMetadataManager answers it."""
+    if error == ErrorCode.REQUEST_TIMED_OUT:
+        return timed_out
     if error in (
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.NOT_ENOUGH_REPLICAS,
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.REQUEST_TIMED_OUT,
     ):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
@@ -634,28 +635,27 @@ def _group_store_error(error: ErrorCode) -> ErrorCode:
         ErrorCode.RECORD_LIST_TOO_LARGE,
         ErrorCode.INVALID_FETCH_SIZE,
     ):
-        return ErrorCode.UNKNOWN_SERVER_ERROR
+        return too_large
     return error
+
+
+def _group_store_error(error: ErrorCode) -> ErrorCode:
+    """storeGroup's mapping: a timeout is a coordinator that is not available."""
+    return _store_error(
+        error,
+        too_large=ErrorCode.UNKNOWN_SERVER_ERROR,
+        timed_out=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    )
 
 
 def _offset_store_error(error: ErrorCode) -> ErrorCode:
-    """A failed offset write as Kafka's GroupMetadataManager.storeOffsets answers it (a
-    timeout stays REQUEST_TIMED_OUT, which consumers treat as a lost coordinator)."""
-    if error in (
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if error in (
-        ErrorCode.MESSAGE_TOO_LARGE,
-        ErrorCode.RECORD_LIST_TOO_LARGE,
-        ErrorCode.INVALID_FETCH_SIZE,
-    ):
-        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-    return error
+    """storeOffsets' mapping: a timeout stays REQUEST_TIMED_OUT, which consumers treat as a
+    lost coordinator."""
+    return _store_error(
+        error,
+        too_large=ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+        timed_out=ErrorCode.REQUEST_TIMED_OUT,
+    )
 
 
 def _group_value(group: Group) -> GroupMetadataValue:

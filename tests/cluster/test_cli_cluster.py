@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -100,4 +99,3 @@ def test_cluster_command(tmp_path: Path) -> None:
     for address in bootstraps:
         with pytest.raises(OSError):
             socket.create_connection(host_port(address), timeout=1).close()
-    time.sleep(0)

@@ -80,6 +80,11 @@ def test_double_failover_leaves_replicas_identical(kind: str) -> None:
         topic = "kip-101"
         cluster.create_topic(topic, 1)
         stop = threading.Event()
+        acked = [0]  # acknowledged records, counted by the delivery callback
+
+        def delivered(err: object, _msg: object) -> None:
+            if err is None:
+                acked[0] += 1
 
         def write() -> None:
             from confluent_kafka import Producer
@@ -87,7 +92,7 @@ def test_double_failover_leaves_replicas_identical(kind: str) -> None:
             producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": 1, "linger.ms": 1})
             i = 0
             while not stop.is_set():
-                producer.produce(topic, str(i).encode(), partition=0)
+                producer.produce(topic, str(i).encode(), partition=0, on_delivery=delivered)
                 producer.poll(0.001)
                 i += 1
             producer.flush(60)
@@ -95,8 +100,7 @@ def test_double_failover_leaves_replicas_identical(kind: str) -> None:
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
         try:
-            wait_for(lambda: cluster.partitions(topic), 10, "metadata")
-            time.sleep(2)  # some data before the first failure
+            wait_for(lambda: acked[0] >= 1000, 60, "data before the first failure")
             first = cluster.leader(topic, 0)
             cluster.node(first).kill()
             second = cluster.leader(topic, 0)
@@ -104,7 +108,8 @@ def test_double_failover_leaves_replicas_identical(kind: str) -> None:
             for node_id in (first, second):
                 cluster.wait_gone(node_id)
                 cluster.node(node_id).start()
-            time.sleep(2)  # more data under the new leader
+            before = acked[0]
+            wait_for(lambda: acked[0] >= before + 1000, 60, "more data under the new leader")
         finally:
             stop.set()
             writer.join(90)

@@ -8,7 +8,6 @@ ever have two brokers claiming it, and acknowledged records survive.
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 import pytest
@@ -58,7 +57,7 @@ def test_zookeeper_restart(kind: str) -> None:
             LeaderProbe(brokers, topic, PARTITIONS) as probe,
             ConfluentProducer(cluster.bootstrap, topic, PARTITIONS, rate=200) as producer,
         ):
-            time.sleep(1)  # traffic before the outage
+            wait_for(lambda: len(producer.report.acked) >= 100, 60, "traffic before the outage")
             cluster.restart_zookeeper(down_for=2.0)
             cluster.wait_fully_replicated(topic)
             acked_before = len(producer.report.acked)

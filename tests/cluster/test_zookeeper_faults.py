@@ -30,6 +30,16 @@ def test_session_expiry_of_a_leader_and_of_the_controller(kind: str) -> None:
             LeaderProbe(brokers, topic, PARTITIONS) as probe,
             ConfluentProducer(cluster.bootstrap, topic, PARTITIONS, rate=200) as producer,
         ):
+            # Every replica must know the producer before its leader goes: librdkafka takes a
+            # later batch's success as proof that an earlier failed one was written (its
+            # "implicit ack"), and a new leader that never saw the producer accepts any
+            # sequence, so the first records, sent to a paused leader, would be reported
+            # delivered without being anywhere (confluentinc/confluent-kafka-go#921; Kafka too).
+            wait_for(
+                lambda: {a.partition for a in producer.report.acked} == set(range(PARTITIONS)),
+                60,
+                "acknowledged records on every partition before the outage",
+            )
             for victim in (cluster.leader(topic, 0), cluster.controller()):
                 cluster.pause(victim)
                 try:

@@ -34,6 +34,8 @@ JARS_ENV = "WIREBROKER_KAFKA_JARS"
 LOOPBACK = "127.0.0.1"
 DEFAULT_HEAP = "512m"
 DEFAULT_STARTUP_TIMEOUT = 90.0
+DEFAULT_TICK_MS = 2000  # ZooKeeper's sample zoo.cfg
+MAX_SESSION_TIMEOUT_MS = 40_000  # ZooKeeper's default (20 ticks of 2 s), kept for any tick
 DEFAULT_STOP_TIMEOUT = 30.0
 DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
     "-Xss1m",
@@ -280,10 +282,13 @@ def zookeeper(
     heap: str = DEFAULT_HEAP,
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     workdir: Path | None = None,
+    tick_ms: int = DEFAULT_TICK_MS,
 ) -> Iterator[ZooKeeperServer]:
     """Run a standalone ZooKeeper on a free loopback port until the block exits.
 
-    Everything lives in a temporary folder (``workdir`` if given, kept then) that is
+    ``tick_ms`` is ZooKeeper's ``tickTime``: sessions expire on tick boundaries, so a session
+    ends up to one tick after its timeout; a benchmark timing failovers shortens it. The
+    session timeouts it grants stay 2 ticks to 40 s whatever the tick. Everything lives in a temporary folder (``workdir`` if given, kept then) that is
     removed afterwards; its ``zookeeper.log`` holds the output.
     """
     own_tmp = workdir is None
@@ -298,7 +303,8 @@ def zookeeper(
         cfg = _write_properties(
             base / "zoo.cfg",
             {
-                "tickTime": 2000,
+                "tickTime": tick_ms,
+                "maxSessionTimeout": MAX_SESSION_TIMEOUT_MS,
                 "initLimit": 10,
                 "syncLimit": 5,
                 "dataDir": data_dir,

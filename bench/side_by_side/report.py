@@ -191,7 +191,10 @@ def _cluster_notes(catalogue: Sequence[Figure], results: Results) -> list[str]:
         f"{CLUSTER_SIZE} brokers (ids 1-{CLUSTER_SIZE}) on this machine, with "
         "`default.replication.factor=3`, `min.insync.replicas=2`, "
         f"`zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}` on both, no fsync; each run's "
-        "topic has one partition on all three brokers, and `$BOOTSTRAP` is the three addresses.",
+        "topic has one partition on all three brokers, and `$BOOTSTRAP` is the three addresses. "
+        "Their figures are medians of 2n+1 repeats for `--repeats n` above 1 (seven for three): "
+        "with five processes on two cores, and a failover waiting on ZooKeeper's and the "
+        "client's timers, single runs of either broker spread by a third.",
         "",
         "Row 10's p99 is the send-to-acknowledgement latency over every record of the "
         "throughput run (ProducerPerformance's own figure; librdkafka's delivery reports): "

@@ -51,7 +51,7 @@ generate: setup
 compat: setup jars tools
 	WIREBROKER_COMPAT_REPORT=compat/REPORT.md $(PY) -m pytest compat
 
-## bench: wirebroker against real Kafka 3.9 here (one broker, and 3-broker clusters for rows 10-11), same load generators; writes docs/BENCHMARKS.md + benchmarks.png (~35 min)
+## bench: wirebroker against real Kafka 3.9 here (one broker, and 3-broker clusters for rows 10-11), same load generators; writes docs/BENCHMARKS.md + benchmarks.png (~20 min)
 bench: setup jars
 	$(PY) -m bench.side_by_side
 

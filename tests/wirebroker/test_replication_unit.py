@@ -630,3 +630,47 @@ def test_leader_answers_a_diverging_epoch_to_a_follower(tmp_path: Path) -> None:
         assert [o for o, _, _ in decode_records(r.records)] == [3, 4]
     finally:
         broker.close()
+
+
+def test_new_leader_answers_latest_offsets_once_its_watermark_reaches_its_epoch(
+    tmp_path: Path,
+) -> None:
+    from protocol.messages.list_offsets import ListOffsetsRequest
+
+    def latest(version: int, replica_id: int = -1, timestamp: int = -1) -> Any:
+        request = ListOffsetsRequest(
+            replica_id=replica_id,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name="t",
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsPartition(
+                            partition_index=0, current_leader_epoch=-1, timestamp=timestamp
+                        )
+                    ],
+                )
+            ],
+        )
+        return call(broker, request, version).topics[0].partitions[0]
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(1, 0), 7)
+        p = broker.partitions[TopicPartition("t", 0)]
+        p.append_to_leader(batch(3), now_ms=0)  # offsets 0-2, not yet on follower 2
+        call(broker, leader_and_isr(1, 1), 7)  # epoch 1 starts at 3, above the watermark 0
+        # Kafka's answer while the watermark lags the epoch start: ask again later.
+        assert latest(7).error_code == ErrorCode.OFFSET_NOT_AVAILABLE
+        assert latest(4).error_code == ErrorCode.LEADER_NOT_AVAILABLE
+        assert latest(7, timestamp=0).error_code == ErrorCode.OFFSET_NOT_AVAILABLE  # none found
+        follower = latest(7, replica_id=2)  # a replica is told the log end offset
+        assert (follower.error_code, follower.offset, follower.leader_epoch) == (0, 3, 1)
+        p.update_follower_fetch_state(2, 3, 0, now_ms=10, leader_leo=3)
+        assert p.high_watermark == 3
+        # The current leader epoch, not the epoch of the record at the watermark.
+        r = latest(7)
+        assert (r.error_code, r.offset, r.leader_epoch) == (ErrorCode.NONE, 3, 1)
+        r = latest(7, timestamp=-2)  # earliest: the epoch of the record there
+        assert (r.error_code, r.offset, r.leader_epoch) == (ErrorCode.NONE, 0, 0)
+    finally:
+        broker.close()

@@ -1,10 +1,15 @@
 """ListOffsets, v0-v9.
 
-Timestamps: -2 earliest (log start offset), -1 latest (high watermark, or the last stable
-offset for READ_COMMITTED; the log end offset for a follower, replica id >= 0), -3 the record with the largest timestamp (v7+), -4 earliest local
+Timestamps: -2 earliest (log start offset), -1 latest (high watermark, also for READ_COMMITTED:
+there are no transactions, so the last stable offset is the high watermark; the log end offset
+for a follower, replica id >= 0) with the current leader epoch, -3 the record with the largest
+timestamp (v7+), -4 earliest local
 (v8+, the log start offset here: there is no tiered storage), -5 latest tiered (v9+, answered
 with offset -1 as Kafka does without tiered storage); otherwise the first offset whose
-timestamp is at or after the target. v0 answers with `old_style_offsets`.
+timestamp is at or after the target; lookups find only records below the high watermark. As
+Kafka, a new leader whose high watermark lags the start of its epoch answers clients' latest
+and unanswerable lookups with OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5). v0 answers
+with `old_style_offsets`.
 """
 
 from __future__ import annotations
@@ -52,28 +57,28 @@ def _lookup(
     result: Result,
 ) -> None:
     ts = p.timestamp
+    client = request.replica_id == -1
+    # A follower (replica id >= 0) is told the log end offset, a client the high watermark.
+    last_fetchable = partition.high_watermark if client else partition.log_end_offset
+    # As Kafka: a new leader whose high watermark still lags the start of its epoch cannot
+    # say yet where its log ends, so clients are told to retry instead of given a stale end.
+    start = partition.leader_epoch_start_offset
+    lagging = client and start is not None and start > partition.high_watermark
+    offset, timestamp, epoch = -1, -1, NO_EPOCH
     if ts in (EARLIEST, EARLIEST_LOCAL):
-        offset, timestamp, epoch = (
-            partition.log_start_offset,
-            -1,
-            _epoch_at(partition, partition.log_start_offset),
-        )
+        offset = partition.log_start_offset
+        epoch = _epoch_at(partition, offset)
     elif ts == LATEST:
-        # A follower (replica id >= 0) is told the log end offset, as Kafka does.
-        end = partition.log_end_offset if request.replica_id >= 0 else partition.high_watermark
-        offset, timestamp, epoch = -1, -1, _epoch_at(partition, end)
-        offset = end
-    elif ts == LATEST_TIERED:
-        offset, timestamp, epoch = -1, -1, NO_EPOCH
-    else:
+        if lagging:
+            raise _offset_not_available(ctx)
+        offset, epoch = last_fetchable, partition.leader_epoch
+    elif ts != LATEST_TIERED:
         found = partition.log.offset_for_timestamp(ts)
-        if found is None:
-            offset, timestamp, epoch = -1, -1, NO_EPOCH
-        else:
+        if found is not None and found.offset < last_fetchable:
             offset, timestamp = found.offset, found.timestamp
             epoch = found.leader_epoch if found.leader_epoch is not None else NO_EPOCH
-            if ts != MAX_TIMESTAMP and offset >= partition.high_watermark:
-                offset, timestamp, epoch = -1, -1, NO_EPOCH
+        elif lagging:
+            raise _offset_not_available(ctx)
     result.error_code = ErrorCode.NONE
     if ctx.api_version == 0:
         result.old_style_offsets = [offset] if offset >= 0 else []
@@ -81,6 +86,14 @@ def _lookup(
     result.offset = offset
     result.timestamp = timestamp
     result.leader_epoch = epoch if ctx.api_version >= 4 else -1
+
+
+def _offset_not_available(ctx: RequestContext) -> KafkaError:
+    """OFFSET_NOT_AVAILABLE from v5, LEADER_NOT_AVAILABLE before (older clients lack it)."""
+    code = (
+        ErrorCode.OFFSET_NOT_AVAILABLE if ctx.api_version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
+    )
+    return KafkaError("the high watermark lags the start of the leader epoch", error_code=code)
 
 
 def _epoch_at(partition: Partition, offset: int) -> int:

@@ -20,6 +20,7 @@ from protocol.errors import ErrorCode, KafkaError
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from wirebroker.config import BrokerConfig, Listener
+from wirebroker.fetch_sessions import FetchSessionCache
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.meta_properties import load_or_create_meta
 from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
@@ -62,6 +63,7 @@ class Broker:
     # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
     metadata_cache: MetadataCache = field(default_factory=MetadataCache)
     replica_manager: ReplicaManager = field(init=False)
+    fetch_sessions: FetchSessionCache = field(init=False)
     #: The controller's broker id: this broker when embedded; in a cluster, whoever holds
     #: `/controller` (-1 while there is none), kept current by `cluster` and by UpdateMetadata.
     controller_id: int = -1
@@ -76,6 +78,8 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
         self.replica_manager = ReplicaManager(self)
+        slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
+        self.fetch_sessions = FetchSessionCache(slots)
 
     @property
     def cluster_mode(self) -> bool:

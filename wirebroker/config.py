@@ -225,6 +225,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k("replica.fetch.backoff.ms", "int", "1000", "Pause after a failed replica fetch."),
         _k("replica.socket.timeout.ms", "int", "30000", "Timeout of inter-broker requests."),
         _k("num.replica.fetchers", "int", "1", "Fetcher tasks per source broker."),
+        _k(
+            "max.incremental.fetch.session.cache.slots",
+            "int",
+            "1000",
+            "Incremental fetch sessions (KIP-227) the broker keeps.",
+        ),
         _k("min.insync.replicas", "int", "1", "ISR size acks=all needs.", False),
         _k(
             "wirebroker.external.controller",

@@ -20,10 +20,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import trio
-
 from protocol.errors import ErrorCode, KafkaError
 from storage.partition_log import AppendInfo, PartitionLog
+from wirebroker.events import Waiters
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +89,10 @@ class Partition:
     on_isr_change: Callable[[Partition], None] | None = None
     #: Whether replicas other than the leader may be alive (refined by the metadata cache).
     is_broker_alive: Callable[[int], bool] = field(default=lambda _id: True)
-    _appended: trio.Event = field(default_factory=trio.Event)
-    _changed: trio.Event = field(default_factory=trio.Event)
+    #: Fetches long-polling on this partition, woken by every append.
+    append_waiters: Waiters = field(default_factory=Waiters)
+    #: Produces and fetches waiting on the high watermark, the ISR or the leadership.
+    state_waiters: Waiters = field(default_factory=Waiters)
 
     def __post_init__(self) -> None:
         if self.node_id is None:
@@ -140,21 +141,11 @@ class Partition:
     # events -------------------------------------------------------------------------------
     def notify_append(self) -> None:
         """Wake every fetch long-polling on this partition."""
-        self._appended.set()
-        self._appended = trio.Event()
-
-    def append_event(self) -> trio.Event:
-        """An event set at the next append (take it before checking, then wait on it)."""
-        return self._appended
+        self.append_waiters.notify()
 
     def notify_changed(self) -> None:
         """Wake every produce waiting on the high watermark, the ISR or the leadership."""
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def state_event(self) -> trio.Event:
-        """An event set at the next change of high watermark, ISR or leader."""
-        return self._changed
+        self.state_waiters.notify()
 
     # ISR ----------------------------------------------------------------------------------
     @property

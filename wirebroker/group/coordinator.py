@@ -39,6 +39,7 @@ from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from protocol.records import RecordBatchView, iter_batches, iter_records
+from wirebroker.events import Wakeup
 from wirebroker.group import records
 from wirebroker.group.records import GroupRecord, OffsetRecord
 from wirebroker.group.state import (
@@ -361,13 +362,13 @@ class GroupCoordinator:
         partition = write.partition
         if partition is None:
             return write.error
-        with trio.move_on_after(self.commit_timeout_s):
+        with Wakeup([partition.state_waiters]) as wakeup, trio.move_on_after(self.commit_timeout_s):
             while True:
-                changed = partition.state_event()
+                wakeup.arm()
                 done, error = partition.check_enough_replicas_reach_offset(write.end_offset)
                 if done:
                     return error
-                await changed.wait()
+                await wakeup.wait()
         return ErrorCode.REQUEST_TIMED_OUT
 
     async def join(

@@ -10,9 +10,9 @@ Kafka, and such a partition carries empty records, never null ones (librdkafka c
 null record set). Record data is never read into Python: storage returns file slices, which the
 connection writes with `os.sendfile`.
 
-Fetch sessions (KIP-227) are refused cleanly: a full fetch (session id 0) is answered with
-session id 0, which tells clients to keep sending full fetches; an incremental fetch naming a
-session gets FETCH_SESSION_ID_NOT_FOUND.
+Fetch sessions (KIP-227), as Kafka: a full fetch with epoch 0 may open one (its id in the
+answer); an incremental fetch reads every partition of its session and is answered with those
+that have news; the rules and the cache are `wirebroker.fetch_sessions`.
 
 A follower's fetch (replica id >= 0, from a replica of the partition) reads up to the log end
 offset, not the high watermark, and its fetch offset is recorded as the follower's log end
@@ -22,7 +22,7 @@ consumer's long poll wakes then too, since what it may read grew. A fetch
 from a broker that is not a replica gets UNKNOWN_LEADER_EPOCH (with a leader epoch) or
 NOT_LEADER_OR_FOLLOWER, as in Kafka. A follower's last fetched epoch (v12+) is checked: where our
 log diverges from it the answer is the diverging epoch and where it ends, without records.
-Differences from Kafka: no incremental sessions, no preferred read replica (-1).
+Differences from Kafka: no preferred read replica (-1).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import trio
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from wirebroker.dispatch import RequestContext, handles
-from wirebroker.events import wait_any
+from wirebroker.events import Wakeup
+from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked
 from wirebroker.partition import Partition
 
 READ_COMMITTED = 1
@@ -80,22 +81,25 @@ class _Wanted:
 @handles(FetchRequest, (0, 17))
 async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     version = ctx.api_version
-    if version >= 7 and request.session_id != 0:
-        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
-    wanted = _resolve(ctx, request, replica_id)
+    sessions = ctx.broker.fetch_sessions
+    context = sessions.new_context(version, request, replica_id >= 0, ctx.broker.now_ms())
+    if context.error:
+        return FetchResponse(error_code=context.error, session_id=INVALID_SESSION_ID)
+    wanted = _resolve(ctx, context.asked, replica_id)
     max_wait_s = max(request.max_wait_ms, 0) / 1000
     first_hw: list[int] | None = None
-    with trio.move_on_after(max_wait_s):
+    # Appends wake everyone; a moved high watermark wakes followers (who must learn it) and,
+    # where followers move it, consumers (what they may read grew).
+    sources = [w.partition.append_waiters for w in wanted if w.partition is not None]
+    sources += [
+        w.partition.state_waiters
+        for w in wanted
+        if w.partition is not None and (replica_id >= 0 or w.partition.followers)
+    ]
+    with Wakeup(sources) as wakeup, trio.move_on_after(max_wait_s):
         while True:
-            # Appends wake everyone; a moved high watermark wakes followers (who must learn it)
-            # and, where followers move it, consumers (what they may read grew).
-            events = [w.partition.append_event() for w in wanted if w.partition is not None]
-            events += [
-                w.partition.state_event()
-                for w in wanted
-                if w.partition is not None and (replica_id >= 0 or w.partition.followers)
-            ]
+            wakeup.arm()
             size = _read_all(ctx, request, wanted, replica_id)
             failed = any(
                 w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
@@ -105,48 +109,60 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             if first_hw is None:
                 first_hw = hws
             moved = replica_id >= 0 and hws != first_hw
-            if size >= request.min_bytes or request.max_wait_ms <= 0 or not events or failed:
+            if size >= request.min_bytes or request.max_wait_ms <= 0 or not sources or failed:
                 break
             if moved:
                 break
             _release(wanted)
-            await wait_any(events)
+            await wakeup.wait()
     if _needs_final_read(wanted):
         _read_all(ctx, request, wanted, replica_id)
-    return _response(ctx, request, wanted)
+    error, session_id, carried = sessions.answer(
+        context, [w.result for w in wanted], ctx.broker.now_ms()
+    )
+    if error:
+        _release(wanted)
+        return FetchResponse(error_code=error, session_id=session_id)
+    answered = []
+    for w, carry in zip(wanted, carried, strict=True):
+        if carry:
+            answered.append(w)
+        else:
+            _release_one(w)
+    return _response(ctx, answered, session_id)
 
 
 def _needs_final_read(wanted: list[_Wanted]) -> bool:
     return any(w.error == ErrorCode.NONE and w.result.records is None for w in wanted)
 
 
-def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int) -> list[_Wanted]:
+def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_Wanted]:
     broker = ctx.broker
     out = []
-    for topic in request.topics:
-        name: str | None = topic.topic
+    for a in asked:
+        name: str | None = a.topic
+        p = a.request
         error = ErrorCode.NONE
         if ctx.api_version >= 13:
-            name = broker.topic_name(topic.topic_id)
+            name = broker.topic_name(a.topic_id)
             if name is None:
                 error = ErrorCode.UNKNOWN_TOPIC_ID
-        for p in topic.partitions:
-            partition = broker.partition(name, p.partition) if name else None
-            w = _Wanted(name, topic.topic_id, p, partition)
-            if error:
-                w.error = error
-            elif partition is None:
-                w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                w.error = partition.leader_error(broker.node_id, p.current_leader_epoch)
-                if not w.error and replica_id >= 0 and replica_id not in partition.followers:
-                    # Kafka's followerReplicaOrThrow: not (yet) a replica of this partition.
-                    w.error = (
-                        ErrorCode.UNKNOWN_LEADER_EPOCH
-                        if p.current_leader_epoch >= 0
-                        else ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    )
-            out.append(w)
+        partition = broker.partition(name, p.partition) if name else None
+        w = _Wanted(name, a.topic_id, p, partition)
+        if error:
+            w.error = error
+        elif partition is None:
+            w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        else:
+            w.error = partition.leader_error(broker.node_id, p.current_leader_epoch)
+            if not w.error and replica_id >= 0 and replica_id not in partition.followers:
+                # Kafka's followerReplicaOrThrow: not (yet) a replica of this partition.
+                w.error = (
+                    ErrorCode.UNKNOWN_LEADER_EPOCH
+                    if p.current_leader_epoch >= 0
+                    else ErrorCode.NOT_LEADER_OR_FOLLOWER
+                )
+        out.append(w)
     return out
 
 
@@ -237,7 +253,7 @@ def _release(wanted: list[_Wanted]) -> None:
         _release_one(w)
 
 
-def _response(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted]) -> FetchResponse:
+def _response(ctx: RequestContext, wanted: list[_Wanted], session_id: int) -> FetchResponse:
     topics: list[FetchResponse.FetchableTopicResponse] = []
     for w in wanted:
         if not topics or topics[-1].topic != (w.topic or "") or topics[-1].topic_id != w.topic_id:
@@ -248,4 +264,4 @@ def _response(ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted])
                 )
             )
         topics[-1].partitions.append(w.result)
-    return FetchResponse(error_code=ErrorCode.NONE, session_id=0, responses=topics)
+    return FetchResponse(error_code=ErrorCode.NONE, session_id=session_id, responses=topics)

@@ -28,7 +28,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
 from wirebroker.broker import now_ms
 from wirebroker.dispatch import CloseConnection, RequestContext, handles
-from wirebroker.events import wait_any
+from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -76,20 +76,20 @@ async def _await_replication(
 ) -> None:
     """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
     pending = list(waiting)
-    with trio.move_on_after(max(timeout_ms, 0) / 1000):
+    sources = [partition.state_waiters for partition, _, _ in waiting]
+    with Wakeup(sources) as wakeup, trio.move_on_after(max(timeout_ms, 0) / 1000):
         while pending:
-            events = []
+            wakeup.arm()
             still = []
             for partition, required, result in pending:
                 done, error = partition.check_enough_replicas_reach_offset(required)
                 if done:
                     result.error_code = error
                 else:
-                    events.append(partition.state_event())
                     still.append((partition, required, result))
             pending = still
             if pending:
-                await wait_any(events)
+                await wakeup.wait()
     for _partition, _required, result in pending:
         result.error_code = ErrorCode.REQUEST_TIMED_OUT
 

@@ -33,6 +33,7 @@ from protocol.messages.offset_for_leader_epoch import (
 from storage.errors import KafkaStorageError, UnexpectedAppendOffsetError
 from wirebroker.partition import TopicPartition
 from wirebroker.peer import PeerClient, PeerError
+from wirebroker.replication.fetch_session import FetchSessionHandler
 
 if TYPE_CHECKING:
     from wirebroker.partition import Partition
@@ -79,6 +80,7 @@ class ReplicaFetcher:
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
         )
+        self.session = FetchSessionHandler()
         self._wake = trio.Event()
         self.cancel_scope = trio.CancelScope()
 
@@ -257,39 +259,57 @@ class ReplicaFetcher:
 
     # fetching ---------------------------------------------------------------------------------
     async def _fetch(self, wanted: dict[TopicPartition, FetchState]) -> None:
-        topics: dict[str, list[FetchRequest.FetchPartition]] = {}
+        asked: dict[TopicPartition, FetchRequest.FetchPartition] = {}
         sent: dict[TopicPartition, tuple[FetchState, int]] = {}
         for tp, state in wanted.items():
             p = self._partition(tp)
             assert p is not None
             if state.fetch_offset != p.log_end_offset:
                 state.fetch_offset = p.log_end_offset
-            topics.setdefault(tp.topic, []).append(
-                FetchRequest.FetchPartition(
-                    partition=tp.partition,
-                    current_leader_epoch=state.leader_epoch,
-                    fetch_offset=state.fetch_offset,
-                    last_fetched_epoch=_latest_epoch(p),
-                    log_start_offset=p.log_start_offset,
-                    partition_max_bytes=self.max_bytes,
-                )
+            asked[tp] = FetchRequest.FetchPartition(
+                partition=tp.partition,
+                current_leader_epoch=state.leader_epoch,
+                fetch_offset=state.fetch_offset,
+                last_fetched_epoch=_latest_epoch(p),
+                log_start_offset=p.log_start_offset,
+                partition_max_bytes=self.max_bytes,
             )
             sent[tp] = (state, state.fetch_offset)
+        session = self.session
+        send, forget = session.build(asked)
+        topics: dict[str, list[FetchRequest.FetchPartition]] = {}
+        for tp, fp in send.items():
+            topics.setdefault(tp.topic, []).append(fp)
+        forgotten: dict[str, list[int]] = {}
+        for tp in forget:
+            forgotten.setdefault(tp.topic, []).append(tp.partition)
         request = FetchRequest(
             replica_id=self.node_id,
             max_wait_ms=self.max_wait_ms,
             min_bytes=self.min_bytes,
             max_bytes=self.response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=session.session_id,
+            session_epoch=session.epoch,
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[
+                FetchRequest.ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()
+            ],
         )
         try:
             response: FetchResponse = await self.peer.request(request, FETCH_VERSION)
         except PeerError as e:
             log.info("%s", e)
+            session.reset()  # the leader may or may not have seen this epoch
             self._delay(sent)
+            return
+        if not session.handle_response(response):
+            log.info(
+                "fetch session %d with broker %d: %s; fetching in full",
+                request.session_id,
+                self.source_id,
+                ErrorCode(response.error_code).name,
+            )
             return
         if response.error_code != ErrorCode.NONE:
             log.info(

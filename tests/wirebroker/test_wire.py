@@ -403,3 +403,32 @@ def test_fetch_errors_answer_at_once_with_empty_records(
         (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
     ]
     assert [bytes(p.records) if p.records is not None else None for p in parts] == [b"", b""]
+
+
+def test_incremental_fetch_session_over_the_wire(broker: BrokerProcess, topic: str) -> None:
+    """KIP-227 as a Java consumer uses it: a full fetch opens a session, later fetches name
+    no partitions and still get the session's news, and a replayed epoch is refused."""
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as client:
+        opening = _fetch(topic, 0, max_wait_ms=0)
+        opening.session_epoch = 0
+        response: FetchResponse = client.request(opening, 12)
+        session_id = response.session_id
+        assert response.error_code == ErrorCode.NONE and session_id > 0
+        client.request(produce_request(topic, 0, [SimpleRecord(b"k", b"news")]), 9)
+        # Epoch 1 lists nothing: the session's partition is read at its cached offset 0.
+        incremental = FetchRequest(
+            replica_id=-1, max_wait_ms=5_000, session_id=session_id, session_epoch=1
+        )
+        response = client.request(incremental, 12)
+        (p,) = [p for t in response.responses for p in t.partitions]
+        assert (response.error_code, response.session_id) == (ErrorCode.NONE, session_id)
+        assert decode_records(p.records) == [(0, b"k", b"news")]
+        # The consumer moves on to offset 1 (only that partition is named); nothing new
+        # there and the watermark unchanged: an answer without partitions.
+        incremental.session_epoch, incremental.max_wait_ms = 2, 0
+        incremental.topics = _fetch(topic, 1, max_wait_ms=0).topics
+        quiet = client.request(incremental, 12)
+        assert quiet.error_code == ErrorCode.NONE and quiet.responses == []
+        replayed = client.request(incremental, 12)
+        assert replayed.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH

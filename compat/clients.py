@@ -121,6 +121,10 @@ def _produce_confluent(
     if compression:
         conf["compression.type"] = compression
     producer = Producer(conf)
+    # Learn the leader first, so every record is queued before the linger ends and they all
+    # go out in one batch: a lone first record would be sent uncompressed (librdkafka skips a
+    # codec that does not shrink the batch), and the stored codecs would depend on timing.
+    producer.list_topics(topic, timeout=TIMEOUT)
     errors: list[Any] = []
     for r in recs:
         producer.produce(

@@ -62,7 +62,7 @@ class CachedPartition:
     def must_respond(self, result: FetchResponse.PartitionData) -> bool:
         """Kafka's maybeUpdateResponseData: whether an incremental answer carries `result`,
         remembering what the fetcher is told."""
-        respond = result.records is not None and len(result.records) > 0
+        respond = _has_records(result)
         if self.high_watermark != result.high_watermark:
             respond = True
             self.high_watermark = result.high_watermark
@@ -105,6 +105,10 @@ class FetchContext:
     may_open: bool = False
     privileged: bool = False
     uses_topic_ids: bool = False
+
+
+def _has_records(result: FetchResponse.PartitionData) -> bool:
+    return result.records is not None and len(result.records) > 0
 
 
 def next_epoch(epoch: int) -> int:
@@ -201,7 +205,7 @@ class FetchSessionCache:
             key = a.key(session.uses_topic_ids)
             cached = session.partitions.get(key)
             carry = cached is not None and cached.must_respond(result)
-            if carry and result.records is not None and len(result.records) > 0:
+            if carry and _has_records(result):
                 session.partitions[key] = session.partitions.pop(key)
             carried.append(carry)
         return carried

@@ -16,10 +16,10 @@ from protocol.messages.fetch import FetchRequest, FetchResponse
 from wirebroker.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from wirebroker.partition import TopicPartition
 
-Asked = FetchRequest.FetchPartition
+FetchPartition = FetchRequest.FetchPartition
 
 
-def _fields(p: Asked) -> tuple[int, int, int, int, int]:
+def _fields(p: FetchPartition) -> tuple[int, int, int, int, int]:
     return (
         p.current_leader_epoch,
         p.fetch_offset,
@@ -44,8 +44,8 @@ class FetchSessionHandler:
         return self.epoch == INITIAL_EPOCH
 
     def build(
-        self, wanted: dict[TopicPartition, Asked]
-    ) -> tuple[dict[TopicPartition, Asked], list[TopicPartition]]:
+        self, wanted: dict[TopicPartition, FetchPartition]
+    ) -> tuple[dict[TopicPartition, FetchPartition], list[TopicPartition]]:
         """(the partitions this fetch names, those it asks the leader to forget)."""
         self._next = {tp: _fields(p) for tp, p in wanted.items()}
         if self.full:

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -88,6 +89,7 @@ class Node(Protocol):
     def kill(self) -> None: ...
     def alive(self) -> bool: ...
     def pid(self) -> int: ...
+    def log_tail(self, lines: int = 40) -> str: ...
 
 
 class WirebrokerNode:
@@ -322,9 +324,9 @@ class Cluster:
         futures[name].result(60)
         self.wait_fully_replicated(name)
 
-    def log_tails(self) -> str:
+    def log_tails(self, lines: int = 40) -> str:
         return "\n".join(
-            f"--- broker {i} ---\n{getattr(n, 'log_tail', lambda: '')()}"
+            f"--- broker {i} ---\n{n.log_tail(lines)}"
             for i, n in self.nodes.items()
         )
 
@@ -359,7 +361,12 @@ def running_cluster(
                     90.0,
                     f"all {size} brokers registered",
                 )
-                yield cluster
+                try:
+                    yield cluster
+                except BaseException:
+                    # What each broker said last: pytest shows it with the failure.
+                    print(cluster.log_tails(120), file=sys.stderr)
+                    raise
             finally:
                 for node in nodes.values():  # brokers go before ZooKeeper does
                     if node.alive():

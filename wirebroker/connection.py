@@ -4,17 +4,26 @@ This module owns the life of a connection: reading bytes straight into a `FrameB
 refuses a frame over `socket.request.max.bytes` before reading its body), decoding each
 request, handing it to the dispatcher, and writing the responses in request order, as Kafka
 guarantees. The requests that arrived together are handled one after the other and their
-responses written together in one system call; before a handler that may wait (see
-`_answers_at_once`) the responses ahead of it are written. acks=0 Produce gets no response.
+responses written together in one system call; before a handler that may wait (any not in
+`_IMMEDIATE_KEYS`) the responses ahead of it are written. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
 connection idle for `connections.max.idle.ms` is closed.
+
+Where it differs from Kafka: Kafka reads nothing more from a connection until its current
+request is answered. Here a handler whose work is done and which only waits (a
+:class:`~wirebroker.dispatch.Later`: an acks=all Produce waiting for its followers) waits in a
+task of its own while the connection goes on with the next requests, up to
+`MAX_WAITING_PER_CONNECTION` at once. A producer's pipelined batches are then appended
+back to back and replicated together, instead of one follower round trip each; their
+answers still leave in request order.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -31,8 +40,14 @@ from protocol.errors import ProtocolError
 from protocol.framing import NEED_DATA, FrameBuffer
 from protocol.messages import APIS
 from protocol.messages.headers import ResponseHeader
-from protocol.schema import Message
-from wirebroker.dispatch import REGISTRY, CloseConnection, RequestContext, dispatch, supported
+from wirebroker.dispatch import (
+    REGISTRY,
+    CloseConnection,
+    Later,
+    RequestContext,
+    dispatch,
+    supported,
+)
 from wirebroker.transport import release, send_frames
 
 if TYPE_CHECKING:
@@ -40,29 +55,125 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PRODUCE_KEY = 0
-# Handlers that never wait: ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
-# ApiVersions.
-_IMMEDIATE_KEYS = frozenset({2, 3, 8, 9, 10, 18})
+# Handlers that never wait in the connection's own task: Produce (its replication wait is a
+# `Later`), ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator, ApiVersions.
+_IMMEDIATE_KEYS = frozenset({0, 2, 3, 8, 9, 10, 18})
 # Seconds without a byte after which a connection drops its (256 KiB) receive buffer.
 BUFFER_IDLE_S = 1.0
+# Requests of one connection that may wait for their answer at once, as the Java producer's
+# `max.in.flight.requests.per.connection` (and idempotent librdkafka's) default.
+MAX_WAITING_PER_CONNECTION = 5
+
+
+class _Slot:
+    """One response's place in the connection's answer order."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: list[Any] | None) -> None:
+        self.chunks = chunks
+
+
+class _Outbox:
+    """The responses not yet written, in request order; a slot may be filled later.
+
+    `flush` writes the filled slots at the head and stops at the first unfilled one, so no
+    answer overtakes an earlier one. One task writes at a time: a flush that finds another in
+    progress returns at once, and the writing task picks up what became ready meanwhile.
+    """
+
+    __slots__ = ("fd", "slots", "_writing")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.slots: deque[_Slot] = deque()
+        self._writing = False
+
+    def put(self, chunks: list[Any] | None) -> _Slot:
+        slot = _Slot(chunks)
+        self.slots.append(slot)
+        return slot
+
+    async def flush(self) -> None:
+        if self._writing:
+            return
+        self._writing = True
+        try:
+            slots = self.slots
+            while slots and slots[0].chunks is not None:
+                ready: list[list[Any]] = []
+                while slots and (chunks := slots[0].chunks) is not None:
+                    ready.append(chunks)
+                    slots.popleft()
+                try:
+                    await send_frames(self.fd, ready)
+                finally:
+                    for chunks in ready:
+                        release(chunks)
+        finally:
+            self._writing = False
+
+    def discard(self) -> None:
+        """Unpin what the unwritten responses held (the connection is closing)."""
+        for slot in self.slots:
+            if slot.chunks is not None:
+                release(slot.chunks)
+        self.slots.clear()
 
 
 async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_name: str) -> None:
     """Serve one accepted connection until the peer closes it, it idles out, or misbehaves."""
     sock = stream.socket
-    fd = sock.fileno()
     try:
         peer = sock.getpeername()
         client_host = str(peer[0])
     except OSError:
         client_host = "?"
-    frames = FrameBuffer(broker.config.socket_request_max_bytes)
-    idle_s = broker.config.connections_max_idle_ms / 1000
     broker.stats.connections += 1
-    out: list[list[Any]] = []  # encoded responses not yet written, in request order
-    handled = False  # a round of requests was handled since this task last let others run
+    connection = _Connection(broker, sock.fileno(), client_host, listener_name)
     try:
+        async with trio.open_nursery() as nursery:
+            await connection.serve(nursery)
+            nursery.cancel_scope.cancel()  # answers still waiting have no one to go to
+    finally:
+        broker.stats.connections -= 1
+        connection.outbox.discard()
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+class _Connection:
+    __slots__ = ("broker", "fd", "client_host", "listener_name", "outbox", "waiting", "nursery")
+
+    def __init__(self, broker: Broker, fd: int, client_host: str, listener_name: str) -> None:
+        self.broker = broker
+        self.fd = fd
+        self.client_host = client_host
+        self.listener_name = listener_name
+        self.outbox = _Outbox(fd)
+        self.waiting = trio.Semaphore(MAX_WAITING_PER_CONNECTION)
+        self.nursery: trio.Nursery | None = None
+
+    async def serve(self, nursery: trio.Nursery) -> None:
+        """Read and handle requests until the peer closes, idles out or misbehaves; never raises."""
+        self.nursery = nursery
+        try:
+            await self._read_loop()
+        except ProtocolError as e:
+            log.warning("closing connection from %s: %s", self.client_host, e)
+        except CloseConnection as e:
+            log.warning("closing connection from %s: %s", self.client_host, e)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        except Exception:
+            # A bug must cost this connection only, never the broker.
+            log.exception("closing connection from %s after an unexpected error", self.client_host)
+
+    async def _read_loop(self) -> None:
+        fd = self.fd
+        frames = FrameBuffer(self.broker.config.socket_request_max_bytes)
+        idle_s = self.broker.config.connections_max_idle_ms / 1000
+        handled = False  # a round of requests was handled since this task last let others run
         while True:
             # Read straight into the frame buffer: no bytes object, no copy.
             try:
@@ -81,7 +192,9 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_n
                 with trio.move_on_at(deadline) as idle:
                     await trio.lowlevel.wait_readable(fd)
                 if idle.cancelled_caught:
-                    log.info("closing connection from %s: idle for %.0f s", client_host, idle_s)
+                    log.info(
+                        "closing connection from %s: idle for %.0f s", self.client_host, idle_s
+                    )
                     return
                 continue
             if not n:
@@ -96,92 +209,63 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_n
             # responses leave together in one system call (pipelined clients send several).
             try:
                 while (frame := frames.next_frame()) is not NEED_DATA:
-                    await _handle_frame(fd, broker, frame, client_host, listener_name, out)  # type: ignore[arg-type]
+                    await self._handle_frame(frame)  # type: ignore[arg-type]
             finally:
-                if out:
-                    await _flush(fd, out)
+                await self.outbox.flush()
             handled = True
-    except ProtocolError as e:
-        log.warning("closing connection from %s: %s", client_host, e)
-    except CloseConnection as e:
-        log.warning("closing connection from %s: %s", client_host, e)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-        pass
-    except Exception:
-        # A bug must cost this connection only, never the broker.
-        log.exception("closing connection from %s after an unexpected error", client_host)
-    finally:
-        broker.stats.connections -= 1
-        for chunks in out:
-            release(chunks)
-        with trio.CancelScope(shield=True):
-            await stream.aclose()
 
-
-async def _flush(fd: int, out: list[list[Any]]) -> None:
-    """Write the pending responses, then unpin what they held."""
-    try:
-        await send_frames(fd, out)
-    finally:
-        for chunks in out:
-            release(chunks)
-        out.clear()
-
-
-def _answers_at_once(broker: Broker, api_key: int, body: Message) -> bool:
-    """Whether the handler answers without waiting (so its response may wait for others').
-
-    A handler that can wait (a Fetch long poll, a group join, an acks=all produce to a
-    partition with followers) must not hold back the responses to requests before it. An
-    acks=all produce to partitions whose only replica is their leader is answered at once (the
-    high watermark moves with the append), so pipelined acks=all requests to such partitions,
-    the Java producer's default, are still answered together.
-    """
-    if api_key == PRODUCE_KEY:
-        if body.acks != -1:  # type: ignore[attr-defined]
-            return True
-        for topic in body.topic_data:  # type: ignore[attr-defined]
-            for data in topic.partition_data:
-                partition = broker.partition(topic.name, data.index)
-                if partition is None:
-                    continue  # answered at once with an error
-                leader = partition.leader
-                if partition.isr != [leader] or any(r != leader for r in partition.replicas):
-                    return False
-        return True
-    return api_key in _IMMEDIATE_KEYS
-
-
-async def _handle_frame(
-    fd: int,
-    broker: Broker,
-    frame: memoryview,
-    client_host: str,
-    listener_name: str,
-    out: list[list[Any]],
-) -> None:
-    """Handle one request; its response joins `out` (written before any handler waits)."""
-    api_key, api_version, correlation_id = peek_request_header(frame)
-    if not supported(api_key, api_version):
-        if api_key == API_VERSIONS_KEY:
-            reg = REGISTRY[API_VERSIONS_KEY]
-            answer = unsupported_api_versions_response(
-                correlation_id, (reg.min_version, reg.max_version)
-            )
-            out.append([answer])
+    async def _handle_frame(self, frame: memoryview) -> None:
+        """Handle one request; its response takes the next place in the outbox."""
+        api_key, api_version, correlation_id = peek_request_header(frame)
+        if not supported(api_key, api_version):
+            if api_key == API_VERSIONS_KEY:
+                reg = REGISTRY[API_VERSIONS_KEY]
+                answer = unsupported_api_versions_response(
+                    correlation_id, (reg.min_version, reg.max_version)
+                )
+                self.outbox.put([answer])
+                return
+            name = api_info(api_key).name if api_key in APIS else f"API key {api_key}"
+            raise CloseConnection(f"{name} v{api_version} is not supported")
+        request = decode_request(frame)
+        if api_key not in _IMMEDIATE_KEYS:
+            await self.outbox.flush()  # a handler that may wait must not hold back earlier answers
+        broker = self.broker
+        ctx = RequestContext(broker, request.header, self.client_host, self.listener_name)
+        broker.stats.requests += 1
+        response = await dispatch(ctx, request.body)
+        if response is None:  # acks=0 produce
             return
-        name = api_info(api_key).name if api_key in APIS else f"API key {api_key}"
-        raise CloseConnection(f"{name} v{api_version} is not supported")
-    request = decode_request(frame)
-    if out and not _answers_at_once(broker, api_key, request.body):
-        await _flush(fd, out)
-    ctx = RequestContext(broker, request.header, client_host, listener_name)
-    broker.stats.requests += 1
-    response = await dispatch(ctx, request.body)
-    if response is None:  # acks=0 produce
-        return
-    out.append(
-        encode_response_chunks(
-            ResponseHeader(correlation_id=correlation_id), response, api_key, api_version
-        )
-    )
+        header = ResponseHeader(correlation_id=correlation_id)
+        if isinstance(response, Later):
+            slot = self.outbox.put(None)
+            if self.waiting.value:
+                self.waiting.acquire_nowait()
+            else:
+                await self.outbox.flush()  # then wait for an earlier request to be answered
+                await self.waiting.acquire()
+            assert self.nursery is not None
+            self.nursery.start_soon(
+                self._answer_later, response, slot, header, api_key, api_version
+            )
+            return
+        self.outbox.put(encode_response_chunks(header, response, api_key, api_version))
+
+    async def _answer_later(
+        self, later: Later, slot: _Slot, header: ResponseHeader, api_key: int, api_version: int
+    ) -> None:
+        """Wait for a `Later` response, fill its slot and write what is ready."""
+        try:
+            response = await later.finish()
+            slot.chunks = encode_response_chunks(header, response, api_key, api_version)
+            self.waiting.release()
+            await self.outbox.flush()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            self._close()
+        except Exception:
+            log.exception("closing connection from %s after an unexpected error", self.client_host)
+            self._close()
+
+    def _close(self) -> None:
+        assert self.nursery is not None
+        self.nursery.cancel_scope.cancel()

@@ -26,7 +26,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Message)
-Handler = Callable[["RequestContext", Any], Awaitable[Message | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A handler's answer when its work is done and only a wait remains (Kafka's purgatory).
+
+    `finish` waits and returns the response; it must not hold on to the request. The connection
+    may handle the requests behind this one meanwhile, and still answers in request order.
+    """
+
+    finish: Callable[[], Awaitable[Message]]
+
+
+Handler = Callable[["RequestContext", Any], Awaitable[Message | Later | None]]
 
 
 @dataclass(slots=True)
@@ -85,7 +98,7 @@ def supported(api_key: int, version: int) -> bool:
     return reg is not None and reg.min_version <= version <= reg.max_version
 
 
-async def dispatch(ctx: RequestContext, body: Message) -> Message | None:
+async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None:
     """Run the handler; a KafkaError or a bug becomes this API's error response."""
     reg = REGISTRY[ctx.header.request_api_key]
     try:

@@ -350,6 +350,59 @@ def test_waiting_produce_holds_only_its_own_connection(cluster: Cluster, topic: 
         waiting.close()
 
 
+def test_pipelined_produces_are_appended_while_the_first_waits(
+    cluster: Cluster, topic: str
+) -> None:
+    """An idempotent producer's pipelined acks=all batches: the ones behind a waiting batch are
+    written at once (so one follower round replicates them all), and answered in order."""
+    from protocol.messages.describe_producers import DescribeProducersRequest
+
+    cluster.create_partition(topic, [1, 2, 3])
+    cluster.pause(2)
+    producer_id, batches = 4242, 3
+    held = RawClient(cluster.brokers[1].bootstrap, timeout=60)
+    try:
+        frames, ids = b"", []
+        for sequence in range(batches):
+            request = produce_request(
+                topic,
+                0,
+                [SimpleRecord(None, f"v{sequence}".encode())],
+                producer_id=producer_id,
+                producer_epoch=0,
+                base_sequence=sequence,
+            )
+            request.timeout_ms = 60_000
+            ids.append(held.next_correlation_id())
+            frames += held.encode(request, 9, ids[-1])
+        held.send_raw(frames)
+
+        def last_sequence() -> int:
+            describe = DescribeProducersRequest(
+                topics=[DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[0])]
+            )
+            with RawClient(cluster.brokers[1].bootstrap) as c:
+                (t,) = c.request(describe, 0).topics
+            (p,) = t.partitions
+            return next(
+                (s.last_sequence for s in p.active_producers if s.producer_id == producer_id), -1
+            )
+
+        # Every batch is written while the first still waits for the paused follower.
+        wait_until(lambda: last_sequence() == batches - 1, what="all pipelined batches written")
+        held.sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            held.sock.recv(1)  # and none is answered yet
+        held.sock.settimeout(60)
+        cluster.resume(2)
+        answers = [held.receive(ProduceRequest, 9, i) for i in ids]  # in request order
+        results = [a.responses[0].partition_responses[0] for a in answers]
+        assert [(r.error_code, r.base_offset) for r in results] == [(0, 0), (0, 1), (0, 2)]
+    finally:
+        held.close()
+    assert consumed(cluster, 1, topic) == [b"v0", b"v1", b"v2"]
+
+
 def test_consumer_long_poll_wakes_when_the_watermark_moves(cluster: Cluster, topic: str) -> None:
     cluster.create_partition(topic, [1, 2, 3])
     cluster.pause(3)

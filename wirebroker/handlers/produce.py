@@ -14,32 +14,37 @@ acks=all (-1) is answered once the high watermark passed every appended batch, i
 in-sync replica has it, or after the request's `timeout_ms` (REQUEST_TIMED_OUT); an ISR smaller
 than `min.insync.replicas` refuses the append (NOT_ENOUGH_REPLICAS), and an ISR that shrank below
 it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are written). The wait
-holds only this connection (whose answers stay in request order), never others.
+is a :class:`~wirebroker.dispatch.Later`: the connection goes on appending the producer's next
+requests while earlier ones wait, and answers in order (Kafka reads nothing more from the
+connection until the answer has gone; see `wirebroker.connection`).
 Differences from Kafka: transactional produce is accepted but no transaction state is kept yet.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
 from wirebroker.broker import now_ms
-from wirebroker.dispatch import CloseConnection, RequestContext, handles
+from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
 
 log = logging.getLogger(__name__)
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
+# acks=all partitions still waiting: (partition, offset its high watermark must reach, answer).
+Waiting = list[tuple[Partition, int, PartitionResponse]]
 
 
 @handles(ProduceRequest, (0, 11))
-async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
     acks_valid = request.acks in (0, 1, -1)
-    waiting: list[tuple[Partition, int, PartitionResponse]] = []
+    waiting: Waiting = []
     topics = []
     for topic in request.topic_data:
         partitions = []
@@ -66,32 +71,39 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             # Kafka closes the connection so that an acks=0 producer learns of the failure.
             raise CloseConnection(f"acks=0 produce failed for {', '.join(failed)}")
         return None
+    response = ProduceResponse(responses=topics)
+    waiting = _settle(waiting)
     if waiting:
-        await _await_replication(waiting, request.timeout_ms)
-    return ProduceResponse(responses=topics)
+        return Later(partial(_await_replication, waiting, request.timeout_ms, response))
+    return response
+
+
+def _settle(waiting: Waiting) -> Waiting:
+    """Answer the partitions whose high watermark passed their batch; the others remain."""
+    still = []
+    for partition, required, result in waiting:
+        done, error = partition.check_enough_replicas_reach_offset(required)
+        if done:
+            result.error_code = error
+        else:
+            still.append((partition, required, result))
+    return still
 
 
 async def _await_replication(
-    waiting: list[tuple[Partition, int, PartitionResponse]], timeout_ms: int
-) -> None:
+    waiting: Waiting, timeout_ms: int, response: ProduceResponse
+) -> ProduceResponse:
     """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
-    pending = list(waiting)
     sources = [partition.state_waiters for partition, _, _ in waiting]
     with Wakeup(sources) as wakeup, trio.move_on_after(max(timeout_ms, 0) / 1000):
-        while pending:
+        while waiting:
             wakeup.arm()
-            still = []
-            for partition, required, result in pending:
-                done, error = partition.check_enough_replicas_reach_offset(required)
-                if done:
-                    result.error_code = error
-                else:
-                    still.append((partition, required, result))
-            pending = still
-            if pending:
+            waiting = _settle(waiting)
+            if waiting:
                 await wakeup.wait()
-    for _partition, _required, result in pending:
+    for _partition, _required, result in waiting:
         result.error_code = ErrorCode.REQUEST_TIMED_OUT
+    return response
 
 
 def _append(

@@ -325,10 +325,7 @@ class Cluster:
         self.wait_fully_replicated(name)
 
     def log_tails(self, lines: int = 40) -> str:
-        return "\n".join(
-            f"--- broker {i} ---\n{n.log_tail(lines)}"
-            for i, n in self.nodes.items()
-        )
+        return "\n".join(f"--- broker {i} ---\n{n.log_tail(lines)}" for i, n in self.nodes.items())
 
 
 def _live_leader(cluster: Cluster, topic: str, partition: int) -> int | None:

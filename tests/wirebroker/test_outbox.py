@@ -1,0 +1,71 @@
+"""The connection's outbox: answers leave in request order, whenever each becomes ready."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import trio
+import trio.testing
+
+from wirebroker.connection import _Outbox
+
+
+def _frames(data: bytes) -> list[bytes]:
+    out = []
+    while data:
+        (size,) = struct.unpack_from(">i", data)
+        out.append(data[4 : 4 + size])
+        data = data[4 + size :]
+    return out
+
+
+def _received(sock: socket.socket) -> list[bytes]:
+    try:
+        return _frames(sock.recv(65536))
+    except BlockingIOError:
+        return []
+
+
+def test_a_late_answer_holds_back_the_ones_behind_it() -> None:
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        theirs.setblocking(False)
+        with ours, theirs:
+            outbox = _Outbox(ours.fileno())
+            outbox.put([b"first"])
+            late = outbox.put(None)  # an acks=all produce still waiting for its followers
+            outbox.put([b"third"])
+            await outbox.flush()
+            assert _received(theirs) == [b"first"]
+            late.chunks = [b"second"]
+            await outbox.flush()
+            assert _received(theirs) == [b"second", b"third"]
+            assert not outbox.slots
+
+    trio.run(main)
+
+
+def test_a_flush_during_another_leaves_the_writing_to_it() -> None:
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        theirs.setblocking(False)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        with ours, theirs:
+            outbox = _Outbox(ours.fileno())
+            big = b"x" * 1_000_000  # more than the socket takes at once: the writer must wait
+            outbox.put([big])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(outbox.flush)
+                await trio.testing.wait_all_tasks_blocked()
+                outbox.put([b"small"])
+                await outbox.flush()  # returns at once: the first flush is still writing
+                received = b""
+                while len(received) < 4 + len(big) + 4 + len(b"small"):
+                    await trio.lowlevel.wait_readable(theirs)
+                    received += theirs.recv(1 << 20)
+            assert _frames(received) == [big, b"small"]
+
+    trio.run(main)

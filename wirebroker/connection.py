@@ -143,6 +143,8 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_n
 
 
 class _Connection:
+    """One connection's reading loop, its ordered outbox, and the tasks of its `Later` answers."""
+
     __slots__ = ("broker", "fd", "client_host", "listener_name", "outbox", "waiting", "nursery")
 
     def __init__(self, broker: Broker, fd: int, client_host: str, listener_name: str) -> None:

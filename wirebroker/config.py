@@ -157,8 +157,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k(
             "listener.security.protocol.map",
             "string",
-            None,
+            "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
             "Security protocol of each listener name, e.g. INTERNAL:PLAINTEXT (as registered).",
+        ),
+        _k(
+            "security.inter.broker.protocol",
+            "string",
+            "PLAINTEXT",
+            "Security protocol between brokers when inter.broker.listener.name is unset.",
         ),
         _k(
             "unclean.leader.election.enable",
@@ -270,6 +276,25 @@ class Listener:
         return f"{self.name}://{host}:{self.port}"
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _check_implemented(where: str, protocol: str) -> None:
+    """Refuse a security protocol wirebroker does not implement, rather than serve it in
+    plaintext: a client configured for SSL or SASL must never be answered without them."""
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(
+            f"{where}: unknown security protocol {protocol!r}; Kafka's are "
+            + ", ".join(SECURITY_PROTOCOLS)
+        )
+    if protocol != "PLAINTEXT":
+        raise ConfigError(
+            f"{where}: security protocol {protocol} is not implemented by wirebroker yet, and "
+            f"it will not serve {protocol} clients in plaintext; use a PLAINTEXT listener "
+            "(e.g. PLAINTEXT://127.0.0.1:9092) on a trusted network"
+        )
+
+
 def parse_properties(text: str) -> dict[str, str]:
     """Java-properties text to a dict: `key=value` or `key: value`, `#`/`!` comments."""
     out: dict[str, str] = {}
@@ -351,8 +376,12 @@ class BrokerConfig:
                 self.get_int(name)
             elif key.type == "boolean":
                 self.get_bool(name)
-        self.listeners()
-        self.advertised_listeners()
+        for listener in [*self.listeners(), *(self.advertised_listeners() or [])]:
+            _check_implemented(listener.name, self.security_protocol(listener.name))
+        if not self.get("inter.broker.listener.name"):
+            _check_implemented(
+                "between brokers", (self.get("security.inter.broker.protocol") or "").upper()
+            )
         if self.get_int("message.max.bytes") <= 0:
             raise ConfigError("message.max.bytes must be positive")
 
@@ -375,6 +404,21 @@ class BrokerConfig:
         if not text:
             return None
         return [Listener.parse(t) for t in text.split(",") if t.strip()]
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The security protocol of a listener, from `listener.security.protocol.map`
+        (Kafka's default map names each protocol after itself)."""
+        protocols: dict[str, str] = {}
+        for item in (self.get("listener.security.protocol.map") or "").split(","):
+            name, sep, mapped = item.strip().partition(":")
+            if sep:
+                protocols[name.strip().upper()] = mapped.strip().upper()
+        if listener_name.upper() not in protocols:
+            raise ConfigError(
+                f"listener {listener_name} has no security protocol: add it to "
+                f"listener.security.protocol.map, e.g. {listener_name}:PLAINTEXT"
+            )
+        return protocols[listener_name.upper()]
 
     def log_dirs(self) -> list[Path]:
         text = (

@@ -507,6 +507,7 @@ def test_inter_broker_listener(zk_connect: str, tmp_path: Path) -> None:
     async def main() -> None:
         extra = {
             "listeners": "INTERNAL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+            "listener_security_protocol_map": "INTERNAL:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "inter_broker_listener_name": "INTERNAL",
         }
         async with trio.open_nursery() as nursery:

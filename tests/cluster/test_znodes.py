@@ -152,13 +152,3 @@ def test_paths() -> None:
     assert z.broker_path(2) == "/brokers/ids/2"
     assert z.topic_config_path("t") == "/config/topics/t"
     assert z.delete_topic_path("t") == "/admin/delete_topics/t"
-
-
-def test_listener_security_protocol_map() -> None:
-    from wirebroker.zk.member import security_protocols
-
-    assert security_protocols("INTERNAL:PLAINTEXT, client:ssl") == {
-        "INTERNAL": "PLAINTEXT",
-        "CLIENT": "SSL",
-    }
-    assert security_protocols(None) == {}

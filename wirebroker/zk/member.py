@@ -163,11 +163,10 @@ class ClusterMember:
 
     # registration --------------------------------------------------------------------------
     def registration(self) -> BrokerRegistration:
-        protocols = security_protocols(self.config.get("listener.security.protocol.map"))
         return BrokerRegistration(
             self.broker.node_id,
             tuple(
-                Endpoint(a.name, a.host, a.port, protocols.get(a.name, _default_protocol(a.name)))
+                Endpoint(a.name, a.host, a.port, self.config.security_protocol(a.name))
                 for a in self.broker.advertised
             ),
             self.config.get("broker.rack") or None,
@@ -522,21 +521,6 @@ async def allocate_producer_id_block(zk: ZkClient, broker_id: int) -> tuple[int,
         except BadVersionError:
             continue
         return block.block_start, block.block_end
-
-
-def security_protocols(text: str | None) -> dict[str, str]:
-    """`listener.security.protocol.map`, e.g. "INTERNAL:PLAINTEXT,CLIENT:SSL"."""
-    out: dict[str, str] = {}
-    for item in (text or "").split(","):
-        name, sep, protocol = item.strip().partition(":")
-        if sep:
-            out[name.strip().upper()] = protocol.strip().upper()
-    return out
-
-
-def _default_protocol(listener: str) -> str:
-    # Kafka's default map names each protocol after itself; other names need the map.
-    return listener if listener in ("SSL", "SASL_SSL", "SASL_PLAINTEXT") else "PLAINTEXT"
 
 
 def _seq(child: str) -> int:

@@ -53,8 +53,8 @@ class FrameBuffer:
 
     Buffers start at `INITIAL_CHUNK_SIZE` and grow with need: doubling (up to `chunk_size`)
     while each read fills the free space, and to the size of the largest whole frame received
-    (up to `LARGEST_CHUNK_SIZE`), so a producer of big batches gets a buffer its batch fits. :meth:`release` (an idle
-    connection) drops the buffer and starts small again.
+    (up to `LARGEST_CHUNK_SIZE`), so a producer of big batches gets a buffer its batch fits.
+    :meth:`release` (an idle connection) drops the buffer and starts small again.
     """
 
     __slots__ = ("_buf", "_start", "_end", "_chunk", "max_frame_size", "chunk_size")
@@ -147,7 +147,7 @@ class FrameBuffer:
         if size + 4 > self._chunk:
             # The peer sends frames this big: take the next one at once (up to a bound, so one
             # huge request does not make every later buffer huge).
-            self._chunk = min(size + 4, LARGEST_CHUNK_SIZE)
+            self._chunk = max(self._chunk, min(size + 4, LARGEST_CHUNK_SIZE))
         return memoryview(self._buf)[begin:end]
 
     def buffered(self) -> int:

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 3
 
 
+@pytest.mark.timeout(600)  # three restarts, each waiting for full replication
 def test_rolling_restart_under_load(kind: str) -> None:
     with running_cluster(kind) as cluster:
         topic = "rolling"

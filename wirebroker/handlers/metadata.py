@@ -46,7 +46,8 @@ FIRST_UPDATE_WAIT_S = 10.0
 
 @handles(MetadataRequest, (0, 12))
 async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse | Later:
-    if not ctx.broker.metadata().populated.is_set():
+    broker = ctx.broker
+    if broker.cluster_mode and not broker.metadata_cache.populated.is_set():
         return Later(partial(_after_first_update, ctx, request))
     return await _answer(ctx, request)
 

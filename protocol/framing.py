@@ -29,11 +29,16 @@ NEED_DATA: Final = _NeedData()
 #: Kafka's default `socket.request.max.bytes`.
 DEFAULT_MAX_FRAME_SIZE: Final = 104_857_600
 
-#: Receive buffers are this big unless a frame needs more (then it grows with what arrived).
+#: A new (or rested) connection's receive buffer: room for the usual request.
+INITIAL_CHUNK_SIZE: Final = 4 * 1024
+
+#: Receive buffers double up to this while reads keep filling them (pipelined requests); a frame
+#: that needs more grows its buffer with what arrived.
 DEFAULT_CHUNK_SIZE: Final = 256 * 1024
 
-#: :meth:`FrameBuffer.writable` starts a new buffer when less than this is free.
-MIN_FREE: Final = 16 * 1024
+#: New buffers are made as big as the largest frame received, up to this (a default
+#: `max.request.size` produce fits).
+LARGEST_CHUNK_SIZE: Final = 2 * 1024 * 1024
 
 
 class FrameBuffer:
@@ -45,9 +50,14 @@ class FrameBuffer:
     written again where a frame was handed out of it: when the free space runs short, a new
     buffer is started and only the bytes of the unfinished frame move to it. So a frame stays
     valid for as long as anyone holds it, and the cost is one allocation per buffer.
+
+    Buffers start at `INITIAL_CHUNK_SIZE` and grow with need: doubling (up to `chunk_size`)
+    while each read fills the free space, and to the size of the largest whole frame received
+    (up to `LARGEST_CHUNK_SIZE`), so a producer of big batches gets a buffer its batch fits.
+    :meth:`release` (an idle connection) drops the buffer and starts small again.
     """
 
-    __slots__ = ("_buf", "_start", "_end", "max_frame_size", "chunk_size")
+    __slots__ = ("_buf", "_start", "_end", "_chunk", "max_frame_size", "chunk_size")
 
     def __init__(
         self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -57,11 +67,13 @@ class FrameBuffer:
         self._end = 0  # end of the received bytes
         self.max_frame_size = max_frame_size
         self.chunk_size = chunk_size
+        self._chunk = min(INITIAL_CHUNK_SIZE, chunk_size)  # the size of the next new buffer
 
     def writable(self) -> memoryview:
         """Free space after the received bytes, to read into; then call :meth:`advance`.
 
-        It is at least `MIN_FREE` bytes, or the rest of a frame whose size is known.
+        It is at least an eighth of the current buffer size, or the rest of a frame whose size
+        is known.
         """
         buf, start, end = self._buf, self._start, self._end
         have = end - start
@@ -70,19 +82,22 @@ class FrameBuffer:
             whole = size + 4
             if whole > len(buf) - start:
                 # Grow with the bytes that arrived, never straight to a size the peer claims.
-                self._move(max(self.chunk_size, min(whole, 2 * have)))
+                self._move(max(self._chunk, min(whole, 2 * have)))
             elif end == len(buf):
                 # The frame is complete in this buffer: nothing to read into before it is cut.
-                self._move(self.chunk_size)
-        elif len(buf) - end < MIN_FREE:
-            self._move(self.chunk_size)
+                self._move(self._chunk)
+        elif len(buf) - end < self._chunk >> 3:
+            self._move(self._chunk)
         return memoryview(self._buf)[self._end :]
 
     def advance(self, n: int) -> None:
         """Account for `n` bytes written into the view :meth:`writable` returned."""
-        if n < 0 or self._end + n > len(self._buf):
+        free = len(self._buf) - self._end
+        if n < 0 or n > free:
             raise ValueError(f"advance({n}) past the writable space")
         self._end += n
+        if n == free and self._chunk < self.chunk_size:
+            self._chunk = min(2 * self._chunk, self.chunk_size)  # more may be waiting
 
     def _move(self, capacity: int) -> None:
         """Start a new buffer of `capacity` bytes holding the unfinished frame's bytes."""
@@ -129,6 +144,10 @@ class FrameBuffer:
         begin = self._start + 4
         end = begin + size
         self._start = end
+        if size + 4 > self._chunk:
+            # The peer sends frames this big: take the next one at once (up to a bound, so one
+            # huge request does not make every later buffer huge).
+            self._chunk = max(self._chunk, min(size + 4, LARGEST_CHUNK_SIZE))
         return memoryview(self._buf)[begin:end]
 
     def buffered(self) -> int:
@@ -142,11 +161,13 @@ class FrameBuffer:
     def release(self) -> None:
         """Drop the receive buffer when nothing is pending (an idle connection holds none).
 
-        Frames already handed out stay valid: they keep their own buffer alive.
+        The next buffer starts small again. Frames already handed out stay valid: they keep
+        their own buffer alive.
         """
         if self._start == self._end:
             self._buf = bytearray()
             self._start = self._end = 0
+            self._chunk = min(INITIAL_CHUNK_SIZE, self.chunk_size)
 
 
 def frame(payload: bytes | bytearray | memoryview) -> bytes:

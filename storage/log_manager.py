@@ -28,6 +28,7 @@ from storage.checkpoints import (
     remove_clean_shutdown,
     write_clean_shutdown,
 )
+from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.errors import KafkaStorageError, StorageError
 from storage.file_handles import FileHandles
@@ -40,7 +41,7 @@ from storage.layout import (
     parse_partition_dir,
     partition_dir_name,
 )
-from storage.partition_log import PartitionLog, wall_clock_ms
+from storage.partition_log import PartitionLog
 
 __all__ = ["LogManager", "TopicPartition"]
 
@@ -58,7 +59,7 @@ class LogManager:
         default_config: LogConfig,
         *,
         max_open_files: int | None = None,
-        now_ms: Callable[[], int] = wall_clock_ms,
+        now_ms: Clock = wall_clock_ms,
         topic_config: Callable[[str], LogConfig] | None = None,
         broker_epoch: int = -1,
     ) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 from protocol.record_batch import NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
 from storage.cleaner import clean_log
+from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.errors import (
     KafkaStorageError,
@@ -70,7 +70,6 @@ __all__ = [
     "MAX_TIMESTAMP",
     "PartitionLog",
     "PendingFlush",
-    "wall_clock_ms",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,10 +83,6 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class PendingFlush:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
+from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from wirebroker.config import BrokerConfig, Listener
@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 class BrokerStats:
     connections: int = 0
     requests: int = 0
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(eq=False)
@@ -71,6 +67,8 @@ class Broker:
     cluster: ClusterMember | None = None
     #: The czxid of this broker's `/brokers/ids/<id>` registration; -1 when embedded.
     broker_epoch: int = -1
+    #: Every reading of the time (Kafka's `Time`); a test may run the broker on another.
+    clock: Clock = wall_clock_ms
 
     def __post_init__(self) -> None:
         if self.controller_id == -1 and not self.config.cluster_mode:
@@ -86,9 +84,8 @@ class Broker:
         """Partitions and metadata come from a controller (not the embedded single broker)."""
         return self.config.cluster_mode
 
-    @staticmethod
-    def now_ms() -> int:
-        return now_ms()
+    def now_ms(self) -> int:
+        return self.clock()
 
     def metadata(self) -> MetadataCache:
         """The cluster as clients are told it. The embedded broker describes itself."""
@@ -115,16 +112,21 @@ class Broker:
         self.metadata_cache.set_local(me, topics)
 
     @classmethod
-    def open(cls, config: BrokerConfig) -> Broker:
+    def open(cls, config: BrokerConfig, clock: Clock = wall_clock_ms) -> Broker:
         """Open the log dirs (recovering what needs it) and load the topic registry."""
         dirs = config.log_dirs()
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         cluster_id = load_or_create_meta(dirs, config.broker_id, config.get("cluster.id"))
-        manager = LogManager(dirs, log_config_for(config, {}))
+        manager = LogManager(dirs, log_config_for(config, {}), now_ms=clock)
         manager.open()
         broker = cls(
-            config, config.broker_id, cluster_id, manager, TopicRegistry(dirs[0] / "topics.json")
+            config,
+            config.broker_id,
+            cluster_id,
+            manager,
+            TopicRegistry(dirs[0] / "topics.json"),
+            clock=clock,
         )
         if not config.cluster_mode:
             # In a cluster, partitions appear when the controller's LeaderAndIsr names them.
@@ -164,6 +166,7 @@ class Broker:
                 replicas=[self.node_id],
                 isr=[self.node_id],
                 min_isr_source=partial(self.min_insync_replicas, record.name),
+                clock=self.clock,
             )
 
     def create_topic(

@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 # Handlers that never wait in the connection's own task: Produce (its replication wait is a
 # `Later`), ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator, ApiVersions.
 _IMMEDIATE_KEYS = frozenset({0, 2, 3, 8, 9, 10, 18})
-# Seconds without a byte after which a connection drops its (256 KiB) receive buffer.
+# Seconds without a byte after which a connection drops its receive buffer (the next one starts
+# small again).
 BUFFER_IDLE_S = 1.0
 # Requests of one connection that may wait for their answer at once, as the Java producer's
 # `max.in.flight.requests.per.connection` (and idempotent librdkafka's) default.

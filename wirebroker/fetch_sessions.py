@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode
@@ -38,10 +38,19 @@ MAX_EPOCH = 2**31 - 1
 #: (topic name, index) before.
 Key = tuple[str | uuid.UUID, int]
 
+#: The name of the topic with an id, if this broker knows one.
+TopicNames = Callable[[uuid.UUID], str | None]
+
 
 @dataclass(slots=True)
 class Asked:
-    """One partition a fetch reads: its topic as the request names it, and what it asks."""
+    """One partition a fetch reads: its topic's name and id, and what it asks.
+
+    From v13 the request names topics by id and the name is resolved when the partition is
+    first asked for; a session keeps that name (Kafka's CachedPartition), so a partition whose
+    topic is later deleted is answered UNKNOWN_TOPIC_OR_PARTITION, not UNKNOWN_TOPIC_ID. A name
+    still unknown (None) is looked up again on every fetch until it resolves.
+    """
 
     topic: str | None
     topic_id: uuid.UUID
@@ -115,9 +124,9 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch >= MAX_EPOCH else epoch + 1
 
 
-def _requested(request: FetchRequest, version: int) -> list[Asked]:
+def _requested(request: FetchRequest, version: int, topic_names: TopicNames) -> list[Asked]:
     return [
-        Asked(t.topic if version < 13 else None, t.topic_id, p)
+        Asked(t.topic if version < 13 else topic_names(t.topic_id), t.topic_id, p)
         for t in request.topics
         for p in t.partitions
     ]
@@ -131,8 +140,15 @@ class FetchSessionCache:
         self.sessions: dict[int, FetchSession] = {}
 
     def new_context(
-        self, version: int, request: FetchRequest, privileged: bool, now_ms: int
+        self,
+        version: int,
+        request: FetchRequest,
+        privileged: bool,
+        now_ms: int,
+        topic_names: TopicNames,
     ) -> FetchContext:
+        """What the fetch reads: from the request, or from its session and the request's
+        changes; `topic_names` resolves the topic ids of v13+ (Kafka's topicNames)."""
         uses_topic_ids = version >= 13
         session_id, epoch = request.session_id, request.session_epoch
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
@@ -140,7 +156,7 @@ class FetchSessionCache:
             if closed is not None:
                 log.debug("fetch session %d closed by a full fetch", session_id)
             return FetchContext(
-                _requested(request, version),
+                _requested(request, version, topic_names),
                 may_open=epoch == INITIAL_EPOCH,
                 privileged=privileged,
                 uses_topic_ids=uses_topic_ids,
@@ -152,12 +168,13 @@ class FetchSessionCache:
             return FetchContext([], ErrorCode.INVALID_FETCH_SESSION_EPOCH)
         if session.uses_topic_ids != uses_topic_ids:
             return FetchContext([], ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
-        for changed in _requested(request, version):
+        for changed in _requested(request, version, topic_names):
             key = changed.key(uses_topic_ids)
             cached = session.partitions.get(key)
             if cached is None:
                 session.partitions[key] = CachedPartition(changed)
             else:
+                changed.topic = cached.asked.topic or changed.topic  # the session's name stays
                 cached.asked = changed
         for forgotten in request.forgotten_topics_data:
             name = forgotten.topic_id if uses_topic_ids else forgotten.topic
@@ -169,6 +186,10 @@ class FetchSessionCache:
         session.last_used_ms = now_ms
         session.epoch = next_epoch(session.epoch)
         asked = [c.asked for c in session.partitions.values()]
+        if uses_topic_ids:
+            for a in asked:
+                if a.topic is None:  # Kafka's maybeResolveUnknownName
+                    a.topic = topic_names(a.topic_id)
         return FetchContext(asked, session=session, expected_epoch=session.epoch)
 
     def answer(

@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import trio
+
 from protocol.messages.update_metadata import UpdateMetadataRequest
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -67,6 +69,9 @@ class MetadataCache:
         self.partitions: dict[str, dict[int, PartitionInfo]] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
         self.controller_id: int | None = None
+        #: Set once the cache describes the cluster: by the controller's first UpdateMetadata
+        #: (before it, a broker that just started knows no brokers and no topics).
+        self.populated = trio.Event()
 
     # reading ------------------------------------------------------------------------------
     def topics(self) -> list[str]:
@@ -161,6 +166,7 @@ class MetadataCache:
                 s.zk_version,
                 s.controller_epoch,
             )
+        self.populated.set()
         return deleted
 
     def set_local(
@@ -176,6 +182,7 @@ class MetadataCache:
         for name, topic_id, parts in topics:
             self.partitions[name] = {p.partition: p for p in parts}
             self.topic_ids[name] = topic_id
+        self.populated.set()
 
 
 def _with_topic(

@@ -15,12 +15,12 @@ encode or decode anything, nor do I/O besides its log.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode, KafkaError
+from storage.clock import Clock, wall_clock_ms
 from storage.partition_log import AppendInfo, PartitionLog
 from wirebroker.events import Waiters
 
@@ -89,6 +89,7 @@ class Partition:
     on_isr_change: Callable[[Partition], None] | None = None
     #: Whether replicas other than the leader may be alive (refined by the metadata cache).
     is_broker_alive: Callable[[int], bool] = field(default=lambda _id: True)
+    clock: Clock = wall_clock_ms
     #: Fetches long-polling on this partition, woken by every append.
     append_waiters: Waiters = field(default_factory=Waiters)
     #: Produces and fetches waiting on the high watermark, the ISR or the leadership.
@@ -213,7 +214,7 @@ class Partition:
         if not self.is_local_leader or self.under_min_isr:
             return False
         if now_ms is None:
-            now_ms = time.time_ns() // 1_000_000
+            now_ms = self.clock()
         leo = self.log.log_end_offset
         new_hw = leo
         maximal = self.maximal_isr

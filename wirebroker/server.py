@@ -3,7 +3,9 @@
 `serve_broker(config, task_status=...)` opens the logs, binds every listener, reports a
 `RunningBroker` (with the real bound ports) through `task_status.started`, and runs until
 cancelled; on the way out it writes checkpoints and the clean-shutdown marker. Nothing here is
-fire-and-forget: connections and periodic jobs are children of its nursery.
+fire-and-forget: connections and periodic jobs are children of its nursery. Every part of the
+broker reads the time from its `clock` (Kafka's `Time`, `storage.clock`): the wall clock, or in
+a test one that follows trio's `MockClock`.
 
 With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
 cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING
 import trio
 
 import wirebroker.handlers  # noqa: F401  (registers every API)
-from wirebroker.broker import Broker, now_ms
+from storage.clock import Clock, wall_clock_ms
+from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
 
@@ -61,7 +64,10 @@ class RunningBroker:
 
 
 async def serve_broker(
-    config: BrokerConfig, *, task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED
+    config: BrokerConfig,
+    *,
+    clock: Clock = wall_clock_ms,
+    task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     started = time.monotonic()
     zk: ZkClient | None = None
@@ -73,12 +79,12 @@ async def serve_broker(
         try:
             cluster_id = await zk_member.ensure_cluster_id(zk, config)
             config = BrokerConfig({**config.values, "cluster.id": cluster_id})
-            broker = Broker.open(config)
+            broker = Broker.open(config, clock)
         except BaseException:
             await zk.close()
             raise
     else:
-        broker = Broker.open(config)
+        broker = Broker.open(config, clock)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.groups.serve)
@@ -146,13 +152,13 @@ async def _housekeeping(broker: Broker) -> None:
         due[job] = trio.current_time() + schedule[job]
         manager = broker.log_manager
         if job == "flush":
-            manager.flush_dirty_logs(now_ms())
+            manager.flush_dirty_logs(broker.now_ms())
         elif job == "retention":
-            deleted = manager.run_retention(now_ms())
+            deleted = manager.run_retention(broker.now_ms())
             if deleted:
                 log.info("retention deleted %d segments", deleted)
         elif job == "cleaner":
-            freed = manager.run_cleaner(now_ms())
+            freed = manager.run_cleaner(broker.now_ms())
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:

@@ -44,6 +44,9 @@ __all__ = [
     "test_subscribe_pattern",
 ]
 
+# As in tests/pipeline: a Spark session (a JVM) and its streaming queries need more than the default.
+pytestmark = pytest.mark.timeout(600)
+
 
 @pytest.fixture
 def bootstrap(target: Target) -> str:

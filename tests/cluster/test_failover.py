@@ -34,6 +34,7 @@ PARTITIONS = 3
 
 
 @pytest.mark.parametrize("client", ["confluent-kafka", "java"])
+@pytest.mark.timeout(CHAOS_SECONDS * 3 + 300)  # restarts run late on a loaded machine
 def test_kill_leader_every_10s(kind: str, client: str) -> None:
     with running_cluster(kind) as cluster:
         topic = f"chaos-{client}"

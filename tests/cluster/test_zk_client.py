@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 import trio
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 
-from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent
+from wirebroker.zk.client import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    ZkClient,
+    ZkEvent,
+)
 from wirebroker.zk.member import allocate_producer_id_block
+from wirebroker.zookeeper_server import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +110,73 @@ def test_producer_id_blocks_never_overlap(zk_connect: str) -> None:
             assert got[0].startswith(b'{"version":1,"broker":')
             assert got[0].endswith(b'"block_start":"14000","block_end":"14999"}')
         finally:
+            await zk.close()
+
+    trio.run(main)
+
+
+def test_the_state_listener_never_waits_for_trio(zk_connect: str) -> None:
+    """kazoo calls its listeners on its connection thread, which must not block: the event is
+    queued for trio even while the trio thread is busy."""
+
+    async def main() -> None:
+        zk = ZkClient(zk_connect, session_timeout_ms=6000)
+        await zk.start()
+        try:
+            await next_event(zk, "session")  # CONNECTED
+            returned = threading.Event()
+
+            def kazoo_thread() -> None:
+                zk._on_state(KazooState.SUSPENDED)
+                returned.set()
+
+            threading.Thread(target=kazoo_thread, daemon=True).start()
+            # Block the trio thread itself: a listener waiting for trio would not return.
+            assert returned.wait(5), "the listener waited for the trio thread"
+            assert (await next_event(zk, "session")).state == "SUSPENDED"
+        finally:
+            await zk.close()
+
+    trio.run(main)
+
+
+def test_calls_are_bounded_while_zookeeper_is_unreachable(
+    zk_server: ZooKeeperServer, zk_connect: str
+) -> None:
+    """With ZooKeeper stopped (SIGSTOP) kazoo queues calls until it reconnects: a read is left
+    behind as soon as its caller is cancelled, and a write gives up (ConnectionLoss) after the
+    session timeout, instead of both waiting for ZooKeeper to come back."""
+    pid = zk_server.process.pid
+    assert pid is not None
+    resumed = threading.Event()
+
+    def resume() -> None:
+        if not resumed.is_set():
+            resumed.set()
+            os.kill(pid, signal.SIGCONT)
+
+    async def main() -> None:
+        zk = ZkClient(zk_connect, session_timeout_ms=4000)
+        await zk.start()
+        await zk.create("/x")
+        os.kill(pid, signal.SIGSTOP)
+        safety = threading.Timer(30, resume)  # the old behaviour would wait for this
+        safety.start()
+        try:
+            with trio.fail_after(30):
+                while (await next_event(zk, "session")).state != "SUSPENDED":
+                    pass
+            started = time.monotonic()
+            with trio.move_on_after(0.5) as read:
+                await zk.get("/x")
+            assert read.cancelled_caught and time.monotonic() - started < 3
+            started = time.monotonic()
+            with pytest.raises(ConnectionLoss):
+                await zk.set("/x", b"late")
+            assert time.monotonic() - started < 10
+        finally:
+            resume()
+            safety.cancel()
             await zk.close()
 
     trio.run(main)

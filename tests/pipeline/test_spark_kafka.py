@@ -20,7 +20,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e 
 from pipeline import events as ev  # noqa: E402
 from pipeline import job  # noqa: E402
 
-pytestmark = pytest.mark.integration
+# A Spark session (a JVM) starts with the first test and streaming queries run for tens of seconds.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
 # ---- helpers ------------------------------------------------------------------------------

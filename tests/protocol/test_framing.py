@@ -7,7 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.errors import FrameTooLargeError, ProtocolError
-from protocol.framing import NEED_DATA, FrameBuffer, frame
+from protocol.framing import (
+    DEFAULT_CHUNK_SIZE,
+    INITIAL_CHUNK_SIZE,
+    NEED_DATA,
+    FrameBuffer,
+    frame,
+)
 
 
 def drain(fb: FrameBuffer) -> list[bytes]:
@@ -118,6 +124,27 @@ def test_a_large_frame_grows_with_what_arrived() -> None:
     payload = bytes(range(256)) * 40
     assert _read_into(fb, payload, 999) == []
     assert fb.buffered() == 4 + len(payload)
+
+
+def test_a_buffer_starts_small_and_grows_with_need() -> None:
+    fb = FrameBuffer()
+    assert _read_into(fb, frame(b"api-versions"), 4096) == [b"api-versions"]
+    assert fb.capacity() == INITIAL_CHUNK_SIZE  # one small request: one small buffer
+    # Reads that fill the buffer (pipelined requests) double it, up to the chunk size.
+    many = frame(b"y" * 100) * 10_000
+    assert len(_read_into(fb, many, len(many))) == 10_000
+    assert fb.capacity() == DEFAULT_CHUNK_SIZE
+    fb.release()
+    assert fb.writable().nbytes == INITIAL_CHUNK_SIZE  # rested: small again
+
+
+def test_a_big_frame_makes_the_next_buffer_big_enough_at_once() -> None:
+    fb = FrameBuffer()
+    big = b"z" * 1_000_000
+    assert _read_into(fb, frame(big), 65536) == [big]
+    # The next frame of that size is read into one buffer, with no growing (copying) on the way.
+    assert _read_into(fb, frame(big)[:10], 10) == []
+    assert fb.writable().nbytes >= len(big) - 6
 
 
 def test_advance_past_the_space_is_refused() -> None:

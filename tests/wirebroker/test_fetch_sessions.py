@@ -16,6 +16,8 @@ from wirebroker.replication.fetch_session import FetchSessionHandler
 
 E = ErrorCode
 V = 12  # topic names; v13+ names topics by id
+#: The topics the broker knows by id (for v13+ requests).
+NAMES: dict[uuid.UUID, str] = {}
 
 
 def part(index: int, offset: int = 0) -> FetchRequest.FetchPartition:
@@ -52,7 +54,7 @@ def asked(context: FetchContext) -> list[tuple[str | None, int, int]]:
 
 
 def open_session(cache: FetchSessionCache, now: int = 0, *, privileged: bool = False) -> int:
-    context = cache.new_context(V, fetch({"t": [part(0), part(1)]}), privileged, now)
+    context = cache.new_context(V, fetch({"t": [part(0), part(1)]}), privileged, now, NAMES.get)
     error, session_id, carried = cache.answer(context, [result(), result()], now)
     assert (error, carried) == (E.NONE, [True, True]) and session_id > 0
     return session_id
@@ -62,19 +64,19 @@ def test_incremental_fetch_reads_the_session_and_answers_only_news() -> None:
     cache = FetchSessionCache(10)
     sid = open_session(cache)
     # Epoch 1 names only partition 1's new offset; partition 0 is read from the session.
-    context = cache.new_context(V, fetch({"t": [part(1, 5)]}, sid, 1), False, 10)
+    context = cache.new_context(V, fetch({"t": [part(1, 5)]}, sid, 1), False, 10, NAMES.get)
     assert asked(context) == [("t", 0, 0), ("t", 1, 5)]
     error, session_id, carried = cache.answer(context, [result(), result(records=b"x")], 10)
     assert (error, session_id, carried) == (E.NONE, sid, [False, True])
     # Partition 1 returned records: it moves to the end, so partition 0 is read first next.
-    context = cache.new_context(V, fetch({}, sid, 2), False, 20)
+    context = cache.new_context(V, fetch({}, sid, 2), False, 20, NAMES.get)
     assert asked(context) == [("t", 0, 0), ("t", 1, 5)]
     # A moved high watermark and an error are news; an unchanged partition is not.
     _, _, carried = cache.answer(
         context, [result(hw=3), result(error=E.NOT_LEADER_OR_FOLLOWER)], 20
     )
     assert carried == [True, True]
-    context = cache.new_context(V, fetch({}, sid, 3), False, 30)
+    context = cache.new_context(V, fetch({}, sid, 3), False, 30, NAMES.get)
     _, _, carried = cache.answer(context, [result(hw=3), result()], 30)
     assert carried == [False, True]  # the error cleared the cached watermark: told again
 
@@ -83,25 +85,34 @@ def test_session_errors() -> None:
     cache = FetchSessionCache(10)
     sid = open_session(cache)
     assert (
-        cache.new_context(V, fetch({}, sid + 1, 1), False, 0).error == E.FETCH_SESSION_ID_NOT_FOUND
+        cache.new_context(V, fetch({}, sid + 1, 1), False, 0, NAMES.get).error
+        == E.FETCH_SESSION_ID_NOT_FOUND
     )
-    assert cache.new_context(V, fetch({}, sid, 2), False, 0).error == E.INVALID_FETCH_SESSION_EPOCH
+    assert (
+        cache.new_context(V, fetch({}, sid, 2), False, 0, NAMES.get).error
+        == E.INVALID_FETCH_SESSION_EPOCH
+    )
     request = fetch({}, sid, 1)
-    assert cache.new_context(13, request, False, 0).error == E.FETCH_SESSION_TOPIC_ID_ERROR
+    assert (
+        cache.new_context(13, request, False, 0, NAMES.get).error == E.FETCH_SESSION_TOPIC_ID_ERROR
+    )
     # A duplicate of a request already taken sees the epoch moved on.
-    assert not cache.new_context(V, fetch({}, sid, 1), False, 0).error
-    assert cache.new_context(V, fetch({}, sid, 1), False, 0).error == E.INVALID_FETCH_SESSION_EPOCH
+    assert not cache.new_context(V, fetch({}, sid, 1), False, 0, NAMES.get).error
+    assert (
+        cache.new_context(V, fetch({}, sid, 1), False, 0, NAMES.get).error
+        == E.INVALID_FETCH_SESSION_EPOCH
+    )
 
 
 def test_closing_sessions() -> None:
     cache = FetchSessionCache(10)
     sid = open_session(cache)
     # Forgetting every partition ends the session; the fetch is answered without one.
-    context = cache.new_context(V, fetch({}, sid, 1, forget={"t": [0, 1]}), False, 0)
+    context = cache.new_context(V, fetch({}, sid, 1, forget={"t": [0, 1]}), False, 0, NAMES.get)
     assert context.asked == [] and sid not in cache.sessions
     # A full fetch naming a session closes it; epoch -1 opens none.
     sid = open_session(cache)
-    context = cache.new_context(V, fetch({"t": [part(0)]}, sid, -1), False, 0)
+    context = cache.new_context(V, fetch({"t": [part(0)]}, sid, -1), False, 0, NAMES.get)
     assert sid not in cache.sessions
     assert cache.answer(context, [result()], 0) == (E.NONE, 0, [True])
     assert not cache.sessions
@@ -111,14 +122,14 @@ def test_eviction_follows_kafkas_ranking() -> None:
     cache = FetchSessionCache(1)
     client = open_session(cache, now=0)
     # A fresh client session is not evicted by another client's...
-    context = cache.new_context(V, fetch({"t": [part(0), part(1), part(2)]}), False, 1)
+    context = cache.new_context(V, fetch({"t": [part(0), part(1), part(2)]}), False, 1, NAMES.get)
     assert cache.answer(context, [result()] * 3, 1)[1] == 0
     # ...but by a follower's, which is privileged.
     follower = open_session(cache, now=2, privileged=True)
     assert list(cache.sessions) == [follower] and client != follower
     # Unused for longer than the eviction time, any session gives way.
     later = 3 + EVICTION_MS
-    context = cache.new_context(V, fetch({"t": [part(0)]}), False, later)
+    context = cache.new_context(V, fetch({"t": [part(0)]}), False, later, NAMES.get)
     assert cache.answer(context, [result()], later)[1] not in (0, follower)
 
 
@@ -146,7 +157,7 @@ def test_the_leader_reads_exactly_what_the_follower_wants(
             handler.epoch,
             forget={"t": [tp.partition for tp in forget]} if forget else None,
         )
-        context = cache.new_context(V, request, True, i)
+        context = cache.new_context(V, request, True, i, NAMES.get)
         if context.error:
             response = FetchResponse(error_code=context.error, session_id=0)
         else:
@@ -169,7 +180,7 @@ def test_topic_ids_key_sessions_from_v13() -> None:
         session_epoch=0,
         topics=[FetchRequest.FetchTopic(topic_id=tid, partitions=[part(0)])],
     )
-    context = cache.new_context(13, request, False, 0)
+    context = cache.new_context(13, request, False, 0, NAMES.get)
     _, sid, _ = cache.answer(context, [result()], 0)
     forget = FetchRequest(
         replica_id=-1,
@@ -177,5 +188,39 @@ def test_topic_ids_key_sessions_from_v13() -> None:
         session_epoch=1,
         forgotten_topics_data=[FetchRequest.ForgottenTopic(topic_id=tid, partitions=[0])],
     )
-    assert cache.new_context(13, forget, False, 1).asked == []
+    assert cache.new_context(13, forget, False, 1, NAMES.get).asked == []
     assert sid not in cache.sessions
+
+
+def test_a_session_keeps_the_names_of_its_topics() -> None:
+    """Kafka's CachedPartition keeps the name it resolved: a topic deleted under a session is
+    still known by name (the handler answers UNKNOWN_TOPIC_OR_PARTITION, as Kafka does), and
+    an id unknown when the session opened is resolved once the broker learns it."""
+    kept, late = uuid.uuid4(), uuid.uuid4()
+    names = {kept: "kept"}
+    request = FetchRequest(
+        replica_id=-1,
+        session_epoch=0,
+        topics=[
+            FetchRequest.FetchTopic(topic_id=kept, partitions=[part(0)]),
+            FetchRequest.FetchTopic(topic_id=late, partitions=[part(0)]),
+        ],
+    )
+    cache = FetchSessionCache(10)
+    context = cache.new_context(13, request, False, 0, names.get)
+    assert [a.topic for a in context.asked] == ["kept", None]
+    _, sid, _ = cache.answer(context, [result(), result()], 0)
+    del names[kept]  # deleted
+    names[late] = "late"  # created (or its metadata arrived)
+    context = cache.new_context(
+        13, FetchRequest(session_id=sid, session_epoch=1), False, 1, names.get
+    )
+    assert [a.topic for a in context.asked] == ["kept", "late"]
+    # Naming a kept partition again (a new offset) does not forget its name.
+    again = FetchRequest(
+        session_id=sid,
+        session_epoch=2,
+        topics=[FetchRequest.FetchTopic(topic_id=kept, partitions=[part(0, 7)])],
+    )
+    context = cache.new_context(13, again, False, 2, names.get)
+    assert [(a.topic, a.request.fetch_offset) for a in context.asked] == [("kept", 7), ("late", 0)]

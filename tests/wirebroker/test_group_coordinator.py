@@ -1,13 +1,20 @@
 """The trio coordinator in-process: parked JoinGroup/SyncGroup requests, the initial delay
-timer, and `__consumer_offsets` written and replayed across a broker restart."""
+timer, and `__consumer_offsets` written and replayed across a broker restart.
+
+The broker runs on trio's MockClock (autojump) with a clock that follows it, so its timers
+pass at once and the tests wait for events, never for wall-clock time.
+"""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from protocol.errors import ErrorCode
+from storage.clock import Clock, wall_clock_ms
 from wirebroker.config import BrokerConfig
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.group.state import CommittedOffset, GroupState, JoinResult, SyncResult
@@ -25,6 +32,12 @@ def config(data_dir: Path) -> BrokerConfig:
             "offsets.topic.num.partitions": "3",
         }
     )
+
+
+def trio_clock() -> Clock:
+    """Wall-clock milliseconds that advance with trio's clock (so a MockClock moves them)."""
+    start_ms, start = wall_clock_ms(), trio.current_time()
+    return lambda: start_ms + round((trio.current_time() - start) * 1000)
 
 
 async def join(groups: GroupCoordinator, client_id: str, out: dict[str, JoinResult]) -> None:
@@ -45,7 +58,9 @@ async def join(groups: GroupCoordinator, client_id: str, out: dict[str, JoinResu
 def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
     async def first_life() -> tuple[int, set[str]]:
         async with trio.open_nursery() as nursery:
-            running = await nursery.start(serve_broker, config(tmp_path))
+            running = await nursery.start(
+                partial(serve_broker, config(tmp_path), clock=trio_clock())
+            )
             broker = running.broker
             broker.create_topic("t", 2, 1, {})
             groups = broker.groups
@@ -55,7 +70,7 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
                     started = trio.current_time()
                     members.start_soon(join, groups, "a", joined)
                     members.start_soon(join, groups, "b", joined)
-                    await trio.sleep(DELAY_MS / 1000 / 2)
+                    await trio.testing.wait_all_tasks_blocked()
                     assert groups.statistics()["parked_joins"] == 2  # the initial delay
                 assert trio.current_time() - started >= DELAY_MS / 1000 * 0.9
             a, b = joined["a"], joined["b"]
@@ -80,7 +95,7 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
             with trio.fail_after(5):
                 async with trio.open_nursery() as members:
                     members.start_soon(sync, follower, {})
-                    await trio.sleep(0.01)
+                    await trio.testing.wait_all_tasks_blocked()
                     assert groups.statistics()["parked_syncs"] == 1
                     members.start_soon(
                         sync, leader, {leader.member_id: b"L", follower.member_id: b"F"}
@@ -106,5 +121,7 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
             assert assignments == {b"L", b"F"}
             nursery.cancel_scope.cancel()
 
-    generation, member_ids = trio.run(first_life)
+    generation, member_ids = trio.run(
+        first_life, clock=trio.testing.MockClock(autojump_threshold=0)
+    )
     trio.run(second_life, generation, member_ids)

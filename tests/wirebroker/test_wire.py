@@ -5,8 +5,8 @@ advertised version of every API answers), KIP-511 for an unknown ApiVersions ver
 the connection for unknown APIs and versions and for malformed frames while other connections
 carry on, `socket.request.max.bytes` enforced from the size prefix alone, `connections.max.idle.ms`,
 acks=0 getting no response, a corrupt batch answered per partition, responses in request order,
-the fetch long poll (woken by an append, ended at once by a partition error), and clients that
-vanish mid-frame or mid-fetch.
+the fetch long poll (woken by an append, ended at once by a partition error), fetch sessions
+(across a topic deletion too), and clients that vanish mid-frame or mid-fetch.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from protocol.errors import ErrorCode
 from protocol.framing import frame
 from protocol.messages import APIS
 from protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from protocol.messages.produce import ProduceRequest
@@ -432,3 +433,49 @@ def test_incremental_fetch_session_over_the_wire(broker: BrokerProcess, topic: s
         assert quiet.error_code == ErrorCode.NONE and quiet.responses == []
         replayed = client.request(incremental, 12)
         assert replayed.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+
+
+def _partition_errors(response: FetchResponse) -> list[tuple[int, int]]:
+    return [(p.partition_index, p.error_code) for t in response.responses for p in t.partitions]
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_a_fetch_session_across_its_topic_deletion(
+    broker: BrokerProcess, topic: str, version: int
+) -> None:
+    """As Kafka 3.9: a session keeps the names of its topics, so once a topic is deleted its
+    partitions are answered UNKNOWN_TOPIC_OR_PARTITION at once (UNKNOWN_TOPIC_ID made franz-go
+    fetch again in a tight loop); only an id the broker does not know is UNKNOWN_TOPIC_ID, and
+    an id whose name now belongs to a new topic is INCONSISTENT_TOPIC_ID."""
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as client:
+        metadata = client.request(MetadataRequest(topics=None), 12)
+        (topic_id,) = [t.topic_id for t in metadata.topics if t.name == topic]
+        opening = _fetch(topic, 0, max_wait_ms=0)
+        opening.session_epoch = 0
+        opening.topics[0].topic_id = topic_id  # read from v13 on, the name before
+        response: FetchResponse = client.request(opening, version)
+        session_id = response.session_id
+        assert response.error_code == ErrorCode.NONE and session_id > 0
+        deleted = client.request(DeleteTopicsRequest(topic_names=[topic], timeout_ms=10_000), 5)
+        assert deleted.responses[0].error_code == ErrorCode.NONE
+
+        incremental = FetchRequest(
+            replica_id=-1, max_wait_ms=10_000, session_id=session_id, session_epoch=1
+        )
+        started = time.monotonic()
+        response = client.request(incremental, version)
+        assert time.monotonic() - started < 5  # an error ends the long poll
+        assert response.error_code == ErrorCode.NONE
+        assert _partition_errors(response) == [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+        if version < 13:
+            return
+        sessionless = _fetch(topic, 0, max_wait_ms=0)
+        sessionless.session_epoch = -1
+        sessionless.topics[0].topic_id = topic_id
+        response = client.request(sessionless, version)
+        assert _partition_errors(response) == [(0, ErrorCode.UNKNOWN_TOPIC_ID)]
+        create_topic(broker.bootstrap, topic)  # the same name, a new id
+        incremental.session_epoch = 2
+        response = client.request(incremental, version)
+        assert _partition_errors(response) == [(0, ErrorCode.INCONSISTENT_TOPIC_ID)]

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -62,10 +61,6 @@ log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 LOAD_CHUNK_BYTES = 4 << 20
 T = TypeVar("T")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +118,13 @@ class GroupCoordinator:
             )
             wake = self._wake = trio.Event()
             self._sleeping_until = math.inf if deadline is None else deadline
-            delay = math.inf if deadline is None else (deadline - now_ms()) / 1000
+            delay = math.inf if deadline is None else (deadline - self.broker.now_ms()) / 1000
             if delay > 0:
                 with trio.move_on_after(delay):
                     await wake.wait()
             else:
                 await trio.lowlevel.checkpoint()
-            now = now_ms()
+            now = self.broker.now_ms()
             for group in list(self.groups.values()):
                 due = group.next_deadline()
                 if due is not None and due <= now:
@@ -204,7 +199,7 @@ class GroupCoordinator:
         if partition is None:
             return 0, 0
         count = 0
-        now = now_ms()
+        now = self.broker.now_ms()
         before = set(self.groups)
         plog = partition.log
         offset = plog.log_start_offset
@@ -344,7 +339,7 @@ class GroupCoordinator:
         partition = self.broker.partition(OFFSETS_TOPIC, index)
         if partition is None or not partition.is_local_leader:
             return _Write(None, 0, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        now = now_ms()
+        now = self.broker.now_ms()
         batch = build_record_batch([SimpleRecord(k, v, timestamp=now) for k, v in kvs])
         try:
             info = partition.append_to_leader(memoryview(bytearray(batch)), now, acks=-1)
@@ -407,7 +402,7 @@ class GroupCoordinator:
             require_known_member_id,
             f"{prefix}-{uuid.uuid4()}",
         )
-        out = group.join(request, now_ms())
+        out = group.join(request, self.broker.now_ms())
         key = member_id or request.new_member_id
         self._apply(group, out)
         self._forget_if_unused(group)
@@ -443,7 +438,7 @@ class GroupCoordinator:
             protocol_type,
             protocol_name,
             assignments,
-            now_ms(),
+            self.broker.now_ms(),
         )
         write = self._apply(group, out)
         if out.sync_reply is not None:
@@ -492,7 +487,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        out = group.heartbeat(member_id, instance_id, generation_id, now_ms())
+        out = group.heartbeat(member_id, instance_id, generation_id, self.broker.now_ms())
         self._apply(group, out)
         return out.error
 
@@ -501,7 +496,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return [ErrorCode.UNKNOWN_MEMBER_ID] * len(members)
-        out = group.leave(members, now_ms())
+        out = group.leave(members, self.broker.now_ms())
         self._apply(group, out)
         return out.member_errors
 
@@ -551,7 +546,7 @@ class GroupCoordinator:
         error = group.check_commit(member_id, instance_id, generation_id)
         if error is not ErrorCode.NONE:
             return error, []
-        now = now_ms()
+        now = self.broker.now_ms()
         group.touch(member_id, now)
         codes: list[ErrorCode] = []
         kvs: list[tuple[bytes, bytes | None]] = []

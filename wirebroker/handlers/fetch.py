@@ -12,7 +12,10 @@ connection writes with `os.sendfile`.
 
 Fetch sessions (KIP-227), as Kafka: a full fetch with epoch 0 may open one (its id in the
 answer); an incremental fetch reads every partition of its session and is answered with those
-that have news; the rules and the cache are `wirebroker.fetch_sessions`.
+that have news; the rules and the cache are `wirebroker.fetch_sessions`. From v13 topics are
+named by id: an id this broker does not know is UNKNOWN_TOPIC_ID, but a session remembers the
+names of its topics, so a topic deleted under it is UNKNOWN_TOPIC_OR_PARTITION, and one created
+again under the same name (a new id) is INCONSISTENT_TOPIC_ID, as in Kafka.
 
 A follower's fetch (replica id >= 0, from a replica of the partition) reads up to the log end
 offset, not the high watermark, and its fetch offset is recorded as the follower's log end
@@ -83,7 +86,9 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     version = ctx.api_version
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     sessions = ctx.broker.fetch_sessions
-    context = sessions.new_context(version, request, replica_id >= 0, ctx.broker.now_ms())
+    context = sessions.new_context(
+        version, request, replica_id >= 0, ctx.broker.now_ms(), ctx.broker.topic_name
+    )
     if context.error:
         return FetchResponse(error_code=context.error, session_id=INVALID_SESSION_ID)
     wanted = _resolve(ctx, context.asked, replica_id)
@@ -140,19 +145,16 @@ def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_
     broker = ctx.broker
     out = []
     for a in asked:
-        name: str | None = a.topic
-        p = a.request
-        error = ErrorCode.NONE
-        if ctx.api_version >= 13:
-            name = broker.topic_name(a.topic_id)
-            if name is None:
-                error = ErrorCode.UNKNOWN_TOPIC_ID
+        name, p = a.topic, a.request
         partition = broker.partition(name, p.partition) if name else None
         w = _Wanted(name, a.topic_id, p, partition)
-        if error:
-            w.error = error
+        if name is None:
+            w.error = ErrorCode.UNKNOWN_TOPIC_ID  # v13+: an id this broker never knew
         elif partition is None:
             w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif ctx.api_version >= 13 and partition.topic_id not in (a.topic_id, ZERO_UUID):
+            # The session's name now belongs to another topic (deleted and created again).
+            w.error = ErrorCode.INCONSISTENT_TOPIC_ID
         else:
             w.error = partition.leader_error(broker.node_id, p.current_leader_epoch)
             if not w.error and replica_id >= 0 and replica_id not in partition.followers:

@@ -14,25 +14,51 @@ REPLICA_NOT_AVAILABLE when some are missing), as Kafka's ZkMetadataCache answers
 listed with their endpoint on the listener the request came in on (a leader without one is
 LISTENER_NOT_FOUND from v6). In a cluster, auto-creation writes ZooKeeper and the topic is
 LEADER_NOT_AVAILABLE until the controller elects its leaders, as in Kafka.
+
+A cluster member that just (re)started knows nothing until the controller's first
+UpdateMetadata: Metadata asked before it waits for it (up to `FIRST_UPDATE_WAIT_S`, then the
+answer is what the cache holds), rather than answer no brokers and every topic unknown, which
+makes librdkafka fail records during a fast rolling restart. Kafka narrows that window by
+processing no request until its start-up is done (the controller's UpdateMetadata is usually
+first in line); here the listener serves at once, because the controller's requests come in
+through it too.
 """
 
 from __future__ import annotations
 
 import uuid
+from functools import partial
+
+import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from wirebroker import authorized_operations as ops
-from wirebroker.dispatch import RequestContext, handles
+from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.metadata_cache import MetadataCache
 from wirebroker.topics import INTERNAL_TOPICS
 
 Topic = MetadataResponse.MetadataResponseTopic
 ZERO_UUID = uuid.UUID(int=0)
+#: How long Metadata waits for a starting cluster member's first UpdateMetadata.
+FIRST_UPDATE_WAIT_S = 10.0
 
 
 @handles(MetadataRequest, (0, 12))
-async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse | Later:
+    broker = ctx.broker
+    if broker.cluster_mode and not broker.metadata_cache.populated.is_set():
+        return Later(partial(_after_first_update, ctx, request))
+    return await _answer(ctx, request)
+
+
+async def _after_first_update(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    with trio.move_on_after(FIRST_UPDATE_WAIT_S):
+        await ctx.broker.metadata_cache.populated.wait()
+    return await _answer(ctx, request)
+
+
+async def _answer(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     version = ctx.api_version
     all_topics = request.topics is None or (version == 0 and not request.topics)

@@ -27,7 +27,6 @@ from protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitRes
 from protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from wirebroker.dispatch import RequestContext, handles
-from wirebroker.group.coordinator import now_ms
 from wirebroker.group.state import CommittedOffset
 
 NO_OFFSET = -1
@@ -35,7 +34,7 @@ NO_OFFSET = -1
 
 @handles(OffsetCommitRequest, (0, 9))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
-    now = now_ms()
+    now = ctx.broker.now_ms()
     results: dict[tuple[str, int], ErrorCode] = {}
     wanted: list[tuple[str, int, CommittedOffset]] = []
     for topic in request.topics:

@@ -29,7 +29,6 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
-from wirebroker.broker import now_ms
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
@@ -128,7 +127,7 @@ def _append(
         result.error_message = "the produce request carries no records"
         return None
     try:
-        info = partition.append_to_leader(records, now_ms(), acks)
+        info = partition.append_to_leader(records, ctx.broker.now_ms(), acks)
     except KafkaError as e:
         result.error_code = e.error_code
         result.error_message = str(e)

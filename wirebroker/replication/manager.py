@@ -362,6 +362,7 @@ class ReplicaManager:
             replica_lag_ms=self.lag_ms,
             on_isr_change=self._enqueue_isr_change,
             is_broker_alive=broker.metadata_cache.is_alive,
+            clock=broker.clock,
         )
         broker.partitions[tp] = p
         log.info("%s-%d: created (log end offset %d)", tp.topic, tp.partition, plog.log_end_offset)

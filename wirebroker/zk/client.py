@@ -3,9 +3,16 @@
 kazoo runs its connection in threads of its own. `ZkClient` keeps that away from the broker:
 every call (get, create, set, delete, multi) runs in `trio.to_thread.run_sync`, and every watch
 notification and session-state change is sent, from kazoo's threads, into one trio memory
-channel (`events`) through `trio.from_thread` with the run's token. The task that reads that
-channel is then the only owner of whatever state the events change (the broker's
-registration, the controller), so nothing needs a lock.
+channel (`events`) with the run's token (`run_sync_soon`: kazoo's threads never wait for trio,
+as kazoo requires of its listeners). The task that reads that channel is then the only owner of
+whatever state the events change (the broker's registration, the controller), so nothing needs
+a lock.
+
+A call waits for its answer at most the session timeout (then ConnectionLoss: its fate is
+unknown, as ZooKeeper says of a request cut off by a lost connection), so no worker thread is
+stuck for good while kazoo reconnects. A read is also abandoned as soon as its caller is
+cancelled (it changes nothing), so a handler's `move_on_after` bounds it; a write is not (the
+caller waits to learn its outcome, within that bound).
 
 Watches are one-shot, as in ZooKeeper: ask again with `watch=True` when the event arrives.
 The owner re-reads the znode rather than trusting the event, as Kafka's handlers do.
@@ -167,10 +174,11 @@ class ZkClient:
             self._send.send_nowait(event)
 
     def _deliver_from_thread(self, event: ZkEvent) -> None:
+        """Hand `event` to trio without waiting for it (callbacks run in order)."""
         if self._closed:
             return
-        with contextlib.suppress(trio.RunFinishedError, RuntimeError):
-            trio.from_thread.run_sync(self._deliver, event, trio_token=self._token)
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._deliver, event)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
@@ -197,8 +205,23 @@ class ZkClient:
         self._deliver_from_thread(ZkEvent("children", path=event.path, type=str(event.type)))
 
     # calls ----------------------------------------------------------------------------
-    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+    def _wait(self, pending: Any) -> Any:
+        """The result of a kazoo `*_async` call, in a worker thread; ConnectionLoss when no
+        answer came within the session timeout."""
+        try:
+            return pending.get(timeout=self.session_timeout_ms / 1000)
+        except self._kazoo.handler.timeout_exception as e:
+            raise ConnectionLoss(
+                f"no answer from ZooKeeper within {self.session_timeout_ms} ms"
+            ) from e
+
+    async def _read(self, call: Callable[[], Any]) -> Any:
+        """Run a read in a worker thread; a cancelled caller leaves it behind."""
+        return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+
+    async def _write(self, call: Callable[[], Any]) -> Any:
+        """Run a write in a worker thread; the caller waits for it (within `_wait`'s bound)."""
+        return await trio.to_thread.run_sync(call)
 
     async def get(self, path: str, *, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
         """(data, stat), or None when the znode does not exist (a watch then waits for it)."""
@@ -206,23 +229,27 @@ class ZkClient:
 
         def call() -> tuple[bytes, ZnodeStat] | None:
             try:
-                data, stat = kazoo.get(path, watch=self._on_data if watch else None)
+                data, stat = self._wait(
+                    kazoo.get_async(path, watch=self._on_data if watch else None)
+                )
                 return bytes(data or b""), stat
             except NoNodeError:
                 if watch:
-                    kazoo.exists(path, watch=self._on_data)
+                    self._wait(kazoo.exists_async(path, watch=self._on_data))
                 return None
 
-        return await trio.to_thread.run_sync(call)
+        return await self._read(call)
 
     async def exists(self, path: str, *, watch: bool = False) -> ZnodeStat | None:
-        return await self._run(self._kazoo.exists, path, watch=self._on_data if watch else None)
+        watcher = self._on_data if watch else None
+        return await self._read(lambda: self._wait(self._kazoo.exists_async(path, watch=watcher)))
 
     async def get_children(self, path: str, *, watch: bool = False) -> list[str] | None:
         """The children's names, or None when the znode does not exist."""
+        watcher = self._on_children if watch else None
         try:
-            children = await self._run(
-                self._kazoo.get_children, path, watch=self._on_children if watch else None
+            children = await self._read(
+                lambda: self._wait(self._kazoo.get_children_async(path, watch=watcher))
             )
         except NoNodeError:
             return None
@@ -238,27 +265,38 @@ class ZkClient:
         makepath: bool = False,
     ) -> str:
         """Create the znode; NodeExistsError if it exists. Returns the path (with a sequence)."""
-        return str(
-            await self._run(
-                self._kazoo.create,
-                path,
-                data,
-                ephemeral=ephemeral,
-                sequence=sequence,
-                makepath=makepath,
+        kazoo = self._kazoo
+
+        def call() -> str:
+            pending = kazoo.create_async(
+                path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath
             )
-        )
+            return str(self._wait(pending))
+
+        return str(await self._write(call))
 
     async def set(self, path: str, data: bytes, *, version: int = -1) -> ZnodeStat:
         """Replace the data; BadVersionError unless its version is `version` (-1: any)."""
-        return await self._run(self._kazoo.set, path, data, version=version)
+        return await self._write(
+            lambda: self._wait(self._kazoo.set_async(path, data, version=version))
+        )
 
     async def delete(self, path: str, *, version: int = -1, recursive: bool = False) -> None:
+        """Delete the znode (and, `recursive`, its subtree: kazoo's several calls, each bounded
+        by the connection alone); nothing when it does not exist."""
+        kazoo = self._kazoo
+
+        def call() -> None:
+            if recursive:
+                kazoo.delete(path, recursive=True)
+            else:
+                self._wait(kazoo.delete_async(path, version=version))
+
         with contextlib.suppress(NoNodeError):
-            await self._run(self._kazoo.delete, path, version=version, recursive=recursive)
+            await self._write(call)
 
     async def ensure_path(self, path: str) -> None:
-        await self._run(self._kazoo.ensure_path, path)
+        await self._write(lambda: self._wait(self._kazoo.ensure_path_async(path)))
 
     async def multi(self, ops: list[tuple[Any, ...]]) -> list[Any]:
         """A ZooKeeper multi: ("check", path, version), ("create", path, data[, ephemeral]),
@@ -280,7 +318,7 @@ class ZkClient:
                     t.delete(op[1], version=op[2])
                 else:
                     raise ValueError(f"unknown multi op {kind!r}")
-            results = t.commit()
+            results = self._wait(t.commit_async())
             failures = [r for r in results if isinstance(r, Exception)]
             real = [r for r in failures if not isinstance(r, RolledBackError)]
             if real:
@@ -289,4 +327,4 @@ class ZkClient:
                 raise failures[0]
             return list(results)
 
-        return await trio.to_thread.run_sync(call)
+        return await self._write(call)

@@ -17,6 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
+from storage.cleaner import max_map_keys
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from wirebroker.config import BrokerConfig, Listener
@@ -121,7 +122,14 @@ class Broker:
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         cluster_id = load_or_create_meta(dirs, config.broker_id, config.get("cluster.id"))
-        manager = LogManager(dirs, log_config_for(config, {}))
+        manager = LogManager(
+            dirs,
+            log_config_for(config, {}),
+            max_map_keys=max_map_keys(
+                config.get_int("log.cleaner.dedupe.buffer.size"),
+                config.get_float("log.cleaner.io.buffer.load.factor"),
+            ),
+        )
         manager.open()
         broker = cls(
             config, config.broker_id, cluster_id, manager, TopicRegistry(dirs[0] / "topics.json")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import trio
 
 import wirebroker.handlers  # noqa: F401  (registers every API)
+from storage.chore import Chore
 from wirebroker.broker import Broker, now_ms
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms
 FLUSH_CHECK_INTERVAL_S = 1.0
-CLEANER_BACKOFF_S = 15.0  # Kafka's log.cleaner.backoff.ms
 CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
 
@@ -128,32 +128,51 @@ async def _serve_one(stream: trio.SocketStream, *, broker: Broker, listener_name
 
 
 async def _housekeeping(broker: Broker) -> None:
-    """Flushes, retention, compaction and checkpoints, each on its own schedule.
+    """Flushes, retention, compaction, checkpoints and removal of deleted partitions' files,
+    each on its own schedule.
 
-    They run on the broker's trio thread because storage logs have one owner; a long
-    compaction pass therefore delays requests (a later issue moves it off the loop).
+    Storage logs have one owner, the broker's trio thread; the slow part of each chore
+    (:mod:`storage.chore`: fsyncs, cleaned segments, checkpoint files, ``rmtree``) runs in a
+    worker thread, so requests are served meanwhile. Retention stays on the loop (renames and
+    unlinks).
     """
     schedule = {
         "flush": FLUSH_CHECK_INTERVAL_S,
         "retention": broker.config.get_int("log.retention.check.interval.ms") / 1000,
-        "cleaner": CLEANER_BACKOFF_S,
+        "cleaner": broker.config.get_int("log.cleaner.backoff.ms") / 1000,
         "checkpoint": CHECKPOINT_INTERVAL_S,
     }
     due = {job: trio.current_time() + interval for job, interval in schedule.items()}
     while True:
         job = min(due, key=due.__getitem__)
         await trio.sleep_until(due[job])
-        due[job] = trio.current_time() + schedule[job]
         manager = broker.log_manager
         if job == "flush":
-            manager.flush_dirty_logs(now_ms())
+            for pending in manager.flushes(now_ms()):
+                await run_off_loop(pending)
+            removal = manager.removal_chore()
+            if removal is not None:
+                await run_off_loop(removal)
         elif job == "retention":
             deleted = manager.run_retention(now_ms())
             if deleted:
                 log.info("retention deleted %d segments", deleted)
         elif job == "cleaner":
-            freed = manager.run_cleaner(now_ms())
+            freed = 0
+            for compaction in manager.compactions(now_ms()):
+                await run_off_loop(compaction)
+                freed += compaction.removed
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:
-            manager.checkpoint()
+            await run_off_loop(manager.begin_checkpoint())
+        due[job] = trio.current_time() + schedule[job]
+
+
+async def run_off_loop(chore: Chore) -> None:
+    """Run `chore`'s slow part in a worker thread, then commit it here on the loop (also when
+    the slow part raised; a cancellation waits for the worker to finish)."""
+    try:
+        await trio.to_thread.run_sync(chore.prepare)
+    finally:
+        chore.commit()

@@ -237,8 +237,9 @@ class LogManager:
                 pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
                 if pass_ is None:
                     break
+                checkpoint = lg.cleaner_checkpoint
                 yield pass_
-                if not (pass_.map_filled and pass_.removed):
+                if not pass_.map_filled or lg.cleaner_checkpoint <= checkpoint:
                     break
 
     def flushes(self, now_ms: int) -> Iterator[PendingFlush]:

@@ -12,7 +12,9 @@ slow part needs -- paths, sizes, offsets, checkpoint lines -- and then:
   thread while the logs keep appending, reading, truncating and deleting;
 * :meth:`Chore.commit` runs back on the log's thread, *always* after ``prepare`` (also when
   ``prepare`` raised), and is short: it applies the result if it still holds -- the log may have
-  changed meanwhile -- and otherwise discards it.
+  changed meanwhile -- and otherwise discards it;
+* :meth:`Chore.abort`, from any thread, asks a running ``prepare`` to stop early (a broker
+  shutting down need not wait for a compaction); ``commit`` then discards what it did.
 
 The broker runs ``prepare`` with ``trio.to_thread.run_sync`` and then ``commit``; storage itself
 (shutdown) and tests run both inline with :func:`run_chore`.
@@ -32,6 +34,9 @@ class Chore(Protocol):
 
     def prepare(self) -> None:
         """The slow part; thread-safe: touches files only, no log state."""
+
+    def abort(self) -> None:
+        """Ask a running :meth:`prepare` to stop early (thread-safe; a no-op once it is done)."""
 
     def commit(self) -> None:
         """On the log's thread, after :meth:`prepare` returned or raised: apply or discard."""
@@ -56,6 +61,9 @@ class RemoveDirectories:
     def prepare(self) -> None:
         for path in self.paths:
             shutil.rmtree(path, ignore_errors=True)
+
+    def abort(self) -> None:
+        pass  # what is left is removed at the next start (``LogManager.open``)
 
     def commit(self) -> None:
         pass

@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -138,8 +139,16 @@ def _dirty_ratio(segments: list[LogSegment], first_dirty: int, limit: int) -> fl
     return dirty / total if total else 0.0
 
 
+class _Aborted(Exception):
+    """:meth:`Compaction.abort` was called while the pass was being prepared."""
+
+
 def _build_offset_map(
-    sources: list[_Source], first_dirty: int, limit: int, max_keys: int
+    sources: list[_Source],
+    first_dirty: int,
+    limit: int,
+    max_keys: int,
+    aborted: threading.Event,
 ) -> tuple[dict[bytes, int], int, bool]:
     """key -> latest offset over [first_dirty, limit), at most `max_keys` keys; the last
     offset mapped; whether the map filled before `limit`."""
@@ -154,6 +163,8 @@ def _build_offset_map(
                     continue
                 if h.base_offset >= limit:
                     break
+                if aborted.is_set():
+                    raise _Aborted
                 for batch in iter_batches(read_batch(fd, h)):
                     if batch.is_control:
                         continue
@@ -306,13 +317,14 @@ class Compaction:
         self._groups: list[list[_Source]] = []  # each cleaned into <its base>.log.cleaned
         self._map_end = first_dirty - 1
         self._horizons: list[int] = []
+        self._aborted = threading.Event()
         self._done = False
 
     def prepare(self) -> None:
         """Build the offset map and the ``.cleaned`` segments (thread-safe)."""
         try:
             latest, self._map_end, self.map_filled = _build_offset_map(
-                self.sources, self.first_dirty, self.limit, self.max_keys
+                self.sources, self.first_dirty, self.limit, self.max_keys, self._aborted
             )
             end = self._map_end + 1 if self.map_filled else self.limit
             pool = FileHandles(4)
@@ -324,6 +336,8 @@ class Compaction:
                     self._clean_group(group, latest, pool)
             finally:
                 pool.close_all()
+        except _Aborted:
+            return  # commit discards the pass
         except FileNotFoundError:
             return  # retention or deletion removed a file meanwhile: commit discards the pass
         except (OSError, KafkaStorageError):
@@ -331,6 +345,9 @@ class Compaction:
                 raise
             return  # the partition was deleted meanwhile: commit discards the pass
         self._done = True
+
+    def abort(self) -> None:
+        self._aborted.set()
 
     def _clean_group(
         self, group: list[_Source], latest: dict[bytes, int], pool: FileHandles
@@ -354,6 +371,7 @@ class Compaction:
                 self.now_ms,
                 config.delete_retention_ms,
                 self._horizons,
+                self._aborted,
             )
         cleaned.become_inactive()
         with cleaned.log.use() as fd:
@@ -411,9 +429,12 @@ def _copy_filtered(
     now_ms: int,
     delete_retention_ms: int,
     horizons: list[int],
+    aborted: threading.Event,
 ) -> None:
     with _opened(source.path) as fd:
         for h in iter_file_headers(fd, 0, source.size):
+            if aborted.is_set():
+                raise _Aborted
             raw = read_batch(fd, h)
             kept = _filter_batch(raw, latest, map_end, now_ms, delete_retention_ms)
             if kept is None:

@@ -133,6 +133,9 @@ class PendingFlush:
                 fsync_dir(self.directory)
         self.done = True
 
+    def abort(self) -> None:
+        pass  # an fsync cannot be interrupted, and the next ones are as long
+
     def commit(self) -> None:
         self.log._complete_flush(self)
 

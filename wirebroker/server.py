@@ -171,8 +171,22 @@ async def _housekeeping(broker: Broker) -> None:
 
 async def run_off_loop(chore: Chore) -> None:
     """Run `chore`'s slow part in a worker thread, then commit it here on the loop (also when
-    the slow part raised; a cancellation waits for the worker to finish)."""
+    the slow part raised). A cancellation (shutdown) aborts the slow part and waits for the
+    worker to stop."""
+    finished = False
+
+    async def abort_when_cancelled() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not finished:
+                chore.abort()
+
     try:
-        await trio.to_thread.run_sync(chore.prepare)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(abort_when_cancelled)
+            await trio.to_thread.run_sync(chore.prepare)
+            finished = True
+            nursery.cancel_scope.cancel()
     finally:
         chore.commit()

@@ -232,3 +232,16 @@ def test_a_pass_is_discarded_if_the_log_changed_meanwhile(tmp_path: Path) -> Non
     shutil.rmtree(log.delete())
     run_chore(pass_)  # neither raises nor recreates the directory
     assert pass_.removed == 0 and not list(tmp_path.glob("deleted-0*"))
+
+
+def test_an_aborted_pass_stops_and_is_discarded(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", COMPACT)
+    _fill(log, [(b"key%d" % (i % 4), b"v%d" % i) for i in range(90)])
+    before = [(r.offset, r.key, r.value) for r in read_all(log)]
+    pass_ = log.begin_compaction(T0)
+    assert pass_ is not None
+    pass_.abort()  # e.g. the broker is shutting down
+    run_chore(pass_)
+    assert pass_.removed == 0 and [(r.offset, r.key, r.value) for r in read_all(log)] == before
+    assert not list((tmp_path / "t-0").glob("*.cleaned"))
+    log.close()

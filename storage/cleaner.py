@@ -6,8 +6,12 @@ This module owns one cleaning pass over one partition log, following Kafka's ``L
   active segment, the high watermark, or the first segment younger than
   ``min.compaction.lag.ms``); a pass runs when dirty bytes / total bytes reach
   ``min.cleanable.dirty.ratio``;
-* an offset map (key -> latest offset) is built over the dirty section;
-* every segment before the first uncleanable offset is rewritten, in groups that fit
+* an offset map (key -> latest offset) is built over the dirty section, holding at most
+  ``log.cleaner.dedupe.buffer.size`` / 24 bytes (Kafka's entry: an MD5 of the key and an offset)
+  x ``log.cleaner.io.buffer.load.factor`` keys; when the dirty section has more distinct keys,
+  the pass stops mapping where the map filled, cleans up to there, and the next pass continues
+  from that offset (Kafka does the same);
+* every segment before the end of the mapped section is rewritten, in groups that fit
   ``segment.bytes``, into ``<base>.log.cleaned`` (+ indexes): a record survives if no later
   record has its key, and a tombstone (null value) also survives until its batch's *delete
   horizon* -- set to now + ``delete.retention.ms`` the first time a pass keeps it (KIP-534, the
@@ -18,11 +22,18 @@ This module owns one cleaning pass over one partition log, following Kafka's ``L
 * the output is fsynced, renamed ``.swap``, the old segments renamed ``.deleted`` and the swap
   files renamed into place (recovery finishes an interrupted swap).
 
-Simplifications (documented deviations): the offset map is an in-memory dict of the dirty
-section's keys (Kafka bounds it by ``log.cleaner.dedupe.buffer.size`` and cleans in several
-passes); aborted transactional data is not removed (we keep no ``.txnindex``); legacy (magic
-0/1) entries are kept whole if any of their records survives; ``max.compaction.lag.ms`` does
-not force cleaning. It must not decide when to run (the log manager's tick does).
+A pass is a :class:`~storage.chore.Chore` (:class:`Compaction`): :func:`plan_compaction`, on the
+log's thread, picks the range and the segments; :meth:`Compaction.prepare` builds the map and
+the ``.cleaned`` files, reading the segments through descriptors of its own (so it may run in
+a worker thread while the log keeps changing); :meth:`Compaction.commit`, back on the log's
+thread, swaps them in -- unless the log was closed, truncated, or lost one of the segments
+meanwhile (retention, DeleteRecords), in which case the work is discarded.
+
+Simplifications (documented deviations): the map holds the keys themselves (bounded in count
+as Kafka's is in bytes); aborted transactional data is not removed (we keep no ``.txnindex``);
+legacy (magic 0/1) entries are kept whole if any of their records survives;
+``max.compaction.lag.ms`` does not force cleaning. It must not decide when to run (the broker's
+housekeeping does).
 """
 
 from __future__ import annotations
@@ -30,23 +41,74 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import crc32c
 
 from protocol.record_batch import Record, RecordBatchView, SimpleRecord, TimestampType
 from protocol.records import build_record_batch, iter_batches, iter_records
-from storage.layout import CLEANED_SUFFIX, SWAP_SUFFIX
+from storage.errors import KafkaStorageError
+from storage.file_handles import FileHandles
+from storage.layout import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    segment_file,
+)
 from storage.scan import iter_file_headers, read_batch
 from storage.segment import BatchMeta, LogSegment
 
 if TYPE_CHECKING:
     from storage.partition_log import PartitionLog
 
-__all__ = ["clean_log", "cleanable_range"]
+__all__ = [
+    "DEFAULT_MAX_MAP_KEYS",
+    "Compaction",
+    "cleanable_range",
+    "max_map_keys",
+    "plan_compaction",
+]
 
 log = logging.getLogger(__name__)
 _INT_MAX = 0x7FFFFFFF
+
+#: Bytes per offset map entry in Kafka's ``SkimpyOffsetMap``: a 16-byte MD5 and an 8-byte offset.
+MAP_ENTRY_BYTES = 24
+
+
+def max_map_keys(dedupe_buffer_size: int, load_factor: float) -> int:
+    """Keys one pass may map: Kafka's ``slots * log.cleaner.io.buffer.load.factor``."""
+    return max(1, int(dedupe_buffer_size // MAP_ENTRY_BYTES * load_factor))
+
+
+#: Kafka's defaults: ``log.cleaner.dedupe.buffer.size`` 128 MiB, load factor 0.9.
+DEFAULT_MAX_MAP_KEYS = max_map_keys(134217728, 0.9)
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A segment to clean, as the plan saw it (``prepare`` reads the file by its path)."""
+
+    segment: LogSegment
+    path: Path
+    base_offset: int
+    end_offset: int
+    size: int
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def cleanable_range(plog: PartitionLog, now_ms: int) -> tuple[int, int]:
@@ -77,31 +139,44 @@ def _dirty_ratio(segments: list[LogSegment], first_dirty: int, limit: int) -> fl
     return dirty / total if total else 0.0
 
 
+class _Aborted(Exception):
+    """:meth:`Compaction.abort` was called while the pass was being prepared."""
+
+
 def _build_offset_map(
-    segments: list[LogSegment], first_dirty: int, limit: int
-) -> tuple[dict[bytes, int], int]:
-    """key -> latest offset over [first_dirty, limit); and the last offset mapped."""
+    sources: list[_Source],
+    first_dirty: int,
+    limit: int,
+    max_keys: int,
+    aborted: threading.Event,
+) -> tuple[dict[bytes, int], int, bool]:
+    """key -> latest offset over [first_dirty, limit), at most `max_keys` keys; the last
+    offset mapped; whether the map filled before `limit`."""
     latest: dict[bytes, int] = {}
     last = first_dirty - 1
-    for i, seg in enumerate(segments):
-        end = segments[i + 1].base_offset if i + 1 < len(segments) else seg.next_offset
-        if end <= first_dirty or seg.base_offset >= limit:
+    for src in sources:
+        if src.end_offset <= first_dirty:
             continue
-        with seg.log.use() as fd:
-            for h in iter_file_headers(fd, 0, seg.size):
+        with _opened(src.path) as fd:
+            for h in iter_file_headers(fd, 0, src.size):
                 if h.last_offset < first_dirty:
                     continue
                 if h.base_offset >= limit:
                     break
+                if aborted.is_set():
+                    raise _Aborted
                 for batch in iter_batches(read_batch(fd, h)):
                     if batch.is_control:
                         continue
                     for r in iter_records(batch):
                         if first_dirty <= r.offset < limit:
                             if r.key is not None:
-                                latest[bytes(r.key)] = r.offset
+                                key = bytes(r.key)
+                                if len(latest) >= max_keys and key not in latest:
+                                    return latest, last, True
+                                latest[key] = r.offset
                             last = max(last, r.offset)
-    return latest, last
+    return latest, last, False
 
 
 def _rebuild(batch: RecordBatchView, kept: list[Record], horizon: int | None) -> bytes:
@@ -169,91 +244,197 @@ def _filter_batch(
     return b"".join(out) if out else None
 
 
-def _group(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
-    groups: list[list[LogSegment]] = []
-    for seg in segments:
+def _group(sources: list[_Source], max_bytes: int) -> list[list[_Source]]:
+    groups: list[list[_Source]] = []
+    for src in sources:
         if groups:
             g = groups[-1]
-            size = sum(s.size for s in g) + seg.size
-            if size <= max_bytes and seg.next_offset - 1 - g[0].base_offset <= _INT_MAX:
-                g.append(seg)
+            size = sum(s.size for s in g) + src.size
+            if size <= max_bytes and src.end_offset - 1 - g[0].base_offset <= _INT_MAX:
+                g.append(src)
                 continue
-        groups.append([seg])
+        groups.append([src])
     return groups
 
 
-def _fsync_segment(seg: LogSegment) -> None:
-    with seg.log.use() as fd:
-        os.fsync(fd)
-    seg.persist_indexes(fsync=True)
-
-
-def clean_log(plog: PartitionLog, now_ms: int, *, force: bool = False) -> int:
-    """One compaction pass over `plog` (see the module doc); returns bytes removed."""
+def plan_compaction(
+    plog: PartitionLog, now_ms: int, *, force: bool, max_map_keys: int
+) -> Compaction | None:
+    """The next compaction pass over `plog` (see the module doc), or None if none is due."""
     config = plog.config
     if not config.compact:
-        return 0
+        return None
     segments = plog.segments
     first_dirty, limit = cleanable_range(plog, now_ms)
     horizon = plog.tombstone_horizon_ms
     tombstones_due = horizon is not None and horizon <= now_ms
     if first_dirty >= limit:
         if not (force or tombstones_due):
-            return 0
+            return None
         limit = first_dirty  # nothing new to dedupe: only drop expired tombstones
     elif (
         not force
         and not tombstones_due
         and _dirty_ratio(segments, first_dirty, limit) < config.min_cleanable_dirty_ratio
     ):
-        return 0
-    latest, map_end = _build_offset_map(segments, first_dirty, limit)
-    to_clean = [s for s in segments[:-1] if s.base_offset < limit]
-    before = sum(s.size for s in to_clean)
-    after = 0
-    horizons: list[int] = []
-    for group in _group(to_clean, config.segment_bytes):
+        return None
+    sources = [
+        _Source(seg, seg.log.path, seg.base_offset, segments[i + 1].base_offset, seg.size)
+        for i, seg in enumerate(segments[:-1])
+        if seg.base_offset < limit
+    ]
+    return Compaction(plog, now_ms, first_dirty, limit, sources, max_map_keys)
+
+
+class Compaction:
+    """One compaction pass, a :class:`~storage.chore.Chore`; made by :func:`plan_compaction`.
+
+    After :meth:`commit`, ``removed`` is the number of bytes the pass removed (0 if its work
+    was discarded).
+    """
+
+    def __init__(
+        self,
+        plog: PartitionLog,
+        now_ms: int,
+        first_dirty: int,
+        limit: int,
+        sources: list[_Source],
+        max_keys: int,
+    ) -> None:
+        self.log = plog
+        self.config = plog.config
+        self.dir = plog.dir
+        self.now_ms = now_ms
+        self.first_dirty = first_dirty
+        self.limit = limit
+        self.sources = sources
+        self.max_keys = max_keys
+        self.truncations = plog.truncations
+        self.removed = 0
+        #: Whether the offset map filled before the end of the dirty section.
+        self.map_filled = False
+        self._groups: list[list[_Source]] = []  # each cleaned into <its base>.log.cleaned
+        self._map_end = first_dirty - 1
+        self._horizons: list[int] = []
+        self._aborted = threading.Event()
+        self._done = False
+
+    def prepare(self) -> None:
+        """Build the offset map and the ``.cleaned`` segments (thread-safe)."""
+        try:
+            latest, self._map_end, self.map_filled = _build_offset_map(
+                self.sources, self.first_dirty, self.limit, self.max_keys, self._aborted
+            )
+            end = self._map_end + 1 if self.map_filled else self.limit
+            pool = FileHandles(4)
+            try:
+                for group in _group(
+                    [s for s in self.sources if s.base_offset < end], self.config.segment_bytes
+                ):
+                    self._groups.append(group)
+                    self._clean_group(group, latest, pool)
+            finally:
+                pool.close_all()
+        except _Aborted:
+            return  # commit discards the pass
+        except FileNotFoundError:
+            return  # retention or deletion removed a file meanwhile: commit discards the pass
+        except (OSError, KafkaStorageError):
+            if self.dir.exists():
+                raise
+            return  # the partition was deleted meanwhile: commit discards the pass
+        self._done = True
+
+    def abort(self) -> None:
+        self._aborted.set()
+
+    def _clean_group(
+        self, group: list[_Source], latest: dict[bytes, int], pool: FileHandles
+    ) -> None:
+        config = self.config
         cleaned = LogSegment.create(
-            plog.dir,
+            self.dir,
             group[0].base_offset,
             config,
-            plog.handles,
-            now_ms,
+            pool,
+            self.now_ms,
             suffix=CLEANED_SUFFIX,
             active=False,
         )
-        for seg in group:
+        for src in group:
             _copy_filtered(
-                seg, cleaned, latest, map_end, now_ms, config.delete_retention_ms, horizons
+                src,
+                cleaned,
+                latest,
+                self._map_end,
+                self.now_ms,
+                config.delete_retention_ms,
+                self._horizons,
+                self._aborted,
             )
         cleaned.become_inactive()
-        _fsync_segment(cleaned)
-        mtime = os.stat(group[-1].log.path).st_mtime_ns
+        with cleaned.log.use() as fd:
+            os.fsync(fd)
+        cleaned.persist_indexes(fsync=True)
+        cleaned.close()
+        mtime = os.stat(group[-1].path).st_mtime_ns
         os.utime(cleaned.log.path, ns=(mtime, mtime))
-        cleaned.rename_suffix(SWAP_SUFFIX)
-        plog._replace_segments(group, [cleaned])
-        for seg in group:
-            plog._delete_segment(seg, now_ms)
-        cleaned.rename_suffix("")
-        after += cleaned.size
-    plog.cleaner_checkpoint = max(plog.cleaner_checkpoint, map_end + 1, first_dirty)
-    plog.tombstone_horizon_ms = min(horizons) if horizons else None
-    removed = before - after
-    log.info("%s: compacted %d bytes into %d", plog.dir.name, before, after)
-    return removed
+
+    def _stale(self) -> bool:
+        """Did the log change meanwhile in a way that invalidates the pass?"""
+        plog = self.log
+        if plog.closed or plog.truncations != self.truncations:
+            return True
+        current = {id(seg): seg.size for seg in plog.segments}
+        return any(
+            current.get(id(src.segment)) != src.size for group in self._groups for src in group
+        )
+
+    def commit(self) -> None:
+        """Swap the cleaned segments in, or discard them if the pass is stale or failed."""
+        if not self._done or self._stale():
+            for group in self._groups:
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    path = segment_file(self.dir, group[0].base_offset, suffix + CLEANED_SUFFIX)
+                    path.unlink(missing_ok=True)
+            if self._done:
+                log.info("%s: log changed during compaction, discarding the pass", self.dir.name)
+            return
+        plog = self.log
+        before = after = 0
+        for group in self._groups:
+            cleaned = LogSegment.open(
+                self.dir,
+                group[0].base_offset,
+                self.config,
+                plog.handles,
+                suffix=CLEANED_SUFFIX,
+                now_ms=self.now_ms,
+            )
+            plog.install_cleaned([src.segment for src in group], cleaned, self.now_ms)
+            before += sum(src.size for src in group)
+            after += cleaned.size
+        plog.cleaner_checkpoint = max(plog.cleaner_checkpoint, self._map_end + 1, self.first_dirty)
+        plog.tombstone_horizon_ms = min(self._horizons) if self._horizons else None
+        self.removed = before - after
+        log.info("%s: compacted %d bytes into %d", self.dir.name, before, after)
 
 
 def _copy_filtered(
-    source: LogSegment,
+    source: _Source,
     target: LogSegment,
     latest: dict[bytes, int],
     map_end: int,
     now_ms: int,
     delete_retention_ms: int,
     horizons: list[int],
+    aborted: threading.Event,
 ) -> None:
-    with source.log.use() as fd:
+    with _opened(source.path) as fd:
         for h in iter_file_headers(fd, 0, source.size):
+            if aborted.is_set():
+                raise _Aborted
             raw = read_batch(fd, h)
             kept = _filter_batch(raw, latest, map_end, now_ms, delete_retention_ms)
             if kept is None:

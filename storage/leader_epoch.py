@@ -150,15 +150,18 @@ class LeaderEpochCache:
             self._offsets.clear()
             self.dirty = True
 
-    def flush(self, *, fsync: bool = True) -> None:
-        """Write the checkpoint file if anything changed since the last write."""
-        if self.dirty and self.path is not None:
-            write_checkpoint(
-                self.path,
-                (f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)),
-                fsync=fsync,
-            )
-            self.dirty = False
+    def flush(self, *, fsync: bool = True) -> bool:
+        """Write the checkpoint file if anything changed since the last write; return whether
+        it was written."""
+        if not self.dirty or self.path is None:
+            return False
+        write_checkpoint(
+            self.path,
+            (f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)),
+            fsync=fsync,
+        )
+        self.dirty = False
+        return True
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self.entries})"

@@ -5,7 +5,9 @@ directories (Kafka's ``LogManager``): finding partition directories at start-up,
 them (skipping the scan after a clean shutdown), placing new partitions in the directory with
 the fewest, deleting partitions, the per-directory checkpoint files (recovery points, high
 watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
-chores the broker triggers (retention, compaction, time-based flushes). All logs share one
+chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
+the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
+checkpoints, removal of deleted partitions' directories). All logs share one
 :class:`~storage.file_handles.FileHandles` pool, so open descriptors stay bounded by
 ``max_open_files`` however many partitions exist.
 
@@ -17,8 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from storage.checkpoints import (
@@ -28,6 +29,8 @@ from storage.checkpoints import (
     remove_clean_shutdown,
     write_clean_shutdown,
 )
+from storage.chore import RemoveDirectories, run_chore
+from storage.cleaner import DEFAULT_MAX_MAP_KEYS, Compaction
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.errors import KafkaStorageError, StorageError
@@ -41,9 +44,9 @@ from storage.layout import (
     parse_partition_dir,
     partition_dir_name,
 )
-from storage.partition_log import PartitionLog
+from storage.partition_log import PartitionLog, PendingFlush
 
-__all__ = ["LogManager", "TopicPartition"]
+__all__ = ["CheckpointWrite", "LogManager", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ class LogManager:
         now_ms: Clock = wall_clock_ms,
         topic_config: Callable[[str], LogConfig] | None = None,
         broker_epoch: int = -1,
+        max_map_keys: int = DEFAULT_MAX_MAP_KEYS,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is needed")
@@ -71,6 +75,9 @@ class LogManager:
         self._now_ms = now_ms
         self._topic_config = topic_config
         self.broker_epoch = broker_epoch
+        #: The cleaner's offset map bound (see :func:`storage.cleaner.max_map_keys`).
+        self.max_map_keys = max_map_keys
+        self._to_remove: list[Path] = []  # renamed ``-delete`` directories
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._per_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
@@ -100,7 +107,7 @@ class LogManager:
             for name in entries:
                 path = log_dir / name
                 if is_delete_dir(name):
-                    shutil.rmtree(path, ignore_errors=True)
+                    self._to_remove.append(path)
                     continue
                 tp = parse_partition_dir(name)
                 if tp is None:
@@ -169,14 +176,15 @@ class LogManager:
         return plog
 
     def delete_partition(self, topic: str, partition: int) -> bool:
-        """Remove the partition's log and its files; False if there was none."""
+        """Remove the partition's log: its directory is renamed now and removed by the next
+        :meth:`removal_chore`. False if there was none."""
         tp = (topic, partition)
         plog = self._logs.pop(tp, None)
         log_dir = self._dir_of.pop(tp, None)
         if plog is None or log_dir is None:
             return False
         self._per_dir[log_dir] -= 1
-        plog.delete()
+        self._to_remove.append(plog.delete())
         return True
 
     def partitions(self) -> list[TopicPartition]:
@@ -193,53 +201,69 @@ class LogManager:
 
     # ---- chores ----------------------------------------------------------------------------
 
-    def checkpoint(self) -> None:
-        """Write every log directory's offset checkpoint files (Kafka's four)."""
+    def begin_checkpoint(self) -> CheckpointWrite:
+        """Every log directory's offset checkpoint files (Kafka's four), as a chore."""
+        files: dict[Path, dict[TopicPartition, int]] = {}
         for log_dir in self.log_dirs:
             logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
-            try:
-                OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
-                    {tp: lg.recovery_point for tp, lg in logs.items()}
-                )
-                OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
-                    {tp: lg.high_watermark for tp, lg in logs.items()}
-                )
-                OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
-                    {
-                        tp: lg.log_start_offset
-                        for tp, lg in logs.items()
-                        if lg.log_start_offset > lg.segments[0].base_offset
-                    }
-                )
-                OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT).write(
-                    {tp: lg.cleaner_checkpoint for tp, lg in logs.items() if lg.config.compact}
-                )
-            except OSError as e:
-                raise KafkaStorageError(f"cannot write checkpoints in {log_dir}: {e}") from e
+            files[log_dir / RECOVERY_POINT_CHECKPOINT] = {
+                tp: lg.recovery_point for tp, lg in logs.items()
+            }
+            files[log_dir / REPLICATION_OFFSET_CHECKPOINT] = {
+                tp: lg.high_watermark for tp, lg in logs.items()
+            }
+            files[log_dir / LOG_START_OFFSET_CHECKPOINT] = {
+                tp: lg.log_start_offset
+                for tp, lg in logs.items()
+                if lg.log_start_offset > lg.segments[0].base_offset
+            }
+            files[log_dir / CLEANER_OFFSET_CHECKPOINT] = {
+                tp: lg.cleaner_checkpoint for tp, lg in logs.items() if lg.config.compact
+            }
+        return CheckpointWrite(files)
+
+    def checkpoint(self) -> None:
+        """Write the checkpoint files on this thread (see :meth:`begin_checkpoint`)."""
+        run_chore(self.begin_checkpoint())
 
     def run_retention(self, now_ms: int) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
         return sum(lg.apply_retention(now_ms) for _tp, lg in self.logs())
 
-    def run_cleaner(self, now_ms: int) -> int:
-        """One compaction pass over every compacted log that needs it; returns bytes freed."""
-        return sum(lg.compact(now_ms) for _tp, lg in self.logs() if lg.config.compact)
-
-    def flush_dirty_logs(self, now_ms: int) -> int:
-        """Flush logs due by ``flush.ms`` and logs with unflushed rolled segments (Kafka
-        flushes a segment once it rolls). Returns the number of logs flushed."""
-        flushed = 0
+    def compactions(self, now_ms: int) -> Iterator[Compaction]:
+        """The compaction passes due now, made one at a time (each after the previous one
+        committed). A log whose pass filled the offset map gets its next pass at once."""
         for _tp, lg in self.logs():
-            due = now_ms - lg.last_flush_ms >= lg.config.flush_ms
-            rolled = lg.recovery_point < lg.active_segment.base_offset
-            if due:
-                lg.flush()
-            elif rolled:
-                lg.flush(lg.active_segment.base_offset)
+            while not lg.closed and lg.config.compact:
+                pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
+                if pass_ is None:
+                    break
+                checkpoint = lg.cleaner_checkpoint
+                yield pass_
+                if not pass_.map_filled or lg.cleaner_checkpoint <= checkpoint:
+                    break
+
+    def flushes(self, now_ms: int) -> Iterator[PendingFlush]:
+        """Flushes of logs due by ``flush.ms`` and of logs with unflushed rolled segments
+        (Kafka flushes a segment once it rolls), made one at a time."""
+        for _tp, lg in self.logs():
+            if lg.closed:
+                continue
+            if now_ms - lg.last_flush_ms >= lg.config.flush_ms:
+                pending = lg.begin_flush()
+            elif lg.recovery_point < lg.active_segment.base_offset:
+                pending = lg.begin_flush(lg.active_segment.base_offset)
             else:
                 continue
-            flushed += 1
-        return flushed
+            if pending is not None:
+                yield pending
+
+    def removal_chore(self) -> RemoveDirectories | None:
+        """The removal of the directories of deleted partitions, if any are waiting."""
+        if not self._to_remove:
+            return None
+        paths, self._to_remove = self._to_remove, []
+        return RemoveDirectories(paths)
 
     # ---- shutdown --------------------------------------------------------------------------
 
@@ -263,6 +287,9 @@ class LogManager:
         for log_dir in self.log_dirs:
             if log_dir not in failed:
                 write_clean_shutdown(log_dir, self.broker_epoch)
+        removal = self.removal_chore()
+        if removal is not None:
+            run_chore(removal)
         self.handles.close_all()
         self._logs.clear()
         self._dir_of.clear()
@@ -272,3 +299,24 @@ class LogManager:
         stats = {"partitions": len(self._logs)}
         stats.update({f"files_{k}": v for k, v in self.handles.statistics().items()})
         return stats
+
+
+class CheckpointWrite:
+    """Offset checkpoint files to write, a :class:`~storage.chore.Chore`: the offsets are
+    copied when it is made; :meth:`prepare` writes (and fsyncs) the files."""
+
+    def __init__(self, files: Mapping[Path, Mapping[TopicPartition, int]]) -> None:
+        self.files = files
+
+    def prepare(self) -> None:
+        for path, offsets in self.files.items():
+            try:
+                OffsetCheckpointFile(path).write(offsets)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot write checkpoint {path}: {e}") from e
+
+    def abort(self) -> None:
+        pass  # a few small files: let them be written
+
+    def commit(self) -> None:
+        pass

@@ -13,25 +13,26 @@ Durability: an append returns after ``os.pwrite`` returned for all its bytes (no
 buffered in user space, so a process crash loses nothing acknowledged). fsync happens when
 ``flush.messages`` / ``flush.ms`` say so, before returning when
 ``wirebroker.fsync.before.ack`` is set, or when the caller flushes. For group commit, append
-with ``sync=False`` and then call :meth:`PartitionLog.begin_flush`, run the returned
-:class:`PendingFlush` (the fsyncs; safe in a worker thread) and :meth:`complete_flush`: one
-fsync then covers every append made before ``begin_flush``.
+with ``sync=False`` and then call :meth:`PartitionLog.begin_flush` and run the returned
+:class:`PendingFlush`, a :class:`~storage.chore.Chore`: one fsync then covers every append made
+before ``begin_flush``. Compaction is a chore too (:meth:`PartitionLog.begin_compaction`).
 
-Not thread-safe: one thread calls a log (except ``PendingFlush.run``).
+Not thread-safe: one thread calls a log (except a chore's ``prepare``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import shutil
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 
 from protocol.record_batch import NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
-from storage.cleaner import clean_log
+from storage.chore import run_chore
+from storage.cleaner import DEFAULT_MAX_MAP_KEYS, Compaction, plan_compaction
 from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.errors import (
@@ -42,7 +43,14 @@ from storage.errors import (
     UnexpectedAppendOffsetError,
 )
 from storage.file_handles import FileHandles
-from storage.layout import DELETED_SUFFIX, delete_dir_name, parse_partition_dir
+from storage.layout import (
+    DELETED_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    delete_dir_name,
+    parse_partition_dir,
+    segment_file,
+)
 from storage.leader_epoch import LeaderEpochCache
 from storage.producer_state import (
     BATCH_HEADER_SIZE,
@@ -86,25 +94,26 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 
 
 class PendingFlush:
-    """The fsyncs of one flush, prepared by :meth:`PartitionLog.begin_flush`.
+    """The fsyncs of one flush (a :class:`~storage.chore.Chore`), made by
+    :meth:`PartitionLog.begin_flush`.
 
-    It holds file paths, not descriptors: :meth:`run` opens, fsyncs and closes one file at a
-    time (an fsync through any descriptor of a file makes all its data durable), so a flush
-    of thousands of segments uses one descriptor, and :meth:`run` touches no state of the log:
-    it may run in a worker thread while the log keeps appending. A file deleted meanwhile
-    (retention, compaction) is skipped. Hand it back to :meth:`PartitionLog.complete_flush`
-    afterwards, on the log's thread.
+    It holds file paths, not descriptors: :meth:`prepare` opens, fsyncs and closes one file at
+    a time (an fsync through any descriptor of a file makes all its data durable), so a flush
+    of thousands of segments uses one descriptor, and :meth:`prepare` touches no state of the
+    log: it may run in a worker thread while the log keeps appending. A file (or the partition
+    directory) deleted meanwhile is skipped. :meth:`commit` advances the log's recovery point.
     """
 
-    __slots__ = ("up_to", "paths", "directory", "done")
+    __slots__ = ("log", "up_to", "paths", "directory", "done")
 
-    def __init__(self, up_to: int) -> None:
+    def __init__(self, log: PartitionLog, up_to: int) -> None:
+        self.log = log
         self.up_to = up_to
         self.paths: list[Path] = []
         self.directory: Path | None = None
         self.done = False
 
-    def run(self) -> None:
+    def prepare(self) -> None:
         for path in self.paths:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -115,8 +124,15 @@ class PendingFlush:
             finally:
                 os.close(fd)
         if self.directory is not None:
-            fsync_dir(self.directory)
+            with contextlib.suppress(FileNotFoundError):  # the partition was deleted meanwhile
+                fsync_dir(self.directory)
         self.done = True
+
+    def abort(self) -> None:
+        pass  # an fsync cannot be interrupted, and the next ones are as long
+
+    def commit(self) -> None:
+        self.log._complete_flush(self)
 
 
 class PartitionLog:
@@ -154,6 +170,8 @@ class PartitionLog:
         self._last_flush_ms = now_ms()
         self._dir_dirty = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        #: Counts truncations: a chore prepared before one must not be committed after it.
+        self.truncations = 0
         self._position_cache: tuple[int, LogSegment, int] | None = None
         self.closed = False
         self.had_clean_shutdown = False
@@ -625,6 +643,7 @@ class PartitionLog:
         self.cleaner_checkpoint = min(max(self.cleaner_checkpoint, self._log_start), leo)
         self.leader_epoch_cache.truncate_from_end(leo)
         self._position_cache = None
+        self.truncations += 1
         self.producer_state.delete_snapshots_after(leo)
         self._load_producer_state(False)
 
@@ -719,19 +738,35 @@ class PartitionLog:
 
     # ---- compaction ------------------------------------------------------------------------
 
-    def compact(self, now_ms: int, *, force: bool = False) -> int:
-        """Compact the cleanable part of the log if ``cleanup.policy`` includes compact and
-        the dirty ratio reaches ``min.cleanable.dirty.ratio`` (or `force`). Returns the
-        number of bytes removed."""
+    def begin_compaction(
+        self, now_ms: int, *, force: bool = False, max_map_keys: int = DEFAULT_MAX_MAP_KEYS
+    ) -> Compaction | None:
+        """A compaction pass (a :class:`~storage.chore.Chore`) if ``cleanup.policy`` includes
+        compact and the dirty ratio reaches ``min.cleanable.dirty.ratio`` (or `force`); None
+        if there is nothing to do. See :mod:`storage.cleaner`."""
         self._check_open()
-        return clean_log(self, now_ms, force=force)
+        return plan_compaction(self, now_ms, force=force, max_map_keys=max_map_keys)
 
-    def _replace_segments(self, old: list[LogSegment], new: list[LogSegment]) -> None:
-        """Install compacted segments (already renamed from ``.swap``) in place of `old`."""
+    def compact(self, now_ms: int, *, force: bool = False) -> int:
+        """One compaction pass on this thread; returns the number of bytes removed."""
+        pass_ = self.begin_compaction(now_ms, force=force)
+        if pass_ is None:
+            return 0
+        run_chore(pass_)
+        return pass_.removed
+
+    def install_cleaned(self, old: list[LogSegment], cleaned: LogSegment, now_ms: int) -> None:
+        """Swap `cleaned` (its files still ``.cleaned``) in for `old`, as Kafka does: rename it
+        ``.swap``, the old segments ``.deleted``, then the swap files into place (recovery
+        finishes a swap interrupted by a crash)."""
+        cleaned.rename_suffix(SWAP_SUFFIX)
         first = self._segments.index(old[0])
-        self._segments[first : first + len(old)] = new
+        self._segments[first : first + len(old)] = [cleaned]
         self._bases = [s.base_offset for s in self._segments]
         self._position_cache = None
+        for seg in old:
+            self._delete_segment(seg, now_ms)
+        cleaned.rename_suffix("")
 
     # ---- flushing --------------------------------------------------------------------------
 
@@ -742,9 +777,12 @@ class PartitionLog:
         end = self._leo if up_to is None else min(up_to, self._leo)
         if end <= self._recovery_point and not self._dir_dirty:
             return None
-        self.leader_epoch_cache.flush()
-        pending = PendingFlush(end)
+        pending = PendingFlush(self, end)
         try:
+            cache = self.leader_epoch_cache
+            if cache.path is not None and cache.flush(fsync=False):  # fsynced by the chore
+                pending.paths.append(cache.path)
+                self._dir_dirty = True
             segs = self._segments
             for i, seg in enumerate(segs):
                 seg_end = self._bases[i + 1] if i + 1 < len(segs) else self._leo
@@ -754,6 +792,8 @@ class PartitionLog:
                     break
                 seg.persist_indexes()
                 pending.paths += (seg.log.path, seg.offset_index.path, seg.time_index.path)
+                if i + 1 < len(segs):  # the producer snapshot taken when it rolled
+                    pending.paths.append(segment_file(self.dir, seg_end, SNAPSHOT_SUFFIX))
         except OSError as e:
             raise KafkaStorageError(f"flush of {self.dir} failed: {e}") from e
         if self._dir_dirty:
@@ -761,10 +801,8 @@ class PartitionLog:
             self._dir_dirty = False
         return pending
 
-    def complete_flush(self, pending: PendingFlush | None) -> None:
+    def _complete_flush(self, pending: PendingFlush) -> None:
         """If the flush ran, advance the recovery point to what it covered."""
-        if pending is None:
-            return
         if not pending.done:
             if pending.directory is not None:
                 self._dir_dirty = True
@@ -781,11 +819,9 @@ class PartitionLog:
         if pending is None:
             return
         try:
-            pending.run()
+            run_chore(pending)
         except OSError as e:
             raise KafkaStorageError(f"fsync in {self.dir} failed: {e}") from e
-        finally:
-            self.complete_flush(pending)
 
     # ---- closing ---------------------------------------------------------------------------
 
@@ -824,9 +860,11 @@ class PartitionLog:
         if self._owns_handles:
             self.handles.close_all()
 
-    def delete(self) -> None:
-        """Remove the partition: rename its directory to ``<name>.<uuid>-delete``, then
-        delete it. Open file slices stay readable until released."""
+    def delete(self) -> Path:
+        """Remove the partition: rename its directory to ``<name>.<uuid>-delete`` and return
+        the new path, for the caller to remove (off the log's thread: see
+        :class:`~storage.chore.RemoveDirectories`). Open file slices stay readable until
+        released."""
         for seg in self._segments:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
@@ -838,9 +876,9 @@ class PartitionLog:
             target = self.dir.with_name(delete_dir_name(*tp))
             os.rename(self.dir, target)
             fsync_dir(target.parent)
-        shutil.rmtree(target, ignore_errors=True)
         if self._owns_handles:
             self.handles.close_all()
+        return target
 
     def statistics(self) -> dict[str, int]:
         return {

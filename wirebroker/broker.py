@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
+from storage.cleaner import max_map_keys
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.log_manager import LogManager
@@ -118,7 +119,15 @@ class Broker:
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         cluster_id = load_or_create_meta(dirs, config.broker_id, config.get("cluster.id"))
-        manager = LogManager(dirs, log_config_for(config, {}), now_ms=clock)
+        manager = LogManager(
+            dirs,
+            log_config_for(config, {}),
+            now_ms=clock,
+            max_map_keys=max_map_keys(
+                config.get_int("log.cleaner.dedupe.buffer.size"),
+                config.get_float("log.cleaner.io.buffer.load.factor"),
+            ),
+        )
         manager.open()
         broker = cls(
             config,

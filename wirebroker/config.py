@@ -91,6 +91,19 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             False,
         ),
         _k("log.cleaner.min.compaction.lag.ms", "long", "0", "Never compact newer records.", False),
+        _k("log.cleaner.backoff.ms", "long", "15000", "Pause between cleaner runs."),
+        _k(
+            "log.cleaner.dedupe.buffer.size",
+            "long",
+            "134217728",
+            "Memory for the cleaner's offset map; bounds the keys one pass dedupes.",
+        ),
+        _k(
+            "log.cleaner.io.buffer.load.factor",
+            "double",
+            "0.9",
+            "How full the cleaner's offset map may get.",
+        ),
         _k("log.index.interval.bytes", "int", "4096", "Bytes between offset index entries.", False),
         _k("log.index.size.max.bytes", "int", "10485760", "Maximum size of an index file.", False),
         _k(
@@ -362,6 +375,15 @@ class BrokerConfig:
         except ValueError:
             raise ConfigError(f"{name}={value!r} is not a whole number") from None
 
+    def get_float(self, name: str) -> float:
+        value = self.get(name)
+        if value is None:
+            raise ConfigError(f"{name} has no value")
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{name}={value!r} is not a number") from None
+
     def get_bool(self, name: str) -> bool:
         value = (self.get(name) or "").strip().lower()
         if value not in ("true", "false"):
@@ -376,6 +398,8 @@ class BrokerConfig:
                 self.get_int(name)
             elif key.type == "boolean":
                 self.get_bool(name)
+            elif key.type == "double":
+                self.get_float(name)
         for listener in [*self.listeners(), *(self.advertised_listeners() or [])]:
             _check_implemented(listener.name, self.security_protocol(listener.name))
         if not self.get("inter.broker.listener.name"):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import trio
 
 import wirebroker.handlers  # noqa: F401  (registers every API)
+from storage.chore import Chore
 from storage.clock import Clock, wall_clock_ms
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms
 FLUSH_CHECK_INTERVAL_S = 1.0
-CLEANER_BACKOFF_S = 15.0  # Kafka's log.cleaner.backoff.ms
 CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
 
@@ -134,32 +134,65 @@ async def _serve_one(stream: trio.SocketStream, *, broker: Broker, listener_name
 
 
 async def _housekeeping(broker: Broker) -> None:
-    """Flushes, retention, compaction and checkpoints, each on its own schedule.
+    """Flushes, retention, compaction, checkpoints and removal of deleted partitions' files,
+    each on its own schedule.
 
-    They run on the broker's trio thread because storage logs have one owner; a long
-    compaction pass therefore delays requests (a later issue moves it off the loop).
+    Storage logs have one owner, the broker's trio thread; the slow part of each chore
+    (:mod:`storage.chore`: fsyncs, cleaned segments, checkpoint files, ``rmtree``) runs in a
+    worker thread, so requests are served meanwhile. Retention stays on the loop (renames and
+    unlinks).
     """
     schedule = {
         "flush": FLUSH_CHECK_INTERVAL_S,
         "retention": broker.config.get_int("log.retention.check.interval.ms") / 1000,
-        "cleaner": CLEANER_BACKOFF_S,
+        "cleaner": broker.config.get_int("log.cleaner.backoff.ms") / 1000,
         "checkpoint": CHECKPOINT_INTERVAL_S,
     }
     due = {job: trio.current_time() + interval for job, interval in schedule.items()}
     while True:
         job = min(due, key=due.__getitem__)
         await trio.sleep_until(due[job])
-        due[job] = trio.current_time() + schedule[job]
         manager = broker.log_manager
         if job == "flush":
-            manager.flush_dirty_logs(broker.now_ms())
+            for pending in manager.flushes(broker.now_ms()):
+                await run_off_loop(pending)
+            removal = manager.removal_chore()
+            if removal is not None:
+                await run_off_loop(removal)
         elif job == "retention":
             deleted = manager.run_retention(broker.now_ms())
             if deleted:
                 log.info("retention deleted %d segments", deleted)
         elif job == "cleaner":
-            freed = manager.run_cleaner(broker.now_ms())
+            freed = 0
+            for compaction in manager.compactions(broker.now_ms()):
+                await run_off_loop(compaction)
+                freed += compaction.removed
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:
-            manager.checkpoint()
+            await run_off_loop(manager.begin_checkpoint())
+        due[job] = trio.current_time() + schedule[job]
+
+
+async def run_off_loop(chore: Chore) -> None:
+    """Run `chore`'s slow part in a worker thread, then commit it here on the loop (also when
+    the slow part raised). A cancellation (shutdown) aborts the slow part and waits for the
+    worker to stop."""
+    finished = False
+
+    async def abort_when_cancelled() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not finished:
+                chore.abort()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(abort_when_cancelled)
+            await trio.to_thread.run_sync(chore.prepare)
+            finished = True
+            nursery.cancel_scope.cancel()
+    finally:
+        chore.commit()

@@ -31,6 +31,8 @@ rows (ratio wirebroker/Kafka, goal):
  11  3-broker cluster: kill -9 a partition's leader under a producer; seconds until a
      produce succeeds through the new leader (<= 1.0; bounded by the ZooKeeper session
      timeout, 6 s on both; also given from the session expiry on)
+ 12  Metadata round trip p99 and max while the broker flushes a 1 GiB rolled segment
+     and compacts a 512 MiB topic (<= 1.0)
 
 Rows 1, 2, 3, 5 and 10 run both Java (ProducerPerformance / ConsumerPerformance) and
 librdkafka (confluent-kafka in its own process) load generators. Rows 10 and 11 start one

@@ -12,7 +12,8 @@ Modes:
   timed from the first ``produce()`` to the end of ``flush()`` (with ``--wait-stored``, to
   when partition 0's end offset reaches ``--records``: with acks=0 ``flush()`` returns
   while the last records may still sit in socket buffers); with ``--partitions N`` the
-  records go round-robin over partitions 0..N-1, else to the client's partitioner.
+  records go round-robin over partitions 0..N-1, else to the client's partitioner; with
+  ``--keys N`` record i has the key ``key<i mod N>`` (a topic to compact), else no key.
 - ``consume``: ``--records`` records from the start of partition 0, timed from ``assign``.
 - ``latency-consume`` / ``latency-produce``: end-to-end latency. The producer sends at a
   fixed ``--rate`` for ``--seconds``, each record's value starting with the
@@ -124,12 +125,15 @@ def produce(
     partitions: int | None = None,
     wait_stored: bool = False,
     latency: bool = False,
+    keys: int | None = None,
 ) -> Run:
     """Figures ``records_per_s`` and ``bytes_per_s`` of one produce run (``latency``: and
     ``p50_ms``, ``p99_ms`` of the delivery reports)."""
     options: dict[str, object] = {"records": records, "record_size": record_size}
     if partitions is not None:
         options["partitions"] = partitions
+    if keys is not None:
+        options["keys"] = keys
     argv = _argv("produce", bootstrap, topic, {**options, "config": config})
     if wait_stored:
         argv.append("--wait-stored")
@@ -239,7 +243,7 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
     }
     p = Producer(config)
     value = b"x" * args.record_size
-    topic, n = args.topic, args.partitions
+    topic, n, keys = args.topic, args.partitions, args.keys
     stored = _end_offset_reader(args) if args.wait_stored else None
     start = time.perf_counter()
     for i in range(args.records):
@@ -247,6 +251,8 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
             try:
                 if n:
                     p.produce(topic, value, partition=i % n)
+                elif keys:
+                    p.produce(topic, value, b"key%d" % (i % keys))
                 else:
                     p.produce(topic, value)
                 break
@@ -449,6 +455,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=0)
     parser.add_argument("--record-size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=0, help="produce round-robin over N")
+    parser.add_argument("--keys", type=int, default=0, help="produce: keys key0..key<N-1>")
     parser.add_argument("--rate", type=int, default=5000, help="latency-produce: records/s")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency-produce: how long")
     parser.add_argument("--warmup-records", type=int, default=0, help="latency-consume: skip")

@@ -135,6 +135,8 @@ class Broker:
     log_path: Path
     env: Mapping[str, str] | None = None
     broker_id: int = 0
+    #: Its log directory (Kafka's on-disk layout on both targets).
+    log_dir: Path | None = None
     spawned_at: float = 0.0
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -309,7 +311,14 @@ class KafkaTarget:
             KAFKA_MAIN,
             str(config),
         ]
-        return Broker(self.name, argv, port, base / "kafka.log", broker_id=broker_id)
+        return Broker(
+            self.name,
+            argv,
+            port,
+            base / "kafka.log",
+            broker_id=broker_id,
+            log_dir=base / "kafka-logs",
+        )
 
     def describe(self) -> str:
         lines = []
@@ -370,7 +379,15 @@ class WirebrokerTarget:
         for key, value in overrides.items():
             argv += ["--override", f"{key}={value}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        return Broker(self.name, argv, port, base / "wirebroker.log", env=env, broker_id=broker_id)
+        return Broker(
+            self.name,
+            argv,
+            port,
+            base / "wirebroker.log",
+            env=env,
+            broker_id=broker_id,
+            log_dir=base / "data",
+        )
 
     def describe(self) -> str:
         lines = [self._command(self.last_argv)] if self.last_argv else []

@@ -2,7 +2,7 @@
 
 ``figures(sizes)`` is the table's catalogue (row, label, unit, goal on the ratio
 wirebroker/Kafka); ``run_target`` runs the selected rows against one target and adds every
-repeat's figure to ``Results``. Rows 1-6 and 8 share one broker per target (started fresh,
+repeat's figure to ``Results``. Rows 1-6, 8 and 12 share one broker per target (started fresh,
 idle memory read before any load); row 7 starts a fresh broker per repeat (it times the
 start itself) and row 9 one per partition count (its memory is the figure). Rows 10 and 11
 share one fresh 3-broker cluster per target; row 11 kills a broker per repeat and starts it
@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from bench.side_by_side import java_load, rdkafka_load
 from bench.side_by_side.targets import (
@@ -65,7 +71,7 @@ LATENCY_PRODUCER: dict[str, object] = {
     "compression.type": "none",
 }
 RUN_TIMEOUT = 900.0
-ALL_ROWS = tuple(range(1, 12))
+ALL_ROWS = tuple(range(1, 13))
 CLUSTER_ROWS = {10, 11}
 CLIENTS = ("java", "rdkafka")
 CLIENT_NAMES = {"java": "Java ProducerPerformance", "rdkafka": "librdkafka"}
@@ -111,6 +117,7 @@ FAILOVER_PRODUCER: dict[str, object] = {
     "log_level": 0,
 }
 FAILOVER_TIMEOUT = 120.0
+PROBE_INTERVAL_S = 0.01  # row 12: a pause between Metadata round trips (a probe, not a load)
 IDEMPOTENT: dict[str, dict[str, object]] = {
     "java": {"acks": "all", "enable.idempotence": "true", **_BATCHING},
     "rdkafka": {"acks": "all", "enable.idempotence": "true", **_BATCHING, **_RDKAFKA_QUEUE},
@@ -171,6 +178,9 @@ class Sizes:
     scale_partitions: tuple[int, ...] = (10, 100, 1000)
     idle_settle: float = 3.0
     replicated_records: int = 128 * MiB // KiB
+    busy_flush_bytes: int = GiB
+    busy_compact_bytes: int = 512 * MiB
+    busy_keys: int = 10_000
 
 
 QUICK = Sizes(
@@ -189,6 +199,9 @@ QUICK = Sizes(
     scale_partitions=(10, 100),
     idle_settle=0.5,
     replicated_records=10_000,
+    busy_flush_bytes=16 * MiB,
+    busy_compact_bytes=8 * MiB,
+    busy_keys=1_000,
 )
 
 
@@ -339,6 +352,19 @@ def figures(sizes: Sizes) -> list[Figure]:
             note="row 11 without the session timeout",
         )
     )
+    flushed, compacted = size_text(sizes.busy_flush_bytes), size_text(sizes.busy_compact_bytes)
+    for q in ("p99", "max"):
+        out.append(
+            Figure(
+                f"12/{q}",
+                12,
+                f"Metadata round trip {q} while the broker flushes a {flushed} segment and "
+                f"compacts a {compacted} topic (librdkafka)",
+                "ms",
+                False,
+                1.0,
+            )
+        )
     return out
 
 
@@ -383,11 +409,17 @@ class Context:
         moves by a third either way; a median of seven holds still where three did not."""
         return self.repeats if self.repeats == 1 else 2 * self.repeats + 1
 
-    def topic(self, broker: Broker, stem: str, partitions: int = 1) -> str:
-        """Create a fresh topic and wait until every partition has a leader."""
+    def topic(
+        self,
+        broker: Broker,
+        stem: str,
+        partitions: int = 1,
+        configs: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create a fresh topic (with `configs`) and wait until every partition has a leader."""
         self._topics += 1
         name = f"{stem}-{self._topics}"
-        create_topic(broker.bootstrap, name, partitions)
+        create_topic(broker.bootstrap, name, partitions, configs=configs)
         return name
 
     def cluster_topic(self, cluster: Cluster, stem: str, replicas: list[int] | None = None) -> str:
@@ -405,6 +437,7 @@ def create_topic(
     partitions: int,
     timeout: float = 120.0,
     replicas: int | list[int] = 1,
+    configs: Mapping[str, str] | None = None,
 ) -> None:
     """CreateTopics, then Metadata until every partition reports a leader and a full ISR.
 
@@ -412,10 +445,11 @@ def create_topic(
     preferred leader, which a fresh partition gets).
     """
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = dict(configs or {})
     if isinstance(replicas, int):
-        new, rf = NewTopic(name, partitions, replicas), replicas
+        new, rf = NewTopic(name, partitions, replicas, config=config), replicas
     else:
-        new, rf = NewTopic(name, 1, replica_assignment=[replicas]), len(replicas)
+        new, rf = NewTopic(name, 1, replica_assignment=[replicas], config=config), len(replicas)
     admin.create_topics([new])[name].result(timeout)
     deadline = time.monotonic() + timeout
     while True:
@@ -890,6 +924,114 @@ def failover(ctx: Context, cluster: Cluster) -> None:
             cluster.restart(leader)
 
 
+def busy_metadata(ctx: Context, broker: Broker) -> None:
+    """Row 12: Metadata round trips (librdkafka's ``list_topics``, 10 ms apart) while the
+    broker fsyncs a big rolled segment and compacts a big topic.
+
+    Both topics are filled first with ``segment.bytes`` at its maximum, so nothing rolls;
+    then the probe starts, ``segment.bytes`` drops to 1 MiB and one more record goes to each
+    topic: both active segments roll, the broker flushes the first (Kafka at once, wirebroker
+    within a second) and its cleaner compacts the second (within ``log.cleaner.backoff.ms``,
+    15 s on both). The probe stops once the compacted partition's ``.log`` files hold less
+    than half of what was written. Figures: p99 and max of the round trips in that window.
+    """
+    sizes = ctx.sizes
+    assert broker.log_dir is not None
+    largest = {"segment.bytes": str(2**31 - 1)}
+    for i in range(1, ctx.repeats + 1):
+        flushed = ctx.topic(broker, "busy-flush", configs=largest)
+        compacted = ctx.topic(
+            broker, "busy-compact", configs={**largest, "cleanup.policy": "compact"}
+        )
+        for topic, size, keys in (
+            (flushed, sizes.busy_flush_bytes, None),
+            (compacted, sizes.busy_compact_bytes, sizes.busy_keys),
+        ):
+            run = rdkafka_load.produce(
+                broker.bootstrap,
+                topic,
+                records=size // KiB,
+                record_size=KiB,
+                config=ACKS_1["rdkafka"],
+                timeout=RUN_TIMEOUT,
+                keys=keys,
+            )
+            ctx.results.command(
+                f"Row 12: fill the {'compacted' if keys else 'flushed'} topic (librdkafka)",
+                run.argv,
+                broker.bootstrap,
+            )
+        partition_dir = broker.log_dir / f"{compacted}-0"
+        with _metadata_probe(broker.bootstrap) as round_trips:
+            _roll(broker.bootstrap, flushed, compacted)
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while sum(p.stat().st_size for p in partition_dir.glob("*.log")) > (
+                sizes.busy_compact_bytes // 2
+            ):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{compacted} was not compacted in {RUN_TIMEOUT:.0f} s")
+                time.sleep(0.1)
+        round_trips.sort()
+        p99 = round_trips[min(len(round_trips) - 1, int(0.99 * len(round_trips)))] * 1e3
+        slowest = round_trips[-1] * 1e3
+        ctx.results.add("12/p99", broker.target, p99)
+        ctx.results.add("12/max", broker.target, slowest)
+        _progress(
+            broker.target,
+            "row 12 Metadata while busy",
+            i,
+            ctx.repeats,
+            f"p99 {p99:.1f} ms, max {slowest:.1f} ms over {len(round_trips)} round trips",
+        )
+
+
+@contextmanager
+def _metadata_probe(bootstrap: str) -> Iterator[list[float]]:
+    """Time Metadata round trips, one every ``PROBE_INTERVAL_S`` or so, in a thread until the
+    block ends (seconds)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.list_topics(timeout=30)  # connected before the clock starts
+    round_trips: list[float] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        while not done.is_set():
+            started = time.perf_counter()
+            admin.list_topics(timeout=RUN_TIMEOUT)
+            round_trips.append(time.perf_counter() - started)
+            done.wait(PROBE_INTERVAL_S)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    try:
+        yield round_trips
+    finally:
+        done.set()
+        thread.join(RUN_TIMEOUT)
+
+
+def _roll(bootstrap: str, *topics: str) -> None:
+    """Make the next append roll each topic's active segment, and append it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resources = [
+        ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry("segment.bytes", str(MiB), incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        for topic in topics
+    ]
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result(60)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
+    for topic in topics:
+        producer.produce(topic, b"roll", b"roll")
+    if producer.flush(60) != 0:
+        raise RuntimeError("the records that roll the segments were not acknowledged")
+
+
 def _attempt(ctx: Context, target: str, what: str, work: Callable[[], None]) -> None:
     try:
         work()
@@ -910,6 +1052,7 @@ def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
         ({3, 8}, "row 3 consume", consume),
         ({4}, "row 4 latency", latency),
         ({5}, "row 5 idempotent", idempotent),
+        ({12}, "row 12 Metadata while busy", busy_metadata),
     ]
     wanted = [(what, work) for needs, what, work in shared if needs & rows]
 

@@ -4,12 +4,16 @@ delete.retention.ms, compact+delete, the dirty ratio, and a crash in the middle 
 from __future__ import annotations
 
 import random
+import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from protocol.records import RecordBatchView, iter_batches
+from storage.chore import run_chore
+from storage.cleaner import Compaction, max_map_keys
 from storage.config import LogConfig
+from storage.log_manager import LogManager
 from storage.partition_log import PartitionLog
 
 from .helpers import T0, Clock, keyed, open_log, read_all
@@ -147,4 +151,97 @@ def test_crash_after_swap_files_were_written(tmp_path: Path) -> None:
             (d / (p.name + ".swap")).write_bytes(p.read_bytes())
     log = open_log(d, COMPACT, had_clean_shutdown=True)
     assert [(r.offset, r.value) for r in read_all(log)] == expected
+    log.close()
+
+
+def test_a_small_offset_map_cleans_in_several_passes(tmp_path: Path) -> None:
+    """``log.cleaner.dedupe.buffer.size`` bounds the keys of one pass: each pass cleans up to
+    where its map filled, the next continues from there, and the result is the same."""
+    rng = random.Random(5)
+    writes = [(b"key%d" % rng.randrange(20), b"v%d" % i) for i in range(300)]
+    config = COMPACT.replace(min_cleanable_dirty_ratio=0.0)  # else later passes wait for dirt
+    lm = LogManager([tmp_path], config, max_map_keys=max_map_keys(24 * 5, 0.9))
+    lm.open()
+    log = lm.get_or_create("t", 0)
+    _fill(log, writes)
+    active_base = log.active_segment.base_offset
+    passes = list(_run_all(lm.compactions(T0)))
+    assert len(passes) > 1 and all(p.map_filled for p in passes[:-1])
+    assert log.cleaner_checkpoint == active_base
+    records = read_all(log)
+    latest = _latest(writes[:active_base])
+    assert [r.offset for r in records if r.offset < active_base] == sorted(
+        o for o, _ in latest.values()
+    )
+    for r in records:
+        assert (r.key, r.value) == writes[r.offset]
+    assert not list((tmp_path / "t-0").glob("*.cleaned"))
+    lm.close()
+
+
+def _run_all(passes: Iterator[Compaction]) -> Iterator[Compaction]:
+    for p in passes:
+        run_chore(p)
+        yield p
+
+
+def test_a_pass_is_discarded_if_the_log_changed_meanwhile(tmp_path: Path) -> None:
+    """The slow part of a pass runs while the log keeps changing: appends are kept; a
+    truncation, a deleted segment or a deleted log make the commit discard the pass."""
+    writes = [(b"key%d" % (i % 4), b"v%d" % i) for i in range(90)]
+
+    def fresh(name: str) -> PartitionLog:
+        log = open_log(tmp_path / name, COMPACT)
+        _fill(log, writes)
+        return log
+
+    log = fresh("append-0")
+    pass_ = log.begin_compaction(T0)
+    assert pass_ is not None
+    pass_.prepare()
+    log.append_as_leader(keyed([(b"late", b"x")]), 0, T0)
+    pass_.commit()
+    assert pass_.removed > 0 and read_all(log)[-1].key == b"late"
+    log.close()
+
+    log = fresh("truncate-0")
+    pass_ = log.begin_compaction(T0)
+    assert pass_ is not None
+    pass_.prepare()
+    assert list((tmp_path / "truncate-0").glob("*.cleaned"))
+    log.truncate_to(log.log_end_offset - 1)  # a follower truncating during the pass
+    before = [(r.offset, r.key, r.value) for r in read_all(log)]
+    pass_.commit()
+    assert pass_.removed == 0 and [(r.offset, r.key, r.value) for r in read_all(log)] == before
+    assert not list((tmp_path / "truncate-0").glob("*.cleaned"))
+    log.close()
+
+    log = fresh("retention-0")
+    pass_ = log.begin_compaction(T0)
+    assert pass_ is not None
+    log.update_high_watermark(log.log_end_offset)
+    log.delete_records_before(log.segments[1].base_offset)  # the first segment goes
+    run_chore(pass_)
+    assert pass_.removed == 0 and not list((tmp_path / "retention-0").glob("*.cleaned"))
+    assert read_all(log)[0].offset == log.log_start_offset
+    log.close()
+
+    log = fresh("deleted-0")
+    pass_ = log.begin_compaction(T0)
+    assert pass_ is not None
+    shutil.rmtree(log.delete())
+    run_chore(pass_)  # neither raises nor recreates the directory
+    assert pass_.removed == 0 and not list(tmp_path.glob("deleted-0*"))
+
+
+def test_an_aborted_pass_stops_and_is_discarded(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", COMPACT)
+    _fill(log, [(b"key%d" % (i % 4), b"v%d" % i) for i in range(90)])
+    before = [(r.offset, r.key, r.value) for r in read_all(log)]
+    pass_ = log.begin_compaction(T0)
+    assert pass_ is not None
+    pass_.abort()  # e.g. the broker is shutting down
+    run_chore(pass_)
+    assert pass_.removed == 0 and [(r.offset, r.key, r.value) for r in read_all(log)] == before
+    assert not list((tmp_path / "t-0").glob("*.cleaned"))
     log.close()

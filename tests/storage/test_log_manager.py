@@ -11,6 +11,7 @@ import socket
 import time
 from pathlib import Path
 
+from storage.chore import run_chore
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from storage.partition_log import PartitionLog
@@ -72,6 +73,11 @@ def test_placement_deletion_and_foreign_dirs(tmp_path: Path) -> None:
     assert target is not None
     assert lm.delete_partition("t", 2)
     assert not (target / "t-2").exists() and not lm.delete_partition("t", 2)
+    (renamed,) = target.glob("t-2.*-delete")  # renamed now, removed by a chore off the loop
+    removal = lm.removal_chore()
+    assert removal is not None and lm.removal_chore() is None
+    run_chore(removal)
+    assert not renamed.exists()
     lm.close()
     (dirs[0] / "not-a-partition").mkdir()
     (dirs[0] / "x-0.0123456789abcdef0123456789abcdef-delete").mkdir()
@@ -79,8 +85,8 @@ def test_placement_deletion_and_foreign_dirs(tmp_path: Path) -> None:
     lm = LogManager(dirs, LogConfig())
     lm.open()
     assert lm.partitions() == [("t", 0), ("t", 1), ("t", 3)]
+    lm.close()  # removes what is left to remove
     assert not (dirs[0] / "x-0.0123456789abcdef0123456789abcdef-delete").exists()
-    lm.close()
 
 
 def test_chores(tmp_path: Path) -> None:
@@ -93,7 +99,10 @@ def test_chores(tmp_path: Path) -> None:
     for _ in range(10):
         lg.append_as_leader(batch(2, ts=T0), 0, T0)
     lg.update_high_watermark(lg.log_end_offset)
-    assert lm.flush_dirty_logs(clock()) == 1  # rolled segments get flushed
+    (pending,) = lm.flushes(clock())  # rolled segments get flushed
+    pending.prepare()
+    assert lg.recovery_point == 0  # until the chore commits
+    pending.commit()
     assert lg.recovery_point == lg.active_segment.base_offset
     deleted = lm.run_retention(T0 + 5000)
     assert deleted > 0 and list((tmp_path / "t-0").glob("*.deleted"))
@@ -103,7 +112,9 @@ def test_chores(tmp_path: Path) -> None:
     for _ in range(10):
         compacted.append_as_leader(batch(2), 0, T0)
     compacted.update_high_watermark(compacted.log_end_offset)
-    assert lm.run_cleaner(T0) > 0
+    (compaction,) = lm.compactions(T0)
+    run_chore(compaction)
+    assert compaction.removed > 0
     lm.close()
     assert (tmp_path / "cleaner-offset-checkpoint").read_text().startswith("0\n1\nc 0 ")
 

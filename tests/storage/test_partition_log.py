@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import struct
 from pathlib import Path
 
@@ -374,8 +375,8 @@ def test_flush_recovery_point_and_group_commit(tmp_path: Path, clock: Clock) -> 
     pending = log.begin_flush()
     assert pending is not None
     log.append_as_leader(batch(2), 0, clock(), sync=False)  # during the fsync
-    pending.run()
-    log.complete_flush(pending)
+    pending.prepare()
+    pending.commit()
     assert log.recovery_point == 2
     log.flush()
     assert log.recovery_point == 4
@@ -465,12 +466,13 @@ def test_keyed_helper_roundtrip(tmp_path: Path) -> None:
     log.close()
 
 
-def test_delete_removes_the_directory(tmp_path: Path) -> None:
+def test_delete_renames_the_directory(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
     log.append_as_leader(batch(1), 0, T0)
     r = log.read(0, 100)
-    log.delete()
-    assert not any(tmp_path.iterdir())
+    renamed = log.delete()  # the caller removes it (off the loop)
+    assert list(tmp_path.iterdir()) == [renamed] and renamed.name.endswith("-delete")
+    shutil.rmtree(renamed)
     assert len(r.read()) == r.size  # still readable while pinned
     r.release()
     assert isinstance(PartitionLog, type)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import ErrorCode, KafkaError
+from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, ConfigError, Listener, parse_properties
 from wirebroker.topic_configs import (
     DEFAULT_CONFIG,
@@ -57,6 +58,7 @@ def test_load_file_with_overrides(tmp_path: Path) -> None:
         ({"listeners": "127.0.0.1:9092"}, "NAME://host:port"),
         ({"num.partitions": "three"}, "not a whole number"),
         ({"auto.create.topics.enable": "yes"}, "true or false"),
+        ({"log.cleaner.io.buffer.load.factor": "most"}, "not a number"),
     ],
 )
 def test_bad_values_say_what_is_wrong(props: dict[str, str], message: str) -> None:
@@ -99,6 +101,27 @@ def test_listener_security_protocol_map() -> None:
     # As in Kafka, a listener name the map does not know is an error, not plaintext.
     with pytest.raises(ConfigError, match="INTERNAL:PLAINTEXT"):
         BrokerConfig.from_properties({"listeners": "INTERNAL://127.0.0.1:9093"})
+
+
+def test_the_cleaner_offset_map_is_bounded_by_the_dedupe_buffer(tmp_path: Path) -> None:
+    """Kafka's entry is 24 bytes (an MD5 and an offset), filled up to the load factor."""
+    config = BrokerConfig.from_properties(
+        {
+            "log.dirs": str(tmp_path),
+            "log.cleaner.dedupe.buffer.size": "2400",
+            "log.cleaner.io.buffer.load.factor": "0.5",
+        }
+    )
+    broker = Broker.open(config)
+    try:
+        assert broker.log_manager.max_map_keys == 50
+    finally:
+        broker.close()
+    default = Broker.open(BrokerConfig.from_properties({"log.dirs": str(tmp_path)}))
+    try:
+        assert default.log_manager.max_map_keys == int(134217728 // 24 * 0.9)
+    finally:
+        default.close()
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

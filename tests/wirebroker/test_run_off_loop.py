@@ -1,0 +1,54 @@
+"""The broker runs a storage chore's slow part in a worker thread and commits it on the loop."""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from wirebroker.server import run_off_loop
+
+
+class _Chore:
+    """Records the calls; its prepare runs until aborted."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []  # (what, on the loop's thread?)
+        self.loop_thread = threading.get_ident()
+        self.started = threading.Event()
+        self.stop = threading.Event()
+
+    def _call(self, what: str) -> None:
+        self.calls.append((what, threading.get_ident() == self.loop_thread))
+
+    def prepare(self) -> None:
+        self._call("prepare")
+        self.started.set()
+        assert self.stop.wait(10)
+
+    def abort(self) -> None:
+        self._call("abort")
+        self.stop.set()
+
+    def commit(self) -> None:
+        self._call("commit")
+
+
+def test_prepare_off_the_loop_then_commit_on_it() -> None:
+    chore = _Chore()
+    chore.stop.set()
+    trio.run(run_off_loop, chore)
+    assert chore.calls == [("prepare", False), ("commit", True)]
+
+
+def test_a_cancellation_aborts_prepare_and_still_commits() -> None:
+    async def main() -> _Chore:
+        chore = _Chore()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_off_loop, chore)
+            await trio.to_thread.run_sync(chore.started.wait, 10)
+            nursery.cancel_scope.cancel()  # the broker shutting down
+        return chore
+
+    chore = trio.run(main)
+    assert chore.calls == [("prepare", False), ("abort", True), ("commit", True)]

@@ -9,12 +9,19 @@ chores the broker triggers (retention, compaction, time-based flushes). All logs
 :class:`~storage.file_handles.FileHandles` pool, so open descriptors stay bounded by
 ``max_open_files`` however many partitions exist.
 
+A full disk or a failed write degrades, it never stops the broker: a chore that fails for one
+log is logged and retried at its next run (checkpoints included), and shutdown writes a log
+directory's clean-shutdown marker only if every log in it closed, its checkpoints were written
+and its file system reports no write-back error since :meth:`LogManager.open` (``syncfs``), so
+the next start recovers whatever may not have reached the disk.
+
 It must not decide which partitions should exist or which replica leads (the broker does).
 Synchronous and not thread-safe, like the logs.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shutil
@@ -48,6 +55,21 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def syncfs(fd: int) -> None:
+    """Write back the whole file system holding `fd` and raise the ``OSError`` of any
+    write-back failure on it since `fd` was opened (Linux 5.8+; elsewhere ``sync()``, which
+    reports nothing)."""
+    sync = getattr(_libc, "syncfs", None)
+    if sync is None:
+        os.sync()
+        return
+    if sync(fd) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"syncfs: {os.strerror(errno)}")
+
 
 class LogManager:
     """All partition logs of this broker; call :meth:`open` before use, :meth:`close` after."""
@@ -75,6 +97,9 @@ class LogManager:
         self._per_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         #: Per log directory: did the last shutdown leave the clean-shutdown marker?
         self.had_clean_shutdown: dict[Path, bool] = {}
+        #: A descriptor per log directory, open from :meth:`open` to :meth:`close`, through
+        #: which shutdown learns of any write-back error in between.
+        self._dir_fds: dict[Path, int] = {}
         self._opened = False
 
     def config_for(self, topic: str) -> LogConfig:
@@ -88,6 +113,7 @@ class LogManager:
         """Load every partition directory of every log directory (recovering as needed)."""
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
+            self._dir_fds[log_dir] = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             clean = has_clean_shutdown(log_dir)
             self.had_clean_shutdown[log_dir] = clean
             recovery = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
@@ -192,8 +218,10 @@ class LogManager:
 
     # ---- chores ----------------------------------------------------------------------------
 
-    def checkpoint(self) -> None:
-        """Write every log directory's offset checkpoint files (Kafka's four)."""
+    def checkpoint(self) -> set[Path]:
+        """Write every log directory's offset checkpoint files (Kafka's four). Returns the
+        directories where that failed (logged; their old files stay until a later call)."""
+        failed: set[Path] = set()
         for log_dir in self.log_dirs:
             logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
             try:
@@ -214,58 +242,98 @@ class LogManager:
                     {tp: lg.cleaner_checkpoint for tp, lg in logs.items() if lg.config.compact}
                 )
             except OSError as e:
-                raise KafkaStorageError(f"cannot write checkpoints in {log_dir}: {e}") from e
+                log.error("cannot write the checkpoints in %s (retried later): %s", log_dir, e)
+                failed.add(log_dir)
+        return failed
+
+    def _each_log(self, chore: str, run: Callable[[PartitionLog], int]) -> int:
+        """Sum of `run` over every log; a log it fails for is logged and skipped (the chore's
+        next run retries it), so one full or failing disk never stops the others."""
+        total = 0
+        for tp, lg in self.logs():
+            try:
+                total += run(lg)
+            except (OSError, StorageError) as e:
+                log.error("%s of %s-%d failed (retried later): %s", chore, tp[0], tp[1], e)
+        return total
 
     def run_retention(self, now_ms: int) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
-        return sum(lg.apply_retention(now_ms) for _tp, lg in self.logs())
+        return self._each_log("retention", lambda lg: lg.apply_retention(now_ms))
 
     def run_cleaner(self, now_ms: int) -> int:
         """One compaction pass over every compacted log that needs it; returns bytes freed."""
-        return sum(lg.compact(now_ms) for _tp, lg in self.logs() if lg.config.compact)
+        return self._each_log(
+            "compaction", lambda lg: lg.compact(now_ms) if lg.config.compact else 0
+        )
 
     def flush_dirty_logs(self, now_ms: int) -> int:
         """Flush logs due by ``flush.ms`` and logs with unflushed rolled segments (Kafka
         flushes a segment once it rolls). Returns the number of logs flushed."""
-        flushed = 0
-        for _tp, lg in self.logs():
-            due = now_ms - lg.last_flush_ms >= lg.config.flush_ms
-            rolled = lg.recovery_point < lg.active_segment.base_offset
-            if due:
+
+        def flush(lg: PartitionLog) -> int:
+            if now_ms - lg.last_flush_ms >= lg.config.flush_ms:
                 lg.flush()
-            elif rolled:
+            elif lg.recovery_point < lg.active_segment.base_offset:
                 lg.flush(lg.active_segment.base_offset)
             else:
-                continue
-            flushed += 1
-        return flushed
+                return 0
+            return 1
+
+        return self._each_log("flush", flush)
 
     # ---- shutdown --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every log, make it all durable with one file-system sync (a group commit of
-        the whole shutdown instead of an fsync per file), write the checkpoints, then the
-        clean-shutdown marker of each log directory whose logs all closed cleanly."""
+        """Close every log, make it all durable with one file-system sync per log directory (a
+        group commit of the whole shutdown instead of an fsync per file), write the
+        checkpoints, then the clean-shutdown marker of each log directory where all of that
+        succeeded and no write-back error was reported since :meth:`open`."""
         failed: set[Path] = set()
         closed = []
         for tp, lg in self.logs():
             try:
                 lg.close(fsync=False)
-                closed.append(lg)
+                closed.append((self._dir_of[tp], lg))
             except (OSError, StorageError):
                 log.exception("closing %s-%s failed", *tp)
                 failed.add(self._dir_of[tp])
-        os.sync()
-        for lg in closed:
-            lg.mark_flushed()
-        self.checkpoint()
+        for log_dir in self.log_dirs:
+            try:
+                self._sync(log_dir)
+            except OSError as e:
+                log.error("%s: write-back failed, the next start recovers it: %s", log_dir, e)
+                failed.add(log_dir)
+        for log_dir, lg in closed:
+            if log_dir not in failed:
+                lg.mark_flushed()
+        failed |= self.checkpoint()
         for log_dir in self.log_dirs:
             if log_dir not in failed:
-                write_clean_shutdown(log_dir, self.broker_epoch)
+                self._write_clean_shutdown(log_dir)
         self.handles.close_all()
         self._logs.clear()
         self._dir_of.clear()
         self._per_dir = dict.fromkeys(self.log_dirs, 0)
+
+    def _sync(self, log_dir: Path) -> None:
+        fd = self._dir_fds.pop(log_dir, None)
+        if fd is None:  # never opened: only errors from now on are seen
+            fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            syncfs(fd)
+        finally:
+            os.close(fd)
+
+    def _write_clean_shutdown(self, log_dir: Path) -> None:
+        try:
+            write_clean_shutdown(log_dir, self.broker_epoch)
+        except OSError as e:
+            log.error("%s: cannot write the clean-shutdown marker: %s", log_dir, e)
+            try:
+                remove_clean_shutdown(log_dir)  # a partial marker must not skip recovery
+            except OSError:
+                log.exception("%s: cannot remove a partial clean-shutdown marker", log_dir)
 
     def statistics(self) -> dict[str, int]:
         stats = {"partitions": len(self._logs)}

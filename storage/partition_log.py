@@ -340,12 +340,13 @@ class PartitionLog:
                 duplicate = self.producer_state.check(update)
                 if duplicate is not None:
                     return self._duplicate_info(duplicate)
+        previous_end = self._leo
         self._append(v, now_ms)
         for update in producers:
             self.producer_state.update(update)
         if leader_epoch >= 0:
             self.leader_epoch_cache.assign(leader_epoch, v.first_offset)
-        return self._after_append(v, now_ms, sync)
+        return self._after_append(v, now_ms, sync, previous_end)
 
     def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
         log_append = self.config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
@@ -382,6 +383,7 @@ class PartitionLog:
                 first_offset=v.first_offset,
                 last_offset=v.last_offset,
             )
+        previous_end = self._leo
         self._append(v, now_ms)
         for update in producer_batches(v.data):
             self.producer_state.update(update)
@@ -391,7 +393,7 @@ class PartitionLog:
         else:
             for epoch, offset in v.epochs:
                 cache.assign(epoch, offset)
-        return self._after_append(v, now_ms, sync)
+        return self._after_append(v, now_ms, sync, previous_end)
 
     def _append(self, v: ValidatedAppend, now_ms: int) -> None:
         size = len(v.data)
@@ -414,7 +416,12 @@ class PartitionLog:
         self._leo = v.last_offset + 1
         self._unflushed_messages += v.records_count
 
-    def _after_append(self, v: ValidatedAppend, now_ms: int, sync: bool | None) -> AppendInfo:
+    def _after_append(
+        self, v: ValidatedAppend, now_ms: int, sync: bool | None, previous_end: int
+    ) -> AppendInfo:
+        """Flush if due. A flush that fails takes the append back out (the log end returns
+        to `previous_end`), so the error is reported before the log end advances and a retry
+        writes the records once."""
         config = self.config
         if (
             sync
@@ -424,7 +431,15 @@ class PartitionLog:
                 or now_ms - self._last_flush_ms >= config.flush_ms
             )
         ):
-            self.flush()
+            try:
+                self.flush()
+            except KafkaStorageError:
+                log.error("%s: taking back the append at %d", self.dir.name, v.first_offset)
+                try:
+                    self.truncate_to(previous_end)
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot take back an append: {e}") from e
+                raise
         return AppendInfo(
             v.first_offset,
             v.last_offset,
@@ -447,7 +462,11 @@ class PartitionLog:
         old = self._segments[-1]
         if old.size == 0 and old.base_offset == base_offset:
             return old
-        old.become_inactive()
+        try:
+            old.become_inactive()
+        except OSError as e:
+            old.become_active()
+            raise KafkaStorageError(f"cannot roll {old.log.path}: {e}") from e
         try:
             new = LogSegment.create(self.dir, base_offset, self.config, self.handles, now_ms)
         except KafkaStorageError:
@@ -747,9 +766,9 @@ class PartitionLog:
         end = self._leo if up_to is None else min(up_to, self._leo)
         if end <= self._recovery_point and not self._dir_dirty:
             return None
-        self.leader_epoch_cache.flush()
         pending = PendingFlush(end)
         try:
+            self.leader_epoch_cache.flush()
             segs = self._segments
             for i, seg in enumerate(segs):
                 seg_end = self._bases[i + 1] if i + 1 < len(segs) else self._leo

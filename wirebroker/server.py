@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms
 FLUSH_CHECK_INTERVAL_S = 1.0
 CLEANER_BACKOFF_S = 15.0  # Kafka's log.cleaner.backoff.ms
 CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
@@ -137,7 +136,7 @@ async def _housekeeping(broker: Broker) -> None:
         "flush": FLUSH_CHECK_INTERVAL_S,
         "retention": broker.config.get_int("log.retention.check.interval.ms") / 1000,
         "cleaner": CLEANER_BACKOFF_S,
-        "checkpoint": CHECKPOINT_INTERVAL_S,
+        "checkpoint": broker.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000,
     }
     due = {job: trio.current_time() + interval for job, interval in schedule.items()}
     while True:

@@ -295,8 +295,8 @@ class LogManager:
             try:
                 lg.close(fsync=False)
                 closed.append((self._dir_of[tp], lg))
-            except (OSError, StorageError):
-                log.exception("closing %s-%s failed", *tp)
+            except (OSError, StorageError) as e:
+                log.error("closing %s-%d failed, the next start recovers it: %s", *tp, e)
                 failed.add(self._dir_of[tp])
         for log_dir in self.log_dirs:
             try:

@@ -4,7 +4,8 @@ The broker's log directory is on a 16 MiB tmpfs (mounting needs root: the test i
 otherwise). Produce fills it until KAFKA_STORAGE_ERROR; the broker stays up, its checkpoint timer
 (shortened by `log.flush.offset.checkpoint.interval.ms`) fails without killing it, a real
 consumer still fetches every acknowledged record, and once a filler file is deleted produce
-succeeds again without a restart. A clean restart then finds exactly the acknowledged records.
+succeeds again without a restart. A shutdown on a full disk leaves out the clean-shutdown
+marker, and the restart (which recovers) finds exactly the acknowledged records.
 """
 
 from __future__ import annotations
@@ -128,11 +129,17 @@ def test_a_full_disk_degrades_to_read_only_and_recovers(disk: Path) -> None:
             acked[offset] = b"k%d" % offset
         assert broker.alive()
         assert consume_all(broker.bootstrap, len(acked)) == acked
+        # A shutdown on a full disk cannot write its checkpoints: it leaves out the
+        # clean-shutdown marker, and the next start recovers.
+        fill(disk / "rest")
         assert broker.stop() == 0
-        assert (disk / "data" / ".kafka_cleanshutdown").exists()
+        assert not (disk / "data" / ".kafka_cleanshutdown").exists()
+        (disk / "rest").unlink()
         broker.start()
         stored = read_partition(broker.bootstrap, "t")
         assert {o: k for o, k, _v in stored} == acked
+        assert broker.stop() == 0
+        assert (disk / "data" / ".kafka_cleanshutdown").exists()
     finally:
         broker.stop()
     assert not broker.tracebacks(), "\n".join(broker.log)

@@ -243,3 +243,22 @@ def test_no_partial_clean_shutdown_marker(tmp_path: Path, faults: Faults) -> Non
     faults.fail("write", ".kafka_cleanshutdown", errno.ENOSPC)
     lm.close()  # does not raise
     assert faults.hits and not (d / ".kafka_cleanshutdown").exists()
+
+
+def test_a_producer_snapshot_on_a_full_disk_does_not_fail_the_roll(
+    tmp_path: Path, faults: Faults
+) -> None:
+    lg = PartitionLog.open(tmp_path / "t-0", LogConfig(), now_ms=Clock())
+    try:
+        lg.append_as_leader(batch(2), 0, T0)
+        faults.fail("write", ".snapshot.tmp", errno.ENOSPC)
+        lg.roll()  # a lost snapshot only costs a longer scan at the next open
+        assert faults.hits and len(lg.segments) == 2
+        assert not list((tmp_path / "t-0").glob("*.tmp"))
+        faults.clear()
+        lg.append_as_leader(batch(1), 0, T0)
+    finally:
+        lg.close()
+    lg = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    assert offsets(lg) == [0, 1, 2]
+    lg.close()

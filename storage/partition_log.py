@@ -17,6 +17,10 @@ with ``sync=False`` and then call :meth:`PartitionLog.begin_flush`, run the retu
 :class:`PendingFlush` (the fsyncs; safe in a worker thread) and :meth:`complete_flush`: one
 fsync then covers every append made before ``begin_flush``.
 
+Failures: an append that cannot be written, indexed, rolled or (when due) flushed raises
+:class:`KafkaStorageError` and leaves nothing behind -- a flush that fails takes the append back
+out -- so the error is reported before the log end offset advances, and a retry writes once.
+
 Not thread-safe: one thread calls a log (except ``PendingFlush.run``).
 """
 

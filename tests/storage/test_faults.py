@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol.records import SimpleRecord, build_record_batch
 from storage.config import LogConfig
 from storage.errors import KafkaStorageError
 from storage.log_manager import LogManager
@@ -103,6 +104,29 @@ def test_a_failed_fsync_takes_the_append_back(plog: PartitionLog, faults: Faults
     assert info.first_offset == 2
     assert (plog.log_end_offset, plog.recovery_point) == (5, 5)
     assert offsets(plog) == [0, 1, 2, 3, 4]  # written once
+
+
+def test_an_idempotent_retry_after_a_failed_fsync_is_written_not_deduplicated(
+    plog: PartitionLog, faults: Faults
+) -> None:
+    """The failed batch is forgotten with the append, so the retry is not answered as a
+    duplicate of records that were never made durable: it is written (and fsynced) once."""
+
+    def idempotent(seq: int) -> bytearray:
+        records = [SimpleRecord(b"k", b"v%d" % seq, (), T0)]
+        return bytearray(
+            build_record_batch(records, producer_id=7, producer_epoch=0, base_sequence=seq)
+        )
+
+    plog.append_as_leader(idempotent(0), 0, T0, sync=True)
+    faults.fail("fsync", ".log", errno.EIO)
+    with pytest.raises(KafkaStorageError):
+        plog.append_as_leader(idempotent(1), 0, T0, sync=True)
+    faults.clear()
+    info = plog.append_as_leader(idempotent(1), 0, T0, sync=True)
+    assert not info.duplicate and info.first_offset == 1
+    assert (plog.log_end_offset, plog.recovery_point) == (2, 2)
+    assert plog.append_as_leader(idempotent(1), 0, T0).duplicate  # a later retry is one
 
 
 def test_a_follower_append_whose_fsync_fails_is_fetched_again(

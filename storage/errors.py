@@ -46,7 +46,8 @@ class KafkaStorageError(StorageError):
     Raised by appends, flushes, rolls and checkpoints, wrapping the ``OSError``. An append that
     fails (its flush included) leaves the log as it was before the append, so the log stays
     usable and a retry once the fault clears writes the records once. The broker answers
-    KAFKA_STORAGE_ERROR; unlike Kafka it does not take the log directory offline.
+    KAFKA_STORAGE_ERROR; for any other cause than a full disk the log manager also takes the
+    log directory offline, as Kafka does.
     """
 
     error_code = ErrorCode.KAFKA_STORAGE_ERROR

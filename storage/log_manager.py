@@ -13,7 +13,10 @@ A full disk or a failed write degrades, it never stops the broker: a chore that 
 log is logged and retried at its next run (checkpoints included), and shutdown writes a log
 directory's clean-shutdown marker only if every log in it closed, its checkpoints were written
 and its file system reports no write-back error since :meth:`LogManager.open` (``syncfs``), so
-the next start recovers whatever may not have reached the disk.
+the next start recovers whatever may not have reached the disk. Any other I/O error than a full
+disk (EIO, EROFS, ...) takes its whole log directory offline until a restart, as Kafka's
+LogDirFailureChannel does: its logs are abandoned and answer :class:`KafkaStorageError`, new
+partitions go to the other directories. The broker stays up even when none is left.
 
 It must not decide which partitions should exist or which replica leads (the broker does).
 Synchronous and not thread-safe, like the logs.
@@ -22,6 +25,7 @@ Synchronous and not thread-safe, like the logs.
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import os
 import shutil
@@ -55,6 +59,9 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
+#: A full disk or quota: the log directory stays online, its writes resume once space is freed.
+_OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -67,8 +74,15 @@ def syncfs(fd: int) -> None:
         os.sync()
         return
     if sync(fd) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"syncfs: {os.strerror(errno)}")
+        code = ctypes.get_errno()
+        raise OSError(code, f"syncfs: {os.strerror(code)}")
+
+
+def _os_error(error: BaseException | None) -> OSError | None:
+    """The ``OSError`` behind `error` (itself or a cause), if any."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__
+    return error
 
 
 class LogManager:
@@ -100,6 +114,8 @@ class LogManager:
         #: A descriptor per log directory, open from :meth:`open` to :meth:`close`, through
         #: which shutdown learns of any write-back error in between.
         self._dir_fds: dict[Path, int] = {}
+        #: Log directories an I/O error took offline (until a restart).
+        self.offline_dirs: set[Path] = set()
         self._opened = False
 
     def config_for(self, topic: str) -> LogConfig:
@@ -176,7 +192,12 @@ class LogManager:
             if config is not None and config != existing.config:
                 existing.update_config(config)
             return existing
-        log_dir = min(self.log_dirs, key=self._per_dir.__getitem__)
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise KafkaStorageError(
+                f"cannot create {topic}-{partition}: no log directory is online"
+            )
+        log_dir = min(online, key=self._per_dir.__getitem__)
         path = log_dir / partition_dir_name(topic, partition)
         try:
             plog = PartitionLog.open(
@@ -186,7 +207,8 @@ class LogManager:
                 now_ms=self._now_ms,
                 had_clean_shutdown=True,
             )
-        except OSError as e:
+        except (OSError, KafkaStorageError) as e:
+            self._maybe_take_offline(log_dir, e)
             raise KafkaStorageError(f"cannot create {path}: {e}") from e
         self._logs[tp] = plog
         self._dir_of[tp] = log_dir
@@ -203,6 +225,25 @@ class LogManager:
         self._per_dir[log_dir] -= 1
         plog.delete()
         return True
+
+    def handle_log_error(self, topic: str, partition: int, error: BaseException) -> None:
+        """Tell the manager an operation on a partition's log failed (Kafka's
+        LogDirFailureChannel): an I/O error other than a full disk takes its log directory
+        offline."""
+        log_dir = self._dir_of.get((topic, partition))
+        if log_dir is not None:
+            self._maybe_take_offline(log_dir, error)
+
+    def _maybe_take_offline(self, log_dir: Path, error: BaseException) -> None:
+        cause = _os_error(error)
+        if cause is None or cause.errno in _OUT_OF_SPACE or log_dir in self.offline_dirs:
+            return
+        log.error("log directory %s failed, offline until a restart: %s", log_dir, error)
+        self.offline_dirs.add(log_dir)
+        for tp, lg in self._logs.items():
+            if self._dir_of[tp] == log_dir:
+                lg.abandon()
+                lg.offline = True
 
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._logs)
@@ -221,8 +262,10 @@ class LogManager:
     def checkpoint(self) -> set[Path]:
         """Write every log directory's offset checkpoint files (Kafka's four). Returns the
         directories where that failed (logged; their old files stay until a later call)."""
-        failed: set[Path] = set()
+        failed = set(self.offline_dirs)
         for log_dir in self.log_dirs:
+            if log_dir in failed:
+                continue
             logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
             try:
                 OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
@@ -244,6 +287,7 @@ class LogManager:
             except OSError as e:
                 log.error("cannot write the checkpoints in %s (retried later): %s", log_dir, e)
                 failed.add(log_dir)
+                self._maybe_take_offline(log_dir, e)
         return failed
 
     def _each_log(self, chore: str, run: Callable[[PartitionLog], int]) -> int:
@@ -251,10 +295,13 @@ class LogManager:
         next run retries it), so one full or failing disk never stops the others."""
         total = 0
         for tp, lg in self.logs():
+            if lg.offline:
+                continue
             try:
                 total += run(lg)
             except (OSError, StorageError) as e:
                 log.error("%s of %s-%d failed (retried later): %s", chore, tp[0], tp[1], e)
+                self._maybe_take_offline(self._dir_of[tp], e)
         return total
 
     def run_retention(self, now_ms: int) -> int:
@@ -289,9 +336,11 @@ class LogManager:
         group commit of the whole shutdown instead of an fsync per file), write the
         checkpoints, then the clean-shutdown marker of each log directory where all of that
         succeeded and no write-back error was reported since :meth:`open`."""
-        failed: set[Path] = set()
+        failed = set(self.offline_dirs)
         closed = []
         for tp, lg in self.logs():
+            if lg.offline:
+                continue
             try:
                 lg.close(fsync=False)
                 closed.append((self._dir_of[tp], lg))

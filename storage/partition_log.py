@@ -165,6 +165,9 @@ class PartitionLog:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._position_cache: tuple[int, LogSegment, int] | None = None
         self.closed = False
+        #: Its log directory failed (see :class:`~storage.log_manager.LogManager`): the log was
+        #: abandoned, and every operation raises :class:`KafkaStorageError`.
+        self.offline = False
         self.had_clean_shutdown = False
         self.recovery_stats: dict[str, int] = {}
 
@@ -308,6 +311,8 @@ class PartitionLog:
 
     def _check_open(self) -> None:
         if self.closed:
+            if self.offline:
+                raise KafkaStorageError(f"log {self.dir} is in an offline log directory")
             raise LogClosedError(f"log {self.dir} is closed")
 
     # ---- appends ---------------------------------------------------------------------------

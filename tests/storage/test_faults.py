@@ -218,18 +218,72 @@ def test_checkpoints_on_a_full_disk_are_retried(tmp_path: Path, faults: Faults) 
     lm.close()
 
 
-def test_chores_survive_failing_fsyncs(tmp_path: Path, faults: Faults) -> None:
+def test_chores_survive_a_full_disk(tmp_path: Path, faults: Faults) -> None:
     d = tmp_path / "logs"
     clock = Clock()
     lm = LogManager([d], LogConfig(flush_ms=1000), now_ms=clock)
     lm.open()
     lg = lm.get_or_create("t", 0)
     lg.append_as_leader(batch(2), 0, T0)
-    faults.fail("fsync", ".log", errno.EIO)
+    faults.fail("fsync", ".log", errno.ENOSPC)
     assert lm.flush_dirty_logs(clock.advance(5000)) == 0
     assert lg.recovery_point == 0 and lg.log_end_offset == 2
+    assert not lm.offline_dirs  # a full disk is waited out, not given up
     faults.clear()
     assert lm.flush_dirty_logs(clock.now) == 1 and lg.recovery_point == 2
+    lm.close()
+
+
+def test_an_io_error_takes_its_log_directory_offline(tmp_path: Path, faults: Faults) -> None:
+    """Kafka's LogDirFailureChannel: EIO in one log directory takes it offline (its logs
+    answer KAFKA_STORAGE_ERROR, even for reads), the other goes on and takes new partitions,
+    and shutdown leaves the failed one without its clean-shutdown marker."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    clock = Clock()
+    lm = LogManager([a, b], LogConfig(flush_ms=1000), now_ms=clock)
+    lm.open()
+    in_a, in_b = lm.get_or_create("t", 0), lm.get_or_create("t", 1)
+    assert (lm.log_dir_of("t", 0), lm.log_dir_of("t", 1)) == (a, b)
+    in_a.append_as_leader(batch(2), 0, T0)
+    in_b.append_as_leader(batch(2), 0, T0)
+    in_b.flush()
+    faults.fail("fsync", ".log", errno.EIO)
+    assert lm.flush_dirty_logs(clock.advance(5000)) == 1  # b had nothing to flush
+    faults.clear()
+    assert lm.offline_dirs == {a} and in_a.offline
+    for failing in (
+        lambda: in_a.append_as_leader(batch(1), 0, T0),
+        lambda: in_a.read(0, 1000),
+    ):
+        with pytest.raises(KafkaStorageError):
+            failing()
+    in_b.append_as_leader(batch(1), 0, T0)
+    assert offsets(in_b) == [0, 1, 2]
+    lm.get_or_create("u", 0)
+    assert lm.log_dir_of("u", 0) == b
+    assert lm.flush_dirty_logs(clock.advance(5000)) == 2  # the offline log is left alone
+    lm.close()
+    assert not (a / ".kafka_cleanshutdown").exists() and (b / ".kafka_cleanshutdown").exists()
+    lm = LogManager([a, b], LogConfig())
+    lm.open()
+    restarted = lm.get("t", 0)
+    assert restarted is not None and not lm.had_clean_shutdown[a]
+    assert offsets(restarted) == [0, 1]
+    lm.close()
+
+
+def test_handle_log_error_ignores_a_full_disk(tmp_path: Path) -> None:
+    lm = LogManager([tmp_path / "a"], LogConfig())
+    lm.open()
+    lm.get_or_create("t", 0)
+    full = KafkaStorageError("append failed")
+    full.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    lm.handle_log_error("t", 0, full)
+    assert not lm.offline_dirs
+    lm.handle_log_error("t", 0, OSError(errno.EROFS, "Read-only file system"))
+    assert lm.offline_dirs == {tmp_path / "a"}
+    with pytest.raises(KafkaStorageError):
+        lm.get_or_create("t", 1)  # no log directory left
     lm.close()
 
 

@@ -663,6 +663,27 @@ def test_a_follower_on_a_full_disk_fetches_again(tmp_path: Path) -> None:
         broker.close()
 
 
+def test_a_replica_in_an_offline_log_directory(tmp_path: Path) -> None:
+    """Its fetcher stops, and LeaderAndIsr answers KAFKA_STORAGE_ERROR for it (Kafka's answer
+    that lets a controller elect elsewhere)."""
+    from storage.errors import KafkaStorageError
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        error = KafkaStorageError("fsync failed")
+        error.__cause__ = OSError(5, "Input/output error")
+        fetcher._on_local_error(tp, state, error)
+        assert broker.log_manager.offline_dirs and state.failed
+        response = call(broker, leader_and_isr(2, 1), 7)
+        assert partition_errors(response, 7) == [ErrorCode.KAFKA_STORAGE_ERROR]
+    finally:
+        broker.close()
+
+
 def test_leader_answers_a_diverging_epoch_to_a_follower(tmp_path: Path) -> None:
     from protocol.messages.fetch import FetchRequest
 

@@ -448,7 +448,16 @@ class ReplicaFetcher:
     def _on_local_error(self, tp: TopicPartition, state: FetchState, e: KafkaError) -> None:
         """Our side failed (Kafka's processPartitionData errors): the records are fetched
         again after the backoff. A failed append wrote nothing, so a log on a full disk
-        resumes by itself once space is freed (Kafka would take the log directory offline)."""
+        resumes by itself once space is freed; any other I/O error takes its log directory
+        offline, and its replication stops until a restart."""
+        self.manager.broker.log_manager.handle_log_error(tp.topic, tp.partition, e)
+        p = self._partition(tp)
+        if p is not None and p.log.offline:
+            log.error(
+                "%s-%d: its log directory is offline: replication stopped", tp.topic, tp.partition
+            )
+            state.failed = True
+            return
         log.error(
             "%s-%d: cannot take the leader's records at %d: %s",
             tp.topic,

@@ -115,9 +115,10 @@ def test_a_full_disk_degrades_to_read_only_and_recovers(disk: Path) -> None:
             assert len(acked) > 100 and sorted(acked) == list(range(len(acked)))
             # Take the last free pages too: the checkpoint timer now fails every time.
             fill(disk / "rest")
-            since = len(broker.log)
-            assert broker.wait_for_log("cannot write the checkpoints", since=since)
-            assert broker.wait_for_log("cannot write the checkpoints", since=since + 1)
+            failed = broker.wait_for_log("cannot write the checkpoints", since=len(broker.log))
+            assert failed, "the checkpoint timer did not run"
+            again = broker.log.index(failed) + 1
+            assert broker.wait_for_log("cannot write the checkpoints", since=again)
             assert produce(client, 10_000)[0] == ErrorCode.KAFKA_STORAGE_ERROR
             assert broker.alive()
             assert consume_all(broker.bootstrap, len(acked)) == acked

@@ -65,6 +65,9 @@ def write_checkpoint(
             data = data[os.write(fd, data) :]
         if fsync:
             os.fsync(fd)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk keeps the old file and gets its space back
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, path)

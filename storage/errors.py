@@ -44,8 +44,10 @@ class KafkaStorageError(StorageError):
     """An I/O operation on a log directory failed (disk full, read-only file system, EIO...).
 
     Raised by appends, flushes, rolls and checkpoints, wrapping the ``OSError``. An append that
-    fails leaves the segment as it was before the append. The broker should answer
-    KAFKA_STORAGE_ERROR and consider taking the log directory offline, as Kafka does.
+    fails (its flush included) leaves the log as it was before the append, so the log stays
+    usable and a retry once the fault clears writes the records once. The broker answers
+    KAFKA_STORAGE_ERROR; for any other cause than a full disk the log manager also takes the
+    log directory offline, as Kafka does.
     """
 
     error_code = ErrorCode.KAFKA_STORAGE_ERROR

@@ -11,12 +11,23 @@ checkpoints, removal of deleted partitions' directories). All logs share one
 :class:`~storage.file_handles.FileHandles` pool, so open descriptors stay bounded by
 ``max_open_files`` however many partitions exist.
 
+A full disk or a failed write degrades, it never stops the broker: a chore that fails for one
+log is logged and retried at its next run (checkpoints included), and shutdown writes a log
+directory's clean-shutdown marker only if every log in it closed, its checkpoints were written
+and its file system reports no write-back error since :meth:`LogManager.open` (``syncfs``), so
+the next start recovers whatever may not have reached the disk. Any other I/O error than a full
+disk (EIO, EROFS, ...) takes its whole log directory offline until a restart, as Kafka's
+LogDirFailureChannel does: its logs are abandoned and answer :class:`KafkaStorageError`, new
+partitions go to the other directories. The broker stays up even when none is left.
+
 It must not decide which partitions should exist or which replica leads (the broker does).
 Synchronous and not thread-safe, like the logs.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -52,6 +63,31 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
+#: A full disk or quota: the log directory stays online, its writes resume once space is freed.
+_OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def syncfs(fd: int) -> None:
+    """Write back the whole file system holding `fd` and raise the ``OSError`` of any
+    write-back failure on it since `fd` was opened (Linux 5.8+; elsewhere ``sync()``, which
+    reports nothing)."""
+    sync = getattr(_libc, "syncfs", None)
+    if sync is None:
+        os.sync()
+        return
+    if sync(fd) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"syncfs: {os.strerror(code)}")
+
+
+def _os_error(error: BaseException | None) -> OSError | None:
+    """The ``OSError`` behind `error` (itself or a cause), if any."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__
+    return error
+
 
 class LogManager:
     """All partition logs of this broker; call :meth:`open` before use, :meth:`close` after."""
@@ -83,6 +119,11 @@ class LogManager:
         self._per_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         #: Per log directory: did the last shutdown leave the clean-shutdown marker?
         self.had_clean_shutdown: dict[Path, bool] = {}
+        #: A descriptor per log directory, open from :meth:`open` to :meth:`close`, through
+        #: which shutdown learns of any write-back error in between.
+        self._dir_fds: dict[Path, int] = {}
+        #: Log directories an I/O error took offline (until a restart).
+        self.offline_dirs: set[Path] = set()
         self._opened = False
 
     def config_for(self, topic: str) -> LogConfig:
@@ -96,6 +137,7 @@ class LogManager:
         """Load every partition directory of every log directory (recovering as needed)."""
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
+            self._dir_fds[log_dir] = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             clean = has_clean_shutdown(log_dir)
             self.had_clean_shutdown[log_dir] = clean
             recovery = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
@@ -158,7 +200,12 @@ class LogManager:
             if config is not None and config != existing.config:
                 existing.update_config(config)
             return existing
-        log_dir = min(self.log_dirs, key=self._per_dir.__getitem__)
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise KafkaStorageError(
+                f"cannot create {topic}-{partition}: no log directory is online"
+            )
+        log_dir = min(online, key=self._per_dir.__getitem__)
         path = log_dir / partition_dir_name(topic, partition)
         try:
             plog = PartitionLog.open(
@@ -168,7 +215,8 @@ class LogManager:
                 now_ms=self._now_ms,
                 had_clean_shutdown=True,
             )
-        except OSError as e:
+        except (OSError, KafkaStorageError) as e:
+            self._maybe_take_offline(log_dir, e)
             raise KafkaStorageError(f"cannot create {path}: {e}") from e
         self._logs[tp] = plog
         self._dir_of[tp] = log_dir
@@ -187,6 +235,25 @@ class LogManager:
         self._to_remove.append(plog.delete())
         return True
 
+    def handle_log_error(self, topic: str, partition: int, error: BaseException) -> None:
+        """Tell the manager an operation on a partition's log failed (Kafka's
+        LogDirFailureChannel): an I/O error other than a full disk takes its log directory
+        offline."""
+        log_dir = self._dir_of.get((topic, partition))
+        if log_dir is not None:
+            self._maybe_take_offline(log_dir, error)
+
+    def _maybe_take_offline(self, log_dir: Path, error: BaseException) -> None:
+        cause = _os_error(error)
+        if cause is None or cause.errno in _OUT_OF_SPACE or log_dir in self.offline_dirs:
+            return
+        log.error("log directory %s failed, offline until a restart: %s", log_dir, error)
+        self.offline_dirs.add(log_dir)
+        for tp, lg in self._logs.items():
+            if self._dir_of[tp] == log_dir:
+                lg.abandon()
+                lg.offline = True
+
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._logs)
 
@@ -202,40 +269,73 @@ class LogManager:
     # ---- chores ----------------------------------------------------------------------------
 
     def begin_checkpoint(self) -> CheckpointWrite:
-        """Every log directory's offset checkpoint files (Kafka's four), as a chore."""
-        files: dict[Path, dict[TopicPartition, int]] = {}
+        """Every online log directory's offset checkpoint files (Kafka's four), as a chore."""
+        files: dict[Path, dict[Path, dict[TopicPartition, int]]] = {}
         for log_dir in self.log_dirs:
+            if log_dir in self.offline_dirs:
+                continue
             logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
-            files[log_dir / RECOVERY_POINT_CHECKPOINT] = {
-                tp: lg.recovery_point for tp, lg in logs.items()
+            files[log_dir] = {
+                log_dir / RECOVERY_POINT_CHECKPOINT: {
+                    tp: lg.recovery_point for tp, lg in logs.items()
+                },
+                log_dir / REPLICATION_OFFSET_CHECKPOINT: {
+                    tp: lg.high_watermark for tp, lg in logs.items()
+                },
+                log_dir / LOG_START_OFFSET_CHECKPOINT: {
+                    tp: lg.log_start_offset
+                    for tp, lg in logs.items()
+                    if lg.log_start_offset > lg.segments[0].base_offset
+                },
+                log_dir / CLEANER_OFFSET_CHECKPOINT: {
+                    tp: lg.cleaner_checkpoint for tp, lg in logs.items() if lg.config.compact
+                },
             }
-            files[log_dir / REPLICATION_OFFSET_CHECKPOINT] = {
-                tp: lg.high_watermark for tp, lg in logs.items()
-            }
-            files[log_dir / LOG_START_OFFSET_CHECKPOINT] = {
-                tp: lg.log_start_offset
-                for tp, lg in logs.items()
-                if lg.log_start_offset > lg.segments[0].base_offset
-            }
-            files[log_dir / CLEANER_OFFSET_CHECKPOINT] = {
-                tp: lg.cleaner_checkpoint for tp, lg in logs.items() if lg.config.compact
-            }
-        return CheckpointWrite(files)
+        return CheckpointWrite(self, files)
 
-    def checkpoint(self) -> None:
-        """Write the checkpoint files on this thread (see :meth:`begin_checkpoint`)."""
-        run_chore(self.begin_checkpoint())
+    def checkpoint(self) -> set[Path]:
+        """Write the checkpoint files on this thread (see :meth:`begin_checkpoint`). Returns
+        the directories where that failed (logged; their old files stay until a later call),
+        offline ones included."""
+        chore = self.begin_checkpoint()
+        run_chore(chore)
+        return set(self.offline_dirs) | set(chore.failed)
+
+    def chore_failed(self, what: str, plog: PartitionLog, error: BaseException) -> None:
+        """A chore of `plog` (a flush, a compaction pass) failed: logged, and retried at its
+        next run, so one full or failing disk never stops the others; an I/O error other than
+        a full disk takes the log's directory offline."""
+        log.error("%s of %s failed (retried later): %s", what, plog.dir.name, error)
+        self._maybe_take_offline(plog.dir.parent, error)
+
+    def _each_log(self, chore: str, run: Callable[[PartitionLog], int]) -> int:
+        """Sum of `run` over every online log; a log it fails for is logged and skipped (the
+        chore's next run retries it)."""
+        total = 0
+        for tp, lg in self.logs():
+            if lg.offline:
+                continue
+            try:
+                total += run(lg)
+            except (OSError, StorageError) as e:
+                log.error("%s of %s-%d failed (retried later): %s", chore, tp[0], tp[1], e)
+                self._maybe_take_offline(self._dir_of[tp], e)
+        return total
 
     def run_retention(self, now_ms: int) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
-        return sum(lg.apply_retention(now_ms) for _tp, lg in self.logs())
+        return self._each_log("retention", lambda lg: lg.apply_retention(now_ms))
 
     def compactions(self, now_ms: int) -> Iterator[Compaction]:
         """The compaction passes due now, made one at a time (each after the previous one
         committed). A log whose pass filled the offset map gets its next pass at once."""
         for _tp, lg in self.logs():
-            while not lg.closed and lg.config.compact:
-                pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
+            while not lg.closed and not lg.offline and lg.config.compact:
+                try:
+                    pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
+                except (OSError, StorageError) as e:
+                    self.chore_failed("compaction", lg, e)
+                    break
                 if pass_ is None:
                     break
                 checkpoint = lg.cleaner_checkpoint
@@ -247,13 +347,17 @@ class LogManager:
         """Flushes of logs due by ``flush.ms`` and of logs with unflushed rolled segments
         (Kafka flushes a segment once it rolls), made one at a time."""
         for _tp, lg in self.logs():
-            if lg.closed:
+            if lg.closed or lg.offline:
                 continue
-            if now_ms - lg.last_flush_ms >= lg.config.flush_ms:
-                pending = lg.begin_flush()
-            elif lg.recovery_point < lg.active_segment.base_offset:
-                pending = lg.begin_flush(lg.active_segment.base_offset)
-            else:
+            try:
+                if now_ms - lg.last_flush_ms >= lg.config.flush_ms:
+                    pending = lg.begin_flush()
+                elif lg.recovery_point < lg.active_segment.base_offset:
+                    pending = lg.begin_flush(lg.active_segment.base_offset)
+                else:
+                    continue
+            except (OSError, StorageError) as e:
+                self.chore_failed("flush", lg, e)
                 continue
             if pending is not None:
                 yield pending
@@ -268,25 +372,34 @@ class LogManager:
     # ---- shutdown --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every log, make it all durable with one file-system sync (a group commit of
-        the whole shutdown instead of an fsync per file), write the checkpoints, then the
-        clean-shutdown marker of each log directory whose logs all closed cleanly."""
-        failed: set[Path] = set()
+        """Close every log, make it all durable with one file-system sync per log directory (a
+        group commit of the whole shutdown instead of an fsync per file), write the
+        checkpoints, then the clean-shutdown marker of each log directory where all of that
+        succeeded and no write-back error was reported since :meth:`open`."""
+        failed = set(self.offline_dirs)
         closed = []
         for tp, lg in self.logs():
+            if lg.offline:
+                continue
             try:
                 lg.close(fsync=False)
-                closed.append(lg)
-            except (OSError, StorageError):
-                log.exception("closing %s-%s failed", *tp)
+                closed.append((self._dir_of[tp], lg))
+            except (OSError, StorageError) as e:
+                log.error("closing %s-%d failed, the next start recovers it: %s", *tp, e)
                 failed.add(self._dir_of[tp])
-        os.sync()
-        for lg in closed:
-            lg.mark_flushed()
-        self.checkpoint()
+        for log_dir in self.log_dirs:
+            try:
+                self._sync(log_dir)
+            except OSError as e:
+                log.error("%s: write-back failed, the next start recovers it: %s", log_dir, e)
+                failed.add(log_dir)
+        for log_dir, lg in closed:
+            if log_dir not in failed:
+                lg.mark_flushed()
+        failed |= self.checkpoint()
         for log_dir in self.log_dirs:
             if log_dir not in failed:
-                write_clean_shutdown(log_dir, self.broker_epoch)
+                self._write_clean_shutdown(log_dir)
         removal = self.removal_chore()
         if removal is not None:
             run_chore(removal)
@@ -294,6 +407,25 @@ class LogManager:
         self._logs.clear()
         self._dir_of.clear()
         self._per_dir = dict.fromkeys(self.log_dirs, 0)
+
+    def _sync(self, log_dir: Path) -> None:
+        fd = self._dir_fds.pop(log_dir, None)
+        if fd is None:  # never opened: only errors from now on are seen
+            fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            syncfs(fd)
+        finally:
+            os.close(fd)
+
+    def _write_clean_shutdown(self, log_dir: Path) -> None:
+        try:
+            write_clean_shutdown(log_dir, self.broker_epoch)
+        except OSError as e:
+            log.error("%s: cannot write the clean-shutdown marker: %s", log_dir, e)
+            try:
+                remove_clean_shutdown(log_dir)  # a partial marker must not skip recovery
+            except OSError:
+                log.exception("%s: cannot remove a partial clean-shutdown marker", log_dir)
 
     def statistics(self) -> dict[str, int]:
         stats = {"partitions": len(self._logs)}
@@ -303,20 +435,31 @@ class LogManager:
 
 class CheckpointWrite:
     """Offset checkpoint files to write, a :class:`~storage.chore.Chore`: the offsets are
-    copied when it is made; :meth:`prepare` writes (and fsyncs) the files."""
+    copied when it is made; :meth:`prepare` writes (and fsyncs) each log directory's files,
+    and :meth:`commit` reports the directories where that failed (``failed``) to the manager,
+    which retries them at the next checkpoint or takes them offline."""
 
-    def __init__(self, files: Mapping[Path, Mapping[TopicPartition, int]]) -> None:
+    def __init__(
+        self,
+        manager: LogManager,
+        files: Mapping[Path, Mapping[Path, Mapping[TopicPartition, int]]],
+    ) -> None:
+        self.manager = manager
         self.files = files
+        self.failed: dict[Path, OSError] = {}
 
     def prepare(self) -> None:
-        for path, offsets in self.files.items():
+        for log_dir, dir_files in self.files.items():
             try:
-                OffsetCheckpointFile(path).write(offsets)
+                for path, offsets in dir_files.items():
+                    OffsetCheckpointFile(path).write(offsets)
             except OSError as e:
-                raise KafkaStorageError(f"cannot write checkpoint {path}: {e}") from e
+                self.failed[log_dir] = e
 
     def abort(self) -> None:
         pass  # a few small files: let them be written
 
     def commit(self) -> None:
-        pass
+        for log_dir, e in self.failed.items():
+            log.error("cannot write the checkpoints in %s (retried later): %s", log_dir, e)
+            self.manager._maybe_take_offline(log_dir, e)

@@ -17,6 +17,10 @@ with ``sync=False`` and then call :meth:`PartitionLog.begin_flush` and run the r
 :class:`PendingFlush`, a :class:`~storage.chore.Chore`: one fsync then covers every append made
 before ``begin_flush``. Compaction is a chore too (:meth:`PartitionLog.begin_compaction`).
 
+Failures: an append that cannot be written, indexed, rolled or (when due) flushed raises
+:class:`KafkaStorageError` and leaves nothing behind -- a flush that fails takes the append back
+out -- so the error is reported before the log end offset advances, and a retry writes once.
+
 Not thread-safe: one thread calls a log (except a chore's ``prepare``).
 """
 
@@ -174,6 +178,9 @@ class PartitionLog:
         self.truncations = 0
         self._position_cache: tuple[int, LogSegment, int] | None = None
         self.closed = False
+        #: Its log directory failed (see :class:`~storage.log_manager.LogManager`): the log was
+        #: abandoned, and every operation raises :class:`KafkaStorageError`.
+        self.offline = False
         self.had_clean_shutdown = False
         self.recovery_stats: dict[str, int] = {}
 
@@ -317,6 +324,8 @@ class PartitionLog:
 
     def _check_open(self) -> None:
         if self.closed:
+            if self.offline:
+                raise KafkaStorageError(f"log {self.dir} is in an offline log directory")
             raise LogClosedError(f"log {self.dir} is closed")
 
     # ---- appends ---------------------------------------------------------------------------
@@ -353,12 +362,13 @@ class PartitionLog:
                 duplicate = self.producer_state.check(update)
                 if duplicate is not None:
                     return self._duplicate_info(duplicate)
+        previous_end = self._leo
         self._append(v, now_ms)
         for update in producers:
             self.producer_state.update(update)
         if leader_epoch >= 0:
             self.leader_epoch_cache.assign(leader_epoch, v.first_offset)
-        return self._after_append(v, now_ms, sync)
+        return self._after_append(v, now_ms, sync, previous_end)
 
     def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
         log_append = self.config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
@@ -395,6 +405,7 @@ class PartitionLog:
                 first_offset=v.first_offset,
                 last_offset=v.last_offset,
             )
+        previous_end = self._leo
         self._append(v, now_ms)
         for update in producer_batches(v.data):
             self.producer_state.update(update)
@@ -404,7 +415,7 @@ class PartitionLog:
         else:
             for epoch, offset in v.epochs:
                 cache.assign(epoch, offset)
-        return self._after_append(v, now_ms, sync)
+        return self._after_append(v, now_ms, sync, previous_end)
 
     def _append(self, v: ValidatedAppend, now_ms: int) -> None:
         size = len(v.data)
@@ -427,7 +438,12 @@ class PartitionLog:
         self._leo = v.last_offset + 1
         self._unflushed_messages += v.records_count
 
-    def _after_append(self, v: ValidatedAppend, now_ms: int, sync: bool | None) -> AppendInfo:
+    def _after_append(
+        self, v: ValidatedAppend, now_ms: int, sync: bool | None, previous_end: int
+    ) -> AppendInfo:
+        """Flush if due. A flush that fails takes the append back out (the log end returns
+        to `previous_end`), so the error is reported before the log end advances and a retry
+        writes the records once."""
         config = self.config
         if (
             sync
@@ -437,7 +453,15 @@ class PartitionLog:
                 or now_ms - self._last_flush_ms >= config.flush_ms
             )
         ):
-            self.flush()
+            try:
+                self.flush()
+            except KafkaStorageError:
+                log.error("%s: taking back the append at %d", self.dir.name, v.first_offset)
+                try:
+                    self.truncate_to(previous_end)
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot take back an append: {e}") from e
+                raise
         return AppendInfo(
             v.first_offset,
             v.last_offset,
@@ -460,7 +484,11 @@ class PartitionLog:
         old = self._segments[-1]
         if old.size == 0 and old.base_offset == base_offset:
             return old
-        old.become_inactive()
+        try:
+            old.become_inactive()
+        except OSError as e:
+            old.become_active()
+            raise KafkaStorageError(f"cannot roll {old.log.path}: {e}") from e
         try:
             new = LogSegment.create(self.dir, base_offset, self.config, self.handles, now_ms)
         except KafkaStorageError:

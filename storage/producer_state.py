@@ -201,6 +201,9 @@ def write_snapshot(path: Path, entries: Iterable[ProducerEntry], *, fsync: bool 
             view = view[os.write(fd, view) :]
         if fsync:
             os.fsync(fd)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, path)

@@ -135,6 +135,8 @@ class LogSegment:
             seg.offset_index.create(preallocate=active)
             seg.time_index.create(preallocate=active)
         except OSError as e:
+            with contextlib.suppress(OSError):
+                seg.delete_files()
             raise KafkaStorageError(f"cannot create segment {path}: {e}") from e
         seg._next_offset = base_offset
         seg._max_ts = -1
@@ -181,9 +183,9 @@ class LogSegment:
         self._needs_preallocation = True
 
     def _preallocate_indexes(self) -> None:
-        self._needs_preallocation = False
         self.offset_index.preallocate()
         self.time_index.preallocate()
+        self._needs_preallocation = False
 
     def become_inactive(self) -> None:
         """Roll bookkeeping: final time index entry, indexes and log trimmed to their data."""
@@ -338,11 +340,14 @@ class LogSegment:
     def append(self, data: bytes | bytearray | memoryview, metas: Sequence[BatchMeta]) -> None:
         """Write `data` (whole batches described by `metas`) at the end, then index it.
 
-        On an I/O error the file is cut back to its previous size and
-        :class:`KafkaStorageError` is raised.
+        On an I/O error the file is cut back to its previous size, no index entry is added,
+        and :class:`KafkaStorageError` is raised.
         """
         if self._needs_preallocation:
-            self._preallocate_indexes()
+            try:
+                self._preallocate_indexes()
+            except OSError as e:
+                raise KafkaStorageError(f"cannot grow the indexes of {self.log.path}: {e}") from e
         pos = self.size
         handle = self.log
         fd = handle.acquire()

@@ -115,6 +115,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         _k("log.flush.interval.ms", "long", None, "fsync after this long.", False),
         _k(
+            "log.flush.offset.checkpoint.interval.ms",
+            "int",
+            "60000",
+            "How often the offset checkpoint files are written (a failed write is retried then).",
+        ),
+        _k(
             "log.message.timestamp.type",
             "string",
             "CreateTime",

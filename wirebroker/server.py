@@ -26,7 +26,11 @@ import trio
 
 import wirebroker.handlers  # noqa: F401  (registers every API)
 from storage.chore import Chore
+from storage.cleaner import Compaction
 from storage.clock import Clock, wall_clock_ms
+from storage.errors import StorageError
+from storage.log_manager import LogManager
+from storage.partition_log import PendingFlush
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
@@ -36,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms
 FLUSH_CHECK_INTERVAL_S = 1.0
 CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
@@ -146,7 +149,7 @@ async def _housekeeping(broker: Broker) -> None:
         "flush": FLUSH_CHECK_INTERVAL_S,
         "retention": broker.config.get_int("log.retention.check.interval.ms") / 1000,
         "cleaner": broker.config.get_int("log.cleaner.backoff.ms") / 1000,
-        "checkpoint": CHECKPOINT_INTERVAL_S,
+        "checkpoint": broker.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000,
     }
     due = {job: trio.current_time() + interval for job, interval in schedule.items()}
     while True:
@@ -155,7 +158,7 @@ async def _housekeeping(broker: Broker) -> None:
         manager = broker.log_manager
         if job == "flush":
             for pending in manager.flushes(broker.now_ms()):
-                await run_off_loop(pending)
+                await _run_log_chore(manager, "flush", pending)
             removal = manager.removal_chore()
             if removal is not None:
                 await run_off_loop(removal)
@@ -166,13 +169,22 @@ async def _housekeeping(broker: Broker) -> None:
         elif job == "cleaner":
             freed = 0
             for compaction in manager.compactions(broker.now_ms()):
-                await run_off_loop(compaction)
+                await _run_log_chore(manager, "compaction", compaction)
                 freed += compaction.removed
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:
             await run_off_loop(manager.begin_checkpoint())
         due[job] = trio.current_time() + schedule[job]
+
+
+async def _run_log_chore(manager: LogManager, what: str, chore: PendingFlush | Compaction) -> None:
+    """Run one log's chore off the loop; a failure is the manager's to handle (logged,
+    retried at the next run, or the log directory taken offline), never the broker's end."""
+    try:
+        await run_off_loop(chore)
+    except (OSError, StorageError) as e:
+        manager.chore_failed(what, chore.log, e)
 
 
 async def run_off_loop(chore: Chore) -> None:

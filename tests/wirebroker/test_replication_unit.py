@@ -515,6 +515,33 @@ def test_truncation_never_goes_past_our_log_end(tmp_path: Path) -> None:
         broker.close()
 
 
+def test_follower_without_epochs_truncates_to_its_high_watermark(tmp_path: Path) -> None:
+    """Kafka's truncateToHighWatermark: with an empty leader epoch cache there is nothing to
+    ask the leader, and what lies above our high watermark may never have been the leader's:
+    it is cut and fetching starts at the high watermark, not at our log end."""
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 5), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_leader(batch(5), -1, 0)  # offsets 0-4, written with no leader epoch
+        p.log.update_high_watermark(2)
+        assert p.log.leader_epoch_cache.latest_epoch is None
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        assert state.truncating
+
+        async def no_request(body: Any, version: int) -> Any:
+            raise AssertionError(f"nothing to ask the leader, but sent {body}")
+
+        fetcher.peer.request = no_request  # type: ignore[method-assign]
+        trio.run(fetcher._truncate, {tp: state})
+        assert (p.log_end_offset, p.high_watermark) == (2, 2)
+        assert (state.fetch_offset, state.truncating) == (2, False)
+    finally:
+        broker.close()
+
+
 def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> None:
     from protocol.messages.fetch import FetchResponse
 
@@ -584,6 +611,75 @@ def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> No
         trio.run(fetcher._fetch, {tp: state})
         assert p.log_end_offset == 0
         assert not state.failed and state.delayed_until > 0  # retried after the backoff
+    finally:
+        broker.close()
+
+
+def test_a_follower_on_a_full_disk_fetches_again(tmp_path: Path) -> None:
+    """A follower append that fails for its disk wrote nothing: it is retried after the
+    backoff (and succeeds once space is freed), never given up until new orders come."""
+    from protocol.messages.fetch import FetchResponse
+    from storage.errors import KafkaStorageError
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        state.truncating = False
+        data = bytes(batch(2))
+
+        async def answer(body: Any, version: int) -> FetchResponse:
+            return FetchResponse(
+                responses=[
+                    FetchResponse.FetchableTopicResponse(
+                        topic="t",
+                        partitions=[
+                            FetchResponse.PartitionData(
+                                partition_index=0,
+                                high_watermark=2,
+                                log_start_offset=0,
+                                records=memoryview(data),
+                            )
+                        ],
+                    )
+                ]
+            )
+
+        def disk_full(records: Any, **kwargs: Any) -> Any:
+            raise KafkaStorageError("No space left on device")
+
+        fetcher.peer.request = answer  # type: ignore[method-assign]
+        p.log.append_as_follower = disk_full  # type: ignore[method-assign]
+        trio.run(fetcher._fetch, {tp: state})
+        assert p.log_end_offset == 0
+        assert not state.failed and state.delayed_until > 0
+        del p.log.append_as_follower  # space freed
+        trio.run(fetcher._fetch, {tp: state})
+        assert p.log_end_offset == 2 and state.fetch_offset == 2
+    finally:
+        broker.close()
+
+
+def test_a_replica_in_an_offline_log_directory(tmp_path: Path) -> None:
+    """Its fetcher stops, and LeaderAndIsr answers KAFKA_STORAGE_ERROR for it (Kafka's answer
+    that lets a controller elect elsewhere)."""
+    from storage.errors import KafkaStorageError
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        error = KafkaStorageError("fsync failed")
+        error.__cause__ = OSError(5, "Input/output error")
+        fetcher._on_local_error(tp, state, error)
+        assert broker.log_manager.offline_dirs and state.failed
+        response = call(broker, leader_and_isr(2, 1), 7)
+        assert partition_errors(response, 7) == [ErrorCode.KAFKA_STORAGE_ERROR]
     finally:
         broker.close()
 

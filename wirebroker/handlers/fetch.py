@@ -25,6 +25,8 @@ consumer's long poll wakes then too, since what it may read grew. A fetch
 from a broker that is not a replica gets UNKNOWN_LEADER_EPOCH (with a leader epoch) or
 NOT_LEADER_OR_FOLLOWER, as in Kafka. A follower's last fetched epoch (v12+) is checked: where our
 log diverges from it the answer is the diverging epoch and where it ends, without records.
+A read that fails for its disk answers KAFKA_STORAGE_ERROR and takes the partition's log
+directory offline (`storage.log_manager`).
 Differences from Kafka: no preferred read replica (-1).
 """
 
@@ -201,9 +203,13 @@ def _read_all(
                 max_offset=None if replica_id >= 0 else p.high_watermark,
                 min_one_batch=min_one,
             )
-        except KafkaError as e:
+        except (KafkaError, OSError) as e:
             # Like Kafka's failed LogReadResult: offsets unknown (-1) next to the error.
-            result.error_code = e.error_code
+            if isinstance(e, KafkaError):
+                result.error_code = e.error_code
+            else:  # the disk failed under a read: its log directory goes offline
+                ctx.broker.log_manager.handle_log_error(p.topic, p.index, e)
+                result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
             result.records = EMPTY
             continue

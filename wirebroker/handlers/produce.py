@@ -4,9 +4,10 @@ acks 0, 1 and -1; acks=0 gets no response at all, and a failed acks=0 produce cl
 connection, as Kafka does. Each partition is answered on its own:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE (batch over the topic's
 `max.message.bytes`), CORRUPT_MESSAGE (CRC or framing), INVALID_RECORD, INVALID_TIMESTAMP,
-KAFKA_STORAGE_ERROR. A partition whose append succeeded is always answered with its offset,
-even if another partition in the same request failed (an unexpected error is confined to the
-partition it hit). v3+ must carry exactly one v2 batch.
+KAFKA_STORAGE_ERROR (an I/O error other than a full disk also takes the partition's log
+directory offline: see `storage.log_manager`). A partition whose append succeeded is always
+answered with its offset, even if another partition in the same request failed (an unexpected
+error is confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
@@ -129,11 +130,14 @@ def _append(
     try:
         info = partition.append_to_leader(records, ctx.broker.now_ms(), acks)
     except KafkaError as e:
+        if e.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+            broker.log_manager.handle_log_error(topic, data.index, e)
         result.error_code = e.error_code
         result.error_message = str(e)
         return None
     except OSError as e:
         log.error("append to %s-%d failed: %s", topic, data.index, e)
+        broker.log_manager.handle_log_error(topic, data.index, e)
         result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         result.error_message = str(e)
         return None

@@ -5,10 +5,12 @@ A fetcher owns the fetch state of the partitions this broker follows on one sour
 LeaderAndIsr first *truncates* (KIP-101/KIP-279): OffsetForLeaderEpoch asks the leader for the
 end offset of our latest epoch and the log is cut to the smaller of that answer and our log
 end offset — walking back through our epochs while the leader answers with an epoch we do not
-have — and never simply to our own high watermark. Then it *fetches*: Fetch v12 with our replica
-id from our log end offset, appended as they are (`append_as_follower`), the high watermark set
-to the leader's (never past our log end) and the log start offset moved up to the leader's.
-A partition whose request failed is retried after `replica.fetch.backoff.ms`; a failed
+have — and never simply to our own high watermark; only a log with no epochs (an empty
+leader epoch cache) is cut to its high watermark (Kafka's truncateToHighWatermark). Then it
+*fetches*: Fetch v12 with our replica id from our log end offset, appended as they are
+(`append_as_follower`), the high watermark set to the leader's (never past our log end) and the
+log start offset moved up to the leader's. A partition whose request failed, or whose log
+failed to take the records (a full disk), is retried after `replica.fetch.backoff.ms`; a failed
 connection backs off every partition. Every decision is re-checked after each await, because
 LeaderAndIsr may have moved the partition meanwhile (everything runs on the broker's one trio
 thread, so that is the only interleaving).
@@ -30,7 +32,7 @@ from protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
-from storage.errors import KafkaStorageError, UnexpectedAppendOffsetError
+from storage.errors import UnexpectedAppendOffsetError
 from wirebroker.partition import TopicPartition
 from wirebroker.peer import PeerClient, PeerError
 from wirebroker.replication.fetch_session import FetchSessionHandler
@@ -168,10 +170,10 @@ class ReplicaFetcher:
             assert p is not None
             latest = p.log.leader_epoch_cache.latest_epoch
             if latest is None:
-                # No epochs (an empty log, or only pre-v2 batches): nothing to compare; fetch
-                # from our end and let the leader's answer (out of range) correct us.
-                state.truncating = False
-                state.fetch_offset = p.log_end_offset
+                try:
+                    self._truncate_to_high_watermark(tp, p, state)
+                except KafkaError as e:
+                    self._on_local_error(tp, state, e)
                 continue
             topics.setdefault(tp.topic, []).append(
                 OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
@@ -213,6 +215,25 @@ class ReplicaFetcher:
                 except KafkaError as e:
                     self._on_local_error(tp, state, e)
         self._delay(sent)  # partitions the leader did not answer about
+
+    def _truncate_to_high_watermark(
+        self, tp: TopicPartition, p: Partition, state: FetchState
+    ) -> None:
+        """No epochs to ask about (an empty cache: an empty log, or only pre-v2 batches).
+        Kafka's truncateToHighWatermark: what lies above our high watermark may never have been
+        the leader's, so it goes, and fetching starts at the high watermark."""
+        hw = p.high_watermark
+        if hw < p.log_end_offset:
+            log.info(
+                "%s-%d: no leader epochs: truncating from %d to the high watermark %d",
+                tp.topic,
+                tp.partition,
+                p.log_end_offset,
+                hw,
+            )
+            p.log.truncate_to(hw)
+        state.truncating = False
+        state.fetch_offset = p.log_end_offset
 
     def _apply_epoch_end(
         self,
@@ -425,11 +446,15 @@ class ReplicaFetcher:
         return None
 
     def _on_local_error(self, tp: TopicPartition, state: FetchState, e: KafkaError) -> None:
-        """Our side failed (Kafka's processPartitionData errors): corrupt or invalid records
-        are fetched again; a storage failure stops this partition until new orders come."""
-        if isinstance(e, KafkaStorageError):
+        """Our side failed (Kafka's processPartitionData errors): the records are fetched
+        again after the backoff. A failed append wrote nothing, so a log on a full disk
+        resumes by itself once space is freed; any other I/O error takes its log directory
+        offline, and its replication stops until a restart."""
+        self.manager.broker.log_manager.handle_log_error(tp.topic, tp.partition, e)
+        p = self._partition(tp)
+        if p is not None and p.log.offline:
             log.error(
-                "%s-%d: the log failed, stopping its replication: %s", tp.topic, tp.partition, e
+                "%s-%d: its log directory is offline: replication stopped", tp.topic, tp.partition
             )
             state.failed = True
             return

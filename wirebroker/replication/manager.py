@@ -331,6 +331,8 @@ class ReplicaManager:
                         continue
                 elif p.topic_id == ZERO_UUID:
                     p.topic_id = request_id
+                if p.log.offline:
+                    raise KafkaStorageError(f"{p.log.dir} is in an offline log directory")
                 write_topic_id(p.log.dir, p.topic_id)
                 if s.leader == node_id:
                     self._make_leader(tp, p, s, now)

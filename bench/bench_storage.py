@@ -3,8 +3,9 @@
 Run: .venv/bin/python bench/bench_storage.py [--dir DIR] [--quick]
 
 Measures, on one core, into the page cache (no fsync):
-* leader append throughput of 16 KiB and 1 MiB v2 batches (validation + CRC check + offset
-  assignment + os.pwrite + indexing), next to a bare ``os.pwrite`` loop of the same buffers;
+* leader append throughput of 16 KiB and 1 MiB v2 batches (validation with its record walk +
+  CRC check + offset assignment + os.pwrite + indexing), next to a bare ``os.pwrite`` loop of
+  the same buffers, and of 16 KiB batches of 100 B records (the walk's per-record cost);
 * follower append of 16 KiB batches;
 * read lookup latency (read(offset, 1 MiB) + release) for logs of 10, 100 and 1000 segments
   -- it must stay flat: O(log segments) + one in-memory index probe + a bounded scan;
@@ -208,6 +209,10 @@ def main() -> None:
             root, small, 256 * MiB // scale, f"bare os.pwrite, {len(small)} B buffers", 5
         )
         bench_append(root, small, 256 * MiB // scale, f"leader append, {len(small)} B batches", 5)
+        many = _batch(16 * 1024, 100)  # 138 records: shows the per-record cost of the walk
+        bench_append(
+            root, many, 64 * MiB // scale, f"leader append, {len(many)} B, 100 B records", 5
+        )
         bench_raw_write(root, big, 512 * MiB // scale, f"bare os.pwrite, {len(big)} B buffers", 5)
         bench_append(root, big, 512 * MiB // scale, f"leader append, {len(big)} B batches", 5)
         bench_follower(root, small, 256 * MiB // scale)

@@ -19,13 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.compression import CompressionType
-from protocol.record_batch import TimestampType
+from protocol.record_batch import DEFAULT_MAX_DECOMPRESSED_BYTES, TimestampType
 from storage.errors import InvalidConfigError
 
 __all__ = ["LONG_MAX", "LogConfig"]
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+#: How far one compressed batch may inflate, as a multiple of ``max.message.bytes`` ...
+_INFLATION_FACTOR = 64
+#: ... but never past this, whatever ``max.message.bytes`` says.
+_MAX_INFLATION_BYTES = 1024 * 1024 * 1024
 
 #: ``compression.type`` value -> codec id, or None for "producer" (keep what the client sent).
 COMPRESSION_TYPES: dict[str, int | None] = {
@@ -67,6 +71,9 @@ class LogConfig:
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes
     file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
     compression_type: str = "producer"  # compression.type
+    compression_gzip_level: int = -1  # compression.gzip.level (-1: zlib's default)
+    compression_lz4_level: int = 9  # compression.lz4.level
+    compression_zstd_level: int = 3  # compression.zstd.level
     preallocate: bool = False  # preallocate
     fsync_before_ack: bool = False  # wirebroker.fsync.before.ack (ours)
 
@@ -84,6 +91,31 @@ class LogConfig:
     def target_compression(self) -> int | None:
         """The codec appends are stored with, or None to keep the producer's."""
         return COMPRESSION_TYPES[self.compression_type]
+
+    @property
+    def target_compression_level(self) -> int | None:
+        """The ``compression.<codec>.level`` appends are recompressed with (KIP-390)."""
+        levels: dict[int | None, int] = {
+            CompressionType.GZIP: self.compression_gzip_level,
+            CompressionType.LZ4: self.compression_lz4_level,
+            CompressionType.ZSTD: self.compression_zstd_level,
+        }
+        return levels.get(self.target_compression)
+
+    @property
+    def max_decompressed_bytes(self) -> int:
+        """The most a leader inflates one compressed batch to when validating it.
+
+        Kafka sets no bound (a decompression bomb costs it heap); we bound the buffer by 64 x
+        ``max.message.bytes`` -- 64 MiB at the default -- with a 64 MiB floor and a 1 GiB
+        ceiling. Producers close a batch by its estimated compressed size, so a 1 MiB batch of
+        very repetitive records can honestly inflate tens of times; a larger inflation is
+        refused (INVALID_RECORD) before the memory is allocated.
+        """
+        return min(
+            max(DEFAULT_MAX_DECOMPRESSED_BYTES, _INFLATION_FACTOR * self.max_message_bytes),
+            _MAX_INFLATION_BYTES,
+        )
 
     @property
     def validates_timestamps(self) -> bool:
@@ -113,13 +145,14 @@ class LogConfig:
                 continue
             field, parse = spec
             changes[field] = parse(key, value)
-        # The deprecated message.timestamp.difference.max.ms fills in both bounds when they
-        # were not given (Kafka 3.9 LogConfig semantics).
+        # The deprecated message.timestamp.difference.max.ms stands in for either bound left at
+        # its default (Kafka 3.9 LogConfig semantics).
         diff = props.get("message.timestamp.difference.max.ms")
         if diff is not None:
             parsed = _long_at_least(0)("message.timestamp.difference.max.ms", diff)
-            changes.setdefault("message_timestamp_before_max_ms", parsed)
-            changes.setdefault("message_timestamp_after_max_ms", parsed)
+            for bound in ("message_timestamp_before_max_ms", "message_timestamp_after_max_ms"):
+                if changes.get(bound, getattr(base, bound)) == LONG_MAX:
+                    changes[bound] = parsed
         return dataclasses.replace(base, **changes)
 
     @classmethod
@@ -243,6 +276,13 @@ def _compression(key: str, value: object) -> str:
     return text
 
 
+def _gzip_level(key: str, value: object) -> int:
+    level = _int_of(key, value)
+    if level != -1 and not 1 <= level <= 9:
+        raise InvalidConfigError(f"invalid value {level} for {key}: must be -1 or in [1, 9]")
+    return level
+
+
 _TOPIC_KEYS: dict[str, tuple[str, Callable[[str, object], Any]]] = {
     "segment.bytes": ("segment_bytes", _long_at_least(14, INT_MAX)),
     "segment.ms": ("segment_ms", _long_at_least(1)),
@@ -264,6 +304,9 @@ _TOPIC_KEYS: dict[str, tuple[str, Callable[[str, object], Any]]] = {
     "max.message.bytes": ("max_message_bytes", _long_at_least(0, INT_MAX)),
     "file.delete.delay.ms": ("file_delete_delay_ms", _long_at_least(0)),
     "compression.type": ("compression_type", _compression),
+    "compression.gzip.level": ("compression_gzip_level", _gzip_level),
+    "compression.lz4.level": ("compression_lz4_level", _long_at_least(1, 17)),
+    "compression.zstd.level": ("compression_zstd_level", _long_at_least(-131072, 22)),
     "preallocate": ("preallocate", _bool),
     "wirebroker.fsync.before.ack": ("fsync_before_ack", _bool),
 }
@@ -290,6 +333,9 @@ _BROKER_SYNONYMS = {
     "message.max.bytes": "max.message.bytes",
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
     "log.preallocate": "preallocate",
     "wirebroker.fsync.before.ack": "wirebroker.fsync.before.ack",
 }

@@ -1,17 +1,23 @@
 """Checking appended record data and assigning offsets in place (Kafka's ``LogValidator``).
 
 This module owns the rules a batch must pass before it reaches a segment, and the rewrite a
-leader makes: base offset, partition leader epoch and, for LogAppendTime topics, the timestamp
-(recomputing the CRC). It is pure: it reads and patches the buffer it is given and returns what
-to write, never touching files, clocks or partition state.
+leader makes: base offset, partition leader epoch and the timestamp -- LogAppendTime, or for
+CreateTime the records' real maxTimestamp (recomputing the CRC when it differs from the header).
+It is pure: it reads and patches the buffer it is given and returns what to write, never
+touching files, clocks or partition state.
 
 Leader appends (:func:`validate_leader_append`) are checked at batch level -- framing, CRC,
-Kafka's client-batch rules, ``max.message.bytes`` -- and rewritten in the caller's buffer (a
-read-only buffer is copied first). Records are decoded only when a rule needs them: a compacted
-topic (every record needs a key), finite ``message.timestamp.before/after.max.ms``, a
-``compression.type`` other than the producer's, or a legacy magic 0/1 message set -- which is
-converted to one v2 batch, as Kafka 3.x stores it. Unlike Kafka we do not decode uncompressed
-records only to recompute a v2 batch's maxTimestamp: the producer's header value is kept.
+Kafka's client-batch rules, ``max.message.bytes`` -- and then record by record, as Kafka's
+record iterator does: a compressed batch is decompressed (bounded, see
+:attr:`LogConfig.max_decompressed_bytes`) and every batch's records are walked with
+:func:`~protocol.record_batch.scan_v2_records`, which builds no record objects. Record count,
+sizes and offset deltas must agree with the header (else INVALID_RECORD, or CORRUPT_MESSAGE
+for an undecodable payload), and the records' largest timestamp replaces the producer's
+maxTimestamp, so that segment rolling and time retention see the real one. Records are
+decoded into objects only when a rule needs them: a compacted topic (every record needs a
+key), finite ``message.timestamp.before/after.max.ms``, a ``compression.type`` other than the
+producer's, or a legacy magic 0/1 message set -- which is converted to one v2 batch, as Kafka
+3.x stores it.
 
 Follower appends (:func:`analyze_follower_append`) keep offsets, epochs and bytes; they are only
 framed, CRC-checked and checked for increasing offsets. A trailing partial batch is dropped.
@@ -25,7 +31,7 @@ from enum import Enum
 
 import crc32c
 
-from protocol.compression import CompressionType
+from protocol.compression import CompressionType, decompress
 from protocol.errors import CorruptRecordError
 from protocol.legacy_records import LegacyMessageView
 from protocol.record_batch import (
@@ -38,6 +44,7 @@ from protocol.record_batch import (
     SimpleRecord,
     TimestampType,
     as_byte_view,
+    scan_v2_records,
 )
 from protocol.records import build_record_batch, iter_batches, iter_records
 from storage.config import LogConfig
@@ -56,7 +63,6 @@ _q = struct.Struct(">q")
 _i = struct.Struct(">i")
 _h = struct.Struct(">h")
 _I = struct.Struct(">I")
-_MIN_RECORD_SIZE = 7
 
 
 class AppendOrigin(Enum):
@@ -147,7 +153,7 @@ def validate_leader_append(
 def _fast_path(
     view: memoryview, n: int, next_offset: int, leader_epoch: int, now_ms: int, config: LogConfig
 ) -> ValidatedAppend | None:
-    """One well-formed client v2 batch needing no record decoding: every check and the
+    """One well-formed client v2 batch needing no record objects: every check and the
     in-place rewrite in one function (the produce hot path). None: take the general path,
     which also produces the precise error."""
     (
@@ -158,8 +164,8 @@ def _fast_path(
         stored_crc,
         attributes,
         lod,
-        _base_ts,
-        max_ts,
+        base_ts,
+        header_max_ts,
         producer_id,
         _producer_epoch,
         base_sequence,
@@ -173,7 +179,6 @@ def _fast_path(
         or count <= 0
         or lod + 1 != count
         or (producer_id >= 0 and base_sequence < 0)
-        or (codec == CompressionType.NONE and count * _MIN_RECORD_SIZE > n - RECORD_BATCH_OVERHEAD)
         or n > config.max_message_bytes
         or config.compact
         or config.validates_timestamps
@@ -184,13 +189,16 @@ def _fast_path(
         return None
     if crc32c.crc32c(view[21:]) != stored_crc:
         raise CorruptRecordError(f"record is corrupt (stored crc = {stored_crc}) in batch")
+    max_ts = base_ts + _scan_records(view, codec, count, config)
     _q.pack_into(view, 0, next_offset)
     _i.pack_into(view, 12, leader_epoch)
+    last = next_offset + lod
     log_append_time = NO_TIMESTAMP
     if config.message_timestamp_type == TimestampType.LOG_APPEND_TIME:
         RecordBatchView(view).set_log_append_time(now_ms)
         max_ts = log_append_time = now_ms
-    last = next_offset + lod
+    elif max_ts != header_max_ts:
+        RecordBatchView(view).set_max_timestamp(TimestampType.CREATE_TIME, max_ts)
     return ValidatedAppend(
         view,
         [(n, next_offset, last, max_ts)],
@@ -202,6 +210,15 @@ def _fast_path(
         count,
         [(leader_epoch, next_offset)] if leader_epoch >= 0 else [],
     )
+
+
+def _scan_records(batch: memoryview, codec: int, count: int, config: LogConfig) -> int:
+    """Walk a v2 batch's records, decompressing them first (bounded by
+    :attr:`LogConfig.max_decompressed_bytes`); return their largest timestamp delta."""
+    data = batch[RECORD_BATCH_OVERHEAD:]
+    if codec != CompressionType.NONE:
+        data = memoryview(decompress(codec, data, config.max_decompressed_bytes))
+    return scan_v2_records(data, count)
 
 
 def _validate_v2(
@@ -222,8 +239,8 @@ def _validate_v2(
         stored_crc,
         attributes,
         lod,
-        _base_ts,
-        max_ts,
+        base_ts,
+        header_max_ts,
         producer_id,
         _producer_epoch,
         base_sequence,
@@ -236,8 +253,6 @@ def _validate_v2(
         raise CorruptRecordError(f"unknown compression codec {codec}")
     if count < 0:
         raise CorruptRecordError(f"invalid record count {count}")
-    if codec == CompressionType.NONE and count * _MIN_RECORD_SIZE > size - RECORD_BATCH_OVERHEAD:
-        raise CorruptRecordError(f"record count {count} cannot fit in {size} bytes")
     is_control = bool(attributes & CONTROL_MASK)
     if origin == AppendOrigin.CLIENT:
         if lod + 1 <= 0:
@@ -269,15 +284,15 @@ def _validate_v2(
             "producers must not set the timestamp type to LogAppendTime",
             record_errors=[(0, "invalid timestamp type LogAppendTime")],
         )
+    max_ts = base_ts + _scan_records(batch, codec, count, config)
     target = config.target_compression
     convert = target is not None and target != codec and not is_control
     deep = (config.compact and not is_control) or (config.validates_timestamps and not log_append)
     if convert or deep:
         view = RecordBatchView(batch)
-        decoded = list(iter_records(view))
+        decoded = list(iter_records(view, max_decompressed_bytes=config.max_decompressed_bytes))
         _check_records(decoded, config, now_ms, log_append)
-        renumber = any(r.offset - view.base_offset != i for i, r in enumerate(decoded))
-        if convert or renumber:
+        if convert:
             if len(out.metas) or len(batch) != len(out.data):
                 raise _invalid("a batch that must be rebuilt must be the only batch")
             return _rebuild(view, decoded, out, next_offset, leader_epoch, now_ms, config)
@@ -285,11 +300,10 @@ def _validate_v2(
     _q.pack_into(batch, 0, next_offset)
     _i.pack_into(batch, 12, leader_epoch)
     if log_append:
-        view = RecordBatchView(batch)
-        view.set_log_append_time(now_ms)
+        RecordBatchView(batch).set_log_append_time(now_ms)
         max_ts = now_ms
         out.log_append_time = now_ms
-    elif attributes & TIMESTAMP_TYPE_MASK:
+    elif attributes & TIMESTAMP_TYPE_MASK or max_ts != header_max_ts:
         RecordBatchView(batch).set_max_timestamp(TimestampType.CREATE_TIME, max_ts)
     last = next_offset + lod
     _account(out, size, next_offset, last, max_ts, count, leader_epoch)
@@ -362,6 +376,7 @@ def _build(
     is_transactional: bool = False,
 ) -> bytes:
     log_append = config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
+    target = config.target_compression
     simple = [
         SimpleRecord(r.key, r.value, r.headers, now_ms if log_append else r.timestamp)
         for r in records
@@ -375,6 +390,7 @@ def _build(
         base_sequence=base_sequence,
         is_transactional=is_transactional,
         compression=compression,
+        compression_level=config.target_compression_level if compression == target else None,
         timestamp_type=config.message_timestamp_type,
         log_append_time=now_ms if log_append else None,
     )

@@ -4,10 +4,18 @@ This module owns the rules DescribeConfigs reports and CreateTopics/AlterConfigs
 topic key's value comes from the topic's own override (source TOPIC_CONFIG), else from the
 broker's `server.properties` synonym (STATIC_BROKER_CONFIG), else Kafka's default
 (DEFAULT_CONFIG). It also turns the effective values into storage's `LogConfig`.
+
+The keys are Kafka 3.9's whole topic-config list (``LogConfig``). Some are accepted, validated
+as Kafka validates them, stored and described, but change nothing here: ``message.format.version``
+and ``message.downconversion.enable`` (Kafka 3.x always stores v2 and we never down-convert),
+the ``*.replication.throttled.replicas`` lists (no replication quotas), and the tiered-storage
+keys ``local.retention.*`` and ``remote.log.*`` (no tiered storage: ``remote.storage.enable=true``
+is refused, as Kafka refuses it on a broker without ``remote.log.storage.system.enable``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -46,7 +54,28 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         TopicKey(
             "cleanup.policy", "list", "delete", "log.cleanup.policy", "delete, compact, or both"
         ),
+        TopicKey(
+            "compression.gzip.level",
+            "int",
+            "-1",
+            "compression.gzip.level",
+            "gzip level when the broker compresses",
+        ),
+        TopicKey(
+            "compression.lz4.level",
+            "int",
+            "9",
+            "compression.lz4.level",
+            "lz4 level when the broker compresses",
+        ),
         TopicKey("compression.type", "string", "producer", "compression.type", "Final compression"),
+        TopicKey(
+            "compression.zstd.level",
+            "int",
+            "3",
+            "compression.zstd.level",
+            "zstd level when the broker compresses",
+        ),
         TopicKey(
             "delete.retention.ms",
             "long",
@@ -70,11 +99,39 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         ),
         TopicKey("flush.ms", "long", _LONG_MAX, "log.flush.interval.ms", "fsync interval in ms"),
         TopicKey(
+            "follower.replication.throttled.replicas",
+            "list",
+            "",
+            None,
+            "Replicas throttled on the follower side (no effect here)",
+        ),
+        TopicKey(
             "index.interval.bytes",
             "int",
             "4096",
             "log.index.interval.bytes",
             "Bytes between index entries",
+        ),
+        TopicKey(
+            "leader.replication.throttled.replicas",
+            "list",
+            "",
+            None,
+            "Replicas throttled on the leader side (no effect here)",
+        ),
+        TopicKey(
+            "local.retention.bytes",
+            "long",
+            "-2",
+            "log.local.retention.bytes",
+            "Tiered storage local size (no effect here)",
+        ),
+        TopicKey(
+            "local.retention.ms",
+            "long",
+            "-2",
+            "log.local.retention.ms",
+            "Tiered storage local time (no effect here)",
         ),
         TopicKey(
             "max.compaction.lag.ms",
@@ -85,6 +142,20 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         ),
         TopicKey(
             "max.message.bytes", "int", "1048588", "message.max.bytes", "Largest record batch"
+        ),
+        TopicKey(
+            "message.downconversion.enable",
+            "boolean",
+            "true",
+            "log.message.downconversion.enable",
+            "Down-convert for old consumers (deprecated; no effect here)",
+        ),
+        TopicKey(
+            "message.format.version",
+            "string",
+            "3.0-IV1",
+            "log.message.format.version",
+            "Message format (deprecated; no effect here)",
         ),
         TopicKey(
             "message.timestamp.after.max.ms",
@@ -99,6 +170,13 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             _LONG_MAX,
             "log.message.timestamp.before.max.ms",
             "Past timestamp bound",
+        ),
+        TopicKey(
+            "message.timestamp.difference.max.ms",
+            "long",
+            _LONG_MAX,
+            "log.message.timestamp.difference.max.ms",
+            "Timestamp bound both ways (deprecated)",
         ),
         TopicKey(
             "message.timestamp.type",
@@ -125,6 +203,21 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             "min.insync.replicas", "int", "1", "min.insync.replicas", "ISR size needed for acks=all"
         ),
         TopicKey("preallocate", "boolean", "false", "log.preallocate", "Preallocate segment files"),
+        TopicKey(
+            "remote.log.copy.disable",
+            "boolean",
+            "false",
+            None,
+            "Stop copying to tiered storage (no effect here)",
+        ),
+        TopicKey(
+            "remote.log.delete.on.disable",
+            "boolean",
+            "false",
+            None,
+            "Delete tiered data on disable (no effect here)",
+        ),
+        TopicKey("remote.storage.enable", "boolean", "false", None, "Tiered storage (unsupported)"),
         TopicKey(
             "retention.bytes", "long", "-1", "log.retention.bytes", "Size to keep per partition"
         ),
@@ -214,6 +307,31 @@ def validate_overrides(overrides: Mapping[str, str]) -> None:
                 f"invalid value {value!r} for {name}: expected a {key.type}",
                 error_code=ErrorCode.INVALID_CONFIG,
             ) from None
+        _check_accepted_only(name, value)
+
+
+#: What Kafka 3.9 accepts for ``message.format.version``: a MetadataVersion from 0.8.0 on.
+_FORMAT_VERSION = re.compile(r"0\.8\.[0-2]|0\.9\.0|0\.1[01]\.\d(-IV\d)?|[1-9]\.\d+(-IV\d+)?")
+_THROTTLED_REPLICAS = re.compile(r"\s*(\*|\d+\s*:\s*\d+(\s*,\s*\d+\s*:\s*\d+)*)?\s*")
+
+
+def _check_accepted_only(name: str, value: str) -> None:
+    """Kafka's validators of the keys that are stored and described but have no effect here."""
+    if name == "message.format.version":
+        ok = _FORMAT_VERSION.fullmatch(value.strip()) is not None
+    elif name.endswith(".replication.throttled.replicas"):
+        ok = _THROTTLED_REPLICAS.fullmatch(value) is not None
+    elif name.startswith("local.retention."):
+        ok = int(value) >= -2
+    elif name == "remote.storage.enable" and value.lower() == "true":
+        raise KafkaError(
+            "tiered storage functionality is disabled in the broker",
+            error_code=ErrorCode.INVALID_CONFIG,
+        )
+    else:
+        return
+    if not ok:
+        raise KafkaError(f"invalid value {value!r} for {name}", error_code=ErrorCode.INVALID_CONFIG)
 
 
 def log_config_for(config: BrokerConfig, overrides: Mapping[str, str]) -> LogConfig:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from protocol.compression import CompressionType
 from protocol.error_codes import ErrorCode
 from protocol.errors import CorruptRecordError, DecompressionLimitError, EncodeError, ProtocolError
+from protocol.record_batch import iter_v2_records, scan_v2_records
 from protocol.records import (
     BatchIterator,
     ControlRecordType,
@@ -104,6 +105,35 @@ def simple_records(draw: st.DrawFn, headers: bool = True) -> list[SimpleRecord]:
         )
         for _ in range(n)
     ]
+
+
+# ---- the record walk ---------------------------------------------------------------------------
+
+
+@FAST
+@given(records=simple_records(), flips=st.lists(st.tuples(st.integers(0), st.integers(0, 255))))
+def test_scan_agrees_with_the_record_decoder(
+    records: list[SimpleRecord], flips: list[tuple[int, int]]
+) -> None:
+    """scan_v2_records accepts exactly what the decoder reads as records with offset deltas
+    0..n-1, and returns their largest timestamp delta; it refuses with INVALID_RECORD only."""
+    data = bytearray(build_record_batch(records))
+    for position, value in flips:  # records region only: the header is the caller's business
+        data[61 + position % (len(data) - 61)] = value
+    batch = RecordBatchView(data)
+    try:
+        decoded = list(iter_v2_records(batch))
+        valid = all(r.offset == batch.base_offset + i for i, r in enumerate(decoded))
+    except ProtocolError:
+        valid = False
+    try:
+        max_delta = scan_v2_records(batch.records_data, len(records))
+    except ProtocolError as e:
+        assert e.error_code == ErrorCode.INVALID_RECORD
+        assert not valid
+        return
+    assert valid
+    assert batch.base_timestamp + max_delta == max(r.timestamp for r in decoded)
 
 
 # ---- varints ----------------------------------------------------------------------------------

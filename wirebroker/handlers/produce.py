@@ -3,11 +3,14 @@
 acks 0, 1 and -1; acks=0 gets no response at all, and a failed acks=0 produce closes the
 connection, as Kafka does. Each partition is answered on its own:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE (batch over the topic's
-`max.message.bytes`), CORRUPT_MESSAGE (CRC or framing), INVALID_RECORD, INVALID_TIMESTAMP,
-KAFKA_STORAGE_ERROR (an I/O error other than a full disk also takes the partition's log
-directory offline: see `storage.log_manager`). A partition whose append succeeded is always
-answered with its offset, even if another partition in the same request failed (an unexpected
-error is confined to the partition it hit). v3+ must carry exactly one v2 batch.
+`max.message.bytes`), CORRUPT_MESSAGE (CRC, framing, undecodable compressed records),
+INVALID_RECORD (records that disagree with their batch header, a decompression bomb, a keyless
+record on a compacted topic, ...), INVALID_TIMESTAMP, KAFKA_STORAGE_ERROR (an I/O error other
+than a full disk also takes the partition's log directory offline: see `storage.log_manager`);
+from v8 the answer also carries `error_message` and, for rejected records, `record_errors` (index
+in the batch and why), as Kafka's does. A partition whose append succeeded is always answered
+with its offset, even if another partition in the same request failed (an unexpected error is
+confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
@@ -30,6 +33,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
+from storage.errors import InvalidRecordError
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
@@ -134,6 +138,13 @@ def _append(
             broker.log_manager.handle_log_error(topic, data.index, e)
         result.error_code = e.error_code
         result.error_message = str(e)
+        if isinstance(e, InvalidRecordError):
+            result.record_errors = [
+                ProduceResponse.BatchIndexAndErrorMessage(
+                    batch_index=index, batch_index_error_message=message
+                )
+                for index, message in e.record_errors
+            ]
         return None
     except OSError as e:
         log.error("append to %s-%d failed: %s", topic, data.index, e)

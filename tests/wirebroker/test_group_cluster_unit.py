@@ -113,11 +113,14 @@ def leader_and_isr(
     )
 
 
-def lead(b: Broker, index: int, epoch: int, replicas: list[int] | None = None) -> None:
+async def lead(b: Broker, index: int, epoch: int, replicas: list[int] | None = None) -> None:
+    """Make broker 1 the leader of offsets partition `index`, and wait for its load."""
     response = b.replica_manager.become_leader_or_follower(
         leader_and_isr(index, 1, epoch, replicas or [1]), 7
     )
     assert [p.error_code for t in response.topics for p in t.partition_errors] == [0]
+    while index in b.groups.loading:  # replayed in a worker thread
+        await trio.sleep(0.01)
 
 
 def follow(b: Broker, index: int, epoch: int) -> None:
@@ -168,8 +171,8 @@ def test_partition_loads_on_election_and_unloads_on_resignation(tmp_path: Path) 
 async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker) -> None:
     groups = broker.groups
     assert groups.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR  # nothing led yet
-    lead(broker, 0, 0)
-    lead(broker, 1, 0)
+    await lead(broker, 0, 0)
+    await lead(broker, 1, 0)
     assert groups.owned == {0, 1}
     assert await commit(groups, G0, 5) == [ErrorCode.NONE]
     assert await commit(groups, G1, 7) == [ErrorCode.NONE]
@@ -191,12 +194,12 @@ async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker
     assert groups.statistics()["parked_joins"] == 0
 
     # Leader again: the partition is replayed from its log, offsets and all.
-    lead(broker, 0, 2)
+    await lead(broker, 0, 2)
     assert groups.owned == {0, 1}
     assert groups.fetch(G0)[("t", 0)].offset == 5
     # A new leader epoch while leading keeps what is in memory (nothing was lost).
     groups.groups[G0].offsets[("t", 0)] = CommittedOffset(6, -1, "", 1)
-    lead(broker, 0, 3)
+    await lead(broker, 0, 3)
     assert groups.fetch(G0)[("t", 0)].offset == 6
 
     # StopReplica unloads too (Kafka's onResignation), with or without deletion.
@@ -223,7 +226,7 @@ def test_every_group_api_answers_not_coordinator(tmp_path: Path) -> None:
 
 
 async def _every_group_api_answers_not_coordinator(broker: Broker) -> None:
-    lead(broker, 1, 0)  # we coordinate G1, not G0
+    await lead(broker, 1, 0)  # we coordinate G1, not G0
     not_coordinator = ErrorCode.NOT_COORDINATOR
     assert broker.groups.coordinator_error(G1) == ErrorCode.NONE
     await commit(broker.groups, G1, 3)
@@ -310,7 +313,7 @@ def test_writes_wait_for_the_high_watermark(tmp_path: Path) -> None:
 
 async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
     groups = broker.groups
-    lead(broker, 0, 0, [1, 2])  # ISR [1, 2]: broker 2 must fetch before a write is durable
+    await lead(broker, 0, 0, [1, 2])  # ISR [1, 2]: broker 2 must fetch before a write is durable
     p = broker.partitions[TopicPartition(OFFSETS_TOPIC, 0)]
 
     # Broker 2 never fetches: the commit times out (offsets.commit.timeout.ms), not applied.
@@ -348,7 +351,8 @@ async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
 
 def test_under_min_insync_replicas_the_coordinator_is_not_available(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        request = leader_and_isr(0, 1, 0, [1, 2], isr=[1])
+        await lead(broker, 0, 0, [1, 2])  # ISR [1, 2]
+        request = leader_and_isr(0, 1, 1, [1, 2], isr=[1])
         broker.replica_manager.become_leader_or_follower(request, 7)
         assert await commit(broker.groups, G0, 5) == [ErrorCode.COORDINATOR_NOT_AVAILABLE]
         assert broker.groups.fetch(G0) == {}
@@ -359,7 +363,7 @@ def test_under_min_insync_replicas_the_coordinator_is_not_available(tmp_path: Pa
 def test_sync_group_answers_once_the_group_is_replicated(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
         groups = broker.groups
-        lead(broker, 0, 0, [1, 2])
+        await lead(broker, 0, 0, [1, 2])
         p = broker.partitions[TopicPartition(OFFSETS_TOPIC, 0)]
 
         async def generation(member_id: str = "") -> tuple[str, int]:

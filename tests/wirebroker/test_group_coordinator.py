@@ -27,6 +27,12 @@ def config(data_dir: Path) -> BrokerConfig:
     )
 
 
+async def loaded(groups: GroupCoordinator) -> None:
+    """Until no `__consumer_offsets` partition is loading (loads run in a worker thread)."""
+    while groups.loading:
+        await trio.sleep(0.01)
+
+
 async def join(groups: GroupCoordinator, client_id: str, out: dict[str, JoinResult]) -> None:
     out[client_id] = await groups.join(
         "g",
@@ -97,6 +103,8 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
     async def second_life(generation: int, member_ids: set[str]) -> None:
         async with trio.open_nursery() as nursery:
             running = await nursery.start(serve_broker, config(tmp_path))
+            with trio.fail_after(10):
+                await loaded(running.broker.groups)
             group = running.broker.groups.describe("g")
             assert group is not None
             assert (group.state, group.generation_id) == (GroupState.STABLE, generation)

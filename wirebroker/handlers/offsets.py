@@ -2,9 +2,9 @@
 
 - OffsetCommit v0-9: v0 commits without a generation (an "admin" commit, allowed only while the
   group is Empty); v1 carries a per-partition commit timestamp (-1: now); v2-v4 carry a
-  retention time, accepted and ignored (offsets never expire here yet); v6+ leader epochs; v7+
-  static members. Metadata is stored verbatim (null is stored as ""), up to
-  `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
+  retention time, accepted and ignored (offsets expire by `offsets.retention.minutes` only, see
+  `wirebroker.group.coordinator`); v6+ leader epochs; v7+ static members. Metadata is stored
+  verbatim (null is stored as ""), up to `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v0-9: v0 reads the same store (Kafka v0 read ZooKeeper); v2+ `topics` null means
   every committed partition; v7+ `require_stable` is accepted — there are no pending
   transactional offsets yet, so nothing is ever unstable; v8+ batches groups. v9's member id and

@@ -1,5 +1,5 @@
 """The trio coordinator in-process: parked JoinGroup/SyncGroup requests, the initial delay
-timer, and `__consumer_offsets` written and replayed across a broker restart."""
+timer, `__consumer_offsets` written and replayed across a broker restart, and offsets expiry."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from wirebroker.config import BrokerConfig
-from wirebroker.group.coordinator import GroupCoordinator
+from wirebroker.group.coordinator import GroupCoordinator, now_ms
 from wirebroker.group.state import CommittedOffset, GroupState, JoinResult, SyncResult
 from wirebroker.server import serve_broker
 
@@ -116,3 +116,37 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
 
     generation, member_ids = trio.run(first_life)
     trio.run(second_life, generation, member_ids)
+
+
+def test_expired_offsets_and_their_empty_group_are_gone_across_a_restart(tmp_path: Path) -> None:
+    """Expiry writes tombstones: the group left without offsets stays gone after a restart,
+    the group whose offsets are recent stays with them."""
+    day_ms = 24 * 3_600_000
+
+    async def first_life() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(serve_broker, config(tmp_path))
+            groups: GroupCoordinator = running.broker.groups
+            now = now_ms()
+            for group_id, committed_at in (("old", now - 8 * day_ms), ("recent", now)):
+                error, codes = await groups.commit(
+                    group_id, "", None, -1, [("t", 0, CommittedOffset(1, -1, "", committed_at))]
+                )
+                assert (error, codes) == (ErrorCode.NONE, [ErrorCode.NONE])
+            groups.expire_offsets(now)  # the default retention: 7 days
+            assert groups.describe("old") is None and groups.fetch("old") == {}
+            assert groups.fetch("recent")[("t", 0)].offset == 1
+            nursery.cancel_scope.cancel()
+
+    async def second_life() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(serve_broker, config(tmp_path))
+            groups = running.broker.groups
+            with trio.fail_after(10):
+                await loaded(groups)
+            assert groups.describe("old") is None
+            assert groups.fetch("recent")[("t", 0)].offset == 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(first_life)
+    trio.run(second_life)

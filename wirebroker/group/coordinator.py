@@ -89,7 +89,7 @@ class GroupCoordinator:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.groups: dict[str, Group] = {}
-        #: Cluster mode: the `__consumer_offsets` partitions we lead and have loaded.
+        #: The `__consumer_offsets` partitions loaded (in a cluster: led by us, and loaded).
         self.owned: set[int] = set()
         #: The partitions being loaded, each with the cancel scope of its load.
         self.loading: dict[int, trio.CancelScope] = {}

@@ -380,3 +380,26 @@ def test_nothing_expires_while_a_group_rebalances() -> None:
     group.leave([("b", None)], 0)
     assert group.state == S.PREPARING_REBALANCE
     assert group.expire_offsets(10 * RETENTION, RETENTION) == []
+
+
+def test_an_offset_with_its_own_expiry_time_expires_then() -> None:
+    group = Group("simple", 0)
+    group.offsets[("t", 0)] = CommittedOffset(1, -1, "", 0, expire_timestamp_ms=300)
+    group.offsets[("u", 0)] = CommittedOffset(1, -1, "", 0, expire_timestamp_ms=RETENTION * 5)
+    assert group.expire_offsets(299, RETENTION) == []
+    assert group.expire_offsets(300, RETENTION) == [("t", 0)]
+    assert group.expire_offsets(RETENTION, RETENTION) == []  # its own time, not the retention
+    # as in Kafka, only where offsets expire at all: not in a group rebalancing
+    busy = stable_group("a", "b")
+    busy.offsets[("t", 0)] = CommittedOffset(1, -1, "", 0, expire_timestamp_ms=300)
+    busy.leave([("b", None)], 0)
+    assert busy.expire_offsets(300, RETENTION) == []
+
+
+def test_an_offset_value_with_an_expiry_time_is_written_at_version_1() -> None:
+    value = OffsetCommitValue(offset=5, leader_epoch=-1, metadata="m", commit_timestamp=9)
+    value.expire_timestamp = 100
+    data = records.offset_value(value)
+    assert data[:2] == b"\x00\x01" and data.endswith((100).to_bytes(8, "big"))
+    decoded = records.decode(records.offset_key("g", "t", 0), data)
+    assert isinstance(decoded, records.OffsetRecord) and decoded.value == value

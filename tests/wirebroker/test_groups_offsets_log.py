@@ -24,9 +24,10 @@ E = ErrorCode
 
 
 def commit_request(
-    group: str, topic: str, offsets: dict[int, int], timestamp: int = -1
+    group: str, topic: str, offsets: dict[int, int], timestamp: int = -1, retention: int = -1
 ) -> OffsetCommitRequest:
-    """A commit without group management (generation -1); `timestamp` is v1's commit time."""
+    """A commit without group management (generation -1); `timestamp` is v1's commit time,
+    `retention` v2-v4's retention time."""
     partitions = [
         OffsetCommitRequest.OffsetCommitRequestPartition(
             partition_index=p, committed_offset=o, commit_timestamp=timestamp
@@ -36,6 +37,7 @@ def commit_request(
     return OffsetCommitRequest(
         group_id=group,
         generation_id_or_member_epoch=-1,
+        retention_time_ms=retention,
         topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=partitions)],
     )
 
@@ -67,6 +69,9 @@ def test_expired_offsets_take_their_empty_group(tmp_path: Path, topic: str) -> N
         with RawClient(broker.bootstrap) as c:
             old = c.request(commit_request("old", topic, {0: 7}, two_minutes_ago), 1)
             assert old.topics[0].partitions[0].error_code == E.NONE
+            # a commit of now that asks (v2) to be kept 100 ms only
+            short = c.request(commit_request("short", topic, {0: 8}, retention=100), 2)
+            assert short.topics[0].partitions[0].error_code == E.NONE
         # a consumer's commit of now (without group management: the group stays Empty)
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "recent"})
         try:
@@ -74,7 +79,9 @@ def test_expired_offsets_take_their_empty_group(tmp_path: Path, topic: str) -> N
         finally:
             consumer.close()
 
-        wait_until(lambda: "old" not in listed_groups(broker.bootstrap), 15, 0.2, "expiry")
+        wait_until(
+            lambda: not {"old", "short"} & listed_groups(broker.bootstrap), 15, 0.2, "expiry"
+        )
         assert "recent" in listed_groups(broker.bootstrap)
         with RawClient(broker.bootstrap) as c:
             fetched = c.request(fetch_request("old"), 8).groups[0]
@@ -90,7 +97,7 @@ def test_expired_offsets_take_their_empty_group(tmp_path: Path, topic: str) -> N
                 return c.request(fetch_request("recent"), 8).groups[0].error_code == E.NONE
 
         wait_until(loaded, 15, 0.1, "the offsets partition loaded")
-        assert "old" not in listed_groups(broker.bootstrap)
+        assert not {"old", "short"} & listed_groups(broker.bootstrap)
 
 
 PARTITIONS = 100

@@ -565,6 +565,7 @@ class GroupCoordinator:
                 leader_epoch=committed.leader_epoch,
                 metadata=committed.metadata,
                 commit_timestamp=committed.commit_timestamp_ms,
+                expire_timestamp=committed.expire_timestamp_ms,
             )
             kvs.append(
                 (records.offset_key(group_id, topic, partition), records.offset_value(value))

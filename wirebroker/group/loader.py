@@ -33,7 +33,7 @@ class GroupLoad:
             else:
                 v = rec.value
                 group.offsets[tp] = CommittedOffset(
-                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
                 )
         elif isinstance(rec, GroupRecord):
             if rec.value is None:

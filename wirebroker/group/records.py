@@ -4,7 +4,8 @@
 A key is an int16 version then the key struct: versions 0 and 1 are `OffsetCommitKey`
 (group, topic, partition), version 2 is `GroupMetadataKey` (group). A value is an int16 version
 then the value struct; a null value is a tombstone. We write offset values at version 3 (Kafka's
-choice when no expire timestamp is set) and group metadata values at version 3 (static members).
+choice when no expire timestamp is set; version 1, as Kafka, when one is) and group metadata values
+at version 3 (static members).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from wirebroker.group.state import Group, GroupState, Member
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
+EXPIRING_OFFSET_VALUE_VERSION = 1
 GROUP_VALUE_VERSION = 3
 
 _version = struct.Struct(">h")
@@ -51,7 +53,9 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def offset_value(value: OffsetCommitValue) -> bytes:
-    return _version.pack(OFFSET_VALUE_VERSION) + value.encode(OFFSET_VALUE_VERSION)
+    """Version 3, or version 1 (the only one with the field) when it carries an expiry time."""
+    version = OFFSET_VALUE_VERSION if value.expire_timestamp < 0 else EXPIRING_OFFSET_VALUE_VERSION
+    return _version.pack(version) + value.encode(version)
 
 
 def group_key(group: str) -> bytes:

@@ -118,6 +118,9 @@ class CommittedOffset:
     leader_epoch: int
     metadata: str
     commit_timestamp_ms: int
+    #: When the offset expires, from OffsetCommit v2-v4's retention time; -1: by the retention
+    #: rules of `Group.expire_offsets`.
+    expire_timestamp_ms: int = -1
 
 
 @dataclass(eq=False)
@@ -561,7 +564,8 @@ class Group:
         `retention_ms` after it became Empty (after each commit if that time is unknown); in a
         Stable consumer group, offsets of topics no member subscribes to, after their commit;
         in a group without a protocol (offsets committed by a simple consumer or an admin),
-        after each commit. Nothing expires in any other group."""
+        after each commit. Nothing expires in any other group. An offset committed with its
+        own expiry time (OffsetCommit v2-v4) expires then instead."""
         topics: set[str] = set()
         if self.protocol_type and self.state == GroupState.EMPTY:
             since = self.state_timestamp_ms
@@ -574,12 +578,13 @@ class Group:
             since = -1
         else:
             return []
-        gone = [
-            tp
-            for tp, c in self.offsets.items()
-            if tp[0] not in topics
-            and now_ms - (since if since >= 0 else c.commit_timestamp_ms) >= retention_ms
-        ]
+
+        def expired(c: CommittedOffset) -> bool:
+            if c.expire_timestamp_ms >= 0:
+                return now_ms >= c.expire_timestamp_ms
+            return now_ms - (since if since >= 0 else c.commit_timestamp_ms) >= retention_ms
+
+        gone = [tp for tp, c in self.offsets.items() if tp[0] not in topics and expired(c)]
         for tp in gone:
             del self.offsets[tp]
         return gone

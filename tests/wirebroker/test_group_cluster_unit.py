@@ -1,7 +1,8 @@
 """The group coordinator in cluster mode, in-process (the test plays the controller): one
 `__consumer_offsets` partition loaded when this broker becomes its leader and unloaded when it
-follows or stops it, NOT_COORDINATOR from every group API for groups led elsewhere, and writes
-that wait for the high watermark."""
+follows or stops it, NOT_COORDINATOR from every group API for groups led elsewhere,
+COORDINATOR_LOAD_IN_PROGRESS while their partition loads (in a worker thread, held here), and
+writes that wait for the high watermark."""
 
 from __future__ import annotations
 

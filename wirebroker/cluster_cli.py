@@ -44,6 +44,8 @@ examples:
   wirebroker cluster --zookeeper zk:2181      use a running ZooKeeper (add /chroot to share one)
   wirebroker cluster --override default.replication.factor=3 --override min.insync.replicas=2
 
+__consumer_offsets gets offsets.topic.replication.factor (Kafka's 3) replicas: with fewer brokers,
+one per broker, unless --override sets it.
 Data lives in ./data/cluster/broker-<id> (and ./data/cluster/zookeeper), kept between runs.
 ZooKeeper comes from the Kafka jars (`make jars`); without them, pass --zookeeper.
 Ctrl-C stops the brokers one at a time (controlled shutdown), then ZooKeeper.
@@ -176,6 +178,15 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
 
 
+def _internal_topic_overrides(args: argparse.Namespace) -> list[str]:
+    """`offsets.topic.replication.factor` is Kafka's 3; a smaller cluster could never create
+    `__consumer_offsets`, so it gets one replica per broker unless `--override` says otherwise."""
+    key = "offsets.topic.replication.factor"
+    if args.brokers >= 3 or any(item.startswith(f"{key}=") for item in args.override):
+        return []
+    return [f"{key}={args.brokers}"]
+
+
 def _run_brokers(
     args: argparse.Namespace,
     connect: str,
@@ -202,7 +213,7 @@ def _run_brokers(
             "--override",
             f"zookeeper.connect={connect}",
         ]
-        for item in args.override:
+        for item in _internal_topic_overrides(args) + args.override:
             argv += ["--override", item]
         brokers.append(_Broker(broker_id, argv, lock))
     deadline = time.monotonic() + START_TIMEOUT_S

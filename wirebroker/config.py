@@ -6,7 +6,8 @@ files other than the properties file it is given.
 
 Where our default differs from Kafka's it is on purpose and noted in `DEFAULTS`' comments:
 `listeners` binds 127.0.0.1 (a development broker should not listen on every interface),
-`log.dirs` is `./data`, `broker.id` is 0, and the internal topics use replication factor 1.
+`log.dirs` is `./data`, `broker.id` is 0, and the embedded broker's internal topics use replication
+factor 1 (in a cluster, `offsets.topic.replication.factor` is Kafka's 3).
 """
 
 from __future__ import annotations
@@ -129,7 +130,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         _k("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets."),
         _k(
-            "offsets.topic.replication.factor", "short", "1", "RF of __consumer_offsets (Kafka: 3)."
+            "offsets.topic.replication.factor",
+            "short",
+            "3",
+            "RF of __consumer_offsets in a cluster; the embedded broker's is always 1.",
         ),
         _k(
             "group.initial.rebalance.delay.ms",
@@ -140,6 +144,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k("group.min.session.timeout.ms", "int", "6000", "Smallest session timeout allowed."),
         _k("group.max.session.timeout.ms", "int", "1800000", "Largest session timeout allowed."),
         _k("offset.metadata.max.bytes", "int", "4096", "Largest commit metadata string."),
+        _k(
+            "offsets.retention.minutes",
+            "int",
+            "10080",
+            "How long the offsets of a group without members are kept.",
+        ),
+        _k(
+            "offsets.retention.check.interval.ms",
+            "long",
+            "600000",
+            "How often offsets are checked for expiry.",
+        ),
         _k(
             "offsets.commit.timeout.ms",
             "int",
@@ -412,8 +428,13 @@ class BrokerConfig:
             _check_implemented(
                 "between brokers", (self.get("security.inter.broker.protocol") or "").upper()
             )
-        if self.get_int("message.max.bytes") <= 0:
-            raise ConfigError("message.max.bytes must be positive")
+        for name in (
+            "message.max.bytes",
+            "offsets.retention.minutes",
+            "offsets.retention.check.interval.ms",
+        ):
+            if self.get_int(name) <= 0:
+                raise ConfigError(f"{name} must be positive")
 
     # typed views --------------------------------------------------------------------------
     @property

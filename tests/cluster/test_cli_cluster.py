@@ -1,5 +1,6 @@
-"""`wirebroker cluster` end to end: ZooKeeper and three broker processes, a topic with RF 3, and
-a clean Ctrl-C that stops every process (brokers by controlled shutdown, then ZooKeeper)."""
+"""`wirebroker cluster` end to end: ZooKeeper and three broker processes, a topic with RF 3,
+`__consumer_offsets` with Kafka's default RF 3, and a clean Ctrl-C that stops every process
+(brokers by controlled shutdown, then ZooKeeper)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from kazoo.client import KazooClient
 from protocol.errors import ErrorCode
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_cluster import DescribeClusterRequest
+from protocol.messages.find_coordinator import FindCoordinatorRequest
 from tests.wirebroker.helpers import RawClient, host_port, wait_until
 from wirebroker.zk import znodes
 from wirebroker.zookeeper_server import jars_available
@@ -31,6 +33,7 @@ pytestmark = [
 def test_cluster_command(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "wirebroker", "cluster", "--brokers", "3", "--base-port", "0"]
     cmd += ["--zookeeper-port", "0", "--data-dir", str(tmp_path)]
+    cmd += ["--override", "offsets.topic.num.partitions=3"]  # few logs; the RF is the default
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
 
@@ -67,9 +70,22 @@ def test_cluster_command(tmp_path: Path) -> None:
             assert sorted(b.broker_id for b in described.brokers) == [1, 2, 3]
             assert described.controller_id in (1, 2, 3)
 
+        # the first group lookup creates __consumer_offsets; answered once its leaders are up
+        def coordinator() -> bool:
+            with RawClient(bootstraps[0]) as client:
+                found = client.request(FindCoordinatorRequest(key="g", key_type=0), 3)
+            assert found.error_code in (ErrorCode.NONE, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return found.error_code == ErrorCode.NONE
+
+        wait_until(coordinator, 30, interval=0.2, what="a group coordinator")
+
         zk = KazooClient(hosts=zk_connect[1])
         zk.start(timeout=10)
         try:
+            data, _ = zk.get(znodes.topic_path("__consumer_offsets"))
+            offsets = znodes.TopicAssignment.decode(data)
+            assert len(offsets.partitions) == 3
+            assert all(sorted(r) == [1, 2, 3] for r in offsets.partitions.values())
             for topic, partitions in (("rf3", 3), ("by-admin", 2)):
                 for p in range(partitions):
                     data, _ = zk.get(znodes.partition_state_path(topic, p))

@@ -1,16 +1,19 @@
 """The group coordinator in cluster mode, in-process (the test plays the controller): one
 `__consumer_offsets` partition loaded when this broker becomes its leader and unloaded when it
-follows or stops it, NOT_COORDINATOR from every group API for groups led elsewhere, and writes
-that wait for the high watermark."""
+follows or stops it, NOT_COORDINATOR from every group API for groups led elsewhere,
+COORDINATOR_LOAD_IN_PROGRESS while their partition loads (in a worker thread, held here), and
+writes that wait for the high watermark."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from protocol.api import decode_response, encode_response_chunks
@@ -35,6 +38,7 @@ from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.dispatch import RequestContext, dispatch
 from wirebroker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from wirebroker.group.loader import GroupLoad
 from wirebroker.group.records import partition_for
 from wirebroker.group.state import CommittedOffset, JoinResult, SyncResult
 from wirebroker.partition import TopicPartition
@@ -113,11 +117,14 @@ def leader_and_isr(
     )
 
 
-def lead(b: Broker, index: int, epoch: int, replicas: list[int] | None = None) -> None:
+async def lead(b: Broker, index: int, epoch: int, replicas: list[int] | None = None) -> None:
+    """Make broker 1 the leader of offsets partition `index`, and wait for its load."""
     response = b.replica_manager.become_leader_or_follower(
         leader_and_isr(index, 1, epoch, replicas or [1]), 7
     )
     assert [p.error_code for t in response.topics for p in t.partition_errors] == [0]
+    while index in b.groups.loading:  # replayed in a worker thread
+        await trio.sleep(0.01)
 
 
 def follow(b: Broker, index: int, epoch: int) -> None:
@@ -168,8 +175,8 @@ def test_partition_loads_on_election_and_unloads_on_resignation(tmp_path: Path) 
 async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker) -> None:
     groups = broker.groups
     assert groups.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR  # nothing led yet
-    lead(broker, 0, 0)
-    lead(broker, 1, 0)
+    await lead(broker, 0, 0)
+    await lead(broker, 1, 0)
     assert groups.owned == {0, 1}
     assert await commit(groups, G0, 5) == [ErrorCode.NONE]
     assert await commit(groups, G1, 7) == [ErrorCode.NONE]
@@ -191,12 +198,12 @@ async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker
     assert groups.statistics()["parked_joins"] == 0
 
     # Leader again: the partition is replayed from its log, offsets and all.
-    lead(broker, 0, 2)
+    await lead(broker, 0, 2)
     assert groups.owned == {0, 1}
     assert groups.fetch(G0)[("t", 0)].offset == 5
     # A new leader epoch while leading keeps what is in memory (nothing was lost).
     groups.groups[G0].offsets[("t", 0)] = CommittedOffset(6, -1, "", 1)
-    lead(broker, 0, 3)
+    await lead(broker, 0, 3)
     assert groups.fetch(G0)[("t", 0)].offset == 6
 
     # StopReplica unloads too (Kafka's onResignation), with or without deletion.
@@ -223,7 +230,7 @@ def test_every_group_api_answers_not_coordinator(tmp_path: Path) -> None:
 
 
 async def _every_group_api_answers_not_coordinator(broker: Broker) -> None:
-    lead(broker, 1, 0)  # we coordinate G1, not G0
+    await lead(broker, 1, 0)  # we coordinate G1, not G0
     not_coordinator = ErrorCode.NOT_COORDINATOR
     assert broker.groups.coordinator_error(G1) == ErrorCode.NONE
     await commit(broker.groups, G1, 3)
@@ -310,7 +317,7 @@ def test_writes_wait_for_the_high_watermark(tmp_path: Path) -> None:
 
 async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
     groups = broker.groups
-    lead(broker, 0, 0, [1, 2])  # ISR [1, 2]: broker 2 must fetch before a write is durable
+    await lead(broker, 0, 0, [1, 2])  # ISR [1, 2]: broker 2 must fetch before a write is durable
     p = broker.partitions[TopicPartition(OFFSETS_TOPIC, 0)]
 
     # Broker 2 never fetches: the commit times out (offsets.commit.timeout.ms), not applied.
@@ -348,7 +355,8 @@ async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
 
 def test_under_min_insync_replicas_the_coordinator_is_not_available(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        request = leader_and_isr(0, 1, 0, [1, 2], isr=[1])
+        await lead(broker, 0, 0, [1, 2])  # ISR [1, 2]
+        request = leader_and_isr(0, 1, 1, [1, 2], isr=[1])
         broker.replica_manager.become_leader_or_follower(request, 7)
         assert await commit(broker.groups, G0, 5) == [ErrorCode.COORDINATOR_NOT_AVAILABLE]
         assert broker.groups.fetch(G0) == {}
@@ -359,7 +367,7 @@ def test_under_min_insync_replicas_the_coordinator_is_not_available(tmp_path: Pa
 def test_sync_group_answers_once_the_group_is_replicated(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
         groups = broker.groups
-        lead(broker, 0, 0, [1, 2])
+        await lead(broker, 0, 0, [1, 2])
         p = broker.partitions[TopicPartition(OFFSETS_TOPIC, 0)]
 
         async def generation(member_id: str = "") -> tuple[str, int]:
@@ -453,3 +461,96 @@ def test_the_topics_partition_count_decides_over_the_config(tmp_path: Path) -> N
         assert found.error_code == ErrorCode.NONE and found.node_id == 2
 
     run(tmp_path, test)
+
+
+def test_a_loading_partition_answers_load_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay runs in a worker thread, held here by an event: meanwhile the loop answers,
+    with COORDINATOR_LOAD_IN_PROGRESS for the partition's groups; leadership lost during the
+    load drops it."""
+    entered, release = threading.Event(), threading.Event()
+    replay = GroupLoad.replay
+
+    def held(self: GroupLoad, key: bytes, value: bytes | None) -> None:
+        entered.set()
+        release.wait(10)
+        replay(self, key, value)
+
+    async def test(broker: Broker) -> None:
+        groups = broker.groups
+        await lead(broker, 0, 0)
+        await lead(broker, 1, 0)
+        assert await commit(groups, G0, 5) == [ErrorCode.NONE]
+        follow(broker, 0, 1)
+        monkeypatch.setattr(GroupLoad, "replay", held)
+        broker.replica_manager.become_leader_or_follower(leader_and_isr(0, 1, 2, [1]), 7)
+        assert groups.coordinator_error(G0) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert await trio.to_thread.run_sync(entered.wait, 5)
+        await _every_group_api_answers(broker, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        assert groups.coordinator_error(G1) == ErrorCode.NONE  # its partition is loaded
+
+        follow(broker, 0, 3)  # leadership moves on while the thread still reads
+        assert groups.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR
+        release.set()
+        nursery = groups._nursery
+        assert nursery is not None
+        while len(nursery.child_tasks) > 1:  # the load task ends (the expiry task stays)
+            await trio.sleep(0.01)
+        assert G0 not in groups.groups and groups.owned == {1}  # what it read was dropped
+
+        await lead(broker, 0, 4)
+        assert groups.owned == {0, 1} and groups.fetch(G0)[("t", 0)].offset == 5
+
+    run(tmp_path, test)
+
+
+async def _every_group_api_answers(broker: Broker, error: ErrorCode) -> None:
+    """Every group API about G0 answers `error` (Heartbeat NONE while loading, as Kafka's)."""
+    joined = await call(
+        broker,
+        JoinGroupRequest(
+            group_id=G0,
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+            member_id="",
+            protocol_type="consumer",
+            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")],
+        ),
+        9,
+    )
+    assert joined.error_code == error
+    synced = await call(broker, SyncGroupRequest(group_id=G0, generation_id=1, member_id="m"), 5)
+    assert synced.error_code == error
+    beat = await call(broker, HeartbeatRequest(group_id=G0, generation_id=1, member_id="m"), 4)
+    assert beat.error_code == ErrorCode.NONE
+    left = await call(broker, LeaveGroupRequest(group_id=G0, member_id="m"), 0)
+    assert left.error_code == error
+    described = await call(broker, DescribeGroupsRequest(groups=[G0]), 5)
+    assert [(d.error_code, d.group_state) for d in described.groups] == [(error, "")]
+    listed = await call(broker, ListGroupsRequest(), 4)
+    assert listed.error_code == error
+    deleted = await call(broker, DeleteGroupsRequest(groups_names=[G0]), 2)
+    assert [r.error_code for r in deleted.results] == [error]
+    partitions = [OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0)]
+    committed = await call(
+        broker,
+        OffsetCommitRequest(
+            group_id=G0,
+            generation_id_or_member_epoch=-1,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name="t", partitions=partitions)],
+        ),
+        8,
+    )
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [error]
+    wanted = [OffsetFetchRequest.OffsetFetchRequestTopic(name="t", partition_indexes=[0])]
+    v7 = await call(broker, OffsetFetchRequest(group_id=G0, topics=wanted), 7)
+    assert v7.error_code == error and v7.topics == []
+    topics = [
+        OffsetDeleteRequest.OffsetDeleteRequestTopic(
+            name="t",
+            partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)],
+        )
+    ]
+    dropped = await call(broker, OffsetDeleteRequest(group_id=G0, topics=topics), 0)
+    assert dropped.error_code == error

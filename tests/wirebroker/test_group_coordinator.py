@@ -1,5 +1,5 @@
 """The trio coordinator in-process: parked JoinGroup/SyncGroup requests, the initial delay
-timer, and `__consumer_offsets` written and replayed across a broker restart.
+timer, `__consumer_offsets` written and replayed across a broker restart, and offsets expiry.
 
 The broker runs on trio's MockClock (autojump) with a clock that follows it, so its timers
 pass at once and the tests wait for events, never for wall-clock time.
@@ -38,6 +38,12 @@ def trio_clock() -> Clock:
     """Wall-clock milliseconds that advance with trio's clock (so a MockClock moves them)."""
     start_ms, start = wall_clock_ms(), trio.current_time()
     return lambda: start_ms + round((trio.current_time() - start) * 1000)
+
+
+async def loaded(groups: GroupCoordinator) -> None:
+    """Until no `__consumer_offsets` partition is loading (loads run in a worker thread)."""
+    while groups.loading:
+        await trio.sleep(0.01)
 
 
 async def join(groups: GroupCoordinator, client_id: str, out: dict[str, JoinResult]) -> None:
@@ -112,6 +118,8 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
     async def second_life(generation: int, member_ids: set[str]) -> None:
         async with trio.open_nursery() as nursery:
             running = await nursery.start(serve_broker, config(tmp_path))
+            with trio.fail_after(10):
+                await loaded(running.broker.groups)
             group = running.broker.groups.describe("g")
             assert group is not None
             assert (group.state, group.generation_id) == (GroupState.STABLE, generation)
@@ -125,3 +133,37 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
         first_life, clock=trio.testing.MockClock(autojump_threshold=0)
     )
     trio.run(second_life, generation, member_ids)
+
+
+def test_expired_offsets_and_their_empty_group_are_gone_across_a_restart(tmp_path: Path) -> None:
+    """Expiry writes tombstones: the group left without offsets stays gone after a restart,
+    the group whose offsets are recent stays with them."""
+    day_ms = 24 * 3_600_000
+
+    async def first_life() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(serve_broker, config(tmp_path))
+            groups: GroupCoordinator = running.broker.groups
+            now = running.broker.now_ms()
+            for group_id, committed_at in (("old", now - 8 * day_ms), ("recent", now)):
+                error, codes = await groups.commit(
+                    group_id, "", None, -1, [("t", 0, CommittedOffset(1, -1, "", committed_at))]
+                )
+                assert (error, codes) == (ErrorCode.NONE, [ErrorCode.NONE])
+            groups.expire_offsets(now)  # the default retention: 7 days
+            assert groups.describe("old") is None and groups.fetch("old") == {}
+            assert groups.fetch("recent")[("t", 0)].offset == 1
+            nursery.cancel_scope.cancel()
+
+    async def second_life() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(serve_broker, config(tmp_path))
+            groups = running.broker.groups
+            with trio.fail_after(10):
+                await loaded(groups)
+            assert groups.describe("old") is None
+            assert groups.fetch("recent")[("t", 0)].offset == 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(first_life)
+    trio.run(second_life)

@@ -2,10 +2,13 @@
 
 Each test drives a `Group` through JoinGroup / SyncGroup / Heartbeat / LeaveGroup / tick with
 explicit millisecond timestamps and checks the replies and states Kafka's classic coordinator
-gives in the same situation. The `__consumer_offsets` record codec is checked here too.
+gives in the same situation. The `__consumer_offsets` record codec and offsets expiry (Kafka
+3.x's removeExpiredOffsets) are checked here too.
 """
 
 from __future__ import annotations
+
+import struct
 
 import pytest
 
@@ -13,7 +16,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.group_coordinator.group_metadata import GroupMetadataValue
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
 from wirebroker.group import records
-from wirebroker.group.state import Group, GroupState, JoinRequest, Outcome
+from wirebroker.group.state import CommittedOffset, Group, GroupState, JoinRequest, Outcome
 
 E = ErrorCode
 S = GroupState
@@ -315,3 +318,88 @@ def test_record_bytes_are_kafkas_layout() -> None:
         b"\x00\x03" + (5).to_bytes(8, "big") + b"\xff\xff\xff\xff\x00\x01m" + (9).to_bytes(8, "big")
     )
     assert records.group_key("g") == b"\x00\x02\x00\x01g"
+
+
+def subscribed(*topics: str) -> list[tuple[str, bytes]]:
+    """The range protocol with a ConsumerProtocolSubscription v0 of `topics`."""
+    data = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        data += struct.pack(">h", len(t)) + t.encode()
+    return [("range", data + struct.pack(">i", -1))]
+
+
+def committed(group: Group, *at: tuple[str, int]) -> None:
+    """Offsets of partition 0 of each topic, committed at the given times."""
+    for topic, timestamp in at:
+        group.offsets[(topic, 0)] = CommittedOffset(1, -1, "", timestamp)
+
+
+RETENTION = 1_000
+
+
+def test_offsets_of_a_group_without_protocol_expire_each_after_its_commit() -> None:
+    group = Group("simple", 0)  # offsets committed without group management
+    committed(group, ("old", 0), ("new", 500))
+    assert group.expire_offsets(999, RETENTION) == []
+    assert group.expire_offsets(1_000, RETENTION) == [("old", 0)]
+    assert group.expire_offsets(1_499, RETENTION) == []
+    assert group.expire_offsets(1_500, RETENTION) == [("new", 0)]
+    assert group.offsets == {}
+
+
+def test_offsets_of_an_empty_group_expire_retention_after_it_became_empty() -> None:
+    group = stable_group("a")
+    committed(group, ("t", 0))
+    group.leave([("a", None)], 5_000)
+    assert group.state == S.EMPTY and group.state_timestamp_ms == 5_000
+    # the commit is old, but the group was in use until 5 000: kept until 6 000
+    assert group.expire_offsets(5_999, RETENTION) == []
+    assert group.expire_offsets(6_000, RETENTION) == [("t", 0)]
+
+
+def test_offsets_of_an_empty_group_of_unknown_empty_time_expire_after_their_commit() -> None:
+    group = Group("g", 0, protocol_type="consumer", generation_id=3)  # restored, time unknown
+    committed(group, ("t", 200))
+    assert group.expire_offsets(1_199, RETENTION) == []
+    assert group.expire_offsets(1_200, RETENTION) == [("t", 0)]
+
+
+def test_a_stable_consumer_group_keeps_the_offsets_of_topics_it_subscribes_to() -> None:
+    group = Group("g", 0)
+    form(group, {"a": subscribed("mine")})
+    sync(group, "a", a=b"")
+    assert group.state == S.STABLE
+    committed(group, ("mine", 0), ("dropped", 0))
+    assert group.expire_offsets(10 * RETENTION, RETENTION) == [("dropped", 0)]
+    assert list(group.offsets) == [("mine", 0)]
+
+
+def test_nothing_expires_while_a_group_rebalances() -> None:
+    group = stable_group("a", "b")
+    committed(group, ("t", 0))
+    group.leave([("b", None)], 0)
+    assert group.state == S.PREPARING_REBALANCE
+    assert group.expire_offsets(10 * RETENTION, RETENTION) == []
+
+
+def test_an_offset_with_its_own_expiry_time_expires_then() -> None:
+    group = Group("simple", 0)
+    group.offsets[("t", 0)] = CommittedOffset(1, -1, "", 0, expire_timestamp_ms=300)
+    group.offsets[("u", 0)] = CommittedOffset(1, -1, "", 0, expire_timestamp_ms=RETENTION * 5)
+    assert group.expire_offsets(299, RETENTION) == []
+    assert group.expire_offsets(300, RETENTION) == [("t", 0)]
+    assert group.expire_offsets(RETENTION, RETENTION) == []  # its own time, not the retention
+    # as in Kafka, only where offsets expire at all: not in a group rebalancing
+    busy = stable_group("a", "b")
+    busy.offsets[("t", 0)] = CommittedOffset(1, -1, "", 0, expire_timestamp_ms=300)
+    busy.leave([("b", None)], 0)
+    assert busy.expire_offsets(300, RETENTION) == []
+
+
+def test_an_offset_value_with_an_expiry_time_is_written_at_version_1() -> None:
+    value = OffsetCommitValue(offset=5, leader_epoch=-1, metadata="m", commit_timestamp=9)
+    value.expire_timestamp = 100
+    data = records.offset_value(value)
+    assert data[:2] == b"\x00\x01" and data.endswith((100).to_bytes(8, "big"))
+    decoded = records.decode(records.offset_key("g", "t", 0), data)
+    assert isinstance(decoded, records.OffsetRecord) and decoded.value == value

@@ -319,11 +319,34 @@ def test_list_describe_delete_and_offset_delete(broker: BrokerProcess, topic: st
         c.request(LeaveGroupRequest(group_id=group, member_id=member), 0)
         r = c.request(delete_offsets, 0)
         assert (r.error_code, r.topics[0].partitions[0].error_code) == (E.NONE, E.NONE)
-        r = c.request(DeleteGroupsRequest(groups_names=[group, "no-such-group"]), 2)
-        assert [x.error_code for x in r.results] == [E.NONE, E.GROUP_ID_NOT_FOUND]
+        # Its last offset deleted, the Empty group is gone too (Kafka's cleanupGroupMetadata).
+        assert group not in {g.group_id for g in c.request(ListGroupsRequest(), 4).groups}
+        simple = new_group()  # offsets only, committed without a generation
+        commit = OffsetCommitRequest(
+            group_id=simple,
+            generation_id_or_member_epoch=-1,
+            topics=[
+                OffsetCommitRequest.OffsetCommitRequestTopic(
+                    name=topic,
+                    partitions=[
+                        OffsetCommitRequest.OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=3
+                        )
+                    ],
+                )
+            ],
+        )
+        assert c.request(commit, 9).topics[0].partitions[0].error_code == E.NONE
+        r = c.request(DeleteGroupsRequest(groups_names=[simple, group, "no-such-group"]), 2)
+        assert [x.error_code for x in r.results] == [
+            E.NONE,
+            E.GROUP_ID_NOT_FOUND,
+            E.GROUP_ID_NOT_FOUND,
+        ]
         for version in range(6):
-            described = c.request(DescribeGroupsRequest(groups=[group]), version).groups[0]
-            assert (described.error_code, described.group_state) == (E.NONE, "Dead")
+            for gone in (simple, group):
+                described = c.request(DescribeGroupsRequest(groups=[gone]), version).groups[0]
+                assert (described.error_code, described.group_state) == (E.NONE, "Dead")
 
 
 def test_session_timeout_out_of_bounds_is_refused(broker: BrokerProcess) -> None:

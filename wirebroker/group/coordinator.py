@@ -1,24 +1,37 @@
 """The group coordinator's trio side: owns the groups this broker coordinates, their timers,
-and their records in `__consumer_offsets`.
+and what they keep in `__consumer_offsets` (Kafka's GroupCoordinator).
 
 The pure machine (`group.state`) decides; this module does what it cannot: it mints member ids,
 parks JoinGroup/SyncGroup requests until the machine answers them, runs the one timer task that
-calls `Group.tick` at each group's next deadline, and writes the records the machine asks for
-to `__consumer_offsets` (Kafka's GroupCoordinator and GroupMetadataManager).
+calls `Group.tick` at each group's next deadline, expires offsets, and has the records the
+machine asks for written. Writing and replaying the topic is the store's
+(`wirebroker.coordinator_store`), turning records into groups the loader's (`group.loader`),
+their format `group.records`'.
 
 Which groups it coordinates: embedded, every group (the topic is created on first use with
 `offsets.topic.num.partitions` partitions and `cleanup.policy=compact`, and every partition is
-replayed at start). In a cluster, the groups of the `__consumer_offsets` partitions this broker
+loaded at start). In a cluster, the groups of the `__consumer_offsets` partitions this broker
 leads: the replica manager calls `partition_moved` when it becomes leader (the partition is
-replayed, Kafka's onElection) or follower, or stops the partition (its groups are unloaded,
-parked requests answered NOT_COORDINATOR, Kafka's onResignation). Loading is synchronous, so
-COORDINATOR_LOAD_IN_PROGRESS is never answered. Any other group gets NOT_COORDINATOR.
+loaded, Kafka's onElection) or follower, or stops the partition (its groups are unloaded,
+parked requests answered NOT_COORDINATOR, Kafka's onResignation).
+
+Loading runs beside the loop: the store replays the partition in a worker thread and the groups
+are installed on the loop when it is done. Meanwhile the partition's groups answer
+COORDINATOR_LOAD_IN_PROGRESS (ListGroups too, as Kafka's); a leadership change cancels the
+load and drops what it read. Any group of a partition neither loaded nor loading gets
+NOT_COORDINATOR.
 
 Writes are appended to the local leader at once, as acks=all; what must be durable before it
 is answered — an offset commit and the SyncGroup replies of a new generation — waits for the
 high watermark to pass the write, within `offsets.commit.timeout.ms`, and append errors are
 mapped as Kafka's GroupMetadataManager maps them. Group deletions and offset deletions are not
 waited for (Kafka appends those tombstones with acks=0).
+
+Offsets expire as in Kafka 3.x (`Group.expire_offsets`): every
+`offsets.retention.check.interval.ms` (first at start), offsets older than
+`offsets.retention.minutes` are deleted with tombstones, and an Empty group left without
+offsets is removed (a tombstone for its metadata too). OffsetDelete and DeleteGroups end the
+same way.
 """
 
 from __future__ import annotations
@@ -26,32 +39,28 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import trio
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.messages.group_coordinator.group_metadata import GroupMetadataValue
+from protocol.errors import ErrorCode
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
-from protocol.record_batch import SimpleRecord
-from protocol.record_builder import build_record_batch
-from protocol.records import RecordBatchView, iter_batches, iter_records
-from wirebroker.events import Wakeup
+from wirebroker.coordinator_store import WRITTEN, CoordinatorStore, Write
 from wirebroker.group import records
-from wirebroker.group.records import GroupRecord, OffsetRecord
+from wirebroker.group.loader import GroupLoad
 from wirebroker.group.state import (
     CommittedOffset,
     Group,
     GroupState,
     JoinRequest,
     JoinResult,
-    Member,
     Outcome,
     SyncResult,
 )
-from wirebroker.partition import Partition, TopicPartition
+from wirebroker.partition import TopicPartition
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -59,28 +68,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-LOAD_CHUNK_BYTES = 4 << 20
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class _Write:
-    """An append to `__consumer_offsets`: the partition and the offset the high watermark must
-    reach for it to be durable, or (partition None) the append's error."""
-
-    partition: Partition | None
-    end_offset: int
-    error: ErrorCode = ErrorCode.NONE
-
-
-_WRITTEN = _Write(None, 0)
 
 
 @dataclass(eq=False)
 class _Waiter(Generic[T]):
     event: trio.Event
     result: T | None = None
-    write: _Write = _WRITTEN
+    write: Write = WRITTEN
 
 
 class GroupCoordinator:
@@ -89,28 +84,44 @@ class GroupCoordinator:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.groups: dict[str, Group] = {}
-        #: Cluster mode: the `__consumer_offsets` partitions we lead and have loaded.
+        #: The `__consumer_offsets` partitions loaded (in a cluster: led by us, and loaded).
         self.owned: set[int] = set()
+        #: The partitions being loaded, each with the cancel scope of its load.
+        self.loading: dict[int, trio.CancelScope] = {}
         #: Per group, the log offset of the commit each partition's offset came from: a commit
         #: acknowledged after a later one must not overwrite it.
         self._commit_positions: dict[str, dict[tuple[str, int], int]] = {}
+        #: Per group, commits written but not yet durable: expiry leaves such a group alone.
+        self._pending_commits: Counter[str] = Counter()
         self._joins: dict[tuple[str, str], _Waiter[JoinResult]] = {}
         self._syncs: dict[tuple[str, str], _Waiter[SyncResult]] = {}
         self._wake = trio.Event()
         self._sleeping_until: float = math.inf  # the timer task's next deadline (ms)
+        self._nursery: trio.Nursery | None = None  # where loads run, once serving
         config = broker.config
+        self.store = CoordinatorStore(
+            OFFSETS_TOPIC, broker.partition, config.get_int("offsets.commit.timeout.ms") / 1000
+        )
         self.num_partitions = config.get_int("offsets.topic.num.partitions")
         self.initial_delay_ms = config.get_int("group.initial.rebalance.delay.ms")
         self.min_session_ms = config.get_int("group.min.session.timeout.ms")
         self.max_session_ms = config.get_int("group.max.session.timeout.ms")
         self.max_metadata_bytes = config.get_int("offset.metadata.max.bytes")
-        self.commit_timeout_s = config.get_int("offsets.commit.timeout.ms") / 1000
+        self.retention_ms = config.get_int("offsets.retention.minutes") * 60_000
+        self.retention_check_s = config.get_int("offsets.retention.check.interval.ms") / 1000
 
     # -- lifecycle --------------------------------------------------------------------------
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load `__consumer_offsets`, report started, then run the group timers forever."""
-        self.load()
-        task_status.started()
+        """Start loading `__consumer_offsets` (embedded), report started, then run the group
+        timers and the offsets expiry forever."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._load_all()
+            nursery.start_soon(self._expire_offsets_periodically)
+            task_status.started()
+            await self._run_timers()
+
+    async def _run_timers(self) -> None:
         while True:
             deadline = min(
                 (d for g in self.groups.values() if (d := g.next_deadline()) is not None),
@@ -135,50 +146,83 @@ class GroupCoordinator:
                         log.exception("group %s: timer failed", group.group_id)
                         await trio.sleep(1)
 
-    def load(self) -> None:
-        """Embedded: replay every partition of `__consumer_offsets` into groups and offsets.
-        In a cluster nothing is loaded here: partitions load as this broker becomes leader."""
+    def _load_all(self) -> None:
+        """Embedded: load every partition of `__consumer_offsets`. In a cluster nothing is
+        loaded here: partitions load as this broker becomes leader."""
         if self.broker.cluster_mode:
             return
         record = self.broker.topics.get(OFFSETS_TOPIC)
         if record is None:
             return
         self.num_partitions = record.partitions
-        groups = count = 0
         for index in range(record.partitions):
-            loaded, replayed = self._load_partition(index)
-            groups, count = groups + loaded, count + replayed
-        log.info("loaded %d groups from %d records of %s", groups, count, OFFSETS_TOPIC)
+            self._start_load(index)
 
     def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
         """The replica manager made `tp` leader or follower here, or stopped it (`leader`
         False). For a `__consumer_offsets` partition, load its groups when we newly lead it
-        (Kafka's onElection) and unload them when we no longer do (onResignation)."""
+        (Kafka's onElection) and unload them, or cancel their load, when we no longer do
+        (onResignation)."""
         if tp.topic != OFFSETS_TOPIC:
             return
+        index = tp.partition
         if leader:
-            if tp.partition not in self.owned:
-                try:
-                    groups, count = self._load_partition(tp.partition)
-                except Exception:  # a bug: its groups stay NOT_COORDINATOR, the broker runs on
-                    log.exception("%s-%d: loading failed", OFFSETS_TOPIC, tp.partition)
-                    self._unload_partition(tp.partition)
-                    return
-                self.owned.add(tp.partition)
-                log.info(
-                    "%s-%d: leader: loaded %d groups from %d records",
-                    OFFSETS_TOPIC,
-                    tp.partition,
-                    groups,
-                    count,
-                )
-        elif tp.partition in self.owned:
-            self.owned.discard(tp.partition)
-            self._unload_partition(tp.partition)
+            if index not in self.owned and index not in self.loading:
+                self._start_load(index)
+            return
+        scope = self.loading.pop(index, None)
+        if scope is not None:
+            scope.cancel()
+            log.info("%s-%d: no longer leader: load cancelled", OFFSETS_TOPIC, index)
+        if index in self.owned:
+            self.owned.discard(index)
+            self._unload_partition(index)
+
+    def _start_load(self, index: int) -> None:
+        assert self._nursery is not None, "partitions load once the coordinator serves"
+        scope = self.loading[index] = trio.CancelScope()
+        self._nursery.start_soon(self._load, index, scope)
+
+    async def _load(self, index: int, scope: trio.CancelScope) -> None:
+        """Replay partition `index` off the loop, then install its groups, unless the load was
+        cancelled (leadership moved) meanwhile."""
+        started = trio.current_time()
+        load = GroupLoad(self.initial_delay_ms)
+        with scope:
+            try:
+                count = await self.store.replay(index, load.replay)
+            except Exception:  # a bug or a broken log: its groups stay unavailable
+                log.exception("%s-%d: loading failed", OFFSETS_TOPIC, index)
+                if self.loading.get(index) is scope:
+                    del self.loading[index]
+                return
+        if self.loading.get(index) is not scope:
+            return  # cancelled, or superseded by a newer load
+        del self.loading[index]
+        now = self.broker.now_ms()
+        for group in load.groups.values():
+            for m in group.members.values():
+                m.heartbeat_deadline_ms = now + m.session_timeout_ms
+        self.groups.update(load.groups)
+        self.owned.add(index)
+        self._wake.set()  # the loaded groups' deadlines
+        log.log(
+            logging.INFO if count else logging.DEBUG,
+            "%s-%d: loaded %d groups from %d records in %.0f ms",
+            OFFSETS_TOPIC,
+            index,
+            len(load.groups),
+            count,
+            (trio.current_time() - started) * 1000,
+        )
 
     def coordinator_error(self, group_id: str) -> ErrorCode:
-        """NONE when this broker coordinates `group_id`, else NOT_COORDINATOR."""
-        if not self.broker.cluster_mode or self.partition_of(group_id) in self.owned:
+        """NONE when this broker coordinates `group_id`; COORDINATOR_LOAD_IN_PROGRESS while its
+        partition loads; else NOT_COORDINATOR."""
+        index = self.partition_of(group_id)
+        if index in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if not self.broker.cluster_mode or index in self.owned:
             return ErrorCode.NONE
         return ErrorCode.NOT_COORDINATOR
 
@@ -190,41 +234,6 @@ class GroupCoordinator:
         if self.broker.cluster_mode:
             count = len(self.broker.metadata_cache.partitions.get(OFFSETS_TOPIC, {})) or count
         return records.partition_for(group_id, count)
-
-    def _load_partition(self, index: int) -> tuple[int, int]:
-        """Replay one partition of `__consumer_offsets`, replacing what we held of its groups;
-        (groups loaded, records replayed)."""
-        self._unload_partition(index)
-        partition = self.broker.partition(OFFSETS_TOPIC, index)
-        if partition is None:
-            return 0, 0
-        count = 0
-        now = self.broker.now_ms()
-        before = set(self.groups)
-        plog = partition.log
-        offset = plog.log_start_offset
-        while offset < plog.log_end_offset:
-            with plog.read(offset, LOAD_CHUNK_BYTES) as result:
-                data = result.read()
-            start = offset
-            for batch in iter_batches(data):
-                offset = batch.last_offset + 1
-                if isinstance(batch, RecordBatchView) and batch.is_control:
-                    continue
-                for r in iter_records(batch):
-                    if r.key is not None:
-                        count += 1
-                        value = None if r.value is None else bytes(r.value)
-                        self._replay(records.decode(bytes(r.key), value), now)
-            if offset == start:
-                log.warning("%s-%d: no whole batch at offset %d", OFFSETS_TOPIC, index, offset)
-                break
-        loaded = [g for gid, g in self.groups.items() if gid not in before]
-        for group in loaded:
-            for m in group.members.values():
-                m.heartbeat_deadline_ms = now + m.session_timeout_ms
-        self._wake.set()  # the loaded groups' deadlines
-        return len(loaded), count
 
     def _unload_partition(self, index: int) -> None:
         """Forget the groups of one partition; their parked requests answer NOT_COORDINATOR."""
@@ -241,31 +250,9 @@ class GroupCoordinator:
         for (gid, _), sync in list(self._syncs.items()):
             if gid in gone:
                 sync.result = SyncResult(ErrorCode.NOT_COORDINATOR)
-                sync.write = _WRITTEN
+                sync.write = WRITTEN
                 sync.event.set()
         log.info("%s-%d: unloaded %d groups", OFFSETS_TOPIC, index, len(gone))
-
-    def _replay(self, rec: OffsetRecord | GroupRecord | None, now: int) -> None:
-        if isinstance(rec, OffsetRecord):
-            group = self._group(rec.group, create=True)
-            assert group is not None
-            tp = (rec.topic, rec.partition)
-            if rec.value is None:
-                group.offsets.pop(tp, None)
-            else:
-                v = rec.value
-                group.offsets[tp] = CommittedOffset(
-                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
-                )
-        elif isinstance(rec, GroupRecord):
-            if rec.value is None:
-                self.groups.pop(rec.group, None)
-                return
-            old = self.groups.get(rec.group)
-            group = _restore(rec.group, rec.value, self.initial_delay_ms, now)
-            if old is not None:
-                group.offsets = old.offsets
-            self.groups[rec.group] = group
 
     def ensure_topic(self) -> None:
         """Create `__consumer_offsets` if this is its first use."""
@@ -287,6 +274,47 @@ class GroupCoordinator:
         stats["parked_syncs"] = len(self._syncs)
         return stats
 
+    # -- offsets expiry ---------------------------------------------------------------------
+    async def _expire_offsets_periodically(self) -> None:
+        while True:
+            self.expire_offsets(self.broker.now_ms())
+            await trio.sleep(self.retention_check_s)
+
+    def expire_offsets(self, now: int) -> None:
+        """Delete the offsets whose retention passed, and the Empty groups left without any
+        (Kafka's cleanupGroupMetadata). A group with a commit in flight waits for the next
+        check, so that no tombstone lands behind a commit it would undo."""
+        expired = removed = 0
+        for group in list(self.groups.values()):
+            if self._pending_commits[group.group_id]:
+                continue
+            gone = group.expire_offsets(now, self.retention_ms)
+            expired += len(gone)
+            removed += self._remove_offsets(group, gone)
+        if expired or removed:
+            log.info("expired %d offsets, removed %d groups", expired, removed)
+
+    def _remove_offsets(self, group: Group, gone: list[tuple[str, int]]) -> bool:
+        """Write tombstones for offsets `gone` from `group`; if that leaves it Empty without
+        offsets, the group is Dead: removed, its metadata tombstoned too. Not awaited, as
+        Kafka's acks=0 tombstones. Whether the group was removed."""
+        group_id = group.group_id
+        kvs: list[tuple[bytes, bytes | None]] = [
+            (records.offset_key(group_id, t, p), None) for t, p in gone
+        ]
+        positions = self._commit_positions.get(group_id, {})
+        for tp in gone:
+            positions.pop(tp, None)
+        dead = group.state == GroupState.EMPTY and not group.offsets
+        if dead:
+            group.state = GroupState.DEAD
+            del self.groups[group_id]
+            self._commit_positions.pop(group_id, None)
+            kvs.append((records.group_key(group_id), None))
+        if kvs:
+            self._append(group_id, kvs)
+        return dead
+
     # -- groups -----------------------------------------------------------------------------
     def _group(self, group_id: str, *, create: bool = False) -> Group | None:
         group = self.groups.get(group_id)
@@ -305,14 +333,19 @@ class GroupCoordinator:
         ):
             self.groups.pop(group.group_id, None)
 
-    def _apply(self, group: Group, out: Outcome) -> _Write:
+    def _apply(self, group: Group, out: Outcome) -> Write:
         """Write what the machine asked for, then hand replies to parked requests (a parked
         SyncGroup waits for the group's write to be durable before it answers)."""
-        write = _WRITTEN
+        write = WRITTEN
         if out.write_group:
             write = self._append(
                 group.group_id,
-                [(records.group_key(group.group_id), records.group_value(_group_value(group)))],
+                [
+                    (
+                        records.group_key(group.group_id),
+                        records.group_value(records.group_metadata(group)),
+                    )
+                ],
             )
         for member_id, join in out.joins.items():
             join_waiter = self._joins.pop((group.group_id, member_id), None)
@@ -330,41 +363,13 @@ class GroupCoordinator:
             self._wake.set()  # only an earlier deadline needs the timer task to wake
         return write
 
-    def _append(self, group_id: str, kvs: list[tuple[bytes, bytes | None]]) -> _Write:
-        """Append to the group's partition as its leader (acks=all); durability is awaited
-        separately (`_stored`)."""
+    def _append(self, group_id: str, kvs: list[tuple[bytes, bytes | None]]) -> Write:
+        """Append to the group's partition (creating the topic on first use, embedded)."""
         if not self.broker.cluster_mode:
             self.ensure_topic()
-        index = self.partition_of(group_id)
-        partition = self.broker.partition(OFFSETS_TOPIC, index)
-        if partition is None or not partition.is_local_leader:
-            return _Write(None, 0, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        now = self.broker.now_ms()
-        batch = build_record_batch([SimpleRecord(k, v, timestamp=now) for k, v in kvs])
-        try:
-            info = partition.append_to_leader(memoryview(bytearray(batch)), now, acks=-1)
-        except KafkaError as e:
-            log.warning("%s-%d: append for group %s failed: %s", OFFSETS_TOPIC, index, group_id, e)
-            return _Write(None, 0, e.error_code)
-        except OSError as e:
-            log.error("%s-%d: append for group %s failed: %s", OFFSETS_TOPIC, index, group_id, e)
-            return _Write(None, 0, ErrorCode.KAFKA_STORAGE_ERROR)
-        return _Write(partition, info.last_offset + 1)
-
-    async def _stored(self, write: _Write) -> ErrorCode:
-        """Wait until the high watermark passes `write` (Kafka's DelayedProduce for acks=all):
-        NONE, the append's error, or REQUEST_TIMED_OUT after `offsets.commit.timeout.ms`."""
-        partition = write.partition
-        if partition is None:
-            return write.error
-        with Wakeup([partition.state_waiters]) as wakeup, trio.move_on_after(self.commit_timeout_s):
-            while True:
-                wakeup.arm()
-                done, error = partition.check_enough_replicas_reach_offset(write.end_offset)
-                if done:
-                    return error
-                await wakeup.wait()
-        return ErrorCode.REQUEST_TIMED_OUT
+        return self.store.append(
+            self.partition_of(group_id), kvs, self.broker.now_ms(), f"group {group_id}"
+        )
 
     async def join(
         self,
@@ -453,12 +458,12 @@ class GroupCoordinator:
             result, write = waiter.result, waiter.write
         return await self._durable_sync(result, write)
 
-    async def _durable_sync(self, result: SyncResult, write: _Write) -> SyncResult:
+    async def _durable_sync(self, result: SyncResult, write: Write) -> SyncResult:
         """A SyncGroup reply once the group's write is durable; if it is not, the write's error
         as Kafka's storeGroup maps it (the members rejoin through the coordinator lookup)."""
         if result.error != ErrorCode.NONE:
             return result
-        error = _group_store_error(await self._stored(write))
+        error = _group_store_error(await self.store.stored(write))
         return result if error == ErrorCode.NONE else SyncResult(error)
 
     async def _park(
@@ -469,7 +474,7 @@ class GroupCoordinator:
         earlier = waiters.get(key)
         if earlier is not None:  # the same member asked again: the earlier request retries
             earlier.result = retry
-            earlier.write = _WRITTEN
+            earlier.write = WRITTEN
             earlier.event.set()
         waiters[key] = waiter
         try:
@@ -483,7 +488,8 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int
     ) -> ErrorCode:
         if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
-            return error
+            # Kafka answers a heartbeat blindly while the group loads
+            return ErrorCode.NONE if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else error
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -514,14 +520,9 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != GroupState.EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        kvs: list[tuple[bytes, bytes | None]] = [
-            (records.offset_key(group_id, t, p), None) for t, p in group.offsets
-        ]
-        kvs.append((records.group_key(group_id), None))
-        self._append(group_id, kvs)  # not awaited: Kafka appends these tombstones with acks=0
-        group.state = GroupState.DEAD
-        del self.groups[group_id]
-        self._commit_positions.pop(group_id, None)
+        gone = list(group.offsets)
+        group.offsets.clear()
+        self._remove_offsets(group, gone)
         return ErrorCode.NONE
 
     # -- offsets ----------------------------------------------------------------------------
@@ -561,6 +562,7 @@ class GroupCoordinator:
                 leader_epoch=committed.leader_epoch,
                 metadata=committed.metadata,
                 commit_timestamp=committed.commit_timestamp_ms,
+                expire_timestamp=committed.expire_timestamp_ms,
             )
             kvs.append(
                 (records.offset_key(group_id, topic, partition), records.offset_value(value))
@@ -568,8 +570,14 @@ class GroupCoordinator:
             accepted.append((topic, partition, committed))
         if not kvs:
             return ErrorCode.NONE, codes
-        write = self._append(group_id, kvs)
-        stored = _offset_store_error(await self._stored(write))
+        self._pending_commits[group_id] += 1
+        try:
+            write = self._append(group_id, kvs)
+            stored = _offset_store_error(await self.store.stored(write))
+        finally:
+            self._pending_commits[group_id] -= 1
+            if not self._pending_commits[group_id]:
+                del self._pending_commits[group_id]
         if stored != ErrorCode.NONE:
             return ErrorCode.NONE, [stored if c == ErrorCode.NONE else c for c in codes]
         if self.groups.get(group_id) is not group:
@@ -600,17 +608,16 @@ class GroupCoordinator:
         if subscribed is None:
             return ErrorCode.NON_EMPTY_GROUP, []
         codes: list[ErrorCode] = []
-        kvs: list[tuple[bytes, bytes | None]] = []
+        gone: list[tuple[str, int]] = []
         for topic, partition in partitions:
             if topic in subscribed:
                 codes.append(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                 continue
             codes.append(ErrorCode.NONE)
             if group.offsets.pop((topic, partition), None) is not None:
-                self._commit_positions.get(group_id, {}).pop((topic, partition), None)
-                kvs.append((records.offset_key(group_id, topic, partition), None))
-        if kvs:
-            self._append(group_id, kvs)  # not awaited, as Kafka's acks=0 tombstones
+                gone.append((topic, partition))
+        if ErrorCode.NONE in codes:  # as Kafka, even if none of them had an offset
+            self._remove_offsets(group, gone)
         return ErrorCode.NONE, codes
 
 
@@ -652,57 +659,3 @@ def _offset_store_error(error: ErrorCode) -> ErrorCode:
         too_large=ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
         timed_out=ErrorCode.REQUEST_TIMED_OUT,
     )
-
-
-def _group_value(group: Group) -> GroupMetadataValue:
-    members = [
-        GroupMetadataValue.MemberMetadata(
-            member_id=m.member_id,
-            group_instance_id=m.group_instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            rebalance_timeout=m.rebalance_timeout_ms,
-            session_timeout=m.session_timeout_ms,
-            subscription=m.metadata(group.protocol_name),
-            assignment=m.assignment,
-        )
-        for m in group.members.values()
-    ]
-    return GroupMetadataValue(
-        protocol_type=group.protocol_type or "",
-        generation=group.generation_id,
-        protocol=group.protocol_name,
-        leader=group.leader_id,
-        current_state_timestamp=group.state_timestamp_ms,
-        members=members,
-    )
-
-
-def _restore(group_id: str, value: GroupMetadataValue, initial_delay_ms: int, now: int) -> Group:
-    group = Group(
-        group_id,
-        initial_delay_ms,
-        state=GroupState.STABLE if value.members else GroupState.EMPTY,
-        generation_id=value.generation,
-        protocol_type=value.protocol_type or None,
-        protocol_name=value.protocol,
-        leader_id=value.leader,
-        state_timestamp_ms=value.current_state_timestamp,
-    )
-    for m in value.members:
-        protocols = [(value.protocol, bytes(m.subscription))] if value.protocol else []
-        member = Member(
-            m.member_id,
-            m.group_instance_id,
-            m.client_id,
-            m.client_host,
-            m.rebalance_timeout,
-            m.session_timeout,
-            protocols,
-            bytes(m.assignment),
-            heartbeat_deadline_ms=now + m.session_timeout,
-        )
-        group.members[m.member_id] = member
-        if m.group_instance_id is not None:
-            group.static_members[m.group_instance_id] = m.member_id
-    return group

@@ -1,9 +1,11 @@
-"""The records of `__consumer_offsets`, in Kafka's format: encode and decode, nothing else.
+"""The records of `__consumer_offsets`, in Kafka's format: encode and decode, nothing else
+(a `Group` to its metadata value and back included).
 
 A key is an int16 version then the key struct: versions 0 and 1 are `OffsetCommitKey`
 (group, topic, partition), version 2 is `GroupMetadataKey` (group). A value is an int16 version
 then the value struct; a null value is a tombstone. We write offset values at version 3 (Kafka's
-choice when no expire timestamp is set) and group metadata values at version 3 (static members).
+choice when no expire timestamp is set; version 1, as Kafka, when one is) and group metadata values
+at version 3 (static members).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from protocol.messages.group_coordinator.group_metadata import (
     GroupMetadataValue,
 )
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitKey, OffsetCommitValue
+from wirebroker.group.state import Group, GroupState, Member
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
+EXPIRING_OFFSET_VALUE_VERSION = 1
 GROUP_VALUE_VERSION = 3
 
 _version = struct.Struct(">h")
@@ -49,7 +53,9 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def offset_value(value: OffsetCommitValue) -> bytes:
-    return _version.pack(OFFSET_VALUE_VERSION) + value.encode(OFFSET_VALUE_VERSION)
+    """Version 3, or version 1 (the only one with the field) when it carries an expiry time."""
+    version = OFFSET_VALUE_VERSION if value.expire_timestamp < 0 else EXPIRING_OFFSET_VALUE_VERSION
+    return _version.pack(version) + value.encode(version)
 
 
 def group_key(group: str) -> bytes:
@@ -94,3 +100,59 @@ def partition_for(group: str, partitions: int) -> int:
     if h >= 0x80000000:
         h -= 0x100000000
     return (0 if h == -0x80000000 else abs(h)) % partitions
+
+
+def group_metadata(group: Group) -> GroupMetadataValue:
+    """The metadata value of `group` as it stands."""
+    members = [
+        GroupMetadataValue.MemberMetadata(
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            rebalance_timeout=m.rebalance_timeout_ms,
+            session_timeout=m.session_timeout_ms,
+            subscription=m.metadata(group.protocol_name),
+            assignment=m.assignment,
+        )
+        for m in group.members.values()
+    ]
+    return GroupMetadataValue(
+        protocol_type=group.protocol_type or "",
+        generation=group.generation_id,
+        protocol=group.protocol_name,
+        leader=group.leader_id,
+        current_state_timestamp=group.state_timestamp_ms,
+        members=members,
+    )
+
+
+def restore_group(group_id: str, value: GroupMetadataValue, initial_delay_ms: int) -> Group:
+    """A group from its metadata value: Stable with its members, or Empty. The members'
+    session deadlines are the coordinator's to set (from when it installs the group)."""
+    group = Group(
+        group_id,
+        initial_delay_ms,
+        state=GroupState.STABLE if value.members else GroupState.EMPTY,
+        generation_id=value.generation,
+        protocol_type=value.protocol_type or None,
+        protocol_name=value.protocol,
+        leader_id=value.leader,
+        state_timestamp_ms=value.current_state_timestamp,
+    )
+    for m in value.members:
+        protocols = [(value.protocol, bytes(m.subscription))] if value.protocol else []
+        member = Member(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout,
+            m.session_timeout,
+            protocols,
+            bytes(m.assignment),
+        )
+        group.members[m.member_id] = member
+        if m.group_instance_id is not None:
+            group.static_members[m.group_instance_id] = m.member_id
+    return group

@@ -118,6 +118,9 @@ class CommittedOffset:
     leader_epoch: int
     metadata: str
     commit_timestamp_ms: int
+    #: When the offset expires, from OffsetCommit v2-v4's retention time; -1: by the retention
+    #: rules of `Group.expire_offsets`.
+    expire_timestamp_ms: int = -1
 
 
 @dataclass(eq=False)
@@ -555,6 +558,36 @@ class Group:
         if self.state == GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
+
+    def expire_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+        """Remove and return the offsets whose retention passed (Kafka 3.x): in an Empty group,
+        `retention_ms` after it became Empty (after each commit if that time is unknown); in a
+        Stable consumer group, offsets of topics no member subscribes to, after their commit;
+        in a group without a protocol (offsets committed by a simple consumer or an admin),
+        after each commit. Nothing expires in any other group. An offset committed with its
+        own expiry time (OffsetCommit v2-v4) expires then instead."""
+        topics: set[str] = set()
+        if self.protocol_type and self.state == GroupState.EMPTY:
+            since = self.state_timestamp_ms
+        elif self.protocol_type == "consumer" and self.state == GroupState.STABLE:
+            subscribed = self.subscribed_topics()
+            if subscribed is None:
+                return []
+            since, topics = -1, subscribed
+        elif not self.protocol_type:
+            since = -1
+        else:
+            return []
+
+        def expired(c: CommittedOffset) -> bool:
+            if c.expire_timestamp_ms >= 0:
+                return now_ms >= c.expire_timestamp_ms
+            return now_ms - (since if since >= 0 else c.commit_timestamp_ms) >= retention_ms
+
+        gone = [tp for tp, c in self.offsets.items() if tp[0] not in topics and expired(c)]
+        for tp in gone:
+            del self.offsets[tp]
+        return gone
 
     def touch(self, member_id: str, now_ms: int) -> None:
         member = self.members.get(member_id)

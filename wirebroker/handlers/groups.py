@@ -18,7 +18,9 @@ DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
 In a cluster, a group this broker does not coordinate (its `__consumer_offsets` partition is led
 elsewhere) gets NOT_COORDINATOR: top-level in JoinGroup, SyncGroup, Heartbeat and LeaveGroup,
 per group in DescribeGroups (with an empty state) and DeleteGroups; ListGroups lists only the
-groups coordinated here, as Kafka's brokers each do.
+groups coordinated here, as Kafka's brokers each do. While a group's partition loads, the same
+places answer COORDINATOR_LOAD_IN_PROGRESS (ListGroups at the top, beside what it lists);
+FindCoordinator still answers.
 """
 
 from __future__ import annotations
@@ -273,7 +275,9 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
                 group_type=CLASSIC,
             )
         )
-    return ListGroupsResponse(error_code=ErrorCode.NONE, groups=listed)
+    # Kafka lists what it has and says some partitions are still loading
+    error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if ctx.broker.groups.loading else ErrorCode.NONE
+    return ListGroupsResponse(error_code=error, groups=listed)
 
 
 @handles(DeleteGroupsRequest, (0, 2))

@@ -2,9 +2,9 @@
 
 - OffsetCommit v0-9: v0 commits without a generation (an "admin" commit, allowed only while the
   group is Empty); v1 carries a per-partition commit timestamp (-1: now); v2-v4 carry a
-  retention time, accepted and ignored (offsets never expire here yet); v6+ leader epochs; v7+
-  static members. Metadata is stored verbatim (null is stored as ""), up to
-  `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
+  retention time: if set, the offsets expire that long after the commit, instead of by
+  `offsets.retention.minutes` (see `Group.expire_offsets`), as Kafka; v6+ leader epochs; v7+ static members. Metadata is stored
+  verbatim (null is stored as ""), up to `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v0-9: v0 reads the same store (Kafka v0 read ZooKeeper); v2+ `topics` null means
   every committed partition; v7+ `require_stable` is accepted — there are no pending
   transactional offsets yet, so nothing is ever unstable; v8+ batches groups. v9's member id and
@@ -35,6 +35,7 @@ NO_OFFSET = -1
 @handles(OffsetCommitRequest, (0, 9))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     now = ctx.broker.now_ms()
+    retention = request.retention_time_ms if 2 <= ctx.api_version <= 4 else -1
     results: dict[tuple[str, int], ErrorCode] = {}
     wanted: list[tuple[str, int, CommittedOffset]] = []
     for topic in request.topics:
@@ -49,6 +50,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
                 p.committed_leader_epoch,
                 p.committed_metadata or "",
                 now if timestamp < 0 else timestamp,
+                -1 if retention < 0 else now + retention,
             )
             wanted.append((topic.name, p.partition_index, committed))
     error, codes = ErrorCode.NONE, list[ErrorCode]()

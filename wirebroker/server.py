@@ -29,6 +29,7 @@ from storage.clock import Clock, wall_clock_ms
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
+from wirebroker.metrics_http import serve_metrics
 
 if TYPE_CHECKING:
     from wirebroker.zk.client import ZkClient
@@ -104,6 +105,7 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
+            await nursery.start(serve_metrics, broker)
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
                 broker.node_id,

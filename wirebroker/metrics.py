@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 FETCH_KEY = 1
 #: Requests whose total time the quantiles of one API are computed over (a ring buffer).
 TIME_WINDOW = 1024
+WINDOW_MASK = TIME_WINDOW - 1  # TIME_WINDOW is a power of two
 #: Kafka's histogram percentiles, labelled as the JMX exporter labels them (`99thPercentile`
 #: becomes quantile="0.99", `50thPercentile` quantile="0.50").
 QUANTILES = (
@@ -65,7 +66,7 @@ QUANTILES = (
 
 
 class RequestStats:
-    """One request name's counts per version, errors, and its recent total times (ms)."""
+    """One request name's counts per version, errors, and its recent total times (seconds)."""
 
     __slots__ = ("name", "has_error_code", "versions", "errors", "times", "count", "time_sum")
 
@@ -78,19 +79,19 @@ class RequestStats:
         self.count = 0
         self.time_sum = 0.0
 
-    def observe(self, ms: float) -> None:
+    def observe(self, seconds: float) -> None:
         count = self.count
-        self.times[count % TIME_WINDOW] = ms
+        self.times[count & WINDOW_MASK] = seconds
         self.count = count + 1
-        self.time_sum += ms
+        self.time_sum += seconds
 
-    def quantiles(self) -> list[tuple[str, float]]:
+    def quantiles_ms(self) -> list[tuple[str, float]]:
         """(quantile label, ms) over the last `TIME_WINDOW` requests."""
         recent = sorted(self.times[: min(self.count, TIME_WINDOW)])
         if not recent:
             return []
         last = len(recent) - 1
-        return [(label, recent[min(last, int(q * len(recent)))]) for label, q in QUANTILES]
+        return [(label, recent[min(last, int(q * len(recent)))] * 1000) for label, q in QUANTILES]
 
 
 @dataclass(slots=True)
@@ -125,7 +126,7 @@ class BrokerStats:
 
     connections: int = 0
     requests: dict[int, RequestStats] = field(default_factory=_request_stats)
-    #: Fetch is also counted as FetchConsumer or FetchFollower, as in Kafka.
+    #: Fetch is also counted as FetchConsumer or FetchFollower, as Kafka does.
     fetch_consumer: RequestStats = field(
         default_factory=lambda: RequestStats("FetchConsumer", True, APIS[FETCH_KEY].max_version)
     )
@@ -150,26 +151,45 @@ class BrokerStats:
     ) -> Message | Later | None:
         """Count a handled request; `error` is the code a failed one was answered with.
 
-        A `Later` answer is timed until it is ready: the returned `Later` wraps it.
+        A `Later` answer is timed until it is ready: the returned `Later` wraps it. This runs
+        for every request, so the usual case is written out rather than factored.
         """
-        stats = self.requests[header.request_api_key]
-        version = header.request_api_version
-        stats.versions[version] += 1
-        if stats.has_error_code and not error and response is not None:
-            error = getattr(response, "error_code", 0)
-        if error:
+        key = header.request_api_key
+        stats = self.requests[key]
+        stats.versions[header.request_api_version] += 1
+        if error or (
+            stats.has_error_code
+            and response is not None
+            and (error := getattr(response, "error_code", 0))
+        ):
             stats.errors[error] = stats.errors.get(error, 0) + 1
-        both: tuple[RequestStats, ...] = (stats,)
-        if header.request_api_key == FETCH_KEY:
-            replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id  # type: ignore[attr-defined]
-            fetch = self.fetch_follower if replica_id >= 0 else self.fetch_consumer
-            fetch.versions[version] += 1
-            both = (stats, fetch)
+        if key == FETCH_KEY:
+            return self._fetch_done(stats, header, body, started, response)
         if type(response) is Later:
-            return Later(partial(_timed, response, started, both))
-        ms = (perf_counter() - started) * 1000
-        for s in both:
-            s.observe(ms)
+            return Later(partial(_timed, response, started, (stats,)))
+        elapsed = perf_counter() - started
+        count = stats.count
+        stats.times[count & WINDOW_MASK] = elapsed
+        stats.count = count + 1
+        stats.time_sum += elapsed
+        return response
+
+    def _fetch_done(
+        self,
+        stats: RequestStats,
+        header: RequestHeader,
+        body: Message,
+        started: float,
+        response: Message | Later | None,
+    ) -> Message | Later | None:
+        """Fetch is also counted as FetchConsumer or FetchFollower, as Kafka does."""
+        version = header.request_api_version
+        replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id  # type: ignore[attr-defined]
+        fetch = self.fetch_follower if replica_id >= 0 else self.fetch_consumer
+        fetch.versions[version] += 1
+        elapsed = perf_counter() - started
+        stats.observe(elapsed)
+        fetch.observe(elapsed)
         return response
 
     def produced(self, topic: str, records: int, size: int) -> None:
@@ -209,9 +229,9 @@ async def _timed(later: Later, started: float, stats: Iterable[RequestStats]) ->
     try:
         return await later.finish()
     finally:
-        ms = (perf_counter() - started) * 1000
+        elapsed = perf_counter() - started
         for s in stats:
-            s.observe(ms)
+            s.observe(elapsed)
 
 
 class BrokerCollector(Collector):
@@ -277,10 +297,10 @@ class BrokerCollector(Collector):
             for code, count in sorted(s.errors.items()):
                 errors.add_metric([s.name, _error_name(code)], count)
             name, labels = total_time.name, {"request": s.name}
-            for q, value in s.quantiles():
+            for q, value in s.quantiles_ms():
                 total_time.samples.append(Sample(name, {**labels, "quantile": q}, value))
             total_time.samples.append(Sample(f"{name}_count", labels, s.count))
-            total_time.samples.append(Sample(f"{name}_sum", labels, s.time_sum))
+            total_time.samples.append(Sample(f"{name}_sum", labels, s.time_sum * 1000))
         yield requests
         yield errors
         yield total_time

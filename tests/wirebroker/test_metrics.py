@@ -18,20 +18,17 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from protocol.errors import ErrorCode
 from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from tests.broker_process import BrokerProcess, broker_process
-from tests.wirebroker.helpers import RawClient, create_topic
+from tests.wirebroker.helpers import RawClient, create_topic, scrape, value
 from wirebroker.config import BrokerConfig, ConfigError
 
 pytestmark = pytest.mark.integration
 
 BROKER_PROPERTIES = {"wirebroker.metrics.listener": "127.0.0.1:0"}
 ENDPOINT = re.compile(r"metrics endpoint on (?P<url>http://\S+/metrics)")
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +38,6 @@ def metrics_url(broker: BrokerProcess) -> str:
     m = ENDPOINT.search(line)
     assert m is not None, line
     return m["url"]
-
-
-def scrape(url: str) -> Samples:
-    """Every sample of one scrape, parsed by prometheus_client's text parser."""
-    with urllib.request.urlopen(url, timeout=10) as response:
-        assert response.status == 200
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = response.read().decode()
-    samples: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return samples
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int = 100) -> None:

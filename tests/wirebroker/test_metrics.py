@@ -7,6 +7,7 @@ module share one broker without depending on their order.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from protocol.errors import ErrorCode
 from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -203,3 +205,14 @@ def test_a_bad_listener_is_a_configuration_error(bad: str, tmp_path: Path) -> No
     assert done.returncode == 2
     assert "configuration error" in done.stderr
     assert "wirebroker.metrics.listener" in done.stderr
+
+
+def test_the_grafana_dashboard_uses_served_names(metrics_url: str) -> None:
+    dashboard = Path(__file__).parents[2] / "config" / "grafana" / "wirebroker.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\b(kafka_[a-z_]+)\{", e)}
+    assert len(names) >= 10
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        families = {f.name for f in text_string_to_metric_families(response.read().decode())}
+    served = families | {f"{n}_total" for n in families}
+    assert names <= served, names - served

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -109,8 +109,8 @@ class TopicStats:
 
 
 def _has_top_level_error_code(api_key: int) -> bool:
-    response = APIS[api_key].response_class()
-    return any(f.name == "error_code" for f in response.FIELDS)
+    response_class = APIS[api_key].response_class()
+    return any(f.name == "error_code" for f in response_class.FIELDS)
 
 
 def _request_stats() -> dict[int, RequestStats]:
@@ -393,7 +393,9 @@ class BrokerCollector(Collector):
             None,
             labels,
         )
-        for tp, p in sorted(self.broker.partitions.items(), key=lambda kv: _tp_key(kv[0])):
+        for tp, p in sorted(
+            self.broker.partitions.items(), key=lambda kv: (kv[0].topic, kv[0].partition)
+        ):
             names = [tp.topic, str(tp.partition)]
             log = p.log
             size.add_metric(names, log.size_in_bytes)
@@ -486,7 +488,3 @@ def _error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return str(code)
-
-
-def _tp_key(tp: Any) -> tuple[str, int]:
-    return tp.topic, tp.partition

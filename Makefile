@@ -16,13 +16,14 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## serve: one broker on 127.0.0.1:9092 with its data in ./data (Ctrl-C stops it cleanly)
+## serve: one broker on 127.0.0.1:9092 with its data in ./data, Prometheus metrics on 127.0.0.1:9404/metrics (Ctrl-C stops it cleanly)
 serve: setup
-	$(VENV)/bin/wirebroker serve --listeners PLAINTEXT://127.0.0.1:9092 --log-dirs ./data
+	$(VENV)/bin/wirebroker serve --listeners PLAINTEXT://127.0.0.1:9092 --log-dirs ./data \
+	  --override wirebroker.metrics.listener=127.0.0.1:9404
 
-## cluster: ZooKeeper + 3 brokers on 127.0.0.1:9092-9094, data in ./data/cluster (Ctrl-C stops all)
+## cluster: ZooKeeper + 3 brokers on 127.0.0.1:9092-9094, metrics on :9404-9406, data in ./data/cluster (Ctrl-C stops all)
 cluster: setup jars
-	$(VENV)/bin/wirebroker cluster --brokers 3
+	$(VENV)/bin/wirebroker cluster --brokers 3 --metrics-port 9404
 
 ## test: set up everything the suite needs (venv, Kafka jars, kcat) and run the whole suite
 test: setup jars tools

@@ -25,6 +25,7 @@ from wirebroker.fetch_sessions import FetchSessionCache
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.meta_properties import load_or_create_meta
 from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
+from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
 from wirebroker.producer_ids import ProducerIdManager
 from wirebroker.replication.manager import ReplicaManager
@@ -35,12 +36,6 @@ if TYPE_CHECKING:
     from wirebroker.zk.member import ClusterMember
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class BrokerStats:
-    connections: int = 0
-    requests: int = 0
 
 
 @dataclass(eq=False)

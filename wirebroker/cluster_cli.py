@@ -34,6 +34,7 @@ from wirebroker.zookeeper_server import (
 READY = re.compile(
     r"wirebroker (?P<id>\d+) ready in \d+ ms on PLAINTEXT://(?P<host>[^:,\s]+):(?P<port>\d+)"
 )
+METRICS = re.compile(r"metrics endpoint on (?P<url>http://\S+)")
 STOP_GRACE_S = 45.0
 START_TIMEOUT_S = 60.0
 
@@ -43,6 +44,7 @@ examples:
   wirebroker cluster --brokers 5              five brokers, 9092-9096
   wirebroker cluster --zookeeper zk:2181      use a running ZooKeeper (add /chroot to share one)
   wirebroker cluster --override default.replication.factor=3 --override min.insync.replicas=2
+  wirebroker cluster --metrics-port 9404      Prometheus /metrics of broker N on 9404+N-1
 
 __consumer_offsets gets offsets.topic.replication.factor (Kafka's 3) replicas: with fewer brokers,
 one per broker, unless --override sets it.
@@ -80,6 +82,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="port of broker 1; broker N gets base+N-1 (0: any free ports)",
     )
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="port of broker 1's Prometheus /metrics; broker N gets port+N-1 (default: none)",
+    )
+    p.add_argument(
         "--data-dir", type=Path, default=Path("data/cluster"), help="default ./data/cluster"
     )
     p.add_argument(
@@ -93,6 +100,7 @@ class _Broker:
         self.broker_id = broker_id
         self.ready = threading.Event()
         self.address = ""
+        self.metrics_url = ""
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -112,6 +120,9 @@ class _Broker:
             if m:
                 self.address = f"{m['host']}:{m['port']}"
                 self.ready.set()
+            m = METRICS.search(line)
+            if m:
+                self.metrics_url = m["url"]
             with self._lock:
                 sys.stdout.write(f"broker-{self.broker_id} | {line}")
                 sys.stdout.flush()
@@ -213,6 +224,9 @@ def _run_brokers(
             "--override",
             f"zookeeper.connect={connect}",
         ]
+        if args.metrics_port is not None:
+            metrics_port = args.metrics_port + broker_id - 1 if args.metrics_port else 0
+            argv += ["--override", f"wirebroker.metrics.listener={args.host}:{metrics_port}"]
         for item in _internal_topic_overrides(args) + args.override:
             argv += ["--override", item]
         brokers.append(_Broker(broker_id, argv, lock))
@@ -226,6 +240,8 @@ def _run_brokers(
             return 1
     _say(lock, f"{len(brokers)} brokers ready; ZooKeeper {connect}")
     _say(lock, "bootstrap.servers=" + ",".join(b.address for b in brokers))
+    if args.metrics_port is not None:
+        _say(lock, "metrics: " + " ".join(b.metrics_url for b in brokers))
     _say(lock, "Ctrl-C stops the cluster")
     while not stop.wait(0.2):
         dead = [b for b in brokers if not b.running()]

@@ -165,6 +165,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k("num.network.threads", "int", "3", "Accepted for compatibility; trio runs one thread."),
         _k("num.io.threads", "int", "8", "Accepted for compatibility; trio runs one thread."),
         _k(
+            "wirebroker.metrics.listener",
+            "string",
+            None,
+            "Ours: HOST:PORT of the Prometheus endpoint (GET /metrics); unset: none.",
+        ),
+        _k(
             "zookeeper.connect",
             "string",
             None,
@@ -286,6 +292,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
 _LISTENER = re.compile(
     r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$"
 )
+
+
+_HOST_PORT = re.compile(r"^(?P<host>\[[^\]]*\]|[^:/\[\]\s]*):(?P<port>\d{1,5})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,6 +437,7 @@ class BrokerConfig:
             _check_implemented(
                 "between brokers", (self.get("security.inter.broker.protocol") or "").upper()
             )
+        self.metrics_listener()
         for name in (
             "message.max.bytes",
             "offsets.retention.minutes",
@@ -449,6 +459,19 @@ class BrokerConfig:
                 "listeners is empty: give at least one, e.g. PLAINTEXT://127.0.0.1:9092"
             )
         return out
+
+    def metrics_listener(self) -> tuple[str, int] | None:
+        """`wirebroker.metrics.listener` as (host, port); None when unset (no endpoint)."""
+        text = (self.get("wirebroker.metrics.listener") or "").strip()
+        if not text:
+            return None
+        m = _HOST_PORT.match(text)
+        if m is None or int(m["port"]) > 65535:
+            raise ConfigError(
+                f"wirebroker.metrics.listener={text!r}: expected HOST:PORT, e.g. 127.0.0.1:9404 "
+                "(port 0: any free port)"
+            )
+        return m["host"].strip("[]"), int(m["port"])
 
     def advertised_listeners(self) -> list[Listener] | None:
         text = self.get("advertised.listeners")

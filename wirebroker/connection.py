@@ -235,7 +235,6 @@ class _Connection:
             await self.outbox.flush()  # a handler that may wait must not hold back earlier answers
         broker = self.broker
         ctx = RequestContext(broker, request.header, self.client_host, self.listener_name)
-        broker.stats.requests += 1
         response = await dispatch(ctx, request.body)
         if response is None:  # acks=0 produce
             return

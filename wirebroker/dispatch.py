@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from protocol.errors import ErrorCode, KafkaError
@@ -101,16 +102,21 @@ def supported(api_key: int, version: int) -> bool:
 async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None:
     """Run the handler; a KafkaError or a bug becomes this API's error response."""
     reg = REGISTRY[ctx.header.request_api_key]
+    started = perf_counter()
+    error = ErrorCode.NONE
     try:
-        return await reg.handler(ctx, body)
+        response = await reg.handler(ctx, body)
     except CloseConnection:
         raise
     except KafkaError as e:
         log.info("%s v%d failed: %s", type(body).__name__, ctx.api_version, e)
-        return error_response(ctx, body, e.error_code)
+        error = e.error_code
+        response = error_response(ctx, body, error)
     except Exception:
         log.exception("%s v%d: unexpected error in handler", type(body).__name__, ctx.api_version)
-        return error_response(ctx, body, ErrorCode.UNKNOWN_SERVER_ERROR)
+        error = ErrorCode.UNKNOWN_SERVER_ERROR
+        response = error_response(ctx, body, error)
+    return ctx.broker.stats.request_done(ctx.header, body, started, response, error)
 
 
 def error_response(ctx: RequestContext, body: Message, code: ErrorCode) -> Message:

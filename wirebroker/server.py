@@ -34,6 +34,7 @@ from storage.partition_log import PendingFlush
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
+from wirebroker.metrics_http import serve_metrics
 
 if TYPE_CHECKING:
     from wirebroker.zk.client import ZkClient
@@ -107,6 +108,7 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
+            await nursery.start(serve_metrics, broker)
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
                 broker.node_id,

@@ -20,7 +20,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_cluster import DescribeClusterRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
-from tests.wirebroker.helpers import RawClient, host_port, wait_until
+from tests.wirebroker.helpers import RawClient, host_port, scrape, value, wait_until
 from wirebroker.zk import znodes
 from wirebroker.zookeeper_server import jars_available
 
@@ -32,7 +32,7 @@ pytestmark = [
 
 def test_cluster_command(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "wirebroker", "cluster", "--brokers", "3", "--base-port", "0"]
-    cmd += ["--zookeeper-port", "0", "--data-dir", str(tmp_path)]
+    cmd += ["--zookeeper-port", "0", "--data-dir", str(tmp_path), "--metrics-port", "0"]
     cmd += ["--override", "offsets.topic.num.partitions=3"]  # few logs; the RF is the default
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -94,6 +94,31 @@ def test_cluster_command(tmp_path: Path) -> None:
         finally:
             zk.stop()
             zk.close()
+        # each broker's /metrics: one active controller, every partition led once, none lagging
+        # (rf3's 3, by-admin's 2 and __consumer_offsets' 3, each on every broker)
+        metrics = found(r"metrics: (.+)$")
+        assert metrics is not None
+        urls = metrics[1].split()
+        assert len(urls) == 3
+
+        def settled() -> bool:  # until every broker has applied its LeaderAndIsr
+            scrapes = [scrape(url) for url in urls]
+
+            def total(name: str) -> float:
+                return sum(value(s, name) for s in scrapes)
+
+            return (
+                total("kafka_controller_kafkacontroller_activecontrollercount") == 1
+                and total("kafka_controller_kafkacontroller_globalpartitioncount") == 8
+                and total("kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+                and total("kafka_server_replicamanager_leadercount") == 8
+                and all(
+                    value(s, "kafka_server_replicamanager_partitioncount") == 8 for s in scrapes
+                )
+                and total("kafka_server_replicamanager_underreplicatedpartitions") == 0
+            )
+
+        wait_until(settled, 20, interval=0.2, what="the brokers' metrics")
         # the controller's state changes, and LeaderAndIsr to each broker, are in the logs
         wait_until(lambda: found(r"rf3-2: leader \d, leader epoch 0"), 10, what="state log")
         for broker_id in (1, 2, 3):

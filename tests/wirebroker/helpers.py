@@ -12,10 +12,12 @@ import shutil
 import socket
 import struct
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from protocol.api import decode_response, encode_request
 from protocol.compression import CompressionType
@@ -385,3 +387,24 @@ def advertised_api_keys(bootstrap: str) -> set[int]:
     with RawClient(bootstrap) as client:
         response = client.request(ApiVersionsRequest(), 0)
     return {k.api_key for k in response.api_keys}
+
+
+# Prometheus scrapes ------------------------------------------------------------------------
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of one scrape, parsed by prometheus_client's text parser."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)

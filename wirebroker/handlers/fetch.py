@@ -134,6 +134,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     for w, carry in zip(wanted, carried, strict=True):
         if carry:
             answered.append(w)
+            if w.topic and w.result.records is not None:
+                ctx.broker.stats.fetched(w.topic, len(w.result.records), replica_id >= 0)
         else:
             _release_one(w)
     return _response(ctx, answered, session_id)

@@ -157,6 +157,7 @@ def _append(
         log.exception("append to %s-%d failed unexpectedly", topic, data.index)
         result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
         return None
+    broker.stats.produced(topic, info.records_count, len(records))
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
     result.log_start_offset = partition.log_start_offset

@@ -374,6 +374,7 @@ class ReplicaFetcher:
     ) -> None:
         records = r.records
         if records is not None and len(records) > 0:
+            self.manager.broker.stats.replication_bytes_in += len(records)
             try:
                 p.log.append_as_follower(records)
             except UnexpectedAppendOffsetError as e:

@@ -208,6 +208,7 @@ class ReplicaManager:
                 if entry is None:
                     continue
                 p, pending = entry
+                was_pending = p.pending_isr is pending
                 again = p.complete_isr_change(
                     pending,
                     ErrorCode(r.error_code),
@@ -218,6 +219,8 @@ class ReplicaManager:
                 )
                 if again:
                     retry[tp] = entry
+                elif was_pending and not r.error_code and p.pending_isr is None:  # committed
+                    self.broker.stats.isr_changed(len(pending.isr) > len(pending.committed))
         return retry
 
     # fetchers -----------------------------------------------------------------------------

@@ -1,0 +1,261 @@
+"""SASL_PLAINTEXT against a broker process: PLAIN and SCRAM with real clients, and the raw flow.
+
+The broker has a PLAINTEXT and a SASL_PLAINTEXT listener; PLAIN's users come from the listener's
+JAAS config, SCRAM users are created with AlterUserScramCredentials. Raw connections check
+Kafka's SaslServerAuthenticator behaviour: what is answered before authentication, how a
+failure is answered, and that only the misbehaving connection is closed.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KTopicPartition
+
+from protocol.errors import ErrorCode
+from protocol.framing import frame
+from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.metadata import MetadataRequest
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from protocol.messages.sasl_handshake import SaslHandshakeRequest
+from tests.broker_process import BrokerProcess
+from tests.wirebroker.helpers import RawClient, create_topic
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 15.0
+ADMIN_SECRET = "admin-secret-d41d8"
+ALICE_SECRET = "alice-secret-9f3c2"
+BROKER_PROPERTIES = {
+    "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="admin" password="{ADMIN_SECRET}" '
+        f'user_admin="{ADMIN_SECRET}" user_alice="{ALICE_SECRET}";'
+    ),
+}
+
+
+def sasl_bootstrap(broker: BrokerProcess) -> str:
+    return f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
+
+
+def plain_bootstrap(broker: BrokerProcess) -> str:
+    return f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+
+
+def sasl_config(
+    broker: BrokerProcess, mechanism: str, username: str, password: str
+) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": sasl_bootstrap(broker),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": username,
+        "sasl.password": password,
+    }
+
+
+def round_trip(config: dict[str, Any], topic: str) -> None:
+    """Produce three records and consume them back over the given client config."""
+    producer = Producer(config)
+    for i in range(3):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+    assert producer.flush(TIMEOUT) == 0
+    consumer = Consumer(
+        {**config, "group.id": f"g-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        seen: list[bytes] = []
+        for _ in range(100):
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value())
+            if len(seen) == 3:
+                break
+        assert seen == [b"v0", b"v1", b"v2"]
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_secret_in_the_log(broker: BrokerProcess) -> Iterator[None]:
+    yield
+    for line in broker.log:
+        for secret in (ADMIN_SECRET, ALICE_SECRET, "wrong-secret"):
+            assert secret not in line, line
+
+
+def test_confluent_plain_produce_and_consume(broker: BrokerProcess, topic: str) -> None:
+    create_topic(plain_bootstrap(broker), topic)
+    round_trip(sasl_config(broker, "PLAIN", "alice", ALICE_SECRET), topic)
+
+
+def test_confluent_scram_sha_512_with_credentials_from_the_admin_api(
+    broker: BrokerProcess, topic: str
+) -> None:
+    user = f"scram-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(sasl_config(broker, "PLAIN", "admin", ADMIN_SECRET))
+    upsertion = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"bob-password"
+    )
+    for future in admin.alter_user_scram_credentials([upsertion]).values():
+        future.result(TIMEOUT)
+    described = admin.describe_user_scram_credentials([user])[user].result(TIMEOUT)
+    infos = described.scram_credential_infos
+    assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_512, 8192)]
+    create_topic(plain_bootstrap(broker), topic)
+    round_trip(sasl_config(broker, "SCRAM-SHA-512", user, "bob-password"), topic)
+    # SCRAM-SHA-256 has no credential for this user: refused.
+    assert_authentication_fails(sasl_config(broker, "SCRAM-SHA-256", user, "bob-password"))
+
+
+def test_describe_of_an_unknown_user_is_resource_not_found(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": plain_bootstrap(broker)})
+    future = admin.describe_user_scram_credentials(["nobody-here"])["nobody-here"]
+    with pytest.raises(Exception) as raised:
+        future.result(TIMEOUT)
+    assert raised.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+
+
+def test_kafka_python_plain(broker: BrokerProcess, topic: str) -> None:
+    create_topic(plain_bootstrap(broker), topic)
+    common: dict[str, Any] = {
+        "bootstrap_servers": sasl_bootstrap(broker),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": ALICE_SECRET,
+    }
+    producer = KafkaProducer(**common)
+    try:
+        producer.send(topic, b"hello", partition=0).get(TIMEOUT)
+    finally:
+        producer.close(TIMEOUT)
+    consumer = KafkaConsumer(**common, consumer_timeout_ms=int(TIMEOUT * 1000))
+    try:
+        tp = KTopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        assert next(iter(consumer)).value == b"hello"
+    finally:
+        consumer.close()
+
+
+def assert_authentication_fails(config: dict[str, Any]) -> None:
+    errors: list[KafkaError] = []
+    producer = Producer({**config, "error_cb": errors.append})
+    for _ in range(100):
+        producer.poll(0.1)
+        if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+            return
+    raise AssertionError(f"no authentication error, got {errors}")
+
+
+def test_wrong_password_fails_and_the_broker_serves_the_others(
+    broker: BrokerProcess, topic: str
+) -> None:
+    since = len(broker.log)
+    assert_authentication_fails(sasl_config(broker, "PLAIN", "alice", "wrong-secret"))
+    assert broker.wait_for_log("SASL/PLAIN authentication of User:alice failed", since=since)
+    create_topic(plain_bootstrap(broker), topic)
+    round_trip(sasl_config(broker, "PLAIN", "alice", ALICE_SECRET), topic)
+
+
+def handshake(client: RawClient, mechanism: str, version: int = 1) -> Any:
+    return client.request(SaslHandshakeRequest(mechanism=mechanism), version)
+
+
+def test_raw_failure_is_answered_then_closed(broker: BrokerProcess) -> None:
+    with RawClient(sasl_bootstrap(broker)) as client:
+        assert handshake(client, "PLAIN").error_code == ErrorCode.NONE
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=b"\0alice\0wrong-secret"), 2)
+        assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert answer.error_message == "Authentication failed: Invalid username or password"
+        assert client.wait_closed()
+
+
+def test_raw_v1_flow_then_requests_are_served(broker: BrokerProcess) -> None:
+    with RawClient(sasl_bootstrap(broker)) as client:
+        versions = client.request(ApiVersionsRequest(), 0)
+        keys = {k.api_key for k in versions.api_keys}
+        assert {SaslHandshakeRequest.API_KEY, SaslAuthenticateRequest.API_KEY} <= keys
+        shake = handshake(client, "PLAIN")
+        assert shake.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        answer = client.request(
+            SaslAuthenticateRequest(auth_bytes=f"\0alice\0{ALICE_SECRET}".encode()), 1
+        )
+        assert (answer.error_code, answer.auth_bytes, answer.session_lifetime_ms) == (0, b"", 0)
+        assert client.request(MetadataRequest(topics=[]), 1).brokers
+        # Authenticated: a second handshake is an illegal state (no re-authentication).
+        assert handshake(client, "PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+
+
+def test_raw_v0_handshake_then_bare_tokens(broker: BrokerProcess) -> None:
+    with RawClient(sasl_bootstrap(broker)) as client:
+        assert handshake(client, "PLAIN", version=0).error_code == ErrorCode.NONE
+        client.send_raw(frame(f"\0alice\0{ALICE_SECRET}".encode()))
+        assert client.receive_frame() == b""  # PLAIN's empty answer, size-prefixed
+        assert client.request(MetadataRequest(topics=[]), 1).brokers
+
+
+def test_unsupported_mechanism_is_answered_then_closed(broker: BrokerProcess) -> None:
+    with RawClient(sasl_bootstrap(broker)) as client:
+        answer = handshake(client, "GSSAPI")
+        assert answer.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        assert answer.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert client.wait_closed()
+
+
+def test_request_before_authentication_closes_only_that_connection(
+    broker: BrokerProcess,
+) -> None:
+    with (
+        RawClient(sasl_bootstrap(broker)) as bystander,
+        RawClient(sasl_bootstrap(broker)) as client,
+    ):
+        assert handshake(bystander, "PLAIN").error_code == ErrorCode.NONE
+        client.send(MetadataRequest(topics=[]), 1)
+        assert client.wait_closed()
+        assert client.buffered == 0  # closed without an answer
+        answer = bystander.request(
+            SaslAuthenticateRequest(auth_bytes=f"\0alice\0{ALICE_SECRET}".encode()), 2
+        )
+        assert answer.error_code == ErrorCode.NONE
+    assert broker.wait_for_log("unexpected request Metadata v1 during SASL handshake")
+
+
+def test_request_during_authentication_gets_illegal_sasl_state(broker: BrokerProcess) -> None:
+    with RawClient(sasl_bootstrap(broker)) as client:
+        assert handshake(client, "SCRAM-SHA-512").error_code == ErrorCode.NONE
+        answer = client.request(ApiVersionsRequest(), 0)
+        assert answer.error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert client.wait_closed()
+
+
+def test_oversized_token_is_refused_before_it_is_read(broker: BrokerProcess) -> None:
+    with RawClient(sasl_bootstrap(broker)) as client:
+        assert handshake(client, "PLAIN", version=0).error_code == ErrorCode.NONE
+        client.send_raw(struct.pack(">i", 524_289))  # the size alone: the body never comes
+        assert client.wait_closed()
+    assert broker.wait_for_log("frame of 524289 bytes exceeds the maximum of 524288")
+
+
+def test_plaintext_listener_needs_no_authentication(broker: BrokerProcess) -> None:
+    with RawClient(plain_bootstrap(broker)) as client:
+        assert client.request(MetadataRequest(topics=[]), 1).brokers
+        assert handshake(client, "PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE

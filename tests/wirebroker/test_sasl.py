@@ -8,9 +8,12 @@ failure is answered, and that only the misbehaving connection is closed.
 
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -259,3 +262,23 @@ def test_plaintext_listener_needs_no_authentication(broker: BrokerProcess) -> No
     with RawClient(plain_bootstrap(broker)) as client:
         assert client.request(MetadataRequest(topics=[]), 1).brokers
         assert handshake(client, "PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+
+
+JARS = Path(__file__).resolve().parents[2] / ".cache" / "jars" / "kafka"
+JAVA = shutil.which("java")
+
+
+@pytest.mark.skipif(
+    JAVA is None or not list(JARS.glob("kafka_2.13-*.jar")),
+    reason="java or the Kafka jars (`make jars`) are missing",
+)
+def test_kafka_configs_tool_creates_a_scram_user(broker: BrokerProcess, topic: str) -> None:
+    assert JAVA is not None
+    user = f"tool-{uuid.uuid4().hex[:6]}"
+    command = [JAVA, "-cp", f"{JARS}/*", "kafka.admin.ConfigCommand"]
+    command += ["--bootstrap-server", plain_bootstrap(broker), "--alter", "--entity-type"]
+    command += ["users", "--entity-name", user, "--add-config", "SCRAM-SHA-256=[password=t00l]"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    create_topic(plain_bootstrap(broker), topic)
+    round_trip(sasl_config(broker, "SCRAM-SHA-256", user, "t00l"), topic)

@@ -29,11 +29,13 @@ from kafka import TopicPartition as KTopicPartition
 
 from protocol.errors import ErrorCode
 from protocol.framing import frame
+from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, broker_process
 from tests.wirebroker.helpers import RawClient, create_topic
 
 pytestmark = pytest.mark.integration
@@ -282,3 +284,50 @@ def test_kafka_configs_tool_creates_a_scram_user(broker: BrokerProcess, topic: s
     assert proc.returncode == 0, proc.stdout + proc.stderr
     create_topic(plain_bootstrap(broker), topic)
     round_trip(sasl_config(broker, "SCRAM-SHA-256", user, "t00l"), topic)
+
+
+def test_alter_errors_per_user(broker: BrokerProcess) -> None:
+    R = AlterUserScramCredentialsRequest
+    good = {"salt": b"s" * 16, "salted_password": b"p" * 64}
+    request = R(
+        deletions=[R.ScramCredentialDeletion(name="ghost", mechanism=2)],
+        upsertions=[
+            R.ScramCredentialUpsertion(name="", mechanism=2, iterations=4096, **good),
+            R.ScramCredentialUpsertion(name="few", mechanism=2, iterations=1000, **good),
+            R.ScramCredentialUpsertion(name="many", mechanism=1, iterations=20000, **good),
+            R.ScramCredentialUpsertion(name="odd", mechanism=3, iterations=4096, **good),
+            R.ScramCredentialUpsertion(name="twice", mechanism=1, iterations=4096, **good),
+            R.ScramCredentialUpsertion(name="twice", mechanism=1, iterations=8192, **good),
+            R.ScramCredentialUpsertion(name="fine", mechanism=1, iterations=4096, **good),
+        ],
+    )
+    with RawClient(plain_bootstrap(broker)) as client:
+        answer = client.request(request, 0)
+        assert [(r.user, r.error_code) for r in answer.results] == [
+            ("ghost", ErrorCode.RESOURCE_NOT_FOUND),
+            ("", ErrorCode.UNACCEPTABLE_CREDENTIAL),
+            ("few", ErrorCode.UNACCEPTABLE_CREDENTIAL),
+            ("many", ErrorCode.UNACCEPTABLE_CREDENTIAL),
+            ("odd", ErrorCode.UNSUPPORTED_SASL_MECHANISM),
+            ("twice", ErrorCode.DUPLICATE_RESOURCE),
+            ("fine", ErrorCode.NONE),
+        ]
+        described = client.request(DescribeUserScramCredentialsRequest(users=None), 0)
+        users = {r.user for r in described.results}
+        assert "fine" in users and not users & {"few", "many", "odd", "twice", "ghost"}
+
+
+def test_scram_credentials_survive_a_restart(tmp_path: Path) -> None:
+    props = {**BROKER_PROPERTIES, "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256"}
+    with broker_process(tmp_path, props) as broker:
+        admin = AdminClient({"bootstrap.servers": plain_bootstrap(broker)})
+        upsertion = UserScramCredentialUpsertion(
+            "dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"dave-pw"
+        )
+        admin.alter_user_scram_credentials([upsertion])["dave"].result(TIMEOUT)
+        broker.restart()
+        with RawClient(sasl_bootstrap(broker)) as client:
+            assert handshake(client, "SCRAM-SHA-256").error_code == ErrorCode.NONE
+            answer = client.request(SaslAuthenticateRequest(auth_bytes=b"n,,n=dave,r=xyz"), 2)
+            assert answer.error_code == ErrorCode.NONE  # a server-first: the user is known
+            assert answer.auth_bytes.startswith(b"r=xyz")

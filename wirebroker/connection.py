@@ -10,7 +10,9 @@ A malformed frame, or an API key or version we do not implement, is logged and c
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
 connection idle for `connections.max.idle.ms` is closed. On a SASL listener every frame goes
 to the connection's `SaslAuthenticator` until it is authenticated (frames of at most
-`sasl.server.max.receive.size` until then); its principal then goes with every request.
+`sasl.server.max.receive.size` until then); its principal then goes with every request. With
+`connections.max.reauth.ms` a session past its lifetime closes at its next request unless that
+is a SaslHandshake, which re-authenticates (KIP-368).
 
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
@@ -50,7 +52,7 @@ from wirebroker.dispatch import (
     dispatch,
     supported,
 )
-from wirebroker.sasl.authenticator import SaslAuthenticator
+from wirebroker.sasl.authenticator import SASL_HANDSHAKE_KEY, SaslAuthenticator
 from wirebroker.transport import release, send_frames
 
 if TYPE_CHECKING:
@@ -159,6 +161,7 @@ class _Connection:
         "nursery",
         "sasl",
         "principal",
+        "session",
     )
 
     def __init__(self, broker: Broker, fd: int, client_host: str, listener_name: str) -> None:
@@ -177,6 +180,8 @@ class _Connection:
             else None
         )
         self.principal = "User:ANONYMOUS"
+        #: (mechanism, expiry in ms) of a SASL session that must be renewed (KIP-368).
+        self.session: tuple[str, int] | None = None
 
     async def serve(self, nursery: trio.Nursery) -> None:
         """Read and handle requests until the peer closes, idles out or misbehaves; never raises."""
@@ -236,6 +241,8 @@ class _Connection:
             # responses leave together in one system call (pipelined clients send several).
             try:
                 while (frame := frames.next_frame()) is not NEED_DATA:
+                    if self.session is not None and self.sasl is None:
+                        self._check_session(frame)  # type: ignore[arg-type]
                     if self.sasl is None:
                         await self._handle_frame(frame)  # type: ignore[arg-type]
                     elif await self._authenticate(frame):  # type: ignore[arg-type]
@@ -253,12 +260,35 @@ class _Connection:
         if step.close is not None:
             await self.outbox.flush()
             raise CloseConnection(step.close)
-        principal = self.sasl.principal
-        if principal is None:
+        sasl = self.sasl
+        if sasl.principal is None:
             return False
-        self.principal = principal
+        self.principal = sasl.principal
+        lifetime = sasl.session_lifetime_ms
+        assert sasl.server is not None
+        self.session = (
+            (sasl.server.mechanism, self.broker.now_ms() + lifetime) if lifetime else None
+        )
         self.sasl = None
         return True
+
+    def _check_session(self, frame: memoryview) -> None:
+        """A SaslHandshake renews the session; any other request after its expiry closes."""
+        assert self.session is not None
+        mechanism, expires_ms = self.session
+        if peek_request_header(frame)[0] == SASL_HANDSHAKE_KEY:
+            settings = self.broker.sasl_listeners[self.listener_name]
+            self.sasl = SaslAuthenticator(
+                self.broker,
+                settings,
+                self.client_host,
+                self.listener_name,
+                reauthenticating=(self.principal, mechanism),
+            )
+        elif self.broker.now_ms() >= expires_ms:
+            raise CloseConnection(
+                f"the SASL session of {self.principal} expired without re-authentication"
+            )
 
     async def _handle_frame(self, frame: memoryview) -> None:
         """Handle one request; its response takes the next place in the outbox."""

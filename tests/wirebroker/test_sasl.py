@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -331,3 +332,67 @@ def test_scram_credentials_survive_a_restart(tmp_path: Path) -> None:
             answer = client.request(SaslAuthenticateRequest(auth_bytes=b"n,,n=dave,r=xyz"), 2)
             assert answer.error_code == ErrorCode.NONE  # a server-first: the user is known
             assert answer.auth_bytes.startswith(b"r=xyz")
+
+
+REAUTH_MS = 1500
+
+
+def sleep_until(moment: float) -> None:
+    """Session lifetimes are wall-clock time: a test of them must let it pass."""
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
+def authenticate(client: RawClient, user: str, password: str) -> Any:
+    assert handshake(client, "PLAIN").error_code == ErrorCode.NONE
+    token = f"\0{user}\0{password}".encode()
+    return client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+
+
+def test_reauthentication_renews_the_session_and_an_expired_one_closes(tmp_path: Path) -> None:
+    props = {
+        **BROKER_PROPERTIES,
+        "listener.name.sasl_plaintext.connections.max.reauth.ms": str(REAUTH_MS),
+    }
+    with broker_process(tmp_path, props) as broker:
+        with RawClient(sasl_bootstrap(broker)) as client:
+            first = authenticate(client, "alice", ALICE_SECRET)
+            first_at = time.monotonic()
+            assert (first.error_code, first.session_lifetime_ms) == (0, REAUTH_MS)
+            sleep_until(first_at + REAUTH_MS / 2000)
+            again = authenticate(client, "alice", ALICE_SECRET)  # renewed on the same connection
+            renewed_at = time.monotonic()
+            assert (again.error_code, again.session_lifetime_ms) == (0, REAUTH_MS)
+            # Past the first session's end, inside the renewed one: still served.
+            sleep_until(first_at + REAUTH_MS / 1000 + 0.1)
+            assert client.request(MetadataRequest(topics=[]), 1).brokers
+            # Past the renewed session's end: the next request closes the connection.
+            sleep_until(renewed_at + REAUTH_MS / 1000)
+            client.send(MetadataRequest(topics=[]), 1)
+            assert client.wait_closed()
+        assert broker.wait_for_log("SASL session of User:alice expired without re-authentication")
+
+        with RawClient(sasl_bootstrap(broker)) as client:
+            assert authenticate(client, "alice", ALICE_SECRET).error_code == ErrorCode.NONE
+            other = authenticate(client, "admin", ADMIN_SECRET)
+            assert other.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+            assert other.error_message == (
+                "Cannot change principals during re-authentication from User:alice: User:admin"
+            )
+            assert client.wait_closed()
+
+
+def test_librdkafka_reauthenticates(tmp_path: Path, topic: str) -> None:
+    """librdkafka (KIP-368) renews its session before it ends: a producer outlives three."""
+    props = {**BROKER_PROPERTIES, "connections.max.reauth.ms": "1000"}
+    with broker_process(tmp_path, props) as broker:
+        create_topic(plain_bootstrap(broker), topic)
+        producer = Producer(sasl_config(broker, "PLAIN", "alice", ALICE_SECRET))
+        deadline = time.monotonic() + 3.5
+        sent = 0
+        while time.monotonic() < deadline:
+            producer.produce(topic, value=b"x", partition=0)
+            assert producer.flush(TIMEOUT) == 0
+            sent += 1
+            producer.poll(0.2)
+        assert not broker.wait_for_log("expired without re-authentication", timeout=0.1)
+        assert sent > 5

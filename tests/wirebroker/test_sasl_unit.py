@@ -32,6 +32,11 @@ def test_sasl_plaintext_listener_is_implemented() -> None:
     assert settings.mechanisms == ("PLAIN", "SCRAM-SHA-512")
     assert settings.plain_users() == {"admin": "admin-secret", "alice": "alice-secret"}
     assert settings.max_receive_size == 524288
+    assert settings.max_reauth_ms == 0
+    renewing = BrokerConfig.from_properties(
+        {**SASL, "listener.name.sasl_plaintext.connections.max.reauth.ms": "60000"}
+    )
+    assert listener_sasl(renewing, "SASL_PLAINTEXT").max_reauth_ms == 60000
 
 
 def test_global_jaas_config_and_listener_mechanisms() -> None:
@@ -62,7 +67,7 @@ def test_global_jaas_config_and_listener_mechanisms() -> None:
             {**SASL, "listener.name.sasl_plaintext.plain.sasl.jaas.config": "a required b=;"},
             "key=value",
         ),
-        ({**SASL, "connections.max.reauth.ms": "60000"}, "re-authentication"),
+        ({**SASL, "connections.max.reauth.ms": "-1"}, "must not be negative"),
         (
             {
                 **SASL,

@@ -2,8 +2,9 @@
 admin APIs: AlterUserScramCredentials v0, DescribeUserScramCredentials v0.
 
 Before a SASL connection is authenticated its SaslHandshake and SaslAuthenticate never get here
-(`wirebroker.sasl.authenticator` answers them). Here, as Kafka's KafkaApis, they come on an
-authenticated or a PLAINTEXT connection and are answered with ILLEGAL_SASL_STATE.
+(`wirebroker.sasl.authenticator` answers them, and a re-authentication's too). Here, as Kafka's
+KafkaApis, they come on an authenticated or a PLAINTEXT connection and are answered with
+ILLEGAL_SASL_STATE.
 
 AlterUserScramCredentials takes salted passwords (the client salts and hashes; the password
 never travels) and keeps Kafka's credential (salt, StoredKey, ServerKey, iterations): in the

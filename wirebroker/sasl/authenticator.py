@@ -16,8 +16,14 @@ and answers what it returns. As in Kafka:
   which user from which host, never the secret.
 
 Frames before authentication may not exceed `sasl.server.max.receive.size` (the connection's
-frame buffer refuses a bigger one before reading it). Differences from Kafka: no re-authentication
-(KIP-368): `session_lifetime_ms` is 0, as with Kafka's default `connections.max.reauth.ms`=0.
+frame buffer refuses a bigger one before reading it).
+
+Re-authentication (KIP-368): with `connections.max.reauth.ms` set, a completed SaslAuthenticate
+v1+ tells the client its `session_lifetime_ms`; the connection closes when a request other than
+SaslHandshake arrives after that, as Kafka's. A SaslHandshake on an authenticated connection
+starts a new authenticator (`reauthenticating`: no ApiVersions first). It must name the same
+mechanism and end with the same principal, else it fails as above (a changed mechanism is
+answered with ILLEGAL_SASL_STATE).
 """
 
 from __future__ import annotations
@@ -68,17 +74,28 @@ class SaslAuthenticator:
     """The SASL state of one connection until it is authenticated."""
 
     def __init__(
-        self, broker: Broker, settings: ListenerSasl, client_host: str, listener_name: str
+        self,
+        broker: Broker,
+        settings: ListenerSasl,
+        client_host: str,
+        listener_name: str,
+        *,
+        reauthenticating: tuple[str, str] | None = None,
     ) -> None:
         self.broker = broker
         self.settings = settings
         self.client_host = client_host
         self.listener_name = listener_name
-        self.state = "handshake_or_versions"  # then "handshake", "authenticate"
+        #: (principal, mechanism) of the session being renewed.
+        self.reauthenticating = reauthenticating
+        # then "handshake", "authenticate"
+        self.state = "handshake" if reauthenticating else "handshake_or_versions"
         self.raw_tokens = False  # after a v0 handshake
         self.server: SaslServer | None = None
         #: `User:<name>` once authenticated.
         self.principal: str | None = None
+        #: What the completed SaslAuthenticate told the client (0: the session does not expire).
+        self.session_lifetime_ms = 0
 
     async def receive(self, frame: memoryview) -> Step:
         if self.state == "authenticate" and self.raw_tokens:
@@ -121,6 +138,15 @@ class SaslAuthenticator:
     def _handshake(self, request: Any, correlation_id: int, version: int) -> Step:
         assert isinstance(request, SaslHandshakeRequest)
         mechanisms = list(self.settings.mechanisms)
+        if self.reauthenticating and request.mechanism != self.reauthenticating[1]:
+            response = SaslHandshakeResponse(
+                error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=mechanisms
+            )
+            return Step(
+                self._encode(correlation_id, response, SASL_HANDSHAKE_KEY, version),
+                f"SASL mechanism changed from {self.reauthenticating[1]} to "
+                f"{request.mechanism} during re-authentication",
+            )
         if request.mechanism not in mechanisms:
             response = SaslHandshakeResponse(
                 error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=mechanisms
@@ -183,7 +209,10 @@ class SaslAuthenticator:
                 self._encode(correlation_id, response, api_key, api_version), self._failure(e)
             )
         response = SaslAuthenticateResponse(
-            error_code=ErrorCode.NONE, error_message=None, auth_bytes=answer
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            auth_bytes=answer,
+            session_lifetime_ms=self.session_lifetime_ms,
         )
         return Step(self._encode(correlation_id, response, api_key, api_version))
 
@@ -192,12 +221,16 @@ class SaslAuthenticator:
         assert server is not None
         answer = server.evaluate(token)
         if server.complete:
-            self.principal = f"User:{server.username}"
+            principal = f"User:{server.username}"
+            if self.reauthenticating and principal != self.reauthenticating[0]:
+                raise SaslAuthenticationFailed(
+                    "Cannot change principals during re-authentication from "
+                    f"{self.reauthenticating[0]}: {principal}"
+                )
+            self.principal = principal
+            self.session_lifetime_ms = self.settings.max_reauth_ms
             log.debug(
-                "%s authenticated from %s with %s",
-                self.principal,
-                self.client_host,
-                server.mechanism,
+                "%s authenticated from %s with %s", principal, self.client_host, server.mechanism
             )
         return answer
 

@@ -3,7 +3,8 @@
 Keys, as Kafka reads them: `sasl.enabled.mechanisms` (or `listener.name.<l>.sasl.enabled.mechanisms`),
 `listener.name.<l>.<mechanism>.sasl.jaas.config`, falling back to `sasl.jaas.config` (Kafka's
 broker falls back to the `KafkaServer` section of a static JAAS file instead, which wirebroker
-does not read), and `sasl.server.max.receive.size`.
+does not read), `sasl.server.max.receive.size` and `connections.max.reauth.ms` (or
+`listener.name.<l>.connections.max.reauth.ms`).
 
 GSSAPI (Kafka's default mechanism) is not implemented: an enabled GSSAPI is not offered in the
 handshake. Kafka refuses to start a SASL listener whose mechanisms have no JAAS entry (GSSAPI
@@ -100,6 +101,8 @@ class ListenerSasl:
     mechanisms: tuple[str, ...]
     jaas: dict[str, JaasEntry]
     max_receive_size: int
+    #: The session lifetime (KIP-368); 0: sessions never expire.
+    max_reauth_ms: int = 0
 
     def plain_users(self) -> dict[str, str]:
         """PLAIN's users and passwords: the `user_<name>` options of its PlainLoginModule."""
@@ -144,6 +147,16 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
             f"set {prefix}plain.sasl.jaas.config={PLAIN_LOGIN_MODULE} required "
             'user_admin="admin-secret";'
         )
+    reauth_key = prefix + "connections.max.reauth.ms"
+    max_reauth_ms = config.get_int(
+        reauth_key if config.is_set(reauth_key) else "connections.max.reauth.ms"
+    )
+    if max_reauth_ms < 0:
+        raise ConfigError(f"connections.max.reauth.ms={max_reauth_ms} must not be negative")
     return ListenerSasl(
-        listener_name, mechanisms, jaas, config.get_int("sasl.server.max.receive.size")
+        listener_name,
+        mechanisms,
+        jaas,
+        config.get_int("sasl.server.max.receive.size"),
+        max_reauth_ms,
     )

@@ -32,6 +32,7 @@ from protocol.errors import ErrorCode
 from protocol.framing import frame
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
@@ -51,6 +52,11 @@ BROKER_PROPERTIES = {
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         f'username="admin" password="{ADMIN_SECRET}" '
         f'user_admin="{ADMIN_SECRET}" user_alice="{ALICE_SECRET}";'
+    ),
+    # The SCRAM mechanisms' (only read for their options; none is needed on the server side).
+    "sasl.jaas.config": (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="admin" password="{ADMIN_SECRET}";'
     ),
 }
 
@@ -396,3 +402,18 @@ def test_librdkafka_reauthenticates(tmp_path: Path, topic: str) -> None:
             producer.poll(0.2)
         assert not broker.wait_for_log("expired without re-authentication", timeout=0.1)
         assert sent > 5
+
+
+def test_describe_configs_hides_the_jaas_config(broker: BrokerProcess) -> None:
+    resource = DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=4, resource_name="0", configuration_keys=["sasl.jaas.config"]
+    )
+    with RawClient(plain_bootstrap(broker)) as client:
+        answer = client.request(
+            DescribeConfigsRequest(resources=[resource], include_synonyms=True), 4
+        )
+    configs = answer.results[0].configs
+    assert [(c.name, c.value, c.is_sensitive) for c in configs] == [
+        ("sasl.jaas.config", None, True)
+    ]
+    assert all(s.value is None for s in configs[0].synonyms)

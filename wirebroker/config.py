@@ -177,8 +177,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "sasl.jaas.config",
             "password",
             None,
-            "JAAS login module of a SASL mechanism; listener.name.<l>.<mechanism>.sasl.jaas.config "
-            'overrides it (PLAIN\'s users: user_<name>="<password>").',
+            "The broker's own client login, between brokers (not used yet). Listeners read "
+            "listener.name.<l>.<mechanism>.sasl.jaas.config (PLAIN's users: "
+            'user_<name>="<password>").',
         ),
         _k(
             "sasl.server.max.receive.size",

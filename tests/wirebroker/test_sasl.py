@@ -53,7 +53,7 @@ BROKER_PROPERTIES = {
         f'username="admin" password="{ADMIN_SECRET}" '
         f'user_admin="{ADMIN_SECRET}" user_alice="{ALICE_SECRET}";'
     ),
-    # The SCRAM mechanisms' (only read for their options; none is needed on the server side).
+    # The broker's own client login: Kafka's server side does not read it, nor ours.
     "sasl.jaas.config": (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
         f'username="admin" password="{ADMIN_SECRET}";'

@@ -39,15 +39,18 @@ def test_sasl_plaintext_listener_is_implemented() -> None:
     assert listener_sasl(renewing, "SASL_PLAINTEXT").max_reauth_ms == 60000
 
 
-def test_global_jaas_config_and_listener_mechanisms() -> None:
-    config = BrokerConfig.from_properties(
-        {
-            "listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
-            "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "GSSAPI,PLAIN",
-            "sasl.jaas.config": PLAIN_JAAS,
-        }
-    )
+def test_listener_mechanisms_and_the_unprefixed_jaas_config() -> None:
+    props = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "GSSAPI,PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+    }
+    config = BrokerConfig.from_properties(props)
     assert listener_sasl(config, "SASL_PLAINTEXT").mechanisms == ("PLAIN",)  # GSSAPI not offered
+    # As Kafka's server side, the unprefixed sasl.jaas.config is not read for a listener.
+    del props["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    with pytest.raises(ConfigError, match="unprefixed sasl.jaas.config is not read"):
+        BrokerConfig.from_properties({**props, "sasl.jaas.config": PLAIN_JAAS})
 
 
 @pytest.mark.parametrize(

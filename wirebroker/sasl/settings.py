@@ -1,10 +1,11 @@
 """SASL settings of one listener: enabled mechanisms and their JAAS options.
 
 Keys, as Kafka reads them: `sasl.enabled.mechanisms` (or `listener.name.<l>.sasl.enabled.mechanisms`),
-`listener.name.<l>.<mechanism>.sasl.jaas.config`, falling back to `sasl.jaas.config` (Kafka's
-broker falls back to the `KafkaServer` section of a static JAAS file instead, which wirebroker
-does not read), `sasl.server.max.receive.size` and `connections.max.reauth.ms` (or
-`listener.name.<l>.connections.max.reauth.ms`).
+`listener.name.<l>.<mechanism>.sasl.jaas.config`, `sasl.server.max.receive.size` and
+`connections.max.reauth.ms` (or `listener.name.<l>.connections.max.reauth.ms`). As Kafka's
+JaasContext, the server side ignores an unprefixed `sasl.jaas.config` (in a broker that is its
+own client login); where Kafka then reads the `KafkaServer` section of a static JAAS file,
+wirebroker reads no JAAS file.
 
 GSSAPI (Kafka's default mechanism) is not implemented: an enabled GSSAPI is not offered in the
 handshake. Kafka refuses to start a SASL listener whose mechanisms have no JAAS entry (GSSAPI
@@ -132,9 +133,6 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
         text = config.get(key)
         if text is None:
-            key = "sasl.jaas.config"
-            text = config.get(key)
-        if text is None:
             continue
         try:
             jaas[mechanism] = parse_jaas_config(text)
@@ -145,7 +143,7 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         raise ConfigError(
             f"listener {listener_name} enables PLAIN but has no {PLAIN_LOGIN_MODULE} JAAS config: "
             f"set {prefix}plain.sasl.jaas.config={PLAIN_LOGIN_MODULE} required "
-            'user_admin="admin-secret";'
+            'user_admin="admin-secret"; (as Kafka, an unprefixed sasl.jaas.config is not read here)'
         )
     reauth_key = prefix + "connections.max.reauth.ms"
     max_reauth_ms = config.get_int(

@@ -15,17 +15,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-READY = re.compile(r"ready in \d+ ms on PLAINTEXT://(?P<host>[^:,\s]+):(?P<port>\d+)")
+READY = re.compile(r"ready in \d+ ms on (?P<listeners>\S+://.*) \(cluster")
+LISTENER = re.compile(r"(?P<name>\w+)://(?P<host>[^:,\s]+):(?P<port>\d+)")
 
 
 class BrokerProcess:
     """One broker process with its data in `data_dir` (kept across restarts)."""
 
     def __init__(self, data_dir: Path, properties: dict[str, str] | None = None) -> None:
+        """`properties` may name `listeners` (ports 0: chosen by the OS); the default is one
+        PLAINTEXT listener. `port` is the first listener's, `ports` each listener's by name."""
         self.data_dir = data_dir
         self.properties = dict(properties or {})
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
+        self.ports: dict[str, int] = {}
         self.log: list[str] = []
         self._logged = threading.Condition()
 
@@ -34,7 +38,9 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
-        listeners = f"PLAINTEXT://127.0.0.1:{self.port}"
+        listeners = self.properties.get("listeners", f"PLAINTEXT://127.0.0.1:{self.port}")
+        if self.ports:  # a restart binds the same ports again
+            listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items())
         cmd = [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
         cmd += ["--log-dirs", str(self.data_dir)]
         for key, value in self.properties.items():
@@ -53,7 +59,10 @@ class BrokerProcess:
                     self._logged.notify_all()
                 m = READY.search(line)
                 if m:
-                    self.port = int(m["port"])
+                    self.ports = {
+                        e["name"]: int(e["port"]) for e in LISTENER.finditer(m["listeners"])
+                    }
+                    self.port = next(iter(self.ports.values()))
                     ready.set()
             ready.set()
 

@@ -29,6 +29,9 @@ from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
 from wirebroker.producer_ids import ProducerIdManager
 from wirebroker.replication.manager import ReplicaManager
+from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
+from wirebroker.sasl.credentials import ScramCredentialStore
+from wirebroker.sasl.settings import ListenerSasl, listener_sasl
 from wirebroker.topic_configs import log_config_for, min_insync_replicas
 from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
 
@@ -56,6 +59,10 @@ class Broker:
     metadata_cache: MetadataCache = field(default_factory=MetadataCache)
     replica_manager: ReplicaManager = field(init=False)
     fetch_sessions: FetchSessionCache = field(init=False)
+    #: The SASL settings of each SASL listener, by listener name.
+    sasl_listeners: dict[str, ListenerSasl] = field(init=False)
+    #: SCRAM credentials: a file in the embedded broker, a cache of ZooKeeper's in a cluster.
+    scram_credentials: ScramCredentialStore = field(init=False)
     #: The controller's broker id: this broker when embedded; in a cluster, whoever holds
     #: `/controller` (-1 while there is none), kept current by `cluster` and by UpdateMetadata.
     controller_id: int = -1
@@ -74,6 +81,16 @@ class Broker:
         self.replica_manager = ReplicaManager(self)
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)
+        self.sasl_listeners = {
+            listener.name: listener_sasl(self.config, listener.name)
+            for listener in self.config.listeners()
+            if self.config.security_protocol(listener.name).startswith("SASL_")
+        }
+        self.scram_credentials = ScramCredentialStore(
+            None
+            if self.config.get("zookeeper.connect")
+            else self.config.log_dirs()[0] / SCRAM_CREDENTIALS_FILE
+        )
 
     @property
     def cluster_mode(self) -> bool:

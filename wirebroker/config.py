@@ -208,6 +208,34 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Security protocol between brokers when inter.broker.listener.name is unset.",
         ),
         _k(
+            "sasl.enabled.mechanisms",
+            "list",
+            "GSSAPI",
+            "SASL mechanisms offered (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; GSSAPI is not "
+            "offered); listener.name.<l>.sasl.enabled.mechanisms overrides it per listener.",
+        ),
+        _k(
+            "sasl.jaas.config",
+            "password",
+            None,
+            "The broker's own client login, between brokers (not used yet). Listeners read "
+            "listener.name.<l>.<mechanism>.sasl.jaas.config (PLAIN's users: "
+            'user_<name>="<password>").',
+        ),
+        _k(
+            "sasl.server.max.receive.size",
+            "int",
+            "524288",
+            "Largest frame accepted before SASL authentication completes.",
+        ),
+        _k(
+            "connections.max.reauth.ms",
+            "long",
+            "0",
+            "SASL session lifetime (KIP-368): a connection not re-authenticated by then is "
+            "closed; 0: sessions do not expire.",
+        ),
+        _k(
             "unclean.leader.election.enable",
             "boolean",
             "false",
@@ -321,6 +349,7 @@ class Listener:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 
 
 def _check_implemented(where: str, protocol: str) -> None:
@@ -331,11 +360,11 @@ def _check_implemented(where: str, protocol: str) -> None:
             f"{where}: unknown security protocol {protocol!r}; Kafka's are "
             + ", ".join(SECURITY_PROTOCOLS)
         )
-    if protocol != "PLAINTEXT":
+    if protocol not in IMPLEMENTED_PROTOCOLS:
         raise ConfigError(
             f"{where}: security protocol {protocol} is not implemented by wirebroker yet, and "
-            f"it will not serve {protocol} clients in plaintext; use a PLAINTEXT listener "
-            "(e.g. PLAINTEXT://127.0.0.1:9092) on a trusted network"
+            f"it will not serve {protocol} clients in plaintext; use a PLAINTEXT or "
+            "SASL_PLAINTEXT listener (e.g. PLAINTEXT://127.0.0.1:9092) on a trusted network"
         )
 
 
@@ -433,10 +462,24 @@ class BrokerConfig:
                 self.get_float(name)
         for listener in [*self.listeners(), *(self.advertised_listeners() or [])]:
             _check_implemented(listener.name, self.security_protocol(listener.name))
-        if not self.get("inter.broker.listener.name"):
-            _check_implemented(
-                "between brokers", (self.get("security.inter.broker.protocol") or "").upper()
+        inter_broker_listener = self.get("inter.broker.listener.name")
+        if inter_broker_listener:
+            inter_broker = self.security_protocol(inter_broker_listener)
+        else:
+            inter_broker = (self.get("security.inter.broker.protocol") or "").upper()
+            _check_implemented("between brokers", inter_broker)
+        if self.cluster_mode and inter_broker != "PLAINTEXT":
+            raise ConfigError(
+                f"between brokers: {inter_broker} is not implemented by wirebroker's own client "
+                "side yet; give the brokers a PLAINTEXT listener on a trusted network and name "
+                "it in inter.broker.listener.name"
             )
+        for listener in self.listeners():
+            if self.security_protocol(listener.name).startswith("SASL_"):
+                # Imported here: the SASL settings module reads this one's ConfigError.
+                from wirebroker.sasl.settings import listener_sasl
+
+                listener_sasl(self, listener.name)
         self.metrics_listener()
         for name in (
             "message.max.bytes",

@@ -8,7 +8,11 @@ responses written together in one system call; before a handler that may wait (a
 `_IMMEDIATE_KEYS`) the responses ahead of it are written. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
-connection idle for `connections.max.idle.ms` is closed.
+connection idle for `connections.max.idle.ms` is closed. On a SASL listener every frame goes
+to the connection's `SaslAuthenticator` until it is authenticated (frames of at most
+`sasl.server.max.receive.size` until then); its principal then goes with every request. With
+`connections.max.reauth.ms` a session past its lifetime closes at its next request unless that
+is a SaslHandshake, which re-authenticates (KIP-368).
 
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
@@ -48,6 +52,7 @@ from wirebroker.dispatch import (
     dispatch,
     supported,
 )
+from wirebroker.sasl.authenticator import SASL_HANDSHAKE_KEY, SaslAuthenticator
 from wirebroker.transport import release, send_frames
 
 if TYPE_CHECKING:
@@ -146,7 +151,18 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_n
 class _Connection:
     """One connection's reading loop, its ordered outbox, and the tasks of its `Later` answers."""
 
-    __slots__ = ("broker", "fd", "client_host", "listener_name", "outbox", "waiting", "nursery")
+    __slots__ = (
+        "broker",
+        "fd",
+        "client_host",
+        "listener_name",
+        "outbox",
+        "waiting",
+        "nursery",
+        "sasl",
+        "principal",
+        "session",
+    )
 
     def __init__(self, broker: Broker, fd: int, client_host: str, listener_name: str) -> None:
         self.broker = broker
@@ -156,6 +172,16 @@ class _Connection:
         self.outbox = _Outbox(fd)
         self.waiting = trio.Semaphore(MAX_WAITING_PER_CONNECTION)
         self.nursery: trio.Nursery | None = None
+        settings = broker.sasl_listeners.get(listener_name)
+        #: Until a SASL connection is authenticated; None on a PLAINTEXT listener.
+        self.sasl = (
+            SaslAuthenticator(broker, settings, client_host, listener_name)
+            if settings is not None
+            else None
+        )
+        self.principal = "User:ANONYMOUS"
+        #: (mechanism, expiry in ms) of a SASL session that must be renewed (KIP-368).
+        self.session: tuple[str, int] | None = None
 
     async def serve(self, nursery: trio.Nursery) -> None:
         """Read and handle requests until the peer closes, idles out or misbehaves; never raises."""
@@ -174,7 +200,10 @@ class _Connection:
 
     async def _read_loop(self) -> None:
         fd = self.fd
-        frames = FrameBuffer(self.broker.config.socket_request_max_bytes)
+        max_frame_size = self.broker.config.socket_request_max_bytes
+        frames = FrameBuffer(
+            max_frame_size if self.sasl is None else self.sasl.settings.max_receive_size
+        )
         idle_s = self.broker.config.connections_max_idle_ms / 1000
         handled = False  # a round of requests was handled since this task last let others run
         while True:
@@ -212,10 +241,54 @@ class _Connection:
             # responses leave together in one system call (pipelined clients send several).
             try:
                 while (frame := frames.next_frame()) is not NEED_DATA:
-                    await self._handle_frame(frame)  # type: ignore[arg-type]
+                    if self.session is not None and self.sasl is None:
+                        self._check_session(frame)  # type: ignore[arg-type]
+                    if self.sasl is None:
+                        await self._handle_frame(frame)  # type: ignore[arg-type]
+                    elif await self._authenticate(frame):  # type: ignore[arg-type]
+                        frames.max_frame_size = max_frame_size
             finally:
                 await self.outbox.flush()
             handled = True
+
+    async def _authenticate(self, frame: memoryview) -> bool:
+        """Hand a frame to the SASL authenticator; True once the connection is authenticated."""
+        assert self.sasl is not None
+        step = await self.sasl.receive(frame)
+        if step.chunks is not None:
+            self.outbox.put(step.chunks)
+        if step.close is not None:
+            await self.outbox.flush()
+            raise CloseConnection(step.close)
+        sasl = self.sasl
+        if sasl.principal is None:
+            return False
+        self.principal = sasl.principal
+        lifetime = sasl.session_lifetime_ms
+        assert sasl.server is not None
+        self.session = (
+            (sasl.server.mechanism, self.broker.now_ms() + lifetime) if lifetime else None
+        )
+        self.sasl = None
+        return True
+
+    def _check_session(self, frame: memoryview) -> None:
+        """A SaslHandshake renews the session; any other request after its expiry closes."""
+        assert self.session is not None
+        mechanism, expires_ms = self.session
+        if peek_request_header(frame)[0] == SASL_HANDSHAKE_KEY:
+            settings = self.broker.sasl_listeners[self.listener_name]
+            self.sasl = SaslAuthenticator(
+                self.broker,
+                settings,
+                self.client_host,
+                self.listener_name,
+                reauthenticating=(self.principal, mechanism),
+            )
+        elif self.broker.now_ms() >= expires_ms:
+            raise CloseConnection(
+                f"the SASL session of {self.principal} expired without re-authentication"
+            )
 
     async def _handle_frame(self, frame: memoryview) -> None:
         """Handle one request; its response takes the next place in the outbox."""
@@ -234,7 +307,9 @@ class _Connection:
         if api_key not in _IMMEDIATE_KEYS:
             await self.outbox.flush()  # a handler that may wait must not hold back earlier answers
         broker = self.broker
-        ctx = RequestContext(broker, request.header, self.client_host, self.listener_name)
+        ctx = RequestContext(
+            broker, request.header, self.client_host, self.listener_name, self.principal
+        )
         response = await dispatch(ctx, request.body)
         if response is None:  # acks=0 produce
             return

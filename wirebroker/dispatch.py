@@ -51,6 +51,8 @@ class RequestContext:
     header: RequestHeader
     client_host: str
     listener_name: str
+    #: Who sent it: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener.
+    principal: str = "User:ANONYMOUS"
 
     @property
     def api_version(self) -> int:

@@ -70,7 +70,7 @@ def test_bad_values_say_what_is_wrong(props: dict[str, str], message: str) -> No
     "props",
     [
         {"listeners": "SSL://127.0.0.1:9093"},
-        {"listeners": "SASL_PLAINTEXT://127.0.0.1:9093"},
+        {"listeners": "SASL_SSL://127.0.0.1:9093"},
         {"listeners": "PLAINTEXT://127.0.0.1:9092", "advertised.listeners": "SASL_SSL://h:9093"},
         {
             "listeners": "CLIENT://127.0.0.1:9093",

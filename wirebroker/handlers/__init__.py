@@ -14,5 +14,6 @@ from wirebroker.handlers import (  # noqa: F401
     partitions_admin,
     produce,
     producer_ids,
+    sasl,
     topics,
 )

@@ -4,7 +4,7 @@
 its event channel. It registers the broker (`/brokers/ids/<id>`, ephemeral; the znode's czxid is
 the broker epoch) and registers it again when the session expired; it keeps the topic config
 overrides (`/config/topics/*`, followed through `/config/changes`) and applies changes to the
-broker's local logs; it watches `/brokers/ids` so the broker knows the live brokers; and it
+broker's local logs, and the users' SCRAM credentials (`/config/users/*`, likewise); it watches `/brokers/ids` so the broker knows the live brokers; and it
 forwards every other watch to this broker's `Controller`.
 
 The admin operations of cluster mode live here too, written as Kafka's AdminZkClient writes
@@ -21,6 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 import trio
 
@@ -34,6 +35,7 @@ from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
 from wirebroker.peer import request_once
+from wirebroker.sasl.scram import HASHES, ScramCredential
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import znodes
@@ -224,6 +226,36 @@ class ClusterMember:
         for topic, overrides in configs.items():
             if overrides:
                 self.broker.apply_topic_config(topic, overrides)
+        for user in await self.zk.get_children(znodes.CONFIG_USERS) or []:
+            await self._load_user_config(user)
+
+    # user configs (SCRAM credentials) ------------------------------------------------------
+    async def _load_user_config(self, sanitized_user: str) -> None:
+        got = await self.zk.get(znodes.user_config_path(sanitized_user))
+        config = EntityConfig.decode(got[0] if got else None).config
+        self.broker.scram_credentials.cache_user_config(unquote(sanitized_user), config)
+
+    async def set_user_scram_credentials(
+        self, user: str, credentials: dict[str, ScramCredential]
+    ) -> None:
+        """Replace the user's SCRAM credentials in `/config/users/<user>` (keeping its other
+        keys, quotas) and notify every broker, as Kafka's AdminZkClient does."""
+        path = znodes.user_config_path(znodes.sanitize_user(user))
+        got = await self.zk.get(path)
+        config = EntityConfig.decode(got[0] if got else None).config
+        config = {k: v for k, v in config.items() if k not in HASHES}
+        config.update({m: c.to_kafka_string() for m, c in credentials.items()})
+        data = EntityConfig(config).encode()
+        if got is None:
+            await self.zk.create(path, data, makepath=True)
+        else:
+            await self.zk.set(path, data)
+        await self.zk.create(
+            f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
+            znodes.ConfigChangeNotification(f"users/{znodes.sanitize_user(user)}").encode(),
+            sequence=True,
+            makepath=True,
+        )
 
     async def _on_config_topics(self) -> None:
         """A topic was created (its config znode comes first) or deleted: keep the cache whole."""
@@ -247,6 +279,9 @@ class ClusterMember:
                 continue
             entity = znodes.ConfigChangeNotification.decode(got[0]).entity_path
             kind, _, name = entity.partition("/")
+            if kind == "users":
+                await self._load_user_config(name)
+                continue
             if kind != "topics":
                 log.info("ignoring a config change of %s", entity)
                 continue

@@ -19,6 +19,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
@@ -28,6 +29,7 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
+CONFIG_USERS = "/config/users"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -45,7 +47,7 @@ PERSISTENT_PATHS = (
     ISR_CHANGE_NOTIFICATION,
     "/config/clients",
     CONFIG_TOPICS,
-    "/config/users",
+    CONFIG_USERS,
     "/config/brokers",
     "/config/ips",
     "/log_dir_event_notification",
@@ -99,6 +101,15 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def user_config_path(sanitized_user: str) -> str:
+    return f"{CONFIG_USERS}/{sanitized_user}"
+
+
+def sanitize_user(user: str) -> str:
+    """A user name as Kafka's Sanitizer writes it into a znode name (URL-encoded)."""
+    return quote(user, safe="").replace("~", "%7E")
 
 
 def delete_topic_path(topic: str) -> str:

@@ -1,0 +1,166 @@
+"""SaslHandshake v0-1 and SaslAuthenticate v0-2 after authentication, and the SCRAM credential
+admin APIs: AlterUserScramCredentials v0, DescribeUserScramCredentials v0.
+
+Before a SASL connection is authenticated its SaslHandshake and SaslAuthenticate never get here
+(`wirebroker.sasl.authenticator` answers them, and a re-authentication's too). Here, as Kafka's
+KafkaApis, they come on an authenticated or a PLAINTEXT connection and are answered with
+ILLEGAL_SASL_STATE.
+
+AlterUserScramCredentials takes salted passwords (the client salts and hashes; the password
+never travels) and keeps Kafka's credential (salt, StoredKey, ServerKey, iterations): in the
+embedded broker's `scram-credentials.json`, in a cluster in ZooKeeper's `/config/users/<name>`
+with a `/config/changes` notification, both as Kafka writes them. Errors per user as Kafka's
+ZkAdminManager: an empty name or a count of iterations out of [4096, 16384] is
+UNACCEPTABLE_CREDENTIAL, an unknown mechanism UNSUPPORTED_SASL_MECHANISM, a user altered twice in
+one request DUPLICATE_RESOURCE (the whole user fails), deleting a missing credential
+RESOURCE_NOT_FOUND. No authorizer exists yet, so every client may alter them.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.messages.alter_user_scram_credentials import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+)
+from protocol.messages.describe_user_scram_credentials import (
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
+from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
+from wirebroker.dispatch import RequestContext, handles
+from wirebroker.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
+from wirebroker.sasl.settings import SCRAM_SHA_256, SCRAM_SHA_512
+
+#: Kafka's ScramMechanism type codes on the wire.
+MECHANISM_CODES = {SCRAM_SHA_256: 1, SCRAM_SHA_512: 2}
+MECHANISMS = {code: name for name, code in MECHANISM_CODES.items()}
+
+AlterResult = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+DescribeResult = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+
+
+@handles(SaslHandshakeRequest, (0, 1))
+async def sasl_handshake(
+    ctx: RequestContext, request: SaslHandshakeRequest
+) -> SaslHandshakeResponse:
+    return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE)
+
+
+@handles(SaslAuthenticateRequest, (0, 2))
+async def sasl_authenticate(
+    ctx: RequestContext, request: SaslAuthenticateRequest
+) -> SaslAuthenticateResponse:
+    return SaslAuthenticateResponse(
+        error_code=ErrorCode.ILLEGAL_SASL_STATE,
+        error_message="SaslAuthenticate request received after successful authentication",
+    )
+
+
+@handles(AlterUserScramCredentialsRequest, (0, 0))
+async def alter_user_scram_credentials(
+    ctx: RequestContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsResponse:
+    errors: dict[str, tuple[ErrorCode, str]] = {}
+    seen: set[tuple[str, int]] = set()
+    users: list[str] = []
+    changes = [(d.name, d.mechanism, None) for d in request.deletions] + [
+        (u.name, u.mechanism, u) for u in request.upsertions
+    ]
+    for name, mechanism, upsertion in changes:
+        if name not in users:
+            users.append(name)
+        if (name, mechanism) in seen:
+            errors[name] = (
+                ErrorCode.DUPLICATE_RESOURCE,
+                "A user credential cannot be altered twice in the same request",
+            )
+        seen.add((name, mechanism))
+        if name in errors:
+            continue
+        if not name:
+            errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        elif mechanism not in MECHANISMS:
+            errors[name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        elif upsertion is not None and upsertion.iterations < MIN_ITERATIONS:
+            errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
+        elif upsertion is not None and upsertion.iterations > MAX_ITERATIONS:
+            errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
+        elif upsertion is not None and not (upsertion.salt and upsertion.salted_password):
+            errors[name] = (
+                ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                "Salt and salted password must not be empty",
+            )
+    store = ctx.broker.scram_credentials
+    results = []
+    for user in users:
+        if user not in errors:
+            credentials = store.user(user)
+            for name, code, upsertion in changes:
+                if name != user:
+                    continue
+                mechanism_name = MECHANISMS[code]
+                if upsertion is None:
+                    if credentials.pop(mechanism_name, None) is None:
+                        errors[user] = (
+                            ErrorCode.RESOURCE_NOT_FOUND,
+                            "Attempt to delete a user credential that does not exist",
+                        )
+                        break
+                else:
+                    credentials[mechanism_name] = ScramCredential.from_salted_password(
+                        mechanism_name,
+                        upsertion.salt,
+                        upsertion.salted_password,
+                        upsertion.iterations,
+                    )
+            else:
+                await _save(ctx, user, credentials)
+        code, message = errors.get(user, (ErrorCode.NONE, None))
+        results.append(AlterResult(user=user, error_code=code, error_message=message))
+    return AlterUserScramCredentialsResponse(results=results)
+
+
+async def _save(ctx: RequestContext, user: str, credentials: dict[str, ScramCredential]) -> None:
+    broker = ctx.broker
+    if broker.cluster is not None:
+        await broker.cluster.set_user_scram_credentials(user, credentials)
+    broker.scram_credentials.set_user(user, credentials)
+
+
+@handles(DescribeUserScramCredentialsRequest, (0, 0))
+async def describe_user_scram_credentials(
+    ctx: RequestContext, request: DescribeUserScramCredentialsRequest
+) -> DescribeUserScramCredentialsResponse:
+    store = ctx.broker.scram_credentials
+    requested = [u.name for u in request.users or []]
+    results = []
+    for user in dict.fromkeys(requested) or store.users():
+        credentials = store.user(user)
+        if requested.count(user) > 1:
+            results.append(
+                DescribeResult(
+                    user=user,
+                    error_code=ErrorCode.DUPLICATE_RESOURCE,
+                    error_message="Cannot describe SCRAM credentials for the same user twice in "
+                    "a single request",
+                )
+            )
+        elif not credentials:
+            results.append(
+                DescribeResult(
+                    user=user,
+                    error_code=ErrorCode.RESOURCE_NOT_FOUND,
+                    error_message="Attempt to describe a user credential that does not exist",
+                )
+            )
+        else:
+            infos = [
+                DescribeUserScramCredentialsResponse.CredentialInfo(
+                    mechanism=MECHANISM_CODES[m], iterations=c.iterations
+                )
+                for m, c in sorted(credentials.items())
+            ]
+            results.append(DescribeResult(user=user, error_message=None, credential_infos=infos))
+    return DescribeUserScramCredentialsResponse(error_message=None, results=results)

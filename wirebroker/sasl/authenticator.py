@@ -1,0 +1,251 @@
+"""A SASL connection before its authentication completes (Kafka's SaslServerAuthenticator).
+
+The connection hands every frame to :meth:`SaslAuthenticator.receive` until `principal` is set
+and answers what it returns. As in Kafka:
+
+- first ApiVersions (once) and SaslHandshake are answered; any other request closes the
+  connection without an answer, as does a first frame that is not a Kafka request at all;
+- a SaslHandshake naming a mechanism the listener does not offer is answered with
+  UNSUPPORTED_SASL_MECHANISM and the enabled mechanisms, then the connection is closed;
+- after a v0 handshake the client's SASL tokens arrive as bare size-prefixed frames and are
+  answered the same way; after v1 they come in SaslAuthenticate requests;
+- during SaslAuthenticate, another request is answered with its error response carrying
+  ILLEGAL_SASL_STATE, then the connection is closed;
+- a failed authentication is answered with SASL_AUTHENTICATION_FAILED and a message (the
+  mechanism's own when it is safe to show, else Kafka's standard one), then closed. The log says
+  which user from which host, never the secret.
+
+Frames before authentication may not exceed `sasl.server.max.receive.size` (the connection's
+frame buffer refuses a bigger one before reading it).
+
+Re-authentication (KIP-368): with `connections.max.reauth.ms` set, a completed SaslAuthenticate
+v1+ tells the client its `session_lifetime_ms`; the connection closes when a request other than
+SaslHandshake arrives after that, as Kafka's. A SaslHandshake on an authenticated connection
+starts a new authenticator (`reauthenticating`: no ApiVersions first). It must name the same
+mechanism and end with the same principal, else it fails as above (a changed mechanism is
+answered with ILLEGAL_SASL_STATE).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from protocol.api import (
+    API_VERSIONS_KEY,
+    api_info,
+    decode_request,
+    encode_response_chunks,
+    peek_request_header,
+    unsupported_api_versions_response,
+)
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import APIS
+from protocol.messages.headers import ResponseHeader
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
+from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
+from protocol.schema import Message
+from wirebroker.dispatch import REGISTRY, RequestContext, error_response, supported
+from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure, SaslServer
+from wirebroker.sasl.plain import PlainServer
+from wirebroker.sasl.scram import HASHES, ScramServer
+from wirebroker.sasl.settings import PLAIN, ListenerSasl
+
+if TYPE_CHECKING:
+    from wirebroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+SASL_HANDSHAKE_KEY = SaslHandshakeRequest.API_KEY
+SASL_AUTHENTICATE_KEY = SaslAuthenticateRequest.API_KEY
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What the connection does with one frame: write `chunks` (if any), then close if `close`
+    says why."""
+
+    chunks: list[Any] | None
+    close: str | None = None
+
+
+class SaslAuthenticator:
+    """The SASL state of one connection until it is authenticated."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        settings: ListenerSasl,
+        client_host: str,
+        listener_name: str,
+        *,
+        reauthenticating: tuple[str, str] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.client_host = client_host
+        self.listener_name = listener_name
+        #: (principal, mechanism) of the session being renewed.
+        self.reauthenticating = reauthenticating
+        # then "handshake", "authenticate"
+        self.state = "handshake" if reauthenticating else "handshake_or_versions"
+        self.raw_tokens = False  # after a v0 handshake
+        self.server: SaslServer | None = None
+        #: `User:<name>` once authenticated.
+        self.principal: str | None = None
+        #: What the completed SaslAuthenticate told the client (0: the session does not expire).
+        self.session_lifetime_ms = 0
+
+    async def receive(self, frame: memoryview) -> Step:
+        if self.state == "authenticate" and self.raw_tokens:
+            return self._raw_token(bytes(frame))
+        try:
+            api_key, api_version, correlation_id = peek_request_header(frame)
+            if api_key not in APIS:
+                raise ProtocolError(f"unknown API key {api_key}")
+        except ProtocolError:
+            if self.state == "handshake_or_versions":
+                return Step(
+                    None,
+                    "Invalid request, potential reasons: kafka client configured with the wrong "
+                    "security protocol, it does not support KIP-43 or it is not a kafka client",
+                )
+            raise
+        name = api_info(api_key).name
+        if self.state == "authenticate":
+            return self._authenticate_request(frame, api_key, api_version, name)
+        if api_key == API_VERSIONS_KEY and self.state == "handshake_or_versions":
+            if not supported(api_key, api_version):
+                reg = REGISTRY[API_VERSIONS_KEY]
+                return Step(
+                    [
+                        unsupported_api_versions_response(
+                            correlation_id, (reg.min_version, reg.max_version)
+                        )
+                    ]
+                )
+            request = decode_request(frame)
+            ctx = self._context(request.header)
+            response = await REGISTRY[API_VERSIONS_KEY].handler(ctx, request.body)
+            assert isinstance(response, Message)
+            self.state = "handshake"
+            return Step(self._encode(correlation_id, response, api_key, api_version))
+        if api_key != SASL_HANDSHAKE_KEY or not supported(api_key, api_version):
+            return Step(None, f"unexpected request {name} v{api_version} during SASL handshake")
+        return self._handshake(decode_request(frame).body, correlation_id, api_version)
+
+    def _handshake(self, request: Any, correlation_id: int, version: int) -> Step:
+        assert isinstance(request, SaslHandshakeRequest)
+        mechanisms = list(self.settings.mechanisms)
+        if self.reauthenticating and request.mechanism != self.reauthenticating[1]:
+            response = SaslHandshakeResponse(
+                error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=mechanisms
+            )
+            return Step(
+                self._encode(correlation_id, response, SASL_HANDSHAKE_KEY, version),
+                f"SASL mechanism changed from {self.reauthenticating[1]} to "
+                f"{request.mechanism} during re-authentication",
+            )
+        if request.mechanism not in mechanisms:
+            response = SaslHandshakeResponse(
+                error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=mechanisms
+            )
+            return Step(
+                self._encode(correlation_id, response, SASL_HANDSHAKE_KEY, version),
+                f"unsupported SASL mechanism {request.mechanism!r} (enabled: {mechanisms})",
+            )
+        self.server = self._server(request.mechanism)
+        self.raw_tokens = version == 0
+        self.state = "authenticate"
+        response = SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=mechanisms)
+        return Step(self._encode(correlation_id, response, SASL_HANDSHAKE_KEY, version))
+
+    def _server(self, mechanism: str) -> SaslServer:
+        if mechanism == PLAIN:
+            return PlainServer(self.settings.plain_users())
+        assert mechanism in HASHES
+        store = self.broker.scram_credentials
+        return ScramServer(mechanism, lambda user: store.get(user, mechanism))
+
+    def _raw_token(self, token: bytes) -> Step:
+        try:
+            answer = self._evaluate(token)
+        except SaslFailure as e:
+            return Step(None, self._failure(e))
+        return Step([answer])
+
+    def _authenticate_request(
+        self, frame: memoryview, api_key: int, api_version: int, name: str
+    ) -> Step:
+        if not supported(api_key, api_version):
+            return Step(
+                None, f"unexpected request {name} v{api_version} during SASL authentication"
+            )
+        request = decode_request(frame)
+        correlation_id = request.header.correlation_id
+        if api_key != SASL_AUTHENTICATE_KEY:
+            ctx = self._context(request.header)
+            response = error_response(ctx, request.body, ErrorCode.ILLEGAL_SASL_STATE)
+            return Step(
+                self._encode(correlation_id, response, api_key, api_version),
+                f"unexpected request {name} during SASL authentication",
+            )
+        body = request.body
+        assert isinstance(body, SaslAuthenticateRequest)
+        try:
+            answer = self._evaluate(bytes(body.auth_bytes))
+        except SaslFailure as e:
+            message = (
+                str(e)
+                if isinstance(e, SaslAuthenticationFailed)
+                else "Authentication failed during authentication due to invalid credentials "
+                f"with SASL mechanism {self.server.mechanism if self.server else '?'}"
+            )
+            response = SaslAuthenticateResponse(
+                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message
+            )
+            return Step(
+                self._encode(correlation_id, response, api_key, api_version), self._failure(e)
+            )
+        response = SaslAuthenticateResponse(
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            auth_bytes=answer,
+            session_lifetime_ms=self.session_lifetime_ms,
+        )
+        return Step(self._encode(correlation_id, response, api_key, api_version))
+
+    def _evaluate(self, token: bytes) -> bytes:
+        server = self.server
+        assert server is not None
+        answer = server.evaluate(token)
+        if server.complete:
+            principal = f"User:{server.username}"
+            if self.reauthenticating and principal != self.reauthenticating[0]:
+                raise SaslAuthenticationFailed(
+                    "Cannot change principals during re-authentication from "
+                    f"{self.reauthenticating[0]}: {principal}"
+                )
+            self.principal = principal
+            self.session_lifetime_ms = self.settings.max_reauth_ms
+            log.debug(
+                "%s authenticated from %s with %s", principal, self.client_host, server.mechanism
+            )
+        return answer
+
+    def _failure(self, e: SaslFailure) -> str:
+        """The log line of a failed authentication: who, how and why, never the secret."""
+        server = self.server
+        user = server.username if server is not None else None
+        mechanism = server.mechanism if server is not None else "?"
+        return f"SASL/{mechanism} authentication of User:{user} failed: {e}"
+
+    def _context(self, header: Any) -> RequestContext:
+        return RequestContext(self.broker, header, self.client_host, self.listener_name)
+
+    @staticmethod
+    def _encode(correlation_id: int, body: Message, api_key: int, version: int) -> list[Any]:
+        return encode_response_chunks(
+            ResponseHeader(correlation_id=correlation_id), body, api_key, version
+        )

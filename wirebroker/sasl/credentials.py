@@ -1,0 +1,82 @@
+"""The broker's SCRAM credentials, per user and mechanism.
+
+The embedded broker keeps them in `scram-credentials.json` in its first log dir, in the shape of
+Kafka's ZooKeeper `/config/users/<name>` config (`{"version":1,"users":{name:{"SCRAM-SHA-512":
+"salt=...,stored_key=...,server_key=...,iterations=4096"}}}`), written atomically (temporary
+file, fsync, rename). In a cluster they live in ZooKeeper instead (see `wirebroker.zk.member`),
+and this store is the broker's cache of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from wirebroker.sasl.scram import HASHES, ScramCredential
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "scram-credentials.json"
+
+
+class ScramCredentialStore:
+    """Credentials by user, then mechanism; `path` None keeps them in memory only (a cluster)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._users: dict[str, dict[str, ScramCredential]] = {}
+        if path is not None and path.exists():
+            obj = json.loads(path.read_text())
+            for user, config in (obj.get("users") or {}).items():
+                self.cache_user_config(user, config)
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._users.get(user, {}).get(mechanism)
+
+    def user(self, user: str) -> dict[str, ScramCredential]:
+        return dict(self._users.get(user, {}))
+
+    def users(self) -> list[str]:
+        return sorted(self._users)
+
+    def set_user(self, user: str, credentials: dict[str, ScramCredential]) -> None:
+        """Replace the user's credentials (none: forget the user) and save."""
+        if credentials:
+            self._users[user] = dict(credentials)
+        else:
+            self._users.pop(user, None)
+        self._save()
+
+    def cache_user_config(self, user: str, config: dict[str, str]) -> None:
+        """Take the user's SCRAM entries from a Kafka user config (its other keys are quotas),
+        without saving: the config came from where it is kept."""
+        credentials = {}
+        for mechanism, text in config.items():
+            if mechanism in HASHES:
+                try:
+                    credentials[mechanism] = ScramCredential.from_kafka_string(text)
+                except ValueError as e:
+                    log.warning("ignoring the %s credential of user %s: %s", mechanism, user, e)
+        if credentials:
+            self._users[user] = credentials
+        else:
+            self._users.pop(user, None)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        obj = {
+            "version": 1,
+            "users": {
+                user: {m: c.to_kafka_string() for m, c in creds.items()}
+                for user, creds in sorted(self._users.items())
+            },
+        }
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

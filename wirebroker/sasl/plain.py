@@ -1,0 +1,62 @@
+"""SASL/PLAIN (RFC 4616) against the users of the listener's PlainLoginModule JAAS config.
+
+As Kafka's PlainSaslServer with its PlainServerCallbackHandler: the one client token is
+`authzid NUL authcid NUL passwd`; the authorization id must be empty or the user name; the
+password is compared in constant time. Every failure message is sent to the client, as Kafka's are.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from wirebroker.sasl.mechanism import SaslAuthenticationFailed
+from wirebroker.sasl.settings import PLAIN
+
+
+class PlainServer:
+    mechanism = PLAIN
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self._users = users
+        self._username: str | None = None
+        self._complete = False
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    @property
+    def username(self) -> str | None:
+        return self._username
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self._complete:
+            raise SaslAuthenticationFailed("Unexpected challenge after SASL/PLAIN authentication")
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise SaslAuthenticationFailed(
+                f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}"
+            )
+        try:
+            authzid, username, password = (p.decode() for p in parts)
+        except UnicodeDecodeError:
+            raise SaslAuthenticationFailed("Invalid SASL/PLAIN response: not UTF-8") from None
+        if not username:
+            raise SaslAuthenticationFailed("Authentication failed: username not specified")
+        if not password:
+            raise SaslAuthenticationFailed("Authentication failed: password not specified")
+        self._username = username
+        expected = self._users.get(username)
+        # Compared even for an unknown user, so the time taken does not tell which users exist.
+        matches = hmac.compare_digest(
+            password.encode(), (expected if expected is not None else "\0" + password).encode()
+        )
+        if expected is None or not matches:
+            raise SaslAuthenticationFailed("Authentication failed: Invalid username or password")
+        if authzid and authzid != username:
+            raise SaslAuthenticationFailed(
+                "Authentication failed: Client requested an authorization id that is different "
+                "from username"
+            )
+        self._complete = True
+        return b""

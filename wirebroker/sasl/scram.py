@@ -1,0 +1,182 @@
+"""SASL/SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): credentials and the server side.
+
+A :class:`ScramCredential` is what the broker keeps of a password (salt, StoredKey, ServerKey,
+iterations), written as Kafka's ScramCredentialUtils writes it
+(`salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>`). :class:`ScramServer` follows
+Kafka's ScramSaslServer: client-first (`n,[a=authzid],n=user,r=nonce[,ext]`), server-first
+(`r=nonce+ours,s=salt,i=iterations`), client-final (`c=...,r=nonce,p=proof`), server-final
+(`v=signature`). Only gs2 header `n` (no channel binding) is accepted; delegation tokens
+(`tokenauth=true`) do not exist here and fail as unknown users. An unknown user, a wrong proof
+or a malformed message are :class:`SaslFailure` (the client gets the standard message).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
+from wirebroker.sasl.settings import SCRAM_SHA_256, SCRAM_SHA_512
+
+#: Kafka's ScramMechanism: hash name and the iteration bounds it accepts.
+HASHES = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+
+_CLIENT_FIRST = re.compile(
+    r"n,(?:a=(?P<authzid>[^,]*))?,(?:m=[^,]*,)?n=(?P<saslname>[^,]+),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
+    r"(?P<extensions>(?:,[A-Za-z]+=[^,]*)*)$"
+)
+_CLIENT_FINAL = re.compile(
+    r"(?P<without_proof>c=(?P<channel>[A-Za-z0-9+/=]*),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
+    r"(?:,[A-Za-z]+=[^,]*)*),p=(?P<proof>[A-Za-z0-9+/=]+)$"
+)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _hmac(hash_name: str, key: bytes, message: bytes) -> bytes:
+    return hmac.new(key, message, hash_name).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    @classmethod
+    def from_salted_password(
+        cls, mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+    ) -> ScramCredential:
+        """The credential of a salted password (what AlterUserScramCredentials sends)."""
+        hash_name = HASHES[mechanism]
+        client_key = _hmac(hash_name, salted_password, b"Client Key")
+        return cls(
+            salt,
+            hashlib.new(hash_name, client_key).digest(),
+            _hmac(hash_name, salted_password, b"Server Key"),
+            iterations,
+        )
+
+    @classmethod
+    def from_password(
+        cls, mechanism: str, password: str, iterations: int = MIN_ITERATIONS
+    ) -> ScramCredential:
+        salt = secrets.token_bytes(32)
+        salted = hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode(), salt, iterations)
+        return cls.from_salted_password(mechanism, salt, salted, iterations)
+
+    def to_kafka_string(self) -> str:
+        return (
+            f"salt={_b64(self.salt)},stored_key={_b64(self.stored_key)},"
+            f"server_key={_b64(self.server_key)},iterations={self.iterations}"
+        )
+
+    @classmethod
+    def from_kafka_string(cls, text: str) -> ScramCredential:
+        fields = dict(item.split("=", 1) for item in text.split(",") if "=" in item)
+        try:
+            return cls(
+                base64.b64decode(fields["salt"]),
+                base64.b64decode(fields["stored_key"]),
+                base64.b64decode(fields["server_key"]),
+                int(fields["iterations"]),
+            )
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"not a SCRAM credential: {e}") from None
+
+
+def username_from_saslname(saslname: str) -> str:
+    """RFC 5802's `saslname`: ',' and '=' arrive as '=2C' and '=3D'."""
+    if re.search(r"=(?!2C|3D)", saslname):
+        raise SaslFailure(f"invalid SCRAM user name {saslname!r}")
+    return saslname.replace("=2C", ",").replace("=3D", "=")
+
+
+class ScramServer:
+    """One SCRAM exchange; `lookup(user)` gives the user's credential for this mechanism."""
+
+    def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
+        self.mechanism = mechanism
+        self._hash = HASHES[mechanism]
+        self._lookup = lookup
+        self._username: str | None = None
+        self._credential: ScramCredential | None = None
+        self._auth_prefix = b""  # client-first-bare "," server-first
+        self._nonce = ""
+        self._complete = False
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    @property
+    def username(self) -> str | None:
+        return self._username
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self._complete:
+            raise SaslFailure("unexpected SCRAM message after completion")
+        try:
+            text = token.decode()
+        except UnicodeDecodeError:
+            raise SaslFailure("SCRAM message is not UTF-8") from None
+        if self._credential is None:
+            return self._client_first(text)
+        return self._client_final(text)
+
+    def _client_first(self, text: str) -> bytes:
+        m = _CLIENT_FIRST.match(text)
+        if not m:
+            raise SaslFailure("invalid SCRAM client-first message")
+        username = username_from_saslname(m["saslname"])
+        self._username = username
+        if "tokenauth=true" in m["extensions"].split(","):
+            raise SaslFailure("delegation tokens are not supported")
+        credential = self._lookup(username)
+        if credential is None:
+            raise SaslFailure("Authentication failed: Invalid user credentials")
+        if m["authzid"] and m["authzid"] != username:
+            raise SaslAuthenticationFailed(
+                "Authentication failed: Client requested an authorization id that is different "
+                "from username"
+            )
+        if credential.iterations < MIN_ITERATIONS:
+            raise SaslFailure(f"Iterations {credential.iterations} is less than the minimum")
+        self._credential = credential
+        self._nonce = m["nonce"] + secrets.token_urlsafe(24)
+        server_first = f"r={self._nonce},s={_b64(credential.salt)},i={credential.iterations}"
+        bare = text.split(",", 2)[2]  # after the gs2 header "n,[a=authzid],"
+        self._auth_prefix = f"{bare},{server_first}".encode()
+        return server_first.encode()
+
+    def _client_final(self, text: str) -> bytes:
+        credential = self._credential
+        assert credential is not None
+        m = _CLIENT_FINAL.match(text)
+        if not m:
+            raise SaslFailure("invalid SCRAM client-final message")
+        if m["nonce"] != self._nonce:
+            raise SaslFailure("Invalid client nonce in the final client message.")
+        auth_message = self._auth_prefix + b"," + m["without_proof"].encode()
+        client_signature = _hmac(self._hash, credential.stored_key, auth_message)
+        proof = base64.b64decode(m["proof"])
+        if len(proof) != len(client_signature):
+            raise SaslFailure("Invalid client credentials")
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
+        computed = hashlib.new(self._hash, client_key).digest()
+        if not hmac.compare_digest(computed, credential.stored_key):
+            raise SaslFailure("Invalid client credentials")
+        self._complete = True
+        server_signature = _hmac(self._hash, credential.server_key, auth_message)
+        self._credential = None
+        return f"v={_b64(server_signature)}".encode()

@@ -149,6 +149,15 @@ def test_a_failed_log_dir_moves_its_leaders(
             info = controller.ctx.states[(TOPIC, 0)]
             assert 1 not in info.state.isr and info.state.leader in (2, 3)
             assert controller.ctx.states[(TOPIC, 1)].state.leader == 1  # the healthy directory
+            # The new leader cannot take the offline replica back into the ISR.
+            leader = info.state.leader
+            change = {(TOPIC, 0): (info.state.leader_epoch, (*info.state.isr, 1), info.version, 0)}
+            top, results = await controller.call(
+                lambda: controller.alter_partition(
+                    leader, controller.ctx.live[leader].epoch, change
+                )
+            )
+            assert (top, results[(TOPIC, 0)]) == (ErrorCode.NONE, ErrorCode.INELIGIBLE_REPLICA)
             assert await produce(b1, 1, b"healthy") == ErrorCode.NONE
 
             consumed = await fetch_values(brokers[state[0]], 0)

@@ -996,7 +996,7 @@ class Controller:
                 results[tp] = ErrorCode.INVALID_UPDATE_VERSION
             elif recovery == 1 and len(isr) > 1 or cur.leader_recovery_state == 0 and recovery == 1:
                 results[tp] = ErrorCode.INVALID_REQUEST
-            elif any(b not in ctx.live_ids() for b in isr):
+            elif any(b not in ctx.online_ids(tp) for b in isr):
                 results[tp] = ErrorCode.INELIGIBLE_REPLICA
             else:
                 updates[tp] = PartitionState(

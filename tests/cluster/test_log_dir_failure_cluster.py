@@ -160,6 +160,11 @@ def test_a_failed_log_dir_moves_its_leaders(
             assert (top, results[(TOPIC, 0)]) == (ErrorCode.NONE, ErrorCode.INELIGIBLE_REPLICA)
             assert await produce(b1, 1, b"healthy") == ErrorCode.NONE
 
+            assert controller.channel is not None
+            await eventually(
+                lambda: (1, "StopReplicaRequest") in controller.channel.sent,  # type: ignore[union-attr]
+                what="StopReplica for the offline replica",
+            )
             consumed = await fetch_values(brokers[state[0]], 0)
             assert set(acked) <= set(consumed), set(acked) - set(consumed)
             assert not await b1.broker.cluster.zk.get_children(  # type: ignore[union-attr]

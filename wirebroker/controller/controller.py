@@ -17,7 +17,7 @@ A failed log directory (Kafka's onBrokerLogDirFailure): a broker writes a
 replicas, and every LeaderAndIsr answer's KAFKA_STORAGE_ERROR partitions become offline replicas
 (`ControllerContext.offline_replicas`, until the broker restarts). They are handled as replicas
 of a failed broker: new leaders for the partitions they led, out of every ISR, and reported in
-UpdateMetadata's `offline_replicas`.
+UpdateMetadata's `offline_replicas`; the broker gets StopReplica for them.
 """
 
 from __future__ import annotations
@@ -882,6 +882,8 @@ class Controller:
         if now - before:
             state_log.info("replicas of broker %d offline: %s", broker_id, sorted(now - before))
             await self._on_brokers_failure({broker_id}, within=now - before)
+            # Kafka's OfflineReplica: the replica stops (fetchers, a coordinator it hosts).
+            self._send_stop_replica(broker_id, sorted(now - before), delete=False)
 
     # topic changes ------------------------------------------------------------------------
     async def _on_topic_change(self) -> None:

@@ -850,16 +850,17 @@ class Controller:
         whose answers say which are offline; the notifications are then deleted."""
         ctx = self.ctx
         names = await self.zk.get_children(znodes.LOG_DIR_EVENT_NOTIFICATION, watch=True) or []
+        paths = [f"{znodes.LOG_DIR_EVENT_NOTIFICATION}/{name}" for name in sorted(names)]
         brokers: set[int] = set()
-        for name in sorted(names):
-            path = f"{znodes.LOG_DIR_EVENT_NOTIFICATION}/{name}"
+        for path in paths:
             got = await self.zk.get(path)
             if got is not None:
                 brokers.add(znodes.LogDirEventNotification.decode(got[0]).broker)
-            await self.zk.delete(path)
         for b in sorted(brokers & set(ctx.live)):
             log.info("broker %d reported a failed log directory", b)
             self._send_leader_and_isr([b], ctx.partitions_on(b))
+        for path in paths:
+            await self.zk.delete(path)
 
     async def _on_leader_and_isr_response(self, broker_id: int, body: LeaderAndIsrResponse) -> None:
         """Kafka's LeaderAndIsrResponseReceived: the broker's replicas that answered
@@ -875,9 +876,7 @@ class Controller:
             for e in t.partition_errors
         }
         before = ctx.offline_replicas.get(broker_id, set())
-        now = {tp for tp in before if errors.get(tp) != ErrorCode.NONE} | {
-            tp for tp, code in errors.items() if code == ErrorCode.KAFKA_STORAGE_ERROR
-        }
+        now = decisions.offline_replicas(before, errors)
         ctx.offline_replicas[broker_id] = now
         if now - before:
             state_log.info("replicas of broker %d offline: %s", broker_id, sorted(now - before))

@@ -124,6 +124,9 @@ class LogManager:
         self._dir_fds: dict[Path, int] = {}
         #: Log directories an I/O error took offline (until a restart).
         self.offline_dirs: set[Path] = set()
+        #: Told of each directory taken offline, on the caller's thread, once its logs are
+        #: abandoned (in a cluster the broker tells the controller; it must not block).
+        self.on_dir_offline: Callable[[Path], None] | None = None
         self._opened = False
 
     def config_for(self, topic: str) -> LogConfig:
@@ -253,6 +256,8 @@ class LogManager:
             if self._dir_of[tp] == log_dir:
                 lg.abandon()
                 lg.offline = True
+        if self.on_dir_offline is not None:
+            self.on_dir_offline(log_dir)
 
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._logs)

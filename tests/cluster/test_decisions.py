@@ -177,3 +177,11 @@ def test_reassignment_steps() -> None:
     assert d.start_reassignment(moving, [2, 3, 1]) == ReplicaAssignment((2, 3, 1))
     assert d.cancel_reassignment(moving) == ReplicaAssignment((2, 3, 1))
     assert not d.reassignment_complete(ReplicaAssignment((1, 2)), [1, 2])
+
+
+def test_offline_replicas_follow_the_leader_and_isr_answers() -> None:
+    storage, none = ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NONE
+    answer = {"a": storage, "b": none, "c": ErrorCode.STALE_CONTROLLER_EPOCH}
+    assert d.offline_replicas(set(), answer) == {"a"}
+    # An online answer brings a replica back; another error, or none at all, changes nothing.
+    assert d.offline_replicas({"b", "c", "d"}, answer) == {"a", "c", "d"}

@@ -135,6 +135,7 @@ def test_partition_state_is_kafkas_json() -> None:
             z.ProducerIdBlock(1, 0, 999),
             b'{"version":1,"broker":1,"block_start":"0","block_end":"999"}',
         ),
+        (z.LogDirEventNotification(3), b'{"version":1,"broker":3,"event":1}'),
     ],
 )
 def test_other_znodes(node: object, data: bytes) -> None:

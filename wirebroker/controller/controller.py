@@ -11,6 +11,13 @@ ControlledShutdown, ElectLeaders, reassignments, through `call`) are such events
 from `decisions.py`; applying one writes partition state znodes with the version read (their
 version is the partition epoch), then sends LeaderAndIsr v7, UpdateMetadata v8 and StopReplica v4
 through `ControllerChannel`.
+
+A failed log directory (Kafka's onBrokerLogDirFailure): a broker writes a
+`/log_dir_event_notification` znode; the controller sends that broker LeaderAndIsr for all its
+replicas, and every LeaderAndIsr answer's KAFKA_STORAGE_ERROR partitions become offline replicas
+(`ControllerContext.offline_replicas`, until the broker restarts). They are handled as replicas
+of a failed broker: new leaders for the partitions they led, out of every ISR, and reported in
+UpdateMetadata's `offline_replicas`; the broker gets StopReplica for them.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from protocol.errors import ErrorCode
-from protocol.messages.leader_and_isr import LeaderAndIsrRequest
+from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from protocol.schema import Message
@@ -91,10 +98,17 @@ class ControllerContext:
     states: dict[TP, PartitionInfo] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     legacy_reassignments: set[TP] = field(default_factory=set)
+    #: Per live broker, its replicas in an offline log directory (Kafka's replicasOnOfflineDirs).
+    offline_replicas: dict[int, set[TP]] = field(default_factory=dict)
 
     def live_ids(self) -> set[int]:
         """Brokers that may lead or join an ISR: live and not shutting down."""
         return set(self.live) - self.shutting_down
+
+    def online_ids(self, tp: TP) -> set[int]:
+        """The brokers whose replica of `tp` may lead or join its ISR: live, not shutting down,
+        and not in an offline log directory."""
+        return {b for b in self.live_ids() if tp not in self.offline_replicas.get(b, ())}
 
     def assignment(self, tp: TP) -> ReplicaAssignment:
         t = self.topics[tp[0]]
@@ -237,6 +251,8 @@ class Controller:
             await self._on_legacy_reassignment()
         elif ev.path == znodes.PREFERRED_REPLICA_ELECTION:
             await self._on_preferred_election_znode()
+        elif ev.path == znodes.LOG_DIR_EVENT_NOTIFICATION:
+            await self._on_log_dir_events()
 
     # election ---------------------------------------------------------------------------
     def _set_active_id(self, controller_id: int) -> None:
@@ -360,6 +376,7 @@ class Controller:
         await self._on_delete_topics()
         await self._on_legacy_reassignment()
         await self._on_preferred_election_znode()
+        await self._on_log_dir_events()
         for tp in ctx.partitions():
             if ctx.assignment(tp).reassigning:
                 await self._maybe_complete_reassignment(tp)
@@ -475,6 +492,10 @@ class Controller:
     # sending ------------------------------------------------------------------------------
     def _on_response(self, broker_id: int, body: Message) -> None:
         self.responses.append((broker_id, body))
+        if isinstance(body, LeaderAndIsrResponse):
+            self._queue.send_nowait(
+                _Call(lambda: self._on_leader_and_isr_response(broker_id, body))
+            )
         code = getattr(body, "error_code", 0)
         if code:
             state_log.warning(
@@ -587,7 +608,11 @@ class Controller:
                     isr=list(info.state.isr),
                     zk_version=info.version,
                     replicas=replicas,
-                    offline_replicas=[b for b in replicas if b not in ctx.live],
+                    offline_replicas=[
+                        b
+                        for b in replicas
+                        if b not in ctx.live or tp in ctx.offline_replicas.get(b, ())
+                    ],
                 )
             )
         live_brokers = [
@@ -699,7 +724,7 @@ class Controller:
             election = decisions.offline_election(
                 ctx.assignment(tp).target,
                 info.state.isr,
-                ctx.live_ids(),
+                ctx.online_ids(tp),
                 unclean_allowed=self._unclean_allowed(tp[0]),
             )
             if election is None:
@@ -744,6 +769,7 @@ class Controller:
             for b in dead | bounced:
                 ctx.live.pop(b, None)
                 ctx.shutting_down.discard(b)
+                ctx.offline_replicas.pop(b, None)  # a restart brings its log directories back
             self._connect_channels()
             await self._on_brokers_failure(dead | bounced)
         if new:
@@ -752,26 +778,34 @@ class Controller:
             self._connect_channels()
             await self._on_brokers_startup(new)
 
-    async def _on_brokers_failure(self, gone: set[int]) -> None:
+    async def _on_brokers_failure(
+        self, gone: set[int], *, within: Collection[TP] | None = None
+    ) -> None:
+        """The replicas of the brokers `gone` (only those of `within`, if given: a failed log
+        directory) went offline: their partitions get new leaders and ISRs without them."""
         ctx = self.ctx
         led = [
             tp
             for tp, info in ctx.states.items()
-            if info.state.leader in gone and tp[0] in ctx.topics
+            if info.state.leader in gone
+            and tp[0] in ctx.topics
+            and (within is None or tp in within)
         ]
         changed = await self._elect_offline(led)
-        changed |= await self._remove_from_isrs(gone, skip=changed)
+        changed |= await self._remove_from_isrs(gone, skip=changed, within=within)
         replicas = {b for tp in changed for b in ctx.assignment(tp).replicas}
         self._send_leader_and_isr(sorted(replicas), changed)
         self._send_update_metadata(ctx.live, ctx.partitions())
 
-    async def _remove_from_isrs(self, gone: set[int], *, skip: Collection[TP]) -> set[TP]:
-        """Take the brokers `gone` out of every ISR (but those of `skip`, just elected); the
-        partitions whose state changed."""
+    async def _remove_from_isrs(
+        self, gone: set[int], *, skip: Collection[TP], within: Collection[TP] | None = None
+    ) -> set[TP]:
+        """Take the brokers `gone` out of every ISR (or those of `within`; but those of `skip`,
+        just elected); the partitions whose state changed."""
         ctx = self.ctx
         updates: dict[TP, PartitionState] = {}
         for tp, info in ctx.states.items():
-            if tp in skip or tp[0] not in ctx.topics:
+            if tp in skip or tp[0] not in ctx.topics or (within is not None and tp not in within):
                 continue
             isr = info.state.isr
             leader = info.state.leader
@@ -809,6 +843,46 @@ class Controller:
                 await self._maybe_complete_reassignment(tp)
         for topic in sorted(ctx.deleting & set(ctx.topics)):  # waiting for a replica's broker
             await self._delete_topic(topic)
+
+    # failed log directories ---------------------------------------------------------------
+    async def _on_log_dir_events(self) -> None:
+        """Brokers reported a failed log directory: each gets LeaderAndIsr for all its replicas,
+        whose answers say which are offline; the notifications are then deleted."""
+        ctx = self.ctx
+        names = await self.zk.get_children(znodes.LOG_DIR_EVENT_NOTIFICATION, watch=True) or []
+        paths = [f"{znodes.LOG_DIR_EVENT_NOTIFICATION}/{name}" for name in sorted(names)]
+        brokers: set[int] = set()
+        for path in paths:
+            got = await self.zk.get(path)
+            if got is not None:
+                brokers.add(znodes.LogDirEventNotification.decode(got[0]).broker)
+        for b in sorted(brokers & set(ctx.live)):
+            log.info("broker %d reported a failed log directory", b)
+            self._send_leader_and_isr([b], ctx.partitions_on(b))
+        for path in paths:
+            await self.zk.delete(path)
+
+    async def _on_leader_and_isr_response(self, broker_id: int, body: LeaderAndIsrResponse) -> None:
+        """Kafka's LeaderAndIsrResponseReceived: the broker's replicas that answered
+        KAFKA_STORAGE_ERROR are offline, those that answered NONE online again."""
+        ctx = self.ctx
+        if body.error_code != ErrorCode.NONE or broker_id not in ctx.live:
+            return
+        names = {t.topic_id: name for name, t in ctx.topics.items()}
+        errors = {
+            (names[t.topic_id], e.partition_index): e.error_code
+            for t in body.topics
+            if t.topic_id in names
+            for e in t.partition_errors
+        }
+        before = ctx.offline_replicas.get(broker_id, set())
+        now = decisions.offline_replicas(before, errors)
+        ctx.offline_replicas[broker_id] = now
+        if now - before:
+            state_log.info("replicas of broker %d offline: %s", broker_id, sorted(now - before))
+            await self._on_brokers_failure({broker_id}, within=now - before)
+            # Kafka's OfflineReplica: the replica stops (fetchers, a coordinator it hosts).
+            self._send_stop_replica(broker_id, sorted(now - before), delete=False)
 
     # topic changes ------------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
@@ -923,7 +997,7 @@ class Controller:
                 results[tp] = ErrorCode.INVALID_UPDATE_VERSION
             elif recovery == 1 and len(isr) > 1 or cur.leader_recovery_state == 0 and recovery == 1:
                 results[tp] = ErrorCode.INVALID_REQUEST
-            elif any(b not in ctx.live_ids() for b in isr):
+            elif any(b not in ctx.online_ids(tp) for b in isr):
                 results[tp] = ErrorCode.INELIGIBLE_REPLICA
             else:
                 updates[tp] = PartitionState(

@@ -10,14 +10,17 @@ and applies the result. Each follows Kafka 3.9's ZooKeeper-mode controller:
   live replica, alone in the ISR; preferred election only ever picks the first replica;
   controlled shutdown picks a live ISR member that is not shutting down;
 - reassignment (KIP-455): replicas = target + original, adding = target - original, removing =
-  original - target, finished once the whole target is in the ISR.
+  original - target, finished once the whole target is in the ISR;
+- offline replicas (a failed log directory): a broker's replicas that answer LeaderAndIsr with
+  KAFKA_STORAGE_ERROR are offline until they answer NONE (or the broker restarts).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from protocol.errors import ErrorCode, KafkaError
 
@@ -222,6 +225,18 @@ def shrink_isr(leader: int, isr: Sequence[int], gone: int) -> tuple[int, tuple[i
     if not new_isr:
         new_isr = tuple(isr)
     return new_leader, new_isr
+
+
+# offline replicas -------------------------------------------------------------------------
+P = TypeVar("P", bound=Hashable)
+
+
+def offline_replicas(offline: Collection[P], errors: Mapping[P, int]) -> set[P]:
+    """A broker's replicas in an offline log directory after its LeaderAndIsr answer (`errors`
+    per partition), given those `offline` before (Kafka's LeaderAndIsrResponseReceived)."""
+    return {p for p in offline if errors.get(p) != ErrorCode.NONE} | {
+        p for p, code in errors.items() if code == ErrorCode.KAFKA_STORAGE_ERROR
+    }
 
 
 # reassignment -----------------------------------------------------------------------------

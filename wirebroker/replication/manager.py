@@ -295,6 +295,11 @@ class ReplicaManager:
                 )
                 errors[key] = ErrorCode.INCONSISTENT_TOPIC_ID
                 continue
+            if p is not None and p.log.offline:
+                # First, as Kafka's HostedPartition.Offline: the controller learns of the failed
+                # log directory from this answer, whatever the leader epoch.
+                errors[key] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
             if s.leader_epoch <= current_epoch:
                 # As Kafka 3.9's ReplicaManager: an old or equal leader epoch is a stale request.
                 log.info(
@@ -334,7 +339,7 @@ class ReplicaManager:
                         continue
                 elif p.topic_id == ZERO_UUID:
                     p.topic_id = request_id
-                if p.log.offline:
+                if p.log.offline:  # a log the broker did not serve yet
                     raise KafkaStorageError(f"{p.log.dir} is in an offline log directory")
                 write_topic_id(p.log.dir, p.topic_id)
                 if s.leader == node_id:

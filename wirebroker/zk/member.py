@@ -4,8 +4,11 @@
 its event channel. It registers the broker (`/brokers/ids/<id>`, ephemeral; the znode's czxid is
 the broker epoch) and registers it again when the session expired; it keeps the topic config
 overrides (`/config/topics/*`, followed through `/config/changes`) and applies changes to the
-broker's local logs, and the users' SCRAM credentials (`/config/users/*`, likewise); it watches `/brokers/ids` so the broker knows the live brokers; and it
-forwards every other watch to this broker's `Controller`.
+broker's local logs, and the users' SCRAM credentials (`/config/users/*`, likewise); it watches
+`/brokers/ids` so the broker knows the live brokers; and it forwards every other watch to this
+broker's `Controller`. When one of the broker's log directories goes offline, it writes a
+`/log_dir_event_notification/log_dir_event_<seq>` znode, as Kafka's ReplicaManager does, so the
+controller moves that directory's leaders elsewhere.
 
 The admin operations of cluster mode live here too, written as Kafka's AdminZkClient writes
 them: CreateTopics writes `/config/topics/<t>` then `/brokers/topics/<t>` (the controller does
@@ -17,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -115,6 +120,8 @@ class ClusterMember:
         self._last_change = -1
         self._registered = trio.Event()
         self._stale = False
+        self._failed_dirs, self._failed_dirs_received = trio.open_memory_channel[Path](math.inf)
+        broker.log_manager.on_dir_offline = self._failed_dirs.send_nowait
 
     # the owner task ------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -124,6 +131,7 @@ class ClusterMember:
             await self._refresh_brokers()
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.controller.run)
+                nursery.start_soon(self._propagate_log_dir_failures)
                 task_status.started()
                 async for event in self.zk.events:
                     try:
@@ -158,6 +166,25 @@ class ClusterMember:
         if ev.path == znodes.BROKER_IDS:
             await self._refresh_brokers()
         self.controller.submit_zk_event(ev)
+
+    async def _propagate_log_dir_failures(self) -> None:
+        """Tell the controller of each log directory that went offline (Kafka's
+        propagateLogDirEvent), retrying while ZooKeeper cannot be reached."""
+        async for log_dir in self._failed_dirs_received:
+            notification = znodes.LogDirEventNotification(self.broker.node_id).encode()
+            while True:
+                try:
+                    await self.zk.create(
+                        f"{znodes.LOG_DIR_EVENT_NOTIFICATION}/{znodes.LOG_DIR_EVENT_PREFIX}",
+                        notification,
+                        sequence=True,
+                        makepath=True,
+                    )
+                    break
+                except ZookeeperError as e:
+                    log.warning("cannot report the failure of %s yet (%r)", log_dir, e)
+                    await trio.sleep(1.0)
+            log.info("broker %d: reported the failure of %s", self.broker.node_id, log_dir)
 
     def _controller_changed(self, controller_id: int) -> None:
         self.broker.controller_id = controller_id

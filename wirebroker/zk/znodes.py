@@ -35,6 +35,8 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 
 #: The persistent paths Kafka creates at start-up (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (
@@ -50,7 +52,7 @@ PERSISTENT_PATHS = (
     CONFIG_USERS,
     "/config/brokers",
     "/config/ips",
-    "/log_dir_event_notification",
+    LOG_DIR_EVENT_NOTIFICATION,
     LATEST_PRODUCER_ID_BLOCK,
 )
 
@@ -351,6 +353,21 @@ class ConfigChangeNotification:
         if int(obj.get("version", 1)) == 1:  # {"version":1,"entity_type":"topics","entity_name":t}
             return cls(f"{obj['entity_type']}/{obj['entity_name']}")
         return cls(str(obj["entity_path"]))
+
+
+@dataclass(frozen=True)
+class LogDirEventNotification:
+    """`/log_dir_event_notification/log_dir_event_<seq>`: a log directory of `broker` failed
+    (event 1, Kafka's only one)."""
+
+    broker: int
+
+    def encode(self) -> bytes:
+        return _json({"version": 1, "broker": self.broker, "event": 1})
+
+    @classmethod
+    def decode(cls, data: bytes) -> LogDirEventNotification:
+        return cls(int(_load(data)["broker"]))
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 READY = re.compile(r"ready in \d+ ms on PLAINTEXT://(?P<host>[^:,\s]+):(?P<port>\d+)")
+LISTENER = re.compile(r"(?P<name>[A-Z_]+)://[^:,\s]+:(?P<port>\d+)")
 
 
 class BrokerProcess:
     """One broker process with its data in `data_dir` (kept across restarts)."""
 
-    def __init__(self, data_dir: Path, properties: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        properties: dict[str, str] | None = None,
+        extra_listeners: tuple[str, ...] = (),
+    ) -> None:
         self.data_dir = data_dir
         self.properties = dict(properties or {})
+        #: Listener names served beside PLAINTEXT (e.g. "SSL"), each on 127.0.0.1.
+        self.extra_listeners = extra_listeners
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
+        self.ports: dict[str, int] = {}  # every listener's bound port
         self.log: list[str] = []
         self._logged = threading.Condition()
 
@@ -34,7 +43,10 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
-        listeners = f"PLAINTEXT://127.0.0.1:{self.port}"
+        listeners = ",".join(
+            [f"PLAINTEXT://127.0.0.1:{self.port}"]
+            + [f"{name}://127.0.0.1:{self.ports.get(name, 0)}" for name in self.extra_listeners]
+        )
         cmd = [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
         cmd += ["--log-dirs", str(self.data_dir)]
         for key, value in self.properties.items():
@@ -54,6 +66,7 @@ class BrokerProcess:
                 m = READY.search(line)
                 if m:
                     self.port = int(m["port"])
+                    self.ports = {n: int(p) for n, p in LISTENER.findall(line)}
                     ready.set()
             ready.set()
 

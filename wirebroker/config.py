@@ -28,7 +28,7 @@ class ConfigKey:
     """One broker config key: its type, Kafka's default (as text) and documentation."""
 
     name: str
-    type: str  # int, long, boolean, string, list, double, class, password
+    type: str  # int, long, boolean, string, list, double, class, password (never shown)
     default: str | None
     doc: str
     read_only: bool = True
@@ -166,6 +166,43 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "PLAINTEXT",
             "Security protocol between brokers when inter.broker.listener.name is unset.",
         ),
+        # TLS of SSL listeners (wirebroker.tls); each may be set per listener as
+        # listener.name.<listener>.<key>, which overrides it
+        _k("ssl.keystore.type", "string", "JKS", "PEM or PKCS12 (a JKS store must be converted)."),
+        _k("ssl.keystore.location", "string", None, "The keystore: key and certificate chain."),
+        _k("ssl.keystore.password", "password", None, "The PKCS12 keystore's password."),
+        _k("ssl.key.password", "password", None, "The password of the keystore's private key."),
+        _k(
+            "ssl.keystore.certificate.chain",
+            "password",
+            None,
+            "The certificate chain in PEM, inline (with ssl.keystore.type=PEM).",
+        ),
+        _k("ssl.keystore.key", "password", None, "The private key in PEM, inline."),
+        _k(
+            "ssl.truststore.type", "string", "JKS", "PEM or PKCS12 (a JKS store must be converted)."
+        ),
+        _k("ssl.truststore.location", "string", None, "Certificates trusted to sign peers'."),
+        _k("ssl.truststore.password", "password", None, "The PKCS12 truststore's password."),
+        _k("ssl.truststore.certificates", "password", None, "Trusted certificates in PEM, inline."),
+        _k(
+            "ssl.client.auth", "string", "none", "none, requested or required: client certificates."
+        ),
+        _k(
+            "ssl.principal.mapping.rules",
+            "string",
+            "DEFAULT",
+            "RULE:pattern/replacement/[LU] rules from a client certificate's subject to its user.",
+        ),
+        _k("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions allowed."),
+        _k("ssl.protocol", "string", "TLSv1.3", "Accepted for compatibility."),
+        _k("ssl.cipher.suites", "list", None, "TLS 1.2 cipher suites allowed (unset: OpenSSL's)."),
+        _k(
+            "ssl.endpoint.identification.algorithm",
+            "string",
+            "https",
+            "https: this broker checks its peers' host names; empty: it does not.",
+        ),
         _k(
             "unclean.leader.election.enable",
             "boolean",
@@ -281,13 +318,13 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 def _check_implemented(where: str, protocol: str) -> None:
     """Refuse a security protocol wirebroker does not implement, rather than serve it in
-    plaintext: a client configured for SSL or SASL must never be answered without them."""
+    plaintext: a client configured for SASL must never be answered without it."""
     if protocol not in SECURITY_PROTOCOLS:
         raise ConfigError(
             f"{where}: unknown security protocol {protocol!r}; Kafka's are "
             + ", ".join(SECURITY_PROTOCOLS)
         )
-    if protocol != "PLAINTEXT":
+    if protocol not in ("PLAINTEXT", "SSL"):
         raise ConfigError(
             f"{where}: security protocol {protocol} is not implemented by wirebroker yet, and "
             f"it will not serve {protocol} clients in plaintext; use a PLAINTEXT listener "

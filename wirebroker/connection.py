@@ -22,7 +22,7 @@ answers still leave in request order.
 from __future__ import annotations
 
 import logging
-import os
+import ssl
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -48,10 +48,11 @@ from wirebroker.dispatch import (
     dispatch,
     supported,
 )
-from wirebroker.transport import release, send_frames
+from wirebroker.transport import PlainTransport, Transport, release
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
+    from wirebroker.tls import PrincipalMapper
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +84,10 @@ class _Outbox:
     progress returns at once, and the writing task picks up what became ready meanwhile.
     """
 
-    __slots__ = ("fd", "slots", "_writing")
+    __slots__ = ("transport", "slots", "_writing")
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
         self.slots: deque[_Slot] = deque()
         self._writing = False
 
@@ -107,7 +108,7 @@ class _Outbox:
                     ready.append(chunks)
                     slots.popleft()
                 try:
-                    await send_frames(self.fd, ready)
+                    await self.transport.send_frames(ready)
                 finally:
                     for chunks in ready:
                         release(chunks)
@@ -122,16 +123,41 @@ class _Outbox:
         self.slots.clear()
 
 
-async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_name: str) -> None:
-    """Serve one accepted connection until the peer closes it, it idles out, or misbehaves."""
+async def serve_connection(
+    stream: trio.SocketStream,
+    broker: Broker,
+    listener_name: str,
+    tls: tuple[ssl.SSLContext, PrincipalMapper] | None = None,
+) -> None:
+    """Serve one accepted connection until the peer closes it, it idles out, or misbehaves.
+
+    With `tls` (an SSL listener's context and principal mapping), the TLS handshake comes
+    first; a failed one is logged in one line and closes this connection only.
+    """
     sock = stream.socket
     try:
         peer = sock.getpeername()
         client_host = str(peer[0])
     except OSError:
-        client_host = "?"
+        peer, client_host = ("?", 0), "?"
     broker.stats.connections += 1
-    connection = _Connection(broker, sock.fileno(), client_host, listener_name)
+    transport: Transport
+    if tls is None:
+        transport = PlainTransport(sock.fileno())
+    else:
+        # Imported here: a PLAINTEXT-only broker never loads `cryptography` (start-up time).
+        from wirebroker.tls import HandshakeFailed, TlsTransport
+
+        transport = TlsTransport(sock.fileno(), tls[0])
+        try:
+            await transport.handshake(broker.config.connections_max_idle_ms / 1000, tls[1])
+        except HandshakeFailed as e:
+            log.warning("closing connection from %s:%s: %s", peer[0], peer[1], e)
+            broker.stats.connections -= 1
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            return
+    connection = _Connection(broker, transport, client_host, listener_name)
     try:
         async with trio.open_nursery() as nursery:
             await connection.serve(nursery)
@@ -146,14 +172,24 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_n
 class _Connection:
     """One connection's reading loop, its ordered outbox, and the tasks of its `Later` answers."""
 
-    __slots__ = ("broker", "fd", "client_host", "listener_name", "outbox", "waiting", "nursery")
+    __slots__ = (
+        "broker",
+        "transport",
+        "client_host",
+        "listener_name",
+        "outbox",
+        "waiting",
+        "nursery",
+    )
 
-    def __init__(self, broker: Broker, fd: int, client_host: str, listener_name: str) -> None:
+    def __init__(
+        self, broker: Broker, transport: Transport, client_host: str, listener_name: str
+    ) -> None:
         self.broker = broker
-        self.fd = fd
+        self.transport = transport  # its `principal` is who the client is
         self.client_host = client_host
         self.listener_name = listener_name
-        self.outbox = _Outbox(fd)
+        self.outbox = _Outbox(transport)
         self.waiting = trio.Semaphore(MAX_WAITING_PER_CONNECTION)
         self.nursery: trio.Nursery | None = None
 
@@ -173,14 +209,14 @@ class _Connection:
             log.exception("closing connection from %s after an unexpected error", self.client_host)
 
     async def _read_loop(self) -> None:
-        fd = self.fd
+        transport = self.transport
         frames = FrameBuffer(self.broker.config.socket_request_max_bytes)
         idle_s = self.broker.config.connections_max_idle_ms / 1000
         handled = False  # a round of requests was handled since this task last let others run
         while True:
-            # Read straight into the frame buffer: no bytes object, no copy.
+            # Read straight into the frame buffer (plaintext: no bytes object, no copy).
             try:
-                n = os.readv(fd, (frames.writable(),))
+                n = transport.receive_into(frames.writable())
             except BlockingIOError:
                 handled = False  # waiting lets the others run
                 deadline = trio.current_time() + idle_s
@@ -188,12 +224,12 @@ class _Connection:
                     # A connection quiet for a moment gives its receive buffer back, so idle
                     # connections cost no buffer memory; a busy one keeps reusing it.
                     with trio.move_on_after(min(BUFFER_IDLE_S, idle_s)) as quiet:
-                        await trio.lowlevel.wait_readable(fd)
+                        await transport.wait_readable()
                     if not quiet.cancelled_caught:
                         continue
                     frames.release()
                 with trio.move_on_at(deadline) as idle:
-                    await trio.lowlevel.wait_readable(fd)
+                    await transport.wait_readable()
                 if idle.cancelled_caught:
                     log.info(
                         "closing connection from %s: idle for %.0f s", self.client_host, idle_s

@@ -17,6 +17,7 @@ cluster id comes from `/cluster/id`), and once the listeners are bound its `Clus
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -31,6 +32,7 @@ from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
 
 if TYPE_CHECKING:
+    from wirebroker.tls import PrincipalMapper
     from wirebroker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,8 @@ async def serve_broker(
     task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     started = time.monotonic()
+    # A bad keystore or truststore fails here, before any file or socket is opened.
+    tls = {listener.name: _tls_of(config, listener.name) for listener in config.listeners()}
     zk: ZkClient | None = None
     if config.get("zookeeper.connect"):
         # Imported here: an embedded broker never loads kazoo and the controller (start-up time).
@@ -95,7 +99,12 @@ async def serve_broker(
                 sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
                 port = sockets[0].socket.getsockname()[1]
                 bound.append(Listener(listener.name, listener.host or "0.0.0.0", port))
-                handler = partial(_serve_one, broker=broker, listener_name=listener.name)
+                handler = partial(
+                    serve_connection,
+                    broker=broker,
+                    listener_name=listener.name,
+                    tls=tls[listener.name],
+                )
                 nursery.start_soon(trio.serve_listeners, handler, sockets)
             broker.advertised = _advertised(config, bound)
             if zk is not None:
@@ -129,8 +138,13 @@ def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
     ]
 
 
-async def _serve_one(stream: trio.SocketStream, *, broker: Broker, listener_name: str) -> None:
-    await serve_connection(stream, broker, listener_name)
+def _tls_of(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
+    """An SSL listener's TLS context and principal mapping; None for a plaintext one."""
+    if config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
+        return None
+    from wirebroker.tls import server_context  # only a broker with TLS loads `cryptography`
+
+    return server_context(config, listener)
 
 
 async def _housekeeping(broker: Broker) -> None:

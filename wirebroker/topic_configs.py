@@ -26,6 +26,7 @@ DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 3, 4, 5
 DYNAMIC_BROKER_LOGGER_CONFIG, CLIENT_METRICS_CONFIG = 6, 7
 # ConfigType codes (v3+)
 TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+TYPE_CODES.update({"class": 8, "password": 9})
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
+from wirebroker.tls import inter_broker_client_context
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
     BadVersionError,
@@ -310,7 +311,7 @@ class Controller:
 
     async def _start_channel(self) -> None:
         assert self._nursery is not None
-        channel = ControllerChannel(self.broker_id)
+        channel = ControllerChannel(self.broker_id, inter_broker_client_context(self.config))
         scope = trio.CancelScope()
 
         async def run_channel(task_status: trio.TaskStatus[None]) -> None:

@@ -94,13 +94,14 @@ def _values(ctx: RequestContext, resource_type: int, name: str) -> list[ConfigVa
         out = []
         for key in BROKER_KEYS.values():
             is_set = broker.config.is_set(key.name)
+            sensitive = key.type == "password"  # described as null, as Kafka
             out.append(
                 ConfigValue(
                     key.name,
-                    broker.config.get(key.name),
+                    None if sensitive else broker.config.get(key.name),
                     STATIC_BROKER_CONFIG if is_set else DEFAULT_CONFIG,
                     key.read_only,
-                    False,
+                    sensitive,
                     TYPE_CODES.get(key.type, 0),
                     key.doc,
                     key.default,

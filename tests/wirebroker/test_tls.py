@@ -1,0 +1,323 @@
+"""SSL listeners: real clients over TLS, keystores of each kind, client authentication.
+
+A CA, a broker certificate for 127.0.0.1/localhost and a client certificate are made at test
+time with trustme. One broker serves an SSL listener from a PEM keystore (its key encrypted
+with ssl.key.password) without client authentication; another from PKCS12 stores with
+ssl.client.auth=required. Both also serve PLAINTEXT (the zero-copy path, untouched).
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trustme
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+from protocol.messages.api_versions import ApiVersionsRequest
+from tests.broker_process import BrokerProcess
+from tests.wirebroker.helpers import RawClient, create_topic
+from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.tls import PrincipalMapper, server_context, subject_dn
+
+pytestmark = pytest.mark.integration
+
+API_VERSIONS = ApiVersionsRequest(client_software_name="tls-test", client_software_version="1")
+KEY_PASSWORD = "key-secret"
+STORE_PASSWORD = "store-secret"
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path  # the CA certificate, PEM
+    server_pem: Path  # key (encrypted with KEY_PASSWORD) and chain
+    server_p12: Path  # PKCS12, STORE_PASSWORD
+    trust_p12: Path  # the CA certificate in PKCS12, STORE_PASSWORD
+    client_cert: Path
+    client_key: Path
+    client_der: bytes
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("localhost", "127.0.0.1")
+    client = ca.issue_cert(
+        common_name="client-1", organization_name="Tests", organization_unit_name="Ops"
+    )
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    key = serialization.load_pem_private_key(server.private_key_pem.bytes(), None)
+    certs = [x509.load_pem_x509_certificate(b.bytes()) for b in server.cert_chain_pems]
+    encrypted = key.private_bytes(  # type: ignore[union-attr]
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(KEY_PASSWORD.encode()),
+    )
+    (d / "server.pem").write_bytes(encrypted + b"".join(b.bytes() for b in server.cert_chain_pems))
+    store = serialization.BestAvailableEncryption(STORE_PASSWORD.encode())
+    (d / "server.p12").write_bytes(
+        pkcs12.serialize_key_and_certificates(b"broker", key, certs[0], certs[1:], store)  # type: ignore[arg-type]
+    )
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
+    (d / "trust.p12").write_bytes(
+        pkcs12.serialize_key_and_certificates(None, None, None, [ca_cert], store)
+    )
+    client.cert_chain_pems[0].write_to_path(str(d / "client.pem"))
+    client.private_key_pem.write_to_path(str(d / "client.key"))
+    der = x509.load_pem_x509_certificate(client.cert_chain_pems[0].bytes()).public_bytes(
+        serialization.Encoding.DER
+    )
+    return Pki(
+        d / "ca.pem",
+        d / "server.pem",
+        d / "server.p12",
+        d / "trust.p12",
+        d / "client.pem",
+        d / "client.key",
+        der,
+    )
+
+
+def _started(tmp: Path, properties: dict[str, str]) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp, properties, extra_listeners=("SSL",))
+    process.start()
+    try:
+        yield process
+    finally:
+        alive = process.alive()
+        code = process.stop()
+    assert alive and code == 0, "\n".join(process.log[-40:])
+    assert not process.tracebacks(), "\n".join(process.log)
+
+
+@pytest.fixture(scope="module")
+def pem_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """SSL from a PEM keystore whose key is encrypted; no client authentication."""
+    yield from _started(
+        tmp_path_factory.mktemp("pem-broker"),
+        {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.server_pem),
+            "ssl.key.password": KEY_PASSWORD,
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def mtls_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """SSL from PKCS12 stores, given per listener; client certificates required."""
+    prefix = "listener.name.ssl."
+    yield from _started(
+        tmp_path_factory.mktemp("mtls-broker"),
+        {
+            "ssl.keystore.location": "/nonexistent/overridden-per-listener.p12",
+            prefix + "ssl.keystore.type": "PKCS12",
+            prefix + "ssl.keystore.location": str(pki.server_p12),
+            prefix + "ssl.keystore.password": STORE_PASSWORD,
+            "ssl.truststore.type": "PKCS12",
+            "ssl.truststore.location": str(pki.trust_p12),
+            "ssl.truststore.password": STORE_PASSWORD,
+            "ssl.client.auth": "required",
+        },
+    )
+
+
+def _ssl_bootstrap(broker: BrokerProcess) -> str:
+    return f"127.0.0.1:{broker.ports['SSL']}"
+
+
+def _confluent_roundtrip(broker: BrokerProcess, topic: str, tls: dict[str, str]) -> list[bytes]:
+    create_topic(broker.bootstrap, topic)
+    common = {"bootstrap.servers": _ssl_bootstrap(broker), "security.protocol": "SSL", **tls}
+    producer = Producer({**common, "linger.ms": 0})
+    values = [f"secret-{i}".encode() * 50 for i in range(20)]
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {**common, "group.id": topic, "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append(message.value())
+            if len(got) == len(values):
+                break
+    finally:
+        consumer.close()
+    assert got == values
+    return got
+
+
+def test_confluent_over_ssl_pem_keystore(pem_broker: BrokerProcess, pki: Pki, topic: str) -> None:
+    _confluent_roundtrip(pem_broker, topic, {"ssl.ca.location": str(pki.ca)})
+
+
+def test_confluent_over_ssl_pkcs12_with_client_certificate(
+    mtls_broker: BrokerProcess, pki: Pki, topic: str
+) -> None:
+    _confluent_roundtrip(
+        mtls_broker,
+        topic,
+        {
+            "ssl.ca.location": str(pki.ca),
+            "ssl.certificate.location": str(pki.client_cert),
+            "ssl.key.location": str(pki.client_key),
+        },
+    )
+
+
+def test_kafka_python_over_ssl(pem_broker: BrokerProcess, pki: Pki, topic: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    create_topic(pem_broker.bootstrap, topic)
+    common = {
+        "bootstrap_servers": _ssl_bootstrap(pem_broker),
+        "security_protocol": "SSL",
+        "ssl_cafile": str(pki.ca),
+    }
+    producer = KafkaProducer(**common)
+    for i in range(5):
+        producer.send(topic, f"kp-{i}".encode())
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(
+        topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **common
+    )
+    try:
+        got = [m.value for m in consumer][:5]
+    finally:
+        consumer.close()
+    assert got == [f"kp-{i}".encode() for i in range(5)]
+
+
+def _tls_client(
+    broker: BrokerProcess, pki: Pki, *, with_certificate: bool
+) -> tuple[RawClient, ssl.SSLContext]:
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    if with_certificate:
+        context.load_cert_chain(pki.client_cert, pki.client_key)
+    client = RawClient(_ssl_bootstrap(broker))
+    client.sock = context.wrap_socket(client.sock, server_hostname="localhost")
+    return client, context
+
+
+def test_required_client_auth_refuses_a_client_without_certificate(
+    mtls_broker: BrokerProcess, pki: Pki
+) -> None:
+    since = len(mtls_broker.log)
+    refused = False
+    try:
+        client, _ = _tls_client(mtls_broker, pki, with_certificate=False)
+        # TLS 1.3: the client's side of the handshake ends before the broker checks it.
+        with client:
+            client.request(API_VERSIONS, 3)
+    except (ssl.SSLError, ConnectionError, OSError):
+        refused = True
+    assert refused
+    line = mtls_broker.wait_for_log("TLS handshake failed", since=since)
+    assert line is not None and "127.0.0.1:" in line
+    # The same listener serves a client with a certificate.
+    client, _ = _tls_client(mtls_broker, pki, with_certificate=True)
+    with client:
+        assert client.request(API_VERSIONS, 3).error_code == 0
+
+
+def test_garbage_instead_of_a_handshake_closes_only_that_connection(
+    pem_broker: BrokerProcess, pki: Pki
+) -> None:
+    since = len(pem_broker.log)
+    with (
+        RawClient(pem_broker.bootstrap) as plain,
+        socket.create_connection(("127.0.0.1", pem_broker.ports["SSL"]), timeout=10) as garbage,
+    ):
+        garbage.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 4)
+        garbage.settimeout(10)
+        while garbage.recv(4096):  # a TLS alert perhaps, then EOF
+            pass
+        assert plain.request(API_VERSIONS, 3).error_code == 0
+    client, _ = _tls_client(pem_broker, pki, with_certificate=False)
+    with client:
+        assert client.request(API_VERSIONS, 3).error_code == 0
+    line = pem_broker.wait_for_log("TLS handshake failed", since=since)
+    assert line is not None and "127.0.0.1:" in line
+    assert not pem_broker.tracebacks()
+
+
+def test_passwords_are_described_as_null_and_sensitive(pem_broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": pem_broker.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    key_password = configs["ssl.key.password"]
+    assert key_password.is_sensitive and key_password.value is None
+    assert configs["ssl.keystore.location"].value is not None
+    assert not configs["ssl.keystore.location"].is_sensitive
+    assert all(KEY_PASSWORD not in line for line in pem_broker.log)
+
+
+# without a broker ---------------------------------------------------------------------------
+def test_principal_mapping_rules() -> None:
+    mapper = PrincipalMapper(
+        r"RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,RULE:^CN=([a-z]+)-\d,O=(.*)$/$2\/$1/L, DEFAULT"
+    )
+    assert mapper.name("CN=kafka1,OU=ServiceUsers,O=Org,C=US") == "kafka1"
+    assert mapper.name("CN=client-1,O=Tests") == "tests/client"
+    assert mapper.name("CN=other,O=X") == "CN=other,O=X"
+    only = PrincipalMapper("RULE:^CN=(.*)$/$1/U")
+    assert only.name("CN=admin") == "ADMIN"
+    with pytest.raises(ValueError, match="no ssl.principal.mapping.rules rule"):
+        only.name("O=nobody")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        PrincipalMapper("RULE:broken")
+
+
+def test_subject_dn_is_rfc2253(pki: Pki) -> None:
+    assert subject_dn(pki.client_der) == "CN=client-1,OU=Ops,O=Tests"
+
+
+def test_jks_keystore_says_to_convert(tmp_path: Path) -> None:
+    jks = tmp_path / "broker.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed" + bytes(60))
+    config = BrokerConfig.from_properties(
+        {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(jks)}
+    )
+    with pytest.raises(ConfigError, match="keytool -importkeystore"):
+        server_context(config, "SSL")
+
+
+def test_inline_pem_keystore_and_protocols(pki: Pki) -> None:
+    text = pki.server_pem.read_text()
+    begin = text.index("-----BEGIN CERTIFICATE-----")
+    config = BrokerConfig.from_properties(
+        {
+            "listeners": "SSL://127.0.0.1:0",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.key": text[:begin],
+            "ssl.keystore.certificate.chain": text[begin:],
+            "ssl.key.password": KEY_PASSWORD,
+            "ssl.enabled.protocols": "TLSv1.3",
+            "ssl.client.auth": "requested",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.certificates": pki.ca.read_text(),
+        }
+    )
+    context, _ = server_context(config, "SSL")
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert context.verify_mode == ssl.CERT_OPTIONAL
+    with pytest.raises(ConfigError, match="ssl.key.password"):
+        server_context(
+            BrokerConfig.from_properties({**config.values, "ssl.key.password": "wrong"}), "SSL"
+        )

@@ -426,6 +426,8 @@ class TlsTransport:
                 self._incoming.write(data)
             except ssl.SSLZeroReturnError:
                 return 0
+            except ssl.SSLError as e:  # a corrupt record: this connection ends, quietly
+                raise ConnectionResetError(f"TLS error: {e.reason or e}") from None
 
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.fd)

@@ -8,6 +8,7 @@ ssl.client.auth=required. Both also serve PLAINTEXT (the zero-copy path, untouch
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 from collections.abc import Iterator
@@ -252,6 +253,9 @@ def test_garbage_instead_of_a_handshake_closes_only_that_connection(
     client, _ = _tls_client(pem_broker, pki, with_certificate=False)
     with client:
         assert client.request(API_VERSIONS, 3).error_code == 0
+        # Garbage after the handshake, beside the TLS records: that connection ends too.
+        os.write(client.sock.fileno(), b"\x17\x03\x03\x00\x20" + bytes(32))
+        assert client.wait_closed()
     line = pem_broker.wait_for_log("TLS handshake failed", since=since)
     assert line is not None and "127.0.0.1:" in line
     assert not pem_broker.tracebacks()

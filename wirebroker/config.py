@@ -457,6 +457,17 @@ class BrokerConfig:
             )
         return protocols[listener_name.upper()]
 
+    def inter_broker_listener(self) -> str | None:
+        """The listener brokers reach each other on: `inter.broker.listener.name`, else the one
+        named after `security.inter.broker.protocol` when that is set (as Kafka), else None
+        (the callers' default: PLAINTEXT or the first listener)."""
+        name = self.get("inter.broker.listener.name")
+        if name:
+            return name.upper()
+        if self.is_set("security.inter.broker.protocol"):
+            return (self.get("security.inter.broker.protocol") or "").strip().upper()
+        return None
+
     def log_dirs(self) -> list[Path]:
         text = (
             self.values.get("log.dirs") or self.values.get("log.dir") or self.get("log.dirs") or ""

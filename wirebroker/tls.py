@@ -110,15 +110,10 @@ def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
     """The context of this broker's connections to its peers, or None when they are plaintext:
     the inter-broker listener's keystore as client certificate, its truststore, and hostname
     verification unless `ssl.endpoint.identification.algorithm` is empty."""
-    listener = config.get("inter.broker.listener.name")
-    protocol = (
-        config.security_protocol(listener)
-        if listener
-        else (config.get("security.inter.broker.protocol") or "").upper()
-    )
-    if protocol not in ("SSL", "SASL_SSL"):
+    listener = config.inter_broker_listener()
+    if listener is None or config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
         return None
-    settings = _Settings(config, listener or protocol)
+    settings = _Settings(config, listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     _apply_common(context, settings)
     context.check_hostname = (

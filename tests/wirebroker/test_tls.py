@@ -27,7 +27,12 @@ from protocol.messages.api_versions import ApiVersionsRequest
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient, create_topic
 from wirebroker.config import BrokerConfig, ConfigError
-from wirebroker.tls import PrincipalMapper, server_context, subject_dn
+from wirebroker.tls import (
+    PrincipalMapper,
+    inter_broker_client_context,
+    server_context,
+    subject_dn,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -325,3 +330,25 @@ def test_inline_pem_keystore_and_protocols(pki: Pki) -> None:
         server_context(
             BrokerConfig.from_properties({**config.values, "ssl.key.password": "wrong"}), "SSL"
         )
+
+
+def test_inter_broker_client_context(pki: Pki) -> None:
+    stores = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki.ca),
+    }
+    plain = BrokerConfig.from_properties(stores)
+    assert plain.inter_broker_listener() is None
+    assert inter_broker_client_context(plain) is None
+    # security.inter.broker.protocol names the listener when inter.broker.listener.name is unset.
+    config = BrokerConfig.from_properties({**stores, "security.inter.broker.protocol": "SSL"})
+    assert config.inter_broker_listener() == "SSL"
+    context = inter_broker_client_context(config)
+    assert context is not None and context.check_hostname
+    unchecked = BrokerConfig.from_properties(
+        {**config.values, "listener.name.ssl.ssl.endpoint.identification.algorithm": ""}
+    )
+    context = inter_broker_client_context(unchecked)
+    assert context is not None and not context.check_hostname
+    assert context.verify_mode == ssl.CERT_REQUIRED

@@ -400,7 +400,7 @@ class Controller:
         assert self.channel is not None
         for broker_id, live in self.ctx.live.items():
             try:
-                ep = live.registration.endpoint(self.config.get("inter.broker.listener.name"))
+                ep = live.registration.endpoint(self.config.inter_broker_listener())
             except KeyError as e:
                 log.error("cannot reach broker %d: %s", broker_id, e)
                 continue
@@ -536,7 +536,7 @@ class Controller:
                 if leader in ctx.live:
                     try:
                         ep = ctx.live[leader].registration.endpoint(
-                            self.config.get("inter.broker.listener.name")
+                            self.config.inter_broker_listener()
                         )
                     except KeyError:
                         continue

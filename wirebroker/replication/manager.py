@@ -67,9 +67,7 @@ class ReplicaManager:
         self.num_fetchers = max(1, config.get_int("num.replica.fetchers"))
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
-        self.inter_broker_listener = (
-            config.get("inter.broker.listener.name") or config.listeners()[0].name
-        )
+        self.inter_broker_listener = config.inter_broker_listener() or config.listeners()[0].name
         #: TLS of the connections to the other brokers (None: plaintext).
         self.ssl_context = inter_broker_client_context(config)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}

@@ -310,7 +310,7 @@ class ClusterMember:
                 "the controller is not registered", error_code=ErrorCode.NOT_CONTROLLER
             )
         ep = BrokerRegistration.decode(controller_id, reg[0]).endpoint(
-            self.config.get("inter.broker.listener.name")
+            self.config.inter_broker_listener()
         )
         response = await request_once(
             ep.host,

@@ -136,12 +136,21 @@ def _apply_common(context: ssl.SSLContext, settings: _Settings) -> None:
     context.maximum_version = versions[-1]
     suites = settings.items("ssl.cipher.suites")
     if suites:
-        try:
-            context.set_ciphers(":".join(_openssl_cipher(s) for s in suites))
-        except ssl.SSLError:
+        known = _openssl_ciphers()
+        names = [_openssl_cipher(s) for s in suites]
+        unknown = [s for s, n in zip(suites, names, strict=True) if n not in known]
+        if unknown:
             raise ConfigError(
-                f"ssl.cipher.suites: none of {', '.join(suites)} is a TLS 1.2 suite OpenSSL knows"
-            ) from None
+                f"ssl.cipher.suites: {', '.join(unknown)} is not a TLS 1.2 suite OpenSSL knows "
+                "(TLS 1.3 suites cannot be restricted)"
+            )
+        context.set_ciphers(":".join(names))
+
+
+def _openssl_ciphers() -> set[str]:
+    every = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    every.set_ciphers("ALL:@SECLEVEL=0")
+    return {c["name"] for c in every.get_ciphers() if c["protocol"] != "TLSv1.3"}
 
 
 def _openssl_cipher(name: str) -> str:
@@ -150,9 +159,8 @@ def _openssl_cipher(name: str) -> str:
     if not name.startswith("TLS_") or "_WITH_" not in name:
         return name  # already OpenSSL's
     exchange, _, cipher = name[4:].partition("_WITH_")
-    cipher = re.sub(r"^AES_(\d+)", r"AES\1", cipher).replace(
-        "CHACHA20_POLY1305_SHA256", "CHACHA20_POLY1305"
-    )
+    cipher = re.sub(r"^AES_(\d+)", r"AES\1", cipher).replace("_CBC", "")
+    cipher = cipher.replace("CHACHA20_POLY1305_SHA256", "CHACHA20_POLY1305")
     parts = [] if exchange == "RSA" else [exchange.replace("_", "-")]
     return "-".join([*parts, cipher.replace("_", "-")])
 

@@ -352,3 +352,23 @@ def test_inter_broker_client_context(pki: Pki) -> None:
     context = inter_broker_client_context(unchecked)
     assert context is not None and not context.check_hostname
     assert context.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_cipher_suites_by_iana_or_openssl_name(pki: Pki) -> None:
+    base = {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pki.server_pem),
+        "ssl.key.password": KEY_PASSWORD,
+    }
+    suites = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, ECDHE-ECDSA-AES256-GCM-SHA384"
+    context, _ = server_context(
+        BrokerConfig.from_properties({**base, "ssl.cipher.suites": suites}), "SSL"
+    )
+    tls12 = {c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"}
+    assert tls12 == {"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384"}
+    with pytest.raises(ConfigError, match="TLS_AES_128_GCM_SHA256 is not a TLS 1.2 suite"):
+        server_context(
+            BrokerConfig.from_properties({**base, "ssl.cipher.suites": "TLS_AES_128_GCM_SHA256"}),
+            "SSL",
+        )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 from protocol.messages.api_versions import ApiVersionsRequest
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, create_topic
+from tests.wirebroker.helpers import RawClient, create_topic, end_offset
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.tls import (
     PrincipalMapper,
@@ -33,6 +34,7 @@ from wirebroker.tls import (
     server_context,
     subject_dn,
 )
+from wirebroker.zookeeper_server import jars_available, java_command
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +51,7 @@ class Pki:
     trust_p12: Path  # the CA certificate in PKCS12, STORE_PASSWORD
     client_cert: Path
     client_key: Path
+    client_pem_keystore: Path  # the client's key and certificate in one PEM file
     client_der: bytes
 
 
@@ -57,8 +60,11 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     d = tmp_path_factory.mktemp("pki")
     ca = trustme.CA()
     server = ca.issue_cert("localhost", "127.0.0.1")
-    client = ca.issue_cert(
-        common_name="client-1", organization_name="Tests", organization_unit_name="Ops"
+    client = ca.issue_cert(  # a SAN, or Java refuses the (empty) extension
+        "client-1.example",
+        common_name="client-1",
+        organization_name="Tests",
+        organization_unit_name="Ops",
     )
     ca.cert_pem.write_to_path(str(d / "ca.pem"))
     key = serialization.load_pem_private_key(server.private_key_pem.bytes(), None)
@@ -79,6 +85,15 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     )
     client.cert_chain_pems[0].write_to_path(str(d / "client.pem"))
     client.private_key_pem.write_to_path(str(d / "client.key"))
+    client_key = serialization.load_pem_private_key(client.private_key_pem.bytes(), None)
+    (d / "client-keystore.pem").write_bytes(  # Java wants the key in PKCS#8
+        client_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        + client.cert_chain_pems[0].bytes()
+    )
     der = x509.load_pem_x509_certificate(client.cert_chain_pems[0].bytes()).public_bytes(
         serialization.Encoding.DER
     )
@@ -89,6 +104,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         d / "trust.p12",
         d / "client.pem",
         d / "client.key",
+        d / "client-keystore.pem",
         der,
     )
 
@@ -372,3 +388,30 @@ def test_cipher_suites_by_iana_or_openssl_name(pki: Pki) -> None:
             BrokerConfig.from_properties({**base, "ssl.cipher.suites": "TLS_AES_128_GCM_SHA256"}),
             "SSL",
         )
+
+
+def test_java_producer_over_ssl_with_client_certificate(
+    mtls_broker: BrokerProcess, pki: Pki, topic: str, tmp_path: Path
+) -> None:
+    """Kafka's own client (ProducerPerformance) with PEM stores, host names checked."""
+    if not jars_available():
+        pytest.skip("no Kafka jars: run `make jars`")
+    create_topic(mtls_broker.bootstrap, topic)
+    client = tmp_path / "client.properties"
+    client.write_text(
+        "security.protocol=SSL\n"
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={pki.ca}\n"
+        "ssl.keystore.type=PEM\n"
+        f"ssl.keystore.location={pki.client_pem_keystore}\n"
+    )
+    argv = java_command(
+        "org.apache.kafka.tools.ProducerPerformance",
+        ["--topic", topic, "--num-records", "200", "--record-size", "100"]
+        + ["--throughput", "-1", "--producer.config", str(client)]
+        + ["--producer-props", f"bootstrap.servers={_ssl_bootstrap(mtls_broker)}", "acks=all"],
+        heap="256m",
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert end_offset(mtls_broker.bootstrap, topic) == 200

@@ -177,12 +177,14 @@ def _read(settings: _Settings, key: str) -> bytes:
 
 def _store_type(settings: _Settings, key: str, data: bytes) -> str:
     kind = (settings.get(key) or "JKS").upper()
-    if kind == "JKS" and data.startswith(_JKS_MAGIC):
+    if data.startswith(_JKS_MAGIC):
         raise ConfigError(
             f"{key}: JKS stores are not supported; convert it to PKCS12 with "
             "`keytool -importkeystore -srckeystore STORE.jks -destkeystore STORE.p12 "
             f"-deststoretype PKCS12` and set {key}=PKCS12"
         )
+    if kind != "PEM" and data.lstrip().startswith(b"-----BEGIN"):
+        raise ConfigError(f"{key}: the store is PEM text: set {key}=PEM")
     # Java reads a PKCS12 file given as JKS, so Kafka does (keystore.type.compat).
     return "PKCS12" if kind == "JKS" else kind
 

@@ -36,8 +36,6 @@ from wirebroker.tls import (
 )
 from wirebroker.zookeeper_server import jars_available, java_command
 
-pytestmark = pytest.mark.integration
-
 API_VERSIONS = ApiVersionsRequest(client_software_name="tls-test", client_software_version="1")
 KEY_PASSWORD = "key-secret"
 STORE_PASSWORD = "store-secret"
@@ -184,10 +182,12 @@ def _confluent_roundtrip(broker: BrokerProcess, topic: str, tls: dict[str, str])
     return got
 
 
+@pytest.mark.integration
 def test_confluent_over_ssl_pem_keystore(pem_broker: BrokerProcess, pki: Pki, topic: str) -> None:
     _confluent_roundtrip(pem_broker, topic, {"ssl.ca.location": str(pki.ca)})
 
 
+@pytest.mark.integration
 def test_confluent_over_ssl_pkcs12_with_client_certificate(
     mtls_broker: BrokerProcess, pki: Pki, topic: str
 ) -> None:
@@ -202,6 +202,7 @@ def test_confluent_over_ssl_pkcs12_with_client_certificate(
     )
 
 
+@pytest.mark.integration
 def test_kafka_python_over_ssl(pem_broker: BrokerProcess, pki: Pki, topic: str) -> None:
     from kafka import KafkaConsumer, KafkaProducer
 
@@ -237,6 +238,7 @@ def _tls_client(
     return client, context
 
 
+@pytest.mark.integration
 def test_required_client_auth_refuses_a_client_without_certificate(
     mtls_broker: BrokerProcess, pki: Pki
 ) -> None:
@@ -258,6 +260,7 @@ def test_required_client_auth_refuses_a_client_without_certificate(
         assert client.request(API_VERSIONS, 3).error_code == 0
 
 
+@pytest.mark.integration
 def test_garbage_instead_of_a_handshake_closes_only_that_connection(
     pem_broker: BrokerProcess, pki: Pki
 ) -> None:
@@ -282,6 +285,7 @@ def test_garbage_instead_of_a_handshake_closes_only_that_connection(
     assert not pem_broker.tracebacks()
 
 
+@pytest.mark.integration
 def test_passwords_are_described_as_null_and_sensitive(pem_broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": pem_broker.bootstrap})
     resource = ConfigResource(ConfigResource.Type.BROKER, "0")
@@ -313,14 +317,18 @@ def test_subject_dn_is_rfc2253(pki: Pki) -> None:
     assert subject_dn(pki.client_der) == "CN=client-1,OU=Ops,O=Tests"
 
 
-def test_jks_keystore_says_to_convert(tmp_path: Path) -> None:
+def test_jks_or_mistyped_keystore_says_what_to_do(pki: Pki, tmp_path: Path) -> None:
     jks = tmp_path / "broker.jks"
     jks.write_bytes(b"\xfe\xed\xfe\xed" + bytes(60))
-    config = BrokerConfig.from_properties(
-        {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(jks)}
-    )
-    with pytest.raises(ConfigError, match="keytool -importkeystore"):
-        server_context(config, "SSL")
+    for store, match in [
+        (jks, "keytool -importkeystore"),
+        (pki.server_pem, "the store is PEM text: set ssl.keystore.type=PEM"),
+    ]:
+        config = BrokerConfig.from_properties(
+            {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(store)}
+        )
+        with pytest.raises(ConfigError, match=match):
+            server_context(config, "SSL")
 
 
 def test_inline_pem_keystore_and_protocols(pki: Pki) -> None:
@@ -390,6 +398,7 @@ def test_cipher_suites_by_iana_or_openssl_name(pki: Pki) -> None:
         )
 
 
+@pytest.mark.integration
 def test_java_producer_over_ssl_with_client_certificate(
     mtls_broker: BrokerProcess, pki: Pki, topic: str, tmp_path: Path
 ) -> None:

@@ -8,7 +8,9 @@ responses written together in one system call; before a handler that may wait (a
 `_IMMEDIATE_KEYS`) the responses ahead of it are written. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
-connection idle for `connections.max.idle.ms` is closed.
+connection idle for `connections.max.idle.ms` is closed. Bytes come and go through the
+connection's transport (`wirebroker.transport`): the socket itself on a PLAINTEXT listener,
+TLS (`wirebroker.tls`, after its handshake) on an SSL one.
 
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
@@ -22,7 +24,6 @@ answers still leave in request order.
 from __future__ import annotations
 
 import logging
-import ssl
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,8 @@ from wirebroker.dispatch import (
 from wirebroker.transport import PlainTransport, Transport, release
 
 if TYPE_CHECKING:
+    import ssl
+
     from wirebroker.broker import Broker
     from wirebroker.tls import PrincipalMapper
 
@@ -141,30 +144,29 @@ async def serve_connection(
     except OSError:
         peer, client_host = ("?", 0), "?"
     broker.stats.connections += 1
-    transport: Transport
-    if tls is None:
-        transport = PlainTransport(sock.fileno())
-    else:
-        # Imported here: a PLAINTEXT-only broker never loads `cryptography` (start-up time).
-        from wirebroker.tls import HandshakeFailed, TlsTransport
-
-        transport = TlsTransport(sock.fileno(), tls[0])
-        try:
-            await transport.handshake(broker.config.connections_max_idle_ms / 1000, tls[1])
-        except HandshakeFailed as e:
-            log.warning("closing connection from %s:%s: %s", peer[0], peer[1], e)
-            broker.stats.connections -= 1
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-            return
-    connection = _Connection(broker, transport, client_host, listener_name)
+    connection: _Connection | None = None
     try:
+        transport: Transport
+        if tls is None:
+            transport = PlainTransport(sock.fileno())
+        else:
+            # Imported here: a PLAINTEXT-only broker never loads `cryptography` (start-up time).
+            from wirebroker.tls import HandshakeFailed, TlsTransport
+
+            transport = TlsTransport(sock.fileno(), tls[0])
+            try:
+                await transport.handshake(broker.config.connections_max_idle_ms / 1000, tls[1])
+            except HandshakeFailed as e:
+                log.warning("closing connection from %s:%s: %s", peer[0], peer[1], e)
+                return
+        connection = _Connection(broker, transport, client_host, listener_name)
         async with trio.open_nursery() as nursery:
             await connection.serve(nursery)
             nursery.cancel_scope.cancel()  # answers still waiting have no one to go to
     finally:
         broker.stats.connections -= 1
-        connection.outbox.discard()
+        if connection is not None:
+            connection.outbox.discard()
         with trio.CancelScope(shield=True):
             await stream.aclose()
 

@@ -41,9 +41,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from wirebroker.config import BrokerConfig, ConfigError
-from wirebroker.transport import chunk_size, flatten
+from wirebroker.transport import ANONYMOUS, chunk_size, flatten
 
-ANONYMOUS = "User:ANONYMOUS"
 _SIZE = struct.Struct(">i")
 _RECEIVE = 64 * 1024
 #: Plaintext gathered before it is encrypted (a TLS record carries 16 KiB at most).

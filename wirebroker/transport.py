@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import trio
 
+#: The principal of a client that did not authenticate (Kafka's KafkaPrincipal.ANONYMOUS).
+ANONYMOUS = "User:ANONYMOUS"
 # Linux's IOV_MAX.
 _MAX_IOV = 1024
 _SIZE = struct.Struct(">i")
@@ -55,7 +57,7 @@ class PlainTransport:
     """A connection's byte stream straight on its socket: `readv` in, `writev`/`sendfile` out."""
 
     __slots__ = ("fd",)
-    principal = "User:ANONYMOUS"
+    principal = ANONYMOUS
 
     def __init__(self, fd: int) -> None:
         self.fd = fd

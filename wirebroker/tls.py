@@ -419,19 +419,33 @@ class TlsTransport:
             return
 
     def receive_into(self, buffer: memoryview) -> int:
-        """Decrypt into `buffer`; 0 when the peer closed, BlockingIOError when nothing is there."""
-        while True:
+        """Decrypt into `buffer`; 0 when the peer closed, BlockingIOError when nothing is there.
+
+        OpenSSL hands out one record (16 KiB at most) a call: this goes on while the socket
+        has bytes, so a large request costs one pass of the connection loop, not one a record.
+        """
+        total, size = 0, len(buffer)
+        while total < size:
             try:
-                return self._ssl.read(len(buffer), buffer)  # type: ignore[return-value]
+                n: int = self._ssl.read(size - total, buffer[total:])  # type: ignore[assignment]
+                if not n:  # the peer's close_notify
+                    return total
+                total += n
             except ssl.SSLWantReadError:
-                data = os.read(self.fd, _RECEIVE)  # BlockingIOError: wait and call again
+                try:
+                    data = os.read(self.fd, _RECEIVE)
+                except BlockingIOError:
+                    if total:
+                        return total
+                    raise  # nothing at all: the caller waits and calls again
                 if not data:
-                    return 0
+                    return total  # at 0, the peer closed; else the next call sees it
                 self._incoming.write(data)
             except ssl.SSLZeroReturnError:
-                return 0
+                return total
             except ssl.SSLError as e:  # a corrupt record: this connection ends, quietly
                 raise ConnectionResetError(f"TLS error: {e.reason or e}") from None
+        return total
 
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.fd)

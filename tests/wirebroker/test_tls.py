@@ -286,6 +286,22 @@ def test_garbage_instead_of_a_handshake_closes_only_that_connection(
 
 
 @pytest.mark.integration
+def test_close_notify_ends_the_connection(pem_broker: BrokerProcess, pki: Pki) -> None:
+    """A client's close_notify (librdkafka sends one closing its bootstrap connection) ends that
+    connection; the broker goes on serving."""
+    client, _ = _tls_client(pem_broker, pki, with_certificate=False)
+    with client:
+        assert client.request(API_VERSIONS, 3).error_code == 0
+        assert isinstance(client.sock, ssl.SSLSocket)
+        client.sock.settimeout(10)
+        # unwrap sends close_notify and waits for the broker's: the broker just closes.
+        with pytest.raises(ssl.SSLEOFError):
+            client.sock.unwrap()
+    with RawClient(pem_broker.bootstrap) as plain:
+        assert plain.request(API_VERSIONS, 3).error_code == 0
+
+
+@pytest.mark.integration
 def test_passwords_are_described_as_null_and_sensitive(pem_broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": pem_broker.bootstrap})
     resource = ConfigResource(ConfigResource.Type.BROKER, "0")

@@ -306,7 +306,7 @@ def _load_truststore(context: ssl.SSLContext, settings: _Settings) -> None:
 # principals --------------------------------------------------------------------------------------
 _RULE = re.compile(
     r"\s*(?:(?P<default>DEFAULT)|RULE:(?P<pattern>(?:\\.|[^\\/])*)/(?P<replacement>(?:\\.|[^\\/])*)"
-    r"/(?P<case>[LU]?))\s*(?:,|$)"
+    r"/(?P<case>[LU]?))[ \t]*(?:[,\n]\s*|$)"  # rules end at a comma or a line end
 )
 
 

@@ -254,6 +254,14 @@ def test_required_client_auth_refuses_a_client_without_certificate(
     assert refused
     line = mtls_broker.wait_for_log("TLS handshake failed", since=since)
     assert line is not None and "127.0.0.1:" in line
+    # A certificate from a CA the truststore does not hold is refused alike.
+    stranger = trustme.CA().issue_cert("stranger.example", common_name="stranger")
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    with stranger.private_key_and_cert_chain_pem.tempfile() as pem:
+        context.load_cert_chain(pem)
+    with pytest.raises(OSError), RawClient(_ssl_bootstrap(mtls_broker)) as untrusted:
+        untrusted.sock = context.wrap_socket(untrusted.sock, server_hostname="localhost")
+        untrusted.request(API_VERSIONS, 3)  # SSLError, or the broker's close
     # The same listener serves a client with a certificate.
     client, _ = _tls_client(mtls_broker, pki, with_certificate=True)
     with client:
@@ -321,6 +329,8 @@ def test_principal_mapping_rules() -> None:
     assert mapper.name("CN=kafka1,OU=ServiceUsers,O=Org,C=US") == "kafka1"
     assert mapper.name("CN=client-1,O=Tests") == "tests/client"
     assert mapper.name("CN=other,O=X") == "CN=other,O=X"
+    lines = PrincipalMapper("RULE:^CN=([^,]*),.*$/$1/\n  DEFAULT")
+    assert [lines.name("CN=a,O=b"), lines.name("O=b")] == ["a", "O=b"]
     only = PrincipalMapper("RULE:^CN=(.*)$/$1/U")
     assert only.name("CN=admin") == "ADMIN"
     with pytest.raises(ValueError, match="no ssl.principal.mapping.rules rule"):

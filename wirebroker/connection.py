@@ -49,13 +49,13 @@ from wirebroker.dispatch import (
     dispatch,
     supported,
 )
+from wirebroker.tls import HandshakeFailed, PrincipalMapper, TlsTransport
 from wirebroker.transport import PlainTransport, Transport, release
 
 if TYPE_CHECKING:
     import ssl
 
     from wirebroker.broker import Broker
-    from wirebroker.tls import PrincipalMapper
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +150,6 @@ async def serve_connection(
         if tls is None:
             transport = PlainTransport(sock.fileno())
         else:
-            # Imported here: a PLAINTEXT-only broker never loads `cryptography` (start-up time).
-            from wirebroker.tls import HandshakeFailed, TlsTransport
-
             transport = TlsTransport(sock.fileno(), tls[0])
             try:
                 await transport.handshake(broker.config.connections_max_idle_ms / 1000, tls[1])

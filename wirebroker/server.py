@@ -30,9 +30,9 @@ from storage.clock import Clock, wall_clock_ms
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
+from wirebroker.tls import PrincipalMapper, server_context
 
 if TYPE_CHECKING:
-    from wirebroker.tls import PrincipalMapper
     from wirebroker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
@@ -142,8 +142,6 @@ def _tls_of(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, Princi
     """An SSL listener's TLS context and principal mapping; None for a plaintext one."""
     if config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
         return None
-    from wirebroker.tls import server_context  # only a broker with TLS loads `cryptography`
-
     return server_context(config, listener)
 
 

@@ -33,15 +33,18 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.serialization import pkcs12
 
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.transport import ANONYMOUS, chunk_size, flatten
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+# `cryptography` is imported where a store or a certificate is read: a broker without TLS
+# never loads it (start-up time).
 
 _SIZE = struct.Struct(">i")
 _RECEIVE = 64 * 1024
@@ -199,6 +202,9 @@ def _pem_blocks(data: bytes, kinds: Sequence[bytes]) -> list[bytes]:
 
 def _load_keystore(context: ssl.SSLContext, settings: _Settings) -> bool:
     """Load the keystore's key and certificate chain, if there is a keystore."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
     key_password = _password(settings, "ssl.key.password")
     chain_text, key_text = (
         settings.get("ssl.keystore.certificate.chain"),
@@ -250,6 +256,8 @@ def _load_keystore(context: ssl.SSLContext, settings: _Settings) -> bool:
 
 
 def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:
+    from cryptography import x509
+
     blocks = _pem_blocks(data, (b"CERTIFICATE",))
     if not blocks:
         raise ConfigError(f"{where}: no PEM certificate (-----BEGIN CERTIFICATE-----)")
@@ -257,6 +265,8 @@ def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:
 
 
 def _pem_key(data: bytes, password: bytes | None, where: str) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
     blocks = _pem_blocks(
         data, (b"PRIVATE KEY", b"ENCRYPTED PRIVATE KEY", b"RSA PRIVATE KEY", b"EC PRIVATE KEY")
     )
@@ -273,6 +283,9 @@ def _pem_key(data: bytes, password: bytes | None, where: str) -> Any:
 
 def _load_truststore(context: ssl.SSLContext, settings: _Settings) -> None:
     """Trust the truststore's certificates, or the system's when there is no truststore."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
     inline = settings.get("ssl.truststore.certificates")
     if inline:
         pem = b"".join(_pem_blocks(inline.encode(), (b"CERTIFICATE",)))
@@ -362,6 +375,8 @@ class PrincipalMapper:
 
 def subject_dn(der: bytes) -> str:
     """A certificate's subject in RFC 2253 form, as Java's X500Principal.getName() prints it."""
+    from cryptography import x509
+
     return x509.load_der_x509_certificate(der).subject.rfc4514_string()
 
 

@@ -22,14 +22,22 @@ LISTENER = re.compile(r"(?P<name>\w+)://(?P<host>[^:,\s]+):(?P<port>\d+)")
 class BrokerProcess:
     """One broker process with its data in `data_dir` (kept across restarts)."""
 
-    def __init__(self, data_dir: Path, properties: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        properties: dict[str, str] | None = None,
+        extra_listeners: tuple[str, ...] = (),
+    ) -> None:
         """`properties` may name `listeners` (ports 0: chosen by the OS); the default is one
-        PLAINTEXT listener. `port` is the first listener's, `ports` each listener's by name."""
+        PLAINTEXT listener plus `extra_listeners`. `port` is the first listener's, `ports` each
+        listener's by name."""
         self.data_dir = data_dir
         self.properties = dict(properties or {})
+        #: Listener names served beside PLAINTEXT (e.g. "SSL"), each on 127.0.0.1.
+        self.extra_listeners = extra_listeners
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
-        self.ports: dict[str, int] = {}
+        self.ports: dict[str, int] = {}  # every listener's bound port
         self.log: list[str] = []
         self._logged = threading.Condition()
 
@@ -38,13 +46,20 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
-        listeners = self.properties.get("listeners", f"PLAINTEXT://127.0.0.1:{self.port}")
+        listeners = self.properties.get(
+            "listeners",
+            ",".join(
+                [f"PLAINTEXT://127.0.0.1:{self.port}"]
+                + [f"{name}://127.0.0.1:0" for name in self.extra_listeners]
+            ),
+        )
         if self.ports:  # a restart binds the same ports again
             listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items())
         cmd = [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
         cmd += ["--log-dirs", str(self.data_dir)]
         for key, value in self.properties.items():
-            cmd += ["--override", f"{key}={value}"]
+            if key != "listeners":  # given above, with the bound ports on a restart
+                cmd += ["--override", f"{key}={value}"]
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, bufsize=1
         )

@@ -29,7 +29,7 @@ class ConfigKey:
     """One broker config key: its type, Kafka's default (as text) and documentation."""
 
     name: str
-    type: str  # int, long, boolean, string, list, double, class, password
+    type: str  # int, long, boolean, string, list, double, class, password (never shown)
     default: str | None
     doc: str
     read_only: bool = True
@@ -207,6 +207,43 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "PLAINTEXT",
             "Security protocol between brokers when inter.broker.listener.name is unset.",
         ),
+        # TLS of SSL listeners (wirebroker.tls); each may be set per listener as
+        # listener.name.<listener>.<key>, which overrides it
+        _k("ssl.keystore.type", "string", "JKS", "PEM or PKCS12 (a JKS store must be converted)."),
+        _k("ssl.keystore.location", "string", None, "The keystore: key and certificate chain."),
+        _k("ssl.keystore.password", "password", None, "The PKCS12 keystore's password."),
+        _k("ssl.key.password", "password", None, "The password of the keystore's private key."),
+        _k(
+            "ssl.keystore.certificate.chain",
+            "password",
+            None,
+            "The certificate chain in PEM, inline (with ssl.keystore.type=PEM).",
+        ),
+        _k("ssl.keystore.key", "password", None, "The private key in PEM, inline."),
+        _k(
+            "ssl.truststore.type", "string", "JKS", "PEM or PKCS12 (a JKS store must be converted)."
+        ),
+        _k("ssl.truststore.location", "string", None, "Certificates trusted to sign peers'."),
+        _k("ssl.truststore.password", "password", None, "The PKCS12 truststore's password."),
+        _k("ssl.truststore.certificates", "password", None, "Trusted certificates in PEM, inline."),
+        _k(
+            "ssl.client.auth", "string", "none", "none, requested or required: client certificates."
+        ),
+        _k(
+            "ssl.principal.mapping.rules",
+            "string",
+            "DEFAULT",
+            "RULE:pattern/replacement/[LU] rules from a client certificate's subject to its user.",
+        ),
+        _k("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions allowed."),
+        _k("ssl.protocol", "string", "TLSv1.3", "Accepted for compatibility."),
+        _k("ssl.cipher.suites", "list", None, "TLS 1.2 cipher suites allowed (unset: OpenSSL's)."),
+        _k(
+            "ssl.endpoint.identification.algorithm",
+            "string",
+            "https",
+            "https: this broker checks its peers' host names; empty: it does not.",
+        ),
         _k(
             "sasl.enabled.mechanisms",
             "list",
@@ -349,12 +386,12 @@ class Listener:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
 
 
 def _check_implemented(where: str, protocol: str) -> None:
     """Refuse a security protocol wirebroker does not implement, rather than serve it in
-    plaintext: a client configured for SSL or SASL must never be answered without them."""
+    plaintext: a client configured for SASL must never be answered without it."""
     if protocol not in SECURITY_PROTOCOLS:
         raise ConfigError(
             f"{where}: unknown security protocol {protocol!r}; Kafka's are "
@@ -363,8 +400,8 @@ def _check_implemented(where: str, protocol: str) -> None:
     if protocol not in IMPLEMENTED_PROTOCOLS:
         raise ConfigError(
             f"{where}: security protocol {protocol} is not implemented by wirebroker yet, and "
-            f"it will not serve {protocol} clients in plaintext; use a PLAINTEXT or "
-            "SASL_PLAINTEXT listener (e.g. PLAINTEXT://127.0.0.1:9092) on a trusted network"
+            f"it will not serve {protocol} clients without it; use an SSL, SASL_PLAINTEXT or "
+            "PLAINTEXT listener (e.g. PLAINTEXT://127.0.0.1:9092 on a trusted network)"
         )
 
 
@@ -468,11 +505,11 @@ class BrokerConfig:
         else:
             inter_broker = (self.get("security.inter.broker.protocol") or "").upper()
             _check_implemented("between brokers", inter_broker)
-        if self.cluster_mode and inter_broker != "PLAINTEXT":
+        if self.cluster_mode and inter_broker not in ("PLAINTEXT", "SSL"):
             raise ConfigError(
                 f"between brokers: {inter_broker} is not implemented by wirebroker's own client "
-                "side yet; give the brokers a PLAINTEXT listener on a trusted network and name "
-                "it in inter.broker.listener.name"
+                "side yet; give the brokers a PLAINTEXT or SSL listener and name it in "
+                "inter.broker.listener.name"
             )
         for listener in self.listeners():
             if self.security_protocol(listener.name).startswith("SASL_"):
@@ -536,6 +573,17 @@ class BrokerConfig:
                 f"listener.security.protocol.map, e.g. {listener_name}:PLAINTEXT"
             )
         return protocols[listener_name.upper()]
+
+    def inter_broker_listener(self) -> str | None:
+        """The listener brokers reach each other on: `inter.broker.listener.name`, else the one
+        named after `security.inter.broker.protocol` when that is set (as Kafka), else None
+        (the callers' default: PLAINTEXT or the first listener)."""
+        name = self.get("inter.broker.listener.name")
+        if name:
+            return name.upper()
+        if self.is_set("security.inter.broker.protocol"):
+            return (self.get("security.inter.broker.protocol") or "").strip().upper()
+        return None
 
     def log_dirs(self) -> list[Path]:
         text = (

@@ -8,11 +8,13 @@ responses written together in one system call; before a handler that may wait (a
 `_IMMEDIATE_KEYS`) the responses ahead of it are written. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
-connection idle for `connections.max.idle.ms` is closed. On a SASL listener every frame goes
-to the connection's `SaslAuthenticator` until it is authenticated (frames of at most
-`sasl.server.max.receive.size` until then); its principal then goes with every request. With
-`connections.max.reauth.ms` a session past its lifetime closes at its next request unless that
-is a SaslHandshake, which re-authenticates (KIP-368).
+connection idle for `connections.max.idle.ms` is closed. Bytes come and go through the
+connection's transport (`wirebroker.transport`): the socket itself on a PLAINTEXT or
+SASL_PLAINTEXT listener, TLS (`wirebroker.tls`, after its handshake) on an SSL one. On a SASL
+listener every frame goes to the connection's `SaslAuthenticator` until it is authenticated
+(frames of at most `sasl.server.max.receive.size` until then); its principal then goes with
+every request. With `connections.max.reauth.ms` a session past its lifetime closes at its next
+request unless that is a SaslHandshake, which re-authenticates (KIP-368).
 
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
@@ -26,7 +28,6 @@ answers still leave in request order.
 from __future__ import annotations
 
 import logging
-import os
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +54,12 @@ from wirebroker.dispatch import (
     supported,
 )
 from wirebroker.sasl.authenticator import SASL_HANDSHAKE_KEY, SaslAuthenticator
-from wirebroker.transport import release, send_frames
+from wirebroker.tls import HandshakeFailed, PrincipalMapper, TlsTransport
+from wirebroker.transport import PlainTransport, Transport, release
 
 if TYPE_CHECKING:
+    import ssl
+
     from wirebroker.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -88,10 +92,10 @@ class _Outbox:
     progress returns at once, and the writing task picks up what became ready meanwhile.
     """
 
-    __slots__ = ("fd", "slots", "_writing")
+    __slots__ = ("transport", "slots", "_writing")
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
         self.slots: deque[_Slot] = deque()
         self._writing = False
 
@@ -112,7 +116,7 @@ class _Outbox:
                     ready.append(chunks)
                     slots.popleft()
                 try:
-                    await send_frames(self.fd, ready)
+                    await self.transport.send_frames(ready)
                 finally:
                     for chunks in ready:
                         release(chunks)
@@ -127,23 +131,44 @@ class _Outbox:
         self.slots.clear()
 
 
-async def serve_connection(stream: trio.SocketStream, broker: Broker, listener_name: str) -> None:
-    """Serve one accepted connection until the peer closes it, it idles out, or misbehaves."""
+async def serve_connection(
+    stream: trio.SocketStream,
+    broker: Broker,
+    listener_name: str,
+    tls: tuple[ssl.SSLContext, PrincipalMapper] | None = None,
+) -> None:
+    """Serve one accepted connection until the peer closes it, it idles out, or misbehaves.
+
+    With `tls` (an SSL listener's context and principal mapping), the TLS handshake comes
+    first; a failed one is logged in one line and closes this connection only.
+    """
     sock = stream.socket
     try:
         peer = sock.getpeername()
         client_host = str(peer[0])
     except OSError:
-        client_host = "?"
+        peer, client_host = ("?", 0), "?"
     broker.stats.connections += 1
-    connection = _Connection(broker, sock.fileno(), client_host, listener_name)
+    connection: _Connection | None = None
     try:
+        transport: Transport
+        if tls is None:
+            transport = PlainTransport(sock.fileno())
+        else:
+            transport = TlsTransport(sock.fileno(), tls[0])
+            try:
+                await transport.handshake(broker.config.connections_max_idle_ms / 1000, tls[1])
+            except HandshakeFailed as e:
+                log.warning("closing connection from %s:%s: %s", peer[0], peer[1], e)
+                return
+        connection = _Connection(broker, transport, client_host, listener_name)
         async with trio.open_nursery() as nursery:
             await connection.serve(nursery)
             nursery.cancel_scope.cancel()  # answers still waiting have no one to go to
     finally:
         broker.stats.connections -= 1
-        connection.outbox.discard()
+        if connection is not None:
+            connection.outbox.discard()
         with trio.CancelScope(shield=True):
             await stream.aclose()
 
@@ -153,7 +178,7 @@ class _Connection:
 
     __slots__ = (
         "broker",
-        "fd",
+        "transport",
         "client_host",
         "listener_name",
         "outbox",
@@ -164,12 +189,14 @@ class _Connection:
         "session",
     )
 
-    def __init__(self, broker: Broker, fd: int, client_host: str, listener_name: str) -> None:
+    def __init__(
+        self, broker: Broker, transport: Transport, client_host: str, listener_name: str
+    ) -> None:
         self.broker = broker
-        self.fd = fd
+        self.transport = transport  # its `principal` is who the client is
         self.client_host = client_host
         self.listener_name = listener_name
-        self.outbox = _Outbox(fd)
+        self.outbox = _Outbox(transport)
         self.waiting = trio.Semaphore(MAX_WAITING_PER_CONNECTION)
         self.nursery: trio.Nursery | None = None
         settings = broker.sasl_listeners.get(listener_name)
@@ -179,7 +206,7 @@ class _Connection:
             if settings is not None
             else None
         )
-        self.principal = "User:ANONYMOUS"
+        self.principal = transport.principal  # a TLS client certificate's, else ANONYMOUS
         #: (mechanism, expiry in ms) of a SASL session that must be renewed (KIP-368).
         self.session: tuple[str, int] | None = None
 
@@ -199,7 +226,7 @@ class _Connection:
             log.exception("closing connection from %s after an unexpected error", self.client_host)
 
     async def _read_loop(self) -> None:
-        fd = self.fd
+        transport = self.transport
         max_frame_size = self.broker.config.socket_request_max_bytes
         frames = FrameBuffer(
             max_frame_size if self.sasl is None else self.sasl.settings.max_receive_size
@@ -207,9 +234,9 @@ class _Connection:
         idle_s = self.broker.config.connections_max_idle_ms / 1000
         handled = False  # a round of requests was handled since this task last let others run
         while True:
-            # Read straight into the frame buffer: no bytes object, no copy.
+            # Read straight into the frame buffer (plaintext: no bytes object, no copy).
             try:
-                n = os.readv(fd, (frames.writable(),))
+                n = transport.receive_into(frames.writable())
             except BlockingIOError:
                 handled = False  # waiting lets the others run
                 deadline = trio.current_time() + idle_s
@@ -217,12 +244,12 @@ class _Connection:
                     # A connection quiet for a moment gives its receive buffer back, so idle
                     # connections cost no buffer memory; a busy one keeps reusing it.
                     with trio.move_on_after(min(BUFFER_IDLE_S, idle_s)) as quiet:
-                        await trio.lowlevel.wait_readable(fd)
+                        await transport.wait_readable()
                     if not quiet.cancelled_caught:
                         continue
                     frames.release()
                 with trio.move_on_at(deadline) as idle:
-                    await trio.lowlevel.wait_readable(fd)
+                    await transport.wait_readable()
                 if idle.cancelled_caught:
                     log.info(
                         "closing connection from %s: idle for %.0f s", self.client_host, idle_s

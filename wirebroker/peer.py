@@ -14,12 +14,17 @@ connection; the next request reconnects, but not before `backoff_s` after a fail
 The controller's per-broker queues (`controller.channel`) use `PeerConnection` directly, with
 their own reconnect and retry rules.
 
+Over an SSL inter-broker listener every connection is TLS with the context of
+`wirebroker.tls.inter_broker_client_context` (the broker's keystore as client certificate, its
+truststore, host names checked); `ssl_context=None` is plaintext.
+
 Nothing here interprets a response or retries a request: callers do.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -46,15 +51,27 @@ class PeerError(Exception):
 class PeerConnection:
     """One open connection to a broker; requests on it must not overlap."""
 
-    def __init__(self, stream: trio.SocketStream, client_id: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, client_id: str) -> None:
         self.stream = stream
         self.client_id = client_id
         self._frames = FrameBuffer(MAX_RESPONSE_BYTES)
         self._correlation_id = 0
 
     @classmethod
-    async def open(cls, host: str, port: int, *, client_id: str) -> PeerConnection:
-        return cls(await trio.open_tcp_stream(host, port), client_id)
+    async def open(
+        cls, host: str, port: int, *, client_id: str, ssl_context: ssl.SSLContext | None = None
+    ) -> PeerConnection:
+        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        if ssl_context is not None:
+            # Kafka's frames carry their length: no need for close_notify to see truncation.
+            tls = trio.SSLStream(stream, ssl_context, server_hostname=host, https_compatible=True)
+            try:
+                await tls.do_handshake()
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            stream = tls
+        return cls(stream, client_id)
 
     async def request(self, body: Message, version: int) -> Any:
         """Send `body` at `version` and return the response body."""
@@ -106,10 +123,14 @@ async def request_once(
     *,
     client_id: str,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Any:
     """One request on a fresh connection, connecting included in `timeout_s`."""
     with trio.fail_after(timeout_s):
-        async with await PeerConnection.open(host, port, client_id=client_id) as connection:
+        connection = await PeerConnection.open(
+            host, port, client_id=client_id, ssl_context=ssl_context
+        )
+        async with connection:
             return await connection.request(body, version)
 
 
@@ -124,8 +145,10 @@ class PeerClient:
         client_id: str,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         backoff_s: float = 1.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
+        self.ssl_context = ssl_context
         self.resolve = resolve
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -167,8 +190,10 @@ class PeerClient:
             raise PeerError(f"{self.name}: address unknown")
         try:
             with trio.fail_after(self.timeout_s):
-                connection = await PeerConnection.open(*address, client_id=self.client_id)
-        except (OSError, trio.TooSlowError) as e:
+                connection = await PeerConnection.open(
+                    *address, client_id=self.client_id, ssl_context=self.ssl_context
+                )
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as e:
             self._next_attempt = trio.current_time() + self.backoff_s
             raise PeerError(
                 f"{self.name}: cannot connect to {address[0]}:{address[1]}: {e!r}"

@@ -17,6 +17,7 @@ cluster id comes from `/cluster/id`), and once the listeners are bound its `Clus
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -35,6 +36,7 @@ from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
 from wirebroker.metrics_http import serve_metrics
+from wirebroker.tls import PrincipalMapper, server_context
 
 if TYPE_CHECKING:
     from wirebroker.zk.client import ZkClient
@@ -74,6 +76,8 @@ async def serve_broker(
     task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     started = time.monotonic()
+    # A bad keystore or truststore fails here, before any file or socket is opened.
+    tls = {listener.name: _tls_of(config, listener.name) for listener in config.listeners()}
     zk: ZkClient | None = None
     if config.get("zookeeper.connect"):
         # Imported here: an embedded broker never loads kazoo and the controller (start-up time).
@@ -99,7 +103,12 @@ async def serve_broker(
                 sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
                 port = sockets[0].socket.getsockname()[1]
                 bound.append(Listener(listener.name, listener.host or "0.0.0.0", port))
-                handler = partial(_serve_one, broker=broker, listener_name=listener.name)
+                handler = partial(
+                    serve_connection,
+                    broker=broker,
+                    listener_name=listener.name,
+                    tls=tls[listener.name],
+                )
                 nursery.start_soon(trio.serve_listeners, handler, sockets)
             broker.advertised = _advertised(config, bound)
             if zk is not None:
@@ -134,8 +143,11 @@ def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
     ]
 
 
-async def _serve_one(stream: trio.SocketStream, *, broker: Broker, listener_name: str) -> None:
-    await serve_connection(stream, broker, listener_name)
+def _tls_of(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
+    """An SSL listener's TLS context and principal mapping; None for a plaintext one."""
+    if config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
+        return None
+    return server_context(config, listener)
 
 
 async def _housekeeping(broker: Broker) -> None:

@@ -8,6 +8,10 @@ from the page cache to the socket. Several responses can go in one call (see
 :func:`send_frames`), so a connection answering pipelined requests makes one system call for
 all of them. This module owns only that; it never decodes anything.
 
+`PlainTransport` is a PLAINTEXT connection's byte stream with these functions; TLS has its own
+transport with the same interface (`wirebroker.tls.TlsTransport`), so the connection loop does
+not know which it has.
+
 The socket is written through its descriptor, which is non-blocking: a write that would block
 waits with `trio.lowlevel.wait_writable`. These functions do not checkpoint when the kernel took
 everything at once; the connection loop checkpoints once per round of requests.
@@ -22,6 +26,8 @@ from typing import Any, Protocol
 
 import trio
 
+#: The principal of a client that did not authenticate (Kafka's KafkaPrincipal.ANONYMOUS).
+ANONYMOUS = "User:ANONYMOUS"
 # Linux's IOV_MAX.
 _MAX_IOV = 1024
 _SIZE = struct.Struct(">i")
@@ -34,6 +40,37 @@ class FileChunk(Protocol):
     fd: int
     position: int
     length: int
+
+
+class Transport(Protocol):
+    """A connection's byte stream, whatever carries it (plain TCP or TLS)."""
+
+    fd: int
+    principal: str  # who the peer is (Kafka's KafkaPrincipal, as text), for the authorizer
+
+    def receive_into(self, buffer: memoryview) -> int: ...
+    async def wait_readable(self) -> None: ...
+    async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None: ...
+
+
+class PlainTransport:
+    """A connection's byte stream straight on its socket: `readv` in, `writev`/`sendfile` out."""
+
+    __slots__ = ("fd",)
+    principal = ANONYMOUS
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def receive_into(self, buffer: memoryview) -> int:
+        """Read into `buffer`; 0 when the peer closed, BlockingIOError when nothing is there."""
+        return os.readv(self.fd, (buffer,))
+
+    async def wait_readable(self) -> None:
+        await trio.lowlevel.wait_readable(self.fd)
+
+    async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
+        await send_frames(self.fd, responses)
 
 
 def flatten(chunks: Sequence[Any]) -> list[Any]:

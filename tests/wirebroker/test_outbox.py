@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from wirebroker.connection import _Outbox
+from wirebroker.transport import PlainTransport
 
 
 def _frames(data: bytes) -> list[bytes]:
@@ -33,7 +34,7 @@ def test_a_late_answer_holds_back_the_ones_behind_it() -> None:
         ours.setblocking(False)
         theirs.setblocking(False)
         with ours, theirs:
-            outbox = _Outbox(ours.fileno())
+            outbox = _Outbox(PlainTransport(ours.fileno()))
             outbox.put([b"first"])
             late = outbox.put(None)  # an acks=all produce still waiting for its followers
             outbox.put([b"third"])
@@ -54,7 +55,7 @@ def test_a_flush_during_another_leaves_the_writing_to_it() -> None:
         theirs.setblocking(False)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         with ours, theirs:
-            outbox = _Outbox(ours.fileno())
+            outbox = _Outbox(PlainTransport(ours.fileno()))
             big = b"x" * 1_000_000  # more than the socket takes at once: the writer must wait
             outbox.put([big])
             async with trio.open_nursery() as nursery:

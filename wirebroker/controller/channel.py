@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,8 +59,9 @@ class _BrokerLink:
 class ControllerChannel:
     """Per-broker request queues of one controller, run as children of `run()`'s nursery."""
 
-    def __init__(self, controller_id: int) -> None:
+    def __init__(self, controller_id: int, ssl_context: ssl.SSLContext | None = None) -> None:
         self.controller_id = controller_id
+        self.ssl_context = ssl_context  # TLS when the inter-broker listener is SSL
         self._links: dict[int, _BrokerLink] = {}
         self._nursery: trio.Nursery | None = None
         self.sent: list[tuple[int, str]] = []  # (broker, request name) answered: logs, tests
@@ -112,9 +114,12 @@ class ControllerChannel:
             while True:
                 try:
                     connection = await PeerConnection.open(
-                        link.host, link.port, client_id=f"controller-{self.controller_id}"
+                        link.host,
+                        link.port,
+                        client_id=f"controller-{self.controller_id}",
+                        ssl_context=self.ssl_context,
                     )
-                except OSError as e:
+                except (OSError, trio.BrokenResourceError) as e:
                     log.debug("broker %d at %s:%d: %s", link.broker_id, link.host, link.port, e)
                     await trio.sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)

@@ -42,6 +42,7 @@ from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
+from wirebroker.tls import inter_broker_client_context
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
     BadVersionError,
@@ -326,7 +327,7 @@ class Controller:
 
     async def _start_channel(self) -> None:
         assert self._nursery is not None
-        channel = ControllerChannel(self.broker_id)
+        channel = ControllerChannel(self.broker_id, inter_broker_client_context(self.config))
         scope = trio.CancelScope()
 
         async def run_channel(task_status: trio.TaskStatus[None]) -> None:
@@ -416,7 +417,7 @@ class Controller:
         assert self.channel is not None
         for broker_id, live in self.ctx.live.items():
             try:
-                ep = live.registration.endpoint(self.config.get("inter.broker.listener.name"))
+                ep = live.registration.endpoint(self.config.inter_broker_listener())
             except KeyError as e:
                 log.error("cannot reach broker %d: %s", broker_id, e)
                 continue
@@ -556,7 +557,7 @@ class Controller:
                 if leader in ctx.live:
                     try:
                         ep = ctx.live[leader].registration.endpoint(
-                            self.config.get("inter.broker.listener.name")
+                            self.config.inter_broker_listener()
                         )
                     except KeyError:
                         continue

@@ -41,6 +41,7 @@ from wirebroker.controller.controller import Controller, NotController
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
 from wirebroker.peer import request_once
 from wirebroker.sasl.scram import HASHES, ScramCredential
+from wirebroker.tls import inter_broker_client_context
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import znodes
@@ -371,7 +372,7 @@ class ClusterMember:
                 "the controller is not registered", error_code=ErrorCode.NOT_CONTROLLER
             )
         ep = BrokerRegistration.decode(controller_id, reg[0]).endpoint(
-            self.config.get("inter.broker.listener.name")
+            self.config.inter_broker_listener()
         )
         response = await request_once(
             ep.host,
@@ -379,6 +380,7 @@ class ClusterMember:
             ControlledShutdownRequest(broker_id=node, broker_epoch=self.broker_epoch),
             CONTROLLED_SHUTDOWN_VERSION,
             client_id=f"broker-{node}",
+            ssl_context=inter_broker_client_context(self.config),
         )
         assert isinstance(response, ControlledShutdownResponse)
         if response.error_code != ErrorCode.NONE:

@@ -1,0 +1,505 @@
+"""TLS for SSL listeners and for this broker's own connections to its peers, from Kafka's ssl.* keys.
+
+This module owns three things:
+
+- the `ssl.SSLContext` of a listener (`server_context`) and of the inter-broker client side
+  (`inter_broker_client_context`), built from Kafka's `ssl.*` keys, each of which a
+  `listener.name.<listener>.ssl.*` key overrides (Kafka's DefaultSslEngineFactory). Keystores
+  are PEM (a file, or inline `ssl.keystore.certificate.chain` / `ssl.keystore.key`) or PKCS12,
+  read with `cryptography`; a JKS store is refused with how to convert it. Truststores alike.
+- `TlsTransport`: an accepted connection's byte stream through an `ssl.SSLObject` driven with
+  memory BIOs over the raw socket descriptor, behind the interface of
+  `wirebroker.transport.PlainTransport` (so the connection loop does not know which it has).
+  File slices of fetch responses are read with `os.pread` and encrypted: no `sendfile` on TLS,
+  as in Kafka.
+- the principal of a TLS client: `User:` and the certificate's subject DN in RFC 2253 form,
+  mapped by `ssl.principal.mapping.rules` (Kafka's SslPrincipalMapper), `User:ANONYMOUS`
+  without a certificate.
+
+Differences from Kafka: `ssl.enabled.protocols` is applied as a range (lowest to highest
+named), as OpenSSL cannot leave a version out in the middle; `ssl.cipher.suites` restricts
+TLS 1.2 suites (OpenSSL or IANA names), never TLS 1.3's; subject attributes OpenSSL has no RFC
+4514 keyword for are printed `OID=value`, where Java prints `OID=#hex`. No ALPN, as Kafka.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import ssl
+import struct
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.transport import ANONYMOUS, chunk_size, flatten
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+# `cryptography` is imported where a store or a certificate is read: a broker without TLS
+# never loads it (start-up time).
+
+_SIZE = struct.Struct(">i")
+_RECEIVE = 64 * 1024
+#: Plaintext gathered before it is encrypted (a TLS record carries 16 KiB at most).
+_PIECE = 64 * 1024
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.+?-----END \1-----\s*", re.S)
+_JKS_MAGIC = b"\xfe\xed\xfe\xed"
+_PROTOCOLS = {
+    "TLSv1": ssl.TLSVersion.TLSv1,
+    "TLSv1.1": ssl.TLSVersion.TLSv1_1,
+    "TLSv1.2": ssl.TLSVersion.TLSv1_2,
+    "TLSv1.3": ssl.TLSVersion.TLSv1_3,
+}
+_CLIENT_AUTH = {
+    "none": ssl.CERT_NONE,
+    "requested": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+
+
+class HandshakeFailed(Exception):
+    """A TLS handshake failed or timed out; only its connection is closed."""
+
+
+# settings -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Settings:
+    """The ssl.* keys of one listener: `listener.name.<l>.ssl.*` first, then `ssl.*`."""
+
+    config: BrokerConfig
+    listener: str
+
+    def get(self, key: str) -> str | None:
+        value = self.config.get(f"listener.name.{self.listener.lower()}.{key}")
+        if value is None:
+            value = self.config.get(key)
+        return value.strip() if value is not None and value.strip() else None
+
+    def items(self, key: str) -> list[str]:
+        return [item.strip() for item in (self.get(key) or "").split(",") if item.strip()]
+
+
+def server_context(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper]:
+    """An SSL listener's context (its keystore, truststore and `ssl.client.auth`) and the
+    mapping of its clients' certificates to principals."""
+    settings = _Settings(config, listener)
+    mapper = PrincipalMapper(settings.get("ssl.principal.mapping.rules"))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _apply_common(context, settings)
+    if not _load_keystore(context, settings):
+        raise ConfigError(
+            f"listener {listener} is SSL but has no keystore: set ssl.keystore.location "
+            "(or ssl.keystore.certificate.chain and ssl.keystore.key)"
+        )
+    client_auth = (settings.get("ssl.client.auth") or "none").lower()
+    if client_auth not in _CLIENT_AUTH:
+        raise ConfigError(f"ssl.client.auth={client_auth!r} must be none, requested or required")
+    context.verify_mode = _CLIENT_AUTH[client_auth]
+    if client_auth != "none":
+        _load_truststore(context, settings)
+    return context, mapper
+
+
+def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The context of this broker's connections to its peers, or None when they are plaintext:
+    the inter-broker listener's keystore as client certificate, its truststore, and hostname
+    verification unless `ssl.endpoint.identification.algorithm` is empty."""
+    listener = config.inter_broker_listener()
+    if listener is None or config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
+        return None
+    settings = _Settings(config, listener)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _apply_common(context, settings)
+    context.check_hostname = (
+        settings.get("ssl.endpoint.identification.algorithm") or ""
+    ).lower() == "https"
+    _load_keystore(context, settings)
+    _load_truststore(context, settings)
+    return context
+
+
+def _apply_common(context: ssl.SSLContext, settings: _Settings) -> None:
+    names = settings.items("ssl.enabled.protocols") or ["TLSv1.2", "TLSv1.3"]
+    unknown = [n for n in names if n not in _PROTOCOLS]
+    if unknown:
+        raise ConfigError(
+            f"ssl.enabled.protocols: unknown {', '.join(unknown)}; use {', '.join(_PROTOCOLS)}"
+        )
+    versions = sorted(_PROTOCOLS[n] for n in names)
+    context.minimum_version = versions[0]
+    context.maximum_version = versions[-1]
+    suites = settings.items("ssl.cipher.suites")
+    if suites:
+        known = _openssl_ciphers()
+        names = [_openssl_cipher(s) for s in suites]
+        unknown = [s for s, n in zip(suites, names, strict=True) if n not in known]
+        if unknown:
+            raise ConfigError(
+                f"ssl.cipher.suites: {', '.join(unknown)} is not a TLS 1.2 suite OpenSSL knows "
+                "(TLS 1.3 suites cannot be restricted)"
+            )
+        context.set_ciphers(":".join(names))
+
+
+def _openssl_ciphers() -> set[str]:
+    every = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    every.set_ciphers("ALL:@SECLEVEL=0")
+    return {c["name"] for c in every.get_ciphers() if c["protocol"] != "TLSv1.3"}
+
+
+def _openssl_cipher(name: str) -> str:
+    """OpenSSL's name of a TLS 1.2 suite given by its IANA name (as Java, so Kafka, names
+    them), e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 -> ECDHE-RSA-AES128-GCM-SHA256."""
+    if not name.startswith("TLS_") or "_WITH_" not in name:
+        return name  # already OpenSSL's
+    exchange, _, cipher = name[4:].partition("_WITH_")
+    cipher = re.sub(r"^AES_(\d+)", r"AES\1", cipher).replace("_CBC", "")
+    cipher = cipher.replace("CHACHA20_POLY1305_SHA256", "CHACHA20_POLY1305")
+    parts = [] if exchange == "RSA" else [exchange.replace("_", "-")]
+    return "-".join([*parts, cipher.replace("_", "-")])
+
+
+# keystores and truststores ---------------------------------------------------------------------
+def _read(settings: _Settings, key: str) -> bytes:
+    location = settings.get(key)
+    assert location is not None
+    try:
+        return Path(location).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{key}={location}: {e.strerror}") from None
+
+
+def _store_type(settings: _Settings, key: str, data: bytes) -> str:
+    kind = (settings.get(key) or "JKS").upper()
+    if data.startswith(_JKS_MAGIC):
+        raise ConfigError(
+            f"{key}: JKS stores are not supported; convert it to PKCS12 with "
+            "`keytool -importkeystore -srckeystore STORE.jks -destkeystore STORE.p12 "
+            f"-deststoretype PKCS12` and set {key}=PKCS12"
+        )
+    if kind != "PEM" and data.lstrip().startswith(b"-----BEGIN"):
+        raise ConfigError(f"{key}: the store is PEM text: set {key}=PEM")
+    # Java reads a PKCS12 file given as JKS, so Kafka does (keystore.type.compat).
+    return "PKCS12" if kind == "JKS" else kind
+
+
+def _password(settings: _Settings, key: str) -> bytes | None:
+    value = settings.get(key)
+    return value.encode() if value is not None else None
+
+
+def _pem_blocks(data: bytes, kinds: Sequence[bytes]) -> list[bytes]:
+    return [m[0] for m in _PEM_BLOCK.finditer(data) if m[1] in kinds]
+
+
+def _load_keystore(context: ssl.SSLContext, settings: _Settings) -> bool:
+    """Load the keystore's key and certificate chain, if there is a keystore."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    key_password = _password(settings, "ssl.key.password")
+    chain_text, key_text = (
+        settings.get("ssl.keystore.certificate.chain"),
+        settings.get("ssl.keystore.key"),
+    )
+    if chain_text and key_text:
+        certs = _pem_certificates(chain_text.encode(), "ssl.keystore.certificate.chain")
+        key = _pem_key(key_text.encode(), key_password, "ssl.keystore.key")
+    elif settings.get("ssl.keystore.location"):
+        data = _read(settings, "ssl.keystore.location")
+        kind = _store_type(settings, "ssl.keystore.type", data)
+        if kind == "PEM":
+            certs = _pem_certificates(data, "ssl.keystore.location")
+            key = _pem_key(data, key_password, "ssl.keystore.location")
+        elif kind == "PKCS12":
+            password = _password(settings, "ssl.keystore.password")
+            try:
+                key, cert, extra = pkcs12.load_key_and_certificates(data, password)
+            except ValueError as e:
+                raise ConfigError(
+                    f"ssl.keystore.location: cannot read the PKCS12 store: {e}"
+                ) from None
+            if key is None or cert is None:
+                raise ConfigError("ssl.keystore.location: the PKCS12 store holds no private key")
+            certs = [cert, *extra]
+        else:
+            raise ConfigError(f"ssl.keystore.type={kind} is not supported; use PEM or PKCS12")
+    else:
+        return False
+    # The ssl module loads keys only from files: the key goes to a private temporary file,
+    # encrypted with a password used once, so it never lies on disk in the clear.
+    once = secrets.token_hex(16).encode()
+    with tempfile.TemporaryDirectory(prefix="wirebroker-tls-") as directory:
+        path = Path(directory) / "keystore.pem"
+        path.touch(mode=0o600)
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.BestAvailableEncryption(once),
+            )
+            + b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+        )
+        try:
+            context.load_cert_chain(path, password=once)
+        except ssl.SSLError as e:
+            raise ConfigError(f"the keystore's key does not fit its certificate: {e}") from None
+    return True
+
+
+def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:
+    from cryptography import x509
+
+    blocks = _pem_blocks(data, (b"CERTIFICATE",))
+    if not blocks:
+        raise ConfigError(f"{where}: no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    return [x509.load_pem_x509_certificate(b) for b in blocks]
+
+
+def _pem_key(data: bytes, password: bytes | None, where: str) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
+    blocks = _pem_blocks(
+        data, (b"PRIVATE KEY", b"ENCRYPTED PRIVATE KEY", b"RSA PRIVATE KEY", b"EC PRIVATE KEY")
+    )
+    if not blocks:
+        raise ConfigError(f"{where}: no PEM private key (-----BEGIN PRIVATE KEY-----)")
+    encrypted = b"ENCRYPTED" in blocks[0].split(b"\n", 1)[0]
+    try:
+        return serialization.load_pem_private_key(blocks[0], password if encrypted else None)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(
+            f"{where}: cannot read the private key (ssl.key.password?): {e}"
+        ) from None
+
+
+def _load_truststore(context: ssl.SSLContext, settings: _Settings) -> None:
+    """Trust the truststore's certificates, or the system's when there is no truststore."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    inline = settings.get("ssl.truststore.certificates")
+    if inline:
+        pem = b"".join(_pem_blocks(inline.encode(), (b"CERTIFICATE",)))
+    elif settings.get("ssl.truststore.location"):
+        data = _read(settings, "ssl.truststore.location")
+        kind = _store_type(settings, "ssl.truststore.type", data)
+        if kind == "PEM":
+            pem = b"".join(_pem_blocks(data, (b"CERTIFICATE",)))
+        elif kind == "PKCS12":
+            try:
+                store = pkcs12.load_pkcs12(data, _password(settings, "ssl.truststore.password"))
+            except ValueError as e:
+                raise ConfigError(
+                    f"ssl.truststore.location: cannot read the PKCS12 store: {e}"
+                ) from None
+            certs = [c.certificate for c in store.additional_certs]
+            if store.cert is not None:
+                certs.append(store.cert.certificate)
+            pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+        else:
+            raise ConfigError(f"ssl.truststore.type={kind} is not supported; use PEM or PKCS12")
+    else:
+        server = context.protocol == ssl.PROTOCOL_TLS_SERVER
+        context.load_default_certs(ssl.Purpose.CLIENT_AUTH if server else ssl.Purpose.SERVER_AUTH)
+        return
+    if not pem:
+        raise ConfigError("the truststore holds no certificate")
+    context.load_verify_locations(cadata=pem.decode())
+
+
+# principals --------------------------------------------------------------------------------------
+_RULE = re.compile(
+    r"\s*(?:(?P<default>DEFAULT)|RULE:(?P<pattern>(?:\\.|[^\\/])*)/(?P<replacement>(?:\\.|[^\\/])*)"
+    r"/(?P<case>[LU]?))[ \t]*(?:[,\n]\s*|$)"  # rules end at a comma or a line end
+)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    pattern: re.Pattern[str] | None  # None: DEFAULT
+    replacement: str
+    case: str
+
+    def apply(self, dn: str) -> str | None:
+        if self.pattern is None:
+            return dn
+        if not self.pattern.fullmatch(dn):
+            return None
+        # Java's $1 is Python's \g<1>; an escaped slash is a slash.
+        replacement = re.sub(r"\$(\d)", r"\\g<\1>", self.replacement.replace("\\/", "/"))
+        name = self.pattern.sub(replacement, dn)
+        return name.lower() if self.case == "L" else name.upper() if self.case == "U" else name
+
+
+class PrincipalMapper:
+    """`ssl.principal.mapping.rules`: the first rule whose pattern matches the whole DN names
+    the user; DEFAULT is the DN itself. A DN no rule matches is refused, as in Kafka."""
+
+    def __init__(self, text: str | None) -> None:
+        self.text = text or "DEFAULT"
+        self.rules: list[_Rule] = []
+        position = 0
+        while position < len(self.text):
+            m = _RULE.match(self.text, position)
+            if not m or m.end() == position:
+                raise ConfigError(
+                    f"ssl.principal.mapping.rules: cannot parse {self.text[position:]!r}; "
+                    "expected DEFAULT or RULE:pattern/replacement/[LU]"
+                )
+            if m["default"]:
+                self.rules.append(_Rule(None, "", ""))
+            else:
+                try:
+                    pattern = re.compile(m["pattern"])
+                except re.error as e:
+                    raise ConfigError(f"ssl.principal.mapping.rules: {e}") from None
+                self.rules.append(_Rule(pattern, m["replacement"], m["case"]))
+            position = m.end()
+
+    def name(self, dn: str) -> str:
+        for rule in self.rules:
+            name = rule.apply(dn)
+            if name is not None:
+                return name
+        raise ValueError(f"no ssl.principal.mapping.rules rule applies to {dn!r}")
+
+
+def subject_dn(der: bytes) -> str:
+    """A certificate's subject in RFC 2253 form, as Java's X500Principal.getName() prints it."""
+    from cryptography import x509
+
+    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+
+
+# the transport -----------------------------------------------------------------------------------
+class TlsTransport:
+    """An accepted connection's byte stream through TLS; the interface of `PlainTransport`."""
+
+    __slots__ = ("fd", "principal", "_incoming", "_outgoing", "_ssl")
+
+    def __init__(self, fd: int, context: ssl.SSLContext) -> None:
+        self.fd = fd
+        self.principal = ANONYMOUS
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+
+    async def handshake(self, timeout_s: float, mapper: PrincipalMapper) -> None:
+        """Complete the server handshake and learn the client's principal."""
+        try:
+            with trio.fail_after(timeout_s):
+                while True:
+                    try:
+                        self._ssl.do_handshake()
+                        break
+                    except ssl.SSLWantReadError:
+                        await self._flush()
+                        await self._fill()
+                await self._flush()
+        except ssl.SSLError as e:
+            # Tell the client why (a TLS alert), if it still listens.
+            with trio.move_on_after(1):
+                await self._flush()
+            raise HandshakeFailed(f"TLS handshake failed: {e.reason or e}") from None
+        except trio.TooSlowError:
+            raise HandshakeFailed(f"TLS handshake not done in {timeout_s:.0f} s") from None
+        except (OSError, EOFError) as e:
+            raise HandshakeFailed(f"TLS handshake failed: {e}") from None
+        der = self._ssl.getpeercert(binary_form=True)
+        if der:
+            try:
+                self.principal = "User:" + mapper.name(subject_dn(der))
+            except ValueError as e:
+                raise HandshakeFailed(str(e)) from None
+
+    async def _fill(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, _RECEIVE)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.fd)
+                continue
+            if not data:
+                raise EOFError("the peer closed the connection")
+            self._incoming.write(data)
+            return
+
+    def receive_into(self, buffer: memoryview) -> int:
+        """Decrypt into `buffer`; 0 when the peer closed, BlockingIOError when nothing is there.
+
+        OpenSSL hands out one record (16 KiB at most) a call: this goes on while the socket
+        has bytes, so a large request costs one pass of the connection loop, not one a record.
+        """
+        total, size = 0, len(buffer)
+        while total < size:
+            try:
+                n: int = self._ssl.read(size - total, buffer[total:])  # type: ignore[assignment]
+                if not n:  # the peer's close_notify
+                    return total
+                total += n
+            except ssl.SSLWantReadError:
+                try:
+                    data = os.read(self.fd, _RECEIVE)
+                except BlockingIOError:
+                    if total:
+                        return total
+                    raise  # nothing at all: the caller waits and calls again
+                if not data:
+                    return total  # at 0, the peer closed; else the next call sees it
+                self._incoming.write(data)
+            except ssl.SSLZeroReturnError:
+                return total
+            except ssl.SSLError as e:  # a corrupt record: this connection ends, quietly
+                raise ConnectionResetError(f"TLS error: {e.reason or e}") from None
+        return total
+
+    async def wait_readable(self) -> None:
+        await trio.lowlevel.wait_readable(self.fd)
+
+    async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
+        """Encrypt and send several responses, each its size prefix and its chunks, in order."""
+        plain = bytearray()
+        for chunks in responses:
+            chunks = flatten(chunks)
+            sizes = [chunk_size(c) for c in chunks]
+            plain += _SIZE.pack(sum(sizes))
+            for chunk, size in zip(chunks, sizes, strict=True):
+                if isinstance(chunk, bytes | bytearray | memoryview):
+                    plain += chunk
+                else:
+                    position, end = chunk.position, chunk.position + size
+                    while position < end:
+                        piece = os.pread(chunk.fd, min(_PIECE, end - position), position)
+                        if not piece:
+                            raise OSError(f"file slice ended {end - position} bytes early")
+                        plain += piece
+                        position += len(piece)
+                        if len(plain) >= _PIECE:
+                            await self._send(plain)
+                            plain = bytearray()
+                if len(plain) >= _PIECE:
+                    await self._send(plain)
+                    plain = bytearray()
+        await self._send(plain)
+
+    async def _send(self, plain: bytearray) -> None:
+        if plain:
+            self._ssl.write(plain)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        view = memoryview(self._outgoing.read())
+        while view:
+            try:
+                view = view[os.write(self.fd, view) :]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self.fd)

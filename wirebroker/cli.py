@@ -24,6 +24,13 @@ from wirebroker.zk.errors import ZooKeeperUnreachable
 
 log = logging.getLogger("wirebroker")
 
+#: How long a thread may hold the GIL while another waits for it (CPython's default: 5 ms). The
+#: broker's chores (compaction, flushes, coordinator loads) run Python in worker threads; each
+#: time the event loop comes back from a system call it may wait this long for the GIL, several
+#: times per request. Switching more often costs only while two threads want the GIL: row 1
+#: (produce, the loop alone) measured no difference.
+SWITCH_INTERVAL_S = 0.0005
+
 EPILOG = """\
 examples:
   wirebroker serve                                   one broker on 127.0.0.1:9092, data in ./data
@@ -95,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"wirebroker: configuration error: {e}", file=sys.stderr)
         return 2
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         trio.run(_run, config)
     except BaseException as e:

@@ -1,4 +1,5 @@
-"""Shared helpers of the broker tests: deadlines, a raw Kafka client over our codec, topics.
+"""Shared helpers of the broker tests: deadlines, a clock that follows trio's, a raw Kafka client
+over our codec, topics.
 
 `RawClient` speaks the wire protocol with `protocol.api` and `protocol.framing` over a plain
 blocking socket, so tests can send exactly the bytes they mean (malformed frames, unknown
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import pytest
+import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from protocol.api import decode_response, encode_request
@@ -33,8 +35,18 @@ from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message
+from storage.clock import Clock, wall_clock_ms
 
 T = TypeVar("T")
+
+
+def trio_clock() -> Clock:
+    """Wall-clock milliseconds that advance with trio's clock, for a broker under test: on a
+    `trio.testing.MockClock` its timers (and the time its code reads) move with virtual time.
+    Call it inside `trio.run`."""
+    start_ms, start = wall_clock_ms(), trio.current_time()
+    return lambda: start_ms + round((trio.current_time() - start) * 1000)
+
 
 #: For tests that run kcat, which `make tools` (part of `make test`) installs from Debian.
 needs_kcat = pytest.mark.skipif(

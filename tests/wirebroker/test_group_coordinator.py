@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from protocol.errors import ErrorCode
-from storage.clock import Clock, wall_clock_ms
+from tests.wirebroker.helpers import trio_clock
 from wirebroker.config import BrokerConfig
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.group.state import CommittedOffset, GroupState, JoinResult, SyncResult
@@ -32,12 +32,6 @@ def config(data_dir: Path) -> BrokerConfig:
             "offsets.topic.num.partitions": "3",
         }
     )
-
-
-def trio_clock() -> Clock:
-    """Wall-clock milliseconds that advance with trio's clock (so a MockClock moves them)."""
-    start_ms, start = wall_clock_ms(), trio.current_time()
-    return lambda: start_ms + round((trio.current_time() - start) * 1000)
 
 
 async def loaded(groups: GroupCoordinator) -> None:

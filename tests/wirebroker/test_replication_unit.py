@@ -6,12 +6,13 @@ from __future__ import annotations
 import copy
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
+import trio.testing
 
 from protocol.api import decode_request, decode_response, encode_request, encode_response_chunks
 from protocol.errors import ErrorCode
@@ -21,9 +22,10 @@ from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
+from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.partition_log import PartitionLog
-from tests.wirebroker.helpers import decode_records
+from tests.wirebroker.helpers import decode_records, trio_clock
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.dispatch import RequestContext, dispatch
@@ -32,6 +34,7 @@ from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.replication.partition_metadata import encode_topic_id
 
 TOPIC_ID = uuid.UUID(int=0x1234)
+T = TypeVar("T")
 
 # Partition: ISR and high watermark -----------------------------------------------------------
 
@@ -178,6 +181,34 @@ def test_follower_must_reach_the_leader_epoch_start_to_join(tmp_path: Path) -> N
     plog.close()
 
 
+def test_isr_shrinks_after_replica_lag_time_max_ms(tmp_path: Path) -> None:
+    """The replica manager's ISR check on trio's MockClock, with the broker's clock following
+    it: a follower that stops fetching is proposed for removal once it has not caught up for
+    `replica.lag.time.max.ms` (checked every half of it, as Kafka does), not before."""
+
+    async def main() -> None:
+        broker = open_broker(tmp_path, clock=trio_clock(), replica_lag_time_max_ms="30000")
+        try:
+            broker.replica_manager.become_leader_or_follower(leader_and_isr(1, 0), 7)
+            p = broker.partitions[TopicPartition("t", 0)]
+            p.append_to_leader(batch(1), broker.now_ms())  # follower 2 is now behind
+            proposed = trio.Event()
+            p.on_isr_change = lambda _: proposed.set()
+            started = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(broker.replica_manager.run)
+                with trio.fail_after(120):
+                    await proposed.wait()
+                nursery.cancel_scope.cancel()
+            # Checked at 15 s and 30 s (still within the lag), proposed at 45 s.
+            assert trio.current_time() - started == pytest.approx(45)
+            assert p.pending_isr is not None and p.pending_isr.isr == [1]
+        finally:
+            broker.close()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
 # the metadata cache ----------------------------------------------------------------------------
 
 
@@ -259,18 +290,24 @@ def test_metadata_cache_takes_every_update_metadata_version(version: int) -> Non
 # the controller's requests through the dispatcher -------------------------------------------------
 
 
-def open_broker(tmp_path: Path, cluster: bool = True) -> Broker:
-    config = BrokerConfig.from_properties(
-        {
-            "broker.id": "1",
-            "listeners": "PLAINTEXT://127.0.0.1:0",
-            "log.dirs": str(tmp_path / "data"),
-            "wirebroker.external.controller": "true" if cluster else "false",
-        }
-    )
-    broker = Broker.open(config)
+def open_broker(
+    tmp_path: Path, cluster: bool = True, clock: Clock = wall_clock_ms, **extra: str
+) -> Broker:
+    props = {
+        "broker.id": "1",
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "log.dirs": str(tmp_path / "data"),
+        "wirebroker.external.controller": "true" if cluster else "false",
+    }
+    props.update({k.replace("_", "."): v for k, v in extra.items()})
+    broker = Broker.open(BrokerConfig.from_properties(props), clock)
     broker.advertised = [Listener("PLAINTEXT", "127.0.0.1", 9092)]
     return broker
+
+
+def run_virtual(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """`trio.run` on trio's MockClock: backoffs and timers pass at once, in virtual time."""
+    return trio.run(fn, *args, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def call(broker: Broker, body: Any, version: int) -> Any:
@@ -280,7 +317,7 @@ def call(broker: Broker, body: Any, version: int) -> Any:
         request_api_key=body.API_KEY, request_api_version=version, correlation_id=7, client_id="c"
     )
     ctx = RequestContext(broker, header, "127.0.0.1", "PLAINTEXT")
-    response = trio.run(dispatch, ctx, request)
+    response = run_virtual(dispatch, ctx, request)
     chunks = encode_response_chunks(
         ResponseHeader(correlation_id=7), response, body.API_KEY, version
     )
@@ -535,7 +572,7 @@ def test_follower_without_epochs_truncates_to_its_high_watermark(tmp_path: Path)
             raise AssertionError(f"nothing to ask the leader, but sent {body}")
 
         fetcher.peer.request = no_request  # type: ignore[method-assign]
-        trio.run(fetcher._truncate, {tp: state})
+        run_virtual(fetcher._truncate, {tp: state})
         assert (p.log_end_offset, p.high_watermark) == (2, 2)
         assert (state.fetch_offset, state.truncating) == (2, False)
     finally:
@@ -608,7 +645,7 @@ def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> No
             )
 
         fetcher.peer.request = answer  # type: ignore[method-assign]
-        trio.run(fetcher._fetch, {tp: state})
+        run_virtual(fetcher._fetch, {tp: state})
         assert p.log_end_offset == 0
         assert not state.failed and state.delayed_until > 0  # retried after the backoff
     finally:
@@ -653,11 +690,11 @@ def test_a_follower_on_a_full_disk_fetches_again(tmp_path: Path) -> None:
 
         fetcher.peer.request = answer  # type: ignore[method-assign]
         p.log.append_as_follower = disk_full  # type: ignore[method-assign]
-        trio.run(fetcher._fetch, {tp: state})
+        run_virtual(fetcher._fetch, {tp: state})
         assert p.log_end_offset == 0
         assert not state.failed and state.delayed_until > 0
         del p.log.append_as_follower  # space freed
-        trio.run(fetcher._fetch, {tp: state})
+        run_virtual(fetcher._fetch, {tp: state})
         assert p.log_end_offset == 2 and state.fetch_offset == 2
     finally:
         broker.close()

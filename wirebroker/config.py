@@ -386,22 +386,14 @@ class Listener:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
 
 
-def _check_implemented(where: str, protocol: str) -> None:
-    """Refuse a security protocol wirebroker does not implement, rather than serve it in
-    plaintext: a client configured for SASL must never be answered without it."""
+def _check_known(where: str, protocol: str) -> None:
+    """Refuse a security protocol that is not one of Kafka's, rather than guess one."""
     if protocol not in SECURITY_PROTOCOLS:
         raise ConfigError(
             f"{where}: unknown security protocol {protocol!r}; Kafka's are "
             + ", ".join(SECURITY_PROTOCOLS)
-        )
-    if protocol not in IMPLEMENTED_PROTOCOLS:
-        raise ConfigError(
-            f"{where}: security protocol {protocol} is not implemented by wirebroker yet, and "
-            f"it will not serve {protocol} clients without it; use an SSL, SASL_PLAINTEXT or "
-            "PLAINTEXT listener (e.g. PLAINTEXT://127.0.0.1:9092 on a trusted network)"
         )
 
 
@@ -498,13 +490,13 @@ class BrokerConfig:
             elif key.type == "double":
                 self.get_float(name)
         for listener in [*self.listeners(), *(self.advertised_listeners() or [])]:
-            _check_implemented(listener.name, self.security_protocol(listener.name))
+            _check_known(listener.name, self.security_protocol(listener.name))
         inter_broker_listener = self.get("inter.broker.listener.name")
         if inter_broker_listener:
             inter_broker = self.security_protocol(inter_broker_listener)
         else:
             inter_broker = (self.get("security.inter.broker.protocol") or "").upper()
-            _check_implemented("between brokers", inter_broker)
+            _check_known("between brokers", inter_broker)
         if self.cluster_mode and inter_broker not in ("PLAINTEXT", "SSL"):
             raise ConfigError(
                 f"between brokers: {inter_broker} is not implemented by wirebroker's own client "

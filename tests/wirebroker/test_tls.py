@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -157,7 +157,9 @@ def _ssl_bootstrap(broker: BrokerProcess) -> str:
 
 def _confluent_roundtrip(broker: BrokerProcess, topic: str, tls: dict[str, str]) -> list[bytes]:
     create_topic(broker.bootstrap, topic)
-    common = {"bootstrap.servers": _ssl_bootstrap(broker), "security.protocol": "SSL", **tls}
+    common = {"security.protocol": "SSL", **tls}  # `tls` may name another listener
+    if "bootstrap.servers" not in common:
+        common["bootstrap.servers"] = _ssl_bootstrap(broker)
     producer = Producer({**common, "linger.ms": 0})
     values = [f"secret-{i}".encode() * 50 for i in range(20)]
     for value in values:
@@ -450,3 +452,42 @@ def test_java_producer_over_ssl_with_client_certificate(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert end_offset(mtls_broker.bootstrap, topic) == 200
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """SASL/PLAIN over TLS: the SASL exchange runs inside the TLS session."""
+    yield from _started(
+        tmp_path_factory.mktemp("sasl-ssl-broker"),
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.server_pem),
+            "ssl.key.password": KEY_PASSWORD,
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                'user_alice="alice-secret";'
+            ),
+        },
+    )
+
+
+@pytest.mark.integration
+def test_confluent_over_sasl_ssl(sasl_ssl_broker: BrokerProcess, pki: Pki, topic: str) -> None:
+    """A client that logs in over TLS reads what it wrote; a wrong password gets an
+    authentication error, and the password never reaches the broker's log."""
+    login = {
+        "bootstrap.servers": f"127.0.0.1:{sasl_ssl_broker.ports['SASL_SSL']}",
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca),
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "alice",
+    }
+    _confluent_roundtrip(sasl_ssl_broker, topic, {**login, "sasl.password": "alice-secret"})
+    failures: list[KafkaError] = []
+    producer = Producer({**login, "sasl.password": "wrong-secret", "error_cb": failures.append})
+    producer.produce(topic, b"never")
+    producer.flush(5)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in failures), failures
+    assert not any("secret" in line for line in sasl_ssl_broker.log)

@@ -123,8 +123,8 @@ async def lead(b: Broker, index: int, epoch: int, replicas: list[int] | None = N
         leader_and_isr(index, 1, epoch, replicas or [1]), 7
     )
     assert [p.error_code for t in response.topics for p in t.partition_errors] == [0]
-    while index in b.groups.loading:  # replayed in a worker thread
-        await trio.sleep(0.01)
+    with trio.fail_after(10):
+        await b.groups.wait_loaded(index)  # replayed in a worker thread
 
 
 def follow(b: Broker, index: int, epoch: int) -> None:
@@ -495,8 +495,9 @@ def test_a_loading_partition_answers_load_in_progress(
         release.set()
         nursery = groups._nursery
         assert nursery is not None
-        while len(nursery.child_tasks) > 1:  # the load task ends (the expiry task stays)
-            await trio.sleep(0.01)
+        with trio.fail_after(10):  # the load task ends (the expiry task stays)
+            while len(nursery.child_tasks) > 1:
+                await trio.sleep(0.01)
         assert G0 not in groups.groups and groups.owned == {1}  # what it read was dropped
 
         await lead(broker, 0, 4)

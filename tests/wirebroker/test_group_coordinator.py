@@ -34,12 +34,6 @@ def config(data_dir: Path) -> BrokerConfig:
     )
 
 
-async def loaded(groups: GroupCoordinator) -> None:
-    """Until no `__consumer_offsets` partition is loading (loads run in a worker thread)."""
-    while groups.loading:
-        await trio.sleep(0.01)
-
-
 async def join(groups: GroupCoordinator, client_id: str, out: dict[str, JoinResult]) -> None:
     out[client_id] = await groups.join(
         "g",
@@ -113,7 +107,7 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             running = await nursery.start(serve_broker, config(tmp_path))
             with trio.fail_after(10):
-                await loaded(running.broker.groups)
+                await running.broker.groups.wait_loaded()
             group = running.broker.groups.describe("g")
             assert group is not None
             assert (group.state, group.generation_id) == (GroupState.STABLE, generation)
@@ -154,7 +148,7 @@ def test_expired_offsets_and_their_empty_group_are_gone_across_a_restart(tmp_pat
             running = await nursery.start(serve_broker, config(tmp_path))
             groups = running.broker.groups
             with trio.fail_after(10):
-                await loaded(groups)
+                await groups.wait_loaded()
             assert groups.describe("old") is None
             assert groups.fetch("recent")[("t", 0)].offset == 1
             nursery.cancel_scope.cancel()

@@ -88,6 +88,7 @@ class GroupCoordinator:
         self.owned: set[int] = set()
         #: The partitions being loaded, each with the cancel scope of its load.
         self.loading: dict[int, trio.CancelScope] = {}
+        self._load_ended = trio.Event()  # set (and replaced) each time a load ends
         #: Per group, the log offset of the commit each partition's offset came from: a commit
         #: acknowledged after a later one must not overwrite it.
         self._commit_positions: dict[str, dict[tuple[str, int], int]] = {}
@@ -170,13 +171,24 @@ class GroupCoordinator:
             if index not in self.owned and index not in self.loading:
                 self._start_load(index)
             return
-        scope = self.loading.pop(index, None)
+        scope = self.loading.get(index)
         if scope is not None:
+            self._end_load(index)
             scope.cancel()
             log.info("%s-%d: no longer leader: load cancelled", OFFSETS_TOPIC, index)
         if index in self.owned:
             self.owned.discard(index)
             self._unload_partition(index)
+
+    def _end_load(self, index: int) -> None:
+        del self.loading[index]
+        self._load_ended.set()
+        self._load_ended = trio.Event()
+
+    async def wait_loaded(self, index: int | None = None) -> None:
+        """Until partition `index` of `__consumer_offsets` (default: every one) is not loading."""
+        while (index in self.loading) if index is not None else self.loading:
+            await self._load_ended.wait()
 
     def _start_load(self, index: int) -> None:
         assert self._nursery is not None, "partitions load once the coordinator serves"
@@ -194,11 +206,11 @@ class GroupCoordinator:
             except Exception:  # a bug or a broken log: its groups stay unavailable
                 log.exception("%s-%d: loading failed", OFFSETS_TOPIC, index)
                 if self.loading.get(index) is scope:
-                    del self.loading[index]
+                    self._end_load(index)
                 return
         if self.loading.get(index) is not scope:
             return  # cancelled, or superseded by a newer load
-        del self.loading[index]
+        self._end_load(index)
         now = self.broker.now_ms()
         for group in load.groups.values():
             for m in group.members.values():

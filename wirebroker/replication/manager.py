@@ -32,7 +32,6 @@ from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError
 from wirebroker.replication.fetcher import ReplicaFetcher
 from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
-from wirebroker.tls import inter_broker_client_context
 from wirebroker.topic_configs import log_config_for
 
 if TYPE_CHECKING:
@@ -68,8 +67,6 @@ class ReplicaManager:
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
         self.inter_broker_listener = config.inter_broker_listener() or config.listeners()[0].name
-        #: TLS of the connections to the other brokers (None: plaintext).
-        self.ssl_context = inter_broker_client_context(config)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         #: Leaders' addresses from LeaderAndIsr, when the metadata cache does not know them.
         self.live_leaders: dict[int, tuple[str, int]] = {}
@@ -82,7 +79,7 @@ class ReplicaManager:
             client_id=f"broker-{broker.node_id}-alter-partition",
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
-            ssl_context=self.ssl_context,
+            security=broker.peer_security,
         )
 
     # addresses ----------------------------------------------------------------------------

@@ -1,20 +1,23 @@
-"""SASL/PLAIN (RFC 4616) against the users of the listener's PlainLoginModule JAAS config.
+"""SASL/PLAIN (RFC 4616): the server, against the users of the listener's PlainLoginModule
+JAAS config, and the client this broker logs in to its peers with.
 
 As Kafka's PlainSaslServer with its PlainServerCallbackHandler: the one client token is
 `authzid NUL authcid NUL passwd`; the authorization id must be empty or the user name; the
 password is compared in constant time. Every failure message is sent to the client, as Kafka's are.
+The client sends that token (no authorization id) and takes the server's empty answer.
 """
 
 from __future__ import annotations
 
 import hmac
 
-from wirebroker.sasl.mechanism import SaslAuthenticationFailed
+from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
 from wirebroker.sasl.settings import PLAIN
 
 
 class PlainServer:
     mechanism = PLAIN
+    expires_ms = None
 
     def __init__(self, users: dict[str, str]) -> None:
         self._users = users
@@ -60,3 +63,24 @@ class PlainServer:
             )
         self._complete = True
         return b""
+
+
+class PlainClient:
+    mechanism = PLAIN
+
+    def __init__(self, username: str, password: str) -> None:
+        self._token = f"\0{username}\0{password}".encode()
+        self._complete = False
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    def initial(self) -> bytes:
+        return self._token
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        if challenge:
+            raise SaslFailure("unexpected SASL/PLAIN challenge from the server")
+        self._complete = True
+        return None

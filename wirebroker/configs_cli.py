@@ -15,8 +15,10 @@ never the credential itself.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
+import warnings
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -127,6 +129,8 @@ def _run(args: argparse.Namespace) -> int:
                 "--alter needs --add-config or --delete-config with SCRAM mechanisms "
                 f"({', '.join(HASHES)})"
             )
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries; we say it once
+    warnings.filterwarnings("ignore", "No chroot path exists")  # created with the first znode
     zk = KazooClient(hosts=args.zookeeper)
     try:
         zk.start(timeout=15)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.wirebroker.pki import Pki, make_pki
 
 LOG_TAIL = 60
 
@@ -34,6 +35,12 @@ def broker(
     assert alive, "the broker died during the module:\n" + "\n".join(process.log[-LOG_TAIL:])
     assert code == 0, f"the broker exited with {code}:\n" + "\n".join(process.log[-LOG_TAIL:])
     assert not process.tracebacks(), "the broker logged tracebacks:\n" + "\n".join(process.log)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA with broker and client certificates (`tests.wirebroker.pki`)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture

@@ -9,13 +9,14 @@ to set up topics without the start-up cost of a real client.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import struct
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
 import trio
@@ -36,6 +37,9 @@ from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message
 from storage.clock import Clock, wall_clock_ms
+
+if TYPE_CHECKING:
+    from tests.broker_process import BrokerProcess
 
 T = TypeVar("T")
 
@@ -416,6 +420,15 @@ def scrape(url: str) -> Samples:
         for s in family.samples:
             samples[(s.name, frozenset(s.labels.items()))] = s.value
     return samples
+
+
+def metrics_url(broker: BrokerProcess) -> str:
+    """The URL of the broker's Prometheus endpoint (`wirebroker.metrics.listener` set)."""
+    line = broker.wait_for_log("metrics endpoint on")
+    assert line is not None, "the broker did not print its metrics endpoint"
+    m = re.search(r"metrics endpoint on (?P<url>http://\S+/metrics)", line)
+    assert m is not None, line
+    return m["url"]
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:

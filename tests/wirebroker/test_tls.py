@@ -3,7 +3,8 @@
 A CA, a broker certificate for 127.0.0.1/localhost and a client certificate are made at test
 time with trustme. One broker serves an SSL listener from a PEM keystore (its key encrypted
 with ssl.key.password) without client authentication; another from PKCS12 stores with
-ssl.client.auth=required. Both also serve PLAINTEXT (the zero-copy path, untouched).
+ssl.client.auth=required. Both also serve PLAINTEXT (the zero-copy path, untouched). Round trips
+of every client over every protocol: test_security_matrix.py.
 """
 
 from __future__ import annotations

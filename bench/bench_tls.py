@@ -21,8 +21,6 @@ medians of `--repeats`. A measuring tool for changes to `wirebroker/tls.py`, not
 from __future__ import annotations
 
 import argparse
-import datetime
-import ipaddress
 import os
 import socket
 import ssl
@@ -36,14 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.side_by_side.targets import Secured  # noqa: E402
 from protocol.framing import NEED_DATA, FrameBuffer  # noqa: E402
-from wirebroker.tls import PrincipalMapper, TlsTransport  # noqa: E402
+from wirebroker.config import BrokerConfig  # noqa: E402
+from wirebroker.tls import PrincipalMapper, TlsTransport, server_context  # noqa: E402
 from wirebroker.transport import PlainTransport, Transport  # noqa: E402
 
 MiB = 1 << 20
@@ -61,37 +57,12 @@ class Slice:
 
 
 def contexts(workdir: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A server context with a self-signed ECDSA certificate for 127.0.0.1, and a client's."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    pem = workdir / "server.pem"
-    pem.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        + cert.public_bytes(serialization.Encoding.PEM)
-    )
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(pem)
-    client = ssl.create_default_context(cafile=str(pem))
-    return server, client
+    """The broker's context for an SSL listener (from `side_by_side`'s keystore, the one rows
+    13-14 use), and a client's that trusts it."""
+    secured = Secured.create(workdir)
+    config = BrokerConfig.from_properties(secured.properties({"SSL": 0}))
+    server, _ = server_context(config, "SSL")
+    return server, ssl.create_default_context(cafile=str(secured.certificate))
 
 
 def connected() -> tuple[socket.socket, socket.socket]:

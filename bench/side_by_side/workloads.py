@@ -609,6 +609,47 @@ def _produce_to(
     return rd.figures["bytes_per_s"], rd.figures["p99_ms"] if latency else None
 
 
+def _filled_topic(ctx: Context, broker: Broker, stem: str, records: int, what: str) -> str:
+    """A fresh topic holding ``records`` 1 KiB records, written by librdkafka over PLAINTEXT."""
+    topic = ctx.topic(broker, stem)
+    fill = rdkafka_load.produce(
+        broker.bootstrap,
+        topic,
+        records=records,
+        record_size=KiB,
+        config=ACKS_1["rdkafka"],
+        timeout=RUN_TIMEOUT,
+    )
+    ctx.results.command(what, fill.argv, broker.bootstrap)
+    return topic
+
+
+def _consume(
+    ctx: Context,
+    bootstrap: str,
+    client: str,
+    topic: str,
+    *,
+    records: int,
+    group: str,
+    config: Mapping[str, object] | None = None,
+) -> tuple[list[str], float]:
+    """One read of ``records`` from the start of ``topic`` by ``client``: argv, bytes/s."""
+    if client == "java":
+        run = java_load.consumer_performance(
+            bootstrap,
+            topic,
+            messages=records,
+            group=group,
+            log4j=ctx.log4j,
+            timeout=RUN_TIMEOUT,
+            props=config,
+        )
+        return run.argv, run.bytes_per_s
+    rd = rdkafka_load.consume(bootstrap, topic, records=records, timeout=RUN_TIMEOUT, config=config)
+    return rd.argv, rd.figures["bytes_per_s"]
+
+
 # --------------------------------------------------------------------------- the rows
 
 
@@ -683,35 +724,14 @@ def paper(ctx: Context, broker: Broker) -> None:
 def consume(ctx: Context, broker: Broker) -> None:
     """Row 3 (and row 8 consume): read a whole 1 KiB-record topic from its start."""
     records = ctx.sizes.consume_records
-    topic = ctx.topic(broker, "consume")
-    fill = rdkafka_load.produce(
-        broker.bootstrap,
-        topic,
-        records=records,
-        record_size=KiB,
-        config=ACKS_1["rdkafka"],
-        timeout=RUN_TIMEOUT,
-    )
-    ctx.results.command("Row 3: fill the topic (librdkafka)", fill.argv, broker.bootstrap)
+    topic = _filled_topic(ctx, broker, "consume", records, "Row 3: fill the topic (librdkafka)")
     _progress(broker.target, "row 3 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
             cpu = broker.cpu_seconds()
-            if client == "java":
-                run = java_load.consumer_performance(
-                    broker.bootstrap,
-                    topic,
-                    messages=records,
-                    group=f"bench-consume-{i}",
-                    log4j=ctx.log4j,
-                    timeout=RUN_TIMEOUT,
-                )
-                argv, rate = run.argv, run.bytes_per_s
-            else:
-                rd = rdkafka_load.consume(
-                    broker.bootstrap, topic, records=records, timeout=RUN_TIMEOUT
-                )
-                argv, rate = rd.argv, rd.figures["bytes_per_s"]
+            argv, rate = _consume(
+                ctx, broker.bootstrap, client, topic, records=records, group=f"bench-consume-{i}"
+            )
             ctx.results.command(
                 f"Row 3: consume from the start ({CONSUMER_NAMES[client]})", argv, broker.bootstrap
             )
@@ -1090,40 +1110,19 @@ def tls(ctx: Context, broker: Broker) -> None:
             figure = f"{rate / 1e6:.1f} MB/s"
             _progress(broker.target, f"row 13 TLS produce ({client})", i, ctx.repeats, figure)
     records = sizes.tls_consume_records
-    topic = ctx.topic(broker, "tls-consume")
-    fill = rdkafka_load.produce(
-        broker.bootstrap,
-        topic,
-        records=records,
-        record_size=KiB,
-        config=ACKS_1["rdkafka"],
-        timeout=RUN_TIMEOUT,
-    )
-    ctx.results.command(
-        "Row 13: fill the topic (librdkafka, PLAINTEXT)", fill.argv, broker.bootstrap
-    )
+    what = "Row 13: fill the topic (librdkafka, PLAINTEXT)"
+    topic = _filled_topic(ctx, broker, "tls-consume", records, what)
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
-            if client == "java":
-                run = java_load.consumer_performance(
-                    bootstrap,
-                    topic,
-                    messages=records,
-                    group=f"bench-tls-consume-{i}",
-                    log4j=ctx.log4j,
-                    timeout=RUN_TIMEOUT,
-                    props=clients["java"],
-                )
-                argv, rate = run.argv, run.bytes_per_s
-            else:
-                rd = rdkafka_load.consume(
-                    bootstrap,
-                    topic,
-                    records=records,
-                    timeout=RUN_TIMEOUT,
-                    config=clients["rdkafka"],
-                )
-                argv, rate = rd.argv, rd.figures["bytes_per_s"]
+            argv, rate = _consume(
+                ctx,
+                bootstrap,
+                client,
+                topic,
+                records=records,
+                group=f"bench-tls-consume-{i}",
+                config=clients[client],
+            )
             what = f"Row 13: consume over TLS ({CONSUMER_NAMES[client]})"
             ctx.results.command(what, argv, bootstrap)
             ctx.results.add(f"13/consume/{client}", broker.target, rate / 1e6)

@@ -40,7 +40,6 @@ from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest
-from protocol.messages.fetch import FetchRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
@@ -50,6 +49,7 @@ from tests.wirebroker.helpers import (
     RawClient,
     create_topic,
     end_offset,
+    fetch_request,
     metrics_url,
     produce_request,
     scrape,
@@ -302,17 +302,7 @@ def test_requests_that_would_change_something_do_nothing_before_authentication(
     creatable = CreateTopicsRequest.CreatableTopic(
         name=f"{topic}-new", num_partitions=1, replication_factor=1
     )
-    fetch = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[FetchRequest.FetchPartition(partition=0, fetch_offset=0)],
-            )
-        ],
-    )
+    fetch = fetch_request(topic)
     for body, version in ((produce, 8), (CreateTopicsRequest(topics=[creatable]), 7), (fetch, 11)):
         for authenticating in (False, True):
             with RawClient(sasl_bootstrap(broker)) as client:

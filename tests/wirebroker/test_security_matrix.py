@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import create_topic
 from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from wirebroker.sasl.oauthbearer import unsecured_token
@@ -99,20 +99,13 @@ def broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broke
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_SERVER_JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_SERVER_JAAS,
     }
-    process = BrokerProcess(tmp_path_factory.mktemp("broker"), properties)
-    process.start()
-    try:
+    with serving(BrokerProcess(tmp_path_factory.mktemp("broker"), properties)) as process:
         admin = AdminClient({"bootstrap.servers": process.bootstrap})
         upsertion = UserScramCredentialUpsertion(
             USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), SCRAM_SECRET.encode()
         )
         admin.alter_user_scram_credentials([upsertion])[USER].result(TIMEOUT)
         yield process
-    finally:
-        alive = process.alive()
-        code = process.stop()
-    assert alive and code == 0, "\n".join(process.log[-40:])
-    assert not process.tracebacks(), "\n".join(process.log)
     secrets = (PLAIN_SECRET, SCRAM_SECRET, KEY_PASSWORD)
     assert not [line for line in process.log if any(s in line for s in secrets)]
 
@@ -191,6 +184,19 @@ def python_tls_files(way: Way) -> dict[str, str]:
     return files
 
 
+def python_sasl(security: Security, tokens: object) -> dict[str, Any]:
+    """kafka-python's and aiokafka's SASL settings (the same names in both)."""
+    if security.mechanism == "OAUTHBEARER":
+        return {"sasl_mechanism": security.mechanism, "sasl_oauth_token_provider": tokens}
+    if security.mechanism:
+        return {
+            "sasl_mechanism": security.mechanism,
+            "sasl_plain_username": USER,
+            "sasl_plain_password": security.password,
+        }
+    return {}
+
+
 def unsecured_jws() -> str:
     return unsecured_token({"unsecuredLoginStringClaim_sub": USER}, int(time.time() * 1000))[0]
 
@@ -208,14 +214,7 @@ def kafka_python(way: Way, topic: str, values: list[bytes]) -> list[bytes]:
     config: dict[str, Any] = {"bootstrap_servers": way.bootstrap, "security_protocol": s.protocol}
     if s.tls:
         config |= {f"ssl_{k}": v for k, v in python_tls_files(way).items()}
-    if s.mechanism == "OAUTHBEARER":
-        config |= {"sasl_mechanism": s.mechanism, "sasl_oauth_token_provider": Tokens()}
-    elif s.mechanism:
-        config |= {
-            "sasl_mechanism": s.mechanism,
-            "sasl_plain_username": USER,
-            "sasl_plain_password": s.password,
-        }
+    config |= python_sasl(s, Tokens())
     producer = KafkaProducer(acks="all", **config)
     try:
         for value in values:
@@ -251,14 +250,7 @@ def aiokafka(way: Way, topic: str, values: list[bytes]) -> list[bytes]:
     config: dict[str, Any] = {"bootstrap_servers": way.bootstrap, "security_protocol": s.protocol}
     if s.tls:
         config["ssl_context"] = create_ssl_context(**python_tls_files(way))
-    if s.mechanism == "OAUTHBEARER":
-        config |= {"sasl_mechanism": s.mechanism, "sasl_oauth_token_provider": Tokens()}
-    elif s.mechanism:
-        config |= {
-            "sasl_mechanism": s.mechanism,
-            "sasl_plain_username": USER,
-            "sasl_plain_password": s.password,
-        }
+    config |= python_sasl(s, Tokens())
 
     async def round_trip() -> list[bytes]:
         producer = AIOKafkaProducer(acks="all", **config)

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from protocol.messages.api_versions import ApiVersionsRequest
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import RawClient, create_topic
 from tests.wirebroker.pki import KEY_PASSWORD, STORE_PASSWORD, Pki
 from wirebroker.config import BrokerConfig, ConfigError
@@ -36,15 +36,8 @@ API_VERSIONS = ApiVersionsRequest(client_software_name="tls-test", client_softwa
 
 
 def _started(tmp: Path, properties: dict[str, str]) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp, properties, extra_listeners=("SSL",))
-    process.start()
-    try:
+    with serving(BrokerProcess(tmp, properties, extra_listeners=("SSL",))) as process:
         yield process
-    finally:
-        alive = process.alive()
-        code = process.stop()
-    assert alive and code == 0, "\n".join(process.log[-40:])
-    assert not process.tracebacks(), "\n".join(process.log)
 
 
 @pytest.fixture(scope="module")

@@ -28,20 +28,12 @@ class SaslAuthenticationFailed(SaslFailure):
 
 class SaslServer(Protocol):
     mechanism: str
-
-    @property
-    def complete(self) -> bool: ...
-
-    @property
-    def username(self) -> str | None:
-        """The authenticated user once complete; the user the client claims, if known, before."""
-        ...
-
-    @property
-    def expires_ms(self) -> int | None:
-        """When the credential the client proved ends (epoch ms: an OAUTHBEARER token's `exp`),
-        which bounds its session; None when it does not end."""
-        ...
+    complete: bool
+    #: The authenticated user once complete; the user the client claims, if known, before.
+    username: str | None
+    #: When the credential the client proved ends (epoch ms: an OAUTHBEARER token's `exp`),
+    #: which bounds its session; None when it does not end.
+    expires_ms: int | None
 
     def evaluate(self, token: bytes) -> bytes:
         """The answer to the client's next token; raises SaslFailure."""
@@ -50,9 +42,7 @@ class SaslServer(Protocol):
 
 class SaslClient(Protocol):
     mechanism: str
-
-    @property
-    def complete(self) -> bool: ...
+    complete: bool
 
     def initial(self) -> bytes:
         """The client's first token."""

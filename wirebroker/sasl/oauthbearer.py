@@ -173,25 +173,13 @@ class OAuthBearerServer:
     def __init__(self, validator: UnsecuredValidator, now_ms: Callable[[], int]) -> None:
         self._validator = validator
         self._now_ms = now_ms
-        self._username: str | None = None
-        self._expires_ms: int | None = None
+        self.username: str | None = None
+        self.expires_ms: int | None = None
         self._error: str | None = None
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    @property
-    def username(self) -> str | None:
-        return self._username
-
-    @property
-    def expires_ms(self) -> int | None:
-        return self._expires_ms
+        self.complete = False
 
     def evaluate(self, token: bytes) -> bytes:
-        if self._complete:
+        if self.complete:
             raise SaslFailure("unexpected OAUTHBEARER message after completion")
         if token == _SEPARATOR.encode() and self._error is not None:
             raise SaslAuthenticationFailed(self._error)
@@ -209,17 +197,17 @@ class OAuthBearerServer:
             status = "insufficient_scope" if e.scope is not None else "invalid_token"
             error = {"status": status} | ({"scope": e.scope} if e.scope is not None else {})
             self._error = json.dumps(error, separators=(",", ":"))
-            self._username = _claimed_principal(auth["token"], self._validator.principal_claim)
+            self.username = _claimed_principal(auth["token"], self._validator.principal_claim)
             return self._error.encode()
-        self._username = jws.principal
+        self.username = jws.principal
         authzid = (m["authzid"] or "").replace("=2C", ",").replace("=3D", "=")
         if authzid and authzid != jws.principal:
             raise SaslAuthenticationFailed(
                 f"Authentication failed: Client requested an authorization id ({authzid}) that "
                 f"is different from the token's principal name ({jws.principal})"
             )
-        self._expires_ms = jws.expires_ms
-        self._complete = True
+        self.expires_ms = jws.expires_ms
+        self.complete = True
         return b""
 
 
@@ -287,11 +275,7 @@ class OAuthBearerClient:
     def __init__(self, token: str, extensions: Mapping[str, str]) -> None:
         pairs = "".join(f"{_SEPARATOR}{k}={v}" for k, v in extensions.items())
         self._initial = f"n,,{_SEPARATOR}auth=Bearer {token}{pairs}{_SEPARATOR}{_SEPARATOR}"
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
+        self.complete = False
 
     def initial(self) -> bytes:
         return self._initial.encode()
@@ -299,5 +283,5 @@ class OAuthBearerClient:
     def evaluate(self, challenge: bytes) -> bytes | None:
         if challenge:  # the server's error: acknowledge it, and it answers with the failure
             return _SEPARATOR.encode()
-        self._complete = True
+        self.complete = True
         return None

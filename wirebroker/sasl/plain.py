@@ -17,23 +17,15 @@ from wirebroker.sasl.settings import PLAIN
 
 class PlainServer:
     mechanism = PLAIN
-    expires_ms = None
+    expires_ms: int | None = None  # a password does not end
 
     def __init__(self, users: dict[str, str]) -> None:
         self._users = users
-        self._username: str | None = None
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    @property
-    def username(self) -> str | None:
-        return self._username
+        self.username: str | None = None
+        self.complete = False
 
     def evaluate(self, token: bytes) -> bytes:
-        if self._complete:
+        if self.complete:
             raise SaslAuthenticationFailed("Unexpected challenge after SASL/PLAIN authentication")
         parts = token.split(b"\0")
         if len(parts) != 3:
@@ -48,7 +40,7 @@ class PlainServer:
             raise SaslAuthenticationFailed("Authentication failed: username not specified")
         if not password:
             raise SaslAuthenticationFailed("Authentication failed: password not specified")
-        self._username = username
+        self.username = username
         expected = self._users.get(username)
         # Compared even for an unknown user, so the time taken does not tell which users exist.
         matches = hmac.compare_digest(
@@ -61,7 +53,7 @@ class PlainServer:
                 "Authentication failed: Client requested an authorization id that is different "
                 "from username"
             )
-        self._complete = True
+        self.complete = True
         return b""
 
 
@@ -70,11 +62,7 @@ class PlainClient:
 
     def __init__(self, username: str, password: str) -> None:
         self._token = f"\0{username}\0{password}".encode()
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
+        self.complete = False
 
     def initial(self) -> bytes:
         return self._token
@@ -82,5 +70,5 @@ class PlainClient:
     def evaluate(self, challenge: bytes) -> bytes | None:
         if challenge:
             raise SaslFailure("unexpected SASL/PLAIN challenge from the server")
-        self._complete = True
+        self.complete = True
         return None

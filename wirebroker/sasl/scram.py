@@ -125,28 +125,20 @@ def saslname(username: str) -> str:
 class ScramServer:
     """One SCRAM exchange; `lookup(user)` gives the user's credential for this mechanism."""
 
-    expires_ms = None
+    expires_ms: int | None = None  # a password does not end
 
     def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
         self.mechanism = mechanism
         self._hash = HASHES[mechanism]
         self._lookup = lookup
-        self._username: str | None = None
+        self.username: str | None = None
         self._credential: ScramCredential | None = None
         self._auth_prefix = b""  # client-first-bare "," server-first
         self._nonce = ""
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    @property
-    def username(self) -> str | None:
-        return self._username
+        self.complete = False
 
     def evaluate(self, token: bytes) -> bytes:
-        if self._complete:
+        if self.complete:
             raise SaslFailure("unexpected SCRAM message after completion")
         try:
             text = token.decode()
@@ -161,7 +153,7 @@ class ScramServer:
         if not m:
             raise SaslFailure("invalid SCRAM client-first message")
         username = username_from_saslname(m["saslname"])
-        self._username = username
+        self.username = username
         if "tokenauth=true" in m["extensions"].split(","):
             raise SaslFailure("delegation tokens are not supported")
         credential = self._lookup(username)
@@ -200,7 +192,7 @@ class ScramServer:
         computed = hashlib.new(self._hash, client_key).digest()
         if not hmac.compare_digest(computed, credential.stored_key):
             raise SaslFailure("Invalid client credentials")
-        self._complete = True
+        self.complete = True
         server_signature = _hmac(self._hash, credential.server_key, auth_message)
         self._credential = None
         return f"v={_b64(server_signature)}".encode()
@@ -216,11 +208,7 @@ class ScramClient:
         self._nonce = secrets.token_urlsafe(24)
         self._client_first_bare = f"n={saslname(username)},r={self._nonce}"
         self._server_signature: bytes | None = None
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
+        self.complete = False
 
     def initial(self) -> bytes:
         return f"n,,{self._client_first_bare}".encode()
@@ -239,7 +227,7 @@ class ScramClient:
             raise SaslFailure(
                 "the SCRAM server's signature is wrong: it does not know the password"
             )
-        self._complete = True
+        self.complete = True
         return None
 
     def _client_final(self, server_first: str) -> bytes:

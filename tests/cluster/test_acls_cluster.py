@@ -69,6 +69,22 @@ def metadata_code(bootstrap: str, user: str) -> int:
     return int(answer.topics[0].error_code)
 
 
+async def start_with_topic(
+    nursery: trio.Nursery, zk_connect: str, tmp_path: Path, settings: dict[str, str]
+) -> list[RunningBroker]:
+    """Brokers 1-3, and `TOPIC` (one partition, on all three) created by the admin."""
+    brokers = [await start_broker(nursery, zk_connect, tmp_path, i, **settings) for i in (1, 2, 3)]
+    await eventually(lambda: brokers[0].broker.controller_id > 0, what="a controller")
+    await trio.to_thread.run_sync(
+        lambda: create_topics(sasl(brokers[0]), TOPIC, partitions=1, replication=3)
+    )
+    await eventually(
+        lambda: all(b.broker.partition(TOPIC, 0) is not None for b in brokers),
+        what="the topic on every broker",
+    )
+    return brokers
+
+
 def request_as(bootstrap: str, user: str | None, body: Any, version: int) -> Any:
     """One request on a fresh connection (SASL/PLAIN as `user`; None: no login)."""
     with RawClient(bootstrap, plain=login(user) if user else None) as client:
@@ -122,18 +138,8 @@ def test_acls_reach_every_broker_and_brokers_replicate_over_tls(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            brokers = [
-                await start_broker(nursery, zk_connect, tmp_path, i, **settings) for i in (1, 2, 3)
-            ]
+            brokers = await start_with_topic(nursery, zk_connect, tmp_path, settings)
             b1, _, b3 = brokers
-            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
-            await trio.to_thread.run_sync(
-                lambda: create_topics(sasl(b1), TOPIC, partitions=1, replication=3)
-            )
-            await eventually(
-                lambda: all(b.broker.partition(TOPIC, 0) is not None for b in brokers),
-                what="the topic on every broker",
-            )
 
             # kafka-acls through broker 1: the ACL is in ZooKeeper as Kafka writes it ...
             await java(sasl(b1), admin_config, "--add", "--allow-principal", "User:alice",
@@ -249,18 +255,8 @@ def test_plaintext_between_brokers_and_the_broker_epoch(zk_connect: str, tmp_pat
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            brokers = [
-                await start_broker(nursery, zk_connect, tmp_path, i, **settings) for i in (1, 2, 3)
-            ]
+            brokers = await start_with_topic(nursery, zk_connect, tmp_path, settings)
             b1, b2, _ = brokers
-            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
-            await trio.to_thread.run_sync(
-                lambda: create_topics(sasl(b1), TOPIC, partitions=1, replication=3)
-            )
-            await eventually(
-                lambda: all(b.broker.partition(TOPIC, 0) is not None for b in brokers),
-                what="the topic on every broker",
-            )
             await java(sasl(b2), command_config(tmp_path, "admin"), "--add", "--allow-principal",
                        "User:alice", "--operation", "Write", "--topic", TOPIC)  # fmt: skip
             await eventually(

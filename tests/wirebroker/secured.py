@@ -14,6 +14,7 @@ from compat.clients import java
 from protocol.errors import ErrorCode
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
+from protocol.messages.delete_acls import DeleteAclsRequest
 from tests.wirebroker.helpers import RawClient
 
 ACL_COMMAND = "kafka.admin.AclCommand"
@@ -118,8 +119,31 @@ def acl(
     )
 
 
-def grant(bootstrap: str, *creations: CreateAclsRequest.AclCreation) -> None:
-    """Create ACLs as the super user (and fail unless each was created)."""
-    with RawClient(bootstrap, plain=login("admin")) as admin:
-        answer = admin.request(CreateAclsRequest(creations=list(creations)), 3)
+def create_acls(admin: RawClient, creations: list[CreateAclsRequest.AclCreation]) -> None:
+    """Create ACLs on an open connection (and fail unless each was created)."""
+    answer = admin.request(CreateAclsRequest(creations=creations), 3)
     assert [r.error_code for r in answer.results] == [ErrorCode.NONE] * len(creations), answer
+
+
+def delete_acls(admin: RawClient, creations: list[CreateAclsRequest.AclCreation]) -> None:
+    """Delete exactly these ACLs (one filter naming each binding)."""
+    filters = [
+        DeleteAclsRequest.DeleteAclsFilter(
+            resource_type_filter=c.resource_type,
+            resource_name_filter=c.resource_name,
+            pattern_type_filter=c.resource_pattern_type,
+            principal_filter=c.principal,
+            host_filter=c.host,
+            operation=c.operation,
+            permission_type=c.permission_type,
+        )
+        for c in creations
+    ]
+    answer = admin.request(DeleteAclsRequest(filters=filters), 3)
+    assert all(r.error_code == ErrorCode.NONE for r in answer.filter_results), answer
+
+
+def grant(bootstrap: str, *creations: CreateAclsRequest.AclCreation) -> None:
+    """Create ACLs as the super user."""
+    with RawClient(bootstrap, plain=login("admin")) as admin:
+        create_acls(admin, list(creations))

@@ -69,6 +69,19 @@ def names(tmp: str) -> tuple[str, str, str]:
     return f"granted-{tmp}", f"secret-{tmp}", f"app-{tmp}"
 
 
+def alice_may_use_one_topic(broker: BrokerProcess, tag: str) -> tuple[str, str, str]:
+    """Two topics and a group; alice may write and read the first and read with the group."""
+    granted, secret, group = names(tag)
+    create_topics(sasl(broker), granted, secret)
+    grant(
+        sasl(broker),
+        acl(TOPIC, granted, "User:alice", WRITE),
+        acl(TOPIC, granted, "User:alice", READ),
+        acl(GROUP, group, "User:alice", READ),
+    )
+    return granted, secret, group
+
+
 @pytest.fixture
 def tag() -> str:
     return uuid.uuid4().hex[:8]
@@ -151,14 +164,7 @@ def test_kafka_acls_adds_lists_and_removes_acls(
 def test_confluent_clients_are_allowed_and_refused_as_the_acls_say(
     broker: BrokerProcess, tag: str
 ) -> None:
-    granted, secret, group = names(tag)
-    create_topics(sasl(broker), granted, secret)
-    grant(
-        sasl(broker),
-        acl(TOPIC, granted, "User:alice", WRITE),
-        acl(TOPIC, granted, "User:alice", READ),
-        acl(GROUP, group, "User:alice", READ),
-    )
+    granted, secret, group = alice_may_use_one_topic(broker, tag)
     alice = client_config(sasl(broker), "alice")
 
     # Metadata: the topic alice may not describe is not there at all
@@ -227,14 +233,7 @@ def _poll_one(consumer: Consumer, until_error: bool = False) -> Any:
 def test_java_clients_are_allowed_and_refused(
     broker: BrokerProcess, tmp_path: Path, tag: str
 ) -> None:
-    granted, secret, group = names(tag)
-    create_topics(sasl(broker), granted, secret)
-    grant(
-        sasl(broker),
-        acl(TOPIC, granted, "User:alice", WRITE),
-        acl(TOPIC, granted, "User:alice", READ),
-        acl(GROUP, group, "User:alice", READ),
-    )
+    granted, secret, group = alice_may_use_one_topic(broker, tag)
     alice = str(command_config(tmp_path, "alice"))
     java(CONSOLE_PRODUCER, "--bootstrap-server", sasl(broker), "--producer.config", alice,
          "--topic", granted, input=b"one\ntwo\n")  # fmt: skip

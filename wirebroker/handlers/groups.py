@@ -162,8 +162,12 @@ def _cluster_coordinator(
 
 @handles(JoinGroupRequest, (0, 9))
 async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
-    ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
     version = ctx.api_version
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return JoinGroupResponse(
+            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            protocol_name=None if version >= 7 else "",  # as Kafka's error answer
+        )
     rebalance_timeout = request.session_timeout_ms if version == 0 else request.rebalance_timeout_ms
     result = await ctx.broker.groups.join(
         request.group_id,

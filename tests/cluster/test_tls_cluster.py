@@ -6,7 +6,9 @@ certificate and checking its peer's host name against its truststore.
 - SASL_SSL with SCRAM-SHA-512 between brokers (3 brokers): the brokers' own user is created in
   ZooKeeper before they start with Kafka's `kafka-configs --zookeeper`, a client user through
   the running cluster with `kafka-configs --bootstrap-server` over SASL_SSL, and that user
-  produces with acks=all (min.insync.replicas=2) and consumes it back.
+  produces with acks=all (min.insync.replicas=2) and consumes it back. The ACL authorizer is
+  on: the brokers act as brokers as the super user they log in as (`User:broker`), and alice
+  may only what her ACLs grant.
 """
 
 from __future__ import annotations
@@ -18,10 +20,20 @@ import pytest
 import trio
 import trustme
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 from kazoo.client import KazooClient
 
 from tests.cluster.harness import eventually, start_broker
 from tests.cluster.test_controller import create_topic
+from wirebroker.authorizer import acls
 from wirebroker.server import RunningBroker
 from wirebroker.zookeeper_server import java_command
 
@@ -30,6 +42,7 @@ pytestmark = pytest.mark.integration
 BROKER_SECRET = "broker-secret-7d1e"
 ALICE_SECRET = "alice-secret-0b9a"
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+ALLOW = AclPermissionType.ALLOW
 
 
 def _tls(tmp_path: Path) -> dict[str, str]:
@@ -66,6 +79,20 @@ def _consume(config: dict[str, str], topic: str, count: int) -> list[bytes]:
     finally:
         consumer.close()
     return got
+
+
+def _topic_for_alice(admin_config: dict[str, str], topic: str) -> None:
+    """Create `topic` (RF 3) and let alice write and read it, as the super user `broker`."""
+    admin = AdminClient(admin_config)
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    grants = [
+        AclBinding(kind, name, ResourcePatternType.LITERAL, "User:alice", "*", op, ALLOW)
+        for kind, name in ((ResourceType.TOPIC, topic), (ResourceType.GROUP, "readers"))
+        for op in (AclOperation.READ, AclOperation.WRITE)
+        if not (kind == ResourceType.GROUP and op == AclOperation.WRITE)
+    ]
+    for future in admin.create_acls(grants).values():
+        future.result(30)
 
 
 async def _replicated(brokers: list[RunningBroker], topic: str, count: int) -> None:
@@ -134,6 +161,9 @@ def test_sasl_ssl_between_three_brokers(zk_connect: str, tmp_path: Path) -> None
             f'{SCRAM_LOGIN} username="broker" password="{BROKER_SECRET}";'
         ),
         "min_insync_replicas": "2",
+        # ACLs: the brokers, logged in as `broker`, act as brokers because they are super users
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:broker",
     }
     client = {
         "security.protocol": "SASL_SSL",
@@ -163,8 +193,22 @@ def test_sasl_ssl_between_three_brokers(zk_connect: str, tmp_path: Path) -> None
                     *("--add-config", f"SCRAM-SHA-512=[password={ALICE_SECRET}]"),
                 )
             )
-            result = await create_topic(b1, "secured", 1, 3)
-            assert result.error_code == 0, result.error_message
+            broker = {**client, "bootstrap.servers": sasl_ssl[1], "sasl.username": "broker"}
+            await trio.to_thread.run_sync(
+                _topic_for_alice, {**broker, "sasl.password": BROKER_SECRET}, "secured"
+            )
+
+            def alice_may_read(running: RunningBroker) -> bool:
+                authorizer = running.broker.authorizer
+                assert authorizer is not None
+                return authorizer.authorize(
+                    "User:alice", "127.0.0.1", "Test", acls.AclOperation.READ,
+                    acls.ResourceType.GROUP, "readers", log_if_allowed=False, log_if_denied=False,
+                )  # fmt: skip
+
+            await eventually(
+                lambda: all(alice_may_read(b) for b in brokers), what="every broker has the ACLs"
+            )
             alice = {
                 **client,
                 "bootstrap.servers": sasl_ssl[0],
@@ -178,10 +222,14 @@ def test_sasl_ssl_between_three_brokers(zk_connect: str, tmp_path: Path) -> None
             assert got == [f"replicated-{i}".encode() for i in range(10)]
             # The followers fetch from their leaders' SASL_SSL listeners, logged in as `broker`.
             sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}
-            fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
-            assert len(fetchers) >= 2
-            for f in fetchers:
-                assert f.peer.address == ("127.0.0.1", sasl_ports[f.source_id])
+
+            def fetching_over_sasl_ssl() -> bool:
+                fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
+                return len(fetchers) >= 2 and all(
+                    f.peer.address == ("127.0.0.1", sasl_ports[f.source_id]) for f in fetchers
+                )
+
+            await eventually(fetching_over_sasl_ssl, what="fetchers on the SASL_SSL listeners")
             for b in brokers:
                 sasl = b.broker.peer_security.sasl
                 assert sasl is not None and sasl.options["username"] == "broker"

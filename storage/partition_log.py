@@ -33,7 +33,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 
-from protocol.record_batch import NO_TIMESTAMP, TimestampType
+from protocol.errors import CorruptRecordError
+from protocol.record_batch import CONTROL_MASK, NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
 from storage.chore import run_chore
 from storage.cleaner import DEFAULT_MAX_MAP_KEYS, Compaction, plan_compaction
@@ -255,6 +256,7 @@ class PartitionLog:
         if start < self._leo:
             self._scan_producers(start)
         producers.remove_expired(self._now_ms())
+        producers.on_high_watermark(self._high_watermark)
 
     def _scan_producers(self, start: int) -> None:
         producers = self.producer_state
@@ -269,7 +271,13 @@ class PartitionLog:
                     head = os.pread(fd, BATCH_HEADER_SIZE, h.position)
                     if len(head) < BATCH_HEADER_SIZE:
                         break
-                    update = batch_update(head)
+                    if head[22] & CONTROL_MASK:  # a marker: its record is needed too
+                        head = os.pread(fd, h.size, h.position)
+                    try:
+                        update = batch_update(head)
+                    except CorruptRecordError as e:
+                        log.warning("%s: unreadable control batch at %d: %s", seg, h.base_offset, e)
+                        continue
                     if update is not None:
                         producers.update(update)
 
@@ -313,10 +321,24 @@ class PartitionLog:
         ``(-1, -1)`` when unknown (see :meth:`LeaderEpochCache.end_offset_for`)."""
         return self.leader_epoch_cache.end_offset_for(leader_epoch, self._leo)
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the oldest transaction not yet decided (or
+        decided by a marker not yet below the high watermark), but never past the high
+        watermark nor before the log start offset; the high watermark without such a one."""
+        first = self.producer_state.first_unstable_offset
+        if first is None:
+            return self._high_watermark
+        return min(max(first, self._log_start), self._high_watermark)
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start, log end]; return the new value."""
-        self._high_watermark = min(max(offset, self._log_start), self._leo)
+        self._set_high_watermark(offset)
         return self._high_watermark
+
+    def _set_high_watermark(self, offset: int) -> None:
+        self._high_watermark = min(max(offset, self._log_start), self._leo)
+        self.producer_state.on_high_watermark(self._high_watermark)
 
     def update_config(self, config: LogConfig) -> None:
         """Apply a changed topic config (segment-shape settings apply from the next roll)."""
@@ -357,11 +379,11 @@ class PartitionLog:
             origin=origin,
         )
         producers = producer_batches(v.data)
-        if producers and origin is AppendOrigin.CLIENT:
-            for update in producers:  # a client append holds exactly one batch
-                duplicate = self.producer_state.check(update)
-                if duplicate is not None:
-                    return self._duplicate_info(duplicate)
+        client = origin is AppendOrigin.CLIENT
+        for update in producers:  # a client append holds exactly one batch
+            duplicate = self.producer_state.check(update, client=client)
+            if duplicate is not None:
+                return self._duplicate_info(duplicate)
         previous_end = self._leo
         self._append(v, now_ms)
         for update in producers:
@@ -405,9 +427,10 @@ class PartitionLog:
                 first_offset=v.first_offset,
                 last_offset=v.last_offset,
             )
+        producers = producer_batches(v.data)
         previous_end = self._leo
         self._append(v, now_ms)
-        for update in producer_batches(v.data):
+        for update in producers:
             self.producer_state.update(update)
         cache = self.leader_epoch_cache
         if v.has_legacy:
@@ -690,6 +713,7 @@ class PartitionLog:
         if offset > self._log_start:
             self._log_start = offset
             self.leader_epoch_cache.truncate_from_start(offset)
+            self.producer_state.on_high_watermark(offset)
             self.cleaner_checkpoint = max(self.cleaner_checkpoint, offset)
             now = self._now_ms()
             plan = plan_retention(
@@ -736,7 +760,7 @@ class PartitionLog:
         if first > self._log_start:
             self._log_start = first
             self.leader_epoch_cache.truncate_from_start(first)
-        self._high_watermark = max(self._high_watermark, self._log_start)
+        self._set_high_watermark(max(self._high_watermark, self._log_start))
         self._recovery_point = max(self._recovery_point, min(self._log_start, self._leo))
         self.cleaner_checkpoint = max(self.cleaner_checkpoint, self._log_start)
         self._position_cache = None

@@ -14,6 +14,9 @@ confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
+Transactional batches start (or continue) their producer's transaction on the partition,
+which ends with the coordinator's marker (`wirebroker.handlers.txn_markers`); a
+non-transactional batch while its producer's transaction is ongoing is INVALID_TXN_STATE.
 acks=all (-1) is answered once the high watermark passed every appended batch, i.e. every
 in-sync replica has it, or after the request's `timeout_ms` (REQUEST_TIMED_OUT); an ISR smaller
 than `min.insync.replicas` refuses the append (NOT_ENOUGH_REPLICAS), and an ISR that shrank below
@@ -21,7 +24,8 @@ it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are writt
 is a :class:`~wirebroker.dispatch.Later`: the connection goes on appending the producer's next
 requests while earlier ones wait, and answers in order (Kafka reads nothing more from the
 connection until the answer has gone; see `wirebroker.connection`).
-Differences from Kafka: transactional produce is accepted but no transaction state is kept yet.
+Differences from Kafka: the KIP-890 verification of a producer's first transactional batch
+with its transaction coordinator is not done here yet.
 """
 
 from __future__ import annotations

@@ -220,3 +220,30 @@ def test_a_producer_with_an_ongoing_transaction_never_expires(tmp_path: Path) ->
     log.apply_retention(clock.now)
     assert set(log.producer_state.producers) == {1}
     assert log.last_stable_offset == 0
+
+
+def test_a_follower_keeps_the_same_transaction_state(tmp_path: Path) -> None:
+    """Replicated batches carry the transactions: a follower promoted to leader knows them."""
+    leader = open_log(tmp_path / "t-0")
+    produce(leader, txn_batch(1, 0, 2))  # 0-1
+    produce(leader, txn_batch(2, 0))  # 2
+    end_txn(leader, 1, False, coordinator_epoch=2)  # 3
+    produce(leader, txn_batch(3, 0))  # 4
+    with leader.read(0, 1 << 20) as r:
+        data = r.read()
+    follower = open_log(tmp_path / "f" / "t-0")
+    follower.append_as_follower(data)
+    assert follower.producer_state.ongoing == leader.producer_state.ongoing == {2: 2, 4: 3}
+    assert follower.producer_state.producers[1].coordinator_epoch == 2
+    assert follower.last_stable_offset == 0  # nothing replicated yet: the HW is 0
+    follower.update_high_watermark(3)
+    assert follower.last_stable_offset == 0  # the abort at 3 is not below the HW yet
+    follower.update_high_watermark(5)
+    assert follower.last_stable_offset == leader.last_stable_offset == 2
+    # as the new leader it enforces them
+    with pytest.raises(InvalidTxnStateError):
+        follower.append_as_leader(txn_batch(2, 1, transactional=False), 1, T0)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        follower.append_as_leader(
+            marker(1, True, coordinator_epoch=1), 1, T0, origin=AppendOrigin.COORDINATOR
+        )

@@ -33,13 +33,11 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-import trio
-
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
 from storage.errors import InvalidRecordError
+from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
-from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -90,11 +88,11 @@ def _settle(waiting: Waiting) -> Waiting:
     """Answer the partitions whose high watermark passed their batch; the others remain."""
     still = []
     for partition, required, result in waiting:
-        done, error = partition.check_enough_replicas_reach_offset(required)
-        if done:
-            result.error_code = error
-        else:
+        error = replicated((partition, required))
+        if error is None:
             still.append((partition, required, result))
+        else:
+            result.error_code = error
     return still
 
 
@@ -102,15 +100,11 @@ async def _await_replication(
     waiting: Waiting, timeout_ms: int, response: ProduceResponse
 ) -> ProduceResponse:
     """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
-    sources = [partition.state_waiters for partition, _, _ in waiting]
-    with Wakeup(sources) as wakeup, trio.move_on_after(max(timeout_ms, 0) / 1000):
-        while waiting:
-            wakeup.arm()
-            waiting = _settle(waiting)
-            if waiting:
-                await wakeup.wait()
-    for _partition, _required, result in waiting:
-        result.error_code = ErrorCode.REQUEST_TIMED_OUT
+    errors = await await_replication(
+        [(p, required) for p, required, _ in waiting], timeout_ms / 1000
+    )
+    for (_partition, _required, result), error in zip(waiting, errors, strict=True):
+        result.error_code = error
     return response
 
 

@@ -40,6 +40,7 @@ def txn_produce(
     epoch: int = 0,
     partition: int = 0,
     transactional: bool = True,
+    **batch_args: Any,
 ) -> Any:
     now = int(time.time() * 1000)
     records = [SimpleRecord(b"k", v, (), now) for v in values]
@@ -51,6 +52,7 @@ def txn_produce(
         producer_epoch=epoch,
         base_sequence=seq,
         is_transactional=transactional,
+        **batch_args,
     )
     return c.request(request, 9).responses[0].partition_responses[0]
 

@@ -54,6 +54,8 @@ def txn_produce(
         is_transactional=transactional,
         **batch_args,
     )
+    if transactional:  # as a transactional producer sends it (Kafka requires it)
+        request.transactional_id = f"txn-{pid}"
     return c.request(request, 9).responses[0].partition_responses[0]
 
 

@@ -36,7 +36,8 @@ rows (ratio wirebroker/Kafka, goal):
  13  over an SSL listener: produce 1 KiB, acks=1, and consume 512 MiB from the start:
      MB/s (>= 1.0; neither broker can use sendfile on TLS)
  14  SASL_SSL (PLAIN) connections set up per second: TLS handshake, ApiVersions,
-     SaslHandshake, SaslAuthenticate, close; 4 client processes at once (>= 1.0)
+     SaslHandshake, SaslAuthenticate, close; 4 client processes at once (>= 1.0), and
+     the broker's CPU per connection (<= 1.0)
 
 Rows 1, 2, 3, 5, 10 and 13 run both Java (ProducerPerformance / ConsumerPerformance) and
 librdkafka (confluent-kafka in its own process) load generators. Rows 10 and 11 start one

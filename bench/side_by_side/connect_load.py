@@ -87,8 +87,9 @@ def connections_per_s(
     password: str,
     seconds: float,
     processes: int,
-) -> tuple[float, list[str]]:
-    """Connections set up per second by ``processes`` generators at once, and one's argv."""
+) -> tuple[float, int, list[str]]:
+    """Connections set up per second by ``processes`` generators at once, how many in all,
+    and one generator's argv."""
     argv = [sys.executable, "-m", MODULE, "--bootstrap", bootstrap, "--cafile", cafile]
     argv += ["--user", user, "--password", password, "--seconds", str(seconds)]
     procs = [
@@ -102,7 +103,7 @@ def connections_per_s(
         )
         for _ in range(processes)
     ]
-    rate = 0.0
+    rate, connections = 0.0, 0
     try:
         for proc in procs:
             out, err = proc.communicate(timeout=seconds + 120)
@@ -110,12 +111,13 @@ def connections_per_s(
                 raise RuntimeError(f"{MODULE} exited {proc.returncode}:\n{err[-2000:]}")
             figures = json.loads(out.strip().splitlines()[-1])
             rate += figures["connections"] / figures["seconds"]
+            connections += figures["connections"]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return rate, argv
+    return rate, connections, argv
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -204,7 +204,11 @@ def unsecured_jws() -> str:
 def kafka_python(way: Way, topic: str, values: list[bytes]) -> list[bytes]:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTopicPartition
-    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    try:
+        from kafka.net.sasl.oauth import AbstractTokenProvider  # kafka-python 3
+    except ImportError:  # kafka-python 2.x
+        from kafka.sasl.oauth import AbstractTokenProvider  # type: ignore[no-redef]
 
     class Tokens(AbstractTokenProvider):  # type: ignore[misc]
         def token(self) -> str:

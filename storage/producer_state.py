@@ -468,10 +468,11 @@ class ProducerStateManager:
 
     # -- snapshots --
 
-    def load(self, log_start_offset: int, log_end_offset: int) -> int:
-        """Load the latest readable snapshot at or below `log_end_offset` (deleting later
-        and unreadable ones, and those below `log_start_offset`); return its offset, or -1
-        when there is none (the caller then rebuilds from the log)."""
+    def load(self, log_start_offset: int, log_end_offset: int, at_most: int | None = None) -> int:
+        """Load the latest readable snapshot at or below `at_most` (default: the log end
+        offset), deleting those above `log_end_offset`, below `log_start_offset`, and
+        unreadable ones; return its offset, or -1 when there is none (the caller then
+        rebuilds from the log)."""
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
@@ -483,7 +484,8 @@ class ProducerStateManager:
         for off in offsets:
             if off > log_end_offset or off < log_start_offset:
                 self._delete_snapshot(off)
-        for off in reversed([o for o in offsets if log_start_offset <= o <= log_end_offset]):
+        limit = log_end_offset if at_most is None else min(at_most, log_end_offset)
+        for off in reversed([o for o in offsets if log_start_offset <= o <= limit]):
             path = segment_file(self.dir, off, SNAPSHOT_SUFFIX)
             try:
                 entries = read_snapshot(path)

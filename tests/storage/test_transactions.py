@@ -1,14 +1,17 @@
 """Transactions in the partition log: producer state transitions and Kafka's checks, the last
-stable offset, snapshots carrying an ongoing transaction."""
+stable offset, snapshots carrying an ongoing transaction, followers, and the aborted
+transaction index (its format, recovery, truncation, retention, reads)."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
 
 from protocol.record_batch import SimpleRecord
-from protocol.records import build_end_txn_marker_batch, build_record_batch
+from protocol.records import build_end_txn_marker_batch, build_record_batch, iter_batches
+from storage.config import LogConfig
 from storage.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -21,6 +24,7 @@ from storage.producer_state import (
     producer_batches,
     read_snapshot,
 )
+from storage.txn_index import AbortedTxn, TransactionIndex
 from storage.validation import AppendOrigin
 
 from .helpers import T0, Clock, open_log
@@ -247,3 +251,137 @@ def test_a_follower_keeps_the_same_transaction_state(tmp_path: Path) -> None:
         follower.append_as_leader(
             marker(1, True, coordinator_epoch=1), 1, T0, origin=AppendOrigin.COORDINATOR
         )
+
+
+# ---- the aborted transaction index --------------------------------------------------------
+
+
+def test_txn_index_layout_is_kafkas(tmp_path: Path) -> None:
+    """Kafka's AbortedTxn: int16 version 0, then producer id, first offset, last offset and
+    last stable offset as int64, big-endian, 34 bytes an entry; written only for aborts."""
+    d = tmp_path / "t-0"
+    log = open_log(d)
+    produce(log, txn_batch(7, 0, 2))  # 0-1
+    produce(log, txn_batch(8, 0))  # 2
+    end_txn(log, 7, False)  # 3: LSO then is producer 8's first offset
+    end_txn(log, 8, True)  # 4: a commit is not indexed
+    produce(log, txn_batch(7, 2))  # 5
+    end_txn(log, 7, False)  # 6
+    path = d / f"{0:020d}.txnindex"
+    assert path.read_bytes() == struct.pack(">hqqqq", 0, 7, 0, 3, 2) + struct.pack(
+        ">hqqqq", 0, 7, 5, 6, 7
+    )
+    assert [tuple(t) for t in log.segments[0].txn_index.entries] == [(7, 0, 3, 2), (7, 5, 6, 7)]
+    log.close()
+    assert TransactionIndex(path).entries == [AbortedTxn(7, 0, 3, 2), AbortedTxn(7, 5, 6, 7)]
+
+
+def test_no_txn_index_file_without_aborts(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = open_log(d)
+    produce(log, txn_batch(7, 0))
+    end_txn(log, 7, True)
+    log.close()
+    assert not list(d.glob("*.txnindex"))
+
+
+def aborts_log(d: Path, segment_bytes: int = 600) -> PartitionLog:
+    """Twelve rounds of two interleaved transactions (producer 1's aborted every third round,
+    producer 2's every fourth) over several segments."""
+    log = open_log(d, LogConfig(segment_bytes=segment_bytes))
+    for i in range(12):
+        produce(log, txn_batch(1, 3 * i, 3, tag=b"a%d-" % i))
+        produce(log, txn_batch(2, i, tag=b"b%d-" % i))
+        end_txn(log, 1, i % 3 != 0)
+        end_txn(log, 2, i % 4 != 0)
+    return log
+
+
+def all_entries(log: PartitionLog) -> list[AbortedTxn]:
+    return [t for seg in log.segments for t in seg.txn_index.entries]
+
+
+def test_recovery_rebuilds_the_txn_index_after_a_crash_cut(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = aborts_log(d)
+    before = all_entries(log)
+    assert len(before) == 7 and len(log.segments) > 3
+    assert before[0] == AbortedTxn(1, 0, 4, 3)  # producer 2's transaction was still open
+    last_marker = before[-1].last_offset
+    log.abandon()
+    # a crash: the txn indexes of the tail are lost, the last segment is cut inside a batch
+    for path in d.glob("*.txnindex"):
+        path.unlink()
+    last_log = sorted(d.glob("*.log"))[-1]
+    with open(last_log, "r+b") as f:
+        f.truncate(last_log.stat().st_size - 5)
+    log = open_log(d, recovery_point=0)
+    after = all_entries(log)
+    assert after == [t for t in before if t.last_offset < log.log_end_offset]
+    assert after and after[-1].last_offset <= last_marker
+
+
+def test_recovery_from_the_recovery_point_keeps_older_indexes(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = aborts_log(d)
+    before = all_entries(log)
+    point = log.segments[-2].base_offset
+    log.abandon()
+    log = open_log(d, recovery_point=point)
+    assert all_entries(log) == before
+
+
+def test_truncation_cuts_the_txn_index(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = aborts_log(d)
+    before = all_entries(log)
+    cut = before[2].last_offset  # the third abort's marker goes, and everything after it
+    log.truncate_to(cut)
+    assert all_entries(log) == before[:2]
+    log.close()
+    log = open_log(d, had_clean_shutdown=True)
+    assert all_entries(log) == before[:2]
+
+
+def test_retention_deletes_txn_indexes_with_their_segments(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = aborts_log(d)
+    assert len(list(d.glob("*.txnindex"))) >= 2
+    log.delete_records_before(log.segments[-1].base_offset)
+    kept = {seg.base_offset for seg in log.segments}
+    for path in d.glob("*.txnindex"):
+        assert int(path.name[:20]) in kept
+    assert all(t.last_offset >= log.log_start_offset for t in all_entries(log))
+
+
+def test_read_collects_the_aborted_transactions_of_the_range(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = aborts_log(d)
+    everything = all_entries(log)
+    lso = log.last_stable_offset
+    with log.read(0, 1 << 20, max_offset=lso, aborted_transactions=True) as r:
+        assert r.aborted_transactions == everything
+    with log.read(0, 1 << 20, max_offset=lso) as r:
+        assert r.aborted_transactions is None
+    # a read starting after the first abort's marker, limited to one batch
+    start = everything[0].last_offset + 1
+    with log.read(start, 1, max_offset=lso, aborted_transactions=True) as r:
+        got = r.aborted_transactions
+    assert got is not None and everything[0] not in got
+    assert everything[1] in got or everything[1].first_offset > start
+    with log.read(lso, 1 << 20, max_offset=lso, aborted_transactions=True) as r:
+        assert r.aborted_transactions == [] and not r.slices
+
+
+def test_read_committed_stops_at_an_open_transaction(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    produce(log, build_record_batch([SimpleRecord(None, b"a", (), T0)]))  # 0
+    produce(log, txn_batch(1, 0))  # 1, open
+    produce(log, build_record_batch([SimpleRecord(None, b"b", (), T0)]))  # 2
+    assert log.last_stable_offset == 1
+    with log.read(0, 1 << 20, max_offset=log.last_stable_offset, aborted_transactions=True) as r:
+        assert [b.base_offset for b in iter_batches(r.read())] == [0]
+    end_txn(log, 1, False)
+    with log.read(0, 1 << 20, max_offset=log.last_stable_offset, aborted_transactions=True) as r:
+        assert [b.base_offset for b in iter_batches(r.read())] == [0, 1, 2, 3]
+        assert r.aborted_transactions == [AbortedTxn(1, 1, 3, 4)]

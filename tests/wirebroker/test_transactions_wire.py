@@ -9,7 +9,9 @@ from typing import Any
 
 from protocol.errors import ErrorCode
 from protocol.messages.describe_producers import DescribeProducersRequest
+from protocol.messages.fetch import FetchRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
+from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.record_batch import RecordBatchView, SimpleRecord
 from protocol.record_builder import decode_end_txn_marker
@@ -25,6 +27,8 @@ from .helpers import (
     wait_until,
 )
 
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
 
 def txn_produce(
     c: RawClient,
@@ -36,6 +40,7 @@ def txn_produce(
     epoch: int = 0,
     partition: int = 0,
     transactional: bool = True,
+    **batch_args: Any,
 ) -> Any:
     now = int(time.time() * 1000)
     records = [SimpleRecord(b"k", v, (), now) for v in values]
@@ -47,6 +52,7 @@ def txn_produce(
         producer_epoch=epoch,
         base_sequence=seq,
         is_transactional=transactional,
+        **batch_args,
     )
     return c.request(request, 9).responses[0].partition_responses[0]
 
@@ -163,3 +169,129 @@ def test_markers_on_consumer_offsets_partitions(broker: BrokerProcess) -> None:
             what="markers on __consumer_offsets",
         )
     assert answer == {(700, "__consumer_offsets", 0): 0, (700, "__consumer_offsets", 1): 0}
+
+
+def fetch(bootstrap: str, topic: str, isolation: int, offset: int = 0, version: int = 12) -> Any:
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        isolation_level=isolation,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    with RawClient(bootstrap) as c:
+        return c.request(request, version).responses[0].partitions[0]
+
+
+def latest(bootstrap: str, topic: str, isolation: int) -> int:
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=isolation,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)
+                ],
+            )
+        ],
+    )
+    with RawClient(bootstrap) as c:
+        (p,) = c.request(request, 9).topics[0].partitions
+    assert p.error_code == 0
+    return int(p.offset)
+
+
+def interleaved(bootstrap: str, topic: str) -> None:
+    """0 p0 | 1-2 A | 3 B | 4 COMMIT A | 5 A | 6 ABORT B | 7 ABORT A | 8 C (open) | 9 p1."""
+    with RawClient(bootstrap) as c:
+        assert txn_produce(c, topic, 11, 0, [b"p0"], transactional=False).base_offset == 0
+        assert txn_produce(c, topic, 1, 0, [b"a1", b"a2"]).base_offset == 1
+        assert txn_produce(c, topic, 2, 0, [b"b1"]).base_offset == 3
+        assert write_markers(c, [(1, 0, 0, True, {topic: [0]})]) == {(1, topic, 0): 0}
+        assert txn_produce(c, topic, 1, 2, [b"a3"]).base_offset == 5
+        assert write_markers(c, [(2, 0, 0, False, {topic: [0]}), (1, 0, 0, False, {topic: [0]})])
+        assert txn_produce(c, topic, 3, 0, [b"c1"]).base_offset == 8
+        assert txn_produce(c, topic, 11, 1, [b"p1"], transactional=False).base_offset == 9
+
+
+def data_values(records: Any) -> list[tuple[int, bytes]]:
+    out = []
+    for batch in iter_batches(bytes(records or b"")):
+        if isinstance(batch, RecordBatchView) and batch.is_control:
+            continue
+        out += [(r.offset, bytes(r.value or b"")) for r in iter_records(batch)]
+    return out
+
+
+def test_read_committed_fetch_and_list_offsets(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic)
+    interleaved(broker.bootstrap, topic)
+    committed = fetch(broker.bootstrap, topic, READ_COMMITTED)
+    assert (committed.high_watermark, committed.last_stable_offset) == (10, 8)
+    assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [
+        (2, 3),
+        (1, 5),
+    ]
+    assert [o for o, _ in data_values(committed.records)] == [0, 1, 2, 3, 5]
+    uncommitted = fetch(broker.bootstrap, topic, READ_UNCOMMITTED)
+    assert uncommitted.last_stable_offset == 8 and uncommitted.aborted_transactions is None
+    assert [o for o, _ in data_values(uncommitted.records)] == [0, 1, 2, 3, 5, 8, 9]
+    assert latest(broker.bootstrap, topic, READ_COMMITTED) == 8
+    assert latest(broker.bootstrap, topic, READ_UNCOMMITTED) == 10
+    # a read from past the aborted transactions does not list them
+    later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
+    assert later.aborted_transactions == [] and data_values(later.records) == []
+    with RawClient(broker.bootstrap) as c:
+        assert write_markers(c, [(3, 0, 0, True, {topic: [0]})]) == {(3, topic, 0): 0}
+    assert latest(broker.bootstrap, topic, READ_COMMITTED) == 11
+    later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
+    assert later.last_stable_offset == 11
+    assert data_values(later.records) == [(8, b"c1"), (9, b"p1")]
+    # Fetch v4 carries the LSO too
+    assert fetch(broker.bootstrap, topic, READ_COMMITTED, version=4).last_stable_offset == 11
+
+
+def test_read_committed_long_poll_wakes_when_the_lso_moves(
+    broker: BrokerProcess, topic: str
+) -> None:
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as c:
+        assert txn_produce(c, topic, 21, 0, [b"x"]).error_code == 0
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=20_000,
+            min_bytes=1,
+            isolation_level=READ_COMMITTED,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=topic,
+                    partitions=[
+                        FetchRequest.FetchPartition(
+                            partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                        )
+                    ],
+                )
+            ],
+        )
+        with RawClient(broker.bootstrap) as waiting:
+            correlation_id = waiting.send(request, 12)
+            # the open transaction's data does not answer the poll...
+            assert txn_produce(c, topic, 21, 1, [b"y"]).error_code == 0
+            started = time.monotonic()
+            # ...its COMMIT does, at once
+            assert write_markers(c, [(21, 0, 0, True, {topic: [0]})]) == {(21, topic, 0): 0}
+            response = waiting.receive(FetchRequest, 12, correlation_id)
+            assert time.monotonic() - started < 10
+    (p,) = response.responses[0].partitions
+    assert p.last_stable_offset == 3
+    assert data_values(p.records) == [(0, b"x"), (1, b"y")]

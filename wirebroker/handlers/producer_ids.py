@@ -17,9 +17,10 @@ Kafka 3.9 answers it when its block is not there yet).
 
 Differences from Kafka: authorization is not checked.
 
-DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp
-from the partition's producer state, its last coordinator epoch and the first offset of its
-ongoing transaction.
+DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp,
+the coordinator epoch of its last transaction marker and the first offset of its ongoing
+transaction (-1 without one), from the partition's producer state, as Kafka's
+activeProducerState (what `kafka-transactions find-hanging` reads).
 """
 
 from __future__ import annotations

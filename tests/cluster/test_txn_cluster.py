@@ -1,0 +1,259 @@
+"""The transaction coordinator in a three-broker cluster.
+
+- Real broker processes (and, with ``WIREBROKER_CLUSTER_TARGET=kafka``, Apache Kafka 3.9, how
+  the scenario was checked): confluent-kafka's transactional producer writes to a replicated
+  topic, the broker coordinating its transactional id is killed (kill -9) with the transaction
+  open; the transaction is finished through the new coordinator (which loaded
+  `__transaction_state`), the producer's next transaction works, and a read_committed consumer
+  sees exactly the committed records.
+- In-process brokers over a real ZooKeeper: the coordinator stops between the PrepareCommit
+  record and its markers (its marker sender held); the broker elected leader of the
+  `__transaction_state` partition loads it and completes the commit by writing the markers.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import trio
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from protocol.errors import ErrorCode
+from protocol.messages.create_topics import CreateTopicsRequest
+from protocol.messages.find_coordinator import FindCoordinatorRequest
+from protocol.messages.init_producer_id import InitProducerIdRequest
+from protocol.messages.produce import ProduceRequest
+from protocol.record_batch import SimpleRecord
+from protocol.record_builder import build_record_batch
+from tests.cluster.harness import call, eventually, start_broker
+from tests.cluster.processes import running_cluster, wait_for
+from wirebroker.coordinator_store import partition_for
+from wirebroker.server import RunningBroker
+from wirebroker.txn.state import TxnState
+from wirebroker.txn.state_manager import TXN_TOPIC
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "payments"
+PARTITIONS = 3
+TXN_PROPERTIES = {
+    "transaction.state.log.num.partitions": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+}
+
+
+def read_committed(bootstrap: str, expected: int) -> list[bytes]:
+    """What a read_committed consumer reads from TOPIC, once it reached every partition's end
+    (the last stable offset) with at least `expected` values."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        values: list[bytes] = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + 90
+        while len(values) < expected or len(at_end) < PARTITIONS:
+            assert time.monotonic() < deadline, (len(values), at_end)
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                continue
+            at_end.discard(message.partition())
+            values.append(message.value())
+        return values
+    finally:
+        consumer.close()
+
+
+def finish(producer: Producer) -> bool:
+    """Commit the open transaction while the coordinator moves; abort it if the client says it
+    must be. Whether it committed."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            producer.commit_transaction(30)
+            return True
+        except KafkaException as e:
+            error = e.args[0]
+            if error.txn_requires_abort():
+                producer.abort_transaction(60)
+                return False
+            assert error.retriable() and time.monotonic() < deadline, error
+
+
+def test_coordinator_killed_mid_transaction(kind: str) -> None:
+    tid = f"payments-{uuid.uuid4().hex[:6]}"
+    with running_cluster(kind, overrides=TXN_PROPERTIES) as cluster:
+        cluster.create_topic(TOPIC, PARTITIONS)
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "transactional.id": tid,
+                "transaction.timeout.ms": 120_000,
+            }
+        )
+        producer.init_transactions(90)
+        cluster.wait_fully_replicated(TXN_TOPIC)
+        coordinator = cluster.leader(TXN_TOPIC, partition_for(tid, 3))
+
+        producer.begin_transaction()
+        for i in range(30):
+            producer.produce(TOPIC, b"first-%d" % i, partition=i % PARTITIONS)
+        assert producer.flush(60) == 0
+        cluster.node(coordinator).kill()  # with the transaction open
+        wait_for(
+            lambda: cluster.leader(TXN_TOPIC, partition_for(tid, 3)) != coordinator,
+            90.0,
+            "a new transaction coordinator",
+        )
+        committed = finish(producer)
+
+        producer.begin_transaction()
+        for i in range(30):
+            producer.produce(TOPIC, b"second-%d" % i, partition=i % PARTITIONS)
+        producer.commit_transaction(90)
+        expected = [b"second-%d" % i for i in range(30)]
+        if committed:
+            expected += [b"first-%d" % i for i in range(30)]
+        assert sorted(read_committed(cluster.bootstrap, len(expected))) == sorted(expected)
+
+
+def test_a_prepared_commit_is_completed_by_the_next_coordinator(
+    zk_connect: str, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        extra = {k.replace(".", "_"): v for k, v in TXN_PROPERTIES.items()}
+        async with trio.open_nursery() as nursery:
+            brokers = {
+                i: await start_broker(nursery, zk_connect, tmp_path, i, **extra) for i in (1, 2, 3)
+            }
+            await eventually(
+                lambda: all(
+                    len(list(b.broker.metadata_cache.alive_brokers())) == 3
+                    for b in brokers.values()
+                ),
+                what="3 live brokers",
+            )
+            topic = CreateTopicsRequest.CreatableTopic(
+                name=TOPIC, num_partitions=PARTITIONS, replication_factor=3
+            )
+            made = await call(brokers[1], CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7)
+            assert made.topics[0].error_code == ErrorCode.NONE
+            tid = "prepared"
+            # the first lookup creates __transaction_state; its leaders come after
+            old = await _eventually_async(lambda: _coordinator(brokers, tid), exclude=-1)
+            first = brokers[old].broker.transactions
+            await eventually(lambda: not first.state.loading, what="the coordinator loaded")
+            init = await call(
+                brokers[old],
+                InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000),
+                4,
+            )
+            assert init.error_code == ErrorCode.NONE
+            pid, epoch = init.producer_id, init.producer_epoch
+            partitions = frozenset({_tp(p) for p in range(PARTITIONS)})
+            assert await first.add_partitions(tid, pid, epoch, partitions) == ErrorCode.NONE
+            for p in range(PARTITIONS):
+                await _produce(brokers, p, pid, epoch)
+
+            # The coordinator writes PrepareCommit, then stops before any marker is written.
+            first.markers.add = lambda *args: None  # type: ignore[method-assign]
+            assert await first.end_transaction(tid, pid, epoch, True) == ErrorCode.NONE
+            found = first.state.lookup(tid)
+            assert found.metadata is not None and found.metadata.state == TxnState.PREPARE_COMMIT
+            scope = brokers[old].scope
+            assert scope is not None
+            scope.cancel()  # no controlled shutdown: its partitions move when its session ends
+
+            others = {i: b for i, b in brokers.items() if i != old}
+            new = await _eventually_async(lambda: _coordinator(others, tid), exclude=old)
+            successor = others[new].broker.transactions
+            await eventually(
+                lambda: (
+                    (m := successor.state.lookup(tid).metadata) is not None
+                    and m.state == TxnState.COMPLETE_COMMIT
+                ),
+                timeout=60,
+                what="the new coordinator to complete the commit",
+            )
+            for p in range(PARTITIONS):
+                leader = others[new].broker.metadata_cache.partition(TOPIC, p)
+                assert leader is not None
+                log = others[leader.leader].broker.partition(TOPIC, p)
+                assert log is not None
+                await eventually(
+                    lambda log=log: not log.log.producer_state.has_ongoing_transaction(pid),
+                    what=f"the COMMIT marker on {TOPIC}-{p}",
+                )
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def _tp(partition: int):  # type: ignore[no-untyped-def]
+    from wirebroker.partition import TopicPartition as Tp
+
+    return Tp(TOPIC, partition)
+
+
+async def _coordinator(brokers: dict[int, RunningBroker], tid: str) -> int:
+    for running in brokers.values():
+        try:
+            found = await call(running, FindCoordinatorRequest(key=tid, key_type=1), 3)
+        except (OSError, trio.TooSlowError):
+            continue
+        if found.error_code == ErrorCode.NONE and found.node_id in brokers:
+            return int(found.node_id)
+    return -1
+
+
+async def _eventually_async(probe, exclude: int, timeout: float = 60.0) -> int:  # type: ignore[no-untyped-def]
+    with trio.fail_after(timeout):
+        while True:
+            node = await probe()
+            if node not in (-1, exclude):
+                return int(node)
+            await trio.sleep(0.1)
+
+
+async def _produce(brokers: dict[int, RunningBroker], partition: int, pid: int, epoch: int) -> None:
+    """One transactional batch to the partition's leader (acks=all)."""
+    any_broker = next(iter(brokers.values())).broker
+    info = any_broker.metadata_cache.partition(TOPIC, partition)
+    assert info is not None
+    batch = build_record_batch(
+        [SimpleRecord(b"k", b"v%d" % partition, (), int(time.time() * 1000))],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    request = ProduceRequest(
+        transactional_id="prepared",
+        acks=-1,
+        timeout_ms=10_000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=TOPIC,
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(index=partition, records=batch)
+                ],
+            )
+        ],
+    )
+    answer = await call(brokers[info.leader], request, 9)
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE

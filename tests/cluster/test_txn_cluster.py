@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from protocol.record_builder import build_record_batch
 from tests.cluster.harness import call, eventually, start_broker
 from tests.cluster.processes import running_cluster, wait_for
 from wirebroker.coordinator_store import partition_for
+from wirebroker.partition import TopicPartition as Partition
 from wirebroker.server import RunningBroker
 from wirebroker.txn.state import TxnState
 from wirebroker.txn.state_manager import TXN_TOPIC
@@ -165,7 +167,7 @@ def test_a_prepared_commit_is_completed_by_the_next_coordinator(
             )
             assert init.error_code == ErrorCode.NONE
             pid, epoch = init.producer_id, init.producer_epoch
-            partitions = frozenset({_tp(p) for p in range(PARTITIONS)})
+            partitions = frozenset({Partition(TOPIC, p) for p in range(PARTITIONS)})
             assert await first.add_partitions(tid, pid, epoch, partitions) == ErrorCode.NONE
             for p in range(PARTITIONS):
                 await _produce(brokers, p, pid, epoch)
@@ -204,12 +206,6 @@ def test_a_prepared_commit_is_completed_by_the_next_coordinator(
     trio.run(main)
 
 
-def _tp(partition: int):  # type: ignore[no-untyped-def]
-    from wirebroker.partition import TopicPartition as Tp
-
-    return Tp(TOPIC, partition)
-
-
 async def _coordinator(brokers: dict[int, RunningBroker], tid: str) -> int:
     for running in brokers.values():
         try:
@@ -221,7 +217,9 @@ async def _coordinator(brokers: dict[int, RunningBroker], tid: str) -> int:
     return -1
 
 
-async def _eventually_async(probe, exclude: int, timeout: float = 60.0) -> int:  # type: ignore[no-untyped-def]
+async def _eventually_async(
+    probe: Callable[[], Awaitable[int]], exclude: int, timeout: float = 60.0
+) -> int:
     with trio.fail_after(timeout):
         while True:
             node = await probe()

@@ -20,17 +20,17 @@ from pathlib import Path
 
 import pytest
 import trio
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 
 from protocol.errors import ErrorCode
-from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
-from tests.cluster.harness import call, eventually, start_broker
+from tests.cluster.harness import call, create_topic, eventually, start_cluster
 from tests.cluster.processes import running_cluster, wait_for
+from tests.wirebroker.test_txn_producer_clients import read_committed
 from wirebroker.coordinator_store import partition_for
 from wirebroker.partition import TopicPartition as Partition
 from wirebroker.server import RunningBroker
@@ -46,39 +46,6 @@ TXN_PROPERTIES = {
     "transaction.state.log.replication.factor": "3",
     "transaction.state.log.min.isr": "2",
 }
-
-
-def read_committed(bootstrap: str, expected: int) -> list[bytes]:
-    """What a read_committed consumer reads from TOPIC, once it reached every partition's end
-    (the last stable offset) with at least `expected` values."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:6]}",
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        values: list[bytes] = []
-        at_end: set[int] = set()
-        deadline = time.monotonic() + 90
-        while len(values) < expected or len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, (len(values), at_end)
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
-                continue
-            at_end.discard(message.partition())
-            values.append(message.value())
-        return values
-    finally:
-        consumer.close()
 
 
 def finish(producer: Producer) -> bool:
@@ -131,7 +98,8 @@ def test_coordinator_killed_mid_transaction(kind: str) -> None:
         expected = [b"second-%d" % i for i in range(30)]
         if committed:
             expected += [b"first-%d" % i for i in range(30)]
-        assert sorted(read_committed(cluster.bootstrap, len(expected))) == sorted(expected)
+        seen = read_committed(cluster.bootstrap, TOPIC, PARTITIONS, len(expected), timeout=90)
+        assert sorted(seen) == sorted(expected)
 
 
 def test_a_prepared_commit_is_completed_by_the_next_coordinator(
@@ -140,21 +108,8 @@ def test_a_prepared_commit_is_completed_by_the_next_coordinator(
     async def main() -> None:
         extra = {k.replace(".", "_"): v for k, v in TXN_PROPERTIES.items()}
         async with trio.open_nursery() as nursery:
-            brokers = {
-                i: await start_broker(nursery, zk_connect, tmp_path, i, **extra) for i in (1, 2, 3)
-            }
-            await eventually(
-                lambda: all(
-                    len(list(b.broker.metadata_cache.alive_brokers())) == 3
-                    for b in brokers.values()
-                ),
-                what="3 live brokers",
-            )
-            topic = CreateTopicsRequest.CreatableTopic(
-                name=TOPIC, num_partitions=PARTITIONS, replication_factor=3
-            )
-            made = await call(brokers[1], CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7)
-            assert made.topics[0].error_code == ErrorCode.NONE
+            brokers = await start_cluster(nursery, zk_connect, tmp_path, **extra)
+            await create_topic(brokers[1], TOPIC, PARTITIONS)
             tid = "prepared"
             # the first lookup creates __transaction_state; its leaders come after
             old = await _eventually_async(lambda: _coordinator(brokers, tid), exclude=-1)

@@ -36,12 +36,15 @@ def producer(broker: BrokerProcess, tid: str, **extra: object) -> Producer:
     return p
 
 
-def read_committed(broker: BrokerProcess, topic: str, partitions: int, count: int) -> list[bytes]:
-    """Everything a read_committed consumer sees in `topic` once `count` values arrived (and
-    a little more, so that anything extra would show)."""
+def read_committed(
+    bootstrap: str, topic: str, partitions: int, count: int, timeout: float = TIMEOUT
+) -> list[bytes]:
+    """Everything a read_committed consumer reads from `topic`, once it has `count` values and
+    stands at the end (the last stable offset) of every partition, so that anything more
+    would show."""
     c = Consumer(
         {
-            "bootstrap.servers": broker.bootstrap,
+            "bootstrap.servers": bootstrap,
             "group.id": f"reader-{uuid.uuid4().hex[:6]}",
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
@@ -52,8 +55,9 @@ def read_committed(broker: BrokerProcess, topic: str, partitions: int, count: in
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         seen: list[bytes] = []
         at_end: set[int] = set()
-        deadline = time.monotonic() + TIMEOUT
-        while (len(seen) < count or len(at_end) < partitions) and time.monotonic() < deadline:
+        deadline = time.monotonic() + timeout
+        while len(seen) < count or len(at_end) < partitions:
+            assert time.monotonic() < deadline, (len(seen), sorted(at_end))
             m = c.poll(0.5)
             if m is None:
                 continue
@@ -99,7 +103,7 @@ def test_commit_abort_and_offsets_in_the_transaction(broker: BrokerProcess, topi
     p.commit_transaction(TIMEOUT)
     meta.close()
     assert _committed(broker, group, topic) == {0: 42, 1: 7}
-    seen = read_committed(broker, topic, 2, 11)
+    seen = read_committed(broker.bootstrap, topic, 2, 11)
     assert sorted(seen) == sorted([b"c1-%d" % i for i in range(10)] + [b"c2"])
     # an aborted consume-transform-produce leaves the group's offsets alone
     p.begin_transaction()
@@ -135,7 +139,7 @@ def test_a_zombie_is_fenced(broker: BrokerProcess, topic: str) -> None:
         zombie.commit_transaction(TIMEOUT)
     error = raised.value.args[0]
     assert error.fatal() and error.code() == KafkaError._FENCED, error
-    assert read_committed(broker, topic, 1, 1) == [b"successor"]
+    assert read_committed(broker.bootstrap, topic, 1, 1) == [b"successor"]
 
 
 def test_a_transaction_past_its_timeout_is_aborted(broker: BrokerProcess, topic: str) -> None:
@@ -153,7 +157,7 @@ def test_a_transaction_past_its_timeout_is_aborted(broker: BrokerProcess, topic:
     assert state.producer_epoch == 1  # the epoch was bumped: the producer is fenced
     with pytest.raises(KafkaException):
         p.commit_transaction(TIMEOUT)
-    assert read_committed(broker, topic, 1, 0) == []
+    assert read_committed(broker.bootstrap, topic, 1, 0) == []
 
 
 def _tool(broker: BrokerProcess, *args: str) -> str:

@@ -315,14 +315,8 @@ class MarkerSender:
     def _client(self, broker_id: int) -> PeerClient:
         client = self._clients.get(broker_id)
         if client is None:
-            manager = self.broker.replica_manager
-            client = self._clients[broker_id] = PeerClient(
-                f"transaction markers to broker {broker_id}",
-                lambda: manager.address_of(broker_id),
-                client_id=f"broker-{self.broker.node_id}-txn-markers",
-                timeout_s=self.timeout_s,
-                backoff_s=RETRY_BACKOFF_S,
-                ssl_context=manager.ssl_context,
+            client = self._clients[broker_id] = self.broker.replica_manager.peer_client(
+                broker_id, "txn-markers", timeout_s=self.timeout_s, backoff_s=RETRY_BACKOFF_S
             )
         return client
 

@@ -6,9 +6,11 @@
   open; the transaction is finished through the new coordinator (which loaded
   `__transaction_state`), the producer's next transaction works, and a read_committed consumer
   sees exactly the committed records.
-- In-process brokers over a real ZooKeeper: the coordinator stops between the PrepareCommit
-  record and its markers (its marker sender held); the broker elected leader of the
-  `__transaction_state` partition loads it and completes the commit by writing the markers.
+- In-process brokers over a real ZooKeeper: a partition leader verifies a transactional batch
+  with the coordinator on another broker (KIP-890: refused before the partition is added); the
+  coordinator stops between the PrepareCommit record and its markers (its marker sender held);
+  the broker elected leader of the `__transaction_state` partition loads it and completes the
+  commit by writing the markers.
 """
 
 from __future__ import annotations
@@ -123,9 +125,13 @@ def test_a_prepared_commit_is_completed_by_the_next_coordinator(
             assert init.error_code == ErrorCode.NONE
             pid, epoch = init.producer_id, init.producer_epoch
             partitions = frozenset({Partition(TOPIC, p) for p in range(PARTITIONS)})
+            # KIP-890 across brokers: a leader asks the coordinator (AddPartitionsToTxn v5
+            # verify_only) before a transactional batch starts a transaction there
+            elsewhere = next(p for p in range(PARTITIONS) if _leader(brokers, p) != old)
+            assert await _produce(brokers, elsewhere, pid, epoch) == ErrorCode.INVALID_TXN_STATE
             assert await first.add_partitions(tid, pid, epoch, partitions) == ErrorCode.NONE
             for p in range(PARTITIONS):
-                await _produce(brokers, p, pid, epoch)
+                assert await _produce(brokers, p, pid, epoch) == ErrorCode.NONE
 
             # The coordinator writes PrepareCommit, then stops before any marker is written.
             first.markers.add = lambda *args: None  # type: ignore[method-assign]
@@ -183,11 +189,17 @@ async def _eventually_async(
             await trio.sleep(0.1)
 
 
-async def _produce(brokers: dict[int, RunningBroker], partition: int, pid: int, epoch: int) -> None:
-    """One transactional batch to the partition's leader (acks=all)."""
-    any_broker = next(iter(brokers.values())).broker
-    info = any_broker.metadata_cache.partition(TOPIC, partition)
+def _leader(brokers: dict[int, RunningBroker], partition: int) -> int:
+    info = next(iter(brokers.values())).broker.metadata_cache.partition(TOPIC, partition)
     assert info is not None
+    return info.leader
+
+
+async def _produce(
+    brokers: dict[int, RunningBroker], partition: int, pid: int, epoch: int
+) -> ErrorCode:
+    """One transactional batch of transactional id "prepared" to the partition's leader
+    (acks=all); its answer."""
     batch = build_record_batch(
         [SimpleRecord(b"k", b"v%d" % partition, (), int(time.time() * 1000))],
         producer_id=pid,
@@ -208,5 +220,5 @@ async def _produce(brokers: dict[int, RunningBroker], partition: int, pid: int, 
             )
         ],
     )
-    answer = await call(brokers[info.leader], request, 9)
-    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    answer = await call(brokers[_leader(brokers, partition)], request, 9)
+    return ErrorCode(answer.responses[0].partition_responses[0].error_code)

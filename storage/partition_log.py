@@ -635,7 +635,7 @@ class PartitionLog:
                 i += 1
             if result.aborted_transactions is not None and result.slices:
                 upper = limit if stop == (end_index, end_pos) else self._upper_bound(*stop)
-                self._collect_aborted(offset, upper, result.aborted_transactions)
+                result.aborted_transactions = self.aborted_transactions(offset, upper)
         except BaseException:
             result.release()
             raise
@@ -650,12 +650,15 @@ class PartitionLog:
             return found
         return self._bases[index + 1] if index + 1 < len(self._bases) else self._leo
 
-    def _collect_aborted(self, offset: int, upper_bound: int, out: list[AbortedTxn]) -> None:
-        """Kafka's collectAbortedTransactions: from the segment holding `offset` on, until an
-        index says every transaction started below `upper_bound` has ended."""
+    def aborted_transactions(self, offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[offset, upper_bound)`` (Kafka's
+        collectAbortedTransactions): from the segment holding `offset` on, until an index
+        says every transaction started below `upper_bound` has ended."""
+        out: list[AbortedTxn] = []
         for seg in self._segments[max(0, bisect_right(self._bases, offset) - 1) :]:
             if seg.txn_index.collect(offset, upper_bound, out):
-                return
+                break
+        return out
 
     def _position_of(self, offset: int) -> tuple[LogSegment, int]:
         """Segment and byte position of the batch holding `offset` (end of its floor segment

@@ -237,3 +237,23 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
             assert not broker.groups.unstable("open", ("t", 0))
 
     run(test)
+
+
+def test_an_exhausted_epoch_gets_a_new_producer_id(tmp_path: Path) -> None:
+    async def test() -> None:
+        async with running(tmp_path) as broker:
+            coordinator = broker.transactions
+            first = await coordinator.init_producer_id("old", 60_000, None)
+            metadata = coordinator.state.lookup("old").metadata
+            assert metadata is not None
+            metadata.producer_epoch = 32766  # Short.MAX_VALUE - 1: no bump left
+            rotated = await coordinator.init_producer_id("old", 60_000, (first.producer_id, 32766))
+            assert rotated.error == E.NONE and rotated.producer_id != first.producer_id
+            assert rotated.producer_epoch == 0
+            # the same call retried (its answer lost): the new id again, not a fence
+            again = await coordinator.init_producer_id("old", 60_000, (first.producer_id, 32766))
+            assert (again.error, again.producer_id) == (E.NONE, rotated.producer_id)
+            stale = await coordinator.init_producer_id("old", 60_000, (first.producer_id, 5))
+            assert stale.error == E.PRODUCER_FENCED
+
+    run(test)

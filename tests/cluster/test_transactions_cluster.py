@@ -16,7 +16,12 @@ from protocol.messages.describe_producers import DescribeProducersRequest
 from protocol.messages.fetch import FetchRequest
 from tests.cluster.processes import LOOPBACK, Cluster, running_cluster, wait_for
 from tests.wirebroker.helpers import RawClient
-from tests.wirebroker.test_transactions_wire import data_values, txn_produce, write_markers
+from tests.wirebroker.test_transactions_wire import (
+    BROKER_PROPERTIES,
+    data_values,
+    txn_produce,
+    write_markers,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +57,7 @@ def committed_fetch(bootstrap: str, topic: str) -> Any:
 def test_markers_replicate_and_a_new_leader_serves_read_committed(kind: str) -> None:
     if kind != "wirebroker":
         pytest.skip("raw markers need a broker without a transaction coordinator's checks")
-    with running_cluster(kind) as cluster:
+    with running_cluster(kind, overrides=BROKER_PROPERTIES) as cluster:
         topic = "txn-failover"
         cluster.create_topic(topic, 1)
         leader = cluster.leader(topic, 0)

@@ -4,9 +4,12 @@ This module owns a partition directory while it is open: the segment list (found
 base offsets, so a read costs O(log segments) plus one in-memory index probe and a scan of
 about one index interval), the log start offset, high watermark, log end offset and recovery
 point -- with ``log_start_offset <= high_watermark <= log_end_offset`` after every operation --
-and every operation that changes them: leader and follower appends, reads returning pinned file
-slices, timestamp lookups, truncation, DeleteRecords, retention, compaction, rolling, flushing
-and closing. It must not know about sockets, trio, replicas or requests; the broker decides
+the last stable offset (from the producer state's transactions, never past the high
+watermark), and every operation that changes them: leader and follower appends (which keep the
+producer state and write aborted transactions to the active segment's ``.txnindex``), reads
+returning pinned file slices (with the aborted transactions of their range for read_committed),
+timestamp lookups, truncation, DeleteRecords, retention, compaction, rolling, flushing and
+closing. It must not know about sockets, trio, replicas or requests; the broker decides
 *when* (high watermark, flush, retention ticks), this module decides *how*.
 
 Durability: an append returns after ``os.pwrite`` returned for all its bytes (nothing is

@@ -13,45 +13,24 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 
 from protocol.errors import ErrorCode
 from protocol.messages.describe_producers import DescribeProducersRequest
-from protocol.messages.fetch import FetchRequest
 from tests.cluster.processes import LOOPBACK, Cluster, running_cluster, wait_for
 from tests.wirebroker.helpers import RawClient
 from tests.wirebroker.test_transactions_wire import (
     BROKER_PROPERTIES,
+    READ_COMMITTED,
     data_values,
+    fetch,
     txn_produce,
     write_markers,
 )
 
 pytestmark = pytest.mark.integration
 
-READ_COMMITTED = 1
 A, B, C, PLAIN = 31, 32, 33, 34
 
 
 def at(cluster: Cluster, node_id: int) -> str:
     return f"{LOOPBACK}:{cluster.node(node_id).port}"
-
-
-def committed_fetch(bootstrap: str, topic: str) -> Any:
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        isolation_level=READ_COMMITTED,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
-        ],
-    )
-    with RawClient(bootstrap) as c:
-        return c.request(request, 12).responses[0].partitions[0]
 
 
 def test_markers_replicate_and_a_new_leader_serves_read_committed(kind: str) -> None:
@@ -77,7 +56,7 @@ def test_markers_replicate_and_a_new_leader_serves_read_committed(kind: str) -> 
             assert write_markers(c, [(C, 0, 1, True, {topic: [0]})]) == {
                 (C, topic, 0): ErrorCode.NOT_LEADER_OR_FOLLOWER
             }
-        before = committed_fetch(at(cluster, leader), topic)
+        before = fetch(at(cluster, leader), topic, READ_COMMITTED)
         assert (before.high_watermark, before.last_stable_offset) == (7, 5)
         assert [(t.producer_id, t.first_offset) for t in before.aborted_transactions] == [(A, 0)]
         cluster.wait_isr(topic, 0, set(cluster.nodes))
@@ -125,7 +104,7 @@ def test_markers_replicate_and_a_new_leader_serves_read_committed(kind: str) -> 
 
 def _try_fetch(bootstrap: str, topic: str) -> Any:
     try:
-        p = committed_fetch(bootstrap, topic)
+        p = fetch(bootstrap, topic, READ_COMMITTED)
     except (OSError, ConnectionError):
         return None
     return p if p.error_code == ErrorCode.NONE else None

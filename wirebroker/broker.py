@@ -27,6 +27,7 @@ from wirebroker.meta_properties import load_or_create_meta
 from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
 from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
+from wirebroker.peer import PLAINTEXT, PeerSecurity
 from wirebroker.producer_ids import ProducerIdManager
 from wirebroker.replication.manager import ReplicaManager
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
@@ -61,6 +62,9 @@ class Broker:
     # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
     metadata_cache: MetadataCache = field(default_factory=MetadataCache)
     replica_manager: ReplicaManager = field(init=False)
+    #: How this broker's connections to its peers are secured (the inter-broker listener's;
+    #: the embedded broker has no peers).
+    peer_security: PeerSecurity = field(init=False)
     fetch_sessions: FetchSessionCache = field(init=False)
     #: The SASL settings of each SASL listener, by listener name.
     sasl_listeners: dict[str, ListenerSasl] = field(init=False)
@@ -84,6 +88,9 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
+        self.peer_security = (
+            PeerSecurity.inter_broker(self.config) if self.config.cluster_mode else PLAINTEXT
+        )
         self.replica_manager = ReplicaManager(self)
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)

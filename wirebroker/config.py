@@ -324,9 +324,29 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "sasl.jaas.config",
             "password",
             None,
-            "The broker's own client login, between brokers (not used yet). Listeners read "
-            "listener.name.<l>.<mechanism>.sasl.jaas.config (PLAIN's users: "
-            'user_<name>="<password>").',
+            "Not read by a broker (as Kafka). Listeners and the broker's own login between "
+            "brokers read listener.name.<l>.<mechanism>.sasl.jaas.config (PLAIN's users: "
+            'user_<name>="<password>"; the broker\'s login: username="..." password="...").',
+        ),
+        _k(
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            "GSSAPI",
+            "The mechanism brokers log in to each other with on a SASL inter-broker listener: "
+            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (GSSAPI is not implemented).",
+        ),
+        _k(
+            "connection.failed.authentication.delay.ms",
+            "int",
+            "100",
+            "A failed SASL authentication is answered and its connection closed after this "
+            "delay (slows password guessing); 0: at once.",
+        ),
+        _k(
+            "sasl.oauthbearer.jwks.endpoint.url",
+            "string",
+            None,
+            "Secured OAUTHBEARER tokens (OIDC) are not implemented: setting it is refused.",
         ),
         _k(
             "sasl.server.max.receive.size",
@@ -586,18 +606,20 @@ class BrokerConfig:
         else:
             inter_broker = (self.get("security.inter.broker.protocol") or "").upper()
             _check_known("between brokers", inter_broker)
-        if self.cluster_mode and inter_broker not in ("PLAINTEXT", "SSL"):
-            raise ConfigError(
-                f"between brokers: {inter_broker} is not implemented by wirebroker's own client "
-                "side yet; give the brokers a PLAINTEXT or SSL listener and name it in "
-                "inter.broker.listener.name"
-            )
+        # Imported here: the SASL settings module reads this one's ConfigError.
+        from wirebroker.sasl.settings import inter_broker_login, listener_sasl
+
+        if self.cluster_mode and inter_broker.startswith("SASL_"):
+            inter_broker_login(self)
         for listener in self.listeners():
             if self.security_protocol(listener.name).startswith("SASL_"):
-                # Imported here: the SASL settings module reads this one's ConfigError.
-                from wirebroker.sasl.settings import listener_sasl
-
                 listener_sasl(self, listener.name)
+        delay = self.get_int("connection.failed.authentication.delay.ms")
+        if not 0 <= delay < self.connections_max_idle_ms:
+            raise ConfigError(
+                f"connection.failed.authentication.delay.ms={delay} must be at least 0 and less "
+                f"than connections.max.idle.ms={self.connections_max_idle_ms}"
+            )
         self._validate_authorizer()
         self.metrics_listener()
         for name in (

@@ -13,7 +13,10 @@ connection's transport (`wirebroker.transport`): the socket itself on a PLAINTEX
 SASL_PLAINTEXT listener, TLS (`wirebroker.tls`, after its handshake) on an SSL one. On a SASL
 listener every frame goes to the connection's `SaslAuthenticator` until it is authenticated
 (frames of at most `sasl.server.max.receive.size` until then); its principal then goes with
-every request. With `connections.max.reauth.ms` a session past its lifetime closes at its next
+every request. A failed authentication (wrong credentials, a mechanism not offered, a request out
+of turn) is answered and its connection closed only after
+`connection.failed.authentication.delay.ms`, as Kafka, so guessing passwords is slow; other
+connections are served meanwhile. With `connections.max.reauth.ms` a session past its lifetime closes at its next
 request unless that is a SaslHandshake, which re-authenticates (KIP-368).
 
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
@@ -282,6 +285,11 @@ class _Connection:
         """Hand a frame to the SASL authenticator; True once the connection is authenticated."""
         assert self.sasl is not None
         step = await self.sasl.receive(frame)
+        if step.close is not None:
+            await self.outbox.flush()  # what was answered before this frame leaves now
+            await trio.sleep(
+                self.broker.config.get_int("connection.failed.authentication.delay.ms") / 1000
+            )
         if step.chunks is not None:
             self.outbox.put(step.chunks)
         if step.close is not None:

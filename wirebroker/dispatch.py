@@ -267,7 +267,13 @@ def _fill(target: Struct, source: Struct | None, code: int) -> None:
     for f in type(target).FIELDS:
         if f.name == "error_code" and f.type == "int16":
             target.error_code = code  # type: ignore[attr-defined]
-        elif f.struct is not None and f.type.startswith("[]") and source is not None:
+        elif (
+            f.struct is not None
+            and f.type.startswith("[]")
+            and source is not None
+            and f.tag is None
+        ):
+            # (a tagged list, Produce's node_endpoints, mirrors nothing of the request)
             mirror = _matching_list(source, f.name)
             if mirror is not None:
                 items = []

@@ -9,13 +9,14 @@ to set up topics without the start-up cost of a real client.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import struct
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
 import trio
@@ -38,6 +39,9 @@ from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message
 from storage.clock import Clock, wall_clock_ms
+
+if TYPE_CHECKING:
+    from tests.broker_process import BrokerProcess
 
 T = TypeVar("T")
 
@@ -361,9 +365,9 @@ def expected(samples: Sequence[Sample], partition: int = 0, first_offset: int = 
     ]
 
 
-def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> Any:
-    """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
-    request = FetchRequest(
+def fetch_request(topic: str, partition: int = 0, offset: int = 0) -> FetchRequest:
+    """A Fetch of one partition from `offset` that does not wait."""
+    return FetchRequest(
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
@@ -378,6 +382,11 @@ def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -
             )
         ],
     )
+
+
+def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> Any:
+    """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
+    request = fetch_request(topic, partition, offset)
     with RawClient(bootstrap) as client:
         response = client.request(request, 12)
     return response.responses[0].partitions[0]
@@ -440,6 +449,15 @@ def scrape(url: str) -> Samples:
         for s in family.samples:
             samples[(s.name, frozenset(s.labels.items()))] = s.value
     return samples
+
+
+def metrics_url(broker: BrokerProcess) -> str:
+    """The URL of the broker's Prometheus endpoint (`wirebroker.metrics.listener` set)."""
+    line = broker.wait_for_log("metrics endpoint on")
+    assert line is not None, "the broker did not print its metrics endpoint"
+    m = re.search(r"metrics endpoint on (?P<url>http://\S+/metrics)", line)
+    assert m is not None, line
+    return m["url"]
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:

@@ -81,7 +81,7 @@ class ReplicaFetcher:
             client_id=f"broker-{self.node_id}-fetcher-{fetcher_id}",
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
-            ssl_context=manager.ssl_context,
+            security=manager.broker.peer_security,
         )
         self.session = FetchSessionHandler()
         self._wake = trio.Event()

@@ -33,7 +33,6 @@ from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError
 from wirebroker.replication.fetcher import ReplicaFetcher
 from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
-from wirebroker.tls import inter_broker_client_context
 from wirebroker.topic_configs import log_config_for
 
 if TYPE_CHECKING:
@@ -69,8 +68,6 @@ class ReplicaManager:
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
         self.inter_broker_listener = config.inter_broker_listener() or config.listeners()[0].name
-        #: TLS of the connections to the other brokers (None: plaintext).
-        self.ssl_context = inter_broker_client_context(config)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         #: Leaders' addresses from LeaderAndIsr, when the metadata cache does not know them.
         self.live_leaders: dict[int, tuple[str, int]] = {}
@@ -83,7 +80,7 @@ class ReplicaManager:
             client_id=f"broker-{broker.node_id}-alter-partition",
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
-            ssl_context=self.ssl_context,
+            security=broker.peer_security,
         )
 
     # addresses ----------------------------------------------------------------------------
@@ -99,16 +96,16 @@ class ReplicaManager:
     def peer_client(
         self, broker_id: int, purpose: str, *, timeout_s: float, backoff_s: float
     ) -> PeerClient:
-        """A connection to broker `broker_id` over the inter-broker listener (TLS as
-        configured), its address looked up at each connect; `purpose` names it in the log and
-        in its client id (e.g. "txn-markers")."""
+        """A connection to broker `broker_id` over the inter-broker listener (TLS and the SASL
+        login as configured: `Broker.peer_security`), its address looked up at each connect;
+        `purpose` names it in the log and in its client id (e.g. "txn-markers")."""
         return PeerClient(
             f"{purpose} to broker {broker_id}",
             lambda: self.address_of(broker_id),
             client_id=f"broker-{self.broker.node_id}-{purpose}",
             timeout_s=timeout_s,
             backoff_s=backoff_s,
-            ssl_context=self.ssl_context,
+            security=self.broker.peer_security,
         )
 
     def _controller_address(self) -> tuple[str, int] | None:

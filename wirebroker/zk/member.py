@@ -40,9 +40,9 @@ from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
-from wirebroker.peer import request_once
-from wirebroker.sasl.scram import HASHES, ScramCredential
-from wirebroker.tls import inter_broker_client_context
+from wirebroker.peer import PeerError, request_once
+from wirebroker.sasl.credentials import with_scram_credentials
+from wirebroker.sasl.scram import ScramCredential
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import znodes
@@ -113,7 +113,7 @@ class ClusterMember:
         self.broker = broker
         self.zk = zk
         self.config = broker.config
-        self.controller = Controller(zk, broker.node_id, broker.config)
+        self.controller = Controller(zk, broker.node_id, broker.config, broker.peer_security)
         self.controller.on_controller_change = self._controller_changed
         self.controller.topic_config = lambda topic: self.topic_configs.get(topic, {})
         self.broker_epoch = -1
@@ -128,8 +128,10 @@ class ClusterMember:
     # the owner task ------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            await self._register()
+            # Configs first: once registered, peers connect, and a SASL/SCRAM login needs the
+            # users' credentials (Kafka serves no request before its config manager started).
             await self._load_topic_configs()
+            await self._register()
             await self._refresh_brokers()
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.controller.run)
@@ -154,8 +156,8 @@ class ClusterMember:
             elif ev.state == "CONNECTED" and (ev.new_session or self._stale):
                 self._stale = False
                 log.info("broker %d: new ZooKeeper session; registering again", self.broker.node_id)
-                await self._register()
                 await self._load_topic_configs()
+                await self._register()
                 await self._refresh_brokers()
                 if self.broker.authorizer is not None:
                     await self.broker.authorizer.reload()  # its watches went with the session
@@ -278,9 +280,7 @@ class ClusterMember:
         path = znodes.user_config_path(znodes.sanitize_user(user))
         got = await self.zk.get(path)
         config = EntityConfig.decode(got[0] if got else None).config
-        config = {k: v for k, v in config.items() if k not in HASHES}
-        config.update({m: c.to_kafka_string() for m, c in credentials.items()})
-        data = EntityConfig(config).encode()
+        data = EntityConfig(with_scram_credentials(config, credentials)).encode()
         if got is None:
             await self.zk.create(path, data, makepath=True)
         else:
@@ -342,6 +342,7 @@ class ClusterMember:
                 OSError,
                 trio.TooSlowError,
                 EOFError,
+                PeerError,
                 KafkaError,
                 NotController,
                 ZookeeperError,
@@ -387,7 +388,7 @@ class ClusterMember:
             ControlledShutdownRequest(broker_id=node, broker_epoch=self.broker_epoch),
             CONTROLLED_SHUTDOWN_VERSION,
             client_id=f"broker-{node}",
-            ssl_context=inter_broker_client_context(self.config),
+            security=self.broker.peer_security,
         )
         assert isinstance(response, ControlledShutdownResponse)
         if response.error_code != ErrorCode.NONE:

@@ -28,6 +28,10 @@ from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, Parti
 from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
 from wirebroker.producer_ids import ProducerIdManager
+from wirebroker.quotas.client import ClientQuotas
+from wirebroker.quotas.replication import ReplicationQuotas
+from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
+from wirebroker.quotas.store import ClientQuotaStore
 from wirebroker.replication.manager import ReplicaManager
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
@@ -63,6 +67,12 @@ class Broker:
     sasl_listeners: dict[str, ListenerSasl] = field(init=False)
     #: SCRAM credentials: a file in the embedded broker, a cache of ZooKeeper's in a cluster.
     scram_credentials: ScramCredentialStore = field(init=False)
+    #: Client quotas: what measures and throttles clients (`wirebroker.quotas.client`).
+    quotas: ClientQuotas = field(init=False)
+    #: The embedded broker's quota configs (None in a cluster: they live in ZooKeeper).
+    quota_store: ClientQuotaStore | None = field(init=False)
+    #: Replication throttles of the partitions this broker leads or follows.
+    replication_quotas: ReplicationQuotas = field(init=False)
     #: The controller's broker id: this broker when embedded; in a cluster, whoever holds
     #: `/controller` (-1 while there is none), kept current by `cluster` and by UpdateMetadata.
     controller_id: int = -1
@@ -91,6 +101,13 @@ class Broker:
             if self.config.get("zookeeper.connect")
             else self.config.log_dirs()[0] / SCRAM_CREDENTIALS_FILE
         )
+        self.quotas = ClientQuotas(self.config)
+        self.quota_store = None
+        if not self.config.get("zookeeper.connect"):
+            self.quota_store = ClientQuotaStore(self.config.log_dirs()[0] / CLIENT_QUOTAS_FILE)
+            for entity, config in self.quota_store.entities.items():
+                self.quotas.update(entity, config)
+        self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
 
     @property
     def cluster_mode(self) -> bool:

@@ -344,6 +344,57 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Incremental fetch sessions (KIP-227) the broker keeps.",
         ),
         _k("min.insync.replicas", "int", "1", "ISR size acks=all needs.", False),
+        # quotas (wirebroker.quotas): client quotas' windows, replication throttles
+        _k("quota.window.num", "int", "11", "Windows a client quota's rate is sampled over."),
+        _k("quota.window.size.seconds", "int", "1", "Length of a client quota's windows."),
+        _k(
+            "controller.quota.window.num",
+            "int",
+            "11",
+            "Windows of a controller mutation quota's token bucket.",
+        ),
+        _k(
+            "controller.quota.window.size.seconds",
+            "int",
+            "1",
+            "Length of a controller mutation quota's windows.",
+        ),
+        _k(
+            "replication.quota.window.num",
+            "int",
+            "11",
+            "Windows a replication throttle's rate is sampled over.",
+        ),
+        _k(
+            "replication.quota.window.size.seconds",
+            "int",
+            "1",
+            "Length of a replication throttle's windows.",
+        ),
+        _k(
+            "leader.replication.throttled.rate",
+            "long",
+            str(LONG_MAX),
+            "Bytes a second a leader sends of the replicas in its topics' "
+            "leader.replication.throttled.replicas (set dynamically).",
+            False,
+        ),
+        _k(
+            "follower.replication.throttled.rate",
+            "long",
+            str(LONG_MAX),
+            "Bytes a second a follower fetches of the replicas in its topics' "
+            "follower.replication.throttled.replicas (set dynamically).",
+            False,
+        ),
+        _k(
+            "replica.alter.log.dirs.io.max.bytes.per.second",
+            "long",
+            str(LONG_MAX),
+            "Accepted for compatibility (kafka-reassign-partitions clears it); no replica "
+            "moves between log dirs here.",
+            False,
+        ),
         _k(
             "wirebroker.external.controller",
             "boolean",
@@ -353,6 +404,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
     ]
 }
+
+QUOTA_WINDOW_KEYS = tuple(
+    k for k in BROKER_KEYS if k.endswith(("quota.window.num", "window.size.seconds"))
+)
+THROTTLE_RATE_KEYS = (
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+)
 
 _LISTENER = re.compile(
     r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$"
@@ -514,9 +574,13 @@ class BrokerConfig:
             "message.max.bytes",
             "offsets.retention.minutes",
             "offsets.retention.check.interval.ms",
+            *QUOTA_WINDOW_KEYS,
         ):
             if self.get_int(name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        for name in THROTTLE_RATE_KEYS:
+            if self.get_int(name) < 0:
+                raise ConfigError(f"{name} must be at least 0")
 
     # typed views --------------------------------------------------------------------------
     @property

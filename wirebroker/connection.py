@@ -16,6 +16,11 @@ listener every frame goes to the connection's `SaslAuthenticator` until it is au
 every request. With `connections.max.reauth.ms` a session past its lifetime closes at its next
 request unless that is a SaslHandshake, which re-authenticates (KIP-368).
 
+A request that broke a client quota (`wirebroker.quotas`) is answered at once with its
+throttle time, and then the connection is muted for that time, as Kafka mutes the channel
+(KIP-219): the answers already due are written, and no further request is handled or read,
+even one already received (pipelined), until the throttle time has passed.
+
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
 :class:`~wirebroker.dispatch.Later`: an acks=all Produce waiting for its followers) waits in a
@@ -187,6 +192,7 @@ class _Connection:
         "sasl",
         "principal",
         "session",
+        "unmuted_at",
     )
 
     def __init__(
@@ -209,6 +215,8 @@ class _Connection:
         self.principal = transport.principal  # a TLS client certificate's, else ANONYMOUS
         #: (mechanism, expiry in ms) of a SASL session that must be renewed (KIP-368).
         self.session: tuple[str, int] | None = None
+        #: The trio time a throttled connection may read again (client quotas).
+        self.unmuted_at = 0.0
 
     async def serve(self, nursery: trio.Nursery) -> None:
         """Read and handle requests until the peer closes, idles out or misbehaves; never raises."""
@@ -272,6 +280,8 @@ class _Connection:
                         self._check_session(frame)  # type: ignore[arg-type]
                     if self.sasl is None:
                         await self._handle_frame(frame)  # type: ignore[arg-type]
+                        if self.unmuted_at and self.unmuted_at > trio.current_time():
+                            await self._throttled()
                     elif await self._authenticate(frame):  # type: ignore[arg-type]
                         frames.max_frame_size = max_frame_size
             finally:
@@ -317,6 +327,12 @@ class _Connection:
                 f"the SASL session of {self.principal} expired without re-authentication"
             )
 
+    async def _throttled(self) -> None:
+        """Mute the connection until its throttle time has passed; the answers already
+        due (the throttled one among them) leave first."""
+        await self.outbox.flush()
+        await trio.sleep_until(self.unmuted_at)
+
     async def _handle_frame(self, frame: memoryview) -> None:
         """Handle one request; its response takes the next place in the outbox."""
         api_key, api_version, correlation_id = peek_request_header(frame)
@@ -335,9 +351,18 @@ class _Connection:
             await self.outbox.flush()  # a handler that may wait must not hold back earlier answers
         broker = self.broker
         ctx = RequestContext(
-            broker, request.header, self.client_host, self.listener_name, self.principal
+            broker,
+            request.header,
+            self.client_host,
+            self.listener_name,
+            self.principal,
+            request_size=len(frame),
         )
         response = await dispatch(ctx, request.body)
+        if ctx.throttle_time_ms:
+            self.unmuted_at = max(
+                self.unmuted_at, trio.current_time() + ctx.throttle_time_ms / 1000
+            )
         if response is None:  # acks=0 produce
             return
         header = ResponseHeader(correlation_id=correlation_id)

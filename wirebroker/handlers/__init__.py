@@ -2,6 +2,7 @@
 
 from wirebroker.handlers import (  # noqa: F401
     api_versions,
+    client_quotas,
     cluster,
     configs,
     control,

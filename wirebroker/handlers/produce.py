@@ -21,6 +21,9 @@ it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are writt
 is a :class:`~wirebroker.dispatch.Later`: the connection goes on appending the producer's next
 requests while earlier ones wait, and answers in order (Kafka reads nothing more from the
 connection until the answer has gone; see `wirebroker.connection`).
+A client over its `producer_byte_rate` quota (the request's bytes, every request counted) is
+answered with the throttle time, and its connection muted for it (`wirebroker.quotas`); the
+quota is recorded when the request arrives (Kafka: when it is answered).
 Differences from Kafka: transactional produce is accepted but no transaction state is kept yet.
 """
 
@@ -37,6 +40,7 @@ from storage.errors import InvalidRecordError
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
+from wirebroker.quotas import throttle
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,9 @@ Waiting = list[tuple[Partition, int, PartitionResponse]]
 
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
+    throttle.record(ctx, ctx.broker.quotas.produce, ctx.request_size)
+    if request.acks == 0:
+        throttle.exempt(ctx)  # from the request quota; the byte rate still counts, as Kafka's
     acks_valid = request.acks in (0, 1, -1)
     waiting: Waiting = []
     topics = []

@@ -4,7 +4,8 @@
 its event channel. It registers the broker (`/brokers/ids/<id>`, ephemeral; the znode's czxid is
 the broker epoch) and registers it again when the session expired; it keeps the topic config
 overrides (`/config/topics/*`, followed through `/config/changes`) and applies changes to the
-broker's local logs, and the users' SCRAM credentials (`/config/users/*`, likewise); it watches
+broker's local logs and replication throttles, and the users' and clients' configs (SCRAM
+credentials and client quotas: `/config/users/*`, `/config/clients/*`, likewise); it watches
 `/brokers/ids` so the broker knows the live brokers; and it forwards every other watch to this
 broker's `Controller`. When one of the broker's log directories goes offline, it writes a
 `/log_dir_event_notification/log_dir_event_<seq>` znode, as Kafka's ReplicaManager does, so the
@@ -26,7 +27,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 import trio
 
@@ -40,13 +40,20 @@ from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
 from wirebroker.peer import request_once
+from wirebroker.quotas.entities import DEFAULT, QuotaEntity
 from wirebroker.sasl.scram import HASHES, ScramCredential
 from wirebroker.tls import inter_broker_client_context
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
-from wirebroker.zk import znodes
+from wirebroker.zk import quota_configs, znodes
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
-from wirebroker.zk.znodes import BrokerRegistration, Endpoint, EntityConfig, TopicAssignment
+from wirebroker.zk.znodes import (
+    BrokerRegistration,
+    Endpoint,
+    EntityConfig,
+    TopicAssignment,
+    desanitize,
+)
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -252,48 +259,56 @@ class ClusterMember:
                 configs[topic] = EntityConfig.decode(got[0]).config
         self.topic_configs = configs
         for topic, overrides in configs.items():
+            self._topic_configured(topic, overrides)
             if overrides:
                 self.broker.apply_topic_config(topic, overrides)
-        for user in await self.zk.get_children(znodes.CONFIG_USERS) or []:
-            await self._load_user_config(user)
+        for entity, config in (await quota_configs.read_all(self.zk)).items():
+            self._entity_configured(entity, config)
 
-    # user configs (SCRAM credentials) ------------------------------------------------------
-    async def _load_user_config(self, sanitized_user: str) -> None:
-        got = await self.zk.get(znodes.user_config_path(sanitized_user))
-        config = EntityConfig.decode(got[0] if got else None).config
-        self.broker.scram_credentials.cache_user_config(unquote(sanitized_user), config)
+    def _topic_configured(self, topic: str, overrides: dict[str, str]) -> None:
+        self.broker.replication_quotas.topic_configured(topic, overrides)
+
+    # user and client configs (SCRAM credentials, client quotas) ----------------------------
+    def _entity_configured(self, entity: QuotaEntity, config: dict[str, str]) -> None:
+        """A user's or client's config, as ZooKeeper has it now: its quotas, and a user's
+        SCRAM credentials."""
+        self.broker.quotas.update(entity, config)
+        if entity.client_id is None and entity.user not in (None, DEFAULT):
+            self.broker.scram_credentials.cache_user_config(desanitize(entity.user), config)
+
+    async def client_quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
+        """Every user and client entity's config, read from ZooKeeper now."""
+        return await quota_configs.read_all(self.zk)
+
+    async def client_quota_config(self, entity: QuotaEntity) -> dict[str, str]:
+        return await quota_configs.read_config(self.zk, entity)
+
+    async def set_client_quota_config(self, entity: QuotaEntity, config: dict[str, str]) -> None:
+        """Replace an entity's config and notify every broker (this one included)."""
+        await quota_configs.write_config(self.zk, entity, config)
 
     async def set_user_scram_credentials(
         self, user: str, credentials: dict[str, ScramCredential]
     ) -> None:
         """Replace the user's SCRAM credentials in `/config/users/<user>` (keeping its other
         keys, quotas) and notify every broker, as Kafka's AdminZkClient does."""
-        path = znodes.user_config_path(znodes.sanitize_user(user))
-        got = await self.zk.get(path)
-        config = EntityConfig.decode(got[0] if got else None).config
+        entity = QuotaEntity(znodes.sanitize(user), None)
+        config = await quota_configs.read_config(self.zk, entity)
         config = {k: v for k, v in config.items() if k not in HASHES}
         config.update({m: c.to_kafka_string() for m, c in credentials.items()})
-        data = EntityConfig(config).encode()
-        if got is None:
-            await self.zk.create(path, data, makepath=True)
-        else:
-            await self.zk.set(path, data)
-        await self.zk.create(
-            f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-            znodes.ConfigChangeNotification(f"users/{znodes.sanitize_user(user)}").encode(),
-            sequence=True,
-            makepath=True,
-        )
+        await quota_configs.write_config(self.zk, entity, config)
 
     async def _on_config_topics(self) -> None:
         """A topic was created (its config znode comes first) or deleted: keep the cache whole."""
         names = set(await self.zk.get_children(znodes.CONFIG_TOPICS, watch=True) or [])
         for gone in set(self.topic_configs) - names:
             del self.topic_configs[gone]
+            self._topic_configured(gone, {})
         for topic in sorted(names - set(self.topic_configs)):
             got = await self.zk.get(znodes.topic_config_path(topic))
             if got is not None:
                 self.topic_configs[topic] = EntityConfig.decode(got[0]).config
+                self._topic_configured(topic, self.topic_configs[topic])
 
     async def _process_config_changes(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
@@ -305,18 +320,20 @@ class ClusterMember:
             got = await self.zk.get(f"{znodes.CONFIG_CHANGES}/{child}")
             if got is None:
                 continue
-            entity = znodes.ConfigChangeNotification.decode(got[0]).entity_path
-            kind, _, name = entity.partition("/")
-            if kind == "users":
-                await self._load_user_config(name)
+            entity_path = znodes.ConfigChangeNotification.decode(got[0]).entity_path
+            entity = QuotaEntity.from_path(entity_path)
+            if entity is not None:
+                self._entity_configured(entity, await quota_configs.read_config(self.zk, entity))
                 continue
+            kind, _, name = entity_path.partition("/")
             if kind != "topics":
-                log.info("ignoring a config change of %s", entity)
+                log.info("ignoring a config change of %s", entity_path)
                 continue
             cfg = await self.zk.get(znodes.topic_config_path(name))
             overrides = EntityConfig.decode(cfg[0] if cfg else None).config
             self.topic_configs[name] = overrides
             log.info("topic %s: config overrides now %s", name, overrides)
+            self._topic_configured(name, overrides)
             self.broker.apply_topic_config(name, overrides)
 
     # controlled shutdown --------------------------------------------------------------------

@@ -19,7 +19,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote_plus
 
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
@@ -30,6 +30,7 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -47,7 +48,7 @@ PERSISTENT_PATHS = (
     "/admin",
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
-    "/config/clients",
+    CONFIG_CLIENTS,
     CONFIG_TOPICS,
     CONFIG_USERS,
     "/config/brokers",
@@ -109,9 +110,15 @@ def user_config_path(sanitized_user: str) -> str:
     return f"{CONFIG_USERS}/{sanitized_user}"
 
 
-def sanitize_user(user: str) -> str:
-    """A user name as Kafka's Sanitizer writes it into a znode name (URL-encoded)."""
-    return quote(user, safe="").replace("~", "%7E")
+def sanitize(name: str) -> str:
+    """A user or client id as Kafka's Sanitizer writes it into a znode name (URL-encoded,
+    a space as %20)."""
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    """Kafka's Sanitizer.desanitize (Java's URLDecoder: `+` is a space too)."""
+    return unquote_plus(name)
 
 
 def delete_topic_path(topic: str) -> str:

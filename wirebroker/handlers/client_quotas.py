@@ -1,0 +1,117 @@
+"""AlterClientQuotas v0-v1, DescribeClientQuotas v0-v1.
+
+Client quotas by user, client id, or both, and their defaults (`kafka-configs --entity-type
+users/clients`), with Kafka's validation (`wirebroker.quotas.entities`): each alteration is
+answered on its own (INVALID_REQUEST for a bad entity, key or value), a bad describe filter
+fails the whole request. The embedded broker keeps the configs in `client-quotas.json` and
+applies a change at once; a cluster keeps them in ZooKeeper (`/config/users`, `/config/clients`)
+and every broker applies a change when its `/config/changes` notification arrives, as in
+Kafka, so the answer may come a moment before the quota is enforced.
+Differences from Kafka: `ip` entities are refused (no connection quotas).
+"""
+
+from __future__ import annotations
+
+from protocol.errors import KafkaError
+from protocol.messages.alter_client_quotas import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+)
+from protocol.messages.describe_client_quotas import (
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+from wirebroker.dispatch import RequestContext, handles
+from wirebroker.quotas.entities import (
+    FilterComponent,
+    QuotaEntity,
+    altered,
+    check_filter,
+    described,
+)
+
+
+@handles(AlterClientQuotasRequest, (0, 1))
+async def alter_client_quotas(
+    ctx: RequestContext, request: AlterClientQuotasRequest
+) -> AlterClientQuotasResponse:
+    entries = []
+    for entry in request.entries:
+        result = AlterClientQuotasResponse.EntryData(
+            error_message=None,
+            entity=[
+                AlterClientQuotasResponse.EntityData(
+                    entity_type=e.entity_type, entity_name=e.entity_name
+                )
+                for e in entry.entity
+            ],
+        )
+        entries.append(result)
+        try:
+            entity = QuotaEntity.from_components(
+                (e.entity_type, e.entity_name) for e in entry.entity
+            )
+            config = altered(
+                entity,
+                await _config(ctx, entity),
+                [(op.key, None if op.remove else op.value) for op in entry.ops],
+            )
+            if not request.validate_only:
+                await _set_config(ctx, entity, config)
+        except KafkaError as e:
+            result.error_code = e.error_code
+            result.error_message = str(e)
+    return AlterClientQuotasResponse(entries=entries)
+
+
+async def _config(ctx: RequestContext, entity: QuotaEntity) -> dict[str, str]:
+    broker = ctx.broker
+    if broker.cluster is not None:
+        return await broker.cluster.client_quota_config(entity)
+    assert broker.quota_store is not None
+    return broker.quota_store.configs().get(entity, {})
+
+
+async def _set_config(ctx: RequestContext, entity: QuotaEntity, config: dict[str, str]) -> None:
+    broker = ctx.broker
+    if broker.cluster is not None:
+        await broker.cluster.set_client_quota_config(entity, config)
+        return
+    assert broker.quota_store is not None
+    await broker.quota_store.set(entity, config)
+    broker.quotas.update(entity, config)
+
+
+@handles(DescribeClientQuotasRequest, (0, 1))
+async def describe_client_quotas(
+    ctx: RequestContext, request: DescribeClientQuotasRequest
+) -> DescribeClientQuotasResponse:
+    components = [FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components]
+    try:
+        check_filter(components)
+    except KafkaError as e:
+        return DescribeClientQuotasResponse(
+            error_code=e.error_code, error_message=str(e), entries=None
+        )
+    broker = ctx.broker
+    if broker.cluster is not None:
+        configs = await broker.cluster.client_quota_configs()
+    else:
+        assert broker.quota_store is not None
+        configs = broker.quota_store.configs()
+    return DescribeClientQuotasResponse(
+        error_message=None,
+        entries=[
+            DescribeClientQuotasResponse.EntryData(
+                entity=[
+                    DescribeClientQuotasResponse.EntityData(entity_type=t, entity_name=n)
+                    for t, n in entity.components()
+                ],
+                values=[
+                    DescribeClientQuotasResponse.ValueData(key=k, value=v)
+                    for k, v in sorted(values.items())
+                ],
+            )
+            for entity, values in described(configs, components, request.strict)
+        ],
+    )

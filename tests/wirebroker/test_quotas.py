@@ -150,24 +150,39 @@ def test_alter_answers_each_entry(broker: BrokerProcess) -> None:
     request = A(
         entries=[
             entry([("client-id", app)], "producer_byte_rate", 100.0),
-            entry([("client-id", app)], "producer_byte_rate", 100.5),
+            entry([("client-id", "x")], "producer_byte_rate", 100.5),
             entry([("user", "")], "producer_byte_rate", 1.0),
-            entry([("client-id", app)], "SCRAM-SHA-256", 1.0),
+            entry([("client-id", "y")], "SCRAM-SHA-256", 1.0),
             entry([("ip", "127.0.0.1")], "connection_creation_rate", 1.0),
+            entry([("client-id", "z")], "producer_byte_rate", 1.5),
+            entry([("client-id", "z")], "producer_byte_rate", 2.0),  # the same entity: once
         ],
         validate_only=True,
     )
     with RawClient(broker.bootstrap) as raw:
         answer = raw.request(request, 1)
-        assert [(e.error_code, e.error_message) for e in answer.entries] == [
-            (ErrorCode.NONE, None),
-            (ErrorCode.INVALID_REQUEST, "Configuration producer_byte_rate must be a LONG value"),
-            (ErrorCode.INVALID_REQUEST, "Empty user not supported"),
-            (ErrorCode.INVALID_REQUEST, "Invalid configuration key SCRAM-SHA-256"),
+        assert [
+            ([(e.entity_type, e.entity_name) for e in a.entity], a.error_code, a.error_message)
+            for a in answer.entries
+        ] == [
+            ([("client-id", app)], ErrorCode.NONE, None),
             (
+                [("client-id", "x")],
+                ErrorCode.INVALID_REQUEST,
+                "Configuration producer_byte_rate must be a LONG value",
+            ),
+            ([("user", "")], ErrorCode.INVALID_REQUEST, "Empty user not supported"),
+            (
+                [("client-id", "y")],
+                ErrorCode.INVALID_REQUEST,
+                "Invalid configuration key SCRAM-SHA-256",
+            ),
+            (
+                [("ip", "127.0.0.1")],
                 ErrorCode.INVALID_REQUEST,
                 "IP quotas (connection_creation_rate) are not supported by wirebroker",
             ),
+            ([("client-id", "z")], ErrorCode.NONE, None),
         ]
         components = [
             DescribeClientQuotasRequest.ComponentData(

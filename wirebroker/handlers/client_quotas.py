@@ -2,7 +2,8 @@
 
 Client quotas by user, client id, or both, and their defaults (`kafka-configs --entity-type
 users/clients`), with Kafka's validation (`wirebroker.quotas.entities`): each alteration is
-answered on its own (INVALID_REQUEST for a bad entity, key or value), a bad describe filter
+answered on its own (INVALID_REQUEST for a bad entity, key or value; an entity named twice is
+answered once, for its last alteration, as Kafka answers with a map), a bad describe filter
 fails the whole request. The embedded broker keeps the configs in `client-quotas.json` and
 applies a change at once; a cluster keeps them in ZooKeeper (`/config/users`, `/config/clients`)
 and every broker applies a change when its `/config/changes` notification arrives, as in
@@ -35,18 +36,18 @@ from wirebroker.quotas.entities import (
 async def alter_client_quotas(
     ctx: RequestContext, request: AlterClientQuotasRequest
 ) -> AlterClientQuotasResponse:
-    entries = []
+    # One answer per entity, as Kafka's map of them: an entity named twice gets the last one.
+    entries: dict[frozenset[tuple[str, str | None]], AlterClientQuotasResponse.EntryData] = {}
     for entry in request.entries:
+        named = {e.entity_type: e.entity_name for e in entry.entity}
         result = AlterClientQuotasResponse.EntryData(
             error_message=None,
             entity=[
-                AlterClientQuotasResponse.EntityData(
-                    entity_type=e.entity_type, entity_name=e.entity_name
-                )
-                for e in entry.entity
+                AlterClientQuotasResponse.EntityData(entity_type=t, entity_name=n)
+                for t, n in named.items()
             ],
         )
-        entries.append(result)
+        entries[frozenset(named.items())] = result
         try:
             entity = QuotaEntity.from_components(
                 (e.entity_type, e.entity_name) for e in entry.entity
@@ -61,7 +62,7 @@ async def alter_client_quotas(
         except KafkaError as e:
             result.error_code = e.error_code
             result.error_message = str(e)
-    return AlterClientQuotasResponse(entries=entries)
+    return AlterClientQuotasResponse(entries=list(entries.values()))
 
 
 async def _config(ctx: RequestContext, entity: QuotaEntity) -> dict[str, str]:
@@ -100,7 +101,6 @@ async def describe_client_quotas(
         assert broker.quota_store is not None
         configs = broker.quota_store.configs()
     return DescribeClientQuotasResponse(
-        error_message=None,
         entries=[
             DescribeClientQuotasResponse.EntryData(
                 entity=[

@@ -13,7 +13,9 @@ controller moves that directory's leaders elsewhere.
 The admin operations of cluster mode live here too, written as Kafka's AdminZkClient writes
 them: CreateTopics writes `/config/topics/<t>` then `/brokers/topics/<t>` (the controller does
 the rest), DeleteTopics creates `/admin/delete_topics/<t>`, config changes write
-`/config/topics/<t>` and a `/config/changes/config_change_<seq>` notification.
+`/config/topics/<t>` and a `/config/changes/config_change_<seq>` notification. Dynamic broker
+configs likewise live in `/config/brokers/<id>` and `/config/brokers/<default>`; this broker
+follows its own and the default's notifications (`wirebroker.dynamic_config` applies them).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from protocol.messages.controlled_shutdown import (
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
+from wirebroker.dynamic_config import DEFAULT_ENTITY
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
 from wirebroker.peer import request_once
 from wirebroker.sasl.scram import HASHES, ScramCredential
@@ -256,11 +259,25 @@ class ClusterMember:
                 self.broker.apply_topic_config(topic, overrides)
         for user in await self.zk.get_children(znodes.CONFIG_USERS) or []:
             await self._load_user_config(user)
+        for entity in (DEFAULT_ENTITY, str(self.broker.node_id)):
+            await self._load_broker_config(entity)
+
+    # dynamic broker configs -------------------------------------------------------------------
+    async def broker_config(self, entity: str) -> dict[str, str]:
+        """The stored dynamic configs of `/config/brokers/<entity>` (passwords encrypted)."""
+        return await read_entity_config(self.zk, znodes.broker_config_path(entity))
+
+    async def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+        """Replace `/config/brokers/<entity>` and notify every broker, as Kafka's
+        AdminZkClient.changeBrokerConfig."""
+        await self._change_entity_config(f"brokers/{entity}", config)
+
+    async def _load_broker_config(self, entity: str) -> None:
+        self.broker.dynamic_config.apply(entity, await self.broker_config(entity))
 
     # user configs (SCRAM credentials) ------------------------------------------------------
     async def _load_user_config(self, sanitized_user: str) -> None:
-        got = await self.zk.get(znodes.user_config_path(sanitized_user))
-        config = EntityConfig.decode(got[0] if got else None).config
+        config = await read_entity_config(self.zk, znodes.user_config_path(sanitized_user))
         self.broker.scram_credentials.cache_user_config(unquote(sanitized_user), config)
 
     async def set_user_scram_credentials(
@@ -268,19 +285,24 @@ class ClusterMember:
     ) -> None:
         """Replace the user's SCRAM credentials in `/config/users/<user>` (keeping its other
         keys, quotas) and notify every broker, as Kafka's AdminZkClient does."""
-        path = znodes.user_config_path(znodes.sanitize_user(user))
-        got = await self.zk.get(path)
-        config = EntityConfig.decode(got[0] if got else None).config
+        sanitized = znodes.sanitize_user(user)
+        config = await read_entity_config(self.zk, znodes.user_config_path(sanitized))
         config = {k: v for k, v in config.items() if k not in HASHES}
         config.update({m: c.to_kafka_string() for m, c in credentials.items()})
-        data = EntityConfig(config).encode()
-        if got is None:
+        await self._change_entity_config(f"users/{sanitized}", config)
+
+    async def _change_entity_config(self, entity_path: str, config: dict[str, str]) -> None:
+        """Write `/config/<entity_path>` and a `/config/changes` notification naming it, as
+        Kafka's AdminZkClient.changeEntityConfig: every broker follows the notification."""
+        path = f"/config/{entity_path}"
+        data = EntityConfig(dict(config)).encode()
+        if await self.zk.exists(path) is None:
             await self.zk.create(path, data, makepath=True)
         else:
             await self.zk.set(path, data)
         await self.zk.create(
             f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-            znodes.ConfigChangeNotification(f"users/{znodes.sanitize_user(user)}").encode(),
+            znodes.ConfigChangeNotification(entity_path).encode(),
             sequence=True,
             makepath=True,
         )
@@ -310,11 +332,14 @@ class ClusterMember:
             if kind == "users":
                 await self._load_user_config(name)
                 continue
+            if kind == "brokers":
+                if name in (DEFAULT_ENTITY, str(self.broker.node_id)):
+                    await self._load_broker_config(name)
+                continue
             if kind != "topics":
                 log.info("ignoring a config change of %s", entity)
                 continue
-            cfg = await self.zk.get(znodes.topic_config_path(name))
-            overrides = EntityConfig.decode(cfg[0] if cfg else None).config
+            overrides = await read_entity_config(self.zk, znodes.topic_config_path(name))
             self.topic_configs[name] = overrides
             log.info("topic %s: config overrides now %s", name, overrides)
             self.broker.apply_topic_config(name, overrides)
@@ -539,8 +564,7 @@ class ClusterMember:
         """The topic's overrides, or None when the topic does not exist."""
         if await self.zk.exists(znodes.topic_path(name)) is None:
             return None
-        got = await self.zk.get(znodes.topic_config_path(name))
-        return EntityConfig.decode(got[0] if got else None).config
+        return await read_entity_config(self.zk, znodes.topic_config_path(name))
 
     async def set_topic_config(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False
@@ -549,18 +573,21 @@ class ClusterMember:
         log_config_for(self.config, overrides)  # validates
         if validate_only:
             return
-        path = znodes.topic_config_path(name)
-        data = EntityConfig(dict(overrides)).encode()
-        if await self.zk.exists(path) is None:
-            await self.zk.create(path, data, makepath=True)
-        else:
-            await self.zk.set(path, data)
-        await self.zk.create(
-            f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-            znodes.ConfigChangeNotification(f"topics/{name}").encode(),
-            sequence=True,
-            makepath=True,
-        )
+        await self._change_entity_config(f"topics/{name}", overrides)
+
+
+async def read_entity_config(zk: ZkClient, path: str) -> dict[str, str]:
+    """The config map of a `/config/<type>/<name>` znode ({} when there is none)."""
+    got = await zk.get(path)
+    return EntityConfig.decode(got[0] if got else None).config
+
+
+async def read_broker_configs(zk: ZkClient, broker_id: int) -> dict[str, dict[str, str]]:
+    """This broker's and the default's stored dynamic configs, by entity (read at start-up)."""
+    return {
+        entity: await read_entity_config(zk, znodes.broker_config_path(entity))
+        for entity in (DEFAULT_ENTITY, str(broker_id))
+    }
 
 
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE

@@ -30,6 +30,7 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 CONFIG_USERS = "/config/users"
+CONFIG_BROKERS = "/config/brokers"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -50,7 +51,7 @@ PERSISTENT_PATHS = (
     "/config/clients",
     CONFIG_TOPICS,
     CONFIG_USERS,
-    "/config/brokers",
+    CONFIG_BROKERS,
     "/config/ips",
     LOG_DIR_EVENT_NOTIFICATION,
     LATEST_PRODUCER_ID_BLOCK,
@@ -103,6 +104,11 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    """`/config/brokers/<id>`, or `/config/brokers/<default>` for the cluster-wide default."""
+    return f"{CONFIG_BROKERS}/{entity}"
 
 
 def user_config_path(sanitized_user: str) -> str:

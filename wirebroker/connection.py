@@ -8,7 +8,9 @@ responses written together in one system call; before a handler that may wait (a
 `_IMMEDIATE_KEYS`) the responses ahead of it are written. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
-connection idle for `connections.max.idle.ms` is closed. Bytes come and go through the
+connection idle for `connections.max.idle.ms` is closed. A new connection waits for room under
+`max.connections` and is closed at once when its address is at `max.connections.per.ip`
+(`wirebroker.connection_limits`). Bytes come and go through the
 connection's transport (`wirebroker.transport`): the socket itself on a PLAINTEXT or
 SASL_PLAINTEXT listener, TLS (`wirebroker.tls`, after its handshake) on an SSL one. On a SASL
 listener every frame goes to the connection's `SaslAuthenticator` until it is authenticated
@@ -153,6 +155,16 @@ async def serve_connection(
         client_host = str(peer[0])
     except OSError:
         peer, client_host = ("?", 0), "?"
+    limits = broker.connection_limits
+    if not await limits.admit(listener_name, client_host):
+        log.warning(
+            "closing connection from %s: the address holds its %d connections (max.connections.per.ip)",
+            client_host,
+            limits.per_ip_limit(client_host),
+        )
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+        return
     broker.stats.connections += 1
     connection: _Connection | None = None
     try:
@@ -172,6 +184,7 @@ async def serve_connection(
             nursery.cancel_scope.cancel()  # answers still waiting have no one to go to
     finally:
         broker.stats.connections -= 1
+        limits.release(listener_name, client_host)
         if connection is not None:
             connection.outbox.discard()
         with trio.CancelScope(shield=True):

@@ -4,7 +4,7 @@ One file in the first log dir holds every quota entity's config by its ZooKeeper
 (`{"version":1,"entities":{"users/alice":{"producer_byte_rate":"1048576"},
 "clients/<default>":{...}}}`), written atomically (temporary file, fsync, rename) in a worker
 thread. An entity whose config becomes empty is dropped, as Kafka deletes an empty quota
-znode. In a cluster the configs live in ZooKeeper instead (`wirebroker.zk.quota_configs`).
+znode. In a cluster the configs live in ZooKeeper instead (`wirebroker.zk.entity_configs`).
 SCRAM credentials, which Kafka keeps in the same user znodes, stay in the embedded broker's
 `scram-credentials.json`.
 """
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 import trio
 
+from wirebroker.json_file import write_json_atomically
 from wirebroker.quotas.entities import QuotaEntity
 
 log = logging.getLogger(__name__)
@@ -51,25 +52,11 @@ class ClientQuotaStore:
             self.entities[entity] = dict(config)
         else:
             self.entities.pop(entity, None)
-        text = json.dumps(
-            {
-                "version": 1,
-                "entities": {e.path: c for e, c in sorted(self.entities.items(), key=_by_path)},
-            },
-            indent=1,
-        )
+        obj = {
+            "version": 1,
+            "entities": {e.path: dict(c) for e, c in self.entities.items()},
+        }
         async with self._lock:
-            await trio.to_thread.run_sync(_write, self.path, text)
-
-
-def _by_path(item: tuple[QuotaEntity, dict[str, str]]) -> str:
-    return item[0].path
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+            await trio.to_thread.run_sync(
+                partial(write_json_atomically, self.path, obj, sort_keys=True)
+            )

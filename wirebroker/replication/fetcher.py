@@ -97,6 +97,11 @@ class ReplicaFetcher:
         self.partitions[tp] = FetchState(topic_id, fetch_offset, epoch)
         self._wake.set()
 
+    def adopt(self, tp: TopicPartition, state: FetchState) -> None:
+        """Take a partition from another fetcher with its state (a change of fetcher count)."""
+        self.partitions[tp] = state
+        self._wake.set()
+
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
 

@@ -14,7 +14,9 @@ controller moves that directory's leaders elsewhere.
 The admin operations of cluster mode live here too, written as Kafka's AdminZkClient writes
 them: CreateTopics writes `/config/topics/<t>` then `/brokers/topics/<t>` (the controller does
 the rest), DeleteTopics creates `/admin/delete_topics/<t>`, config changes write
-`/config/topics/<t>` and a `/config/changes/config_change_<seq>` notification.
+`/config/topics/<t>` and a `/config/changes/config_change_<seq>` notification. Dynamic broker
+configs likewise live in `/config/brokers/<id>` and `/config/brokers/<default>`; this broker
+follows its own and the default's notifications (`wirebroker.dynamic_config` applies them).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from protocol.messages.controlled_shutdown import (
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
+from wirebroker.dynamic_config import DEFAULT_ENTITY
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
 from wirebroker.peer import request_once
 from wirebroker.quotas.entities import DEFAULT, QuotaEntity
@@ -45,8 +48,9 @@ from wirebroker.sasl.scram import HASHES, ScramCredential
 from wirebroker.tls import inter_broker_client_context
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
-from wirebroker.zk import quota_configs, znodes
+from wirebroker.zk import entity_configs, znodes
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
+from wirebroker.zk.entity_configs import read_entity_config
 from wirebroker.zk.znodes import (
     BrokerRegistration,
     Endpoint,
@@ -262,11 +266,26 @@ class ClusterMember:
             self._topic_configured(topic, overrides)
             if overrides:
                 self.broker.apply_topic_config(topic, overrides)
-        for entity, config in (await quota_configs.read_all(self.zk)).items():
+        for entity, config in (await entity_configs.read_users_and_clients(self.zk)).items():
             self._entity_configured(entity, config)
+        for broker in (DEFAULT_ENTITY, str(self.broker.node_id)):
+            await self._load_broker_config(broker)
 
     def _topic_configured(self, topic: str, overrides: dict[str, str]) -> None:
         self.broker.replication_quotas.topic_configured(topic, overrides)
+
+    # dynamic broker configs -------------------------------------------------------------------
+    async def broker_config(self, entity: str) -> dict[str, str]:
+        """The stored dynamic configs of `/config/brokers/<entity>` (passwords encrypted)."""
+        return await read_entity_config(self.zk, znodes.broker_config_path(entity))
+
+    async def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+        """Replace `/config/brokers/<entity>` and notify every broker, as Kafka's
+        AdminZkClient.changeBrokerConfig."""
+        await entity_configs.change_entity_config(self.zk, f"brokers/{entity}", config)
+
+    async def _load_broker_config(self, entity: str) -> None:
+        self.broker.dynamic_config.apply(entity, await self.broker_config(entity))
 
     # user and client configs (SCRAM credentials, client quotas) ----------------------------
     def _entity_configured(self, entity: QuotaEntity, config: dict[str, str]) -> None:
@@ -278,14 +297,14 @@ class ClusterMember:
 
     async def client_quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
         """Every user and client entity's config, read from ZooKeeper now."""
-        return await quota_configs.read_all(self.zk)
+        return await entity_configs.read_users_and_clients(self.zk)
 
     async def client_quota_config(self, entity: QuotaEntity) -> dict[str, str]:
-        return await quota_configs.read_config(self.zk, entity)
+        return await entity_configs.read_user_or_client_config(self.zk, entity)
 
     async def set_client_quota_config(self, entity: QuotaEntity, config: dict[str, str]) -> None:
         """Replace an entity's config and notify every broker (this one included)."""
-        await quota_configs.write_config(self.zk, entity, config)
+        await entity_configs.change_user_or_client_config(self.zk, entity, config)
 
     async def set_user_scram_credentials(
         self, user: str, credentials: dict[str, ScramCredential]
@@ -293,10 +312,10 @@ class ClusterMember:
         """Replace the user's SCRAM credentials in `/config/users/<user>` (keeping its other
         keys, quotas) and notify every broker, as Kafka's AdminZkClient does."""
         entity = QuotaEntity(znodes.sanitize(user), None)
-        config = await quota_configs.read_config(self.zk, entity)
+        config = await entity_configs.read_user_or_client_config(self.zk, entity)
         config = {k: v for k, v in config.items() if k not in HASHES}
         config.update({m: c.to_kafka_string() for m, c in credentials.items()})
-        await quota_configs.write_config(self.zk, entity, config)
+        await entity_configs.change_user_or_client_config(self.zk, entity, config)
 
     async def _on_config_topics(self) -> None:
         """A topic was created (its config znode comes first) or deleted: keep the cache whole."""
@@ -323,14 +342,19 @@ class ClusterMember:
             entity_path = znodes.ConfigChangeNotification.decode(got[0]).entity_path
             entity = QuotaEntity.from_path(entity_path)
             if entity is not None:
-                self._entity_configured(entity, await quota_configs.read_config(self.zk, entity))
+                self._entity_configured(
+                    entity, await entity_configs.read_user_or_client_config(self.zk, entity)
+                )
                 continue
             kind, _, name = entity_path.partition("/")
+            if kind == "brokers":
+                if name in (DEFAULT_ENTITY, str(self.broker.node_id)):
+                    await self._load_broker_config(name)
+                continue
             if kind != "topics":
                 log.info("ignoring a config change of %s", entity_path)
                 continue
-            cfg = await self.zk.get(znodes.topic_config_path(name))
-            overrides = EntityConfig.decode(cfg[0] if cfg else None).config
+            overrides = await read_entity_config(self.zk, znodes.topic_config_path(name))
             self.topic_configs[name] = overrides
             log.info("topic %s: config overrides now %s", name, overrides)
             self._topic_configured(name, overrides)
@@ -556,8 +580,7 @@ class ClusterMember:
         """The topic's overrides, or None when the topic does not exist."""
         if await self.zk.exists(znodes.topic_path(name)) is None:
             return None
-        got = await self.zk.get(znodes.topic_config_path(name))
-        return EntityConfig.decode(got[0] if got else None).config
+        return await read_entity_config(self.zk, znodes.topic_config_path(name))
 
     async def set_topic_config(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False
@@ -566,18 +589,15 @@ class ClusterMember:
         log_config_for(self.config, overrides)  # validates
         if validate_only:
             return
-        path = znodes.topic_config_path(name)
-        data = EntityConfig(dict(overrides)).encode()
-        if await self.zk.exists(path) is None:
-            await self.zk.create(path, data, makepath=True)
-        else:
-            await self.zk.set(path, data)
-        await self.zk.create(
-            f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-            znodes.ConfigChangeNotification(f"topics/{name}").encode(),
-            sequence=True,
-            makepath=True,
-        )
+        await entity_configs.change_entity_config(self.zk, f"topics/{name}", overrides)
+
+
+async def read_broker_configs(zk: ZkClient, broker_id: int) -> dict[str, dict[str, str]]:
+    """This broker's and the default's stored dynamic configs, by entity (read at start-up)."""
+    return {
+        entity: await read_entity_config(zk, znodes.broker_config_path(entity))
+        for entity in (DEFAULT_ENTITY, str(broker_id))
+    }
 
 
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE

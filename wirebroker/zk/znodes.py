@@ -31,6 +31,7 @@ CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 CONFIG_USERS = "/config/users"
 CONFIG_CLIENTS = "/config/clients"
+CONFIG_BROKERS = "/config/brokers"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -51,7 +52,7 @@ PERSISTENT_PATHS = (
     CONFIG_CLIENTS,
     CONFIG_TOPICS,
     CONFIG_USERS,
-    "/config/brokers",
+    CONFIG_BROKERS,
     "/config/ips",
     LOG_DIR_EVENT_NOTIFICATION,
     LATEST_PRODUCER_ID_BLOCK,
@@ -104,6 +105,11 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    """`/config/brokers/<id>`, or `/config/brokers/<default>` for the cluster-wide default."""
+    return f"{CONFIG_BROKERS}/{entity}"
 
 
 def user_config_path(sanitized_user: str) -> str:

@@ -321,6 +321,10 @@ class ClientQuotas:
             (CONTROLLER_MUTATION_RATE, self.controller_mutation),
         ]
 
+    def entities(self) -> set[QuotaEntity]:
+        """The entities with a quota set."""
+        return {entity for _, manager in self.managers() for entity in manager.overrides}
+
     def update(self, entity: QuotaEntity, config: Mapping[str, str]) -> None:
         """Apply an entity's config (Kafka's QuotaConfigHandler): each quota key sets that
         type's quota, a missing one removes it. A value that is not a number is logged and

@@ -136,6 +136,10 @@ class ReplicationQuotas:
             "follower", FOLLOWER_RATE, FOLLOWER_REPLICAS, config, samples, window_ms
         )
 
+    def topics(self) -> set[str]:
+        """The topics with throttled replicas here."""
+        return set(self.leader.throttled) | set(self.follower.throttled)
+
     def topic_configured(self, topic: str, overrides: Mapping[str, str]) -> None:
         """A topic's configs are (now) these overrides; {} when it is gone."""
         self.leader.topic_configured(topic, overrides, self.broker_id)

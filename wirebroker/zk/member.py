@@ -261,12 +261,18 @@ class ClusterMember:
             got = await self.zk.get(znodes.topic_config_path(topic))
             if got is not None:
                 configs[topic] = EntityConfig.decode(got[0]).config
+        # (Again after a new session: what went meanwhile is forgotten, the rest applied.)
+        for topic in self.broker.replication_quotas.topics() - set(configs):
+            self._topic_configured(topic, {})
         self.topic_configs = configs
         for topic, overrides in configs.items():
             self._topic_configured(topic, overrides)
             if overrides:
                 self.broker.apply_topic_config(topic, overrides)
-        for entity, config in (await entity_configs.read_users_and_clients(self.zk)).items():
+        entities = await entity_configs.read_users_and_clients(self.zk)
+        for entity in self.broker.quotas.entities() - set(entities):
+            self._entity_configured(entity, {})
+        for entity, config in entities.items():
             self._entity_configured(entity, config)
         for broker in (DEFAULT_ENTITY, str(self.broker.node_id)):
             await self._load_broker_config(broker)

@@ -114,7 +114,8 @@ async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None
     response carries the request's throttle time (`wirebroker.quotas.throttle`)."""
     reg = REGISTRY[ctx.header.request_api_key]
     started = perf_counter()
-    throttle.request_started(ctx)
+    if ctx.broker.quotas.request.enabled:
+        throttle.request_started(ctx)
     error = ErrorCode.NONE
     try:
         response = await reg.handler(ctx, body)
@@ -128,7 +129,9 @@ async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None
         log.exception("%s v%d: unexpected error in handler", type(body).__name__, ctx.api_version)
         error = ErrorCode.UNKNOWN_SERVER_ERROR
         response = error_response(ctx, body, error)
-    throttle_ms = throttle.request_done(ctx)
+    if ctx.quota_started is not None:
+        throttle.request_throttle(ctx)
+    throttle_ms = ctx.throttle_time_ms
     if throttle_ms and response is not None:
         if isinstance(response, Later):
             response = Later(partial(_throttled_later, response, throttle_ms))

@@ -51,7 +51,9 @@ Waiting = list[tuple[Partition, int, PartitionResponse]]
 
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
-    throttle.record(ctx, ctx.broker.quotas.produce, ctx.request_size)
+    quota = ctx.broker.quotas.produce
+    if quota.enabled:
+        throttle.record(ctx, quota, ctx.request_size)
     if request.acks == 0:
         throttle.exempt(ctx)  # from the request quota; the byte rate still counts, as Kafka's
     acks_valid = request.acks in (0, 1, -1)

@@ -99,12 +99,10 @@ class ClientQuotaManager:
         self.overrides: dict[QuotaEntity, float] = {}
         #: Kafka's quotaTypesEnabled: the levels ever set (0: nothing is measured).
         self.levels = 0
+        #: A quota of this type was ever set: its requests are measured (read on hot paths).
+        self.enabled = False
         self.sensors: dict[Tags, Sensor] = {}
         self._purged_ms = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.levels != 0
 
     def update_quota(self, entity: QuotaEntity, bound: float | None) -> None:
         """Set (or with None remove) the quota of `entity`, and re-bound the live sensors."""
@@ -112,6 +110,7 @@ class ClientQuotaManager:
             self.levels |= USER_CLIENT_ID_LEVEL if entity.client_id is not None else USER_LEVEL
         else:
             self.levels |= CLIENT_ID_LEVEL
+        self.enabled = True
         if bound is None:
             if self.overrides.pop(entity, None) is not None:
                 log.info("removed the %s quota of %s", self.quota_type, entity.path)

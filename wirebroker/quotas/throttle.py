@@ -1,15 +1,16 @@
 """A request's throttle: its client quotas recorded, its response's `throttle_time_ms` (KIP-219).
 
-The dispatcher calls :func:`request_started` before a handler and :func:`request_done` after
-it. A handler that records a quota of its own (Produce: the request bytes; Fetch: the response
-bytes, and the request time itself so that a throttled fetch answers empty; CreateTopics,
-CreatePartitions, DeleteTopics: controller mutations) reports the throttle time with
-:func:`throttle`. `request_done` records the request time (`request_percentage`) of every
-other request but the exempt ones (Kafka's cluster actions, a follower's fetch, an acks=0
-produce), sets the response's `throttle_time_ms` to the largest throttle (a `Later` answer
-gets it when ready: the dispatcher's part), and leaves it in `ctx.throttle_time_ms`: the connection then sends the
-answer at once and reads nothing more from the client for that long (Kafka mutes the
-channel), while clients of KIP-219 versions also back off themselves.
+The dispatcher calls :func:`request_started` before a handler (when request quotas are set) and
+:func:`request_throttle` after it, which records the request time (`request_percentage`) of
+every request but the exempt ones (Kafka's cluster actions, a follower's fetch, an acks=0
+produce: :func:`exempt`). A handler that records a quota of its own reports the throttle time
+with :func:`throttle` (Produce: the request bytes; Fetch: the response bytes, and the request
+time itself, so that a throttled fetch answers empty; CreateTopics, CreatePartitions,
+DeleteTopics: controller mutations). The largest throttle time stays in
+`ctx.throttle_time_ms`; the dispatcher puts it in the response (:func:`set_throttle_time`; a
+`Later` answer gets it when ready) and the connection sends the answer at once and then reads
+nothing more from the client for that long (Kafka mutes the channel); clients of KIP-219
+versions also back off themselves.
 
 The request time is measured by :class:`TaskTime`, an instrument of the trio run that adds up
 how long each task runs; it is installed when a request quota first applies, so a broker
@@ -71,8 +72,8 @@ def _task_time() -> TaskTime:
 
 
 def request_started(ctx: RequestContext) -> None:
-    """Note where the request's task time starts, when request quotas apply."""
-    if ctx.broker.quotas.request.enabled and ctx.header.request_api_key not in CLUSTER_ACTIONS:
+    """Note where the request's task time starts (request quotas are set)."""
+    if ctx.header.request_api_key not in CLUSTER_ACTIONS:
         ctx.quota_started = _task_time().current()
 
 
@@ -112,13 +113,6 @@ def throttle(ctx: RequestContext, manager: ClientQuotaManager, throttle_ms: int)
     user, client_id = session_names(ctx.principal, ctx.client_id)
     manager.throttled(user, client_id, throttle_ms, ctx.broker.now_ms())
     ctx.throttle_time_ms = max(ctx.throttle_time_ms, throttle_ms)
-
-
-def request_done(ctx: RequestContext) -> int:
-    """Record the request quota (unless done or exempt); the request's throttle time."""
-    if ctx.quota_started is not None:
-        request_throttle(ctx)
-    return ctx.throttle_time_ms
 
 
 _HAS_THROTTLE_TIME: dict[type, bool] = {}

@@ -118,10 +118,15 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
             }
 
             # enforced on the other broker
-            await call(b2, _create("held", 2), 2)
+            # with a follower: acks=all waits for it, the answer is a `Later`
+            await call(b2, _create("held", 2, 1), 2)
             await eventually(
-                lambda: (p := b2.broker.partition("held", 0)) is not None and p.is_local_leader,
-                what="broker 2 leads held-0",
+                lambda: (
+                    (p := b2.broker.partition("held", 0)) is not None
+                    and p.is_local_leader
+                    and len(p.isr) == 2
+                ),
+                what="broker 2 leads held-0, broker 1 in its ISR",
             )
             listener = b2.listeners[0]
             body: ProduceRequest = produce_request("held", 0, [SimpleRecord(None, b"q" * 15_000)])
@@ -153,14 +158,14 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
     trio.run(main)
 
 
-def _create(name: str, broker_id: int) -> CreateTopicsRequest:
-    """One partition led by `broker_id`."""
+def _create(name: str, *replicas: int) -> CreateTopicsRequest:
+    """One partition on `replicas`, led by the first."""
     T = CreateTopicsRequest
     topic = T.CreatableTopic(
         name=name,
         num_partitions=-1,
         replication_factor=-1,
-        assignments=[T.CreatableReplicaAssignment(partition_index=0, broker_ids=[broker_id])],
+        assignments=[T.CreatableReplicaAssignment(partition_index=0, broker_ids=list(replicas))],
     )
     return T(topics=[topic], timeout_ms=10_000)
 

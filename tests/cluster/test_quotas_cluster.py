@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from compat.kafka_process import jars_available, kafka_broker, run_kafka_tool
+from compat.kafka_process import jars_available, kafka_broker
 from protocol.errors import ErrorCode
 from protocol.messages.alter_client_quotas import AlterClientQuotasRequest
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
@@ -232,96 +231,3 @@ def _entries(answer: Any) -> set[tuple[Any, ...]]:
         )
         for entry in answer.entries
     }
-
-
-REASSIGN_COMMAND = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
-THROTTLE = 250_000  # bytes a second
-
-
-@pytest.mark.skipif(not jars_available(), reason="no Kafka jars: run `make jars`")
-def test_reassign_partitions_with_a_throttle(zk_connect: str, tmp_path: Path) -> None:
-    """kafka-reassign-partitions --execute --throttle moves a partition with data no faster
-    than the throttle, and --verify, once it is done, clears the throttles (exit code 0)."""
-    plan = tmp_path / "reassign.json"
-    plan.write_text(
-        json.dumps(
-            {"version": 1, "partitions": [{"topic": "moving", "partition": 0, "replicas": [2]}]}
-        )
-    )
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            # small replica fetches: the throttle holds back each one, not a megabyte at once
-            brokers = [
-                await start_broker(
-                    nursery, zk_connect, tmp_path, i, replica_fetch_max_bytes="65536"
-                )
-                for i in (1, 2, 3)
-            ]
-            b1, b2 = brokers[0], brokers[1]
-            await call(b1, _create("moving", 1), 2)
-            await eventually(
-                lambda: (p := b1.broker.partition("moving", 0)) is not None and p.is_local_leader,
-                what="broker 1 leads moving-0",
-            )
-            listener = b1.listeners[0]
-            for _ in range(100):  # 1.6 MB in 16 kB batches
-                batch = [SimpleRecord(None, b"m" * 1000) for _ in range(16)]
-                body = produce_request("moving", 0, batch, acks=1)
-                got = await request_once(listener.host, listener.port, body, 9, client_id="fill")
-                assert got.responses[0].partition_responses[0].error_code == ErrorCode.NONE
-            source = b1.broker.partition("moving", 0)
-            assert source is not None
-            size, end = source.log.size_in_bytes, source.log_end_offset
-
-            bootstrap = ["--bootstrap-server", b1.bootstrap_servers]
-            started = time.monotonic()
-            executed = await trio.to_thread.run_sync(
-                run_kafka_tool,
-                REASSIGN_COMMAND,
-                [*bootstrap, "--reassignment-json-file", str(plan), "--execute"]
-                + ["--throttle", str(THROTTLE)],
-            )
-            assert b"The inter-broker throttle limit was set to 250000 B/s" in executed.stdout
-            # The throttles reach both sides: the leader's and the new follower's.
-            await eventually(
-                lambda: (
-                    b1.broker.replication_quotas.leader.is_throttled("moving", 0)
-                    and b2.broker.replication_quotas.follower.is_throttled("moving", 0)
-                ),
-                what="the throttled replicas",
-            )
-            assert b2.broker.config.get_int("follower.replication.throttled.rate") == THROTTLE
-
-            def moved() -> bool:
-                p = b2.broker.partition("moving", 0)
-                return p is not None and p.is_local_leader and p.log_end_offset == end
-
-            await eventually(moved, timeout=60, what="moving-0 on broker 2")
-            elapsed = time.monotonic() - started
-            # Bounded by the throttle (the JVM's start-up is in `elapsed` too: it only slows).
-            assert size / elapsed <= 1.2 * THROTTLE, (size, elapsed)
-
-            verified = await trio.to_thread.run_sync(
-                run_kafka_tool,
-                REASSIGN_COMMAND,
-                [*bootstrap, "--reassignment-json-file", str(plan), "--verify"],
-            )
-            assert verified.returncode == 0
-            assert b"Reassignment of partition moving-0 is completed" in verified.stdout
-            assert b"Clearing broker-level throttles on brokers 1,2" in verified.stdout
-            topic_config = await znode(b1, "/config/topics/moving")
-            assert not any("throttled" in key for key in topic_config["config"])
-            for i in (1, 2):
-                stored = await znode(b1, f"/config/brokers/{i}")
-                assert stored is None or not stored["config"], stored
-            await eventually(
-                lambda: (
-                    not b1.broker.replication_quotas.leader.is_throttled("moving", 0)
-                    and b2.broker.config.get_int("follower.replication.throttled.rate") > THROTTLE
-                ),
-                what="the throttles cleared",
-            )
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)

@@ -39,6 +39,7 @@ from wirebroker.quotas.entities import (
     CONTROLLER_MUTATION_RATE,
     DEFAULT,
     PRODUCER_BYTE_RATE,
+    QUOTA_KEYS,
     REQUEST_PERCENTAGE,
     QuotaEntity,
 )
@@ -334,11 +335,7 @@ class ClientQuotas:
             bound = None
             if text is not None:
                 try:
-                    bound = (
-                        float(int(text))
-                        if key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)
-                        else float(text)
-                    )
+                    bound = float(int(text) if QUOTA_KEYS[key] == "long" else text)
                 except ValueError:
                     log.error("ignoring %s=%r of %s: not a number", key, text, entity.path)
             if bound is not None or entity in manager.overrides:

@@ -26,6 +26,14 @@ from protocol.messages.produce import ProduceResponse
 from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess, broker_process
 from tests.wirebroker.helpers import RawClient, create_topic, produce_request, scrape, value
+from tests.wirebroker.secured import (
+    TOPIC,
+    acl,
+    create_topics,
+    grant,
+    login,
+    secured_properties,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +48,9 @@ RUN_S = 8.0
 #: back about as long: its steady rate is measured after that.
 SETTLE_S = 2.0
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+WRITE = 4  # Kafka's AclOperation
+A = AlterClientQuotasRequest
+D = DescribeClientQuotasRequest
 ENDPOINT = re.compile(r"metrics endpoint on (?P<url>http://\S+/metrics)")
 
 needs_jars = pytest.mark.skipif(not jars_available(), reason="no Kafka jars: run `make jars`")
@@ -138,8 +149,6 @@ def test_describe_filters_and_errors(broker: BrokerProcess) -> None:
 
 
 def test_alter_answers_each_entry(broker: BrokerProcess) -> None:
-    A = AlterClientQuotasRequest
-
     def entry(entity: list[tuple[str, str | None]], key: str, value: float) -> A.EntryData:
         return A.EntryData(
             entity=[A.EntityData(entity_type=t, entity_name=n) for t, n in entity],
@@ -358,3 +367,43 @@ def test_quotas_survive_a_restart(tmp_path: Path) -> None:
             ("producer_byte_rate", 4096.0)
         ]
     assert (tmp_path / "client-quotas.json").exists()
+
+
+def test_user_quotas_follow_the_sasl_principal_and_need_permissions(tmp_path: Path) -> None:
+    """A user's quota applies to the SASL user whatever its client id; the quota APIs need
+    ALTER_CONFIGS / DESCRIBE_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED), as Kafka."""
+    properties = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        **secured_properties(),
+    }
+    with broker_process(tmp_path, properties) as broker:
+        bootstrap = f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
+        topic = "user-quota"
+        create_topics(bootstrap, topic)
+        grant(
+            bootstrap, acl(TOPIC, topic, "User:alice", WRITE), acl(TOPIC, topic, "User:bob", WRITE)
+        )
+        alice_quota = A(
+            entries=[
+                A.EntryData(
+                    entity=[A.EntityData(entity_type="user", entity_name="alice")],
+                    ops=[A.OpData(key="producer_byte_rate", value=1000.0)],
+                )
+            ]
+        )
+        with RawClient(bootstrap, plain=login("bob")) as bob:
+            refused = bob.request(alice_quota, 1)
+            assert [(e.error_code, e.error_message) for e in refused.entries] == [
+                (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+            ]
+            described = bob.request(D(components=[]), 1)
+            assert described.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            assert described.entries is None
+        with RawClient(bootstrap, plain=login("admin")) as admin:
+            assert [e.error_code for e in admin.request(alice_quota, 1).entries] == [0]
+        body = produce_request(topic, 0, [SimpleRecord(None, b"u" * 15_000)])
+        for user, throttled in (("alice", True), ("bob", False)):
+            with RawClient(bootstrap, plain=login(user), client_id=f"{user}-{uuid.uuid4()}") as c:
+                answer: ProduceResponse = c.request(body, 9)
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+            assert (answer.throttle_time_ms > 2000) is throttled, (user, answer.throttle_time_ms)

@@ -8,12 +8,14 @@ fails the whole request. The embedded broker keeps the configs in `client-quotas
 applies a change at once; a cluster keeps them in ZooKeeper (`/config/users`, `/config/clients`)
 and every broker applies a change when its `/config/changes` notification arrives, as in
 Kafka, so the answer may come a moment before the quota is enforced.
+Authorization, as Kafka: altering needs ALTER_CONFIGS on the cluster, describing
+DESCRIBE_CONFIGS (else CLUSTER_AUTHORIZATION_FAILED, for every entry of an alteration).
 Differences from Kafka: `ip` entities are refused (no connection quotas).
 """
 
 from __future__ import annotations
 
-from protocol.errors import KafkaError
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_client_quotas import (
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
@@ -22,6 +24,7 @@ from protocol.messages.describe_client_quotas import (
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
 )
+from wirebroker.authorizer.acls import AUTHORIZATION_MESSAGES, AclOperation
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.quotas.entities import (
     FilterComponent,
@@ -36,6 +39,7 @@ from wirebroker.quotas.entities import (
 async def alter_client_quotas(
     ctx: RequestContext, request: AlterClientQuotasRequest
 ) -> AlterClientQuotasResponse:
+    allowed = ctx.authorize_cluster(AclOperation.ALTER_CONFIGS)
     # One answer per entity, as Kafka's map of them: an entity named twice gets the last one.
     entries: dict[frozenset[tuple[str, str | None]], AlterClientQuotasResponse.EntryData] = {}
     for entry in request.entries:
@@ -48,6 +52,10 @@ async def alter_client_quotas(
             ],
         )
         entries[frozenset(named.items())] = result
+        if not allowed:
+            result.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            result.error_message = AUTHORIZATION_MESSAGES[ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+            continue
         try:
             entity = QuotaEntity.from_components(
                 (e.entity_type, e.entity_name) for e in entry.entity
@@ -87,6 +95,11 @@ async def _set_config(ctx: RequestContext, entity: QuotaEntity, config: dict[str
 async def describe_client_quotas(
     ctx: RequestContext, request: DescribeClientQuotasRequest
 ) -> DescribeClientQuotasResponse:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return DescribeClientQuotasResponse(
+            error_code=code, error_message=AUTHORIZATION_MESSAGES[code], entries=None
+        )
     components = [FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components]
     try:
         check_filter(components)

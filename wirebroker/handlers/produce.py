@@ -14,6 +14,10 @@ confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
+Authorization, as Kafka: transactional records need WRITE on the transactional id (else every
+partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, before a topic is looked up). Idempotence needs no more here: it
+was authorized when the producer got its id (InitProducerId).
 acks=all (-1) is answered once the high watermark passed every appended batch, i.e. every
 in-sync replica has it, or after the request's `timeout_ms` (REQUEST_TIMED_OUT); an ISR smaller
 than `min.insync.replicas` refuses the append (NOT_ENOUGH_REPLICAS), and an ISR that shrank below
@@ -36,7 +40,9 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
+from protocol.record_batch import first_batch_is_transactional
 from storage.errors import InvalidRecordError
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
@@ -57,6 +63,10 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     if request.acks == 0:
         throttle.exempt(ctx)  # from the request quota; the byte rate still counts, as Kafka's
     acks_valid = request.acks in (0, 1, -1)
+    refused = _transaction_refused(ctx, request)
+    writable = ctx.authorized(
+        AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data)
+    )
     waiting: Waiting = []
     topics = []
     for topic in request.topic_data:
@@ -64,8 +74,14 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
         for data in topic.partition_data:
             result = PartitionResponse(index=data.index, base_offset=-1)
             partitions.append(result)
+            if refused:
+                result.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
             if not acks_valid:
                 result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
+                continue
+            if topic.name not in writable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             appended = _append(ctx, topic.name, data, result, request.acks)
             if appended is not None and request.acks == -1:
@@ -89,6 +105,19 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     if waiting:
         return Later(partial(_await_replication, waiting, request.timeout_ms, response))
     return response
+
+
+def _transaction_refused(ctx: RequestContext, request: ProduceRequest) -> bool:
+    """Transactional records need WRITE on the request's transactional id (Kafka looks at each
+    partition's first batch); without it the whole request is refused."""
+    if not any(
+        data.records is not None and first_batch_is_transactional(data.records)
+        for topic in request.topic_data
+        for data in topic.partition_data
+    ):
+        return False
+    tid = request.transactional_id
+    return tid is None or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
 
 
 def _settle(waiting: Waiting) -> Waiting:

@@ -109,6 +109,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         _k("socket.request.max.bytes", "int", "104857600", "Largest request frame accepted."),
         _k("connections.max.idle.ms", "long", "600000", "Close connections idle this long."),
+        _k(
+            "request.timeout.ms",
+            "int",
+            "30000",
+            "How long WriteTxnMarkers waits for its markers to be replicated.",
+        ),
         # the broker's defaults of topic configs (their topic names: wirebroker.topic_configs);
         # a dynamic change applies at once to every topic without its own override, as in Kafka
         _k(

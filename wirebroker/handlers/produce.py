@@ -14,6 +14,9 @@ confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
+Transactional batches start (or continue) their producer's transaction on the partition,
+which ends with the coordinator's marker (`wirebroker.txn_markers`); a non-transactional batch
+while its producer's transaction is ongoing is INVALID_TXN_STATE.
 Authorization, as Kafka: transactional records need WRITE on the transactional id (else every
 partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else its partitions are
 TOPIC_AUTHORIZATION_FAILED, before a topic is looked up). Idempotence needs no more here: it
@@ -28,7 +31,8 @@ connection until the answer has gone; see `wirebroker.connection`).
 A client over its `producer_byte_rate` quota (the request's bytes, every request counted) is
 answered with the throttle time, and its connection muted for it (`wirebroker.quotas`); the
 quota is recorded when the request arrives (Kafka: when it is answered).
-Differences from Kafka: transactional produce is accepted but no transaction state is kept yet.
+Differences from Kafka: the KIP-890 verification of a producer's first transactional batch
+with its transaction coordinator is not done here yet.
 """
 
 from __future__ import annotations
@@ -36,15 +40,13 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-import trio
-
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
 from protocol.record_batch import first_batch_is_transactional
 from storage.errors import InvalidRecordError
 from wirebroker.authorizer.acls import AclOperation, ResourceType
+from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
-from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
 from wirebroker.quotas import throttle
 
@@ -124,11 +126,11 @@ def _settle(waiting: Waiting) -> Waiting:
     """Answer the partitions whose high watermark passed their batch; the others remain."""
     still = []
     for partition, required, result in waiting:
-        done, error = partition.check_enough_replicas_reach_offset(required)
-        if done:
-            result.error_code = error
-        else:
+        error = replicated((partition, required))
+        if error is None:
             still.append((partition, required, result))
+        else:
+            result.error_code = error
     return still
 
 
@@ -136,15 +138,11 @@ async def _await_replication(
     waiting: Waiting, timeout_ms: int, response: ProduceResponse
 ) -> ProduceResponse:
     """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
-    sources = [partition.state_waiters for partition, _, _ in waiting]
-    with Wakeup(sources) as wakeup, trio.move_on_after(max(timeout_ms, 0) / 1000):
-        while waiting:
-            wakeup.arm()
-            waiting = _settle(waiting)
-            if waiting:
-                await wakeup.wait()
-    for _partition, _required, result in waiting:
-        result.error_code = ErrorCode.REQUEST_TIMED_OUT
+    errors = await await_replication(
+        [(p, required) for p, required, _ in waiting], timeout_ms / 1000
+    )
+    for (_partition, _required, result), error in zip(waiting, errors, strict=True):
+        result.error_code = error
     return response
 
 

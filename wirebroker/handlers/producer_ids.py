@@ -18,9 +18,11 @@ scope); it only hands out and persists the id and epoch. Authorization, as Kafka
 transactional id needs WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), an idempotent
 producer IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 
-DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp
-from the partition's producer state; coordinator epoch and transaction start are always -1. It
-needs READ on each topic (else TOPIC_AUTHORIZATION_FAILED in its partitions).
+DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp,
+the coordinator epoch of its last transaction marker and the first offset of its ongoing
+transaction (-1 without one), from the partition's producer state, as Kafka's
+activeProducerState (what `kafka-transactions find-hanging` reads). It needs READ on each
+topic (else TOPIC_AUTHORIZATION_FAILED in its partitions).
 """
 
 from __future__ import annotations

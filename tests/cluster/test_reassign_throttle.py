@@ -38,7 +38,10 @@ def test_reassign_partitions_with_a_throttle(kind: str, tmp_path: Path) -> None:
             + ["--replica-assignment", "1"],
         )
         wait_for(lambda: cluster.partitions(topic)[0].leader == 1, 60.0, "broker 1 to lead")
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": 1, "linger.ms": 5})
+        # Batches far smaller than a fetch: a fetch returns at least one whole batch.
+        producer = Producer(
+            {"bootstrap.servers": cluster.bootstrap, "acks": 1, "linger.ms": 5, "batch.size": 16384}
+        )
         for _ in range(DATA // 1000):
             producer.produce(topic, b"m" * 1000)
             producer.poll(0)

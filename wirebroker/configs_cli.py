@@ -151,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
 def _alter(
     zk: KazooClient, user: str, added: dict[str, ScramCredential], deleted: list[str]
 ) -> None:
-    sanitized = znodes.sanitize_user(user)
+    sanitized = znodes.sanitize(user)
     path = znodes.user_config_path(sanitized)
     data = zk.get(path)[0] if zk.exists(path) else None
     config = znodes.EntityConfig.decode(data).config
@@ -175,7 +175,7 @@ def _alter(
 
 def _describe(zk: KazooClient, user: str | None) -> None:
     names = (
-        [znodes.sanitize_user(user)]
+        [znodes.sanitize(user)]
         if user
         else sorted(zk.get_children(znodes.CONFIG_USERS) if zk.exists(znodes.CONFIG_USERS) else [])
     )

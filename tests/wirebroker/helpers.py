@@ -28,8 +28,10 @@ from protocol.errors import ErrorCode
 from protocol.framing import frame
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.headers import RequestHeader
+from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
@@ -230,6 +232,47 @@ def create_topic(
         response: CreateTopicsResponse = client.request(request, 7)
     (result,) = response.topics
     assert result.error_code == ErrorCode.NONE, (result.error_code, result.error_message)
+
+
+def describe_configs(
+    bootstrap: str, resource_type: int, name: str, keys: list[str] | None = None
+) -> DescribeConfigsResponse.DescribeConfigsResult:
+    """DescribeConfigs v4 (with synonyms) of one resource: 2 topic, 4 broker, 8 broker loggers."""
+    request = DescribeConfigsRequest(
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=resource_type, resource_name=name, configuration_keys=keys
+            )
+        ],
+        include_synonyms=True,
+    )
+    with RawClient(bootstrap) as client:
+        (result,) = client.request(request, 4).results
+    return result
+
+
+def alter_configs(
+    bootstrap: str,
+    resource_type: int,
+    name: str,
+    operations: Sequence[tuple[str, int, str | None]],
+    *,
+    validate_only: bool = False,
+) -> tuple[int, str | None]:
+    """(error code, message) of IncrementalAlterConfigs v1 on one resource; each operation is
+    (name, 0 SET / 1 DELETE / 2 APPEND / 3 SUBTRACT, value)."""
+    resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=resource_type,
+        resource_name=name,
+        configs=[
+            IncrementalAlterConfigsRequest.AlterableConfig(name=n, config_operation=op, value=value)
+            for n, op, value in operations
+        ],
+    )
+    request = IncrementalAlterConfigsRequest(resources=[resource], validate_only=validate_only)
+    with RawClient(bootstrap) as client:
+        (response,) = client.request(request, 1).responses
+    return response.error_code, response.error_message
 
 
 def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> tuple[int, int]:

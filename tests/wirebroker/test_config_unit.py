@@ -11,13 +11,8 @@ import pytest
 from protocol.errors import ErrorCode, KafkaError
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, ConfigError, Listener, parse_properties
-from wirebroker.topic_configs import (
-    DEFAULT_CONFIG,
-    DYNAMIC_TOPIC_CONFIG,
-    STATIC_BROKER_CONFIG,
-    effective_values,
-    log_config_for,
-)
+from wirebroker.config_sources import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG
+from wirebroker.topic_configs import effective_values, log_config_for
 from wirebroker.topics import validate_topic_name
 
 
@@ -144,16 +139,23 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_topic_config_sources() -> None:
-    config = BrokerConfig.from_properties({"log.retention.hours": "2"})
+    config = BrokerConfig.from_properties({"log.retention.hours": "2", "log.roll.ms": "60000"})
     values = {v.name: v for v in effective_values(config, {"segment.bytes": "1048576"})}
     assert (values["segment.bytes"].value, values["segment.bytes"].source) == (
         "1048576",
         DYNAMIC_TOPIC_CONFIG,
     )
-    assert (values["retention.ms"].value, values["retention.ms"].source) == (
-        "7200000",
+    assert (values["segment.ms"].value, values["segment.ms"].source) == (
+        "60000",
         STATIC_BROKER_CONFIG,
     )
+    # As Kafka 3.9 reports it: the value follows log.retention.hours, but synonyms start at
+    # log.retention.ms, which nothing sets, so none is listed and the source is the default.
+    assert (values["retention.ms"].value, values["retention.ms"].source) == (
+        "7200000",
+        DEFAULT_CONFIG,
+    )
+    assert values["retention.ms"].synonyms == ()
     assert values["cleanup.policy"].source == DEFAULT_CONFIG
     assert log_config_for(config, {"segment.bytes": "1048576"}).segment_bytes == 1048576
 

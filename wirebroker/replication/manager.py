@@ -29,6 +29,7 @@ from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrRe
 from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.errors import KafkaStorageError
+from wirebroker.dynamic_config import thread_count_check
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError
 from wirebroker.replication.fetcher import ReplicaFetcher
@@ -81,6 +82,9 @@ class ReplicaManager:
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
             security=broker.peer_security,
+        )
+        broker.dynamic_config.add_reconfigurable(
+            thread_count_check(config, "num.replica.fetchers", self._fetcher_count_changed)
         )
 
     # addresses ----------------------------------------------------------------------------
@@ -242,14 +246,29 @@ class ReplicaManager:
     def _fetcher_id(self, tp: TopicPartition) -> int:
         return abs(31 * java_string_hash(tp.topic) + tp.partition) % self.num_fetchers
 
-    def _add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
-        key = (p.leader, self._fetcher_id(tp))
+    def _fetcher(self, source: int, tp: TopicPartition) -> ReplicaFetcher:
+        key = (source, self._fetcher_id(tp))
         fetcher = self.fetchers.get(key)
         if fetcher is None:
-            fetcher = self.fetchers[key] = ReplicaFetcher(self, p.leader, key[1])
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, source, key[1])
             if self._nursery is not None:
                 self._nursery.start_soon(fetcher.run)
-        fetcher.add(tp, p.topic_id, p.log_end_offset, p.leader_epoch)
+        return fetcher
+
+    def _add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
+        self._fetcher(p.leader, tp).add(tp, p.topic_id, p.log_end_offset, p.leader_epoch)
+
+    def _fetcher_count_changed(self, changed: frozenset[str]) -> None:
+        """`num.replica.fetchers` changed at run time: every followed partition moves to its
+        fetcher under the new count, keeping its fetch state (Kafka's
+        resizeFetcherThreadPool)."""
+        self.num_fetchers = max(1, self.broker.config.get_int("num.replica.fetchers"))
+        old, self.fetchers = self.fetchers, {}
+        for fetcher in old.values():
+            fetcher.stop()
+            for tp, state in fetcher.partitions.items():
+                self._fetcher(fetcher.source_id, tp).adopt(tp, state)
+        log.info("%d replica fetchers per source broker now", self.num_fetchers)
 
     def _remove_fetcher(self, tp: TopicPartition) -> None:
         for key, fetcher in list(self.fetchers.items()):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
+from wirebroker.json_file import write_json_atomically
 from wirebroker.sasl.scram import HASHES, ScramCredential
 
 log = logging.getLogger(__name__)
@@ -83,9 +83,4 @@ class ScramCredentialStore:
                 for user, creds in sorted(self._users.items())
             },
         }
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json_atomically(self.path, obj)

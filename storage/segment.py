@@ -24,8 +24,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import crc32c
-
+from protocol.checksum import crc32c
 from protocol.errors import CorruptRecordError, ProtocolError
 from protocol.legacy_records import LegacyMessageView
 from protocol.record_batch import TimestampType
@@ -587,7 +586,7 @@ def _scan_valid(
     max_ts, off_max = -1, base
     v2_unpack = _V2_HEAD.unpack_from
     legacy_unpack = _LEGACY_HEAD.unpack_from
-    crc = crc32c.crc32c
+    crc = crc32c
     limit = base + _INT_MAX
     while end - pos >= 17:
         magic = view[pos + 16]

@@ -2,7 +2,7 @@
 
 `serve_metrics(broker, task_status=...)` binds `wirebroker.metrics.listener` (HOST:PORT; unset:
 no endpoint, nothing listens) and answers `GET /metrics` with the text exposition format of a
-registry this broker owns (`wirebroker.metrics.BrokerCollector`), never prometheus_client's
+registry this broker owns (`wirebroker.metrics_collector.BrokerCollector`), never prometheus_client's
 global one, so several brokers in one process do not mix. It runs on the broker's trio thread,
 so the collector reads the broker's state without locks, and each connection is one request
 and one response (`Connection: close`). Anything but GET or HEAD of `/metrics` is answered
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
 
-from wirebroker.metrics import BrokerCollector
+from wirebroker.metrics_collector import BrokerCollector
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker

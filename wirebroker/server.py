@@ -35,7 +35,6 @@ from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
-from wirebroker.metrics_http import serve_metrics
 from wirebroker.tls import ListenerContexts
 
 if TYPE_CHECKING:
@@ -123,7 +122,11 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
-            await nursery.start(serve_metrics, broker)
+            if config.metrics_listener() is not None:
+                # Imported here: prometheus_client only when the endpoint is on (start-up time).
+                from wirebroker.metrics_http import serve_metrics
+
+                await nursery.start(serve_metrics, broker)
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
                 broker.node_id,

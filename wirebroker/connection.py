@@ -173,7 +173,7 @@ async def serve_connection(
     try:
         transport: Transport
         if tls is None:
-            transport = PlainTransport(sock.fileno())
+            transport = PlainTransport(sock)
         else:
             transport = TlsTransport(sock.fileno(), tls[0])
             try:

@@ -34,7 +34,7 @@ def test_a_late_answer_holds_back_the_ones_behind_it() -> None:
         ours.setblocking(False)
         theirs.setblocking(False)
         with ours, theirs:
-            outbox = _Outbox(PlainTransport(ours.fileno()))
+            outbox = _Outbox(PlainTransport(ours))
             outbox.put([b"first"])
             late = outbox.put(None)  # an acks=all produce still waiting for its followers
             outbox.put([b"third"])
@@ -55,7 +55,7 @@ def test_a_flush_during_another_leaves_the_writing_to_it() -> None:
         theirs.setblocking(False)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         with ours, theirs:
-            outbox = _Outbox(PlainTransport(ours.fileno()))
+            outbox = _Outbox(PlainTransport(ours))
             big = b"x" * 1_000_000  # more than the socket takes at once: the writer must wait
             outbox.put([big])
             async with trio.open_nursery() as nursery:

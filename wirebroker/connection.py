@@ -30,11 +30,13 @@ even one already received (pipelined), until the throttle time has passed.
 
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
-:class:`~wirebroker.dispatch.Later`: an acks=all Produce waiting for its followers) waits in a
-task of its own while the connection goes on with the next requests, up to
-`MAX_WAITING_PER_CONNECTION` at once. A producer's pipelined batches are then appended
-back to back and replicated together, instead of one follower round trip each; their
-answers still leave in request order.
+:class:`~wirebroker.dispatch.Later`: an acks=all Produce waiting for its followers, a Fetch
+long-polling for data) waits in a task of its own while the connection goes on with the next
+requests, up to `MAX_WAITING_PER_CONNECTION` at once. A producer's pipelined batches are then
+appended back to back and replicated together, instead of one follower round trip each, and
+the requests a client sends behind a long-polling Fetch are handled at once; their answers
+still leave in request order. A `Later` whose answer is throttled mutes the connection from
+then on.
 """
 
 from __future__ import annotations
@@ -77,8 +79,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Handlers that never wait in the connection's own task: Produce (its replication wait is a
-# `Later`), ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator, ApiVersions.
-_IMMEDIATE_KEYS = frozenset({0, 2, 3, 8, 9, 10, 18})
+# `Later`), Fetch (its long poll is a `Later`), ListOffsets, Metadata, OffsetCommit,
+# OffsetFetch, FindCoordinator, ApiVersions.
+_IMMEDIATE_KEYS = frozenset({0, 1, 2, 3, 8, 9, 10, 18})
 # Seconds without a byte after which a connection drops its receive buffer (the next one starts
 # small again).
 BUFFER_IDLE_S = 1.0
@@ -102,6 +105,9 @@ class _Outbox:
     `flush` writes the filled slots at the head and stops at the first unfilled one, so no
     answer overtakes an earlier one. One task writes at a time: a flush that finds another in
     progress returns at once, and the writing task picks up what became ready meanwhile.
+    With `gather`, the flush first lets the other tasks ready in the same scheduler pass run,
+    so answers completed by one event (a moved high watermark completes every acks=all Produce
+    it covers) fill their slots and leave in one write, not one each.
     """
 
     __slots__ = ("transport", "slots", "_writing")
@@ -116,12 +122,14 @@ class _Outbox:
         self.slots.append(slot)
         return slot
 
-    async def flush(self) -> None:
+    async def flush(self, *, gather: bool = False) -> None:
         if self._writing:
             return
         self._writing = True
         try:
             slots = self.slots
+            if gather and slots and slots[0].chunks is not None:
+                await trio.lowlevel.checkpoint()
             while slots and slots[0].chunks is not None:
                 ready: list[list[Any]] = []
                 while slots and (chunks := slots[0].chunks) is not None:
@@ -307,6 +315,8 @@ class _Connection:
             # responses leave together in one system call (pipelined clients send several).
             try:
                 while (frame := frames.next_frame()) is not NEED_DATA:
+                    if self.unmuted_at and self.unmuted_at > trio.current_time():
+                        await self._throttled()  # a `Later` answer was throttled meanwhile
                     if self.session is not None and self.sasl is None:
                         self._check_session(frame)  # type: ignore[arg-type]
                     if self.sasl is None:
@@ -424,21 +434,26 @@ class _Connection:
                 await self.outbox.flush()  # then wait for an earlier request to be answered
                 await self.waiting.acquire()
             assert self.nursery is not None
-            self.nursery.start_soon(
-                self._answer_later, response, slot, header, api_key, api_version
-            )
+            self.nursery.start_soon(self._answer_later, response, slot, header, ctx)
             return
         self.outbox.put(encode_response_chunks(header, response, api_key, api_version))
 
     async def _answer_later(
-        self, later: Later, slot: _Slot, header: ResponseHeader, api_key: int, api_version: int
+        self, later: Later, slot: _Slot, header: ResponseHeader, ctx: RequestContext
     ) -> None:
         """Wait for a `Later` response, fill its slot and write what is ready."""
         try:
             response = await later.finish()
-            slot.chunks = encode_response_chunks(header, response, api_key, api_version)
+            slot.chunks = encode_response_chunks(
+                header, response, ctx.header.request_api_key, ctx.api_version
+            )
+            if ctx.throttle_time_ms:  # found throttled when its answer was ready
+                self.unmuted_at = max(
+                    self.unmuted_at, trio.current_time() + ctx.throttle_time_ms / 1000
+                )
             self.waiting.release()
-            await self.outbox.flush()
+            # Other answers still waiting may have been completed by the same event.
+            await self.outbox.flush(gather=self.waiting.value < MAX_WAITING_PER_CONNECTION)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             self._close()
         except Exception:

@@ -182,6 +182,8 @@ class BrokerStats:
         replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id  # type: ignore[attr-defined]
         fetch = self.fetch_follower if replica_id >= 0 else self.fetch_consumer
         fetch.versions[version] += 1
+        if type(response) is Later:  # a long poll: timed until answered
+            return Later(partial(_timed, response, started, (stats, fetch)))
         elapsed = perf_counter() - started
         stats.observe(elapsed)
         fetch.observe(elapsed)

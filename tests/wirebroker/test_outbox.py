@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Sequence
+from typing import Any
 
 import trio
 import trio.testing
 
-from wirebroker.connection import _Outbox
+from wirebroker.connection import _Outbox, _Slot
 from wirebroker.transport import PlainTransport
 
 
@@ -68,5 +70,45 @@ def test_a_flush_during_another_leaves_the_writing_to_it() -> None:
                     await trio.lowlevel.wait_readable(theirs)
                     received += theirs.recv(1 << 20)
             assert _frames(received) == [big, b"small"]
+
+    trio.run(main)
+
+
+class CountingTransport(PlainTransport):
+    """A socket's transport that counts its writes."""
+
+    __slots__ = ("writes",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.writes = 0
+
+    async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
+        self.writes += 1
+        await super().send_frames(responses)
+
+
+def test_answers_completed_by_one_event_leave_in_one_write() -> None:
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        theirs.setblocking(False)
+        with ours, theirs:
+            transport = CountingTransport(ours)
+            outbox = _Outbox(transport)
+            replicated = trio.Event()  # e.g. the high watermark both produces wait for
+
+            async def answer(slot: _Slot, body: bytes) -> None:
+                await replicated.wait()
+                slot.chunks = [body]
+                await outbox.flush(gather=True)
+
+            async with trio.open_nursery() as nursery:
+                for body in (b"first", b"second"):
+                    nursery.start_soon(answer, outbox.put(None), body)
+                await trio.testing.wait_all_tasks_blocked()
+                replicated.set()
+            assert transport.writes == 1
+            assert _received(theirs) == [b"first", b"second"]
 
     trio.run(main)

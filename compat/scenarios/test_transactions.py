@@ -1,0 +1,27 @@
+"""Transactions through each client that has a transactional producer: confluent-kafka, the
+Java client (``compat/java/TxnClient.java``), kafka-python (3.x) and aiokafka; kcat has none.
+Scenarios and observations are in ``compat/transactions.py`` (shared with ``tests/``); on
+Kafka the observation must also be the golden one ``tests/`` holds wirebroker to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from compat import transactions
+from compat.test_differential import differences
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("client", transactions.CLIENTS)
+@pytest.mark.parametrize("scenario", sorted(transactions.SCENARIOS))
+def test_transactions(scenario: str, client: str, observe: Any) -> None:
+    def run(t: Any) -> Any:
+        got = transactions.observe(scenario, client, t.bootstrap)
+        if t.name == "kafka":
+            transactions.check_golden(scenario, client, got)
+        return got
+
+    observe(run, differences)

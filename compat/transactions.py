@@ -1,0 +1,949 @@
+"""The transaction scenarios, shared by ``compat/`` (Kafka, then wirebroker, compared) and
+``tests/`` (wirebroker alone, against the expectations below, which were taken on Kafka 3.9).
+
+Each client with a transactional producer sits behind one small interface, :class:`TxnClient`:
+confluent-kafka, kafka-python, aiokafka (on an asyncio loop of its own in a thread) and the
+Java client (``compat/java/TxnClient.java``, run by Java's single-file source launcher on
+Kafka's jars and driven line by line over stdin/stdout). A client's errors become
+:class:`ClientError` named as that client names them (exception class, or librdkafka's error
+name), so an observation says what an application would see.
+
+A scenario runs against one broker and returns a plain, comparable observation:
+
+- ``interleaved``: committed and aborted transactions in turn, then one left open: what the
+  client's read_committed and read_uncommitted consumers hand the application, the last stable
+  offset, the aborted transactions a read_committed Fetch lists, and what each offset of the
+  log holds (transactional data, a COMMIT or an ABORT marker).
+- ``consume_transform_produce``: a copier that reads a topic as a group member, writes each
+  record transformed, and commits the group's offsets inside the transaction: the group's
+  offsets before and after each commit or abort (with ``require_stable``: pending), the output.
+- ``zombie_fencing``: a second producer with the same transactional.id fences the first; what
+  the zombie's produce and commit get.
+
+Records are ``(offset, key, value)`` as the application got them: control records never
+appear, and the offsets show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from compat.kafka_process import kafka_tool_command
+from protocol.errors import ErrorCode
+from protocol.messages.fetch import FetchRequest
+from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.record_batch import SimpleRecord
+from protocol.records import iter_batches, iter_records
+from tests.wirebroker.helpers import RawClient, create_topic, produce_request
+
+CLIENTS = ("confluent-kafka", "java", "kafka-python", "aiokafka")
+TIMEOUT = 30.0
+JAVA_PROGRAM = Path(__file__).parent / "java" / "TxnClient.java"
+
+Record = tuple[int, str | None, str]
+T = TypeVar("T")
+
+
+class ClientError(Exception):
+    """A client call failed; ``name`` is the client's own name for the error."""
+
+    def __init__(self, name: str, detail: str = "") -> None:
+        super().__init__(f"{name}: {detail}" if detail else name)
+        self.name = name
+
+
+class TxnClient(Protocol):
+    """One client instance: a transactional producer, and a read_committed group member."""
+
+    def init(self) -> None: ...
+    def begin(self) -> None: ...
+    def send(self, topic: str, partition: int, key: str, value: str) -> None: ...
+    def flush(self) -> list[int | str]:
+        """Wait for every send so far: each one's offset, or the client's error name."""
+        ...
+
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
+    def subscribe(self, group: str, topic: str) -> None: ...
+    def poll(self, n: int) -> list[Record]: ...
+    def seek(self, topic: str, partition: int, offset: int) -> None: ...
+    def send_offsets(self, topic: str, partition: int, offset: int) -> None:
+        """The member's next offset, committed with the transaction (its group metadata)."""
+        ...
+
+    def read(self, topic: str, partition: int, isolation: str, end: int) -> list[Record]:
+        """A fresh consumer from the start until its position is ``end``: what it got."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_client(
+    client: str, bootstrap: str, transactional_id: str, transaction_timeout_ms: int | None = None
+) -> TxnClient:
+    """A client with a transactional producer for ``transactional_id`` (not yet initialised)."""
+    kinds: dict[str, Callable[[str, str, int | None], TxnClient]] = {
+        "confluent-kafka": ConfluentTxn,
+        "java": JavaTxn,
+        "kafka-python": KafkaPythonTxn,
+        "aiokafka": AiokafkaTxn,
+    }
+    return kinds[client](bootstrap, transactional_id, transaction_timeout_ms)
+
+
+def error_of(call: Callable[[], object]) -> str | None:
+    """The client's error name for ``call()``, or None when it succeeds."""
+    try:
+        call()
+    except ClientError as e:
+        return e.name
+    return None
+
+
+def _deadline_loop(what: str) -> Callable[[], None]:
+    deadline = time.monotonic() + TIMEOUT
+
+    def check() -> None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {TIMEOUT:.0f} s: {what}")
+
+    return check
+
+
+def _text(b: bytes | None) -> str | None:
+    return None if b is None else b.decode()
+
+
+# --------------------------------------------------------------------------- confluent-kafka
+
+
+class ConfluentTxn:
+    def __init__(self, bootstrap: str, transactional_id: str, timeout_ms: int | None) -> None:
+        from confluent_kafka import Producer
+
+        self.bootstrap = bootstrap
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+        }
+        if timeout_ms is not None:
+            conf["transaction.timeout.ms"] = timeout_ms
+        self.producer = Producer(conf)
+        self.outcomes: list[tuple[Any, Any] | None] = []
+        self.member: Any = None
+        self.buffer: list[Record] = []
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        from confluent_kafka import KafkaException
+
+        try:
+            return fn(*args)
+        except KafkaException as e:
+            raise ClientError(e.args[0].name(), e.args[0].str()) from e
+
+    def init(self) -> None:
+        self._call(self.producer.init_transactions, TIMEOUT)
+
+    def begin(self) -> None:
+        self._call(self.producer.begin_transaction)
+
+    def send(self, topic: str, partition: int, key: str, value: str) -> None:
+        i = len(self.outcomes)
+        self.outcomes.append(None)
+
+        def delivered(err: Any, msg: Any) -> None:
+            # Kept as objects: flush() may be raising a fatal error meanwhile, and a call
+            # into the C extension now would fail.
+            self.outcomes[i] = (err, msg)
+
+        self._call(self.producer.produce, topic, value.encode(), key.encode(), partition, delivered)
+
+    def flush(self) -> list[int | str]:
+        from confluent_kafka import KafkaException
+
+        try:
+            self.producer.flush(TIMEOUT)
+            failed = None
+        except KafkaException as e:  # a fatal error (fenced) raises from flush()
+            failed = f"flush: {e.args[0].name()}"
+        out: list[int | str] = []
+        for outcome in self.outcomes:
+            if outcome is None:
+                assert failed, "confluent-kafka: a delivery went unreported after flush()"
+                out.append(failed)
+            else:
+                err, msg = outcome
+                out.append(msg.offset() if err is None else err.name())
+        self.outcomes = []
+        return out
+
+    def commit(self) -> None:
+        self._call(self.producer.commit_transaction, TIMEOUT)
+
+    def abort(self) -> None:
+        self._call(self.producer.abort_transaction, TIMEOUT)
+
+    def _consumer(self, group: str, isolation: str) -> Any:
+        from confluent_kafka import Consumer
+
+        return Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": group,
+                "isolation.level": isolation,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+
+    def subscribe(self, group: str, topic: str) -> None:
+        self.member = self._consumer(group, "read_committed")
+        self.member.subscribe([topic])
+        check = _deadline_loop("confluent-kafka: no partitions assigned")
+        while not self.member.assignment():
+            check()
+            self._take(self.member.poll(0.1))
+
+    def _take(self, m: Any) -> None:
+        if m is None:
+            return
+        if m.error():
+            raise ClientError(m.error().name(), m.error().str())
+        self.buffer.append((m.offset(), _text(m.key()), m.value().decode()))
+
+    def poll(self, n: int) -> list[Record]:
+        check = _deadline_loop(f"confluent-kafka: {n} records")
+        while len(self.buffer) < n:
+            check()
+            self._take(self.member.poll(0.1))
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.buffer = []
+        self._call(self.member.seek, TopicPartition(topic, partition, offset))
+
+    def send_offsets(self, topic: str, partition: int, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self._call(
+            self.producer.send_offsets_to_transaction,
+            [TopicPartition(topic, partition, offset)],
+            self.member.consumer_group_metadata(),
+            TIMEOUT,
+        )
+
+    def read(self, topic: str, partition: int, isolation: str, end: int) -> list[Record]:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        consumer = self._consumer(f"read-{uuid.uuid4().hex[:8]}", isolation)
+        saved, self.buffer = self.buffer, []
+        try:
+            consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            check = _deadline_loop(f"confluent-kafka: position {end} of {topic}")
+            while consumer.position([TopicPartition(topic, partition)])[0].offset < end:
+                check()
+                self._take(consumer.poll(0.1))
+            return self.buffer
+        finally:
+            self.buffer = saved
+            consumer.close()
+
+    def close(self) -> None:
+        from confluent_kafka import KafkaException
+
+        if self.member is not None:
+            self.member.close()
+        with contextlib.suppress(KafkaException):  # raised again by a fenced producer
+            self.producer.flush(5)
+
+
+# --------------------------------------------------------------------------- kafka-python
+
+
+class KafkaPythonTxn:
+    def __init__(self, bootstrap: str, transactional_id: str, timeout_ms: int | None) -> None:
+        from kafka import KafkaProducer
+
+        self.bootstrap = bootstrap
+        extra = {} if timeout_ms is None else {"transaction_timeout_ms": timeout_ms}
+        self.producer = self._call(
+            KafkaProducer, bootstrap_servers=bootstrap, transactional_id=transactional_id, **extra
+        )
+        self.futures: list[Any] = []
+        self.member: Any = None
+        self.buffer: list[Record] = []
+
+    @staticmethod
+    def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        from kafka.errors import KafkaError
+
+        try:
+            return fn(*args, **kwargs)
+        except KafkaError as e:
+            raise ClientError(type(e).__name__, str(e)) from e
+
+    def init(self) -> None:
+        self._call(self.producer.init_transactions)
+
+    def begin(self) -> None:
+        self._call(self.producer.begin_transaction)
+
+    def send(self, topic: str, partition: int, key: str, value: str) -> None:
+        future = self._call(
+            self.producer.send, topic, value=value.encode(), key=key.encode(), partition=partition
+        )
+        self.futures.append(future)
+
+    def flush(self) -> list[int | str]:
+        from kafka.errors import KafkaError
+
+        with contextlib.suppress(KafkaError):  # each send's outcome says it
+            self.producer.flush(TIMEOUT)
+        out: list[int | str] = []
+        for f in self.futures:
+            try:
+                out.append(f.get(TIMEOUT).offset)
+            except KafkaError as e:
+                out.append(type(e).__name__)
+        self.futures = []
+        return out
+
+    def commit(self) -> None:
+        self._call(self.producer.commit_transaction)
+
+    def abort(self) -> None:
+        self._call(self.producer.abort_transaction)
+
+    def _consumer(self, group: str | None, isolation: str) -> Any:
+        from kafka import KafkaConsumer
+
+        return KafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=group,
+            isolation_level=isolation,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+
+    def _take(self, polled: dict[Any, list[Any]]) -> None:
+        for messages in polled.values():
+            for m in messages:
+                self.buffer.append((m.offset, _text(m.key), m.value.decode()))
+
+    def subscribe(self, group: str, topic: str) -> None:
+        self.member = self._consumer(group, "read_committed")
+        self.member.subscribe([topic])
+        check = _deadline_loop("kafka-python: no partitions assigned")
+        while not self.member.assignment():
+            check()
+            self._take(self.member.poll(100))
+
+    def poll(self, n: int) -> list[Record]:
+        check = _deadline_loop(f"kafka-python: {n} records")
+        while len(self.buffer) < n:
+            check()
+            self._take(self.member.poll(100))
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        from kafka import TopicPartition
+
+        self.buffer = []
+        self.member.seek(TopicPartition(topic, partition), offset)
+
+    def send_offsets(self, topic: str, partition: int, offset: int) -> None:
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        offsets = {TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)}
+        self._call(self.producer.send_offsets_to_transaction, offsets, self.member.group_metadata())
+
+    def read(self, topic: str, partition: int, isolation: str, end: int) -> list[Record]:
+        from kafka import TopicPartition
+
+        consumer = self._consumer(None, isolation)
+        saved, self.buffer = self.buffer, []
+        try:
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            check = _deadline_loop(f"kafka-python: position {end} of {topic}")
+            while consumer.position(tp) < end:
+                check()
+                self._take(consumer.poll(100))
+            return self.buffer
+        finally:
+            self.buffer = saved
+            consumer.close()
+
+    def close(self) -> None:
+        if self.member is not None:
+            self.member.close()
+        self.producer.close(5)
+
+
+# --------------------------------------------------------------------------- aiokafka
+
+
+class AiokafkaTxn:
+    """aiokafka on an event loop of its own, running in a thread between calls (so its
+    producer's sender and its member's heartbeats go on while the scenario waits)."""
+
+    def __init__(self, bootstrap: str, transactional_id: str, timeout_ms: int | None) -> None:
+        self.bootstrap = bootstrap
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
+        self.producer: Any = None
+        self.sends: list[Any] = []
+        self.member: Any = None
+        self.group = ""
+        self.buffer: list[Record] = []
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        from aiokafka.errors import KafkaError
+
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(TIMEOUT * 2)
+        except KafkaError as e:
+            raise ClientError(type(e).__name__, str(e)) from e
+
+    def init(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        async def start() -> Any:
+            extra = {} if self.timeout_ms is None else {"transaction_timeout_ms": self.timeout_ms}
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap, transactional_id=self.transactional_id, **extra
+            )
+            await producer.start()  # InitProducerId happens here
+            return producer
+
+        self.producer = self._run(start())
+
+    def begin(self) -> None:
+        self._run(self.producer.begin_transaction())
+
+    def send(self, topic: str, partition: int, key: str, value: str) -> None:
+        self.sends.append(
+            self._run(self.producer.send(topic, value.encode(), key.encode(), partition))
+        )
+
+    def flush(self) -> list[int | str]:
+        from aiokafka.errors import KafkaError
+
+        async def outcomes() -> list[int | str]:
+            out: list[int | str] = []
+            for f in self.sends:
+                try:
+                    out.append((await f).offset)
+                except KafkaError as e:
+                    out.append(type(e).__name__)
+            return out
+
+        out = self._run(outcomes())
+        self.sends = []
+        return out
+
+    def commit(self) -> None:
+        self._run(self.producer.commit_transaction())
+
+    def abort(self) -> None:
+        self._run(self.producer.abort_transaction())
+
+    async def _consumer(self, group: str | None, isolation: str) -> Any:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=group,
+            isolation_level=isolation,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        return consumer
+
+    def _take(self, polled: dict[Any, list[Any]]) -> None:
+        for messages in polled.values():
+            for m in messages:
+                self.buffer.append((m.offset, _text(m.key), m.value.decode()))
+
+    def subscribe(self, group: str, topic: str) -> None:
+        async def join() -> None:
+            self.member = await self._consumer(group, "read_committed")
+            self.member.subscribe([topic])
+            check = _deadline_loop("aiokafka: no partitions assigned")
+            while not self.member.assignment():
+                check()
+                self._take(await self.member.getmany(timeout_ms=100))
+
+        self.group = group
+        self._run(join())
+
+    def poll(self, n: int) -> list[Record]:
+        async def more() -> None:
+            check = _deadline_loop(f"aiokafka: {n} records")
+            while len(self.buffer) < n:
+                check()
+                self._take(await self.member.getmany(timeout_ms=100))
+
+        self._run(more())
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        from aiokafka import TopicPartition
+
+        async def seek() -> None:
+            self.member.seek(TopicPartition(topic, partition), offset)
+
+        self.buffer = []
+        self._run(seek())
+
+    def send_offsets(self, topic: str, partition: int, offset: int) -> None:
+        from aiokafka import TopicPartition
+
+        # aiokafka 0.14 takes the group id alone (no KIP-447 group metadata).
+        self._run(
+            self.producer.send_offsets_to_transaction(
+                {TopicPartition(topic, partition): offset}, self.group
+            )
+        )
+
+    def read(self, topic: str, partition: int, isolation: str, end: int) -> list[Record]:
+        from aiokafka import TopicPartition
+
+        async def read() -> list[Record]:
+            consumer = await self._consumer(None, isolation)
+            try:
+                tp = TopicPartition(topic, partition)
+                consumer.assign([tp])
+                await consumer.seek_to_beginning(tp)
+                check = _deadline_loop(f"aiokafka: position {end} of {topic}")
+                while await consumer.position(tp) < end:
+                    check()
+                    self._take(await consumer.getmany(tp, timeout_ms=100))
+                return self.buffer
+            finally:
+                await consumer.stop()
+
+        saved, self.buffer = self.buffer, []
+        try:
+            return self._run(read())
+        finally:
+            self.buffer = saved
+
+    def close(self) -> None:
+        async def stop() -> None:
+            if self.member is not None:
+                await self.member.stop()
+            if self.producer is not None:
+                await self.producer.stop()
+
+        try:
+            self._run(stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
+# --------------------------------------------------------------------------- the Java client
+
+
+class JavaTxn:
+    """``compat/java/TxnClient.java`` in its own JVM, one command a line."""
+
+    def __init__(self, bootstrap: str, transactional_id: str, timeout_ms: int | None) -> None:
+        argv = kafka_tool_command(str(JAVA_PROGRAM), [bootstrap])
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+        self._answer(120.0)  # "ready": the source is compiled and the JVM is up
+        config = [] if timeout_ms is None else [f"transaction.timeout.ms={timeout_ms}"]
+        self._do("producer", transactional_id, *config)
+
+    def _answer(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        got: list[str] = []
+        reader = threading.Thread(target=lambda: got.append(self.proc.stdout.readline()))  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout)
+        if not got or not got[0]:
+            self.proc.kill()
+            raise AssertionError(f"TxnClient.java gave no answer in {timeout:.0f} s")
+        answer: dict[str, Any] = json.loads(got[0])
+        return answer
+
+    def _do(self, *words: object) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(" ".join(map(str, words)) + "\n")
+        self.proc.stdin.flush()
+        answer = self._answer(TIMEOUT * 3)
+        if "error" in answer:
+            name = answer["error"]
+            if name == "KafkaException" and answer.get("cause"):
+                name = f"KafkaException({answer['cause']})"
+            raise ClientError(name, answer.get("message", ""))
+        return answer
+
+    def init(self) -> None:
+        self._do("init")
+
+    def begin(self) -> None:
+        self._do("begin")
+
+    def send(self, topic: str, partition: int, key: str, value: str) -> None:
+        self._do("send", topic, partition, key, value)
+
+    def flush(self) -> list[int | str]:
+        sent: list[int | str] = self._do("flush")["sent"]
+        return sent
+
+    def commit(self) -> None:
+        self._do("commit")
+
+    def abort(self) -> None:
+        self._do("abort")
+
+    def subscribe(self, group: str, topic: str) -> None:
+        self._do("subscribe", group, topic)
+
+    def poll(self, n: int) -> list[Record]:
+        return [tuple(r) for r in self._do("poll", n)["records"]]  # type: ignore[misc]
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self._do("seek", topic, partition, offset)
+
+    def send_offsets(self, topic: str, partition: int, offset: int) -> None:
+        self._do("offsets", topic, partition, offset)
+
+    def read(self, topic: str, partition: int, isolation: str, end: int) -> list[Record]:
+        records = self._do("read", topic, partition, isolation, end)["records"]
+        return [tuple(r) for r in records]  # type: ignore[misc]
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self._do("close")
+                self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# --------------------------------------------------------------------------- the broker's view
+
+
+def log_layout(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int, str]]:
+    """What each offset holds: ``data`` (not transactional), ``txn``, ``COMMIT`` or ``ABORT``."""
+    p = _fetch(bootstrap, topic, partition, isolation=0)
+    out = []
+    for batch in iter_batches(bytes(p.records or b"")):
+        for r in iter_records(batch):
+            if batch.is_control:
+                kind = {0: "ABORT", 1: "COMMIT"}.get(int.from_bytes(bytes(r.key)[2:4]), "?")
+            else:
+                kind = "txn" if batch.is_transactional else "data"
+            out.append((r.offset, kind))
+    return out
+
+
+def stable_offsets(bootstrap: str, topic: str, partition: int = 0) -> dict[str, Any]:
+    """High watermark and last stable offset (Fetch), read_committed ListOffsets latest, and
+    the first offsets of the aborted transactions a read_committed Fetch from 0 lists."""
+    p = _fetch(bootstrap, topic, partition, isolation=1)
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=1,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=-1)
+                ],
+            )
+        ],
+    )
+    with RawClient(bootstrap) as client:
+        (lo,) = client.request(request, 7).topics[0].partitions
+    return {
+        "high_watermark": p.high_watermark,
+        "last_stable_offset": p.last_stable_offset,
+        "list_offsets_read_committed": (lo.error_code, lo.offset),
+        "aborted": sorted(a.first_offset for a in p.aborted_transactions or ()),
+    }
+
+
+def _fetch(bootstrap: str, topic: str, partition: int, isolation: int) -> Any:
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=10_000_000,
+        isolation_level=isolation,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=partition, fetch_offset=0, partition_max_bytes=10_000_000
+                    )
+                ],
+            )
+        ],
+    )
+    with RawClient(bootstrap) as client:
+        (p,) = client.request(request, 12).responses[0].partitions
+    assert p.error_code == ErrorCode.NONE, p.error_code
+    return p
+
+
+def wait_stable(bootstrap: str, topic: str, partition: int = 0) -> None:
+    """Until no transaction is open on the partition (its markers are written: they go out
+    after EndTxn is answered)."""
+    check = _deadline_loop(f"{topic}-{partition}: last stable offset to reach the high watermark")
+    while True:
+        s = stable_offsets(bootstrap, topic, partition)
+        if s["last_stable_offset"] == s["high_watermark"]:
+            return
+        check()
+        time.sleep(0.05)
+
+
+def group_offset(bootstrap: str, group: str, topic: str, partition: int = 0) -> dict[str, int]:
+    """OffsetFetch v8 of one partition: the committed offset, and the error code and offset
+    with ``require_stable`` (UNSTABLE_OFFSET_COMMIT while a transaction's offsets are pending).
+    """
+    out = {}
+    for stable in (False, True):
+        request = OffsetFetchRequest(
+            groups=[
+                OffsetFetchRequest.OffsetFetchRequestGroup(
+                    group_id=group,
+                    topics=[
+                        OffsetFetchRequest.OffsetFetchRequestTopics(
+                            name=topic, partition_indexes=[partition]
+                        )
+                    ],
+                )
+            ],
+            require_stable=stable,
+        )
+        with RawClient(bootstrap) as client:
+            (g,) = client.request(request, 8).groups
+        (p,) = g.topics[0].partitions
+        if stable:
+            out["require_stable_error"] = p.error_code or g.error_code
+            out["require_stable_offset"] = p.committed_offset
+        else:
+            out["committed"] = p.committed_offset
+    return out
+
+
+def wait_group_stable(bootstrap: str, group: str, topic: str) -> int:
+    """Until the group's offsets for the partition are no longer pending (the transaction's
+    marker reached ``__consumer_offsets``): then its committed offset."""
+    check = _deadline_loop(f"group {group}: offsets of {topic} still pending")
+    while (got := group_offset(bootstrap, group, topic))["require_stable_error"]:
+        check()
+        time.sleep(0.05)
+    return got["require_stable_offset"]
+
+
+def views(client: TxnClient, bootstrap: str, topic: str) -> dict[str, Any]:
+    """What the client's consumers get at each isolation level, and the broker's offsets."""
+    offsets = stable_offsets(bootstrap, topic)
+    return {
+        "offsets": offsets,
+        "read_committed": client.read(topic, 0, "read_committed", offsets["last_stable_offset"]),
+        "read_uncommitted": client.read(topic, 0, "read_uncommitted", offsets["high_watermark"]),
+        "log": log_layout(bootstrap, topic),
+    }
+
+
+# --------------------------------------------------------------------------- the scenarios
+
+
+def interleaved(client: str, bootstrap: str, topic: str) -> dict[str, Any]:
+    """Commit, abort, commit, abort; then one left open (what the LSO holds back); commit."""
+    create_topic(bootstrap, topic)
+    c = open_client(client, bootstrap, f"{topic}-txn")
+    try:
+        c.init()
+        sent = []
+        for key, values, finish in (
+            ("a", ["a0", "a1"], c.commit),
+            ("b", ["b0", "b1"], c.abort),
+            ("c", ["c0"], c.commit),
+            ("d", ["d0"], c.abort),
+        ):
+            c.begin()
+            for v in values:
+                c.send(topic, 0, key, v)
+            sent.append(c.flush())
+            finish()
+        c.begin()
+        c.send(topic, 0, "e", "e0")
+        sent.append(c.flush())
+        open_view = views(c, bootstrap, topic)
+        c.commit()
+        wait_stable(bootstrap, topic)
+        return {"sent": sent, "open": open_view, "committed": views(c, bootstrap, topic)}
+    finally:
+        c.close()
+
+
+INPUT = [(f"k{i}", f"v{i}") for i in range(6)]
+
+
+def consume_transform_produce(client: str, bootstrap: str, stem: str) -> dict[str, Any]:
+    """Read ``INPUT`` as a group member, write it upper-cased, offsets in the transaction:
+    3 records committed, 2 aborted (and read again from the committed offset), 3 committed."""
+    source, sink, group = f"{stem}-in", f"{stem}-out", f"{stem}-group"
+    create_topic(bootstrap, source)
+    create_topic(bootstrap, sink)
+    records = [SimpleRecord(k.encode(), v.encode(), (), 1_700_000_000_000) for k, v in INPUT]
+    with RawClient(bootstrap) as raw:
+        (t,) = raw.request(produce_request(source, 0, records), 9).responses
+        assert t.partition_responses[0].error_code == ErrorCode.NONE
+    c = open_client(client, bootstrap, f"{stem}-txn")
+    try:
+        c.init()
+        c.subscribe(group, source)
+        steps = []
+        for n, finish in ((3, c.commit), (2, c.abort), (3, c.commit)):
+            c.begin()
+            polled = c.poll(n)
+            for _offset, key, value in polled:
+                assert key is not None
+                c.send(sink, 0, key, value.upper())
+            sent = c.flush()
+            c.send_offsets(source, 0, polled[-1][0] + 1)
+            pending = group_offset(bootstrap, group, source)
+            finish()
+            after = wait_group_stable(bootstrap, group, source)
+            steps.append(
+                {
+                    "read": [r[0] for r in polled],
+                    "sent": sent,
+                    "pending": pending,
+                    "after": after,
+                }
+            )
+            if finish == c.abort:
+                c.seek(source, 0, after)
+        wait_stable(bootstrap, sink)
+        return {"steps": steps, "output": views(c, bootstrap, sink)}
+    finally:
+        c.close()
+
+
+def zombie_fencing(client: str, bootstrap: str, topic: str) -> dict[str, Any]:
+    """Three instances with one transactional.id, each fencing the one before mid-transaction
+    (whose open transaction is aborted): the first zombie only commits (EndTxn with the old
+    epoch); the second, once the third committed, produces (Produce with the old epoch), then
+    commits."""
+    create_topic(bootstrap, topic)
+    txn_id = f"{topic}-txn"
+    instances: list[TxnClient] = []
+
+    def instance(key: str) -> tuple[TxnClient, list[int | str]]:
+        """A new instance (fencing the last), its transaction open with one record sent."""
+        instances.append(open_client(client, bootstrap, txn_id))
+        c = instances[-1]
+        c.init()
+        c.begin()
+        c.send(topic, 0, key, f"{key}0")
+        return c, c.flush()
+
+    try:
+        first, first_sent = instance("a")
+        second, second_sent = instance("b")
+        first_commit = error_of(first.commit)
+        third, third_sent = instance("c")
+        # The third commits before the zombie tries again: kafka-python answers the zombie's
+        # INVALID_PRODUCER_EPOCH with a KIP-360 epoch bump, which Kafka grants when the
+        # zombie's epoch is the one just before (so it could abort the third's transaction).
+        third_commit = error_of(third.commit)
+        second.send(topic, 0, "b", "b1")
+        second_produce = second.flush()
+        second_commit = error_of(second.commit)
+        wait_stable(bootstrap, topic)
+        return {
+            "sent": [first_sent, second_sent, third_sent],
+            "zombie commit": first_commit,
+            "zombie produce": second_produce,
+            "zombie produce, then commit": second_commit,
+            "last instance's commit": third_commit,
+            "views": views(third, bootstrap, topic),
+        }
+    finally:
+        for c in instances:
+            c.close()
+
+
+SCENARIOS: dict[str, Callable[[str, str, str], dict[str, Any]]] = {
+    "interleaved": interleaved,
+    "consume_transform_produce": consume_transform_produce,
+    "zombie_fencing": zombie_fencing,
+}
+
+#: Each scenario's observation per client on Kafka 3.9, which ``tests/`` holds wirebroker to.
+#: The compat suite checks Kafka still gives it; ``WIREBROKER_TXN_GOLDEN=write`` rewrites it.
+GOLDEN = Path(__file__).parent / "golden" / "transactions.json"
+GOLDEN_ENV = "WIREBROKER_TXN_GOLDEN"
+
+
+def observe(scenario: str, client: str, bootstrap: str) -> Any:
+    """Run one scenario; its observation as JSON data (tuples become lists)."""
+    stem = f"{scenario.replace('_', '-')}-{client}"
+    return json.loads(json.dumps(SCENARIOS[scenario](client, bootstrap, stem)))
+
+
+def golden(scenario: str, client: str) -> Any:
+    return json.loads(GOLDEN.read_text())[scenario][client]
+
+
+def check_golden(scenario: str, client: str, observation: Any) -> None:
+    """Kafka's observation is the golden one (or, with ``WIREBROKER_TXN_GOLDEN=write``,
+    becomes it)."""
+    if os.environ.get(GOLDEN_ENV) == "write":
+        table = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+        table.setdefault(scenario, {})[client] = observation
+        GOLDEN.parent.mkdir(exist_ok=True)
+        text = json.dumps(table, indent=1, sort_keys=True)
+        # Innermost lists (a record, an offset's kind) on one line each.
+        text = re.sub(r"\[[^\[\]{}]*\]", lambda m: json.dumps(json.loads(m[0])), text)
+        GOLDEN.write_text(text + "\n")
+        return
+    assert observation == golden(scenario, client), (
+        f"Kafka no longer gives {GOLDEN.name}'s observation of {scenario} with {client}; "
+        f"if Kafka is right, rerun on Kafka with {GOLDEN_ENV}=write"
+    )

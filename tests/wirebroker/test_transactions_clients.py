@@ -1,0 +1,39 @@
+"""Transactions through real clients against a wirebroker process: the scenarios of
+``compat/transactions.py`` (commit/abort interleaved with one left open, consume-transform-
+produce with the offsets in the transaction, zombie fencing) with confluent-kafka, the Java
+client, kafka-python and aiokafka. Each observation must be the one Kafka 3.9 gives
+(``compat/golden/transactions.json``, checked against a live Kafka by the compat suite):
+read_committed consumers get exactly the committed records, read_uncommitted ones every data
+record, no client hands a control record to the application, and a fenced instance gets the
+error it gets from Kafka.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from compat import transactions
+from compat.test_differential import differences
+from tests.broker_process import BrokerProcess
+from wirebroker.zookeeper_server import jars_available
+
+pytestmark = pytest.mark.integration
+
+BROKER_PROPERTIES = {
+    "offsets.topic.num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
+}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("client", transactions.CLIENTS)
+@pytest.mark.parametrize("scenario", sorted(transactions.SCENARIOS))
+def test_scenario_as_on_kafka(broker: BrokerProcess, scenario: str, client: str) -> None:
+    if client == "java" and not jars_available():
+        pytest.skip("no Kafka jars for the Java client: run `make jars`")
+    got = transactions.observe(scenario, client, broker.bootstrap)
+    want = transactions.golden(scenario, client)
+    assert got == want, "differs from Kafka 3.9:\n" + "\n".join(differences(got, want))

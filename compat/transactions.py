@@ -661,18 +661,30 @@ class JavaTxn:
 # --------------------------------------------------------------------------- the broker's view
 
 
-def log_layout(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int, str]]:
-    """What each offset holds: ``data`` (not transactional), ``txn``, ``COMMIT`` or ``ABORT``."""
-    p = _fetch(bootstrap, topic, partition, isolation=0)
-    out = []
-    for batch in iter_batches(bytes(p.records or b"")):
-        for r in iter_records(batch):
-            if batch.is_control:
-                kind = {0: "ABORT", 1: "COMMIT"}.get(int.from_bytes(bytes(r.key)[2:4]), "?")
-            else:
-                kind = "txn" if batch.is_transactional else "data"
-            out.append((r.offset, kind))
-    return out
+def log_layout(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int, str, str]]:
+    """What each offset holds: ``data`` (not transactional) or ``txn`` with its value, or a
+    ``COMMIT`` or ``ABORT`` marker with its coordinator epoch. Fetched until the high
+    watermark: one Fetch may stop short of it (Kafka's may, right after a marker)."""
+    out: list[tuple[int, str, str]] = []
+    offset = 0
+    check = _deadline_loop(f"{topic}-{partition}: reading up to the high watermark")
+    while True:
+        p = _fetch(bootstrap, topic, partition, isolation=0, offset=offset)
+        for batch in iter_batches(bytes(p.records or b"")):
+            for r in iter_records(batch):
+                if r.offset < offset:
+                    continue
+                if batch.is_control:
+                    kind = {0: "ABORT", 1: "COMMIT"}.get(int.from_bytes(bytes(r.key)[2:4]), "?")
+                    detail = f"coordinator epoch {int.from_bytes(bytes(r.value)[2:6])}"
+                else:
+                    kind = "txn" if batch.is_transactional else "data"
+                    detail = bytes(r.value or b"").decode()
+                out.append((r.offset, kind, detail))
+                offset = r.offset + 1
+        if offset >= p.high_watermark:
+            return out
+        check()
 
 
 def stable_offsets(bootstrap: str, topic: str, partition: int = 0) -> dict[str, Any]:
@@ -701,7 +713,7 @@ def stable_offsets(bootstrap: str, topic: str, partition: int = 0) -> dict[str, 
     }
 
 
-def _fetch(bootstrap: str, topic: str, partition: int, isolation: int) -> Any:
+def _fetch(bootstrap: str, topic: str, partition: int, isolation: int, offset: int = 0) -> Any:
     request = FetchRequest(
         replica_id=-1,
         max_wait_ms=0,
@@ -713,7 +725,7 @@ def _fetch(bootstrap: str, topic: str, partition: int, isolation: int) -> Any:
                 topic=topic,
                 partitions=[
                     FetchRequest.FetchPartition(
-                        partition=partition, fetch_offset=0, partition_max_bytes=10_000_000
+                        partition=partition, fetch_offset=offset, partition_max_bytes=10_000_000
                     )
                 ],
             )
@@ -915,9 +927,10 @@ SCENARIOS: dict[str, Callable[[str, str, str], dict[str, Any]]] = {
     "zombie_fencing": zombie_fencing,
 }
 
-#: Each scenario's observation per client on Kafka 3.9, which ``tests/`` holds wirebroker to.
-#: The compat suite checks Kafka still gives it; ``WIREBROKER_TXN_GOLDEN=write`` rewrites it.
-GOLDEN = Path(__file__).parent / "golden" / "transactions.json"
+#: Observations taken on Kafka 3.9, which ``tests/`` holds wirebroker to: one JSON file per
+#: scenario module in ``compat/golden/``. The compat suite checks Kafka still gives them;
+#: ``WIREBROKER_TXN_GOLDEN=write`` (on a compat run) rewrites them from Kafka's.
+GOLDEN_DIR = Path(__file__).parent / "golden"
 GOLDEN_ENV = "WIREBROKER_TXN_GOLDEN"
 
 
@@ -927,23 +940,29 @@ def observe(scenario: str, client: str, bootstrap: str) -> Any:
     return json.loads(json.dumps(SCENARIOS[scenario](client, bootstrap, stem)))
 
 
-def golden(scenario: str, client: str) -> Any:
-    return json.loads(GOLDEN.read_text())[scenario][client]
+def golden(name: str, *keys: str) -> Any:
+    """The observation Kafka gave, from ``compat/golden/<name>.json``."""
+    value = json.loads((GOLDEN_DIR / f"{name}.json").read_text())
+    for key in keys:
+        value = value[key]
+    return value
 
 
-def check_golden(scenario: str, client: str, observation: Any) -> None:
-    """Kafka's observation is the golden one (or, with ``WIREBROKER_TXN_GOLDEN=write``,
-    becomes it)."""
+def check_golden(name: str, keys: tuple[str, ...], observation: Any) -> None:
+    """Kafka's observation is the golden one (with ``WIREBROKER_TXN_GOLDEN=write``: becomes it)."""
+    path = GOLDEN_DIR / f"{name}.json"
     if os.environ.get(GOLDEN_ENV) == "write":
-        table = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
-        table.setdefault(scenario, {})[client] = observation
-        GOLDEN.parent.mkdir(exist_ok=True)
+        table = json.loads(path.read_text()) if path.exists() else {}
+        here = table
+        for key in keys[:-1]:
+            here = here.setdefault(key, {})
+        here[keys[-1]] = observation
         text = json.dumps(table, indent=1, sort_keys=True)
         # Innermost lists (a record, an offset's kind) on one line each.
         text = re.sub(r"\[[^\[\]{}]*\]", lambda m: json.dumps(json.loads(m[0])), text)
-        GOLDEN.write_text(text + "\n")
+        path.write_text(text + "\n")
         return
-    assert observation == golden(scenario, client), (
-        f"Kafka no longer gives {GOLDEN.name}'s observation of {scenario} with {client}; "
-        f"if Kafka is right, rerun on Kafka with {GOLDEN_ENV}=write"
+    assert observation == golden(name, *keys), (
+        f"Kafka no longer gives {path.name}'s observation of {'/'.join(keys)}; "
+        f"if Kafka is right, rerun the compat test on Kafka with {GOLDEN_ENV}=write"
     )

@@ -1,6 +1,7 @@
 """Transactions through each client that has a transactional producer: confluent-kafka, the
 Java client (``compat/java/TxnClient.java``), kafka-python (3.x) and aiokafka; kcat has none.
-Scenarios and observations are in ``compat/transactions.py`` (shared with ``tests/``); on
+And bad transactional input as raw requests. Scenarios and observations are in
+``compat/transactions.py`` and ``compat/transactions_raw.py`` (shared with ``tests/``); on
 Kafka the observation must also be the golden one ``tests/`` holds wirebroker to.
 """
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from compat import transactions
+from compat import transactions, transactions_raw
 from compat.test_differential import differences
 
 
@@ -21,7 +22,18 @@ def test_transactions(scenario: str, client: str, observe: Any) -> None:
     def run(t: Any) -> Any:
         got = transactions.observe(scenario, client, t.bootstrap)
         if t.name == "kafka":
-            transactions.check_golden(scenario, client, got)
+            transactions.check_golden("transactions", (scenario, client), got)
+        return got
+
+    observe(run, differences)
+
+
+@pytest.mark.parametrize("case", sorted(transactions_raw.CASES))
+def test_bad_input(case: str, observe: Any) -> None:
+    def run(t: Any) -> Any:
+        got = transactions_raw.observe(case, t.bootstrap)
+        if t.name == "kafka":
+            transactions.check_golden("transactions_raw", (case,), got)
         return got
 
     observe(run, differences)

@@ -5,14 +5,15 @@ client, kafka-python and aiokafka. Each observation must be the one Kafka 3.9 gi
 (``compat/golden/transactions.json``, checked against a live Kafka by the compat suite):
 read_committed consumers get exactly the committed records, read_uncommitted ones every data
 record, no client hands a control record to the application, and a fenced instance gets the
-error it gets from Kafka.
+error it gets from Kafka. And bad input as raw requests (``compat/transactions_raw.py``):
+Kafka's error codes, and nothing written that Kafka does not write.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from compat import transactions
+from compat import transactions, transactions_raw
 from compat.test_differential import differences
 from tests.broker_process import BrokerProcess
 from wirebroker.zookeeper_server import jars_available
@@ -35,5 +36,12 @@ def test_scenario_as_on_kafka(broker: BrokerProcess, scenario: str, client: str)
     if client == "java" and not jars_available():
         pytest.skip("no Kafka jars for the Java client: run `make jars`")
     got = transactions.observe(scenario, client, broker.bootstrap)
-    want = transactions.golden(scenario, client)
+    want = transactions.golden("transactions", scenario, client)
+    assert got == want, "differs from Kafka 3.9:\n" + "\n".join(differences(got, want))
+
+
+@pytest.mark.parametrize("case", sorted(transactions_raw.CASES))
+def test_bad_input_as_on_kafka(broker: BrokerProcess, case: str) -> None:
+    got = transactions_raw.observe(case, broker.bootstrap)
+    want = transactions.golden("transactions_raw", case)
     assert got == want, "differs from Kafka 3.9:\n" + "\n".join(differences(got, want))

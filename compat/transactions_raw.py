@@ -1,0 +1,241 @@
+"""Bad transactional input as raw requests (our codec): Kafka's answers, and nothing written.
+
+Shared by ``compat/`` (Kafka then wirebroker, compared) and ``tests/`` (wirebroker against
+``compat/golden/transactions_raw.json``, Kafka 3.9's answers). Each case sends its requests on
+one connection and observes every response (as ``compat.test_differential.plain`` data, with
+producer ids renamed ``pid0``, ``pid1``... in order of appearance, and record bytes in hex)
+and, at the end, what the topic holds:
+
+- ``end_txn_unknown_id``: EndTxn (v0 and v3) for a transactional id nobody initialised.
+- ``stale_epoch``: a second InitProducerId bumps the epoch; AddPartitionsToTxn, a transactional
+  Produce and EndTxn with the first epoch; a Produce to a partition not in the transaction.
+- ``add_partitions_unknown_topic``: AddPartitionsToTxn naming a topic that does not exist (and
+  a partition that does not), beside one that does; the topic is not created.
+- ``write_txn_markers_from_a_client``: WriteTxnMarkers (an inter-broker API) sent by a client
+  connection, for a producer with no transaction and for an unknown partition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from compat.test_differential import plain
+from compat.transactions import log_layout, wait_stable
+from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
+from protocol.messages.end_txn import EndTxnRequest
+from protocol.messages.find_coordinator import FindCoordinatorRequest
+from protocol.messages.init_producer_id import InitProducerIdRequest
+from protocol.messages.metadata import MetadataRequest
+from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
+from protocol.record_batch import SimpleRecord
+from protocol.schema import Message
+from tests.wirebroker.helpers import RawClient, create_topic, produce_request
+
+TS = 1_700_000_000_000
+COMMIT, ABORT = True, False
+
+
+class Session:
+    """One connection; every answer kept as plain data under its label."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.client = RawClient(bootstrap, client_id="compat-txn")
+        self.seen: list[tuple[str, Any]] = []
+
+    def ask(
+        self,
+        label: str,
+        request: Message,
+        version: int,
+        until: Callable[[Any], bool] | None = None,
+    ) -> Any:
+        """Send ``request``; with ``until``, again (for up to 30 s) until it holds."""
+        deadline = time.monotonic() + 30
+        while True:
+            response = self.client.request(request, version)
+            if until is None or until(response) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.seen.append((label, plain(response, version)))
+        return response
+
+    def coordinator(self, transactional_id: str) -> None:
+        self.ask(
+            "find coordinator (until ok)",
+            FindCoordinatorRequest(key_type=1, coordinator_keys=[transactional_id]),
+            4,
+            until=lambda r: r.coordinators[0].error_code == 0,
+        )
+
+    def init(self, transactional_id: str) -> tuple[int, int]:
+        r = self.ask(
+            "init producer id (until ok: the coordinator may still be loading)",
+            InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=60_000),
+            4,
+            until=lambda r: r.error_code == 0,
+        )
+        return r.producer_id, r.producer_epoch
+
+    def topic(self, topic: str) -> None:
+        """What the topic holds, once no transaction is open on it."""
+        wait_stable(self.bootstrap, topic)
+        self.seen.append(("topic", log_layout(self.bootstrap, topic)))
+
+    def observation(self) -> list[Any]:
+        pids: dict[int, str] = {}
+
+        def rename(v: Any, key: str = "") -> Any:
+            if isinstance(v, dict):
+                return {k: rename(x, k) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [rename(x) for x in v]
+            if key == "producer_id" and isinstance(v, int) and v >= 0:
+                return pids.setdefault(v, f"pid{len(pids)}")
+            if isinstance(v, bytes):  # record keys and values (a marker's are binary)
+                return v.hex()
+            return v
+
+        self.client.close()
+        return [[label, rename(r)] for label, r in self.seen]
+
+
+def add_partitions(
+    transactional_id: str, pid: int, epoch: int, partitions: dict[str, list[int]]
+) -> AddPartitionsToTxnRequest:
+    """AddPartitionsToTxn as a client sends it (v3 and below)."""
+    return AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=transactional_id,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[
+            AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=name, partitions=parts)
+            for name, parts in partitions.items()
+        ],
+    )
+
+
+def end_txn(transactional_id: str, pid: int, epoch: int, committed: bool) -> EndTxnRequest:
+    return EndTxnRequest(
+        transactional_id=transactional_id,
+        producer_id=pid,
+        producer_epoch=epoch,
+        committed=committed,
+    )
+
+
+def txn_produce(
+    transactional_id: str, topic: str, pid: int, epoch: int, sequence: int, value: str
+) -> Message:
+    """A transactional batch of one record to partition 0."""
+    record = SimpleRecord(b"k", value.encode(), (), TS)
+    request = produce_request(
+        topic,
+        0,
+        [record],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        is_transactional=True,
+    )
+    request.transactional_id = transactional_id
+    return request
+
+
+def end_txn_unknown_id(bootstrap: str, stem: str) -> list[Any]:
+    s = Session(bootstrap)
+    txn = f"{stem}-never-initialised"
+    s.coordinator(txn)
+    s.ask("end txn v0", end_txn(txn, 4242, 0, COMMIT), 0)
+    s.ask("end txn v3", end_txn(txn, 4242, 0, COMMIT), 3)
+    s.ask("end txn v3, abort", end_txn(txn, 4242, 0, ABORT), 3)
+    return s.observation()
+
+
+def stale_epoch(bootstrap: str, stem: str) -> list[Any]:
+    topic, txn = f"{stem}-topic", f"{stem}-txn"
+    create_topic(bootstrap, topic)
+    s = Session(bootstrap)
+    s.coordinator(txn)
+    pid, old = s.init(txn)
+    _, new = s.init(txn)
+    s.ask("produce, partition not in the transaction", txn_produce(txn, topic, pid, new, 0, "x"), 9)
+    s.ask("add partitions, old epoch", add_partitions(txn, pid, old, {topic: [0]}), 3)
+    s.ask("add partitions, new epoch", add_partitions(txn, pid, new, {topic: [0]}), 3)
+    s.ask("produce, old epoch", txn_produce(txn, topic, pid, old, 0, "old"), 9)
+    s.ask("produce, new epoch", txn_produce(txn, topic, pid, new, 0, "new"), 9)
+    s.ask("end txn v3, old epoch", end_txn(txn, pid, old, COMMIT), 3)
+    s.ask("end txn v0, old epoch", end_txn(txn, pid, old, COMMIT), 0)
+    s.ask("end txn v3, another producer id", end_txn(txn, pid + 1, new, COMMIT), 3)
+    s.ask("end txn v3, new epoch", end_txn(txn, pid, new, COMMIT), 3)
+    s.topic(topic)
+    return s.observation()
+
+
+def add_partitions_unknown_topic(bootstrap: str, stem: str) -> list[Any]:
+    topic, txn, missing = f"{stem}-topic", f"{stem}-txn", f"{stem}-no-such-topic"
+    create_topic(bootstrap, topic)
+    s = Session(bootstrap)
+    s.coordinator(txn)
+    pid, epoch = s.init(txn)
+    s.ask(
+        "add an unknown topic beside a known one",
+        add_partitions(txn, pid, epoch, {topic: [0, 7], missing: [0]}),
+        3,
+    )
+    s.ask("add the known partition alone", add_partitions(txn, pid, epoch, {topic: [0]}), 3)
+    s.ask("end txn, abort", end_txn(txn, pid, epoch, ABORT), 3)
+    s.ask(
+        "the unknown topic was not created",
+        MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=missing)],
+            allow_auto_topic_creation=False,
+        ),
+        12,
+    )
+    s.topic(topic)
+    return s.observation()
+
+
+def write_txn_markers_from_a_client(bootstrap: str, stem: str) -> list[Any]:
+    topic = f"{stem}-topic"
+    create_topic(bootstrap, topic)
+    s = Session(bootstrap)
+    s.ask(
+        "write markers",
+        WriteTxnMarkersRequest(
+            markers=[
+                WriteTxnMarkersRequest.WritableTxnMarker(
+                    producer_id=4343,
+                    producer_epoch=0,
+                    transaction_result=COMMIT,
+                    topics=[
+                        WriteTxnMarkersRequest.WritableTxnMarkerTopic(
+                            name=topic, partition_indexes=[0, 5]
+                        ),
+                        WriteTxnMarkersRequest.WritableTxnMarkerTopic(
+                            name=f"{stem}-no-such-topic", partition_indexes=[0]
+                        ),
+                    ],
+                    coordinator_epoch=0,
+                )
+            ]
+        ),
+        1,
+    )
+    s.topic(topic)
+    return s.observation()
+
+
+CASES: dict[str, Callable[[str, str], list[Any]]] = {
+    "end_txn_unknown_id": end_txn_unknown_id,
+    "stale_epoch": stale_epoch,
+    "add_partitions_unknown_topic": add_partitions_unknown_topic,
+    "write_txn_markers_from_a_client": write_txn_markers_from_a_client,
+}
+
+
+def observe(case: str, bootstrap: str) -> list[Any]:
+    return CASES[case](bootstrap, f"raw-{case.replace('_', '-')}")

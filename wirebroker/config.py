@@ -69,6 +69,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k("message.max.bytes", "int", "1048588", "Largest record batch a topic accepts.", False),
         _k("socket.request.max.bytes", "int", "104857600", "Largest request frame accepted."),
         _k("connections.max.idle.ms", "long", "600000", "Close connections idle this long."),
+        _k(
+            "request.timeout.ms",
+            "int",
+            "30000",
+            "How long WriteTxnMarkers waits for its markers to be replicated.",
+        ),
         _k("log.segment.bytes", "int", "1073741824", "Roll a segment at this size.", False),
         _k(
             "log.roll.ms",

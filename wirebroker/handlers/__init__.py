@@ -16,4 +16,5 @@ from wirebroker.handlers import (  # noqa: F401
     producer_ids,
     sasl,
     topics,
+    write_txn_markers,
 )

@@ -1,7 +1,13 @@
 """Fetch, v0-v17: a long poll woken by appends, with record data sent by `os.sendfile`.
 
 A consumer fetch (replica id -1) reads up to the high watermark (READ_UNCOMMITTED) or the last
-stable offset (READ_COMMITTED, equal to the high watermark while there are no transactions).
+stable offset (READ_COMMITTED: below every transaction still open, equal to the high watermark
+while there is none), and every answer from v4 carries the LSO. A READ_COMMITTED answer lists
+the aborted transactions (producer id, first offset) its records may hold, taken from the
+segments' transaction indexes as Kafka's collectAbortedTransactions does, so that the client
+drops their records; control batches go to the client as they are (clients skip them). A long
+poll wakes on each append (a marker moves the LSO) and, where followers move the high
+watermark, on that too.
 Byte limits: each partition's `partition_max_bytes` and the response's `max_bytes`, with at
 least one whole batch for the first partition that has data, as Kafka does. When fewer than
 `min_bytes` are ready the request waits up to `max_wait_ms` for an append to any of its
@@ -182,6 +188,7 @@ def _read_all(
     for w in wanted:
         result = w.result
         result.partition_index = w.request.partition
+        result.aborted_transactions = None
         if w.error or w.partition is None:
             result.error_code = w.error
             result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
@@ -189,9 +196,9 @@ def _read_all(
             continue
         p = w.partition
         result.high_watermark = p.high_watermark
-        result.last_stable_offset = p.high_watermark
+        result.last_stable_offset = p.last_stable_offset
         result.log_start_offset = p.log_start_offset
-        result.aborted_transactions = [] if request.isolation_level == READ_COMMITTED else None
+        committed = replica_id < 0 and request.isolation_level == READ_COMMITTED
         if result.records is not None:
             _release_one(w)
         limit = min(w.request.partition_max_bytes, remaining)
@@ -202,8 +209,15 @@ def _read_all(
             read = p.log.read(
                 w.request.fetch_offset,
                 max(limit, 0),
-                max_offset=None if replica_id >= 0 else p.high_watermark,
+                max_offset=(
+                    None
+                    if replica_id >= 0
+                    else result.last_stable_offset
+                    if committed
+                    else result.high_watermark
+                ),
                 min_one_batch=min_one,
+                aborted_transactions=committed,
             )
         except (KafkaError, OSError) as e:
             # Like Kafka's failed LogReadResult: offsets unknown (-1) next to the error.
@@ -223,9 +237,21 @@ def _read_all(
                 ctx.broker.now_ms(),
                 leader_leo,
             )
-            result.high_watermark = result.last_stable_offset = p.high_watermark
+            result.high_watermark = p.high_watermark
+            result.last_stable_offset = p.last_stable_offset
         result.error_code = ErrorCode.NONE
         result.records = FileRecords(read.slices) if read.slices else memoryview(b"")
+        aborted = read.aborted_transactions
+        result.aborted_transactions = (
+            None
+            if aborted is None
+            else [
+                FetchResponse.AbortedTransaction(
+                    producer_id=t.producer_id, first_offset=t.first_offset
+                )
+                for t in aborted
+            ]
+        )
         size = len(result.records)
         if size:
             min_one = False

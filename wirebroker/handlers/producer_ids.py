@@ -16,8 +16,10 @@ Differences from Kafka: this broker is not a transaction coordinator -- no trans
 no ongoing transaction is aborted on re-init, no timeouts, no markers (transactions are out of
 scope); it only hands out and persists the id and epoch. Authorization is not checked.
 
-DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp
-from the partition's producer state; coordinator epoch and transaction start are always -1.
+DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp,
+the coordinator epoch of its last transaction marker and the first offset of its ongoing
+transaction (-1 without one), from the partition's producer state, as Kafka's
+activeProducerState (what `kafka-transactions find-hanging` reads).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
 from wirebroker.topic_configs import log_config_for, min_insync_replicas
 from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
+from wirebroker.txn.coordinator import TransactionCoordinator
 
 if TYPE_CHECKING:
     from wirebroker.zk.member import ClusterMember
@@ -54,6 +55,7 @@ class Broker:
     advertised: list[Listener] = field(default_factory=list)
     stats: BrokerStats = field(default_factory=BrokerStats)
     groups: GroupCoordinator = field(init=False)
+    transactions: TransactionCoordinator = field(init=False)
     producer_ids: ProducerIdManager = field(init=False)
     # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
     metadata_cache: MetadataCache = field(default_factory=MetadataCache)
@@ -77,6 +79,7 @@ class Broker:
         if self.controller_id == -1 and not self.config.cluster_mode:
             self.controller_id = self.node_id
         self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
         self.replica_manager = ReplicaManager(self)
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
@@ -254,6 +257,12 @@ class Broker:
         record.partitions = count
         self.topics.save()
         self._attach(record)
+
+    def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
+        """The replica manager made `tp` leader or follower here, or stopped it: the
+        coordinators load or unload what they keep in it."""
+        self.groups.partition_moved(tp, leader=leader)
+        self.transactions.partition_moved(tp, leader=leader)
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, index))

@@ -168,6 +168,68 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "5000",
             "How long a group or offset write waits to be replicated.",
         ),
+        # the transaction coordinator (wirebroker.txn)
+        _k(
+            "transaction.state.log.num.partitions",
+            "int",
+            "50",
+            "Partitions of __transaction_state.",
+        ),
+        _k(
+            "transaction.state.log.replication.factor",
+            "short",
+            "3",
+            "RF of __transaction_state in a cluster; the embedded broker's is always 1.",
+        ),
+        _k(
+            "transaction.state.log.min.isr",
+            "int",
+            "2",
+            "min.insync.replicas of __transaction_state (never more than its replicas).",
+        ),
+        _k(
+            "transaction.state.log.segment.bytes",
+            "int",
+            "104857600",
+            "segment.bytes of __transaction_state.",
+        ),
+        _k(
+            "transaction.state.log.load.buffer.size",
+            "int",
+            "5242880",
+            "Bytes read per step when a __transaction_state partition loads.",
+        ),
+        _k(
+            "transaction.max.timeout.ms",
+            "int",
+            "900000",
+            "Largest transaction timeout a producer may ask for.",
+        ),
+        _k(
+            "transactional.id.expiration.ms",
+            "int",
+            "604800000",
+            "A transactional id idle this long (no transaction) is removed.",
+        ),
+        _k(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "int",
+            "10000",
+            "How often transactions past their timeout are looked for (and aborted).",
+        ),
+        _k(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            "int",
+            "3600000",
+            "How often expired transactional ids are looked for (and removed).",
+        ),
+        _k(
+            "transaction.partition.verification.enable",
+            "boolean",
+            "true",
+            "Check with the coordinator that a partition is in the transaction before a "
+            "transactional produce starts one there (KIP-890 part 1).",
+        ),
         _k("num.network.threads", "int", "3", "Accepted for compatibility; trio runs one thread."),
         _k("num.io.threads", "int", "8", "Accepted for compatibility; trio runs one thread."),
         _k(

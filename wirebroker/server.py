@@ -96,6 +96,7 @@ async def serve_broker(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.groups.serve)
+            await nursery.start(broker.transactions.serve)
             if broker.cluster_mode:
                 await nursery.start(broker.replica_manager.run)
             bound: list[Listener] = []

@@ -16,5 +16,6 @@ from wirebroker.handlers import (  # noqa: F401
     producer_ids,
     sasl,
     topics,
+    txn,
     write_txn_markers,
 )

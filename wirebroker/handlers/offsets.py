@@ -6,8 +6,8 @@
   `offsets.retention.minutes` (see `Group.expire_offsets`), as Kafka; v6+ leader epochs; v7+ static members. Metadata is stored
   verbatim (null is stored as ""), up to `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v0-9: v0 reads the same store (Kafka v0 read ZooKeeper); v2+ `topics` null means
-  every committed partition; v7+ `require_stable` is accepted — there are no pending
-  transactional offsets yet, so nothing is ever unstable; v8+ batches groups. v9's member id and
+  every committed partition; v7+ `require_stable` answers UNSTABLE_OFFSET_COMMIT for a
+  partition an open transaction committed an offset for (TxnOffsetCommit); v8+ batches groups. v9's member id and
   epoch belong to the consumer (KIP-848) protocol and are ignored for classic groups.
 - OffsetDelete v0: refused with GROUP_SUBSCRIBED_TO_TOPIC per partition for topics the group's
   consumers still subscribe to, as Kafka does.
@@ -41,7 +41,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     for topic in request.topics:
         for p in topic.partitions:
             key = (topic.name, p.partition_index)
-            if not _known(ctx, *key):
+            if not partition_known(ctx, *key):
                 results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             timestamp = p.commit_timestamp if ctx.api_version == 1 else -1
@@ -83,7 +83,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     )
 
 
-def _known(ctx: RequestContext, topic: str, index: int) -> bool:
+def partition_known(ctx: RequestContext, topic: str, index: int) -> bool:
     """Whether the partition exists: in a cluster, as the metadata cache knows it (it may be
     hosted elsewhere); embedded, as a partition of this broker."""
     broker = ctx.broker
@@ -95,6 +95,7 @@ def _known(ctx: RequestContext, topic: str, index: int) -> bool:
 @handles(OffsetFetchRequest, (0, 9))
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     coordinator_error = ctx.broker.groups.coordinator_error
+    stable = ctx.api_version >= 7 and request.require_stable
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
@@ -113,11 +114,12 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                                     committed_offset=offset,
                                     committed_leader_epoch=epoch,
                                     metadata=metadata,
+                                    error_code=code,
                                 )
-                                for index, offset, epoch, metadata in partitions
+                                for index, offset, epoch, metadata, code in partitions
                             ],
                         )
-                        for name, partitions in _lookup(ctx, g.group_id, wanted)
+                        for name, partitions in _lookup(ctx, g.group_id, wanted, stable)
                         if error == ErrorCode.NONE
                     ],
                 )
@@ -140,12 +142,12 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                         committed_offset=offset,
                         committed_leader_epoch=epoch,
                         metadata=metadata,
-                        error_code=ErrorCode.NONE,
+                        error_code=code,
                     )
-                    for index, offset, epoch, metadata in partitions
+                    for index, offset, epoch, metadata, code in partitions
                 ],
             )
-            for name, partitions in _lookup(ctx, request.group_id, wanted)
+            for name, partitions in _lookup(ctx, request.group_id, wanted, stable)
         ],
     )
 
@@ -177,31 +179,36 @@ def _fetch_error(
     )
 
 
-Row = tuple[int, int, int, str]  # partition, offset, leader epoch, metadata
+Row = tuple[int, int, int, str, ErrorCode]  # partition, offset, leader epoch, metadata, error
 
 
 def _lookup(
-    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    ctx: RequestContext,
+    group_id: str,
+    wanted: list[tuple[str, list[int]]] | None,
+    require_stable: bool,
 ) -> Iterable[tuple[str, list[Row]]]:
     """(topic, rows) for the requested partitions, or for every committed one if `wanted` is
-    None; a partition without a commit answers offset -1 and metadata ""."""
-    offsets = ctx.broker.groups.fetch(group_id)
+    None; a partition without a commit answers offset -1 and metadata "". With
+    `require_stable`, a partition an open transaction committed an offset for answers
+    UNSTABLE_OFFSET_COMMIT (offset -1), as Kafka."""
+    groups = ctx.broker.groups
+    offsets = groups.fetch(group_id)
+
+    def row(topic: str, index: int) -> Row:
+        if require_stable and groups.unstable(group_id, (topic, index)):
+            return (index, NO_OFFSET, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        found = offsets.get((topic, index))
+        if found is None:
+            return (index, NO_OFFSET, -1, "", ErrorCode.NONE)
+        return (index, found.offset, found.leader_epoch, found.metadata, ErrorCode.NONE)
+
     if wanted is None:
         by_topic: dict[str, list[Row]] = {}
-        for (topic, index), c in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append((index, c.offset, c.leader_epoch, c.metadata))
+        for topic, index in sorted(offsets):
+            by_topic.setdefault(topic, []).append(row(topic, index))
         return by_topic.items()
-    out = []
-    for topic, indexes in wanted:
-        rows: list[Row] = []
-        for index in indexes:
-            found = offsets.get((topic, index))
-            if found is None:
-                rows.append((index, NO_OFFSET, -1, ""))
-            else:
-                rows.append((index, found.offset, found.leader_epoch, found.metadata))
-        out.append((topic, rows))
-    return out
+    return [(topic, [row(topic, index) for index in indexes]) for topic, indexes in wanted]
 
 
 @handles(OffsetDeleteRequest, (0, 0))

@@ -8,8 +8,9 @@ per source broker and fetcher id, `num.replica.fetchers`), the periodic ISR shri
 AlterPartition requests that carry the leaders' ISR changes to the controller (applied when the
 controller answers). Decisions about one partition's ISR and high watermark are the
 partition's (`wirebroker.partition`); the bytes are storage's. Every leader or follower
-transition and every stop is reported to the group coordinator (`GroupCoordinator.
-partition_moved`), which loads or unloads the groups of `__consumer_offsets` partitions.
+transition and every stop is reported to the coordinators (`Broker.partition_moved`), which
+load or unload the groups of `__consumer_offsets` and the transactional ids of
+`__transaction_state` partitions.
 """
 
 from __future__ import annotations
@@ -401,7 +402,7 @@ class ReplicaManager:
             p.isr,
             p.high_watermark,
         )
-        self.broker.groups.partition_moved(tp, leader=True)
+        self.broker.partition_moved(tp, leader=True)
 
     def _make_follower(self, tp: TopicPartition, p: Partition, s: LeaderAndIsrState) -> None:
         restart = p.make_follower(
@@ -419,7 +420,7 @@ class ReplicaManager:
             s.leader_epoch,
             p.log_end_offset,
         )
-        self.broker.groups.partition_moved(tp, leader=False)
+        self.broker.partition_moved(tp, leader=False)
         if restart:
             self._remove_fetcher(tp)
             if s.leader >= 0:
@@ -469,7 +470,7 @@ class ReplicaManager:
 
     def _stop(self, tp: TopicPartition, p: Partition | None, delete: bool) -> None:
         self._remove_fetcher(tp)
-        self.broker.groups.partition_moved(tp, leader=False)
+        self.broker.partition_moved(tp, leader=False)
         self._isr_queue.pop(tp, None)
         if not delete:
             log.info("%s-%d: stopped", tp.topic, tp.partition)

@@ -3,7 +3,8 @@
 Shared by ``compat/`` (Kafka then wirebroker, compared) and ``tests/`` (wirebroker against
 ``compat/golden/transactions_raw.json``, Kafka 3.9's answers). Each case sends its requests on
 one connection and observes every response (as ``compat.test_differential.plain`` data, with
-producer ids renamed ``pid0``, ``pid1``... in order of appearance, and record bytes in hex)
+producer ids renamed ``pid0``, ``pid1``... in order of appearance, record bytes in hex, and
+partition results in partition order)
 and, at the end, what the topic holds:
 
 - ``end_txn_unknown_id``: EndTxn (v0 and v3) for a transactional id nobody initialised.
@@ -91,7 +92,11 @@ class Session:
             if isinstance(v, dict):
                 return {k: rename(x, k) for k, x in v.items()}
             if isinstance(v, (list, tuple)):
-                return [rename(x) for x in v]
+                items = [rename(x) for x in v]
+                if items and all(isinstance(x, dict) and "partition_index" in x for x in items):
+                    # Kafka lists a response's failed partitions first; order carries nothing.
+                    items.sort(key=lambda x: x["partition_index"])
+                return items
             if key == "producer_id" and isinstance(v, int) and v >= 0:
                 return pids.setdefault(v, f"pid{len(pids)}")
             if isinstance(v, bytes):  # record keys and values (a marker's are binary)

@@ -100,11 +100,17 @@ def producer_performance(
     props: Mapping[str, object],
     log4j: Path,
     timeout: float,
+    transaction_ms: int | None = None,
 ) -> Run:
-    """Produce ``records`` records of ``record_size`` bytes as fast as possible (no throttle)."""
+    """Produce ``records`` records of ``record_size`` bytes as fast as possible (no throttle);
+    with ``transaction_ms``, in transactions of that long (``--transactional-id``)."""
     producer_props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in props.items())]
     args = ["--topic", topic, "--num-records", str(records), "--record-size", str(record_size)]
-    args += ["--throughput", "-1", "--producer-props", *producer_props]
+    args += ["--throughput", "-1"]
+    if transaction_ms is not None:
+        args += ["--transactional-id", f"bench-{topic}"]
+        args += ["--transaction-duration-ms", str(transaction_ms)]
+    args += ["--producer-props", *producer_props]
     argv = tool_argv(PRODUCER_PERFORMANCE, args, log4j)
     out = _run(argv, timeout)
     match = next((m for m in map(_PRODUCER_SUMMARY.search, out.splitlines()) if m), None)
@@ -122,14 +128,21 @@ def consumer_performance(
     group: str,
     log4j: Path,
     timeout: float,
+    read_committed: bool = False,
 ) -> Run:
     """Consume ``messages`` records from the start of ``topic``; the fetch-phase rate.
 
     ConsumerPerformance reports both a total rate and a fetch rate that leaves out the
-    group join (``rebalance.time.ms``); the fetch rate is the broker's serving speed.
+    group join (``rebalance.time.ms``); the fetch rate is the broker's serving speed. With
+    ``read_committed`` the consumer's ``isolation.level`` is read_committed (a file beside
+    ``log4j``, as ``--consumer.config`` takes it).
     """
     args = ["--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(messages)]
     args += ["--group", group, "--timeout", "30000"]
+    if read_committed:
+        config = log4j.parent / "read-committed-consumer.properties"
+        config.write_text("isolation.level=read_committed\n")
+        args += ["--consumer.config", str(config)]
     argv = tool_argv(CONSUMER_PERFORMANCE, args, log4j)
     out = _run(argv, timeout)
     lines = [line for line in out.splitlines() if line.strip()]

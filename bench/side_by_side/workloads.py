@@ -2,7 +2,7 @@
 
 ``figures(sizes)`` is the table's catalogue (row, label, unit, goal on the ratio
 wirebroker/Kafka); ``run_target`` runs the selected rows against one target and adds every
-repeat's figure to ``Results``. Rows 1-6, 8 and 12 share one broker per target (started fresh,
+repeat's figure to ``Results``. Rows 1-6, 8 and 12-14 share one broker per target (started fresh,
 idle memory read before any load); row 7 starts a fresh broker per repeat (it times the
 start itself) and row 9 one per partition count (its memory is the figure). Rows 10 and 11
 share one fresh 3-broker cluster per target; row 11 kills a broker per repeat and starts it
@@ -71,7 +71,7 @@ LATENCY_PRODUCER: dict[str, object] = {
     "compression.type": "none",
 }
 RUN_TIMEOUT = 900.0
-ALL_ROWS = tuple(range(1, 13))
+ALL_ROWS = tuple(range(1, 15))
 CLUSTER_ROWS = {10, 11}
 CLIENTS = ("java", "rdkafka")
 CLIENT_NAMES = {"java": "Java ProducerPerformance", "rdkafka": "librdkafka"}
@@ -122,6 +122,8 @@ IDEMPOTENT: dict[str, dict[str, object]] = {
     "java": {"acks": "all", "enable.idempotence": "true", **_BATCHING},
     "rdkafka": {"acks": "all", "enable.idempotence": "true", **_BATCHING, **_RDKAFKA_QUEUE},
 }
+TRANSACTION_MS = 100
+"""Rows 13 and 14: how long each transaction stays open before it is committed."""
 
 
 def paper_batch_size(records: int) -> int:
@@ -181,6 +183,8 @@ class Sizes:
     busy_flush_bytes: int = GiB
     busy_compact_bytes: int = 512 * MiB
     busy_keys: int = 10_000
+    transactional_records: int = 256 * MiB // KiB
+    read_committed_records: int = 256 * MiB // KiB
 
 
 QUICK = Sizes(
@@ -202,6 +206,8 @@ QUICK = Sizes(
     busy_flush_bytes=16 * MiB,
     busy_compact_bytes=8 * MiB,
     busy_keys=1_000,
+    transactional_records=10_000,
+    read_committed_records=10_000,
 )
 
 
@@ -362,6 +368,30 @@ def figures(sizes: Sizes) -> list[Figure]:
                 f"compacts a {compacted} topic (librdkafka)",
                 "ms",
                 False,
+                1.0,
+            )
+        )
+    for c in CLIENTS:
+        out.append(
+            Figure(
+                f"13/{c}",
+                13,
+                f"Transactional produce, {TRANSACTION_MS} ms transactions ({CLIENT_NAMES[c]})",
+                "MB/s",
+                True,
+                1.0,
+            )
+        )
+    for c in CLIENTS:
+        size = size_text(sizes.read_committed_records * KiB)
+        out.append(
+            Figure(
+                f"14/{c}",
+                14,
+                f"Consume read_committed, {size} written in {TRANSACTION_MS} ms transactions "
+                f"({CONSUMER_NAMES[c]})",
+                "MB/s",
+                True,
                 1.0,
             )
         )
@@ -753,6 +783,101 @@ def idempotent(ctx: Context, broker: Broker) -> None:
             )
 
 
+def transactional(ctx: Context, broker: Broker) -> None:
+    """Row 13: 1 KiB records, acks=all, each transaction committed once open 100 ms."""
+    records = ctx.sizes.transactional_records
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            topic = ctx.topic(broker, f"transactional-{client}")
+            if client == "java":
+                run = java_load.producer_performance(
+                    broker.bootstrap,
+                    topic,
+                    records=records,
+                    record_size=KiB,
+                    props=IDEMPOTENT[client],
+                    log4j=ctx.log4j,
+                    timeout=RUN_TIMEOUT,
+                    transaction_ms=TRANSACTION_MS,
+                )
+                argv, rate = run.argv, run.bytes_per_s
+            else:
+                rd = rdkafka_load.produce(
+                    broker.bootstrap,
+                    topic,
+                    records=records,
+                    record_size=KiB,
+                    config=IDEMPOTENT[client],
+                    timeout=RUN_TIMEOUT,
+                    transaction_ms=TRANSACTION_MS,
+                )
+                argv, rate = rd.argv, rd.figures["bytes_per_s"]
+            ctx.results.command(
+                f"Row 13: transactional produce ({CLIENT_NAMES[client]})", argv, broker.bootstrap
+            )
+            ctx.results.add(f"13/{client}", broker.target, rate / 1e6)
+            _progress(
+                broker.target,
+                f"row 13 transactional ({client})",
+                i,
+                ctx.repeats,
+                f"{rate / 1e6:.1f} MB/s",
+            )
+
+
+def read_committed(ctx: Context, broker: Broker) -> None:
+    """Row 14: read_committed consumers read a topic written in 100 ms transactions (one
+    COMMIT marker after each) from its start."""
+    records = ctx.sizes.read_committed_records
+    topic = ctx.topic(broker, "read-committed")
+    fill = rdkafka_load.produce(
+        broker.bootstrap,
+        topic,
+        records=records,
+        record_size=KiB,
+        config=IDEMPOTENT["rdkafka"],
+        timeout=RUN_TIMEOUT,
+        transaction_ms=TRANSACTION_MS,
+    )
+    ctx.results.command(
+        "Row 14: fill the topic in transactions (librdkafka)", fill.argv, broker.bootstrap
+    )
+    _progress(broker.target, "row 14 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            if client == "java":
+                run = java_load.consumer_performance(
+                    broker.bootstrap,
+                    topic,
+                    messages=records,
+                    group=f"bench-read-committed-{i}",
+                    log4j=ctx.log4j,
+                    timeout=RUN_TIMEOUT,
+                    read_committed=True,
+                )
+                argv, rate = run.argv, run.bytes_per_s
+            else:
+                rd = rdkafka_load.consume(
+                    broker.bootstrap,
+                    topic,
+                    records=records,
+                    timeout=RUN_TIMEOUT,
+                    config={"isolation.level": "read_committed"},
+                )
+                argv, rate = rd.argv, rd.figures["bytes_per_s"]
+            ctx.results.command(
+                f"Row 14: consume read_committed ({CONSUMER_NAMES[client]})", argv, broker.bootstrap
+            )
+            ctx.results.add(f"14/{client}", broker.target, rate / 1e6)
+            _progress(
+                broker.target,
+                f"row 14 read_committed ({client})",
+                i,
+                ctx.repeats,
+                f"{rate / 1e6:.1f} MB/s",
+            )
+
+
 def first_produce(ctx: Context, target: Target) -> None:
     """Row 7: spawn a fresh broker and time until a produce to a new topic is acknowledged.
 
@@ -1053,6 +1178,8 @@ def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
         ({4}, "row 4 latency", latency),
         ({5}, "row 5 idempotent", idempotent),
         ({12}, "row 12 Metadata while busy", busy_metadata),
+        ({13}, "row 13 transactional produce", transactional),
+        ({14}, "row 14 read_committed consume", read_committed),
     ]
     wanted = [(what, work) for needs, what, work in shared if needs & rows]
 

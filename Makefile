@@ -80,9 +80,9 @@ bench-idempotence: setup
 pipeline: setup jars
 	$(PY) -m pipeline
 
-## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector from Maven Central into .cache/jars/ (no-op when up to date)
+## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector + Kafka Streams and its examples from Maven Central into .cache/jars/ (no-op when up to date)
 jars:
-	bash jars/fetch.sh kafka spark
+	bash jars/fetch.sh kafka spark streams
 
 ## golden: re-capture tests/protocol/golden/frames/ from librdkafka and the Java client against real Kafka 3.9
 golden: setup jars

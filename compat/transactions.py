@@ -679,7 +679,7 @@ def log_layout(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int
                     detail = f"coordinator epoch {int.from_bytes(bytes(r.value)[2:6])}"
                 else:
                     kind = "txn" if batch.is_transactional else "data"
-                    detail = bytes(r.value or b"").decode()
+                    detail = bytes(r.value or b"").decode(errors="backslashreplace")
                 out.append((r.offset, kind, detail))
                 offset = r.offset + 1
         if offset >= p.high_watermark:

@@ -29,7 +29,11 @@ def test_transactions(scenario: str, client: str, observe: Any) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(transactions_raw.CASES))
-def test_bad_input(case: str, observe: Any) -> None:
+def test_bad_input(case: str, observe: Any, request: pytest.FixtureRequest) -> None:
+    if case in transactions_raw.OPEN_FINDINGS and "wirebroker" in request.node.name:
+        reason = transactions_raw.OPEN_FINDINGS[case]
+        request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+
     def run(t: Any) -> Any:
         got = transactions_raw.observe(case, t.bootstrap)
         if t.name == "kafka":

@@ -41,12 +41,11 @@ from typing import Any, Protocol, TypeVar
 
 from compat.kafka_process import kafka_tool_command
 from protocol.errors import ErrorCode
-from protocol.messages.fetch import FetchRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.record_batch import SimpleRecord
 from protocol.records import iter_batches, iter_records
-from tests.wirebroker.helpers import RawClient, create_topic, produce_request
+from tests.wirebroker.helpers import RawClient, create_topic, fetch_raw, produce_request
 
 CLIENTS = ("confluent-kafka", "java", "kafka-python", "aiokafka")
 TIMEOUT = 30.0
@@ -126,10 +125,64 @@ def _text(b: bytes | None) -> str | None:
     return None if b is None else b.decode()
 
 
+# --------------------------------------------------------------------------- blocking clients
+
+
+class _Polling:
+    """What confluent-kafka and kafka-python share: a group member whose polled records wait
+    in ``buffer`` until asked for, and reading a partition to a position."""
+
+    name = ""
+    bootstrap = ""
+    member: Any = None
+    buffer: list[Record]
+
+    def _consumer(self, group: str | None, isolation: str) -> Any:
+        raise NotImplementedError
+
+    def _poll_once(self, consumer: Any) -> None:
+        """One poll of ``consumer`` (at most 100 ms); what it got goes to ``buffer``."""
+        raise NotImplementedError
+
+    def _position(self, consumer: Any, topic: str, partition: int) -> int:
+        raise NotImplementedError
+
+    def subscribe(self, group: str, topic: str) -> None:
+        self.member = self._consumer(group, "read_committed")
+        self.member.subscribe([topic])
+        check = _deadline_loop(f"{self.name}: no partitions assigned")
+        while not self.member.assignment():
+            check()
+            self._poll_once(self.member)
+
+    def poll(self, n: int) -> list[Record]:
+        check = _deadline_loop(f"{self.name}: {n} records")
+        while len(self.buffer) < n:
+            check()
+            self._poll_once(self.member)
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def _drain(self, consumer: Any, topic: str, partition: int, end: int) -> list[Record]:
+        """What ``consumer`` (assigned, at the start) gets until its position is ``end``."""
+        saved, self.buffer = self.buffer, []
+        try:
+            check = _deadline_loop(f"{self.name}: position {end} of {topic}")
+            while self._position(consumer, topic, partition) < end:
+                check()
+                self._poll_once(consumer)
+            return self.buffer
+        finally:
+            self.buffer = saved
+            consumer.close()
+
+
 # --------------------------------------------------------------------------- confluent-kafka
 
 
-class ConfluentTxn:
+class ConfluentTxn(_Polling):
+    name = "confluent-kafka"
+
     def __init__(self, bootstrap: str, transactional_id: str, timeout_ms: int | None) -> None:
         from confluent_kafka import Producer
 
@@ -195,7 +248,7 @@ class ConfluentTxn:
     def abort(self) -> None:
         self._call(self.producer.abort_transaction, TIMEOUT)
 
-    def _consumer(self, group: str, isolation: str) -> Any:
+    def _consumer(self, group: str | None, isolation: str) -> Any:
         from confluent_kafka import Consumer
 
         return Consumer(
@@ -208,28 +261,18 @@ class ConfluentTxn:
             }
         )
 
-    def subscribe(self, group: str, topic: str) -> None:
-        self.member = self._consumer(group, "read_committed")
-        self.member.subscribe([topic])
-        check = _deadline_loop("confluent-kafka: no partitions assigned")
-        while not self.member.assignment():
-            check()
-            self._take(self.member.poll(0.1))
-
-    def _take(self, m: Any) -> None:
+    def _poll_once(self, consumer: Any) -> None:
+        m = consumer.poll(0.1)
         if m is None:
             return
         if m.error():
             raise ClientError(m.error().name(), m.error().str())
         self.buffer.append((m.offset(), _text(m.key()), m.value().decode()))
 
-    def poll(self, n: int) -> list[Record]:
-        check = _deadline_loop(f"confluent-kafka: {n} records")
-        while len(self.buffer) < n:
-            check()
-            self._take(self.member.poll(0.1))
-        out, self.buffer = self.buffer[:n], self.buffer[n:]
-        return out
+    def _position(self, consumer: Any, topic: str, partition: int) -> int:
+        from confluent_kafka import TopicPartition
+
+        return int(consumer.position([TopicPartition(topic, partition)])[0].offset)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         from confluent_kafka import TopicPartition
@@ -251,17 +294,8 @@ class ConfluentTxn:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         consumer = self._consumer(f"read-{uuid.uuid4().hex[:8]}", isolation)
-        saved, self.buffer = self.buffer, []
-        try:
-            consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-            check = _deadline_loop(f"confluent-kafka: position {end} of {topic}")
-            while consumer.position([TopicPartition(topic, partition)])[0].offset < end:
-                check()
-                self._take(consumer.poll(0.1))
-            return self.buffer
-        finally:
-            self.buffer = saved
-            consumer.close()
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        return self._drain(consumer, topic, partition, end)
 
     def close(self) -> None:
         from confluent_kafka import KafkaException
@@ -275,7 +309,9 @@ class ConfluentTxn:
 # --------------------------------------------------------------------------- kafka-python
 
 
-class KafkaPythonTxn:
+class KafkaPythonTxn(_Polling):
+    name = "kafka-python"
+
     def __init__(self, bootstrap: str, transactional_id: str, timeout_ms: int | None) -> None:
         from kafka import KafkaProducer
 
@@ -340,26 +376,15 @@ class KafkaPythonTxn:
             auto_offset_reset="earliest",
         )
 
-    def _take(self, polled: dict[Any, list[Any]]) -> None:
-        for messages in polled.values():
+    def _poll_once(self, consumer: Any) -> None:
+        for messages in consumer.poll(100).values():
             for m in messages:
                 self.buffer.append((m.offset, _text(m.key), m.value.decode()))
 
-    def subscribe(self, group: str, topic: str) -> None:
-        self.member = self._consumer(group, "read_committed")
-        self.member.subscribe([topic])
-        check = _deadline_loop("kafka-python: no partitions assigned")
-        while not self.member.assignment():
-            check()
-            self._take(self.member.poll(100))
+    def _position(self, consumer: Any, topic: str, partition: int) -> int:
+        from kafka import TopicPartition
 
-    def poll(self, n: int) -> list[Record]:
-        check = _deadline_loop(f"kafka-python: {n} records")
-        while len(self.buffer) < n:
-            check()
-            self._take(self.member.poll(100))
-        out, self.buffer = self.buffer[:n], self.buffer[n:]
-        return out
+        return int(consumer.position(TopicPartition(topic, partition)))
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         from kafka import TopicPartition
@@ -378,19 +403,10 @@ class KafkaPythonTxn:
         from kafka import TopicPartition
 
         consumer = self._consumer(None, isolation)
-        saved, self.buffer = self.buffer, []
-        try:
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            check = _deadline_loop(f"kafka-python: position {end} of {topic}")
-            while consumer.position(tp) < end:
-                check()
-                self._take(consumer.poll(100))
-            return self.buffer
-        finally:
-            self.buffer = saved
-            consumer.close()
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        return self._drain(consumer, topic, partition, end)
 
     def close(self) -> None:
         if self.member is not None:
@@ -714,25 +730,7 @@ def stable_offsets(bootstrap: str, topic: str, partition: int = 0) -> dict[str, 
 
 
 def _fetch(bootstrap: str, topic: str, partition: int, isolation: int, offset: int = 0) -> Any:
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=10_000_000,
-        isolation_level=isolation,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=partition, fetch_offset=offset, partition_max_bytes=10_000_000
-                    )
-                ],
-            )
-        ],
-    )
-    with RawClient(bootstrap) as client:
-        (p,) = client.request(request, 12).responses[0].partitions
+    p = fetch_raw(bootstrap, topic, partition, offset, isolation_level=isolation)
     assert p.error_code == ErrorCode.NONE, p.error_code
     return p
 

@@ -551,6 +551,7 @@ def _produce(
     config: Mapping[str, object],
     what: str,
     partitions: int | None = None,
+    transaction_ms: int | None = None,
 ) -> float:
     """One produce run by ``client``; bytes per second. Records the command under ``what``."""
     return _produce_to(
@@ -563,6 +564,7 @@ def _produce(
         config=config,
         what=what,
         partitions=partitions,
+        transaction_ms=transaction_ms,
     )[0]
 
 
@@ -578,9 +580,11 @@ def _produce_to(
     what: str,
     partitions: int | None = None,
     latency: bool = False,
+    transaction_ms: int | None = None,
 ) -> tuple[float, float | None]:
     """One produce run by ``client``: bytes per second and, with ``latency``, the p99 in ms
-    from send to acknowledgement. Records the command under ``what``."""
+    from send to acknowledgement (with ``transaction_ms``: in transactions that long).
+    Records the command under ``what``."""
     if client == "java":
         props = dict(config)
         if partitions is not None:
@@ -596,6 +600,7 @@ def _produce_to(
             props=props,
             log4j=ctx.log4j,
             timeout=RUN_TIMEOUT,
+            transaction_ms=transaction_ms,
         )
         ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", run.argv, bootstrap)
         return run.bytes_per_s, run.p99_ms if latency else None
@@ -609,6 +614,7 @@ def _produce_to(
         partitions=partitions,
         wait_stored=config.get("acks") == 0,
         latency=latency,
+        transaction_ms=transaction_ms,
     )
     ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", rd.argv, bootstrap)
     return rd.figures["bytes_per_s"], rd.figures["p99_ms"] if latency else None
@@ -702,23 +708,14 @@ def consume(ctx: Context, broker: Broker) -> None:
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
             cpu = broker.cpu_seconds()
-            if client == "java":
-                run = java_load.consumer_performance(
-                    broker.bootstrap,
-                    topic,
-                    messages=records,
-                    group=f"bench-consume-{i}",
-                    log4j=ctx.log4j,
-                    timeout=RUN_TIMEOUT,
-                )
-                argv, rate = run.argv, run.bytes_per_s
-            else:
-                rd = rdkafka_load.consume(
-                    broker.bootstrap, topic, records=records, timeout=RUN_TIMEOUT
-                )
-                argv, rate = rd.argv, rd.figures["bytes_per_s"]
-            ctx.results.command(
-                f"Row 3: consume from the start ({CONSUMER_NAMES[client]})", argv, broker.bootstrap
+            rate = _consume(
+                ctx,
+                broker,
+                client,
+                topic,
+                records=records,
+                group=f"bench-consume-{i}",
+                what="Row 3: consume from the start",
             )
             cpu_per_gib = (broker.cpu_seconds() - cpu) / (records * KiB / GiB)
             ctx.results.add(f"3/{client}", broker.target, rate / 1e6)
@@ -730,6 +727,40 @@ def consume(ctx: Context, broker: Broker) -> None:
                 ctx.repeats,
                 f"{rate / 1e6:.1f} MB/s, {cpu_per_gib:.2f} CPU s/GiB",
             )
+
+
+def _consume(
+    ctx: Context,
+    broker: Broker,
+    client: str,
+    topic: str,
+    *,
+    records: int,
+    group: str,
+    what: str,
+    read_committed: bool = False,
+) -> float:
+    """One run reading ``records`` from the start by ``client``; bytes per second. Records
+    the command under ``what``."""
+    if client == "java":
+        run = java_load.consumer_performance(
+            broker.bootstrap,
+            topic,
+            messages=records,
+            group=group,
+            log4j=ctx.log4j,
+            timeout=RUN_TIMEOUT,
+            read_committed=read_committed,
+        )
+        argv, rate = run.argv, run.bytes_per_s
+    else:
+        config = {"isolation.level": "read_committed"} if read_committed else {}
+        rd = rdkafka_load.consume(
+            broker.bootstrap, topic, records=records, timeout=RUN_TIMEOUT, config=config
+        )
+        argv, rate = rd.argv, rd.figures["bytes_per_s"]
+    ctx.results.command(f"{what} ({CONSUMER_NAMES[client]})", argv, broker.bootstrap)
+    return rate
 
 
 def latency(ctx: Context, broker: Broker) -> None:
@@ -789,31 +820,16 @@ def transactional(ctx: Context, broker: Broker) -> None:
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
             topic = ctx.topic(broker, f"transactional-{client}")
-            if client == "java":
-                run = java_load.producer_performance(
-                    broker.bootstrap,
-                    topic,
-                    records=records,
-                    record_size=KiB,
-                    props=IDEMPOTENT[client],
-                    log4j=ctx.log4j,
-                    timeout=RUN_TIMEOUT,
-                    transaction_ms=TRANSACTION_MS,
-                )
-                argv, rate = run.argv, run.bytes_per_s
-            else:
-                rd = rdkafka_load.produce(
-                    broker.bootstrap,
-                    topic,
-                    records=records,
-                    record_size=KiB,
-                    config=IDEMPOTENT[client],
-                    timeout=RUN_TIMEOUT,
-                    transaction_ms=TRANSACTION_MS,
-                )
-                argv, rate = rd.argv, rd.figures["bytes_per_s"]
-            ctx.results.command(
-                f"Row 13: transactional produce ({CLIENT_NAMES[client]})", argv, broker.bootstrap
+            rate = _produce(
+                ctx,
+                broker,
+                client,
+                topic,
+                records=records,
+                record_size=KiB,
+                config=IDEMPOTENT[client],
+                what="Row 13: transactional produce",
+                transaction_ms=TRANSACTION_MS,
             )
             ctx.results.add(f"13/{client}", broker.target, rate / 1e6)
             _progress(
@@ -845,28 +861,15 @@ def read_committed(ctx: Context, broker: Broker) -> None:
     _progress(broker.target, "row 14 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
-            if client == "java":
-                run = java_load.consumer_performance(
-                    broker.bootstrap,
-                    topic,
-                    messages=records,
-                    group=f"bench-read-committed-{i}",
-                    log4j=ctx.log4j,
-                    timeout=RUN_TIMEOUT,
-                    read_committed=True,
-                )
-                argv, rate = run.argv, run.bytes_per_s
-            else:
-                rd = rdkafka_load.consume(
-                    broker.bootstrap,
-                    topic,
-                    records=records,
-                    timeout=RUN_TIMEOUT,
-                    config={"isolation.level": "read_committed"},
-                )
-                argv, rate = rd.argv, rd.figures["bytes_per_s"]
-            ctx.results.command(
-                f"Row 14: consume read_committed ({CONSUMER_NAMES[client]})", argv, broker.bootstrap
+            rate = _consume(
+                ctx,
+                broker,
+                client,
+                topic,
+                records=records,
+                group=f"bench-read-committed-{i}",
+                what="Row 14: consume read_committed",
+                read_committed=True,
             )
             ctx.results.add(f"14/{client}", broker.target, rate / 1e6)
             _progress(

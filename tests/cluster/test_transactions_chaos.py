@@ -34,11 +34,10 @@ from typing import Any
 import pytest
 
 from compat.kafka_process import kafka_tool_command
-from protocol.messages.fetch import FetchRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.records import iter_batches, iter_records
 from tests.cluster.processes import Cluster, running_cluster, wait_for
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import RawClient, fetch_raw
 
 pytestmark = pytest.mark.integration
 
@@ -160,46 +159,26 @@ def log_outcomes(cluster: Cluster, partition: int) -> tuple[dict[int, str], set[
     committed: dict[int, str] = {}
     aborted: set[int] = set()
     offset, high_watermark = 0, None
-    with RawClient(address) as client:
-        while high_watermark is None or offset < high_watermark:
-            request = FetchRequest(
-                replica_id=-1,
-                max_wait_ms=0,
-                min_bytes=0,
-                max_bytes=8 << 20,
-                topics=[
-                    FetchRequest.FetchTopic(
-                        topic=SINK,
-                        partitions=[
-                            FetchRequest.FetchPartition(
-                                partition=partition,
-                                fetch_offset=offset,
-                                partition_max_bytes=8 << 20,
-                            )
-                        ],
-                    )
-                ],
-            )
-            (p,) = client.request(request, 12).responses[0].partitions
-            assert p.error_code == 0, p.error_code
-            assert p.last_stable_offset == p.high_watermark, "a transaction is still open"
-            high_watermark = p.high_watermark
-            for batch in iter_batches(bytes(p.records or b"")):
-                for r in iter_records(batch):
-                    if r.offset < offset:
-                        continue
-                    offset = r.offset + 1
-                    if not batch.is_control:
-                        assert batch.is_transactional, f"non-transactional record at {r.offset}"
-                        open_txns.setdefault(batch.producer_id, {})[r.offset] = bytes(
-                            r.value or b""
-                        ).decode()
-                        continue
-                    ended = open_txns.pop(batch.producer_id, {})
-                    if int.from_bytes(bytes(r.key)[2:4]) == 1:
-                        committed.update(ended)
-                    else:
-                        aborted.update(ended)
+    while high_watermark is None or offset < high_watermark:
+        p = fetch_raw(address, SINK, partition, offset)
+        assert p.error_code == 0, p.error_code
+        assert p.last_stable_offset == p.high_watermark, "a transaction is still open"
+        high_watermark = p.high_watermark
+        for batch in iter_batches(bytes(p.records or b"")):
+            for r in iter_records(batch):
+                if r.offset < offset:
+                    continue
+                offset = r.offset + 1
+                if not batch.is_control:
+                    assert batch.is_transactional, f"non-transactional record at {r.offset}"
+                    value = bytes(r.value or b"").decode()
+                    open_txns.setdefault(batch.producer_id, {})[r.offset] = value
+                    continue
+                ended = open_txns.pop(batch.producer_id, {})
+                if int.from_bytes(bytes(r.key)[2:4]) == 1:
+                    committed.update(ended)
+                else:
+                    aborted.update(ended)
     assert not open_txns, f"transactions without a marker: {list(open_txns)}"
     return committed, aborted
 

@@ -337,12 +337,15 @@ def expected(samples: Sequence[Sample], partition: int = 0, first_offset: int = 
     ]
 
 
-def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> Any:
+def fetch_raw(
+    bootstrap: str, topic: str, partition: int = 0, offset: int = 0, isolation_level: int = 0
+) -> Any:
     """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
     request = FetchRequest(
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
+        isolation_level=isolation_level,
         topics=[
             FetchRequest.FetchTopic(
                 topic=topic,

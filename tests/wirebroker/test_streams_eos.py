@@ -13,21 +13,18 @@ output was written in transactions (COMMIT markers in it). With
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import struct
 import subprocess
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from compat.kafka_process import kafka_cluster, kafka_tool_command
+from compat.kafka_process import kafka_tool_command
 from compat.transactions import log_layout
-from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import create_topic
 from wirebroker.zookeeper_server import jars_available, jars_dir
 
@@ -35,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 WORD_COUNT = "org.apache.kafka.streams.examples.wordcount.WordCountDemo"
 INPUT, OUTPUT = "streams-plaintext-input", "streams-wordcount-output"
-PROPERTIES = {
+BROKER_PROPERTIES = {
     "offsets.topic.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
     "transaction.state.log.replication.factor": "1",
@@ -51,21 +48,10 @@ def streams_jars() -> Path:
 
 
 @pytest.fixture
-def bootstrap(tmp_path: Path) -> Iterator[str]:
+def bootstrap(target_bootstrap: str) -> str:
     if not jars_available() or not any(streams_jars().glob("kafka-streams-examples-*.jar")):
         pytest.skip("no Kafka and Kafka Streams jars: run `make jars`")
-    if os.environ.get("WIREBROKER_CLUSTER_TARGET") == "kafka":
-        with kafka_cluster(overrides=PROPERTIES) as cluster:
-            yield cluster.bootstrap_servers
-        return
-    process = BrokerProcess(tmp_path / "broker", PROPERTIES)
-    process.start()
-    try:
-        yield process.bootstrap
-    finally:
-        alive, code = process.alive(), process.stop()
-    assert alive and code == 0, "\n".join(process.log[-60:])
-    assert not process.tracebacks(), "\n".join(process.log)
+    return target_bootstrap
 
 
 def text() -> list[str]:

@@ -11,22 +11,17 @@ the same tests run against Apache Kafka 3.9 (how they were checked).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
 from compat.clients import java
-from compat.kafka_process import kafka_cluster
 from compat.transactions import CLIENTS, TxnClient, error_of, log_layout, open_client, wait_stable
 from compat.transactions_raw import txn_produce
-from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient, create_topic
 from wirebroker.zookeeper_server import jars_available
 
 pytestmark = pytest.mark.integration
 
-PROPERTIES = {
+BROKER_PROPERTIES = {
     "offsets.topic.num.partitions": "1",
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
@@ -48,21 +43,10 @@ FENCED_AFTER_TIMEOUT = {
 
 
 @pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def bootstrap(target_bootstrap: str) -> str:
     if not jars_available():
         pytest.skip("no Kafka jars for the Java client and kafka-transactions: run `make jars`")
-    if os.environ.get("WIREBROKER_CLUSTER_TARGET") == "kafka":
-        with kafka_cluster(overrides=PROPERTIES) as cluster:
-            yield cluster.bootstrap_servers
-        return
-    process = BrokerProcess(tmp_path_factory.mktemp("broker"), PROPERTIES)
-    process.start()
-    try:
-        yield process.bootstrap
-    finally:
-        alive, code = process.alive(), process.stop()
-    assert alive and code == 0, "\n".join(process.log[-60:])
-    assert not process.tracebacks(), "\n".join(process.log)
+    return target_bootstrap
 
 
 @pytest.mark.timeout(120)

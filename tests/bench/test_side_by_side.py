@@ -111,3 +111,38 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
         except OSError:
             continue
     assert not left, f"processes left running: {left}"
+
+
+def test_quick_transaction_rows_on_wirebroker(tmp_path: Path) -> None:
+    """Rows 13 and 14 alone against wirebroker: both clients' transactional produce and
+    read_committed consume give their figures, with the commands that made them."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.side_by_side",
+            "--quick",
+            "--rows",
+            "13,14",
+            "--targets",
+            "wirebroker",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    for client in ("Java ProducerPerformance", "librdkafka"):
+        assert f"| 13: Transactional produce, 100 ms transactions ({client}) | wirebroker |" in text
+    for client in ("Java ConsumerPerformance", "librdkafka"):
+        assert (
+            f"read_committed, 10 MiB written in 100 ms transactions ({client}) | wirebroker" in text
+        )
+    assert "--transactional-id bench-transactional-java" in text
+    assert "--transaction-duration-ms 100" in text
+    assert "--transaction-ms 100" in text
+    assert "--consumer.config" in text and "isolation.level=read_committed" in text

@@ -48,6 +48,15 @@ from protocol.records import iter_batches, iter_records
 from tests.wirebroker.helpers import RawClient, create_topic, fetch_raw, produce_request
 
 CLIENTS = ("confluent-kafka", "java", "kafka-python", "aiokafka")
+#: One broker's settings for the scenarios (Kafka's test broker has them too: compat's
+#: kafka_properties): a one-partition transaction log of one replica, groups that start at once.
+BROKER_PROPERTIES = {
+    "offsets.topic.num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
+}
 TIMEOUT = 30.0
 JAVA_PROGRAM = Path(__file__).parent / "java" / "TxnClient.java"
 

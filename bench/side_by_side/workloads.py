@@ -788,12 +788,14 @@ def latency(ctx: Context, broker: Broker) -> None:
         )
 
 
-def idempotent(ctx: Context, broker: Broker) -> None:
-    """Row 5: the idempotent producer with acks=all, 1 KiB records."""
-    records = ctx.sizes.idempotent_records
+def _acks_all_rows(
+    ctx: Context, broker: Broker, row: int, stem: str, records: int, transaction_ms: int | None
+) -> None:
+    """Rows 5 and 13: idempotent producers, acks=all, 1 KiB records (13: in transactions)."""
+    what = {5: "Row 5: idempotent produce, acks=all", 13: "Row 13: transactional produce"}[row]
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
-            topic = ctx.topic(broker, f"idempotent-{client}")
+            topic = ctx.topic(broker, f"{stem}-{client}")
             rate = _produce(
                 ctx,
                 broker,
@@ -802,43 +804,28 @@ def idempotent(ctx: Context, broker: Broker) -> None:
                 records=records,
                 record_size=KiB,
                 config=IDEMPOTENT[client],
-                what="Row 5: idempotent produce, acks=all",
+                what=what,
+                transaction_ms=transaction_ms,
             )
-            ctx.results.add(f"5/{client}", broker.target, rate / 1e6)
+            ctx.results.add(f"{row}/{client}", broker.target, rate / 1e6)
             _progress(
                 broker.target,
-                f"row 5 idempotent ({client})",
+                f"row {row} {stem} ({client})",
                 i,
                 ctx.repeats,
                 f"{rate / 1e6:.1f} MB/s",
             )
+
+
+def idempotent(ctx: Context, broker: Broker) -> None:
+    """Row 5: the idempotent producer with acks=all, 1 KiB records."""
+    _acks_all_rows(ctx, broker, 5, "idempotent", ctx.sizes.idempotent_records, None)
 
 
 def transactional(ctx: Context, broker: Broker) -> None:
-    """Row 13: 1 KiB records, acks=all, each transaction committed once open 100 ms."""
+    """Row 13: as row 5, each transaction committed once open 100 ms."""
     records = ctx.sizes.transactional_records
-    for i in range(1, ctx.repeats + 1):
-        for client in CLIENTS:
-            topic = ctx.topic(broker, f"transactional-{client}")
-            rate = _produce(
-                ctx,
-                broker,
-                client,
-                topic,
-                records=records,
-                record_size=KiB,
-                config=IDEMPOTENT[client],
-                what="Row 13: transactional produce",
-                transaction_ms=TRANSACTION_MS,
-            )
-            ctx.results.add(f"13/{client}", broker.target, rate / 1e6)
-            _progress(
-                broker.target,
-                f"row 13 transactional ({client})",
-                i,
-                ctx.repeats,
-                f"{rate / 1e6:.1f} MB/s",
-            )
+    _acks_all_rows(ctx, broker, 13, "transactional", records, TRANSACTION_MS)
 
 
 def read_committed(ctx: Context, broker: Broker) -> None:

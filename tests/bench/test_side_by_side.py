@@ -27,29 +27,27 @@ pytestmark = [
 ]
 
 
-def test_quick_run_writes_the_report_and_chart(tmp_path: Path) -> None:
-    hand_written = "## Limits\n\nKept between runs.\n"
-    (tmp_path / "BENCHMARKS.md").write_text(
-        f"# Benchmarks\n\n{BEGIN}\nold\n{END}\n\n{hand_written}"
-    )
+def quick_run(out: Path, *options: str, env: dict[str, str] | None = None) -> str:
+    """``python -m bench.side_by_side --quick OPTIONS --out OUT``: its stderr, once it passed."""
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.side_by_side",
-            "--quick",
-            "--rows",
-            "1,6",
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "bench.side_by_side", "--quick", *options, "--out", str(out)],
         cwd=REPO_ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=150,
     )
     assert run.returncode == 0, run.stderr[-4000:]
-    assert "repeat 1/1" in run.stderr  # progress on stderr
+    return run.stderr
+
+
+def test_quick_run_writes_the_report_and_chart(tmp_path: Path) -> None:
+    hand_written = "## Limits\n\nKept between runs.\n"
+    (tmp_path / "BENCHMARKS.md").write_text(
+        f"# Benchmarks\n\n{BEGIN}\nold\n{END}\n\n{hand_written}"
+    )
+    stderr = quick_run(tmp_path, "--rows", "1,6")
+    assert "repeat 1/1" in stderr  # progress on stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert text.endswith(hand_written) and "\nold\n" not in text
     for needle in (
@@ -71,27 +69,9 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
     replaced, the figure reaches the report, and nothing is left running."""
     scratch = tmp_path / "scratch"  # the run's temporary folder: every broker's argv names it
     scratch.mkdir()
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.side_by_side",
-            "--quick",
-            "--rows",
-            "11",
-            "--targets",
-            "wirebroker",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "TMPDIR": str(scratch)},
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    assert "row 11 leader kill -9 to new leader | repeat 1/1" in run.stderr
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    stderr = quick_run(tmp_path, "--rows", "11", "--targets", "wirebroker", env=env)
+    assert "row 11 leader kill -9 to new leader | repeat 1/1" in stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
     repeats = next(
         line
@@ -116,25 +96,7 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
 def test_quick_transaction_rows_on_wirebroker(tmp_path: Path) -> None:
     """Rows 13 and 14 alone against wirebroker: both clients' transactional produce and
     read_committed consume give their figures, with the commands that made them."""
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.side_by_side",
-            "--quick",
-            "--rows",
-            "13,14",
-            "--targets",
-            "wirebroker",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
+    quick_run(tmp_path, "--rows", "13,14", "--targets", "wirebroker")
     text = (tmp_path / "BENCHMARKS.md").read_text()
     for client in ("Java ProducerPerformance", "librdkafka"):
         assert f"| 13: Transactional produce, 100 ms transactions ({client}) | wirebroker |" in text

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from compat import transactions
 from compat.kafka_process import kafka_tool_command
 from compat.transactions import log_layout
 from tests.wirebroker.helpers import create_topic
@@ -32,13 +33,7 @@ pytestmark = pytest.mark.integration
 
 WORD_COUNT = "org.apache.kafka.streams.examples.wordcount.WordCountDemo"
 INPUT, OUTPUT = "streams-plaintext-input", "streams-wordcount-output"
-BROKER_PROPERTIES = {
-    "offsets.topic.num.partitions": "1",
-    "group.initial.rebalance.delay.ms": "0",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "transaction.state.log.num.partitions": "1",
-}
+BROKER_PROPERTIES = transactions.BROKER_PROPERTIES
 WORDS = ["kafka", "broker", "stream", "count", "exactly", "once", "log", "offset", "topic", "wire"]
 LINES = 3000
 

@@ -20,13 +20,7 @@ from wirebroker.zookeeper_server import jars_available
 
 pytestmark = pytest.mark.integration
 
-BROKER_PROPERTIES = {
-    "offsets.topic.num.partitions": "1",
-    "group.initial.rebalance.delay.ms": "0",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "transaction.state.log.num.partitions": "1",
-}
+BROKER_PROPERTIES = transactions.BROKER_PROPERTIES
 
 
 @pytest.mark.timeout(180)

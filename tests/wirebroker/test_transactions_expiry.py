@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from compat import transactions
 from compat.clients import java
 from compat.transactions import CLIENTS, TxnClient, error_of, log_layout, open_client, wait_stable
 from compat.transactions_raw import txn_produce
@@ -22,10 +23,7 @@ from wirebroker.zookeeper_server import jars_available
 pytestmark = pytest.mark.integration
 
 BROKER_PROPERTIES = {
-    "offsets.topic.num.partitions": "1",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "transaction.state.log.num.partitions": "1",
+    **transactions.BROKER_PROPERTIES,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
     "transaction.partition.verification.enable": "false",
 }

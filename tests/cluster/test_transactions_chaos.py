@@ -251,21 +251,24 @@ def test_copier_survives_killing_the_coordinator_and_a_leader(kind: str) -> None
         cluster.create_topic(SINK, PARTITIONS)
         sent = fill_input(cluster.bootstrap)
         total = PARTITIONS * RECORDS_PER_PARTITION
-        kills: list[tuple[str, int]] = []
+        kills: list[tuple[str, int, int]] = []  # (what, broker, input records committed then)
+
+        def copied() -> int:
+            return int(wait_for(lambda: str(committed_input(cluster.bootstrap)), 60, "offsets"))
+
         with copiers(cluster.bootstrap) as running:
-            wait_for(lambda: committed_input(cluster.bootstrap) >= total // 5, 180, "copying")
-            coordinator = transaction_coordinator(cluster)
-            cluster.kill_and_restart(coordinator)
-            kills.append(("transaction coordinator", coordinator))
-            wait_for(lambda: committed_input(cluster.bootstrap) >= total // 2, 180, "copying")
-            coordinator = transaction_coordinator(cluster)
-            leaders = [cluster.leader(SINK, p) for p in range(PARTITIONS)]
-            victim = next((b for b in leaders if b != coordinator), leaders[0])
-            cluster.kill_and_restart(victim)
-            kills.append((f"leader of {SINK}", victim))
-            copying = int(wait_for(lambda: str(committed_input(cluster.bootstrap)), 60, "offsets"))
+            for what, share in (("transaction coordinator", 0.2), (f"leader of {SINK}", 0.5)):
+                wait_for(lambda: copied() >= total * share, 180, f"{share:.0%} copied")  # noqa: B023
+                coordinator = transaction_coordinator(cluster)
+                if what == "transaction coordinator":
+                    victim = coordinator
+                else:  # a leader that is not the coordinator, when there is one
+                    leaders = [cluster.leader(SINK, p) for p in range(PARTITIONS)]
+                    victim = next((b for b in leaders if b != coordinator), leaders[0])
+                kills.append((what, victim, copied()))
+                cluster.kill_and_restart(victim)
             wait_for(lambda: all([c.done() for c in running]), 300, "the copiers to finish")
-        assert copying < total, "the copiers finished before the second kill: make the input bigger"
+        assert all(at < total for _, _, at in kills), f"a kill came after the copy ended: {kills}"
         cluster.wait_fully_replicated(SINK)
         summary = check(cluster, sent)
         assert summary["aborted"] > 0, "no transaction was aborted: the checker saw no abort"

@@ -4,9 +4,12 @@ This module owns a partition directory while it is open: the segment list (found
 base offsets, so a read costs O(log segments) plus one in-memory index probe and a scan of
 about one index interval), the log start offset, high watermark, log end offset and recovery
 point -- with ``log_start_offset <= high_watermark <= log_end_offset`` after every operation --
-and every operation that changes them: leader and follower appends, reads returning pinned file
-slices, timestamp lookups, truncation, DeleteRecords, retention, compaction, rolling, flushing
-and closing. It must not know about sockets, trio, replicas or requests; the broker decides
+the last stable offset (from the producer state's transactions, never past the high
+watermark), and every operation that changes them: leader and follower appends (which keep the
+producer state and write aborted transactions to the active segment's ``.txnindex``), reads
+returning pinned file slices (with the aborted transactions of their range for read_committed),
+timestamp lookups, truncation, DeleteRecords, retention, compaction, rolling, flushing and
+closing. It must not know about sockets, trio, replicas or requests; the broker decides
 *when* (high watermark, flush, retention ticks), this module decides *how*.
 
 Durability: an append returns after ``os.pwrite`` returned for all its bytes (nothing is
@@ -635,7 +638,7 @@ class PartitionLog:
                 i += 1
             if result.aborted_transactions is not None and result.slices:
                 upper = limit if stop == (end_index, end_pos) else self._upper_bound(*stop)
-                self._collect_aborted(offset, upper, result.aborted_transactions)
+                result.aborted_transactions = self.aborted_transactions(offset, upper)
         except BaseException:
             result.release()
             raise
@@ -650,12 +653,15 @@ class PartitionLog:
             return found
         return self._bases[index + 1] if index + 1 < len(self._bases) else self._leo
 
-    def _collect_aborted(self, offset: int, upper_bound: int, out: list[AbortedTxn]) -> None:
-        """Kafka's collectAbortedTransactions: from the segment holding `offset` on, until an
-        index says every transaction started below `upper_bound` has ended."""
+    def aborted_transactions(self, offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[offset, upper_bound)`` (Kafka's
+        collectAbortedTransactions): from the segment holding `offset` on, until an index
+        says every transaction started below `upper_bound` has ended."""
+        out: list[AbortedTxn] = []
         for seg in self._segments[max(0, bisect_right(self._bases, offset) - 1) :]:
             if seg.txn_index.collect(offset, upper_bound, out):
-                return
+                break
+        return out
 
     def _position_of(self, offset: int) -> tuple[LogSegment, int]:
         """Segment and byte position of the batch holding `offset` (end of its floor segment

@@ -171,11 +171,13 @@ def test_markers_on_consumer_offsets_partitions(broker: BrokerProcess) -> None:
     assert answer == {(700, "__consumer_offsets", 0): 0, (700, "__consumer_offsets", 1): 0}
 
 
-def fetch(bootstrap: str, topic: str, isolation: int, offset: int = 0, version: int = 12) -> Any:
-    request = FetchRequest(
+def fetch_request(
+    topic: str, isolation: int, offset: int = 0, *, max_wait_ms: int = 0, min_bytes: int = 0
+) -> FetchRequest:
+    return FetchRequest(
         replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
         isolation_level=isolation,
         topics=[
             FetchRequest.FetchTopic(
@@ -188,8 +190,14 @@ def fetch(bootstrap: str, topic: str, isolation: int, offset: int = 0, version: 
             )
         ],
     )
+
+
+def fetch(bootstrap: str, topic: str, isolation: int, offset: int = 0, version: int = 12) -> Any:
+    """One Fetch of partition 0 without waiting: its PartitionData."""
     with RawClient(bootstrap) as c:
-        return c.request(request, version).responses[0].partitions[0]
+        return (
+            c.request(fetch_request(topic, isolation, offset), version).responses[0].partitions[0]
+        )
 
 
 def latest(bootstrap: str, topic: str, isolation: int) -> int:
@@ -267,22 +275,7 @@ def test_read_committed_long_poll_wakes_when_the_lso_moves(
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as c:
         assert txn_produce(c, topic, 21, 0, [b"x"]).error_code == 0
-        request = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=20_000,
-            min_bytes=1,
-            isolation_level=READ_COMMITTED,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[
-                        FetchRequest.FetchPartition(
-                            partition=0, fetch_offset=0, partition_max_bytes=1 << 20
-                        )
-                    ],
-                )
-            ],
-        )
+        request = fetch_request(topic, READ_COMMITTED, max_wait_ms=20_000, min_bytes=1)
         with RawClient(broker.bootstrap) as waiting:
             correlation_id = waiting.send(request, 12)
             # the open transaction's data does not answer the poll...

@@ -73,7 +73,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "request.timeout.ms",
             "int",
             "30000",
-            "How long WriteTxnMarkers waits for its markers to be replicated.",
+            "How long a broker waits for another's answer (transaction markers, KIP-890 "
+            "verification) and WriteTxnMarkers for its markers to be replicated.",
         ),
         _k("log.segment.bytes", "int", "1073741824", "Roll a segment at this size.", False),
         _k(

@@ -164,6 +164,85 @@ class CoordinatorStore:
         return count
 
 
+class PartitionLoads:
+    """The partitions of a coordinator's topic being loaded (Kafka's loadingPartitions): each
+    replayed by the store in a task of its own, at the leader epoch it was started for, until
+    it is done or cancelled (leadership moved); awaitable."""
+
+    def __init__(self, store: CoordinatorStore) -> None:
+        self.store = store
+        self._loading: dict[int, tuple[int, trio.CancelScope]] = {}
+        self._ended = trio.Event()  # set (and replaced) each time a load ends
+
+    def __contains__(self, index: object) -> bool:
+        return index in self._loading
+
+    def __len__(self) -> int:
+        return len(self._loading)
+
+    def epoch_of(self, index: int) -> int | None:
+        """The leader epoch partition `index` is loading at (None: not loading)."""
+        loading = self._loading.get(index)
+        return None if loading is None else loading[0]
+
+    def start(
+        self,
+        nursery: trio.Nursery,
+        index: int,
+        epoch: int,
+        sink: RecordSink,
+        markers: MarkerSink | None,
+        loaded: Callable[[int, float], None],
+    ) -> None:
+        """Replay partition `index` in `nursery`; once it is done `loaded(records, elapsed_ms)`
+        runs on the loop -- unless the load was cancelled, or failed (logged: the partition
+        stays unavailable)."""
+        scope = trio.CancelScope()
+        self._loading[index] = (epoch, scope)
+        nursery.start_soon(self._run, index, scope, sink, markers, loaded)
+
+    async def _run(
+        self,
+        index: int,
+        scope: trio.CancelScope,
+        sink: RecordSink,
+        markers: MarkerSink | None,
+        loaded: Callable[[int, float], None],
+    ) -> None:
+        started = trio.current_time()
+        count = None
+        with scope:
+            try:
+                count = await self.store.replay(index, sink, markers)
+            except Exception:  # a bug or a broken log
+                log.exception("%s-%d: loading failed", self.store.topic, index)
+        if self._loading.get(index, (0, None))[1] is not scope:
+            return  # cancelled, or superseded by a newer load
+        self._end(index)
+        if count is not None:
+            loaded(count, (trio.current_time() - started) * 1000)
+
+    def cancel(self, index: int) -> bool:
+        """Stop loading partition `index` (what was read is dropped); whether it was loading."""
+        loading = self._loading.get(index)
+        if loading is None:
+            return False
+        self._end(index)
+        loading[1].cancel()
+        log.info("%s-%d: no longer leader: load cancelled", self.store.topic, index)
+        return True
+
+    def _end(self, index: int) -> None:
+        del self._loading[index]
+        self._ended.set()
+        self._ended = trio.Event()
+
+    async def wait(self, index: int | None = None) -> None:
+        """Until partition `index` (default: every one) is not loading."""
+        while (index in self._loading) if index is not None else self._loading:
+            await self._ended.wait()
+
+
 def partition_for(key: str, partitions: int) -> int:
     """The partition of a group or transactional id: Kafka's `Utils.abs(key.hashCode) %
     partitions`, with Java's String.hashCode (Utils.abs maps Integer.MIN_VALUE to 0)."""

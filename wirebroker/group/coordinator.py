@@ -42,6 +42,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import trio
@@ -51,6 +52,7 @@ from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
 from wirebroker.coordinator_store import (
     WRITTEN,
     CoordinatorStore,
+    PartitionLoads,
     Write,
     partition_for,
     store_error,
@@ -94,9 +96,6 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         #: The `__consumer_offsets` partitions loaded (in a cluster: led by us, and loaded).
         self.owned: set[int] = set()
-        #: The partitions being loaded, each with the cancel scope of its load.
-        self.loading: dict[int, trio.CancelScope] = {}
-        self._load_ended = trio.Event()  # set (and replaced) each time a load ends
         #: Per group, the log offset of the commit each partition's offset came from: a commit
         #: acknowledged after a later one must not overwrite it.
         self._commit_positions: dict[str, dict[tuple[str, int], int]] = {}
@@ -113,6 +112,8 @@ class GroupCoordinator:
         self.store = CoordinatorStore(
             OFFSETS_TOPIC, broker.partition, config.get_int("offsets.commit.timeout.ms") / 1000
         )
+        #: The partitions being loaded.
+        self.loading = PartitionLoads(self.store)
         self.num_partitions = config.get_int("offsets.topic.num.partitions")
         self.initial_delay_ms = config.get_int("group.initial.rebalance.delay.ms")
         self.min_session_ms = config.get_int("group.min.session.timeout.ms")
@@ -181,46 +182,25 @@ class GroupCoordinator:
             if index not in self.owned and index not in self.loading:
                 self._start_load(index)
             return
-        scope = self.loading.get(index)
-        if scope is not None:
-            self._end_load(index)
-            scope.cancel()
-            log.info("%s-%d: no longer leader: load cancelled", OFFSETS_TOPIC, index)
+        self.loading.cancel(index)
         if index in self.owned:
             self.owned.discard(index)
             self._unload_partition(index)
 
-    def _end_load(self, index: int) -> None:
-        del self.loading[index]
-        self._load_ended.set()
-        self._load_ended = trio.Event()
-
     async def wait_loaded(self, index: int | None = None) -> None:
         """Until partition `index` of `__consumer_offsets` (default: every one) is not loading."""
-        while (index in self.loading) if index is not None else self.loading:
-            await self._load_ended.wait()
+        await self.loading.wait(index)
 
     def _start_load(self, index: int) -> None:
-        assert self._nursery is not None, "partitions load once the coordinator serves"
-        scope = self.loading[index] = trio.CancelScope()
-        self._nursery.start_soon(self._load, index, scope)
-
-    async def _load(self, index: int, scope: trio.CancelScope) -> None:
         """Replay partition `index` off the loop, then install its groups, unless the load was
-        cancelled (leadership moved) meanwhile."""
-        started = trio.current_time()
+        cancelled (leadership moved) meanwhile; a load that failed leaves them unavailable."""
+        assert self._nursery is not None, "partitions load once the coordinator serves"
         load = GroupLoad(self.initial_delay_ms)
-        with scope:
-            try:
-                count = await self.store.replay(index, load.replay, load.marker)
-            except Exception:  # a bug or a broken log: its groups stay unavailable
-                log.exception("%s-%d: loading failed", OFFSETS_TOPIC, index)
-                if self.loading.get(index) is scope:
-                    self._end_load(index)
-                return
-        if self.loading.get(index) is not scope:
-            return  # cancelled, or superseded by a newer load
-        self._end_load(index)
+        self.loading.start(
+            self._nursery, index, 0, load.replay, load.marker, partial(self._loaded, index, load)
+        )
+
+    def _loaded(self, index: int, load: GroupLoad, count: int, elapsed_ms: float) -> None:
         load.finish()
         now = self.broker.now_ms()
         for group in load.groups.values():
@@ -238,7 +218,7 @@ class GroupCoordinator:
             index,
             len(load.groups),
             count,
-            (trio.current_time() - started) * 1000,
+            elapsed_ms,
         )
 
     def coordinator_error(self, group_id: str) -> ErrorCode:

@@ -96,6 +96,21 @@ class ReplicaManager:
             return endpoint.host, endpoint.port
         return self.live_leaders.get(broker_id)
 
+    def peer_client(
+        self, broker_id: int, purpose: str, *, timeout_s: float, backoff_s: float
+    ) -> PeerClient:
+        """A connection to broker `broker_id` over the inter-broker listener (TLS as
+        configured), its address looked up at each connect; `purpose` names it in the log and
+        in its client id (e.g. "txn-markers")."""
+        return PeerClient(
+            f"{purpose} to broker {broker_id}",
+            lambda: self.address_of(broker_id),
+            client_id=f"broker-{self.broker.node_id}-{purpose}",
+            timeout_s=timeout_s,
+            backoff_s=backoff_s,
+            ssl_context=self.ssl_context,
+        )
+
     def _controller_address(self) -> tuple[str, int] | None:
         controller = self.broker.controller_id
         return None if controller < 0 else self.address_of(controller)

@@ -256,6 +256,21 @@ class TransactionCoordinator:
             error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
         )
 
+    def _held_by(
+        self, transactional_id: str, producer_id: int
+    ) -> tuple[TransactionMetadata, int] | ErrorCode:
+        """The id's metadata and coordinator epoch if `producer_id` holds it; else why not:
+        INVALID_REQUEST for an empty id, the cache's error (coordinated elsewhere, loading), or
+        INVALID_PRODUCER_ID_MAPPING for an unknown id or another producer id."""
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST
+        found = self.state.lookup(transactional_id)
+        if found.error != ErrorCode.NONE:
+            return found.error
+        if found.metadata is None or found.metadata.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        return found.metadata, found.coordinator_epoch
+
     # -- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------
     async def add_partitions(
         self,
@@ -265,14 +280,10 @@ class TransactionCoordinator:
         partitions: frozenset[TopicPartition],
     ) -> ErrorCode:
         """Kafka's handleAddPartitionsToTransaction."""
-        if not transactional_id:
-            return ErrorCode.INVALID_REQUEST
-        found = self.state.lookup(transactional_id)
-        if found.error != ErrorCode.NONE:
-            return found.error
-        metadata = found.metadata
-        if metadata is None or metadata.producer_id != producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        held = self._held_by(transactional_id, producer_id)
+        if isinstance(held, ErrorCode):
+            return held
+        metadata, coordinator_epoch = held
         if metadata.producer_epoch != producer_epoch:
             return ErrorCode.PRODUCER_FENCED
         if metadata.pending is not None or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
@@ -280,7 +291,7 @@ class TransactionCoordinator:
         if metadata.state == S.ONGOING and partitions <= metadata.partitions:
             return ErrorCode.NONE
         transit = metadata.prepare_add_partitions(partitions, self.broker.now_ms())
-        return await self.state.append(transactional_id, found.coordinator_epoch, transit)
+        return await self.state.append(transactional_id, coordinator_epoch, transit)
 
     def verify_partitions(
         self,
@@ -295,14 +306,10 @@ class TransactionCoordinator:
         def every(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(partitions, error)
 
-        if not transactional_id:
-            return every(ErrorCode.INVALID_REQUEST)
-        found = self.state.lookup(transactional_id)
-        if found.error != ErrorCode.NONE:
-            return every(found.error)
-        metadata = found.metadata
-        if metadata is None or metadata.producer_id != producer_id:
-            return every(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        held = self._held_by(transactional_id, producer_id)
+        if isinstance(held, ErrorCode):
+            return every(held)
+        metadata, _ = held
         if metadata.producer_epoch != producer_epoch:
             return every(ErrorCode.PRODUCER_FENCED)
         if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
@@ -330,14 +337,10 @@ class TransactionCoordinator:
         commit: bool,
         from_client: bool,
     ) -> ErrorCode:
-        if not transactional_id:
-            return ErrorCode.INVALID_REQUEST
-        found = self.state.lookup(transactional_id)
-        if found.error != ErrorCode.NONE:
-            return found.error
-        metadata, coordinator_epoch = found.metadata, found.coordinator_epoch
-        if metadata is None or metadata.producer_id != producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        held = self._held_by(transactional_id, producer_id)
+        if isinstance(held, ErrorCode):
+            return held
+        metadata, coordinator_epoch = held
         # clients must not bump the epoch; the coordinator's own abort may carry a bumped one
         if (from_client and producer_epoch != metadata.producer_epoch) or (
             producer_epoch < metadata.producer_epoch

@@ -174,7 +174,7 @@ class MarkerSender:
         address is unknown), None if the partition does not exist."""
         broker = self.broker
         if not broker.cluster_mode:
-            return broker.node_id if broker.partition(tp.topic, tp.partition) else None
+            return broker.node_id if broker.partition(tp.topic, tp.partition) is not None else None
         info = broker.metadata_cache.partition(tp.topic, tp.partition)
         if info is None:
             return None
@@ -188,14 +188,13 @@ class MarkerSender:
         """Stop writing markers for the transactions of `__transaction_state`-`index` (this
         broker no longer coordinates them)."""
         for destination in self._destinations.values():
-            kept = []
-            for entry in destination.entries:
-                if entry.completion.txn_partition == index:
-                    self._drop(entry.completion)
-                else:
-                    kept.append(entry)
-            destination.entries = kept
+            destination.entries = [
+                e for e in destination.entries if e.completion.txn_partition != index
+            ]
         self._later = [(t, w) for t, w in self._later if _completion(w).txn_partition != index]
+        self.pending = {
+            tid: c for tid, c in self.pending.items() if c.txn_partition != index
+        }  # what is in flight is dropped when its answer comes
 
     def _drop(self, completion: Completion) -> None:
         if self.pending.get(completion.transactional_id) is completion:
@@ -302,27 +301,20 @@ class MarkerSender:
         response: WriteTxnMarkersResponse = await self._client(broker_id).request(
             request, WRITE_TXN_MARKERS_VERSION
         )
-        by_producer = {
-            m.producer_id: {
-                TopicPartition(t.name, p.partition_index): ErrorCode(p.error_code)
+        by_producer: dict[int, dict[TopicPartition, ErrorCode]] = {}
+        for m in response.markers:  # a producer's markers may come back in several results
+            by_producer.setdefault(m.producer_id, {}).update(
+                (TopicPartition(t.name, p.partition_index), ErrorCode(p.error_code))
                 for t in m.topics
                 for p in t.partitions
-            }
-            for m in response.markers
-        }
+            )
         return [by_producer.get(e.completion.metadata.producer_id) for e in entries]
 
     def _client(self, broker_id: int) -> PeerClient:
         client = self._clients.get(broker_id)
         if client is None:
-            manager = self.broker.replica_manager
-            client = self._clients[broker_id] = PeerClient(
-                f"transaction markers to broker {broker_id}",
-                lambda: manager.address_of(broker_id),
-                client_id=f"broker-{self.broker.node_id}-txn-markers",
-                timeout_s=self.timeout_s,
-                backoff_s=RETRY_BACKOFF_S,
-                ssl_context=manager.ssl_context,
+            client = self._clients[broker_id] = self.broker.replica_manager.peer_client(
+                broker_id, "txn-markers", timeout_s=self.timeout_s, backoff_s=RETRY_BACKOFF_S
             )
         return client
 

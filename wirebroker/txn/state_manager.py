@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.errors import ErrorCode
-from wirebroker.coordinator_store import CoordinatorStore, Origin, partition_for, store_error
+from wirebroker.coordinator_store import (
+    CoordinatorStore,
+    Origin,
+    PartitionLoads,
+    partition_for,
+    store_error,
+)
 from wirebroker.partition import TopicPartition
 from wirebroker.txn import records
 from wirebroker.txn.state import TransactionMetadata, TxnState, TxnTransit
@@ -95,9 +101,8 @@ class TransactionStateManager:
             chunk_bytes=config.get_int("transaction.state.log.load.buffer.size"),
         )
         self.partitions: dict[int, TxnPartition] = {}
-        #: Partitions loading: their coordinator epoch and the cancel scope of the load.
-        self.loading: dict[int, tuple[int, trio.CancelScope]] = {}
-        self._load_ended = trio.Event()
+        #: Partitions loading, each at its coordinator epoch.
+        self.loading = PartitionLoads(self.store)
         self._nursery: trio.Nursery | None = None
         self.on_loaded: OnLoaded = lambda index, epoch, ids: None
 
@@ -136,9 +141,8 @@ class TransactionStateManager:
         index = tp.partition
         if leader:
             loaded = self.partitions.get(index)
-            loading = self.loading.get(index)
             if (loaded is not None and loaded.coordinator_epoch == leader_epoch) or (
-                loading is not None and loading[0] == leader_epoch
+                self.loading.epoch_of(index) == leader_epoch
             ):
                 return False
             self._unload(index)
@@ -147,34 +151,18 @@ class TransactionStateManager:
         return self._unload(index)
 
     def _unload(self, index: int) -> bool:
-        loading = self.loading.get(index)
-        if loading is not None:
-            self._end_load(index)
-            loading[1].cancel()
-            log.info("%s-%d: no longer leader: load cancelled", TXN_TOPIC, index)
+        cancelled = self.loading.cancel(index)
         gone = self.partitions.pop(index, None)
         if gone is not None:
             log.info("%s-%d: unloaded %d transactional ids", TXN_TOPIC, index, len(gone.ids))
-        return loading is not None or gone is not None
-
-    def _start_load(self, index: int, epoch: int) -> None:
-        assert self._nursery is not None, "partitions load once the coordinator serves"
-        scope = trio.CancelScope()
-        self.loading[index] = (epoch, scope)
-        self._nursery.start_soon(self._load, index, epoch, scope)
-
-    def _end_load(self, index: int) -> None:
-        del self.loading[index]
-        self._load_ended.set()
-        self._load_ended = trio.Event()
+        return cancelled or gone is not None
 
     async def wait_loaded(self, index: int | None = None) -> None:
         """Until partition `index` (default: every one) is not loading."""
-        while (index in self.loading) if index is not None else self.loading:
-            await self._load_ended.wait()
+        await self.loading.wait(index)
 
-    async def _load(self, index: int, epoch: int, scope: trio.CancelScope) -> None:
-        started = trio.current_time()
+    def _start_load(self, index: int, epoch: int) -> None:
+        assert self._nursery is not None, "partitions load once the coordinator serves"
         loaded: dict[str, TransactionMetadata] = {}
 
         def replay(key: bytes, value: bytes | None, _origin: Origin) -> None:
@@ -187,29 +175,22 @@ class TransactionStateManager:
             else:
                 loaded[tid] = metadata
 
-        with scope:
-            try:
-                count = await self.store.replay(index, replay)
-            except Exception:  # a bug or a broken log: its ids stay unavailable
-                log.exception("%s-%d: loading failed", TXN_TOPIC, index)
-                if self.loading.get(index, (None, None))[1] is scope:
-                    self._end_load(index)
-                return
-        if self.loading.get(index, (None, None))[1] is not scope:
-            return  # cancelled, or superseded by a newer load
-        self._end_load(index)
-        self.partitions[index] = TxnPartition(epoch, loaded)
-        log.log(
-            logging.INFO if count else logging.DEBUG,
-            "%s-%d: loaded %d transactional ids from %d records at coordinator epoch %d in %.0f ms",
-            TXN_TOPIC,
-            index,
-            len(loaded),
-            count,
-            epoch,
-            (trio.current_time() - started) * 1000,
-        )
-        self.on_loaded(index, epoch, list(loaded.values()))
+        def install(count: int, elapsed_ms: float) -> None:
+            self.partitions[index] = TxnPartition(epoch, loaded)
+            log.log(
+                logging.INFO if count else logging.DEBUG,
+                "%s-%d: loaded %d transactional ids from %d records at coordinator epoch %d "
+                "in %.0f ms",
+                TXN_TOPIC,
+                index,
+                len(loaded),
+                count,
+                epoch,
+                elapsed_ms,
+            )
+            self.on_loaded(index, epoch, list(loaded.values()))
+
+        self.loading.start(self._nursery, index, epoch, replay, None, install)
 
     # -- lookups ----------------------------------------------------------------------------
     def lookup(self, transactional_id: str) -> Lookup:

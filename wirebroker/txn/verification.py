@@ -227,14 +227,8 @@ class Verifier:
     def _client(self, node_id: int) -> PeerClient:
         client = self._clients.get(node_id)
         if client is None:
-            manager = self.broker.replica_manager
-            client = self._clients[node_id] = PeerClient(
-                f"transaction verification with broker {node_id}",
-                lambda: manager.address_of(node_id),
-                client_id=f"broker-{self.broker.node_id}-txn-verification",
-                timeout_s=self.timeout_s,
-                backoff_s=0.1,
-                ssl_context=manager.ssl_context,
+            client = self._clients[node_id] = self.broker.replica_manager.peer_client(
+                node_id, "txn-verification", timeout_s=self.timeout_s, backoff_s=0.1
             )
         return client
 

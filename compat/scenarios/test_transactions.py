@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from compat import transactions, transactions_raw
+from compat import transactions, transactions_raw, txn_clients
 from compat.test_differential import differences
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("client", transactions.CLIENTS)
+@pytest.mark.parametrize("client", txn_clients.CLIENTS)
 @pytest.mark.parametrize("scenario", sorted(transactions.SCENARIOS))
 def test_transactions(scenario: str, client: str, observe: Any) -> None:
     def run(t: Any) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from compat import transactions, transactions_raw
+from compat import transactions, transactions_raw, txn_clients
 from compat.test_differential import differences
 from tests.broker_process import BrokerProcess
 from wirebroker.zookeeper_server import jars_available
@@ -24,7 +24,7 @@ BROKER_PROPERTIES = transactions.BROKER_PROPERTIES
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("client", transactions.CLIENTS)
+@pytest.mark.parametrize("client", txn_clients.CLIENTS)
 @pytest.mark.parametrize("scenario", sorted(transactions.SCENARIOS))
 def test_scenario_as_on_kafka(broker: BrokerProcess, scenario: str, client: str) -> None:
     if client == "java" and not jars_available():

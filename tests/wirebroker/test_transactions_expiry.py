@@ -15,8 +15,9 @@ import pytest
 
 from compat import transactions
 from compat.clients import java
-from compat.transactions import CLIENTS, TxnClient, error_of, log_layout, open_client, wait_stable
+from compat.transactions import log_layout, wait_stable
 from compat.transactions_raw import txn_produce
+from compat.txn_clients import CLIENTS, TxnClient, error_of, open_client
 from tests.wirebroker.helpers import RawClient, create_topic
 from wirebroker.zookeeper_server import jars_available
 

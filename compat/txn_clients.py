@@ -375,7 +375,11 @@ class KafkaPythonTxn(_Polling):
         from kafka.structs import OffsetAndMetadata
 
         offsets = {TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)}
-        self._call(self.producer.send_offsets_to_transaction, offsets, self.member.group_metadata())
+        # KIP-447's group metadata from kafka-python 3; 2.x (pyproject allows >= 2.2) takes
+        # the group id alone.
+        group_metadata = getattr(self.member, "group_metadata", None)
+        group = group_metadata() if group_metadata else self.member.config["group_id"]
+        self._call(self.producer.send_offsets_to_transaction, offsets, group)
 
     def read(self, topic: str, partition: int, isolation: str, end: int) -> list[Record]:
         from kafka import TopicPartition

@@ -28,13 +28,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from compat.raw import create_topic
+from compat.test_differential import differences
 from compat.txn_clients import TxnClient, deadline_loop, error_of, open_client
 from protocol.errors import ErrorCode
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.record_batch import SimpleRecord
 from protocol.records import iter_batches, iter_records
-from tests.wirebroker.helpers import RawClient, create_topic, fetch_raw, produce_request
+from tests.wirebroker.helpers import RawClient, fetch_raw, produce_request
 
 #: One broker's settings for the scenarios (Kafka's test broker has them too: compat's
 #: kafka_properties): a one-partition transaction log of one replica, groups that start at once.
@@ -333,7 +335,9 @@ def check_golden(name: str, keys: tuple[str, ...], observation: Any) -> None:
         text = re.sub(r"\[[^\[\]{}]*\]", lambda m: json.dumps(json.loads(m[0])), text)
         path.write_text(text + "\n")
         return
-    assert observation == golden(name, *keys), (
-        f"Kafka no longer gives {path.name}'s observation of {'/'.join(keys)}; "
-        f"if Kafka is right, rerun the compat test on Kafka with {GOLDEN_ENV}=write"
+    want = golden(name, *keys)
+    assert observation == want, (
+        f"Kafka no longer gives {path.name}'s observation of {'/'.join(keys)} "
+        f"(if Kafka is right, rerun the compat test on Kafka with {GOLDEN_ENV}=write):\n"
+        + "\n".join(differences(observation, want)).replace("wirebroker", "now")
     )

@@ -14,6 +14,10 @@ and, at the end, what the topic holds:
   a partition that does not), beside one that does; the topic is not created.
 - ``write_txn_markers_from_a_client``: WriteTxnMarkers (an inter-broker API) sent by a client
   connection, for a producer with no transaction and for an unknown partition.
+- ``coordinator_state_machine``: one transaction through the coordinator's states, and what
+  each state refuses (EndTxn with nothing ongoing, an abort after a commit...).
+- ``init_producer_id_inputs``: transaction timeouts out of range, an empty transactional id, a
+  KIP-360 producer id and epoch nobody was given.
 """
 
 from __future__ import annotations
@@ -22,17 +26,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from compat.raw import create_topic
 from compat.test_differential import plain
 from compat.transactions import log_layout, wait_stable
+from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
 from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
+from protocol.messages.describe_transactions import DescribeTransactionsRequest
 from protocol.messages.end_txn import EndTxnRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
+from protocol.messages.list_transactions import ListTransactionsRequest
 from protocol.messages.metadata import MetadataRequest
+from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.record_batch import SimpleRecord
 from protocol.schema import Message
-from tests.wirebroker.helpers import RawClient, create_topic, produce_request
+from tests.wirebroker.helpers import RawClient, produce_request
 
 TS = 1_700_000_000_000
 COMMIT, ABORT = True, False
@@ -90,6 +100,8 @@ class Session:
 
         def rename(v: Any, key: str = "") -> Any:
             if isinstance(v, dict):
+                if v.get("error_code"):  # an error's producer id is a placeholder (0 or -1)
+                    return {k: x if k == "producer_id" else rename(x, k) for k, x in v.items()}
                 return {k: rename(x, k) for k, x in v.items()}
             if isinstance(v, (list, tuple)):
                 items = [rename(x) for x in v]
@@ -99,6 +111,8 @@ class Session:
                 return items
             if key == "producer_id" and isinstance(v, int) and v >= 0:
                 return pids.setdefault(v, f"pid{len(pids)}")
+            if key == "transaction_start_time_ms" and isinstance(v, int) and v >= 0:
+                return "*"  # the coordinator's clock
             if isinstance(v, bytes):  # record keys and values (a marker's are binary)
                 return v.hex()
             return v
@@ -234,6 +248,126 @@ def write_txn_markers_from_a_client(bootstrap: str, stem: str) -> list[Any]:
     return s.observation()
 
 
+def coordinator_state_machine(bootstrap: str, stem: str) -> list[Any]:
+    """One transaction through the coordinator's states, with the calls each state refuses:
+    before InitProducerId, EndTxn with nothing ongoing, a repeated commit (a retry), an abort
+    after the commit; DescribeTransactions and ListTransactions along the way; the offsets it
+    committed for a group; what the topic holds."""
+    topic, txn, group = f"{stem}-topic", f"{stem}-txn", f"{stem}-group"
+    create_topic(bootstrap, topic)
+    s = Session(bootstrap)
+    s.coordinator(txn)
+    s.ask(
+        "find the group's coordinator (until ok)",
+        FindCoordinatorRequest(key_type=0, coordinator_keys=[group]),
+        4,
+        until=lambda r: r.coordinators[0].error_code == 0,
+    )
+    s.ask("add partitions before init", add_partitions(txn, 5555, 0, {topic: [0]}), 3)
+    s.ask("describe before init", DescribeTransactionsRequest(transactional_ids=[txn]), 0)
+    pid, epoch = s.init(txn)
+    s.ask("end txn, nothing ongoing", end_txn(txn, pid, epoch, COMMIT), 3)
+    s.ask("add partitions", add_partitions(txn, pid, epoch, {topic: [0]}), 3)
+    s.ask("describe ongoing", DescribeTransactionsRequest(transactional_ids=[txn]), 0)
+    s.ask(
+        "list by producer id",
+        ListTransactionsRequest(state_filters=[], producer_id_filters=[pid]),
+        0,
+    )
+    s.ask(
+        "add offsets",
+        AddOffsetsToTxnRequest(
+            transactional_id=txn, producer_id=pid, producer_epoch=epoch, group_id=group
+        ),
+        3,
+    )
+    s.ask(
+        "txn offset commit",
+        TxnOffsetCommitRequest(
+            transactional_id=txn,
+            group_id=group,
+            producer_id=pid,
+            producer_epoch=epoch,
+            generation_id=-1,
+            member_id="",
+            topics=[
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                    name=topic,
+                    partitions=[
+                        TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=7, committed_metadata="m"
+                        )
+                    ],
+                )
+            ],
+        ),
+        3,
+    )
+    s.ask("produce", txn_produce(txn, topic, pid, epoch, 0, "in"), 9)
+    s.ask("end txn, commit", end_txn(txn, pid, epoch, COMMIT), 3)
+    s.ask(
+        "describe (until CompleteCommit: the markers are written)",
+        DescribeTransactionsRequest(transactional_ids=[txn]),
+        0,
+        until=lambda r: r.transaction_states[0].transaction_state == "CompleteCommit",
+    )
+    s.ask("end txn, commit again (a retry)", end_txn(txn, pid, epoch, COMMIT), 3)
+    s.ask("end txn, abort after the commit", end_txn(txn, pid, epoch, ABORT), 3)
+    s.ask(
+        "the group's offset (until stable)",
+        OffsetFetchRequest(
+            groups=[
+                OffsetFetchRequest.OffsetFetchRequestGroup(
+                    group_id=group,
+                    topics=[
+                        OffsetFetchRequest.OffsetFetchRequestTopics(
+                            name=topic, partition_indexes=[0]
+                        )
+                    ],
+                )
+            ],
+            require_stable=True,
+        ),
+        8,
+        until=lambda r: (
+            not r.groups[0].error_code and r.groups[0].topics[0].partitions[0].error_code == 0
+        ),
+    )
+    s.topic(topic)
+    return s.observation()
+
+
+def init_producer_id_inputs(bootstrap: str, stem: str) -> list[Any]:
+    """InitProducerId with what a coordinator must refuse: a timeout above
+    ``transaction.max.timeout.ms`` or not positive, an empty transactional id, a KIP-360
+    producer id and epoch for an id never initialised."""
+    txn = f"{stem}-txn"
+    s = Session(bootstrap)
+    s.coordinator(txn)
+    for label, timeout in (("above the maximum", 900_001), ("zero", 0), ("negative", -1)):
+        s.ask(
+            f"timeout {label}",
+            InitProducerIdRequest(transactional_id=txn, transaction_timeout_ms=timeout),
+            4,
+        )
+    s.ask(
+        "empty transactional id",
+        InitProducerIdRequest(transactional_id="", transaction_timeout_ms=60_000),
+        4,
+    )
+    s.ask(
+        "a producer id and epoch nobody was given",
+        InitProducerIdRequest(
+            transactional_id=txn,
+            transaction_timeout_ms=60_000,
+            producer_id=987654,
+            producer_epoch=3,
+        ),
+        4,
+    )
+    return s.observation()
+
+
 #: Cases where wirebroker still differs: the finding in compat/FINDINGS.md.
 OPEN_FINDINGS = {"stale_epoch": "F8: Produce's error_message for INVALID_PRODUCER_EPOCH"}
 
@@ -242,6 +376,8 @@ CASES: dict[str, Callable[[str, str], list[Any]]] = {
     "stale_epoch": stale_epoch,
     "add_partitions_unknown_topic": add_partitions_unknown_topic,
     "write_txn_markers_from_a_client": write_txn_markers_from_a_client,
+    "coordinator_state_machine": coordinator_state_machine,
+    "init_producer_id_inputs": init_producer_id_inputs,
 }
 
 

@@ -15,10 +15,11 @@ import pytest
 
 from compat import transactions
 from compat.clients import java
+from compat.raw import create_topic
 from compat.transactions import log_layout, wait_stable
 from compat.transactions_raw import txn_produce
 from compat.txn_clients import CLIENTS, TxnClient, error_of, open_client
-from tests.wirebroker.helpers import RawClient, create_topic
+from tests.wirebroker.helpers import RawClient
 from wirebroker.zookeeper_server import jars_available
 
 pytestmark = pytest.mark.integration

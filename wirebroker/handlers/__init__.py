@@ -1,6 +1,7 @@
 """One module per API family; importing this package registers them all with the dispatcher."""
 
 from wirebroker.handlers import (  # noqa: F401
+    acls,
     api_versions,
     cluster,
     configs,

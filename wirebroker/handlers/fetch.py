@@ -33,6 +33,11 @@ NOT_LEADER_OR_FOLLOWER, as in Kafka. A follower's last fetched epoch (v12+) is c
 log diverges from it the answer is the diverging epoch and where it ends, without records.
 A read that fails for its disk answers KAFKA_STORAGE_ERROR and takes the partition's log
 directory offline (`storage.log_manager`).
+Authorization, as Kafka: a consumer needs READ on each topic (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, after an unknown topic id and before an unknown topic); a follower
+(replica id >= 0) must be allowed to act as a broker (`RequestContext.authorize_cluster_action`:
+CLUSTER_ACTION, and here also the inter-broker listener of a cluster), else every partition is
+TOPIC_AUTHORIZATION_FAILED and nothing of the follower's state changes.
 Differences from Kafka: no preferred read replica (-1).
 """
 
@@ -46,6 +51,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked
@@ -153,13 +159,25 @@ def _needs_final_read(wanted: list[_Wanted]) -> bool:
 
 def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_Wanted]:
     broker = ctx.broker
+    if replica_id >= 0:  # a follower acts as a broker: all or nothing
+        follower_allowed = ctx.authorize_cluster_action()
+        readable: set[str] = set()
+    else:
+        follower_allowed = False
+        readable = ctx.authorized(
+            AclOperation.READ, ResourceType.TOPIC, (a.topic for a in asked if a.topic)
+        )
     out = []
     for a in asked:
         name, p = a.topic, a.request
         partition = broker.partition(name, p.partition) if name else None
         w = _Wanted(name, a.topic_id, p, partition)
-        if name is None:
+        if replica_id >= 0 and not follower_allowed:
+            w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif name is None:
             w.error = ErrorCode.UNKNOWN_TOPIC_ID  # v13+: an id this broker never knew
+        elif replica_id < 0 and name not in readable:
+            w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         elif partition is None:
             w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif ctx.api_version >= 13 and partition.topic_id not in (a.topic_id, ZERO_UUID):

@@ -10,13 +10,15 @@ bound (the high watermark, or the LSO under READ_COMMITTED), as Kafka's
 fetchOffsetForTimestamp. As
 Kafka, a new leader whose high watermark lags the start of its epoch answers clients' latest
 and unanswerable lookups with OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5). v0 answers
-with `old_style_offsets`.
+with `old_style_offsets`. A topic the client may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED in
+every partition, listed after the others, as Kafka.
 """
 
 from __future__ import annotations
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.partition import Partition
 
@@ -29,14 +31,22 @@ Result = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 @handles(ListOffsetsRequest, (0, 9))
 async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
-    topics = []
+    described = ctx.authorized(
+        AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
+    topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
+    refused: list[
+        ListOffsetsResponse.ListOffsetsTopicResponse
+    ] = []  # as Kafka, the topics refused come after the others
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             result = Result(partition_index=p.partition_index, timestamp=-1, offset=-1)
             partitions.append(result)
             partition = ctx.broker.partition(topic.name, p.partition_index)
-            if partition is None:
+            if topic.name not in described:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif error := partition.leader_error(ctx.broker.node_id, p.current_leader_epoch):
                 result.error_code = error
@@ -45,10 +55,10 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
                     _lookup(ctx, request, partition, p, result)
                 except KafkaError as e:
                     result.error_code = e.error_code
-        topics.append(
+        (topics if topic.name in described else refused).append(
             ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions)
         )
-    return ListOffsetsResponse(topics=topics)
+    return ListOffsetsResponse(topics=topics + refused)
 
 
 def _lookup(

@@ -17,6 +17,10 @@ a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EP
 Transactional batches start (or continue) their producer's transaction on the partition,
 which ends with the coordinator's marker (`wirebroker.handlers.txn_markers`); a
 non-transactional batch while its producer's transaction is ongoing is INVALID_TXN_STATE.
+Authorization, as Kafka: transactional records need WRITE on the transactional id (else every
+partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, before a topic is looked up). Idempotence needs no more here: it
+was authorized when the producer got its id (InitProducerId).
 acks=all (-1) is answered once the high watermark passed every appended batch, i.e. every
 in-sync replica has it, or after the request's `timeout_ms` (REQUEST_TIMED_OUT); an ISR smaller
 than `min.insync.replicas` refuses the append (NOT_ENOUGH_REPLICAS), and an ISR that shrank below
@@ -41,9 +45,10 @@ from functools import partial
 
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
-from protocol.record_batch import RecordBatchView
+from protocol.record_batch import RecordBatchView, first_batch_is_transactional
 from protocol.records import iter_batches
 from storage.errors import InvalidRecordError
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.partition import Partition, TopicPartition
@@ -59,7 +64,11 @@ Waiting = list[tuple[Partition, int, PartitionResponse]]
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
     acks_valid = request.acks in (0, 1, -1)
-    unverified = await _verify(ctx, request) if acks_valid else {}
+    refused = _transaction_refused(ctx, request)
+    writable = ctx.authorized(
+        AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data)
+    )
+    unverified = await _verify(ctx, request, writable) if acks_valid and not refused else {}
     waiting: Waiting = []
     topics = []
     for topic in request.topic_data:
@@ -67,12 +76,18 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
         for data in topic.partition_data:
             result = PartitionResponse(index=data.index, base_offset=-1)
             partitions.append(result)
+            if refused:
+                result.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
             if not acks_valid:
                 result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
-            refused = unverified.get(TopicPartition(topic.name, data.index))
-            if refused is not None:
-                result.error_code, result.error_message = refused
+            if topic.name not in writable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            rejected = unverified.get(TopicPartition(topic.name, data.index))
+            if rejected is not None:
+                result.error_code, result.error_message = rejected
                 continue
             appended = _append(ctx, topic.name, data, result, request.acks)
             if appended is not None and request.acks == -1:
@@ -99,14 +114,17 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
 
 
 async def _verify(
-    ctx: RequestContext, request: ProduceRequest
+    ctx: RequestContext, request: ProduceRequest, writable: set[str]
 ) -> dict[TopicPartition, tuple[ErrorCode, str]]:
-    """KIP-890 part 1: the partitions whose transactional batch may not start a transaction
-    there (not added to it), with the error and message Kafka's ReplicaManager gives."""
+    """KIP-890 part 1: the partitions (of the `writable` topics) whose transactional batch may
+    not start a transaction there (not added to it), with the error and message Kafka's
+    ReplicaManager gives."""
     if request.transactional_id is None:
         return {}
     batches: dict[TopicPartition, tuple[int, int]] = {}
     for topic in request.topic_data:
+        if topic.name not in writable:
+            continue
         for data in topic.partition_data:
             producer = _transactional_producer(data.records)
             if producer is not None:
@@ -163,6 +181,19 @@ _RETRY_VERIFICATION = frozenset(
         ErrorCode.NOT_COORDINATOR,
     }
 )
+
+
+def _transaction_refused(ctx: RequestContext, request: ProduceRequest) -> bool:
+    """Transactional records need WRITE on the request's transactional id (Kafka looks at each
+    partition's first batch); without it the whole request is refused."""
+    if not any(
+        data.records is not None and first_batch_is_transactional(data.records)
+        for topic in request.topic_data
+        for data in topic.partition_data
+    ):
+        return False
+    tid = request.transactional_id
+    return tid is None or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
 
 
 def _settle(waiting: Waiting) -> Waiting:

@@ -15,12 +15,15 @@ without a transactional id may go to any broker and two brokers never answer the
 while ZooKeeper cannot give a block the answer is COORDINATOR_LOAD_IN_PROGRESS (retriable;
 Kafka 3.9 answers it when its block is not there yet).
 
-Differences from Kafka: authorization is not checked.
+Authorization, as Kafka: a transactional id needs WRITE on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), an idempotent producer IDEMPOTENT_WRITE on the cluster
+or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 
 DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp,
 the coordinator epoch of its last transaction marker and the first offset of its ongoing
 transaction (-1 without one), from the partition's producer state, as Kafka's
-activeProducerState (what `kafka-transactions find-hanging` reads).
+activeProducerState (what `kafka-transactions find-hanging` reads). It needs READ on each topic
+(else TOPIC_AUTHORIZATION_FAILED in its partitions).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from protocol.messages.describe_producers import (
     DescribeProducersResponse,
 )
 from protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 
 NO_PRODUCER_ID = NO_PRODUCER_EPOCH = -1
@@ -40,6 +44,9 @@ NO_PRODUCER_ID = NO_PRODUCER_EPOCH = -1
 async def init_producer_id(
     ctx: RequestContext, request: InitProducerIdRequest
 ) -> InitProducerIdResponse:
+    refused = _refused(ctx, request.transactional_id)
+    if refused is not None:
+        return InitProducerIdResponse(error_code=refused, producer_id=-1, producer_epoch=-1)
     pid, epoch = request.producer_id, request.producer_epoch
     if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
         return InitProducerIdResponse(
@@ -58,6 +65,20 @@ async def init_producer_id(
     )
 
 
+def _refused(ctx: RequestContext, tid: str | None) -> ErrorCode | None:
+    """As Kafka: a transactional producer needs WRITE on its transactional id, an idempotent one
+    IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
+    if tid is not None:
+        if ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            return None
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE, log_if_denied=False):
+        return None
+    if ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
 PartitionResponse = DescribeProducersResponse.PartitionResponse
 ProducerState = DescribeProducersResponse.ProducerState
 
@@ -67,6 +88,9 @@ async def describe_producers(
     ctx: RequestContext, request: DescribeProducersRequest
 ) -> DescribeProducersResponse:
     broker = ctx.broker
+    readable = ctx.authorized(
+        AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     topics = []
     for topic in request.topics:
         partitions = []
@@ -74,6 +98,10 @@ async def describe_producers(
             result = PartitionResponse(partition_index=index)
             partitions.append(result)
             partition = broker.partition(topic.name, index)
+            if topic.name not in readable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                result.error_message = None
+                continue
             if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue

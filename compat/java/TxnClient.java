@@ -2,7 +2,8 @@
 //
 // Run with Java's single-file source launcher on Kafka's jars:
 //   java -cp '.cache/jars/kafka/*' compat/java/TxnClient.java BOOTSTRAP
-// It reads one command a line on stdin and answers each with one JSON line on stdout:
+// It reads one command a line on stdin (words split on spaces, so keys and values have none)
+// and answers each with one JSON line on stdout:
 // {"ok": true, ...} or {"error": "<exception class>", "cause": "<its cause's class>", ...}.
 //
 //   producer TXN_ID [KEY=VALUE ...]   a transactional KafkaProducer (these producer configs)

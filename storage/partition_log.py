@@ -183,7 +183,8 @@ class PartitionLog:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         #: Counts truncations: a chore prepared before one must not be committed after it.
         self.truncations = 0
-        self._position_cache: tuple[int, LogSegment, int] | None = None
+        #: Where reads bounded by the high watermark and by the last stable offset stop.
+        self._position_cache: dict[int, tuple[LogSegment, int]] = {}
         self.closed = False
         #: Its log directory failed (see :class:`~storage.log_manager.LogManager`): the log was
         #: abandoned, and every operation raises :class:`KafkaStorageError`.
@@ -343,7 +344,10 @@ class PartitionLog:
         """Kafka's LSO: the first offset of the oldest transaction not yet decided (or
         decided by a marker not yet below the high watermark), but never past the high
         watermark nor before the log start offset; the high watermark without such a one."""
-        first = self.producer_state.first_unstable_offset
+        state = self.producer_state
+        if not state.ongoing and not state.unreplicated:  # no transactions: the common case
+            return self._high_watermark
+        first = state.first_unstable_offset
         if first is None:
             return self._high_watermark
         return min(max(first, self._log_start), self._high_watermark)
@@ -605,7 +609,7 @@ class PartitionLog:
         i = max(0, bisect_right(self._bases, offset) - 1)
         budget = max_bytes
         first = True
-        stop = (i, 0)  # where the read ended: segment index, byte position
+        stop_index = stop_pos = 0  # where the read ended: segment index, byte position
         try:
             while i <= end_index:
                 seg = segs[i]
@@ -630,14 +634,17 @@ class PartitionLog:
                 result.size += length
                 budget -= length
                 first = False
-                stop = (i, start + length)
-                if start + length < seg_end or budget <= 0:
+                stop_index, stop_pos = i, start + length
+                if stop_pos < seg_end or budget <= 0:
                     break
                 if len(result.slices) >= MAX_READ_SEGMENTS:
                     break
                 i += 1
             if result.aborted_transactions is not None and result.slices:
-                upper = limit if stop == (end_index, end_pos) else self._upper_bound(*stop)
+                if stop_index == end_index and stop_pos == end_pos:
+                    upper = limit
+                else:
+                    upper = self._upper_bound(stop_index, stop_pos)
                 result.aborted_transactions = self.aborted_transactions(offset, upper)
         except BaseException:
             result.release()
@@ -666,15 +673,18 @@ class PartitionLog:
     def _position_of(self, offset: int) -> tuple[LogSegment, int]:
         """Segment and byte position of the batch holding `offset` (end of its floor segment
         if no batch does): where a read bounded by `offset` stops."""
-        cached = self._position_cache
-        if cached is not None and cached[0] == offset:
-            return cached[1], cached[2]
+        cache = self._position_cache
+        cached = cache.get(offset)
+        if cached is not None:
+            return cached
         i = max(0, bisect_right(self._bases, offset) - 1)
         seg = self._segments[i]
         h = seg.translate_offset(offset)
         pos = seg.size if h is None else h.position
         if seg is not self._segments[-1] or h is not None:
-            self._position_cache = (offset, seg, pos)
+            if len(cache) >= 2:
+                del cache[next(iter(cache))]
+            cache[offset] = (seg, pos)
         return seg, pos
 
     def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
@@ -754,7 +764,7 @@ class PartitionLog:
         self._recovery_point = min(self._recovery_point, leo)
         self.cleaner_checkpoint = min(max(self.cleaner_checkpoint, self._log_start), leo)
         self.leader_epoch_cache.truncate_from_end(leo)
-        self._position_cache = None
+        self._position_cache.clear()
         self.truncations += 1
         self.producer_state.delete_snapshots_after(leo)
         self._load_producer_state(False)
@@ -824,7 +834,7 @@ class PartitionLog:
         self._set_high_watermark(max(self._high_watermark, self._log_start))
         self._recovery_point = max(self._recovery_point, min(self._log_start, self._leo))
         self.cleaner_checkpoint = max(self.cleaner_checkpoint, self._log_start)
-        self._position_cache = None
+        self._position_cache.clear()
         self.producer_state.delete_snapshots_before(self._log_start)
         return count
 
@@ -876,7 +886,7 @@ class PartitionLog:
         first = self._segments.index(old[0])
         self._segments[first : first + len(old)] = [cleaned]
         self._bases = [s.base_offset for s in self._segments]
-        self._position_cache = None
+        self._position_cache.clear()
         for seg in old:
             self._delete_segment(seg, now_ms)
         cleaned.rename_suffix("")

@@ -15,8 +15,8 @@ Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the pr
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
 Transactional batches start (or continue) their producer's transaction on the partition,
-which ends with the coordinator's marker (`wirebroker.handlers.txn_markers`); a
-non-transactional batch while its producer's transaction is ongoing is INVALID_TXN_STATE.
+which ends with the coordinator's marker (`wirebroker.txn_markers`); a non-transactional batch
+while its producer's transaction is ongoing is INVALID_TXN_STATE.
 Authorization, as Kafka: transactional records need WRITE on the transactional id (else every
 partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else its partitions are
 TOPIC_AUTHORIZATION_FAILED, before a topic is looked up). Idempotence needs no more here: it

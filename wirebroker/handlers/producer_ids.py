@@ -22,8 +22,8 @@ or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp,
 the coordinator epoch of its last transaction marker and the first offset of its ongoing
 transaction (-1 without one), from the partition's producer state, as Kafka's
-activeProducerState (what `kafka-transactions find-hanging` reads). It needs READ on each topic
-(else TOPIC_AUTHORIZATION_FAILED in its partitions).
+activeProducerState (what `kafka-transactions find-hanging` reads). It needs READ on each
+topic (else TOPIC_AUTHORIZATION_FAILED in its partitions).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ rows (ratio wirebroker/Kafka, goal):
  13  transactional produce, 1 KiB records, acks=all, each transaction committed after
      100 ms (ProducerPerformance --transactional-id --transaction-duration-ms 100): MB/s
      (>= 1.0)
- 14  consume read_committed from the start of 256 MiB written in 100 ms transactions:
+ 14  consume read_committed from the start of 1 GiB written in 100 ms transactions:
      MB/s (>= 1.0)
 
 Rows 1, 2, 3, 5, 10, 13 and 14 run both Java (ProducerPerformance / ConsumerPerformance) and

@@ -184,7 +184,7 @@ class Sizes:
     busy_compact_bytes: int = 512 * MiB
     busy_keys: int = 10_000
     transactional_records: int = 256 * MiB // KiB
-    read_committed_records: int = 256 * MiB // KiB
+    read_committed_records: int = GiB // KiB  # as row 3: at 200 MB/s, 256 MiB was a 1 s run
 
 
 QUICK = Sizes(
@@ -694,17 +694,7 @@ def paper(ctx: Context, broker: Broker) -> None:
 def consume(ctx: Context, broker: Broker) -> None:
     """Row 3 (and row 8 consume): read a whole 1 KiB-record topic from its start."""
     records = ctx.sizes.consume_records
-    topic = ctx.topic(broker, "consume")
-    fill = rdkafka_load.produce(
-        broker.bootstrap,
-        topic,
-        records=records,
-        record_size=KiB,
-        config=ACKS_1["rdkafka"],
-        timeout=RUN_TIMEOUT,
-    )
-    ctx.results.command("Row 3: fill the topic (librdkafka)", fill.argv, broker.bootstrap)
-    _progress(broker.target, "row 3 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
+    topic = _filled(ctx, broker, 3, "consume", records, ACKS_1["rdkafka"])
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
             cpu = broker.cpu_seconds()
@@ -727,6 +717,33 @@ def consume(ctx: Context, broker: Broker) -> None:
                 ctx.repeats,
                 f"{rate / 1e6:.1f} MB/s, {cpu_per_gib:.2f} CPU s/GiB",
             )
+
+
+def _filled(
+    ctx: Context,
+    broker: Broker,
+    row: int,
+    stem: str,
+    records: int,
+    config: Mapping[str, object],
+    transaction_ms: int | None = None,
+) -> str:
+    """A fresh topic holding ``records`` 1 KiB records from librdkafka (with
+    ``transaction_ms``: written in transactions that long), for a consume row."""
+    topic = ctx.topic(broker, stem)
+    fill = rdkafka_load.produce(
+        broker.bootstrap,
+        topic,
+        records=records,
+        record_size=KiB,
+        config=config,
+        timeout=RUN_TIMEOUT,
+        transaction_ms=transaction_ms,
+    )
+    how = " in transactions" if transaction_ms else ""
+    ctx.results.command(f"Row {row}: fill the topic{how} (librdkafka)", fill.argv, broker.bootstrap)
+    _progress(broker.target, f"row {row} fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
+    return topic
 
 
 def _consume(
@@ -832,20 +849,8 @@ def read_committed(ctx: Context, broker: Broker) -> None:
     """Row 14: read_committed consumers read a topic written in 100 ms transactions (one
     COMMIT marker after each) from its start."""
     records = ctx.sizes.read_committed_records
-    topic = ctx.topic(broker, "read-committed")
-    fill = rdkafka_load.produce(
-        broker.bootstrap,
-        topic,
-        records=records,
-        record_size=KiB,
-        config=IDEMPOTENT["rdkafka"],
-        timeout=RUN_TIMEOUT,
-        transaction_ms=TRANSACTION_MS,
-    )
-    ctx.results.command(
-        "Row 14: fill the topic in transactions (librdkafka)", fill.argv, broker.bootstrap
-    )
-    _progress(broker.target, "row 14 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
+    config = IDEMPOTENT["rdkafka"]
+    topic = _filled(ctx, broker, 14, "read-committed", records, config, TRANSACTION_MS)
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
             rate = _consume(

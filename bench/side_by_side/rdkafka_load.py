@@ -157,7 +157,8 @@ def consume(
     timeout: float,
     config: Mapping[str, object] | None = None,
 ) -> Run:
-    """Figures ``records_per_s`` and ``bytes_per_s`` of reading ``records`` from the start."""
+    """Figures ``records_per_s`` and ``bytes_per_s`` of reading ``records`` from the start
+    (``config``: more client settings, e.g. TLS)."""
     argv = _argv("consume", bootstrap, topic, {"records": records, "config": config or {}})
     with _spawn(argv) as proc:
         return _result(proc, argv, timeout)

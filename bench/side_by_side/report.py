@@ -93,8 +93,8 @@ def met(figure: Figure, results: Results) -> bool | None:
 def fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "—"
-    if unit == "records/s":
-        return f"{value:,.0f} records/s"
+    if unit in ("records/s", "connections/s"):
+        return f"{value:,.0f} {unit}"
     if unit == "MiB":
         return f"{value:,.0f} MiB"
     if unit == "MB/s":
@@ -217,16 +217,16 @@ def _cluster_notes(catalogue: Sequence[Figure], results: Results) -> list[str]:
 
 
 def _transaction_notes(results: Results) -> list[str]:
-    """How rows 13 and 14 run, when either ran."""
-    if not any(key.startswith(("13/", "14/")) for key, _ in results.values):
+    """How rows 15 and 16 run, when either ran."""
+    if not any(key.startswith(("15/", "16/")) for key, _ in results.values):
         return []
     return [
-        f"Rows 13 and 14 use transactions of {TRANSACTION_MS} ms: row 13's producers (1 KiB "
+        f"Rows 15 and 16 use transactions of {TRANSACTION_MS} ms: row 15's producers (1 KiB "
         "records, acks=all, idempotent, the batching of row 1) commit a transaction once it has "
         f"been open {TRANSACTION_MS} ms and begin the next (ProducerPerformance's "
         f"`--transactional-id --transaction-duration-ms {TRANSACTION_MS}`; librdkafka's "
         "`init_transactions`, `begin_transaction`, `commit_transaction` in the load process), "
-        "so the figure includes every AddPartitionsToTxn, EndTxn and COMMIT marker. Row 14 "
+        "so the figure includes every AddPartitionsToTxn, EndTxn and COMMIT marker. Row 16 "
         "fills a topic that way (librdkafka), then reads it from the start with "
         "`isolation.level=read_committed`: the fetches stop at the last stable offset and the "
         "consumers skip one COMMIT marker per transaction.",

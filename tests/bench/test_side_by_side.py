@@ -94,12 +94,12 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
 
 
 def test_quick_transaction_rows_on_wirebroker(tmp_path: Path) -> None:
-    """Rows 13 and 14 alone against wirebroker: both clients' transactional produce and
+    """Rows 15 and 16 alone against wirebroker: both clients' transactional produce and
     read_committed consume give their figures, with the commands that made them."""
-    quick_run(tmp_path, "--rows", "13,14", "--targets", "wirebroker")
+    quick_run(tmp_path, "--rows", "15,16", "--targets", "wirebroker")
     text = (tmp_path / "BENCHMARKS.md").read_text()
     for client in ("Java ProducerPerformance", "librdkafka"):
-        assert f"| 13: Transactional produce, 100 ms transactions ({client}) | wirebroker |" in text
+        assert f"| 15: Transactional produce, 100 ms transactions ({client}) | wirebroker |" in text
     for client in ("Java ConsumerPerformance", "librdkafka"):
         assert (
             f"read_committed, 10 MiB written in 100 ms transactions ({client}) | wirebroker" in text

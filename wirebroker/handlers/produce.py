@@ -28,6 +28,9 @@ it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are writt
 is a :class:`~wirebroker.dispatch.Later`: the connection goes on appending the producer's next
 requests while earlier ones wait, and answers in order (Kafka reads nothing more from the
 connection until the answer has gone; see `wirebroker.connection`).
+A client over its `producer_byte_rate` quota (the request's bytes, every request counted) is
+answered with the throttle time, and its connection muted for it (`wirebroker.quotas`); the
+quota is recorded when the request arrives (Kafka: when it is answered).
 With `transaction.partition.verification.enable` (Kafka's default, KIP-890 part 1), a
 transactional batch of a producer with no transaction going on in the partition is first checked
 with the transaction's coordinator (`wirebroker.txn.verification`): a partition that is not in
@@ -52,6 +55,7 @@ from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.partition import Partition, TopicPartition
+from wirebroker.quotas import throttle
 from wirebroker.txn.verification import TransactionalWriter
 
 log = logging.getLogger(__name__)
@@ -63,6 +67,11 @@ Waiting = list[tuple[Partition, int, PartitionResponse]]
 
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
+    quota = ctx.broker.quotas.produce
+    if quota.enabled:
+        throttle.record(ctx, quota, ctx.request_size)
+    if request.acks == 0:
+        throttle.exempt(ctx)  # from the request quota; the byte rate still counts, as Kafka's
     acks_valid = request.acks in (0, 1, -1)
     refused = _transaction_refused(ctx, request)
     writable = ctx.authorized(

@@ -369,7 +369,7 @@ def init_producer_id_inputs(bootstrap: str, stem: str) -> list[Any]:
 
 
 #: Cases where wirebroker still differs: the finding in compat/FINDINGS.md.
-OPEN_FINDINGS = {"stale_epoch": "F8: Produce's error_message for INVALID_PRODUCER_EPOCH"}
+OPEN_FINDINGS: dict[str, str] = {}
 
 CASES: dict[str, Callable[[str, str], list[Any]]] = {
     "end_txn_unknown_id": end_txn_unknown_id,

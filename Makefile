@@ -84,6 +84,10 @@ pipeline: setup jars
 image: setup jars
 	bash image/build.sh
 
+## suites: franz-go's kgo and librdkafka's own test suites against Kafka 3.9, wirebroker and a 3-broker cluster; writes compat/REPORT.md (~2 h; see compat/suites/)
+suites: setup jars tools
+	nice -n 10 $(PY) -m compat.suites $(SUITES_ARGS)
+
 ## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector from Maven Central into .cache/jars/ (no-op when up to date)
 jars:
 	bash jars/fetch.sh kafka spark

@@ -51,7 +51,6 @@ KAFKA_IMAGE = "wirebroker-kafka:3.9"
 
 _START_SCRIPT = "/tmp/tc-start.sh"
 _WAIT_FOR_SCRIPT = f"while [ ! -f {_START_SCRIPT} ]; do sleep 0.1; done; exec sh {_START_SCRIPT}"
-_READY = re.compile(r"ready in \d+ ms on")
 # Environment variables of the JVM or the image, not broker configs.
 _NOT_CONFIGS = frozenset({"KAFKA_HEAP_OPTS", "KAFKA_OPTS", "KAFKA_JMX_OPTS", "KAFKA_LOG4J_OPTS"})
 
@@ -160,11 +159,45 @@ class LocalEngineContainer(DockerContainer):
             self.get_wrapped_container().put_archive("/", archive.getvalue())
 
 
-class WirebrokerContainer(LocalEngineContainer):
+class _AdvertisingContainer(LocalEngineContainer):
+    """A broker container that starts its broker only once the client port is mapped (as
+    testcontainers' ``KafkaContainer``): it waits for a start script, written after the container
+    starts, which advertises ``PLAINTEXT://<host>:<mapped port>`` to clients and
+    ``BROKER://<container address>:9092`` to other containers."""
+
+    ready: re.Pattern[str]
+
+    def __init__(self, image: str, port: int, **kwargs: Any) -> None:
+        super().__init__(image, **kwargs)
+        self.port = port
+        self.with_exposed_ports(port)
+
+    def get_bootstrap_server(self) -> str:
+        """``host:port`` for clients outside the container (the mapped port)."""
+        return f"{self.get_container_host_ip()}:{self.get_exposed_port(self.port)}"
+
+    def start_script(self, advertised: str) -> str:
+        """The shell script that runs the broker, advertising ``advertised``."""
+        raise NotImplementedError
+
+    def start(self, timeout: float = 90) -> Self:
+        self.with_kwargs(entrypoint=["sh", "-c", _WAIT_FOR_SCRIPT])
+        super().start()
+        host = self.get_container_host_ip()
+        mapped = self.get_exposed_port(self.port)
+        advertised = f"PLAINTEXT://{host}:{mapped},BROKER://$(hostname -i | cut -d' ' -f1):9092"
+        self.write_file(self.start_script(advertised).encode(), _START_SCRIPT)
+        LogMessageWaitStrategy(self.ready).with_startup_timeout(int(timeout)).wait_until_ready(self)
+        return self
+
+
+class WirebrokerContainer(_AdvertisingContainer):
     """One wirebroker broker in a container, advertising its mapped port.
 
     ``overrides`` (and ``with_override``, or ``with_env("KAFKA_NUM_PARTITIONS", "3")`` as with
     ``KafkaContainer``) are server.properties keys passed as ``--override``."""
+
+    ready = re.compile(r"ready in \d+ ms on")
 
     def __init__(
         self,
@@ -173,23 +206,17 @@ class WirebrokerContainer(LocalEngineContainer):
         overrides: Mapping[str, object] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(image, **kwargs)
-        self.port = port
+        super().__init__(image, port, **kwargs)
         self.overrides: dict[str, str] = {
             "offsets.topic.num.partitions": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
         self.overrides.update({k: str(v) for k, v in (overrides or {}).items()})
-        self.with_exposed_ports(port)
 
     def with_override(self, key: str, value: object) -> Self:
         """Set one broker config (a server.properties key)."""
         self.overrides[key] = str(value)
         return self
-
-    def get_bootstrap_server(self) -> str:
-        """``host:port`` for clients outside the container (the mapped port)."""
-        return f"{self.get_container_host_ip()}:{self.get_exposed_port(self.port)}"
 
     def broker_configs(self) -> dict[str, str]:
         """The overrides, with ``KAFKA_*`` environment variables read as configs."""
@@ -199,11 +226,7 @@ class WirebrokerContainer(LocalEngineContainer):
                 configs[env_to_config(name)] = str(value)
         return configs
 
-    def start(self, timeout: float = 60) -> Self:
-        self.with_kwargs(entrypoint=["sh", "-c", _WAIT_FOR_SCRIPT])
-        super().start()
-        host = self.get_container_host_ip()
-        mapped = self.get_exposed_port(self.port)
+    def start_script(self, advertised: str) -> str:
         argv = [
             "wirebroker",
             "serve",
@@ -213,9 +236,21 @@ class WirebrokerContainer(LocalEngineContainer):
             "--override=inter.broker.listener.name=BROKER",
         ]
         argv += [f"--override={k}={v}" for k, v in self.broker_configs().items()]
-        advertised = f"PLAINTEXT://{host}:{mapped},BROKER://$(hostname -i | cut -d' ' -f1):9092"
-        script = " ".join(shlex.quote(a) for a in argv)
-        script = f'exec {script} --advertised-listeners="{advertised}"\n'
-        self.write_file(script.encode(), _START_SCRIPT)
-        LogMessageWaitStrategy(_READY).with_startup_timeout(int(timeout)).wait_until_ready(self)
-        return self
+        return f'exec {shlex.join(argv)} --advertised-listeners="{advertised}"\n'
+
+
+class ApacheKafkaContainer(_AdvertisingContainer):
+    """Apache Kafka 3.9 (ZooKeeper mode, its own ZooKeeper inside) from the ``make image`` image:
+    the reference to run the same tests against. Configs are ``KAFKA_*`` variables, as in
+    Confluent's images (``with_env("KAFKA_NUM_PARTITIONS", "3")``)."""
+
+    ready = re.compile(r"\[KafkaServer id=\d+\] started")
+
+    def __init__(self, image: str = KAFKA_IMAGE, port: int = 9093, **kwargs: Any) -> None:
+        super().__init__(image, port, **kwargs)
+        self.with_env("KAFKA_LISTENERS", f"PLAINTEXT://0.0.0.0:{port},BROKER://0.0.0.0:9092")
+        self.with_env("KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS", "1")
+        self.with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+
+    def start_script(self, advertised: str) -> str:
+        return f'export KAFKA_ADVERTISED_LISTENERS="{advertised}"\nexec /opt/kafka/entrypoint.sh kafka\n'

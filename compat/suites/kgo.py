@@ -84,7 +84,8 @@ def run_one(package: Path, name: str, bootstrap: str, rf: int, log: Path) -> Out
         out.write(f"===== {name}\n{proc.stdout}{proc.stderr}")
     lines = proc.stdout.splitlines()
     if "panic: test timed out" in proc.stdout + proc.stderr:
-        return Outcome("timeout", seconds, f"still running after {TEST_TIMEOUT_S} s")
+        first = _detail(lines, len(lines), "fail")
+        return Outcome("timeout", seconds, f"still running after {TEST_TIMEOUT_S} s; {first}")
     for i, line in enumerate(lines):
         match = _RESULT.match(line)
         if not match or match.group(2) != name:
@@ -98,9 +99,9 @@ def _detail(lines: list[str], at: int, status: str) -> str:
     """A skip's reason, or a failure's first message and which subtests failed."""
     if status == "pass":
         return ""
-    if status == "skip":
-        for line in lines[at + 1 : at + 3]:
-            if match := _SKIP_REASON.match(line):
+    if status == "skip":  # t.Skip's message: the last before the result but the clean-ups'
+        for line in reversed(lines[:at]):
+            if (match := _SKIP_REASON.match(line)) and not match.group(1).startswith("deleting"):
                 return match.group(1)[:160]
         return ""
     failed_subtests = [

@@ -10,7 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "suites"
 RESULTS = BUILD / "results"
-TARGETS = ("kafka", "wirebroker", "wirebroker-cluster")
+TARGETS = ("kafka", "wirebroker", "kafka-cluster", "wirebroker-cluster")
+#: What each wirebroker target is compared with (``kafka`` when that one has not run).
+REFERENCE = {"wirebroker": "kafka", "wirebroker-cluster": "kafka-cluster"}
 
 #: A test's outcome: ``pass``, ``fail``, ``skip`` (the suite itself skipped it, e.g. no SASL
 #: listener), or ``timeout`` (killed at its bound; a failure).

@@ -1,9 +1,11 @@
-"""The three brokers every suite runs against, each started fresh for one suite's run.
+"""The brokers every suite runs against, each started fresh for one suite's run.
 
 ``kafka``: Apache Kafka 3.9, one broker (``compat.kafka_process.kafka_reference``: a container of
 the local image when Docker works, else the jars). ``wirebroker``: one broker process.
+``kafka-cluster``: ZooKeeper and three Kafka 3.9 brokers from the jars, the reference of
 ``wirebroker-cluster``: ``wirebroker cluster --brokers 3`` (ZooKeeper from the jars). The same
-broker settings go to all three; ``replication_factor`` is what tests should create topics with.
+broker settings go to all; the clusters keep Kafka's replication defaults (3 replicas, offsets
+and transaction logs included). ``replication_factor`` is what tests should create topics with.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from compat.kafka_process import kafka_reference
+from compat.kafka_process import kafka_broker, kafka_reference, zookeeper
 from compat.suites.results import BUILD
 from tests.broker_process import BrokerProcess
 
@@ -50,6 +52,9 @@ def start(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
                 yield Target(name, broker.bootstrap, 1, "one `wirebroker serve` process")
             finally:
                 broker.stop()
+    elif name == "kafka-cluster":
+        with _kafka_cluster(settings) as bootstrap:
+            yield Target(name, bootstrap, 3, "ZooKeeper + 3 Apache Kafka 3.9 brokers from the jars")
     elif name == "wirebroker-cluster":
         with _cluster(settings) as bootstrap:
             yield Target(
@@ -57,6 +62,27 @@ def start(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             )
     else:
         raise ValueError(f"unknown target {name}")
+
+
+#: Kafka's own defaults for a cluster, over ``kafka_properties``' single-broker ones.
+CLUSTER_REPLICATION = {
+    "default.replication.factor": "3",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+}
+
+
+@contextlib.contextmanager
+def _kafka_cluster(settings: Mapping[str, str]) -> Iterator[str]:
+    overrides = {**CLUSTER_REPLICATION, **settings}
+    with contextlib.ExitStack() as stack:
+        zk = stack.enter_context(zookeeper())
+        brokers = [
+            stack.enter_context(kafka_broker(zk.connect, broker_id=i, overrides=overrides))
+            for i in (1, 2, 3)
+        ]
+        yield ",".join(b.bootstrap_servers for b in brokers)
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ from wirebroker.topic_configs import log_config_for, min_insync_replicas
 from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
 
 if TYPE_CHECKING:
+    from wirebroker.authorizer.acl_authorizer import AclAuthorizer
     from wirebroker.zk.member import ClusterMember
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class Broker:
     cluster: ClusterMember | None = None
     #: The czxid of this broker's `/brokers/ids/<id>` registration; -1 when embedded.
     broker_epoch: int = -1
+    #: The ACL authorizer (`authorizer.class.name`); None: no authorization (as Kafka).
+    authorizer: AclAuthorizer | None = None
     #: Every reading of the time (Kafka's `Time`); a test may run the broker on another.
     clock: Clock = wall_clock_ms
 

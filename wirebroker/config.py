@@ -69,6 +69,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k("message.max.bytes", "int", "1048588", "Largest record batch a topic accepts.", False),
         _k("socket.request.max.bytes", "int", "104857600", "Largest request frame accepted."),
         _k("connections.max.idle.ms", "long", "600000", "Close connections idle this long."),
+        _k(
+            "request.timeout.ms",
+            "int",
+            "30000",
+            "How long WriteTxnMarkers waits for its markers to be replicated.",
+        ),
         _k("log.segment.bytes", "int", "1073741824", "Roll a segment at this size.", False),
         _k(
             "log.roll.ms",
@@ -271,6 +277,26 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "0",
             "SASL session lifetime (KIP-368): a connection not re-authenticated by then is "
             "closed; 0: sessions do not expire.",
+        ),
+        # authorization (wirebroker.authorizer)
+        _k(
+            "authorizer.class.name",
+            "string",
+            "",
+            "kafka.security.authorizer.AclAuthorizer: check every request against ACLs; "
+            "empty: no authorization (inter-broker requests: only on the inter-broker listener).",
+        ),
+        _k(
+            "super.users",
+            "string",
+            None,
+            "Principals allowed everything, separated by semicolons, e.g. User:admin;User:broker.",
+        ),
+        _k(
+            "allow.everyone.if.no.acl.found",
+            "boolean",
+            "false",
+            "Allow a request on a resource that no ACL names (true lets everyone in until ACLs exist).",
         ),
         _k(
             "unclean.leader.election.enable",
@@ -509,6 +535,7 @@ class BrokerConfig:
                 from wirebroker.sasl.settings import listener_sasl
 
                 listener_sasl(self, listener.name)
+        self._validate_authorizer()
         self.metrics_listener()
         for name in (
             "message.max.bytes",
@@ -517,6 +544,32 @@ class BrokerConfig:
         ):
             if self.get_int(name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+
+    def _validate_authorizer(self) -> None:
+        """An authorizer we do not implement refuses to start: never silently no authorization."""
+        # Imported here: the authorizer module reads this one's config at run time.
+        from wirebroker.authorizer.acl_authorizer import ACL_AUTHORIZER_NAMES, parse_super_users
+
+        name = (self.get("authorizer.class.name") or "").strip()
+        if name and name not in ACL_AUTHORIZER_NAMES:
+            raise ConfigError(
+                f"authorizer.class.name={name} is not implemented: wirebroker has Kafka's "
+                f"ACL authorizer ({ACL_AUTHORIZER_NAMES[0]}); set that, or leave it empty"
+            )
+        try:
+            parse_super_users(self.get("super.users"))
+        except ValueError as e:
+            raise ConfigError(f"super.users: {e}") from None
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        return bool((self.get("authorizer.class.name") or "").strip())
+
+    def inter_broker_listener_name(self) -> str:
+        """The listener name brokers reach each other on: `inter_broker_listener()`, else the
+        PLAINTEXT listener (Kafka's default protocol between brokers), else the first one."""
+        names = [listener.name for listener in self.listeners()]
+        return self.inter_broker_listener() or ("PLAINTEXT" if "PLAINTEXT" in names else names[0])
 
     # typed views --------------------------------------------------------------------------
     @property

@@ -28,7 +28,7 @@ from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from protocol.records import RecordBatchView, iter_batches, iter_records
 from storage.results import ReadResult
-from wirebroker.events import Wakeup
+from wirebroker.delayed_produce import await_replication
 from wirebroker.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -89,17 +89,12 @@ class CoordinatorStore:
     async def stored(self, write: Write) -> ErrorCode:
         """Wait until the high watermark passes `write`: NONE, the append's error, or
         REQUEST_TIMED_OUT after the commit timeout."""
-        partition = write.partition
-        if partition is None:
+        if write.partition is None:
             return write.error
-        with Wakeup([partition.state_waiters]) as wakeup, trio.move_on_after(self.commit_timeout_s):
-            while True:
-                wakeup.arm()
-                done, error = partition.check_enough_replicas_reach_offset(write.end_offset)
-                if done:
-                    return error
-                await wakeup.wait()
-        return ErrorCode.REQUEST_TIMED_OUT
+        [error] = await await_replication(
+            [(write.partition, write.end_offset)], self.commit_timeout_s
+        )
+        return error
 
     async def replay(self, index: int, sink: RecordSink) -> int:
         """Feed partition `index`'s keyed records, in log order, to `sink` in a worker thread;

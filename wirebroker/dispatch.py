@@ -11,7 +11,7 @@ with its traceback and answered the same way. `trio.Cancelled` always propagates
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,6 +20,15 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import APIS
 from protocol.messages.headers import RequestHeader
 from protocol.schema import Message, Struct
+from wirebroker.authorizer.acl_authorizer import authorized_names
+from wirebroker.authorizer.acls import (
+    AUTHORIZATION_ERRORS,
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operations_bits,
+)
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -45,7 +54,11 @@ Handler = Callable[["RequestContext", Any], Awaitable[Message | Later | None]]
 
 @dataclass(slots=True)
 class RequestContext:
-    """What a handler knows about the request besides its body."""
+    """What a handler knows about the request besides its body, and what its sender may do.
+
+    The authorization helpers are Kafka's AuthHelper: without an authorizer everything is
+    allowed (as Kafka), except acting as a broker (`authorize_cluster_action`).
+    """
 
     broker: Broker
     header: RequestHeader
@@ -61,6 +74,123 @@ class RequestContext:
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    @property
+    def api_name(self) -> str:
+        return APIS[self.header.request_api_key].name
+
+    # authorization ----------------------------------------------------------------------------
+    def authorize(
+        self,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+        *,
+        log_if_allowed: bool = True,
+        log_if_denied: bool = True,
+    ) -> bool:
+        """May the sender do `operation` on the resource? (Kafka's authorize: a denial is
+        logged unless `log_if_denied` is off, for filters and bit fields.)"""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.principal,
+            self.client_host,
+            self.api_name,
+            operation,
+            resource_type,
+            name,
+            log_if_allowed=log_if_allowed,
+            log_if_denied=log_if_denied,
+        )
+
+    def authorize_cluster(self, operation: AclOperation, *, log_if_denied: bool = True) -> bool:
+        """`authorize` on the cluster resource (`kafka-cluster`)."""
+        return self.authorize(
+            operation, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=log_if_denied
+        )
+
+    def require(self, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+        """`authorize`, or a KafkaError carrying the resource type's authorization error
+        (TOPIC_, GROUP_, CLUSTER_, TRANSACTIONAL_ID_AUTHORIZATION_FAILED), which the dispatcher
+        answers wherever the response has an error code: for a request refused as a whole."""
+        if not self.authorize(operation, resource_type, name):
+            raise KafkaError(
+                f"{self.principal} may not {operation.name} {resource_type.name} {name}",
+                error_code=AUTHORIZATION_ERRORS[resource_type],
+            )
+
+    def require_cluster(self, operation: AclOperation) -> None:
+        """Kafka's authorizeClusterOperation: `require` on the cluster resource."""
+        self.require(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorized(
+        self,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        names: Iterable[str],
+        *,
+        log_if_denied: bool = True,
+    ) -> set[str]:
+        """Kafka's filterByAuthorized: which of the names the sender may `operation`."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return set(names)
+        return authorized_names(
+            authorizer,
+            self.principal,
+            self.client_host,
+            self.api_name,
+            operation,
+            resource_type,
+            names,
+            log_if_denied=log_if_denied,
+        )
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Kafka's authorizeByResourceType: may the sender `operation` some resource of the type?"""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize_any(
+            self.principal, self.client_host, self.api_name, operation, resource_type
+        )
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """The authorized-operations bit field of a resource (every supported operation
+        without an authorizer)."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return operations_bits(SUPPORTED_OPERATIONS[resource_type])
+        return authorizer.authorized_operations(
+            self.principal, self.client_host, resource_type, name
+        )
+
+    def authorize_cluster_action(self, *, log_if_denied: bool = True) -> bool:
+        """May the sender act as a broker (LeaderAndIsr, a follower's Fetch, ...)? Kafka asks
+        for CLUSTER_ACTION on the cluster. Here also, with or without an authorizer: it must be
+        a cluster member's peer (the embedded broker has none) and come in on the inter-broker
+        listener."""
+        broker = self.broker
+        if not broker.cluster_mode:
+            return False
+        if self.listener_name != broker.config.inter_broker_listener_name():
+            return False
+        return self.authorize_cluster(AclOperation.CLUSTER_ACTION, log_if_denied=log_if_denied)
+
+    def require_cluster_action(self) -> None:
+        """`authorize_cluster_action` or CLUSTER_AUTHORIZATION_FAILED for the whole request."""
+        if not self.authorize_cluster_action():
+            if not self.broker.cluster_mode:
+                why = "this broker is embedded (no zookeeper.connect): it has no peers"
+            elif self.listener_name != self.broker.config.inter_broker_listener_name():
+                why = (
+                    f"it came in on listener {self.listener_name}, not on the inter-broker "
+                    f"listener {self.broker.config.inter_broker_listener_name()}"
+                )
+            else:
+                why = f"{self.principal} may not CLUSTER_ACTION the cluster"
+            raise KafkaError(
+                f"refused {self.api_name} from {self.principal} at {self.client_host}: {why}",
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,11 @@ async def serve_broker(
     else:
         broker = Broker.open(config, clock)
     try:
+        if config.authorizer_enabled:
+            # The ACLs are loaded before any listener opens: no request is decided without them.
+            from wirebroker.authorizer.acl_authorizer import AclAuthorizer
+
+            broker.authorizer = await AclAuthorizer.open(config, zk)
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.groups.serve)
             if broker.cluster_mode:

@@ -35,7 +35,8 @@ def broker_config(zk_connect: str, tmp: Path, broker_id: int, **extra: str) -> B
         "controlled.shutdown.retry.backoff.ms": "200",
         "offsets.topic.num.partitions": "1",
     }
-    props.update({k.replace("_", "."): v for k, v in extra.items()})
+    # keyword style (`min_insync_replicas`) or the key itself (`listener.name.sasl_ssl....`)
+    props.update({k if "." in k else k.replace("_", "."): v for k, v in extra.items()})
     return BrokerConfig.from_properties(props)
 
 

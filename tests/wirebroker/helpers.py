@@ -31,6 +31,8 @@ from protocol.messages.fetch import FetchRequest
 from protocol.messages.headers import RequestHeader
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.produce import ProduceRequest
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
@@ -92,16 +94,38 @@ def request_frame(
 
 
 class RawClient:
-    """One blocking connection speaking Kafka frames with our codec."""
+    """One blocking connection speaking Kafka frames with our codec; with `plain` (user,
+    password) it logs in with SASL/PLAIN first (a SASL_PLAINTEXT listener)."""
 
     def __init__(
-        self, bootstrap: str, *, client_id: str | None = "raw-test", timeout: float = 10.0
+        self,
+        bootstrap: str,
+        *,
+        client_id: str | None = "raw-test",
+        timeout: float = 10.0,
+        plain: tuple[str, str] | None = None,
     ):
         self.sock = socket.create_connection(host_port(bootstrap), timeout=timeout)
         self.client_id = client_id
         self.timeout = timeout
         self._correlation_id = 0
         self._buf = bytearray()
+        if plain is not None:
+            try:
+                self.login_plain(*plain)
+            except BaseException:
+                self.close()
+                raise
+
+    def login_plain(self, user: str, password: str) -> Any:
+        """SaslHandshake v1 and SaslAuthenticate v2 with PLAIN; the SaslAuthenticate answer."""
+        handshake = self.request(SaslHandshakeRequest(mechanism="PLAIN"), 1)
+        assert handshake.error_code == ErrorCode.NONE, handshake
+        token = f"\0{user}\0{password}".encode()
+        answer = self.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+        if answer.error_code != ErrorCode.NONE:
+            raise ConnectionError(f"SASL/PLAIN login of {user} failed: {answer.error_message}")
+        return answer
 
     def __enter__(self) -> RawClient:
         return self

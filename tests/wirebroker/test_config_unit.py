@@ -59,6 +59,17 @@ def test_load_file_with_overrides(tmp_path: Path) -> None:
         ({"num.partitions": "three"}, "not a whole number"),
         ({"auto.create.topics.enable": "yes"}, "true or false"),
         ({"log.cleaner.io.buffer.load.factor": "most"}, "not a number"),
+        # never silently without the authorization asked for
+        (
+            {"authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer"},
+            "is not implemented: wirebroker has Kafka's ACL authorizer "
+            r"\(kafka.security.authorizer.AclAuthorizer\)",
+        ),
+        (
+            {"super.users": "admin"},
+            "super.users: expected a principal as principalType:principalName",
+        ),
+        ({"allow.everyone.if.no.acl.found": "1"}, "true or false"),
     ],
 )
 def test_bad_values_say_what_is_wrong(props: dict[str, str], message: str) -> None:

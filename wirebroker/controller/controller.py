@@ -1020,7 +1020,7 @@ class Controller:
         live = ctx.live.get(broker_id)
         if live is None:
             raise ControllerError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
-        if broker_epoch != -1 and broker_epoch < live.epoch:
+        if broker_epoch < live.epoch:  # Kafka lets -1 (no epoch, before v2) through; not here
             raise ControllerError(ErrorCode.STALE_BROKER_EPOCH, "stale broker epoch")
         log.info("controlled shutdown of broker %d", broker_id)
         ctx.shutting_down.add(broker_id)

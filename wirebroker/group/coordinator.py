@@ -632,6 +632,11 @@ class GroupCoordinator:
             self._remove_offsets(group, gone)
         return ErrorCode.NONE, codes
 
+    def complete_transaction(self, producer_id: int, partitions: list[int], commit: bool) -> None:
+        """Stub (the txn-coordinator branch implements it): a marker of `producer_id` was
+        written to these `__consumer_offsets` partitions; make its transactional offsets
+        visible (commit) or drop them (abort), as Kafka's onTransactionCompleted."""
+
 
 def _store_error(error: ErrorCode, *, too_large: ErrorCode, timed_out: ErrorCode) -> ErrorCode:
     """A failed write to `__consumer_offsets` as Kafka's GroupMetadataManager answers it."""

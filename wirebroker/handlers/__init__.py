@@ -1,6 +1,7 @@
 """One module per API family; importing this package registers them all with the dispatcher."""
 
 from wirebroker.handlers import (  # noqa: F401
+    acls,
     api_versions,
     cluster,
     configs,
@@ -16,4 +17,5 @@ from wirebroker.handlers import (  # noqa: F401
     producer_ids,
     sasl,
     topics,
+    write_txn_markers,
 )

@@ -7,6 +7,11 @@ synonyms (v1+) and types and documentation (v3+). Broker configs list the keys o
 INVALID_REQUEST), and BROKER_LOGGER resources are not supported. In a cluster, altering a
 topic's configs writes `/config/topics/<t>` and a `/config/changes` notification, which every
 broker applies to its logs.
+
+Authorization, as Kafka: describing a topic's configs needs DESCRIBE_CONFIGS on the topic,
+altering them ALTER_CONFIGS (TOPIC_AUTHORIZATION_FAILED); a broker's (or broker logger's) needs
+the same operation on the cluster (CLUSTER_AUTHORIZATION_FAILED). DescribeConfigs lists the
+refused resources last.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from wirebroker.authorizer.acls import AUTHORIZATION_MESSAGES, AclOperation, ResourceType
 from wirebroker.config import BROKER_KEYS
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.topic_configs import (
@@ -50,8 +56,16 @@ async def describe_configs(
     ctx: RequestContext, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     results = []
+    refused = []  # listed after the others, as Kafka does
     for resource in request.resources:
         result = Result(resource_type=resource.resource_type, resource_name=resource.resource_name)
+        code = _refused(
+            ctx, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if code is not None:
+            result.error_code, result.error_message = code, AUTHORIZATION_MESSAGES[code]
+            refused.append(result)
+            continue
         results.append(result)
         try:
             if ctx.broker.cluster is not None and resource.resource_type == TOPIC:
@@ -74,7 +88,21 @@ async def describe_configs(
             for v in values
             if wanted is None or v.name in wanted
         ]
-    return DescribeConfigsResponse(results=results)
+    return DescribeConfigsResponse(results=results + refused)
+
+
+def _refused(
+    ctx: RequestContext, operation: AclOperation, resource_type: int, name: str
+) -> ErrorCode | None:
+    """A topic's configs need `operation` on the topic, a broker's (and its loggers') on the
+    cluster: the error a refused resource is answered with, or None."""
+    if resource_type == TOPIC:
+        allowed = ctx.authorize(operation, ResourceType.TOPIC, name)
+        return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if resource_type in (BROKER, BROKER_LOGGER):
+        allowed = ctx.authorize_cluster(operation)
+        return None if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
 
 
 def _values(ctx: RequestContext, resource_type: int, name: str) -> list[ConfigValue]:
@@ -160,6 +188,12 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
             resource_type=resource.resource_type, resource_name=resource.resource_name
         )
         responses.append(result)
+        code = _refused(
+            ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if code is not None:
+            result.error_code, result.error_message = code, None
+            continue
         try:
             if ctx.broker.cluster is not None:
                 await _check_topic_in_zk(ctx, resource.resource_type, resource.resource_name)
@@ -190,6 +224,12 @@ async def incremental_alter_configs(
             resource_type=resource.resource_type, resource_name=resource.resource_name
         )
         responses.append(result)
+        code = _refused(
+            ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if code is not None:
+            result.error_code, result.error_message = code, None
+            continue
         try:
             if ctx.broker.cluster is not None:
                 await _check_topic_in_zk(ctx, resource.resource_type, resource.resource_name)

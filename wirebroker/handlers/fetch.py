@@ -1,7 +1,13 @@
 """Fetch, v0-v17: a long poll woken by appends, with record data sent by `os.sendfile`.
 
 A consumer fetch (replica id -1) reads up to the high watermark (READ_UNCOMMITTED) or the last
-stable offset (READ_COMMITTED, equal to the high watermark while there are no transactions).
+stable offset (READ_COMMITTED: below every transaction still open, equal to the high watermark
+while there is none), and every answer from v4 carries the LSO. A READ_COMMITTED answer lists
+the aborted transactions (producer id, first offset) its records may hold, taken from the
+segments' transaction indexes as Kafka's collectAbortedTransactions does, so that the client
+drops their records; control batches go to the client as they are (clients skip them). A long
+poll wakes on each append (a marker moves the LSO) and, where followers move the high
+watermark, on that too.
 Byte limits: each partition's `partition_max_bytes` and the response's `max_bytes`, with at
 least one whole batch for the first partition that has data, as Kafka does. When fewer than
 `min_bytes` are ready the request waits up to `max_wait_ms` for an append to any of its
@@ -27,6 +33,11 @@ NOT_LEADER_OR_FOLLOWER, as in Kafka. A follower's last fetched epoch (v12+) is c
 log diverges from it the answer is the diverging epoch and where it ends, without records.
 A read that fails for its disk answers KAFKA_STORAGE_ERROR and takes the partition's log
 directory offline (`storage.log_manager`).
+Authorization, as Kafka: a consumer needs READ on each topic (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, after an unknown topic id and before an unknown topic); a follower
+(replica id >= 0) must be allowed to act as a broker (`RequestContext.authorize_cluster_action`:
+CLUSTER_ACTION, and here also the inter-broker listener of a cluster), else every partition is
+TOPIC_AUTHORIZATION_FAILED and nothing of the follower's state changes.
 Differences from Kafka: no preferred read replica (-1).
 """
 
@@ -40,6 +51,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked
@@ -147,13 +159,25 @@ def _needs_final_read(wanted: list[_Wanted]) -> bool:
 
 def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_Wanted]:
     broker = ctx.broker
+    if replica_id >= 0:  # a follower acts as a broker: all or nothing
+        follower_allowed = ctx.authorize_cluster_action()
+        readable: set[str] = set()
+    else:
+        follower_allowed = False
+        readable = ctx.authorized(
+            AclOperation.READ, ResourceType.TOPIC, (a.topic for a in asked if a.topic)
+        )
     out = []
     for a in asked:
         name, p = a.topic, a.request
         partition = broker.partition(name, p.partition) if name else None
         w = _Wanted(name, a.topic_id, p, partition)
-        if name is None:
+        if replica_id >= 0 and not follower_allowed:
+            w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif name is None:
             w.error = ErrorCode.UNKNOWN_TOPIC_ID  # v13+: an id this broker never knew
+        elif replica_id < 0 and name not in readable:
+            w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         elif partition is None:
             w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif ctx.api_version >= 13 and partition.topic_id not in (a.topic_id, ZERO_UUID):
@@ -182,6 +206,7 @@ def _read_all(
     for w in wanted:
         result = w.result
         result.partition_index = w.request.partition
+        result.aborted_transactions = None
         if w.error or w.partition is None:
             result.error_code = w.error
             result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
@@ -189,9 +214,9 @@ def _read_all(
             continue
         p = w.partition
         result.high_watermark = p.high_watermark
-        result.last_stable_offset = p.high_watermark
+        result.last_stable_offset = p.last_stable_offset
         result.log_start_offset = p.log_start_offset
-        result.aborted_transactions = [] if request.isolation_level == READ_COMMITTED else None
+        committed = replica_id < 0 and request.isolation_level == READ_COMMITTED
         if result.records is not None:
             _release_one(w)
         limit = min(w.request.partition_max_bytes, remaining)
@@ -202,8 +227,15 @@ def _read_all(
             read = p.log.read(
                 w.request.fetch_offset,
                 max(limit, 0),
-                max_offset=None if replica_id >= 0 else p.high_watermark,
+                max_offset=(
+                    None
+                    if replica_id >= 0
+                    else result.last_stable_offset
+                    if committed
+                    else result.high_watermark
+                ),
                 min_one_batch=min_one,
+                aborted_transactions=committed,
             )
         except (KafkaError, OSError) as e:
             # Like Kafka's failed LogReadResult: offsets unknown (-1) next to the error.
@@ -223,9 +255,21 @@ def _read_all(
                 ctx.broker.now_ms(),
                 leader_leo,
             )
-            result.high_watermark = result.last_stable_offset = p.high_watermark
+            result.high_watermark = p.high_watermark
+            result.last_stable_offset = p.last_stable_offset
         result.error_code = ErrorCode.NONE
         result.records = FileRecords(read.slices) if read.slices else memoryview(b"")
+        aborted = read.aborted_transactions
+        result.aborted_transactions = (
+            None
+            if aborted is None
+            else [
+                FetchResponse.AbortedTransaction(
+                    producer_id=t.producer_id, first_offset=t.first_offset
+                )
+                for t in aborted
+            ]
+        )
         size = len(result.records)
         if size:
             min_one = False

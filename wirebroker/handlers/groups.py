@@ -21,6 +21,12 @@ per group in DescribeGroups (with an empty state) and DeleteGroups; ListGroups l
 groups coordinated here, as Kafka's brokers each do. While a group's partition loads, the same
 places answer COORDINATOR_LOAD_IN_PROGRESS (ListGroups at the top, beside what it lists);
 FindCoordinator still answers.
+
+Authorization, as Kafka: FindCoordinator needs DESCRIBE on the group (or the transactional id)
+it names; JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ on the group, else
+GROUP_AUTHORIZATION_FAILED for the request; DescribeGroups DESCRIBE per group (refused groups
+come first, with no state); ListGroups lists every group with DESCRIBE on the cluster, else
+those the client may DESCRIBE; DeleteGroups DELETE per group (refused ones come last).
 """
 
 from __future__ import annotations
@@ -34,7 +40,12 @@ from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
 from protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
-from wirebroker import authorized_operations as ops
+from wirebroker.authorizer.acls import (
+    AUTHORIZATION_MESSAGES,
+    NOT_REQUESTED,
+    AclOperation,
+    ResourceType,
+)
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.group.state import GroupState
@@ -62,6 +73,10 @@ async def find_coordinator(
         elif not key:
             c.error_code = ErrorCode.INVALID_REQUEST
             c.error_message = "the coordinator key is empty"
+        elif (refused := _coordinator_refused(ctx, request.key_type, key)) is not None:
+            c.error_code = refused
+            if ctx.api_version < 4:
+                c.error_message = AUTHORIZATION_MESSAGES[refused]
         else:
             if request.key_type == GROUP_KEY and ctx.broker.cluster is not None:
                 code = await _ensure_offsets_topic_in_zk(ctx)
@@ -88,6 +103,16 @@ async def find_coordinator(
         host=c.host,
         port=c.port,
     )
+
+
+def _coordinator_refused(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | None:
+    """A group key needs DESCRIBE on the group, a transactional one on the transactional id."""
+    if key_type == GROUP_KEY:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return None
 
 
 async def _ensure_offsets_topic_in_zk(ctx: RequestContext) -> ErrorCode:
@@ -138,6 +163,11 @@ def _cluster_coordinator(
 @handles(JoinGroupRequest, (0, 9))
 async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return JoinGroupResponse(
+            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            protocol_name=None if version >= 7 else "",  # as Kafka's error answer
+        )
     rebalance_timeout = request.session_timeout_ms if version == 0 else request.rebalance_timeout_ms
     result = await ctx.broker.groups.join(
         request.group_id,
@@ -173,6 +203,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
 
 @handles(SyncGroupRequest, (0, 5))
 async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
     v5 = ctx.api_version >= 5
     result = await ctx.broker.groups.sync(
         request.group_id,
@@ -193,6 +224,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
 
 @handles(HeartbeatRequest, (0, 4))
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
     error = ctx.broker.groups.heartbeat(
         request.group_id, request.member_id, request.group_instance_id, request.generation_id
     )
@@ -201,6 +233,9 @@ async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Heartbeat
 
 @handles(LeaveGroupRequest, (0, 5))
 async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        # Kafka answers the code alone, listing no members
+        return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = ctx.broker.groups.coordinator_error(request.group_id)
     if error != ErrorCode.NONE:
         return LeaveGroupResponse(error_code=error)
@@ -224,9 +259,19 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
 async def describe_groups(
     ctx: RequestContext, request: DescribeGroupsRequest
 ) -> DescribeGroupsResponse:
-    operations = ops.GROUP if request.include_authorized_operations else ops.NOT_REQUESTED
+    refused = []  # listed first, as Kafka does
     described = []
     for group_id in request.groups:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            refused.append(
+                DescribeGroupsResponse.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    group_id=group_id,
+                    group_state="",
+                    authorized_operations=NOT_REQUESTED,
+                )
+            )
+            continue
         error = ctx.broker.groups.coordinator_error(group_id)
         group = ctx.broker.groups.describe(group_id) if error == ErrorCode.NONE else None
         d = DescribeGroupsResponse.DescribedGroup(
@@ -234,7 +279,11 @@ async def describe_groups(
             group_id=group_id,
             # Kafka describes a group it does not coordinate with no state at all
             group_state=GroupState.DEAD.value if error == ErrorCode.NONE else "",
-            authorized_operations=operations,
+            authorized_operations=(
+                ctx.authorized_operations(ResourceType.GROUP, group_id)
+                if request.include_authorized_operations and error == ErrorCode.NONE
+                else NOT_REQUESTED
+            ),
         )
         described.append(d)
         if group is None:
@@ -254,7 +303,7 @@ async def describe_groups(
             )
             for m in group.members.values()
         ]
-    return DescribeGroupsResponse(groups=described)
+    return DescribeGroupsResponse(groups=refused + described)
 
 
 @handles(ListGroupsRequest, (0, 5))
@@ -262,8 +311,14 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
     states = {s.lower() for s in request.states_filter}
     types = {t.lower() for t in request.types_filter}
     listed = []
+    # As Kafka: DESCRIBE on the cluster lists every group, else those the client may describe.
+    every = ctx.authorize_cluster(AclOperation.DESCRIBE, log_if_denied=False)
     for group in ctx.broker.groups.list_groups():
         if states and group.state.value.lower() not in states:
+            continue
+        if not every and not ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.GROUP, group.group_id, log_if_denied=False
+        ):
             continue
         if types and CLASSIC not in types:
             continue
@@ -282,11 +337,21 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 
 @handles(DeleteGroupsRequest, (0, 2))
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    names = list(dict.fromkeys(request.groups_names))
+    allowed = ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, names)
     return DeleteGroupsResponse(
         results=[
             DeleteGroupsResponse.DeletableGroupResult(
                 group_id=g, error_code=ctx.broker.groups.delete_group(g)
             )
-            for g in request.groups_names
+            for g in names
+            if g in allowed
+        ]
+        + [
+            DeleteGroupsResponse.DeletableGroupResult(
+                group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
+            )
+            for g in names
+            if g not in allowed
         ]
     )

@@ -14,6 +14,13 @@ confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
+Transactional batches start (or continue) their producer's transaction on the partition,
+which ends with the coordinator's marker (`wirebroker.txn_markers`); a non-transactional batch
+while its producer's transaction is ongoing is INVALID_TXN_STATE.
+Authorization, as Kafka: transactional records need WRITE on the transactional id (else every
+partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, before a topic is looked up). Idempotence needs no more here: it
+was authorized when the producer got its id (InitProducerId).
 acks=all (-1) is answered once the high watermark passed every appended batch, i.e. every
 in-sync replica has it, or after the request's `timeout_ms` (REQUEST_TIMED_OUT); an ISR smaller
 than `min.insync.replicas` refuses the append (NOT_ENOUGH_REPLICAS), and an ISR that shrank below
@@ -21,7 +28,8 @@ it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are writt
 is a :class:`~wirebroker.dispatch.Later`: the connection goes on appending the producer's next
 requests while earlier ones wait, and answers in order (Kafka reads nothing more from the
 connection until the answer has gone; see `wirebroker.connection`).
-Differences from Kafka: transactional produce is accepted but no transaction state is kept yet.
+Differences from Kafka: the KIP-890 verification of a producer's first transactional batch
+with its transaction coordinator is not done here yet.
 """
 
 from __future__ import annotations
@@ -29,13 +37,13 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-import trio
-
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
+from protocol.record_batch import first_batch_is_transactional
 from storage.errors import InvalidRecordError
+from wirebroker.authorizer.acls import AclOperation, ResourceType
+from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
-from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -48,6 +56,10 @@ Waiting = list[tuple[Partition, int, PartitionResponse]]
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
     acks_valid = request.acks in (0, 1, -1)
+    refused = _transaction_refused(ctx, request)
+    writable = ctx.authorized(
+        AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data)
+    )
     waiting: Waiting = []
     topics = []
     for topic in request.topic_data:
@@ -55,8 +67,14 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
         for data in topic.partition_data:
             result = PartitionResponse(index=data.index, base_offset=-1)
             partitions.append(result)
+            if refused:
+                result.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
             if not acks_valid:
                 result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
+                continue
+            if topic.name not in writable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             appended = _append(ctx, topic.name, data, result, request.acks)
             if appended is not None and request.acks == -1:
@@ -82,15 +100,28 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     return response
 
 
+def _transaction_refused(ctx: RequestContext, request: ProduceRequest) -> bool:
+    """Transactional records need WRITE on the request's transactional id (Kafka looks at each
+    partition's first batch); without it the whole request is refused."""
+    if not any(
+        data.records is not None and first_batch_is_transactional(data.records)
+        for topic in request.topic_data
+        for data in topic.partition_data
+    ):
+        return False
+    tid = request.transactional_id
+    return tid is None or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+
+
 def _settle(waiting: Waiting) -> Waiting:
     """Answer the partitions whose high watermark passed their batch; the others remain."""
     still = []
     for partition, required, result in waiting:
-        done, error = partition.check_enough_replicas_reach_offset(required)
-        if done:
-            result.error_code = error
-        else:
+        error = replicated((partition, required))
+        if error is None:
             still.append((partition, required, result))
+        else:
+            result.error_code = error
     return still
 
 
@@ -98,15 +129,11 @@ async def _await_replication(
     waiting: Waiting, timeout_ms: int, response: ProduceResponse
 ) -> ProduceResponse:
     """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
-    sources = [partition.state_waiters for partition, _, _ in waiting]
-    with Wakeup(sources) as wakeup, trio.move_on_after(max(timeout_ms, 0) / 1000):
-        while waiting:
-            wakeup.arm()
-            waiting = _settle(waiting)
-            if waiting:
-                await wakeup.wait()
-    for _partition, _required, result in waiting:
-        result.error_code = ErrorCode.REQUEST_TIMED_OUT
+    errors = await await_replication(
+        [(p, required) for p, required, _ in waiting], timeout_ms / 1000
+    )
+    for (_partition, _required, result), error in zip(waiting, errors, strict=True):
+        result.error_code = error
     return response
 
 

@@ -14,10 +14,15 @@ is COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.9 answers it when its block 
 
 Differences from Kafka: this broker is not a transaction coordinator -- no transaction log,
 no ongoing transaction is aborted on re-init, no timeouts, no markers (transactions are out of
-scope); it only hands out and persists the id and epoch. Authorization is not checked.
+scope); it only hands out and persists the id and epoch. Authorization, as Kafka: a
+transactional id needs WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), an idempotent
+producer IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 
-DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp
-from the partition's producer state; coordinator epoch and transaction start are always -1.
+DescribeProducers reports, per partition, each producer's epoch, last sequence and timestamp,
+the coordinator epoch of its last transaction marker and the first offset of its ongoing
+transaction (-1 without one), from the partition's producer state, as Kafka's
+activeProducerState (what `kafka-transactions find-hanging` reads). It needs READ on each
+topic (else TOPIC_AUTHORIZATION_FAILED in its partitions).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from protocol.messages.describe_producers import (
     DescribeProducersResponse,
 )
 from protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,10 @@ async def init_producer_id(
     ids = ctx.broker.producer_ids
     tid = request.transactional_id
     response = InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+    refused = _refused(ctx, tid)
+    if refused is not None:
+        response.error_code = refused
+        return response
     cluster = ctx.broker.cluster
     if cluster is not None and ids.needs_block:
         try:
@@ -78,6 +88,20 @@ async def init_producer_id(
     return response
 
 
+def _refused(ctx: RequestContext, tid: str | None) -> ErrorCode | None:
+    """As Kafka: a transactional producer needs WRITE on its transactional id, an idempotent one
+    IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
+    if tid is not None:
+        if ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            return None
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE, log_if_denied=False):
+        return None
+    if ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
 PartitionResponse = DescribeProducersResponse.PartitionResponse
 ProducerState = DescribeProducersResponse.ProducerState
 
@@ -87,6 +111,9 @@ async def describe_producers(
     ctx: RequestContext, request: DescribeProducersRequest
 ) -> DescribeProducersResponse:
     broker = ctx.broker
+    readable = ctx.authorized(
+        AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     topics = []
     for topic in request.topics:
         partitions = []
@@ -94,6 +121,10 @@ async def describe_producers(
             result = PartitionResponse(partition_index=index)
             partitions.append(result)
             partition = broker.partition(topic.name, index)
+            if topic.name not in readable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                result.error_message = None
+                continue
             if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue

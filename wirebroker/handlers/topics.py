@@ -10,6 +10,11 @@ In a cluster (`zookeeper.connect`) the same requests write ZooKeeper as Kafka's 
 does (`ClusterMember.create_topic`, `delete_topic`, `add_partitions`): replicas are assigned
 over the live brokers (rack-aware when they have racks), the controller makes the partitions,
 and the answer waits up to `timeout_ms` for it (REQUEST_TIMED_OUT past that, as in Kafka).
+
+Authorization, as Kafka: CreateTopics needs CREATE on the cluster or the topic, and tells a
+created topic's configs only with DESCRIBE_CONFIGS on it; DeleteTopics needs DELETE on the topic
+(and DESCRIBE when named by id); CreatePartitions ALTER on the topic. A refused topic is
+TOPIC_AUTHORIZATION_FAILED before it is looked up.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.topic_configs import describe_topic_configs
 from wirebroker.topics import INTERNAL_TOPICS, TopicRecord
@@ -37,7 +43,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     if ctx.broker.cluster is not None:
         return await _create_topics_in_zk(ctx, request)
     broker = ctx.broker
-    results, to_create = _create_results(request)
+    results, to_create, describable = _create_results(ctx, request)
     for topic, result in to_create:
         try:
             partitions, replication = _sizes(ctx, topic)
@@ -51,28 +57,46 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
         except KafkaError as e:
             _answer_failed(result, e)
             continue
-        _answer_created(ctx, result, record, request.validate_only)
+        if topic.name in describable:
+            _answer_created(ctx, result, record, request.validate_only)
     return CreateTopicsResponse(topics=results)
 
 
 def _create_results(
-    request: CreateTopicsRequest,
-) -> tuple[list[_Result], list[tuple[_Topic, _Result]]]:
-    """One result per requested topic, and the (topic, result) pairs still to create: a name
-    listed more than once is answered INVALID_REQUEST each time and not created."""
+    ctx: RequestContext, request: CreateTopicsRequest
+) -> tuple[list[_Result], list[tuple[_Topic, _Result]], set[str]]:
+    """One result per requested topic, the (topic, result) pairs still to create, and the
+    topics whose configs the client may see. A name listed more than once is answered
+    INVALID_REQUEST each time and not created; as Kafka, a topic needs CREATE on the cluster or
+    on itself (else TOPIC_AUTHORIZATION_FAILED), and its configs, partition count and
+    replication factor are told only with DESCRIBE_CONFIGS on it (else its
+    `topic_config_error_code` is TOPIC_AUTHORIZATION_FAILED)."""
     counts = Counter(t.name for t in request.topics)
+    creatable = (
+        set(counts)
+        if ctx.authorize_cluster(AclOperation.CREATE, log_if_denied=False)
+        else ctx.authorized(AclOperation.CREATE, ResourceType.TOPIC, counts)
+    )
+    describable = ctx.authorized(
+        AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, counts, log_if_denied=False
+    )
     results = []
     to_create = []
     for topic in request.topics:
         # Kafka answers a created topic with a null error message (the codec's default is "").
         result = _Result(name=topic.name, error_message=None)
         results.append(result)
+        if topic.name not in describable:
+            result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         if counts[topic.name] > 1:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"topic {topic.name} is listed more than once"
+        elif topic.name not in creatable:
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "Authorization failed."
         else:
             to_create.append((topic, result))
-    return results, to_create
+    return results, to_create, describable
 
 
 def _default_sizes(ctx: RequestContext, topic: _Topic) -> tuple[int, int]:
@@ -92,6 +116,7 @@ def _answer_failed(result: _Result, e: KafkaError) -> None:
     result.error_message = str(e)
     result.num_partitions = -1
     result.replication_factor = -1
+    result.topic_config_error_code = ErrorCode.NONE  # as Kafka, once the creation failed
 
 
 def _answer_created(
@@ -153,7 +178,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
                 result.error_message = f"no topic has id {topic_id}"
                 continue
             name = result.name = record.name
-        if _deletion_refused(ctx, name, result):
+        if _deletion_refused(ctx, name, result, topic_id != ZERO_UUID):
             continue
         try:
             record = broker.delete_topic(name)
@@ -176,12 +201,23 @@ def _deletion_wanted(
 
 
 def _deletion_refused(
-    ctx: RequestContext, name: str, result: DeleteTopicsResponse.DeletableTopicResult
+    ctx: RequestContext, name: str, result: DeleteTopicsResponse.DeletableTopicResult, by_id: bool
 ) -> bool:
-    """Answer `result` and return True if this broker must not delete `name` at all."""
+    """Answer `result` and return True if this broker must not delete `name` at all. As Kafka,
+    the client needs DELETE on the topic, and DESCRIBE too when it named the topic by id (else
+    the name is not told)."""
     if not ctx.broker.config.get_bool("delete.topic.enable"):
         result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
         result.error_message = "delete.topic.enable is false"
+        return True
+    described = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name) or (
+        by_id and not described
+    ):
+        result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        result.error_message = None
+        if by_id and not described:
+            result.name = None
         return True
     if name in INTERNAL_TOPICS:
         result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
@@ -194,10 +230,17 @@ def _deletion_refused(
 async def create_partitions(
     ctx: RequestContext, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
+    alterable = ctx.authorized(
+        AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     results = []
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name)
         results.append(result)
+        if topic.name not in alterable:
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "The topic authorization is failed."
+            continue
         try:
             if ctx.broker.cluster is not None:
                 await ctx.broker.cluster.add_partitions(
@@ -224,7 +267,7 @@ async def _create_topics_in_zk(
 ) -> CreateTopicsResponse:
     cluster = ctx.broker.cluster
     assert cluster is not None
-    results, to_create = _create_results(request)
+    results, to_create, describable = _create_results(ctx, request)
     created: list[tuple[_Result, int]] = []
     for topic, result in to_create:
         try:
@@ -252,7 +295,8 @@ async def _create_topics_in_zk(
         record = TopicRecord(
             topic.name, done.topic_id, done.partitions, done.replication_factor, done.configs
         )
-        _answer_created(ctx, result, record, request.validate_only)
+        if topic.name in describable:
+            _answer_created(ctx, result, record, request.validate_only)
         if not request.validate_only:
             created.append((result, done.partitions))
     if request.timeout_ms > 0:
@@ -285,7 +329,7 @@ async def _delete_topics_in_zk(
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 result.error_message = f"no topic has id {topic_id}"
                 continue
-        if _deletion_refused(ctx, name, result):
+        if _deletion_refused(ctx, name, result, topic_id != ZERO_UUID):
             continue
         try:
             found_id = await cluster.delete_topic(name)

@@ -504,9 +504,11 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     def check_broker_epoch(self, broker_epoch: int) -> None:
-        """Kafka's isBrokerEpochStale: a request meant for an earlier registration of ours."""
+        """Kafka's isBrokerEpochStale: a request meant for an earlier registration of ours. Kafka
+        lets a request without an epoch (-1, from controllers older than KIP-380) through; here
+        it is stale once this broker has an epoch (registered in ZooKeeper)."""
         current = self.broker.broker_epoch
-        if broker_epoch != -1 and broker_epoch < current:
+        if broker_epoch < current:
             raise KafkaError(
                 f"broker epoch {broker_epoch} is older than ours ({current})",
                 error_code=ErrorCode.STALE_BROKER_EPOCH,

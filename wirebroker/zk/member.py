@@ -5,7 +5,8 @@ its event channel. It registers the broker (`/brokers/ids/<id>`, ephemeral; the 
 the broker epoch) and registers it again when the session expired; it keeps the topic config
 overrides (`/config/topics/*`, followed through `/config/changes`) and applies changes to the
 broker's local logs, and the users' SCRAM credentials (`/config/users/*`, likewise); it watches
-`/brokers/ids` so the broker knows the live brokers; and it forwards every other watch to this
+`/brokers/ids` so the broker knows the live brokers; it hands the ACL change notifications to
+the broker's authorizer (`wirebroker.authorizer`); and it forwards every other watch to this
 broker's `Controller`. When one of the broker's log directories goes offline, it writes a
 `/log_dir_event_notification/log_dir_event_<seq>` znode, as Kafka's ReplicaManager does, so the
 controller moves that directory's leaders elsewhere.
@@ -156,7 +157,13 @@ class ClusterMember:
                 await self._register()
                 await self._load_topic_configs()
                 await self._refresh_brokers()
+                if self.broker.authorizer is not None:
+                    await self.broker.authorizer.reload()  # its watches went with the session
             self.controller.submit_zk_event(ev)
+            return
+        if ev.path in znodes.ACL_CHANGES.values():
+            if self.broker.authorizer is not None:
+                await self.broker.authorizer.process_changes(ev.path)
             return
         if ev.path == znodes.CONFIG_CHANGES:
             await self._process_config_changes()
@@ -244,7 +251,7 @@ class ClusterMember:
     # topic configs --------------------------------------------------------------------------
     async def _load_topic_configs(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
-        self._last_change = max((_seq(c) for c in changes), default=-1)
+        self._last_change = max((znodes.sequence_number(c) for c in changes), default=-1)
         configs: dict[str, dict[str, str]] = {}
         for topic in await self.zk.get_children(znodes.CONFIG_TOPICS, watch=True) or []:
             got = await self.zk.get(znodes.topic_config_path(topic))
@@ -297,8 +304,8 @@ class ClusterMember:
 
     async def _process_config_changes(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
-        for child in sorted(changes, key=_seq):
-            seq = _seq(child)
+        for child in sorted(changes, key=znodes.sequence_number):
+            seq = znodes.sequence_number(child)
             if seq <= self._last_change:
                 continue
             self._last_change = seq
@@ -585,10 +592,3 @@ async def allocate_producer_id_block(zk: ZkClient, broker_id: int) -> tuple[int,
         except BadVersionError:
             continue
         return block.block_start, block.block_end
-
-
-def _seq(child: str) -> int:
-    try:
-        return int(child.rsplit("_", 1)[1])
-    except (IndexError, ValueError):
-        return -1

@@ -25,14 +25,14 @@ COMMON = {
     "offsets.topic.num.partitions": "1",
     "auto.create.topics.enable": "true",
 }
-#: librdkafka's "default" test scenario (tests/scenarios/default.json): 4 partitions a topic.
-SETTINGS = {"kgo": COMMON, "librdkafka": {**COMMON, "num.partitions": "4"}}
-#: Kafka's side only: librdkafka's ACL tests (0109, 0115, 0119) need an authorizer; with no ACL
-#: everyone may do anything, so every other test runs as without one. (wirebroker has no ACLs
-#: yet, issue 14: those tests are findings there.)
-KAFKA_ONLY = {
-    "kgo": {},
+#: librdkafka's "default" test scenario (tests/scenarios/default.json): 4 partitions a topic;
+#: and an authorizer, which its ACL tests (0109, 0115, 0119) need: with no ACL everyone may do
+#: anything, so every other test runs as without one.
+SETTINGS = {
+    "kgo": COMMON,
     "librdkafka": {
+        **COMMON,
+        "num.partitions": "4",
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "allow.everyone.if.no.acl.found": "true",
     },
@@ -55,10 +55,7 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("")
         began = time.monotonic()
-        settings = SETTINGS[suite]
-        if target_name.startswith("kafka"):
-            settings = {**settings, **KAFKA_ONLY[suite]}
-        with start(target_name, settings) as target:
+        with start(target_name, SETTINGS[suite]) as target:
             run = SuiteRun(suite, target_name, version, target.how)
             if only:  # a partial run updates the saved results
                 run.tests = dict((load(suite, target_name) or run).tests)

@@ -4,7 +4,7 @@
 deb-src lines first when apt knows none, and ``apt-get build-dep`` as root), then ``configure``,
 the library and the ``test-runner``. Kafka's CLI tools, which some tests call through
 ``$KAFKA_PATH/bin/*.sh``, are wrapped in ``build/suites/kafka/bin/`` around the jars of
-``make jars``.
+``make jars`` (``libs/`` links to them, for the Java helpers some tests compile and run).
 
 Each numbered test runs as its own ``test-runner`` process (``TESTS=<number>``), in quick mode
 (``-Q``, the suite's CI mode) or full mode, without sockem tests (``-E``), with
@@ -117,6 +117,9 @@ def kafka_path() -> Path:
         "log4j.appender.err.layout=org.apache.log4j.PatternLayout\n"
         "log4j.appender.err.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
     )
+    libs = home / "libs"  # tests/java/'s Makefile compiles its helpers against $KAFKA_PATH/libs
+    if not libs.is_symlink():
+        libs.symlink_to(jars_dir())
     for script, main_class in TOOLS.items():
         (bin_dir / script).write_text(f'#!/bin/sh\nexec "{run_class}" {main_class} "$@"\n')
     for path in bin_dir.iterdir():
@@ -169,7 +172,7 @@ def run_one(src: Path, number: str, bootstrap: str, mode: str, log: Path) -> dic
             timed_out = True
         seconds = time.monotonic() - start
         with log.open("a") as out:
-            out.write(f"===== {number}\n{output}")
+            out.write(f"\n===== {number}\n{output}")
         return _outcomes(number, report, output, seconds, timed_out)
 
 
@@ -204,6 +207,9 @@ def _outcomes(
 def _failure(output: str) -> str:
     """The runner's first failure line, without colour codes."""
     clean = re.sub(r"\x1b\[[0-9;]*m|\x1b\(B", "", output)
+    # The framework prints '### Test "<name>" failed at <where>: ###' then the message.
+    if match := re.search(r'### Test "(?!<MAIN>)[^"]+" failed at ([^\n]*?): ###\n([^\n]+)', clean):
+        return f"{match.group(2).strip()} ({match.group(1).split(' at ')[0]})"[:200]
     for line in clean.splitlines():
         if "### Test" in line and "failed" in line.lower() or "TEST FAILURE" in line:
             continue

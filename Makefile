@@ -84,7 +84,7 @@ pipeline: setup jars
 image: setup jars
 	bash image/build.sh
 
-## suites: franz-go's kgo and librdkafka's own test suites against Kafka 3.9, wirebroker and a 3-broker cluster; writes compat/REPORT.md (~2 h; see compat/suites/)
+## suites: franz-go's kgo and librdkafka's own test suites against Kafka 3.9 and wirebroker, one broker and 3-broker clusters; writes compat/REPORT.md (~80 min; see compat/suites/)
 suites: setup jars tools
 	nice -n 10 $(PY) -m compat.suites $(SUITES_ARGS)
 

@@ -57,8 +57,10 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
         began = time.monotonic()
         with start(target_name, SETTINGS[suite]) as target:
             run = SuiteRun(suite, target_name, version, target.how)
-            if only:  # a partial run updates the saved results
-                run.tests = dict((load(suite, target_name) or run).tests)
+            saved = load(suite, target_name) if only else None
+            if saved is not None:  # a partial run updates the saved whole run
+                saved.reran = f"{len(names)} tests re-ran {run.started}"
+                run = saved
             print(f"suites: {suite} on {target.how} ({len(names)} tests; log {log})", flush=True)
             for name in names:
                 if suite == "kgo":
@@ -72,10 +74,11 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
                     run.tests[test] = outcome
                     if outcome.status not in ("pass", "skip"):
                         print(f"  {test}: {outcome.status} {outcome.detail}", flush=True)
-                run.seconds = time.monotonic() - began
+                if saved is None:
+                    run.seconds = time.monotonic() - began
                 run.save()
-        counts = run.counts()
-        print(f"suites: {suite} on {target_name}: {counts} in {run.seconds:.0f} s", flush=True)
+        took = time.monotonic() - began
+        print(f"suites: {suite} on {target_name}: {run.counts()} in {took:.0f} s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,7 +48,8 @@ def render(suites: tuple[str, ...]) -> tuple[str, list[str]]:
             c = run.counts()
             lines.append(
                 f"| {_TITLES[suite]} | {target} | {run.how} | {c['pass']} | {c['fail']} | "
-                f"{c['timeout']} | {c['skip']} | {run.seconds / 60:.1f} min | {run.started} |"
+                f"{c['timeout']} | {c['skip']} | {run.seconds / 60:.1f} min | {run.started} "
+                f"{('(' + run.reran + ')') if run.reran else ''} |"
             )
         version = next(iter(runs.values())).version
         tables += ["", f"### {version}", "", "| test | " + " | ".join(TARGETS) + " | notes |"]

@@ -33,7 +33,8 @@ class SuiteRun:
     version: str  # what ran: the suite's version and mode
     how: str  # where the target ran
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole run's
+    reran: str = ""  # "N tests re-ran <when>" after ``--only``
     tests: dict[str, Outcome] = field(default_factory=dict)
 
     def path(self) -> Path:

@@ -410,6 +410,8 @@ def kafka_reference(*, overrides: Mapping[str, object] | None = None) -> Iterato
         return
     from wirebroker.testcontainers import ApacheKafkaContainer
 
+    # No image registry here for testcontainers' reaper (Ryuk): the container is removed on exit.
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
     props = kafka_properties(
         broker_id=1, port=0, zookeeper_connect="", log_dir=Path("/"), overrides=overrides
     )

@@ -9,5 +9,6 @@ cluster with ZooKeeper -- and writes their rows into ``compat/REPORT.md``.
 Each test runs in its own process with its own time bound, so a test that hangs on one target
 fails alone and is reported as ``timeout``; nothing is allow-listed. A test that passes on Kafka
 and fails on a wirebroker target must be a ``compat/FINDINGS.md`` entry (``check_findings``).
-Results are kept per suite and target in ``build/suites/results/`` so one target can be re-run.
+Results are kept per suite and target in ``compat/suites/results/`` (committed) so one target
+can be re-run and the report rendered from all of them; the builds and logs are in ``build/suites/``.
 """

@@ -64,6 +64,30 @@ CORE_CONFIGS = {
     "retention.ms",
     "segment.bytes",
 }
+#: Broker configs compared in DescribeConfigs of a BROKER resource: keys both know that neither
+#: side's test properties set (so values, sources, flags and synonyms must agree).
+BROKER_CONFIGS = {
+    "message.max.bytes",
+    "log.retention.ms",
+    "log.retention.hours",
+    "log.retention.bytes",
+    "log.roll.ms",
+    "log.roll.hours",
+    "log.roll.jitter.ms",
+    "log.segment.bytes",
+    "log.cleanup.policy",
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.flush.interval.ms",
+    "log.flush.scheduler.interval.ms",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "compression.type",
+    "max.connections",
+    "ssl.keystore.password",
+    "sasl.jaas.config",
+    "socket.request.max.bytes",
+}
 
 Step = tuple[str, Message, int]
 
@@ -88,7 +112,7 @@ def plain(value: Any, version: int) -> Any:
                 and v
                 and hasattr(v[0], "is_sensitive")
             ):
-                kept = [c for c in v if c.name in CORE_CONFIGS]
+                kept = [c for c in v if c.name in CORE_CONFIGS | BROKER_CONFIGS]
                 out[f.name] = sorted(plain(kept, version), key=lambda c: c["name"])
             elif f.name == "brokers":
                 out[f.name] = len(v)
@@ -243,6 +267,17 @@ def describe_configs(topic: str, *keys: str) -> DescribeConfigsRequest:
     )
 
 
+def describe_broker(name: str, *, synonyms: bool = True) -> DescribeConfigsRequest:
+    return DescribeConfigsRequest(
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=4, resource_name=name, configuration_keys=sorted(BROKER_CONFIGS)
+            )
+        ],
+        include_synonyms=synonyms,
+    )
+
+
 def delete_records(topic: str, offset: int) -> DeleteRecordsRequest:
     return DeleteRecordsRequest(
         topics=[
@@ -356,6 +391,14 @@ CASES: dict[str, Callable[[], list[Step]]] = {
             ),
             4,
         ),
+    ],
+    "broker_configs": lambda: [
+        ("describe broker", describe_broker("0"), 4),
+        ("describe broker v1", describe_broker("0"), 1),
+        ("describe broker v0", describe_broker("0", synonyms=False), 0),
+        ("describe default", describe_broker(""), 4),
+        ("describe another broker", describe_broker("7"), 4),
+        ("describe not a broker id", describe_broker("zero"), 4),
     ],
     "delete_topics": lambda: [
         ("create", create("diff-delete", 1), 7),

@@ -16,6 +16,7 @@ from protocol.messages.describe_producers import DescribeProducersRequest
 from tests.cluster.processes import LOOPBACK, Cluster, running_cluster, wait_for
 from tests.wirebroker.helpers import RawClient
 from tests.wirebroker.test_transactions_wire import (
+    BROKER_PROPERTIES,
     READ_COMMITTED,
     data_values,
     fetch,
@@ -35,7 +36,7 @@ def at(cluster: Cluster, node_id: int) -> str:
 def test_markers_replicate_and_a_new_leader_serves_read_committed(kind: str) -> None:
     if kind != "wirebroker":
         pytest.skip("raw markers need a broker without a transaction coordinator's checks")
-    with running_cluster(kind) as cluster:
+    with running_cluster(kind, overrides=BROKER_PROPERTIES) as cluster:
         topic = "txn-failover"
         cluster.create_topic(topic, 1)
         leader = cluster.leader(topic, 0)

@@ -22,11 +22,13 @@ from protocol.compression import CompressionType
 from tests.broker_process import BrokerProcess
 
 from .helpers import RawClient, create_topic
+from .test_transactions_wire import BROKER_PROPERTIES as WIRE_PROPERTIES
 from .test_transactions_wire import txn_produce, write_markers
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 30.0
+BROKER_PROPERTIES = WIRE_PROPERTIES  # raw transactions, without a coordinator
 A, B, PLAIN = 1001, 1002, 1003
 
 COMMITTED = [b"n0", b"a0-0", b"a0-1", b"n1", b"b1-0", b"b1-1", b"b1-2", b"a2-0", b"n2"]

@@ -28,6 +28,11 @@ from .helpers import (
 )
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+#: These tests write transactions without a coordinator (raw batches, then WriteTxnMarkers):
+#: the KIP-890 check with the coordinator would refuse their batches.
+BROKER_PROPERTIES = {"transaction.partition.verification.enable": "false"}
+#: Transactional records carry a transactional id (Kafka refuses them without one).
+RAW_TRANSACTIONAL_ID = "raw-transactions"
 
 
 def txn_produce(
@@ -54,8 +59,8 @@ def txn_produce(
         is_transactional=transactional,
         **batch_args,
     )
-    if transactional:  # as a transactional producer sends it (Kafka requires it)
-        request.transactional_id = f"txn-{pid}"
+    if transactional:
+        request.transactional_id = RAW_TRANSACTIONAL_ID
     return c.request(request, 9).responses[0].partition_responses[0]
 
 

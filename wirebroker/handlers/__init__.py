@@ -3,6 +3,7 @@
 from wirebroker.handlers import (  # noqa: F401
     acls,
     api_versions,
+    client_quotas,
     cluster,
     configs,
     control,
@@ -17,5 +18,6 @@ from wirebroker.handlers import (  # noqa: F401
     producer_ids,
     sasl,
     topics,
+    txn,
     write_txn_markers,
 )

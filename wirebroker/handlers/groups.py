@@ -2,8 +2,10 @@
 DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
 
 - FindCoordinator v0-6: key type 0 (group) and 1 (transaction) both answer with this broker
-  when embedded; in a cluster, with the leader of the key's `__consumer_offsets` partition.
-  Other key types get INVALID_REQUEST. v4+ batches keys. A group lookup creates `__consumer_offsets`, as Kafka does.
+  when embedded; in a cluster, with the leader of the key's `__consumer_offsets` (group) or
+  `__transaction_state` (transaction) partition, COORDINATOR_NOT_AVAILABLE while it has none.
+  Other key types get INVALID_REQUEST. v4+ batches keys. A lookup creates the topic on first
+  use, as Kafka does.
 - JoinGroup v0-9: v0 has no rebalance timeout (the session timeout is used, as Kafka does);
   v4+ requires a known member id (KIP-394, MEMBER_ID_REQUIRED); v5+ static membership; v9
   `skip_assignment` is set for a static leader rejoining a stable group (before v9 that leader
@@ -49,6 +51,7 @@ from wirebroker.authorizer.acls import (
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.group.state import GroupState
+from wirebroker.txn.state_manager import TXN_TOPIC
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 CLASSIC = "classic"
@@ -78,17 +81,12 @@ async def find_coordinator(
             if ctx.api_version < 4:
                 c.error_message = AUTHORIZATION_MESSAGES[refused]
         else:
-            if request.key_type == GROUP_KEY and ctx.broker.cluster is not None:
-                code = await _ensure_offsets_topic_in_zk(ctx)
-                if code != ErrorCode.NONE:
-                    c.error_code = code
-                    c.error_message = None
-                    found.append(c)
-                    continue
-            elif request.key_type == GROUP_KEY and not ctx.broker.cluster_mode:
-                ctx.broker.groups.ensure_topic()
-            if ctx.broker.cluster_mode:
-                _cluster_coordinator(ctx, key, c)
+            code = await _ensure_topic(ctx, request.key_type)
+            if code != ErrorCode.NONE:
+                c.error_code = code
+                c.error_message = None
+            elif ctx.broker.cluster_mode:
+                _cluster_coordinator(ctx, request.key_type, key, c)
             else:
                 c.node_id, c.host, c.port = ctx.broker.node_id, host, port
                 c.error_message = "NONE"  # Kafka sends Errors.NONE.message() on success
@@ -115,25 +113,35 @@ def _coordinator_refused(ctx: RequestContext, key_type: int, key: str) -> ErrorC
     return None
 
 
-async def _ensure_offsets_topic_in_zk(ctx: RequestContext) -> ErrorCode:
-    """Cluster mode: `__consumer_offsets` is created in ZooKeeper with
-    `offsets.topic.replication.factor` replicas. As in Kafka 3.9 the factor is not capped at the
+async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
+    """The coordinator's topic exists: created on first use (embedded: here; in a cluster: in
+    ZooKeeper, with its replication factor). As in Kafka 3.9 the factor is not capped at the
     live brokers: until enough are up the coordinator is not available."""
-    cluster = ctx.broker.cluster
-    assert cluster is not None
-    if await cluster.topic_assignment(OFFSETS_TOPIC) is not None:
+    broker = ctx.broker
+    if key_type == GROUP_KEY:
+        name, partitions = OFFSETS_TOPIC, broker.groups.num_partitions
+        factor = broker.config.get_int("offsets.topic.replication.factor")
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": "104857600",
+            "compression.type": "producer",
+        }
+    else:
+        state = broker.transactions.state
+        name, partitions = TXN_TOPIC, state.num_partitions
+        factor, configs = state.replication_factor, state.topic_configs
+    cluster = broker.cluster
+    if cluster is None:
+        if not broker.cluster_mode:
+            if key_type == GROUP_KEY:
+                broker.groups.ensure_topic()
+            else:
+                broker.transactions.state.ensure_topic()
+        return ErrorCode.NONE
+    if await cluster.topic_assignment(name) is not None:
         return ErrorCode.NONE
     try:
-        await cluster.create_topic(
-            OFFSETS_TOPIC,
-            ctx.broker.groups.num_partitions,
-            ctx.broker.config.get_int("offsets.topic.replication.factor"),
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": "104857600",
-                "compression.type": "producer",
-            },
-        )
+        await cluster.create_topic(name, partitions, factor, configs)
     except KafkaError as e:
         if e.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
             return ErrorCode.NONE
@@ -142,13 +150,16 @@ async def _ensure_offsets_topic_in_zk(ctx: RequestContext) -> ErrorCode:
 
 
 def _cluster_coordinator(
-    ctx: RequestContext, key: str, c: FindCoordinatorResponse.Coordinator
+    ctx: RequestContext, key_type: int, key: str, c: FindCoordinatorResponse.Coordinator
 ) -> None:
-    """In a cluster the coordinator of a group is the leader of its offsets partition."""
+    """In a cluster the coordinator of a key is the leader of its partition."""
     broker = ctx.broker
     cache = broker.metadata_cache
-    index = broker.groups.partition_of(key)
-    p = cache.partition(OFFSETS_TOPIC, index)
+    if key_type == GROUP_KEY:
+        topic, index = OFFSETS_TOPIC, broker.groups.partition_of(key)
+    else:
+        topic, index = TXN_TOPIC, broker.transactions.state.partition_for(key)
+    p = cache.partition(topic, index)
     endpoint = None
     if p is not None:
         endpoint = cache.endpoint(p.leader, ctx.listener_name)

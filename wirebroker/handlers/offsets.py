@@ -6,8 +6,8 @@
   `offsets.retention.minutes` (see `Group.expire_offsets`), as Kafka; v6+ leader epochs; v7+ static members. Metadata is stored
   verbatim (null is stored as ""), up to `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v0-9: v0 reads the same store (Kafka v0 read ZooKeeper); v2+ `topics` null means
-  every committed partition; v7+ `require_stable` is accepted — there are no pending
-  transactional offsets yet, so nothing is ever unstable; v8+ batches groups. v9's member id and
+  every committed partition; v7+ `require_stable` answers UNSTABLE_OFFSET_COMMIT for a
+  partition an open transaction committed an offset for (TxnOffsetCommit); v8+ batches groups. v9's member id and
   epoch belong to the consumer (KIP-848) protocol and are ignored for classic groups.
 - OffsetDelete v0: refused with GROUP_SUBSCRIBED_TO_TOPIC per partition for topics the group's
   consumers still subscribe to, as Kafka does.
@@ -56,7 +56,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
             if topic.name not in readable:
                 results[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
-            if not _known(ctx, *key):
+            if not partition_known(ctx, *key):
                 results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             timestamp = p.commit_timestamp if ctx.api_version == 1 else -1
@@ -98,7 +98,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     )
 
 
-def _known(ctx: RequestContext, topic: str, index: int) -> bool:
+def partition_known(ctx: RequestContext, topic: str, index: int) -> bool:
     """Whether the partition exists: in a cluster, as the metadata cache knows it (it may be
     hosted elsewhere); embedded, as a partition of this broker."""
     broker = ctx.broker
@@ -110,6 +110,7 @@ def _known(ctx: RequestContext, topic: str, index: int) -> bool:
 @handles(OffsetFetchRequest, (0, 9))
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     coordinator_error = ctx.broker.groups.coordinator_error
+    stable = ctx.api_version >= 7 and request.require_stable
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
@@ -136,7 +137,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                                 for index, offset, epoch, metadata, code in partitions
                             ],
                         )
-                        for name, partitions in _described(ctx, g.group_id, wanted)
+                        for name, partitions in _described(ctx, g.group_id, wanted, stable)
                         if error == ErrorCode.NONE
                     ],
                 )
@@ -168,7 +169,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                     for index, offset, epoch, metadata, code in partitions
                 ],
             )
-            for name, partitions in _described(ctx, request.group_id, wanted)
+            for name, partitions in _described(ctx, request.group_id, wanted, stable)
         ],
     )
 
@@ -200,27 +201,25 @@ def _fetch_error(
     )
 
 
-Row = tuple[int, int, int, str]  # partition, offset, leader epoch, metadata
-CodedRow = tuple[int, int, int, str, ErrorCode]
+Row = tuple[int, int, int, str, ErrorCode]  # partition, offset, leader epoch, metadata, error
 
 
 def _described(
-    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None
-) -> list[tuple[str, list[CodedRow]]]:
+    ctx: RequestContext,
+    group_id: str,
+    wanted: list[tuple[str, list[int]]] | None,
+    require_stable: bool,
+) -> list[tuple[str, list[Row]]]:
     """`_lookup` as the client may see it (Kafka): every committed partition leaves out the
     topics it may not DESCRIBE; a topic asked for by name is answered TOPIC_AUTHORIZATION_FAILED
     in each partition (offset -1), after the others."""
     if wanted is None:
-        found = list(_lookup(ctx, group_id, None))
+        found = list(_lookup(ctx, group_id, None, require_stable))
         described = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in found))
-        return [
-            (t, [(*row, ErrorCode.NONE) for row in rows]) for t, rows in found if t in described
-        ]
+        return [(t, rows) for t, rows in found if t in described]
     described = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in wanted))
     allowed = [(t, indexes) for t, indexes in wanted if t in described]
-    out = [
-        (t, [(*row, ErrorCode.NONE) for row in rows]) for t, rows in _lookup(ctx, group_id, allowed)
-    ]
+    out = list(_lookup(ctx, group_id, allowed, require_stable))
     out += [
         (t, [(i, NO_OFFSET, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED) for i in indexes])
         for t, indexes in wanted
@@ -230,27 +229,32 @@ def _described(
 
 
 def _lookup(
-    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    ctx: RequestContext,
+    group_id: str,
+    wanted: list[tuple[str, list[int]]] | None,
+    require_stable: bool,
 ) -> Iterable[tuple[str, list[Row]]]:
     """(topic, rows) for the requested partitions, or for every committed one if `wanted` is
-    None; a partition without a commit answers offset -1 and metadata ""."""
-    offsets = ctx.broker.groups.fetch(group_id)
+    None; a partition without a commit answers offset -1 and metadata "". With
+    `require_stable`, a partition an open transaction committed an offset for answers
+    UNSTABLE_OFFSET_COMMIT (offset -1), as Kafka."""
+    groups = ctx.broker.groups
+    offsets = groups.fetch(group_id)
+
+    def row(topic: str, index: int) -> Row:
+        if require_stable and groups.unstable(group_id, (topic, index)):
+            return (index, NO_OFFSET, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        found = offsets.get((topic, index))
+        if found is None:
+            return (index, NO_OFFSET, -1, "", ErrorCode.NONE)
+        return (index, found.offset, found.leader_epoch, found.metadata, ErrorCode.NONE)
+
     if wanted is None:
         by_topic: dict[str, list[Row]] = {}
-        for (topic, index), c in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append((index, c.offset, c.leader_epoch, c.metadata))
+        for topic, index in sorted(offsets):
+            by_topic.setdefault(topic, []).append(row(topic, index))
         return by_topic.items()
-    out = []
-    for topic, indexes in wanted:
-        rows: list[Row] = []
-        for index in indexes:
-            found = offsets.get((topic, index))
-            if found is None:
-                rows.append((index, NO_OFFSET, -1, ""))
-            else:
-                rows.append((index, found.offset, found.leader_epoch, found.metadata))
-        out.append((topic, rows))
-    return out
+    return [(topic, [row(topic, index) for index in indexes]) for topic, indexes in wanted]
 
 
 @handles(OffsetDeleteRequest, (0, 0))

@@ -28,8 +28,17 @@ it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are writt
 is a :class:`~wirebroker.dispatch.Later`: the connection goes on appending the producer's next
 requests while earlier ones wait, and answers in order (Kafka reads nothing more from the
 connection until the answer has gone; see `wirebroker.connection`).
-Differences from Kafka: the KIP-890 verification of a producer's first transactional batch
-with its transaction coordinator is not done here yet.
+A client over its `producer_byte_rate` quota (the request's bytes, every request counted) is
+answered with the throttle time, and its connection muted for it (`wirebroker.quotas`); the
+quota is recorded when the request arrives (Kafka: when it is answered).
+With `transaction.partition.verification.enable` (Kafka's default, KIP-890 part 1), a
+transactional batch of a producer with no transaction going on in the partition is first checked
+with the transaction's coordinator (`wirebroker.txn.verification`): a partition that is not in
+the transaction is INVALID_TXN_STATE (v11: TRANSACTION_ABORTABLE), a coordinator that cannot say
+NOT_ENOUGH_REPLICAS (retriable), a fenced producer INVALID_PRODUCER_EPOCH; a request whose
+transactional batches carry two producer ids is INVALID_PRODUCER_ID_MAPPING. Differences from
+Kafka: no verification guard -- a marker that lands while a remote coordinator is being asked
+is not noticed (the append checks the producer epoch, which a coordinator's abort bumps).
 """
 
 from __future__ import annotations
@@ -37,14 +46,17 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
-from protocol.record_batch import first_batch_is_transactional
+from protocol.record_batch import RecordBatchView, first_batch_is_transactional
+from protocol.records import iter_batches
 from storage.errors import InvalidRecordError
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
-from wirebroker.partition import Partition
+from wirebroker.partition import Partition, TopicPartition
+from wirebroker.quotas import throttle
+from wirebroker.txn.verification import TransactionalWriter
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +67,17 @@ Waiting = list[tuple[Partition, int, PartitionResponse]]
 
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
+    quota = ctx.broker.quotas.produce
+    if quota.enabled:
+        throttle.record(ctx, quota, ctx.request_size)
+    if request.acks == 0:
+        throttle.exempt(ctx)  # from the request quota; the byte rate still counts, as Kafka's
     acks_valid = request.acks in (0, 1, -1)
     refused = _transaction_refused(ctx, request)
     writable = ctx.authorized(
         AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data)
     )
+    unverified = await _verify(ctx, request, writable) if acks_valid and not refused else {}
     waiting: Waiting = []
     topics = []
     for topic in request.topic_data:
@@ -75,6 +93,10 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
                 continue
             if topic.name not in writable:
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            rejected = unverified.get(TopicPartition(topic.name, data.index))
+            if rejected is not None:
+                result.error_code, result.error_message = rejected
                 continue
             appended = _append(ctx, topic.name, data, result, request.acks)
             if appended is not None and request.acks == -1:
@@ -98,6 +120,76 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     if waiting:
         return Later(partial(_await_replication, waiting, request.timeout_ms, response))
     return response
+
+
+async def _verify(
+    ctx: RequestContext, request: ProduceRequest, writable: set[str]
+) -> dict[TopicPartition, tuple[ErrorCode, str]]:
+    """KIP-890 part 1: the partitions (of the `writable` topics) whose transactional batch may
+    not start a transaction there (not added to it), with the error and message Kafka's
+    ReplicaManager gives."""
+    if request.transactional_id is None:
+        return {}
+    batches: dict[TopicPartition, tuple[int, int]] = {}
+    for topic in request.topic_data:
+        if topic.name not in writable:
+            continue
+        for data in topic.partition_data:
+            producer = _transactional_producer(data.records)
+            if producer is not None:
+                batches[TopicPartition(topic.name, data.index)] = producer
+    producers = set(batches.values())
+    if not producers:
+        return {}
+    if len(producers) > 1:
+        raise KafkaError(
+            "transactional records contained more than one producer id",
+            error_code=ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        )
+    ((producer_id, epoch),) = producers
+    writer = TransactionalWriter(
+        ctx.broker, request.transactional_id, producer_id, epoch, abortable_ok=ctx.api_version >= 11
+    )
+    errors = await writer.verify(list(batches))
+    return {tp: _verification_answer(error) for tp, error in errors.items()}
+
+
+def _transactional_producer(records: memoryview | None) -> tuple[int, int] | None:
+    """(producer id, epoch) of the first transactional batch in `records`, if any."""
+    if records is None:
+        return None
+    try:
+        for batch in iter_batches(records):
+            if isinstance(batch, RecordBatchView) and batch.is_transactional:
+                return batch.producer_id, batch.producer_epoch
+    except ProtocolError:
+        pass  # the append reports it
+    return None
+
+
+def _verification_answer(error: ErrorCode) -> tuple[ErrorCode, str]:
+    """A failed verification as Produce answers it: a coordinator that could not say is
+    NOT_ENOUGH_REPLICAS (retried by every client without a metadata refresh), as in Kafka."""
+    if error == ErrorCode.INVALID_TXN_STATE:
+        return error, "Partition was not added to the transaction"
+    if error in _RETRY_VERIFICATION:
+        return (
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            "Unable to verify the partition has been added to the transaction. "
+            f"Underlying error: {error.name}",
+        )
+    return error, f"the transaction could not be verified: {error.name}"
+
+
+_RETRY_VERIFICATION = frozenset(
+    {
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    }
+)
 
 
 def _transaction_refused(ctx: RequestContext, request: ProduceRequest) -> bool:

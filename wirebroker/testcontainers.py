@@ -25,7 +25,9 @@ Two things differ from a stock testcontainers set-up, both for machines like thi
   ``TESTCONTAINERS_HOST_OVERRIDE`` or ``TESTCONTAINERS_CONNECTION_MODE`` turns that detection
   off and testcontainers' own rules apply.
 
-``docker_problem()`` says why containers cannot run here (or None), for tests to skip with.
+``ApacheKafkaContainer`` is the same for real Kafka 3.9 (the ``wirebroker-kafka:3.9`` image, also
+built by ``make image``), to run the same tests against both. ``docker_problem()`` says why
+containers cannot run here (or None), for tests to skip with.
 """
 
 from __future__ import annotations

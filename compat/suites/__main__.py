@@ -59,7 +59,8 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
             run = SuiteRun(suite, target_name, version, target.how)
             saved = load(suite, target_name) if only else None
             if saved is not None:  # a partial run updates the saved whole run
-                saved.reran = f"{len(names)} tests re-ran {run.started}"
+                again = f"{len(names)} tests re-ran {run.started}"
+                saved.reran = f"{saved.reran}; {again}" if saved.reran else again
                 run = saved
             print(f"suites: {suite} on {target.how} ({len(names)} tests; log {log})", flush=True)
             for name in names:

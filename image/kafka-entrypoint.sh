@@ -8,8 +8,7 @@
 #                for clients (set KAFKA_ADVERTISED_LISTENERS to the address they dial) and BROKER
 #                on 29092, the inter-broker listener, advertised as the container's address.
 #   zookeeper    ZooKeeper alone, on :2181.
-#   anything else is run as given; `tool <main class> <args>` runs a Kafka CLI tool, e.g.
-#                tool org.apache.kafka.tools.TopicCommand --bootstrap-server ... --list
+#   anything else is run as given.
 # Logs go to stdout. KAFKA_HEAP_OPTS sets the JVM heap (default -Xmx512m).
 set -euo pipefail
 
@@ -30,8 +29,6 @@ log4j.logger.state.change.logger=WARN
 log4j.logger.org.apache.zookeeper=WARN
 log4j.logger.org.apache.kafka.clients=WARN
 LOG4J
-sed -e 's/rootLogger=INFO/rootLogger=WARN/' -e 's/System.out/System.err/' \
-    "$conf/log4j.properties" >"$conf/tools-log4j.properties"
 
 # properties PREFIX FILE DEFAULTS...: the defaults, then every PREFIX* variable, into FILE.
 properties() {
@@ -84,10 +81,6 @@ zookeeper)
     zookeeper 0.0.0.0
     exec "${jvm[@]}" -Dlog4j.configuration="file:$conf/log4j.properties" \
         org.apache.zookeeper.server.quorum.QuorumPeerMain "$conf/zoo.cfg"
-    ;;
-tool)
-    shift
-    exec "${jvm[@]}" -Dlog4j.configuration="file:$conf/tools-log4j.properties" "$@"
     ;;
 *)
     exec "$@"

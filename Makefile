@@ -92,9 +92,9 @@ image: setup jars
 suites: setup jars tools
 	nice -n 10 $(PY) -m compat.suites $(SUITES_ARGS)
 
-## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector from Maven Central into .cache/jars/ (no-op when up to date)
+## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector + Kafka Streams and its examples from Maven Central into .cache/jars/ (no-op when up to date)
 jars:
-	bash jars/fetch.sh kafka spark
+	bash jars/fetch.sh kafka spark streams
 
 ## golden: re-capture tests/protocol/golden/frames/ from librdkafka and the Java client against real Kafka 3.9
 golden: setup jars

@@ -36,6 +36,9 @@ WIREBROKER_PROPERTIES = {
     "auto.create.topics.enable": "true",
     # kafka_process sets this on Kafka; it then shows as STATIC_BROKER_CONFIG in describes.
     "log.flush.interval.messages": "9223372036854775807",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
 }
 TARGETS = ("kafka", "wirebroker")
 

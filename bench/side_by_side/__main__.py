@@ -38,8 +38,13 @@ rows (ratio wirebroker/Kafka, goal):
  14  SASL_SSL (PLAIN) connections set up per second: TLS handshake, ApiVersions,
      SaslHandshake, SaslAuthenticate, close; 4 client processes at once (>= 1.0), and
      the broker's CPU per connection (<= 1.0)
+ 15  transactional produce, 1 KiB records, acks=all, each transaction committed after
+     100 ms (ProducerPerformance --transactional-id --transaction-duration-ms 100): MB/s
+     (>= 1.0)
+ 16  consume read_committed from the start of 1 GiB written in 100 ms transactions:
+     MB/s (>= 1.0)
 
-Rows 1, 2, 3, 5, 10 and 13 run both Java (ProducerPerformance / ConsumerPerformance) and
+Rows 1, 2, 3, 5, 10, 13, 15 and 16 run both Java (ProducerPerformance / ConsumerPerformance) and
 librdkafka (confluent-kafka in its own process) load generators. Rows 10 and 11 start one
 ZooKeeper and three brokers of each kind; rows 13 and 14 a broker with SSL and SASL_SSL
 listeners (a PKCS12 keystore made for the run). Progress goes to stderr.

@@ -30,6 +30,7 @@ from bench.side_by_side.workloads import (
     CLIENTS,
     CLUSTER_ROWS,
     FAILOVER_INTERVAL_MS,
+    TRANSACTION_MS,
     Figure,
     Results,
 )
@@ -215,6 +216,24 @@ def _cluster_notes(catalogue: Sequence[Figure], results: Results) -> list[str]:
     ]
 
 
+def _transaction_notes(results: Results) -> list[str]:
+    """How rows 15 and 16 run, when either ran."""
+    if not any(key.startswith(("15/", "16/")) for key, _ in results.values):
+        return []
+    return [
+        f"Rows 15 and 16 use transactions of {TRANSACTION_MS} ms: row 15's producers (1 KiB "
+        "records, acks=all, idempotent, the batching of row 1) commit a transaction once it has "
+        f"been open {TRANSACTION_MS} ms and begin the next (ProducerPerformance's "
+        f"`--transactional-id --transaction-duration-ms {TRANSACTION_MS}`; librdkafka's "
+        "`init_transactions`, `begin_transaction`, `commit_transaction` in the load process), "
+        "so the figure includes every AddPartitionsToTxn, EndTxn and COMMIT marker. Row 16 "
+        "fills a topic that way (librdkafka), then reads it from the start with "
+        "`isolation.level=read_committed`: the fetches stop at the last stable offset and the "
+        "consumers skip one COMMIT marker per transaction.",
+        "",
+    ]
+
+
 def _first_line(argv: list[str]) -> str:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
@@ -279,6 +298,7 @@ def render(
         "no fsync), each on a fresh data folder.",
         "",
         *_cluster_notes(catalogue, results),
+        *_transaction_notes(results),
         *_table(catalogue, results),
         "",
         f"![wirebroker/Kafka per row against its goal]({chart_name})",

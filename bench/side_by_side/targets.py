@@ -70,6 +70,10 @@ SHARED_PROPERTIES: dict[str, str] = {
     # 50-partition topic creation on either broker.
     "offsets.topic.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
+    # The transaction log (rows 15 and 16) as one partition on both, as __consumer_offsets.
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
     "auto.create.topics.enable": "true",
     "log.segment.bytes": str(1 << 30),
     # No fsync on either: both brokers leave flushing to the OS (Kafka's default).
@@ -78,14 +82,12 @@ SHARED_PROPERTIES: dict[str, str] = {
 """server.properties keys given to both brokers, with the same values."""
 
 KAFKA_ONLY_PROPERTIES: dict[str, str] = {
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
     # compat's test settings shrink these; the benchmark runs Kafka's defaults.
     "num.network.threads": "3",
     "num.io.threads": "8",
     "num.recovery.threads.per.data.dir": "1",
 }
-"""Keys Kafka needs with one broker, or Kafka's own defaults restored over compat's."""
+"""Kafka's own defaults restored over compat's test settings."""
 
 CLUSTER_SIZE = 3
 SESSION_TIMEOUT_MS = 6000
@@ -102,18 +104,16 @@ CLUSTER_PROPERTIES: dict[str, str] = {
     "min.insync.replicas": "2",
     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     "unclean.leader.election.enable": "false",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
     # compat's kafka_properties() gives Kafka this already: the last broker of a cluster
     # cannot hand its leaders on, and each retry waits 5 s before the broker stops anyway.
     "controlled.shutdown.max.retries": "1",
 }
 """server.properties keys given to every broker of both clusters (plus ``broker.id``)."""
 
-KAFKA_CLUSTER_ONLY_PROPERTIES: dict[str, str] = {
-    **KAFKA_ONLY_PROPERTIES,
-    "transaction.state.log.replication.factor": "3",
-    "transaction.state.log.min.isr": "2",
-}
-"""Kafka's transaction log settings for three brokers; wirebroker has no such topic."""
+KAFKA_CLUSTER_ONLY_PROPERTIES: dict[str, str] = {**KAFKA_ONLY_PROPERTIES}
+"""Kafka's own defaults restored over compat's, in the clusters too."""
 
 KAFKA_HEAP = ("-Xmx1G", "-Xms1G")
 """``kafka-server-start.sh``'s default heap."""

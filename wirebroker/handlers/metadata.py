@@ -2,10 +2,11 @@
 
 Topics by name or (v10+) by id; null topics (v1+) or an empty list (v0) mean all topics.
 Auto-creation follows `auto.create.topics.enable` and, from v4, the request's
-`allow_auto_topic_creation`. Differences from Kafka: a topic created by this request is
-answered as ready (error NONE with its partitions) instead of LEADER_NOT_AVAILABLE, because
-leaders are assigned synchronously here; authorized operations are all those the resource type
-supports, as Kafka reports them without an authorizer.
+`allow_auto_topic_creation`; the request that creates a topic is answered LEADER_NOT_AVAILABLE
+without partitions and the next one lists them, as Kafka answers (its AutoTopicCreationManager
+does not wait for leaders), even though the embedded broker has them at once. Difference from
+Kafka: authorized operations are all those the resource type supports, as Kafka reports them
+without an authorizer.
 
 Brokers, partitions and the controller come from the metadata cache (`Broker.metadata()`): in a
 cluster what the controller's UpdateMetadata said, embedded the broker itself. A partition whose
@@ -119,10 +120,7 @@ async def _lookup(
             )
         except KafkaError as e:
             return Topic(error_code=e.error_code, name=wanted.name)
-        cache = broker.metadata()
-        if not cache.has_topic(wanted.name):
-            # A cluster: the controller elects the leaders, and UpdateMetadata tells us.
-            return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=wanted.name)
+        return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=wanted.name)
     return _describe(ctx, cache, wanted.name, request)
 
 

@@ -177,6 +177,7 @@ async def _housekeeping(broker: Broker) -> None:
         await trio.sleep_until(due[job])
         manager = broker.log_manager
         if job == "flush":
+            manager.write_index_entries()
             for pending in manager.flushes(broker.now_ms()):
                 await _run_log_chore(manager, "flush", pending)
             removal = manager.removal_chore()

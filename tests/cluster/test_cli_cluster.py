@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -140,3 +142,67 @@ def test_cluster_command(tmp_path: Path) -> None:
     for address in bootstraps:
         with pytest.raises(OSError):
             socket.create_connection(host_port(address), timeout=1).close()
+
+
+def _child_pid(parent: int, marker: str) -> int:
+    """The pid of `parent`'s child process whose command line contains `marker`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and marker in cmdline:
+            return int(entry.name)
+    raise AssertionError(f"no child of {parent} runs {marker!r}")
+
+
+def test_a_broker_exiting_leaves_the_others_running(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "wirebroker", "cluster", "--brokers", "3", "--base-port", "0"]
+    cmd += ["--zookeeper-port", "0", "--data-dir", str(tmp_path)]
+    cmd += ["--override", "zookeeper.session.timeout.ms=6000"]  # a killed broker leaves soon
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    threading.Thread(
+        target=lambda: lines.extend(line.rstrip() for line in proc.stdout or []), daemon=True
+    ).start()
+    restarted: subprocess.Popen[bytes] | None = None
+
+    def found(pattern: str) -> re.Match[str] | None:
+        return next((m for line in list(lines) if (m := re.search(pattern, line))), None)
+
+    def brokers(address: str) -> list[int]:
+        with RawClient(address) as client:
+            return sorted(b.broker_id for b in client.request(DescribeClusterRequest(), 1).brokers)
+
+    try:
+        boot = wait_until(lambda: found(r"bootstrap.servers=(\S+)"), 90, what="the cluster")
+        one, two, _three = boot[1].split(",")
+        os.kill(_child_pid(proc.pid, "broker.id=2"), signal.SIGKILL)
+        command = wait_until(
+            lambda: found(r"broker 2 exited \(-9\)") and found(r"cluster  \|   (.+serve .+)$"),
+            30,
+            what="the report of broker 2's exit",
+        )
+        assert "broker.id=2" in command[1] and f"PLAINTEXT://{two}" in command[1]
+        assert proc.poll() is None  # the launcher and the other brokers go on
+        wait_until(lambda: brokers(one) == [1, 3], 60, interval=0.2, what="broker 2 gone")
+        restarted = subprocess.Popen(
+            shlex.split(command[1]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_until(lambda: brokers(one) == [1, 2, 3], 60, interval=0.2, what="broker 2 back")
+        assert brokers(two) == [1, 2, 3]
+    finally:
+        if restarted is not None:
+            restarted.send_signal(signal.SIGTERM)
+            restarted.wait(60)
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert code == 0, "\n".join(lines[-40:])
+    assert sum("stopped (0)" in line for line in lines) == 2, "\n".join(lines[-40:])

@@ -111,3 +111,36 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
         except OSError:
             continue
     assert not left, f"processes left running: {left}"
+
+
+def test_quick_metrics_cost_row(tmp_path: Path) -> None:
+    """Row 1 on wirebroker without and with its Prometheus endpoint: the report's cost table
+    has both figures and their ratio against the 0.97 goal."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.side_by_side",
+            "--quick",
+            "--rows",
+            "1",
+            "--targets",
+            "wirebroker,wirebroker-metrics",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "### The cost of metrics" in text
+    assert "wirebroker.metrics.listener=127.0.0.1:0" in text  # the command shown
+    row = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| 1 | Produce 1 KiB, acks=1 (librdkafka)") and "≥ 0.97" in line
+    )
+    assert row.count("MB/s") == 2

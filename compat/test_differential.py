@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from compat.raw import BROKER_CONFIGS
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_records import DeleteRecordsRequest
@@ -64,30 +65,6 @@ CORE_CONFIGS = {
     "retention.bytes",
     "retention.ms",
     "segment.bytes",
-}
-#: Broker configs compared in DescribeConfigs of a BROKER resource: keys both know that neither
-#: side's test properties set (so values, sources, flags and synonyms must agree).
-BROKER_CONFIGS = {
-    "message.max.bytes",
-    "log.retention.ms",
-    "log.retention.hours",
-    "log.retention.bytes",
-    "log.roll.ms",
-    "log.roll.hours",
-    "log.roll.jitter.ms",
-    "log.segment.bytes",
-    "log.cleanup.policy",
-    "log.cleaner.threads",
-    "log.cleaner.dedupe.buffer.size",
-    "log.flush.interval.ms",
-    "log.flush.scheduler.interval.ms",
-    "min.insync.replicas",
-    "unclean.leader.election.enable",
-    "compression.type",
-    "max.connections",
-    "ssl.keystore.password",
-    "sasl.jaas.config",
-    "socket.request.max.bytes",
 }
 
 Step = tuple[str, Message, int]

@@ -45,7 +45,11 @@ class _IndexFile:
     ENTRY_SIZE = 0
 
     def __init__(
-        self, path: Path, base_offset: int, max_index_size: int, handles: FileHandles | None
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int,
+        handles: FileHandles | None = None,
     ) -> None:
         self.path = path
         #: Writes go through this pool's descriptor (None: opened for each write).
@@ -56,6 +60,7 @@ class _IndexFile:
         self._persisted = 0  # leading entries known to be in the file
         self._file_size: int | None = None  # None: unknown
         self._cut_needed = False  # entries were removed: cut the file at the next persist
+        self._clear()
 
     # ---- file helpers ----------------------------------------------------------------------
 
@@ -208,19 +213,8 @@ class OffsetIndex(_IndexFile):
 
     ENTRY_SIZE = 8
 
-    def __init__(
-        self,
-        path: Path,
-        base_offset: int,
-        max_index_size: int,
-        handles: FileHandles | None = None,
-    ) -> None:
-        super().__init__(path, base_offset, max_index_size, handles)
-        self._offsets = array("i")  # relative offsets
-        self._positions = array("i")
-
     def _clear(self) -> None:
-        self._offsets = array("i")
+        self._offsets = array("i")  # relative offsets
         self._positions = array("i")
 
     @property
@@ -327,8 +321,6 @@ class TimeIndex(_IndexFile):
         handles: FileHandles | None = None,
     ) -> None:
         super().__init__(path, base_offset, max_index_size, handles)
-        self._timestamps = array("q")
-        self._offsets = array("i")
         self._last: tuple[int, int] | None = None  # cached tail while unloaded
 
     def _clear(self) -> None:

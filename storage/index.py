@@ -312,16 +312,7 @@ class TimeIndex(_IndexFile):
     """
 
     ENTRY_SIZE = 12
-
-    def __init__(
-        self,
-        path: Path,
-        base_offset: int,
-        max_index_size: int,
-        handles: FileHandles | None = None,
-    ) -> None:
-        super().__init__(path, base_offset, max_index_size, handles)
-        self._last: tuple[int, int] | None = None  # cached tail while unloaded
+    _last: tuple[int, int] | None = None  # cached tail while unloaded
 
     def _clear(self) -> None:
         self._timestamps = array("q")

@@ -27,27 +27,27 @@ pytestmark = [
 ]
 
 
+def _quick_run(
+    out: Path, *args: str, tmpdir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m bench.side_by_side --quick ARGS --out OUT` (its scratch under `tmpdir`)."""
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
+    return subprocess.run(
+        [sys.executable, "-m", "bench.side_by_side", "--quick", *args, "--out", str(out)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+
+
 def test_quick_run_writes_the_report_and_chart(tmp_path: Path) -> None:
     hand_written = "## Limits\n\nKept between runs.\n"
     (tmp_path / "BENCHMARKS.md").write_text(
         f"# Benchmarks\n\n{BEGIN}\nold\n{END}\n\n{hand_written}"
     )
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.side_by_side",
-            "--quick",
-            "--rows",
-            "1,6",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    run = _quick_run(tmp_path, "--rows", "1,6")
     assert run.returncode == 0, run.stderr[-4000:]
     assert "repeat 1/1" in run.stderr  # progress on stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
@@ -71,25 +71,7 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
     replaced, the figure reaches the report, and nothing is left running."""
     scratch = tmp_path / "scratch"  # the run's temporary folder: every broker's argv names it
     scratch.mkdir()
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.side_by_side",
-            "--quick",
-            "--rows",
-            "11",
-            "--targets",
-            "wirebroker",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "TMPDIR": str(scratch)},
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    run = _quick_run(tmp_path, "--rows", "11", "--targets", "wirebroker", tmpdir=scratch)
     assert run.returncode == 0, run.stderr[-4000:]
     assert "row 11 leader kill -9 to new leader | repeat 1/1" in run.stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
@@ -116,24 +98,7 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
 def test_quick_metrics_cost_row(tmp_path: Path) -> None:
     """Row 1 on wirebroker without and with its Prometheus endpoint: the report's cost table
     has both figures and their ratio against the 0.97 goal."""
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.side_by_side",
-            "--quick",
-            "--rows",
-            "1",
-            "--targets",
-            "wirebroker,wirebroker-metrics",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    run = _quick_run(tmp_path, "--rows", "1", "--targets", "wirebroker,wirebroker-metrics")
     assert run.returncode == 0, run.stderr[-4000:]
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "### The cost of metrics" in text

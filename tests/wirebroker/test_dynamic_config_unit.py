@@ -6,7 +6,9 @@ import logging
 from pathlib import Path
 
 import pytest
+import trustme
 
+from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.config_sources import (
     DEFAULT_CONFIG,
@@ -118,3 +120,36 @@ def test_stored_values_that_are_invalid_are_left_out(caplog: pytest.LogCaptureFi
     assert "hunter2" not in caplog.text and "message.max.bytes" in caplog.text
     with pytest.raises(ConfigError, match="Password encoder secret not configured"):
         dynamic.to_persistent("0", {"listener.name.ssl.ssl.key.password": "x"})
+
+
+def test_the_inter_broker_tls_context_follows_its_listeners_stores(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    for name in ("old.pem", "new.pem"):
+        cert = ca.issue_cert("localhost", "127.0.0.1")
+        cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / name))
+    config = BrokerConfig.from_properties(
+        {
+            "log.dirs": str(tmp_path / "data"),
+            "listeners": "SSL://127.0.0.1:0",
+            "inter.broker.listener.name": "SSL",
+            "wirebroker.external.controller": "true",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(tmp_path / "old.pem"),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(tmp_path / "ca.pem"),
+        }
+    )
+    broker = Broker.open(config)
+    try:
+        manager = broker.replica_manager
+        before = manager.ssl_context
+        assert before is not None and manager.controller.ssl_context is before
+        key = "listener.name.ssl.ssl.keystore.location"
+        broker.dynamic_config.apply("0", {key: str(tmp_path / "new.pem")})
+        assert manager.ssl_context is not before
+        assert manager.controller.ssl_context is manager.ssl_context
+        broker.dynamic_config.apply("0", {key: str(tmp_path / "new.pem")})  # unchanged
+        assert manager.controller.ssl_context is manager.ssl_context
+    finally:
+        broker.close()

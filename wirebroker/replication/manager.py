@@ -28,7 +28,7 @@ from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrRe
 from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.errors import KafkaStorageError
-from wirebroker.dynamic_config import thread_count_check
+from wirebroker.dynamic_config import Reconfigurable, thread_count_check
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError
 from wirebroker.replication.fetcher import ReplicaFetcher
@@ -87,6 +87,10 @@ class ReplicaManager:
         )
         broker.dynamic_config.add_reconfigurable(
             thread_count_check(config, "num.replica.fetchers", self._fetcher_count_changed)
+        )
+        prefix = f"listener.name.{self.inter_broker_listener.lower()}.ssl."
+        broker.dynamic_config.add_reconfigurable(
+            Reconfigurable(lambda name: name.startswith(prefix), self._tls_changed)
         )
 
     # addresses ----------------------------------------------------------------------------
@@ -244,6 +248,14 @@ class ReplicaManager:
 
     def _add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
         self._fetcher(p.leader, tp).add(tp, p.topic_id, p.log_end_offset, p.leader_epoch)
+
+    def _tls_changed(self, changed: frozenset[str]) -> None:
+        """The inter-broker listener's stores changed at run time: new connections to the
+        other brokers use them (the listener's own context checked they load)."""
+        self.ssl_context = inter_broker_client_context(self.broker.config)
+        self.controller.ssl_context = self.ssl_context
+        for fetcher in self.fetchers.values():
+            fetcher.peer.ssl_context = self.ssl_context
 
     def _fetcher_count_changed(self, changed: frozenset[str]) -> None:
         """`num.replica.fetchers` changed at run time: every followed partition moves to its

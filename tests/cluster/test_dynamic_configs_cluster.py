@@ -127,3 +127,29 @@ def test_default_reaches_every_broker_and_per_broker_wins(kind: str) -> None:
         assert "message.max.bytes=30000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:" in (
             described
         )
+
+
+def test_unclean_election_turned_on_at_run_time(kind: str) -> None:
+    """A partition whose only in-sync replica is gone stays offline; turning
+    unclean.leader.election.enable on as the cluster default elects the out-of-sync replica
+    at once (Kafka's controller does so since 2.0)."""
+    with running_cluster(kind) as cluster:
+        run_kafka_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            ["--bootstrap-server", cluster.bootstrap, "--create", "--topic", "lost"]
+            + ["--replica-assignment", "1:2"],
+        )
+        cluster.wait_isr("lost", 0, {1, 2})
+        cluster.node(2).stop()  # controlled shutdown: out of the ISR
+        cluster.wait_isr("lost", 0, {1})
+        cluster.node(1).stop()  # the last in-sync replica: the partition is offline
+        cluster.node(2).start()
+        wait_for(lambda: cluster.brokers() == {2, 3}, 90.0, "broker 2 back, broker 1 gone")
+        assert cluster.partitions("lost")[0].leader == -1
+        kafka_configs(
+            cluster, "--alter", "--entity-type", "brokers", "--entity-default",
+            "--add-config", "unclean.leader.election.enable=true",
+        )  # fmt: skip
+        wait_for(
+            lambda: cluster.partitions("lost")[0].leader == 2, 60.0, "an unclean election of 2"
+        )

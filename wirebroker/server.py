@@ -87,6 +87,10 @@ async def serve_broker(
             config = BrokerConfig({**config.values, "cluster.id": cluster_id})
             stored = await zk_member.read_broker_configs(zk, config.broker_id)
             dynamic = DynamicBrokerConfig.open(config, stored)
+            own = str(config.broker_id)
+            again = dynamic.reencoded(stored[own])
+            if again is not None:  # stored under password.encoder.old.secret
+                await zk_member.change_entity_config(zk, f"brokers/{own}", again)
             # A bad keystore or truststore fails here, before any file or socket is opened.
             tls = ListenerContexts(config)
             broker = Broker.open(config, clock, dynamic)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -153,3 +154,20 @@ def test_the_inter_broker_tls_context_follows_its_listeners_stores(tmp_path: Pat
         assert manager.controller.ssl_context is manager.ssl_context
     finally:
         broker.close()
+
+
+def test_passwords_under_the_old_secret_are_stored_again_under_the_new(tmp_path: Path) -> None:
+    key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+    stored = {"version": 1, "brokers": {"0": {key: PasswordEncoder("old").encode("jaas-text")}}}
+    (tmp_path / "dynamic-broker-configs.json").write_text(json.dumps(stored))
+    config = BrokerConfig.from_properties(
+        {
+            "log.dirs": str(tmp_path),
+            "password.encoder.secret": "new",
+            "password.encoder.old.secret": "old",
+        }
+    )
+    DynamicBrokerConfig.open(config)
+    assert config.get(key) == "jaas-text"
+    again = json.loads((tmp_path / "dynamic-broker-configs.json").read_text())
+    assert PasswordEncoder("new").decode(again["brokers"]["0"][key]) == "jaas-text"

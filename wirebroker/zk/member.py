@@ -299,20 +299,7 @@ class ClusterMember:
         await self._change_entity_config(f"users/{sanitized}", config)
 
     async def _change_entity_config(self, entity_path: str, config: dict[str, str]) -> None:
-        """Write `/config/<entity_path>` and a `/config/changes` notification naming it, as
-        Kafka's AdminZkClient.changeEntityConfig: every broker follows the notification."""
-        path = f"/config/{entity_path}"
-        data = EntityConfig(dict(config)).encode()
-        if await self.zk.exists(path) is None:
-            await self.zk.create(path, data, makepath=True)
-        else:
-            await self.zk.set(path, data)
-        await self.zk.create(
-            f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-            znodes.ConfigChangeNotification(entity_path).encode(),
-            sequence=True,
-            makepath=True,
-        )
+        await change_entity_config(self.zk, entity_path, config)
 
     async def _on_config_topics(self) -> None:
         """A topic was created (its config znode comes first) or deleted: keep the cache whole."""
@@ -581,6 +568,23 @@ class ClusterMember:
         if validate_only:
             return
         await self._change_entity_config(f"topics/{name}", overrides)
+
+
+async def change_entity_config(zk: ZkClient, entity_path: str, config: dict[str, str]) -> None:
+    """Write `/config/<entity_path>` and a `/config/changes` notification naming it, as
+    Kafka's AdminZkClient.changeEntityConfig: every broker follows the notification."""
+    path = f"/config/{entity_path}"
+    data = EntityConfig(dict(config)).encode()
+    if await zk.exists(path) is None:
+        await zk.create(path, data, makepath=True)
+    else:
+        await zk.set(path, data)
+    await zk.create(
+        f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
+        znodes.ConfigChangeNotification(entity_path).encode(),
+        sequence=True,
+        makepath=True,
+    )
 
 
 async def read_entity_config(zk: ZkClient, path: str) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """The broker's state and its single owner: topics, partitions, logs, cluster identity.
 
 `Broker` owns everything a handler may read or change: the topic registry, the partitions (each
-with its log), the node id and cluster id, and the addresses clients are told. All of it lives
+with its log), the node id and cluster id, the addresses clients are told, and its dynamic
+configs (whose changes it applies to its logs, cleaner and SASL listeners). All of it lives
 in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
 It must not speak the wire protocol (handlers do) or accept connections (`server` does).
 """

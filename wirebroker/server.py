@@ -7,6 +7,11 @@ fire-and-forget: connections and periodic jobs are children of its nursery. Ever
 broker reads the time from its `clock` (Kafka's `Time`, `storage.clock`): the wall clock, or in
 a test one that follows trio's `MockClock`.
 
+The dynamic broker configs (`wirebroker.dynamic_config`) are read before anything is opened
+(ZooKeeper's `/config/brokers/...` in a cluster, the embedded broker's own file), so listeners'
+TLS and the logs start with them; each listener's TLS context is taken per connection from
+`tls.ListenerContexts`, which a dynamic keystore change replaces.
+
 With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
 cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
 (registration, config changes, the controller candidacy) runs as a child of the same nursery.

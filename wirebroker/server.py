@@ -197,7 +197,7 @@ async def _housekeeping(broker: Broker) -> None:
             if deleted:
                 log.info("retention deleted %d segments", deleted)
         elif job == "cleaner":
-            freed = await _compact(broker)
+            freed = await run_compactions(broker)
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:
@@ -205,7 +205,7 @@ async def _housekeeping(broker: Broker) -> None:
         due[job] = trio.current_time() + interval(job)
 
 
-async def _compact(broker: Broker) -> int:
+async def run_compactions(broker: Broker) -> int:
     """Compact the logs that are due, `log.cleaner.threads` of them at once (0: none), each
     pass's slow part in a worker thread; the bytes freed."""
     manager = broker.log_manager

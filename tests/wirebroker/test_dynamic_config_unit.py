@@ -7,8 +7,10 @@ import logging
 from pathlib import Path
 
 import pytest
+import trio
 import trustme
 
+from tests.storage.helpers import T0, keyed
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.config_sources import (
@@ -25,6 +27,7 @@ from wirebroker.dynamic_config import (
     thread_count_check,
 )
 from wirebroker.password_encoder import PasswordEncoder
+from wirebroker.server import run_compactions
 
 #: `listener.name.plaintext.ssl.key.password=hunter2` as Kafka 3.9 stored it in
 #: /config/brokers/0 with password.encoder.secret=wb-secret (its defaults otherwise).
@@ -171,3 +174,26 @@ def test_passwords_under_the_old_secret_are_stored_again_under_the_new(tmp_path:
     assert config.get(key) == "jaas-text"
     again = json.loads((tmp_path / "dynamic-broker-configs.json").read_text())
     assert PasswordEncoder("new").decode(again["brokers"]["0"][key]) == "jaas-text"
+
+
+def test_log_cleaner_threads_compact_logs_at_once(tmp_path: Path) -> None:
+    """`log.cleaner.threads` logs are compacted at once (0: none), from the next cleaner run."""
+    config = BrokerConfig.from_properties({"log.dirs": str(tmp_path), "log.cleaner.threads": "0"})
+    broker = Broker.open(config)
+    compacted = {"cleanup.policy": "compact", "segment.bytes": "1024"}
+    try:
+        for name in ("a", "b", "c"):
+            broker.create_topic(name, 1, 1, {**compacted, "min.cleanable.dirty.ratio": "0.01"})
+            plog = broker.log_manager.get(name, 0)
+            assert plog is not None
+            for i in range(60):
+                plog.append_as_leader(keyed([(b"k%d" % (i % 3), b"v" * 50)]), 0, T0)
+            plog.update_high_watermark(plog.log_end_offset)
+        sizes = {n: broker.log_manager.get(n, 0).size_in_bytes for n in "abc"}  # type: ignore[union-attr]
+        assert trio.run(run_compactions, broker) == 0
+        broker.dynamic_config.apply(DEFAULT_ENTITY, {"log.cleaner.threads": "2"})
+        assert trio.run(run_compactions, broker) > 0
+        for name, size in sizes.items():
+            assert broker.log_manager.get(name, 0).size_in_bytes < size  # type: ignore[union-attr]
+    finally:
+        broker.close()

@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline compat jars golden tools clean
+.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ bench-storage: setup
 ## bench-broker: broker benchmark with confluent-kafka as the load generator
 bench-broker: setup
 	$(PY) bench/bench_broker.py
+
+## bench-tls: what TLS costs the broker, CPU s/GiB through the TLS and the plaintext transports
+bench-tls: setup
+	$(PY) bench/bench_tls.py
 
 ## bench-groups: join of a 10-member group and offset-commit round trips
 bench-groups: setup

@@ -20,6 +20,8 @@ A broker can also advertise a second, client-facing listener on a port that some
 else (e.g. a recording proxy) listens on: ``kafka_cluster(client_advertised_port=P)``;
 the proxy then forwards to ``cluster.broker.client_port``. Inter-broker traffic keeps
 using the broker's own PLAINTEXT listener, so it never passes through the proxy.
+``kafka_cluster(sasl_users={"admin": "pw", ...})`` adds a SASL_PLAINTEXT listener whose PLAIN
+users those are (``cluster.broker.sasl_port``), e.g. for an authorizer's tests.
 """
 
 from __future__ import annotations
@@ -148,6 +150,8 @@ class KafkaBroker:
     """Bound port of the CLIENT listener, when ``client_advertised_port`` was given."""
     client_advertised_port: int | None = None
     """Port the CLIENT listener advertises (e.g. a proxy's), or None."""
+    sasl_port: int | None = None
+    """Port of the SASL_PLAINTEXT listener, when ``sasl_users`` were given."""
     api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
@@ -164,9 +168,13 @@ def kafka_properties(
     log_dir: Path,
     client_port: int | None = None,
     client_advertised_port: int | None = None,
+    sasl_port: int | None = None,
+    sasl_users: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
 ) -> dict[str, str]:
-    """``server.properties`` for a single test broker in ZooKeeper mode."""
+    """``server.properties`` for a single test broker in ZooKeeper mode. With ``sasl_port`` a
+    SASL_PLAINTEXT listener offers PLAIN to ``sasl_users`` (user -> password); brokers keep
+    talking to each other over PLAINTEXT."""
     props: dict[str, object] = {
         "broker.id": broker_id,
         "zookeeper.connect": zookeeper_connect,
@@ -202,6 +210,21 @@ def kafka_properties(
         )
         props["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT"
         props["inter.broker.listener.name"] = "PLAINTEXT"
+    if sasl_port is not None:
+        sasl = f"SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
+        props["listeners"] = f"{props['listeners']},{sasl}"
+        props["advertised.listeners"] = f"{props['advertised.listeners']},{sasl}"
+        if "listener.security.protocol.map" in props:
+            props["listener.security.protocol.map"] = (
+                f"{props['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT"
+            )
+        props["inter.broker.listener.name"] = "PLAINTEXT"
+        props["sasl.enabled.mechanisms"] = "PLAIN"
+        props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            + " ".join(f'user_{u}="{pw}"' for u, pw in (sasl_users or {}).items())
+            + ";"
+        )
     if overrides:
         props.update(overrides)
     return {k: str(v) for k, v in props.items()}
@@ -219,6 +242,7 @@ def kafka_broker(
     broker_id: int = 0,
     port: int | None = None,
     client_advertised_port: int | None = None,
+    sasl_users: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
     heap: str = DEFAULT_HEAP,
     log_level: str = "INFO",
@@ -229,7 +253,8 @@ def kafka_broker(
 
     Ready means: the port accepts, ApiVersions answers, and Metadata lists this broker
     and a controller. With ``client_advertised_port`` a second listener (CLIENT) is bound
-    to its own free port and advertises ``client_advertised_port`` instead.
+    to its own free port and advertises ``client_advertised_port`` instead. With
+    ``sasl_users`` a SASL_PLAINTEXT listener (PLAIN, those users) gets a free port too.
     """
     own_tmp = workdir is None
     base = Path(tempfile.mkdtemp(prefix="wb-kafka-")) if own_tmp else workdir
@@ -239,6 +264,7 @@ def kafka_broker(
         base.mkdir(parents=True, exist_ok=True)
         kafka_port = port or free_port()
         client_port = free_port() if client_advertised_port is not None else None
+        sasl_port = free_port() if sasl_users is not None else None
         log_dir = base / "kafka-logs"
         props = kafka_properties(
             broker_id=broker_id,
@@ -247,6 +273,8 @@ def kafka_broker(
             log_dir=log_dir,
             client_port=client_port,
             client_advertised_port=client_advertised_port,
+            sasl_port=sasl_port,
+            sasl_users=sasl_users,
             overrides=overrides,
         )
         cfg = _write_properties(base / "server.properties", props)
@@ -281,6 +309,7 @@ def kafka_broker(
             process=proc,
             client_port=client_port,
             client_advertised_port=client_advertised_port,
+            sasl_port=sasl_port,
             api_versions=kafka_api_versions(LOOPBACK, kafka_port),
         )
     finally:
@@ -306,6 +335,7 @@ class KafkaCluster:
 def kafka_cluster(
     *,
     client_advertised_port: int | None = None,
+    sasl_users: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
     heap: str = DEFAULT_HEAP,
     log_level: str = "INFO",
@@ -317,6 +347,7 @@ def kafka_cluster(
         kafka_broker(
             zk.connect,
             client_advertised_port=client_advertised_port,
+            sasl_users=sasl_users,
             overrides=overrides,
             heap=heap,
             log_level=log_level,

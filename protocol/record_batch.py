@@ -130,6 +130,18 @@ def as_byte_view(buf: Bytes) -> memoryview:
     return view
 
 
+def first_batch_is_transactional(buf: Bytes) -> bool:
+    """Whether the first batch in `buf` is a v2 transactional batch (Kafka's
+    hasTransactionalRecords looks at each partition's first batch); False for anything shorter
+    or of an older format."""
+    view = as_byte_view(buf)
+    return (
+        len(view) >= RECORD_BATCH_OVERHEAD
+        and view[MAGIC_OFFSET] == 2
+        and bool(view[_ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK)
+    )
+
+
 class RecordBatchView:
     """A zero-copy view of exactly one v2 record batch.
 

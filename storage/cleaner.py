@@ -3,7 +3,7 @@
 This module owns one cleaning pass over one partition log, following Kafka's ``LogCleaner``:
 
 * the *dirty* section runs from the cleaner checkpoint to the first uncleanable offset (the
-  active segment, the high watermark, or the first segment younger than
+  active segment, the last stable offset, or the first segment younger than
   ``min.compaction.lag.ms``); a pass runs when dirty bytes / total bytes reach
   ``min.cleanable.dirty.ratio``;
 * an offset map (key -> latest offset) is built over the dirty section, holding at most
@@ -17,6 +17,15 @@ This module owns one cleaning pass over one partition log, following Kafka's ``L
   horizon* -- set to now + ``delete.retention.ms`` the first time a pass keeps it (KIP-534, the
   v2 ``deleteHorizonMs`` batch field) -- has passed. Batches keep their base offset and last
   offset delta, so every surviving record keeps its offset; control batches are kept;
+* transactions, as Kafka's ``CleanedTransactionMetadata``: nothing at or after the last stable
+  offset is cleaned (an open transaction's data stays); the batches of aborted transactions
+  (known from the transaction indexes) are left out of the offset map and removed; an ABORT
+  marker stays, and is written to the cleaned segment's ``.txnindex``, while its
+  transaction's batches are being removed, and a COMMIT marker while its transaction has
+  data in the log; after that a marker is kept only until its own delete horizon (set the
+  first time a pass finds it removable) has passed. The last batch of each active producer
+  is kept as an empty batch (header only) when all its records go, so that its sequence
+  and epoch survive, as Kafka keeps them;
 * a pass also runs, with nothing new to dedupe, once the earliest delete horizon it left
   behind has passed (Kafka cleans logs with expired tombstones in quiet periods too);
 * the output is fsynced, renamed ``.swap``, the old segments renamed ``.deleted`` and the swap
@@ -30,8 +39,8 @@ thread, swaps them in -- unless the log was closed, truncated, or lost one of th
 meanwhile (retention, DeleteRecords), in which case the work is discarded.
 
 Simplifications (documented deviations): the map holds the keys themselves (bounded in count
-as Kafka's is in bytes); aborted transactional data is not removed (we keep no ``.txnindex``);
-legacy (magic 0/1) entries are kept whole if any of their records survives;
+as Kafka's is in bytes); legacy (magic 0/1) entries are kept whole if any of their records
+survives;
 ``max.compaction.lag.ms`` does not force cleaning. It must not decide when to run (the broker's
 housekeeping does).
 """
@@ -52,7 +61,8 @@ from typing import TYPE_CHECKING
 import crc32c
 
 from protocol.record_batch import Record, RecordBatchView, SimpleRecord, TimestampType
-from protocol.records import build_record_batch, iter_batches, iter_records
+from protocol.record_builder import ControlRecordType, build_empty_batch, decode_control_record_key
+from protocol.records import Batch, build_record_batch, iter_batches, iter_records
 from storage.errors import KafkaStorageError
 from storage.file_handles import FileHandles
 from storage.layout import (
@@ -60,10 +70,12 @@ from storage.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     segment_file,
 )
 from storage.scan import iter_file_headers, read_batch
 from storage.segment import BatchMeta, LogSegment
+from storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from storage.partition_log import PartitionLog
@@ -116,7 +128,7 @@ def cleanable_range(plog: PartitionLog, now_ms: int) -> tuple[int, int]:
     """``(first_dirty, first_uncleanable)`` offsets for `plog` now."""
     segments = plog.segments
     first_dirty = max(plog.cleaner_checkpoint, plog.log_start_offset)
-    limit = min(segments[-1].base_offset, plog.high_watermark)
+    limit = min(segments[-1].base_offset, plog.last_stable_offset)
     lag = plog.config.min_compaction_lag_ms
     if lag > 0:
         for seg in segments[:-1]:
@@ -154,15 +166,86 @@ def _between_batches(aborted: threading.Event) -> None:
     time.sleep(0)
 
 
+class _Transactions:
+    """Kafka's CleanedTransactionMetadata: the transactions a pass walks through, in log
+    order, from the aborted ones the transaction indexes list."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._aborted = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        #: Aborted transactions under way: producer id -> [the transaction, batches seen].
+        self._ongoing_aborted: dict[int, tuple[AbortedTxn, list[bool]]] = {}
+        self._ongoing_committed: set[int] = set()
+        #: Where retained ABORT markers' transactions go (the cleaned segment's index).
+        self.index: list[AbortedTxn] = []
+
+    def _consume_up_to(self, offset: int) -> None:
+        aborted = self._aborted
+        while self._next < len(aborted) and aborted[self._next].first_offset <= offset:
+            txn = aborted[self._next]
+            self._ongoing_aborted.setdefault(txn.producer_id, (txn, [False]))
+            self._next += 1
+
+    def on_data(self, batch: Batch) -> bool:
+        """A data batch: True if it belongs to an aborted transaction (it goes)."""
+        self._consume_up_to(batch.last_offset)
+        if not isinstance(batch, RecordBatchView) or not batch.is_transactional:
+            return False
+        ongoing = self._ongoing_aborted.get(batch.producer_id)
+        if ongoing is not None:
+            ongoing[1][0] = True
+            return True
+        self._ongoing_committed.add(batch.producer_id)
+        return False
+
+    def on_control(self, batch: RecordBatchView) -> bool:
+        """A control batch: True if it may go (once its delete horizon passed)."""
+        self._consume_up_to(batch.last_offset)
+        record = next(iter_records(batch), None)
+        if record is None:
+            return True  # emptied by an earlier pass
+        _version, control_type = decode_control_record_key(record.key)
+        pid = batch.producer_id
+        if control_type == ControlRecordType.ABORT:
+            ongoing = self._ongoing_aborted.pop(pid, None)
+            if ongoing is not None and ongoing[1][0]:
+                self.index.append(ongoing[0])  # its batches go in this pass: keep it
+                return False
+            return True
+        if control_type == ControlRecordType.COMMIT:
+            if pid in self._ongoing_committed:
+                self._ongoing_committed.discard(pid)
+                return False
+            return True
+        return False
+
+
+#: Per active producer: the last offset of its last data batch (-1: none) and its epoch.
+LastBatches = dict[int, tuple[int, int]]
+
+
+def _is_last_of_producer(batch: RecordBatchView, last: LastBatches) -> bool:
+    """Kafka's isBatchLastRecordOfProducer: the batch holding an active producer's last
+    sequence, or its last marker (its latest epoch)."""
+    found = last.get(batch.producer_id)
+    if found is None:
+        return False
+    last_offset, epoch = found
+    if last_offset >= 0:
+        return batch.last_offset == last_offset
+    return batch.is_control and batch.producer_epoch == epoch
+
+
 def _build_offset_map(
     sources: list[_Source],
     first_dirty: int,
     limit: int,
     max_keys: int,
+    txns: _Transactions,
     aborted: threading.Event,
 ) -> tuple[dict[bytes, int], int, bool]:
-    """key -> latest offset over [first_dirty, limit), at most `max_keys` keys; the last
-    offset mapped; whether the map filled before `limit`."""
+    """key -> latest offset over [first_dirty, limit), at most `max_keys` keys, leaving out
+    aborted transactions; the last offset mapped; whether the map filled before `limit`."""
     latest: dict[bytes, int] = {}
     last = first_dirty - 1
     for src in sources:
@@ -176,7 +259,11 @@ def _build_offset_map(
                     break
                 _between_batches(aborted)
                 for batch in iter_batches(read_batch(fd, h)):
-                    if batch.is_control:
+                    if isinstance(batch, RecordBatchView) and batch.is_control:
+                        txns.on_control(batch)
+                        continue
+                    if txns.on_data(batch):
+                        last = max(last, batch.last_offset)
                         continue
                     for r in iter_records(batch):
                         if first_dirty <= r.offset < limit:
@@ -215,43 +302,88 @@ def _rebuild(batch: RecordBatchView, kept: list[Record], horizon: int | None) ->
 
 
 def _filter_batch(
-    raw: bytes, latest: dict[bytes, int], map_end: int, now_ms: int, delete_retention_ms: int
+    raw: bytes,
+    latest: dict[bytes, int],
+    map_end: int,
+    now_ms: int,
+    delete_retention_ms: int,
+    txns: _Transactions,
+    last_batches: LastBatches,
 ) -> bytes | None:
-    """The batch to write for `raw` (itself, rebuilt, or None to drop it)."""
+    """The batch to write for `raw` (itself, rebuilt, emptied, or None to drop it)."""
     out: list[bytes] = []
     for batch in iter_batches(raw):
-        if batch.is_control:
-            out.append(bytes(batch.buf))
-            continue
-        records = list(iter_records(batch))
-        horizon = batch.delete_horizon_ms if isinstance(batch, RecordBatchView) else None
-        kept: list[Record] = []
-        tombstones = False
-        for r in records:
-            if r.offset > map_end:
-                kept.append(r)
-                tombstones = tombstones or r.value is None
-                continue
-            if r.key is None or latest.get(bytes(r.key), -1) > r.offset:
-                continue
-            if r.value is None:
-                if horizon is not None and now_ms >= horizon:
-                    continue
-                tombstones = True
-            kept.append(r)
-        if not kept:
-            continue
         if not isinstance(batch, RecordBatchView):
-            out.append(bytes(batch.buf))  # legacy entries stay whole
+            txns.on_data(batch)
+            if _kept_records(batch, latest, map_end, now_ms)[0]:
+                out.append(bytes(batch.buf))  # legacy entries stay whole
+            continue
+        horizon = batch.delete_horizon_ms
+        if batch.is_control:
+            removable = txns.on_control(batch)
+            drop_records = removable and horizon is not None and now_ms >= horizon
+        else:
+            removable = drop_records = txns.on_data(batch)
+        records = list(iter_records(batch))
+        if drop_records:
+            kept: list[Record] = []
+            tombstones = False
+        elif batch.is_control:
+            kept, tombstones = records, False
+        else:
+            kept, tombstones = _kept_records(batch, latest, map_end, now_ms)
+        if not kept:
+            if batch.has_producer_id and _is_last_of_producer(batch, last_batches):
+                out.append(_emptied(batch))
             continue
         new_horizon = horizon
-        if tombstones and horizon is None:
+        if horizon is None and (tombstones or (removable and batch.is_control)):
             new_horizon = now_ms + delete_retention_ms
         if len(kept) == len(records) and new_horizon == horizon:
             out.append(bytes(batch.buf))
         else:
             out.append(_rebuild(batch, kept, new_horizon))
     return b"".join(out) if out else None
+
+
+def _kept_records(
+    batch: Batch, latest: dict[bytes, int], map_end: int, now_ms: int
+) -> tuple[list[Record], bool]:
+    """The records of a data batch that survive the offset map and their delete horizon;
+    whether tombstones are among them."""
+    horizon = batch.delete_horizon_ms if isinstance(batch, RecordBatchView) else None
+    kept: list[Record] = []
+    tombstones = False
+    for r in iter_records(batch):
+        if r.offset > map_end:
+            kept.append(r)
+            tombstones = tombstones or r.value is None
+            continue
+        if r.key is None or latest.get(bytes(r.key), -1) > r.offset:
+            continue
+        if r.value is None:
+            if horizon is not None and now_ms >= horizon:
+                continue
+            tombstones = True
+        kept.append(r)
+    return kept, tombstones
+
+
+def _emptied(batch: RecordBatchView) -> bytes:
+    """Kafka's RETAIN_EMPTY: the batch's header with no records (offsets, producer, epoch,
+    sequence and attributes kept)."""
+    return build_empty_batch(
+        base_offset=batch.base_offset,
+        last_offset=batch.last_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        timestamp_type=batch.timestamp_type,
+        timestamp=batch.max_timestamp,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+    )
 
 
 def _group(sources: list[_Source], max_bytes: int) -> list[list[_Source]]:
@@ -293,7 +425,16 @@ def plan_compaction(
         for i, seg in enumerate(segments[:-1])
         if seg.base_offset < limit
     ]
-    return Compaction(plog, now_ms, first_dirty, limit, sources, max_map_keys)
+    aborted = (
+        plog.aborted_transactions(plog.log_start_offset, sources[-1].end_offset) if sources else []
+    )
+    last_batches = {
+        pid: (entry.last_offset, entry.epoch)
+        for pid, entry in plog.producer_state.producers.items()
+    }
+    return Compaction(
+        plog, now_ms, first_dirty, limit, sources, max_map_keys, aborted, last_batches
+    )
 
 
 class Compaction:
@@ -311,6 +452,8 @@ class Compaction:
         limit: int,
         sources: list[_Source],
         max_keys: int,
+        aborted: list[AbortedTxn],
+        last_batches: LastBatches,
     ) -> None:
         self.log = plog
         self.config = plog.config
@@ -320,6 +463,9 @@ class Compaction:
         self.limit = limit
         self.sources = sources
         self.max_keys = max_keys
+        #: The aborted transactions overlapping the segments, from their indexes.
+        self.aborted_txns = aborted
+        self.last_batches = last_batches
         self.truncations = plog.truncations
         self.removed = 0
         #: Whether the offset map filled before the end of the dirty section.
@@ -333,17 +479,21 @@ class Compaction:
     def prepare(self) -> None:
         """Build the offset map and the ``.cleaned`` segments (thread-safe)."""
         try:
+            dirty_txns = _Transactions(
+                [t for t in self.aborted_txns if t.last_offset >= self.first_dirty]
+            )
             latest, self._map_end, self.map_filled = _build_offset_map(
-                self.sources, self.first_dirty, self.limit, self.max_keys, self._aborted
+                self.sources, self.first_dirty, self.limit, self.max_keys, dirty_txns, self._aborted
             )
             end = self._map_end + 1 if self.map_filled else self.limit
+            txns = _Transactions(self.aborted_txns)
             pool = FileHandles(4)
             try:
                 for group in _group(
                     [s for s in self.sources if s.base_offset < end], self.config.segment_bytes
                 ):
                     self._groups.append(group)
-                    self._clean_group(group, latest, pool)
+                    self._clean_group(group, latest, txns, pool)
             finally:
                 pool.close_all()
         except _Aborted:
@@ -360,7 +510,11 @@ class Compaction:
         self._aborted.set()
 
     def _clean_group(
-        self, group: list[_Source], latest: dict[bytes, int], pool: FileHandles
+        self,
+        group: list[_Source],
+        latest: dict[bytes, int],
+        txns: _Transactions,
+        pool: FileHandles,
     ) -> None:
         config = self.config
         cleaned = LogSegment.create(
@@ -372,24 +526,49 @@ class Compaction:
             suffix=CLEANED_SUFFIX,
             active=False,
         )
+        txns.index = []
         for src in group:
-            _copy_filtered(
-                src,
-                cleaned,
-                latest,
-                self._map_end,
-                self.now_ms,
-                config.delete_retention_ms,
-                self._horizons,
-                self._aborted,
-            )
+            self._copy_filtered(src, cleaned, latest, txns)
+        for txn in txns.index:
+            cleaned.txn_index.append(txn)
         cleaned.become_inactive()
         with cleaned.log.use() as fd:
             os.fsync(fd)
         cleaned.persist_indexes(fsync=True)
+        if txns.index:
+            fd = os.open(cleaned.txn_index.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         cleaned.close()
         mtime = os.stat(group[-1].path).st_mtime_ns
         os.utime(cleaned.log.path, ns=(mtime, mtime))
+
+    def _copy_filtered(
+        self, source: _Source, target: LogSegment, latest: dict[bytes, int], txns: _Transactions
+    ) -> None:
+        retention_ms = self.config.delete_retention_ms
+        with _opened(source.path) as fd:
+            for h in iter_file_headers(fd, 0, source.size):
+                _between_batches(self._aborted)
+                raw = read_batch(fd, h)
+                kept = _filter_batch(
+                    raw, latest, self._map_end, self.now_ms, retention_ms, txns, self.last_batches
+                )
+                if kept is None:
+                    continue
+                metas: list[BatchMeta] = []
+                for b in iter_batches(kept):
+                    if isinstance(b, RecordBatchView):
+                        if b.delete_horizon_ms is not None:
+                            self._horizons.append(b.delete_horizon_ms)
+                        metas.append(
+                            (b.size_in_bytes, b.base_offset, b.last_offset, b.max_timestamp)
+                        )
+                    else:
+                        metas.append((b.size_in_bytes, b.offset, b.offset, b.timestamp))
+                target.append(kept, metas)
 
     def _stale(self) -> bool:
         """Did the log change meanwhile in a way that invalidates the pass?"""
@@ -405,7 +584,7 @@ class Compaction:
         """Swap the cleaned segments in, or discard them if the pass is stale or failed."""
         if not self._done or self._stale():
             for group in self._groups:
-                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                     path = segment_file(self.dir, group[0].base_offset, suffix + CLEANED_SUFFIX)
                     path.unlink(missing_ok=True)
             if self._done:
@@ -429,31 +608,3 @@ class Compaction:
         plog.tombstone_horizon_ms = min(self._horizons) if self._horizons else None
         self.removed = before - after
         log.info("%s: compacted %d bytes into %d", self.dir.name, before, after)
-
-
-def _copy_filtered(
-    source: _Source,
-    target: LogSegment,
-    latest: dict[bytes, int],
-    map_end: int,
-    now_ms: int,
-    delete_retention_ms: int,
-    horizons: list[int],
-    aborted: threading.Event,
-) -> None:
-    with _opened(source.path) as fd:
-        for h in iter_file_headers(fd, 0, source.size):
-            _between_batches(aborted)
-            raw = read_batch(fd, h)
-            kept = _filter_batch(raw, latest, map_end, now_ms, delete_retention_ms)
-            if kept is None:
-                continue
-            metas: list[BatchMeta] = []
-            for b in iter_batches(kept):
-                if isinstance(b, RecordBatchView):
-                    if b.delete_horizon_ms is not None:
-                        horizons.append(b.delete_horizon_ms)
-                    metas.append((b.size_in_bytes, b.base_offset, b.last_offset, b.max_timestamp))
-                else:
-                    metas.append((b.size_in_bytes, b.offset, b.offset, b.timestamp))
-            target.append(kept, metas)

@@ -19,6 +19,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidTimestampError",
+    "InvalidTxnStateError",
     "KafkaStorageError",
     "LogClosedError",
     "OffsetOutOfRangeError",
@@ -27,6 +28,7 @@ __all__ = [
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "StorageError",
+    "TransactionCoordinatorFencedError",
     "UnexpectedAppendOffsetError",
 ]
 
@@ -170,3 +172,19 @@ class InvalidProducerEpochError(StorageError):
     leader append; nothing was written."""
 
     error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(StorageError):
+    """A producer with an ongoing transaction on this partition sent a non-transactional batch
+    (Kafka's ProducerAppendInfo check). Raised by :mod:`storage.producer_state` during a leader
+    append; nothing was written."""
+
+    error_code = ErrorCode.INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker carries a coordinator epoch older than the one this partition last
+    saw for its producer: it comes from a zombie coordinator. Raised by
+    :mod:`storage.producer_state` during a marker append; nothing was written."""
+
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED

@@ -25,7 +25,7 @@ import os
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from storage.errors import CorruptIndexError
@@ -277,6 +277,17 @@ class OffsetIndex(_IndexFile):
         if not self._offsets:
             return self.base_offset, 0
         return self.base_offset + self._offsets[-1], self._positions[-1]
+
+    def upper_bound_offset(self, position: int) -> int | None:
+        """The offset of the first entry at or after byte `position` (Kafka's
+        ``fetchUpperBoundOffset``: an offset no read ending at `position` reaches), None
+        when no entry is."""
+        if not self.loaded:
+            self.load()
+        i = bisect_left(self._positions, position)
+        if i >= len(self._positions):
+            return None
+        return self.base_offset + self._offsets[i]
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry for an offset at or above `offset`."""

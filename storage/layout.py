@@ -25,6 +25,7 @@ __all__ = [
     "REPLICATION_OFFSET_CHECKPOINT",
     "SWAP_SUFFIX",
     "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
     "delete_dir_name",
     "is_delete_dir",
     "offset_from_file_name",

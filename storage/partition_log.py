@@ -4,9 +4,12 @@ This module owns a partition directory while it is open: the segment list (found
 base offsets, so a read costs O(log segments) plus one in-memory index probe and a scan of
 about one index interval), the log start offset, high watermark, log end offset and recovery
 point -- with ``log_start_offset <= high_watermark <= log_end_offset`` after every operation --
-and every operation that changes them: leader and follower appends, reads returning pinned file
-slices, timestamp lookups, truncation, DeleteRecords, retention, compaction, rolling, flushing
-and closing. It must not know about sockets, trio, replicas or requests; the broker decides
+the last stable offset (from the producer state's transactions, never past the high
+watermark), and every operation that changes them: leader and follower appends (which keep the
+producer state and write aborted transactions to the active segment's ``.txnindex``), reads
+returning pinned file slices (with the aborted transactions of their range for read_committed),
+timestamp lookups, truncation, DeleteRecords, retention, compaction, rolling, flushing and
+closing. It must not know about sockets, trio, replicas or requests; the broker decides
 *when* (high watermark, flush, retention ticks), this module decides *how*.
 
 Durability: an append returns after ``os.pwrite`` returned for all its bytes (nothing is
@@ -33,7 +36,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 
-from protocol.record_batch import NO_TIMESTAMP, TimestampType
+from protocol.errors import CorruptRecordError
+from protocol.record_batch import CONTROL_MASK, NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
 from storage.chore import run_chore
 from storage.cleaner import DEFAULT_MAX_MAP_KEYS, Compaction, plan_compaction
@@ -59,6 +63,8 @@ from storage.leader_epoch import LeaderEpochCache
 from storage.producer_state import (
     BATCH_HEADER_SIZE,
     BatchMetadata,
+    BatchUpdate,
+    CompletedTxn,
     ProducerStateManager,
     batch_update,
     producer_batches,
@@ -68,6 +74,7 @@ from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResul
 from storage.retention import plan_retention
 from storage.scan import iter_file_headers
 from storage.segment import LogSegment
+from storage.txn_index import AbortedTxn
 from storage.validation import (
     AppendOrigin,
     ValidatedAppend,
@@ -176,7 +183,8 @@ class PartitionLog:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         #: Counts truncations: a chore prepared before one must not be committed after it.
         self.truncations = 0
-        self._position_cache: tuple[int, LogSegment, int] | None = None
+        #: Where reads bounded by the high watermark and by the last stable offset stop.
+        self._position_cache: dict[int, tuple[LogSegment, int]] = {}
         self.closed = False
         #: Its log directory failed (see :class:`~storage.log_manager.LogManager`): the log was
         #: abandoned, and every operation raises :class:`KafkaStorageError`.
@@ -238,25 +246,30 @@ class PartitionLog:
         cc = self._log_start if cleaner_checkpoint is None else cleaner_checkpoint
         self.cleaner_checkpoint = min(max(cc, self._log_start), self._leo)
         try:
-            self._load_producer_state(had_clean_shutdown)
+            self._load_producer_state(had_clean_shutdown, loaded.txn_rebuild_from)
         except OSError as e:
             raise KafkaStorageError(f"cannot load the producer state of {directory}: {e}") from e
         return self
 
-    def _load_producer_state(self, had_clean_shutdown: bool) -> None:
+    def _load_producer_state(
+        self, had_clean_shutdown: bool, rebuild_from: int | None = None
+    ) -> None:
         """Latest snapshot, then the batches after it. Without a snapshot after a clean
-        shutdown only the last two segments are scanned (as Kafka does)."""
+        shutdown only the last two segments are scanned (as Kafka does). `rebuild_from`: the
+        segments from this offset were recovered and their transaction indexes emptied; the
+        scan starts at or below it and refills them (Kafka's recoverSegment)."""
         producers = self.producer_state
-        start = producers.load(self._log_start, self._leo)
+        start = producers.load(self._log_start, self._leo, at_most=rebuild_from)
         if start < 0:
             start = self._log_start
             if had_clean_shutdown and len(self._segments) > 2:
                 start = self._segments[-2].base_offset
         if start < self._leo:
-            self._scan_producers(start)
+            self._scan_producers(start, rebuild_from)
         producers.remove_expired(self._now_ms())
+        producers.on_high_watermark(self._high_watermark)
 
-    def _scan_producers(self, start: int) -> None:
+    def _scan_producers(self, start: int, rebuild_from: int | None) -> None:
         producers = self.producer_state
         for seg in self._segments:
             if seg.next_offset <= start:
@@ -269,9 +282,22 @@ class PartitionLog:
                     head = os.pread(fd, BATCH_HEADER_SIZE, h.position)
                     if len(head) < BATCH_HEADER_SIZE:
                         break
-                    update = batch_update(head)
-                    if update is not None:
-                        producers.update(update)
+                    if head[22] & CONTROL_MASK:  # a marker: its record is needed too
+                        head = os.pread(fd, h.size, h.position)
+                    try:
+                        update = batch_update(head)
+                    except CorruptRecordError as e:
+                        log.warning("%s: unreadable control batch at %d: %s", seg, h.base_offset, e)
+                        continue
+                    if update is None:
+                        continue
+                    done = producers.update(update)
+                    if (
+                        done is not None
+                        and rebuild_from is not None
+                        and h.base_offset >= rebuild_from
+                    ):
+                        _index_aborted(seg, done)
 
     # ---- offsets ---------------------------------------------------------------------------
 
@@ -313,10 +339,27 @@ class PartitionLog:
         ``(-1, -1)`` when unknown (see :meth:`LeaderEpochCache.end_offset_for`)."""
         return self.leader_epoch_cache.end_offset_for(leader_epoch, self._leo)
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the oldest transaction not yet decided (or
+        decided by a marker not yet below the high watermark), but never past the high
+        watermark nor before the log start offset; the high watermark without such a one."""
+        state = self.producer_state
+        if not state.ongoing and not state.unreplicated:  # no transactions: the common case
+            return self._high_watermark
+        first = state.first_unstable_offset
+        if first is None:
+            return self._high_watermark
+        return min(max(first, self._log_start), self._high_watermark)
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start, log end]; return the new value."""
-        self._high_watermark = min(max(offset, self._log_start), self._leo)
+        self._set_high_watermark(offset)
         return self._high_watermark
+
+    def _set_high_watermark(self, offset: int) -> None:
+        self._high_watermark = min(max(offset, self._log_start), self._leo)
+        self.producer_state.on_high_watermark(self._high_watermark)
 
     def update_config(self, config: LogConfig) -> None:
         """Apply a changed topic config (segment-shape settings apply from the next roll)."""
@@ -357,15 +400,14 @@ class PartitionLog:
             origin=origin,
         )
         producers = producer_batches(v.data)
-        if producers and origin is AppendOrigin.CLIENT:
-            for update in producers:  # a client append holds exactly one batch
-                duplicate = self.producer_state.check(update)
-                if duplicate is not None:
-                    return self._duplicate_info(duplicate)
+        client = origin is AppendOrigin.CLIENT
+        for update in producers:  # a client append holds exactly one batch
+            duplicate = self.producer_state.check(update, client=client)
+            if duplicate is not None:
+                return self._duplicate_info(duplicate)
         previous_end = self._leo
         self._append(v, now_ms)
-        for update in producers:
-            self.producer_state.update(update)
+        self._update_producers(producers, previous_end)
         if leader_epoch >= 0:
             self.leader_epoch_cache.assign(leader_epoch, v.first_offset)
         return self._after_append(v, now_ms, sync, previous_end)
@@ -405,10 +447,10 @@ class PartitionLog:
                 first_offset=v.first_offset,
                 last_offset=v.last_offset,
             )
+        producers = producer_batches(v.data)
         previous_end = self._leo
         self._append(v, now_ms)
-        for update in producer_batches(v.data):
-            self.producer_state.update(update)
+        self._update_producers(producers, previous_end)
         cache = self.leader_epoch_cache
         if v.has_legacy:
             cache.clear()
@@ -437,6 +479,25 @@ class PartitionLog:
         seg.append(v.data, v.metas)
         self._leo = v.last_offset + 1
         self._unflushed_messages += v.records_count
+
+    def _update_producers(self, updates: list[BatchUpdate], previous_end: int) -> None:
+        """Apply appended batches to the producer state; a transaction an ABORT marker ended
+        goes into the active segment's transaction index. If that write fails the append is
+        taken back (the log end returns to `previous_end`) and KafkaStorageError raised."""
+        segment = self._segments[-1]
+        for update in updates:
+            done = self.producer_state.update(update)
+            if done is None:
+                continue
+            try:
+                _index_aborted(segment, done)
+            except OSError as e:
+                log.error("%s: cannot write the transaction index: %s", self.dir.name, e)
+                try:
+                    self.truncate_to(previous_end)
+                except OSError as e2:
+                    raise KafkaStorageError(f"cannot take back an append: {e2}") from e
+                raise KafkaStorageError(f"transaction index write failed: {e}") from e
 
     def _after_append(
         self, v: ValidatedAppend, now_ms: int, sync: bool | None, previous_end: int
@@ -516,12 +577,15 @@ class PartitionLog:
         *,
         max_offset: int | None = None,
         min_one_batch: bool = True,
+        aborted_transactions: bool = False,
     ) -> ReadResult:
         """File slices from the batch holding `offset`, at most `max_bytes` (but the whole
-        first batch if `min_one_batch`), below `max_offset` (the high watermark for
-        consumers; default: the log end offset). Continues into the next segments (up to
-        ``MAX_READ_SEGMENTS``) when a segment is read to its end. Release the result (or use
-        it as a context manager).
+        first batch if `min_one_batch`), below `max_offset` (the high watermark or the last
+        stable offset for consumers; default: the log end offset). Continues into the next
+        segments (up to ``MAX_READ_SEGMENTS``) when a segment is read to its end. With
+        `aborted_transactions` the result also lists the aborted transactions the slices may
+        hold, from the transaction indexes (nothing is decoded). Release the result (or use it
+        as a context manager).
 
         Raises :class:`OffsetOutOfRangeError` for `offset` outside [log start, log end].
         """
@@ -533,7 +597,7 @@ class PartitionLog:
                 f"{self._log_start}, log end {leo}"
             )
         limit = leo if max_offset is None else min(max_offset, leo)
-        result = ReadResult()
+        result = ReadResult(aborted_transactions=[] if aborted_transactions else None)
         if offset >= limit:
             return result
         segs = self._segments
@@ -545,6 +609,7 @@ class PartitionLog:
         i = max(0, bisect_right(self._bases, offset) - 1)
         budget = max_bytes
         first = True
+        stop_index = stop_pos = 0  # where the read ended: segment index, byte position
         try:
             while i <= end_index:
                 seg = segs[i]
@@ -569,28 +634,57 @@ class PartitionLog:
                 result.size += length
                 budget -= length
                 first = False
-                if start + length < seg_end or budget <= 0:
+                stop_index, stop_pos = i, start + length
+                if stop_pos < seg_end or budget <= 0:
                     break
                 if len(result.slices) >= MAX_READ_SEGMENTS:
                     break
                 i += 1
+            if result.aborted_transactions is not None and result.slices:
+                if stop_index == end_index and stop_pos == end_pos:
+                    upper = limit
+                else:
+                    upper = self._upper_bound(stop_index, stop_pos)
+                result.aborted_transactions = self.aborted_transactions(offset, upper)
         except BaseException:
             result.release()
             raise
         return result
 
+    def _upper_bound(self, index: int, position: int) -> int:
+        """An offset no batch ending before `position` in segment `index` reaches (Kafka's
+        fetch upper bound): the first offset index entry from there, else the next segment's
+        base offset, else the log end offset."""
+        found = self._segments[index].offset_index.upper_bound_offset(position)
+        if found is not None:
+            return found
+        return self._bases[index + 1] if index + 1 < len(self._bases) else self._leo
+
+    def aborted_transactions(self, offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[offset, upper_bound)`` (Kafka's
+        collectAbortedTransactions): from the segment holding `offset` on, until an index
+        says every transaction started below `upper_bound` has ended."""
+        out: list[AbortedTxn] = []
+        for seg in self._segments[max(0, bisect_right(self._bases, offset) - 1) :]:
+            if seg.txn_index.collect(offset, upper_bound, out):
+                break
+        return out
+
     def _position_of(self, offset: int) -> tuple[LogSegment, int]:
         """Segment and byte position of the batch holding `offset` (end of its floor segment
         if no batch does): where a read bounded by `offset` stops."""
-        cached = self._position_cache
-        if cached is not None and cached[0] == offset:
-            return cached[1], cached[2]
+        cache = self._position_cache
+        cached = cache.get(offset)
+        if cached is not None:
+            return cached
         i = max(0, bisect_right(self._bases, offset) - 1)
         seg = self._segments[i]
         h = seg.translate_offset(offset)
         pos = seg.size if h is None else h.position
         if seg is not self._segments[-1] or h is not None:
-            self._position_cache = (offset, seg, pos)
+            if len(cache) >= 2:
+                del cache[next(iter(cache))]
+            cache[offset] = (seg, pos)
         return seg, pos
 
     def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
@@ -670,7 +764,7 @@ class PartitionLog:
         self._recovery_point = min(self._recovery_point, leo)
         self.cleaner_checkpoint = min(max(self.cleaner_checkpoint, self._log_start), leo)
         self.leader_epoch_cache.truncate_from_end(leo)
-        self._position_cache = None
+        self._position_cache.clear()
         self.truncations += 1
         self.producer_state.delete_snapshots_after(leo)
         self._load_producer_state(False)
@@ -690,6 +784,7 @@ class PartitionLog:
         if offset > self._log_start:
             self._log_start = offset
             self.leader_epoch_cache.truncate_from_start(offset)
+            self.producer_state.on_high_watermark(offset)
             self.cleaner_checkpoint = max(self.cleaner_checkpoint, offset)
             now = self._now_ms()
             plan = plan_retention(
@@ -736,10 +831,10 @@ class PartitionLog:
         if first > self._log_start:
             self._log_start = first
             self.leader_epoch_cache.truncate_from_start(first)
-        self._high_watermark = max(self._high_watermark, self._log_start)
+        self._set_high_watermark(max(self._high_watermark, self._log_start))
         self._recovery_point = max(self._recovery_point, min(self._log_start, self._leo))
         self.cleaner_checkpoint = max(self.cleaner_checkpoint, self._log_start)
-        self._position_cache = None
+        self._position_cache.clear()
         self.producer_state.delete_snapshots_before(self._log_start)
         return count
 
@@ -791,7 +886,7 @@ class PartitionLog:
         first = self._segments.index(old[0])
         self._segments[first : first + len(old)] = [cleaned]
         self._bases = [s.base_offset for s in self._segments]
-        self._position_cache = None
+        self._position_cache.clear()
         for seg in old:
             self._delete_segment(seg, now_ms)
         cleaned.rename_suffix("")
@@ -819,7 +914,12 @@ class PartitionLog:
                 if seg.base_offset >= end:
                     break
                 seg.persist_indexes()
-                pending.paths += (seg.log.path, seg.offset_index.path, seg.time_index.path)
+                pending.paths += (
+                    seg.log.path,
+                    seg.offset_index.path,
+                    seg.time_index.path,
+                    seg.txn_index.path,
+                )
                 if i + 1 < len(segs):  # the producer snapshot taken when it rolled
                     pending.paths.append(segment_file(self.dir, seg_end, SNAPSHOT_SUFFIX))
         except OSError as e:
@@ -924,4 +1024,14 @@ class PartitionLog:
         return (
             f"PartitionLog({self.dir.name}, log_start={self._log_start}, "
             f"hw={self._high_watermark}, leo={self._leo}, segments={len(self._segments)})"
+        )
+
+
+def _index_aborted(segment: LogSegment, done: CompletedTxn) -> None:
+    """Kafka's updateTxnIndex: an aborted transaction goes into the marker's segment's index."""
+    if done.is_aborted:
+        segment.txn_index.append(
+            AbortedTxn(
+                done.producer_id, done.first_offset, done.last_offset, done.last_stable_offset
+            )
         )

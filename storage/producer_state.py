@@ -1,17 +1,29 @@
-"""Idempotent producer state of one partition (Kafka's ProducerStateManager), and its snapshots.
+"""Idempotent and transactional producer state of one partition (Kafka's ProducerStateManager).
 
-This module owns, per producer id, the epoch and the metadata of the last five batches the
-partition accepted (first/last sequence, first/last offset, max timestamp), and the rules a
-leader append must pass, as Kafka 3.9 applies them to client appends:
+This module owns, per producer id, the epoch, the metadata of the last five batches the
+partition accepted (first/last sequence, first/last offset, max timestamp), the coordinator
+epoch of its last transaction marker and the first offset of its ongoing transaction; and, per
+partition, the ongoing transactions (by first offset) and the completed ones whose marker the
+high watermark has not passed yet -- together they give the *first unstable offset*, from
+which the log computes its last stable offset. The rules a leader append must pass are Kafka
+3.9's (``ProducerAppendInfo``):
 
 - a batch whose epoch and sequence range equal a retained batch is a *duplicate*: it is not
-  written, and the append answers with the original offsets and no error;
-- an epoch older than the producer's current one: INVALID_PRODUCER_EPOCH;
+  written, and the append answers with the original offsets and no error (client appends);
+- an epoch older than the producer's current one: INVALID_PRODUCER_EPOCH (data and markers);
 - a new (higher) epoch must start at sequence 0, unless the producer is unknown here;
 - within an epoch the first sequence must follow the last one (``last + 1``, or 0 after
-  ``Int32.MAX``): otherwise OUT_OF_ORDER_SEQUENCE_NUMBER;
+  ``Int32.MAX``): otherwise OUT_OF_ORDER_SEQUENCE_NUMBER (client appends only);
 - a producer the partition has no state for (new, or its state expired or was lost) may start
-  at any sequence: Kafka 3.9 no longer answers UNKNOWN_PRODUCER_ID to Produce.
+  at any sequence: Kafka 3.9 no longer answers UNKNOWN_PRODUCER_ID to Produce;
+- a non-transactional batch from a producer with an ongoing transaction: INVALID_TXN_STATE;
+  a transactional batch from a producer without one starts one (at its first offset);
+- a COMMIT/ABORT marker (a control batch: key version + type, value version + coordinator
+  epoch) with a coordinator epoch older than the producer's last one:
+  TRANSACTION_COORDINATOR_FENCED. A marker ends the producer's ongoing transaction (a marker
+  without one completes nothing) and takes its epoch and coordinator epoch.
+
+Replicated and recovered batches are applied without checks, as Kafka applies them.
 
 Snapshots are Kafka's ``<offset, 20 digits>.snapshot`` files (version 1: int16 version, uint32
 CRC-32C of everything after it, then an int32-counted array of entries -- producer id, epoch,
@@ -20,9 +32,10 @@ first offset), holding the state of every batch below ``offset``. Kafka writes o
 producer (its last batch), so a restart forgets the other four and answers their retries
 OUT_OF_ORDER_SEQUENCE_NUMBER; we write one entry per retained batch, oldest first, so all five
 survive -- Kafka reads such a file too (later entries of a producer replace earlier ones). :class:`PartitionLog` takes one at each roll and at close, and
-at open rebuilds the state from the latest readable snapshot plus the batches after it.
+at open rebuilds the state from the latest readable snapshot plus the batches after it. A
+producer with an ongoing transaction never expires.
 
-Pure apart from the snapshot files: it never reads segments (the log hands it batch headers).
+Pure apart from the snapshot files: it never reads segments (the log hands it batches).
 """
 
 from __future__ import annotations
@@ -38,15 +51,29 @@ from typing import NamedTuple
 
 import crc32c
 
+from protocol.record_batch import RecordBatchView
+from protocol.record_builder import (
+    ControlRecordType,
+    decode_control_record_key,
+    decode_end_txn_marker,
+)
+from protocol.records import iter_records
 from storage.checkpoints import fsync_dir
-from storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from storage.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from storage.layout import SNAPSHOT_SUFFIX, offset_from_file_name, segment_file
 
 __all__ = [
     "BatchMetadata",
+    "CompletedTxn",
     "CorruptSnapshotError",
     "ProducerEntry",
     "ProducerStateManager",
+    "TxnMarker",
     "batch_update",
     "producer_batches",
     "read_snapshot",
@@ -69,6 +96,7 @@ PRODUCER_ID_EXPIRATION_MS = 86_400_000
 #: attributes, last offset delta, base timestamp, max timestamp, producer id, epoch, sequence.
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhi")
 BATCH_HEADER_SIZE = BATCH_HEADER.size
+_TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _SNAPSHOT_HEADER = struct.Struct(">hIi")
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
@@ -87,6 +115,13 @@ class BatchMetadata(NamedTuple):
     timestamp: int
 
 
+class TxnMarker(NamedTuple):
+    """The COMMIT or ABORT record of a transactional control batch."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
 class BatchUpdate(NamedTuple):
     """One producer batch of an append, read from its header (offsets already assigned)."""
 
@@ -94,6 +129,22 @@ class BatchUpdate(NamedTuple):
     epoch: int
     batch: BatchMetadata
     is_control: bool
+    is_transactional: bool = False
+    #: A control batch's transaction marker (None for data batches, and for a control batch
+    #: that holds none: compaction may leave an empty one).
+    marker: TxnMarker | None = None
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended: its first offset, the marker's offset, whether it was
+    aborted, and the last stable offset once it completed (Kafka's CompletedTxn and the LSO
+    its transaction index entry records)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+    last_stable_offset: int
 
 
 @dataclass(slots=True)
@@ -124,6 +175,21 @@ class ProducerEntry:
         return None
 
 
+def _check_sequence(entry: ProducerEntry, update: BatchUpdate) -> None:
+    b = update.batch
+    if update.epoch != entry.epoch:
+        if b.first_seq != 0 and entry.epoch != NO_EPOCH:
+            raise OutOfOrderSequenceError(
+                f"invalid sequence {b.first_seq} for the new epoch {update.epoch} of "
+                f"producer {update.producer_id} (current epoch {entry.epoch}): expected 0"
+            )
+    elif not in_sequence(entry.last_seq, b.first_seq):
+        raise OutOfOrderSequenceError(
+            f"out of order sequence for producer {update.producer_id} at epoch "
+            f"{update.epoch}: first sequence {b.first_seq}, last appended {entry.last_seq}"
+        )
+
+
 def last_sequence(first_seq: int, delta: int) -> int:
     """The sequence of a batch's last record (sequences wrap from Int32.MAX to 0)."""
     return (first_seq + delta) & INT32_MAX
@@ -133,11 +199,14 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
-def batch_update(header: bytes | memoryview, pos: int = 0) -> BatchUpdate | None:
-    """The producer facts of the v2 batch at ``header[pos:]``; None without a producer id."""
+def batch_update(data: bytes | memoryview, pos: int = 0) -> BatchUpdate | None:
+    """The producer facts of the v2 batch at ``data[pos:]``; None without a producer id.
+
+    `data` holds the whole batch when it is a control batch (its marker is read from its
+    record); for data batches the 61-byte header suffices."""
     (
         base,
-        _len,
+        length,
         _ple,
         _magic,
         _crc,
@@ -148,11 +217,27 @@ def batch_update(header: bytes | memoryview, pos: int = 0) -> BatchUpdate | None
         pid,
         epoch,
         seq,
-    ) = BATCH_HEADER.unpack_from(header, pos)
+    ) = BATCH_HEADER.unpack_from(data, pos)
     if pid < 0:
         return None
     meta = BatchMetadata(seq, last_sequence(seq, lod), base, base + lod, max_ts)
-    return BatchUpdate(pid, epoch, meta, bool(attributes & _CONTROL))
+    transactional = bool(attributes & _TRANSACTIONAL)
+    if not attributes & _CONTROL:
+        return BatchUpdate(pid, epoch, meta, False, transactional)
+    view = memoryview(data)[pos : pos + length + 12]
+    return BatchUpdate(pid, epoch, meta, True, transactional, read_marker(view))
+
+
+def read_marker(batch: memoryview) -> TxnMarker | None:
+    """The COMMIT/ABORT marker of a control batch; None when it holds no record (compaction
+    emptied it) or another control type. Raises :class:`CorruptRecordError`."""
+    for record in iter_records(RecordBatchView(batch)):
+        _version, control_type = decode_control_record_key(record.key)
+        if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            return None
+        _version, coordinator_epoch = decode_end_txn_marker(record.value)
+        return TxnMarker(control_type == ControlRecordType.COMMIT, coordinator_epoch)
+    return None
 
 
 def producer_batches(data: memoryview) -> list[BatchUpdate]:
@@ -262,40 +347,92 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         #: Offset of the latest snapshot on disk (-1: none).
         self.last_snapshot_offset = -1
+        #: Ongoing transactions: first offset -> producer id, in offset order (a transaction
+        #: starts at the log end, so insertion order is offset order; loads insert sorted).
+        self.ongoing: dict[int, int] = {}
+        #: Completed transactions whose marker is at or above the high watermark: first
+        #: offset -> marker offset. They stay unstable until the marker is replicated.
+        self.unreplicated: dict[int, int] = {}
+
+    # -- transactions --
+
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        """Whether `producer_id` has a transaction in progress on this partition (KIP-890's
+        verification asks before accepting a producer's first transactional batch)."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction that is ongoing, or completed with its
+        marker not yet below the high watermark; None when there is none."""
+        first = next(iter(self.ongoing), None)
+        if self.unreplicated:
+            done = min(self.unreplicated)
+            if first is None or done < first:
+                return done
+        return first
+
+    def on_high_watermark(self, offset: int) -> None:
+        """The high watermark (or the log start offset) moved: transactions whose marker is
+        below it are stable."""
+        if self.unreplicated:
+            self.unreplicated = {
+                first: last for first, last in self.unreplicated.items() if last >= offset
+            }
+
+    def _last_stable_offset(self, producer_id: int, marker_offset: int) -> int:
+        """Kafka's lastStableOffset(completedTxn): the first offset of the oldest other
+        ongoing transaction, else the offset after the marker."""
+        for first, pid in self.ongoing.items():
+            if pid != producer_id:
+                return first
+        return marker_offset + 1
 
     # -- appends --
 
-    def check(self, update: BatchUpdate) -> BatchMetadata | None:
-        """Apply the client rules to one batch: the original batch if it is a duplicate, None
-        if it may be appended. Raises :class:`InvalidProducerEpochError`,
-        :class:`OutOfOrderSequenceError`."""
+    def check(self, update: BatchUpdate, *, client: bool = True) -> BatchMetadata | None:
+        """Apply a leader append's rules to one batch: the original batch if it is a
+        duplicate, None if it may be appended. `client`: a producer's batch (duplicates and
+        sequences are checked), else a coordinator's (markers, transactional offset
+        commits). Raises :class:`InvalidProducerEpochError`, :class:`OutOfOrderSequenceError`,
+        :class:`InvalidTxnStateError`, :class:`TransactionCoordinatorFencedError`."""
         entry = self.producers.get(update.producer_id)
         b = update.batch
         if entry is None:
             return None
-        dup = entry.find_duplicate(update.epoch, b.first_seq, b.last_seq)
-        if dup is not None:
-            return dup
+        if client and not update.is_control:
+            dup = entry.find_duplicate(update.epoch, b.first_seq, b.last_seq)
+            if dup is not None:
+                return dup
         if update.epoch < entry.epoch:
             raise InvalidProducerEpochError(
-                f"epoch {update.epoch} of producer {update.producer_id} is older than its "
-                f"current epoch {entry.epoch}"
+                f"epoch {update.epoch} of producer {update.producer_id} at offset "
+                f"{b.first_offset} is older than its current epoch {entry.epoch}"
             )
-        if update.epoch != entry.epoch:
-            if b.first_seq != 0 and entry.epoch != NO_EPOCH:
-                raise OutOfOrderSequenceError(
-                    f"invalid sequence {b.first_seq} for the new epoch {update.epoch} of "
-                    f"producer {update.producer_id} (current epoch {entry.epoch}): expected 0"
+        if update.is_control:
+            marker = update.marker
+            if marker is not None and entry.coordinator_epoch > marker.coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"coordinator epoch {marker.coordinator_epoch} of the marker for producer "
+                    f"{update.producer_id} is older than its last one, "
+                    f"{entry.coordinator_epoch} (a zombie coordinator)"
                 )
-        elif not in_sequence(entry.last_seq, b.first_seq):
-            raise OutOfOrderSequenceError(
-                f"out of order sequence for producer {update.producer_id} at epoch "
-                f"{update.epoch}: first sequence {b.first_seq}, last appended {entry.last_seq}"
+            return None
+        if client:
+            _check_sequence(entry, update)
+        if entry.current_txn_first_offset >= 0 and not update.is_transactional:
+            raise InvalidTxnStateError(
+                f"expected a transactional write from producer {update.producer_id}: its "
+                f"transaction started at offset {entry.current_txn_first_offset} is ongoing"
             )
         return None
 
-    def update(self, update: BatchUpdate) -> None:
-        """Record an appended batch (no checks: recovery, follower appends, after check)."""
+    def update(self, update: BatchUpdate) -> CompletedTxn | None:
+        """Record an appended batch (no checks: recovery, follower appends, after
+        :meth:`check`); the transaction its marker completed, if any."""
+        if update.is_control and update.marker is None:
+            return None  # an emptied control batch: its transaction was compacted away
         pid = update.producer_id
         entry = self.producers.get(pid)
         if entry is None:
@@ -303,17 +440,42 @@ class ProducerStateManager:
         if update.epoch != entry.epoch:
             entry.epoch = update.epoch
             entry.batches.clear()
-        if not update.is_control:
-            entry.batches.append(update.batch)
-        entry.last_timestamp = update.batch.timestamp
+        b = update.batch
+        entry.last_timestamp = b.timestamp
+        if update.marker is not None:
+            return self._end_transaction(entry, update.marker, b.first_offset)
+        entry.batches.append(b)
+        if update.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = b.first_offset
+            self.ongoing[b.first_offset] = pid
+        return None
+
+    def _end_transaction(
+        self, entry: ProducerEntry, marker: TxnMarker, offset: int
+    ) -> CompletedTxn | None:
+        first = entry.current_txn_first_offset
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.current_txn_first_offset = -1
+        if first < 0:
+            return None  # a marker for a transaction with no data here
+        pid = entry.producer_id
+        completed = CompletedTxn(
+            pid, first, offset, not marker.commit, self._last_stable_offset(pid, offset)
+        )
+        self.ongoing.pop(first, None)
+        self.unreplicated[first] = offset
+        return completed
 
     # -- snapshots --
 
-    def load(self, log_start_offset: int, log_end_offset: int) -> int:
-        """Load the latest readable snapshot at or below `log_end_offset` (deleting later
-        and unreadable ones, and those below `log_start_offset`); return its offset, or -1
-        when there is none (the caller then rebuilds from the log)."""
+    def load(self, log_start_offset: int, log_end_offset: int, at_most: int | None = None) -> int:
+        """Load the latest readable snapshot at or below `at_most` (default: the log end
+        offset), deleting those above `log_end_offset`, below `log_start_offset`, and
+        unreadable ones; return its offset, or -1 when there is none (the caller then
+        rebuilds from the log)."""
         self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
         self.last_snapshot_offset = -1
         for name in os.listdir(self.dir):
             if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):  # a write cut short by a crash
@@ -322,7 +484,8 @@ class ProducerStateManager:
         for off in offsets:
             if off > log_end_offset or off < log_start_offset:
                 self._delete_snapshot(off)
-        for off in reversed([o for o in offsets if log_start_offset <= o <= log_end_offset]):
+        limit = log_end_offset if at_most is None else min(at_most, log_end_offset)
+        for off in reversed([o for o in offsets if log_start_offset <= o <= limit]):
             path = segment_file(self.dir, off, SNAPSHOT_SUFFIX)
             try:
                 entries = read_snapshot(path)
@@ -331,6 +494,12 @@ class ProducerStateManager:
                 self._delete_snapshot(off)
                 continue
             self.producers = {e.producer_id: e for e in entries}
+            started = sorted(
+                (e.current_txn_first_offset, e.producer_id)
+                for e in entries
+                if e.current_txn_first_offset >= 0
+            )
+            self.ongoing = dict(started)
             self.last_snapshot_offset = off
             return off
         return -1
@@ -374,4 +543,8 @@ class ProducerStateManager:
         return len(expired)
 
     def statistics(self) -> dict[str, int]:
-        return {"producers": len(self.producers), "last_snapshot_offset": self.last_snapshot_offset}
+        return {
+            "producers": len(self.producers),
+            "ongoing_transactions": len(self.ongoing),
+            "last_snapshot_offset": self.last_snapshot_offset,
+        }

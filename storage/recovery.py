@@ -9,8 +9,10 @@ start offset, end offset, recovery point and leader epoch cache:
 2. segments are opened; one missing an index is recovered (its indexes rebuilt);
 3. after an unclean shutdown, every segment from the one holding the recovery point onwards is
    scanned: framing, CRC and offsets of each batch are checked and its indexes rebuilt; at the
-   first torn or corrupt batch the segment is cut and every later segment deleted. After a
-   clean shutdown nothing is scanned except the tail of the active segment (one index interval);
+   first torn or corrupt batch the segment is cut and every later segment deleted. Their
+   transaction indexes are emptied: the log refills them when it replays the producer state
+   over them (``LoadedLog.txn_rebuild_from``). After a clean shutdown nothing is scanned except
+   the tail of the active segment (one index interval);
 4. the leader epoch cache is reconciled with the log's range.
 
 It must not decide retention or touch other partitions; the log-directory checkpoints are read
@@ -35,6 +37,7 @@ from storage.layout import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     offset_from_file_name,
 )
 from storage.leader_epoch import LeaderEpochCache
@@ -56,6 +59,9 @@ class LoadedLog:
     truncated_bytes: int = 0
     dropped_segments: int = 0
     recovered_segments: int = 0
+    #: Base offset of the first segment recovered after an unclean shutdown (its and the later
+    #: segments' transaction indexes are to be rebuilt); None when none was.
+    txn_rebuild_from: int | None = None
 
 
 def _remove_leftovers_and_swap(directory: Path, config: LogConfig, handles: FileHandles) -> None:
@@ -101,7 +107,7 @@ def _open_segments(
         if base is None:
             continue
         stem = name[:20]
-        if name.endswith(INDEX_SUFFIX) or name.endswith(TIME_INDEX_SUFFIX):
+        if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
             if stem + LOG_SUFFIX not in names:
                 log.warning("removing orphaned index file %s", directory / name)
                 (directory / name).unlink(missing_ok=True)
@@ -135,10 +141,12 @@ def load_partition_dir(
     cache = LeaderEpochCache.load(directory / LEADER_EPOCH_CHECKPOINT)
     segments, recovered = _open_segments(directory, config, handles, now_ms)
     truncated = dropped = 0
+    txn_rebuild_from = None
 
     if not had_clean_shutdown and segments:
         bases = [s.base_offset for s in segments]
         first = max(0, bisect_right(bases, recovery_point) - 1)
+        txn_rebuild_from = bases[first]
 
         def on_epoch(epoch: int, offset: int) -> None:
             latest = cache.latest_epoch
@@ -147,6 +155,7 @@ def load_partition_dir(
 
         for i in range(first, len(segments)):
             seg = segments[i]
+            seg.txn_index.reset()
             cut = seg.recover(on_epoch)
             recovered += 1
             if cut:
@@ -194,4 +203,5 @@ def load_partition_dir(
         truncated_bytes=truncated,
         dropped_segments=dropped,
         recovered_segments=recovered,
+        txn_rebuild_from=txn_rebuild_from,
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from storage.file_handles import FileHandle
+from storage.txn_index import AbortedTxn
 
 __all__ = ["AppendInfo", "FileSlice", "OffsetAndTimestamp", "ReadResult"]
 
@@ -90,6 +91,9 @@ class ReadResult:
     first_batch_offset: int = -1
     #: Total bytes over all slices.
     size: int = 0
+    #: The aborted transactions overlapping the slices, when the read asked for them (a
+    #: read_committed fetch), from the segments' transaction indexes; else None.
+    aborted_transactions: list[AbortedTxn] | None = None
 
     def read(self) -> bytes:
         """All slices' bytes, concatenated."""

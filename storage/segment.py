@@ -1,4 +1,4 @@
-"""LogSegment: one ``.log`` file with its ``.index`` and ``.timeindex``.
+"""LogSegment: one ``.log`` file with its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 This module owns one segment's bytes and positions: appending batches with ``os.pwrite`` and
 indexing them every ``index.interval.bytes``, turning an offset into a file position (one
@@ -34,8 +34,15 @@ from storage.config import LogConfig
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.file_handles import FileHandle, FileHandles
 from storage.index import OffsetIndex, TimeIndex
-from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from storage.layout import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_file,
+)
 from storage.scan import MIN_SIZE, BatchHeader, iter_file_headers, read_batch
+from storage.txn_index import TransactionIndex
 
 __all__ = ["BatchMeta", "LogSegment", "TimestampAndOffset"]
 
@@ -93,6 +100,10 @@ class LogSegment:
             base_offset,
             config.segment_index_bytes,
             handles,
+        )
+        #: The transactions aborted by markers in this segment (written by the log).
+        self.txn_index = TransactionIndex(
+            segment_file(directory, base_offset, TXN_INDEX_SUFFIX + suffix)
         )
         self.size = 0
         self.active = False
@@ -168,6 +179,7 @@ class LogSegment:
         if not self.active:
             self.offset_index.unload()
             self.time_index.unload()
+            self.txn_index.unload()
 
     def indexes_exist(self) -> bool:
         return self.offset_index.exists() and self.time_index.exists()
@@ -214,7 +226,7 @@ class LogSegment:
             self.time_index.close()
 
     def rename_suffix(self, suffix: str) -> None:
-        """Rename all three files to ``<base>.<ext><suffix>`` (e.g. ``.deleted``)."""
+        """Rename all four files to ``<base>.<ext><suffix>`` (e.g. ``.deleted``)."""
         for path, rename in (
             (segment_file(self.dir, self.base_offset, LOG_SUFFIX + suffix), self.log.rename),
             (
@@ -225,6 +237,10 @@ class LogSegment:
                 segment_file(self.dir, self.base_offset, TIME_INDEX_SUFFIX + suffix),
                 self.time_index.rename,
             ),
+            (
+                segment_file(self.dir, self.base_offset, TXN_INDEX_SUFFIX + suffix),
+                self.txn_index.rename,
+            ),
         ):
             rename(path)
         self.suffix = suffix
@@ -234,6 +250,7 @@ class LogSegment:
         self.log.path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     # ---- facts -----------------------------------------------------------------------------
 
@@ -460,6 +477,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is at or above `offset`; return bytes cut."""
+        self.txn_index.truncate_to(offset)
         h = self.translate_offset(offset)
         if h is None:
             return 0

@@ -31,15 +31,22 @@ from wirebroker.meta_properties import load_or_create_meta
 from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
 from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
+from wirebroker.peer import PLAINTEXT, PeerSecurity
 from wirebroker.producer_ids import ProducerIdManager
+from wirebroker.quotas.client import ClientQuotas
+from wirebroker.quotas.replication import ReplicationQuotas
+from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
+from wirebroker.quotas.store import ClientQuotaStore
 from wirebroker.replication.manager import ReplicaManager
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
 from wirebroker.topic_configs import LOG_KEYS, log_config_for, min_insync_replicas
 from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
+from wirebroker.txn.coordinator import TransactionCoordinator
 
 if TYPE_CHECKING:
+    from wirebroker.authorizer.acl_authorizer import AclAuthorizer
     from wirebroker.zk.member import ClusterMember
 
 log = logging.getLogger(__name__)
@@ -60,15 +67,25 @@ class Broker:
     advertised: list[Listener] = field(default_factory=list)
     stats: BrokerStats = field(default_factory=BrokerStats)
     groups: GroupCoordinator = field(init=False)
+    transactions: TransactionCoordinator = field(init=False)
     producer_ids: ProducerIdManager = field(init=False)
     # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
     metadata_cache: MetadataCache = field(default_factory=MetadataCache)
     replica_manager: ReplicaManager = field(init=False)
+    #: How this broker's connections to its peers are secured (the inter-broker listener's;
+    #: the embedded broker has no peers).
+    peer_security: PeerSecurity = field(init=False)
     fetch_sessions: FetchSessionCache = field(init=False)
     #: The SASL settings of each SASL listener, by listener name.
     sasl_listeners: dict[str, ListenerSasl] = field(init=False)
     #: SCRAM credentials: a file in the embedded broker, a cache of ZooKeeper's in a cluster.
     scram_credentials: ScramCredentialStore = field(init=False)
+    #: Client quotas: what measures and throttles clients (`wirebroker.quotas.client`).
+    quotas: ClientQuotas = field(init=False)
+    #: The embedded broker's quota configs (None in a cluster: they live in ZooKeeper).
+    quota_store: ClientQuotaStore | None = field(init=False)
+    #: Replication throttles of the partitions this broker leads or follows.
+    replication_quotas: ReplicationQuotas = field(init=False)
     #: The connections open now against `max.connections*`.
     connection_limits: ConnectionLimits = field(init=False)
     #: The controller's broker id: this broker when embedded; in a cluster, whoever holds
@@ -78,6 +95,8 @@ class Broker:
     cluster: ClusterMember | None = None
     #: The czxid of this broker's `/brokers/ids/<id>` registration; -1 when embedded.
     broker_epoch: int = -1
+    #: The ACL authorizer (`authorizer.class.name`); None: no authorization (as Kafka).
+    authorizer: AclAuthorizer | None = None
     #: Every reading of the time (Kafka's `Time`); a test may run the broker on another.
     clock: Clock = wall_clock_ms
 
@@ -85,7 +104,11 @@ class Broker:
         if self.controller_id == -1 and not self.config.cluster_mode:
             self.controller_id = self.node_id
         self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
+        self.peer_security = (
+            PeerSecurity.inter_broker(self.config) if self.config.cluster_mode else PLAINTEXT
+        )
         self.replica_manager = ReplicaManager(self)
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)
@@ -99,8 +122,24 @@ class Broker:
             if self.config.get("zookeeper.connect")
             else self.config.log_dirs()[0] / SCRAM_CREDENTIALS_FILE
         )
+        self.quotas = ClientQuotas(self.config)
+        self.quota_store = None
+        if not self.config.get("zookeeper.connect"):
+            self.quota_store = ClientQuotaStore(self.config.log_dirs()[0] / CLIENT_QUOTAS_FILE)
+            for entity, config in self.quota_store.entities.items():
+                self.quotas.update(entity, config)
+        self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
         self.connection_limits = ConnectionLimits(self.config)
         dynamic = self.dynamic_config
+        if self.config.cluster_mode:
+            listener = self.replica_manager.inter_broker_listener.lower()
+            dynamic.add_reconfigurable(
+                Reconfigurable(
+                    lambda name: name.startswith(f"listener.name.{listener}."),
+                    self._peer_security_changed,
+                    self._check_peer_security,
+                )
+            )
         dynamic.add_reconfigurable(
             Reconfigurable(
                 connection_limits.follows,
@@ -292,6 +331,12 @@ class Broker:
         self.topics.save()
         self._attach(record)
 
+    def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
+        """The replica manager made `tp` leader or follower here, or stopped it: the
+        coordinators load or unload what they keep in it."""
+        self.groups.partition_moved(tp, leader=leader)
+        self.transactions.partition_moved(tp, leader=leader)
+
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, index))
 
@@ -376,6 +421,15 @@ class Broker:
 
     def _cleaner_changed(self, changed: frozenset[str]) -> None:
         self.log_manager.max_map_keys = _max_map_keys(self.config)
+
+    def _check_peer_security(self, candidate: BrokerConfig) -> None:
+        PeerSecurity.inter_broker(candidate)  # ConfigError when it cannot be made
+
+    def _peer_security_changed(self, changed: frozenset[str]) -> None:
+        """The inter-broker listener's stores or login changed at run time: the next
+        connections to the other brokers use them (open ones keep theirs)."""
+        self.peer_security = PeerSecurity.inter_broker(self.config)
+        self.replica_manager.use_peer_security(self.peer_security)
 
     def _check_sasl(self, candidate: BrokerConfig) -> None:
         for listener in candidate.listeners():

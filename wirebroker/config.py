@@ -113,6 +113,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         _k("socket.request.max.bytes", "int", "104857600", "Largest request frame accepted."),
         _k("connections.max.idle.ms", "long", "600000", "Close connections idle this long."),
+        _k(
+            "request.timeout.ms",
+            "int",
+            "30000",
+            "How long a broker waits for another's answer (transaction markers, KIP-890 "
+            "verification) and WriteTxnMarkers for its markers to be replicated.",
+        ),
         # the broker's defaults of topic configs (their topic names: wirebroker.topic_configs);
         # a dynamic change applies at once to every topic without its own override, as in Kafka
         _k(
@@ -391,6 +398,68 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "5000",
             "How long a group or offset write waits to be replicated.",
         ),
+        # the transaction coordinator (wirebroker.txn)
+        _k(
+            "transaction.state.log.num.partitions",
+            "int",
+            "50",
+            "Partitions of __transaction_state.",
+        ),
+        _k(
+            "transaction.state.log.replication.factor",
+            "short",
+            "3",
+            "RF of __transaction_state in a cluster; the embedded broker's is always 1.",
+        ),
+        _k(
+            "transaction.state.log.min.isr",
+            "int",
+            "2",
+            "min.insync.replicas of __transaction_state (never more than its replicas).",
+        ),
+        _k(
+            "transaction.state.log.segment.bytes",
+            "int",
+            "104857600",
+            "segment.bytes of __transaction_state.",
+        ),
+        _k(
+            "transaction.state.log.load.buffer.size",
+            "int",
+            "5242880",
+            "Bytes read per step when a __transaction_state partition loads.",
+        ),
+        _k(
+            "transaction.max.timeout.ms",
+            "int",
+            "900000",
+            "Largest transaction timeout a producer may ask for.",
+        ),
+        _k(
+            "transactional.id.expiration.ms",
+            "int",
+            "604800000",
+            "A transactional id idle this long (no transaction) is removed.",
+        ),
+        _k(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "int",
+            "10000",
+            "How often transactions past their timeout are looked for (and aborted).",
+        ),
+        _k(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            "int",
+            "3600000",
+            "How often expired transactional ids are looked for (and removed).",
+        ),
+        _k(
+            "transaction.partition.verification.enable",
+            "boolean",
+            "true",
+            "Check with the coordinator that a partition is in the transaction before a "
+            "transactional produce starts one there (KIP-890 part 1).",
+        ),
         # Kafka's thread pools: accepted (dynamically too, within Kafka's bounds) without
         # effect, as one trio thread serves every connection and request
         _k("num.network.threads", "int", "3", _ONE_THREAD, CLUSTER_WIDE, at_least=1),
@@ -577,7 +646,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "sasl.enabled.mechanisms",
             "list",
             "GSSAPI",
-            "SASL mechanisms offered (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; GSSAPI is not "
+            "SASL mechanisms offered (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; GSSAPI is not "
             "offered); listener.name.<l>.sasl.enabled.mechanisms overrides it per listener.",
             PER_BROKER,
         ),
@@ -585,10 +654,30 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "sasl.jaas.config",
             "password",
             None,
-            "The broker's own client login, between brokers (not used yet). Listeners read "
-            "listener.name.<l>.<mechanism>.sasl.jaas.config (PLAIN's users: "
-            'user_<name>="<password>").',
+            "Not read by a broker (as Kafka). Listeners and the broker's own login between "
+            "brokers read listener.name.<l>.<mechanism>.sasl.jaas.config (PLAIN's users: "
+            'user_<name>="<password>"; the broker\'s login: username="..." password="...").',
             PER_BROKER,
+        ),
+        _k(
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            "GSSAPI",
+            "The mechanism brokers log in to each other with on a SASL inter-broker listener: "
+            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (GSSAPI is not implemented).",
+        ),
+        _k(
+            "connection.failed.authentication.delay.ms",
+            "int",
+            "100",
+            "A failed SASL authentication is answered and its connection closed after this "
+            "delay (slows password guessing); 0: at once.",
+        ),
+        _k(
+            "sasl.oauthbearer.jwks.endpoint.url",
+            "string",
+            None,
+            "Secured OAUTHBEARER tokens (OIDC) are not implemented: setting it is refused.",
         ),
         # Encryption of the password keys stored as dynamic broker configs (Kafka's
         # PasswordEncoder; wirebroker.password_encoder)
@@ -631,6 +720,26 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "0",
             "SASL session lifetime (KIP-368): a connection not re-authenticated by then is "
             "closed; 0: sessions do not expire.",
+        ),
+        # authorization (wirebroker.authorizer)
+        _k(
+            "authorizer.class.name",
+            "string",
+            "",
+            "kafka.security.authorizer.AclAuthorizer: check every request against ACLs; "
+            "empty: no authorization (inter-broker requests: only on the inter-broker listener).",
+        ),
+        _k(
+            "super.users",
+            "string",
+            None,
+            "Principals allowed everything, separated by semicolons, e.g. User:admin;User:broker.",
+        ),
+        _k(
+            "allow.everyone.if.no.acl.found",
+            "boolean",
+            "false",
+            "Allow a request on a resource that no ACL names (true lets everyone in until ACLs exist).",
         ),
         _k(
             "unclean.leader.election.enable",
@@ -711,6 +820,33 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Incremental fetch sessions (KIP-227) the broker keeps.",
         ),
         _k("min.insync.replicas", "int", "1", "ISR size acks=all needs.", CLUSTER_WIDE, at_least=1),
+        # quotas (wirebroker.quotas): client quotas' windows, replication throttles
+        _k("quota.window.num", "int", "11", "Windows a client quota's rate is sampled over."),
+        _k("quota.window.size.seconds", "int", "1", "Length of a client quota's windows."),
+        _k(
+            "controller.quota.window.num",
+            "int",
+            "11",
+            "Windows of a controller mutation quota's token bucket.",
+        ),
+        _k(
+            "controller.quota.window.size.seconds",
+            "int",
+            "1",
+            "Length of a controller mutation quota's windows.",
+        ),
+        _k(
+            "replication.quota.window.num",
+            "int",
+            "11",
+            "Windows a replication throttle's rate is sampled over.",
+        ),
+        _k(
+            "replication.quota.window.size.seconds",
+            "int",
+            "1",
+            "Length of a replication throttle's windows.",
+        ),
         # Kafka's broker quota configs (DynamicConfig.Broker): dynamic only, listed when set
         _k(
             "leader.replication.throttled.rate",
@@ -745,6 +881,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
     ]
 }
+
+QUOTA_WINDOW_KEYS = tuple(
+    k for k in BROKER_KEYS if k.endswith(("quota.window.num", "window.size.seconds"))
+)
 
 _LISTENER = re.compile(
     r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$"
@@ -1028,26 +1168,56 @@ class BrokerConfig:
         else:
             inter_broker = (self.get("security.inter.broker.protocol") or "").upper()
             _check_known("between brokers", inter_broker)
-        if self.cluster_mode and inter_broker not in ("PLAINTEXT", "SSL"):
-            raise ConfigError(
-                f"between brokers: {inter_broker} is not implemented by wirebroker's own client "
-                "side yet; give the brokers a PLAINTEXT or SSL listener and name it in "
-                "inter.broker.listener.name"
-            )
+        # Imported here: the SASL settings module reads this one's ConfigError.
+        from wirebroker.sasl.settings import inter_broker_login, listener_sasl
+
+        if self.cluster_mode and inter_broker.startswith("SASL_"):
+            inter_broker_login(self)
         for listener in self.listeners():
             if self.security_protocol(listener.name).startswith("SASL_"):
-                # Imported here: the SASL settings module reads this one's ConfigError.
-                from wirebroker.sasl.settings import listener_sasl
-
                 listener_sasl(self, listener.name)
+        delay = self.get_int("connection.failed.authentication.delay.ms")
+        if not 0 <= delay < self.connections_max_idle_ms:
+            raise ConfigError(
+                f"connection.failed.authentication.delay.ms={delay} must be at least 0 and less "
+                f"than connections.max.idle.ms={self.connections_max_idle_ms}"
+            )
+        self._validate_authorizer()
         self.metrics_listener()
         for name in (
             "message.max.bytes",
             "offsets.retention.minutes",
             "offsets.retention.check.interval.ms",
+            *QUOTA_WINDOW_KEYS,
         ):
             if self.get_int(name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+
+    def _validate_authorizer(self) -> None:
+        """An authorizer we do not implement refuses to start: never silently no authorization."""
+        # Imported here: the authorizer module reads this one's config at run time.
+        from wirebroker.authorizer.acl_authorizer import ACL_AUTHORIZER_NAMES, parse_super_users
+
+        name = (self.get("authorizer.class.name") or "").strip()
+        if name and name not in ACL_AUTHORIZER_NAMES:
+            raise ConfigError(
+                f"authorizer.class.name={name} is not implemented: wirebroker has Kafka's "
+                f"ACL authorizer ({ACL_AUTHORIZER_NAMES[0]}); set that, or leave it empty"
+            )
+        try:
+            parse_super_users(self.get("super.users"))
+        except ValueError as e:
+            raise ConfigError(f"super.users: {e}") from None
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        return bool((self.get("authorizer.class.name") or "").strip())
+
+    def inter_broker_listener_name(self) -> str:
+        """The listener name brokers reach each other on: `inter_broker_listener()`, else the
+        PLAINTEXT listener (Kafka's default protocol between brokers), else the first one."""
+        names = [listener.name for listener in self.listeners()]
+        return self.inter_broker_listener() or ("PLAINTEXT" if "PLAINTEXT" in names else names[0])
 
     # typed views --------------------------------------------------------------------------
     @property

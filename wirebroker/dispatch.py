@@ -11,8 +11,9 @@ with its traceback and answered the same way. `trio.Cancelled` always propagates
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,6 +21,16 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import APIS
 from protocol.messages.headers import RequestHeader
 from protocol.schema import Message, Struct
+from wirebroker.authorizer.acl_authorizer import authorized_names
+from wirebroker.authorizer.acls import (
+    AUTHORIZATION_ERRORS,
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operations_bits,
+)
+from wirebroker.quotas import throttle
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -45,7 +56,11 @@ Handler = Callable[["RequestContext", Any], Awaitable[Message | Later | None]]
 
 @dataclass(slots=True)
 class RequestContext:
-    """What a handler knows about the request besides its body."""
+    """What a handler knows about the request besides its body, and what its sender may do.
+
+    The authorization helpers are Kafka's AuthHelper: without an authorizer everything is
+    allowed (as Kafka), except acting as a broker (`authorize_cluster_action`).
+    """
 
     broker: Broker
     header: RequestHeader
@@ -53,6 +68,12 @@ class RequestContext:
     listener_name: str
     #: Who sent it: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener.
     principal: str = "User:ANONYMOUS"
+    #: The request's size in bytes (its frame), what `producer_byte_rate` counts.
+    request_size: int = 0
+    #: How long the client's connection is throttled for this request (client quotas).
+    throttle_time_ms: int = 0
+    #: The task time the request started at, while its request quota is not yet recorded.
+    quota_started: float | None = None
 
     @property
     def api_version(self) -> int:
@@ -61,6 +82,123 @@ class RequestContext:
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    @property
+    def api_name(self) -> str:
+        return APIS[self.header.request_api_key].name
+
+    # authorization ----------------------------------------------------------------------------
+    def authorize(
+        self,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+        *,
+        log_if_allowed: bool = True,
+        log_if_denied: bool = True,
+    ) -> bool:
+        """May the sender do `operation` on the resource? (Kafka's authorize: a denial is
+        logged unless `log_if_denied` is off, for filters and bit fields.)"""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.principal,
+            self.client_host,
+            self.api_name,
+            operation,
+            resource_type,
+            name,
+            log_if_allowed=log_if_allowed,
+            log_if_denied=log_if_denied,
+        )
+
+    def authorize_cluster(self, operation: AclOperation, *, log_if_denied: bool = True) -> bool:
+        """`authorize` on the cluster resource (`kafka-cluster`)."""
+        return self.authorize(
+            operation, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=log_if_denied
+        )
+
+    def require(self, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+        """`authorize`, or a KafkaError carrying the resource type's authorization error
+        (TOPIC_, GROUP_, CLUSTER_, TRANSACTIONAL_ID_AUTHORIZATION_FAILED), which the dispatcher
+        answers wherever the response has an error code: for a request refused as a whole."""
+        if not self.authorize(operation, resource_type, name):
+            raise KafkaError(
+                f"{self.principal} may not {operation.name} {resource_type.name} {name}",
+                error_code=AUTHORIZATION_ERRORS[resource_type],
+            )
+
+    def require_cluster(self, operation: AclOperation) -> None:
+        """Kafka's authorizeClusterOperation: `require` on the cluster resource."""
+        self.require(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorized(
+        self,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        names: Iterable[str],
+        *,
+        log_if_denied: bool = True,
+    ) -> set[str]:
+        """Kafka's filterByAuthorized: which of the names the sender may `operation`."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return set(names)
+        return authorized_names(
+            authorizer,
+            self.principal,
+            self.client_host,
+            self.api_name,
+            operation,
+            resource_type,
+            names,
+            log_if_denied=log_if_denied,
+        )
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Kafka's authorizeByResourceType: may the sender `operation` some resource of the type?"""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize_any(
+            self.principal, self.client_host, self.api_name, operation, resource_type
+        )
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """The authorized-operations bit field of a resource (every supported operation
+        without an authorizer)."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return operations_bits(SUPPORTED_OPERATIONS[resource_type])
+        return authorizer.authorized_operations(
+            self.principal, self.client_host, resource_type, name
+        )
+
+    def authorize_cluster_action(self, *, log_if_denied: bool = True) -> bool:
+        """May the sender act as a broker (LeaderAndIsr, a follower's Fetch, ...)? Kafka asks
+        for CLUSTER_ACTION on the cluster. Here also, with or without an authorizer: it must be
+        a cluster member's peer (the embedded broker has none) and come in on the inter-broker
+        listener."""
+        broker = self.broker
+        if not broker.cluster_mode:
+            return False
+        if self.listener_name != broker.config.inter_broker_listener_name():
+            return False
+        return self.authorize_cluster(AclOperation.CLUSTER_ACTION, log_if_denied=log_if_denied)
+
+    def require_cluster_action(self) -> None:
+        """`authorize_cluster_action` or CLUSTER_AUTHORIZATION_FAILED for the whole request."""
+        if not self.authorize_cluster_action():
+            if not self.broker.cluster_mode:
+                why = "this broker is embedded (no zookeeper.connect): it has no peers"
+            elif self.listener_name != self.broker.config.inter_broker_listener_name():
+                why = (
+                    f"it came in on listener {self.listener_name}, not on the inter-broker "
+                    f"listener {self.broker.config.inter_broker_listener_name()}"
+                )
+            else:
+                why = f"{self.principal} may not CLUSTER_ACTION the cluster"
+            raise KafkaError(
+                f"refused {self.api_name} from {self.principal} at {self.client_host}: {why}",
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +240,12 @@ def supported(api_key: int, version: int) -> bool:
 
 
 async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None:
-    """Run the handler; a KafkaError or a bug becomes this API's error response."""
+    """Run the handler; a KafkaError or a bug becomes this API's error response. The
+    response carries the request's throttle time (`wirebroker.quotas.throttle`)."""
     reg = REGISTRY[ctx.header.request_api_key]
     started = perf_counter()
+    if ctx.broker.quotas.request.enabled:
+        throttle.request_started(ctx)
     error = ErrorCode.NONE
     try:
         response = await reg.handler(ctx, body)
@@ -118,7 +259,21 @@ async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None
         log.exception("%s v%d: unexpected error in handler", type(body).__name__, ctx.api_version)
         error = ErrorCode.UNKNOWN_SERVER_ERROR
         response = error_response(ctx, body, error)
+    if ctx.quota_started is not None:
+        throttle.request_throttle(ctx)
+    throttle_ms = ctx.throttle_time_ms
+    if throttle_ms and response is not None:
+        if isinstance(response, Later):
+            response = Later(partial(_throttled_later, response, throttle_ms))
+        else:
+            throttle.set_throttle_time(response, throttle_ms)
     return ctx.broker.stats.request_done(ctx.header, body, started, response, error)
+
+
+async def _throttled_later(later: Later, throttle_ms: int) -> Message:
+    response = await later.finish()
+    throttle.set_throttle_time(response, throttle_ms)
+    return response
 
 
 def error_response(ctx: RequestContext, body: Message, code: ErrorCode) -> Message:
@@ -137,7 +292,13 @@ def _fill(target: Struct, source: Struct | None, code: int) -> None:
     for f in type(target).FIELDS:
         if f.name == "error_code" and f.type == "int16":
             target.error_code = code  # type: ignore[attr-defined]
-        elif f.struct is not None and f.type.startswith("[]") and source is not None:
+        elif (
+            f.struct is not None
+            and f.type.startswith("[]")
+            and source is not None
+            and f.tag is None
+        ):
+            # (a tagged list, Produce's node_endpoints, mirrors nothing of the request)
             mirror = _matching_list(source, f.name)
             if mirror is not None:
                 items = []

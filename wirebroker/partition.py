@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from protocol.errors import ErrorCode, KafkaError
 from storage.clock import Clock, wall_clock_ms
 from storage.partition_log import AppendInfo, PartitionLog
+from storage.validation import AppendOrigin
 from wirebroker.events import Waiters
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,11 @@ class Partition:
         return self.log.high_watermark
 
     @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read (see `PartitionLog.last_stable_offset`)."""
+        return self.log.last_stable_offset
+
+    @property
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
@@ -166,12 +172,19 @@ class Partition:
         return self.is_local_leader and len(self.isr) < self.effective_min_isr
 
     # leader appends -----------------------------------------------------------------------
-    def append_to_leader(self, records: memoryview, now_ms: int, acks: int = 1) -> AppendInfo:
+    def append_to_leader(
+        self,
+        records: memoryview,
+        now_ms: int,
+        acks: int = 1,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
         """Validate, assign offsets and append; the high watermark moves as the ISR allows.
 
         With acks=all (-1), an ISR smaller than `min.insync.replicas` refuses the append
         (NOT_ENOUGH_REPLICAS). The batch has reached the OS (os.write returned) when this
-        returns.
+        returns. `origin` COORDINATOR: a coordinator of this broker appends (transaction
+        markers), skipping the client rules.
         """
         if not self.is_local_leader:
             raise KafkaError(
@@ -184,7 +197,7 @@ class Partition:
                 f"min.insync.replicas ({self.effective_min_isr})",
                 error_code=ErrorCode.NOT_ENOUGH_REPLICAS,
             )
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
         self._advance_high_watermark(now_ms)
         self.notify_append()
         return info

@@ -84,6 +84,7 @@ async def serve_broker(
     zk: ZkClient | None = None
     if config.get("zookeeper.connect"):
         # Imported here: an embedded broker never loads kazoo and the controller (start-up time).
+        from wirebroker.zk import entity_configs
         from wirebroker.zk import member as zk_member
 
         zk = await zk_member.connect(config)
@@ -95,7 +96,7 @@ async def serve_broker(
             own = str(config.broker_id)
             again = dynamic.reencoded(stored[own])
             if again is not None:  # stored under password.encoder.old.secret
-                await zk_member.change_entity_config(zk, f"brokers/{own}", again)
+                await entity_configs.change_entity_config(zk, f"brokers/{own}", again)
             # A bad keystore or truststore fails here, before any file or socket is opened.
             tls = ListenerContexts(config)
             broker = Broker.open(config, clock, dynamic)
@@ -108,8 +109,14 @@ async def serve_broker(
         broker = Broker.open(config, clock, dynamic)
     dynamic.add_reconfigurable(Reconfigurable(tls.follows, tls.reconfigure, tls.validate))
     try:
+        if config.authorizer_enabled:
+            # The ACLs are loaded before any listener opens: no request is decided without them.
+            from wirebroker.authorizer.acl_authorizer import AclAuthorizer
+
+            broker.authorizer = await AclAuthorizer.open(config, zk)
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.groups.serve)
+            await nursery.start(broker.transactions.serve)
             if broker.cluster_mode:
                 await nursery.start(broker.replica_manager.run)
             bound: list[Listener] = []

@@ -11,9 +11,10 @@ reaches every topic without an override of its own once its LogConfig is made ag
 The keys are Kafka 3.9's whole topic-config list (``LogConfig``). Some are accepted, validated
 as Kafka validates them, stored and described, but change nothing here: ``message.format.version``
 and ``message.downconversion.enable`` (Kafka 3.x always stores v2 and we never down-convert),
-the ``*.replication.throttled.replicas`` lists (no replication quotas), and the tiered-storage
-keys ``local.retention.*`` and ``remote.log.*`` (no tiered storage: ``remote.storage.enable=true``
-is refused, as Kafka refuses it on a broker without ``remote.log.storage.system.enable``).
+and the tiered-storage keys ``local.retention.*`` and ``remote.log.*`` (no tiered storage:
+``remote.storage.enable=true`` is refused, as Kafka refuses it on a broker without
+``remote.log.storage.system.enable``). The ``*.replication.throttled.replicas`` lists are the
+replication throttles of `wirebroker.quotas.replication`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from wirebroker.config_sources import (
     Synonym,
     config_synonyms,
 )
+from wirebroker.quotas.replication import valid_throttled_replicas
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -107,7 +109,7 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             "list",
             "",
             None,
-            "Replicas throttled on the follower side (no effect here)",
+            "Replicas throttled on the follower side",
         ),
         TopicKey(
             "index.interval.bytes",
@@ -121,7 +123,7 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             "list",
             "",
             None,
-            "Replicas throttled on the leader side (no effect here)",
+            "Replicas throttled on the leader side",
         ),
         TopicKey(
             "local.retention.bytes",
@@ -325,7 +327,6 @@ def validate_overrides(overrides: Mapping[str, str]) -> None:
 
 #: What Kafka 3.9 accepts for ``message.format.version``: a MetadataVersion from 0.8.0 on.
 _FORMAT_VERSION = re.compile(r"0\.8\.[0-2]|0\.9\.0|0\.1[01]\.\d(-IV\d)?|[1-9]\.\d+(-IV\d+)?")
-_THROTTLED_REPLICAS = re.compile(r"\s*(\*|\d+\s*:\s*\d+(\s*,\s*\d+\s*:\s*\d+)*)?\s*")
 
 
 def _check_accepted_only(name: str, value: str) -> None:
@@ -333,7 +334,14 @@ def _check_accepted_only(name: str, value: str) -> None:
     if name == "message.format.version":
         ok = _FORMAT_VERSION.fullmatch(value.strip()) is not None
     elif name.endswith(".replication.throttled.replicas"):
-        ok = _THROTTLED_REPLICAS.fullmatch(value) is not None
+        if not valid_throttled_replicas(value):
+            raise KafkaError(
+                f"Invalid value {value} for configuration {name}: {name} must be the literal "
+                "'*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+                error_code=ErrorCode.INVALID_CONFIG,
+            )
+        return
     elif name.startswith("local.retention."):
         ok = int(value) >= -2
     elif name == "remote.storage.enable" and value.lower() == "true":

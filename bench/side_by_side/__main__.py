@@ -38,10 +38,16 @@ rows (ratio wirebroker/Kafka, goal):
      timeout, 6 s on both; also given from the session expiry on)
  12  Metadata round trip p99 and max while the broker flushes a 1 GiB rolled segment
      and compacts a 512 MiB topic (<= 1.0)
+ 13  over an SSL listener: produce 1 KiB, acks=1, and consume 512 MiB from the start:
+     MB/s (>= 1.0; neither broker can use sendfile on TLS)
+ 14  SASL_SSL (PLAIN) connections set up per second: TLS handshake, ApiVersions,
+     SaslHandshake, SaslAuthenticate, close; 4 client processes at once (>= 1.0), and
+     the broker's CPU per connection (<= 1.0)
 
-Rows 1, 2, 3, 5 and 10 run both Java (ProducerPerformance / ConsumerPerformance) and
+Rows 1, 2, 3, 5, 10 and 13 run both Java (ProducerPerformance / ConsumerPerformance) and
 librdkafka (confluent-kafka in its own process) load generators. Rows 10 and 11 start one
-ZooKeeper and three brokers of each kind. Progress goes to stderr.
+ZooKeeper and three brokers of each kind; rows 13 and 14 a broker with SSL and SASL_SSL
+listeners (a PKCS12 keystore made for the run). Progress goes to stderr.
 """
 
 

@@ -122,14 +122,20 @@ def consumer_performance(
     group: str,
     log4j: Path,
     timeout: float,
+    props: Mapping[str, object] | None = None,
 ) -> Run:
     """Consume ``messages`` records from the start of ``topic``; the fetch-phase rate.
 
     ConsumerPerformance reports both a total rate and a fetch rate that leaves out the
     group join (``rebalance.time.ms``); the fetch rate is the broker's serving speed.
+    ``props`` (e.g. TLS settings) go to its ``--consumer.config`` file, beside ``log4j``.
     """
     args = ["--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(messages)]
     args += ["--group", group, "--timeout", "30000"]
+    if props:
+        config = log4j.with_name("consumer.properties")
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        args += ["--consumer.config", str(config)]
     argv = tool_argv(CONSUMER_PERFORMANCE, args, log4j)
     out = _run(argv, timeout)
     lines = [line for line in out.splitlines() if line.strip()]

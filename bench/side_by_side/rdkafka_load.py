@@ -143,9 +143,17 @@ def produce(
         return _result(proc, argv, timeout)
 
 
-def consume(bootstrap: str, topic: str, *, records: int, timeout: float) -> Run:
-    """Figures ``records_per_s`` and ``bytes_per_s`` of reading ``records`` from the start."""
-    argv = _argv("consume", bootstrap, topic, {"records": records})
+def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    records: int,
+    timeout: float,
+    config: Mapping[str, object] | None = None,
+) -> Run:
+    """Figures ``records_per_s`` and ``bytes_per_s`` of reading ``records`` from the start
+    (``config``: more client settings, e.g. TLS)."""
+    argv = _argv("consume", bootstrap, topic, {"records": records, "config": config or {}})
     with _spawn(argv) as proc:
         return _result(proc, argv, timeout)
 
@@ -295,6 +303,7 @@ def _consumer(args: argparse.Namespace, group: str) -> Any:
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            **_config(args.config),
         }
     )
     c.assign([TopicPartition(args.topic, 0, OFFSET_BEGINNING)])

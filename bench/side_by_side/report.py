@@ -93,8 +93,8 @@ def met(figure: Figure, results: Results) -> bool | None:
 def fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "—"
-    if unit == "records/s":
-        return f"{value:,.0f} records/s"
+    if unit in ("records/s", "connections/s"):
+        return f"{value:,.0f} {unit}"
     if unit == "MiB":
         return f"{value:,.0f} MiB"
     if unit == "MB/s":

@@ -13,6 +13,10 @@ scraped), for the cost of metrics (its figures over ``wirebroker``'s).
 A broker counts as ready when ApiVersions answers and Metadata lists it with a controller
 (the same probes for both).
 
+Rows 13 and 14 run against a broker that also has an SSL and a SASL_SSL listener
+(``Secured``): the same server.properties keys for both, a PKCS12 keystore with a self-signed
+ECDSA certificate for 127.0.0.1 made for the run, and SASL/PLAIN with one user.
+
 Rows 10 and 11 run against a cluster of each kind (``running_cluster``): a fresh ZooKeeper
 (``wirebroker.zookeeper_server.zookeeper``, the same launcher for both) and ``CLUSTER_SIZE``
 brokers with ids 1..N, fresh data folders and ``CLUSTER_PROPERTIES`` (RF 3, min ISR 2, the
@@ -24,6 +28,8 @@ process's resident memory (VmRSS) and its CPU seconds (utime + stime).
 from __future__ import annotations
 
 import contextlib
+import datetime
+import ipaddress
 import os
 import re
 import shutil
@@ -35,6 +41,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509.oid import NameOID
 
 from compat.kafka_process import (
     KAFKA_MAIN,
@@ -123,6 +135,72 @@ READY_TIMEOUT = 120.0
 STOP_TIMEOUT = 60.0
 
 
+SASL_USER = "bench"
+SASL_PASSWORD = "bench-secret"
+
+
+@dataclass(frozen=True)
+class Secured:
+    """Rows 13-14's listeners: SSL and SASL_SSL (PLAIN, one user) beside PLAINTEXT, from a
+    PKCS12 keystore whose self-signed certificate (``certificate``, PEM, what clients trust)
+    names 127.0.0.1."""
+
+    keystore: Path
+    certificate: Path
+    password: str = "bench-store"
+
+    @classmethod
+    def create(cls, workdir: Path) -> Secured:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, LOOPBACK)])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=7))
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
+                critical=False,
+            )
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        secured = cls(workdir / "bench-keystore.p12", workdir / "bench-certificate.pem")
+        encryption = serialization.BestAvailableEncryption(secured.password.encode())
+        secured.keystore.write_bytes(
+            pkcs12.serialize_key_and_certificates(b"broker", key, cert, None, encryption)
+        )
+        secured.certificate.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return secured
+
+    def properties(self, ports: Mapping[str, int]) -> dict[str, str]:
+        """The server.properties keys both brokers get, listening on ``ports`` by listener."""
+        listeners = ",".join(f"{name}://{LOOPBACK}:{port}" for name, port in ports.items())
+        return {
+            "listeners": listeners,
+            "advertised.listeners": listeners,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.keystore.password": self.password,
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'user_{SASL_USER}="{SASL_PASSWORD}";'
+            ),
+        }
+
+
+def secured_ports(port: int, secured: Secured | None) -> dict[str, int]:
+    """Every listener's port: PLAINTEXT's, and with ``secured`` fresh ones for the others."""
+    return {"PLAINTEXT": port} | (
+        {name: free_port() for name in ("SSL", "SASL_SSL")} if secured else {}
+    )
+
+
 class BrokerError(RuntimeError):
     """A broker did not start, or died."""
 
@@ -139,6 +217,8 @@ class Broker:
     broker_id: int = 0
     #: Its log directory (Kafka's on-disk layout on both targets).
     log_dir: Path | None = None
+    #: Every listener's port by name (PLAINTEXT's is ``port``).
+    ports: dict[str, int] = field(default_factory=dict)
     spawned_at: float = 0.0
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -245,8 +325,9 @@ class Target(Protocol):
     name: str
     workdir: Path
 
-    def new_broker(self) -> Broker:
-        """A broker with a fresh data folder, not yet spawned."""
+    def new_broker(self, secured: Secured | None = None) -> Broker:
+        """A broker with a fresh data folder, not yet spawned; with ``secured``, its SSL and
+        SASL_SSL listeners too."""
         ...
 
     def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
@@ -275,11 +356,13 @@ class KafkaTarget:
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
-    def new_broker(self) -> Broker:
+    def new_broker(self, secured: Secured | None = None) -> Broker:
         base = _fresh_dir(self.workdir, "broker-")
         zk_connect = f"{self.zk.connect}/{base.name}"
-        broker = self._broker(0, zk_connect, base, {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES})
-        self.last_argv = broker.argv
+        overrides = {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES}
+        broker = self._broker(0, zk_connect, base, overrides, secured)
+        if secured is None:
+            self.last_argv = broker.argv
         return broker
 
     def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
@@ -289,16 +372,22 @@ class KafkaTarget:
         return broker
 
     def _broker(
-        self, broker_id: int, zookeeper_connect: str, base: Path, overrides: Mapping[str, str]
+        self,
+        broker_id: int,
+        zookeeper_connect: str,
+        base: Path,
+        overrides: Mapping[str, str],
+        secured: Secured | None = None,
     ) -> Broker:
         base.mkdir(parents=True, exist_ok=True)
         port = free_port()
+        ports = secured_ports(port, secured)
         props = kafka_properties(
             broker_id=broker_id,
             port=port,
             zookeeper_connect=zookeeper_connect,
             log_dir=base / "kafka-logs",
-            overrides=overrides,
+            overrides={**overrides, **(secured.properties(ports) if secured else {})},
         )
         config = base / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -320,6 +409,7 @@ class KafkaTarget:
             base / "kafka.log",
             broker_id=broker_id,
             log_dir=base / "kafka-logs",
+            ports=ports,
         )
 
     def describe(self) -> str:
@@ -360,9 +450,12 @@ class WirebrokerTarget:
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
-    def new_broker(self) -> Broker:
-        broker = self._broker(_fresh_dir(self.workdir, "broker-"), SHARED_PROPERTIES)
-        self.last_argv = broker.argv
+    def new_broker(self, secured: Secured | None = None) -> Broker:
+        broker = self._broker(
+            _fresh_dir(self.workdir, "broker-"), SHARED_PROPERTIES, secured=secured
+        )
+        if secured is None:
+            self.last_argv = broker.argv
         return broker
 
     def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
@@ -375,12 +468,22 @@ class WirebrokerTarget:
         self.cluster_argv = broker.argv
         return broker
 
-    def _broker(self, base: Path, overrides: Mapping[str, str], broker_id: int = 0) -> Broker:
+    def _broker(
+        self,
+        base: Path,
+        overrides: Mapping[str, str],
+        broker_id: int = 0,
+        secured: Secured | None = None,
+    ) -> Broker:
         base.mkdir(parents=True, exist_ok=True)
         port = free_port()
+        ports = secured_ports(port, secured)
+        settings = {**overrides, **(secured.properties(ports) if secured else {})}
+        listeners = settings.pop("listeners", f"PLAINTEXT://{LOOPBACK}:{port}")
+        settings.pop("advertised.listeners", None)  # the same as listeners
         argv = [sys.executable, "-m", "wirebroker", "serve"]
-        argv += ["--listeners", f"PLAINTEXT://{LOOPBACK}:{port}", "--log-dirs", str(base / "data")]
-        for key, value in {**overrides, **self.own}.items():
+        argv += ["--listeners", listeners, "--log-dirs", str(base / "data")]
+        for key, value in {**settings, **self.own}.items():
             argv += ["--override", f"{key}={value}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         return Broker(
@@ -391,6 +494,7 @@ class WirebrokerTarget:
             env=env,
             broker_id=broker_id,
             log_dir=base / "data",
+            ports=ports,
         )
 
     def describe(self) -> str:
@@ -437,9 +541,10 @@ def target_session(name: str, workdir: Path) -> Iterator[Target]:
 
 
 @contextlib.contextmanager
-def running(target: Target) -> Iterator[Broker]:
-    """A fresh broker of ``target``, spawned and ready, stopped on exit."""
-    broker = target.new_broker()
+def running(target: Target, secured: Secured | None = None) -> Iterator[Broker]:
+    """A fresh broker of ``target`` (with ``secured``'s listeners), spawned and ready, stopped
+    on exit."""
+    broker = target.new_broker(secured)
     broker.spawn()
     try:
         broker.wait_ready()

@@ -1,8 +1,10 @@
 """In-process brokers of a ZooKeeper cluster for trio tests, and a tiny async Kafka client.
 
-`start_brokers(nursery, zk_connect, tmp, ids)` runs `serve_broker` for each id on a free port
-(each its own data dir) and returns their `RunningBroker`s; `call(running, body, version)` sends
-one request over TCP with our codec. Everything is a child of the caller's nursery.
+`start_broker(nursery, zk_connect, tmp, id)` runs `serve_broker` on a free port (its own data
+dir) and returns its `RunningBroker`; `start_cluster` starts brokers 1-3 and waits until they
+all see each other; `create_topic` creates a topic through one of them; `call(running, body,
+version)` sends one request over TCP with our codec.
+Everything is a child of the caller's nursery.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Any
 import trio
 
 from protocol.api import decode_request, encode_response
+from protocol.errors import ErrorCode
 from protocol.framing import FrameBuffer, frame
 from protocol.messages import APIS
+from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.headers import ResponseHeader
 from protocol.schema import Message
 from wirebroker.config import BrokerConfig
@@ -35,7 +39,8 @@ def broker_config(zk_connect: str, tmp: Path, broker_id: int, **extra: str) -> B
         "controlled.shutdown.retry.backoff.ms": "200",
         "offsets.topic.num.partitions": "1",
     }
-    props.update({k.replace("_", "."): v for k, v in extra.items()})
+    # keyword style (`min_insync_replicas`) or the key itself (`listener.name.sasl_ssl....`)
+    props.update({k if "." in k else k.replace("_", "."): v for k, v in extra.items()})
     return BrokerConfig.from_properties(props)
 
 
@@ -46,6 +51,31 @@ async def start_broker(
         serve_broker, broker_config(zk_connect, tmp, broker_id, **extra)
     )
     return running
+
+
+async def start_cluster(
+    nursery: trio.Nursery, zk_connect: str, tmp: Path, **extra: str
+) -> dict[int, RunningBroker]:
+    """Brokers 1-3, once each knows all three alive."""
+    brokers = {i: await start_broker(nursery, zk_connect, tmp, i, **extra) for i in (1, 2, 3)}
+    await eventually(
+        lambda: all(
+            len(list(b.broker.metadata_cache.alive_brokers())) == 3 for b in brokers.values()
+        ),
+        what="3 live brokers",
+    )
+    return brokers
+
+
+async def create_topic(
+    running: RunningBroker, name: str, partitions: int, replicas: int = 3
+) -> None:
+    """CreateTopics through `running` (and fail unless the topic was created)."""
+    topic = CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=replicas
+    )
+    made = await call(running, CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7)
+    assert made.topics[0].error_code == ErrorCode.NONE, made.topics[0]
 
 
 async def call(running: RunningBroker, body: Message, version: int) -> Any:

@@ -14,11 +14,10 @@ import trio
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from protocol.errors import ErrorCode
-from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
-from tests.cluster.harness import call, eventually, start_broker
+from tests.cluster.harness import call, create_topic, start_cluster
 from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.server import RunningBroker
 
@@ -93,21 +92,8 @@ def test_group_follows_its_coordinator(zk_connect: str, tmp_path: Path, stop: st
             "group_initial_rebalance_delay_ms": "0",
         }
         async with trio.open_nursery() as nursery:
-            brokers = {
-                i: await start_broker(nursery, zk_connect, tmp_path, i, **extra) for i in (1, 2, 3)
-            }
-            await eventually(
-                lambda: all(
-                    len(list(b.broker.metadata_cache.alive_brokers())) == 3
-                    for b in brokers.values()
-                ),
-                what="3 live brokers",
-            )
-            topic = CreateTopicsRequest.CreatableTopic(
-                name=TOPIC, num_partitions=PARTITIONS, replication_factor=3
-            )
-            made = await call(brokers[1], CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7)
-            assert made.topics[0].error_code == ErrorCode.NONE
+            brokers = await start_cluster(nursery, zk_connect, tmp_path, **extra)
+            await create_topic(brokers[1], TOPIC, PARTITIONS)
             bootstrap = ",".join(b.bootstrap_servers for b in brokers.values())
             await trio.to_thread.run_sync(produce, bootstrap, 0, 30)
 

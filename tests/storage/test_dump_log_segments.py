@@ -4,7 +4,8 @@ Runs the tool from the Kafka jars (``make jars`` puts them in ``.cache/jars/kafk
 log holding every codec, several leader epochs, LogAppendTime, a converted legacy message set,
 transaction markers, compaction output with a delete horizon, and several segments: deep
 iteration must find every batch valid with no trailing bytes, ``--verify-index-only`` must find
-no mismatch in any ``.index`` or ``.timeindex``, and ``--index-sanity-check`` must pass.
+no mismatch in any ``.index`` or ``.timeindex``, and ``--index-sanity-check`` must pass. It
+also reads our ``.txnindex`` entries and the transactions in our producer snapshots.
 """
 
 from __future__ import annotations
@@ -180,3 +181,60 @@ def test_dump_log_segments_reads_the_active_segment_of_an_open_log(tmp_path: Pat
         assert len(listed) == seg.time_index.entries
     finally:
         manager.close()
+
+
+def test_dump_log_segments_reads_our_txn_indexes_and_snapshots(tmp_path: Path) -> None:
+    """Kafka's tool reads the aborted transactions of our ``.txnindex`` files, and the ongoing
+    transaction and coordinator epoch of our producer snapshots."""
+    d = tmp_path / "txn-0"
+    log = open_log(d, LogConfig(segment_bytes=700))
+    expected: list[str] = []
+    for i in range(10):
+        for pid in (7, 8):
+            data = build_record_batch(
+                [SimpleRecord(b"k", b"v%d" % i, (), T0 + i)],
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=i,
+                is_transactional=True,
+            )
+            log.append_as_leader(bytearray(data), 0, T0)
+        for pid in (7, 8):
+            abort = (i + pid) % 3 == 0
+            before = log.producer_state.producers[pid].current_txn_first_offset
+            marker = build_end_txn_marker_batch(
+                not abort, producer_id=pid, producer_epoch=0, coordinator_epoch=4, timestamp=T0
+            )
+            info = log.append_as_leader(bytearray(marker), 0, T0, origin=AppendOrigin.COORDINATOR)
+            if abort:
+                lso = next(iter(log.producer_state.ongoing), info.first_offset + 1)
+                expected.append(
+                    f"version: 0 producerId: {pid} firstOffset: {before} "
+                    f"lastOffset: {info.first_offset} lastStableOffset: {lso}"
+                )
+    open_txn = log.log_end_offset
+    log.append_as_leader(
+        bytearray(
+            build_record_batch(
+                [SimpleRecord(b"k", b"open", (), T0)],
+                producer_id=9,
+                producer_epoch=3,
+                base_sequence=0,
+                is_transactional=True,
+            )
+        ),
+        0,
+        T0,
+    )
+    log.close()
+    txn_indexes = sorted(d.glob("*.txnindex"))
+    assert len(txn_indexes) > 1
+    out, err = _dump("--files", ",".join(map(str, txn_indexes)))
+    assert err.strip() == "", err
+    assert [line for line in out.splitlines() if line.startswith("version:")] == expected
+
+    snapshot = sorted(d.glob("*.snapshot"))[-1]
+    out, err = _dump("--files", str(snapshot))
+    lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("producerId:")}
+    assert f"currentTxnFirstOffset: OptionalLong[{open_txn}]" in lines["9"], out
+    assert "coordinatorEpoch: 4 currentTxnFirstOffset: OptionalLong.empty" in lines["7"], out

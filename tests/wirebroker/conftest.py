@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.pki import Pki, make_pki
 
 LOG_TAIL = 60
 
@@ -24,16 +25,14 @@ def broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
     properties = getattr(request.module, "BROKER_PROPERTIES", {})
-    process = BrokerProcess(tmp_path_factory.mktemp("broker"), properties)
-    process.start()
-    try:
-        yield process
-    finally:
-        alive = process.alive()
-        code = process.stop()
-    assert alive, "the broker died during the module:\n" + "\n".join(process.log[-LOG_TAIL:])
-    assert code == 0, f"the broker exited with {code}:\n" + "\n".join(process.log[-LOG_TAIL:])
-    assert not process.tracebacks(), "the broker logged tracebacks:\n" + "\n".join(process.log)
+    with serving(BrokerProcess(tmp_path_factory.mktemp("broker"), properties), LOG_TAIL) as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA with broker and client certificates (`tests.wirebroker.pki`)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture

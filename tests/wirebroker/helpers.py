@@ -9,13 +9,14 @@ to set up topics without the start-up cost of a real client.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import struct
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
 import trio
@@ -33,11 +34,16 @@ from protocol.messages.headers import RequestHeader
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.produce import ProduceRequest
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message
 from storage.clock import Clock, wall_clock_ms
+
+if TYPE_CHECKING:
+    from tests.broker_process import BrokerProcess
 
 T = TypeVar("T")
 
@@ -94,16 +100,38 @@ def request_frame(
 
 
 class RawClient:
-    """One blocking connection speaking Kafka frames with our codec."""
+    """One blocking connection speaking Kafka frames with our codec; with `plain` (user,
+    password) it logs in with SASL/PLAIN first (a SASL_PLAINTEXT listener)."""
 
     def __init__(
-        self, bootstrap: str, *, client_id: str | None = "raw-test", timeout: float = 10.0
+        self,
+        bootstrap: str,
+        *,
+        client_id: str | None = "raw-test",
+        timeout: float = 10.0,
+        plain: tuple[str, str] | None = None,
     ):
         self.sock = socket.create_connection(host_port(bootstrap), timeout=timeout)
         self.client_id = client_id
         self.timeout = timeout
         self._correlation_id = 0
         self._buf = bytearray()
+        if plain is not None:
+            try:
+                self.login_plain(*plain)
+            except BaseException:
+                self.close()
+                raise
+
+    def login_plain(self, user: str, password: str) -> Any:
+        """SaslHandshake v1 and SaslAuthenticate v2 with PLAIN; the SaslAuthenticate answer."""
+        handshake = self.request(SaslHandshakeRequest(mechanism="PLAIN"), 1)
+        assert handshake.error_code == ErrorCode.NONE, handshake
+        token = f"\0{user}\0{password}".encode()
+        answer = self.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+        if answer.error_code != ErrorCode.NONE:
+            raise ConnectionError(f"SASL/PLAIN login of {user} failed: {answer.error_message}")
+        return answer
 
     def __enter__(self) -> RawClient:
         return self
@@ -380,9 +408,9 @@ def expected(samples: Sequence[Sample], partition: int = 0, first_offset: int = 
     ]
 
 
-def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> Any:
-    """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
-    request = FetchRequest(
+def fetch_request(topic: str, partition: int = 0, offset: int = 0) -> FetchRequest:
+    """A Fetch of one partition from `offset` that does not wait."""
+    return FetchRequest(
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
@@ -397,6 +425,11 @@ def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -
             )
         ],
     )
+
+
+def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> Any:
+    """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
+    request = fetch_request(topic, partition, offset)
     with RawClient(bootstrap) as client:
         response = client.request(request, 12)
     return response.responses[0].partitions[0]
@@ -459,6 +492,15 @@ def scrape(url: str) -> Samples:
         for s in family.samples:
             samples[(s.name, frozenset(s.labels.items()))] = s.value
     return samples
+
+
+def metrics_url(broker: BrokerProcess) -> str:
+    """The URL of the broker's Prometheus endpoint (`wirebroker.metrics.listener` set)."""
+    line = broker.wait_for_log("metrics endpoint on")
+    assert line is not None, "the broker did not print its metrics endpoint"
+    m = re.search(r"metrics endpoint on (?P<url>http://\S+/metrics)", line)
+    assert m is not None, line
+    return m["url"]
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:

@@ -1,7 +1,8 @@
 """The controller's APIs on an embedded broker: its own controller, one replica per partition.
 
 There is nothing to elect or move, and no other broker to send AlterPartition or
-ControlledShutdown, so those two answer NOT_CONTROLLER (cluster mode is in tests/cluster).
+ControlledShutdown, so those two are refused (CLUSTER_AUTHORIZATION_FAILED: no one may act as a
+broker towards it; cluster mode is in tests/cluster).
 """
 
 from __future__ import annotations
@@ -81,6 +82,6 @@ def test_embedded_broker_is_its_own_controller(broker: BrokerProcess, topic: str
             cancelled.responses[0].partitions[0].error_code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
         )
         shutdown = client.request(ControlledShutdownRequest(broker_id=0, broker_epoch=-1), 3)
-        assert shutdown.error_code == ErrorCode.NOT_CONTROLLER
+        assert shutdown.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         alter = client.request(AlterPartitionRequest(broker_id=0, broker_epoch=-1), 3)
-        assert alter.error_code == ErrorCode.NOT_CONTROLLER
+        assert alter.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED

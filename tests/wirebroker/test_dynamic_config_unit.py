@@ -126,7 +126,7 @@ def test_stored_values_that_are_invalid_are_left_out(caplog: pytest.LogCaptureFi
         dynamic.to_persistent("0", {"listener.name.ssl.ssl.key.password": "x"})
 
 
-def test_the_inter_broker_tls_context_follows_its_listeners_stores(tmp_path: Path) -> None:
+def test_peer_connections_follow_the_inter_broker_listeners_stores(tmp_path: Path) -> None:
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     for name in ("old.pem", "new.pem"):
@@ -147,14 +147,14 @@ def test_the_inter_broker_tls_context_follows_its_listeners_stores(tmp_path: Pat
     broker = Broker.open(config)
     try:
         manager = broker.replica_manager
-        before = manager.ssl_context
-        assert before is not None and manager.controller.ssl_context is before
+        before = broker.peer_security
+        assert before.ssl_context is not None and manager.controller.security is before
         key = "listener.name.ssl.ssl.keystore.location"
         broker.dynamic_config.apply("0", {key: str(tmp_path / "new.pem")})
-        assert manager.ssl_context is not before
-        assert manager.controller.ssl_context is manager.ssl_context
-        broker.dynamic_config.apply("0", {key: str(tmp_path / "new.pem")})  # unchanged
-        assert manager.controller.ssl_context is manager.ssl_context
+        assert broker.peer_security is not before and broker.peer_security.ssl_context
+        assert manager.controller.security is broker.peer_security
+        with pytest.raises(ConfigError, match="missing.pem"):
+            broker.dynamic_config.validate("0", {key: str(tmp_path / "missing.pem")})
     finally:
         broker.close()
 

@@ -36,10 +36,10 @@ from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.wirebroker.test_replication_unit import _materialize, roundtrip, update_metadata
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
+from wirebroker.coordinator_store import Origin, partition_for
 from wirebroker.dispatch import RequestContext, dispatch
 from wirebroker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from wirebroker.group.loader import GroupLoad
-from wirebroker.group.records import partition_for
 from wirebroker.group.state import CommittedOffset, JoinResult, SyncResult
 from wirebroker.partition import TopicPartition
 
@@ -472,10 +472,10 @@ def test_a_loading_partition_answers_load_in_progress(
     entered, release = threading.Event(), threading.Event()
     replay = GroupLoad.replay
 
-    def held(self: GroupLoad, key: bytes, value: bytes | None) -> None:
+    def held(self: GroupLoad, key: bytes, value: bytes | None, origin: Origin) -> None:
         entered.set()
         release.wait(10)
-        replay(self, key, value)
+        replay(self, key, value, origin)
 
     async def test(broker: Broker) -> None:
         groups = broker.groups

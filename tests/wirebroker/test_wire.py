@@ -22,6 +22,7 @@ from protocol.framing import frame
 from protocol.messages import APIS
 from protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from protocol.messages.delete_topics import DeleteTopicsRequest
+from protocol.messages.describe_acls import DescribeAclsRequest
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from protocol.messages.produce import ProduceRequest
@@ -98,6 +99,13 @@ def test_every_advertised_version_is_answered(broker: BrokerProcess) -> None:
                     body.acks = 1  # the default, 0, would get no response at all
                 if isinstance(body, ApiVersionsRequest) and version >= 3:
                     body = ApiVersionsRequest(**SOFTWARE)
+                if isinstance(body, DescribeAclsRequest):  # UNKNOWN (0) filters are unparsable
+                    body = DescribeAclsRequest(
+                        resource_type_filter=1,
+                        pattern_type_filter=1 if version else 3,  # v0: always LITERAL
+                        operation=1,
+                        permission_type=1,
+                    )
                 correlation_id = client.send(body, version)
                 response = decode_response(client.receive_frame(), k.api_key, version)
                 assert response.header.correlation_id == correlation_id, (info.name, version)

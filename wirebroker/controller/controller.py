@@ -42,7 +42,6 @@ from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
-from wirebroker.tls import inter_broker_client_context
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
     BadVersionError,
@@ -56,6 +55,7 @@ from wirebroker.zk.znodes import BrokerRegistration, PartitionState, TopicAssign
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
+    from wirebroker.peer import PeerSecurity
 
 log = logging.getLogger(__name__)
 state_log = logging.getLogger("wirebroker.state.change")
@@ -137,10 +137,13 @@ class _Call:
 class Controller:
     """This broker's controller: a candidate always, active while it holds `/controller`."""
 
-    def __init__(self, zk: ZkClient, broker_id: int, config: BrokerConfig) -> None:
+    def __init__(
+        self, zk: ZkClient, broker_id: int, config: BrokerConfig, security: PeerSecurity
+    ) -> None:
         self.zk = zk
         self.broker_id = broker_id
         self.config = config
+        self.security = security  # of the channel's connections to the brokers
         self.active = False
         self.active_id = -1  # the controller we know of (ourselves included), -1 if none
         self.ctx = ControllerContext()
@@ -327,7 +330,7 @@ class Controller:
 
     async def _start_channel(self) -> None:
         assert self._nursery is not None
-        channel = ControllerChannel(self.broker_id, inter_broker_client_context(self.config))
+        channel = ControllerChannel(self.broker_id, self.security)
         scope = trio.CancelScope()
 
         async def run_channel(task_status: trio.TaskStatus[None]) -> None:
@@ -1038,7 +1041,7 @@ class Controller:
         live = ctx.live.get(broker_id)
         if live is None:
             raise ControllerError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
-        if broker_epoch != -1 and broker_epoch < live.epoch:
+        if broker_epoch < live.epoch:  # Kafka lets -1 (no epoch, before v2) through; not here
             raise ControllerError(ErrorCode.STALE_BROKER_EPOCH, "stale broker epoch")
         log.info("controlled shutdown of broker %d", broker_id)
         ctx.shutting_down.add(broker_id)

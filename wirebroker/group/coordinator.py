@@ -42,13 +42,21 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import trio
 
 from protocol.errors import ErrorCode
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
-from wirebroker.coordinator_store import WRITTEN, CoordinatorStore, Write
+from wirebroker.coordinator_store import (
+    WRITTEN,
+    CoordinatorStore,
+    PartitionLoads,
+    Write,
+    partition_for,
+    store_error,
+)
 from wirebroker.group import records
 from wirebroker.group.loader import GroupLoad
 from wirebroker.group.state import (
@@ -60,10 +68,12 @@ from wirebroker.group.state import (
     Outcome,
     SyncResult,
 )
+from wirebroker.group.txn_offsets import PendingTxnOffsets
 from wirebroker.partition import TopicPartition
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
+    from wirebroker.txn.verification import TransactionalWriter
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +96,13 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         #: The `__consumer_offsets` partitions loaded (in a cluster: led by us, and loaded).
         self.owned: set[int] = set()
-        #: The partitions being loaded, each with the cancel scope of its load.
-        self.loading: dict[int, trio.CancelScope] = {}
-        self._load_ended = trio.Event()  # set (and replaced) each time a load ends
         #: Per group, the log offset of the commit each partition's offset came from: a commit
         #: acknowledged after a later one must not overwrite it.
         self._commit_positions: dict[str, dict[tuple[str, int], int]] = {}
         #: Per group, commits written but not yet durable: expiry leaves such a group alone.
         self._pending_commits: Counter[str] = Counter()
+        #: Offsets committed in transactions that have not ended yet.
+        self.txn_offsets = PendingTxnOffsets()
         self._joins: dict[tuple[str, str], _Waiter[JoinResult]] = {}
         self._syncs: dict[tuple[str, str], _Waiter[SyncResult]] = {}
         self._wake = trio.Event()
@@ -103,6 +112,8 @@ class GroupCoordinator:
         self.store = CoordinatorStore(
             OFFSETS_TOPIC, broker.partition, config.get_int("offsets.commit.timeout.ms") / 1000
         )
+        #: The partitions being loaded.
+        self.loading = PartitionLoads(self.store)
         self.num_partitions = config.get_int("offsets.topic.num.partitions")
         self.initial_delay_ms = config.get_int("group.initial.rebalance.delay.ms")
         self.min_session_ms = config.get_int("group.min.session.timeout.ms")
@@ -171,51 +182,33 @@ class GroupCoordinator:
             if index not in self.owned and index not in self.loading:
                 self._start_load(index)
             return
-        scope = self.loading.get(index)
-        if scope is not None:
-            self._end_load(index)
-            scope.cancel()
-            log.info("%s-%d: no longer leader: load cancelled", OFFSETS_TOPIC, index)
+        self.loading.cancel(index)
         if index in self.owned:
             self.owned.discard(index)
             self._unload_partition(index)
 
-    def _end_load(self, index: int) -> None:
-        del self.loading[index]
-        self._load_ended.set()
-        self._load_ended = trio.Event()
-
     async def wait_loaded(self, index: int | None = None) -> None:
         """Until partition `index` of `__consumer_offsets` (default: every one) is not loading."""
-        while (index in self.loading) if index is not None else self.loading:
-            await self._load_ended.wait()
+        await self.loading.wait(index)
 
     def _start_load(self, index: int) -> None:
-        assert self._nursery is not None, "partitions load once the coordinator serves"
-        scope = self.loading[index] = trio.CancelScope()
-        self._nursery.start_soon(self._load, index, scope)
-
-    async def _load(self, index: int, scope: trio.CancelScope) -> None:
         """Replay partition `index` off the loop, then install its groups, unless the load was
-        cancelled (leadership moved) meanwhile."""
-        started = trio.current_time()
+        cancelled (leadership moved) meanwhile; a load that failed leaves them unavailable."""
+        assert self._nursery is not None, "partitions load once the coordinator serves"
         load = GroupLoad(self.initial_delay_ms)
-        with scope:
-            try:
-                count = await self.store.replay(index, load.replay)
-            except Exception:  # a bug or a broken log: its groups stay unavailable
-                log.exception("%s-%d: loading failed", OFFSETS_TOPIC, index)
-                if self.loading.get(index) is scope:
-                    self._end_load(index)
-                return
-        if self.loading.get(index) is not scope:
-            return  # cancelled, or superseded by a newer load
-        self._end_load(index)
+        self.loading.start(
+            self._nursery, index, 0, load.replay, load.marker, partial(self._loaded, index, load)
+        )
+
+    def _loaded(self, index: int, load: GroupLoad, count: int, elapsed_ms: float) -> None:
+        load.finish()
         now = self.broker.now_ms()
         for group in load.groups.values():
             for m in group.members.values():
                 m.heartbeat_deadline_ms = now + m.session_timeout_ms
         self.groups.update(load.groups)
+        self._commit_positions.update(load.positions)
+        self.txn_offsets.merge(load.pending)
         self.owned.add(index)
         self._wake.set()  # the loaded groups' deadlines
         log.log(
@@ -225,7 +218,7 @@ class GroupCoordinator:
             index,
             len(load.groups),
             count,
-            (trio.current_time() - started) * 1000,
+            elapsed_ms,
         )
 
     def coordinator_error(self, group_id: str) -> ErrorCode:
@@ -245,7 +238,7 @@ class GroupCoordinator:
         count = self.num_partitions
         if self.broker.cluster_mode:
             count = len(self.broker.metadata_cache.partitions.get(OFFSETS_TOPIC, {})) or count
-        return records.partition_for(group_id, count)
+        return partition_for(group_id, count)
 
     def _unload_partition(self, index: int) -> None:
         """Forget the groups of one partition; their parked requests answer NOT_COORDINATOR."""
@@ -255,6 +248,7 @@ class GroupCoordinator:
         for gid in gone:
             del self.groups[gid]
             self._commit_positions.pop(gid, None)
+            self.txn_offsets.drop_group(gid)
         for (gid, member_id), join in list(self._joins.items()):
             if gid in gone:
                 join.result = JoinResult(ErrorCode.NOT_COORDINATOR, member_id)
@@ -317,7 +311,12 @@ class GroupCoordinator:
         positions = self._commit_positions.get(group_id, {})
         for tp in gone:
             positions.pop(tp, None)
-        dead = group.state == GroupState.EMPTY and not group.offsets
+        self.txn_offsets.drop_partitions(group_id, gone)
+        dead = (
+            group.state == GroupState.EMPTY
+            and not group.offsets
+            and not self.txn_offsets.has_group(group_id)
+        )
         if dead:
             group.state = GroupState.DEAD
             del self.groups[group_id]
@@ -342,6 +341,7 @@ class GroupCoordinator:
             and not group.members
             and not group.pending_members
             and not group.offsets
+            and not self.txn_offsets.has_group(group.group_id)
         ):
             self.groups.pop(group.group_id, None)
 
@@ -375,12 +375,23 @@ class GroupCoordinator:
             self._wake.set()  # only an earlier deadline needs the timer task to wake
         return write
 
-    def _append(self, group_id: str, kvs: list[tuple[bytes, bytes | None]]) -> Write:
-        """Append to the group's partition (creating the topic on first use, embedded)."""
+    def _append(
+        self,
+        group_id: str,
+        kvs: list[tuple[bytes, bytes | None]],
+        *,
+        producer: tuple[int, int] | None = None,
+    ) -> Write:
+        """Append to the group's partition (creating the topic on first use, embedded); with
+        `producer` (id, epoch) as that producer's transactional batch."""
         if not self.broker.cluster_mode:
             self.ensure_topic()
         return self.store.append(
-            self.partition_of(group_id), kvs, self.broker.now_ms(), f"group {group_id}"
+            self.partition_of(group_id),
+            kvs,
+            self.broker.now_ms(),
+            f"group {group_id}",
+            producer=producer,
         )
 
     async def join(
@@ -569,15 +580,11 @@ class GroupCoordinator:
                 codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 continue
             codes.append(ErrorCode.NONE)
-            value = OffsetCommitValue(
-                offset=committed.offset,
-                leader_epoch=committed.leader_epoch,
-                metadata=committed.metadata,
-                commit_timestamp=committed.commit_timestamp_ms,
-                expire_timestamp=committed.expire_timestamp_ms,
-            )
             kvs.append(
-                (records.offset_key(group_id, topic, partition), records.offset_value(value))
+                (
+                    records.offset_key(group_id, topic, partition),
+                    records.offset_value(_offset_value(committed)),
+                )
             )
             accepted.append((topic, partition, committed))
         if not kvs:
@@ -596,8 +603,8 @@ class GroupCoordinator:
             return ErrorCode.NONE, codes  # unloaded or deleted meanwhile; the log has it
         positions = self._commit_positions.setdefault(group_id, {})
         for topic, partition, committed in accepted:
-            if positions.get((topic, partition), -1) < write.end_offset:
-                positions[(topic, partition)] = write.end_offset
+            if positions.get((topic, partition), -1) < _position(write):
+                positions[(topic, partition)] = _position(write)
                 group.offsets[(topic, partition)] = committed
         return ErrorCode.NONE, codes
 
@@ -632,31 +639,111 @@ class GroupCoordinator:
             self._remove_offsets(group, gone)
         return ErrorCode.NONE, codes
 
+    # -- transactional offsets --------------------------------------------------------------
+    async def commit_transactional(
+        self,
+        group_id: str,
+        txn: TransactionalWriter,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        offsets: list[tuple[str, int, CommittedOffset]],
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): per-partition codes. The offsets
+        are written as a transactional batch of the producer and stay pending -- not fetched,
+        UNSTABLE_OFFSET_COMMIT for require_stable -- until its transaction ends
+        (`complete_transaction`)."""
+        count = len(offsets)
+        if not group_id:
+            return [ErrorCode.INVALID_GROUP_ID] * count
+        if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
+            return [error] * count
+        self._group(group_id, create=True)
+        index = self.partition_of(group_id)
+        unverified = await txn.verify([TopicPartition(OFFSETS_TOPIC, index)])
+        if unverified:
+            (error,) = unverified.values()
+            return [_txn_offset_store_error(error)] * count
+        group = self.groups.get(group_id)
+        if group is None:  # unloaded while verifying
+            return [self.coordinator_error(group_id) or ErrorCode.NOT_COORDINATOR] * count
+        error = group.check_txn_commit(member_id, instance_id, generation_id)
+        if error != ErrorCode.NONE:
+            return [error] * count
+        codes: list[ErrorCode] = []
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for topic, partition, committed in offsets:
+            if len(committed.metadata.encode()) > self.max_metadata_bytes:
+                codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+            else:
+                codes.append(ErrorCode.NONE)
+                accepted[(topic, partition)] = committed
+        if not accepted:
+            return codes
+        producer_id = txn.producer_id
+        self.txn_offsets.add(group_id, producer_id, accepted)
+        write = self._append(
+            group_id,
+            [
+                (records.offset_key(group_id, t, p), records.offset_value(_offset_value(c)))
+                for (t, p), c in accepted.items()
+            ],
+            producer=(producer_id, txn.producer_epoch),
+        )
+        stored = _txn_offset_store_error(await self.store.stored(write))
+        if stored != ErrorCode.NONE:
+            self.txn_offsets.forget(group_id, producer_id, list(accepted))
+            return [stored if c == ErrorCode.NONE else c for c in codes]
+        self.txn_offsets.written(group_id, producer_id, accepted, _position(write))
+        return codes
 
-def _store_error(error: ErrorCode, *, too_large: ErrorCode, timed_out: ErrorCode) -> ErrorCode:
-    """A failed write to `__consumer_offsets` as Kafka's GroupMetadataManager answers it."""
-    if error == ErrorCode.REQUEST_TIMED_OUT:
-        return timed_out
-    if error in (
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if error in (
-        ErrorCode.MESSAGE_TOO_LARGE,
-        ErrorCode.RECORD_LIST_TOO_LARGE,
-        ErrorCode.INVALID_FETCH_SIZE,
-    ):
-        return too_large
-    return error
+    def complete_transaction(self, producer_id: int, partitions: list[int], commit: bool) -> None:
+        """A marker of `producer_id` was written to these `__consumer_offsets` partitions: make
+        its transactional offsets in their groups the groups' offsets (commit; unless a later
+        commit already replaced one) or drop them (abort), as Kafka's onTransactionCompleted."""
+        done = set(partitions)
+        taken = self.txn_offsets.take(producer_id, lambda g: self.partition_of(g) in done)
+        for group_id, pending in taken:
+            group = self.groups.get(group_id)
+            if not commit or group is None:
+                continue
+            positions = self._commit_positions.setdefault(group_id, {})
+            for tp, p in pending.items():
+                if p.position >= 0 and positions.get(tp, -1) < p.position:
+                    positions[tp] = p.position
+                    group.offsets[tp] = p.offset
+        if taken:
+            log.debug(
+                "producer %d: %s offsets of %d groups",
+                producer_id,
+                "committed" if commit else "aborted",
+                len(taken),
+            )
+
+    def unstable(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """Whether an open transaction holds an offset of `tp` for the group."""
+        return self.txn_offsets.has_pending(group_id, tp)
+
+
+def _offset_value(committed: CommittedOffset) -> OffsetCommitValue:
+    return OffsetCommitValue(
+        offset=committed.offset,
+        leader_epoch=committed.leader_epoch,
+        metadata=committed.metadata,
+        commit_timestamp=committed.commit_timestamp_ms,
+        expire_timestamp=committed.expire_timestamp_ms,
+    )
+
+
+def _position(write: Write) -> int:
+    """An offset inside the write's batch: positions order the commits of a partition (a load
+    records each batch's base offset)."""
+    return write.end_offset - 1
 
 
 def _group_store_error(error: ErrorCode) -> ErrorCode:
     """storeGroup's mapping: a timeout is a coordinator that is not available."""
-    return _store_error(
+    return store_error(
         error,
         too_large=ErrorCode.UNKNOWN_SERVER_ERROR,
         timed_out=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -666,8 +753,18 @@ def _group_store_error(error: ErrorCode) -> ErrorCode:
 def _offset_store_error(error: ErrorCode) -> ErrorCode:
     """storeOffsets' mapping: a timeout stays REQUEST_TIMED_OUT, which consumers treat as a
     lost coordinator."""
-    return _store_error(
+    return store_error(
         error,
         too_large=ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
         timed_out=ErrorCode.REQUEST_TIMED_OUT,
     )
+
+
+def _txn_offset_store_error(error: ErrorCode) -> ErrorCode:
+    """A transactional commit's failure (Kafka's maybeConvertOffsetCommitError): as an offset
+    commit's, and a verification that could not reach the transaction's coordinator
+    (NETWORK_EXCEPTION) is COORDINATOR_LOAD_IN_PROGRESS, which clients retry without a new
+    coordinator lookup."""
+    if error == ErrorCode.NETWORK_EXCEPTION:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    return _offset_store_error(error)

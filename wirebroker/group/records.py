@@ -91,17 +91,6 @@ def _group_value(value: bytes) -> GroupMetadataValue:
     return GroupMetadataValue.decode(value[2:], version)
 
 
-def partition_for(group: str, partitions: int) -> int:
-    """Kafka's `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode."""
-    h = 0
-    data = group.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    if h >= 0x80000000:
-        h -= 0x100000000
-    return (0 if h == -0x80000000 else abs(h)) % partitions
-
-
 def group_metadata(group: Group) -> GroupMetadataValue:
     """The metadata value of `group` as it stands."""
     members = [

@@ -559,6 +559,29 @@ class Group:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
+    def check_txn_commit(
+        self, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """Whether a TxnOffsetCommit may write (Kafka's validateOffsetCommit for transactional
+        commits): the member and generation are checked when the commit names them (v3+);
+        one that names none (v0-2, or a producer outside the group) is accepted in any state."""
+        if self.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and self.state == GroupState.EMPTY:
+            return ErrorCode.NONE
+        if generation_id >= 0 or member_id or instance_id is not None:
+            if instance_id is not None:
+                known = self.static_members.get(instance_id)
+                if known is None:
+                    return ErrorCode.UNKNOWN_MEMBER_ID
+                if known != member_id:
+                    return ErrorCode.FENCED_INSTANCE_ID
+            if member_id not in self.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if generation_id != self.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
     def expire_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
         """Remove and return the offsets whose retention passed (Kafka 3.x): in an Empty group,
         `retention_ms` after it became Empty (after each commit if that time is unknown); in a

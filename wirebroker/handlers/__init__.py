@@ -1,7 +1,9 @@
 """One module per API family; importing this package registers them all with the dispatcher."""
 
 from wirebroker.handlers import (  # noqa: F401
+    acls,
     api_versions,
+    client_quotas,
     cluster,
     configs,
     control,
@@ -16,4 +18,6 @@ from wirebroker.handlers import (  # noqa: F401
     producer_ids,
     sasl,
     topics,
+    txn,
+    write_txn_markers,
 )

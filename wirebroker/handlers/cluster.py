@@ -2,14 +2,20 @@
 
 Lists the live brokers (v1: endpoint type 1, brokers; controllers are not listed, as in ZooKeeper
 mode), the cluster id, and the controller id, from the metadata cache (embedded: this broker,
-its own controller).
+its own controller). The cluster's authorized operations, when asked for, are 0 without DESCRIBE
+on the cluster, else those the ACLs allow, as Kafka.
 """
 
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
-from wirebroker import authorized_operations as ops
+from wirebroker.authorizer.acls import (
+    CLUSTER_NAME,
+    NOT_REQUESTED,
+    AclOperation,
+    ResourceType,
+)
 from wirebroker.dispatch import RequestContext, handles
 
 BROKERS = 1
@@ -42,7 +48,14 @@ async def describe_cluster(
         cluster_id=broker.cluster_id,
         controller_id=broker.controller_id,
         brokers=brokers,
-        cluster_authorized_operations=(
-            ops.CLUSTER if request.include_cluster_authorized_operations else ops.NOT_REQUESTED
-        ),
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )
+
+
+def _cluster_operations(ctx: RequestContext, request: DescribeClusterRequest) -> int:
+    """As Kafka: 0 without DESCRIBE on the cluster, else the operations the ACLs allow."""
+    if not request.include_cluster_authorized_operations:
+        return NOT_REQUESTED
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)

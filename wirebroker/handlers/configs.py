@@ -12,6 +12,11 @@ Before any change, as Kafka's ConfigAdminManager: a resource named twice, a conf
 in one resource or a missing value (other than DELETE's) fail that resource with INVALID_REQUEST.
 AlterConfigs does not take BROKER_LOGGER resources (INVALID_REQUEST, as Kafka's "Unknown
 resource type 8").
+
+Authorization, as Kafka: describing a topic's configs needs DESCRIBE_CONFIGS on the topic,
+altering them ALTER_CONFIGS (TOPIC_AUTHORIZATION_FAILED); a broker's (or broker logger's) needs
+the same operation on the cluster (CLUSTER_AUTHORIZATION_FAILED). DescribeConfigs lists the
+refused resources last.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsResponse,
 )
 from wirebroker import broker_loggers
+from wirebroker.authorizer.acls import AUTHORIZATION_MESSAGES, AclOperation, ResourceType
 from wirebroker.config_sources import ConfigValue
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.handlers import broker_configs
@@ -55,8 +61,16 @@ async def describe_configs(
     ctx: RequestContext, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     results = []
+    refused = []  # listed after the others, as Kafka does
     for resource in request.resources:
         result = Result(resource_type=resource.resource_type, resource_name=resource.resource_name)
+        code = _refused(
+            ctx, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if code is not None:
+            result.error_code, result.error_message = code, AUTHORIZATION_MESSAGES[code]
+            refused.append(result)
+            continue
         results.append(result)
         try:
             values = await _values(ctx, resource.resource_type, resource.resource_name)
@@ -66,7 +80,21 @@ async def describe_configs(
             continue
         wanted = resource.configuration_keys
         result.configs = [_entry(ctx, v, request) for v in values if not wanted or v.name in wanted]
-    return DescribeConfigsResponse(results=results)
+    return DescribeConfigsResponse(results=results + refused)
+
+
+def _refused(
+    ctx: RequestContext, operation: AclOperation, resource_type: int, name: str
+) -> ErrorCode | None:
+    """A topic's configs need `operation` on the topic, a broker's (and its loggers') on the
+    cluster: the error a refused resource is answered with, or None."""
+    if resource_type == TOPIC:
+        allowed = ctx.authorize(operation, ResourceType.TOPIC, name)
+        return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if resource_type in (BROKER, BROKER_LOGGER):
+        allowed = ctx.authorize_cluster(operation)
+        return None if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
 
 
 async def _values(ctx: RequestContext, resource_type: int, name: str) -> list[ConfigValue]:
@@ -118,6 +146,12 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
             error_message=None,  # Kafka's ApiError.NONE
         )
         responses.append(result)
+        code = _refused(
+            ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if code is not None:
+            result.error_code, result.error_message = code, None
+            continue
         try:
             _preprocess(resource, twice, lambda c: c.value is None)
             values = {c.name: c.value for c in resource.configs if c.value is not None}
@@ -148,6 +182,12 @@ async def incremental_alter_configs(
             error_message=None,  # Kafka's ApiError.NONE
         )
         responses.append(result)
+        code = _refused(
+            ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if code is not None:
+            result.error_code, result.error_message = code, None
+            continue
         try:
             _preprocess(resource, twice, lambda c: c.value is None and c.config_operation != DELETE)
             await _incremental(ctx, resource, request.validate_only)

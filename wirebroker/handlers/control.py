@@ -1,34 +1,29 @@
 """LeaderAndIsr v0-v7, UpdateMetadata v0-v8, StopReplica v0-v4: the controller's requests.
 
-Each is checked for a stale broker epoch first (a request meant for an earlier registration of
-this broker: STALE_BROKER_EPOCH, nothing applied), then handed to the replica manager, which
+Only a broker may send them: the sender must be allowed to act as one
+(`RequestContext.authorize_cluster_action`: CLUSTER_ACTION on the cluster with an authorizer, as
+Kafka, and here always a request to a cluster member on its inter-broker listener), else the
+answer is CLUSTER_AUTHORIZATION_FAILED and nothing changes. The embedded single broker has no
+controller but itself and refuses them all. Then each is checked for a stale broker epoch (a
+request meant for an earlier registration of this broker, or one without an epoch once this
+broker has one: STALE_BROKER_EPOCH, nothing applied), then handed to the replica manager, which
 refuses an older controller epoch (STALE_CONTROLLER_EPOCH) and, per partition, a leader epoch
 that is not newer than ours (LeaderAndIsr: STALE_CONTROLLER_EPOCH, as Kafka 3.9's
-ReplicaManager answers; StopReplica: FENCED_LEADER_EPOCH for an older one). The embedded single
-broker has no controller but itself and refuses them (UNSUPPORTED_VERSION, as a Kafka broker
-without ZooKeeper does).
+ReplicaManager answers; StopReplica: FENCED_LEADER_EPOCH for an older one).
 """
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import KafkaError
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
 from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from protocol.messages.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
 from wirebroker.dispatch import RequestContext, handles
 
 
-def _require_cluster(ctx: RequestContext, name: str) -> None:
-    if not ctx.broker.cluster_mode:
-        raise KafkaError(
-            f"{name} is for brokers of a cluster; this one is embedded (no zookeeper.connect)",
-            error_code=ErrorCode.UNSUPPORTED_VERSION,
-        )
-
-
 @handles(LeaderAndIsrRequest, (0, 7))
 async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
-    _require_cluster(ctx, "LeaderAndIsr")
+    ctx.require_cluster_action()
     manager = ctx.broker.replica_manager
     manager.check_broker_epoch(request.broker_epoch)
     return manager.become_leader_or_follower(request, ctx.api_version)
@@ -38,7 +33,7 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
 async def update_metadata(
     ctx: RequestContext, request: UpdateMetadataRequest
 ) -> UpdateMetadataResponse:
-    _require_cluster(ctx, "UpdateMetadata")
+    ctx.require_cluster_action()
     manager = ctx.broker.replica_manager
     manager.check_broker_epoch(request.broker_epoch)
     return UpdateMetadataResponse(error_code=manager.update_metadata(request, ctx.api_version))
@@ -46,7 +41,7 @@ async def update_metadata(
 
 @handles(StopReplicaRequest, (0, 4))
 async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
-    _require_cluster(ctx, "StopReplica")
+    ctx.require_cluster_action()
     manager = ctx.broker.replica_manager
     try:
         manager.check_broker_epoch(request.broker_epoch)

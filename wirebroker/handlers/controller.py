@@ -5,7 +5,12 @@ In a cluster they run on the active controller's task (`Controller.call`); any o
 answers NOT_CONTROLLER, as Kafka's brokers do, so the sender looks the controller up again.
 An embedded broker is its own controller with one replica per partition: there is nothing to
 elect or reassign, and it answers accordingly (AlterPartition and ControlledShutdown, which
-only other brokers send, get NOT_CONTROLLER).
+only other brokers send, are refused).
+
+Authorization, as Kafka: AlterPartition and ControlledShutdown come from brokers only
+(`RequestContext.authorize_cluster_action`: CLUSTER_ACTION, and here always the inter-broker
+listener of a cluster member; else CLUSTER_AUTHORIZATION_FAILED, nothing changed); ElectLeaders
+and AlterPartitionReassignments need ALTER on the cluster, ListPartitionReassignments DESCRIBE.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from protocol.messages.list_partition_reassignments import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
+from wirebroker.authorizer.acls import AclOperation
 from wirebroker.controller.errors import ControllerError, NotController
 from wirebroker.dispatch import RequestContext, handles
 
@@ -58,6 +64,7 @@ def _active(ctx: RequestContext) -> Controller | None:
 async def alter_partition(
     ctx: RequestContext, request: AlterPartitionRequest
 ) -> AlterPartitionResponse:
+    ctx.require_cluster_action()
     controller = _active(ctx)
     if controller is None:
         return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
@@ -139,6 +146,7 @@ async def alter_partition(
 async def controlled_shutdown(
     ctx: RequestContext, request: ControlledShutdownRequest
 ) -> ControlledShutdownResponse:
+    ctx.require_cluster_action()
     controller = _active(ctx)
     if controller is None:
         return ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
@@ -167,7 +175,10 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
         wanted: list[tuple[str, int]] | None = None
     else:
         wanted = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
-    if ctx.broker.cluster is None:
+    refused = not ctx.authorize_cluster(AclOperation.ALTER)
+    if refused:  # as Kafka: the code at the top and in every partition asked for
+        results = {tp: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for tp in wanted or []}
+    elif ctx.broker.cluster is None:
         results = _embedded_elections(ctx, wanted)
     else:
         controller = _active(ctx)
@@ -188,7 +199,7 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
             )
         )
     return ElectLeadersResponse(
-        error_code=ErrorCode.NONE,
+        error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED if refused else ErrorCode.NONE,
         replica_election_results=[
             ElectLeadersResponse.ReplicaElectionResult(topic=t, partition_result=r)
             for t, r in by_topic.items()
@@ -214,6 +225,7 @@ def _embedded_elections(
 async def alter_partition_reassignments(
     ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 ) -> AlterPartitionReassignmentsResponse:
+    ctx.require_cluster(AclOperation.ALTER)
     targets = {
         (t.name, p.partition_index): (list(p.replicas) if p.replicas is not None else None)
         for t in request.topics
@@ -264,6 +276,7 @@ async def alter_partition_reassignments(
 async def list_partition_reassignments(
     ctx: RequestContext, request: ListPartitionReassignmentsRequest
 ) -> ListPartitionReassignmentsResponse:
+    ctx.require_cluster(AclOperation.DESCRIBE)
     if ctx.broker.cluster is None:
         return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE, error_message=None)
     controller = _active(ctx)

@@ -1,7 +1,13 @@
 """Fetch, v0-v17: a long poll woken by appends, with record data sent by `os.sendfile`.
 
 A consumer fetch (replica id -1) reads up to the high watermark (READ_UNCOMMITTED) or the last
-stable offset (READ_COMMITTED, equal to the high watermark while there are no transactions).
+stable offset (READ_COMMITTED: below every transaction still open, equal to the high watermark
+while there is none), and every answer from v4 carries the LSO. A READ_COMMITTED answer lists
+the aborted transactions (producer id, first offset) its records may hold, taken from the
+segments' transaction indexes as Kafka's collectAbortedTransactions does, so that the client
+drops their records; control batches go to the client as they are (clients skip them). A long
+poll wakes on each append (a marker moves the LSO) and, where followers move the high
+watermark, on that too.
 Byte limits: each partition's `partition_max_bytes` and the response's `max_bytes`, with at
 least one whole batch for the first partition that has data, as Kafka does. When fewer than
 `min_bytes` are ready the request waits up to `max_wait_ms` for an append to any of its
@@ -27,7 +33,19 @@ NOT_LEADER_OR_FOLLOWER, as in Kafka. A follower's last fetched epoch (v12+) is c
 log diverges from it the answer is the diverging epoch and where it ends, without records.
 A read that fails for its disk answers KAFKA_STORAGE_ERROR and takes the partition's log
 directory offline (`storage.log_manager`).
-Differences from Kafka: no preferred read replica (-1).
+A consumer over its `consumer_byte_rate` (the records' bytes) or `request_percentage` quota is
+answered empty with the throttle time, and its connection muted for it, and a fetch never
+asks for more than its byte quota lets through at once, as in Kafka (`wirebroker.quotas`).
+On a leader, a follower out of the ISR fetching a partition of the topic's
+`leader.replication.throttled.replicas` gets no records while that throttle's rate is over
+`leader.replication.throttled.rate` (`wirebroker.quotas.replication`).
+Authorization, as Kafka: a consumer needs READ on each topic (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, after an unknown topic id and before an unknown topic); a follower
+(replica id >= 0) must be allowed to act as a broker (`RequestContext.authorize_cluster_action`:
+CLUSTER_ACTION, and here also the inter-broker listener of a cluster), else every partition is
+TOPIC_AUTHORIZATION_FAILED and nothing of the follower's state changes.
+Differences from Kafka: no preferred read replica (-1); a consumer's byte rate counts the
+records' bytes (Kafka: the whole response's).
 """
 
 from __future__ import annotations
@@ -40,10 +58,13 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked
 from wirebroker.partition import Partition
+from wirebroker.quotas import throttle
+from wirebroker.quotas.client import session_names
 
 READ_COMMITTED = 1
 EMPTY = memoryview(b"")  # a partition with an error still carries records: empty, never null
@@ -94,6 +115,18 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     if context.error:
         return FetchResponse(error_code=context.error, session_id=INVALID_SESSION_ID)
     wanted = _resolve(ctx, context.asked, replica_id)
+    max_bytes = request.max_bytes if version >= 3 else 2**31 - 1
+    min_bytes = request.min_bytes
+    quota = ctx.broker.quotas.fetch
+    if replica_id >= 0:
+        throttle.exempt(ctx)
+    elif quota.enabled:
+        # No more than the client's quota lets through at once (Kafka's maxQuotaWindowBytes).
+        user, client_id = session_names(ctx.principal, ctx.client_id)
+        cap = quota.max_value_in_window(user, client_id, ctx.broker.now_ms())
+        if cap is not None:
+            max_bytes = min(max_bytes, int(cap))
+            min_bytes = min(min_bytes, max_bytes)
     max_wait_s = max(request.max_wait_ms, 0) / 1000
     first_hw: list[int] | None = None
     # Appends wake everyone; a moved high watermark wakes followers (who must learn it) and,
@@ -107,7 +140,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     with Wakeup(sources) as wakeup, trio.move_on_after(max_wait_s):
         while True:
             wakeup.arm()
-            size = _read_all(ctx, request, wanted, replica_id)
+            size = _read_all(ctx, request, wanted, replica_id, max_bytes)
             failed = any(
                 w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
                 for w in wanted
@@ -116,14 +149,19 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             if first_hw is None:
                 first_hw = hws
             moved = replica_id >= 0 and hws != first_hw
-            if size >= request.min_bytes or request.max_wait_ms <= 0 or not sources or failed:
+            if size >= min_bytes or request.max_wait_ms <= 0 or not sources or failed:
                 break
             if moved:
                 break
             _release(wanted)
             await wakeup.wait()
     if _needs_final_read(wanted):
-        _read_all(ctx, request, wanted, replica_id)
+        size = _read_all(ctx, request, wanted, replica_id, max_bytes)
+    if replica_id < 0 and _throttled(ctx, size):
+        # Kafka's throttled fetch: an empty answer (the session stays as it was).
+        _release(wanted)
+        error, session_id = sessions.throttled_answer(context)
+        return FetchResponse(error_code=error, session_id=session_id)
     error, session_id, carried = sessions.answer(
         context, [w.result for w in wanted], ctx.broker.now_ms()
     )
@@ -131,14 +169,35 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
         _release(wanted)
         return FetchResponse(error_code=error, session_id=session_id)
     answered = []
+    leader_quota = ctx.broker.replication_quotas.leader
+    throttled_bytes = 0
     for w, carry in zip(wanted, carried, strict=True):
         if carry:
             answered.append(w)
             if w.topic and w.result.records is not None:
-                ctx.broker.stats.fetched(w.topic, len(w.result.records), replica_id >= 0)
+                size = len(w.result.records)
+                ctx.broker.stats.fetched(w.topic, size, replica_id >= 0)
+                if replica_id >= 0 and leader_quota.is_throttled(w.topic, w.request.partition):
+                    throttled_bytes += size
         else:
             _release_one(w)
+    if throttled_bytes:
+        # Every follower's bytes count in the throttled rate, those in the ISR too.
+        leader_quota.record(throttled_bytes, ctx.broker.now_ms())
     return _response(ctx, answered, session_id)
+
+
+def _throttled(ctx: RequestContext, size: int) -> bool:
+    """Kafka's quota checks of a consumer's fetch once read: its request time and its
+    response bytes; a throttled fetch takes its bytes back out of the byte rate."""
+    request_ms = throttle.request_throttle(ctx)
+    quota = ctx.broker.quotas.fetch
+    fetch_ms = throttle.record(ctx, quota, size)
+    if not (request_ms or fetch_ms):
+        return False
+    user, client_id = session_names(ctx.principal, ctx.client_id)
+    quota.unrecord(user, client_id, size, ctx.broker.now_ms())
+    return True
 
 
 def _needs_final_read(wanted: list[_Wanted]) -> bool:
@@ -147,13 +206,25 @@ def _needs_final_read(wanted: list[_Wanted]) -> bool:
 
 def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_Wanted]:
     broker = ctx.broker
+    if replica_id >= 0:  # a follower acts as a broker: all or nothing
+        follower_allowed = ctx.authorize_cluster_action()
+        readable: set[str] = set()
+    else:
+        follower_allowed = False
+        readable = ctx.authorized(
+            AclOperation.READ, ResourceType.TOPIC, (a.topic for a in asked if a.topic)
+        )
     out = []
     for a in asked:
         name, p = a.topic, a.request
         partition = broker.partition(name, p.partition) if name else None
         w = _Wanted(name, a.topic_id, p, partition)
-        if name is None:
+        if replica_id >= 0 and not follower_allowed:
+            w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif name is None:
             w.error = ErrorCode.UNKNOWN_TOPIC_ID  # v13+: an id this broker never knew
+        elif replica_id < 0 and name not in readable:
+            w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         elif partition is None:
             w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif ctx.api_version >= 13 and partition.topic_id not in (a.topic_id, ZERO_UUID):
@@ -173,15 +244,21 @@ def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_
 
 
 def _read_all(
-    ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted], replica_id: int = -1
+    ctx: RequestContext,
+    request: FetchRequest,
+    wanted: list[_Wanted],
+    replica_id: int,
+    max_bytes: int,
 ) -> int:
     """Read every partition within the byte limits; returns the bytes gathered."""
-    remaining = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
+    remaining = max_bytes
     total = 0
     min_one = True
+    leader_quota = ctx.broker.replication_quotas.leader
     for w in wanted:
         result = w.result
         result.partition_index = w.request.partition
+        result.aborted_transactions = None
         if w.error or w.partition is None:
             result.error_code = w.error
             result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
@@ -189,21 +266,36 @@ def _read_all(
             continue
         p = w.partition
         result.high_watermark = p.high_watermark
-        result.last_stable_offset = p.high_watermark
+        result.last_stable_offset = p.last_stable_offset
         result.log_start_offset = p.log_start_offset
-        result.aborted_transactions = [] if request.isolation_level == READ_COMMITTED else None
+        committed = replica_id < 0 and request.isolation_level == READ_COMMITTED
         if result.records is not None:
             _release_one(w)
         limit = min(w.request.partition_max_bytes, remaining)
         leader_leo = p.log_end_offset
         if replica_id >= 0 and w.request.last_fetched_epoch >= 0 and _diverged(w, p):
             continue
+        # A throttled replica out of the ISR gets no records for now (Kafka's
+        # shouldLeaderThrottle); its fetch offset still counts.
+        held_back = (
+            replica_id >= 0
+            and replica_id not in p.isr
+            and leader_quota.is_throttled(p.topic, p.index)
+            and leader_quota.is_exceeded(ctx.broker.now_ms())
+        )
         try:
             read = p.log.read(
                 w.request.fetch_offset,
-                max(limit, 0),
-                max_offset=None if replica_id >= 0 else p.high_watermark,
-                min_one_batch=min_one,
+                0 if held_back else max(limit, 0),
+                max_offset=(
+                    None
+                    if replica_id >= 0
+                    else result.last_stable_offset
+                    if committed
+                    else result.high_watermark
+                ),
+                min_one_batch=min_one and not held_back,
+                aborted_transactions=committed,
             )
         except (KafkaError, OSError) as e:
             # Like Kafka's failed LogReadResult: offsets unknown (-1) next to the error.
@@ -223,9 +315,21 @@ def _read_all(
                 ctx.broker.now_ms(),
                 leader_leo,
             )
-            result.high_watermark = result.last_stable_offset = p.high_watermark
+            result.high_watermark = p.high_watermark
+            result.last_stable_offset = p.last_stable_offset
         result.error_code = ErrorCode.NONE
         result.records = FileRecords(read.slices) if read.slices else memoryview(b"")
+        aborted = read.aborted_transactions
+        result.aborted_transactions = (
+            None
+            if aborted is None
+            else [
+                FetchResponse.AbortedTransaction(
+                    producer_id=t.producer_id, first_offset=t.first_offset
+                )
+                for t in aborted
+            ]
+        )
         size = len(result.records)
         if size:
             min_one = False

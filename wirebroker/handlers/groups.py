@@ -2,8 +2,10 @@
 DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
 
 - FindCoordinator v0-6: key type 0 (group) and 1 (transaction) both answer with this broker
-  when embedded; in a cluster, with the leader of the key's `__consumer_offsets` partition.
-  Other key types get INVALID_REQUEST. v4+ batches keys. A group lookup creates `__consumer_offsets`, as Kafka does.
+  when embedded; in a cluster, with the leader of the key's `__consumer_offsets` (group) or
+  `__transaction_state` (transaction) partition, COORDINATOR_NOT_AVAILABLE while it has none.
+  Other key types get INVALID_REQUEST. v4+ batches keys. A lookup creates the topic on first
+  use, as Kafka does.
 - JoinGroup v0-9: v0 has no rebalance timeout (the session timeout is used, as Kafka does);
   v4+ requires a known member id (KIP-394, MEMBER_ID_REQUIRED); v5+ static membership; v9
   `skip_assignment` is set for a static leader rejoining a stable group (before v9 that leader
@@ -21,6 +23,12 @@ per group in DescribeGroups (with an empty state) and DeleteGroups; ListGroups l
 groups coordinated here, as Kafka's brokers each do. While a group's partition loads, the same
 places answer COORDINATOR_LOAD_IN_PROGRESS (ListGroups at the top, beside what it lists);
 FindCoordinator still answers.
+
+Authorization, as Kafka: FindCoordinator needs DESCRIBE on the group (or the transactional id)
+it names; JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ on the group, else
+GROUP_AUTHORIZATION_FAILED for the request; DescribeGroups DESCRIBE per group (refused groups
+come first, with no state); ListGroups lists every group with DESCRIBE on the cluster, else
+those the client may DESCRIBE; DeleteGroups DELETE per group (refused ones come last).
 """
 
 from __future__ import annotations
@@ -34,10 +42,16 @@ from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
 from protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
-from wirebroker import authorized_operations as ops
+from wirebroker.authorizer.acls import (
+    AUTHORIZATION_MESSAGES,
+    NOT_REQUESTED,
+    AclOperation,
+    ResourceType,
+)
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.group.state import GroupState
+from wirebroker.txn.state_manager import TXN_TOPIC
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 CLASSIC = "classic"
@@ -62,18 +76,17 @@ async def find_coordinator(
         elif not key:
             c.error_code = ErrorCode.INVALID_REQUEST
             c.error_message = "the coordinator key is empty"
+        elif (refused := _coordinator_refused(ctx, request.key_type, key)) is not None:
+            c.error_code = refused
+            if ctx.api_version < 4:
+                c.error_message = AUTHORIZATION_MESSAGES[refused]
         else:
-            if request.key_type == GROUP_KEY and ctx.broker.cluster is not None:
-                code = await _ensure_offsets_topic_in_zk(ctx)
-                if code != ErrorCode.NONE:
-                    c.error_code = code
-                    c.error_message = None
-                    found.append(c)
-                    continue
-            elif request.key_type == GROUP_KEY and not ctx.broker.cluster_mode:
-                ctx.broker.groups.ensure_topic()
-            if ctx.broker.cluster_mode:
-                _cluster_coordinator(ctx, key, c)
+            code = await _ensure_topic(ctx, request.key_type)
+            if code != ErrorCode.NONE:
+                c.error_code = code
+                c.error_message = None
+            elif ctx.broker.cluster_mode:
+                _cluster_coordinator(ctx, request.key_type, key, c)
             else:
                 c.node_id, c.host, c.port = ctx.broker.node_id, host, port
                 c.error_message = "NONE"  # Kafka sends Errors.NONE.message() on success
@@ -90,25 +103,45 @@ async def find_coordinator(
     )
 
 
-async def _ensure_offsets_topic_in_zk(ctx: RequestContext) -> ErrorCode:
-    """Cluster mode: `__consumer_offsets` is created in ZooKeeper with
-    `offsets.topic.replication.factor` replicas. As in Kafka 3.9 the factor is not capped at the
+def _coordinator_refused(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | None:
+    """A group key needs DESCRIBE on the group, a transactional one on the transactional id."""
+    if key_type == GROUP_KEY:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return None
+
+
+async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
+    """The coordinator's topic exists: created on first use (embedded: here; in a cluster: in
+    ZooKeeper, with its replication factor). As in Kafka 3.9 the factor is not capped at the
     live brokers: until enough are up the coordinator is not available."""
-    cluster = ctx.broker.cluster
-    assert cluster is not None
-    if await cluster.topic_assignment(OFFSETS_TOPIC) is not None:
+    broker = ctx.broker
+    if key_type == GROUP_KEY:
+        name, partitions = OFFSETS_TOPIC, broker.groups.num_partitions
+        factor = broker.config.get_int("offsets.topic.replication.factor")
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": "104857600",
+            "compression.type": "producer",
+        }
+    else:
+        state = broker.transactions.state
+        name, partitions = TXN_TOPIC, state.num_partitions
+        factor, configs = state.replication_factor, state.topic_configs
+    cluster = broker.cluster
+    if cluster is None:
+        if not broker.cluster_mode:
+            if key_type == GROUP_KEY:
+                broker.groups.ensure_topic()
+            else:
+                broker.transactions.state.ensure_topic()
+        return ErrorCode.NONE
+    if await cluster.topic_assignment(name) is not None:
         return ErrorCode.NONE
     try:
-        await cluster.create_topic(
-            OFFSETS_TOPIC,
-            ctx.broker.groups.num_partitions,
-            ctx.broker.config.get_int("offsets.topic.replication.factor"),
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": "104857600",
-                "compression.type": "producer",
-            },
-        )
+        await cluster.create_topic(name, partitions, factor, configs)
     except KafkaError as e:
         if e.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
             return ErrorCode.NONE
@@ -117,13 +150,16 @@ async def _ensure_offsets_topic_in_zk(ctx: RequestContext) -> ErrorCode:
 
 
 def _cluster_coordinator(
-    ctx: RequestContext, key: str, c: FindCoordinatorResponse.Coordinator
+    ctx: RequestContext, key_type: int, key: str, c: FindCoordinatorResponse.Coordinator
 ) -> None:
-    """In a cluster the coordinator of a group is the leader of its offsets partition."""
+    """In a cluster the coordinator of a key is the leader of its partition."""
     broker = ctx.broker
     cache = broker.metadata_cache
-    index = broker.groups.partition_of(key)
-    p = cache.partition(OFFSETS_TOPIC, index)
+    if key_type == GROUP_KEY:
+        topic, index = OFFSETS_TOPIC, broker.groups.partition_of(key)
+    else:
+        topic, index = TXN_TOPIC, broker.transactions.state.partition_for(key)
+    p = cache.partition(topic, index)
     endpoint = None
     if p is not None:
         endpoint = cache.endpoint(p.leader, ctx.listener_name)
@@ -138,6 +174,11 @@ def _cluster_coordinator(
 @handles(JoinGroupRequest, (0, 9))
 async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return JoinGroupResponse(
+            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            protocol_name=None if version >= 7 else "",  # as Kafka's error answer
+        )
     rebalance_timeout = request.session_timeout_ms if version == 0 else request.rebalance_timeout_ms
     result = await ctx.broker.groups.join(
         request.group_id,
@@ -173,6 +214,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
 
 @handles(SyncGroupRequest, (0, 5))
 async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
     v5 = ctx.api_version >= 5
     result = await ctx.broker.groups.sync(
         request.group_id,
@@ -193,6 +235,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
 
 @handles(HeartbeatRequest, (0, 4))
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
     error = ctx.broker.groups.heartbeat(
         request.group_id, request.member_id, request.group_instance_id, request.generation_id
     )
@@ -201,6 +244,9 @@ async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Heartbeat
 
 @handles(LeaveGroupRequest, (0, 5))
 async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        # Kafka answers the code alone, listing no members
+        return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = ctx.broker.groups.coordinator_error(request.group_id)
     if error != ErrorCode.NONE:
         return LeaveGroupResponse(error_code=error)
@@ -224,9 +270,19 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
 async def describe_groups(
     ctx: RequestContext, request: DescribeGroupsRequest
 ) -> DescribeGroupsResponse:
-    operations = ops.GROUP if request.include_authorized_operations else ops.NOT_REQUESTED
+    refused = []  # listed first, as Kafka does
     described = []
     for group_id in request.groups:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            refused.append(
+                DescribeGroupsResponse.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    group_id=group_id,
+                    group_state="",
+                    authorized_operations=NOT_REQUESTED,
+                )
+            )
+            continue
         error = ctx.broker.groups.coordinator_error(group_id)
         group = ctx.broker.groups.describe(group_id) if error == ErrorCode.NONE else None
         d = DescribeGroupsResponse.DescribedGroup(
@@ -234,7 +290,11 @@ async def describe_groups(
             group_id=group_id,
             # Kafka describes a group it does not coordinate with no state at all
             group_state=GroupState.DEAD.value if error == ErrorCode.NONE else "",
-            authorized_operations=operations,
+            authorized_operations=(
+                ctx.authorized_operations(ResourceType.GROUP, group_id)
+                if request.include_authorized_operations and error == ErrorCode.NONE
+                else NOT_REQUESTED
+            ),
         )
         described.append(d)
         if group is None:
@@ -254,7 +314,7 @@ async def describe_groups(
             )
             for m in group.members.values()
         ]
-    return DescribeGroupsResponse(groups=described)
+    return DescribeGroupsResponse(groups=refused + described)
 
 
 @handles(ListGroupsRequest, (0, 5))
@@ -262,8 +322,14 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
     states = {s.lower() for s in request.states_filter}
     types = {t.lower() for t in request.types_filter}
     listed = []
+    # As Kafka: DESCRIBE on the cluster lists every group, else those the client may describe.
+    every = ctx.authorize_cluster(AclOperation.DESCRIBE, log_if_denied=False)
     for group in ctx.broker.groups.list_groups():
         if states and group.state.value.lower() not in states:
+            continue
+        if not every and not ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.GROUP, group.group_id, log_if_denied=False
+        ):
             continue
         if types and CLASSIC not in types:
             continue
@@ -282,11 +348,21 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 
 @handles(DeleteGroupsRequest, (0, 2))
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    names = list(dict.fromkeys(request.groups_names))
+    allowed = ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, names)
     return DeleteGroupsResponse(
         results=[
             DeleteGroupsResponse.DeletableGroupResult(
                 group_id=g, error_code=ctx.broker.groups.delete_group(g)
             )
-            for g in request.groups_names
+            for g in names
+            if g in allowed
+        ]
+        + [
+            DeleteGroupsResponse.DeletableGroupResult(
+                group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
+            )
+            for g in names
+            if g not in allowed
         ]
     )

@@ -1,25 +1,29 @@
 """ListOffsets, v0-v9.
 
-Timestamps: -2 earliest (log start offset), -1 latest (high watermark, also for READ_COMMITTED:
-there are no transactions, so the last stable offset is the high watermark; the log end offset
-for a follower, replica id >= 0) with the current leader epoch, -3 the record with the largest
-timestamp (v7+), -4 earliest local
+Timestamps: -2 earliest (log start offset), -1 latest (the high watermark; under READ_COMMITTED,
+v2+, the last stable offset; the log end offset for a follower, replica id >= 0) with the
+current leader epoch, -3 the record with the largest timestamp (v7+), -4 earliest local
 (v8+, the log start offset here: there is no tiered storage), -5 latest tiered (v9+, answered
 with offset -1 as Kafka does without tiered storage); otherwise the first offset whose
-timestamp is at or after the target; lookups find only records below the high watermark. As
+timestamp is at or after the target; lookups (-3 too) find only records below that same
+bound (the high watermark, or the LSO under READ_COMMITTED), as Kafka's
+fetchOffsetForTimestamp. As
 Kafka, a new leader whose high watermark lags the start of its epoch answers clients' latest
 and unanswerable lookups with OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5). v0 answers
-with `old_style_offsets`.
+with `old_style_offsets`. A topic the client may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED in
+every partition, listed after the others, as Kafka.
 """
 
 from __future__ import annotations
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.partition import Partition
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
+READ_COMMITTED = 1
 NO_EPOCH = -1
 
 Result = ListOffsetsResponse.ListOffsetsPartitionResponse
@@ -27,14 +31,22 @@ Result = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 @handles(ListOffsetsRequest, (0, 9))
 async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
-    topics = []
+    described = ctx.authorized(
+        AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
+    topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
+    refused: list[
+        ListOffsetsResponse.ListOffsetsTopicResponse
+    ] = []  # as Kafka, the topics refused come after the others
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             result = Result(partition_index=p.partition_index, timestamp=-1, offset=-1)
             partitions.append(result)
             partition = ctx.broker.partition(topic.name, p.partition_index)
-            if partition is None:
+            if topic.name not in described:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif error := partition.leader_error(ctx.broker.node_id, p.current_leader_epoch):
                 result.error_code = error
@@ -43,10 +55,10 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
                     _lookup(ctx, request, partition, p, result)
                 except KafkaError as e:
                     result.error_code = e.error_code
-        topics.append(
+        (topics if topic.name in described else refused).append(
             ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions)
         )
-    return ListOffsetsResponse(topics=topics)
+    return ListOffsetsResponse(topics=topics + refused)
 
 
 def _lookup(
@@ -58,8 +70,14 @@ def _lookup(
 ) -> None:
     ts = p.timestamp
     client = request.replica_id == -1
-    # A follower (replica id >= 0) is told the log end offset, a client the high watermark.
-    last_fetchable = partition.high_watermark if client else partition.log_end_offset
+    # A follower (replica id >= 0) is told the log end offset, a client the high watermark, or
+    # under READ_COMMITTED (v2+) the last stable offset.
+    if not client:
+        last_fetchable = partition.log_end_offset
+    elif request.isolation_level == READ_COMMITTED:
+        last_fetchable = partition.last_stable_offset
+    else:
+        last_fetchable = partition.high_watermark
     # As Kafka: a new leader whose high watermark still lags the start of its epoch cannot
     # say yet where its log ends, so clients are told to retry instead of given a stale end.
     start = partition.leader_epoch_start_offset

@@ -4,9 +4,13 @@ Topics by name or (v10+) by id; null topics (v1+) or an empty list (v0) mean all
 Auto-creation follows `auto.create.topics.enable` and, from v4, the request's
 `allow_auto_topic_creation`; the request that creates a topic is answered LEADER_NOT_AVAILABLE
 without partitions and the next one lists them, as Kafka answers (its AutoTopicCreationManager
-does not wait for leaders), even though the embedded broker has them at once. Difference from
-Kafka: authorized operations are all those the resource type supports, as Kafka reports them
-without an authorizer.
+does not wait for leaders), even though the embedded broker has them at once.
+
+Authorization, as Kafka: a topic the client may not DESCRIBE is left out of an all-topics
+answer, and answered TOPIC_AUTHORIZATION_FAILED when named (without its id when named by name,
+without its name when named by id); a missing topic is created only with CREATE on the cluster
+or on the topic (else TOPIC_AUTHORIZATION_FAILED). The authorized-operations bit fields (v8+)
+come from the ACLs; the cluster's is 0 without DESCRIBE on the cluster.
 
 Brokers, partitions and the controller come from the metadata cache (`Broker.metadata()`): in a
 cluster what the controller's UpdateMetadata said, embedded the broker itself. A partition whose
@@ -34,7 +38,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
-from wirebroker import authorized_operations as ops
+from wirebroker.authorizer.acls import CLUSTER_NAME, AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.metadata_cache import MetadataCache
 from wirebroker.topics import INTERNAL_TOPICS
@@ -63,16 +67,22 @@ async def _answer(ctx: RequestContext, request: MetadataRequest) -> MetadataResp
     broker = ctx.broker
     version = ctx.api_version
     all_topics = request.topics is None or (version == 0 and not request.topics)
-    topics: list[Topic] = []
     cache = broker.metadata()
     if all_topics:
-        topics = [_describe(ctx, cache, name, request) for name in cache.topics()]
-    else:
-        allow_create = broker.config.get_bool("auto.create.topics.enable") and (
-            version < 4 or request.allow_auto_topic_creation
+        # Topics the client may not describe are left out without a word.
+        names = cache.topics()
+        described = ctx.authorized(
+            AclOperation.DESCRIBE, ResourceType.TOPIC, names, log_if_denied=False
         )
-        for wanted in request.topics or []:
-            topics.append(await _lookup(ctx, wanted, request, allow_create))
+        topics = [_describe(ctx, cache, name) for name in names if name in described]
+    else:
+        topics = await _named(ctx, request)
+    if version >= 8 and request.include_topic_authorized_operations:
+        for t in topics:
+            if t.name is not None and t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                t.topic_authorized_operations = ctx.authorized_operations(
+                    ResourceType.TOPIC, t.name
+                )
     brokers = []
     for b in cache.alive_brokers():
         endpoint = b.endpoint(ctx.listener_name)  # brokers without this listener are left out
@@ -89,44 +99,90 @@ async def _answer(ctx: RequestContext, request: MetadataRequest) -> MetadataResp
         topics=topics,
     )
     if version <= 10 and version >= 8 and request.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = ops.CLUSTER
+        response.cluster_authorized_operations = (
+            ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+            if ctx.authorize_cluster(AclOperation.DESCRIBE)
+            else 0
+        )
     return response
 
 
-async def _lookup(
-    ctx: RequestContext,
-    wanted: MetadataRequest.MetadataRequestTopic,
-    request: MetadataRequest,
-    allow_create: bool,
-) -> Topic:
+async def _named(ctx: RequestContext, request: MetadataRequest) -> list[Topic]:
+    """The topics a request names, as Kafka orders them: unknown ids, the topics described (or
+    auto-created), those the client may not create, those it may not describe."""
     broker = ctx.broker
     cache = broker.metadata_cache  # refreshed by the caller
-    if wanted.name is None:
-        name = cache.topic_name(wanted.topic_id)
+    allow_create = broker.config.get_bool("auto.create.topics.enable") and (
+        ctx.api_version < 4 or request.allow_auto_topic_creation
+    )
+    unknown_ids: list[Topic] = []
+    wanted: dict[str, bool] = {}  # name -> named by id
+    for t in request.topics or []:
+        if t.name is not None:
+            wanted.setdefault(t.name, False)
+            continue
+        name = cache.topic_name(t.topic_id)
         if name is None:
-            return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
-        return _describe(ctx, cache, name, request)
-    if not cache.has_topic(wanted.name):
-        if not allow_create or wanted.name in INTERNAL_TOPICS:
-            return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name)
+            unknown_ids.append(
+                Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=t.topic_id)
+            )
+        else:
+            wanted.setdefault(name, True)
+    described = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, wanted)
+    creatable: set[str] = set()
+    missing = [n for n in wanted if n in described and not cache.has_topic(n)]
+    if allow_create and missing:
+        creatable = (
+            set(missing)
+            if ctx.authorize_cluster(AclOperation.CREATE, log_if_denied=False)
+            else ctx.authorized(AclOperation.CREATE, ResourceType.TOPIC, missing)
+        )
+    found, not_creatable, not_described = [], [], []
+    for name, by_id in wanted.items():
+        if name not in described:
+            # Ids are not secret (and a name is not told for one); a name is not confirmed.
+            not_described.append(
+                Topic(
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    name=None if by_id else name,
+                    topic_id=cache.topic_id(name) if by_id else ZERO_UUID,
+                )
+            )
+        elif name in missing and allow_create and name not in creatable:
+            not_creatable.append(
+                Topic(
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    name=name,
+                    is_internal=name in INTERNAL_TOPICS,
+                )
+            )
+        else:
+            found.append(await _lookup(ctx, name, allow_create))
+    return unknown_ids + found + not_creatable + not_described
+
+
+async def _lookup(ctx: RequestContext, name: str, allow_create: bool) -> Topic:
+    broker = ctx.broker
+    cache = broker.metadata_cache
+    if not cache.has_topic(name):
+        if not allow_create or name in INTERNAL_TOPICS:
+            return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
         if broker.cluster is not None:
-            return await _auto_create_in_zk(ctx, wanted.name)
+            return await _auto_create_in_zk(ctx, name)
         try:
             broker.create_topic(
-                wanted.name,
+                name,
                 broker.config.get_int("num.partitions"),
                 broker.config.get_int("default.replication.factor"),
                 {},
             )
         except KafkaError as e:
-            return Topic(error_code=e.error_code, name=wanted.name)
-        return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=wanted.name)
-    return _describe(ctx, cache, wanted.name, request)
+            return Topic(error_code=e.error_code, name=name)
+        return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name)
+    return _describe(ctx, cache, name)
 
 
-def _describe(
-    ctx: RequestContext, cache: MetadataCache, name: str, request: MetadataRequest
-) -> Topic:
+def _describe(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:
     v0 = ctx.api_version == 0
     partitions = []
     for p in cache.partitions_of(name):
@@ -165,9 +221,6 @@ def _describe(
         topic_id=cache.topic_id(name) if ctx.api_version >= 10 else ZERO_UUID,
         is_internal=name in INTERNAL_TOPICS,
         partitions=partitions,
-        topic_authorized_operations=(
-            ops.TOPIC if request.include_topic_authorized_operations else ops.NOT_REQUESTED
-        ),
     )
 
 

@@ -6,8 +6,8 @@
   `offsets.retention.minutes` (see `Group.expire_offsets`), as Kafka; v6+ leader epochs; v7+ static members. Metadata is stored
   verbatim (null is stored as ""), up to `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v0-9: v0 reads the same store (Kafka v0 read ZooKeeper); v2+ `topics` null means
-  every committed partition; v7+ `require_stable` is accepted — there are no pending
-  transactional offsets yet, so nothing is ever unstable; v8+ batches groups. v9's member id and
+  every committed partition; v7+ `require_stable` answers UNSTABLE_OFFSET_COMMIT for a
+  partition an open transaction committed an offset for (TxnOffsetCommit); v8+ batches groups. v9's member id and
   epoch belong to the consumer (KIP-848) protocol and are ignored for classic groups.
 - OffsetDelete v0: refused with GROUP_SUBSCRIBED_TO_TOPIC per partition for topics the group's
   consumers still subscribe to, as Kafka does.
@@ -16,6 +16,13 @@ In a cluster a group this broker does not coordinate gets NOT_COORDINATOR (per p
 OffsetCommit, per group in OffsetFetch v8+, top-level in OffsetFetch v2-7 and OffsetDelete, per
 partition in OffsetFetch v0-1), partitions are known from the metadata cache, and a commit is
 answered once replicated (see `wirebroker.group.coordinator`).
+
+Authorization, as Kafka: OffsetCommit needs READ on the group (else GROUP_AUTHORIZATION_FAILED
+in every partition) and READ on each topic (else TOPIC_AUTHORIZATION_FAILED in its partitions);
+OffsetFetch DESCRIBE on the group (v0: in every partition, v1: an empty answer, v2-7 at the top,
+v8+ per group) and DESCRIBE on each topic (a topic asked for is TOPIC_AUTHORIZATION_FAILED in
+its partitions; an all-partitions fetch leaves it out); OffsetDelete DELETE on the group (at the
+top) and READ on each topic.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.state import CommittedOffset
 
@@ -34,6 +42,10 @@ NO_OFFSET = -1
 
 @handles(OffsetCommitRequest, (0, 9))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
+    readable = ctx.authorized(
+        AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     now = ctx.broker.now_ms()
     retention = request.retention_time_ms if 2 <= ctx.api_version <= 4 else -1
     results: dict[tuple[str, int], ErrorCode] = {}
@@ -41,7 +53,10 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     for topic in request.topics:
         for p in topic.partitions:
             key = (topic.name, p.partition_index)
-            if not _known(ctx, *key):
+            if topic.name not in readable:
+                results[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            if not partition_known(ctx, *key):
                 results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             timestamp = p.commit_timestamp if ctx.api_version == 1 else -1
@@ -83,7 +98,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     )
 
 
-def _known(ctx: RequestContext, topic: str, index: int) -> bool:
+def partition_known(ctx: RequestContext, topic: str, index: int) -> bool:
     """Whether the partition exists: in a cluster, as the metadata cache knows it (it may be
     hosted elsewhere); embedded, as a partition of this broker."""
     broker = ctx.broker
@@ -95,11 +110,15 @@ def _known(ctx: RequestContext, topic: str, index: int) -> bool:
 @handles(OffsetFetchRequest, (0, 9))
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     coordinator_error = ctx.broker.groups.coordinator_error
+    stable = ctx.api_version >= 7 and request.require_stable
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
-            error = coordinator_error(g.group_id)
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id):
+                error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            else:
+                error = coordinator_error(g.group_id)
             groups.append(
                 OffsetFetchResponse.OffsetFetchResponseGroup(
                     group_id=g.group_id,
@@ -113,11 +132,12 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                                     committed_offset=offset,
                                     committed_leader_epoch=epoch,
                                     metadata=metadata,
+                                    error_code=code,
                                 )
-                                for index, offset, epoch, metadata in partitions
+                                for index, offset, epoch, metadata, code in partitions
                             ],
                         )
-                        for name, partitions in _lookup(ctx, g.group_id, wanted)
+                        for name, partitions in _described(ctx, g.group_id, wanted, stable)
                         if error == ErrorCode.NONE
                     ],
                 )
@@ -126,6 +146,10 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
     wanted = (
         None if request.topics is None else [(t.name, t.partition_indexes) for t in request.topics]
     )
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        if ctx.api_version == 1:  # Kafka's answer has no error to carry it, nor partitions
+            return OffsetFetchResponse(topics=[])
+        return _fetch_error(ctx.api_version, ErrorCode.GROUP_AUTHORIZATION_FAILED, wanted)
     error = coordinator_error(request.group_id)
     if error != ErrorCode.NONE:
         return _fetch_error(ctx.api_version, error, wanted)
@@ -140,12 +164,12 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                         committed_offset=offset,
                         committed_leader_epoch=epoch,
                         metadata=metadata,
-                        error_code=ErrorCode.NONE,
+                        error_code=code,
                     )
-                    for index, offset, epoch, metadata in partitions
+                    for index, offset, epoch, metadata, code in partitions
                 ],
             )
-            for name, partitions in _lookup(ctx, request.group_id, wanted)
+            for name, partitions in _described(ctx, request.group_id, wanted, stable)
         ],
     )
 
@@ -177,38 +201,85 @@ def _fetch_error(
     )
 
 
-Row = tuple[int, int, int, str]  # partition, offset, leader epoch, metadata
+Row = tuple[int, int, int, str, ErrorCode]  # partition, offset, leader epoch, metadata, error
+
+
+def _described(
+    ctx: RequestContext,
+    group_id: str,
+    wanted: list[tuple[str, list[int]]] | None,
+    require_stable: bool,
+) -> list[tuple[str, list[Row]]]:
+    """`_lookup` as the client may see it (Kafka): every committed partition leaves out the
+    topics it may not DESCRIBE; a topic asked for by name is answered TOPIC_AUTHORIZATION_FAILED
+    in each partition (offset -1), after the others."""
+    if wanted is None:
+        found = list(_lookup(ctx, group_id, None, require_stable))
+        described = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in found))
+        return [(t, rows) for t, rows in found if t in described]
+    described = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in wanted))
+    allowed = [(t, indexes) for t, indexes in wanted if t in described]
+    out = list(_lookup(ctx, group_id, allowed, require_stable))
+    out += [
+        (t, [(i, NO_OFFSET, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED) for i in indexes])
+        for t, indexes in wanted
+        if t not in described
+    ]
+    return out
 
 
 def _lookup(
-    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    ctx: RequestContext,
+    group_id: str,
+    wanted: list[tuple[str, list[int]]] | None,
+    require_stable: bool,
 ) -> Iterable[tuple[str, list[Row]]]:
     """(topic, rows) for the requested partitions, or for every committed one if `wanted` is
-    None; a partition without a commit answers offset -1 and metadata ""."""
-    offsets = ctx.broker.groups.fetch(group_id)
+    None; a partition without a commit answers offset -1 and metadata "". With
+    `require_stable`, a partition an open transaction committed an offset for answers
+    UNSTABLE_OFFSET_COMMIT (offset -1), as Kafka."""
+    groups = ctx.broker.groups
+    offsets = groups.fetch(group_id)
+
+    def row(topic: str, index: int) -> Row:
+        if require_stable and groups.unstable(group_id, (topic, index)):
+            return (index, NO_OFFSET, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        found = offsets.get((topic, index))
+        if found is None:
+            return (index, NO_OFFSET, -1, "", ErrorCode.NONE)
+        return (index, found.offset, found.leader_epoch, found.metadata, ErrorCode.NONE)
+
     if wanted is None:
         by_topic: dict[str, list[Row]] = {}
-        for (topic, index), c in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append((index, c.offset, c.leader_epoch, c.metadata))
+        for topic, index in sorted(offsets):
+            by_topic.setdefault(topic, []).append(row(topic, index))
         return by_topic.items()
-    out = []
-    for topic, indexes in wanted:
-        rows: list[Row] = []
-        for index in indexes:
-            found = offsets.get((topic, index))
-            if found is None:
-                rows.append((index, NO_OFFSET, -1, ""))
-            else:
-                rows.append((index, found.offset, found.leader_epoch, found.metadata))
-        out.append((topic, rows))
-    return out
+    return [(topic, [row(topic, index) for index in indexes]) for topic, indexes in wanted]
 
 
 @handles(OffsetDeleteRequest, (0, 0))
 async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
-    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    readable = ctx.authorized(
+        AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
+    partitions = [
+        (t.name, p.partition_index)
+        for t in request.topics
+        if t.name in readable
+        for p in t.partitions
+    ]
     error, codes = ctx.broker.groups.delete_offsets(request.group_id, partitions)
     by_key = dict(zip(partitions, codes, strict=True)) if error is ErrorCode.NONE else {}
+    for t in request.topics:
+        if t.name not in readable:
+            by_key.update(
+                {
+                    (t.name, p.partition_index): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    for p in t.partitions
+                }
+            )
     return OffsetDeleteResponse(
         error_code=error,
         topics=[

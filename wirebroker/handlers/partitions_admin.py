@@ -4,6 +4,11 @@ DeleteRecords advances a partition's log start offset (-1 means the high waterma
 past the high watermark (OFFSET_OUT_OF_RANGE). OffsetForLeaderEpoch answers from the leader
 epoch cache (KIP-101/KIP-279): the end offset of the requested epoch, or of the largest epoch
 below it. DescribeLogDirs lists each log dir with its partitions' sizes.
+
+Authorization, as Kafka: DeleteRecords needs DELETE on each topic, OffsetForLeaderEpoch
+DESCRIBE on each topic unless the sender acts as a broker (refused topics come last, each
+partition TOPIC_AUTHORIZATION_FAILED), DescribeLogDirs DESCRIBE on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED and no log dirs).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 
 HIGH_WATERMARK = -1
@@ -24,6 +30,9 @@ HIGH_WATERMARK = -1
 async def delete_records(
     ctx: RequestContext, request: DeleteRecordsRequest
 ) -> DeleteRecordsResponse:
+    deletable = ctx.authorized(
+        AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     topics = []
     for topic in request.topics:
         results = []
@@ -33,6 +42,9 @@ async def delete_records(
             )
             results.append(result)
             partition = ctx.broker.partition(topic.name, p.partition_index)
+            if topic.name not in deletable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -57,7 +69,17 @@ async def delete_records(
 async def offset_for_leader_epoch(
     ctx: RequestContext, request: OffsetForLeaderEpochRequest
 ) -> OffsetForLeaderEpochResponse:
-    topics = []
+    # Brokers may ask about any topic; consumers (KIP-320) about those they may DESCRIBE.
+    if ctx.authorize_cluster_action(log_if_denied=False):
+        described = {t.topic for t in request.topics}
+    else:
+        described = ctx.authorized(
+            AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in request.topics)
+        )
+    topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = []
+    refused: list[
+        OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+    ] = []  # listed after the others, as Kafka does
     for topic in request.topics:
         results = []
         for p in topic.partitions:
@@ -66,7 +88,9 @@ async def offset_for_leader_epoch(
             )
             results.append(result)
             partition = ctx.broker.partition(topic.topic, p.partition)
-            if partition is None:
+            if topic.topic not in described:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif error := partition.leader_error(ctx.broker.node_id, p.current_leader_epoch):
                 result.error_code = error
@@ -74,12 +98,12 @@ async def offset_for_leader_epoch(
                 epoch, end_offset = partition.end_offset_for_epoch(p.leader_epoch)
                 result.leader_epoch = epoch
                 result.end_offset = end_offset
-        topics.append(
+        (topics if topic.topic in described else refused).append(
             OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(
                 topic=topic.topic, partitions=results
             )
         )
-    return OffsetForLeaderEpochResponse(topics=topics)
+    return OffsetForLeaderEpochResponse(topics=topics + refused)
 
 
 @handles(DescribeLogDirsRequest, (0, 4))
@@ -87,6 +111,8 @@ async def describe_log_dirs(
     ctx: RequestContext, request: DescribeLogDirsRequest
 ) -> DescribeLogDirsResponse:
     broker = ctx.broker
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     wanted: set[tuple[str, int]] | None = None
     if request.topics is not None:
         wanted = {(t.topic, i) for t in request.topics for i in t.partitions}

@@ -14,6 +14,13 @@ confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
 five batches is answered with its original base offset and no error, and not written again;
 a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
+Transactional batches start (or continue) their producer's transaction on the partition,
+which ends with the coordinator's marker (`wirebroker.txn_markers`); a non-transactional batch
+while its producer's transaction is ongoing is INVALID_TXN_STATE.
+Authorization, as Kafka: transactional records need WRITE on the transactional id (else every
+partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, before a topic is looked up). Idempotence needs no more here: it
+was authorized when the producer got its id (InitProducerId).
 acks=all (-1) is answered once the high watermark passed every appended batch, i.e. every
 in-sync replica has it, or after the request's `timeout_ms` (REQUEST_TIMED_OUT); an ISR smaller
 than `min.insync.replicas` refuses the append (NOT_ENOUGH_REPLICAS), and an ISR that shrank below
@@ -21,7 +28,17 @@ it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are writt
 is a :class:`~wirebroker.dispatch.Later`: the connection goes on appending the producer's next
 requests while earlier ones wait, and answers in order (Kafka reads nothing more from the
 connection until the answer has gone; see `wirebroker.connection`).
-Differences from Kafka: transactional produce is accepted but no transaction state is kept yet.
+A client over its `producer_byte_rate` quota (the request's bytes, every request counted) is
+answered with the throttle time, and its connection muted for it (`wirebroker.quotas`); the
+quota is recorded when the request arrives (Kafka: when it is answered).
+With `transaction.partition.verification.enable` (Kafka's default, KIP-890 part 1), a
+transactional batch of a producer with no transaction going on in the partition is first checked
+with the transaction's coordinator (`wirebroker.txn.verification`): a partition that is not in
+the transaction is INVALID_TXN_STATE (v11: TRANSACTION_ABORTABLE), a coordinator that cannot say
+NOT_ENOUGH_REPLICAS (retriable), a fenced producer INVALID_PRODUCER_EPOCH; a request whose
+transactional batches carry two producer ids is INVALID_PRODUCER_ID_MAPPING. Differences from
+Kafka: no verification guard -- a marker that lands while a remote coordinator is being asked
+is not noticed (the append checks the producer epoch, which a coordinator's abort bumps).
 """
 
 from __future__ import annotations
@@ -29,14 +46,17 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-import trio
-
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
+from protocol.record_batch import RecordBatchView, first_batch_is_transactional
+from protocol.records import iter_batches
 from storage.errors import InvalidRecordError
+from wirebroker.authorizer.acls import AclOperation, ResourceType
+from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
-from wirebroker.events import Wakeup
-from wirebroker.partition import Partition
+from wirebroker.partition import Partition, TopicPartition
+from wirebroker.quotas import throttle
+from wirebroker.txn.verification import TransactionalWriter
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +67,17 @@ Waiting = list[tuple[Partition, int, PartitionResponse]]
 
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
+    quota = ctx.broker.quotas.produce
+    if quota.enabled:
+        throttle.record(ctx, quota, ctx.request_size)
+    if request.acks == 0:
+        throttle.exempt(ctx)  # from the request quota; the byte rate still counts, as Kafka's
     acks_valid = request.acks in (0, 1, -1)
+    refused = _transaction_refused(ctx, request)
+    writable = ctx.authorized(
+        AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data)
+    )
+    unverified = await _verify(ctx, request, writable) if acks_valid and not refused else {}
     waiting: Waiting = []
     topics = []
     for topic in request.topic_data:
@@ -55,8 +85,18 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
         for data in topic.partition_data:
             result = PartitionResponse(index=data.index, base_offset=-1)
             partitions.append(result)
+            if refused:
+                result.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
             if not acks_valid:
                 result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
+                continue
+            if topic.name not in writable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            rejected = unverified.get(TopicPartition(topic.name, data.index))
+            if rejected is not None:
+                result.error_code, result.error_message = rejected
                 continue
             appended = _append(ctx, topic.name, data, result, request.acks)
             if appended is not None and request.acks == -1:
@@ -82,15 +122,98 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     return response
 
 
+async def _verify(
+    ctx: RequestContext, request: ProduceRequest, writable: set[str]
+) -> dict[TopicPartition, tuple[ErrorCode, str]]:
+    """KIP-890 part 1: the partitions (of the `writable` topics) whose transactional batch may
+    not start a transaction there (not added to it), with the error and message Kafka's
+    ReplicaManager gives."""
+    if request.transactional_id is None:
+        return {}
+    batches: dict[TopicPartition, tuple[int, int]] = {}
+    for topic in request.topic_data:
+        if topic.name not in writable:
+            continue
+        for data in topic.partition_data:
+            producer = _transactional_producer(data.records)
+            if producer is not None:
+                batches[TopicPartition(topic.name, data.index)] = producer
+    producers = set(batches.values())
+    if not producers:
+        return {}
+    if len(producers) > 1:
+        raise KafkaError(
+            "transactional records contained more than one producer id",
+            error_code=ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        )
+    ((producer_id, epoch),) = producers
+    writer = TransactionalWriter(
+        ctx.broker, request.transactional_id, producer_id, epoch, abortable_ok=ctx.api_version >= 11
+    )
+    errors = await writer.verify(list(batches))
+    return {tp: _verification_answer(error) for tp, error in errors.items()}
+
+
+def _transactional_producer(records: memoryview | None) -> tuple[int, int] | None:
+    """(producer id, epoch) of the first transactional batch in `records`, if any."""
+    if records is None:
+        return None
+    try:
+        for batch in iter_batches(records):
+            if isinstance(batch, RecordBatchView) and batch.is_transactional:
+                return batch.producer_id, batch.producer_epoch
+    except ProtocolError:
+        pass  # the append reports it
+    return None
+
+
+def _verification_answer(error: ErrorCode) -> tuple[ErrorCode, str]:
+    """A failed verification as Produce answers it: a coordinator that could not say is
+    NOT_ENOUGH_REPLICAS (retried by every client without a metadata refresh), as in Kafka."""
+    if error == ErrorCode.INVALID_TXN_STATE:
+        return error, "Partition was not added to the transaction"
+    if error in _RETRY_VERIFICATION:
+        return (
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            "Unable to verify the partition has been added to the transaction. "
+            f"Underlying error: {error.name}",
+        )
+    return error, f"the transaction could not be verified: {error.name}"
+
+
+_RETRY_VERIFICATION = frozenset(
+    {
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    }
+)
+
+
+def _transaction_refused(ctx: RequestContext, request: ProduceRequest) -> bool:
+    """Transactional records need WRITE on the request's transactional id (Kafka looks at each
+    partition's first batch); without it the whole request is refused."""
+    if not any(
+        data.records is not None and first_batch_is_transactional(data.records)
+        for topic in request.topic_data
+        for data in topic.partition_data
+    ):
+        return False
+    tid = request.transactional_id
+    return tid is None or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+
+
 def _settle(waiting: Waiting) -> Waiting:
     """Answer the partitions whose high watermark passed their batch; the others remain."""
     still = []
     for partition, required, result in waiting:
-        done, error = partition.check_enough_replicas_reach_offset(required)
-        if done:
-            result.error_code = error
-        else:
+        error = replicated((partition, required))
+        if error is None:
             still.append((partition, required, result))
+        else:
+            result.error_code = error
     return still
 
 
@@ -98,15 +221,11 @@ async def _await_replication(
     waiting: Waiting, timeout_ms: int, response: ProduceResponse
 ) -> ProduceResponse:
     """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
-    sources = [partition.state_waiters for partition, _, _ in waiting]
-    with Wakeup(sources) as wakeup, trio.move_on_after(max(timeout_ms, 0) / 1000):
-        while waiting:
-            wakeup.arm()
-            waiting = _settle(waiting)
-            if waiting:
-                await wakeup.wait()
-    for _partition, _required, result in waiting:
-        result.error_code = ErrorCode.REQUEST_TIMED_OUT
+    errors = await await_replication(
+        [(p, required) for p, required, _ in waiting], timeout_ms / 1000
+    )
+    for (_partition, _required, result), error in zip(waiting, errors, strict=True):
+        result.error_code = error
     return response
 
 

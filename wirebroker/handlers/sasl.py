@@ -13,7 +13,8 @@ with a `/config/changes` notification, both as Kafka writes them. Errors per use
 ZkAdminManager: an empty name or a count of iterations out of [4096, 16384] is
 UNACCEPTABLE_CREDENTIAL, an unknown mechanism UNSUPPORTED_SASL_MECHANISM, a user altered twice in
 one request DUPLICATE_RESOURCE (the whole user fails), deleting a missing credential
-RESOURCE_NOT_FOUND. No authorizer exists yet, so every client may alter them.
+RESOURCE_NOT_FOUND. Altering them needs ALTER on the cluster, describing them DESCRIBE (else
+CLUSTER_AUTHORIZATION_FAILED for every user), as Kafka.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from protocol.messages.describe_user_scram_credentials import (
 )
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
 from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
+from wirebroker.authorizer.acls import AclOperation
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
 from wirebroker.sasl.settings import SCRAM_SHA_256, SCRAM_SHA_512
@@ -62,12 +64,21 @@ async def sasl_authenticate(
 async def alter_user_scram_credentials(
     ctx: RequestContext, request: AlterUserScramCredentialsRequest
 ) -> AlterUserScramCredentialsResponse:
-    errors: dict[str, tuple[ErrorCode, str]] = {}
-    seen: set[tuple[str, int]] = set()
-    users: list[str] = []
     changes = [(d.name, d.mechanism, None) for d in request.deletions] + [
         (u.name, u.mechanism, u) for u in request.upsertions
     ]
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        return AlterUserScramCredentialsResponse(
+            results=[
+                AlterResult(
+                    user=user, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None
+                )
+                for user in sorted({name for name, _, _ in changes})
+            ]
+        )
+    errors: dict[str, tuple[ErrorCode, str]] = {}
+    seen: set[tuple[str, int]] = set()
+    users: list[str] = []
     for name, mechanism, upsertion in changes:
         if name not in users:
             users.append(name)
@@ -133,6 +144,18 @@ async def _save(ctx: RequestContext, user: str, credentials: dict[str, ScramCred
 async def describe_user_scram_credentials(
     ctx: RequestContext, request: DescribeUserScramCredentialsRequest
 ) -> DescribeUserScramCredentialsResponse:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        # As Kafka: the code at the top and once per user asked for (its name left empty)
+        return DescribeUserScramCredentialsResponse(
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            error_message=None,
+            results=[
+                DescribeResult(
+                    error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None
+                )
+                for _ in request.users or []
+            ],
+        )
     store = ctx.broker.scram_credentials
     requested = [u.name for u in request.users or []]
     results = []

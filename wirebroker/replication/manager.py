@@ -8,8 +8,9 @@ per source broker and fetcher id, `num.replica.fetchers`), the periodic ISR shri
 AlterPartition requests that carry the leaders' ISR changes to the controller (applied when the
 controller answers). Decisions about one partition's ISR and high watermark are the
 partition's (`wirebroker.partition`); the bytes are storage's. Every leader or follower
-transition and every stop is reported to the group coordinator (`GroupCoordinator.
-partition_moved`), which loads or unloads the groups of `__consumer_offsets` partitions.
+transition and every stop is reported to the coordinators (`Broker.partition_moved`), which
+load or unload the groups of `__consumer_offsets` and the transactional ids of
+`__transaction_state` partitions.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrRe
 from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.errors import KafkaStorageError
-from wirebroker.dynamic_config import Reconfigurable, thread_count_check
+from wirebroker.dynamic_config import thread_count_check
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
-from wirebroker.peer import PeerClient, PeerError
+from wirebroker.peer import PeerClient, PeerError, PeerSecurity
 from wirebroker.replication.fetcher import ReplicaFetcher
 from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
-from wirebroker.tls import inter_broker_client_context
 from wirebroker.topic_configs import log_config_for
 
 if TYPE_CHECKING:
@@ -69,8 +69,6 @@ class ReplicaManager:
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
         self.inter_broker_listener = config.inter_broker_listener() or config.listeners()[0].name
-        #: TLS of the connections to the other brokers (None: plaintext).
-        self.ssl_context = inter_broker_client_context(config)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         #: Leaders' addresses from LeaderAndIsr, when the metadata cache does not know them.
         self.live_leaders: dict[int, tuple[str, int]] = {}
@@ -83,14 +81,10 @@ class ReplicaManager:
             client_id=f"broker-{broker.node_id}-alter-partition",
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
-            ssl_context=self.ssl_context,
+            security=broker.peer_security,
         )
         broker.dynamic_config.add_reconfigurable(
             thread_count_check(config, "num.replica.fetchers", self._fetcher_count_changed)
-        )
-        prefix = f"listener.name.{self.inter_broker_listener.lower()}.ssl."
-        broker.dynamic_config.add_reconfigurable(
-            Reconfigurable(lambda name: name.startswith(prefix), self._tls_changed)
         )
 
     # addresses ----------------------------------------------------------------------------
@@ -102,6 +96,21 @@ class ReplicaManager:
         if endpoint is not None:
             return endpoint.host, endpoint.port
         return self.live_leaders.get(broker_id)
+
+    def peer_client(
+        self, broker_id: int, purpose: str, *, timeout_s: float, backoff_s: float
+    ) -> PeerClient:
+        """A connection to broker `broker_id` over the inter-broker listener (TLS and the SASL
+        login as configured: `Broker.peer_security`), its address looked up at each connect;
+        `purpose` names it in the log and in its client id (e.g. "txn-markers")."""
+        return PeerClient(
+            f"{purpose} to broker {broker_id}",
+            lambda: self.address_of(broker_id),
+            client_id=f"broker-{self.broker.node_id}-{purpose}",
+            timeout_s=timeout_s,
+            backoff_s=backoff_s,
+            security=self.broker.peer_security,
+        )
 
     def _controller_address(self) -> tuple[str, int] | None:
         controller = self.broker.controller_id
@@ -249,13 +258,12 @@ class ReplicaManager:
     def _add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
         self._fetcher(p.leader, tp).add(tp, p.topic_id, p.log_end_offset, p.leader_epoch)
 
-    def _tls_changed(self, changed: frozenset[str]) -> None:
-        """The inter-broker listener's stores changed at run time: new connections to the
-        other brokers use them (the listener's own context checked they load)."""
-        self.ssl_context = inter_broker_client_context(self.broker.config)
-        self.controller.ssl_context = self.ssl_context
+    def use_peer_security(self, security: PeerSecurity) -> None:
+        """The fetchers' and AlterPartition's next connections use `security` (the
+        inter-broker listener's stores or login changed at run time)."""
+        self.controller.security = security
         for fetcher in self.fetchers.values():
-            fetcher.peer.ssl_context = self.ssl_context
+            fetcher.peer.security = security
 
     def _fetcher_count_changed(self, changed: frozenset[str]) -> None:
         """`num.replica.fetchers` changed at run time: every followed partition moves to its
@@ -432,7 +440,7 @@ class ReplicaManager:
             p.isr,
             p.high_watermark,
         )
-        self.broker.groups.partition_moved(tp, leader=True)
+        self.broker.partition_moved(tp, leader=True)
 
     def _make_follower(self, tp: TopicPartition, p: Partition, s: LeaderAndIsrState) -> None:
         restart = p.make_follower(
@@ -450,7 +458,7 @@ class ReplicaManager:
             s.leader_epoch,
             p.log_end_offset,
         )
-        self.broker.groups.partition_moved(tp, leader=False)
+        self.broker.partition_moved(tp, leader=False)
         if restart:
             self._remove_fetcher(tp)
             if s.leader >= 0:
@@ -500,7 +508,7 @@ class ReplicaManager:
 
     def _stop(self, tp: TopicPartition, p: Partition | None, delete: bool) -> None:
         self._remove_fetcher(tp)
-        self.broker.groups.partition_moved(tp, leader=False)
+        self.broker.partition_moved(tp, leader=False)
         self._isr_queue.pop(tp, None)
         if not delete:
             log.info("%s-%d: stopped", tp.topic, tp.partition)
@@ -535,9 +543,11 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     def check_broker_epoch(self, broker_epoch: int) -> None:
-        """Kafka's isBrokerEpochStale: a request meant for an earlier registration of ours."""
+        """Kafka's isBrokerEpochStale: a request meant for an earlier registration of ours. Kafka
+        lets a request without an epoch (-1, from controllers older than KIP-380) through; here
+        it is stale once this broker has an epoch (registered in ZooKeeper)."""
         current = self.broker.broker_epoch
-        if broker_epoch != -1 and broker_epoch < current:
+        if broker_epoch < current:
             raise KafkaError(
                 f"broker epoch {broker_epoch} is older than ours ({current})",
                 error_code=ErrorCode.STALE_BROKER_EPOCH,

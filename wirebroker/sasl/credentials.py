@@ -21,6 +21,15 @@ log = logging.getLogger(__name__)
 FILE_NAME = "scram-credentials.json"
 
 
+def with_scram_credentials(
+    config: dict[str, str], credentials: dict[str, ScramCredential]
+) -> dict[str, str]:
+    """A user's Kafka config with its SCRAM entries replaced by `credentials` (its other keys,
+    quotas, kept), as Kafka's AdminZkClient writes `/config/users/<user>`."""
+    kept = {k: v for k, v in config.items() if k not in HASHES}
+    return kept | {m: c.to_kafka_string() for m, c in credentials.items()}
+
+
 class ScramCredentialStore:
     """Credentials by user, then mechanism; `path` None keeps them in memory only (a cluster)."""
 

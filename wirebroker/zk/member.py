@@ -4,8 +4,10 @@
 its event channel. It registers the broker (`/brokers/ids/<id>`, ephemeral; the znode's czxid is
 the broker epoch) and registers it again when the session expired; it keeps the topic config
 overrides (`/config/topics/*`, followed through `/config/changes`) and applies changes to the
-broker's local logs, and the users' SCRAM credentials (`/config/users/*`, likewise); it watches
-`/brokers/ids` so the broker knows the live brokers; and it forwards every other watch to this
+broker's local logs and replication throttles, and the users' and clients' configs (SCRAM
+credentials and client quotas: `/config/users/*`, `/config/clients/*`, likewise); it watches
+`/brokers/ids` so the broker knows the live brokers; it hands the ACL change notifications to
+the broker's authorizer (`wirebroker.authorizer`); and it forwards every other watch to this
 broker's `Controller`. When one of the broker's log directories goes offline, it writes a
 `/log_dir_event_notification/log_dir_event_<seq>` znode, as Kafka's ReplicaManager does, so the
 controller moves that directory's leaders elsewhere.
@@ -28,7 +30,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 import trio
 
@@ -42,14 +43,22 @@ from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
 from wirebroker.dynamic_config import DEFAULT_ENTITY, Reconfigurable
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
-from wirebroker.peer import request_once
-from wirebroker.sasl.scram import HASHES, ScramCredential
-from wirebroker.tls import inter_broker_client_context
+from wirebroker.peer import PeerError, request_once
+from wirebroker.quotas.entities import DEFAULT, QuotaEntity
+from wirebroker.sasl.credentials import with_scram_credentials
+from wirebroker.sasl.scram import ScramCredential
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
-from wirebroker.zk import znodes
+from wirebroker.zk import entity_configs, znodes
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
-from wirebroker.zk.znodes import BrokerRegistration, Endpoint, EntityConfig, TopicAssignment
+from wirebroker.zk.entity_configs import read_entity_config
+from wirebroker.zk.znodes import (
+    BrokerRegistration,
+    Endpoint,
+    EntityConfig,
+    TopicAssignment,
+    desanitize,
+)
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -115,7 +124,7 @@ class ClusterMember:
         self.broker = broker
         self.zk = zk
         self.config = broker.config
-        self.controller = Controller(zk, broker.node_id, broker.config)
+        self.controller = Controller(zk, broker.node_id, broker.config, broker.peer_security)
         self.controller.on_controller_change = self._controller_changed
         self.controller.topic_config = lambda topic: self.topic_configs.get(topic, {})
         self.broker_epoch = -1
@@ -133,8 +142,10 @@ class ClusterMember:
     # the owner task ------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            await self._register()
+            # Configs first: once registered, peers connect, and a SASL/SCRAM login needs the
+            # users' credentials (Kafka serves no request before its config manager started).
             await self._load_topic_configs()
+            await self._register()
             await self._refresh_brokers()
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.controller.run)
@@ -159,10 +170,16 @@ class ClusterMember:
             elif ev.state == "CONNECTED" and (ev.new_session or self._stale):
                 self._stale = False
                 log.info("broker %d: new ZooKeeper session; registering again", self.broker.node_id)
-                await self._register()
                 await self._load_topic_configs()
+                await self._register()
                 await self._refresh_brokers()
+                if self.broker.authorizer is not None:
+                    await self.broker.authorizer.reload()  # its watches went with the session
             self.controller.submit_zk_event(ev)
+            return
+        if ev.path in znodes.ACL_CHANGES.values():
+            if self.broker.authorizer is not None:
+                await self.broker.authorizer.process_changes(ev.path)
             return
         if ev.path == znodes.CONFIG_CHANGES:
             await self._process_config_changes()
@@ -254,20 +271,30 @@ class ClusterMember:
     # topic configs --------------------------------------------------------------------------
     async def _load_topic_configs(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
-        self._last_change = max((_seq(c) for c in changes), default=-1)
+        self._last_change = max((znodes.sequence_number(c) for c in changes), default=-1)
         configs: dict[str, dict[str, str]] = {}
         for topic in await self.zk.get_children(znodes.CONFIG_TOPICS, watch=True) or []:
             got = await self.zk.get(znodes.topic_config_path(topic))
             if got is not None:
                 configs[topic] = EntityConfig.decode(got[0]).config
+        # (Again after a new session: what went meanwhile is forgotten, the rest applied.)
+        for topic in self.broker.replication_quotas.topics() - set(configs):
+            self._topic_configured(topic, {})
         self.topic_configs = configs
         for topic, overrides in configs.items():
+            self._topic_configured(topic, overrides)
             if overrides:
                 self.broker.apply_topic_config(topic, overrides)
-        for user in await self.zk.get_children(znodes.CONFIG_USERS) or []:
-            await self._load_user_config(user)
-        for entity in (DEFAULT_ENTITY, str(self.broker.node_id)):
-            await self._load_broker_config(entity)
+        entities = await entity_configs.read_users_and_clients(self.zk)
+        for entity in self.broker.quotas.entities() - set(entities):
+            self._entity_configured(entity, {})
+        for entity, config in entities.items():
+            self._entity_configured(entity, config)
+        for broker in (DEFAULT_ENTITY, str(self.broker.node_id)):
+            await self._load_broker_config(broker)
+
+    def _topic_configured(self, topic: str, overrides: dict[str, str]) -> None:
+        self.broker.replication_quotas.topic_configured(topic, overrides)
 
     # dynamic broker configs -------------------------------------------------------------------
     async def broker_config(self, entity: str) -> dict[str, str]:
@@ -277,65 +304,82 @@ class ClusterMember:
     async def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
         """Replace `/config/brokers/<entity>` and notify every broker, as Kafka's
         AdminZkClient.changeBrokerConfig."""
-        await self._change_entity_config(f"brokers/{entity}", config)
+        await entity_configs.change_entity_config(self.zk, f"brokers/{entity}", config)
 
     async def _load_broker_config(self, entity: str) -> None:
         self.broker.dynamic_config.apply(entity, await self.broker_config(entity))
 
-    # user configs (SCRAM credentials) ------------------------------------------------------
-    async def _load_user_config(self, sanitized_user: str) -> None:
-        config = await read_entity_config(self.zk, znodes.user_config_path(sanitized_user))
-        self.broker.scram_credentials.cache_user_config(unquote(sanitized_user), config)
+    # user and client configs (SCRAM credentials, client quotas) ----------------------------
+    def _entity_configured(self, entity: QuotaEntity, config: dict[str, str]) -> None:
+        """A user's or client's config, as ZooKeeper has it now: its quotas, and a user's
+        SCRAM credentials."""
+        self.broker.quotas.update(entity, config)
+        if entity.client_id is None and entity.user not in (None, DEFAULT):
+            self.broker.scram_credentials.cache_user_config(desanitize(entity.user), config)
+
+    async def client_quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
+        """Every user and client entity's config, read from ZooKeeper now."""
+        return await entity_configs.read_users_and_clients(self.zk)
+
+    async def client_quota_config(self, entity: QuotaEntity) -> dict[str, str]:
+        return await entity_configs.read_user_or_client_config(self.zk, entity)
+
+    async def set_client_quota_config(self, entity: QuotaEntity, config: dict[str, str]) -> None:
+        """Replace an entity's config and notify every broker (this one included)."""
+        await entity_configs.change_user_or_client_config(self.zk, entity, config)
 
     async def set_user_scram_credentials(
         self, user: str, credentials: dict[str, ScramCredential]
     ) -> None:
         """Replace the user's SCRAM credentials in `/config/users/<user>` (keeping its other
         keys, quotas) and notify every broker, as Kafka's AdminZkClient does."""
-        sanitized = znodes.sanitize_user(user)
-        config = await read_entity_config(self.zk, znodes.user_config_path(sanitized))
-        config = {k: v for k, v in config.items() if k not in HASHES}
-        config.update({m: c.to_kafka_string() for m, c in credentials.items()})
-        await self._change_entity_config(f"users/{sanitized}", config)
-
-    async def _change_entity_config(self, entity_path: str, config: dict[str, str]) -> None:
-        await change_entity_config(self.zk, entity_path, config)
+        entity = QuotaEntity(znodes.sanitize(user), None)
+        config = await entity_configs.read_user_or_client_config(self.zk, entity)
+        await entity_configs.change_user_or_client_config(
+            self.zk, entity, with_scram_credentials(config, credentials)
+        )
 
     async def _on_config_topics(self) -> None:
         """A topic was created (its config znode comes first) or deleted: keep the cache whole."""
         names = set(await self.zk.get_children(znodes.CONFIG_TOPICS, watch=True) or [])
         for gone in set(self.topic_configs) - names:
             del self.topic_configs[gone]
+            self._topic_configured(gone, {})
         for topic in sorted(names - set(self.topic_configs)):
             got = await self.zk.get(znodes.topic_config_path(topic))
             if got is not None:
                 self.topic_configs[topic] = EntityConfig.decode(got[0]).config
+                self._topic_configured(topic, self.topic_configs[topic])
 
     async def _process_config_changes(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
-        for child in sorted(changes, key=_seq):
-            seq = _seq(child)
+        for child in sorted(changes, key=znodes.sequence_number):
+            seq = znodes.sequence_number(child)
             if seq <= self._last_change:
                 continue
             self._last_change = seq
             got = await self.zk.get(f"{znodes.CONFIG_CHANGES}/{child}")
             if got is None:
                 continue
-            entity = znodes.ConfigChangeNotification.decode(got[0]).entity_path
-            kind, _, name = entity.partition("/")
-            if kind == "users":
-                await self._load_user_config(name)
+            entity_path = znodes.ConfigChangeNotification.decode(got[0]).entity_path
+            entity = QuotaEntity.from_path(entity_path)
+            if entity is not None:
+                self._entity_configured(
+                    entity, await entity_configs.read_user_or_client_config(self.zk, entity)
+                )
                 continue
+            kind, _, name = entity_path.partition("/")
             if kind == "brokers":
                 if name in (DEFAULT_ENTITY, str(self.broker.node_id)):
                     await self._load_broker_config(name)
                 continue
             if kind != "topics":
-                log.info("ignoring a config change of %s", entity)
+                log.info("ignoring a config change of %s", entity_path)
                 continue
             overrides = await read_entity_config(self.zk, znodes.topic_config_path(name))
             self.topic_configs[name] = overrides
             log.info("topic %s: config overrides now %s", name, overrides)
+            self._topic_configured(name, overrides)
             self.broker.apply_topic_config(name, overrides)
 
     # controlled shutdown --------------------------------------------------------------------
@@ -354,6 +398,7 @@ class ClusterMember:
                 OSError,
                 trio.TooSlowError,
                 EOFError,
+                PeerError,
                 KafkaError,
                 NotController,
                 ZookeeperError,
@@ -399,7 +444,7 @@ class ClusterMember:
             ControlledShutdownRequest(broker_id=node, broker_epoch=self.broker_epoch),
             CONTROLLED_SHUTDOWN_VERSION,
             client_id=f"broker-{node}",
-            ssl_context=inter_broker_client_context(self.config),
+            security=self.broker.peer_security,
         )
         assert isinstance(response, ControlledShutdownResponse)
         if response.error_code != ErrorCode.NONE:
@@ -567,30 +612,7 @@ class ClusterMember:
         log_config_for(self.config, overrides)  # validates
         if validate_only:
             return
-        await self._change_entity_config(f"topics/{name}", overrides)
-
-
-async def change_entity_config(zk: ZkClient, entity_path: str, config: dict[str, str]) -> None:
-    """Write `/config/<entity_path>` and a `/config/changes` notification naming it, as
-    Kafka's AdminZkClient.changeEntityConfig: every broker follows the notification."""
-    path = f"/config/{entity_path}"
-    data = EntityConfig(dict(config)).encode()
-    if await zk.exists(path) is None:
-        await zk.create(path, data, makepath=True)
-    else:
-        await zk.set(path, data)
-    await zk.create(
-        f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-        znodes.ConfigChangeNotification(entity_path).encode(),
-        sequence=True,
-        makepath=True,
-    )
-
-
-async def read_entity_config(zk: ZkClient, path: str) -> dict[str, str]:
-    """The config map of a `/config/<type>/<name>` znode ({} when there is none)."""
-    got = await zk.get(path)
-    return EntityConfig.decode(got[0] if got else None).config
+        await entity_configs.change_entity_config(self.zk, f"topics/{name}", overrides)
 
 
 async def read_broker_configs(zk: ZkClient, broker_id: int) -> dict[str, dict[str, str]]:
@@ -623,10 +645,3 @@ async def allocate_producer_id_block(zk: ZkClient, broker_id: int) -> tuple[int,
         except BadVersionError:
             continue
         return block.block_start, block.block_end
-
-
-def _seq(child: str) -> int:
-    try:
-        return int(child.rsplit("_", 1)[1])
-    except (IndexError, ValueError):
-        return -1

@@ -19,7 +19,14 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote_plus
+
+from wirebroker.authorizer.acls import (
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    kafka_name,
+)
 
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
@@ -30,6 +37,7 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"
 CONFIG_BROKERS = "/config/brokers"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
@@ -38,6 +46,18 @@ ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+# ACLs (AclAuthorizer): literal patterns under /kafka-acl, prefixed ones under
+# /kafka-acl-extended/prefixed, each /<ResourceType>/<name>; a change of either kind is announced
+# by a sequential znode under its own changes path.
+ACL_ROOTS = {
+    PatternType.LITERAL: "/kafka-acl",
+    PatternType.PREFIXED: "/kafka-acl-extended/prefixed",
+}
+ACL_CHANGES = {
+    PatternType.LITERAL: "/kafka-acl-changes",
+    PatternType.PREFIXED: "/kafka-acl-extended-changes",
+}
+ACL_CHANGE_PREFIX = "acl_changes_"
 
 #: The persistent paths Kafka creates at start-up (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (
@@ -48,7 +68,7 @@ PERSISTENT_PATHS = (
     "/admin",
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
-    "/config/clients",
+    CONFIG_CLIENTS,
     CONFIG_TOPICS,
     CONFIG_USERS,
     CONFIG_BROKERS,
@@ -115,13 +135,37 @@ def user_config_path(sanitized_user: str) -> str:
     return f"{CONFIG_USERS}/{sanitized_user}"
 
 
-def sanitize_user(user: str) -> str:
-    """A user name as Kafka's Sanitizer writes it into a znode name (URL-encoded)."""
-    return quote(user, safe="").replace("~", "%7E")
+def sanitize(name: str) -> str:
+    """A user or client id as Kafka's Sanitizer writes it into a znode name (URL-encoded,
+    a space as %20)."""
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    """Kafka's Sanitizer.desanitize (Java's URLDecoder: `+` is a space too)."""
+    return unquote_plus(name)
 
 
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
+
+
+def sequence_number(child: str) -> int:
+    """The number ZooKeeper appended to a sequential znode's name (`config_change_0000000007`
+    -> 7); -1 for a name without one."""
+    try:
+        return int(child.rsplit("_", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def acl_type_path(pattern_type: PatternType, resource_type: ResourceType) -> str:
+    return f"{ACL_ROOTS[pattern_type]}/{kafka_name(resource_type)}"
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    """The znode of one resource pattern's ACLs (their JSON: `acls.acls_to_json`)."""
+    return f"{acl_type_path(pattern.pattern_type, pattern.resource_type)}/{pattern.name}"
 
 
 # znodes -----------------------------------------------------------------------------------
@@ -359,6 +403,46 @@ class ConfigChangeNotification:
         if int(obj.get("version", 1)) == 1:  # {"version":1,"entity_type":"topics","entity_name":t}
             return cls(f"{obj['entity_type']}/{obj['entity_name']}")
         return cls(str(obj["entity_path"]))
+
+
+def encode_acl_change(pattern: ResourcePattern) -> bytes:
+    """The data of an ACL change notification: `TOPIC:name` for a literal pattern (Kafka's
+    legacy form), Kafka's ExtendedAclChangeEvent JSON for a prefixed one."""
+    if pattern.pattern_type == PatternType.LITERAL:
+        return f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return _json(
+        {
+            "version": 1,
+            "resourceType": pattern.resource_type.name,
+            "name": pattern.name,
+            "patternType": pattern.pattern_type.name,
+        }
+    )
+
+
+def decode_acl_change(pattern_type: PatternType, data: bytes) -> ResourcePattern:
+    """The pattern an ACL change notification under `ACL_CHANGES[pattern_type]` names;
+    ValueError if it names none (as Kafka, the type is matched in upper case)."""
+    if pattern_type == PatternType.LITERAL:
+        kind, sep, name = data.decode().partition(":")
+        if not sep:
+            raise ValueError(f"expected ResourceType:ResourceName, got {data[:200]!r}")
+        return ResourcePattern(_upper_name(ResourceType, kind), name, PatternType.LITERAL)
+    obj = _load(data)
+    if int(obj.get("version", 1)) > 1:
+        raise ValueError(f"ACL change event of unsupported version {obj['version']}")
+    return ResourcePattern(
+        _upper_name(ResourceType, str(obj["resourceType"])),
+        str(obj["name"]),
+        _upper_name(PatternType, str(obj["patternType"])),
+    )
+
+
+def _upper_name(kind: type[ResourceType] | type[PatternType], text: str) -> Any:
+    member = kind.__members__.get(text.upper())
+    if member is None or member.value <= 1:  # UNKNOWN, ANY
+        raise ValueError(f"unknown {kind.__name__} {text!r} in an ACL change notification")
+    return member
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,297 @@
+"""Transactions on the wire with raw requests: transactional Produce, WriteTxnMarkers (its
+answers and Kafka's error codes, nothing written when refused), and what read_committed and
+read_uncommitted Fetch and ListOffsets then see."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from protocol.errors import ErrorCode
+from protocol.messages.describe_producers import DescribeProducersRequest
+from protocol.messages.fetch import FetchRequest
+from protocol.messages.find_coordinator import FindCoordinatorRequest
+from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
+from protocol.record_batch import RecordBatchView, SimpleRecord
+from protocol.record_builder import decode_end_txn_marker
+from protocol.records import iter_batches, iter_records
+from tests.broker_process import BrokerProcess
+
+from .helpers import (
+    RawClient,
+    create_topic,
+    end_offset,
+    fetch_raw,
+    produce_request,
+    wait_until,
+)
+
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+#: These tests write transactions without a coordinator (raw batches, then WriteTxnMarkers):
+#: the KIP-890 check with the coordinator would refuse their batches.
+BROKER_PROPERTIES = {"transaction.partition.verification.enable": "false"}
+#: Transactional records carry a transactional id (Kafka refuses them without one).
+RAW_TRANSACTIONAL_ID = "raw-transactions"
+
+
+def txn_produce(
+    c: RawClient,
+    topic: str,
+    pid: int,
+    seq: int,
+    values: list[bytes],
+    *,
+    epoch: int = 0,
+    partition: int = 0,
+    transactional: bool = True,
+    **batch_args: Any,
+) -> Any:
+    now = int(time.time() * 1000)
+    records = [SimpleRecord(b"k", v, (), now) for v in values]
+    request = produce_request(
+        topic,
+        partition,
+        records,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=transactional,
+        **batch_args,
+    )
+    if transactional:
+        request.transactional_id = RAW_TRANSACTIONAL_ID
+    return c.request(request, 9).responses[0].partition_responses[0]
+
+
+def write_markers(
+    c: RawClient,
+    markers: list[tuple[int, int, int, bool, dict[str, list[int]]]],
+    version: int = 1,
+) -> dict[tuple[int, str, int], int]:
+    """WriteTxnMarkers of (producer id, producer epoch, coordinator epoch, commit, partitions);
+    the error code of each (producer id, topic, partition) answered."""
+    request = WriteTxnMarkersRequest(
+        markers=[
+            WriteTxnMarkersRequest.WritableTxnMarker(
+                producer_id=pid,
+                producer_epoch=epoch,
+                transaction_result=commit,
+                coordinator_epoch=coordinator_epoch,
+                topics=[
+                    WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                    for t, ps in topics.items()
+                ],
+            )
+            for pid, epoch, coordinator_epoch, commit, topics in markers
+        ]
+    )
+    response = c.request(request, version)
+    return {
+        (m.producer_id, t.name, p.partition_index): p.error_code
+        for m in response.markers
+        for t in m.topics
+        for p in t.partitions
+    }
+
+
+def log_end(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """The log end offset (the high watermark of a one-broker partition)."""
+    return end_offset(bootstrap, topic, partition)
+
+
+def test_markers_end_transactions_and_are_stored_as_control_batches(
+    broker: BrokerProcess, topic: str
+) -> None:
+    create_topic(broker.bootstrap, topic, partitions=2)
+    with RawClient(broker.bootstrap) as c:
+        assert txn_produce(c, topic, 500, 0, [b"a", b"b"]).error_code == 0
+        assert txn_produce(c, topic, 501, 0, [b"x"], partition=1).error_code == 0
+        answers = write_markers(
+            c,
+            [
+                (500, 0, 3, True, {topic: [0]}),
+                (501, 0, 3, False, {topic: [1]}),
+                (500, 0, 3, True, {"no-such-topic": [0]}),
+            ],
+        )
+        assert answers == {
+            (500, topic, 0): ErrorCode.NONE,
+            (501, topic, 1): ErrorCode.NONE,
+            (500, "no-such-topic", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        }
+        request = DescribeProducersRequest(
+            topics=[DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[0])]
+        )
+        (state,) = c.request(request, 0).topics[0].partitions[0].active_producers
+    assert (state.producer_id, state.coordinator_epoch, state.current_txn_start_offset) == (
+        500,
+        3,
+        -1,
+    )
+    batches = list(iter_batches(bytes(fetch_raw(broker.bootstrap, topic, 0).records)))
+    assert [b.is_control for b in batches] == [False, True]
+    marker = batches[1]
+    assert isinstance(marker, RecordBatchView) and marker.is_transactional
+    assert (marker.base_offset, marker.producer_id, marker.producer_epoch) == (2, 500, 0)
+    (record,) = iter_records(marker)
+    assert bytes(record.key or b"") == b"\x00\x00\x00\x01"  # version 0, COMMIT
+    assert decode_end_txn_marker(record.value) == (0, 3)
+
+
+def test_refused_markers_write_nothing(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as c:
+        assert txn_produce(c, topic, 600, 0, [b"a"], epoch=2).error_code == 0
+        assert write_markers(c, [(600, 2, 5, False, {topic: [0]})]) == {(600, topic, 0): 0}
+        assert txn_produce(c, topic, 600, 1, [b"b"], epoch=2).error_code == 0
+        end = log_end(broker.bootstrap, topic)
+        assert write_markers(c, [(600, 1, 5, True, {topic: [0]})], version=0) == {
+            (600, topic, 0): ErrorCode.INVALID_PRODUCER_EPOCH
+        }
+        assert write_markers(c, [(600, 2, 4, True, {topic: [0]})]) == {
+            (600, topic, 0): ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        }
+        assert log_end(broker.bootstrap, topic) == end
+        # a non-transactional batch while the transaction is ongoing
+        response = txn_produce(c, topic, 600, 2, [b"c"], epoch=2, transactional=False)
+        assert response.error_code == ErrorCode.INVALID_TXN_STATE
+        assert log_end(broker.bootstrap, topic) == end
+        assert write_markers(c, [(600, 2, 5, True, {topic: [0]})]) == {(600, topic, 0): 0}
+        assert log_end(broker.bootstrap, topic) == end + 1
+
+
+def test_markers_on_consumer_offsets_partitions(broker: BrokerProcess) -> None:
+    """A marker for a `__consumer_offsets` partition is written and the group coordinator told
+    (its transactional offsets are the coordinator's business)."""
+    offsets = {"__consumer_offsets": [0, 1]}
+    with RawClient(broker.bootstrap) as c:
+        c.request(FindCoordinatorRequest(key="g"), 1)  # creates __consumer_offsets
+        answer = wait_until(
+            lambda: (
+                (a := write_markers(c, [(700, 0, 0, True, offsets)]))
+                and set(a.values()) == {ErrorCode.NONE}
+                and a
+            ),
+            what="markers on __consumer_offsets",
+        )
+    assert answer == {(700, "__consumer_offsets", 0): 0, (700, "__consumer_offsets", 1): 0}
+
+
+def fetch_request(
+    topic: str, isolation: int, offset: int = 0, *, max_wait_ms: int = 0, min_bytes: int = 0
+) -> FetchRequest:
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        isolation_level=isolation,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def fetch(bootstrap: str, topic: str, isolation: int, offset: int = 0, version: int = 12) -> Any:
+    """One Fetch of partition 0 without waiting: its PartitionData."""
+    with RawClient(bootstrap) as c:
+        return (
+            c.request(fetch_request(topic, isolation, offset), version).responses[0].partitions[0]
+        )
+
+
+def latest(bootstrap: str, topic: str, isolation: int) -> int:
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=isolation,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)
+                ],
+            )
+        ],
+    )
+    with RawClient(bootstrap) as c:
+        (p,) = c.request(request, 9).topics[0].partitions
+    assert p.error_code == 0
+    return int(p.offset)
+
+
+def interleaved(bootstrap: str, topic: str) -> None:
+    """0 p0 | 1-2 A | 3 B | 4 COMMIT A | 5 A | 6 ABORT B | 7 ABORT A | 8 C (open) | 9 p1."""
+    with RawClient(bootstrap) as c:
+        assert txn_produce(c, topic, 11, 0, [b"p0"], transactional=False).base_offset == 0
+        assert txn_produce(c, topic, 1, 0, [b"a1", b"a2"]).base_offset == 1
+        assert txn_produce(c, topic, 2, 0, [b"b1"]).base_offset == 3
+        assert write_markers(c, [(1, 0, 0, True, {topic: [0]})]) == {(1, topic, 0): 0}
+        assert txn_produce(c, topic, 1, 2, [b"a3"]).base_offset == 5
+        assert write_markers(c, [(2, 0, 0, False, {topic: [0]}), (1, 0, 0, False, {topic: [0]})])
+        assert txn_produce(c, topic, 3, 0, [b"c1"]).base_offset == 8
+        assert txn_produce(c, topic, 11, 1, [b"p1"], transactional=False).base_offset == 9
+
+
+def data_values(records: Any) -> list[tuple[int, bytes]]:
+    out = []
+    for batch in iter_batches(bytes(records or b"")):
+        if isinstance(batch, RecordBatchView) and batch.is_control:
+            continue
+        out += [(r.offset, bytes(r.value or b"")) for r in iter_records(batch)]
+    return out
+
+
+def test_read_committed_fetch_and_list_offsets(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic)
+    interleaved(broker.bootstrap, topic)
+    committed = fetch(broker.bootstrap, topic, READ_COMMITTED)
+    assert (committed.high_watermark, committed.last_stable_offset) == (10, 8)
+    assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [
+        (2, 3),
+        (1, 5),
+    ]
+    assert [o for o, _ in data_values(committed.records)] == [0, 1, 2, 3, 5]
+    uncommitted = fetch(broker.bootstrap, topic, READ_UNCOMMITTED)
+    assert uncommitted.last_stable_offset == 8 and uncommitted.aborted_transactions is None
+    assert [o for o, _ in data_values(uncommitted.records)] == [0, 1, 2, 3, 5, 8, 9]
+    assert latest(broker.bootstrap, topic, READ_COMMITTED) == 8
+    assert latest(broker.bootstrap, topic, READ_UNCOMMITTED) == 10
+    # a read from past the aborted transactions does not list them
+    later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
+    assert later.aborted_transactions == [] and data_values(later.records) == []
+    with RawClient(broker.bootstrap) as c:
+        assert write_markers(c, [(3, 0, 0, True, {topic: [0]})]) == {(3, topic, 0): 0}
+    assert latest(broker.bootstrap, topic, READ_COMMITTED) == 11
+    later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
+    assert later.last_stable_offset == 11
+    assert data_values(later.records) == [(8, b"c1"), (9, b"p1")]
+    # Fetch v4 carries the LSO too
+    assert fetch(broker.bootstrap, topic, READ_COMMITTED, version=4).last_stable_offset == 11
+
+
+def test_read_committed_long_poll_wakes_when_the_lso_moves(
+    broker: BrokerProcess, topic: str
+) -> None:
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as c:
+        assert txn_produce(c, topic, 21, 0, [b"x"]).error_code == 0
+        request = fetch_request(topic, READ_COMMITTED, max_wait_ms=20_000, min_bytes=1)
+        with RawClient(broker.bootstrap) as waiting:
+            correlation_id = waiting.send(request, 12)
+            # the open transaction's data does not answer the poll...
+            assert txn_produce(c, topic, 21, 1, [b"y"]).error_code == 0
+            started = time.monotonic()
+            # ...its COMMIT does, at once
+            assert write_markers(c, [(21, 0, 0, True, {topic: [0]})]) == {(21, topic, 0): 0}
+            response = waiting.receive(FetchRequest, 12, correlation_id)
+            assert time.monotonic() - started < 10
+    (p,) = response.responses[0].partitions
+    assert p.last_stable_offset == 3
+    assert data_values(p.records) == [(0, b"x"), (1, b"y")]

@@ -1,0 +1,1 @@
+"""The transaction coordinator: `__transaction_state`, transactional ids and their markers."""

@@ -12,7 +12,12 @@ import time
 from pathlib import Path
 
 from bench.side_by_side import report, workloads
-from bench.side_by_side.targets import REPO_ROOT, TARGET_NAMES, target_session
+from bench.side_by_side.targets import (
+    DEFAULT_TARGETS,
+    REPO_ROOT,
+    TARGET_NAMES,
+    target_session,
+)
 
 ROWS_HELP = """\
 rows (ratio wirebroker/Kafka, goal):
@@ -97,8 +102,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--targets",
         type=_targets,
-        default=list(TARGET_NAMES),
-        help="comma-separated, in run order (default: kafka,wirebroker)",
+        default=list(DEFAULT_TARGETS),
+        help="comma-separated, in run order (default: kafka,wirebroker; wirebroker-metrics is "
+        "wirebroker with its Prometheus endpoint on, for the cost of metrics: "
+        "--targets wirebroker,wirebroker-metrics --rows 1)",
     )
     parser.add_argument(
         "--out",

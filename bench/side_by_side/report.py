@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.side_by_side.targets import (
     CLUSTER_SIZE,
+    METRICS_TARGET,
     REPO_ROOT,
     SESSION_TIMEOUT_MS,
     ZOOKEEPER_TICK_MS,
@@ -163,6 +164,41 @@ def _scale_table(
     return [*lines, ""]
 
 
+#: Row 1 with metrics on must keep this share of its figure with metrics off (issue 17).
+METRICS_COST_GOAL = 0.97
+
+
+def _metrics_cost(catalogue: Sequence[Figure], results: Results) -> list[str]:
+    """wirebroker with its Prometheus endpoint on against off, when both ran."""
+    rows = []
+    for f in catalogue:
+        off = median(results, f.key, "wirebroker")
+        on = median(results, f.key, METRICS_TARGET)
+        if off is None or on is None or off == 0:
+            continue
+        share = on / off
+        goal = f.row == 1 and f.higher_is_better
+        ok = "—" if not goal else ("yes" if share >= METRICS_COST_GOAL else "**no**")
+        rows.append(
+            f"| {f.row} | {f.label} | {fmt(off, f.unit)} | {fmt(on, f.unit)} | {share:.3f} | "
+            f"{f'≥ {METRICS_COST_GOAL}' if goal else '—'} | {ok} |"
+        )
+    if not rows:
+        return []
+    return [
+        "### The cost of metrics",
+        "",
+        "wirebroker with `wirebroker.metrics.listener` set (its Prometheus endpoint on, not "
+        "scraped) against without, run after each other (`--targets "
+        f"wirebroker,{METRICS_TARGET}`).",
+        "",
+        "| Row | Figure | metrics off | metrics on | on/off | Goal | Met? |",
+        "|---:|---|---:|---:|---:|---|:---:|",
+        *rows,
+        "",
+    ]
+
+
 def _repeats(catalogue: Sequence[Figure], results: Results, targets: Sequence[str]) -> list[str]:
     lines = [
         "<details><summary>Every repeat</summary>",
@@ -300,6 +336,7 @@ def render(
         *_cluster_notes(catalogue, results),
         *_transaction_notes(results),
         *_table(catalogue, results),
+        *_metrics_cost(catalogue, results),
         "",
         f"![wirebroker/Kafka per row against its goal]({chart_name})",
         "",

@@ -6,7 +6,9 @@ fsync on either). Kafka runs in ZooKeeper mode from the project's jars with the 
 ``kafka-server-start.sh`` would give it (``-Xmx1G -Xms1G`` plus ``kafka-run-class.sh``'s G1
 settings); its ZooKeeper lives for the whole target session and each broker gets its own
 chroot, so a fresh broker never inherits an earlier broker's topics. wirebroker runs as a
-``python -m wirebroker serve`` process with this tree on its path.
+``python -m wirebroker serve`` process with this tree on its path; the ``wirebroker-metrics``
+target is the same with its Prometheus endpoint on (``wirebroker.metrics.listener``, not
+scraped), for the cost of metrics (its figures over ``wirebroker``'s).
 
 A broker counts as ready when ApiVersions answers and Metadata lists it with a controller
 (the same probes for both).
@@ -443,6 +445,8 @@ class WirebrokerTarget:
 
     workdir: Path
     name: str = "wirebroker"
+    #: Settings of this target's brokers beyond the shared ones.
+    own: Mapping[str, str] = field(default_factory=dict)
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
@@ -479,7 +483,7 @@ class WirebrokerTarget:
         settings.pop("advertised.listeners", None)  # the same as listeners
         argv = [sys.executable, "-m", "wirebroker", "serve"]
         argv += ["--listeners", listeners, "--log-dirs", str(base / "data")]
-        for key, value in settings.items():
+        for key, value in {**settings, **self.own}.items():
             argv += ["--override", f"{key}={value}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         return Broker(
@@ -512,7 +516,9 @@ class WirebrokerTarget:
         return re.sub(r"PLAINTEXT://[\d.]+:\d+", "PLAINTEXT://$BOOTSTRAP", text)
 
 
-TARGET_NAMES = ("kafka", "wirebroker")
+TARGET_NAMES = ("kafka", "wirebroker", "wirebroker-metrics")
+DEFAULT_TARGETS = ("kafka", "wirebroker")
+METRICS_TARGET = "wirebroker-metrics"
 
 
 @contextlib.contextmanager
@@ -525,6 +531,9 @@ def target_session(name: str, workdir: Path) -> Iterator[Target]:
                 yield KafkaTarget(workdir, zk)
         elif name == "wirebroker":
             yield WirebrokerTarget(workdir)
+        elif name == METRICS_TARGET:
+            metrics = {"wirebroker.metrics.listener": f"{LOOPBACK}:0"}
+            yield WirebrokerTarget(workdir, METRICS_TARGET, metrics)
         else:
             raise ValueError(f"unknown target {name!r}; known: {', '.join(TARGET_NAMES)}")
     finally:

@@ -108,3 +108,18 @@ def test_quick_transaction_rows_on_wirebroker(tmp_path: Path) -> None:
     assert "--transaction-duration-ms 100" in text
     assert "--transaction-ms 100" in text
     assert "--consumer.config" in text and "isolation.level=read_committed" in text
+
+
+def test_quick_metrics_cost_row(tmp_path: Path) -> None:
+    """Row 1 on wirebroker without and with its Prometheus endpoint: the report's cost table
+    has both figures and their ratio against the 0.97 goal."""
+    quick_run(tmp_path, "--rows", "1", "--targets", "wirebroker,wirebroker-metrics")
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "### The cost of metrics" in text
+    assert "wirebroker.metrics.listener=127.0.0.1:0" in text  # the command shown
+    row = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| 1 | Produce 1 KiB, acks=1 (librdkafka)") and "≥ 0.97" in line
+    )
+    assert row.count("MB/s") == 2

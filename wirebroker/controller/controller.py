@@ -40,6 +40,7 @@ from protocol.messages.update_metadata import UpdateMetadataRequest
 from protocol.schema import Message
 from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
+from wirebroker.controller.context import TP, ControllerContext, LiveBroker, PartitionInfo
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
 from wirebroker.zk import znodes
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 state_log = logging.getLogger("wirebroker.state.change")
 
 T = TypeVar("T")
-TP = tuple[str, int]
 
 LEADER_AND_ISR_VERSION = 7
 UPDATE_METADATA_VERSION = 8
@@ -72,58 +72,6 @@ EPOCH_DURING_DELETE = -2
 
 class ControllerMoved(Exception):
     """Our controller epoch is no longer the current one: another broker took over."""
-
-
-@dataclass
-class LiveBroker:
-    registration: BrokerRegistration
-    epoch: int  # the czxid of its /brokers/ids/<id>
-
-
-@dataclass
-class PartitionInfo:
-    state: PartitionState
-    version: int  # the state znode's version: the partition epoch
-
-
-@dataclass
-class ControllerContext:
-    """What the active controller knows about the cluster (rebuilt on every election)."""
-
-    epoch: int = 0
-    epoch_zk_version: int = 0
-    live: dict[int, LiveBroker] = field(default_factory=dict)
-    shutting_down: set[int] = field(default_factory=set)
-    topics: dict[str, TopicAssignment] = field(default_factory=dict)
-    topic_versions: dict[str, int] = field(default_factory=dict)
-    states: dict[TP, PartitionInfo] = field(default_factory=dict)
-    deleting: set[str] = field(default_factory=set)
-    legacy_reassignments: set[TP] = field(default_factory=set)
-    #: Per live broker, its replicas in an offline log directory (Kafka's replicasOnOfflineDirs).
-    offline_replicas: dict[int, set[TP]] = field(default_factory=dict)
-
-    def live_ids(self) -> set[int]:
-        """Brokers that may lead or join an ISR: live and not shutting down."""
-        return set(self.live) - self.shutting_down
-
-    def online_ids(self, tp: TP) -> set[int]:
-        """The brokers whose replica of `tp` may lead or join its ISR: live, not shutting down,
-        and not in an offline log directory."""
-        return {b for b in self.live_ids() if tp not in self.offline_replicas.get(b, ())}
-
-    def assignment(self, tp: TP) -> ReplicaAssignment:
-        t = self.topics[tp[0]]
-        return ReplicaAssignment(
-            tuple(t.partitions.get(tp[1], [])),
-            tuple(t.adding.get(tp[1], [])),
-            tuple(t.removing.get(tp[1], [])),
-        )
-
-    def partitions(self) -> list[TP]:
-        return [(t, p) for t, a in sorted(self.topics.items()) for p in sorted(a.partitions)]
-
-    def partitions_on(self, broker_id: int) -> list[TP]:
-        return [tp for tp in self.partitions() if broker_id in self.assignment(tp).replicas]
 
 
 @dataclass
@@ -478,20 +426,9 @@ class Controller:
         return done
 
     def _new_state(
-        self,
-        tp: TP,
-        leader: int,
-        isr: Iterable[int],
-        *,
-        bump: bool = True,
-        recovering: bool = False,
+        self, tp: TP, leader: int, isr: Iterable[int], *, recovering: bool = False
     ) -> PartitionState:
-        """The next state of `tp`: leader epoch + 1, our controller epoch, and the leader
-        recovery state kept, except after an unclean election (RECOVERING, as Kafka 3.2+)."""
-        info = self.ctx.states.get(tp)
-        epoch = (info.state.leader_epoch + 1 if bump else info.state.leader_epoch) if info else 0
-        recovery = 1 if recovering else (info.state.leader_recovery_state if info else 0)
-        return PartitionState(leader, epoch, tuple(isr), self.ctx.epoch, recovery)
+        return self.ctx.next_state(tp, leader, isr, recovering=recovering)
 
     # sending ------------------------------------------------------------------------------
     def _on_response(self, broker_id: int, body: Message) -> None:
@@ -512,10 +449,6 @@ class Controller:
     def _send(self, broker_id: int, body: Message, version: int) -> None:
         if self.channel is not None:
             self.channel.send(broker_id, body, version, self._on_response)
-
-    def _topic_id(self, topic: str) -> uuid.UUID:
-        t = self.ctx.topics.get(topic)
-        return t.topic_id if t is not None and t.topic_id is not None else uuid.UUID(int=0)
 
     def _send_leader_and_isr(
         self, brokers: Iterable[int], tps: Iterable[TP], *, is_new: Collection[TP] = ()
@@ -577,7 +510,7 @@ class Controller:
                 type=0,
                 topic_states=[
                     LeaderAndIsrRequest.LeaderAndIsrTopicState(
-                        topic_name=topic, topic_id=self._topic_id(topic), partition_states=states
+                        topic_name=topic, topic_id=ctx.topic_id(topic), partition_states=states
                     )
                     for topic, states in sorted(by_topic.items())
                 ],
@@ -637,7 +570,7 @@ class Controller:
         ]
         topic_states = [
             UpdateMetadataRequest.UpdateMetadataTopicState(
-                topic_name=topic, topic_id=self._topic_id(topic), partition_states=states
+                topic_name=topic, topic_id=ctx.topic_id(topic), partition_states=states
             )
             for topic, states in sorted(by_topic.items())
         ]
@@ -911,7 +844,7 @@ class Controller:
         ctx = self.ctx
         names = set(await self.zk.get_children(znodes.BROKER_TOPICS, watch=True) or [])
         for gone in set(ctx.topics) - names:
-            self._forget_topic(gone)
+            self.ctx.forget_topic(gone)
         new = sorted(names - set(ctx.topics))
         created: set[TP] = set()
         for topic in new:
@@ -925,14 +858,6 @@ class Controller:
                     ]
                 )
         self._announce(created, is_new=created)
-
-    def _forget_topic(self, topic: str) -> None:
-        ctx = self.ctx
-        ctx.topics.pop(topic, None)
-        ctx.topic_versions.pop(topic, None)
-        ctx.deleting.discard(topic)
-        for tp in [tp for tp in ctx.states if tp[0] == topic]:
-            del ctx.states[tp]
 
     async def _on_partition_modification(self, topic: str) -> None:
         ctx = self.ctx
@@ -983,7 +908,7 @@ class Controller:
         await self.zk.delete(znodes.topic_path(topic), recursive=True)
         await self.zk.delete(znodes.topic_config_path(topic))
         await self.zk.delete(znodes.delete_topic_path(topic))
-        self._forget_topic(topic)
+        self.ctx.forget_topic(topic)
 
     # AlterPartition ------------------------------------------------------------------------
     async def alter_partition(

@@ -26,7 +26,6 @@ import contextlib
 import logging
 import math
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,19 +39,19 @@ from protocol.messages.update_metadata import UpdateMetadataRequest
 from protocol.schema import Message
 from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
-from wirebroker.controller.context import TP, ControllerContext, LiveBroker, PartitionInfo
+from wirebroker.controller.context import TP, ControllerContext, PartitionInfo
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
+from wirebroker.controller.zk_state import ControllerMoved, ControllerZk
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
     BadVersionError,
     NodeExistsError,
-    NoNodeError,
     ZkClient,
     ZkEvent,
     ZookeeperError,
 )
-from wirebroker.zk.znodes import BrokerRegistration, PartitionState, TopicAssignment
+from wirebroker.zk.znodes import PartitionState
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
@@ -68,10 +67,6 @@ UPDATE_METADATA_VERSION = 8
 STOP_REPLICA_VERSION = 4
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 EPOCH_DURING_DELETE = -2
-
-
-class ControllerMoved(Exception):
-    """Our controller epoch is no longer the current one: another broker took over."""
 
 
 @dataclass
@@ -95,6 +90,7 @@ class Controller:
         self.active = False
         self.active_id = -1  # the controller we know of (ourselves included), -1 if none
         self.ctx = ControllerContext()
+        self.zk_state = ControllerZk(zk, self.ctx)
         self.channel: ControllerChannel | None = None
         self.on_controller_change: Callable[[int], None] = lambda _id: None
         #: A topic's config overrides (the broker's `ClusterMember` keeps them current).
@@ -255,6 +251,7 @@ class Controller:
                 continue
             await self.zk.exists(znodes.CONTROLLER, watch=True)
             self.ctx = ControllerContext(epoch=epoch + 1, epoch_zk_version=results[1].version)
+            self.zk_state = ControllerZk(self.zk, self.ctx)
             self.active = True
             log.info("broker %d is the controller (epoch %d)", self.broker_id, self.ctx.epoch)
             self._set_active_id(self.broker_id)
@@ -298,14 +295,10 @@ class Controller:
         ctx = self.ctx
         for path in (znodes.BROKER_IDS, znodes.BROKER_TOPICS, znodes.DELETE_TOPICS):
             await self.zk.ensure_path(path)
-        ids = await self.zk.get_children(znodes.BROKER_IDS, watch=True) or []
-        for name in ids:
-            live = await self._read_broker(int(name))
-            if live is not None:
-                ctx.live[live.registration.id] = live
+        ctx.live.update(await self.zk_state.live_brokers())
         self._connect_channels()
         for topic in await self.zk.get_children(znodes.BROKER_TOPICS, watch=True) or []:
-            await self._load_topic(topic)
+            await self.zk_state.load_topic(topic)
         # Partitions without a state yet, or whose leader is gone, get one now.
         created = await self._initialize_partitions(
             [tp for tp in ctx.partitions() if tp not in ctx.states]
@@ -333,37 +326,6 @@ class Controller:
             if ctx.assignment(tp).reassigning:
                 await self._maybe_complete_reassignment(tp)
 
-    # reading ZooKeeper --------------------------------------------------------------------
-    async def _read_broker(self, broker_id: int) -> LiveBroker | None:
-        got = await self.zk.get(znodes.broker_path(broker_id))
-        if got is None:
-            return None
-        return LiveBroker(BrokerRegistration.decode(broker_id, got[0]), got[1].czxid)
-
-    async def _load_topic(self, topic: str) -> bool:
-        got = await self.zk.get(znodes.topic_path(topic), watch=True)
-        if got is None:
-            return False
-        assignment = TopicAssignment.decode(got[0])
-        version = got[1].version
-        if assignment.topic_id is None:
-            # Written by an old tool: give it an id, as Kafka's controller does.
-            assignment.topic_id = uuid.uuid4()
-            results = await self._fenced(
-                [("set", znodes.topic_path(topic), assignment.encode(), version)]
-            )
-            version = results[1].version
-        self.ctx.topics[topic] = assignment
-        self.ctx.topic_versions[topic] = version
-        for p in self.ctx.topics[topic].partitions:
-            await self._load_state((topic, p))
-        return True
-
-    async def _load_state(self, tp: TP) -> None:
-        got = await self.zk.get(znodes.partition_state_path(*tp))
-        if got is not None:
-            self.ctx.states[tp] = PartitionInfo(PartitionState.decode(got[0]), got[1].version)
-
     def _connect_channels(self) -> None:
         assert self.channel is not None
         for broker_id, live in self.ctx.live.items():
@@ -377,53 +339,12 @@ class Controller:
             if broker_id not in self.ctx.live:
                 self.channel.remove_broker(broker_id)
 
-    # writing ZooKeeper (fenced by the controller epoch's version) -------------------------
+    # ZooKeeper writes of this election (zk_state.py) --------------------------------------
     async def _fenced(self, ops: list[tuple[Any, ...]]) -> list[Any]:
-        try:
-            return await self.zk.multi(
-                [("check", znodes.CONTROLLER_EPOCH, self.ctx.epoch_zk_version), *ops]
-            )
-        except BadVersionError:
-            stat = await self.zk.exists(znodes.CONTROLLER_EPOCH)
-            if stat is None or stat.version != self.ctx.epoch_zk_version:
-                raise ControllerMoved() from None
-            raise
+        return await self.zk_state.fenced(ops)
 
     async def _write_states(self, updates: dict[TP, PartitionState]) -> set[TP]:
-        """Write new states with the versions we read; the ones written are returned."""
-        done: set[TP] = set()
-        for tp, state in updates.items():
-            info = self.ctx.states.get(tp)
-            try:
-                if info is None:
-                    await self.zk.ensure_path(znodes.partition_path(*tp))
-                    await self._fenced(
-                        [("create", znodes.partition_state_path(*tp), state.encode())]
-                    )
-                    version = 0
-                else:
-                    results = await self._fenced(
-                        [("set", znodes.partition_state_path(*tp), state.encode(), info.version)]
-                    )
-                    version = results[1].version
-            except (BadVersionError, NodeExistsError, NoNodeError) as e:
-                log.warning(
-                    "state of %s-%d changed under us (%s); re-reading it", *tp, type(e).__name__
-                )
-                await self._load_state(tp)
-                continue
-            self.ctx.states[tp] = PartitionInfo(state, version)
-            state_log.info(
-                "%s-%d: leader %d, leader epoch %d, isr %s, partition epoch %d",
-                tp[0],
-                tp[1],
-                state.leader,
-                state.leader_epoch,
-                list(state.isr),
-                version,
-            )
-            done.add(tp)
-        return done
+        return await self.zk_state.write_states(updates)
 
     def _new_state(
         self, tp: TP, leader: int, isr: Iterable[int], *, recovering: bool = False
@@ -700,12 +621,7 @@ class Controller:
     # broker changes -----------------------------------------------------------------------
     async def _on_broker_change(self) -> None:
         ctx = self.ctx
-        ids = {int(n) for n in await self.zk.get_children(znodes.BROKER_IDS, watch=True) or []}
-        current: dict[int, LiveBroker] = {}
-        for broker_id in ids:
-            live = await self._read_broker(broker_id)
-            if live is not None:
-                current[broker_id] = live
+        current = await self.zk_state.live_brokers()
         dead = {b for b in ctx.live if b not in current}
         bounced = {b for b in ctx.live if b in current and current[b].epoch != ctx.live[b].epoch}
         new = {b for b in current if b not in ctx.live} | bounced
@@ -848,7 +764,7 @@ class Controller:
         new = sorted(names - set(ctx.topics))
         created: set[TP] = set()
         for topic in new:
-            if await self._load_topic(topic):
+            if await self.zk_state.load_topic(topic):
                 log.info("new topic %s: %s", topic, ctx.topics[topic].partitions)
                 created |= await self._initialize_partitions(
                     [
@@ -863,7 +779,7 @@ class Controller:
         ctx = self.ctx
         if topic not in ctx.topics:
             return
-        if not await self._load_topic(topic):
+        if not await self.zk_state.load_topic(topic):
             return
         new = [
             (topic, p) for p in sorted(ctx.topics[topic].partitions) if (topic, p) not in ctx.states
@@ -1124,7 +1040,7 @@ class Controller:
                     results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e))
                     continue
                 new = decisions.start_reassignment(current, target)
-            await self._set_assignment(tp, new)
+            await self.zk_state.write_assignment(tp, new)
             results[tp] = (ErrorCode.NONE, None)
             log.info("%s-%d: reassignment %s -> %s", tp[0], tp[1], current, new)
             if new.reassigning:
@@ -1143,20 +1059,6 @@ class Controller:
                 await self._finish_reassignment(tp, current, new.replicas)
         return results
 
-    async def _set_assignment(self, tp: TP, new: ReplicaAssignment) -> None:
-        ctx = self.ctx
-        t = ctx.topics[tp[0]]
-        t.partitions[tp[1]] = list(new.replicas)
-        t.adding[tp[1]] = list(new.adding)
-        t.removing[tp[1]] = list(new.removing)
-        for d in (t.adding, t.removing):
-            if not d[tp[1]]:
-                del d[tp[1]]
-        results = await self._fenced(
-            [("set", znodes.topic_path(tp[0]), t.encode(), ctx.topic_versions[tp[0]])]
-        )
-        ctx.topic_versions[tp[0]] = results[1].version
-
     async def _maybe_complete_reassignment(self, tp: TP) -> None:
         ctx = self.ctx
         info = ctx.states.get(tp)
@@ -1172,7 +1074,7 @@ class Controller:
         ctx = self.ctx
         info = ctx.states.get(tp)
         removed = [b for b in current.replicas if b not in target]
-        await self._set_assignment(tp, ReplicaAssignment(tuple(target)))
+        await self.zk_state.write_assignment(tp, ReplicaAssignment(tuple(target)))
         if info is not None:
             isr = tuple(b for b in info.state.isr if b in target) or info.state.isr
             leader = info.state.leader

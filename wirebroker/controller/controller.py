@@ -33,15 +33,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from protocol.errors import ErrorCode
-from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
-from protocol.messages.stop_replica import StopReplicaRequest
-from protocol.messages.update_metadata import UpdateMetadataRequest
+from protocol.messages.leader_and_isr import LeaderAndIsrResponse
 from protocol.schema import Message
 from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.context import TP, ControllerContext, PartitionInfo
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
+from wirebroker.controller.request_batch import RequestBatch
 from wirebroker.controller.zk_state import ControllerMoved, ControllerZk
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
@@ -61,12 +60,6 @@ log = logging.getLogger(__name__)
 state_log = logging.getLogger("wirebroker.state.change")
 
 T = TypeVar("T")
-
-LEADER_AND_ISR_VERSION = 7
-UPDATE_METADATA_VERSION = 8
-STOP_REPLICA_VERSION = 4
-SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-EPOCH_DURING_DELETE = -2
 
 
 @dataclass
@@ -89,8 +82,7 @@ class Controller:
         self.security = security  # of the channel's connections to the brokers
         self.active = False
         self.active_id = -1  # the controller we know of (ourselves included), -1 if none
-        self.ctx = ControllerContext()
-        self.zk_state = ControllerZk(zk, self.ctx)
+        self._bind(ControllerContext())
         self.channel: ControllerChannel | None = None
         self.on_controller_change: Callable[[int], None] = lambda _id: None
         #: A topic's config overrides (the broker's `ClusterMember` keeps them current).
@@ -100,6 +92,13 @@ class Controller:
         self._nursery: trio.Nursery | None = None
         self._stopped = False
         self.responses: list[tuple[int, Message]] = []  # answers to our requests (tests, logs)
+
+    def _bind(self, ctx: ControllerContext) -> None:
+        """Take `ctx` (a new election's) and the parts that work on it."""
+        self.ctx = ctx
+        self.zk_state = ControllerZk(self.zk, ctx)
+        listener = self.config.inter_broker_listener()
+        self.requests = RequestBatch(ctx, self.broker_id, listener, self._send)
 
     @property
     def epoch(self) -> int:
@@ -250,8 +249,7 @@ class Controller:
             except (NodeExistsError, BadVersionError):
                 continue
             await self.zk.exists(znodes.CONTROLLER, watch=True)
-            self.ctx = ControllerContext(epoch=epoch + 1, epoch_zk_version=results[1].version)
-            self.zk_state = ControllerZk(self.zk, self.ctx)
+            self._bind(ControllerContext(epoch=epoch + 1, epoch_zk_version=results[1].version))
             self.active = True
             log.info("broker %d is the controller (epoch %d)", self.broker_id, self.ctx.epoch)
             self._set_active_id(self.broker_id)
@@ -315,9 +313,9 @@ class Controller:
         # would otherwise hold back the high watermark of every partition it followed.
         in_isrs = {b for info in ctx.states.values() for b in info.state.isr}
         await self._remove_from_isrs(in_isrs - set(ctx.live), skip=elected | created)
-        self._send_update_metadata(ctx.live, ctx.partitions())
+        self.requests.update_metadata(ctx.live, ctx.partitions())
         for broker_id in ctx.live:
-            self._send_leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
+            self.requests.leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
         await self._on_delete_topics()
         await self._on_legacy_reassignment()
         await self._on_preferred_election_znode()
@@ -371,186 +369,6 @@ class Controller:
         if self.channel is not None:
             self.channel.send(broker_id, body, version, self._on_response)
 
-    def _send_leader_and_isr(
-        self, brokers: Iterable[int], tps: Iterable[TP], *, is_new: Collection[TP] = ()
-    ) -> None:
-        ctx = self.ctx
-        tps = [
-            tp
-            for tp in tps
-            if tp in ctx.states and tp[0] in ctx.topics and tp[0] not in ctx.deleting
-        ]
-        for broker_id in brokers:
-            live = ctx.live.get(broker_id)
-            if live is None:
-                continue
-            by_topic: dict[str, list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]] = {}
-            leaders: set[int] = set()
-            for tp in tps:
-                assignment = ctx.assignment(tp)
-                if broker_id not in assignment.replicas:
-                    continue
-                info = ctx.states[tp]
-                leaders.add(info.state.leader)
-                by_topic.setdefault(tp[0], []).append(
-                    LeaderAndIsrRequest.LeaderAndIsrPartitionState(
-                        partition_index=tp[1],
-                        controller_epoch=info.state.controller_epoch,
-                        leader=info.state.leader,
-                        leader_epoch=info.state.leader_epoch,
-                        isr=list(info.state.isr),
-                        partition_epoch=info.version,
-                        replicas=list(assignment.replicas),
-                        adding_replicas=list(assignment.adding),
-                        removing_replicas=list(assignment.removing),
-                        is_new=tp in is_new,
-                        leader_recovery_state=info.state.leader_recovery_state,
-                    )
-                )
-            if not by_topic:
-                continue
-            live_leaders = []
-            for leader in sorted(leaders):
-                if leader in ctx.live:
-                    try:
-                        ep = ctx.live[leader].registration.endpoint(
-                            self.config.inter_broker_listener()
-                        )
-                    except KeyError:
-                        continue
-                    live_leaders.append(
-                        LeaderAndIsrRequest.LeaderAndIsrLiveLeader(
-                            broker_id=leader, host_name=ep.host, port=ep.port
-                        )
-                    )
-            body = LeaderAndIsrRequest(
-                controller_id=self.broker_id,
-                is_k_raft_controller=False,
-                controller_epoch=ctx.epoch,
-                broker_epoch=live.epoch,
-                type=0,
-                topic_states=[
-                    LeaderAndIsrRequest.LeaderAndIsrTopicState(
-                        topic_name=topic, topic_id=ctx.topic_id(topic), partition_states=states
-                    )
-                    for topic, states in sorted(by_topic.items())
-                ],
-                live_leaders=live_leaders,
-            )
-            names = [f"{t}-{ps.partition_index}" for t, pss in by_topic.items() for ps in pss]
-            state_log.info(
-                "LeaderAndIsr to broker %d: %s%s",
-                broker_id,
-                ", ".join(names[:8]),
-                f" and {len(names) - 8} more" if len(names) > 8 else "",
-            )
-            self._send(broker_id, body, LEADER_AND_ISR_VERSION)
-
-    def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TP]) -> None:
-        """UpdateMetadata for `tps` (leader -2 for topics being deleted) and every live broker."""
-        ctx = self.ctx
-        deleting = ctx.deleting
-        by_topic: dict[str, list[UpdateMetadataRequest.UpdateMetadataPartitionState]] = {}
-        for tp in tps:
-            info = ctx.states.get(tp)
-            if info is None or tp[0] not in ctx.topics:
-                continue
-            replicas = list(ctx.assignment(tp).replicas)
-            delete = tp[0] in deleting
-            by_topic.setdefault(tp[0], []).append(
-                UpdateMetadataRequest.UpdateMetadataPartitionState(
-                    partition_index=tp[1],
-                    controller_epoch=info.state.controller_epoch,
-                    leader=znodes.LEADER_DURING_DELETE if delete else info.state.leader,
-                    leader_epoch=info.state.leader_epoch,
-                    isr=list(info.state.isr),
-                    zk_version=info.version,
-                    replicas=replicas,
-                    offline_replicas=[
-                        b
-                        for b in replicas
-                        if b not in ctx.live or tp in ctx.offline_replicas.get(b, ())
-                    ],
-                )
-            )
-        live_brokers = [
-            UpdateMetadataRequest.UpdateMetadataBroker(
-                id=b,
-                endpoints=[
-                    UpdateMetadataRequest.UpdateMetadataEndpoint(
-                        port=e.port,
-                        host=e.host,
-                        listener=e.listener,
-                        security_protocol=SECURITY_PROTOCOLS.get(e.security_protocol, 0),
-                    )
-                    for e in live.registration.endpoints
-                ],
-                rack=live.registration.rack,
-            )
-            for b, live in sorted(ctx.live.items())
-        ]
-        topic_states = [
-            UpdateMetadataRequest.UpdateMetadataTopicState(
-                topic_name=topic, topic_id=ctx.topic_id(topic), partition_states=states
-            )
-            for topic, states in sorted(by_topic.items())
-        ]
-        for broker_id in brokers:
-            live = ctx.live.get(broker_id)
-            if live is None:
-                continue
-            body = UpdateMetadataRequest(
-                controller_id=self.broker_id,
-                is_k_raft_controller=False,
-                type=0,
-                controller_epoch=ctx.epoch,
-                broker_epoch=live.epoch,
-                topic_states=topic_states,
-                live_brokers=live_brokers,
-            )
-            self._send(broker_id, body, UPDATE_METADATA_VERSION)
-
-    def _send_stop_replica(self, broker_id: int, tps: Iterable[TP], *, delete: bool) -> None:
-        live = self.ctx.live.get(broker_id)
-        if live is None:
-            return
-        by_topic: dict[str, list[StopReplicaRequest.StopReplicaPartitionState]] = {}
-        for tp in tps:
-            info = self.ctx.states.get(tp)
-            epoch = EPOCH_DURING_DELETE if delete else (info.state.leader_epoch if info else -1)
-            by_topic.setdefault(tp[0], []).append(
-                StopReplicaRequest.StopReplicaPartitionState(
-                    partition_index=tp[1], leader_epoch=epoch, delete_partition=delete
-                )
-            )
-        if not by_topic:
-            return
-        body = StopReplicaRequest(
-            controller_id=self.broker_id,
-            is_k_raft_controller=False,
-            controller_epoch=self.ctx.epoch,
-            broker_epoch=live.epoch,
-            topic_states=[
-                StopReplicaRequest.StopReplicaTopicState(topic_name=t, partition_states=s)
-                for t, s in sorted(by_topic.items())
-            ],
-        )
-        self._send(broker_id, body, STOP_REPLICA_VERSION)
-
-    def _announce(self, tps: Collection[TP], *, is_new: Collection[TP] = ()) -> None:
-        """LeaderAndIsr to the live replicas of `tps`, then UpdateMetadata to every live broker.
-
-        A broker in controlled shutdown gets no LeaderAndIsr (Kafka's isReplicaOnline without
-        shutting-down brokers): made a follower again, it would restart the fetchers its
-        StopReplica stopped and be proposed for the ISRs it just left, holding back the high
-        watermark of every partition it follows until its session ends."""
-        if not tps:
-            return
-        replicas = {b for tp in tps for b in self.ctx.assignment(tp).replicas}
-        replicas -= self.ctx.shutting_down
-        self._send_leader_and_isr(sorted(replicas), tps, is_new=is_new)
-        self._send_update_metadata(self.ctx.live, tps)
-
     # partitions ---------------------------------------------------------------------------
     async def _initialize_partitions(self, tps: Iterable[TP]) -> set[TP]:
         updates: dict[TP, PartitionState] = {}
@@ -587,7 +405,7 @@ class Controller:
             and tp[0] in ctx.topics
             and tp[0] not in ctx.deleting
         ]
-        self._announce(await self._elect_offline(offline))
+        self.requests.announce(await self._elect_offline(offline))
 
     async def _elect_offline(self, tps: Iterable[TP]) -> set[TP]:
         """Elect leaders for partitions whose leader is gone; the ones that changed are returned."""
@@ -665,8 +483,8 @@ class Controller:
         changed = await self._elect_offline(led)
         changed |= await self._remove_from_isrs(gone, skip=changed, within=within)
         replicas = {b for tp in changed for b in ctx.assignment(tp).replicas}
-        self._send_leader_and_isr(sorted(replicas), changed)
-        self._send_update_metadata(ctx.live, ctx.partitions())
+        self.requests.leader_and_isr(sorted(replicas), changed)
+        self.requests.update_metadata(ctx.live, ctx.partitions())
 
     async def _remove_from_isrs(
         self, gone: set[int], *, skip: Collection[TP], within: Collection[TP] | None = None
@@ -691,9 +509,9 @@ class Controller:
     async def _on_brokers_startup(self, new: set[int]) -> None:
         ctx = self.ctx
         # Everyone learns the new broker list (and the new broker everything).
-        self._send_update_metadata(ctx.live, ctx.partitions())
+        self.requests.update_metadata(ctx.live, ctx.partitions())
         for b in sorted(new):
-            self._send_leader_and_isr([b], ctx.partitions_on(b))
+            self.requests.leader_and_isr([b], ctx.partitions_on(b))
         offline = [
             tp
             for tp, info in ctx.states.items()
@@ -708,7 +526,7 @@ class Controller:
         ]
         created = await self._initialize_partitions(never)
         changed = await self._elect_offline(offline)
-        self._announce(changed | created, is_new=created)
+        self.requests.announce(changed | created, is_new=created)
         for tp in ctx.partitions():
             if ctx.assignment(tp).reassigning:
                 await self._maybe_complete_reassignment(tp)
@@ -729,7 +547,7 @@ class Controller:
                 brokers.add(znodes.LogDirEventNotification.decode(got[0]).broker)
         for b in sorted(brokers & set(ctx.live)):
             log.info("broker %d reported a failed log directory", b)
-            self._send_leader_and_isr([b], ctx.partitions_on(b))
+            self.requests.leader_and_isr([b], ctx.partitions_on(b))
         for path in paths:
             await self.zk.delete(path)
 
@@ -753,7 +571,7 @@ class Controller:
             state_log.info("replicas of broker %d offline: %s", broker_id, sorted(now - before))
             await self._on_brokers_failure({broker_id}, within=now - before)
             # Kafka's OfflineReplica: the replica stops (fetchers, a coordinator it hosts).
-            self._send_stop_replica(broker_id, sorted(now - before), delete=False)
+            self.requests.stop_replica(broker_id, sorted(now - before), delete=False)
 
     # topic changes ------------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
@@ -773,7 +591,7 @@ class Controller:
                         if (topic, p) not in ctx.states
                     ]
                 )
-        self._announce(created, is_new=created)
+        self.requests.announce(created, is_new=created)
 
     async def _on_partition_modification(self, topic: str) -> None:
         ctx = self.ctx
@@ -787,7 +605,7 @@ class Controller:
         if new:
             log.info("topic %s: new partitions %s", topic, [p for _, p in new])
             created = await self._initialize_partitions(new)
-            self._announce(created, is_new=created)
+            self.requests.announce(created, is_new=created)
 
     # topic deletion -----------------------------------------------------------------------
     async def _on_delete_topics(self) -> None:
@@ -809,7 +627,7 @@ class Controller:
         if topic not in ctx.deleting:
             log.info("deleting topic %s", topic)
         ctx.deleting.add(topic)
-        self._send_update_metadata(ctx.live, tps)
+        self.requests.update_metadata(ctx.live, tps)
         replicas = {b for tp in tps for b in ctx.assignment(tp).replicas}
         down = sorted(b for b in replicas if b not in ctx.live)
         if down:
@@ -817,7 +635,7 @@ class Controller:
             log.warning("deleting topic %s waits for brokers %s, which hold replicas", topic, down)
             return
         for b in sorted(replicas):
-            self._send_stop_replica(
+            self.requests.stop_replica(
                 b, [tp for tp in tps if b in ctx.assignment(tp).replicas], delete=True
             )
         await self._fenced([])  # still the controller?
@@ -869,7 +687,7 @@ class Controller:
         written = await self._write_states(updates)
         for tp in updates:
             results[tp] = ctx.states[tp] if tp in written else ErrorCode.INVALID_UPDATE_VERSION
-        self._send_update_metadata(ctx.live, list(changes))
+        self.requests.update_metadata(ctx.live, list(changes))
         for tp in written:
             if tp[0] in ctx.topics and ctx.assignment(tp).reassigning:
                 await self._maybe_complete_reassignment(tp)
@@ -910,8 +728,8 @@ class Controller:
                 if isr != info.state.isr:
                     updates[tp] = self._new_state(tp, leader, isr)
         changed = await self._write_states(updates)
-        self._send_stop_replica(broker_id, followed, delete=False)
-        self._announce(changed)
+        self.requests.stop_replica(broker_id, followed, delete=False)
+        self.requests.announce(changed)
         # Still led by it: partitions with other replicas (one replica has nowhere to go).
         return [
             tp
@@ -958,7 +776,7 @@ class Controller:
         written = await self._write_states(updates)
         for tp in updates:
             results[tp] = ErrorCode.NONE if tp in written else ErrorCode.UNKNOWN_SERVER_ERROR
-        self._announce(written)
+        self.requests.announce(written)
         return results
 
     async def _rebalance_timer(self) -> None:
@@ -1051,9 +869,9 @@ class Controller:
                         {tp: self._new_state(tp, info.state.leader, info.state.isr)}
                     )
                     staying = [b for b in new.replicas if b not in new.adding]
-                    self._send_leader_and_isr(staying, written)
-                    self._send_leader_and_isr(new.adding, written, is_new=written)
-                    self._send_update_metadata(ctx.live, written)
+                    self.requests.leader_and_isr(staying, written)
+                    self.requests.leader_and_isr(new.adding, written, is_new=written)
+                    self.requests.update_metadata(ctx.live, written)
                 await self._maybe_complete_reassignment(tp)
             else:
                 await self._finish_reassignment(tp, current, new.replicas)
@@ -1083,8 +901,8 @@ class Controller:
                 leader = election.leader if election else znodes.NO_LEADER
             await self._write_states({tp: self._new_state(tp, leader, isr)})
         for b in removed:
-            self._send_stop_replica(b, [tp], delete=True)
-        self._announce([tp])
+            self.requests.stop_replica(b, [tp], delete=True)
+        self.requests.announce([tp])
         log.info("%s-%d: reassignment to %s complete", tp[0], tp[1], list(target))
         if tp in ctx.legacy_reassignments:
             ctx.legacy_reassignments.discard(tp)

@@ -90,8 +90,6 @@ class Controller:
         self._queue, self._receive = trio.open_memory_channel[_Call | ZkEvent](math.inf)
         self._scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
-        self._stopped = False
-        self.responses: list[tuple[int, Message]] = []  # answers to our requests (tests, logs)
 
     def _bind(self, ctx: ControllerContext) -> None:
         """Take `ctx` (a new election's) and the parts that work on it."""
@@ -351,7 +349,6 @@ class Controller:
 
     # sending ------------------------------------------------------------------------------
     def _on_response(self, broker_id: int, body: Message) -> None:
-        self.responses.append((broker_id, body))
         if isinstance(body, LeaderAndIsrResponse):
             self._queue.send_nowait(
                 _Call(lambda: self._on_leader_and_isr_response(broker_id, body))

@@ -41,6 +41,7 @@ from wirebroker.controller.context import TP, ControllerContext, PartitionInfo
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
 from wirebroker.controller.request_batch import RequestBatch
+from wirebroker.controller.topic_deletion import TopicDeletionManager
 from wirebroker.controller.zk_state import ControllerMoved, ControllerZk
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
@@ -97,6 +98,12 @@ class Controller:
         self.zk_state = ControllerZk(self.zk, ctx)
         listener = self.config.inter_broker_listener()
         self.requests = RequestBatch(ctx, self.broker_id, listener, self._send)
+        self.deletion = TopicDeletionManager(
+            ctx,
+            self.zk_state,
+            self.requests,
+            lambda: self.config.get_bool("delete.topic.enable"),
+        )
 
     @property
     def epoch(self) -> int:
@@ -191,7 +198,7 @@ class Controller:
         elif ev.path.startswith(znodes.BROKER_TOPICS + "/"):
             await self._on_partition_modification(ev.path.rsplit("/", 1)[1])
         elif ev.path == znodes.DELETE_TOPICS:
-            await self._on_delete_topics()
+            await self.deletion.on_delete_topics()
         elif ev.path == znodes.REASSIGN_PARTITIONS:
             await self._on_legacy_reassignment()
         elif ev.path == znodes.PREFERRED_REPLICA_ELECTION:
@@ -314,7 +321,7 @@ class Controller:
         self.requests.update_metadata(ctx.live, ctx.partitions())
         for broker_id in ctx.live:
             self.requests.leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
-        await self._on_delete_topics()
+        await self.deletion.on_delete_topics()
         await self._on_legacy_reassignment()
         await self._on_preferred_election_znode()
         await self._on_log_dir_events()
@@ -527,8 +534,7 @@ class Controller:
         for tp in ctx.partitions():
             if ctx.assignment(tp).reassigning:
                 await self._maybe_complete_reassignment(tp)
-        for topic in sorted(ctx.deleting & set(ctx.topics)):  # waiting for a replica's broker
-            await self._delete_topic(topic)
+        await self.deletion.resume()
 
     # failed log directories ---------------------------------------------------------------
     async def _on_log_dir_events(self) -> None:
@@ -603,43 +609,6 @@ class Controller:
             log.info("topic %s: new partitions %s", topic, [p for _, p in new])
             created = await self._initialize_partitions(new)
             self.requests.announce(created, is_new=created)
-
-    # topic deletion -----------------------------------------------------------------------
-    async def _on_delete_topics(self) -> None:
-        ctx = self.ctx
-        names = await self.zk.get_children(znodes.DELETE_TOPICS, watch=True) or []
-        for topic in sorted(names):
-            if topic not in ctx.topics:
-                await self.zk.delete(znodes.delete_topic_path(topic))
-                continue
-            if not self.config.get_bool("delete.topic.enable"):
-                log.info("not deleting topic %s: delete.topic.enable is false", topic)
-                await self.zk.delete(znodes.delete_topic_path(topic))
-                continue
-            await self._delete_topic(topic)
-
-    async def _delete_topic(self, topic: str) -> None:
-        ctx = self.ctx
-        tps = [(topic, p) for p in sorted(ctx.topics[topic].partitions)]
-        if topic not in ctx.deleting:
-            log.info("deleting topic %s", topic)
-        ctx.deleting.add(topic)
-        self.requests.update_metadata(ctx.live, tps)
-        replicas = {b for tp in tps for b in ctx.assignment(tp).replicas}
-        down = sorted(b for b in replicas if b not in ctx.live)
-        if down:
-            # As Kafka: the deletion waits until every replica can be told to delete its log.
-            log.warning("deleting topic %s waits for brokers %s, which hold replicas", topic, down)
-            return
-        for b in sorted(replicas):
-            self.requests.stop_replica(
-                b, [tp for tp in tps if b in ctx.assignment(tp).replicas], delete=True
-            )
-        await self._fenced([])  # still the controller?
-        await self.zk.delete(znodes.topic_path(topic), recursive=True)
-        await self.zk.delete(znodes.topic_config_path(topic))
-        await self.zk.delete(znodes.delete_topic_path(topic))
-        self.ctx.forget_topic(topic)
 
     # AlterPartition ------------------------------------------------------------------------
     async def alter_partition(

@@ -38,8 +38,8 @@ from protocol.schema import Message
 from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.context import TP, ControllerContext, PartitionInfo
-from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
+from wirebroker.controller.reassignment import PartitionReassignment
 from wirebroker.controller.request_batch import RequestBatch
 from wirebroker.controller.topic_deletion import TopicDeletionManager
 from wirebroker.controller.zk_state import ControllerMoved, ControllerZk
@@ -104,6 +104,7 @@ class Controller:
             self.requests,
             lambda: self.config.get_bool("delete.topic.enable"),
         )
+        self.reassignment = PartitionReassignment(ctx, self.zk_state, self.requests)
 
     @property
     def epoch(self) -> int:
@@ -200,7 +201,7 @@ class Controller:
         elif ev.path == znodes.DELETE_TOPICS:
             await self.deletion.on_delete_topics()
         elif ev.path == znodes.REASSIGN_PARTITIONS:
-            await self._on_legacy_reassignment()
+            await self.reassignment.on_legacy_znode()
         elif ev.path == znodes.PREFERRED_REPLICA_ELECTION:
             await self._on_preferred_election_znode()
         elif ev.path == znodes.LOG_DIR_EVENT_NOTIFICATION:
@@ -322,12 +323,10 @@ class Controller:
         for broker_id in ctx.live:
             self.requests.leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
         await self.deletion.on_delete_topics()
-        await self._on_legacy_reassignment()
+        await self.reassignment.on_legacy_znode()
         await self._on_preferred_election_znode()
         await self._on_log_dir_events()
-        for tp in ctx.partitions():
-            if ctx.assignment(tp).reassigning:
-                await self._maybe_complete_reassignment(tp)
+        await self.reassignment.complete_ready()
 
     def _connect_channels(self) -> None:
         assert self.channel is not None
@@ -531,9 +530,7 @@ class Controller:
         created = await self._initialize_partitions(never)
         changed = await self._elect_offline(offline)
         self.requests.announce(changed | created, is_new=created)
-        for tp in ctx.partitions():
-            if ctx.assignment(tp).reassigning:
-                await self._maybe_complete_reassignment(tp)
+        await self.reassignment.complete_ready()
         await self.deletion.resume()
 
     # failed log directories ---------------------------------------------------------------
@@ -656,7 +653,7 @@ class Controller:
         self.requests.update_metadata(ctx.live, list(changes))
         for tp in written:
             if tp[0] in ctx.topics and ctx.assignment(tp).reassigning:
-                await self._maybe_complete_reassignment(tp)
+                await self.reassignment.maybe_complete(tp)
         return ErrorCode.NONE, results
 
     # controlled shutdown -------------------------------------------------------------------
@@ -784,118 +781,3 @@ class Controller:
         log.info("preferred replica election requested for %s", tps)
         await self.elect_leaders(tps, unclean=False)
         await self.zk.delete(znodes.PREFERRED_REPLICA_ELECTION)
-
-    # reassignment --------------------------------------------------------------------------
-    def ongoing_reassignments(self, tps: list[TP] | None) -> dict[TP, ReplicaAssignment]:
-        ctx = self.ctx
-        wanted = ctx.partitions() if tps is None else tps
-        return {
-            tp: ctx.assignment(tp)
-            for tp in wanted
-            if tp[0] in ctx.topics
-            and tp[1] in ctx.topics[tp[0]].partitions
-            and ctx.assignment(tp).reassigning
-        }
-
-    async def reassign(
-        self, targets: dict[TP, list[int] | None]
-    ) -> dict[TP, tuple[ErrorCode, str | None]]:
-        """Start (or with None cancel) partition reassignments; the per-partition outcome."""
-        ctx = self.ctx
-        results: dict[TP, tuple[ErrorCode, str | None]] = {}
-        for tp, target in targets.items():
-            if (
-                tp[0] not in ctx.topics
-                or tp[1] not in ctx.topics[tp[0]].partitions
-                or tp[0] in ctx.deleting
-            ):
-                results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
-                continue
-            current = ctx.assignment(tp)
-            if target is None:
-                if not current.reassigning:
-                    results[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
-                    continue
-                new = decisions.cancel_reassignment(current)
-            else:
-                try:
-                    decisions.validate_assignment({tp[1]: target}, ctx.live, first_partition=tp[1])
-                except Exception as e:
-                    results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e))
-                    continue
-                new = decisions.start_reassignment(current, target)
-            await self.zk_state.write_assignment(tp, new)
-            results[tp] = (ErrorCode.NONE, None)
-            log.info("%s-%d: reassignment %s -> %s", tp[0], tp[1], current, new)
-            if new.reassigning:
-                # Phase A: the new replicas join; everyone hears of the full replica set.
-                info = ctx.states.get(tp)
-                if info is not None:
-                    written = await self._write_states(
-                        {tp: self._new_state(tp, info.state.leader, info.state.isr)}
-                    )
-                    staying = [b for b in new.replicas if b not in new.adding]
-                    self.requests.leader_and_isr(staying, written)
-                    self.requests.leader_and_isr(new.adding, written, is_new=written)
-                    self.requests.update_metadata(ctx.live, written)
-                await self._maybe_complete_reassignment(tp)
-            else:
-                await self._finish_reassignment(tp, current, new.replicas)
-        return results
-
-    async def _maybe_complete_reassignment(self, tp: TP) -> None:
-        ctx = self.ctx
-        info = ctx.states.get(tp)
-        current = ctx.assignment(tp)
-        if info is None or not decisions.reassignment_complete(current, info.state.isr):
-            return
-        await self._finish_reassignment(tp, current, current.target)
-
-    async def _finish_reassignment(
-        self, tp: TP, current: ReplicaAssignment, target: tuple[int, ...]
-    ) -> None:
-        """Phase B: leadership onto the target, removed replicas stopped, the target written."""
-        ctx = self.ctx
-        info = ctx.states.get(tp)
-        removed = [b for b in current.replicas if b not in target]
-        await self.zk_state.write_assignment(tp, ReplicaAssignment(tuple(target)))
-        if info is not None:
-            isr = tuple(b for b in info.state.isr if b in target) or info.state.isr
-            leader = info.state.leader
-            if leader not in target or leader not in ctx.live_ids():
-                election = decisions.reassignment_election(target, isr, ctx.live_ids())
-                leader = election.leader if election else znodes.NO_LEADER
-            await self._write_states({tp: self._new_state(tp, leader, isr)})
-        for b in removed:
-            self.requests.stop_replica(b, [tp], delete=True)
-        self.requests.announce([tp])
-        log.info("%s-%d: reassignment to %s complete", tp[0], tp[1], list(target))
-        if tp in ctx.legacy_reassignments:
-            ctx.legacy_reassignments.discard(tp)
-            await self._rewrite_legacy_znode()
-
-    async def _on_legacy_reassignment(self) -> None:
-        got = await self.zk.get(znodes.REASSIGN_PARTITIONS, watch=True)
-        if got is None:
-            return
-        wanted = znodes.LegacyReassignment.decode(got[0]).partitions
-        fresh = {tp: r for tp, r in wanted.items() if tp not in self.ctx.legacy_reassignments}
-        if not fresh:
-            return
-        self.ctx.legacy_reassignments |= set(fresh)
-        results = await self.reassign({tp: list(r) for tp, r in fresh.items()})
-        for tp, (code, _) in results.items():
-            if code != ErrorCode.NONE:
-                self.ctx.legacy_reassignments.discard(tp)
-        await self._rewrite_legacy_znode()
-
-    async def _rewrite_legacy_znode(self) -> None:
-        got = await self.zk.get(znodes.REASSIGN_PARTITIONS)
-        if got is None:
-            return
-        wanted = znodes.LegacyReassignment.decode(got[0]).partitions
-        left = {tp: r for tp, r in wanted.items() if tp in self.ctx.legacy_reassignments}
-        if not left:
-            await self.zk.delete(znodes.REASSIGN_PARTITIONS)
-        elif left != wanted:
-            await self.zk.set(znodes.REASSIGN_PARTITIONS, znodes.LegacyReassignment(left).encode())

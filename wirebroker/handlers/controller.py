@@ -249,7 +249,7 @@ async def alter_partition_reassignments(
         if controller is None:
             return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER)
         try:
-            results = await controller.call(lambda: controller.reassign(targets))
+            results = await controller.call(lambda: controller.reassignment.reassign(targets))
         except NotController:
             return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER)
     by_topic: dict[
@@ -288,7 +288,7 @@ async def list_partition_reassignments(
     )
     try:
         ongoing = await controller.call(
-            lambda: _async_value(controller.ongoing_reassignments(wanted))
+            lambda: _async_value(controller.reassignment.ongoing(wanted))
         )
     except NotController:
         return ListPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER)

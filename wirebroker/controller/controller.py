@@ -1,4 +1,4 @@
-"""The cluster controller (ZooKeeper mode): election, cluster state, and applying decisions.
+"""The cluster controller (ZooKeeper mode): election, the event loop, and the events it handles.
 
 Every broker runs a `Controller`; the one that creates `/controller` is active. Winning bumps
 `/controller_epoch` in the same multi, and every later write of the active controller is a multi
@@ -7,10 +7,13 @@ fail (it then resigns), and brokers fence its requests by the controller epoch t
 
 One task owns the controller's state (`run`): it takes events from one queue, in order. ZooKeeper
 watches (forwarded by the broker's `ClusterMember`) and requests from handlers (AlterPartition,
-ControlledShutdown, ElectLeaders, reassignments, through `call`) are such events. Decisions come
-from `decisions.py`; applying one writes partition state znodes with the version read (their
-version is the partition epoch), then sends LeaderAndIsr v7, UpdateMetadata v8 and StopReplica v4
-through `ControllerChannel`.
+ControlledShutdown, ElectLeaders, reassignments, through `call`) are such events. Each election
+won builds a fresh `ControllerContext` and the parts that work on it (`_bind`): its ZooKeeper
+reads and fenced writes (`zk_state`), the requests to the brokers (`request_batch`, sent through
+`ControllerChannel`), leader elections and ISR changes (`elections`), topic deletion
+(`topic_deletion`) and partition reassignment (`reassignment`); the decisions themselves are
+pure functions (`decisions`). This module handles what ties them: broker and topic changes,
+failed log directories, AlterPartition and ControlledShutdown (Kafka's KafkaController).
 
 A failed log directory (Kafka's onBrokerLogDirFailure): a broker writes a
 `/log_dir_event_notification` znode; the controller sends that broker LeaderAndIsr for all its
@@ -38,6 +41,7 @@ from protocol.schema import Message
 from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.context import TP, ControllerContext, PartitionInfo
+from wirebroker.controller.elections import LeaderElections
 from wirebroker.controller.errors import ControllerError, NotController
 from wirebroker.controller.reassignment import PartitionReassignment
 from wirebroker.controller.request_batch import RequestBatch
@@ -105,6 +109,9 @@ class Controller:
             lambda: self.config.get_bool("delete.topic.enable"),
         )
         self.reassignment = PartitionReassignment(ctx, self.zk_state, self.requests)
+        self.elections = LeaderElections(
+            ctx, self.zk_state, self.requests, self.config, lambda t: self.topic_config(t)
+        )
 
     @property
     def epoch(self) -> int:
@@ -203,7 +210,7 @@ class Controller:
         elif ev.path == znodes.REASSIGN_PARTITIONS:
             await self.reassignment.on_legacy_znode()
         elif ev.path == znodes.PREFERRED_REPLICA_ELECTION:
-            await self._on_preferred_election_znode()
+            await self.elections.on_preferred_znode()
         elif ev.path == znodes.LOG_DIR_EVENT_NOTIFICATION:
             await self._on_log_dir_events()
 
@@ -294,6 +301,13 @@ class Controller:
         self._scope = scope
         self.channel = channel
 
+    async def _rebalance_timer(self) -> None:
+        """Every `leader.imbalance.check.interval.seconds`, queue a leader rebalance check."""
+        interval = self.config.get_int("leader.imbalance.check.interval.seconds")
+        while True:
+            await trio.sleep(interval)
+            self._queue.send_nowait(_Call(lambda: self.elections.rebalance()))
+
     async def _on_become_controller(self) -> None:
         await self._start_channel()
         ctx = self.ctx
@@ -304,10 +318,10 @@ class Controller:
         for topic in await self.zk.get_children(znodes.BROKER_TOPICS, watch=True) or []:
             await self.zk_state.load_topic(topic)
         # Partitions without a state yet, or whose leader is gone, get one now.
-        created = await self._initialize_partitions(
+        created = await self.elections.initialize(
             [tp for tp in ctx.partitions() if tp not in ctx.states]
         )
-        elected = await self._elect_offline(
+        elected = await self.elections.elect_offline(
             [
                 tp
                 for tp, info in ctx.states.items()
@@ -318,13 +332,13 @@ class Controller:
         # machine starts them OfflineReplica: a broker that died with the previous controller
         # would otherwise hold back the high watermark of every partition it followed.
         in_isrs = {b for info in ctx.states.values() for b in info.state.isr}
-        await self._remove_from_isrs(in_isrs - set(ctx.live), skip=elected | created)
+        await self.elections.remove_from_isrs(in_isrs - set(ctx.live), skip=elected | created)
         self.requests.update_metadata(ctx.live, ctx.partitions())
         for broker_id in ctx.live:
             self.requests.leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
         await self.deletion.on_delete_topics()
         await self.reassignment.on_legacy_znode()
-        await self._on_preferred_election_znode()
+        await self.elections.on_preferred_znode()
         await self._on_log_dir_events()
         await self.reassignment.complete_ready()
 
@@ -341,7 +355,7 @@ class Controller:
             if broker_id not in self.ctx.live:
                 self.channel.remove_broker(broker_id)
 
-    # ZooKeeper writes of this election (zk_state.py) --------------------------------------
+    # this election's ZooKeeper writes and next states, by short names ----------------------
     async def _fenced(self, ops: list[tuple[Any, ...]]) -> list[Any]:
         return await self.zk_state.fenced(ops)
 
@@ -372,72 +386,17 @@ class Controller:
         if self.channel is not None:
             self.channel.send(broker_id, body, version, self._on_response)
 
-    # partitions ---------------------------------------------------------------------------
-    async def _initialize_partitions(self, tps: Iterable[TP]) -> set[TP]:
-        updates: dict[TP, PartitionState] = {}
-        for tp in tps:
-            election = decisions.initial_election(
-                self.ctx.assignment(tp).replicas, self.ctx.live_ids()
-            )
-            if election is None:
-                log.warning("%s-%d: no live replica; it stays offline", *tp)
-                continue
-            updates[tp] = PartitionState(election.leader, 0, election.isr, self.ctx.epoch)
-        return await self._write_states(updates)
-
-    def _unclean_allowed(self, topic: str) -> bool:
-        """The topic's `unclean.leader.election.enable` override, else the broker's setting."""
-        value = self.topic_config(topic).get("unclean.leader.election.enable")
-        if value is None:
-            value = self.config.get("unclean.leader.election.enable") or "false"
-        return value.strip().lower() == "true"
-
+    # elections ----------------------------------------------------------------------------
     def unclean_election_enabled(self) -> None:
         """`unclean.leader.election.enable` was turned on for every topic at run time (Kafka's
         enableDefaultUncleanLeaderElection): the offline partitions are elected again, a
         replica outside the ISR now allowed to lead."""
         if self.active:
-            self._queue.send_nowait(_Call(self._elect_offline_partitions))
+            self._queue.send_nowait(_Call(lambda: self.elections.elect_offline_partitions()))
 
-    async def _elect_offline_partitions(self) -> None:
-        ctx = self.ctx
-        offline = [
-            tp
-            for tp, info in ctx.states.items()
-            if info.state.leader not in ctx.live_ids()
-            and tp[0] in ctx.topics
-            and tp[0] not in ctx.deleting
-        ]
-        self.requests.announce(await self._elect_offline(offline))
-
-    async def _elect_offline(self, tps: Iterable[TP]) -> set[TP]:
-        """Elect leaders for partitions whose leader is gone; the ones that changed are returned."""
-        ctx = self.ctx
-        updates: dict[TP, PartitionState] = {}
-        for tp in tps:
-            info = ctx.states.get(tp)
-            if info is None or tp[0] in ctx.deleting:
-                continue
-            election = decisions.offline_election(
-                ctx.assignment(tp).target,
-                info.state.isr,
-                ctx.online_ids(tp),
-                unclean_allowed=self._unclean_allowed(tp[0]),
-            )
-            if election is None:
-                if info.state.leader != znodes.NO_LEADER:
-                    leader, isr = decisions.shrink_isr(
-                        info.state.leader, info.state.isr, info.state.leader
-                    )
-                    updates[tp] = self._new_state(tp, leader, isr)
-                log.warning("%s-%d: no eligible leader; the partition is offline", *tp)
-                continue
-            if election.unclean:
-                log.warning("%s-%d: unclean election of broker %d", tp[0], tp[1], election.leader)
-            updates[tp] = self._new_state(
-                tp, election.leader, election.isr, recovering=election.unclean
-            )
-        return await self._write_states(updates)
+    async def elect_leaders(self, tps: list[TP] | None, unclean: bool) -> dict[TP, ErrorCode]:
+        """ElectLeaders: preferred or unclean elections; the outcome per partition."""
+        return await self.elections.elect(tps, unclean)
 
     # broker changes -----------------------------------------------------------------------
     async def _on_broker_change(self) -> None:
@@ -483,31 +442,11 @@ class Controller:
             and tp[0] in ctx.topics
             and (within is None or tp in within)
         ]
-        changed = await self._elect_offline(led)
-        changed |= await self._remove_from_isrs(gone, skip=changed, within=within)
+        changed = await self.elections.elect_offline(led)
+        changed |= await self.elections.remove_from_isrs(gone, skip=changed, within=within)
         replicas = {b for tp in changed for b in ctx.assignment(tp).replicas}
         self.requests.leader_and_isr(sorted(replicas), changed)
         self.requests.update_metadata(ctx.live, ctx.partitions())
-
-    async def _remove_from_isrs(
-        self, gone: set[int], *, skip: Collection[TP], within: Collection[TP] | None = None
-    ) -> set[TP]:
-        """Take the brokers `gone` out of every ISR (or those of `within`; but those of `skip`,
-        just elected); the partitions whose state changed."""
-        ctx = self.ctx
-        updates: dict[TP, PartitionState] = {}
-        for tp, info in ctx.states.items():
-            if tp in skip or tp[0] not in ctx.topics or (within is not None and tp not in within):
-                continue
-            isr = info.state.isr
-            leader = info.state.leader
-            if not any(b in gone for b in isr):
-                continue
-            for b in gone:
-                leader, isr = decisions.shrink_isr(leader, isr, b)
-            if isr != info.state.isr:
-                updates[tp] = self._new_state(tp, leader, isr)
-        return await self._write_states(updates)
 
     async def _on_brokers_startup(self, new: set[int]) -> None:
         ctx = self.ctx
@@ -527,8 +466,8 @@ class Controller:
             for tp in ctx.partitions()
             if tp not in ctx.states and any(b in ctx.assignment(tp).replicas for b in new)
         ]
-        created = await self._initialize_partitions(never)
-        changed = await self._elect_offline(offline)
+        created = await self.elections.initialize(never)
+        changed = await self.elections.elect_offline(offline)
         self.requests.announce(changed | created, is_new=created)
         await self.reassignment.complete_ready()
         await self.deletion.resume()
@@ -584,7 +523,7 @@ class Controller:
         for topic in new:
             if await self.zk_state.load_topic(topic):
                 log.info("new topic %s: %s", topic, ctx.topics[topic].partitions)
-                created |= await self._initialize_partitions(
+                created |= await self.elections.initialize(
                     [
                         (topic, p)
                         for p in sorted(ctx.topics[topic].partitions)
@@ -604,7 +543,7 @@ class Controller:
         ]
         if new:
             log.info("topic %s: new partitions %s", topic, [p for _, p in new])
-            created = await self._initialize_partitions(new)
+            created = await self.elections.initialize(new)
             self.requests.announce(created, is_new=created)
 
     # AlterPartition ------------------------------------------------------------------------
@@ -702,82 +641,3 @@ class Controller:
             and len(ctx.assignment(tp).replicas) > 1
             and tp[0] not in ctx.deleting
         ]
-
-    # leader elections on request ------------------------------------------------------------
-    async def elect_leaders(self, tps: list[TP] | None, unclean: bool) -> dict[TP, ErrorCode]:
-        ctx = self.ctx
-        wanted = ctx.partitions() if tps is None else tps
-        results: dict[TP, ErrorCode] = {}
-        updates: dict[TP, PartitionState] = {}
-        for tp in wanted:
-            info = ctx.states.get(tp)
-            if info is None or tp[0] not in ctx.topics or tp[0] in ctx.deleting:
-                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            replicas = ctx.assignment(tp).replicas
-            if unclean:
-                if info.state.leader in ctx.live_ids():
-                    results[tp] = ErrorCode.ELECTION_NOT_NEEDED
-                    continue
-                election = decisions.offline_election(
-                    replicas, info.state.isr, ctx.live_ids(), unclean_allowed=True
-                )
-                if election is None:
-                    results[tp] = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
-                    continue
-            else:
-                if replicas and info.state.leader == replicas[0]:
-                    results[tp] = ErrorCode.ELECTION_NOT_NEEDED
-                    continue
-                election = decisions.preferred_election(replicas, info.state.isr, ctx.live_ids())
-                if election is None:
-                    results[tp] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-                    continue
-            updates[tp] = self._new_state(
-                tp, election.leader, election.isr, recovering=election.unclean
-            )
-        written = await self._write_states(updates)
-        for tp in updates:
-            results[tp] = ErrorCode.NONE if tp in written else ErrorCode.UNKNOWN_SERVER_ERROR
-        self.requests.announce(written)
-        return results
-
-    async def _rebalance_timer(self) -> None:
-        """Every `leader.imbalance.check.interval.seconds`, queue a leader rebalance check."""
-        interval = self.config.get_int("leader.imbalance.check.interval.seconds")
-        while True:
-            await trio.sleep(interval)
-            self._queue.send_nowait(_Call(self.rebalance_leaders))
-
-    async def rebalance_leaders(self) -> dict[TP, ErrorCode]:
-        """Kafka's auto leader rebalance: a broker whose share of partitions led by another
-        broker, among those it is the preferred replica of, is above
-        `leader.imbalance.per.broker.percentage` gets them back (preferred election)."""
-        ctx = self.ctx
-        limit = self.config.get_int("leader.imbalance.per.broker.percentage") / 100
-        moves: list[TP] = []
-        for broker_id in sorted(ctx.live_ids()):
-            preferred = [
-                tp
-                for tp in ctx.partitions()
-                if tp in ctx.states
-                and ctx.assignment(tp).replicas[:1] == (broker_id,)
-                and not ctx.assignment(tp).reassigning
-                and tp[0] not in ctx.deleting
-            ]
-            elsewhere = [tp for tp in preferred if ctx.states[tp].state.leader != broker_id]
-            if preferred and len(elsewhere) / len(preferred) > limit:
-                moves += [tp for tp in elsewhere if broker_id in ctx.states[tp].state.isr]
-        if not moves:
-            return {}
-        log.info("leader rebalance: moving %d partitions to their preferred leader", len(moves))
-        return await self.elect_leaders(moves, unclean=False)
-
-    async def _on_preferred_election_znode(self) -> None:
-        got = await self.zk.get(znodes.PREFERRED_REPLICA_ELECTION, watch=True)
-        if got is None:
-            return
-        tps = sorted(znodes.PreferredReplicaElection.decode(got[0]).partitions)
-        log.info("preferred replica election requested for %s", tps)
-        await self.elect_leaders(tps, unclean=False)
-        await self.zk.delete(znodes.PREFERRED_REPLICA_ELECTION)

@@ -134,15 +134,18 @@ class Controller:
             await work
         except ControllerMoved:
             log.warning("controller %d: another broker took over; resigning", self.broker_id)
-            await self._resign()
-            await self._safe_elect()
+            await self._start_over()
         except ZookeeperError as e:
             # Typically the connection dropped mid-way: what we know may be stale. Resign and
             # run again from ZooKeeper's state, now or (if ZooKeeper is unreachable) on the
             # next CONNECTED.
             log.warning("controller %d: ZooKeeper failed (%r); resigning", self.broker_id, e)
-            await self._resign()
-            await self._safe_elect()
+            await self._start_over()
+
+    async def _start_over(self) -> None:
+        """Resign, and run for controller again from what ZooKeeper holds."""
+        await self._resign()
+        await self._safe_elect()
 
     async def _safe_elect(self) -> None:
         try:
@@ -157,12 +160,10 @@ class Controller:
             call.result = await call.fn()
         except ControllerMoved:
             call.error = NotController()
-            await self._resign()
-            await self._safe_elect()
+            await self._start_over()
         except ZookeeperError as e:
             call.error = e
-            await self._resign()
-            await self._safe_elect()
+            await self._start_over()
         except Exception as e:
             call.error = e
         finally:

@@ -54,6 +54,7 @@ class LeaderElections:
         self.topic_config = topic_config  # a topic's config overrides
 
     async def initialize(self, tps: Iterable[TP]) -> set[TP]:
+        """First states for new partitions; the ones written are returned."""
         updates: dict[TP, PartitionState] = {}
         for tp in tps:
             election = decisions.initial_election(
@@ -73,6 +74,7 @@ class LeaderElections:
         return value.strip().lower() == "true"
 
     async def elect_offline_partitions(self) -> None:
+        """Elect every partition without a live leader again, and announce the changes."""
         ctx = self.ctx
         offline = [
             tp
@@ -102,12 +104,12 @@ class LeaderElections:
                     leader, isr = decisions.shrink_isr(
                         info.state.leader, info.state.isr, info.state.leader
                     )
-                    updates[tp] = self.ctx.next_state(tp, leader, isr)
+                    updates[tp] = ctx.next_state(tp, leader, isr)
                 log.warning("%s-%d: no eligible leader; the partition is offline", *tp)
                 continue
             if election.unclean:
                 log.warning("%s-%d: unclean election of broker %d", tp[0], tp[1], election.leader)
-            updates[tp] = self.ctx.next_state(
+            updates[tp] = ctx.next_state(
                 tp, election.leader, election.isr, recovering=election.unclean
             )
         return await self.zk_state.write_states(updates)
@@ -129,10 +131,12 @@ class LeaderElections:
             for b in gone:
                 leader, isr = decisions.shrink_isr(leader, isr, b)
             if isr != info.state.isr:
-                updates[tp] = self.ctx.next_state(tp, leader, isr)
+                updates[tp] = ctx.next_state(tp, leader, isr)
         return await self.zk_state.write_states(updates)
 
     async def elect(self, tps: list[TP] | None, unclean: bool) -> dict[TP, ErrorCode]:
+        """ElectLeaders for `tps` (every partition if None): the preferred replica, or with
+        `unclean` any live replica where the leader is offline; the outcome per partition."""
         ctx = self.ctx
         wanted = ctx.partitions() if tps is None else tps
         results: dict[TP, ErrorCode] = {}
@@ -161,7 +165,7 @@ class LeaderElections:
                 if election is None:
                     results[tp] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
                     continue
-            updates[tp] = self.ctx.next_state(
+            updates[tp] = ctx.next_state(
                 tp, election.leader, election.isr, recovering=election.unclean
             )
         written = await self.zk_state.write_states(updates)
@@ -195,6 +199,8 @@ class LeaderElections:
         return await self.elect(moves, unclean=False)
 
     async def on_preferred_znode(self) -> None:
+        """`/admin/preferred_replica_election` was written (or we were elected): elect its
+        partitions' preferred replicas, then delete it."""
         got = await self.zk.get(znodes.PREFERRED_REPLICA_ELECTION, watch=True)
         if got is None:
             return

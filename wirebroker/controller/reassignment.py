@@ -42,6 +42,7 @@ class PartitionReassignment:
         self.requests = requests
 
     def ongoing(self, tps: list[TP] | None) -> dict[TP, ReplicaAssignment]:
+        """The reassignments in progress among `tps` (every partition's if None)."""
         ctx = self.ctx
         wanted = ctx.partitions() if tps is None else tps
         return {

@@ -26,6 +26,10 @@ throttle time, and then the connection is muted for that time, as Kafka mutes th
 (KIP-219): the answers already due are written, and no further request is handled or read,
 even one already received (pipelined), until the throttle time has passed.
 
+With the metrics on (`wirebroker.metrics`), each request's times are taken here: when its
+last byte was read, when its handler started and returned, when its response was ready and
+when the write that carried it began and ended.
+
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
 :class:`~wirebroker.dispatch.Later`: an acks=all Produce waiting for its followers) waits in a
@@ -309,6 +313,8 @@ class _Connection:
                         await self._handle_frame(frame, arrived)  # type: ignore[arg-type]
                         if self.unmuted_at and self.unmuted_at > trio.current_time():
                             await self._throttled()
+                            # Kafka reads nothing while muted: what waited here arrives now.
+                            arrived = perf_counter() if arrived else 0.0
                     elif await self._authenticate(frame):  # type: ignore[arg-type]
                         frames.max_frame_size = max_frame_size
             finally:

@@ -124,7 +124,7 @@ EXPECTED_FETCH_ERRORS = frozenset(
 #: arrived, handler started, handler returned, seconds the handler waited, response ready,
 #: throttle ms] (perf_counter seconds); `request_sent` adds when its write began and ended.
 Timing = list[Any]
-READY = 5
+STATS, ARRIVED, STARTED, RETURNED, WAITED, READY, THROTTLE_MS = range(7)
 #: Kafka's ProducerStateManager.LATE_TRANSACTION_BUFFER_MS.
 LATE_TXN_BUFFER_MS = 5 * 60 * 1000
 
@@ -163,58 +163,53 @@ class RequestStats:
         else:
             self.times[count & WINDOW_MASK] = timed
         self.count = count + 1
-        self.total_s += timed[2] - timed[0][1]
+        self.total_s += timed[2] - timed[0][ARRIVED]
 
 
-def _time_metrics() -> tuple[tuple[str, str, Any], ...]:
-    """Kafka's RequestMetrics histograms: (name, doc, ms of one (Timing, began, ended))."""
-    return (
-        (
-            "requestqueuetimems",
-            "Time from a request's arrival until its handling began, in ms.",
-            lambda t: (t[0][2] - t[0][1]) * 1000,
-        ),
-        (
-            "localtimems",
-            "Time the handler worked on the request (its waits excluded), in ms.",
-            lambda t: (t[0][3] - t[0][2] - t[0][4]) * 1000,
-        ),
-        (
-            "remotetimems",
-            "Time the request waited on others (replication, a fetch's long poll, a "
-            "rebalance), in ms.",
-            lambda t: (t[0][4] + t[0][READY] - t[0][3]) * 1000,
-        ),
-        (
-            "throttletimems",
-            "Client quota throttle time given with the response, in ms.",
-            lambda t: float(t[0][6]),
-        ),
-        (
-            "responsequeuetimems",
-            "Time from the response being ready until its write began, in ms.",
-            lambda t: (t[1] - t[0][READY]) * 1000,
-        ),
-        (
-            "responsesendtimems",
-            "Time the write of the response took, in ms.",
-            lambda t: (t[2] - t[1]) * 1000,
-        ),
-        (
-            "totaltimems",
-            "Time from a request's arrival until its response was written, in ms.",
-            lambda t: (t[2] - t[0][1]) * 1000,
-        ),
-    )
-
-
-TIME_METRICS = _time_metrics()
+#: Kafka's RequestMetrics histograms: (name, doc, ms of one (Timing, write began, write ended)).
+TIME_METRICS: tuple[tuple[str, str, Any], ...] = (
+    (
+        "requestqueuetimems",
+        "Time from a request's arrival until its handling began, in ms.",
+        lambda t: (t[0][STARTED] - t[0][ARRIVED]) * 1000,
+    ),
+    (
+        "localtimems",
+        "Time the handler worked on the request (its waits excluded), in ms.",
+        lambda t: (t[0][RETURNED] - t[0][STARTED] - t[0][WAITED]) * 1000,
+    ),
+    (
+        "remotetimems",
+        "Time the request waited on others (replication, a fetch's long poll, a rebalance), in ms.",
+        lambda t: (t[0][WAITED] + t[0][READY] - t[0][RETURNED]) * 1000,
+    ),
+    (
+        "throttletimems",
+        "Client quota throttle time given with the response, in ms.",
+        lambda t: float(t[0][THROTTLE_MS]),
+    ),
+    (
+        "responsequeuetimems",
+        "Time from the response being ready until its write began, in ms.",
+        lambda t: (t[1] - t[0][READY]) * 1000,
+    ),
+    (
+        "responsesendtimems",
+        "Time the write of the response took, in ms.",
+        lambda t: (t[2] - t[1]) * 1000,
+    ),
+    (
+        "totaltimems",
+        "Time from a request's arrival until its response was written, in ms.",
+        lambda t: (t[2] - t[0][ARRIVED]) * 1000,
+    ),
+)
 
 
 def request_sent(timing: Timing, began: float, ended: float) -> None:
     """The response of a timed request was written (`began`..`ended`): its times count now."""
     timed = (timing, began, ended)
-    for stats in timing[0]:
+    for stats in timing[STATS]:
         stats.observe(timed)
 
 

@@ -717,6 +717,24 @@ class Controller:
             value = self.config.get("unclean.leader.election.enable") or "false"
         return value.strip().lower() == "true"
 
+    def unclean_election_enabled(self) -> None:
+        """`unclean.leader.election.enable` was turned on for every topic at run time (Kafka's
+        enableDefaultUncleanLeaderElection): the offline partitions are elected again, a
+        replica outside the ISR now allowed to lead."""
+        if self.active:
+            self._queue.send_nowait(_Call(self._elect_offline_partitions))
+
+    async def _elect_offline_partitions(self) -> None:
+        ctx = self.ctx
+        offline = [
+            tp
+            for tp, info in ctx.states.items()
+            if info.state.leader not in ctx.live_ids()
+            and tp[0] in ctx.topics
+            and tp[0] not in ctx.deleting
+        ]
+        self._announce(await self._elect_offline(offline))
+
     async def _elect_offline(self, tps: Iterable[TP]) -> set[TP]:
         """Elect leaders for partitions whose leader is gone; the ones that changed are returned."""
         ctx = self.ctx

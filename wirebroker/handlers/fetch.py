@@ -265,6 +265,8 @@ def _read_all(
         result.partition_index = w.request.partition
         result.aborted_transactions = None
         if w.error or w.partition is None:
+            # As Kafka's partitionResponse(error): an empty aborted list, not null.
+            result.aborted_transactions = []
             result.error_code = w.error
             result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
             result.records = EMPTY

@@ -6,11 +6,11 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools clean
+.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools image suites dashboard-check dashboard-picture clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,bench,testcontainers]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -29,11 +29,23 @@ cluster: setup jars
 test: setup jars tools
 	$(PY) -m pytest
 
-## tools: command-line clients the tests drive (kcat, from Debian's packages)
+## tools: command-line clients the tests drive (kcat), and Prometheus for the dashboard's test (Debian's packages)
 tools:
 	@command -v kcat >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat >/dev/null; \
 	  else echo "kcat is missing: install it (e.g. sudo apt-get install kcat)"; exit 1; fi; }
+	@command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq prometheus >/dev/null; \
+	  else echo "prometheus is missing (sudo apt-get install prometheus): the dashboard's test is skipped"; fi; }
+
+## dashboard-check: Prometheus scrapes one broker, then a 3-broker cluster, each under 3 minutes of load; fails if a panel of config/grafana/wirebroker.json returns nothing
+dashboard-check: setup jars
+	$(PY) -m bench.dashboard --target broker
+	$(PY) -m bench.dashboard --target cluster
+
+## dashboard-picture: docs/dashboard.png, the dashboard's panels drawn with matplotlib from Prometheus scraping a 3-broker cluster under load (not a Grafana screenshot)
+dashboard-picture: setup jars
+	$(PY) -m bench.dashboard --target cluster --picture docs/dashboard.png
 
 ## check: format, lint, types, the import direction and the codegen freshness check
 check: setup
@@ -84,9 +96,17 @@ bench-idempotence: setup
 pipeline: setup jars
 	$(PY) -m pipeline
 
-## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector from Maven Central into .cache/jars/ (no-op when up to date)
+## image: build wirebroker:latest and wirebroker-kafka:3.9 locally, no registry needed (starts dockerd as root; see image/build.sh)
+image: setup jars
+	bash image/build.sh
+
+## suites: franz-go's kgo and librdkafka's own test suites against Kafka 3.9 and wirebroker, one broker and 3-broker clusters; writes compat/REPORT.md (~80 min; see compat/suites/)
+suites: setup jars tools
+	nice -n 10 $(PY) -m compat.suites $(SUITES_ARGS)
+
+## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector + Kafka Streams and its examples from Maven Central into .cache/jars/ (no-op when up to date)
 jars:
-	bash jars/fetch.sh kafka spark
+	bash jars/fetch.sh kafka spark streams
 
 ## golden: re-capture tests/protocol/golden/frames/ from librdkafka and the Java client against real Kafka 3.9
 golden: setup jars

@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from compat.raw import BROKER_CONFIGS
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_records import DeleteRecordsRequest
 from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
+from protocol.messages.elect_leaders import ElectLeadersRequest
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
@@ -63,30 +65,6 @@ CORE_CONFIGS = {
     "retention.bytes",
     "retention.ms",
     "segment.bytes",
-}
-#: Broker configs compared in DescribeConfigs of a BROKER resource: keys both know that neither
-#: side's test properties set (so values, sources, flags and synonyms must agree).
-BROKER_CONFIGS = {
-    "message.max.bytes",
-    "log.retention.ms",
-    "log.retention.hours",
-    "log.retention.bytes",
-    "log.roll.ms",
-    "log.roll.hours",
-    "log.roll.jitter.ms",
-    "log.segment.bytes",
-    "log.cleanup.policy",
-    "log.cleaner.threads",
-    "log.cleaner.dedupe.buffer.size",
-    "log.flush.interval.ms",
-    "log.flush.scheduler.interval.ms",
-    "min.insync.replicas",
-    "unclean.leader.election.enable",
-    "compression.type",
-    "max.connections",
-    "ssl.keystore.password",
-    "sasl.jaas.config",
-    "socket.request.max.bytes",
 }
 
 Step = tuple[str, Message, int]
@@ -205,10 +183,10 @@ def create(name: str, partitions: int = 1, configs: dict[str, str] | None = None
     )
 
 
-def metadata(*names: str) -> MetadataRequest:
+def metadata(*names: str, create: bool = False) -> MetadataRequest:
     return MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
-        allow_auto_topic_creation=False,
+        allow_auto_topic_creation=create,
     )
 
 
@@ -390,6 +368,32 @@ CASES: dict[str, Callable[[], list[Step]]] = {
                 include_synonyms=True,
             ),
             4,
+        ),
+    ],
+    "auto_create": lambda: [
+        # The creating request answers LEADER_NOT_AVAILABLE without partitions; they appear in
+        # a later Metadata (Kafka's AutoTopicCreationManager).
+        ("metadata creates", metadata("diff-auto", create=True), 12),
+        ("until ok: metadata again", metadata("diff-auto"), 12),
+        ("invalid name", metadata("bad/name", create=True), 12),
+    ],
+    "elect_leaders": lambda: [
+        ("create", create("diff-elect", 2), 7),
+        (
+            "preferred, named",
+            ElectLeadersRequest(
+                election_type=0,
+                topic_partitions=[
+                    ElectLeadersRequest.TopicPartitions(topic="diff-elect", partitions=[0, 9])
+                ],
+                timeout_ms=10_000,
+            ),
+            2,
+        ),
+        (
+            "preferred, all partitions",
+            ElectLeadersRequest(election_type=0, topic_partitions=None, timeout_ms=10_000),
+            2,
         ),
     ],
     "broker_configs": lambda: [

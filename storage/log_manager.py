@@ -26,6 +26,7 @@ Synchronous and not thread-safe, like the logs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
@@ -353,6 +354,19 @@ class LogManager:
             yield pass_
             if not pass_.map_filled or lg.cleaner_checkpoint <= checkpoint:
                 break
+
+    def write_index_entries(self) -> None:
+        """Write the active segments' new index entries to their files (not fsynced), so a
+        reader of the files (Kafka's DumpLogSegments) finds them about as soon as in a running
+        Kafka's memory-mapped indexes. The broker calls it every second; a failure is left to
+        the next flush, roll or close."""
+        for _tp, lg in self.logs():
+            if lg.closed or lg.offline:
+                continue
+            seg = lg.active_segment
+            if seg.indexes_unwritten:
+                with contextlib.suppress(OSError):
+                    seg.persist_indexes()
 
     def flushes(self, now_ms: int) -> Iterator[PendingFlush]:
         """Flushes of logs due by ``flush.ms`` and of logs with unflushed rolled segments

@@ -1,7 +1,8 @@
 """The broker's state and its single owner: topics, partitions, logs, cluster identity.
 
 `Broker` owns everything a handler may read or change: the topic registry, the partitions (each
-with its log), the node id and cluster id, and the addresses clients are told. All of it lives
+with its log), the node id and cluster id, the addresses clients are told, and its dynamic
+configs (whose changes it applies to its logs, cleaner and SASL listeners). All of it lives
 in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
 It must not speak the wire protocol (handlers do) or accept connections (`server` does).
 """
@@ -64,7 +65,8 @@ class Broker:
     dynamic_config: DynamicBrokerConfig
     partitions: dict[TopicPartition, Partition] = field(default_factory=dict)
     advertised: list[Listener] = field(default_factory=list)
-    stats: BrokerStats = field(default_factory=BrokerStats)
+    #: The request and connection counters of the metrics (`wirebroker.metrics`).
+    stats: BrokerStats = field(init=False)
     groups: GroupCoordinator = field(init=False)
     transactions: TransactionCoordinator = field(init=False)
     producer_ids: ProducerIdManager = field(init=False)
@@ -102,6 +104,11 @@ class Broker:
     def __post_init__(self) -> None:
         if self.controller_id == -1 and not self.config.cluster_mode:
             self.controller_id = self.node_id
+        self.stats = BrokerStats(
+            on=self.config.metrics_listener() is not None,
+            rate_samples=self.config.get_int("metrics.num.samples"),
+            rate_window_ms=self.config.get_int("metrics.sample.window.ms"),
+        )
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
@@ -130,6 +137,15 @@ class Broker:
         self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
         self.connection_limits = ConnectionLimits(self.config)
         dynamic = self.dynamic_config
+        if self.config.cluster_mode:
+            listener = self.replica_manager.inter_broker_listener.lower()
+            dynamic.add_reconfigurable(
+                Reconfigurable(
+                    lambda name: name.startswith(f"listener.name.{listener}."),
+                    self._peer_security_changed,
+                    self._check_peer_security,
+                )
+            )
         dynamic.add_reconfigurable(
             Reconfigurable(
                 connection_limits.follows,
@@ -411,6 +427,15 @@ class Broker:
 
     def _cleaner_changed(self, changed: frozenset[str]) -> None:
         self.log_manager.max_map_keys = _max_map_keys(self.config)
+
+    def _check_peer_security(self, candidate: BrokerConfig) -> None:
+        PeerSecurity.inter_broker(candidate)  # ConfigError when it cannot be made
+
+    def _peer_security_changed(self, changed: frozenset[str]) -> None:
+        """The inter-broker listener's stores or login changed at run time: the next
+        connections to the other brokers use them (open ones keep theirs)."""
+        self.peer_security = PeerSecurity.inter_broker(self.config)
+        self.replica_manager.use_peer_security(self.peer_security)
 
     def _check_sasl(self, candidate: BrokerConfig) -> None:
         for listener in candidate.listeners():

@@ -1,10 +1,14 @@
 """Broker configuration: Kafka's `server.properties` key names, types and defaults.
 
-This module owns parsing a properties file plus overrides into a typed `BrokerConfig`, and the
-table of broker keys we honour (which DescribeConfigs also lists). It must not open sockets or
-files other than the properties file it is given.
+This module owns parsing a properties file plus overrides into a typed `BrokerConfig`, the
+table of broker keys we honour (which DescribeConfigs also lists) with how each may change at
+run time (Kafka's update modes: read-only, per-broker, cluster-wide) and the bounds Kafka puts
+on a dynamic value, the keys' synonyms (`log.retention.ms` / `.minutes` / `.hours`, a listener
+key and its unprefixed one), and the layering of dynamic values over static ones that every
+reading goes through (`DynamicValues`; `wirebroker.dynamic_config` decides what is set). It must
+not open sockets or files other than the properties file it is given.
 
-Where our default differs from Kafka's it is on purpose and noted in `DEFAULTS`' comments:
+Where our default differs from Kafka's it is on purpose and noted in the table's docs:
 `listeners` binds 127.0.0.1 (a development broker should not listen on every interface),
 `log.dirs` is `./data`, `broker.id` is 0, and the embedded broker's internal topics use replication
 factor 1 (in a cluster, `offsets.topic.replication.factor` is Kafka's 3).
@@ -507,6 +511,20 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "string",
             None,
             "Ours: HOST:PORT of the Prometheus endpoint (GET /metrics); unset: none.",
+        ),
+        _k(
+            "metrics.sample.window.ms",
+            "int",
+            "30000",
+            "The window of a sample of the rates /metrics reports (connection rates).",
+            at_least=1,
+        ),
+        _k(
+            "metrics.num.samples",
+            "int",
+            "2",
+            "Samples the rates /metrics reports are computed over.",
+            at_least=1,
         ),
         _k(
             "zookeeper.connect",

@@ -160,7 +160,12 @@ class DynamicBrokerConfig:
         """A broker's dynamic configs, in force in `config` from now on: `stored` (by entity,
         as stored: a cluster's, read from ZooKeeper), else the embedded broker's file."""
         dynamic = cls(config, None if config.cluster_mode else config.log_dirs()[0])
-        dynamic.load(stored if stored is not None else dynamic.read_local())
+        if stored is None:
+            stored = dynamic.read_local()
+            again = dynamic.reencoded(stored.get(str(dynamic.broker_id), {}))
+            if again is not None:
+                dynamic.write_local(str(dynamic.broker_id), again)
+        dynamic.load(stored)
         return dynamic
 
     # reading -------------------------------------------------------------------------------
@@ -287,6 +292,30 @@ class DynamicBrokerConfig:
                 continue
             out[name] = value
         return out
+
+    def reencoded(self, stored: Mapping[str, str]) -> dict[str, str] | None:
+        """This broker's stored configs with the passwords only `password.encoder.old.secret`
+        decrypts encrypted again with `password.encoder.secret`, to be stored back (Kafka's
+        maybeReEncodePasswords, at start-up); None when there is none."""
+        if self.encoder is None or self._old_encoder is None:
+            return None
+        out = dict(stored)
+        for name, value in stored.items():
+            if not is_password(name):
+                continue
+            try:
+                self.encoder.decode(value)
+                continue
+            except ConfigError:
+                pass
+            try:
+                out[name] = self.encoder.encode(self._old_encoder.decode(value))
+            except ConfigError:
+                continue
+            log.info(
+                "dynamic config %s: encrypted again with the new password encoder secret", name
+            )
+        return out if out != stored else None
 
     def _decode(self, encoded: str) -> str:
         for encoder in (self.encoder, self._old_encoder):

@@ -7,6 +7,11 @@ fire-and-forget: connections and periodic jobs are children of its nursery. Ever
 broker reads the time from its `clock` (Kafka's `Time`, `storage.clock`): the wall clock, or in
 a test one that follows trio's `MockClock`.
 
+The dynamic broker configs (`wirebroker.dynamic_config`) are read before anything is opened
+(ZooKeeper's `/config/brokers/...` in a cluster, the embedded broker's own file), so listeners'
+TLS and the logs start with them; each listener's TLS context is taken per connection from
+`tls.ListenerContexts`, which a dynamic keystore change replaces.
+
 With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
 cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
 (registration, config changes, the controller candidacy) runs as a child of the same nursery.
@@ -35,6 +40,7 @@ from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import ConnectionWatch, serve_connection
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
+from wirebroker.metrics_http import serve_metrics
 from wirebroker.tls import ListenerContexts
 
 if TYPE_CHECKING:
@@ -53,6 +59,8 @@ class RunningBroker:
     broker: Broker
     listeners: list[Listener]
     scope: trio.CancelScope | None = None
+    #: Its Prometheus endpoint (`wirebroker.metrics.listener`), None when off.
+    metrics_url: str | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -78,6 +86,7 @@ async def serve_broker(
     zk: ZkClient | None = None
     if config.get("zookeeper.connect"):
         # Imported here: an embedded broker never loads kazoo and the controller (start-up time).
+        from wirebroker.zk import entity_configs
         from wirebroker.zk import member as zk_member
 
         zk = await zk_member.connect(config)
@@ -86,6 +95,10 @@ async def serve_broker(
             config = BrokerConfig({**config.values, "cluster.id": cluster_id})
             stored = await zk_member.read_broker_configs(zk, config.broker_id)
             dynamic = DynamicBrokerConfig.open(config, stored)
+            own = str(config.broker_id)
+            again = dynamic.reencoded(stored[own])
+            if again is not None:  # stored under password.encoder.old.secret
+                await entity_configs.change_entity_config(zk, f"brokers/{own}", again)
             # A bad keystore or truststore fails here, before any file or socket is opened.
             tls = ListenerContexts(config)
             broker = Broker.open(config, clock, dynamic)
@@ -126,11 +139,7 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
-            if config.metrics_listener() is not None:
-                # Imported here: prometheus_client only when the endpoint is on (start-up time).
-                from wirebroker.metrics_http import serve_metrics
-
-                await nursery.start(serve_metrics, broker)
+            metrics_url = await nursery.start(serve_metrics, broker)
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
                 broker.node_id,
@@ -138,7 +147,7 @@ async def serve_broker(
                 ", ".join(map(str, bound)),
                 broker.cluster_id,
             )
-            task_status.started(RunningBroker(broker, bound, nursery.cancel_scope))
+            task_status.started(RunningBroker(broker, bound, nursery.cancel_scope, metrics_url))
     finally:
         if zk is not None:
             await zk.close()
@@ -195,6 +204,7 @@ async def _housekeeping(broker: Broker) -> None:
         await trio.sleep_until(due[job])
         manager = broker.log_manager
         if job == "flush":
+            manager.write_index_entries()
             for pending in manager.flushes(broker.now_ms()):
                 await _run_log_chore(manager, "flush", pending)
             removal = manager.removal_chore()
@@ -205,7 +215,7 @@ async def _housekeeping(broker: Broker) -> None:
             if deleted:
                 log.info("retention deleted %d segments", deleted)
         elif job == "cleaner":
-            freed = await _compact(broker)
+            freed = await run_compactions(broker)
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:
@@ -213,7 +223,7 @@ async def _housekeeping(broker: Broker) -> None:
         due[job] = trio.current_time() + interval(job)
 
 
-async def _compact(broker: Broker) -> int:
+async def run_compactions(broker: Broker) -> int:
     """Compact the logs that are due, `log.cleaner.threads` of them at once (0: none), each
     pass's slow part in a worker thread; the bytes freed."""
     manager = broker.log_manager

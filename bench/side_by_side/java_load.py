@@ -100,11 +100,17 @@ def producer_performance(
     props: Mapping[str, object],
     log4j: Path,
     timeout: float,
+    transaction_ms: int | None = None,
 ) -> Run:
-    """Produce ``records`` records of ``record_size`` bytes as fast as possible (no throttle)."""
+    """Produce ``records`` records of ``record_size`` bytes as fast as possible (no throttle);
+    with ``transaction_ms``, in transactions of that long (``--transactional-id``)."""
     producer_props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in props.items())]
     args = ["--topic", topic, "--num-records", str(records), "--record-size", str(record_size)]
-    args += ["--throughput", "-1", "--producer-props", *producer_props]
+    args += ["--throughput", "-1"]
+    if transaction_ms is not None:
+        args += ["--transactional-id", f"bench-{topic}"]
+        args += ["--transaction-duration-ms", str(transaction_ms)]
+    args += ["--producer-props", *producer_props]
     argv = tool_argv(PRODUCER_PERFORMANCE, args, log4j)
     out = _run(argv, timeout)
     match = next((m for m in map(_PRODUCER_SUMMARY.search, out.splitlines()) if m), None)

@@ -9,7 +9,9 @@ chroot, so a fresh broker never inherits an earlier broker's topics. wirebroker 
 ``python -m wirebroker serve`` process with this tree on its path, its modules compiled to
 bytecode first, as ``pip install`` leaves them (Kafka runs from compiled jars; a broker started
 under ``PYTHONDONTWRITEBYTECODE`` would otherwise compile every module at every start, which
-doubled row 7).
+doubled row 7); the ``wirebroker-metrics`` target is the same with its Prometheus endpoint on
+(``wirebroker.metrics.listener``, not scraped), for the cost of metrics (its figures over
+``wirebroker``'s).
 
 A broker counts as ready when ApiVersions answers and Metadata lists it with a controller
 (the same probes for both).
@@ -74,6 +76,10 @@ SHARED_PROPERTIES: dict[str, str] = {
     # 50-partition topic creation on either broker.
     "offsets.topic.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
+    # The transaction log (rows 15 and 16) as one partition on both, as __consumer_offsets.
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
     "auto.create.topics.enable": "true",
     "log.segment.bytes": str(1 << 30),
     # No fsync on either: both brokers leave flushing to the OS (Kafka's default).
@@ -82,14 +88,12 @@ SHARED_PROPERTIES: dict[str, str] = {
 """server.properties keys given to both brokers, with the same values."""
 
 KAFKA_ONLY_PROPERTIES: dict[str, str] = {
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
     # compat's test settings shrink these; the benchmark runs Kafka's defaults.
     "num.network.threads": "3",
     "num.io.threads": "8",
     "num.recovery.threads.per.data.dir": "1",
 }
-"""Keys Kafka needs with one broker, or Kafka's own defaults restored over compat's."""
+"""Kafka's own defaults restored over compat's test settings."""
 
 CLUSTER_SIZE = 3
 SESSION_TIMEOUT_MS = 6000
@@ -106,18 +110,16 @@ CLUSTER_PROPERTIES: dict[str, str] = {
     "min.insync.replicas": "2",
     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     "unclean.leader.election.enable": "false",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
     # compat's kafka_properties() gives Kafka this already: the last broker of a cluster
     # cannot hand its leaders on, and each retry waits 5 s before the broker stops anyway.
     "controlled.shutdown.max.retries": "1",
 }
 """server.properties keys given to every broker of both clusters (plus ``broker.id``)."""
 
-KAFKA_CLUSTER_ONLY_PROPERTIES: dict[str, str] = {
-    **KAFKA_ONLY_PROPERTIES,
-    "transaction.state.log.replication.factor": "3",
-    "transaction.state.log.min.isr": "2",
-}
-"""Kafka's transaction log settings for three brokers; wirebroker has no such topic."""
+KAFKA_CLUSTER_ONLY_PROPERTIES: dict[str, str] = {**KAFKA_ONLY_PROPERTIES}
+"""Kafka's own defaults restored over compat's, in the clusters too."""
 
 KAFKA_HEAP = ("-Xmx1G", "-Xms1G")
 """``kafka-server-start.sh``'s default heap."""
@@ -447,6 +449,8 @@ class WirebrokerTarget:
 
     workdir: Path
     name: str = "wirebroker"
+    #: Settings of this target's brokers beyond the shared ones.
+    own: Mapping[str, str] = field(default_factory=dict)
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
@@ -483,7 +487,7 @@ class WirebrokerTarget:
         settings.pop("advertised.listeners", None)  # the same as listeners
         argv = [sys.executable, "-m", "wirebroker", "serve"]
         argv += ["--listeners", listeners, "--log-dirs", str(base / "data")]
-        for key, value in settings.items():
+        for key, value in {**settings, **self.own}.items():
             argv += ["--override", f"{key}={value}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         return Broker(
@@ -516,7 +520,9 @@ class WirebrokerTarget:
         return re.sub(r"PLAINTEXT://[\d.]+:\d+", "PLAINTEXT://$BOOTSTRAP", text)
 
 
-TARGET_NAMES = ("kafka", "wirebroker")
+TARGET_NAMES = ("kafka", "wirebroker", "wirebroker-metrics")
+DEFAULT_TARGETS = ("kafka", "wirebroker")
+METRICS_TARGET = "wirebroker-metrics"
 #: The packages a wirebroker process imports from this tree.
 WIREBROKER_PACKAGES = ("protocol", "storage", "wirebroker")
 
@@ -529,10 +535,14 @@ def target_session(name: str, workdir: Path) -> Iterator[Target]:
         if name == "kafka":
             with zookeeper(workdir=workdir / "zookeeper") as zk:
                 yield KafkaTarget(workdir, zk)
-        elif name == "wirebroker":
+        elif name in ("wirebroker", METRICS_TARGET):
             for package in WIREBROKER_PACKAGES:
                 compileall.compile_dir(REPO_ROOT / package, quiet=1)
-            yield WirebrokerTarget(workdir)
+            if name == METRICS_TARGET:
+                metrics = {"wirebroker.metrics.listener": f"{LOOPBACK}:0"}
+                yield WirebrokerTarget(workdir, METRICS_TARGET, metrics)
+            else:
+                yield WirebrokerTarget(workdir)
         else:
             raise ValueError(f"unknown target {name!r}; known: {', '.join(TARGET_NAMES)}")
     finally:

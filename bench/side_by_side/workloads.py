@@ -2,7 +2,7 @@
 
 ``figures(sizes)`` is the table's catalogue (row, label, unit, goal on the ratio
 wirebroker/Kafka); ``run_target`` runs the selected rows against one target and adds every
-repeat's figure to ``Results``. Rows 1-6, 8 and 12 share one broker per target (started fresh,
+repeat's figure to ``Results``. Rows 1-6, 8, 12, 15 and 16 share one broker per target (started fresh,
 idle memory read before any load); row 7 starts a fresh broker per repeat (it times the
 start itself) and row 9 one per partition count (its memory is the figure); rows 13 and 14
 share one broker with SSL and SASL_SSL listeners (``targets.Secured``). Rows 10 and 11
@@ -75,7 +75,7 @@ LATENCY_PRODUCER: dict[str, object] = {
     "compression.type": "none",
 }
 RUN_TIMEOUT = 900.0
-ALL_ROWS = tuple(range(1, 15))
+ALL_ROWS = tuple(range(1, 17))
 CLUSTER_ROWS = {10, 11}
 SECURED_ROWS = {13, 14}
 CONNECT_PROCESSES = 4
@@ -129,6 +129,8 @@ IDEMPOTENT: dict[str, dict[str, object]] = {
     "java": {"acks": "all", "enable.idempotence": "true", **_BATCHING},
     "rdkafka": {"acks": "all", "enable.idempotence": "true", **_BATCHING, **_RDKAFKA_QUEUE},
 }
+TRANSACTION_MS = 100
+"""Rows 15 and 16: how long each transaction stays open before it is committed."""
 
 
 def paper_batch_size(records: int) -> int:
@@ -191,6 +193,8 @@ class Sizes:
     tls_produce_records: int = 256 * MiB // KiB
     tls_consume_records: int = 512 * MiB // KiB
     connect_seconds: float = 10.0
+    transactional_records: int = 256 * MiB // KiB
+    read_committed_records: int = GiB // KiB  # as row 3: at 200 MB/s, 256 MiB was a 1 s run
 
 
 QUICK = Sizes(
@@ -215,6 +219,8 @@ QUICK = Sizes(
     tls_produce_records=20_000,
     tls_consume_records=20_000,
     connect_seconds=2.0,
+    transactional_records=10_000,
+    read_committed_records=10_000,
 )
 
 
@@ -390,6 +396,16 @@ def figures(sizes: Sizes) -> list[Figure]:
     label = "Broker CPU per SASL_SSL connection set up"
     note = "the clients bound row 14 on two cores; this is the broker's own work"
     out.append(Figure("14/cpu", 14, label, "ms", False, 1.0, note=note))
+    for c in CLIENTS:
+        label = f"Transactional produce, {TRANSACTION_MS} ms transactions ({CLIENT_NAMES[c]})"
+        out.append(Figure(f"15/{c}", 15, label, "MB/s", True, 1.0))
+    for c in CLIENTS:
+        size = size_text(sizes.read_committed_records * KiB)
+        label = (
+            f"Consume read_committed, {size} written in {TRANSACTION_MS} ms transactions "
+            f"({CONSUMER_NAMES[c]})"
+        )
+        out.append(Figure(f"16/{c}", 16, label, "MB/s", True, 1.0))
     return out
 
 
@@ -549,6 +565,7 @@ def _produce(
     config: Mapping[str, object],
     what: str,
     partitions: int | None = None,
+    transaction_ms: int | None = None,
 ) -> float:
     """One produce run by ``client``; bytes per second. Records the command under ``what``."""
     return _produce_to(
@@ -561,6 +578,7 @@ def _produce(
         config=config,
         what=what,
         partitions=partitions,
+        transaction_ms=transaction_ms,
     )[0]
 
 
@@ -576,9 +594,11 @@ def _produce_to(
     what: str,
     partitions: int | None = None,
     latency: bool = False,
+    transaction_ms: int | None = None,
 ) -> tuple[float, float | None]:
     """One produce run by ``client``: bytes per second and, with ``latency``, the p99 in ms
-    from send to acknowledgement. Records the command under ``what``."""
+    from send to acknowledgement (with ``transaction_ms``: in transactions that long).
+    Records the command under ``what``."""
     if client == "java":
         props = dict(config)
         if partitions is not None:
@@ -594,6 +614,7 @@ def _produce_to(
             props=props,
             log4j=ctx.log4j,
             timeout=RUN_TIMEOUT,
+            transaction_ms=transaction_ms,
         )
         ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", run.argv, bootstrap)
         return run.bytes_per_s, run.p99_ms if latency else None
@@ -607,21 +628,32 @@ def _produce_to(
         partitions=partitions,
         wait_stored=config.get("acks") == 0,
         latency=latency,
+        transaction_ms=transaction_ms,
     )
     ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", rd.argv, bootstrap)
     return rd.figures["bytes_per_s"], rd.figures["p99_ms"] if latency else None
 
 
-def _filled_topic(ctx: Context, broker: Broker, stem: str, records: int, what: str) -> str:
-    """A fresh topic holding ``records`` 1 KiB records, written by librdkafka over PLAINTEXT."""
+def _filled_topic(
+    ctx: Context,
+    broker: Broker,
+    stem: str,
+    records: int,
+    what: str,
+    config: Mapping[str, object] = ACKS_1["rdkafka"],
+    transaction_ms: int | None = None,
+) -> str:
+    """A fresh topic holding ``records`` 1 KiB records, written by librdkafka over PLAINTEXT
+    (with ``transaction_ms``: in transactions that long)."""
     topic = ctx.topic(broker, stem)
     fill = rdkafka_load.produce(
         broker.bootstrap,
         topic,
         records=records,
         record_size=KiB,
-        config=ACKS_1["rdkafka"],
+        config=config,
         timeout=RUN_TIMEOUT,
+        transaction_ms=transaction_ms,
     )
     ctx.results.command(what, fill.argv, broker.bootstrap)
     return topic
@@ -775,12 +807,14 @@ def latency(ctx: Context, broker: Broker) -> None:
         )
 
 
-def idempotent(ctx: Context, broker: Broker) -> None:
-    """Row 5: the idempotent producer with acks=all, 1 KiB records."""
-    records = ctx.sizes.idempotent_records
+def _acks_all_rows(
+    ctx: Context, broker: Broker, row: int, stem: str, records: int, transaction_ms: int | None
+) -> None:
+    """Rows 5 and 15: idempotent producers, acks=all, 1 KiB records (15: in transactions)."""
+    what = {5: "Row 5: idempotent produce, acks=all", 15: "Row 15: transactional produce"}[row]
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
-            topic = ctx.topic(broker, f"idempotent-{client}")
+            topic = ctx.topic(broker, f"{stem}-{client}")
             rate = _produce(
                 ctx,
                 broker,
@@ -789,12 +823,58 @@ def idempotent(ctx: Context, broker: Broker) -> None:
                 records=records,
                 record_size=KiB,
                 config=IDEMPOTENT[client],
-                what="Row 5: idempotent produce, acks=all",
+                what=what,
+                transaction_ms=transaction_ms,
             )
-            ctx.results.add(f"5/{client}", broker.target, rate / 1e6)
+            ctx.results.add(f"{row}/{client}", broker.target, rate / 1e6)
             _progress(
                 broker.target,
-                f"row 5 idempotent ({client})",
+                f"row {row} {stem} ({client})",
+                i,
+                ctx.repeats,
+                f"{rate / 1e6:.1f} MB/s",
+            )
+
+
+def idempotent(ctx: Context, broker: Broker) -> None:
+    """Row 5: the idempotent producer with acks=all, 1 KiB records."""
+    _acks_all_rows(ctx, broker, 5, "idempotent", ctx.sizes.idempotent_records, None)
+
+
+def transactional(ctx: Context, broker: Broker) -> None:
+    """Row 15: as row 5, each transaction committed once open 100 ms."""
+    records = ctx.sizes.transactional_records
+    _acks_all_rows(ctx, broker, 15, "transactional", records, TRANSACTION_MS)
+
+
+def read_committed(ctx: Context, broker: Broker) -> None:
+    """Row 16: read_committed consumers read a topic written in 100 ms transactions (one
+    COMMIT marker after each) from its start."""
+    records = ctx.sizes.read_committed_records
+    what = "Row 16: fill the topic in transactions (librdkafka)"
+    config = IDEMPOTENT["rdkafka"]
+    topic = _filled_topic(ctx, broker, "read-committed", records, what, config, TRANSACTION_MS)
+    _progress(broker.target, "row 16 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            argv, rate = _consume(
+                ctx,
+                broker.bootstrap,
+                client,
+                topic,
+                records=records,
+                group=f"bench-read-committed-{i}",
+                config={"isolation.level": "read_committed"},
+            )
+            ctx.results.command(
+                f"Row 16: consume read_committed ({CONSUMER_NAMES[client]})",
+                argv,
+                broker.bootstrap,
+            )
+            ctx.results.add(f"16/{client}", broker.target, rate / 1e6)
+            _progress(
+                broker.target,
+                f"row 16 read_committed ({client})",
                 i,
                 ctx.repeats,
                 f"{rate / 1e6:.1f} MB/s",
@@ -1198,6 +1278,8 @@ def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
         ({4}, "row 4 latency", latency),
         ({5}, "row 5 idempotent", idempotent),
         ({12}, "row 12 Metadata while busy", busy_metadata),
+        ({15}, "row 15 transactional produce", transactional),
+        ({16}, "row 16 read_committed consume", read_committed),
     ]
     wanted = [(what, work) for needs, what, work in shared if needs & rows]
 

@@ -20,36 +20,11 @@ from typing import Any
 import pytest
 
 from compat.clients import CONFIG_COMMAND, java
-from compat.raw import create_topic
+from compat.raw import BROKER_CONFIGS, create_topic
 from tests.wirebroker.helpers import alter_configs, describe_configs
 
 BROKER, BROKER_LOGGER = 4, 8
 SET, DELETE, APPEND = 0, 1, 2
-#: Broker keys compared: set neither by Kafka's test properties nor by wirebroker's, and known
-#: to both (wirebroker lists ~130 keys, Kafka 315).
-COMPARED = (
-    "message.max.bytes",
-    "log.retention.ms",
-    "log.retention.hours",
-    "log.retention.bytes",
-    "log.roll.ms",
-    "log.roll.hours",
-    "log.segment.bytes",
-    "log.cleanup.policy",
-    "log.cleaner.threads",
-    "log.cleaner.min.cleanable.ratio",
-    "log.flush.interval.ms",
-    "min.insync.replicas",
-    "unclean.leader.election.enable",
-    "compression.type",
-    "max.connections",
-    "max.connections.per.ip",
-    "leader.replication.throttled.rate",
-    "ssl.keystore.password",
-    "sasl.jaas.config",
-    "password.encoder.secret",
-    "zookeeper.session.timeout.ms",
-)
 
 
 def _describe(bootstrap: str, resource_type: int, name: str, keys: list[str] | None) -> Any:
@@ -135,7 +110,7 @@ def test_kafka_configs_brokers(client: str, observe: Any) -> None:
                 java(CONFIG_COMMAND, *broker, "--describe"),
                 java(CONFIG_COMMAND, *default, "--describe"),
             ]
-            raw = _describe(t.bootstrap, BROKER, "0", list(COMPARED))
+            raw = _describe(t.bootstrap, BROKER, "0", sorted(BROKER_CONFIGS))
             refused = java(
                 CONFIG_COMMAND, *broker, "--alter", "--add-config", "broker.id=7", check=False
             )

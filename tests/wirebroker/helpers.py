@@ -408,12 +408,15 @@ def expected(samples: Sequence[Sample], partition: int = 0, first_offset: int = 
     ]
 
 
-def fetch_request(topic: str, partition: int = 0, offset: int = 0) -> FetchRequest:
+def fetch_request(
+    topic: str, partition: int = 0, offset: int = 0, isolation_level: int = 0
+) -> FetchRequest:
     """A Fetch of one partition from `offset` that does not wait."""
     return FetchRequest(
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
+        isolation_level=isolation_level,
         topics=[
             FetchRequest.FetchTopic(
                 topic=topic,
@@ -427,9 +430,11 @@ def fetch_request(topic: str, partition: int = 0, offset: int = 0) -> FetchReque
     )
 
 
-def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> Any:
+def fetch_raw(
+    bootstrap: str, topic: str, partition: int = 0, offset: int = 0, isolation_level: int = 0
+) -> Any:
     """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
-    request = fetch_request(topic, partition, offset)
+    request = fetch_request(topic, partition, offset, isolation_level)
     with RawClient(bootstrap) as client:
         response = client.request(request, 12)
     return response.responses[0].partitions[0]

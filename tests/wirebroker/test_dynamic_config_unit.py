@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import pytest
+import trio
+import trustme
 
+from tests.storage.helpers import T0, keyed
+from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.config_sources import (
     DEFAULT_CONFIG,
@@ -22,6 +27,7 @@ from wirebroker.dynamic_config import (
     thread_count_check,
 )
 from wirebroker.password_encoder import PasswordEncoder
+from wirebroker.server import run_compactions
 
 #: `listener.name.plaintext.ssl.key.password=hunter2` as Kafka 3.9 stored it in
 #: /config/brokers/0 with password.encoder.secret=wb-secret (its defaults otherwise).
@@ -118,3 +124,76 @@ def test_stored_values_that_are_invalid_are_left_out(caplog: pytest.LogCaptureFi
     assert "hunter2" not in caplog.text and "message.max.bytes" in caplog.text
     with pytest.raises(ConfigError, match="Password encoder secret not configured"):
         dynamic.to_persistent("0", {"listener.name.ssl.ssl.key.password": "x"})
+
+
+def test_peer_connections_follow_the_inter_broker_listeners_stores(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    for name in ("old.pem", "new.pem"):
+        cert = ca.issue_cert("localhost", "127.0.0.1")
+        cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / name))
+    config = BrokerConfig.from_properties(
+        {
+            "log.dirs": str(tmp_path / "data"),
+            "listeners": "SSL://127.0.0.1:0",
+            "inter.broker.listener.name": "SSL",
+            "wirebroker.external.controller": "true",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(tmp_path / "old.pem"),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(tmp_path / "ca.pem"),
+        }
+    )
+    broker = Broker.open(config)
+    try:
+        manager = broker.replica_manager
+        before = broker.peer_security
+        assert before.ssl_context is not None and manager.controller.security is before
+        key = "listener.name.ssl.ssl.keystore.location"
+        broker.dynamic_config.apply("0", {key: str(tmp_path / "new.pem")})
+        assert broker.peer_security is not before and broker.peer_security.ssl_context
+        assert manager.controller.security is broker.peer_security
+        with pytest.raises(ConfigError, match="missing.pem"):
+            broker.dynamic_config.validate("0", {key: str(tmp_path / "missing.pem")})
+    finally:
+        broker.close()
+
+
+def test_passwords_under_the_old_secret_are_stored_again_under_the_new(tmp_path: Path) -> None:
+    key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+    stored = {"version": 1, "brokers": {"0": {key: PasswordEncoder("old").encode("jaas-text")}}}
+    (tmp_path / "dynamic-broker-configs.json").write_text(json.dumps(stored))
+    config = BrokerConfig.from_properties(
+        {
+            "log.dirs": str(tmp_path),
+            "password.encoder.secret": "new",
+            "password.encoder.old.secret": "old",
+        }
+    )
+    DynamicBrokerConfig.open(config)
+    assert config.get(key) == "jaas-text"
+    again = json.loads((tmp_path / "dynamic-broker-configs.json").read_text())
+    assert PasswordEncoder("new").decode(again["brokers"]["0"][key]) == "jaas-text"
+
+
+def test_log_cleaner_threads_compact_logs_at_once(tmp_path: Path) -> None:
+    """`log.cleaner.threads` logs are compacted at once (0: none), from the next cleaner run."""
+    config = BrokerConfig.from_properties({"log.dirs": str(tmp_path), "log.cleaner.threads": "0"})
+    broker = Broker.open(config)
+    compacted = {"cleanup.policy": "compact", "segment.bytes": "1024"}
+    try:
+        for name in ("a", "b", "c"):
+            broker.create_topic(name, 1, 1, {**compacted, "min.cleanable.dirty.ratio": "0.01"})
+            plog = broker.log_manager.get(name, 0)
+            assert plog is not None
+            for i in range(60):
+                plog.append_as_leader(keyed([(b"k%d" % (i % 3), b"v" * 50)]), 0, T0)
+            plog.update_high_watermark(plog.log_end_offset)
+        sizes = {n: broker.log_manager.get(n, 0).size_in_bytes for n in "abc"}  # type: ignore[union-attr]
+        assert trio.run(run_compactions, broker) == 0
+        broker.dynamic_config.apply(DEFAULT_ENTITY, {"log.cleaner.threads": "2"})
+        assert trio.run(run_compactions, broker) > 0
+        for name, size in sizes.items():
+            assert broker.log_manager.get(name, 0).size_in_bytes < size  # type: ignore[union-attr]
+    finally:
+        broker.close()

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import trustme
 from confluent_kafka.admin import AdminClient
 
 from protocol.errors import ErrorCode
@@ -46,8 +48,10 @@ API_VERSIONS = ApiVersionsRequest(client_software_name="dyn-test", client_softwa
 
 
 @contextmanager
-def running(tmp: Path, properties: dict[str, str] | None = None) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp, properties)
+def running(
+    tmp: Path, properties: dict[str, str] | None = None, listeners: tuple[str, ...] = ()
+) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(tmp, properties, extra_listeners=listeners)
     broker.start()
     try:
         yield broker
@@ -273,3 +277,43 @@ def _logs_in(broker: BrokerProcess, user: str, password: str) -> bool:
     except Exception:
         return False
     return True
+
+
+def test_a_listeners_keystore_changes_for_new_connections(tmp_path: Path) -> None:
+    """A new keystore for the SSL listener (per broker, with the listener prefix): the next
+    TLS connection gets the new certificate; a store that does not load is refused."""
+    ca = trustme.CA()
+    old, new = (ca.issue_cert("localhost", "127.0.0.1") for _ in range(2))
+    for name, cert in (("old.pem", old), ("new.pem", new)):
+        cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / name))
+    props = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tmp_path / "old.pem")}
+    with running(tmp_path / "data", props, listeners=("SSL",)) as broker:
+        address = ("127.0.0.1", broker.ports["SSL"])
+        assert _served_certificate(address, ca) == _der(old)
+        key = "listener.name.ssl.ssl.keystore.location"
+        code, message = alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, "/no/such.pem")])
+        assert code == ErrorCode.INVALID_REQUEST and "/no/such.pem" in (message or "")
+        assert _served_certificate(address, ca) == _der(old)
+        ok = alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, str(tmp_path / "new.pem"))])
+        assert ok == (ErrorCode.NONE, None)
+        assert _served_certificate(address, ca) == _der(new)
+        # The same location again reads the file again (a renewed certificate).
+        old.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "new.pem"))
+        alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, str(tmp_path / "new.pem"))])
+        assert _served_certificate(address, ca) == _der(old)
+
+
+def _der(cert: trustme.LeafCert) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
+
+
+def _served_certificate(address: tuple[str, int], ca: trustme.CA) -> bytes:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    with (
+        socket.create_connection(address, timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der

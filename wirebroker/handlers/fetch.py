@@ -13,8 +13,8 @@ least one whole batch for the first partition that has data, as Kafka does. When
 `min_bytes` are ready the request waits up to `max_wait_ms` for an append to any of its
 partitions, as a :class:`~wirebroker.dispatch.Later` (Kafka's delayed fetch in purgatory): the
 connection handles the requests behind it meanwhile, and answers in request order. A partition
-error (out of range, unknown partition) ends the wait at once, as in Kafka, and such a partition carries empty records, never null ones (librdkafka cannot parse a
-null record set). Record data is never read into Python: storage returns file slices, which the
+error (out of range, unknown partition) ends the wait at once, as in Kafka, and such a partition
+carries empty records, never null ones (librdkafka cannot parse a null record set). Record data is never read into Python: storage returns file slices, which the
 connection writes with `os.sendfile`.
 
 Fetch sessions (KIP-227), as Kafka: a full fetch with epoch 0 may open one (its id in the
@@ -239,16 +239,20 @@ def _answer(poll: _Poll, size: int) -> FetchResponse:
     answered = []
     leader_quota = ctx.broker.replication_quotas.leader
     throttled_bytes = 0
+    stats = ctx.broker.stats if ctx.broker.stats.on else None
     for w, carry in zip(wanted, carried, strict=True):
+        size = 0
         if carry:
             answered.append(w)
             if w.topic and w.result.records is not None:
                 size = len(w.result.records)
-                ctx.broker.stats.fetched(w.topic, size, replica_id >= 0)
                 if replica_id >= 0 and leader_quota.is_throttled(w.topic, w.request.partition):
                     throttled_bytes += size
         else:
             _release_one(w)
+        if stats is not None:
+            topic = w.topic if w.partition is not None else None
+            stats.fetch_answered(topic, w.result.error_code, size, replica_id >= 0)
     if throttled_bytes:
         # Every follower's bytes count in the throttled rate, those in the ISR too.
         leader_quota.record(throttled_bytes, ctx.broker.now_ms())
@@ -328,6 +332,8 @@ def _read_all(
         result.partition_index = w.request.partition
         result.aborted_transactions = None
         if w.error or w.partition is None:
+            # As Kafka's partitionResponse(error): an empty aborted list, not null.
+            result.aborted_transactions = []
             result.error_code = w.error
             result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
             result.records = EMPTY

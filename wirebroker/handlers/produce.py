@@ -7,8 +7,9 @@ UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE (batch ove
 INVALID_RECORD (records that disagree with their batch header, a decompression bomb, a keyless
 record on a compacted topic, ...), INVALID_TIMESTAMP, KAFKA_STORAGE_ERROR (an I/O error other
 than a full disk also takes the partition's log directory offline: see `storage.log_manager`);
-from v8 the answer also carries `error_message` and, for rejected records, `record_errors` (index
-in the batch and why), as Kafka's does. A partition whose append succeeded is always answered
+from v8 the answer also carries `error_message` (not for the producer-state refusals below: Kafka
+sends none for them) and, for rejected records, `record_errors` (index in the batch and why), as
+Kafka's does. A partition whose append succeeded is always answered
 with its offset, even if another partition in the same request failed (an unexpected error is
 confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
@@ -50,15 +51,25 @@ from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
 from protocol.record_batch import RecordBatchView, first_batch_is_transactional
 from protocol.records import iter_batches
-from storage.errors import InvalidRecordError
+from storage.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+)
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
+from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
 from wirebroker.quotas import throttle
 from wirebroker.txn.verification import TransactionalWriter
 
 log = logging.getLogger(__name__)
+
+#: Refusals by the partition's producer state, answered without an `error_message` as Kafka
+#: does (its message is for record validation errors only).
+_PRODUCER_STATE_ERRORS = (OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError)
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 # acks=all partitions still waiting: (partition, offset its high watermark must reach, answer).
@@ -105,6 +116,8 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions)
         )
     if request.acks == 0:
+        if ctx.broker.stats.on:
+            ctx.broker.stats.produce_answered(topics)
         failed = [
             f"{t.name}-{p.index}: {ErrorCode(p.error_code).name}"
             for t in topics
@@ -118,13 +131,17 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     response = ProduceResponse(responses=topics)
     waiting = _settle(waiting)
     if waiting:
-        return Later(partial(_await_replication, waiting, request.timeout_ms, response))
+        return Later(
+            partial(_await_replication, ctx.broker.stats, waiting, request.timeout_ms, response)
+        )
+    if ctx.broker.stats.on:
+        ctx.broker.stats.produce_answered(topics)
     return response
 
 
 async def _verify(
     ctx: RequestContext, request: ProduceRequest, writable: set[str]
-) -> dict[TopicPartition, tuple[ErrorCode, str]]:
+) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
     """KIP-890 part 1: the partitions (of the `writable` topics) whose transactional batch may
     not start a transaction there (not added to it), with the error and message Kafka's
     ReplicaManager gives."""
@@ -167,9 +184,11 @@ def _transactional_producer(records: memoryview | None) -> tuple[int, int] | Non
     return None
 
 
-def _verification_answer(error: ErrorCode) -> tuple[ErrorCode, str]:
+def _verification_answer(error: ErrorCode) -> tuple[ErrorCode, str | None]:
     """A failed verification as Produce answers it: a coordinator that could not say is
-    NOT_ENOUGH_REPLICAS (retried by every client without a metadata refresh), as in Kafka."""
+    NOT_ENOUGH_REPLICAS (retried by every client without a metadata refresh), as in Kafka;
+    Kafka's messages for those two, none for the others (a fenced producer's
+    INVALID_PRODUCER_EPOCH)."""
     if error == ErrorCode.INVALID_TXN_STATE:
         return error, "Partition was not added to the transaction"
     if error in _RETRY_VERIFICATION:
@@ -178,7 +197,7 @@ def _verification_answer(error: ErrorCode) -> tuple[ErrorCode, str]:
             "Unable to verify the partition has been added to the transaction. "
             f"Underlying error: {error.name}",
         )
-    return error, f"the transaction could not be verified: {error.name}"
+    return error, None
 
 
 _RETRY_VERIFICATION = frozenset(
@@ -218,7 +237,7 @@ def _settle(waiting: Waiting) -> Waiting:
 
 
 async def _await_replication(
-    waiting: Waiting, timeout_ms: int, response: ProduceResponse
+    stats: BrokerStats, waiting: Waiting, timeout_ms: int, response: ProduceResponse
 ) -> ProduceResponse:
     """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
     errors = await await_replication(
@@ -226,6 +245,8 @@ async def _await_replication(
     )
     for (_partition, _required, result), error in zip(waiting, errors, strict=True):
         result.error_code = error
+    if stats.on:
+        stats.produce_answered(response.responses)
     return response
 
 
@@ -256,7 +277,8 @@ def _append(
         if e.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
             broker.log_manager.handle_log_error(topic, data.index, e)
         result.error_code = e.error_code
-        result.error_message = str(e)
+        if not isinstance(e, _PRODUCER_STATE_ERRORS):
+            result.error_message = str(e)
         if isinstance(e, InvalidRecordError):
             result.record_errors = [
                 ProduceResponse.BatchIndexAndErrorMessage(
@@ -276,7 +298,8 @@ def _append(
         log.exception("append to %s-%d failed unexpectedly", topic, data.index)
         result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
         return None
-    broker.stats.produced(topic, info.records_count, len(records))
+    if broker.stats.on:
+        broker.stats.produced(topic, info.records_count, len(records))
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
     result.log_start_offset = partition.log_start_offset

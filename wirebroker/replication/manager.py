@@ -31,7 +31,7 @@ from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.errors import KafkaStorageError
 from wirebroker.dynamic_config import thread_count_check
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
-from wirebroker.peer import PeerClient, PeerError
+from wirebroker.peer import PeerClient, PeerError, PeerSecurity
 from wirebroker.replication.fetcher import ReplicaFetcher
 from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
 from wirebroker.topic_configs import log_config_for
@@ -257,6 +257,13 @@ class ReplicaManager:
 
     def _add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
         self._fetcher(p.leader, tp).add(tp, p.topic_id, p.log_end_offset, p.leader_epoch)
+
+    def use_peer_security(self, security: PeerSecurity) -> None:
+        """The fetchers' and AlterPartition's next connections use `security` (the
+        inter-broker listener's stores or login changed at run time)."""
+        self.controller.security = security
+        for fetcher in self.fetchers.values():
+            fetcher.peer.security = security
 
     def _fetcher_count_changed(self, changed: frozenset[str]) -> None:
         """`num.replica.fetchers` changed at run time: every followed partition moves to its

@@ -41,7 +41,7 @@ from protocol.messages.controlled_shutdown import (
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
-from wirebroker.dynamic_config import DEFAULT_ENTITY
+from wirebroker.dynamic_config import DEFAULT_ENTITY, Reconfigurable
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
 from wirebroker.peer import PeerError, request_once
 from wirebroker.quotas.entities import DEFAULT, QuotaEntity
@@ -135,6 +135,9 @@ class ClusterMember:
         self._stale = False
         self._failed_dirs, self._failed_dirs_received = trio.open_memory_channel[Path](math.inf)
         broker.log_manager.on_dir_offline = self._failed_dirs.send_nowait
+        broker.dynamic_config.add_reconfigurable(
+            Reconfigurable({"unclean.leader.election.enable"}, self._unclean_changed)
+        )
 
     # the owner task ------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -206,6 +209,10 @@ class ClusterMember:
                     log.warning("cannot report the failure of %s yet (%r)", log_dir, e)
                     await trio.sleep(1.0)
             log.info("broker %d: reported the failure of %s", self.broker.node_id, log_dir)
+
+    def _unclean_changed(self, changed: frozenset[str]) -> None:
+        if self.config.get_bool("unclean.leader.election.enable"):
+            self.controller.unclean_election_enabled()
 
     def _controller_changed(self, controller_id: int) -> None:
         self.broker.controller_id = controller_id

@@ -23,6 +23,13 @@ def _frames(data: bytes) -> list[bytes]:
     return out
 
 
+def _pair() -> tuple[socket.socket, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    return ours, theirs
+
+
 def _received(sock: socket.socket) -> list[bytes]:
     try:
         return _frames(sock.recv(65536))
@@ -32,9 +39,7 @@ def _received(sock: socket.socket) -> list[bytes]:
 
 def test_a_late_answer_holds_back_the_ones_behind_it() -> None:
     async def main() -> None:
-        ours, theirs = socket.socketpair()
-        ours.setblocking(False)
-        theirs.setblocking(False)
+        ours, theirs = _pair()
         with ours, theirs:
             outbox = _Outbox(PlainTransport(ours))
             outbox.put([b"first"])
@@ -52,9 +57,7 @@ def test_a_late_answer_holds_back_the_ones_behind_it() -> None:
 
 def test_a_flush_during_another_leaves_the_writing_to_it() -> None:
     async def main() -> None:
-        ours, theirs = socket.socketpair()
-        ours.setblocking(False)
-        theirs.setblocking(False)
+        ours, theirs = _pair()
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         with ours, theirs:
             outbox = _Outbox(PlainTransport(ours))
@@ -90,9 +93,7 @@ class CountingTransport(PlainTransport):
 
 def test_answers_completed_by_one_event_leave_in_one_write() -> None:
     async def main() -> None:
-        ours, theirs = socket.socketpair()
-        ours.setblocking(False)
-        theirs.setblocking(False)
+        ours, theirs = _pair()
         with ours, theirs:
             transport = CountingTransport(ours)
             outbox = _Outbox(transport)

@@ -40,7 +40,6 @@ from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import ConnectionWatch, serve_connection
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
-from wirebroker.metrics_http import serve_metrics
 from wirebroker.tls import ListenerContexts
 
 if TYPE_CHECKING:
@@ -139,7 +138,12 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
-            metrics_url = await nursery.start(serve_metrics, broker)
+            metrics_url = None
+            if config.metrics_listener() is not None:
+                # Imported here: prometheus_client only when the endpoint is on (start-up time).
+                from wirebroker.metrics_http import serve_metrics
+
+                metrics_url = await nursery.start(serve_metrics, broker)
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
                 broker.node_id,

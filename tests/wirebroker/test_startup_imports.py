@@ -1,8 +1,7 @@
 """A broker starts without the libraries only some brokers need (bench row 7: spawn to first
-acknowledged produce is mostly Python imports): the codecs come with the first compressed
-batch, kazoo with `zookeeper.connect`, and nothing asks importlib.metadata for a version. (The
-metrics module still imports prometheus_client, which brings cramjam, at start.) The case
-runs in a fresh interpreter."""
+acknowledged produce is mostly Python imports): prometheus_client comes with the metrics
+endpoint, the codecs with the first compressed batch, kazoo with `zookeeper.connect`, and
+nothing asks importlib.metadata for a version. Each case runs in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -12,6 +11,8 @@ import sys
 from pathlib import Path
 
 ONLY_WHEN_NEEDED = (
+    "prometheus_client",
+    "cramjam",
     "lz4",
     "zstandard",
     "xxhash",
@@ -51,3 +52,8 @@ def loaded_after_start(tmp_path: Path, properties: dict[str, str]) -> list[str]:
 
 def test_a_plain_broker_loads_none_of_them(tmp_path: Path) -> None:
     assert loaded_after_start(tmp_path, {}) == []
+
+
+def test_the_metrics_endpoint_brings_prometheus_client(tmp_path: Path) -> None:
+    loaded = loaded_after_start(tmp_path, {"wirebroker.metrics.listener": "127.0.0.1:0"})
+    assert "prometheus_client" in loaded

@@ -257,3 +257,22 @@ def test_an_exhausted_epoch_gets_a_new_producer_id(tmp_path: Path) -> None:
             assert stale.error == E.PRODUCER_FENCED
 
     run(test)
+
+
+def test_verify_partitions(tmp_path: Path) -> None:
+    """What AddPartitionsToTxn v4+ `verify_only` answers (brokers ask it; on the wire only a
+    cluster's inter-broker listener takes it): NONE for a partition in the transaction,
+    TRANSACTION_ABORTABLE for one that is not, the id's error for the others."""
+
+    async def test() -> None:
+        async with running(tmp_path) as broker:
+            pid, epoch = await begin(broker, "v")
+            other = TopicPartition("t", 1)
+            answers = broker.transactions.verify_partitions("v", pid, epoch, [TP, other])
+            assert answers == {TP: E.NONE, other: E.TRANSACTION_ABORTABLE}
+            unknown = broker.transactions.verify_partitions("unknown-id", pid, epoch, [TP])
+            assert unknown == {TP: E.INVALID_PRODUCER_ID_MAPPING}
+            fenced = broker.transactions.verify_partitions("v", pid, epoch + 1, [TP])
+            assert fenced == {TP: E.PRODUCER_FENCED}
+
+    run(test)

@@ -54,9 +54,10 @@ def txn_produce(
     partition: int = 0,
     transactional: bool = True,
     transactional_id: str = RAW_TRANSACTIONAL_ID,
+    timestamp: int | None = None,
     **batch_args: Any,
 ) -> Any:
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) if timestamp is None else timestamp
     records = [SimpleRecord(b"k", v, (), now) for v in values]
     request = produce_request(
         topic,

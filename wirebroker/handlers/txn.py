@@ -193,10 +193,12 @@ async def txn_offset_commit(
     wanted: list[tuple[str, int, CommittedOffset]] = []
     for topic in request.topics:
         for p in topic.partitions:
+            key = (topic.name, p.partition_index)
             if topic.name not in readable:
-                results[(topic.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif not partition_known(ctx, topic.name, p.partition_index):
-                results[(topic.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                results[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            if not partition_known(ctx, topic.name, p.partition_index):
+                results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             committed = CommittedOffset(
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", now

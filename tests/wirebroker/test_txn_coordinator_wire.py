@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from protocol.messages.list_transactions import ListTransactionsRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from protocol.record_batch import SimpleRecord
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, broker_process
 from wirebroker.coordinator_store import partition_for
 
 from .helpers import RawClient, create_topic, end_offset, produce_request
@@ -111,8 +112,11 @@ def txn_produce(
     return c.request(request, version).responses[0].partition_responses[0]
 
 
-def test_find_coordinator_for_transactions(broker: BrokerProcess, tid: str) -> None:
-    with RawClient(broker.bootstrap) as c:
+def test_find_coordinator_for_transactions(tmp_path: Path, tid: str) -> None:
+    with broker_process(tmp_path) as broker, RawClient(broker.bootstrap) as c:
+        # the first lookup creates __transaction_state and, as on Kafka, is asked again
+        first = c.request(FindCoordinatorRequest(key=tid, key_type=1), 3)
+        assert (first.error_code, first.node_id) == (E.COORDINATOR_NOT_AVAILABLE, -1)
         for version in (1, 2, 3):  # v0 has no key type: groups only
             r = c.request(FindCoordinatorRequest(key=tid, key_type=1), version)
             assert (r.error_code, r.port) == (E.NONE, broker.port), version
@@ -121,7 +125,7 @@ def test_find_coordinator_for_transactions(broker: BrokerProcess, tid: str) -> N
             found = c.request(request, version).coordinators
             assert [x.error_code for x in found] == [E.NONE, E.NONE, E.INVALID_REQUEST]
             assert found[0].port == broker.port
-    assert end_offset(broker.bootstrap, TXN_TOPIC, 49) == 0  # created, 50 partitions
+        assert end_offset(broker.bootstrap, TXN_TOPIC, 49) == 0  # created, 50 partitions
 
 
 def test_init_producer_id(broker: BrokerProcess, tid: str) -> None:

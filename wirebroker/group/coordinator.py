@@ -99,8 +99,10 @@ class GroupCoordinator:
         #: Per group, the log offset of the commit each partition's offset came from: a commit
         #: acknowledged after a later one must not overwrite it.
         self._commit_positions: dict[str, dict[tuple[str, int], int]] = {}
-        #: Per group, commits written but not yet durable: expiry leaves such a group alone.
-        self._pending_commits: Counter[str] = Counter()
+        #: Per group, the partitions of commits written but not yet durable, each with how
+        #: many (Kafka's pendingOffsetCommits): OffsetFetch `require_stable` calls them
+        #: unstable, and expiry leaves such a group alone.
+        self._pending_commits: dict[str, Counter[tuple[str, int]]] = {}
         #: Offsets committed in transactions that have not ended yet.
         self.txn_offsets = PendingTxnOffsets()
         self._joins: dict[tuple[str, str], _Waiter[JoinResult]] = {}
@@ -292,7 +294,7 @@ class GroupCoordinator:
         check, so that no tombstone lands behind a commit it would undo."""
         expired = removed = 0
         for group in list(self.groups.values()):
-            if self._pending_commits[group.group_id]:
+            if group.group_id in self._pending_commits:
                 continue
             gone = group.expire_offsets(now, self.retention_ms)
             expired += len(gone)
@@ -589,13 +591,18 @@ class GroupCoordinator:
             accepted.append((topic, partition, committed))
         if not kvs:
             return ErrorCode.NONE, codes
-        self._pending_commits[group_id] += 1
+        in_flight = [(topic, partition) for topic, partition, _ in accepted]
+        pending = self._pending_commits.setdefault(group_id, Counter())
+        pending.update(in_flight)
         try:
             write = self._append(group_id, kvs)
             stored = _offset_store_error(await self.store.stored(write))
         finally:
-            self._pending_commits[group_id] -= 1
-            if not self._pending_commits[group_id]:
+            pending.subtract(in_flight)
+            for tp in in_flight:
+                if pending[tp] <= 0:
+                    del pending[tp]
+            if not pending and self._pending_commits.get(group_id) is pending:
                 del self._pending_commits[group_id]
         if stored != ErrorCode.NONE:
             return ErrorCode.NONE, [stored if c == ErrorCode.NONE else c for c in codes]
@@ -721,8 +728,11 @@ class GroupCoordinator:
             )
 
     def unstable(self, group_id: str, tp: tuple[str, int]) -> bool:
-        """Whether an open transaction holds an offset of `tp` for the group."""
-        return self.txn_offsets.has_pending(group_id, tp)
+        """Whether an offset of `tp` for the group is not settled: a commit of it is being
+        written, or an open transaction holds one (Kafka's
+        hasPendingOffsetCommitsForTopicPartition)."""
+        pending = self._pending_commits.get(group_id)
+        return (pending is not None and tp in pending) or self.txn_offsets.has_pending(group_id, tp)
 
 
 def _offset_value(committed: CommittedOffset) -> OffsetCommitValue:

@@ -119,13 +119,15 @@ class TransactionStateManager:
             for index in range(record.partitions):
                 self._start_load(index, EMBEDDED_EPOCH)
 
-    def ensure_topic(self) -> None:
-        """Embedded: create `__transaction_state` on first use; its partitions start empty."""
+    def ensure_topic(self) -> bool:
+        """Embedded: create `__transaction_state` on first use; its partitions start empty.
+        Whether it was created now."""
         if self.broker.cluster_mode or self.broker.topics.get(TXN_TOPIC) is not None:
-            return
+            return False
         self.broker.create_topic(TXN_TOPIC, self.num_partitions, 1, self.topic_configs)
         for index in range(self.num_partitions):
             self.partitions[index] = TxnPartition(EMBEDDED_EPOCH)
+        return True
 
     def partition_for(self, transactional_id: str) -> int:
         """The id's partition; in a cluster the topic's real partition count counts, as the

@@ -49,6 +49,8 @@ import trio
 
 from protocol.errors import ErrorCode
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
+from protocol.record_batch import NO_SEQUENCE
+from storage.producer_state import VerificationGuard
 from wirebroker.coordinator_store import (
     WRITTEN,
     CoordinatorStore,
@@ -383,9 +385,11 @@ class GroupCoordinator:
         kvs: list[tuple[bytes, bytes | None]],
         *,
         producer: tuple[int, int] | None = None,
+        guard: VerificationGuard | None = None,
     ) -> Write:
         """Append to the group's partition (creating the topic on first use, embedded); with
-        `producer` (id, epoch) as that producer's transactional batch."""
+        `producer` (id, epoch) as that producer's transactional batch, bringing KIP-890's
+        `guard`."""
         if not self.broker.cluster_mode:
             self.ensure_topic()
         return self.store.append(
@@ -394,6 +398,7 @@ class GroupCoordinator:
             self.broker.now_ms(),
             f"group {group_id}",
             producer=producer,
+            verification_guard=guard,
         )
 
     async def join(
@@ -666,10 +671,10 @@ class GroupCoordinator:
         if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
             return [error] * count
         self._group(group_id, create=True)
-        index = self.partition_of(group_id)
-        unverified = await txn.verify([TopicPartition(OFFSETS_TOPIC, index)])
-        if unverified:
-            (error,) = unverified.values()
+        offsets_tp = TopicPartition(OFFSETS_TOPIC, self.partition_of(group_id))
+        verified = await txn.verify({offsets_tp: NO_SEQUENCE})
+        if verified.errors:
+            (error,) = verified.errors.values()
             return [_txn_offset_store_error(error)] * count
         group = self.groups.get(group_id)
         if group is None:  # unloaded while verifying
@@ -696,6 +701,7 @@ class GroupCoordinator:
                 for (t, p), c in accepted.items()
             ],
             producer=(producer_id, txn.producer_epoch),
+            guard=verified.guard(offsets_tp),
         )
         stored = _txn_offset_store_error(await self.store.stored(write))
         if stored != ErrorCode.NONE:

@@ -30,6 +30,7 @@ Where it differs from Kafka:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -65,16 +66,13 @@ QUANTILES = (
 )
 
 
-class RequestStats:
-    """One request name's counts per version, errors, and its recent total times (seconds)."""
+class Timings:
+    """How long something took, the last `TIME_WINDOW` times (seconds), their count and sum:
+    a Kafka histogram as the JMX exporter shows it (quantiles, `_count`)."""
 
-    __slots__ = ("name", "has_error_code", "versions", "errors", "times", "count", "time_sum")
+    __slots__ = ("times", "count", "time_sum")
 
-    def __init__(self, name: str, has_error_code: bool, max_version: int) -> None:
-        self.name = name
-        self.has_error_code = has_error_code
-        self.versions = [0] * (max_version + 1)
-        self.errors: dict[int, int] = {}
+    def __init__(self) -> None:
         self.times = [0.0] * TIME_WINDOW
         self.count = 0
         self.time_sum = 0.0
@@ -92,6 +90,26 @@ class RequestStats:
             return []
         last = len(recent) - 1
         return [(label, recent[min(last, int(q * len(recent)))] * 1000) for label, q in QUANTILES]
+
+    def summary_samples(self, name: str, labels: dict[str, str]) -> list[Sample]:
+        """The quantiles (ms), `_count` and `_sum` (ms) of a summary family `name`."""
+        samples = [Sample(name, {**labels, "quantile": q}, v) for q, v in self.quantiles_ms()]
+        samples.append(Sample(f"{name}_count", labels, self.count))
+        samples.append(Sample(f"{name}_sum", labels, self.time_sum * 1000))
+        return samples
+
+
+class RequestStats(Timings):
+    """One request name's counts per version, errors, and its recent total times (seconds)."""
+
+    __slots__ = ("name", "has_error_code", "versions", "errors")
+
+    def __init__(self, name: str, has_error_code: bool, max_version: int) -> None:
+        super().__init__()
+        self.name = name
+        self.has_error_code = has_error_code
+        self.versions = [0] * (max_version + 1)
+        self.errors: dict[int, int] = {}
 
 
 @dataclass(slots=True)
@@ -247,6 +265,7 @@ class BrokerCollector(Collector):
         yield from self._controller()
         yield from self._logs()
         yield from self._consumer_groups()
+        yield from self._transactions()
         yield from self._other()
 
     def _broker_topic_metrics(self) -> Iterator[Metric]:
@@ -296,11 +315,7 @@ class BrokerCollector(Collector):
                     requests.add_metric([s.name, str(version)], count)
             for code, count in sorted(s.errors.items()):
                 errors.add_metric([s.name, _error_name(code)], count)
-            name, labels = total_time.name, {"request": s.name}
-            for q, value in s.quantiles_ms():
-                total_time.samples.append(Sample(name, {**labels, "quantile": q}, value))
-            total_time.samples.append(Sample(f"{name}_count", labels, s.count))
-            total_time.samples.append(Sample(f"{name}_sum", labels, s.time_sum * 1000))
+            total_time.samples += s.summary_samples(total_time.name, {"request": s.name})
         yield requests
         yield errors
         yield total_time
@@ -454,6 +469,49 @@ class BrokerCollector(Collector):
             for topic, total in lags.items():
                 lag_sum.add_metric([group.group_id, topic], total)
         yield from (offset, offset_sum, lag, lag_sum, members)
+
+    def _transactions(self) -> Iterator[Metric]:
+        """The transaction coordinator's and KIP-890 verification's metrics."""
+        coordinator = self.broker.transactions
+        markers = coordinator.markers.statistics()
+        prefix = "kafka_coordinator_transaction_transactionmarkerchannelmanager_"
+        yield _gauge(
+            f"{prefix}unknowndestinationqueuesize",
+            "Transaction markers waiting for their partition's leader.",
+            markers["unknown_destination_markers"],
+        )
+        yield _gauge(
+            f"{prefix}logappendretryqueuesize",
+            "Completed transactions whose Complete record waits to be written again.",
+            markers["log_append_retries"],
+        )
+        loads = coordinator.state.recent_load_times_ms()
+        prefix = "kafka_server_transaction_coordinator_metrics_partition_load_time_"
+        yield _gauge(
+            f"{prefix}max",
+            "Longest __transaction_state partition load of the last 30 s, in ms.",
+            max(loads, default=math.nan),
+        )
+        yield _gauge(
+            f"{prefix}avg",
+            "Average __transaction_state partition load of the last 30 s, in ms.",
+            sum(loads) / len(loads) if loads else math.nan,
+        )
+        verifier = coordinator.verifier
+        failures = Metric(
+            "kafka_server_addpartitionstotxnmanager_verificationfailurerate_count",
+            "Partitions whose transactional write failed KIP-890 verification.",
+            "unknown",
+        )
+        failures.samples.append(Sample(failures.name, {}, verifier.failures))
+        yield failures
+        times = Metric(
+            "kafka_server_addpartitionstotxnmanager_verificationtimems",
+            "Time to verify a transactional write with its coordinator (KIP-890), in ms.",
+            "summary",
+        )
+        times.samples += verifier.times.summary_samples(times.name, {})
+        yield times
 
     def _other(self) -> Iterator[Metric]:
         broker = self.broker

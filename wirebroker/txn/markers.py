@@ -417,10 +417,16 @@ class MarkerSender:
             )
 
     def statistics(self) -> dict[str, int]:
-        """Transactions with markers to write, and markers queued per leader."""
+        """Transactions with markers to write, markers queued per leader, markers waiting for
+        a leader (Kafka's UnknownDestinationQueueSize: no leader yet, or queued again after a
+        failed request) and completions waiting to be written again (LogAppendRetryQueueSize)."""
+        unknown = self._destinations.get(UNKNOWN)
         return {
             "transactions_with_pending_markers": len(self.pending),
             "queued_markers": sum(len(d.entries) for d in self._destinations.values()),
+            "unknown_destination_markers": (0 if unknown is None else len(unknown.entries))
+            + sum(isinstance(w, Entry) for _, w in self._later),
+            "log_append_retries": sum(isinstance(w, Completion) for _, w in self._later),
         }
 
 

@@ -35,9 +35,10 @@ from tests.wirebroker.secured import (
     client_config,
     command_config,
     create_topics,
+    embedded_properties,
     grant,
     login,
-    secured_properties,
+    sasl,
 )
 
 from .helpers import RawClient, create_topic, wait_until
@@ -49,17 +50,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 TIMEOUT = 30.0
 READ, WRITE, DESCRIBE, ALTER = 3, 4, 8, 7
-SECURED = {
-    "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-    **secured_properties(),
-    "group.initial.rebalance.delay.ms": "0",
-    "offsets.topic.num.partitions": "1",
-}
+SECURED = embedded_properties()
 BROKER_PROPERTIES = SECURED
-
-
-def sasl(broker: BrokerProcess) -> str:
-    return f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
 
 
 @pytest.fixture

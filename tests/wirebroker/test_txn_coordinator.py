@@ -83,6 +83,14 @@ async def begin(broker: Broker, tid: str, timeout_ms: int = 60_000) -> tuple[int
     assert result.error == E.NONE
     pid, epoch = result.producer_id, result.producer_epoch
     assert await broker.transactions.add_partitions(tid, pid, epoch, frozenset({TP})) == E.NONE
+    partition = broker.partition("t", 0)
+    assert partition is not None
+    partition.append_to_leader(txn_batch(broker, pid, epoch), broker.now_ms())
+    return pid, epoch
+
+
+def txn_batch(broker: Broker, pid: int, epoch: int) -> memoryview:
+    """The producer's first transactional batch (one record, sequence 0)."""
     batch = build_record_batch(
         [SimpleRecord(b"k", b"v", (), broker.now_ms())],
         producer_id=pid,
@@ -90,10 +98,7 @@ async def begin(broker: Broker, tid: str, timeout_ms: int = 60_000) -> tuple[int
         base_sequence=0,
         is_transactional=True,
     )
-    partition = broker.partition("t", 0)
-    assert partition is not None
-    partition.append_to_leader(memoryview(bytearray(batch)), broker.now_ms())
-    return pid, epoch
+    return memoryview(bytearray(batch))
 
 
 def ongoing(broker: Broker, pid: int) -> bool:
@@ -303,16 +308,9 @@ def test_a_marker_landing_during_verification_voids_it(tmp_path: Path) -> None:
             partition = broker.partition("t", 0)
             assert partition is not None
             end = partition.log_end_offset  # the ABORT marker
-            batch = build_record_batch(
-                [SimpleRecord(b"k", b"late", (), broker.now_ms())],
-                producer_id=pid,
-                producer_epoch=epoch,
-                base_sequence=0,
-                is_transactional=True,
-            )
             with pytest.raises(KafkaError) as refused:
                 partition.append_to_leader(
-                    memoryview(bytearray(batch)),
+                    txn_batch(broker, pid, epoch),
                     broker.now_ms(),
                     verification_guard=verified.guard(TP),
                 )

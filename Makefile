@@ -6,11 +6,11 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence pipeline compat jars golden tools clean
+.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools image suites clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,bench,testcontainers]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -68,6 +68,10 @@ bench-storage: setup
 bench-broker: setup
 	$(PY) bench/bench_broker.py
 
+## bench-tls: what TLS costs the broker, CPU s/GiB through the TLS and the plaintext transports
+bench-tls: setup
+	$(PY) bench/bench_tls.py
+
 ## bench-groups: join of a 10-member group and offset-commit round trips
 bench-groups: setup
 	$(PY) bench/bench_groups.py
@@ -80,9 +84,17 @@ bench-idempotence: setup
 pipeline: setup jars
 	$(PY) -m pipeline
 
-## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector from Maven Central into .cache/jars/ (no-op when up to date)
+## image: build wirebroker:latest and wirebroker-kafka:3.9 locally, no registry needed (starts dockerd as root; see image/build.sh)
+image: setup jars
+	bash image/build.sh
+
+## suites: franz-go's kgo and librdkafka's own test suites against Kafka 3.9 and wirebroker, one broker and 3-broker clusters; writes compat/REPORT.md (~80 min; see compat/suites/)
+suites: setup jars tools
+	nice -n 10 $(PY) -m compat.suites $(SUITES_ARGS)
+
+## jars: Kafka 3.9 + ZooKeeper + Spark's Kafka connector + Kafka Streams and its examples from Maven Central into .cache/jars/ (no-op when up to date)
 jars:
-	bash jars/fetch.sh kafka spark
+	bash jars/fetch.sh kafka spark streams
 
 ## golden: re-capture tests/protocol/golden/frames/ from librdkafka and the Java client against real Kafka 3.9
 golden: setup jars

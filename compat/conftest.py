@@ -6,6 +6,8 @@ on wirebroker; each test hands its normalised observation to ``observe``, which 
 Kafka's and asserts that wirebroker's is equal to it (computing Kafka's on demand when a
 partial run, e.g. ``-k wirebroker``, skipped it). Both brokers live for the whole session.
 
+Kafka runs in a container of the local Kafka image (``make image``) when Docker works, from
+the jars otherwise (``compat.kafka_process.kafka_reference``); the scenarios are the same.
 Both targets use the same topic names (they are different brokers), so observations can
 name topics. The suite skips, with the reason, only when java or the Kafka jars are
 missing. ``WIREBROKER_COMPAT_REPORT=path`` writes the scenario x client x target table.
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 
 from compat import report
-from compat.kafka_process import jars_available, jars_dir, kafka_cluster
+from compat.kafka_process import jars_available, jars_dir, kafka_reference
 from tests.broker_process import BrokerProcess
 
 #: The same broker settings on both sides (Kafka's are in ``kafka_process.kafka_properties``).
@@ -34,6 +36,9 @@ WIREBROKER_PROPERTIES = {
     "auto.create.topics.enable": "true",
     # kafka_process sets this on Kafka; it then shows as STATIC_BROKER_CONFIG in describes.
     "log.flush.interval.messages": "9223372036854775807",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
 }
 TARGETS = ("kafka", "wirebroker")
 
@@ -69,8 +74,9 @@ class Target:
 
 @pytest.fixture(scope="session")
 def kafka_target() -> Iterator[Target]:
-    with kafka_cluster() as cluster:
-        yield Target("kafka", cluster.bootstrap_servers)
+    with kafka_reference() as kafka:
+        report.note(f"Kafka ran {kafka.how}.")
+        yield Target("kafka", kafka.bootstrap_servers)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,10 @@ Typical use::
     with kafka_cluster() as cluster:
         print(cluster.bootstrap_servers)   # "127.0.0.1:PORT"
 
+``kafka_reference()`` runs the same broker, with the same settings, in a container of the image
+``make image`` builds when Docker works (through ``wirebroker.testcontainers``), and from the jars
+otherwise; ``WIREBROKER_COMPAT_KAFKA=jars`` or ``=docker`` chooses.
+
 A broker can also advertise a second, client-facing listener on a port that something
 else (e.g. a recording proxy) listens on: ``kafka_cluster(client_advertised_port=P)``;
 the proxy then forwards to ``cluster.broker.client_port``. Inter-broker traffic keeps
@@ -355,6 +359,68 @@ def kafka_cluster(
         ) as broker,
     ):
         yield KafkaCluster(zk, broker)
+
+
+# --------------------------------------------------------------------------- the reference
+
+KAFKA_RUNNER_ENV = "WIREBROKER_COMPAT_KAFKA"
+"""``docker`` or ``jars``: how ``kafka_reference`` runs Kafka; unset, Docker when it works."""
+
+#: Settings of a test broker that ``kafka_properties`` makes and a container does not take
+#: from them (the image sets its own listeners, ZooKeeper and data folder).
+_CONTAINER_OWNS = frozenset(
+    {"broker.id", "zookeeper.connect", "log.dirs", "listeners", "advertised.listeners"}
+)
+
+
+@dataclass
+class KafkaReference:
+    """A running Kafka 3.9 to compare with: ``how`` says where it runs."""
+
+    bootstrap_servers: str
+    how: str
+
+
+def kafka_runner() -> tuple[str, str]:
+    """``("docker", why)`` when Kafka runs in the ``make image`` container, else ``("jars", why)``."""
+    choice = os.environ.get(KAFKA_RUNNER_ENV, "")
+    if choice == "jars":
+        return "jars", f"{KAFKA_RUNNER_ENV}=jars"
+    try:
+        from wirebroker.testcontainers import KAFKA_IMAGE, docker_problem
+    except ImportError:
+        problem: str | None = "testcontainers is not installed"
+    else:
+        problem = docker_problem(KAFKA_IMAGE)
+    if problem is None:
+        return "docker", f"in a container of {KAFKA_IMAGE}, through testcontainers"
+    if choice == "docker":
+        raise KafkaProcessError(f"{KAFKA_RUNNER_ENV}=docker, but {problem}")
+    return "jars", f"from the jars in {jars_dir()} ({problem})"
+
+
+@contextlib.contextmanager
+def kafka_reference(*, overrides: Mapping[str, object] | None = None) -> Iterator[KafkaReference]:
+    """One Kafka 3.9 broker with ``kafka_properties``' settings: in a container of the local
+    Kafka image when Docker works (see ``kafka_runner``), else from the jars."""
+    runner, how = kafka_runner()
+    if runner == "jars":
+        with kafka_cluster(overrides=overrides) as cluster:
+            yield KafkaReference(cluster.bootstrap_servers, how)
+        return
+    from wirebroker.testcontainers import ApacheKafkaContainer
+
+    # No image registry here for testcontainers' reaper (Ryuk): the container is removed on exit.
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    props = kafka_properties(
+        broker_id=1, port=0, zookeeper_connect="", log_dir=Path("/"), overrides=overrides
+    )
+    container = ApacheKafkaContainer()
+    for key, value in props.items():
+        if key not in _CONTAINER_OWNS:
+            container.with_env("KAFKA_" + key.upper().replace("_", "__").replace(".", "_"), value)
+    with container:
+        yield KafkaReference(container.get_bootstrap_server(), how)
 
 
 # --------------------------------------------------------------------------- CLI tools

@@ -5,6 +5,10 @@ client the ``client`` parameter (``-`` when the scenario has none, e.g. the raw 
 requests, whose client is our codec), its target the ``target`` parameter. On wirebroker a
 pass means "ran and matched Kafka's observation". The table is written at the end of the
 session when ``WIREBROKER_COMPAT_REPORT`` names a file (``make compat`` sets it).
+
+The file has two parts: this suite's table, then, from ``SUITES_HEADING`` on, the rows of the
+clients' own suites that ``make suites`` writes (``compat/suites/``); ``write_part`` replaces one
+part and keeps the other.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ import pytest
 
 REPORT_ENV = "WIREBROKER_COMPAT_REPORT"
 
+SUITES_HEADING = "## The clients' own test suites"
+
 _results: dict[tuple[str, str, str], str] = {}
+_notes: list[str] = []
 _reasons: dict[tuple[str, str, str], str] = {}
 _started = time.monotonic()
 
@@ -56,6 +63,22 @@ def pytest_runtest_makereport(
     return rep
 
 
+def note(line: str) -> None:
+    """A line for the report's header (e.g. how Kafka ran)."""
+    _notes.append(line)
+
+
+def write_part(path: Path, text: str, *, suites: bool) -> None:
+    """Replace the compat part (``suites=False``) or the suites part of the report at ``path``."""
+    old = path.read_text() if path.exists() else ""
+    compat_part, _, suites_part = old.partition(SUITES_HEADING)
+    if suites:
+        path.write_text(compat_part.rstrip("\n") + "\n\n" + text)
+    else:
+        rest = SUITES_HEADING + suites_part if suites_part else ""
+        path.write_text(text + ("\n" + rest if rest else ""))
+
+
 def render() -> str:
     scenarios = sorted({(s, c) for s, c, _ in _results})
     counts: dict[str, int] = {}
@@ -73,6 +96,7 @@ def render() -> str:
         "",
         f"{len(scenarios)} scenario x client cells on wirebroker: {tally}; "
         f"the run took {time.monotonic() - _started:.0f} s.",
+        *_notes,
         "",
         "| scenario | client | kafka | wirebroker |",
         "|---|---|---|---|",
@@ -90,4 +114,4 @@ def render() -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = os.environ.get(REPORT_ENV)
     if path and _results:
-        Path(path).write_text(render())
+        write_part(Path(path), render(), suites=False)

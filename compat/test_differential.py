@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from compat.raw import BROKER_CONFIGS
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_records import DeleteRecordsRequest
 from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
+from protocol.messages.elect_leaders import ElectLeadersRequest
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
@@ -88,7 +90,7 @@ def plain(value: Any, version: int) -> Any:
                 and v
                 and hasattr(v[0], "is_sensitive")
             ):
-                kept = [c for c in v if c.name in CORE_CONFIGS]
+                kept = [c for c in v if c.name in CORE_CONFIGS | BROKER_CONFIGS]
                 out[f.name] = sorted(plain(kept, version), key=lambda c: c["name"])
             elif f.name == "brokers":
                 out[f.name] = len(v)
@@ -181,10 +183,10 @@ def create(name: str, partitions: int = 1, configs: dict[str, str] | None = None
     )
 
 
-def metadata(*names: str) -> MetadataRequest:
+def metadata(*names: str, create: bool = False) -> MetadataRequest:
     return MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
-        allow_auto_topic_creation=False,
+        allow_auto_topic_creation=create,
     )
 
 
@@ -240,6 +242,17 @@ def describe_configs(topic: str, *keys: str) -> DescribeConfigsRequest:
                 resource_type=2, resource_name=topic, configuration_keys=list(keys)
             )
         ]
+    )
+
+
+def describe_broker(name: str, *, synonyms: bool = True) -> DescribeConfigsRequest:
+    return DescribeConfigsRequest(
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=4, resource_name=name, configuration_keys=sorted(BROKER_CONFIGS)
+            )
+        ],
+        include_synonyms=synonyms,
     )
 
 
@@ -356,6 +369,40 @@ CASES: dict[str, Callable[[], list[Step]]] = {
             ),
             4,
         ),
+    ],
+    "auto_create": lambda: [
+        # The creating request answers LEADER_NOT_AVAILABLE without partitions; they appear in
+        # a later Metadata (Kafka's AutoTopicCreationManager).
+        ("metadata creates", metadata("diff-auto", create=True), 12),
+        ("until ok: metadata again", metadata("diff-auto"), 12),
+        ("invalid name", metadata("bad/name", create=True), 12),
+    ],
+    "elect_leaders": lambda: [
+        ("create", create("diff-elect", 2), 7),
+        (
+            "preferred, named",
+            ElectLeadersRequest(
+                election_type=0,
+                topic_partitions=[
+                    ElectLeadersRequest.TopicPartitions(topic="diff-elect", partitions=[0, 9])
+                ],
+                timeout_ms=10_000,
+            ),
+            2,
+        ),
+        (
+            "preferred, all partitions",
+            ElectLeadersRequest(election_type=0, topic_partitions=None, timeout_ms=10_000),
+            2,
+        ),
+    ],
+    "broker_configs": lambda: [
+        ("describe broker", describe_broker("0"), 4),
+        ("describe broker v1", describe_broker("0"), 1),
+        ("describe broker v0", describe_broker("0", synonyms=False), 0),
+        ("describe default", describe_broker(""), 4),
+        ("describe another broker", describe_broker("7"), 4),
+        ("describe not a broker id", describe_broker("zero"), 4),
     ],
     "delete_topics": lambda: [
         ("create", create("diff-delete", 1), 7),

@@ -34,8 +34,8 @@ for set_name in "$@"; do
         continue
     fi
     echo "fetch.sh: fetching jar set '$set_name' into .cache/jars/$set_name/" >&2
-    rm -rf "$out" "$stamp"
-    # Download into a temporary folder and rename, so an interrupted run leaves no half set.
+    # Download into a temporary folder and rename, so an interrupted run leaves no half set and a
+    # set in use (by a running broker or test) stays whole until its replacement is complete.
     tmp="$cache/.$set_name.partial"
     rm -rf "$tmp"
     mvn -B -q -Dstyle.color=never -f "$pom" -P "$set_name" -Djars.root="$cache" -Djars.set=".$set_name.partial" \
@@ -45,6 +45,11 @@ for set_name in "$@"; do
         rm -rf "$tmp"
         exit 1
     fi
-    mv "$tmp" "$out"
+    if [ -d "$out" ] && diff -rq "$tmp" "$out" >/dev/null; then
+        rm -rf "$tmp"  # the same jars: keep the set in place
+    else
+        rm -rf "$out"
+        mv "$tmp" "$out"
+    fi
     echo "$want" >"$stamp"
 done

@@ -9,9 +9,13 @@ them.
 
 This module owns one index file each: its in-memory copy (two ``array`` columns searched with
 ``bisect``, i.e. no file access per lookup), which entries have reached the file, and the
-file's size. Entries are written to the file in batches (``persist``) on flush, roll and close;
-entries not yet persisted are rebuilt by recovery after a crash, exactly like the unflushed
-pages of Kafka's memory-mapped index. Inactive indexes are loaded lazily and may be dropped
+file's size. Entries reach the file with ``persist``: an active segment's first entries at
+once and the next ones within a second (the segment and the log manager call it), so the file
+holds them much as a running Kafka's memory-mapped index does and Kafka's DumpLogSegments reads
+them without a mismatch; the others on flush, roll and close. Entries are not fsynced until a
+flush: after a crash recovery rebuilds them, as Kafka's.
+Writes go through a descriptor from the segment's :class:`~storage.file_handles.FileHandles`
+pool, so open files stay bounded. Inactive indexes are loaded lazily and may be dropped
 (``unload``) to bound memory. It must not read the ``.log``.
 """
 
@@ -25,6 +29,7 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from storage.errors import CorruptIndexError
+from storage.file_handles import FileHandles
 
 __all__ = ["OffsetIndex", "TimeIndex"]
 
@@ -39,14 +44,23 @@ class _IndexFile:
 
     ENTRY_SIZE = 0
 
-    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int,
+        handles: FileHandles | None = None,
+    ) -> None:
         self.path = path
+        #: Writes go through this pool's descriptor (None: opened for each write).
+        self._handle = handles.handle(path) if handles is not None else None
         self.base_offset = base_offset
         self.max_entries = max_index_size // self.ENTRY_SIZE
         self.loaded = False
         self._persisted = 0  # leading entries known to be in the file
         self._file_size: int | None = None  # None: unknown
         self._cut_needed = False  # entries were removed: cut the file at the next persist
+        self._clear()
 
     # ---- file helpers ----------------------------------------------------------------------
 
@@ -103,7 +117,7 @@ class _IndexFile:
             and not self._cut_needed
         ):
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd, pooled = self._open()
         try:
             if self._cut_needed:
                 os.ftruncate(fd, start * self.ENTRY_SIZE)
@@ -124,7 +138,36 @@ class _IndexFile:
             if fsync:
                 os.fsync(fd)
         finally:
-            os.close(fd)
+            if pooled:
+                assert self._handle is not None
+                self._handle.release()
+            else:
+                os.close(fd)
+
+    def _open(self) -> tuple[int, bool]:
+        """A descriptor to write with, and whether it is the pool's (to release, not close);
+        the file is created if it is missing (indexes rebuilt from scratch)."""
+        if self._handle is not None:
+            try:
+                return self._handle.acquire(), True
+            except FileNotFoundError:
+                pass
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), False
+
+    @property
+    def written(self) -> int:
+        """How many entries are in the file."""
+        return self._persisted
+
+    @property
+    def unwritten(self) -> bool:
+        """Entries are in memory that are not in the file yet."""
+        return self.loaded and self._persisted < self.entries
+
+    def close(self) -> None:
+        """Give the pool's descriptor back (the segment is closing)."""
+        if self._handle is not None:
+            self._handle.detach()
 
     def trim(self) -> None:
         """Persist and cut the file to exactly its entries (a segment becoming inactive)."""
@@ -148,8 +191,11 @@ class _IndexFile:
         if self.path.exists():
             os.rename(self.path, new_path)
         self.path = new_path
+        if self._handle is not None:
+            self._handle.path = new_path  # an open descriptor stays valid
 
     def delete(self) -> None:
+        self.close()
         self.path.unlink(missing_ok=True)
 
     def load(self) -> None:
@@ -167,13 +213,8 @@ class OffsetIndex(_IndexFile):
 
     ENTRY_SIZE = 8
 
-    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
-        super().__init__(path, base_offset, max_index_size)
-        self._offsets = array("i")  # relative offsets
-        self._positions = array("i")
-
     def _clear(self) -> None:
-        self._offsets = array("i")
+        self._offsets = array("i")  # relative offsets
         self._positions = array("i")
 
     @property
@@ -282,12 +323,7 @@ class TimeIndex(_IndexFile):
     """
 
     ENTRY_SIZE = 12
-
-    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
-        super().__init__(path, base_offset, max_index_size)
-        self._timestamps = array("q")
-        self._offsets = array("i")
-        self._last: tuple[int, int] | None = None  # cached tail while unloaded
+    _last: tuple[int, int] | None = None  # cached tail while unloaded
 
     def _clear(self) -> None:
         self._timestamps = array("q")

@@ -26,6 +26,7 @@ Synchronous and not thread-safe, like the logs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
@@ -333,20 +334,39 @@ class LogManager:
 
     def compactions(self, now_ms: int) -> Iterator[Compaction]:
         """The compaction passes due now, made one at a time (each after the previous one
-        committed). A log whose pass filled the offset map gets its next pass at once."""
+        committed)."""
         for _tp, lg in self.logs():
-            while not lg.closed and not lg.offline and lg.config.compact:
-                try:
-                    pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
-                except (OSError, StorageError) as e:
-                    self.chore_failed("compaction", lg, e)
-                    break
-                if pass_ is None:
-                    break
-                checkpoint = lg.cleaner_checkpoint
-                yield pass_
-                if not pass_.map_filled or lg.cleaner_checkpoint <= checkpoint:
-                    break
+            yield from self.log_compactions(lg, now_ms)
+
+    def log_compactions(self, lg: PartitionLog, now_ms: int) -> Iterator[Compaction]:
+        """One log's compaction passes due now, each made after the previous one committed: a
+        pass that filled the offset map gets the next at once. Passes of different logs may
+        run at the same time (each prepares with its own file handles)."""
+        while not lg.closed and not lg.offline and lg.config.compact:
+            try:
+                pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
+            except (OSError, StorageError) as e:
+                self.chore_failed("compaction", lg, e)
+                break
+            if pass_ is None:
+                break
+            checkpoint = lg.cleaner_checkpoint
+            yield pass_
+            if not pass_.map_filled or lg.cleaner_checkpoint <= checkpoint:
+                break
+
+    def write_index_entries(self) -> None:
+        """Write the active segments' new index entries to their files (not fsynced), so a
+        reader of the files (Kafka's DumpLogSegments) finds them about as soon as in a running
+        Kafka's memory-mapped indexes. The broker calls it every second; a failure is left to
+        the next flush, roll or close."""
+        for _tp, lg in self.logs():
+            if lg.closed or lg.offline:
+                continue
+            seg = lg.active_segment
+            if seg.indexes_unwritten:
+                with contextlib.suppress(OSError):
+                    seg.persist_indexes()
 
     def flushes(self, now_ms: int) -> Iterator[PendingFlush]:
         """Flushes of logs due by ``flush.ms`` and of logs with unflushed rolled segments

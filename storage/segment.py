@@ -93,11 +93,13 @@ class LogSegment:
             segment_file(directory, base_offset, INDEX_SUFFIX + suffix),
             base_offset,
             config.segment_index_bytes,
+            handles,
         )
         self.time_index = TimeIndex(
             segment_file(directory, base_offset, TIME_INDEX_SUFFIX + suffix),
             base_offset,
             config.segment_index_bytes,
+            handles,
         )
         #: The transactions aborted by markers in this segment (written by the log).
         self.txn_index = TransactionIndex(
@@ -220,6 +222,8 @@ class LogSegment:
                 self.become_inactive()
         finally:
             self.log.detach()
+            self.offset_index.close()
+            self.time_index.close()
 
     def rename_suffix(self, suffix: str) -> None:
         """Rename all four files to ``<base>.<ext><suffix>`` (e.g. ``.deleted``)."""
@@ -383,6 +387,7 @@ class LogSegment:
         interval = self.index_interval_bytes
         since = self._bytes_since_index
         last = self.base_offset
+        indexed = False
         for size, _first, last, ts in metas:
             if ts > max_ts:
                 max_ts = ts
@@ -390,9 +395,18 @@ class LogSegment:
             if since > interval:
                 self.offset_index.append(last, pos)
                 self.time_index.maybe_append(max_ts, self._offset_of_max_ts)
+                indexed = True
                 since = 0
             pos += size
             since += size
+        if indexed and self.active and not self.offset_index.written:
+            # The first entries go to the file at once: until then its preallocated zeros read
+            # as an entry to Kafka's DumpLogSegments. Later ones within a second
+            # (LogManager.write_index_entries), as writing each costs an append ~10%. The
+            # append itself is done: should this write fail, the next flush, roll or close
+            # writes them.
+            with contextlib.suppress(OSError):
+                self.persist_indexes()
         self._max_ts = max_ts
         self._bytes_since_index = since
         self.size = pos
@@ -556,6 +570,11 @@ class LogSegment:
         return cut
 
     # ---- flush -----------------------------------------------------------------------------
+
+    @property
+    def indexes_unwritten(self) -> bool:
+        """Index entries are in memory that are not in the files yet."""
+        return self.offset_index.unwritten or self.time_index.unwritten
 
     def persist_indexes(self, *, fsync: bool = False) -> None:
         """Write pending index entries (the file keeps its preallocated size)."""

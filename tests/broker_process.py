@@ -133,6 +133,23 @@ class BrokerProcess:
 
 
 @contextmanager
+def serving(process: BrokerProcess, log_tail: int = 60) -> Iterator[BrokerProcess]:
+    """Start `process` and stop it cleanly at the end; then fail if it died meanwhile, exited
+    uncleanly or logged a traceback (a handler bug answered as UNKNOWN_SERVER_ERROR would
+    otherwise go unnoticed)."""
+    process.start()
+    try:
+        yield process
+    finally:
+        alive = process.alive()
+        code = process.stop()
+    tail = "\n".join(process.log[-log_tail:])
+    assert alive, f"the broker died:\n{tail}"
+    assert code == 0, f"the broker exited with {code}:\n{tail}"
+    assert not process.tracebacks(), "the broker logged tracebacks:\n" + "\n".join(process.log)
+
+
+@contextmanager
 def broker_process(
     data_dir: Path, properties: dict[str, str] | None = None
 ) -> Iterator[BrokerProcess]:

@@ -1,7 +1,8 @@
 """The broker's state and its single owner: topics, partitions, logs, cluster identity.
 
 `Broker` owns everything a handler may read or change: the topic registry, the partitions (each
-with its log), the node id and cluster id, and the addresses clients are told. All of it lives
+with its log), the node id and cluster id, the addresses clients are told, and its dynamic
+configs (whose changes it applies to its logs, cleaner and SASL listeners). All of it lives
 in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
 It must not speak the wire protocol (handlers do) or accept connections (`server` does).
 """
@@ -20,19 +21,27 @@ from storage.cleaner import max_map_keys
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.log_manager import LogManager
-from wirebroker.config import BrokerConfig, Listener
+from wirebroker import connection_limits
+from wirebroker.config import BrokerConfig, ConfigError, Listener
+from wirebroker.connection_limits import ConnectionLimits
+from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable, thread_count_check
 from wirebroker.fetch_sessions import FetchSessionCache
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.meta_properties import load_or_create_meta
 from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
 from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
+from wirebroker.peer import PLAINTEXT, PeerSecurity
 from wirebroker.producer_ids import ProducerIdManager
+from wirebroker.quotas.client import ClientQuotas
+from wirebroker.quotas.replication import ReplicationQuotas
+from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
+from wirebroker.quotas.store import ClientQuotaStore
 from wirebroker.replication.manager import ReplicaManager
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
-from wirebroker.topic_configs import log_config_for, min_insync_replicas
+from wirebroker.topic_configs import LOG_KEYS, log_config_for, min_insync_replicas
 from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
 from wirebroker.txn.coordinator import TransactionCoordinator
 
@@ -52,6 +61,8 @@ class Broker:
     cluster_id: str
     log_manager: LogManager
     topics: TopicRegistry
+    #: The configs changed at run time (IncrementalAlterConfigs on BROKER resources).
+    dynamic_config: DynamicBrokerConfig
     partitions: dict[TopicPartition, Partition] = field(default_factory=dict)
     advertised: list[Listener] = field(default_factory=list)
     stats: BrokerStats = field(default_factory=BrokerStats)
@@ -61,11 +72,22 @@ class Broker:
     # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
     metadata_cache: MetadataCache = field(default_factory=MetadataCache)
     replica_manager: ReplicaManager = field(init=False)
+    #: How this broker's connections to its peers are secured (the inter-broker listener's;
+    #: the embedded broker has no peers).
+    peer_security: PeerSecurity = field(init=False)
     fetch_sessions: FetchSessionCache = field(init=False)
     #: The SASL settings of each SASL listener, by listener name.
     sasl_listeners: dict[str, ListenerSasl] = field(init=False)
     #: SCRAM credentials: a file in the embedded broker, a cache of ZooKeeper's in a cluster.
     scram_credentials: ScramCredentialStore = field(init=False)
+    #: Client quotas: what measures and throttles clients (`wirebroker.quotas.client`).
+    quotas: ClientQuotas = field(init=False)
+    #: The embedded broker's quota configs (None in a cluster: they live in ZooKeeper).
+    quota_store: ClientQuotaStore | None = field(init=False)
+    #: Replication throttles of the partitions this broker leads or follows.
+    replication_quotas: ReplicationQuotas = field(init=False)
+    #: The connections open now against `max.connections*`.
+    connection_limits: ConnectionLimits = field(init=False)
     #: The controller's broker id: this broker when embedded; in a cluster, whoever holds
     #: `/controller` (-1 while there is none), kept current by `cluster` and by UpdateMetadata.
     controller_id: int = -1
@@ -84,6 +106,9 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
+        self.peer_security = (
+            PeerSecurity.inter_broker(self.config) if self.config.cluster_mode else PLAINTEXT
+        )
         self.replica_manager = ReplicaManager(self)
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)
@@ -96,6 +121,45 @@ class Broker:
             None
             if self.config.get("zookeeper.connect")
             else self.config.log_dirs()[0] / SCRAM_CREDENTIALS_FILE
+        )
+        self.quotas = ClientQuotas(self.config)
+        self.quota_store = None
+        if not self.config.get("zookeeper.connect"):
+            self.quota_store = ClientQuotaStore(self.config.log_dirs()[0] / CLIENT_QUOTAS_FILE)
+            for entity, config in self.quota_store.entities.items():
+                self.quotas.update(entity, config)
+        self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
+        self.connection_limits = ConnectionLimits(self.config)
+        dynamic = self.dynamic_config
+        if self.config.cluster_mode:
+            listener = self.replica_manager.inter_broker_listener.lower()
+            dynamic.add_reconfigurable(
+                Reconfigurable(
+                    lambda name: name.startswith(f"listener.name.{listener}."),
+                    self._peer_security_changed,
+                    self._check_peer_security,
+                )
+            )
+        dynamic.add_reconfigurable(
+            Reconfigurable(
+                connection_limits.follows,
+                self.connection_limits.reconfigure,
+                connection_limits.validate,
+            )
+        )
+        dynamic.add_reconfigurable(
+            Reconfigurable(LOG_KEYS, self._log_configs_changed, self._check_log_configs)
+        )
+        dynamic.add_reconfigurable(
+            Reconfigurable(CLEANER_KEYS, self._cleaner_changed, self._check_cleaner)
+        )
+        for name in ("num.io.threads", "num.network.threads", "background.threads"):
+            dynamic.add_reconfigurable(thread_count_check(self.config, name))
+        dynamic.add_reconfigurable(
+            thread_count_check(self.config, "num.recovery.threads.per.data.dir")
+        )
+        dynamic.add_reconfigurable(
+            Reconfigurable(_is_sasl_key, self._sasl_changed, self._check_sasl)
         )
 
     @property
@@ -131,8 +195,16 @@ class Broker:
         self.metadata_cache.set_local(me, topics)
 
     @classmethod
-    def open(cls, config: BrokerConfig, clock: Clock = wall_clock_ms) -> Broker:
-        """Open the log dirs (recovering what needs it) and load the topic registry."""
+    def open(
+        cls,
+        config: BrokerConfig,
+        clock: Clock = wall_clock_ms,
+        dynamic: DynamicBrokerConfig | None = None,
+    ) -> Broker:
+        """Open the log dirs (recovering what needs it) and load the topic registry, with the
+        dynamic broker configs in force from the start (`dynamic`, else the embedded
+        broker's stored ones)."""
+        dynamic = dynamic or DynamicBrokerConfig.open(config)
         dirs = config.log_dirs()
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -141,10 +213,7 @@ class Broker:
             dirs,
             log_config_for(config, {}),
             now_ms=clock,
-            max_map_keys=max_map_keys(
-                config.get_int("log.cleaner.dedupe.buffer.size"),
-                config.get_float("log.cleaner.io.buffer.load.factor"),
-            ),
+            max_map_keys=_max_map_keys(config),
         )
         manager.open()
         broker = cls(
@@ -153,6 +222,7 @@ class Broker:
             cluster_id,
             manager,
             TopicRegistry(dirs[0] / "topics.json"),
+            dynamic,
             clock=clock,
         )
         if not config.cluster_mode:
@@ -313,6 +383,64 @@ class Broker:
             if tp.topic == name:
                 partition.log.update_config(config)
 
+    # dynamic broker configs -------------------------------------------------------------------
+    def _check_log_configs(self, candidate: BrokerConfig) -> None:
+        try:
+            log_config_for(candidate, {})
+        except KafkaError as e:
+            raise ConfigError(str(e)) from e
+
+    def _log_configs_changed(self, changed: frozenset[str]) -> None:
+        """New broker defaults of topic configs: every log without its own override follows
+        at once, as in Kafka (DynamicLogConfig)."""
+        self.log_manager.default_config = log_config_for(self.config, {})
+        for tp, partition in self.partitions.items():
+            try:
+                config = log_config_for(self.config, self.topic_overrides(tp.topic))
+            except KafkaError as e:
+                log.error(
+                    "%s-%d: cannot apply the new broker defaults: %s", tp.topic, tp.partition, e
+                )
+                continue
+            partition.log.update_config(config)
+
+    def _check_cleaner(self, candidate: BrokerConfig) -> None:
+        """Kafka's LogCleaner bounds on a new thread count."""
+        threads, current = (c.get_int("log.cleaner.threads") for c in (candidate, self.config))
+        if threads < 1:
+            raise ConfigError("Log cleaner threads should be at least 1")
+        if threads < current / 2:
+            raise ConfigError(
+                f"Log cleaner threads cannot be reduced to less than half the current value {current}"
+            )
+        if threads > current * 2:
+            raise ConfigError(
+                "Log cleaner threads cannot be increased to more than double the current value "
+                f"{current}"
+            )
+
+    def _cleaner_changed(self, changed: frozenset[str]) -> None:
+        self.log_manager.max_map_keys = _max_map_keys(self.config)
+
+    def _check_peer_security(self, candidate: BrokerConfig) -> None:
+        PeerSecurity.inter_broker(candidate)  # ConfigError when it cannot be made
+
+    def _peer_security_changed(self, changed: frozenset[str]) -> None:
+        """The inter-broker listener's stores or login changed at run time: the next
+        connections to the other brokers use them (open ones keep theirs)."""
+        self.peer_security = PeerSecurity.inter_broker(self.config)
+        self.replica_manager.use_peer_security(self.peer_security)
+
+    def _check_sasl(self, candidate: BrokerConfig) -> None:
+        for listener in candidate.listeners():
+            if candidate.security_protocol(listener.name).startswith("SASL_"):
+                listener_sasl(candidate, listener.name)
+
+    def _sasl_changed(self, changed: frozenset[str]) -> None:
+        """A SASL listener's mechanisms or JAAS config changed: new connections use them."""
+        for name in self.sasl_listeners:
+            self.sasl_listeners[name] = listener_sasl(self.config, name)
+
     def set_topic_configs(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False
     ) -> None:
@@ -331,3 +459,24 @@ class Broker:
             partition = self.partition(name, index)
             if partition is not None:
                 partition.log.update_config(config)
+
+
+#: The cleaner's settings (Kafka's LogCleaner.ReconfigurableConfigs).
+CLEANER_KEYS = frozenset(
+    {"log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor", "log.cleaner.threads"}
+)
+
+
+def _max_map_keys(config: BrokerConfig) -> int:
+    """Keys one compaction pass dedupes: `log.cleaner.dedupe.buffer.size` is shared by the
+    cleaner threads, as in Kafka."""
+    threads = max(config.get_int("log.cleaner.threads"), 1)
+    return max_map_keys(
+        config.get_int("log.cleaner.dedupe.buffer.size") // threads,
+        config.get_float("log.cleaner.io.buffer.load.factor"),
+    )
+
+
+def _is_sasl_key(name: str) -> bool:
+    """A key a SASL listener's settings are made of (plain or `listener.name.<l>.` prefixed)."""
+    return "sasl." in name or name.endswith("connections.max.reauth.ms")

@@ -2,9 +2,11 @@
 
     wirebroker serve [server.properties] [--override key=value ...]
     wirebroker cluster [--brokers 3] [--zookeeper host:port]
+    wirebroker configs --zookeeper host:port --alter --entity-type users ...
 
 `serve` runs one broker until SIGINT or SIGTERM, then shuts down cleanly (checkpoints written;
 in a cluster, after a controlled shutdown). `cluster` runs ZooKeeper and N brokers locally.
+`configs` writes users' SCRAM credentials to ZooKeeper before brokers start.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import Path
 
 import trio
 
-from wirebroker import cluster_cli
-from wirebroker.config import BROKER_KEYS, BrokerConfig, ConfigError
+from wirebroker import cluster_cli, configs_cli
+from wirebroker.config import BROKER_KEYS, READ_ONLY, BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker, serve_broker
 from wirebroker.zk.errors import ZooKeeperUnreachable
 
@@ -66,15 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--advertised-listeners", help="the addresses clients are told")
     serve.add_argument("--log-dirs", help="comma-separated data directories (default ./data)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
-    serve.add_argument("--list-configs", action="store_true", help="print known keys and exit")
+    serve.add_argument(
+        "--list-configs",
+        action="store_true",
+        help="print known keys (those that may change at run time marked dynamic) and exit",
+    )
     cluster_cli.add_parser(sub)
+    configs_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "cluster":
         return cluster_cli.run(args)
+    if args.command == "configs":
+        return configs_cli.run(args)
 
     if args.list_configs:
         for key in BROKER_KEYS.values():
-            print(f"{key.name}={key.default or ''}\t# {key.doc}")
+            mode = "" if key.update == READ_ONLY else f" [dynamic: {key.update}]"
+            print(f"{key.name}={key.default or ''}\t# {key.doc}{mode}")
         return 0
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -4,7 +4,9 @@ This module owns the launcher only: it starts ZooKeeper (from the Kafka jar set,
 `wirebroker.zookeeper_server`) unless `--zookeeper` names one, starts each broker as its own
 `wirebroker serve` process with `zookeeper.connect`, prefixes and streams their logs, prints the
 bootstrap string once all are ready, and on Ctrl-C (or SIGTERM) stops the brokers one at a time
-(each does a controlled shutdown) and then ZooKeeper. It never leaves a process behind: the
+(each does a controlled shutdown) and then ZooKeeper. A broker that exits meanwhile is reported
+with the command that starts it again (from another shell, on the same port and data); the
+others keep running, as a cluster does. It never leaves a process of its own behind: the
 children run in their own sessions, so a terminal's Ctrl-C reaches only this launcher, which
 stops them in order (SIGTERM, then SIGKILL after a grace period).
 """
@@ -15,6 +17,7 @@ import argparse
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -51,6 +54,7 @@ one per broker, unless --override sets it.
 Data lives in ./data/cluster/broker-<id> (and ./data/cluster/zookeeper), kept between runs.
 ZooKeeper comes from the Kafka jars (`make jars`); without them, pass --zookeeper.
 Ctrl-C stops the brokers one at a time (controlled shutdown), then ZooKeeper.
+A broker that exits is reported with the command that starts it again; the others keep running.
 Clients connect with the printed bootstrap string, e.g. bootstrap.servers=127.0.0.1:9092.
 """
 
@@ -98,6 +102,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 class _Broker:
     def __init__(self, broker_id: int, argv: list[str], out_lock: threading.Lock) -> None:
         self.broker_id = broker_id
+        self.argv = argv
         self.ready = threading.Event()
         self.address = ""
         self.metrics_url = ""
@@ -130,6 +135,13 @@ class _Broker:
 
     def running(self) -> bool:
         return self.proc.poll() is None
+
+    def restart_command(self) -> str:
+        """The command that starts this broker again, on the port it had."""
+        argv = list(self.argv)
+        at = argv.index("--listeners") + 1
+        argv[at] = f"PLAINTEXT://{self.address}"
+        return shlex.join(argv)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -243,10 +255,17 @@ def _run_brokers(
     if args.metrics_port is not None:
         _say(lock, "metrics: " + " ".join(b.metrics_url for b in brokers))
     _say(lock, "Ctrl-C stops the cluster")
+    gone: set[int] = set()
     while not stop.wait(0.2):
-        dead = [b for b in brokers if not b.running()]
-        if dead:
-            _say(lock, f"broker {dead[0].broker_id} exited ({dead[0].proc.returncode})")
-            return 1
+        for b in brokers:
+            if b.broker_id not in gone and not b.running():
+                gone.add(b.broker_id)
+                _say(
+                    lock,
+                    f"broker {b.broker_id} exited ({b.proc.returncode}); the others keep "
+                    "running. To start it again, run in another shell (and stop it before "
+                    "this cluster):",
+                )
+                _say(lock, "  " + b.restart_command())
     _say(lock, "stopping: brokers one at a time (controlled shutdown), then ZooKeeper")
     return 0

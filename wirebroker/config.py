@@ -1,10 +1,14 @@
 """Broker configuration: Kafka's `server.properties` key names, types and defaults.
 
-This module owns parsing a properties file plus overrides into a typed `BrokerConfig`, and the
-table of broker keys we honour (which DescribeConfigs also lists). It must not open sockets or
-files other than the properties file it is given.
+This module owns parsing a properties file plus overrides into a typed `BrokerConfig`, the
+table of broker keys we honour (which DescribeConfigs also lists) with how each may change at
+run time (Kafka's update modes: read-only, per-broker, cluster-wide) and the bounds Kafka puts
+on a dynamic value, the keys' synonyms (`log.retention.ms` / `.minutes` / `.hours`, a listener
+key and its unprefixed one), and the layering of dynamic values over static ones that every
+reading goes through (`DynamicValues`; `wirebroker.dynamic_config` decides what is set). It must
+not open sockets or files other than the properties file it is given.
 
-Where our default differs from Kafka's it is on purpose and noted in `DEFAULTS`' comments:
+Where our default differs from Kafka's it is on purpose and noted in the table's docs:
 `listeners` binds 127.0.0.1 (a development broker should not listen on every interface),
 `log.dirs` is `./data`, `broker.id` is 0, and the embedded broker's internal topics use replication
 factor 1 (in a cluster, `offsets.topic.replication.factor` is Kafka's 3).
@@ -18,25 +22,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+_ONE_THREAD = "Accepted for compatibility; one trio thread serves every request."
 
 
 class ConfigError(ValueError):
     """A configuration value is missing, malformed or out of range; the message says which."""
 
 
+#: How a key may be changed at run time (Kafka's `DynamicBrokerConfig` update modes): not at
+#: all, for one broker (`--entity-name <id>`), or also as the cluster-wide default
+#: (`--entity-default`). Kafka's broker quota keys (the replication throttles) are cluster-wide
+#: too, but Kafka describes them as read-only and lists them only when set.
+READ_ONLY, PER_BROKER, CLUSTER_WIDE, QUOTA = "read-only", "per-broker", "cluster-wide", "quota"
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
-    """One broker config key: its type, Kafka's default (as text) and documentation."""
+    """One broker config key: its type, Kafka's default (as text), documentation, how it may be
+    changed at run time, and the bounds Kafka's validator puts on a dynamic value."""
 
     name: str
-    type: str  # int, long, boolean, string, list, double, class, password (never shown)
+    type: str  # int, long, short, boolean, string, list, double, class, password (never shown)
     default: str | None
     doc: str
-    read_only: bool = True
+    update: str = READ_ONLY
+    at_least: int | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def read_only(self) -> bool:
+        """As DescribeConfigs reports it: not one of Kafka's dynamic keys."""
+        return self.update in (READ_ONLY, QUOTA)
 
 
-def _k(name: str, type_: str, default: str | None, doc: str, read_only: bool = True) -> ConfigKey:
-    return ConfigKey(name, type_, default, doc, read_only)
+def _k(
+    name: str,
+    type_: str,
+    default: str | None,
+    doc: str,
+    update: str = READ_ONLY,
+    *,
+    at_least: int | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> ConfigKey:
+    return ConfigKey(name, type_, default, doc, update, at_least, choices)
 
 
 BROKER_KEYS: dict[str, ConfigKey] = {
@@ -48,8 +78,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "string",
             "PLAINTEXT://127.0.0.1:9092",
             "Where to listen (Kafka: all interfaces).",
+            PER_BROKER,
         ),
-        _k("advertised.listeners", "string", None, "What clients are told; defaults to listeners."),
+        _k(
+            "advertised.listeners",
+            "string",
+            None,
+            "What clients are told; defaults to listeners.",
+            PER_BROKER,
+        ),
         _k(
             "log.dirs",
             "string",
@@ -57,7 +94,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Directories holding partition logs (Kafka: /tmp/kafka-logs).",
         ),
         _k("log.dir", "string", "/tmp/kafka-logs", "Used when log.dirs is not set."),
-        _k("num.partitions", "int", "1", "Partitions of an auto-created topic.", False),
+        _k("num.partitions", "int", "1", "Partitions of an auto-created topic.", at_least=1),
         _k("default.replication.factor", "int", "1", "Replication factor of auto-created topics."),
         _k(
             "auto.create.topics.enable",
@@ -66,7 +103,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Create topics on first metadata request.",
         ),
         _k("delete.topic.enable", "boolean", "true", "Allow DeleteTopics."),
-        _k("message.max.bytes", "int", "1048588", "Largest record batch a topic accepts.", False),
+        _k(
+            "message.max.bytes",
+            "int",
+            "1048588",
+            "Largest record batch a topic accepts.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
         _k("socket.request.max.bytes", "int", "104857600", "Largest request frame accepted."),
         _k("connections.max.idle.ms", "long", "600000", "Close connections idle this long."),
         _k(
@@ -76,52 +120,165 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "How long a broker waits for another's answer (transaction markers, KIP-890 "
             "verification) and WriteTxnMarkers for its markers to be replicated.",
         ),
-        _k("log.segment.bytes", "int", "1073741824", "Roll a segment at this size.", False),
+        # the broker's defaults of topic configs (their topic names: wirebroker.topic_configs);
+        # a dynamic change applies at once to every topic without its own override, as in Kafka
+        _k(
+            "log.segment.bytes",
+            "int",
+            "1073741824",
+            "Roll a segment at this size.",
+            CLUSTER_WIDE,
+            at_least=14,
+        ),
         _k(
             "log.roll.ms",
             "long",
             None,
             "Roll a segment after this long (log.roll.hours if unset).",
-            False,
+            CLUSTER_WIDE,
         ),
-        _k("log.roll.hours", "int", "168", "Roll a segment after this many hours."),
-        _k("log.retention.ms", "long", None, "Delete segments older than this.", False),
+        _k("log.roll.hours", "int", "168", "Roll a segment after this many hours.", at_least=1),
+        _k(
+            "log.roll.jitter.ms",
+            "long",
+            None,
+            "Random jitter subtracted from the roll time (log.roll.jitter.hours if unset).",
+            CLUSTER_WIDE,
+        ),
+        _k("log.roll.jitter.hours", "int", "0", "log.roll.jitter.ms in hours.", at_least=0),
+        _k("log.retention.ms", "long", None, "Delete segments older than this.", CLUSTER_WIDE),
         _k("log.retention.minutes", "int", None, "log.retention.ms in minutes."),
         _k("log.retention.hours", "int", "168", "log.retention.ms in hours."),
-        _k("log.retention.bytes", "long", "-1", "Delete old segments beyond this size.", False),
+        _k(
+            "log.retention.bytes",
+            "long",
+            "-1",
+            "Delete old segments beyond this size.",
+            CLUSTER_WIDE,
+        ),
         _k("log.retention.check.interval.ms", "long", "300000", "How often retention runs."),
-        _k("log.cleanup.policy", "list", "delete", "delete, compact or both.", False),
+        _k(
+            "log.cleanup.policy",
+            "list",
+            "delete",
+            "delete, compact or both.",
+            CLUSTER_WIDE,
+            choices=("compact", "delete"),
+        ),
         _k(
             "log.cleaner.delete.retention.ms",
             "long",
             "86400000",
             "Keep tombstones this long.",
-            False,
+            CLUSTER_WIDE,
+            at_least=0,
         ),
-        _k("log.cleaner.min.compaction.lag.ms", "long", "0", "Never compact newer records.", False),
-        _k("log.cleaner.backoff.ms", "long", "15000", "Pause between cleaner runs."),
+        _k(
+            "log.cleaner.min.compaction.lag.ms",
+            "long",
+            "0",
+            "Never compact newer records.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "log.cleaner.max.compaction.lag.ms",
+            "long",
+            str(LONG_MAX),
+            "Compact a record at the latest this long after it was written.",
+            CLUSTER_WIDE,
+            at_least=1,
+        ),
+        _k(
+            "log.cleaner.min.cleanable.ratio",
+            "double",
+            "0.5",
+            "Share of a log's bytes that must be uncompacted before it is compacted.",
+            CLUSTER_WIDE,
+        ),
+        _k(
+            "log.cleaner.backoff.ms",
+            "long",
+            "15000",
+            "Pause between cleaner runs.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "log.cleaner.threads",
+            "int",
+            "1",
+            "Logs compacted at once, each in a worker thread (0: no compaction).",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
         _k(
             "log.cleaner.dedupe.buffer.size",
             "long",
             "134217728",
-            "Memory for the cleaner's offset map; bounds the keys one pass dedupes.",
+            "Memory for the cleaner's offset maps, shared by its threads; bounds the keys one "
+            "pass dedupes.",
+            CLUSTER_WIDE,
         ),
         _k(
             "log.cleaner.io.buffer.load.factor",
             "double",
             "0.9",
             "How full the cleaner's offset map may get.",
+            CLUSTER_WIDE,
         ),
-        _k("log.index.interval.bytes", "int", "4096", "Bytes between offset index entries.", False),
-        _k("log.index.size.max.bytes", "int", "10485760", "Maximum size of an index file.", False),
+        _k(
+            "log.cleaner.io.buffer.size",
+            "int",
+            "524288",
+            "Accepted for compatibility; the cleaner reads batches without a fixed buffer.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "log.cleaner.io.max.bytes.per.second",
+            "double",
+            "1.7976931348623157E308",
+            "Accepted for compatibility; the cleaner's I/O is not throttled.",
+            CLUSTER_WIDE,
+        ),
+        _k(
+            "log.index.interval.bytes",
+            "int",
+            "4096",
+            "Bytes between offset index entries.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "log.index.size.max.bytes",
+            "int",
+            "10485760",
+            "Maximum size of an index file.",
+            CLUSTER_WIDE,
+            at_least=4,
+        ),
         _k(
             "log.flush.interval.messages",
             "long",
             str(LONG_MAX),
             "fsync after this many messages.",
-            False,
+            CLUSTER_WIDE,
+            at_least=1,
         ),
-        _k("log.flush.interval.ms", "long", None, "fsync after this long.", False),
+        _k(
+            "log.flush.interval.ms",
+            "long",
+            None,
+            "fsync after this long (log.flush.scheduler.interval.ms if unset).",
+            CLUSTER_WIDE,
+        ),
+        _k(
+            "log.flush.scheduler.interval.ms",
+            "long",
+            str(LONG_MAX),
+            "log.flush.interval.ms when that is unset.",
+        ),
         _k(
             "log.flush.offset.checkpoint.interval.ms",
             "int",
@@ -129,12 +286,84 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "How often the offset checkpoint files are written (a failed write is retried then).",
         ),
         _k(
+            "log.segment.delete.delay.ms",
+            "long",
+            "60000",
+            "Wait before the files of a deleted segment are removed.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k("log.preallocate", "boolean", "false", "Preallocate segment files.", CLUSTER_WIDE),
+        _k(
             "log.message.timestamp.type",
             "string",
             "CreateTime",
             "CreateTime or LogAppendTime.",
-            False,
+            CLUSTER_WIDE,
+            choices=("CreateTime", "LogAppendTime"),
         ),
+        _k(
+            "log.message.timestamp.before.max.ms",
+            "long",
+            str(LONG_MAX),
+            "How far in the past a record's timestamp may be.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "log.message.timestamp.after.max.ms",
+            "long",
+            str(LONG_MAX),
+            "How far in the future a record's timestamp may be.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "log.message.timestamp.difference.max.ms",
+            "long",
+            str(LONG_MAX),
+            "Both bounds at once (deprecated).",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "log.message.downconversion.enable",
+            "boolean",
+            "true",
+            "Accepted for compatibility; records are never down-converted.",
+            CLUSTER_WIDE,
+        ),
+        _k(
+            "log.message.format.version",
+            "string",
+            "3.0-IV1",
+            "Accepted for compatibility; records are always stored as v2.",
+        ),
+        _k(
+            "log.local.retention.ms",
+            "long",
+            "-2",
+            "Tiered storage (accepted, no effect).",
+            CLUSTER_WIDE,
+        ),
+        _k(
+            "log.local.retention.bytes",
+            "long",
+            "-2",
+            "Tiered storage (accepted, no effect).",
+            CLUSTER_WIDE,
+        ),
+        _k(
+            "compression.type",
+            "string",
+            "producer",
+            "The codec batches are stored with; producer: as sent.",
+            CLUSTER_WIDE,
+            choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        ),
+        _k("compression.gzip.level", "int", "-1", "gzip level (-1 or 1-9).", CLUSTER_WIDE),
+        _k("compression.lz4.level", "int", "9", "lz4 level (1-17).", CLUSTER_WIDE),
+        _k("compression.zstd.level", "int", "3", "zstd level (-131072 to 22).", CLUSTER_WIDE),
         _k("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets."),
         _k(
             "offsets.topic.replication.factor",
@@ -231,8 +460,52 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Check with the coordinator that a partition is in the transaction before a "
             "transactional produce starts one there (KIP-890 part 1).",
         ),
-        _k("num.network.threads", "int", "3", "Accepted for compatibility; trio runs one thread."),
-        _k("num.io.threads", "int", "8", "Accepted for compatibility; trio runs one thread."),
+        # Kafka's thread pools: accepted (dynamically too, within Kafka's bounds) without
+        # effect, as one trio thread serves every connection and request
+        _k("num.network.threads", "int", "3", _ONE_THREAD, CLUSTER_WIDE, at_least=1),
+        _k("num.io.threads", "int", "8", _ONE_THREAD, CLUSTER_WIDE, at_least=1),
+        _k("background.threads", "int", "10", _ONE_THREAD, CLUSTER_WIDE, at_least=1),
+        _k(
+            "num.recovery.threads.per.data.dir",
+            "int",
+            "1",
+            "Accepted for compatibility; recovery runs on the broker's thread.",
+            CLUSTER_WIDE,
+            at_least=1,
+        ),
+        # connection limits (wirebroker.connection_limits)
+        _k(
+            "max.connections",
+            "int",
+            str(INT_MAX),
+            "Connections the broker serves at once (listener.name.<l>.max.connections: per "
+            "listener); a new one waits until another closes.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "max.connections.per.ip",
+            "int",
+            str(INT_MAX),
+            "Connections one client address may hold; more are closed at once.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
+        _k(
+            "max.connections.per.ip.overrides",
+            "string",
+            "",
+            "host:count,... exceptions to max.connections.per.ip.",
+            CLUSTER_WIDE,
+        ),
+        _k(
+            "max.connection.creation.rate",
+            "int",
+            str(INT_MAX),
+            "Accepted for compatibility; new connections are not rate-limited.",
+            CLUSTER_WIDE,
+            at_least=0,
+        ),
         _k(
             "wirebroker.metrics.listener",
             "string",
@@ -269,6 +542,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "string",
             "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
             "Security protocol of each listener name, e.g. INTERNAL:PLAINTEXT (as registered).",
+            PER_BROKER,
         ),
         _k(
             "security.inter.broker.protocol",
@@ -277,26 +551,74 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Security protocol between brokers when inter.broker.listener.name is unset.",
         ),
         # TLS of SSL listeners (wirebroker.tls); each may be set per listener as
-        # listener.name.<listener>.<key>, which overrides it
-        _k("ssl.keystore.type", "string", "JKS", "PEM or PKCS12 (a JKS store must be converted)."),
-        _k("ssl.keystore.location", "string", None, "The keystore: key and certificate chain."),
-        _k("ssl.keystore.password", "password", None, "The PKCS12 keystore's password."),
-        _k("ssl.key.password", "password", None, "The password of the keystore's private key."),
+        # listener.name.<listener>.<key>, which overrides it. Dynamically, per broker and with
+        # the listener prefix only: new connections use the new context.
+        _k(
+            "ssl.keystore.type",
+            "string",
+            "JKS",
+            "PEM or PKCS12 (a JKS store must be converted).",
+            PER_BROKER,
+        ),
+        _k(
+            "ssl.keystore.location",
+            "string",
+            None,
+            "The keystore: key and certificate chain.",
+            PER_BROKER,
+        ),
+        _k(
+            "ssl.keystore.password", "password", None, "The PKCS12 keystore's password.", PER_BROKER
+        ),
+        _k(
+            "ssl.key.password",
+            "password",
+            None,
+            "The password of the keystore's private key.",
+            PER_BROKER,
+        ),
         _k(
             "ssl.keystore.certificate.chain",
             "password",
             None,
             "The certificate chain in PEM, inline (with ssl.keystore.type=PEM).",
+            PER_BROKER,
         ),
-        _k("ssl.keystore.key", "password", None, "The private key in PEM, inline."),
+        _k("ssl.keystore.key", "password", None, "The private key in PEM, inline.", PER_BROKER),
         _k(
-            "ssl.truststore.type", "string", "JKS", "PEM or PKCS12 (a JKS store must be converted)."
+            "ssl.truststore.type",
+            "string",
+            "JKS",
+            "PEM or PKCS12 (a JKS store must be converted).",
+            PER_BROKER,
         ),
-        _k("ssl.truststore.location", "string", None, "Certificates trusted to sign peers'."),
-        _k("ssl.truststore.password", "password", None, "The PKCS12 truststore's password."),
-        _k("ssl.truststore.certificates", "password", None, "Trusted certificates in PEM, inline."),
         _k(
-            "ssl.client.auth", "string", "none", "none, requested or required: client certificates."
+            "ssl.truststore.location",
+            "string",
+            None,
+            "Certificates trusted to sign peers'.",
+            PER_BROKER,
+        ),
+        _k(
+            "ssl.truststore.password",
+            "password",
+            None,
+            "The PKCS12 truststore's password.",
+            PER_BROKER,
+        ),
+        _k(
+            "ssl.truststore.certificates",
+            "password",
+            None,
+            "Trusted certificates in PEM, inline.",
+            PER_BROKER,
+        ),
+        _k(
+            "ssl.client.auth",
+            "string",
+            "none",
+            "none, requested or required: client certificates.",
+            PER_BROKER,
         ),
         _k(
             "ssl.principal.mapping.rules",
@@ -304,30 +626,88 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "DEFAULT",
             "RULE:pattern/replacement/[LU] rules from a client certificate's subject to its user.",
         ),
-        _k("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions allowed."),
-        _k("ssl.protocol", "string", "TLSv1.3", "Accepted for compatibility."),
-        _k("ssl.cipher.suites", "list", None, "TLS 1.2 cipher suites allowed (unset: OpenSSL's)."),
+        _k("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions allowed.", PER_BROKER),
+        _k("ssl.protocol", "string", "TLSv1.3", "Accepted for compatibility.", PER_BROKER),
+        _k(
+            "ssl.cipher.suites",
+            "list",
+            None,
+            "TLS 1.2 cipher suites allowed (unset: OpenSSL's).",
+            PER_BROKER,
+        ),
         _k(
             "ssl.endpoint.identification.algorithm",
             "string",
             "https",
             "https: this broker checks its peers' host names; empty: it does not.",
+            PER_BROKER,
         ),
         _k(
             "sasl.enabled.mechanisms",
             "list",
             "GSSAPI",
-            "SASL mechanisms offered (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; GSSAPI is not "
+            "SASL mechanisms offered (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; GSSAPI is not "
             "offered); listener.name.<l>.sasl.enabled.mechanisms overrides it per listener.",
+            PER_BROKER,
         ),
         _k(
             "sasl.jaas.config",
             "password",
             None,
-            "The broker's own client login, between brokers (not used yet). Listeners read "
-            "listener.name.<l>.<mechanism>.sasl.jaas.config (PLAIN's users: "
-            'user_<name>="<password>").',
+            "Not read by a broker (as Kafka). Listeners and the broker's own login between "
+            "brokers read listener.name.<l>.<mechanism>.sasl.jaas.config (PLAIN's users: "
+            'user_<name>="<password>"; the broker\'s login: username="..." password="...").',
+            PER_BROKER,
         ),
+        _k(
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            "GSSAPI",
+            "The mechanism brokers log in to each other with on a SASL inter-broker listener: "
+            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (GSSAPI is not implemented).",
+        ),
+        _k(
+            "connection.failed.authentication.delay.ms",
+            "int",
+            "100",
+            "A failed SASL authentication is answered and its connection closed after this "
+            "delay (slows password guessing); 0: at once.",
+        ),
+        _k(
+            "sasl.oauthbearer.jwks.endpoint.url",
+            "string",
+            None,
+            "Secured OAUTHBEARER tokens (OIDC) are not implemented: setting it is refused.",
+        ),
+        # Encryption of the password keys stored as dynamic broker configs (Kafka's
+        # PasswordEncoder; wirebroker.password_encoder)
+        _k(
+            "password.encoder.secret",
+            "password",
+            None,
+            "The secret dynamic password configs are encrypted with; without it they cannot "
+            "be set.",
+        ),
+        _k(
+            "password.encoder.old.secret",
+            "password",
+            None,
+            "The previous secret: stored passwords are re-encrypted with the new one at start-up.",
+        ),
+        _k(
+            "password.encoder.keyfactory.algorithm",
+            "string",
+            None,
+            "PBKDF2WithHmacSHA512 (unset), PBKDF2WithHmacSHA256 or PBKDF2WithHmacSHA1.",
+        ),
+        _k(
+            "password.encoder.cipher.algorithm",
+            "string",
+            "AES/CBC/PKCS5Padding",
+            "AES/CBC/PKCS5Padding or AES/GCM/NoPadding.",
+        ),
+        _k("password.encoder.key.length", "int", "128", "Key length in bits.", at_least=8),
+        _k("password.encoder.iterations", "int", "4096", "PBKDF2 iterations.", at_least=1024),
         _k(
             "sasl.server.max.receive.size",
             "int",
@@ -366,7 +746,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "boolean",
             "false",
             "Let a replica outside the ISR lead when no ISR member is live (data loss).",
-            False,
+            CLUSTER_WIDE,
         ),
         _k(
             "auto.leader.rebalance.enable",
@@ -425,14 +805,73 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _k("replica.fetch.min.bytes", "int", "1", "Bytes a follower's fetch waits for."),
         _k("replica.fetch.backoff.ms", "int", "1000", "Pause after a failed replica fetch."),
         _k("replica.socket.timeout.ms", "int", "30000", "Timeout of inter-broker requests."),
-        _k("num.replica.fetchers", "int", "1", "Fetcher tasks per source broker."),
+        _k(
+            "num.replica.fetchers",
+            "int",
+            "1",
+            "Fetcher tasks per source broker.",
+            CLUSTER_WIDE,
+            at_least=1,
+        ),
         _k(
             "max.incremental.fetch.session.cache.slots",
             "int",
             "1000",
             "Incremental fetch sessions (KIP-227) the broker keeps.",
         ),
-        _k("min.insync.replicas", "int", "1", "ISR size acks=all needs.", False),
+        _k("min.insync.replicas", "int", "1", "ISR size acks=all needs.", CLUSTER_WIDE, at_least=1),
+        # quotas (wirebroker.quotas): client quotas' windows, replication throttles
+        _k("quota.window.num", "int", "11", "Windows a client quota's rate is sampled over."),
+        _k("quota.window.size.seconds", "int", "1", "Length of a client quota's windows."),
+        _k(
+            "controller.quota.window.num",
+            "int",
+            "11",
+            "Windows of a controller mutation quota's token bucket.",
+        ),
+        _k(
+            "controller.quota.window.size.seconds",
+            "int",
+            "1",
+            "Length of a controller mutation quota's windows.",
+        ),
+        _k(
+            "replication.quota.window.num",
+            "int",
+            "11",
+            "Windows a replication throttle's rate is sampled over.",
+        ),
+        _k(
+            "replication.quota.window.size.seconds",
+            "int",
+            "1",
+            "Length of a replication throttle's windows.",
+        ),
+        # Kafka's broker quota configs (DynamicConfig.Broker): dynamic only, listed when set
+        _k(
+            "leader.replication.throttled.rate",
+            "long",
+            str(LONG_MAX),
+            "Bytes/s this broker sends as leader to throttled replicas.",
+            QUOTA,
+            at_least=0,
+        ),
+        _k(
+            "follower.replication.throttled.rate",
+            "long",
+            str(LONG_MAX),
+            "Bytes/s this broker fetches as follower for throttled replicas.",
+            QUOTA,
+            at_least=0,
+        ),
+        _k(
+            "replica.alter.log.dirs.io.max.bytes.per.second",
+            "long",
+            str(LONG_MAX),
+            "Accepted for compatibility; replicas are not moved between log dirs.",
+            QUOTA,
+            at_least=0,
+        ),
         _k(
             "wirebroker.external.controller",
             "boolean",
@@ -442,6 +881,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
     ]
 }
+
+QUOTA_WINDOW_KEYS = tuple(
+    k for k in BROKER_KEYS if k.endswith(("quota.window.num", "window.size.seconds"))
+)
 
 _LISTENER = re.compile(
     r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$"
@@ -486,6 +929,44 @@ def _check_known(where: str, protocol: str) -> None:
         )
 
 
+_TYPE_NAMES = {"int": "INT", "short": "SHORT", "long": "LONG", "double": "DOUBLE"}
+_BOUNDS = {"int": 2**31, "short": 2**15, "long": 2**63}
+
+
+def check_value(name: str, key: ConfigKey, value: str) -> None:
+    """Refuse a value as Kafka's ConfigDef does, with its message (`Invalid value abc for
+    configuration message.max.bytes: Not a number of type INT`)."""
+
+    def invalid(reason: str) -> ConfigError:
+        return ConfigError(f"Invalid value {value} for configuration {name}: {reason}")
+
+    text = value.strip()
+    if key.type in _BOUNDS:
+        try:
+            number = int(text)
+        except ValueError:
+            number = _BOUNDS[key.type]
+        if not -_BOUNDS[key.type] <= number < _BOUNDS[key.type]:
+            raise invalid(f"Not a number of type {_TYPE_NAMES[key.type]}")
+        if key.at_least is not None and number < key.at_least:
+            raise invalid(f"Value must be at least {key.at_least}")
+    elif key.type == "double":
+        try:
+            float(text)
+        except ValueError:
+            raise invalid("Not a number of type DOUBLE") from None
+    elif key.type == "boolean" and text.lower() not in ("true", "false"):
+        raise invalid("Expected value to be either true or false")
+    if key.choices is not None:
+        items = [i.strip() for i in text.split(",")] if key.type == "list" else [text]
+        for item in items:
+            if item not in key.choices:
+                raise ConfigError(
+                    f"Invalid value {item} for configuration {name}: String must be one of: "
+                    + ", ".join(key.choices)
+                )
+
+
 def parse_properties(text: str) -> dict[str, str]:
     """Java-properties text to a dict: `key=value` or `key: value`, `#`/`!` comments."""
     out: dict[str, str] = {}
@@ -507,11 +988,92 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
+#: `listener.name.<listener>.<key>`: a key for one listener only.
+LISTENER_PREFIXED = re.compile(r"listener\.name\.[^.]*\.(.*)")
+#: Listener keys written `listener.name.<l>.<mechanism>.<key>` (Kafka's ListenerMechanismConfigs).
+_MECHANISM_KEYS = (
+    "sasl.jaas.config",
+    "sasl.login.callback.handler.class",
+    "sasl.login.class",
+    "sasl.server.callback.handler.class",
+    "connections.max.reauth.ms",
+)
+_TIME_SYNONYMS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
+def broker_synonyms(name: str, *, match_listener_override: bool) -> list[str]:
+    """The keys that set the same thing as `name`, highest precedence first (Kafka's
+    `DynamicBrokerConfig.brokerConfigSynonyms`): `log.retention.ms` / `.minutes` / `.hours` and
+    the like, and for a listener key (with `match_listener_override`) its unprefixed key."""
+    for group in _TIME_SYNONYMS:
+        if name in group and name != "log.flush.scheduler.interval.ms":
+            return list(group)
+    m = LISTENER_PREFIXED.fullmatch(name)
+    if m and match_listener_override:
+        base = m[1]
+        return [name, next((k for k in _MECHANISM_KEYS if base.endswith(k)), base)]
+    return [name]
+
+
+def key_of(name: str) -> ConfigKey | None:
+    """The key `name` sets: its own, or for `listener.name.<l>.<key>` the unprefixed one's."""
+    if name in BROKER_KEYS:
+        return BROKER_KEYS[name]
+    for synonym in broker_synonyms(name, match_listener_override=True):
+        if synonym in BROKER_KEYS:
+            return BROKER_KEYS[synonym]
+    return None
+
+
+def _override(values: dict[str, str], overrides: Mapping[str, str]) -> None:
+    """Kafka's overrideProps: each override replaces the key and its synonyms, so a dynamic
+    `log.retention.hours` wins over a static `log.retention.ms`."""
+    for name, value in overrides.items():
+        for synonym in broker_synonyms(name, match_listener_override=False):
+            values.pop(synonym, None)
+        values[name] = value
+
+
+@dataclass(eq=False)
+class DynamicValues:
+    """The values set at run time over a broker's static ones: this broker's own
+    (`/config/brokers/<id>`, DYNAMIC_BROKER_CONFIG) over the cluster's default
+    (`/config/brokers/<default>`, DYNAMIC_DEFAULT_BROKER_CONFIG). `effective` is the static
+    values with both applied (None while neither holds anything)."""
+
+    per_broker: dict[str, str] = field(default_factory=dict)
+    default: dict[str, str] = field(default_factory=dict)
+    effective: dict[str, str] | None = None
+
+    @classmethod
+    def over(
+        cls, static: Mapping[str, str], per_broker: Mapping[str, str], default: Mapping[str, str]
+    ) -> DynamicValues:
+        effective = None
+        if per_broker or default:
+            effective = dict(static)
+            _override(effective, default)
+            _override(effective, per_broker)
+        return cls(dict(per_broker), dict(default), effective)
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
-    """The broker's settings. Build one with :meth:`from_properties`."""
+    """The broker's settings. Build one with :meth:`from_properties`.
+
+    `values` are the static settings (server.properties and overrides); `dynamic` holds what
+    was set at run time (`wirebroker.dynamic_config` alone changes it). Every reading (`get`,
+    `get_int`, ..., `is_set`) sees the current value, dynamic ones included, so a component
+    that reads its settings when it needs them follows changes without being told.
+    """
 
     values: Mapping[str, str] = field(default_factory=dict)
+    dynamic: DynamicValues = field(default_factory=DynamicValues, compare=False, repr=False)
 
     @classmethod
     def from_properties(
@@ -534,15 +1096,35 @@ class BrokerConfig:
         config.validate()
         return config
 
+    # dynamic values ------------------------------------------------------------------------
+    def current(self) -> Mapping[str, str]:
+        """Every key set, statically or dynamically, with its current value."""
+        effective = self.dynamic.effective
+        return self.values if effective is None else effective
+
+    def with_dynamic(
+        self, per_broker: Mapping[str, str], default: Mapping[str, str]
+    ) -> BrokerConfig:
+        """A copy of these static values under other dynamic ones (to validate a change)."""
+        return BrokerConfig(self.values, DynamicValues.over(self.values, per_broker, default))
+
+    def set_dynamic(self, per_broker: Mapping[str, str], default: Mapping[str, str]) -> None:
+        """Replace the dynamic values; every reading sees them from now on."""
+        layers = DynamicValues.over(self.values, per_broker, default)
+        self.dynamic.per_broker = layers.per_broker
+        self.dynamic.default = layers.default
+        self.dynamic.effective = layers.effective
+
     # raw access ---------------------------------------------------------------------------
     def get(self, name: str) -> str | None:
-        if name in self.values:
-            return self.values[name]
+        values = self.current()
+        if name in values:
+            return values[name]
         key = BROKER_KEYS.get(name)
         return key.default if key else None
 
     def is_set(self, name: str) -> bool:
-        return name in self.values
+        return name in self.current()
 
     def get_int(self, name: str) -> int:
         value = self.get(name)
@@ -586,24 +1168,27 @@ class BrokerConfig:
         else:
             inter_broker = (self.get("security.inter.broker.protocol") or "").upper()
             _check_known("between brokers", inter_broker)
-        if self.cluster_mode and inter_broker not in ("PLAINTEXT", "SSL"):
-            raise ConfigError(
-                f"between brokers: {inter_broker} is not implemented by wirebroker's own client "
-                "side yet; give the brokers a PLAINTEXT or SSL listener and name it in "
-                "inter.broker.listener.name"
-            )
+        # Imported here: the SASL settings module reads this one's ConfigError.
+        from wirebroker.sasl.settings import inter_broker_login, listener_sasl
+
+        if self.cluster_mode and inter_broker.startswith("SASL_"):
+            inter_broker_login(self)
         for listener in self.listeners():
             if self.security_protocol(listener.name).startswith("SASL_"):
-                # Imported here: the SASL settings module reads this one's ConfigError.
-                from wirebroker.sasl.settings import listener_sasl
-
                 listener_sasl(self, listener.name)
+        delay = self.get_int("connection.failed.authentication.delay.ms")
+        if not 0 <= delay < self.connections_max_idle_ms:
+            raise ConfigError(
+                f"connection.failed.authentication.delay.ms={delay} must be at least 0 and less "
+                f"than connections.max.idle.ms={self.connections_max_idle_ms}"
+            )
         self._validate_authorizer()
         self.metrics_listener()
         for name in (
             "message.max.bytes",
             "offsets.retention.minutes",
             "offsets.retention.check.interval.ms",
+            *QUOTA_WINDOW_KEYS,
         ):
             if self.get_int(name) <= 0:
                 raise ConfigError(f"{name} must be positive")

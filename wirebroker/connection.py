@@ -8,13 +8,23 @@ responses written together in one system call; before a handler that may wait (a
 `_IMMEDIATE_KEYS`) the responses ahead of it are written. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
-connection idle for `connections.max.idle.ms` is closed. Bytes come and go through the
+connection idle for `connections.max.idle.ms` is closed. A new connection waits for room under
+`max.connections` and is closed at once when its address is at `max.connections.per.ip`
+(`wirebroker.connection_limits`). Bytes come and go through the
 connection's transport (`wirebroker.transport`): the socket itself on a PLAINTEXT or
 SASL_PLAINTEXT listener, TLS (`wirebroker.tls`, after its handshake) on an SSL one. On a SASL
 listener every frame goes to the connection's `SaslAuthenticator` until it is authenticated
 (frames of at most `sasl.server.max.receive.size` until then); its principal then goes with
-every request. With `connections.max.reauth.ms` a session past its lifetime closes at its next
+every request. A failed authentication (wrong credentials, a mechanism not offered, a request out
+of turn) is answered and its connection closed only after
+`connection.failed.authentication.delay.ms`, as Kafka, so guessing passwords is slow; other
+connections are served meanwhile. With `connections.max.reauth.ms` a session past its lifetime closes at its next
 request unless that is a SaslHandshake, which re-authenticates (KIP-368).
+
+A request that broke a client quota (`wirebroker.quotas`) is answered at once with its
+throttle time, and then the connection is muted for that time, as Kafka mutes the channel
+(KIP-219): the answers already due are written, and no further request is handled or read,
+even one already received (pipelined), until the throttle time has passed.
 
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
@@ -148,6 +158,16 @@ async def serve_connection(
         client_host = str(peer[0])
     except OSError:
         peer, client_host = ("?", 0), "?"
+    limits = broker.connection_limits
+    if not await limits.admit(listener_name, client_host):
+        log.warning(
+            "closing connection from %s: the address holds its %d connections (max.connections.per.ip)",
+            client_host,
+            limits.per_ip_limit(client_host),
+        )
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+        return
     broker.stats.connections += 1
     connection: _Connection | None = None
     try:
@@ -167,6 +187,7 @@ async def serve_connection(
             nursery.cancel_scope.cancel()  # answers still waiting have no one to go to
     finally:
         broker.stats.connections -= 1
+        limits.release(listener_name, client_host)
         if connection is not None:
             connection.outbox.discard()
         with trio.CancelScope(shield=True):
@@ -187,6 +208,7 @@ class _Connection:
         "sasl",
         "principal",
         "session",
+        "unmuted_at",
     )
 
     def __init__(
@@ -209,6 +231,8 @@ class _Connection:
         self.principal = transport.principal  # a TLS client certificate's, else ANONYMOUS
         #: (mechanism, expiry in ms) of a SASL session that must be renewed (KIP-368).
         self.session: tuple[str, int] | None = None
+        #: The trio time a throttled connection may read again (client quotas).
+        self.unmuted_at = 0.0
 
     async def serve(self, nursery: trio.Nursery) -> None:
         """Read and handle requests until the peer closes, idles out or misbehaves; never raises."""
@@ -272,6 +296,8 @@ class _Connection:
                         self._check_session(frame)  # type: ignore[arg-type]
                     if self.sasl is None:
                         await self._handle_frame(frame)  # type: ignore[arg-type]
+                        if self.unmuted_at and self.unmuted_at > trio.current_time():
+                            await self._throttled()
                     elif await self._authenticate(frame):  # type: ignore[arg-type]
                         frames.max_frame_size = max_frame_size
             finally:
@@ -282,6 +308,11 @@ class _Connection:
         """Hand a frame to the SASL authenticator; True once the connection is authenticated."""
         assert self.sasl is not None
         step = await self.sasl.receive(frame)
+        if step.close is not None:
+            await self.outbox.flush()  # what was answered before this frame leaves now
+            await trio.sleep(
+                self.broker.config.get_int("connection.failed.authentication.delay.ms") / 1000
+            )
         if step.chunks is not None:
             self.outbox.put(step.chunks)
         if step.close is not None:
@@ -317,6 +348,12 @@ class _Connection:
                 f"the SASL session of {self.principal} expired without re-authentication"
             )
 
+    async def _throttled(self) -> None:
+        """Mute the connection until its throttle time has passed; the answers already
+        due (the throttled one among them) leave first."""
+        await self.outbox.flush()
+        await trio.sleep_until(self.unmuted_at)
+
     async def _handle_frame(self, frame: memoryview) -> None:
         """Handle one request; its response takes the next place in the outbox."""
         api_key, api_version, correlation_id = peek_request_header(frame)
@@ -335,9 +372,18 @@ class _Connection:
             await self.outbox.flush()  # a handler that may wait must not hold back earlier answers
         broker = self.broker
         ctx = RequestContext(
-            broker, request.header, self.client_host, self.listener_name, self.principal
+            broker,
+            request.header,
+            self.client_host,
+            self.listener_name,
+            self.principal,
+            request_size=len(frame),
         )
         response = await dispatch(ctx, request.body)
+        if ctx.throttle_time_ms:
+            self.unmuted_at = max(
+                self.unmuted_at, trio.current_time() + ctx.throttle_time_ms / 1000
+            )
         if response is None:  # acks=0 produce
             return
         header = ResponseHeader(correlation_id=correlation_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +30,7 @@ from wirebroker.authorizer.acls import (
     ResourceType,
     operations_bits,
 )
+from wirebroker.quotas import throttle
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -66,6 +68,12 @@ class RequestContext:
     listener_name: str
     #: Who sent it: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener.
     principal: str = "User:ANONYMOUS"
+    #: The request's size in bytes (its frame), what `producer_byte_rate` counts.
+    request_size: int = 0
+    #: How long the client's connection is throttled for this request (client quotas).
+    throttle_time_ms: int = 0
+    #: The task time the request started at, while its request quota is not yet recorded.
+    quota_started: float | None = None
 
     @property
     def api_version(self) -> int:
@@ -232,9 +240,12 @@ def supported(api_key: int, version: int) -> bool:
 
 
 async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None:
-    """Run the handler; a KafkaError or a bug becomes this API's error response."""
+    """Run the handler; a KafkaError or a bug becomes this API's error response. The
+    response carries the request's throttle time (`wirebroker.quotas.throttle`)."""
     reg = REGISTRY[ctx.header.request_api_key]
     started = perf_counter()
+    if ctx.broker.quotas.request.enabled:
+        throttle.request_started(ctx)
     error = ErrorCode.NONE
     try:
         response = await reg.handler(ctx, body)
@@ -248,7 +259,21 @@ async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None
         log.exception("%s v%d: unexpected error in handler", type(body).__name__, ctx.api_version)
         error = ErrorCode.UNKNOWN_SERVER_ERROR
         response = error_response(ctx, body, error)
+    if ctx.quota_started is not None:
+        throttle.request_throttle(ctx)
+    throttle_ms = ctx.throttle_time_ms
+    if throttle_ms and response is not None:
+        if isinstance(response, Later):
+            response = Later(partial(_throttled_later, response, throttle_ms))
+        else:
+            throttle.set_throttle_time(response, throttle_ms)
     return ctx.broker.stats.request_done(ctx.header, body, started, response, error)
+
+
+async def _throttled_later(later: Later, throttle_ms: int) -> Message:
+    response = await later.finish()
+    throttle.set_throttle_time(response, throttle_ms)
+    return response
 
 
 def error_response(ctx: RequestContext, body: Message, code: ErrorCode) -> Message:
@@ -267,7 +292,13 @@ def _fill(target: Struct, source: Struct | None, code: int) -> None:
     for f in type(target).FIELDS:
         if f.name == "error_code" and f.type == "int16":
             target.error_code = code  # type: ignore[attr-defined]
-        elif f.struct is not None and f.type.startswith("[]") and source is not None:
+        elif (
+            f.struct is not None
+            and f.type.startswith("[]")
+            and source is not None
+            and f.tag is None
+        ):
+            # (a tagged list, Produce's node_endpoints, mirrors nothing of the request)
             mirror = _matching_list(source, f.name)
             if mirror is not None:
                 items = []

@@ -215,6 +215,16 @@ class FetchSessionCache:
         self.sessions[session.id] = session
         return ErrorCode.NONE, session.id, carried
 
+    def throttled_answer(self, context: FetchContext) -> tuple[ErrorCode, int]:
+        """(error, session id) of a throttled fetch's empty answer (Kafka's
+        getThrottledResponse): an incremental fetch keeps its session, a full one opens none."""
+        session = context.session
+        if session is None:
+            return ErrorCode.NONE, INVALID_SESSION_ID
+        if self.sessions.get(session.id) is not session or session.epoch != context.expected_epoch:
+            return ErrorCode.INVALID_FETCH_SESSION_EPOCH, session.id
+        return ErrorCode.NONE, session.id
+
     def _select(
         self,
         session: FetchSession,

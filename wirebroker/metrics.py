@@ -24,6 +24,10 @@ Where it differs from Kafka:
   own writes to `__consumer_offsets`); a topic's own series disappear when no partition of it
   is hosted here any more (its counts stay in the all-topics series).
 - Connections are one count for the broker (`socket-server-metrics` has no listener label).
+- Client quota metrics exist for the quota types that were set (Kafka: once any user or
+  client config was set), and are named by the JMX exporter's quota rules:
+  `kafka_server_quota_throttle_time{resource="Produce",clientId="app"}`, `..._byte_rate`,
+  `..._request_time`, `..._mutation_rate`, `..._tokens`.
 - Consumer lag is reported by the group's coordinator, for the partitions this broker leads
   (it knows their high watermark); lag is the high watermark minus the committed offset.
 """
@@ -46,6 +50,7 @@ from protocol.messages import APIS
 from protocol.messages.headers import RequestHeader
 from protocol.schema import Message
 from wirebroker.dispatch import Later
+from wirebroker.zk.znodes import desanitize
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -265,6 +270,7 @@ class BrokerCollector(Collector):
         yield from self._controller()
         yield from self._logs()
         yield from self._consumer_groups()
+        yield from self._quotas()
         yield from self._transactions()
         yield from self._other()
 
@@ -470,6 +476,50 @@ class BrokerCollector(Collector):
                 lag_sum.add_metric([group.group_id, topic], total)
         yield from (offset, offset_sum, lag, lag_sum, members)
 
+    def _quotas(self) -> Iterator[Metric]:
+        """Kafka's per-client quota metrics (`kafka.server:type=Produce,user=..,client-id=..`
+        and the like), as the JMX exporter's quota rules name them; a tag Kafka leaves empty
+        is no label, as JMX drops it."""
+        quotas = self.broker.quotas
+        now = self.broker.now_ms()
+        families: dict[str, Metric] = {}
+
+        def add(name: str, doc: str, labels: dict[str, str], value: float) -> None:
+            family = families.get(name)
+            if family is None:
+                family = families[name] = Metric(f"kafka_server_quota_{name}", doc, "gauge")
+            family.samples.append(Sample(family.name, labels, value))
+
+        for resource, manager, measured in (
+            ("Produce", quotas.produce, "byte_rate"),
+            ("Fetch", quotas.fetch, "byte_rate"),
+            ("Request", quotas.request, "request_time"),
+            ("ControllerMutation", quotas.controller_mutation, "mutation_rate"),
+        ):
+            for sensor in manager.live_sensors():
+                user, client_id = sensor.tags
+                labels = {"resource": resource}
+                if user:
+                    labels["user"] = user
+                if client_id:
+                    labels["clientId"] = desanitize(client_id)
+                add(measured, _QUOTA_DOCS[measured], labels, sensor.rate.measure(now))
+                add(
+                    "throttle_time",
+                    "Mean throttle time given to the client (ms).",
+                    labels,
+                    sensor.throttles.average(now),
+                )
+                if sensor.bucket is not None and sensor.bound is not None:
+                    sensor.bucket.check(sensor.bound, now)  # refills it to now
+                    add(
+                        "tokens",
+                        "Tokens left in the client's bucket.",
+                        labels,
+                        sensor.bucket.tokens,
+                    )
+        yield from families.values()
+
     def _transactions(self) -> Iterator[Metric]:
         """The transaction coordinator's and KIP-890 verification's metrics."""
         coordinator = self.broker.transactions
@@ -531,6 +581,13 @@ class BrokerCollector(Collector):
             "Open client connections.",
             broker.stats.connections,
         )
+
+
+_QUOTA_DOCS = {
+    "byte_rate": "Bytes a second the client produced or fetched (its quota's measure).",
+    "request_time": "Percent of a second the client's requests took to handle.",
+    "mutation_rate": "Partitions a second the client created or deleted.",
+}
 
 
 def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:

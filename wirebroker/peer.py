@@ -6,17 +6,25 @@ answer to another request raises `EOFError`, a garbled one `ProtocolError`; the 
 is then out of step and the caller must close it. It sets no timeout: callers bound each
 request with their own (`replica.socket.timeout.ms`, `controller.socket.timeout.ms`).
 
-`request_once` is one request on a fresh connection (a broker's ControlledShutdown to the
-controller). `PeerClient` keeps a connection to one peer for the replica fetchers and
-AlterPartition: it connects when needed, to the address `resolve()` gives at that moment (so a
-broker that moved is found again), and turns any failure into `PeerError`, closing the
-connection; the next request reconnects, but not before `backoff_s` after a failed attempt.
-The controller's per-broker queues (`controller.channel`) use `PeerConnection` directly, with
-their own reconnect and retry rules.
+`PeerSecurity` is how a connection is secured, as the inter-broker listener's protocol says
+(`PeerSecurity.inter_broker(config)`, built once per broker: `Broker.peer_security`): TLS with
+the context of `wirebroker.tls.inter_broker_client_context` (the broker's keystore as client
+certificate, its truststore, host names checked) for SSL and SASL_SSL, then for SASL_PLAINTEXT
+and SASL_SSL a SASL login (`wirebroker.sasl.settings.SaslLogin`: SaslHandshake v1, then
+SaslAuthenticate v2 rounds with the mechanism's client) before the first request, as Kafka's
+SaslClientAuthenticator. When the peer's answer gives the session a lifetime (KIP-368), the
+connection logs in again on its next request after 85-95% of it, as Kafka's clients do. A
+connection that cannot be opened, secured or logged in raises `PeerError` (a refused login
+`PeerAuthenticationFailed`, whose message says what the peer answered, never the secret);
+`PLAINTEXT` is neither TLS nor SASL.
 
-Over an SSL inter-broker listener every connection is TLS with the context of
-`wirebroker.tls.inter_broker_client_context` (the broker's keystore as client certificate, its
-truststore, host names checked); `ssl_context=None` is plaintext.
+`request_once` is one request on a fresh connection (a broker's ControlledShutdown to the
+controller); any failure is a `PeerError`. `PeerClient` keeps a connection to one peer for the
+replica fetchers and AlterPartition: it connects when needed, to the address `resolve()` gives
+at that moment (so a broker that moved is found again), and turns any failure into
+`PeerError`, closing the connection; the next request reconnects, but not before `backoff_s`
+after a failed attempt. The controller's per-broker queues (`controller.channel`) use
+`PeerConnection` directly, with their own reconnect and retry rules.
 
 Nothing here interprets a response or retries a request: callers do.
 """
@@ -24,18 +32,27 @@ Nothing here interprets a response or retries a request: callers do.
 from __future__ import annotations
 
 import logging
+import random
 import ssl
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import trio
 
 from protocol.api import decode_response, encode_request
-from protocol.errors import ProtocolError
+from protocol.errors import ErrorCode, ProtocolError
 from protocol.framing import NEED_DATA, FrameBuffer, frame
 from protocol.messages.headers import RequestHeader
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
+from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from protocol.schema import Message
+from wirebroker.config import BrokerConfig
+from wirebroker.sasl.mechanism import SaslFailure
+from wirebroker.sasl.settings import SaslLogin, inter_broker_login
+from wirebroker.tls import inter_broker_client_context
 
 log = logging.getLogger(__name__)
 
@@ -44,37 +61,136 @@ MAX_RESPONSE_BYTES = 1 << 30
 DEFAULT_TIMEOUT_S = 30.0  # Kafka's replica.socket.timeout.ms and controller.socket.timeout.ms
 
 
+#: SaslHandshake and SaslAuthenticate versions this broker's login uses (Kafka 3.9's newest).
+SASL_HANDSHAKE_VERSION = 1
+SASL_AUTHENTICATE_VERSION = 2
+#: Share of a session's lifetime after which the next request logs in again (Kafka's clients
+#: pick a point between 85% and 95%, so a fleet does not renew all at once).
+REAUTHENTICATE_AT = (0.85, 0.95)
+#: What a broken, refused or garbled connection raises on its way.
+CONNECTION_FAILURES = (
+    OSError,
+    EOFError,
+    ProtocolError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+)
+
+
 class PeerError(Exception):
     """A request to another broker failed; the connection (if any) is closed."""
+
+
+class PeerAuthenticationFailed(PeerError):
+    """The peer refused this broker's SASL login (wrong credentials or mechanism), or its
+    answers did not prove it knows them: fix the JAAS config or the peer's credentials."""
+
+
+@dataclass(frozen=True)
+class PeerSecurity:
+    """How connections to peers are secured: TLS when `ssl_context` is set, then a SASL login
+    when `sasl` is (SASL_SSL has both, PLAINTEXT neither)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    sasl: SaslLogin | None = None
+
+    @classmethod
+    def inter_broker(cls, config: BrokerConfig) -> PeerSecurity:
+        """What the inter-broker listener's protocol asks for; ConfigError when it cannot be."""
+        return cls(inter_broker_client_context(config), inter_broker_login(config))
+
+
+PLAINTEXT = PeerSecurity()
 
 
 class PeerConnection:
     """One open connection to a broker; requests on it must not overlap."""
 
-    def __init__(self, stream: trio.abc.Stream, client_id: str) -> None:
+    def __init__(
+        self, stream: trio.abc.Stream, client_id: str, security: PeerSecurity = PLAINTEXT
+    ) -> None:
         self.stream = stream
         self.client_id = client_id
+        self.security = security
         self._frames = FrameBuffer(MAX_RESPONSE_BYTES)
         self._correlation_id = 0
+        #: trio time after which the next request first logs in again (None: never).
+        self._reauthenticate_at: float | None = None
 
     @classmethod
     async def open(
-        cls, host: str, port: int, *, client_id: str, ssl_context: ssl.SSLContext | None = None
+        cls, host: str, port: int, *, client_id: str, security: PeerSecurity = PLAINTEXT
     ) -> PeerConnection:
-        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
-        if ssl_context is not None:
-            # Kafka's frames carry their length: no need for close_notify to see truncation.
-            tls = trio.SSLStream(stream, ssl_context, server_hostname=host, https_compatible=True)
-            try:
+        """Connect, then TLS and SASL as `security` says; PeerError (nothing left open) when
+        any of it fails."""
+        try:
+            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        except OSError as e:
+            raise PeerError(f"cannot connect to {host}:{port}: {e}") from e
+        try:
+            if security.ssl_context is not None:
+                # Kafka's frames carry their length: no need for close_notify to see truncation.
+                tls = trio.SSLStream(
+                    stream, security.ssl_context, server_hostname=host, https_compatible=True
+                )
                 await tls.do_handshake()
-            except BaseException:
-                await trio.aclose_forcefully(stream)
-                raise
-            stream = tls
-        return cls(stream, client_id)
+                stream = tls
+            connection = cls(stream, client_id, security)
+            if security.sasl is not None:
+                await connection.authenticate()
+        except BaseException as e:
+            await trio.aclose_forcefully(stream)
+            if isinstance(e, CONNECTION_FAILURES):
+                raise PeerError(f"{host}:{port}: {e!r}") from e
+            raise
+        return connection
+
+    async def authenticate(self) -> None:
+        """Log in (again) with the SASL login of `security`; PeerAuthenticationFailed when the
+        peer refuses. Other failures (a closed stream) raise as from `request`."""
+        login = self.security.sasl
+        assert login is not None
+        client = login.client(int(time.time() * 1000))
+        who = f"SASL/{login.mechanism} login on {login.listener_name}"
+        shake = await self._call(
+            SaslHandshakeRequest(mechanism=login.mechanism), SASL_HANDSHAKE_VERSION
+        )
+        assert isinstance(shake, SaslHandshakeResponse)
+        if shake.error_code != ErrorCode.NONE:
+            raise PeerAuthenticationFailed(
+                f"{who}: the peer answered {ErrorCode(shake.error_code).name} "
+                f"(it offers {', '.join(shake.mechanisms)})"
+            )
+        token: bytes | None = client.initial()
+        lifetime_ms = 0
+        while token is not None:
+            answer = await self._call(
+                SaslAuthenticateRequest(auth_bytes=token), SASL_AUTHENTICATE_VERSION
+            )
+            assert isinstance(answer, SaslAuthenticateResponse)
+            if answer.error_code != ErrorCode.NONE:
+                raise PeerAuthenticationFailed(
+                    f"{who} refused: {ErrorCode(answer.error_code).name}: {answer.error_message}"
+                )
+            lifetime_ms = answer.session_lifetime_ms
+            try:
+                token = client.evaluate(answer.auth_bytes)
+            except SaslFailure as e:
+                raise PeerAuthenticationFailed(f"{who}: {e}") from None
+        self._reauthenticate_at = (
+            trio.current_time() + lifetime_ms / 1000 * random.uniform(*REAUTHENTICATE_AT)
+            if lifetime_ms > 0
+            else None
+        )
 
     async def request(self, body: Message, version: int) -> Any:
-        """Send `body` at `version` and return the response body."""
+        """Send `body` at `version` and return the response body (logging in again first when
+        the session is due for it)."""
+        if self._reauthenticate_at is not None and trio.current_time() >= self._reauthenticate_at:
+            await self.authenticate()
+        return await self._call(body, version)
+
+    async def _call(self, body: Message, version: int) -> Any:
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
         correlation_id = self._correlation_id
         header = RequestHeader(
@@ -123,15 +239,19 @@ async def request_once(
     *,
     client_id: str,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    ssl_context: ssl.SSLContext | None = None,
+    security: PeerSecurity = PLAINTEXT,
 ) -> Any:
-    """One request on a fresh connection, connecting included in `timeout_s`."""
-    with trio.fail_after(timeout_s):
-        connection = await PeerConnection.open(
-            host, port, client_id=client_id, ssl_context=ssl_context
-        )
-        async with connection:
-            return await connection.request(body, version)
+    """One request on a fresh connection, connecting included in `timeout_s`; PeerError when
+    it cannot be done."""
+    try:
+        with trio.fail_after(timeout_s):
+            connection = await PeerConnection.open(
+                host, port, client_id=client_id, security=security
+            )
+            async with connection:
+                return await connection.request(body, version)
+    except (*CONNECTION_FAILURES, trio.TooSlowError) as e:
+        raise PeerError(f"{type(body).__name__} to {host}:{port} failed: {e!r}") from e
 
 
 class PeerClient:
@@ -145,10 +265,10 @@ class PeerClient:
         client_id: str,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         backoff_s: float = 1.0,
-        ssl_context: ssl.SSLContext | None = None,
+        security: PeerSecurity = PLAINTEXT,
     ) -> None:
         self.name = name
-        self.ssl_context = ssl_context
+        self.security = security
         self.resolve = resolve
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -165,14 +285,7 @@ class PeerClient:
             try:
                 with trio.fail_after(self.timeout_s):
                     return await connection.request(body, version)
-            except (
-                trio.TooSlowError,
-                trio.BrokenResourceError,
-                trio.ClosedResourceError,
-                OSError,
-                EOFError,
-                ProtocolError,
-            ) as e:
+            except (*CONNECTION_FAILURES, trio.TooSlowError, PeerError) as e:
                 await self._drop(f"{type(body).__name__} failed: {e!r}")
                 raise PeerError(f"{self.name}: {type(body).__name__} failed: {e!r}") from e
             except trio.Cancelled:
@@ -191,10 +304,12 @@ class PeerClient:
         try:
             with trio.fail_after(self.timeout_s):
                 connection = await PeerConnection.open(
-                    *address, client_id=self.client_id, ssl_context=self.ssl_context
+                    *address, client_id=self.client_id, security=self.security
                 )
-        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as e:
+        except (PeerError, trio.TooSlowError) as e:
             self._next_attempt = trio.current_time() + self.backoff_s
+            if isinstance(e, PeerAuthenticationFailed):
+                log.warning("%s: %s", self.name, e)
             raise PeerError(
                 f"{self.name}: cannot connect to {address[0]}:{address[1]}: {e!r}"
             ) from e

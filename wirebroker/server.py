@@ -7,6 +7,11 @@ fire-and-forget: connections and periodic jobs are children of its nursery. Ever
 broker reads the time from its `clock` (Kafka's `Time`, `storage.clock`): the wall clock, or in
 a test one that follows trio's `MockClock`.
 
+The dynamic broker configs (`wirebroker.dynamic_config`) are read before anything is opened
+(ZooKeeper's `/config/brokers/...` in a cluster, the embedded broker's own file), so listeners'
+TLS and the logs start with them; each listener's TLS context is taken per connection from
+`tls.ListenerContexts`, which a dynamic keystore change replaces.
+
 With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
 cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
 (registration, config changes, the controller candidacy) runs as a child of the same nursery.
@@ -17,7 +22,6 @@ cluster id comes from `/cluster/id`), and once the listeners are bound its `Clus
 from __future__ import annotations
 
 import logging
-import ssl
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -31,12 +35,13 @@ from storage.cleaner import Compaction
 from storage.clock import Clock, wall_clock_ms
 from storage.errors import StorageError
 from storage.log_manager import LogManager
-from storage.partition_log import PendingFlush
+from storage.partition_log import PartitionLog, PendingFlush
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import serve_connection
+from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
 from wirebroker.metrics_http import serve_metrics
-from wirebroker.tls import PrincipalMapper, server_context
+from wirebroker.tls import ListenerContexts
 
 if TYPE_CHECKING:
     from wirebroker.zk.client import ZkClient
@@ -76,23 +81,33 @@ async def serve_broker(
     task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     started = time.monotonic()
-    # A bad keystore or truststore fails here, before any file or socket is opened.
-    tls = {listener.name: _tls_of(config, listener.name) for listener in config.listeners()}
     zk: ZkClient | None = None
     if config.get("zookeeper.connect"):
         # Imported here: an embedded broker never loads kazoo and the controller (start-up time).
+        from wirebroker.zk import entity_configs
         from wirebroker.zk import member as zk_member
 
         zk = await zk_member.connect(config)
         try:
             cluster_id = await zk_member.ensure_cluster_id(zk, config)
             config = BrokerConfig({**config.values, "cluster.id": cluster_id})
-            broker = Broker.open(config, clock)
+            stored = await zk_member.read_broker_configs(zk, config.broker_id)
+            dynamic = DynamicBrokerConfig.open(config, stored)
+            own = str(config.broker_id)
+            again = dynamic.reencoded(stored[own])
+            if again is not None:  # stored under password.encoder.old.secret
+                await entity_configs.change_entity_config(zk, f"brokers/{own}", again)
+            # A bad keystore or truststore fails here, before any file or socket is opened.
+            tls = ListenerContexts(config)
+            broker = Broker.open(config, clock, dynamic)
         except BaseException:
             await zk.close()
             raise
     else:
-        broker = Broker.open(config, clock)
+        dynamic = DynamicBrokerConfig.open(config)
+        tls = ListenerContexts(config)
+        broker = Broker.open(config, clock, dynamic)
+    dynamic.add_reconfigurable(Reconfigurable(tls.follows, tls.reconfigure, tls.validate))
     try:
         if config.authorizer_enabled:
             # The ACLs are loaded before any listener opens: no request is decided without them.
@@ -109,12 +124,7 @@ async def serve_broker(
                 sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
                 port = sockets[0].socket.getsockname()[1]
                 bound.append(Listener(listener.name, listener.host or "0.0.0.0", port))
-                handler = partial(
-                    serve_connection,
-                    broker=broker,
-                    listener_name=listener.name,
-                    tls=tls[listener.name],
-                )
+                handler = partial(_serve, broker=broker, listener=listener.name, tls=tls)
                 nursery.start_soon(trio.serve_listeners, handler, sockets)
             broker.advertised = _advertised(config, bound)
             if zk is not None:
@@ -149,11 +159,11 @@ def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
     ]
 
 
-def _tls_of(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
-    """An SSL listener's TLS context and principal mapping; None for a plaintext one."""
-    if config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
-        return None
-    return server_context(config, listener)
+async def _serve(
+    stream: trio.SocketStream, *, broker: Broker, listener: str, tls: ListenerContexts
+) -> None:
+    """One accepted connection, with its listener's TLS context of the moment."""
+    await serve_connection(stream, broker, listener, tls.contexts[listener])
 
 
 async def _housekeeping(broker: Broker) -> None:
@@ -165,18 +175,25 @@ async def _housekeeping(broker: Broker) -> None:
     worker thread, so requests are served meanwhile. Retention stays on the loop (renames and
     unlinks).
     """
-    schedule = {
-        "flush": FLUSH_CHECK_INTERVAL_S,
-        "retention": broker.config.get_int("log.retention.check.interval.ms") / 1000,
-        "cleaner": broker.config.get_int("log.cleaner.backoff.ms") / 1000,
-        "checkpoint": broker.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000,
-    }
-    due = {job: trio.current_time() + interval for job, interval in schedule.items()}
+
+    def interval(job: str) -> float:
+        """Seconds between runs of a job, read at every run (dynamic changes apply)."""
+        config = broker.config
+        return {
+            "flush": FLUSH_CHECK_INTERVAL_S,
+            "retention": config.get_int("log.retention.check.interval.ms") / 1000,
+            "cleaner": config.get_int("log.cleaner.backoff.ms") / 1000,
+            "checkpoint": config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000,
+        }[job]
+
+    jobs = ("flush", "retention", "cleaner", "checkpoint")
+    due = {job: trio.current_time() + interval(job) for job in jobs}
     while True:
         job = min(due, key=due.__getitem__)
         await trio.sleep_until(due[job])
         manager = broker.log_manager
         if job == "flush":
+            manager.write_index_entries()
             for pending in manager.flushes(broker.now_ms()):
                 await _run_log_chore(manager, "flush", pending)
             removal = manager.removal_chore()
@@ -187,15 +204,36 @@ async def _housekeeping(broker: Broker) -> None:
             if deleted:
                 log.info("retention deleted %d segments", deleted)
         elif job == "cleaner":
-            freed = 0
-            for compaction in manager.compactions(broker.now_ms()):
-                await _run_log_chore(manager, "compaction", compaction)
-                freed += compaction.removed
+            freed = await run_compactions(broker)
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:
             await run_off_loop(manager.begin_checkpoint())
-        due[job] = trio.current_time() + schedule[job]
+        due[job] = trio.current_time() + interval(job)
+
+
+async def run_compactions(broker: Broker) -> int:
+    """Compact the logs that are due, `log.cleaner.threads` of them at once (0: none), each
+    pass's slow part in a worker thread; the bytes freed."""
+    manager = broker.log_manager
+    threads = broker.config.get_int("log.cleaner.threads")
+    if threads <= 0:
+        return 0
+    limiter = trio.CapacityLimiter(threads)
+    freed = 0
+
+    async def compact(lg: PartitionLog) -> None:
+        nonlocal freed
+        async with limiter:
+            for compaction in manager.log_compactions(lg, broker.now_ms()):
+                await _run_log_chore(manager, "compaction", compaction)
+                freed += compaction.removed
+
+    async with trio.open_nursery() as nursery:
+        for _tp, lg in manager.logs():
+            if lg.config.compact:
+                nursery.start_soon(compact, lg)
+    return freed
 
 
 async def _run_log_chore(manager: LogManager, what: str, chore: PendingFlush | Compaction) -> None:

@@ -2,7 +2,10 @@
 
 This module owns three things:
 
-- the `ssl.SSLContext` of a listener (`server_context`) and of the inter-broker client side
+- the `ssl.SSLContext` of a listener (`server_context`, kept per listener by `ListenerContexts`,
+  which makes it again when the listener's `listener.name.<l>.ssl.*` keys change at run time:
+  new connections use the new keystore and truststore, open ones keep theirs) and of the
+  inter-broker client side
   (`inter_broker_client_context`), built from Kafka's `ssl.*` keys, each of which a
   `listener.name.<listener>.ssl.*` key overrides (Kafka's DefaultSslEngineFactory). Keystores
   are PEM (a file, or inline `ssl.keystore.certificate.chain` / `ssl.keystore.key`) or PKCS12,
@@ -24,6 +27,7 @@ TLS 1.2 suites (OpenSSL or IANA names), never TLS 1.3's; subject attributes Open
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -37,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.config import LISTENER_PREFIXED, BrokerConfig, ConfigError
 from wirebroker.transport import ANONYMOUS, chunk_size, flatten
 
 if TYPE_CHECKING:
@@ -45,6 +49,8 @@ if TYPE_CHECKING:
 
 # `cryptography` is imported where a store or a certificate is read: a broker without TLS
 # never loads it (start-up time).
+
+log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _RECEIVE = 64 * 1024
@@ -106,6 +112,51 @@ def server_context(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext,
     if client_auth != "none":
         _load_truststore(context, settings)
     return context, mapper
+
+
+class ListenerContexts:
+    """The TLS context and principal mapping of every listener (None for a plaintext one),
+    made again for a listener whose `listener.name.<l>.ssl.*` keys changed: a dynamic
+    config's :class:`~wirebroker.dynamic_config.Reconfigurable` (`follows`, `validate`,
+    `reconfigure`)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        # A bad keystore or truststore fails here, before any file or socket is opened.
+        self.contexts = {
+            listener.name: _listener_context(config, listener.name)
+            for listener in config.listeners()
+        }
+
+    def follows(self, name: str) -> bool:
+        return self._listener_of(name) is not None
+
+    def _listener_of(self, name: str) -> str | None:
+        """The SSL listener a `listener.name.<l>.ssl.*` key is of (None for any other key)."""
+        m = LISTENER_PREFIXED.fullmatch(name)
+        if m is None or not m[1].startswith("ssl."):
+            return None
+        listener = name.split(".")[2].upper()
+        return listener if self.contexts.get(listener) is not None else None
+
+    def validate(self, candidate: BrokerConfig) -> None:
+        """The changed listeners' new stores must load (ConfigError says why not)."""
+        for listener in self.contexts:
+            if self.contexts[listener] is not None:
+                _listener_context(candidate, listener)
+
+    def reconfigure(self, changed: frozenset[str]) -> None:
+        for listener in sorted({lst for n in changed if (lst := self._listener_of(n))}):
+            self.contexts[listener] = _listener_context(self.config, listener)
+            log.info("listener %s: new TLS context for new connections", listener)
+
+
+def _listener_context(
+    config: BrokerConfig, listener: str
+) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
+    if config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
+        return None
+    return server_context(config, listener)
 
 
 def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:

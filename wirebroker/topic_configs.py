@@ -1,16 +1,20 @@
 """Topic configs: Kafka's topic-level keys, their broker synonyms, defaults and sources.
 
 This module owns the rules DescribeConfigs reports and CreateTopics/AlterConfigs validate: a
-topic key's value comes from the topic's own override (source TOPIC_CONFIG), else from the
-broker's `server.properties` synonym (STATIC_BROKER_CONFIG), else Kafka's default
-(DEFAULT_CONFIG). It also turns the effective values into storage's `LogConfig`.
+topic key's value comes from the topic's own override (source DYNAMIC_TOPIC_CONFIG), else from
+the broker's synonym -- set dynamically for this broker or as the cluster default, or in
+`server.properties` (`wirebroker.config_sources` lists them in Kafka's order) -- else Kafka's
+default (DEFAULT_CONFIG). It also turns the effective values into storage's `LogConfig`; as
+the broker's values are read when a LogConfig is made, a dynamic change of a broker default
+reaches every topic without an override of its own once its LogConfig is made again.
 
 The keys are Kafka 3.9's whole topic-config list (``LogConfig``). Some are accepted, validated
 as Kafka validates them, stored and described, but change nothing here: ``message.format.version``
 and ``message.downconversion.enable`` (Kafka 3.x always stores v2 and we never down-convert),
-the ``*.replication.throttled.replicas`` lists (no replication quotas), and the tiered-storage
-keys ``local.retention.*`` and ``remote.log.*`` (no tiered storage: ``remote.storage.enable=true``
-is refused, as Kafka refuses it on a broker without ``remote.log.storage.system.enable``).
+and the tiered-storage keys ``local.retention.*`` and ``remote.log.*`` (no tiered storage:
+``remote.storage.enable=true`` is refused, as Kafka refuses it on a broker without
+``remote.log.storage.system.enable``). The ``*.replication.throttled.replicas`` lists are the
+replication throttles of `wirebroker.quotas.replication`.
 """
 
 from __future__ import annotations
@@ -22,28 +26,20 @@ from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
 from storage.config import LogConfig
-from wirebroker.config import BrokerConfig
+from wirebroker.config import BrokerConfig, broker_synonyms
+from wirebroker.config_sources import (
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    TYPE_CODES,
+    ConfigValue,
+    Synonym,
+    config_synonyms,
+)
+from wirebroker.quotas.replication import valid_throttled_replicas
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
     from wirebroker.topics import TopicRecord
-
-# ConfigSource codes of DescribeConfigs (org.apache.kafka.common.requests.DescribeConfigsResponse)
-UNKNOWN, DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG = 0, 1, 2
-DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 3, 4, 5
-DYNAMIC_BROKER_LOGGER_CONFIG, CLIENT_METRICS_CONFIG = 6, 7
-# ConfigType codes (v3+)
-TYPE_CODES = {
-    "boolean": 1,
-    "string": 2,
-    "int": 3,
-    "short": 4,
-    "long": 5,
-    "double": 6,
-    "list": 7,
-    "class": 8,
-    "password": 9,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +109,7 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             "list",
             "",
             None,
-            "Replicas throttled on the follower side (no effect here)",
+            "Replicas throttled on the follower side",
         ),
         TopicKey(
             "index.interval.bytes",
@@ -127,7 +123,7 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             "list",
             "",
             None,
-            "Replicas throttled on the leader side (no effect here)",
+            "Replicas throttled on the leader side",
         ),
         TopicKey(
             "local.retention.bytes",
@@ -251,50 +247,59 @@ TOPIC_KEYS: dict[str, TopicKey] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigValue:
-    name: str
-    value: str | None
-    source: int
-    read_only: bool
-    is_sensitive: bool
-    type: int
-    doc: str
-    default_value: str | None
+#: The broker keys that are defaults of topic configs, with their synonyms (Kafka's
+#: DynamicLogConfig keys): a change of one makes every log's LogConfig again.
+LOG_KEYS = frozenset(
+    name
+    for key in TOPIC_KEYS.values()
+    if key.broker_synonym is not None
+    for name in broker_synonyms(key.broker_synonym, match_listener_override=False)
+)
+_SCALES = {".hours": 3_600_000, ".minutes": 60_000}
 
 
 def _broker_value(config: BrokerConfig, key: TopicKey) -> str | None:
-    """The broker's own setting of a topic key's synonym, if the operator set one."""
+    """The broker's current setting of a topic key's synonym (dynamic or static), in the
+    topic key's unit (`log.retention.hours` in ms), or None when none is set."""
     if key.broker_synonym is None:
         return None
-    if key.name == "retention.ms" and any(
-        config.is_set(n)
-        for n in ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
-    ):
-        return str(config.retention_ms())
-    if key.name == "segment.ms" and any(
-        config.is_set(n) for n in ("log.roll.ms", "log.roll.hours")
-    ):
-        return str(config.roll_ms())
-    if config.is_set(key.broker_synonym):
-        return config.get(key.broker_synonym)
+    for name in broker_synonyms(key.broker_synonym, match_listener_override=False):
+        value = config.get(name) if config.is_set(name) else None
+        if value is None:
+            continue
+        scale = next((f for suffix, f in _SCALES.items() if name.endswith(suffix)), 1)
+        if scale == 1:
+            return value
+        return str(max(int(value) * scale, -1))
     return None
 
 
 def effective_values(config: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigValue]:
     out = []
     for key in TOPIC_KEYS.values():
-        broker_value = _broker_value(config, key)
+        synonyms: list[Synonym] = []
         value: str | None
         if key.name in overrides:
-            value, source = overrides[key.name], DYNAMIC_TOPIC_CONFIG
-        elif broker_value is not None:
-            value, source = broker_value, STATIC_BROKER_CONFIG
+            value = overrides[key.name]
+            synonyms.append((key.name, value, DYNAMIC_TOPIC_CONFIG))
         else:
-            value, source = key.default, DEFAULT_CONFIG
+            value = _broker_value(config, key)
+            if value is None:
+                value = key.default
+        if key.broker_synonym is not None:
+            names = broker_synonyms(key.broker_synonym, match_listener_override=True)
+            synonyms += config_synonyms(config, key.broker_synonym, names, sensitive=False)
         out.append(
             ConfigValue(
-                key.name, value, source, False, False, TYPE_CODES[key.type], key.doc, key.default
+                key.name,
+                value,
+                synonyms[0][2] if synonyms else DEFAULT_CONFIG,
+                False,
+                False,
+                TYPE_CODES[key.type],
+                key.doc,
+                key.default,
+                tuple(synonyms),
             )
         )
     return out
@@ -322,7 +327,6 @@ def validate_overrides(overrides: Mapping[str, str]) -> None:
 
 #: What Kafka 3.9 accepts for ``message.format.version``: a MetadataVersion from 0.8.0 on.
 _FORMAT_VERSION = re.compile(r"0\.8\.[0-2]|0\.9\.0|0\.1[01]\.\d(-IV\d)?|[1-9]\.\d+(-IV\d+)?")
-_THROTTLED_REPLICAS = re.compile(r"\s*(\*|\d+\s*:\s*\d+(\s*,\s*\d+\s*:\s*\d+)*)?\s*")
 
 
 def _check_accepted_only(name: str, value: str) -> None:
@@ -330,7 +334,14 @@ def _check_accepted_only(name: str, value: str) -> None:
     if name == "message.format.version":
         ok = _FORMAT_VERSION.fullmatch(value.strip()) is not None
     elif name.endswith(".replication.throttled.replicas"):
-        ok = _THROTTLED_REPLICAS.fullmatch(value) is not None
+        if not valid_throttled_replicas(value):
+            raise KafkaError(
+                f"Invalid value {value} for configuration {name}: {name} must be the literal "
+                "'*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+                error_code=ErrorCode.INVALID_CONFIG,
+            )
+        return
     elif name.startswith("local.retention."):
         ok = int(value) >= -2
     elif name == "remote.storage.enable" and value.lower() == "true":

@@ -10,13 +10,13 @@ It must not open sockets or touch partition logs.
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.errors import ErrorCode, KafkaError
+from wirebroker.json_file import write_json_atomically
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -97,9 +97,4 @@ class TopicRegistry:
 
     def save(self) -> None:
         data = {"version": 1, "topics": {n: t.to_json() for n, t in sorted(self.topics.items())}}
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json_atomically(self.path, data, sort_keys=True)

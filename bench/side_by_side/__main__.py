@@ -12,7 +12,12 @@ import time
 from pathlib import Path
 
 from bench.side_by_side import report, workloads
-from bench.side_by_side.targets import REPO_ROOT, TARGET_NAMES, target_session
+from bench.side_by_side.targets import (
+    DEFAULT_TARGETS,
+    REPO_ROOT,
+    TARGET_NAMES,
+    target_session,
+)
 
 ROWS_HELP = """\
 rows (ratio wirebroker/Kafka, goal):
@@ -33,10 +38,21 @@ rows (ratio wirebroker/Kafka, goal):
      timeout, 6 s on both; also given from the session expiry on)
  12  Metadata round trip p99 and max while the broker flushes a 1 GiB rolled segment
      and compacts a 512 MiB topic (<= 1.0)
+ 13  over an SSL listener: produce 1 KiB, acks=1, and consume 512 MiB from the start:
+     MB/s (>= 1.0; neither broker can use sendfile on TLS)
+ 14  SASL_SSL (PLAIN) connections set up per second: TLS handshake, ApiVersions,
+     SaslHandshake, SaslAuthenticate, close; 4 client processes at once (>= 1.0), and
+     the broker's CPU per connection (<= 1.0)
+ 15  transactional produce, 1 KiB records, acks=all, each transaction committed after
+     100 ms (ProducerPerformance --transactional-id --transaction-duration-ms 100): MB/s
+     (>= 1.0)
+ 16  consume read_committed from the start of 1 GiB written in 100 ms transactions:
+     MB/s (>= 1.0)
 
-Rows 1, 2, 3, 5 and 10 run both Java (ProducerPerformance / ConsumerPerformance) and
+Rows 1, 2, 3, 5, 10, 13, 15 and 16 run both Java (ProducerPerformance / ConsumerPerformance) and
 librdkafka (confluent-kafka in its own process) load generators. Rows 10 and 11 start one
-ZooKeeper and three brokers of each kind. Progress goes to stderr.
+ZooKeeper and three brokers of each kind; rows 13 and 14 a broker with SSL and SASL_SSL
+listeners (a PKCS12 keystore made for the run). Progress goes to stderr.
 """
 
 
@@ -86,8 +102,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--targets",
         type=_targets,
-        default=list(TARGET_NAMES),
-        help="comma-separated, in run order (default: kafka,wirebroker)",
+        default=list(DEFAULT_TARGETS),
+        help="comma-separated, in run order (default: kafka,wirebroker; wirebroker-metrics is "
+        "wirebroker with its Prometheus endpoint on, for the cost of metrics: "
+        "--targets wirebroker,wirebroker-metrics --rows 1)",
     )
     parser.add_argument(
         "--out",

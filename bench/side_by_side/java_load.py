@@ -100,11 +100,17 @@ def producer_performance(
     props: Mapping[str, object],
     log4j: Path,
     timeout: float,
+    transaction_ms: int | None = None,
 ) -> Run:
-    """Produce ``records`` records of ``record_size`` bytes as fast as possible (no throttle)."""
+    """Produce ``records`` records of ``record_size`` bytes as fast as possible (no throttle);
+    with ``transaction_ms``, in transactions of that long (``--transactional-id``)."""
     producer_props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in props.items())]
     args = ["--topic", topic, "--num-records", str(records), "--record-size", str(record_size)]
-    args += ["--throughput", "-1", "--producer-props", *producer_props]
+    args += ["--throughput", "-1"]
+    if transaction_ms is not None:
+        args += ["--transactional-id", f"bench-{topic}"]
+        args += ["--transaction-duration-ms", str(transaction_ms)]
+    args += ["--producer-props", *producer_props]
     argv = tool_argv(PRODUCER_PERFORMANCE, args, log4j)
     out = _run(argv, timeout)
     match = next((m for m in map(_PRODUCER_SUMMARY.search, out.splitlines()) if m), None)
@@ -122,14 +128,20 @@ def consumer_performance(
     group: str,
     log4j: Path,
     timeout: float,
+    props: Mapping[str, object] | None = None,
 ) -> Run:
     """Consume ``messages`` records from the start of ``topic``; the fetch-phase rate.
 
     ConsumerPerformance reports both a total rate and a fetch rate that leaves out the
     group join (``rebalance.time.ms``); the fetch rate is the broker's serving speed.
+    ``props`` (e.g. TLS settings) go to its ``--consumer.config`` file, beside ``log4j``.
     """
     args = ["--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(messages)]
     args += ["--group", group, "--timeout", "30000"]
+    if props:
+        config = log4j.with_name("consumer.properties")
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        args += ["--consumer.config", str(config)]
     argv = tool_argv(CONSUMER_PERFORMANCE, args, log4j)
     out = _run(argv, timeout)
     lines = [line for line in out.splitlines() if line.strip()]

@@ -13,8 +13,11 @@ Modes:
   when partition 0's end offset reaches ``--records``: with acks=0 ``flush()`` returns
   while the last records may still sit in socket buffers); with ``--partitions N`` the
   records go round-robin over partitions 0..N-1, else to the client's partitioner; with
-  ``--keys N`` record i has the key ``key<i mod N>`` (a topic to compact), else no key.
-- ``consume``: ``--records`` records from the start of partition 0, timed from ``assign``.
+  ``--keys N`` record i has the key ``key<i mod N>`` (a topic to compact), else no key; with
+  ``--transaction-ms T``, transactional (``transactional.id`` ``bench-<topic>``): a
+  transaction is committed once it has been open T ms, the last when every record is sent.
+- ``consume``: ``--records`` records from the start of partition 0, timed from ``assign``
+  (``--config`` may set e.g. ``isolation.level``).
 - ``latency-consume`` / ``latency-produce``: end-to-end latency. The producer sends at a
   fixed ``--rate`` for ``--seconds``, each record's value starting with the
   ``CLOCK_MONOTONIC`` nanoseconds of its ``produce()`` call (one clock for all processes on
@@ -126,6 +129,7 @@ def produce(
     wait_stored: bool = False,
     latency: bool = False,
     keys: int | None = None,
+    transaction_ms: int | None = None,
 ) -> Run:
     """Figures ``records_per_s`` and ``bytes_per_s`` of one produce run (``latency``: and
     ``p50_ms``, ``p99_ms`` of the delivery reports)."""
@@ -134,6 +138,8 @@ def produce(
         options["partitions"] = partitions
     if keys is not None:
         options["keys"] = keys
+    if transaction_ms is not None:
+        options["transaction_ms"] = transaction_ms
     argv = _argv("produce", bootstrap, topic, {**options, "config": config})
     if wait_stored:
         argv.append("--wait-stored")
@@ -143,9 +149,17 @@ def produce(
         return _result(proc, argv, timeout)
 
 
-def consume(bootstrap: str, topic: str, *, records: int, timeout: float) -> Run:
-    """Figures ``records_per_s`` and ``bytes_per_s`` of reading ``records`` from the start."""
-    argv = _argv("consume", bootstrap, topic, {"records": records})
+def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    records: int,
+    timeout: float,
+    config: Mapping[str, object] | None = None,
+) -> Run:
+    """Figures ``records_per_s`` and ``bytes_per_s`` of reading ``records`` from the start
+    (``config``: more client settings, e.g. TLS)."""
+    argv = _argv("consume", bootstrap, topic, {"records": records, "config": config or {}})
     with _spawn(argv) as proc:
         return _result(proc, argv, timeout)
 
@@ -241,12 +255,24 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
         "on_delivery": on_delivery,
         **_config(args.config),
     }
+    transaction_s = args.transaction_ms / 1000 if args.transaction_ms else None
+    if transaction_s is not None:
+        config["transactional.id"] = f"bench-{args.topic}"
     p = Producer(config)
     value = b"x" * args.record_size
     topic, n, keys = args.topic, args.partitions, args.keys
     stored = _end_offset_reader(args) if args.wait_stored else None
+    if transaction_s is not None:
+        p.init_transactions(60)
     start = time.perf_counter()
+    if transaction_s is not None:
+        p.begin_transaction()
+        opened = start
     for i in range(args.records):
+        if transaction_s is not None and time.perf_counter() - opened >= transaction_s:
+            p.commit_transaction(300)
+            p.begin_transaction()
+            opened = time.perf_counter()
         while True:
             try:
                 if n:
@@ -258,6 +284,8 @@ def _produce(args: argparse.Namespace) -> dict[str, float]:
                 break
             except BufferError:
                 p.poll(0.005)
+    if transaction_s is not None:
+        p.commit_transaction(300)
     if p.flush(300) != 0:
         raise KafkaException(f"{len(p)} records still undelivered after flush")
     while stored is not None and stored() < args.records:
@@ -295,6 +323,7 @@ def _consumer(args: argparse.Namespace, group: str) -> Any:
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            **_config(args.config),
         }
     )
     c.assign([TopicPartition(args.topic, 0, OFFSET_BEGINNING)])
@@ -306,7 +335,9 @@ def _consume(args: argparse.Namespace) -> dict[str, float]:
     c = _consumer(args, "bench-rdkafka-consume")
     got = size = 0
     while got < args.records:
-        batch = c.consume(num_messages=10_000, timeout=30)
+        # No more than what is left: consume() waits its whole timeout for a batch it cannot
+        # fill, and the last 30 s wait was once most of row 3's figure.
+        batch = c.consume(num_messages=min(10_000, args.records - got), timeout=30)
         if not batch:
             raise RuntimeError(f"consumed only {got} of {args.records} records")
         for m in batch:
@@ -456,6 +487,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--record-size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=0, help="produce round-robin over N")
     parser.add_argument("--keys", type=int, default=0, help="produce: keys key0..key<N-1>")
+    parser.add_argument(
+        "--transaction-ms", type=int, default=0, help="produce: in transactions of T ms"
+    )
     parser.add_argument("--rate", type=int, default=5000, help="latency-produce: records/s")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency-produce: how long")
     parser.add_argument("--warmup-records", type=int, default=0, help="latency-consume: skip")

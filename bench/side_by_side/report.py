@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.side_by_side.targets import (
     CLUSTER_SIZE,
+    METRICS_TARGET,
     REPO_ROOT,
     SESSION_TIMEOUT_MS,
     ZOOKEEPER_TICK_MS,
@@ -30,6 +31,7 @@ from bench.side_by_side.workloads import (
     CLIENTS,
     CLUSTER_ROWS,
     FAILOVER_INTERVAL_MS,
+    TRANSACTION_MS,
     Figure,
     Results,
 )
@@ -92,8 +94,8 @@ def met(figure: Figure, results: Results) -> bool | None:
 def fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "—"
-    if unit == "records/s":
-        return f"{value:,.0f} records/s"
+    if unit in ("records/s", "connections/s"):
+        return f"{value:,.0f} {unit}"
     if unit == "MiB":
         return f"{value:,.0f} MiB"
     if unit == "MB/s":
@@ -162,6 +164,41 @@ def _scale_table(
     return [*lines, ""]
 
 
+#: Row 1 with metrics on must keep this share of its figure with metrics off (issue 17).
+METRICS_COST_GOAL = 0.97
+
+
+def _metrics_cost(catalogue: Sequence[Figure], results: Results) -> list[str]:
+    """wirebroker with its Prometheus endpoint on against off, when both ran."""
+    rows = []
+    for f in catalogue:
+        off = median(results, f.key, "wirebroker")
+        on = median(results, f.key, METRICS_TARGET)
+        if off is None or on is None or off == 0:
+            continue
+        share = on / off
+        goal = f.row == 1 and f.higher_is_better
+        ok = "—" if not goal else ("yes" if share >= METRICS_COST_GOAL else "**no**")
+        rows.append(
+            f"| {f.row} | {f.label} | {fmt(off, f.unit)} | {fmt(on, f.unit)} | {share:.3f} | "
+            f"{f'≥ {METRICS_COST_GOAL}' if goal else '—'} | {ok} |"
+        )
+    if not rows:
+        return []
+    return [
+        "### The cost of metrics",
+        "",
+        "wirebroker with `wirebroker.metrics.listener` set (its Prometheus endpoint on, not "
+        "scraped) against without, run after each other (`--targets "
+        f"wirebroker,{METRICS_TARGET}`).",
+        "",
+        "| Row | Figure | metrics off | metrics on | on/off | Goal | Met? |",
+        "|---:|---|---:|---:|---:|---|:---:|",
+        *rows,
+        "",
+    ]
+
+
 def _repeats(catalogue: Sequence[Figure], results: Results, targets: Sequence[str]) -> list[str]:
     lines = [
         "<details><summary>Every repeat</summary>",
@@ -211,6 +248,24 @@ def _cluster_notes(catalogue: Sequence[Figure], results: Results) -> list[str]:
         "that out: from the deletion of the killed broker's `/brokers/ids` znode (watched "
         "in ZooKeeper by the harness) to the same acknowledgement, so the election, "
         "LeaderAndIsr and UpdateMetadata, and the client's metadata refresh.",
+        "",
+    ]
+
+
+def _transaction_notes(results: Results) -> list[str]:
+    """How rows 15 and 16 run, when either ran."""
+    if not any(key.startswith(("15/", "16/")) for key, _ in results.values):
+        return []
+    return [
+        f"Rows 15 and 16 use transactions of {TRANSACTION_MS} ms: row 15's producers (1 KiB "
+        "records, acks=all, idempotent, the batching of row 1) commit a transaction once it has "
+        f"been open {TRANSACTION_MS} ms and begin the next (ProducerPerformance's "
+        f"`--transactional-id --transaction-duration-ms {TRANSACTION_MS}`; librdkafka's "
+        "`init_transactions`, `begin_transaction`, `commit_transaction` in the load process), "
+        "so the figure includes every AddPartitionsToTxn, EndTxn and COMMIT marker. Row 16 "
+        "fills a topic that way (librdkafka), then reads it from the start with "
+        "`isolation.level=read_committed`: the fetches stop at the last stable offset and the "
+        "consumers skip one COMMIT marker per transaction.",
         "",
     ]
 
@@ -279,7 +334,9 @@ def render(
         "no fsync), each on a fresh data folder.",
         "",
         *_cluster_notes(catalogue, results),
+        *_transaction_notes(results),
         *_table(catalogue, results),
+        *_metrics_cost(catalogue, results),
         "",
         f"![wirebroker/Kafka per row against its goal]({chart_name})",
         "",

@@ -6,10 +6,16 @@ fsync on either). Kafka runs in ZooKeeper mode from the project's jars with the 
 ``kafka-server-start.sh`` would give it (``-Xmx1G -Xms1G`` plus ``kafka-run-class.sh``'s G1
 settings); its ZooKeeper lives for the whole target session and each broker gets its own
 chroot, so a fresh broker never inherits an earlier broker's topics. wirebroker runs as a
-``python -m wirebroker serve`` process with this tree on its path.
+``python -m wirebroker serve`` process with this tree on its path; the ``wirebroker-metrics``
+target is the same with its Prometheus endpoint on (``wirebroker.metrics.listener``, not
+scraped), for the cost of metrics (its figures over ``wirebroker``'s).
 
 A broker counts as ready when ApiVersions answers and Metadata lists it with a controller
 (the same probes for both).
+
+Rows 13 and 14 run against a broker that also has an SSL and a SASL_SSL listener
+(``Secured``): the same server.properties keys for both, a PKCS12 keystore with a self-signed
+ECDSA certificate for 127.0.0.1 made for the run, and SASL/PLAIN with one user.
 
 Rows 10 and 11 run against a cluster of each kind (``running_cluster``): a fresh ZooKeeper
 (``wirebroker.zookeeper_server.zookeeper``, the same launcher for both) and ``CLUSTER_SIZE``
@@ -22,6 +28,8 @@ process's resident memory (VmRSS) and its CPU seconds (utime + stime).
 from __future__ import annotations
 
 import contextlib
+import datetime
+import ipaddress
 import os
 import re
 import shutil
@@ -33,6 +41,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509.oid import NameOID
 
 from compat.kafka_process import (
     KAFKA_MAIN,
@@ -58,6 +72,10 @@ SHARED_PROPERTIES: dict[str, str] = {
     # 50-partition topic creation on either broker.
     "offsets.topic.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
+    # The transaction log (rows 15 and 16) as one partition on both, as __consumer_offsets.
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
     "auto.create.topics.enable": "true",
     "log.segment.bytes": str(1 << 30),
     # No fsync on either: both brokers leave flushing to the OS (Kafka's default).
@@ -66,14 +84,12 @@ SHARED_PROPERTIES: dict[str, str] = {
 """server.properties keys given to both brokers, with the same values."""
 
 KAFKA_ONLY_PROPERTIES: dict[str, str] = {
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
     # compat's test settings shrink these; the benchmark runs Kafka's defaults.
     "num.network.threads": "3",
     "num.io.threads": "8",
     "num.recovery.threads.per.data.dir": "1",
 }
-"""Keys Kafka needs with one broker, or Kafka's own defaults restored over compat's."""
+"""Kafka's own defaults restored over compat's test settings."""
 
 CLUSTER_SIZE = 3
 SESSION_TIMEOUT_MS = 6000
@@ -90,18 +106,16 @@ CLUSTER_PROPERTIES: dict[str, str] = {
     "min.insync.replicas": "2",
     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     "unclean.leader.election.enable": "false",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
     # compat's kafka_properties() gives Kafka this already: the last broker of a cluster
     # cannot hand its leaders on, and each retry waits 5 s before the broker stops anyway.
     "controlled.shutdown.max.retries": "1",
 }
 """server.properties keys given to every broker of both clusters (plus ``broker.id``)."""
 
-KAFKA_CLUSTER_ONLY_PROPERTIES: dict[str, str] = {
-    **KAFKA_ONLY_PROPERTIES,
-    "transaction.state.log.replication.factor": "3",
-    "transaction.state.log.min.isr": "2",
-}
-"""Kafka's transaction log settings for three brokers; wirebroker has no such topic."""
+KAFKA_CLUSTER_ONLY_PROPERTIES: dict[str, str] = {**KAFKA_ONLY_PROPERTIES}
+"""Kafka's own defaults restored over compat's, in the clusters too."""
 
 KAFKA_HEAP = ("-Xmx1G", "-Xms1G")
 """``kafka-server-start.sh``'s default heap."""
@@ -121,6 +135,72 @@ READY_TIMEOUT = 120.0
 STOP_TIMEOUT = 60.0
 
 
+SASL_USER = "bench"
+SASL_PASSWORD = "bench-secret"
+
+
+@dataclass(frozen=True)
+class Secured:
+    """Rows 13-14's listeners: SSL and SASL_SSL (PLAIN, one user) beside PLAINTEXT, from a
+    PKCS12 keystore whose self-signed certificate (``certificate``, PEM, what clients trust)
+    names 127.0.0.1."""
+
+    keystore: Path
+    certificate: Path
+    password: str = "bench-store"
+
+    @classmethod
+    def create(cls, workdir: Path) -> Secured:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, LOOPBACK)])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=7))
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
+                critical=False,
+            )
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        secured = cls(workdir / "bench-keystore.p12", workdir / "bench-certificate.pem")
+        encryption = serialization.BestAvailableEncryption(secured.password.encode())
+        secured.keystore.write_bytes(
+            pkcs12.serialize_key_and_certificates(b"broker", key, cert, None, encryption)
+        )
+        secured.certificate.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return secured
+
+    def properties(self, ports: Mapping[str, int]) -> dict[str, str]:
+        """The server.properties keys both brokers get, listening on ``ports`` by listener."""
+        listeners = ",".join(f"{name}://{LOOPBACK}:{port}" for name, port in ports.items())
+        return {
+            "listeners": listeners,
+            "advertised.listeners": listeners,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.keystore.password": self.password,
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'user_{SASL_USER}="{SASL_PASSWORD}";'
+            ),
+        }
+
+
+def secured_ports(port: int, secured: Secured | None) -> dict[str, int]:
+    """Every listener's port: PLAINTEXT's, and with ``secured`` fresh ones for the others."""
+    return {"PLAINTEXT": port} | (
+        {name: free_port() for name in ("SSL", "SASL_SSL")} if secured else {}
+    )
+
+
 class BrokerError(RuntimeError):
     """A broker did not start, or died."""
 
@@ -137,6 +217,8 @@ class Broker:
     broker_id: int = 0
     #: Its log directory (Kafka's on-disk layout on both targets).
     log_dir: Path | None = None
+    #: Every listener's port by name (PLAINTEXT's is ``port``).
+    ports: dict[str, int] = field(default_factory=dict)
     spawned_at: float = 0.0
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -243,8 +325,9 @@ class Target(Protocol):
     name: str
     workdir: Path
 
-    def new_broker(self) -> Broker:
-        """A broker with a fresh data folder, not yet spawned."""
+    def new_broker(self, secured: Secured | None = None) -> Broker:
+        """A broker with a fresh data folder, not yet spawned; with ``secured``, its SSL and
+        SASL_SSL listeners too."""
         ...
 
     def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
@@ -273,11 +356,13 @@ class KafkaTarget:
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
-    def new_broker(self) -> Broker:
+    def new_broker(self, secured: Secured | None = None) -> Broker:
         base = _fresh_dir(self.workdir, "broker-")
         zk_connect = f"{self.zk.connect}/{base.name}"
-        broker = self._broker(0, zk_connect, base, {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES})
-        self.last_argv = broker.argv
+        overrides = {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES}
+        broker = self._broker(0, zk_connect, base, overrides, secured)
+        if secured is None:
+            self.last_argv = broker.argv
         return broker
 
     def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
@@ -287,16 +372,22 @@ class KafkaTarget:
         return broker
 
     def _broker(
-        self, broker_id: int, zookeeper_connect: str, base: Path, overrides: Mapping[str, str]
+        self,
+        broker_id: int,
+        zookeeper_connect: str,
+        base: Path,
+        overrides: Mapping[str, str],
+        secured: Secured | None = None,
     ) -> Broker:
         base.mkdir(parents=True, exist_ok=True)
         port = free_port()
+        ports = secured_ports(port, secured)
         props = kafka_properties(
             broker_id=broker_id,
             port=port,
             zookeeper_connect=zookeeper_connect,
             log_dir=base / "kafka-logs",
-            overrides=overrides,
+            overrides={**overrides, **(secured.properties(ports) if secured else {})},
         )
         config = base / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -318,6 +409,7 @@ class KafkaTarget:
             base / "kafka.log",
             broker_id=broker_id,
             log_dir=base / "kafka-logs",
+            ports=ports,
         )
 
     def describe(self) -> str:
@@ -353,12 +445,17 @@ class WirebrokerTarget:
 
     workdir: Path
     name: str = "wirebroker"
+    #: Settings of this target's brokers beyond the shared ones.
+    own: Mapping[str, str] = field(default_factory=dict)
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
-    def new_broker(self) -> Broker:
-        broker = self._broker(_fresh_dir(self.workdir, "broker-"), SHARED_PROPERTIES)
-        self.last_argv = broker.argv
+    def new_broker(self, secured: Secured | None = None) -> Broker:
+        broker = self._broker(
+            _fresh_dir(self.workdir, "broker-"), SHARED_PROPERTIES, secured=secured
+        )
+        if secured is None:
+            self.last_argv = broker.argv
         return broker
 
     def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
@@ -371,12 +468,22 @@ class WirebrokerTarget:
         self.cluster_argv = broker.argv
         return broker
 
-    def _broker(self, base: Path, overrides: Mapping[str, str], broker_id: int = 0) -> Broker:
+    def _broker(
+        self,
+        base: Path,
+        overrides: Mapping[str, str],
+        broker_id: int = 0,
+        secured: Secured | None = None,
+    ) -> Broker:
         base.mkdir(parents=True, exist_ok=True)
         port = free_port()
+        ports = secured_ports(port, secured)
+        settings = {**overrides, **(secured.properties(ports) if secured else {})}
+        listeners = settings.pop("listeners", f"PLAINTEXT://{LOOPBACK}:{port}")
+        settings.pop("advertised.listeners", None)  # the same as listeners
         argv = [sys.executable, "-m", "wirebroker", "serve"]
-        argv += ["--listeners", f"PLAINTEXT://{LOOPBACK}:{port}", "--log-dirs", str(base / "data")]
-        for key, value in overrides.items():
+        argv += ["--listeners", listeners, "--log-dirs", str(base / "data")]
+        for key, value in {**settings, **self.own}.items():
             argv += ["--override", f"{key}={value}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         return Broker(
@@ -387,6 +494,7 @@ class WirebrokerTarget:
             env=env,
             broker_id=broker_id,
             log_dir=base / "data",
+            ports=ports,
         )
 
     def describe(self) -> str:
@@ -408,7 +516,9 @@ class WirebrokerTarget:
         return re.sub(r"PLAINTEXT://[\d.]+:\d+", "PLAINTEXT://$BOOTSTRAP", text)
 
 
-TARGET_NAMES = ("kafka", "wirebroker")
+TARGET_NAMES = ("kafka", "wirebroker", "wirebroker-metrics")
+DEFAULT_TARGETS = ("kafka", "wirebroker")
+METRICS_TARGET = "wirebroker-metrics"
 
 
 @contextlib.contextmanager
@@ -421,6 +531,9 @@ def target_session(name: str, workdir: Path) -> Iterator[Target]:
                 yield KafkaTarget(workdir, zk)
         elif name == "wirebroker":
             yield WirebrokerTarget(workdir)
+        elif name == METRICS_TARGET:
+            metrics = {"wirebroker.metrics.listener": f"{LOOPBACK}:0"}
+            yield WirebrokerTarget(workdir, METRICS_TARGET, metrics)
         else:
             raise ValueError(f"unknown target {name!r}; known: {', '.join(TARGET_NAMES)}")
     finally:
@@ -428,9 +541,10 @@ def target_session(name: str, workdir: Path) -> Iterator[Target]:
 
 
 @contextlib.contextmanager
-def running(target: Target) -> Iterator[Broker]:
-    """A fresh broker of ``target``, spawned and ready, stopped on exit."""
-    broker = target.new_broker()
+def running(target: Target, secured: Secured | None = None) -> Iterator[Broker]:
+    """A fresh broker of ``target`` (with ``secured``'s listeners), spawned and ready, stopped
+    on exit."""
+    broker = target.new_broker(secured)
     broker.spawn()
     try:
         broker.wait_ready()

@@ -2,9 +2,10 @@
 
 ``figures(sizes)`` is the table's catalogue (row, label, unit, goal on the ratio
 wirebroker/Kafka); ``run_target`` runs the selected rows against one target and adds every
-repeat's figure to ``Results``. Rows 1-6, 8 and 12 share one broker per target (started fresh,
+repeat's figure to ``Results``. Rows 1-6, 8, 12, 15 and 16 share one broker per target (started fresh,
 idle memory read before any load); row 7 starts a fresh broker per repeat (it times the
-start itself) and row 9 one per partition count (its memory is the figure). Rows 10 and 11
+start itself) and row 9 one per partition count (its memory is the figure); rows 13 and 14
+share one broker with SSL and SASL_SSL listeners (``targets.Secured``). Rows 10 and 11
 share one fresh 3-broker cluster per target; row 11 kills a broker per repeat and starts it
 again before the next. Every run writes to a fresh topic, created through the admin API and
 waited on until each partition has a leader (and, in the cluster, a full ISR), except row
@@ -37,11 +38,14 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from bench.side_by_side import java_load, rdkafka_load
+from bench.side_by_side import connect_load, java_load, rdkafka_load
 from bench.side_by_side.targets import (
     CLUSTER_SIZE,
+    SASL_PASSWORD,
+    SASL_USER,
     Broker,
     Cluster,
+    Secured,
     Target,
     running,
     running_cluster,
@@ -71,8 +75,11 @@ LATENCY_PRODUCER: dict[str, object] = {
     "compression.type": "none",
 }
 RUN_TIMEOUT = 900.0
-ALL_ROWS = tuple(range(1, 13))
+ALL_ROWS = tuple(range(1, 17))
 CLUSTER_ROWS = {10, 11}
+SECURED_ROWS = {13, 14}
+CONNECT_PROCESSES = 4
+"""Row 14's load generators at once: enough to keep either broker busy on two cores."""
 CLIENTS = ("java", "rdkafka")
 CLIENT_NAMES = {"java": "Java ProducerPerformance", "rdkafka": "librdkafka"}
 CONSUMER_NAMES = {"java": "Java ConsumerPerformance", "rdkafka": "librdkafka"}
@@ -122,6 +129,8 @@ IDEMPOTENT: dict[str, dict[str, object]] = {
     "java": {"acks": "all", "enable.idempotence": "true", **_BATCHING},
     "rdkafka": {"acks": "all", "enable.idempotence": "true", **_BATCHING, **_RDKAFKA_QUEUE},
 }
+TRANSACTION_MS = 100
+"""Rows 15 and 16: how long each transaction stays open before it is committed."""
 
 
 def paper_batch_size(records: int) -> int:
@@ -181,6 +190,11 @@ class Sizes:
     busy_flush_bytes: int = GiB
     busy_compact_bytes: int = 512 * MiB
     busy_keys: int = 10_000
+    tls_produce_records: int = 256 * MiB // KiB
+    tls_consume_records: int = 512 * MiB // KiB
+    connect_seconds: float = 10.0
+    transactional_records: int = 256 * MiB // KiB
+    read_committed_records: int = GiB // KiB  # as row 3: at 200 MB/s, 256 MiB was a 1 s run
 
 
 QUICK = Sizes(
@@ -202,6 +216,11 @@ QUICK = Sizes(
     busy_flush_bytes=16 * MiB,
     busy_compact_bytes=8 * MiB,
     busy_keys=1_000,
+    tls_produce_records=20_000,
+    tls_consume_records=20_000,
+    connect_seconds=2.0,
+    transactional_records=10_000,
+    read_committed_records=10_000,
 )
 
 
@@ -365,6 +384,28 @@ def figures(sizes: Sizes) -> list[Figure]:
                 1.0,
             )
         )
+    for c in CLIENTS:
+        label = f"TLS: produce 1 KiB, acks=1 ({CLIENT_NAMES[c]})"
+        out.append(Figure(f"13/produce/{c}", 13, label, "MB/s", True, 1.0))
+    for c in CLIENTS:
+        size = size_text(sizes.tls_consume_records * KiB)
+        label = f"TLS: consume {size} from the start ({CONSUMER_NAMES[c]})"
+        out.append(Figure(f"13/consume/{c}", 13, label, "MB/s", True, 1.0))
+    label = f"SASL_SSL (PLAIN) connections set up per second, {CONNECT_PROCESSES} clients at once"
+    out.append(Figure("14", 14, label, "connections/s", True, 1.0))
+    label = "Broker CPU per SASL_SSL connection set up"
+    note = "the clients bound row 14 on two cores; this is the broker's own work"
+    out.append(Figure("14/cpu", 14, label, "ms", False, 1.0, note=note))
+    for c in CLIENTS:
+        label = f"Transactional produce, {TRANSACTION_MS} ms transactions ({CLIENT_NAMES[c]})"
+        out.append(Figure(f"15/{c}", 15, label, "MB/s", True, 1.0))
+    for c in CLIENTS:
+        size = size_text(sizes.read_committed_records * KiB)
+        label = (
+            f"Consume read_committed, {size} written in {TRANSACTION_MS} ms transactions "
+            f"({CONSUMER_NAMES[c]})"
+        )
+        out.append(Figure(f"16/{c}", 16, label, "MB/s", True, 1.0))
     return out
 
 
@@ -397,10 +438,13 @@ class Context:
     results: Results
     workdir: Path
     log4j: Path = field(init=False)
+    #: Rows 13-14's listeners, made once so both targets get the same keystore.
+    secured: Secured = field(init=False)
     _topics: int = 0
 
     def __post_init__(self) -> None:
         self.log4j = java_load.tools_log4j(self.workdir)
+        self.secured = Secured.create(self.workdir)
 
     @property
     def cluster_repeats(self) -> int:
@@ -521,6 +565,7 @@ def _produce(
     config: Mapping[str, object],
     what: str,
     partitions: int | None = None,
+    transaction_ms: int | None = None,
 ) -> float:
     """One produce run by ``client``; bytes per second. Records the command under ``what``."""
     return _produce_to(
@@ -533,6 +578,7 @@ def _produce(
         config=config,
         what=what,
         partitions=partitions,
+        transaction_ms=transaction_ms,
     )[0]
 
 
@@ -548,9 +594,11 @@ def _produce_to(
     what: str,
     partitions: int | None = None,
     latency: bool = False,
+    transaction_ms: int | None = None,
 ) -> tuple[float, float | None]:
     """One produce run by ``client``: bytes per second and, with ``latency``, the p99 in ms
-    from send to acknowledgement. Records the command under ``what``."""
+    from send to acknowledgement (with ``transaction_ms``: in transactions that long).
+    Records the command under ``what``."""
     if client == "java":
         props = dict(config)
         if partitions is not None:
@@ -566,6 +614,7 @@ def _produce_to(
             props=props,
             log4j=ctx.log4j,
             timeout=RUN_TIMEOUT,
+            transaction_ms=transaction_ms,
         )
         ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", run.argv, bootstrap)
         return run.bytes_per_s, run.p99_ms if latency else None
@@ -579,9 +628,61 @@ def _produce_to(
         partitions=partitions,
         wait_stored=config.get("acks") == 0,
         latency=latency,
+        transaction_ms=transaction_ms,
     )
     ctx.results.command(f"{what} ({CLIENT_NAMES[client]})", rd.argv, bootstrap)
     return rd.figures["bytes_per_s"], rd.figures["p99_ms"] if latency else None
+
+
+def _filled_topic(
+    ctx: Context,
+    broker: Broker,
+    stem: str,
+    records: int,
+    what: str,
+    config: Mapping[str, object] = ACKS_1["rdkafka"],
+    transaction_ms: int | None = None,
+) -> str:
+    """A fresh topic holding ``records`` 1 KiB records, written by librdkafka over PLAINTEXT
+    (with ``transaction_ms``: in transactions that long)."""
+    topic = ctx.topic(broker, stem)
+    fill = rdkafka_load.produce(
+        broker.bootstrap,
+        topic,
+        records=records,
+        record_size=KiB,
+        config=config,
+        timeout=RUN_TIMEOUT,
+        transaction_ms=transaction_ms,
+    )
+    ctx.results.command(what, fill.argv, broker.bootstrap)
+    return topic
+
+
+def _consume(
+    ctx: Context,
+    bootstrap: str,
+    client: str,
+    topic: str,
+    *,
+    records: int,
+    group: str,
+    config: Mapping[str, object] | None = None,
+) -> tuple[list[str], float]:
+    """One read of ``records`` from the start of ``topic`` by ``client``: argv, bytes/s."""
+    if client == "java":
+        run = java_load.consumer_performance(
+            bootstrap,
+            topic,
+            messages=records,
+            group=group,
+            log4j=ctx.log4j,
+            timeout=RUN_TIMEOUT,
+            props=config,
+        )
+        return run.argv, run.bytes_per_s
+    rd = rdkafka_load.consume(bootstrap, topic, records=records, timeout=RUN_TIMEOUT, config=config)
+    return rd.argv, rd.figures["bytes_per_s"]
 
 
 # --------------------------------------------------------------------------- the rows
@@ -658,35 +759,14 @@ def paper(ctx: Context, broker: Broker) -> None:
 def consume(ctx: Context, broker: Broker) -> None:
     """Row 3 (and row 8 consume): read a whole 1 KiB-record topic from its start."""
     records = ctx.sizes.consume_records
-    topic = ctx.topic(broker, "consume")
-    fill = rdkafka_load.produce(
-        broker.bootstrap,
-        topic,
-        records=records,
-        record_size=KiB,
-        config=ACKS_1["rdkafka"],
-        timeout=RUN_TIMEOUT,
-    )
-    ctx.results.command("Row 3: fill the topic (librdkafka)", fill.argv, broker.bootstrap)
+    topic = _filled_topic(ctx, broker, "consume", records, "Row 3: fill the topic (librdkafka)")
     _progress(broker.target, "row 3 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
             cpu = broker.cpu_seconds()
-            if client == "java":
-                run = java_load.consumer_performance(
-                    broker.bootstrap,
-                    topic,
-                    messages=records,
-                    group=f"bench-consume-{i}",
-                    log4j=ctx.log4j,
-                    timeout=RUN_TIMEOUT,
-                )
-                argv, rate = run.argv, run.bytes_per_s
-            else:
-                rd = rdkafka_load.consume(
-                    broker.bootstrap, topic, records=records, timeout=RUN_TIMEOUT
-                )
-                argv, rate = rd.argv, rd.figures["bytes_per_s"]
+            argv, rate = _consume(
+                ctx, broker.bootstrap, client, topic, records=records, group=f"bench-consume-{i}"
+            )
             ctx.results.command(
                 f"Row 3: consume from the start ({CONSUMER_NAMES[client]})", argv, broker.bootstrap
             )
@@ -727,12 +807,14 @@ def latency(ctx: Context, broker: Broker) -> None:
         )
 
 
-def idempotent(ctx: Context, broker: Broker) -> None:
-    """Row 5: the idempotent producer with acks=all, 1 KiB records."""
-    records = ctx.sizes.idempotent_records
+def _acks_all_rows(
+    ctx: Context, broker: Broker, row: int, stem: str, records: int, transaction_ms: int | None
+) -> None:
+    """Rows 5 and 15: idempotent producers, acks=all, 1 KiB records (15: in transactions)."""
+    what = {5: "Row 5: idempotent produce, acks=all", 15: "Row 15: transactional produce"}[row]
     for i in range(1, ctx.repeats + 1):
         for client in CLIENTS:
-            topic = ctx.topic(broker, f"idempotent-{client}")
+            topic = ctx.topic(broker, f"{stem}-{client}")
             rate = _produce(
                 ctx,
                 broker,
@@ -741,12 +823,58 @@ def idempotent(ctx: Context, broker: Broker) -> None:
                 records=records,
                 record_size=KiB,
                 config=IDEMPOTENT[client],
-                what="Row 5: idempotent produce, acks=all",
+                what=what,
+                transaction_ms=transaction_ms,
             )
-            ctx.results.add(f"5/{client}", broker.target, rate / 1e6)
+            ctx.results.add(f"{row}/{client}", broker.target, rate / 1e6)
             _progress(
                 broker.target,
-                f"row 5 idempotent ({client})",
+                f"row {row} {stem} ({client})",
+                i,
+                ctx.repeats,
+                f"{rate / 1e6:.1f} MB/s",
+            )
+
+
+def idempotent(ctx: Context, broker: Broker) -> None:
+    """Row 5: the idempotent producer with acks=all, 1 KiB records."""
+    _acks_all_rows(ctx, broker, 5, "idempotent", ctx.sizes.idempotent_records, None)
+
+
+def transactional(ctx: Context, broker: Broker) -> None:
+    """Row 15: as row 5, each transaction committed once open 100 ms."""
+    records = ctx.sizes.transactional_records
+    _acks_all_rows(ctx, broker, 15, "transactional", records, TRANSACTION_MS)
+
+
+def read_committed(ctx: Context, broker: Broker) -> None:
+    """Row 16: read_committed consumers read a topic written in 100 ms transactions (one
+    COMMIT marker after each) from its start."""
+    records = ctx.sizes.read_committed_records
+    what = "Row 16: fill the topic in transactions (librdkafka)"
+    config = IDEMPOTENT["rdkafka"]
+    topic = _filled_topic(ctx, broker, "read-committed", records, what, config, TRANSACTION_MS)
+    _progress(broker.target, "row 16 fill", 1, 1, f"{records * KiB / MiB:.0f} MiB written")
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            argv, rate = _consume(
+                ctx,
+                broker.bootstrap,
+                client,
+                topic,
+                records=records,
+                group=f"bench-read-committed-{i}",
+                config={"isolation.level": "read_committed"},
+            )
+            ctx.results.command(
+                f"Row 16: consume read_committed ({CONSUMER_NAMES[client]})",
+                argv,
+                broker.bootstrap,
+            )
+            ctx.results.add(f"16/{client}", broker.target, rate / 1e6)
+            _progress(
+                broker.target,
+                f"row 16 read_committed ({client})",
                 i,
                 ctx.repeats,
                 f"{rate / 1e6:.1f} MB/s",
@@ -1032,6 +1160,103 @@ def _roll(bootstrap: str, *topics: str) -> None:
         raise RuntimeError("the records that roll the segments were not acknowledged")
 
 
+def tls_clients(secured: Secured) -> dict[str, dict[str, object]]:
+    """Each client's settings to reach the SSL listener, trusting the run's certificate."""
+    return {
+        "java": {
+            "security.protocol": "SSL",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(secured.certificate),
+        },
+        "rdkafka": {"security.protocol": "SSL", "ssl.ca.location": str(secured.certificate)},
+    }
+
+
+def tls(ctx: Context, broker: Broker) -> None:
+    """Row 13: rows 1 and 3 over the SSL listener (neither broker can use sendfile there)."""
+    sizes, clients = ctx.sizes, tls_clients(ctx.secured)
+    bootstrap = f"127.0.0.1:{broker.ports['SSL']}"
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            topic = ctx.topic(broker, f"tls-produce-{client}")
+            rate, _ = _produce_to(
+                ctx,
+                bootstrap,
+                client,
+                topic,
+                records=sizes.tls_produce_records,
+                record_size=KiB,
+                config={**ACKS_1[client], **clients[client]},
+                what="Row 13: produce 1 KiB over TLS, acks=1",
+            )
+            ctx.results.add(f"13/produce/{client}", broker.target, rate / 1e6)
+            figure = f"{rate / 1e6:.1f} MB/s"
+            _progress(broker.target, f"row 13 TLS produce ({client})", i, ctx.repeats, figure)
+    records = sizes.tls_consume_records
+    what = "Row 13: fill the topic (librdkafka, PLAINTEXT)"
+    topic = _filled_topic(ctx, broker, "tls-consume", records, what)
+    for i in range(1, ctx.repeats + 1):
+        for client in CLIENTS:
+            argv, rate = _consume(
+                ctx,
+                bootstrap,
+                client,
+                topic,
+                records=records,
+                group=f"bench-tls-consume-{i}",
+                config=clients[client],
+            )
+            what = f"Row 13: consume over TLS ({CONSUMER_NAMES[client]})"
+            ctx.results.command(what, argv, bootstrap)
+            ctx.results.add(f"13/consume/{client}", broker.target, rate / 1e6)
+            figure = f"{rate / 1e6:.1f} MB/s"
+            _progress(broker.target, f"row 13 TLS consume ({client})", i, ctx.repeats, figure)
+
+
+def sasl_connections(ctx: Context, broker: Broker) -> None:
+    """Row 14: TLS handshake plus SASL/PLAIN login, over and over, from several processes,
+    after a warm-up as long (Kafka's JIT compiles its TLS path during the first seconds); also
+    the broker's CPU seconds per connection, which the clients' own cost does not bound."""
+    bootstrap = f"127.0.0.1:{broker.ports['SASL_SSL']}"
+
+    def load(seconds: float) -> tuple[float, int, list[str]]:
+        return connect_load.connections_per_s(
+            bootstrap,
+            cafile=str(ctx.secured.certificate),
+            user=SASL_USER,
+            password=SASL_PASSWORD,
+            seconds=seconds,
+            processes=CONNECT_PROCESSES,
+        )
+
+    load(ctx.sizes.connect_seconds)  # as long as a measured run: Kafka's JIT settles in it
+    for i in range(1, ctx.repeats + 1):
+        cpu = broker.cpu_seconds()
+        rate, connections, argv = load(ctx.sizes.connect_seconds)
+        cpu_ms = (broker.cpu_seconds() - cpu) * 1000 / max(connections, 1)
+        what = f"Row 14: SASL_SSL connection set-up ({CONNECT_PROCESSES} of these at once)"
+        ctx.results.command(what, argv, bootstrap)
+        ctx.results.add("14", broker.target, rate)
+        ctx.results.add("14/cpu", broker.target, cpu_ms)
+        figure = f"{rate:,.0f} connections/s, {cpu_ms:.2f} ms broker CPU each"
+        _progress(broker.target, "row 14 SASL_SSL connections", i, ctx.repeats, figure)
+
+
+def on_secured_broker(ctx: Context, target: Target, rows: set[int]) -> None:
+    """Rows 13 and 14 on one fresh broker with SSL and SASL_SSL listeners."""
+    shown = ",".join(map(str, sorted(rows & SECURED_ROWS)))
+    log.info(
+        "%-10s | starting a fresh broker with SSL and SASL_SSL listeners for rows %s",
+        target.name,
+        shown,
+    )
+    with running(target, ctx.secured) as broker:
+        if 13 in rows:
+            _attempt(ctx, target.name, "row 13 TLS", lambda: tls(ctx, broker))
+        if 14 in rows:
+            _attempt(ctx, target.name, "row 14 SASL_SSL", lambda: sasl_connections(ctx, broker))
+
+
 def _attempt(ctx: Context, target: str, what: str, work: Callable[[], None]) -> None:
     try:
         work()
@@ -1053,11 +1278,13 @@ def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
         ({4}, "row 4 latency", latency),
         ({5}, "row 5 idempotent", idempotent),
         ({12}, "row 12 Metadata while busy", busy_metadata),
+        ({15}, "row 15 transactional produce", transactional),
+        ({16}, "row 16 read_committed consume", read_committed),
     ]
     wanted = [(what, work) for needs, what, work in shared if needs & rows]
 
     def on_one_broker() -> None:
-        shown = ", ".join(map(str, sorted(rows - {7, 9} - CLUSTER_ROWS)))
+        shown = ", ".join(map(str, sorted(rows - {7, 9} - CLUSTER_ROWS - SECURED_ROWS)))
         log.info("%-10s | starting a fresh broker for rows %s", target.name, shown)
         with running(target) as broker:
             for what, work in wanted:
@@ -1069,6 +1296,8 @@ def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
         _attempt(ctx, target.name, "row 7 first produce", lambda: first_produce(ctx, target))
     if 9 in rows:
         _attempt(ctx, target.name, "row 9 scale", lambda: scale(ctx, target))
+    if rows & SECURED_ROWS:
+        _attempt(ctx, target.name, "secured rows", lambda: on_secured_broker(ctx, target, rows))
     if rows & CLUSTER_ROWS:
         _attempt(ctx, target.name, "cluster rows", lambda: on_cluster(ctx, target, rows))
 

@@ -27,29 +27,27 @@ pytestmark = [
 ]
 
 
-def test_quick_run_writes_the_report_and_chart(tmp_path: Path) -> None:
-    hand_written = "## Limits\n\nKept between runs.\n"
-    (tmp_path / "BENCHMARKS.md").write_text(
-        f"# Benchmarks\n\n{BEGIN}\nold\n{END}\n\n{hand_written}"
-    )
+def quick_run(out: Path, *options: str, env: dict[str, str] | None = None) -> str:
+    """``python -m bench.side_by_side --quick OPTIONS --out OUT``: its stderr, once it passed."""
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.side_by_side",
-            "--quick",
-            "--rows",
-            "1,6",
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "bench.side_by_side", "--quick", *options, "--out", str(out)],
         cwd=REPO_ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=150,
     )
     assert run.returncode == 0, run.stderr[-4000:]
-    assert "repeat 1/1" in run.stderr  # progress on stderr
+    return run.stderr
+
+
+def test_quick_run_writes_the_report_and_chart(tmp_path: Path) -> None:
+    hand_written = "## Limits\n\nKept between runs.\n"
+    (tmp_path / "BENCHMARKS.md").write_text(
+        f"# Benchmarks\n\n{BEGIN}\nold\n{END}\n\n{hand_written}"
+    )
+    stderr = quick_run(tmp_path, "--rows", "1,6")
+    assert "repeat 1/1" in stderr  # progress on stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert text.endswith(hand_written) and "\nold\n" not in text
     for needle in (
@@ -71,27 +69,9 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
     replaced, the figure reaches the report, and nothing is left running."""
     scratch = tmp_path / "scratch"  # the run's temporary folder: every broker's argv names it
     scratch.mkdir()
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.side_by_side",
-            "--quick",
-            "--rows",
-            "11",
-            "--targets",
-            "wirebroker",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "TMPDIR": str(scratch)},
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    assert "row 11 leader kill -9 to new leader | repeat 1/1" in run.stderr
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    stderr = quick_run(tmp_path, "--rows", "11", "--targets", "wirebroker", env=env)
+    assert "row 11 leader kill -9 to new leader | repeat 1/1" in stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
     repeats = next(
         line
@@ -111,3 +91,35 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
         except OSError:
             continue
     assert not left, f"processes left running: {left}"
+
+
+def test_quick_transaction_rows_on_wirebroker(tmp_path: Path) -> None:
+    """Rows 15 and 16 alone against wirebroker: both clients' transactional produce and
+    read_committed consume give their figures, with the commands that made them."""
+    quick_run(tmp_path, "--rows", "15,16", "--targets", "wirebroker")
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    for client in ("Java ProducerPerformance", "librdkafka"):
+        assert f"| 15: Transactional produce, 100 ms transactions ({client}) | wirebroker |" in text
+    for client in ("Java ConsumerPerformance", "librdkafka"):
+        assert (
+            f"read_committed, 10 MiB written in 100 ms transactions ({client}) | wirebroker" in text
+        )
+    assert "--transactional-id bench-transactional-java" in text
+    assert "--transaction-duration-ms 100" in text
+    assert "--transaction-ms 100" in text
+    assert "--consumer.config" in text and "isolation.level=read_committed" in text
+
+
+def test_quick_metrics_cost_row(tmp_path: Path) -> None:
+    """Row 1 on wirebroker without and with its Prometheus endpoint: the report's cost table
+    has both figures and their ratio against the 0.97 goal."""
+    quick_run(tmp_path, "--rows", "1", "--targets", "wirebroker,wirebroker-metrics")
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "### The cost of metrics" in text
+    assert "wirebroker.metrics.listener=127.0.0.1:0" in text  # the command shown
+    row = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| 1 | Produce 1 KiB, acks=1 (librdkafka)") and "≥ 0.97" in line
+    )
+    assert row.count("MB/s") == 2

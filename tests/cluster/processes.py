@@ -54,6 +54,10 @@ CLUSTER_PROPERTIES = {
     "zookeeper.session.timeout.ms": "6000",
     "unclean.leader.election.enable": "false",
     "auto.create.topics.enable": "false",
+    # One transaction log partition: one coordinator for every transactional id.
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.state.log.num.partitions": "1",
 }
 
 

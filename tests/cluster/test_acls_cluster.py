@@ -51,7 +51,7 @@ from tests.wirebroker.secured import (
 from tests.wirebroker.test_txn_producer_clients import read_committed
 from wirebroker.authorizer.acls import AclOperation, PatternType, ResourceType
 from wirebroker.coordinator_store import partition_for
-from wirebroker.peer import PeerConnection
+from wirebroker.peer import PeerConnection, PeerSecurity
 from wirebroker.server import RunningBroker
 from wirebroker.zk import znodes
 
@@ -225,7 +225,7 @@ def test_acls_reach_every_broker_and_brokers_replicate_over_tls(
             context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
             intruder.configure_cert(context)
             peer = await PeerConnection.open(
-                "127.0.0.1", port(b3, "SSL"), client_id="x", ssl_context=context
+                "127.0.0.1", port(b3, "SSL"), client_id="x", security=PeerSecurity(context)
             )
             try:  # the inter-broker listener, but User:alice is no broker
                 answer = await peer.request(forged, 7)

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -30,24 +32,43 @@ pytestmark = [
 ]
 
 
+class _Launcher:
+    """`wirebroker cluster` (3 brokers on free ports) as a process, its output kept in `lines`."""
+
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        cmd = [sys.executable, "-m", "wirebroker", "cluster", "--brokers", "3"]
+        cmd += ["--base-port", "0", "--zookeeper-port", "0", "--data-dir", str(data_dir)]
+        self.proc = subprocess.Popen(
+            [*cmd, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    def found(self, pattern: str) -> re.Match[str] | None:
+        return next((m for line in list(self.lines) if (m := re.search(pattern, line))), None)
+
+    def interrupt(self) -> int:
+        """Ctrl-C, and the launcher's exit code."""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
 def test_cluster_command(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "wirebroker", "cluster", "--brokers", "3", "--base-port", "0"]
-    cmd += ["--zookeeper-port", "0", "--data-dir", str(tmp_path), "--metrics-port", "0"]
-    cmd += ["--override", "offsets.topic.num.partitions=3"]  # few logs; the RF is the default
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip())
-
-    threading.Thread(target=pump, daemon=True).start()
+    # few logs for __consumer_offsets; its RF is the default
+    launcher = _Launcher(
+        tmp_path, "--metrics-port", "0", "--override", "offsets.topic.num.partitions=3"
+    )
+    found, lines = launcher.found, launcher.lines
     try:
-
-        def found(pattern: str) -> re.Match[str] | None:
-            return next((m for line in list(lines) if (m := re.search(pattern, line))), None)
-
         boot = wait_until(lambda: found(r"bootstrap.servers=(\S+)"), 90, what="the cluster")
         zk_connect = found(r"ZooKeeper ready on (\S+)")
         assert zk_connect is not None
@@ -128,15 +149,61 @@ def test_cluster_command(tmp_path: Path) -> None:
                 what=f"LeaderAndIsr to broker {broker_id}",
             )
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        code = launcher.interrupt()
     assert code == 0, "\n".join(lines[-40:])
     assert any("stopping: brokers one at a time" in line for line in lines)
     assert sum("stopped (0)" in line for line in lines) == 3, "\n".join(lines[-40:])
     for address in bootstraps:
         with pytest.raises(OSError):
             socket.create_connection(host_port(address), timeout=1).close()
+
+
+def _child_pid(parent: int, marker: str) -> int:
+    """The pid of `parent`'s child process whose command line contains `marker`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and marker in cmdline:
+            return int(entry.name)
+    raise AssertionError(f"no child of {parent} runs {marker!r}")
+
+
+def test_a_broker_exiting_leaves_the_others_running(tmp_path: Path) -> None:
+    # a killed broker's registration goes soon
+    launcher = _Launcher(tmp_path, "--override", "zookeeper.session.timeout.ms=6000")
+    found, lines, proc = launcher.found, launcher.lines, launcher.proc
+    restarted: subprocess.Popen[bytes] | None = None
+
+    def brokers(address: str) -> list[int]:
+        with RawClient(address) as client:
+            return sorted(b.broker_id for b in client.request(DescribeClusterRequest(), 1).brokers)
+
+    try:
+        boot = wait_until(lambda: found(r"bootstrap.servers=(\S+)"), 90, what="the cluster")
+        one, two, _three = boot[1].split(",")
+        os.kill(_child_pid(proc.pid, "broker.id=2"), signal.SIGKILL)
+        command = wait_until(
+            lambda: found(r"broker 2 exited \(-9\)") and found(r"cluster  \|   (.+serve .+)$"),
+            30,
+            what="the report of broker 2's exit",
+        )
+        assert "broker.id=2" in command[1] and f"PLAINTEXT://{two}" in command[1]
+        assert proc.poll() is None  # the launcher and the other brokers go on
+        wait_until(lambda: brokers(one) == [1, 3], 60, interval=0.2, what="broker 2 gone")
+        restarted = subprocess.Popen(
+            shlex.split(command[1]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_until(lambda: brokers(one) == [1, 2, 3], 60, interval=0.2, what="broker 2 back")
+        assert brokers(two) == [1, 2, 3]
+    finally:
+        if restarted is not None:
+            restarted.send_signal(signal.SIGTERM)
+            restarted.wait(60)
+        code = launcher.interrupt()
+    assert code == 0, "\n".join(lines[-40:])
+    assert sum("stopped (0)" in line for line in lines) == 2, "\n".join(lines[-40:])

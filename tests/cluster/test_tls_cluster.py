@@ -1,42 +1,113 @@
-"""A ZooKeeper cluster whose inter-broker listener is SSL: the controller's requests and the
-replica fetchers go over TLS, each broker presenting its keystore's certificate (client
-authentication is required) and checking its peer's host name against its truststore."""
+"""ZooKeeper clusters whose inter-broker listener is secured: the controller's requests, the
+replica fetchers and AlterPartition go over it, each broker presenting its keystore's
+certificate and checking its peer's host name against its truststore.
+
+- SSL, client certificates required (2 brokers).
+- SASL_SSL with SCRAM-SHA-512 between brokers (3 brokers): the brokers' own user is created in
+  ZooKeeper before they start with Kafka's `kafka-configs --zookeeper`, a client user through
+  the running cluster with `kafka-configs --bootstrap-server` over SASL_SSL, and that user
+  produces with acks=all (min.insync.replicas=2) and consumes it back. The ACL authorizer is
+  on: the brokers act as brokers as the super user they log in as (`User:broker`), and alice
+  may only what her ACLs grant.
+"""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 import trio
 import trustme
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from kazoo.client import KazooClient
 
 from tests.cluster.harness import eventually, start_broker
 from tests.cluster.test_controller import create_topic
+from wirebroker.authorizer import acls
+from wirebroker.server import RunningBroker
+from wirebroker.zookeeper_server import java_command
 
 pytestmark = pytest.mark.integration
 
-
-def _produce(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
-    for i in range(count):
-        producer.produce(topic, f"replicated-{i}".encode())
-    assert producer.flush(30) == 0
+BROKER_SECRET = "broker-secret-7d1e"
+ALICE_SECRET = "alice-secret-0b9a"
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+ALLOW = AclPermissionType.ALLOW
 
 
-def test_replication_over_an_ssl_inter_broker_listener(zk_connect: str, tmp_path: Path) -> None:
+def _tls(tmp_path: Path) -> dict[str, str]:
+    """A CA and a broker certificate for 127.0.0.1; the `ssl.*` keys that use them."""
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
         str(tmp_path / "broker.pem")
     )
-    tls = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-        "inter_broker_listener_name": "SSL",
+    return {
         "ssl_keystore_type": "PEM",
         "ssl_keystore_location": str(tmp_path / "broker.pem"),
         "ssl_truststore_type": "PEM",
         "ssl_truststore_location": str(tmp_path / "ca.pem"),
+    }
+
+
+def _produce(config: dict[str, str], topic: str, count: int) -> None:
+    producer = Producer({**config, "acks": "all", "linger.ms": 0})
+    for i in range(count):
+        producer.produce(topic, f"replicated-{i}".encode())
+    assert producer.flush(30) == 0
+
+
+def _consume(config: dict[str, str], topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({**config, "group.id": "readers", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    try:
+        while len(got) < count:
+            message = consumer.poll(30)
+            assert message is not None and message.error() is None, message
+            got.append(message.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def _topic_for_alice(admin_config: dict[str, str], topic: str) -> None:
+    """Create `topic` (RF 3) and let alice write and read it, as the super user `broker`."""
+    admin = AdminClient(admin_config)
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    grants = [
+        AclBinding(kind, name, ResourcePatternType.LITERAL, "User:alice", "*", op, ALLOW)
+        for kind, name in ((ResourceType.TOPIC, topic), (ResourceType.GROUP, "readers"))
+        for op in (AclOperation.READ, AclOperation.WRITE)
+        if not (kind == ResourceType.GROUP and op == AclOperation.WRITE)
+    ]
+    for future in admin.create_acls(grants).values():
+        future.result(30)
+
+
+async def _replicated(brokers: list[RunningBroker], topic: str, count: int) -> None:
+    def done() -> bool:
+        parts = [b.broker.partition(topic, 0) for b in brokers]
+        return all(p is not None and p.log_end_offset == count for p in parts)
+
+    await eventually(done, what=f"every replica of {topic} at offset {count}")
+
+
+def test_replication_over_an_ssl_inter_broker_listener(zk_connect: str, tmp_path: Path) -> None:
+    tls = {
+        **_tls(tmp_path),
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "inter_broker_listener_name": "SSL",
         "ssl_client_auth": "required",
         "min_insync_replicas": "2",
     }
@@ -48,21 +119,120 @@ def test_replication_over_an_ssl_inter_broker_listener(zk_connect: str, tmp_path
             await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
             result = await create_topic(b1, "secured", 1, 2)
             assert result.error_code == 0, result.error_message
-            brokers = (b1.broker, b2.broker)
-
-            def both_have_it() -> bool:
-                return all(b.partition("secured", 0) is not None for b in brokers)
-
-            await eventually(both_have_it, what="LeaderAndIsr on both brokers")
             # acks=all with min.insync.replicas=2: answered only once the follower fetched.
-            plaintext = b1.bootstrap_servers.split(",")[0]
+            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
             await trio.to_thread.run_sync(_produce, plaintext, "secured", 10)
+            await _replicated([b1, b2], "secured", 10)
+            nursery.cancel_scope.cancel()
 
-            def replicated() -> bool:
-                parts = [b.partition("secured", 0) for b in brokers]
-                return all(p is not None and p.log_end_offset == 10 for p in parts)
+    trio.run(main)
 
-            await eventually(replicated, what="both replicas at offset 10")
+
+def _kafka_configs(*args: str) -> None:
+    """Kafka's own `kafka-configs.sh` (ConfigCommand) from the jars."""
+    argv = java_command("kafka.admin.ConfigCommand", args, heap="256m")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_sasl_ssl_between_three_brokers(zk_connect: str, tmp_path: Path) -> None:
+    # The brokers' own user, in ZooKeeper before any broker starts (Kafka's documented way;
+    # the tool needs the chroot to exist).
+    host, chroot = zk_connect.split("/", 1)
+    zk = KazooClient(hosts=host)
+    zk.start(timeout=30)
+    try:
+        zk.ensure_path(chroot)
+    finally:
+        zk.stop()
+        zk.close()
+    _kafka_configs(
+        *("--zookeeper", zk_connect, "--alter", "--entity-type", "users"),
+        *("--entity-name", "broker", "--add-config", f"SCRAM-SHA-512=[password={BROKER_SECRET}]"),
+    )
+    tls = _tls(tmp_path)
+    props = {
+        **tls,
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "inter_broker_listener_name": "SASL_SSL",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+            f'{SCRAM_LOGIN} username="broker" password="{BROKER_SECRET}";'
+        ),
+        "min_insync_replicas": "2",
+        # ACLs: the brokers, logged in as `broker`, act as brokers because they are super users
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:broker",
+    }
+    client = {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": tls["ssl_truststore_location"],
+        "sasl.mechanism": "SCRAM-SHA-512",
+    }
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            brokers = [
+                await start_broker(nursery, zk_connect, tmp_path, i, **props) for i in (1, 2, 3)
+            ]
+            b1 = brokers[0]
+            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
+            sasl_ssl = [f"127.0.0.1:{b.listeners[1].port}" for b in brokers]
+            # A client user through the running cluster, as the brokers' user, over SASL_SSL.
+            admin = tmp_path / "admin.properties"
+            admin.write_text(
+                "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                f'sasl.jaas.config={SCRAM_LOGIN} username="broker" password="{BROKER_SECRET}";\n'
+                f"ssl.truststore.type=PEM\nssl.truststore.location={tls['ssl_truststore_location']}\n"
+            )
+            await trio.to_thread.run_sync(
+                lambda: _kafka_configs(
+                    *("--bootstrap-server", sasl_ssl[2], "--command-config", str(admin)),
+                    *("--alter", "--entity-type", "users", "--entity-name", "alice"),
+                    *("--add-config", f"SCRAM-SHA-512=[password={ALICE_SECRET}]"),
+                )
+            )
+            broker = {**client, "bootstrap.servers": sasl_ssl[1], "sasl.username": "broker"}
+            await trio.to_thread.run_sync(
+                _topic_for_alice, {**broker, "sasl.password": BROKER_SECRET}, "secured"
+            )
+
+            def alice_may_read(running: RunningBroker) -> bool:
+                authorizer = running.broker.authorizer
+                assert authorizer is not None
+                return authorizer.authorize(
+                    "User:alice", "127.0.0.1", "Test", acls.AclOperation.READ,
+                    acls.ResourceType.GROUP, "readers", log_if_allowed=False, log_if_denied=False,
+                )  # fmt: skip
+
+            await eventually(
+                lambda: all(alice_may_read(b) for b in brokers), what="every broker has the ACLs"
+            )
+            alice = {
+                **client,
+                "bootstrap.servers": sasl_ssl[0],
+                "sasl.username": "alice",
+                "sasl.password": ALICE_SECRET,
+            }
+            # acks=all, min.insync.replicas=2: answered once followers fetched over SASL_SSL.
+            await trio.to_thread.run_sync(_produce, alice, "secured", 10)
+            await _replicated(brokers, "secured", 10)
+            got = await trio.to_thread.run_sync(_consume, alice, "secured", 10)
+            assert got == [f"replicated-{i}".encode() for i in range(10)]
+            # The followers fetch from their leaders' SASL_SSL listeners, logged in as `broker`.
+            sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}
+
+            def fetching_over_sasl_ssl() -> bool:
+                fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
+                return len(fetchers) >= 2 and all(
+                    f.peer.address == ("127.0.0.1", sasl_ports[f.source_id]) for f in fetchers
+                )
+
+            await eventually(fetching_over_sasl_ssl, what="fetchers on the SASL_SSL listeners")
+            for b in brokers:
+                sasl = b.broker.peer_security.sasl
+                assert sasl is not None and sasl.options["username"] == "broker"
             nursery.cancel_scope.cancel()
 
     trio.run(main)

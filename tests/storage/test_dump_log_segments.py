@@ -27,6 +27,7 @@ from protocol.records import (
     build_record_batch,
 )
 from storage.config import LogConfig
+from storage.log_manager import LogManager
 from storage.validation import AppendOrigin
 
 from .helpers import T0, open_log
@@ -147,6 +148,39 @@ def test_dump_log_segments_reads_our_files(tmp_path: Path) -> None:
     empty = [line for line in out.splitlines() if line.endswith("is empty.")]
     assert len(passed) + len(empty) == len(indexes) + len(time_indexes), out
     assert len(passed) > len(indexes)
+
+
+def test_dump_log_segments_reads_the_active_segment_of_an_open_log(tmp_path: Path) -> None:
+    """As on a running broker: the log stays open, its active segment's indexes preallocated.
+    Its first index entries are in the files at once and the others once the broker's
+    housekeeping writes them (every second): DumpLogSegments finds no mismatch at any time
+    (the zeros after the entries end its scan, as after a running Kafka's mapped entries)."""
+    manager = LogManager([tmp_path], LogConfig(index_interval_bytes=256))
+    manager.open()
+    log = manager.get_or_create("active", 0)
+    for i in range(100):
+        records = [
+            SimpleRecord(b"k", b"value-%d-%d" % (i, j), (), T0 + 3 * i + j) for j in range(3)
+        ]
+        log.append_as_leader(bytearray(build_record_batch(records)), 0, T0)
+    seg = log.active_segment
+    files = f"{seg.offset_index.path},{seg.time_index.path}"
+    try:
+        assert seg.offset_index.entries > 10 and seg.indexes_unwritten
+        _, err = _dump("--files", files, "--verify-index-only")
+        assert err.strip() == "", err
+        manager.write_index_entries()
+        assert not seg.indexes_unwritten
+        _, err = _dump("--files", files, "--verify-index-only")
+        assert err.strip() == "", err
+        out, _ = _dump("--files", str(seg.offset_index.path))
+        listed = [line for line in out.splitlines() if line.startswith("offset:")]
+        assert len(listed) == seg.offset_index.entries
+        out, _ = _dump("--files", str(seg.time_index.path))
+        listed = [line for line in out.splitlines() if line.startswith("timestamp:")]
+        assert len(listed) == seg.time_index.entries
+    finally:
+        manager.close()
 
 
 def test_dump_log_segments_reads_our_txn_indexes_and_snapshots(tmp_path: Path) -> None:

@@ -169,11 +169,13 @@ def test_a_roll_on_a_full_disk_keeps_the_old_segment_active(tmp_path: Path, faul
     config = LogConfig(segment_bytes=2000, index_interval_bytes=1)
     lg = PartitionLog.open(tmp_path / "t-0", config, now_ms=Clock())
     try:
-        while len(lg.segments) == 1 and lg.active_segment.size < 1500:
+        while len(lg.segments) == 1 and lg.active_segment.size < 1200:
             lg.append_as_leader(batch(2, value_size=100), 0, T0)
-        end, old = lg.log_end_offset, lg.active_segment
-        # Rolling writes the old segment's pending index entries: the disk is full.
+        # The disk is full: an append's index entries stay in memory (the append succeeds)...
         faults.fail("pwrite", ".index", errno.ENOSPC)
+        lg.append_as_leader(batch(2, value_size=100), 0, T0)
+        end, old = lg.log_end_offset, lg.active_segment
+        # ...and rolling, which writes the old segment's pending entries, fails.
         with pytest.raises(KafkaStorageError):
             lg.append_as_leader(batch(2, value_size=400), 0, T0)
         assert faults.hits

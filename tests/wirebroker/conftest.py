@@ -8,13 +8,17 @@ would otherwise go unnoticed). A failing test gets the tail of the broker's log 
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from compat.kafka_process import kafka_cluster
+from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.pki import Pki, make_pki
+from wirebroker.zookeeper_server import jars_available
 
 LOG_TAIL = 60
 
@@ -24,16 +28,30 @@ def broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
     properties = getattr(request.module, "BROKER_PROPERTIES", {})
-    process = BrokerProcess(tmp_path_factory.mktemp("broker"), properties)
-    process.start()
-    try:
-        yield process
-    finally:
-        alive = process.alive()
-        code = process.stop()
-    assert alive, "the broker died during the module:\n" + "\n".join(process.log[-LOG_TAIL:])
-    assert code == 0, f"the broker exited with {code}:\n" + "\n".join(process.log[-LOG_TAIL:])
-    assert not process.tracebacks(), "the broker logged tracebacks:\n" + "\n".join(process.log)
+    with serving(BrokerProcess(tmp_path_factory.mktemp("broker"), properties), LOG_TAIL) as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA with broker and client certificates (`tests.wirebroker.pki`)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def target_bootstrap(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """Like `broker` (the module's `BROKER_PROPERTIES`, checked the same way at the end), but
+    with ``WIREBROKER_CLUSTER_TARGET=kafka`` an Apache Kafka 3.9 broker instead (needs the
+    jars): how a module's scenarios are checked against Kafka. Its address."""
+    if os.environ.get("WIREBROKER_CLUSTER_TARGET") != "kafka":
+        yield request.getfixturevalue("broker").bootstrap
+        return
+    if not jars_available():
+        pytest.skip("no Kafka jars: run `make jars`")
+    with kafka_cluster(overrides=getattr(request.module, "BROKER_PROPERTIES", {})) as cluster:
+        yield cluster.bootstrap_servers
 
 
 @pytest.fixture

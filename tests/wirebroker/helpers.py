@@ -9,13 +9,14 @@ to set up topics without the start-up cost of a real client.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import struct
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
 import trio
@@ -27,8 +28,10 @@ from protocol.errors import ErrorCode
 from protocol.framing import frame
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.headers import RequestHeader
+from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
@@ -38,6 +41,9 @@ from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message
 from storage.clock import Clock, wall_clock_ms
+
+if TYPE_CHECKING:
+    from tests.broker_process import BrokerProcess
 
 T = TypeVar("T")
 
@@ -228,6 +234,47 @@ def create_topic(
     assert result.error_code == ErrorCode.NONE, (result.error_code, result.error_message)
 
 
+def describe_configs(
+    bootstrap: str, resource_type: int, name: str, keys: list[str] | None = None
+) -> DescribeConfigsResponse.DescribeConfigsResult:
+    """DescribeConfigs v4 (with synonyms) of one resource: 2 topic, 4 broker, 8 broker loggers."""
+    request = DescribeConfigsRequest(
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=resource_type, resource_name=name, configuration_keys=keys
+            )
+        ],
+        include_synonyms=True,
+    )
+    with RawClient(bootstrap) as client:
+        (result,) = client.request(request, 4).results
+    return result
+
+
+def alter_configs(
+    bootstrap: str,
+    resource_type: int,
+    name: str,
+    operations: Sequence[tuple[str, int, str | None]],
+    *,
+    validate_only: bool = False,
+) -> tuple[int, str | None]:
+    """(error code, message) of IncrementalAlterConfigs v1 on one resource; each operation is
+    (name, 0 SET / 1 DELETE / 2 APPEND / 3 SUBTRACT, value)."""
+    resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=resource_type,
+        resource_name=name,
+        configs=[
+            IncrementalAlterConfigsRequest.AlterableConfig(name=n, config_operation=op, value=value)
+            for n, op, value in operations
+        ],
+    )
+    request = IncrementalAlterConfigsRequest(resources=[resource], validate_only=validate_only)
+    with RawClient(bootstrap) as client:
+        (response,) = client.request(request, 1).responses
+    return response.error_code, response.error_message
+
+
 def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     """(error code, offset) of ListOffsets v9 for one partition (-2 earliest, -1 latest)."""
     request = ListOffsetsRequest(
@@ -361,12 +408,15 @@ def expected(samples: Sequence[Sample], partition: int = 0, first_offset: int = 
     ]
 
 
-def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> Any:
-    """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
-    request = FetchRequest(
+def fetch_request(
+    topic: str, partition: int = 0, offset: int = 0, isolation_level: int = 0
+) -> FetchRequest:
+    """A Fetch of one partition from `offset` that does not wait."""
+    return FetchRequest(
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
+        isolation_level=isolation_level,
         topics=[
             FetchRequest.FetchTopic(
                 topic=topic,
@@ -378,6 +428,13 @@ def fetch_raw(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -
             )
         ],
     )
+
+
+def fetch_raw(
+    bootstrap: str, topic: str, partition: int = 0, offset: int = 0, isolation_level: int = 0
+) -> Any:
+    """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
+    request = fetch_request(topic, partition, offset, isolation_level)
     with RawClient(bootstrap) as client:
         response = client.request(request, 12)
     return response.responses[0].partitions[0]
@@ -440,6 +497,15 @@ def scrape(url: str) -> Samples:
         for s in family.samples:
             samples[(s.name, frozenset(s.labels.items()))] = s.value
     return samples
+
+
+def metrics_url(broker: BrokerProcess) -> str:
+    """The URL of the broker's Prometheus endpoint (`wirebroker.metrics.listener` set)."""
+    line = broker.wait_for_log("metrics endpoint on")
+    assert line is not None, "the broker did not print its metrics endpoint"
+    m = re.search(r"metrics endpoint on (?P<url>http://\S+/metrics)", line)
+    assert m is not None, line
+    return m["url"]
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:

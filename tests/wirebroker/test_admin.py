@@ -4,8 +4,9 @@ kafka-python's KafkaAdminClient, confluent-kafka's AdminClient and aiokafka's
 AIOKafkaAdminClient create and delete topics, add partitions, describe and alter configs (with
 Kafka's config sources), delete records and describe the cluster and log dirs; each failure
 comes back with Kafka's error code. The broker sets two topic-config synonyms, so config
-sources can be told apart: `log.retention.hours` (STATIC_BROKER_CONFIG for retention.ms) and
-`num.partitions` (the size of topics created without one).
+sources can be told apart: `log.retention.ms` (STATIC_BROKER_CONFIG for retention.ms; Kafka
+reports a `log.retention.hours` as no source of it) and `num.partitions` (the size of topics
+created without one).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from tests.wirebroker.helpers import (
 
 pytestmark = pytest.mark.integration
 
-BROKER_PROPERTIES = {"log.retention.hours": "100", "num.partitions": "2"}
+BROKER_PROPERTIES = {"log.retention.ms": str(100 * 3_600_000), "num.partitions": "2"}
 BROKER_RETENTION_MS = str(100 * 3_600_000)
 TIMEOUT = 15.0
 
@@ -301,7 +302,7 @@ def test_confluent_admin(broker: BrokerProcess, topic: str) -> None:
     )
     assert outcomes(admin.incremental_alter_configs([bad])) == {bad: KafkaError.INVALID_CONFIG}
 
-    # Broker configs: listed with their sources; static here (altering them is refused).
+    # Broker configs: listed with their sources.
     (broker_future,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
     broker_configs = broker_future.result(TIMEOUT)
     assert (broker_configs["num.partitions"].value, broker_configs["num.partitions"].source) == (

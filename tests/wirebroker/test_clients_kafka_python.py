@@ -17,7 +17,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 
 from protocol.compression import CompressionType
+from protocol.errors import ErrorCode
 from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.metadata import MetadataRequest
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import (
     BASE_TS,
@@ -218,3 +220,19 @@ def test_record_larger_than_the_fetch_sizes_is_still_returned(
     with consumer(broker, max_partition_fetch_bytes=65_536, fetch_max_bytes=65_536) as c:
         (seen,) = consume(c, {TopicPartition(topic, 0): 0}, 1)
     assert seen.value == value
+
+
+def test_a_topic_auto_created_by_metadata(broker: BrokerProcess, topic: str) -> None:
+    """As Kafka: the Metadata that creates a topic answers LEADER_NOT_AVAILABLE without
+    partitions, the next one lists them; a producer sending to a new topic retries and succeeds."""
+    wanted = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=True
+    )
+    with RawClient(broker.bootstrap) as client:
+        (first,) = client.request(wanted, 12).topics
+        assert (first.error_code, first.partitions) == (ErrorCode.LEADER_NOT_AVAILABLE, [])
+        (second,) = client.request(wanted, 12).topics
+        assert second.error_code == ErrorCode.NONE and len(second.partitions) == 1
+    with producer(broker) as p:
+        sent = p.send(f"{topic}-by-producer", b"first").get(timeout=30)
+    assert (sent.partition, sent.offset) == (0, 0)

@@ -40,6 +40,11 @@ def test_embedded_broker_is_its_own_controller(broker: BrokerProcess, topic: str
             0: ErrorCode.ELECTION_NOT_NEEDED,
             5: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         }
+        # For all partitions, those already on their preferred leader are not reported.
+        every = client.request(
+            ElectLeadersRequest(election_type=0, topic_partitions=None, timeout_ms=1000), 2
+        )
+        assert (every.error_code, every.replica_election_results) == (ErrorCode.NONE, [])
         listed = client.request(ListPartitionReassignmentsRequest(topics=None), 0)
         assert (listed.error_code, listed.topics) == (ErrorCode.NONE, [])
         move = AlterPartitionReassignmentsRequest(

@@ -105,9 +105,10 @@ def test_run_broker_takes_overrides_as_keywords_and_as_properties() -> None:
         run_broker({"message.max.bytes": "5000"}, num_partitions="3") as bootstrap,
         RawClient(bootstrap) as client,
     ):
-        metadata = client.request(
-            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="auto")]), 12
-        )
+        wanted = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="auto")])
+        created = client.request(wanted, 12)  # creates it: LEADER_NOT_AVAILABLE, as Kafka
+        assert created.topics[0].error_code == ErrorCode.LEADER_NOT_AVAILABLE
+        metadata = client.request(wanted, 12)
         assert len(metadata.topics[0].partitions) == 3  # num.partitions
         big = [SimpleRecord(None, os.urandom(6000))]
         response = client.request(produce_request("auto", 0, big), 9)

@@ -24,22 +24,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from protocol.errors import ErrorCode
 from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from tests.broker_process import BrokerProcess, broker_process
-from tests.wirebroker.helpers import RawClient, create_topic, scrape, value
+from tests.wirebroker.helpers import RawClient, create_topic, metrics_url, scrape, value
 from wirebroker.config import BrokerConfig, ConfigError
 
 pytestmark = pytest.mark.integration
 
 BROKER_PROPERTIES = {"wirebroker.metrics.listener": "127.0.0.1:0"}
-ENDPOINT = re.compile(r"metrics endpoint on (?P<url>http://\S+/metrics)")
 
 
-@pytest.fixture(scope="module")
-def metrics_url(broker: BrokerProcess) -> str:
-    line = broker.wait_for_log("metrics endpoint on")
-    assert line is not None, "the broker did not print its metrics endpoint"
-    m = ENDPOINT.search(line)
-    assert m is not None, line
-    return m["url"]
+@pytest.fixture(scope="module", name="metrics_url")
+def metrics_url_of_the_broker(broker: BrokerProcess) -> str:
+    return metrics_url(broker)
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int = 100) -> None:

@@ -1,13 +1,19 @@
-"""SASL_PLAINTEXT against a broker process: PLAIN and SCRAM with real clients, and the raw flow.
+"""SASL_PLAINTEXT against a broker process: the raw flow, bad input, and this broker's own login.
 
 The broker has a PLAINTEXT and a SASL_PLAINTEXT listener; PLAIN's users come from the listener's
-JAAS config, SCRAM users are created with AlterUserScramCredentials. Raw connections check
-Kafka's SaslServerAuthenticator behaviour: what is answered before authentication, how a
-failure is answered, and that only the misbehaving connection is closed.
+JAAS config, SCRAM users are created with AlterUserScramCredentials, OAUTHBEARER takes Kafka's
+unsecured tokens. Raw connections check Kafka's SaslServerAuthenticator behaviour: what is
+answered before authentication, how a failure is answered (after
+`connection.failed.authentication.delay.ms`, logged with user and host, never the secret), and
+that each kind of bad input closes only the misbehaving connection, with nothing done for it and
+no connection left open (the broker's connection count, from its metrics endpoint). The broker's
+own client side (`wirebroker.peer`, as between brokers) logs in with each mechanism. Every
+client x protocol round trip is in test_security_matrix.py.
 """
 
 from __future__ import annotations
 
+import gc
 import shutil
 import struct
 import subprocess
@@ -18,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -25,29 +32,47 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from kafka import KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as KTopicPartition
 
 from protocol.errors import ErrorCode
 from protocol.framing import frame
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
+from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess, broker_process
-from tests.wirebroker.helpers import RawClient, create_topic
+from tests.wirebroker.helpers import (
+    RawClient,
+    create_topic,
+    end_offset,
+    fetch_request,
+    metrics_url,
+    produce_request,
+    scrape,
+    value,
+    wait_until,
+)
+from wirebroker.peer import PeerAuthenticationFailed, PeerConnection, PeerSecurity
+from wirebroker.sasl.oauthbearer import OAuthBearerClient, unsecured_token
+from wirebroker.sasl.scram import ScramClient
+from wirebroker.sasl.settings import SaslLogin
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 15.0
+FAILURE_DELAY_MS = 300
+MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 ADMIN_SECRET = "admin-secret-d41d8"
 ALICE_SECRET = "alice-secret-9f3c2"
 BROKER_PROPERTIES = {
     "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+    "connection.failed.authentication.delay.ms": str(FAILURE_DELAY_MS),
+    "wirebroker.metrics.listener": "127.0.0.1:0",
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         f'username="admin" password="{ADMIN_SECRET}" '
@@ -112,11 +137,6 @@ def _no_secret_in_the_log(broker: BrokerProcess) -> Iterator[None]:
             assert secret not in line, line
 
 
-def test_confluent_plain_produce_and_consume(broker: BrokerProcess, topic: str) -> None:
-    create_topic(plain_bootstrap(broker), topic)
-    round_trip(sasl_config(broker, "PLAIN", "alice", ALICE_SECRET), topic)
-
-
 def test_confluent_scram_sha_512_with_credentials_from_the_admin_api(
     broker: BrokerProcess, topic: str
 ) -> None:
@@ -144,30 +164,6 @@ def test_describe_of_an_unknown_user_is_resource_not_found(broker: BrokerProcess
     assert raised.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
 
 
-def test_kafka_python_plain(broker: BrokerProcess, topic: str) -> None:
-    create_topic(plain_bootstrap(broker), topic)
-    common: dict[str, Any] = {
-        "bootstrap_servers": sasl_bootstrap(broker),
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": "alice",
-        "sasl_plain_password": ALICE_SECRET,
-    }
-    producer = KafkaProducer(**common)
-    try:
-        producer.send(topic, b"hello", partition=0).get(TIMEOUT)
-    finally:
-        producer.close(TIMEOUT)
-    consumer = KafkaConsumer(**common, consumer_timeout_ms=int(TIMEOUT * 1000))
-    try:
-        tp = KTopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        assert next(iter(consumer)).value == b"hello"
-    finally:
-        consumer.close()
-
-
 def assert_authentication_fails(config: dict[str, Any]) -> None:
     errors: list[KafkaError] = []
     producer = Producer({**config, "error_cb": errors.append})
@@ -183,7 +179,8 @@ def test_wrong_password_fails_and_the_broker_serves_the_others(
 ) -> None:
     since = len(broker.log)
     assert_authentication_fails(sasl_config(broker, "PLAIN", "alice", "wrong-secret"))
-    assert broker.wait_for_log("SASL/PLAIN authentication of User:alice failed", since=since)
+    line = broker.wait_for_log("SASL/PLAIN authentication of User:alice failed", since=since)
+    assert line is not None and "from 127.0.0.1" in line  # who, from where; never the secret
     create_topic(plain_bootstrap(broker), topic)
     round_trip(sasl_config(broker, "PLAIN", "alice", ALICE_SECRET), topic)
 
@@ -192,13 +189,57 @@ def handshake(client: RawClient, mechanism: str, version: int = 1) -> Any:
     return client.request(SaslHandshakeRequest(mechanism=mechanism), version)
 
 
-def test_raw_failure_is_answered_then_closed(broker: BrokerProcess) -> None:
+def test_raw_failure_is_answered_after_the_delay_then_closed(
+    broker: BrokerProcess, no_connection_left: None
+) -> None:
+    since = len(broker.log)
     with RawClient(sasl_bootstrap(broker)) as client:
         assert handshake(client, "PLAIN").error_code == ErrorCode.NONE
+        sent = time.monotonic()
         answer = client.request(SaslAuthenticateRequest(auth_bytes=b"\0alice\0wrong-secret"), 2)
+        assert time.monotonic() - sent >= FAILURE_DELAY_MS / 1000
         assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
         assert answer.error_message == "Authentication failed: Invalid username or password"
         assert client.wait_closed()
+    line = broker.wait_for_log("authentication of User:alice failed", since=since)
+    assert line is not None and "from 127.0.0.1" in line
+
+
+def test_wrong_scram_password_and_an_expired_token_fail_alike(
+    broker: BrokerProcess, no_connection_left: None
+) -> None:
+    """SCRAM: the standard message (it would tell which users exist); OAUTHBEARER: Kafka's
+    JSON error first, the failure once the client acknowledges it with \\x01."""
+    user = create_scram_user(broker, "SCRAM-SHA-512")
+    since = len(broker.log)
+    with RawClient(sasl_bootstrap(broker)) as client:
+        assert handshake(client, "SCRAM-SHA-512").error_code == ErrorCode.NONE
+        scram = ScramClient("SCRAM-SHA-512", user, "wrong-secret")
+        first = client.request(SaslAuthenticateRequest(auth_bytes=scram.initial()), 2)
+        final = scram.evaluate(first.auth_bytes)
+        assert final is not None
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=final), 2)
+        assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert answer.error_message == (
+            "Authentication failed during authentication due to invalid credentials with SASL "
+            "mechanism SCRAM-SHA-512"
+        )
+        assert client.wait_closed()
+    assert broker.wait_for_log(f"SASL/SCRAM-SHA-512 authentication of User:{user}", since=since)
+    expired, _ = unsecured_token(
+        {"unsecuredLoginStringClaim_sub": "carol", "unsecuredLoginLifetimeSeconds": "1"},
+        int(time.time() * 1000) - 60_000,
+    )
+    with RawClient(sasl_bootstrap(broker)) as client:
+        assert handshake(client, "OAUTHBEARER").error_code == ErrorCode.NONE
+        token = OAuthBearerClient(expired, {}).initial()
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+        assert (answer.error_code, answer.auth_bytes) == (0, b'{"status":"invalid_token"}')
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=b"\x01"), 2)
+        assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert answer.error_message == '{"status":"invalid_token"}'
+        assert client.wait_closed()
+    assert broker.wait_for_log("SASL/OAUTHBEARER authentication of User:carol", since=since)
 
 
 def test_raw_v1_flow_then_requests_are_served(broker: BrokerProcess) -> None:
@@ -207,7 +248,7 @@ def test_raw_v1_flow_then_requests_are_served(broker: BrokerProcess) -> None:
         keys = {k.api_key for k in versions.api_keys}
         assert {SaslHandshakeRequest.API_KEY, SaslAuthenticateRequest.API_KEY} <= keys
         shake = handshake(client, "PLAIN")
-        assert shake.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert shake.mechanisms == MECHANISMS
         answer = client.request(
             SaslAuthenticateRequest(auth_bytes=f"\0alice\0{ALICE_SECRET}".encode()), 1
         )
@@ -229,12 +270,12 @@ def test_unsupported_mechanism_is_answered_then_closed(broker: BrokerProcess) ->
     with RawClient(sasl_bootstrap(broker)) as client:
         answer = handshake(client, "GSSAPI")
         assert answer.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
-        assert answer.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert answer.mechanisms == MECHANISMS
         assert client.wait_closed()
 
 
 def test_request_before_authentication_closes_only_that_connection(
-    broker: BrokerProcess,
+    broker: BrokerProcess, no_connection_left: None
 ) -> None:
     with (
         RawClient(sasl_bootstrap(broker)) as bystander,
@@ -251,6 +292,82 @@ def test_request_before_authentication_closes_only_that_connection(
     assert broker.wait_for_log("unexpected request Metadata v1 during SASL handshake")
 
 
+def test_requests_that_would_change_something_do_nothing_before_authentication(
+    broker: BrokerProcess, topic: str, no_connection_left: None
+) -> None:
+    """Produce, CreateTopics and Fetch before (or during) authentication: the connection is
+    closed without an answer and nothing was written, created or read."""
+    create_topic(plain_bootstrap(broker), topic)
+    produce = produce_request(topic, 0, [SimpleRecord(b"k", b"never")])
+    creatable = CreateTopicsRequest.CreatableTopic(
+        name=f"{topic}-new", num_partitions=1, replication_factor=1
+    )
+    fetch = fetch_request(topic)
+    for body, version in ((produce, 8), (CreateTopicsRequest(topics=[creatable]), 7), (fetch, 11)):
+        for authenticating in (False, True):
+            with RawClient(sasl_bootstrap(broker)) as client:
+                if authenticating:
+                    assert handshake(client, "PLAIN").error_code == ErrorCode.NONE
+                client.send(body, version)
+                assert client.wait_closed()
+                if not authenticating:
+                    assert client.buffered == 0  # no answer at all
+    assert end_offset(plain_bootstrap(broker), topic) == 0
+    with RawClient(plain_bootstrap(broker)) as admin:
+        names = [t.name for t in admin.request(MetadataRequest(topics=None), 12).topics]
+    assert f"{topic}-new" not in names
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        # SaslAuthenticate before any SaslHandshake
+        [("request", SaslAuthenticateRequest(auth_bytes=b"\0alice\0x"), 2)],
+        # a second SaslHandshake during authentication
+        [("handshake", "PLAIN"), ("request", SaslHandshakeRequest(mechanism="PLAIN"), 1)],
+        # SCRAM's client-final message first
+        [
+            ("handshake", "SCRAM-SHA-512"),
+            ("request", SaslAuthenticateRequest(auth_bytes=b"c=biws,r=abc,p=AAAA"), 2),
+        ],
+        # ApiVersions during authentication
+        [("handshake", "SCRAM-SHA-512"), ("request", ApiVersionsRequest(), 0)],
+        # a Kafka request where a v0 handshake's bare token belongs
+        [("handshake0", "PLAIN"), ("raw", None, 0)],
+        # not a Kafka request at all
+        [("raw", None, 0)],
+    ],
+    ids=[
+        "authenticate-first",
+        "handshake-twice",
+        "scram-final-first",
+        "api-versions-midway",
+        "request-for-token",
+        "garbage",
+    ],
+)
+def test_sasl_frames_out_of_order_close_only_that_connection(
+    broker: BrokerProcess, frames: list[tuple[Any, ...]], no_connection_left: None
+) -> None:
+    with (
+        RawClient(sasl_bootstrap(broker)) as bystander,
+        RawClient(sasl_bootstrap(broker)) as client,
+    ):
+        assert handshake(bystander, "PLAIN").error_code == ErrorCode.NONE
+        for kind, what, *version in frames:
+            if kind.startswith("handshake"):
+                assert handshake(client, what, 0 if kind == "handshake0" else 1).error_code == 0
+            elif kind == "raw":
+                client.send_raw(frame(b"\x00\x03\x00\x01" + bytes(20)))
+            else:
+                client.send(what, version[0])
+        assert client.wait_closed()
+        assert client.buffered == 0 or frames[-1][0] == "request"  # at most the error answer
+        token = f"\0alice\0{ALICE_SECRET}".encode()
+        assert bystander.request(SaslAuthenticateRequest(auth_bytes=token), 2).error_code == 0
+        assert bystander.request(MetadataRequest(topics=[]), 1).brokers
+
+
 def test_request_during_authentication_gets_illegal_sasl_state(broker: BrokerProcess) -> None:
     with RawClient(sasl_bootstrap(broker)) as client:
         assert handshake(client, "SCRAM-SHA-512").error_code == ErrorCode.NONE
@@ -259,12 +376,18 @@ def test_request_during_authentication_gets_illegal_sasl_state(broker: BrokerPro
         assert client.wait_closed()
 
 
-def test_oversized_token_is_refused_before_it_is_read(broker: BrokerProcess) -> None:
+@pytest.mark.parametrize("stage", ["first-frame", "v0-token", "sasl-authenticate"])
+def test_oversized_token_is_refused_before_it_is_read(
+    broker: BrokerProcess, stage: str, no_connection_left: None
+) -> None:
+    since = len(broker.log)
     with RawClient(sasl_bootstrap(broker)) as client:
-        assert handshake(client, "PLAIN", version=0).error_code == ErrorCode.NONE
+        if stage != "first-frame":
+            version = 0 if stage == "v0-token" else 1
+            assert handshake(client, "PLAIN", version=version).error_code == ErrorCode.NONE
         client.send_raw(struct.pack(">i", 524_289))  # the size alone: the body never comes
         assert client.wait_closed()
-    assert broker.wait_for_log("frame of 524289 bytes exceeds the maximum of 524288")
+    assert broker.wait_for_log("frame of 524289 bytes exceeds the maximum of 524288", since=since)
 
 
 def test_plaintext_listener_needs_no_authentication(broker: BrokerProcess) -> None:
@@ -376,6 +499,23 @@ def test_reauthentication_renews_the_session_and_an_expired_one_closes(tmp_path:
             client.send(MetadataRequest(topics=[]), 1)
             assert client.wait_closed()
         assert broker.wait_for_log("SASL session of User:alice expired without re-authentication")
+        since = len(broker.log)
+
+        # The broker's own client side renews its session before it ends, as Kafka's clients.
+        async def peer() -> None:
+            login = SaslLogin(
+                "SASL_PLAINTEXT", "PLAIN", {"username": "alice", "password": ALICE_SECRET}
+            )
+            port = broker.ports["SASL_PLAINTEXT"]
+            async with await PeerConnection.open(
+                "127.0.0.1", port, client_id="peer-test", security=PeerSecurity(sasl=login)
+            ) as connection:
+                for _ in range(3):  # past the first session's end, and the second's
+                    await trio.sleep(REAUTH_MS / 2000)
+                    assert (await connection.request(MetadataRequest(topics=[]), 1)).brokers
+
+        trio.run(peer)
+        assert not broker.wait_for_log("expired without re-authentication", timeout=0, since=since)
 
         with RawClient(sasl_bootstrap(broker)) as client:
             assert authenticate(client, "alice", ALICE_SECRET).error_code == ErrorCode.NONE
@@ -417,3 +557,60 @@ def test_describe_configs_hides_the_jaas_config(broker: BrokerProcess) -> None:
         ("sasl.jaas.config", None, True)
     ]
     assert all(s.value is None for s in configs[0].synonyms)
+
+
+@pytest.fixture
+def no_connection_left(broker: BrokerProcess) -> Iterator[None]:
+    """The broker has no more connections open after the test than before it."""
+    url = metrics_url(broker)
+
+    def open_connections() -> float:
+        gc.collect()  # clients of the tests close their connections
+        return value(scrape(url), "kafka_server_socket_server_metrics_connection_count")
+
+    before = open_connections()
+    yield
+    wait_until(
+        lambda: open_connections() <= before,
+        what=f"the broker's connection count back at {before:.0f}",
+    )
+
+
+def create_scram_user(broker: BrokerProcess, mechanism: str) -> str:
+    """A new user with a SCRAM credential whose password is ALICE_SECRET."""
+    user = f"scram-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": plain_bootstrap(broker)})
+    info = ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")), 4096)
+    upsertion = UserScramCredentialUpsertion(user, info, ALICE_SECRET.encode())
+    admin.alter_user_scram_credentials([upsertion])[user].result(TIMEOUT)
+    return user
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512", "OAUTHBEARER"])
+def test_broker_login_with_each_mechanism(broker: BrokerProcess, mechanism: str) -> None:
+    """This broker's client side (`wirebroker.peer`, as the controller and replica fetchers use
+    it) logs in with each mechanism, and a wrong password is a PeerAuthenticationFailed."""
+    user = create_scram_user(broker, mechanism) if mechanism.startswith("SCRAM") else "alice"
+    options = (
+        {"unsecuredLoginStringClaim_sub": user}
+        if mechanism == "OAUTHBEARER"
+        else {"username": user, "password": ALICE_SECRET}
+    )
+    host, port = "127.0.0.1", broker.ports["SASL_PLAINTEXT"]
+
+    async def main() -> None:
+        login = SaslLogin("SASL_PLAINTEXT", mechanism, options)
+        security = PeerSecurity(sasl=login)
+        async with await PeerConnection.open(
+            host, port, client_id="peer-test", security=security
+        ) as connection:
+            assert (await connection.request(MetadataRequest(topics=[]), 1)).brokers
+        if mechanism != "OAUTHBEARER":
+            wrong = PeerSecurity(
+                sasl=SaslLogin("SASL_PLAINTEXT", mechanism, {**options, "password": "wrong-secret"})
+            )
+            with pytest.raises(PeerAuthenticationFailed, match="SASL_AUTHENTICATION_FAILED") as e:
+                await PeerConnection.open(host, port, client_id="peer-test", security=wrong)
+            assert "wrong-secret" not in str(e.value)
+
+    trio.run(main)

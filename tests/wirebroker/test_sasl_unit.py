@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
+import json
 
 import pytest
 
 from wirebroker.config import BrokerConfig, ConfigError
-from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
-from wirebroker.sasl.plain import PlainServer
-from wirebroker.sasl.scram import ScramCredential, ScramServer
-from wirebroker.sasl.settings import JaasError, listener_sasl, parse_jaas_config
+from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslClient, SaslFailure, SaslServer
+from wirebroker.sasl.oauthbearer import (
+    OAuthBearerClient,
+    OAuthBearerServer,
+    UnsecuredValidator,
+    unsecured_token,
+)
+from wirebroker.sasl.plain import PlainClient, PlainServer
+from wirebroker.sasl.scram import ScramClient, ScramCredential, ScramServer
+from wirebroker.sasl.settings import (
+    JaasError,
+    inter_broker_login,
+    listener_sasl,
+    parse_jaas_config,
+)
 
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -77,7 +88,7 @@ def test_listener_mechanisms_and_the_unprefixed_jaas_config() -> None:
                 "zookeeper.connect": "z:2181",
                 "security.inter.broker.protocol": "SASL_PLAINTEXT",
             },
-            "between brokers",
+            "sasl.mechanism.inter.broker.protocol=GSSAPI is not implemented",
         ),
     ],
 )
@@ -136,35 +147,72 @@ def test_scram_sha_256_rfc_7677_example(monkeypatch: pytest.MonkeyPatch) -> None
     assert server.complete and server.username == "user"
 
 
-def _client_final(server_first: bytes, client_first_bare: str, password: str) -> bytes:
-    fields = dict(item.split("=", 1) for item in server_first.decode().split(","))
-    salted = hashlib.pbkdf2_hmac(
-        "sha512", password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+def test_scram_client_rfc_7677_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's side of RFC 7677 section 3: its final message and the server's proof."""
+    monkeypatch.setattr(
+        "wirebroker.sasl.scram.secrets.token_urlsafe", lambda n: "rOprNGfwEbeRWgbNEkqO"
     )
-    client_key = hmac.new(salted, b"Client Key", "sha512").digest()
-    stored_key = hashlib.sha512(client_key).digest()
-    without_proof = f"c=biws,r={fields['r']}"
-    auth = f"{client_first_bare},{server_first.decode()},{without_proof}".encode()
-    signature = hmac.new(stored_key, auth, "sha512").digest()
-    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil")
+    assert client.initial() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    final = client.evaluate(
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    )
+    assert final == (
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
+    with pytest.raises(SaslFailure, match="does not know the password"):
+        client.evaluate(b"v=AAAA")
+    assert not client.complete
 
 
-def test_scram_sha_512_wrong_password_unknown_user_and_escaped_names() -> None:
+def exchange(client: SaslClient, server: SaslServer) -> None:
+    """Run a client against a server until the client is done (or one of them raises)."""
+    token: bytes | None = client.initial()
+    while token is not None:
+        token = client.evaluate(server.evaluate(token))
+
+
+def test_scram_client_and_server_wrong_password_unknown_user_and_escaped_names() -> None:
     credential = ScramCredential.from_password("SCRAM-SHA-512", "right")
     users = {"a,b=c": credential}
     server = ScramServer("SCRAM-SHA-512", users.get)
-    first = server.evaluate(b"n,,n=a=2Cb=3Dc,r=abc")
-    assert server.evaluate(_client_final(first, "n=a=2Cb=3Dc,r=abc", "right")).startswith(b"v=")
-    assert server.username == "a,b=c"
-    server = ScramServer("SCRAM-SHA-512", users.get)
-    first = server.evaluate(b"n,,n=a=2Cb=3Dc,r=abc")
+    client = ScramClient("SCRAM-SHA-512", "a,b=c", "right")
+    assert client.initial().startswith(b"n,,n=a=2Cb=3Dc,r=")
+    exchange(client, server)
+    assert client.complete and server.complete and server.username == "a,b=c"
     with pytest.raises(SaslFailure, match="Invalid client credentials"):
-        server.evaluate(_client_final(first, "n=a=2Cb=3Dc,r=abc", "wrong"))
+        exchange(
+            ScramClient("SCRAM-SHA-512", "a,b=c", "wrong"), ScramServer("SCRAM-SHA-512", users.get)
+        )
     with pytest.raises(SaslFailure, match="Invalid user credentials"):
         ScramServer("SCRAM-SHA-512", users.get).evaluate(b"n,,n=nobody,r=abc")
     with pytest.raises(SaslFailure, match="client-first"):
         ScramServer("SCRAM-SHA-512", users.get).evaluate(b"p=tls-unique,,n=x,r=abc")
+    # A proof that is not base64 fails as bad credentials, not as a crash.
+    server = ScramServer("SCRAM-SHA-512", users.get)
+    first = server.evaluate(b"n,,n=a=2Cb=3Dc,r=abc")
+    nonce = first.split(b",")[0][2:]
+    with pytest.raises(SaslFailure, match="base64"):
+        server.evaluate(b"c=biws,r=" + nonce + b",p=abc")
+    # The client refuses a server that asks for too few iterations or does not extend its nonce.
+    for server_first, message in [
+        (b"r=%s+x,s=c2FsdA==,i=1000", "iterations"),
+        (b"r=other,s=c2FsdA==,i=4096", "nonce"),
+    ]:
+        client = ScramClient("SCRAM-SHA-512", "u", "p")
+        ours = client.initial().split(b"r=")[1]
+        with pytest.raises(SaslFailure, match=message):
+            client.evaluate(server_first.replace(b"%s", ours))
+
+
+def test_plain_client() -> None:
+    client = PlainClient("alice", "alice-secret")
+    server = PlainServer({"alice": "alice-secret"})
+    exchange(client, server)
+    assert client.complete and server.username == "alice"
+    with pytest.raises(SaslAuthenticationFailed):
+        exchange(PlainClient("alice", "nope"), PlainServer({"alice": "alice-secret"}))
 
 
 def test_scram_credential_in_kafkas_format() -> None:
@@ -173,3 +221,187 @@ def test_scram_credential_in_kafkas_format() -> None:
     assert text.startswith("salt=") and text.endswith(",iterations=8192")
     assert "stored_key=" in text and "server_key=" in text
     assert ScramCredential.from_kafka_string(text) == credential
+
+
+NOW_MS = 1_700_000_000_000
+
+
+def jws(claims: dict[str, object], header: dict[str, object] | None = None) -> str:
+    def part(obj: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    return f"{part(header or {'alg': 'none'})}.{part(claims)}."
+
+
+def bearer(token: str, authzid: str = "") -> bytes:
+    return f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}\x01\x01".encode()
+
+
+def test_oauthbearer_client_and_server() -> None:
+    options = {"unsecuredLoginStringClaim_sub": "alice", "unsecuredLoginExtension_traceId": "t1"}
+    token, extensions = unsecured_token(options, NOW_MS)
+    assert extensions == {"traceId": "t1"}
+    client = OAuthBearerClient(token, extensions)
+    assert client.initial().endswith(b"\x01traceId=t1\x01\x01")
+    server = OAuthBearerServer(UnsecuredValidator(), lambda: NOW_MS + 1000)
+    exchange(client, server)
+    assert client.complete and server.username == "alice"
+    assert server.expires_ms == NOW_MS + 3600_000
+
+
+@pytest.mark.parametrize(
+    ("token", "validator", "answer"),
+    [
+        (jws({"sub": "a", "exp": NOW_MS / 1000 - 1}), UnsecuredValidator(), "invalid_token"),
+        (jws({"sub": "a"}), UnsecuredValidator(), "invalid_token"),
+        (jws({"sub": "a", "exp": "soon"}), UnsecuredValidator(), "invalid_token"),
+        (jws({"sub": "", "exp": 2e9}), UnsecuredValidator(), "invalid_token"),
+        (jws({"sub": "a", "exp": 2e9, "iat": 1.9e9}), UnsecuredValidator(), "invalid_token"),
+        (jws({"sub": "a", "exp": 1.6e9, "iat": 1.7e9}), UnsecuredValidator(), "invalid_token"),
+        (jws({"sub": "a", "exp": 2e9}, {"alg": "HS256"}), UnsecuredValidator(), "invalid_token"),
+        (jws({"sub": "a", "exp": 2e9})[:-1] + ".c2ln", UnsecuredValidator(), "invalid_token"),
+        (
+            jws({"sub": "a", "exp": 2e9}).replace(".", "..", 1),
+            UnsecuredValidator(),
+            "invalid_token",
+        ),
+        ("eyJ" + "W" * 40 + ".x.", UnsecuredValidator(), "invalid_token"),
+        (
+            jws({"sub": "a", "exp": 2e9, "scope": "read"}),
+            UnsecuredValidator(required_scope=("read", "write")),
+            "insufficient_scope",
+        ),
+        # the principal claim is configurable: this token names nobody by `user`
+        (
+            jws({"sub": "a", "exp": 2e9}),
+            UnsecuredValidator(principal_claim="user"),
+            "invalid_token",
+        ),
+    ],
+)
+def test_oauthbearer_refused_tokens_get_kafkas_error_then_fail(
+    token: str, validator: UnsecuredValidator, answer: str
+) -> None:
+    server = OAuthBearerServer(validator, lambda: NOW_MS)
+    challenge = json.loads(server.evaluate(bearer(token)))
+    assert challenge["status"] == answer and not server.complete
+    with pytest.raises(SaslAuthenticationFailed, match=answer):
+        server.evaluate(b"\x01")  # the client's acknowledgement: now the exchange fails
+
+
+def test_oauthbearer_claims_scope_skew_and_bad_messages() -> None:
+    validator = UnsecuredValidator.from_options(
+        {
+            "unsecuredValidatorPrincipalClaimName": "user",
+            "unsecuredValidatorRequiredScope": "read write",
+            "unsecuredValidatorAllowableClockSkewMs": "5000",
+        }
+    )
+    now_s = NOW_MS / 1000
+    scope = {"scope": ["read", "write", "x"]}
+    # Within the 5 s skew: expired 2 s ago, or issued 3 s from now.
+    for claims in ({"exp": now_s - 2}, {"iat": now_s + 3, "exp": now_s + 60}):
+        token = jws({"user": "bob", **claims, **scope})
+        server = OAuthBearerServer(validator, lambda: NOW_MS)
+        assert server.evaluate(bearer(token)) == b"" and server.username == "bob"
+    with pytest.raises(SaslAuthenticationFailed, match="authorization id"):
+        OAuthBearerServer(validator, lambda: NOW_MS).evaluate(bearer(token, authzid="eve"))
+    for message in [b"", b"n,,\x01auth=Basic abc\x01\x01", b"garbage", b"\x01"]:
+        with pytest.raises(SaslFailure):
+            OAuthBearerServer(validator, lambda: NOW_MS).evaluate(message)
+    deep = base64.urlsafe_b64encode(b'{"x":' + b"[" * 100_000).rstrip(b"=").decode()
+    header = jws({}).split(".")[0]
+    challenge = OAuthBearerServer(validator, lambda: NOW_MS).evaluate(bearer(f"{header}.{deep}."))
+    assert b"invalid_token" in challenge
+    with pytest.raises(ValueError, match="ClockSkew"):
+        UnsecuredValidator.from_options({"unsecuredValidatorAllowableClockSkewMs": "-1"})
+    with pytest.raises(ValueError, match="unsecuredLoginStringClaim_sub"):
+        unsecured_token({}, NOW_MS)
+    with pytest.raises(ValueError, match="cannot be set"):
+        unsecured_token(
+            {"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginNumberClaim_exp": "1"}, 0
+        )
+
+
+OAUTH_JAAS = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+    'unsecuredLoginStringClaim_sub="broker" unsecuredValidatorRequiredScope="kafka";'
+)
+SCRAM_JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+    'username="broker" password="broker-secret";'
+)
+CLUSTER = {
+    "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+    "inter.broker.listener.name": "INTERNAL",
+    "zookeeper.connect": "z:2181",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
+    "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+    "listener.name.internal.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+    "listener.name.internal.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+}
+
+
+def test_inter_broker_login_from_the_listeners_jaas_config() -> None:
+    login = inter_broker_login(BrokerConfig.from_properties(CLUSTER))
+    assert login is not None and (login.listener_name, login.mechanism) == (
+        "INTERNAL",
+        "SCRAM-SHA-512",
+    )
+    assert "broker-secret" not in repr(login)
+    assert isinstance(login.client(NOW_MS), ScramClient)
+    oauth = BrokerConfig.from_properties(
+        {**CLUSTER, "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"}
+    )
+    login = inter_broker_login(oauth)
+    assert login is not None and isinstance(login.client(NOW_MS), OAuthBearerClient)
+    validator = listener_sasl(oauth, "INTERNAL").oauthbearer
+    assert validator is not None and validator.required_scope == ("kafka",)
+    plaintext = {k: v for k, v in CLUSTER.items() if k != "inter.broker.listener.name"}
+    assert inter_broker_login(BrokerConfig.from_properties(plaintext)) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, "GSSAPI is not implemented"),
+        ({"sasl.mechanism.inter.broker.protocol": "PLAIN"}, "must be enabled on the inter-broker"),
+        (
+            {"listener.name.internal.scram-sha-512.sasl.jaas.config": None},
+            "no login for SCRAM-SHA-512 between brokers: set listener.name.internal.scram-sha-512",
+        ),
+        (
+            {"listener.name.internal.scram-sha-512.sasl.jaas.config": OAUTH_JAAS},
+            "SCRAM-SHA-512 takes org.apache.kafka.common.security.scram.ScramLoginModule",
+        ),
+        (
+            {
+                "listener.name.internal.scram-sha-512.sasl.jaas.config": SCRAM_JAAS.replace(
+                    ' password="broker-secret"', ""
+                )
+            },
+            "needs this broker's username and password",
+        ),
+        (
+            {
+                "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
+                "listener.name.internal.oauthbearer.sasl.jaas.config": OAUTH_JAAS.replace(
+                    "unsecuredLoginStringClaim_sub", "unsecuredLoginStringClaim_name"
+                ),
+            },
+            "unsecuredLoginStringClaim_sub",
+        ),
+        (
+            {"sasl.oauthbearer.jwks.endpoint.url": "https://idp.example/jwks"},
+            "secured tokens \\(OIDC",
+        ),
+        ({"connection.failed.authentication.delay.ms": "600000"}, "less than connections.max"),
+    ],
+)
+def test_inter_broker_login_refuses_what_cannot_log_in(
+    change: dict[str, str | None], message: str
+) -> None:
+    props = {k: v for k, v in {**CLUSTER, **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_properties(props)  # type: ignore[arg-type]

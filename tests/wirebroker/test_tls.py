@@ -3,7 +3,8 @@
 A CA, a broker certificate for 127.0.0.1/localhost and a client certificate are made at test
 time with trustme. One broker serves an SSL listener from a PEM keystore (its key encrypted
 with ssl.key.password) without client authentication; another from PKCS12 stores with
-ssl.client.auth=required. Both also serve PLAINTEXT (the zero-copy path, untouched).
+ssl.client.auth=required. Both also serve PLAINTEXT (the zero-copy path, untouched). Round trips
+of every client over every protocol: test_security_matrix.py.
 """
 
 from __future__ import annotations
@@ -11,22 +12,18 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.serialization import pkcs12
 
 from protocol.messages.api_versions import ApiVersionsRequest
-from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, create_topic, end_offset
+from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.helpers import RawClient, create_topic
+from tests.wirebroker.pki import KEY_PASSWORD, STORE_PASSWORD, Pki
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.tls import (
     PrincipalMapper,
@@ -34,89 +31,13 @@ from wirebroker.tls import (
     server_context,
     subject_dn,
 )
-from wirebroker.zookeeper_server import jars_available, java_command
 
 API_VERSIONS = ApiVersionsRequest(client_software_name="tls-test", client_software_version="1")
-KEY_PASSWORD = "key-secret"
-STORE_PASSWORD = "store-secret"
-
-
-@dataclass(frozen=True)
-class Pki:
-    ca: Path  # the CA certificate, PEM
-    server_pem: Path  # key (encrypted with KEY_PASSWORD) and chain
-    server_p12: Path  # PKCS12, STORE_PASSWORD
-    trust_p12: Path  # the CA certificate in PKCS12, STORE_PASSWORD
-    client_cert: Path
-    client_key: Path
-    client_pem_keystore: Path  # the client's key and certificate in one PEM file
-    client_der: bytes
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    d = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    server = ca.issue_cert("localhost", "127.0.0.1")
-    client = ca.issue_cert(  # a SAN, or Java refuses the (empty) extension
-        "client-1.example",
-        common_name="client-1",
-        organization_name="Tests",
-        organization_unit_name="Ops",
-    )
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    key = serialization.load_pem_private_key(server.private_key_pem.bytes(), None)
-    certs = [x509.load_pem_x509_certificate(b.bytes()) for b in server.cert_chain_pems]
-    encrypted = key.private_bytes(  # type: ignore[union-attr]
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.BestAvailableEncryption(KEY_PASSWORD.encode()),
-    )
-    (d / "server.pem").write_bytes(encrypted + b"".join(b.bytes() for b in server.cert_chain_pems))
-    store = serialization.BestAvailableEncryption(STORE_PASSWORD.encode())
-    (d / "server.p12").write_bytes(
-        pkcs12.serialize_key_and_certificates(b"broker", key, certs[0], certs[1:], store)  # type: ignore[arg-type]
-    )
-    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
-    (d / "trust.p12").write_bytes(
-        pkcs12.serialize_key_and_certificates(None, None, None, [ca_cert], store)
-    )
-    client.cert_chain_pems[0].write_to_path(str(d / "client.pem"))
-    client.private_key_pem.write_to_path(str(d / "client.key"))
-    client_key = serialization.load_pem_private_key(client.private_key_pem.bytes(), None)
-    (d / "client-keystore.pem").write_bytes(  # Java wants the key in PKCS#8
-        client_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        + client.cert_chain_pems[0].bytes()
-    )
-    der = x509.load_pem_x509_certificate(client.cert_chain_pems[0].bytes()).public_bytes(
-        serialization.Encoding.DER
-    )
-    return Pki(
-        d / "ca.pem",
-        d / "server.pem",
-        d / "server.p12",
-        d / "trust.p12",
-        d / "client.pem",
-        d / "client.key",
-        d / "client-keystore.pem",
-        der,
-    )
 
 
 def _started(tmp: Path, properties: dict[str, str]) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp, properties, extra_listeners=("SSL",))
-    process.start()
-    try:
+    with serving(BrokerProcess(tmp, properties, extra_listeners=("SSL",))) as process:
         yield process
-    finally:
-        alive = process.alive()
-        code = process.stop()
-    assert alive and code == 0, "\n".join(process.log[-40:])
-    assert not process.tracebacks(), "\n".join(process.log)
 
 
 @pytest.fixture(scope="module")
@@ -185,11 +106,6 @@ def _confluent_roundtrip(broker: BrokerProcess, topic: str, tls: dict[str, str])
 
 
 @pytest.mark.integration
-def test_confluent_over_ssl_pem_keystore(pem_broker: BrokerProcess, pki: Pki, topic: str) -> None:
-    _confluent_roundtrip(pem_broker, topic, {"ssl.ca.location": str(pki.ca)})
-
-
-@pytest.mark.integration
 def test_confluent_over_ssl_pkcs12_with_client_certificate(
     mtls_broker: BrokerProcess, pki: Pki, topic: str
 ) -> None:
@@ -202,31 +118,6 @@ def test_confluent_over_ssl_pkcs12_with_client_certificate(
             "ssl.key.location": str(pki.client_key),
         },
     )
-
-
-@pytest.mark.integration
-def test_kafka_python_over_ssl(pem_broker: BrokerProcess, pki: Pki, topic: str) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
-
-    create_topic(pem_broker.bootstrap, topic)
-    common = {
-        "bootstrap_servers": _ssl_bootstrap(pem_broker),
-        "security_protocol": "SSL",
-        "ssl_cafile": str(pki.ca),
-    }
-    producer = KafkaProducer(**common)
-    for i in range(5):
-        producer.send(topic, f"kp-{i}".encode())
-    producer.flush(30)
-    producer.close()
-    consumer = KafkaConsumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **common
-    )
-    try:
-        got = [m.value for m in consumer][:5]
-    finally:
-        consumer.close()
-    assert got == [f"kp-{i}".encode() for i in range(5)]
 
 
 def _tls_client(
@@ -424,70 +315,3 @@ def test_cipher_suites_by_iana_or_openssl_name(pki: Pki) -> None:
             BrokerConfig.from_properties({**base, "ssl.cipher.suites": "TLS_AES_128_GCM_SHA256"}),
             "SSL",
         )
-
-
-@pytest.mark.integration
-def test_java_producer_over_ssl_with_client_certificate(
-    mtls_broker: BrokerProcess, pki: Pki, topic: str, tmp_path: Path
-) -> None:
-    """Kafka's own client (ProducerPerformance) with PEM stores, host names checked."""
-    if not jars_available():
-        pytest.skip("no Kafka jars: run `make jars`")
-    create_topic(mtls_broker.bootstrap, topic)
-    client = tmp_path / "client.properties"
-    client.write_text(
-        "security.protocol=SSL\n"
-        "ssl.truststore.type=PEM\n"
-        f"ssl.truststore.location={pki.ca}\n"
-        "ssl.keystore.type=PEM\n"
-        f"ssl.keystore.location={pki.client_pem_keystore}\n"
-    )
-    argv = java_command(
-        "org.apache.kafka.tools.ProducerPerformance",
-        ["--topic", topic, "--num-records", "200", "--record-size", "100"]
-        + ["--throughput", "-1", "--producer.config", str(client)]
-        + ["--producer-props", f"bootstrap.servers={_ssl_bootstrap(mtls_broker)}", "acks=all"],
-        heap="256m",
-    )
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert end_offset(mtls_broker.bootstrap, topic) == 200
-
-
-@pytest.fixture(scope="module")
-def sasl_ssl_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """SASL/PLAIN over TLS: the SASL exchange runs inside the TLS session."""
-    yield from _started(
-        tmp_path_factory.mktemp("sasl-ssl-broker"),
-        {
-            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(pki.server_pem),
-            "ssl.key.password": KEY_PASSWORD,
-            "sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
-                "org.apache.kafka.common.security.plain.PlainLoginModule required "
-                'user_alice="alice-secret";'
-            ),
-        },
-    )
-
-
-@pytest.mark.integration
-def test_confluent_over_sasl_ssl(sasl_ssl_broker: BrokerProcess, pki: Pki, topic: str) -> None:
-    """A client that logs in over TLS reads what it wrote; a wrong password gets an
-    authentication error, and the password never reaches the broker's log."""
-    login = {
-        "bootstrap.servers": f"127.0.0.1:{sasl_ssl_broker.ports['SASL_SSL']}",
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": str(pki.ca),
-        "sasl.mechanisms": "PLAIN",
-        "sasl.username": "alice",
-    }
-    _confluent_roundtrip(sasl_ssl_broker, topic, {**login, "sasl.password": "alice-secret"})
-    failures: list[KafkaError] = []
-    producer = Producer({**login, "sasl.password": "wrong-secret", "error_cb": failures.append})
-    producer.produce(topic, b"never")
-    producer.flush(5)
-    assert any(e.code() == KafkaError._AUTHENTICATION for e in failures), failures
-    assert not any("secret" in line for line in sasl_ssl_broker.log)

@@ -8,15 +8,16 @@ hand is sent again, until the broker is removed (it left the cluster) or the con
 resigns (the whole channel is cancelled). Answers go to the optional callback, so the
 controller can log errors; a callback must not block.
 
-Requests go over `wirebroker.peer.PeerConnection`; every request carries the controller's id
-and epoch and the broker's epoch, which the caller puts in the body.
+Requests go over `wirebroker.peer.PeerConnection`, secured as the inter-broker listener says
+(TLS, a SASL login); every request carries the controller's id and epoch and the broker's epoch,
+which the caller puts in the body. A broker that refuses the controller's login is retried like
+an unreachable one, with a warning.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,13 @@ from typing import Any
 import trio
 
 from protocol.schema import Message
-from wirebroker.peer import PeerConnection
+from wirebroker.peer import (
+    PLAINTEXT,
+    PeerAuthenticationFailed,
+    PeerConnection,
+    PeerError,
+    PeerSecurity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +66,9 @@ class _BrokerLink:
 class ControllerChannel:
     """Per-broker request queues of one controller, run as children of `run()`'s nursery."""
 
-    def __init__(self, controller_id: int, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, controller_id: int, security: PeerSecurity = PLAINTEXT) -> None:
         self.controller_id = controller_id
-        self.ssl_context = ssl_context  # TLS when the inter-broker listener is SSL
+        self.security = security  # TLS and/or SASL, as the inter-broker listener
         self._links: dict[int, _BrokerLink] = {}
         self._nursery: trio.Nursery | None = None
         self.sent: list[tuple[int, str]] = []  # (broker, request name) answered: logs, tests
@@ -113,14 +120,17 @@ class ControllerChannel:
             attempts = 0
             while True:
                 try:
-                    connection = await PeerConnection.open(
-                        link.host,
-                        link.port,
-                        client_id=f"controller-{self.controller_id}",
-                        ssl_context=self.ssl_context,
+                    with trio.fail_after(REQUEST_TIMEOUT_S):
+                        connection = await PeerConnection.open(
+                            link.host,
+                            link.port,
+                            client_id=f"controller-{self.controller_id}",
+                            security=self.security,
+                        )
+                except (PeerError, trio.TooSlowError) as e:
+                    (log.warning if isinstance(e, PeerAuthenticationFailed) else log.debug)(
+                        "broker %d at %s:%d: %s", link.broker_id, link.host, link.port, e
                     )
-                except (OSError, trio.BrokenResourceError) as e:
-                    log.debug("broker %d at %s:%d: %s", link.broker_id, link.host, link.port, e)
                     await trio.sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
@@ -149,7 +159,13 @@ class ControllerChannel:
                                     callback(link.broker_id, response)
                                 except Exception:
                                     log.exception("response callback failed")
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError) as e:
+                except (
+                    OSError,
+                    trio.BrokenResourceError,
+                    trio.ClosedResourceError,
+                    EOFError,
+                    PeerError,
+                ) as e:
                     log.debug(
                         "lost the connection to broker %d (%s); reconnecting", link.broker_id, e
                     )

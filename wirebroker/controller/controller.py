@@ -42,7 +42,6 @@ from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
 from wirebroker.controller.decisions import ReplicaAssignment
 from wirebroker.controller.errors import ControllerError, NotController
-from wirebroker.tls import inter_broker_client_context
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
     BadVersionError,
@@ -56,6 +55,7 @@ from wirebroker.zk.znodes import BrokerRegistration, PartitionState, TopicAssign
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
+    from wirebroker.peer import PeerSecurity
 
 log = logging.getLogger(__name__)
 state_log = logging.getLogger("wirebroker.state.change")
@@ -137,10 +137,13 @@ class _Call:
 class Controller:
     """This broker's controller: a candidate always, active while it holds `/controller`."""
 
-    def __init__(self, zk: ZkClient, broker_id: int, config: BrokerConfig) -> None:
+    def __init__(
+        self, zk: ZkClient, broker_id: int, config: BrokerConfig, security: PeerSecurity
+    ) -> None:
         self.zk = zk
         self.broker_id = broker_id
         self.config = config
+        self.security = security  # of the channel's connections to the brokers
         self.active = False
         self.active_id = -1  # the controller we know of (ourselves included), -1 if none
         self.ctx = ControllerContext()
@@ -327,7 +330,7 @@ class Controller:
 
     async def _start_channel(self) -> None:
         assert self._nursery is not None
-        channel = ControllerChannel(self.broker_id, inter_broker_client_context(self.config))
+        channel = ControllerChannel(self.broker_id, self.security)
         scope = trio.CancelScope()
 
         async def run_channel(task_status: trio.TaskStatus[None]) -> None:
@@ -713,6 +716,24 @@ class Controller:
         if value is None:
             value = self.config.get("unclean.leader.election.enable") or "false"
         return value.strip().lower() == "true"
+
+    def unclean_election_enabled(self) -> None:
+        """`unclean.leader.election.enable` was turned on for every topic at run time (Kafka's
+        enableDefaultUncleanLeaderElection): the offline partitions are elected again, a
+        replica outside the ISR now allowed to lead."""
+        if self.active:
+            self._queue.send_nowait(_Call(self._elect_offline_partitions))
+
+    async def _elect_offline_partitions(self) -> None:
+        ctx = self.ctx
+        offline = [
+            tp
+            for tp, info in ctx.states.items()
+            if info.state.leader not in ctx.live_ids()
+            and tp[0] in ctx.topics
+            and tp[0] not in ctx.deleting
+        ]
+        self._announce(await self._elect_offline(offline))
 
     async def _elect_offline(self, tps: Iterable[TP]) -> set[TP]:
         """Elect leaders for partitions whose leader is gone; the ones that changed are returned."""

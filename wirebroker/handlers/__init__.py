@@ -3,6 +3,7 @@
 from wirebroker.handlers import (  # noqa: F401
     acls,
     api_versions,
+    client_quotas,
     cluster,
     configs,
     control,

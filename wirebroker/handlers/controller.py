@@ -188,6 +188,9 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
             results = await controller.call(lambda: controller.elect_leaders(wanted, unclean))
         except NotController:
             return ElectLeadersResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    if wanted is None:
+        # All partitions: as Kafka, only those elected or failed are reported.
+        results = {tp: c for tp, c in results.items() if c != ErrorCode.ELECTION_NOT_NEEDED}
     by_topic: dict[str, list[ElectLeadersResponse.PartitionResult]] = {}
     for (topic, index), code in sorted(results.items()):
         by_topic.setdefault(topic, []).append(

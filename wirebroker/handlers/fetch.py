@@ -33,12 +33,19 @@ NOT_LEADER_OR_FOLLOWER, as in Kafka. A follower's last fetched epoch (v12+) is c
 log diverges from it the answer is the diverging epoch and where it ends, without records.
 A read that fails for its disk answers KAFKA_STORAGE_ERROR and takes the partition's log
 directory offline (`storage.log_manager`).
+A consumer over its `consumer_byte_rate` (the records' bytes) or `request_percentage` quota is
+answered empty with the throttle time, and its connection muted for it, and a fetch never
+asks for more than its byte quota lets through at once, as in Kafka (`wirebroker.quotas`).
+On a leader, a follower out of the ISR fetching a partition of the topic's
+`leader.replication.throttled.replicas` gets no records while that throttle's rate is over
+`leader.replication.throttled.rate` (`wirebroker.quotas.replication`).
 Authorization, as Kafka: a consumer needs READ on each topic (else its partitions are
 TOPIC_AUTHORIZATION_FAILED, after an unknown topic id and before an unknown topic); a follower
 (replica id >= 0) must be allowed to act as a broker (`RequestContext.authorize_cluster_action`:
 CLUSTER_ACTION, and here also the inter-broker listener of a cluster), else every partition is
 TOPIC_AUTHORIZATION_FAILED and nothing of the follower's state changes.
-Differences from Kafka: no preferred read replica (-1).
+Differences from Kafka: no preferred read replica (-1); a consumer's byte rate counts the
+records' bytes (Kafka: the whole response's).
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ from wirebroker.dispatch import RequestContext, handles
 from wirebroker.events import Wakeup
 from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked
 from wirebroker.partition import Partition
+from wirebroker.quotas import throttle
+from wirebroker.quotas.client import session_names
 
 READ_COMMITTED = 1
 EMPTY = memoryview(b"")  # a partition with an error still carries records: empty, never null
@@ -106,6 +115,18 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     if context.error:
         return FetchResponse(error_code=context.error, session_id=INVALID_SESSION_ID)
     wanted = _resolve(ctx, context.asked, replica_id)
+    max_bytes = request.max_bytes if version >= 3 else 2**31 - 1
+    min_bytes = request.min_bytes
+    quota = ctx.broker.quotas.fetch
+    if replica_id >= 0:
+        throttle.exempt(ctx)
+    elif quota.enabled:
+        # No more than the client's quota lets through at once (Kafka's maxQuotaWindowBytes).
+        user, client_id = session_names(ctx.principal, ctx.client_id)
+        cap = quota.max_value_in_window(user, client_id, ctx.broker.now_ms())
+        if cap is not None:
+            max_bytes = min(max_bytes, int(cap))
+            min_bytes = min(min_bytes, max_bytes)
     max_wait_s = max(request.max_wait_ms, 0) / 1000
     first_hw: list[int] | None = None
     # Appends wake everyone; a moved high watermark wakes followers (who must learn it) and,
@@ -119,7 +140,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     with Wakeup(sources) as wakeup, trio.move_on_after(max_wait_s):
         while True:
             wakeup.arm()
-            size = _read_all(ctx, request, wanted, replica_id)
+            size = _read_all(ctx, request, wanted, replica_id, max_bytes)
             failed = any(
                 w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
                 for w in wanted
@@ -128,14 +149,19 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             if first_hw is None:
                 first_hw = hws
             moved = replica_id >= 0 and hws != first_hw
-            if size >= request.min_bytes or request.max_wait_ms <= 0 or not sources or failed:
+            if size >= min_bytes or request.max_wait_ms <= 0 or not sources or failed:
                 break
             if moved:
                 break
             _release(wanted)
             await wakeup.wait()
     if _needs_final_read(wanted):
-        _read_all(ctx, request, wanted, replica_id)
+        size = _read_all(ctx, request, wanted, replica_id, max_bytes)
+    if replica_id < 0 and _throttled(ctx, size):
+        # Kafka's throttled fetch: an empty answer (the session stays as it was).
+        _release(wanted)
+        error, session_id = sessions.throttled_answer(context)
+        return FetchResponse(error_code=error, session_id=session_id)
     error, session_id, carried = sessions.answer(
         context, [w.result for w in wanted], ctx.broker.now_ms()
     )
@@ -143,14 +169,35 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
         _release(wanted)
         return FetchResponse(error_code=error, session_id=session_id)
     answered = []
+    leader_quota = ctx.broker.replication_quotas.leader
+    throttled_bytes = 0
     for w, carry in zip(wanted, carried, strict=True):
         if carry:
             answered.append(w)
             if w.topic and w.result.records is not None:
-                ctx.broker.stats.fetched(w.topic, len(w.result.records), replica_id >= 0)
+                size = len(w.result.records)
+                ctx.broker.stats.fetched(w.topic, size, replica_id >= 0)
+                if replica_id >= 0 and leader_quota.is_throttled(w.topic, w.request.partition):
+                    throttled_bytes += size
         else:
             _release_one(w)
+    if throttled_bytes:
+        # Every follower's bytes count in the throttled rate, those in the ISR too.
+        leader_quota.record(throttled_bytes, ctx.broker.now_ms())
     return _response(ctx, answered, session_id)
+
+
+def _throttled(ctx: RequestContext, size: int) -> bool:
+    """Kafka's quota checks of a consumer's fetch once read: its request time and its
+    response bytes; a throttled fetch takes its bytes back out of the byte rate."""
+    request_ms = throttle.request_throttle(ctx)
+    quota = ctx.broker.quotas.fetch
+    fetch_ms = throttle.record(ctx, quota, size)
+    if not (request_ms or fetch_ms):
+        return False
+    user, client_id = session_names(ctx.principal, ctx.client_id)
+    quota.unrecord(user, client_id, size, ctx.broker.now_ms())
+    return True
 
 
 def _needs_final_read(wanted: list[_Wanted]) -> bool:
@@ -197,17 +244,24 @@ def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_
 
 
 def _read_all(
-    ctx: RequestContext, request: FetchRequest, wanted: list[_Wanted], replica_id: int = -1
+    ctx: RequestContext,
+    request: FetchRequest,
+    wanted: list[_Wanted],
+    replica_id: int,
+    max_bytes: int,
 ) -> int:
     """Read every partition within the byte limits; returns the bytes gathered."""
-    remaining = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
+    remaining = max_bytes
     total = 0
     min_one = True
+    leader_quota = ctx.broker.replication_quotas.leader
     for w in wanted:
         result = w.result
         result.partition_index = w.request.partition
         result.aborted_transactions = None
         if w.error or w.partition is None:
+            # As Kafka's partitionResponse(error): an empty aborted list, not null.
+            result.aborted_transactions = []
             result.error_code = w.error
             result.high_watermark = result.last_stable_offset = result.log_start_offset = -1
             result.records = EMPTY
@@ -223,10 +277,18 @@ def _read_all(
         leader_leo = p.log_end_offset
         if replica_id >= 0 and w.request.last_fetched_epoch >= 0 and _diverged(w, p):
             continue
+        # A throttled replica out of the ISR gets no records for now (Kafka's
+        # shouldLeaderThrottle); its fetch offset still counts.
+        held_back = (
+            replica_id >= 0
+            and replica_id not in p.isr
+            and leader_quota.is_throttled(p.topic, p.index)
+            and leader_quota.is_exceeded(ctx.broker.now_ms())
+        )
         try:
             read = p.log.read(
                 w.request.fetch_offset,
-                max(limit, 0),
+                0 if held_back else max(limit, 0),
                 max_offset=(
                     None
                     if replica_id >= 0
@@ -234,7 +296,7 @@ def _read_all(
                     if committed
                     else result.high_watermark
                 ),
-                min_one_batch=min_one,
+                min_one_batch=min_one and not held_back,
                 aborted_transactions=committed,
             )
         except (KafkaError, OSError) as e:

@@ -2,9 +2,9 @@
 
 Topics by name or (v10+) by id; null topics (v1+) or an empty list (v0) mean all topics.
 Auto-creation follows `auto.create.topics.enable` and, from v4, the request's
-`allow_auto_topic_creation`. Differences from Kafka: a topic created by this request is
-answered as ready (error NONE with its partitions) instead of LEADER_NOT_AVAILABLE, because
-leaders are assigned synchronously here.
+`allow_auto_topic_creation`; the request that creates a topic is answered LEADER_NOT_AVAILABLE
+without partitions and the next one lists them, as Kafka answers (its AutoTopicCreationManager
+does not wait for leaders), even though the embedded broker has them at once.
 
 Authorization, as Kafka: a topic the client may not DESCRIBE is left out of an all-topics
 answer, and answered TOPIC_AUTHORIZATION_FAILED when named (without its id when named by name,
@@ -178,10 +178,7 @@ async def _lookup(ctx: RequestContext, name: str, allow_create: bool) -> Topic:
             )
         except KafkaError as e:
             return Topic(error_code=e.error_code, name=name)
-        cache = broker.metadata()
-        if not cache.has_topic(name):
-            # A cluster: the controller elects the leaders, and UpdateMetadata tells us.
-            return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name)
+        return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name)
     return _describe(ctx, cache, name)
 
 

@@ -7,8 +7,9 @@ UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE (batch ove
 INVALID_RECORD (records that disagree with their batch header, a decompression bomb, a keyless
 record on a compacted topic, ...), INVALID_TIMESTAMP, KAFKA_STORAGE_ERROR (an I/O error other
 than a full disk also takes the partition's log directory offline: see `storage.log_manager`);
-from v8 the answer also carries `error_message` and, for rejected records, `record_errors` (index
-in the batch and why), as Kafka's does. A partition whose append succeeded is always answered
+from v8 the answer also carries `error_message` (not for the producer-state refusals below: Kafka
+sends none for them) and, for rejected records, `record_errors` (index in the batch and why), as
+Kafka's does. A partition whose append succeeded is always answered
 with its offset, even if another partition in the same request failed (an unexpected error is
 confined to the partition it hit). v3+ must carry exactly one v2 batch.
 Idempotent batches (see :mod:`storage.producer_state`): a retry of one of the producer's last
@@ -28,6 +29,9 @@ it while waiting answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are writt
 is a :class:`~wirebroker.dispatch.Later`: the connection goes on appending the producer's next
 requests while earlier ones wait, and answers in order (Kafka reads nothing more from the
 connection until the answer has gone; see `wirebroker.connection`).
+A client over its `producer_byte_rate` quota (the request's bytes, every request counted) is
+answered with the throttle time, and its connection muted for it (`wirebroker.quotas`); the
+quota is recorded when the request arrives (Kafka: when it is answered).
 With `transaction.partition.verification.enable` (Kafka's default, KIP-890 part 1), a
 transactional batch of a producer with no transaction going on in the partition is first checked
 with the transaction's coordinator (`wirebroker.txn.verification`): a partition that is not in
@@ -48,15 +52,25 @@ from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages.produce import ProduceRequest, ProduceResponse
 from protocol.record_batch import RecordBatchView, first_batch_is_transactional
 from protocol.records import iter_batches
-from storage.errors import InvalidRecordError
+from storage.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+)
 from storage.producer_state import VerificationGuard
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.partition import Partition, TopicPartition
+from wirebroker.quotas import throttle
 from wirebroker.txn.verification import OFF, TransactionalWriter, Verified
 
 log = logging.getLogger(__name__)
+
+#: Refusals by the partition's producer state, answered without an `error_message` as Kafka
+#: does (its message is for record validation errors only).
+_PRODUCER_STATE_ERRORS = (OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError)
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 # acks=all partitions still waiting: (partition, offset its high watermark must reach, answer).
@@ -65,6 +79,11 @@ Waiting = list[tuple[Partition, int, PartitionResponse]]
 
 @handles(ProduceRequest, (0, 11))
 async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Later | None:
+    quota = ctx.broker.quotas.produce
+    if quota.enabled:
+        throttle.record(ctx, quota, ctx.request_size)
+    if request.acks == 0:
+        throttle.exempt(ctx)  # from the request quota; the byte rate still counts, as Kafka's
     acks_valid = request.acks in (0, 1, -1)
     refused = _transaction_refused(ctx, request)
     writable = ctx.authorized(
@@ -159,9 +178,11 @@ def _transactional_producer(records: memoryview | None) -> tuple[int, int, int] 
     return None
 
 
-def _verification_answer(error: ErrorCode) -> tuple[ErrorCode, str]:
+def _verification_answer(error: ErrorCode) -> tuple[ErrorCode, str | None]:
     """A failed verification as Produce answers it: a coordinator that could not say is
-    NOT_ENOUGH_REPLICAS (retried by every client without a metadata refresh), as in Kafka."""
+    NOT_ENOUGH_REPLICAS (retried by every client without a metadata refresh), as in Kafka;
+    Kafka's messages for those two, none for the others (a fenced producer's
+    INVALID_PRODUCER_EPOCH)."""
     if error == ErrorCode.INVALID_TXN_STATE:
         return error, "Partition was not added to the transaction"
     if error in _RETRY_VERIFICATION:
@@ -170,7 +191,7 @@ def _verification_answer(error: ErrorCode) -> tuple[ErrorCode, str]:
             "Unable to verify the partition has been added to the transaction. "
             f"Underlying error: {error.name}",
         )
-    return error, f"the transaction could not be verified: {error.name}"
+    return error, None
 
 
 _RETRY_VERIFICATION = frozenset(
@@ -252,7 +273,8 @@ def _append(
         if e.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
             broker.log_manager.handle_log_error(topic, data.index, e)
         result.error_code = e.error_code
-        result.error_message = str(e)
+        if not isinstance(e, _PRODUCER_STATE_ERRORS):
+            result.error_message = str(e)
         if isinstance(e, InvalidRecordError):
             result.record_errors = [
                 ProduceResponse.BatchIndexAndErrorMessage(

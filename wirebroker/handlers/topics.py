@@ -6,6 +6,12 @@ UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID) and a message from v1 (CreateTopic
 (DeleteTopics). Differences from Kafka: manual replica assignments are accepted only when they
 name this broker; creation is synchronous, so `timeout_ms` never expires.
 
+The partitions created or deleted count against the client's `controller_mutation_rate`
+quota (`wirebroker.quotas.client`), as in Kafka: from CreateTopics v6, DeleteTopics v5 and
+CreatePartitions v3 the quota is strict (a topic asked for once it is used up is answered
+THROTTLING_QUOTA_EXCEEDED), before that it only throttles; the answer carries the time the
+client must wait.
+
 In a cluster (`zookeeper.connect`) the same requests write ZooKeeper as Kafka's AdminZkClient
 does (`ClusterMember.create_topic`, `delete_topic`, `add_partitions`): replicas are assigned
 over the live brokers (rack-aware when they have racks), the controller makes the partitions,
@@ -30,10 +36,14 @@ from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsRes
 from protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
+from wirebroker.quotas import throttle
+from wirebroker.quotas.client import MutationQuota, session_names
 from wirebroker.topic_configs import describe_topic_configs
 from wirebroker.topics import INTERNAL_TOPICS, TopicRecord
 
 ZERO_UUID = uuid.UUID(int=0)
+#: The versions from which the controller mutation quota is strict (Kafka's KafkaApis).
+CREATE_TOPICS_STRICT_SINCE, DELETE_TOPICS_STRICT_SINCE, CREATE_PARTITIONS_STRICT_SINCE = 6, 5, 3
 _Topic = CreateTopicsRequest.CreatableTopic
 _Result = CreateTopicsResponse.CreatableTopicResult
 
@@ -43,23 +53,40 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     if ctx.broker.cluster is not None:
         return await _create_topics_in_zk(ctx, request)
     broker = ctx.broker
+    quota = _mutation_quota(ctx, CREATE_TOPICS_STRICT_SINCE)
     results, to_create, describable = _create_results(ctx, request)
     for topic, result in to_create:
         try:
             partitions, replication = _sizes(ctx, topic)
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            if quota.measured and not request.validate_only:
+                # Valid first: only a creation that happens takes from the quota.
+                broker.create_topic(
+                    topic.name, partitions, replication, configs, validate_only=True
+                )
+                quota.record(partitions)
             record = broker.create_topic(
-                topic.name,
-                partitions,
-                replication,
-                {c.name: c.value for c in topic.configs if c.value is not None},
-                validate_only=request.validate_only,
+                topic.name, partitions, replication, configs, validate_only=request.validate_only
             )
         except KafkaError as e:
             _answer_failed(result, e)
             continue
         if topic.name in describable:
             _answer_created(ctx, result, record, request.validate_only)
+    _mutation_throttle(ctx, quota)
     return CreateTopicsResponse(topics=results)
+
+
+def _mutation_quota(ctx: RequestContext, strict_since: int) -> MutationQuota:
+    """This request's controller mutation quota: strict from `strict_since` on."""
+    user, client_id = session_names(ctx.principal, ctx.client_id)
+    return ctx.broker.quotas.controller_mutation.quota_for(
+        user, client_id, ctx.api_version >= strict_since, ctx.broker.clock
+    )
+
+
+def _mutation_throttle(ctx: RequestContext, quota: MutationQuota) -> None:
+    throttle.throttle(ctx, ctx.broker.quotas.controller_mutation, quota.throttle_time_ms())
 
 
 def _create_results(
@@ -167,6 +194,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
     if ctx.broker.cluster is not None:
         return await _delete_topics_in_zk(ctx, request)
     broker = ctx.broker
+    quota = _mutation_quota(ctx, DELETE_TOPICS_STRICT_SINCE)
     responses = []
     for name, topic_id in _deletion_wanted(ctx, request):
         result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
@@ -181,6 +209,9 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         if _deletion_refused(ctx, name, result, topic_id != ZERO_UUID):
             continue
         try:
+            existing = broker.topics.get(name)
+            if existing is not None:
+                quota.record(existing.partitions)
             record = broker.delete_topic(name)
             result.topic_id = record.topic_id if ctx.api_version >= 6 else ZERO_UUID
         except KafkaError as e:
@@ -188,6 +219,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
             # Kafka answers an unknown topic with the code alone (message null)
             unknown = e.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = None if unknown else str(e)
+    _mutation_throttle(ctx, quota)
     return DeleteTopicsResponse(responses=responses)
 
 
@@ -230,6 +262,7 @@ def _deletion_refused(
 async def create_partitions(
     ctx: RequestContext, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
+    quota = _mutation_quota(ctx, CREATE_PARTITIONS_STRICT_SINCE)
     alterable = ctx.authorized(
         AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in request.topics)
     )
@@ -242,23 +275,36 @@ async def create_partitions(
             result.error_message = "The topic authorization is failed."
             continue
         try:
-            if ctx.broker.cluster is not None:
-                await ctx.broker.cluster.add_partitions(
-                    topic.name,
-                    topic.count,
-                    (
-                        [list(a.broker_ids) for a in topic.assignments]
-                        if topic.assignments is not None
-                        else None
-                    ),
-                    validate_only=request.validate_only,
-                )
-                continue
-            ctx.broker.add_partitions(topic.name, topic.count, validate_only=request.validate_only)
+            if quota.measured and not request.validate_only:
+                # Valid first: only partitions that are created take from the quota.
+                current = await _add_partitions(ctx, topic, validate_only=True)
+                quota.record(topic.count - current)
+            await _add_partitions(ctx, topic, validate_only=request.validate_only)
         except KafkaError as e:
             result.error_code = e.error_code
             result.error_message = str(e)
+    _mutation_throttle(ctx, quota)
     return CreatePartitionsResponse(results=results)
+
+
+async def _add_partitions(
+    ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTopic, validate_only: bool
+) -> int:
+    """Add (or check the addition of) partitions; the partition count before."""
+    cluster = ctx.broker.cluster
+    if cluster is None:
+        record = ctx.broker.topics.get(topic.name)
+        current = record.partitions if record is not None else 0
+        ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+        return current
+    assignment = await cluster.topic_assignment(topic.name)
+    await cluster.add_partitions(
+        topic.name,
+        topic.count,
+        [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None,
+        validate_only=validate_only,
+    )
+    return len(assignment.partitions) if assignment is not None else 0
 
 
 # cluster mode -----------------------------------------------------------------------------
@@ -267,6 +313,7 @@ async def _create_topics_in_zk(
 ) -> CreateTopicsResponse:
     cluster = ctx.broker.cluster
     assert cluster is not None
+    quota = _mutation_quota(ctx, CREATE_TOPICS_STRICT_SINCE)
     results, to_create, describable = _create_results(ctx, request)
     created: list[tuple[_Result, int]] = []
     for topic, result in to_create:
@@ -281,11 +328,17 @@ async def _create_topics_in_zk(
                     )
                 assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
             partitions, replication = _default_sizes(ctx, topic)
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            if quota.measured and not request.validate_only:
+                valid = await cluster.create_topic(
+                    topic.name, partitions, replication, configs, assignment, validate_only=True
+                )
+                quota.record(valid.partitions)
             done = await cluster.create_topic(
                 topic.name,
                 partitions,
                 replication,
-                {c.name: c.value for c in topic.configs if c.value is not None},
+                configs,
                 assignment,
                 validate_only=request.validate_only,
             )
@@ -306,6 +359,7 @@ async def _create_topics_in_zk(
             if not await cluster.wait_topic_ready(result.name, partitions, timeout_s):
                 result.error_code = ErrorCode.REQUEST_TIMED_OUT
                 result.error_message = "the controller did not create the partitions in time"
+    _mutation_throttle(ctx, quota)
     return CreateTopicsResponse(topics=results)
 
 
@@ -314,6 +368,7 @@ async def _delete_topics_in_zk(
 ) -> DeleteTopicsResponse:
     cluster = ctx.broker.cluster
     assert cluster is not None
+    quota = _mutation_quota(ctx, DELETE_TOPICS_STRICT_SINCE)
     responses = []
     marked: list[DeleteTopicsResponse.DeletableTopicResult] = []
     for name, topic_id in _deletion_wanted(ctx, request):
@@ -332,6 +387,10 @@ async def _delete_topics_in_zk(
         if _deletion_refused(ctx, name, result, topic_id != ZERO_UUID):
             continue
         try:
+            if quota.measured:
+                assignment = await cluster.topic_assignment(name)
+                if assignment is not None:
+                    quota.record(len(assignment.partitions))
             found_id = await cluster.delete_topic(name)
         except KafkaError as e:
             result.error_code = e.error_code
@@ -350,4 +409,5 @@ async def _delete_topics_in_zk(
             if await cluster.topic_assignment(result.name) is not None:
                 result.error_code = ErrorCode.REQUEST_TIMED_OUT
                 result.error_message = "the controller did not delete the topic in time"
+    _mutation_throttle(ctx, quota)
     return DeleteTopicsResponse(responses=responses)

@@ -11,7 +11,10 @@ leader epoch cache) is cut to its high watermark (Kafka's truncateToHighWatermar
 (`append_as_follower`), the high watermark set to the leader's (never past our log end) and the
 log start offset moved up to the leader's. A partition whose request failed, or whose log
 failed to take the records (a full disk), is retried after `replica.fetch.backoff.ms`; a failed
-connection backs off every partition. Every decision is re-checked after each await, because
+connection backs off every partition. A partition of the topic's
+`follower.replication.throttled.replicas` that has not caught up is left out of the fetches
+while the follower's throttled rate is over `follower.replication.throttled.rate`
+(`wirebroker.quotas.replication`). Every decision is re-checked after each await, because
 LeaderAndIsr may have moved the partition meanwhile (everything runs on the broker's one trio
 thread, so that is the only interleaving).
 """
@@ -58,6 +61,8 @@ class FetchState:
     truncating: bool = True
     delayed_until: float = 0.0
     failed: bool = False
+    #: Caught up with the leader's high watermark at the last fetch (Kafka's isReplicaInSync).
+    in_sync: bool = False
 
 
 class ReplicaFetcher:
@@ -81,7 +86,7 @@ class ReplicaFetcher:
             client_id=f"broker-{self.node_id}-fetcher-{fetcher_id}",
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
-            ssl_context=manager.ssl_context,
+            security=manager.broker.peer_security,
         )
         self.session = FetchSessionHandler()
         self._wake = trio.Event()
@@ -90,6 +95,11 @@ class ReplicaFetcher:
     # membership (called by the replica manager) --------------------------------------------
     def add(self, tp: TopicPartition, topic_id: uuid.UUID, fetch_offset: int, epoch: int) -> None:
         self.partitions[tp] = FetchState(topic_id, fetch_offset, epoch)
+        self._wake.set()
+
+    def adopt(self, tp: TopicPartition, state: FetchState) -> None:
+        """Take a partition from another fetcher with its state (a change of fetcher count)."""
+        self.partitions[tp] = state
         self._wake.set()
 
     def remove(self, tp: TopicPartition) -> None:
@@ -283,7 +293,13 @@ class ReplicaFetcher:
     async def _fetch(self, wanted: dict[TopicPartition, FetchState]) -> None:
         asked: dict[TopicPartition, FetchRequest.FetchPartition] = {}
         sent: dict[TopicPartition, tuple[FetchState, int]] = {}
+        held = self._held_back(wanted)
+        if len(held) == len(wanted):
+            self._delay(held)  # nothing to fetch until the throttled rate comes down
+            return
         for tp, state in wanted.items():
+            if tp in held:
+                continue
             p = self._partition(tp)
             assert p is not None
             if state.fetch_offset != p.log_end_offset:
@@ -370,12 +386,30 @@ class ReplicaFetcher:
                 except KafkaError as e:
                     self._on_local_error(tp, state, e)
 
+    def _held_back(self, wanted: dict[TopicPartition, FetchState]) -> list[TopicPartition]:
+        """Partitions left out of this fetch (Kafka's shouldFollowerThrottle): throttled on
+        the follower side, not caught up, while the throttled rate is over its limit."""
+        broker = self.manager.broker
+        quota = broker.replication_quotas.follower
+        candidates = [
+            tp
+            for tp, state in wanted.items()
+            if not state.in_sync and quota.is_throttled(tp.topic, tp.partition)
+        ]
+        if candidates and quota.is_exceeded(broker.now_ms()):
+            return candidates
+        return []
+
     def _append(
         self, tp: TopicPartition, p: Partition, state: FetchState, r: FetchResponse.PartitionData
     ) -> None:
         records = r.records
+        broker = self.manager.broker
         if records is not None and len(records) > 0:
-            self.manager.broker.stats.replication_bytes_in += len(records)
+            broker.stats.replication_bytes_in += len(records)
+            quota = broker.replication_quotas.follower
+            if quota.is_throttled(tp.topic, tp.partition):
+                quota.record(len(records), broker.now_ms())
             try:
                 p.log.append_as_follower(records)
             except UnexpectedAppendOffsetError as e:
@@ -387,6 +421,7 @@ class ReplicaFetcher:
                 else:
                     raise
         leo = p.log_end_offset
+        state.in_sync = r.high_watermark <= leo
         p.log.update_high_watermark(min(r.high_watermark, leo))
         if p.log_start_offset < r.log_start_offset <= p.high_watermark:
             p.log.delete_records_before(r.log_start_offset)

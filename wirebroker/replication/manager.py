@@ -29,11 +29,11 @@ from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrRe
 from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.errors import KafkaStorageError
+from wirebroker.dynamic_config import thread_count_check
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
-from wirebroker.peer import PeerClient, PeerError
+from wirebroker.peer import PeerClient, PeerError, PeerSecurity
 from wirebroker.replication.fetcher import ReplicaFetcher
 from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
-from wirebroker.tls import inter_broker_client_context
 from wirebroker.topic_configs import log_config_for
 
 if TYPE_CHECKING:
@@ -69,8 +69,6 @@ class ReplicaManager:
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
         self.inter_broker_listener = config.inter_broker_listener() or config.listeners()[0].name
-        #: TLS of the connections to the other brokers (None: plaintext).
-        self.ssl_context = inter_broker_client_context(config)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         #: Leaders' addresses from LeaderAndIsr, when the metadata cache does not know them.
         self.live_leaders: dict[int, tuple[str, int]] = {}
@@ -83,7 +81,10 @@ class ReplicaManager:
             client_id=f"broker-{broker.node_id}-alter-partition",
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
-            ssl_context=self.ssl_context,
+            security=broker.peer_security,
+        )
+        broker.dynamic_config.add_reconfigurable(
+            thread_count_check(config, "num.replica.fetchers", self._fetcher_count_changed)
         )
 
     # addresses ----------------------------------------------------------------------------
@@ -99,16 +100,16 @@ class ReplicaManager:
     def peer_client(
         self, broker_id: int, purpose: str, *, timeout_s: float, backoff_s: float
     ) -> PeerClient:
-        """A connection to broker `broker_id` over the inter-broker listener (TLS as
-        configured), its address looked up at each connect; `purpose` names it in the log and
-        in its client id (e.g. "txn-markers")."""
+        """A connection to broker `broker_id` over the inter-broker listener (TLS and the SASL
+        login as configured: `Broker.peer_security`), its address looked up at each connect;
+        `purpose` names it in the log and in its client id (e.g. "txn-markers")."""
         return PeerClient(
             f"{purpose} to broker {broker_id}",
             lambda: self.address_of(broker_id),
             client_id=f"broker-{self.broker.node_id}-{purpose}",
             timeout_s=timeout_s,
             backoff_s=backoff_s,
-            ssl_context=self.ssl_context,
+            security=self.broker.peer_security,
         )
 
     def _controller_address(self) -> tuple[str, int] | None:
@@ -245,14 +246,36 @@ class ReplicaManager:
     def _fetcher_id(self, tp: TopicPartition) -> int:
         return abs(31 * java_string_hash(tp.topic) + tp.partition) % self.num_fetchers
 
-    def _add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
-        key = (p.leader, self._fetcher_id(tp))
+    def _fetcher(self, source: int, tp: TopicPartition) -> ReplicaFetcher:
+        key = (source, self._fetcher_id(tp))
         fetcher = self.fetchers.get(key)
         if fetcher is None:
-            fetcher = self.fetchers[key] = ReplicaFetcher(self, p.leader, key[1])
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, source, key[1])
             if self._nursery is not None:
                 self._nursery.start_soon(fetcher.run)
-        fetcher.add(tp, p.topic_id, p.log_end_offset, p.leader_epoch)
+        return fetcher
+
+    def _add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
+        self._fetcher(p.leader, tp).add(tp, p.topic_id, p.log_end_offset, p.leader_epoch)
+
+    def use_peer_security(self, security: PeerSecurity) -> None:
+        """The fetchers' and AlterPartition's next connections use `security` (the
+        inter-broker listener's stores or login changed at run time)."""
+        self.controller.security = security
+        for fetcher in self.fetchers.values():
+            fetcher.peer.security = security
+
+    def _fetcher_count_changed(self, changed: frozenset[str]) -> None:
+        """`num.replica.fetchers` changed at run time: every followed partition moves to its
+        fetcher under the new count, keeping its fetch state (Kafka's
+        resizeFetcherThreadPool)."""
+        self.num_fetchers = max(1, self.broker.config.get_int("num.replica.fetchers"))
+        old, self.fetchers = self.fetchers, {}
+        for fetcher in old.values():
+            fetcher.stop()
+            for tp, state in fetcher.partitions.items():
+                self._fetcher(fetcher.source_id, tp).adopt(tp, state)
+        log.info("%d replica fetchers per source broker now", self.num_fetchers)
 
     def _remove_fetcher(self, tp: TopicPartition) -> None:
         for key, fetcher in list(self.fetchers.items()):

@@ -18,8 +18,9 @@ and answers what it returns. As in Kafka:
 Frames before authentication may not exceed `sasl.server.max.receive.size` (the connection's
 frame buffer refuses a bigger one before reading it).
 
-Re-authentication (KIP-368): with `connections.max.reauth.ms` set, a completed SaslAuthenticate
-v1+ tells the client its `session_lifetime_ms`; the connection closes when a request other than
+Re-authentication (KIP-368): with `connections.max.reauth.ms` set, or an OAUTHBEARER token
+(whose `exp` bounds the session, as in Kafka), a completed SaslAuthenticate v1+ tells the client
+its `session_lifetime_ms`; the connection closes when a request other than
 SaslHandshake arrives after that, as Kafka's. A SaslHandshake on an authenticated connection
 starts a new authenticator (`reauthenticating`: no ApiVersions first). It must name the same
 mechanism and end with the same principal, else it fails as above (a changed mechanism is
@@ -48,6 +49,7 @@ from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshake
 from protocol.schema import Message
 from wirebroker.dispatch import REGISTRY, RequestContext, error_response, supported
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure, SaslServer
+from wirebroker.sasl.oauthbearer import OAUTHBEARER, OAuthBearerServer
 from wirebroker.sasl.plain import PlainServer
 from wirebroker.sasl.scram import HASHES, ScramServer
 from wirebroker.sasl.settings import PLAIN, ListenerSasl
@@ -164,6 +166,9 @@ class SaslAuthenticator:
     def _server(self, mechanism: str) -> SaslServer:
         if mechanism == PLAIN:
             return PlainServer(self.settings.plain_users())
+        if mechanism == OAUTHBEARER:
+            assert self.settings.oauthbearer is not None
+            return OAuthBearerServer(self.settings.oauthbearer, self.broker.now_ms)
         assert mechanism in HASHES
         store = self.broker.scram_credentials
         return ScramServer(mechanism, lambda user: store.get(user, mechanism))
@@ -228,11 +233,20 @@ class SaslAuthenticator:
                     f"{self.reauthenticating[0]}: {principal}"
                 )
             self.principal = principal
-            self.session_lifetime_ms = self.settings.max_reauth_ms
+            self.session_lifetime_ms = self._session_lifetime_ms(server.expires_ms)
             log.debug(
                 "%s authenticated from %s with %s", principal, self.client_host, server.mechanism
             )
         return answer
+
+    def _session_lifetime_ms(self, expires_ms: int | None) -> int:
+        """As Kafka: `connections.max.reauth.ms`, or less when the credential ends sooner (an
+        OAUTHBEARER token's `exp`); 0 when neither bounds it."""
+        max_reauth_ms = self.settings.max_reauth_ms
+        if expires_ms is None:
+            return max_reauth_ms
+        left = max(1, expires_ms - self.broker.now_ms())
+        return min(left, max_reauth_ms) if max_reauth_ms else left
 
     def _failure(self, e: SaslFailure) -> str:
         """The log line of a failed authentication: who, how and why, never the secret."""

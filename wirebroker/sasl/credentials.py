@@ -11,14 +11,23 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
+from wirebroker.json_file import write_json_atomically
 from wirebroker.sasl.scram import HASHES, ScramCredential
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "scram-credentials.json"
+
+
+def with_scram_credentials(
+    config: dict[str, str], credentials: dict[str, ScramCredential]
+) -> dict[str, str]:
+    """A user's Kafka config with its SCRAM entries replaced by `credentials` (its other keys,
+    quotas, kept), as Kafka's AdminZkClient writes `/config/users/<user>`."""
+    kept = {k: v for k, v in config.items() if k not in HASHES}
+    return kept | {m: c.to_kafka_string() for m, c in credentials.items()}
 
 
 class ScramCredentialStore:
@@ -74,9 +83,4 @@ class ScramCredentialStore:
                 for user, creds in sorted(self._users.items())
             },
         }
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json_atomically(self.path, obj)

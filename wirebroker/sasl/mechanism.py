@@ -1,10 +1,16 @@
-"""What every mechanism's server is (Java's `SaslServer`) and how it fails.
+"""What every mechanism's server and client are (Java's `SaslServer`, `SaslClient`) and how
+they fail.
 
 A mechanism's server takes the client's tokens one at a time and answers each with a token
 (possibly empty); once `complete`, `username` is the authenticated user. It fails in one of two
 ways, as in Kafka: :class:`SaslAuthenticationFailed` carries a message safe to send to the client,
 any other :class:`SaslFailure` is answered with a standard message (its own may say whether a
 user exists) and only logged.
+
+A mechanism's client (this broker logging in to another) gives its first token with `initial()`
+and answers each server token with `evaluate()`: the next token, or None once it is `complete`.
+It raises :class:`SaslFailure` when the server's answer does not check out (a SCRAM server that
+does not know the password).
 """
 
 from __future__ import annotations
@@ -22,15 +28,26 @@ class SaslAuthenticationFailed(SaslFailure):
 
 class SaslServer(Protocol):
     mechanism: str
-
-    @property
-    def complete(self) -> bool: ...
-
-    @property
-    def username(self) -> str | None:
-        """The authenticated user once complete; the user the client claims, if known, before."""
-        ...
+    complete: bool
+    #: The authenticated user once complete; the user the client claims, if known, before.
+    username: str | None
+    #: When the credential the client proved ends (epoch ms: an OAUTHBEARER token's `exp`),
+    #: which bounds its session; None when it does not end.
+    expires_ms: int | None
 
     def evaluate(self, token: bytes) -> bytes:
         """The answer to the client's next token; raises SaslFailure."""
+        ...
+
+
+class SaslClient(Protocol):
+    mechanism: str
+    complete: bool
+
+    def initial(self) -> bytes:
+        """The client's first token."""
+        ...
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        """The answer to the server's token; None once the exchange is complete."""
         ...

@@ -1,36 +1,31 @@
-"""SASL/PLAIN (RFC 4616) against the users of the listener's PlainLoginModule JAAS config.
+"""SASL/PLAIN (RFC 4616): the server, against the users of the listener's PlainLoginModule
+JAAS config, and the client this broker logs in to its peers with.
 
 As Kafka's PlainSaslServer with its PlainServerCallbackHandler: the one client token is
 `authzid NUL authcid NUL passwd`; the authorization id must be empty or the user name; the
 password is compared in constant time. Every failure message is sent to the client, as Kafka's are.
+The client sends that token (no authorization id) and takes the server's empty answer.
 """
 
 from __future__ import annotations
 
 import hmac
 
-from wirebroker.sasl.mechanism import SaslAuthenticationFailed
+from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
 from wirebroker.sasl.settings import PLAIN
 
 
 class PlainServer:
     mechanism = PLAIN
+    expires_ms: int | None = None  # a password does not end
 
     def __init__(self, users: dict[str, str]) -> None:
         self._users = users
-        self._username: str | None = None
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    @property
-    def username(self) -> str | None:
-        return self._username
+        self.username: str | None = None
+        self.complete = False
 
     def evaluate(self, token: bytes) -> bytes:
-        if self._complete:
+        if self.complete:
             raise SaslAuthenticationFailed("Unexpected challenge after SASL/PLAIN authentication")
         parts = token.split(b"\0")
         if len(parts) != 3:
@@ -45,7 +40,7 @@ class PlainServer:
             raise SaslAuthenticationFailed("Authentication failed: username not specified")
         if not password:
             raise SaslAuthenticationFailed("Authentication failed: password not specified")
-        self._username = username
+        self.username = username
         expected = self._users.get(username)
         # Compared even for an unknown user, so the time taken does not tell which users exist.
         matches = hmac.compare_digest(
@@ -58,5 +53,22 @@ class PlainServer:
                 "Authentication failed: Client requested an authorization id that is different "
                 "from username"
             )
-        self._complete = True
+        self.complete = True
         return b""
+
+
+class PlainClient:
+    mechanism = PLAIN
+
+    def __init__(self, username: str, password: str) -> None:
+        self._token = f"\0{username}\0{password}".encode()
+        self.complete = False
+
+    def initial(self) -> bytes:
+        return self._token
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        if challenge:
+            raise SaslFailure("unexpected SASL/PLAIN challenge from the server")
+        self.complete = True
+        return None

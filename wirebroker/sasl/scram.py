@@ -1,4 +1,5 @@
-"""SASL/SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): credentials and the server side.
+"""SASL/SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): credentials, the server side and
+the client this broker logs in to its peers with.
 
 A :class:`ScramCredential` is what the broker keeps of a password (salt, StoredKey, ServerKey,
 iterations), written as Kafka's ScramCredentialUtils writes it
@@ -8,11 +9,15 @@ Kafka's ScramSaslServer: client-first (`n,[a=authzid],n=user,r=nonce[,ext]`), se
 (`v=signature`). Only gs2 header `n` (no channel binding) is accepted; delegation tokens
 (`tokenauth=true`) do not exist here and fail as unknown users. An unknown user, a wrong proof
 or a malformed message are :class:`SaslFailure` (the client gets the standard message).
+:class:`ScramClient` is Kafka's ScramSaslClient: it refuses a server asking for fewer iterations
+than the mechanism's minimum (or more than its maximum) and a server-final message whose
+signature does not prove the server knows the password.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import re
@@ -32,6 +37,10 @@ _CLIENT_FIRST = re.compile(
     r"n,(?:a=(?P<authzid>[^,]*))?,(?:m=[^,]*,)?n=(?P<saslname>[^,]+),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
     r"(?P<extensions>(?:,[A-Za-z]+=[^,]*)*)$"
 )
+_SERVER_FIRST = re.compile(
+    r"r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+),s=(?P<salt>[A-Za-z0-9+/=]+),i=(?P<iterations>[0-9]+)"
+    r"(?:,[A-Za-z]+=[^,]*)*$"
+)
 _CLIENT_FINAL = re.compile(
     r"(?P<without_proof>c=(?P<channel>[A-Za-z0-9+/=]*),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
     r"(?:,[A-Za-z]+=[^,]*)*),p=(?P<proof>[A-Za-z0-9+/=]+)$"
@@ -40,6 +49,13 @@ _CLIENT_FINAL = re.compile(
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def _b64decode(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise SaslFailure("invalid base64 in a SCRAM message") from None
 
 
 def _hmac(hash_name: str, key: bytes, message: bytes) -> bytes:
@@ -102,29 +118,27 @@ def username_from_saslname(saslname: str) -> str:
     return saslname.replace("=2C", ",").replace("=3D", "=")
 
 
+def saslname(username: str) -> str:
+    return username.replace("=", "=3D").replace(",", "=2C")
+
+
 class ScramServer:
     """One SCRAM exchange; `lookup(user)` gives the user's credential for this mechanism."""
+
+    expires_ms: int | None = None  # a password does not end
 
     def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
         self.mechanism = mechanism
         self._hash = HASHES[mechanism]
         self._lookup = lookup
-        self._username: str | None = None
+        self.username: str | None = None
         self._credential: ScramCredential | None = None
         self._auth_prefix = b""  # client-first-bare "," server-first
         self._nonce = ""
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    @property
-    def username(self) -> str | None:
-        return self._username
+        self.complete = False
 
     def evaluate(self, token: bytes) -> bytes:
-        if self._complete:
+        if self.complete:
             raise SaslFailure("unexpected SCRAM message after completion")
         try:
             text = token.decode()
@@ -139,7 +153,7 @@ class ScramServer:
         if not m:
             raise SaslFailure("invalid SCRAM client-first message")
         username = username_from_saslname(m["saslname"])
-        self._username = username
+        self.username = username
         if "tokenauth=true" in m["extensions"].split(","):
             raise SaslFailure("delegation tokens are not supported")
         credential = self._lookup(username)
@@ -165,18 +179,76 @@ class ScramServer:
         m = _CLIENT_FINAL.match(text)
         if not m:
             raise SaslFailure("invalid SCRAM client-final message")
-        if m["nonce"] != self._nonce:
+        # As Kafka's ScramSaslServer, the nonce must end with the server-first one: librdkafka
+        # up to 2.0 (Debian's kcat) sends its own nonce twice.
+        if not m["nonce"].endswith(self._nonce):
             raise SaslFailure("Invalid client nonce in the final client message.")
         auth_message = self._auth_prefix + b"," + m["without_proof"].encode()
         client_signature = _hmac(self._hash, credential.stored_key, auth_message)
-        proof = base64.b64decode(m["proof"])
+        proof = _b64decode(m["proof"])
         if len(proof) != len(client_signature):
             raise SaslFailure("Invalid client credentials")
         client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
         computed = hashlib.new(self._hash, client_key).digest()
         if not hmac.compare_digest(computed, credential.stored_key):
             raise SaslFailure("Invalid client credentials")
-        self._complete = True
+        self.complete = True
         server_signature = _hmac(self._hash, credential.server_key, auth_message)
         self._credential = None
         return f"v={_b64(server_signature)}".encode()
+
+
+class ScramClient:
+    """One SCRAM exchange from the client's side (username and password known)."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self.mechanism = mechanism
+        self._hash = HASHES[mechanism]
+        self._password = password.encode()
+        self._nonce = secrets.token_urlsafe(24)
+        self._client_first_bare = f"n={saslname(username)},r={self._nonce}"
+        self._server_signature: bytes | None = None
+        self.complete = False
+
+    def initial(self) -> bytes:
+        return f"n,,{self._client_first_bare}".encode()
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        try:
+            text = challenge.decode()
+        except UnicodeDecodeError:
+            raise SaslFailure("SCRAM server message is not UTF-8") from None
+        if self._server_signature is None:
+            return self._client_final(text)
+        if text.startswith("e="):
+            raise SaslFailure(f"the SCRAM server refused: {text[2:]}")
+        signature = _b64decode(text[2:]) if text.startswith("v=") else b""
+        if not hmac.compare_digest(signature, self._server_signature):
+            raise SaslFailure(
+                "the SCRAM server's signature is wrong: it does not know the password"
+            )
+        self.complete = True
+        return None
+
+    def _client_final(self, server_first: str) -> bytes:
+        m = _SERVER_FIRST.match(server_first)
+        if not m:
+            raise SaslFailure("invalid SCRAM server-first message")
+        if not m["nonce"].startswith(self._nonce) or m["nonce"] == self._nonce:
+            raise SaslFailure("the SCRAM server's nonce does not extend the client's")
+        iterations = int(m["iterations"])
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise SaslFailure(
+                f"the SCRAM server asks for {iterations} iterations, outside "
+                f"[{MIN_ITERATIONS}, {MAX_ITERATIONS}]"
+            )
+        salted = hashlib.pbkdf2_hmac(self._hash, self._password, _b64decode(m["salt"]), iterations)
+        client_key = _hmac(self._hash, salted, b"Client Key")
+        stored_key = hashlib.new(self._hash, client_key).digest()
+        without_proof = f"c=biws,r={m['nonce']}"  # biws: base64 of the gs2 header "n,,"
+        auth_message = f"{self._client_first_bare},{server_first},{without_proof}".encode()
+        signature = _hmac(self._hash, stored_key, auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        server_key = _hmac(self._hash, salted, b"Server Key")
+        self._server_signature = _hmac(self._hash, server_key, auth_message)
+        return f"{without_proof},p={_b64(proof)}".encode()

@@ -1,33 +1,60 @@
-"""SASL settings of one listener: enabled mechanisms and their JAAS options.
+"""SASL settings: what each listener offers, and this broker's own login to its peers.
 
 Keys, as Kafka reads them: `sasl.enabled.mechanisms` (or `listener.name.<l>.sasl.enabled.mechanisms`),
 `listener.name.<l>.<mechanism>.sasl.jaas.config`, `sasl.server.max.receive.size` and
 `connections.max.reauth.ms` (or `listener.name.<l>.connections.max.reauth.ms`). As Kafka's
-JaasContext, the server side ignores an unprefixed `sasl.jaas.config` (in a broker that is its
-own client login); where Kafka then reads the `KafkaServer` section of a static JAAS file,
-wirebroker reads no JAAS file.
+JaasContext, the server side ignores an unprefixed `sasl.jaas.config`; where Kafka then reads
+the `KafkaServer` section of a static JAAS file, wirebroker reads no JAAS file.
 
 GSSAPI (Kafka's default mechanism) is not implemented: an enabled GSSAPI is not offered in the
 handshake. Kafka refuses to start a SASL listener whose mechanisms have no JAAS entry (GSSAPI
 needs a Kerberos one), so a listener left with no implemented mechanism is refused here too,
 as is PLAIN without a `PlainLoginModule` JAAS config (its users come from there). SCRAM needs
-no JAAS options on the server side (its credentials are stored, see `credentials`).
+no JAAS options on the server side (its credentials are stored, see `credentials`);
+OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any.
+
+Between brokers (`inter_broker_login`), as Kafka: when the inter-broker listener is
+SASL_PLAINTEXT or SASL_SSL, this broker logs in to its peers with
+`sasl.mechanism.inter.broker.protocol` (Kafka's default GSSAPI is refused with what to set),
+which must be enabled on that listener, using the credentials of that listener's JAAS entry for
+the mechanism (`username`/`password` of PlainLoginModule or ScramLoginModule, the
+`unsecuredLogin*` options of OAuthBearerLoginModule), the same entry Kafka's brokers use for
+their client side.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from wirebroker.sasl.oauthbearer import (
+    LOGIN_MODULE as OAUTHBEARER_LOGIN_MODULE,
+)
+from wirebroker.sasl.oauthbearer import (
+    OAUTHBEARER,
+    UNSECURED_VALIDATOR,
+    UnsecuredValidator,
+    unsecured_token,
+)
+
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
+    from wirebroker.sasl.mechanism import SaslClient
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
-IMPLEMENTED = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+IMPLEMENTED = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+LOGIN_MODULES = {
+    PLAIN: PLAIN_LOGIN_MODULE,
+    SCRAM_SHA_256: SCRAM_LOGIN_MODULE,
+    SCRAM_SHA_512: SCRAM_LOGIN_MODULE,
+    OAUTHBEARER: OAUTHBEARER_LOGIN_MODULE,
+}
 JAAS_USER_PREFIX = "user_"  # PlainLoginModule's option naming a user: user_<name>="<password>"
 
 _CONTROL_FLAGS = ("required", "requisite", "sufficient", "optional")
@@ -104,6 +131,8 @@ class ListenerSasl:
     max_receive_size: int
     #: The session lifetime (KIP-368); 0: sessions never expire.
     max_reauth_ms: int = 0
+    #: How OAUTHBEARER tokens are checked (None: OAUTHBEARER is not enabled).
+    oauthbearer: UnsecuredValidator | None = None
 
     def plain_users(self) -> dict[str, str]:
         """PLAIN's users and passwords: the `user_<name>` options of its PlainLoginModule."""
@@ -138,6 +167,12 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
             jaas[mechanism] = parse_jaas_config(text)
         except JaasError as e:
             raise ConfigError(f"{key}: {e}") from None
+    for mechanism, entry in jaas.items():
+        if entry.login_module != LOGIN_MODULES[mechanism] and mechanism != PLAIN:
+            raise ConfigError(
+                f"{prefix}{mechanism.lower()}.sasl.jaas.config: {mechanism} takes "
+                f"{LOGIN_MODULES[mechanism]}, not {entry.login_module}"
+            )
     plain = jaas.get(PLAIN)
     if PLAIN in mechanisms and (plain is None or plain.login_module != PLAIN_LOGIN_MODULE):
         raise ConfigError(
@@ -157,4 +192,96 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         jaas,
         config.get_int("sasl.server.max.receive.size"),
         max_reauth_ms,
+        _oauthbearer_validator(config, prefix, jaas) if OAUTHBEARER in mechanisms else None,
     )
+
+
+def _oauthbearer_validator(
+    config: BrokerConfig, prefix: str, jaas: dict[str, JaasEntry]
+) -> UnsecuredValidator:
+    from wirebroker.config import ConfigError
+
+    handler_key = f"{prefix}oauthbearer.sasl.server.callback.handler.class"
+    handler = (config.get(handler_key) or "").strip()
+    if handler not in ("", UNSECURED_VALIDATOR) or config.get("sasl.oauthbearer.jwks.endpoint.url"):
+        raise ConfigError(
+            f"listener {prefix.split('.')[2]}: OAUTHBEARER validates Kafka's unsecured JWS tokens "
+            "only; secured tokens (OIDC: a server callback handler, "
+            "sasl.oauthbearer.jwks.endpoint.url) are not implemented"
+        )
+    entry = jaas.get(OAUTHBEARER)
+    try:
+        return UnsecuredValidator.from_options(entry.options if entry else {})
+    except ValueError as e:
+        raise ConfigError(f"{prefix}oauthbearer.sasl.jaas.config: {e}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SaslLogin:
+    """This broker's login to its peers: the inter-broker mechanism and the options of its
+    JAAS entry (which hold the password: never shown)."""
+
+    listener_name: str
+    mechanism: str
+    options: Mapping[str, str] = field(repr=False)
+
+    def client(self, now_ms: int) -> SaslClient:
+        """A fresh client side of one exchange (an OAUTHBEARER token made at `now_ms`)."""
+        from wirebroker.sasl.oauthbearer import OAuthBearerClient
+        from wirebroker.sasl.plain import PlainClient
+        from wirebroker.sasl.scram import ScramClient
+
+        if self.mechanism == PLAIN:
+            return PlainClient(self.options["username"], self.options["password"])
+        if self.mechanism == OAUTHBEARER:
+            return OAuthBearerClient(*unsecured_token(self.options, now_ms))
+        return ScramClient(self.mechanism, self.options["username"], self.options["password"])
+
+
+def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
+    """This broker's login to its peers; None when the inter-broker listener is not SASL.
+    ConfigError when it is and the mechanism or its JAAS entry cannot log in."""
+    from wirebroker.config import ConfigError
+
+    listener = config.inter_broker_listener()
+    if listener is None or not config.security_protocol(listener).startswith("SASL_"):
+        return None
+    mechanism = (config.get("sasl.mechanism.inter.broker.protocol") or "").strip().upper()
+    if mechanism not in IMPLEMENTED:
+        raise ConfigError(
+            f"sasl.mechanism.inter.broker.protocol={mechanism} is not implemented (GSSAPI, "
+            f"Kerberos, is Kafka's default): brokers log in to each other on {listener} with "
+            f"one of {', '.join(IMPLEMENTED)}; set it, e.g. "
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"
+        )
+    offered = listener_sasl(config, listener).mechanisms
+    if mechanism not in offered:
+        raise ConfigError(
+            f"sasl.mechanism.inter.broker.protocol={mechanism} must be enabled on the "
+            f"inter-broker listener {listener} (sasl.enabled.mechanisms: {', '.join(offered)})"
+        )
+    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    module = LOGIN_MODULES[mechanism]
+    example = (
+        'unsecuredLoginStringClaim_sub="broker"'
+        if mechanism == OAUTHBEARER
+        else 'username="broker" password="broker-secret"'
+    )
+    how = f"set {key}={module} required {example};"
+    text = config.get(key)
+    if text is None:
+        raise ConfigError(f"this broker has no login for {mechanism} between brokers: {how}")
+    try:
+        entry = parse_jaas_config(text)
+    except JaasError as e:
+        raise ConfigError(f"{key}: {e}") from None
+    if entry.login_module != module:
+        raise ConfigError(f"{key}: {mechanism} takes {module}; {how}")
+    if mechanism == OAUTHBEARER:
+        try:
+            unsecured_token(entry.options, 0)
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e}") from None
+    elif not entry.options.get("username") or "password" not in entry.options:
+        raise ConfigError(f"{key} needs this broker's username and password: {how}")
+    return SaslLogin(listener, mechanism, dict(entry.options))

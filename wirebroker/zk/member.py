@@ -4,7 +4,8 @@
 its event channel. It registers the broker (`/brokers/ids/<id>`, ephemeral; the znode's czxid is
 the broker epoch) and registers it again when the session expired; it keeps the topic config
 overrides (`/config/topics/*`, followed through `/config/changes`) and applies changes to the
-broker's local logs, and the users' SCRAM credentials (`/config/users/*`, likewise); it watches
+broker's local logs and replication throttles, and the users' and clients' configs (SCRAM
+credentials and client quotas: `/config/users/*`, `/config/clients/*`, likewise); it watches
 `/brokers/ids` so the broker knows the live brokers; it hands the ACL change notifications to
 the broker's authorizer (`wirebroker.authorizer`); and it forwards every other watch to this
 broker's `Controller`. When one of the broker's log directories goes offline, it writes a
@@ -14,7 +15,9 @@ controller moves that directory's leaders elsewhere.
 The admin operations of cluster mode live here too, written as Kafka's AdminZkClient writes
 them: CreateTopics writes `/config/topics/<t>` then `/brokers/topics/<t>` (the controller does
 the rest), DeleteTopics creates `/admin/delete_topics/<t>`, config changes write
-`/config/topics/<t>` and a `/config/changes/config_change_<seq>` notification.
+`/config/topics/<t>` and a `/config/changes/config_change_<seq>` notification. Dynamic broker
+configs likewise live in `/config/brokers/<id>` and `/config/brokers/<default>`; this broker
+follows its own and the default's notifications (`wirebroker.dynamic_config` applies them).
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 import trio
 
@@ -39,15 +41,24 @@ from protocol.messages.controlled_shutdown import (
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
+from wirebroker.dynamic_config import DEFAULT_ENTITY, Reconfigurable
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
-from wirebroker.peer import request_once
-from wirebroker.sasl.scram import HASHES, ScramCredential
-from wirebroker.tls import inter_broker_client_context
+from wirebroker.peer import PeerError, request_once
+from wirebroker.quotas.entities import DEFAULT, QuotaEntity
+from wirebroker.sasl.credentials import with_scram_credentials
+from wirebroker.sasl.scram import ScramCredential
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
-from wirebroker.zk import znodes
+from wirebroker.zk import entity_configs, znodes
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
-from wirebroker.zk.znodes import BrokerRegistration, Endpoint, EntityConfig, TopicAssignment
+from wirebroker.zk.entity_configs import read_entity_config
+from wirebroker.zk.znodes import (
+    BrokerRegistration,
+    Endpoint,
+    EntityConfig,
+    TopicAssignment,
+    desanitize,
+)
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -113,7 +124,7 @@ class ClusterMember:
         self.broker = broker
         self.zk = zk
         self.config = broker.config
-        self.controller = Controller(zk, broker.node_id, broker.config)
+        self.controller = Controller(zk, broker.node_id, broker.config, broker.peer_security)
         self.controller.on_controller_change = self._controller_changed
         self.controller.topic_config = lambda topic: self.topic_configs.get(topic, {})
         self.broker_epoch = -1
@@ -124,12 +135,17 @@ class ClusterMember:
         self._stale = False
         self._failed_dirs, self._failed_dirs_received = trio.open_memory_channel[Path](math.inf)
         broker.log_manager.on_dir_offline = self._failed_dirs.send_nowait
+        broker.dynamic_config.add_reconfigurable(
+            Reconfigurable({"unclean.leader.election.enable"}, self._unclean_changed)
+        )
 
     # the owner task ------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            await self._register()
+            # Configs first: once registered, peers connect, and a SASL/SCRAM login needs the
+            # users' credentials (Kafka serves no request before its config manager started).
             await self._load_topic_configs()
+            await self._register()
             await self._refresh_brokers()
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.controller.run)
@@ -154,8 +170,8 @@ class ClusterMember:
             elif ev.state == "CONNECTED" and (ev.new_session or self._stale):
                 self._stale = False
                 log.info("broker %d: new ZooKeeper session; registering again", self.broker.node_id)
-                await self._register()
                 await self._load_topic_configs()
+                await self._register()
                 await self._refresh_brokers()
                 if self.broker.authorizer is not None:
                     await self.broker.authorizer.reload()  # its watches went with the session
@@ -193,6 +209,10 @@ class ClusterMember:
                     log.warning("cannot report the failure of %s yet (%r)", log_dir, e)
                     await trio.sleep(1.0)
             log.info("broker %d: reported the failure of %s", self.broker.node_id, log_dir)
+
+    def _unclean_changed(self, changed: frozenset[str]) -> None:
+        if self.config.get_bool("unclean.leader.election.enable"):
+            self.controller.unclean_election_enabled()
 
     def _controller_changed(self, controller_id: int) -> None:
         self.broker.controller_id = controller_id
@@ -257,39 +277,66 @@ class ClusterMember:
             got = await self.zk.get(znodes.topic_config_path(topic))
             if got is not None:
                 configs[topic] = EntityConfig.decode(got[0]).config
+        # (Again after a new session: what went meanwhile is forgotten, the rest applied.)
+        for topic in self.broker.replication_quotas.topics() - set(configs):
+            self._topic_configured(topic, {})
         self.topic_configs = configs
         for topic, overrides in configs.items():
+            self._topic_configured(topic, overrides)
             if overrides:
                 self.broker.apply_topic_config(topic, overrides)
-        for user in await self.zk.get_children(znodes.CONFIG_USERS) or []:
-            await self._load_user_config(user)
+        entities = await entity_configs.read_users_and_clients(self.zk)
+        for entity in self.broker.quotas.entities() - set(entities):
+            self._entity_configured(entity, {})
+        for entity, config in entities.items():
+            self._entity_configured(entity, config)
+        for broker in (DEFAULT_ENTITY, str(self.broker.node_id)):
+            await self._load_broker_config(broker)
 
-    # user configs (SCRAM credentials) ------------------------------------------------------
-    async def _load_user_config(self, sanitized_user: str) -> None:
-        got = await self.zk.get(znodes.user_config_path(sanitized_user))
-        config = EntityConfig.decode(got[0] if got else None).config
-        self.broker.scram_credentials.cache_user_config(unquote(sanitized_user), config)
+    def _topic_configured(self, topic: str, overrides: dict[str, str]) -> None:
+        self.broker.replication_quotas.topic_configured(topic, overrides)
+
+    # dynamic broker configs -------------------------------------------------------------------
+    async def broker_config(self, entity: str) -> dict[str, str]:
+        """The stored dynamic configs of `/config/brokers/<entity>` (passwords encrypted)."""
+        return await read_entity_config(self.zk, znodes.broker_config_path(entity))
+
+    async def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+        """Replace `/config/brokers/<entity>` and notify every broker, as Kafka's
+        AdminZkClient.changeBrokerConfig."""
+        await entity_configs.change_entity_config(self.zk, f"brokers/{entity}", config)
+
+    async def _load_broker_config(self, entity: str) -> None:
+        self.broker.dynamic_config.apply(entity, await self.broker_config(entity))
+
+    # user and client configs (SCRAM credentials, client quotas) ----------------------------
+    def _entity_configured(self, entity: QuotaEntity, config: dict[str, str]) -> None:
+        """A user's or client's config, as ZooKeeper has it now: its quotas, and a user's
+        SCRAM credentials."""
+        self.broker.quotas.update(entity, config)
+        if entity.client_id is None and entity.user not in (None, DEFAULT):
+            self.broker.scram_credentials.cache_user_config(desanitize(entity.user), config)
+
+    async def client_quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
+        """Every user and client entity's config, read from ZooKeeper now."""
+        return await entity_configs.read_users_and_clients(self.zk)
+
+    async def client_quota_config(self, entity: QuotaEntity) -> dict[str, str]:
+        return await entity_configs.read_user_or_client_config(self.zk, entity)
+
+    async def set_client_quota_config(self, entity: QuotaEntity, config: dict[str, str]) -> None:
+        """Replace an entity's config and notify every broker (this one included)."""
+        await entity_configs.change_user_or_client_config(self.zk, entity, config)
 
     async def set_user_scram_credentials(
         self, user: str, credentials: dict[str, ScramCredential]
     ) -> None:
         """Replace the user's SCRAM credentials in `/config/users/<user>` (keeping its other
         keys, quotas) and notify every broker, as Kafka's AdminZkClient does."""
-        path = znodes.user_config_path(znodes.sanitize_user(user))
-        got = await self.zk.get(path)
-        config = EntityConfig.decode(got[0] if got else None).config
-        config = {k: v for k, v in config.items() if k not in HASHES}
-        config.update({m: c.to_kafka_string() for m, c in credentials.items()})
-        data = EntityConfig(config).encode()
-        if got is None:
-            await self.zk.create(path, data, makepath=True)
-        else:
-            await self.zk.set(path, data)
-        await self.zk.create(
-            f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-            znodes.ConfigChangeNotification(f"users/{znodes.sanitize_user(user)}").encode(),
-            sequence=True,
-            makepath=True,
+        entity = QuotaEntity(znodes.sanitize(user), None)
+        config = await entity_configs.read_user_or_client_config(self.zk, entity)
+        await entity_configs.change_user_or_client_config(
+            self.zk, entity, with_scram_credentials(config, credentials)
         )
 
     async def _on_config_topics(self) -> None:
@@ -297,10 +344,12 @@ class ClusterMember:
         names = set(await self.zk.get_children(znodes.CONFIG_TOPICS, watch=True) or [])
         for gone in set(self.topic_configs) - names:
             del self.topic_configs[gone]
+            self._topic_configured(gone, {})
         for topic in sorted(names - set(self.topic_configs)):
             got = await self.zk.get(znodes.topic_config_path(topic))
             if got is not None:
                 self.topic_configs[topic] = EntityConfig.decode(got[0]).config
+                self._topic_configured(topic, self.topic_configs[topic])
 
     async def _process_config_changes(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
@@ -312,18 +361,25 @@ class ClusterMember:
             got = await self.zk.get(f"{znodes.CONFIG_CHANGES}/{child}")
             if got is None:
                 continue
-            entity = znodes.ConfigChangeNotification.decode(got[0]).entity_path
-            kind, _, name = entity.partition("/")
-            if kind == "users":
-                await self._load_user_config(name)
+            entity_path = znodes.ConfigChangeNotification.decode(got[0]).entity_path
+            entity = QuotaEntity.from_path(entity_path)
+            if entity is not None:
+                self._entity_configured(
+                    entity, await entity_configs.read_user_or_client_config(self.zk, entity)
+                )
+                continue
+            kind, _, name = entity_path.partition("/")
+            if kind == "brokers":
+                if name in (DEFAULT_ENTITY, str(self.broker.node_id)):
+                    await self._load_broker_config(name)
                 continue
             if kind != "topics":
-                log.info("ignoring a config change of %s", entity)
+                log.info("ignoring a config change of %s", entity_path)
                 continue
-            cfg = await self.zk.get(znodes.topic_config_path(name))
-            overrides = EntityConfig.decode(cfg[0] if cfg else None).config
+            overrides = await read_entity_config(self.zk, znodes.topic_config_path(name))
             self.topic_configs[name] = overrides
             log.info("topic %s: config overrides now %s", name, overrides)
+            self._topic_configured(name, overrides)
             self.broker.apply_topic_config(name, overrides)
 
     # controlled shutdown --------------------------------------------------------------------
@@ -342,6 +398,7 @@ class ClusterMember:
                 OSError,
                 trio.TooSlowError,
                 EOFError,
+                PeerError,
                 KafkaError,
                 NotController,
                 ZookeeperError,
@@ -387,7 +444,7 @@ class ClusterMember:
             ControlledShutdownRequest(broker_id=node, broker_epoch=self.broker_epoch),
             CONTROLLED_SHUTDOWN_VERSION,
             client_id=f"broker-{node}",
-            ssl_context=inter_broker_client_context(self.config),
+            security=self.broker.peer_security,
         )
         assert isinstance(response, ControlledShutdownResponse)
         if response.error_code != ErrorCode.NONE:
@@ -546,8 +603,7 @@ class ClusterMember:
         """The topic's overrides, or None when the topic does not exist."""
         if await self.zk.exists(znodes.topic_path(name)) is None:
             return None
-        got = await self.zk.get(znodes.topic_config_path(name))
-        return EntityConfig.decode(got[0] if got else None).config
+        return await read_entity_config(self.zk, znodes.topic_config_path(name))
 
     async def set_topic_config(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False
@@ -556,18 +612,15 @@ class ClusterMember:
         log_config_for(self.config, overrides)  # validates
         if validate_only:
             return
-        path = znodes.topic_config_path(name)
-        data = EntityConfig(dict(overrides)).encode()
-        if await self.zk.exists(path) is None:
-            await self.zk.create(path, data, makepath=True)
-        else:
-            await self.zk.set(path, data)
-        await self.zk.create(
-            f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-            znodes.ConfigChangeNotification(f"topics/{name}").encode(),
-            sequence=True,
-            makepath=True,
-        )
+        await entity_configs.change_entity_config(self.zk, f"topics/{name}", overrides)
+
+
+async def read_broker_configs(zk: ZkClient, broker_id: int) -> dict[str, dict[str, str]]:
+    """This broker's and the default's stored dynamic configs, by entity (read at start-up)."""
+    return {
+        entity: await read_entity_config(zk, znodes.broker_config_path(entity))
+        for entity in (DEFAULT_ENTITY, str(broker_id))
+    }
 
 
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE

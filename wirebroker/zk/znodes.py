@@ -19,7 +19,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote_plus
 
 from wirebroker.authorizer.acls import (
     PatternType,
@@ -37,6 +37,8 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"
+CONFIG_BROKERS = "/config/brokers"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -66,10 +68,10 @@ PERSISTENT_PATHS = (
     "/admin",
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
-    "/config/clients",
+    CONFIG_CLIENTS,
     CONFIG_TOPICS,
     CONFIG_USERS,
-    "/config/brokers",
+    CONFIG_BROKERS,
     "/config/ips",
     LOG_DIR_EVENT_NOTIFICATION,
     LATEST_PRODUCER_ID_BLOCK,
@@ -124,13 +126,24 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
+def broker_config_path(entity: str) -> str:
+    """`/config/brokers/<id>`, or `/config/brokers/<default>` for the cluster-wide default."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
 def user_config_path(sanitized_user: str) -> str:
     return f"{CONFIG_USERS}/{sanitized_user}"
 
 
-def sanitize_user(user: str) -> str:
-    """A user name as Kafka's Sanitizer writes it into a znode name (URL-encoded)."""
-    return quote(user, safe="").replace("~", "%7E")
+def sanitize(name: str) -> str:
+    """A user or client id as Kafka's Sanitizer writes it into a znode name (URL-encoded,
+    a space as %20)."""
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    """Kafka's Sanitizer.desanitize (Java's URLDecoder: `+` is a space too)."""
+    return unquote_plus(name)
 
 
 def delete_topic_path(topic: str) -> str:

@@ -1,0 +1,14 @@
+"""The clients' own test suites, run side by side against real Kafka 3.9 and wirebroker.
+
+This package owns ``make suites``: it fetches franz-go's ``pkg/kgo`` tests (from the Go module
+proxy) and librdkafka's test suite (from Debian's source package), builds them, runs each test
+against three targets -- Apache Kafka 3.9 (``compat.kafka_process.kafka_reference``: in a
+container when Docker works, from the jars otherwise), one wirebroker, and a 3-broker wirebroker
+cluster with ZooKeeper -- and writes their rows into ``compat/REPORT.md``.
+
+Each test runs in its own process with its own time bound, so a test that hangs on one target
+fails alone and is reported as ``timeout``; nothing is allow-listed. A test that passes on Kafka
+and fails on a wirebroker target must be a ``compat/FINDINGS.md`` entry (``check_findings``).
+Results are kept per suite and target in ``compat/suites/results/`` (committed) so one target
+can be re-run and the report rendered from all of them; the builds and logs are in ``build/suites/``.
+"""

@@ -1,0 +1,112 @@
+"""``make suites``: ``python -m compat.suites [--suite S] [--target T] [--mode quick|full]``.
+
+Runs each suite's tests against each target (see the package's docstring), saving results as it
+goes, then writes the suites' part of ``compat/REPORT.md`` from every saved result and checks
+that each test passing on Kafka and failing on wirebroker is named in ``compat/FINDINGS.md``
+(exit 1 when one is not). ``--report-only`` only writes the report from saved results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+
+from compat.report import write_part
+from compat.suites import kgo, librdkafka, report
+from compat.suites.results import BUILD, TARGETS, SuiteRun, load
+from compat.suites.targets import LOGS, start
+
+SUITES = ("kgo", "librdkafka")
+#: Broker settings on every target, as compat's (Kafka's defaults otherwise).
+COMMON = {
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "1",
+    "auto.create.topics.enable": "true",
+}
+#: librdkafka's "default" test scenario (tests/scenarios/default.json): 4 partitions a topic;
+#: and an authorizer, which its ACL tests (0109, 0115, 0119) need: with no ACL everyone may do
+#: anything, so every other test runs as without one.
+SETTINGS = {
+    "kgo": COMMON,
+    "librdkafka": {
+        **COMMON,
+        "num.partitions": "4",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
+    },
+}
+
+
+def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> None:
+    if suite == "kgo":
+        package = kgo.build()
+        names = kgo.tests(package)
+        version = kgo.describe()
+    else:
+        src = librdkafka.fetch_and_build()
+        names = librdkafka.tests(src)
+        version = librdkafka.describe(mode)
+    if only:
+        names = [n for n in names if re.search(only, n)]
+    for target_name in targets:
+        log = LOGS / f"{suite}-{target_name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("")
+        began = time.monotonic()
+        with start(target_name, SETTINGS[suite]) as target:
+            run = SuiteRun(suite, target_name, version, target.how)
+            saved = load(suite, target_name) if only else None
+            if saved is not None:  # a partial run updates the saved whole run
+                again = f"{len(names)} tests re-ran {run.started}"
+                saved.reran = f"{saved.reran}; {again}" if saved.reran else again
+                run = saved
+            print(f"suites: {suite} on {target.how} ({len(names)} tests; log {log})", flush=True)
+            for name in names:
+                if suite == "kgo":
+                    outcome = kgo.run_one(
+                        package, name, target.bootstrap, target.replication_factor, log
+                    )
+                    got = {name: outcome}
+                else:
+                    got = librdkafka.run_one(src, name, target.bootstrap, mode, log)
+                for test, outcome in got.items():
+                    run.tests[test] = outcome
+                    if outcome.status not in ("pass", "skip"):
+                        print(f"  {test}: {outcome.status} {outcome.detail}", flush=True)
+                if saved is None:
+                    run.seconds = time.monotonic() - began
+                run.save()
+        took = time.monotonic() - began
+        print(f"suites: {suite} on {target_name}: {run.counts()} in {took:.0f} s", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compat.suites", description=__doc__)
+    parser.add_argument("--suite", action="append", choices=SUITES, help="default: both")
+    parser.add_argument("--target", action="append", choices=TARGETS, help="default: all four")
+    parser.add_argument("--mode", choices=("quick", "full"), default="quick", help="librdkafka's")
+    parser.add_argument(
+        "--only", metavar="REGEX", help="only the tests matching (updates saved results)"
+    )
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.report_only:
+        for suite in args.suite or SUITES:
+            run_suite(suite, args.target or list(TARGETS), args.mode, args.only)
+    text, missing = report.render(SUITES)
+    write_part(report.REPORT, text, suites=True)
+    print(f"suites: wrote {report.REPORT.relative_to(BUILD.parents[1])}")
+    if missing:
+        print(
+            "suites: these pass on Kafka and fail on wirebroker but have no compat/FINDINGS.md "
+            "entry:\n  " + "\n  ".join(missing),
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""``WirebrokerContainer`` and ``ApacheKafkaContainer`` with real clients: the mapped port is what
+the broker advertises, configs reach the broker, and the container is gone after ``with``."""
+
+from __future__ import annotations
+
+import uuid
+
+import docker
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+from wirebroker.testcontainers import ApacheKafkaContainer, WirebrokerContainer, env_to_config
+
+
+def _round_trip_confluent(bootstrap: str, topic: str) -> list[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(3):
+        producer.produce(topic, f"m{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+        while len(got) < 3:
+            msg = consumer.poll(30)
+            assert msg is not None, f"no record after {got}"
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+        return got
+    finally:
+        consumer.close()
+
+
+def _advertised(bootstrap: str) -> set[str]:
+    brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
+    return {f"{b.host}:{b.port}" for b in brokers.values()}
+
+
+@pytest.mark.parametrize("container", [WirebrokerContainer, ApacheKafkaContainer])
+def test_round_trip_on_the_mapped_port(container: type[WirebrokerContainer]) -> None:
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    with container() as broker:
+        bootstrap = broker.get_bootstrap_server()
+        container_id = broker.get_container_id()
+        # The broker advertises exactly the address the host dials, so clients stay on it.
+        assert _advertised(bootstrap) == {bootstrap}
+        assert _round_trip_confluent(bootstrap, topic) == [b"m0", b"m1", b"m2"]
+    with pytest.raises(docker.errors.NotFound):
+        docker.from_env().containers.get(container_id)
+
+
+def test_configs_reach_the_broker() -> None:
+    container = (
+        WirebrokerContainer(overrides={"default.replication.factor": 1})
+        .with_env("KAFKA_NUM_PARTITIONS", "3")
+        .with_override("log.retention.ms", 3_600_000)
+    )
+    with container as broker:
+        bootstrap = broker.get_bootstrap_server()
+        producer = KafkaProducer(bootstrap_servers=bootstrap)
+        producer.send("auto", b"x").get(timeout=30)  # auto-created: num.partitions applies
+        producer.close()
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            (described,) = admin.describe_topics(["auto"])
+            assert len(described["partitions"]) == 3
+        finally:
+            admin.close()
+        consumer = KafkaConsumer(
+            "auto",
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=30_000,
+        )
+        assert next(consumer).value == b"x"
+        consumer.close()
+        client = AdminClient({"bootstrap.servers": bootstrap})
+        (broker_id,) = client.list_topics(timeout=30).brokers
+        resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+        configs = client.describe_configs([resource])[resource].result(timeout=30)
+        assert configs["log.retention.ms"].value == "3600000"
+
+
+def test_env_to_config() -> None:
+    assert env_to_config("KAFKA_LOG_RETENTION_MS") == "log.retention.ms"
+    assert env_to_config("KAFKA_LISTENER_NAME_SASL__SSL_X") == "listener.name.sasl_ssl.x"
+    assert env_to_config("KAFKA_A___B") == "a-b"

@@ -1,0 +1,319 @@
+"""Dynamic broker configs on an embedded broker: changes that take effect, survive restarts, and
+are refused as Kafka refuses them; broker loggers; connection limits; a SASL listener's users.
+
+Each test runs its own broker process (its settings differ), changes configs over the wire
+(IncrementalAlterConfigs, as `kafka-configs` does; `compat/scenarios/test_broker_configs.py`
+runs kafka-configs itself against Kafka and wirebroker) and checks what clients see.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import trustme
+from confluent_kafka.admin import AdminClient
+
+from protocol.errors import ErrorCode
+from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.record_batch import SimpleRecord
+from tests.broker_process import BrokerProcess
+from tests.wirebroker.helpers import (
+    RawClient,
+    alter_configs,
+    create_topic,
+    describe_configs,
+    list_offset,
+    produce_request,
+    wait_until,
+)
+from wirebroker.config_sources import (
+    DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+)
+
+pytestmark = pytest.mark.integration
+
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+SET, DELETE = 0, 1
+API_VERSIONS = ApiVersionsRequest(client_software_name="dyn-test", client_software_version="1")
+
+
+@contextmanager
+def running(
+    tmp: Path, properties: dict[str, str] | None = None, listeners: tuple[str, ...] = ()
+) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(tmp, properties, extra_listeners=listeners)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        alive = broker.alive()
+        code = broker.stop()
+    assert alive and code == 0, "\n".join(broker.log[-40:])
+    assert not broker.tracebacks(), "\n".join(broker.log)
+
+
+def produce(bootstrap: str, topic: str, value_size: int) -> int:
+    """Produce one record of `value_size` bytes; the partition's error code."""
+    request = produce_request(
+        topic, 0, [SimpleRecord(None, b"x" * value_size, timestamp=int(time.time() * 1000))]
+    )
+    with RawClient(bootstrap) as client:
+        response = client.request(request, 9)
+    return int(response.responses[0].partition_responses[0].error_code)
+
+
+def configs(bootstrap: str, resource_type: int, name: str, keys: list[str]) -> dict[str, tuple]:
+    result = describe_configs(bootstrap, resource_type, name, keys)
+    assert result.error_code == ErrorCode.NONE, result.error_message
+    return {
+        c.name: (c.value, c.config_source, [(s.name, s.value, s.source) for s in c.synonyms])
+        for c in result.configs
+    }
+
+
+def test_message_max_bytes_default_and_per_broker_survive_a_restart(tmp_path: Path) -> None:
+    with running(tmp_path) as broker:
+        create_topic(broker.bootstrap, "big")
+        assert produce(broker.bootstrap, "big", 20_000) == ErrorCode.NONE
+        ok = alter_configs(broker.bootstrap, BROKER, "", [("message.max.bytes", SET, "5000")])
+        assert ok == (ErrorCode.NONE, None)
+        # At once, for the topic without its own max.message.bytes.
+        assert produce(broker.bootstrap, "big", 20_000) == ErrorCode.MESSAGE_TOO_LARGE
+        assert produce(broker.bootstrap, "big", 1_000) == ErrorCode.NONE
+        topic = configs(broker.bootstrap, TOPIC, "big", ["max.message.bytes"])
+        assert topic["max.message.bytes"][:2] == ("5000", DYNAMIC_DEFAULT_BROKER_CONFIG)
+        # This broker's own value wins over the default.
+        alter_configs(broker.bootstrap, BROKER, "0", [("message.max.bytes", SET, "30000")])
+        assert produce(broker.bootstrap, "big", 20_000) == ErrorCode.NONE
+        expected = {
+            "message.max.bytes": (
+                "30000",
+                DYNAMIC_BROKER_CONFIG,
+                [
+                    ("message.max.bytes", "30000", DYNAMIC_BROKER_CONFIG),
+                    ("message.max.bytes", "5000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                    ("message.max.bytes", "1048588", DEFAULT_CONFIG),
+                ],
+            )
+        }
+        assert configs(broker.bootstrap, BROKER, "0", ["message.max.bytes"]) == expected
+        broker.restart()
+        assert configs(broker.bootstrap, BROKER, "0", ["message.max.bytes"]) == expected
+        stored = json.loads((tmp_path / "dynamic-broker-configs.json").read_text())
+        assert stored["brokers"] == {
+            "<default>": {"message.max.bytes": "5000"},
+            "0": {"message.max.bytes": "30000"},
+        }
+        # DELETE: back to the default's value.
+        alter_configs(broker.bootstrap, BROKER, "0", [("message.max.bytes", DELETE, None)])
+        assert produce(broker.bootstrap, "big", 20_000) == ErrorCode.MESSAGE_TOO_LARGE
+        # A topic's own override still wins over both.
+        alter_configs(broker.bootstrap, TOPIC, "big", [("max.message.bytes", SET, "50000")])
+        assert produce(broker.bootstrap, "big", 20_000) == ErrorCode.NONE
+        topic = configs(broker.bootstrap, TOPIC, "big", ["max.message.bytes"])
+        assert topic["max.message.bytes"][1] == DYNAMIC_TOPIC_CONFIG
+
+
+def test_retention_default_deletes_old_segments(tmp_path: Path) -> None:
+    props = {"log.retention.check.interval.ms": "100", "log.segment.bytes": "1024"}
+    with running(tmp_path, props) as broker:
+        create_topic(broker.bootstrap, "old")
+        for _ in range(8):  # 600-byte records: one segment each
+            assert produce(broker.bootstrap, "old", 600) == ErrorCode.NONE
+        assert list_offset(broker.bootstrap, "old", 0, -2) == (ErrorCode.NONE, 0)
+        alter_configs(broker.bootstrap, BROKER, "", [("log.retention.ms", SET, "1")])
+        # Every segment but the active one goes at the next retention check.
+        wait_until(
+            lambda: list_offset(broker.bootstrap, "old", 0, -2)[1] >= 7,
+            what="retention to delete the rolled segments",
+        )
+        assert broker.wait_for_log("retention deleted") is not None
+
+
+def test_refusals_use_kafkas_errors(tmp_path: Path) -> None:
+    with running(tmp_path) as broker:
+        b = broker.bootstrap
+        assert alter_configs(b, BROKER, "0", [("broker.id", SET, "3")]) == (
+            ErrorCode.INVALID_REQUEST,
+            "Cannot update these configs dynamically: Set(broker.id)",
+        )
+        assert alter_configs(b, BROKER, "", [("message.max.bytes", SET, "big")]) == (
+            ErrorCode.INVALID_REQUEST,
+            "Invalid value big for configuration message.max.bytes: Not a number of type INT",
+        )
+        assert alter_configs(
+            b, BROKER, "0", [("listener.name.plaintext.ssl.key.password", SET, "pw")]
+        ) == (
+            ErrorCode.INVALID_CONFIG,
+            "Invalid config value for resource ConfigResource(type=BROKER, name='0'): "
+            "Password encoder secret not configured",
+        )
+        assert (
+            alter_configs(b, BROKER, "", [("listener.name.plaintext.ssl.key.password", SET, "pw")])[
+                0
+            ]
+            == ErrorCode.INVALID_REQUEST
+        )
+        assert alter_configs(b, BROKER, "1", [("message.max.bytes", SET, "5000")]) == (
+            ErrorCode.INVALID_REQUEST,
+            "Unexpected broker id, expected 0, but received 1",
+        )
+        code, message = alter_configs(
+            b, BROKER, "0", [("listeners", SET, "PLAINTEXT://127.0.0.1:1")]
+        )
+        assert code == ErrorCode.INVALID_REQUEST and "restart" in (message or "")
+        # validate_only checks without changing anything.
+        assert alter_configs(
+            b, BROKER, "", [("message.max.bytes", SET, "5000")], validate_only=True
+        ) == (ErrorCode.NONE, None)
+        assert configs(b, BROKER, "", ["message.max.bytes"]) == {}
+        assert not (tmp_path / "dynamic-broker-configs.json").exists()
+
+
+def test_broker_loggers_change_levels_at_run_time(tmp_path: Path) -> None:
+    with running(tmp_path) as broker:
+        b = broker.bootstrap
+        loggers = configs(b, BROKER_LOGGER, "0", ["root", "wirebroker.broker"])
+        assert loggers["root"][0] == "INFO" and loggers["wirebroker.broker"][0] == "INFO"
+        # WARN on wirebroker.broker: a topic's creation is no longer logged.
+        assert alter_configs(b, BROKER_LOGGER, "0", [("wirebroker.broker", SET, "WARN")])[0] == 0
+        create_topic(b, "quiet")
+        assert alter_configs(b, BROKER_LOGGER, "0", [("wirebroker.broker", DELETE, None)])[0] == 0
+        create_topic(b, "loud")
+        assert broker.wait_for_log("created topic loud") is not None
+        assert not any("created topic quiet" in line for line in broker.log)
+        assert (
+            configs(b, BROKER_LOGGER, "0", ["wirebroker.broker"])["wirebroker.broker"][0] == "INFO"
+        )
+        # Not kept across a restart, as in Kafka.
+        alter_configs(b, BROKER_LOGGER, "0", [("root", SET, "ERROR")])
+        broker.restart()
+        assert configs(broker.bootstrap, BROKER_LOGGER, "0", ["root"])["root"][0] == "INFO"
+
+
+def test_max_connections_per_ip(tmp_path: Path) -> None:
+    with running(tmp_path) as broker:
+        b = broker.bootstrap
+        alter_configs(b, BROKER, "", [("max.connections.per.ip", SET, "2")])
+        # The broker counts a closed connection out when it notices the close: retry until
+        # each of the two is served.
+        first = wait_until(lambda: _served(b), what="a first connection")
+        second = wait_until(lambda: _served(b), what="a second connection")
+        with first, second:
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as third:
+                assert third.recv(1) == b""  # closed at once
+            assert broker.wait_for_log("max.connections.per.ip") is not None
+        # A higher limit applies to the next connection.
+        alter = wait_until(lambda: _served(b), what="room again")
+        with alter:
+            assert alter.request(API_VERSIONS, 3).error_code == 0
+
+
+def _served(bootstrap: str) -> RawClient | None:
+    """A connection the broker answers, left open; None if it was closed."""
+    client = RawClient(bootstrap)
+    try:
+        if client.request(API_VERSIONS, 3).error_code == 0:
+            return client
+    except ConnectionError:
+        pass
+    client.close()
+    return None
+
+
+def test_sasl_users_and_passwords_change_at_run_time(tmp_path: Path) -> None:
+    """A PLAIN listener's JAAS config set dynamically (a password config: encrypted with
+    password.encoder.secret): new logins use it at once, and after a restart."""
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_admin="admin-secret"{more};'
+    )
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas.format(more=""),
+        "password.encoder.secret": "encoder-secret-5e1",
+    }
+    key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+    with running(tmp_path, props) as broker:
+        assert not _logs_in(broker, "bob", "bob-secret-77")
+        new = jaas.format(more=' user_bob="bob-secret-77"')
+        assert alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, new)]) == (0, None)
+        assert _logs_in(broker, "bob", "bob-secret-77")
+        assert _logs_in(broker, "admin", "admin-secret")
+        stored = (tmp_path / "dynamic-broker-configs.json").read_text()
+        assert "bob-secret-77" not in stored and "encryptedPassword" in stored
+        described = describe_configs(broker.bootstrap, BROKER, "0", [key]).configs
+        assert [(c.value, c.is_sensitive, c.config_source) for c in described] == [
+            (None, True, DYNAMIC_BROKER_CONFIG)
+        ]
+        assert not any("bob-secret-77" in line for line in broker.log)
+        broker.restart()
+        assert _logs_in(broker, "bob", "bob-secret-77")
+
+
+def _logs_in(broker: BrokerProcess, user: str, password: str) -> bool:
+    admin = AdminClient(
+        {
+            "bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": password,
+        }
+    )
+    try:
+        admin.list_topics(timeout=5)
+    except Exception:
+        return False
+    return True
+
+
+def test_a_listeners_keystore_changes_for_new_connections(tmp_path: Path) -> None:
+    """A new keystore for the SSL listener (per broker, with the listener prefix): the next
+    TLS connection gets the new certificate; a store that does not load is refused."""
+    ca = trustme.CA()
+    old, new = (ca.issue_cert("localhost", "127.0.0.1") for _ in range(2))
+    for name, cert in (("old.pem", old), ("new.pem", new)):
+        cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / name))
+    props = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tmp_path / "old.pem")}
+    with running(tmp_path / "data", props, listeners=("SSL",)) as broker:
+        address = ("127.0.0.1", broker.ports["SSL"])
+        assert _served_certificate(address, ca) == _der(old)
+        key = "listener.name.ssl.ssl.keystore.location"
+        code, message = alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, "/no/such.pem")])
+        assert code == ErrorCode.INVALID_REQUEST and "/no/such.pem" in (message or "")
+        assert _served_certificate(address, ca) == _der(old)
+        ok = alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, str(tmp_path / "new.pem"))])
+        assert ok == (ErrorCode.NONE, None)
+        assert _served_certificate(address, ca) == _der(new)
+        # The same location again reads the file again (a renewed certificate).
+        old.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "new.pem"))
+        alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, str(tmp_path / "new.pem"))])
+        assert _served_certificate(address, ca) == _der(old)
+
+
+def _der(cert: trustme.LeafCert) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
+
+
+def _served_certificate(address: tuple[str, int], ca: trustme.CA) -> bytes:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    with (
+        socket.create_connection(address, timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der

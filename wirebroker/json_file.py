@@ -1,0 +1,21 @@
+"""Small JSON files the broker keeps beside its logs, written so a crash never leaves half a file.
+
+`write_json_atomically` writes a temporary file, fsyncs it and renames it over the old one: a
+reader sees the old file or the new one, never a mixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomically(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=sort_keys)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

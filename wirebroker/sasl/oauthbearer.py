@@ -1,0 +1,287 @@
+"""SASL/OAUTHBEARER (RFC 7628) with Kafka's unsecured JWS tokens: the server's validation and
+the client's token, as Kafka's defaults do them.
+
+The server is Kafka's OAuthBearerSaslServer with OAuthBearerUnsecuredValidatorCallbackHandler:
+the client's first message is `n,[a=authzid],` `\\x01auth=Bearer <token>` then `\\x01key=value`
+extensions and `\\x01\\x01`; the token is an unsecured JWS (`alg` `none`, an empty signature)
+whose principal claim (`sub`, or the JAAS option `unsecuredValidatorPrincipalClaimName`) names
+the user. `exp` is required and must be in the future, `iat` (if present) must not be, `exp`
+must come after `iat`, all within `unsecuredValidatorAllowableClockSkewMs`; every scope named in
+`unsecuredValidatorRequiredScope` (space-separated) must be in the token's scope claim (`scope`,
+or `unsecuredValidatorScopeClaimName`; a string or a list). A token that fails is answered, as
+Kafka's, with a JSON error (`{"status":"invalid_token"}`, or `insufficient_scope` with the
+scope) that the client acknowledges with `\\x01`; only then does the exchange fail, with that
+JSON as the message. Extensions are accepted and ignored (as the unsecured validator does).
+The token's `exp` bounds the session (KIP-368), as in Kafka.
+
+The client is Kafka's OAuthBearerUnsecuredLoginCallbackHandler: a token with `iat` now, `exp`
+after `unsecuredLoginLifetimeSeconds` (3600), the claims of the `unsecuredLoginStringClaim_<c>`,
+`unsecuredLoginNumberClaim_<c>` and `unsecuredLoginListClaim_<c>` options (a list option's first
+character separates its items) and `unsecuredLoginExtension_<e>` extensions; it answers an
+error challenge with `\\x01`, as Kafka's client.
+
+Differs from Kafka: the token's parts are decoded as base64url (RFC 7515; Kafka's decoder takes
+the standard alphabet only); a token whose header has no `alg` fails as an invalid token.
+Secured tokens (OIDC, `sasl.oauthbearer.jwks.endpoint.url`) are not implemented.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
+
+OAUTHBEARER = "OAUTHBEARER"
+LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+UNSECURED_VALIDATOR = (
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+    "OAuthBearerUnsecuredValidatorCallbackHandler"
+)
+_SEPARATOR = "\x01"
+_CLIENT_FIRST = re.compile(
+    r"n,(?:a=(?P<authzid>(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+))?,\x01"
+    r"(?P<pairs>(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*)\x01$"
+)
+_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)$")
+_RESERVED_CLAIMS = ("iat", "exp")
+_CLAIM_OPTIONS = (
+    "unsecuredLoginStringClaim",
+    "unsecuredLoginNumberClaim",
+    "unsecuredLoginListClaim",
+)
+
+
+class InvalidToken(Exception):
+    """A token the unsecured validator refuses; `scope` is set when only the scope was short."""
+
+    def __init__(self, message: str, scope: str | None = None) -> None:
+        super().__init__(message)
+        self.scope = scope
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _decode_part(part: str) -> dict[str, Any]:
+    try:
+        data = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+        obj = json.loads(data)
+    except (binascii.Error, ValueError, RecursionError):
+        raise InvalidToken("malformed Base64 URL encoded value or JSON") from None
+    if not isinstance(obj, dict):
+        raise InvalidToken("malformed JSON")
+    return obj
+
+
+@dataclass(frozen=True, slots=True)
+class UnsecuredJws:
+    """A validated token: who it names, its scope and when it ends."""
+
+    principal: str
+    scope: frozenset[str]
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnsecuredValidator:
+    """The `unsecuredValidator*` options of the listener's OAuthBearerLoginModule JAAS entry."""
+
+    principal_claim: str = "sub"
+    scope_claim: str = "scope"
+    required_scope: tuple[str, ...] = ()
+    clock_skew_ms: int = 0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> UnsecuredValidator:
+        """ValueError when an option is unusable (the message names it)."""
+        skew = options.get("unsecuredValidatorAllowableClockSkewMs", "").strip() or "0"
+        if not skew.isdigit():
+            raise ValueError(
+                f"unsecuredValidatorAllowableClockSkewMs={skew!r} must be a non-negative integer"
+            )
+        return cls(
+            options.get("unsecuredValidatorPrincipalClaimName", "").strip() or "sub",
+            options.get("unsecuredValidatorScopeClaimName", "").strip() or "scope",
+            tuple(options.get("unsecuredValidatorRequiredScope", "").split()),
+            int(skew),
+        )
+
+    def validate(self, token: str, now_ms: int) -> UnsecuredJws:
+        """The token's principal, scope and expiry; InvalidToken when it does not pass."""
+        if ".." in token:
+            raise InvalidToken("Malformed compact serialization contains '..'")
+        parts = token.split(".")
+        if len(parts) != 3:
+            raise InvalidToken(
+                "Unsecured JWS compact serializations must have 3 dot-separated Base64URL-encoded "
+                "values"
+            )
+        header, claims = _decode_part(parts[0]), _decode_part(parts[1])
+        if header.get("alg") != "none":
+            raise InvalidToken("Unsecured JWS must have 'none' for an algorithm")
+        if parts[2]:
+            raise InvalidToken("Unsecured JWS must not contain a digital signature")
+        scope = self._scope(claims.get(self.scope_claim))
+        exp, iat = claims.get("exp"), claims.get("iat")
+        if exp is None:
+            raise InvalidToken("No expiration time in JWT")
+        for name, value in (("exp", exp), ("iat", iat)):
+            if value is not None and not (_number(value) and math.isfinite(value)):
+                raise InvalidToken(f"The '{name}' claim was not of type Number")
+        principal = claims.get(self.principal_claim)
+        if not isinstance(principal, str) or not principal.strip():
+            raise InvalidToken(f"No principal name in JWT claim: {self.principal_claim}")
+        skew = self.clock_skew_ms
+        if iat is not None and 1000 * iat > now_ms + skew:
+            raise InvalidToken(f"The Issued At value ({iat} seconds) was after now plus skew")
+        if now_ms - skew >= 1000 * exp:
+            raise InvalidToken(f"The token expired at {exp} seconds")
+        if iat is not None and exp <= iat:
+            raise InvalidToken("The Expiration Time was not after the Issued At time")
+        for wanted in self.required_scope:
+            if wanted not in scope:
+                raise InvalidToken(
+                    f"The provided scope ({sorted(scope)}) was missing a required scope ({wanted})",
+                    scope="[" + ", ".join(self.required_scope) + "]",
+                )
+        return UnsecuredJws(principal, scope, round(exp * 1000))
+
+    @staticmethod
+    def _scope(value: Any) -> frozenset[str]:
+        if value is None:
+            return frozenset()
+        if isinstance(value, str):
+            return frozenset([value.strip()] if value.strip() else [])
+        if isinstance(value, list):
+            return frozenset(str(s).strip() for s in value if str(s).strip())
+        raise InvalidToken("The scope claim was not of type String or List")
+
+
+class OAuthBearerServer:
+    """One OAUTHBEARER exchange on the server's side."""
+
+    mechanism = OAUTHBEARER
+
+    def __init__(self, validator: UnsecuredValidator, now_ms: Callable[[], int]) -> None:
+        self._validator = validator
+        self._now_ms = now_ms
+        self.username: str | None = None
+        self.expires_ms: int | None = None
+        self._error: str | None = None
+        self.complete = False
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self.complete:
+            raise SaslFailure("unexpected OAUTHBEARER message after completion")
+        if token == _SEPARATOR.encode() and self._error is not None:
+            raise SaslAuthenticationFailed(self._error)
+        self._error = None
+        m = _CLIENT_FIRST.match(token.decode("utf-8", "replace"))
+        if not m:
+            raise SaslFailure("Invalid OAUTHBEARER client first message")
+        pairs = dict(p.split("=", 1) for p in m["pairs"].split(_SEPARATOR) if p)
+        auth = _AUTH.match(pairs.get("auth", ""))
+        if auth is None or auth["scheme"].lower() != "bearer":
+            raise SaslFailure("Invalid OAUTHBEARER client first message: no 'auth=Bearer'")
+        try:
+            jws = self._validator.validate(auth["token"], self._now_ms())
+        except InvalidToken as e:
+            status = "insufficient_scope" if e.scope is not None else "invalid_token"
+            error = {"status": status} | ({"scope": e.scope} if e.scope is not None else {})
+            self._error = json.dumps(error, separators=(",", ":"))
+            self.username = _claimed_principal(auth["token"], self._validator.principal_claim)
+            return self._error.encode()
+        self.username = jws.principal
+        authzid = (m["authzid"] or "").replace("=2C", ",").replace("=3D", "=")
+        if authzid and authzid != jws.principal:
+            raise SaslAuthenticationFailed(
+                f"Authentication failed: Client requested an authorization id ({authzid}) that "
+                f"is different from the token's principal name ({jws.principal})"
+            )
+        self.expires_ms = jws.expires_ms
+        self.complete = True
+        return b""
+
+
+def _claimed_principal(token: str, claim: str) -> str | None:
+    """Who a refused token says it is, for the log line (never trusted)."""
+    try:
+        value = _decode_part(token.split(".")[1]).get(claim)
+    except (InvalidToken, IndexError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+# the client -------------------------------------------------------------------------------------
+def unsecured_token(options: Mapping[str, str], now_ms: int) -> tuple[str, dict[str, str]]:
+    """An unsecured JWS from the `unsecuredLogin*` options of an OAuthBearerLoginModule JAAS
+    entry, and its SASL extensions; ValueError when the options do not make a token."""
+    claims: dict[str, Any] = {}
+    extensions: dict[str, str] = {}
+    for key, value in options.items():
+        kind, _, name = key.partition("_")
+        if kind == "unsecuredLoginExtension" and name:
+            extensions[name] = value
+            continue
+        if kind not in _CLAIM_OPTIONS:
+            continue
+        if name in _RESERVED_CLAIMS or not name:
+            raise ValueError(f"{key}: the claim {name!r} cannot be set")
+        if kind == "unsecuredLoginStringClaim":
+            claims[name] = value
+        elif kind == "unsecuredLoginNumberClaim":
+            try:
+                claims[name] = float(value) if "." in value else int(value)
+            except ValueError:
+                raise ValueError(f"{key}={value!r} is not a number") from None
+        else:
+            claims[name] = [item for item in value[1:].split(value[:1]) if item] if value else []
+    principal_claim = options.get("unsecuredLoginPrincipalClaimName", "").strip() or "sub"
+    if not isinstance(claims.get(principal_claim), str) or not claims[principal_claim].strip():
+        raise ValueError(
+            f"set unsecuredLoginStringClaim_{principal_claim}: the token's principal claim"
+        )
+    lifetime = options.get("unsecuredLoginLifetimeSeconds", "").strip() or "3600"
+    if not lifetime.isdigit() or not int(lifetime):
+        raise ValueError(f"unsecuredLoginLifetimeSeconds={lifetime!r} must be a positive integer")
+    issued = now_ms / 1000
+    claims = {"iat": issued, "exp": issued + int(lifetime), **claims}
+    for name, value in extensions.items():
+        if not re.fullmatch(r"[A-Za-z]+", name) or name == "auth":
+            raise ValueError(f"unsecuredLoginExtension_{name}: not a valid extension name")
+        if not re.fullmatch(r"[\x21-\x7e \t\r\n]+", value):
+            raise ValueError(f"unsecuredLoginExtension_{name}: not a valid extension value")
+
+    def part(obj: dict[str, Any]) -> str:
+        text = json.dumps(obj, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(text).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none'})}.{part(claims)}.", extensions
+
+
+class OAuthBearerClient:
+    """One OAUTHBEARER exchange on the client's side, with a token made beforehand."""
+
+    mechanism = OAUTHBEARER
+
+    def __init__(self, token: str, extensions: Mapping[str, str]) -> None:
+        pairs = "".join(f"{_SEPARATOR}{k}={v}" for k, v in extensions.items())
+        self._initial = f"n,,{_SEPARATOR}auth=Bearer {token}{pairs}{_SEPARATOR}{_SEPARATOR}"
+        self.complete = False
+
+    def initial(self) -> bytes:
+        return self._initial.encode()
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        if challenge:  # the server's error: acknowledge it, and it answers with the failure
+            return _SEPARATOR.encode()
+        self.complete = True
+        return None

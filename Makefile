@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools image suites clean
+.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools image suites dashboard-check dashboard-picture clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,11 +29,23 @@ cluster: setup jars
 test: setup jars tools
 	$(PY) -m pytest
 
-## tools: command-line clients the tests drive (kcat, from Debian's packages)
+## tools: command-line clients the tests drive (kcat), and Prometheus for the dashboard's test (Debian's packages)
 tools:
 	@command -v kcat >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat >/dev/null; \
 	  else echo "kcat is missing: install it (e.g. sudo apt-get install kcat)"; exit 1; fi; }
+	@command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq prometheus >/dev/null; \
+	  else echo "prometheus is missing (sudo apt-get install prometheus): the dashboard's test is skipped"; fi; }
+
+## dashboard-check: Prometheus scrapes one broker, then a 3-broker cluster, each under 3 minutes of load; fails if a panel of config/grafana/wirebroker.json returns nothing
+dashboard-check: setup jars
+	$(PY) -m bench.dashboard --target broker
+	$(PY) -m bench.dashboard --target cluster
+
+## dashboard-picture: docs/dashboard.png, the dashboard's panels drawn with matplotlib from Prometheus scraping a 3-broker cluster under load (not a Grafana screenshot)
+dashboard-picture: setup jars
+	$(PY) -m bench.dashboard --target cluster --picture docs/dashboard.png
 
 ## check: format, lint, types, the import direction and the codegen freshness check
 check: setup

@@ -1,124 +1,127 @@
-"""What the metrics cost the produce path: in-process, counters on against counters off.
+"""What the metrics cost: the broker's CPU per record with the endpoint on and off, back to back.
 
-    .venv/bin/python bench/bench_metrics.py [--requests N] [--rounds R]
+    .venv/bin/python bench/bench_metrics.py [--records N] [--rounds R] [--scrape-interval S]
 
-Opens a broker in this process (a temporary data dir, no sockets) and hands acks=1 Produce
-requests straight to the dispatcher, the way a connection does, in two shapes: one record of
-100 bytes per request (the worst case: the per-request cost is all there is) and 16 records of
-1 KiB (closer to the broker benchmark's row 1, a batching producer). Each round runs both
-modes on the same broker and log, alternating which goes first: ``on`` (its `BrokerStats`, as
-served) and ``off`` (its `request_done` and `produced` shadowed by pass-throughs: no counting,
-no timing). Prints the best round's CPU microseconds per request of each (CPU time of this
-process, the least disturbed by other load on a shared machine) and the ratio of throughputs
-(on / off; the issue's goal is at least 0.97), and the cost of the counting alone (the calls a
-Produce request makes, in a tight loop), the steadiest figure. Decoding and the socket are
-left out, which makes the ratio a pessimistic one: they cost the same in both modes.
+Each round starts two fresh `wirebroker serve` processes one after the other (which goes first
+alternates): one with `wirebroker.metrics.listener` (requests counted and timed, /metrics
+served) and one without (nothing counted). librdkafka, in a process of its own, produces
+`--records` records of 1 KiB to a fresh one-partition topic with row 1's producer settings
+(acks=1, 64 KiB batches, linger 5 ms: `bench/side_by_side`); with the endpoint on, a scraper
+reads /metrics every `--scrape-interval` seconds meanwhile (Prometheus scrapes every 15 s by
+default; 1 s here, so that scraping is costed generously). The figure is the broker process's
+CPU time (user + system, from /proc) per record, the measure least disturbed by other load on
+a shared machine; the load average before each round is printed with it. The result is the
+median of each mode and their ratio, off/on: the share of its throughput a CPU-bound broker
+keeps with metrics on (the issue's goal is at least 0.97).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
-from typing import Any
 
-import trio
+from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import wirebroker.handlers  # noqa: E402, F401  (registers every API)
-from protocol.messages.headers import RequestHeader  # noqa: E402
-from protocol.messages.produce import ProduceRequest  # noqa: E402
-from protocol.record_batch import SimpleRecord  # noqa: E402
-from protocol.record_builder import build_record_batch  # noqa: E402
-from wirebroker.broker import Broker  # noqa: E402
-from wirebroker.config import BrokerConfig  # noqa: E402
-from wirebroker.dispatch import RequestContext, dispatch  # noqa: E402
-from wirebroker.metrics import BrokerStats  # noqa: E402
-
-SHAPES = {"1 x 100 B": (1, 100), "16 x 1 KiB": (16, 1024)}
+from bench.side_by_side import rdkafka_load  # noqa: E402
+from bench.side_by_side.targets import REPO_ROOT, Broker, free_port  # noqa: E402
+from bench.side_by_side.workloads import ACKS_1, KiB  # noqa: E402
 
 
-def produce_request(topic: str, records: int, size: int) -> ProduceRequest:
-    batch = build_record_batch([SimpleRecord(None, b"x" * size) for _ in range(records)])
-    data = ProduceRequest.PartitionProduceData(index=0, records=batch)
-    return ProduceRequest(
-        acks=1,
-        timeout_ms=10_000,
-        topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[data])],
-    )
+def broker(base: Path, metrics: bool) -> Broker:
+    port = free_port()
+    argv = [sys.executable, "-m", "wirebroker", "serve", "--log-dirs", str(base / "data")]
+    argv += ["--listeners", f"PLAINTEXT://127.0.0.1:{port}"]
+    if metrics:
+        argv += ["--override", "wirebroker.metrics.listener=127.0.0.1:0"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return Broker("wirebroker", argv, port, base / "wirebroker.log", env=env)
 
 
-def set_counting(stats: BrokerStats, on: bool) -> None:
-    """Counting on: the class's methods; off: pass-throughs shadowing them on the instance."""
-    if on:
-        vars(stats).pop("request_done", None)
-        vars(stats).pop("produced", None)
-        return
-
-    def request_done(header: Any, body: Any, started: float, response: Any, error: int = 0) -> Any:
-        return response
-
-    stats.request_done = request_done  # type: ignore[method-assign]
-    stats.produced = lambda topic, records, size: None  # type: ignore[method-assign]
+def metrics_url(b: Broker) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for line in b.log_path.read_text().splitlines():
+            if "metrics endpoint on " in line:
+                return line.rsplit(" ", 1)[1]
+        time.sleep(0.05)
+    raise RuntimeError(f"no metrics endpoint in {b.log_path}")
 
 
-async def per_request_us(broker: Broker, request: ProduceRequest, n: int) -> float:
-    header = RequestHeader(request_api_key=0, request_api_version=9, correlation_id=1)
-    ctx = RequestContext(broker, header, "127.0.0.1", "PLAINTEXT")
-    start = time.process_time()
-    for _ in range(n):
-        await dispatch(ctx, request)
-    return (time.process_time() - start) / n * 1e6
+def scrape_every(url: str, interval: float, stop: threading.Event) -> list[int]:
+    """Scrape `url` every `interval` s until `stop`; the sizes of the answers."""
+    sizes = []
+    while not stop.wait(interval):
+        with urllib.request.urlopen(url, timeout=10) as response:
+            sizes.append(len(response.read()))
+    return sizes
 
 
-def counting_us(request: ProduceRequest, n: int) -> float:
-    """The counting alone: `request_done` and `produced` as one Produce request calls them."""
-    stats = BrokerStats()
-    header = RequestHeader(request_api_key=0, request_api_version=9, correlation_id=1)
-    response = object()
-    start = time.perf_counter()
-    for _ in range(n):
-        stats.produced("bench", 16, 16_384)
-        stats.request_done(header, request, time.perf_counter(), response)  # type: ignore[arg-type]
-    return (time.perf_counter() - start) / n * 1e6
-
-
-async def run(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as data:
-        broker = Broker.open(BrokerConfig.from_properties({"log.dirs": data}))
+def cpu_us_per_record(metrics: bool, args: argparse.Namespace) -> tuple[float, float, int]:
+    """(broker CPU us per record, records/s, scrapes) of one run."""
+    with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
+        b = broker(Path(tmp), metrics)
+        b.spawn()
         try:
-            for shape, (records, size) in SHAPES.items():
-                broker.create_topic(_topic(shape), 1, 1, {})
-                request = produce_request(_topic(shape), records, size)
-                n = args.requests if records == 1 else args.requests // 8
-                times: dict[bool, list[float]] = {True: [], False: []}
-                for r in range(args.rounds):
-                    for on in (True, False) if r % 2 == 0 else (False, True):
-                        set_counting(broker.stats, on)
-                        times[on].append(await per_request_us(broker, request, n))
-                on, off = min(times[True]), min(times[False])
-                print(
-                    f"{shape:>11}: on {on:6.2f} us/request, off {off:6.2f} us/request, "
-                    f"throughput on/off {off / on:.3f}",
-                    flush=True,
+            b.wait_ready()
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            admin.create_topics([NewTopic("bench", 1, 1)])["bench"].result(30)
+            stop = threading.Event()
+            scrapes: list[int] = []
+            scraper = None
+            if metrics:
+                url = metrics_url(b)
+                scraper = threading.Thread(
+                    target=lambda: scrapes.extend(scrape_every(url, args.scrape_interval, stop))
                 )
-            alone = min(counting_us(request, args.requests) for _ in range(5))
-            print(f"counting alone: {alone:.2f} us per Produce request", flush=True)
+                scraper.start()
+            cpu = b.cpu_seconds()
+            try:
+                run = rdkafka_load.produce(
+                    b.bootstrap,
+                    "bench",
+                    records=args.records,
+                    record_size=KiB,
+                    config=ACKS_1["rdkafka"],
+                    timeout=600,
+                )
+            finally:
+                stop.set()
+                if scraper is not None:
+                    scraper.join()
+            used = b.cpu_seconds() - cpu
         finally:
-            broker.close()
-
-
-def _topic(shape: str) -> str:
-    return "bench-" + shape.replace(" ", "")
+            b.stop()
+    return used / args.records * 1e6, run.figures["records_per_s"], len(scrapes)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=5_000, help="per round and mode")
-    parser.add_argument("--rounds", type=int, default=11)
-    trio.run(run, parser.parse_args())
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--scrape-interval", type=float, default=1.0)
+    args = parser.parse_args()
+    figures: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(args.rounds):
+        for metrics in (True, False) if r % 2 == 0 else (False, True):
+            load = os.getloadavg()[0]
+            us, rate, scrapes = cpu_us_per_record(metrics, args)
+            figures[metrics].append(us)
+            mode = f"on ({scrapes} scrapes)" if metrics else "off"
+            print(
+                f"round {r + 1} metrics {mode:<16} {us:6.2f} CPU us/record, "
+                f"{rate:9.0f} records/s, load average {load:.1f}",
+                flush=True,
+            )
+    on, off = statistics.median(figures[True]), statistics.median(figures[False])
+    print(f"median: on {on:.2f} CPU us/record, off {off:.2f}; off/on {off / on:.3f}")
 
 
 if __name__ == "__main__":

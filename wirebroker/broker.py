@@ -65,7 +65,8 @@ class Broker:
     dynamic_config: DynamicBrokerConfig
     partitions: dict[TopicPartition, Partition] = field(default_factory=dict)
     advertised: list[Listener] = field(default_factory=list)
-    stats: BrokerStats = field(default_factory=BrokerStats)
+    #: The request and connection counters of the metrics (`wirebroker.metrics`).
+    stats: BrokerStats = field(init=False)
     groups: GroupCoordinator = field(init=False)
     transactions: TransactionCoordinator = field(init=False)
     producer_ids: ProducerIdManager = field(init=False)
@@ -103,6 +104,11 @@ class Broker:
     def __post_init__(self) -> None:
         if self.controller_id == -1 and not self.config.cluster_mode:
             self.controller_id = self.node_id
+        self.stats = BrokerStats(
+            on=self.config.metrics_listener() is not None,
+            rate_samples=self.config.get_int("metrics.num.samples"),
+            rate_window_ms=self.config.get_int("metrics.sample.window.ms"),
+        )
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])

@@ -513,6 +513,20 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Ours: HOST:PORT of the Prometheus endpoint (GET /metrics); unset: none.",
         ),
         _k(
+            "metrics.sample.window.ms",
+            "int",
+            "30000",
+            "The window of a sample of the rates /metrics reports (connection rates).",
+            at_least=1,
+        ),
+        _k(
+            "metrics.num.samples",
+            "int",
+            "2",
+            "Samples the rates /metrics reports are computed over.",
+            at_least=1,
+        ),
+        _k(
             "zookeeper.connect",
             "string",
             None,

@@ -26,6 +26,10 @@ throttle time, and then the connection is muted for that time, as Kafka mutes th
 (KIP-219): the answers already due are written, and no further request is handled or read,
 even one already received (pipelined), until the throttle time has passed.
 
+With the metrics on (`wirebroker.metrics`), each request's times are taken here: when its
+last byte was read, when its handler started and returned, when its response was ready and
+when the write that carried it began and ended.
+
 Where it differs from Kafka: Kafka reads nothing more from a connection until its current
 request is answered. Here a handler whose work is done and which only waits (a
 :class:`~wirebroker.dispatch.Later`: an acks=all Produce waiting for its followers) waits in a
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -63,6 +68,7 @@ from wirebroker.dispatch import (
     dispatch,
     supported,
 )
+from wirebroker.metrics import READY, Timing, request_sent
 from wirebroker.sasl.authenticator import SASL_HANDSHAKE_KEY, SaslAuthenticator
 from wirebroker.tls import HandshakeFailed, PrincipalMapper, TlsTransport
 from wirebroker.transport import PlainTransport, Transport, release
@@ -86,12 +92,14 @@ MAX_WAITING_PER_CONNECTION = 5
 
 
 class _Slot:
-    """One response's place in the connection's answer order."""
+    """One response's place in the connection's answer order, and its request's times (when
+    requests are timed: `wirebroker.metrics`)."""
 
-    __slots__ = ("chunks",)
+    __slots__ = ("chunks", "timing")
 
-    def __init__(self, chunks: list[Any] | None) -> None:
+    def __init__(self, chunks: list[Any] | None, timing: Timing | None) -> None:
         self.chunks = chunks
+        self.timing = timing
 
 
 class _Outbox:
@@ -109,8 +117,8 @@ class _Outbox:
         self.slots: deque[_Slot] = deque()
         self._writing = False
 
-    def put(self, chunks: list[Any] | None) -> _Slot:
-        slot = _Slot(chunks)
+    def put(self, chunks: list[Any] | None, timing: Timing | None = None) -> _Slot:
+        slot = _Slot(chunks, timing)
         self.slots.append(slot)
         return slot
 
@@ -122,14 +130,20 @@ class _Outbox:
             slots = self.slots
             while slots and slots[0].chunks is not None:
                 ready: list[list[Any]] = []
+                timed: list[Timing] = []
                 while slots and (chunks := slots[0].chunks) is not None:
                     ready.append(chunks)
-                    slots.popleft()
+                    if (timing := slots.popleft().timing) is not None:
+                        timed.append(timing)
+                began = perf_counter()
                 try:
                     await self.transport.send_frames(ready)
                 finally:
                     for chunks in ready:
                         release(chunks)
+                ended = perf_counter()
+                for timing in timed:
+                    request_sent(timing, began, ended)
         finally:
             self._writing = False
 
@@ -168,7 +182,7 @@ async def serve_connection(
         with trio.CancelScope(shield=True):
             await stream.aclose()
         return
-    broker.stats.connections += 1
+    broker.stats.connection_opened(listener_name, broker.now_ms())
     connection: _Connection | None = None
     try:
         transport: Transport
@@ -186,7 +200,7 @@ async def serve_connection(
             await connection.serve(nursery)
             nursery.cancel_scope.cancel()  # answers still waiting have no one to go to
     finally:
-        broker.stats.connections -= 1
+        broker.stats.connection_closed(listener_name, broker.now_ms())
         limits.release(listener_name, client_host)
         if connection is not None:
             connection.outbox.discard()
@@ -283,6 +297,7 @@ class _Connection:
             if not n:
                 return
             frames.advance(n)
+            arrived = perf_counter() if self.broker.stats.on else 0.0
             if handled:
                 # More data at once after a round: let other connections run first. (When the
                 # read would block, the wait does that, so the usual round costs no extra pass
@@ -295,9 +310,11 @@ class _Connection:
                     if self.session is not None and self.sasl is None:
                         self._check_session(frame)  # type: ignore[arg-type]
                     if self.sasl is None:
-                        await self._handle_frame(frame)  # type: ignore[arg-type]
+                        await self._handle_frame(frame, arrived)  # type: ignore[arg-type]
                         if self.unmuted_at and self.unmuted_at > trio.current_time():
                             await self._throttled()
+                            # Kafka reads nothing while muted: what waited here arrives now.
+                            arrived = perf_counter() if arrived else 0.0
                     elif await self._authenticate(frame):  # type: ignore[arg-type]
                         frames.max_frame_size = max_frame_size
             finally:
@@ -354,8 +371,9 @@ class _Connection:
         await self.outbox.flush()
         await trio.sleep_until(self.unmuted_at)
 
-    async def _handle_frame(self, frame: memoryview) -> None:
-        """Handle one request; its response takes the next place in the outbox."""
+    async def _handle_frame(self, frame: memoryview, arrived: float) -> None:
+        """Handle one request (whose last byte was read at `arrived`, when timed); its
+        response takes the next place in the outbox."""
         api_key, api_version, correlation_id = peek_request_header(frame)
         if not supported(api_key, api_version):
             if api_key == API_VERSIONS_KEY:
@@ -370,6 +388,7 @@ class _Connection:
         request = decode_request(frame)
         if api_key not in _IMMEDIATE_KEYS:
             await self.outbox.flush()  # a handler that may wait must not hold back earlier answers
+        started = perf_counter() if arrived else 0.0
         broker = self.broker
         ctx = RequestContext(
             broker,
@@ -385,10 +404,12 @@ class _Connection:
                 self.unmuted_at, trio.current_time() + ctx.throttle_time_ms / 1000
             )
         if response is None:  # acks=0 produce
+            if (timing := broker.stats.timing(ctx, arrived, started)) is not None:
+                request_sent(timing, timing[READY], timing[READY])
             return
         header = ResponseHeader(correlation_id=correlation_id)
         if isinstance(response, Later):
-            slot = self.outbox.put(None)
+            slot = self.outbox.put(None, broker.stats.timing(ctx, arrived, started))
             if self.waiting.value:
                 self.waiting.acquire_nowait()
             else:
@@ -399,7 +420,8 @@ class _Connection:
                 self._answer_later, response, slot, header, api_key, api_version
             )
             return
-        self.outbox.put(encode_response_chunks(header, response, api_key, api_version))
+        chunks = encode_response_chunks(header, response, api_key, api_version)
+        self.outbox.put(chunks, broker.stats.timing(ctx, arrived, started))
 
     async def _answer_later(
         self, later: Later, slot: _Slot, header: ResponseHeader, api_key: int, api_version: int
@@ -408,6 +430,8 @@ class _Connection:
         try:
             response = await later.finish()
             slot.chunks = encode_response_chunks(header, response, api_key, api_version)
+            if slot.timing is not None:
+                slot.timing[READY] = perf_counter()
             self.waiting.release()
             await self.outbox.flush()
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):

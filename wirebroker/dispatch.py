@@ -11,7 +11,8 @@ with its traceback and answered the same way. `trio.Cancelled` always propagates
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
@@ -34,6 +35,7 @@ from wirebroker.quotas import throttle
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
+    from wirebroker.metrics import RequestStats
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,24 @@ class RequestContext:
     throttle_time_ms: int = 0
     #: The task time the request started at, while its request quota is not yet recorded.
     quota_started: float | None = None
+    #: Seconds the handler spent waiting on others (Kafka's remote time: `waiting`).
+    remote_s: float = 0.0
+    #: The request metrics its times go to (`BrokerStats.request_done`); empty: not timed.
+    timed: tuple[RequestStats, ...] = ()
 
     @property
     def api_version(self) -> int:
         return self.header.request_api_version
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The time in this block is the request's remote time (a long poll, a rebalance: what
+        Kafka leaves in purgatory), not its local time, in the request metrics."""
+        started = perf_counter()
+        try:
+            yield
+        finally:
+            self.remote_s += perf_counter() - started
 
     @property
     def client_id(self) -> str | None:
@@ -243,7 +259,6 @@ async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None
     """Run the handler; a KafkaError or a bug becomes this API's error response. The
     response carries the request's throttle time (`wirebroker.quotas.throttle`)."""
     reg = REGISTRY[ctx.header.request_api_key]
-    started = perf_counter()
     if ctx.broker.quotas.request.enabled:
         throttle.request_started(ctx)
     error = ErrorCode.NONE
@@ -267,7 +282,11 @@ async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None
             response = Later(partial(_throttled_later, response, throttle_ms))
         else:
             throttle.set_throttle_time(response, throttle_ms)
-    return ctx.broker.stats.request_done(ctx.header, body, started, response, error)
+    stats = ctx.broker.stats
+    if stats.on:
+        answer = None if isinstance(response, Later) else response
+        ctx.timed = stats.request_done(ctx.header, body, answer, error)
+    return response
 
 
 async def _throttled_later(later: Later, throttle_ms: int) -> Message:

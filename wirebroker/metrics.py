@@ -1,45 +1,54 @@
 """The broker's metrics, under the names Kafka dashboards know.
 
 This module owns what is measured and what it is called. `BrokerStats` holds the counters the
-hot paths bump (plain ints: one dict lookup and an addition or two per request, never a lock);
-`BrokerCollector` turns them, and the gauges it derives from the broker's state when scraped
-(partition and leader counts, log sizes, consumer lag), into Prometheus metric families.
-`wirebroker.metrics_http` serves them.
+hot paths bump (plain ints, and one small tuple per request for its times: never a lock,
+nothing computed that can wait for a scrape); `BrokerCollector` turns them, and the gauges it
+derives from the broker's state when scraped (partition and leader counts, log sizes,
+consumer lag), into Prometheus metric families. `wirebroker.metrics_http` serves them, and
+`wirebroker.metrics_lag` fetches, per scrape, the high watermarks of partitions led by other
+brokers that lag needs. Without `wirebroker.metrics.listener` the per-request counting is off
+(`BrokerStats.on`): the hot paths skip it, so metrics cost nothing unless served.
 
 The names are those Prometheus' JMX exporter gives Kafka's MBeans under its example rules
 (`kafka-2_0_0.yml`: `kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=t` becomes
 `kafka_server_brokertopicmetrics_messagesin_total{topic="t"}`, a `Value` gauge drops the suffix,
-a histogram's percentiles become `{quantile="0.99"}`), so existing Kafka dashboards work;
-consumer group offsets and lag are named as kafka-exporter (danielqsj) names them.
+a histogram's percentiles become `{quantile="0.99"}` and its `Count` `_count`); Kafka's
+socket-server metrics, which that file has no rule for, as the JMX exporter's default naming
+(and Strimzi's rules) give them; consumer group offsets and lag as kafka-exporter (danielqsj)
+names them.
 
 Where it differs from Kafka:
-- `RequestMetrics` time is from the request's decoding to its response being ready (an acks=all
-  Produce: until replicated), not until the response is written; its quantiles are those of
-  the last `TIME_WINDOW` requests of that API (Kafka: a reservoir biased to the last five
-  minutes), and `_sum` is exported too.
-- `ErrorsPerSec` counts the request-level error of a response (its top-level error code, or
-  the error a failed request was answered with); per-partition error codes and `error="NONE"`
-  are not counted.
+- `RequestMetrics` times: a request arrives when its last byte has been read (Kafka: when its
+  network thread completed the receive), its local time ends when the handler returns, remote
+  time is what the handler spent waiting (a fetch's long poll, a JoinGroup's rebalance: marked
+  with `RequestContext.waiting`) plus a `Later` answer's wait (an acks=all Produce's
+  replication), the response queue time ends when the write of its response begins and the
+  send time when that write returns (the responses of pipelined requests leave in one write).
+  Times are in ms with fractions (Kafka rounds to whole ms); the quantiles are those of the last
+  `TIME_WINDOW` requests of the API (Kafka: a reservoir biased to the last five minutes), and
+  `totaltimems_sum` is exported too.
+- `ErrorsPerSec` counts a response's top-level error code (or the error a failed request was
+  answered with) and, for Produce and Fetch, each partition's; `error="NONE"` is not counted.
 - `BytesInPerSec`/`MessagesInPerSec` count client produce only (not the group coordinator's
   own writes to `__consumer_offsets`); a topic's own series disappear when no partition of it
   is hosted here any more (its counts stay in the all-topics series).
-- Connections are one count for the broker (`socket-server-metrics` has no listener label).
+- Connections are counted per listener with `networkProcessor="0"`: one event loop serves them.
 - Client quota metrics exist for the quota types that were set (Kafka: once any user or
   client config was set), and are named by the JMX exporter's quota rules:
   `kafka_server_quota_throttle_time{resource="Produce",clientId="app"}`, `..._byte_rate`,
   `..._request_time`, `..._mutation_rate`, `..._tokens`.
-- Consumer lag is reported by the group's coordinator, for the partitions this broker leads
-  (it knows their high watermark); lag is the high watermark minus the committed offset.
+- Consumer lag is reported by the group's coordinator (as kafka-exporter reports it from the
+  coordinator's OffsetFetch): the partition's high watermark, its own for the partitions it
+  leads, else its leader's answer to a ListOffsets at scrape time, minus the committed offset.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass, field, fields
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -49,14 +58,18 @@ from protocol.errors import ErrorCode
 from protocol.messages import APIS
 from protocol.messages.headers import RequestHeader
 from protocol.schema import Message
-from wirebroker.dispatch import Later
+from wirebroker.group.state import GroupState
+from wirebroker.quotas.rates import SampledRate
 from wirebroker.zk.znodes import desanitize
 
 if TYPE_CHECKING:
+    from protocol.messages.produce import ProduceResponse
+    from storage.partition_log import PartitionLog
     from wirebroker.broker import Broker
+    from wirebroker.dispatch import RequestContext
 
-FETCH_KEY = 1
-#: Requests whose total time the quantiles of one API are computed over (a ring buffer).
+PRODUCE_KEY, FETCH_KEY = 0, 1
+#: Requests whose times the quantiles of one API are computed over (a ring buffer).
 TIME_WINDOW = 1024
 WINDOW_MASK = TIME_WINDOW - 1  # TIME_WINDOW is a power of two
 #: Kafka's histogram percentiles, labelled as the JMX exporter labels them (`99thPercentile`
@@ -69,52 +82,136 @@ QUANTILES = (
     ("0.99", 0.99),
     ("0.999", 0.999),
 )
+#: Partition errors of a produce that Kafka does not count as a failed produce request
+#: (`ReplicaManager.appendToLocalLog`'s "known exceptions", the acks=all wait's answers) and
+#: those it answers before the replica manager sees the partition (not counted at all).
+EXPECTED_PRODUCE_ERRORS = frozenset(
+    {
+        ErrorCode.NONE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    }
+)
+UNSEEN_PRODUCE_ERRORS = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.INVALID_REQUIRED_ACKS,
+    }
+)
+#: Partition errors of a fetch that Kafka does not count as a failed fetch request
+#: (`ReplicaManager.readFromLog`'s known exceptions).
+EXPECTED_FETCH_ERRORS = frozenset(
+    {
+        ErrorCode.NONE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+    }
+)
+
+#: One request's times as the connection collects them: [the RequestStats to time it under,
+#: arrived, handler started, handler returned, seconds the handler waited, response ready,
+#: throttle ms] (perf_counter seconds); `request_sent` adds when its write began and ended.
+Timing = list[Any]
+STATS, ARRIVED, STARTED, RETURNED, WAITED, READY, THROTTLE_MS = range(7)
+#: Kafka's ProducerStateManager.LATE_TRANSACTION_BUFFER_MS.
+LATE_TXN_BUFFER_MS = 5 * 60 * 1000
 
 
-class Timings:
-    """How long something took, the last `TIME_WINDOW` times (seconds), their count and sum:
-    a Kafka histogram as the JMX exporter shows it (quantiles, `_count`)."""
+class RequestStats:
+    """One request name (an API, or FetchConsumer / FetchFollower): requests per version,
+    errors, and the times of its last `TIME_WINDOW` requests."""
 
-    __slots__ = ("times", "count", "time_sum")
-
-    def __init__(self) -> None:
-        self.times = [0.0] * TIME_WINDOW
-        self.count = 0
-        self.time_sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        count = self.count
-        self.times[count & WINDOW_MASK] = seconds
-        self.count = count + 1
-        self.time_sum += seconds
-
-    def quantiles_ms(self) -> list[tuple[str, float]]:
-        """(quantile label, ms) over the last `TIME_WINDOW` requests."""
-        recent = sorted(self.times[: min(self.count, TIME_WINDOW)])
-        if not recent:
-            return []
-        last = len(recent) - 1
-        return [(label, recent[min(last, int(q * len(recent)))] * 1000) for label, q in QUANTILES]
-
-    def summary_samples(self, name: str, labels: dict[str, str]) -> list[Sample]:
-        """The quantiles (ms), `_count` and `_sum` (ms) of a summary family `name`."""
-        samples = [Sample(name, {**labels, "quantile": q}, v) for q, v in self.quantiles_ms()]
-        samples.append(Sample(f"{name}_count", labels, self.count))
-        samples.append(Sample(f"{name}_sum", labels, self.time_sum * 1000))
-        return samples
-
-
-class RequestStats(Timings):
-    """One request name's counts per version, errors, and its recent total times (seconds)."""
-
-    __slots__ = ("name", "has_error_code", "versions", "errors")
+    __slots__ = (
+        "name",
+        "has_error_code",
+        "versions",
+        "errors",
+        "times",
+        "count",
+        "total_s",
+        "alone",
+    )
 
     def __init__(self, name: str, has_error_code: bool, max_version: int) -> None:
-        super().__init__()
         self.name = name
         self.has_error_code = has_error_code
         self.versions = [0] * (max_version + 1)
         self.errors: dict[int, int] = {}
+        #: (Timing, write began, write ended) of the last requests: a ring once full.
+        self.times: list[tuple[Timing, float, float]] = []
+        self.count = 0
+        self.total_s = 0.0
+        #: This one alone, what a request of this name is timed under (no tuple per request).
+        self.alone = (self,)
+
+    def observe(self, timed: tuple[Timing, float, float]) -> None:
+        count = self.count
+        if count < TIME_WINDOW:
+            self.times.append(timed)
+        else:
+            self.times[count & WINDOW_MASK] = timed
+        self.count = count + 1
+        self.total_s += timed[2] - timed[0][ARRIVED]
+
+
+#: Kafka's RequestMetrics histograms: (name, doc, ms of one (Timing, write began, write ended)).
+TIME_METRICS: tuple[tuple[str, str, Any], ...] = (
+    (
+        "requestqueuetimems",
+        "Time from a request's arrival until its handling began, in ms.",
+        lambda t: (t[0][STARTED] - t[0][ARRIVED]) * 1000,
+    ),
+    (
+        "localtimems",
+        "Time the handler worked on the request (its waits excluded), in ms.",
+        lambda t: (t[0][RETURNED] - t[0][STARTED] - t[0][WAITED]) * 1000,
+    ),
+    (
+        "remotetimems",
+        "Time the request waited on others (replication, a fetch's long poll, a rebalance), in ms.",
+        lambda t: (t[0][WAITED] + t[0][READY] - t[0][RETURNED]) * 1000,
+    ),
+    (
+        "throttletimems",
+        "Client quota throttle time given with the response, in ms.",
+        lambda t: float(t[0][THROTTLE_MS]),
+    ),
+    (
+        "responsequeuetimems",
+        "Time from the response being ready until its write began, in ms.",
+        lambda t: (t[1] - t[0][READY]) * 1000,
+    ),
+    (
+        "responsesendtimems",
+        "Time the write of the response took, in ms.",
+        lambda t: (t[2] - t[1]) * 1000,
+    ),
+    (
+        "totaltimems",
+        "Time from a request's arrival until its response was written, in ms.",
+        lambda t: (t[2] - t[0][ARRIVED]) * 1000,
+    ),
+)
+
+
+def request_sent(timing: Timing, began: float, ended: float) -> None:
+    """The response of a timed request was written (`began`..`ended`): its times count now."""
+    timed = (timing, began, ended)
+    for stats in timing[STATS]:
+        stats.observe(timed)
 
 
 @dataclass(slots=True)
@@ -124,11 +221,27 @@ class TopicStats:
     messages_in: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
+    produce_requests: int = 0
+    failed_produce_requests: int = 0
+    fetch_requests: int = 0
+    failed_fetch_requests: int = 0
 
     def add(self, other: TopicStats) -> None:
-        self.messages_in += other.messages_in
-        self.bytes_in += other.bytes_in
-        self.bytes_out += other.bytes_out
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+class ListenerStats:
+    """Kafka's socket-server-metrics of one listener: connections open, created and closed."""
+
+    __slots__ = ("count", "created", "closed", "creation_rate", "close_rate")
+
+    def __init__(self, samples: int, window_ms: int) -> None:
+        self.count = 0
+        self.created = 0
+        self.closed = 0
+        self.creation_rate = SampledRate(samples, window_ms)
+        self.close_rate = SampledRate(samples, window_ms)
 
 
 def _has_top_level_error_code(api_key: int) -> bool:
@@ -147,7 +260,11 @@ def _request_stats() -> dict[int, RequestStats]:
 class BrokerStats:
     """The counters of the hot paths; everything else is derived when scraped."""
 
-    connections: int = 0
+    #: Whether requests are counted and timed (the metrics endpoint is on).
+    on: bool = False
+    #: Kafka's `metrics.num.samples` and `metrics.sample.window.ms`, for the rates it reports.
+    rate_samples: int = 2
+    rate_window_ms: int = 30_000
     requests: dict[int, RequestStats] = field(default_factory=_request_stats)
     #: Fetch is also counted as FetchConsumer or FetchFollower, as Kafka does.
     fetch_consumer: RequestStats = field(
@@ -159,24 +276,17 @@ class BrokerStats:
     topics: dict[str, TopicStats] = field(default_factory=dict)
     #: The counts of topics no longer hosted here (part of the all-topics totals).
     retired: TopicStats = field(default_factory=TopicStats)
+    listeners: dict[str, ListenerStats] = field(default_factory=dict)
     replication_bytes_in: int = 0
     replication_bytes_out: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
 
     def request_done(
-        self,
-        header: RequestHeader,
-        body: Message,
-        started: float,
-        response: Message | Later | None,
-        error: int = 0,
-    ) -> Message | Later | None:
-        """Count a handled request; `error` is the code a failed one was answered with.
-
-        A `Later` answer is timed until it is ready: the returned `Later` wraps it. This runs
-        for every request, so the usual case is written out rather than factored.
-        """
+        self, header: RequestHeader, body: Message, response: Message | None, error: int = 0
+    ) -> tuple[RequestStats, ...]:
+        """Count a handled request (`error`: the code a failed one was answered with); the
+        stats its times go to. This runs for every request, so it is written out flat."""
         key = header.request_api_key
         stats = self.requests[key]
         stats.versions[header.request_api_version] += 1
@@ -186,34 +296,21 @@ class BrokerStats:
             and (error := getattr(response, "error_code", 0))
         ):
             stats.errors[error] = stats.errors.get(error, 0) + 1
-        if key == FETCH_KEY:
-            return self._fetch_done(stats, header, body, started, response)
-        if type(response) is Later:
-            return Later(partial(_timed, response, started, (stats,)))
-        elapsed = perf_counter() - started
-        count = stats.count
-        stats.times[count & WINDOW_MASK] = elapsed
-        stats.count = count + 1
-        stats.time_sum += elapsed
-        return response
-
-    def _fetch_done(
-        self,
-        stats: RequestStats,
-        header: RequestHeader,
-        body: Message,
-        started: float,
-        response: Message | Later | None,
-    ) -> Message | Later | None:
-        """Fetch is also counted as FetchConsumer or FetchFollower, as Kafka does."""
+        if key != FETCH_KEY:
+            return stats.alone
         version = header.request_api_version
         replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id  # type: ignore[attr-defined]
         fetch = self.fetch_follower if replica_id >= 0 else self.fetch_consumer
         fetch.versions[version] += 1
-        elapsed = perf_counter() - started
-        stats.observe(elapsed)
-        fetch.observe(elapsed)
-        return response
+        return (stats, fetch)
+
+    def timing(self, ctx: RequestContext, arrived: float, started: float) -> Timing | None:
+        """A handled request's times so far (None when it is not timed): the connection fills
+        in when its response was ready (`READY`, for a `Later` one) and `request_sent`."""
+        if not ctx.timed:
+            return None
+        returned = perf_counter()
+        return [ctx.timed, arrived, started, returned, ctx.remote_s, returned, ctx.throttle_time_ms]
 
     def produced(self, topic: str, records: int, size: int) -> None:
         stats = self.topics.get(topic)
@@ -222,14 +319,60 @@ class BrokerStats:
         stats.messages_in += records
         stats.bytes_in += size
 
-    def fetched(self, topic: str, size: int, follower: bool) -> None:
-        if follower:
-            self.replication_bytes_out += size
+    def produce_answered(self, topics: Iterable[ProduceResponse.TopicProduceResponse]) -> None:
+        """Kafka's TotalProduceRequestsPerSec and FailedProduceRequestsPerSec per topic (one
+        per partition), and the partitions' errors under Produce's ErrorsPerSec."""
+        errors = self.requests[PRODUCE_KEY].errors
+        for topic in topics:
+            stats = None
+            for p in topic.partition_responses:
+                code = p.error_code
+                if code:
+                    errors[code] = errors.get(code, 0) + 1
+                    if code in UNSEEN_PRODUCE_ERRORS:
+                        continue
+                if stats is None:
+                    stats = self.topics.get(topic.name)
+                    if stats is None:
+                        stats = self.topics[topic.name] = TopicStats()
+                stats.produce_requests += 1
+                if code not in EXPECTED_PRODUCE_ERRORS:
+                    stats.failed_produce_requests += 1
+
+    def fetch_answered(self, topic: str | None, error: int, size: int, follower: bool) -> None:
+        """One partition of a fetch (`topic`: None when not hosted here), `size` bytes sent:
+        its error under Fetch's ErrorsPerSec, and for a hosted one Kafka's
+        TotalFetchRequestsPerSec, FailedFetchRequestsPerSec and BytesOutPerSec (a follower's:
+        ReplicationBytesOutPerSec)."""
+        if error:
+            errors = self.requests[FETCH_KEY].errors
+            errors[error] = errors.get(error, 0) + 1
+        if topic is None:
             return
         stats = self.topics.get(topic)
         if stats is None:
             stats = self.topics[topic] = TopicStats()
-        stats.bytes_out += size
+        stats.fetch_requests += 1
+        if error not in EXPECTED_FETCH_ERRORS:
+            stats.failed_fetch_requests += 1
+        if follower:
+            self.replication_bytes_out += size
+        else:
+            stats.bytes_out += size
+
+    def connection_opened(self, listener: str, now_ms: int) -> None:
+        stats = self.listeners.get(listener)
+        if stats is None:
+            stats = self.listeners[listener] = ListenerStats(self.rate_samples, self.rate_window_ms)
+        stats.count += 1
+        stats.created += 1
+        stats.creation_rate.record(1, now_ms)
+
+    def connection_closed(self, listener: str, now_ms: int) -> None:
+        stats = self.listeners[listener]
+        stats.count -= 1
+        stats.closed += 1
+        stats.close_rate.record(1, now_ms)
 
     def isr_changed(self, expanded: bool) -> None:
         if expanded:
@@ -248,20 +391,15 @@ class BrokerStats:
         return total, self.topics
 
 
-async def _timed(later: Later, started: float, stats: Iterable[RequestStats]) -> Message:
-    try:
-        return await later.finish()
-    finally:
-        elapsed = perf_counter() - started
-        for s in stats:
-            s.observe(elapsed)
-
-
 class BrokerCollector(Collector):
-    """Every metric family of one broker, built when scraped (on the broker's trio thread)."""
+    """Every metric family of one broker, built when scraped (on the broker's trio thread).
+
+    `remote_high_watermarks` is what `wirebroker.metrics_lag` fetched for this scrape: the
+    high watermarks of partitions other brokers lead, by (topic, partition)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.remote_high_watermarks: dict[tuple[str, int], int] = {}
 
     def collect(self) -> Iterator[Metric]:
         yield from self._broker_topic_metrics()
@@ -269,9 +407,11 @@ class BrokerCollector(Collector):
         yield from self._replica_manager()
         yield from self._controller()
         yield from self._logs()
+        yield from self._topic_partitions()
         yield from self._consumer_groups()
-        yield from self._quotas()
+        yield from self._group_coordinator()
         yield from self._transactions()
+        yield from self._quotas()
         yield from self._other()
 
     def _broker_topic_metrics(self) -> Iterator[Metric]:
@@ -282,6 +422,27 @@ class BrokerCollector(Collector):
             ("messagesin", "messages_in", "Records appended by produce requests."),
             ("bytesin", "bytes_in", "Bytes of record batches received by produce requests."),
             ("bytesout", "bytes_out", "Bytes of records sent to consumers."),
+            (
+                "totalproducerequests",
+                "produce_requests",
+                "Partitions produced to (one per partition of a produce request).",
+            ),
+            (
+                "failedproducerequests",
+                "failed_produce_requests",
+                "Partitions of produce requests that failed (invalid records, producer "
+                "state errors, unexpected errors; not NOT_LEADER and the like).",
+            ),
+            (
+                "totalfetchrequests",
+                "fetch_requests",
+                "Partitions fetched from, by consumers and followers (one per partition).",
+            ),
+            (
+                "failedfetchrequests",
+                "failed_fetch_requests",
+                "Partitions of fetch requests that failed unexpectedly.",
+            ),
         ):
             family = _counter(f"kafka_server_brokertopicmetrics_{name}", doc, ["topic"])
             family.add_metric([], getattr(total, attr))
@@ -298,7 +459,7 @@ class BrokerCollector(Collector):
 
     def _request_metrics(self) -> Iterator[Metric]:
         stats = self.broker.stats
-        all_stats = [s for s in stats.requests.values() if s.count]
+        all_stats = [s for s in stats.requests.values() if s.count or any(s.versions)]
         all_stats += [s for s in (stats.fetch_consumer, stats.fetch_follower) if s.count]
         requests = _counter(
             "kafka_network_requestmetrics_requests",
@@ -307,13 +468,9 @@ class BrokerCollector(Collector):
         )
         errors = _counter(
             "kafka_network_requestmetrics_errors",
-            "Responses carrying a request-level error, per API and error.",
+            "Errors answered (top-level; and each partition's for Produce and Fetch), per "
+            "API and error.",
             ["request", "error"],
-        )
-        total_time = Metric(
-            "kafka_network_requestmetrics_totaltimems",
-            "Time from a request's arrival to its response being ready, in ms.",
-            "summary",
         )
         for s in all_stats:
             for version, count in enumerate(s.versions):
@@ -321,15 +478,25 @@ class BrokerCollector(Collector):
                     requests.add_metric([s.name, str(version)], count)
             for code, count in sorted(s.errors.items()):
                 errors.add_metric([s.name, _error_name(code)], count)
-            total_time.samples += s.summary_samples(total_time.name, {"request": s.name})
         yield requests
         yield errors
-        yield total_time
+        timed = [s for s in all_stats if s.count]
+        for name, doc, ms in TIME_METRICS:
+            family = Metric(f"kafka_network_requestmetrics_{name}", doc, "summary")
+            for s in timed:
+                labels = {"request": s.name}
+                family.samples += _quantiles(family.name, labels, [ms(t) for t in s.times])
+                family.samples.append(Sample(f"{family.name}_count", labels, s.count))
+                if name == "totaltimems":
+                    family.samples.append(Sample(f"{family.name}_sum", labels, s.total_s * 1000))
+            yield family
 
     def _replica_manager(self) -> Iterator[Metric]:
         broker = self.broker
         partitions = list(broker.partitions.values())
         leaders = [p for p in partitions if p.is_local_leader]
+        late_after_ms = broker.config.get_int("transaction.max.timeout.ms") + LATE_TXN_BUFFER_MS
+        now_ms = broker.now_ms()
         gauges = (
             ("partitioncount", len(partitions), "Partitions hosted here (leader or follower)."),
             ("leadercount", len(leaders), "Partitions led here."),
@@ -348,6 +515,17 @@ class BrokerCollector(Collector):
                 sum(1 for p in leaders if len(p.isr) == p.effective_min_isr),
                 "Partitions led here whose ISR is exactly min.insync.replicas.",
             ),
+            (
+                "produceridcount",
+                sum(len(p.log.producer_state.producers) for p in partitions),
+                "Producer ids in the producer state of the partitions hosted here.",
+            ),
+            (
+                "partitionswithlatetransactionscount",
+                sum(1 for p in leaders if _has_late_transaction(p.log, now_ms, late_after_ms)),
+                "Partitions led here with a transaction open longer than "
+                "transaction.max.timeout.ms plus 5 minutes.",
+            ),
         )
         for name, value, doc in gauges:
             yield _gauge(f"kafka_server_replicamanager_{name}", doc, value)
@@ -360,24 +538,18 @@ class BrokerCollector(Collector):
             yield family
 
     def _controller(self) -> Iterator[Metric]:
+        active, offline, topics = 0, 0, self._controller_topics()
         broker = self.broker
-        active, offline, topics, partitions = 0, 0, 0, 0
-        if broker.cluster is not None:
-            controller = broker.cluster.controller
-            if controller.active:
-                ctx = controller.ctx
-                active = 1
-                offline = sum(
-                    1
-                    for tp, info in ctx.states.items()
-                    if tp[0] not in ctx.deleting and info.state.leader not in ctx.live
-                )
-                topics = len(ctx.topics)
-                partitions = sum(len(t.partitions) for t in ctx.topics.values())
+        if broker.cluster is not None and broker.cluster.controller.active:
+            ctx = broker.cluster.controller.ctx
+            active = 1
+            offline = sum(
+                1
+                for tp, info in ctx.states.items()
+                if tp[0] not in ctx.deleting and info.state.leader not in ctx.live
+            )
         elif not broker.cluster_mode:  # the embedded broker is its own controller
             active = 1
-            topics = len(broker.topics.topics)
-            partitions = sum(r.partitions for r in broker.topics.topics.values())
         prefix = "kafka_controller_kafkacontroller_"
         yield _gauge(f"{prefix}activecontrollercount", "1 on the active controller.", active)
         yield _gauge(
@@ -385,10 +557,24 @@ class BrokerCollector(Collector):
             "Partitions without a live leader (on the active controller).",
             offline,
         )
-        yield _gauge(f"{prefix}globaltopiccount", "Topics (on the active controller).", topics)
+        yield _gauge(f"{prefix}globaltopiccount", "Topics (on the active controller).", len(topics))
         yield _gauge(
-            f"{prefix}globalpartitioncount", "Partitions (on the active controller).", partitions
+            f"{prefix}globalpartitioncount",
+            "Partitions (on the active controller).",
+            sum(topics.values()),
         )
+
+    def _controller_topics(self) -> dict[str, int]:
+        """Partitions of every topic, as the active controller knows them (empty elsewhere)."""
+        broker = self.broker
+        if broker.cluster is not None:
+            controller = broker.cluster.controller
+            if not controller.active:
+                return {}
+            return {name: len(t.partitions) for name, t in controller.ctx.topics.items()}
+        if broker.cluster_mode:
+            return {}
+        return {name: r.partitions for name, r in broker.topics.topics.items()}
 
     def _logs(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]
@@ -402,31 +588,63 @@ class BrokerCollector(Collector):
         segments = GaugeMetricFamily(
             "kafka_log_log_numlogsegments", "Segments of the log.", None, labels
         )
-        current = GaugeMetricFamily(
-            "kafka_topic_partition_current_offset",
-            "The high watermark of a partition led here.",
-            None,
-            labels,
-        )
-        oldest = GaugeMetricFamily(
-            "kafka_topic_partition_oldest_offset",
-            "The log start offset of a partition led here.",
-            None,
-            labels,
-        )
-        for tp, p in sorted(
-            self.broker.partitions.items(), key=lambda kv: (kv[0].topic, kv[0].partition)
-        ):
+        for tp, p in self._sorted_partitions():
             names = [tp.topic, str(tp.partition)]
             log = p.log
             size.add_metric(names, log.size_in_bytes)
             end.add_metric(names, log.log_end_offset)
             start.add_metric(names, log.log_start_offset)
             segments.add_metric(names, len(log.segments))
-            if p.is_local_leader:
-                current.add_metric(names, p.high_watermark)
-                oldest.add_metric(names, p.log_start_offset)
-        yield from (size, end, start, segments, current, oldest)
+        yield from (size, end, start, segments)
+
+    def _topic_partitions(self) -> Iterator[Metric]:
+        """kafka-exporter's topic metrics: per partition from its leader (so that summing over
+        brokers counts each once), the partition counts from the active controller."""
+        labels = ["topic", "partition"]
+        families = {
+            name: GaugeMetricFamily(f"kafka_topic_partition_{name}", doc, None, labels)
+            for name, doc in (
+                ("current_offset", "The high watermark of a partition led here."),
+                ("oldest_offset", "The log start offset of a partition led here."),
+                ("leader", "The leader's broker id (partitions led here)."),
+                ("replicas", "Replicas of a partition led here."),
+                ("in_sync_replica", "In-sync replicas of a partition led here."),
+                ("leader_is_preferred", "1 if a partition led here is on its preferred leader."),
+                ("under_replicated_partition", "1 if a partition led here is under-replicated."),
+            )
+        }
+        for tp, p in self._sorted_partitions():
+            if not p.is_local_leader:
+                continue
+            names = [tp.topic, str(tp.partition)]
+            for name, value in (
+                ("current_offset", p.high_watermark),
+                ("oldest_offset", p.log_start_offset),
+                ("leader", p.leader),
+                ("replicas", len(p.replicas)),
+                ("in_sync_replica", len(p.isr)),
+                ("leader_is_preferred", int(bool(p.replicas) and p.replicas[0] == p.leader)),
+                ("under_replicated_partition", int(len(p.isr) < len(p.replicas))),
+            ):
+                families[name].add_metric(names, value)
+        yield from families.values()
+        partitions = GaugeMetricFamily(
+            "kafka_topic_partitions",
+            "Partitions of a topic (on the active controller).",
+            None,
+            ["topic"],
+        )
+        for topic, count in sorted(self._controller_topics().items()):
+            partitions.add_metric([topic], count)
+        yield partitions
+        broker = self.broker
+        live = sum(1 for _ in broker.metadata_cache.alive_brokers()) if broker.cluster_mode else 1
+        yield _gauge(
+            "kafka_brokers", "Live brokers of the cluster, as this broker knows them.", live
+        )
+
+    def _sorted_partitions(self) -> list[tuple[Any, Any]]:
+        return sorted(self.broker.partitions.items(), key=lambda kv: (kv[0].topic, kv[0].partition))
 
     def _consumer_groups(self) -> Iterator[Metric]:
         broker = self.broker
@@ -444,19 +662,20 @@ class BrokerCollector(Collector):
         )
         lag = GaugeMetricFamily(
             "kafka_consumergroup_lag",
-            "High watermark minus the group's committed offset, for partitions led here.",
+            "The partition's high watermark minus the group's committed offset.",
             None,
             ["consumergroup", "topic", "partition"],
         )
         lag_sum = GaugeMetricFamily(
             "kafka_consumergroup_lag_sum",
-            "The group's lag of a topic, summed over the partitions led here.",
+            "The group's lag of a topic, summed over the partitions whose lag is known.",
             None,
             ["consumergroup", "topic"],
         )
         members = GaugeMetricFamily(
             "kafka_consumergroup_members", "Members of the group.", None, ["consumergroup"]
         )
+        remote = self.remote_high_watermarks
         for group in sorted(broker.groups.list_groups(), key=lambda g: g.group_id):
             members.add_metric([group.group_id], len(group.members))
             offsets: dict[str, int] = {}
@@ -467,7 +686,11 @@ class BrokerCollector(Collector):
                 offsets[topic] = offsets.get(topic, 0) + committed.offset
                 p = broker.partition(topic, index)
                 if p is not None and p.is_local_leader:
-                    behind = max(p.high_watermark - committed.offset, 0)
+                    high_watermark: int | None = p.high_watermark
+                else:
+                    high_watermark = remote.get((topic, index))
+                if high_watermark is not None:
+                    behind = high_watermark - committed.offset
                     lag.add_metric(names, behind)
                     lags[topic] = lags.get(topic, 0) + behind
             for topic, total in offsets.items():
@@ -475,6 +698,68 @@ class BrokerCollector(Collector):
             for topic, total in lags.items():
                 lag_sum.add_metric([group.group_id, topic], total)
         yield from (offset, offset_sum, lag, lag_sum, members)
+
+    def _group_coordinator(self) -> Iterator[Metric]:
+        """Kafka's GroupMetadataManager gauges, for the groups coordinated here."""
+        groups = self.broker.groups
+        by_state = groups.statistics()
+        prefix = "kafka_coordinator_group_groupmetadatamanager_"
+        yield _gauge(f"{prefix}numgroups", "Groups coordinated here.", len(groups.groups))
+        for state in GroupState:
+            yield _gauge(
+                f"{prefix}numgroups{state.value.lower()}",
+                f"Groups coordinated here in state {state.value}.",
+                by_state[state.value],
+            )
+        yield _gauge(
+            f"{prefix}numoffsets",
+            "Committed offsets of the groups coordinated here.",
+            sum(len(g.offsets) for g in groups.groups.values()),
+        )
+
+    def _transactions(self) -> Iterator[Metric]:
+        """The transaction coordinator's and KIP-890 verification's metrics."""
+        coordinator = self.broker.transactions
+        markers = coordinator.markers.statistics()
+        prefix = "kafka_coordinator_transaction_transactionmarkerchannelmanager_"
+        yield _gauge(
+            f"{prefix}unknowndestinationqueuesize",
+            "Transaction markers waiting for their partition's leader.",
+            markers["unknown_destination_markers"],
+        )
+        yield _gauge(
+            f"{prefix}logappendretryqueuesize",
+            "Completed transactions whose Complete record waits to be written again.",
+            markers["log_append_retries"],
+        )
+        loads = coordinator.state.recent_load_times_ms()
+        prefix = "kafka_server_transaction_coordinator_metrics_partition_load_time_"
+        yield _gauge(
+            f"{prefix}max",
+            "Longest __transaction_state partition load of the last 30 s, in ms.",
+            max(loads, default=math.nan),
+        )
+        yield _gauge(
+            f"{prefix}avg",
+            "Average __transaction_state partition load of the last 30 s, in ms.",
+            sum(loads) / len(loads) if loads else math.nan,
+        )
+        verifier = coordinator.verifier
+        failures = Metric(
+            "kafka_server_addpartitionstotxnmanager_verificationfailurerate_count",
+            "Partitions whose transactional write failed KIP-890 verification.",
+            "unknown",
+        )
+        failures.samples.append(Sample(failures.name, {}, verifier.failures))
+        yield failures
+        times = Metric(
+            "kafka_server_addpartitionstotxnmanager_verificationtimems",
+            "Time to verify a transactional write with its coordinator (KIP-890), in ms.",
+            "summary",
+        )
+        times.samples += _quantiles(times.name, {}, list(verifier.times_ms))
+        times.samples.append(Sample(f"{times.name}_count", {}, verifier.verifications))
+        yield times
 
     def _quotas(self) -> Iterator[Metric]:
         """Kafka's per-client quota metrics (`kafka.server:type=Produce,user=..,client-id=..`
@@ -520,49 +805,6 @@ class BrokerCollector(Collector):
                     )
         yield from families.values()
 
-    def _transactions(self) -> Iterator[Metric]:
-        """The transaction coordinator's and KIP-890 verification's metrics."""
-        coordinator = self.broker.transactions
-        markers = coordinator.markers.statistics()
-        prefix = "kafka_coordinator_transaction_transactionmarkerchannelmanager_"
-        yield _gauge(
-            f"{prefix}unknowndestinationqueuesize",
-            "Transaction markers waiting for their partition's leader.",
-            markers["unknown_destination_markers"],
-        )
-        yield _gauge(
-            f"{prefix}logappendretryqueuesize",
-            "Completed transactions whose Complete record waits to be written again.",
-            markers["log_append_retries"],
-        )
-        loads = coordinator.state.recent_load_times_ms()
-        prefix = "kafka_server_transaction_coordinator_metrics_partition_load_time_"
-        yield _gauge(
-            f"{prefix}max",
-            "Longest __transaction_state partition load of the last 30 s, in ms.",
-            max(loads, default=math.nan),
-        )
-        yield _gauge(
-            f"{prefix}avg",
-            "Average __transaction_state partition load of the last 30 s, in ms.",
-            sum(loads) / len(loads) if loads else math.nan,
-        )
-        verifier = coordinator.verifier
-        failures = Metric(
-            "kafka_server_addpartitionstotxnmanager_verificationfailurerate_count",
-            "Partitions whose transactional write failed KIP-890 verification.",
-            "unknown",
-        )
-        failures.samples.append(Sample(failures.name, {}, verifier.failures))
-        yield failures
-        times = Metric(
-            "kafka_server_addpartitionstotxnmanager_verificationtimems",
-            "Time to verify a transactional write with its coordinator (KIP-890), in ms.",
-            "summary",
-        )
-        times.samples += verifier.times.summary_samples(times.name, {})
-        yield times
-
     def _other(self) -> Iterator[Metric]:
         broker = self.broker
         sessions = broker.fetch_sessions.sessions
@@ -576,11 +818,48 @@ class BrokerCollector(Collector):
             "Partitions in the cached fetch sessions.",
             sum(len(s.partitions) for s in sessions.values()),
         )
-        yield _gauge(
-            "kafka_server_socket_server_metrics_connection_count",
-            "Open client connections.",
-            broker.stats.connections,
+        now_ms = broker.now_ms()
+        listeners = sorted(broker.stats.listeners.items())
+        prefix = "kafka_server_socket_server_metrics_"
+        labels = ["listener", "networkProcessor"]
+        count = GaugeMetricFamily(f"{prefix}connection_count", "Open connections.", None, labels)
+        created = _counter(f"{prefix}connection_creation", "Connections accepted.", labels)
+        closed = _counter(f"{prefix}connection_close", "Connections closed.", labels)
+        creation_rate = GaugeMetricFamily(
+            f"{prefix}connection_creation_rate",
+            "Connections accepted per second (Kafka's sampled windows).",
+            None,
+            labels,
         )
+        close_rate = GaugeMetricFamily(
+            f"{prefix}connection_close_rate",
+            "Connections closed per second (Kafka's sampled windows).",
+            None,
+            labels,
+        )
+        for name, s in listeners:
+            names = [name, "0"]
+            count.add_metric(names, s.count)
+            created.add_metric(names, s.created)
+            closed.add_metric(names, s.closed)
+            creation_rate.add_metric(names, s.creation_rate.measure(now_ms))
+            close_rate.add_metric(names, s.close_rate.measure(now_ms))
+        yield from (count, created, closed, creation_rate, close_rate)
+
+
+def _has_late_transaction(log: PartitionLog, now_ms: int, late_after_ms: int) -> bool:
+    """Kafka's ProducerStateManager.hasLateTransaction: the oldest open transaction's producer
+    last wrote more than `late_after_ms` ago."""
+    producers = log.producer_state
+    oldest = next(iter(producers.ongoing.values()), None)
+    if oldest is None:
+        return False
+    entry = producers.producers.get(oldest)
+    return (
+        entry is not None
+        and entry.last_timestamp > 0
+        and now_ms - entry.last_timestamp > late_after_ms
+    )
 
 
 _QUOTA_DOCS = {
@@ -588,6 +867,17 @@ _QUOTA_DOCS = {
     "request_time": "Percent of a second the client's requests took to handle.",
     "mutation_rate": "Partitions a second the client created or deleted.",
 }
+
+
+def _quantiles(name: str, labels: dict[str, str], values: list[float]) -> list[Sample]:
+    """A histogram's percentiles (`QUANTILES`) of `values`, as the JMX exporter labels them."""
+    recent = sorted(values)
+    last = len(recent) - 1
+    return [
+        Sample(name, {**labels, "quantile": label}, recent[min(last, int(q * len(recent)))])
+        for label, q in QUANTILES
+        if recent
+    ]
 
 
 def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:

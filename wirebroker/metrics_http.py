@@ -5,8 +5,10 @@ no endpoint, nothing listens) and answers `GET /metrics` with the text expositio
 registry this broker owns (`wirebroker.metrics.BrokerCollector`), never prometheus_client's
 global one, so several brokers in one process do not mix. It runs on the broker's trio thread,
 so the collector reads the broker's state without locks, and each connection is one request
-and one response (`Connection: close`). Anything but GET or HEAD of `/metrics` is answered
-404 or 405; a request that is not HTTP, too large, or too slow is dropped.
+and one response (`Connection: close`). Before each scrape it asks the leaders of partitions
+led elsewhere for the high watermarks consumer lag needs (`wirebroker.metrics_lag`, bounded in
+time). Anything but GET or HEAD of `/metrics` is answered 404 or 405; a request that is not
+HTTP, too large, or too slow is dropped.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import trio
 from prometheus_client import CollectorRegistry, generate_latest
 
 from wirebroker.metrics import BrokerCollector
+from wirebroker.metrics_lag import RemoteHighWatermarks
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -39,22 +42,38 @@ async def serve_metrics(
         task_status.started(None)
         return
     host, port = address
+    collector = BrokerCollector(broker)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker))
+    registry.register(collector)
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     bound_port = listeners[0].socket.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host or "0.0.0.0"
     url = f"http://{shown}:{bound_port}/metrics"
     log.info("metrics endpoint on %s", url)
     task_status.started(url)
-    await trio.serve_listeners(partial(_serve_one, registry=registry), listeners)
+    remote = RemoteHighWatermarks(broker)
+    try:
+        await trio.serve_listeners(
+            partial(_serve_one, registry=registry, collector=collector, remote=remote), listeners
+        )
+    finally:
+        with trio.CancelScope(shield=True):
+            await remote.aclose()
 
 
-async def _serve_one(stream: trio.SocketStream, *, registry: CollectorRegistry) -> None:
+async def _serve_one(
+    stream: trio.SocketStream,
+    *,
+    registry: CollectorRegistry,
+    collector: BrokerCollector,
+    remote: RemoteHighWatermarks,
+) -> None:
     try:
         with trio.move_on_after(REQUEST_TIMEOUT_S):
             head = await _read_head(stream)
             if head is not None:
+                if _is_scrape(head):
+                    collector.remote_high_watermarks = await remote.fetch()
                 await stream.send_all(_answer(head, registry))
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
         pass
@@ -78,8 +97,17 @@ async def _read_head(stream: trio.SocketStream) -> bytes | None:
     return bytes(data)
 
 
+def _request_line(head: bytes) -> list[str]:
+    return head.split(b"\n", 1)[0].decode("latin-1").split()
+
+
+def _is_scrape(head: bytes) -> bool:
+    parts = _request_line(head)
+    return len(parts) == 3 and parts[0] == "GET" and parts[1].split("?", 1)[0] == "/metrics"
+
+
 def _answer(head: bytes, registry: CollectorRegistry) -> bytes:
-    parts = head.split(b"\n", 1)[0].decode("latin-1").split()
+    parts = _request_line(head)
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return _response("400 Bad Request", b"bad request\n")
     method, target = parts[0], parts[1].split("?", 1)[0]

@@ -59,6 +59,8 @@ class RunningBroker:
     broker: Broker
     listeners: list[Listener]
     scope: trio.CancelScope | None = None
+    #: Its Prometheus endpoint (`wirebroker.metrics.listener`), None when off.
+    metrics_url: str | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -133,7 +135,7 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
-            await nursery.start(serve_metrics, broker)
+            metrics_url = await nursery.start(serve_metrics, broker)
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
                 broker.node_id,
@@ -141,7 +143,7 @@ async def serve_broker(
                 ", ".join(map(str, bound)),
                 broker.cluster_id,
             )
-            task_status.started(RunningBroker(broker, bound, nursery.cancel_scope))
+            task_status.started(RunningBroker(broker, bound, nursery.cancel_scope, metrics_url))
     finally:
         if zk is not None:
             await zk.close()

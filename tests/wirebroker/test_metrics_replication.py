@@ -55,6 +55,11 @@ def test_isr_shrink_and_expand_are_counted(cluster: Cluster, topic: str) -> None
     assert value(fetched, "kafka_server_brokertopicmetrics_replicationbytesin_total") > 1000
     sent = scrape(leader)
     assert value(sent, "kafka_server_brokertopicmetrics_replicationbytesout_total") > 1000
+    # acks=all waited for the followers: remote time (Kafka's DelayedProduce in purgatory)
+    produce = {"request": "Produce", "quantile": "0.999"}
+    assert value(sent, "kafka_network_requestmetrics_remotetimems", **produce) > 0
+    followers = {"request": "FetchFollower"}
+    assert value(sent, "kafka_network_requestmetrics_totaltimems_count", **followers) > 0
     assert value(sent, "kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert value(sent, "kafka_server_replicamanager_leadercount") == 1
     assert value(fetched, "kafka_server_replicamanager_partitioncount") == 1

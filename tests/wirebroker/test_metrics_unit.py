@@ -1,5 +1,6 @@
 """Two brokers in one process each serve their own /metrics (`wirebroker.metrics_http` gives
-every broker its own registry, never prometheus_client's global one)."""
+every broker its own registry, never prometheus_client's global one); a broker without the
+endpoint counts nothing."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ from pathlib import Path
 
 import trio
 
-from tests.wirebroker.helpers import scrape, value
+import wirebroker.handlers  # noqa: F401  (registers every API)
+from protocol.messages.headers import RequestHeader
+from protocol.record_batch import SimpleRecord
+from tests.wirebroker.helpers import produce_request, scrape, value
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig
+from wirebroker.dispatch import RequestContext, dispatch
 from wirebroker.metrics_http import serve_metrics
 
 
@@ -41,3 +46,25 @@ def test_brokers_in_one_process_do_not_mix(tmp_path: Path) -> None:
         assert value(b, "kafka_server_replicamanager_partitioncount") == 0
 
     trio.run(main)
+
+
+def test_nothing_is_counted_without_the_endpoint(tmp_path: Path) -> None:
+    async def produce(metrics: dict[str, str], name: str) -> Broker:
+        broker = Broker.open(
+            BrokerConfig.from_properties({"log.dirs": str(tmp_path / name), **metrics})
+        )
+        broker.create_topic("t", 1, 1, {})
+        header = RequestHeader(request_api_key=0, request_api_version=9, correlation_id=1)
+        ctx = RequestContext(broker, header, "127.0.0.1", "PLAINTEXT")
+        await dispatch(ctx, produce_request("t", 0, [SimpleRecord(None, b"v")], acks=1))
+        broker.close()
+        return broker
+
+    off = trio.run(produce, {}, "off")
+    assert not off.stats.on
+    assert sum(off.stats.requests[0].versions) == 0
+    assert not off.stats.topics
+    on = trio.run(produce, {"wirebroker.metrics.listener": "127.0.0.1:0"}, "on")
+    assert on.stats.on
+    assert on.stats.requests[0].versions[9] == 1
+    assert on.stats.topics["t"].messages_in == 1

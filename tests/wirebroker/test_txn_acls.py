@@ -106,13 +106,12 @@ def test_a_transaction_touching_a_topic_it_may_not_write_is_refused(
     def report(err: KafkaError | None, msg: Any) -> None:
         delivered.append((msg.topic(), err.code() if err else None))
 
-    producer.produce(granted, b"with-the-secret", partition=0, on_delivery=report)
     producer.produce(secret, b"secret", partition=0, on_delivery=report)
     with pytest.raises(KafkaException) as raised:
         producer.commit_transaction(TIMEOUT)
     error = raised.value.args[0]
     assert error.txn_requires_abort() and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert sorted(t for t, code in delivered if code is not None) == sorted([granted, secret])
+    assert [t for t, code in delivered if code is not None] == [secret]
     # nothing was added, so the coordinator has no transaction: librdkafka's abort (it sends
     # EndTxn) fails fatally with INVALID_TXN_STATE, exactly as on Kafka 3.9
     with pytest.raises(KafkaException) as raised:
@@ -147,6 +146,7 @@ def test_offsets_in_a_transaction_need_the_group_and_its_topics(
             """One consume-transform-produce; the error code its offsets got (None: committed)."""
             producer.begin_transaction()
             producer.produce(out, b"v", partition=0)
+            assert producer.flush(TIMEOUT) == 0  # its partition is in the transaction
             try:
                 producer.send_offsets_to_transaction(
                     offsets, consumer.consumer_group_metadata(), TIMEOUT

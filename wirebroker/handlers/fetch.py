@@ -154,7 +154,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             if moved:
                 break
             _release(wanted)
-            await wakeup.wait()
+            with ctx.waiting():
+                await wakeup.wait()
     if _needs_final_read(wanted):
         size = _read_all(ctx, request, wanted, replica_id, max_bytes)
     if replica_id < 0 and _throttled(ctx, size):
@@ -171,16 +172,20 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     answered = []
     leader_quota = ctx.broker.replication_quotas.leader
     throttled_bytes = 0
+    stats = ctx.broker.stats if ctx.broker.stats.on else None
     for w, carry in zip(wanted, carried, strict=True):
+        size = 0
         if carry:
             answered.append(w)
             if w.topic and w.result.records is not None:
                 size = len(w.result.records)
-                ctx.broker.stats.fetched(w.topic, size, replica_id >= 0)
                 if replica_id >= 0 and leader_quota.is_throttled(w.topic, w.request.partition):
                     throttled_bytes += size
         else:
             _release_one(w)
+        if stats is not None:
+            topic = w.topic if w.partition is not None else None
+            stats.fetch_answered(topic, w.result.error_code, size, replica_id >= 0)
     if throttled_bytes:
         # Every follower's bytes count in the throttled rate, those in the ISR too.
         leader_quota.record(throttled_bytes, ctx.broker.now_ms())

@@ -182,18 +182,19 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
             protocol_name=None if version >= 7 else "",  # as Kafka's error answer
         )
     rebalance_timeout = request.session_timeout_ms if version == 0 else request.rebalance_timeout_ms
-    result = await ctx.broker.groups.join(
-        request.group_id,
-        member_id=request.member_id,
-        group_instance_id=request.group_instance_id if version >= 5 else None,
-        client_id=ctx.client_id or "",
-        client_host=f"/{ctx.client_host}",
-        rebalance_timeout_ms=rebalance_timeout,
-        session_timeout_ms=request.session_timeout_ms,
-        protocol_type=request.protocol_type,
-        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-        require_known_member_id=version >= 4,
-    )
+    with ctx.waiting():  # for the rebalance
+        result = await ctx.broker.groups.join(
+            request.group_id,
+            member_id=request.member_id,
+            group_instance_id=request.group_instance_id if version >= 5 else None,
+            client_id=ctx.client_id or "",
+            client_host=f"/{ctx.client_host}",
+            rebalance_timeout_ms=rebalance_timeout,
+            session_timeout_ms=request.session_timeout_ms,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+            require_known_member_id=version >= 4,
+        )
     protocol_name = result.protocol_name
     if protocol_name is None and version < 7:
         protocol_name = ""
@@ -218,15 +219,16 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
 async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
     v5 = ctx.api_version >= 5
-    result = await ctx.broker.groups.sync(
-        request.group_id,
-        member_id=request.member_id,
-        group_instance_id=request.group_instance_id,
-        generation_id=request.generation_id,
-        protocol_type=request.protocol_type if v5 else None,
-        protocol_name=request.protocol_name if v5 else None,
-        assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
-    )
+    with ctx.waiting():  # for the leader's assignment
+        result = await ctx.broker.groups.sync(
+            request.group_id,
+            member_id=request.member_id,
+            group_instance_id=request.group_instance_id,
+            generation_id=request.generation_id,
+            protocol_type=request.protocol_type if v5 else None,
+            protocol_name=request.protocol_name if v5 else None,
+            assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
     return SyncGroupResponse(
         error_code=result.error,
         protocol_type=result.protocol_type,

@@ -62,6 +62,7 @@ from storage.producer_state import VerificationGuard
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
+from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
 from wirebroker.quotas import throttle
 from wirebroker.txn.verification import OFF, TransactionalWriter, Verified
@@ -118,6 +119,8 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions)
         )
     if request.acks == 0:
+        if ctx.broker.stats.on:
+            ctx.broker.stats.produce_answered(topics)
         failed = [
             f"{t.name}-{p.index}: {ErrorCode(p.error_code).name}"
             for t in topics
@@ -131,7 +134,11 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     response = ProduceResponse(responses=topics)
     waiting = _settle(waiting)
     if waiting:
-        return Later(partial(_await_replication, waiting, request.timeout_ms, response))
+        return Later(
+            partial(_await_replication, ctx.broker.stats, waiting, request.timeout_ms, response)
+        )
+    if ctx.broker.stats.on:
+        ctx.broker.stats.produce_answered(topics)
     return response
 
 
@@ -231,7 +238,7 @@ def _settle(waiting: Waiting) -> Waiting:
 
 
 async def _await_replication(
-    waiting: Waiting, timeout_ms: int, response: ProduceResponse
+    stats: BrokerStats, waiting: Waiting, timeout_ms: int, response: ProduceResponse
 ) -> ProduceResponse:
     """Kafka's DelayedProduce: wait until each partition's high watermark reaches its batch."""
     errors = await await_replication(
@@ -239,6 +246,8 @@ async def _await_replication(
     )
     for (_partition, _required, result), error in zip(waiting, errors, strict=True):
         result.error_code = error
+    if stats.on:
+        stats.produce_answered(response.responses)
     return response
 
 
@@ -294,7 +303,8 @@ def _append(
         log.exception("append to %s-%d failed unexpectedly", topic, data.index)
         result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
         return None
-    broker.stats.produced(topic, info.records_count, len(records))
+    if broker.stats.on:
+        broker.stats.produced(topic, info.records_count, len(records))
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
     result.log_start_offset = partition.log_start_offset

@@ -1,4 +1,4 @@
-"""The cluster controller (ZooKeeper mode): election, cluster state, and applying decisions.
+"""The cluster controller (ZooKeeper mode): election, the event loop, and the events it handles.
 
 Every broker runs a `Controller`; the one that creates `/controller` is active. Winning bumps
 `/controller_epoch` in the same multi, and every later write of the active controller is a multi
@@ -7,10 +7,13 @@ fail (it then resigns), and brokers fence its requests by the controller epoch t
 
 One task owns the controller's state (`run`): it takes events from one queue, in order. ZooKeeper
 watches (forwarded by the broker's `ClusterMember`) and requests from handlers (AlterPartition,
-ControlledShutdown, ElectLeaders, reassignments, through `call`) are such events. Decisions come
-from `decisions.py`; applying one writes partition state znodes with the version read (their
-version is the partition epoch), then sends LeaderAndIsr v7, UpdateMetadata v8 and StopReplica v4
-through `ControllerChannel`.
+ControlledShutdown, ElectLeaders, reassignments, through `call`) are such events. Each election
+won builds a fresh `ControllerContext` and the parts that work on it (`_bind`): its ZooKeeper
+reads and fenced writes (`zk_state`), the requests to the brokers (`request_batch`, sent through
+`ControllerChannel`), leader elections and ISR changes (`elections`), topic deletion
+(`topic_deletion`) and partition reassignment (`reassignment`); the decisions themselves are
+pure functions (`decisions`). This module handles what ties them: broker and topic changes,
+failed log directories, AlterPartition and ControlledShutdown (Kafka's KafkaController).
 
 A failed log directory (Kafka's onBrokerLogDirFailure): a broker writes a
 `/log_dir_event_notification` znode; the controller sends that broker LeaderAndIsr for all its
@@ -26,7 +29,6 @@ import contextlib
 import logging
 import math
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,24 +36,26 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from protocol.errors import ErrorCode
-from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
-from protocol.messages.stop_replica import StopReplicaRequest
-from protocol.messages.update_metadata import UpdateMetadataRequest
+from protocol.messages.leader_and_isr import LeaderAndIsrResponse
 from protocol.schema import Message
 from wirebroker.controller import decisions
 from wirebroker.controller.channel import ControllerChannel
-from wirebroker.controller.decisions import ReplicaAssignment
+from wirebroker.controller.context import TP, ControllerContext, PartitionInfo
+from wirebroker.controller.elections import LeaderElections
 from wirebroker.controller.errors import ControllerError, NotController
+from wirebroker.controller.reassignment import PartitionReassignment
+from wirebroker.controller.request_batch import RequestBatch
+from wirebroker.controller.topic_deletion import TopicDeletionManager
+from wirebroker.controller.zk_state import ControllerMoved, ControllerZk
 from wirebroker.zk import znodes
 from wirebroker.zk.client import (
     BadVersionError,
     NodeExistsError,
-    NoNodeError,
     ZkClient,
     ZkEvent,
     ZookeeperError,
 )
-from wirebroker.zk.znodes import BrokerRegistration, PartitionState, TopicAssignment
+from wirebroker.zk.znodes import PartitionState
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
@@ -61,69 +65,6 @@ log = logging.getLogger(__name__)
 state_log = logging.getLogger("wirebroker.state.change")
 
 T = TypeVar("T")
-TP = tuple[str, int]
-
-LEADER_AND_ISR_VERSION = 7
-UPDATE_METADATA_VERSION = 8
-STOP_REPLICA_VERSION = 4
-SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-EPOCH_DURING_DELETE = -2
-
-
-class ControllerMoved(Exception):
-    """Our controller epoch is no longer the current one: another broker took over."""
-
-
-@dataclass
-class LiveBroker:
-    registration: BrokerRegistration
-    epoch: int  # the czxid of its /brokers/ids/<id>
-
-
-@dataclass
-class PartitionInfo:
-    state: PartitionState
-    version: int  # the state znode's version: the partition epoch
-
-
-@dataclass
-class ControllerContext:
-    """What the active controller knows about the cluster (rebuilt on every election)."""
-
-    epoch: int = 0
-    epoch_zk_version: int = 0
-    live: dict[int, LiveBroker] = field(default_factory=dict)
-    shutting_down: set[int] = field(default_factory=set)
-    topics: dict[str, TopicAssignment] = field(default_factory=dict)
-    topic_versions: dict[str, int] = field(default_factory=dict)
-    states: dict[TP, PartitionInfo] = field(default_factory=dict)
-    deleting: set[str] = field(default_factory=set)
-    legacy_reassignments: set[TP] = field(default_factory=set)
-    #: Per live broker, its replicas in an offline log directory (Kafka's replicasOnOfflineDirs).
-    offline_replicas: dict[int, set[TP]] = field(default_factory=dict)
-
-    def live_ids(self) -> set[int]:
-        """Brokers that may lead or join an ISR: live and not shutting down."""
-        return set(self.live) - self.shutting_down
-
-    def online_ids(self, tp: TP) -> set[int]:
-        """The brokers whose replica of `tp` may lead or join its ISR: live, not shutting down,
-        and not in an offline log directory."""
-        return {b for b in self.live_ids() if tp not in self.offline_replicas.get(b, ())}
-
-    def assignment(self, tp: TP) -> ReplicaAssignment:
-        t = self.topics[tp[0]]
-        return ReplicaAssignment(
-            tuple(t.partitions.get(tp[1], [])),
-            tuple(t.adding.get(tp[1], [])),
-            tuple(t.removing.get(tp[1], [])),
-        )
-
-    def partitions(self) -> list[TP]:
-        return [(t, p) for t, a in sorted(self.topics.items()) for p in sorted(a.partitions)]
-
-    def partitions_on(self, broker_id: int) -> list[TP]:
-        return [tp for tp in self.partitions() if broker_id in self.assignment(tp).replicas]
 
 
 @dataclass
@@ -146,7 +87,7 @@ class Controller:
         self.security = security  # of the channel's connections to the brokers
         self.active = False
         self.active_id = -1  # the controller we know of (ourselves included), -1 if none
-        self.ctx = ControllerContext()
+        self._bind(ControllerContext())
         self.channel: ControllerChannel | None = None
         self.on_controller_change: Callable[[int], None] = lambda _id: None
         #: A topic's config overrides (the broker's `ClusterMember` keeps them current).
@@ -154,8 +95,23 @@ class Controller:
         self._queue, self._receive = trio.open_memory_channel[_Call | ZkEvent](math.inf)
         self._scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
-        self._stopped = False
-        self.responses: list[tuple[int, Message]] = []  # answers to our requests (tests, logs)
+
+    def _bind(self, ctx: ControllerContext) -> None:
+        """Take `ctx` (a new election's) and the parts that work on it."""
+        self.ctx = ctx
+        self.zk_state = ControllerZk(self.zk, ctx)
+        listener = self.config.inter_broker_listener()
+        self.requests = RequestBatch(ctx, self.broker_id, listener, self._send)
+        self.deletion = TopicDeletionManager(
+            ctx,
+            self.zk_state,
+            self.requests,
+            lambda: self.config.get_bool("delete.topic.enable"),
+        )
+        self.reassignment = PartitionReassignment(ctx, self.zk_state, self.requests)
+        self.elections = LeaderElections(
+            ctx, self.zk_state, self.requests, self.config, lambda t: self.topic_config(t)
+        )
 
     @property
     def epoch(self) -> int:
@@ -178,15 +134,18 @@ class Controller:
             await work
         except ControllerMoved:
             log.warning("controller %d: another broker took over; resigning", self.broker_id)
-            await self._resign()
-            await self._safe_elect()
+            await self._start_over()
         except ZookeeperError as e:
             # Typically the connection dropped mid-way: what we know may be stale. Resign and
             # run again from ZooKeeper's state, now or (if ZooKeeper is unreachable) on the
             # next CONNECTED.
             log.warning("controller %d: ZooKeeper failed (%r); resigning", self.broker_id, e)
-            await self._resign()
-            await self._safe_elect()
+            await self._start_over()
+
+    async def _start_over(self) -> None:
+        """Resign, and run for controller again from what ZooKeeper holds."""
+        await self._resign()
+        await self._safe_elect()
 
     async def _safe_elect(self) -> None:
         try:
@@ -201,12 +160,10 @@ class Controller:
             call.result = await call.fn()
         except ControllerMoved:
             call.error = NotController()
-            await self._resign()
-            await self._safe_elect()
+            await self._start_over()
         except ZookeeperError as e:
             call.error = e
-            await self._resign()
-            await self._safe_elect()
+            await self._start_over()
         except Exception as e:
             call.error = e
         finally:
@@ -250,11 +207,11 @@ class Controller:
         elif ev.path.startswith(znodes.BROKER_TOPICS + "/"):
             await self._on_partition_modification(ev.path.rsplit("/", 1)[1])
         elif ev.path == znodes.DELETE_TOPICS:
-            await self._on_delete_topics()
+            await self.deletion.on_delete_topics()
         elif ev.path == znodes.REASSIGN_PARTITIONS:
-            await self._on_legacy_reassignment()
+            await self.reassignment.on_legacy_znode()
         elif ev.path == znodes.PREFERRED_REPLICA_ELECTION:
-            await self._on_preferred_election_znode()
+            await self.elections.on_preferred_znode()
         elif ev.path == znodes.LOG_DIR_EVENT_NOTIFICATION:
             await self._on_log_dir_events()
 
@@ -306,7 +263,7 @@ class Controller:
             except (NodeExistsError, BadVersionError):
                 continue
             await self.zk.exists(znodes.CONTROLLER, watch=True)
-            self.ctx = ControllerContext(epoch=epoch + 1, epoch_zk_version=results[1].version)
+            self._bind(ControllerContext(epoch=epoch + 1, epoch_zk_version=results[1].version))
             self.active = True
             log.info("broker %d is the controller (epoch %d)", self.broker_id, self.ctx.epoch)
             self._set_active_id(self.broker_id)
@@ -345,24 +302,27 @@ class Controller:
         self._scope = scope
         self.channel = channel
 
+    async def _rebalance_timer(self) -> None:
+        """Every `leader.imbalance.check.interval.seconds`, queue a leader rebalance check."""
+        interval = self.config.get_int("leader.imbalance.check.interval.seconds")
+        while True:
+            await trio.sleep(interval)
+            self._queue.send_nowait(_Call(lambda: self.elections.rebalance()))
+
     async def _on_become_controller(self) -> None:
         await self._start_channel()
         ctx = self.ctx
         for path in (znodes.BROKER_IDS, znodes.BROKER_TOPICS, znodes.DELETE_TOPICS):
             await self.zk.ensure_path(path)
-        ids = await self.zk.get_children(znodes.BROKER_IDS, watch=True) or []
-        for name in ids:
-            live = await self._read_broker(int(name))
-            if live is not None:
-                ctx.live[live.registration.id] = live
+        ctx.live.update(await self.zk_state.live_brokers())
         self._connect_channels()
         for topic in await self.zk.get_children(znodes.BROKER_TOPICS, watch=True) or []:
-            await self._load_topic(topic)
+            await self.zk_state.load_topic(topic)
         # Partitions without a state yet, or whose leader is gone, get one now.
-        created = await self._initialize_partitions(
+        created = await self.elections.initialize(
             [tp for tp in ctx.partitions() if tp not in ctx.states]
         )
-        elected = await self._elect_offline(
+        elected = await self.elections.elect_offline(
             [
                 tp
                 for tp, info in ctx.states.items()
@@ -373,48 +333,15 @@ class Controller:
         # machine starts them OfflineReplica: a broker that died with the previous controller
         # would otherwise hold back the high watermark of every partition it followed.
         in_isrs = {b for info in ctx.states.values() for b in info.state.isr}
-        await self._remove_from_isrs(in_isrs - set(ctx.live), skip=elected | created)
-        self._send_update_metadata(ctx.live, ctx.partitions())
+        await self.elections.remove_from_isrs(in_isrs - set(ctx.live), skip=elected | created)
+        self.requests.update_metadata(ctx.live, ctx.partitions())
         for broker_id in ctx.live:
-            self._send_leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
-        await self._on_delete_topics()
-        await self._on_legacy_reassignment()
-        await self._on_preferred_election_znode()
+            self.requests.leader_and_isr([broker_id], ctx.partitions_on(broker_id), is_new=created)
+        await self.deletion.on_delete_topics()
+        await self.reassignment.on_legacy_znode()
+        await self.elections.on_preferred_znode()
         await self._on_log_dir_events()
-        for tp in ctx.partitions():
-            if ctx.assignment(tp).reassigning:
-                await self._maybe_complete_reassignment(tp)
-
-    # reading ZooKeeper --------------------------------------------------------------------
-    async def _read_broker(self, broker_id: int) -> LiveBroker | None:
-        got = await self.zk.get(znodes.broker_path(broker_id))
-        if got is None:
-            return None
-        return LiveBroker(BrokerRegistration.decode(broker_id, got[0]), got[1].czxid)
-
-    async def _load_topic(self, topic: str) -> bool:
-        got = await self.zk.get(znodes.topic_path(topic), watch=True)
-        if got is None:
-            return False
-        assignment = TopicAssignment.decode(got[0])
-        version = got[1].version
-        if assignment.topic_id is None:
-            # Written by an old tool: give it an id, as Kafka's controller does.
-            assignment.topic_id = uuid.uuid4()
-            results = await self._fenced(
-                [("set", znodes.topic_path(topic), assignment.encode(), version)]
-            )
-            version = results[1].version
-        self.ctx.topics[topic] = assignment
-        self.ctx.topic_versions[topic] = version
-        for p in self.ctx.topics[topic].partitions:
-            await self._load_state((topic, p))
-        return True
-
-    async def _load_state(self, tp: TP) -> None:
-        got = await self.zk.get(znodes.partition_state_path(*tp))
-        if got is not None:
-            self.ctx.states[tp] = PartitionInfo(PartitionState.decode(got[0]), got[1].version)
+        await self.reassignment.complete_ready()
 
     def _connect_channels(self) -> None:
         assert self.channel is not None
@@ -429,73 +356,20 @@ class Controller:
             if broker_id not in self.ctx.live:
                 self.channel.remove_broker(broker_id)
 
-    # writing ZooKeeper (fenced by the controller epoch's version) -------------------------
+    # this election's ZooKeeper writes and next states, by short names ----------------------
     async def _fenced(self, ops: list[tuple[Any, ...]]) -> list[Any]:
-        try:
-            return await self.zk.multi(
-                [("check", znodes.CONTROLLER_EPOCH, self.ctx.epoch_zk_version), *ops]
-            )
-        except BadVersionError:
-            stat = await self.zk.exists(znodes.CONTROLLER_EPOCH)
-            if stat is None or stat.version != self.ctx.epoch_zk_version:
-                raise ControllerMoved() from None
-            raise
+        return await self.zk_state.fenced(ops)
 
     async def _write_states(self, updates: dict[TP, PartitionState]) -> set[TP]:
-        """Write new states with the versions we read; the ones written are returned."""
-        done: set[TP] = set()
-        for tp, state in updates.items():
-            info = self.ctx.states.get(tp)
-            try:
-                if info is None:
-                    await self.zk.ensure_path(znodes.partition_path(*tp))
-                    await self._fenced(
-                        [("create", znodes.partition_state_path(*tp), state.encode())]
-                    )
-                    version = 0
-                else:
-                    results = await self._fenced(
-                        [("set", znodes.partition_state_path(*tp), state.encode(), info.version)]
-                    )
-                    version = results[1].version
-            except (BadVersionError, NodeExistsError, NoNodeError) as e:
-                log.warning(
-                    "state of %s-%d changed under us (%s); re-reading it", *tp, type(e).__name__
-                )
-                await self._load_state(tp)
-                continue
-            self.ctx.states[tp] = PartitionInfo(state, version)
-            state_log.info(
-                "%s-%d: leader %d, leader epoch %d, isr %s, partition epoch %d",
-                tp[0],
-                tp[1],
-                state.leader,
-                state.leader_epoch,
-                list(state.isr),
-                version,
-            )
-            done.add(tp)
-        return done
+        return await self.zk_state.write_states(updates)
 
     def _new_state(
-        self,
-        tp: TP,
-        leader: int,
-        isr: Iterable[int],
-        *,
-        bump: bool = True,
-        recovering: bool = False,
+        self, tp: TP, leader: int, isr: Iterable[int], *, recovering: bool = False
     ) -> PartitionState:
-        """The next state of `tp`: leader epoch + 1, our controller epoch, and the leader
-        recovery state kept, except after an unclean election (RECOVERING, as Kafka 3.2+)."""
-        info = self.ctx.states.get(tp)
-        epoch = (info.state.leader_epoch + 1 if bump else info.state.leader_epoch) if info else 0
-        recovery = 1 if recovering else (info.state.leader_recovery_state if info else 0)
-        return PartitionState(leader, epoch, tuple(isr), self.ctx.epoch, recovery)
+        return self.ctx.next_state(tp, leader, isr, recovering=recovering)
 
     # sending ------------------------------------------------------------------------------
     def _on_response(self, broker_id: int, body: Message) -> None:
-        self.responses.append((broker_id, body))
         if isinstance(body, LeaderAndIsrResponse):
             self._queue.send_nowait(
                 _Call(lambda: self._on_leader_and_isr_response(broker_id, body))
@@ -513,266 +387,22 @@ class Controller:
         if self.channel is not None:
             self.channel.send(broker_id, body, version, self._on_response)
 
-    def _topic_id(self, topic: str) -> uuid.UUID:
-        t = self.ctx.topics.get(topic)
-        return t.topic_id if t is not None and t.topic_id is not None else uuid.UUID(int=0)
-
-    def _send_leader_and_isr(
-        self, brokers: Iterable[int], tps: Iterable[TP], *, is_new: Collection[TP] = ()
-    ) -> None:
-        ctx = self.ctx
-        tps = [
-            tp
-            for tp in tps
-            if tp in ctx.states and tp[0] in ctx.topics and tp[0] not in ctx.deleting
-        ]
-        for broker_id in brokers:
-            live = ctx.live.get(broker_id)
-            if live is None:
-                continue
-            by_topic: dict[str, list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]] = {}
-            leaders: set[int] = set()
-            for tp in tps:
-                assignment = ctx.assignment(tp)
-                if broker_id not in assignment.replicas:
-                    continue
-                info = ctx.states[tp]
-                leaders.add(info.state.leader)
-                by_topic.setdefault(tp[0], []).append(
-                    LeaderAndIsrRequest.LeaderAndIsrPartitionState(
-                        partition_index=tp[1],
-                        controller_epoch=info.state.controller_epoch,
-                        leader=info.state.leader,
-                        leader_epoch=info.state.leader_epoch,
-                        isr=list(info.state.isr),
-                        partition_epoch=info.version,
-                        replicas=list(assignment.replicas),
-                        adding_replicas=list(assignment.adding),
-                        removing_replicas=list(assignment.removing),
-                        is_new=tp in is_new,
-                        leader_recovery_state=info.state.leader_recovery_state,
-                    )
-                )
-            if not by_topic:
-                continue
-            live_leaders = []
-            for leader in sorted(leaders):
-                if leader in ctx.live:
-                    try:
-                        ep = ctx.live[leader].registration.endpoint(
-                            self.config.inter_broker_listener()
-                        )
-                    except KeyError:
-                        continue
-                    live_leaders.append(
-                        LeaderAndIsrRequest.LeaderAndIsrLiveLeader(
-                            broker_id=leader, host_name=ep.host, port=ep.port
-                        )
-                    )
-            body = LeaderAndIsrRequest(
-                controller_id=self.broker_id,
-                is_k_raft_controller=False,
-                controller_epoch=ctx.epoch,
-                broker_epoch=live.epoch,
-                type=0,
-                topic_states=[
-                    LeaderAndIsrRequest.LeaderAndIsrTopicState(
-                        topic_name=topic, topic_id=self._topic_id(topic), partition_states=states
-                    )
-                    for topic, states in sorted(by_topic.items())
-                ],
-                live_leaders=live_leaders,
-            )
-            names = [f"{t}-{ps.partition_index}" for t, pss in by_topic.items() for ps in pss]
-            state_log.info(
-                "LeaderAndIsr to broker %d: %s%s",
-                broker_id,
-                ", ".join(names[:8]),
-                f" and {len(names) - 8} more" if len(names) > 8 else "",
-            )
-            self._send(broker_id, body, LEADER_AND_ISR_VERSION)
-
-    def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TP]) -> None:
-        """UpdateMetadata for `tps` (leader -2 for topics being deleted) and every live broker."""
-        ctx = self.ctx
-        deleting = ctx.deleting
-        by_topic: dict[str, list[UpdateMetadataRequest.UpdateMetadataPartitionState]] = {}
-        for tp in tps:
-            info = ctx.states.get(tp)
-            if info is None or tp[0] not in ctx.topics:
-                continue
-            replicas = list(ctx.assignment(tp).replicas)
-            delete = tp[0] in deleting
-            by_topic.setdefault(tp[0], []).append(
-                UpdateMetadataRequest.UpdateMetadataPartitionState(
-                    partition_index=tp[1],
-                    controller_epoch=info.state.controller_epoch,
-                    leader=znodes.LEADER_DURING_DELETE if delete else info.state.leader,
-                    leader_epoch=info.state.leader_epoch,
-                    isr=list(info.state.isr),
-                    zk_version=info.version,
-                    replicas=replicas,
-                    offline_replicas=[
-                        b
-                        for b in replicas
-                        if b not in ctx.live or tp in ctx.offline_replicas.get(b, ())
-                    ],
-                )
-            )
-        live_brokers = [
-            UpdateMetadataRequest.UpdateMetadataBroker(
-                id=b,
-                endpoints=[
-                    UpdateMetadataRequest.UpdateMetadataEndpoint(
-                        port=e.port,
-                        host=e.host,
-                        listener=e.listener,
-                        security_protocol=SECURITY_PROTOCOLS.get(e.security_protocol, 0),
-                    )
-                    for e in live.registration.endpoints
-                ],
-                rack=live.registration.rack,
-            )
-            for b, live in sorted(ctx.live.items())
-        ]
-        topic_states = [
-            UpdateMetadataRequest.UpdateMetadataTopicState(
-                topic_name=topic, topic_id=self._topic_id(topic), partition_states=states
-            )
-            for topic, states in sorted(by_topic.items())
-        ]
-        for broker_id in brokers:
-            live = ctx.live.get(broker_id)
-            if live is None:
-                continue
-            body = UpdateMetadataRequest(
-                controller_id=self.broker_id,
-                is_k_raft_controller=False,
-                type=0,
-                controller_epoch=ctx.epoch,
-                broker_epoch=live.epoch,
-                topic_states=topic_states,
-                live_brokers=live_brokers,
-            )
-            self._send(broker_id, body, UPDATE_METADATA_VERSION)
-
-    def _send_stop_replica(self, broker_id: int, tps: Iterable[TP], *, delete: bool) -> None:
-        live = self.ctx.live.get(broker_id)
-        if live is None:
-            return
-        by_topic: dict[str, list[StopReplicaRequest.StopReplicaPartitionState]] = {}
-        for tp in tps:
-            info = self.ctx.states.get(tp)
-            epoch = EPOCH_DURING_DELETE if delete else (info.state.leader_epoch if info else -1)
-            by_topic.setdefault(tp[0], []).append(
-                StopReplicaRequest.StopReplicaPartitionState(
-                    partition_index=tp[1], leader_epoch=epoch, delete_partition=delete
-                )
-            )
-        if not by_topic:
-            return
-        body = StopReplicaRequest(
-            controller_id=self.broker_id,
-            is_k_raft_controller=False,
-            controller_epoch=self.ctx.epoch,
-            broker_epoch=live.epoch,
-            topic_states=[
-                StopReplicaRequest.StopReplicaTopicState(topic_name=t, partition_states=s)
-                for t, s in sorted(by_topic.items())
-            ],
-        )
-        self._send(broker_id, body, STOP_REPLICA_VERSION)
-
-    def _announce(self, tps: Collection[TP], *, is_new: Collection[TP] = ()) -> None:
-        """LeaderAndIsr to the live replicas of `tps`, then UpdateMetadata to every live broker.
-
-        A broker in controlled shutdown gets no LeaderAndIsr (Kafka's isReplicaOnline without
-        shutting-down brokers): made a follower again, it would restart the fetchers its
-        StopReplica stopped and be proposed for the ISRs it just left, holding back the high
-        watermark of every partition it follows until its session ends."""
-        if not tps:
-            return
-        replicas = {b for tp in tps for b in self.ctx.assignment(tp).replicas}
-        replicas -= self.ctx.shutting_down
-        self._send_leader_and_isr(sorted(replicas), tps, is_new=is_new)
-        self._send_update_metadata(self.ctx.live, tps)
-
-    # partitions ---------------------------------------------------------------------------
-    async def _initialize_partitions(self, tps: Iterable[TP]) -> set[TP]:
-        updates: dict[TP, PartitionState] = {}
-        for tp in tps:
-            election = decisions.initial_election(
-                self.ctx.assignment(tp).replicas, self.ctx.live_ids()
-            )
-            if election is None:
-                log.warning("%s-%d: no live replica; it stays offline", *tp)
-                continue
-            updates[tp] = PartitionState(election.leader, 0, election.isr, self.ctx.epoch)
-        return await self._write_states(updates)
-
-    def _unclean_allowed(self, topic: str) -> bool:
-        """The topic's `unclean.leader.election.enable` override, else the broker's setting."""
-        value = self.topic_config(topic).get("unclean.leader.election.enable")
-        if value is None:
-            value = self.config.get("unclean.leader.election.enable") or "false"
-        return value.strip().lower() == "true"
-
+    # elections ----------------------------------------------------------------------------
     def unclean_election_enabled(self) -> None:
         """`unclean.leader.election.enable` was turned on for every topic at run time (Kafka's
         enableDefaultUncleanLeaderElection): the offline partitions are elected again, a
         replica outside the ISR now allowed to lead."""
         if self.active:
-            self._queue.send_nowait(_Call(self._elect_offline_partitions))
+            self._queue.send_nowait(_Call(lambda: self.elections.elect_offline_partitions()))
 
-    async def _elect_offline_partitions(self) -> None:
-        ctx = self.ctx
-        offline = [
-            tp
-            for tp, info in ctx.states.items()
-            if info.state.leader not in ctx.live_ids()
-            and tp[0] in ctx.topics
-            and tp[0] not in ctx.deleting
-        ]
-        self._announce(await self._elect_offline(offline))
-
-    async def _elect_offline(self, tps: Iterable[TP]) -> set[TP]:
-        """Elect leaders for partitions whose leader is gone; the ones that changed are returned."""
-        ctx = self.ctx
-        updates: dict[TP, PartitionState] = {}
-        for tp in tps:
-            info = ctx.states.get(tp)
-            if info is None or tp[0] in ctx.deleting:
-                continue
-            election = decisions.offline_election(
-                ctx.assignment(tp).target,
-                info.state.isr,
-                ctx.online_ids(tp),
-                unclean_allowed=self._unclean_allowed(tp[0]),
-            )
-            if election is None:
-                if info.state.leader != znodes.NO_LEADER:
-                    leader, isr = decisions.shrink_isr(
-                        info.state.leader, info.state.isr, info.state.leader
-                    )
-                    updates[tp] = self._new_state(tp, leader, isr)
-                log.warning("%s-%d: no eligible leader; the partition is offline", *tp)
-                continue
-            if election.unclean:
-                log.warning("%s-%d: unclean election of broker %d", tp[0], tp[1], election.leader)
-            updates[tp] = self._new_state(
-                tp, election.leader, election.isr, recovering=election.unclean
-            )
-        return await self._write_states(updates)
+    async def elect_leaders(self, tps: list[TP] | None, unclean: bool) -> dict[TP, ErrorCode]:
+        """ElectLeaders: preferred or unclean elections; the outcome per partition."""
+        return await self.elections.elect(tps, unclean)
 
     # broker changes -----------------------------------------------------------------------
     async def _on_broker_change(self) -> None:
         ctx = self.ctx
-        ids = {int(n) for n in await self.zk.get_children(znodes.BROKER_IDS, watch=True) or []}
-        current: dict[int, LiveBroker] = {}
-        for broker_id in ids:
-            live = await self._read_broker(broker_id)
-            if live is not None:
-                current[broker_id] = live
+        current = await self.zk_state.live_brokers()
         dead = {b for b in ctx.live if b not in current}
         bounced = {b for b in ctx.live if b in current and current[b].epoch != ctx.live[b].epoch}
         new = {b for b in current if b not in ctx.live} | bounced
@@ -813,38 +443,18 @@ class Controller:
             and tp[0] in ctx.topics
             and (within is None or tp in within)
         ]
-        changed = await self._elect_offline(led)
-        changed |= await self._remove_from_isrs(gone, skip=changed, within=within)
+        changed = await self.elections.elect_offline(led)
+        changed |= await self.elections.remove_from_isrs(gone, skip=changed, within=within)
         replicas = {b for tp in changed for b in ctx.assignment(tp).replicas}
-        self._send_leader_and_isr(sorted(replicas), changed)
-        self._send_update_metadata(ctx.live, ctx.partitions())
-
-    async def _remove_from_isrs(
-        self, gone: set[int], *, skip: Collection[TP], within: Collection[TP] | None = None
-    ) -> set[TP]:
-        """Take the brokers `gone` out of every ISR (or those of `within`; but those of `skip`,
-        just elected); the partitions whose state changed."""
-        ctx = self.ctx
-        updates: dict[TP, PartitionState] = {}
-        for tp, info in ctx.states.items():
-            if tp in skip or tp[0] not in ctx.topics or (within is not None and tp not in within):
-                continue
-            isr = info.state.isr
-            leader = info.state.leader
-            if not any(b in gone for b in isr):
-                continue
-            for b in gone:
-                leader, isr = decisions.shrink_isr(leader, isr, b)
-            if isr != info.state.isr:
-                updates[tp] = self._new_state(tp, leader, isr)
-        return await self._write_states(updates)
+        self.requests.leader_and_isr(sorted(replicas), changed)
+        self.requests.update_metadata(ctx.live, ctx.partitions())
 
     async def _on_brokers_startup(self, new: set[int]) -> None:
         ctx = self.ctx
         # Everyone learns the new broker list (and the new broker everything).
-        self._send_update_metadata(ctx.live, ctx.partitions())
+        self.requests.update_metadata(ctx.live, ctx.partitions())
         for b in sorted(new):
-            self._send_leader_and_isr([b], ctx.partitions_on(b))
+            self.requests.leader_and_isr([b], ctx.partitions_on(b))
         offline = [
             tp
             for tp, info in ctx.states.items()
@@ -857,14 +467,11 @@ class Controller:
             for tp in ctx.partitions()
             if tp not in ctx.states and any(b in ctx.assignment(tp).replicas for b in new)
         ]
-        created = await self._initialize_partitions(never)
-        changed = await self._elect_offline(offline)
-        self._announce(changed | created, is_new=created)
-        for tp in ctx.partitions():
-            if ctx.assignment(tp).reassigning:
-                await self._maybe_complete_reassignment(tp)
-        for topic in sorted(ctx.deleting & set(ctx.topics)):  # waiting for a replica's broker
-            await self._delete_topic(topic)
+        created = await self.elections.initialize(never)
+        changed = await self.elections.elect_offline(offline)
+        self.requests.announce(changed | created, is_new=created)
+        await self.reassignment.complete_ready()
+        await self.deletion.resume()
 
     # failed log directories ---------------------------------------------------------------
     async def _on_log_dir_events(self) -> None:
@@ -880,7 +487,7 @@ class Controller:
                 brokers.add(znodes.LogDirEventNotification.decode(got[0]).broker)
         for b in sorted(brokers & set(ctx.live)):
             log.info("broker %d reported a failed log directory", b)
-            self._send_leader_and_isr([b], ctx.partitions_on(b))
+            self.requests.leader_and_isr([b], ctx.partitions_on(b))
         for path in paths:
             await self.zk.delete(path)
 
@@ -904,86 +511,41 @@ class Controller:
             state_log.info("replicas of broker %d offline: %s", broker_id, sorted(now - before))
             await self._on_brokers_failure({broker_id}, within=now - before)
             # Kafka's OfflineReplica: the replica stops (fetchers, a coordinator it hosts).
-            self._send_stop_replica(broker_id, sorted(now - before), delete=False)
+            self.requests.stop_replica(broker_id, sorted(now - before), delete=False)
 
     # topic changes ------------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
         ctx = self.ctx
         names = set(await self.zk.get_children(znodes.BROKER_TOPICS, watch=True) or [])
         for gone in set(ctx.topics) - names:
-            self._forget_topic(gone)
+            self.ctx.forget_topic(gone)
         new = sorted(names - set(ctx.topics))
         created: set[TP] = set()
         for topic in new:
-            if await self._load_topic(topic):
+            if await self.zk_state.load_topic(topic):
                 log.info("new topic %s: %s", topic, ctx.topics[topic].partitions)
-                created |= await self._initialize_partitions(
+                created |= await self.elections.initialize(
                     [
                         (topic, p)
                         for p in sorted(ctx.topics[topic].partitions)
                         if (topic, p) not in ctx.states
                     ]
                 )
-        self._announce(created, is_new=created)
-
-    def _forget_topic(self, topic: str) -> None:
-        ctx = self.ctx
-        ctx.topics.pop(topic, None)
-        ctx.topic_versions.pop(topic, None)
-        ctx.deleting.discard(topic)
-        for tp in [tp for tp in ctx.states if tp[0] == topic]:
-            del ctx.states[tp]
+        self.requests.announce(created, is_new=created)
 
     async def _on_partition_modification(self, topic: str) -> None:
         ctx = self.ctx
         if topic not in ctx.topics:
             return
-        if not await self._load_topic(topic):
+        if not await self.zk_state.load_topic(topic):
             return
         new = [
             (topic, p) for p in sorted(ctx.topics[topic].partitions) if (topic, p) not in ctx.states
         ]
         if new:
             log.info("topic %s: new partitions %s", topic, [p for _, p in new])
-            created = await self._initialize_partitions(new)
-            self._announce(created, is_new=created)
-
-    # topic deletion -----------------------------------------------------------------------
-    async def _on_delete_topics(self) -> None:
-        ctx = self.ctx
-        names = await self.zk.get_children(znodes.DELETE_TOPICS, watch=True) or []
-        for topic in sorted(names):
-            if topic not in ctx.topics:
-                await self.zk.delete(znodes.delete_topic_path(topic))
-                continue
-            if not self.config.get_bool("delete.topic.enable"):
-                log.info("not deleting topic %s: delete.topic.enable is false", topic)
-                await self.zk.delete(znodes.delete_topic_path(topic))
-                continue
-            await self._delete_topic(topic)
-
-    async def _delete_topic(self, topic: str) -> None:
-        ctx = self.ctx
-        tps = [(topic, p) for p in sorted(ctx.topics[topic].partitions)]
-        if topic not in ctx.deleting:
-            log.info("deleting topic %s", topic)
-        ctx.deleting.add(topic)
-        self._send_update_metadata(ctx.live, tps)
-        replicas = {b for tp in tps for b in ctx.assignment(tp).replicas}
-        down = sorted(b for b in replicas if b not in ctx.live)
-        if down:
-            # As Kafka: the deletion waits until every replica can be told to delete its log.
-            log.warning("deleting topic %s waits for brokers %s, which hold replicas", topic, down)
-            return
-        for b in sorted(replicas):
-            self._send_stop_replica(
-                b, [tp for tp in tps if b in ctx.assignment(tp).replicas], delete=True
-            )
-        await self._fenced([])  # still the controller?
-        await self.zk.delete(znodes.topic_path(topic), recursive=True)
-        await self.zk.delete(znodes.topic_config_path(topic))
-        await self.zk.delete(znodes.delete_topic_path(topic))
-        self._forget_topic(topic)
+            created = await self.elections.initialize(new)
+            self.requests.announce(created, is_new=created)
 
     # AlterPartition ------------------------------------------------------------------------
     async def alter_partition(
@@ -1028,10 +590,10 @@ class Controller:
         written = await self._write_states(updates)
         for tp in updates:
             results[tp] = ctx.states[tp] if tp in written else ErrorCode.INVALID_UPDATE_VERSION
-        self._send_update_metadata(ctx.live, list(changes))
+        self.requests.update_metadata(ctx.live, list(changes))
         for tp in written:
             if tp[0] in ctx.topics and ctx.assignment(tp).reassigning:
-                await self._maybe_complete_reassignment(tp)
+                await self.reassignment.maybe_complete(tp)
         return ErrorCode.NONE, results
 
     # controlled shutdown -------------------------------------------------------------------
@@ -1069,8 +631,8 @@ class Controller:
                 if isr != info.state.isr:
                     updates[tp] = self._new_state(tp, leader, isr)
         changed = await self._write_states(updates)
-        self._send_stop_replica(broker_id, followed, delete=False)
-        self._announce(changed)
+        self.requests.stop_replica(broker_id, followed, delete=False)
+        self.requests.announce(changed)
         # Still led by it: partitions with other replicas (one replica has nowhere to go).
         return [
             tp
@@ -1080,211 +642,3 @@ class Controller:
             and len(ctx.assignment(tp).replicas) > 1
             and tp[0] not in ctx.deleting
         ]
-
-    # leader elections on request ------------------------------------------------------------
-    async def elect_leaders(self, tps: list[TP] | None, unclean: bool) -> dict[TP, ErrorCode]:
-        ctx = self.ctx
-        wanted = ctx.partitions() if tps is None else tps
-        results: dict[TP, ErrorCode] = {}
-        updates: dict[TP, PartitionState] = {}
-        for tp in wanted:
-            info = ctx.states.get(tp)
-            if info is None or tp[0] not in ctx.topics or tp[0] in ctx.deleting:
-                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            replicas = ctx.assignment(tp).replicas
-            if unclean:
-                if info.state.leader in ctx.live_ids():
-                    results[tp] = ErrorCode.ELECTION_NOT_NEEDED
-                    continue
-                election = decisions.offline_election(
-                    replicas, info.state.isr, ctx.live_ids(), unclean_allowed=True
-                )
-                if election is None:
-                    results[tp] = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
-                    continue
-            else:
-                if replicas and info.state.leader == replicas[0]:
-                    results[tp] = ErrorCode.ELECTION_NOT_NEEDED
-                    continue
-                election = decisions.preferred_election(replicas, info.state.isr, ctx.live_ids())
-                if election is None:
-                    results[tp] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-                    continue
-            updates[tp] = self._new_state(
-                tp, election.leader, election.isr, recovering=election.unclean
-            )
-        written = await self._write_states(updates)
-        for tp in updates:
-            results[tp] = ErrorCode.NONE if tp in written else ErrorCode.UNKNOWN_SERVER_ERROR
-        self._announce(written)
-        return results
-
-    async def _rebalance_timer(self) -> None:
-        """Every `leader.imbalance.check.interval.seconds`, queue a leader rebalance check."""
-        interval = self.config.get_int("leader.imbalance.check.interval.seconds")
-        while True:
-            await trio.sleep(interval)
-            self._queue.send_nowait(_Call(self.rebalance_leaders))
-
-    async def rebalance_leaders(self) -> dict[TP, ErrorCode]:
-        """Kafka's auto leader rebalance: a broker whose share of partitions led by another
-        broker, among those it is the preferred replica of, is above
-        `leader.imbalance.per.broker.percentage` gets them back (preferred election)."""
-        ctx = self.ctx
-        limit = self.config.get_int("leader.imbalance.per.broker.percentage") / 100
-        moves: list[TP] = []
-        for broker_id in sorted(ctx.live_ids()):
-            preferred = [
-                tp
-                for tp in ctx.partitions()
-                if tp in ctx.states
-                and ctx.assignment(tp).replicas[:1] == (broker_id,)
-                and not ctx.assignment(tp).reassigning
-                and tp[0] not in ctx.deleting
-            ]
-            elsewhere = [tp for tp in preferred if ctx.states[tp].state.leader != broker_id]
-            if preferred and len(elsewhere) / len(preferred) > limit:
-                moves += [tp for tp in elsewhere if broker_id in ctx.states[tp].state.isr]
-        if not moves:
-            return {}
-        log.info("leader rebalance: moving %d partitions to their preferred leader", len(moves))
-        return await self.elect_leaders(moves, unclean=False)
-
-    async def _on_preferred_election_znode(self) -> None:
-        got = await self.zk.get(znodes.PREFERRED_REPLICA_ELECTION, watch=True)
-        if got is None:
-            return
-        tps = sorted(znodes.PreferredReplicaElection.decode(got[0]).partitions)
-        log.info("preferred replica election requested for %s", tps)
-        await self.elect_leaders(tps, unclean=False)
-        await self.zk.delete(znodes.PREFERRED_REPLICA_ELECTION)
-
-    # reassignment --------------------------------------------------------------------------
-    def ongoing_reassignments(self, tps: list[TP] | None) -> dict[TP, ReplicaAssignment]:
-        ctx = self.ctx
-        wanted = ctx.partitions() if tps is None else tps
-        return {
-            tp: ctx.assignment(tp)
-            for tp in wanted
-            if tp[0] in ctx.topics
-            and tp[1] in ctx.topics[tp[0]].partitions
-            and ctx.assignment(tp).reassigning
-        }
-
-    async def reassign(
-        self, targets: dict[TP, list[int] | None]
-    ) -> dict[TP, tuple[ErrorCode, str | None]]:
-        """Start (or with None cancel) partition reassignments; the per-partition outcome."""
-        ctx = self.ctx
-        results: dict[TP, tuple[ErrorCode, str | None]] = {}
-        for tp, target in targets.items():
-            if (
-                tp[0] not in ctx.topics
-                or tp[1] not in ctx.topics[tp[0]].partitions
-                or tp[0] in ctx.deleting
-            ):
-                results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
-                continue
-            current = ctx.assignment(tp)
-            if target is None:
-                if not current.reassigning:
-                    results[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
-                    continue
-                new = decisions.cancel_reassignment(current)
-            else:
-                try:
-                    decisions.validate_assignment({tp[1]: target}, ctx.live, first_partition=tp[1])
-                except Exception as e:
-                    results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e))
-                    continue
-                new = decisions.start_reassignment(current, target)
-            await self._set_assignment(tp, new)
-            results[tp] = (ErrorCode.NONE, None)
-            log.info("%s-%d: reassignment %s -> %s", tp[0], tp[1], current, new)
-            if new.reassigning:
-                # Phase A: the new replicas join; everyone hears of the full replica set.
-                info = ctx.states.get(tp)
-                if info is not None:
-                    written = await self._write_states(
-                        {tp: self._new_state(tp, info.state.leader, info.state.isr)}
-                    )
-                    staying = [b for b in new.replicas if b not in new.adding]
-                    self._send_leader_and_isr(staying, written)
-                    self._send_leader_and_isr(new.adding, written, is_new=written)
-                    self._send_update_metadata(ctx.live, written)
-                await self._maybe_complete_reassignment(tp)
-            else:
-                await self._finish_reassignment(tp, current, new.replicas)
-        return results
-
-    async def _set_assignment(self, tp: TP, new: ReplicaAssignment) -> None:
-        ctx = self.ctx
-        t = ctx.topics[tp[0]]
-        t.partitions[tp[1]] = list(new.replicas)
-        t.adding[tp[1]] = list(new.adding)
-        t.removing[tp[1]] = list(new.removing)
-        for d in (t.adding, t.removing):
-            if not d[tp[1]]:
-                del d[tp[1]]
-        results = await self._fenced(
-            [("set", znodes.topic_path(tp[0]), t.encode(), ctx.topic_versions[tp[0]])]
-        )
-        ctx.topic_versions[tp[0]] = results[1].version
-
-    async def _maybe_complete_reassignment(self, tp: TP) -> None:
-        ctx = self.ctx
-        info = ctx.states.get(tp)
-        current = ctx.assignment(tp)
-        if info is None or not decisions.reassignment_complete(current, info.state.isr):
-            return
-        await self._finish_reassignment(tp, current, current.target)
-
-    async def _finish_reassignment(
-        self, tp: TP, current: ReplicaAssignment, target: tuple[int, ...]
-    ) -> None:
-        """Phase B: leadership onto the target, removed replicas stopped, the target written."""
-        ctx = self.ctx
-        info = ctx.states.get(tp)
-        removed = [b for b in current.replicas if b not in target]
-        await self._set_assignment(tp, ReplicaAssignment(tuple(target)))
-        if info is not None:
-            isr = tuple(b for b in info.state.isr if b in target) or info.state.isr
-            leader = info.state.leader
-            if leader not in target or leader not in ctx.live_ids():
-                election = decisions.reassignment_election(target, isr, ctx.live_ids())
-                leader = election.leader if election else znodes.NO_LEADER
-            await self._write_states({tp: self._new_state(tp, leader, isr)})
-        for b in removed:
-            self._send_stop_replica(b, [tp], delete=True)
-        self._announce([tp])
-        log.info("%s-%d: reassignment to %s complete", tp[0], tp[1], list(target))
-        if tp in ctx.legacy_reassignments:
-            ctx.legacy_reassignments.discard(tp)
-            await self._rewrite_legacy_znode()
-
-    async def _on_legacy_reassignment(self) -> None:
-        got = await self.zk.get(znodes.REASSIGN_PARTITIONS, watch=True)
-        if got is None:
-            return
-        wanted = znodes.LegacyReassignment.decode(got[0]).partitions
-        fresh = {tp: r for tp, r in wanted.items() if tp not in self.ctx.legacy_reassignments}
-        if not fresh:
-            return
-        self.ctx.legacy_reassignments |= set(fresh)
-        results = await self.reassign({tp: list(r) for tp, r in fresh.items()})
-        for tp, (code, _) in results.items():
-            if code != ErrorCode.NONE:
-                self.ctx.legacy_reassignments.discard(tp)
-        await self._rewrite_legacy_znode()
-
-    async def _rewrite_legacy_znode(self) -> None:
-        got = await self.zk.get(znodes.REASSIGN_PARTITIONS)
-        if got is None:
-            return
-        wanted = znodes.LegacyReassignment.decode(got[0]).partitions
-        left = {tp: r for tp, r in wanted.items() if tp in self.ctx.legacy_reassignments}
-        if not left:
-            await self.zk.delete(znodes.REASSIGN_PARTITIONS)
-        elif left != wanted:
-            await self.zk.set(znodes.REASSIGN_PARTITIONS, znodes.LegacyReassignment(left).encode())

@@ -15,7 +15,6 @@ and AlterPartitionReassignments need ALTER on the cluster, ListPartitionReassign
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, TypeVar
 
 from protocol.errors import ErrorCode
@@ -33,6 +32,7 @@ from protocol.messages.list_partition_reassignments import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
+from protocol.primitives import ZERO_UUID
 from wirebroker.authorizer.acls import AclOperation
 from wirebroker.controller.errors import ControllerError, NotController
 from wirebroker.dispatch import RequestContext, handles
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from wirebroker.controller.controller import Controller
 
 T = TypeVar("T")
-ZERO_UUID = uuid.UUID(int=0)
 PREFERRED, UNCLEAN = 0, 1
 MESSAGES = {
     ErrorCode.ELECTION_NOT_NEEDED: "Leader election not needed for topic partition.",
@@ -119,7 +118,7 @@ async def alter_partition(
         data = topics.get(name)
         if data is None:
             data = topics[name] = AlterPartitionResponse.TopicData(
-                topic_name=name, topic_id=controller._topic_id(name) if by_ids else ZERO_UUID
+                topic_name=name, topic_id=controller.ctx.topic_id(name) if by_ids else ZERO_UUID
             )
         if isinstance(result, ErrorCode):
             data.partitions.append(
@@ -250,7 +249,7 @@ async def alter_partition_reassignments(
         if controller is None:
             return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER)
         try:
-            results = await controller.call(lambda: controller.reassign(targets))
+            results = await controller.call(lambda: controller.reassignment.reassign(targets))
         except NotController:
             return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER)
     by_topic: dict[
@@ -289,7 +288,7 @@ async def list_partition_reassignments(
     )
     try:
         ongoing = await controller.call(
-            lambda: _async_value(controller.ongoing_reassignments(wanted))
+            lambda: _async_value(controller.reassignment.ongoing(wanted))
         )
     except NotController:
         return ListPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER)

@@ -109,8 +109,8 @@ async def _add(ctx: RequestContext, txn: Txn) -> list[TopicResult]:
         return _by_topic(
             wanted, dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         )
-    writable = (
-        ctx.authorized(WRITE, TOPIC, {tp.topic for tp in wanted} - INTERNAL_TOPICS)
+    writable = (  # each topic decided once, logged with how many partitions named it (Kafka's)
+        ctx.authorized(WRITE, TOPIC, (tp.topic for tp in wanted if tp.topic not in INTERNAL_TOPICS))
         if from_client
         else {tp.topic for tp in wanted}
     )

@@ -368,9 +368,7 @@ KAFKA_RUNNER_ENV = "WIREBROKER_COMPAT_KAFKA"
 
 #: Settings of a test broker that ``kafka_properties`` makes and a container does not take
 #: from them (the image sets its own listeners, ZooKeeper and data folder).
-_CONTAINER_OWNS = frozenset(
-    {"broker.id", "zookeeper.connect", "log.dirs", "listeners", "advertised.listeners"}
-)
+_CONTAINER_OWNS = frozenset({"zookeeper.connect", "log.dirs", "listeners", "advertised.listeners"})
 
 
 @dataclass
@@ -412,8 +410,9 @@ def kafka_reference(*, overrides: Mapping[str, object] | None = None) -> Iterato
 
     # No image registry here for testcontainers' reaper (Ryuk): the container is removed on exit.
     os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    # broker.id 0, as the jars' broker and wirebroker's default: scenarios name broker 0.
     props = kafka_properties(
-        broker_id=1, port=0, zookeeper_connect="", log_dir=Path("/"), overrides=overrides
+        broker_id=0, port=0, zookeeper_connect="", log_dir=Path("/"), overrides=overrides
     )
     container = ApacheKafkaContainer()
     for key, value in props.items():

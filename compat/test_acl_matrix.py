@@ -29,6 +29,8 @@ import pytest
 from compat.kafka_process import kafka_cluster
 from compat.test_differential import delete_records, fetch, metadata, offset_commit, produce
 from protocol.errors import ErrorCode
+from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
+from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.create_partitions import CreatePartitionsRequest
@@ -40,13 +42,18 @@ from protocol.messages.describe_cluster import DescribeClusterRequest
 from protocol.messages.describe_configs import DescribeConfigsRequest
 from protocol.messages.describe_groups import DescribeGroupsRequest
 from protocol.messages.describe_log_dirs import DescribeLogDirsRequest
+from protocol.messages.describe_transactions import DescribeTransactionsRequest
 from protocol.messages.elect_leaders import ElectLeadersRequest
+from protocol.messages.end_txn import EndTxnRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.list_transactions import ListTransactionsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.schema import Message
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient
@@ -73,6 +80,18 @@ SUPER_USERS = "User:admin;User:ANONYMOUS"
 #: Resources of the probes: an existing topic, a topic to create, groups, a transactional id.
 T, NEW_T, G, DEL_G, TX = "mx", "mnew", "mg", "mdel", "mtx"
 PUBLIC = "mpub"  # a topic everyone may READ: OffsetCommit's probes of a group need one
+#: What everyone may use, for the transaction probes of one resource among several: a topic
+#: to WRITE, a transactional id to WRITE, a group to READ.
+WRITABLE, TXP, GP = "mwpub", "mtxp", "mgpub"
+PUBLIC_ACLS = [
+    acl(TOPIC, PUBLIC, "User:*", READ),
+    acl(TOPIC, WRITABLE, "User:*", WRITE),
+    acl(TXN, TXP, "User:*", WRITE),
+    acl(GROUP, GP, "User:*", READ),
+]
+#: A producer id no transactional id has: an allowed request reaches the coordinator, which
+#: answers INVALID_PRODUCER_ID_MAPPING on both brokers.
+NO_PID = 999_999
 
 
 @dataclass(frozen=True)
@@ -117,11 +136,11 @@ def prepare(target: Secured) -> None:
     with RawClient(target.bootstrap, plain=login("admin")) as admin:
         topics = [
             CreateTopicsRequest.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
-            for n in (T, PUBLIC)
+            for n in (T, PUBLIC, WRITABLE)
         ]
         created = admin.request(CreateTopicsRequest(topics=topics, timeout_ms=30_000), 5)
-        assert [t.error_code for t in created.topics] == [0, 0], created
-        create_acls(admin, [acl(TOPIC, PUBLIC, "User:*", READ)])
+        assert [t.error_code for t in created.topics] == [0, 0, 0], created
+        create_acls(admin, PUBLIC_ACLS)
         for key_type, key in ((0, G), (1, TX)):  # Kafka creates the internal topic on demand
             until_ok(
                 lambda kt=key_type, k=key: admin.request(
@@ -164,6 +183,9 @@ class Probe:
     request: Callable[[], tuple[Message, int]]
     codes: Callable[[Any], Any]
     exact: bool = True
+    #: What the DENY cases' base grants alice on the name (ALL, unless ALL would also grant
+    #: an operation the probe's request takes besides `operation`).
+    base_operation: int = ALL
 
 
 def _first_partition(
@@ -446,6 +468,182 @@ PROBES = [
 ]
 
 
+def _add_partitions(tid: str, topic: str) -> tuple[Message, int]:
+    return (
+        AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=tid,
+            v3_and_below_producer_id=NO_PID,
+            v3_and_below_producer_epoch=0,
+            v3_and_below_topics=[
+                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])
+            ],
+        ),
+        3,
+    )
+
+
+def _add_offsets(tid: str, group: str) -> tuple[Message, int]:
+    return (
+        AddOffsetsToTxnRequest(
+            transactional_id=tid, producer_id=NO_PID, producer_epoch=0, group_id=group
+        ),
+        3,
+    )
+
+
+def txn_offset_commit(tid: str, group: str, topics: dict[str, list[int]]) -> TxnOffsetCommitRequest:
+    return TxnOffsetCommitRequest(
+        transactional_id=tid,
+        group_id=group,
+        producer_id=NO_PID,
+        producer_epoch=0,
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=[
+            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                name=name,
+                partitions=[
+                    TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                        partition_index=i, committed_offset=1, committed_leader_epoch=-1
+                    )
+                    for i in indexes
+                ],
+            )
+            for name, indexes in topics.items()
+        ],
+    )
+
+
+def abort_marker(producer_id: int, commit: bool = False) -> WriteTxnMarkersRequest:
+    """A marker for `T`-0 (ABORT, as `kafka-transactions abort` sends; or COMMIT)."""
+    return WriteTxnMarkersRequest(
+        markers=[
+            WriteTxnMarkersRequest.WritableTxnMarker(
+                producer_id=producer_id,
+                producer_epoch=0,
+                transaction_result=commit,
+                topics=[
+                    WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=T, partition_indexes=[0])
+                ],
+                coordinator_epoch=0,
+            )
+        ]
+    )
+
+
+def _partition_codes(response: Any) -> Any:
+    return sorted(
+        (t.name, p.partition_index, p.partition_error_code)
+        for t in response.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    )
+
+
+TXN_PROBES = [
+    Probe(
+        "EndTxn",
+        TXN,
+        TX,
+        WRITE,
+        lambda: (
+            EndTxnRequest(
+                transactional_id=TX, producer_id=NO_PID, producer_epoch=0, committed=False
+            ),
+            3,
+        ),
+        lambda r: r.error_code,
+    ),
+    Probe(
+        "AddPartitionsToTxn(transaction)",
+        TXN,
+        TX,
+        WRITE,
+        lambda: _add_partitions(TX, WRITABLE),
+        _partition_codes,
+    ),  # fmt: skip
+    Probe(
+        "AddPartitionsToTxn(topic)",
+        TOPIC,
+        T,
+        WRITE,
+        lambda: _add_partitions(TXP, T),
+        _partition_codes,
+    ),  # fmt: skip
+    Probe(
+        "AddOffsetsToTxn(transaction)",
+        TXN,
+        TX,
+        WRITE,
+        lambda: _add_offsets(TX, GP),
+        lambda r: r.error_code,
+    ),  # fmt: skip
+    Probe(
+        "AddOffsetsToTxn(group)",
+        GROUP,
+        G,
+        READ,
+        lambda: _add_offsets(TXP, G),
+        lambda r: r.error_code,
+    ),  # fmt: skip
+    Probe(
+        "TxnOffsetCommit(transaction)",
+        TXN,
+        TX,
+        WRITE,
+        lambda: (txn_offset_commit(TX, GP, {PUBLIC: [0]}), 3),
+        _first_partition("topics"),
+        exact=False,  # what the group coordinator answers an unknown producer differs
+    ),
+    Probe(
+        "TxnOffsetCommit(group)",
+        GROUP,
+        G,
+        READ,
+        lambda: (txn_offset_commit(TXP, G, {PUBLIC: [0]}), 3),
+        _first_partition("topics"),
+        exact=False,
+    ),
+    Probe(
+        "TxnOffsetCommit(topic)",
+        TOPIC,
+        T,
+        READ,
+        lambda: (txn_offset_commit(TXP, GP, {T: [0]}), 3),
+        _first_partition("topics"),
+        exact=False,
+    ),
+    Probe(
+        "DescribeTransactions",
+        TXN,
+        TX,
+        DESCRIBE,
+        lambda: (DescribeTransactionsRequest(transactional_ids=[TX]), 0),
+        lambda r: (r.transaction_states[0].error_code, r.transaction_states[0].transaction_state),
+    ),
+    Probe(
+        "ListTransactions",
+        TXN,
+        TX,
+        DESCRIBE,
+        lambda: (ListTransactionsRequest(), 1),
+        lambda r: (r.error_code, TX in [s.transactional_id for s in r.transaction_states]),
+    ),
+    Probe(
+        "WriteTxnMarkers(abort)",
+        CLUSTER,
+        "kafka-cluster",
+        ALTER,
+        lambda: (abort_marker(4343), 1),
+        lambda r: r.markers[0].topics[0].partitions[0].error_code,
+        # ALL grants CLUSTER_ACTION too, which Kafka takes from a client and wirebroker only
+        # from a broker (test_markers_from_clients)
+        base_operation=ALTER,
+    ),
+]
+PROBES += TXN_PROBES
+
+
 def _alter_configs(resource_type: int, name: str, configs: list[tuple[str, str]]) -> Message:
     return IncrementalAlterConfigsRequest(
         resources=[
@@ -495,7 +693,7 @@ def cases() -> list[Case]:
                     allow = acl(p.resource_type, name, who, op, ALLOW, pattern)
                     out.append((f"{p.label} ALLOW {who} {pattern_label} {op_label}", p, [allow]))
                     # a DENY on top of alice being allowed everything on the exact name
-                    base = acl(p.resource_type, p.name, "User:alice", ALL, ALLOW, LITERAL)
+                    base = acl(p.resource_type, p.name, "User:alice", p.base_operation)
                     deny = acl(p.resource_type, name, who, op, DENY, pattern)
                     out.append(
                         (f"{p.label} DENY {who} {pattern_label} {op_label}", p, [base, deny])
@@ -503,7 +701,7 @@ def cases() -> list[Case]:
         for host in ("127.0.0.1", "10.9.8.7"):
             allow = acl(p.resource_type, p.name, "User:alice", p.operation, ALLOW, LITERAL, host)
             out.append((f"{p.label} ALLOW host {host}", p, [allow]))
-            base = acl(p.resource_type, p.name, "User:alice", ALL, ALLOW, LITERAL)
+            base = acl(p.resource_type, p.name, "User:alice", p.base_operation)
             deny = acl(p.resource_type, p.name, "User:alice", p.operation, DENY, LITERAL, host)
             out.append((f"{p.label} DENY host {host}", p, [base, deny]))
     return out
@@ -723,7 +921,7 @@ def test_describe_and_delete_acls_filters(
             )
             for r in answer.resources
             for a in r.acls
-            if not (r.resource_type == TOPIC and r.resource_name == PUBLIC)
+            if (r.resource_type, r.resource_name) not in PUBLIC_RESOURCES
         )
 
     def scenario(target: Secured) -> Any:
@@ -761,6 +959,9 @@ def test_describe_and_delete_acls_filters(
     same(secured_kafka, secured_wirebroker, scenario)
 
 
+PUBLIC_RESOURCES = {(a.resource_type, a.resource_name) for a in PUBLIC_ACLS}
+
+
 def test_create_acls_validation(secured_kafka: Secured, secured_wirebroker: Secured) -> None:
     creations = [
         acl(CLUSTER, "not-the-cluster", "User:bob", ALTER),
@@ -779,3 +980,175 @@ def test_create_acls_validation(secured_kafka: Secured, secured_wirebroker: Secu
             return codes
 
     same(secured_kafka, secured_wirebroker, scenario)
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+def test_add_partitions_to_txn_checks_every_partition(
+    secured_kafka: Secured, secured_wirebroker: Secured
+) -> None:
+    """Refused, internal and unknown topics and partitions in one AddPartitionsToTxn."""
+    bindings = [
+        acl(TXN, "bx", "User:bob", WRITE, pattern=PREFIXED),
+        acl(TOPIC, T, "User:bob", WRITE),
+        acl(TOPIC, "mnope", "User:bob", WRITE),
+        acl(TOPIC, "__", "User:bob", ALL, pattern=PREFIXED),  # internal topics stay refused
+    ]
+
+    def scenario(target: Secured) -> Any:
+        def run(bob: RawClient) -> Any:
+            def add(tid: str, topics: dict[str, list[int]]) -> Any:
+                request = AddPartitionsToTxnRequest(
+                    v3_and_below_transactional_id=tid,
+                    v3_and_below_producer_id=NO_PID,
+                    v3_and_below_producer_epoch=0,
+                    v3_and_below_topics=[
+                        AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=n, partitions=ps)
+                        for n, ps in topics.items()
+                    ],
+                )
+                return _partition_codes(bob.request(request, 3))
+
+            return [
+                add("bx-1", {T: [0]}),  # allowed: the coordinator's answer
+                add("bx-1", {T: [0], PUBLIC: [0]}),  # one refused topic
+                add("bx-1", {T: [0, 5]}),  # a partition that does not exist
+                add("bx-1", {T: [0], "mnope": [0]}),  # a topic that does not exist
+                add("bx-1", {T: [0], "__consumer_offsets": [0]}),  # internal
+                add("other", {T: [0], PUBLIC: [0]}),  # the transactional id refused
+            ]
+
+        return with_acls(target, bindings, "bob", run)
+
+    same(secured_kafka, secured_wirebroker, scenario)
+
+
+def test_txn_offset_commit_checks_the_id_group_and_topics(
+    secured_kafka: Secured, secured_wirebroker: Secured
+) -> None:
+    bindings = [
+        acl(TXN, "bx", "User:bob", WRITE, pattern=PREFIXED),
+        acl(GROUP, "bg", "User:bob", READ),
+        acl(TOPIC, "mnope", "User:bob", READ),
+    ]
+    topics = {T: [0], PUBLIC: [0, 7], "mnope": [0]}
+
+    def scenario(target: Secured) -> Any:
+        def run(bob: RawClient) -> Any:
+            def commit(tid: str, group: str) -> Any:
+                answer = bob.request(txn_offset_commit(tid, group, topics), 3)
+                return sorted(
+                    (t.name, p.partition_index, p.error_code)
+                    for t in answer.topics
+                    for p in t.partitions
+                    if (t.name, p.partition_index) != (PUBLIC, 0)  # the coordinator's answer
+                )
+
+            return [commit("bx-1", "bg"), commit("bx-1", "other"), commit("other", "bg")]
+
+        return with_acls(target, bindings, "bob", run)
+
+    same(secured_kafka, secured_wirebroker, scenario)
+
+
+def test_transactions_are_described_and_listed_as_the_acls_say(
+    secured_kafka: Secured, secured_wirebroker: Secured
+) -> None:
+    """An ongoing transaction on `T` and `PUBLIC`: bob sees it only with DESCRIBE on its id,
+    and only the topics he may DESCRIBE."""
+    tid = f"mtd-{uuid.uuid4().hex[:6]}"
+    bindings = [acl(TXN, tid, "User:bob", DESCRIBE), acl(TOPIC, T, "User:bob", DESCRIBE)]
+
+    def scenario(target: Secured) -> Any:
+        with RawClient(target.bootstrap, plain=login("admin")) as admin:
+            init = until_ok(
+                lambda: admin.request(
+                    InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000), 4
+                )
+            )
+            request = AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=tid,
+                v3_and_below_producer_id=init.producer_id,
+                v3_and_below_producer_epoch=init.producer_epoch,
+                v3_and_below_topics=[
+                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=n, partitions=[0])
+                    for n in (T, PUBLIC)
+                ],
+            )
+            assert {c for *_, c in _partition_codes(admin.request(request, 3))} == {0}
+
+            def run(bob: RawClient) -> Any:
+                described = bob.request(
+                    DescribeTransactionsRequest(transactional_ids=[tid, TX, "mtd-none"]), 0
+                )
+                listed = bob.request(ListTransactionsRequest(), 1)
+                return (
+                    [
+                        (
+                            s.transactional_id,
+                            s.error_code,
+                            s.transaction_state,
+                            [(t.topic, t.partitions) for t in s.topics],
+                        )
+                        for s in described.transaction_states
+                    ],
+                    sorted(s.transactional_id for s in listed.transaction_states),
+                )
+
+            try:
+                return with_acls(target, bindings, "bob", run)
+            finally:
+                admin.request(
+                    EndTxnRequest(
+                        transactional_id=tid,
+                        producer_id=init.producer_id,
+                        producer_epoch=init.producer_epoch,
+                        committed=False,
+                    ),
+                    3,
+                )
+
+    same(secured_kafka, secured_wirebroker, scenario)
+
+
+def test_markers_from_clients(secured_kafka: Secured, secured_wirebroker: Secured) -> None:
+    """WriteTxnMarkers from a client: ALTER on the cluster allows ABORT markers on both. The
+    two known differences (docs/security.md): CLUSTER_ACTION, which Kafka takes from anyone
+    allowed it, and COMMIT markers are taken here only from brokers (inter-broker listener of
+    a cluster member; never on the embedded broker)."""
+    cluster = "kafka-cluster"
+    grants = {
+        "ALTER": [acl(CLUSTER, cluster, "User:bob", ALTER)],
+        "CLUSTER_ACTION": [acl(CLUSTER, cluster, "User:bob", CLUSTER_ACTION)],
+        "nothing": [],
+    }
+
+    def scenario(target: Secured) -> dict[tuple[str, str], int]:
+        out = {}
+        for label, bindings in grants.items():
+
+            def run(bob: RawClient) -> dict[tuple[str, str], int]:
+                answers = {}
+                for kind, commit in (("ABORT", False), ("COMMIT", True)):
+                    response = bob.request(abort_marker(4444, commit), 1)
+                    answers[kind] = response.markers[0].topics[0].partitions[0].error_code
+                return answers
+
+            answers = with_acls(target, bindings, "bob", run)
+            out.update({(label, kind): code for kind, code in answers.items()})
+        return out
+
+    expected = scenario(secured_kafka)
+    got = scenario(secured_wirebroker)
+    refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert expected == {
+        ("ALTER", "ABORT"): 0,
+        ("ALTER", "COMMIT"): 0,
+        ("CLUSTER_ACTION", "ABORT"): 0,
+        ("CLUSTER_ACTION", "COMMIT"): 0,
+        ("nothing", "ABORT"): refused,
+        ("nothing", "COMMIT"): refused,
+    }, expected
+    assert got == {**expected, ("ALTER", "COMMIT"): refused, ("CLUSTER_ACTION", "ABORT"): refused,
+                   ("CLUSTER_ACTION", "COMMIT"): refused}, got  # fmt: skip

@@ -12,8 +12,10 @@ and, at the end, what the topic holds:
   Produce and EndTxn with the first epoch; a Produce to a partition not in the transaction.
 - ``add_partitions_unknown_topic``: AddPartitionsToTxn naming a topic that does not exist (and
   a partition that does not), beside one that does; the topic is not created.
-- ``write_txn_markers_from_a_client``: WriteTxnMarkers (an inter-broker API) sent by a client
-  connection, for a producer with no transaction and for an unknown partition.
+- ``write_txn_markers_from_a_client``: WriteTxnMarkers sent by a client connection, an ABORT
+  marker as ``kafka-transactions abort`` sends, for a producer with no transaction and for an
+  unknown partition. (A client's COMMIT marker is refused by wirebroker on purpose, where Kafka
+  writes it: ``compat/test_acl_matrix.py::test_markers_from_clients``.)
 - ``coordinator_state_machine``: one transaction through the coordinator's states, and what
   each state refuses (EndTxn with nothing ongoing, an abort after a commit...).
 - ``init_producer_id_inputs``: transaction timeouts out of range, an empty transactional id, a
@@ -229,7 +231,7 @@ def write_txn_markers_from_a_client(bootstrap: str, stem: str) -> list[Any]:
                 WriteTxnMarkersRequest.WritableTxnMarker(
                     producer_id=4343,
                     producer_epoch=0,
-                    transaction_result=COMMIT,
+                    transaction_result=ABORT,
                     topics=[
                         WriteTxnMarkersRequest.WritableTxnMarkerTopic(
                             name=topic, partition_indexes=[0, 5]

@@ -66,6 +66,7 @@ from storage.producer_state import (
     BatchUpdate,
     CompletedTxn,
     ProducerStateManager,
+    VerificationGuard,
     batch_update,
     producer_batches,
 )
@@ -381,12 +382,15 @@ class PartitionLog:
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         sync: bool | None = None,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendInfo:
         """Validate `records`, assign offsets from the log end offset (in place, in the
         caller's buffer when it is writable), stamp `leader_epoch`, append.
 
         `sync`: fsync before returning (True), don't (False), or as
-        ``wirebroker.fsync.before.ack`` says (None). Raises the errors listed in
+        ``wirebroker.fsync.before.ack`` says (None). `verification_guard`: the KIP-890 guard a
+        transactional batch brings (see :mod:`storage.producer_state`; None: verification is
+        off). Raises the errors listed in
         :mod:`storage.validation`, :class:`RecordBatchTooLargeError` and
         :class:`KafkaStorageError`; on any error nothing was written.
         """
@@ -402,7 +406,7 @@ class PartitionLog:
         producers = producer_batches(v.data)
         client = origin is AppendOrigin.CLIENT
         for update in producers:  # a client append holds exactly one batch
-            duplicate = self.producer_state.check(update, client=client)
+            duplicate = self.producer_state.check(update, client=client, guard=verification_guard)
             if duplicate is not None:
                 return self._duplicate_info(duplicate)
         previous_end = self._leo

@@ -23,6 +23,16 @@ which the log computes its last stable offset. The rules a leader append must pa
   TRANSACTION_COORDINATOR_FENCED. A marker ends the producer's ongoing transaction (a marker
   without one completes nothing) and takes its epoch and coordinator epoch.
 
+KIP-890's verification state (Kafka's VerificationStateEntry and VerificationGuard): before
+a producer's first transactional batch of a transaction is verified with the coordinator, the
+caller takes a guard (`start_verification`); the append must bring that same guard, and any
+transactional batch or marker of the producer appended meanwhile (a marker of a transaction
+that ended while the coordinator was asked) removes it, so the late batch is refused
+(INVALID_TXN_STATE, "Record was not part of an ongoing transaction") instead of opening a
+transaction no marker will close. While the entry exists a client batch with a sequence
+above the lowest one being verified is OUT_OF_ORDER_SEQUENCE_NUMBER. Entries expire with
+the producers.
+
 Replicated and recovered batches are applied without checks, as Kafka applies them.
 
 Snapshots are Kafka's ``<offset, 20 digits>.snapshot`` files (version 1: int16 version, uint32
@@ -67,12 +77,14 @@ from storage.errors import (
 from storage.layout import SNAPSHOT_SUFFIX, offset_from_file_name, segment_file
 
 __all__ = [
+    "SENTINEL",
     "BatchMetadata",
     "CompletedTxn",
     "CorruptSnapshotError",
     "ProducerEntry",
     "ProducerStateManager",
     "TxnMarker",
+    "VerificationGuard",
     "batch_update",
     "producer_batches",
     "read_snapshot",
@@ -99,6 +111,39 @@ _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _SNAPSHOT_HEADER = struct.Struct(">hIi")
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+
+
+class VerificationGuard:
+    """Identifies one verification of a producer's transaction on a partition; equal only to
+    itself (Kafka's VerificationGuard)."""
+
+    __slots__ = ()
+
+    def verify(self, brought: VerificationGuard | None) -> bool:
+        return brought is self and self is not SENTINEL
+
+
+#: The guard of an append that needed no verification (the producer's transaction is ongoing
+#: here): it verifies nothing.
+SENTINEL = VerificationGuard()
+
+
+@dataclass(slots=True)
+class VerificationState:
+    """A verification in progress for a producer (Kafka's VerificationStateEntry)."""
+
+    timestamp: int
+    guard: VerificationGuard
+    lowest_sequence: int
+    epoch: int
+
+    def update(self, sequence: int, epoch: int) -> None:
+        """Keep the lowest sequence seen of the newest epoch (Kafka's
+        maybeUpdateLowestSequenceAndEpoch)."""
+        if epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+        if epoch > self.epoch:
+            self.epoch, self.lowest_sequence = epoch, sequence
 
 
 class CorruptSnapshotError(Exception):
@@ -352,6 +397,8 @@ class ProducerStateManager:
         #: Completed transactions whose marker is at or above the high watermark: first
         #: offset -> marker offset. They stay unstable until the marker is replicated.
         self.unreplicated: dict[int, int] = {}
+        #: Producers whose transaction is being verified here, by producer id (not persisted).
+        self.verifications: dict[int, VerificationState] = {}
 
     # -- transactions --
 
@@ -360,6 +407,24 @@ class ProducerStateManager:
         verification asks before accepting a producer's first transactional batch)."""
         entry = self.producers.get(producer_id)
         return entry is not None and entry.current_txn_first_offset >= 0
+
+    def start_verification(
+        self, producer_id: int, sequence: int, epoch: int, now_ms: int
+    ) -> VerificationGuard:
+        """The guard a transactional append of `producer_id` must bring: SENTINEL if its
+        transaction is ongoing here (nothing to verify), else the guard of its verification
+        state, created now or kept from an earlier attempt (Kafka's
+        maybeStartTransactionVerification)."""
+        if self.has_ongoing_transaction(producer_id):
+            return SENTINEL
+        state = self.verifications.get(producer_id)
+        if state is None:
+            state = self.verifications[producer_id] = VerificationState(
+                now_ms, VerificationGuard(), sequence, epoch
+            )
+        else:
+            state.update(sequence, epoch)
+        return state.guard
 
     @property
     def first_unstable_offset(self) -> int | None:
@@ -390,20 +455,46 @@ class ProducerStateManager:
 
     # -- appends --
 
-    def check(self, update: BatchUpdate, *, client: bool = True) -> BatchMetadata | None:
+    def check(
+        self,
+        update: BatchUpdate,
+        *,
+        client: bool = True,
+        guard: VerificationGuard | None = None,
+    ) -> BatchMetadata | None:
         """Apply a leader append's rules to one batch: the original batch if it is a
         duplicate, None if it may be appended. `client`: a producer's batch (duplicates and
         sequences are checked), else a coordinator's (markers, transactional offset
-        commits). Raises :class:`InvalidProducerEpochError`, :class:`OutOfOrderSequenceError`,
+        commits). `guard`: with KIP-890 verification on, the guard the append brings
+        (SENTINEL if it needed none); None when verification is off. Raises
+        :class:`InvalidProducerEpochError`, :class:`OutOfOrderSequenceError`,
         :class:`InvalidTxnStateError`, :class:`TransactionCoordinatorFencedError`."""
-        entry = self.producers.get(update.producer_id)
+        pid = update.producer_id
+        entry = self.producers.get(pid)
         b = update.batch
-        if entry is None:
-            return None
-        if client and not update.is_control:
+        if client and not update.is_control and entry is not None:
             dup = entry.find_duplicate(update.epoch, b.first_seq, b.last_seq)
             if dup is not None:
                 return dup
+        verifying = self.verifications.get(pid)
+        if (
+            guard is not None
+            and update.is_transactional
+            and not update.is_control
+            and not self.has_ongoing_transaction(pid)
+            and not (verifying is not None and verifying.guard.verify(guard))
+        ):
+            raise InvalidTxnStateError(
+                f"Record was not part of an ongoing transaction (producer {pid}: its "
+                "verification with the transaction coordinator is no longer current)"
+            )
+        if client and verifying is not None and b.first_seq > verifying.lowest_sequence:
+            raise OutOfOrderSequenceError(
+                f"out of order sequence for producer {pid}: {b.first_seq} (incoming), "
+                f"{verifying.lowest_sequence} (earliest seen while verifying)"
+            )
+        if entry is None:
+            return None
         if update.epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"epoch {update.epoch} of producer {update.producer_id} at offset "
@@ -433,6 +524,8 @@ class ProducerStateManager:
         if update.is_control and update.marker is None:
             return None  # an emptied control batch: its transaction was compacted away
         pid = update.producer_id
+        if update.is_transactional:  # a first offset or a marker: the verification is over
+            self.verifications.pop(pid, None)
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid)
@@ -539,6 +632,9 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self.producers[pid]
+        self.verifications = {
+            pid: v for pid, v in self.verifications.items() if now_ms - v.timestamp < expiration_ms
+        }
         return len(expired)
 
     def statistics(self) -> dict[str, int]:

@@ -33,6 +33,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import ControlRecordType, build_record_batch, control_record_type
 from protocol.records import RecordBatchView, iter_batches, iter_records
+from storage.producer_state import VerificationGuard
 from storage.results import ReadResult
 from storage.validation import AppendOrigin
 from wirebroker.delayed_produce import await_replication
@@ -99,11 +100,13 @@ class CoordinatorStore:
         what: str,
         *,
         producer: tuple[int, int] | None = None,
+        verification_guard: VerificationGuard | None = None,
     ) -> Write:
         """Append keyed records to partition `index` as its leader (acks=all); durability is
         awaited separately (`stored`). `what` names the writer in the log. The append's origin
         is the coordinator (no client rules, as Kafka's AppendOrigin.COORDINATOR). With
-        `producer` (id, epoch) the batch is transactional, sequence 0."""
+        `producer` (id, epoch) the batch is transactional, sequence 0, and brings KIP-890's
+        `verification_guard`."""
         partition = self._partition(self.topic, index)
         if partition is None or not partition.is_local_leader:
             return Write(None, 0, ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -120,7 +123,11 @@ class CoordinatorStore:
             )
         try:
             info = partition.append_to_leader(
-                memoryview(bytearray(batch)), now_ms, acks=-1, origin=AppendOrigin.COORDINATOR
+                memoryview(bytearray(batch)),
+                now_ms,
+                acks=-1,
+                origin=AppendOrigin.COORDINATOR,
+                verification_guard=verification_guard,
             )
         except KafkaError as e:
             log.warning("%s-%d: append for %s failed: %s", self.topic, index, what, e)

@@ -7,6 +7,7 @@ names and how they differ from Kafka's: `wirebroker.metrics`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ class BrokerCollector(Collector):
         yield from self._topic_partitions()
         yield from self._consumer_groups()
         yield from self._group_coordinator()
+        yield from self._transactions()
         yield from self._quotas()
         yield from self._other()
 
@@ -117,11 +119,7 @@ class BrokerCollector(Collector):
             family = Metric(f"kafka_network_requestmetrics_{name}", doc, "summary")
             for s in timed:
                 labels = {"request": s.name}
-                recent = sorted(ms(t) for t in s.times)
-                last = len(recent) - 1
-                for label, q in QUANTILES:
-                    value = recent[min(last, int(q * len(recent)))]
-                    family.samples.append(Sample(family.name, {**labels, "quantile": label}, value))
+                family.samples += _quantiles(family.name, labels, [ms(t) for t in s.times])
                 family.samples.append(Sample(f"{family.name}_count", labels, s.count))
                 if name == "totaltimems":
                     family.samples.append(Sample(f"{family.name}_sum", labels, s.total_s * 1000))
@@ -353,6 +351,50 @@ class BrokerCollector(Collector):
             sum(len(g.offsets) for g in groups.groups.values()),
         )
 
+    def _transactions(self) -> Iterator[Metric]:
+        """The transaction coordinator's and KIP-890 verification's metrics."""
+        coordinator = self.broker.transactions
+        markers = coordinator.markers.statistics()
+        prefix = "kafka_coordinator_transaction_transactionmarkerchannelmanager_"
+        yield _gauge(
+            f"{prefix}unknowndestinationqueuesize",
+            "Transaction markers waiting for their partition's leader.",
+            markers["unknown_destination_markers"],
+        )
+        yield _gauge(
+            f"{prefix}logappendretryqueuesize",
+            "Completed transactions whose Complete record waits to be written again.",
+            markers["log_append_retries"],
+        )
+        loads = coordinator.state.recent_load_times_ms()
+        prefix = "kafka_server_transaction_coordinator_metrics_partition_load_time_"
+        yield _gauge(
+            f"{prefix}max",
+            "Longest __transaction_state partition load of the last 30 s, in ms.",
+            max(loads, default=math.nan),
+        )
+        yield _gauge(
+            f"{prefix}avg",
+            "Average __transaction_state partition load of the last 30 s, in ms.",
+            sum(loads) / len(loads) if loads else math.nan,
+        )
+        verifier = coordinator.verifier
+        failures = Metric(
+            "kafka_server_addpartitionstotxnmanager_verificationfailurerate_count",
+            "Partitions whose transactional write failed KIP-890 verification.",
+            "unknown",
+        )
+        failures.samples.append(Sample(failures.name, {}, verifier.failures))
+        yield failures
+        times = Metric(
+            "kafka_server_addpartitionstotxnmanager_verificationtimems",
+            "Time to verify a transactional write with its coordinator (KIP-890), in ms.",
+            "summary",
+        )
+        times.samples += _quantiles(times.name, {}, list(verifier.times_ms))
+        times.samples.append(Sample(f"{times.name}_count", {}, verifier.verifications))
+        yield times
+
     def _quotas(self) -> Iterator[Metric]:
         """Kafka's per-client quota metrics (`kafka.server:type=Produce,user=..,client-id=..`
         and the like), as the JMX exporter's quota rules name them; a tag Kafka leaves empty
@@ -459,6 +501,17 @@ _QUOTA_DOCS = {
     "request_time": "Percent of a second the client's requests took to handle.",
     "mutation_rate": "Partitions a second the client created or deleted.",
 }
+
+
+def _quantiles(name: str, labels: dict[str, str], values: list[float]) -> list[Sample]:
+    """A histogram's percentiles (`QUANTILES`) of `values`, as the JMX exporter labels them."""
+    recent = sorted(values)
+    last = len(recent) - 1
+    return [
+        Sample(name, {**labels, "quantile": label}, recent[min(last, int(q * len(recent)))])
+        for label, q in QUANTILES
+        if recent
+    ]
 
 
 def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from protocol.errors import ErrorCode, KafkaError
 from storage.clock import Clock, wall_clock_ms
 from storage.partition_log import AppendInfo, PartitionLog
+from storage.producer_state import VerificationGuard
 from storage.validation import AppendOrigin
 from wirebroker.events import Waiters
 
@@ -180,13 +181,15 @@ class Partition:
         now_ms: int,
         acks: int = 1,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendInfo:
         """Validate, assign offsets and append; the high watermark moves as the ISR allows.
 
         With acks=all (-1), an ISR smaller than `min.insync.replicas` refuses the append
         (NOT_ENOUGH_REPLICAS). The batch has reached the OS (os.write returned) when this
         returns. `origin` COORDINATOR: a coordinator of this broker appends (transaction
-        markers), skipping the client rules.
+        markers), skipping the client rules. `verification_guard`: KIP-890's guard of a
+        transactional append (`storage.producer_state`; None: verification is off).
         """
         if not self.is_local_leader:
             raise KafkaError(
@@ -199,7 +202,13 @@ class Partition:
                 f"min.insync.replicas ({self.effective_min_isr})",
                 error_code=ErrorCode.NOT_ENOUGH_REPLICAS,
             )
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
+        info = self.log.append_as_leader(
+            records,
+            self.leader_epoch,
+            now_ms,
+            origin=origin,
+            verification_guard=verification_guard,
+        )
         self._advance_high_watermark(now_ms)
         self.notify_append()
         return info

@@ -8,6 +8,8 @@ and removes ACLs through a broker, and also reads and writes ZooKeeper directly
 (`--authorizer-properties zookeeper.connect=...`, Kafka's own AclAuthorizer): both see the same
 ACLs. The controller's requests from a client principal -- on the client listener, or on the
 inter-broker listener with a certificate that is not a broker's -- are refused and change nothing.
+Brokers that are only allowed CLUSTER_ACTION (not super users) replicate and run transactions:
+the coordinator's markers and KIP-890 verifications to other brokers go through.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 import trio
 import trustme
 from confluent_kafka import Producer
+from kazoo.client import KazooClient
 
 from compat.clients import java as run_java
 from protocol.errors import ErrorCode
@@ -32,14 +35,22 @@ from tests.cluster.harness import eventually, start_broker
 from tests.wirebroker.helpers import RawClient
 from tests.wirebroker.secured import (
     ACL_COMMAND,
+    TRANSACTIONAL_ID,
+    acl,
     client_config,
     command_config,
     create_topics,
+    grant,
     kafka_acls,
     login,
     secured_properties,
 )
+from tests.wirebroker.secured import (
+    TOPIC as TOPIC_RESOURCE,
+)
+from tests.wirebroker.test_txn_producer_clients import read_committed
 from wirebroker.authorizer.acls import AclOperation, PatternType, ResourceType
+from wirebroker.coordinator_store import partition_for
 from wirebroker.peer import PeerConnection, PeerSecurity
 from wirebroker.server import RunningBroker
 from wirebroker.zk import znodes
@@ -280,6 +291,89 @@ def test_plaintext_between_brokers_and_the_broker_epoch(zk_connect: str, tmp_pat
                 answer = await trio.to_thread.run_sync(request_as, plaintext, None, metadata, 8)
                 assert answer.error_code == ErrorCode.STALE_BROKER_EPOCH
             assert b2.broker.replica_manager.controller_epoch < 99  # nothing applied
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_brokers_allowed_cluster_action_run_transactions(zk_connect: str, tmp_path: Path) -> None:
+    """The brokers are not super users, only allowed CLUSTER_ACTION (the ACL written to
+    ZooKeeper by Kafka's own AclAuthorizer before they start): they replicate, and alice's
+    transactions over three partitions led by three brokers commit and abort, the
+    coordinator's markers and the leaders' KIP-890 verifications going between brokers."""
+    chroot_client = KazooClient(hosts=zk_connect.split("/", 1)[0])
+    chroot_client.start()
+    try:
+        chroot_client.ensure_path("/" + zk_connect.split("/", 1)[1])
+    finally:
+        chroot_client.stop()
+        chroot_client.close()
+    _acl_command(
+        "--authorizer-properties", f"zookeeper.connect={zk_connect}", "--add",
+        "--allow-principal", "User:ANONYMOUS", "--operation", "ClusterAction", "--cluster",
+    )  # fmt: skip
+    settings = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "inter_broker_listener_name": "PLAINTEXT",
+        **secured_properties(),  # super.users: User:admin only
+        "min_insync_replicas": "2",
+        "transaction_state_log_num_partitions": "3",
+    }
+    topic, tid = "txn-out", "alice-tx"
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            brokers = [
+                await start_broker(nursery, zk_connect, tmp_path, i, **settings) for i in (1, 2, 3)
+            ]
+            await eventually(lambda: brokers[0].broker.controller_id > 0, what="a controller")
+            bootstrap = sasl(brokers[0])
+            await trio.to_thread.run_sync(
+                lambda: create_topics(bootstrap, topic, partitions=3, replication=3)
+            )
+            await trio.to_thread.run_sync(
+                lambda: grant(
+                    bootstrap,
+                    acl(TRANSACTIONAL_ID, tid, "User:alice", AclOperation.WRITE),
+                    acl(TOPIC_RESOURCE, topic, "User:alice", AclOperation.WRITE),
+                )
+            )
+
+            def replicated(p: int) -> bool:
+                leaders = [
+                    part
+                    for b in brokers
+                    if (part := b.broker.partition(topic, p)) is not None and part.is_local_leader
+                ]
+                return len(leaders) == 1 and len(leaders[0].isr) == 3
+
+            await eventually(
+                lambda: all(replicated(p) for p in range(3)),
+                what="the topic replicated everywhere",
+            )
+
+            def transactions() -> list[bytes]:
+                producer = Producer({**client_config(bootstrap, "alice"), "transactional.id": tid})
+                producer.init_transactions(60)
+                for label, commit in (("first", True), ("aborted", False), ("second", True)):
+                    producer.begin_transaction()
+                    for p in range(3):
+                        producer.produce(topic, f"{label}-{p}".encode(), partition=p)
+                    if commit:
+                        producer.commit_transaction(60)
+                    else:
+                        producer.flush(60)
+                        producer.abort_transaction(60)
+                admin = client_config(bootstrap, "admin")
+                return read_committed(bootstrap, topic, 3, 6, 60, config=admin)
+
+            seen = await trio.to_thread.run_sync(transactions)
+            committed = [f"{label}-{p}".encode() for label in ("first", "second") for p in range(3)]
+            assert sorted(seen) == sorted(committed)
+            cache = brokers[0].broker.metadata_cache
+            coordinator = cache.partition("__transaction_state", partition_for(tid, 3))
+            leaders = {cache.partition(topic, p).leader for p in range(3)}  # type: ignore[union-attr]
+            assert coordinator is not None and leaders - {coordinator.leader}  # some remote
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -22,12 +22,15 @@ from storage.config import LogConfig
 from storage.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
+    OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
 from storage.partition_log import PartitionLog
 from storage.producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
+    SENTINEL,
     CompletedTxn,
+    VerificationGuard,
     producer_batches,
     read_snapshot,
 )
@@ -165,6 +168,57 @@ def test_marker_epoch_and_coordinator_epoch_checks(tmp_path: Path) -> None:
     assert not log.producer_state.has_ongoing_transaction(1)
     with pytest.raises(InvalidProducerEpochError):
         log.append_as_leader(txn_batch(1, 2, epoch=3), 0, T0)
+
+
+def test_the_verification_guard(tmp_path: Path) -> None:
+    """KIP-890 (Kafka's VerificationGuard): the first transactional batch must bring the guard
+    taken when its verification started; a marker landing meanwhile voids it."""
+    log = open_log(tmp_path / "t-0")
+    state = log.producer_state
+
+    def append(data: bytearray, guard: VerificationGuard | None) -> int:
+        info = log.append_as_leader(data, 0, T0, verification_guard=guard)
+        log.update_high_watermark(log.log_end_offset)
+        return info.first_offset
+
+    guard = state.start_verification(1, 0, 0, T0)
+    assert state.start_verification(1, 0, 0, T0) is guard  # a retry keeps it
+    # a marker of the producer lands while the coordinator is asked: the guard is void
+    end_txn(log, 1, False)
+    end = log.log_end_offset
+    with pytest.raises(InvalidTxnStateError, match="not part of an ongoing transaction"):
+        append(txn_batch(1, 0), guard)
+    with pytest.raises(InvalidTxnStateError):
+        append(txn_batch(1, 0), SENTINEL)  # no guard at all
+    assert log.log_end_offset == end  # nothing written
+    # a new verification: its guard is taken, then the transaction goes on without one
+    fresh = state.start_verification(1, 0, 0, T0)
+    assert fresh is not guard
+    append(txn_batch(1, 0), fresh)
+    assert state.start_verification(1, 1, 0, T0) is SENTINEL  # ongoing: nothing to verify
+    append(txn_batch(1, 1), SENTINEL)
+    # verification off (no guard brought): nothing is checked, as before KIP-890
+    end_txn(log, 1, True)
+    append(txn_batch(1, 2), None)
+
+
+def test_while_verifying_a_higher_sequence_waits(tmp_path: Path) -> None:
+    """The lowest sequence being verified blocks higher ones (Kafka's
+    maybeUpdateLowestSequenceAndEpoch), until a newer epoch resets it."""
+    log = open_log(tmp_path / "t-0")
+    state = log.producer_state
+    produce(log, txn_batch(1, 0, transactional=False))
+    state.start_verification(1, 3, 0, T0)
+    low = state.start_verification(1, 1, 0, T0)
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(txn_batch(1, 2), 0, T0, verification_guard=low)
+    log.append_as_leader(txn_batch(1, 1), 0, T0, verification_guard=low)
+    assert not state.verifications  # the transaction's first batch ends the verification
+    state.start_verification(2, 5, 0, T0)
+    state.start_verification(2, 0, 1, T0)  # a newer epoch starts over
+    assert (state.verifications[2].epoch, state.verifications[2].lowest_sequence) == (1, 0)
+    state.remove_expired(T0 + PRODUCER_ID_EXPIRATION_MS)
+    assert not state.verifications  # lingering verifications expire with the producers
 
 
 def test_marker_without_a_transaction_completes_nothing(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_acls import DeleteAclsRequest
+from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient
 
 ACL_COMMAND = "kafka.admin.AclCommand"
@@ -44,6 +45,22 @@ def secured_properties(sasl_listener: str = "SASL_PLAINTEXT") -> dict[str, str]:
         "authorizer.class.name": AUTHORIZER,
         "super.users": "User:admin",
     }
+
+
+def embedded_properties() -> dict[str, str]:
+    """An embedded broker's keys: a PLAINTEXT listener beside the secured SASL_PLAINTEXT one,
+    and groups that form at once on one offsets partition."""
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        **secured_properties(),
+        "group.initial.rebalance.delay.ms": "0",
+        "offsets.topic.num.partitions": "1",
+    }
+
+
+def sasl(broker: BrokerProcess) -> str:
+    """The embedded broker's SASL_PLAINTEXT bootstrap."""
+    return f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
 
 
 def login(user: str) -> tuple[str, str]:

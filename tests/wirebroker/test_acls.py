@@ -42,26 +42,18 @@ from tests.wirebroker.secured import (
     client_config,
     command_config,
     create_topics,
+    embedded_properties,
     grant,
     kafka_acls,
     login,
-    secured_properties,
+    sasl,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 TIMEOUT = 20.0
 READ, WRITE, DESCRIBE, IDEMPOTENT_WRITE = 3, 4, 8, 12
-BROKER_PROPERTIES = {
-    "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-    **secured_properties(),
-    "group.initial.rebalance.delay.ms": "0",
-    "offsets.topic.num.partitions": "1",
-}
-
-
-def sasl(broker: BrokerProcess) -> str:
-    return f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
+BROKER_PROPERTIES = embedded_properties()
 
 
 def names(tmp: str) -> tuple[str, str, str]:

@@ -2,7 +2,7 @@
 `__consumer_offsets` partition loaded when this broker becomes its leader and unloaded when it
 follows or stops it, NOT_COORDINATOR from every group API for groups led elsewhere,
 COORDINATOR_LOAD_IN_PROGRESS while their partition loads (in a worker thread, held here), and
-writes that wait for the high watermark."""
+writes that wait for the high watermark (unstable for `require_stable` meanwhile)."""
 
 from __future__ import annotations
 
@@ -335,9 +335,12 @@ async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
             nursery.start_soon(committing)
             await trio.sleep(0.05)
             assert not codes and groups.fetch(G0) == {}
+            # in flight: OffsetFetch require_stable calls it unstable (pendingOffsetCommits)
+            assert groups.unstable(G0, ("t", 0)) and not groups.unstable(G0, ("t", 1))
             leo = p.log_end_offset
             p.update_follower_fetch_state(2, leo, 0, broker.now_ms(), leo)
     assert codes == [ErrorCode.NONE] and groups.fetch(G0)[("t", 0)].offset == 6
+    assert not groups.unstable(G0, ("t", 0))
 
     # Leadership lost while waiting: NOT_COORDINATOR, as Kafka maps NOT_LEADER_OR_FOLLOWER.
     codes.clear()

@@ -250,6 +250,32 @@ def test_request_times_split_a_long_poll(tmp_path: Path, topic: str) -> None:
     assert value(samples, f"{times}remotetimems", request="CreateTopics", quantile="0.50") == 0
 
 
+def test_transaction_coordinator_metrics(
+    broker: BrokerProcess, metrics_url: str, topic: str
+) -> None:
+    """Kafka's transaction coordinator metrics: verifications (KIP-890) counted and timed,
+    the marker queues empty once the transactions completed."""
+    create_topic(broker.bootstrap, topic)
+    before = scrape(metrics_url)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    for _ in range(2):
+        producer.begin_transaction()
+        producer.produce(topic, b"v", partition=0)
+        producer.commit_transaction(30)
+    after = scrape(metrics_url)
+    verification = "kafka_server_addpartitionstotxnmanager_verificationtimems"
+    assert value(after, f"{verification}_count") - value(before, f"{verification}_count") == 2
+    assert value(after, verification, quantile="0.99") >= 0
+    failures = "kafka_server_addpartitionstotxnmanager_verificationfailurerate_count"
+    assert value(after, failures) == value(before, failures)
+    queues = "kafka_coordinator_transaction_transactionmarkerchannelmanager_"
+    assert value(after, f"{queues}unknowndestinationqueuesize") == 0
+    assert value(after, f"{queues}logappendretryqueuesize") == 0
+    load = "kafka_server_transaction_coordinator_metrics_partition_load_time_max"
+    assert (load, frozenset()) in after  # NaN: nothing loaded in the last 30 s
+
+
 def test_only_get_metrics_is_served(metrics_url: str) -> None:
     base = metrics_url.removesuffix("/metrics")
     with pytest.raises(urllib.error.HTTPError) as missing:

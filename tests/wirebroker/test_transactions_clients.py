@@ -1,5 +1,6 @@
-"""Real consumers read transactional data written with raw requests (transactional Produce and
-WriteTxnMarkers, commits and aborts interleaved, compressed and multi-record batches):
+"""Real consumers read transactional data written with raw requests (transactional Produce,
+EndTxn to the embedded coordinator, commits and aborts interleaved, compressed and multi-record
+batches):
 confluent-kafka, kafka-python, aiokafka and Kafka's console consumer (Java) each see exactly the
 committed records under read_committed -- never an aborted one, never a control record -- and
 every data record under read_uncommitted."""
@@ -23,13 +24,13 @@ from tests.broker_process import BrokerProcess
 
 from .helpers import RawClient, create_topic
 from .test_transactions_wire import BROKER_PROPERTIES as WIRE_PROPERTIES
-from .test_transactions_wire import txn_produce, write_markers
+from .test_transactions_wire import Coordinated, txn_produce
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 30.0
-BROKER_PROPERTIES = WIRE_PROPERTIES  # raw transactions, without a coordinator
-A, B, PLAIN = 1001, 1002, 1003
+BROKER_PROPERTIES = WIRE_PROPERTIES
+PLAIN = 1003
 
 COMMITTED = [b"n0", b"a0-0", b"a0-1", b"n1", b"b1-0", b"b1-1", b"b1-2", b"a2-0", b"n2"]
 ALL_DATA = [
@@ -53,30 +54,29 @@ def txn_topic(broker: BrokerProcess) -> str:
     topic = f"txn-clients-{int(time.time() * 1000)}"
     create_topic(broker.bootstrap, topic)
     gzip = {"compression": CompressionType.GZIP}
-    seq = {A: 0, B: 0, PLAIN: 0}
+    plain_seq = 0
 
-    def send(c: RawClient, pid: int, values: list[bytes], **kw: object) -> None:
-        answer = txn_produce(c, topic, pid, seq[pid], values, transactional=pid != PLAIN, **kw)
+    def send(c: RawClient, values: list[bytes]) -> None:
+        nonlocal plain_seq
+        answer = txn_produce(c, topic, PLAIN, plain_seq, values, transactional=False)
         assert answer.error_code == 0
-        seq[pid] += len(values)
-
-    def end(c: RawClient, pid: int, commit: bool) -> None:
-        assert write_markers(c, [(pid, 0, 0, commit, {topic: [0]})]) == {(pid, topic, 0): 0}
+        plain_seq += len(values)
 
     with RawClient(broker.bootstrap) as c:
-        send(c, PLAIN, [b"n0"])
-        send(c, A, [b"a0-0", b"a0-1"], **gzip)
-        send(c, B, [b"b0-0"])
-        end(c, A, True)
-        send(c, A, [b"a1-0"])
-        send(c, PLAIN, [b"n1"])
-        end(c, B, False)
-        send(c, B, [b"b1-0", b"b1-1", b"b1-2"], **gzip)
-        end(c, A, False)
-        end(c, B, True)
-        send(c, A, [b"a2-0"])
-        end(c, A, True)
-        send(c, PLAIN, [b"n2"])
+        a, b = Coordinated(c, f"{topic}-a"), Coordinated(c, f"{topic}-b")
+        send(c, [b"n0"])
+        assert a.produce(topic, [b"a0-0", b"a0-1"], **gzip).error_code == 0
+        assert b.produce(topic, [b"b0-0"]).error_code == 0
+        a.end(commit=True)
+        assert a.produce(topic, [b"a1-0"]).error_code == 0
+        send(c, [b"n1"])
+        b.end(commit=False)
+        assert b.produce(topic, [b"b1-0", b"b1-1", b"b1-2"], **gzip).error_code == 0
+        a.end(commit=False)
+        b.end(commit=True)
+        assert a.produce(topic, [b"a2-0"]).error_code == 0
+        a.end(commit=True)
+        send(c, [b"n2"])
     return topic
 
 

@@ -1,6 +1,10 @@
 """Transactions on the wire with raw requests: transactional Produce, WriteTxnMarkers (its
 answers and Kafka's error codes, nothing written when refused), and what read_committed and
-read_uncommitted Fetch and ListOffsets then see."""
+read_uncommitted Fetch and ListOffsets then see.
+
+A client may write ABORT markers (as `kafka-transactions abort` does) but not COMMIT markers,
+which only a transaction coordinator writes (docs/security.md): the transactions these tests
+commit are committed by the embedded broker's coordinator (`Coordinated`)."""
 
 from __future__ import annotations
 
@@ -8,9 +12,13 @@ import time
 from typing import Any
 
 from protocol.errors import ErrorCode
+from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from protocol.messages.describe_producers import DescribeProducersRequest
+from protocol.messages.describe_transactions import DescribeTransactionsRequest
+from protocol.messages.end_txn import EndTxnRequest
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
+from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.record_batch import RecordBatchView, SimpleRecord
@@ -45,9 +53,11 @@ def txn_produce(
     epoch: int = 0,
     partition: int = 0,
     transactional: bool = True,
+    transactional_id: str = RAW_TRANSACTIONAL_ID,
+    timestamp: int | None = None,
     **batch_args: Any,
 ) -> Any:
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) if timestamp is None else timestamp
     records = [SimpleRecord(b"k", v, (), now) for v in values]
     request = produce_request(
         topic,
@@ -60,8 +70,82 @@ def txn_produce(
         **batch_args,
     )
     if transactional:
-        request.transactional_id = RAW_TRANSACTIONAL_ID
+        request.transactional_id = transactional_id
     return c.request(request, 9).responses[0].partition_responses[0]
+
+
+class Coordinated:
+    """A transactional producer whose transactions the broker's coordinator ends (its COMMIT
+    markers can come from nowhere else): InitProducerId, AddPartitionsToTxn before the first
+    batch of each partition, EndTxn, and a wait until the markers are written."""
+
+    def __init__(self, c: RawClient, transactional_id: str) -> None:
+        self.c = c
+        self.transactional_id = transactional_id
+        answer = c.request(
+            InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=60_000),
+            4,
+        )
+        assert answer.error_code == 0, answer
+        self.producer_id, self.epoch = answer.producer_id, answer.producer_epoch
+        self.sequences: dict[tuple[str, int], int] = {}
+        self.added: set[tuple[str, int]] = set()
+
+    def produce(self, topic: str, values: list[bytes], partition: int = 0, **kw: Any) -> Any:
+        if (topic, partition) not in self.added:
+            request = AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=self.producer_id,
+                v3_and_below_producer_epoch=self.epoch,
+                v3_and_below_topics=[
+                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                        name=topic, partitions=[partition]
+                    )
+                ],
+            )
+            wait_until(
+                lambda: (
+                    self.c.request(request, 3)
+                    .results_by_topic_v3_and_below[0]
+                    .results_by_partition[0]
+                    .partition_error_code
+                    == 0
+                ),
+                what="AddPartitionsToTxn",
+            )  # CONCURRENT_TRANSACTIONS while the previous transaction's markers are written
+            self.added.add((topic, partition))
+        seq = self.sequences.get((topic, partition), 0)
+        answer = txn_produce(
+            self.c,
+            topic,
+            self.producer_id,
+            seq,
+            values,
+            epoch=self.epoch,
+            partition=partition,
+            transactional_id=self.transactional_id,
+            **kw,
+        )
+        if answer.error_code == 0:
+            self.sequences[(topic, partition)] = seq + len(values)
+        return answer
+
+    def end(self, commit: bool) -> None:
+        """EndTxn, then wait until every marker is written."""
+        request = EndTxnRequest(
+            transactional_id=self.transactional_id,
+            producer_id=self.producer_id,
+            producer_epoch=self.epoch,
+            committed=commit,
+        )
+        assert self.c.request(request, 3).error_code == 0
+        self.added.clear()
+        done = "CompleteCommit" if commit else "CompleteAbort"
+        describe = DescribeTransactionsRequest(transactional_ids=[self.transactional_id])
+        wait_until(
+            lambda: self.c.request(describe, 0).transaction_states[0].transaction_state == done,
+            what=f"{self.transactional_id} {done}",
+        )
 
 
 def write_markers(
@@ -110,9 +194,9 @@ def test_markers_end_transactions_and_are_stored_as_control_batches(
         answers = write_markers(
             c,
             [
-                (500, 0, 3, True, {topic: [0]}),
+                (500, 0, 3, False, {topic: [0]}),
                 (501, 0, 3, False, {topic: [1]}),
-                (500, 0, 3, True, {"no-such-topic": [0]}),
+                (500, 0, 3, False, {"no-such-topic": [0]}),
             ],
         )
         assert answers == {
@@ -124,19 +208,46 @@ def test_markers_end_transactions_and_are_stored_as_control_batches(
             topics=[DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[0])]
         )
         (state,) = c.request(request, 0).topics[0].partitions[0].active_producers
-    assert (state.producer_id, state.coordinator_epoch, state.current_txn_start_offset) == (
-        500,
-        3,
-        -1,
-    )
+        assert (state.producer_id, state.coordinator_epoch, state.current_txn_start_offset) == (
+            500,
+            3,
+            -1,
+        )
+        committer = Coordinated(c, f"{topic}-committer")
+        assert committer.produce(topic, [b"c"]).base_offset == 3
+        committer.end(commit=True)
     batches = list(iter_batches(bytes(fetch_raw(broker.bootstrap, topic, 0).records)))
-    assert [b.is_control for b in batches] == [False, True]
-    marker = batches[1]
-    assert isinstance(marker, RecordBatchView) and marker.is_transactional
-    assert (marker.base_offset, marker.producer_id, marker.producer_epoch) == (2, 500, 0)
-    (record,) = iter_records(marker)
-    assert bytes(record.key or b"") == b"\x00\x00\x00\x01"  # version 0, COMMIT
+    assert [b.is_control for b in batches] == [False, True, False, True]
+    abort, commit = batches[1], batches[3]
+    assert isinstance(abort, RecordBatchView) and abort.is_transactional
+    assert (abort.base_offset, abort.producer_id, abort.producer_epoch) == (2, 500, 0)
+    (record,) = iter_records(abort)
+    assert bytes(record.key or b"") == b"\x00\x00\x00\x00"  # version 0, ABORT
     assert decode_end_txn_marker(record.value) == (0, 3)
+    assert isinstance(commit, RecordBatchView) and commit.is_transactional
+    assert (commit.base_offset, commit.producer_id) == (4, committer.producer_id)
+    (record,) = iter_records(commit)
+    assert bytes(record.key or b"") == b"\x00\x00\x00\x01"  # version 0, COMMIT
+    assert decode_end_txn_marker(record.value) == (0, 0)  # the embedded coordinator's epoch
+
+
+def test_commit_markers_come_only_from_a_coordinator(broker: BrokerProcess, topic: str) -> None:
+    """A client's COMMIT marker is refused (CLUSTER_AUTHORIZATION_FAILED on every partition of
+    the request, its ABORT markers too) and writes nothing."""
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as c:
+        assert txn_produce(c, topic, 550, 0, [b"a"]).error_code == 0
+        end = log_end(broker.bootstrap, topic)
+        refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        for version in (0, 1):
+            assert write_markers(
+                c,
+                [(550, 0, 0, True, {topic: [0]}), (551, 0, 0, False, {topic: [0]})],
+                version=version,
+            ) == {(550, topic, 0): refused, (551, topic, 0): refused}
+        assert log_end(broker.bootstrap, topic) == end
+        assert write_markers(c, [(550, 0, 0, False, {topic: [0]})]) == {(550, topic, 0): 0}
+        assert log_end(broker.bootstrap, topic) == end + 1
 
 
 def test_refused_markers_write_nothing(broker: BrokerProcess, topic: str) -> None:
@@ -146,10 +257,10 @@ def test_refused_markers_write_nothing(broker: BrokerProcess, topic: str) -> Non
         assert write_markers(c, [(600, 2, 5, False, {topic: [0]})]) == {(600, topic, 0): 0}
         assert txn_produce(c, topic, 600, 1, [b"b"], epoch=2).error_code == 0
         end = log_end(broker.bootstrap, topic)
-        assert write_markers(c, [(600, 1, 5, True, {topic: [0]})], version=0) == {
+        assert write_markers(c, [(600, 1, 5, False, {topic: [0]})], version=0) == {
             (600, topic, 0): ErrorCode.INVALID_PRODUCER_EPOCH
         }
-        assert write_markers(c, [(600, 2, 4, True, {topic: [0]})]) == {
+        assert write_markers(c, [(600, 2, 4, False, {topic: [0]})]) == {
             (600, topic, 0): ErrorCode.TRANSACTION_COORDINATOR_FENCED
         }
         assert log_end(broker.bootstrap, topic) == end
@@ -157,7 +268,7 @@ def test_refused_markers_write_nothing(broker: BrokerProcess, topic: str) -> Non
         response = txn_produce(c, topic, 600, 2, [b"c"], epoch=2, transactional=False)
         assert response.error_code == ErrorCode.INVALID_TXN_STATE
         assert log_end(broker.bootstrap, topic) == end
-        assert write_markers(c, [(600, 2, 5, True, {topic: [0]})]) == {(600, topic, 0): 0}
+        assert write_markers(c, [(600, 2, 5, False, {topic: [0]})]) == {(600, topic, 0): 0}
         assert log_end(broker.bootstrap, topic) == end + 1
 
 
@@ -169,7 +280,7 @@ def test_markers_on_consumer_offsets_partitions(broker: BrokerProcess) -> None:
         c.request(FindCoordinatorRequest(key="g"), 1)  # creates __consumer_offsets
         answer = wait_until(
             lambda: (
-                (a := write_markers(c, [(700, 0, 0, True, offsets)]))
+                (a := write_markers(c, [(700, 0, 0, False, offsets)]))
                 and set(a.values()) == {ErrorCode.NONE}
                 and a
             ),
@@ -226,17 +337,20 @@ def latest(bootstrap: str, topic: str, isolation: int) -> int:
     return int(p.offset)
 
 
-def interleaved(bootstrap: str, topic: str) -> None:
-    """0 p0 | 1-2 A | 3 B | 4 COMMIT A | 5 A | 6 ABORT B | 7 ABORT A | 8 C (open) | 9 p1."""
-    with RawClient(bootstrap) as c:
-        assert txn_produce(c, topic, 11, 0, [b"p0"], transactional=False).base_offset == 0
-        assert txn_produce(c, topic, 1, 0, [b"a1", b"a2"]).base_offset == 1
-        assert txn_produce(c, topic, 2, 0, [b"b1"]).base_offset == 3
-        assert write_markers(c, [(1, 0, 0, True, {topic: [0]})]) == {(1, topic, 0): 0}
-        assert txn_produce(c, topic, 1, 2, [b"a3"]).base_offset == 5
-        assert write_markers(c, [(2, 0, 0, False, {topic: [0]}), (1, 0, 0, False, {topic: [0]})])
-        assert txn_produce(c, topic, 3, 0, [b"c1"]).base_offset == 8
-        assert txn_produce(c, topic, 11, 1, [b"p1"], transactional=False).base_offset == 9
+def interleaved(c: RawClient, topic: str) -> tuple[Coordinated, Coordinated]:
+    """0 p0 | 1-2 A | 3 B | 4 COMMIT A | 5 A | 6 ABORT B | 7 ABORT A | 8 C (open) | 9 p1;
+    A and C are the coordinator's transactional producers, B (902) a raw one."""
+    a, c_ = Coordinated(c, f"{topic}-a"), Coordinated(c, f"{topic}-c")
+    assert txn_produce(c, topic, 911, 0, [b"p0"], transactional=False).base_offset == 0
+    assert a.produce(topic, [b"a1", b"a2"]).base_offset == 1
+    assert txn_produce(c, topic, 902, 0, [b"b1"]).base_offset == 3
+    a.end(commit=True)
+    assert a.produce(topic, [b"a3"]).base_offset == 5
+    assert write_markers(c, [(902, 0, 0, False, {topic: [0]})]) == {(902, topic, 0): 0}
+    a.end(commit=False)
+    assert c_.produce(topic, [b"c1"]).base_offset == 8
+    assert txn_produce(c, topic, 911, 1, [b"p1"], transactional=False).base_offset == 9
+    return a, c_
 
 
 def data_values(records: Any) -> list[tuple[int, bytes]]:
@@ -250,30 +364,30 @@ def data_values(records: Any) -> list[tuple[int, bytes]]:
 
 def test_read_committed_fetch_and_list_offsets(broker: BrokerProcess, topic: str) -> None:
     create_topic(broker.bootstrap, topic)
-    interleaved(broker.bootstrap, topic)
-    committed = fetch(broker.bootstrap, topic, READ_COMMITTED)
-    assert (committed.high_watermark, committed.last_stable_offset) == (10, 8)
-    assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [
-        (2, 3),
-        (1, 5),
-    ]
-    assert [o for o, _ in data_values(committed.records)] == [0, 1, 2, 3, 5]
-    uncommitted = fetch(broker.bootstrap, topic, READ_UNCOMMITTED)
-    assert uncommitted.last_stable_offset == 8 and uncommitted.aborted_transactions is None
-    assert [o for o, _ in data_values(uncommitted.records)] == [0, 1, 2, 3, 5, 8, 9]
-    assert latest(broker.bootstrap, topic, READ_COMMITTED) == 8
-    assert latest(broker.bootstrap, topic, READ_UNCOMMITTED) == 10
-    # a read from past the aborted transactions does not list them
-    later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
-    assert later.aborted_transactions == [] and data_values(later.records) == []
     with RawClient(broker.bootstrap) as c:
-        assert write_markers(c, [(3, 0, 0, True, {topic: [0]})]) == {(3, topic, 0): 0}
-    assert latest(broker.bootstrap, topic, READ_COMMITTED) == 11
-    later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
-    assert later.last_stable_offset == 11
-    assert data_values(later.records) == [(8, b"c1"), (9, b"p1")]
-    # Fetch v4 carries the LSO too
-    assert fetch(broker.bootstrap, topic, READ_COMMITTED, version=4).last_stable_offset == 11
+        a, c_ = interleaved(c, topic)
+        committed = fetch(broker.bootstrap, topic, READ_COMMITTED)
+        assert (committed.high_watermark, committed.last_stable_offset) == (10, 8)
+        assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [
+            (902, 3),
+            (a.producer_id, 5),
+        ]
+        assert [o for o, _ in data_values(committed.records)] == [0, 1, 2, 3, 5]
+        uncommitted = fetch(broker.bootstrap, topic, READ_UNCOMMITTED)
+        assert uncommitted.last_stable_offset == 8 and uncommitted.aborted_transactions is None
+        assert [o for o, _ in data_values(uncommitted.records)] == [0, 1, 2, 3, 5, 8, 9]
+        assert latest(broker.bootstrap, topic, READ_COMMITTED) == 8
+        assert latest(broker.bootstrap, topic, READ_UNCOMMITTED) == 10
+        # a read from past the aborted transactions does not list them
+        later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
+        assert later.aborted_transactions == [] and data_values(later.records) == []
+        c_.end(commit=True)
+        assert latest(broker.bootstrap, topic, READ_COMMITTED) == 11
+        later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
+        assert later.last_stable_offset == 11
+        assert data_values(later.records) == [(8, b"c1"), (9, b"p1")]
+        # Fetch v4 carries the LSO too
+        assert fetch(broker.bootstrap, topic, READ_COMMITTED, version=4).last_stable_offset == 11
 
 
 def test_read_committed_long_poll_wakes_when_the_lso_moves(
@@ -281,15 +395,16 @@ def test_read_committed_long_poll_wakes_when_the_lso_moves(
 ) -> None:
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as c:
-        assert txn_produce(c, topic, 21, 0, [b"x"]).error_code == 0
+        producer = Coordinated(c, f"{topic}-p")
+        assert producer.produce(topic, [b"x"]).error_code == 0
         request = fetch_request(topic, READ_COMMITTED, max_wait_ms=20_000, min_bytes=1)
         with RawClient(broker.bootstrap) as waiting:
             correlation_id = waiting.send(request, 12)
             # the open transaction's data does not answer the poll...
-            assert txn_produce(c, topic, 21, 1, [b"y"]).error_code == 0
+            assert producer.produce(topic, [b"y"]).error_code == 0
             started = time.monotonic()
             # ...its COMMIT does, at once
-            assert write_markers(c, [(21, 0, 0, True, {topic: [0]})]) == {(21, topic, 0): 0}
+            producer.end(commit=True)
             response = waiting.receive(FetchRequest, 12, correlation_id)
             assert time.monotonic() - started < 10
     (p,) = response.responses[0].partitions

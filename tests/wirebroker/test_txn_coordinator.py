@@ -12,10 +12,11 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from tests.wirebroker.helpers import trio_clock
@@ -82,6 +83,14 @@ async def begin(broker: Broker, tid: str, timeout_ms: int = 60_000) -> tuple[int
     assert result.error == E.NONE
     pid, epoch = result.producer_id, result.producer_epoch
     assert await broker.transactions.add_partitions(tid, pid, epoch, frozenset({TP})) == E.NONE
+    partition = broker.partition("t", 0)
+    assert partition is not None
+    partition.append_to_leader(txn_batch(broker, pid, epoch), broker.now_ms())
+    return pid, epoch
+
+
+def txn_batch(broker: Broker, pid: int, epoch: int) -> memoryview:
+    """The producer's first transactional batch (one record, sequence 0)."""
     batch = build_record_batch(
         [SimpleRecord(b"k", b"v", (), broker.now_ms())],
         producer_id=pid,
@@ -89,10 +98,7 @@ async def begin(broker: Broker, tid: str, timeout_ms: int = 60_000) -> tuple[int
         base_sequence=0,
         is_transactional=True,
     )
-    partition = broker.partition("t", 0)
-    assert partition is not None
-    partition.append_to_leader(memoryview(bytearray(batch)), broker.now_ms())
-    return pid, epoch
+    return memoryview(bytearray(batch))
 
 
 def ongoing(broker: Broker, pid: int) -> bool:
@@ -255,5 +261,62 @@ def test_an_exhausted_epoch_gets_a_new_producer_id(tmp_path: Path) -> None:
             assert (again.error, again.producer_id) == (E.NONE, rotated.producer_id)
             stale = await coordinator.init_producer_id("old", 60_000, (first.producer_id, 5))
             assert stale.error == E.PRODUCER_FENCED
+
+    run(test)
+
+
+def test_verify_partitions(tmp_path: Path) -> None:
+    """What AddPartitionsToTxn v4+ `verify_only` answers (brokers ask it; on the wire only a
+    cluster's inter-broker listener takes it): NONE for a partition in the transaction,
+    TRANSACTION_ABORTABLE for one that is not, the id's error for the others."""
+
+    async def test() -> None:
+        async with running(tmp_path) as broker:
+            pid, epoch = await begin(broker, "v")
+            other = TopicPartition("t", 1)
+            answers = broker.transactions.verify_partitions("v", pid, epoch, [TP, other])
+            assert answers == {TP: E.NONE, other: E.TRANSACTION_ABORTABLE}
+            unknown = broker.transactions.verify_partitions("unknown-id", pid, epoch, [TP])
+            assert unknown == {TP: E.INVALID_PRODUCER_ID_MAPPING}
+            fenced = broker.transactions.verify_partitions("v", pid, epoch + 1, [TP])
+            assert fenced == {TP: E.PRODUCER_FENCED}
+
+    run(test)
+
+
+def test_a_marker_landing_during_verification_voids_it(tmp_path: Path) -> None:
+    """Kafka's verification guard, with the broker's own parts: a transactional batch whose
+    verification was answered before its transaction ended (the coordinator's ABORT marker
+    landed meanwhile, as when a remote coordinator is slow to answer) is refused, and no
+    transaction is left open; a batch verified afterwards is refused by the coordinator."""
+
+    async def test() -> None:
+        async with running(tmp_path) as broker:
+            broker.create_topic("t", 1, 1, {})
+            coordinator = broker.transactions
+            init = await coordinator.init_producer_id("guarded", 60_000, None)
+            pid, epoch = init.producer_id, init.producer_epoch
+            assert (
+                await coordinator.add_partitions("guarded", pid, epoch, frozenset({TP})) == E.NONE
+            )
+            writer = TransactionalWriter(broker, "guarded", pid, epoch, abortable_ok=True)
+            verified = await writer.verify({TP: 0})
+            assert verified.errors == {}  # in the transaction: verified, guard taken
+            # the producer aborts (or the transaction times out) before its batch is appended
+            assert await coordinator.end_transaction("guarded", pid, epoch, False) == E.NONE
+            await until(lambda: state_of(broker, "guarded") == TxnState.COMPLETE_ABORT)
+            partition = broker.partition("t", 0)
+            assert partition is not None
+            end = partition.log_end_offset  # the ABORT marker
+            with pytest.raises(KafkaError) as refused:
+                partition.append_to_leader(
+                    txn_batch(broker, pid, epoch),
+                    broker.now_ms(),
+                    verification_guard=verified.guard(TP),
+                )
+            assert refused.value.error_code == E.INVALID_TXN_STATE
+            assert partition.log_end_offset == end and not ongoing(broker, pid)
+            again = await writer.verify({TP: 0})  # the retry: no longer in a transaction
+            assert again.errors == {TP: E.TRANSACTION_ABORTABLE}
 
     run(test)

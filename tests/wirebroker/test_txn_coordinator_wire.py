@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from protocol.messages.list_transactions import ListTransactionsRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from protocol.record_batch import SimpleRecord
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, broker_process
 from wirebroker.coordinator_store import partition_for
 
 from .helpers import RawClient, create_topic, end_offset, produce_request
@@ -111,8 +112,11 @@ def txn_produce(
     return c.request(request, version).responses[0].partition_responses[0]
 
 
-def test_find_coordinator_for_transactions(broker: BrokerProcess, tid: str) -> None:
-    with RawClient(broker.bootstrap) as c:
+def test_find_coordinator_for_transactions(tmp_path: Path, tid: str) -> None:
+    with broker_process(tmp_path) as broker, RawClient(broker.bootstrap) as c:
+        # the first lookup creates __transaction_state and, as on Kafka, is asked again
+        first = c.request(FindCoordinatorRequest(key=tid, key_type=1), 3)
+        assert (first.error_code, first.node_id) == (E.COORDINATOR_NOT_AVAILABLE, -1)
         for version in (1, 2, 3):  # v0 has no key type: groups only
             r = c.request(FindCoordinatorRequest(key=tid, key_type=1), version)
             assert (r.error_code, r.port) == (E.NONE, broker.port), version
@@ -121,7 +125,7 @@ def test_find_coordinator_for_transactions(broker: BrokerProcess, tid: str) -> N
             found = c.request(request, version).coordinators
             assert [x.error_code for x in found] == [E.NONE, E.NONE, E.INVALID_REQUEST]
             assert found[0].port == broker.port
-    assert end_offset(broker.bootstrap, TXN_TOPIC, 49) == 0  # created, 50 partitions
+        assert end_offset(broker.bootstrap, TXN_TOPIC, 49) == 0  # created, 50 partitions
 
 
 def test_init_producer_id(broker: BrokerProcess, tid: str) -> None:
@@ -261,52 +265,38 @@ def test_transactional_produce_is_verified(broker: BrokerProcess, topic: str, ti
         assert end_offset(broker.bootstrap, topic) == 2  # the batch and its marker
 
 
-def test_verify_only_add_partitions(broker: BrokerProcess, topic: str, tid: str) -> None:
+def test_verify_only_add_partitions_come_only_from_brokers(
+    broker: BrokerProcess, topic: str, tid: str
+) -> None:
+    """AddPartitionsToTxn v4+ (KIP-890 verification between brokers) acts as a broker: the
+    embedded broker has none, so it is CLUSTER_AUTHORIZATION_FAILED as a whole and adds
+    nothing (what it answers a broker: test_txn_coordinator.py, tests/cluster)."""
     create_topic(broker.bootstrap, topic, 2)
     with RawClient(broker.bootstrap) as c:
         pid = init(c, tid).producer_id
         assert add(c, tid, pid, 0, {topic: [0]}) == {(topic, 0): E.NONE}
-        request = AddPartitionsToTxnRequest(
-            transactions=[
-                AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
-                    transactional_id=tid,
-                    producer_id=pid,
-                    producer_epoch=0,
-                    verify_only=True,
-                    topics=[
-                        AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
-                            name=topic, partitions=[0, 1]
-                        )
-                    ],
-                ),
-                AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
-                    transactional_id="unknown-id",
-                    producer_id=pid,
-                    producer_epoch=0,
-                    verify_only=True,
-                    topics=[
-                        AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
-                            name=topic, partitions=[0]
-                        )
-                    ],
-                ),
-            ]
-        )
         before = state_end(broker.bootstrap, tid)
-        for version in (4, 5):
-            response = c.request(request, version)
-            got = {
-                (r.transactional_id, p.partition_index): p.partition_error_code
-                for r in response.results_by_transaction
-                for t in r.topic_results
-                for p in t.results_by_partition
-            }
-            assert got == {
-                (tid, 0): E.NONE,
-                (tid, 1): E.TRANSACTION_ABORTABLE,
-                ("unknown-id", 0): E.INVALID_PRODUCER_ID_MAPPING,
-            }
-        assert state_end(broker.bootstrap, tid) == before  # verifying adds nothing
+        for verify_only in (True, False):
+            request = AddPartitionsToTxnRequest(
+                transactions=[
+                    AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+                        transactional_id=tid,
+                        producer_id=pid,
+                        producer_epoch=0,
+                        verify_only=verify_only,
+                        topics=[
+                            AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                                name=topic, partitions=[0, 1]
+                            )
+                        ],
+                    )
+                ]
+            )
+            for version in (4, 5):
+                response = c.request(request, version)
+                assert response.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+                assert response.results_by_transaction == []
+        assert state_end(broker.bootstrap, tid) == before
         assert [(t.topic, t.partitions) for t in describe(c, tid).topics] == [(topic, [0])]
 
 

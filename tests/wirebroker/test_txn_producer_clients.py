@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -37,13 +38,19 @@ def producer(broker: BrokerProcess, tid: str, **extra: object) -> Producer:
 
 
 def read_committed(
-    bootstrap: str, topic: str, partitions: int, count: int, timeout: float = TIMEOUT
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    count: int,
+    timeout: float = TIMEOUT,
+    config: dict[str, Any] | None = None,
 ) -> list[bytes]:
     """Everything a read_committed consumer reads from `topic`, once it has `count` values and
     stands at the end (the last stable offset) of every partition, so that anything more
-    would show."""
+    would show. `config`: more consumer settings (a login)."""
     c = Consumer(
         {
+            **(config or {}),
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{uuid.uuid4().hex[:6]}",
             "isolation.level": "read_committed",

@@ -49,6 +49,8 @@ import trio
 
 from protocol.errors import ErrorCode
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
+from protocol.record_batch import NO_SEQUENCE
+from storage.producer_state import VerificationGuard
 from wirebroker.coordinator_store import (
     WRITTEN,
     CoordinatorStore,
@@ -99,8 +101,10 @@ class GroupCoordinator:
         #: Per group, the log offset of the commit each partition's offset came from: a commit
         #: acknowledged after a later one must not overwrite it.
         self._commit_positions: dict[str, dict[tuple[str, int], int]] = {}
-        #: Per group, commits written but not yet durable: expiry leaves such a group alone.
-        self._pending_commits: Counter[str] = Counter()
+        #: Per group, the partitions of commits written but not yet durable, each with how
+        #: many (Kafka's pendingOffsetCommits): OffsetFetch `require_stable` calls them
+        #: unstable, and expiry leaves such a group alone.
+        self._pending_commits: dict[str, Counter[tuple[str, int]]] = {}
         #: Offsets committed in transactions that have not ended yet.
         self.txn_offsets = PendingTxnOffsets()
         self._joins: dict[tuple[str, str], _Waiter[JoinResult]] = {}
@@ -292,7 +296,7 @@ class GroupCoordinator:
         check, so that no tombstone lands behind a commit it would undo."""
         expired = removed = 0
         for group in list(self.groups.values()):
-            if self._pending_commits[group.group_id]:
+            if group.group_id in self._pending_commits:
                 continue
             gone = group.expire_offsets(now, self.retention_ms)
             expired += len(gone)
@@ -381,9 +385,11 @@ class GroupCoordinator:
         kvs: list[tuple[bytes, bytes | None]],
         *,
         producer: tuple[int, int] | None = None,
+        guard: VerificationGuard | None = None,
     ) -> Write:
         """Append to the group's partition (creating the topic on first use, embedded); with
-        `producer` (id, epoch) as that producer's transactional batch."""
+        `producer` (id, epoch) as that producer's transactional batch, bringing KIP-890's
+        `guard`."""
         if not self.broker.cluster_mode:
             self.ensure_topic()
         return self.store.append(
@@ -392,6 +398,7 @@ class GroupCoordinator:
             self.broker.now_ms(),
             f"group {group_id}",
             producer=producer,
+            verification_guard=guard,
         )
 
     async def join(
@@ -589,13 +596,18 @@ class GroupCoordinator:
             accepted.append((topic, partition, committed))
         if not kvs:
             return ErrorCode.NONE, codes
-        self._pending_commits[group_id] += 1
+        in_flight = [(topic, partition) for topic, partition, _ in accepted]
+        pending = self._pending_commits.setdefault(group_id, Counter())
+        pending.update(in_flight)
         try:
             write = self._append(group_id, kvs)
             stored = _offset_store_error(await self.store.stored(write))
         finally:
-            self._pending_commits[group_id] -= 1
-            if not self._pending_commits[group_id]:
+            pending.subtract(in_flight)
+            for tp in in_flight:
+                if pending[tp] <= 0:
+                    del pending[tp]
+            if not pending and self._pending_commits.get(group_id) is pending:
                 del self._pending_commits[group_id]
         if stored != ErrorCode.NONE:
             return ErrorCode.NONE, [stored if c == ErrorCode.NONE else c for c in codes]
@@ -659,10 +671,10 @@ class GroupCoordinator:
         if (error := self.coordinator_error(group_id)) != ErrorCode.NONE:
             return [error] * count
         self._group(group_id, create=True)
-        index = self.partition_of(group_id)
-        unverified = await txn.verify([TopicPartition(OFFSETS_TOPIC, index)])
-        if unverified:
-            (error,) = unverified.values()
+        offsets_tp = TopicPartition(OFFSETS_TOPIC, self.partition_of(group_id))
+        verified = await txn.verify({offsets_tp: NO_SEQUENCE})
+        if verified.errors:
+            (error,) = verified.errors.values()
             return [_txn_offset_store_error(error)] * count
         group = self.groups.get(group_id)
         if group is None:  # unloaded while verifying
@@ -689,6 +701,7 @@ class GroupCoordinator:
                 for (t, p), c in accepted.items()
             ],
             producer=(producer_id, txn.producer_epoch),
+            guard=verified.guard(offsets_tp),
         )
         stored = _txn_offset_store_error(await self.store.stored(write))
         if stored != ErrorCode.NONE:
@@ -721,8 +734,11 @@ class GroupCoordinator:
             )
 
     def unstable(self, group_id: str, tp: tuple[str, int]) -> bool:
-        """Whether an open transaction holds an offset of `tp` for the group."""
-        return self.txn_offsets.has_pending(group_id, tp)
+        """Whether an offset of `tp` for the group is not settled: a commit of it is being
+        written, or an open transaction holds one (Kafka's
+        hasPendingOffsetCommitsForTopicPartition)."""
+        pending = self._pending_commits.get(group_id)
+        return (pending is not None and tp in pending) or self.txn_offsets.has_pending(group_id, tp)
 
 
 def _offset_value(committed: CommittedOffset) -> OffsetCommitValue:

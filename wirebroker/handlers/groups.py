@@ -5,7 +5,9 @@ DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
   when embedded; in a cluster, with the leader of the key's `__consumer_offsets` (group) or
   `__transaction_state` (transaction) partition, COORDINATOR_NOT_AVAILABLE while it has none.
   Other key types get INVALID_REQUEST. v4+ batches keys. A lookup creates the topic on first
-  use, as Kafka does.
+  use, as Kafka does; the lookup of a transactional id that creates `__transaction_state`
+  answers COORDINATOR_NOT_AVAILABLE, as Kafka's (clients ask again). Difference from Kafka:
+  the lookup of a group that creates `__consumer_offsets` embedded answers at once.
 - JoinGroup v0-9: v0 has no rebalance timeout (the session timeout is used, as Kafka does);
   v4+ requires a known member id (KIP-394, MEMBER_ID_REQUIRED); v5+ static membership; v9
   `skip_assignment` is set for a static leader rejoining a stable group (before v9 that leader
@@ -135,8 +137,8 @@ async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
         if not broker.cluster_mode:
             if key_type == GROUP_KEY:
                 broker.groups.ensure_topic()
-            else:
-                broker.transactions.state.ensure_topic()
+            elif broker.transactions.state.ensure_topic():
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE  # as Kafka, while it creates it
         return ErrorCode.NONE
     if await cluster.topic_assignment(name) is not None:
         return ErrorCode.NONE

@@ -7,7 +7,8 @@
   verbatim (null is stored as ""), up to `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v0-9: v0 reads the same store (Kafka v0 read ZooKeeper); v2+ `topics` null means
   every committed partition; v7+ `require_stable` answers UNSTABLE_OFFSET_COMMIT for a
-  partition an open transaction committed an offset for (TxnOffsetCommit); v8+ batches groups. v9's member id and
+  partition whose offset is not settled: an open transaction committed one (TxnOffsetCommit),
+  or a commit of it is still being written (Kafka's pending offset commits); v8+ batches groups. v9's member id and
   epoch belong to the consumer (KIP-848) protocol and are ignored for classic groups.
 - OffsetDelete v0: refused with GROUP_SUBSCRIBED_TO_TOPIC per partition for topics the group's
   consumers still subscribe to, as Kafka does.
@@ -236,8 +237,8 @@ def _lookup(
 ) -> Iterable[tuple[str, list[Row]]]:
     """(topic, rows) for the requested partitions, or for every committed one if `wanted` is
     None; a partition without a commit answers offset -1 and metadata "". With
-    `require_stable`, a partition an open transaction committed an offset for answers
-    UNSTABLE_OFFSET_COMMIT (offset -1), as Kafka."""
+    `require_stable`, a partition whose offset is not settled (`GroupCoordinator.unstable`)
+    answers UNSTABLE_OFFSET_COMMIT (offset -1), as Kafka."""
     groups = ctx.broker.groups
     offsets = groups.fetch(group_id)
 

@@ -37,9 +37,10 @@ transactional batch of a producer with no transaction going on in the partition 
 with the transaction's coordinator (`wirebroker.txn.verification`): a partition that is not in
 the transaction is INVALID_TXN_STATE (v11: TRANSACTION_ABORTABLE), a coordinator that cannot say
 NOT_ENOUGH_REPLICAS (retriable), a fenced producer INVALID_PRODUCER_EPOCH; a request whose
-transactional batches carry two producer ids is INVALID_PRODUCER_ID_MAPPING. Differences from
-Kafka: no verification guard -- a marker that lands while a remote coordinator is being asked
-is not noticed (the append checks the producer epoch, which a coordinator's abort bumps).
+transactional batches carry two producer ids is INVALID_PRODUCER_ID_MAPPING. The append then
+brings the verification's guard: if a marker of the producer landed while the coordinator was
+asked, the batch is INVALID_TXN_STATE ("Record was not part of an ongoing transaction"), as
+Kafka's verification guard has it.
 """
 
 from __future__ import annotations
@@ -57,13 +58,14 @@ from storage.errors import (
     InvalidTxnStateError,
     OutOfOrderSequenceError,
 )
+from storage.producer_state import VerificationGuard
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.delayed_produce import await_replication, replicated
 from wirebroker.dispatch import CloseConnection, Later, RequestContext, handles
 from wirebroker.metrics import BrokerStats
 from wirebroker.partition import Partition, TopicPartition
 from wirebroker.quotas import throttle
-from wirebroker.txn.verification import TransactionalWriter
+from wirebroker.txn.verification import OFF, TransactionalWriter, Verified
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     writable = ctx.authorized(
         AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data)
     )
-    unverified = await _verify(ctx, request, writable) if acks_valid and not refused else {}
+    verified = await _verify(ctx, request, writable) if acks_valid and not refused else OFF
     waiting: Waiting = []
     topics = []
     for topic in request.topic_data:
@@ -105,11 +107,12 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             if topic.name not in writable:
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
-            rejected = unverified.get(TopicPartition(topic.name, data.index))
+            tp = TopicPartition(topic.name, data.index)
+            rejected = verified.errors.get(tp)
             if rejected is not None:
-                result.error_code, result.error_message = rejected
+                result.error_code, result.error_message = _verification_answer(rejected)
                 continue
-            appended = _append(ctx, topic.name, data, result, request.acks)
+            appended = _append(ctx, topic.name, data, result, request.acks, verified.guard(tp))
             if appended is not None and request.acks == -1:
                 waiting.append((*appended, result))
         topics.append(
@@ -139,25 +142,24 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     return response
 
 
-async def _verify(
-    ctx: RequestContext, request: ProduceRequest, writable: set[str]
-) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
-    """KIP-890 part 1: the partitions (of the `writable` topics) whose transactional batch may
-    not start a transaction there (not added to it), with the error and message Kafka's
-    ReplicaManager gives."""
+async def _verify(ctx: RequestContext, request: ProduceRequest, writable: set[str]) -> Verified:
+    """KIP-890 part 1: which partitions (of the `writable` topics) may not get their
+    transactional batch (not added to the transaction), and the guards of the others."""
     if request.transactional_id is None:
-        return {}
+        return OFF
     batches: dict[TopicPartition, tuple[int, int]] = {}
+    sequences: dict[TopicPartition, int] = {}
     for topic in request.topic_data:
         if topic.name not in writable:
             continue
         for data in topic.partition_data:
             producer = _transactional_producer(data.records)
             if producer is not None:
-                batches[TopicPartition(topic.name, data.index)] = producer
+                tp = TopicPartition(topic.name, data.index)
+                batches[tp], sequences[tp] = producer[:2], producer[2]
     producers = set(batches.values())
     if not producers:
-        return {}
+        return OFF
     if len(producers) > 1:
         raise KafkaError(
             "transactional records contained more than one producer id",
@@ -167,18 +169,17 @@ async def _verify(
     writer = TransactionalWriter(
         ctx.broker, request.transactional_id, producer_id, epoch, abortable_ok=ctx.api_version >= 11
     )
-    errors = await writer.verify(list(batches))
-    return {tp: _verification_answer(error) for tp, error in errors.items()}
+    return await writer.verify(sequences)
 
 
-def _transactional_producer(records: memoryview | None) -> tuple[int, int] | None:
-    """(producer id, epoch) of the first transactional batch in `records`, if any."""
+def _transactional_producer(records: memoryview | None) -> tuple[int, int, int] | None:
+    """(producer id, epoch, base sequence) of the first transactional batch in `records`."""
     if records is None:
         return None
     try:
         for batch in iter_batches(records):
             if isinstance(batch, RecordBatchView) and batch.is_transactional:
-                return batch.producer_id, batch.producer_epoch
+                return batch.producer_id, batch.producer_epoch, batch.base_sequence
     except ProtocolError:
         pass  # the append reports it
     return None
@@ -255,9 +256,11 @@ def _append(
     topic: str,
     data: ProduceRequest.PartitionProduceData,
     result: PartitionResponse,
-    acks: int = 1,
+    acks: int,
+    guard: VerificationGuard | None,
 ) -> tuple[Partition, int] | None:
-    """Append one partition's batch; (partition, offset the high watermark must reach)."""
+    """Append one partition's batch (bringing KIP-890's `guard`); (partition, offset the high
+    watermark must reach)."""
     broker = ctx.broker
     partition = broker.partition(topic, data.index)
     if partition is None:
@@ -272,7 +275,9 @@ def _append(
         result.error_message = "the produce request carries no records"
         return None
     try:
-        info = partition.append_to_leader(records, ctx.broker.now_ms(), acks)
+        info = partition.append_to_leader(
+            records, ctx.broker.now_ms(), acks, verification_guard=guard
+        )
     except KafkaError as e:
         if e.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
             broker.log_manager.handle_log_error(topic, data.index, e)

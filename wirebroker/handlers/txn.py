@@ -21,13 +21,20 @@ WriteTxnMarkers in `write_txn_markers`.)
 - DescribeTransactions v0, ListTransactions v0-1 (state and producer-id filters, v1 the
   duration filter).
 
-Differences from Kafka: authorization (TRANSACTIONAL_ID, GROUP, TOPIC, CLUSTER_ACTION) is not
-checked here yet.
+Authorization, as Kafka 3.9's KafkaApis: AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn and
+TxnOffsetCommit need WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+for the whole transaction); AddPartitionsToTxn v0-3 then WRITE on each topic (internal topics
+are never granted: TOPIC_AUTHORIZATION_FAILED, and the others OPERATION_NOT_ATTEMPTED), v4+
+comes from brokers and needs to be acting as one (`require_cluster_action`); AddOffsetsToTxn
+and TxnOffsetCommit READ on the group (GROUP_AUTHORIZATION_FAILED), TxnOffsetCommit READ on
+each topic (TOPIC_AUTHORIZATION_FAILED for its partitions). DescribeTransactions needs DESCRIBE
+on each id and leaves out the topics the client may not DESCRIBE; ListTransactions leaves out
+the ids the client may not DESCRIBE.
 """
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
 from protocol.messages.add_partitions_to_txn import (
     AddPartitionsToTxnRequest,
@@ -40,16 +47,22 @@ from protocol.messages.describe_transactions import (
 from protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
 from protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.group.state import CommittedOffset
 from wirebroker.handlers.offsets import partition_known
 from wirebroker.partition import TopicPartition
+from wirebroker.topics import INTERNAL_TOPICS
 from wirebroker.txn.verification import TransactionalWriter
 
 Txn = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
 TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
+
+
+WRITE, READ, DESCRIBE = AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE
+TOPIC, GROUP, TXN_ID = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
 
 
 def _fenced(error: ErrorCode, version: int, first_version: int) -> ErrorCode:
@@ -71,6 +84,10 @@ async def add_partitions_to_txn(
             topics=request.v3_and_below_topics,
         )
         return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=await _add(ctx, txn))
+    try:  # v4+ batches come from brokers (KIP-890 verification)
+        ctx.require_cluster_action()
+    except KafkaError as e:
+        return AddPartitionsToTxnResponse(error_code=e.error_code)
     results = []
     for txn in request.transactions:
         results.append(
@@ -87,16 +104,26 @@ async def _add(ctx: RequestContext, txn: Txn) -> list[TopicResult]:
     for topic in txn.topics:
         for index in topic.partitions:
             wanted[TopicPartition(topic.name, index)] = None
-    missing = {tp for tp in wanted if not partition_known(ctx, tp.topic, tp.partition)}
+    from_client = ctx.api_version < 4  # v4+ was authorized as a whole (a broker)
+    if from_client and not ctx.authorize(WRITE, TXN_ID, txn.transactional_id):
+        return _by_topic(
+            wanted, dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        )
+    writable = (  # each topic decided once, logged with how many partitions named it (Kafka's)
+        ctx.authorized(WRITE, TOPIC, (tp.topic for tp in wanted if tp.topic not in INTERNAL_TOPICS))
+        if from_client
+        else {tp.topic for tp in wanted}
+    )
+    failed: dict[TopicPartition, ErrorCode] = {}
+    for tp in wanted:
+        if tp.topic not in writable:
+            failed[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif not partition_known(ctx, tp.topic, tp.partition):
+            failed[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     coordinator = ctx.broker.transactions
     errors: dict[TopicPartition, ErrorCode]
-    if missing:
-        errors = {
-            tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            if tp in missing
-            else ErrorCode.OPERATION_NOT_ATTEMPTED
-            for tp in wanted
-        }
+    if failed:  # one failed partition fails the transaction's request: nothing is added
+        errors = {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     elif txn.verify_only:
         errors = coordinator.verify_partitions(
             txn.transactional_id, txn.producer_id, txn.producer_epoch, list(wanted)
@@ -106,6 +133,12 @@ async def _add(ctx: RequestContext, txn: Txn) -> list[TopicResult]:
             txn.transactional_id, txn.producer_id, txn.producer_epoch, frozenset(wanted)
         )
         errors = dict.fromkeys(wanted, _fenced(error, ctx.api_version, 2))
+    return _by_topic(wanted, errors)
+
+
+def _by_topic(
+    wanted: dict[TopicPartition, None], errors: dict[TopicPartition, ErrorCode]
+) -> list[TopicResult]:
     by_topic: dict[str, list[PartitionResult]] = {}
     for tp in wanted:
         by_topic.setdefault(tp.topic, []).append(
@@ -118,6 +151,10 @@ async def _add(ctx: RequestContext, txn: Txn) -> list[TopicResult]:
 async def add_offsets_to_txn(
     ctx: RequestContext, request: AddOffsetsToTxnRequest
 ) -> AddOffsetsToTxnResponse:
+    if not ctx.authorize(WRITE, TXN_ID, request.transactional_id):
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not ctx.authorize(READ, GROUP, request.group_id):
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     broker = ctx.broker
     if not broker.cluster_mode:
         broker.groups.ensure_topic()  # its partition must exist when the markers are written
@@ -133,6 +170,8 @@ async def add_offsets_to_txn(
 
 @handles(EndTxnRequest, (0, 4))
 async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    if not ctx.authorize(WRITE, TXN_ID, request.transactional_id):
+        return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     error = await ctx.broker.transactions.end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed
     )
@@ -144,13 +183,22 @@ async def txn_offset_commit(
     ctx: RequestContext, request: TxnOffsetCommitRequest
 ) -> TxnOffsetCommitResponse:
     broker = ctx.broker
+    if not ctx.authorize(WRITE, TXN_ID, request.transactional_id):
+        return _txn_offset_commit_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not ctx.authorize(READ, GROUP, request.group_id):
+        return _txn_offset_commit_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    readable = ctx.authorized(READ, TOPIC, (t.name for t in request.topics))
     now = broker.now_ms()
     results: dict[tuple[str, int], ErrorCode] = {}
     wanted: list[tuple[str, int, CommittedOffset]] = []
     for topic in request.topics:
         for p in topic.partitions:
+            key = (topic.name, p.partition_index)
+            if topic.name not in readable:
+                results[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not partition_known(ctx, topic.name, p.partition_index):
-                results[(topic.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             committed = CommittedOffset(
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", now
@@ -176,6 +224,13 @@ async def txn_offset_commit(
             if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and ctx.api_version < 2:
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE
             results[(topic_name, index)] = code
+    return _txn_offset_commit_response(request, results)
+
+
+def _txn_offset_commit_response(
+    request: TxnOffsetCommitRequest, errors: ErrorCode | dict[tuple[str, int], ErrorCode]
+) -> TxnOffsetCommitResponse:
+    """Every partition of the request with its error (one for all, or each its own)."""
     return TxnOffsetCommitResponse(
         topics=[
             TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(
@@ -183,7 +238,9 @@ async def txn_offset_commit(
                 partitions=[
                     TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(
                         partition_index=p.partition_index,
-                        error_code=results[(topic.name, p.partition_index)],
+                        error_code=errors
+                        if isinstance(errors, ErrorCode)
+                        else errors[(topic.name, p.partition_index)],
                     )
                     for p in topic.partitions
                 ],
@@ -197,19 +254,31 @@ async def txn_offset_commit(
 async def describe_transactions(
     ctx: RequestContext, request: DescribeTransactionsRequest
 ) -> DescribeTransactionsResponse:
-    return DescribeTransactionsResponse(
-        transaction_states=[
-            ctx.broker.transactions.describe(tid) for tid in request.transactional_ids
-        ]
-    )
+    states = []
+    for tid in request.transactional_ids:
+        if ctx.authorize(DESCRIBE, TXN_ID, tid):
+            state = ctx.broker.transactions.describe(tid)
+            state.topics = [t for t in state.topics if ctx.authorize(DESCRIBE, TOPIC, t.topic)]
+        else:
+            state = DescribeTransactionsResponse.TransactionState(
+                transactional_id=tid, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            )
+        states.append(state)
+    return DescribeTransactionsResponse(transaction_states=states)
 
 
 @handles(ListTransactionsRequest, (0, 1))
 async def list_transactions(
     ctx: RequestContext, request: ListTransactionsRequest
 ) -> ListTransactionsResponse:
-    return ctx.broker.transactions.list_transactions(
+    response = ctx.broker.transactions.list_transactions(
         set(request.producer_id_filters),
         set(request.state_filters),
         request.duration_filter if ctx.api_version >= 1 else -1,
     )
+    response.transaction_states = [
+        s
+        for s in response.transaction_states
+        if ctx.authorize(DESCRIBE, TXN_ID, s.transactional_id)
+    ]
+    return response

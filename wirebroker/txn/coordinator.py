@@ -387,13 +387,14 @@ class TransactionCoordinator:
                         transit.producer_epoch,
                     )
             return error
-        return self._send_markers(transactional_id, coordinator_epoch, producer_id, commit)
+        return await self._send_markers(transactional_id, coordinator_epoch, producer_id, commit)
 
-    def _send_markers(
+    async def _send_markers(
         self, transactional_id: str, coordinator_epoch: int, producer_id: int, commit: bool
     ) -> ErrorCode:
         """The Prepare record is durable: hand the transaction to the marker sender, unless it
-        changed meanwhile (Kafka's sendTxnMarkersCallback)."""
+        changed meanwhile (Kafka's sendTxnMarkersCallback). On the embedded broker its markers
+        and Complete record are written before this returns (`MarkerSender.complete_at_once`)."""
         found = self.state.lookup(transactional_id)
         if found.error != ErrorCode.NONE:
             return found.error
@@ -408,7 +409,7 @@ class TransactionCoordinator:
         if metadata.state != wanted:
             return self._invalid(metadata, commit)
         transit = metadata.prepare_complete(self.broker.now_ms())
-        self.markers.add(coordinator_epoch, commit, metadata, transit)
+        await self.markers.complete_at_once(coordinator_epoch, commit, metadata, transit)
         return ErrorCode.NONE
 
     @staticmethod

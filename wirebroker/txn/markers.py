@@ -19,6 +19,13 @@ When the last partition has its marker, CompleteCommit or CompleteAbort is writt
 write finds too few replicas it is tried again, and a coordinator that lost the partition
 leaves it to the next one (which completes it after loading). Nothing here answers a client:
 EndTxn was answered when the Prepare record became durable.
+
+The embedded broker leads every partition and its appends are replicated at once, so there
+`complete_at_once` writes the markers and the Complete record in the caller's task (the
+EndTxn's), with no request, no task switch and no wait: the client's next AddPartitionsToTxn
+then finds the transaction complete instead of answering CONCURRENT_TRANSACTIONS, which
+clients retry only after a backoff (Kafka answers EndTxn before its markers are written; here
+the answer comes a few appends later, after the Complete record).
 """
 
 from __future__ import annotations
@@ -36,7 +43,13 @@ from wirebroker.partition import TopicPartition
 from wirebroker.peer import PeerClient, PeerError
 from wirebroker.txn.state import TransactionMetadata, TxnTransit
 from wirebroker.txn.state_manager import TransactionStateManager
-from wirebroker.txn_markers import MarkerEntry, write_txn_markers
+from wirebroker.txn_markers import (
+    MarkerEntry,
+    append_markers,
+    complete,
+    complete_now,
+    write_txn_markers,
+)
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -123,6 +136,42 @@ class MarkerSender:
     ) -> None:
         """Write the markers of `metadata`'s transaction, then `transit` (Kafka's
         addTxnMarkersToSend)."""
+        completion = self._pending(coordinator_epoch, commit, metadata, transit)
+        self._enqueue(completion, set(metadata.partitions))
+        self._maybe_complete(completion.transactional_id)
+
+    async def complete_at_once(
+        self,
+        coordinator_epoch: int,
+        commit: bool,
+        metadata: TransactionMetadata,
+        transit: TxnTransit,
+    ) -> None:
+        """`add`; on the embedded broker the markers and then `transit` are written in this
+        task before it returns (see the module doc). Whatever cannot be done at once (a
+        marker refused for a retriable reason) is left to the sender task, as after `add`."""
+        if self.broker.cluster_mode:
+            self.add(coordinator_epoch, commit, metadata, transit)
+            return
+        completion = self._pending(coordinator_epoch, commit, metadata, transit)
+        entry = Entry(completion, set(metadata.partitions))
+        write = append_markers(self.broker, _marker(entry), sorted(entry.partitions, key=_key))
+        if not complete_now(self.broker, [write]):
+            await complete(self.broker, [write], self.timeout_s)
+        self._handle(self.broker.node_id, entry, write.errors)
+        tid = completion.transactional_id
+        if self.pending.get(tid) is completion and not metadata.partitions:
+            del self.pending[tid]
+            await self._write_completion(completion)
+
+    def _pending(
+        self,
+        coordinator_epoch: int,
+        commit: bool,
+        metadata: TransactionMetadata,
+        transit: TxnTransit,
+    ) -> Completion:
+        """A new completion for `metadata`'s transaction, replacing any pending one."""
         tid = metadata.transactional_id
         completion = Completion(
             tid,
@@ -132,12 +181,10 @@ class MarkerSender:
             commit,
             self.state.partition_for(tid),
         )
-        previous = self.pending.get(tid)
-        if previous is not None:
+        if self.pending.get(tid) is not None:
             log.info("transactional id %s: replacing its pending markers", tid)
         self.pending[tid] = completion
-        self._enqueue(completion, set(metadata.partitions))
-        self._maybe_complete(tid)
+        return completion
 
     def _enqueue(self, completion: Completion, partitions: set[TopicPartition]) -> None:
         """Queue markers for each partition's current leader (Kafka's
@@ -265,6 +312,7 @@ class MarkerSender:
         else:
             for entry, errors in zip(entries, answers, strict=True):
                 self._handle(broker_id, entry, errors)
+                self._maybe_complete(entry.completion.transactional_id)
         finally:
             destination.in_flight = False
             self._wake.set()
@@ -336,7 +384,9 @@ class MarkerSender:
 
     def _handle(self, broker_id: int, entry: Entry, errors: Answer) -> None:
         """A leader's answer for one transaction's markers (Kafka's
-        TransactionMarkerRequestCompletionHandler)."""
+        TransactionMarkerRequestCompletionHandler): the partitions written leave the
+        transaction, the others wait for a retry (the caller completes it once none is
+        left)."""
         completion = entry.completion
         tid = completion.transactional_id
         if not self._still_current(completion) or self.pending.get(tid) is not completion:
@@ -373,8 +423,6 @@ class MarkerSender:
                 retry.add(tp)
         if retry:
             self._retry_later([Entry(completion, retry)])
-        else:
-            self._maybe_complete(tid)
 
     # -- completing -------------------------------------------------------------------------
     def _maybe_complete(self, transactional_id: str) -> None:
@@ -417,10 +465,16 @@ class MarkerSender:
             )
 
     def statistics(self) -> dict[str, int]:
-        """Transactions with markers to write, and markers queued per leader."""
+        """Transactions with markers to write, markers queued per leader, markers waiting for
+        a leader (Kafka's UnknownDestinationQueueSize: no leader yet, or queued again after a
+        failed request) and completions waiting to be written again (LogAppendRetryQueueSize)."""
+        unknown = self._destinations.get(UNKNOWN)
         return {
             "transactions_with_pending_markers": len(self.pending),
             "queued_markers": sum(len(d.entries) for d in self._destinations.values()),
+            "unknown_destination_markers": (0 if unknown is None else len(unknown.entries))
+            + sum(isinstance(w, Entry) for _, w in self._later),
+            "log_append_retries": sum(isinstance(w, Completion) for _, w in self._later),
         }
 
 

@@ -27,6 +27,8 @@ or CompleteAbort) are removed with a tombstone when `remove_expired` runs.
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -53,6 +55,10 @@ log = logging.getLogger(__name__)
 TXN_TOPIC = "__transaction_state"
 #: The epoch of every partition of the embedded broker (it never changes leader).
 EMBEDDED_EPOCH = 0
+#: Partition load times are reported over this window (Kafka's sensor: 30 s), from at most
+#: this many loads.
+LOAD_TIME_WINDOW_S = 30.0
+LOAD_TIMES_KEPT = 256
 
 
 @dataclass(slots=True)
@@ -105,6 +111,9 @@ class TransactionStateManager:
         self.loading = PartitionLoads(self.store)
         self._nursery: trio.Nursery | None = None
         self.on_loaded: OnLoaded = lambda index, epoch, ids: None
+        #: (monotonic time, ms) of the latest partition loads, for Kafka's
+        #: partition-load-time-max/avg (`recent_load_times_ms`).
+        self.load_times: deque[tuple[float, float]] = deque(maxlen=LOAD_TIMES_KEPT)
 
     # -- the topic and its partitions -------------------------------------------------------
     def start(self, nursery: trio.Nursery) -> None:
@@ -119,13 +128,15 @@ class TransactionStateManager:
             for index in range(record.partitions):
                 self._start_load(index, EMBEDDED_EPOCH)
 
-    def ensure_topic(self) -> None:
-        """Embedded: create `__transaction_state` on first use; its partitions start empty."""
+    def ensure_topic(self) -> bool:
+        """Embedded: create `__transaction_state` on first use; its partitions start empty.
+        Whether it was created now."""
         if self.broker.cluster_mode or self.broker.topics.get(TXN_TOPIC) is not None:
-            return
+            return False
         self.broker.create_topic(TXN_TOPIC, self.num_partitions, 1, self.topic_configs)
         for index in range(self.num_partitions):
             self.partitions[index] = TxnPartition(EMBEDDED_EPOCH)
+        return True
 
     def partition_for(self, transactional_id: str) -> int:
         """The id's partition; in a cluster the topic's real partition count counts, as the
@@ -157,6 +168,12 @@ class TransactionStateManager:
             log.info("%s-%d: unloaded %d transactional ids", TXN_TOPIC, index, len(gone.ids))
         return cancelled or gone is not None
 
+    def recent_load_times_ms(self) -> list[float]:
+        """How long the partition loads of the last `LOAD_TIME_WINDOW_S` took (Kafka's
+        TransactionsPartitionLoadTime sensor keeps 30 s)."""
+        since = time.monotonic() - LOAD_TIME_WINDOW_S
+        return [ms for at, ms in self.load_times if at >= since]
+
     async def wait_loaded(self, index: int | None = None) -> None:
         """Until partition `index` (default: every one) is not loading."""
         await self.loading.wait(index)
@@ -177,6 +194,7 @@ class TransactionStateManager:
 
         def install(count: int, elapsed_ms: float) -> None:
             self.partitions[index] = TxnPartition(epoch, loaded)
+            self.load_times.append((time.monotonic(), elapsed_ms))
             log.log(
                 logging.INFO if count else logging.DEBUG,
                 "%s-%d: loaded %d transactional ids from %d records at coordinator epoch %d "

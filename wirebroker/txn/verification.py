@@ -1,7 +1,13 @@
 """KIP-890 part 1: asking a transaction's coordinator whether partitions are in the transaction
 (Kafka's AddPartitionsToTxnManager), before a transactional write starts a transaction there.
 
-`verify` finds the coordinator of the transactional id (the leader of its
+`TransactionalWriter.verify` first takes, on each partition where the producer has no
+transaction going on, the verification guard its append must bring (Kafka's verification
+state entry, `storage.producer_state`): a marker of the producer landing meanwhile -- its
+transaction ended while the coordinator was asked -- voids the guard, and the append is then
+refused (INVALID_TXN_STATE) rather than opening a transaction no marker will close.
+
+`Verifier.verify` finds the coordinator of the transactional id (the leader of its
 `__transaction_state` partition) and asks it: in-process when it is this broker, else with
 AddPartitionsToTxn v5 `verify_only` over the inter-broker listener. Requests to one broker are
 batched as Kafka batches them: at most one request in flight per broker, and the transactions
@@ -20,7 +26,10 @@ that cannot be reached gives NETWORK_EXCEPTION; no coordinator at all COORDINATO
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 import trio
@@ -30,6 +39,8 @@ from protocol.messages.add_partitions_to_txn import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
 )
+from storage.producer_state import SENTINEL, VerificationGuard
+from wirebroker.metrics import TIME_WINDOW
 from wirebroker.partition import TopicPartition
 from wirebroker.peer import PeerClient, PeerError
 from wirebroker.txn.state_manager import TXN_TOPIC
@@ -45,6 +56,23 @@ Errors = dict[TopicPartition, ErrorCode]
 
 
 @dataclass(frozen=True, slots=True)
+class Verified:
+    """A verification's outcome: the partitions refused, each with why, and the guards the
+    appends of the others must bring (None: verification is off, nothing is checked)."""
+
+    errors: Errors
+    guards: dict[TopicPartition, VerificationGuard] | None
+
+    def guard(self, tp: TopicPartition) -> VerificationGuard | None:
+        """What the append to `tp` brings: its guard, SENTINEL if it needed no verification
+        (its transaction is ongoing there), None if verification is off."""
+        return None if self.guards is None else self.guards.get(tp, SENTINEL)
+
+
+OFF = Verified({}, None)
+
+
+@dataclass(frozen=True, slots=True)
 class TransactionalWriter:
     """A transactional write about to happen (a Produce, a TxnOffsetCommit): who writes, and
     whether the writer's request version understands TRANSACTION_ABORTABLE."""
@@ -55,29 +83,35 @@ class TransactionalWriter:
     producer_epoch: int
     abortable_ok: bool
 
-    async def verify(self, partitions: list[TopicPartition]) -> Errors:
-        """KIP-890: the partitions of this broker where the producer has no transaction going
-        on are checked with its coordinator (when `transaction.partition.verification.enable`);
-        those not in the transaction come back with their error, nothing for the others."""
+    async def verify(self, partitions: Mapping[TopicPartition, int]) -> Verified:
+        """KIP-890, when `transaction.partition.verification.enable`: on the partitions of
+        this broker (each with the first sequence of the batch about to be appended) where the
+        producer has no transaction going on, a guard is taken and the coordinator asked;
+        those not in the transaction come back with their error."""
         broker = self.broker
         if not self.transactional_id or not broker.transactions.verification_enabled:
-            return {}
-        needed = []
-        for tp in partitions:
+            return OFF
+        now = broker.now_ms()
+        guards: dict[TopicPartition, VerificationGuard] = {}
+        for tp, sequence in partitions.items():
             partition = broker.partition(tp.topic, tp.partition)
-            if partition is not None and not partition.log.producer_state.has_ongoing_transaction(
-                self.producer_id
-            ):
-                needed.append(tp)
-        if not needed:
-            return {}
-        return await broker.transactions.verifier.verify(
+            if partition is None:
+                continue  # the append answers for it
+            guard = partition.log.producer_state.start_verification(
+                self.producer_id, sequence, self.producer_epoch, now
+            )
+            if guard is not SENTINEL:
+                guards[tp] = guard
+        if not guards:
+            return Verified({}, guards)
+        errors = await broker.transactions.verifier.verify(
             self.transactional_id,
             self.producer_id,
             self.producer_epoch,
-            needed,
+            list(guards),
             abortable_ok=self.abortable_ok,
         )
+        return Verified(errors, guards)
 
 
 @dataclass(eq=False, slots=True)
@@ -107,6 +141,12 @@ class Verifier:
         self._nodes: dict[int, _Node] = {}
         self._clients: dict[int, PeerClient] = {}
         self._nursery: trio.Nursery | None = None
+        #: Kafka's AddPartitionsToTxnManager metrics, kept while metrics are served:
+        #: partitions that failed verification (VerificationFailureRate), and the time each
+        #: verification took (VerificationTimeMs: the last `TIME_WINDOW`, and a count).
+        self.failures = 0
+        self.verifications = 0
+        self.times_ms: deque[float] = deque(maxlen=TIME_WINDOW)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the tasks that send verification requests, until cancelled."""
@@ -130,10 +170,11 @@ class Verifier:
     ) -> Errors:
         """The partitions that are not verified, each with why (see the module doc)."""
         broker = self.broker
+        started = perf_counter()
         coordinator = self._coordinator_of(transactional_id)
         if coordinator is None:
-            return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if coordinator == broker.node_id:
+            answered = dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        elif coordinator == broker.node_id:
             answered = broker.transactions.verify_partitions(
                 transactional_id, producer_id, producer_epoch, partitions
             )
@@ -141,11 +182,16 @@ class Verifier:
             answered = await self._ask(
                 coordinator, transactional_id, producer_id, producer_epoch, partitions
             )
-        return {
+        failed = {
             tp: _for_writer(error, abortable_ok)
             for tp, error in answered.items()
             if error != ErrorCode.NONE
         }
+        if broker.stats.on:
+            self.failures += len(failed)
+            self.verifications += 1
+            self.times_ms.append((perf_counter() - started) * 1000)
+        return failed
 
     def _coordinator_of(self, transactional_id: str) -> int | None:
         broker = self.broker

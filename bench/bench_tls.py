@@ -142,7 +142,7 @@ def run(
             await tls_transport.handshake(30, PrincipalMapper(None))
             transport = tls_transport
         else:
-            transport = PlainTransport(server.fileno())
+            transport = PlainTransport(server)
         started = time.thread_time()
         if direction == "receive":
             await receive(transport, total)

@@ -24,6 +24,9 @@ Wire choices, matching Kafka's Java client:
   computed over the magic number too) and ignores HC when reading; pass ``magic=0`` to do the
   same.
 * zstd: one or more zstd frames; window size is bounded (see :func:`decompress`).
+
+Each codec's library is imported when the first payload of that codec is met, so a broker that
+never sees compressed batches never loads them (start-up time).
 """
 
 from __future__ import annotations
@@ -33,11 +36,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import TypeAlias
-
-import cramjam
-import lz4.frame
-import xxhash
-import zstandard
 
 from protocol.error_codes import ErrorCode
 from protocol.errors import DecompressionLimitError, EncodeError, ProtocolError
@@ -71,6 +69,8 @@ def _unsupported(codec: int) -> ProtocolError:
 
 def xxh32(data: Buffer, seed: int = 0) -> int:
     """The 32-bit xxHash of `data` (used for the LZ4 frame header checksum)."""
+    import xxhash
+
     return int(xxhash.xxh32_intdigest(bytes(data), seed))
 
 
@@ -92,6 +92,8 @@ def _gzip_compress(data: Buffer, level: int | None) -> bytes:
 
 
 def _snappy_compress(data: Buffer, level: int | None) -> bytes:
+    import cramjam
+
     view = memoryview(data).cast("B")
     parts = [_XERIAL_HEADER]
     for start in range(0, len(view), _XERIAL_BLOCK_SIZE):
@@ -102,6 +104,8 @@ def _snappy_compress(data: Buffer, level: int | None) -> bytes:
 
 
 def _lz4_compress(data: Buffer, level: int | None, broken_checksum: bool) -> bytes:
+    import lz4.frame
+
     out = lz4.frame.compress(
         data,
         compression_level=0 if level is None else level,
@@ -119,6 +123,8 @@ def _lz4_compress(data: Buffer, level: int | None, broken_checksum: bool) -> byt
 
 
 def _zstd_compress(data: Buffer, level: int | None) -> bytes:
+    import zstandard
+
     return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
 
 
@@ -139,9 +145,25 @@ def compress(codec: int, data: Buffer, *, level: int | None = None, magic: int =
             return _lz4_compress(data, level, broken_checksum=magic == 0)
         if codec == CompressionType.ZSTD:
             return _zstd_compress(data, level)
-    except (ValueError, RuntimeError, zlib.error, zstandard.ZstdError) as e:
-        raise EncodeError(f"cannot compress with codec {codec}: {e}") from e
+    except Exception as e:
+        if isinstance(e, (ValueError, RuntimeError, zlib.error, *_library_errors(codec))):
+            raise EncodeError(f"cannot compress with codec {codec}: {e}") from e
+        raise
     raise _unsupported(codec)
+
+
+def _library_errors(codec: int) -> tuple[type[Exception], ...]:
+    """The error types of a codec's library besides the built-in ones (it is imported by now:
+    its codec ran)."""
+    if codec == CompressionType.SNAPPY:
+        import cramjam
+
+        return (cramjam.DecompressionError,)
+    if codec == CompressionType.ZSTD:
+        import zstandard
+
+        return (zstandard.ZstdError,)
+    return ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,6 +217,8 @@ def _snappy_blocks(data: memoryview) -> Iterator[memoryview]:
 def _snappy_decompress(data: memoryview, max_output: int) -> bytearray:
     # Each raw block starts with its uncompressed length: check the running total against the
     # limit before allocating anything, then decompress every block into one exact buffer.
+    import cramjam
+
     blocks: list[tuple[memoryview, int]] = []
     total = 0
     for block in _snappy_blocks(data):
@@ -262,6 +286,8 @@ def _chunked_read(read: Callable[[int], bytes], max_output: int) -> bytes:
 
 
 def _lz4_decompress(data: memoryview, max_output: int, magic: int) -> bytes:
+    import lz4.frame
+
     frame = _check_lz4_header(data, ignore_checksum=magic == 0)
     d = lz4.frame.LZ4FrameDecompressor()
     pending: list[Buffer] = [frame]
@@ -331,11 +357,9 @@ def _check_zstd_frames(data: memoryview) -> None:
         raise ProtocolError("truncated zstd frame")
 
 
-_ZSTD_MIN_WINDOW = 1 << 23  # what zstd levels <= 19 use for streams of unknown size
-_ZSTD_MAX_WINDOW = 1 << 27  # zstd's (and zstd-jni's, hence Kafka's) default decoder limit
-
-
 def _zstd_decompress(data: memoryview, max_output: int) -> bytes:
+    import zstandard
+
     _check_zstd_frames(data)
     # The decoder allocates the frame's window outside Python's heap: refuse windows larger
     # than the output limit could need, other than the sizes the standard levels use.
@@ -377,18 +401,21 @@ def decompress(codec: int, data: Buffer, max_output: int, *, magic: int = 2) -> 
             return _zstd_decompress(view, max_output)
     except ProtocolError:
         raise
-    except (
-        zlib.error,
-        cramjam.DecompressionError,
-        zstandard.ZstdError,
-        RuntimeError,  # lz4.frame reports errors as RuntimeError
-        ValueError,
-        OverflowError,
-        EOFError,
-        struct.error,
-    ) as e:
-        raise ProtocolError(f"corrupt {_codec_name(codec)} data: {e}") from e
+    except Exception as e:
+        if isinstance(e, _DECODE_ERRORS + _library_errors(codec)):
+            raise ProtocolError(f"corrupt {_codec_name(codec)} data: {e}") from e
+        raise
     raise _unsupported(codec)
+
+
+_DECODE_ERRORS: tuple[type[Exception], ...] = (
+    zlib.error,
+    RuntimeError,  # lz4.frame reports errors as RuntimeError
+    ValueError,
+    OverflowError,
+    EOFError,
+    struct.error,
+)
 
 
 def _codec_name(codec: int) -> str:

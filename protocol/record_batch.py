@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TypeAlias
 
-import crc32c
-
+from protocol.checksum import crc32c
 from protocol.compression import CompressionType, decompress
 from protocol.errors import CorruptRecordError, ErrorCode, ProtocolError
 from protocol.varint import decode_varint, decode_varlong
@@ -279,7 +278,7 @@ class RecordBatchView:
 
     def compute_crc(self) -> int:
         """CRC-32C of attributes..end, i.e. what the crc field should hold."""
-        return int(crc32c.crc32c(self.buf[_ATTRIBUTES_OFFSET:]))
+        return int(crc32c(self.buf[_ATTRIBUTES_OFFSET:]))
 
     def is_valid(self) -> bool:
         return self.crc == self.compute_crc()

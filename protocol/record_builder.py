@@ -15,8 +15,7 @@ import struct
 from collections.abc import Sequence
 from enum import IntEnum
 
-import crc32c
-
+from protocol.checksum import crc32c
 from protocol.compression import CompressionType, compress
 from protocol.errors import CorruptRecordError, EncodeError
 from protocol.record_batch import (
@@ -127,7 +126,7 @@ def _finish(header_fields: tuple[int, ...], payload: bytes | bytearray) -> bytes
     except struct.error as e:
         raise EncodeError(f"record batch header field out of range: {e}") from e
     out[RECORD_BATCH_OVERHEAD:] = payload
-    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
 

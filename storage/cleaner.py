@@ -58,8 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import crc32c
-
+from protocol.checksum import crc32c
 from protocol.record_batch import Record, RecordBatchView, SimpleRecord, TimestampType
 from protocol.record_builder import ControlRecordType, build_empty_batch, decode_control_record_key
 from protocol.records import Batch, build_record_batch, iter_batches, iter_records
@@ -297,7 +296,7 @@ def _rebuild(batch: RecordBatchView, kept: list[Record], horizon: int | None) ->
         )
     )
     struct.pack_into(">i", data, 23, batch.last_offset_delta)
-    struct.pack_into(">I", data, 17, crc32c.crc32c(memoryview(data)[21:]))
+    struct.pack_into(">I", data, 17, crc32c(memoryview(data)[21:]))
     return bytes(data)
 
 

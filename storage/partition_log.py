@@ -619,15 +619,15 @@ class PartitionLog:
                 seg = segs[i]
                 seg_end = end_pos if i == end_index else seg.size
                 if first:
-                    h = seg.translate_offset(offset)
-                    if h is None:
+                    located = seg.locate(offset)
+                    if located is None:
                         i += 1
                         continue
-                    start = h.position
+                    start, batch_size, base_offset = located
                     if start >= seg_end:
                         break
-                    allowed = max(budget, h.size) if min_one_batch else budget
-                    result.first_batch_offset = h.base_offset
+                    allowed = max(budget, batch_size) if min_one_batch else budget
+                    result.first_batch_offset = base_offset
                 else:
                     start = 0
                     allowed = budget
@@ -683,9 +683,9 @@ class PartitionLog:
             return cached
         i = max(0, bisect_right(self._bases, offset) - 1)
         seg = self._segments[i]
-        h = seg.translate_offset(offset)
-        pos = seg.size if h is None else h.position
-        if seg is not self._segments[-1] or h is not None:
+        located = seg.locate(offset)
+        pos = seg.size if located is None else located[0]
+        if seg is not self._segments[-1] or located is not None:
             if len(cache) >= 2:
                 del cache[next(iter(cache))]
             cache[offset] = (seg, pos)

@@ -59,8 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import crc32c
-
+from protocol.checksum import crc32c
 from protocol.record_batch import RecordBatchView
 from protocol.record_builder import (
     ControlRecordType,
@@ -322,7 +321,7 @@ def write_snapshot(path: Path, entries: Iterable[ProducerEntry], *, fsync: bool 
             )
     body = bytearray(_SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, 0, len(parts)))
     body += b"".join(parts)
-    struct.pack_into(">I", body, 2, crc32c.crc32c(memoryview(body)[6:]))
+    struct.pack_into(">I", body, 2, crc32c(memoryview(body)[6:]))
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
@@ -349,7 +348,7 @@ def read_snapshot(path: Path) -> list[ProducerEntry]:
     version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
     if version != SNAPSHOT_VERSION:
         raise CorruptSnapshotError(f"{path}: unknown snapshot version {version}")
-    if crc32c.crc32c(data[6:]) != crc:
+    if crc32c(data[6:]) != crc:
         raise CorruptSnapshotError(f"{path}: CRC mismatch")
     if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
         raise CorruptSnapshotError(f"{path}: {count} entries do not fit {len(data)} bytes")

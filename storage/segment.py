@@ -2,7 +2,9 @@
 
 This module owns one segment's bytes and positions: appending batches with ``os.pwrite`` and
 indexing them every ``index.interval.bytes``, turning an offset into a file position (one
-in-memory index probe plus a scan of at most about one index interval), truncation,
+in-memory index probe plus a scan of at most about one index interval; the active segment also
+remembers where its last ``RECENT_BATCHES`` batches are, so that a consumer or a follower
+reading at the tail reads no file to find its position), truncation,
 the CRC-checking recovery scan that rebuilds the indexes, rolling bookkeeping (size, time,
 index fullness) and finding offsets by timestamp. It knows offsets and positions only: it must
 not know partitions, high watermarks, retention or other segments (that is
@@ -21,11 +23,11 @@ import os
 import random
 import struct
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import crc32c
-
+from protocol.checksum import crc32c
 from protocol.errors import CorruptRecordError, ProtocolError
 from protocol.legacy_records import LegacyMessageView
 from protocol.record_batch import TimestampType
@@ -55,6 +57,8 @@ BatchMeta = tuple[int, int, int, int]
 TimestampAndOffset = tuple[int, int, int | None]
 
 _INT_MAX = 0x7FFFFFFF
+#: The batches appended last whose positions the active segment keeps (see `locate`).
+RECENT_BATCHES = 64
 _V2_HEAD = struct.Struct(">qiibIhiqq")
 _LEGACY_HEAD = struct.Struct(">qiIb")
 
@@ -119,6 +123,9 @@ class LogSegment:
         self._offset_of_max_ts = base_offset
         self._rolling_ts: int | None = None  # max timestamp of the first batch, once known
         self._rolling_ts_known = False
+        #: (first offset, last offset, position, size) of the batches appended last while
+        #: active, in file order, ending at `size`; cleared whenever the file changes otherwise.
+        self._recent: deque[tuple[int, int, int, int]] = deque(maxlen=RECENT_BATCHES)
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -214,6 +221,7 @@ class LogSegment:
                 os.ftruncate(fd, self.size)
             self.preallocated = False
         self.active = False
+        self._recent.clear()
 
     def close(self) -> None:
         """Write what is in memory and trim the files (as Kafka's close), release the fd."""
@@ -388,7 +396,10 @@ class LogSegment:
         since = self._bytes_since_index
         last = self.base_offset
         indexed = False
-        for size, _first, last, ts in metas:
+        recent = self._recent if self.active else None
+        for size, first, last, ts in metas:
+            if recent is not None:
+                recent.append((first, last, pos, size))
             if ts > max_ts:
                 max_ts = ts
                 self._offset_of_max_ts = last
@@ -429,6 +440,21 @@ class LogSegment:
                 if h.last_offset >= offset:
                     return h
         return None
+
+    def locate(self, offset: int) -> tuple[int, int, int] | None:
+        """(position, size, base offset) of the first batch whose last offset is at or above
+        `offset`, or None if none is: `translate_offset` without reading the file when that
+        batch is one of the last appended."""
+        recent = self._recent
+        if recent and offset >= recent[0][0]:
+            found = None
+            for entry in reversed(recent):
+                if entry[1] < offset:
+                    break
+                found = entry
+            return None if found is None else (found[2], found[3], found[0])
+        h = self.translate_offset(offset)
+        return None if h is None else (h.position, h.size, h.base_offset)
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int
@@ -498,6 +524,7 @@ class LogSegment:
         with self.log.use() as fd:
             os.ftruncate(fd, size)
         self.size = size
+        self._recent.clear()
         self.preallocated = False
 
     def rebuild_indexes(self) -> None:
@@ -559,6 +586,7 @@ class LogSegment:
             if cut:
                 os.ftruncate(fd, valid)
         self.size = valid
+        self._recent.clear()
         self.preallocated = False
         time_index.maybe_append(max_ts, off_max, skip_full_check=True)
         self._max_ts, self._offset_of_max_ts = max_ts, off_max
@@ -606,7 +634,7 @@ def _scan_valid(
     max_ts, off_max = -1, base
     v2_unpack = _V2_HEAD.unpack_from
     legacy_unpack = _LEGACY_HEAD.unpack_from
-    crc = crc32c.crc32c
+    crc = crc32c
     limit = base + _INT_MAX
     while end - pos >= 17:
         magic = view[pos + 16]

@@ -29,8 +29,7 @@ import struct
 from dataclasses import dataclass, field
 from enum import Enum
 
-import crc32c
-
+from protocol.checksum import crc32c
 from protocol.compression import CompressionType, decompress
 from protocol.errors import CorruptRecordError
 from protocol.legacy_records import LegacyMessageView
@@ -187,7 +186,7 @@ def _fast_path(
     target = config.target_compression
     if target is not None and target != codec:
         return None
-    if crc32c.crc32c(view[21:]) != stored_crc:
+    if crc32c(view[21:]) != stored_crc:
         raise CorruptRecordError(f"record is corrupt (stored crc = {stored_crc}) in batch")
     max_ts = base_ts + _scan_records(view, codec, count, config)
     _q.pack_into(view, 0, next_offset)
@@ -246,7 +245,7 @@ def _validate_v2(
         base_sequence,
         count,
     ) = _HEADER.unpack_from(batch, 0)
-    if crc32c.crc32c(batch[21:]) != stored_crc:
+    if crc32c(batch[21:]) != stored_crc:
         raise CorruptRecordError(f"record is corrupt (stored crc = {stored_crc}) in batch")
     codec = attributes & 0x07
     if codec > CompressionType.ZSTD:

@@ -2,10 +2,10 @@
 
 `serve_metrics(broker, task_status=...)` binds `wirebroker.metrics.listener` (HOST:PORT; unset:
 no endpoint, nothing listens) and answers `GET /metrics` with the text exposition format of a
-registry this broker owns (`wirebroker.metrics.BrokerCollector`), never prometheus_client's
-global one, so several brokers in one process do not mix. It runs on the broker's trio thread,
-so the collector reads the broker's state without locks, and each connection is one request
-and one response (`Connection: close`). Before each scrape it asks the leaders of partitions
+registry this broker owns (`wirebroker.metrics_collector.BrokerCollector`), never
+prometheus_client's global one, so several brokers in one process do not mix. It runs on the
+broker's trio thread, so the collector reads the broker's state without locks, and each
+connection is one request and one response (`Connection: close`). Before each scrape it asks the leaders of partitions
 led elsewhere for the high watermarks consumer lag needs (`wirebroker.metrics_lag`, bounded in
 time). Anything but GET or HEAD of `/metrics` is answered 404 or 405; a request that is not
 HTTP, too large, or too slow is dropped.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
 
-from wirebroker.metrics import BrokerCollector
+from wirebroker.metrics_collector import BrokerCollector
 from wirebroker.metrics_lag import RemoteHighWatermarks
 
 if TYPE_CHECKING:

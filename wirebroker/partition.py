@@ -165,6 +165,8 @@ class Partition:
     @property
     def effective_min_isr(self) -> int:
         """`min.insync.replicas`, but never more than the replicas there are (as Kafka)."""
+        if not self.followers:
+            return 1  # (every append asks: no topic config is read for a lone leader)
         configured = self.min_isr_source() if self.min_isr_source is not None else self.min_isr
         return max(1, min(configured, len(self.followers) + 1))
 

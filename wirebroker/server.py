@@ -38,9 +38,8 @@ from storage.log_manager import LogManager
 from storage.partition_log import PartitionLog, PendingFlush
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
-from wirebroker.connection import serve_connection
+from wirebroker.connection import ConnectionWatch, serve_connection
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
-from wirebroker.metrics_http import serve_metrics
 from wirebroker.tls import ListenerContexts
 
 if TYPE_CHECKING:
@@ -121,12 +120,16 @@ async def serve_broker(
             await nursery.start(broker.transactions.serve)
             if broker.cluster_mode:
                 await nursery.start(broker.replica_manager.run)
+            watch = ConnectionWatch(broker)
+            nursery.start_soon(watch.run)
             bound: list[Listener] = []
             for listener in config.listeners():
                 sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
                 port = sockets[0].socket.getsockname()[1]
                 bound.append(Listener(listener.name, listener.host or "0.0.0.0", port))
-                handler = partial(_serve, broker=broker, listener=listener.name, tls=tls)
+                handler = partial(
+                    _serve, broker=broker, listener=listener.name, tls=tls, watch=watch
+                )
                 nursery.start_soon(trio.serve_listeners, handler, sockets)
             broker.advertised = _advertised(config, bound)
             if zk is not None:
@@ -135,7 +138,12 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
-            metrics_url = await nursery.start(serve_metrics, broker)
+            metrics_url = None
+            if config.metrics_listener() is not None:
+                # Imported here: prometheus_client only when the endpoint is on (start-up time).
+                from wirebroker.metrics_http import serve_metrics
+
+                metrics_url = await nursery.start(serve_metrics, broker)
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
                 broker.node_id,
@@ -162,10 +170,15 @@ def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
 
 
 async def _serve(
-    stream: trio.SocketStream, *, broker: Broker, listener: str, tls: ListenerContexts
+    stream: trio.SocketStream,
+    *,
+    broker: Broker,
+    listener: str,
+    tls: ListenerContexts,
+    watch: ConnectionWatch,
 ) -> None:
     """One accepted connection, with its listener's TLS context of the moment."""
-    await serve_connection(stream, broker, listener, tls.contexts[listener])
+    await serve_connection(stream, broker, listener, watch, tls.contexts[listener])
 
 
 async def _housekeeping(broker: Broker) -> None:

@@ -15,11 +15,20 @@ not know which it has.
 The socket is written through its descriptor, which is non-blocking: a write that would block
 waits with `trio.lowlevel.wait_writable`. These functions do not checkpoint when the kernel took
 everything at once; the connection loop checkpoints once per round of requests.
+
+A write holding file slices is corked (`TCP_CORK`) on a TCP socket: the bytes before a slice
+(the response's size and header), the slice and the bytes after it (the rest of the response,
+the responses behind it) would otherwise each leave as a packet of its own under
+`TCP_NODELAY`, and on loopback every packet costs the broker the receiver's side of TCP and a
+wake-up of the client. The cork comes off at the end of the write, and before any wait for the
+socket to drain: held bytes never wait for a timer (corked, the kernel holds a partial segment
+up to 200 ms, and a send buffer smaller than one loopback segment would hold all of it).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import struct
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -42,6 +51,15 @@ class FileChunk(Protocol):
     length: int
 
 
+class Socket(Protocol):
+    """What a transport needs of its socket (a trio or a standard library socket)."""
+
+    @property
+    def family(self) -> int: ...
+    def fileno(self) -> int: ...
+    def setsockopt(self, level: int, option: int, value: int, /) -> None: ...
+
+
 class Transport(Protocol):
     """A connection's byte stream, whatever carries it (plain TCP or TLS)."""
 
@@ -56,11 +74,12 @@ class Transport(Protocol):
 class PlainTransport:
     """A connection's byte stream straight on its socket: `readv` in, `writev`/`sendfile` out."""
 
-    __slots__ = ("fd",)
+    __slots__ = ("fd", "sock")
     principal = ANONYMOUS
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def __init__(self, sock: Socket) -> None:
+        self.fd = sock.fileno()
+        self.sock = sock
 
     def receive_into(self, buffer: memoryview) -> int:
         """Read into `buffer`; 0 when the peer closed, BlockingIOError when nothing is there."""
@@ -70,7 +89,7 @@ class PlainTransport:
         await trio.lowlevel.wait_readable(self.fd)
 
     async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
-        await send_frames(self.fd, responses)
+        await send_frames(self.sock, responses)
 
 
 def flatten(chunks: Sequence[Any]) -> list[Any]:
@@ -110,36 +129,68 @@ def chunk_size(chunk: Any) -> int:
     return len(chunk)
 
 
-async def send_frame(sock: trio.socket.SocketType | int, chunks: Sequence[Any]) -> None:
+class _Cork:
+    """`TCP_CORK` of one write: on before the bytes ahead of a file slice, off at the end of
+    the write or before it waits for the socket (see the module's docstring)."""
+
+    __slots__ = ("sock", "on")
+
+    def __init__(self, sock: Socket) -> None:
+        self.sock = sock
+        self.on = False
+
+    def hold(self) -> None:
+        if not self.on:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            self.on = True
+
+    def release(self) -> None:
+        if self.on:
+            self.on = False
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+
+
+_TCP = (socket.AF_INET, socket.AF_INET6)
+
+
+async def send_frame(sock: Socket | int, chunks: Sequence[Any]) -> None:
     """Send one response: the 4-byte size prefix and the chunks, in order."""
     await send_frames(sock, [chunks])
 
 
-async def send_frames(
-    sock: trio.socket.SocketType | int, responses: Sequence[Sequence[Any]]
-) -> None:
-    """Send several responses, each its size prefix and its chunks, in order."""
-    fd = sock if isinstance(sock, int) else sock.fileno()
+async def send_frames(sock: Socket | int, responses: Sequence[Sequence[Any]]) -> None:
+    """Send several responses, each its size prefix and its chunks, in order (corked around
+    file slices when `sock` is a TCP socket)."""
+    if isinstance(sock, int):
+        fd, cork = sock, None
+    else:
+        fd, cork = sock.fileno(), _Cork(sock) if sock.family in _TCP else None
     pending: list[Any] = []
-    for chunks in responses:
-        chunks = flatten(chunks)
-        if len(chunks) == 1 and type(chunks[0]) in _BUFFERS:  # the usual small response
-            only = chunks[0]
-            pending.append(_SIZE.pack(only.nbytes if type(only) is memoryview else len(only)))
-            pending.append(only)
-            continue
-        pending.append(_SIZE.pack(sum(chunk_size(c) for c in chunks)))
-        for chunk in chunks:
-            if type(chunk) not in _BUFFERS and _is_file(chunk):
-                await _write_buffers(fd, pending)
-                pending = []
-                await _sendfile(fd, chunk)
-            elif chunk_size(chunk):
-                pending.append(chunk)
-    await _write_buffers(fd, pending)
+    try:
+        for chunks in responses:
+            chunks = flatten(chunks)
+            if len(chunks) == 1 and type(chunks[0]) in _BUFFERS:  # the usual small response
+                only = chunks[0]
+                pending.append(_SIZE.pack(only.nbytes if type(only) is memoryview else len(only)))
+                pending.append(only)
+                continue
+            pending.append(_SIZE.pack(sum(chunk_size(c) for c in chunks)))
+            for chunk in chunks:
+                if type(chunk) not in _BUFFERS and _is_file(chunk):
+                    if cork is not None:
+                        cork.hold()
+                    await _write_buffers(fd, pending, cork)
+                    pending = []
+                    await _sendfile(fd, chunk, cork)
+                elif chunk_size(chunk):
+                    pending.append(chunk)
+        await _write_buffers(fd, pending, cork)
+    finally:
+        if cork is not None:
+            cork.release()
 
 
-async def _write_buffers(fd: int, buffers: list[Any]) -> None:
+async def _write_buffers(fd: int, buffers: list[Any], cork: _Cork | None = None) -> None:
     if not buffers:
         return
     while True:
@@ -161,15 +212,19 @@ async def _write_buffers(fd: int, buffers: list[Any]) -> None:
         del buffers[:i]
         if sent:
             buffers[0] = memoryview(buffers[0]).cast("B")[sent:]
+        if cork is not None:
+            cork.release()
         await trio.lowlevel.wait_writable(fd)
 
 
-async def _sendfile(fd: int, chunk: FileChunk) -> None:
+async def _sendfile(fd: int, chunk: FileChunk, cork: _Cork | None = None) -> None:
     offset, remaining = chunk.position, chunk.length
     while remaining > 0:
         try:
             sent = os.sendfile(fd, chunk.fd, offset, remaining)
         except BlockingIOError:
+            if cork is not None:
+                cork.release()
             await trio.lowlevel.wait_writable(fd)
             continue
         if sent == 0:

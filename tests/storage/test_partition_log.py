@@ -500,3 +500,30 @@ def test_descriptors_stay_bounded_with_many_segments(tmp_path: Path) -> None:
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=200), handles=handles)
     assert log.log_end_offset == 400
     log.close()
+
+
+def test_the_active_segment_locates_its_last_batches_as_its_index_and_file_do(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """`LogSegment.locate` answers the tail from the positions it kept at append time; it must
+    agree with `translate_offset` (index probe and file scan) after appends, a truncation and
+    a roll, where the kept positions are dropped."""
+    log = open_log(tmp_path / "t-0", LogConfig(segment_bytes=4_000), clock=clock)
+
+    def check() -> None:
+        for seg in log.segments:
+            for offset in range(seg.base_offset - 1, log.log_end_offset + 2):
+                h = seg.translate_offset(offset)
+                expected = None if h is None else (h.position, h.size, h.base_offset)
+                assert seg.locate(offset) == expected, (seg, offset)
+
+    for n in range(1, 90):
+        log.append_as_leader(batch(1 + n % 3, tag=n), 0, clock())
+    assert len(log.segments) > 2
+    check()
+    log.truncate_to(log.log_end_offset - 5)
+    check()
+    for n in range(10):
+        log.append_as_leader(batch(2, tag=n), 0, clock())
+    check()
+    log.close()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Sequence
+from typing import Any
 
 import trio
 import trio.testing
 
-from wirebroker.connection import _Outbox
+from wirebroker.connection import _Outbox, _Slot
 from wirebroker.transport import PlainTransport
 
 
@@ -21,6 +23,13 @@ def _frames(data: bytes) -> list[bytes]:
     return out
 
 
+def _pair() -> tuple[socket.socket, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    return ours, theirs
+
+
 def _received(sock: socket.socket) -> list[bytes]:
     try:
         return _frames(sock.recv(65536))
@@ -30,11 +39,9 @@ def _received(sock: socket.socket) -> list[bytes]:
 
 def test_a_late_answer_holds_back_the_ones_behind_it() -> None:
     async def main() -> None:
-        ours, theirs = socket.socketpair()
-        ours.setblocking(False)
-        theirs.setblocking(False)
+        ours, theirs = _pair()
         with ours, theirs:
-            outbox = _Outbox(PlainTransport(ours.fileno()))
+            outbox = _Outbox(PlainTransport(ours))
             outbox.put([b"first"])
             late = outbox.put(None)  # an acks=all produce still waiting for its followers
             outbox.put([b"third"])
@@ -50,12 +57,10 @@ def test_a_late_answer_holds_back_the_ones_behind_it() -> None:
 
 def test_a_flush_during_another_leaves_the_writing_to_it() -> None:
     async def main() -> None:
-        ours, theirs = socket.socketpair()
-        ours.setblocking(False)
-        theirs.setblocking(False)
+        ours, theirs = _pair()
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         with ours, theirs:
-            outbox = _Outbox(PlainTransport(ours.fileno()))
+            outbox = _Outbox(PlainTransport(ours))
             big = b"x" * 1_000_000  # more than the socket takes at once: the writer must wait
             outbox.put([big])
             async with trio.open_nursery() as nursery:
@@ -68,5 +73,43 @@ def test_a_flush_during_another_leaves_the_writing_to_it() -> None:
                     await trio.lowlevel.wait_readable(theirs)
                     received += theirs.recv(1 << 20)
             assert _frames(received) == [big, b"small"]
+
+    trio.run(main)
+
+
+class CountingTransport(PlainTransport):
+    """A socket's transport that counts its writes."""
+
+    __slots__ = ("writes",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.writes = 0
+
+    async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
+        self.writes += 1
+        await super().send_frames(responses)
+
+
+def test_answers_completed_by_one_event_leave_in_one_write() -> None:
+    async def main() -> None:
+        ours, theirs = _pair()
+        with ours, theirs:
+            transport = CountingTransport(ours)
+            outbox = _Outbox(transport)
+            replicated = trio.Event()  # e.g. the high watermark both produces wait for
+
+            async def answer(slot: _Slot, body: bytes) -> None:
+                await replicated.wait()
+                slot.chunks = [body]
+                await outbox.flush(gather=True)
+
+            async with trio.open_nursery() as nursery:
+                for body in (b"first", b"second"):
+                    nursery.start_soon(answer, outbox.put(None), body)
+                await trio.testing.wait_all_tasks_blocked()
+                replicated.set()
+            assert transport.writes == 1
+            assert _received(theirs) == [b"first", b"second"]
 
     trio.run(main)

@@ -11,9 +11,10 @@ watermark, on that too.
 Byte limits: each partition's `partition_max_bytes` and the response's `max_bytes`, with at
 least one whole batch for the first partition that has data, as Kafka does. When fewer than
 `min_bytes` are ready the request waits up to `max_wait_ms` for an append to any of its
-partitions; a partition error (out of range, unknown partition) ends the wait at once, as in
-Kafka, and such a partition carries empty records, never null ones (librdkafka cannot parse a
-null record set). Record data is never read into Python: storage returns file slices, which the
+partitions, as a :class:`~wirebroker.dispatch.Later` (Kafka's delayed fetch in purgatory): the
+connection handles the requests behind it meanwhile, and answers in request order. A partition
+error (out of range, unknown partition) ends the wait at once, as in Kafka, and such a partition
+carries empty records, never null ones (librdkafka cannot parse a null record set). Record data is never read into Python: storage returns file slices, which the
 connection writes with `os.sendfile`.
 
 Fetch sessions (KIP-227), as Kafka: a full fetch with epoch 0 may open one (its id in the
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import trio
@@ -59,9 +61,9 @@ import trio
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from wirebroker.authorizer.acls import AclOperation, ResourceType
-from wirebroker.dispatch import RequestContext, handles
-from wirebroker.events import Wakeup
-from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked
+from wirebroker.dispatch import Later, RequestContext, handles
+from wirebroker.events import Waiters, Wakeup
+from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked, FetchContext
 from wirebroker.partition import Partition
 from wirebroker.quotas import throttle
 from wirebroker.quotas.client import session_names
@@ -104,8 +106,51 @@ class _Wanted:
     result: PartitionData = field(default_factory=PartitionData)
 
 
+@dataclass(eq=False)
+class _Poll:
+    """One fetch between its reads: what it asked for, its limits, and its wait."""
+
+    ctx: RequestContext
+    request: FetchRequest
+    context: FetchContext
+    wanted: list[_Wanted]
+    replica_id: int
+    max_bytes: int
+    min_bytes: int
+    #: What wakes it: its partitions' appends, and moves of their high watermarks.
+    sources: list[Waiters]
+    wakeup: Wakeup
+    #: The trio time its wait ends (`max_wait_ms` after it arrived).
+    deadline: float
+    #: The high watermarks of its first read (a follower's fetch ends when one moves).
+    first_hws: list[int] = field(default_factory=list)
+
+    def read(self) -> tuple[int, bool]:
+        """Read every partition (armed first: no append between the read and a wait is
+        missed); (bytes read, whether the answer is due now)."""
+        self.wakeup.arm()
+        wanted = self.wanted
+        size = _read_all(self.ctx, self.request, wanted, self.replica_id, self.max_bytes)
+        failed = any(
+            w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
+            for w in wanted
+        )
+        hws = [w.result.high_watermark for w in wanted]
+        if not self.first_hws:
+            self.first_hws = hws
+        moved = self.replica_id >= 0 and hws != self.first_hws
+        due = (
+            size >= self.min_bytes
+            or self.request.max_wait_ms <= 0
+            or not self.sources
+            or failed
+            or moved
+        )
+        return size, due
+
+
 @handles(FetchRequest, (0, 17))
-async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
+async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Later:
     version = ctx.api_version
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     sessions = ctx.broker.fetch_sessions
@@ -127,8 +172,6 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
         if cap is not None:
             max_bytes = min(max_bytes, int(cap))
             min_bytes = min(min_bytes, max_bytes)
-    max_wait_s = max(request.max_wait_ms, 0) / 1000
-    first_hw: list[int] | None = None
     # Appends wake everyone; a moved high watermark wakes followers (who must learn it) and,
     # where followers move it, consumers (what they may read grew).
     sources = [w.partition.append_waiters for w in wanted if w.partition is not None]
@@ -137,27 +180,51 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
         for w in wanted
         if w.partition is not None and (replica_id >= 0 or w.partition.followers)
     ]
-    with Wakeup(sources) as wakeup, trio.move_on_after(max_wait_s):
+    poll = _Poll(
+        ctx,
+        request,
+        context,
+        wanted,
+        replica_id,
+        max_bytes,
+        min_bytes,
+        sources,
+        Wakeup(sources),
+        trio.current_time() + max(request.max_wait_ms, 0) / 1000,
+    )
+    size, due = poll.read()
+    if due:
+        poll.wakeup.close()
+        return _answer(poll, size)
+    _release(wanted)
+    return Later(partial(_long_poll, poll))
+
+
+async def _long_poll(poll: _Poll) -> FetchResponse:
+    """Wait for an append (or a moved high watermark) until the answer is due."""
+    ctx = poll.ctx
+    if poll.replica_id < 0 and ctx.broker.quotas.request.enabled:
+        throttle.request_started(ctx)  # the time of this task's reads counts too
+    size = 0
+    with poll.wakeup, trio.move_on_at(poll.deadline):
         while True:
-            wakeup.arm()
-            size = _read_all(ctx, request, wanted, replica_id, max_bytes)
-            failed = any(
-                w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
-                for w in wanted
-            )
-            hws = [w.result.high_watermark for w in wanted]
-            if first_hw is None:
-                first_hw = hws
-            moved = replica_id >= 0 and hws != first_hw
-            if size >= min_bytes or request.max_wait_ms <= 0 or not sources or failed:
+            await poll.wakeup.wait()
+            size, due = poll.read()
+            if due:
                 break
-            if moved:
-                break
-            _release(wanted)
-            with ctx.waiting():
-                await wakeup.wait()
+            _release(poll.wanted)
+    response = _answer(poll, size)
+    if ctx.throttle_time_ms:
+        throttle.set_throttle_time(response, ctx.throttle_time_ms)
+    return response
+
+
+def _answer(poll: _Poll, size: int) -> FetchResponse:
+    """The response to what the last read found (the session updated, the quotas recorded)."""
+    ctx, context, wanted, replica_id = poll.ctx, poll.context, poll.wanted, poll.replica_id
+    sessions = ctx.broker.fetch_sessions
     if _needs_final_read(wanted):
-        size = _read_all(ctx, request, wanted, replica_id, max_bytes)
+        size = _read_all(ctx, poll.request, wanted, replica_id, poll.max_bytes)
     if replica_id < 0 and _throttled(ctx, size):
         # Kafka's throttled fetch: an empty answer (the session stays as it was).
         _release(wanted)

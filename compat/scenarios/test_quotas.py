@@ -109,6 +109,10 @@ def test_quota_tools(client: str, observe: Any) -> None:
         out.append([line for line in _lines(bad) if "LONG" in line])
         java(CONFIG_COMMAND, *bs, "--alter", *entity, "--delete-config", "producer_byte_rate")
         out.append(_lines(java(CONFIG_COMMAND, *bs, "--describe", *entity)))
+        # the default would throttle every consumer of the scenarios that follow: a throttled
+        # Fetch is answered empty, on Kafka as here
+        default = ["--entity-type", "clients", "--entity-default"]
+        java(CONFIG_COMMAND, *bs, "--alter", *default, "--delete-config", "consumer_byte_rate")
         return out
 
     observe(run)

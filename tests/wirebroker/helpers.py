@@ -437,6 +437,10 @@ def fetch_raw(
     request = fetch_request(topic, partition, offset, isolation_level)
     with RawClient(bootstrap) as client:
         response = client.request(request, 12)
+    assert response.responses, (  # a throttled Fetch is answered without partitions
+        f"Fetch answered no partitions: error {response.error_code}, "
+        f"throttled {response.throttle_time_ms} ms"
+    )
     return response.responses[0].partitions[0]
 
 

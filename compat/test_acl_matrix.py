@@ -30,7 +30,6 @@ from compat.kafka_process import kafka_cluster
 from compat.test_differential import delete_records, fetch, metadata, offset_commit, produce
 from protocol.errors import ErrorCode
 from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
-from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.create_partitions import CreatePartitionsRequest
@@ -52,29 +51,49 @@ from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.list_transactions import ListTransactionsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
-from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
-from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.schema import Message
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import (
+    RawClient,
+    add_partitions_request,
+    txn_markers_request,
+    txn_offset_commit_request,
+)
 from tests.wirebroker.secured import (
+    ALL,
+    ALLOW,
+    ALTER,
+    ALTER_CONFIGS,
     AUTHORIZER,
+    CLUSTER,
+    CLUSTER_ACTION,
+    CREATE,
+    DELETE,
+    DENY,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP,
+    IDEMPOTENT_WRITE,
+    LITERAL,
     PASSWORDS,
+    PREFIXED,
+    READ,
+    TOPIC,
+    WRITE,
     acl,
     create_acls,
     delete_acls,
     login,
     secured_properties,
 )
+from tests.wirebroker.secured import (
+    TRANSACTIONAL_ID as TXN,
+)
 
 pytestmark = pytest.mark.timeout(1800)
 
 ANY_ = 1
-TOPIC, GROUP, CLUSTER, TXN = 2, 3, 4, 5
-LITERAL, PREFIXED, MATCH = 3, 4, 2
-DENY, ALLOW = 2, 3
-ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 2, 3, 4, 5, 6, 7, 8
-CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+MATCH = 2  # a filter's pattern type: every ACL whose pattern matches the name
 AUTHORIZATION_ERRORS = {29, 30, 31, 53}
 SUPER_USERS = "User:admin;User:ANONYMOUS"
 #: Resources of the probes: an existing topic, a topic to create, groups, a transactional id.
@@ -486,17 +505,7 @@ PROBES = [
 
 
 def _add_partitions(tid: str, topic: str) -> tuple[Message, int]:
-    return (
-        AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=tid,
-            v3_and_below_producer_id=NO_PID,
-            v3_and_below_producer_epoch=0,
-            v3_and_below_topics=[
-                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])
-            ],
-        ),
-        3,
-    )
+    return add_partitions_request(tid, NO_PID, 0, {topic: [0]}), 3
 
 
 def _add_offsets(tid: str, group: str) -> tuple[Message, int]:
@@ -508,45 +517,14 @@ def _add_offsets(tid: str, group: str) -> tuple[Message, int]:
     )
 
 
-def txn_offset_commit(tid: str, group: str, topics: dict[str, list[int]]) -> TxnOffsetCommitRequest:
-    return TxnOffsetCommitRequest(
-        transactional_id=tid,
-        group_id=group,
-        producer_id=NO_PID,
-        producer_epoch=0,
-        generation_id=-1,
-        member_id="",
-        group_instance_id=None,
-        topics=[
-            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
-                name=name,
-                partitions=[
-                    TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
-                        partition_index=i, committed_offset=1, committed_leader_epoch=-1
-                    )
-                    for i in indexes
-                ],
-            )
-            for name, indexes in topics.items()
-        ],
-    )
+def txn_offset_commit(tid: str, group: str, topics: dict[str, list[int]]) -> Message:
+    offsets = {(name, i): 1 for name, indexes in topics.items() for i in indexes}
+    return txn_offset_commit_request(tid, group, NO_PID, 0, offsets)
 
 
-def abort_marker(producer_id: int, commit: bool = False) -> WriteTxnMarkersRequest:
+def abort_marker(producer_id: int, commit: bool = False) -> Message:
     """A marker for `T`-0 (ABORT, as `kafka-transactions abort` sends; or COMMIT)."""
-    return WriteTxnMarkersRequest(
-        markers=[
-            WriteTxnMarkersRequest.WritableTxnMarker(
-                producer_id=producer_id,
-                producer_epoch=0,
-                transaction_result=commit,
-                topics=[
-                    WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=T, partition_indexes=[0])
-                ],
-                coordinator_epoch=0,
-            )
-        ]
-    )
+    return txn_markers_request([(producer_id, 0, 0, commit, {T: [0]})])
 
 
 def _partition_codes(response: Any) -> Any:
@@ -984,15 +962,7 @@ def test_add_partitions_to_txn_checks_every_partition(both: Both) -> None:
 
     def run(bob: RawClient) -> Any:
         def add(tid: str, topics: dict[str, list[int]]) -> Any:
-            request = AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id=tid,
-                v3_and_below_producer_id=NO_PID,
-                v3_and_below_producer_epoch=0,
-                v3_and_below_topics=[
-                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=n, partitions=ps)
-                    for n, ps in topics.items()
-                ],
-            )
+            request = add_partitions_request(tid, NO_PID, 0, topics)
             return _partition_codes(bob.request(request, 3))
 
         return [
@@ -1043,14 +1013,8 @@ def test_transactions_are_described_and_listed_as_the_acls_say(both: Both) -> No
                     InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000), 4
                 )
             )
-            request = AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id=tid,
-                v3_and_below_producer_id=init.producer_id,
-                v3_and_below_producer_epoch=init.producer_epoch,
-                v3_and_below_topics=[
-                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=n, partitions=[0])
-                    for n in (T, PUBLIC)
-                ],
+            request = add_partitions_request(
+                tid, init.producer_id, init.producer_epoch, {T: [0], PUBLIC: [0]}
             )
             assert {c for *_, c in _partition_codes(admin.request(request, 3))} == {0}
 

@@ -489,10 +489,11 @@ def fetch_request(
     *,
     max_wait_ms: int = 0,
     min_bytes: int = 0,
+    replica_id: int = -1,
 ) -> FetchRequest:
-    """A Fetch of one partition from `offset` (by default one that does not wait)."""
+    """A Fetch of one partition from `offset` (by default a consumer's that does not wait)."""
     return FetchRequest(
-        replica_id=-1,
+        replica_id=replica_id,
         max_wait_ms=max_wait_ms,
         min_bytes=min_bytes,
         isolation_level=isolation_level,

@@ -34,6 +34,7 @@ from protocol.messages.fetch import FetchRequest
 from protocol.messages.headers import RequestHeader
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
@@ -331,6 +332,28 @@ def produce_request(
                 ],
             )
         ],
+    )
+
+
+def offset_commit_request(
+    group: str, topic: str, offsets: dict[int, int], metadata: str = "", **fields: Any
+) -> OffsetCommitRequest:
+    """OffsetCommit of `offsets` by partition of `topic`; without `fields` (the generation and
+    member id) an admin commit, as a group without members takes it."""
+    return OffsetCommitRequest(
+        group_id=group,
+        topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(
+                name=topic,
+                partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestPartition(
+                        partition_index=p, committed_offset=o, committed_metadata=metadata
+                    )
+                    for p, o in offsets.items()
+                ],
+            )
+        ],
+        **fields,
     )
 
 

@@ -26,7 +26,7 @@ import pytest
 
 from compat import report
 from compat.kafka_process import jars_available, jars_dir, kafka_reference
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, serving
 
 #: The same broker settings on both sides (Kafka's are in ``kafka_process.kafka_properties``).
 WIREBROKER_PROPERTIES = {
@@ -82,15 +82,8 @@ def kafka_target() -> Iterator[Target]:
 @pytest.fixture(scope="session")
 def wirebroker_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     process = BrokerProcess(tmp_path_factory.mktemp("compat-wirebroker"), WIREBROKER_PROPERTIES)
-    process.start()
-    try:
+    with serving(process):
         yield Target("wirebroker", process.bootstrap)
-    finally:
-        alive = process.alive()
-        code = process.stop()
-    assert alive, "wirebroker died during the compat run:\n" + "\n".join(process.log[-60:])
-    assert code == 0, f"wirebroker exited with {code}"
-    assert not process.tracebacks(), "wirebroker logged tracebacks:\n" + "\n".join(process.log)
 
 
 @pytest.fixture(scope="session", params=TARGETS)

@@ -30,7 +30,6 @@ from compat.kafka_process import kafka_cluster
 from compat.test_differential import delete_records, fetch, metadata, offset_commit, produce
 from protocol.errors import ErrorCode
 from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
-from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.create_partitions import CreatePartitionsRequest
@@ -52,29 +51,49 @@ from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.list_transactions import ListTransactionsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
-from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
-from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.schema import Message
-from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient
+from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.helpers import (
+    RawClient,
+    add_partitions_request,
+    txn_markers_request,
+    txn_offset_commit_request,
+)
 from tests.wirebroker.secured import (
+    ALL,
+    ALLOW,
+    ALTER,
+    ALTER_CONFIGS,
     AUTHORIZER,
+    CLUSTER,
+    CLUSTER_ACTION,
+    CREATE,
+    DELETE,
+    DENY,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP,
+    IDEMPOTENT_WRITE,
+    LITERAL,
     PASSWORDS,
+    PREFIXED,
+    READ,
+    TOPIC,
+    WRITE,
     acl,
     create_acls,
     delete_acls,
     login,
     secured_properties,
 )
+from tests.wirebroker.secured import (
+    TRANSACTIONAL_ID as TXN,
+)
 
 pytestmark = pytest.mark.timeout(1800)
 
 ANY_ = 1
-TOPIC, GROUP, CLUSTER, TXN = 2, 3, 4, 5
-LITERAL, PREFIXED, MATCH = 3, 4, 2
-DENY, ALLOW = 2, 3
-ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 2, 3, 4, 5, 6, 7, 8
-CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+MATCH = 2  # a filter's pattern type: every ACL whose pattern matches the name
 AUTHORIZATION_ERRORS = {29, 30, 31, 53}
 SUPER_USERS = "User:admin;User:ANONYMOUS"
 #: Resources of the probes: an existing topic, a topic to create, groups, a transactional id.
@@ -118,17 +137,34 @@ def secured_wirebroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sec
         "offsets.topic.num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",
     }
-    process = BrokerProcess(tmp_path_factory.mktemp("acl-matrix"), properties)
-    process.start()
-    try:
+    with serving(BrokerProcess(tmp_path_factory.mktemp("acl-matrix"), properties)) as process:
         target = Secured("wirebroker", f"127.0.0.1:{process.ports['SASL_PLAINTEXT']}")
         prepare(target)
         yield target
-    finally:
-        alive = process.alive()
-        code = process.stop()
-    assert alive and code == 0, "\n".join(process.log[-60:])
-    assert not process.tracebacks(), "\n".join(process.log)
+
+
+@dataclass(frozen=True)
+class Both:
+    """The two secured brokers: a scenario runs on each and their answers must be the same."""
+
+    kafka: Secured
+    wirebroker: Secured
+
+    def same(self, scenario: Callable[[Secured], Any]) -> None:
+        expected = scenario(self.kafka)
+        got = scenario(self.wirebroker)
+        assert got == expected, f"wirebroker {got!r}\n!= kafka {expected!r}"
+
+    def same_for_bob(
+        self, bindings: list[CreateAclsRequest.AclCreation], run: Callable[[RawClient], Any]
+    ) -> None:
+        """`run` on a connection of bob's while `bindings` exist, on each broker."""
+        self.same(lambda target: with_acls(target, bindings, "bob", run))
+
+
+@pytest.fixture(scope="module")
+def both(secured_kafka: Secured, secured_wirebroker: Secured) -> Both:
+    return Both(secured_kafka, secured_wirebroker)
 
 
 def prepare(target: Secured) -> None:
@@ -469,17 +505,7 @@ PROBES = [
 
 
 def _add_partitions(tid: str, topic: str) -> tuple[Message, int]:
-    return (
-        AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=tid,
-            v3_and_below_producer_id=NO_PID,
-            v3_and_below_producer_epoch=0,
-            v3_and_below_topics=[
-                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])
-            ],
-        ),
-        3,
-    )
+    return add_partitions_request(tid, NO_PID, 0, {topic: [0]}), 3
 
 
 def _add_offsets(tid: str, group: str) -> tuple[Message, int]:
@@ -491,45 +517,14 @@ def _add_offsets(tid: str, group: str) -> tuple[Message, int]:
     )
 
 
-def txn_offset_commit(tid: str, group: str, topics: dict[str, list[int]]) -> TxnOffsetCommitRequest:
-    return TxnOffsetCommitRequest(
-        transactional_id=tid,
-        group_id=group,
-        producer_id=NO_PID,
-        producer_epoch=0,
-        generation_id=-1,
-        member_id="",
-        group_instance_id=None,
-        topics=[
-            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
-                name=name,
-                partitions=[
-                    TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
-                        partition_index=i, committed_offset=1, committed_leader_epoch=-1
-                    )
-                    for i in indexes
-                ],
-            )
-            for name, indexes in topics.items()
-        ],
-    )
+def txn_offset_commit(tid: str, group: str, topics: dict[str, list[int]]) -> Message:
+    offsets = {(name, i): 1 for name, indexes in topics.items() for i in indexes}
+    return txn_offset_commit_request(tid, group, NO_PID, 0, offsets)
 
 
-def abort_marker(producer_id: int, commit: bool = False) -> WriteTxnMarkersRequest:
+def abort_marker(producer_id: int, commit: bool = False) -> Message:
     """A marker for `T`-0 (ABORT, as `kafka-transactions abort` sends; or COMMIT)."""
-    return WriteTxnMarkersRequest(
-        markers=[
-            WriteTxnMarkersRequest.WritableTxnMarker(
-                producer_id=producer_id,
-                producer_epoch=0,
-                transaction_result=commit,
-                topics=[
-                    WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=T, partition_indexes=[0])
-                ],
-                coordinator_epoch=0,
-            )
-        ]
-    )
+    return txn_markers_request([(producer_id, 0, 0, commit, {T: [0]})])
 
 
 def _partition_codes(response: Any) -> Any:
@@ -731,9 +726,9 @@ def run_matrix(target: Secured) -> dict[str, Any]:
     return answers
 
 
-def test_acl_matrix(secured_kafka: Secured, secured_wirebroker: Secured) -> None:
-    expected = run_matrix(secured_kafka)
-    got = run_matrix(secured_wirebroker)
+def test_acl_matrix(both: Both) -> None:
+    expected = run_matrix(both.kafka)
+    got = run_matrix(both.wirebroker)
     differ = [
         f"{k}: wirebroker {got[k]!r} != kafka {expected[k]!r}"
         for k in expected
@@ -747,14 +742,6 @@ def test_acl_matrix(secured_kafka: Secured, secured_wirebroker: Secured) -> None
 
 
 # --------------------------------------------------------------------------- scenarios
-
-
-def same(
-    secured_kafka: Secured, secured_wirebroker: Secured, scenario: Callable[[Secured], Any]
-) -> None:
-    expected = scenario(secured_kafka)
-    got = scenario(secured_wirebroker)
-    assert got == expected, f"wirebroker {got!r}\n!= kafka {expected!r}"
 
 
 def with_acls(
@@ -772,68 +759,54 @@ def with_acls(
             delete_acls(admin, bindings)
 
 
-def test_metadata_lists_only_what_may_be_described(
-    secured_kafka: Secured, secured_wirebroker: Secured
-) -> None:
+def test_metadata_lists_only_what_may_be_described(both: Both) -> None:
     bindings = [
         acl(TOPIC, T, "User:bob", WRITE),  # implies DESCRIBE
         acl(TOPIC, "m", "User:bob", DESCRIBE, pattern=PREFIXED),
         acl(TOPIC, PUBLIC, "User:bob", DESCRIBE, DENY),
     ]
 
-    def scenario(target: Secured) -> Any:
-        def run(bob: RawClient) -> Any:
-            every = bob.request(MetadataRequest(topics=None), 12)
-            named = bob.request(
-                MetadataRequest(
-                    topics=[
-                        MetadataRequest.MetadataRequestTopic(name=n) for n in (T, PUBLIC, "nope")
-                    ],
-                    allow_auto_topic_creation=False,
-                    include_topic_authorized_operations=True,
-                ),
-                10,
-            )
-            return (
-                sorted(t.name for t in every.topics),
-                sorted((t.name, t.error_code, t.topic_authorized_operations) for t in named.topics),
-            )
+    def run(bob: RawClient) -> Any:
+        every = bob.request(MetadataRequest(topics=None), 12)
+        named = bob.request(
+            MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in (T, PUBLIC, "nope")],
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=True,
+            ),
+            10,
+        )
+        return (
+            sorted(t.name for t in every.topics),
+            sorted((t.name, t.error_code, t.topic_authorized_operations) for t in named.topics),
+        )
 
-        return with_acls(target, bindings, "bob", run)
-
-    same(secured_kafka, secured_wirebroker, scenario)
+    both.same_for_bob(bindings, run)
 
 
-def test_auto_creation_needs_create(secured_kafka: Secured, secured_wirebroker: Secured) -> None:
+def test_auto_creation_needs_create(both: Both) -> None:
     tag = uuid.uuid4().hex[:6]
     bindings = [
         acl(TOPIC, "auto-", "User:bob", DESCRIBE, pattern=PREFIXED),
         acl(TOPIC, f"auto-yes-{tag}", "User:bob", CREATE),
     ]
 
-    def scenario(target: Secured) -> Any:
-        def run(bob: RawClient) -> Any:
-            names = (f"auto-yes-{tag}", f"auto-no-{tag}")
-            answer = bob.request(
-                MetadataRequest(
-                    topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names]
-                ),
-                4,
-            )
-            # created: LEADER_NOT_AVAILABLE on Kafka, ready at once on wirebroker (a known difference)
-            return sorted(
-                (t.name.split("-")[1], t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                for t in answer.topics
-            )
+    def run(bob: RawClient) -> Any:
+        names = (f"auto-yes-{tag}", f"auto-no-{tag}")
+        answer = bob.request(
+            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names]),
+            4,
+        )
+        # created: LEADER_NOT_AVAILABLE on Kafka, ready at once on wirebroker (a known difference)
+        return sorted(
+            (t.name.split("-")[1], t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            for t in answer.topics
+        )
 
-        return with_acls(target, bindings, "bob", run)
-
-    same(secured_kafka, secured_wirebroker, scenario)
+    both.same_for_bob(bindings, run)
 
 
-def test_authorized_operations_bit_fields(
-    secured_kafka: Secured, secured_wirebroker: Secured
-) -> None:
+def test_authorized_operations_bit_fields(both: Both) -> None:
     bindings = [
         acl(TOPIC, T, "User:bob", READ),
         acl(TOPIC, "*", "User:bob", ALTER_CONFIGS),
@@ -844,38 +817,31 @@ def test_authorized_operations_bit_fields(
         acl(CLUSTER, "kafka-cluster", "User:bob", ALTER_CONFIGS),
     ]
 
-    def scenario(target: Secured) -> Any:
-        def run(bob: RawClient) -> Any:
-            meta = bob.request(
-                MetadataRequest(
-                    topics=[MetadataRequest.MetadataRequestTopic(name=T)],
-                    allow_auto_topic_creation=False,
-                    include_cluster_authorized_operations=True,
-                    include_topic_authorized_operations=True,
-                ),
-                10,
-            )
-            cluster = bob.request(
-                DescribeClusterRequest(include_cluster_authorized_operations=True), 0
-            )
-            groups = bob.request(
-                DescribeGroupsRequest(groups=[G], include_authorized_operations=True), 5
-            )
-            return (
-                meta.cluster_authorized_operations,
-                meta.topics[0].topic_authorized_operations,
-                cluster.cluster_authorized_operations,
-                [(g.error_code, g.authorized_operations) for g in groups.groups],
-            )
+    def run(bob: RawClient) -> Any:
+        meta = bob.request(
+            MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=T)],
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=True,
+                include_topic_authorized_operations=True,
+            ),
+            10,
+        )
+        cluster = bob.request(DescribeClusterRequest(include_cluster_authorized_operations=True), 0)
+        groups = bob.request(
+            DescribeGroupsRequest(groups=[G], include_authorized_operations=True), 5
+        )
+        return (
+            meta.cluster_authorized_operations,
+            meta.topics[0].topic_authorized_operations,
+            cluster.cluster_authorized_operations,
+            [(g.error_code, g.authorized_operations) for g in groups.groups],
+        )
 
-        return with_acls(target, bindings, "bob", run)
-
-    same(secured_kafka, secured_wirebroker, scenario)
+    both.same_for_bob(bindings, run)
 
 
-def test_describe_and_delete_acls_filters(
-    secured_kafka: Secured, secured_wirebroker: Secured
-) -> None:
+def test_describe_and_delete_acls_filters(both: Both) -> None:
     fixed = [
         acl(TOPIC, "fa", "User:bob", READ),
         acl(TOPIC, "fa", "User:carol", WRITE, DENY, host="10.0.0.1"),
@@ -956,13 +922,13 @@ def test_describe_and_delete_acls_filters(
             delete_acls(admin, fixed)
             return seen, removed, left
 
-    same(secured_kafka, secured_wirebroker, scenario)
+    both.same(scenario)
 
 
 PUBLIC_RESOURCES = {(a.resource_type, a.resource_name) for a in PUBLIC_ACLS}
 
 
-def test_create_acls_validation(secured_kafka: Secured, secured_wirebroker: Secured) -> None:
+def test_create_acls_validation(both: Both) -> None:
     creations = [
         acl(CLUSTER, "not-the-cluster", "User:bob", ALTER),
         acl(TOPIC, "", "User:bob", READ),
@@ -979,15 +945,13 @@ def test_create_acls_validation(secured_kafka: Secured, secured_wirebroker: Secu
             delete_acls(admin, [creations[3]])
             return codes
 
-    same(secured_kafka, secured_wirebroker, scenario)
+    both.same(scenario)
 
 
 # --------------------------------------------------------------------------- transactions
 
 
-def test_add_partitions_to_txn_checks_every_partition(
-    secured_kafka: Secured, secured_wirebroker: Secured
-) -> None:
+def test_add_partitions_to_txn_checks_every_partition(both: Both) -> None:
     """Refused, internal and unknown topics and partitions in one AddPartitionsToTxn."""
     bindings = [
         acl(TXN, "bx", "User:bob", WRITE, pattern=PREFIXED),
@@ -996,37 +960,24 @@ def test_add_partitions_to_txn_checks_every_partition(
         acl(TOPIC, "__", "User:bob", ALL, pattern=PREFIXED),  # internal topics stay refused
     ]
 
-    def scenario(target: Secured) -> Any:
-        def run(bob: RawClient) -> Any:
-            def add(tid: str, topics: dict[str, list[int]]) -> Any:
-                request = AddPartitionsToTxnRequest(
-                    v3_and_below_transactional_id=tid,
-                    v3_and_below_producer_id=NO_PID,
-                    v3_and_below_producer_epoch=0,
-                    v3_and_below_topics=[
-                        AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=n, partitions=ps)
-                        for n, ps in topics.items()
-                    ],
-                )
-                return _partition_codes(bob.request(request, 3))
+    def run(bob: RawClient) -> Any:
+        def add(tid: str, topics: dict[str, list[int]]) -> Any:
+            request = add_partitions_request(tid, NO_PID, 0, topics)
+            return _partition_codes(bob.request(request, 3))
 
-            return [
-                add("bx-1", {T: [0]}),  # allowed: the coordinator's answer
-                add("bx-1", {T: [0], PUBLIC: [0]}),  # one refused topic
-                add("bx-1", {T: [0, 5]}),  # a partition that does not exist
-                add("bx-1", {T: [0], "mnope": [0]}),  # a topic that does not exist
-                add("bx-1", {T: [0], "__consumer_offsets": [0]}),  # internal
-                add("other", {T: [0], PUBLIC: [0]}),  # the transactional id refused
-            ]
+        return [
+            add("bx-1", {T: [0]}),  # allowed: the coordinator's answer
+            add("bx-1", {T: [0], PUBLIC: [0]}),  # one refused topic
+            add("bx-1", {T: [0, 5]}),  # a partition that does not exist
+            add("bx-1", {T: [0], "mnope": [0]}),  # a topic that does not exist
+            add("bx-1", {T: [0], "__consumer_offsets": [0]}),  # internal
+            add("other", {T: [0], PUBLIC: [0]}),  # the transactional id refused
+        ]
 
-        return with_acls(target, bindings, "bob", run)
-
-    same(secured_kafka, secured_wirebroker, scenario)
+    both.same_for_bob(bindings, run)
 
 
-def test_txn_offset_commit_checks_the_id_group_and_topics(
-    secured_kafka: Secured, secured_wirebroker: Secured
-) -> None:
+def test_txn_offset_commit_checks_the_id_group_and_topics(both: Both) -> None:
     bindings = [
         acl(TXN, "bx", "User:bob", WRITE, pattern=PREFIXED),
         acl(GROUP, "bg", "User:bob", READ),
@@ -1034,27 +985,22 @@ def test_txn_offset_commit_checks_the_id_group_and_topics(
     ]
     topics = {T: [0], PUBLIC: [0, 7], "mnope": [0]}
 
-    def scenario(target: Secured) -> Any:
-        def run(bob: RawClient) -> Any:
-            def commit(tid: str, group: str) -> Any:
-                answer = bob.request(txn_offset_commit(tid, group, topics), 3)
-                return sorted(
-                    (t.name, p.partition_index, p.error_code)
-                    for t in answer.topics
-                    for p in t.partitions
-                    if (t.name, p.partition_index) != (PUBLIC, 0)  # the coordinator's answer
-                )
+    def run(bob: RawClient) -> Any:
+        def commit(tid: str, group: str) -> Any:
+            answer = bob.request(txn_offset_commit(tid, group, topics), 3)
+            return sorted(
+                (t.name, p.partition_index, p.error_code)
+                for t in answer.topics
+                for p in t.partitions
+                if (t.name, p.partition_index) != (PUBLIC, 0)  # the coordinator's answer
+            )
 
-            return [commit("bx-1", "bg"), commit("bx-1", "other"), commit("other", "bg")]
+        return [commit("bx-1", "bg"), commit("bx-1", "other"), commit("other", "bg")]
 
-        return with_acls(target, bindings, "bob", run)
-
-    same(secured_kafka, secured_wirebroker, scenario)
+    both.same_for_bob(bindings, run)
 
 
-def test_transactions_are_described_and_listed_as_the_acls_say(
-    secured_kafka: Secured, secured_wirebroker: Secured
-) -> None:
+def test_transactions_are_described_and_listed_as_the_acls_say(both: Both) -> None:
     """An ongoing transaction on `T` and `PUBLIC`: bob sees it only with DESCRIBE on its id,
     and only the topics he may DESCRIBE."""
     tid = f"mtd-{uuid.uuid4().hex[:6]}"
@@ -1067,14 +1013,8 @@ def test_transactions_are_described_and_listed_as_the_acls_say(
                     InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000), 4
                 )
             )
-            request = AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id=tid,
-                v3_and_below_producer_id=init.producer_id,
-                v3_and_below_producer_epoch=init.producer_epoch,
-                v3_and_below_topics=[
-                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=n, partitions=[0])
-                    for n in (T, PUBLIC)
-                ],
+            request = add_partitions_request(
+                tid, init.producer_id, init.producer_epoch, {T: [0], PUBLIC: [0]}
             )
             assert {c for *_, c in _partition_codes(admin.request(request, 3))} == {0}
 
@@ -1109,10 +1049,10 @@ def test_transactions_are_described_and_listed_as_the_acls_say(
                     3,
                 )
 
-    same(secured_kafka, secured_wirebroker, scenario)
+    both.same(scenario)
 
 
-def test_markers_from_clients(secured_kafka: Secured, secured_wirebroker: Secured) -> None:
+def test_markers_from_clients(both: Both) -> None:
     """WriteTxnMarkers from a client: ALTER on the cluster allows ABORT markers on both. The
     two known differences (docs/security.md): CLUSTER_ACTION, which Kafka takes from anyone
     allowed it, and COMMIT markers are taken here only from brokers (inter-broker listener of
@@ -1139,8 +1079,8 @@ def test_markers_from_clients(secured_kafka: Secured, secured_wirebroker: Secure
             out.update({(label, kind): code for kind, code in answers.items()})
         return out
 
-    expected = scenario(secured_kafka)
-    got = scenario(secured_wirebroker)
+    expected = scenario(both.kafka)
+    got = scenario(both.wirebroker)
     refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     assert expected == {
         ("ALTER", "ABORT"): 0,

@@ -33,7 +33,7 @@ from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.record_batch import SimpleRecord
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message, Struct
-from tests.wirebroker.helpers import RawClient, produce_request
+from tests.wirebroker.helpers import RawClient, offset_commit_request, produce_request
 
 #: Fields whose values legitimately differ between two clusters.
 VOLATILE = {
@@ -271,21 +271,7 @@ def delete_records(topic: str, offset: int) -> DeleteRecordsRequest:
 
 
 def offset_commit(group: str, topic: str, offset: int) -> OffsetCommitRequest:
-    return OffsetCommitRequest(
-        group_id=group,
-        generation_id_or_member_epoch=-1,
-        member_id="",
-        topics=[
-            OffsetCommitRequest.OffsetCommitRequestTopic(
-                name=topic,
-                partitions=[
-                    OffsetCommitRequest.OffsetCommitRequestPartition(
-                        partition_index=0, committed_offset=offset, committed_metadata="m"
-                    )
-                ],
-            )
-        ],
-    )
+    return offset_commit_request(group, topic, {0: offset}, "m")
 
 
 def offset_fetch(group: str, topic: str) -> OffsetFetchRequest:

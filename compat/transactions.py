@@ -32,11 +32,10 @@ from compat.raw import create_topic
 from compat.test_differential import differences
 from compat.txn_clients import TxnClient, deadline_loop, error_of, open_client
 from protocol.errors import ErrorCode
-from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.record_batch import SimpleRecord
 from protocol.records import iter_batches, iter_records
-from tests.wirebroker.helpers import RawClient, fetch_raw, produce_request
+from tests.wirebroker.helpers import RawClient, fetch_raw, list_offset, produce_request
 
 #: One broker's settings for the scenarios (Kafka's test broker has them too: compat's
 #: kafka_properties): a one-partition transaction log of one replica, groups that start at once.
@@ -82,24 +81,10 @@ def stable_offsets(bootstrap: str, topic: str, partition: int = 0) -> dict[str, 
     """High watermark and last stable offset (Fetch), read_committed ListOffsets latest, and
     the first offsets of the aborted transactions a read_committed Fetch from 0 lists."""
     p = _fetch(bootstrap, topic, partition, isolation=1)
-    request = ListOffsetsRequest(
-        replica_id=-1,
-        isolation_level=1,
-        topics=[
-            ListOffsetsRequest.ListOffsetsTopic(
-                name=topic,
-                partitions=[
-                    ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=-1)
-                ],
-            )
-        ],
-    )
-    with RawClient(bootstrap) as client:
-        (lo,) = client.request(request, 7).topics[0].partitions
     return {
         "high_watermark": p.high_watermark,
         "last_stable_offset": p.last_stable_offset,
-        "list_offsets_read_committed": (lo.error_code, lo.offset),
+        "list_offsets_read_committed": list_offset(bootstrap, topic, partition, -1, 1),
         "aborted": sorted(a.first_offset for a in p.aborted_transactions or ()),
     }
 

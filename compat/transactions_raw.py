@@ -32,7 +32,6 @@ from compat.raw import create_topic
 from compat.test_differential import plain
 from compat.transactions import log_layout, wait_stable
 from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
-from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from protocol.messages.describe_transactions import DescribeTransactionsRequest
 from protocol.messages.end_txn import EndTxnRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
@@ -40,11 +39,15 @@ from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_transactions import ListTransactionsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
-from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
-from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.record_batch import SimpleRecord
 from protocol.schema import Message
-from tests.wirebroker.helpers import RawClient, produce_request
+from tests.wirebroker.helpers import (
+    RawClient,
+    add_partitions_request,
+    produce_request,
+    txn_markers_request,
+    txn_offset_commit_request,
+)
 
 TS = 1_700_000_000_000
 COMMIT, ABORT = True, False
@@ -123,21 +126,6 @@ class Session:
         return [[label, rename(r)] for label, r in self.seen]
 
 
-def add_partitions(
-    transactional_id: str, pid: int, epoch: int, partitions: dict[str, list[int]]
-) -> AddPartitionsToTxnRequest:
-    """AddPartitionsToTxn as a client sends it (v3 and below)."""
-    return AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=transactional_id,
-        v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=[
-            AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=name, partitions=parts)
-            for name, parts in partitions.items()
-        ],
-    )
-
-
 def end_txn(transactional_id: str, pid: int, epoch: int, committed: bool) -> EndTxnRequest:
     return EndTxnRequest(
         transactional_id=transactional_id,
@@ -183,8 +171,8 @@ def stale_epoch(bootstrap: str, stem: str) -> list[Any]:
     pid, old = s.init(txn)
     _, new = s.init(txn)
     s.ask("produce, partition not in the transaction", txn_produce(txn, topic, pid, new, 0, "x"), 9)
-    s.ask("add partitions, old epoch", add_partitions(txn, pid, old, {topic: [0]}), 3)
-    s.ask("add partitions, new epoch", add_partitions(txn, pid, new, {topic: [0]}), 3)
+    s.ask("add partitions, old epoch", add_partitions_request(txn, pid, old, {topic: [0]}), 3)
+    s.ask("add partitions, new epoch", add_partitions_request(txn, pid, new, {topic: [0]}), 3)
     s.ask("produce, old epoch", txn_produce(txn, topic, pid, old, 0, "old"), 9)
     s.ask("produce, new epoch", txn_produce(txn, topic, pid, new, 0, "new"), 9)
     s.ask("end txn v3, old epoch", end_txn(txn, pid, old, COMMIT), 3)
@@ -203,10 +191,10 @@ def add_partitions_unknown_topic(bootstrap: str, stem: str) -> list[Any]:
     pid, epoch = s.init(txn)
     s.ask(
         "add an unknown topic beside a known one",
-        add_partitions(txn, pid, epoch, {topic: [0, 7], missing: [0]}),
+        add_partitions_request(txn, pid, epoch, {topic: [0, 7], missing: [0]}),
         3,
     )
-    s.ask("add the known partition alone", add_partitions(txn, pid, epoch, {topic: [0]}), 3)
+    s.ask("add the known partition alone", add_partitions_request(txn, pid, epoch, {topic: [0]}), 3)
     s.ask("end txn, abort", end_txn(txn, pid, epoch, ABORT), 3)
     s.ask(
         "the unknown topic was not created",
@@ -226,24 +214,7 @@ def write_txn_markers_from_a_client(bootstrap: str, stem: str) -> list[Any]:
     s = Session(bootstrap)
     s.ask(
         "write markers",
-        WriteTxnMarkersRequest(
-            markers=[
-                WriteTxnMarkersRequest.WritableTxnMarker(
-                    producer_id=4343,
-                    producer_epoch=0,
-                    transaction_result=ABORT,
-                    topics=[
-                        WriteTxnMarkersRequest.WritableTxnMarkerTopic(
-                            name=topic, partition_indexes=[0, 5]
-                        ),
-                        WriteTxnMarkersRequest.WritableTxnMarkerTopic(
-                            name=f"{stem}-no-such-topic", partition_indexes=[0]
-                        ),
-                    ],
-                    coordinator_epoch=0,
-                )
-            ]
-        ),
+        txn_markers_request([(4343, 0, 0, ABORT, {topic: [0, 5], f"{stem}-no-such-topic": [0]})]),
         1,
     )
     s.topic(topic)
@@ -265,11 +236,11 @@ def coordinator_state_machine(bootstrap: str, stem: str) -> list[Any]:
         4,
         until=lambda r: r.coordinators[0].error_code == 0,
     )
-    s.ask("add partitions before init", add_partitions(txn, 5555, 0, {topic: [0]}), 3)
+    s.ask("add partitions before init", add_partitions_request(txn, 5555, 0, {topic: [0]}), 3)
     s.ask("describe before init", DescribeTransactionsRequest(transactional_ids=[txn]), 0)
     pid, epoch = s.init(txn)
     s.ask("end txn, nothing ongoing", end_txn(txn, pid, epoch, COMMIT), 3)
-    s.ask("add partitions", add_partitions(txn, pid, epoch, {topic: [0]}), 3)
+    s.ask("add partitions", add_partitions_request(txn, pid, epoch, {topic: [0]}), 3)
     s.ask("describe ongoing", DescribeTransactionsRequest(transactional_ids=[txn]), 0)
     s.ask(
         "list by producer id",
@@ -285,24 +256,7 @@ def coordinator_state_machine(bootstrap: str, stem: str) -> list[Any]:
     )
     s.ask(
         "txn offset commit",
-        TxnOffsetCommitRequest(
-            transactional_id=txn,
-            group_id=group,
-            producer_id=pid,
-            producer_epoch=epoch,
-            generation_id=-1,
-            member_id="",
-            topics=[
-                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
-                    name=topic,
-                    partitions=[
-                        TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=7, committed_metadata="m"
-                        )
-                    ],
-                )
-            ],
-        ),
+        txn_offset_commit_request(txn, group, pid, epoch, {(topic, 0): 7}, "m"),
         3,
     )
     s.ask("produce", txn_produce(txn, topic, pid, epoch, 0, "in"), 9)

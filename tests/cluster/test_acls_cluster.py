@@ -27,12 +27,11 @@ from kazoo.client import KazooClient
 
 from compat.clients import java as run_java
 from protocol.errors import ErrorCode
-from protocol.messages.fetch import FetchRequest
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import eventually, start_broker
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import RawClient, fetch_request
 from tests.wirebroker.secured import (
     ACL_COMMAND,
     TRANSACTIONAL_ID,
@@ -230,7 +229,7 @@ def test_acls_reach_every_broker_and_brokers_replicate_over_tls(
             try:  # the inter-broker listener, but User:alice is no broker
                 answer = await peer.request(forged, 7)
                 assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-                follower = await peer.request(_follower_fetch(), 12)
+                follower = await peer.request(fetch_request(TOPIC, replica_id=2), 12)
                 assert [p.error_code for p in follower.responses[0].partitions] == [
                     ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 ]
@@ -395,22 +394,5 @@ def _leader_and_isr(broker_epoch: int, leader_epoch: int) -> LeaderAndIsrRequest
         broker_epoch=broker_epoch,
         topic_states=[
             LeaderAndIsrRequest.LeaderAndIsrTopicState(topic_name=TOPIC, partition_states=[state])
-        ],
-    )
-
-
-def _follower_fetch() -> FetchRequest:
-    return FetchRequest(
-        replica_id=2,
-        max_wait_ms=0,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=TOPIC,
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
         ],
     )

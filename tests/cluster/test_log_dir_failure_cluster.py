@@ -19,11 +19,10 @@ import trio
 
 from protocol.errors import ErrorCode
 from protocol.messages.create_topics import CreateTopicsRequest
-from protocol.messages.fetch import FetchRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.record_batch import SimpleRecord
 from tests.cluster.harness import call, eventually, start_broker
-from tests.wirebroker.helpers import decode_records, produce_request
+from tests.wirebroker.helpers import decode_records, fetch_request, produce_request
 from wirebroker.server import RunningBroker
 
 pytestmark = pytest.mark.integration
@@ -52,20 +51,7 @@ async def fetch_values(running: RunningBroker, partition: int) -> list[bytes]:
     values: list[bytes] = []
     offset = 0
     while True:
-        request = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=0,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=TOPIC,
-                    partitions=[
-                        FetchRequest.FetchPartition(
-                            partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20
-                        )
-                    ],
-                )
-            ],
-        )
+        request = fetch_request(TOPIC, partition, offset)
         answer = (await call(running, request, 12)).responses[0].partitions[0]
         assert answer.error_code == ErrorCode.NONE, ErrorCode(answer.error_code).name
         records = decode_records(answer.records)

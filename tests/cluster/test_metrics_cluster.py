@@ -13,9 +13,8 @@ from confluent_kafka import Producer
 
 from protocol.errors import ErrorCode
 from protocol.messages.find_coordinator import FindCoordinatorRequest
-from protocol.messages.offset_commit import OffsetCommitRequest
 from tests.cluster.harness import call, create_topic, start_cluster
-from tests.wirebroker.helpers import Samples, scrape, value
+from tests.wirebroker.helpers import Samples, offset_commit_request, scrape, value
 
 pytestmark = pytest.mark.integration
 
@@ -47,22 +46,7 @@ def test_lag_of_partitions_led_by_other_brokers(zk_connect: str, tmp_path: Path)
                 found = await call(brokers[1], FindCoordinatorRequest(key=GROUP, key_type=0), 3)
             coordinator = brokers[found.node_id]
             committed = {p: p + 2 for p in range(PARTITIONS)}
-            commit = OffsetCommitRequest(
-                group_id=GROUP,
-                generation_id_or_member_epoch=-1,
-                member_id="",
-                topics=[
-                    OffsetCommitRequest.OffsetCommitRequestTopic(
-                        name=TOPIC,
-                        partitions=[
-                            OffsetCommitRequest.OffsetCommitRequestPartition(
-                                partition_index=p, committed_offset=o
-                            )
-                            for p, o in committed.items()
-                        ],
-                    )
-                ],
-            )
+            commit = offset_commit_request(GROUP, TOPIC, committed)
             answer = await call(coordinator, commit, 8)
             assert all(p.error_code == 0 for t in answer.topics for p in t.partitions)
             leaders = {

@@ -14,12 +14,11 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from protocol.errors import ErrorCode
 from protocol.messages.describe_producers import DescribeProducersRequest
 from tests.cluster.processes import LOOPBACK, Cluster, running_cluster, wait_for
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import RawClient, fetch_raw
 from tests.wirebroker.test_transactions_wire import (
     BROKER_PROPERTIES,
     READ_COMMITTED,
     data_values,
-    fetch,
     txn_produce,
     write_markers,
 )
@@ -56,7 +55,7 @@ def test_markers_replicate_and_a_new_leader_serves_read_committed(kind: str) -> 
             assert write_markers(c, [(C, 0, 1, True, {topic: [0]})]) == {
                 (C, topic, 0): ErrorCode.NOT_LEADER_OR_FOLLOWER
             }
-        before = fetch(at(cluster, leader), topic, READ_COMMITTED)
+        before = fetch_raw(at(cluster, leader), topic, isolation_level=READ_COMMITTED)
         assert (before.high_watermark, before.last_stable_offset) == (7, 5)
         assert [(t.producer_id, t.first_offset) for t in before.aborted_transactions] == [(A, 0)]
         cluster.wait_isr(topic, 0, set(cluster.nodes))
@@ -104,7 +103,7 @@ def test_markers_replicate_and_a_new_leader_serves_read_committed(kind: str) -> 
 
 def _try_fetch(bootstrap: str, topic: str) -> Any:
     try:
-        p = fetch(bootstrap, topic, READ_COMMITTED)
+        p = fetch_raw(bootstrap, topic, isolation_level=READ_COMMITTED)
     except (OSError, ConnectionError):
         return None
     return p if p.error_code == ErrorCode.NONE else None

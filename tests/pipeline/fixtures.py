@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, serving
 
 
 @pytest.fixture(scope="session")
@@ -35,15 +35,8 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    process = BrokerProcess(tmp_path_factory.mktemp("broker"), {"num.partitions": "1"})
-    process.start()
-    try:
-        yield process.bootstrap
-    finally:
-        alive = process.alive()
-        code = process.stop()
-    assert alive and code == 0, "the broker died or failed:\n" + "\n".join(process.log[-60:])
-    assert not process.tracebacks(), "the broker logged tracebacks:\n" + "\n".join(process.log)
+    with serving(BrokerProcess(tmp_path_factory.mktemp("broker"), {"num.partitions": "1"})) as b:
+        yield b.bootstrap
 
 
 @pytest.fixture

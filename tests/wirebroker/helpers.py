@@ -26,6 +26,7 @@ from protocol.api import decode_response, encode_request
 from protocol.compression import CompressionType
 from protocol.errors import ErrorCode
 from protocol.framing import frame
+from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
@@ -33,9 +34,12 @@ from protocol.messages.fetch import FetchRequest
 from protocol.messages.headers import RequestHeader
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
+from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
@@ -275,10 +279,13 @@ def alter_configs(
     return response.error_code, response.error_message
 
 
-def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+def list_offset(
+    bootstrap: str, topic: str, partition: int, timestamp: int, isolation_level: int = 0
+) -> tuple[int, int]:
     """(error code, offset) of ListOffsets v9 for one partition (-2 earliest, -1 latest)."""
     request = ListOffsetsRequest(
         replica_id=-1,
+        isolation_level=isolation_level,
         topics=[
             ListOffsetsRequest.ListOffsetsTopic(
                 name=topic,
@@ -296,8 +303,9 @@ def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> t
     return p.error_code, p.offset
 
 
-def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
-    code, offset = list_offset(bootstrap, topic, partition, -1)
+def end_offset(bootstrap: str, topic: str, partition: int = 0, isolation_level: int = 0) -> int:
+    """The latest offset: the high watermark, or the last stable offset under READ_COMMITTED."""
+    code, offset = list_offset(bootstrap, topic, partition, -1, isolation_level)
     assert code == ErrorCode.NONE
     return offset
 
@@ -324,6 +332,94 @@ def produce_request(
                 ],
             )
         ],
+    )
+
+
+def offset_commit_request(
+    group: str, topic: str, offsets: dict[int, int], metadata: str = "", **fields: Any
+) -> OffsetCommitRequest:
+    """OffsetCommit of `offsets` by partition of `topic`; without `fields` (the generation and
+    member id) an admin commit, as a group without members takes it."""
+    return OffsetCommitRequest(
+        group_id=group,
+        topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(
+                name=topic,
+                partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestPartition(
+                        partition_index=p, committed_offset=o, committed_metadata=metadata
+                    )
+                    for p, o in offsets.items()
+                ],
+            )
+        ],
+        **fields,
+    )
+
+
+def add_partitions_request(
+    transactional_id: str, producer_id: int, producer_epoch: int, partitions: dict[str, list[int]]
+) -> AddPartitionsToTxnRequest:
+    """AddPartitionsToTxn as a client sends it (v3 and below)."""
+    return AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=transactional_id,
+        v3_and_below_producer_id=producer_id,
+        v3_and_below_producer_epoch=producer_epoch,
+        v3_and_below_topics=[
+            AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
+            for t, ps in partitions.items()
+        ],
+    )
+
+
+def txn_offset_commit_request(
+    transactional_id: str,
+    group: str,
+    producer_id: int,
+    producer_epoch: int,
+    offsets: dict[tuple[str, int], int],
+    metadata: str = "",
+    **fields: Any,
+) -> TxnOffsetCommitRequest:
+    """TxnOffsetCommit of `offsets` by (topic, partition); `fields` set the group generation's."""
+    by_topic: dict[str, list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]] = {}
+    for (t, p), offset in offsets.items():
+        by_topic.setdefault(t, []).append(
+            TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                partition_index=p, committed_offset=offset, committed_metadata=metadata
+            )
+        )
+    return TxnOffsetCommitRequest(
+        transactional_id=transactional_id,
+        group_id=group,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        topics=[
+            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
+            for t, ps in by_topic.items()
+        ],
+        **fields,
+    )
+
+
+def txn_markers_request(
+    markers: list[tuple[int, int, int, bool, dict[str, list[int]]]],
+) -> WriteTxnMarkersRequest:
+    """WriteTxnMarkers of (producer id, producer epoch, coordinator epoch, commit, partitions)."""
+    return WriteTxnMarkersRequest(
+        markers=[
+            WriteTxnMarkersRequest.WritableTxnMarker(
+                producer_id=pid,
+                producer_epoch=epoch,
+                transaction_result=commit,
+                coordinator_epoch=coordinator_epoch,
+                topics=[
+                    WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                    for t, ps in topics.items()
+                ],
+            )
+            for pid, epoch, coordinator_epoch, commit, topics in markers
+        ]
     )
 
 
@@ -409,13 +505,20 @@ def expected(samples: Sequence[Sample], partition: int = 0, first_offset: int = 
 
 
 def fetch_request(
-    topic: str, partition: int = 0, offset: int = 0, isolation_level: int = 0
+    topic: str,
+    partition: int = 0,
+    offset: int = 0,
+    isolation_level: int = 0,
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+    replica_id: int = -1,
 ) -> FetchRequest:
-    """A Fetch of one partition from `offset` that does not wait."""
+    """A Fetch of one partition from `offset` (by default a consumer's that does not wait)."""
     return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
+        replica_id=replica_id,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
         isolation_level=isolation_level,
         topics=[
             FetchRequest.FetchTopic(
@@ -431,12 +534,17 @@ def fetch_request(
 
 
 def fetch_raw(
-    bootstrap: str, topic: str, partition: int = 0, offset: int = 0, isolation_level: int = 0
+    bootstrap: str,
+    topic: str,
+    partition: int = 0,
+    offset: int = 0,
+    isolation_level: int = 0,
+    version: int = 12,
 ) -> Any:
-    """One Fetch v12 of a partition: its PartitionData (records left as bytes)."""
+    """One Fetch (v12) of a partition: its PartitionData (records left as bytes)."""
     request = fetch_request(topic, partition, offset, isolation_level)
     with RawClient(bootstrap) as client:
-        response = client.request(request, 12)
+        response = client.request(request, version)
     assert response.responses, (  # a throttled Fetch is answered without partitions
         f"Fetch answered no partitions: error {response.error_code}, "
         f"throttled {response.throttle_time_ms} ms"

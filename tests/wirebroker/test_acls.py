@@ -35,9 +35,12 @@ from tests.wirebroker.helpers import RawClient, create_topic
 from tests.wirebroker.secured import (
     ALLOW,
     CLUSTER,
+    DESCRIBE,
     GROUP,
     PASSWORDS,
+    READ,
     TOPIC,
+    WRITE,
     acl,
     client_config,
     command_config,
@@ -52,7 +55,6 @@ from tests.wirebroker.secured import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 TIMEOUT = 20.0
-READ, WRITE, DESCRIBE, IDEMPOTENT_WRITE = 3, 4, 8, 12
 BROKER_PROPERTIES = embedded_properties()
 
 

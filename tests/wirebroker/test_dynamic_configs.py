@@ -12,8 +12,7 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.record_batch import SimpleRecord
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import (
     RawClient,
     alter_configs,
@@ -47,19 +46,10 @@ SET, DELETE = 0, 1
 API_VERSIONS = ApiVersionsRequest(client_software_name="dyn-test", client_software_version="1")
 
 
-@contextmanager
 def running(
     tmp: Path, properties: dict[str, str] | None = None, listeners: tuple[str, ...] = ()
-) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp, properties, extra_listeners=listeners)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        alive = broker.alive()
-        code = broker.stop()
-    assert alive and code == 0, "\n".join(broker.log[-40:])
-    assert not broker.tracebacks(), "\n".join(broker.log)
+) -> AbstractContextManager[BrokerProcess]:
+    return serving(BrokerProcess(tmp, properties, extra_listeners=listeners))
 
 
 def produce(bootstrap: str, topic: str, value_size: int) -> int:

@@ -38,6 +38,7 @@ from tests.wirebroker.helpers import (
     create_topic,
     decode_records,
     end_offset,
+    fetch_request,
     list_offset,
     needs_kcat,
     produce_request,
@@ -164,22 +165,7 @@ def test_out_of_range_offsets(broker: BrokerProcess, topic: str) -> None:
             client.request(produce_request(topic, 0, [SimpleRecord(b"k", b"v%d" % i)]), 9)
 
         def fetch(offset: int) -> tuple[int, int, list[tuple[int, bytes | None, bytes | None]]]:
-            response = client.request(
-                FetchRequest(
-                    max_wait_ms=0,
-                    topics=[
-                        FetchRequest.FetchTopic(
-                            topic=topic,
-                            partitions=[
-                                FetchRequest.FetchPartition(
-                                    partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
-                                )
-                            ],
-                        )
-                    ],
-                ),
-                12,
-            )
+            response = client.request(fetch_request(topic, 0, offset), 12)
             (p,) = response.responses[0].partitions
             return p.error_code, p.log_start_offset, decode_records(p.records)
 

@@ -27,7 +27,7 @@ from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, create_topic
+from tests.wirebroker.helpers import RawClient, create_topic, offset_commit_request
 
 pytestmark = pytest.mark.integration
 
@@ -235,20 +235,8 @@ def test_commit_generation_fencing(broker: BrokerProcess, topic: str) -> None:
         member, generation, _ = join(c, group, 9, topic)
 
         def commit(member_id: str, gen: int) -> ErrorCode:
-            request = OffsetCommitRequest(
-                group_id=group,
-                generation_id_or_member_epoch=gen,
-                member_id=member_id,
-                topics=[
-                    OffsetCommitRequest.OffsetCommitRequestTopic(
-                        name=topic,
-                        partitions=[
-                            OffsetCommitRequest.OffsetCommitRequestPartition(
-                                partition_index=0, committed_offset=1
-                            )
-                        ],
-                    )
-                ],
+            request = offset_commit_request(
+                group, topic, {0: 1}, generation_id_or_member_epoch=gen, member_id=member_id
             )
             return ErrorCode(c.request(request, 9).topics[0].partitions[0].error_code)
 
@@ -285,20 +273,8 @@ def test_list_describe_delete_and_offset_delete(broker: BrokerProcess, topic: st
         member, generation, _ = join(c, group, 9, topic)
         c.request(SyncGroupRequest(group_id=group, generation_id=generation, member_id=member), 5)
         c.request(
-            OffsetCommitRequest(
-                group_id=group,
-                generation_id_or_member_epoch=generation,
-                member_id=member,
-                topics=[
-                    OffsetCommitRequest.OffsetCommitRequestTopic(
-                        name=topic,
-                        partitions=[
-                            OffsetCommitRequest.OffsetCommitRequestPartition(
-                                partition_index=0, committed_offset=3
-                            )
-                        ],
-                    )
-                ],
+            offset_commit_request(
+                group, topic, {0: 3}, generation_id_or_member_epoch=generation, member_id=member
             ),
             9,
         )
@@ -334,20 +310,7 @@ def test_list_describe_delete_and_offset_delete(broker: BrokerProcess, topic: st
         # Its last offset deleted, the Empty group is gone too (Kafka's cleanupGroupMetadata).
         assert group not in {g.group_id for g in c.request(ListGroupsRequest(), 4).groups}
         simple = new_group()  # offsets only, committed without a generation
-        commit = OffsetCommitRequest(
-            group_id=simple,
-            generation_id_or_member_epoch=-1,
-            topics=[
-                OffsetCommitRequest.OffsetCommitRequestTopic(
-                    name=topic,
-                    partitions=[
-                        OffsetCommitRequest.OffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=3
-                        )
-                    ],
-                )
-            ],
-        )
+        commit = offset_commit_request(simple, topic, {0: 3})
         assert c.request(commit, 9).topics[0].partitions[0].error_code == E.NONE
         r = c.request(DeleteGroupsRequest(groups_names=[simple, group, "no-such-group"]), 2)
         assert [x.error_code for x in r.results] == [

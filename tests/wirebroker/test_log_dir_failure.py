@@ -14,11 +14,10 @@ import pytest
 import trio
 
 from protocol.errors import ErrorCode
-from protocol.messages.fetch import FetchRequest
 from protocol.messages.headers import RequestHeader
 from protocol.record_batch import SimpleRecord
 from storage.segment import RECENT_BATCHES
-from tests.wirebroker.helpers import produce_request
+from tests.wirebroker.helpers import fetch_request, produce_request
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig
 from wirebroker.dispatch import RequestContext, dispatch
@@ -54,19 +53,7 @@ def produce(broker: Broker, partition: int) -> int:
 
 
 def fetch(broker: Broker, partition: int) -> int:
-    request = FetchRequest(
-        max_wait_ms=0,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic="t",
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=partition, fetch_offset=0, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
-        ],
-    )
+    request = fetch_request("t", partition)
     response = call(broker, request, 12).responses[0].partitions[0]
     if isinstance(response.records, FileRecords):  # not the shared empty records of an error
         response.records.release()

@@ -24,6 +24,7 @@ from tests.wirebroker.helpers import (
     RawClient,
     decode_records,
     fetch_raw,
+    fetch_request,
     list_offset,
     produce_request,
     wait_until,
@@ -406,21 +407,7 @@ def test_pipelined_produces_are_appended_while_the_first_waits(
 def test_consumer_long_poll_wakes_when_the_watermark_moves(cluster: Cluster, topic: str) -> None:
     cluster.create_partition(topic, [1, 2, 3])
     cluster.pause(3)
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=20_000,
-        min_bytes=1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
-        ],
-    )
+    request = fetch_request(topic, max_wait_ms=20_000, min_bytes=1)
     with RawClient(cluster.brokers[1].bootstrap, timeout=60) as consumer:
         started = time.monotonic()
         fetch_id = consumer.send(request, 12)

@@ -12,15 +12,11 @@ import time
 from typing import Any
 
 from protocol.errors import ErrorCode
-from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from protocol.messages.describe_producers import DescribeProducersRequest
-from protocol.messages.describe_transactions import DescribeTransactionsRequest
 from protocol.messages.end_txn import EndTxnRequest
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
-from protocol.messages.list_offsets import ListOffsetsRequest
-from protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from protocol.record_batch import RecordBatchView, SimpleRecord
 from protocol.record_builder import decode_end_txn_marker
 from protocol.records import iter_batches, iter_records
@@ -28,12 +24,16 @@ from tests.broker_process import BrokerProcess
 
 from .helpers import (
     RawClient,
+    add_partitions_request,
     create_topic,
     end_offset,
     fetch_raw,
+    fetch_request,
     produce_request,
+    txn_markers_request,
     wait_until,
 )
+from .test_txn_coordinator_wire import wait_state
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 #: These tests write transactions without a coordinator (raw batches, then WriteTxnMarkers):
@@ -93,15 +93,8 @@ class Coordinated:
 
     def produce(self, topic: str, values: list[bytes], partition: int = 0, **kw: Any) -> Any:
         if (topic, partition) not in self.added:
-            request = AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id=self.transactional_id,
-                v3_and_below_producer_id=self.producer_id,
-                v3_and_below_producer_epoch=self.epoch,
-                v3_and_below_topics=[
-                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
-                        name=topic, partitions=[partition]
-                    )
-                ],
+            request = add_partitions_request(
+                self.transactional_id, self.producer_id, self.epoch, {topic: [partition]}
             )
             wait_until(
                 lambda: (
@@ -140,12 +133,7 @@ class Coordinated:
         )
         assert self.c.request(request, 3).error_code == 0
         self.added.clear()
-        done = "CompleteCommit" if commit else "CompleteAbort"
-        describe = DescribeTransactionsRequest(transactional_ids=[self.transactional_id])
-        wait_until(
-            lambda: self.c.request(describe, 0).transaction_states[0].transaction_state == done,
-            what=f"{self.transactional_id} {done}",
-        )
+        wait_state(self.c, self.transactional_id, "CompleteCommit" if commit else "CompleteAbort")
 
 
 def write_markers(
@@ -155,22 +143,7 @@ def write_markers(
 ) -> dict[tuple[int, str, int], int]:
     """WriteTxnMarkers of (producer id, producer epoch, coordinator epoch, commit, partitions);
     the error code of each (producer id, topic, partition) answered."""
-    request = WriteTxnMarkersRequest(
-        markers=[
-            WriteTxnMarkersRequest.WritableTxnMarker(
-                producer_id=pid,
-                producer_epoch=epoch,
-                transaction_result=commit,
-                coordinator_epoch=coordinator_epoch,
-                topics=[
-                    WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
-                    for t, ps in topics.items()
-                ],
-            )
-            for pid, epoch, coordinator_epoch, commit, topics in markers
-        ]
-    )
-    response = c.request(request, version)
+    response = c.request(txn_markers_request(markers), version)
     return {
         (m.producer_id, t.name, p.partition_index): p.error_code
         for m in response.markers
@@ -289,54 +262,6 @@ def test_markers_on_consumer_offsets_partitions(broker: BrokerProcess) -> None:
     assert answer == {(700, "__consumer_offsets", 0): 0, (700, "__consumer_offsets", 1): 0}
 
 
-def fetch_request(
-    topic: str, isolation: int, offset: int = 0, *, max_wait_ms: int = 0, min_bytes: int = 0
-) -> FetchRequest:
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=min_bytes,
-        isolation_level=isolation,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
-        ],
-    )
-
-
-def fetch(bootstrap: str, topic: str, isolation: int, offset: int = 0, version: int = 12) -> Any:
-    """One Fetch of partition 0 without waiting: its PartitionData."""
-    with RawClient(bootstrap) as c:
-        return (
-            c.request(fetch_request(topic, isolation, offset), version).responses[0].partitions[0]
-        )
-
-
-def latest(bootstrap: str, topic: str, isolation: int) -> int:
-    request = ListOffsetsRequest(
-        replica_id=-1,
-        isolation_level=isolation,
-        topics=[
-            ListOffsetsRequest.ListOffsetsTopic(
-                name=topic,
-                partitions=[
-                    ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)
-                ],
-            )
-        ],
-    )
-    with RawClient(bootstrap) as c:
-        (p,) = c.request(request, 9).topics[0].partitions
-    assert p.error_code == 0
-    return int(p.offset)
-
-
 def interleaved(c: RawClient, topic: str) -> tuple[Coordinated, Coordinated]:
     """0 p0 | 1-2 A | 3 B | 4 COMMIT A | 5 A | 6 ABORT B | 7 ABORT A | 8 C (open) | 9 p1;
     A and C are the coordinator's transactional producers, B (902) a raw one."""
@@ -366,28 +291,33 @@ def test_read_committed_fetch_and_list_offsets(broker: BrokerProcess, topic: str
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as c:
         a, c_ = interleaved(c, topic)
-        committed = fetch(broker.bootstrap, topic, READ_COMMITTED)
+        committed = fetch_raw(broker.bootstrap, topic, isolation_level=READ_COMMITTED)
         assert (committed.high_watermark, committed.last_stable_offset) == (10, 8)
         assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [
             (902, 3),
             (a.producer_id, 5),
         ]
         assert [o for o, _ in data_values(committed.records)] == [0, 1, 2, 3, 5]
-        uncommitted = fetch(broker.bootstrap, topic, READ_UNCOMMITTED)
+        uncommitted = fetch_raw(broker.bootstrap, topic, isolation_level=READ_UNCOMMITTED)
         assert uncommitted.last_stable_offset == 8 and uncommitted.aborted_transactions is None
         assert [o for o, _ in data_values(uncommitted.records)] == [0, 1, 2, 3, 5, 8, 9]
-        assert latest(broker.bootstrap, topic, READ_COMMITTED) == 8
-        assert latest(broker.bootstrap, topic, READ_UNCOMMITTED) == 10
+        assert end_offset(broker.bootstrap, topic, isolation_level=READ_COMMITTED) == 8
+        assert end_offset(broker.bootstrap, topic, isolation_level=READ_UNCOMMITTED) == 10
         # a read from past the aborted transactions does not list them
-        later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
+        later = fetch_raw(broker.bootstrap, topic, offset=8, isolation_level=READ_COMMITTED)
         assert later.aborted_transactions == [] and data_values(later.records) == []
         c_.end(commit=True)
-        assert latest(broker.bootstrap, topic, READ_COMMITTED) == 11
-        later = fetch(broker.bootstrap, topic, READ_COMMITTED, offset=8)
+        assert end_offset(broker.bootstrap, topic, isolation_level=READ_COMMITTED) == 11
+        later = fetch_raw(broker.bootstrap, topic, offset=8, isolation_level=READ_COMMITTED)
         assert later.last_stable_offset == 11
         assert data_values(later.records) == [(8, b"c1"), (9, b"p1")]
         # Fetch v4 carries the LSO too
-        assert fetch(broker.bootstrap, topic, READ_COMMITTED, version=4).last_stable_offset == 11
+        assert (
+            fetch_raw(
+                broker.bootstrap, topic, isolation_level=READ_COMMITTED, version=4
+            ).last_stable_offset
+            == 11
+        )
 
 
 def test_read_committed_long_poll_wakes_when_the_lso_moves(
@@ -397,7 +327,9 @@ def test_read_committed_long_poll_wakes_when_the_lso_moves(
     with RawClient(broker.bootstrap) as c:
         producer = Coordinated(c, f"{topic}-p")
         assert producer.produce(topic, [b"x"]).error_code == 0
-        request = fetch_request(topic, READ_COMMITTED, max_wait_ms=20_000, min_bytes=1)
+        request = fetch_request(
+            topic, isolation_level=READ_COMMITTED, max_wait_ms=20_000, min_bytes=1
+        )
         with RawClient(broker.bootstrap) as waiting:
             correlation_id = waiting.send(request, 12)
             # the open transaction's data does not answer the poll...

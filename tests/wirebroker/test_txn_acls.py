@@ -27,10 +27,14 @@ from protocol.messages.describe_transactions import DescribeTransactionsRequest
 from protocol.messages.list_transactions import ListTransactionsRequest
 from tests.broker_process import BrokerProcess, broker_process
 from tests.wirebroker.secured import (
+    ALTER,
     CLUSTER,
+    DESCRIBE,
     GROUP,
+    READ,
     TOPIC,
     TRANSACTIONAL_ID,
+    WRITE,
     acl,
     client_config,
     command_config,
@@ -49,7 +53,6 @@ from .test_txn_producer_clients import read_committed
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 TIMEOUT = 30.0
-READ, WRITE, DESCRIBE, ALTER = 3, 4, 8, 7
 SECURED = embedded_properties()
 BROKER_PROPERTIES = SECURED
 
@@ -59,8 +62,21 @@ def tag() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def transactional(broker: BrokerProcess, user: str, tid: str) -> Producer:
-    return Producer({**client_config(sasl(broker), user), "transactional.id": tid})
+def alice_transactional(broker: BrokerProcess, tid: str) -> Producer:
+    """A transactional producer logged in as alice, its transactions initialised."""
+    producer = Producer({**client_config(sasl(broker), "alice"), "transactional.id": tid})
+    producer.init_transactions(TIMEOUT)
+    return producer
+
+
+def alice_may_write(broker: BrokerProcess, tid: str, *topics: str) -> None:
+    """New `topics`, and ACLs that let alice WRITE to them in transactions of `tid`."""
+    create_topics(sasl(broker), *topics)
+    grant(
+        sasl(broker),
+        acl(TRANSACTIONAL_ID, tid, "User:alice", WRITE),
+        *(acl(TOPIC, topic, "User:alice", WRITE) for topic in topics),
+    )
 
 
 def admin_reads(broker: BrokerProcess, topic: str, count: int) -> list[bytes]:
@@ -75,12 +91,11 @@ def test_a_transaction_needs_write_on_its_transactional_id(broker: BrokerProcess
     create_topics(sasl(broker), topic)
     grant(sasl(broker), acl(TOPIC, topic, "User:alice", WRITE))
     with pytest.raises(KafkaException) as raised:
-        transactional(broker, "alice", tid).init_transactions(TIMEOUT)
+        alice_transactional(broker, tid)
     assert raised.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
     grant(sasl(broker), acl(TRANSACTIONAL_ID, "tx-", "User:alice", WRITE, pattern=4))
-    producer = transactional(broker, "alice", tid)
-    producer.init_transactions(TIMEOUT)
+    producer = alice_transactional(broker, tid)
     producer.begin_transaction()
     producer.produce(topic, b"allowed", partition=0)
     producer.commit_transaction(TIMEOUT)
@@ -91,15 +106,10 @@ def test_a_transaction_touching_a_topic_it_may_not_write_is_refused(
     broker: BrokerProcess, tag: str
 ) -> None:
     granted, secret, tid = f"out-{tag}", f"secret-{tag}", f"tx-{tag}"
-    create_topics(sasl(broker), granted, secret)
-    grant(
-        sasl(broker),
-        acl(TRANSACTIONAL_ID, tid, "User:alice", WRITE),
-        acl(TOPIC, granted, "User:alice", WRITE),
-        acl(TOPIC, secret, "User:alice", DESCRIBE),  # known to her, not writable
-    )
-    producer = transactional(broker, "alice", tid)
-    producer.init_transactions(TIMEOUT)
+    alice_may_write(broker, tid, granted)
+    create_topics(sasl(broker), secret)
+    grant(sasl(broker), acl(TOPIC, secret, "User:alice", DESCRIBE))  # known to her, not writable
+    producer = alice_transactional(broker, tid)
     producer.begin_transaction()
     delivered: list[tuple[str, int | None]] = []
 
@@ -117,8 +127,7 @@ def test_a_transaction_touching_a_topic_it_may_not_write_is_refused(
     with pytest.raises(KafkaException) as raised:
         producer.abort_transaction(TIMEOUT)
     assert raised.value.args[0].code() == KafkaError.INVALID_TXN_STATE
-    producer = transactional(broker, "alice", tid)
-    producer.init_transactions(TIMEOUT)
+    producer = alice_transactional(broker, tid)
     producer.begin_transaction()
     producer.produce(granted, b"alone", partition=0)
     producer.commit_transaction(TIMEOUT)
@@ -130,14 +139,9 @@ def test_offsets_in_a_transaction_need_the_group_and_its_topics(
     broker: BrokerProcess, tag: str
 ) -> None:
     source, out, group, tid = f"in-{tag}", f"out-{tag}", f"g-{tag}", f"tx-{tag}"
-    create_topics(sasl(broker), source, out)
-    grant(
-        sasl(broker),
-        acl(TRANSACTIONAL_ID, tid, "User:alice", WRITE),
-        acl(TOPIC, out, "User:alice", WRITE),
-    )
-    producer = transactional(broker, "alice", tid)
-    producer.init_transactions(TIMEOUT)
+    create_topics(sasl(broker), source)
+    alice_may_write(broker, tid, out)
+    producer = alice_transactional(broker, tid)
     consumer = Consumer({**client_config(sasl(broker), "alice"), "group.id": group})
     try:
         offsets = [CkTopicPartition(source, 0, 5)]
@@ -175,15 +179,8 @@ def test_transactions_are_shown_only_to_who_may_describe_them(
     broker: BrokerProcess, tag: str
 ) -> None:
     topic, hidden, tid = f"out-{tag}", f"hidden-{tag}", f"tx-{tag}"
-    create_topics(sasl(broker), topic, hidden)
-    grant(
-        sasl(broker),
-        acl(TRANSACTIONAL_ID, tid, "User:alice", WRITE),
-        acl(TOPIC, topic, "User:alice", WRITE),
-        acl(TOPIC, hidden, "User:alice", WRITE),
-    )
-    producer = transactional(broker, "alice", tid)
-    producer.init_transactions(TIMEOUT)
+    alice_may_write(broker, tid, topic, hidden)
+    producer = alice_transactional(broker, tid)
     producer.begin_transaction()
     producer.produce(topic, b"a", partition=0)
     producer.produce(hidden, b"b", partition=0)

@@ -22,12 +22,19 @@ from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_transactions import ListTransactionsRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
-from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess, broker_process
 from wirebroker.coordinator_store import partition_for
 
-from .helpers import RawClient, create_topic, end_offset, produce_request
+from .helpers import (
+    RawClient,
+    add_partitions_request,
+    create_topic,
+    end_offset,
+    produce_request,
+    txn_offset_commit_request,
+    wait_until,
+)
 
 E = ErrorCode
 TXN_TOPIC = "__transaction_state"
@@ -52,16 +59,7 @@ def add(
     c: RawClient, tid: str, pid: int, epoch: int, parts: dict[str, list[int]], version: int = 3
 ) -> dict[tuple[str, int], int]:
     """AddPartitionsToTxn v0-3: each partition's code."""
-    request = AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=tid,
-        v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=[
-            AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
-            for t, ps in parts.items()
-        ],
-    )
-    response = c.request(request, version)
+    response = c.request(add_partitions_request(tid, pid, epoch, parts), version)
     return {
         (t.name, p.partition_index): p.partition_error_code
         for t in response.results_by_topic_v3_and_below
@@ -83,11 +81,9 @@ def describe(c: RawClient, tid: str) -> Any:
 
 def wait_state(c: RawClient, tid: str, state: str) -> Any:
     """Describe the id until it is in `state` (its markers written); its description."""
-    deadline = time.monotonic() + 15
-    while (described := describe(c, tid)).transaction_state != state:
-        assert time.monotonic() < deadline, described
-        time.sleep(0.02)
-    return described
+    return wait_until(
+        lambda: (d := describe(c, tid)).transaction_state == state and d, what=f"{tid} {state}"
+    )
 
 
 def state_end(bootstrap: str, tid: str) -> int:
@@ -320,24 +316,7 @@ def txn_offset_commit(
     version: int = 3,
     **fields: Any,
 ) -> dict[tuple[str, int], int]:
-    by_topic: dict[str, list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]] = {}
-    for (t, p), offset in offsets.items():
-        by_topic.setdefault(t, []).append(
-            TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
-                partition_index=p, committed_offset=offset, committed_metadata="m"
-            )
-        )
-    request = TxnOffsetCommitRequest(
-        transactional_id=tid,
-        group_id=group,
-        producer_id=pid,
-        producer_epoch=epoch,
-        topics=[
-            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
-            for t, ps in by_topic.items()
-        ],
-        **fields,
-    )
+    request = txn_offset_commit_request(tid, group, pid, epoch, offsets, "m", **fields)
     response = c.request(request, version)
     return {
         (t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions

@@ -19,8 +19,8 @@ from protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess
 from wirebroker.coordinator_store import partition_for
 
-from .helpers import RawClient, create_topic, wait_until
-from .test_txn_coordinator_wire import describe, offset_fetch
+from .helpers import RawClient, create_topic
+from .test_txn_coordinator_wire import describe, offset_fetch, wait_state
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,20 @@ def producer(broker: BrokerProcess, tid: str, **extra: object) -> Producer:
     p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": tid, **extra})
     p.init_transactions(TIMEOUT)
     return p
+
+
+def open_transaction(
+    broker: BrokerProcess, topic: str, value: bytes = b"v", **extra: object
+) -> tuple[str, Producer]:
+    """A new `topic` and a producer of transactional id `tx-<topic>` whose open transaction
+    wrote `value` to partition 0 (flushed): the id and the producer."""
+    create_topic(broker.bootstrap, topic)
+    tid = f"tx-{topic}"
+    p = producer(broker, tid, **extra)
+    p.begin_transaction()
+    p.produce(topic, value, partition=0)
+    p.flush(TIMEOUT)
+    return tid, p
 
 
 def read_committed(
@@ -131,12 +145,7 @@ def _committed(broker: BrokerProcess, group: str, topic: str) -> dict[int, int]:
 
 
 def test_a_zombie_is_fenced(broker: BrokerProcess, topic: str) -> None:
-    create_topic(broker.bootstrap, topic)
-    tid = f"tx-{topic}"
-    zombie = producer(broker, tid)
-    zombie.begin_transaction()
-    zombie.produce(topic, b"zombie", partition=0)
-    zombie.flush(TIMEOUT)
+    tid, zombie = open_transaction(broker, topic, b"zombie")
     successor = producer(broker, tid)  # aborts the zombie's transaction, bumps the epoch
     successor.begin_transaction()
     successor.produce(topic, b"successor", partition=0)
@@ -150,17 +159,9 @@ def test_a_zombie_is_fenced(broker: BrokerProcess, topic: str) -> None:
 
 
 def test_a_transaction_past_its_timeout_is_aborted(broker: BrokerProcess, topic: str) -> None:
-    create_topic(broker.bootstrap, topic)
-    tid = f"tx-{topic}"
-    p = producer(broker, tid, **{"transaction.timeout.ms": 2000})
-    p.begin_transaction()
-    p.produce(topic, b"too-slow", partition=0)
-    p.flush(TIMEOUT)
-    with RawClient(broker.bootstrap) as c:
-        state = wait_until(
-            lambda: (d := describe(c, tid)).transaction_state == "CompleteAbort" and d,
-            what="the coordinator to abort the transaction",
-        )
+    tid, p = open_transaction(broker, topic, b"too-slow", **{"transaction.timeout.ms": 2000})
+    with RawClient(broker.bootstrap) as c:  # the coordinator aborts the transaction
+        state = wait_state(c, tid, "CompleteAbort")
     assert state.producer_epoch == 1  # the epoch was bumped: the producer is fenced
     with pytest.raises(KafkaException):
         p.commit_transaction(TIMEOUT)
@@ -177,19 +178,14 @@ def _tool(broker: BrokerProcess, *args: str) -> str:
 
 @pytest.mark.skipif(not jars_available(), reason="no Kafka jars: run `make jars`")
 def test_kafka_transactions_tool_lists_and_describes(broker: BrokerProcess, topic: str) -> None:
-    create_topic(broker.bootstrap, topic)
-    tid = f"tx-{topic}"
-    p = producer(broker, tid)
-    p.begin_transaction()
-    p.produce(topic, b"v", partition=0)
-    p.flush(TIMEOUT)
+    tid, p = open_transaction(broker, topic)
     # columns: TransactionalId, Coordinator, ProducerId, TransactionState
     assert _row(_tool(broker, "list"), tid) == [tid, "0", _pid(broker, tid), "Ongoing"]
     described = _tool(broker, "describe", "--transactional-id", tid)
     assert "Ongoing" in described and f"{topic}-0" in described, described
     p.commit_transaction(TIMEOUT)
     with RawClient(broker.bootstrap) as c:
-        wait_until(lambda: describe(c, tid).transaction_state == "CompleteCommit")
+        wait_state(c, tid, "CompleteCommit")
     assert "CompleteCommit" in _tool(broker, "describe", "--transactional-id", tid)
     assert _row(_tool(broker, "list"), tid)[3] == "CompleteCommit"
 
@@ -206,14 +202,10 @@ def _pid(broker: BrokerProcess, tid: str) -> str:
 @pytest.mark.skipif(not jars_available(), reason="no Kafka jars: run `make jars`")
 def test_kafka_decodes_the_transaction_log(broker: BrokerProcess, topic: str) -> None:
     """DumpLogSegments --transaction-log-decoder reads every record we wrote, each state."""
-    create_topic(broker.bootstrap, topic)
-    tid = f"tx-{topic}"
-    p = producer(broker, tid)
-    p.begin_transaction()
-    p.produce(topic, b"v", partition=0)
+    tid, p = open_transaction(broker, topic)
     p.commit_transaction(TIMEOUT)
     with RawClient(broker.bootstrap) as c:
-        wait_until(lambda: describe(c, tid).transaction_state == "CompleteCommit")
+        wait_state(c, tid, "CompleteCommit")
     directory = broker.data_dir / f"__transaction_state-{partition_for(tid, 50)}"
     (segment,) = sorted(directory.glob("*.log"))
     done = run_kafka_tool(

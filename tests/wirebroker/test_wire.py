@@ -33,6 +33,7 @@ from tests.wirebroker.helpers import (
     create_topic,
     decode_records,
     end_offset,
+    fetch_request,
     produce_request,
     request_frame,
 )
@@ -290,24 +291,6 @@ def test_corrupt_batch_is_answered_and_the_connection_stays(
     assert end_offset(broker.bootstrap, topic) == 0
 
 
-def _fetch(topic: str, offset: int, max_wait_ms: int, min_bytes: int = 1) -> FetchRequest:
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=min_bytes,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
-        ],
-    )
-
-
 def test_pipelined_responses_come_in_request_order(broker: BrokerProcess, topic: str) -> None:
     """A long-polling fetch does not hold back the requests sent after it (its wait is a
     `Later`; Kafka would read nothing more until it answered): the produce behind it is
@@ -315,7 +298,11 @@ def test_pipelined_responses_come_in_request_order(broker: BrokerProcess, topic:
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as client:
         sent = [
-            (client.send(_fetch(topic, 0, max_wait_ms=300), 11), FetchRequest, 11),
+            (
+                client.send(fetch_request(topic, 0, 0, max_wait_ms=300, min_bytes=1), 11),
+                FetchRequest,
+                11,
+            ),
             (client.send(ApiVersionsRequest(), 0), ApiVersionsRequest, 0),
             (
                 client.send(produce_request(topic, 0, [SimpleRecord(None, b"x")], acks=1), 9),
@@ -323,7 +310,11 @@ def test_pipelined_responses_come_in_request_order(broker: BrokerProcess, topic:
                 9,
             ),
             (client.send(MetadataRequest(topics=None), 12), MetadataRequest, 12),
-            (client.send(_fetch(topic, 0, max_wait_ms=300), 11), FetchRequest, 11),
+            (
+                client.send(fetch_request(topic, 0, 0, max_wait_ms=300, min_bytes=1), 11),
+                FetchRequest,
+                11,
+            ),
         ]
         bodies = [client.receive(cls, version, cid) for cid, cls, version in sent]
     assert decode_records(bodies[0].responses[0].partitions[0].records) == [(0, None, b"x")]
@@ -343,7 +334,9 @@ def test_responses_before_a_long_poll_are_not_held_back(broker: BrokerProcess, t
             )
             for i, cid in enumerate((1, 2, 3))
         ]
-        frames.append(client.encode(_fetch(topic, 3, max_wait_ms=20_000), 11, 4))
+        frames.append(
+            client.encode(fetch_request(topic, 0, 3, max_wait_ms=20_000, min_bytes=1), 11, 4)
+        )
         started = time.monotonic()
         client.send_raw(b"".join(frames))  # one segment: all four arrive in one read
         acks = [client.receive(ProduceRequest, 9, cid) for cid in (1, 2, 3)]
@@ -357,7 +350,9 @@ def test_long_poll_fetch_is_woken_by_an_append(broker: BrokerProcess, topic: str
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as consumer, RawClient(broker.bootstrap) as producer:
         started = time.monotonic()
-        correlation_id = consumer.send(_fetch(topic, 0, max_wait_ms=20_000), 12)
+        correlation_id = consumer.send(
+            fetch_request(topic, 0, 0, max_wait_ms=20_000, min_bytes=1), 12
+        )
         assert consumer.wait_closed(timeout=0.2) is False
         assert consumer.buffered == 0  # still waiting: no answer yet
         ack = producer.request(produce_request(topic, 0, [SimpleRecord(b"k", b"woken")]), 9)
@@ -377,7 +372,7 @@ def test_client_vanishing_mid_frame_or_mid_fetch_is_harmless(
     with RawClient(broker.bootstrap) as client:
         client.send_raw(client.encode(ApiVersionsRequest(), 0, 1)[:6])
     with RawClient(broker.bootstrap) as client:
-        client.send(_fetch(topic, 0, max_wait_ms=20_000), 12)
+        client.send(fetch_request(topic, 0, 0, max_wait_ms=20_000, min_bytes=1), 12)
     with RawClient(broker.bootstrap) as client:
         response: MetadataResponse = client.request(MetadataRequest(topics=None), 12)
         assert topic in [t.name for t in response.topics]
@@ -392,7 +387,7 @@ def test_fetch_errors_answer_at_once_with_empty_records(
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as client:
         client.request(produce_request(topic, 0, [SimpleRecord(b"k", b"v")]), 9)
-        request = _fetch(topic, 5, max_wait_ms=10_000)
+        request = fetch_request(topic, 0, 5, max_wait_ms=10_000, min_bytes=1)
         request.topics.append(
             FetchRequest.FetchTopic(
                 topic=topic,
@@ -421,7 +416,7 @@ def test_incremental_fetch_session_over_the_wire(broker: BrokerProcess, topic: s
     no partitions and still get the session's news, and a replayed epoch is refused."""
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as client:
-        opening = _fetch(topic, 0, max_wait_ms=0)
+        opening = fetch_request(topic, 0, 0)
         opening.session_epoch = 0
         response: FetchResponse = client.request(opening, 12)
         session_id = response.session_id
@@ -438,7 +433,7 @@ def test_incremental_fetch_session_over_the_wire(broker: BrokerProcess, topic: s
         # The consumer moves on to offset 1 (only that partition is named); nothing new
         # there and the watermark unchanged: an answer without partitions.
         incremental.session_epoch, incremental.max_wait_ms = 2, 0
-        incremental.topics = _fetch(topic, 1, max_wait_ms=0).topics
+        incremental.topics = fetch_request(topic, 0, 1).topics
         quiet = client.request(incremental, 12)
         assert quiet.error_code == ErrorCode.NONE and quiet.responses == []
         replayed = client.request(incremental, 12)
@@ -461,7 +456,7 @@ def test_a_fetch_session_across_its_topic_deletion(
     with RawClient(broker.bootstrap) as client:
         metadata = client.request(MetadataRequest(topics=None), 12)
         (topic_id,) = [t.topic_id for t in metadata.topics if t.name == topic]
-        opening = _fetch(topic, 0, max_wait_ms=0)
+        opening = fetch_request(topic, 0, 0)
         opening.session_epoch = 0
         opening.topics[0].topic_id = topic_id  # read from v13 on, the name before
         response: FetchResponse = client.request(opening, version)
@@ -480,7 +475,7 @@ def test_a_fetch_session_across_its_topic_deletion(
         assert _partition_errors(response) == [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
         if version < 13:
             return
-        sessionless = _fetch(topic, 0, max_wait_ms=0)
+        sessionless = fetch_request(topic, 0, 0)
         sessionless.session_epoch = -1
         sessionless.topics[0].topic_id = topic_id
         response = client.request(sessionless, version)

@@ -28,7 +28,8 @@ top) and READ on each topic.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
@@ -44,31 +45,20 @@ NO_OFFSET = -1
 @handles(OffsetCommitRequest, (0, 9))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
-    readable = ctx.authorized(
-        AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
-    )
     now = ctx.broker.now_ms()
     retention = request.retention_time_ms if 2 <= ctx.api_version <= 4 else -1
-    results: dict[tuple[str, int], ErrorCode] = {}
-    wanted: list[tuple[str, int, CommittedOffset]] = []
-    for topic in request.topics:
-        for p in topic.partitions:
-            key = (topic.name, p.partition_index)
-            if topic.name not in readable:
-                results[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                continue
-            if not partition_known(ctx, *key):
-                results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            timestamp = p.commit_timestamp if ctx.api_version == 1 else -1
-            committed = CommittedOffset(
-                p.committed_offset,
-                p.committed_leader_epoch,
-                p.committed_metadata or "",
-                now if timestamp < 0 else timestamp,
-                -1 if retention < 0 else now + retention,
-            )
-            wanted.append((topic.name, p.partition_index, committed))
+
+    def committed(p: OffsetCommitRequest.OffsetCommitRequestPartition) -> CommittedOffset:
+        timestamp = p.commit_timestamp if ctx.api_version == 1 else -1
+        return CommittedOffset(
+            p.committed_offset,
+            p.committed_leader_epoch,
+            p.committed_metadata or "",
+            now if timestamp < 0 else timestamp,
+            -1 if retention < 0 else now + retention,
+        )
+
+    results, wanted = sort_commits(ctx, request.topics, committed)
     error, codes = ErrorCode.NONE, list[ErrorCode]()
     if not request.group_id:
         error = ErrorCode.INVALID_GROUP_ID
@@ -97,6 +87,27 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
             for topic in request.topics
         ]
     )
+
+
+def sort_commits(
+    ctx: RequestContext, topics: Sequence[Any], committed: Callable[[Any], CommittedOffset]
+) -> tuple[dict[tuple[str, int], ErrorCode], list[tuple[str, int, CommittedOffset]]]:
+    """The partitions of an (Txn)OffsetCommit request's `topics` that may not be committed, each
+    with its error (a topic not READable, an unknown partition), and those that may, each with
+    its offset (`committed` of the request's partition)."""
+    readable = ctx.authorized(AclOperation.READ, ResourceType.TOPIC, (t.name for t in topics))
+    refused: dict[tuple[str, int], ErrorCode] = {}
+    wanted: list[tuple[str, int, CommittedOffset]] = []
+    for topic in topics:
+        for p in topic.partitions:
+            key = (topic.name, p.partition_index)
+            if topic.name not in readable:
+                refused[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif not partition_known(ctx, *key):
+                refused[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.append((topic.name, p.partition_index, committed(p)))
+    return refused, wanted
 
 
 def partition_known(ctx: RequestContext, topic: str, index: int) -> bool:

@@ -51,7 +51,7 @@ from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.group.state import CommittedOffset
-from wirebroker.handlers.offsets import partition_known
+from wirebroker.handlers.offsets import partition_known, sort_commits
 from wirebroker.partition import TopicPartition
 from wirebroker.topics import INTERNAL_TOPICS
 from wirebroker.txn.verification import TransactionalWriter
@@ -187,23 +187,14 @@ async def txn_offset_commit(
         return _txn_offset_commit_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not ctx.authorize(READ, GROUP, request.group_id):
         return _txn_offset_commit_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    readable = ctx.authorized(READ, TOPIC, (t.name for t in request.topics))
     now = broker.now_ms()
-    results: dict[tuple[str, int], ErrorCode] = {}
-    wanted: list[tuple[str, int, CommittedOffset]] = []
-    for topic in request.topics:
-        for p in topic.partitions:
-            key = (topic.name, p.partition_index)
-            if topic.name not in readable:
-                results[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                continue
-            if not partition_known(ctx, topic.name, p.partition_index):
-                results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            committed = CommittedOffset(
-                p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", now
-            )
-            wanted.append((topic.name, p.partition_index, committed))
+    results, wanted = sort_commits(
+        ctx,
+        request.topics,
+        lambda p: CommittedOffset(
+            p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", now
+        ),
+    )
     if wanted:
         writer = TransactionalWriter(
             broker,

@@ -186,57 +186,23 @@ class TransactionMetadata:
         """Partitions join the transaction (Ongoing); a new transaction starts now."""
         finished = (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT)
         start = now_ms if self.state in finished else self.start_ms
-        return self._prepare(
-            S.ONGOING,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.timeout_ms,
-            frozenset(self.partitions) | added,
-            start,
-            now_ms,
+        return self._prepare_same_producer(
+            S.ONGOING, frozenset(self.partitions) | added, start, now_ms
         )
 
     def prepare_abort_or_commit(self, state: TxnState, now_ms: int) -> TxnTransit:
         """EndTxn: PrepareCommit or PrepareAbort, with the transaction's partitions."""
-        return self._prepare(
-            state,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.timeout_ms,
-            frozenset(self.partitions),
-            self.start_ms,
-            now_ms,
-        )
+        return self._prepare_same_producer(state, frozenset(self.partitions), self.start_ms, now_ms)
 
     def prepare_complete(self, now_ms: int) -> TxnTransit:
         """Every marker is written: CompleteCommit or CompleteAbort, no partitions left."""
         state = S.COMPLETE_COMMIT if self.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         self.failed_epoch_fence = False
-        return self._prepare(
-            state,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.timeout_ms,
-            frozenset(),
-            self.start_ms,
-            now_ms,
-        )
+        return self._prepare_same_producer(state, frozenset(), self.start_ms, now_ms)
 
     def prepare_dead(self) -> TxnTransit:
         """The id expires: its tombstone is written, then it is removed."""
-        return self._prepare(
-            S.DEAD,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.timeout_ms,
-            frozenset(),
-            self.start_ms,
-            self.update_ms,
-        )
+        return self._prepare_same_producer(S.DEAD, frozenset(), self.start_ms, self.update_ms)
 
     def begin_epoch_fence_abort(self, fenced_epoch: int) -> None:
         """A prepared epoch fence becomes the abort it was for: the pending fence is dropped
@@ -247,6 +213,25 @@ class TransactionMetadata:
         self.pending = None
         self.producer_epoch = fenced_epoch
         self.last_producer_epoch = NO_PRODUCER_EPOCH
+
+    def _prepare_same_producer(
+        self,
+        state: TxnState,
+        partitions: frozenset[TopicPartition],
+        start_ms: int,
+        update_ms: int,
+    ) -> TxnTransit:
+        """A transition that keeps the producer id, its epochs and the timeout."""
+        return self._prepare(
+            state,
+            self.producer_id,
+            self.producer_epoch,
+            self.last_producer_epoch,
+            self.timeout_ms,
+            partitions,
+            start_ms,
+            update_ms,
+        )
 
     def _prepare(
         self,

@@ -65,7 +65,7 @@ from protocol.errors import ProtocolError
 from protocol.framing import NEED_DATA, FrameBuffer
 from protocol.messages import APIS
 from protocol.messages.headers import ResponseHeader
-from wirebroker import events
+from wirebroker import partition
 from wirebroker.dispatch import (
     REGISTRY,
     CloseConnection,
@@ -98,13 +98,12 @@ BUFFER_IDLE_S = 1.0
 MAX_WAITING_PER_CONNECTION = 5
 
 
-async def _let_woken_tasks_run() -> None:
-    """Let the tasks a round of requests woke (the fetches parked on a partition a Produce
-    appended to, the acks=all Produces a follower's Fetch completed) answer before the round's
-    own answers are written, as Kafka completes delayed requests right after the append: the
-    consumer's records leave before the producer's acknowledgement, whose write (and the
-    producer's wake-up) would otherwise come first. Two passes of trio's scheduler: it runs
-    the tasks ready in one pass in either order (reversed half the time)."""
+async def _let_woken_fetches_run() -> None:
+    """Let the fetches a round of Produces woke (parked on a partition it appended to) answer
+    before the round's own answers are written, as Kafka completes delayed fetches right after
+    the append: the consumer's records leave before the producer's acknowledgement, whose
+    write (and the producer's wake-up) would otherwise come first. Two passes of trio's
+    scheduler: it runs the tasks ready in one pass in either order (reversed half the time)."""
     await trio.lowlevel.checkpoint()
     await trio.lowlevel.checkpoint()
 
@@ -138,6 +137,10 @@ class _Outbox:
         self.slots: deque[_Slot] = deque()
         self._writing = False
 
+    def has_ready(self) -> bool:
+        """Whether a flush would write something now."""
+        return bool(self.slots) and self.slots[0].chunks is not None
+
     def put(self, chunks: list[Any] | None, timing: Timing | None = None) -> _Slot:
         slot = _Slot(chunks, timing)
         self.slots.append(slot)
@@ -149,7 +152,7 @@ class _Outbox:
         self._writing = True
         try:
             slots = self.slots
-            if gather and slots and slots[0].chunks is not None:
+            if gather and self.has_ready():
                 await trio.lowlevel.checkpoint()
             while slots and slots[0].chunks is not None:
                 ready: list[list[Any]] = []
@@ -341,7 +344,7 @@ class _Connection:
                 await trio.lowlevel.checkpoint()
             # Every whole frame that arrived is handled before anything is written, and their
             # responses leave together in one system call (pipelined clients send several).
-            woken = events.woken
+            woken = partition.fetches_woken
             try:
                 while (frame := frames.next_frame()) is not NEED_DATA:
                     if self.unmuted_at and self.unmuted_at > trio.current_time():
@@ -357,8 +360,8 @@ class _Connection:
                     elif await self._authenticate(frame):  # type: ignore[arg-type]
                         frames.max_frame_size = max_frame_size
             finally:
-                if events.woken != woken:
-                    await _let_woken_tasks_run()
+                if partition.fetches_woken != woken and self.outbox.has_ready():
+                    await _let_woken_fetches_run()
                 await self.outbox.flush()
             handled = True
 

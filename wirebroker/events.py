@@ -1,18 +1,13 @@
 """Waking tasks that wait on many partitions at once (a fetch on its partitions' appends, a
 produce on its replicas). `Waiters` is what a partition notifies; `Wakeup` is one task's single
 event, registered with every `Waiters` it watches, so that waiting on a thousand partitions
-costs a thousand set insertions, not a thousand tasks. `woken` counts the tasks notifications
-have woken, so a connection can tell whether the requests it just handled woke any (see
-`wirebroker.connection`). Owns no partition state."""
+costs a thousand set insertions, not a thousand tasks. Owns no partition state."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 import trio
-
-#: How many waiting tasks notifications have woken since the broker started.
-woken = 0
 
 
 class Waiters:
@@ -29,13 +24,13 @@ class Waiters:
     def discard(self, event: trio.Event) -> None:
         self._events.discard(event)
 
-    def notify(self) -> None:
-        """Set every registered event, and forget them: each wakes its task once."""
-        global woken
+    def notify(self) -> int:
+        """Set every registered event, and forget them: each wakes its task once. Returns how
+        many tasks it woke."""
         events, self._events = self._events, set()
-        woken += len(events)
         for event in events:
             event.set()
+        return len(events)
 
 
 class Wakeup:

@@ -13,9 +13,8 @@ import trio
 import trio.testing
 
 from protocol.messages.create_topics import CreateTopicsRequest
-from protocol.messages.fetch import FetchRequest
 from protocol.record_batch import SimpleRecord
-from tests.wirebroker.helpers import host_port, produce_request, request_frame
+from tests.wirebroker.helpers import fetch_request, host_port, produce_request, request_frame
 from wirebroker.connection import _Outbox, _Slot
 from wirebroker.embed import open_broker
 from wirebroker.transport import PlainTransport
@@ -151,21 +150,7 @@ def test_a_parked_fetch_a_produce_wakes_is_answered_before_the_produce(
         ],
         timeout_ms=10_000,
     )
-    parked_fetch = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=60_000,
-        min_bytes=1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic="t",
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
-        ],
-    )
+    parked_fetch = fetch_request("t", max_wait_ms=60_000, min_bytes=1)
     produce = produce_request("t", 0, [SimpleRecord(key=None, value=b"v")], acks=1)
 
     async def main() -> None:

@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wirebroker: configuration error: {e}", file=sys.stderr)
         return 2
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    # `_run` reads SIGINT and SIGTERM while the broker runs; a Ctrl-C that comes as it exits
+    # is ignored (not a KeyboardInterrupt's traceback at the end of a clean shutdown)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         trio.run(_run, config)
     except BaseException as e:
@@ -121,8 +124,6 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(f"wirebroker: {problem}", file=sys.stderr)
             return 2
-        if isinstance(e, KeyboardInterrupt):
-            raise
         problem = find_exception(e, ZooKeeperUnreachable)
         if problem is not None:
             print(f"wirebroker: {problem}", file=sys.stderr)

@@ -1209,10 +1209,12 @@ class BrokerConfig:
 
     def _validate_authorizer(self) -> None:
         """An authorizer we do not implement refuses to start: never silently no authorization."""
+        name = (self.get("authorizer.class.name") or "").strip()
+        if not name and not self.get("super.users"):
+            return  # nothing to check: a broker without ACLs does not load the authorizer
         # Imported here: the authorizer module reads this one's config at run time.
         from wirebroker.authorizer.acl_authorizer import ACL_AUTHORIZER_NAMES, parse_super_users
 
-        name = (self.get("authorizer.class.name") or "").strip()
         if name and name not in ACL_AUTHORIZER_NAMES:
             raise ConfigError(
                 f"authorizer.class.name={name} is not implemented: wirebroker has Kafka's "

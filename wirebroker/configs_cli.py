@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 from wirebroker.sasl.credentials import with_scram_credentials
 from wirebroker.sasl.scram import HASHES, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
-from wirebroker.zk import znodes
+from wirebroker.zk.sanitizer import sanitize
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -151,7 +151,9 @@ def _run(args: argparse.Namespace) -> int:
 def _alter(
     zk: KazooClient, user: str, added: dict[str, ScramCredential], deleted: list[str]
 ) -> None:
-    sanitized = znodes.sanitize(user)
+    from wirebroker.zk import znodes  # not at import: `wirebroker serve` parses this module's flags
+
+    sanitized = sanitize(user)
     path = znodes.user_config_path(sanitized)
     data = zk.get(path)[0] if zk.exists(path) else None
     config = znodes.EntityConfig.decode(data).config
@@ -174,8 +176,10 @@ def _alter(
 
 
 def _describe(zk: KazooClient, user: str | None) -> None:
+    from wirebroker.zk import znodes
+
     names = (
-        [znodes.sanitize(user)]
+        [sanitize(user)]
         if user
         else sorted(zk.get_children(znodes.CONFIG_USERS) if zk.exists(znodes.CONFIG_USERS) else [])
     )

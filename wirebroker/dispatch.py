@@ -22,7 +22,6 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import APIS
 from protocol.messages.headers import RequestHeader
 from protocol.schema import Message, Struct
-from wirebroker.authorizer.acl_authorizer import authorized_names
 from wirebroker.authorizer.acls import (
     AUTHORIZATION_ERRORS,
     CLUSTER_NAME,
@@ -159,8 +158,7 @@ class RequestContext:
         authorizer = self.broker.authorizer
         if authorizer is None:
             return set(names)
-        return authorized_names(
-            authorizer,
+        return authorizer.authorized_names(
             self.principal,
             self.client_host,
             self.api_name,

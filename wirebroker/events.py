@@ -24,11 +24,13 @@ class Waiters:
     def discard(self, event: trio.Event) -> None:
         self._events.discard(event)
 
-    def notify(self) -> None:
-        """Set every registered event, and forget them: each wakes its task once."""
+    def notify(self) -> int:
+        """Set every registered event, and forget them: each wakes its task once. Returns how
+        many tasks it woke."""
         events, self._events = self._events, set()
         for event in events:
             event.set()
+        return len(events)
 
 
 class Wakeup:

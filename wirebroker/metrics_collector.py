@@ -18,7 +18,7 @@ from prometheus_client.samples import Sample
 from protocol.errors import ErrorCode
 from wirebroker.group.state import GroupState
 from wirebroker.metrics import LATE_TXN_BUFFER_MS, QUANTILES, TIME_METRICS
-from wirebroker.zk.znodes import desanitize
+from wirebroker.zk.sanitizer import desanitize
 
 if TYPE_CHECKING:
     from storage.partition_log import PartitionLog

@@ -29,6 +29,9 @@ from wirebroker.events import Waiters
 log = logging.getLogger(__name__)
 
 DEFAULT_REPLICA_LAG_MS = 30_000
+#: Long-polling fetches appends have woken since the broker started: a connection tells from it
+#: whether the requests it just handled woke any (`wirebroker.connection` lets them answer first).
+fetches_woken = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +152,8 @@ class Partition:
     # events -------------------------------------------------------------------------------
     def notify_append(self) -> None:
         """Wake every fetch long-polling on this partition."""
-        self.append_waiters.notify()
+        global fetches_woken
+        fetches_woken += self.append_waiters.notify()
 
     def notify_changed(self) -> None:
         """Wake every produce waiting on the high watermark, the ISR or the leadership."""

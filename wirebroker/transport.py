@@ -74,12 +74,14 @@ class Transport(Protocol):
 class PlainTransport:
     """A connection's byte stream straight on its socket: `readv` in, `writev`/`sendfile` out."""
 
-    __slots__ = ("fd", "sock")
+    __slots__ = ("fd", "sock", "tcp")
     principal = ANONYMOUS
 
     def __init__(self, sock: Socket) -> None:
         self.fd = sock.fileno()
         self.sock = sock
+        #: Corked around file slices (TCP only); asked once, not per write (a Python property).
+        self.tcp = sock.family in _TCP
 
     def receive_into(self, buffer: memoryview) -> int:
         """Read into `buffer`; 0 when the peer closed, BlockingIOError when nothing is there."""
@@ -89,7 +91,7 @@ class PlainTransport:
         await trio.lowlevel.wait_readable(self.fd)
 
     async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
-        await send_frames(self.sock, responses)
+        await send_frames(self.fd, responses, _Cork(self.sock) if self.tcp else None)
 
 
 def flatten(chunks: Sequence[Any]) -> list[Any]:
@@ -153,18 +155,11 @@ class _Cork:
 _TCP = (socket.AF_INET, socket.AF_INET6)
 
 
-async def send_frame(sock: Socket | int, chunks: Sequence[Any]) -> None:
-    """Send one response: the 4-byte size prefix and the chunks, in order."""
-    await send_frames(sock, [chunks])
-
-
-async def send_frames(sock: Socket | int, responses: Sequence[Sequence[Any]]) -> None:
+async def send_frames(
+    fd: int, responses: Sequence[Sequence[Any]], cork: _Cork | None = None
+) -> None:
     """Send several responses, each its size prefix and its chunks, in order (corked around
-    file slices when `sock` is a TCP socket)."""
-    if isinstance(sock, int):
-        fd, cork = sock, None
-    else:
-        fd, cork = sock.fileno(), _Cork(sock) if sock.family in _TCP else None
+    file slices with `cork`, the TCP socket's)."""
     pending: list[Any] = []
     try:
         for chunks in responses:

@@ -1,4 +1,5 @@
-"""The connection's outbox: answers leave in request order, whenever each becomes ready."""
+"""The connection's outbox: answers leave in request order, whenever each becomes ready; and
+answers a request woke on other connections leave before its own."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
+from protocol.messages.create_topics import CreateTopicsRequest
+from protocol.record_batch import SimpleRecord
+from tests.wirebroker.helpers import fetch_request, host_port, produce_request, request_frame
 from wirebroker.connection import _Outbox, _Slot
+from wirebroker.embed import open_broker
 from wirebroker.transport import PlainTransport
 
 
@@ -111,5 +117,55 @@ def test_answers_completed_by_one_event_leave_in_one_write() -> None:
                 replicated.set()
             assert transport.writes == 1
             assert _received(theirs) == [b"first", b"second"]
+
+    trio.run(main)
+
+
+async def _receive_frame(stream: trio.SocketStream) -> bytes:
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+        chunk = await stream.receive_some()
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data[4:]
+
+
+def test_a_parked_fetch_a_produce_wakes_is_answered_before_the_produce(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As Kafka completes a delayed fetch right after the append: the consumer's records leave
+    before the producer's acknowledgement (whose write would otherwise delay them)."""
+    written: list[str] = []  # each write of the broker: "records" (a fetch answer) or "other"
+    send_frames = PlainTransport.send_frames
+
+    async def recording(self: PlainTransport, responses: Sequence[Sequence[Any]]) -> None:
+        files = any(type(c) not in (bytes, bytearray, memoryview) for r in responses for c in r)
+        written.append("records" if files else "other")
+        await send_frames(self, responses)
+
+    monkeypatch.setattr(PlainTransport, "send_frames", recording)
+    create = CreateTopicsRequest(
+        topics=[
+            CreateTopicsRequest.CreatableTopic(name="t", num_partitions=1, replication_factor=1)
+        ],
+        timeout_ms=10_000,
+    )
+    parked_fetch = fetch_request("t", max_wait_ms=60_000, min_bytes=1)
+    produce = produce_request("t", 0, [SimpleRecord(key=None, value=b"v")], acks=1)
+
+    async def main() -> None:
+        async with open_broker() as bootstrap:
+            producer = await trio.open_tcp_stream(*host_port(bootstrap))
+            consumer = await trio.open_tcp_stream(*host_port(bootstrap))
+            async with producer, consumer:
+                await producer.send_all(request_frame(create, 7, 1))
+                await _receive_frame(producer)
+                await consumer.send_all(request_frame(parked_fetch, 12, 1))
+                await trio.testing.wait_all_tasks_blocked()  # the fetch waits for records
+                written.clear()
+                await producer.send_all(request_frame(produce, 9, 2))
+                await _receive_frame(consumer)
+                await _receive_frame(producer)
+        assert written == ["records", "other"]
 
     trio.run(main)

@@ -1,7 +1,8 @@
 """A broker starts without the libraries only some brokers need (bench row 7: spawn to first
 acknowledged produce is mostly Python imports): prometheus_client comes with the metrics
-endpoint, the codecs with the first compressed batch, kazoo with `zookeeper.connect`, and
-nothing asks importlib.metadata for a version. Each case runs in a fresh interpreter."""
+endpoint, the codecs with the first compressed batch, kazoo and the znodes' classes with
+`zookeeper.connect`, the ACL authorizer with `authorizer.class.name`, and nothing asks
+importlib.metadata for a version. Each case runs in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ ONLY_WHEN_NEEDED = (
     "xxhash",
     "kazoo",
     "importlib.metadata",
+    "wirebroker.zk.znodes",
+    "wirebroker.authorizer.acl_authorizer",
 )
 
 # Starts a broker on a free port, stops it, and prints which of the modules above it loaded.

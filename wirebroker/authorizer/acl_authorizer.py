@@ -126,6 +126,37 @@ class AclAuthorizer:
         return authorizer
 
     # decisions ------------------------------------------------------------------------------
+    def authorized_names(
+        self,
+        principal: str,
+        host: str,
+        request: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        names: Iterable[str],
+        *,
+        log_if_denied: bool = True,
+    ) -> set[str]:
+        """Kafka's filterByAuthorized: the distinct names allowed, each decided (and logged) once
+        with the number of times the request names it."""
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        return {
+            name
+            for name, count in counts.items()
+            if self.authorize(
+                principal,
+                host,
+                request,
+                operation,
+                resource_type,
+                name,
+                count=count,
+                log_if_denied=log_if_denied,
+            )
+        }
+
     def authorize(
         self,
         principal: str,
@@ -382,36 +413,4 @@ def _audit(
     )
 
 
-def authorized_names(
-    authorizer: AclAuthorizer,
-    principal: str,
-    host: str,
-    request: str,
-    operation: AclOperation,
-    resource_type: ResourceType,
-    names: Iterable[str],
-    *,
-    log_if_denied: bool = True,
-) -> set[str]:
-    """Kafka's filterByAuthorized: the distinct names allowed, each decided (and logged) once
-    with the number of times the request names it."""
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
-    return {
-        name
-        for name, count in counts.items()
-        if authorizer.authorize(
-            principal,
-            host,
-            request,
-            operation,
-            resource_type,
-            name,
-            count=count,
-            log_if_denied=log_if_denied,
-        )
-    }
-
-
-__all__ = ["ACL_AUTHORIZER_NAMES", "CLUSTER_NAME", "AclAuthorizer", "authorized_names"]
+__all__ = ["ACL_AUTHORIZER_NAMES", "CLUSTER_NAME", "AclAuthorizer"]

@@ -126,9 +126,9 @@ class _Poll:
     first_hws: list[int] = field(default_factory=list)
 
     def read(self) -> tuple[int, bool]:
-        """Read every partition (armed first: no append between the read and a wait is
-        missed); (bytes read, whether the answer is due now)."""
-        self.wakeup.arm()
+        """Read every partition; (bytes read, whether the answer is due now). A poll that
+        goes on waiting arms its wakeup before it next awaits anything, so that no append
+        after this read is missed (a fetch answered at once never arms one)."""
         wanted = self.wanted
         size = _read_all(self.ctx, self.request, wanted, self.replica_id, self.max_bytes)
         failed = any(
@@ -194,8 +194,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
     )
     size, due = poll.read()
     if due:
-        poll.wakeup.close()
         return _answer(poll, size)
+    poll.wakeup.arm()
     _release(wanted)
     return Later(partial(_long_poll, poll))
 
@@ -212,6 +212,7 @@ async def _long_poll(poll: _Poll) -> FetchResponse:
             size, due = poll.read()
             if due:
                 break
+            poll.wakeup.arm()
             _release(poll.wanted)
     response = _answer(poll, size)
     if ctx.throttle_time_ms:

@@ -44,7 +44,7 @@ from wirebroker.quotas.entities import (
     QuotaEntity,
 )
 from wirebroker.quotas.rates import SampledRate, TokenBucket, Violation, token_throttle_time_ms
-from wirebroker.zk.znodes import sanitize
+from wirebroker.zk.sanitizer import sanitize
 
 if TYPE_CHECKING:
     from storage.clock import Clock

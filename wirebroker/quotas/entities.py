@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from protocol.errors import ErrorCode, KafkaError
-from wirebroker.zk.znodes import desanitize, sanitize
+from wirebroker.zk.sanitizer import desanitize, sanitize
 
 #: ZooKeeperInternals.DEFAULT_STRING: the default user or client id in paths and configs.
 DEFAULT = "<default>"

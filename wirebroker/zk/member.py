@@ -52,12 +52,12 @@ from wirebroker.topics import validate_topic_name
 from wirebroker.zk import entity_configs, znodes
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
 from wirebroker.zk.entity_configs import read_entity_config
+from wirebroker.zk.sanitizer import desanitize, sanitize
 from wirebroker.zk.znodes import (
     BrokerRegistration,
     Endpoint,
     EntityConfig,
     TopicAssignment,
-    desanitize,
 )
 
 if TYPE_CHECKING:
@@ -333,7 +333,7 @@ class ClusterMember:
     ) -> None:
         """Replace the user's SCRAM credentials in `/config/users/<user>` (keeping its other
         keys, quotas) and notify every broker, as Kafka's AdminZkClient does."""
-        entity = QuotaEntity(znodes.sanitize(user), None)
+        entity = QuotaEntity(sanitize(user), None)
         config = await entity_configs.read_user_or_client_config(self.zk, entity)
         await entity_configs.change_user_or_client_config(
             self.zk, entity, with_scram_credentials(config, credentials)

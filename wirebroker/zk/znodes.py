@@ -19,7 +19,6 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote_plus
 
 from wirebroker.authorizer.acls import (
     PatternType,
@@ -133,17 +132,6 @@ def broker_config_path(entity: str) -> str:
 
 def user_config_path(sanitized_user: str) -> str:
     return f"{CONFIG_USERS}/{sanitized_user}"
-
-
-def sanitize(name: str) -> str:
-    """A user or client id as Kafka's Sanitizer writes it into a znode name (URL-encoded,
-    a space as %20)."""
-    return quote(name, safe="").replace("~", "%7E")
-
-
-def desanitize(name: str) -> str:
-    """Kafka's Sanitizer.desanitize (Java's URLDecoder: `+` is a space too)."""
-    return unquote_plus(name)
 
 
 def delete_topic_path(topic: str) -> str:

@@ -1113,12 +1113,28 @@ def busy_metadata(ctx: Context, broker: Broker) -> None:
         )
 
 
+def connected_admin(bootstrap: str, timeout: float = 30.0) -> AdminClient:
+    """An AdminClient whose Metadata requests already go to the broker by its id.
+
+    librdkafka answers its first calls through the bootstrap connection; once it has learned
+    the brokers it closes that connection and opens one to each broker by id, but only
+    ``reconnect.backoff.ms`` / 2 (50 ms) after its last connection attempt, and the call that
+    needs it waits that long. Whether one call crosses that point is a race with the broker's
+    reply, so this calls until a reply comes from a broker by id (``orig_broker_id`` >= 0).
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while admin.list_topics(timeout=timeout).orig_broker_id < 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no broker of {bootstrap} answered by its id in {timeout:.0f} s")
+    return admin
+
+
 @contextmanager
 def _metadata_probe(bootstrap: str) -> Iterator[list[float]]:
     """Time Metadata round trips, one every ``PROBE_INTERVAL_S`` or so, in a thread until the
     block ends (seconds)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.list_topics(timeout=30)  # connected before the clock starts
+    admin = connected_admin(bootstrap)  # connected before the clock starts
     round_trips: list[float] = []
     done = threading.Event()
 

@@ -8,7 +8,7 @@ by the storage object whose state it concerns (``PartitionLog.begin_flush``,
 slow part needs -- paths, sizes, offsets, checkpoint lines -- and then:
 
 * :meth:`Chore.prepare` does the slow part (fsync, writing checkpoint files, building cleaned
-  segments, removing directories). It touches no state of any log, so it may run in a worker
+  segments, unlinking deleted segments' files, removing directories). It touches no state of any log, so it may run in a worker
   thread while the logs keep appending, reading, truncating and deleting;
 * :meth:`Chore.commit` runs back on the log's thread, *always* after ``prepare`` (also when
   ``prepare`` raised), and is short: it applies the result if it still holds -- the log may have
@@ -22,11 +22,15 @@ The broker runs ``prepare`` with ``trio.to_thread.run_sync`` and then ``commit``
 
 from __future__ import annotations
 
+import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["Chore", "RemoveDirectories", "run_chore"]
+__all__ = ["Chore", "RemoveDeleted", "run_chore"]
+
+log = logging.getLogger(__name__)
 
 
 class Chore(Protocol):
@@ -50,20 +54,44 @@ def run_chore(chore: Chore) -> None:
         chore.commit()
 
 
-class RemoveDirectories:
-    """Remove directories already renamed out of the way (``<topic>-<p>.<uuid>-delete``): the
-    rename happened on the log's thread, the ``rmtree`` of what may be gigabytes is this
-    chore's :meth:`prepare`."""
+class RemoveDeleted:
+    """Remove what was already renamed out of readers' way on the log's thread: deleted
+    segments' files (``*.deleted``, their descriptors already closed) and deleted partitions'
+    directories (``<topic>-<p>.<uuid>-delete``). Unlinking a large file or ``rmtree`` of
+    what may be gigabytes is this chore's :meth:`prepare`; whatever is left (an abort, a
+    failed unlink) is removed by recovery at the next start. A file that cannot be unlinked
+    is logged and passed to `on_error` on the log's thread, at :meth:`commit`."""
 
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
+    def __init__(
+        self,
+        files: list[Path],
+        directories: list[Path],
+        on_error: Callable[[Path, OSError], None] | None = None,
+    ) -> None:
+        self.files = files
+        self.directories = directories
+        self.on_error = on_error
+        self.failed: list[tuple[Path, OSError]] = []
+        self._aborted = False
 
     def prepare(self) -> None:
-        for path in self.paths:
+        for path in self.files:
+            if self._aborted:
+                return
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as e:  # its directory may be deleted or offline meanwhile
+                self.failed.append((path, e))
+        for path in self.directories:
+            if self._aborted:
+                return
             shutil.rmtree(path, ignore_errors=True)
 
     def abort(self) -> None:
-        pass  # what is left is removed at the next start (``LogManager.open``)
+        self._aborted = True  # what is left is removed at the next start (``LogManager.open``)
 
     def commit(self) -> None:
-        pass
+        for path, error in self.failed:
+            log.error("cannot remove %s (the next start removes it): %s", path, error)
+            if self.on_error is not None:
+                self.on_error(path, error)

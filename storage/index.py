@@ -194,10 +194,6 @@ class _IndexFile:
         if self._handle is not None:
             self._handle.path = new_path  # an open descriptor stays valid
 
-    def delete(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)
-
     def load(self) -> None:
         raise NotImplementedError
 

@@ -7,7 +7,7 @@ the fewest, deleting partitions, the per-directory checkpoint files (recovery po
 watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
 chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
 the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
-checkpoints, removal of deleted partitions' directories). All logs share one
+checkpoints, unlinking deleted segments' files and removing deleted partitions' directories). All logs share one
 :class:`~storage.file_handles.FileHandles` pool, so open descriptors stay bounded by
 ``max_open_files`` however many partitions exist.
 
@@ -41,7 +41,7 @@ from storage.checkpoints import (
     remove_clean_shutdown,
     write_clean_shutdown,
 )
-from storage.chore import RemoveDirectories, run_chore
+from storage.chore import RemoveDeleted, run_chore
 from storage.cleaner import DEFAULT_MAX_MAP_KEYS, Compaction
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
@@ -387,12 +387,26 @@ class LogManager:
             if pending is not None:
                 yield pending
 
-    def removal_chore(self) -> RemoveDirectories | None:
-        """The removal of the directories of deleted partitions, if any are waiting."""
-        if not self._to_remove:
+    def removal_chore(self, now_ms: int) -> RemoveDeleted | None:
+        """The unlinking of deleted segments' files due by `now_ms` (see
+        :meth:`PartitionLog.take_deleted_files`) and the removal of deleted partitions'
+        directories, if any are waiting. A file it fails to unlink with an I/O error takes its
+        log directory offline, as Kafka's async delete does."""
+        files = [
+            path
+            for _tp, lg in self.logs()
+            if not (lg.closed or lg.offline)
+            for path in lg.take_deleted_files(now_ms)
+        ]
+        if not files and not self._to_remove:
             return None
-        paths, self._to_remove = self._to_remove, []
-        return RemoveDirectories(paths)
+        directories, self._to_remove = self._to_remove, []
+        return RemoveDeleted(files, directories, self._removal_failed)
+
+    def _removal_failed(self, path: Path, error: OSError) -> None:
+        log_dir = path.parent.parent
+        if log_dir in self.log_dirs:
+            self._maybe_take_offline(log_dir, error)
 
     # ---- shutdown --------------------------------------------------------------------------
 
@@ -425,7 +439,7 @@ class LogManager:
         for log_dir in self.log_dirs:
             if log_dir not in failed:
                 self._write_clean_shutdown(log_dir)
-        removal = self.removal_chore()
+        removal = self.removal_chore(self._now_ms())  # the logs are closed: directories only
         if removal is not None:
             run_chore(removal)
         self.handles.close_all()

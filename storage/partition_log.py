@@ -804,10 +804,9 @@ class PartitionLog:
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete the segments retention allows (log start, ``retention.bytes``,
-        ``retention.ms``) and remove files whose ``file.delete.delay.ms`` passed. Returns
-        the number of segments deleted."""
+        ``retention.ms``); their files are unlinked later (:meth:`take_deleted_files`).
+        Returns the number of segments deleted."""
         self._check_open()
-        self._purge_deleted(now_ms)
         self.producer_state.remove_expired(now_ms)
         plan = plan_retention(
             self._segments,
@@ -843,25 +842,30 @@ class PartitionLog:
         return count
 
     def _delete_segment(self, seg: LogSegment, now_ms: int | None = None) -> None:
-        """Rename to ``.deleted`` now, remove after ``file.delete.delay.ms`` (readers holding
-        slices keep their descriptors meanwhile)."""
+        """Rename to ``.deleted`` and forget it now (readers holding slices keep their
+        descriptors); its files are unlinked off the log's thread once
+        ``file.delete.delay.ms`` passed (:meth:`take_deleted_files`), as Kafka's async delete."""
         seg.active = False
         seg.rename_suffix(DELETED_SUFFIX)
         seg.log.detach()
         now = self._now_ms() if now_ms is None else now_ms
-        if self.config.file_delete_delay_ms <= 0:
-            seg.delete_files()
-        else:
-            self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+        self._pending_deletes.append((now + max(0, self.config.file_delete_delay_ms), seg))
 
-    def _purge_deleted(self, now_ms: int | None) -> None:
+    def take_deleted_files(self, now_ms: int) -> list[Path]:
+        """The files of deleted segments whose ``file.delete.delay.ms`` passed, their
+        descriptors closed, for the caller to unlink in a worker thread (see
+        :class:`~storage.chore.RemoveDeleted`). A segment a reader still pins waits for its
+        release: the last close of an unlinked file frees its blocks, which is the slow part
+        and must not happen on the log's thread."""
+        due: list[Path] = []
         keep: list[tuple[int, LogSegment]] = []
-        for due, seg in self._pending_deletes:
-            if now_ms is None or due <= now_ms:
-                seg.delete_files()
+        for when, seg in self._pending_deletes:
+            if when <= now_ms and not seg.log.is_open:
+                due += seg.release_files()
             else:
-                keep.append((due, seg))
+                keep.append((when, seg))
         self._pending_deletes = keep
+        return due
 
     # ---- compaction ------------------------------------------------------------------------
 
@@ -962,7 +966,9 @@ class PartitionLog:
 
         With ``fsync=False`` everything is written but nothing fsynced: the caller syncs the
         file system once for many logs and then calls :meth:`mark_flushed` (the log
-        manager's shutdown does that)."""
+        manager's shutdown does that). Deleted segments not yet unlinked stay as ``.deleted``
+        files that recovery removes at the next open (Kafka drops its pending deletes at
+        shutdown too)."""
         if self.closed:
             return
         if fsync:
@@ -971,7 +977,8 @@ class PartitionLog:
         self._snapshot_producers(self._leo, fsync=fsync)
         for seg in self._segments:
             seg.close()
-        self._purge_deleted(None)
+        for _due, seg in self._pending_deletes:  # left as ``.deleted``: recovery removes them
+            seg.release_files()
         self.closed = True
         if self._owns_handles:
             self.handles.close_all()
@@ -987,7 +994,7 @@ class PartitionLog:
         for seg in self._segments:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
-            seg.log.detach()
+            seg.release_files()
         self.closed = True
         if self._owns_handles:
             self.handles.close_all()
@@ -995,12 +1002,12 @@ class PartitionLog:
     def delete(self) -> Path:
         """Remove the partition: rename its directory to ``<name>.<uuid>-delete`` and return
         the new path, for the caller to remove (off the log's thread: see
-        :class:`~storage.chore.RemoveDirectories`). Open file slices stay readable until
+        :class:`~storage.chore.RemoveDeleted`). Open file slices stay readable until
         released."""
         for seg in self._segments:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
-            seg.log.detach()
+            seg.release_files()
         self.closed = True
         target = self.dir
         tp = self.topic_partition

@@ -253,12 +253,17 @@ class LogSegment:
             rename(path)
         self.suffix = suffix
 
-    def delete_files(self) -> None:
+    def release_files(self) -> list[Path]:
+        """Give back this segment's descriptors (a pinned ``.log`` closes at its last release)
+        and return its four files' paths, for the caller to unlink."""
         self.log.detach()
-        self.log.path.unlink(missing_ok=True)
-        self.offset_index.delete()
-        self.time_index.delete()
-        self.txn_index.delete()
+        self.offset_index.close()
+        self.time_index.close()
+        return [self.log.path, self.offset_index.path, self.time_index.path, self.txn_index.path]
+
+    def delete_files(self) -> None:
+        for path in self.release_files():
+            path.unlink(missing_ok=True)
 
     # ---- facts -----------------------------------------------------------------------------
 

@@ -137,7 +137,3 @@ class TransactionIndex:
         if self.path.exists():
             os.rename(self.path, new_path)
         self.path = new_path
-
-    def delete(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self._entries = None

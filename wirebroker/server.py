@@ -182,13 +182,14 @@ async def _serve(
 
 
 async def _housekeeping(broker: Broker) -> None:
-    """Flushes, retention, compaction, checkpoints and removal of deleted partitions' files,
-    each on its own schedule.
+    """Flushes, retention, compaction, checkpoints and removal of deleted segments' and
+    partitions' files, each on its own schedule.
 
     Storage logs have one owner, the broker's trio thread; the slow part of each chore
-    (:mod:`storage.chore`: fsyncs, cleaned segments, checkpoint files, ``rmtree``) runs in a
-    worker thread, so requests are served meanwhile. Retention stays on the loop (renames and
-    unlinks).
+    (:mod:`storage.chore`: fsyncs, cleaned segments, checkpoint files, unlinks, ``rmtree``)
+    runs in a worker thread, so requests are served meanwhile. Retention and compaction only
+    rename deleted segments to ``.deleted`` on the loop; the flush job's removal chore unlinks
+    them once ``file.delete.delay.ms`` passed.
     """
 
     def interval(job: str) -> float:
@@ -211,7 +212,7 @@ async def _housekeeping(broker: Broker) -> None:
             manager.write_index_entries()
             for pending in manager.flushes(broker.now_ms()):
                 await _run_log_chore(manager, "flush", pending)
-            removal = manager.removal_chore()
+            removal = manager.removal_chore(broker.now_ms())
             if removal is not None:
                 await run_off_loop(removal)
         elif job == "retention":

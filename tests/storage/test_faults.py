@@ -357,3 +357,35 @@ def test_a_producer_snapshot_on_a_full_disk_does_not_fail_the_roll(
     lg = PartitionLog.open(tmp_path / "t-0", LogConfig())
     assert offsets(lg) == [0, 1, 2]
     lg.close()
+
+
+def test_a_failed_unlink_of_a_deleted_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The removal chore's unlink failing with EIO takes the log directory offline (Kafka's
+    async delete does too) and leaves the ``.deleted`` files, which the next start removes."""
+    clock = Clock()
+    config = LogConfig(segment_bytes=len(batch(1)), retention_bytes=0, file_delete_delay_ms=0)
+    lm = LogManager([tmp_path], config, now_ms=clock)
+    lm.open()
+    lg = lm.get_or_create("t", 0)
+    for _ in range(3):
+        lg.append_as_leader(batch(1), 0, T0)
+    lg.update_high_watermark(3)
+    assert lm.run_retention(clock()) == 3
+    removal = lm.removal_chore(clock())
+    assert removal is not None
+
+    def unlink(path: str, *args: object, **kwargs: object) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "unlink", unlink)
+        run_chore(removal)
+    assert lm.offline_dirs == {tmp_path} and lg.offline
+    assert list((tmp_path / "t-0").glob("*.log.deleted"))
+    lm.close()
+    lm = LogManager([tmp_path], config)
+    lm.open()
+    assert not list((tmp_path / "t-0").glob("*.deleted"))
+    lm.close()

@@ -74,8 +74,8 @@ def test_placement_deletion_and_foreign_dirs(tmp_path: Path) -> None:
     assert lm.delete_partition("t", 2)
     assert not (target / "t-2").exists() and not lm.delete_partition("t", 2)
     (renamed,) = target.glob("t-2.*-delete")  # renamed now, removed by a chore off the loop
-    removal = lm.removal_chore()
-    assert removal is not None and lm.removal_chore() is None
+    removal = lm.removal_chore(T0)
+    assert removal is not None and lm.removal_chore(T0) is None
     run_chore(removal)
     assert not renamed.exists()
     lm.close()
@@ -106,7 +106,10 @@ def test_chores(tmp_path: Path) -> None:
     assert lg.recovery_point == lg.active_segment.base_offset
     deleted = lm.run_retention(T0 + 5000)
     assert deleted > 0 and list((tmp_path / "t-0").glob("*.deleted"))
-    lm.run_retention(T0 + 5011)
+    assert lm.removal_chore(T0 + 5009) is None  # file.delete.delay.ms has not passed
+    removal = lm.removal_chore(T0 + 5010)
+    assert removal is not None and list((tmp_path / "t-0").glob("*.deleted"))
+    run_chore(removal)  # the unlinks: the broker runs them in a worker thread
     assert not list((tmp_path / "t-0").glob("*.deleted"))
     compacted = lm.get_or_create("c", 0, LogConfig(cleanup_policy=("compact",), segment_bytes=300))
     for _ in range(10):

@@ -132,8 +132,21 @@ def test_slices_stay_readable_after_the_segment_is_deleted(tmp_path: Path) -> No
     r = log.read(0, 10)
     assert log.apply_retention(T0) == 3
     assert log.log_start_offset == 3 and not list((tmp_path / "t-0").glob("*00.log"))
+    # The caller unlinks (off the loop); a segment a reader pins waits for its release, so
+    # that the last close, which frees the blocks, is not the log's thread's either.
+    due = log.take_deleted_files(T0)
+    assert {p.name.split(".")[0] for p in due} == {f"{1:020d}", f"{2:020d}"}
+    assert all(p.name.endswith(".deleted") for p in due)
     assert base_offsets(r.read()) == [0]
     r.release()
+    (log_file,) = [p for p in log.take_deleted_files(T0) if p.name.endswith(".log.deleted")]
+    assert log_file.name == f"{0:020d}.log.deleted" and log.take_deleted_files(T0) == []
+    for p in due:
+        p.unlink(missing_ok=True)
+    log.close()
+    assert log_file.exists()  # left to recovery
+    log = open_log(tmp_path / "t-0", config)
+    assert not list((tmp_path / "t-0").glob("*.deleted"))
     log.close()
 
 

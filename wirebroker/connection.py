@@ -52,6 +52,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import trio
+from trio.lowlevel import wait_readable
 
 from protocol.api import (
     API_VERSIONS_KEY,
@@ -161,15 +162,16 @@ class _Outbox:
                     ready.append(chunks)
                     if (timing := slots.popleft().timing) is not None:
                         timed.append(timing)
-                began = perf_counter()
+                began = perf_counter() if timed else 0.0
                 try:
                     await self.transport.send_frames(ready)
                 finally:
                     for chunks in ready:
                         release(chunks)
-                ended = perf_counter()
-                for timing in timed:
-                    request_sent(timing, began, ended)
+                if timed:
+                    ended = perf_counter()
+                    for timing in timed:
+                        request_sent(timing, began, ended)
         finally:
             self._writing = False
 
@@ -330,7 +332,7 @@ class _Connection:
             except BlockingIOError:
                 handled = False  # waiting lets the others run
                 self.waiting_since = trio.current_time()  # the watch closes it once idle
-                await transport.wait_readable()
+                await wait_readable(transport.fd)
                 self.waiting_since = None
                 continue
             if not n:

@@ -513,9 +513,6 @@ class TlsTransport:
                 raise ConnectionResetError(f"TLS error: {e.reason or e}") from None
         return total
 
-    async def wait_readable(self) -> None:
-        await trio.lowlevel.wait_readable(self.fd)
-
     async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
         """Encrypt and send several responses, each its size prefix and its chunks, in order."""
         plain = bytearray()

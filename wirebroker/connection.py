@@ -325,19 +325,27 @@ class _Connection:
             max_frame_size if self.sasl is None else self.sasl.settings.max_receive_size
         )
         handled = False  # a round of requests was handled since this task last let others run
+        drained = False  # the last read left nothing behind: wait before reading again
         while True:
-            # Read straight into the frame buffer (plaintext: no bytes object, no copy).
-            try:
-                n = transport.receive_into(frames.writable())
-            except BlockingIOError:
-                handled = False  # waiting lets the others run
+            if drained:
+                handled = drained = False  # waiting lets the others run
                 self.waiting_since = trio.current_time()  # the watch closes it once idle
-                await wait_readable(transport.fd)
+                await wait_readable(transport.fd)  # at once if bytes came meanwhile
                 self.waiting_since = None
+            # Read straight into the frame buffer (plaintext: no bytes object, no copy).
+            room = frames.writable()
+            try:
+                n = transport.receive_into(room)
+            except BlockingIOError:
+                drained = True
                 continue
             if not n:
                 return
             frames.advance(n)
+            # A read shorter than its room took all the socket held, and clients rarely send
+            # more while a round is handled (row 4: 310 rounds of 97,700), so a read after the
+            # round would cost a system call and an exception for nothing: it waits first.
+            drained = n < len(room) and transport.short_read_drains
             arrived = perf_counter() if self.broker.stats.on else 0.0
             if handled:
                 # More data at once after a round: let other connections run first. (When the

@@ -436,6 +436,8 @@ class TlsTransport:
     """An accepted connection's byte stream through TLS; the interface of `PlainTransport`."""
 
     __slots__ = ("fd", "principal", "_incoming", "_outgoing", "_ssl")
+    #: A short read may end at the peer's close_notify, the socket still open: read again.
+    short_read_drains = False
 
     def __init__(self, fd: int, context: ssl.SSLContext) -> None:
         self.fd = fd

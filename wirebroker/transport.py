@@ -11,7 +11,8 @@ call for all of them. This module owns only that; it never decodes anything.
 `PlainTransport` is a PLAINTEXT connection's byte stream with these functions; TLS has its own
 transport with the same interface (`wirebroker.tls.TlsTransport`), so the connection loop does
 not know which it has. Either is read through its descriptor (`fd`): the loop waits for it
-with `trio.lowlevel.wait_readable` when `receive_into` finds nothing.
+with `trio.lowlevel.wait_readable` when `receive_into` finds nothing, or, where
+`short_read_drains`, after a read that did not fill its buffer.
 
 The socket is written through its descriptor, which is non-blocking: a write that would block
 waits with `trio.lowlevel.wait_writable`. A write the kernel takes at once does not checkpoint
@@ -66,6 +67,8 @@ class Transport(Protocol):
 
     fd: int
     principal: str  # who the peer is (Kafka's KafkaPrincipal, as text), for the authorizer
+    #: Whether a `receive_into` that filled less than its buffer left nothing to read.
+    short_read_drains: bool
 
     def receive_into(self, buffer: memoryview) -> int: ...
     async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None: ...
@@ -76,6 +79,7 @@ class PlainTransport:
 
     __slots__ = ("fd", "cork")
     principal = ANONYMOUS
+    short_read_drains = True  # `readv` takes what the socket holds, up to the buffer's size
 
     def __init__(self, sock: Socket) -> None:
         self.fd = sock.fileno()

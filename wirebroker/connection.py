@@ -342,10 +342,7 @@ class _Connection:
             if not n:
                 return
             frames.advance(n)
-            # A read shorter than its room took all the socket held, and clients rarely send
-            # more while a round is handled (row 4: 310 rounds of 97,700), so a read after the
-            # round would cost a system call and an exception for nothing: it waits first.
-            drained = n < len(room) and transport.short_read_drains
+            short = n < len(room) and transport.short_read_drains  # took all the socket held
             arrived = perf_counter() if self.broker.stats.on else 0.0
             if handled:
                 # More data at once after a round: let other connections run first. (When the
@@ -355,8 +352,10 @@ class _Connection:
             # Every whole frame that arrived is handled before anything is written, and their
             # responses leave together in one system call (pipelined clients send several).
             woken = partition.fetches_woken
+            handled_frames = 0
             try:
                 while (frame := frames.next_frame()) is not NEED_DATA:
+                    handled_frames += 1
                     if self.unmuted_at and self.unmuted_at > trio.current_time():
                         await self._throttled()  # a `Later` answer was throttled meanwhile
                     if self.session is not None and self.sasl is None:
@@ -374,6 +373,12 @@ class _Connection:
                     await _let_woken_fetches_run()
                 await self.outbox.flush()
             handled = True
+            # After a short read of at most one request, a client that waits for each answer
+            # has sent nothing more (row 4: 310 of 97,700 rounds found more bytes at once), so
+            # a read now would cost a system call and an exception for nothing: the next round
+            # waits first. A pipelining client (several requests a round) likely sent more
+            # meanwhile (bench row 1), and a read is cheaper than a wait then: read.
+            drained = short and handled_frames <= 1
 
     def check_idle(self, now: float, idle_s: float) -> None:
         """Close the connection if it has waited for bytes `idle_s`; give back its receive

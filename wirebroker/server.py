@@ -116,8 +116,7 @@ async def serve_broker(
 
             broker.authorizer = await AclAuthorizer.open(config, zk)
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.groups.serve)
-            await nursery.start(broker.transactions.serve)
+            await nursery.start(broker.serve_coordinators)
             if broker.cluster_mode:
                 await nursery.start(broker.replica_manager.run)
             watch = ConnectionWatch(broker)

@@ -1,8 +1,9 @@
 """The handler registry, request context, and turning failures into Kafka error responses.
 
-Each handler module registers its API with :func:`handles`, naming the versions it implements;
-the same registry answers ApiVersions, so what we advertise is exactly what we implement. This
-module owns the three levels of failure from DESIGN.md: a connection-level problem (unknown key
+Each handler module registers its API with :func:`handles`, naming the versions it implements,
+which must be those of the table of handled APIs (`wirebroker.handlers.HANDLED`): ApiVersions
+answers from the table (`VERSIONS`), so what we advertise is exactly what we implement, and a
+handler module is imported on its API's first lookup in `REGISTRY`. This module owns the three levels of failure from DESIGN.md: a connection-level problem (unknown key
 or version, malformed frame) is reported to the caller, which closes the connection; a request
 level :class:`KafkaError` becomes that API's error response; a bug inside a handler is logged
 with its traceback and answered the same way. `trio.Cancelled` always propagates.
@@ -10,6 +11,7 @@ with its traceback and answered the same way. `trio.Cancelled` always propagates
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import APIS
 from protocol.messages.headers import RequestHeader
 from protocol.schema import Message, Struct
+from wirebroker import handlers
 from wirebroker.authorizer.acls import (
     AUTHORIZATION_ERRORS,
     CLUSTER_NAME,
@@ -223,7 +226,27 @@ class Registration:
     handler: Handler
 
 
-REGISTRY: dict[int, Registration] = {}
+#: The versions of every handled API, by API key (what ApiVersions advertises).
+VERSIONS: dict[int, tuple[int, int]] = {
+    key: handlers.HANDLED[info.name][1:]
+    for key, info in sorted(APIS.items())
+    if info.name in handlers.HANDLED
+}
+
+
+class _Registry(dict[int, Registration]):
+    """The registered handlers by API key: the first lookup of a handled API's key imports
+    its module, which registers it."""
+
+    def __missing__(self, api_key: int) -> Registration:
+        if api_key not in VERSIONS:
+            raise KeyError(api_key)
+        module = handlers.HANDLED[APIS[api_key].name][0]
+        importlib.import_module(f"{handlers.__name__}.{module}")
+        return dict.__getitem__(self, api_key)
+
+
+REGISTRY: dict[int, Registration] = _Registry()
 
 
 class CloseConnection(Exception):
@@ -236,12 +259,20 @@ class CloseConnection(Exception):
 
 
 def handles(request_class: type[M], versions: tuple[int, int]) -> Callable[[Handler], Handler]:
-    """Register `handler` for `request_class` over the inclusive `versions` range."""
+    """Register `handler` for `request_class` over the inclusive `versions` range, which
+    `wirebroker.handlers.HANDLED` must give it, with the handler's module."""
     lo, hi = versions
     info = APIS[request_class.API_KEY]
     assert info.min_version <= lo <= hi <= info.max_version, (request_class, versions)
 
     def register(handler: Handler) -> Handler:
+        module = handler.__module__.removeprefix(f"{handlers.__name__}.")
+        table = handlers.HANDLED.get(info.name)
+        if table != (module, lo, hi):
+            raise ValueError(
+                f"{handler.__module__} handles {info.name} v{lo}-v{hi}, but "
+                f"wirebroker.handlers.HANDLED says {table}: make them the same"
+            )
         REGISTRY[request_class.API_KEY] = Registration(request_class.API_KEY, lo, hi, handler)
         return handler
 
@@ -249,8 +280,8 @@ def handles(request_class: type[M], versions: tuple[int, int]) -> Callable[[Hand
 
 
 def supported(api_key: int, version: int) -> bool:
-    reg = REGISTRY.get(api_key)
-    return reg is not None and reg.min_version <= version <= reg.max_version
+    versions = VERSIONS.get(api_key)
+    return versions is not None and versions[0] <= version <= versions[1]
 
 
 async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None:

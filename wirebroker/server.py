@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-import wirebroker.handlers  # noqa: F401  (registers every API)
 from storage.chore import Chore
 from storage.cleaner import Compaction
 from storage.clock import Clock, wall_clock_ms

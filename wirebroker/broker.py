@@ -44,7 +44,6 @@ from wirebroker.quotas.client import ClientQuotas
 from wirebroker.quotas.replication import ReplicationQuotas
 from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
 from wirebroker.quotas.store import ClientQuotaStore
-from wirebroker.replication.manager import ReplicaManager
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
@@ -60,6 +59,7 @@ from wirebroker.topics import (
 if TYPE_CHECKING:
     from wirebroker.authorizer.acl_authorizer import AclAuthorizer
     from wirebroker.group.coordinator import GroupCoordinator
+    from wirebroker.replication.manager import ReplicaManager
     from wirebroker.txn.coordinator import TransactionCoordinator
     from wirebroker.zk.member import ClusterMember
 
@@ -84,7 +84,6 @@ class Broker:
     producer_ids: ProducerIdManager = field(init=False)
     # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
     metadata_cache: MetadataCache = field(default_factory=MetadataCache)
-    replica_manager: ReplicaManager = field(init=False)
     #: How this broker's connections to its peers are secured (the inter-broker listener's;
     #: the embedded broker has no peers).
     peer_security: PeerSecurity = field(init=False)
@@ -112,6 +111,8 @@ class Broker:
     authorizer: AclAuthorizer | None = None
     #: Every reading of the time (Kafka's `Time`); a test may run the broker on another.
     clock: Clock = wall_clock_ms
+    #: The replica manager, once built (`replica_manager`).
+    _replica_manager: ReplicaManager | None = field(default=None, init=False, repr=False)
     #: The coordinators once built (`groups`, `transactions`), and where they run.
     _groups: GroupCoordinator | None = field(default=None, init=False, repr=False)
     _transactions: TransactionCoordinator | None = field(default=None, init=False, repr=False)
@@ -129,7 +130,6 @@ class Broker:
         self.peer_security = (
             PeerSecurity.inter_broker(self.config) if self.config.cluster_mode else PLAINTEXT
         )
-        self.replica_manager = ReplicaManager(self)
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)
         self.sasl_listeners = {
@@ -151,6 +151,9 @@ class Broker:
         self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
         self.connection_limits = ConnectionLimits(self.config)
         dynamic = self.dynamic_config
+        dynamic.add_reconfigurable(
+            thread_count_check(self.config, "num.replica.fetchers", self._fetcher_count_changed)
+        )
         if self.config.cluster_mode:
             listener = self.replica_manager.inter_broker_listener.lower()
             dynamic.add_reconfigurable(
@@ -181,6 +184,20 @@ class Broker:
         dynamic.add_reconfigurable(
             Reconfigurable(_is_sasl_key, self._sasl_changed, self._check_sasl)
         )
+
+    @property
+    def replica_manager(self) -> ReplicaManager:
+        """The replica manager: a cluster member's from the start (`server` runs it), the
+        embedded broker's (which has no followers) built on first use."""
+        if self._replica_manager is None:
+            from wirebroker.replication.manager import ReplicaManager
+
+            self._replica_manager = ReplicaManager(self)
+        return self._replica_manager
+
+    def _fetcher_count_changed(self, changed: frozenset[str]) -> None:
+        if self._replica_manager is not None:
+            self._replica_manager.fetcher_count_changed(changed)
 
     @property
     def groups(self) -> GroupCoordinator:

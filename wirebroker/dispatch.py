@@ -15,7 +15,6 @@ import importlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,7 +43,6 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
 
 
-@dataclass(frozen=True, slots=True)
 class Later:
     """A handler's answer when its work is done and only a wait remains (Kafka's purgatory).
 
@@ -52,13 +50,17 @@ class Later:
     may handle the requests behind this one meanwhile, and still answers in request order.
     """
 
-    finish: Callable[[], Awaitable[Message]]
+    # This module's classes are plain (not dataclasses): a dataclass's generated methods are
+    # compiled at every import, ~2-4 M instructions each (start-up time, bench row 7).
+    __slots__ = ("finish",)
+
+    def __init__(self, finish: Callable[[], Awaitable[Message]]) -> None:
+        self.finish = finish
 
 
 Handler = Callable[["RequestContext", Any], Awaitable[Message | Later | None]]
 
 
-@dataclass(slots=True)
 class RequestContext:
     """What a handler knows about the request besides its body, and what its sender may do.
 
@@ -66,22 +68,44 @@ class RequestContext:
     allowed (as Kafka), except acting as a broker (`authorize_cluster_action`).
     """
 
-    broker: Broker
-    header: RequestHeader
-    client_host: str
-    listener_name: str
-    #: Who sent it: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener.
-    principal: str = "User:ANONYMOUS"
-    #: The request's size in bytes (its frame), what `producer_byte_rate` counts.
-    request_size: int = 0
-    #: How long the client's connection is throttled for this request (client quotas).
-    throttle_time_ms: int = 0
-    #: The task time the request started at, while its request quota is not yet recorded.
-    quota_started: float | None = None
-    #: Seconds the handler spent waiting on others (Kafka's remote time: `waiting`).
-    remote_s: float = 0.0
-    #: The request metrics its times go to (`BrokerStats.request_done`); empty: not timed.
-    timed: tuple[RequestStats, ...] = ()
+    __slots__ = (
+        "broker",
+        "header",
+        "client_host",
+        "listener_name",
+        "principal",
+        "request_size",
+        "throttle_time_ms",
+        "quota_started",
+        "remote_s",
+        "timed",
+    )
+
+    def __init__(
+        self,
+        broker: Broker,
+        header: RequestHeader,
+        client_host: str,
+        listener_name: str,
+        principal: str = "User:ANONYMOUS",
+        request_size: int = 0,
+    ) -> None:
+        self.broker = broker
+        self.header = header
+        self.client_host = client_host
+        self.listener_name = listener_name
+        #: Who sent it: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener.
+        self.principal = principal
+        #: The request's size in bytes (its frame), what `producer_byte_rate` counts.
+        self.request_size = request_size
+        #: How long the client's connection is throttled for this request (client quotas).
+        self.throttle_time_ms = 0
+        #: The task time the request started at, while its request quota is not yet recorded.
+        self.quota_started: float | None = None
+        #: Seconds the handler spent waiting on others (Kafka's remote time: `waiting`).
+        self.remote_s = 0.0
+        #: The request metrics its times go to (`BrokerStats.request_done`); empty: not timed.
+        self.timed: tuple[RequestStats, ...] = ()
 
     @property
     def api_version(self) -> int:
@@ -218,12 +242,14 @@ class RequestContext:
             )
 
 
-@dataclass(frozen=True, slots=True)
 class Registration:
-    api_key: int
-    min_version: int
-    max_version: int
-    handler: Handler
+    __slots__ = ("api_key", "min_version", "max_version", "handler")
+
+    def __init__(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
+        self.api_key = api_key
+        self.min_version = min_version
+        self.max_version = max_version
+        self.handler = handler
 
 
 #: The versions of every handled API, by API key (what ApiVersions advertises).

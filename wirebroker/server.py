@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -50,15 +49,25 @@ FLUSH_CHECK_INTERVAL_S = 1.0
 CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
 
-@dataclass(frozen=True)
 class RunningBroker:
     """What a started broker reports: itself and the addresses it listens on."""
 
-    broker: Broker
-    listeners: list[Listener]
-    scope: trio.CancelScope | None = None
-    #: Its Prometheus endpoint (`wirebroker.metrics.listener`), None when off.
-    metrics_url: str | None = None
+    # A plain class, not a dataclass: their generated methods are compiled at every import,
+    # ~2-4 M instructions each (start-up time, bench row 7).
+    __slots__ = ("broker", "listeners", "scope", "metrics_url")
+
+    def __init__(
+        self,
+        broker: Broker,
+        listeners: list[Listener],
+        scope: trio.CancelScope | None = None,
+        metrics_url: str | None = None,
+    ) -> None:
+        self.broker = broker
+        self.listeners = listeners
+        self.scope = scope
+        #: Its Prometheus endpoint (`wirebroker.metrics.listener`), None when off.
+        self.metrics_url = metrics_url
 
     @property
     def bootstrap_servers(self) -> str:

@@ -41,8 +41,7 @@ class ConfigKey:
     """One broker config key: its type, Kafka's default (as text), documentation, how it may be
     changed at run time, and the bounds Kafka's validator puts on a dynamic value."""
 
-    # A plain class, not a dataclass: their generated methods are compiled at every import,
-    # ~2-4 M instructions each (start-up time, bench row 7).
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
     __slots__ = ("name", "type", "default", "doc", "update", "at_least", "choices")
 
     def __init__(

@@ -50,8 +50,7 @@ class Later:
     may handle the requests behind this one meanwhile, and still answers in request order.
     """
 
-    # This module's classes are plain (not dataclasses): a dataclass's generated methods are
-    # compiled at every import, ~2-4 M instructions each (start-up time, bench row 7).
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
     __slots__ = ("finish",)
 
     def __init__(self, finish: Callable[[], Awaitable[Message]]) -> None:

@@ -52,8 +52,7 @@ CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 class RunningBroker:
     """What a started broker reports: itself and the addresses it listens on."""
 
-    # A plain class, not a dataclass: their generated methods are compiled at every import,
-    # ~2-4 M instructions each (start-up time, bench row 7).
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
     __slots__ = ("broker", "listeners", "scope", "metrics_url")
 
     def __init__(

@@ -239,14 +239,26 @@ class Partition:
     def _advance_high_watermark(self, now_ms: int | None = None) -> bool:
         """Kafka's maybeIncrementLeaderHW: the minimum log end offset over the (maximal) ISR
         and the caught-up followers about to join it; never while under min ISR."""
-        if not self.is_local_leader or self.under_min_isr:
+        if self.leader != self.node_id:
+            return False
+        followers = self.followers
+        if not followers:  # a lone leader (min ISR 1): its log end offset, every append
+            if not self.isr:
+                return False
+            new_hw = self.log.log_end_offset
+            if new_hw > self.log.high_watermark:
+                self.log.update_high_watermark(new_hw)
+                self.notify_changed()
+                return True
+            return False
+        if self.under_min_isr:
             return False
         if now_ms is None:
             now_ms = self.clock()
         leo = self.log.log_end_offset
         new_hw = leo
         maximal = self.maximal_isr
-        for replica_id, state in self.followers.items():
+        for replica_id, state in followers.items():
             if state.log_end_offset >= new_hw:
                 continue
             if replica_id in maximal or (

@@ -62,7 +62,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
-from wirebroker.events import Waiters, Wakeup
+from wirebroker.events import Wakeup
 from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked, FetchContext
 from wirebroker.partition import Partition
 from wirebroker.quotas import throttle
@@ -117,11 +117,13 @@ class _Poll:
     replica_id: int
     max_bytes: int
     min_bytes: int
-    #: What wakes it: its partitions' appends, and moves of their high watermarks.
-    sources: list[Waiters]
-    wakeup: Wakeup
+    #: Whether anything can wake it (some partition it reads is hosted here).
+    waitable: bool
     #: The trio time its wait ends (`max_wait_ms` after it arrived).
     deadline: float
+    #: What wakes it (its partitions' appends, and moves of their high watermarks), made
+    #: when it first goes on to wait (`arm`).
+    wakeup: Wakeup | None = None
     #: The high watermarks of its first read (a follower's fetch ends when one moves).
     first_hws: list[int] = field(default_factory=list)
 
@@ -142,11 +144,23 @@ class _Poll:
         due = (
             size >= self.min_bytes
             or self.request.max_wait_ms <= 0
-            or not self.sources
+            or not self.waitable
             or failed
             or moved
         )
         return size, due
+
+    def arm(self) -> Wakeup:
+        """Register for the next wake of its sources (made on the first call): appends wake
+        everyone; a moved high watermark wakes followers (who must learn it) and, where
+        followers move it, consumers (what they may read grew)."""
+        if self.wakeup is None:
+            partitions = [w.partition for w in self.wanted if w.partition is not None]
+            sources = [p.append_waiters for p in partitions]
+            sources += [p.state_waiters for p in partitions if self.replica_id >= 0 or p.followers]
+            self.wakeup = Wakeup(sources)
+        self.wakeup.arm()
+        return self.wakeup
 
 
 @handles(FetchRequest, (0, 17))
@@ -172,14 +186,6 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
         if cap is not None:
             max_bytes = min(max_bytes, int(cap))
             min_bytes = min(min_bytes, max_bytes)
-    # Appends wake everyone; a moved high watermark wakes followers (who must learn it) and,
-    # where followers move it, consumers (what they may read grew).
-    sources = [w.partition.append_waiters for w in wanted if w.partition is not None]
-    sources += [
-        w.partition.state_waiters
-        for w in wanted
-        if w.partition is not None and (replica_id >= 0 or w.partition.followers)
-    ]
     poll = _Poll(
         ctx,
         request,
@@ -188,14 +194,13 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
         replica_id,
         max_bytes,
         min_bytes,
-        sources,
-        Wakeup(sources),
+        any(w.partition is not None for w in wanted),
         trio.current_time() + max(request.max_wait_ms, 0) / 1000,
     )
     size, due = poll.read()
     if due:
         return _answer(poll, size)
-    poll.wakeup.arm()
+    poll.arm()
     _release(wanted)
     return Later(partial(_long_poll, poll))
 
@@ -206,13 +211,15 @@ async def _long_poll(poll: _Poll) -> FetchResponse:
     if poll.replica_id < 0 and ctx.broker.quotas.request.enabled:
         throttle.request_started(ctx)  # the time of this task's reads counts too
     size = 0
-    with poll.wakeup, trio.move_on_at(poll.deadline):
+    wakeup = poll.wakeup  # armed when the fetch went on to wait
+    assert wakeup is not None
+    with wakeup, trio.move_on_at(poll.deadline):
         while True:
-            await poll.wakeup.wait()
+            await wakeup.wait()
             size, due = poll.read()
             if due:
                 break
-            poll.wakeup.arm()
+            poll.arm()
             _release(poll.wanted)
     response = _answer(poll, size)
     if ctx.throttle_time_ms:

@@ -68,10 +68,10 @@ class CachedPartition:
     high_watermark: int = -1
     log_start_offset: int = -1
 
-    def must_respond(self, result: FetchResponse.PartitionData) -> bool:
-        """Kafka's maybeUpdateResponseData: whether an incremental answer carries `result`,
-        remembering what the fetcher is told."""
-        respond = _has_records(result)
+    def must_respond(self, result: FetchResponse.PartitionData, has_records: bool) -> bool:
+        """Kafka's maybeUpdateResponseData: whether an incremental answer carries `result`
+        (which `has_records` or not), remembering what the fetcher is told."""
+        respond = has_records
         if self.high_watermark != result.high_watermark:
             respond = True
             self.high_watermark = result.high_watermark
@@ -235,8 +235,9 @@ class FetchSessionCache:
         for a, result in zip(asked, results, strict=True):
             key = a.key(session.uses_topic_ids)
             cached = session.partitions.get(key)
-            carry = cached is not None and cached.must_respond(result)
-            if carry and _has_records(result):
+            has_records = _has_records(result)
+            carry = cached is not None and cached.must_respond(result, has_records)
+            if carry and has_records:
                 session.partitions[key] = session.partitions.pop(key)
             carried.append(carry)
         return carried

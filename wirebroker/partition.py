@@ -195,7 +195,7 @@ class Partition:
         markers), skipping the client rules. `verification_guard`: KIP-890's guard of a
         transactional append (`storage.producer_state`; None: verification is off).
         """
-        if not self.is_local_leader:
+        if self.leader != self.node_id:
             raise KafkaError(
                 f"{self.topic}-{self.index}: broker {self.node_id} is not the leader",
                 error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,

@@ -347,14 +347,15 @@ def _read_all(
             result.records = EMPTY
             continue
         p = w.partition
-        result.high_watermark = p.high_watermark
-        result.last_stable_offset = p.last_stable_offset
-        result.log_start_offset = p.log_start_offset
+        log = p.log
+        result.high_watermark = log.high_watermark
+        result.last_stable_offset = log.last_stable_offset
+        result.log_start_offset = log.log_start_offset
         committed = replica_id < 0 and request.isolation_level == READ_COMMITTED
         if result.records is not None:
             _release_one(w)
         limit = min(w.request.partition_max_bytes, remaining)
-        leader_leo = p.log_end_offset
+        leader_leo = log.log_end_offset
         if replica_id >= 0 and w.request.last_fetched_epoch >= 0 and _diverged(w, p):
             continue
         # A throttled replica out of the ISR gets no records for now (Kafka's
@@ -366,7 +367,7 @@ def _read_all(
             and leader_quota.is_exceeded(ctx.broker.now_ms())
         )
         try:
-            read = p.log.read(
+            read = log.read(
                 w.request.fetch_offset,
                 0 if held_back else max(limit, 0),
                 max_offset=(

@@ -314,5 +314,5 @@ def _append(
         broker.stats.produced(topic, info.records_count, len(records))
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
-    result.log_start_offset = partition.log_start_offset
+    result.log_start_offset = info.log_start_offset
     return partition, info.last_offset + 1

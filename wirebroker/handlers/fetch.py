@@ -85,7 +85,7 @@ class FileRecords:
 
     def __init__(self, slices: list[Any]) -> None:
         self.slices = slices
-        self.size = sum(s.length for s in slices)
+        self.size = slices[0].length if len(slices) == 1 else sum(s.length for s in slices)
 
     def __len__(self) -> int:
         return self.size
@@ -124,7 +124,8 @@ class _Poll:
     #: What wakes it (its partitions' appends, and moves of their high watermarks), made
     #: when it first goes on to wait (`arm`).
     wakeup: Wakeup | None = None
-    #: The high watermarks of its first read (a follower's fetch ends when one moves).
+    #: The high watermarks of its first read that found nothing due (a follower's fetch ends
+    #: when one moves).
     first_hws: list[int] = field(default_factory=list)
 
     def read(self) -> tuple[int, bool]:
@@ -133,22 +134,17 @@ class _Poll:
         after this read is missed (a fetch answered at once never arms one)."""
         wanted = self.wanted
         size = _read_all(self.ctx, self.request, wanted, self.replica_id, self.max_bytes)
-        failed = any(
-            w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
-            for w in wanted
-        )
+        if size >= self.min_bytes or self.request.max_wait_ms <= 0 or not self.waitable:
+            return size, True
+        for w in wanted:
+            if w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0:
+                return size, True
+        if self.replica_id < 0:
+            return size, False
         hws = [w.result.high_watermark for w in wanted]
         if not self.first_hws:
             self.first_hws = hws
-        moved = self.replica_id >= 0 and hws != self.first_hws
-        due = (
-            size >= self.min_bytes
-            or self.request.max_wait_ms <= 0
-            or not self.waitable
-            or failed
-            or moved
-        )
-        return size, due
+        return size, hws != self.first_hws
 
     def arm(self) -> Wakeup:
         """Register for the next wake of its sources (made on the first call): appends wake

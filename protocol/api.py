@@ -63,6 +63,21 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> tuple[int, int
     return _PEEK.unpack_from(frame, 0)
 
 
+#: (api key, version) -> (request header version, request class), filled as requests come.
+_REQUEST_LAYOUT: dict[tuple[int, int], tuple[int, type[Message]]] = {}
+
+
+def _request_layout(api_key: int, api_version: int) -> tuple[int, type[Message]]:
+    layout = _REQUEST_LAYOUT.get((api_key, api_version))
+    if layout is None:
+        info = api_info(api_key)
+        if not info.min_version <= api_version <= info.max_version:
+            raise UnsupportedVersionError(f"{info.name} v{api_version} is not supported")
+        layout = (info.request_header_version(api_version), info.request_class())
+        _REQUEST_LAYOUT[api_key, api_version] = layout
+    return layout
+
+
 def decode_request(frame: bytes | bytearray | memoryview) -> RequestFrame:
     """Decode a request frame. Unknown keys and versions raise UnsupportedVersionError.
 
@@ -74,12 +89,9 @@ def decode_request(frame: bytes | bytearray | memoryview) -> RequestFrame:
     r = Reader(frame)
     if r.end < 8:
         raise ProtocolError("request frame shorter than a request header")
-    api_key, api_version = _KEY_VERSION.unpack_from(r.buf, 0)
-    info = api_info(api_key)
-    if not info.min_version <= api_version <= info.max_version:
-        raise UnsupportedVersionError(f"{info.name} v{api_version} is not supported")
-    header = RequestHeader.read_from(r, info.request_header_version(api_version))
-    body = info.request_class().read_from(r, api_version)
+    header_version, request_class = _request_layout(*_KEY_VERSION.unpack_from(r.buf, 0))
+    header = RequestHeader.read_from(r, header_version)
+    body = request_class.read_from(r, header.request_api_version)
     # Bytes after the body are ignored, as Kafka's request parsing ignores them (librdkafka 2.16
     # sends three after an all-topics Metadata v12 request).
     return RequestFrame(header, body)
@@ -111,13 +123,20 @@ def decode_response(
     return ResponseFrame(header, body)
 
 
+#: (api key, version) -> response header version, filled as responses go.
+_RESPONSE_HEADER: dict[tuple[int, int], int] = {}
+
+
 def encode_response_chunks(
     header: ResponseHeader, body: Message, api_key: int, api_version: int
 ) -> list[Any]:
     """A response frame as buffers; `records` values stay chunks of their own (zero-copy)."""
-    info = api_info(api_key)
+    header_version = _RESPONSE_HEADER.get((api_key, api_version))
+    if header_version is None:
+        header_version = api_info(api_key).response_header_version(api_version)
+        _RESPONSE_HEADER[api_key, api_version] = header_version
     w = Writer()
-    header.write_to(w, info.response_header_version(api_version))
+    header.write_to(w, header_version)
     body.write_to(w, api_version)
     return w.chunks()
 

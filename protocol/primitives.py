@@ -22,6 +22,10 @@ from protocol.errors import EncodeError, ProtocolError
 T = TypeVar("T")
 
 ZERO_UUID = uuid.UUID(int=0)
+#: The uuids read so far by their 16 bytes (topic ids come again in every fetch); a bounded
+#: cache, emptied when full, so that no sender can grow it (uuid.UUID is immutable).
+_UUIDS: dict[bytes, uuid.UUID] = {}
+_UUIDS_KEPT = 4096
 
 _i8 = struct.Struct(">b")
 _i16 = struct.Struct(">h")
@@ -133,7 +137,13 @@ class Reader:
 
     def uuid_(self) -> uuid.UUID:
         pos = self._take(16)
-        return uuid.UUID(bytes=bytes(self.buf[pos : pos + 16]))
+        raw = bytes(self.buf[pos : pos + 16])
+        known = _UUIDS.get(raw)
+        if known is None:
+            if len(_UUIDS) >= _UUIDS_KEPT:
+                _UUIDS.clear()
+            known = _UUIDS[raw] = uuid.UUID(bytes=raw)
+        return known
 
     # varints -----------------------------------------------------------------------------
     def uvarint(self) -> int:
@@ -198,6 +208,10 @@ class Reader:
         return None if n < 0 else self._text(n)
 
     def compact_string(self) -> str:
+        pos = self.pos
+        if pos < self.end and 0 < self.buf[pos] < 0x80:  # a one-byte length, not null
+            self.pos = pos + 1
+            return self._text(self.buf[pos] - 1)
         n = self.uvarint() - 1
         if n < 0:
             raise ProtocolError("null in a non-nullable compact string")
@@ -264,7 +278,12 @@ class Reader:
         return n
 
     def compact_array_length(self) -> int:
-        n = self.uvarint() - 1
+        pos = self.pos
+        if pos < self.end and self.buf[pos] < 0x80:  # one byte (a count below 127, or null)
+            self.pos = pos + 1
+            n = self.buf[pos] - 1
+        else:
+            n = self.uvarint() - 1
         if n > self.end - self.pos:
             raise ProtocolError(
                 f"array of {n} elements exceeds the {self.end - self.pos} bytes left"
@@ -303,6 +322,10 @@ class Reader:
         return tag, size
 
     def tag_count(self) -> int:
+        pos = self.pos
+        if pos < self.end and self.buf[pos] == 0:  # the usual empty section
+            self.pos = pos + 1
+            return 0
         n = self.uvarint()
         if n > self.end - self.pos:
             raise ProtocolError(f"{n} tagged fields exceed the bytes left")
@@ -451,7 +474,11 @@ class Writer:
         if v is None:
             raise EncodeError("null written to a non-nullable string")
         data = v.encode()
-        self.uvarint(len(data) + 1)
+        n = len(data) + 1
+        if n < 128:
+            self.buf.append(n)
+        else:
+            self.buf += uvarint_bytes(n)
         self.buf += data
 
     def compact_nullable_string(self, v: str | None) -> None:
@@ -494,7 +521,10 @@ class Writer:
             return
         size = _sized(v)
         if compact:
-            self.uvarint(size + 1)
+            if size < 127:
+                self.buf.append(size + 1)
+            else:
+                self.buf += uvarint_bytes(size + 1)
         else:
             self.buf += _i32.pack(size)
         if size:
@@ -511,7 +541,11 @@ class Writer:
                 raise EncodeError("null written to a non-nullable array")
             self.buf += b"\x00" if compact else b"\xff\xff\xff\xff"
         elif compact:
-            self.uvarint(len(items) + 1)
+            n = len(items) + 1
+            if n < 128:
+                self.buf.append(n)
+            else:
+                self.buf += uvarint_bytes(n)
         else:
             self.buf += _i32.pack(len(items))
 
@@ -525,6 +559,9 @@ class Writer:
 
     def tagged_fields(self, known: list[tuple[int, bytes]], unknown: UnknownTags | None) -> None:
         """Write known and unknown tagged fields merged in ascending tag order."""
+        if not known and not unknown:  # the usual empty section
+            self.buf.append(0)
+            return
         fields = known + unknown if unknown else known
         if unknown:
             fields.sort(key=lambda f: f[0])

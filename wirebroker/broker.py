@@ -5,6 +5,12 @@ with its log), the node id and cluster id, the addresses clients are told, and i
 configs (whose changes it applies to its logs, cleaner and SASL listeners). All of it lives
 in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
 It must not speak the wire protocol (handlers do) or accept connections (`server` does).
+
+The group and transaction coordinators are built, and started in the nursery of
+`serve_coordinators`, on first use: a request that needs one, or their internal topic's
+partition led here (in a cluster, the replica manager's `partition_moved`); the embedded broker
+builds those whose topic exists at start, which load it then, as Kafka loads them. A broker no
+group or transaction uses never imports them (start-up time, bench row 7).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+import trio
+
 from protocol.errors import ErrorCode, KafkaError
 from storage.cleaner import max_map_keys
 from storage.clock import Clock, wall_clock_ms
@@ -26,7 +34,6 @@ from wirebroker.config import BrokerConfig, ConfigError, Listener
 from wirebroker.connection_limits import ConnectionLimits
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable, thread_count_check
 from wirebroker.fetch_sessions import FetchSessionCache
-from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.meta_properties import load_or_create_meta
 from wirebroker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
 from wirebroker.metrics import BrokerStats
@@ -37,16 +44,23 @@ from wirebroker.quotas.client import ClientQuotas
 from wirebroker.quotas.replication import ReplicationQuotas
 from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
 from wirebroker.quotas.store import ClientQuotaStore
-from wirebroker.replication.manager import ReplicaManager
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
 from wirebroker.topic_configs import LOG_KEYS, log_config_for, min_insync_replicas
-from wirebroker.topics import TopicRecord, TopicRegistry, validate_topic_name
-from wirebroker.txn.coordinator import TransactionCoordinator
+from wirebroker.topics import (
+    OFFSETS_TOPIC,
+    TXN_TOPIC,
+    TopicRecord,
+    TopicRegistry,
+    validate_topic_name,
+)
 
 if TYPE_CHECKING:
     from wirebroker.authorizer.acl_authorizer import AclAuthorizer
+    from wirebroker.group.coordinator import GroupCoordinator
+    from wirebroker.replication.manager import ReplicaManager
+    from wirebroker.txn.coordinator import TransactionCoordinator
     from wirebroker.zk.member import ClusterMember
 
 log = logging.getLogger(__name__)
@@ -67,12 +81,9 @@ class Broker:
     advertised: list[Listener] = field(default_factory=list)
     #: The request and connection counters of the metrics (`wirebroker.metrics`).
     stats: BrokerStats = field(init=False)
-    groups: GroupCoordinator = field(init=False)
-    transactions: TransactionCoordinator = field(init=False)
     producer_ids: ProducerIdManager = field(init=False)
     # The cluster (replica side): what UpdateMetadata said, LeaderAndIsr/StopReplica's effects.
     metadata_cache: MetadataCache = field(default_factory=MetadataCache)
-    replica_manager: ReplicaManager = field(init=False)
     #: How this broker's connections to its peers are secured (the inter-broker listener's;
     #: the embedded broker has no peers).
     peer_security: PeerSecurity = field(init=False)
@@ -100,6 +111,12 @@ class Broker:
     authorizer: AclAuthorizer | None = None
     #: Every reading of the time (Kafka's `Time`); a test may run the broker on another.
     clock: Clock = wall_clock_ms
+    #: The replica manager, once built (`replica_manager`).
+    _replica_manager: ReplicaManager | None = field(default=None, init=False, repr=False)
+    #: The coordinators once built (`groups`, `transactions`), and where they run.
+    _groups: GroupCoordinator | None = field(default=None, init=False, repr=False)
+    _transactions: TransactionCoordinator | None = field(default=None, init=False, repr=False)
+    _coordinators_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.controller_id == -1 and not self.config.cluster_mode:
@@ -109,13 +126,10 @@ class Broker:
             rate_samples=self.config.get_int("metrics.num.samples"),
             rate_window_ms=self.config.get_int("metrics.sample.window.ms"),
         )
-        self.groups = GroupCoordinator(self)
-        self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager.open(self.config.log_dirs()[0])
         self.peer_security = (
             PeerSecurity.inter_broker(self.config) if self.config.cluster_mode else PLAINTEXT
         )
-        self.replica_manager = ReplicaManager(self)
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)
         self.sasl_listeners = {
@@ -137,6 +151,9 @@ class Broker:
         self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
         self.connection_limits = ConnectionLimits(self.config)
         dynamic = self.dynamic_config
+        dynamic.add_reconfigurable(
+            thread_count_check(self.config, "num.replica.fetchers", self._fetcher_count_changed)
+        )
         if self.config.cluster_mode:
             listener = self.replica_manager.inter_broker_listener.lower()
             dynamic.add_reconfigurable(
@@ -167,6 +184,60 @@ class Broker:
         dynamic.add_reconfigurable(
             Reconfigurable(_is_sasl_key, self._sasl_changed, self._check_sasl)
         )
+
+    @property
+    def replica_manager(self) -> ReplicaManager:
+        """The replica manager: a cluster member's from the start (`server` runs it), the
+        embedded broker's (which has no followers) built on first use."""
+        if self._replica_manager is None:
+            from wirebroker.replication.manager import ReplicaManager
+
+            self._replica_manager = ReplicaManager(self)
+        return self._replica_manager
+
+    def _fetcher_count_changed(self, changed: frozenset[str]) -> None:
+        if self._replica_manager is not None:
+            self._replica_manager.fetcher_count_changed(changed)
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        """The group coordinator (built and started on first use)."""
+        if self._groups is None:
+            from wirebroker.group.coordinator import GroupCoordinator
+
+            self._groups = GroupCoordinator(self)
+            if self._coordinators_nursery is not None:
+                self._groups.start(self._coordinators_nursery)
+        return self._groups
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        """The transaction coordinator (built and started on first use)."""
+        if self._transactions is None:
+            from wirebroker.txn.coordinator import TransactionCoordinator
+
+            self._transactions = TransactionCoordinator(self)
+            if self._coordinators_nursery is not None:
+                self._transactions.start(self._coordinators_nursery)
+        return self._transactions
+
+    async def serve_coordinators(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run the coordinators, those built already and those built later, until cancelled.
+        Embedded, those whose internal topic exists are built now and load it."""
+        async with trio.open_nursery() as nursery:
+            self._coordinators_nursery = nursery
+            for built in (self._groups, self._transactions):
+                if built is not None:
+                    built.start(nursery)
+            if not self.cluster_mode:
+                if OFFSETS_TOPIC in self.topics.topics:
+                    _ = self.groups  # built now, it loads the topic
+                if TXN_TOPIC in self.topics.topics:
+                    _ = self.transactions
+            task_status.started()
+            await trio.sleep_forever()
 
     @property
     def cluster_mode(self) -> bool:
@@ -339,9 +410,12 @@ class Broker:
 
     def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
         """The replica manager made `tp` leader or follower here, or stopped it: the
-        coordinators load or unload what they keep in it."""
-        self.groups.partition_moved(tp, leader=leader)
-        self.transactions.partition_moved(tp, leader=leader)
+        coordinators load or unload what they keep in it (a coordinator not built yet has
+        nothing to unload; it is built to load)."""
+        if tp.topic == OFFSETS_TOPIC and (leader or self._groups is not None):
+            self.groups.partition_moved(tp, leader=leader)
+        elif tp.topic == TXN_TOPIC and (leader or self._transactions is not None):
+            self.transactions.partition_moved(tp, leader=leader)
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, index))

@@ -37,18 +37,30 @@ class ConfigError(ValueError):
 READ_ONLY, PER_BROKER, CLUSTER_WIDE, QUOTA = "read-only", "per-broker", "cluster-wide", "quota"
 
 
-@dataclass(frozen=True, slots=True)
 class ConfigKey:
     """One broker config key: its type, Kafka's default (as text), documentation, how it may be
     changed at run time, and the bounds Kafka's validator puts on a dynamic value."""
 
-    name: str
-    type: str  # int, long, short, boolean, string, list, double, class, password (never shown)
-    default: str | None
-    doc: str
-    update: str = READ_ONLY
-    at_least: int | None = None
-    choices: tuple[str, ...] | None = None
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("name", "type", "default", "doc", "update", "at_least", "choices")
+
+    def __init__(
+        self,
+        name: str,
+        type: str,  # int, long, short, boolean, string, list, double, class, password (hidden)
+        default: str | None,
+        doc: str,
+        update: str = READ_ONLY,
+        at_least: int | None = None,
+        choices: tuple[str, ...] | None = None,
+    ) -> None:
+        self.name = name
+        self.type = type
+        self.default = default
+        self.doc = doc
+        self.update = update
+        self.at_least = at_least
+        self.choices = choices
 
     @property
     def read_only(self) -> bool:

@@ -14,7 +14,6 @@ are treated as sensitive, as Kafka does: described without their value.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import cache
 
 from wirebroker.config import BROKER_KEYS, QUOTA, BrokerConfig, broker_synonyms, key_of
@@ -40,17 +39,41 @@ TYPE_CODES = {
 Synonym = tuple[str, str | None, int]
 
 
-@dataclass(frozen=True, slots=True)
 class ConfigValue:
-    name: str
-    value: str | None
-    source: int
-    read_only: bool
-    is_sensitive: bool
-    type: int
-    doc: str
-    default_value: str | None
-    synonyms: tuple[Synonym, ...] = ()
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = (
+        "name",
+        "value",
+        "source",
+        "read_only",
+        "is_sensitive",
+        "type",
+        "doc",
+        "default_value",
+        "synonyms",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        value: str | None,
+        source: int,
+        read_only: bool,
+        is_sensitive: bool,
+        type: int,
+        doc: str,
+        default_value: str | None,
+        synonyms: tuple[Synonym, ...] = (),
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.source = source
+        self.read_only = read_only
+        self.is_sensitive = is_sensitive
+        self.type = type
+        self.doc = doc
+        self.default_value = default_value
+        self.synonyms = synonyms
 
 
 @cache

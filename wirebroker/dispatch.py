@@ -1,8 +1,9 @@
 """The handler registry, request context, and turning failures into Kafka error responses.
 
-Each handler module registers its API with :func:`handles`, naming the versions it implements;
-the same registry answers ApiVersions, so what we advertise is exactly what we implement. This
-module owns the three levels of failure from DESIGN.md: a connection-level problem (unknown key
+Each handler module registers its API with :func:`handles`, naming the versions it implements,
+which must be those of the table of handled APIs (`wirebroker.handlers.HANDLED`): ApiVersions
+answers from the table (`VERSIONS`), so what we advertise is exactly what we implement, and a
+handler module is imported on its API's first lookup in `REGISTRY`. This module owns the three levels of failure from DESIGN.md: a connection-level problem (unknown key
 or version, malformed frame) is reported to the caller, which closes the connection; a request
 level :class:`KafkaError` becomes that API's error response; a bug inside a handler is logged
 with its traceback and answered the same way. `trio.Cancelled` always propagates.
@@ -10,10 +11,10 @@ with its traceback and answered the same way. `trio.Cancelled` always propagates
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,6 +23,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import APIS
 from protocol.messages.headers import RequestHeader
 from protocol.schema import Message, Struct
+from wirebroker import handlers
 from wirebroker.authorizer.acls import (
     AUTHORIZATION_ERRORS,
     CLUSTER_NAME,
@@ -41,7 +43,6 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
 
 
-@dataclass(frozen=True, slots=True)
 class Later:
     """A handler's answer when its work is done and only a wait remains (Kafka's purgatory).
 
@@ -49,13 +50,16 @@ class Later:
     may handle the requests behind this one meanwhile, and still answers in request order.
     """
 
-    finish: Callable[[], Awaitable[Message]]
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("finish",)
+
+    def __init__(self, finish: Callable[[], Awaitable[Message]]) -> None:
+        self.finish = finish
 
 
 Handler = Callable[["RequestContext", Any], Awaitable[Message | Later | None]]
 
 
-@dataclass(slots=True)
 class RequestContext:
     """What a handler knows about the request besides its body, and what its sender may do.
 
@@ -63,22 +67,44 @@ class RequestContext:
     allowed (as Kafka), except acting as a broker (`authorize_cluster_action`).
     """
 
-    broker: Broker
-    header: RequestHeader
-    client_host: str
-    listener_name: str
-    #: Who sent it: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener.
-    principal: str = "User:ANONYMOUS"
-    #: The request's size in bytes (its frame), what `producer_byte_rate` counts.
-    request_size: int = 0
-    #: How long the client's connection is throttled for this request (client quotas).
-    throttle_time_ms: int = 0
-    #: The task time the request started at, while its request quota is not yet recorded.
-    quota_started: float | None = None
-    #: Seconds the handler spent waiting on others (Kafka's remote time: `waiting`).
-    remote_s: float = 0.0
-    #: The request metrics its times go to (`BrokerStats.request_done`); empty: not timed.
-    timed: tuple[RequestStats, ...] = ()
+    __slots__ = (
+        "broker",
+        "header",
+        "client_host",
+        "listener_name",
+        "principal",
+        "request_size",
+        "throttle_time_ms",
+        "quota_started",
+        "remote_s",
+        "timed",
+    )
+
+    def __init__(
+        self,
+        broker: Broker,
+        header: RequestHeader,
+        client_host: str,
+        listener_name: str,
+        principal: str = "User:ANONYMOUS",
+        request_size: int = 0,
+    ) -> None:
+        self.broker = broker
+        self.header = header
+        self.client_host = client_host
+        self.listener_name = listener_name
+        #: Who sent it: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener.
+        self.principal = principal
+        #: The request's size in bytes (its frame), what `producer_byte_rate` counts.
+        self.request_size = request_size
+        #: How long the client's connection is throttled for this request (client quotas).
+        self.throttle_time_ms = 0
+        #: The task time the request started at, while its request quota is not yet recorded.
+        self.quota_started: float | None = None
+        #: Seconds the handler spent waiting on others (Kafka's remote time: `waiting`).
+        self.remote_s = 0.0
+        #: The request metrics its times go to (`BrokerStats.request_done`); empty: not timed.
+        self.timed: tuple[RequestStats, ...] = ()
 
     @property
     def api_version(self) -> int:
@@ -215,15 +241,37 @@ class RequestContext:
             )
 
 
-@dataclass(frozen=True, slots=True)
 class Registration:
-    api_key: int
-    min_version: int
-    max_version: int
-    handler: Handler
+    __slots__ = ("api_key", "min_version", "max_version", "handler")
+
+    def __init__(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
+        self.api_key = api_key
+        self.min_version = min_version
+        self.max_version = max_version
+        self.handler = handler
 
 
-REGISTRY: dict[int, Registration] = {}
+#: The versions of every handled API, by API key (what ApiVersions advertises).
+VERSIONS: dict[int, tuple[int, int]] = {
+    key: handlers.HANDLED[info.name][1:]
+    for key, info in sorted(APIS.items())
+    if info.name in handlers.HANDLED
+}
+
+
+class _Registry(dict[int, Registration]):
+    """The registered handlers by API key: the first lookup of a handled API's key imports
+    its module, which registers it."""
+
+    def __missing__(self, api_key: int) -> Registration:
+        if api_key not in VERSIONS:
+            raise KeyError(api_key)
+        module = handlers.HANDLED[APIS[api_key].name][0]
+        importlib.import_module(f"{handlers.__name__}.{module}")
+        return dict.__getitem__(self, api_key)
+
+
+REGISTRY: dict[int, Registration] = _Registry()
 
 
 class CloseConnection(Exception):
@@ -236,12 +284,20 @@ class CloseConnection(Exception):
 
 
 def handles(request_class: type[M], versions: tuple[int, int]) -> Callable[[Handler], Handler]:
-    """Register `handler` for `request_class` over the inclusive `versions` range."""
+    """Register `handler` for `request_class` over the inclusive `versions` range, which
+    `wirebroker.handlers.HANDLED` must give it, with the handler's module."""
     lo, hi = versions
     info = APIS[request_class.API_KEY]
     assert info.min_version <= lo <= hi <= info.max_version, (request_class, versions)
 
     def register(handler: Handler) -> Handler:
+        module = handler.__module__.removeprefix(f"{handlers.__name__}.")
+        table = handlers.HANDLED.get(info.name)
+        if table != (module, lo, hi):
+            raise ValueError(
+                f"{handler.__module__} handles {info.name} v{lo}-v{hi}, but "
+                f"wirebroker.handlers.HANDLED says {table}: make them the same"
+            )
         REGISTRY[request_class.API_KEY] = Registration(request_class.API_KEY, lo, hi, handler)
         return handler
 
@@ -249,8 +305,8 @@ def handles(request_class: type[M], versions: tuple[int, int]) -> Callable[[Hand
 
 
 def supported(api_key: int, version: int) -> bool:
-    reg = REGISTRY.get(api_key)
-    return reg is not None and reg.min_version <= version <= reg.max_version
+    versions = VERSIONS.get(api_key)
+    return versions is not None and versions[0] <= version <= versions[1]
 
 
 async def dispatch(ctx: RequestContext, body: Message) -> Message | Later | None:

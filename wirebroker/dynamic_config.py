@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from wirebroker.config import (
@@ -96,7 +95,6 @@ def entity_of(resource_name: str, broker_id: int) -> str:
     return resource_name
 
 
-@dataclass(frozen=True)
 class Reconfigurable:
     """A component told of changes to some keys.
 
@@ -106,9 +104,18 @@ class Reconfigurable:
     once the new values are visible through `BrokerConfig.get*()`, with the changed names.
     """
 
-    keys: Collection[str] | Callable[[str], bool]
-    reconfigure: Callable[[frozenset[str]], None]
-    validate: Callable[[BrokerConfig], None] | None = None
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("keys", "reconfigure", "validate")
+
+    def __init__(
+        self,
+        keys: Collection[str] | Callable[[str], bool],
+        reconfigure: Callable[[frozenset[str]], None],
+        validate: Callable[[BrokerConfig], None] | None = None,
+    ) -> None:
+        self.keys = keys
+        self.reconfigure = reconfigure
+        self.validate = validate
 
     def follows(self, names: Iterable[str]) -> bool:
         keys = self.keys

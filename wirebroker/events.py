@@ -27,7 +27,10 @@ class Waiters:
     def notify(self) -> int:
         """Set every registered event, and forget them: each wakes its task once. Returns how
         many tasks it woke."""
-        events, self._events = self._events, set()
+        events = self._events
+        if not events:  # nobody waits (every append asks)
+            return 0
+        self._events = set()
         for event in events:
             event.set()
         return len(events)

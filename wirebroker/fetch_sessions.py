@@ -34,9 +34,10 @@ FINAL_EPOCH = -1
 EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 MAX_EPOCH = 2**31 - 1
 
-#: A partition in a session: (topic id, index) from v13, where fetches name topics by id;
-#: (topic name, index) before.
-Key = tuple[str | uuid.UUID, int]
+#: A partition in a session: (topic id, index) from v13, where fetches name topics by id (the
+#: id's 128-bit integer: hashed in C, where `uuid.UUID.__hash__` is a Python call); (topic name,
+#: index) before.
+Key = tuple[str | int, int]
 
 #: The name of the topic with an id, if this broker knows one.
 TopicNames = Callable[[uuid.UUID], str | None]
@@ -57,7 +58,7 @@ class Asked:
     request: FetchRequest.FetchPartition
 
     def key(self, uses_topic_ids: bool) -> Key:
-        name: str | uuid.UUID = self.topic_id if uses_topic_ids else (self.topic or "")
+        name: str | int = self.topic_id.int if uses_topic_ids else (self.topic or "")
         return (name, self.request.partition)
 
 
@@ -68,10 +69,10 @@ class CachedPartition:
     high_watermark: int = -1
     log_start_offset: int = -1
 
-    def must_respond(self, result: FetchResponse.PartitionData) -> bool:
-        """Kafka's maybeUpdateResponseData: whether an incremental answer carries `result`,
-        remembering what the fetcher is told."""
-        respond = _has_records(result)
+    def must_respond(self, result: FetchResponse.PartitionData, has_records: bool) -> bool:
+        """Kafka's maybeUpdateResponseData: whether an incremental answer carries `result`
+        (which `has_records` or not), remembering what the fetcher is told."""
+        respond = has_records
         if self.high_watermark != result.high_watermark:
             respond = True
             self.high_watermark = result.high_watermark
@@ -177,7 +178,7 @@ class FetchSessionCache:
                 changed.topic = cached.asked.topic or changed.topic  # the session's name stays
                 cached.asked = changed
         for forgotten in request.forgotten_topics_data:
-            name = forgotten.topic_id if uses_topic_ids else forgotten.topic
+            name = forgotten.topic_id.int if uses_topic_ids else forgotten.topic
             for index in forgotten.partitions:
                 session.partitions.pop((name, index), None)
         if not session.partitions:
@@ -235,8 +236,9 @@ class FetchSessionCache:
         for a, result in zip(asked, results, strict=True):
             key = a.key(session.uses_topic_ids)
             cached = session.partitions.get(key)
-            carry = cached is not None and cached.must_respond(result)
-            if carry and _has_records(result):
+            has_records = _has_records(result)
+            carry = cached is not None and cached.must_respond(result, has_records)
+            if carry and has_records:
                 session.partitions[key] = session.partitions.pop(key)
             carried.append(carry)
         return carried

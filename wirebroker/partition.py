@@ -195,7 +195,7 @@ class Partition:
         markers), skipping the client rules. `verification_guard`: KIP-890's guard of a
         transactional append (`storage.producer_state`; None: verification is off).
         """
-        if not self.is_local_leader:
+        if self.leader != self.node_id:
             raise KafkaError(
                 f"{self.topic}-{self.index}: broker {self.node_id} is not the leader",
                 error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -239,14 +239,26 @@ class Partition:
     def _advance_high_watermark(self, now_ms: int | None = None) -> bool:
         """Kafka's maybeIncrementLeaderHW: the minimum log end offset over the (maximal) ISR
         and the caught-up followers about to join it; never while under min ISR."""
-        if not self.is_local_leader or self.under_min_isr:
+        if self.leader != self.node_id:
+            return False
+        followers = self.followers
+        if not followers:  # a lone leader (min ISR 1): its log end offset, every append
+            if not self.isr:
+                return False
+            new_hw = self.log.log_end_offset
+            if new_hw > self.log.high_watermark:
+                self.log.update_high_watermark(new_hw)
+                self.notify_changed()
+                return True
+            return False
+        if self.under_min_isr:
             return False
         if now_ms is None:
             now_ms = self.clock()
         leo = self.log.log_end_offset
         new_hw = leo
         maximal = self.maximal_isr
-        for replica_id, state in self.followers.items():
+        for replica_id, state in followers.items():
             if state.log_end_offset >= new_hw:
                 continue
             if replica_id in maximal or (

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import secrets
-from dataclasses import dataclass
 
 from wirebroker.config import BrokerConfig, ConfigError
 
@@ -29,16 +28,26 @@ _SALT_BYTES = 256
 _GCM_TAG_BITS = 128
 
 
-@dataclass(frozen=True)
 class PasswordEncoder:
     """Encrypts and decrypts with one secret (`password.encoder.*` settings for new values;
     a stored value carries its own algorithm, key length and iterations)."""
 
-    secret: str
-    key_factory: str = "PBKDF2WithHmacSHA512"
-    cipher: str = _CBC
-    key_length: int = 128
-    iterations: int = 4096
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("secret", "key_factory", "cipher", "key_length", "iterations")
+
+    def __init__(
+        self,
+        secret: str,
+        key_factory: str = "PBKDF2WithHmacSHA512",
+        cipher: str = _CBC,
+        key_length: int = 128,
+        iterations: int = 4096,
+    ) -> None:
+        self.secret = secret
+        self.key_factory = key_factory
+        self.cipher = cipher
+        self.key_length = key_length
+        self.iterations = iterations
 
     @classmethod
     def from_config(cls, config: BrokerConfig, *, old: bool = False) -> PasswordEncoder | None:

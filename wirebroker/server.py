@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
 
-import wirebroker.handlers  # noqa: F401  (registers every API)
 from storage.chore import Chore
 from storage.cleaner import Compaction
 from storage.clock import Clock, wall_clock_ms
@@ -51,15 +49,24 @@ FLUSH_CHECK_INTERVAL_S = 1.0
 CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
 
-@dataclass(frozen=True)
 class RunningBroker:
     """What a started broker reports: itself and the addresses it listens on."""
 
-    broker: Broker
-    listeners: list[Listener]
-    scope: trio.CancelScope | None = None
-    #: Its Prometheus endpoint (`wirebroker.metrics.listener`), None when off.
-    metrics_url: str | None = None
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("broker", "listeners", "scope", "metrics_url")
+
+    def __init__(
+        self,
+        broker: Broker,
+        listeners: list[Listener],
+        scope: trio.CancelScope | None = None,
+        metrics_url: str | None = None,
+    ) -> None:
+        self.broker = broker
+        self.listeners = listeners
+        self.scope = scope
+        #: Its Prometheus endpoint (`wirebroker.metrics.listener`), None when off.
+        self.metrics_url = metrics_url
 
     @property
     def bootstrap_servers(self) -> str:
@@ -116,8 +123,7 @@ async def serve_broker(
 
             broker.authorizer = await AclAuthorizer.open(config, zk)
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.groups.serve)
-            await nursery.start(broker.transactions.serve)
+            await nursery.start(broker.serve_coordinators)
             if broker.cluster_mode:
                 await nursery.start(broker.replica_manager.run)
             watch = ConnectionWatch(broker)

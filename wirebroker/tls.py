@@ -35,7 +35,6 @@ import ssl
 import struct
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,12 +75,15 @@ class HandshakeFailed(Exception):
 
 
 # settings -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
 class _Settings:
     """The ssl.* keys of one listener: `listener.name.<l>.ssl.*` first, then `ssl.*`."""
 
-    config: BrokerConfig
-    listener: str
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("config", "listener")
+
+    def __init__(self, config: BrokerConfig, listener: str) -> None:
+        self.config = config
+        self.listener = listener
 
     def get(self, key: str) -> str | None:
         value = self.config.get(f"listener.name.{self.listener.lower()}.{key}")
@@ -374,11 +376,14 @@ _RULE = re.compile(
 )
 
 
-@dataclass(frozen=True)
 class _Rule:
-    pattern: re.Pattern[str] | None  # None: DEFAULT
-    replacement: str
-    case: str
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("pattern", "replacement", "case")
+
+    def __init__(self, pattern: re.Pattern[str] | None, replacement: str, case: str) -> None:
+        self.pattern = pattern  # None: DEFAULT
+        self.replacement = replacement
+        self.case = case
 
     def apply(self, dn: str) -> str | None:
         if self.pattern is None:

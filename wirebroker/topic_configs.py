@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
@@ -42,13 +41,18 @@ if TYPE_CHECKING:
     from wirebroker.topics import TopicRecord
 
 
-@dataclass(frozen=True, slots=True)
 class TopicKey:
-    name: str
-    type: str
-    default: str | None
-    broker_synonym: str | None
-    doc: str
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("name", "type", "default", "broker_synonym", "doc")
+
+    def __init__(
+        self, name: str, type: str, default: str | None, broker_synonym: str | None, doc: str
+    ) -> None:
+        self.name = name
+        self.type = type
+        self.default = default
+        self.broker_synonym = broker_synonym
+        self.doc = doc
 
 
 _WEEK_MS = str(7 * 24 * 3600 * 1000)

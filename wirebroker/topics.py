@@ -20,7 +20,11 @@ from wirebroker.json_file import write_json_atomically
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+#: The group coordinator's topic (group metadata and committed offsets).
+OFFSETS_TOPIC = "__consumer_offsets"
+#: The transaction coordinator's topic (the transactional ids' states).
+TXN_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
 
 
 def validate_topic_name(name: str) -> None:

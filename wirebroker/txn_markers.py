@@ -31,8 +31,8 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.record_builder import build_end_txn_marker_batch
 from storage.validation import AppendOrigin
 from wirebroker.delayed_produce import Appended, await_replication, replicated
-from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.partition import TopicPartition
+from wirebroker.topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker

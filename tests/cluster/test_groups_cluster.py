@@ -18,8 +18,8 @@ from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from tests.cluster.harness import call, create_topic, start_cluster
-from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.server import RunningBroker
+from wirebroker.topics import OFFSETS_TOPIC
 
 pytestmark = pytest.mark.integration
 

@@ -36,8 +36,8 @@ from tests.wirebroker.test_txn_producer_clients import read_committed
 from wirebroker.coordinator_store import partition_for
 from wirebroker.partition import TopicPartition as Partition
 from wirebroker.server import RunningBroker
+from wirebroker.topics import TXN_TOPIC
 from wirebroker.txn.state import TxnState
-from wirebroker.txn.state_manager import TXN_TOPIC
 
 pytestmark = pytest.mark.integration
 

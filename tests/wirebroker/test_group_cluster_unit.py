@@ -38,10 +38,11 @@ from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.coordinator_store import Origin, partition_for
 from wirebroker.dispatch import RequestContext, dispatch
-from wirebroker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.group.loader import GroupLoad
 from wirebroker.group.state import CommittedOffset, JoinResult, SyncResult
 from wirebroker.partition import TopicPartition
+from wirebroker.topics import OFFSETS_TOPIC
 
 OFFSETS_ID = uuid.UUID(int=0x0FF5E7)
 PARTITIONS = 2
@@ -73,7 +74,7 @@ async def cluster_broker(tmp_path: Path, **extra: str) -> AsyncIterator[Broker]:
     b.replica_manager.update_metadata(update_metadata(), 8)  # topic "t" exists (led by 2)
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(b.groups.serve)
+            await nursery.start(b.serve_coordinators)
             yield b
             nursery.cancel_scope.cancel()
     finally:
@@ -498,8 +499,8 @@ def test_a_loading_partition_answers_load_in_progress(
         release.set()
         nursery = groups._nursery
         assert nursery is not None
-        with trio.fail_after(10):  # the load task ends (the expiry task stays)
-            while len(nursery.child_tasks) > 1:
+        with trio.fail_after(10):  # the load task ends
+            while any("PartitionLoads._run" in t.name for t in nursery.child_tasks):
                 await trio.sleep(0.01)
         assert G0 not in groups.groups and groups.owned == {1}  # what it read was dropped
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import trio
 
-import wirebroker.handlers  # noqa: F401  (registers every API)
 from protocol.messages.headers import RequestHeader
 from protocol.record_batch import SimpleRecord
 from tests.wirebroker.helpers import produce_request, scrape, value

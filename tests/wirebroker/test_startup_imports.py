@@ -1,8 +1,10 @@
 """A broker starts without the libraries only some brokers need (bench row 7: spawn to first
 acknowledged produce is mostly Python imports): prometheus_client comes with the metrics
 endpoint, the codecs with the first compressed batch, kazoo and the znodes' classes with
-`zookeeper.connect`, the ACL authorizer with `authorizer.class.name`, and nothing asks
-importlib.metadata for a version. Each case runs in a fresh interpreter."""
+`zookeeper.connect`, the ACL authorizer with `authorizer.class.name`, the group and transaction
+coordinators with their first use or their internal topic, each handler module with its API's
+first request, and nothing asks importlib.metadata for a version. Each case runs in a fresh
+interpreter."""
 
 from __future__ import annotations
 
@@ -11,6 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from wirebroker.handlers import HANDLED
+
+COORDINATORS = (
+    "wirebroker.group.coordinator",
+    "wirebroker.group.state",
+    "wirebroker.txn.coordinator",
+    "wirebroker.txn.state_manager",
+    "wirebroker.txn.markers",
+    "wirebroker.coordinator_store",
+)
+HANDLER_MODULES = tuple(sorted({f"wirebroker.handlers.{m}" for m, _, _ in HANDLED.values()}))
 ONLY_WHEN_NEEDED = (
     "prometheus_client",
     "cramjam",
@@ -21,9 +34,12 @@ ONLY_WHEN_NEEDED = (
     "importlib.metadata",
     "wirebroker.zk.znodes",
     "wirebroker.authorizer.acl_authorizer",
+    *COORDINATORS,
+    *HANDLER_MODULES,
 )
 
-# Starts a broker on a free port, stops it, and prints which of the modules above it loaded.
+# Starts a broker on a free port, runs the statement given (with `broker`), stops it, and prints
+# which of the modules above it loaded.
 SCRIPT = """
 import json, sys
 import trio
@@ -34,6 +50,8 @@ async def main():
     config = BrokerConfig.from_properties(json.loads(sys.argv[1]))
     async with trio.open_nursery() as nursery:
         running = await nursery.start(serve_broker, config)
+        broker = running.broker
+        exec(sys.argv[3])
         await running.stop()
 
 trio.run(main)
@@ -41,10 +59,10 @@ print(json.dumps(sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules))
 """
 
 
-def loaded_after_start(tmp_path: Path, properties: dict[str, str]) -> list[str]:
+def loaded_after_start(tmp_path: Path, properties: dict[str, str], then: str = "") -> list[str]:
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), **properties}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(settings), json.dumps(ONLY_WHEN_NEEDED)],
+        [sys.executable, "-c", SCRIPT, json.dumps(settings), json.dumps(ONLY_WHEN_NEEDED), then],
         capture_output=True,
         text=True,
         timeout=60,
@@ -60,3 +78,20 @@ def test_a_plain_broker_loads_none_of_them(tmp_path: Path) -> None:
 def test_the_metrics_endpoint_brings_prometheus_client(tmp_path: Path) -> None:
     loaded = loaded_after_start(tmp_path, {"wirebroker.metrics.listener": "127.0.0.1:0"})
     assert "prometheus_client" in loaded
+
+
+def test_the_coordinators_come_with_their_topics(tmp_path: Path) -> None:
+    """Built on first use (here: each creates its topic), and at the next start because their
+    topic exists: an embedded broker loads `__consumer_offsets` and `__transaction_state` when
+    it starts, as Kafka does."""
+    first = loaded_after_start(
+        tmp_path, {}, "broker.groups.ensure_topic(); broker.transactions.state.ensure_topic()"
+    )
+    assert set(COORDINATORS) <= set(first)
+    assert set(COORDINATORS) <= set(loaded_after_start(tmp_path, {}))
+
+
+def test_a_request_brings_only_its_handler(tmp_path: Path) -> None:
+    lookup = "from wirebroker.dispatch import REGISTRY; REGISTRY[0]"  # Produce's first request
+    loaded = loaded_after_start(tmp_path, {}, lookup)
+    assert [m for m in loaded if m in HANDLER_MODULES] == ["wirebroker.handlers.produce"]

@@ -22,10 +22,10 @@ from protocol.record_builder import build_record_batch
 from tests.wirebroker.helpers import trio_clock
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig
-from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.group.state import CommittedOffset
 from wirebroker.partition import TopicPartition
 from wirebroker.server import serve_broker
+from wirebroker.topics import OFFSETS_TOPIC
 from wirebroker.txn.state import TxnState
 from wirebroker.txn.verification import TransactionalWriter
 
@@ -208,7 +208,12 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
         assert await coordinator.add_partitions(tid, pid, epoch, frozenset({offsets_tp})) == E.NONE
         writer = TransactionalWriter(broker, tid, pid, epoch, abortable_ok=True)
         codes = await broker.groups.commit_transactional(
-            group, writer, "", None, -1, [("t", 0, CommittedOffset(offset, -1, "", 1))]
+            group,
+            writer,
+            "",
+            None,
+            -1,
+            [("t", 0, CommittedOffset(offset, -1, "", broker.now_ms()))],
         )
         assert codes == [E.NONE]
         return pid, epoch

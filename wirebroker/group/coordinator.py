@@ -72,6 +72,7 @@ from wirebroker.group.state import (
 )
 from wirebroker.group.txn_offsets import PendingTxnOffsets
 from wirebroker.partition import TopicPartition
+from wirebroker.topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -79,7 +80,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 T = TypeVar("T")
 
 
@@ -127,15 +127,13 @@ class GroupCoordinator:
         self.retention_check_s = config.get_int("offsets.retention.check.interval.ms") / 1000
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start loading `__consumer_offsets` (embedded), report started, then run the group
-        timers and the offsets expiry forever."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._load_all()
-            nursery.start_soon(self._expire_offsets_periodically)
-            task_status.started()
-            await self._run_timers()
+    def start(self, nursery: trio.Nursery) -> None:
+        """Serve from `nursery`: start loading `__consumer_offsets` (embedded) and run the
+        group timers and the offsets expiry there until it ends."""
+        self._nursery = nursery
+        self._load_all()
+        nursery.start_soon(self._expire_offsets_periodically)
+        nursery.start_soon(self._run_timers)
 
     async def _run_timers(self) -> None:
         while True:

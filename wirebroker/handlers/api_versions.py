@@ -1,7 +1,8 @@
 """ApiVersions, v0-v4.
 
-Advertises exactly the registry: every API a handler module registered, with the version range
-it implements (always a whole range within Kafka 3.9's). Differences from Kafka: no supported or
+Advertises exactly the table of handled APIs (`wirebroker.dispatch.VERSIONS`, from
+`wirebroker.handlers.HANDLED`, which every handler's registration must match), with the version
+range each implements (always a whole range within Kafka 3.9's). Differences from Kafka: no supported or
 finalized features are listed (Kafka 3.9 in ZooKeeper mode lists none either), and
 `zk_migration_ready` is false.
 """
@@ -10,16 +11,14 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
-from wirebroker.dispatch import REGISTRY, RequestContext, handles
+from wirebroker.dispatch import VERSIONS, RequestContext, handles
 
 
 @handles(ApiVersionsRequest, (0, 4))
 async def api_versions(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     keys = [
-        ApiVersionsResponse.ApiVersion(
-            api_key=reg.api_key, min_version=reg.min_version, max_version=reg.max_version
-        )
-        for reg in sorted(REGISTRY.values(), key=lambda r: r.api_key)
+        ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
+        for key, (lo, hi) in VERSIONS.items()
     ]
     error = ErrorCode.NONE
     if ctx.api_version >= 3 and not _valid_client_software(request):

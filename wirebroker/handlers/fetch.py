@@ -62,7 +62,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
-from wirebroker.events import Waiters, Wakeup
+from wirebroker.events import Wakeup
 from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked, FetchContext
 from wirebroker.partition import Partition
 from wirebroker.quotas import throttle
@@ -85,7 +85,7 @@ class FileRecords:
 
     def __init__(self, slices: list[Any]) -> None:
         self.slices = slices
-        self.size = sum(s.length for s in slices)
+        self.size = slices[0].length if len(slices) == 1 else sum(s.length for s in slices)
 
     def __len__(self) -> int:
         return self.size
@@ -117,12 +117,15 @@ class _Poll:
     replica_id: int
     max_bytes: int
     min_bytes: int
-    #: What wakes it: its partitions' appends, and moves of their high watermarks.
-    sources: list[Waiters]
-    wakeup: Wakeup
+    #: Whether anything can wake it (some partition it reads is hosted here).
+    waitable: bool
     #: The trio time its wait ends (`max_wait_ms` after it arrived).
     deadline: float
-    #: The high watermarks of its first read (a follower's fetch ends when one moves).
+    #: What wakes it (its partitions' appends, and moves of their high watermarks), made
+    #: when it first goes on to wait (`arm`).
+    wakeup: Wakeup | None = None
+    #: The high watermarks of its first read that found nothing due (a follower's fetch ends
+    #: when one moves).
     first_hws: list[int] = field(default_factory=list)
 
     def read(self) -> tuple[int, bool]:
@@ -131,22 +134,29 @@ class _Poll:
         after this read is missed (a fetch answered at once never arms one)."""
         wanted = self.wanted
         size = _read_all(self.ctx, self.request, wanted, self.replica_id, self.max_bytes)
-        failed = any(
-            w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0
-            for w in wanted
-        )
+        if size >= self.min_bytes or self.request.max_wait_ms <= 0 or not self.waitable:
+            return size, True
+        for w in wanted:
+            if w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0:
+                return size, True
+        if self.replica_id < 0:
+            return size, False
         hws = [w.result.high_watermark for w in wanted]
         if not self.first_hws:
             self.first_hws = hws
-        moved = self.replica_id >= 0 and hws != self.first_hws
-        due = (
-            size >= self.min_bytes
-            or self.request.max_wait_ms <= 0
-            or not self.sources
-            or failed
-            or moved
-        )
-        return size, due
+        return size, hws != self.first_hws
+
+    def arm(self) -> Wakeup:
+        """Register for the next wake of its sources (made on the first call): appends wake
+        everyone; a moved high watermark wakes followers (who must learn it) and, where
+        followers move it, consumers (what they may read grew)."""
+        if self.wakeup is None:
+            partitions = [w.partition for w in self.wanted if w.partition is not None]
+            sources = [p.append_waiters for p in partitions]
+            sources += [p.state_waiters for p in partitions if self.replica_id >= 0 or p.followers]
+            self.wakeup = Wakeup(sources)
+        self.wakeup.arm()
+        return self.wakeup
 
 
 @handles(FetchRequest, (0, 17))
@@ -172,14 +182,6 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
         if cap is not None:
             max_bytes = min(max_bytes, int(cap))
             min_bytes = min(min_bytes, max_bytes)
-    # Appends wake everyone; a moved high watermark wakes followers (who must learn it) and,
-    # where followers move it, consumers (what they may read grew).
-    sources = [w.partition.append_waiters for w in wanted if w.partition is not None]
-    sources += [
-        w.partition.state_waiters
-        for w in wanted
-        if w.partition is not None and (replica_id >= 0 or w.partition.followers)
-    ]
     poll = _Poll(
         ctx,
         request,
@@ -188,14 +190,13 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
         replica_id,
         max_bytes,
         min_bytes,
-        sources,
-        Wakeup(sources),
+        any(w.partition is not None for w in wanted),
         trio.current_time() + max(request.max_wait_ms, 0) / 1000,
     )
     size, due = poll.read()
     if due:
         return _answer(poll, size)
-    poll.wakeup.arm()
+    poll.arm()
     _release(wanted)
     return Later(partial(_long_poll, poll))
 
@@ -206,13 +207,15 @@ async def _long_poll(poll: _Poll) -> FetchResponse:
     if poll.replica_id < 0 and ctx.broker.quotas.request.enabled:
         throttle.request_started(ctx)  # the time of this task's reads counts too
     size = 0
-    with poll.wakeup, trio.move_on_at(poll.deadline):
+    wakeup = poll.wakeup  # armed when the fetch went on to wait
+    assert wakeup is not None
+    with wakeup, trio.move_on_at(poll.deadline):
         while True:
-            await poll.wakeup.wait()
+            await wakeup.wait()
             size, due = poll.read()
             if due:
                 break
-            poll.wakeup.arm()
+            poll.arm()
             _release(poll.wanted)
     response = _answer(poll, size)
     if ctx.throttle_time_ms:
@@ -340,14 +343,15 @@ def _read_all(
             result.records = EMPTY
             continue
         p = w.partition
-        result.high_watermark = p.high_watermark
-        result.last_stable_offset = p.last_stable_offset
-        result.log_start_offset = p.log_start_offset
+        log = p.log
+        result.high_watermark = log.high_watermark
+        result.last_stable_offset = log.last_stable_offset
+        result.log_start_offset = log.log_start_offset
         committed = replica_id < 0 and request.isolation_level == READ_COMMITTED
         if result.records is not None:
             _release_one(w)
         limit = min(w.request.partition_max_bytes, remaining)
-        leader_leo = p.log_end_offset
+        leader_leo = log.log_end_offset
         if replica_id >= 0 and w.request.last_fetched_epoch >= 0 and _diverged(w, p):
             continue
         # A throttled replica out of the ISR gets no records for now (Kafka's
@@ -359,7 +363,7 @@ def _read_all(
             and leader_quota.is_exceeded(ctx.broker.now_ms())
         )
         try:
-            read = p.log.read(
+            read = log.read(
                 w.request.fetch_offset,
                 0 if held_back else max(limit, 0),
                 max_offset=(

@@ -51,9 +51,8 @@ from wirebroker.authorizer.acls import (
     ResourceType,
 )
 from wirebroker.dispatch import RequestContext, handles
-from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.group.state import GroupState
-from wirebroker.txn.state_manager import TXN_TOPIC
+from wirebroker.topics import OFFSETS_TOPIC, TXN_TOPIC
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 CLASSIC = "classic"

@@ -90,7 +90,11 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     writable = ctx.authorized(
         AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data)
     )
-    verified = await _verify(ctx, request, writable) if acks_valid and not refused else OFF
+    verified = (
+        await _verify(ctx, request, writable)
+        if request.transactional_id is not None and acks_valid and not refused
+        else OFF
+    )
     waiting: Waiting = []
     topics = []
     for topic in request.topic_data:
@@ -107,12 +111,15 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             if topic.name not in writable:
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
-            tp = TopicPartition(topic.name, data.index)
-            rejected = verified.errors.get(tp)
-            if rejected is not None:
-                result.error_code, result.error_message = _verification_answer(rejected)
-                continue
-            appended = _append(ctx, topic.name, data, result, request.acks, verified.guard(tp))
+            guard = None
+            if verified is not OFF:
+                tp = TopicPartition(topic.name, data.index)
+                rejected = verified.errors.get(tp)
+                if rejected is not None:
+                    result.error_code, result.error_message = _verification_answer(rejected)
+                    continue
+                guard = verified.guard(tp)
+            appended = _append(ctx, topic.name, data, result, request.acks, guard)
             if appended is not None and request.acks == -1:
                 waiting.append((*appended, result))
         topics.append(
@@ -143,10 +150,10 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
 
 
 async def _verify(ctx: RequestContext, request: ProduceRequest, writable: set[str]) -> Verified:
-    """KIP-890 part 1: which partitions (of the `writable` topics) may not get their
-    transactional batch (not added to the transaction), and the guards of the others."""
-    if request.transactional_id is None:
-        return OFF
+    """KIP-890 part 1 for a request with a transactional id: which partitions (of the
+    `writable` topics) may not get their transactional batch (not added to the transaction),
+    and the guards of the others."""
+    assert request.transactional_id is not None
     batches: dict[TopicPartition, tuple[int, int]] = {}
     sequences: dict[TopicPartition, int] = {}
     for topic in request.topic_data:
@@ -307,5 +314,5 @@ def _append(
         broker.stats.produced(topic, info.records_count, len(records))
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
-    result.log_start_offset = partition.log_start_offset
+    result.log_start_offset = info.log_start_offset
     return partition, info.last_offset + 1

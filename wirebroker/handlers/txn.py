@@ -49,11 +49,10 @@ from protocol.messages.list_transactions import ListTransactionsRequest, ListTra
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
-from wirebroker.group.coordinator import OFFSETS_TOPIC
 from wirebroker.group.state import CommittedOffset
 from wirebroker.handlers.offsets import partition_known, sort_commits
 from wirebroker.partition import TopicPartition
-from wirebroker.topics import INTERNAL_TOPICS
+from wirebroker.topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from wirebroker.txn.verification import TransactionalWriter
 
 Txn = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction

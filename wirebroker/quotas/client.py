@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
@@ -85,10 +84,13 @@ class Sensor:
         self.last_ms = 0
 
 
-@dataclass(frozen=True, slots=True)
 class QuotaWindows:
-    samples: int
-    window_ms: int
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("samples", "window_ms")
+
+    def __init__(self, samples: int, window_ms: int) -> None:
+        self.samples = samples
+        self.window_ms = window_ms
 
 
 class ClientQuotaManager:

@@ -18,16 +18,18 @@ Pure: every reading of the time is passed in.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
 class Violation:
     """A measured value past its quota's bound; `window_ms` is the rate's window then."""
 
-    value: float
-    bound: float
-    window_ms: int
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("value", "bound", "window_ms")
+
+    def __init__(self, value: float, bound: float, window_ms: int) -> None:
+        self.value = value
+        self.bound = bound
+        self.window_ms = window_ms
 
     def throttle_time_ms(self) -> int:
         """Kafka's QuotaUtils.throttleTime: the delay that brings the rate back to the bound,

@@ -29,7 +29,6 @@ from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrRe
 from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.errors import KafkaStorageError
-from wirebroker.dynamic_config import thread_count_check
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError, PeerSecurity
 from wirebroker.replication.fetcher import ReplicaFetcher
@@ -82,9 +81,6 @@ class ReplicaManager:
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
             security=broker.peer_security,
-        )
-        broker.dynamic_config.add_reconfigurable(
-            thread_count_check(config, "num.replica.fetchers", self._fetcher_count_changed)
         )
 
     # addresses ----------------------------------------------------------------------------
@@ -265,7 +261,7 @@ class ReplicaManager:
         for fetcher in self.fetchers.values():
             fetcher.peer.security = security
 
-    def _fetcher_count_changed(self, changed: frozenset[str]) -> None:
+    def fetcher_count_changed(self, changed: frozenset[str]) -> None:
         """`num.replica.fetchers` changed at run time: every followed partition moves to its
         fetcher under the new count, keeping its fetch state (Kafka's
         resizeFetcherThreadPool)."""

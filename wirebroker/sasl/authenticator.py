@@ -30,7 +30,6 @@ answered with ILLEGAL_SASL_STATE).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from protocol.api import (
@@ -63,13 +62,16 @@ SASL_HANDSHAKE_KEY = SaslHandshakeRequest.API_KEY
 SASL_AUTHENTICATE_KEY = SaslAuthenticateRequest.API_KEY
 
 
-@dataclass(frozen=True, slots=True)
 class Step:
     """What the connection does with one frame: write `chunks` (if any), then close if `close`
     says why."""
 
-    chunks: list[Any] | None
-    close: str | None = None
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("chunks", "close")
+
+    def __init__(self, chunks: list[Any] | None, close: str | None = None) -> None:
+        self.chunks = chunks
+        self.close = close
 
 
 class SaslAuthenticator:

@@ -33,7 +33,6 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
@@ -81,23 +80,35 @@ def _decode_part(part: str) -> dict[str, Any]:
     return obj
 
 
-@dataclass(frozen=True, slots=True)
 class UnsecuredJws:
     """A validated token: who it names, its scope and when it ends."""
 
-    principal: str
-    scope: frozenset[str]
-    expires_ms: int
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("principal", "scope", "expires_ms")
+
+    def __init__(self, principal: str, scope: frozenset[str], expires_ms: int) -> None:
+        self.principal = principal
+        self.scope = scope
+        self.expires_ms = expires_ms
 
 
-@dataclass(frozen=True, slots=True)
 class UnsecuredValidator:
     """The `unsecuredValidator*` options of the listener's OAuthBearerLoginModule JAAS entry."""
 
-    principal_claim: str = "sub"
-    scope_claim: str = "scope"
-    required_scope: tuple[str, ...] = ()
-    clock_skew_ms: int = 0
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("principal_claim", "scope_claim", "required_scope", "clock_skew_ms")
+
+    def __init__(
+        self,
+        principal_claim: str = "sub",
+        scope_claim: str = "scope",
+        required_scope: tuple[str, ...] = (),
+        clock_skew_ms: int = 0,
+    ) -> None:
+        self.principal_claim = principal_claim
+        self.scope_claim = scope_claim
+        self.required_scope = required_scope
+        self.clock_skew_ms = clock_skew_ms
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> UnsecuredValidator:

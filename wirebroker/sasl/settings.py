@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wirebroker.sasl.oauthbearer import (
@@ -65,13 +64,18 @@ class JaasError(ValueError):
     """A `sasl.jaas.config` value that does not parse; the message says where."""
 
 
-@dataclass(frozen=True, slots=True)
 class JaasEntry:
     """One login module of a `sasl.jaas.config` value (Kafka allows exactly one)."""
 
-    login_module: str
-    control_flag: str
-    options: dict[str, str] = field(default_factory=dict)
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("login_module", "control_flag", "options")
+
+    def __init__(
+        self, login_module: str, control_flag: str, options: dict[str, str] | None = None
+    ) -> None:
+        self.login_module = login_module
+        self.control_flag = control_flag
+        self.options: dict[str, str] = {} if options is None else options
 
 
 def parse_jaas_config(text: str) -> JaasEntry:
@@ -121,18 +125,36 @@ def parse_jaas_config(text: str) -> JaasEntry:
     return entries[0]
 
 
-@dataclass(frozen=True, slots=True)
 class ListenerSasl:
     """What a SASL listener offers: the mechanisms in the handshake and their JAAS options."""
 
-    listener_name: str
-    mechanisms: tuple[str, ...]
-    jaas: dict[str, JaasEntry]
-    max_receive_size: int
-    #: The session lifetime (KIP-368); 0: sessions never expire.
-    max_reauth_ms: int = 0
-    #: How OAUTHBEARER tokens are checked (None: OAUTHBEARER is not enabled).
-    oauthbearer: UnsecuredValidator | None = None
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = (
+        "listener_name",
+        "mechanisms",
+        "jaas",
+        "max_receive_size",
+        "max_reauth_ms",
+        "oauthbearer",
+    )
+
+    def __init__(
+        self,
+        listener_name: str,
+        mechanisms: tuple[str, ...],
+        jaas: dict[str, JaasEntry],
+        max_receive_size: int,
+        max_reauth_ms: int = 0,
+        oauthbearer: UnsecuredValidator | None = None,
+    ) -> None:
+        self.listener_name = listener_name
+        self.mechanisms = mechanisms
+        self.jaas = jaas
+        self.max_receive_size = max_receive_size
+        #: The session lifetime (KIP-368); 0: sessions never expire.
+        self.max_reauth_ms = max_reauth_ms
+        #: How OAUTHBEARER tokens are checked (None: OAUTHBEARER is not enabled).
+        self.oauthbearer = oauthbearer
 
     def plain_users(self) -> dict[str, str]:
         """PLAIN's users and passwords: the `user_<name>` options of its PlainLoginModule."""
@@ -216,14 +238,17 @@ def _oauthbearer_validator(
         raise ConfigError(f"{prefix}oauthbearer.sasl.jaas.config: {e}") from None
 
 
-@dataclass(frozen=True, slots=True)
 class SaslLogin:
     """This broker's login to its peers: the inter-broker mechanism and the options of its
     JAAS entry (which hold the password: never shown)."""
 
-    listener_name: str
-    mechanism: str
-    options: Mapping[str, str] = field(repr=False)
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("listener_name", "mechanism", "options")
+
+    def __init__(self, listener_name: str, mechanism: str, options: Mapping[str, str]) -> None:
+        self.listener_name = listener_name
+        self.mechanism = mechanism
+        self.options = options
 
     def client(self, now_ms: int) -> SaslClient:
         """A fresh client side of one exchange (an OAUTHBEARER token made at `now_ms`)."""

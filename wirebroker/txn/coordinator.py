@@ -35,6 +35,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.describe_transactions import DescribeTransactionsResponse
 from protocol.messages.list_transactions import ListTransactionsResponse
 from wirebroker.partition import TopicPartition
+from wirebroker.topics import TXN_TOPIC
 from wirebroker.txn.markers import MarkerSender
 from wirebroker.txn.state import (
     NO_PRODUCER_EPOCH,
@@ -44,7 +45,7 @@ from wirebroker.txn.state import (
     TxnTransit,
     epoch_exhausted,
 )
-from wirebroker.txn.state_manager import TXN_TOPIC, TransactionStateManager
+from wirebroker.txn.state_manager import TransactionStateManager
 from wirebroker.txn.verification import Verifier
 
 if TYPE_CHECKING:
@@ -86,16 +87,14 @@ class TransactionCoordinator:
         self._block_lock = trio.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load `__transaction_state` (embedded), send markers, run the timers; report started
-        once requests may come."""
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.markers.run)
-            await nursery.start(self.verifier.run)
-            self.state.start(nursery)
-            nursery.start_soon(self._every, self.abort_interval_s, self.abort_timed_out)
-            nursery.start_soon(self._every, self.expire_interval_s, self._remove_expired)
-            task_status.started()
+    def start(self, nursery: trio.Nursery) -> None:
+        """Serve from `nursery`: start loading `__transaction_state` (embedded), and send
+        markers, verify and run the timers there until it ends."""
+        self.markers.start(nursery)
+        self.verifier.start(nursery)
+        self.state.start(nursery)
+        nursery.start_soon(self._every, self.abort_interval_s, self.abort_timed_out)
+        nursery.start_soon(self._every, self.expire_interval_s, self._remove_expired)
 
     @staticmethod
     async def _every(interval_s: float, job: Callable[[], Awaitable[None]]) -> None:

@@ -110,7 +110,8 @@ def _completion(waiting: Entry | Completion) -> Completion:
 
 
 class MarkerSender:
-    """Sends markers and completes transactions; `run` is its task (see the module doc)."""
+    """Sends markers and completes transactions from the nursery `start` gives it (see the
+    module doc)."""
 
     def __init__(self, broker: Broker, state: TransactionStateManager) -> None:
         self.broker = broker
@@ -257,17 +258,19 @@ class MarkerSender:
         )
 
     # -- the task ---------------------------------------------------------------------------
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Send what is queued, one request per leader at a time, until cancelled."""
+    def start(self, nursery: trio.Nursery) -> None:
+        """Send what is queued from `nursery`, one request per leader at a time, until it
+        ends."""
+        self._nursery = nursery
+        nursery.start_soon(self._run, nursery)
+
+    async def _run(self, nursery: trio.Nursery) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                task_status.started()
-                while True:
-                    wake = self._wake = trio.Event()
-                    deadline = self._dispatch(nursery)
-                    with trio.move_on_at(deadline):
-                        await wake.wait()
+            while True:
+                wake = self._wake = trio.Event()
+                deadline = self._dispatch(nursery)
+                with trio.move_on_at(deadline):
+                    await wake.wait()
         finally:
             for client in self._clients.values():
                 await client.aclose()

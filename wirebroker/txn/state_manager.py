@@ -44,6 +44,7 @@ from wirebroker.coordinator_store import (
     store_error,
 )
 from wirebroker.partition import TopicPartition
+from wirebroker.topics import TXN_TOPIC
 from wirebroker.txn import records
 from wirebroker.txn.state import TransactionMetadata, TxnState, TxnTransit
 
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TXN_TOPIC = "__transaction_state"
 #: The epoch of every partition of the embedded broker (it never changes leader).
 EMBEDDED_EPOCH = 0
 #: Partition load times are reported over this window (Kafka's sensor: 30 s), from at most

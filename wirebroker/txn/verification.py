@@ -43,7 +43,7 @@ from storage.producer_state import SENTINEL, VerificationGuard
 from wirebroker.metrics import TIME_WINDOW
 from wirebroker.partition import TopicPartition
 from wirebroker.peer import PeerClient, PeerError
-from wirebroker.txn.state_manager import TXN_TOPIC
+from wirebroker.topics import TXN_TOPIC
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -148,13 +148,14 @@ class Verifier:
         self.verifications = 0
         self.times_ms: deque[float] = deque(maxlen=TIME_WINDOW)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Hold the tasks that send verification requests, until cancelled."""
+    def start(self, nursery: trio.Nursery) -> None:
+        """Send verification requests from `nursery`, until it ends."""
+        self._nursery = nursery
+        nursery.start_soon(self._close_clients_at_end)
+
+    async def _close_clients_at_end(self) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                task_status.started()
-                await trio.sleep_forever()
+            await trio.sleep_forever()
         finally:
             for client in self._clients.values():
                 await client.aclose()

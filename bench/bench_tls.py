@@ -82,7 +82,7 @@ async def receive(transport: Transport, total: int) -> None:
         try:
             n = transport.receive_into(frames.writable())
         except BlockingIOError:
-            await transport.wait_readable()
+            await trio.lowlevel.wait_readable(transport.fd)
             continue
         if not n:
             raise EOFError(f"closed after {got} of {total} bytes")

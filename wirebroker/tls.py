@@ -441,6 +441,8 @@ class TlsTransport:
     """An accepted connection's byte stream through TLS; the interface of `PlainTransport`."""
 
     __slots__ = ("fd", "principal", "_incoming", "_outgoing", "_ssl")
+    #: A short read may end at the peer's close_notify, the socket still open: read again.
+    short_read_drains = False
 
     def __init__(self, fd: int, context: ssl.SSLContext) -> None:
         self.fd = fd
@@ -517,9 +519,6 @@ class TlsTransport:
             except ssl.SSLError as e:  # a corrupt record: this connection ends, quietly
                 raise ConnectionResetError(f"TLS error: {e.reason or e}") from None
         return total
-
-    async def wait_readable(self) -> None:
-        await trio.lowlevel.wait_readable(self.fd)
 
     async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
         """Encrypt and send several responses, each its size prefix and its chunks, in order."""

@@ -5,16 +5,18 @@ codec built, memoryviews of record data, and file slices from `storage` (anythin
 `fd`, a `position` and a `length`), possibly grouped in containers with `.slices`. Buffers go
 out with `writev` (scatter/gather, no join); file slices go out with `os.sendfile`, straight
 from the page cache to the socket. Several responses can go in one call (see
-:func:`send_frames`), so a connection answering pipelined requests makes one system call for
-all of them. This module owns only that; it never decodes anything.
+`PlainTransport.send_frames`), so a connection answering pipelined requests makes one system
+call for all of them. This module owns only that; it never decodes anything.
 
 `PlainTransport` is a PLAINTEXT connection's byte stream with these functions; TLS has its own
 transport with the same interface (`wirebroker.tls.TlsTransport`), so the connection loop does
-not know which it has.
+not know which it has. Either is read through its descriptor (`fd`): the loop waits for it
+with `trio.lowlevel.wait_readable` when `receive_into` finds nothing, or, where
+`short_read_drains`, after a read that did not fill its buffer.
 
 The socket is written through its descriptor, which is non-blocking: a write that would block
-waits with `trio.lowlevel.wait_writable`. These functions do not checkpoint when the kernel took
-everything at once; the connection loop checkpoints once per round of requests.
+waits with `trio.lowlevel.wait_writable`. A write the kernel takes at once does not checkpoint
+(nor create a coroutine); the connection loop checkpoints once per round of requests.
 
 A write holding file slices is corked (`TCP_CORK`) on a TCP socket: the bytes before a slice
 (the response's size and header), the slice and the bytes after it (the rest of the response,
@@ -65,33 +67,65 @@ class Transport(Protocol):
 
     fd: int
     principal: str  # who the peer is (Kafka's KafkaPrincipal, as text), for the authorizer
+    #: Whether a `receive_into` that filled less than its buffer left nothing to read.
+    short_read_drains: bool
 
     def receive_into(self, buffer: memoryview) -> int: ...
-    async def wait_readable(self) -> None: ...
     async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None: ...
 
 
 class PlainTransport:
     """A connection's byte stream straight on its socket: `readv` in, `writev`/`sendfile` out."""
 
-    __slots__ = ("fd", "sock", "tcp")
+    __slots__ = ("fd", "cork")
     principal = ANONYMOUS
+    short_read_drains = True  # `readv` takes what the socket holds, up to the buffer's size
 
     def __init__(self, sock: Socket) -> None:
         self.fd = sock.fileno()
-        self.sock = sock
-        #: Corked around file slices (TCP only); asked once, not per write (a Python property).
-        self.tcp = sock.family in _TCP
+        #: Corked around file slices (TCP only); whether it is TCP is asked once, not per write
+        #: (`family` is a Python property).
+        self.cork = _Cork(sock) if sock.family in _TCP else None
 
     def receive_into(self, buffer: memoryview) -> int:
         """Read into `buffer`; 0 when the peer closed, BlockingIOError when nothing is there."""
         return os.readv(self.fd, (buffer,))
 
-    async def wait_readable(self) -> None:
-        await trio.lowlevel.wait_readable(self.fd)
-
     async def send_frames(self, responses: Sequence[Sequence[Any]]) -> None:
-        await send_frames(self.fd, responses, _Cork(self.sock) if self.tcp else None)
+        """Send several responses, each its size prefix and its chunks, in order (corked
+        around file slices on TCP)."""
+        fd, cork = self.fd, self.cork
+        pending: list[Any] = []
+        size = 0  # of the pending buffers
+        try:
+            for chunks in responses:
+                if len(chunks) == 1 and type(only := chunks[0]) in _BUFFERS:  # the usual response
+                    n = only.nbytes if type(only) is memoryview else len(only)
+                    pending += (_SIZE.pack(n), only)
+                    size += 4 + n
+                    continue
+                chunks = flatten(chunks)
+                sizes = [chunk_size(c) for c in chunks]
+                pending.append(_SIZE.pack(sum(sizes)))
+                size += 4
+                for chunk, n in zip(chunks, sizes, strict=True):
+                    if type(chunk) in _BUFFERS or not _is_file(chunk):
+                        if n:
+                            pending.append(chunk)
+                            size += n
+                        continue
+                    if cork is not None:
+                        cork.hold()
+                    if pending:
+                        if (sent := _writev(fd, pending)) != size:
+                            await _write_rest(fd, pending, sent, size, cork)
+                        pending, size = [], 0
+                    await _sendfile(fd, chunk, cork)
+            if pending and (sent := _writev(fd, pending)) != size:
+                await _write_rest(fd, pending, sent, size, cork)
+        finally:
+            if cork is not None and cork.on:
+                cork.release()
 
 
 def flatten(chunks: Sequence[Any]) -> list[Any]:
@@ -155,61 +189,36 @@ class _Cork:
 _TCP = (socket.AF_INET, socket.AF_INET6)
 
 
-async def send_frames(
-    fd: int, responses: Sequence[Sequence[Any]], cork: _Cork | None = None
-) -> None:
-    """Send several responses, each its size prefix and its chunks, in order (corked around
-    file slices with `cork`, the TCP socket's)."""
-    pending: list[Any] = []
+def _writev(fd: int, buffers: list[Any]) -> int:
+    """Write what the socket takes of `buffers` now: the bytes sent, 0 if it takes none."""
     try:
-        for chunks in responses:
-            chunks = flatten(chunks)
-            if len(chunks) == 1 and type(chunks[0]) in _BUFFERS:  # the usual small response
-                only = chunks[0]
-                pending.append(_SIZE.pack(only.nbytes if type(only) is memoryview else len(only)))
-                pending.append(only)
-                continue
-            pending.append(_SIZE.pack(sum(chunk_size(c) for c in chunks)))
-            for chunk in chunks:
-                if type(chunk) not in _BUFFERS and _is_file(chunk):
-                    if cork is not None:
-                        cork.hold()
-                    await _write_buffers(fd, pending, cork)
-                    pending = []
-                    await _sendfile(fd, chunk, cork)
-                elif chunk_size(chunk):
-                    pending.append(chunk)
-        await _write_buffers(fd, pending, cork)
-    finally:
-        if cork is not None:
-            cork.release()
+        return os.writev(fd, buffers if len(buffers) <= _MAX_IOV else buffers[:_MAX_IOV])
+    except BlockingIOError:
+        return 0
 
 
-async def _write_buffers(fd: int, buffers: list[Any], cork: _Cork | None = None) -> None:
-    if not buffers:
-        return
-    while True:
-        try:
-            sent = os.writev(fd, buffers[:_MAX_IOV])
-        except BlockingIOError:
-            sent = 0
+async def _write_rest(
+    fd: int, buffers: list[Any], sent: int, size: int, cork: _Cork | None
+) -> None:
+    """Write the rest of `buffers` (`size` bytes in all), whose first `sent` bytes went out."""
+    while sent != size:
+        size -= sent
         # Drop what went out; keep the rest (cutting a partly sent buffer) for the next call.
         i = 0
-        while i < len(buffers):
+        while True:
             first = buffers[i]
             n = first.nbytes if type(first) is memoryview else len(first)
             if sent < n:
                 break
             sent -= n
             i += 1
-        if i == len(buffers):
-            return
         del buffers[:i]
         if sent:
             buffers[0] = memoryview(buffers[0]).cast("B")[sent:]
         if cork is not None:
             cork.release()
         await trio.lowlevel.wait_writable(fd)
+        sent = _writev(fd, buffers)
 
 
 async def _sendfile(fd: int, chunk: FileChunk, cork: _Cork | None = None) -> None:

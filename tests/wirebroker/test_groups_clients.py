@@ -283,11 +283,15 @@ def test_static_member_restarted_within_session_keeps_its_partitions(
     try:
         wait_until(lambda: stable(started), 30, what="a stable static group of three")
         owned = set(started[0].assigned)
+        # Members that joined apart may have been rebalanced while the group formed; only
+        # revocations after the restart count.
+        before = [len(m.revoked) for m in started[1:3]]
         started[0].kill()  # a static member sends no LeaveGroup; it comes back at once
         back = Member("confluent", broker.bootstrap, group_id, topic, instance="static-0")
         started.append(back)
         wait_until(lambda: back.assigned == owned, 20, what="the same partitions back")
-        assert all(not m.revoked for m in started[1:3]), "the others were rebalanced"
+        after = [len(m.revoked) for m in started[1:3]]
+        assert after == before, "the others were rebalanced"
         values = [f"static-{i}" for i in range(60)]
         produce(broker, topic, values)
         assert wait_consumed(started[1:], values) == Counter(values)

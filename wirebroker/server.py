@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from storage.chore import Chore
-from storage.cleaner import Compaction
 from storage.clock import Clock, wall_clock_ms
 from storage.errors import StorageError
 from storage.log_manager import LogManager
@@ -41,6 +40,7 @@ from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
 from wirebroker.tls import ListenerContexts
 
 if TYPE_CHECKING:
+    from storage.cleaner import Compaction
     from wirebroker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)

@@ -76,7 +76,6 @@ from wirebroker.dispatch import (
     supported,
 )
 from wirebroker.metrics import READY, Timing, request_sent
-from wirebroker.tls import HandshakeFailed, PrincipalMapper, TlsTransport
 from wirebroker.transport import PlainTransport, Transport, release
 
 if TYPE_CHECKING:
@@ -84,6 +83,7 @@ if TYPE_CHECKING:
 
     from wirebroker.broker import Broker
     from wirebroker.sasl.authenticator import SaslAuthenticator
+    from wirebroker.tls import PrincipalMapper
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +236,8 @@ async def serve_connection(
         if tls is None:
             transport = PlainTransport(sock)
         else:
+            from wirebroker.tls import HandshakeFailed, TlsTransport  # SSL listeners only
+
             transport = TlsTransport(sock.fileno(), tls[0])
             try:
                 await transport.handshake(broker.config.connections_max_idle_ms / 1000, tls[1])

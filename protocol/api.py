@@ -9,7 +9,6 @@ the KIP-511 answer to an ApiVersions request of a version we do not know, and de
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
@@ -25,12 +24,15 @@ _PEEK = struct.Struct(">hhi")
 _KEY_VERSION = struct.Struct(">hh")
 
 
-@dataclass(slots=True)
 class RequestFrame:
     """A decoded request: its header and its body."""
 
-    header: RequestHeader
-    body: Message
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = ("body", "header")
+
+    def __init__(self, header: RequestHeader, body: Message) -> None:
+        self.header = header
+        self.body = body
 
     @property
     def api_key(self) -> int:
@@ -41,12 +43,15 @@ class RequestFrame:
         return self.header.request_api_version
 
 
-@dataclass(slots=True)
 class ResponseFrame:
     """A decoded response: its header (just the correlation id, and tags in v1) and its body."""
 
-    header: ResponseHeader
-    body: Message
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = ("body", "header")
+
+    def __init__(self, header: ResponseHeader, body: Message) -> None:
+        self.header = header
+        self.body = body
 
 
 def api_info(api_key: int) -> ApiInfo:

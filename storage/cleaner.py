@@ -80,27 +80,13 @@ if TYPE_CHECKING:
     from storage.partition_log import PartitionLog
 
 __all__ = [
-    "DEFAULT_MAX_MAP_KEYS",
     "Compaction",
     "cleanable_range",
-    "max_map_keys",
     "plan_compaction",
 ]
 
 log = logging.getLogger(__name__)
 _INT_MAX = 0x7FFFFFFF
-
-#: Bytes per offset map entry in Kafka's ``SkimpyOffsetMap``: a 16-byte MD5 and an 8-byte offset.
-MAP_ENTRY_BYTES = 24
-
-
-def max_map_keys(dedupe_buffer_size: int, load_factor: float) -> int:
-    """Keys one pass may map: Kafka's ``slots * log.cleaner.io.buffer.load.factor``."""
-    return max(1, int(dedupe_buffer_size // MAP_ENTRY_BYTES * load_factor))
-
-
-#: Kafka's defaults: ``log.cleaner.dedupe.buffer.size`` 128 MiB, load factor 0.9.
-DEFAULT_MAX_MAP_KEYS = max_map_keys(134217728, 0.9)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from protocol.compression import CompressionType
 from protocol.record_batch import DEFAULT_MAX_DECOMPRESSED_BYTES, TimestampType
 from storage.errors import InvalidConfigError
 
-__all__ = ["LONG_MAX", "LogConfig"]
+__all__ = ["DEFAULT_MAX_MAP_KEYS", "LONG_MAX", "LogConfig", "max_map_keys"]
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -30,6 +30,19 @@ INT_MAX = 2**31 - 1
 _INFLATION_FACTOR = 64
 #: ... but never past this, whatever ``max.message.bytes`` says.
 _MAX_INFLATION_BYTES = 1024 * 1024 * 1024
+#: Bytes per offset map entry in Kafka's ``SkimpyOffsetMap``: a 16-byte MD5 and an 8-byte offset.
+MAP_ENTRY_BYTES = 24
+
+
+def max_map_keys(dedupe_buffer_size: int, load_factor: float) -> int:
+    """Keys one compaction pass (:mod:`storage.cleaner`) may map: Kafka's ``slots *
+    log.cleaner.io.buffer.load.factor``. Here, not in the cleaner, so that a start does not
+    import the cleaner (start-up time, docs/perf-notes.md)."""
+    return max(1, int(dedupe_buffer_size // MAP_ENTRY_BYTES * load_factor))
+
+
+#: Kafka's defaults: ``log.cleaner.dedupe.buffer.size`` 128 MiB, load factor 0.9.
+DEFAULT_MAX_MAP_KEYS = max_map_keys(134217728, 0.9)
 
 #: ``compression.type`` value -> codec id, or None for "producer" (keep what the client sent).
 COMPRESSION_TYPES: dict[str, int | None] = {

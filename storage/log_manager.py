@@ -33,6 +33,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from storage.checkpoints import (
     CorruptCheckpointError,
@@ -42,9 +43,8 @@ from storage.checkpoints import (
     write_clean_shutdown,
 )
 from storage.chore import RemoveDeleted, run_chore
-from storage.cleaner import DEFAULT_MAX_MAP_KEYS, Compaction
 from storage.clock import Clock, wall_clock_ms
-from storage.config import LogConfig
+from storage.config import DEFAULT_MAX_MAP_KEYS, LogConfig
 from storage.errors import KafkaStorageError, StorageError
 from storage.file_handles import FileHandles
 from storage.layout import (
@@ -57,6 +57,9 @@ from storage.layout import (
     partition_dir_name,
 )
 from storage.partition_log import PartitionLog, PendingFlush
+
+if TYPE_CHECKING:
+    from storage.cleaner import Compaction
 
 __all__ = ["CheckpointWrite", "LogManager", "TopicPartition"]
 

@@ -35,14 +35,14 @@ import os
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from protocol.errors import CorruptRecordError
 from protocol.record_batch import CONTROL_MASK, NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
 from storage.chore import run_chore
-from storage.cleaner import DEFAULT_MAX_MAP_KEYS, Compaction, plan_compaction
 from storage.clock import wall_clock_ms
-from storage.config import LogConfig
+from storage.config import DEFAULT_MAX_MAP_KEYS, LogConfig
 from storage.errors import (
     KafkaStorageError,
     LogClosedError,
@@ -82,6 +82,9 @@ from storage.validation import (
     analyze_follower_append,
     validate_leader_append,
 )
+
+if TYPE_CHECKING:
+    from storage.cleaner import Compaction
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
@@ -874,7 +877,10 @@ class PartitionLog:
     ) -> Compaction | None:
         """A compaction pass (a :class:`~storage.chore.Chore`) if ``cleanup.policy`` includes
         compact and the dirty ratio reaches ``min.cleanable.dirty.ratio`` (or `force`); None
-        if there is nothing to do. See :mod:`storage.cleaner`."""
+        if there is nothing to do. See :mod:`storage.cleaner` (imported here, by the first
+        pass: start-up time, docs/perf-notes.md)."""
+        from storage.cleaner import plan_compaction
+
         self._check_open()
         return plan_compaction(self, now_ms, force=force, max_map_keys=max_map_keys)
 

@@ -55,7 +55,6 @@ import os
 import struct
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -128,14 +127,19 @@ class VerificationGuard:
 SENTINEL = VerificationGuard()
 
 
-@dataclass(slots=True)
 class VerificationState:
     """A verification in progress for a producer (Kafka's VerificationStateEntry)."""
 
-    timestamp: int
-    guard: VerificationGuard
-    lowest_sequence: int
-    epoch: int
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = ("epoch", "guard", "lowest_sequence", "timestamp")
+
+    def __init__(
+        self, timestamp: int, guard: VerificationGuard, lowest_sequence: int, epoch: int
+    ) -> None:
+        self.timestamp = timestamp
+        self.guard = guard
+        self.lowest_sequence = lowest_sequence
+        self.epoch = epoch
 
     def update(self, sequence: int, epoch: int) -> None:
         """Keep the lowest sequence seen of the newest epoch (Kafka's
@@ -191,16 +195,31 @@ class CompletedTxn(NamedTuple):
     last_stable_offset: int
 
 
-@dataclass(slots=True)
 class ProducerEntry:
-    producer_id: int
-    epoch: int = NO_EPOCH
-    batches: deque[BatchMetadata] = field(
-        default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = (
+        "batches",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+        "epoch",
+        "last_timestamp",
+        "producer_id",
     )
-    last_timestamp: int = -1
-    coordinator_epoch: int = -1
-    current_txn_first_offset: int = -1
+
+    def __init__(
+        self,
+        producer_id: int,
+        epoch: int = NO_EPOCH,
+        *,
+        last_timestamp: int = -1,
+        coordinator_epoch: int = -1,
+    ) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = -1
 
     @property
     def last_seq(self) -> int:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
-from dataclasses import dataclass
 from pathlib import Path
 
 from storage.config import LogConfig
@@ -48,20 +47,45 @@ __all__ = ["LoadedLog", "load_partition_dir"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
 class LoadedLog:
-    segments: list[LogSegment]
-    log_start_offset: int
-    log_end_offset: int
-    recovery_point: int
-    leader_epoch_cache: LeaderEpochCache
-    #: Bytes cut from torn or corrupt tails, and segments dropped after them.
-    truncated_bytes: int = 0
-    dropped_segments: int = 0
-    recovered_segments: int = 0
-    #: Base offset of the first segment recovered after an unclean shutdown (its and the later
-    #: segments' transaction indexes are to be rebuilt); None when none was.
-    txn_rebuild_from: int | None = None
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = (
+        "dropped_segments",
+        "leader_epoch_cache",
+        "log_end_offset",
+        "log_start_offset",
+        "recovered_segments",
+        "recovery_point",
+        "segments",
+        "truncated_bytes",
+        "txn_rebuild_from",
+    )
+
+    def __init__(
+        self,
+        *,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+        leader_epoch_cache: LeaderEpochCache,
+        truncated_bytes: int,
+        dropped_segments: int,
+        recovered_segments: int,
+        txn_rebuild_from: int | None,
+    ) -> None:
+        self.segments = segments
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.recovery_point = recovery_point
+        self.leader_epoch_cache = leader_epoch_cache
+        #: Bytes cut from torn or corrupt tails, and segments dropped after them.
+        self.truncated_bytes = truncated_bytes
+        self.dropped_segments = dropped_segments
+        self.recovered_segments = recovered_segments
+        #: Base offset of the first segment recovered after an unclean shutdown (its and the
+        #: later segments' transaction indexes are to be rebuilt); None when none was.
+        self.txn_rebuild_from = txn_rebuild_from
 
 
 def _remove_leftovers_and_swap(directory: Path, config: LogConfig, handles: FileHandles) -> None:

@@ -13,7 +13,6 @@ slice may end inside a batch (Kafka sends partial trailing batches too; clients 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -82,18 +81,21 @@ class FileSlice:
         )
 
 
-@dataclass(slots=True)
 class ReadResult:
     """The slices of one read, in log order, and what they start with."""
 
-    slices: list[FileSlice] = field(default_factory=list)
-    #: Base offset of the first batch in the slices (-1 if empty).
-    first_batch_offset: int = -1
-    #: Total bytes over all slices.
-    size: int = 0
-    #: The aborted transactions overlapping the slices, when the read asked for them (a
-    #: read_committed fetch), from the segments' transaction indexes; else None.
-    aborted_transactions: list[AbortedTxn] | None = None
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = ("aborted_transactions", "first_batch_offset", "size", "slices")
+
+    def __init__(self, aborted_transactions: list[AbortedTxn] | None = None) -> None:
+        self.slices: list[FileSlice] = []
+        #: Base offset of the first batch in the slices (-1 if empty).
+        self.first_batch_offset = -1
+        #: Total bytes over all slices.
+        self.size = 0
+        #: The aborted transactions overlapping the slices, when the read asked for them (a
+        #: read_committed fetch), from the segments' transaction indexes; else None.
+        self.aborted_transactions = aborted_transactions
 
     def read(self) -> bytes:
         """All slices' bytes, concatenated."""

@@ -26,7 +26,6 @@ framed, CRC-checked and checked for increasing offsets. A trailing partial batch
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from enum import Enum
 
 from protocol.checksum import crc32c
@@ -72,22 +71,47 @@ class AppendOrigin(Enum):
     COORDINATOR = "coordinator"
 
 
-@dataclass(slots=True)
 class ValidatedAppend:
     """What to write and what it contains."""
 
-    data: memoryview
-    metas: list[BatchMeta]
-    first_offset: int = -1
-    last_offset: int = -1
-    max_timestamp: int = NO_TIMESTAMP
-    offset_of_max_timestamp: int = -1
-    log_append_time: int = NO_TIMESTAMP
-    records_count: int = 0
-    #: (partition leader epoch, base offset) of each v2 batch, for the leader epoch cache.
-    epochs: list[tuple[int, int]] = field(default_factory=list)
-    #: A legacy (magic 0/1) batch was appended as is (follower only).
-    has_legacy: bool = False
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = (
+        "data",
+        "epochs",
+        "first_offset",
+        "has_legacy",
+        "last_offset",
+        "log_append_time",
+        "max_timestamp",
+        "metas",
+        "offset_of_max_timestamp",
+        "records_count",
+    )
+
+    def __init__(
+        self,
+        data: memoryview,
+        metas: list[BatchMeta],
+        first_offset: int = -1,
+        last_offset: int = -1,
+        max_timestamp: int = NO_TIMESTAMP,
+        offset_of_max_timestamp: int = -1,
+        log_append_time: int = NO_TIMESTAMP,
+        records_count: int = 0,
+        epochs: list[tuple[int, int]] | None = None,
+    ) -> None:
+        self.data = data
+        self.metas = metas
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.log_append_time = log_append_time
+        self.records_count = records_count
+        #: (partition leader epoch, base offset) of each v2 batch, for the leader epoch cache.
+        self.epochs = [] if epochs is None else epochs
+        #: A legacy (magic 0/1) batch was appended as is (follower only).
+        self.has_legacy = False
 
 
 def _invalid(message: str, index: int = 0) -> InvalidRecordError:

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.errors import ErrorCode, KafkaError
-from storage.cleaner import max_map_keys
 from storage.clock import Clock, wall_clock_ms
-from storage.config import LogConfig
+from storage.config import LogConfig, max_map_keys
 from storage.log_manager import LogManager
 from wirebroker import connection_limits
 from wirebroker.config import BrokerConfig, ConfigError, Listener

@@ -1295,6 +1295,10 @@ class BrokerConfig:
             )
         return protocols[listener_name.upper()]
 
+    def uses_tls(self, listener_name: str) -> bool:
+        """Whether the listener's connections are TLS (SSL or SASL_SSL)."""
+        return self.security_protocol(listener_name) in ("SSL", "SASL_SSL")
+
     def inter_broker_listener(self) -> str | None:
         """The listener brokers reach each other on: `inter.broker.listener.name`, else the one
         named after `security.inter.broker.protocol` when that is set (as Kafka), else None

@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from wirebroker.sasl.credentials import with_scram_credentials
-from wirebroker.sasl.scram import HASHES, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
+from wirebroker.sasl.settings import SCRAM
 from wirebroker.zk.sanitizer import sanitize
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
+
+    from wirebroker.sasl.scram import ScramCredential
 
 EPILOG = """\
 examples (the brokers' own user, before the first broker starts):
@@ -79,6 +81,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def parse_add_config(text: str) -> dict[str, ScramCredential]:
     """`SCRAM-SHA-512=[password=x],SCRAM-SHA-256=[iterations=8192,password=y]` to credentials."""
+    # not at import: `wirebroker serve` parses this module's flags
+    from wirebroker.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
+
     out: dict[str, ScramCredential] = {}
     position = 0
     while position < len(text):
@@ -87,9 +92,9 @@ def parse_add_config(text: str) -> dict[str, ScramCredential]:
             raise UsageError(f"--add-config: cannot parse {text[position:]!r}")
         position = m.end()
         mechanism = m["key"].upper()
-        if mechanism not in HASHES:
+        if mechanism not in SCRAM:
             raise UsageError(
-                f"--add-config: {m['key']} is not a SCRAM mechanism ({', '.join(HASHES)}); "
+                f"--add-config: {m['key']} is not a SCRAM mechanism ({', '.join(SCRAM)}); "
                 "only SCRAM credentials are set here"
             )
         fields = dict(item.split("=", 1) for item in (m["group"] or "").split(",") if "=" in item)
@@ -123,11 +128,11 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError("--alter needs --entity-name")
         added = parse_add_config(args.add_config)
         deleted = [m.strip().upper() for m in args.delete_config.split(",") if m.strip()]
-        unknown = [m for m in deleted if m not in HASHES]
+        unknown = [m for m in deleted if m not in SCRAM]
         if unknown or not (added or deleted):
             raise UsageError(
                 "--alter needs --add-config or --delete-config with SCRAM mechanisms "
-                f"({', '.join(HASHES)})"
+                f"({', '.join(SCRAM)})"
             )
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries; we say it once
     warnings.filterwarnings("ignore", "No chroot path exists")  # created with the first znode
@@ -151,13 +156,14 @@ def _run(args: argparse.Namespace) -> int:
 def _alter(
     zk: KazooClient, user: str, added: dict[str, ScramCredential], deleted: list[str]
 ) -> None:
+    from wirebroker.sasl.scram import ScramCredential
     from wirebroker.zk import znodes  # not at import: `wirebroker serve` parses this module's flags
 
     sanitized = sanitize(user)
     path = znodes.user_config_path(sanitized)
     data = zk.get(path)[0] if zk.exists(path) else None
     config = znodes.EntityConfig.decode(data).config
-    current = {m: ScramCredential.from_kafka_string(config[m]) for m in HASHES if m in config}
+    current = {m: ScramCredential.from_kafka_string(config[m]) for m in SCRAM if m in config}
     for mechanism in deleted:
         current.pop(mechanism, None)
     current.update(added)
@@ -176,6 +182,7 @@ def _alter(
 
 
 def _describe(zk: KazooClient, user: str | None) -> None:
+    from wirebroker.sasl.scram import ScramCredential
     from wirebroker.zk import znodes
 
     names = (
@@ -188,7 +195,7 @@ def _describe(zk: KazooClient, user: str | None) -> None:
         config = znodes.EntityConfig.decode(zk.get(path)[0] if zk.exists(path) else None).config
         infos = [
             f"{m}=iterations={ScramCredential.from_kafka_string(config[m]).iterations}"
-            for m in HASHES
+            for m in SCRAM
             if m in config
         ]
         print(

@@ -76,14 +76,14 @@ from wirebroker.dispatch import (
     supported,
 )
 from wirebroker.metrics import READY, Timing, request_sent
-from wirebroker.sasl.authenticator import SASL_HANDSHAKE_KEY, SaslAuthenticator
-from wirebroker.tls import HandshakeFailed, PrincipalMapper, TlsTransport
 from wirebroker.transport import PlainTransport, Transport, release
 
 if TYPE_CHECKING:
     import ssl
 
     from wirebroker.broker import Broker
+    from wirebroker.sasl.authenticator import SaslAuthenticator
+    from wirebroker.tls import PrincipalMapper
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +236,8 @@ async def serve_connection(
         if tls is None:
             transport = PlainTransport(sock)
         else:
+            from wirebroker.tls import HandshakeFailed, TlsTransport  # SSL listeners only
+
             transport = TlsTransport(sock.fileno(), tls[0])
             try:
                 await transport.handshake(broker.config.connections_max_idle_ms / 1000, tls[1])
@@ -289,11 +291,12 @@ class _Connection:
         self.nursery: trio.Nursery | None = None
         settings = broker.sasl_listeners.get(listener_name)
         #: Until a SASL connection is authenticated; None on a PLAINTEXT listener.
-        self.sasl = (
-            SaslAuthenticator(broker, settings, client_host, listener_name)
-            if settings is not None
-            else None
-        )
+        self.sasl: SaslAuthenticator | None = None
+        if settings is not None:
+            # imported by a SASL listener's first connection (start-up time, docs/perf-notes.md)
+            from wirebroker.sasl.authenticator import SaslAuthenticator
+
+            self.sasl = SaslAuthenticator(broker, settings, client_host, listener_name)
         self.principal = transport.principal  # a TLS client certificate's, else ANONYMOUS
         #: (mechanism, expiry in ms) of a SASL session that must be renewed (KIP-368).
         self.session: tuple[str, int] | None = None
@@ -422,6 +425,8 @@ class _Connection:
 
     def _check_session(self, frame: memoryview) -> None:
         """A SaslHandshake renews the session; any other request after its expiry closes."""
+        from wirebroker.sasl.authenticator import SASL_HANDSHAKE_KEY, SaslAuthenticator
+
         assert self.session is not None
         mechanism, expires_ms = self.session
         if peek_request_header(frame)[0] == SASL_HANDSHAKE_KEY:

@@ -21,7 +21,6 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchRequest, FetchResponse
@@ -43,7 +42,6 @@ Key = tuple[str | int, int]
 TopicNames = Callable[[uuid.UUID], str | None]
 
 
-@dataclass(slots=True)
 class Asked:
     """One partition a fetch reads: its topic's name and id, and what it asks.
 
@@ -53,21 +51,31 @@ class Asked:
     still unknown (None) is looked up again on every fetch until it resolves.
     """
 
-    topic: str | None
-    topic_id: uuid.UUID
-    request: FetchRequest.FetchPartition
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = ("request", "topic", "topic_id")
+
+    def __init__(
+        self, topic: str | None, topic_id: uuid.UUID, request: FetchRequest.FetchPartition
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.request = request
 
     def key(self, uses_topic_ids: bool) -> Key:
         name: str | int = self.topic_id.int if uses_topic_ids else (self.topic or "")
         return (name, self.request.partition)
 
 
-@dataclass(slots=True)
 class CachedPartition:
-    asked: Asked
-    #: What the fetcher was last told; -1 until told, and after an error (so it hears again).
-    high_watermark: int = -1
-    log_start_offset: int = -1
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = ("asked", "high_watermark", "log_start_offset")
+
+    def __init__(self, asked: Asked, high_watermark: int = -1, log_start_offset: int = -1) -> None:
+        self.asked = asked
+        #: What the fetcher was last told; -1 until told, and after an error (so it hears
+        #: again).
+        self.high_watermark = high_watermark
+        self.log_start_offset = log_start_offset
 
     def must_respond(self, result: FetchResponse.PartitionData, has_records: bool) -> bool:
         """Kafka's maybeUpdateResponseData: whether an incremental answer carries `result`
@@ -85,36 +93,71 @@ class CachedPartition:
         return respond or result.diverging_epoch.epoch >= 0
 
 
-@dataclass(eq=False)
 class FetchSession:
-    id: int
-    privileged: bool
-    uses_topic_ids: bool
-    created_ms: int
-    last_used_ms: int
-    #: In Kafka's order: partitions that returned records move to the end, so that a response
-    #: filled to `max_bytes` starts with the others next time.
-    partitions: dict[Key, CachedPartition] = field(default_factory=dict)
-    epoch: int = 1
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`); compared by
+    # identity.
+    __slots__ = (
+        "created_ms",
+        "epoch",
+        "id",
+        "last_used_ms",
+        "partitions",
+        "privileged",
+        "uses_topic_ids",
+    )
+
+    def __init__(
+        self, id: int, privileged: bool, uses_topic_ids: bool, created_ms: int, last_used_ms: int
+    ) -> None:
+        self.id = id
+        self.privileged = privileged
+        self.uses_topic_ids = uses_topic_ids
+        self.created_ms = created_ms
+        self.last_used_ms = last_used_ms
+        #: In Kafka's order: partitions that returned records move to the end, so that a
+        #: response filled to `max_bytes` starts with the others next time.
+        self.partitions: dict[Key, CachedPartition] = {}
+        self.epoch = 1
 
     def rank(self) -> tuple[bool, int, int]:
         return (self.privileged, len(self.partitions), self.id)
 
 
-@dataclass(slots=True)
 class FetchContext:
     """What one fetch reads and how its answer is shaped (`FetchSessionCache.new_context`)."""
 
-    asked: list[Asked]
-    #: A session-level error to answer with, and nothing else.
-    error: ErrorCode = ErrorCode.NONE
-    #: The session an incremental fetch continues, and the epoch its answer must see.
-    session: FetchSession | None = None
-    expected_epoch: int = 0
-    #: A full fetch (epoch 0) that may open a session.
-    may_open: bool = False
-    privileged: bool = False
-    uses_topic_ids: bool = False
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = (
+        "asked",
+        "error",
+        "expected_epoch",
+        "may_open",
+        "privileged",
+        "session",
+        "uses_topic_ids",
+    )
+
+    def __init__(
+        self,
+        asked: list[Asked],
+        error: ErrorCode = ErrorCode.NONE,
+        *,
+        session: FetchSession | None = None,
+        expected_epoch: int = 0,
+        may_open: bool = False,
+        privileged: bool = False,
+        uses_topic_ids: bool = False,
+    ) -> None:
+        self.asked = asked
+        #: A session-level error to answer with, and nothing else.
+        self.error = error
+        #: The session an incremental fetch continues, and the epoch its answer must see.
+        self.session = session
+        self.expected_epoch = expected_epoch
+        #: A full fetch (epoch 0) that may open a session.
+        self.may_open = may_open
+        self.privileged = privileged
+        self.uses_topic_ids = uses_topic_ids
 
 
 def _has_records(result: FetchResponse.PartitionData) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, KafkaError
 from storage.clock import Clock, wall_clock_ms
@@ -40,21 +40,29 @@ class TopicPartition:
     partition: int
 
 
-@dataclass(slots=True)
 class FollowerState:
     """What the leader knows of one follower, from its fetches (Kafka's ReplicaState)."""
 
-    log_end_offset: int = -1
-    log_start_offset: int = -1
-    last_fetch_leader_leo: int = 0
-    last_fetch_ms: int = 0
-    last_caught_up_ms: int = 0
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = (
+        "last_caught_up_ms",
+        "last_fetch_leader_leo",
+        "last_fetch_ms",
+        "log_end_offset",
+        "log_start_offset",
+    )
+
+    def __init__(self, last_fetch_leader_leo: int = 0) -> None:
+        self.log_end_offset = -1
+        self.log_start_offset = -1
+        self.last_fetch_leader_leo = last_fetch_leader_leo
+        self.last_fetch_ms = 0
+        self.last_caught_up_ms = 0
 
     def is_caught_up(self, leader_leo: int, now_ms: int, max_lag_ms: int) -> bool:
         return leader_leo == self.log_end_offset or now_ms - self.last_caught_up_ms <= max_lag_ms
 
 
-@dataclass(slots=True)
 class PendingIsr:
     """An ISR change sent (or about to be sent) to the controller and not answered yet.
 
@@ -63,46 +71,104 @@ class PendingIsr:
     until the controller accepts it.
     """
 
-    isr: list[int]
-    maximal: frozenset[int]
-    committed: list[int]
-    leader_epoch: int
-    partition_epoch: int
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`).
+    __slots__ = ("committed", "isr", "leader_epoch", "maximal", "partition_epoch")
+
+    def __init__(
+        self,
+        isr: list[int],
+        maximal: frozenset[int],
+        committed: list[int],
+        leader_epoch: int,
+        partition_epoch: int,
+    ) -> None:
+        self.isr = isr
+        self.maximal = maximal
+        self.committed = committed
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
 
 
-@dataclass(eq=False)
+def _any_broker_alive(_id: int) -> bool:
+    return True
+
+
 class Partition:
-    topic: str
-    index: int
-    topic_id: uuid.UUID
-    log: PartitionLog
-    leader: int
-    leader_epoch: int = 0
-    replicas: list[int] = field(default_factory=list)
-    isr: list[int] = field(default_factory=list)
-    node_id: int | None = None
-    partition_epoch: int = 0
-    controller_epoch: int = 0
-    min_isr: int = 1
-    #: The topic's current `min.insync.replicas` (configs change at run time); else `min_isr`.
-    min_isr_source: Callable[[], int] | None = None
-    replica_lag_ms: int = DEFAULT_REPLICA_LAG_MS
-    followers: dict[int, FollowerState] = field(default_factory=dict)
-    leader_epoch_start_offset: int | None = None
-    pending_isr: PendingIsr | None = None
-    #: Called with this partition when it has an ISR change to send (the replica manager).
-    on_isr_change: Callable[[Partition], None] | None = None
-    #: Whether replicas other than the leader may be alive (refined by the metadata cache).
-    is_broker_alive: Callable[[int], bool] = field(default=lambda _id: True)
-    clock: Clock = wall_clock_ms
-    #: Fetches long-polling on this partition, woken by every append.
-    append_waiters: Waiters = field(default_factory=Waiters)
-    #: Produces and fetches waiting on the high watermark, the ISR or the leadership.
-    state_waiters: Waiters = field(default_factory=Waiters)
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup2`); compared by
+    # identity.
+    __slots__ = (
+        "append_waiters",
+        "clock",
+        "controller_epoch",
+        "followers",
+        "index",
+        "is_broker_alive",
+        "isr",
+        "leader",
+        "leader_epoch",
+        "leader_epoch_start_offset",
+        "log",
+        "min_isr",
+        "min_isr_source",
+        "node_id",
+        "on_isr_change",
+        "partition_epoch",
+        "pending_isr",
+        "replica_lag_ms",
+        "replicas",
+        "state_waiters",
+        "topic",
+        "topic_id",
+    )
 
-    def __post_init__(self) -> None:
-        if self.node_id is None:
-            self.node_id = self.leader
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        topic_id: uuid.UUID,
+        log: PartitionLog,
+        leader: int,
+        leader_epoch: int = 0,
+        replicas: list[int] | None = None,
+        isr: list[int] | None = None,
+        node_id: int | None = None,
+        partition_epoch: int = 0,
+        controller_epoch: int = 0,
+        min_isr: int = 1,
+        min_isr_source: Callable[[], int] | None = None,
+        replica_lag_ms: int = DEFAULT_REPLICA_LAG_MS,
+        on_isr_change: Callable[[Partition], None] | None = None,
+        is_broker_alive: Callable[[int], bool] = _any_broker_alive,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.log = log
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.replicas = [] if replicas is None else replicas
+        self.isr = [] if isr is None else isr
+        self.node_id = leader if node_id is None else node_id
+        self.partition_epoch = partition_epoch
+        self.controller_epoch = controller_epoch
+        self.min_isr = min_isr
+        #: The topic's current `min.insync.replicas` (configs change at run time); else
+        #: `min_isr`.
+        self.min_isr_source = min_isr_source
+        self.replica_lag_ms = replica_lag_ms
+        self.followers: dict[int, FollowerState] = {}
+        self.leader_epoch_start_offset: int | None = None
+        self.pending_isr: PendingIsr | None = None
+        #: Called with this partition when it has an ISR change to send (the replica manager).
+        self.on_isr_change = on_isr_change
+        #: Whether replicas other than the leader may be alive (refined by the metadata cache).
+        self.is_broker_alive = is_broker_alive
+        self.clock = clock
+        #: Fetches long-polling on this partition, woken by every append.
+        self.append_waiters = Waiters()
+        #: Produces and fetches waiting on the high watermark, the ISR or the leadership.
+        self.state_waiters = Waiters()
         if self.is_leader(self.node_id):
             self.leader_epoch_start_offset = self.log.log_end_offset
         # As Kafka's makeLeader: a leader whose ISR is itself has its whole log replicated. The
@@ -452,7 +518,7 @@ class Partition:
             self.leader_epoch = leader_epoch
             self.leader_epoch_start_offset = start
         self.partition_epoch = partition_epoch
-        self.leader = self.node_id  # type: ignore[assignment]
+        self.leader = self.node_id
         self._advance_high_watermark(now_ms)
         self.notify_changed()
         self.notify_append()

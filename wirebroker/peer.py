@@ -52,7 +52,6 @@ from protocol.schema import Message
 from wirebroker.config import BrokerConfig
 from wirebroker.sasl.mechanism import SaslFailure
 from wirebroker.sasl.settings import SaslLogin, inter_broker_login
-from wirebroker.tls import inter_broker_client_context
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +96,8 @@ class PeerSecurity:
     @classmethod
     def inter_broker(cls, config: BrokerConfig) -> PeerSecurity:
         """What the inter-broker listener's protocol asks for; ConfigError when it cannot be."""
+        from wirebroker.tls import inter_broker_client_context  # start-up time: see server
+
         return cls(inter_broker_client_context(config), inter_broker_login(config))
 
 

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from storage.chore import Chore
-from storage.cleaner import Compaction
 from storage.clock import Clock, wall_clock_ms
 from storage.errors import StorageError
 from storage.log_manager import LogManager
@@ -38,9 +37,10 @@ from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import ConnectionWatch, serve_connection
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
-from wirebroker.tls import ListenerContexts
 
 if TYPE_CHECKING:
+    from storage.cleaner import Compaction
+    from wirebroker.tls import ListenerContexts
     from wirebroker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
@@ -106,16 +106,17 @@ async def serve_broker(
             if again is not None:  # stored under password.encoder.old.secret
                 await entity_configs.change_entity_config(zk, f"brokers/{own}", again)
             # A bad keystore or truststore fails here, before any file or socket is opened.
-            tls = ListenerContexts(config)
+            tls = _tls_contexts(config)
             broker = Broker.open(config, clock, dynamic)
         except BaseException:
             await zk.close()
             raise
     else:
         dynamic = DynamicBrokerConfig.open(config)
-        tls = ListenerContexts(config)
+        tls = _tls_contexts(config)
         broker = Broker.open(config, clock, dynamic)
-    dynamic.add_reconfigurable(Reconfigurable(tls.follows, tls.reconfigure, tls.validate))
+    if tls is not None:
+        dynamic.add_reconfigurable(Reconfigurable(tls.follows, tls.reconfigure, tls.validate))
     try:
         if config.authorizer_enabled:
             # The ACLs are loaded before any listener opens: no request is decided without them.
@@ -180,11 +181,22 @@ async def _serve(
     *,
     broker: Broker,
     listener: str,
-    tls: ListenerContexts,
+    tls: ListenerContexts | None,
     watch: ConnectionWatch,
 ) -> None:
     """One accepted connection, with its listener's TLS context of the moment."""
-    await serve_connection(stream, broker, listener, watch, tls.contexts[listener])
+    context = tls.contexts[listener] if tls is not None else None
+    await serve_connection(stream, broker, listener, watch, context)
+
+
+def _tls_contexts(config: BrokerConfig) -> ListenerContexts | None:
+    """The listeners' TLS contexts; None when no listener is SSL or SASL_SSL, which then
+    import no `wirebroker.tls` (start-up time, docs/perf-notes.md)."""
+    if not any(config.uses_tls(listener.name) for listener in config.listeners()):
+        return None
+    from wirebroker.tls import ListenerContexts
+
+    return ListenerContexts(config)
 
 
 async def _housekeeping(broker: Broker) -> None:

@@ -156,7 +156,7 @@ class ListenerContexts:
 def _listener_context(
     config: BrokerConfig, listener: str
 ) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
-    if config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
+    if not config.uses_tls(listener):
         return None
     return server_context(config, listener)
 
@@ -166,7 +166,7 @@ def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
     the inter-broker listener's keystore as client certificate, its truststore, and hostname
     verification unless `ssl.endpoint.identification.algorithm` is empty."""
     listener = config.inter_broker_listener()
-    if listener is None or config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
+    if listener is None or not config.uses_tls(listener):
         return None
     settings = _Settings(config, listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from protocol.records import RecordBatchView, iter_batches
 from storage.chore import run_chore
-from storage.cleaner import Compaction, max_map_keys
-from storage.config import LogConfig
+from storage.cleaner import Compaction
+from storage.config import LogConfig, max_map_keys
 from storage.log_manager import LogManager
 from storage.partition_log import PartitionLog
 

@@ -3,7 +3,9 @@ acknowledged produce is mostly Python imports): prometheus_client comes with the
 endpoint, the codecs with the first compressed batch, kazoo and the znodes' classes with
 `zookeeper.connect`, the ACL authorizer with `authorizer.class.name`, the group and transaction
 coordinators with their first use or their internal topic, each handler module with its API's
-first request, and nothing asks importlib.metadata for a version. Each case runs in a fresh
+first request, TLS with an SSL listener, the SASL authenticator with a SASL listener's first connection and each
+mechanism's module with its first exchange or credential, the log cleaner with the first
+compaction, and nothing asks importlib.metadata for a version. Each case runs in a fresh
 interpreter."""
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ ONLY_WHEN_NEEDED = (
     "importlib.metadata",
     "wirebroker.zk.znodes",
     "wirebroker.authorizer.acl_authorizer",
+    "wirebroker.tls",
+    "wirebroker.sasl.authenticator",
+    "wirebroker.sasl.plain",
+    "wirebroker.sasl.scram",
+    "wirebroker.sasl.oauthbearer",
+    "storage.cleaner",
     *COORDINATORS,
     *HANDLER_MODULES,
 )

@@ -48,10 +48,7 @@ from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshake
 from protocol.schema import Message
 from wirebroker.dispatch import REGISTRY, RequestContext, error_response, supported
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure, SaslServer
-from wirebroker.sasl.oauthbearer import OAUTHBEARER, OAuthBearerServer
-from wirebroker.sasl.plain import PlainServer
-from wirebroker.sasl.scram import HASHES, ScramServer
-from wirebroker.sasl.settings import PLAIN, ListenerSasl
+from wirebroker.sasl.settings import OAUTHBEARER, PLAIN, SCRAM, ListenerSasl
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -166,12 +163,20 @@ class SaslAuthenticator:
         return Step(self._encode(correlation_id, response, SASL_HANDSHAKE_KEY, version))
 
     def _server(self, mechanism: str) -> SaslServer:
+        """The mechanism's server; its module is imported here, by the first exchange that
+        uses it (start-up time, docs/perf-notes.md)."""
         if mechanism == PLAIN:
+            from wirebroker.sasl.plain import PlainServer
+
             return PlainServer(self.settings.plain_users())
         if mechanism == OAUTHBEARER:
+            from wirebroker.sasl.oauthbearer import OAuthBearerServer
+
             assert self.settings.oauthbearer is not None
             return OAuthBearerServer(self.settings.oauthbearer, self.broker.now_ms)
-        assert mechanism in HASHES
+        from wirebroker.sasl.scram import ScramServer
+
+        assert mechanism in SCRAM
         store = self.broker.scram_credentials
         return ScramServer(mechanism, lambda user: store.get(user, mechanism))
 

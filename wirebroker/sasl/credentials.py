@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wirebroker.json_file import write_json_atomically
-from wirebroker.sasl.scram import HASHES, ScramCredential
+from wirebroker.sasl.settings import SCRAM
+
+if TYPE_CHECKING:
+    from wirebroker.sasl.scram import ScramCredential
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +30,7 @@ def with_scram_credentials(
 ) -> dict[str, str]:
     """A user's Kafka config with its SCRAM entries replaced by `credentials` (its other keys,
     quotas, kept), as Kafka's AdminZkClient writes `/config/users/<user>`."""
-    kept = {k: v for k, v in config.items() if k not in HASHES}
+    kept = {k: v for k, v in config.items() if k not in SCRAM}
     return kept | {m: c.to_kafka_string() for m, c in credentials.items()}
 
 
@@ -60,10 +64,13 @@ class ScramCredentialStore:
 
     def cache_user_config(self, user: str, config: dict[str, str]) -> None:
         """Take the user's SCRAM entries from a Kafka user config (its other keys are quotas),
-        without saving: the config came from where it is kept."""
+        without saving: the config came from where it is kept. SCRAM's module is imported by
+        the first credential (start-up time, docs/perf-notes.md)."""
         credentials = {}
         for mechanism, text in config.items():
-            if mechanism in HASHES:
+            if mechanism in SCRAM:
+                from wirebroker.sasl.scram import ScramCredential
+
                 try:
                     credentials[mechanism] = ScramCredential.from_kafka_string(text)
                 except ValueError as e:

@@ -36,9 +36,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
+from wirebroker.sasl.settings import OAUTHBEARER
 
-OAUTHBEARER = "OAUTHBEARER"
-LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 UNSECURED_VALIDATOR = (
     "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
     "OAuthBearerUnsecuredValidatorCallbackHandler"

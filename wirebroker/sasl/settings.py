@@ -28,26 +28,20 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from wirebroker.sasl.oauthbearer import (
-    LOGIN_MODULE as OAUTHBEARER_LOGIN_MODULE,
-)
-from wirebroker.sasl.oauthbearer import (
-    OAUTHBEARER,
-    UNSECURED_VALIDATOR,
-    UnsecuredValidator,
-    unsecured_token,
-)
-
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
     from wirebroker.sasl.mechanism import SaslClient
+    from wirebroker.sasl.oauthbearer import UnsecuredValidator
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
+SCRAM = (SCRAM_SHA_256, SCRAM_SHA_512)
+OAUTHBEARER = "OAUTHBEARER"
 IMPLEMENTED = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 LOGIN_MODULES = {
     PLAIN: PLAIN_LOGIN_MODULE,
     SCRAM_SHA_256: SCRAM_LOGIN_MODULE,
@@ -222,6 +216,7 @@ def _oauthbearer_validator(
     config: BrokerConfig, prefix: str, jaas: dict[str, JaasEntry]
 ) -> UnsecuredValidator:
     from wirebroker.config import ConfigError
+    from wirebroker.sasl.oauthbearer import UNSECURED_VALIDATOR, UnsecuredValidator
 
     handler_key = f"{prefix}oauthbearer.sasl.server.callback.handler.class"
     handler = (config.get(handler_key) or "").strip()
@@ -252,7 +247,7 @@ class SaslLogin:
 
     def client(self, now_ms: int) -> SaslClient:
         """A fresh client side of one exchange (an OAUTHBEARER token made at `now_ms`)."""
-        from wirebroker.sasl.oauthbearer import OAuthBearerClient
+        from wirebroker.sasl.oauthbearer import OAuthBearerClient, unsecured_token
         from wirebroker.sasl.plain import PlainClient
         from wirebroker.sasl.scram import ScramClient
 
@@ -303,6 +298,8 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
     if entry.login_module != module:
         raise ConfigError(f"{key}: {mechanism} takes {module}; {how}")
     if mechanism == OAUTHBEARER:
+        from wirebroker.sasl.oauthbearer import unsecured_token
+
         try:
             unsecured_token(entry.options, 0)
         except ValueError as e:

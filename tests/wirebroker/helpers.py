@@ -85,6 +85,16 @@ def wait_until(
         time.sleep(interval)
 
 
+async def receive_frame(stream: trio.SocketStream) -> bytes:
+    """One response frame (without its size) from a trio stream; fails if the broker closes."""
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+        chunk = await stream.receive_some()
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data[4:]
+
+
 def host_port(bootstrap: str) -> tuple[str, int]:
     host, _, port = bootstrap.rpartition(":")
     return host, int(port)

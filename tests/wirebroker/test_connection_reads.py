@@ -6,27 +6,17 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 
 import pytest
 import trio
 import trio.testing
 
 from protocol.messages.api_versions import ApiVersionsRequest
-from tests.wirebroker.helpers import host_port, request_frame
+from tests.wirebroker.helpers import host_port, receive_frame, request_frame
 from wirebroker.embed import open_broker
 from wirebroker.transport import PlainTransport
 
 API_VERSIONS = request_frame(ApiVersionsRequest(), 0, 1)
-
-
-async def _receive_frame(stream: trio.SocketStream) -> bytes:
-    data = b""
-    while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
-        chunk = await stream.receive_some()
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data[4:]
 
 
 def test_a_split_request_and_the_next_are_answered_without_empty_reads(
@@ -52,10 +42,10 @@ def test_a_split_request_and_the_next_are_answered_without_empty_reads(
                 await client.send_all(API_VERSIONS[:7])
                 await trio.testing.wait_all_tasks_blocked()  # read short, waiting
                 await client.send_all(API_VERSIONS[7:])
-                assert await _receive_frame(client)
+                assert await receive_frame(client)
                 for _ in range(3):
                     await client.send_all(API_VERSIONS)
-                    assert await _receive_frame(client)
+                    assert await receive_frame(client)
         took = [n for n in reads if n is not None]
         assert took == [7, len(API_VERSIONS) - 7] + [len(API_VERSIONS)] * 3 + [0]
         # Only a new connection's first read may find nothing (it can come before any byte).
@@ -73,7 +63,7 @@ def test_a_close_after_a_request_is_seen() -> None:
             async with client:
                 await client.send_all(API_VERSIONS)
                 client.socket.shutdown(socket.SHUT_WR)
-                assert await _receive_frame(client)
+                assert await receive_frame(client)
                 with trio.fail_after(10):
                     assert await client.receive_some() == b""
 

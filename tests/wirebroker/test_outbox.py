@@ -14,7 +14,13 @@ import trio.testing
 
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.record_batch import SimpleRecord
-from tests.wirebroker.helpers import fetch_request, host_port, produce_request, request_frame
+from tests.wirebroker.helpers import (
+    fetch_request,
+    host_port,
+    produce_request,
+    receive_frame,
+    request_frame,
+)
 from wirebroker.connection import _Outbox, _Slot
 from wirebroker.embed import open_broker
 from wirebroker.transport import PlainTransport
@@ -121,15 +127,6 @@ def test_answers_completed_by_one_event_leave_in_one_write() -> None:
     trio.run(main)
 
 
-async def _receive_frame(stream: trio.SocketStream) -> bytes:
-    data = b""
-    while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
-        chunk = await stream.receive_some()
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data[4:]
-
-
 def test_a_parked_fetch_a_produce_wakes_is_answered_before_the_produce(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -159,13 +156,13 @@ def test_a_parked_fetch_a_produce_wakes_is_answered_before_the_produce(
             consumer = await trio.open_tcp_stream(*host_port(bootstrap))
             async with producer, consumer:
                 await producer.send_all(request_frame(create, 7, 1))
-                await _receive_frame(producer)
+                await receive_frame(producer)
                 await consumer.send_all(request_frame(parked_fetch, 12, 1))
                 await trio.testing.wait_all_tasks_blocked()  # the fetch waits for records
                 written.clear()
                 await producer.send_all(request_frame(produce, 9, 2))
-                await _receive_frame(consumer)
-                await _receive_frame(producer)
+                await receive_frame(consumer)
+                await receive_frame(producer)
         assert written == ["records", "other"]
 
     trio.run(main)

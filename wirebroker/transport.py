@@ -25,6 +25,9 @@ the responses behind it) would otherwise each leave as a packet of its own under
 wake-up of the client. The cork comes off at the end of the write, and before any wait for the
 socket to drain: held bytes never wait for a timer (corked, the kernel holds a partial segment
 up to 200 ms, and a send buffer smaller than one loopback segment would hold all of it).
+trio's `SocketStream` limits a socket's unsent bytes to 16 KiB (`TCP_NOTSENT_LOWAT`); a TCP
+transport sets the system's default back (no limit, as the JVM's sockets have), so that the
+kernel takes a fetch answer whole instead of stopping part-way until the reader drains it.
 """
 
 from __future__ import annotations
@@ -86,6 +89,12 @@ class PlainTransport:
         #: Corked around file slices (TCP only); whether it is TCP is asked once, not per write
         #: (`family` is a Python property).
         self.cork = _Cork(sock) if sock.family in _TCP else None
+        if self.cork is not None:
+            # trio's SocketStream limits unsent bytes to 16 KiB (TCP_NOTSENT_LOWAT): a fetch
+            # answer larger than that then stops part-way and waits for the reader to drain
+            # the socket. The system's default (0: none) lets the send buffer take it whole,
+            # as Kafka's sockets do.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, 0)
 
     def receive_into(self, buffer: memoryview) -> int:
         """Read into `buffer`; 0 when the peer closed, BlockingIOError when nothing is there."""

@@ -1,6 +1,6 @@
 """Writing responses: a response holding a file slice goes out corked (`TCP_CORK`) on TCP, and
 the cork never stays on while the writer waits or after it returns (a corked partial segment
-would wait for the kernel's 200 ms timer)."""
+would wait for the kernel's 200 ms timer), and the kernel may take a whole answer at once."""
 
 from __future__ import annotations
 
@@ -88,3 +88,17 @@ def test_small_responses_are_written_as_they_are(tmp_path: Path) -> None:
             theirs.close()
 
     trio.run(main)
+
+
+def test_the_kernel_may_hold_a_whole_answer_unsent() -> None:
+    """trio's SocketStream limits a socket's unsent bytes to 16 KiB (`TCP_NOTSENT_LOWAT`): a
+    fetch answer larger than that would stop part-way and wait for the reader to drain. A
+    broker connection's transport sets the system's default (no limit) back."""
+    ours, theirs = tcp_pair()
+    try:
+        ours.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, 1 << 14)  # as trio does
+        PlainTransport(ours)
+        assert ours.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT) == 0
+    finally:
+        ours.close()
+        theirs.close()

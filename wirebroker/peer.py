@@ -111,6 +111,8 @@ class PeerConnection:
         self, stream: trio.abc.Stream, client_id: str, security: PeerSecurity = PLAINTEXT
     ) -> None:
         self.stream = stream
+        #: A plain TCP stream's socket, read straight into the frame buffer (no copy).
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self.client_id = client_id
         self.security = security
         self._frames = FrameBuffer(MAX_RESPONSE_BYTES)
@@ -207,15 +209,22 @@ class PeerConnection:
         return response.body
 
     async def _receive_frame(self) -> memoryview:
+        frames, sock = self._frames, self._socket
         while True:
-            got = self._frames.next_frame()
+            got = frames.next_frame()
             if got is not NEED_DATA:
                 assert isinstance(got, memoryview)
                 return got
+            if sock is not None:
+                n = await sock.recv_into(frames.writable())
+                if not n:
+                    raise EOFError("the peer closed the connection")
+                frames.advance(n)
+                continue
             data = await self.stream.receive_some(RECEIVE_SIZE)
             if not data:
                 raise EOFError("the peer closed the connection")
-            self._frames.receive_data(data)
+            frames.receive_data(data)
 
     async def aclose(self) -> None:
         await self.stream.aclose()

@@ -16,6 +16,7 @@ factor 1 (in a cluster, `offsets.topic.replication.factor` is Kafka's 3).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -943,6 +944,13 @@ class Listener:
         return f"{self.name}://{host}:{self.port}"
 
 
+@functools.lru_cache(maxsize=16)
+def _parse_listeners(text: str) -> tuple[Listener, ...]:
+    """The listeners of a `listeners` value, parsed once per text: a follower's every Fetch
+    asks for the inter-broker listener's name (`RequestContext.authorize_cluster_action`)."""
+    return tuple(Listener.parse(t) for t in text.split(",") if t.strip())
+
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
@@ -1253,8 +1261,7 @@ class BrokerConfig:
         return self.get_int("broker.id")
 
     def listeners(self) -> list[Listener]:
-        text = self.get("listeners") or ""
-        out = [Listener.parse(t) for t in text.split(",") if t.strip()]
+        out = list(_parse_listeners(self.get("listeners") or ""))
         if not out:
             raise ConfigError(
                 "listeners is empty: give at least one, e.g. PLAINTEXT://127.0.0.1:9092"

@@ -3,7 +3,8 @@
 An acks=all append is acknowledged once the partition's high watermark passed it, i.e. every
 in-sync replica has it: :func:`replicated` asks without waiting, :func:`await_replication`
 waits for a list of appends within a timeout, woken by the partitions' state changes (the
-high watermark, the ISR, the leadership), never by polling. Used by Produce, the transaction
+ISR, the leadership) and by a high watermark that reached its append (`Waiters.add_until`),
+never by polling. Used by Produce, the transaction
 markers and the coordinators' stores. Owns no partition state.
 """
 
@@ -14,7 +15,6 @@ from collections.abc import Sequence
 import trio
 
 from protocol.errors import ErrorCode
-from wirebroker.events import Wakeup
 from wirebroker.partition import Partition
 
 #: An append to wait for: the partition and the offset its high watermark must reach.
@@ -33,16 +33,17 @@ async def await_replication(appends: Sequence[Appended], timeout_s: float) -> li
     """Each append's answer once decided; REQUEST_TIMED_OUT for those still waiting after
     `timeout_s`."""
     answers: list[ErrorCode | None] = [None] * len(appends)
-    with (
-        Wakeup([p.state_waiters for p, _ in appends]) as wakeup,
-        trio.move_on_after(max(timeout_s, 0)),
-    ):
+    with trio.move_on_after(max(timeout_s, 0)):
         while True:
-            wakeup.arm()
+            # Checked and registered with no await between: no state change is missed.
+            woken = trio.Event()
             for i, appended in enumerate(appends):
                 if answers[i] is None:
                     answers[i] = replicated(appended)
+                    if answers[i] is None:
+                        partition, required = appended
+                        partition.state_waiters.add_until(required, woken)
             if None not in answers:
                 break
-            await wakeup.wait()
+            await woken.wait()
     return [ErrorCode.REQUEST_TIMED_OUT if a is None else a for a in answers]

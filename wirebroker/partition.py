@@ -314,10 +314,8 @@ class Partition:
             new_hw = self.log.log_end_offset
             if new_hw > self.log.high_watermark:
                 self.log.update_high_watermark(new_hw)
-                self.notify_changed()
+                self.state_waiters.notify_reached(new_hw)
                 return True
-            return False
-        if self.under_min_isr:
             return False
         if now_ms is None:
             now_ms = self.clock()
@@ -332,9 +330,10 @@ class Partition:
                 and self.is_broker_alive(replica_id)
             ):
                 new_hw = state.log_end_offset
-        if new_hw > self.log.high_watermark:
+        # (under min ISR asked only when the watermark would move: it reads the topic's config)
+        if new_hw > self.log.high_watermark and not self.under_min_isr:
             self.log.update_high_watermark(new_hw)
-            self.notify_changed()
+            self.state_waiters.notify_reached(new_hw)
             return True
         return False
 

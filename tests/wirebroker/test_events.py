@@ -56,3 +56,21 @@ def test_no_sources_never_blocks() -> None:
             await wakeup.wait()
 
     trio.run(main)
+
+
+def test_an_offset_waiter_wakes_only_once_its_offset_is_reached() -> None:
+    """An acks=all Produce waits for its offset: a high watermark short of it wakes the
+    fetches waiting on the source but not the produce; `notify()` (the ISR, the leadership)
+    wakes everyone."""
+    source = Waiters()
+    fetch, produce_10, produce_20 = trio.Event(), trio.Event(), trio.Event()
+    source.add(fetch)
+    source.add_until(10, produce_10)
+    source.add_until(20, produce_20)
+    source.notify_reached(9)
+    assert fetch.is_set() and not produce_10.is_set() and not produce_20.is_set()
+    source.notify_reached(15)
+    assert produce_10.is_set() and not produce_20.is_set()
+    assert source.notify() == 1  # the ISR changed: the one still waiting wakes
+    assert produce_20.is_set()
+    assert source.notify() == 0

@@ -5,8 +5,8 @@ endpoint, the codecs with the first compressed batch, kazoo and the znodes' clas
 coordinators with their first use or their internal topic, each handler module with its API's
 first request, TLS with an SSL listener, the SASL authenticator with a SASL listener's first connection and each
 mechanism's module with its first exchange or credential, the log cleaner with the first
-compaction, and nothing asks importlib.metadata for a version. Each case runs in a fresh
-interpreter."""
+compaction, and nothing asks importlib.metadata for a version; the command imports what it
+needs with the cyclic collector off. Each case runs in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -103,3 +103,27 @@ def test_a_request_brings_only_its_handler(tmp_path: Path) -> None:
     lookup = "from wirebroker.dispatch import REGISTRY; REGISTRY[0]"  # Produce's first request
     loaded = loaded_after_start(tmp_path, {}, lookup)
     assert [m for m in loaded if m in HANDLER_MODULES] == ["wirebroker.handlers.produce"]
+
+
+def test_the_command_imports_without_collections_and_then_collects() -> None:
+    # `wirebroker.__main__` imports the broker with the cyclic collector off, then freezes those
+    # objects and turns it back on: a broker left without collection would leak every cycle
+    script = (
+        "import gc, sys\n"
+        "sys.argv = ['wirebroker', 'serve', '--list-configs']\n"
+        "collections = []\n"
+        "def during_import(phase, info):\n"
+        "    if not hasattr(sys.modules.get('wirebroker.cli'), 'main'):\n"
+        "        collections.append(phase)\n"
+        "gc.callbacks.append(during_import)\n"
+        "from wirebroker.__main__ import main\n"
+        "main()\n"
+        "print(len(collections), gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    collections, enabled, frozen = out.stdout.splitlines()[-1].split()
+    assert collections == "0"
+    assert enabled == "True"
+    assert int(frozen) > 10_000

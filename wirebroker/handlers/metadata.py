@@ -4,7 +4,9 @@ Topics by name or (v10+) by id; null topics (v1+) or an empty list (v0) mean all
 Auto-creation follows `auto.create.topics.enable` and, from v4, the request's
 `allow_auto_topic_creation`; the request that creates a topic is answered LEADER_NOT_AVAILABLE
 without partitions and the next one lists them, as Kafka answers (its AutoTopicCreationManager
-does not wait for leaders), even though the embedded broker has them at once.
+does not wait for leaders), even though the embedded broker has them at once. A missing topic
+not created is UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION when its name cannot be a
+topic's (Kafka's answer; a topic is never answered without error and without partitions).
 
 Authorization, as Kafka: a topic the client may not DESCRIBE is left out of an all-topics
 answer, and answered TOPIC_AUTHORIZATION_FAILED when named (without its id when named by name,
@@ -41,7 +43,7 @@ from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from wirebroker.authorizer.acls import CLUSTER_NAME, AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.metadata_cache import MetadataCache
-from wirebroker.topics import INTERNAL_TOPICS
+from wirebroker.topics import INTERNAL_TOPICS, validate_topic_name
 
 Topic = MetadataResponse.MetadataResponseTopic
 ZERO_UUID = uuid.UUID(int=0)
@@ -166,7 +168,7 @@ async def _lookup(ctx: RequestContext, name: str, allow_create: bool) -> Topic:
     cache = broker.metadata_cache
     if not cache.has_topic(name):
         if not allow_create or name in INTERNAL_TOPICS:
-            return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
+            return _not_created(name)
         if broker.cluster is not None:
             return await _auto_create_in_zk(ctx, name)
         try:
@@ -180,6 +182,20 @@ async def _lookup(ctx: RequestContext, name: str, allow_create: bool) -> Topic:
             return Topic(error_code=e.error_code, name=name)
         return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name)
     return _describe(ctx, cache, name)
+
+
+def _not_created(name: str) -> Topic:
+    """A missing topic that is not auto-created: INVALID_TOPIC_EXCEPTION when its name could not
+    be a topic's, else UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers."""
+    try:
+        validate_topic_name(name)
+    except KafkaError as e:
+        return Topic(error_code=e.error_code, name=name)
+    return Topic(
+        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        name=name,
+        is_internal=name in INTERNAL_TOPICS,
+    )
 
 
 def _describe(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:

@@ -74,6 +74,10 @@ class CompiledFinder:
             hashes[module] = expected
         if sorted(hashes) != sorted(MODULES):
             return f"{manifest} names other modules than {', '.join(MODULES)}"
+        for module in (*MODULES, GROUP + "__mypyc"):
+            library = self._library(module)
+            if library is None or not library.exists():
+                return f"{library} is missing (make setup rebuilds it)"
         for module in MODULES:
             source = source_path(self.source_root, module)
             try:
@@ -88,17 +92,19 @@ class CompiledFinder:
             self.refusal = self._check()
         return not self.refusal
 
+    def _library(self, name: str) -> Path | None:
+        if name == GROUP + "__mypyc":
+            return _extension(self.build_dir, name)
+        if name in MODULES:
+            package, _, stem = name.rpartition(".")
+            return _extension(self.build_dir / package, stem)
+        return None
+
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if name == GROUP + "__mypyc":
-            location = _extension(self.build_dir, name)
-        elif name in MODULES:
-            package, _, stem = name.rpartition(".")
-            location = _extension(self.build_dir / package, stem)
-        else:
-            return None
-        if not self.usable():
+        location = self._library(name)
+        if location is None or not self.usable():
             return None
         spec = ModuleSpec(name, ExtensionFileLoader(name, str(location)), origin=str(location))
         spec.has_location = True  # sets the module's __file__

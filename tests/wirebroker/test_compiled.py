@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
@@ -33,15 +34,19 @@ PRINT_FILES = IMPORT_ALL + f"; print('\\n'.join(sys.modules[m].__file__ for m in
 
 
 def sources_with_manifest(tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of the sources and a build directory whose manifest matches them."""
+    """A copy of the sources and a build directory whose manifest matches them (its libraries
+    empty files: these tests never load them)."""
     root, build = tmp_path / "src", tmp_path / "build"
-    build.mkdir()
     lines = []
     for module in MODULES:
         copy = source_path(root, module)
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source_path(SOURCE_ROOT, module), copy)
         lines.append(f"{digest(copy)} {module}\n")
+        library = source_path(build, module).with_suffix(EXTENSION_SUFFIXES[0])
+        library.parent.mkdir(parents=True, exist_ok=True)
+        library.touch()
+    (build / f"{GROUP}__mypyc{EXTENSION_SUFFIXES[0]}").touch()
     (build / MANIFEST).write_text("".join(lines))
     return root, build
 
@@ -67,9 +72,14 @@ def test_an_edited_source_runs_every_module_as_python(tmp_path: Path) -> None:
     assert finder.refusal == f"{edited} changed since the build (make setup rebuilds it)"
 
 
-def test_no_build_or_another_modules_manifest_is_refused(tmp_path: Path) -> None:
+def test_no_build_a_missing_library_or_another_manifest_is_refused(tmp_path: Path) -> None:
     root, build = sources_with_manifest(tmp_path)
     assert CompiledFinder(tmp_path / "none", root).find_spec(MODULES[0]) is None
+    (build / f"{GROUP}__mypyc{EXTENSION_SUFFIXES[0]}").unlink()
+    finder = CompiledFinder(build, root)
+    assert finder.find_spec(MODULES[0]) is None
+    assert finder.refusal is not None and "is missing" in finder.refusal
+    (build / f"{GROUP}__mypyc{EXTENSION_SUFFIXES[0]}").touch()
     (build / MANIFEST).write_text((build / MANIFEST).read_text().replace(MODULES[0], "x.y"))
     finder = CompiledFinder(build, root)
     assert finder.find_spec(MODULES[0]) is None

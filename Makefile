@@ -14,7 +14,10 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# The hot modules compiled with mypyc into $(VENV)/compiled (rebuilt when a source changed; without
+# a C compiler they run as Python): wirebroker/compiled.py.
 setup: $(STAMP)
+	@$(PY) -m wirebroker.compiled_build
 
 ## serve: one broker on 127.0.0.1:9092 with its data in ./data, Prometheus metrics on 127.0.0.1:9404/metrics (Ctrl-C stops it cleanly)
 serve: setup

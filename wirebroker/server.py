@@ -33,6 +33,7 @@ from storage.clock import Clock, wall_clock_ms
 from storage.errors import StorageError
 from storage.log_manager import LogManager
 from storage.partition_log import PartitionLog, PendingFlush
+from wirebroker import compiled
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import ConnectionWatch, serve_connection
@@ -151,6 +152,7 @@ async def serve_broker(
                 from wirebroker.metrics_http import serve_metrics
 
                 metrics_url = await nursery.start(serve_metrics, broker)
+            log.info("record path and codec primitives: %s", compiled.describe())
             log.info(
                 "wirebroker %d ready in %.0f ms on %s (cluster %s)",
                 broker.node_id,

@@ -200,9 +200,20 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
     """Replaying `__consumer_offsets`: a committed transaction's offsets are the group's, an
     aborted one's are dropped, an open one's stay pending until its transaction ends."""
 
-    async def commit_offset(broker: Broker, tid: str, group: str, offset: int) -> tuple[int, int]:
+    # The open transaction must outlive the mock clock's jumps: the clock autojumps to the next
+    # timer whenever every task waits, also while a worker thread loads a coordinator's topic,
+    # and a timed-out open transaction would be aborted (its offsets dropped) during the restart.
+    never = str(2**31 - 1)
+    lasting = {
+        "transaction_max_timeout_ms": never,
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms": never,
+    }
+
+    async def commit_offset(
+        broker: Broker, tid: str, group: str, offset: int, timeout_ms: int = 60_000
+    ) -> tuple[int, int]:
         coordinator = broker.transactions
-        result = await coordinator.init_producer_id(tid, 60_000, None)
+        result = await coordinator.init_producer_id(tid, timeout_ms, None)
         pid, epoch = result.producer_id, result.producer_epoch
         offsets_tp = TopicPartition(OFFSETS_TOPIC, broker.groups.partition_of(group))
         assert await coordinator.add_partitions(tid, pid, epoch, frozenset({offsets_tp})) == E.NONE
@@ -223,7 +234,7 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
         return None if committed is None else committed.offset
 
     async def test() -> None:
-        async with running(tmp_path) as broker:
+        async with running(tmp_path, **lasting) as broker:
             broker.create_topic("t", 1, 1, {})
             broker.groups.ensure_topic()
             coordinator = broker.transactions
@@ -234,9 +245,9 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
             pid, epoch = await commit_offset(broker, "a", "aborted", 6)
             assert await coordinator.end_transaction("a", pid, epoch, False) == E.NONE
             await until(lambda: state_of(broker, "a") == TxnState.COMPLETE_ABORT)
-            open_pid, open_epoch = await commit_offset(broker, "o", "open", 7)
+            open_pid, open_epoch = await commit_offset(broker, "o", "open", 7, int(never))
             assert broker.groups.unstable("open", ("t", 0))
-        async with running(tmp_path) as broker:
+        async with running(tmp_path, **lasting) as broker:
             assert offset_of(broker, "committed") == 5
             assert offset_of(broker, "aborted") is None
             assert not broker.groups.unstable("aborted", ("t", 0))

@@ -178,6 +178,7 @@ async def _lookup(ctx: RequestContext, name: str, allow_create: bool) -> Topic:
                 broker.config.get_int("default.replication.factor"),
                 {},
             )
+            await broker.topics.written()
         except KafkaError as e:
             return Topic(error_code=e.error_code, name=name)
         return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name)

@@ -2,9 +2,10 @@
 before a topic change is answered, and a failed write costs neither the broker nor the change.
 
 - A burst of CreateTopics, DeleteTopics and IncrementalAlterConfigs from concurrent
-  confluent-kafka AdminClients, every one answered OK, then kill -9: the restarted broker has
-  exactly the final topics, partition counts and config overrides (each answer waited for the
-  write that holds its change).
+  confluent-kafka AdminClients, every one answered OK, and a FindCoordinator (which creates
+  `__consumer_offsets`), then kill -9: the restarted broker has exactly the final topics,
+  partition counts and config overrides (each answer waited for the write that holds its
+  change).
 - An in-process broker whose registry writes are held in their worker thread: Metadata is
   answered meanwhile and already shows the new topic, the CreateTopics is not answered until
   its write lands, and the changes made during a held write are written once, as the latest
@@ -40,12 +41,13 @@ import wirebroker.topics
 from protocol.errors import ErrorCode
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_topics import DeleteTopicsRequest
+from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.metadata import MetadataRequest
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient, fill
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
-from wirebroker.topics import TopicRegistry
+from wirebroker.topics import OFFSETS_TOPIC, TopicRegistry
 
 pytestmark = pytest.mark.integration
 
@@ -122,9 +124,14 @@ def test_a_burst_of_topic_changes_survives_a_kill(tmp_path: Path) -> None:
         expected = {name: topic for left in results for name, topic in left.items()}
         assert len(expected) == WORKERS * (TOPICS_EACH - TOPICS_EACH // 3 + 1)
         assert _topics(broker.bootstrap, "burst-") == expected
+        with RawClient(broker.bootstrap, timeout=TIMEOUT) as client:
+            found = client.request(FindCoordinatorRequest(key="g", key_type=0), 3)
+        assert found.error_code == ErrorCode.NONE
         broker.restart(clean=False)  # kill -9: only what the answers waited for is on disk
         assert _topics(broker.bootstrap, "burst-") == expected
+        assert OFFSETS_TOPIC in _listed(broker.bootstrap)
         stored = json.loads((tmp_path / "data" / "topics.json").read_text())["topics"]
+        del stored[OFFSETS_TOPIC]
         assert {n: (t["partitions"], t["configs"]) for n, t in stored.items()} == expected
     finally:
         broker.stop()

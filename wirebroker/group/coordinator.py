@@ -51,6 +51,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
 from protocol.record_batch import NO_SEQUENCE
 from storage.producer_state import VerificationGuard
+from wirebroker.auto_topics import creatable_topic
 from wirebroker.coordinator_store import (
     WRITTEN,
     CoordinatorStore,
@@ -263,13 +264,12 @@ class GroupCoordinator:
         log.info("%s-%d: unloaded %d groups", OFFSETS_TOPIC, index, len(gone))
 
     def ensure_topic(self) -> None:
-        """Create `__consumer_offsets` if this is its first use."""
+        """Embedded: create `__consumer_offsets` if this is its first use (as
+        `wirebroker.auto_topics` makes it); its partitions start empty, coordinated here."""
         if self.broker.topics.get(OFFSETS_TOPIC) is None:
+            topic = creatable_topic(self.broker.config, OFFSETS_TOPIC)
             self.broker.create_topic(
-                OFFSETS_TOPIC,
-                self.num_partitions,
-                1,
-                {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+                OFFSETS_TOPIC, topic.partitions, topic.replication_factor, topic.configs
             )
 
     def statistics(self) -> dict[str, int]:

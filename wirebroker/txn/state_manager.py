@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.errors import ErrorCode
+from wirebroker.auto_topics import creatable_topic
 from wirebroker.coordinator_store import (
     CoordinatorStore,
     Origin,
@@ -90,16 +91,8 @@ class TransactionStateManager:
         self.broker = broker
         config = broker.config
         self.num_partitions = config.get_int("transaction.state.log.num.partitions")
-        self.replication_factor = config.get_int("transaction.state.log.replication.factor")
         self.max_timeout_ms = config.get_int("transaction.max.timeout.ms")
         self.expiration_ms = config.get_int("transactional.id.expiration.ms")
-        self.topic_configs = {
-            "cleanup.policy": "compact",
-            "compression.type": "uncompressed",
-            "unclean.leader.election.enable": "false",
-            "min.insync.replicas": str(config.get_int("transaction.state.log.min.isr")),
-            "segment.bytes": str(config.get_int("transaction.state.log.segment.bytes")),
-        }
         self.store = CoordinatorStore(
             TXN_TOPIC,
             broker.partition,
@@ -133,8 +126,11 @@ class TransactionStateManager:
         Whether it was created now."""
         if self.broker.cluster_mode or self.broker.topics.get(TXN_TOPIC) is not None:
             return False
-        self.broker.create_topic(TXN_TOPIC, self.num_partitions, 1, self.topic_configs)
-        for index in range(self.num_partitions):
+        topic = creatable_topic(self.broker.config, TXN_TOPIC)
+        self.broker.create_topic(
+            TXN_TOPIC, topic.partitions, topic.replication_factor, topic.configs
+        )
+        for index in range(topic.partitions):
             self.partitions[index] = TxnPartition(EMBEDDED_EPOCH)
         return True
 

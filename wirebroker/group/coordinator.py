@@ -8,9 +8,9 @@ machine asks for written. Writing and replaying the topic is the store's
 (`wirebroker.coordinator_store`), turning records into groups the loader's (`group.loader`),
 their format `group.records`'.
 
-Which groups it coordinates: embedded, every group (the topic is created on first use with
-`offsets.topic.num.partitions` partitions and `cleanup.policy=compact`, and every partition is
-loaded at start). In a cluster, the groups of the `__consumer_offsets` partitions this broker
+Which groups it coordinates: embedded, every group (the topic is created on first use, as
+`wirebroker.auto_topics` makes it: `offsets.topic.num.partitions` partitions, compacted; and
+every partition is loaded at start). In a cluster, the groups of the `__consumer_offsets` partitions this broker
 leads: the replica manager calls `partition_moved` when it becomes leader (the partition is
 loaded, Kafka's onElection) or follower, or stops the partition (its groups are unloaded,
 parked requests answered NOT_COORDINATOR, Kafka's onResignation).

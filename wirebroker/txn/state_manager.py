@@ -1,12 +1,11 @@
 """`__transaction_state` and the transactional ids it holds (Kafka's TransactionStateManager).
 
 This module owns which partitions of the topic this broker coordinates, the metadata of their
-transactional ids, and writing and loading them. Embedded, the topic is created on first use
-(`transaction.state.log.num.partitions` partitions, `cleanup.policy=compact`, no compression,
-`transaction.state.log.segment.bytes`, `min.insync.replicas` from `transaction.state.log.min.isr`)
-and every partition is coordinated here, loaded at start. In a cluster the topic is created
-through ZooKeeper with `transaction.state.log.replication.factor` replicas (by FindCoordinator),
-and a partition is coordinated by its leader: `partition_moved` loads it when this broker
+transactional ids, and writing and loading them. The topic is created on first use as
+`wirebroker.auto_topics` makes it (`transaction.state.log.num.partitions` partitions, compacted,
+uncompressed, ...), by FindCoordinator or a Metadata request naming it. Embedded, it has one
+replica and every partition is coordinated here, loaded at start. In a cluster it is created
+through ZooKeeper with `transaction.state.log.replication.factor` replicas, and a partition is coordinated by its leader: `partition_moved` loads it when this broker
 becomes leader, the coordinator epoch being the partition's leader epoch, and unloads it when
 it no longer is. Loading replays the partition off the loop (`CoordinatorStore.replay`, in
 chunks of `transaction.state.log.load.buffer.size`); meanwhile its ids answer

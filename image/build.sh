@@ -12,7 +12,12 @@
 # 2. Python wheels built on the host (`pip wheel`, into build/wheels/), so pip inside the build
 #    installs with --no-index. The dependencies' wheels are rebuilt only when pyproject.toml
 #    changes; the project's own wheel every time.
-# 3. `docker build` of Dockerfile and image/kafka.Dockerfile, each from a context streamed by
+# 3. The host's mypyc build of the hot modules (`make setup` makes it in the venv) into
+#    build/compiled/ when the host runs it, i.e. it matches these sources. The image installs it
+#    only if its Python runs it too (CPython 3.11's ABI holds across patch releases; the host's
+#    Debian bookworm and the image's share the C library); else the image runs them as Python.
+#    The last line says which the image runs.
+# 4. `docker build` of Dockerfile and image/kafka.Dockerfile, each from a context streamed by
 #    tar (which follows .cache's symlink to the shared jar cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -87,6 +92,18 @@ wheels() {
     rm -f build/wheels/wirebroker-*.whl
 }
 
+compiled() { # the host's compiled build into build/compiled/ if the host runs it, else nothing
+    local host
+    rm -rf build/compiled
+    mkdir -p build/compiled
+    host=$(env -u WIREBROKER_PURE "$PY" -I -m wirebroker.compiled_build --status)
+    if [[ $host == compiled* ]]; then
+        cp -r "$("$PY" -c 'from wirebroker.compiled import BUILD_DIR; print(BUILD_DIR)')"/. build/compiled/
+    else
+        say "no compiled build to give the image: the host runs its record path as $host"
+    fi
+}
+
 build() { # docker build's own output only when it fails (the legacy builder's notice is noise)
     local out
     if ! out=$(docker build -q "$@" 2>&1); then
@@ -96,17 +113,23 @@ build() { # docker build's own output only when it fails (the legacy builder's n
     fi
 }
 
-context() { # $@: paths; streams them as a build context, build/wheels as image/wheels
-    tar -ch --transform 's,^build/wheels,image/wheels,' --exclude='__pycache__' "$@"
+context() { # $@: paths; streams them as a build context, build/X as image/X
+    tar -ch --transform 's,^build/,image/,' --exclude='__pycache__' "$@"
 }
 
 start=$(date +%s)
 base=$(pick_base python:3.11-slim)
 wheels
+compiled
 say "building $WB_IMAGE from $base"
-context Dockerfile pyproject.toml README.md protocol storage wirebroker pipeline build/wheels |
+context Dockerfile pyproject.toml README.md protocol storage wirebroker pipeline build/wheels \
+    build/compiled |
     build --build-arg BASE_IMAGE="$base" --build-arg PIP_NO_INDEX=1 -t "$WB_IMAGE" -
-say "built $WB_IMAGE in $(seconds "$start") s"
+runs=$(docker run --rm --entrypoint python "$WB_IMAGE" -I -m wirebroker.compiled_build --status)
+say "built $WB_IMAGE in $(seconds "$start") s; its record path and codec primitives: $runs"
+if [ -f build/compiled/manifest ] && [[ $runs != compiled* ]]; then
+    say "the image's Python refused the host's compiled build: \`docker build\` of the same context says why"
+fi
 
 if ! ls "$KAFKA_JARS"/kafka_2.13-*.jar >/dev/null 2>&1; then
     say "no Kafka jars in $KAFKA_JARS: run \`make jars\` for $KAFKA_IMAGE"

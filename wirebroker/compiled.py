@@ -10,9 +10,11 @@ at interpreter start. The finder serves the compiled modules only while every so
 its manifest's hash: they call each other natively, so it is all of them or none, and an edited
 ``.py`` runs as Python until the next build (``make setup`` rebuilds when a hash differs).
 
-Without a build (a plain ``pip install``, the Docker image, a machine without a C compiler) the
-same modules run as Python, as they do with ``WIREBROKER_PURE=1`` (A/B runs, and the tests in
-both modes). The broker logs which it runs (:func:`describe`). Why these modules and what the
+Without a build (a plain ``pip install``, a machine without a C compiler) the same modules run
+as Python, as they do with ``WIREBROKER_PURE=1`` (A/B runs, and the tests in both modes). An
+installed package works the same way (the sources under site-packages, the build in the venv's
+prefix): ``make image`` gives the image the host's build (:mod:`wirebroker.compiled_build`,
+``--prebuilt``). The broker logs which it runs (:func:`describe`). Why these modules and what the
 build gives: docs/perf-notes.md, branch `compiled`.
 """
 

@@ -4,12 +4,20 @@
 (or the venv lacks the ``.pth`` that installs the finder). Without a C compiler, the Python
 headers or mypyc, or when mypyc refuses an edited module, it says so and exits 0: the modules
 then run as Python.
+
+``--prebuilt DIR`` installs a build made elsewhere instead: the Docker image's (``make image``
+passes the host's build, made on the same Debian for CPython 3.11, whose ABI holds across patch
+releases; the image's wheel installs the same sources byte for byte). It is taken only if its
+manifest matches the installed sources and a fresh interpreter of this environment then runs it;
+else nothing is installed and the modules run as Python. ``--status`` prints which this
+environment runs (what the broker logs at start).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -22,13 +30,26 @@ from wirebroker.compiled import (
     MANIFEST,
     MODULES,
     PTH,
+    PURE_ENV,
     SOURCE_ROOT,
     CompiledFinder,
+    describe,
     digest,
     source_path,
 )
 
-__all__ = ["build"]
+__all__ = ["build", "install_prebuilt", "status"]
+
+USAGE = "usage: python -m wirebroker.compiled_build [--prebuilt DIR | --status]"
+
+
+def _pth() -> Path:
+    """The venv's ``.pth`` that installs the finder at every interpreter start."""
+    return Path(sysconfig.get_paths()["purelib"]) / PTH
+
+
+def _install_pth() -> None:
+    _pth().write_text("import wirebroker.compiled; wirebroker.compiled.install()\n")
 
 
 def build(build_dir: Path = BUILD_DIR, source_root: Path = SOURCE_ROOT) -> None:
@@ -62,16 +83,54 @@ def build(build_dir: Path = BUILD_DIR, source_root: Path = SOURCE_ROOT) -> None:
         )
         shutil.rmtree(build_dir, ignore_errors=True)
         shutil.move(staging, build_dir)
-    site = Path(sysconfig.get_paths()["purelib"])
-    (site / PTH).write_text("import wirebroker.compiled; wirebroker.compiled.install()\n")
+    _install_pth()
+
+
+def status() -> str:
+    """Which :data:`MODULES` run here (imports them: for a fresh interpreter)."""
+    for module in MODULES:
+        __import__(module)
+    return describe()
+
+
+def install_prebuilt(prebuilt: Path) -> str:
+    """Install the build in `prebuilt` into this environment if it matches the installed sources
+    and this interpreter runs it; says what the modules then run as."""
+    finder = CompiledFinder(prebuilt, SOURCE_ROOT)
+    if not finder.usable():
+        return f"pure Python ({finder.refusal})"
+    shutil.rmtree(BUILD_DIR, ignore_errors=True)
+    shutil.copytree(prebuilt, BUILD_DIR)
+    _install_pth()
+    env = {k: v for k, v in os.environ.items() if k != PURE_ENV}  # -I: none of PYTHON*
+    check = subprocess.run(
+        [sys.executable, "-I", "-m", "wirebroker.compiled_build", "--status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    said = check.stdout.strip()
+    if check.returncode == 0 and said.startswith("compiled"):
+        return said
+    shutil.rmtree(BUILD_DIR)
+    _pth().unlink()
+    why = said if check.returncode == 0 else (check.stderr.strip().splitlines() or ["?"])[-1]
+    return f"pure Python (this interpreter does not run the build in {prebuilt}: {why})"
 
 
 def main(argv: Sequence[str]) -> int:
+    if argv == ["--status"]:
+        print(status())
+        return 0
+    if len(argv) == 2 and argv[0] == "--prebuilt":
+        print(f"record path and codec primitives: {install_prebuilt(Path(argv[1]))}")
+        return 0
     if argv:
-        print("usage: python -m wirebroker.compiled_build", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     finder = CompiledFinder(BUILD_DIR, SOURCE_ROOT)
-    if finder.usable() and (Path(sysconfig.get_paths()["purelib"]) / PTH).exists():
+    if finder.usable() and _pth().exists():
         print(f"compiled build in {BUILD_DIR} is up to date")
         return 0
     print(f"compiling {', '.join(MODULES)} with mypyc into {BUILD_DIR} ({finder.refusal})")

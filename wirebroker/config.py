@@ -385,6 +385,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "RF of __consumer_offsets in a cluster; the embedded broker's is always 1.",
         ),
         _k(
+            "offsets.topic.segment.bytes",
+            "int",
+            "104857600",
+            "segment.bytes of __consumer_offsets.",
+            at_least=1,
+        ),
+        _k(
             "group.initial.rebalance.delay.ms",
             "int",
             "3000",

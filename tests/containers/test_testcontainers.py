@@ -1,5 +1,6 @@
 """``WirebrokerContainer`` and ``ApacheKafkaContainer`` with real clients: the mapped port is what
-the broker advertises, configs reach the broker, and the container is gone after ``with``."""
+the broker advertises, configs reach the broker, and the container is gone after ``with``; the
+image runs the host's mypyc build of the record path (``make image`` gives it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
+from wirebroker.compiled import BUILD_DIR, SOURCE_ROOT, CompiledFinder
 from wirebroker.testcontainers import ApacheKafkaContainer, WirebrokerContainer, env_to_config
 
 
@@ -55,6 +57,17 @@ def test_round_trip_on_the_mapped_port(container: type[WirebrokerContainer]) -> 
         assert _round_trip_confluent(bootstrap, topic) == [b"m0", b"m1", b"m2"]
     with pytest.raises(docker.errors.NotFound):
         docker.from_env().containers.get(container_id)
+
+
+def test_the_image_runs_the_compiled_record_path() -> None:
+    host = CompiledFinder(BUILD_DIR, SOURCE_ROOT)
+    if not host.usable():
+        pytest.skip(f"the host has no compiled build to give the image: {host.refusal}")
+    with WirebrokerContainer() as broker:
+        stdout, stderr = broker.get_logs()
+    log = (stdout + stderr).decode()
+    expected = "record path and codec primitives: compiled with mypyc (protocol.varint"
+    assert expected in log, f"rebuilt with `make image` since the build? The broker's log:\n{log}"
 
 
 def test_configs_reach_the_broker() -> None:

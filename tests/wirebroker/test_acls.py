@@ -271,12 +271,20 @@ def test_refusals_carry_kafkas_codes_and_are_logged_without_secrets(
             granted: (ErrorCode.NONE, 1 << DESCRIBE),
             secret: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -(2**31)),
         }
-        # an auto-created topic needs CREATE: bob may describe every name but create none
+        # an auto-created topic needs CREATE: bob may describe every name but create none (an
+        # internal topic neither, which stays missing)
         grant(sasl(broker), acl(TOPIC, "*", "User:bob", DESCRIBE))
+        wanted = [f"auto-{tag}", "__transaction_state"]
         missing = bob.request(
-            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=f"auto-{tag}")]), 4
+            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in wanted]),
+            4,
         )
-        assert missing.topics[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert [(t.name, t.error_code, t.is_internal) for t in missing.topics] == [
+            (f"auto-{tag}", ErrorCode.TOPIC_AUTHORIZATION_FAILED, False),
+            ("__transaction_state", ErrorCode.TOPIC_AUTHORIZATION_FAILED, True),
+        ]
+        described = bob.request(MetadataRequest(topics=None), 12)
+        assert "__transaction_state" not in [t.name for t in described.topics]
         acls = bob.request(
             DescribeAclsRequest(
                 resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1

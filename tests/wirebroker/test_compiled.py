@@ -3,7 +3,9 @@ says which it runs (`wirebroker.compiled`).
 
 The finder's checks run on a copy of the sources with a manifest of their hashes (no compiler
 needed); the broker tests use the venv's real build (`make setup` makes it), and skip, saying
-why, where there is none (no C compiler)."""
+why, where there is none (no C compiler). A build made elsewhere (``--prebuilt``, how the Docker
+image gets the host's) is installed into a venv holding the packages as a wheel installs them;
+`tests/containers` checks the image itself."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from wirebroker.compiled import (
     GROUP,
     MANIFEST,
     MODULES,
+    PTH,
     PURE_ENV,
     SOURCE_ROOT,
     CompiledFinder,
@@ -121,3 +125,79 @@ def test_the_broker_logs_which_it_runs(
     expected = f"pure Python ({PURE_ENV}=1)" if pure else "compiled with mypyc (protocol.varint"
     with broker_process(tmp_path) as broker:
         assert broker.wait_for_log(f"record path and codec primitives: {expected}"), broker.log
+
+
+def installed_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A venv with protocol, storage and wirebroker in its site-packages, byte for byte as their
+    wheel installs them (the dependencies on a path to this venv's); its python and
+    site-packages."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+    )
+    for package in ("protocol", "storage", "wirebroker"):
+        shutil.copytree(
+            SOURCE_ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python, site
+
+
+def prebuilt(python: Path, build: Path) -> str:
+    said = run(python, "-m", "wirebroker.compiled_build", "--prebuilt", str(build))
+    return said.removeprefix("record path and codec primitives: ")
+
+
+def run(python: Path, *args: str) -> str:
+    """`python` run outside this tree (``-m`` and ``-c`` put the working directory first)."""
+    env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
+    done = subprocess.run(
+        [python, *args], capture_output=True, text=True, check=True, timeout=120, env=env, cwd="/"
+    )
+    return done.stdout.strip()
+
+
+def test_an_installed_package_runs_a_prebuilt_build(tmp_path: Path) -> None:
+    """The image's case: the finder looks beside the installed sources and in the venv's prefix."""
+    venv_build_or_skip()
+    python, site = installed_venv(tmp_path)
+    assert run(python, "-m", "wirebroker.compiled_build", "--status") == (
+        "pure Python (no compiled build in this environment)"
+    )
+    assert prebuilt(python, BUILD_DIR).startswith("compiled with mypyc (protocol.varint")
+    build = tmp_path / "venv" / "compiled"
+    assert (site / PTH).exists() and (build / MANIFEST).exists()
+    assert all(Path(f).is_relative_to(build) for f in run(python, "-c", PRINT_FILES).split())
+
+
+def test_a_prebuilt_build_of_other_sources_is_not_installed(tmp_path: Path) -> None:
+    _, build = sources_with_manifest(tmp_path)
+    python, site = installed_venv(tmp_path)
+    edited = source_path(site, "storage.validation")
+    edited.write_text(edited.read_text() + "\n# edited\n")
+    assert prebuilt(python, build) == (
+        f"pure Python ({edited} changed since the build (make setup rebuilds it))"
+    )
+    assert not (site / PTH).exists() and not (tmp_path / "venv" / "compiled").exists()
+
+
+def test_a_prebuilt_build_this_python_cannot_load_is_removed(tmp_path: Path) -> None:
+    """A build for another interpreter (here: empty libraries) matching the sources is tried in
+    a fresh interpreter and removed, never left to fail the broker's imports."""
+    _, build = sources_with_manifest(tmp_path)
+    python, site = installed_venv(tmp_path)
+    said = prebuilt(python, build)
+    assert said.startswith(f"pure Python (this interpreter does not run the build in {build}: "), (
+        said
+    )
+    assert "ImportError" in said, said
+    assert not (site / PTH).exists() and not (tmp_path / "venv" / "compiled").exists()
+    assert run(python, "-c", PRINT_FILES).split() == [str(source_path(site, m)) for m in MODULES]

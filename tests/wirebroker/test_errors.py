@@ -160,9 +160,10 @@ def test_unknown_topic_and_partition_codes(broker: BrokerProcess, topic: str) ->
 
 def test_metadata_of_a_name_no_topic_can_have(broker: BrokerProcess, topic: str) -> None:
     """Not auto-created, a missing topic is UNKNOWN_TOPIC_OR_PARTITION (flagged internal when
-    its name is an internal topic's: no transaction was begun here) but one whose name is illegal
-    is INVALID_TOPIC_EXCEPTION (Kafka's KafkaApis.getTopicMetadata), in every version."""
-    names = [topic, "__transaction_state", "bad name!", "..", "a" * 250]
+    its name is an internal topic's: no group or transaction was used here yet) but one whose
+    name is illegal is INVALID_TOPIC_EXCEPTION (Kafka's KafkaApis.getTopicMetadata), in every
+    version."""
+    names = [topic, "__transaction_state", "__consumer_offsets", "bad name!", "..", "a" * 250]
     with RawClient(broker.bootstrap) as client:
         for version in (1, 12):
             response = client.request(
@@ -175,6 +176,7 @@ def test_metadata_of_a_name_no_topic_can_have(broker: BrokerProcess, topic: str)
             assert got == [
                 (topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, False, []),
                 ("__transaction_state", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, True, []),
+                ("__consumer_offsets", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, True, []),
                 ("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION, False, []),
                 ("..", ErrorCode.INVALID_TOPIC_EXCEPTION, False, []),
                 ("a" * 250, ErrorCode.INVALID_TOPIC_EXCEPTION, False, []),

@@ -8,9 +8,9 @@ machine asks for written. Writing and replaying the topic is the store's
 (`wirebroker.coordinator_store`), turning records into groups the loader's (`group.loader`),
 their format `group.records`'.
 
-Which groups it coordinates: embedded, every group (the topic is created on first use with
-`offsets.topic.num.partitions` partitions and `cleanup.policy=compact`, and every partition is
-loaded at start). In a cluster, the groups of the `__consumer_offsets` partitions this broker
+Which groups it coordinates: embedded, every group (the topic is created on first use, as
+`wirebroker.auto_topics` makes it: `offsets.topic.num.partitions` partitions, compacted; and
+every partition is loaded at start). In a cluster, the groups of the `__consumer_offsets` partitions this broker
 leads: the replica manager calls `partition_moved` when it becomes leader (the partition is
 loaded, Kafka's onElection) or follower, or stops the partition (its groups are unloaded,
 parked requests answered NOT_COORDINATOR, Kafka's onResignation).
@@ -51,6 +51,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
 from protocol.record_batch import NO_SEQUENCE
 from storage.producer_state import VerificationGuard
+from wirebroker.auto_topics import creatable_topic
 from wirebroker.coordinator_store import (
     WRITTEN,
     CoordinatorStore,
@@ -263,13 +264,12 @@ class GroupCoordinator:
         log.info("%s-%d: unloaded %d groups", OFFSETS_TOPIC, index, len(gone))
 
     def ensure_topic(self) -> None:
-        """Create `__consumer_offsets` if this is its first use."""
+        """Embedded: create `__consumer_offsets` if this is its first use (as
+        `wirebroker.auto_topics` makes it); its partitions start empty, coordinated here."""
         if self.broker.topics.get(OFFSETS_TOPIC) is None:
+            topic = creatable_topic(self.broker.config, OFFSETS_TOPIC)
             self.broker.create_topic(
-                OFFSETS_TOPIC,
-                self.num_partitions,
-                1,
-                {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+                OFFSETS_TOPIC, topic.partitions, topic.replication_factor, topic.configs
             )
 
     def statistics(self) -> dict[str, int]:

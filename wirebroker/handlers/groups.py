@@ -44,6 +44,7 @@ from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
 from protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from wirebroker import auto_topics
 from wirebroker.authorizer.acls import (
     AUTHORIZATION_MESSAGES,
     NOT_REQUESTED,
@@ -115,22 +116,10 @@ def _coordinator_refused(ctx: RequestContext, key_type: int, key: str) -> ErrorC
 
 
 async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
-    """The coordinator's topic exists: created on first use (embedded: here; in a cluster: in
-    ZooKeeper, with its replication factor). As in Kafka 3.9 the factor is not capped at the
-    live brokers: until enough are up the coordinator is not available."""
+    """The coordinator's topic exists: created on first use (`wirebroker.auto_topics`: embedded
+    here, in a cluster in ZooKeeper with its replication factor). As in Kafka 3.9 the factor is
+    not capped at the live brokers: until enough are up the coordinator is not available."""
     broker = ctx.broker
-    if key_type == GROUP_KEY:
-        name, partitions = OFFSETS_TOPIC, broker.groups.num_partitions
-        factor = broker.config.get_int("offsets.topic.replication.factor")
-        configs = {
-            "cleanup.policy": "compact",
-            "segment.bytes": "104857600",
-            "compression.type": "producer",
-        }
-    else:
-        state = broker.transactions.state
-        name, partitions = TXN_TOPIC, state.num_partitions
-        factor, configs = state.replication_factor, state.topic_configs
     cluster = broker.cluster
     if cluster is None:
         code = ErrorCode.NONE
@@ -144,10 +133,11 @@ async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
             except KafkaError:
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE  # as Kafka when the creation fails
         return code
+    name = OFFSETS_TOPIC if key_type == GROUP_KEY else TXN_TOPIC
     if await cluster.topic_assignment(name) is not None:
         return ErrorCode.NONE
     try:
-        await cluster.create_topic(name, partitions, factor, configs)
+        await auto_topics.create(broker, name)
     except KafkaError as e:
         if e.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
             return ErrorCode.NONE

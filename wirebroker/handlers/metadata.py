@@ -4,7 +4,11 @@ Topics by name or (v10+) by id; null topics (v1+) or an empty list (v0) mean all
 Auto-creation follows `auto.create.topics.enable` and, from v4, the request's
 `allow_auto_topic_creation`; the request that creates a topic is answered LEADER_NOT_AVAILABLE
 without partitions and the next one lists them, as Kafka answers (its AutoTopicCreationManager
-does not wait for leaders), even though the embedded broker has them at once. A missing topic
+does not wait for leaders), even though the embedded broker has them at once. The topic is made
+as `wirebroker.auto_topics` makes it: `__consumer_offsets` and `__transaction_state` as
+FindCoordinator would (their coordinator's partitions, replication factor and configs), any
+other with `num.partitions` and `default.replication.factor`; a topic that cannot be made is
+answered with why (INVALID_REPLICATION_FACTOR with fewer live brokers). A missing topic
 not created is UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION when its name cannot be a
 topic's (Kafka's answer; a topic is never answered without error and without partitions).
 
@@ -40,6 +44,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
+from wirebroker import auto_topics
 from wirebroker.authorizer.acls import CLUSTER_NAME, AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.metadata_cache import MetadataCache
@@ -166,23 +171,19 @@ async def _named(ctx: RequestContext, request: MetadataRequest) -> list[Topic]:
 async def _lookup(ctx: RequestContext, name: str, allow_create: bool) -> Topic:
     broker = ctx.broker
     cache = broker.metadata_cache
-    if not cache.has_topic(name):
-        if not allow_create or name in INTERNAL_TOPICS:
-            return _not_created(name)
-        if broker.cluster is not None:
-            return await _auto_create_in_zk(ctx, name)
-        try:
-            broker.create_topic(
-                name,
-                broker.config.get_int("num.partitions"),
-                broker.config.get_int("default.replication.factor"),
-                {},
-            )
-            await broker.topics.written()
-        except KafkaError as e:
-            return Topic(error_code=e.error_code, name=name)
-        return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name)
-    return _describe(ctx, cache, name)
+    if cache.has_topic(name):
+        return _describe(ctx, cache, name)
+    if not allow_create:
+        return _not_created(name)
+    # Answered LEADER_NOT_AVAILABLE once created, also when a cluster has it and this broker
+    # does not know it yet, as Kafka answers with timeout 0.
+    internal = name in INTERNAL_TOPICS
+    try:
+        await auto_topics.create(broker, name)
+    except KafkaError as e:
+        if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            return Topic(error_code=e.error_code, name=name, is_internal=internal)
+    return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=internal)
 
 
 def _not_created(name: str) -> Topic:
@@ -238,24 +239,4 @@ def _describe(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:
         topic_id=cache.topic_id(name) if ctx.api_version >= 10 else ZERO_UUID,
         is_internal=name in INTERNAL_TOPICS,
         partitions=partitions,
-    )
-
-
-async def _auto_create_in_zk(ctx: RequestContext, name: str) -> Topic:
-    """Cluster mode: create the topic in ZooKeeper; it is answered LEADER_NOT_AVAILABLE (also when
-    it already exists but this broker does not know it yet), as Kafka answers with timeout 0."""
-    broker = ctx.broker
-    assert broker.cluster is not None
-    try:
-        await broker.cluster.create_topic(
-            name,
-            broker.config.get_int("num.partitions"),
-            broker.config.get_int("default.replication.factor"),
-            {},
-        )
-    except KafkaError as e:
-        if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
-            return Topic(error_code=e.error_code, name=name, is_internal=name in INTERNAL_TOPICS)
-    return Topic(
-        error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=name in INTERNAL_TOPICS
     )

@@ -1,12 +1,11 @@
 """`__transaction_state` and the transactional ids it holds (Kafka's TransactionStateManager).
 
 This module owns which partitions of the topic this broker coordinates, the metadata of their
-transactional ids, and writing and loading them. Embedded, the topic is created on first use
-(`transaction.state.log.num.partitions` partitions, `cleanup.policy=compact`, no compression,
-`transaction.state.log.segment.bytes`, `min.insync.replicas` from `transaction.state.log.min.isr`)
-and every partition is coordinated here, loaded at start. In a cluster the topic is created
-through ZooKeeper with `transaction.state.log.replication.factor` replicas (by FindCoordinator),
-and a partition is coordinated by its leader: `partition_moved` loads it when this broker
+transactional ids, and writing and loading them. The topic is created on first use as
+`wirebroker.auto_topics` makes it (`transaction.state.log.num.partitions` partitions, compacted,
+uncompressed, ...), by FindCoordinator or a Metadata request naming it. Embedded, it has one
+replica and every partition is coordinated here, loaded at start. In a cluster it is created
+through ZooKeeper with `transaction.state.log.replication.factor` replicas, and a partition is coordinated by its leader: `partition_moved` loads it when this broker
 becomes leader, the coordinator epoch being the partition's leader epoch, and unloads it when
 it no longer is. Loading replays the partition off the loop (`CoordinatorStore.replay`, in
 chunks of `transaction.state.log.load.buffer.size`); meanwhile its ids answer
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.errors import ErrorCode
+from wirebroker.auto_topics import creatable_topic
 from wirebroker.coordinator_store import (
     CoordinatorStore,
     Origin,
@@ -90,16 +90,8 @@ class TransactionStateManager:
         self.broker = broker
         config = broker.config
         self.num_partitions = config.get_int("transaction.state.log.num.partitions")
-        self.replication_factor = config.get_int("transaction.state.log.replication.factor")
         self.max_timeout_ms = config.get_int("transaction.max.timeout.ms")
         self.expiration_ms = config.get_int("transactional.id.expiration.ms")
-        self.topic_configs = {
-            "cleanup.policy": "compact",
-            "compression.type": "uncompressed",
-            "unclean.leader.election.enable": "false",
-            "min.insync.replicas": str(config.get_int("transaction.state.log.min.isr")),
-            "segment.bytes": str(config.get_int("transaction.state.log.segment.bytes")),
-        }
         self.store = CoordinatorStore(
             TXN_TOPIC,
             broker.partition,
@@ -133,8 +125,11 @@ class TransactionStateManager:
         Whether it was created now."""
         if self.broker.cluster_mode or self.broker.topics.get(TXN_TOPIC) is not None:
             return False
-        self.broker.create_topic(TXN_TOPIC, self.num_partitions, 1, self.topic_configs)
-        for index in range(self.num_partitions):
+        topic = creatable_topic(self.broker.config, TXN_TOPIC)
+        self.broker.create_topic(
+            TXN_TOPIC, topic.partitions, topic.replication_factor, topic.configs
+        )
+        for index in range(topic.partitions):
             self.partitions[index] = TxnPartition(EMBEDDED_EPOCH)
         return True
 

@@ -80,17 +80,20 @@ def _internal_factor(config: BrokerConfig, key: str) -> int:
 
 async def create(broker: Broker, name: str) -> None:
     """Create topic `name` as first use creates it (see the module doc). Raises KafkaError: why
-    it cannot be, TOPIC_ALREADY_EXISTS when a cluster has it already."""
-    if broker.cluster is None and name == OFFSETS_TOPIC:
-        broker.groups.ensure_topic()
-        return
-    if broker.cluster is None and name == TXN_TOPIC:
-        broker.transactions.state.ensure_topic()
-        return
-    topic = creatable_topic(broker.config, name)
+    it cannot be, TOPIC_ALREADY_EXISTS when a cluster has it already, UNKNOWN_SERVER_ERROR when
+    the embedded broker could not write it to `topics.json` (it exists nonetheless)."""
     if broker.cluster is not None:
+        topic = creatable_topic(broker.config, name)
         await broker.cluster.create_topic(
             name, topic.partitions, topic.replication_factor, topic.configs
         )
+        return
+    if name == OFFSETS_TOPIC:
+        broker.groups.ensure_topic()
+    elif name == TXN_TOPIC:
+        broker.transactions.state.ensure_topic()
     else:
+        topic = creatable_topic(broker.config, name)
         broker.create_topic(name, topic.partitions, topic.replication_factor, topic.configs)
+    # Answered once `topics.json` holds the topic, as Kafka answers once ZooKeeper does.
+    await broker.topics.written()

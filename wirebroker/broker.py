@@ -314,6 +314,7 @@ class Broker:
         return broker
 
     def close(self) -> None:
+        self.topics.close()
         self.log_manager.close()
 
     # topics -------------------------------------------------------------------------------
@@ -404,7 +405,7 @@ class Broker:
         if validate_only:
             return
         record.partitions = count
-        self.topics.save()
+        self.topics.changed()
         self._attach(record)
 
     def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
@@ -457,7 +458,7 @@ class Broker:
         record = self.topics.get(name)
         if record is not None and record.configs != overrides:
             record.configs = dict(overrides)
-            self.topics.save()
+            self.topics.changed()
         for tp, partition in self.partitions.items():
             if tp.topic == name:
                 partition.log.update_config(config)
@@ -533,7 +534,7 @@ class Broker:
         if validate_only:
             return
         record.configs = dict(overrides)
-        self.topics.save()
+        self.topics.changed()
         for index in range(record.partitions):
             partition = self.partition(name, index)
             if partition is not None:

@@ -2,21 +2,33 @@
 
 This module owns which topics exist, their ids, partition counts and per-topic config
 overrides. In the embedded default it persists them to `topics.json` in the first log dir,
-written atomically (temporary file, fsync, rename) so a crash never leaves half a registry.
-The ZooKeeper cluster (a later issue) keeps the same facts in Kafka's znodes instead.
+written atomically (temporary file, fsync, rename, directory fsync) so a crash never leaves
+half a registry. A change takes effect in memory at once, on the event loop; the file is
+written off the loop by one writer task (`keep_written`), one write at a time, each of the
+latest state (changes made during a write are coalesced into the next), so an older state never
+lands over a newer one. A request that changed topics awaits `written()` before it is answered,
+as Kafka answers CreateTopics once ZooKeeper holds the topic. A write that fails (a full disk)
+is logged and answered UNKNOWN_SERVER_ERROR to the requests waiting for it; the change stays in
+effect in memory and is written again at the next change, `RETRY_AFTER_S` later, or at
+shutdown (`close`). The ZooKeeper cluster keeps the same facts in Kafka's znodes instead.
 It must not open sockets or touch partition logs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import trio
+
 from protocol.errors import ErrorCode, KafkaError
 from wirebroker.json_file import write_json_atomically
+
+log = logging.getLogger(__name__)
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -25,6 +37,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 #: The transaction coordinator's topic (the transactional ids' states).
 TXN_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
+#: Seconds after a failed write before the writer tries again (sooner on a new change).
+RETRY_AFTER_S = 10.0
 
 
 def validate_topic_name(name: str) -> None:
@@ -62,12 +76,12 @@ class TopicRecord:
             "topic_id": str(self.topic_id),
             "partitions": self.partitions,
             "replication_factor": self.replication_factor,
-            "configs": self.configs,
+            "configs": dict(self.configs),
         }
 
 
 class TopicRegistry:
-    """Topics by name, persisted to a JSON file on every change."""
+    """Topics by name, persisted to a JSON file off the event loop (see the module doc)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -83,6 +97,13 @@ class TopicRegistry:
                     dict(t.get("configs", {})),
                 )
         self.by_id = {t.topic_id: t for t in self.topics.values()}
+        #: Changes made so far, the first `_written` of them in the file, the first
+        #: `_attempted` of them in the writer's latest write (which failed with `_failure`).
+        self._changes = self._written = self._attempted = 0
+        self._failure: OSError | None = None
+        self._changed = trio.Event()  # a change since the writer's latest snapshot
+        self._write_done = trio.Event()  # set (and replaced) after each write
+        self._writer_running = False
 
     def get(self, name: str) -> TopicRecord | None:
         return self.topics.get(name)
@@ -90,15 +111,100 @@ class TopicRegistry:
     def add(self, record: TopicRecord) -> None:
         self.topics[record.name] = record
         self.by_id[record.topic_id] = record
-        self.save()
+        self.changed()
 
     def remove(self, name: str) -> TopicRecord | None:
         record = self.topics.pop(name, None)
         if record is not None:
             self.by_id.pop(record.topic_id, None)
-            self.save()
+            self.changed()
         return record
 
-    def save(self) -> None:
-        data = {"version": 1, "topics": {n: t.to_json() for n, t in sorted(self.topics.items())}}
+    def changed(self) -> None:
+        """A record was added, removed or changed in place: the file is to be rewritten."""
+        self._changes += 1
+        self._changed.set()
+
+    async def written(self) -> None:
+        """Return once the file holds every change made so far. KafkaError
+        UNKNOWN_SERVER_ERROR if the write that was to hold them failed (they stay in effect)."""
+        await trio.lowlevel.checkpoint_if_cancelled()  # a shutdown stops the writer first
+        if not self._writer_running:
+            raise RuntimeError("the topic registry's writer (keep_written) is not running")
+        target = self._changes
+        while self._written < target:
+            done = self._write_done
+            await done.wait()
+            if self._written < target and self._attempted >= target:
+                raise KafkaError(
+                    f"the topic registry could not be written ({_reason(self._failure)}): the "
+                    "change is in effect, but lost at a crash until a later write succeeds",
+                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                )
+
+    async def keep_written(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Write the latest state in a worker thread after every change, until cancelled
+        (`close` then writes what is left). After a failed write, again at the next change or
+        `RETRY_AFTER_S` later."""
+        self._writer_running = True
+        task_status.started()
+        try:
+            while True:
+                if self._written == self._changes:
+                    await self._changed.wait()
+                elif self._failure is not None:
+                    with trio.move_on_after(RETRY_AFTER_S):
+                        await self._changed.wait()
+                self._changed = trio.Event()
+                attempt, data = self._changes, self._snapshot()
+                try:
+                    # Not abandoned on cancellation: a shutdown waits for the write to finish.
+                    await trio.to_thread.run_sync(self._write, data)
+                except OSError as e:
+                    self._failure = e
+                    log.error(
+                        "cannot write the topic registry %s: %s; the topics created, deleted or "
+                        "changed since its last write are in effect, but lost at a crash until a "
+                        "write succeeds (at the next change, in %.0f s, or at shutdown)",
+                        self.path,
+                        e,
+                        RETRY_AFTER_S,
+                    )
+                else:
+                    self._written, self._failure = attempt, None
+                self._attempted = attempt
+                self._write_done.set()
+                self._write_done = trio.Event()
+        finally:
+            self._writer_running = False
+
+    def close(self) -> None:
+        """At shutdown, once the writer stopped: write the changes not in the file yet."""
+        if self._written == self._changes:
+            return
+        try:
+            self._write(self._snapshot())
+        except OSError as e:
+            log.error(
+                "cannot write the topic registry %s at shutdown: %s; the topics created, "
+                "deleted or changed since its last write are not known at the next start",
+                self.path,
+                e,
+            )
+        else:
+            self._written = self._changes
+
+    def _snapshot(self) -> dict[str, object]:
+        """The file's contents, taken on the loop (copies: the loop may change records
+        while a worker thread writes them)."""
+        return {"version": 1, "topics": {n: t.to_json() for n, t in sorted(self.topics.items())}}
+
+    def _write(self, data: dict[str, object]) -> None:
         write_json_atomically(self.path, data, sort_keys=True)
+
+
+def _reason(error: OSError | None) -> str:
+    """An OSError's reason without its path (clients are not told the broker's paths)."""
+    return (error.strerror if error is not None else None) or str(error)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +61,28 @@ def topic(request: pytest.FixtureRequest) -> str:
     """A topic name unique to this test (not created)."""
     stem = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name)[:80].strip("-")
     return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs to fill (`helpers.fill`), unmounted afterwards; skipped unless root."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], timeout=10).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], timeout=10)
 
 
 @pytest.hookimpl(wrapper=True)

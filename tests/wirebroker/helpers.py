@@ -9,6 +9,7 @@ to set up topics without the start-up cost of a real client.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -16,6 +17,7 @@ import struct
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
@@ -93,6 +95,20 @@ async def receive_frame(stream: trio.SocketStream) -> bytes:
         assert chunk, "the broker closed the connection"
         data += chunk
     return data[4:]
+
+
+def fill(path: Path) -> None:
+    """Write zeros to `path` until its file system (the 16 MiB `disk` fixture) is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    chunk = bytes(4096)
+    try:
+        for _ in range(16 * 1024 * 1024 // len(chunk) + 1):
+            os.write(fd, chunk)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+    raise AssertionError("a 16 MiB file system did not fill up")
 
 
 def host_port(bootstrap: str) -> tuple[str, int]:

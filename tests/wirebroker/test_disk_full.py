@@ -10,10 +10,7 @@ marker, and the restart (which recovers) finds exactly the acknowledged records.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,48 +19,18 @@ from kafka import KafkaConsumer, TopicPartition
 from protocol.errors import ErrorCode
 from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, create_topic, produce_request, read_partition
+from tests.wirebroker.helpers import (
+    RawClient,
+    create_topic,
+    fill,
+    produce_request,
+    read_partition,
+)
 
 pytestmark = pytest.mark.integration
 
 VALUE = 20_000  # bytes per record: about 50 per 1 MiB segment
 FILLER = 2 * 1024 * 1024
-
-
-@pytest.fixture
-def disk(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs, unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        timeout=10,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], timeout=10).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], timeout=10)
-
-
-def fill(path: Path) -> None:
-    """Write zeros to `path` until the file system is full."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    chunk = bytes(4096)
-    try:
-        for _ in range(16 * 1024 * 1024 // len(chunk) + 1):
-            os.write(fd, chunk)
-    except OSError:
-        return
-    finally:
-        os.close(fd)
-    raise AssertionError("a 16 MiB file system did not fill up")
 
 
 def produce(client: RawClient, i: int) -> tuple[int, int]:

@@ -268,6 +268,8 @@ async def _set_topic_configs(
         await ctx.broker.cluster.set_topic_config(name, overrides, validate_only=validate_only)
     else:
         ctx.broker.set_topic_configs(name, overrides, validate_only=validate_only)
+        if not validate_only:
+            await ctx.broker.topics.written()
 
 
 def _topic_list_default(name: str) -> tuple[bool, str | None]:

@@ -122,12 +122,17 @@ async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
     broker = ctx.broker
     cluster = broker.cluster
     if cluster is None:
+        code = ErrorCode.NONE
         if not broker.cluster_mode:
             if key_type == GROUP_KEY:
                 broker.groups.ensure_topic()
             elif broker.transactions.state.ensure_topic():
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE  # as Kafka, while it creates it
-        return ErrorCode.NONE
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE  # as Kafka, while it creates it
+            try:
+                await broker.topics.written()  # a topic created here is saved before the answer
+            except KafkaError:
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE  # as Kafka when the creation fails
+        return code
     name = OFFSETS_TOPIC if key_type == GROUP_KEY else TXN_TOPIC
     if await cluster.topic_assignment(name) is not None:
         return ErrorCode.NONE

@@ -4,7 +4,11 @@ Per-topic failures are answered per topic with Kafka's codes (TOPIC_ALREADY_EXIS
 INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION,
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID) and a message from v1 (CreateTopics) or v5
 (DeleteTopics). Differences from Kafka: manual replica assignments are accepted only when they
-name this broker; creation is synchronous, so `timeout_ms` never expires.
+name this broker; creation is synchronous, so `timeout_ms` never expires. The embedded broker
+answers once `topics.json` holds the change (written off the event loop, `wirebroker.topics`),
+as Kafka answers once ZooKeeper does; if that write fails (a full disk) the topics of the
+request are answered UNKNOWN_SERVER_ERROR, as Kafka answers a failed ZooKeeper write, but unlike
+Kafka the change stays in effect (the broker writes the file again later).
 
 The partitions created or deleted count against the client's `controller_mutation_rate`
 quota (`wirebroker.quotas.client`), as in Kafka: from CreateTopics v6, DeleteTopics v5 and
@@ -55,6 +59,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     broker = ctx.broker
     quota = _mutation_quota(ctx, CREATE_TOPICS_STRICT_SINCE)
     results, to_create, describable = _create_results(ctx, request)
+    created = []
     for topic, result in to_create:
         try:
             partitions, replication = _sizes(ctx, topic)
@@ -71,8 +76,15 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
         except KafkaError as e:
             _answer_failed(result, e)
             continue
+        created.append(result)
         if topic.name in describable:
             _answer_created(ctx, result, record, request.validate_only)
+    if created and not request.validate_only:
+        try:
+            await broker.topics.written()
+        except KafkaError as e:
+            for result in created:
+                _answer_failed(result, e)
     _mutation_throttle(ctx, quota)
     return CreateTopicsResponse(topics=results)
 
@@ -196,6 +208,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
     broker = ctx.broker
     quota = _mutation_quota(ctx, DELETE_TOPICS_STRICT_SINCE)
     responses = []
+    deleted = []
     for name, topic_id in _deletion_wanted(ctx, request):
         result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
         responses.append(result)
@@ -214,13 +227,24 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
                 quota.record(existing.partitions)
             record = broker.delete_topic(name)
             result.topic_id = record.topic_id if ctx.api_version >= 6 else ZERO_UUID
+            deleted.append(result)
         except KafkaError as e:
-            result.error_code = e.error_code
-            # Kafka answers an unknown topic with the code alone (message null)
-            unknown = e.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            result.error_message = None if unknown else str(e)
+            _answer_not_deleted(result, e)
+    if deleted:
+        try:
+            await broker.topics.written()
+        except KafkaError as e:
+            for result in deleted:
+                _answer_not_deleted(result, e)
     _mutation_throttle(ctx, quota)
     return DeleteTopicsResponse(responses=responses)
+
+
+def _answer_not_deleted(result: DeleteTopicsResponse.DeletableTopicResult, e: KafkaError) -> None:
+    result.error_code = e.error_code
+    # Kafka answers an unknown topic with the code alone (message null)
+    unknown = e.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    result.error_message = None if unknown else str(e)
 
 
 def _deletion_wanted(
@@ -296,6 +320,8 @@ async def _add_partitions(
         record = ctx.broker.topics.get(topic.name)
         current = record.partitions if record is not None else 0
         ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+        if not validate_only:
+            await ctx.broker.topics.written()
         return current
     assignment = await cluster.topic_assignment(topic.name)
     await cluster.add_partitions(

@@ -1,0 +1,280 @@
+"""The embedded broker's topic registry (`topics.json`) is written off the event loop, in order,
+before a topic change is answered, and a failed write costs neither the broker nor the change.
+
+- A burst of CreateTopics, DeleteTopics and IncrementalAlterConfigs from concurrent
+  confluent-kafka AdminClients, every one answered OK, and a FindCoordinator (which creates
+  `__consumer_offsets`), then kill -9: the restarted broker has exactly the final topics,
+  partition counts and config overrides (each answer waited for the write that holds its
+  change).
+- An in-process broker whose registry writes are held in their worker thread: Metadata is
+  answered meanwhile and already shows the new topic, the CreateTopics is not answered until
+  its write lands, and the changes made during a held write are written once, as the latest
+  state, after it (never an older state over a newer one).
+- A full disk (a 16 MiB tmpfs, root only): CreateTopics and DeleteTopics are answered
+  UNKNOWN_SERVER_ERROR with the reason and logged, the broker stays up with the changes in
+  effect, and once space is freed the next change's write holds them (kill -9 and restart),
+  or else the clean shutdown writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
+
+import wirebroker.topics
+from protocol.errors import ErrorCode
+from protocol.messages.create_topics import CreateTopicsRequest
+from protocol.messages.delete_topics import DeleteTopicsRequest
+from protocol.messages.find_coordinator import FindCoordinatorRequest
+from protocol.messages.metadata import MetadataRequest
+from tests.broker_process import BrokerProcess
+from tests.wirebroker.helpers import RawClient, fill
+from wirebroker.config import BrokerConfig
+from wirebroker.server import serve_broker
+from wirebroker.topics import OFFSETS_TOPIC, TopicRegistry
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 30.0
+WORKERS = 6
+TOPICS_EACH = 6
+
+#: name -> (partitions, config overrides)
+Topics = dict[str, tuple[int, dict[str, str]]]
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _done(futures: dict[Any, Any]) -> None:
+    for future in futures.values():
+        future.result(timeout=TIMEOUT)  # raises the broker's error, if any
+
+
+def _burst(bootstrap: str, worker: int) -> Topics:
+    """One client's creates, config changes, deletes and re-creates, each answered before the
+    next; what it leaves."""
+    admin = _admin(bootstrap)
+    left: Topics = {}
+    names = [f"burst-{worker}-{i}" for i in range(TOPICS_EACH)]
+    for i, name in enumerate(names):
+        configs = {"retention.ms": str(60_000 * (worker * TOPICS_EACH + i + 1))}
+        _done(admin.create_topics([NewTopic(name, 1 + i % 3, config=configs)]))
+        left[name] = (1 + i % 3, configs)
+    for i, name in enumerate(names):
+        if i % 3 == 0:
+            _done(admin.delete_topics([name]))
+            del left[name]
+        elif i % 3 == 1:
+            entry = ConfigEntry(
+                "cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET
+            )
+            resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[entry])
+            _done(admin.incremental_alter_configs([resource]))
+            left[name][1]["cleanup.policy"] = "compact"
+    again = names[0]  # deleted above: created again, with another size and config
+    _done(admin.create_topics([NewTopic(again, 4, config={"segment.ms": "3600000"})]))
+    left[again] = (4, {"segment.ms": "3600000"})
+    return left
+
+
+def _topics(bootstrap: str, prefix: str) -> Topics:
+    """The broker's topics named `prefix`..., with their partition counts and overrides."""
+    admin = _admin(bootstrap)
+    listed = admin.list_topics(timeout=TIMEOUT).topics
+    names = [name for name in listed if name.startswith(prefix)]
+    if not names:
+        return {}
+    described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names])
+    found: Topics = {}
+    for resource, future in described.items():
+        entries = future.result(timeout=TIMEOUT)
+        overrides = {
+            key: entry.value
+            for key, entry in entries.items()
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        }
+        found[resource.name] = (len(listed[resource.name].partitions), overrides)
+    return found
+
+
+def test_a_burst_of_topic_changes_survives_a_kill(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    try:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            results = list(pool.map(partial(_burst, broker.bootstrap), range(WORKERS)))
+        expected = {name: topic for left in results for name, topic in left.items()}
+        assert len(expected) == WORKERS * (TOPICS_EACH - TOPICS_EACH // 3 + 1)
+        assert _topics(broker.bootstrap, "burst-") == expected
+        with RawClient(broker.bootstrap, timeout=TIMEOUT) as client:
+            found = client.request(FindCoordinatorRequest(key="g", key_type=0), 3)
+        assert found.error_code == ErrorCode.NONE
+        broker.restart(clean=False)  # kill -9: only what the answers waited for is on disk
+        assert _topics(broker.bootstrap, "burst-") == expected
+        assert OFFSETS_TOPIC in _listed(broker.bootstrap)
+        stored = json.loads((tmp_path / "data" / "topics.json").read_text())["topics"]
+        del stored[OFFSETS_TOPIC]
+        assert {n: (t["partitions"], t["configs"]) for n, t in stored.items()} == expected
+    finally:
+        broker.stop()
+    assert not broker.tracebacks(), "\n".join(broker.log)
+
+
+class _HeldWrites:
+    """Wraps the registry's `write_json_atomically`: records the thread and the topics of every
+    write, and holds the first until `release` is set."""
+
+    def __init__(self) -> None:
+        self.write = wirebroker.topics.write_json_atomically
+        self.writes: list[tuple[int, list[str]]] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, path: Path, obj: Any, **kwargs: Any) -> None:
+        self.writes.append((threading.get_ident(), sorted(obj["topics"])))
+        if len(self.writes) == 1:
+            self.started.set()
+            assert self.release.wait(TIMEOUT)
+        self.write(path, obj, **kwargs)
+
+
+def _create(bootstrap: str, name: str) -> tuple[int, str | None]:
+    request = CreateTopicsRequest(
+        topics=[
+            CreateTopicsRequest.CreatableTopic(name=name, num_partitions=1, replication_factor=1)
+        ],
+        timeout_ms=10_000,
+    )
+    with RawClient(bootstrap, timeout=TIMEOUT) as client:
+        (result,) = client.request(request, 7).topics
+    return result.error_code, result.error_message
+
+
+def _delete(bootstrap: str, name: str) -> tuple[int, str | None]:
+    with RawClient(bootstrap, timeout=TIMEOUT) as client:
+        (result,) = client.request(DeleteTopicsRequest(topic_names=[name]), 5).responses
+    return result.error_code, result.error_message
+
+
+def _listed(bootstrap: str) -> set[str]:
+    with RawClient(bootstrap, timeout=TIMEOUT) as client:
+        response = client.request(MetadataRequest(topics=None), 12)
+    return {t.name for t in response.topics}
+
+
+class _Changes:
+    """Counts the registry's changes (it wraps `TopicRegistry.changed`), so that a
+    test on the broker's loop can await the n-th."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self.event = trio.Event()
+        changed = TopicRegistry.changed
+
+        def counted(registry: TopicRegistry) -> None:
+            changed(registry)
+            self.count += 1
+            self.event.set()
+
+        monkeypatch.setattr(TopicRegistry, "changed", counted)
+
+    async def wait_for(self, count: int) -> None:
+        while self.count < count:
+            self.event = trio.Event()
+            await self.event.wait()
+
+
+def test_writes_run_off_the_loop_in_order_and_before_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = _HeldWrites()
+    monkeypatch.setattr(wirebroker.topics, "write_json_atomically", held)
+    changes = _Changes(monkeypatch)
+    config = BrokerConfig.from_properties(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
+    )
+    answers: dict[str, tuple[int, str | None]] = {}
+
+    async def ask(what: str, call: Callable[[], tuple[int, str | None]]) -> None:
+        answers[what] = await trio.to_thread.run_sync(call)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            bootstrap = running.bootstrap_servers
+            try:
+                with trio.fail_after(TIMEOUT):
+                    nursery.start_soon(ask, "create a", partial(_create, bootstrap, "a"))
+                    assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+                    # The write of {a} is held: the loop answers others, who see `a` at once.
+                    assert "a" in await trio.to_thread.run_sync(_listed, bootstrap)
+                    assert "create a" not in answers  # answered only once written
+                    async with trio.open_nursery() as meanwhile:
+                        meanwhile.start_soon(ask, "create b", partial(_create, bootstrap, "b"))
+                        meanwhile.start_soon(ask, "create c", partial(_create, bootstrap, "c"))
+                        meanwhile.start_soon(ask, "delete a", partial(_delete, bootstrap, "a"))
+                        await changes.wait_for(4)
+                        held.release.set()
+            finally:
+                held.release.set()
+            nursery.cancel_scope.cancel()
+
+    loop_thread = threading.get_ident()
+    trio.run(main)
+    ok = (ErrorCode.NONE, None)
+    assert answers == {"create a": ok, "create b": ok, "create c": ok, "delete a": ok}
+    # The state of the held write, then the latest one: never {a, b} or {a, b, c} after {b, c}.
+    assert [topics for _thread, topics in held.writes] == [["a"], ["b", "c"]]
+    assert loop_thread not in {thread for thread, _topics in held.writes}
+    assert sorted(json.loads((tmp_path / "topics.json").read_text())["topics"]) == ["b", "c"]
+
+
+def test_a_full_disk_fails_the_write_not_the_broker(disk: Path) -> None:
+    broker = BrokerProcess(disk / "data")
+    broker.start()
+    try:
+        assert _create(broker.bootstrap, "before") == (ErrorCode.NONE, None)
+        fill(disk / "filler")
+        since = len(broker.log)
+        code, message = _create(broker.bootstrap, "during")
+        assert code == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert message is not None and "No space left on device" in message
+        assert str(disk) not in message  # the broker's paths are not told
+        assert broker.wait_for_log("cannot write the topic registry", since=since)
+        code, message = _delete(broker.bootstrap, "before")
+        assert code == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert broker.alive()
+        assert {"before", "during"} & _listed(broker.bootstrap) == {"during"}  # in effect
+        (disk / "filler").unlink()
+        # The next change's write holds the failed ones too.
+        assert _create(broker.bootstrap, "after") == (ErrorCode.NONE, None)
+        broker.restart(clean=False)
+        assert {"before", "during", "after"} & _listed(broker.bootstrap) == {"during", "after"}
+        fill(disk / "filler")
+        assert _create(broker.bootstrap, "late")[0] == ErrorCode.UNKNOWN_SERVER_ERROR
+        (disk / "filler").unlink()
+        assert broker.stop() == 0  # the shutdown writes what the failed write did not
+        broker.start()
+        assert "late" in _listed(broker.bootstrap)
+    finally:
+        broker.stop()
+    assert not broker.tracebacks(), "\n".join(broker.log)

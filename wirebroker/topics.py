@@ -127,11 +127,12 @@ class TopicRegistry:
 
     async def written(self) -> None:
         """Return once the file holds every change made so far. KafkaError
-        UNKNOWN_SERVER_ERROR if the write that was to hold them failed (they stay in effect)."""
+        UNKNOWN_SERVER_ERROR if the write that was to hold them failed (they stay in effect);
+        RuntimeError if some are not written and the writer is not running."""
         await trio.lowlevel.checkpoint_if_cancelled()  # a shutdown stops the writer first
-        if not self._writer_running:
-            raise RuntimeError("the topic registry's writer (keep_written) is not running")
         target = self._changes
+        if self._written < target and not self._writer_running:
+            raise RuntimeError("the topic registry's writer (keep_written) is not running")
         while self._written < target:
             done = self._write_done
             await done.wait()

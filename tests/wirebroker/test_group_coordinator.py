@@ -58,6 +58,9 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
             broker = running.broker
             broker.create_topic("t", 2, 1, {})
             groups = broker.groups
+            # Its topic saved first: the mock clock would jump while a thread writes topics.json.
+            groups.ensure_topic()
+            await broker.topics.written()
             joined: dict[str, JoinResult] = {}
             with trio.fail_after(5):
                 async with trio.open_nursery() as members:

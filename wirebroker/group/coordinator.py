@@ -115,7 +115,10 @@ class GroupCoordinator:
         self._nursery: trio.Nursery | None = None  # where loads run, once serving
         config = broker.config
         self.store = CoordinatorStore(
-            OFFSETS_TOPIC, broker.partition, config.get_int("offsets.commit.timeout.ms") / 1000
+            OFFSETS_TOPIC,
+            broker.partition,
+            config.get_int("offsets.commit.timeout.ms") / 1000,
+            topic_written=broker.topics.written,
         )
         #: The partitions being loaded.
         self.loading = PartitionLoads(self.store)

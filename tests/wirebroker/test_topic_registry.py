@@ -46,6 +46,7 @@ from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.metadata import MetadataRequest
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient, fill
+from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
 from wirebroker.topics import OFFSETS_TOPIC, TopicRegistry
@@ -203,12 +204,30 @@ class _Changes:
             await self.event.wait()
 
 
+class _Served(_Changes):
+    """Counts the creations whose logs the broker serves (it wraps `Broker._serve_created`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self.event = trio.Event()
+        serve = Broker._serve_created
+
+        def counted(broker: Broker, *args: Any) -> Any:
+            failed = serve(broker, *args)
+            self.count += 1
+            self.event.set()
+            return failed
+
+        monkeypatch.setattr(Broker, "_serve_created", counted)
+
+
 def test_writes_run_off_the_loop_in_order_and_before_the_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     held = _HeldWrites()
     monkeypatch.setattr(wirebroker.topics, "write_json_atomically", held)
     changes = _Changes(monkeypatch)
+    served = _Served(monkeypatch)
     config = BrokerConfig.from_properties(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
     )
@@ -225,7 +244,8 @@ def test_writes_run_off_the_loop_in_order_and_before_the_answer(
                 with trio.fail_after(TIMEOUT):
                     nursery.start_soon(ask, "create a", partial(_create, bootstrap, "a"))
                     assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                    # The write of {a} is held: the loop answers others, who see `a` at once.
+                    await served.wait_for(1)  # its log is made beside the held write
+                    # The write of {a} is held: the loop answers others, who see `a` already.
                     assert "a" in await trio.to_thread.run_sync(_listed, bootstrap)
                     assert "create a" not in answers  # answered only once written
                     async with trio.open_nursery() as meanwhile:

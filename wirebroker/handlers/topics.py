@@ -70,20 +70,26 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                     topic.name, partitions, replication, configs, validate_only=True
                 )
                 quota.record(partitions)
-            record = broker.create_topic(
+            record = broker.register_topic(
                 topic.name, partitions, replication, configs, validate_only=request.validate_only
             )
         except KafkaError as e:
             _answer_failed(result, e)
             continue
-        created.append(result)
+        created.append((result, record))
         if topic.name in describable:
             _answer_created(ctx, result, record, request.validate_only)
     if created and not request.validate_only:
+        # Answered once the partitions exist (their logs made off the loop) and the
+        # registry holds the topics, as Kafka answers once ZooKeeper does.
+        failed = await broker.create_logs([record for _result, record in created])
+        for result, record in created:
+            if record.name in failed:
+                _answer_failed(result, failed[record.name])
         try:
             await broker.topics.written()
         except KafkaError as e:
-            for result in created:
+            for result, _record in created:
                 _answer_failed(result, e)
     _mutation_throttle(ctx, quota)
     return CreateTopicsResponse(topics=results)
@@ -319,9 +325,12 @@ async def _add_partitions(
     if cluster is None:
         record = ctx.broker.topics.get(topic.name)
         current = record.partitions if record is not None else 0
-        ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
-        if not validate_only:
+        record = ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+        if record is not None:
+            failed = await ctx.broker.create_logs([record])
             await ctx.broker.topics.written()
+            if failed:
+                raise failed[topic.name]
         return current
     assignment = await cluster.topic_assignment(topic.name)
     await cluster.add_partitions(

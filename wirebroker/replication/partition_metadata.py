@@ -36,12 +36,15 @@ def read_topic_id(directory: Path) -> uuid.UUID | None:
         return None
 
 
-def write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+def write_topic_id(directory: Path, topic_id: uuid.UUID, *, fsync: bool = True) -> None:
+    """Store `topic_id` in `directory` (unless it is there already); without `fsync` a crash
+    may lose the file (a new, empty partition's: it is then judged without its id)."""
     if topic_id == ZERO_UUID or read_topic_id(directory) == topic_id:
         return
     tmp = directory / (FILE_NAME + ".tmp")
     with open(tmp, "w") as f:
         f.write(f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n")
-        f.flush()
-        os.fsync(f.fileno())
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, directory / FILE_NAME)

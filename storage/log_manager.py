@@ -3,7 +3,9 @@
 This module owns the mapping ``(topic, partition) -> PartitionLog`` over one or more log
 directories (Kafka's ``LogManager``): finding partition directories at start-up, recovering
 them (skipping the scan after a clean shutdown), placing new partitions in the directory with
-the fewest, deleting partitions, the per-directory checkpoint files (recovery points, high
+the fewest and creating their logs (:class:`CreateLogs`, a chore, so that the broker makes a
+thousand of them in one worker-thread call), moving stray logs aside (Kafka's ``-stray``
+directories: kept, skipped at start-up, never reused as a new partition's), deleting partitions, the per-directory checkpoint files (recovery points, high
 watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
 chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
 the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,

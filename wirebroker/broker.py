@@ -4,6 +4,13 @@
 with its log), the node id and cluster id, the addresses clients are told, and its dynamic
 configs (whose changes it applies to its logs, cleaner and SASL listeners). All of it lives
 in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
+
+A new partition exists (is served, and listed in Metadata) only once its log does: the logs of
+a CreateTopics, CreatePartitions, auto-creation or LeaderAndIsr are made in one worker-thread
+call (`make_logs`, one creation at a time), so the loop never waits on their files; start-up
+and an internal topic made on a coordinator's first use make them on the loop (`_attach`). At
+start-up the embedded broker moves stray logs aside (`-stray`, as Kafka): those of no topic in
+the registry, beyond its partition count, or with another topic id.
 It must not speak the wire protocol (handlers do) or accept connections (`server` does).
 
 The group and transaction coordinators are built, and started in the nursery of

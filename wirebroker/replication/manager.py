@@ -2,7 +2,7 @@
 
 This module owns the transitions a controller orders (Kafka's ReplicaManager): LeaderAndIsr
 makes partitions leaders or followers — creating the log, with its topic id, when it is missing
-— StopReplica stops (and maybe deletes) them, UpdateMetadata feeds the metadata cache; all
+(off the loop first: `create_new_logs`) — StopReplica stops (and maybe deletes) them, UpdateMetadata feeds the metadata cache; all
 three are refused when they come from an older controller epoch. It owns the fetchers (one task
 per source broker and fetcher id, `num.replica.fetchers`), the periodic ISR shrink check, and the
 AlterPartition requests that carry the leaders' ISR changes to the controller (applied when the

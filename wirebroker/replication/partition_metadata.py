@@ -2,7 +2,9 @@
 
 Kafka writes the file when a log gets its topic id (from LeaderAndIsr) and reads it when the log
 opens, so that a partition of a deleted and re-created topic of the same name is recognised
-(INCONSISTENT_TOPIC_ID) instead of being taken for the old one. The format is two lines,
+(INCONSISTENT_TOPIC_ID) instead of being taken for the old one. The embedded broker writes it
+when it creates a log (not fsynced) and, at start-up, moves a log whose id is not its topic's
+aside as stray. The format is two lines,
 ``version: 0`` and ``topic_id: <base64url uuid>``; it is written atomically (temporary file,
 fsync, rename). Storage ignores the file.
 """

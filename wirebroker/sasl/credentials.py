@@ -5,9 +5,9 @@ Kafka's ZooKeeper `/config/users/<name>` config (`{"version":1,"users":{name:{"S
 "salt=...,stored_key=...,server_key=...,iterations=4096"}}}`), written atomically (temporary
 file, fsync, rename) in a worker thread. A change is saved first and takes effect only once the
 file holds it, one change at a time (`lock`): a change whose write failed (a full disk) is
-answered with an error and is in effect neither now nor after a restart. (A failure after the
-rename, an EIO from the directory's fsync, may leave the new file in place until a restart;
-the next change's write, of what is in effect, replaces it.) In a cluster they live in
+answered with an error and is in effect neither now nor after a restart. (Except a failure after
+the rename, an EIO from the directory's fsync: the new file may stay, and be read at a restart,
+unless a later change's write, of what is in effect, replaces it first.) In a cluster they live in
 ZooKeeper instead (see `wirebroker.zk.member`), and this store is the broker's cache of them.
 """
 

@@ -93,9 +93,3 @@ class ProducerIdManager:
                 error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
             ) from e
         self._block_end = end
-
-    def statistics(self) -> dict[str, int]:
-        return {
-            "next_producer_id": self._next,
-            "block_end": self._block_end,
-        }

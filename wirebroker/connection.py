@@ -5,8 +5,10 @@ refuses a frame over `socket.request.max.bytes` before reading its body), decodi
 request, handing it to the dispatcher, and writing the responses in request order, as Kafka
 guarantees. The requests that arrived together are handled one after the other and their
 responses written together in one system call; before a handler that may wait (any not in
-`_IMMEDIATE_KEYS`) the responses ahead of it are written. When handling them woke requests
-waiting elsewhere (a Fetch parked on a partition a Produce appended to), those answer first. acks=0 Produce gets no response.
+`_IMMEDIATE_KEYS`) the responses ahead of it are written. A Fetch parked on a partition a
+Produce appended to answers right after that Produce's acknowledgement is written: a producer
+with one request in flight (row 4's) sends its next records only on that acknowledgement, so
+it goes first. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
 connection idle for `connections.max.idle.ms` is closed, and one quiet for `BUFFER_IDLE_S`
@@ -66,7 +68,6 @@ from protocol.errors import ProtocolError
 from protocol.framing import NEED_DATA, FrameBuffer
 from protocol.messages import APIS
 from protocol.messages.headers import ResponseHeader
-from wirebroker import partition
 from wirebroker.dispatch import (
     REGISTRY,
     CloseConnection,
@@ -97,16 +98,6 @@ BUFFER_IDLE_S = 1.0
 # Requests of one connection that may wait for their answer at once, as the Java producer's
 # `max.in.flight.requests.per.connection` (and idempotent librdkafka's) default.
 MAX_WAITING_PER_CONNECTION = 5
-
-
-async def _let_woken_fetches_run() -> None:
-    """Let the fetches a round of Produces woke (parked on a partition it appended to) answer
-    before the round's own answers are written, as Kafka completes delayed fetches right after
-    the append: the consumer's records leave before the producer's acknowledgement, whose
-    write (and the producer's wake-up) would otherwise come first. Two passes of trio's
-    scheduler: it runs the tasks ready in one pass in either order (reversed half the time)."""
-    await trio.lowlevel.checkpoint()
-    await trio.lowlevel.checkpoint()
 
 
 class _Slot:
@@ -354,7 +345,6 @@ class _Connection:
                 await trio.lowlevel.checkpoint()
             # Every whole frame that arrived is handled before anything is written, and their
             # responses leave together in one system call (pipelined clients send several).
-            woken = partition.fetches_woken
             handled_frames = 0
             try:
                 while (frame := frames.next_frame()) is not NEED_DATA:
@@ -372,8 +362,6 @@ class _Connection:
                     elif await self._authenticate(frame):  # type: ignore[arg-type]
                         frames.max_frame_size = max_frame_size
             finally:
-                if partition.fetches_woken != woken and self.outbox.has_ready():
-                    await _let_woken_fetches_run()
                 await self.outbox.flush()
             handled = True
             # After a short read of at most one request, a client that waits for each answer

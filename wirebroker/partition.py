@@ -29,9 +29,6 @@ from wirebroker.events import Waiters
 log = logging.getLogger(__name__)
 
 DEFAULT_REPLICA_LAG_MS = 30_000
-#: Long-polling fetches appends have woken since the broker started: a connection tells from it
-#: whether the requests it just handled woke any (`wirebroker.connection` lets them answer first).
-fetches_woken = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +215,7 @@ class Partition:
     # events -------------------------------------------------------------------------------
     def notify_append(self) -> None:
         """Wake every fetch long-polling on this partition."""
-        global fetches_woken
-        fetches_woken += self.append_waiters.notify()
+        self.append_waiters.notify()
 
     def notify_changed(self) -> None:
         """Wake every produce waiting on the high watermark, the ISR or the leadership."""

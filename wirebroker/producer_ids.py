@@ -3,32 +3,43 @@ ProducerIdManager).
 
 This module owns allocating producer ids. Ids come from blocks of :data:`BLOCK_SIZE` reserved
 in a small JSON file in the first log directory (``wirebroker-producer-ids.json``, replaced
-atomically and fsynced before any id of a new block is handed out), so an id is never handed
-out twice, even after a crash -- a restart skips the rest of the block, as Kafka's broker-side
-id blocks do. Which transactional id holds which id and epoch is the transaction coordinator's
-(`__transaction_state`, :mod:`wirebroker.txn`), not this file's: a ``transactional_ids`` map
-left in the file by an older wirebroker is ignored. Synchronous; the broker's trio thread calls
-it. It must not speak the wire protocol.
+atomically and fsynced in a worker thread before any id of the new block is handed out), so an
+id is never handed out twice, even after a crash -- a restart skips the rest of the block, as
+Kafka's broker-side id blocks do. One block is reserved at a time: the requests that need an id
+meanwhile wait for it. A reservation whose write fails (a full disk) is KafkaError
+UNKNOWN_SERVER_ERROR, as Kafka's ZkProducerIdManager answers a failed ZooKeeper write, and no id
+of that block is handed out; the next request tries again. Which transactional id holds which
+id and epoch is the transaction coordinator's (`__transaction_state`, :mod:`wirebroker.txn`),
+not this file's: a ``transactional_ids`` map left in the file by an older wirebroker is
+ignored. It runs on the broker's trio thread and must not speak the wire protocol.
 
 In a ZooKeeper cluster the blocks come from `/latest_producer_id_block` instead (shared by every
-broker, so no two brokers hand out the same id): the caller fetches one whenever
-:attr:`ProducerIdManager.needs_block` and hands it over with :meth:`ProducerIdManager.add_block`;
-the local file is not used.
+broker, so no two brokers hand out the same id): the caller gives
+:meth:`ProducerIdManager.next_producer_id` the function that fetches one; the local file is not
+used.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import trio
+
 from protocol.errors import ErrorCode, KafkaError
-from storage.checkpoints import fsync_dir
+from wirebroker.json_file import write_json_in_thread
 
 __all__ = ["BLOCK_SIZE", "FILE_NAME", "ProducerIdManager"]
 
+log = logging.getLogger(__name__)
+
 FILE_NAME = "wirebroker-producer-ids.json"
 BLOCK_SIZE = 1000
+
+#: Fetches the next block of a cluster, as (first, last): a ZooKeeper allocation.
+FetchBlock = Callable[[], Awaitable[tuple[int, int]]]
 
 
 class ProducerIdManager:
@@ -38,8 +49,7 @@ class ProducerIdManager:
         self.path = path
         self._next = block_end
         self._block_end = block_end
-        #: Blocks are handed over by `add_block` (a cluster), never reserved in the local file.
-        self.external_blocks = False
+        self._reserving = trio.Lock()  # one block reserved at a time
 
     @classmethod
     def open(cls, log_dir: Path) -> ProducerIdManager:
@@ -50,42 +60,36 @@ class ProducerIdManager:
             state = {}
         return cls(path, int(state.get("block_end", 0)))
 
-    def _save(self) -> None:
-        state = {"version": 1, "block_end": self._block_end}
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
-
     @property
     def needs_block(self) -> bool:
-        """Whether the current block is used up (a cluster must fetch the next one)."""
+        """Whether the current block is used up (the next id needs a new one)."""
         return self._next >= self._block_end
 
-    def add_block(self, first: int, last: int) -> None:
-        """Use the block `first`..`last` (inclusive), allocated to this broker elsewhere."""
-        self.external_blocks = True
-        self._next, self._block_end = first, last + 1
-
-    def next_producer_id(self) -> int:
-        """A producer id never handed out before (reserving a new block when needed)."""
-        if self.needs_block:
-            if self.external_blocks:
-                raise KafkaError(
-                    "no producer id block: fetch one first",
-                    error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                )
-            self._block_end = self._next + BLOCK_SIZE
-            self._save()
+    async def next_producer_id(self, fetch_block: FetchBlock | None = None) -> int:
+        """A producer id never handed out before. When the block is used up, the next one first:
+        from `fetch_block` in a cluster, else reserved in the local file (KafkaError
+        UNKNOWN_SERVER_ERROR if it cannot be written)."""
+        while self.needs_block:
+            async with self._reserving:
+                if not self.needs_block:
+                    break  # reserved while this request waited
+                if fetch_block is not None:
+                    first, last = await fetch_block()
+                    self._next, self._block_end = first, last + 1
+                else:
+                    await self._reserve()
         pid = self._next
         self._next += 1
         return pid
 
-    def statistics(self) -> dict[str, int]:
-        return {
-            "next_producer_id": self._next,
-            "block_end": self._block_end,
-        }
+    async def _reserve(self) -> None:
+        end = self._next + BLOCK_SIZE
+        try:
+            await write_json_in_thread(self.path, {"version": 1, "block_end": end})
+        except OSError as e:
+            log.error("cannot reserve producer ids up to %d in %s: %s", end, self.path, e)
+            raise KafkaError(
+                "no producer id block: the reservation could not be written",
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+            ) from e
+        self._block_end = end

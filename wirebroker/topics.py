@@ -26,7 +26,7 @@ from pathlib import Path
 import trio
 
 from protocol.errors import ErrorCode, KafkaError
-from wirebroker.json_file import write_json_atomically
+from wirebroker.json_file import reason, write_json_atomically
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class TopicRegistry:
             # The write that was to hold them failed (maybe before this call: a request
             # that makes its partitions' logs first awaits this after the write).
             raise KafkaError(
-                f"the topic registry could not be written ({_reason(self._failure)}): the "
+                f"the topic registry could not be written ({reason(self._failure)}): the "
                 "change is in effect, but lost at a crash until a later write succeeds",
                 error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
             )
@@ -206,8 +206,3 @@ class TopicRegistry:
 
     def _write(self, data: dict[str, object]) -> None:
         write_json_atomically(self.path, data, sort_keys=True)
-
-
-def _reason(error: OSError | None) -> str:
-    """An OSError's reason without its path (clients are not told the broker's paths)."""
-    return (error.strerror if error is not None else None) or str(error)

@@ -1091,7 +1091,7 @@ def busy_metadata(ctx: Context, broker: Broker) -> None:
             )
         partition_dir = broker.log_dir / f"{compacted}-0"
         with _metadata_probe(broker.bootstrap) as round_trips:
-            _roll(broker.bootstrap, flushed, compacted)
+            _roll(broker.bootstrap, broker.log_dir, flushed, compacted)
             deadline = time.monotonic() + RUN_TIMEOUT
             while sum(p.stat().st_size for p in partition_dir.glob("*.log")) > (
                 sizes.busy_compact_bytes // 2
@@ -1154,8 +1154,11 @@ def _metadata_probe(bootstrap: str) -> Iterator[list[float]]:
         thread.join(RUN_TIMEOUT)
 
 
-def _roll(bootstrap: str, *topics: str) -> None:
-    """Make the next append roll each topic's active segment, and append it."""
+def _roll(bootstrap: str, log_dir: Path, *topics: str) -> None:
+    """Make each topic's active segment roll: lower its `segment.bytes`, then append until its
+    partition directory holds a new segment (Kafka applies a topic config change when its
+    ZooKeeper notification arrives, so an append right after the change may not roll yet:
+    one such run once waited out the whole timeout)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resources = [
         ConfigResource(
@@ -1167,13 +1170,23 @@ def _roll(bootstrap: str, *topics: str) -> None:
         )
         for topic in topics
     ]
+    segments = {topic: len(list((log_dir / f"{topic}-0").glob("*.log"))) for topic in topics}
     for future in admin.incremental_alter_configs(resources).values():
         future.result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
-    for topic in topics:
-        producer.produce(topic, b"roll", b"roll")
-    if producer.flush(60) != 0:
-        raise RuntimeError("the records that roll the segments were not acknowledged")
+    deadline = time.monotonic() + 60
+    while segments:
+        for topic in segments:
+            producer.produce(topic, b"roll", b"roll")
+        if producer.flush(60) != 0:
+            raise RuntimeError("the records that roll the segments were not acknowledged")
+        for topic, before in list(segments.items()):
+            if len(list((log_dir / f"{topic}-0").glob("*.log"))) > before:
+                del segments[topic]
+        if segments and time.monotonic() > deadline:
+            raise TimeoutError(f"no new segment in {', '.join(segments)} after 60 s")
+        if segments:
+            time.sleep(0.2)
 
 
 def tls_clients(secured: Secured) -> dict[str, dict[str, object]]:

@@ -38,6 +38,7 @@ from protocol.messages.describe_configs import DescribeConfigsRequest, DescribeC
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.headers import RequestHeader
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
+from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.produce import ProduceRequest
@@ -50,6 +51,7 @@ from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message
 from storage.clock import Clock, wall_clock_ms
+from wirebroker.sasl.scram import ScramClient
 
 if TYPE_CHECKING:
     from tests.broker_process import BrokerProcess
@@ -134,6 +136,14 @@ def fill(path: Path) -> None:
     raise AssertionError("a 16 MiB file system did not fill up")
 
 
+def assert_refused_for_a_full_disk(code: int, message: str | None, disk: Path) -> None:
+    """An answer to a change whose write found `disk` (the `disk` fixture) full:
+    UNKNOWN_SERVER_ERROR with the reason, and not the broker's paths."""
+    assert code == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert message is not None and "No space left on device" in message
+    assert str(disk) not in message
+
+
 def host_port(bootstrap: str) -> tuple[str, int]:
     host, _, port = bootstrap.rpartition(":")
     return host, int(port)
@@ -185,6 +195,22 @@ class RawClient:
         if answer.error_code != ErrorCode.NONE:
             raise ConnectionError(f"SASL/PLAIN login of {user} failed: {answer.error_message}")
         return answer
+
+    def login_scram(self, mechanism: str, user: str, password: str) -> None:
+        """SaslHandshake v1 and SaslAuthenticate v2 rounds of SCRAM, the broker's signature
+        checked (it knows the password): ConnectionError if the broker refuses."""
+        handshake = self.request(SaslHandshakeRequest(mechanism=mechanism), 1)
+        assert handshake.error_code == ErrorCode.NONE, handshake
+        scram = ScramClient(mechanism, user, password)
+        token: bytes | None = scram.initial()
+        while token is not None:
+            answer = self.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+            if answer.error_code != ErrorCode.NONE:
+                raise ConnectionError(
+                    f"SASL/{mechanism} login of {user} failed: {answer.error_message}"
+                )
+            token = scram.evaluate(answer.auth_bytes)
+        assert scram.complete
 
     def __enter__(self) -> RawClient:
         return self
@@ -382,6 +408,17 @@ def produce_request(
             )
         ],
     )
+
+
+def init_producer_id(bootstrap: str, version: int = 4, **fields: Any) -> Any:
+    """An InitProducerId answer (no transactional id unless given) on a new connection."""
+    request = InitProducerIdRequest(
+        transactional_id=fields.pop("transactional_id", None),
+        transaction_timeout_ms=fields.pop("transaction_timeout_ms", 60_000),
+        **fields,
+    )
+    with RawClient(bootstrap) as c:
+        return c.request(request, version)
 
 
 def offset_commit_request(

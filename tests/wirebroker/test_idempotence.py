@@ -21,15 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode
 from protocol.messages.describe_producers import DescribeProducersRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, create_topic, produce_request, wait_until
-from wirebroker.producer_ids import FILE_NAME, ProducerIdManager
+from tests.wirebroker.helpers import (
+    RawClient,
+    create_topic,
+    init_producer_id,
+    produce_request,
+    wait_until,
+)
+from wirebroker.producer_ids import BLOCK_SIZE, FILE_NAME, ProducerIdManager
 
 pytestmark = pytest.mark.integration
 
@@ -282,16 +289,6 @@ def test_kafka_python_retries_write_exactly_once(proxied: ProxiedBroker, topic: 
 # ---- raw protocol ----------------------------------------------------------------------------
 
 
-def init_producer_id(bootstrap: str, version: int = 4, **fields: Any) -> Any:
-    request = InitProducerIdRequest(
-        transactional_id=fields.pop("transactional_id", None),
-        transaction_timeout_ms=fields.pop("transaction_timeout_ms", 60_000),
-        **fields,
-    )
-    with RawClient(bootstrap) as c:
-        return c.request(request, version)
-
-
 def produce(c: RawClient, topic: str, seq: int, n: int, pid: int, epoch: int) -> Any:
     records = [
         SimpleRecord(None, b"s%d" % (seq + i), (), int(time.time() * 1000)) for i in range(n)
@@ -338,9 +335,15 @@ def test_producer_ids_survive_restart(tmp_path: Path) -> None:
         t1 = init_producer_id(b.bootstrap, transactional_id="tx")
         t2 = init_producer_id(b.bootstrap, transactional_id="tx")
         assert t2.producer_id == t1.producer_id and t2.producer_epoch == t1.producer_epoch + 1
+        # Into the next block: its ids are handed out only once the file reserves it.
+        request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000)
+        with RawClient(b.bootstrap, timeout=TIMEOUT) as c:
+            crossing = [c.request(request, 4).producer_id for _ in range(BLOCK_SIZE)]
+        handed = {before, t1.producer_id, *crossing}
+        assert len(handed) == BLOCK_SIZE + 2 and max(handed) >= BLOCK_SIZE
         b.restart(clean=False)
         after = init_producer_id(b.bootstrap).producer_id
-        assert after > before and after != t1.producer_id
+        assert after > max(handed)
         t3 = init_producer_id(b.bootstrap, transactional_id="tx")
         assert (t3.producer_id, t3.producer_epoch) == (t1.producer_id, t2.producer_epoch + 1)
         stale = init_producer_id(
@@ -358,16 +361,32 @@ def test_producer_ids_survive_restart(tmp_path: Path) -> None:
 
 
 def test_producer_ids_from_external_blocks(tmp_path: Path) -> None:
-    """In a cluster the blocks come from ZooKeeper: the local file never reserves one."""
+    """In a cluster the blocks come from ZooKeeper (`fetch_block`): the local file never
+    reserves one, and the requests that arrive during a fetch wait for it."""
     ids = ProducerIdManager.open(tmp_path)
     assert ids.needs_block  # a fresh broker has none
-    ids.add_block(3000, 3001)
-    assert not ids.needs_block
-    assert [ids.next_producer_id(), ids.next_producer_id()] == [3000, 3001]
-    assert ids.needs_block
-    with pytest.raises(KafkaError) as e:
-        ids.next_producer_id()
-    assert e.value.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    blocks = iter([(3000, 3001), (5000, 5999)])
+    fetches = 0
+
+    async def fetch_block() -> tuple[int, int]:
+        nonlocal fetches
+        fetches += 1
+        await trio.lowlevel.checkpoint()  # the other requests arrive meanwhile
+        return next(blocks)
+
+    async def main() -> list[int]:
+        got: list[int] = []
+
+        async def one() -> None:
+            got.append(await ids.next_producer_id(fetch_block))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(one)
+        return got
+
+    assert sorted(trio.run(main)) == [3000, 3001, 5000]
+    assert fetches == 2
     assert not (tmp_path / FILE_NAME).exists()
 
 

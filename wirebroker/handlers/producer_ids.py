@@ -13,7 +13,9 @@ INVALID_REQUEST; a transactional id coordinated by another broker NOT_COORDINATO
 ZooKeeper cluster the ids come from blocks of `/latest_producer_id_block`, so InitProducerId
 without a transactional id may go to any broker and two brokers never answer the same id;
 while ZooKeeper cannot give a block the answer is COORDINATOR_LOAD_IN_PROGRESS (retriable;
-Kafka 3.9 answers it when its block is not there yet).
+Kafka 3.9 answers it when its block is not there yet). The embedded broker reserves its blocks
+in a local file, written off the event loop before the answer; a reservation that cannot be
+written (a full disk) is UNKNOWN_SERVER_ERROR, as Kafka's answer to a failed ZooKeeper write.
 
 Authorization, as Kafka: a transactional id needs WRITE on it
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), an idempotent producer IDEMPOTENT_WRITE on the cluster

@@ -9,17 +9,19 @@ ILLEGAL_SASL_STATE.
 AlterUserScramCredentials takes salted passwords (the client salts and hashes; the password
 never travels) and keeps Kafka's credential (salt, StoredKey, ServerKey, iterations): in the
 embedded broker's `scram-credentials.json`, in a cluster in ZooKeeper's `/config/users/<name>`
-with a `/config/changes` notification, both as Kafka writes them. Errors per user as Kafka's
-ZkAdminManager: an empty name or a count of iterations out of [4096, 16384] is
+with a `/config/changes` notification, both as Kafka writes them; a user's change is answered
+once saved, one change at a time (the store's lock), and takes effect then. Errors per user as
+Kafka's ZkAdminManager: an empty name or a count of iterations out of [4096, 16384] is
 UNACCEPTABLE_CREDENTIAL, an unknown mechanism UNSUPPORTED_SASL_MECHANISM, a user altered twice in
 one request DUPLICATE_RESOURCE (the whole user fails), deleting a missing credential
-RESOURCE_NOT_FOUND. Altering them needs ALTER on the cluster, describing them DESCRIBE (else
+RESOURCE_NOT_FOUND, a failed save (a full disk) UNKNOWN_SERVER_ERROR with the reason (Kafka: a
+failed ZooKeeper write). Altering them needs ALTER on the cluster, describing them DESCRIBE (else
 CLUSTER_AUTHORIZATION_FAILED for every user), as Kafka.
 """
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_user_scram_credentials import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
@@ -41,6 +43,8 @@ MECHANISMS = {code: name for name, code in MECHANISM_CODES.items()}
 
 AlterResult = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
 DescribeResult = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+#: A change of a credential: user, mechanism code, and the upsertion (None: a deletion).
+Change = tuple[str, int, AlterUserScramCredentialsRequest.ScramCredentialUpsertion | None]
 
 
 @handles(SaslHandshakeRequest, (0, 1))
@@ -64,7 +68,7 @@ async def sasl_authenticate(
 async def alter_user_scram_credentials(
     ctx: RequestContext, request: AlterUserScramCredentialsRequest
 ) -> AlterUserScramCredentialsResponse:
-    changes = [(d.name, d.mechanism, None) for d in request.deletions] + [
+    changes: list[Change] = [(d.name, d.mechanism, None) for d in request.deletions] + [
         (u.name, u.mechanism, u) for u in request.upsertions
     ]
     if not ctx.authorize_cluster(AclOperation.ALTER):
@@ -105,39 +109,40 @@ async def alter_user_scram_credentials(
             )
     store = ctx.broker.scram_credentials
     results = []
-    for user in users:
-        if user not in errors:
-            credentials = store.user(user)
-            for name, code, upsertion in changes:
-                if name != user:
-                    continue
-                mechanism_name = MECHANISMS[code]
-                if upsertion is None:
-                    if credentials.pop(mechanism_name, None) is None:
-                        errors[user] = (
-                            ErrorCode.RESOURCE_NOT_FOUND,
-                            "Attempt to delete a user credential that does not exist",
-                        )
-                        break
-                else:
-                    credentials[mechanism_name] = ScramCredential.from_salted_password(
-                        mechanism_name,
-                        upsertion.salt,
-                        upsertion.salted_password,
-                        upsertion.iterations,
-                    )
-            else:
-                await _save(ctx, user, credentials)
-        code, message = errors.get(user, (ErrorCode.NONE, None))
-        results.append(AlterResult(user=user, error_code=code, error_message=message))
+    async with store.lock:  # each user's change made from the one before, and saved in order
+        for user in users:
+            if user not in errors:
+                try:
+                    await _alter(ctx, user, changes)
+                except KafkaError as e:
+                    errors[user] = (e.error_code, str(e))
+            code, message = errors.get(user, (ErrorCode.NONE, None))
+            results.append(AlterResult(user=user, error_code=code, error_message=message))
     return AlterUserScramCredentialsResponse(results=results)
 
 
-async def _save(ctx: RequestContext, user: str, credentials: dict[str, ScramCredential]) -> None:
+async def _alter(ctx: RequestContext, user: str, changes: list[Change]) -> None:
+    """Apply the request's changes of `user`'s credentials and save them (KafkaError: the
+    user's error, nothing changed)."""
     broker = ctx.broker
+    credentials = broker.scram_credentials.user(user)
+    for name, code, upsertion in changes:
+        if name != user:
+            continue
+        mechanism_name = MECHANISMS[code]
+        if upsertion is None:
+            if credentials.pop(mechanism_name, None) is None:
+                raise KafkaError(
+                    "Attempt to delete a user credential that does not exist",
+                    error_code=ErrorCode.RESOURCE_NOT_FOUND,
+                )
+        else:
+            credentials[mechanism_name] = ScramCredential.from_salted_password(
+                mechanism_name, upsertion.salt, upsertion.salted_password, upsertion.iterations
+            )
     if broker.cluster is not None:
         await broker.cluster.set_user_scram_credentials(user, credentials)
-    broker.scram_credentials.set_user(user, credentials)
+    await broker.scram_credentials.set_user(user, credentials)
 
 
 @handles(DescribeUserScramCredentialsRequest, (0, 0))

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from functools import partial
 from pathlib import Path
 
 import trio
 
-from wirebroker.json_file import write_json_atomically
+from wirebroker.json_file import write_json_in_thread
 from wirebroker.quotas.entities import QuotaEntity
 
 log = logging.getLogger(__name__)
@@ -57,6 +56,4 @@ class ClientQuotaStore:
             "entities": {e.path: dict(c) for e, c in self.entities.items()},
         }
         async with self._lock:
-            await trio.to_thread.run_sync(
-                partial(write_json_atomically, self.path, obj, sort_keys=True)
-            )
+            await write_json_in_thread(self.path, obj, sort_keys=True)

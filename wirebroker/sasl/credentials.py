@@ -3,8 +3,12 @@
 The embedded broker keeps them in `scram-credentials.json` in its first log dir, in the shape of
 Kafka's ZooKeeper `/config/users/<name>` config (`{"version":1,"users":{name:{"SCRAM-SHA-512":
 "salt=...,stored_key=...,server_key=...,iterations=4096"}}}`), written atomically (temporary
-file, fsync, rename). In a cluster they live in ZooKeeper instead (see `wirebroker.zk.member`),
-and this store is the broker's cache of them.
+file, fsync, rename) in a worker thread. A change is saved first and takes effect only once the
+file holds it, one change at a time (`lock`): a change whose write failed (a full disk) is
+answered with an error and is in effect neither now nor after a restart. (Except a failure after
+the rename, an EIO from the directory's fsync: the new file may stay, and be read at a restart,
+unless a later change's write, of what is in effect, replaces it first.) In a cluster they live in
+ZooKeeper instead (see `wirebroker.zk.member`), and this store is the broker's cache of them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wirebroker.json_file import write_json_atomically
+import trio
+
+from protocol.errors import ErrorCode, KafkaError
+from wirebroker.json_file import reason, write_json_in_thread
 from wirebroker.sasl.settings import SCRAM
 
 if TYPE_CHECKING:
@@ -40,6 +47,9 @@ class ScramCredentialStore:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._users: dict[str, dict[str, ScramCredential]] = {}
+        #: Held from reading a user's credentials to change them until `set_user` returns,
+        #: so changes are made, and written, one at a time, each from the one before.
+        self.lock = trio.Lock()
         if path is not None and path.exists():
             obj = json.loads(path.read_text())
             for user, config in (obj.get("users") or {}).items():
@@ -54,13 +64,33 @@ class ScramCredentialStore:
     def users(self) -> list[str]:
         return sorted(self._users)
 
-    def set_user(self, user: str, credentials: dict[str, ScramCredential]) -> None:
-        """Replace the user's credentials (none: forget the user) and save."""
+    async def set_user(self, user: str, credentials: dict[str, ScramCredential]) -> None:
+        """Replace the user's credentials (none: forget the user) once saved; the caller holds
+        `lock`. KafkaError UNKNOWN_SERVER_ERROR (as Kafka answers a failed ZooKeeper write) if
+        the file cannot be written: then nothing changed."""
+        if self.path is not None:
+            users = {u: c for u, c in self._users.items() if u != user}
+            if credentials:
+                users[user] = credentials
+            try:
+                with trio.CancelScope(shield=True):  # once written, the change takes effect
+                    await write_json_in_thread(self.path, _file_contents(users))
+            except OSError as e:
+                log.error(
+                    "cannot write the SCRAM credentials %s: %s; the change of user %s's "
+                    "credentials is refused",
+                    self.path,
+                    e,
+                    user,
+                )
+                raise KafkaError(
+                    f"the SCRAM credentials could not be saved ({reason(e)}): nothing changed",
+                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                ) from e
         if credentials:
             self._users[user] = dict(credentials)
         else:
             self._users.pop(user, None)
-        self._save()
 
     def cache_user_config(self, user: str, config: dict[str, str]) -> None:
         """Take the user's SCRAM entries from a Kafka user config (its other keys are quotas),
@@ -80,14 +110,13 @@ class ScramCredentialStore:
         else:
             self._users.pop(user, None)
 
-    def _save(self) -> None:
-        if self.path is None:
-            return
-        obj = {
-            "version": 1,
-            "users": {
-                user: {m: c.to_kafka_string() for m, c in creds.items()}
-                for user, creds in sorted(self._users.items())
-            },
-        }
-        write_json_atomically(self.path, obj)
+
+def _file_contents(users: dict[str, dict[str, ScramCredential]]) -> dict[str, object]:
+    """The file's contents (copies: the loop may change the store while a thread writes)."""
+    return {
+        "version": 1,
+        "users": {
+            user: {m: c.to_kafka_string() for m, c in creds.items()}
+            for user, creds in sorted(users.items())
+        },
+    }

@@ -18,7 +18,8 @@ Timers run on the broker's clock (a test's `MockClock` moves them): every
 `transactional.id.expiration.ms` are removed.
 
 Producer ids come from `ProducerIdManager`'s blocks (in a cluster, fetched from ZooKeeper as
-needed; COORDINATOR_LOAD_IN_PROGRESS while ZooKeeper gives none, as before). Errors are the
+needed; COORDINATOR_LOAD_IN_PROGRESS while ZooKeeper gives none, as before; embedded, reserved
+in its file, UNKNOWN_SERVER_ERROR when that cannot be written). Errors are the
 coordinator's; the handlers map PRODUCER_FENCED to INVALID_PRODUCER_EPOCH for old versions.
 """
 
@@ -84,7 +85,6 @@ class TransactionCoordinator:
             config.get_int("transaction.remove.expired.transaction.cleanup.interval.ms") / 1000
         )
         self.verification_enabled = config.get_bool("transaction.partition.verification.enable")
-        self._block_lock = trio.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, nursery: trio.Nursery) -> None:
@@ -139,20 +139,20 @@ class TransactionCoordinator:
     async def generate_producer_id(self) -> int:
         """A producer id never handed out before; in a cluster from a ZooKeeper block, fetched
         when the current one is used up (KafkaError COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
-        ids = self.broker.producer_ids
+        fetch = self._zookeeper_block if self.broker.cluster_mode else None
+        return await self.broker.producer_ids.next_producer_id(fetch)
+
+    async def _zookeeper_block(self) -> tuple[int, int]:
         cluster = self.broker.cluster
-        if cluster is not None and ids.needs_block:
-            async with self._block_lock:
-                if ids.needs_block:
-                    try:
-                        ids.add_block(*await cluster.allocate_producer_id_block())
-                    except Exception as e:  # ZooKeeper unreachable or slow: the client retries
-                        log.warning("no producer id block from ZooKeeper: %s", e)
-                        raise KafkaError(
-                            "no producer id block yet",
-                            error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                        ) from e
-        return ids.next_producer_id()
+        try:
+            if cluster is None:
+                raise RuntimeError("not a member of the cluster yet")
+            return await cluster.allocate_producer_id_block()
+        except Exception as e:  # ZooKeeper unreachable or slow: the client retries
+            log.warning("no producer id block from ZooKeeper: %s", e)
+            raise KafkaError(
+                "no producer id block yet", error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            ) from e
 
     # -- InitProducerId ---------------------------------------------------------------------
     async def init_producer_id(

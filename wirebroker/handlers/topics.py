@@ -4,9 +4,10 @@ Per-topic failures are answered per topic with Kafka's codes (TOPIC_ALREADY_EXIS
 INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION,
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID) and a message from v1 (CreateTopics) or v5
 (DeleteTopics). Differences from Kafka: manual replica assignments are accepted only when they
-name this broker; creation is synchronous, so `timeout_ms` never expires. The embedded broker
-answers once `topics.json` holds the change (written off the event loop, `wirebroker.topics`),
-as Kafka answers once ZooKeeper does; if that write fails (a full disk) the topics of the
+name this broker; `timeout_ms` never expires. The embedded broker answers once the new
+partitions' logs exist (made in one worker-thread call, `Broker.create_logs`; a log that cannot
+be made is KAFKA_STORAGE_ERROR for its topic) and `topics.json` holds the change (written off
+the event loop, `wirebroker.topics`), as Kafka answers once ZooKeeper does; if that write fails (a full disk) the topics of the
 request are answered UNKNOWN_SERVER_ERROR, as Kafka answers a failed ZooKeeper write, but unlike
 Kafka the change stays in effect (the broker writes the file again later).
 

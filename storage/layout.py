@@ -28,10 +28,12 @@ __all__ = [
     "TXN_INDEX_SUFFIX",
     "delete_dir_name",
     "is_delete_dir",
+    "is_stray_dir",
     "offset_from_file_name",
     "parse_partition_dir",
     "partition_dir_name",
     "segment_file",
+    "stray_dir_name",
 ]
 
 LOG_SUFFIX = ".log"
@@ -102,5 +104,14 @@ def delete_dir_name(topic: str, partition: int) -> str:
     return f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
 
 
+def stray_dir_name(topic: str, partition: int) -> str:
+    """The name a stray partition directory is moved aside to (as Kafka does; kept)."""
+    return f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+
+
 def is_delete_dir(name: str) -> bool:
     return bool(_SPECIAL_DIR.search(name)) and name.endswith(DELETE_DIR_SUFFIX)
+
+
+def is_stray_dir(name: str) -> bool:
+    return bool(_SPECIAL_DIR.search(name)) and name.endswith(STRAY_DIR_SUFFIX)

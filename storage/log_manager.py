@@ -3,7 +3,9 @@
 This module owns the mapping ``(topic, partition) -> PartitionLog`` over one or more log
 directories (Kafka's ``LogManager``): finding partition directories at start-up, recovering
 them (skipping the scan after a clean shutdown), placing new partitions in the directory with
-the fewest, deleting partitions, the per-directory checkpoint files (recovery points, high
+the fewest and creating their logs (:class:`CreateLogs`, a chore, so that the broker makes a
+thousand of them in one worker-thread call), moving stray logs aside (Kafka's ``-stray``
+directories: kept, skipped at start-up, never reused as a new partition's), deleting partitions, the per-directory checkpoint files (recovery points, high
 watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
 chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
 the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
@@ -53,15 +55,17 @@ from storage.layout import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     is_delete_dir,
+    is_stray_dir,
     parse_partition_dir,
     partition_dir_name,
+    stray_dir_name,
 )
 from storage.partition_log import PartitionLog, PendingFlush
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
 
-__all__ = ["CheckpointWrite", "LogManager", "TopicPartition"]
+__all__ = ["CheckpointWrite", "CreateLogs", "LogManager", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +122,7 @@ class LogManager:
         #: The cleaner's offset map bound (see :func:`storage.cleaner.max_map_keys`).
         self.max_map_keys = max_map_keys
         self._to_remove: list[Path] = []  # renamed ``-delete`` directories
+        self._creating: set[TopicPartition] = set()  # in a CreateLogs not committed yet
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._per_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
@@ -157,6 +162,9 @@ class LogManager:
                 path = log_dir / name
                 if is_delete_dir(name):
                     self._to_remove.append(path)
+                    continue
+                if is_stray_dir(name):
+                    log.warning("Found stray log %s (kept aside; remove it once not needed)", path)
                     continue
                 tp = parse_partition_dir(name)
                 if tp is None:
@@ -199,36 +207,62 @@ class LogManager:
     def get_or_create(
         self, topic: str, partition: int, config: LogConfig | None = None
     ) -> PartitionLog:
-        """The partition's log, created (empty) in the least-used log directory if missing.
-        A given `config` replaces the log's config."""
+        """The partition's log, created (empty) on this thread if missing (see
+        :meth:`begin_create`; KafkaStorageError if it cannot be). A given `config` replaces
+        the log's config."""
         tp = (topic, partition)
         existing = self._logs.get(tp)
         if existing is not None:
             if config is not None and config != existing.config:
                 existing.update_config(config)
             return existing
+        creation = self.begin_create({tp: config or self.config_for(topic)})
+        run_chore(creation)
+        if tp in creation.failed:
+            raise creation.failed[tp]
+        return self._logs[tp]
+
+    def begin_create(
+        self,
+        partitions: Mapping[TopicPartition, LogConfig],
+        init: Callable[[TopicPartition, Path], None] | None = None,
+    ) -> CreateLogs:
+        """The creation of new, empty logs for `partitions`, as a chore: each is placed now in
+        the online log directory with the fewest partitions (those being created counted);
+        :meth:`CreateLogs.prepare` makes them (and calls `init` with each new directory, e.g.
+        to write its topic id), :meth:`CreateLogs.commit` adds them to the manager. A partition
+        that has a log or is being created already is left out; one that cannot be placed (no
+        log directory online) is in ``failed`` at once."""
+        creation = CreateLogs(self, init)
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
-        if not online:
-            raise KafkaStorageError(
-                f"cannot create {topic}-{partition}: no log directory is online"
-            )
-        log_dir = min(online, key=self._per_dir.__getitem__)
-        path = log_dir / partition_dir_name(topic, partition)
-        try:
-            plog = PartitionLog.open(
-                path,
-                config or self.config_for(topic),
-                handles=self.handles,
-                now_ms=self._now_ms,
-                had_clean_shutdown=True,
-            )
-        except (OSError, KafkaStorageError) as e:
-            self._maybe_take_offline(log_dir, e)
-            raise KafkaStorageError(f"cannot create {path}: {e}") from e
-        self._logs[tp] = plog
-        self._dir_of[tp] = log_dir
-        self._per_dir[log_dir] += 1
-        return plog
+        for tp, config in partitions.items():
+            if tp in self._logs or tp in self._creating:
+                continue
+            if not online:
+                creation.failed[tp] = KafkaStorageError(
+                    f"cannot create {tp[0]}-{tp[1]}: no log directory is online"
+                )
+                continue
+            log_dir = min(online, key=self._per_dir.__getitem__)
+            self._per_dir[log_dir] += 1
+            self._creating.add(tp)
+            creation.pending[tp] = (log_dir / partition_dir_name(*tp), config)
+        return creation
+
+    def mark_stray(self, topic: str, partition: int) -> Path | None:
+        """Move the partition's log aside as a stray one (Kafka's ``-stray`` directory, kept,
+        never reused nor deleted): the broker found it belongs to no topic it has. Its new
+        path, or None if there was no log."""
+        tp = (topic, partition)
+        plog = self._logs.pop(tp, None)
+        log_dir = self._dir_of.pop(tp, None)
+        if plog is None or log_dir is None:
+            return None
+        self._per_dir[log_dir] -= 1
+        old = plog.dir
+        target = plog.delete(stray=True)
+        log.warning("Log in %s marked stray and renamed to %s", old, target)
+        return target
 
     def delete_partition(self, topic: str, partition: int) -> bool:
         """Remove the partition's log: its directory is renamed now and removed by the next
@@ -505,3 +539,79 @@ class CheckpointWrite:
         for log_dir, e in self.failed.items():
             log.error("cannot write the checkpoints in %s (retried later): %s", log_dir, e)
             self.manager._maybe_take_offline(log_dir, e)
+
+
+class CreateLogs:
+    """New, empty partition logs to make, a :class:`~storage.chore.Chore` made by
+    :meth:`LogManager.begin_create` with each partition's directory (``pending``).
+
+    :meth:`prepare` makes each directory, calls the manager's `init` with it, and opens the log
+    in it; it may run in a worker thread because a new, empty directory has nothing to
+    recover: opening it creates its own files and only names them in the shared
+    :class:`~storage.file_handles.FileHandles` pool, whose state (open descriptors) stays the
+    log's thread's. A directory already there that the manager does not hold (left by a crash
+    or a creation whose commit never ran) is not reused: it is renamed ``-stray`` first, as
+    Kafka moves a stray log aside. :meth:`commit` adds the new logs to the manager
+    (``created``) and reports the others in ``failed`` (:class:`KafkaStorageError`; an I/O
+    error other than a full disk takes the log directory offline)."""
+
+    def __init__(
+        self, manager: LogManager, init: Callable[[TopicPartition, Path], None] | None
+    ) -> None:
+        self.manager = manager
+        self.init = init
+        self.pending: dict[TopicPartition, tuple[Path, LogConfig]] = {}
+        self.created: dict[TopicPartition, PartitionLog] = {}
+        self.failed: dict[TopicPartition, KafkaStorageError] = {}
+        self._errors: dict[TopicPartition, BaseException] = {}
+
+    def prepare(self) -> None:
+        manager = self.manager
+        for tp, (path, config) in self.pending.items():
+            try:
+                _make_empty_dir(tp, path)
+                if self.init is not None:
+                    self.init(tp, path)
+                self.created[tp] = PartitionLog.open(
+                    path,
+                    config,
+                    handles=manager.handles,
+                    now_ms=manager._now_ms,
+                    had_clean_shutdown=True,
+                )
+            except (OSError, StorageError) as e:
+                self._errors[tp] = e
+
+    def abort(self) -> None:
+        pass  # a few empty directories: let them be made
+
+    def commit(self) -> None:
+        manager = self.manager
+        for tp, (path, _config) in self.pending.items():
+            manager._creating.discard(tp)
+            log_dir = path.parent
+            plog = self.created.get(tp)
+            if plog is None:
+                manager._per_dir[log_dir] -= 1
+                cause = self._errors.get(tp)
+                error = KafkaStorageError(f"cannot create {path}: {cause}")
+                error.__cause__ = cause
+                self.failed[tp] = error
+                manager._maybe_take_offline(log_dir, error)
+                continue
+            manager._logs[tp] = plog
+            manager._dir_of[tp] = log_dir
+            if log_dir in manager.offline_dirs:  # it went offline meanwhile
+                plog.abandon()
+                plog.offline = True
+
+
+def _make_empty_dir(tp: TopicPartition, path: Path) -> None:
+    """Make `path`, a new partition directory; one already there is renamed ``-stray``."""
+    try:
+        path.mkdir()
+    except FileExistsError:
+        stray = path.with_name(stray_dir_name(*tp))
+        os.rename(path, stray)
+        log.warning("Log in %s marked stray and renamed to %s", path, stray)
+        path.mkdir()

@@ -58,6 +58,7 @@ from storage.layout import (
     delete_dir_name,
     parse_partition_dir,
     segment_file,
+    stray_dir_name,
 )
 from storage.leader_epoch import LeaderEpochCache
 from storage.producer_state import (
@@ -1005,11 +1006,11 @@ class PartitionLog:
         if self._owns_handles:
             self.handles.close_all()
 
-    def delete(self) -> Path:
+    def delete(self, *, stray: bool = False) -> Path:
         """Remove the partition: rename its directory to ``<name>.<uuid>-delete`` and return
         the new path, for the caller to remove (off the log's thread: see
-        :class:`~storage.chore.RemoveDeleted`). Open file slices stay readable until
-        released."""
+        :class:`~storage.chore.RemoveDeleted`); with `stray`, to ``<name>.<uuid>-stray``, to
+        be kept. Open file slices stay readable until released."""
         for seg in self._segments:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
@@ -1018,7 +1019,7 @@ class PartitionLog:
         target = self.dir
         tp = self.topic_partition
         if tp is not None:
-            target = self.dir.with_name(delete_dir_name(*tp))
+            target = self.dir.with_name((stray_dir_name if stray else delete_dir_name)(*tp))
             os.rename(self.dir, target)
             fsync_dir(target.parent)
         if self._owns_handles:

@@ -94,6 +94,11 @@ async def create(broker: Broker, name: str) -> None:
         broker.transactions.state.ensure_topic()
     else:
         topic = creatable_topic(broker.config, name)
-        broker.create_topic(name, topic.partitions, topic.replication_factor, topic.configs)
+        record = broker.register_topic(
+            name, topic.partitions, topic.replication_factor, topic.configs
+        )
+        failed = await broker.create_logs([record])
+        if failed:
+            raise failed[name]
     # Answered once `topics.json` holds the topic, as Kafka answers once ZooKeeper does.
     await broker.topics.written()

@@ -4,6 +4,13 @@
 with its log), the node id and cluster id, the addresses clients are told, and its dynamic
 configs (whose changes it applies to its logs, cleaner and SASL listeners). All of it lives
 in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
+
+A new partition exists (is served, and listed in Metadata) only once its log does: the logs of
+a CreateTopics, CreatePartitions, auto-creation or LeaderAndIsr are made in one worker-thread
+call (`make_logs`, one creation at a time), so the loop never waits on their files; start-up
+and an internal topic made on a coordinator's first use make them on the loop (`_attach`). At
+start-up the embedded broker moves stray logs aside (`-stray`, as Kafka): those of no topic in
+the registry, beyond its partition count, or with another topic id.
 It must not speak the wire protocol (handlers do) or accept connections (`server` does).
 
 The group and transaction coordinators are built, and started in the nursery of
@@ -18,16 +25,19 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
 
 from protocol.errors import ErrorCode, KafkaError
+from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig, max_map_keys
-from storage.log_manager import LogManager
+from storage.log_manager import CreateLogs, LogManager
 from wirebroker import connection_limits
 from wirebroker.config import BrokerConfig, ConfigError, Listener
 from wirebroker.connection_limits import ConnectionLimits
@@ -43,6 +53,7 @@ from wirebroker.quotas.client import ClientQuotas
 from wirebroker.quotas.replication import ReplicationQuotas
 from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
 from wirebroker.quotas.store import ClientQuotaStore
+from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
@@ -116,6 +127,8 @@ class Broker:
     _groups: GroupCoordinator | None = field(default=None, init=False, repr=False)
     _transactions: TransactionCoordinator | None = field(default=None, init=False, repr=False)
     _coordinators_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
+    #: Held while logs are made off the loop (`create_logs`): one creation at a time, in order.
+    _log_creation: trio.Lock = field(default_factory=trio.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.controller_id == -1 and not self.config.cluster_mode:
@@ -267,7 +280,8 @@ class Broker:
                             name, index, p.leader, p.leader_epoch, list(p.isr), list(p.replicas)
                         )
                     )
-            topics.append((name, record.topic_id, parts))
+            if parts:  # a topic whose logs are being made is not known yet, as in Kafka
+                topics.append((name, record.topic_id, parts))
         self.metadata_cache.set_local(me, topics)
 
     @classmethod
@@ -303,6 +317,7 @@ class Broker:
         )
         if not config.cluster_mode:
             # In a cluster, partitions appear when the controller's LeaderAndIsr names them.
+            broker._move_stray_logs()
             for record in broker.topics.topics.values():
                 broker._attach(record)
         log.info(
@@ -313,6 +328,23 @@ class Broker:
         )
         return broker
 
+    def _move_stray_logs(self) -> None:
+        """Embedded start-up: a log of no topic in the registry, of a partition beyond its
+        count, or whose `partition.metadata` names another topic id (left by a crash between
+        a creation and its registry write, or a deletion not finished) is moved aside as
+        stray, as Kafka's LogManager does (a `-stray` directory, kept), so a topic created
+        with its name starts empty."""
+        for topic, index in self.log_manager.partitions():
+            record = self.topics.get(topic)
+            plog = self.log_manager.get(topic, index)
+            stored = read_topic_id(plog.dir) if plog is not None else None
+            if (
+                record is None
+                or index >= record.partitions
+                or stored not in (None, record.topic_id)
+            ):
+                self.log_manager.mark_stray(topic, index)
+
     def close(self) -> None:
         self.topics.close()
         self.log_manager.close()
@@ -322,26 +354,111 @@ class Broker:
         return log_config_for(self.config, record.configs)
 
     def _attach(self, record: TopicRecord) -> None:
+        """Make the missing logs of `record`'s partitions on this thread and serve them (at
+        start-up, before serving, and for an internal topic its coordinator creates on first
+        use); KafkaError KAFKA_STORAGE_ERROR if one cannot be made (the others are served)."""
         if self.cluster_mode:
             return
-        config = self.topic_log_config(record)
-        for index in range(record.partitions):
-            tp = TopicPartition(record.name, index)
-            if tp in self.partitions:
-                continue
-            plog = self.log_manager.get_or_create(record.name, index, config)
-            self.partitions[tp] = Partition(
-                record.name,
-                index,
-                record.topic_id,
-                plog,
-                leader=self.node_id,
-                leader_epoch=0,
-                replicas=[self.node_id],
-                isr=[self.node_id],
-                min_isr_source=partial(self.min_insync_replicas, record.name),
-                clock=self.clock,
+        creation = self.log_manager.begin_create(*self._missing_logs([record]))
+        run_chore(creation)
+        failed = self._serve_created([record], creation)
+        if failed:
+            raise failed[record.name]
+
+    async def create_logs(self, records: list[TopicRecord]) -> dict[str, KafkaError]:
+        """Make the missing logs of `records`' partitions off the loop (`make_logs`) and
+        serve them: a partition exists here, in Metadata too, only once its log does. Returns
+        the topics whose logs could not all be made, with why. A topic deleted (or re-created)
+        while its logs were made gets none of them (they are deleted)."""
+        if self.cluster_mode:
+            return {}
+        # Shielded: a closed connection must not leave logs made but not served.
+        with trio.CancelScope(shield=True):
+            creation = await self.make_logs(*self._missing_logs(records))
+            failed = self._serve_created(records, creation)
+        return failed
+
+    async def make_logs(
+        self,
+        partitions: Mapping[tuple[str, int], LogConfig],
+        init: Callable[[tuple[str, int], Path], None],
+    ) -> CreateLogs:
+        """Make new, empty logs (`LogManager.begin_create`) in a worker thread, one call for
+        all, and commit them here: the loop never waits on their creation. Creations run one
+        at a time, in order (a later one finds the logs an earlier one made), and a started
+        one is finished even by a shutdown (a few directories)."""
+        async with self._log_creation:
+            creation = self.log_manager.begin_create(partitions, init)
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.to_thread.run_sync(creation.prepare)
+                finally:
+                    creation.commit()
+        return creation
+
+    def _missing_logs(
+        self, records: list[TopicRecord]
+    ) -> tuple[dict[tuple[str, int], LogConfig], Callable[[tuple[str, int], Path], None]]:
+        """The partitions of `records` not served yet with their log configs, and what
+        writes each new log's topic id (`partition.metadata`, as Kafka writes it; not
+        fsynced, and a failure only logged: a log without one is judged by the registry)."""
+        wanted: dict[tuple[str, int], LogConfig] = {}
+        ids = {}
+        for record in records:
+            ids[record.name] = record.topic_id
+            config = self.topic_log_config(record)
+            for index in range(record.partitions):
+                if TopicPartition(record.name, index) not in self.partitions:
+                    wanted[(record.name, index)] = config
+
+        def init(tp: tuple[str, int], directory: Path) -> None:
+            try:
+                write_topic_id(directory, ids[tp[0]], fsync=False)
+            except OSError as e:  # a full disk: the log is judged by the registry alone
+                log.warning("%s: cannot write its topic id: %s", directory, e)
+
+        return wanted, init
+
+    def _serve_created(
+        self, records: list[TopicRecord], creation: CreateLogs
+    ) -> dict[str, KafkaError]:
+        """Serve the partitions of `records` whose logs exist now; the topics with a
+        partition whose log could not be made, with why."""
+        failed: dict[str, KafkaError] = {}
+        for (topic, index), error in creation.failed.items():
+            cause = error.__cause__
+            reason = cause.strerror if isinstance(cause, OSError) else None  # no paths told
+            failed.setdefault(
+                topic,
+                KafkaError(
+                    f"cannot create the log of {topic}-{index}: {reason or error}",
+                    error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+                ),
             )
+        for record in records:
+            if self.topics.get(record.name) is not record:  # deleted or re-created meanwhile
+                for name, index in creation.created:
+                    if name == record.name:
+                        self.log_manager.delete_partition(name, index)
+                continue
+            for index in range(record.partitions):
+                tp = TopicPartition(record.name, index)
+                plog = self.log_manager.get(record.name, index)
+                if tp in self.partitions or plog is None:
+                    continue
+                self.partitions[tp] = Partition(
+                    record.name,
+                    index,
+                    record.topic_id,
+                    plog,
+                    leader=self.node_id,
+                    leader_epoch=0,
+                    replicas=[self.node_id],
+                    isr=[self.node_id],
+                    min_isr_source=partial(self.min_insync_replicas, record.name),
+                    clock=self.clock,
+                )
+        return failed
 
     def create_topic(
         self,
@@ -352,6 +469,25 @@ class Broker:
         *,
         validate_only: bool = False,
     ) -> TopicRecord:
+        """`register_topic`, then its logs made on this thread (see `_attach`)."""
+        record = self.register_topic(
+            name, partitions, replication_factor, configs, validate_only=validate_only
+        )
+        if not validate_only:
+            self._attach(record)
+        return record
+
+    def register_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        validate_only: bool = False,
+    ) -> TopicRecord:
+        """Validate the topic and add it to the registry; its partitions are served once
+        `create_logs` made their logs."""
         validate_topic_name(name)
         if name in self.topics.topics:
             raise KafkaError(
@@ -372,7 +508,6 @@ class Broker:
         if validate_only:
             return record
         self.topics.add(record)
-        self._attach(record)
         log.info("created topic %s with %d partitions", name, partitions)
         return record
 
@@ -391,7 +526,11 @@ class Broker:
         log.info("deleted topic %s", name)
         return record
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+    def add_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> TopicRecord | None:
+        """Raise the topic's partition count in the registry (validated; None when
+        `validate_only`); the new partitions are served once `create_logs` made their logs."""
         record = self.topics.get(name)
         if record is None:
             raise KafkaError(
@@ -403,10 +542,10 @@ class Broker:
                 error_code=ErrorCode.INVALID_PARTITIONS,
             )
         if validate_only:
-            return
+            return None
         record.partitions = count
         self.topics.changed()
-        self._attach(record)
+        return record
 
     def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
         """The replica manager made `tp` leader or follower here, or stopped it: the

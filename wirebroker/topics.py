@@ -134,14 +134,16 @@ class TopicRegistry:
         if self._written < target and not self._writer_running:
             raise RuntimeError("the topic registry's writer (keep_written) is not running")
         while self._written < target:
-            done = self._write_done
-            await done.wait()
-            if self._written < target and self._attempted >= target:
-                raise KafkaError(
-                    f"the topic registry could not be written ({reason(self._failure)}): the "
-                    "change is in effect, but lost at a crash until a later write succeeds",
-                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
-                )
+            if self._attempted < target:
+                await self._write_done.wait()
+                continue
+            # The write that was to hold them failed (maybe before this call: a request
+            # that makes its partitions' logs first awaits this after the write).
+            raise KafkaError(
+                f"the topic registry could not be written ({reason(self._failure)}): the "
+                "change is in effect, but lost at a crash until a later write succeeds",
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+            )
 
     async def keep_written(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

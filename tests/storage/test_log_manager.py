@@ -89,6 +89,40 @@ def test_placement_deletion_and_foreign_dirs(tmp_path: Path) -> None:
     assert not (dirs[0] / "x-0.0123456789abcdef0123456789abcdef-delete").exists()
 
 
+def test_creation_as_a_chore_and_stray_directories(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    lm = LogManager(dirs, LogConfig())
+    lm.open()
+    made: list[tuple[tuple[str, int], Path]] = []
+    creation = lm.begin_create(
+        {("t", p): LogConfig() for p in range(4)}, lambda tp, d: made.append((tp, d))
+    )
+    assert lm.begin_create({("t", 0): LogConfig()}).pending == {}  # being created already
+    (dirs[0] / "t-0").mkdir(parents=True)  # not the manager's: a leftover of a crash
+    (dirs[0] / "t-0" / "00000000000000000000.log").write_bytes(b"old")
+    assert len(lm) == 0
+    run_chore(creation)
+    assert creation.failed == {} and sorted(creation.created) == [("t", p) for p in range(4)]
+    assert sorted(tp for tp, _d in made) == [("t", p) for p in range(4)]
+    assert sorted(lm.log_dir_of("t", p) for p in range(4)) == sorted(dirs * 2)  # type: ignore[type-var]
+    (stray,) = dirs[0].glob("t-0.*-stray")  # moved aside, kept, never reused
+    assert (stray / "00000000000000000000.log").read_bytes() == b"old"
+    t0 = lm.get("t", 0)
+    assert t0 is not None and t0.log_end_offset == 0
+    moved = lm.mark_stray("t", 1)
+    assert moved is not None and moved.name.endswith("-stray") and lm.get("t", 1) is None
+    lm.offline_dirs.update(dirs)
+    offline = lm.begin_create({("u", 0): LogConfig()})
+    assert list(offline.failed) == [("u", 0)] and offline.pending == {}
+    lm.offline_dirs.clear()
+    lm.close()
+    lm = LogManager(dirs, LogConfig())
+    lm.open()  # the strays stay aside
+    assert lm.partitions() == [("t", 0), ("t", 2), ("t", 3)]
+    assert len(list(tmp_path.glob("*/*-stray"))) == 2
+    lm.close()
+
+
 def test_chores(tmp_path: Path) -> None:
     clock = Clock()
     config = LogConfig(segment_bytes=300, retention_ms=1000, file_delete_delay_ms=10)

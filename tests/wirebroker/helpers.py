@@ -14,9 +14,12 @@ import re
 import shutil
 import socket
 import struct
+import threading
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -52,6 +55,8 @@ from wirebroker.sasl.scram import ScramClient
 
 if TYPE_CHECKING:
     from tests.broker_process import BrokerProcess
+    from wirebroker.config import BrokerConfig
+    from wirebroker.server import RunningBroker
 
 T = TypeVar("T")
 
@@ -70,6 +75,24 @@ needs_kcat = pytest.mark.skipif(
 )
 
 DEFAULT_TIMEOUT = 15.0
+
+
+@asynccontextmanager
+async def serving_in_process(
+    config: BrokerConfig, release: threading.Event, timeout: float
+) -> AsyncIterator[RunningBroker]:
+    """Serve `config` on this trio loop for the block (within `timeout`), then stop it;
+    `release` (what a test holds a worker thread with) is set however the block ends."""
+    from wirebroker.server import serve_broker
+
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(partial(serve_broker, config))
+        try:
+            with trio.fail_after(timeout):
+                yield running
+        finally:
+            release.set()
+        nursery.cancel_scope.cancel()
 
 
 def wait_until(

@@ -45,9 +45,14 @@ from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.metadata import MetadataRequest
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, assert_refused_for_a_full_disk, fill
+from tests.wirebroker.helpers import (
+    RawClient,
+    assert_refused_for_a_full_disk,
+    fill,
+    serving_in_process,
+)
+from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig
-from wirebroker.server import serve_broker
 from wirebroker.topics import OFFSETS_TOPIC, TopicRegistry
 
 pytestmark = pytest.mark.integration
@@ -203,12 +208,30 @@ class _Changes:
             await self.event.wait()
 
 
+class _Served(_Changes):
+    """Counts the creations whose logs the broker serves (it wraps `Broker._serve_created`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self.event = trio.Event()
+        serve = Broker._serve_created
+
+        def counted(broker: Broker, *args: Any) -> Any:
+            failed = serve(broker, *args)
+            self.count += 1
+            self.event.set()
+            return failed
+
+        monkeypatch.setattr(Broker, "_serve_created", counted)
+
+
 def test_writes_run_off_the_loop_in_order_and_before_the_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     held = _HeldWrites()
     monkeypatch.setattr(wirebroker.topics, "write_json_atomically", held)
     changes = _Changes(monkeypatch)
+    served = _Served(monkeypatch)
     config = BrokerConfig.from_properties(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
     )
@@ -218,25 +241,22 @@ def test_writes_run_off_the_loop_in_order_and_before_the_answer(
         answers[what] = await trio.to_thread.run_sync(call)
 
     async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            running = await nursery.start(partial(serve_broker, config))
+        async with (
+            serving_in_process(config, held.release, TIMEOUT) as running,
+            trio.open_nursery() as nursery,
+        ):
             bootstrap = running.bootstrap_servers
-            try:
-                with trio.fail_after(TIMEOUT):
-                    nursery.start_soon(ask, "create a", partial(_create, bootstrap, "a"))
-                    assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                    # The write of {a} is held: the loop answers others, who see `a` at once.
-                    assert "a" in await trio.to_thread.run_sync(_listed, bootstrap)
-                    assert "create a" not in answers  # answered only once written
-                    async with trio.open_nursery() as meanwhile:
-                        meanwhile.start_soon(ask, "create b", partial(_create, bootstrap, "b"))
-                        meanwhile.start_soon(ask, "create c", partial(_create, bootstrap, "c"))
-                        meanwhile.start_soon(ask, "delete a", partial(_delete, bootstrap, "a"))
-                        await changes.wait_for(4)
-                        held.release.set()
-            finally:
-                held.release.set()
-            nursery.cancel_scope.cancel()
+            nursery.start_soon(ask, "create a", partial(_create, bootstrap, "a"))
+            assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+            await served.wait_for(1)  # its log is made beside the held write
+            # The write of {a} is held: the loop answers others, who see `a` already.
+            assert "a" in await trio.to_thread.run_sync(_listed, bootstrap)
+            assert "create a" not in answers  # answered only once written
+            nursery.start_soon(ask, "create b", partial(_create, bootstrap, "b"))
+            nursery.start_soon(ask, "create c", partial(_create, bootstrap, "c"))
+            nursery.start_soon(ask, "delete a", partial(_delete, bootstrap, "a"))
+            await changes.wait_for(4)
+            held.release.set()
 
     loop_thread = threading.get_ident()
     trio.run(main)

@@ -26,6 +26,7 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
     ctx.require_cluster_action()
     manager = ctx.broker.replica_manager
     manager.check_broker_epoch(request.broker_epoch)
+    await manager.create_new_logs(request, ctx.api_version)  # off the loop
     return manager.become_leader_or_follower(request, ctx.api_version)
 
 

@@ -4,9 +4,10 @@ Per-topic failures are answered per topic with Kafka's codes (TOPIC_ALREADY_EXIS
 INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION,
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID) and a message from v1 (CreateTopics) or v5
 (DeleteTopics). Differences from Kafka: manual replica assignments are accepted only when they
-name this broker; creation is synchronous, so `timeout_ms` never expires. The embedded broker
-answers once `topics.json` holds the change (written off the event loop, `wirebroker.topics`),
-as Kafka answers once ZooKeeper does; if that write fails (a full disk) the topics of the
+name this broker; `timeout_ms` never expires. The embedded broker answers once the new
+partitions' logs exist (made in one worker-thread call, `Broker.create_logs`; a log that cannot
+be made is KAFKA_STORAGE_ERROR for its topic) and `topics.json` holds the change (written off
+the event loop, `wirebroker.topics`), as Kafka answers once ZooKeeper does; if that write fails (a full disk) the topics of the
 request are answered UNKNOWN_SERVER_ERROR, as Kafka answers a failed ZooKeeper write, but unlike
 Kafka the change stays in effect (the broker writes the file again later).
 
@@ -70,20 +71,26 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                     topic.name, partitions, replication, configs, validate_only=True
                 )
                 quota.record(partitions)
-            record = broker.create_topic(
+            record = broker.register_topic(
                 topic.name, partitions, replication, configs, validate_only=request.validate_only
             )
         except KafkaError as e:
             _answer_failed(result, e)
             continue
-        created.append(result)
+        created.append((result, record))
         if topic.name in describable:
             _answer_created(ctx, result, record, request.validate_only)
     if created and not request.validate_only:
+        # Answered once the partitions exist (their logs made off the loop) and the
+        # registry holds the topics, as Kafka answers once ZooKeeper does.
+        failed = await broker.create_logs([record for _result, record in created])
+        for result, record in created:
+            if record.name in failed:
+                _answer_failed(result, failed[record.name])
         try:
             await broker.topics.written()
         except KafkaError as e:
-            for result in created:
+            for result, _record in created:
                 _answer_failed(result, e)
     _mutation_throttle(ctx, quota)
     return CreateTopicsResponse(topics=results)
@@ -319,9 +326,12 @@ async def _add_partitions(
     if cluster is None:
         record = ctx.broker.topics.get(topic.name)
         current = record.partitions if record is not None else 0
-        ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
-        if not validate_only:
+        record = ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+        if record is not None:
+            failed = await ctx.broker.create_logs([record])
             await ctx.broker.topics.written()
+            if failed:
+                raise failed[topic.name]
         return current
     assignment = await cluster.topic_assignment(topic.name)
     await cluster.add_partitions(

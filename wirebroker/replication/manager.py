@@ -2,7 +2,7 @@
 
 This module owns the transitions a controller orders (Kafka's ReplicaManager): LeaderAndIsr
 makes partitions leaders or followers — creating the log, with its topic id, when it is missing
-— StopReplica stops (and maybe deletes) them, UpdateMetadata feeds the metadata cache; all
+(off the loop first: `create_new_logs`) — StopReplica stops (and maybe deletes) them, UpdateMetadata feeds the metadata cache; all
 three are refused when they come from an older controller epoch. It owns the fetchers (one task
 per source broker and fetcher id, `num.replica.fetchers`), the periodic ISR shrink check, and the
 AlterPartition requests that carry the leaders' ISR changes to the controller (applied when the
@@ -19,6 +19,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
@@ -389,6 +390,33 @@ class ReplicaManager:
                 continue
             errors[key] = ErrorCode.NONE
         return _leader_and_isr_response(version, ErrorCode.NONE, errors, topic_ids)
+
+    async def create_new_logs(self, request: LeaderAndIsrRequest, version: int) -> None:
+        """Make the logs `request` names here that do not exist yet, with their topic ids, off
+        the loop (`Broker.make_logs`, one call for all), before `become_leader_or_follower`
+        applies it: it then finds them. A log that could not be made is left to it (it tries
+        again and answers KAFKA_STORAGE_ERROR)."""
+        if request.controller_epoch < self.controller_epoch:
+            return
+        broker = self.broker
+        topic_ids = {t.topic_name: t.topic_id for t in request.topic_states} if version >= 5 else {}
+        wanted = {}
+        for s in _leader_and_isr_states(request, version):
+            tp = TopicPartition(s.topic_name, s.partition_index)
+            if (
+                broker.node_id in s.replicas
+                and tp not in broker.partitions
+                and broker.log_manager.get(tp.topic, tp.partition) is None
+            ):
+                wanted[(tp.topic, tp.partition)] = log_config_for(
+                    broker.config, broker.topic_overrides(tp.topic)
+                )
+        if wanted:
+
+            def init(tp: tuple[str, int], directory: Path) -> None:
+                write_topic_id(directory, topic_ids.get(tp[0], ZERO_UUID))
+
+            await broker.make_logs(wanted, init)
 
     def _create_partition(self, tp: TopicPartition, topic_id: uuid.UUID) -> Partition:
         """The partition over its log (opened or created), with the topic id the log has."""

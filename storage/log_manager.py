@@ -253,12 +253,9 @@ class LogManager:
         """Move the partition's log aside as a stray one (Kafka's ``-stray`` directory, kept,
         never reused nor deleted): the broker found it belongs to no topic it has. Its new
         path, or None if there was no log."""
-        tp = (topic, partition)
-        plog = self._logs.pop(tp, None)
-        log_dir = self._dir_of.pop(tp, None)
-        if plog is None or log_dir is None:
+        plog = self._detach((topic, partition))
+        if plog is None:
             return None
-        self._per_dir[log_dir] -= 1
         old = plog.dir
         target = plog.delete(stray=True)
         log.warning("Log in %s marked stray and renamed to %s", old, target)
@@ -267,14 +264,20 @@ class LogManager:
     def delete_partition(self, topic: str, partition: int) -> bool:
         """Remove the partition's log: its directory is renamed now and removed by the next
         :meth:`removal_chore`. False if there was none."""
-        tp = (topic, partition)
+        plog = self._detach((topic, partition))
+        if plog is None:
+            return False
+        self._to_remove.append(plog.delete())
+        return True
+
+    def _detach(self, tp: tuple[str, int]) -> PartitionLog | None:
+        """Stop managing the partition's log (its directory stays): the log, or None."""
         plog = self._logs.pop(tp, None)
         log_dir = self._dir_of.pop(tp, None)
         if plog is None or log_dir is None:
-            return False
+            return None
         self._per_dir[log_dir] -= 1
-        self._to_remove.append(plog.delete())
-        return True
+        return plog
 
     def handle_log_error(self, topic: str, partition: int, error: BaseException) -> None:
         """Tell the manager an operation on a partition's log failed (Kafka's

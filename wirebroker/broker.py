@@ -53,7 +53,7 @@ from wirebroker.quotas.client import ClientQuotas
 from wirebroker.quotas.replication import ReplicationQuotas
 from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
 from wirebroker.quotas.store import ClientQuotaStore
-from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
+from wirebroker.replication.partition_metadata import read_topic_id, write_new_topic_id
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
@@ -400,8 +400,8 @@ class Broker:
         self, records: list[TopicRecord]
     ) -> tuple[dict[tuple[str, int], LogConfig], Callable[[tuple[str, int], Path], None]]:
         """The partitions of `records` not served yet with their log configs, and what
-        writes each new log's topic id (`partition.metadata`, as Kafka writes it; not
-        fsynced, and a failure only logged: a log without one is judged by the registry)."""
+        writes each new log's topic id (`partition.metadata`, durably, as Kafka writes it; a
+        failure is only logged: a log without one is judged by the registry)."""
         wanted: dict[tuple[str, int], LogConfig] = {}
         ids = {}
         for record in records:
@@ -413,7 +413,7 @@ class Broker:
 
         def init(tp: tuple[str, int], directory: Path) -> None:
             try:
-                write_topic_id(directory, ids[tp[0]], fsync=False)
+                write_new_topic_id(directory, ids[tp[0]])
             except OSError as e:  # a full disk: the log is judged by the registry alone
                 log.warning("%s: cannot write its topic id: %s", directory, e)
 

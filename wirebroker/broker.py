@@ -6,9 +6,10 @@ configs (whose changes it applies to its logs, cleaner and SASL listeners). All 
 in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
 
 A new partition exists (is served, and listed in Metadata) only once its log does: the logs of
-a CreateTopics, CreatePartitions, auto-creation or LeaderAndIsr are made in one worker-thread
-call (`make_logs`, one creation at a time), so the loop never waits on their files; start-up
-and an internal topic made on a coordinator's first use make them on the loop (`_attach`). At
+a CreateTopics, CreatePartitions, auto-creation (internal topics' first use included) or
+LeaderAndIsr are made in one worker-thread call (`make_logs`, one creation at a time), so the
+loop never waits on their files; a new partition of an internal topic is then loaded by its
+coordinator (`partition_moved`). Only start-up makes logs on the loop (`_attach`). At
 start-up the embedded broker moves stray logs aside (`-stray`, as Kafka): those of no topic in
 the registry, beyond its partition count, or with another topic id.
 It must not speak the wire protocol (handlers do) or accept connections (`server` does).
@@ -25,7 +26,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -59,6 +60,7 @@ from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
 from wirebroker.topic_configs import LOG_KEYS, log_config_for, min_insync_replicas
 from wirebroker.topics import (
+    INTERNAL_TOPICS,
     OFFSETS_TOPIC,
     TXN_TOPIC,
     TopicRecord,
@@ -129,6 +131,9 @@ class Broker:
     _coordinators_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
     #: Held while logs are made off the loop (`create_logs`): one creation at a time, in order.
     _log_creation: trio.Lock = field(default_factory=trio.Lock, init=False, repr=False)
+    #: The internal topics whose making on first use runs in the background
+    #: (`auto_topics.internal_partition_served`).
+    making_internal: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.controller_id == -1 and not self.config.cluster_mode:
@@ -232,6 +237,11 @@ class Broker:
             if self._coordinators_nursery is not None:
                 self._transactions.start(self._coordinators_nursery)
         return self._transactions
+
+    def start_soon(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run `job` beside the requests, in the coordinators' nursery, until the broker stops."""
+        assert self._coordinators_nursery is not None, "the broker is not serving"
+        self._coordinators_nursery.start_soon(job)
 
     async def serve_coordinators(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -355,8 +365,8 @@ class Broker:
 
     def _attach(self, record: TopicRecord) -> None:
         """Make the missing logs of `record`'s partitions on this thread and serve them (at
-        start-up, before serving, and for an internal topic its coordinator creates on first
-        use); KafkaError KAFKA_STORAGE_ERROR if one cannot be made (the others are served)."""
+        start-up, before serving); KafkaError KAFKA_STORAGE_ERROR if one cannot be made (the
+        others are served)."""
         if self.cluster_mode:
             return
         creation = self.log_manager.begin_create(*self._missing_logs([record]))
@@ -369,13 +379,18 @@ class Broker:
         """Make the missing logs of `records`' partitions off the loop (`make_logs`) and
         serve them: a partition exists here, in Metadata too, only once its log does. Returns
         the topics whose logs could not all be made, with why. A topic deleted (or re-created)
-        while its logs were made gets none of them (they are deleted)."""
+        while its logs were made gets none of them (they are deleted). The new partitions of an
+        internal topic are loaded by its coordinator."""
         if self.cluster_mode:
             return {}
         # Shielded: a closed connection must not leave logs made but not served.
         with trio.CancelScope(shield=True):
             creation = await self.make_logs(*self._missing_logs(records))
             failed = self._serve_created(records, creation)
+        for topic, index in creation.created:
+            if topic in INTERNAL_TOPICS and self.partition(topic, index) is not None:
+                # Led here from now on: its coordinator loads it (Kafka's onElection).
+                self.partition_moved(TopicPartition(topic, index), leader=True)
         return failed
 
     async def make_logs(

@@ -24,13 +24,13 @@ from protocol.errors import ErrorCode
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from tests.cluster.harness import FakeBroker, call, eventually, start_broker
+from tests.wirebroker.helpers import ToldPartition, told_partitions
 from wirebroker.peer import request_once
 from wirebroker.server import RunningBroker
 
 pytestmark = pytest.mark.integration
 
-#: (error, leader, replicas, isr, offline replicas) of each partition, by index.
-Told = dict[int, tuple[int, int, list[int], list[int], list[int]]]
+Told = dict[int, ToldPartition]
 
 
 async def _metadata(running: RunningBroker, listener: str, version: int) -> MetadataResponse:
@@ -46,16 +46,7 @@ async def _metadata(running: RunningBroker, listener: str, version: int) -> Meta
 
 def _told(answer: MetadataResponse) -> Told:
     (topic,) = answer.topics
-    return {
-        p.partition_index: (
-            p.error_code,
-            p.leader_id,
-            p.replica_nodes,
-            p.isr_nodes,
-            p.offline_replicas,
-        )
-        for p in topic.partitions
-    }
+    return told_partitions(topic)
 
 
 def _epochs(answer: MetadataResponse) -> dict[int, int]:

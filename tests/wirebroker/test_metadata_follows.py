@@ -26,7 +26,7 @@ from kafka import KafkaConsumer
 from protocol.errors import ErrorCode
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import RawClient, create_topic
+from tests.wirebroker.helpers import RawClient, ToldPartition, create_topic, told_partitions
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ TIMEOUT = 30.0
 NODE = 0  # broker.id's default
 ZERO_UUID = uuid.UUID(int=0)
 
-Partitions = list[tuple[int, int, int, list[int], list[int], list[int]]]
+Partitions = dict[int, ToldPartition]
 
 
 def _metadata(
@@ -58,23 +58,9 @@ def _by_id(bootstrap: str, topic_id: uuid.UUID) -> MetadataResponse.MetadataResp
     return topic
 
 
-def _partitions(topic: MetadataResponse.MetadataResponseTopic) -> Partitions:
-    return [
-        (
-            p.partition_index,
-            p.error_code,
-            p.leader_id,
-            p.replica_nodes,
-            p.isr_nodes,
-            p.offline_replicas,
-        )
-        for p in topic.partitions
-    ]
-
-
 def _served(count: int) -> Partitions:
     """What `count` partitions of this broker are told as: led here, its only replica."""
-    return [(i, ErrorCode.NONE, NODE, [NODE], [NODE], []) for i in range(count)]
+    return {i: (ErrorCode.NONE, NODE, [NODE], [NODE], []) for i in range(count)}
 
 
 def _told(bootstrap: str, admin: AdminClient, name: str) -> tuple[Partitions, uuid.UUID]:
@@ -83,18 +69,20 @@ def _told(bootstrap: str, admin: AdminClient, name: str) -> tuple[Partitions, uu
     named = _named(bootstrap, name)
     assert named.error_code == ErrorCode.NONE, named
     assert named.topic_id != ZERO_UUID
+    told = told_partitions(named)
     every = {t.name: t for t in _metadata(bootstrap, None).topics}
-    assert _partitions(every[name]) == _partitions(named)
+    assert told_partitions(every[name]) == told
     assert every[name].topic_id == named.topic_id
     by_id = _by_id(bootstrap, named.topic_id)
     assert (by_id.error_code, by_id.name) == (ErrorCode.NONE, name)
-    assert _partitions(by_id) == _partitions(named)
+    assert told_partitions(by_id) == told
     listed = admin.list_topics(timeout=TIMEOUT).topics[name]
     assert listed.error is None
     assert {i: (p.leader, p.replicas, p.isrs) for i, p in listed.partitions.items()} == {
-        i: (leader, replicas, isr) for i, _e, leader, replicas, isr, _o in _partitions(named)
+        i: (leader, replicas, isr) for i, (_e, leader, replicas, isr, _o) in told.items()
     }
-    return _partitions(named), named.topic_id
+    assert list(told) == sorted(told)  # in index order
+    return told, named.topic_id
 
 
 def _gone(bootstrap: str, admin: AdminClient, name: str, old_id: uuid.UUID) -> None:
@@ -158,7 +146,7 @@ def test_all_topics_in_name_order_each_as_when_named(broker: BrokerProcess, topi
         assert [t.name for t in named.topics] == names
         listed = {t.name: t for t in every.topics}
         for t in named.topics:
-            assert _partitions(t) == _partitions(listed[t.name]), (version, t.name)
+            assert told_partitions(t) == told_partitions(listed[t.name]), (version, t.name)
         assert [len(listed[n].partitions) for n in names] == [4, 8, 12]
         assert [(b.node_id, b.port) for b in every.brokers] == [(NODE, broker.port)]
     assert _metadata(broker.bootstrap, None).controller_id == NODE

@@ -41,6 +41,7 @@ from protocol.messages.headers import RequestHeader
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.metadata import MetadataResponse
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
@@ -76,13 +77,15 @@ def trio_clock() -> Clock:
 
 class HeldCreation:
     """Wraps `CreateLogs.prepare` (installed by `held_in_process`): records each call's thread
-    and partitions, and holds the first (the first making a log of `topic`, if given) until
+    and partitions, and holds the `hold`th (of those making a log of `topic`, if given) until
     `release` is set. `ask` runs a client call in a thread, its answer in `answers`."""
 
-    def __init__(self, topic: str | None = None) -> None:
+    def __init__(self, topic: str | None = None, hold: int = 1) -> None:
         self.prepare = CreateLogs.prepare
         self.topic = topic
+        self.hold = hold
         self.calls: list[tuple[int, int]] = []  # (thread, partitions)
+        self.counted = 0  # calls of `topic`
         self.started = threading.Event()
         self.release = threading.Event()
         self.answers: dict[str, Any] = {}
@@ -92,10 +95,11 @@ class HeldCreation:
 
     def __call__(self, creation: CreateLogs) -> None:
         self.calls.append((threading.get_ident(), len(creation.pending)))
-        topics = {topic for topic, _index in creation.pending}
-        if not self.started.is_set() and (self.topic is None or self.topic in topics):
-            self.started.set()
-            assert self.release.wait(HOLD_TIMEOUT)
+        if self.topic is None or self.topic in {topic for topic, _ in creation.pending}:
+            self.counted += 1
+            if self.counted == self.hold:
+                self.started.set()
+                assert self.release.wait(HOLD_TIMEOUT)
         self.prepare(creation)
 
 
@@ -104,13 +108,13 @@ HOLD_TIMEOUT = 60.0
 
 
 def held_in_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topic: str | None = None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topic: str | None = None, hold: int = 1
 ) -> tuple[BrokerConfig, HeldCreation]:
     """The config of an in-process broker (`serving_in_process`) in `tmp_path` whose log
-    creations are wrapped by a `HeldCreation` of `topic`."""
+    creations are wrapped by a `HeldCreation` of `topic` and `hold`."""
     from wirebroker.config import BrokerConfig
 
-    held = HeldCreation(topic)
+    held = HeldCreation(topic, hold)
     monkeypatch.setattr(CreateLogs, "prepare", lambda c: held(c))
     config = BrokerConfig.from_properties(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
@@ -457,6 +461,24 @@ def list_offset(
         response = client.request(request, 9)
     (p,) = response.topics[0].partitions
     return p.error_code, p.offset
+
+
+#: A partition as Metadata tells it: (error, leader, replicas, ISR, offline replicas).
+ToldPartition = tuple[int, int, list[int], list[int], list[int]]
+
+
+def told_partitions(topic: MetadataResponse.MetadataResponseTopic) -> dict[int, ToldPartition]:
+    """A Metadata answer's topic, partition by partition (in the order told)."""
+    return {
+        p.partition_index: (
+            p.error_code,
+            p.leader_id,
+            p.replica_nodes,
+            p.isr_nodes,
+            p.offline_replicas,
+        )
+        for p in topic.partitions
+    }
 
 
 def end_offset(bootstrap: str, topic: str, partition: int = 0, isolation_level: int = 0) -> int:

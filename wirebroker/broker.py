@@ -41,6 +41,7 @@ from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig, max_map_keys
 from storage.log_manager import CreateLogs, LogManager
+from storage.partition_log import PartitionLog
 from wirebroker import connection_limits
 from wirebroker.config import BrokerConfig, ConfigError, Listener
 from wirebroker.connection_limits import ConnectionLimits
@@ -56,7 +57,11 @@ from wirebroker.quotas.client import ClientQuotas
 from wirebroker.quotas.replication import ReplicationQuotas
 from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
 from wirebroker.quotas.store import ClientQuotaStore
-from wirebroker.replication.partition_metadata import read_topic_id, write_new_topic_id
+from wirebroker.replication.partition_metadata import (
+    read_topic_id,
+    sync_new_topic_ids,
+    write_new_topic_id,
+)
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
@@ -390,7 +395,9 @@ class Broker:
         """Make new, empty logs (`LogManager.begin_create`) in a worker thread, one call for
         all, and commit them here: the loop never waits on their creation. Creations run one
         at a time, in order (a later one finds the logs an earlier one made), and a started
-        one is finished even by a shutdown (a few directories)."""
+        one is finished even by a shutdown (a few directories). The topic ids `init` wrote
+        (`write_new_topic_id`) are made durable after, in the background while serving, as
+        Kafka flushes them (`_sync_topic_ids`)."""
         async with self._log_creation:
             creation = self.log_manager.begin_create(partitions, init)
             with trio.CancelScope(shield=True):
@@ -398,14 +405,30 @@ class Broker:
                     await trio.to_thread.run_sync(creation.prepare)
                 finally:
                     creation.commit()
+        if creation.created:
+            sync = partial(self._sync_topic_ids, dict(creation.created))
+            if self._coordinators_nursery is None:  # not serving (a test's direct call)
+                await sync()
+            else:
+                self._coordinators_nursery.start_soon(sync)
         return creation
+
+    async def _sync_topic_ids(self, logs: Mapping[tuple[str, int], PartitionLog]) -> None:
+        """Fsync the new logs' `partition.metadata` files in a worker thread (Kafka's
+        flush-metadata-file task); a failure is logged and, unless the disk is full, takes the
+        log's directory offline, as Kafka's."""
+        directories = {plog.dir: tp for tp, plog in logs.items()}
+        failed = await trio.to_thread.run_sync(sync_new_topic_ids, list(directories))
+        for directory, error in failed.items():
+            log.error("%s: cannot make its topic id durable: %s", directory, error)
+            self.log_manager.handle_log_error(*directories[directory], error)
 
     def _missing_logs(
         self, records: list[TopicRecord]
     ) -> tuple[dict[tuple[str, int], LogConfig], Callable[[tuple[str, int], Path], None]]:
         """The partitions of `records` not served yet with their log configs, and what
-        writes each new log's topic id (`partition.metadata`, durably, as Kafka writes it; a
-        failure is only logged: a log without one is judged by the registry)."""
+        writes each new log's topic id (`partition.metadata`, as Kafka writes it; a failure
+        is only logged: a log without one is judged by the registry)."""
         wanted: dict[tuple[str, int], LogConfig] = {}
         ids = {}
         for record in records:

@@ -16,7 +16,11 @@ from storage.chore import run_chore
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from storage.partition_log import PartitionLog
-from wirebroker.replication.partition_metadata import read_topic_id, write_new_topic_id
+from wirebroker.replication.partition_metadata import (
+    read_topic_id,
+    sync_new_topic_ids,
+    write_new_topic_id,
+)
 
 from .helpers import T0, Clock, batch, open_fds, read_all
 
@@ -154,6 +158,7 @@ def test_a_new_log_is_made_with_only_its_files_and_no_clock_read(tmp_path: Path)
         "partition.metadata",
     ]
     assert read_topic_id(tmp_path / "t-0") == TOPIC_ID
+    assert sync_new_topic_ids([tmp_path / "t-0", tmp_path / "t-1"]) == {}  # t-1: none to sync
     t0 = lm.get("t", 0)
     assert t0 is not None and t0.log_end_offset == 0 and t0.segments[0].created_ms == T0
     t0.append_as_leader(batch(3), 4, T0)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -114,7 +116,7 @@ def _transaction(bootstrap: str, transactional_id: str, topic: str, group: str) 
         producer.begin_transaction()
         producer.produce(topic, b"committed", partition=0)
         producer.send_offsets_to_transaction(
-            [TopicPartition(topic, 0, 1)], group_member.consumer_group_metadata(), TIMEOUT
+            [TopicPartition(topic, 0, 2)], group_member.consumer_group_metadata(), TIMEOUT
         )
         producer.commit_transaction(TIMEOUT)
         return 1
@@ -122,72 +124,87 @@ def _transaction(bootstrap: str, transactional_id: str, topic: str, group: str) 
         group_member.close()
 
 
-@pytest.mark.timeout(180)
-def test_a_consumer_group_first_use_waits_off_the_loop_for_its_logs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _first_use_held(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    topic: str,
+    use: Callable[[str], int | None],
+    while_held: Callable[[str], None],
+    then: Callable[[str], None],
 ) -> None:
-    config, held = held_in_process(tmp_path, monkeypatch, OFFSETS_TOPIC)
-    answers, ask = held.answers, held.ask
+    """A broker whose making of `topic` is held in its worker thread; a client's `use` (whose
+    first use makes `topic`) runs meanwhile; `while_held` checks the loop's answers while it is
+    held (the topic's partitions not served yet), then it is released: `use` answers 1, and
+    `then` checks what it did. The topic's logs were made in one call, off the loop."""
+    config, held = held_in_process(tmp_path, monkeypatch, topic)
 
     async def main() -> None:
         async with serving_in_process(config, held.release, 2 * TIMEOUT) as running:
             bootstrap = running.bootstrap_servers
             await trio.to_thread.run_sync(create_topic, bootstrap, "t")
             await trio.to_thread.run_sync(_produce, bootstrap, "t", 1)
-            async with trio.open_nursery() as consuming:
-                consuming.start_soon(
-                    ask, "consume", lambda: _consume_and_commit(bootstrap, "g", "t")
-                )
+            async with trio.open_nursery() as using:
+                using.start_soon(held.ask, "use", partial(use, bootstrap))
                 assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                # `__consumer_offsets`' logs are being made in the worker thread.
                 for _ in range(3):
                     meta = await trio.to_thread.run_sync(metadata_of, bootstrap, "t")
                     assert meta == (ErrorCode.NONE, 1)
-                    code = await trio.to_thread.run_sync(_coordinator, bootstrap, "g", GROUP_KEY)
-                    assert code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-                code = await trio.to_thread.run_sync(_offset_fetch_error, bootstrap, "g")
-                assert code == ErrorCode.NOT_COORDINATOR
-                assert "consume" not in answers
-                assert running.broker.partition(OFFSETS_TOPIC, 0) is None
+                await trio.to_thread.run_sync(while_held, bootstrap)
+                assert "use" not in held.answers
+                assert running.broker.partition(topic, 0) is None
                 held.release.set()
-            assert answers == {"consume": 1}
-            assert await trio.to_thread.run_sync(_committed, bootstrap, "g", "t") == 1
+            assert held.answers == {"use": 1}
+            await trio.to_thread.run_sync(then, bootstrap)
 
     loop_thread = threading.get_ident()
     trio.run(main)
-    offsets_calls = [(thread, n) for thread, n in held.calls if n == 50]
-    assert len(offsets_calls) == 1  # one worker-thread call for the topic's 50 logs
-    assert offsets_calls[0][0] != loop_thread
+    assert held.counted == 1  # the topic's logs made in one call
+    assert loop_thread not in {thread for thread, _n in held.calls}
+
+
+@pytest.mark.timeout(180)
+def test_a_consumer_group_first_use_waits_off_the_loop_for_its_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def while_held(bootstrap: str) -> None:
+        assert _coordinator(bootstrap, "g", GROUP_KEY) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert _offset_fetch_error(bootstrap, "g") == ErrorCode.NOT_COORDINATOR
+
+    def then(bootstrap: str) -> None:
+        assert _committed(bootstrap, "g", "t") == 1
+
+    _first_use_held(
+        tmp_path,
+        monkeypatch,
+        OFFSETS_TOPIC,
+        lambda bootstrap: _consume_and_commit(bootstrap, "g", "t"),
+        while_held,
+        then,
+    )
 
 
 @pytest.mark.timeout(180)
 def test_a_transactional_producer_first_use_waits_off_the_loop_for_its_logs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config, held = held_in_process(tmp_path, monkeypatch, TXN_TOPIC)
-    answers, ask = held.answers, held.ask
+    def while_held(bootstrap: str) -> None:
+        assert _coordinator(bootstrap, "tx", TXN_KEY) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert _init_producer_id_error(bootstrap, "tx") == ErrorCode.NOT_COORDINATOR
 
-    async def main() -> None:
-        async with serving_in_process(config, held.release, 2 * TIMEOUT) as running:
-            bootstrap = running.bootstrap_servers
-            await trio.to_thread.run_sync(create_topic, bootstrap, "t")
-            async with trio.open_nursery() as producing:
-                producing.start_soon(ask, "txn", lambda: _transaction(bootstrap, "tx", "t", "g"))
-                assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                meta = await trio.to_thread.run_sync(metadata_of, bootstrap, "t")
-                assert meta == (ErrorCode.NONE, 1)
-                code = await trio.to_thread.run_sync(_coordinator, bootstrap, "tx", TXN_KEY)
-                assert code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-                code = await trio.to_thread.run_sync(_init_producer_id_error, bootstrap, "tx")
-                assert code == ErrorCode.NOT_COORDINATOR
-                assert "txn" not in answers
-                held.release.set()
-            assert answers == {"txn": 1}
-            # The record and its commit marker, stable; the offset committed with it.
-            assert await trio.to_thread.run_sync(lambda: end_offset(bootstrap, "t", 0, 1)) == 2
-            assert await trio.to_thread.run_sync(_committed, bootstrap, "g", "t") == 1
+    def then(bootstrap: str) -> None:
+        # The plain record, the transaction's and its commit marker, stable; the offset
+        # committed with it.
+        assert end_offset(bootstrap, "t", 0, 1) == 3
+        assert _committed(bootstrap, "g", "t") == 2
 
-    trio.run(main)
+    _first_use_held(
+        tmp_path,
+        monkeypatch,
+        TXN_TOPIC,
+        lambda bootstrap: _transaction(bootstrap, "tx", "t", "g"),
+        while_held,
+        then,
+    )
 
 
 @pytest.mark.timeout(180)

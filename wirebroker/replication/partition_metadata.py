@@ -7,8 +7,10 @@ when it creates a log and, at start-up, moves a log whose id is not its topic's 
 The format is two lines, ``version: 0`` and ``topic_id: <base64url uuid>``. An existing file is
 replaced atomically (temporary file, fsync, rename); a new log's, in the worker thread that
 makes the log, is written in place (its directory was just made: there is nothing to replace,
-and a torn file reads as no id) and made durable as Kafka's PartitionMetadataFile makes it (the
-file and its directory fsynced). Storage ignores the file.
+and a torn file reads as no id) and made durable after, as Kafka's PartitionMetadataFile (which
+records the id with the log and flushes it in a task scheduled then): the file and its
+directory fsynced by `sync_new_topic_ids`, once the new logs are served. Storage ignores the
+file.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import base64
 import os
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from storage.checkpoints import fsync_dir
@@ -59,19 +62,37 @@ def write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
 
 
 def write_new_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
-    """Store `topic_id` in `directory`, a partition directory just made, durably (see the
-    module doc), without the read and the temporary file of `write_topic_id`. A failed write
-    leaves no file."""
+    """Store `topic_id` in `directory`, a partition directory just made (see the module doc),
+    without the read and the temporary file of `write_topic_id`, and not durably yet
+    (`sync_new_topic_ids`). A failed write leaves no file."""
     if topic_id == ZERO_UUID:
         return
     path = directory / FILE_NAME
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, _contents(topic_id))
-        os.fsync(fd)
     except OSError:
         os.unlink(path)  # no torn file left
         raise
     finally:
         os.close(fd)
-    fsync_dir(directory)
+
+
+def sync_new_topic_ids(directories: Iterable[Path]) -> dict[Path, OSError]:
+    """Make the files `write_new_topic_id` wrote in `directories` durable, as Kafka's
+    PartitionMetadataFile flushes (the file, then its directory); a directory without one (no
+    id, or deleted meanwhile) is skipped. The directories where that failed, with why."""
+    failed = {}
+    for directory in directories:
+        try:
+            fd = os.open(directory / FILE_NAME, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(directory)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            failed[directory] = e
+    return failed

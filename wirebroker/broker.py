@@ -10,7 +10,9 @@ a CreateTopics, CreatePartitions, auto-creation or LeaderAndIsr are made in one 
 call (`make_logs`, one creation at a time), so the loop never waits on their files; start-up
 and an internal topic made on a coordinator's first use make them on the loop (`_attach`). At
 start-up the embedded broker moves stray logs aside (`-stray`, as Kafka): those of no topic in
-the registry, beyond its partition count, or with another topic id.
+the registry, beyond its partition count, or with another topic id. The embedded broker's
+metadata cache (what Metadata tells) follows its partitions: one is added when served and
+removed when deleted, never rebuilt per request.
 It must not speak the wire protocol (handlers do) or accept connections (`server` does).
 
 The group and transaction coordinators are built, and started in the nursery of
@@ -260,29 +262,16 @@ class Broker:
         return self.clock()
 
     def metadata(self) -> MetadataCache:
-        """The cluster as clients are told it. The embedded broker describes itself."""
+        """The cluster as clients are told it. In a cluster, what the controller said; embedded,
+        the partitions served here (the cache follows them as they are served and forgotten,
+        `_serve_created` and `delete_topic`) and this broker with its advertised listeners."""
         if not self.cluster_mode:
-            self._describe_self()
+            self.metadata_cache.set_local_broker(
+                BrokerInfo(
+                    self.node_id, tuple(Endpoint(a.name, a.host, a.port) for a in self.advertised)
+                )
+            )
         return self.metadata_cache
-
-    def _describe_self(self) -> None:
-        me = BrokerInfo(
-            self.node_id, tuple(Endpoint(a.name, a.host, a.port) for a in self.advertised)
-        )
-        topics = []
-        for name, record in self.topics.topics.items():
-            parts = []
-            for index in range(record.partitions):
-                p = self.partitions.get(TopicPartition(name, index))
-                if p is not None:
-                    parts.append(
-                        PartitionInfo(
-                            name, index, p.leader, p.leader_epoch, list(p.isr), list(p.replicas)
-                        )
-                    )
-            if parts:  # a topic whose logs are being made is not known yet, as in Kafka
-                topics.append((name, record.topic_id, parts))
-        self.metadata_cache.set_local(me, topics)
 
     @classmethod
     def open(
@@ -446,7 +435,7 @@ class Broker:
                 plog = self.log_manager.get(record.name, index)
                 if tp in self.partitions or plog is None:
                     continue
-                self.partitions[tp] = Partition(
+                p = self.partitions[tp] = Partition(
                     record.name,
                     index,
                     record.topic_id,
@@ -457,6 +446,14 @@ class Broker:
                     isr=[self.node_id],
                     min_isr_source=partial(self.min_insync_replicas, record.name),
                     clock=self.clock,
+                )
+                # Listed in Metadata from now on. Embedded, a partition's leader, epoch and ISR
+                # never change (no controller): this is what it is told as until deleted.
+                self.metadata_cache.put_partition(
+                    record.topic_id,
+                    PartitionInfo(
+                        record.name, index, p.leader, p.leader_epoch, [*p.isr], [*p.replicas]
+                    ),
                 )
         return failed
 
@@ -521,6 +518,7 @@ class Broker:
             tp = TopicPartition(name, index)
             partition = self.partitions.pop(tp, None)
             if partition is not None:
+                self.metadata_cache.remove_partition(name, index)
                 self.log_manager.delete_partition(name, index)
         self.topics.remove(name)
         log.info("deleted topic %s", name)

@@ -4,9 +4,14 @@ In a cluster this module owns what the controller last told us through UpdateMet
 ZkMetadataCache): the live brokers with their endpoints per listener and racks, every partition's
 leader, leader epoch, ISR, replicas and offline replicas, the topic ids, and the controller id.
 Metadata, FindCoordinator and DescribeCluster answer from it; the replica side finds other
-brokers' addresses in it. The embedded single broker fills it from its own state instead
-(:meth:`MetadataCache.set_local`), so clients are answered by one code path in both modes.
-It must not do I/O, and it knows nothing about logs.
+brokers' addresses in it. The embedded single broker fills it from its own state instead, so
+clients are answered by one code path in both modes: the broker adds a partition when it serves
+it and removes it when it forgets it (:meth:`MetadataCache.put_partition`,
+:meth:`MetadataCache.remove_partition`), and tells itself as the one broker and controller with
+its advertised listeners before each answer (:meth:`MetadataCache.set_local_broker`). It is
+never rebuilt per request: a Metadata request costs what its answer holds, not the cluster's
+size (docs/perf-notes.md, "Metadata at thousands of partitions"). It must not do I/O, and it
+knows nothing about logs.
 """
 
 from __future__ import annotations
@@ -81,7 +86,8 @@ class MetadataCache:
         return name in self.partitions
 
     def partitions_of(self, topic: str) -> list[PartitionInfo]:
-        return [p for _, p in sorted(self.partitions.get(topic, {}).items())]
+        parts = self.partitions.get(topic, {})
+        return [parts[index] for index in sorted(parts)]
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         return self.partitions.get(topic, {}).get(index)
@@ -148,12 +154,8 @@ class MetadataCache:
         deleted: list[tuple[str, int]] = []
         for s in states:
             if s.leader == LEADER_DURING_DELETE:
-                parts = self.partitions.get(s.topic_name)
-                if parts is not None and parts.pop(s.partition_index, None) is not None:
+                if self.remove_partition(s.topic_name, s.partition_index):
                     deleted.append((s.topic_name, s.partition_index))
-                if parts is not None and not parts:
-                    del self.partitions[s.topic_name]
-                    self.topic_ids.pop(s.topic_name, None)
                 continue
             self.partitions.setdefault(s.topic_name, {})[s.partition_index] = PartitionInfo(
                 s.topic_name,
@@ -169,19 +171,27 @@ class MetadataCache:
         self.populated.set()
         return deleted
 
-    def set_local(
-        self,
-        broker: BrokerInfo,
-        topics: Iterable[tuple[str, uuid.UUID, list[PartitionInfo]]],
-    ) -> None:
-        """The embedded single broker: itself the only broker and controller, its partitions."""
+    def put_partition(self, topic_id: uuid.UUID, partition: PartitionInfo) -> None:
+        """Add or replace a partition of the topic with `topic_id` (the embedded broker: one
+        it serves from now on)."""
+        self.partitions.setdefault(partition.topic, {})[partition.partition] = partition
+        self.topic_ids[partition.topic] = topic_id
+
+    def remove_partition(self, topic: str, index: int) -> bool:
+        """Forget a partition, and its topic with its last one; whether it was known."""
+        parts = self.partitions.get(topic)
+        if parts is None:
+            return False
+        known = parts.pop(index, None) is not None
+        if not parts:
+            del self.partitions[topic]
+            self.topic_ids.pop(topic, None)
+        return known
+
+    def set_local_broker(self, broker: BrokerInfo) -> None:
+        """The embedded broker: itself the only broker and the controller."""
         self.brokers = {broker.id: broker}
         self.controller_id = broker.id
-        self.partitions = {}
-        self.topic_ids = {}
-        for name, topic_id, parts in topics:
-            self.partitions[name] = {p.partition: p for p in parts}
-            self.topic_ids[name] = topic_id
         self.populated.set()
 
 

@@ -40,6 +40,7 @@ from protocol.messages.headers import RequestHeader
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.metadata import MetadataResponse
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
@@ -376,6 +377,24 @@ def list_offset(
         response = client.request(request, 9)
     (p,) = response.topics[0].partitions
     return p.error_code, p.offset
+
+
+#: A partition as Metadata tells it: (error, leader, replicas, ISR, offline replicas).
+ToldPartition = tuple[int, int, list[int], list[int], list[int]]
+
+
+def told_partitions(topic: MetadataResponse.MetadataResponseTopic) -> dict[int, ToldPartition]:
+    """A Metadata answer's topic, partition by partition (in the order told)."""
+    return {
+        p.partition_index: (
+            p.error_code,
+            p.leader_id,
+            p.replica_nodes,
+            p.isr_nodes,
+            p.offline_replicas,
+        )
+        for p in topic.partitions
+    }
 
 
 def end_offset(bootstrap: str, topic: str, partition: int = 0, isolation_level: int = 0) -> int:

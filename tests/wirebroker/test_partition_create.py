@@ -6,6 +6,8 @@ reused.
   (UNKNOWN_TOPIC_OR_PARTITION, as Kafka before its partitions exist) and the CreateTopics is not
   answered. A DeleteTopics that arrives meanwhile wins: once released, the logs made are
   deleted, and the topic created again with the same name (made after, in order) starts afresh.
+- Partitions added to a topic whose logs are held being made are not told by Metadata (by
+  name nor in the all-topics answer) until they exist; the topic's others are.
 - confluent-kafka produces to every partition right after its AdminClient's CreateTopics (and
   CreatePartitions) returned: every record is acknowledged.
 - A broker process restarted over the partition directories of a topic missing from
@@ -31,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 import storage.log_manager
 from protocol.errors import ErrorCode
+from protocol.messages.create_partitions import CreatePartitionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.metadata import MetadataRequest
@@ -52,10 +55,12 @@ TIMEOUT = 60.0
 
 
 class _HeldCreation:
-    """Wraps `CreateLogs.prepare`: records its thread and partitions, and holds the first
-    until `release` is set. `ask` runs a client call in a thread, its answer in `answers`."""
+    """Wraps `CreateLogs.prepare`: records its thread and partitions, and holds the `hold`th
+    (the first by default) until `release` is set. `ask` runs a client call in a thread, its
+    answer in `answers`."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold: int = 1) -> None:
+        self.hold = hold
         self.prepare = CreateLogs.prepare
         self.calls: list[tuple[int, int]] = []  # (thread, partitions)
         self.started = threading.Event()
@@ -67,7 +72,7 @@ class _HeldCreation:
 
     def __call__(self, creation: CreateLogs) -> None:
         self.calls.append((threading.get_ident(), len(creation.pending)))
-        if len(self.calls) == 1:
+        if len(self.calls) == self.hold:
             self.started.set()
             assert self.release.wait(TIMEOUT)
         self.prepare(creation)
@@ -94,14 +99,28 @@ def _delete(bootstrap: str, name: str) -> int:
 
 
 def _metadata(bootstrap: str, name: str) -> tuple[int, int]:
-    """(error code, partitions listed) of `name`, not auto-created."""
+    """(error code, partitions listed) of `name`, not auto-created; the all-topics answer
+    lists the same partitions (none: not listed)."""
     request = MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name=name)],
         allow_auto_topic_creation=False,
     )
     with RawClient(bootstrap, timeout=TIMEOUT) as client:
         (topic,) = client.request(request, 12).topics
+        every = client.request(MetadataRequest(topics=None), 12).topics
+    listed = [[p.partition_index for p in t.partitions] for t in every if t.name == name]
+    assert listed == ([[p.partition_index for p in topic.partitions]] if topic.partitions else [])
     return topic.error_code, len(topic.partitions)
+
+
+def _add_partitions(bootstrap: str, name: str, count: int) -> int:
+    request = CreatePartitionsRequest(
+        topics=[CreatePartitionsRequest.CreatePartitionsTopic(name=name, count=count)],
+        timeout_ms=30_000,
+    )
+    with RawClient(bootstrap, timeout=TIMEOUT) as client:
+        (result,) = client.request(request, 3).results
+    return int(result.error_code)
 
 
 def _produce_error(bootstrap: str, name: str) -> int:
@@ -111,9 +130,9 @@ def _produce_error(bootstrap: str, name: str) -> int:
 
 
 def _in_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: int = 1
 ) -> tuple[BrokerConfig, _HeldCreation]:
-    held = _HeldCreation()
+    held = _HeldCreation(hold)
     monkeypatch.setattr(storage.log_manager.CreateLogs, "prepare", lambda c: held(c))
     config = BrokerConfig.from_properties(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
@@ -158,6 +177,34 @@ def test_metadata_is_answered_while_a_large_creation_runs_off_the_loop(
     names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("big-"))
     assert names[:2] == ["big-0", "big-1"]
     assert all(n.endswith("-delete") for n in names[2:])  # the first creation's, deleted
+
+
+@pytest.mark.timeout(120)
+def test_partitions_added_are_told_once_their_logs_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, held = _in_process(tmp_path, monkeypatch, hold=2)  # the CreatePartitions' logs
+    answers, ask = held.answers, held.ask
+
+    async def main() -> None:
+        async with serving_in_process(config, held.release, TIMEOUT) as running:
+            bootstrap = running.bootstrap_servers
+            assert await trio.to_thread.run_sync(_create, bootstrap, "grown", 2) == 0
+            async with trio.open_nursery() as adding:
+                adding.start_soon(ask, "add", partial(_add_partitions, bootstrap, "grown", 5))
+                assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+                # The new partitions' logs are being made: Metadata tells the old ones only.
+                meta = await trio.to_thread.run_sync(_metadata, bootstrap, "grown")
+                assert meta == (ErrorCode.NONE, 2)
+                assert "add" not in answers
+                held.release.set()
+            assert answers == {"add": ErrorCode.NONE}
+            meta = await trio.to_thread.run_sync(_metadata, bootstrap, "grown")
+            assert meta == (ErrorCode.NONE, 5)
+            assert await trio.to_thread.run_sync(end_offset, bootstrap, "grown", 4) == 0
+
+    trio.run(main)
+    assert [n for _thread, n in held.calls] == [2, 3]
 
 
 @pytest.mark.timeout(120)

@@ -19,7 +19,9 @@ or on the topic (else TOPIC_AUTHORIZATION_FAILED). The authorized-operations bit
 come from the ACLs; the cluster's is 0 without DESCRIBE on the cluster.
 
 Brokers, partitions and the controller come from the metadata cache (`Broker.metadata()`): in a
-cluster what the controller's UpdateMetadata said, embedded the broker itself. A partition whose
+cluster what the controller's UpdateMetadata said, embedded the broker itself; an answer costs
+the partitions it tells (each leader judged once per topic, the cache's replica lists told
+as they are, not copied), not the cluster's size. A partition whose
 leader is not a live broker is LEADER_NOT_AVAILABLE with leader -1 (v0 lists only live replicas,
 REPLICA_NOT_AVAILABLE when some are missing), as Kafka's ZkMetadataCache answers; brokers are
 listed with their endpoint on the listener the request came in on (a leader without one is
@@ -202,26 +204,22 @@ def _not_created(name: str) -> Topic:
 
 def _describe(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:
     v0 = ctx.api_version == 0
+    told: dict[int, tuple[ErrorCode, int]] = {}  # leader -> (its error, the leader told)
     partitions = []
     for p in cache.partitions_of(name):
-        error = ErrorCode.NONE
-        leader = p.leader
-        replicas, isr = list(p.replicas), list(p.isr)
+        leader_told = told.get(p.leader)
+        if leader_told is None:
+            leader_told = told[p.leader] = _leader(ctx, cache, p.leader)
+        error, leader = leader_told
+        # The cache's lists, not copies: it replaces a partition's, never changes them.
+        replicas, isr = p.replicas, p.isr
         if v0:
             replicas = [r for r in replicas if cache.is_alive(r)]
             isr = [r for r in isr if cache.is_alive(r)]
-        if not cache.is_alive(leader):
-            error, leader = ErrorCode.LEADER_NOT_AVAILABLE, -1
-        elif cache.endpoint(leader, ctx.listener_name) is None:
-            # Alive, but not reachable on the listener this client came in on.
-            error = (
-                ErrorCode.LISTENER_NOT_FOUND
-                if ctx.api_version >= 6
-                else (ErrorCode.LEADER_NOT_AVAILABLE)
-            )
-            leader = -1
-        elif v0 and (len(replicas) < len(p.replicas) or len(isr) < len(p.isr)):
-            error = ErrorCode.REPLICA_NOT_AVAILABLE
+            if error == ErrorCode.NONE and (
+                len(replicas) < len(p.replicas) or len(isr) < len(p.isr)
+            ):
+                error = ErrorCode.REPLICA_NOT_AVAILABLE
         partitions.append(
             MetadataResponse.MetadataResponsePartition(
                 error_code=error,
@@ -230,7 +228,7 @@ def _describe(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:
                 leader_epoch=p.leader_epoch,
                 replica_nodes=replicas,
                 isr_nodes=isr,
-                offline_replicas=list(p.offline_replicas),
+                offline_replicas=p.offline_replicas,
             )
         )
     return Topic(
@@ -240,3 +238,16 @@ def _describe(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:
         is_internal=name in INTERNAL_TOPICS,
         partitions=partitions,
     )
+
+
+def _leader(ctx: RequestContext, cache: MetadataCache, leader: int) -> tuple[ErrorCode, int]:
+    """A partition's error and the leader it is told with: LEADER_NOT_AVAILABLE and -1 when its
+    leader is not alive; when alive but without an endpoint on the client's listener,
+    LISTENER_NOT_FOUND (v6+, else LEADER_NOT_AVAILABLE) and -1."""
+    if not cache.is_alive(leader):
+        return ErrorCode.LEADER_NOT_AVAILABLE, -1
+    if cache.endpoint(leader, ctx.listener_name) is None:
+        if ctx.api_version >= 6:
+            return ErrorCode.LISTENER_NOT_FOUND, -1
+        return ErrorCode.LEADER_NOT_AVAILABLE, -1
+    return ErrorCode.NONE, leader

@@ -264,7 +264,8 @@ class LogManager:
 
     def delete_partition(self, topic: str, partition: int) -> bool:
         """Remove the partition's log: its directory is renamed now and removed by the next
-        :meth:`removal_chore`. False if there was none."""
+        :meth:`removal_chore`, which also makes both durable (an fsync of the log directory,
+        off the loop). False if there was none."""
         plog = self._detach((topic, partition))
         if plog is None:
             return False
@@ -445,8 +446,8 @@ class LogManager:
         return RemoveDeleted(files, directories, self._removal_failed)
 
     def _removal_failed(self, path: Path, error: OSError) -> None:
-        log_dir = path.parent.parent
-        if log_dir in self.log_dirs:
+        log_dir = next((d for d in self.log_dirs if d in path.parents), None)
+        if log_dir is not None:
             self._maybe_take_offline(log_dir, error)
 
     # ---- shutdown --------------------------------------------------------------------------

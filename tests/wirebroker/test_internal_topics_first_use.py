@@ -6,8 +6,8 @@
   Kafka's until the partition has a leader) and OffsetFetch NOT_COORDINATOR. Once released the
   consumer reads, commits, and its commit is fetched back.
 - The same for `__transaction_state` and a transactional producer (InitProducerId answers
-  NOT_COORDINATOR meanwhile): once released it commits a transaction, offsets included (its
-  AddOffsetsToTxn comes before `__consumer_offsets` exists), read back read_committed.
+  NOT_COORDINATOR meanwhile): once released it commits a transaction, a group's offset
+  included, read back read_committed.
 - A broker process whose disk has no inode left: the group's first use cannot make the logs
   (logged, FindCoordinator answers COORDINATOR_NOT_AVAILABLE, no directory left behind); once
   space returns the next lookup makes them and a commit survives a restart.
@@ -113,6 +113,9 @@ def _transaction(bootstrap: str, transactional_id: str, topic: str, group: str) 
     group_member = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         producer.init_transactions(TIMEOUT)
+        # Read where the group is, as a consume-transform-produce loop starts (its lookup
+        # makes `__consumer_offsets`, not held).
+        group_member.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)
         producer.begin_transaction()
         producer.produce(topic, b"committed", partition=0)
         producer.send_offsets_to_transaction(

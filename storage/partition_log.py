@@ -53,6 +53,7 @@ from storage.errors import (
 from storage.file_handles import FileHandles
 from storage.layout import (
     DELETED_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     delete_dir_name,
@@ -162,6 +163,7 @@ class PartitionLog:
         now_ms: Callable[[], int],
         *,
         owns_handles: bool,
+        opened_ms: int,
     ) -> None:
         self.dir = directory
         self.config = config
@@ -183,7 +185,7 @@ class PartitionLog:
         #: Earliest tombstone delete horizon left by compaction (None: none pending).
         self.tombstone_horizon_ms: int | None = None
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = opened_ms
         self._dir_dirty = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         #: Producer snapshots below the log start offset, unlinked with the deleted segments'
@@ -224,7 +226,7 @@ class PartitionLog:
         """
         owns = handles is None
         pool = FileHandles() if handles is None else handles
-        self = cls(directory, config, pool, now_ms, owns_handles=owns)
+        self = cls(directory, config, pool, now_ms, owns_handles=owns, opened_ms=now_ms())
         try:
             loaded = load_partition_dir(
                 directory,
@@ -257,6 +259,29 @@ class PartitionLog:
             self._load_producer_state(had_clean_shutdown, loaded.txn_rebuild_from)
         except OSError as e:
             raise KafkaStorageError(f"cannot load the producer state of {directory}: {e}") from e
+        return self
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        handles: FileHandles,
+        now_ms: Callable[[], int],
+        created_ms: int,
+    ) -> PartitionLog:
+        """A new, empty log in `directory`, a directory just made: nothing in it is looked for
+        (no scan, no recovery, no checkpoint or snapshot read), only the first segment's files
+        are made. `now_ms` is not called: `created_ms` is the time (read by the caller, so
+        this may run in a worker thread)."""
+        self = cls(directory, config, handles, now_ms, owns_handles=False, opened_ms=created_ms)
+        segment = LogSegment.create(directory, 0, config, handles, created_ms)
+        segment.become_active()
+        self._segments = [segment]
+        self._bases = [0]
+        self.leader_epoch_cache = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
+        self.had_clean_shutdown = True
         return self
 
     def _load_producer_state(

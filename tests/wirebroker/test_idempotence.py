@@ -33,6 +33,7 @@ from tests.wirebroker.helpers import (
     RawClient,
     create_topic,
     init_producer_id,
+    make_coordinator_topics,
     produce_request,
     wait_until,
 )
@@ -324,6 +325,18 @@ def test_duplicate_gap_and_fenced_epoch(broker: BrokerProcess, topic: str) -> No
     assert (state.producer_id, state.producer_epoch, state.last_sequence) == (pid, 1, 0)
 
 
+def _init_transactional(bootstrap: str) -> Any:
+    """InitProducerId of "tx", asked again while its coordinator is not ready (its partition
+    not loaded yet, as after a restart), as clients do."""
+
+    def answered() -> Any:
+        r = init_producer_id(bootstrap, transactional_id="tx")
+        not_ready = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return None if r.error_code in not_ready else r
+
+    return wait_until(answered, what="the transaction coordinator of tx")
+
+
 def test_producer_ids_survive_restart(tmp_path: Path) -> None:
     b = BrokerProcess(tmp_path / "data")
     b.start()
@@ -332,7 +345,8 @@ def test_producer_ids_survive_restart(tmp_path: Path) -> None:
             r = init_producer_id(b.bootstrap, version)
             assert (r.error_code, r.producer_epoch) == (0, 0)
         before = r.producer_id
-        t1 = init_producer_id(b.bootstrap, transactional_id="tx")
+        make_coordinator_topics(b.bootstrap, (1,))  # as a client's lookup of its coordinator
+        t1 = _init_transactional(b.bootstrap)
         t2 = init_producer_id(b.bootstrap, transactional_id="tx")
         assert t2.producer_id == t1.producer_id and t2.producer_epoch == t1.producer_epoch + 1
         # Into the next block: its ids are handed out only once the file reserves it.
@@ -344,7 +358,7 @@ def test_producer_ids_survive_restart(tmp_path: Path) -> None:
         b.restart(clean=False)
         after = init_producer_id(b.bootstrap).producer_id
         assert after > max(handed)
-        t3 = init_producer_id(b.bootstrap, transactional_id="tx")
+        t3 = _init_transactional(b.bootstrap)
         assert (t3.producer_id, t3.producer_epoch) == (t1.producer_id, t2.producer_epoch + 1)
         stale = init_producer_id(
             b.bootstrap, transactional_id="tx", producer_id=t1.producer_id, producer_epoch=0

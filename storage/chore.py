@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from storage.checkpoints import fsync_dir
+
 __all__ = ["Chore", "RemoveDeleted", "run_chore"]
 
 log = logging.getLogger(__name__)
@@ -55,12 +57,14 @@ def run_chore(chore: Chore) -> None:
 
 
 class RemoveDeleted:
-    """Remove what was already renamed out of readers' way on the log's thread: deleted
-    segments' files (``*.deleted``, their descriptors already closed) and deleted partitions'
-    directories (``<topic>-<p>.<uuid>-delete``). Unlinking a large file or ``rmtree`` of
-    what may be gigabytes is this chore's :meth:`prepare`; whatever is left (an abort, a
-    failed unlink) is removed by recovery at the next start. A file that cannot be unlinked
-    is logged and passed to `on_error` on the log's thread, at :meth:`commit`."""
+    """Remove what the log's thread already took out of readers' way: deleted segments'
+    files (``*.deleted``, their descriptors already closed), producer snapshots below the
+    log start offset, and deleted partitions' directories (``<topic>-<p>.<uuid>-delete``),
+    whose log directory is then fsynced (the rename and the removal survive a crash).
+    Unlinking a large file or ``rmtree`` of what may be gigabytes is this chore's
+    :meth:`prepare`; whatever is left (an abort, a failed unlink) is removed by recovery at
+    the next start. A file that cannot be unlinked, or a directory whose removal cannot be
+    made durable, is logged and passed to `on_error` on the log's thread, at :meth:`commit`."""
 
     def __init__(
         self,
@@ -86,6 +90,12 @@ class RemoveDeleted:
             if self._aborted:
                 return
             shutil.rmtree(path, ignore_errors=True)
+        # One fsync per log directory (keyed by it, each with one of its removed directories).
+        for parent, path in {path.parent: path for path in self.directories}.items():
+            try:
+                fsync_dir(parent)
+            except OSError as e:
+                self.failed.append((path, e))
 
     def abort(self) -> None:
         self._aborted = True  # what is left is removed at the next start (``LogManager.open``)

@@ -33,6 +33,7 @@ import ctypes
 import errno
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -233,7 +234,7 @@ class LogManager:
         to write its topic id), :meth:`CreateLogs.commit` adds them to the manager. A partition
         that has a log or is being created already is left out; one that cannot be placed (no
         log directory online) is in ``failed`` at once."""
-        creation = CreateLogs(self, init)
+        creation = CreateLogs(self, init, self._now_ms())
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         for tp, config in partitions.items():
             if tp in self._logs or tp in self._creating:
@@ -263,7 +264,8 @@ class LogManager:
 
     def delete_partition(self, topic: str, partition: int) -> bool:
         """Remove the partition's log: its directory is renamed now and removed by the next
-        :meth:`removal_chore`. False if there was none."""
+        :meth:`removal_chore`, which also makes both durable (an fsync of the log directory,
+        off the loop). False if there was none."""
         plog = self._detach((topic, partition))
         if plog is None:
             return False
@@ -444,8 +446,8 @@ class LogManager:
         return RemoveDeleted(files, directories, self._removal_failed)
 
     def _removal_failed(self, path: Path, error: OSError) -> None:
-        log_dir = path.parent.parent
-        if log_dir in self.log_dirs:
+        log_dir = next((d for d in self.log_dirs if d in path.parents), None)
+        if log_dir is not None:
             self._maybe_take_offline(log_dir, error)
 
     # ---- shutdown --------------------------------------------------------------------------
@@ -548,21 +550,30 @@ class CreateLogs:
     """New, empty partition logs to make, a :class:`~storage.chore.Chore` made by
     :meth:`LogManager.begin_create` with each partition's directory (``pending``).
 
-    :meth:`prepare` makes each directory, calls the manager's `init` with it, and opens the log
-    in it; it may run in a worker thread because a new, empty directory has nothing to
-    recover: opening it creates its own files and only names them in the shared
+    :meth:`prepare` makes each directory, calls the manager's `init` with it, and creates the
+    log in it (:meth:`PartitionLog.create`: only the first segment's three files, nothing
+    looked for, about 8 system calls where opening a directory takes some 30); it may run in a
+    worker thread because a new, empty directory has nothing to recover: the new log creates
+    its own files and only names them in the shared
     :class:`~storage.file_handles.FileHandles` pool, whose state (open descriptors) stays the
-    log's thread's. A directory already there that the manager does not hold (left by a crash
-    or a creation whose commit never ran) is not reused: it is renamed ``-stray`` first, as
-    Kafka moves a stray log aside. :meth:`commit` adds the new logs to the manager
-    (``created``) and reports the others in ``failed`` (:class:`KafkaStorageError`; an I/O
-    error other than a full disk takes the log directory offline)."""
+    log's thread's, and reads no clock (the time is read when the creation is begun). A
+    directory already there that the manager does not hold (left by a crash or a creation
+    whose commit never ran) is not reused: it is renamed ``-stray`` first, as Kafka moves a
+    stray log aside. A log that cannot be made (a full disk; `init` failing too) has its new
+    directory removed again, so that a later creation does not find it stray. :meth:`commit`
+    adds the new logs to the manager (``created``) and reports the others in ``failed``
+    (:class:`KafkaStorageError`; an I/O error other than a full disk takes the log directory
+    offline)."""
 
     def __init__(
-        self, manager: LogManager, init: Callable[[TopicPartition, Path], None] | None
+        self,
+        manager: LogManager,
+        init: Callable[[TopicPartition, Path], None] | None,
+        now_ms: int,
     ) -> None:
         self.manager = manager
         self.init = init
+        self.now_ms = now_ms
         self.pending: dict[TopicPartition, tuple[Path, LogConfig]] = {}
         self.created: dict[TopicPartition, PartitionLog] = {}
         self.failed: dict[TopicPartition, KafkaStorageError] = {}
@@ -573,17 +584,22 @@ class CreateLogs:
         for tp, (path, config) in self.pending.items():
             try:
                 _make_empty_dir(tp, path)
+            except OSError as e:
+                self._errors[tp] = e
+                continue
+            try:
                 if self.init is not None:
                     self.init(tp, path)
-                self.created[tp] = PartitionLog.open(
+                self.created[tp] = PartitionLog.create(
                     path,
                     config,
                     handles=manager.handles,
                     now_ms=manager._now_ms,
-                    had_clean_shutdown=True,
+                    created_ms=self.now_ms,
                 )
             except (OSError, StorageError) as e:
                 self._errors[tp] = e
+                shutil.rmtree(path, ignore_errors=True)  # made here: the next try starts afresh
 
     def abort(self) -> None:
         pass  # a few empty directories: let them be made

@@ -53,6 +53,7 @@ from storage.errors import (
 from storage.file_handles import FileHandles
 from storage.layout import (
     DELETED_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     delete_dir_name,
@@ -162,6 +163,7 @@ class PartitionLog:
         now_ms: Callable[[], int],
         *,
         owns_handles: bool,
+        opened_ms: int,
     ) -> None:
         self.dir = directory
         self.config = config
@@ -183,9 +185,12 @@ class PartitionLog:
         #: Earliest tombstone delete horizon left by compaction (None: none pending).
         self.tombstone_horizon_ms: int | None = None
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = opened_ms
         self._dir_dirty = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        #: Producer snapshots below the log start offset, unlinked with the deleted segments'
+        #: files (as Kafka's async delete, after ``file.delete.delay.ms``).
+        self._obsolete_snapshots: list[tuple[int, Path]] = []
         #: Counts truncations: a chore prepared before one must not be committed after it.
         self.truncations = 0
         #: Where reads bounded by the high watermark and by the last stable offset stop.
@@ -221,7 +226,7 @@ class PartitionLog:
         """
         owns = handles is None
         pool = FileHandles() if handles is None else handles
-        self = cls(directory, config, pool, now_ms, owns_handles=owns)
+        self = cls(directory, config, pool, now_ms, owns_handles=owns, opened_ms=now_ms())
         try:
             loaded = load_partition_dir(
                 directory,
@@ -254,6 +259,29 @@ class PartitionLog:
             self._load_producer_state(had_clean_shutdown, loaded.txn_rebuild_from)
         except OSError as e:
             raise KafkaStorageError(f"cannot load the producer state of {directory}: {e}") from e
+        return self
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        handles: FileHandles,
+        now_ms: Callable[[], int],
+        created_ms: int,
+    ) -> PartitionLog:
+        """A new, empty log in `directory`, a directory just made: nothing in it is looked for
+        (no scan, no recovery, no checkpoint or snapshot read), only the first segment's files
+        are made. `now_ms` is not called: `created_ms` is the time (read by the caller, so
+        this may run in a worker thread)."""
+        self = cls(directory, config, handles, now_ms, owns_handles=False, opened_ms=created_ms)
+        segment = LogSegment.create(directory, 0, config, handles, created_ms)
+        segment.become_active()
+        self._segments = [segment]
+        self._bases = [0]
+        self.leader_epoch_cache = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
+        self.had_clean_shutdown = True
         return self
 
     def _load_producer_state(
@@ -842,8 +870,15 @@ class PartitionLog:
         self._recovery_point = max(self._recovery_point, min(self._log_start, self._leo))
         self.cleaner_checkpoint = max(self.cleaner_checkpoint, self._log_start)
         self._position_cache.clear()
-        self.producer_state.delete_snapshots_before(self._log_start)
+        pending = {path for _when, path in self._obsolete_snapshots}
+        for path in self.producer_state.snapshots_before(self._log_start):
+            if path not in pending:
+                self._obsolete_snapshots.append((self._delete_due(now_ms), path))
         return count
+
+    def _delete_due(self, now_ms: int) -> int:
+        """When a file deleted now is to be unlinked (``file.delete.delay.ms`` later)."""
+        return now_ms + max(0, self.config.file_delete_delay_ms)
 
     def _delete_segment(self, seg: LogSegment, now_ms: int | None = None) -> None:
         """Rename to ``.deleted`` and forget it now (readers holding slices keep their
@@ -853,15 +888,17 @@ class PartitionLog:
         seg.rename_suffix(DELETED_SUFFIX)
         seg.log.detach()
         now = self._now_ms() if now_ms is None else now_ms
-        self._pending_deletes.append((now + max(0, self.config.file_delete_delay_ms), seg))
+        self._pending_deletes.append((self._delete_due(now), seg))
 
     def take_deleted_files(self, now_ms: int) -> list[Path]:
         """The files of deleted segments whose ``file.delete.delay.ms`` passed, their
-        descriptors closed, for the caller to unlink in a worker thread (see
-        :class:`~storage.chore.RemoveDeleted`). A segment a reader still pins waits for its
-        release: the last close of an unlinked file frees its blocks, which is the slow part
-        and must not happen on the log's thread."""
-        due: list[Path] = []
+        descriptors closed, and the producer snapshots below the log start offset, for the
+        caller to unlink in a worker thread (see :class:`~storage.chore.RemoveDeleted`). A
+        segment a reader still pins waits for its release: the last close of an unlinked
+        file frees its blocks, which is the slow part and must not happen on the log's
+        thread."""
+        due = [path for when, path in self._obsolete_snapshots if when <= now_ms]
+        self._obsolete_snapshots = [(w, p) for w, p in self._obsolete_snapshots if w > now_ms]
         keep: list[tuple[int, LogSegment]] = []
         for when, seg in self._pending_deletes:
             if when <= now_ms and not seg.log.is_open:
@@ -1021,7 +1058,8 @@ class PartitionLog:
         if tp is not None:
             target = self.dir.with_name((stray_dir_name if stray else delete_dir_name)(*tp))
             os.rename(self.dir, target)
-            fsync_dir(target.parent)
+            if stray:  # at start-up; a deletion's removal chore fsyncs it (off the loop)
+                fsync_dir(target.parent)
         if self._owns_handles:
             self.handles.close_all()
         return target

@@ -624,11 +624,16 @@ class ProducerStateManager:
         )
         self.last_snapshot_offset = offset
 
-    def delete_snapshots_before(self, offset: int) -> None:
-        """Remove snapshots below `offset` (the new log start offset), keeping the latest."""
-        for off in snapshot_offsets(self.dir):
-            if off < offset and off != self.last_snapshot_offset:
-                self._delete_snapshot(off)
+    def snapshots_before(self, offset: int) -> list[Path]:
+        """The snapshot files below `offset` (the new log start offset) but the latest: never
+        read again (a load takes none below the log start offset and deletes any a crash
+        left), for the caller to unlink off the log's thread. A file not yet unlinked is
+        listed again by the next call."""
+        return [
+            segment_file(self.dir, off, SNAPSHOT_SUFFIX)
+            for off in snapshot_offsets(self.dir)
+            if off < offset and off != self.last_snapshot_offset
+        ]
 
     def delete_snapshots_after(self, offset: int) -> None:
         """Remove snapshots above `offset` (after a truncation)."""

@@ -18,8 +18,13 @@ Kafka's coordinators give them:
 In a cluster the topic is written to ZooKeeper (with Kafka's checks: fewer live brokers than the
 replication factor is INVALID_REPLICATION_FACTOR); the controller elects its leaders and a
 coordinator loads a partition of its topic when this broker becomes its leader. Embedded, the
-topic exists at once; an internal topic is made through its coordinator (`ensure_topic`), which
-serves its partitions from then on.
+topic is registered at once and its partitions exist once their logs are made off the loop
+(`Broker.create_logs`); a Metadata request that creates it is answered then. FindCoordinator
+does not wait: it starts the making of an internal topic in the background
+(`internal_partition_served`) and answers COORDINATOR_NOT_AVAILABLE until the key's partition
+exists, as Kafka's; the coordinator loads each partition once its log exists. A making that
+fails (a full disk) is logged and tried again at the next use: the topic stays registered and
+only the logs it misses are made.
 
 Differs from Kafka: the embedded broker gives its internal topics one replica whatever their
 replication factor key says (it is the only broker there is).
@@ -27,13 +32,18 @@ replication factor key says (it is the only broker there is).
 
 from __future__ import annotations
 
+import logging
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
-from wirebroker.topics import OFFSETS_TOPIC, TXN_TOPIC
+from protocol.errors import KafkaError
+from wirebroker.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TXN_TOPIC
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
     from wirebroker.config import BrokerConfig
+
+log = logging.getLogger(__name__)
 
 
 class CreatableTopic(NamedTuple):
@@ -88,17 +98,48 @@ async def create(broker: Broker, name: str) -> None:
             name, topic.partitions, topic.replication_factor, topic.configs
         )
         return
-    if name == OFFSETS_TOPIC:
-        broker.groups.ensure_topic()
-    elif name == TXN_TOPIC:
-        broker.transactions.state.ensure_topic()
-    else:
+    await _make(broker, name)
+    # Answered once `topics.json` holds the topic, as Kafka answers once ZooKeeper does.
+    await broker.topics.written()
+
+
+async def _make(broker: Broker, name: str) -> None:
+    """Embedded: register topic `name` (an internal one unless it is) and make the logs its
+    partitions miss (off the loop, `Broker.create_logs`; an internal topic's coordinator then
+    loads them). KafkaError KAFKA_STORAGE_ERROR if one cannot be made (the others are served;
+    an internal topic's next use tries again)."""
+    record = broker.topics.get(name) if name in INTERNAL_TOPICS else None
+    if record is None:
         topic = creatable_topic(broker.config, name)
         record = broker.register_topic(
             name, topic.partitions, topic.replication_factor, topic.configs
         )
-        failed = await broker.create_logs([record])
-        if failed:
-            raise failed[name]
-    # Answered once `topics.json` holds the topic, as Kafka answers once ZooKeeper does.
-    await broker.topics.written()
+    failed = await broker.create_logs([record])
+    if failed:
+        raise failed[name]
+
+
+def internal_partition_served(broker: Broker, name: str, index: int) -> bool:
+    """Embedded: whether partition `index` of internal topic `name` is served (its log exists;
+    its coordinator loads it) and the topic saved in `topics.json`. If not, the topic's making
+    on first use starts in the background (unless it runs): FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka's does until the partition has a leader, and
+    the clients ask again. A making that fails (a full disk) is logged; the next use tries
+    again."""
+    if name in broker.making_internal:
+        return False
+    if broker.partition(name, index) is not None:
+        return True
+    broker.making_internal.add(name)
+    broker.start_soon(partial(_make_in_background, broker, name))
+    return False
+
+
+async def _make_in_background(broker: Broker, name: str) -> None:
+    try:
+        await _make(broker, name)
+        await broker.topics.written()
+    except KafkaError as e:
+        log.error("cannot create %s on its first use (its next use tries again): %s", name, e)
+    finally:
+        broker.making_internal.discard(name)

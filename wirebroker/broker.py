@@ -6,9 +6,10 @@ configs (whose changes it applies to its logs, cleaner and SASL listeners). All 
 in one trio thread, so handlers need no locks. Handlers call its methods; it calls `storage`.
 
 A new partition exists (is served, and listed in Metadata) only once its log does: the logs of
-a CreateTopics, CreatePartitions, auto-creation or LeaderAndIsr are made in one worker-thread
-call (`make_logs`, one creation at a time), so the loop never waits on their files; start-up
-and an internal topic made on a coordinator's first use make them on the loop (`_attach`). At
+a CreateTopics, CreatePartitions, auto-creation (internal topics' first use included) or
+LeaderAndIsr are made in one worker-thread call (`make_logs`, one creation at a time), so the
+loop never waits on their files; a new partition of an internal topic is then loaded by its
+coordinator (`partition_moved`). Only start-up makes logs on the loop (`_attach`). At
 start-up the embedded broker moves stray logs aside (`-stray`, as Kafka): those of no topic in
 the registry, beyond its partition count, or with another topic id. The embedded broker's
 metadata cache (what Metadata tells) follows its partitions: one is added when served and
@@ -27,7 +28,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -40,6 +41,7 @@ from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig, max_map_keys
 from storage.log_manager import CreateLogs, LogManager
+from storage.partition_log import PartitionLog
 from wirebroker import connection_limits
 from wirebroker.config import BrokerConfig, ConfigError, Listener
 from wirebroker.connection_limits import ConnectionLimits
@@ -55,12 +57,17 @@ from wirebroker.quotas.client import ClientQuotas
 from wirebroker.quotas.replication import ReplicationQuotas
 from wirebroker.quotas.store import FILE_NAME as CLIENT_QUOTAS_FILE
 from wirebroker.quotas.store import ClientQuotaStore
-from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
+from wirebroker.replication.partition_metadata import (
+    read_topic_id,
+    sync_new_topic_ids,
+    write_new_topic_id,
+)
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
 from wirebroker.sasl.settings import ListenerSasl, listener_sasl
 from wirebroker.topic_configs import LOG_KEYS, log_config_for, min_insync_replicas
 from wirebroker.topics import (
+    INTERNAL_TOPICS,
     OFFSETS_TOPIC,
     TXN_TOPIC,
     TopicRecord,
@@ -131,6 +138,9 @@ class Broker:
     _coordinators_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
     #: Held while logs are made off the loop (`create_logs`): one creation at a time, in order.
     _log_creation: trio.Lock = field(default_factory=trio.Lock, init=False, repr=False)
+    #: The internal topics whose making on first use runs in the background
+    #: (`auto_topics.internal_partition_served`).
+    making_internal: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.controller_id == -1 and not self.config.cluster_mode:
@@ -234,6 +244,11 @@ class Broker:
             if self._coordinators_nursery is not None:
                 self._transactions.start(self._coordinators_nursery)
         return self._transactions
+
+    def start_soon(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run `job` beside the requests, in the coordinators' nursery, until the broker stops."""
+        assert self._coordinators_nursery is not None, "the broker is not serving"
+        self._coordinators_nursery.start_soon(job)
 
     async def serve_coordinators(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -344,8 +359,8 @@ class Broker:
 
     def _attach(self, record: TopicRecord) -> None:
         """Make the missing logs of `record`'s partitions on this thread and serve them (at
-        start-up, before serving, and for an internal topic its coordinator creates on first
-        use); KafkaError KAFKA_STORAGE_ERROR if one cannot be made (the others are served)."""
+        start-up, before serving); KafkaError KAFKA_STORAGE_ERROR if one cannot be made (the
+        others are served)."""
         if self.cluster_mode:
             return
         creation = self.log_manager.begin_create(*self._missing_logs([record]))
@@ -358,13 +373,18 @@ class Broker:
         """Make the missing logs of `records`' partitions off the loop (`make_logs`) and
         serve them: a partition exists here, in Metadata too, only once its log does. Returns
         the topics whose logs could not all be made, with why. A topic deleted (or re-created)
-        while its logs were made gets none of them (they are deleted)."""
+        while its logs were made gets none of them (they are deleted). The new partitions of an
+        internal topic are loaded by its coordinator."""
         if self.cluster_mode:
             return {}
         # Shielded: a closed connection must not leave logs made but not served.
         with trio.CancelScope(shield=True):
             creation = await self.make_logs(*self._missing_logs(records))
             failed = self._serve_created(records, creation)
+        for topic, index in creation.created:
+            if topic in INTERNAL_TOPICS and self.partition(topic, index) is not None:
+                # Led here from now on: its coordinator loads it (Kafka's onElection).
+                self.partition_moved(TopicPartition(topic, index), leader=True)
         return failed
 
     async def make_logs(
@@ -375,7 +395,9 @@ class Broker:
         """Make new, empty logs (`LogManager.begin_create`) in a worker thread, one call for
         all, and commit them here: the loop never waits on their creation. Creations run one
         at a time, in order (a later one finds the logs an earlier one made), and a started
-        one is finished even by a shutdown (a few directories)."""
+        one is finished even by a shutdown (a few directories). The topic ids `init` wrote
+        (`write_new_topic_id`) are made durable after, in the background while serving, as
+        Kafka flushes them (`_sync_topic_ids`)."""
         async with self._log_creation:
             creation = self.log_manager.begin_create(partitions, init)
             with trio.CancelScope(shield=True):
@@ -383,14 +405,30 @@ class Broker:
                     await trio.to_thread.run_sync(creation.prepare)
                 finally:
                     creation.commit()
+        if creation.created:
+            sync = partial(self._sync_topic_ids, dict(creation.created))
+            if self._coordinators_nursery is None:  # not serving (a test's direct call)
+                await sync()
+            else:
+                self._coordinators_nursery.start_soon(sync)
         return creation
+
+    async def _sync_topic_ids(self, logs: Mapping[tuple[str, int], PartitionLog]) -> None:
+        """Fsync the new logs' `partition.metadata` files in a worker thread (Kafka's
+        flush-metadata-file task); a failure is logged and, unless the disk is full, takes the
+        log's directory offline, as Kafka's."""
+        directories = {plog.dir: tp for tp, plog in logs.items()}
+        failed = await trio.to_thread.run_sync(sync_new_topic_ids, list(directories))
+        for directory, error in failed.items():
+            log.error("%s: cannot make its topic id durable: %s", directory, error)
+            self.log_manager.handle_log_error(*directories[directory], error)
 
     def _missing_logs(
         self, records: list[TopicRecord]
     ) -> tuple[dict[tuple[str, int], LogConfig], Callable[[tuple[str, int], Path], None]]:
         """The partitions of `records` not served yet with their log configs, and what
-        writes each new log's topic id (`partition.metadata`, as Kafka writes it; not
-        fsynced, and a failure only logged: a log without one is judged by the registry)."""
+        writes each new log's topic id (`partition.metadata`, as Kafka writes it; a failure
+        is only logged: a log without one is judged by the registry)."""
         wanted: dict[tuple[str, int], LogConfig] = {}
         ids = {}
         for record in records:
@@ -402,7 +440,7 @@ class Broker:
 
         def init(tp: tuple[str, int], directory: Path) -> None:
             try:
-                write_topic_id(directory, ids[tp[0]], fsync=False)
+                write_new_topic_id(directory, ids[tp[0]])
             except OSError as e:  # a full disk: the log is judged by the registry alone
                 log.warning("%s: cannot write its topic id: %s", directory, e)
 

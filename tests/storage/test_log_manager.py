@@ -9,14 +9,22 @@ import os
 import select
 import socket
 import time
+import uuid
 from pathlib import Path
 
 from storage.chore import run_chore
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from storage.partition_log import PartitionLog
+from wirebroker.replication.partition_metadata import (
+    read_topic_id,
+    sync_new_topic_ids,
+    write_new_topic_id,
+)
 
 from .helpers import T0, Clock, batch, open_fds, read_all
+
+TOPIC_ID = uuid.UUID(int=7)
 
 
 def test_open_close_checkpoints_and_clean_marker(tmp_path: Path) -> None:
@@ -120,6 +128,47 @@ def test_creation_as_a_chore_and_stray_directories(tmp_path: Path) -> None:
     lm.open()  # the strays stay aside
     assert lm.partitions() == [("t", 0), ("t", 2), ("t", 3)]
     assert len(list(tmp_path.glob("*/*-stray"))) == 2
+    lm.close()
+
+
+def test_a_new_log_is_made_with_only_its_files_and_no_clock_read(tmp_path: Path) -> None:
+    """A created log holds only its first segment's files (and what `init` wrote), reads the
+    clock only when the creation is begun (its prepare may run off the loop), works and
+    reopens; a log whose making fails leaves no directory behind (a later creation makes it
+    afresh, not as stray)."""
+    reads: list[int] = []
+    lm = LogManager([tmp_path], LogConfig(), now_ms=lambda: reads.append(T0) or T0)
+    lm.open()
+
+    def init(tp: tuple[str, int], directory: Path) -> None:
+        if tp == ("t", 1):
+            raise OSError(28, "No space left on device")
+        write_new_topic_id(directory, TOPIC_ID)
+
+    creation = lm.begin_create({("t", 0): LogConfig(), ("t", 1): LogConfig()}, init)
+    clock_reads = len(reads)
+    creation.prepare()
+    assert len(reads) == clock_reads  # none in the worker thread's part
+    creation.commit()
+    assert list(creation.failed) == [("t", 1)] and not (tmp_path / "t-1").exists()
+    assert sorted(os.listdir(tmp_path / "t-0")) == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+        "partition.metadata",
+    ]
+    assert read_topic_id(tmp_path / "t-0") == TOPIC_ID
+    assert sync_new_topic_ids([tmp_path / "t-0", tmp_path / "t-1"]) == {}  # t-1: none to sync
+    t0 = lm.get("t", 0)
+    assert t0 is not None and t0.log_end_offset == 0 and t0.segments[0].created_ms == T0
+    t0.append_as_leader(batch(3), 4, T0)
+    assert lm.get_or_create("t", 1).log_end_offset == 0  # tried again: made afresh
+    assert not list(tmp_path.glob("*-stray"))
+    lm.close()
+    lm = LogManager([tmp_path], LogConfig())
+    lm.open()
+    reopened = lm.get("t", 0)
+    assert reopened is not None and [r.offset for r in read_all(reopened)] == [0, 1, 2]
     lm.close()
 
 

@@ -66,12 +66,23 @@ def topic(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A 16 MiB tmpfs to fill (`helpers.fill`), unmounted afterwards; skipped unless root."""
+    yield from _tmpfs(tmp_path, "size=16m")
+
+
+@pytest.fixture
+def few_inodes_disk(tmp_path: Path) -> Iterator[Path]:
+    """Like `disk`, with 300 inodes: full once that many files and directories exist (no new
+    one can be made: ENOSPC)."""
+    yield from _tmpfs(tmp_path, "size=16m,nr_inodes=300")
+
+
+def _tmpfs(tmp_path: Path, options: str) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs to fill needs root")
     mount = tmp_path / "disk"
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)],
         capture_output=True,
         text=True,
         timeout=10,

@@ -36,6 +36,7 @@ from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from protocol.messages.fetch import FetchRequest
+from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.headers import RequestHeader
 from protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
@@ -52,10 +53,14 @@ from protocol.record_builder import build_record_batch
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message
 from storage.clock import Clock, wall_clock_ms
+from storage.log_manager import CreateLogs
+from wirebroker import auto_topics
 from wirebroker.sasl.scram import ScramClient
+from wirebroker.topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from tests.broker_process import BrokerProcess
+    from wirebroker.broker import Broker
     from wirebroker.config import BrokerConfig
     from wirebroker.server import RunningBroker
 
@@ -68,6 +73,64 @@ def trio_clock() -> Clock:
     Call it inside `trio.run`."""
     start_ms, start = wall_clock_ms(), trio.current_time()
     return lambda: start_ms + round((trio.current_time() - start) * 1000)
+
+
+class HeldCreation:
+    """Wraps `CreateLogs.prepare` (installed by `held_in_process`): records each call's thread
+    and partitions, and holds the `hold`th (of those making a log of `topic`, if given) until
+    `release` is set. `ask` runs a client call in a thread, its answer in `answers`."""
+
+    def __init__(self, topic: str | None = None, hold: int = 1) -> None:
+        self.prepare = CreateLogs.prepare
+        self.topic = topic
+        self.hold = hold
+        self.calls: list[tuple[int, int]] = []  # (thread, partitions)
+        self.counted = 0  # calls of `topic`
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.answers: dict[str, Any] = {}
+
+    async def ask(self, what: str, call: Callable[[], Any]) -> None:
+        self.answers[what] = await trio.to_thread.run_sync(call)
+
+    def __call__(self, creation: CreateLogs) -> None:
+        self.calls.append((threading.get_ident(), len(creation.pending)))
+        if self.topic is None or self.topic in {topic for topic, _ in creation.pending}:
+            self.counted += 1
+            if self.counted == self.hold:
+                self.started.set()
+                assert self.release.wait(HOLD_TIMEOUT)
+        self.prepare(creation)
+
+
+#: How long a held log creation may wait for its release.
+HOLD_TIMEOUT = 60.0
+
+
+def held_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topic: str | None = None, hold: int = 1
+) -> tuple[BrokerConfig, HeldCreation]:
+    """The config of an in-process broker (`serving_in_process`) in `tmp_path` whose log
+    creations are wrapped by a `HeldCreation` of `topic` and `hold`."""
+    from wirebroker.config import BrokerConfig
+
+    held = HeldCreation(topic, hold)
+    monkeypatch.setattr(CreateLogs, "prepare", lambda c: held(c))
+    config = BrokerConfig.from_properties(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
+    )
+    return config, held
+
+
+async def make_internal_topics(broker: Broker, *names: str) -> None:
+    """Create the coordinators' topics `names` as their first use does (their logs made off
+    the loop) and wait until the coordinators loaded them."""
+    for name in names:
+        await auto_topics.create(broker, name)
+        if name == OFFSETS_TOPIC:
+            await broker.groups.wait_loaded()
+        else:
+            await broker.transactions.state.wait_loaded()
 
 
 #: For tests that run kcat, which `make tools` (part of `make test`) installs from Debian.
@@ -288,6 +351,27 @@ class RawClient:
             return False
         finally:
             self.sock.settimeout(self.timeout)
+
+
+def find_coordinator(c: RawClient, request: FindCoordinatorRequest, version: int) -> Any:
+    """The answer to `request` once no key's coordinator is COORDINATOR_NOT_AVAILABLE: the
+    lookup that creates a coordinator's topic is answered so until the key's partition exists
+    (its logs made off the loop), as Kafka's, and is asked again, as clients do."""
+
+    def answered() -> Any:
+        r = c.request(request, version)
+        codes = [x.error_code for x in r.coordinators] if version >= 4 else [r.error_code]
+        return None if ErrorCode.COORDINATOR_NOT_AVAILABLE in codes else r
+
+    return wait_until(answered, what=f"an answer to {request}")
+
+
+def make_coordinator_topics(bootstrap: str, key_types: Sequence[int] = (0, 1)) -> None:
+    """Create the coordinators' topics (group: 0, transaction: 1) as clients do, by looking a
+    coordinator up, for tests whose raw requests skip the lookup."""
+    with RawClient(bootstrap) as c:
+        for key_type in key_types:
+            find_coordinator(c, FindCoordinatorRequest(key="any", key_type=key_type), 3)
 
 
 def create_topic(

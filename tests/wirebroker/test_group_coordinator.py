@@ -14,11 +14,12 @@ import trio
 import trio.testing
 
 from protocol.errors import ErrorCode
-from tests.wirebroker.helpers import trio_clock
+from tests.wirebroker.helpers import make_internal_topics, trio_clock
 from wirebroker.config import BrokerConfig
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.group.state import CommittedOffset, GroupState, JoinResult, SyncResult
 from wirebroker.server import serve_broker
+from wirebroker.topics import OFFSETS_TOPIC
 
 DELAY_MS = 100
 
@@ -58,9 +59,8 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
             broker = running.broker
             broker.create_topic("t", 2, 1, {})
             groups = broker.groups
-            # Its topic saved first: the mock clock would jump while a thread writes topics.json.
-            groups.ensure_topic()
-            await broker.topics.written()
+            # Its topic made and saved first: the mock clock would jump while a thread works.
+            await make_internal_topics(broker, OFFSETS_TOPIC)
             joined: dict[str, JoinResult] = {}
             with trio.fail_after(5):
                 async with trio.open_nursery() as members:
@@ -135,6 +135,7 @@ def test_expired_offsets_and_their_empty_group_are_gone_across_a_restart(tmp_pat
         async with trio.open_nursery() as nursery:
             running = await nursery.start(serve_broker, config(tmp_path))
             groups: GroupCoordinator = running.broker.groups
+            await make_internal_topics(running.broker, OFFSETS_TOPIC)
             now = running.broker.now_ms()
             for group_id, committed_at in (("old", now - 8 * day_ms), ("recent", now)):
                 error, codes = await groups.commit(

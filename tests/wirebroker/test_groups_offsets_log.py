@@ -16,7 +16,7 @@ from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from tests.broker_process import broker_process
-from tests.wirebroker.helpers import RawClient, create_topic, wait_until
+from tests.wirebroker.helpers import RawClient, create_topic, make_coordinator_topics, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +64,7 @@ def test_expired_offsets_take_their_empty_group(tmp_path: Path, topic: str) -> N
     }
     with broker_process(tmp_path, properties) as broker:
         create_topic(broker.bootstrap, topic, 1)
+        make_coordinator_topics(broker.bootstrap, (0,))
         # a commit made two minutes ago (v1 carries its time): past the one-minute retention
         two_minutes_ago = int(time.time() * 1000) - 120_000
         with RawClient(broker.bootstrap) as c:
@@ -109,6 +110,7 @@ def test_a_big_offsets_partition_loads_beside_the_loop(tmp_path: Path, topic: st
     properties = {"offsets.topic.num.partitions": "1"}
     with broker_process(tmp_path, properties) as broker:
         create_topic(broker.bootstrap, topic, PARTITIONS)
+        make_coordinator_topics(broker.bootstrap, (0,))
         with RawClient(broker.bootstrap, timeout=60) as c:
             for start in range(0, COMMITS, WINDOW):
                 sent = [

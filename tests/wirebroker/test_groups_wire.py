@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any
 
 import pytest
 
@@ -27,7 +26,13 @@ from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, create_topic, offset_commit_request
+from tests.wirebroker.helpers import (
+    RawClient,
+    create_topic,
+    find_coordinator,
+    make_coordinator_topics,
+    offset_commit_request,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +49,12 @@ def subscription(*topics: str) -> bytes:
     for t in topics:
         out += struct.pack(">h", len(t)) + t.encode()
     return out + struct.pack(">i", -1)
+
+
+@pytest.fixture(autouse=True)
+def _offsets_topic(broker: BrokerProcess) -> None:
+    """The raw requests below skip the coordinator lookup that creates `__consumer_offsets`."""
+    make_coordinator_topics(broker.bootstrap, (0,))
 
 
 def new_group() -> str:
@@ -79,32 +90,23 @@ def join(
 def test_find_coordinator(broker: BrokerProcess, version: int) -> None:
     with RawClient(broker.bootstrap) as c:
         if version >= 4:
-            r = c.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["a", "b"]), version)
+            request = FindCoordinatorRequest(key_type=0, coordinator_keys=["a", "b"])
+            r = find_coordinator(c, request, version)
             assert [(x.key, x.error_code, x.port) for x in r.coordinators] == [
                 ("a", E.NONE, broker.port),
                 ("b", E.NONE, broker.port),
             ]
-            r = _transaction_coordinator(
-                c, FindCoordinatorRequest(key_type=1, coordinator_keys=["txn"]), version
-            )
+            request = FindCoordinatorRequest(key_type=1, coordinator_keys=["txn"])
+            r = find_coordinator(c, request, version)
             assert r.coordinators[0].error_code == E.NONE
             r = c.request(FindCoordinatorRequest(key_type=7, coordinator_keys=["x"]), version)
             assert r.coordinators[0].error_code == E.INVALID_REQUEST
         else:
-            r = c.request(FindCoordinatorRequest(key="a", key_type=0), version)
+            r = find_coordinator(c, FindCoordinatorRequest(key="a", key_type=0), version)
             assert (r.error_code, r.host, r.port) == (E.NONE, "127.0.0.1", broker.port)
             if version >= 1:
-                r = _transaction_coordinator(
-                    c, FindCoordinatorRequest(key="t", key_type=1), version
-                )
-                assert r.error_code == E.NONE
-
-
-def _transaction_coordinator(c: RawClient, request: FindCoordinatorRequest, version: int) -> Any:
-    """The answer once `__transaction_state` exists: the lookup that creates it answers
-    COORDINATOR_NOT_AVAILABLE, as Kafka's (test_txn_coordinator_wire.py)."""
-    c.request(request, version)
-    return c.request(request, version)
+                request = FindCoordinatorRequest(key="t", key_type=1)
+                assert find_coordinator(c, request, version).error_code == E.NONE
 
 
 @pytest.mark.parametrize("version", range(10))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,51 +30,25 @@ import trio
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-import storage.log_manager
 from protocol.errors import ErrorCode
 from protocol.messages.create_partitions import CreatePartitionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.record_batch import SimpleRecord
-from storage.log_manager import CreateLogs
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import (
     RawClient,
     create_topic,
     end_offset,
+    held_in_process,
     produce_request,
     serving_in_process,
 )
-from wirebroker.config import BrokerConfig
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 60.0
-
-
-class _HeldCreation:
-    """Wraps `CreateLogs.prepare`: records its thread and partitions, and holds the `hold`th
-    (the first by default) until `release` is set. `ask` runs a client call in a thread, its
-    answer in `answers`."""
-
-    def __init__(self, hold: int = 1) -> None:
-        self.hold = hold
-        self.prepare = CreateLogs.prepare
-        self.calls: list[tuple[int, int]] = []  # (thread, partitions)
-        self.started = threading.Event()
-        self.release = threading.Event()
-        self.answers: dict[str, int] = {}
-
-    async def ask(self, what: str, call: Callable[[], int]) -> None:
-        self.answers[what] = await trio.to_thread.run_sync(call)
-
-    def __call__(self, creation: CreateLogs) -> None:
-        self.calls.append((threading.get_ident(), len(creation.pending)))
-        if len(self.calls) == self.hold:
-            self.started.set()
-            assert self.release.wait(TIMEOUT)
-        self.prepare(creation)
 
 
 def _create(bootstrap: str, name: str, partitions: int) -> int:
@@ -98,7 +71,7 @@ def _delete(bootstrap: str, name: str) -> int:
     return int(result.error_code)
 
 
-def _metadata(bootstrap: str, name: str) -> tuple[int, int]:
+def metadata_of(bootstrap: str, name: str) -> tuple[int, int]:
     """(error code, partitions listed) of `name`, not auto-created; the all-topics answer
     lists the same partitions (none: not listed)."""
     request = MetadataRequest(
@@ -129,22 +102,11 @@ def _produce_error(bootstrap: str, name: str) -> int:
     return int(response.responses[0].partition_responses[0].error_code)
 
 
-def _in_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: int = 1
-) -> tuple[BrokerConfig, _HeldCreation]:
-    held = _HeldCreation(hold)
-    monkeypatch.setattr(storage.log_manager.CreateLogs, "prepare", lambda c: held(c))
-    config = BrokerConfig.from_properties(
-        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
-    )
-    return config, held
-
-
 @pytest.mark.timeout(120)
 def test_metadata_is_answered_while_a_large_creation_runs_off_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config, held = _in_process(tmp_path, monkeypatch)
+    config, held = held_in_process(tmp_path, monkeypatch)
     answers, ask = held.answers, held.ask
 
     async def main() -> None:
@@ -155,7 +117,7 @@ def test_metadata_is_answered_while_a_large_creation_runs_off_the_loop(
                 assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
                 # Its logs are being made in the worker thread: the loop answers others.
                 for _ in range(3):
-                    meta = await trio.to_thread.run_sync(_metadata, bootstrap, "big")
+                    meta = await trio.to_thread.run_sync(metadata_of, bootstrap, "big")
                     assert meta == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0)
                 produced = await trio.to_thread.run_sync(_produce_error, bootstrap, "big")
                 assert produced == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -165,7 +127,7 @@ def test_metadata_is_answered_while_a_large_creation_runs_off_the_loop(
                 creating.start_soon(ask, "again", partial(_create, bootstrap, "big", 2))
                 held.release.set()
             assert answers == {"create": ErrorCode.NONE, "again": ErrorCode.NONE}
-            meta = await trio.to_thread.run_sync(_metadata, bootstrap, "big")
+            meta = await trio.to_thread.run_sync(metadata_of, bootstrap, "big")
             assert meta == (ErrorCode.NONE, 2)
             assert running.broker.log_manager.partitions() == [("big", 0), ("big", 1)]
             assert await trio.to_thread.run_sync(end_offset, bootstrap, "big", 1) == 0
@@ -183,7 +145,7 @@ def test_metadata_is_answered_while_a_large_creation_runs_off_the_loop(
 def test_partitions_added_are_told_once_their_logs_exist(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config, held = _in_process(tmp_path, monkeypatch, hold=2)  # the CreatePartitions' logs
+    config, held = held_in_process(tmp_path, monkeypatch, hold=2)  # the CreatePartitions' logs
     answers, ask = held.answers, held.ask
 
     async def main() -> None:
@@ -194,12 +156,12 @@ def test_partitions_added_are_told_once_their_logs_exist(
                 adding.start_soon(ask, "add", partial(_add_partitions, bootstrap, "grown", 5))
                 assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
                 # The new partitions' logs are being made: Metadata tells the old ones only.
-                meta = await trio.to_thread.run_sync(_metadata, bootstrap, "grown")
+                meta = await trio.to_thread.run_sync(metadata_of, bootstrap, "grown")
                 assert meta == (ErrorCode.NONE, 2)
                 assert "add" not in answers
                 held.release.set()
             assert answers == {"add": ErrorCode.NONE}
-            meta = await trio.to_thread.run_sync(_metadata, bootstrap, "grown")
+            meta = await trio.to_thread.run_sync(metadata_of, bootstrap, "grown")
             assert meta == (ErrorCode.NONE, 5)
             assert await trio.to_thread.run_sync(end_offset, bootstrap, "grown", 4) == 0
 

@@ -89,11 +89,15 @@ def test_the_metrics_endpoint_brings_prometheus_client(tmp_path: Path) -> None:
 
 
 def test_the_coordinators_come_with_their_topics(tmp_path: Path) -> None:
-    """Built on first use (here: each creates its topic), and at the next start because their
-    topic exists: an embedded broker loads `__consumer_offsets` and `__transaction_state` when
-    it starts, as Kafka does."""
+    """Built on first use (here: the registry's), and at the next start because their topic
+    exists: an embedded broker loads `__consumer_offsets` and `__transaction_state` when it
+    starts, as Kafka does."""
     first = loaded_after_start(
-        tmp_path, {}, "broker.groups.ensure_topic(); broker.transactions.state.ensure_topic()"
+        tmp_path,
+        {},
+        "broker.groups; broker.transactions; "
+        "broker.create_topic('__consumer_offsets', 1, 1, {}); "
+        "broker.create_topic('__transaction_state', 1, 1, {})",
     )
     assert set(COORDINATORS) <= set(first)
     assert set(COORDINATORS) <= set(loaded_after_start(tmp_path, {}))

@@ -49,6 +49,7 @@ from tests.wirebroker.helpers import (
     RawClient,
     assert_refused_for_a_full_disk,
     fill,
+    find_coordinator,
     serving_in_process,
 )
 from wirebroker.broker import Broker
@@ -131,7 +132,7 @@ def test_a_burst_of_topic_changes_survives_a_kill(tmp_path: Path) -> None:
         assert len(expected) == WORKERS * (TOPICS_EACH - TOPICS_EACH // 3 + 1)
         assert _topics(broker.bootstrap, "burst-") == expected
         with RawClient(broker.bootstrap, timeout=TIMEOUT) as client:
-            found = client.request(FindCoordinatorRequest(key="g", key_type=0), 3)
+            found = find_coordinator(client, FindCoordinatorRequest(key="g", key_type=0), 3)
         assert found.error_code == ErrorCode.NONE
         broker.restart(clean=False)  # kill -9: only what the answers waited for is on disk
         assert _topics(broker.bootstrap, "burst-") == expected

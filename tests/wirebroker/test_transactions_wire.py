@@ -29,6 +29,7 @@ from .helpers import (
     end_offset,
     fetch_raw,
     fetch_request,
+    find_coordinator,
     produce_request,
     txn_markers_request,
     wait_until,
@@ -82,6 +83,7 @@ class Coordinated:
     def __init__(self, c: RawClient, transactional_id: str) -> None:
         self.c = c
         self.transactional_id = transactional_id
+        find_coordinator(c, FindCoordinatorRequest(key=transactional_id, key_type=1), 3)
         answer = c.request(
             InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=60_000),
             4,

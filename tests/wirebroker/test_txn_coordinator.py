@@ -19,13 +19,13 @@ import trio.testing
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
-from tests.wirebroker.helpers import trio_clock
+from tests.wirebroker.helpers import make_internal_topics, trio_clock
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig
 from wirebroker.group.state import CommittedOffset
 from wirebroker.partition import TopicPartition
 from wirebroker.server import serve_broker
-from wirebroker.topics import OFFSETS_TOPIC
+from wirebroker.topics import OFFSETS_TOPIC, TXN_TOPIC
 from wirebroker.txn.state import TxnState
 from wirebroker.txn.verification import TransactionalWriter
 
@@ -51,8 +51,7 @@ async def running(data_dir: Path, **extra: str) -> AsyncIterator[Broker]:
             partial(serve_broker, config(data_dir, **extra), clock=trio_clock())
         )
         broker = server.broker
-        await broker.transactions.state.wait_loaded()
-        await broker.groups.wait_loaded()
+        await make_internal_topics(broker, TXN_TOPIC, OFFSETS_TOPIC)
         yield broker
         nursery.cancel_scope.cancel()
 
@@ -236,7 +235,6 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
     async def test() -> None:
         async with running(tmp_path, **lasting) as broker:
             broker.create_topic("t", 1, 1, {})
-            broker.groups.ensure_topic()
             coordinator = broker.transactions
             pid, epoch = await commit_offset(broker, "c", "committed", 5)
             assert offset_of(broker, "committed") is None

@@ -31,6 +31,8 @@ from .helpers import (
     add_partitions_request,
     create_topic,
     end_offset,
+    find_coordinator,
+    make_coordinator_topics,
     produce_request,
     txn_offset_commit_request,
     wait_until,
@@ -39,6 +41,13 @@ from .helpers import (
 E = ErrorCode
 TXN_TOPIC = "__transaction_state"
 BROKER_PROPERTIES = {"transaction.max.timeout.ms": "120000"}
+
+
+@pytest.fixture(autouse=True)
+def _coordinator_topics(broker: BrokerProcess) -> None:
+    """The raw requests below skip the coordinator lookups that create the coordinators'
+    topics."""
+    make_coordinator_topics(broker.bootstrap)
 
 
 @pytest.fixture
@@ -114,7 +123,7 @@ def test_find_coordinator_for_transactions(tmp_path: Path, tid: str) -> None:
         first = c.request(FindCoordinatorRequest(key=tid, key_type=1), 3)
         assert (first.error_code, first.node_id) == (E.COORDINATOR_NOT_AVAILABLE, -1)
         for version in (1, 2, 3):  # v0 has no key type: groups only
-            r = c.request(FindCoordinatorRequest(key=tid, key_type=1), version)
+            r = find_coordinator(c, FindCoordinatorRequest(key=tid, key_type=1), version)
             assert (r.error_code, r.port) == (E.NONE, broker.port), version
         for version in (4, 5):
             request = FindCoordinatorRequest(key_type=1, coordinator_keys=[tid, "other", ""])

@@ -8,12 +8,15 @@ machine asks for written. Writing and replaying the topic is the store's
 (`wirebroker.coordinator_store`), turning records into groups the loader's (`group.loader`),
 their format `group.records`'.
 
-Which groups it coordinates: embedded, every group (the topic is created on first use, as
-`wirebroker.auto_topics` makes it: `offsets.topic.num.partitions` partitions, compacted; and
-every partition is loaded at start). In a cluster, the groups of the `__consumer_offsets` partitions this broker
-leads: the replica manager calls `partition_moved` when it becomes leader (the partition is
-loaded, Kafka's onElection) or follower, or stops the partition (its groups are unloaded,
-parked requests answered NOT_COORDINATOR, Kafka's onResignation).
+Which groups it coordinates: those of the `__consumer_offsets` partitions this broker leads and
+has loaded. Embedded that is every partition: all are loaded at start, and a topic made on first
+use (by FindCoordinator or Metadata, as `wirebroker.auto_topics` makes it:
+`offsets.topic.num.partitions` partitions, compacted; its logs made off the loop) has each
+partition loaded once its log exists (`partition_moved`); until then its groups answer
+NOT_COORDINATOR, as Kafka's before it leads the partition. In a cluster the replica manager
+calls `partition_moved` when this broker becomes leader (the partition is loaded, Kafka's
+onElection) or follower, or stops the partition (its groups are unloaded, parked requests
+answered NOT_COORDINATOR, Kafka's onResignation).
 
 Loading runs beside the loop: the store replays the partition in a worker thread and the groups
 are installed on the loop when it is done. Meanwhile the partition's groups answer
@@ -51,7 +54,6 @@ from protocol.errors import ErrorCode
 from protocol.messages.group_coordinator.offset_commit import OffsetCommitValue
 from protocol.record_batch import NO_SEQUENCE
 from storage.producer_state import VerificationGuard
-from wirebroker.auto_topics import creatable_topic
 from wirebroker.coordinator_store import (
     WRITTEN,
     CoordinatorStore,
@@ -165,8 +167,9 @@ class GroupCoordinator:
                         await trio.sleep(1)
 
     def _load_all(self) -> None:
-        """Embedded: load every partition of `__consumer_offsets`. In a cluster nothing is
-        loaded here: partitions load as this broker becomes leader."""
+        """Embedded: load every partition of `__consumer_offsets` served (those whose logs are
+        being made load once they are, `partition_moved`). In a cluster nothing is loaded
+        here: partitions load as this broker becomes leader."""
         if self.broker.cluster_mode:
             return
         record = self.broker.topics.get(OFFSETS_TOPIC)
@@ -174,7 +177,8 @@ class GroupCoordinator:
             return
         self.num_partitions = record.partitions
         for index in range(record.partitions):
-            self._start_load(index)
+            if self.broker.partition(OFFSETS_TOPIC, index) is not None:
+                self._start_load(index)
 
     def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
         """The replica manager made `tp` leader or follower here, or stopped it (`leader`
@@ -233,7 +237,7 @@ class GroupCoordinator:
         index = self.partition_of(group_id)
         if index in self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if not self.broker.cluster_mode or index in self.owned:
+        if index in self.owned:
             return ErrorCode.NONE
         return ErrorCode.NOT_COORDINATOR
 
@@ -265,15 +269,6 @@ class GroupCoordinator:
                 sync.write = WRITTEN
                 sync.event.set()
         log.info("%s-%d: unloaded %d groups", OFFSETS_TOPIC, index, len(gone))
-
-    def ensure_topic(self) -> None:
-        """Embedded: create `__consumer_offsets` if this is its first use (as
-        `wirebroker.auto_topics` makes it); its partitions start empty, coordinated here."""
-        if self.broker.topics.get(OFFSETS_TOPIC) is None:
-            topic = creatable_topic(self.broker.config, OFFSETS_TOPIC)
-            self.broker.create_topic(
-                OFFSETS_TOPIC, topic.partitions, topic.replication_factor, topic.configs
-            )
 
     def statistics(self) -> dict[str, int]:
         """Groups by state, members, and JoinGroup/SyncGroup requests parked right now."""
@@ -388,11 +383,8 @@ class GroupCoordinator:
         producer: tuple[int, int] | None = None,
         guard: VerificationGuard | None = None,
     ) -> Write:
-        """Append to the group's partition (creating the topic on first use, embedded); with
-        `producer` (id, epoch) as that producer's transactional batch, bringing KIP-890's
-        `guard`."""
-        if not self.broker.cluster_mode:
-            self.ensure_topic()
+        """Append to the group's partition; with `producer` (id, epoch) as that producer's
+        transactional batch, bringing KIP-890's `guard`."""
         return self.store.append(
             self.partition_of(group_id),
             kvs,

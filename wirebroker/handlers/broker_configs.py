@@ -52,12 +52,13 @@ def entity(ctx: RequestContext, name: str) -> str:
 
 async def stored_values(ctx: RequestContext, entity: str) -> dict[str, str]:
     """The entity's current dynamic configs (passwords decrypted), read from where they are
-    kept: ZooKeeper in a cluster (another broker may have changed the default just now)."""
+    kept: ZooKeeper in a cluster (another broker may have changed the default just now), the
+    embedded broker's file (read in a worker thread, as it is written)."""
     broker = ctx.broker
     if broker.cluster is not None:
         stored = await broker.cluster.broker_config(entity)
     else:
-        stored = broker.dynamic_config.read_local().get(entity, {})
+        stored = (await trio.to_thread.run_sync(broker.dynamic_config.read_local)).get(entity, {})
     return broker.dynamic_config.from_persistent(entity, stored)
 
 

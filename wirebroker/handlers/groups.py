@@ -5,9 +5,8 @@ DescribeGroups, ListGroups, DeleteGroups — every version Kafka 3.9 accepts.
   when embedded; in a cluster, with the leader of the key's `__consumer_offsets` (group) or
   `__transaction_state` (transaction) partition, COORDINATOR_NOT_AVAILABLE while it has none.
   Other key types get INVALID_REQUEST. v4+ batches keys. A lookup creates the topic on first
-  use, as Kafka does; the lookup of a transactional id that creates `__transaction_state`
-  answers COORDINATOR_NOT_AVAILABLE, as Kafka's (clients ask again). Difference from Kafka:
-  the lookup of a group that creates `__consumer_offsets` embedded answers at once.
+  use and answers COORDINATOR_NOT_AVAILABLE until the key's partition exists, as Kafka's
+  (clients ask again); embedded, its logs are made off the loop meanwhile.
 - JoinGroup v0-9: v0 has no rebalance timeout (the session timeout is used, as Kafka does);
   v4+ requires a known member id (KIP-394, MEMBER_ID_REQUIRED); v5+ static membership; v9
   `skip_assignment` is set for a static leader rejoining a stable group (before v9 that leader
@@ -83,7 +82,7 @@ async def find_coordinator(
             if ctx.api_version < 4:
                 c.error_message = AUTHORIZATION_MESSAGES[refused]
         else:
-            code = await _ensure_topic(ctx, request.key_type)
+            code = await _ensure_topic(ctx, request.key_type, key)
             if code != ErrorCode.NONE:
                 c.error_code = code
                 c.error_message = None
@@ -115,25 +114,20 @@ def _coordinator_refused(ctx: RequestContext, key_type: int, key: str) -> ErrorC
     return None
 
 
-async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
+async def _ensure_topic(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
     """The coordinator's topic exists: created on first use (`wirebroker.auto_topics`: embedded
-    here, in a cluster in ZooKeeper with its replication factor). As in Kafka 3.9 the factor is
-    not capped at the live brokers: until enough are up the coordinator is not available."""
+    here, off the loop, COORDINATOR_NOT_AVAILABLE until the key's partition is served; in a
+    cluster in ZooKeeper with its replication factor). As in Kafka 3.9 the factor is not capped
+    at the live brokers: until enough are up the coordinator is not available."""
     broker = ctx.broker
     cluster = broker.cluster
-    if cluster is None:
-        code = ErrorCode.NONE
-        if not broker.cluster_mode:
-            if key_type == GROUP_KEY:
-                broker.groups.ensure_topic()
-            elif broker.transactions.state.ensure_topic():
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE  # as Kafka, while it creates it
-            try:
-                await broker.topics.written()  # a topic created here is saved before the answer
-            except KafkaError:
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE  # as Kafka when the creation fails
-        return code
     name = OFFSETS_TOPIC if key_type == GROUP_KEY else TXN_TOPIC
+    if cluster is None:
+        if broker.cluster_mode:
+            return ErrorCode.NONE
+        if auto_topics.internal_partition_served(broker, *_partition_of(ctx, key_type, key)):
+            return ErrorCode.NONE
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if await cluster.topic_assignment(name) is not None:
         return ErrorCode.NONE
     try:
@@ -145,17 +139,19 @@ async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
     return ErrorCode.NONE
 
 
+def _partition_of(ctx: RequestContext, key_type: int, key: str) -> tuple[str, int]:
+    """The coordinator's topic and the key's partition in it."""
+    if key_type == GROUP_KEY:
+        return OFFSETS_TOPIC, ctx.broker.groups.partition_of(key)
+    return TXN_TOPIC, ctx.broker.transactions.state.partition_for(key)
+
+
 def _cluster_coordinator(
     ctx: RequestContext, key_type: int, key: str, c: FindCoordinatorResponse.Coordinator
 ) -> None:
     """In a cluster the coordinator of a key is the leader of its partition."""
-    broker = ctx.broker
-    cache = broker.metadata_cache
-    if key_type == GROUP_KEY:
-        topic, index = OFFSETS_TOPIC, broker.groups.partition_of(key)
-    else:
-        topic, index = TXN_TOPIC, broker.transactions.state.partition_for(key)
-    p = cache.partition(topic, index)
+    cache = ctx.broker.metadata_cache
+    p = cache.partition(*_partition_of(ctx, key_type, key))
     endpoint = None
     if p is not None:
         endpoint = cache.endpoint(p.leader, ctx.listener_name)

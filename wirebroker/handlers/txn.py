@@ -9,7 +9,9 @@ WriteTxnMarkers in `write_txn_markers`.)
   one that is not. A partition that does not exist fails its whole transaction: it gets
   UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, and nothing is written.
   PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
-- AddOffsetsToTxn v0-4: adds the group's `__consumer_offsets` partition to the transaction.
+- AddOffsetsToTxn v0-4: adds the group's `__consumer_offsets` partition to the transaction (it
+  creates no topic, as Kafka's: the group's FindCoordinator does; a partition whose log does
+  not exist when the markers are written had no offsets written and needs no marker).
   PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
 - EndTxn v0-4: answered once the PrepareCommit or PrepareAbort record is durable; the markers
   follow. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
@@ -155,8 +157,6 @@ async def add_offsets_to_txn(
     if not ctx.authorize(READ, GROUP, request.group_id):
         return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     broker = ctx.broker
-    if not broker.cluster_mode:
-        broker.groups.ensure_topic()  # its partition must exist when the markers are written
     offsets = TopicPartition(OFFSETS_TOPIC, broker.groups.partition_of(request.group_id))
     error = await broker.transactions.add_partitions(
         request.transactional_id,

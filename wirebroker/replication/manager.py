@@ -33,7 +33,11 @@ from storage.errors import KafkaStorageError
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError, PeerSecurity
 from wirebroker.replication.fetcher import ReplicaFetcher
-from wirebroker.replication.partition_metadata import read_topic_id, write_topic_id
+from wirebroker.replication.partition_metadata import (
+    read_topic_id,
+    write_new_topic_id,
+    write_topic_id,
+)
 from wirebroker.topic_configs import log_config_for
 
 if TYPE_CHECKING:
@@ -414,7 +418,7 @@ class ReplicaManager:
         if wanted:
 
             def init(tp: tuple[str, int], directory: Path) -> None:
-                write_topic_id(directory, topic_ids.get(tp[0], ZERO_UUID))
+                write_new_topic_id(directory, topic_ids.get(tp[0], ZERO_UUID))
 
             await broker.make_logs(wanted, init)
 

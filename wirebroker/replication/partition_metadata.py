@@ -3,10 +3,14 @@
 Kafka writes the file when a log gets its topic id (from LeaderAndIsr) and reads it when the log
 opens, so that a partition of a deleted and re-created topic of the same name is recognised
 (INCONSISTENT_TOPIC_ID) instead of being taken for the old one. The embedded broker writes it
-when it creates a log (not fsynced) and, at start-up, moves a log whose id is not its topic's
-aside as stray. The format is two lines,
-``version: 0`` and ``topic_id: <base64url uuid>``; it is written atomically (temporary file,
-fsync, rename). Storage ignores the file.
+when it creates a log and, at start-up, moves a log whose id is not its topic's aside as stray.
+The format is two lines, ``version: 0`` and ``topic_id: <base64url uuid>``. An existing file is
+replaced atomically (temporary file, fsync, rename); a new log's, in the worker thread that
+makes the log, is written in place (its directory was just made: there is nothing to replace,
+and a torn file reads as no id) and made durable after, as Kafka's PartitionMetadataFile (which
+records the id with the log and flushes it in a task scheduled then): the file and its
+directory fsynced by `sync_new_topic_ids`, once the new logs are served. Storage ignores the
+file.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from __future__ import annotations
 import base64
 import os
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
+
+from storage.checkpoints import fsync_dir
 
 FILE_NAME = "partition.metadata"
 ZERO_UUID = uuid.UUID(int=0)
@@ -38,15 +45,54 @@ def read_topic_id(directory: Path) -> uuid.UUID | None:
         return None
 
 
-def write_topic_id(directory: Path, topic_id: uuid.UUID, *, fsync: bool = True) -> None:
-    """Store `topic_id` in `directory` (unless it is there already); without `fsync` a crash
-    may lose the file (a new, empty partition's: it is then judged without its id)."""
+def _contents(topic_id: uuid.UUID) -> bytes:
+    return f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n".encode()
+
+
+def write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+    """Store `topic_id` in `directory` durably (unless it is there already)."""
     if topic_id == ZERO_UUID or read_topic_id(directory) == topic_id:
         return
     tmp = directory / (FILE_NAME + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n")
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
+    with open(tmp, "wb") as f:
+        f.write(_contents(topic_id))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, directory / FILE_NAME)
+
+
+def write_new_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+    """Store `topic_id` in `directory`, a partition directory just made (see the module doc),
+    without the read and the temporary file of `write_topic_id`, and not durably yet
+    (`sync_new_topic_ids`). A failed write leaves no file."""
+    if topic_id == ZERO_UUID:
+        return
+    path = directory / FILE_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, _contents(topic_id))
+    except OSError:
+        os.unlink(path)  # no torn file left
+        raise
+    finally:
+        os.close(fd)
+
+
+def sync_new_topic_ids(directories: Iterable[Path]) -> dict[Path, OSError]:
+    """Make the files `write_new_topic_id` wrote in `directories` durable, as Kafka's
+    PartitionMetadataFile flushes (the file, then its directory); a directory without one (no
+    id, or deleted meanwhile) is skipped. The directories where that failed, with why."""
+    failed = {}
+    for directory in directories:
+        try:
+            fd = os.open(directory / FILE_NAME, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(directory)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            failed[directory] = e
+    return failed

@@ -4,7 +4,9 @@ This module owns which partitions of the topic this broker coordinates, the meta
 transactional ids, and writing and loading them. The topic is created on first use as
 `wirebroker.auto_topics` makes it (`transaction.state.log.num.partitions` partitions, compacted,
 uncompressed, ...), by FindCoordinator or a Metadata request naming it. Embedded, it has one
-replica and every partition is coordinated here, loaded at start. In a cluster it is created
+replica and every partition is coordinated here: loaded at start, or, for a topic made on first
+use (its logs made off the loop), once its log exists (`partition_moved`; until then its ids
+answer NOT_COORDINATOR, as Kafka's before it leads the partition). In a cluster it is created
 through ZooKeeper with `transaction.state.log.replication.factor` replicas, and a partition is coordinated by its leader: `partition_moved` loads it when this broker
 becomes leader, the coordinator epoch being the partition's leader epoch, and unloads it when
 it no longer is. Loading replays the partition off the loop (`CoordinatorStore.replay`, in
@@ -35,7 +37,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.errors import ErrorCode
-from wirebroker.auto_topics import creatable_topic
 from wirebroker.coordinator_store import (
     CoordinatorStore,
     Origin,
@@ -110,8 +111,9 @@ class TransactionStateManager:
 
     # -- the topic and its partitions -------------------------------------------------------
     def start(self, nursery: trio.Nursery) -> None:
-        """Serve from `nursery` (loads run there). Embedded, load every partition if the topic
-        exists; in a cluster, partitions load as this broker becomes their leader."""
+        """Serve from `nursery` (loads run there). Embedded, load every partition of the topic
+        served (those whose logs are being made load once they are, `partition_moved`); in a
+        cluster, partitions load as this broker becomes their leader."""
         self._nursery = nursery
         if self.broker.cluster_mode:
             return
@@ -119,20 +121,8 @@ class TransactionStateManager:
         if record is not None:
             self.num_partitions = record.partitions
             for index in range(record.partitions):
-                self._start_load(index, EMBEDDED_EPOCH)
-
-    def ensure_topic(self) -> bool:
-        """Embedded: create `__transaction_state` on first use; its partitions start empty.
-        Whether it was created now."""
-        if self.broker.cluster_mode or self.broker.topics.get(TXN_TOPIC) is not None:
-            return False
-        topic = creatable_topic(self.broker.config, TXN_TOPIC)
-        self.broker.create_topic(
-            TXN_TOPIC, topic.partitions, topic.replication_factor, topic.configs
-        )
-        for index in range(topic.partitions):
-            self.partitions[index] = TxnPartition(EMBEDDED_EPOCH)
-        return True
+                if self.broker.partition(TXN_TOPIC, index) is not None:
+                    self._start_load(index, EMBEDDED_EPOCH)
 
     def partition_for(self, transactional_id: str) -> int:
         """The id's partition; in a cluster the topic's real partition count counts, as the
@@ -214,14 +204,11 @@ class TransactionStateManager:
             return Lookup(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         entry = self.partitions.get(index)
         if entry is None:
-            if not self.broker.cluster_mode and self.broker.topics.get(TXN_TOPIC) is None:
-                return Lookup(ErrorCode.NONE, EMBEDDED_EPOCH)  # nothing was ever written
             return Lookup(ErrorCode.NOT_COORDINATOR)
         return Lookup(ErrorCode.NONE, entry.coordinator_epoch, entry.ids.get(transactional_id))
 
     def put_if_absent(self, metadata: TransactionMetadata) -> Lookup:
         """Add a new id's metadata (unless it is known meanwhile): the lookup of the id."""
-        self.ensure_topic()
         found = self.lookup(metadata.transactional_id)
         if found.error != ErrorCode.NONE or found.metadata is not None:
             return found

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Sized
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from protocol.errors import EncodeError, ProtocolError
 
@@ -27,19 +27,26 @@ ZERO_UUID = uuid.UUID(int=0)
 _UUIDS: dict[bytes, uuid.UUID] = {}
 _UUIDS_KEPT = 4096
 
-_i8 = struct.Struct(">b")
-_i16 = struct.Struct(">h")
-_u16 = struct.Struct(">H")
-_i32 = struct.Struct(">i")
-_u32 = struct.Struct(">I")
-_i64 = struct.Struct(">q")
-_f64 = struct.Struct(">d")
-_unpack_i8 = _i8.unpack_from
-_unpack_i16 = _i16.unpack_from
-_unpack_u16 = _u16.unpack_from
-_unpack_i32 = _i32.unpack_from
-_unpack_u32 = _u32.unpack_from
-_unpack_i64 = _i64.unpack_from
+_i8: Final = struct.Struct(">b")
+_i16: Final = struct.Struct(">h")
+_u16: Final = struct.Struct(">H")
+_i32: Final = struct.Struct(">i")
+_u32: Final = struct.Struct(">I")
+_i64: Final = struct.Struct(">q")
+_f64: Final = struct.Struct(">d")
+_unpack_i8: Final = _i8.unpack_from
+_unpack_i16: Final = _i16.unpack_from
+_unpack_u16: Final = _u16.unpack_from
+_unpack_i32: Final = _i32.unpack_from
+_unpack_u32: Final = _u32.unpack_from
+_unpack_i64: Final = _i64.unpack_from
+_pack_i8: Final = _i8.pack
+_pack_i16: Final = _i16.pack
+_pack_u16: Final = _u16.pack
+_pack_i32: Final = _i32.pack
+_pack_u32: Final = _u32.pack
+_pack_i64: Final = _i64.pack
+_pack_f64: Final = _f64.pack
 
 
 def _short(n: int, left: int) -> ProtocolError:
@@ -415,25 +422,25 @@ class Writer:
 
     # fixed width -------------------------------------------------------------------------
     def int8(self, v: int) -> None:
-        self.buf += _i8.pack(v)
+        self.buf += _pack_i8(v)
 
     def int16(self, v: int) -> None:
-        self.buf += _i16.pack(v)
+        self.buf += _pack_i16(v)
 
     def uint16(self, v: int) -> None:
-        self.buf += _u16.pack(v)
+        self.buf += _pack_u16(v)
 
     def int32(self, v: int) -> None:
-        self.buf += _i32.pack(v)
+        self.buf += _pack_i32(v)
 
     def uint32(self, v: int) -> None:
-        self.buf += _u32.pack(v)
+        self.buf += _pack_u32(v)
 
     def int64(self, v: int) -> None:
-        self.buf += _i64.pack(v)
+        self.buf += _pack_i64(v)
 
     def float64(self, v: float) -> None:
-        self.buf += _f64.pack(v)
+        self.buf += _pack_f64(v)
 
     def boolean(self, v: bool) -> None:
         self.buf.append(1 if v else 0)
@@ -461,7 +468,7 @@ class Writer:
         if v is None:
             raise EncodeError("null written to a non-nullable string")
         data = v.encode()
-        self.buf += _i16.pack(len(data))
+        self.buf += _pack_i16(len(data))
         self.buf += data
 
     def nullable_string(self, v: str | None) -> None:
@@ -491,7 +498,7 @@ class Writer:
     def blob(self, v: bytes | memoryview | None) -> None:
         if v is None:
             raise EncodeError("null written to non-nullable bytes")
-        self.buf += _i32.pack(len(v))
+        self.buf += _pack_i32(len(v))
         self.buf += v
 
     def nullable_blob(self, v: bytes | memoryview | None) -> None:
@@ -526,7 +533,7 @@ class Writer:
             else:
                 self.buf += uvarint_bytes(size + 1)
         else:
-            self.buf += _i32.pack(size)
+            self.buf += _pack_i32(size)
         if size:
             if self._chunks is None:
                 self._chunks = []
@@ -547,7 +554,7 @@ class Writer:
             else:
                 self.buf += uvarint_bytes(n)
         else:
-            self.buf += _i32.pack(len(items))
+            self.buf += _pack_i32(len(items))
 
     # tagged fields -----------------------------------------------------------------------
     def no_tagged_fields(self, unknown: UnknownTags | None) -> None:

@@ -5,20 +5,37 @@ particular message. Each generated struct lists its fields in `FIELDS` (the spec
 nullability and tags, already parsed) and implements `_read(reader, version)` and
 `_write(writer, version)` with straight-line code; this base wraps them with version checks and
 turns low-level decoding failures into :class:`ProtocolError`.
+
+`make setup` compiles it with mypyc, with the hot messages (`wirebroker.compiled`); the other
+generated messages stay Python, so :class:`Struct` and :class:`Message` admit interpreted
+subclasses.
 """
 
 from __future__ import annotations
 
 import builtins
+import enum
 import struct
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
+
+from mypy_extensions import mypyc_attr
 
 from protocol.errors import EncodeError, ProtocolError, UnsupportedVersionError
 from protocol.primitives import Reader, UnknownTags, Writer
 
+
+class Default(enum.Enum):
+    """The type of :data:`DEFAULT`: a declared type, which a compiled constructor checks."""
+
+    DEFAULT = "DEFAULT"
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
 #: Marks an argument the caller left out, so that `None` can still mean null.
-DEFAULT: Any = type("Default", (), {"__repr__": lambda self: "DEFAULT"})()
+DEFAULT: Final = Default.DEFAULT
 
 #: The highest version number a "N+" range reaches.
 MAX_VERSION = 0x7FFF
@@ -57,6 +74,7 @@ def _within(r: VersionRange | None, version: int) -> bool:
 _DECODE_FAILURES = (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Struct:
     """A generated Kafka struct: slots, keyword constructor, value equality."""
 
@@ -90,6 +108,7 @@ class Struct:
         return f"{type(self).__qualname__}({', '.join(parts)})"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Message(Struct):
     """A top-level message: a request, a response, a header or a stored data record."""
 
@@ -156,6 +175,17 @@ class Message(Struct):
         w = Writer()
         self.write_to(w, version)
         return w.getvalue()
+
+
+def nest(message: type[Message], **structs: type[Struct]) -> None:
+    """Make each struct of `message` reachable and shown as ``<Message>.<Struct>``.
+
+    The generated structs are module-level classes (mypyc compiles no nested class); the
+    message's body names them with type aliases, which a compiled class does not keep.
+    """
+    for name, struct_class in structs.items():
+        setattr(message, name, struct_class)
+        struct_class.__qualname__ = f"{message.__qualname__}.{name}"
 
 
 def not_in_version(cls_name: str, field: str, version: int) -> EncodeError:

@@ -2,7 +2,10 @@
 while it matches the sources.
 
 :data:`MODULES` (varints, the codec's Reader and Writer, the v2 record walk and the leader's
-append validation) are plain, typed Python and stay the one source. ``make setup`` runs
+append validation; the generated messages' base, the generated codec of the hot messages (the
+headers, Produce, Fetch, Metadata) and the request framing that calls it) are plain, typed
+Python and stay the one source (the other generated messages run as Python, subclassing the
+compiled base). ``make setup`` runs
 :mod:`wirebroker.compiled_build`, which compiles them with mypyc (a C compiler and the Python
 headers needed) into ``<venv>/compiled/``, never beside the sources, with a manifest of each
 source's SHA-256, and puts a ``.pth`` file in the venv that installs :class:`CompiledFinder`
@@ -15,7 +18,7 @@ as Python, as they do with ``WIREBROKER_PURE=1`` (A/B runs, and the tests in bot
 installed package works the same way (the sources under site-packages, the build in the venv's
 prefix): ``make image`` gives the image the host's build (:mod:`wirebroker.compiled_build`,
 ``--prebuilt``). The broker logs which it runs (:func:`describe`). Why these modules and what the
-build gives: docs/perf-notes.md, branch `compiled`.
+build gives: docs/perf-notes.md, branches `compiled` and `compiled-codec`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,18 @@ from types import ModuleType
 
 __all__ = ["MODULES", "CompiledFinder", "describe", "install"]
 
-MODULES = ("protocol.varint", "protocol.primitives", "protocol.record_batch", "storage.validation")
+MODULES = (
+    "protocol.varint",
+    "protocol.primitives",
+    "protocol.record_batch",
+    "storage.validation",
+    "protocol.schema",
+    "protocol.messages.headers",
+    "protocol.messages.produce",
+    "protocol.messages.fetch",
+    "protocol.messages.metadata",
+    "protocol.api",
+)
 #: mypyc's shared library of the group (the per-module libraries load it by this name).
 GROUP = "wirebroker_compiled"
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +113,7 @@ class CompiledFinder:
             return _extension(self.build_dir, name)
         if name in MODULES:
             package, _, stem = name.rpartition(".")
-            return _extension(self.build_dir / package, stem)
+            return _extension(self.build_dir.joinpath(*package.split(".")), stem)
         return None
 
     def find_spec(

@@ -1,9 +1,13 @@
 """Emit the Python source of one generated module from MessageSpecs.
 
-Each message becomes a class deriving from `protocol.schema.Message`; the structs it uses are
-nested classes of it (as Kafka's Java generator nests them), so request and response structs of
-the same name never collide. Reading and writing are straight-line code with version branches
-computed here, so nothing interprets the schema at run time.
+Each message becomes a class deriving from `protocol.schema.Message`; each struct it uses is a
+top-level class named `<Message>_<Struct>`, reached as `<Message>.<Struct>` (as Kafka's Java
+generator nests them), so request and response structs of the same name never collide. The
+structs are not nested classes because mypyc compiles no class statement in a class body; the
+nested name is a type alias in the message's body (for mypy) and set again by
+`protocol.schema.nest` (mypyc drops a class body's aliases). Reading and writing are
+straight-line code with version branches computed here, so nothing interprets the schema at run
+time.
 """
 
 from __future__ import annotations
@@ -92,14 +96,19 @@ class Emitter:
         self.formats.add(codes)
         attrs = [f"self.{f.attr}" for f, _ in run]
         if write:
-            self.lines.append(f"{b}w.buf += _F_{codes}.pack({', '.join(attrs)})")
+            self.lines.append(f"{b}w.buf += _pack_{codes}({', '.join(attrs)})")
         else:
             self.lines.append(f"{b}{', '.join(attrs)} = r.fixed(_F_{codes})")
         run.clear()
 
     # naming ------------------------------------------------------------------------------
     def qual(self, struct_name: str) -> str:
+        """The public spelling of a struct (annotations, messages)."""
         return f"{self.msg.name}.{struct_name}"
+
+    def top(self, struct_name: str) -> str:
+        """The module-level class of a struct (what the generated code calls)."""
+        return f"{self.msg.name}_{struct_name}"
 
     def flex_cond(self) -> str | None:
         """A condition on `version` that is true in flexible versions (None: never)."""
@@ -133,7 +142,7 @@ class Emitter:
         if f.is_array:
             return "[]"
         if f.is_struct:
-            return f"{self.qual(f.element)}()"
+            return f"{self.top(f.element)}()"
         t = f.type
         if t in ("int8", "int16", "uint16", "int32", "uint32", "int64"):
             return str(int(d, 0) if isinstance(d, str) and d else int(d or 0))
@@ -182,7 +191,7 @@ class Emitter:
         nul = "nullable_" if n else ""
         if f.is_array:
             if f.is_struct:
-                item = f"{self.qual(f.element)}._read"
+                item = f"{self.top(f.element)}._read"
             elif f.element == "string":
                 item = "read_compact_string_item" if flex else "read_string_item"
             else:
@@ -190,7 +199,7 @@ class Emitter:
             kind = ("compact_" if flex else "") + nul + "array"
             return f"r.{kind}({item}, version)"
         if f.is_struct:
-            read = f"{self.qual(f.element)}._read(r, version)"
+            read = f"{self.top(f.element)}._read(r, version)"
             return f"({read} if r.int8() >= 0 else None)" if n else read
         if f.type in _FIXED_READ:
             return _FIXED_READ[f.type]
@@ -280,14 +289,16 @@ class Emitter:
         return out
 
     # one struct --------------------------------------------------------------------------
-    def struct(self, s: StructSpec, indent: str, root: bool) -> None:
+    def struct(self, s: StructSpec, root: bool) -> None:
         L = self.lines.append
         qual = self.msg.name if root else self.qual(s.name)
         if not root:
-            L(f"{indent}class {s.name}(Struct):")
-            L(f'{indent}    """A {s.name} of {self.msg.name}."""')
             L("")
-        ind = indent + "    "
+            L("")
+            L(f"class {self.top(s.name)}(Struct):")
+            L(f'    """A {s.name} of {self.msg.name} ({qual})."""')
+            L("")
+        ind = "    "
         slots = [f.attr for f in s.fields] + ["unknown_tagged_fields"]
         L(f"{ind}__slots__ = ({', '.join(repr(x) for x in slots)},)")
         L("")
@@ -301,7 +312,7 @@ class Emitter:
             params.append("*")
         for f in s.fields:
             if self.is_mutable_default(f):
-                params.append(f"{f.attr}: {self.py_type(f)} = DEFAULT")
+                params.append(f"{f.attr}: {self.py_type(f)} | Default = DEFAULT")
             else:
                 params.append(f"{f.attr}: {self.py_type(f)} = {self.default_expr(f)}")
         params.append("unknown_tagged_fields: UnknownTags | None = None")
@@ -328,7 +339,10 @@ class Emitter:
         L(f"{ind}@classmethod")
         L(f"{ind}def _read(cls, r: Reader, version: int) -> {qual}:")
         b = ind + "    "
-        L(f"{b}self = _new(cls)")
+        # object.__new__ refuses a compiled class; mypyc mis-compiles cls.__new__(cls) (an
+        # internal error), not a call through a local
+        L(f"{b}new = cls.__new__")
+        L(f"{b}self = new(cls)")
         tagged: list[tuple[FieldSpec, list[tuple[int, int, Mode]]]] = []
         run: list[tuple[FieldSpec, str]] = []
         for f in s.fields:
@@ -480,7 +494,7 @@ class Emitter:
             if f.ignorable:
                 args.append("ignorable=True")
             if f.is_struct:
-                args.append(f"struct={self.qual(f.element)}")
+                args.append(f"struct={self.top(f.element)}")
             L(f"    Field({', '.join(args)}),")
         L(")")
 
@@ -488,6 +502,8 @@ class Emitter:
     def message(self) -> list[str]:
         m = self.msg
         L = self.lines.append
+        for s in m.structs.values():
+            self.struct(s, root=False)
         L("")
         L("")
         L(f"class {m.name}(Message):")
@@ -501,11 +517,16 @@ class Emitter:
         L(f"    FLEXIBLE_MIN = {flex_min}")
         L("")
         for s in m.structs.values():
-            self.struct(s, "    ", root=False)
-        self.struct(m.root, "", root=True)
+            L(f"    {s.name}: TypeAlias = {self.top(s.name)}")
+        if m.structs:
+            L("")
+        self.struct(m.root, root=True)
         L("")
+        if m.structs:
+            nested = ", ".join(f"{s.name}={self.top(s.name)}" for s in m.structs.values())
+            L(f"nest({m.name}, {nested})")
         for s in m.structs.values():
-            self.fields_table(s, self.qual(s.name))
+            self.fields_table(s, self.top(s.name))
         self.fields_table(m.root, m.name)
         return self.lines
 
@@ -526,7 +547,15 @@ _OPTIONAL_IMPORTS = {
         "read_uint16_item",
         "read_uuid_item",
     ],
-    "protocol.schema": ["DEFAULT", "Field", "Message", "Struct", "not_in_version"],
+    "protocol.schema": [
+        "DEFAULT",
+        "Default",
+        "Field",
+        "Message",
+        "Struct",
+        "nest",
+        "not_in_version",
+    ],
 }
 
 
@@ -538,8 +567,9 @@ def _imports(body: str) -> list[str]:
         body = re.sub(r"\bstruct\.Struct\(", "(", body)  # not protocol.schema's Struct
     if re.search(r"\buuid\.UUID\b", body):
         out.append("import uuid")
-    if re.search(r"\bAny\b", body):
-        out.append("from typing import Any")
+    typing = [n for n in ("Any", "Final", "TypeAlias") if re.search(rf"\b{n}\b", body)]
+    if typing:
+        out.append(f"from typing import {', '.join(typing)}")
     if out[-1]:
         out.append("")
     for module, names in _OPTIONAL_IMPORTS.items():
@@ -554,9 +584,12 @@ def render_module(header: str, doc: str, messages: list[MessageSpec]) -> str:
     classes: list[str] = []
     for m in messages:
         classes += Emitter(m, formats).message()
-    body: list[str] = ["", "_new = object.__new__"]
+    body: list[str] = [""]
     # Runs of fixed-width fields: one bounds check and one unpack (or pack) for the run.
-    body += [f'_F_{codes} = struct.Struct(">{codes}")' for codes in sorted(formats)]
+    # (Final: compiled, a native constant instead of a lookup in the module's dict)
+    for codes in sorted(formats):
+        body.append(f'_F_{codes}: Final = struct.Struct(">{codes}")')
+        body.append(f"_pack_{codes}: Final = _F_{codes}.pack")
     body += classes
     body.append("")
     names = ", ".join(repr(m.name) for m in messages)

@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_qh = struct.Struct(">qh")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_qh: Final = struct.Struct(">qh")
+_pack_qh: Final = _F_qh.pack
 
 
 class AddOffsetsToTxnRequest(Message):
@@ -52,7 +54,8 @@ class AddOffsetsToTxnRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AddOffsetsToTxnRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 3:
             self.transactional_id = r.compact_string()
         else:
@@ -70,7 +73,7 @@ class AddOffsetsToTxnRequest(Message):
             w.compact_string(self.transactional_id)
         else:
             w.string(self.transactional_id)
-        w.buf += _F_qh.pack(self.producer_id, self.producer_epoch)
+        w.buf += _pack_qh(self.producer_id, self.producer_epoch)
         if version >= 3:
             w.compact_string(self.group_id)
         else:
@@ -128,13 +131,14 @@ class AddOffsetsToTxnResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AddOffsetsToTxnResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         if version >= 3:
             w.no_tagged_fields(self.unknown_tagged_fields)
         elif self.unknown_tagged_fields:

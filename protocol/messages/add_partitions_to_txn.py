@@ -5,12 +5,209 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(Struct):
+    """A AddPartitionsToTxnTransaction of AddPartitionsToTxnRequest (AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction)."""
+
+    __slots__ = (
+        "transactional_id",
+        "producer_id",
+        "producer_epoch",
+        "verify_only",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    verify_only: bool
+    topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
+
+    def __init__(
+        self,
+        *,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        verify_only: bool = False,
+        topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.verify_only = verify_only
+        self.topics = [] if topics is DEFAULT else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.transactional_id = r.compact_string()
+        else:
+            self.transactional_id = ""
+        if version >= 4:
+            self.producer_id = r.int64()
+        else:
+            self.producer_id = 0
+        if version >= 4:
+            self.producer_epoch = r.int16()
+        else:
+            self.producer_epoch = 0
+        if version >= 4:
+            self.verify_only = r.boolean()
+        else:
+            self.verify_only = False
+        if version >= 4:
+            self.topics = r.compact_array(
+                AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._read, version
+            )
+        else:
+            self.topics = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.transactional_id)
+        else:
+            if self.transactional_id != "":
+                raise not_in_version(
+                    "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
+                    "transactional_id",
+                    version,
+                )
+        if version >= 4:
+            w.int64(self.producer_id)
+        else:
+            if self.producer_id != 0:
+                raise not_in_version(
+                    "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
+                    "producer_id",
+                    version,
+                )
+        if version >= 4:
+            w.int16(self.producer_epoch)
+        else:
+            if self.producer_epoch != 0:
+                raise not_in_version(
+                    "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
+                    "producer_epoch",
+                    version,
+                )
+        if version >= 4:
+            w.boolean(self.verify_only)
+        else:
+            if self.verify_only:
+                raise not_in_version(
+                    "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
+                    "verify_only",
+                    version,
+                )
+        if version >= 4:
+            w.array_length(self.topics, compact=True, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        else:
+            if self.topics != []:
+                raise not_in_version(
+                    "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction", "topics", version
+                )
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.transactional_id == ""
+            and self.producer_id == 0
+            and self.producer_epoch == 0
+            and not self.verify_only
+            and self.topics == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(Struct):
+    """A AddPartitionsToTxnTopic of AddPartitionsToTxnRequest (AddPartitionsToTxnRequest.AddPartitionsToTxnTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AddPartitionsToTxnRequest.AddPartitionsToTxnTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 3:
+            self.partitions = r.compact_array(read_int32_item, version)
+        else:
+            self.partitions = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 3:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AddPartitionsToTxnRequest.AddPartitionsToTxnTopic",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
 
 
 class AddPartitionsToTxnRequest(Message):
@@ -21,199 +218,10 @@ class AddPartitionsToTxnRequest(Message):
     MAX_VERSION = 5
     FLEXIBLE_MIN = 3
 
-    class AddPartitionsToTxnTransaction(Struct):
-        """A AddPartitionsToTxnTransaction of AddPartitionsToTxnRequest."""
-
-        __slots__ = (
-            "transactional_id",
-            "producer_id",
-            "producer_epoch",
-            "verify_only",
-            "topics",
-            "unknown_tagged_fields",
-        )
-
-        transactional_id: str
-        producer_id: int
-        producer_epoch: int
-        verify_only: bool
-        topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
-
-        def __init__(
-            self,
-            *,
-            transactional_id: str = "",
-            producer_id: int = 0,
-            producer_epoch: int = 0,
-            verify_only: bool = False,
-            topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.transactional_id = transactional_id
-            self.producer_id = producer_id
-            self.producer_epoch = producer_epoch
-            self.verify_only = verify_only
-            self.topics = [] if topics is DEFAULT else topics
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction:
-            self = _new(cls)
-            if version >= 4:
-                self.transactional_id = r.compact_string()
-            else:
-                self.transactional_id = ""
-            if version >= 4:
-                self.producer_id = r.int64()
-            else:
-                self.producer_id = 0
-            if version >= 4:
-                self.producer_epoch = r.int16()
-            else:
-                self.producer_epoch = 0
-            if version >= 4:
-                self.verify_only = r.boolean()
-            else:
-                self.verify_only = False
-            if version >= 4:
-                self.topics = r.compact_array(
-                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic._read, version
-                )
-            else:
-                self.topics = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.transactional_id)
-            else:
-                if self.transactional_id != "":
-                    raise not_in_version(
-                        "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
-                        "transactional_id",
-                        version,
-                    )
-            if version >= 4:
-                w.int64(self.producer_id)
-            else:
-                if self.producer_id != 0:
-                    raise not_in_version(
-                        "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
-                        "producer_id",
-                        version,
-                    )
-            if version >= 4:
-                w.int16(self.producer_epoch)
-            else:
-                if self.producer_epoch != 0:
-                    raise not_in_version(
-                        "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
-                        "producer_epoch",
-                        version,
-                    )
-            if version >= 4:
-                w.boolean(self.verify_only)
-            else:
-                if self.verify_only:
-                    raise not_in_version(
-                        "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
-                        "verify_only",
-                        version,
-                    )
-            if version >= 4:
-                w.array_length(self.topics, compact=True, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            else:
-                if self.topics != []:
-                    raise not_in_version(
-                        "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction", "topics", version
-                    )
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.transactional_id == ""
-                and self.producer_id == 0
-                and self.producer_epoch == 0
-                and not self.verify_only
-                and self.topics == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AddPartitionsToTxnTopic(Struct):
-        """A AddPartitionsToTxnTopic of AddPartitionsToTxnRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AddPartitionsToTxnRequest.AddPartitionsToTxnTopic:
-            self = _new(cls)
-            if version >= 3:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 3:
-                self.partitions = r.compact_array(read_int32_item, version)
-            else:
-                self.partitions = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 3:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AddPartitionsToTxnRequest.AddPartitionsToTxnTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+    AddPartitionsToTxnTransaction: TypeAlias = (
+        AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction
+    )
+    AddPartitionsToTxnTopic: TypeAlias = AddPartitionsToTxnRequest_AddPartitionsToTxnTopic
 
     __slots__ = (
         "transactions",
@@ -233,11 +241,13 @@ class AddPartitionsToTxnRequest(Message):
     def __init__(
         self,
         *,
-        transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = DEFAULT,
+        transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction]
+        | Default = DEFAULT,
         v3_and_below_transactional_id: str = "",
         v3_and_below_producer_id: int = 0,
         v3_and_below_producer_epoch: int = 0,
-        v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = DEFAULT,
+        v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.transactions = [] if transactions is DEFAULT else transactions
@@ -249,10 +259,11 @@ class AddPartitionsToTxnRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AddPartitionsToTxnRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 4:
             self.transactions = r.compact_array(
-                AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction._read, version
+                AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction._read, version
             )
         else:
             self.transactions = []
@@ -274,11 +285,11 @@ class AddPartitionsToTxnRequest(Message):
             self.v3_and_below_topics = []
         elif version >= 3:
             self.v3_and_below_topics = r.compact_array(
-                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic._read, version
+                AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._read, version
             )
         else:
             self.v3_and_below_topics = r.array(
-                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic._read, version
+                AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
         return self
@@ -341,7 +352,12 @@ class AddPartitionsToTxnRequest(Message):
         )
 
 
-AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.FIELDS = (
+nest(
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTransaction=AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction,
+    AddPartitionsToTxnTopic=AddPartitionsToTxnRequest_AddPartitionsToTxnTopic,
+)
+AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction.FIELDS = (
     Field("transactional_id", "string", (4, 32767)),
     Field("producer_id", "int64", (4, 32767)),
     Field("producer_epoch", "int16", (4, 32767)),
@@ -350,10 +366,10 @@ AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.FIELDS = (
         "topics",
         "[]AddPartitionsToTxnTopic",
         (4, 32767),
-        struct=AddPartitionsToTxnRequest.AddPartitionsToTxnTopic,
+        struct=AddPartitionsToTxnRequest_AddPartitionsToTxnTopic,
     ),
 )
-AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.FIELDS = (
+AddPartitionsToTxnRequest_AddPartitionsToTxnTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -362,7 +378,7 @@ AddPartitionsToTxnRequest.FIELDS = (
         "transactions",
         "[]AddPartitionsToTxnTransaction",
         (4, 32767),
-        struct=AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction,
+        struct=AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction,
     ),
     Field("v3_and_below_transactional_id", "string", (0, 3)),
     Field("v3_and_below_producer_id", "int64", (0, 3)),
@@ -371,9 +387,211 @@ AddPartitionsToTxnRequest.FIELDS = (
         "v3_and_below_topics",
         "[]AddPartitionsToTxnTopic",
         (0, 3),
-        struct=AddPartitionsToTxnRequest.AddPartitionsToTxnTopic,
+        struct=AddPartitionsToTxnRequest_AddPartitionsToTxnTopic,
     ),
 )
+
+
+class AddPartitionsToTxnResponse_AddPartitionsToTxnResult(Struct):
+    """A AddPartitionsToTxnResult of AddPartitionsToTxnResponse (AddPartitionsToTxnResponse.AddPartitionsToTxnResult)."""
+
+    __slots__ = (
+        "transactional_id",
+        "topic_results",
+        "unknown_tagged_fields",
+    )
+
+    transactional_id: str
+    topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
+
+    def __init__(
+        self,
+        *,
+        transactional_id: str = "",
+        topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.topic_results = [] if topic_results is DEFAULT else topic_results
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AddPartitionsToTxnResponse.AddPartitionsToTxnResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.transactional_id = r.compact_string()
+        else:
+            self.transactional_id = ""
+        if version >= 4:
+            self.topic_results = r.compact_array(
+                AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._read, version
+            )
+        else:
+            self.topic_results = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.transactional_id)
+        else:
+            if self.transactional_id != "":
+                raise not_in_version(
+                    "AddPartitionsToTxnResponse.AddPartitionsToTxnResult",
+                    "transactional_id",
+                    version,
+                )
+        if version >= 4:
+            w.array_length(self.topic_results, compact=True, nullable=False)
+            for topic_results_item in self.topic_results:
+                topic_results_item._write(w, version)
+        else:
+            if self.topic_results != []:
+                raise not_in_version(
+                    "AddPartitionsToTxnResponse.AddPartitionsToTxnResult", "topic_results", version
+                )
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AddPartitionsToTxnResponse.AddPartitionsToTxnResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.transactional_id == ""
+            and self.topic_results == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(Struct):
+    """A AddPartitionsToTxnTopicResult of AddPartitionsToTxnResponse (AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult)."""
+
+    __slots__ = (
+        "name",
+        "results_by_partition",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    results_by_partition: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        results_by_partition: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.results_by_partition = [] if results_by_partition is DEFAULT else results_by_partition
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 3:
+            self.results_by_partition = r.compact_array(
+                AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._read, version
+            )
+        else:
+            self.results_by_partition = r.array(
+                AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 3:
+            w.array_length(self.results_by_partition, compact=True, nullable=False)
+            for results_by_partition_item in self.results_by_partition:
+                results_by_partition_item._write(w, version)
+        else:
+            w.array_length(self.results_by_partition, compact=False, nullable=False)
+            for results_by_partition_item in self.results_by_partition:
+                results_by_partition_item._write(w, version)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == "" and self.results_by_partition == [] and not self.unknown_tagged_fields
+        )
+
+
+class AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(Struct):
+    """A AddPartitionsToTxnPartitionResult of AddPartitionsToTxnResponse (AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult)."""
+
+    __slots__ = (
+        "partition_index",
+        "partition_error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    partition_error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        partition_error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_error_code = partition_error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.partition_error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.partition_error_code)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.partition_error_code == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class AddPartitionsToTxnResponse(Message):
@@ -384,209 +602,13 @@ class AddPartitionsToTxnResponse(Message):
     MAX_VERSION = 5
     FLEXIBLE_MIN = 3
 
-    class AddPartitionsToTxnResult(Struct):
-        """A AddPartitionsToTxnResult of AddPartitionsToTxnResponse."""
-
-        __slots__ = (
-            "transactional_id",
-            "topic_results",
-            "unknown_tagged_fields",
-        )
-
-        transactional_id: str
-        topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
-
-        def __init__(
-            self,
-            *,
-            transactional_id: str = "",
-            topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.transactional_id = transactional_id
-            self.topic_results = [] if topic_results is DEFAULT else topic_results
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AddPartitionsToTxnResponse.AddPartitionsToTxnResult:
-            self = _new(cls)
-            if version >= 4:
-                self.transactional_id = r.compact_string()
-            else:
-                self.transactional_id = ""
-            if version >= 4:
-                self.topic_results = r.compact_array(
-                    AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult._read, version
-                )
-            else:
-                self.topic_results = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.transactional_id)
-            else:
-                if self.transactional_id != "":
-                    raise not_in_version(
-                        "AddPartitionsToTxnResponse.AddPartitionsToTxnResult",
-                        "transactional_id",
-                        version,
-                    )
-            if version >= 4:
-                w.array_length(self.topic_results, compact=True, nullable=False)
-                for topic_results_item in self.topic_results:
-                    topic_results_item._write(w, version)
-            else:
-                if self.topic_results != []:
-                    raise not_in_version(
-                        "AddPartitionsToTxnResponse.AddPartitionsToTxnResult",
-                        "topic_results",
-                        version,
-                    )
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AddPartitionsToTxnResponse.AddPartitionsToTxnResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.transactional_id == ""
-                and self.topic_results == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AddPartitionsToTxnTopicResult(Struct):
-        """A AddPartitionsToTxnTopicResult of AddPartitionsToTxnResponse."""
-
-        __slots__ = (
-            "name",
-            "results_by_partition",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        results_by_partition: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            results_by_partition: list[
-                AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
-            ] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.results_by_partition = (
-                [] if results_by_partition is DEFAULT else results_by_partition
-            )
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult:
-            self = _new(cls)
-            if version >= 3:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 3:
-                self.results_by_partition = r.compact_array(
-                    AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult._read, version
-                )
-            else:
-                self.results_by_partition = r.array(
-                    AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 3:
-                w.array_length(self.results_by_partition, compact=True, nullable=False)
-                for results_by_partition_item in self.results_by_partition:
-                    results_by_partition_item._write(w, version)
-            else:
-                w.array_length(self.results_by_partition, compact=False, nullable=False)
-                for results_by_partition_item in self.results_by_partition:
-                    results_by_partition_item._write(w, version)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.results_by_partition == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AddPartitionsToTxnPartitionResult(Struct):
-        """A AddPartitionsToTxnPartitionResult of AddPartitionsToTxnResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "partition_error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        partition_error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            partition_error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.partition_error_code = partition_error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult:
-            self = _new(cls)
-            self.partition_index, self.partition_error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.partition_error_code)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.partition_error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    AddPartitionsToTxnResult: TypeAlias = AddPartitionsToTxnResponse_AddPartitionsToTxnResult
+    AddPartitionsToTxnTopicResult: TypeAlias = (
+        AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult
+    )
+    AddPartitionsToTxnPartitionResult: TypeAlias = (
+        AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult
+    )
 
     __slots__ = (
         "throttle_time_ms",
@@ -606,10 +628,12 @@ class AddPartitionsToTxnResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = DEFAULT,
+        results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult]
+        | Default = DEFAULT,
         results_by_topic_v3_and_below: list[
             AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
-        ] = DEFAULT,
+        ]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -624,7 +648,8 @@ class AddPartitionsToTxnResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AddPartitionsToTxnResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 4:
             self.error_code = r.int16()
@@ -632,7 +657,7 @@ class AddPartitionsToTxnResponse(Message):
             self.error_code = 0
         if version >= 4:
             self.results_by_transaction = r.compact_array(
-                AddPartitionsToTxnResponse.AddPartitionsToTxnResult._read, version
+                AddPartitionsToTxnResponse_AddPartitionsToTxnResult._read, version
             )
         else:
             self.results_by_transaction = []
@@ -640,11 +665,11 @@ class AddPartitionsToTxnResponse(Message):
             self.results_by_topic_v3_and_below = []
         elif version >= 3:
             self.results_by_topic_v3_and_below = r.compact_array(
-                AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult._read, version
+                AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._read, version
             )
         else:
             self.results_by_topic_v3_and_below = r.array(
-                AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult._read, version
+                AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
         return self
@@ -690,25 +715,31 @@ class AddPartitionsToTxnResponse(Message):
         )
 
 
-AddPartitionsToTxnResponse.AddPartitionsToTxnResult.FIELDS = (
+nest(
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult=AddPartitionsToTxnResponse_AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult=AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult=AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult,
+)
+AddPartitionsToTxnResponse_AddPartitionsToTxnResult.FIELDS = (
     Field("transactional_id", "string", (4, 32767)),
     Field(
         "topic_results",
         "[]AddPartitionsToTxnTopicResult",
         (4, 32767),
-        struct=AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult,
+        struct=AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult,
     ),
 )
-AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.FIELDS = (
+AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "results_by_partition",
         "[]AddPartitionsToTxnPartitionResult",
         (0, 32767),
-        struct=AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult,
+        struct=AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult,
     ),
 )
-AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.FIELDS = (
+AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("partition_error_code", "int16", (0, 32767)),
 )
@@ -719,13 +750,13 @@ AddPartitionsToTxnResponse.FIELDS = (
         "results_by_transaction",
         "[]AddPartitionsToTxnResult",
         (4, 32767),
-        struct=AddPartitionsToTxnResponse.AddPartitionsToTxnResult,
+        struct=AddPartitionsToTxnResponse_AddPartitionsToTxnResult,
     ),
     Field(
         "results_by_topic_v3_and_below",
         "[]AddPartitionsToTxnTopicResult",
         (0, 3),
-        struct=AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult,
+        struct=AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult,
     ),
 )
 

@@ -6,13 +6,67 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+
+
+class AddRaftVoterRequest_Listener(Struct):
+    """A Listener of AddRaftVoterRequest (AddRaftVoterRequest.Listener)."""
+
+    __slots__ = (
+        "name",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AddRaftVoterRequest.Listener:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.host = r.compact_string()
+        self.port = r.uint16()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.compact_string(self.host)
+        w.uint16(self.port)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class AddRaftVoterRequest(Message):
@@ -23,55 +77,7 @@ class AddRaftVoterRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class Listener(Struct):
-        """A Listener of AddRaftVoterRequest."""
-
-        __slots__ = (
-            "name",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AddRaftVoterRequest.Listener:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.host = r.compact_string()
-            self.port = r.uint16()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.compact_string(self.host)
-            w.uint16(self.port)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    Listener: TypeAlias = AddRaftVoterRequest_Listener
 
     __slots__ = (
         "cluster_id",
@@ -95,7 +101,7 @@ class AddRaftVoterRequest(Message):
         timeout_ms: int = 0,
         voter_id: int = 0,
         voter_directory_id: uuid.UUID = ZERO_UUID,
-        listeners: list[AddRaftVoterRequest.Listener] = DEFAULT,
+        listeners: list[AddRaftVoterRequest.Listener] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -107,17 +113,18 @@ class AddRaftVoterRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AddRaftVoterRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.cluster_id = r.compact_nullable_string()
         self.timeout_ms, self.voter_id = r.fixed(_F_ii)
         self.voter_directory_id = r.uuid_()
-        self.listeners = r.compact_array(AddRaftVoterRequest.Listener._read, version)
+        self.listeners = r.compact_array(AddRaftVoterRequest_Listener._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
         w.compact_nullable_string(self.cluster_id)
-        w.buf += _F_ii.pack(self.timeout_ms, self.voter_id)
+        w.buf += _pack_ii(self.timeout_ms, self.voter_id)
         w.uuid_(self.voter_directory_id)
         w.array_length(self.listeners, compact=True, nullable=False)
         for listeners_item in self.listeners:
@@ -135,7 +142,8 @@ class AddRaftVoterRequest(Message):
         )
 
 
-AddRaftVoterRequest.Listener.FIELDS = (
+nest(AddRaftVoterRequest, Listener=AddRaftVoterRequest_Listener)
+AddRaftVoterRequest_Listener.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "uint16", (0, 32767)),
@@ -145,7 +153,7 @@ AddRaftVoterRequest.FIELDS = (
     Field("timeout_ms", "int32", (0, 32767)),
     Field("voter_id", "int32", (0, 32767)),
     Field("voter_directory_id", "uuid", (0, 32767)),
-    Field("listeners", "[]Listener", (0, 32767), struct=AddRaftVoterRequest.Listener),
+    Field("listeners", "[]Listener", (0, 32767), struct=AddRaftVoterRequest_Listener),
 )
 
 
@@ -183,14 +191,15 @@ class AddRaftVoterResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AddRaftVoterResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.no_tagged_fields(self.unknown_tagged_fields)
 

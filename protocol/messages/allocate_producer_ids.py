@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-_F_ihqi = struct.Struct(">ihqi")
-_F_iq = struct.Struct(">iq")
+_F_ihqi: Final = struct.Struct(">ihqi")
+_pack_ihqi: Final = _F_ihqi.pack
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
 
 
 class AllocateProducerIdsRequest(Message):
@@ -44,13 +46,14 @@ class AllocateProducerIdsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AllocateProducerIdsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.broker_id, self.broker_epoch = r.fixed(_F_iq)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_iq.pack(self.broker_id, self.broker_epoch)
+        w.buf += _pack_iq(self.broker_id, self.broker_epoch)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:
@@ -101,7 +104,8 @@ class AllocateProducerIdsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AllocateProducerIdsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len = (
             r.fixed(_F_ihqi)
         )
@@ -109,7 +113,7 @@ class AllocateProducerIdsResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ihqi.pack(
+        w.buf += _pack_ihqi(
             self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len
         )
         w.no_tagged_fields(self.unknown_tagged_fields)

@@ -4,10 +4,197 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class AlterClientQuotasRequest_EntryData(Struct):
+    """A EntryData of AlterClientQuotasRequest (AlterClientQuotasRequest.EntryData)."""
+
+    __slots__ = (
+        "entity",
+        "ops",
+        "unknown_tagged_fields",
+    )
+
+    entity: list[AlterClientQuotasRequest.EntityData]
+    ops: list[AlterClientQuotasRequest.OpData]
+
+    def __init__(
+        self,
+        *,
+        entity: list[AlterClientQuotasRequest.EntityData] | Default = DEFAULT,
+        ops: list[AlterClientQuotasRequest.OpData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.entity = [] if entity is DEFAULT else entity
+        self.ops = [] if ops is DEFAULT else ops
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterClientQuotasRequest.EntryData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.entity = r.compact_array(AlterClientQuotasRequest_EntityData._read, version)
+        else:
+            self.entity = r.array(AlterClientQuotasRequest_EntityData._read, version)
+        if version >= 1:
+            self.ops = r.compact_array(AlterClientQuotasRequest_OpData._read, version)
+        else:
+            self.ops = r.array(AlterClientQuotasRequest_OpData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.array_length(self.entity, compact=True, nullable=False)
+            for entity_item in self.entity:
+                entity_item._write(w, version)
+        else:
+            w.array_length(self.entity, compact=False, nullable=False)
+            for entity_item in self.entity:
+                entity_item._write(w, version)
+        if version >= 1:
+            w.array_length(self.ops, compact=True, nullable=False)
+            for ops_item in self.ops:
+                ops_item._write(w, version)
+        else:
+            w.array_length(self.ops, compact=False, nullable=False)
+            for ops_item in self.ops:
+                ops_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterClientQuotasRequest.EntryData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.entity == [] and self.ops == [] and not self.unknown_tagged_fields
+
+
+class AlterClientQuotasRequest_EntityData(Struct):
+    """A EntityData of AlterClientQuotasRequest (AlterClientQuotasRequest.EntityData)."""
+
+    __slots__ = (
+        "entity_type",
+        "entity_name",
+        "unknown_tagged_fields",
+    )
+
+    entity_type: str
+    entity_name: str | None
+
+    def __init__(
+        self,
+        *,
+        entity_type: str = "",
+        entity_name: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterClientQuotasRequest.EntityData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.entity_type = r.compact_string()
+        else:
+            self.entity_type = r.string()
+        if version >= 1:
+            self.entity_name = r.compact_nullable_string()
+        else:
+            self.entity_name = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.entity_type)
+        else:
+            w.string(self.entity_type)
+        if version >= 1:
+            w.compact_nullable_string(self.entity_name)
+        else:
+            w.nullable_string(self.entity_name)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterClientQuotasRequest.EntityData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.entity_type == "" and self.entity_name == "" and not self.unknown_tagged_fields
+
+
+class AlterClientQuotasRequest_OpData(Struct):
+    """A OpData of AlterClientQuotasRequest (AlterClientQuotasRequest.OpData)."""
+
+    __slots__ = (
+        "key",
+        "value",
+        "remove",
+        "unknown_tagged_fields",
+    )
+
+    key: str
+    value: float
+    remove: bool
+
+    def __init__(
+        self,
+        *,
+        key: str = "",
+        value: float = 0.0,
+        remove: bool = False,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.remove = remove
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterClientQuotasRequest.OpData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.key = r.compact_string()
+        else:
+            self.key = r.string()
+        self.value = r.float64()
+        self.remove = r.boolean()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.key)
+        else:
+            w.string(self.key)
+        w.float64(self.value)
+        w.boolean(self.remove)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterClientQuotasRequest.OpData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.key == ""
+            and self.value == 0.0
+            and not self.remove
+            and not self.unknown_tagged_fields
+        )
 
 
 class AlterClientQuotasRequest(Message):
@@ -18,188 +205,9 @@ class AlterClientQuotasRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class EntryData(Struct):
-        """A EntryData of AlterClientQuotasRequest."""
-
-        __slots__ = (
-            "entity",
-            "ops",
-            "unknown_tagged_fields",
-        )
-
-        entity: list[AlterClientQuotasRequest.EntityData]
-        ops: list[AlterClientQuotasRequest.OpData]
-
-        def __init__(
-            self,
-            *,
-            entity: list[AlterClientQuotasRequest.EntityData] = DEFAULT,
-            ops: list[AlterClientQuotasRequest.OpData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.entity = [] if entity is DEFAULT else entity
-            self.ops = [] if ops is DEFAULT else ops
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterClientQuotasRequest.EntryData:
-            self = _new(cls)
-            if version >= 1:
-                self.entity = r.compact_array(AlterClientQuotasRequest.EntityData._read, version)
-            else:
-                self.entity = r.array(AlterClientQuotasRequest.EntityData._read, version)
-            if version >= 1:
-                self.ops = r.compact_array(AlterClientQuotasRequest.OpData._read, version)
-            else:
-                self.ops = r.array(AlterClientQuotasRequest.OpData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.array_length(self.entity, compact=True, nullable=False)
-                for entity_item in self.entity:
-                    entity_item._write(w, version)
-            else:
-                w.array_length(self.entity, compact=False, nullable=False)
-                for entity_item in self.entity:
-                    entity_item._write(w, version)
-            if version >= 1:
-                w.array_length(self.ops, compact=True, nullable=False)
-                for ops_item in self.ops:
-                    ops_item._write(w, version)
-            else:
-                w.array_length(self.ops, compact=False, nullable=False)
-                for ops_item in self.ops:
-                    ops_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterClientQuotasRequest.EntryData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.entity == [] and self.ops == [] and not self.unknown_tagged_fields
-
-    class EntityData(Struct):
-        """A EntityData of AlterClientQuotasRequest."""
-
-        __slots__ = (
-            "entity_type",
-            "entity_name",
-            "unknown_tagged_fields",
-        )
-
-        entity_type: str
-        entity_name: str | None
-
-        def __init__(
-            self,
-            *,
-            entity_type: str = "",
-            entity_name: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.entity_type = entity_type
-            self.entity_name = entity_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterClientQuotasRequest.EntityData:
-            self = _new(cls)
-            if version >= 1:
-                self.entity_type = r.compact_string()
-            else:
-                self.entity_type = r.string()
-            if version >= 1:
-                self.entity_name = r.compact_nullable_string()
-            else:
-                self.entity_name = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.entity_type)
-            else:
-                w.string(self.entity_type)
-            if version >= 1:
-                w.compact_nullable_string(self.entity_name)
-            else:
-                w.nullable_string(self.entity_name)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterClientQuotasRequest.EntityData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.entity_type == "" and self.entity_name == "" and not self.unknown_tagged_fields
-            )
-
-    class OpData(Struct):
-        """A OpData of AlterClientQuotasRequest."""
-
-        __slots__ = (
-            "key",
-            "value",
-            "remove",
-            "unknown_tagged_fields",
-        )
-
-        key: str
-        value: float
-        remove: bool
-
-        def __init__(
-            self,
-            *,
-            key: str = "",
-            value: float = 0.0,
-            remove: bool = False,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.key = key
-            self.value = value
-            self.remove = remove
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterClientQuotasRequest.OpData:
-            self = _new(cls)
-            if version >= 1:
-                self.key = r.compact_string()
-            else:
-                self.key = r.string()
-            self.value = r.float64()
-            self.remove = r.boolean()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.key)
-            else:
-                w.string(self.key)
-            w.float64(self.value)
-            w.boolean(self.remove)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterClientQuotasRequest.OpData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.key == ""
-                and self.value == 0.0
-                and not self.remove
-                and not self.unknown_tagged_fields
-            )
+    EntryData: TypeAlias = AlterClientQuotasRequest_EntryData
+    EntityData: TypeAlias = AlterClientQuotasRequest_EntityData
+    OpData: TypeAlias = AlterClientQuotasRequest_OpData
 
     __slots__ = (
         "entries",
@@ -213,7 +221,7 @@ class AlterClientQuotasRequest(Message):
     def __init__(
         self,
         *,
-        entries: list[AlterClientQuotasRequest.EntryData] = DEFAULT,
+        entries: list[AlterClientQuotasRequest.EntryData] | Default = DEFAULT,
         validate_only: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -223,11 +231,12 @@ class AlterClientQuotasRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterClientQuotasRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
-            self.entries = r.compact_array(AlterClientQuotasRequest.EntryData._read, version)
+            self.entries = r.compact_array(AlterClientQuotasRequest_EntryData._read, version)
         else:
-            self.entries = r.array(AlterClientQuotasRequest.EntryData._read, version)
+            self.entries = r.array(AlterClientQuotasRequest_EntryData._read, version)
         self.validate_only = r.boolean()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self
@@ -251,23 +260,160 @@ class AlterClientQuotasRequest(Message):
         return self.entries == [] and not self.validate_only and not self.unknown_tagged_fields
 
 
-AlterClientQuotasRequest.EntryData.FIELDS = (
-    Field("entity", "[]EntityData", (0, 32767), struct=AlterClientQuotasRequest.EntityData),
-    Field("ops", "[]OpData", (0, 32767), struct=AlterClientQuotasRequest.OpData),
+nest(
+    AlterClientQuotasRequest,
+    EntryData=AlterClientQuotasRequest_EntryData,
+    EntityData=AlterClientQuotasRequest_EntityData,
+    OpData=AlterClientQuotasRequest_OpData,
 )
-AlterClientQuotasRequest.EntityData.FIELDS = (
+AlterClientQuotasRequest_EntryData.FIELDS = (
+    Field("entity", "[]EntityData", (0, 32767), struct=AlterClientQuotasRequest_EntityData),
+    Field("ops", "[]OpData", (0, 32767), struct=AlterClientQuotasRequest_OpData),
+)
+AlterClientQuotasRequest_EntityData.FIELDS = (
     Field("entity_type", "string", (0, 32767)),
     Field("entity_name", "string", (0, 32767), nullable_versions=(0, 32767)),
 )
-AlterClientQuotasRequest.OpData.FIELDS = (
+AlterClientQuotasRequest_OpData.FIELDS = (
     Field("key", "string", (0, 32767)),
     Field("value", "float64", (0, 32767)),
     Field("remove", "bool", (0, 32767)),
 )
 AlterClientQuotasRequest.FIELDS = (
-    Field("entries", "[]EntryData", (0, 32767), struct=AlterClientQuotasRequest.EntryData),
+    Field("entries", "[]EntryData", (0, 32767), struct=AlterClientQuotasRequest_EntryData),
     Field("validate_only", "bool", (0, 32767)),
 )
+
+
+class AlterClientQuotasResponse_EntryData(Struct):
+    """A EntryData of AlterClientQuotasResponse (AlterClientQuotasResponse.EntryData)."""
+
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "entity",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    error_message: str | None
+    entity: list[AlterClientQuotasResponse.EntityData]
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        error_message: str | None = "",
+        entity: list[AlterClientQuotasResponse.EntityData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entity = [] if entity is DEFAULT else entity
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterClientQuotasResponse.EntryData:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 1:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        if version >= 1:
+            self.entity = r.compact_array(AlterClientQuotasResponse_EntityData._read, version)
+        else:
+            self.entity = r.array(AlterClientQuotasResponse_EntityData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 1:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        if version >= 1:
+            w.array_length(self.entity, compact=True, nullable=False)
+            for entity_item in self.entity:
+                entity_item._write(w, version)
+        else:
+            w.array_length(self.entity, compact=False, nullable=False)
+            for entity_item in self.entity:
+                entity_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterClientQuotasResponse.EntryData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.error_message == ""
+            and self.entity == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class AlterClientQuotasResponse_EntityData(Struct):
+    """A EntityData of AlterClientQuotasResponse (AlterClientQuotasResponse.EntityData)."""
+
+    __slots__ = (
+        "entity_type",
+        "entity_name",
+        "unknown_tagged_fields",
+    )
+
+    entity_type: str
+    entity_name: str | None
+
+    def __init__(
+        self,
+        *,
+        entity_type: str = "",
+        entity_name: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterClientQuotasResponse.EntityData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.entity_type = r.compact_string()
+        else:
+            self.entity_type = r.string()
+        if version >= 1:
+            self.entity_name = r.compact_nullable_string()
+        else:
+            self.entity_name = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.entity_type)
+        else:
+            w.string(self.entity_type)
+        if version >= 1:
+            w.compact_nullable_string(self.entity_name)
+        else:
+            w.nullable_string(self.entity_name)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterClientQuotasResponse.EntityData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.entity_type == "" and self.entity_name == "" and not self.unknown_tagged_fields
 
 
 class AlterClientQuotasResponse(Message):
@@ -278,134 +424,8 @@ class AlterClientQuotasResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class EntryData(Struct):
-        """A EntryData of AlterClientQuotasResponse."""
-
-        __slots__ = (
-            "error_code",
-            "error_message",
-            "entity",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        error_message: str | None
-        entity: list[AlterClientQuotasResponse.EntityData]
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            error_message: str | None = "",
-            entity: list[AlterClientQuotasResponse.EntityData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.error_message = error_message
-            self.entity = [] if entity is DEFAULT else entity
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterClientQuotasResponse.EntryData:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 1:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            if version >= 1:
-                self.entity = r.compact_array(AlterClientQuotasResponse.EntityData._read, version)
-            else:
-                self.entity = r.array(AlterClientQuotasResponse.EntityData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 1:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            if version >= 1:
-                w.array_length(self.entity, compact=True, nullable=False)
-                for entity_item in self.entity:
-                    entity_item._write(w, version)
-            else:
-                w.array_length(self.entity, compact=False, nullable=False)
-                for entity_item in self.entity:
-                    entity_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterClientQuotasResponse.EntryData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.error_message == ""
-                and self.entity == []
-                and not self.unknown_tagged_fields
-            )
-
-    class EntityData(Struct):
-        """A EntityData of AlterClientQuotasResponse."""
-
-        __slots__ = (
-            "entity_type",
-            "entity_name",
-            "unknown_tagged_fields",
-        )
-
-        entity_type: str
-        entity_name: str | None
-
-        def __init__(
-            self,
-            *,
-            entity_type: str = "",
-            entity_name: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.entity_type = entity_type
-            self.entity_name = entity_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterClientQuotasResponse.EntityData:
-            self = _new(cls)
-            if version >= 1:
-                self.entity_type = r.compact_string()
-            else:
-                self.entity_type = r.string()
-            if version >= 1:
-                self.entity_name = r.compact_nullable_string()
-            else:
-                self.entity_name = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.entity_type)
-            else:
-                w.string(self.entity_type)
-            if version >= 1:
-                w.compact_nullable_string(self.entity_name)
-            else:
-                w.nullable_string(self.entity_name)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterClientQuotasResponse.EntityData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.entity_type == "" and self.entity_name == "" and not self.unknown_tagged_fields
-            )
+    EntryData: TypeAlias = AlterClientQuotasResponse_EntryData
+    EntityData: TypeAlias = AlterClientQuotasResponse_EntityData
 
     __slots__ = (
         "throttle_time_ms",
@@ -420,7 +440,7 @@ class AlterClientQuotasResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        entries: list[AlterClientQuotasResponse.EntryData] = DEFAULT,
+        entries: list[AlterClientQuotasResponse.EntryData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -429,12 +449,13 @@ class AlterClientQuotasResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterClientQuotasResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 1:
-            self.entries = r.compact_array(AlterClientQuotasResponse.EntryData._read, version)
+            self.entries = r.compact_array(AlterClientQuotasResponse_EntryData._read, version)
         else:
-            self.entries = r.array(AlterClientQuotasResponse.EntryData._read, version)
+            self.entries = r.array(AlterClientQuotasResponse_EntryData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self
 
@@ -457,18 +478,23 @@ class AlterClientQuotasResponse(Message):
         return self.throttle_time_ms == 0 and self.entries == [] and not self.unknown_tagged_fields
 
 
-AlterClientQuotasResponse.EntryData.FIELDS = (
+nest(
+    AlterClientQuotasResponse,
+    EntryData=AlterClientQuotasResponse_EntryData,
+    EntityData=AlterClientQuotasResponse_EntityData,
+)
+AlterClientQuotasResponse_EntryData.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
-    Field("entity", "[]EntityData", (0, 32767), struct=AlterClientQuotasResponse.EntityData),
+    Field("entity", "[]EntityData", (0, 32767), struct=AlterClientQuotasResponse_EntityData),
 )
-AlterClientQuotasResponse.EntityData.FIELDS = (
+AlterClientQuotasResponse_EntityData.FIELDS = (
     Field("entity_type", "string", (0, 32767)),
     Field("entity_name", "string", (0, 32767), nullable_versions=(0, 32767)),
 )
 AlterClientQuotasResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (0, 32767)),
-    Field("entries", "[]EntryData", (0, 32767), struct=AlterClientQuotasResponse.EntryData),
+    Field("entries", "[]EntryData", (0, 32767), struct=AlterClientQuotasResponse_EntryData),
 )
 
 __all__ = ["AlterClientQuotasRequest", "AlterClientQuotasResponse"]

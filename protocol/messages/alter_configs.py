@@ -4,10 +4,141 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class AlterConfigsRequest_AlterConfigsResource(Struct):
+    """A AlterConfigsResource of AlterConfigsRequest (AlterConfigsRequest.AlterConfigsResource)."""
+
+    __slots__ = (
+        "resource_type",
+        "resource_name",
+        "configs",
+        "unknown_tagged_fields",
+    )
+
+    resource_type: int
+    resource_name: str
+    configs: list[AlterConfigsRequest.AlterableConfig]
+
+    def __init__(
+        self,
+        *,
+        resource_type: int = 0,
+        resource_name: str = "",
+        configs: list[AlterConfigsRequest.AlterableConfig] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is DEFAULT else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterConfigsRequest.AlterConfigsResource:
+        new = cls.__new__
+        self = new(cls)
+        self.resource_type = r.int8()
+        if version >= 2:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        if version >= 2:
+            self.configs = r.compact_array(AlterConfigsRequest_AlterableConfig._read, version)
+        else:
+            self.configs = r.array(AlterConfigsRequest_AlterableConfig._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int8(self.resource_type)
+        if version >= 2:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 2:
+            w.array_length(self.configs, compact=True, nullable=False)
+            for configs_item in self.configs:
+                configs_item._write(w, version)
+        else:
+            w.array_length(self.configs, compact=False, nullable=False)
+            for configs_item in self.configs:
+                configs_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterConfigsRequest.AlterConfigsResource", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.resource_type == 0
+            and self.resource_name == ""
+            and self.configs == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class AlterConfigsRequest_AlterableConfig(Struct):
+    """A AlterableConfig of AlterConfigsRequest (AlterConfigsRequest.AlterableConfig)."""
+
+    __slots__ = (
+        "name",
+        "value",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    value: str | None
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        value: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterConfigsRequest.AlterableConfig:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 2:
+            self.value = r.compact_nullable_string()
+        else:
+            self.value = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 2:
+            w.compact_nullable_string(self.value)
+        else:
+            w.nullable_string(self.value)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterConfigsRequest.AlterableConfig", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.value == "" and not self.unknown_tagged_fields
 
 
 class AlterConfigsRequest(Message):
@@ -18,132 +149,8 @@ class AlterConfigsRequest(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class AlterConfigsResource(Struct):
-        """A AlterConfigsResource of AlterConfigsRequest."""
-
-        __slots__ = (
-            "resource_type",
-            "resource_name",
-            "configs",
-            "unknown_tagged_fields",
-        )
-
-        resource_type: int
-        resource_name: str
-        configs: list[AlterConfigsRequest.AlterableConfig]
-
-        def __init__(
-            self,
-            *,
-            resource_type: int = 0,
-            resource_name: str = "",
-            configs: list[AlterConfigsRequest.AlterableConfig] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.configs = [] if configs is DEFAULT else configs
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterConfigsRequest.AlterConfigsResource:
-            self = _new(cls)
-            self.resource_type = r.int8()
-            if version >= 2:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            if version >= 2:
-                self.configs = r.compact_array(AlterConfigsRequest.AlterableConfig._read, version)
-            else:
-                self.configs = r.array(AlterConfigsRequest.AlterableConfig._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int8(self.resource_type)
-            if version >= 2:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 2:
-                w.array_length(self.configs, compact=True, nullable=False)
-                for configs_item in self.configs:
-                    configs_item._write(w, version)
-            else:
-                w.array_length(self.configs, compact=False, nullable=False)
-                for configs_item in self.configs:
-                    configs_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterConfigsRequest.AlterConfigsResource", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.resource_type == 0
-                and self.resource_name == ""
-                and self.configs == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AlterableConfig(Struct):
-        """A AlterableConfig of AlterConfigsRequest."""
-
-        __slots__ = (
-            "name",
-            "value",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        value: str | None
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            value: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.value = value
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterConfigsRequest.AlterableConfig:
-            self = _new(cls)
-            if version >= 2:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 2:
-                self.value = r.compact_nullable_string()
-            else:
-                self.value = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 2:
-                w.compact_nullable_string(self.value)
-            else:
-                w.nullable_string(self.value)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterConfigsRequest.AlterableConfig", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.value == "" and not self.unknown_tagged_fields
+    AlterConfigsResource: TypeAlias = AlterConfigsRequest_AlterConfigsResource
+    AlterableConfig: TypeAlias = AlterConfigsRequest_AlterableConfig
 
     __slots__ = (
         "resources",
@@ -157,7 +164,7 @@ class AlterConfigsRequest(Message):
     def __init__(
         self,
         *,
-        resources: list[AlterConfigsRequest.AlterConfigsResource] = DEFAULT,
+        resources: list[AlterConfigsRequest.AlterConfigsResource] | Default = DEFAULT,
         validate_only: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -167,13 +174,14 @@ class AlterConfigsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterConfigsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.resources = r.compact_array(
-                AlterConfigsRequest.AlterConfigsResource._read, version
+                AlterConfigsRequest_AlterConfigsResource._read, version
             )
         else:
-            self.resources = r.array(AlterConfigsRequest.AlterConfigsResource._read, version)
+            self.resources = r.array(AlterConfigsRequest_AlterConfigsResource._read, version)
         self.validate_only = r.boolean()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -197,12 +205,17 @@ class AlterConfigsRequest(Message):
         return self.resources == [] and not self.validate_only and not self.unknown_tagged_fields
 
 
-AlterConfigsRequest.AlterConfigsResource.FIELDS = (
+nest(
+    AlterConfigsRequest,
+    AlterConfigsResource=AlterConfigsRequest_AlterConfigsResource,
+    AlterableConfig=AlterConfigsRequest_AlterableConfig,
+)
+AlterConfigsRequest_AlterConfigsResource.FIELDS = (
     Field("resource_type", "int8", (0, 32767)),
     Field("resource_name", "string", (0, 32767)),
-    Field("configs", "[]AlterableConfig", (0, 32767), struct=AlterConfigsRequest.AlterableConfig),
+    Field("configs", "[]AlterableConfig", (0, 32767), struct=AlterConfigsRequest_AlterableConfig),
 )
-AlterConfigsRequest.AlterableConfig.FIELDS = (
+AlterConfigsRequest_AlterableConfig.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("value", "string", (0, 32767), nullable_versions=(0, 32767)),
 )
@@ -211,10 +224,88 @@ AlterConfigsRequest.FIELDS = (
         "resources",
         "[]AlterConfigsResource",
         (0, 32767),
-        struct=AlterConfigsRequest.AlterConfigsResource,
+        struct=AlterConfigsRequest_AlterConfigsResource,
     ),
     Field("validate_only", "bool", (0, 32767)),
 )
+
+
+class AlterConfigsResponse_AlterConfigsResourceResponse(Struct):
+    """A AlterConfigsResourceResponse of AlterConfigsResponse (AlterConfigsResponse.AlterConfigsResourceResponse)."""
+
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "resource_type",
+        "resource_name",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterConfigsResponse.AlterConfigsResourceResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 2:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        self.resource_type = r.int8()
+        if version >= 2:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 2:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        w.int8(self.resource_type)
+        if version >= 2:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterConfigsResponse.AlterConfigsResourceResponse",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.error_message == ""
+            and self.resource_type == 0
+            and self.resource_name == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class AlterConfigsResponse(Message):
@@ -225,83 +316,7 @@ class AlterConfigsResponse(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class AlterConfigsResourceResponse(Struct):
-        """A AlterConfigsResourceResponse of AlterConfigsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "error_message",
-            "resource_type",
-            "resource_name",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        error_message: str | None
-        resource_type: int
-        resource_name: str
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            error_message: str | None = "",
-            resource_type: int = 0,
-            resource_name: str = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.error_message = error_message
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterConfigsResponse.AlterConfigsResourceResponse:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 2:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            self.resource_type = r.int8()
-            if version >= 2:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 2:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            w.int8(self.resource_type)
-            if version >= 2:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterConfigsResponse.AlterConfigsResourceResponse",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.error_message == ""
-                and self.resource_type == 0
-                and self.resource_name == ""
-                and not self.unknown_tagged_fields
-            )
+    AlterConfigsResourceResponse: TypeAlias = AlterConfigsResponse_AlterConfigsResourceResponse
 
     __slots__ = (
         "throttle_time_ms",
@@ -316,7 +331,7 @@ class AlterConfigsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = DEFAULT,
+        responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -325,15 +340,16 @@ class AlterConfigsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterConfigsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 2:
             self.responses = r.compact_array(
-                AlterConfigsResponse.AlterConfigsResourceResponse._read, version
+                AlterConfigsResponse_AlterConfigsResourceResponse._read, version
             )
         else:
             self.responses = r.array(
-                AlterConfigsResponse.AlterConfigsResourceResponse._read, version
+                AlterConfigsResponse_AlterConfigsResourceResponse._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -359,7 +375,11 @@ class AlterConfigsResponse(Message):
         )
 
 
-AlterConfigsResponse.AlterConfigsResourceResponse.FIELDS = (
+nest(
+    AlterConfigsResponse,
+    AlterConfigsResourceResponse=AlterConfigsResponse_AlterConfigsResourceResponse,
+)
+AlterConfigsResponse_AlterConfigsResourceResponse.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("resource_type", "int8", (0, 32767)),
@@ -371,7 +391,7 @@ AlterConfigsResponse.FIELDS = (
         "responses",
         "[]AlterConfigsResourceResponse",
         (0, 32767),
-        struct=AlterConfigsResponse.AlterConfigsResourceResponse,
+        struct=AlterConfigsResponse_AlterConfigsResourceResponse,
     ),
 )
 

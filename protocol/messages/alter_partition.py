@@ -6,15 +6,240 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ihii = struct.Struct(">ihii")
-_F_ii = struct.Struct(">ii")
-_F_iq = struct.Struct(">iq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ihii: Final = struct.Struct(">ihii")
+_pack_ihii: Final = _F_ihii.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
+
+
+class AlterPartitionRequest_TopicData(Struct):
+    """A TopicData of AlterPartitionRequest (AlterPartitionRequest.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    topic_id: uuid.UUID
+    partitions: list[AlterPartitionRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AlterPartitionRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterPartitionRequest.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.topic_name = ""
+        else:
+            self.topic_name = r.compact_string()
+        if version >= 2:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        self.partitions = r.compact_array(AlterPartitionRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            pass
+        else:
+            w.compact_string(self.topic_name)
+        if version >= 2:
+            w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == ""
+            and self.topic_id == ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class AlterPartitionRequest_PartitionData(Struct):
+    """A PartitionData of AlterPartitionRequest (AlterPartitionRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "leader_epoch",
+        "new_isr",
+        "new_isr_with_epochs",
+        "leader_recovery_state",
+        "partition_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    leader_epoch: int
+    new_isr: list[int]
+    new_isr_with_epochs: list[AlterPartitionRequest.BrokerState]
+    leader_recovery_state: int
+    partition_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        leader_epoch: int = 0,
+        new_isr: list[int] | Default = DEFAULT,
+        new_isr_with_epochs: list[AlterPartitionRequest.BrokerState] | Default = DEFAULT,
+        leader_recovery_state: int = 0,
+        partition_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.new_isr = [] if new_isr is DEFAULT else new_isr
+        self.new_isr_with_epochs = [] if new_isr_with_epochs is DEFAULT else new_isr_with_epochs
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterPartitionRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.leader_epoch = r.fixed(_F_ii)
+        if version >= 3:
+            self.new_isr = []
+        else:
+            self.new_isr = r.compact_array(read_int32_item, version)
+        if version >= 3:
+            self.new_isr_with_epochs = r.compact_array(
+                AlterPartitionRequest_BrokerState._read, version
+            )
+        else:
+            self.new_isr_with_epochs = []
+        if version >= 1:
+            self.leader_recovery_state = r.int8()
+        else:
+            self.leader_recovery_state = 0
+        self.partition_epoch = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.partition_index, self.leader_epoch)
+        if version >= 3:
+            if self.new_isr != []:
+                raise not_in_version("AlterPartitionRequest.PartitionData", "new_isr", version)
+        else:
+            w.array_length(self.new_isr, compact=True, nullable=False)
+            for new_isr_item in self.new_isr:
+                w.int32(new_isr_item)
+        if version >= 3:
+            w.array_length(self.new_isr_with_epochs, compact=True, nullable=False)
+            for new_isr_with_epochs_item in self.new_isr_with_epochs:
+                new_isr_with_epochs_item._write(w, version)
+        else:
+            if self.new_isr_with_epochs != []:
+                raise not_in_version(
+                    "AlterPartitionRequest.PartitionData", "new_isr_with_epochs", version
+                )
+        if version >= 1:
+            w.int8(self.leader_recovery_state)
+        else:
+            if self.leader_recovery_state != 0:
+                raise not_in_version(
+                    "AlterPartitionRequest.PartitionData", "leader_recovery_state", version
+                )
+        w.int32(self.partition_epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.leader_epoch == 0
+            and self.new_isr == []
+            and self.new_isr_with_epochs == []
+            and self.leader_recovery_state == 0
+            and self.partition_epoch == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class AlterPartitionRequest_BrokerState(Struct):
+    """A BrokerState of AlterPartitionRequest (AlterPartitionRequest.BrokerState)."""
+
+    __slots__ = (
+        "broker_id",
+        "broker_epoch",
+        "unknown_tagged_fields",
+    )
+
+    broker_id: int
+    broker_epoch: int
+
+    def __init__(
+        self,
+        *,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterPartitionRequest.BrokerState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.broker_id = r.int32()
+        else:
+            self.broker_id = 0
+        if version >= 3:
+            self.broker_epoch = r.int64()
+        else:
+            self.broker_epoch = -1
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.int32(self.broker_id)
+        else:
+            if self.broker_id != 0:
+                raise not_in_version("AlterPartitionRequest.BrokerState", "broker_id", version)
+        if version >= 3:
+            w.int64(self.broker_epoch)
+        else:
+            if self.broker_epoch != -1:
+                raise not_in_version("AlterPartitionRequest.BrokerState", "broker_epoch", version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.broker_id == 0 and self.broker_epoch == -1 and not self.unknown_tagged_fields
 
 
 class AlterPartitionRequest(Message):
@@ -25,224 +250,9 @@ class AlterPartitionRequest(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 0
 
-    class TopicData(Struct):
-        """A TopicData of AlterPartitionRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        topic_id: uuid.UUID
-        partitions: list[AlterPartitionRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[AlterPartitionRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterPartitionRequest.TopicData:
-            self = _new(cls)
-            if version >= 2:
-                self.topic_name = ""
-            else:
-                self.topic_name = r.compact_string()
-            if version >= 2:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            self.partitions = r.compact_array(AlterPartitionRequest.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                pass
-            else:
-                w.compact_string(self.topic_name)
-            if version >= 2:
-                w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of AlterPartitionRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "leader_epoch",
-            "new_isr",
-            "new_isr_with_epochs",
-            "leader_recovery_state",
-            "partition_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        leader_epoch: int
-        new_isr: list[int]
-        new_isr_with_epochs: list[AlterPartitionRequest.BrokerState]
-        leader_recovery_state: int
-        partition_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            leader_epoch: int = 0,
-            new_isr: list[int] = DEFAULT,
-            new_isr_with_epochs: list[AlterPartitionRequest.BrokerState] = DEFAULT,
-            leader_recovery_state: int = 0,
-            partition_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.leader_epoch = leader_epoch
-            self.new_isr = [] if new_isr is DEFAULT else new_isr
-            self.new_isr_with_epochs = [] if new_isr_with_epochs is DEFAULT else new_isr_with_epochs
-            self.leader_recovery_state = leader_recovery_state
-            self.partition_epoch = partition_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterPartitionRequest.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.leader_epoch = r.fixed(_F_ii)
-            if version >= 3:
-                self.new_isr = []
-            else:
-                self.new_isr = r.compact_array(read_int32_item, version)
-            if version >= 3:
-                self.new_isr_with_epochs = r.compact_array(
-                    AlterPartitionRequest.BrokerState._read, version
-                )
-            else:
-                self.new_isr_with_epochs = []
-            if version >= 1:
-                self.leader_recovery_state = r.int8()
-            else:
-                self.leader_recovery_state = 0
-            self.partition_epoch = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.partition_index, self.leader_epoch)
-            if version >= 3:
-                if self.new_isr != []:
-                    raise not_in_version("AlterPartitionRequest.PartitionData", "new_isr", version)
-            else:
-                w.array_length(self.new_isr, compact=True, nullable=False)
-                for new_isr_item in self.new_isr:
-                    w.int32(new_isr_item)
-            if version >= 3:
-                w.array_length(self.new_isr_with_epochs, compact=True, nullable=False)
-                for new_isr_with_epochs_item in self.new_isr_with_epochs:
-                    new_isr_with_epochs_item._write(w, version)
-            else:
-                if self.new_isr_with_epochs != []:
-                    raise not_in_version(
-                        "AlterPartitionRequest.PartitionData", "new_isr_with_epochs", version
-                    )
-            if version >= 1:
-                w.int8(self.leader_recovery_state)
-            else:
-                if self.leader_recovery_state != 0:
-                    raise not_in_version(
-                        "AlterPartitionRequest.PartitionData", "leader_recovery_state", version
-                    )
-            w.int32(self.partition_epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.leader_epoch == 0
-                and self.new_isr == []
-                and self.new_isr_with_epochs == []
-                and self.leader_recovery_state == 0
-                and self.partition_epoch == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class BrokerState(Struct):
-        """A BrokerState of AlterPartitionRequest."""
-
-        __slots__ = (
-            "broker_id",
-            "broker_epoch",
-            "unknown_tagged_fields",
-        )
-
-        broker_id: int
-        broker_epoch: int
-
-        def __init__(
-            self,
-            *,
-            broker_id: int = 0,
-            broker_epoch: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.broker_id = broker_id
-            self.broker_epoch = broker_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterPartitionRequest.BrokerState:
-            self = _new(cls)
-            if version >= 3:
-                self.broker_id = r.int32()
-            else:
-                self.broker_id = 0
-            if version >= 3:
-                self.broker_epoch = r.int64()
-            else:
-                self.broker_epoch = -1
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.int32(self.broker_id)
-            else:
-                if self.broker_id != 0:
-                    raise not_in_version("AlterPartitionRequest.BrokerState", "broker_id", version)
-            if version >= 3:
-                w.int64(self.broker_epoch)
-            else:
-                if self.broker_epoch != -1:
-                    raise not_in_version(
-                        "AlterPartitionRequest.BrokerState", "broker_epoch", version
-                    )
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.broker_id == 0 and self.broker_epoch == -1 and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = AlterPartitionRequest_TopicData
+    PartitionData: TypeAlias = AlterPartitionRequest_PartitionData
+    BrokerState: TypeAlias = AlterPartitionRequest_BrokerState
 
     __slots__ = (
         "broker_id",
@@ -260,7 +270,7 @@ class AlterPartitionRequest(Message):
         *,
         broker_id: int = 0,
         broker_epoch: int = -1,
-        topics: list[AlterPartitionRequest.TopicData] = DEFAULT,
+        topics: list[AlterPartitionRequest.TopicData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -270,14 +280,15 @@ class AlterPartitionRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterPartitionRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.broker_id, self.broker_epoch = r.fixed(_F_iq)
-        self.topics = r.compact_array(AlterPartitionRequest.TopicData._read, version)
+        self.topics = r.compact_array(AlterPartitionRequest_TopicData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_iq.pack(self.broker_id, self.broker_epoch)
+        w.buf += _pack_iq(self.broker_id, self.broker_epoch)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)
@@ -292,30 +303,182 @@ class AlterPartitionRequest(Message):
         )
 
 
-AlterPartitionRequest.TopicData.FIELDS = (
+nest(
+    AlterPartitionRequest,
+    TopicData=AlterPartitionRequest_TopicData,
+    PartitionData=AlterPartitionRequest_PartitionData,
+    BrokerState=AlterPartitionRequest_BrokerState,
+)
+AlterPartitionRequest_TopicData.FIELDS = (
     Field("topic_name", "string", (0, 1), ignorable=True),
     Field("topic_id", "uuid", (2, 32767), ignorable=True),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=AlterPartitionRequest.PartitionData),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=AlterPartitionRequest_PartitionData),
 )
-AlterPartitionRequest.PartitionData.FIELDS = (
+AlterPartitionRequest_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
     Field("new_isr", "[]int32", (0, 2)),
     Field(
-        "new_isr_with_epochs", "[]BrokerState", (3, 32767), struct=AlterPartitionRequest.BrokerState
+        "new_isr_with_epochs", "[]BrokerState", (3, 32767), struct=AlterPartitionRequest_BrokerState
     ),
     Field("leader_recovery_state", "int8", (1, 32767)),
     Field("partition_epoch", "int32", (0, 32767)),
 )
-AlterPartitionRequest.BrokerState.FIELDS = (
+AlterPartitionRequest_BrokerState.FIELDS = (
     Field("broker_id", "int32", (3, 32767)),
     Field("broker_epoch", "int64", (3, 32767)),
 )
 AlterPartitionRequest.FIELDS = (
     Field("broker_id", "int32", (0, 32767)),
     Field("broker_epoch", "int64", (0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=AlterPartitionRequest.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=AlterPartitionRequest_TopicData),
 )
+
+
+class AlterPartitionResponse_TopicData(Struct):
+    """A TopicData of AlterPartitionResponse (AlterPartitionResponse.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    topic_id: uuid.UUID
+    partitions: list[AlterPartitionResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AlterPartitionResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterPartitionResponse.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.topic_name = ""
+        else:
+            self.topic_name = r.compact_string()
+        if version >= 2:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        self.partitions = r.compact_array(AlterPartitionResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            pass
+        else:
+            w.compact_string(self.topic_name)
+        if version >= 2:
+            w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == ""
+            and self.topic_id == ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class AlterPartitionResponse_PartitionData(Struct):
+    """A PartitionData of AlterPartitionResponse (AlterPartitionResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "leader_id",
+        "leader_epoch",
+        "isr",
+        "leader_recovery_state",
+        "partition_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    isr: list[int]
+    leader_recovery_state: int
+    partition_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] | Default = DEFAULT,
+        leader_recovery_state: int = 0,
+        partition_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is DEFAULT else isr
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterPartitionResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(_F_ihii)
+        self.isr = r.compact_array(read_int32_item, version)
+        if version >= 1:
+            self.leader_recovery_state = r.int8()
+        else:
+            self.leader_recovery_state = 0
+        self.partition_epoch = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ihii(
+            self.partition_index, self.error_code, self.leader_id, self.leader_epoch
+        )
+        w.array_length(self.isr, compact=True, nullable=False)
+        for isr_item in self.isr:
+            w.int32(isr_item)
+        if version >= 1:
+            w.int8(self.leader_recovery_state)
+        w.int32(self.partition_epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and self.isr == []
+            and self.leader_recovery_state == 0
+            and self.partition_epoch == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class AlterPartitionResponse(Message):
@@ -326,149 +489,8 @@ class AlterPartitionResponse(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 0
 
-    class TopicData(Struct):
-        """A TopicData of AlterPartitionResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        topic_id: uuid.UUID
-        partitions: list[AlterPartitionResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[AlterPartitionResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterPartitionResponse.TopicData:
-            self = _new(cls)
-            if version >= 2:
-                self.topic_name = ""
-            else:
-                self.topic_name = r.compact_string()
-            if version >= 2:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            self.partitions = r.compact_array(AlterPartitionResponse.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                pass
-            else:
-                w.compact_string(self.topic_name)
-            if version >= 2:
-                w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of AlterPartitionResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "leader_id",
-            "leader_epoch",
-            "isr",
-            "leader_recovery_state",
-            "partition_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        leader_id: int
-        leader_epoch: int
-        isr: list[int]
-        leader_recovery_state: int
-        partition_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            isr: list[int] = DEFAULT,
-            leader_recovery_state: int = 0,
-            partition_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.isr = [] if isr is DEFAULT else isr
-            self.leader_recovery_state = leader_recovery_state
-            self.partition_epoch = partition_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterPartitionResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(
-                _F_ihii
-            )
-            self.isr = r.compact_array(read_int32_item, version)
-            if version >= 1:
-                self.leader_recovery_state = r.int8()
-            else:
-                self.leader_recovery_state = 0
-            self.partition_epoch = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ihii.pack(
-                self.partition_index, self.error_code, self.leader_id, self.leader_epoch
-            )
-            w.array_length(self.isr, compact=True, nullable=False)
-            for isr_item in self.isr:
-                w.int32(isr_item)
-            if version >= 1:
-                w.int8(self.leader_recovery_state)
-            w.int32(self.partition_epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.leader_id == 0
-                and self.leader_epoch == 0
-                and self.isr == []
-                and self.leader_recovery_state == 0
-                and self.partition_epoch == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = AlterPartitionResponse_TopicData
+    PartitionData: TypeAlias = AlterPartitionResponse_PartitionData
 
     __slots__ = (
         "throttle_time_ms",
@@ -486,7 +508,7 @@ class AlterPartitionResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        topics: list[AlterPartitionResponse.TopicData] = DEFAULT,
+        topics: list[AlterPartitionResponse.TopicData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -496,14 +518,15 @@ class AlterPartitionResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterPartitionResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
-        self.topics = r.compact_array(AlterPartitionResponse.TopicData._read, version)
+        self.topics = r.compact_array(AlterPartitionResponse_TopicData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)
@@ -518,12 +541,17 @@ class AlterPartitionResponse(Message):
         )
 
 
-AlterPartitionResponse.TopicData.FIELDS = (
+nest(
+    AlterPartitionResponse,
+    TopicData=AlterPartitionResponse_TopicData,
+    PartitionData=AlterPartitionResponse_PartitionData,
+)
+AlterPartitionResponse_TopicData.FIELDS = (
     Field("topic_name", "string", (0, 1), ignorable=True),
     Field("topic_id", "uuid", (2, 32767), ignorable=True),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=AlterPartitionResponse.PartitionData),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=AlterPartitionResponse_PartitionData),
 )
-AlterPartitionResponse.PartitionData.FIELDS = (
+AlterPartitionResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("leader_id", "int32", (0, 32767)),
@@ -535,7 +563,7 @@ AlterPartitionResponse.PartitionData.FIELDS = (
 AlterPartitionResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=AlterPartitionResponse.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=AlterPartitionResponse_TopicData),
 )
 
 __all__ = ["AlterPartitionRequest", "AlterPartitionResponse"]

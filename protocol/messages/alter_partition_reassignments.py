@@ -5,12 +5,107 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class AlterPartitionReassignmentsRequest_ReassignableTopic(Struct):
+    """A ReassignableTopic of AlterPartitionReassignmentsRequest (AlterPartitionReassignmentsRequest.ReassignableTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterPartitionReassignmentsRequest.ReassignableTopic:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.partitions = r.compact_array(
+            AlterPartitionReassignmentsRequest_ReassignablePartition._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class AlterPartitionReassignmentsRequest_ReassignablePartition(Struct):
+    """A ReassignablePartition of AlterPartitionReassignmentsRequest (AlterPartitionReassignmentsRequest.ReassignablePartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "replicas",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    replicas: list[int] | None
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        replicas: list[int] | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.replicas = replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AlterPartitionReassignmentsRequest.ReassignablePartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        self.replicas = r.compact_nullable_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        w.array_length(self.replicas, compact=True, nullable=True)
+        if self.replicas is not None:
+            for replicas_item in self.replicas:
+                w.int32(replicas_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0 and self.replicas is None and not self.unknown_tagged_fields
+        )
 
 
 class AlterPartitionReassignmentsRequest(Message):
@@ -21,98 +116,8 @@ class AlterPartitionReassignmentsRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ReassignableTopic(Struct):
-        """A ReassignableTopic of AlterPartitionReassignmentsRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterPartitionReassignmentsRequest.ReassignableTopic:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.partitions = r.compact_array(
-                AlterPartitionReassignmentsRequest.ReassignablePartition._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class ReassignablePartition(Struct):
-        """A ReassignablePartition of AlterPartitionReassignmentsRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "replicas",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        replicas: list[int] | None
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            replicas: list[int] | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.replicas = replicas
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterPartitionReassignmentsRequest.ReassignablePartition:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            self.replicas = r.compact_nullable_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.array_length(self.replicas, compact=True, nullable=True)
-            if self.replicas is not None:
-                for replicas_item in self.replicas:
-                    w.int32(replicas_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.replicas is None
-                and not self.unknown_tagged_fields
-            )
+    ReassignableTopic: TypeAlias = AlterPartitionReassignmentsRequest_ReassignableTopic
+    ReassignablePartition: TypeAlias = AlterPartitionReassignmentsRequest_ReassignablePartition
 
     __slots__ = (
         "timeout_ms",
@@ -127,7 +132,7 @@ class AlterPartitionReassignmentsRequest(Message):
         self,
         *,
         timeout_ms: int = 60000,
-        topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = DEFAULT,
+        topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.timeout_ms = timeout_ms
@@ -136,10 +141,11 @@ class AlterPartitionReassignmentsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterPartitionReassignmentsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.timeout_ms = r.int32()
         self.topics = r.compact_array(
-            AlterPartitionReassignmentsRequest.ReassignableTopic._read, version
+            AlterPartitionReassignmentsRequest_ReassignableTopic._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -155,16 +161,21 @@ class AlterPartitionReassignmentsRequest(Message):
         return self.timeout_ms == 60000 and self.topics == [] and not self.unknown_tagged_fields
 
 
-AlterPartitionReassignmentsRequest.ReassignableTopic.FIELDS = (
+nest(
+    AlterPartitionReassignmentsRequest,
+    ReassignableTopic=AlterPartitionReassignmentsRequest_ReassignableTopic,
+    ReassignablePartition=AlterPartitionReassignmentsRequest_ReassignablePartition,
+)
+AlterPartitionReassignmentsRequest_ReassignableTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]ReassignablePartition",
         (0, 32767),
-        struct=AlterPartitionReassignmentsRequest.ReassignablePartition,
+        struct=AlterPartitionReassignmentsRequest_ReassignablePartition,
     ),
 )
-AlterPartitionReassignmentsRequest.ReassignablePartition.FIELDS = (
+AlterPartitionReassignmentsRequest_ReassignablePartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("replicas", "[]int32", (0, 32767), nullable_versions=(0, 32767)),
 )
@@ -174,9 +185,109 @@ AlterPartitionReassignmentsRequest.FIELDS = (
         "topics",
         "[]ReassignableTopic",
         (0, 32767),
-        struct=AlterPartitionReassignmentsRequest.ReassignableTopic,
+        struct=AlterPartitionReassignmentsRequest_ReassignableTopic,
     ),
 )
+
+
+class AlterPartitionReassignmentsResponse_ReassignableTopicResponse(Struct):
+    """A ReassignableTopicResponse of AlterPartitionReassignmentsResponse (AlterPartitionReassignmentsResponse.ReassignableTopicResponse)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AlterPartitionReassignmentsResponse.ReassignableTopicResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.partitions = r.compact_array(
+            AlterPartitionReassignmentsResponse_ReassignablePartitionResponse._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class AlterPartitionReassignmentsResponse_ReassignablePartitionResponse(Struct):
+    """A ReassignablePartitionResponse of AlterPartitionReassignmentsResponse (AlterPartitionReassignmentsResponse.ReassignablePartitionResponse)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AlterPartitionReassignmentsResponse.ReassignablePartitionResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class AlterPartitionReassignmentsResponse(Message):
@@ -187,102 +298,12 @@ class AlterPartitionReassignmentsResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ReassignableTopicResponse(Struct):
-        """A ReassignableTopicResponse of AlterPartitionReassignmentsResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[
-                AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
-            ] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterPartitionReassignmentsResponse.ReassignableTopicResponse:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.partitions = r.compact_array(
-                AlterPartitionReassignmentsResponse.ReassignablePartitionResponse._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class ReassignablePartitionResponse(Struct):
-        """A ReassignablePartitionResponse of AlterPartitionReassignmentsResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            error_message: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterPartitionReassignmentsResponse.ReassignablePartitionResponse:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.error_message == ""
-                and not self.unknown_tagged_fields
-            )
+    ReassignableTopicResponse: TypeAlias = (
+        AlterPartitionReassignmentsResponse_ReassignableTopicResponse
+    )
+    ReassignablePartitionResponse: TypeAlias = (
+        AlterPartitionReassignmentsResponse_ReassignablePartitionResponse
+    )
 
     __slots__ = (
         "throttle_time_ms",
@@ -303,7 +324,8 @@ class AlterPartitionReassignmentsResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = "",
-        responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = DEFAULT,
+        responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -314,17 +336,18 @@ class AlterPartitionReassignmentsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterPartitionReassignmentsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.responses = r.compact_array(
-            AlterPartitionReassignmentsResponse.ReassignableTopicResponse._read, version
+            AlterPartitionReassignmentsResponse_ReassignableTopicResponse._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.responses, compact=True, nullable=False)
         for responses_item in self.responses:
@@ -341,16 +364,21 @@ class AlterPartitionReassignmentsResponse(Message):
         )
 
 
-AlterPartitionReassignmentsResponse.ReassignableTopicResponse.FIELDS = (
+nest(
+    AlterPartitionReassignmentsResponse,
+    ReassignableTopicResponse=AlterPartitionReassignmentsResponse_ReassignableTopicResponse,
+    ReassignablePartitionResponse=AlterPartitionReassignmentsResponse_ReassignablePartitionResponse,
+)
+AlterPartitionReassignmentsResponse_ReassignableTopicResponse.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]ReassignablePartitionResponse",
         (0, 32767),
-        struct=AlterPartitionReassignmentsResponse.ReassignablePartitionResponse,
+        struct=AlterPartitionReassignmentsResponse_ReassignablePartitionResponse,
     ),
 )
-AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.FIELDS = (
+AlterPartitionReassignmentsResponse_ReassignablePartitionResponse.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -363,7 +391,7 @@ AlterPartitionReassignmentsResponse.FIELDS = (
         "responses",
         "[]ReassignableTopicResponse",
         (0, 32767),
-        struct=AlterPartitionReassignmentsResponse.ReassignableTopicResponse,
+        struct=AlterPartitionReassignmentsResponse_ReassignableTopicResponse,
     ),
 )
 

@@ -5,12 +5,141 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class AlterReplicaLogDirsRequest_AlterReplicaLogDir(Struct):
+    """A AlterReplicaLogDir of AlterReplicaLogDirsRequest (AlterReplicaLogDirsRequest.AlterReplicaLogDir)."""
+
+    __slots__ = (
+        "path",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
+    path: str
+    topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic]
+
+    def __init__(
+        self,
+        *,
+        path: str = "",
+        topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.path = path
+        self.topics = [] if topics is DEFAULT else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterReplicaLogDirsRequest.AlterReplicaLogDir:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.path = r.compact_string()
+        else:
+            self.path = r.string()
+        if version >= 2:
+            self.topics = r.compact_array(
+                AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._read, version
+            )
+        else:
+            self.topics = r.array(AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.path)
+        else:
+            w.string(self.path)
+        if version >= 2:
+            w.array_length(self.topics, compact=True, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        else:
+            w.array_length(self.topics, compact=False, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterReplicaLogDirsRequest.AlterReplicaLogDir", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.path == "" and self.topics == [] and not self.unknown_tagged_fields
+
+
+class AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic(Struct):
+    """A AlterReplicaLogDirTopic of AlterReplicaLogDirsRequest (AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 2:
+            self.partitions = r.compact_array(read_int32_item, version)
+        else:
+            self.partitions = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 2:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
 
 
 class AlterReplicaLogDirsRequest(Message):
@@ -21,135 +150,8 @@ class AlterReplicaLogDirsRequest(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class AlterReplicaLogDir(Struct):
-        """A AlterReplicaLogDir of AlterReplicaLogDirsRequest."""
-
-        __slots__ = (
-            "path",
-            "topics",
-            "unknown_tagged_fields",
-        )
-
-        path: str
-        topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic]
-
-        def __init__(
-            self,
-            *,
-            path: str = "",
-            topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.path = path
-            self.topics = [] if topics is DEFAULT else topics
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AlterReplicaLogDirsRequest.AlterReplicaLogDir:
-            self = _new(cls)
-            if version >= 2:
-                self.path = r.compact_string()
-            else:
-                self.path = r.string()
-            if version >= 2:
-                self.topics = r.compact_array(
-                    AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic._read, version
-                )
-            else:
-                self.topics = r.array(
-                    AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.path)
-            else:
-                w.string(self.path)
-            if version >= 2:
-                w.array_length(self.topics, compact=True, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            else:
-                w.array_length(self.topics, compact=False, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterReplicaLogDirsRequest.AlterReplicaLogDir",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.path == "" and self.topics == [] and not self.unknown_tagged_fields
-
-    class AlterReplicaLogDirTopic(Struct):
-        """A AlterReplicaLogDirTopic of AlterReplicaLogDirsRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic:
-            self = _new(cls)
-            if version >= 2:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 2:
-                self.partitions = r.compact_array(read_int32_item, version)
-            else:
-                self.partitions = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 2:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+    AlterReplicaLogDir: TypeAlias = AlterReplicaLogDirsRequest_AlterReplicaLogDir
+    AlterReplicaLogDirTopic: TypeAlias = AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic
 
     __slots__ = (
         "dirs",
@@ -161,7 +163,7 @@ class AlterReplicaLogDirsRequest(Message):
     def __init__(
         self,
         *,
-        dirs: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = DEFAULT,
+        dirs: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.dirs = [] if dirs is DEFAULT else dirs
@@ -169,13 +171,14 @@ class AlterReplicaLogDirsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterReplicaLogDirsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.dirs = r.compact_array(
-                AlterReplicaLogDirsRequest.AlterReplicaLogDir._read, version
+                AlterReplicaLogDirsRequest_AlterReplicaLogDir._read, version
             )
         else:
-            self.dirs = r.array(AlterReplicaLogDirsRequest.AlterReplicaLogDir._read, version)
+            self.dirs = r.array(AlterReplicaLogDirsRequest_AlterReplicaLogDir._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -197,16 +200,21 @@ class AlterReplicaLogDirsRequest(Message):
         return self.dirs == [] and not self.unknown_tagged_fields
 
 
-AlterReplicaLogDirsRequest.AlterReplicaLogDir.FIELDS = (
+nest(
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDir=AlterReplicaLogDirsRequest_AlterReplicaLogDir,
+    AlterReplicaLogDirTopic=AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic,
+)
+AlterReplicaLogDirsRequest_AlterReplicaLogDir.FIELDS = (
     Field("path", "string", (0, 32767)),
     Field(
         "topics",
         "[]AlterReplicaLogDirTopic",
         (0, 32767),
-        struct=AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic,
+        struct=AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic,
     ),
 )
-AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.FIELDS = (
+AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -215,9 +223,128 @@ AlterReplicaLogDirsRequest.FIELDS = (
         "dirs",
         "[]AlterReplicaLogDir",
         (0, 32767),
-        struct=AlterReplicaLogDirsRequest.AlterReplicaLogDir,
+        struct=AlterReplicaLogDirsRequest_AlterReplicaLogDir,
     ),
 )
+
+
+class AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(Struct):
+    """A AlterReplicaLogDirTopicResult of AlterReplicaLogDirsResponse (AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = r.string()
+        if version >= 2:
+            self.partitions = r.compact_array(
+                AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._read, version
+            )
+        else:
+            self.partitions = r.array(
+                AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.topic_name)
+        else:
+            w.string(self.topic_name)
+        if version >= 2:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult(Struct):
+    """A AlterReplicaLogDirPartitionResult of AlterReplicaLogDirsResponse (AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and self.error_code == 0 and not self.unknown_tagged_fields
 
 
 class AlterReplicaLogDirsResponse(Message):
@@ -228,127 +355,12 @@ class AlterReplicaLogDirsResponse(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class AlterReplicaLogDirTopicResult(Struct):
-        """A AlterReplicaLogDirTopicResult of AlterReplicaLogDirsResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[
-                AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult
-            ] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult:
-            self = _new(cls)
-            if version >= 2:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = r.string()
-            if version >= 2:
-                self.partitions = r.compact_array(
-                    AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.topic_name)
-            else:
-                w.string(self.topic_name)
-            if version >= 2:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class AlterReplicaLogDirPartitionResult(Struct):
-        """A AlterReplicaLogDirPartitionResult of AlterReplicaLogDirsResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    AlterReplicaLogDirTopicResult: TypeAlias = (
+        AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult
+    )
+    AlterReplicaLogDirPartitionResult: TypeAlias = (
+        AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult
+    )
 
     __slots__ = (
         "throttle_time_ms",
@@ -363,7 +375,8 @@ class AlterReplicaLogDirsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = DEFAULT,
+        results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -372,15 +385,16 @@ class AlterReplicaLogDirsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterReplicaLogDirsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 2:
             self.results = r.compact_array(
-                AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult._read, version
+                AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult._read, version
             )
         else:
             self.results = r.array(
-                AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult._read, version
+                AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -404,16 +418,21 @@ class AlterReplicaLogDirsResponse(Message):
         return self.throttle_time_ms == 0 and self.results == [] and not self.unknown_tagged_fields
 
 
-AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.FIELDS = (
+nest(
+    AlterReplicaLogDirsResponse,
+    AlterReplicaLogDirTopicResult=AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult,
+    AlterReplicaLogDirPartitionResult=AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult,
+)
+AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]AlterReplicaLogDirPartitionResult",
         (0, 32767),
-        struct=AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult,
+        struct=AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult,
     ),
 )
-AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult.FIELDS = (
+AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
 )
@@ -423,7 +442,7 @@ AlterReplicaLogDirsResponse.FIELDS = (
         "results",
         "[]AlterReplicaLogDirTopicResult",
         (0, 32767),
-        struct=AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult,
+        struct=AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult,
     ),
 )
 

@@ -5,12 +5,122 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_bi = struct.Struct(">bi")
+_F_bi: Final = struct.Struct(">bi")
+_pack_bi: Final = _F_bi.pack
+
+
+class AlterUserScramCredentialsRequest_ScramCredentialDeletion(Struct):
+    """A ScramCredentialDeletion of AlterUserScramCredentialsRequest (AlterUserScramCredentialsRequest.ScramCredentialDeletion)."""
+
+    __slots__ = (
+        "name",
+        "mechanism",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    mechanism: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        mechanism: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.mechanism = mechanism
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AlterUserScramCredentialsRequest.ScramCredentialDeletion:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.mechanism = r.int8()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.int8(self.mechanism)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.mechanism == 0 and not self.unknown_tagged_fields
+
+
+class AlterUserScramCredentialsRequest_ScramCredentialUpsertion(Struct):
+    """A ScramCredentialUpsertion of AlterUserScramCredentialsRequest (AlterUserScramCredentialsRequest.ScramCredentialUpsertion)."""
+
+    __slots__ = (
+        "name",
+        "mechanism",
+        "iterations",
+        "salt",
+        "salted_password",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        mechanism: int = 0,
+        iterations: int = 0,
+        salt: bytes = b"",
+        salted_password: bytes = b"",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.mechanism = mechanism
+        self.iterations = iterations
+        self.salt = salt
+        self.salted_password = salted_password
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AlterUserScramCredentialsRequest.ScramCredentialUpsertion:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.mechanism, self.iterations = r.fixed(_F_bi)
+        self.salt = r.compact_blob()
+        self.salted_password = r.compact_blob()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.buf += _pack_bi(self.mechanism, self.iterations)
+        w.compact_blob(self.salt)
+        w.compact_blob(self.salted_password)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.mechanism == 0
+            and self.iterations == 0
+            and (self.salt is not None and len(self.salt) == 0)
+            and (self.salted_password is not None and len(self.salted_password) == 0)
+            and not self.unknown_tagged_fields
+        )
 
 
 class AlterUserScramCredentialsRequest(Message):
@@ -21,110 +131,8 @@ class AlterUserScramCredentialsRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ScramCredentialDeletion(Struct):
-        """A ScramCredentialDeletion of AlterUserScramCredentialsRequest."""
-
-        __slots__ = (
-            "name",
-            "mechanism",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        mechanism: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            mechanism: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.mechanism = mechanism
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterUserScramCredentialsRequest.ScramCredentialDeletion:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.mechanism = r.int8()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.int8(self.mechanism)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.mechanism == 0 and not self.unknown_tagged_fields
-
-    class ScramCredentialUpsertion(Struct):
-        """A ScramCredentialUpsertion of AlterUserScramCredentialsRequest."""
-
-        __slots__ = (
-            "name",
-            "mechanism",
-            "iterations",
-            "salt",
-            "salted_password",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        mechanism: int
-        iterations: int
-        salt: bytes
-        salted_password: bytes
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            mechanism: int = 0,
-            iterations: int = 0,
-            salt: bytes = b"",
-            salted_password: bytes = b"",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.mechanism = mechanism
-            self.iterations = iterations
-            self.salt = salt
-            self.salted_password = salted_password
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterUserScramCredentialsRequest.ScramCredentialUpsertion:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.mechanism, self.iterations = r.fixed(_F_bi)
-            self.salt = r.compact_blob()
-            self.salted_password = r.compact_blob()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.buf += _F_bi.pack(self.mechanism, self.iterations)
-            w.compact_blob(self.salt)
-            w.compact_blob(self.salted_password)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.mechanism == 0
-                and self.iterations == 0
-                and (self.salt is not None and len(self.salt) == 0)
-                and (self.salted_password is not None and len(self.salted_password) == 0)
-                and not self.unknown_tagged_fields
-            )
+    ScramCredentialDeletion: TypeAlias = AlterUserScramCredentialsRequest_ScramCredentialDeletion
+    ScramCredentialUpsertion: TypeAlias = AlterUserScramCredentialsRequest_ScramCredentialUpsertion
 
     __slots__ = (
         "deletions",
@@ -138,8 +146,10 @@ class AlterUserScramCredentialsRequest(Message):
     def __init__(
         self,
         *,
-        deletions: list[AlterUserScramCredentialsRequest.ScramCredentialDeletion] = DEFAULT,
-        upsertions: list[AlterUserScramCredentialsRequest.ScramCredentialUpsertion] = DEFAULT,
+        deletions: list[AlterUserScramCredentialsRequest.ScramCredentialDeletion]
+        | Default = DEFAULT,
+        upsertions: list[AlterUserScramCredentialsRequest.ScramCredentialUpsertion]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.deletions = [] if deletions is DEFAULT else deletions
@@ -148,12 +158,13 @@ class AlterUserScramCredentialsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterUserScramCredentialsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.deletions = r.compact_array(
-            AlterUserScramCredentialsRequest.ScramCredentialDeletion._read, version
+            AlterUserScramCredentialsRequest_ScramCredentialDeletion._read, version
         )
         self.upsertions = r.compact_array(
-            AlterUserScramCredentialsRequest.ScramCredentialUpsertion._read, version
+            AlterUserScramCredentialsRequest_ScramCredentialUpsertion._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -171,11 +182,16 @@ class AlterUserScramCredentialsRequest(Message):
         return self.deletions == [] and self.upsertions == [] and not self.unknown_tagged_fields
 
 
-AlterUserScramCredentialsRequest.ScramCredentialDeletion.FIELDS = (
+nest(
+    AlterUserScramCredentialsRequest,
+    ScramCredentialDeletion=AlterUserScramCredentialsRequest_ScramCredentialDeletion,
+    ScramCredentialUpsertion=AlterUserScramCredentialsRequest_ScramCredentialUpsertion,
+)
+AlterUserScramCredentialsRequest_ScramCredentialDeletion.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("mechanism", "int8", (0, 32767)),
 )
-AlterUserScramCredentialsRequest.ScramCredentialUpsertion.FIELDS = (
+AlterUserScramCredentialsRequest_ScramCredentialUpsertion.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("mechanism", "int8", (0, 32767)),
     Field("iterations", "int32", (0, 32767)),
@@ -187,15 +203,69 @@ AlterUserScramCredentialsRequest.FIELDS = (
         "deletions",
         "[]ScramCredentialDeletion",
         (0, 32767),
-        struct=AlterUserScramCredentialsRequest.ScramCredentialDeletion,
+        struct=AlterUserScramCredentialsRequest_ScramCredentialDeletion,
     ),
     Field(
         "upsertions",
         "[]ScramCredentialUpsertion",
         (0, 32767),
-        struct=AlterUserScramCredentialsRequest.ScramCredentialUpsertion,
+        struct=AlterUserScramCredentialsRequest_ScramCredentialUpsertion,
     ),
 )
+
+
+class AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult(Struct):
+    """A AlterUserScramCredentialsResult of AlterUserScramCredentialsResponse (AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult)."""
+
+    __slots__ = (
+        "user",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    user: str
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        user: str = "",
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult:
+        new = cls.__new__
+        self = new(cls)
+        self.user = r.compact_string()
+        self.error_code = r.int16()
+        self.error_message = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.user)
+        w.int16(self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.user == ""
+            and self.error_code == 0
+            and self.error_message == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class AlterUserScramCredentialsResponse(Message):
@@ -206,57 +276,9 @@ class AlterUserScramCredentialsResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class AlterUserScramCredentialsResult(Struct):
-        """A AlterUserScramCredentialsResult of AlterUserScramCredentialsResponse."""
-
-        __slots__ = (
-            "user",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        user: str
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            user: str = "",
-            error_code: int = 0,
-            error_message: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.user = user
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult:
-            self = _new(cls)
-            self.user = r.compact_string()
-            self.error_code = r.int16()
-            self.error_message = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.user)
-            w.int16(self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.user == ""
-                and self.error_code == 0
-                and self.error_message == ""
-                and not self.unknown_tagged_fields
-            )
+    AlterUserScramCredentialsResult: TypeAlias = (
+        AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult
+    )
 
     __slots__ = (
         "throttle_time_ms",
@@ -271,7 +293,8 @@ class AlterUserScramCredentialsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: list[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult] = DEFAULT,
+        results: list[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -280,10 +303,11 @@ class AlterUserScramCredentialsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AlterUserScramCredentialsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         self.results = r.compact_array(
-            AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult._read, version
+            AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -299,7 +323,11 @@ class AlterUserScramCredentialsResponse(Message):
         return self.throttle_time_ms == 0 and self.results == [] and not self.unknown_tagged_fields
 
 
-AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.FIELDS = (
+nest(
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult=AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult,
+)
+AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult.FIELDS = (
     Field("user", "string", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -310,7 +338,7 @@ AlterUserScramCredentialsResponse.FIELDS = (
         "results",
         "[]AlterUserScramCredentialsResult",
         (0, 32767),
-        struct=AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult,
+        struct=AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult,
     ),
 )
 

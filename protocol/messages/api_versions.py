@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_hhh = struct.Struct(">hhh")
+_F_hhh: Final = struct.Struct(">hhh")
+_pack_hhh: Final = _F_hhh.pack
 
 
 class ApiVersionsRequest(Message):
@@ -43,7 +44,8 @@ class ApiVersionsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ApiVersionsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 3:
             self.client_software_name = r.compact_string()
         else:
@@ -79,6 +81,221 @@ ApiVersionsRequest.FIELDS = (
 )
 
 
+class ApiVersionsResponse_ApiVersion(Struct):
+    """A ApiVersion of ApiVersionsResponse (ApiVersionsResponse.ApiVersion)."""
+
+    __slots__ = (
+        "api_key",
+        "min_version",
+        "max_version",
+        "unknown_tagged_fields",
+    )
+
+    api_key: int
+    min_version: int
+    max_version: int
+
+    def __init__(
+        self,
+        *,
+        api_key: int = 0,
+        min_version: int = 0,
+        max_version: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.api_key = api_key
+        self.min_version = min_version
+        self.max_version = max_version
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ApiVersionsResponse.ApiVersion:
+        new = cls.__new__
+        self = new(cls)
+        self.api_key, self.min_version, self.max_version = r.fixed(_F_hhh)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_hhh(self.api_key, self.min_version, self.max_version)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("ApiVersionsResponse.ApiVersion", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.api_key == 0
+            and self.min_version == 0
+            and self.max_version == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class ApiVersionsResponse_SupportedFeatureKey(Struct):
+    """A SupportedFeatureKey of ApiVersionsResponse (ApiVersionsResponse.SupportedFeatureKey)."""
+
+    __slots__ = (
+        "name",
+        "min_version",
+        "max_version",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    min_version: int
+    max_version: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        min_version: int = 0,
+        max_version: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.min_version = min_version
+        self.max_version = max_version
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ApiVersionsResponse.SupportedFeatureKey:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.name = r.compact_string()
+        else:
+            self.name = ""
+        if version >= 3:
+            self.min_version = r.int16()
+        else:
+            self.min_version = 0
+        if version >= 3:
+            self.max_version = r.int16()
+        else:
+            self.max_version = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version("ApiVersionsResponse.SupportedFeatureKey", "name", version)
+        if version >= 3:
+            w.int16(self.min_version)
+        else:
+            if self.min_version != 0:
+                raise not_in_version(
+                    "ApiVersionsResponse.SupportedFeatureKey", "min_version", version
+                )
+        if version >= 3:
+            w.int16(self.max_version)
+        else:
+            if self.max_version != 0:
+                raise not_in_version(
+                    "ApiVersionsResponse.SupportedFeatureKey", "max_version", version
+                )
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ApiVersionsResponse.SupportedFeatureKey", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.min_version == 0
+            and self.max_version == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class ApiVersionsResponse_FinalizedFeatureKey(Struct):
+    """A FinalizedFeatureKey of ApiVersionsResponse (ApiVersionsResponse.FinalizedFeatureKey)."""
+
+    __slots__ = (
+        "name",
+        "max_version_level",
+        "min_version_level",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    max_version_level: int
+    min_version_level: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        max_version_level: int = 0,
+        min_version_level: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.max_version_level = max_version_level
+        self.min_version_level = min_version_level
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ApiVersionsResponse.FinalizedFeatureKey:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.name = r.compact_string()
+        else:
+            self.name = ""
+        if version >= 3:
+            self.max_version_level = r.int16()
+        else:
+            self.max_version_level = 0
+        if version >= 3:
+            self.min_version_level = r.int16()
+        else:
+            self.min_version_level = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version("ApiVersionsResponse.FinalizedFeatureKey", "name", version)
+        if version >= 3:
+            w.int16(self.max_version_level)
+        else:
+            if self.max_version_level != 0:
+                raise not_in_version(
+                    "ApiVersionsResponse.FinalizedFeatureKey", "max_version_level", version
+                )
+        if version >= 3:
+            w.int16(self.min_version_level)
+        else:
+            if self.min_version_level != 0:
+                raise not_in_version(
+                    "ApiVersionsResponse.FinalizedFeatureKey", "min_version_level", version
+                )
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ApiVersionsResponse.FinalizedFeatureKey", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.max_version_level == 0
+            and self.min_version_level == 0
+            and not self.unknown_tagged_fields
+        )
+
+
 class ApiVersionsResponse(Message):
     """Kafka's ApiVersionsResponse (response, v0-v4), from clients/ApiVersionsResponse.json."""
 
@@ -87,216 +304,9 @@ class ApiVersionsResponse(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 3
 
-    class ApiVersion(Struct):
-        """A ApiVersion of ApiVersionsResponse."""
-
-        __slots__ = (
-            "api_key",
-            "min_version",
-            "max_version",
-            "unknown_tagged_fields",
-        )
-
-        api_key: int
-        min_version: int
-        max_version: int
-
-        def __init__(
-            self,
-            *,
-            api_key: int = 0,
-            min_version: int = 0,
-            max_version: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.api_key = api_key
-            self.min_version = min_version
-            self.max_version = max_version
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ApiVersionsResponse.ApiVersion:
-            self = _new(cls)
-            self.api_key, self.min_version, self.max_version = r.fixed(_F_hhh)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_hhh.pack(self.api_key, self.min_version, self.max_version)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ApiVersionsResponse.ApiVersion", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.api_key == 0
-                and self.min_version == 0
-                and self.max_version == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class SupportedFeatureKey(Struct):
-        """A SupportedFeatureKey of ApiVersionsResponse."""
-
-        __slots__ = (
-            "name",
-            "min_version",
-            "max_version",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        min_version: int
-        max_version: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            min_version: int = 0,
-            max_version: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.min_version = min_version
-            self.max_version = max_version
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ApiVersionsResponse.SupportedFeatureKey:
-            self = _new(cls)
-            if version >= 3:
-                self.name = r.compact_string()
-            else:
-                self.name = ""
-            if version >= 3:
-                self.min_version = r.int16()
-            else:
-                self.min_version = 0
-            if version >= 3:
-                self.max_version = r.int16()
-            else:
-                self.max_version = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version("ApiVersionsResponse.SupportedFeatureKey", "name", version)
-            if version >= 3:
-                w.int16(self.min_version)
-            else:
-                if self.min_version != 0:
-                    raise not_in_version(
-                        "ApiVersionsResponse.SupportedFeatureKey", "min_version", version
-                    )
-            if version >= 3:
-                w.int16(self.max_version)
-            else:
-                if self.max_version != 0:
-                    raise not_in_version(
-                        "ApiVersionsResponse.SupportedFeatureKey", "max_version", version
-                    )
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ApiVersionsResponse.SupportedFeatureKey", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.min_version == 0
-                and self.max_version == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class FinalizedFeatureKey(Struct):
-        """A FinalizedFeatureKey of ApiVersionsResponse."""
-
-        __slots__ = (
-            "name",
-            "max_version_level",
-            "min_version_level",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        max_version_level: int
-        min_version_level: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            max_version_level: int = 0,
-            min_version_level: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.max_version_level = max_version_level
-            self.min_version_level = min_version_level
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ApiVersionsResponse.FinalizedFeatureKey:
-            self = _new(cls)
-            if version >= 3:
-                self.name = r.compact_string()
-            else:
-                self.name = ""
-            if version >= 3:
-                self.max_version_level = r.int16()
-            else:
-                self.max_version_level = 0
-            if version >= 3:
-                self.min_version_level = r.int16()
-            else:
-                self.min_version_level = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version("ApiVersionsResponse.FinalizedFeatureKey", "name", version)
-            if version >= 3:
-                w.int16(self.max_version_level)
-            else:
-                if self.max_version_level != 0:
-                    raise not_in_version(
-                        "ApiVersionsResponse.FinalizedFeatureKey", "max_version_level", version
-                    )
-            if version >= 3:
-                w.int16(self.min_version_level)
-            else:
-                if self.min_version_level != 0:
-                    raise not_in_version(
-                        "ApiVersionsResponse.FinalizedFeatureKey", "min_version_level", version
-                    )
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ApiVersionsResponse.FinalizedFeatureKey", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.max_version_level == 0
-                and self.min_version_level == 0
-                and not self.unknown_tagged_fields
-            )
+    ApiVersion: TypeAlias = ApiVersionsResponse_ApiVersion
+    SupportedFeatureKey: TypeAlias = ApiVersionsResponse_SupportedFeatureKey
+    FinalizedFeatureKey: TypeAlias = ApiVersionsResponse_FinalizedFeatureKey
 
     __slots__ = (
         "error_code",
@@ -321,11 +331,11 @@ class ApiVersionsResponse(Message):
         self,
         *,
         error_code: int = 0,
-        api_keys: list[ApiVersionsResponse.ApiVersion] = DEFAULT,
+        api_keys: list[ApiVersionsResponse.ApiVersion] | Default = DEFAULT,
         throttle_time_ms: int = 0,
-        supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = DEFAULT,
+        supported_features: list[ApiVersionsResponse.SupportedFeatureKey] | Default = DEFAULT,
         finalized_features_epoch: int = -1,
-        finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = DEFAULT,
+        finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] | Default = DEFAULT,
         zk_migration_ready: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -340,12 +350,13 @@ class ApiVersionsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ApiVersionsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 3:
-            self.api_keys = r.compact_array(ApiVersionsResponse.ApiVersion._read, version)
+            self.api_keys = r.compact_array(ApiVersionsResponse_ApiVersion._read, version)
         else:
-            self.api_keys = r.array(ApiVersionsResponse.ApiVersion._read, version)
+            self.api_keys = r.array(ApiVersionsResponse_ApiVersion._read, version)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:
@@ -361,7 +372,7 @@ class ApiVersionsResponse(Message):
                 end = r.pos + size
                 if tag == 0 and version >= 3:
                     self.supported_features = r.compact_array(
-                        ApiVersionsResponse.SupportedFeatureKey._read, version
+                        ApiVersionsResponse_SupportedFeatureKey._read, version
                     )
                     r.expect_end_of_tag(end)
                 elif tag == 1 and version >= 3:
@@ -369,7 +380,7 @@ class ApiVersionsResponse(Message):
                     r.expect_end_of_tag(end)
                 elif tag == 2 and version >= 3:
                     self.finalized_features = r.compact_array(
-                        ApiVersionsResponse.FinalizedFeatureKey._read, version
+                        ApiVersionsResponse_FinalizedFeatureKey._read, version
                     )
                     r.expect_end_of_tag(end)
                 elif tag == 3 and version >= 3:
@@ -433,24 +444,30 @@ class ApiVersionsResponse(Message):
         )
 
 
-ApiVersionsResponse.ApiVersion.FIELDS = (
+nest(
+    ApiVersionsResponse,
+    ApiVersion=ApiVersionsResponse_ApiVersion,
+    SupportedFeatureKey=ApiVersionsResponse_SupportedFeatureKey,
+    FinalizedFeatureKey=ApiVersionsResponse_FinalizedFeatureKey,
+)
+ApiVersionsResponse_ApiVersion.FIELDS = (
     Field("api_key", "int16", (0, 32767)),
     Field("min_version", "int16", (0, 32767)),
     Field("max_version", "int16", (0, 32767)),
 )
-ApiVersionsResponse.SupportedFeatureKey.FIELDS = (
+ApiVersionsResponse_SupportedFeatureKey.FIELDS = (
     Field("name", "string", (3, 32767)),
     Field("min_version", "int16", (3, 32767)),
     Field("max_version", "int16", (3, 32767)),
 )
-ApiVersionsResponse.FinalizedFeatureKey.FIELDS = (
+ApiVersionsResponse_FinalizedFeatureKey.FIELDS = (
     Field("name", "string", (3, 32767)),
     Field("max_version_level", "int16", (3, 32767)),
     Field("min_version_level", "int16", (3, 32767)),
 )
 ApiVersionsResponse.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
-    Field("api_keys", "[]ApiVersion", (0, 32767), struct=ApiVersionsResponse.ApiVersion),
+    Field("api_keys", "[]ApiVersion", (0, 32767), struct=ApiVersionsResponse_ApiVersion),
     Field("throttle_time_ms", "int32", (1, 32767), ignorable=True),
     Field(
         "supported_features",
@@ -459,7 +476,7 @@ ApiVersionsResponse.FIELDS = (
         tagged_versions=(3, 32767),
         tag=0,
         ignorable=True,
-        struct=ApiVersionsResponse.SupportedFeatureKey,
+        struct=ApiVersionsResponse_SupportedFeatureKey,
     ),
     Field(
         "finalized_features_epoch",
@@ -476,7 +493,7 @@ ApiVersionsResponse.FIELDS = (
         tagged_versions=(3, 32767),
         tag=2,
         ignorable=True,
-        struct=ApiVersionsResponse.FinalizedFeatureKey,
+        struct=ApiVersionsResponse_FinalizedFeatureKey,
     ),
     Field(
         "zk_migration_ready", "bool", (3, 32767), tagged_versions=(3, 32767), tag=3, ignorable=True

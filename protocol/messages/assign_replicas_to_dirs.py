@@ -6,13 +6,135 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_iq = struct.Struct(">iq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
+
+
+class AssignReplicasToDirsRequest_DirectoryData(Struct):
+    """A DirectoryData of AssignReplicasToDirsRequest (AssignReplicasToDirsRequest.DirectoryData)."""
+
+    __slots__ = (
+        "id",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
+    id: uuid.UUID
+    topics: list[AssignReplicasToDirsRequest.TopicData]
+
+    def __init__(
+        self,
+        *,
+        id: uuid.UUID = ZERO_UUID,
+        topics: list[AssignReplicasToDirsRequest.TopicData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.id = id
+        self.topics = [] if topics is DEFAULT else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsRequest.DirectoryData:
+        new = cls.__new__
+        self = new(cls)
+        self.id = r.uuid_()
+        self.topics = r.compact_array(AssignReplicasToDirsRequest_TopicData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.id)
+        w.array_length(self.topics, compact=True, nullable=False)
+        for topics_item in self.topics:
+            topics_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.id == ZERO_UUID and self.topics == [] and not self.unknown_tagged_fields
+
+
+class AssignReplicasToDirsRequest_TopicData(Struct):
+    """A TopicData of AssignReplicasToDirsRequest (AssignReplicasToDirsRequest.TopicData)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[AssignReplicasToDirsRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AssignReplicasToDirsRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsRequest.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(AssignReplicasToDirsRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class AssignReplicasToDirsRequest_PartitionData(Struct):
+    """A PartitionData of AssignReplicasToDirsRequest (AssignReplicasToDirsRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+
+    def __init__(
+        self, *, partition_index: int = 0, unknown_tagged_fields: UnknownTags | None = None
+    ) -> None:
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and not self.unknown_tagged_fields
 
 
 class AssignReplicasToDirsRequest(Message):
@@ -23,123 +145,9 @@ class AssignReplicasToDirsRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class DirectoryData(Struct):
-        """A DirectoryData of AssignReplicasToDirsRequest."""
-
-        __slots__ = (
-            "id",
-            "topics",
-            "unknown_tagged_fields",
-        )
-
-        id: uuid.UUID
-        topics: list[AssignReplicasToDirsRequest.TopicData]
-
-        def __init__(
-            self,
-            *,
-            id: uuid.UUID = ZERO_UUID,
-            topics: list[AssignReplicasToDirsRequest.TopicData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.id = id
-            self.topics = [] if topics is DEFAULT else topics
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsRequest.DirectoryData:
-            self = _new(cls)
-            self.id = r.uuid_()
-            self.topics = r.compact_array(AssignReplicasToDirsRequest.TopicData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.id)
-            w.array_length(self.topics, compact=True, nullable=False)
-            for topics_item in self.topics:
-                topics_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.id == ZERO_UUID and self.topics == [] and not self.unknown_tagged_fields
-
-    class TopicData(Struct):
-        """A TopicData of AssignReplicasToDirsRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[AssignReplicasToDirsRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[AssignReplicasToDirsRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsRequest.TopicData:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                AssignReplicasToDirsRequest.PartitionData._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of AssignReplicasToDirsRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-
-        def __init__(
-            self, *, partition_index: int = 0, unknown_tagged_fields: UnknownTags | None = None
-        ) -> None:
-            self.partition_index = partition_index
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsRequest.PartitionData:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.partition_index == 0 and not self.unknown_tagged_fields
+    DirectoryData: TypeAlias = AssignReplicasToDirsRequest_DirectoryData
+    TopicData: TypeAlias = AssignReplicasToDirsRequest_TopicData
+    PartitionData: TypeAlias = AssignReplicasToDirsRequest_PartitionData
 
     __slots__ = (
         "broker_id",
@@ -157,7 +165,7 @@ class AssignReplicasToDirsRequest(Message):
         *,
         broker_id: int = 0,
         broker_epoch: int = -1,
-        directories: list[AssignReplicasToDirsRequest.DirectoryData] = DEFAULT,
+        directories: list[AssignReplicasToDirsRequest.DirectoryData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -167,14 +175,15 @@ class AssignReplicasToDirsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.broker_id, self.broker_epoch = r.fixed(_F_iq)
-        self.directories = r.compact_array(AssignReplicasToDirsRequest.DirectoryData._read, version)
+        self.directories = r.compact_array(AssignReplicasToDirsRequest_DirectoryData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_iq.pack(self.broker_id, self.broker_epoch)
+        w.buf += _pack_iq(self.broker_id, self.broker_epoch)
         w.array_length(self.directories, compact=True, nullable=False)
         for directories_item in self.directories:
             directories_item._write(w, version)
@@ -189,20 +198,26 @@ class AssignReplicasToDirsRequest(Message):
         )
 
 
-AssignReplicasToDirsRequest.DirectoryData.FIELDS = (
-    Field("id", "uuid", (0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=AssignReplicasToDirsRequest.TopicData),
+nest(
+    AssignReplicasToDirsRequest,
+    DirectoryData=AssignReplicasToDirsRequest_DirectoryData,
+    TopicData=AssignReplicasToDirsRequest_TopicData,
+    PartitionData=AssignReplicasToDirsRequest_PartitionData,
 )
-AssignReplicasToDirsRequest.TopicData.FIELDS = (
+AssignReplicasToDirsRequest_DirectoryData.FIELDS = (
+    Field("id", "uuid", (0, 32767)),
+    Field("topics", "[]TopicData", (0, 32767), struct=AssignReplicasToDirsRequest_TopicData),
+)
+AssignReplicasToDirsRequest_TopicData.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionData",
         (0, 32767),
-        struct=AssignReplicasToDirsRequest.PartitionData,
+        struct=AssignReplicasToDirsRequest_PartitionData,
     ),
 )
-AssignReplicasToDirsRequest.PartitionData.FIELDS = (Field("partition_index", "int32", (0, 32767)),)
+AssignReplicasToDirsRequest_PartitionData.FIELDS = (Field("partition_index", "int32", (0, 32767)),)
 AssignReplicasToDirsRequest.FIELDS = (
     Field("broker_id", "int32", (0, 32767)),
     Field("broker_epoch", "int64", (0, 32767)),
@@ -210,9 +225,136 @@ AssignReplicasToDirsRequest.FIELDS = (
         "directories",
         "[]DirectoryData",
         (0, 32767),
-        struct=AssignReplicasToDirsRequest.DirectoryData,
+        struct=AssignReplicasToDirsRequest_DirectoryData,
     ),
 )
+
+
+class AssignReplicasToDirsResponse_DirectoryData(Struct):
+    """A DirectoryData of AssignReplicasToDirsResponse (AssignReplicasToDirsResponse.DirectoryData)."""
+
+    __slots__ = (
+        "id",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
+    id: uuid.UUID
+    topics: list[AssignReplicasToDirsResponse.TopicData]
+
+    def __init__(
+        self,
+        *,
+        id: uuid.UUID = ZERO_UUID,
+        topics: list[AssignReplicasToDirsResponse.TopicData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.id = id
+        self.topics = [] if topics is DEFAULT else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse.DirectoryData:
+        new = cls.__new__
+        self = new(cls)
+        self.id = r.uuid_()
+        self.topics = r.compact_array(AssignReplicasToDirsResponse_TopicData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.id)
+        w.array_length(self.topics, compact=True, nullable=False)
+        for topics_item in self.topics:
+            topics_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.id == ZERO_UUID and self.topics == [] and not self.unknown_tagged_fields
+
+
+class AssignReplicasToDirsResponse_TopicData(Struct):
+    """A TopicData of AssignReplicasToDirsResponse (AssignReplicasToDirsResponse.TopicData)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[AssignReplicasToDirsResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AssignReplicasToDirsResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(AssignReplicasToDirsResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class AssignReplicasToDirsResponse_PartitionData(Struct):
+    """A PartitionData of AssignReplicasToDirsResponse (AssignReplicasToDirsResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and self.error_code == 0 and not self.unknown_tagged_fields
 
 
 class AssignReplicasToDirsResponse(Message):
@@ -223,134 +365,9 @@ class AssignReplicasToDirsResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class DirectoryData(Struct):
-        """A DirectoryData of AssignReplicasToDirsResponse."""
-
-        __slots__ = (
-            "id",
-            "topics",
-            "unknown_tagged_fields",
-        )
-
-        id: uuid.UUID
-        topics: list[AssignReplicasToDirsResponse.TopicData]
-
-        def __init__(
-            self,
-            *,
-            id: uuid.UUID = ZERO_UUID,
-            topics: list[AssignReplicasToDirsResponse.TopicData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.id = id
-            self.topics = [] if topics is DEFAULT else topics
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse.DirectoryData:
-            self = _new(cls)
-            self.id = r.uuid_()
-            self.topics = r.compact_array(AssignReplicasToDirsResponse.TopicData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.id)
-            w.array_length(self.topics, compact=True, nullable=False)
-            for topics_item in self.topics:
-                topics_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.id == ZERO_UUID and self.topics == [] and not self.unknown_tagged_fields
-
-    class TopicData(Struct):
-        """A TopicData of AssignReplicasToDirsResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[AssignReplicasToDirsResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[AssignReplicasToDirsResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse.TopicData:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                AssignReplicasToDirsResponse.PartitionData._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of AssignReplicasToDirsResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    DirectoryData: TypeAlias = AssignReplicasToDirsResponse_DirectoryData
+    TopicData: TypeAlias = AssignReplicasToDirsResponse_TopicData
+    PartitionData: TypeAlias = AssignReplicasToDirsResponse_PartitionData
 
     __slots__ = (
         "throttle_time_ms",
@@ -368,7 +385,7 @@ class AssignReplicasToDirsResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        directories: list[AssignReplicasToDirsResponse.DirectoryData] = DEFAULT,
+        directories: list[AssignReplicasToDirsResponse.DirectoryData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -378,16 +395,17 @@ class AssignReplicasToDirsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> AssignReplicasToDirsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.directories = r.compact_array(
-            AssignReplicasToDirsResponse.DirectoryData._read, version
+            AssignReplicasToDirsResponse_DirectoryData._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.array_length(self.directories, compact=True, nullable=False)
         for directories_item in self.directories:
             directories_item._write(w, version)
@@ -402,20 +420,26 @@ class AssignReplicasToDirsResponse(Message):
         )
 
 
-AssignReplicasToDirsResponse.DirectoryData.FIELDS = (
-    Field("id", "uuid", (0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=AssignReplicasToDirsResponse.TopicData),
+nest(
+    AssignReplicasToDirsResponse,
+    DirectoryData=AssignReplicasToDirsResponse_DirectoryData,
+    TopicData=AssignReplicasToDirsResponse_TopicData,
+    PartitionData=AssignReplicasToDirsResponse_PartitionData,
 )
-AssignReplicasToDirsResponse.TopicData.FIELDS = (
+AssignReplicasToDirsResponse_DirectoryData.FIELDS = (
+    Field("id", "uuid", (0, 32767)),
+    Field("topics", "[]TopicData", (0, 32767), struct=AssignReplicasToDirsResponse_TopicData),
+)
+AssignReplicasToDirsResponse_TopicData.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionData",
         (0, 32767),
-        struct=AssignReplicasToDirsResponse.PartitionData,
+        struct=AssignReplicasToDirsResponse_PartitionData,
     ),
 )
-AssignReplicasToDirsResponse.PartitionData.FIELDS = (
+AssignReplicasToDirsResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
 )
@@ -426,7 +450,7 @@ AssignReplicasToDirsResponse.FIELDS = (
         "directories",
         "[]DirectoryData",
         (0, 32767),
-        struct=AssignReplicasToDirsResponse.DirectoryData,
+        struct=AssignReplicasToDirsResponse_DirectoryData,
     ),
 )
 

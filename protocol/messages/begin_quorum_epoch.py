@@ -6,13 +6,221 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ihii = struct.Struct(">ihii")
-_F_ii = struct.Struct(">ii")
+_F_ihii: Final = struct.Struct(">ihii")
+_pack_ihii: Final = _F_ihii.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+
+
+class BeginQuorumEpochRequest_TopicData(Struct):
+    """A TopicData of BeginQuorumEpochRequest (BeginQuorumEpochRequest.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[BeginQuorumEpochRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[BeginQuorumEpochRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> BeginQuorumEpochRequest.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = r.string()
+        if version >= 1:
+            self.partitions = r.compact_array(BeginQuorumEpochRequest_PartitionData._read, version)
+        else:
+            self.partitions = r.array(BeginQuorumEpochRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.topic_name)
+        else:
+            w.string(self.topic_name)
+        if version >= 1:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "BeginQuorumEpochRequest.TopicData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class BeginQuorumEpochRequest_PartitionData(Struct):
+    """A PartitionData of BeginQuorumEpochRequest (BeginQuorumEpochRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "voter_directory_id",
+        "leader_id",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    voter_directory_id: uuid.UUID
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.voter_directory_id = voter_directory_id
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> BeginQuorumEpochRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        if version >= 1:
+            self.voter_directory_id = r.uuid_()
+        else:
+            self.voter_directory_id = ZERO_UUID
+        self.leader_id, self.leader_epoch = r.fixed(_F_ii)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        if version >= 1:
+            w.uuid_(self.voter_directory_id)
+        w.buf += _pack_ii(self.leader_id, self.leader_epoch)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "BeginQuorumEpochRequest.PartitionData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.voter_directory_id == ZERO_UUID
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class BeginQuorumEpochRequest_LeaderEndpoint(Struct):
+    """A LeaderEndpoint of BeginQuorumEpochRequest (BeginQuorumEpochRequest.LeaderEndpoint)."""
+
+    __slots__ = (
+        "name",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> BeginQuorumEpochRequest.LeaderEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.name = r.compact_string()
+        else:
+            self.name = ""
+        if version >= 1:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 1:
+            self.port = r.uint16()
+        else:
+            self.port = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version("BeginQuorumEpochRequest.LeaderEndpoint", "name", version)
+        if version >= 1:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("BeginQuorumEpochRequest.LeaderEndpoint", "host", version)
+        if version >= 1:
+            w.uint16(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("BeginQuorumEpochRequest.LeaderEndpoint", "port", version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "BeginQuorumEpochRequest.LeaderEndpoint", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class BeginQuorumEpochRequest(Message):
@@ -23,209 +231,9 @@ class BeginQuorumEpochRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class TopicData(Struct):
-        """A TopicData of BeginQuorumEpochRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[BeginQuorumEpochRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[BeginQuorumEpochRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> BeginQuorumEpochRequest.TopicData:
-            self = _new(cls)
-            if version >= 1:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = r.string()
-            if version >= 1:
-                self.partitions = r.compact_array(
-                    BeginQuorumEpochRequest.PartitionData._read, version
-                )
-            else:
-                self.partitions = r.array(BeginQuorumEpochRequest.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.topic_name)
-            else:
-                w.string(self.topic_name)
-            if version >= 1:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "BeginQuorumEpochRequest.TopicData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of BeginQuorumEpochRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "voter_directory_id",
-            "leader_id",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        voter_directory_id: uuid.UUID
-        leader_id: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            voter_directory_id: uuid.UUID = ZERO_UUID,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.voter_directory_id = voter_directory_id
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> BeginQuorumEpochRequest.PartitionData:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            if version >= 1:
-                self.voter_directory_id = r.uuid_()
-            else:
-                self.voter_directory_id = ZERO_UUID
-            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            if version >= 1:
-                w.uuid_(self.voter_directory_id)
-            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "BeginQuorumEpochRequest.PartitionData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.voter_directory_id == ZERO_UUID
-                and self.leader_id == 0
-                and self.leader_epoch == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class LeaderEndpoint(Struct):
-        """A LeaderEndpoint of BeginQuorumEpochRequest."""
-
-        __slots__ = (
-            "name",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> BeginQuorumEpochRequest.LeaderEndpoint:
-            self = _new(cls)
-            if version >= 1:
-                self.name = r.compact_string()
-            else:
-                self.name = ""
-            if version >= 1:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 1:
-                self.port = r.uint16()
-            else:
-                self.port = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version("BeginQuorumEpochRequest.LeaderEndpoint", "name", version)
-            if version >= 1:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("BeginQuorumEpochRequest.LeaderEndpoint", "host", version)
-            if version >= 1:
-                w.uint16(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("BeginQuorumEpochRequest.LeaderEndpoint", "port", version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "BeginQuorumEpochRequest.LeaderEndpoint", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = BeginQuorumEpochRequest_TopicData
+    PartitionData: TypeAlias = BeginQuorumEpochRequest_PartitionData
+    LeaderEndpoint: TypeAlias = BeginQuorumEpochRequest_LeaderEndpoint
 
     __slots__ = (
         "cluster_id",
@@ -245,8 +253,8 @@ class BeginQuorumEpochRequest(Message):
         *,
         cluster_id: str | None = None,
         voter_id: int = -1,
-        topics: list[BeginQuorumEpochRequest.TopicData] = DEFAULT,
-        leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint] = DEFAULT,
+        topics: list[BeginQuorumEpochRequest.TopicData] | Default = DEFAULT,
+        leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -257,7 +265,8 @@ class BeginQuorumEpochRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> BeginQuorumEpochRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.cluster_id = r.compact_nullable_string()
         else:
@@ -267,12 +276,12 @@ class BeginQuorumEpochRequest(Message):
         else:
             self.voter_id = -1
         if version >= 1:
-            self.topics = r.compact_array(BeginQuorumEpochRequest.TopicData._read, version)
+            self.topics = r.compact_array(BeginQuorumEpochRequest_TopicData._read, version)
         else:
-            self.topics = r.array(BeginQuorumEpochRequest.TopicData._read, version)
+            self.topics = r.array(BeginQuorumEpochRequest_TopicData._read, version)
         if version >= 1:
             self.leader_endpoints = r.compact_array(
-                BeginQuorumEpochRequest.LeaderEndpoint._read, version
+                BeginQuorumEpochRequest_LeaderEndpoint._read, version
             )
         else:
             self.leader_endpoints = []
@@ -313,19 +322,25 @@ class BeginQuorumEpochRequest(Message):
         )
 
 
-BeginQuorumEpochRequest.TopicData.FIELDS = (
+nest(
+    BeginQuorumEpochRequest,
+    TopicData=BeginQuorumEpochRequest_TopicData,
+    PartitionData=BeginQuorumEpochRequest_PartitionData,
+    LeaderEndpoint=BeginQuorumEpochRequest_LeaderEndpoint,
+)
+BeginQuorumEpochRequest_TopicData.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
     Field(
-        "partitions", "[]PartitionData", (0, 32767), struct=BeginQuorumEpochRequest.PartitionData
+        "partitions", "[]PartitionData", (0, 32767), struct=BeginQuorumEpochRequest_PartitionData
     ),
 )
-BeginQuorumEpochRequest.PartitionData.FIELDS = (
+BeginQuorumEpochRequest_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("voter_directory_id", "uuid", (1, 32767), ignorable=True),
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
 )
-BeginQuorumEpochRequest.LeaderEndpoint.FIELDS = (
+BeginQuorumEpochRequest_LeaderEndpoint.FIELDS = (
     Field("name", "string", (1, 32767)),
     Field("host", "string", (1, 32767)),
     Field("port", "uint16", (1, 32767)),
@@ -333,15 +348,215 @@ BeginQuorumEpochRequest.LeaderEndpoint.FIELDS = (
 BeginQuorumEpochRequest.FIELDS = (
     Field("cluster_id", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("voter_id", "int32", (1, 32767), ignorable=True),
-    Field("topics", "[]TopicData", (0, 32767), struct=BeginQuorumEpochRequest.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=BeginQuorumEpochRequest_TopicData),
     Field(
         "leader_endpoints",
         "[]LeaderEndpoint",
         (1, 32767),
         ignorable=True,
-        struct=BeginQuorumEpochRequest.LeaderEndpoint,
+        struct=BeginQuorumEpochRequest_LeaderEndpoint,
     ),
 )
+
+
+class BeginQuorumEpochResponse_TopicData(Struct):
+    """A TopicData of BeginQuorumEpochResponse (BeginQuorumEpochResponse.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[BeginQuorumEpochResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[BeginQuorumEpochResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> BeginQuorumEpochResponse.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = r.string()
+        if version >= 1:
+            self.partitions = r.compact_array(BeginQuorumEpochResponse_PartitionData._read, version)
+        else:
+            self.partitions = r.array(BeginQuorumEpochResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.topic_name)
+        else:
+            w.string(self.topic_name)
+        if version >= 1:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "BeginQuorumEpochResponse.TopicData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class BeginQuorumEpochResponse_PartitionData(Struct):
+    """A PartitionData of BeginQuorumEpochResponse (BeginQuorumEpochResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "leader_id",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> BeginQuorumEpochResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(_F_ihii)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ihii(
+            self.partition_index, self.error_code, self.leader_id, self.leader_epoch
+        )
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "BeginQuorumEpochResponse.PartitionData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class BeginQuorumEpochResponse_NodeEndpoint(Struct):
+    """A NodeEndpoint of BeginQuorumEpochResponse (BeginQuorumEpochResponse.NodeEndpoint)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> BeginQuorumEpochResponse.NodeEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.node_id = r.int32()
+        else:
+            self.node_id = 0
+        if version >= 1:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 1:
+            self.port = r.uint16()
+        else:
+            self.port = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.int32(self.node_id)
+        else:
+            if self.node_id != 0:
+                raise not_in_version("BeginQuorumEpochResponse.NodeEndpoint", "node_id", version)
+        if version >= 1:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("BeginQuorumEpochResponse.NodeEndpoint", "host", version)
+        if version >= 1:
+            w.uint16(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("BeginQuorumEpochResponse.NodeEndpoint", "port", version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "BeginQuorumEpochResponse.NodeEndpoint", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class BeginQuorumEpochResponse(Message):
@@ -352,207 +567,9 @@ class BeginQuorumEpochResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class TopicData(Struct):
-        """A TopicData of BeginQuorumEpochResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[BeginQuorumEpochResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[BeginQuorumEpochResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> BeginQuorumEpochResponse.TopicData:
-            self = _new(cls)
-            if version >= 1:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = r.string()
-            if version >= 1:
-                self.partitions = r.compact_array(
-                    BeginQuorumEpochResponse.PartitionData._read, version
-                )
-            else:
-                self.partitions = r.array(BeginQuorumEpochResponse.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.topic_name)
-            else:
-                w.string(self.topic_name)
-            if version >= 1:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "BeginQuorumEpochResponse.TopicData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of BeginQuorumEpochResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "leader_id",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        leader_id: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> BeginQuorumEpochResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(
-                _F_ihii
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ihii.pack(
-                self.partition_index, self.error_code, self.leader_id, self.leader_epoch
-            )
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "BeginQuorumEpochResponse.PartitionData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.leader_id == 0
-                and self.leader_epoch == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class NodeEndpoint(Struct):
-        """A NodeEndpoint of BeginQuorumEpochResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> BeginQuorumEpochResponse.NodeEndpoint:
-            self = _new(cls)
-            if version >= 1:
-                self.node_id = r.int32()
-            else:
-                self.node_id = 0
-            if version >= 1:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 1:
-                self.port = r.uint16()
-            else:
-                self.port = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.int32(self.node_id)
-            else:
-                if self.node_id != 0:
-                    raise not_in_version(
-                        "BeginQuorumEpochResponse.NodeEndpoint", "node_id", version
-                    )
-            if version >= 1:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("BeginQuorumEpochResponse.NodeEndpoint", "host", version)
-            if version >= 1:
-                w.uint16(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("BeginQuorumEpochResponse.NodeEndpoint", "port", version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "BeginQuorumEpochResponse.NodeEndpoint", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = BeginQuorumEpochResponse_TopicData
+    PartitionData: TypeAlias = BeginQuorumEpochResponse_PartitionData
+    NodeEndpoint: TypeAlias = BeginQuorumEpochResponse_NodeEndpoint
 
     __slots__ = (
         "error_code",
@@ -569,8 +586,8 @@ class BeginQuorumEpochResponse(Message):
         self,
         *,
         error_code: int = 0,
-        topics: list[BeginQuorumEpochResponse.TopicData] = DEFAULT,
-        node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint] = DEFAULT,
+        topics: list[BeginQuorumEpochResponse.TopicData] | Default = DEFAULT,
+        node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -580,12 +597,13 @@ class BeginQuorumEpochResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> BeginQuorumEpochResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 1:
-            self.topics = r.compact_array(BeginQuorumEpochResponse.TopicData._read, version)
+            self.topics = r.compact_array(BeginQuorumEpochResponse_TopicData._read, version)
         else:
-            self.topics = r.array(BeginQuorumEpochResponse.TopicData._read, version)
+            self.topics = r.array(BeginQuorumEpochResponse_TopicData._read, version)
         self.node_endpoints = []
         if version >= 1:
             unknown = None
@@ -594,7 +612,7 @@ class BeginQuorumEpochResponse(Message):
                 end = r.pos + size
                 if tag == 0 and version >= 1:
                     self.node_endpoints = r.compact_array(
-                        BeginQuorumEpochResponse.NodeEndpoint._read, version
+                        BeginQuorumEpochResponse_NodeEndpoint._read, version
                     )
                     r.expect_end_of_tag(end)
                 else:
@@ -640,33 +658,39 @@ class BeginQuorumEpochResponse(Message):
         )
 
 
-BeginQuorumEpochResponse.TopicData.FIELDS = (
+nest(
+    BeginQuorumEpochResponse,
+    TopicData=BeginQuorumEpochResponse_TopicData,
+    PartitionData=BeginQuorumEpochResponse_PartitionData,
+    NodeEndpoint=BeginQuorumEpochResponse_NodeEndpoint,
+)
+BeginQuorumEpochResponse_TopicData.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
     Field(
-        "partitions", "[]PartitionData", (0, 32767), struct=BeginQuorumEpochResponse.PartitionData
+        "partitions", "[]PartitionData", (0, 32767), struct=BeginQuorumEpochResponse_PartitionData
     ),
 )
-BeginQuorumEpochResponse.PartitionData.FIELDS = (
+BeginQuorumEpochResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
 )
-BeginQuorumEpochResponse.NodeEndpoint.FIELDS = (
+BeginQuorumEpochResponse_NodeEndpoint.FIELDS = (
     Field("node_id", "int32", (1, 32767)),
     Field("host", "string", (1, 32767)),
     Field("port", "uint16", (1, 32767)),
 )
 BeginQuorumEpochResponse.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=BeginQuorumEpochResponse.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=BeginQuorumEpochResponse_TopicData),
     Field(
         "node_endpoints",
         "[]NodeEndpoint",
         (1, 32767),
         tagged_versions=(1, 32767),
         tag=0,
-        struct=BeginQuorumEpochResponse.NodeEndpoint,
+        struct=BeginQuorumEpochResponse_NodeEndpoint,
     ),
 )
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_uuid_item
-from protocol.schema import DEFAULT, Field, Message, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_iqq = struct.Struct(">iqq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_iqq: Final = struct.Struct(">iqq")
+_pack_iqq: Final = _F_iqq.pack
 
 
 class BrokerHeartbeatRequest(Message):
@@ -48,7 +50,7 @@ class BrokerHeartbeatRequest(Message):
         current_metadata_offset: int = 0,
         want_fence: bool = False,
         want_shut_down: bool = False,
-        offline_log_dirs: list[uuid.UUID] = DEFAULT,
+        offline_log_dirs: list[uuid.UUID] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -61,7 +63,8 @@ class BrokerHeartbeatRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> BrokerHeartbeatRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.broker_id, self.broker_epoch, self.current_metadata_offset = r.fixed(_F_iqq)
         self.want_fence = r.boolean()
         self.want_shut_down = r.boolean()
@@ -79,7 +82,7 @@ class BrokerHeartbeatRequest(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_iqq.pack(self.broker_id, self.broker_epoch, self.current_metadata_offset)
+        w.buf += _pack_iqq(self.broker_id, self.broker_epoch, self.current_metadata_offset)
         w.boolean(self.want_fence)
         w.boolean(self.want_shut_down)
         if version >= 1:
@@ -160,7 +163,8 @@ class BrokerHeartbeatResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> BrokerHeartbeatResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.is_caught_up = r.boolean()
         self.is_fenced = r.boolean()
@@ -169,7 +173,7 @@ class BrokerHeartbeatResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.boolean(self.is_caught_up)
         w.boolean(self.is_fenced)
         w.boolean(self.should_shut_down)

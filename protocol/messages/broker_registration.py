@@ -6,14 +6,124 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_uuid_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_Hh = struct.Struct(">Hh")
-_F_hh = struct.Struct(">hh")
-_F_ihq = struct.Struct(">ihq")
+_F_Hh: Final = struct.Struct(">Hh")
+_pack_Hh: Final = _F_Hh.pack
+_F_hh: Final = struct.Struct(">hh")
+_pack_hh: Final = _F_hh.pack
+_F_ihq: Final = struct.Struct(">ihq")
+_pack_ihq: Final = _F_ihq.pack
+
+
+class BrokerRegistrationRequest_Listener(Struct):
+    """A Listener of BrokerRegistrationRequest (BrokerRegistrationRequest.Listener)."""
+
+    __slots__ = (
+        "name",
+        "host",
+        "port",
+        "security_protocol",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    host: str
+    port: int
+    security_protocol: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        security_protocol: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.security_protocol = security_protocol
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> BrokerRegistrationRequest.Listener:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.host = r.compact_string()
+        self.port, self.security_protocol = r.fixed(_F_Hh)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.compact_string(self.host)
+        w.buf += _pack_Hh(self.port, self.security_protocol)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.host == ""
+            and self.port == 0
+            and self.security_protocol == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class BrokerRegistrationRequest_Feature(Struct):
+    """A Feature of BrokerRegistrationRequest (BrokerRegistrationRequest.Feature)."""
+
+    __slots__ = (
+        "name",
+        "min_supported_version",
+        "max_supported_version",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    min_supported_version: int
+    max_supported_version: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> BrokerRegistrationRequest.Feature:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.buf += _pack_hh(self.min_supported_version, self.max_supported_version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.min_supported_version == 0
+            and self.max_supported_version == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class BrokerRegistrationRequest(Message):
@@ -24,108 +134,8 @@ class BrokerRegistrationRequest(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 0
 
-    class Listener(Struct):
-        """A Listener of BrokerRegistrationRequest."""
-
-        __slots__ = (
-            "name",
-            "host",
-            "port",
-            "security_protocol",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        host: str
-        port: int
-        security_protocol: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            host: str = "",
-            port: int = 0,
-            security_protocol: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.host = host
-            self.port = port
-            self.security_protocol = security_protocol
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> BrokerRegistrationRequest.Listener:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.host = r.compact_string()
-            self.port, self.security_protocol = r.fixed(_F_Hh)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.compact_string(self.host)
-            w.buf += _F_Hh.pack(self.port, self.security_protocol)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.host == ""
-                and self.port == 0
-                and self.security_protocol == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class Feature(Struct):
-        """A Feature of BrokerRegistrationRequest."""
-
-        __slots__ = (
-            "name",
-            "min_supported_version",
-            "max_supported_version",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        min_supported_version: int
-        max_supported_version: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            min_supported_version: int = 0,
-            max_supported_version: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.min_supported_version = min_supported_version
-            self.max_supported_version = max_supported_version
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> BrokerRegistrationRequest.Feature:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.buf += _F_hh.pack(self.min_supported_version, self.max_supported_version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.min_supported_version == 0
-                and self.max_supported_version == 0
-                and not self.unknown_tagged_fields
-            )
+    Listener: TypeAlias = BrokerRegistrationRequest_Listener
+    Feature: TypeAlias = BrokerRegistrationRequest_Feature
 
     __slots__ = (
         "broker_id",
@@ -156,11 +166,11 @@ class BrokerRegistrationRequest(Message):
         broker_id: int = 0,
         cluster_id: str = "",
         incarnation_id: uuid.UUID = ZERO_UUID,
-        listeners: list[BrokerRegistrationRequest.Listener] = DEFAULT,
-        features: list[BrokerRegistrationRequest.Feature] = DEFAULT,
+        listeners: list[BrokerRegistrationRequest.Listener] | Default = DEFAULT,
+        features: list[BrokerRegistrationRequest.Feature] | Default = DEFAULT,
         rack: str | None = "",
         is_migrating_zk_broker: bool = False,
-        log_dirs: list[uuid.UUID] = DEFAULT,
+        log_dirs: list[uuid.UUID] | Default = DEFAULT,
         previous_broker_epoch: int = -1,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -177,12 +187,13 @@ class BrokerRegistrationRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> BrokerRegistrationRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.broker_id = r.int32()
         self.cluster_id = r.compact_string()
         self.incarnation_id = r.uuid_()
-        self.listeners = r.compact_array(BrokerRegistrationRequest.Listener._read, version)
-        self.features = r.compact_array(BrokerRegistrationRequest.Feature._read, version)
+        self.listeners = r.compact_array(BrokerRegistrationRequest_Listener._read, version)
+        self.features = r.compact_array(BrokerRegistrationRequest_Feature._read, version)
         self.rack = r.compact_nullable_string()
         if version >= 1:
             self.is_migrating_zk_broker = r.boolean()
@@ -238,13 +249,18 @@ class BrokerRegistrationRequest(Message):
         )
 
 
-BrokerRegistrationRequest.Listener.FIELDS = (
+nest(
+    BrokerRegistrationRequest,
+    Listener=BrokerRegistrationRequest_Listener,
+    Feature=BrokerRegistrationRequest_Feature,
+)
+BrokerRegistrationRequest_Listener.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "uint16", (0, 32767)),
     Field("security_protocol", "int16", (0, 32767)),
 )
-BrokerRegistrationRequest.Feature.FIELDS = (
+BrokerRegistrationRequest_Feature.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("min_supported_version", "int16", (0, 32767)),
     Field("max_supported_version", "int16", (0, 32767)),
@@ -253,8 +269,8 @@ BrokerRegistrationRequest.FIELDS = (
     Field("broker_id", "int32", (0, 32767)),
     Field("cluster_id", "string", (0, 32767)),
     Field("incarnation_id", "uuid", (0, 32767)),
-    Field("listeners", "[]Listener", (0, 32767), struct=BrokerRegistrationRequest.Listener),
-    Field("features", "[]Feature", (0, 32767), struct=BrokerRegistrationRequest.Feature),
+    Field("listeners", "[]Listener", (0, 32767), struct=BrokerRegistrationRequest_Listener),
+    Field("features", "[]Feature", (0, 32767), struct=BrokerRegistrationRequest_Feature),
     Field("rack", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("is_migrating_zk_broker", "bool", (1, 32767)),
     Field("log_dirs", "[]uuid", (2, 32767), ignorable=True),
@@ -296,13 +312,14 @@ class BrokerRegistrationResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> BrokerRegistrationResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code, self.broker_epoch = r.fixed(_F_ihq)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ihq.pack(self.throttle_time_ms, self.error_code, self.broker_epoch)
+        w.buf += _pack_ihq(self.throttle_time_ms, self.error_code, self.broker_epoch)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

@@ -4,10 +4,56 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class ConsumerProtocolAssignment_TopicPartition(Struct):
+    """A TopicPartition of ConsumerProtocolAssignment (ConsumerProtocolAssignment.TopicPartition)."""
+
+    __slots__ = (
+        "topic",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ConsumerProtocolAssignment.TopicPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.topic = r.string()
+        self.partitions = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.string(self.topic)
+        w.array_length(self.partitions, compact=False, nullable=False)
+        for partitions_item in self.partitions:
+            w.int32(partitions_item)
+        if self.unknown_tagged_fields:
+            raise not_in_version(
+                "ConsumerProtocolAssignment.TopicPartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
 
 
 class ConsumerProtocolAssignment(Message):
@@ -18,49 +64,7 @@ class ConsumerProtocolAssignment(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = None
 
-    class TopicPartition(Struct):
-        """A TopicPartition of ConsumerProtocolAssignment."""
-
-        __slots__ = (
-            "topic",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ConsumerProtocolAssignment.TopicPartition:
-            self = _new(cls)
-            self.topic = r.string()
-            self.partitions = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.string(self.topic)
-            w.array_length(self.partitions, compact=False, nullable=False)
-            for partitions_item in self.partitions:
-                w.int32(partitions_item)
-            if self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ConsumerProtocolAssignment.TopicPartition", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
+    TopicPartition: TypeAlias = ConsumerProtocolAssignment_TopicPartition
 
     __slots__ = (
         "assigned_partitions",
@@ -74,7 +78,7 @@ class ConsumerProtocolAssignment(Message):
     def __init__(
         self,
         *,
-        assigned_partitions: list[ConsumerProtocolAssignment.TopicPartition] = DEFAULT,
+        assigned_partitions: list[ConsumerProtocolAssignment.TopicPartition] | Default = DEFAULT,
         user_data: bytes | memoryview | None = None,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -84,8 +88,9 @@ class ConsumerProtocolAssignment(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerProtocolAssignment:
-        self = _new(cls)
-        self.assigned_partitions = r.array(ConsumerProtocolAssignment.TopicPartition._read, version)
+        new = cls.__new__
+        self = new(cls)
+        self.assigned_partitions = r.array(ConsumerProtocolAssignment_TopicPartition._read, version)
         self.user_data = r.nullable_view()
         self.unknown_tagged_fields = None
         return self
@@ -106,7 +111,8 @@ class ConsumerProtocolAssignment(Message):
         )
 
 
-ConsumerProtocolAssignment.TopicPartition.FIELDS = (
+nest(ConsumerProtocolAssignment, TopicPartition=ConsumerProtocolAssignment_TopicPartition)
+ConsumerProtocolAssignment_TopicPartition.FIELDS = (
     Field("topic", "string", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -115,7 +121,7 @@ ConsumerProtocolAssignment.FIELDS = (
         "assigned_partitions",
         "[]TopicPartition",
         (0, 32767),
-        struct=ConsumerProtocolAssignment.TopicPartition,
+        struct=ConsumerProtocolAssignment_TopicPartition,
     ),
     Field("user_data", "bytes", (0, 32767), nullable_versions=(0, 32767)),
 )

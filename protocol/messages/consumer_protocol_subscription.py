@@ -4,10 +4,74 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item, read_string_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item, read_string_item
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class ConsumerProtocolSubscription_TopicPartition(Struct):
+    """A TopicPartition of ConsumerProtocolSubscription (ConsumerProtocolSubscription.TopicPartition)."""
+
+    __slots__ = (
+        "topic",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ConsumerProtocolSubscription.TopicPartition:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.topic = r.string()
+        else:
+            self.topic = ""
+        if version >= 1:
+            self.partitions = r.array(read_int32_item, version)
+        else:
+            self.partitions = []
+        self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.string(self.topic)
+        else:
+            if self.topic != "":
+                raise not_in_version(
+                    "ConsumerProtocolSubscription.TopicPartition", "topic", version
+                )
+        if version >= 1:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        else:
+            if self.partitions != []:
+                raise not_in_version(
+                    "ConsumerProtocolSubscription.TopicPartition", "partitions", version
+                )
+        if self.unknown_tagged_fields:
+            raise not_in_version(
+                "ConsumerProtocolSubscription.TopicPartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
 
 
 class ConsumerProtocolSubscription(Message):
@@ -18,67 +82,7 @@ class ConsumerProtocolSubscription(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = None
 
-    class TopicPartition(Struct):
-        """A TopicPartition of ConsumerProtocolSubscription."""
-
-        __slots__ = (
-            "topic",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ConsumerProtocolSubscription.TopicPartition:
-            self = _new(cls)
-            if version >= 1:
-                self.topic = r.string()
-            else:
-                self.topic = ""
-            if version >= 1:
-                self.partitions = r.array(read_int32_item, version)
-            else:
-                self.partitions = []
-            self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.string(self.topic)
-            else:
-                if self.topic != "":
-                    raise not_in_version(
-                        "ConsumerProtocolSubscription.TopicPartition", "topic", version
-                    )
-            if version >= 1:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            else:
-                if self.partitions != []:
-                    raise not_in_version(
-                        "ConsumerProtocolSubscription.TopicPartition", "partitions", version
-                    )
-            if self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ConsumerProtocolSubscription.TopicPartition", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
+    TopicPartition: TypeAlias = ConsumerProtocolSubscription_TopicPartition
 
     __slots__ = (
         "topics",
@@ -98,9 +102,9 @@ class ConsumerProtocolSubscription(Message):
     def __init__(
         self,
         *,
-        topics: list[str] = DEFAULT,
+        topics: list[str] | Default = DEFAULT,
         user_data: bytes | memoryview | None = None,
-        owned_partitions: list[ConsumerProtocolSubscription.TopicPartition] = DEFAULT,
+        owned_partitions: list[ConsumerProtocolSubscription.TopicPartition] | Default = DEFAULT,
         generation_id: int = -1,
         rack_id: str | None = None,
         unknown_tagged_fields: UnknownTags | None = None,
@@ -114,12 +118,13 @@ class ConsumerProtocolSubscription(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerProtocolSubscription:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.topics = r.array(read_string_item, version)
         self.user_data = r.nullable_view()
         if version >= 1:
             self.owned_partitions = r.array(
-                ConsumerProtocolSubscription.TopicPartition._read, version
+                ConsumerProtocolSubscription_TopicPartition._read, version
             )
         else:
             self.owned_partitions = []
@@ -161,7 +166,8 @@ class ConsumerProtocolSubscription(Message):
         )
 
 
-ConsumerProtocolSubscription.TopicPartition.FIELDS = (
+nest(ConsumerProtocolSubscription, TopicPartition=ConsumerProtocolSubscription_TopicPartition)
+ConsumerProtocolSubscription_TopicPartition.FIELDS = (
     Field("topic", "string", (1, 32767)),
     Field("partitions", "[]int32", (1, 32767)),
 )
@@ -173,7 +179,7 @@ ConsumerProtocolSubscription.FIELDS = (
         "[]TopicPartition",
         (1, 32767),
         ignorable=True,
-        struct=ConsumerProtocolSubscription.TopicPartition,
+        struct=ConsumerProtocolSubscription_TopicPartition,
     ),
     Field("generation_id", "int32", (2, 32767), ignorable=True),
     Field("rack_id", "string", (3, 32767), nullable_versions=(3, 32767), ignorable=True),

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class ControlledShutdownRequest(Message):
@@ -40,7 +40,8 @@ class ControlledShutdownRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ControlledShutdownRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.broker_id = r.int32()
         if version >= 2:
             self.broker_epoch = r.int64()
@@ -68,6 +69,60 @@ ControlledShutdownRequest.FIELDS = (
 )
 
 
+class ControlledShutdownResponse_RemainingPartition(Struct):
+    """A RemainingPartition of ControlledShutdownResponse (ControlledShutdownResponse.RemainingPartition)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_index",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_index: int
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_index: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ControlledShutdownResponse.RemainingPartition:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = r.string()
+        self.partition_index = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.topic_name)
+        else:
+            w.string(self.topic_name)
+        w.int32(self.partition_index)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ControlledShutdownResponse.RemainingPartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == "" and self.partition_index == 0 and not self.unknown_tagged_fields
+        )
+
+
 class ControlledShutdownResponse(Message):
     """Kafka's ControlledShutdownResponse (response, v0-v3), from clients/ControlledShutdownResponse.json."""
 
@@ -76,61 +131,7 @@ class ControlledShutdownResponse(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 3
 
-    class RemainingPartition(Struct):
-        """A RemainingPartition of ControlledShutdownResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_index",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_index: int
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_index: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_index = partition_index
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ControlledShutdownResponse.RemainingPartition:
-            self = _new(cls)
-            if version >= 3:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = r.string()
-            self.partition_index = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.topic_name)
-            else:
-                w.string(self.topic_name)
-            w.int32(self.partition_index)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ControlledShutdownResponse.RemainingPartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_index == 0
-                and not self.unknown_tagged_fields
-            )
+    RemainingPartition: TypeAlias = ControlledShutdownResponse_RemainingPartition
 
     __slots__ = (
         "error_code",
@@ -145,7 +146,8 @@ class ControlledShutdownResponse(Message):
         self,
         *,
         error_code: int = 0,
-        remaining_partitions: list[ControlledShutdownResponse.RemainingPartition] = DEFAULT,
+        remaining_partitions: list[ControlledShutdownResponse.RemainingPartition]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -154,15 +156,16 @@ class ControlledShutdownResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ControlledShutdownResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 3:
             self.remaining_partitions = r.compact_array(
-                ControlledShutdownResponse.RemainingPartition._read, version
+                ControlledShutdownResponse_RemainingPartition._read, version
             )
         else:
             self.remaining_partitions = r.array(
-                ControlledShutdownResponse.RemainingPartition._read, version
+                ControlledShutdownResponse_RemainingPartition._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
         return self
@@ -190,7 +193,8 @@ class ControlledShutdownResponse(Message):
         )
 
 
-ControlledShutdownResponse.RemainingPartition.FIELDS = (
+nest(ControlledShutdownResponse, RemainingPartition=ControlledShutdownResponse_RemainingPartition)
+ControlledShutdownResponse_RemainingPartition.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
     Field("partition_index", "int32", (0, 32767)),
 )
@@ -200,7 +204,7 @@ ControlledShutdownResponse.FIELDS = (
         "remaining_partitions",
         "[]RemainingPartition",
         (0, 32767),
-        struct=ControlledShutdownResponse.RemainingPartition,
+        struct=ControlledShutdownResponse_RemainingPartition,
     ),
 )
 

@@ -6,14 +6,124 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_Hh = struct.Struct(">Hh")
-_F_hh = struct.Struct(">hh")
-_F_ih = struct.Struct(">ih")
+_F_Hh: Final = struct.Struct(">Hh")
+_pack_Hh: Final = _F_Hh.pack
+_F_hh: Final = struct.Struct(">hh")
+_pack_hh: Final = _F_hh.pack
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class ControllerRegistrationRequest_Listener(Struct):
+    """A Listener of ControllerRegistrationRequest (ControllerRegistrationRequest.Listener)."""
+
+    __slots__ = (
+        "name",
+        "host",
+        "port",
+        "security_protocol",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    host: str
+    port: int
+    security_protocol: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        security_protocol: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.security_protocol = security_protocol
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ControllerRegistrationRequest.Listener:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.host = r.compact_string()
+        self.port, self.security_protocol = r.fixed(_F_Hh)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.compact_string(self.host)
+        w.buf += _pack_Hh(self.port, self.security_protocol)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.host == ""
+            and self.port == 0
+            and self.security_protocol == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class ControllerRegistrationRequest_Feature(Struct):
+    """A Feature of ControllerRegistrationRequest (ControllerRegistrationRequest.Feature)."""
+
+    __slots__ = (
+        "name",
+        "min_supported_version",
+        "max_supported_version",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    min_supported_version: int
+    max_supported_version: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ControllerRegistrationRequest.Feature:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.buf += _pack_hh(self.min_supported_version, self.max_supported_version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.min_supported_version == 0
+            and self.max_supported_version == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class ControllerRegistrationRequest(Message):
@@ -24,108 +134,8 @@ class ControllerRegistrationRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class Listener(Struct):
-        """A Listener of ControllerRegistrationRequest."""
-
-        __slots__ = (
-            "name",
-            "host",
-            "port",
-            "security_protocol",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        host: str
-        port: int
-        security_protocol: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            host: str = "",
-            port: int = 0,
-            security_protocol: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.host = host
-            self.port = port
-            self.security_protocol = security_protocol
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ControllerRegistrationRequest.Listener:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.host = r.compact_string()
-            self.port, self.security_protocol = r.fixed(_F_Hh)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.compact_string(self.host)
-            w.buf += _F_Hh.pack(self.port, self.security_protocol)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.host == ""
-                and self.port == 0
-                and self.security_protocol == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class Feature(Struct):
-        """A Feature of ControllerRegistrationRequest."""
-
-        __slots__ = (
-            "name",
-            "min_supported_version",
-            "max_supported_version",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        min_supported_version: int
-        max_supported_version: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            min_supported_version: int = 0,
-            max_supported_version: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.min_supported_version = min_supported_version
-            self.max_supported_version = max_supported_version
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ControllerRegistrationRequest.Feature:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.buf += _F_hh.pack(self.min_supported_version, self.max_supported_version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.min_supported_version == 0
-                and self.max_supported_version == 0
-                and not self.unknown_tagged_fields
-            )
+    Listener: TypeAlias = ControllerRegistrationRequest_Listener
+    Feature: TypeAlias = ControllerRegistrationRequest_Feature
 
     __slots__ = (
         "controller_id",
@@ -148,8 +158,8 @@ class ControllerRegistrationRequest(Message):
         controller_id: int = 0,
         incarnation_id: uuid.UUID = ZERO_UUID,
         zk_migration_ready: bool = False,
-        listeners: list[ControllerRegistrationRequest.Listener] = DEFAULT,
-        features: list[ControllerRegistrationRequest.Feature] = DEFAULT,
+        listeners: list[ControllerRegistrationRequest.Listener] | Default = DEFAULT,
+        features: list[ControllerRegistrationRequest.Feature] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.controller_id = controller_id
@@ -161,12 +171,13 @@ class ControllerRegistrationRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ControllerRegistrationRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.controller_id = r.int32()
         self.incarnation_id = r.uuid_()
         self.zk_migration_ready = r.boolean()
-        self.listeners = r.compact_array(ControllerRegistrationRequest.Listener._read, version)
-        self.features = r.compact_array(ControllerRegistrationRequest.Feature._read, version)
+        self.listeners = r.compact_array(ControllerRegistrationRequest_Listener._read, version)
+        self.features = r.compact_array(ControllerRegistrationRequest_Feature._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -193,13 +204,18 @@ class ControllerRegistrationRequest(Message):
         )
 
 
-ControllerRegistrationRequest.Listener.FIELDS = (
+nest(
+    ControllerRegistrationRequest,
+    Listener=ControllerRegistrationRequest_Listener,
+    Feature=ControllerRegistrationRequest_Feature,
+)
+ControllerRegistrationRequest_Listener.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "uint16", (0, 32767)),
     Field("security_protocol", "int16", (0, 32767)),
 )
-ControllerRegistrationRequest.Feature.FIELDS = (
+ControllerRegistrationRequest_Feature.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("min_supported_version", "int16", (0, 32767)),
     Field("max_supported_version", "int16", (0, 32767)),
@@ -208,8 +224,8 @@ ControllerRegistrationRequest.FIELDS = (
     Field("controller_id", "int32", (0, 32767)),
     Field("incarnation_id", "uuid", (0, 32767)),
     Field("zk_migration_ready", "bool", (0, 32767)),
-    Field("listeners", "[]Listener", (0, 32767), struct=ControllerRegistrationRequest.Listener),
-    Field("features", "[]Feature", (0, 32767), struct=ControllerRegistrationRequest.Feature),
+    Field("listeners", "[]Listener", (0, 32767), struct=ControllerRegistrationRequest_Listener),
+    Field("features", "[]Feature", (0, 32767), struct=ControllerRegistrationRequest_Feature),
 )
 
 
@@ -247,14 +263,15 @@ class ControllerRegistrationResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ControllerRegistrationResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.no_tagged_fields(self.unknown_tagged_fields)
 

@@ -5,12 +5,121 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_bb = struct.Struct(">bb")
+_F_bb: Final = struct.Struct(">bb")
+_pack_bb: Final = _F_bb.pack
+
+
+class CreateAclsRequest_AclCreation(Struct):
+    """A AclCreation of CreateAclsRequest (CreateAclsRequest.AclCreation)."""
+
+    __slots__ = (
+        "resource_type",
+        "resource_name",
+        "resource_pattern_type",
+        "principal",
+        "host",
+        "operation",
+        "permission_type",
+        "unknown_tagged_fields",
+    )
+
+    resource_type: int
+    resource_name: str
+    resource_pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        *,
+        resource_type: int = 0,
+        resource_name: str = "",
+        resource_pattern_type: int = 3,
+        principal: str = "",
+        host: str = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.resource_pattern_type = resource_pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreateAclsRequest.AclCreation:
+        new = cls.__new__
+        self = new(cls)
+        self.resource_type = r.int8()
+        if version >= 2:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        if version >= 1:
+            self.resource_pattern_type = r.int8()
+        else:
+            self.resource_pattern_type = 3
+        if version >= 2:
+            self.principal = r.compact_string()
+        else:
+            self.principal = r.string()
+        if version >= 2:
+            self.host = r.compact_string()
+        else:
+            self.host = r.string()
+        self.operation, self.permission_type = r.fixed(_F_bb)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int8(self.resource_type)
+        if version >= 2:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 1:
+            w.int8(self.resource_pattern_type)
+        else:
+            if self.resource_pattern_type != 3:
+                raise not_in_version(
+                    "CreateAclsRequest.AclCreation", "resource_pattern_type", version
+                )
+        if version >= 2:
+            w.compact_string(self.principal)
+        else:
+            w.string(self.principal)
+        if version >= 2:
+            w.compact_string(self.host)
+        else:
+            w.string(self.host)
+        w.buf += _pack_bb(self.operation, self.permission_type)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("CreateAclsRequest.AclCreation", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.resource_type == 0
+            and self.resource_name == ""
+            and self.resource_pattern_type == 3
+            and self.principal == ""
+            and self.host == ""
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class CreateAclsRequest(Message):
@@ -21,113 +130,7 @@ class CreateAclsRequest(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class AclCreation(Struct):
-        """A AclCreation of CreateAclsRequest."""
-
-        __slots__ = (
-            "resource_type",
-            "resource_name",
-            "resource_pattern_type",
-            "principal",
-            "host",
-            "operation",
-            "permission_type",
-            "unknown_tagged_fields",
-        )
-
-        resource_type: int
-        resource_name: str
-        resource_pattern_type: int
-        principal: str
-        host: str
-        operation: int
-        permission_type: int
-
-        def __init__(
-            self,
-            *,
-            resource_type: int = 0,
-            resource_name: str = "",
-            resource_pattern_type: int = 3,
-            principal: str = "",
-            host: str = "",
-            operation: int = 0,
-            permission_type: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.resource_pattern_type = resource_pattern_type
-            self.principal = principal
-            self.host = host
-            self.operation = operation
-            self.permission_type = permission_type
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreateAclsRequest.AclCreation:
-            self = _new(cls)
-            self.resource_type = r.int8()
-            if version >= 2:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            if version >= 1:
-                self.resource_pattern_type = r.int8()
-            else:
-                self.resource_pattern_type = 3
-            if version >= 2:
-                self.principal = r.compact_string()
-            else:
-                self.principal = r.string()
-            if version >= 2:
-                self.host = r.compact_string()
-            else:
-                self.host = r.string()
-            self.operation, self.permission_type = r.fixed(_F_bb)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int8(self.resource_type)
-            if version >= 2:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 1:
-                w.int8(self.resource_pattern_type)
-            else:
-                if self.resource_pattern_type != 3:
-                    raise not_in_version(
-                        "CreateAclsRequest.AclCreation", "resource_pattern_type", version
-                    )
-            if version >= 2:
-                w.compact_string(self.principal)
-            else:
-                w.string(self.principal)
-            if version >= 2:
-                w.compact_string(self.host)
-            else:
-                w.string(self.host)
-            w.buf += _F_bb.pack(self.operation, self.permission_type)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreateAclsRequest.AclCreation", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.resource_type == 0
-                and self.resource_name == ""
-                and self.resource_pattern_type == 3
-                and self.principal == ""
-                and self.host == ""
-                and self.operation == 0
-                and self.permission_type == 0
-                and not self.unknown_tagged_fields
-            )
+    AclCreation: TypeAlias = CreateAclsRequest_AclCreation
 
     __slots__ = (
         "creations",
@@ -139,7 +142,7 @@ class CreateAclsRequest(Message):
     def __init__(
         self,
         *,
-        creations: list[CreateAclsRequest.AclCreation] = DEFAULT,
+        creations: list[CreateAclsRequest.AclCreation] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.creations = [] if creations is DEFAULT else creations
@@ -147,11 +150,12 @@ class CreateAclsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> CreateAclsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
-            self.creations = r.compact_array(CreateAclsRequest.AclCreation._read, version)
+            self.creations = r.compact_array(CreateAclsRequest_AclCreation._read, version)
         else:
-            self.creations = r.array(CreateAclsRequest.AclCreation._read, version)
+            self.creations = r.array(CreateAclsRequest_AclCreation._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -173,7 +177,8 @@ class CreateAclsRequest(Message):
         return self.creations == [] and not self.unknown_tagged_fields
 
 
-CreateAclsRequest.AclCreation.FIELDS = (
+nest(CreateAclsRequest, AclCreation=CreateAclsRequest_AclCreation)
+CreateAclsRequest_AclCreation.FIELDS = (
     Field("resource_type", "int8", (0, 32767)),
     Field("resource_name", "string", (0, 32767)),
     Field("resource_pattern_type", "int8", (1, 32767)),
@@ -183,8 +188,60 @@ CreateAclsRequest.AclCreation.FIELDS = (
     Field("permission_type", "int8", (0, 32767)),
 )
 CreateAclsRequest.FIELDS = (
-    Field("creations", "[]AclCreation", (0, 32767), struct=CreateAclsRequest.AclCreation),
+    Field("creations", "[]AclCreation", (0, 32767), struct=CreateAclsRequest_AclCreation),
 )
+
+
+class CreateAclsResponse_AclCreationResult(Struct):
+    """A AclCreationResult of CreateAclsResponse (CreateAclsResponse.AclCreationResult)."""
+
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreateAclsResponse.AclCreationResult:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 2:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 2:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreateAclsResponse.AclCreationResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.error_code == 0 and self.error_message == "" and not self.unknown_tagged_fields
 
 
 class CreateAclsResponse(Message):
@@ -195,57 +252,7 @@ class CreateAclsResponse(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class AclCreationResult(Struct):
-        """A AclCreationResult of CreateAclsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            error_message: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreateAclsResponse.AclCreationResult:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 2:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 2:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreateAclsResponse.AclCreationResult", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0 and self.error_message == "" and not self.unknown_tagged_fields
-            )
+    AclCreationResult: TypeAlias = CreateAclsResponse_AclCreationResult
 
     __slots__ = (
         "throttle_time_ms",
@@ -260,7 +267,7 @@ class CreateAclsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: list[CreateAclsResponse.AclCreationResult] = DEFAULT,
+        results: list[CreateAclsResponse.AclCreationResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -269,12 +276,13 @@ class CreateAclsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> CreateAclsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 2:
-            self.results = r.compact_array(CreateAclsResponse.AclCreationResult._read, version)
+            self.results = r.compact_array(CreateAclsResponse_AclCreationResult._read, version)
         else:
-            self.results = r.array(CreateAclsResponse.AclCreationResult._read, version)
+            self.results = r.array(CreateAclsResponse_AclCreationResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -297,14 +305,15 @@ class CreateAclsResponse(Message):
         return self.throttle_time_ms == 0 and self.results == [] and not self.unknown_tagged_fields
 
 
-CreateAclsResponse.AclCreationResult.FIELDS = (
+nest(CreateAclsResponse, AclCreationResult=CreateAclsResponse_AclCreationResult)
+CreateAclsResponse_AclCreationResult.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
 )
 CreateAclsResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (0, 32767)),
     Field(
-        "results", "[]AclCreationResult", (0, 32767), struct=CreateAclsResponse.AclCreationResult
+        "results", "[]AclCreationResult", (0, 32767), struct=CreateAclsResponse_AclCreationResult
     ),
 )
 

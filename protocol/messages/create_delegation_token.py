@@ -5,12 +5,75 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_qqq = struct.Struct(">qqq")
+_F_qqq: Final = struct.Struct(">qqq")
+_pack_qqq: Final = _F_qqq.pack
+
+
+class CreateDelegationTokenRequest_CreatableRenewers(Struct):
+    """A CreatableRenewers of CreateDelegationTokenRequest (CreateDelegationTokenRequest.CreatableRenewers)."""
+
+    __slots__ = (
+        "principal_type",
+        "principal_name",
+        "unknown_tagged_fields",
+    )
+
+    principal_type: str
+    principal_name: str
+
+    def __init__(
+        self,
+        *,
+        principal_type: str = "",
+        principal_name: str = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreateDelegationTokenRequest.CreatableRenewers:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.principal_type = r.compact_string()
+        else:
+            self.principal_type = r.string()
+        if version >= 2:
+            self.principal_name = r.compact_string()
+        else:
+            self.principal_name = r.string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.principal_type)
+        else:
+            w.string(self.principal_type)
+        if version >= 2:
+            w.compact_string(self.principal_name)
+        else:
+            w.string(self.principal_name)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreateDelegationTokenRequest.CreatableRenewers", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.principal_type == ""
+            and self.principal_name == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class CreateDelegationTokenRequest(Message):
@@ -21,67 +84,7 @@ class CreateDelegationTokenRequest(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class CreatableRenewers(Struct):
-        """A CreatableRenewers of CreateDelegationTokenRequest."""
-
-        __slots__ = (
-            "principal_type",
-            "principal_name",
-            "unknown_tagged_fields",
-        )
-
-        principal_type: str
-        principal_name: str
-
-        def __init__(
-            self,
-            *,
-            principal_type: str = "",
-            principal_name: str = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.principal_type = principal_type
-            self.principal_name = principal_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreateDelegationTokenRequest.CreatableRenewers:
-            self = _new(cls)
-            if version >= 2:
-                self.principal_type = r.compact_string()
-            else:
-                self.principal_type = r.string()
-            if version >= 2:
-                self.principal_name = r.compact_string()
-            else:
-                self.principal_name = r.string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.principal_type)
-            else:
-                w.string(self.principal_type)
-            if version >= 2:
-                w.compact_string(self.principal_name)
-            else:
-                w.string(self.principal_name)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreateDelegationTokenRequest.CreatableRenewers",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.principal_type == ""
-                and self.principal_name == ""
-                and not self.unknown_tagged_fields
-            )
+    CreatableRenewers: TypeAlias = CreateDelegationTokenRequest_CreatableRenewers
 
     __slots__ = (
         "owner_principal_type",
@@ -101,7 +104,7 @@ class CreateDelegationTokenRequest(Message):
         *,
         owner_principal_type: str | None = "",
         owner_principal_name: str | None = "",
-        renewers: list[CreateDelegationTokenRequest.CreatableRenewers] = DEFAULT,
+        renewers: list[CreateDelegationTokenRequest.CreatableRenewers] | Default = DEFAULT,
         max_lifetime_ms: int = 0,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -113,7 +116,8 @@ class CreateDelegationTokenRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> CreateDelegationTokenRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 3:
             self.owner_principal_type = r.compact_nullable_string()
         else:
@@ -124,10 +128,10 @@ class CreateDelegationTokenRequest(Message):
             self.owner_principal_name = ""
         if version >= 2:
             self.renewers = r.compact_array(
-                CreateDelegationTokenRequest.CreatableRenewers._read, version
+                CreateDelegationTokenRequest_CreatableRenewers._read, version
             )
         else:
-            self.renewers = r.array(CreateDelegationTokenRequest.CreatableRenewers._read, version)
+            self.renewers = r.array(CreateDelegationTokenRequest_CreatableRenewers._read, version)
         self.max_lifetime_ms = r.int64()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -171,7 +175,8 @@ class CreateDelegationTokenRequest(Message):
         )
 
 
-CreateDelegationTokenRequest.CreatableRenewers.FIELDS = (
+nest(CreateDelegationTokenRequest, CreatableRenewers=CreateDelegationTokenRequest_CreatableRenewers)
+CreateDelegationTokenRequest_CreatableRenewers.FIELDS = (
     Field("principal_type", "string", (0, 32767)),
     Field("principal_name", "string", (0, 32767)),
 )
@@ -182,7 +187,7 @@ CreateDelegationTokenRequest.FIELDS = (
         "renewers",
         "[]CreatableRenewers",
         (0, 32767),
-        struct=CreateDelegationTokenRequest.CreatableRenewers,
+        struct=CreateDelegationTokenRequest_CreatableRenewers,
     ),
     Field("max_lifetime_ms", "int64", (0, 32767)),
 )
@@ -254,7 +259,8 @@ class CreateDelegationTokenResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> CreateDelegationTokenResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 2:
             self.principal_type = r.compact_string()
@@ -309,9 +315,7 @@ class CreateDelegationTokenResponse(Message):
                 raise not_in_version(
                     "CreateDelegationTokenResponse", "token_requester_principal_name", version
                 )
-        w.buf += _F_qqq.pack(
-            self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms
-        )
+        w.buf += _pack_qqq(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
         if version >= 2:
             w.compact_string(self.token_id)
         else:

@@ -4,10 +4,143 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class CreatePartitionsRequest_CreatePartitionsTopic(Struct):
+    """A CreatePartitionsTopic of CreatePartitionsRequest (CreatePartitionsRequest.CreatePartitionsTopic)."""
+
+    __slots__ = (
+        "name",
+        "count",
+        "assignments",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    count: int
+    assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        count: int = 0,
+        assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment]
+        | None
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.count = count
+        self.assignments = [] if assignments is DEFAULT else assignments
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreatePartitionsRequest.CreatePartitionsTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        self.count = r.int32()
+        if version >= 2:
+            self.assignments = r.compact_nullable_array(
+                CreatePartitionsRequest_CreatePartitionsAssignment._read, version
+            )
+        else:
+            self.assignments = r.nullable_array(
+                CreatePartitionsRequest_CreatePartitionsAssignment._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        w.int32(self.count)
+        if version >= 2:
+            w.array_length(self.assignments, compact=True, nullable=True)
+            if self.assignments is not None:
+                for assignments_item in self.assignments:
+                    assignments_item._write(w, version)
+        else:
+            w.array_length(self.assignments, compact=False, nullable=True)
+            if self.assignments is not None:
+                for assignments_item in self.assignments:
+                    assignments_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreatePartitionsRequest.CreatePartitionsTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.count == 0
+            and self.assignments == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class CreatePartitionsRequest_CreatePartitionsAssignment(Struct):
+    """A CreatePartitionsAssignment of CreatePartitionsRequest (CreatePartitionsRequest.CreatePartitionsAssignment)."""
+
+    __slots__ = (
+        "broker_ids",
+        "unknown_tagged_fields",
+    )
+
+    broker_ids: list[int]
+
+    def __init__(
+        self,
+        *,
+        broker_ids: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.broker_ids = [] if broker_ids is DEFAULT else broker_ids
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreatePartitionsRequest.CreatePartitionsAssignment:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.broker_ids = r.compact_array(read_int32_item, version)
+        else:
+            self.broker_ids = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.array_length(self.broker_ids, compact=True, nullable=False)
+            for broker_ids_item in self.broker_ids:
+                w.int32(broker_ids_item)
+        else:
+            w.array_length(self.broker_ids, compact=False, nullable=False)
+            for broker_ids_item in self.broker_ids:
+                w.int32(broker_ids_item)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreatePartitionsRequest.CreatePartitionsAssignment",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.broker_ids == [] and not self.unknown_tagged_fields
 
 
 class CreatePartitionsRequest(Message):
@@ -18,136 +151,8 @@ class CreatePartitionsRequest(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class CreatePartitionsTopic(Struct):
-        """A CreatePartitionsTopic of CreatePartitionsRequest."""
-
-        __slots__ = (
-            "name",
-            "count",
-            "assignments",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        count: int
-        assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            count: int = 0,
-            assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.count = count
-            self.assignments = [] if assignments is DEFAULT else assignments
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreatePartitionsRequest.CreatePartitionsTopic:
-            self = _new(cls)
-            if version >= 2:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            self.count = r.int32()
-            if version >= 2:
-                self.assignments = r.compact_nullable_array(
-                    CreatePartitionsRequest.CreatePartitionsAssignment._read, version
-                )
-            else:
-                self.assignments = r.nullable_array(
-                    CreatePartitionsRequest.CreatePartitionsAssignment._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            w.int32(self.count)
-            if version >= 2:
-                w.array_length(self.assignments, compact=True, nullable=True)
-                if self.assignments is not None:
-                    for assignments_item in self.assignments:
-                        assignments_item._write(w, version)
-            else:
-                w.array_length(self.assignments, compact=False, nullable=True)
-                if self.assignments is not None:
-                    for assignments_item in self.assignments:
-                        assignments_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreatePartitionsRequest.CreatePartitionsTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.count == 0
-                and self.assignments == []
-                and not self.unknown_tagged_fields
-            )
-
-    class CreatePartitionsAssignment(Struct):
-        """A CreatePartitionsAssignment of CreatePartitionsRequest."""
-
-        __slots__ = (
-            "broker_ids",
-            "unknown_tagged_fields",
-        )
-
-        broker_ids: list[int]
-
-        def __init__(
-            self,
-            *,
-            broker_ids: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.broker_ids = [] if broker_ids is DEFAULT else broker_ids
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> CreatePartitionsRequest.CreatePartitionsAssignment:
-            self = _new(cls)
-            if version >= 2:
-                self.broker_ids = r.compact_array(read_int32_item, version)
-            else:
-                self.broker_ids = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.array_length(self.broker_ids, compact=True, nullable=False)
-                for broker_ids_item in self.broker_ids:
-                    w.int32(broker_ids_item)
-            else:
-                w.array_length(self.broker_ids, compact=False, nullable=False)
-                for broker_ids_item in self.broker_ids:
-                    w.int32(broker_ids_item)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreatePartitionsRequest.CreatePartitionsAssignment",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.broker_ids == [] and not self.unknown_tagged_fields
+    CreatePartitionsTopic: TypeAlias = CreatePartitionsRequest_CreatePartitionsTopic
+    CreatePartitionsAssignment: TypeAlias = CreatePartitionsRequest_CreatePartitionsAssignment
 
     __slots__ = (
         "topics",
@@ -163,7 +168,7 @@ class CreatePartitionsRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[CreatePartitionsRequest.CreatePartitionsTopic] = DEFAULT,
+        topics: list[CreatePartitionsRequest.CreatePartitionsTopic] | Default = DEFAULT,
         timeout_ms: int = 0,
         validate_only: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
@@ -175,13 +180,14 @@ class CreatePartitionsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> CreatePartitionsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.topics = r.compact_array(
-                CreatePartitionsRequest.CreatePartitionsTopic._read, version
+                CreatePartitionsRequest_CreatePartitionsTopic._read, version
             )
         else:
-            self.topics = r.array(CreatePartitionsRequest.CreatePartitionsTopic._read, version)
+            self.topics = r.array(CreatePartitionsRequest_CreatePartitionsTopic._read, version)
         self.timeout_ms = r.int32()
         self.validate_only = r.boolean()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
@@ -212,7 +218,12 @@ class CreatePartitionsRequest(Message):
         )
 
 
-CreatePartitionsRequest.CreatePartitionsTopic.FIELDS = (
+nest(
+    CreatePartitionsRequest,
+    CreatePartitionsTopic=CreatePartitionsRequest_CreatePartitionsTopic,
+    CreatePartitionsAssignment=CreatePartitionsRequest_CreatePartitionsAssignment,
+)
+CreatePartitionsRequest_CreatePartitionsTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("count", "int32", (0, 32767)),
     Field(
@@ -220,10 +231,10 @@ CreatePartitionsRequest.CreatePartitionsTopic.FIELDS = (
         "[]CreatePartitionsAssignment",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=CreatePartitionsRequest.CreatePartitionsAssignment,
+        struct=CreatePartitionsRequest_CreatePartitionsAssignment,
     ),
 )
-CreatePartitionsRequest.CreatePartitionsAssignment.FIELDS = (
+CreatePartitionsRequest_CreatePartitionsAssignment.FIELDS = (
     Field("broker_ids", "[]int32", (0, 32767)),
 )
 CreatePartitionsRequest.FIELDS = (
@@ -231,11 +242,82 @@ CreatePartitionsRequest.FIELDS = (
         "topics",
         "[]CreatePartitionsTopic",
         (0, 32767),
-        struct=CreatePartitionsRequest.CreatePartitionsTopic,
+        struct=CreatePartitionsRequest_CreatePartitionsTopic,
     ),
     Field("timeout_ms", "int32", (0, 32767)),
     Field("validate_only", "bool", (0, 32767)),
 )
+
+
+class CreatePartitionsResponse_CreatePartitionsTopicResult(Struct):
+    """A CreatePartitionsTopicResult of CreatePartitionsResponse (CreatePartitionsResponse.CreatePartitionsTopicResult)."""
+
+    __slots__ = (
+        "name",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        error_code: int = 0,
+        error_message: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreatePartitionsResponse.CreatePartitionsTopicResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        self.error_code = r.int16()
+        if version >= 2:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        w.int16(self.error_code)
+        if version >= 2:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreatePartitionsResponse.CreatePartitionsTopicResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class CreatePartitionsResponse(Message):
@@ -246,76 +328,7 @@ class CreatePartitionsResponse(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class CreatePartitionsTopicResult(Struct):
-        """A CreatePartitionsTopicResult of CreatePartitionsResponse."""
-
-        __slots__ = (
-            "name",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            error_code: int = 0,
-            error_message: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> CreatePartitionsResponse.CreatePartitionsTopicResult:
-            self = _new(cls)
-            if version >= 2:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            self.error_code = r.int16()
-            if version >= 2:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            w.int16(self.error_code)
-            if version >= 2:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreatePartitionsResponse.CreatePartitionsTopicResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.error_code == 0
-                and self.error_message is None
-                and not self.unknown_tagged_fields
-            )
+    CreatePartitionsTopicResult: TypeAlias = CreatePartitionsResponse_CreatePartitionsTopicResult
 
     __slots__ = (
         "throttle_time_ms",
@@ -330,7 +343,7 @@ class CreatePartitionsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = DEFAULT,
+        results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -339,15 +352,16 @@ class CreatePartitionsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> CreatePartitionsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 2:
             self.results = r.compact_array(
-                CreatePartitionsResponse.CreatePartitionsTopicResult._read, version
+                CreatePartitionsResponse_CreatePartitionsTopicResult._read, version
             )
         else:
             self.results = r.array(
-                CreatePartitionsResponse.CreatePartitionsTopicResult._read, version
+                CreatePartitionsResponse_CreatePartitionsTopicResult._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -371,7 +385,11 @@ class CreatePartitionsResponse(Message):
         return self.throttle_time_ms == 0 and self.results == [] and not self.unknown_tagged_fields
 
 
-CreatePartitionsResponse.CreatePartitionsTopicResult.FIELDS = (
+nest(
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult=CreatePartitionsResponse_CreatePartitionsTopicResult,
+)
+CreatePartitionsResponse_CreatePartitionsTopicResult.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -382,7 +400,7 @@ CreatePartitionsResponse.FIELDS = (
         "results",
         "[]CreatePartitionsTopicResult",
         (0, 32767),
-        struct=CreatePartitionsResponse.CreatePartitionsTopicResult,
+        struct=CreatePartitionsResponse_CreatePartitionsTopicResult,
     ),
 )
 

@@ -6,12 +6,228 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class CreateTopicsRequest_CreatableTopic(Struct):
+    """A CreatableTopic of CreateTopicsRequest (CreateTopicsRequest.CreatableTopic)."""
+
+    __slots__ = (
+        "name",
+        "num_partitions",
+        "replication_factor",
+        "assignments",
+        "configs",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignments: list[CreateTopicsRequest.CreatableReplicaAssignment]
+    configs: list[CreateTopicsRequest.CreatableTopicConfig]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        num_partitions: int = 0,
+        replication_factor: int = 0,
+        assignments: list[CreateTopicsRequest.CreatableReplicaAssignment] | Default = DEFAULT,
+        configs: list[CreateTopicsRequest.CreatableTopicConfig] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.assignments = [] if assignments is DEFAULT else assignments
+        self.configs = [] if configs is DEFAULT else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreateTopicsRequest.CreatableTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 5:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        self.num_partitions, self.replication_factor = r.fixed(_F_ih)
+        if version >= 5:
+            self.assignments = r.compact_array(
+                CreateTopicsRequest_CreatableReplicaAssignment._read, version
+            )
+        else:
+            self.assignments = r.array(
+                CreateTopicsRequest_CreatableReplicaAssignment._read, version
+            )
+        if version >= 5:
+            self.configs = r.compact_array(CreateTopicsRequest_CreatableTopicConfig._read, version)
+        else:
+            self.configs = r.array(CreateTopicsRequest_CreatableTopicConfig._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 5:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        w.buf += _pack_ih(self.num_partitions, self.replication_factor)
+        if version >= 5:
+            w.array_length(self.assignments, compact=True, nullable=False)
+            for assignments_item in self.assignments:
+                assignments_item._write(w, version)
+        else:
+            w.array_length(self.assignments, compact=False, nullable=False)
+            for assignments_item in self.assignments:
+                assignments_item._write(w, version)
+        if version >= 5:
+            w.array_length(self.configs, compact=True, nullable=False)
+            for configs_item in self.configs:
+                configs_item._write(w, version)
+        else:
+            w.array_length(self.configs, compact=False, nullable=False)
+            for configs_item in self.configs:
+                configs_item._write(w, version)
+        if version >= 5:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreateTopicsRequest.CreatableTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.num_partitions == 0
+            and self.replication_factor == 0
+            and self.assignments == []
+            and self.configs == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class CreateTopicsRequest_CreatableReplicaAssignment(Struct):
+    """A CreatableReplicaAssignment of CreateTopicsRequest (CreateTopicsRequest.CreatableReplicaAssignment)."""
+
+    __slots__ = (
+        "partition_index",
+        "broker_ids",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    broker_ids: list[int]
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        broker_ids: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.broker_ids = [] if broker_ids is DEFAULT else broker_ids
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreateTopicsRequest.CreatableReplicaAssignment:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        if version >= 5:
+            self.broker_ids = r.compact_array(read_int32_item, version)
+        else:
+            self.broker_ids = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        if version >= 5:
+            w.array_length(self.broker_ids, compact=True, nullable=False)
+            for broker_ids_item in self.broker_ids:
+                w.int32(broker_ids_item)
+        else:
+            w.array_length(self.broker_ids, compact=False, nullable=False)
+            for broker_ids_item in self.broker_ids:
+                w.int32(broker_ids_item)
+        if version >= 5:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreateTopicsRequest.CreatableReplicaAssignment", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0 and self.broker_ids == [] and not self.unknown_tagged_fields
+        )
+
+
+class CreateTopicsRequest_CreatableTopicConfig(Struct):
+    """A CreatableTopicConfig of CreateTopicsRequest (CreateTopicsRequest.CreatableTopicConfig)."""
+
+    __slots__ = (
+        "name",
+        "value",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    value: str | None
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        value: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreateTopicsRequest.CreatableTopicConfig:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 5:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 5:
+            self.value = r.compact_nullable_string()
+        else:
+            self.value = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 5:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 5:
+            w.compact_nullable_string(self.value)
+        else:
+            w.nullable_string(self.value)
+        if version >= 5:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreateTopicsRequest.CreatableTopicConfig", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.value == "" and not self.unknown_tagged_fields
 
 
 class CreateTopicsRequest(Message):
@@ -22,220 +238,9 @@ class CreateTopicsRequest(Message):
     MAX_VERSION = 7
     FLEXIBLE_MIN = 5
 
-    class CreatableTopic(Struct):
-        """A CreatableTopic of CreateTopicsRequest."""
-
-        __slots__ = (
-            "name",
-            "num_partitions",
-            "replication_factor",
-            "assignments",
-            "configs",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        num_partitions: int
-        replication_factor: int
-        assignments: list[CreateTopicsRequest.CreatableReplicaAssignment]
-        configs: list[CreateTopicsRequest.CreatableTopicConfig]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            num_partitions: int = 0,
-            replication_factor: int = 0,
-            assignments: list[CreateTopicsRequest.CreatableReplicaAssignment] = DEFAULT,
-            configs: list[CreateTopicsRequest.CreatableTopicConfig] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.num_partitions = num_partitions
-            self.replication_factor = replication_factor
-            self.assignments = [] if assignments is DEFAULT else assignments
-            self.configs = [] if configs is DEFAULT else configs
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreateTopicsRequest.CreatableTopic:
-            self = _new(cls)
-            if version >= 5:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            self.num_partitions, self.replication_factor = r.fixed(_F_ih)
-            if version >= 5:
-                self.assignments = r.compact_array(
-                    CreateTopicsRequest.CreatableReplicaAssignment._read, version
-                )
-            else:
-                self.assignments = r.array(
-                    CreateTopicsRequest.CreatableReplicaAssignment._read, version
-                )
-            if version >= 5:
-                self.configs = r.compact_array(
-                    CreateTopicsRequest.CreatableTopicConfig._read, version
-                )
-            else:
-                self.configs = r.array(CreateTopicsRequest.CreatableTopicConfig._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 5:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            w.buf += _F_ih.pack(self.num_partitions, self.replication_factor)
-            if version >= 5:
-                w.array_length(self.assignments, compact=True, nullable=False)
-                for assignments_item in self.assignments:
-                    assignments_item._write(w, version)
-            else:
-                w.array_length(self.assignments, compact=False, nullable=False)
-                for assignments_item in self.assignments:
-                    assignments_item._write(w, version)
-            if version >= 5:
-                w.array_length(self.configs, compact=True, nullable=False)
-                for configs_item in self.configs:
-                    configs_item._write(w, version)
-            else:
-                w.array_length(self.configs, compact=False, nullable=False)
-                for configs_item in self.configs:
-                    configs_item._write(w, version)
-            if version >= 5:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreateTopicsRequest.CreatableTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.num_partitions == 0
-                and self.replication_factor == 0
-                and self.assignments == []
-                and self.configs == []
-                and not self.unknown_tagged_fields
-            )
-
-    class CreatableReplicaAssignment(Struct):
-        """A CreatableReplicaAssignment of CreateTopicsRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "broker_ids",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        broker_ids: list[int]
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            broker_ids: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.broker_ids = [] if broker_ids is DEFAULT else broker_ids
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreateTopicsRequest.CreatableReplicaAssignment:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            if version >= 5:
-                self.broker_ids = r.compact_array(read_int32_item, version)
-            else:
-                self.broker_ids = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            if version >= 5:
-                w.array_length(self.broker_ids, compact=True, nullable=False)
-                for broker_ids_item in self.broker_ids:
-                    w.int32(broker_ids_item)
-            else:
-                w.array_length(self.broker_ids, compact=False, nullable=False)
-                for broker_ids_item in self.broker_ids:
-                    w.int32(broker_ids_item)
-            if version >= 5:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreateTopicsRequest.CreatableReplicaAssignment",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.broker_ids == []
-                and not self.unknown_tagged_fields
-            )
-
-    class CreatableTopicConfig(Struct):
-        """A CreatableTopicConfig of CreateTopicsRequest."""
-
-        __slots__ = (
-            "name",
-            "value",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        value: str | None
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            value: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.value = value
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreateTopicsRequest.CreatableTopicConfig:
-            self = _new(cls)
-            if version >= 5:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 5:
-                self.value = r.compact_nullable_string()
-            else:
-                self.value = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 5:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 5:
-                w.compact_nullable_string(self.value)
-            else:
-                w.nullable_string(self.value)
-            if version >= 5:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreateTopicsRequest.CreatableTopicConfig", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.value == "" and not self.unknown_tagged_fields
+    CreatableTopic: TypeAlias = CreateTopicsRequest_CreatableTopic
+    CreatableReplicaAssignment: TypeAlias = CreateTopicsRequest_CreatableReplicaAssignment
+    CreatableTopicConfig: TypeAlias = CreateTopicsRequest_CreatableTopicConfig
 
     __slots__ = (
         "topics",
@@ -251,7 +256,7 @@ class CreateTopicsRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[CreateTopicsRequest.CreatableTopic] = DEFAULT,
+        topics: list[CreateTopicsRequest.CreatableTopic] | Default = DEFAULT,
         timeout_ms: int = 60000,
         validate_only: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
@@ -263,11 +268,12 @@ class CreateTopicsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> CreateTopicsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 5:
-            self.topics = r.compact_array(CreateTopicsRequest.CreatableTopic._read, version)
+            self.topics = r.compact_array(CreateTopicsRequest_CreatableTopic._read, version)
         else:
-            self.topics = r.array(CreateTopicsRequest.CreatableTopic._read, version)
+            self.topics = r.array(CreateTopicsRequest_CreatableTopic._read, version)
         self.timeout_ms = r.int32()
         if version >= 1:
             self.validate_only = r.boolean()
@@ -305,7 +311,13 @@ class CreateTopicsRequest(Message):
         )
 
 
-CreateTopicsRequest.CreatableTopic.FIELDS = (
+nest(
+    CreateTopicsRequest,
+    CreatableTopic=CreateTopicsRequest_CreatableTopic,
+    CreatableReplicaAssignment=CreateTopicsRequest_CreatableReplicaAssignment,
+    CreatableTopicConfig=CreateTopicsRequest_CreatableTopicConfig,
+)
+CreateTopicsRequest_CreatableTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("num_partitions", "int32", (0, 32767)),
     Field("replication_factor", "int16", (0, 32767)),
@@ -313,28 +325,278 @@ CreateTopicsRequest.CreatableTopic.FIELDS = (
         "assignments",
         "[]CreatableReplicaAssignment",
         (0, 32767),
-        struct=CreateTopicsRequest.CreatableReplicaAssignment,
+        struct=CreateTopicsRequest_CreatableReplicaAssignment,
     ),
     Field(
         "configs",
         "[]CreatableTopicConfig",
         (0, 32767),
-        struct=CreateTopicsRequest.CreatableTopicConfig,
+        struct=CreateTopicsRequest_CreatableTopicConfig,
     ),
 )
-CreateTopicsRequest.CreatableReplicaAssignment.FIELDS = (
+CreateTopicsRequest_CreatableReplicaAssignment.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("broker_ids", "[]int32", (0, 32767)),
 )
-CreateTopicsRequest.CreatableTopicConfig.FIELDS = (
+CreateTopicsRequest_CreatableTopicConfig.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("value", "string", (0, 32767), nullable_versions=(0, 32767)),
 )
 CreateTopicsRequest.FIELDS = (
-    Field("topics", "[]CreatableTopic", (0, 32767), struct=CreateTopicsRequest.CreatableTopic),
+    Field("topics", "[]CreatableTopic", (0, 32767), struct=CreateTopicsRequest_CreatableTopic),
     Field("timeout_ms", "int32", (0, 32767)),
     Field("validate_only", "bool", (1, 32767)),
 )
+
+
+class CreateTopicsResponse_CreatableTopicResult(Struct):
+    """A CreatableTopicResult of CreateTopicsResponse (CreateTopicsResponse.CreatableTopicResult)."""
+
+    __slots__ = (
+        "name",
+        "topic_id",
+        "error_code",
+        "error_message",
+        "topic_config_error_code",
+        "num_partitions",
+        "replication_factor",
+        "configs",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    topic_id: uuid.UUID
+    error_code: int
+    error_message: str | None
+    topic_config_error_code: int
+    num_partitions: int
+    replication_factor: int
+    configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topic_config_error_code: int = 0,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topic_config_error_code = topic_config_error_code
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.configs = [] if configs is DEFAULT else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreateTopicsResponse.CreatableTopicResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 5:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 7:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        self.error_code = r.int16()
+        if version >= 5:
+            self.error_message = r.compact_nullable_string()
+        elif version >= 1:
+            self.error_message = r.nullable_string()
+        else:
+            self.error_message = ""
+        self.topic_config_error_code = 0
+        if version >= 5:
+            self.num_partitions = r.int32()
+        else:
+            self.num_partitions = -1
+        if version >= 5:
+            self.replication_factor = r.int16()
+        else:
+            self.replication_factor = -1
+        if version >= 5:
+            self.configs = r.compact_nullable_array(
+                CreateTopicsResponse_CreatableTopicConfigs._read, version
+            )
+        else:
+            self.configs = []
+        if version >= 5:
+            unknown = None
+            for _ in range(r.tag_count()):
+                tag, size = r.tag_header()
+                end = r.pos + size
+                if tag == 0 and version >= 5:
+                    self.topic_config_error_code = r.int16()
+                    r.expect_end_of_tag(end)
+                else:
+                    unknown = r.skip_unknown_tag(tag, size, unknown)
+            self.unknown_tagged_fields = unknown
+        else:
+            self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 5:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 7:
+            w.uuid_(self.topic_id)
+        w.int16(self.error_code)
+        if version >= 5:
+            w.compact_nullable_string(self.error_message)
+        elif version >= 1:
+            w.nullable_string(self.error_message)
+        if version >= 5:
+            w.int32(self.num_partitions)
+        if version >= 5:
+            w.int16(self.replication_factor)
+        if version >= 5:
+            w.array_length(self.configs, compact=True, nullable=True)
+            if self.configs is not None:
+                for configs_item in self.configs:
+                    configs_item._write(w, version)
+        if version >= 5:
+            tagged: list[tuple[int, bytes]] = []
+            if version >= 5 and (self.topic_config_error_code != 0):
+                t = Writer()
+                t.int16(self.topic_config_error_code)
+                tagged.append((0, t.getvalue()))
+            w.tagged_fields(tagged, self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreateTopicsResponse.CreatableTopicResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.topic_id == ZERO_UUID
+            and self.error_code == 0
+            and self.error_message == ""
+            and self.topic_config_error_code == 0
+            and self.num_partitions == -1
+            and self.replication_factor == -1
+            and self.configs == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class CreateTopicsResponse_CreatableTopicConfigs(Struct):
+    """A CreatableTopicConfigs of CreateTopicsResponse (CreateTopicsResponse.CreatableTopicConfigs)."""
+
+    __slots__ = (
+        "name",
+        "value",
+        "read_only",
+        "config_source",
+        "is_sensitive",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: int
+    is_sensitive: bool
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        value: str | None = "",
+        read_only: bool = False,
+        config_source: int = -1,
+        is_sensitive: bool = False,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> CreateTopicsResponse.CreatableTopicConfigs:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 5:
+            self.name = r.compact_string()
+        else:
+            self.name = ""
+        if version >= 5:
+            self.value = r.compact_nullable_string()
+        else:
+            self.value = ""
+        if version >= 5:
+            self.read_only = r.boolean()
+        else:
+            self.read_only = False
+        if version >= 5:
+            self.config_source = r.int8()
+        else:
+            self.config_source = -1
+        if version >= 5:
+            self.is_sensitive = r.boolean()
+        else:
+            self.is_sensitive = False
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 5:
+            w.compact_string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version("CreateTopicsResponse.CreatableTopicConfigs", "name", version)
+        if version >= 5:
+            w.compact_nullable_string(self.value)
+        else:
+            if self.value != "":
+                raise not_in_version("CreateTopicsResponse.CreatableTopicConfigs", "value", version)
+        if version >= 5:
+            w.boolean(self.read_only)
+        else:
+            if self.read_only:
+                raise not_in_version(
+                    "CreateTopicsResponse.CreatableTopicConfigs", "read_only", version
+                )
+        if version >= 5:
+            w.int8(self.config_source)
+        if version >= 5:
+            w.boolean(self.is_sensitive)
+        else:
+            if self.is_sensitive:
+                raise not_in_version(
+                    "CreateTopicsResponse.CreatableTopicConfigs", "is_sensitive", version
+                )
+        if version >= 5:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "CreateTopicsResponse.CreatableTopicConfigs", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.value == ""
+            and not self.read_only
+            and self.config_source == -1
+            and not self.is_sensitive
+            and not self.unknown_tagged_fields
+        )
 
 
 class CreateTopicsResponse(Message):
@@ -345,255 +607,8 @@ class CreateTopicsResponse(Message):
     MAX_VERSION = 7
     FLEXIBLE_MIN = 5
 
-    class CreatableTopicResult(Struct):
-        """A CreatableTopicResult of CreateTopicsResponse."""
-
-        __slots__ = (
-            "name",
-            "topic_id",
-            "error_code",
-            "error_message",
-            "topic_config_error_code",
-            "num_partitions",
-            "replication_factor",
-            "configs",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        topic_id: uuid.UUID
-        error_code: int
-        error_message: str | None
-        topic_config_error_code: int
-        num_partitions: int
-        replication_factor: int
-        configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            error_code: int = 0,
-            error_message: str | None = "",
-            topic_config_error_code: int = 0,
-            num_partitions: int = -1,
-            replication_factor: int = -1,
-            configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.topic_id = topic_id
-            self.error_code = error_code
-            self.error_message = error_message
-            self.topic_config_error_code = topic_config_error_code
-            self.num_partitions = num_partitions
-            self.replication_factor = replication_factor
-            self.configs = [] if configs is DEFAULT else configs
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreateTopicsResponse.CreatableTopicResult:
-            self = _new(cls)
-            if version >= 5:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 7:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            self.error_code = r.int16()
-            if version >= 5:
-                self.error_message = r.compact_nullable_string()
-            elif version >= 1:
-                self.error_message = r.nullable_string()
-            else:
-                self.error_message = ""
-            self.topic_config_error_code = 0
-            if version >= 5:
-                self.num_partitions = r.int32()
-            else:
-                self.num_partitions = -1
-            if version >= 5:
-                self.replication_factor = r.int16()
-            else:
-                self.replication_factor = -1
-            if version >= 5:
-                self.configs = r.compact_nullable_array(
-                    CreateTopicsResponse.CreatableTopicConfigs._read, version
-                )
-            else:
-                self.configs = []
-            if version >= 5:
-                unknown = None
-                for _ in range(r.tag_count()):
-                    tag, size = r.tag_header()
-                    end = r.pos + size
-                    if tag == 0 and version >= 5:
-                        self.topic_config_error_code = r.int16()
-                        r.expect_end_of_tag(end)
-                    else:
-                        unknown = r.skip_unknown_tag(tag, size, unknown)
-                self.unknown_tagged_fields = unknown
-            else:
-                self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 5:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 7:
-                w.uuid_(self.topic_id)
-            w.int16(self.error_code)
-            if version >= 5:
-                w.compact_nullable_string(self.error_message)
-            elif version >= 1:
-                w.nullable_string(self.error_message)
-            if version >= 5:
-                w.int32(self.num_partitions)
-            if version >= 5:
-                w.int16(self.replication_factor)
-            if version >= 5:
-                w.array_length(self.configs, compact=True, nullable=True)
-                if self.configs is not None:
-                    for configs_item in self.configs:
-                        configs_item._write(w, version)
-            if version >= 5:
-                tagged: list[tuple[int, bytes]] = []
-                if version >= 5 and (self.topic_config_error_code != 0):
-                    t = Writer()
-                    t.int16(self.topic_config_error_code)
-                    tagged.append((0, t.getvalue()))
-                w.tagged_fields(tagged, self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreateTopicsResponse.CreatableTopicResult", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.topic_id == ZERO_UUID
-                and self.error_code == 0
-                and self.error_message == ""
-                and self.topic_config_error_code == 0
-                and self.num_partitions == -1
-                and self.replication_factor == -1
-                and self.configs == []
-                and not self.unknown_tagged_fields
-            )
-
-    class CreatableTopicConfigs(Struct):
-        """A CreatableTopicConfigs of CreateTopicsResponse."""
-
-        __slots__ = (
-            "name",
-            "value",
-            "read_only",
-            "config_source",
-            "is_sensitive",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        value: str | None
-        read_only: bool
-        config_source: int
-        is_sensitive: bool
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            value: str | None = "",
-            read_only: bool = False,
-            config_source: int = -1,
-            is_sensitive: bool = False,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.value = value
-            self.read_only = read_only
-            self.config_source = config_source
-            self.is_sensitive = is_sensitive
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> CreateTopicsResponse.CreatableTopicConfigs:
-            self = _new(cls)
-            if version >= 5:
-                self.name = r.compact_string()
-            else:
-                self.name = ""
-            if version >= 5:
-                self.value = r.compact_nullable_string()
-            else:
-                self.value = ""
-            if version >= 5:
-                self.read_only = r.boolean()
-            else:
-                self.read_only = False
-            if version >= 5:
-                self.config_source = r.int8()
-            else:
-                self.config_source = -1
-            if version >= 5:
-                self.is_sensitive = r.boolean()
-            else:
-                self.is_sensitive = False
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 5:
-                w.compact_string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version(
-                        "CreateTopicsResponse.CreatableTopicConfigs", "name", version
-                    )
-            if version >= 5:
-                w.compact_nullable_string(self.value)
-            else:
-                if self.value != "":
-                    raise not_in_version(
-                        "CreateTopicsResponse.CreatableTopicConfigs", "value", version
-                    )
-            if version >= 5:
-                w.boolean(self.read_only)
-            else:
-                if self.read_only:
-                    raise not_in_version(
-                        "CreateTopicsResponse.CreatableTopicConfigs", "read_only", version
-                    )
-            if version >= 5:
-                w.int8(self.config_source)
-            if version >= 5:
-                w.boolean(self.is_sensitive)
-            else:
-                if self.is_sensitive:
-                    raise not_in_version(
-                        "CreateTopicsResponse.CreatableTopicConfigs", "is_sensitive", version
-                    )
-            if version >= 5:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "CreateTopicsResponse.CreatableTopicConfigs", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.value == ""
-                and not self.read_only
-                and self.config_source == -1
-                and not self.is_sensitive
-                and not self.unknown_tagged_fields
-            )
+    CreatableTopicResult: TypeAlias = CreateTopicsResponse_CreatableTopicResult
+    CreatableTopicConfigs: TypeAlias = CreateTopicsResponse_CreatableTopicConfigs
 
     __slots__ = (
         "throttle_time_ms",
@@ -608,7 +623,7 @@ class CreateTopicsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[CreateTopicsResponse.CreatableTopicResult] = DEFAULT,
+        topics: list[CreateTopicsResponse.CreatableTopicResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -617,15 +632,16 @@ class CreateTopicsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> CreateTopicsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         if version >= 5:
-            self.topics = r.compact_array(CreateTopicsResponse.CreatableTopicResult._read, version)
+            self.topics = r.compact_array(CreateTopicsResponse_CreatableTopicResult._read, version)
         else:
-            self.topics = r.array(CreateTopicsResponse.CreatableTopicResult._read, version)
+            self.topics = r.array(CreateTopicsResponse_CreatableTopicResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
         return self
 
@@ -649,7 +665,12 @@ class CreateTopicsResponse(Message):
         return self.throttle_time_ms == 0 and self.topics == [] and not self.unknown_tagged_fields
 
 
-CreateTopicsResponse.CreatableTopicResult.FIELDS = (
+nest(
+    CreateTopicsResponse,
+    CreatableTopicResult=CreateTopicsResponse_CreatableTopicResult,
+    CreatableTopicConfigs=CreateTopicsResponse_CreatableTopicConfigs,
+)
+CreateTopicsResponse_CreatableTopicResult.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("topic_id", "uuid", (7, 32767), ignorable=True),
     Field("error_code", "int16", (0, 32767)),
@@ -670,10 +691,10 @@ CreateTopicsResponse.CreatableTopicResult.FIELDS = (
         (5, 32767),
         nullable_versions=(5, 32767),
         ignorable=True,
-        struct=CreateTopicsResponse.CreatableTopicConfigs,
+        struct=CreateTopicsResponse_CreatableTopicConfigs,
     ),
 )
-CreateTopicsResponse.CreatableTopicConfigs.FIELDS = (
+CreateTopicsResponse_CreatableTopicConfigs.FIELDS = (
     Field("name", "string", (5, 32767)),
     Field("value", "string", (5, 32767), nullable_versions=(5, 32767)),
     Field("read_only", "bool", (5, 32767)),
@@ -686,7 +707,7 @@ CreateTopicsResponse.FIELDS = (
         "topics",
         "[]CreatableTopicResult",
         (0, 32767),
-        struct=CreateTopicsResponse.CreatableTopicResult,
+        struct=CreateTopicsResponse_CreatableTopicResult,
     ),
 )
 

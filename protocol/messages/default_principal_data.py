@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-
 
 class DefaultPrincipalData(Message):
     """Kafka's DefaultPrincipalData (data, v0-v0), from clients/DefaultPrincipalData.json."""
@@ -44,7 +42,8 @@ class DefaultPrincipalData(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DefaultPrincipalData:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.type = r.compact_string()
         self.name = r.compact_string()
         self.token_authenticated = r.boolean()

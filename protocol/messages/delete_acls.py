@@ -5,12 +5,123 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_bb = struct.Struct(">bb")
+_F_bb: Final = struct.Struct(">bb")
+_pack_bb: Final = _F_bb.pack
+
+
+class DeleteAclsRequest_DeleteAclsFilter(Struct):
+    """A DeleteAclsFilter of DeleteAclsRequest (DeleteAclsRequest.DeleteAclsFilter)."""
+
+    __slots__ = (
+        "resource_type_filter",
+        "resource_name_filter",
+        "pattern_type_filter",
+        "principal_filter",
+        "host_filter",
+        "operation",
+        "permission_type",
+        "unknown_tagged_fields",
+    )
+
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        *,
+        resource_type_filter: int = 0,
+        resource_name_filter: str | None = "",
+        pattern_type_filter: int = 3,
+        principal_filter: str | None = "",
+        host_filter: str | None = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteAclsRequest.DeleteAclsFilter:
+        new = cls.__new__
+        self = new(cls)
+        self.resource_type_filter = r.int8()
+        if version >= 2:
+            self.resource_name_filter = r.compact_nullable_string()
+        else:
+            self.resource_name_filter = r.nullable_string()
+        if version >= 1:
+            self.pattern_type_filter = r.int8()
+        else:
+            self.pattern_type_filter = 3
+        if version >= 2:
+            self.principal_filter = r.compact_nullable_string()
+        else:
+            self.principal_filter = r.nullable_string()
+        if version >= 2:
+            self.host_filter = r.compact_nullable_string()
+        else:
+            self.host_filter = r.nullable_string()
+        self.operation, self.permission_type = r.fixed(_F_bb)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int8(self.resource_type_filter)
+        if version >= 2:
+            w.compact_nullable_string(self.resource_name_filter)
+        else:
+            w.nullable_string(self.resource_name_filter)
+        if version >= 1:
+            w.int8(self.pattern_type_filter)
+        else:
+            if self.pattern_type_filter != 3:
+                raise not_in_version(
+                    "DeleteAclsRequest.DeleteAclsFilter", "pattern_type_filter", version
+                )
+        if version >= 2:
+            w.compact_nullable_string(self.principal_filter)
+        else:
+            w.nullable_string(self.principal_filter)
+        if version >= 2:
+            w.compact_nullable_string(self.host_filter)
+        else:
+            w.nullable_string(self.host_filter)
+        w.buf += _pack_bb(self.operation, self.permission_type)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteAclsRequest.DeleteAclsFilter", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.resource_type_filter == 0
+            and self.resource_name_filter == ""
+            and self.pattern_type_filter == 3
+            and self.principal_filter == ""
+            and self.host_filter == ""
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class DeleteAclsRequest(Message):
@@ -21,113 +132,7 @@ class DeleteAclsRequest(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class DeleteAclsFilter(Struct):
-        """A DeleteAclsFilter of DeleteAclsRequest."""
-
-        __slots__ = (
-            "resource_type_filter",
-            "resource_name_filter",
-            "pattern_type_filter",
-            "principal_filter",
-            "host_filter",
-            "operation",
-            "permission_type",
-            "unknown_tagged_fields",
-        )
-
-        resource_type_filter: int
-        resource_name_filter: str | None
-        pattern_type_filter: int
-        principal_filter: str | None
-        host_filter: str | None
-        operation: int
-        permission_type: int
-
-        def __init__(
-            self,
-            *,
-            resource_type_filter: int = 0,
-            resource_name_filter: str | None = "",
-            pattern_type_filter: int = 3,
-            principal_filter: str | None = "",
-            host_filter: str | None = "",
-            operation: int = 0,
-            permission_type: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.resource_type_filter = resource_type_filter
-            self.resource_name_filter = resource_name_filter
-            self.pattern_type_filter = pattern_type_filter
-            self.principal_filter = principal_filter
-            self.host_filter = host_filter
-            self.operation = operation
-            self.permission_type = permission_type
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteAclsRequest.DeleteAclsFilter:
-            self = _new(cls)
-            self.resource_type_filter = r.int8()
-            if version >= 2:
-                self.resource_name_filter = r.compact_nullable_string()
-            else:
-                self.resource_name_filter = r.nullable_string()
-            if version >= 1:
-                self.pattern_type_filter = r.int8()
-            else:
-                self.pattern_type_filter = 3
-            if version >= 2:
-                self.principal_filter = r.compact_nullable_string()
-            else:
-                self.principal_filter = r.nullable_string()
-            if version >= 2:
-                self.host_filter = r.compact_nullable_string()
-            else:
-                self.host_filter = r.nullable_string()
-            self.operation, self.permission_type = r.fixed(_F_bb)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int8(self.resource_type_filter)
-            if version >= 2:
-                w.compact_nullable_string(self.resource_name_filter)
-            else:
-                w.nullable_string(self.resource_name_filter)
-            if version >= 1:
-                w.int8(self.pattern_type_filter)
-            else:
-                if self.pattern_type_filter != 3:
-                    raise not_in_version(
-                        "DeleteAclsRequest.DeleteAclsFilter", "pattern_type_filter", version
-                    )
-            if version >= 2:
-                w.compact_nullable_string(self.principal_filter)
-            else:
-                w.nullable_string(self.principal_filter)
-            if version >= 2:
-                w.compact_nullable_string(self.host_filter)
-            else:
-                w.nullable_string(self.host_filter)
-            w.buf += _F_bb.pack(self.operation, self.permission_type)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteAclsRequest.DeleteAclsFilter", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.resource_type_filter == 0
-                and self.resource_name_filter == ""
-                and self.pattern_type_filter == 3
-                and self.principal_filter == ""
-                and self.host_filter == ""
-                and self.operation == 0
-                and self.permission_type == 0
-                and not self.unknown_tagged_fields
-            )
+    DeleteAclsFilter: TypeAlias = DeleteAclsRequest_DeleteAclsFilter
 
     __slots__ = (
         "filters",
@@ -139,7 +144,7 @@ class DeleteAclsRequest(Message):
     def __init__(
         self,
         *,
-        filters: list[DeleteAclsRequest.DeleteAclsFilter] = DEFAULT,
+        filters: list[DeleteAclsRequest.DeleteAclsFilter] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.filters = [] if filters is DEFAULT else filters
@@ -147,11 +152,12 @@ class DeleteAclsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteAclsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
-            self.filters = r.compact_array(DeleteAclsRequest.DeleteAclsFilter._read, version)
+            self.filters = r.compact_array(DeleteAclsRequest_DeleteAclsFilter._read, version)
         else:
-            self.filters = r.array(DeleteAclsRequest.DeleteAclsFilter._read, version)
+            self.filters = r.array(DeleteAclsRequest_DeleteAclsFilter._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -173,7 +179,8 @@ class DeleteAclsRequest(Message):
         return self.filters == [] and not self.unknown_tagged_fields
 
 
-DeleteAclsRequest.DeleteAclsFilter.FIELDS = (
+nest(DeleteAclsRequest, DeleteAclsFilter=DeleteAclsRequest_DeleteAclsFilter)
+DeleteAclsRequest_DeleteAclsFilter.FIELDS = (
     Field("resource_type_filter", "int8", (0, 32767)),
     Field("resource_name_filter", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("pattern_type_filter", "int8", (1, 32767)),
@@ -183,8 +190,213 @@ DeleteAclsRequest.DeleteAclsFilter.FIELDS = (
     Field("permission_type", "int8", (0, 32767)),
 )
 DeleteAclsRequest.FIELDS = (
-    Field("filters", "[]DeleteAclsFilter", (0, 32767), struct=DeleteAclsRequest.DeleteAclsFilter),
+    Field("filters", "[]DeleteAclsFilter", (0, 32767), struct=DeleteAclsRequest_DeleteAclsFilter),
 )
+
+
+class DeleteAclsResponse_DeleteAclsFilterResult(Struct):
+    """A DeleteAclsFilterResult of DeleteAclsResponse (DeleteAclsResponse.DeleteAclsFilterResult)."""
+
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "matching_acls",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    error_message: str | None
+    matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl]
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        error_message: str | None = "",
+        matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.matching_acls = [] if matching_acls is DEFAULT else matching_acls
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteAclsResponse.DeleteAclsFilterResult:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 2:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        if version >= 2:
+            self.matching_acls = r.compact_array(
+                DeleteAclsResponse_DeleteAclsMatchingAcl._read, version
+            )
+        else:
+            self.matching_acls = r.array(DeleteAclsResponse_DeleteAclsMatchingAcl._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 2:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        if version >= 2:
+            w.array_length(self.matching_acls, compact=True, nullable=False)
+            for matching_acls_item in self.matching_acls:
+                matching_acls_item._write(w, version)
+        else:
+            w.array_length(self.matching_acls, compact=False, nullable=False)
+            for matching_acls_item in self.matching_acls:
+                matching_acls_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteAclsResponse.DeleteAclsFilterResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.error_message == ""
+            and self.matching_acls == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DeleteAclsResponse_DeleteAclsMatchingAcl(Struct):
+    """A DeleteAclsMatchingAcl of DeleteAclsResponse (DeleteAclsResponse.DeleteAclsMatchingAcl)."""
+
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "resource_type",
+        "resource_name",
+        "pattern_type",
+        "principal",
+        "host",
+        "operation",
+        "permission_type",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        pattern_type: int = 3,
+        principal: str = "",
+        host: str = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteAclsResponse.DeleteAclsMatchingAcl:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 2:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        self.resource_type = r.int8()
+        if version >= 2:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        if version >= 1:
+            self.pattern_type = r.int8()
+        else:
+            self.pattern_type = 3
+        if version >= 2:
+            self.principal = r.compact_string()
+        else:
+            self.principal = r.string()
+        if version >= 2:
+            self.host = r.compact_string()
+        else:
+            self.host = r.string()
+        self.operation, self.permission_type = r.fixed(_F_bb)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 2:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        w.int8(self.resource_type)
+        if version >= 2:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 1:
+            w.int8(self.pattern_type)
+        else:
+            if self.pattern_type != 3:
+                raise not_in_version(
+                    "DeleteAclsResponse.DeleteAclsMatchingAcl", "pattern_type", version
+                )
+        if version >= 2:
+            w.compact_string(self.principal)
+        else:
+            w.string(self.principal)
+        if version >= 2:
+            w.compact_string(self.host)
+        else:
+            w.string(self.host)
+        w.buf += _pack_bb(self.operation, self.permission_type)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteAclsResponse.DeleteAclsMatchingAcl", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.error_message == ""
+            and self.resource_type == 0
+            and self.resource_name == ""
+            and self.pattern_type == 3
+            and self.principal == ""
+            and self.host == ""
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class DeleteAclsResponse(Message):
@@ -195,208 +407,8 @@ class DeleteAclsResponse(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class DeleteAclsFilterResult(Struct):
-        """A DeleteAclsFilterResult of DeleteAclsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "error_message",
-            "matching_acls",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        error_message: str | None
-        matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl]
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            error_message: str | None = "",
-            matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.error_message = error_message
-            self.matching_acls = [] if matching_acls is DEFAULT else matching_acls
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteAclsResponse.DeleteAclsFilterResult:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 2:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            if version >= 2:
-                self.matching_acls = r.compact_array(
-                    DeleteAclsResponse.DeleteAclsMatchingAcl._read, version
-                )
-            else:
-                self.matching_acls = r.array(
-                    DeleteAclsResponse.DeleteAclsMatchingAcl._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 2:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            if version >= 2:
-                w.array_length(self.matching_acls, compact=True, nullable=False)
-                for matching_acls_item in self.matching_acls:
-                    matching_acls_item._write(w, version)
-            else:
-                w.array_length(self.matching_acls, compact=False, nullable=False)
-                for matching_acls_item in self.matching_acls:
-                    matching_acls_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteAclsResponse.DeleteAclsFilterResult", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.error_message == ""
-                and self.matching_acls == []
-                and not self.unknown_tagged_fields
-            )
-
-    class DeleteAclsMatchingAcl(Struct):
-        """A DeleteAclsMatchingAcl of DeleteAclsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "error_message",
-            "resource_type",
-            "resource_name",
-            "pattern_type",
-            "principal",
-            "host",
-            "operation",
-            "permission_type",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        error_message: str | None
-        resource_type: int
-        resource_name: str
-        pattern_type: int
-        principal: str
-        host: str
-        operation: int
-        permission_type: int
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            error_message: str | None = "",
-            resource_type: int = 0,
-            resource_name: str = "",
-            pattern_type: int = 3,
-            principal: str = "",
-            host: str = "",
-            operation: int = 0,
-            permission_type: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.error_message = error_message
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.pattern_type = pattern_type
-            self.principal = principal
-            self.host = host
-            self.operation = operation
-            self.permission_type = permission_type
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteAclsResponse.DeleteAclsMatchingAcl:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 2:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            self.resource_type = r.int8()
-            if version >= 2:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            if version >= 1:
-                self.pattern_type = r.int8()
-            else:
-                self.pattern_type = 3
-            if version >= 2:
-                self.principal = r.compact_string()
-            else:
-                self.principal = r.string()
-            if version >= 2:
-                self.host = r.compact_string()
-            else:
-                self.host = r.string()
-            self.operation, self.permission_type = r.fixed(_F_bb)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 2:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            w.int8(self.resource_type)
-            if version >= 2:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 1:
-                w.int8(self.pattern_type)
-            else:
-                if self.pattern_type != 3:
-                    raise not_in_version(
-                        "DeleteAclsResponse.DeleteAclsMatchingAcl", "pattern_type", version
-                    )
-            if version >= 2:
-                w.compact_string(self.principal)
-            else:
-                w.string(self.principal)
-            if version >= 2:
-                w.compact_string(self.host)
-            else:
-                w.string(self.host)
-            w.buf += _F_bb.pack(self.operation, self.permission_type)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteAclsResponse.DeleteAclsMatchingAcl", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.error_message == ""
-                and self.resource_type == 0
-                and self.resource_name == ""
-                and self.pattern_type == 3
-                and self.principal == ""
-                and self.host == ""
-                and self.operation == 0
-                and self.permission_type == 0
-                and not self.unknown_tagged_fields
-            )
+    DeleteAclsFilterResult: TypeAlias = DeleteAclsResponse_DeleteAclsFilterResult
+    DeleteAclsMatchingAcl: TypeAlias = DeleteAclsResponse_DeleteAclsMatchingAcl
 
     __slots__ = (
         "throttle_time_ms",
@@ -411,7 +423,7 @@ class DeleteAclsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] = DEFAULT,
+        filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -420,14 +432,15 @@ class DeleteAclsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteAclsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 2:
             self.filter_results = r.compact_array(
-                DeleteAclsResponse.DeleteAclsFilterResult._read, version
+                DeleteAclsResponse_DeleteAclsFilterResult._read, version
             )
         else:
-            self.filter_results = r.array(DeleteAclsResponse.DeleteAclsFilterResult._read, version)
+            self.filter_results = r.array(DeleteAclsResponse_DeleteAclsFilterResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -454,17 +467,22 @@ class DeleteAclsResponse(Message):
         )
 
 
-DeleteAclsResponse.DeleteAclsFilterResult.FIELDS = (
+nest(
+    DeleteAclsResponse,
+    DeleteAclsFilterResult=DeleteAclsResponse_DeleteAclsFilterResult,
+    DeleteAclsMatchingAcl=DeleteAclsResponse_DeleteAclsMatchingAcl,
+)
+DeleteAclsResponse_DeleteAclsFilterResult.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field(
         "matching_acls",
         "[]DeleteAclsMatchingAcl",
         (0, 32767),
-        struct=DeleteAclsResponse.DeleteAclsMatchingAcl,
+        struct=DeleteAclsResponse_DeleteAclsMatchingAcl,
     ),
 )
-DeleteAclsResponse.DeleteAclsMatchingAcl.FIELDS = (
+DeleteAclsResponse_DeleteAclsMatchingAcl.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("resource_type", "int8", (0, 32767)),
@@ -481,7 +499,7 @@ DeleteAclsResponse.FIELDS = (
         "filter_results",
         "[]DeleteAclsFilterResult",
         (0, 32767),
-        struct=DeleteAclsResponse.DeleteAclsFilterResult,
+        struct=DeleteAclsResponse_DeleteAclsFilterResult,
     ),
 )
 

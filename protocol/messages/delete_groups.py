@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 from protocol.primitives import (
     Reader,
     UnknownTags,
@@ -11,9 +13,7 @@ from protocol.primitives import (
     read_compact_string_item,
     read_string_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
-
-_new = object.__new__
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class DeleteGroupsRequest(Message):
@@ -32,14 +32,18 @@ class DeleteGroupsRequest(Message):
     groups_names: list[str]
 
     def __init__(
-        self, *, groups_names: list[str] = DEFAULT, unknown_tagged_fields: UnknownTags | None = None
+        self,
+        *,
+        groups_names: list[str] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.groups_names = [] if groups_names is DEFAULT else groups_names
         self.unknown_tagged_fields = unknown_tagged_fields
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteGroupsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.groups_names = r.compact_array(read_compact_string_item, version)
         else:
@@ -68,6 +72,58 @@ class DeleteGroupsRequest(Message):
 DeleteGroupsRequest.FIELDS = (Field("groups_names", "[]string", (0, 32767)),)
 
 
+class DeleteGroupsResponse_DeletableGroupResult(Struct):
+    """A DeletableGroupResult of DeleteGroupsResponse (DeleteGroupsResponse.DeletableGroupResult)."""
+
+    __slots__ = (
+        "group_id",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    group_id: str
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteGroupsResponse.DeletableGroupResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.group_id = r.compact_string()
+        else:
+            self.group_id = r.string()
+        self.error_code = r.int16()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.group_id)
+        else:
+            w.string(self.group_id)
+        w.int16(self.error_code)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteGroupsResponse.DeletableGroupResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.group_id == "" and self.error_code == 0 and not self.unknown_tagged_fields
+
+
 class DeleteGroupsResponse(Message):
     """Kafka's DeleteGroupsResponse (response, v0-v2), from clients/DeleteGroupsResponse.json."""
 
@@ -76,55 +132,7 @@ class DeleteGroupsResponse(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class DeletableGroupResult(Struct):
-        """A DeletableGroupResult of DeleteGroupsResponse."""
-
-        __slots__ = (
-            "group_id",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        group_id: str
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            group_id: str = "",
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.group_id = group_id
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteGroupsResponse.DeletableGroupResult:
-            self = _new(cls)
-            if version >= 2:
-                self.group_id = r.compact_string()
-            else:
-                self.group_id = r.string()
-            self.error_code = r.int16()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.group_id)
-            else:
-                w.string(self.group_id)
-            w.int16(self.error_code)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteGroupsResponse.DeletableGroupResult", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.group_id == "" and self.error_code == 0 and not self.unknown_tagged_fields
+    DeletableGroupResult: TypeAlias = DeleteGroupsResponse_DeletableGroupResult
 
     __slots__ = (
         "throttle_time_ms",
@@ -139,7 +147,7 @@ class DeleteGroupsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: list[DeleteGroupsResponse.DeletableGroupResult] = DEFAULT,
+        results: list[DeleteGroupsResponse.DeletableGroupResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -148,12 +156,13 @@ class DeleteGroupsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteGroupsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 2:
-            self.results = r.compact_array(DeleteGroupsResponse.DeletableGroupResult._read, version)
+            self.results = r.compact_array(DeleteGroupsResponse_DeletableGroupResult._read, version)
         else:
-            self.results = r.array(DeleteGroupsResponse.DeletableGroupResult._read, version)
+            self.results = r.array(DeleteGroupsResponse_DeletableGroupResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -176,7 +185,8 @@ class DeleteGroupsResponse(Message):
         return self.throttle_time_ms == 0 and self.results == [] and not self.unknown_tagged_fields
 
 
-DeleteGroupsResponse.DeletableGroupResult.FIELDS = (
+nest(DeleteGroupsResponse, DeletableGroupResult=DeleteGroupsResponse_DeletableGroupResult)
+DeleteGroupsResponse_DeletableGroupResult.FIELDS = (
     Field("group_id", "string", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
 )
@@ -186,7 +196,7 @@ DeleteGroupsResponse.FIELDS = (
         "results",
         "[]DeletableGroupResult",
         (0, 32767),
-        struct=DeleteGroupsResponse.DeletableGroupResult,
+        struct=DeleteGroupsResponse_DeletableGroupResult,
     ),
 )
 

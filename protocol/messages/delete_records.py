@@ -5,13 +5,123 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_iq = struct.Struct(">iq")
-_F_iqh = struct.Struct(">iqh")
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
+_F_iqh: Final = struct.Struct(">iqh")
+_pack_iqh: Final = _F_iqh.pack
+
+
+class DeleteRecordsRequest_DeleteRecordsTopic(Struct):
+    """A DeleteRecordsTopic of DeleteRecordsRequest (DeleteRecordsRequest.DeleteRecordsTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[DeleteRecordsRequest.DeleteRecordsPartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[DeleteRecordsRequest.DeleteRecordsPartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteRecordsRequest.DeleteRecordsTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 2:
+            self.partitions = r.compact_array(
+                DeleteRecordsRequest_DeleteRecordsPartition._read, version
+            )
+        else:
+            self.partitions = r.array(DeleteRecordsRequest_DeleteRecordsPartition._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 2:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteRecordsRequest.DeleteRecordsTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class DeleteRecordsRequest_DeleteRecordsPartition(Struct):
+    """A DeleteRecordsPartition of DeleteRecordsRequest (DeleteRecordsRequest.DeleteRecordsPartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "offset",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    offset: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        offset: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.offset = offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteRecordsRequest.DeleteRecordsPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.offset = r.fixed(_F_iq)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iq(self.partition_index, self.offset)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteRecordsRequest.DeleteRecordsPartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and self.offset == 0 and not self.unknown_tagged_fields
 
 
 class DeleteRecordsRequest(Message):
@@ -22,111 +132,8 @@ class DeleteRecordsRequest(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class DeleteRecordsTopic(Struct):
-        """A DeleteRecordsTopic of DeleteRecordsRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[DeleteRecordsRequest.DeleteRecordsPartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[DeleteRecordsRequest.DeleteRecordsPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteRecordsRequest.DeleteRecordsTopic:
-            self = _new(cls)
-            if version >= 2:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 2:
-                self.partitions = r.compact_array(
-                    DeleteRecordsRequest.DeleteRecordsPartition._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    DeleteRecordsRequest.DeleteRecordsPartition._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 2:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteRecordsRequest.DeleteRecordsTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class DeleteRecordsPartition(Struct):
-        """A DeleteRecordsPartition of DeleteRecordsRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "offset",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        offset: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            offset: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.offset = offset
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteRecordsRequest.DeleteRecordsPartition:
-            self = _new(cls)
-            self.partition_index, self.offset = r.fixed(_F_iq)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iq.pack(self.partition_index, self.offset)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteRecordsRequest.DeleteRecordsPartition", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.partition_index == 0 and self.offset == 0 and not self.unknown_tagged_fields
+    DeleteRecordsTopic: TypeAlias = DeleteRecordsRequest_DeleteRecordsTopic
+    DeleteRecordsPartition: TypeAlias = DeleteRecordsRequest_DeleteRecordsPartition
 
     __slots__ = (
         "topics",
@@ -140,7 +147,7 @@ class DeleteRecordsRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[DeleteRecordsRequest.DeleteRecordsTopic] = DEFAULT,
+        topics: list[DeleteRecordsRequest.DeleteRecordsTopic] | Default = DEFAULT,
         timeout_ms: int = 0,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -150,11 +157,12 @@ class DeleteRecordsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteRecordsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
-            self.topics = r.compact_array(DeleteRecordsRequest.DeleteRecordsTopic._read, version)
+            self.topics = r.compact_array(DeleteRecordsRequest_DeleteRecordsTopic._read, version)
         else:
-            self.topics = r.array(DeleteRecordsRequest.DeleteRecordsTopic._read, version)
+            self.topics = r.array(DeleteRecordsRequest_DeleteRecordsTopic._read, version)
         self.timeout_ms = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -178,25 +186,151 @@ class DeleteRecordsRequest(Message):
         return self.topics == [] and self.timeout_ms == 0 and not self.unknown_tagged_fields
 
 
-DeleteRecordsRequest.DeleteRecordsTopic.FIELDS = (
+nest(
+    DeleteRecordsRequest,
+    DeleteRecordsTopic=DeleteRecordsRequest_DeleteRecordsTopic,
+    DeleteRecordsPartition=DeleteRecordsRequest_DeleteRecordsPartition,
+)
+DeleteRecordsRequest_DeleteRecordsTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]DeleteRecordsPartition",
         (0, 32767),
-        struct=DeleteRecordsRequest.DeleteRecordsPartition,
+        struct=DeleteRecordsRequest_DeleteRecordsPartition,
     ),
 )
-DeleteRecordsRequest.DeleteRecordsPartition.FIELDS = (
+DeleteRecordsRequest_DeleteRecordsPartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("offset", "int64", (0, 32767)),
 )
 DeleteRecordsRequest.FIELDS = (
     Field(
-        "topics", "[]DeleteRecordsTopic", (0, 32767), struct=DeleteRecordsRequest.DeleteRecordsTopic
+        "topics", "[]DeleteRecordsTopic", (0, 32767), struct=DeleteRecordsRequest_DeleteRecordsTopic
     ),
     Field("timeout_ms", "int32", (0, 32767)),
 )
+
+
+class DeleteRecordsResponse_DeleteRecordsTopicResult(Struct):
+    """A DeleteRecordsTopicResult of DeleteRecordsResponse (DeleteRecordsResponse.DeleteRecordsTopicResult)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteRecordsResponse.DeleteRecordsTopicResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 2:
+            self.partitions = r.compact_array(
+                DeleteRecordsResponse_DeleteRecordsPartitionResult._read, version
+            )
+        else:
+            self.partitions = r.array(
+                DeleteRecordsResponse_DeleteRecordsPartitionResult._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 2:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteRecordsResponse.DeleteRecordsTopicResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class DeleteRecordsResponse_DeleteRecordsPartitionResult(Struct):
+    """A DeleteRecordsPartitionResult of DeleteRecordsResponse (DeleteRecordsResponse.DeleteRecordsPartitionResult)."""
+
+    __slots__ = (
+        "partition_index",
+        "low_watermark",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    low_watermark: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        low_watermark: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.low_watermark = low_watermark
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteRecordsResponse.DeleteRecordsPartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.low_watermark, self.error_code = r.fixed(_F_iqh)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iqh(self.partition_index, self.low_watermark, self.error_code)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteRecordsResponse.DeleteRecordsPartitionResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.low_watermark == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class DeleteRecordsResponse(Message):
@@ -207,126 +341,8 @@ class DeleteRecordsResponse(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class DeleteRecordsTopicResult(Struct):
-        """A DeleteRecordsTopicResult of DeleteRecordsResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteRecordsResponse.DeleteRecordsTopicResult:
-            self = _new(cls)
-            if version >= 2:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 2:
-                self.partitions = r.compact_array(
-                    DeleteRecordsResponse.DeleteRecordsPartitionResult._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    DeleteRecordsResponse.DeleteRecordsPartitionResult._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 2:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteRecordsResponse.DeleteRecordsTopicResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class DeleteRecordsPartitionResult(Struct):
-        """A DeleteRecordsPartitionResult of DeleteRecordsResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "low_watermark",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        low_watermark: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            low_watermark: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.low_watermark = low_watermark
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DeleteRecordsResponse.DeleteRecordsPartitionResult:
-            self = _new(cls)
-            self.partition_index, self.low_watermark, self.error_code = r.fixed(_F_iqh)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iqh.pack(self.partition_index, self.low_watermark, self.error_code)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteRecordsResponse.DeleteRecordsPartitionResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.low_watermark == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    DeleteRecordsTopicResult: TypeAlias = DeleteRecordsResponse_DeleteRecordsTopicResult
+    DeleteRecordsPartitionResult: TypeAlias = DeleteRecordsResponse_DeleteRecordsPartitionResult
 
     __slots__ = (
         "throttle_time_ms",
@@ -341,7 +357,7 @@ class DeleteRecordsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = DEFAULT,
+        topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -350,14 +366,15 @@ class DeleteRecordsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteRecordsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 2:
             self.topics = r.compact_array(
-                DeleteRecordsResponse.DeleteRecordsTopicResult._read, version
+                DeleteRecordsResponse_DeleteRecordsTopicResult._read, version
             )
         else:
-            self.topics = r.array(DeleteRecordsResponse.DeleteRecordsTopicResult._read, version)
+            self.topics = r.array(DeleteRecordsResponse_DeleteRecordsTopicResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -380,16 +397,21 @@ class DeleteRecordsResponse(Message):
         return self.throttle_time_ms == 0 and self.topics == [] and not self.unknown_tagged_fields
 
 
-DeleteRecordsResponse.DeleteRecordsTopicResult.FIELDS = (
+nest(
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult=DeleteRecordsResponse_DeleteRecordsTopicResult,
+    DeleteRecordsPartitionResult=DeleteRecordsResponse_DeleteRecordsPartitionResult,
+)
+DeleteRecordsResponse_DeleteRecordsTopicResult.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]DeleteRecordsPartitionResult",
         (0, 32767),
-        struct=DeleteRecordsResponse.DeleteRecordsPartitionResult,
+        struct=DeleteRecordsResponse_DeleteRecordsPartitionResult,
     ),
 )
-DeleteRecordsResponse.DeleteRecordsPartitionResult.FIELDS = (
+DeleteRecordsResponse_DeleteRecordsPartitionResult.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("low_watermark", "int64", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
@@ -400,7 +422,7 @@ DeleteRecordsResponse.FIELDS = (
         "topics",
         "[]DeleteRecordsTopicResult",
         (0, 32767),
-        struct=DeleteRecordsResponse.DeleteRecordsTopicResult,
+        struct=DeleteRecordsResponse_DeleteRecordsTopicResult,
     ),
 )
 

@@ -6,12 +6,90 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class DeleteShareGroupStateRequest_DeleteStateData(Struct):
+    """A DeleteStateData of DeleteShareGroupStateRequest (DeleteShareGroupStateRequest.DeleteStateData)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[DeleteShareGroupStateRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[DeleteShareGroupStateRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateRequest.DeleteStateData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(DeleteShareGroupStateRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class DeleteShareGroupStateRequest_PartitionData(Struct):
+    """A PartitionData of DeleteShareGroupStateRequest (DeleteShareGroupStateRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+
+    def __init__(
+        self, *, partition: int = 0, unknown_tagged_fields: UnknownTags | None = None
+    ) -> None:
+        self.partition = partition
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.partition == 0 and not self.unknown_tagged_fields
 
 
 class DeleteShareGroupStateRequest(Message):
@@ -22,82 +100,8 @@ class DeleteShareGroupStateRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class DeleteStateData(Struct):
-        """A DeleteStateData of DeleteShareGroupStateRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[DeleteShareGroupStateRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[DeleteShareGroupStateRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateRequest.DeleteStateData:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                DeleteShareGroupStateRequest.PartitionData._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of DeleteShareGroupStateRequest."""
-
-        __slots__ = (
-            "partition",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-
-        def __init__(
-            self, *, partition: int = 0, unknown_tagged_fields: UnknownTags | None = None
-        ) -> None:
-            self.partition = partition
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateRequest.PartitionData:
-            self = _new(cls)
-            self.partition = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.partition == 0 and not self.unknown_tagged_fields
+    DeleteStateData: TypeAlias = DeleteShareGroupStateRequest_DeleteStateData
+    PartitionData: TypeAlias = DeleteShareGroupStateRequest_PartitionData
 
     __slots__ = (
         "group_id",
@@ -112,7 +116,7 @@ class DeleteShareGroupStateRequest(Message):
         self,
         *,
         group_id: str = "",
-        topics: list[DeleteShareGroupStateRequest.DeleteStateData] = DEFAULT,
+        topics: list[DeleteShareGroupStateRequest.DeleteStateData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -121,9 +125,10 @@ class DeleteShareGroupStateRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.compact_string()
-        self.topics = r.compact_array(DeleteShareGroupStateRequest.DeleteStateData._read, version)
+        self.topics = r.compact_array(DeleteShareGroupStateRequest_DeleteStateData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -138,25 +143,127 @@ class DeleteShareGroupStateRequest(Message):
         return self.group_id == "" and self.topics == [] and not self.unknown_tagged_fields
 
 
-DeleteShareGroupStateRequest.DeleteStateData.FIELDS = (
+nest(
+    DeleteShareGroupStateRequest,
+    DeleteStateData=DeleteShareGroupStateRequest_DeleteStateData,
+    PartitionData=DeleteShareGroupStateRequest_PartitionData,
+)
+DeleteShareGroupStateRequest_DeleteStateData.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionData",
         (0, 32767),
-        struct=DeleteShareGroupStateRequest.PartitionData,
+        struct=DeleteShareGroupStateRequest_PartitionData,
     ),
 )
-DeleteShareGroupStateRequest.PartitionData.FIELDS = (Field("partition", "int32", (0, 32767)),)
+DeleteShareGroupStateRequest_PartitionData.FIELDS = (Field("partition", "int32", (0, 32767)),)
 DeleteShareGroupStateRequest.FIELDS = (
     Field("group_id", "string", (0, 32767)),
     Field(
         "topics",
         "[]DeleteStateData",
         (0, 32767),
-        struct=DeleteShareGroupStateRequest.DeleteStateData,
+        struct=DeleteShareGroupStateRequest_DeleteStateData,
     ),
 )
+
+
+class DeleteShareGroupStateResponse_DeleteStateResult(Struct):
+    """A DeleteStateResult of DeleteShareGroupStateResponse (DeleteShareGroupStateResponse.DeleteStateResult)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[DeleteShareGroupStateResponse.PartitionResult]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[DeleteShareGroupStateResponse.PartitionResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateResponse.DeleteStateResult:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(
+            DeleteShareGroupStateResponse_PartitionResult._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class DeleteShareGroupStateResponse_PartitionResult(Struct):
+    """A PartitionResult of DeleteShareGroupStateResponse (DeleteShareGroupStateResponse.PartitionResult)."""
+
+    __slots__ = (
+        "partition",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateResponse.PartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class DeleteShareGroupStateResponse(Message):
@@ -167,100 +274,8 @@ class DeleteShareGroupStateResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class DeleteStateResult(Struct):
-        """A DeleteStateResult of DeleteShareGroupStateResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[DeleteShareGroupStateResponse.PartitionResult]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[DeleteShareGroupStateResponse.PartitionResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateResponse.DeleteStateResult:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                DeleteShareGroupStateResponse.PartitionResult._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionResult(Struct):
-        """A PartitionResult of DeleteShareGroupStateResponse."""
-
-        __slots__ = (
-            "partition",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            error_code: int = 0,
-            error_message: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateResponse.PartitionResult:
-            self = _new(cls)
-            self.partition, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.error_code == 0
-                and self.error_message is None
-                and not self.unknown_tagged_fields
-            )
+    DeleteStateResult: TypeAlias = DeleteShareGroupStateResponse_DeleteStateResult
+    PartitionResult: TypeAlias = DeleteShareGroupStateResponse_PartitionResult
 
     __slots__ = (
         "results",
@@ -272,7 +287,7 @@ class DeleteShareGroupStateResponse(Message):
     def __init__(
         self,
         *,
-        results: list[DeleteShareGroupStateResponse.DeleteStateResult] = DEFAULT,
+        results: list[DeleteShareGroupStateResponse.DeleteStateResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.results = [] if results is DEFAULT else results
@@ -280,9 +295,10 @@ class DeleteShareGroupStateResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteShareGroupStateResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.results = r.compact_array(
-            DeleteShareGroupStateResponse.DeleteStateResult._read, version
+            DeleteShareGroupStateResponse_DeleteStateResult._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -297,16 +313,21 @@ class DeleteShareGroupStateResponse(Message):
         return self.results == [] and not self.unknown_tagged_fields
 
 
-DeleteShareGroupStateResponse.DeleteStateResult.FIELDS = (
+nest(
+    DeleteShareGroupStateResponse,
+    DeleteStateResult=DeleteShareGroupStateResponse_DeleteStateResult,
+    PartitionResult=DeleteShareGroupStateResponse_PartitionResult,
+)
+DeleteShareGroupStateResponse_DeleteStateResult.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionResult",
         (0, 32767),
-        struct=DeleteShareGroupStateResponse.PartitionResult,
+        struct=DeleteShareGroupStateResponse_PartitionResult,
     ),
 )
-DeleteShareGroupStateResponse.PartitionResult.FIELDS = (
+DeleteShareGroupStateResponse_PartitionResult.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -316,7 +337,7 @@ DeleteShareGroupStateResponse.FIELDS = (
         "results",
         "[]DeleteStateResult",
         (0, 32767),
-        struct=DeleteShareGroupStateResponse.DeleteStateResult,
+        struct=DeleteShareGroupStateResponse_DeleteStateResult,
     ),
 )
 

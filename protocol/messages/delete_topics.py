@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import TypeAlias
 
 from protocol.primitives import (
     ZERO_UUID,
@@ -14,9 +15,67 @@ from protocol.primitives import (
     read_compact_string_item,
     read_string_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
+
+class DeleteTopicsRequest_DeleteTopicState(Struct):
+    """A DeleteTopicState of DeleteTopicsRequest (DeleteTopicsRequest.DeleteTopicState)."""
+
+    __slots__ = (
+        "name",
+        "topic_id",
+        "unknown_tagged_fields",
+    )
+
+    name: str | None
+    topic_id: uuid.UUID
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        topic_id: uuid.UUID = ZERO_UUID,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteTopicsRequest.DeleteTopicState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 6:
+            self.name = r.compact_nullable_string()
+        else:
+            self.name = None
+        if version >= 6:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 6:
+            w.compact_nullable_string(self.name)
+        else:
+            if self.name is not None:
+                raise not_in_version("DeleteTopicsRequest.DeleteTopicState", "name", version)
+        if version >= 6:
+            w.uuid_(self.topic_id)
+        else:
+            if self.topic_id != ZERO_UUID:
+                raise not_in_version("DeleteTopicsRequest.DeleteTopicState", "topic_id", version)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteTopicsRequest.DeleteTopicState", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name is None and self.topic_id == ZERO_UUID and not self.unknown_tagged_fields
 
 
 class DeleteTopicsRequest(Message):
@@ -27,67 +86,7 @@ class DeleteTopicsRequest(Message):
     MAX_VERSION = 6
     FLEXIBLE_MIN = 4
 
-    class DeleteTopicState(Struct):
-        """A DeleteTopicState of DeleteTopicsRequest."""
-
-        __slots__ = (
-            "name",
-            "topic_id",
-            "unknown_tagged_fields",
-        )
-
-        name: str | None
-        topic_id: uuid.UUID
-
-        def __init__(
-            self,
-            *,
-            name: str | None = None,
-            topic_id: uuid.UUID = ZERO_UUID,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.topic_id = topic_id
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteTopicsRequest.DeleteTopicState:
-            self = _new(cls)
-            if version >= 6:
-                self.name = r.compact_nullable_string()
-            else:
-                self.name = None
-            if version >= 6:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 6:
-                w.compact_nullable_string(self.name)
-            else:
-                if self.name is not None:
-                    raise not_in_version("DeleteTopicsRequest.DeleteTopicState", "name", version)
-            if version >= 6:
-                w.uuid_(self.topic_id)
-            else:
-                if self.topic_id != ZERO_UUID:
-                    raise not_in_version(
-                        "DeleteTopicsRequest.DeleteTopicState", "topic_id", version
-                    )
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteTopicsRequest.DeleteTopicState", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name is None and self.topic_id == ZERO_UUID and not self.unknown_tagged_fields
-            )
+    DeleteTopicState: TypeAlias = DeleteTopicsRequest_DeleteTopicState
 
     __slots__ = (
         "topics",
@@ -103,8 +102,8 @@ class DeleteTopicsRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[DeleteTopicsRequest.DeleteTopicState] = DEFAULT,
-        topic_names: list[str] = DEFAULT,
+        topics: list[DeleteTopicsRequest.DeleteTopicState] | Default = DEFAULT,
+        topic_names: list[str] | Default = DEFAULT,
         timeout_ms: int = 0,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -115,9 +114,10 @@ class DeleteTopicsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteTopicsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 6:
-            self.topics = r.compact_array(DeleteTopicsRequest.DeleteTopicState._read, version)
+            self.topics = r.compact_array(DeleteTopicsRequest_DeleteTopicState._read, version)
         else:
             self.topics = []
         if version >= 6:
@@ -163,15 +163,98 @@ class DeleteTopicsRequest(Message):
         )
 
 
-DeleteTopicsRequest.DeleteTopicState.FIELDS = (
+nest(DeleteTopicsRequest, DeleteTopicState=DeleteTopicsRequest_DeleteTopicState)
+DeleteTopicsRequest_DeleteTopicState.FIELDS = (
     Field("name", "string", (6, 32767), nullable_versions=(6, 32767)),
     Field("topic_id", "uuid", (6, 32767)),
 )
 DeleteTopicsRequest.FIELDS = (
-    Field("topics", "[]DeleteTopicState", (6, 32767), struct=DeleteTopicsRequest.DeleteTopicState),
+    Field("topics", "[]DeleteTopicState", (6, 32767), struct=DeleteTopicsRequest_DeleteTopicState),
     Field("topic_names", "[]string", (0, 5), ignorable=True),
     Field("timeout_ms", "int32", (0, 32767)),
 )
+
+
+class DeleteTopicsResponse_DeletableTopicResult(Struct):
+    """A DeletableTopicResult of DeleteTopicsResponse (DeleteTopicsResponse.DeletableTopicResult)."""
+
+    __slots__ = (
+        "name",
+        "topic_id",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    name: str | None
+    topic_id: uuid.UUID
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        name: str | None = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        error_code: int = 0,
+        error_message: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DeleteTopicsResponse.DeletableTopicResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 6:
+            self.name = r.compact_nullable_string()
+        elif version >= 4:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 6:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        self.error_code = r.int16()
+        if version >= 5:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = None
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 6:
+            w.compact_nullable_string(self.name)
+        elif version >= 4:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 6:
+            w.uuid_(self.topic_id)
+        w.int16(self.error_code)
+        if version >= 5:
+            w.compact_nullable_string(self.error_message)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DeleteTopicsResponse.DeletableTopicResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.topic_id == ZERO_UUID
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class DeleteTopicsResponse(Message):
@@ -182,85 +265,7 @@ class DeleteTopicsResponse(Message):
     MAX_VERSION = 6
     FLEXIBLE_MIN = 4
 
-    class DeletableTopicResult(Struct):
-        """A DeletableTopicResult of DeleteTopicsResponse."""
-
-        __slots__ = (
-            "name",
-            "topic_id",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        name: str | None
-        topic_id: uuid.UUID
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            name: str | None = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            error_code: int = 0,
-            error_message: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.topic_id = topic_id
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DeleteTopicsResponse.DeletableTopicResult:
-            self = _new(cls)
-            if version >= 6:
-                self.name = r.compact_nullable_string()
-            elif version >= 4:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 6:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            self.error_code = r.int16()
-            if version >= 5:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = None
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 6:
-                w.compact_nullable_string(self.name)
-            elif version >= 4:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 6:
-                w.uuid_(self.topic_id)
-            w.int16(self.error_code)
-            if version >= 5:
-                w.compact_nullable_string(self.error_message)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DeleteTopicsResponse.DeletableTopicResult", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.topic_id == ZERO_UUID
-                and self.error_code == 0
-                and self.error_message is None
-                and not self.unknown_tagged_fields
-            )
+    DeletableTopicResult: TypeAlias = DeleteTopicsResponse_DeletableTopicResult
 
     __slots__ = (
         "throttle_time_ms",
@@ -275,7 +280,7 @@ class DeleteTopicsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        responses: list[DeleteTopicsResponse.DeletableTopicResult] = DEFAULT,
+        responses: list[DeleteTopicsResponse.DeletableTopicResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -284,17 +289,18 @@ class DeleteTopicsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DeleteTopicsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         if version >= 4:
             self.responses = r.compact_array(
-                DeleteTopicsResponse.DeletableTopicResult._read, version
+                DeleteTopicsResponse_DeletableTopicResult._read, version
             )
         else:
-            self.responses = r.array(DeleteTopicsResponse.DeletableTopicResult._read, version)
+            self.responses = r.array(DeleteTopicsResponse_DeletableTopicResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
         return self
 
@@ -320,7 +326,8 @@ class DeleteTopicsResponse(Message):
         )
 
 
-DeleteTopicsResponse.DeletableTopicResult.FIELDS = (
+nest(DeleteTopicsResponse, DeletableTopicResult=DeleteTopicsResponse_DeletableTopicResult)
+DeleteTopicsResponse_DeletableTopicResult.FIELDS = (
     Field("name", "string", (0, 32767), nullable_versions=(6, 32767)),
     Field("topic_id", "uuid", (6, 32767), ignorable=True),
     Field("error_code", "int16", (0, 32767)),
@@ -332,7 +339,7 @@ DeleteTopicsResponse.FIELDS = (
         "responses",
         "[]DeletableTopicResult",
         (0, 32767),
-        struct=DeleteTopicsResponse.DeletableTopicResult,
+        struct=DeleteTopicsResponse_DeletableTopicResult,
     ),
 )
 

@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_bb = struct.Struct(">bb")
-_F_ih = struct.Struct(">ih")
+_F_bb: Final = struct.Struct(">bb")
+_pack_bb: Final = _F_bb.pack
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
 
 
 class DescribeAclsRequest(Message):
@@ -64,7 +66,8 @@ class DescribeAclsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeAclsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.resource_type_filter = r.int8()
         if version >= 2:
             self.resource_name_filter = r.compact_nullable_string()
@@ -105,7 +108,7 @@ class DescribeAclsRequest(Message):
             w.compact_nullable_string(self.host_filter)
         else:
             w.nullable_string(self.host_filter)
-        w.buf += _F_bb.pack(self.operation, self.permission_type)
+        w.buf += _pack_bb(self.operation, self.permission_type)
         if version >= 2:
             w.no_tagged_fields(self.unknown_tagged_fields)
         elif self.unknown_tagged_fields:
@@ -135,6 +138,169 @@ DescribeAclsRequest.FIELDS = (
 )
 
 
+class DescribeAclsResponse_DescribeAclsResource(Struct):
+    """A DescribeAclsResource of DescribeAclsResponse (DescribeAclsResponse.DescribeAclsResource)."""
+
+    __slots__ = (
+        "resource_type",
+        "resource_name",
+        "pattern_type",
+        "acls",
+        "unknown_tagged_fields",
+    )
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    acls: list[DescribeAclsResponse.AclDescription]
+
+    def __init__(
+        self,
+        *,
+        resource_type: int = 0,
+        resource_name: str = "",
+        pattern_type: int = 3,
+        acls: list[DescribeAclsResponse.AclDescription] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.acls = [] if acls is DEFAULT else acls
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeAclsResponse.DescribeAclsResource:
+        new = cls.__new__
+        self = new(cls)
+        self.resource_type = r.int8()
+        if version >= 2:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        if version >= 1:
+            self.pattern_type = r.int8()
+        else:
+            self.pattern_type = 3
+        if version >= 2:
+            self.acls = r.compact_array(DescribeAclsResponse_AclDescription._read, version)
+        else:
+            self.acls = r.array(DescribeAclsResponse_AclDescription._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int8(self.resource_type)
+        if version >= 2:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 1:
+            w.int8(self.pattern_type)
+        else:
+            if self.pattern_type != 3:
+                raise not_in_version(
+                    "DescribeAclsResponse.DescribeAclsResource", "pattern_type", version
+                )
+        if version >= 2:
+            w.array_length(self.acls, compact=True, nullable=False)
+            for acls_item in self.acls:
+                acls_item._write(w, version)
+        else:
+            w.array_length(self.acls, compact=False, nullable=False)
+            for acls_item in self.acls:
+                acls_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeAclsResponse.DescribeAclsResource", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.resource_type == 0
+            and self.resource_name == ""
+            and self.pattern_type == 3
+            and self.acls == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeAclsResponse_AclDescription(Struct):
+    """A AclDescription of DescribeAclsResponse (DescribeAclsResponse.AclDescription)."""
+
+    __slots__ = (
+        "principal",
+        "host",
+        "operation",
+        "permission_type",
+        "unknown_tagged_fields",
+    )
+
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        *,
+        principal: str = "",
+        host: str = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeAclsResponse.AclDescription:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.principal = r.compact_string()
+        else:
+            self.principal = r.string()
+        if version >= 2:
+            self.host = r.compact_string()
+        else:
+            self.host = r.string()
+        self.operation, self.permission_type = r.fixed(_F_bb)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.principal)
+        else:
+            w.string(self.principal)
+        if version >= 2:
+            w.compact_string(self.host)
+        else:
+            w.string(self.host)
+        w.buf += _pack_bb(self.operation, self.permission_type)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeAclsResponse.AclDescription", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.principal == ""
+            and self.host == ""
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields
+        )
+
+
 class DescribeAclsResponse(Message):
     """Kafka's DescribeAclsResponse (response, v0-v3), from clients/DescribeAclsResponse.json."""
 
@@ -143,164 +309,8 @@ class DescribeAclsResponse(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class DescribeAclsResource(Struct):
-        """A DescribeAclsResource of DescribeAclsResponse."""
-
-        __slots__ = (
-            "resource_type",
-            "resource_name",
-            "pattern_type",
-            "acls",
-            "unknown_tagged_fields",
-        )
-
-        resource_type: int
-        resource_name: str
-        pattern_type: int
-        acls: list[DescribeAclsResponse.AclDescription]
-
-        def __init__(
-            self,
-            *,
-            resource_type: int = 0,
-            resource_name: str = "",
-            pattern_type: int = 3,
-            acls: list[DescribeAclsResponse.AclDescription] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.pattern_type = pattern_type
-            self.acls = [] if acls is DEFAULT else acls
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeAclsResponse.DescribeAclsResource:
-            self = _new(cls)
-            self.resource_type = r.int8()
-            if version >= 2:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            if version >= 1:
-                self.pattern_type = r.int8()
-            else:
-                self.pattern_type = 3
-            if version >= 2:
-                self.acls = r.compact_array(DescribeAclsResponse.AclDescription._read, version)
-            else:
-                self.acls = r.array(DescribeAclsResponse.AclDescription._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int8(self.resource_type)
-            if version >= 2:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 1:
-                w.int8(self.pattern_type)
-            else:
-                if self.pattern_type != 3:
-                    raise not_in_version(
-                        "DescribeAclsResponse.DescribeAclsResource", "pattern_type", version
-                    )
-            if version >= 2:
-                w.array_length(self.acls, compact=True, nullable=False)
-                for acls_item in self.acls:
-                    acls_item._write(w, version)
-            else:
-                w.array_length(self.acls, compact=False, nullable=False)
-                for acls_item in self.acls:
-                    acls_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeAclsResponse.DescribeAclsResource", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.resource_type == 0
-                and self.resource_name == ""
-                and self.pattern_type == 3
-                and self.acls == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AclDescription(Struct):
-        """A AclDescription of DescribeAclsResponse."""
-
-        __slots__ = (
-            "principal",
-            "host",
-            "operation",
-            "permission_type",
-            "unknown_tagged_fields",
-        )
-
-        principal: str
-        host: str
-        operation: int
-        permission_type: int
-
-        def __init__(
-            self,
-            *,
-            principal: str = "",
-            host: str = "",
-            operation: int = 0,
-            permission_type: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.principal = principal
-            self.host = host
-            self.operation = operation
-            self.permission_type = permission_type
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeAclsResponse.AclDescription:
-            self = _new(cls)
-            if version >= 2:
-                self.principal = r.compact_string()
-            else:
-                self.principal = r.string()
-            if version >= 2:
-                self.host = r.compact_string()
-            else:
-                self.host = r.string()
-            self.operation, self.permission_type = r.fixed(_F_bb)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.principal)
-            else:
-                w.string(self.principal)
-            if version >= 2:
-                w.compact_string(self.host)
-            else:
-                w.string(self.host)
-            w.buf += _F_bb.pack(self.operation, self.permission_type)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeAclsResponse.AclDescription", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.principal == ""
-                and self.host == ""
-                and self.operation == 0
-                and self.permission_type == 0
-                and not self.unknown_tagged_fields
-            )
+    DescribeAclsResource: TypeAlias = DescribeAclsResponse_DescribeAclsResource
+    AclDescription: TypeAlias = DescribeAclsResponse_AclDescription
 
     __slots__ = (
         "throttle_time_ms",
@@ -321,7 +331,7 @@ class DescribeAclsResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = "",
-        resources: list[DescribeAclsResponse.DescribeAclsResource] = DEFAULT,
+        resources: list[DescribeAclsResponse.DescribeAclsResource] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -332,7 +342,8 @@ class DescribeAclsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeAclsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         if version >= 2:
             self.error_message = r.compact_nullable_string()
@@ -340,15 +351,15 @@ class DescribeAclsResponse(Message):
             self.error_message = r.nullable_string()
         if version >= 2:
             self.resources = r.compact_array(
-                DescribeAclsResponse.DescribeAclsResource._read, version
+                DescribeAclsResponse_DescribeAclsResource._read, version
             )
         else:
-            self.resources = r.array(DescribeAclsResponse.DescribeAclsResource._read, version)
+            self.resources = r.array(DescribeAclsResponse_DescribeAclsResource._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         if version >= 2:
             w.compact_nullable_string(self.error_message)
         else:
@@ -376,13 +387,18 @@ class DescribeAclsResponse(Message):
         )
 
 
-DescribeAclsResponse.DescribeAclsResource.FIELDS = (
+nest(
+    DescribeAclsResponse,
+    DescribeAclsResource=DescribeAclsResponse_DescribeAclsResource,
+    AclDescription=DescribeAclsResponse_AclDescription,
+)
+DescribeAclsResponse_DescribeAclsResource.FIELDS = (
     Field("resource_type", "int8", (0, 32767)),
     Field("resource_name", "string", (0, 32767)),
     Field("pattern_type", "int8", (1, 32767)),
-    Field("acls", "[]AclDescription", (0, 32767), struct=DescribeAclsResponse.AclDescription),
+    Field("acls", "[]AclDescription", (0, 32767), struct=DescribeAclsResponse_AclDescription),
 )
-DescribeAclsResponse.AclDescription.FIELDS = (
+DescribeAclsResponse_AclDescription.FIELDS = (
     Field("principal", "string", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("operation", "int8", (0, 32767)),
@@ -396,7 +412,7 @@ DescribeAclsResponse.FIELDS = (
         "resources",
         "[]DescribeAclsResource",
         (0, 32767),
-        struct=DescribeAclsResponse.DescribeAclsResource,
+        struct=DescribeAclsResponse_DescribeAclsResource,
     ),
 )
 

@@ -5,12 +5,82 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class DescribeClientQuotasRequest_ComponentData(Struct):
+    """A ComponentData of DescribeClientQuotasRequest (DescribeClientQuotasRequest.ComponentData)."""
+
+    __slots__ = (
+        "entity_type",
+        "match_type",
+        "match",
+        "unknown_tagged_fields",
+    )
+
+    entity_type: str
+    match_type: int
+    match: str | None
+
+    def __init__(
+        self,
+        *,
+        entity_type: str = "",
+        match_type: int = 0,
+        match: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.entity_type = entity_type
+        self.match_type = match_type
+        self.match = match
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeClientQuotasRequest.ComponentData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.entity_type = r.compact_string()
+        else:
+            self.entity_type = r.string()
+        self.match_type = r.int8()
+        if version >= 1:
+            self.match = r.compact_nullable_string()
+        else:
+            self.match = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.entity_type)
+        else:
+            w.string(self.entity_type)
+        w.int8(self.match_type)
+        if version >= 1:
+            w.compact_nullable_string(self.match)
+        else:
+            w.nullable_string(self.match)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeClientQuotasRequest.ComponentData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.entity_type == ""
+            and self.match_type == 0
+            and self.match == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class DescribeClientQuotasRequest(Message):
@@ -21,72 +91,7 @@ class DescribeClientQuotasRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class ComponentData(Struct):
-        """A ComponentData of DescribeClientQuotasRequest."""
-
-        __slots__ = (
-            "entity_type",
-            "match_type",
-            "match",
-            "unknown_tagged_fields",
-        )
-
-        entity_type: str
-        match_type: int
-        match: str | None
-
-        def __init__(
-            self,
-            *,
-            entity_type: str = "",
-            match_type: int = 0,
-            match: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.entity_type = entity_type
-            self.match_type = match_type
-            self.match = match
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeClientQuotasRequest.ComponentData:
-            self = _new(cls)
-            if version >= 1:
-                self.entity_type = r.compact_string()
-            else:
-                self.entity_type = r.string()
-            self.match_type = r.int8()
-            if version >= 1:
-                self.match = r.compact_nullable_string()
-            else:
-                self.match = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.entity_type)
-            else:
-                w.string(self.entity_type)
-            w.int8(self.match_type)
-            if version >= 1:
-                w.compact_nullable_string(self.match)
-            else:
-                w.nullable_string(self.match)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeClientQuotasRequest.ComponentData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.entity_type == ""
-                and self.match_type == 0
-                and self.match == ""
-                and not self.unknown_tagged_fields
-            )
+    ComponentData: TypeAlias = DescribeClientQuotasRequest_ComponentData
 
     __slots__ = (
         "components",
@@ -100,7 +105,7 @@ class DescribeClientQuotasRequest(Message):
     def __init__(
         self,
         *,
-        components: list[DescribeClientQuotasRequest.ComponentData] = DEFAULT,
+        components: list[DescribeClientQuotasRequest.ComponentData] | Default = DEFAULT,
         strict: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -110,13 +115,14 @@ class DescribeClientQuotasRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeClientQuotasRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.components = r.compact_array(
-                DescribeClientQuotasRequest.ComponentData._read, version
+                DescribeClientQuotasRequest_ComponentData._read, version
             )
         else:
-            self.components = r.array(DescribeClientQuotasRequest.ComponentData._read, version)
+            self.components = r.array(DescribeClientQuotasRequest_ComponentData._read, version)
         self.strict = r.boolean()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self
@@ -140,7 +146,8 @@ class DescribeClientQuotasRequest(Message):
         return self.components == [] and not self.strict and not self.unknown_tagged_fields
 
 
-DescribeClientQuotasRequest.ComponentData.FIELDS = (
+nest(DescribeClientQuotasRequest, ComponentData=DescribeClientQuotasRequest_ComponentData)
+DescribeClientQuotasRequest_ComponentData.FIELDS = (
     Field("entity_type", "string", (0, 32767)),
     Field("match_type", "int8", (0, 32767)),
     Field("match", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -150,10 +157,182 @@ DescribeClientQuotasRequest.FIELDS = (
         "components",
         "[]ComponentData",
         (0, 32767),
-        struct=DescribeClientQuotasRequest.ComponentData,
+        struct=DescribeClientQuotasRequest_ComponentData,
     ),
     Field("strict", "bool", (0, 32767)),
 )
+
+
+class DescribeClientQuotasResponse_EntryData(Struct):
+    """A EntryData of DescribeClientQuotasResponse (DescribeClientQuotasResponse.EntryData)."""
+
+    __slots__ = (
+        "entity",
+        "values",
+        "unknown_tagged_fields",
+    )
+
+    entity: list[DescribeClientQuotasResponse.EntityData]
+    values: list[DescribeClientQuotasResponse.ValueData]
+
+    def __init__(
+        self,
+        *,
+        entity: list[DescribeClientQuotasResponse.EntityData] | Default = DEFAULT,
+        values: list[DescribeClientQuotasResponse.ValueData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.entity = [] if entity is DEFAULT else entity
+        self.values = [] if values is DEFAULT else values
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeClientQuotasResponse.EntryData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.entity = r.compact_array(DescribeClientQuotasResponse_EntityData._read, version)
+        else:
+            self.entity = r.array(DescribeClientQuotasResponse_EntityData._read, version)
+        if version >= 1:
+            self.values = r.compact_array(DescribeClientQuotasResponse_ValueData._read, version)
+        else:
+            self.values = r.array(DescribeClientQuotasResponse_ValueData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.array_length(self.entity, compact=True, nullable=False)
+            for entity_item in self.entity:
+                entity_item._write(w, version)
+        else:
+            w.array_length(self.entity, compact=False, nullable=False)
+            for entity_item in self.entity:
+                entity_item._write(w, version)
+        if version >= 1:
+            w.array_length(self.values, compact=True, nullable=False)
+            for values_item in self.values:
+                values_item._write(w, version)
+        else:
+            w.array_length(self.values, compact=False, nullable=False)
+            for values_item in self.values:
+                values_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeClientQuotasResponse.EntryData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.entity == [] and self.values == [] and not self.unknown_tagged_fields
+
+
+class DescribeClientQuotasResponse_EntityData(Struct):
+    """A EntityData of DescribeClientQuotasResponse (DescribeClientQuotasResponse.EntityData)."""
+
+    __slots__ = (
+        "entity_type",
+        "entity_name",
+        "unknown_tagged_fields",
+    )
+
+    entity_type: str
+    entity_name: str | None
+
+    def __init__(
+        self,
+        *,
+        entity_type: str = "",
+        entity_name: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeClientQuotasResponse.EntityData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.entity_type = r.compact_string()
+        else:
+            self.entity_type = r.string()
+        if version >= 1:
+            self.entity_name = r.compact_nullable_string()
+        else:
+            self.entity_name = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.entity_type)
+        else:
+            w.string(self.entity_type)
+        if version >= 1:
+            w.compact_nullable_string(self.entity_name)
+        else:
+            w.nullable_string(self.entity_name)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeClientQuotasResponse.EntityData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.entity_type == "" and self.entity_name == "" and not self.unknown_tagged_fields
+
+
+class DescribeClientQuotasResponse_ValueData(Struct):
+    """A ValueData of DescribeClientQuotasResponse (DescribeClientQuotasResponse.ValueData)."""
+
+    __slots__ = (
+        "key",
+        "value",
+        "unknown_tagged_fields",
+    )
+
+    key: str
+    value: float
+
+    def __init__(
+        self, *, key: str = "", value: float = 0.0, unknown_tagged_fields: UnknownTags | None = None
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeClientQuotasResponse.ValueData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.key = r.compact_string()
+        else:
+            self.key = r.string()
+        self.value = r.float64()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.key)
+        else:
+            w.string(self.key)
+        w.float64(self.value)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeClientQuotasResponse.ValueData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.key == "" and self.value == 0.0 and not self.unknown_tagged_fields
 
 
 class DescribeClientQuotasResponse(Message):
@@ -164,179 +343,9 @@ class DescribeClientQuotasResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class EntryData(Struct):
-        """A EntryData of DescribeClientQuotasResponse."""
-
-        __slots__ = (
-            "entity",
-            "values",
-            "unknown_tagged_fields",
-        )
-
-        entity: list[DescribeClientQuotasResponse.EntityData]
-        values: list[DescribeClientQuotasResponse.ValueData]
-
-        def __init__(
-            self,
-            *,
-            entity: list[DescribeClientQuotasResponse.EntityData] = DEFAULT,
-            values: list[DescribeClientQuotasResponse.ValueData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.entity = [] if entity is DEFAULT else entity
-            self.values = [] if values is DEFAULT else values
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeClientQuotasResponse.EntryData:
-            self = _new(cls)
-            if version >= 1:
-                self.entity = r.compact_array(
-                    DescribeClientQuotasResponse.EntityData._read, version
-                )
-            else:
-                self.entity = r.array(DescribeClientQuotasResponse.EntityData._read, version)
-            if version >= 1:
-                self.values = r.compact_array(DescribeClientQuotasResponse.ValueData._read, version)
-            else:
-                self.values = r.array(DescribeClientQuotasResponse.ValueData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.array_length(self.entity, compact=True, nullable=False)
-                for entity_item in self.entity:
-                    entity_item._write(w, version)
-            else:
-                w.array_length(self.entity, compact=False, nullable=False)
-                for entity_item in self.entity:
-                    entity_item._write(w, version)
-            if version >= 1:
-                w.array_length(self.values, compact=True, nullable=False)
-                for values_item in self.values:
-                    values_item._write(w, version)
-            else:
-                w.array_length(self.values, compact=False, nullable=False)
-                for values_item in self.values:
-                    values_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeClientQuotasResponse.EntryData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.entity == [] and self.values == [] and not self.unknown_tagged_fields
-
-    class EntityData(Struct):
-        """A EntityData of DescribeClientQuotasResponse."""
-
-        __slots__ = (
-            "entity_type",
-            "entity_name",
-            "unknown_tagged_fields",
-        )
-
-        entity_type: str
-        entity_name: str | None
-
-        def __init__(
-            self,
-            *,
-            entity_type: str = "",
-            entity_name: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.entity_type = entity_type
-            self.entity_name = entity_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeClientQuotasResponse.EntityData:
-            self = _new(cls)
-            if version >= 1:
-                self.entity_type = r.compact_string()
-            else:
-                self.entity_type = r.string()
-            if version >= 1:
-                self.entity_name = r.compact_nullable_string()
-            else:
-                self.entity_name = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.entity_type)
-            else:
-                w.string(self.entity_type)
-            if version >= 1:
-                w.compact_nullable_string(self.entity_name)
-            else:
-                w.nullable_string(self.entity_name)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeClientQuotasResponse.EntityData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.entity_type == "" and self.entity_name == "" and not self.unknown_tagged_fields
-            )
-
-    class ValueData(Struct):
-        """A ValueData of DescribeClientQuotasResponse."""
-
-        __slots__ = (
-            "key",
-            "value",
-            "unknown_tagged_fields",
-        )
-
-        key: str
-        value: float
-
-        def __init__(
-            self,
-            *,
-            key: str = "",
-            value: float = 0.0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.key = key
-            self.value = value
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeClientQuotasResponse.ValueData:
-            self = _new(cls)
-            if version >= 1:
-                self.key = r.compact_string()
-            else:
-                self.key = r.string()
-            self.value = r.float64()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.key)
-            else:
-                w.string(self.key)
-            w.float64(self.value)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeClientQuotasResponse.ValueData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.key == "" and self.value == 0.0 and not self.unknown_tagged_fields
+    EntryData: TypeAlias = DescribeClientQuotasResponse_EntryData
+    EntityData: TypeAlias = DescribeClientQuotasResponse_EntityData
+    ValueData: TypeAlias = DescribeClientQuotasResponse_ValueData
 
     __slots__ = (
         "throttle_time_ms",
@@ -357,7 +366,7 @@ class DescribeClientQuotasResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = "",
-        entries: list[DescribeClientQuotasResponse.EntryData] | None = DEFAULT,
+        entries: list[DescribeClientQuotasResponse.EntryData] | None | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -368,7 +377,8 @@ class DescribeClientQuotasResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeClientQuotasResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         if version >= 1:
             self.error_message = r.compact_nullable_string()
@@ -376,15 +386,15 @@ class DescribeClientQuotasResponse(Message):
             self.error_message = r.nullable_string()
         if version >= 1:
             self.entries = r.compact_nullable_array(
-                DescribeClientQuotasResponse.EntryData._read, version
+                DescribeClientQuotasResponse_EntryData._read, version
             )
         else:
-            self.entries = r.nullable_array(DescribeClientQuotasResponse.EntryData._read, version)
+            self.entries = r.nullable_array(DescribeClientQuotasResponse_EntryData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         if version >= 1:
             w.compact_nullable_string(self.error_message)
         else:
@@ -414,15 +424,21 @@ class DescribeClientQuotasResponse(Message):
         )
 
 
-DescribeClientQuotasResponse.EntryData.FIELDS = (
-    Field("entity", "[]EntityData", (0, 32767), struct=DescribeClientQuotasResponse.EntityData),
-    Field("values", "[]ValueData", (0, 32767), struct=DescribeClientQuotasResponse.ValueData),
+nest(
+    DescribeClientQuotasResponse,
+    EntryData=DescribeClientQuotasResponse_EntryData,
+    EntityData=DescribeClientQuotasResponse_EntityData,
+    ValueData=DescribeClientQuotasResponse_ValueData,
 )
-DescribeClientQuotasResponse.EntityData.FIELDS = (
+DescribeClientQuotasResponse_EntryData.FIELDS = (
+    Field("entity", "[]EntityData", (0, 32767), struct=DescribeClientQuotasResponse_EntityData),
+    Field("values", "[]ValueData", (0, 32767), struct=DescribeClientQuotasResponse_ValueData),
+)
+DescribeClientQuotasResponse_EntityData.FIELDS = (
     Field("entity_type", "string", (0, 32767)),
     Field("entity_name", "string", (0, 32767), nullable_versions=(0, 32767)),
 )
-DescribeClientQuotasResponse.ValueData.FIELDS = (
+DescribeClientQuotasResponse_ValueData.FIELDS = (
     Field("key", "string", (0, 32767)),
     Field("value", "float64", (0, 32767)),
 )
@@ -435,7 +451,7 @@ DescribeClientQuotasResponse.FIELDS = (
         "[]EntryData",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=DescribeClientQuotasResponse.EntryData,
+        struct=DescribeClientQuotasResponse_EntryData,
     ),
 )
 

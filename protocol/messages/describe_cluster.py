@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
 
 
 class DescribeClusterRequest(Message):
@@ -43,7 +44,8 @@ class DescribeClusterRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeClusterRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.include_cluster_authorized_operations = r.boolean()
         if version >= 1:
             self.endpoint_type = r.int8()
@@ -75,6 +77,65 @@ DescribeClusterRequest.FIELDS = (
 )
 
 
+class DescribeClusterResponse_DescribeClusterBroker(Struct):
+    """A DescribeClusterBroker of DescribeClusterResponse (DescribeClusterResponse.DescribeClusterBroker)."""
+
+    __slots__ = (
+        "broker_id",
+        "host",
+        "port",
+        "rack",
+        "unknown_tagged_fields",
+    )
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        *,
+        broker_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeClusterResponse.DescribeClusterBroker:
+        new = cls.__new__
+        self = new(cls)
+        self.broker_id = r.int32()
+        self.host = r.compact_string()
+        self.port = r.int32()
+        self.rack = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.broker_id)
+        w.compact_string(self.host)
+        w.int32(self.port)
+        w.compact_nullable_string(self.rack)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.broker_id == 0
+            and self.host == ""
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields
+        )
+
+
 class DescribeClusterResponse(Message):
     """Kafka's DescribeClusterResponse (response, v0-v1), from clients/DescribeClusterResponse.json."""
 
@@ -83,62 +144,7 @@ class DescribeClusterResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class DescribeClusterBroker(Struct):
-        """A DescribeClusterBroker of DescribeClusterResponse."""
-
-        __slots__ = (
-            "broker_id",
-            "host",
-            "port",
-            "rack",
-            "unknown_tagged_fields",
-        )
-
-        broker_id: int
-        host: str
-        port: int
-        rack: str | None
-
-        def __init__(
-            self,
-            *,
-            broker_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            rack: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.broker_id = broker_id
-            self.host = host
-            self.port = port
-            self.rack = rack
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeClusterResponse.DescribeClusterBroker:
-            self = _new(cls)
-            self.broker_id = r.int32()
-            self.host = r.compact_string()
-            self.port = r.int32()
-            self.rack = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.broker_id)
-            w.compact_string(self.host)
-            w.int32(self.port)
-            w.compact_nullable_string(self.rack)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.broker_id == 0
-                and self.host == ""
-                and self.port == 0
-                and self.rack is None
-                and not self.unknown_tagged_fields
-            )
+    DescribeClusterBroker: TypeAlias = DescribeClusterResponse_DescribeClusterBroker
 
     __slots__ = (
         "throttle_time_ms",
@@ -170,7 +176,7 @@ class DescribeClusterResponse(Message):
         endpoint_type: int = 1,
         cluster_id: str = "",
         controller_id: int = -1,
-        brokers: list[DescribeClusterResponse.DescribeClusterBroker] = DEFAULT,
+        brokers: list[DescribeClusterResponse.DescribeClusterBroker] | Default = DEFAULT,
         cluster_authorized_operations: int = -2147483648,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -186,7 +192,8 @@ class DescribeClusterResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeClusterResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         if version >= 1:
@@ -195,13 +202,13 @@ class DescribeClusterResponse(Message):
             self.endpoint_type = 1
         self.cluster_id = r.compact_string()
         self.controller_id = r.int32()
-        self.brokers = r.compact_array(DescribeClusterResponse.DescribeClusterBroker._read, version)
+        self.brokers = r.compact_array(DescribeClusterResponse_DescribeClusterBroker._read, version)
         self.cluster_authorized_operations = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         if version >= 1:
             w.int8(self.endpoint_type)
@@ -230,7 +237,8 @@ class DescribeClusterResponse(Message):
         )
 
 
-DescribeClusterResponse.DescribeClusterBroker.FIELDS = (
+nest(DescribeClusterResponse, DescribeClusterBroker=DescribeClusterResponse_DescribeClusterBroker)
+DescribeClusterResponse_DescribeClusterBroker.FIELDS = (
     Field("broker_id", "int32", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "int32", (0, 32767)),
@@ -247,7 +255,7 @@ DescribeClusterResponse.FIELDS = (
         "brokers",
         "[]DescribeClusterBroker",
         (0, 32767),
-        struct=DescribeClusterResponse.DescribeClusterBroker,
+        struct=DescribeClusterResponse_DescribeClusterBroker,
     ),
     Field("cluster_authorized_operations", "int32", (0, 32767)),
 )

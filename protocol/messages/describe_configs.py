@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 from protocol.primitives import (
     Reader,
     UnknownTags,
@@ -11,9 +13,82 @@ from protocol.primitives import (
     read_compact_string_item,
     read_string_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
+
+class DescribeConfigsRequest_DescribeConfigsResource(Struct):
+    """A DescribeConfigsResource of DescribeConfigsRequest (DescribeConfigsRequest.DescribeConfigsResource)."""
+
+    __slots__ = (
+        "resource_type",
+        "resource_name",
+        "configuration_keys",
+        "unknown_tagged_fields",
+    )
+
+    resource_type: int
+    resource_name: str
+    configuration_keys: list[str] | None
+
+    def __init__(
+        self,
+        *,
+        resource_type: int = 0,
+        resource_name: str = "",
+        configuration_keys: list[str] | None | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configuration_keys = [] if configuration_keys is DEFAULT else configuration_keys
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeConfigsRequest.DescribeConfigsResource:
+        new = cls.__new__
+        self = new(cls)
+        self.resource_type = r.int8()
+        if version >= 4:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        if version >= 4:
+            self.configuration_keys = r.compact_nullable_array(read_compact_string_item, version)
+        else:
+            self.configuration_keys = r.nullable_array(read_string_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int8(self.resource_type)
+        if version >= 4:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 4:
+            w.array_length(self.configuration_keys, compact=True, nullable=True)
+            if self.configuration_keys is not None:
+                for configuration_keys_item in self.configuration_keys:
+                    w.compact_string(configuration_keys_item)
+        else:
+            w.array_length(self.configuration_keys, compact=False, nullable=True)
+            if self.configuration_keys is not None:
+                for configuration_keys_item in self.configuration_keys:
+                    w.string(configuration_keys_item)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeConfigsRequest.DescribeConfigsResource", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.resource_type == 0
+            and self.resource_name == ""
+            and self.configuration_keys == []
+            and not self.unknown_tagged_fields
+        )
 
 
 class DescribeConfigsRequest(Message):
@@ -24,82 +99,7 @@ class DescribeConfigsRequest(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 4
 
-    class DescribeConfigsResource(Struct):
-        """A DescribeConfigsResource of DescribeConfigsRequest."""
-
-        __slots__ = (
-            "resource_type",
-            "resource_name",
-            "configuration_keys",
-            "unknown_tagged_fields",
-        )
-
-        resource_type: int
-        resource_name: str
-        configuration_keys: list[str] | None
-
-        def __init__(
-            self,
-            *,
-            resource_type: int = 0,
-            resource_name: str = "",
-            configuration_keys: list[str] | None = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.configuration_keys = [] if configuration_keys is DEFAULT else configuration_keys
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeConfigsRequest.DescribeConfigsResource:
-            self = _new(cls)
-            self.resource_type = r.int8()
-            if version >= 4:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            if version >= 4:
-                self.configuration_keys = r.compact_nullable_array(
-                    read_compact_string_item, version
-                )
-            else:
-                self.configuration_keys = r.nullable_array(read_string_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int8(self.resource_type)
-            if version >= 4:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 4:
-                w.array_length(self.configuration_keys, compact=True, nullable=True)
-                if self.configuration_keys is not None:
-                    for configuration_keys_item in self.configuration_keys:
-                        w.compact_string(configuration_keys_item)
-            else:
-                w.array_length(self.configuration_keys, compact=False, nullable=True)
-                if self.configuration_keys is not None:
-                    for configuration_keys_item in self.configuration_keys:
-                        w.string(configuration_keys_item)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeConfigsRequest.DescribeConfigsResource",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.resource_type == 0
-                and self.resource_name == ""
-                and self.configuration_keys == []
-                and not self.unknown_tagged_fields
-            )
+    DescribeConfigsResource: TypeAlias = DescribeConfigsRequest_DescribeConfigsResource
 
     __slots__ = (
         "resources",
@@ -115,7 +115,7 @@ class DescribeConfigsRequest(Message):
     def __init__(
         self,
         *,
-        resources: list[DescribeConfigsRequest.DescribeConfigsResource] = DEFAULT,
+        resources: list[DescribeConfigsRequest.DescribeConfigsResource] | Default = DEFAULT,
         include_synonyms: bool = False,
         include_documentation: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
@@ -127,13 +127,14 @@ class DescribeConfigsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeConfigsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 4:
             self.resources = r.compact_array(
-                DescribeConfigsRequest.DescribeConfigsResource._read, version
+                DescribeConfigsRequest_DescribeConfigsResource._read, version
             )
         else:
-            self.resources = r.array(DescribeConfigsRequest.DescribeConfigsResource._read, version)
+            self.resources = r.array(DescribeConfigsRequest_DescribeConfigsResource._read, version)
         if version >= 1:
             self.include_synonyms = r.boolean()
         else:
@@ -178,7 +179,8 @@ class DescribeConfigsRequest(Message):
         )
 
 
-DescribeConfigsRequest.DescribeConfigsResource.FIELDS = (
+nest(DescribeConfigsRequest, DescribeConfigsResource=DescribeConfigsRequest_DescribeConfigsResource)
+DescribeConfigsRequest_DescribeConfigsResource.FIELDS = (
     Field("resource_type", "int8", (0, 32767)),
     Field("resource_name", "string", (0, 32767)),
     Field("configuration_keys", "[]string", (0, 32767), nullable_versions=(0, 32767)),
@@ -188,11 +190,354 @@ DescribeConfigsRequest.FIELDS = (
         "resources",
         "[]DescribeConfigsResource",
         (0, 32767),
-        struct=DescribeConfigsRequest.DescribeConfigsResource,
+        struct=DescribeConfigsRequest_DescribeConfigsResource,
     ),
     Field("include_synonyms", "bool", (1, 32767)),
     Field("include_documentation", "bool", (3, 32767)),
 )
+
+
+class DescribeConfigsResponse_DescribeConfigsResult(Struct):
+    """A DescribeConfigsResult of DescribeConfigsResponse (DescribeConfigsResponse.DescribeConfigsResult)."""
+
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "resource_type",
+        "resource_name",
+        "configs",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+    configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult]
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is DEFAULT else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeConfigsResponse.DescribeConfigsResult:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 4:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        self.resource_type = r.int8()
+        if version >= 4:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        if version >= 4:
+            self.configs = r.compact_array(
+                DescribeConfigsResponse_DescribeConfigsResourceResult._read, version
+            )
+        else:
+            self.configs = r.array(
+                DescribeConfigsResponse_DescribeConfigsResourceResult._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 4:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        w.int8(self.resource_type)
+        if version >= 4:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 4:
+            w.array_length(self.configs, compact=True, nullable=False)
+            for configs_item in self.configs:
+                configs_item._write(w, version)
+        else:
+            w.array_length(self.configs, compact=False, nullable=False)
+            for configs_item in self.configs:
+                configs_item._write(w, version)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeConfigsResponse.DescribeConfigsResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.error_message == ""
+            and self.resource_type == 0
+            and self.resource_name == ""
+            and self.configs == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeConfigsResponse_DescribeConfigsResourceResult(Struct):
+    """A DescribeConfigsResourceResult of DescribeConfigsResponse (DescribeConfigsResponse.DescribeConfigsResourceResult)."""
+
+    __slots__ = (
+        "name",
+        "value",
+        "read_only",
+        "is_default",
+        "config_source",
+        "is_sensitive",
+        "synonyms",
+        "config_type",
+        "documentation",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    value: str | None
+    read_only: bool
+    is_default: bool
+    config_source: int
+    is_sensitive: bool
+    synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym]
+    config_type: int
+    documentation: str | None
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        value: str | None = "",
+        read_only: bool = False,
+        is_default: bool = False,
+        config_source: int = -1,
+        is_sensitive: bool = False,
+        synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym] | Default = DEFAULT,
+        config_type: int = 0,
+        documentation: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.is_default = is_default
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+        self.synonyms = [] if synonyms is DEFAULT else synonyms
+        self.config_type = config_type
+        self.documentation = documentation
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> DescribeConfigsResponse.DescribeConfigsResourceResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 4:
+            self.value = r.compact_nullable_string()
+        else:
+            self.value = r.nullable_string()
+        self.read_only = r.boolean()
+        if version >= 1:
+            self.is_default = False
+        else:
+            self.is_default = r.boolean()
+        if version >= 1:
+            self.config_source = r.int8()
+        else:
+            self.config_source = -1
+        self.is_sensitive = r.boolean()
+        if version >= 4:
+            self.synonyms = r.compact_array(
+                DescribeConfigsResponse_DescribeConfigsSynonym._read, version
+            )
+        elif version >= 1:
+            self.synonyms = r.array(DescribeConfigsResponse_DescribeConfigsSynonym._read, version)
+        else:
+            self.synonyms = []
+        if version >= 3:
+            self.config_type = r.int8()
+        else:
+            self.config_type = 0
+        if version >= 4:
+            self.documentation = r.compact_nullable_string()
+        elif version >= 3:
+            self.documentation = r.nullable_string()
+        else:
+            self.documentation = ""
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 4:
+            w.compact_nullable_string(self.value)
+        else:
+            w.nullable_string(self.value)
+        w.boolean(self.read_only)
+        if version >= 1:
+            if self.is_default:
+                raise not_in_version(
+                    "DescribeConfigsResponse.DescribeConfigsResourceResult", "is_default", version
+                )
+        else:
+            w.boolean(self.is_default)
+        if version >= 1:
+            w.int8(self.config_source)
+        w.boolean(self.is_sensitive)
+        if version >= 4:
+            w.array_length(self.synonyms, compact=True, nullable=False)
+            for synonyms_item in self.synonyms:
+                synonyms_item._write(w, version)
+        elif version >= 1:
+            w.array_length(self.synonyms, compact=False, nullable=False)
+            for synonyms_item in self.synonyms:
+                synonyms_item._write(w, version)
+        if version >= 3:
+            w.int8(self.config_type)
+        if version >= 4:
+            w.compact_nullable_string(self.documentation)
+        elif version >= 3:
+            w.nullable_string(self.documentation)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeConfigsResponse.DescribeConfigsResourceResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.value == ""
+            and not self.read_only
+            and not self.is_default
+            and self.config_source == -1
+            and not self.is_sensitive
+            and self.synonyms == []
+            and self.config_type == 0
+            and self.documentation == ""
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeConfigsResponse_DescribeConfigsSynonym(Struct):
+    """A DescribeConfigsSynonym of DescribeConfigsResponse (DescribeConfigsResponse.DescribeConfigsSynonym)."""
+
+    __slots__ = (
+        "name",
+        "value",
+        "source",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    value: str | None
+    source: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        value: str | None = "",
+        source: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.source = source
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeConfigsResponse.DescribeConfigsSynonym:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.name = r.compact_string()
+        elif version >= 1:
+            self.name = r.string()
+        else:
+            self.name = ""
+        if version >= 4:
+            self.value = r.compact_nullable_string()
+        elif version >= 1:
+            self.value = r.nullable_string()
+        else:
+            self.value = ""
+        if version >= 1:
+            self.source = r.int8()
+        else:
+            self.source = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.name)
+        elif version >= 1:
+            w.string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version(
+                    "DescribeConfigsResponse.DescribeConfigsSynonym", "name", version
+                )
+        if version >= 4:
+            w.compact_nullable_string(self.value)
+        elif version >= 1:
+            w.nullable_string(self.value)
+        else:
+            if self.value != "":
+                raise not_in_version(
+                    "DescribeConfigsResponse.DescribeConfigsSynonym", "value", version
+                )
+        if version >= 1:
+            w.int8(self.source)
+        else:
+            if self.source != 0:
+                raise not_in_version(
+                    "DescribeConfigsResponse.DescribeConfigsSynonym", "source", version
+                )
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeConfigsResponse.DescribeConfigsSynonym", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.value == ""
+            and self.source == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class DescribeConfigsResponse(Message):
@@ -203,350 +548,9 @@ class DescribeConfigsResponse(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 4
 
-    class DescribeConfigsResult(Struct):
-        """A DescribeConfigsResult of DescribeConfigsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "error_message",
-            "resource_type",
-            "resource_name",
-            "configs",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        error_message: str | None
-        resource_type: int
-        resource_name: str
-        configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult]
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            error_message: str | None = "",
-            resource_type: int = 0,
-            resource_name: str = "",
-            configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.error_message = error_message
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.configs = [] if configs is DEFAULT else configs
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeConfigsResponse.DescribeConfigsResult:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 4:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            self.resource_type = r.int8()
-            if version >= 4:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            if version >= 4:
-                self.configs = r.compact_array(
-                    DescribeConfigsResponse.DescribeConfigsResourceResult._read, version
-                )
-            else:
-                self.configs = r.array(
-                    DescribeConfigsResponse.DescribeConfigsResourceResult._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 4:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            w.int8(self.resource_type)
-            if version >= 4:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 4:
-                w.array_length(self.configs, compact=True, nullable=False)
-                for configs_item in self.configs:
-                    configs_item._write(w, version)
-            else:
-                w.array_length(self.configs, compact=False, nullable=False)
-                for configs_item in self.configs:
-                    configs_item._write(w, version)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeConfigsResponse.DescribeConfigsResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.error_message == ""
-                and self.resource_type == 0
-                and self.resource_name == ""
-                and self.configs == []
-                and not self.unknown_tagged_fields
-            )
-
-    class DescribeConfigsResourceResult(Struct):
-        """A DescribeConfigsResourceResult of DescribeConfigsResponse."""
-
-        __slots__ = (
-            "name",
-            "value",
-            "read_only",
-            "is_default",
-            "config_source",
-            "is_sensitive",
-            "synonyms",
-            "config_type",
-            "documentation",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        value: str | None
-        read_only: bool
-        is_default: bool
-        config_source: int
-        is_sensitive: bool
-        synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym]
-        config_type: int
-        documentation: str | None
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            value: str | None = "",
-            read_only: bool = False,
-            is_default: bool = False,
-            config_source: int = -1,
-            is_sensitive: bool = False,
-            synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym] = DEFAULT,
-            config_type: int = 0,
-            documentation: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.value = value
-            self.read_only = read_only
-            self.is_default = is_default
-            self.config_source = config_source
-            self.is_sensitive = is_sensitive
-            self.synonyms = [] if synonyms is DEFAULT else synonyms
-            self.config_type = config_type
-            self.documentation = documentation
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DescribeConfigsResponse.DescribeConfigsResourceResult:
-            self = _new(cls)
-            if version >= 4:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 4:
-                self.value = r.compact_nullable_string()
-            else:
-                self.value = r.nullable_string()
-            self.read_only = r.boolean()
-            if version >= 1:
-                self.is_default = False
-            else:
-                self.is_default = r.boolean()
-            if version >= 1:
-                self.config_source = r.int8()
-            else:
-                self.config_source = -1
-            self.is_sensitive = r.boolean()
-            if version >= 4:
-                self.synonyms = r.compact_array(
-                    DescribeConfigsResponse.DescribeConfigsSynonym._read, version
-                )
-            elif version >= 1:
-                self.synonyms = r.array(
-                    DescribeConfigsResponse.DescribeConfigsSynonym._read, version
-                )
-            else:
-                self.synonyms = []
-            if version >= 3:
-                self.config_type = r.int8()
-            else:
-                self.config_type = 0
-            if version >= 4:
-                self.documentation = r.compact_nullable_string()
-            elif version >= 3:
-                self.documentation = r.nullable_string()
-            else:
-                self.documentation = ""
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 4:
-                w.compact_nullable_string(self.value)
-            else:
-                w.nullable_string(self.value)
-            w.boolean(self.read_only)
-            if version >= 1:
-                if self.is_default:
-                    raise not_in_version(
-                        "DescribeConfigsResponse.DescribeConfigsResourceResult",
-                        "is_default",
-                        version,
-                    )
-            else:
-                w.boolean(self.is_default)
-            if version >= 1:
-                w.int8(self.config_source)
-            w.boolean(self.is_sensitive)
-            if version >= 4:
-                w.array_length(self.synonyms, compact=True, nullable=False)
-                for synonyms_item in self.synonyms:
-                    synonyms_item._write(w, version)
-            elif version >= 1:
-                w.array_length(self.synonyms, compact=False, nullable=False)
-                for synonyms_item in self.synonyms:
-                    synonyms_item._write(w, version)
-            if version >= 3:
-                w.int8(self.config_type)
-            if version >= 4:
-                w.compact_nullable_string(self.documentation)
-            elif version >= 3:
-                w.nullable_string(self.documentation)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeConfigsResponse.DescribeConfigsResourceResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.value == ""
-                and not self.read_only
-                and not self.is_default
-                and self.config_source == -1
-                and not self.is_sensitive
-                and self.synonyms == []
-                and self.config_type == 0
-                and self.documentation == ""
-                and not self.unknown_tagged_fields
-            )
-
-    class DescribeConfigsSynonym(Struct):
-        """A DescribeConfigsSynonym of DescribeConfigsResponse."""
-
-        __slots__ = (
-            "name",
-            "value",
-            "source",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        value: str | None
-        source: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            value: str | None = "",
-            source: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.value = value
-            self.source = source
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeConfigsResponse.DescribeConfigsSynonym:
-            self = _new(cls)
-            if version >= 4:
-                self.name = r.compact_string()
-            elif version >= 1:
-                self.name = r.string()
-            else:
-                self.name = ""
-            if version >= 4:
-                self.value = r.compact_nullable_string()
-            elif version >= 1:
-                self.value = r.nullable_string()
-            else:
-                self.value = ""
-            if version >= 1:
-                self.source = r.int8()
-            else:
-                self.source = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.name)
-            elif version >= 1:
-                w.string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version(
-                        "DescribeConfigsResponse.DescribeConfigsSynonym", "name", version
-                    )
-            if version >= 4:
-                w.compact_nullable_string(self.value)
-            elif version >= 1:
-                w.nullable_string(self.value)
-            else:
-                if self.value != "":
-                    raise not_in_version(
-                        "DescribeConfigsResponse.DescribeConfigsSynonym", "value", version
-                    )
-            if version >= 1:
-                w.int8(self.source)
-            else:
-                if self.source != 0:
-                    raise not_in_version(
-                        "DescribeConfigsResponse.DescribeConfigsSynonym", "source", version
-                    )
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeConfigsResponse.DescribeConfigsSynonym",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.value == ""
-                and self.source == 0
-                and not self.unknown_tagged_fields
-            )
+    DescribeConfigsResult: TypeAlias = DescribeConfigsResponse_DescribeConfigsResult
+    DescribeConfigsResourceResult: TypeAlias = DescribeConfigsResponse_DescribeConfigsResourceResult
+    DescribeConfigsSynonym: TypeAlias = DescribeConfigsResponse_DescribeConfigsSynonym
 
     __slots__ = (
         "throttle_time_ms",
@@ -561,7 +565,7 @@ class DescribeConfigsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: list[DescribeConfigsResponse.DescribeConfigsResult] = DEFAULT,
+        results: list[DescribeConfigsResponse.DescribeConfigsResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -570,14 +574,15 @@ class DescribeConfigsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeConfigsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 4:
             self.results = r.compact_array(
-                DescribeConfigsResponse.DescribeConfigsResult._read, version
+                DescribeConfigsResponse_DescribeConfigsResult._read, version
             )
         else:
-            self.results = r.array(DescribeConfigsResponse.DescribeConfigsResult._read, version)
+            self.results = r.array(DescribeConfigsResponse_DescribeConfigsResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
         return self
 
@@ -600,7 +605,13 @@ class DescribeConfigsResponse(Message):
         return self.throttle_time_ms == 0 and self.results == [] and not self.unknown_tagged_fields
 
 
-DescribeConfigsResponse.DescribeConfigsResult.FIELDS = (
+nest(
+    DescribeConfigsResponse,
+    DescribeConfigsResult=DescribeConfigsResponse_DescribeConfigsResult,
+    DescribeConfigsResourceResult=DescribeConfigsResponse_DescribeConfigsResourceResult,
+    DescribeConfigsSynonym=DescribeConfigsResponse_DescribeConfigsSynonym,
+)
+DescribeConfigsResponse_DescribeConfigsResult.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("resource_type", "int8", (0, 32767)),
@@ -609,10 +620,10 @@ DescribeConfigsResponse.DescribeConfigsResult.FIELDS = (
         "configs",
         "[]DescribeConfigsResourceResult",
         (0, 32767),
-        struct=DescribeConfigsResponse.DescribeConfigsResourceResult,
+        struct=DescribeConfigsResponse_DescribeConfigsResourceResult,
     ),
 )
-DescribeConfigsResponse.DescribeConfigsResourceResult.FIELDS = (
+DescribeConfigsResponse_DescribeConfigsResourceResult.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("value", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("read_only", "bool", (0, 32767)),
@@ -624,12 +635,12 @@ DescribeConfigsResponse.DescribeConfigsResourceResult.FIELDS = (
         "[]DescribeConfigsSynonym",
         (1, 32767),
         ignorable=True,
-        struct=DescribeConfigsResponse.DescribeConfigsSynonym,
+        struct=DescribeConfigsResponse_DescribeConfigsSynonym,
     ),
     Field("config_type", "int8", (3, 32767), ignorable=True),
     Field("documentation", "string", (3, 32767), nullable_versions=(0, 32767), ignorable=True),
 )
-DescribeConfigsResponse.DescribeConfigsSynonym.FIELDS = (
+DescribeConfigsResponse_DescribeConfigsSynonym.FIELDS = (
     Field("name", "string", (1, 32767)),
     Field("value", "string", (1, 32767), nullable_versions=(0, 32767)),
     Field("source", "int8", (1, 32767)),
@@ -640,7 +651,7 @@ DescribeConfigsResponse.FIELDS = (
         "results",
         "[]DescribeConfigsResult",
         (0, 32767),
-        struct=DescribeConfigsResponse.DescribeConfigsResult,
+        struct=DescribeConfigsResponse_DescribeConfigsResult,
     ),
 )
 

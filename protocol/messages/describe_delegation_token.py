@@ -5,12 +5,79 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_qqq = struct.Struct(">qqq")
+_F_qqq: Final = struct.Struct(">qqq")
+_pack_qqq: Final = _F_qqq.pack
+
+
+class DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(Struct):
+    """A DescribeDelegationTokenOwner of DescribeDelegationTokenRequest (DescribeDelegationTokenRequest.DescribeDelegationTokenOwner)."""
+
+    __slots__ = (
+        "principal_type",
+        "principal_name",
+        "unknown_tagged_fields",
+    )
+
+    principal_type: str
+    principal_name: str
+
+    def __init__(
+        self,
+        *,
+        principal_type: str = "",
+        principal_name: str = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> DescribeDelegationTokenRequest.DescribeDelegationTokenOwner:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.principal_type = r.compact_string()
+        else:
+            self.principal_type = r.string()
+        if version >= 2:
+            self.principal_name = r.compact_string()
+        else:
+            self.principal_name = r.string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.principal_type)
+        else:
+            w.string(self.principal_type)
+        if version >= 2:
+            w.compact_string(self.principal_name)
+        else:
+            w.string(self.principal_name)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeDelegationTokenRequest.DescribeDelegationTokenOwner",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.principal_type == ""
+            and self.principal_name == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class DescribeDelegationTokenRequest(Message):
@@ -21,69 +88,9 @@ class DescribeDelegationTokenRequest(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class DescribeDelegationTokenOwner(Struct):
-        """A DescribeDelegationTokenOwner of DescribeDelegationTokenRequest."""
-
-        __slots__ = (
-            "principal_type",
-            "principal_name",
-            "unknown_tagged_fields",
-        )
-
-        principal_type: str
-        principal_name: str
-
-        def __init__(
-            self,
-            *,
-            principal_type: str = "",
-            principal_name: str = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.principal_type = principal_type
-            self.principal_name = principal_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DescribeDelegationTokenRequest.DescribeDelegationTokenOwner:
-            self = _new(cls)
-            if version >= 2:
-                self.principal_type = r.compact_string()
-            else:
-                self.principal_type = r.string()
-            if version >= 2:
-                self.principal_name = r.compact_string()
-            else:
-                self.principal_name = r.string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.principal_type)
-            else:
-                w.string(self.principal_type)
-            if version >= 2:
-                w.compact_string(self.principal_name)
-            else:
-                w.string(self.principal_name)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeDelegationTokenRequest.DescribeDelegationTokenOwner",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.principal_type == ""
-                and self.principal_name == ""
-                and not self.unknown_tagged_fields
-            )
+    DescribeDelegationTokenOwner: TypeAlias = (
+        DescribeDelegationTokenRequest_DescribeDelegationTokenOwner
+    )
 
     __slots__ = (
         "owners",
@@ -95,7 +102,9 @@ class DescribeDelegationTokenRequest(Message):
     def __init__(
         self,
         *,
-        owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] | None = DEFAULT,
+        owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner]
+        | None
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.owners = [] if owners is DEFAULT else owners
@@ -103,14 +112,15 @@ class DescribeDelegationTokenRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeDelegationTokenRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.owners = r.compact_nullable_array(
-                DescribeDelegationTokenRequest.DescribeDelegationTokenOwner._read, version
+                DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._read, version
             )
         else:
             self.owners = r.nullable_array(
-                DescribeDelegationTokenRequest.DescribeDelegationTokenOwner._read, version
+                DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -135,7 +145,11 @@ class DescribeDelegationTokenRequest(Message):
         return self.owners == [] and not self.unknown_tagged_fields
 
 
-DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.FIELDS = (
+nest(
+    DescribeDelegationTokenRequest,
+    DescribeDelegationTokenOwner=DescribeDelegationTokenRequest_DescribeDelegationTokenOwner,
+)
+DescribeDelegationTokenRequest_DescribeDelegationTokenOwner.FIELDS = (
     Field("principal_type", "string", (0, 32767)),
     Field("principal_name", "string", (0, 32767)),
 )
@@ -145,9 +159,242 @@ DescribeDelegationTokenRequest.FIELDS = (
         "[]DescribeDelegationTokenOwner",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=DescribeDelegationTokenRequest.DescribeDelegationTokenOwner,
+        struct=DescribeDelegationTokenRequest_DescribeDelegationTokenOwner,
     ),
 )
+
+
+class DescribeDelegationTokenResponse_DescribedDelegationToken(Struct):
+    """A DescribedDelegationToken of DescribeDelegationTokenResponse (DescribeDelegationTokenResponse.DescribedDelegationToken)."""
+
+    __slots__ = (
+        "principal_type",
+        "principal_name",
+        "token_requester_principal_type",
+        "token_requester_principal_name",
+        "issue_timestamp",
+        "expiry_timestamp",
+        "max_timestamp",
+        "token_id",
+        "hmac",
+        "renewers",
+        "unknown_tagged_fields",
+    )
+
+    principal_type: str
+    principal_name: str
+    token_requester_principal_type: str
+    token_requester_principal_name: str
+    issue_timestamp: int
+    expiry_timestamp: int
+    max_timestamp: int
+    token_id: str
+    hmac: bytes
+    renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer]
+
+    def __init__(
+        self,
+        *,
+        principal_type: str = "",
+        principal_name: str = "",
+        token_requester_principal_type: str = "",
+        token_requester_principal_name: str = "",
+        issue_timestamp: int = 0,
+        expiry_timestamp: int = 0,
+        max_timestamp: int = 0,
+        token_id: str = "",
+        hmac: bytes = b"",
+        renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp = issue_timestamp
+        self.expiry_timestamp = expiry_timestamp
+        self.max_timestamp = max_timestamp
+        self.token_id = token_id
+        self.hmac = hmac
+        self.renewers = [] if renewers is DEFAULT else renewers
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> DescribeDelegationTokenResponse.DescribedDelegationToken:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.principal_type = r.compact_string()
+        else:
+            self.principal_type = r.string()
+        if version >= 2:
+            self.principal_name = r.compact_string()
+        else:
+            self.principal_name = r.string()
+        if version >= 3:
+            self.token_requester_principal_type = r.compact_string()
+        else:
+            self.token_requester_principal_type = ""
+        if version >= 3:
+            self.token_requester_principal_name = r.compact_string()
+        else:
+            self.token_requester_principal_name = ""
+        self.issue_timestamp, self.expiry_timestamp, self.max_timestamp = r.fixed(_F_qqq)
+        if version >= 2:
+            self.token_id = r.compact_string()
+        else:
+            self.token_id = r.string()
+        if version >= 2:
+            self.hmac = r.compact_blob()
+        else:
+            self.hmac = r.blob()
+        if version >= 2:
+            self.renewers = r.compact_array(
+                DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._read, version
+            )
+        else:
+            self.renewers = r.array(
+                DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.principal_type)
+        else:
+            w.string(self.principal_type)
+        if version >= 2:
+            w.compact_string(self.principal_name)
+        else:
+            w.string(self.principal_name)
+        if version >= 3:
+            w.compact_string(self.token_requester_principal_type)
+        else:
+            if self.token_requester_principal_type != "":
+                raise not_in_version(
+                    "DescribeDelegationTokenResponse.DescribedDelegationToken",
+                    "token_requester_principal_type",
+                    version,
+                )
+        if version >= 3:
+            w.compact_string(self.token_requester_principal_name)
+        else:
+            if self.token_requester_principal_name != "":
+                raise not_in_version(
+                    "DescribeDelegationTokenResponse.DescribedDelegationToken",
+                    "token_requester_principal_name",
+                    version,
+                )
+        w.buf += _pack_qqq(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
+        if version >= 2:
+            w.compact_string(self.token_id)
+        else:
+            w.string(self.token_id)
+        if version >= 2:
+            w.compact_blob(self.hmac)
+        else:
+            w.blob(self.hmac)
+        if version >= 2:
+            w.array_length(self.renewers, compact=True, nullable=False)
+            for renewers_item in self.renewers:
+                renewers_item._write(w, version)
+        else:
+            w.array_length(self.renewers, compact=False, nullable=False)
+            for renewers_item in self.renewers:
+                renewers_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeDelegationTokenResponse.DescribedDelegationToken",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.principal_type == ""
+            and self.principal_name == ""
+            and self.token_requester_principal_type == ""
+            and self.token_requester_principal_name == ""
+            and self.issue_timestamp == 0
+            and self.expiry_timestamp == 0
+            and self.max_timestamp == 0
+            and self.token_id == ""
+            and (self.hmac is not None and len(self.hmac) == 0)
+            and self.renewers == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer(Struct):
+    """A DescribedDelegationTokenRenewer of DescribeDelegationTokenResponse (DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer)."""
+
+    __slots__ = (
+        "principal_type",
+        "principal_name",
+        "unknown_tagged_fields",
+    )
+
+    principal_type: str
+    principal_name: str
+
+    def __init__(
+        self,
+        *,
+        principal_type: str = "",
+        principal_name: str = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.principal_type = r.compact_string()
+        else:
+            self.principal_type = r.string()
+        if version >= 2:
+            self.principal_name = r.compact_string()
+        else:
+            self.principal_name = r.string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.principal_type)
+        else:
+            w.string(self.principal_type)
+        if version >= 2:
+            w.compact_string(self.principal_name)
+        else:
+            w.string(self.principal_name)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.principal_type == ""
+            and self.principal_name == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class DescribeDelegationTokenResponse(Message):
@@ -158,235 +405,10 @@ class DescribeDelegationTokenResponse(Message):
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
 
-    class DescribedDelegationToken(Struct):
-        """A DescribedDelegationToken of DescribeDelegationTokenResponse."""
-
-        __slots__ = (
-            "principal_type",
-            "principal_name",
-            "token_requester_principal_type",
-            "token_requester_principal_name",
-            "issue_timestamp",
-            "expiry_timestamp",
-            "max_timestamp",
-            "token_id",
-            "hmac",
-            "renewers",
-            "unknown_tagged_fields",
-        )
-
-        principal_type: str
-        principal_name: str
-        token_requester_principal_type: str
-        token_requester_principal_name: str
-        issue_timestamp: int
-        expiry_timestamp: int
-        max_timestamp: int
-        token_id: str
-        hmac: bytes
-        renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer]
-
-        def __init__(
-            self,
-            *,
-            principal_type: str = "",
-            principal_name: str = "",
-            token_requester_principal_type: str = "",
-            token_requester_principal_name: str = "",
-            issue_timestamp: int = 0,
-            expiry_timestamp: int = 0,
-            max_timestamp: int = 0,
-            token_id: str = "",
-            hmac: bytes = b"",
-            renewers: list[
-                DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer
-            ] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.principal_type = principal_type
-            self.principal_name = principal_name
-            self.token_requester_principal_type = token_requester_principal_type
-            self.token_requester_principal_name = token_requester_principal_name
-            self.issue_timestamp = issue_timestamp
-            self.expiry_timestamp = expiry_timestamp
-            self.max_timestamp = max_timestamp
-            self.token_id = token_id
-            self.hmac = hmac
-            self.renewers = [] if renewers is DEFAULT else renewers
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DescribeDelegationTokenResponse.DescribedDelegationToken:
-            self = _new(cls)
-            if version >= 2:
-                self.principal_type = r.compact_string()
-            else:
-                self.principal_type = r.string()
-            if version >= 2:
-                self.principal_name = r.compact_string()
-            else:
-                self.principal_name = r.string()
-            if version >= 3:
-                self.token_requester_principal_type = r.compact_string()
-            else:
-                self.token_requester_principal_type = ""
-            if version >= 3:
-                self.token_requester_principal_name = r.compact_string()
-            else:
-                self.token_requester_principal_name = ""
-            self.issue_timestamp, self.expiry_timestamp, self.max_timestamp = r.fixed(_F_qqq)
-            if version >= 2:
-                self.token_id = r.compact_string()
-            else:
-                self.token_id = r.string()
-            if version >= 2:
-                self.hmac = r.compact_blob()
-            else:
-                self.hmac = r.blob()
-            if version >= 2:
-                self.renewers = r.compact_array(
-                    DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer._read, version
-                )
-            else:
-                self.renewers = r.array(
-                    DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.principal_type)
-            else:
-                w.string(self.principal_type)
-            if version >= 2:
-                w.compact_string(self.principal_name)
-            else:
-                w.string(self.principal_name)
-            if version >= 3:
-                w.compact_string(self.token_requester_principal_type)
-            else:
-                if self.token_requester_principal_type != "":
-                    raise not_in_version(
-                        "DescribeDelegationTokenResponse.DescribedDelegationToken",
-                        "token_requester_principal_type",
-                        version,
-                    )
-            if version >= 3:
-                w.compact_string(self.token_requester_principal_name)
-            else:
-                if self.token_requester_principal_name != "":
-                    raise not_in_version(
-                        "DescribeDelegationTokenResponse.DescribedDelegationToken",
-                        "token_requester_principal_name",
-                        version,
-                    )
-            w.buf += _F_qqq.pack(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
-            if version >= 2:
-                w.compact_string(self.token_id)
-            else:
-                w.string(self.token_id)
-            if version >= 2:
-                w.compact_blob(self.hmac)
-            else:
-                w.blob(self.hmac)
-            if version >= 2:
-                w.array_length(self.renewers, compact=True, nullable=False)
-                for renewers_item in self.renewers:
-                    renewers_item._write(w, version)
-            else:
-                w.array_length(self.renewers, compact=False, nullable=False)
-                for renewers_item in self.renewers:
-                    renewers_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeDelegationTokenResponse.DescribedDelegationToken",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.principal_type == ""
-                and self.principal_name == ""
-                and self.token_requester_principal_type == ""
-                and self.token_requester_principal_name == ""
-                and self.issue_timestamp == 0
-                and self.expiry_timestamp == 0
-                and self.max_timestamp == 0
-                and self.token_id == ""
-                and (self.hmac is not None and len(self.hmac) == 0)
-                and self.renewers == []
-                and not self.unknown_tagged_fields
-            )
-
-    class DescribedDelegationTokenRenewer(Struct):
-        """A DescribedDelegationTokenRenewer of DescribeDelegationTokenResponse."""
-
-        __slots__ = (
-            "principal_type",
-            "principal_name",
-            "unknown_tagged_fields",
-        )
-
-        principal_type: str
-        principal_name: str
-
-        def __init__(
-            self,
-            *,
-            principal_type: str = "",
-            principal_name: str = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.principal_type = principal_type
-            self.principal_name = principal_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer:
-            self = _new(cls)
-            if version >= 2:
-                self.principal_type = r.compact_string()
-            else:
-                self.principal_type = r.string()
-            if version >= 2:
-                self.principal_name = r.compact_string()
-            else:
-                self.principal_name = r.string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.principal_type)
-            else:
-                w.string(self.principal_type)
-            if version >= 2:
-                w.compact_string(self.principal_name)
-            else:
-                w.string(self.principal_name)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.principal_type == ""
-                and self.principal_name == ""
-                and not self.unknown_tagged_fields
-            )
+    DescribedDelegationToken: TypeAlias = DescribeDelegationTokenResponse_DescribedDelegationToken
+    DescribedDelegationTokenRenewer: TypeAlias = (
+        DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer
+    )
 
     __slots__ = (
         "error_code",
@@ -403,7 +425,7 @@ class DescribeDelegationTokenResponse(Message):
         self,
         *,
         error_code: int = 0,
-        tokens: list[DescribeDelegationTokenResponse.DescribedDelegationToken] = DEFAULT,
+        tokens: list[DescribeDelegationTokenResponse.DescribedDelegationToken] | Default = DEFAULT,
         throttle_time_ms: int = 0,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -414,15 +436,16 @@ class DescribeDelegationTokenResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeDelegationTokenResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 2:
             self.tokens = r.compact_array(
-                DescribeDelegationTokenResponse.DescribedDelegationToken._read, version
+                DescribeDelegationTokenResponse_DescribedDelegationToken._read, version
             )
         else:
             self.tokens = r.array(
-                DescribeDelegationTokenResponse.DescribedDelegationToken._read, version
+                DescribeDelegationTokenResponse_DescribedDelegationToken._read, version
             )
         self.throttle_time_ms = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
@@ -455,7 +478,12 @@ class DescribeDelegationTokenResponse(Message):
         )
 
 
-DescribeDelegationTokenResponse.DescribedDelegationToken.FIELDS = (
+nest(
+    DescribeDelegationTokenResponse,
+    DescribedDelegationToken=DescribeDelegationTokenResponse_DescribedDelegationToken,
+    DescribedDelegationTokenRenewer=DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer,
+)
+DescribeDelegationTokenResponse_DescribedDelegationToken.FIELDS = (
     Field("principal_type", "string", (0, 32767)),
     Field("principal_name", "string", (0, 32767)),
     Field("token_requester_principal_type", "string", (3, 32767)),
@@ -469,10 +497,10 @@ DescribeDelegationTokenResponse.DescribedDelegationToken.FIELDS = (
         "renewers",
         "[]DescribedDelegationTokenRenewer",
         (0, 32767),
-        struct=DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer,
+        struct=DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer,
     ),
 )
-DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.FIELDS = (
+DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer.FIELDS = (
     Field("principal_type", "string", (0, 32767)),
     Field("principal_name", "string", (0, 32767)),
 )
@@ -482,7 +510,7 @@ DescribeDelegationTokenResponse.FIELDS = (
         "tokens",
         "[]DescribedDelegationToken",
         (0, 32767),
-        struct=DescribeDelegationTokenResponse.DescribedDelegationToken,
+        struct=DescribeDelegationTokenResponse_DescribedDelegationToken,
     ),
     Field("throttle_time_ms", "int32", (0, 32767)),
 )

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 from protocol.primitives import (
     Reader,
     UnknownTags,
@@ -11,9 +13,7 @@ from protocol.primitives import (
     read_compact_string_item,
     read_string_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
-
-_new = object.__new__
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class DescribeGroupsRequest(Message):
@@ -36,7 +36,7 @@ class DescribeGroupsRequest(Message):
     def __init__(
         self,
         *,
-        groups: list[str] = DEFAULT,
+        groups: list[str] | Default = DEFAULT,
         include_authorized_operations: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -46,7 +46,8 @@ class DescribeGroupsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeGroupsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 5:
             self.groups = r.compact_array(read_compact_string_item, version)
         else:
@@ -93,6 +94,252 @@ DescribeGroupsRequest.FIELDS = (
 )
 
 
+class DescribeGroupsResponse_DescribedGroup(Struct):
+    """A DescribedGroup of DescribeGroupsResponse (DescribeGroupsResponse.DescribedGroup)."""
+
+    __slots__ = (
+        "error_code",
+        "group_id",
+        "group_state",
+        "protocol_type",
+        "protocol_data",
+        "members",
+        "authorized_operations",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    group_id: str
+    group_state: str
+    protocol_type: str
+    protocol_data: str
+    members: list[DescribeGroupsResponse.DescribedGroupMember]
+    authorized_operations: int
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        group_id: str = "",
+        group_state: str = "",
+        protocol_type: str = "",
+        protocol_data: str = "",
+        members: list[DescribeGroupsResponse.DescribedGroupMember] | Default = DEFAULT,
+        authorized_operations: int = -2147483648,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.group_id = group_id
+        self.group_state = group_state
+        self.protocol_type = protocol_type
+        self.protocol_data = protocol_data
+        self.members = [] if members is DEFAULT else members
+        self.authorized_operations = authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeGroupsResponse.DescribedGroup:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 5:
+            self.group_id = r.compact_string()
+        else:
+            self.group_id = r.string()
+        if version >= 5:
+            self.group_state = r.compact_string()
+        else:
+            self.group_state = r.string()
+        if version >= 5:
+            self.protocol_type = r.compact_string()
+        else:
+            self.protocol_type = r.string()
+        if version >= 5:
+            self.protocol_data = r.compact_string()
+        else:
+            self.protocol_data = r.string()
+        if version >= 5:
+            self.members = r.compact_array(
+                DescribeGroupsResponse_DescribedGroupMember._read, version
+            )
+        else:
+            self.members = r.array(DescribeGroupsResponse_DescribedGroupMember._read, version)
+        if version >= 3:
+            self.authorized_operations = r.int32()
+        else:
+            self.authorized_operations = -2147483648
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 5:
+            w.compact_string(self.group_id)
+        else:
+            w.string(self.group_id)
+        if version >= 5:
+            w.compact_string(self.group_state)
+        else:
+            w.string(self.group_state)
+        if version >= 5:
+            w.compact_string(self.protocol_type)
+        else:
+            w.string(self.protocol_type)
+        if version >= 5:
+            w.compact_string(self.protocol_data)
+        else:
+            w.string(self.protocol_data)
+        if version >= 5:
+            w.array_length(self.members, compact=True, nullable=False)
+            for members_item in self.members:
+                members_item._write(w, version)
+        else:
+            w.array_length(self.members, compact=False, nullable=False)
+            for members_item in self.members:
+                members_item._write(w, version)
+        if version >= 3:
+            w.int32(self.authorized_operations)
+        else:
+            if self.authorized_operations != -2147483648:
+                raise not_in_version(
+                    "DescribeGroupsResponse.DescribedGroup", "authorized_operations", version
+                )
+        if version >= 5:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeGroupsResponse.DescribedGroup", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.group_id == ""
+            and self.group_state == ""
+            and self.protocol_type == ""
+            and self.protocol_data == ""
+            and self.members == []
+            and self.authorized_operations == -2147483648
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeGroupsResponse_DescribedGroupMember(Struct):
+    """A DescribedGroupMember of DescribeGroupsResponse (DescribeGroupsResponse.DescribedGroupMember)."""
+
+    __slots__ = (
+        "member_id",
+        "group_instance_id",
+        "client_id",
+        "client_host",
+        "member_metadata",
+        "member_assignment",
+        "unknown_tagged_fields",
+    )
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    member_metadata: bytes
+    member_assignment: bytes
+
+    def __init__(
+        self,
+        *,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        member_metadata: bytes = b"",
+        member_assignment: bytes = b"",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.member_metadata = member_metadata
+        self.member_assignment = member_assignment
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeGroupsResponse.DescribedGroupMember:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 5:
+            self.member_id = r.compact_string()
+        else:
+            self.member_id = r.string()
+        if version >= 5:
+            self.group_instance_id = r.compact_nullable_string()
+        elif version >= 4:
+            self.group_instance_id = r.nullable_string()
+        else:
+            self.group_instance_id = None
+        if version >= 5:
+            self.client_id = r.compact_string()
+        else:
+            self.client_id = r.string()
+        if version >= 5:
+            self.client_host = r.compact_string()
+        else:
+            self.client_host = r.string()
+        if version >= 5:
+            self.member_metadata = r.compact_blob()
+        else:
+            self.member_metadata = r.blob()
+        if version >= 5:
+            self.member_assignment = r.compact_blob()
+        else:
+            self.member_assignment = r.blob()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 5:
+            w.compact_string(self.member_id)
+        else:
+            w.string(self.member_id)
+        if version >= 5:
+            w.compact_nullable_string(self.group_instance_id)
+        elif version >= 4:
+            w.nullable_string(self.group_instance_id)
+        if version >= 5:
+            w.compact_string(self.client_id)
+        else:
+            w.string(self.client_id)
+        if version >= 5:
+            w.compact_string(self.client_host)
+        else:
+            w.string(self.client_host)
+        if version >= 5:
+            w.compact_blob(self.member_metadata)
+        else:
+            w.blob(self.member_metadata)
+        if version >= 5:
+            w.compact_blob(self.member_assignment)
+        else:
+            w.blob(self.member_assignment)
+        if version >= 5:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeGroupsResponse.DescribedGroupMember", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.member_id == ""
+            and self.group_instance_id is None
+            and self.client_id == ""
+            and self.client_host == ""
+            and (self.member_metadata is not None and len(self.member_metadata) == 0)
+            and (self.member_assignment is not None and len(self.member_assignment) == 0)
+            and not self.unknown_tagged_fields
+        )
+
+
 class DescribeGroupsResponse(Message):
     """Kafka's DescribeGroupsResponse (response, v0-v5), from clients/DescribeGroupsResponse.json."""
 
@@ -101,247 +348,8 @@ class DescribeGroupsResponse(Message):
     MAX_VERSION = 5
     FLEXIBLE_MIN = 5
 
-    class DescribedGroup(Struct):
-        """A DescribedGroup of DescribeGroupsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "group_id",
-            "group_state",
-            "protocol_type",
-            "protocol_data",
-            "members",
-            "authorized_operations",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        group_id: str
-        group_state: str
-        protocol_type: str
-        protocol_data: str
-        members: list[DescribeGroupsResponse.DescribedGroupMember]
-        authorized_operations: int
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            group_id: str = "",
-            group_state: str = "",
-            protocol_type: str = "",
-            protocol_data: str = "",
-            members: list[DescribeGroupsResponse.DescribedGroupMember] = DEFAULT,
-            authorized_operations: int = -2147483648,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.group_id = group_id
-            self.group_state = group_state
-            self.protocol_type = protocol_type
-            self.protocol_data = protocol_data
-            self.members = [] if members is DEFAULT else members
-            self.authorized_operations = authorized_operations
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeGroupsResponse.DescribedGroup:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 5:
-                self.group_id = r.compact_string()
-            else:
-                self.group_id = r.string()
-            if version >= 5:
-                self.group_state = r.compact_string()
-            else:
-                self.group_state = r.string()
-            if version >= 5:
-                self.protocol_type = r.compact_string()
-            else:
-                self.protocol_type = r.string()
-            if version >= 5:
-                self.protocol_data = r.compact_string()
-            else:
-                self.protocol_data = r.string()
-            if version >= 5:
-                self.members = r.compact_array(
-                    DescribeGroupsResponse.DescribedGroupMember._read, version
-                )
-            else:
-                self.members = r.array(DescribeGroupsResponse.DescribedGroupMember._read, version)
-            if version >= 3:
-                self.authorized_operations = r.int32()
-            else:
-                self.authorized_operations = -2147483648
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 5:
-                w.compact_string(self.group_id)
-            else:
-                w.string(self.group_id)
-            if version >= 5:
-                w.compact_string(self.group_state)
-            else:
-                w.string(self.group_state)
-            if version >= 5:
-                w.compact_string(self.protocol_type)
-            else:
-                w.string(self.protocol_type)
-            if version >= 5:
-                w.compact_string(self.protocol_data)
-            else:
-                w.string(self.protocol_data)
-            if version >= 5:
-                w.array_length(self.members, compact=True, nullable=False)
-                for members_item in self.members:
-                    members_item._write(w, version)
-            else:
-                w.array_length(self.members, compact=False, nullable=False)
-                for members_item in self.members:
-                    members_item._write(w, version)
-            if version >= 3:
-                w.int32(self.authorized_operations)
-            else:
-                if self.authorized_operations != -2147483648:
-                    raise not_in_version(
-                        "DescribeGroupsResponse.DescribedGroup", "authorized_operations", version
-                    )
-            if version >= 5:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeGroupsResponse.DescribedGroup", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.group_id == ""
-                and self.group_state == ""
-                and self.protocol_type == ""
-                and self.protocol_data == ""
-                and self.members == []
-                and self.authorized_operations == -2147483648
-                and not self.unknown_tagged_fields
-            )
-
-    class DescribedGroupMember(Struct):
-        """A DescribedGroupMember of DescribeGroupsResponse."""
-
-        __slots__ = (
-            "member_id",
-            "group_instance_id",
-            "client_id",
-            "client_host",
-            "member_metadata",
-            "member_assignment",
-            "unknown_tagged_fields",
-        )
-
-        member_id: str
-        group_instance_id: str | None
-        client_id: str
-        client_host: str
-        member_metadata: bytes
-        member_assignment: bytes
-
-        def __init__(
-            self,
-            *,
-            member_id: str = "",
-            group_instance_id: str | None = None,
-            client_id: str = "",
-            client_host: str = "",
-            member_metadata: bytes = b"",
-            member_assignment: bytes = b"",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.member_id = member_id
-            self.group_instance_id = group_instance_id
-            self.client_id = client_id
-            self.client_host = client_host
-            self.member_metadata = member_metadata
-            self.member_assignment = member_assignment
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeGroupsResponse.DescribedGroupMember:
-            self = _new(cls)
-            if version >= 5:
-                self.member_id = r.compact_string()
-            else:
-                self.member_id = r.string()
-            if version >= 5:
-                self.group_instance_id = r.compact_nullable_string()
-            elif version >= 4:
-                self.group_instance_id = r.nullable_string()
-            else:
-                self.group_instance_id = None
-            if version >= 5:
-                self.client_id = r.compact_string()
-            else:
-                self.client_id = r.string()
-            if version >= 5:
-                self.client_host = r.compact_string()
-            else:
-                self.client_host = r.string()
-            if version >= 5:
-                self.member_metadata = r.compact_blob()
-            else:
-                self.member_metadata = r.blob()
-            if version >= 5:
-                self.member_assignment = r.compact_blob()
-            else:
-                self.member_assignment = r.blob()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 5:
-                w.compact_string(self.member_id)
-            else:
-                w.string(self.member_id)
-            if version >= 5:
-                w.compact_nullable_string(self.group_instance_id)
-            elif version >= 4:
-                w.nullable_string(self.group_instance_id)
-            if version >= 5:
-                w.compact_string(self.client_id)
-            else:
-                w.string(self.client_id)
-            if version >= 5:
-                w.compact_string(self.client_host)
-            else:
-                w.string(self.client_host)
-            if version >= 5:
-                w.compact_blob(self.member_metadata)
-            else:
-                w.blob(self.member_metadata)
-            if version >= 5:
-                w.compact_blob(self.member_assignment)
-            else:
-                w.blob(self.member_assignment)
-            if version >= 5:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeGroupsResponse.DescribedGroupMember", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.member_id == ""
-                and self.group_instance_id is None
-                and self.client_id == ""
-                and self.client_host == ""
-                and (self.member_metadata is not None and len(self.member_metadata) == 0)
-                and (self.member_assignment is not None and len(self.member_assignment) == 0)
-                and not self.unknown_tagged_fields
-            )
+    DescribedGroup: TypeAlias = DescribeGroupsResponse_DescribedGroup
+    DescribedGroupMember: TypeAlias = DescribeGroupsResponse_DescribedGroupMember
 
     __slots__ = (
         "throttle_time_ms",
@@ -356,7 +364,7 @@ class DescribeGroupsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        groups: list[DescribeGroupsResponse.DescribedGroup] = DEFAULT,
+        groups: list[DescribeGroupsResponse.DescribedGroup] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -365,15 +373,16 @@ class DescribeGroupsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeGroupsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         if version >= 5:
-            self.groups = r.compact_array(DescribeGroupsResponse.DescribedGroup._read, version)
+            self.groups = r.compact_array(DescribeGroupsResponse_DescribedGroup._read, version)
         else:
-            self.groups = r.array(DescribeGroupsResponse.DescribedGroup._read, version)
+            self.groups = r.array(DescribeGroupsResponse_DescribedGroup._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 5 else None
         return self
 
@@ -397,7 +406,12 @@ class DescribeGroupsResponse(Message):
         return self.throttle_time_ms == 0 and self.groups == [] and not self.unknown_tagged_fields
 
 
-DescribeGroupsResponse.DescribedGroup.FIELDS = (
+nest(
+    DescribeGroupsResponse,
+    DescribedGroup=DescribeGroupsResponse_DescribedGroup,
+    DescribedGroupMember=DescribeGroupsResponse_DescribedGroupMember,
+)
+DescribeGroupsResponse_DescribedGroup.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("group_id", "string", (0, 32767)),
     Field("group_state", "string", (0, 32767)),
@@ -407,11 +421,11 @@ DescribeGroupsResponse.DescribedGroup.FIELDS = (
         "members",
         "[]DescribedGroupMember",
         (0, 32767),
-        struct=DescribeGroupsResponse.DescribedGroupMember,
+        struct=DescribeGroupsResponse_DescribedGroupMember,
     ),
     Field("authorized_operations", "int32", (3, 32767)),
 )
-DescribeGroupsResponse.DescribedGroupMember.FIELDS = (
+DescribeGroupsResponse_DescribedGroupMember.FIELDS = (
     Field("member_id", "string", (0, 32767)),
     Field("group_instance_id", "string", (4, 32767), nullable_versions=(4, 32767), ignorable=True),
     Field("client_id", "string", (0, 32767)),
@@ -421,7 +435,7 @@ DescribeGroupsResponse.DescribedGroupMember.FIELDS = (
 )
 DescribeGroupsResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (1, 32767), ignorable=True),
-    Field("groups", "[]DescribedGroup", (0, 32767), struct=DescribeGroupsResponse.DescribedGroup),
+    Field("groups", "[]DescribedGroup", (0, 32767), struct=DescribeGroupsResponse_DescribedGroup),
 )
 
 __all__ = ["DescribeGroupsRequest", "DescribeGroupsResponse"]

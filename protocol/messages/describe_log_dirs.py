@@ -5,12 +5,75 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_iqq = struct.Struct(">iqq")
+_F_iqq: Final = struct.Struct(">iqq")
+_pack_iqq: Final = _F_iqq.pack
+
+
+class DescribeLogDirsRequest_DescribableLogDirTopic(Struct):
+    """A DescribableLogDirTopic of DescribeLogDirsRequest (DescribeLogDirsRequest.DescribableLogDirTopic)."""
+
+    __slots__ = (
+        "topic",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeLogDirsRequest.DescribableLogDirTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.topic = r.compact_string()
+        else:
+            self.topic = r.string()
+        if version >= 2:
+            self.partitions = r.compact_array(read_int32_item, version)
+        else:
+            self.partitions = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.topic)
+        else:
+            w.string(self.topic)
+        if version >= 2:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeLogDirsRequest.DescribableLogDirTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
 
 
 class DescribeLogDirsRequest(Message):
@@ -21,67 +84,7 @@ class DescribeLogDirsRequest(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 2
 
-    class DescribableLogDirTopic(Struct):
-        """A DescribableLogDirTopic of DescribeLogDirsRequest."""
-
-        __slots__ = (
-            "topic",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeLogDirsRequest.DescribableLogDirTopic:
-            self = _new(cls)
-            if version >= 2:
-                self.topic = r.compact_string()
-            else:
-                self.topic = r.string()
-            if version >= 2:
-                self.partitions = r.compact_array(read_int32_item, version)
-            else:
-                self.partitions = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.topic)
-            else:
-                w.string(self.topic)
-            if version >= 2:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeLogDirsRequest.DescribableLogDirTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
+    DescribableLogDirTopic: TypeAlias = DescribeLogDirsRequest_DescribableLogDirTopic
 
     __slots__ = (
         "topics",
@@ -93,7 +96,7 @@ class DescribeLogDirsRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None = DEFAULT,
+        topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.topics = [] if topics is DEFAULT else topics
@@ -101,14 +104,15 @@ class DescribeLogDirsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeLogDirsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.topics = r.compact_nullable_array(
-                DescribeLogDirsRequest.DescribableLogDirTopic._read, version
+                DescribeLogDirsRequest_DescribableLogDirTopic._read, version
             )
         else:
             self.topics = r.nullable_array(
-                DescribeLogDirsRequest.DescribableLogDirTopic._read, version
+                DescribeLogDirsRequest_DescribableLogDirTopic._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -133,7 +137,8 @@ class DescribeLogDirsRequest(Message):
         return self.topics == [] and not self.unknown_tagged_fields
 
 
-DescribeLogDirsRequest.DescribableLogDirTopic.FIELDS = (
+nest(DescribeLogDirsRequest, DescribableLogDirTopic=DescribeLogDirsRequest_DescribableLogDirTopic)
+DescribeLogDirsRequest_DescribableLogDirTopic.FIELDS = (
     Field("topic", "string", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -143,9 +148,232 @@ DescribeLogDirsRequest.FIELDS = (
         "[]DescribableLogDirTopic",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=DescribeLogDirsRequest.DescribableLogDirTopic,
+        struct=DescribeLogDirsRequest_DescribableLogDirTopic,
     ),
 )
+
+
+class DescribeLogDirsResponse_DescribeLogDirsResult(Struct):
+    """A DescribeLogDirsResult of DescribeLogDirsResponse (DescribeLogDirsResponse.DescribeLogDirsResult)."""
+
+    __slots__ = (
+        "error_code",
+        "log_dir",
+        "topics",
+        "total_bytes",
+        "usable_bytes",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    log_dir: str
+    topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic]
+    total_bytes: int
+    usable_bytes: int
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        log_dir: str = "",
+        topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] | Default = DEFAULT,
+        total_bytes: int = -1,
+        usable_bytes: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.log_dir = log_dir
+        self.topics = [] if topics is DEFAULT else topics
+        self.total_bytes = total_bytes
+        self.usable_bytes = usable_bytes
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeLogDirsResponse.DescribeLogDirsResult:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 2:
+            self.log_dir = r.compact_string()
+        else:
+            self.log_dir = r.string()
+        if version >= 2:
+            self.topics = r.compact_array(
+                DescribeLogDirsResponse_DescribeLogDirsTopic._read, version
+            )
+        else:
+            self.topics = r.array(DescribeLogDirsResponse_DescribeLogDirsTopic._read, version)
+        if version >= 4:
+            self.total_bytes = r.int64()
+        else:
+            self.total_bytes = -1
+        if version >= 4:
+            self.usable_bytes = r.int64()
+        else:
+            self.usable_bytes = -1
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 2:
+            w.compact_string(self.log_dir)
+        else:
+            w.string(self.log_dir)
+        if version >= 2:
+            w.array_length(self.topics, compact=True, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        else:
+            w.array_length(self.topics, compact=False, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        if version >= 4:
+            w.int64(self.total_bytes)
+        if version >= 4:
+            w.int64(self.usable_bytes)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeLogDirsResponse.DescribeLogDirsResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.log_dir == ""
+            and self.topics == []
+            and self.total_bytes == -1
+            and self.usable_bytes == -1
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeLogDirsResponse_DescribeLogDirsTopic(Struct):
+    """A DescribeLogDirsTopic of DescribeLogDirsResponse (DescribeLogDirsResponse.DescribeLogDirsTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeLogDirsResponse.DescribeLogDirsTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 2:
+            self.partitions = r.compact_array(
+                DescribeLogDirsResponse_DescribeLogDirsPartition._read, version
+            )
+        else:
+            self.partitions = r.array(
+                DescribeLogDirsResponse_DescribeLogDirsPartition._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 2:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeLogDirsResponse.DescribeLogDirsTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class DescribeLogDirsResponse_DescribeLogDirsPartition(Struct):
+    """A DescribeLogDirsPartition of DescribeLogDirsResponse (DescribeLogDirsResponse.DescribeLogDirsPartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "partition_size",
+        "offset_lag",
+        "is_future_key",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    partition_size: int
+    offset_lag: int
+    is_future_key: bool
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        partition_size: int = 0,
+        offset_lag: int = 0,
+        is_future_key: bool = False,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_size = partition_size
+        self.offset_lag = offset_lag
+        self.is_future_key = is_future_key
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeLogDirsResponse.DescribeLogDirsPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.partition_size, self.offset_lag = r.fixed(_F_iqq)
+        self.is_future_key = r.boolean()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iqq(self.partition_index, self.partition_size, self.offset_lag)
+        w.boolean(self.is_future_key)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "DescribeLogDirsResponse.DescribeLogDirsPartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.partition_size == 0
+            and self.offset_lag == 0
+            and not self.is_future_key
+            and not self.unknown_tagged_fields
+        )
 
 
 class DescribeLogDirsResponse(Message):
@@ -156,226 +384,9 @@ class DescribeLogDirsResponse(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 2
 
-    class DescribeLogDirsResult(Struct):
-        """A DescribeLogDirsResult of DescribeLogDirsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "log_dir",
-            "topics",
-            "total_bytes",
-            "usable_bytes",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        log_dir: str
-        topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic]
-        total_bytes: int
-        usable_bytes: int
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            log_dir: str = "",
-            topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = DEFAULT,
-            total_bytes: int = -1,
-            usable_bytes: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.log_dir = log_dir
-            self.topics = [] if topics is DEFAULT else topics
-            self.total_bytes = total_bytes
-            self.usable_bytes = usable_bytes
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeLogDirsResponse.DescribeLogDirsResult:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 2:
-                self.log_dir = r.compact_string()
-            else:
-                self.log_dir = r.string()
-            if version >= 2:
-                self.topics = r.compact_array(
-                    DescribeLogDirsResponse.DescribeLogDirsTopic._read, version
-                )
-            else:
-                self.topics = r.array(DescribeLogDirsResponse.DescribeLogDirsTopic._read, version)
-            if version >= 4:
-                self.total_bytes = r.int64()
-            else:
-                self.total_bytes = -1
-            if version >= 4:
-                self.usable_bytes = r.int64()
-            else:
-                self.usable_bytes = -1
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 2:
-                w.compact_string(self.log_dir)
-            else:
-                w.string(self.log_dir)
-            if version >= 2:
-                w.array_length(self.topics, compact=True, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            else:
-                w.array_length(self.topics, compact=False, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            if version >= 4:
-                w.int64(self.total_bytes)
-            if version >= 4:
-                w.int64(self.usable_bytes)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeLogDirsResponse.DescribeLogDirsResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.log_dir == ""
-                and self.topics == []
-                and self.total_bytes == -1
-                and self.usable_bytes == -1
-                and not self.unknown_tagged_fields
-            )
-
-    class DescribeLogDirsTopic(Struct):
-        """A DescribeLogDirsTopic of DescribeLogDirsResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeLogDirsResponse.DescribeLogDirsTopic:
-            self = _new(cls)
-            if version >= 2:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 2:
-                self.partitions = r.compact_array(
-                    DescribeLogDirsResponse.DescribeLogDirsPartition._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    DescribeLogDirsResponse.DescribeLogDirsPartition._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 2:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeLogDirsResponse.DescribeLogDirsTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class DescribeLogDirsPartition(Struct):
-        """A DescribeLogDirsPartition of DescribeLogDirsResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "partition_size",
-            "offset_lag",
-            "is_future_key",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        partition_size: int
-        offset_lag: int
-        is_future_key: bool
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            partition_size: int = 0,
-            offset_lag: int = 0,
-            is_future_key: bool = False,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.partition_size = partition_size
-            self.offset_lag = offset_lag
-            self.is_future_key = is_future_key
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeLogDirsResponse.DescribeLogDirsPartition:
-            self = _new(cls)
-            self.partition_index, self.partition_size, self.offset_lag = r.fixed(_F_iqq)
-            self.is_future_key = r.boolean()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iqq.pack(self.partition_index, self.partition_size, self.offset_lag)
-            w.boolean(self.is_future_key)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "DescribeLogDirsResponse.DescribeLogDirsPartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.partition_size == 0
-                and self.offset_lag == 0
-                and not self.is_future_key
-                and not self.unknown_tagged_fields
-            )
+    DescribeLogDirsResult: TypeAlias = DescribeLogDirsResponse_DescribeLogDirsResult
+    DescribeLogDirsTopic: TypeAlias = DescribeLogDirsResponse_DescribeLogDirsTopic
+    DescribeLogDirsPartition: TypeAlias = DescribeLogDirsResponse_DescribeLogDirsPartition
 
     __slots__ = (
         "throttle_time_ms",
@@ -393,7 +404,7 @@ class DescribeLogDirsResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        results: list[DescribeLogDirsResponse.DescribeLogDirsResult] = DEFAULT,
+        results: list[DescribeLogDirsResponse.DescribeLogDirsResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -403,7 +414,8 @@ class DescribeLogDirsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeLogDirsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 3:
             self.error_code = r.int16()
@@ -411,10 +423,10 @@ class DescribeLogDirsResponse(Message):
             self.error_code = 0
         if version >= 2:
             self.results = r.compact_array(
-                DescribeLogDirsResponse.DescribeLogDirsResult._read, version
+                DescribeLogDirsResponse_DescribeLogDirsResult._read, version
             )
         else:
-            self.results = r.array(DescribeLogDirsResponse.DescribeLogDirsResult._read, version)
+            self.results = r.array(DescribeLogDirsResponse_DescribeLogDirsResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
@@ -444,28 +456,34 @@ class DescribeLogDirsResponse(Message):
         )
 
 
-DescribeLogDirsResponse.DescribeLogDirsResult.FIELDS = (
+nest(
+    DescribeLogDirsResponse,
+    DescribeLogDirsResult=DescribeLogDirsResponse_DescribeLogDirsResult,
+    DescribeLogDirsTopic=DescribeLogDirsResponse_DescribeLogDirsTopic,
+    DescribeLogDirsPartition=DescribeLogDirsResponse_DescribeLogDirsPartition,
+)
+DescribeLogDirsResponse_DescribeLogDirsResult.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("log_dir", "string", (0, 32767)),
     Field(
         "topics",
         "[]DescribeLogDirsTopic",
         (0, 32767),
-        struct=DescribeLogDirsResponse.DescribeLogDirsTopic,
+        struct=DescribeLogDirsResponse_DescribeLogDirsTopic,
     ),
     Field("total_bytes", "int64", (4, 32767), ignorable=True),
     Field("usable_bytes", "int64", (4, 32767), ignorable=True),
 )
-DescribeLogDirsResponse.DescribeLogDirsTopic.FIELDS = (
+DescribeLogDirsResponse_DescribeLogDirsTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]DescribeLogDirsPartition",
         (0, 32767),
-        struct=DescribeLogDirsResponse.DescribeLogDirsPartition,
+        struct=DescribeLogDirsResponse_DescribeLogDirsPartition,
     ),
 )
-DescribeLogDirsResponse.DescribeLogDirsPartition.FIELDS = (
+DescribeLogDirsResponse_DescribeLogDirsPartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("partition_size", "int64", (0, 32767)),
     Field("offset_lag", "int64", (0, 32767)),
@@ -478,7 +496,7 @@ DescribeLogDirsResponse.FIELDS = (
         "results",
         "[]DescribeLogDirsResult",
         (0, 32767),
-        struct=DescribeLogDirsResponse.DescribeLogDirsResult,
+        struct=DescribeLogDirsResponse_DescribeLogDirsResult,
     ),
 )
 

@@ -5,13 +5,58 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_qiiqiq = struct.Struct(">qiiqiq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_qiiqiq: Final = struct.Struct(">qiiqiq")
+_pack_qiiqiq: Final = _F_qiiqiq.pack
+
+
+class DescribeProducersRequest_TopicRequest(Struct):
+    """A TopicRequest of DescribeProducersRequest (DescribeProducersRequest.TopicRequest)."""
+
+    __slots__ = (
+        "name",
+        "partition_indexes",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partition_indexes: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeProducersRequest.TopicRequest:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.partition_indexes = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.array_length(self.partition_indexes, compact=True, nullable=False)
+        for partition_indexes_item in self.partition_indexes:
+            w.int32(partition_indexes_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
 
 
 class DescribeProducersRequest(Message):
@@ -22,48 +67,7 @@ class DescribeProducersRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class TopicRequest(Struct):
-        """A TopicRequest of DescribeProducersRequest."""
-
-        __slots__ = (
-            "name",
-            "partition_indexes",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partition_indexes: list[int]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partition_indexes: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeProducersRequest.TopicRequest:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.partition_indexes = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.array_length(self.partition_indexes, compact=True, nullable=False)
-            for partition_indexes_item in self.partition_indexes:
-                w.int32(partition_indexes_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
-            )
+    TopicRequest: TypeAlias = DescribeProducersRequest_TopicRequest
 
     __slots__ = (
         "topics",
@@ -75,7 +79,7 @@ class DescribeProducersRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[DescribeProducersRequest.TopicRequest] = DEFAULT,
+        topics: list[DescribeProducersRequest.TopicRequest] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.topics = [] if topics is DEFAULT else topics
@@ -83,8 +87,9 @@ class DescribeProducersRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeProducersRequest:
-        self = _new(cls)
-        self.topics = r.compact_array(DescribeProducersRequest.TopicRequest._read, version)
+        new = cls.__new__
+        self = new(cls)
+        self.topics = r.compact_array(DescribeProducersRequest_TopicRequest._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -98,13 +103,197 @@ class DescribeProducersRequest(Message):
         return self.topics == [] and not self.unknown_tagged_fields
 
 
-DescribeProducersRequest.TopicRequest.FIELDS = (
+nest(DescribeProducersRequest, TopicRequest=DescribeProducersRequest_TopicRequest)
+DescribeProducersRequest_TopicRequest.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("partition_indexes", "[]int32", (0, 32767)),
 )
 DescribeProducersRequest.FIELDS = (
-    Field("topics", "[]TopicRequest", (0, 32767), struct=DescribeProducersRequest.TopicRequest),
+    Field("topics", "[]TopicRequest", (0, 32767), struct=DescribeProducersRequest_TopicRequest),
 )
+
+
+class DescribeProducersResponse_TopicResponse(Struct):
+    """A TopicResponse of DescribeProducersResponse (DescribeProducersResponse.TopicResponse)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[DescribeProducersResponse.PartitionResponse]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[DescribeProducersResponse.PartitionResponse] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeProducersResponse.TopicResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.partitions = r.compact_array(
+            DescribeProducersResponse_PartitionResponse._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class DescribeProducersResponse_PartitionResponse(Struct):
+    """A PartitionResponse of DescribeProducersResponse (DescribeProducersResponse.PartitionResponse)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "error_message",
+        "active_producers",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    active_producers: list[DescribeProducersResponse.ProducerState]
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        active_producers: list[DescribeProducersResponse.ProducerState] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.active_producers = [] if active_producers is DEFAULT else active_producers
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeProducersResponse.PartitionResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.active_producers = r.compact_array(
+            DescribeProducersResponse_ProducerState._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.array_length(self.active_producers, compact=True, nullable=False)
+        for active_producers_item in self.active_producers:
+            active_producers_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.active_producers == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeProducersResponse_ProducerState(Struct):
+    """A ProducerState of DescribeProducersResponse (DescribeProducersResponse.ProducerState)."""
+
+    __slots__ = (
+        "producer_id",
+        "producer_epoch",
+        "last_sequence",
+        "last_timestamp",
+        "coordinator_epoch",
+        "current_txn_start_offset",
+        "unknown_tagged_fields",
+    )
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+    def __init__(
+        self,
+        *,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        last_sequence: int = -1,
+        last_timestamp: int = -1,
+        coordinator_epoch: int = 0,
+        current_txn_start_offset: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.last_sequence = last_sequence
+        self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_start_offset = current_txn_start_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeProducersResponse.ProducerState:
+        new = cls.__new__
+        self = new(cls)
+        (
+            self.producer_id,
+            self.producer_epoch,
+            self.last_sequence,
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_start_offset,
+        ) = r.fixed(_F_qiiqiq)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qiiqiq(
+            self.producer_id,
+            self.producer_epoch,
+            self.last_sequence,
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_start_offset,
+        )
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.last_sequence == -1
+            and self.last_timestamp == -1
+            and self.coordinator_epoch == 0
+            and self.current_txn_start_offset == -1
+            and not self.unknown_tagged_fields
+        )
 
 
 class DescribeProducersResponse(Message):
@@ -115,182 +304,9 @@ class DescribeProducersResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class TopicResponse(Struct):
-        """A TopicResponse of DescribeProducersResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[DescribeProducersResponse.PartitionResponse]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[DescribeProducersResponse.PartitionResponse] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeProducersResponse.TopicResponse:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.partitions = r.compact_array(
-                DescribeProducersResponse.PartitionResponse._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class PartitionResponse(Struct):
-        """A PartitionResponse of DescribeProducersResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "error_message",
-            "active_producers",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        error_message: str | None
-        active_producers: list[DescribeProducersResponse.ProducerState]
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            error_message: str | None = None,
-            active_producers: list[DescribeProducersResponse.ProducerState] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.error_message = error_message
-            self.active_producers = [] if active_producers is DEFAULT else active_producers
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeProducersResponse.PartitionResponse:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.active_producers = r.compact_array(
-                DescribeProducersResponse.ProducerState._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.array_length(self.active_producers, compact=True, nullable=False)
-            for active_producers_item in self.active_producers:
-                active_producers_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.error_message is None
-                and self.active_producers == []
-                and not self.unknown_tagged_fields
-            )
-
-    class ProducerState(Struct):
-        """A ProducerState of DescribeProducersResponse."""
-
-        __slots__ = (
-            "producer_id",
-            "producer_epoch",
-            "last_sequence",
-            "last_timestamp",
-            "coordinator_epoch",
-            "current_txn_start_offset",
-            "unknown_tagged_fields",
-        )
-
-        producer_id: int
-        producer_epoch: int
-        last_sequence: int
-        last_timestamp: int
-        coordinator_epoch: int
-        current_txn_start_offset: int
-
-        def __init__(
-            self,
-            *,
-            producer_id: int = 0,
-            producer_epoch: int = 0,
-            last_sequence: int = -1,
-            last_timestamp: int = -1,
-            coordinator_epoch: int = 0,
-            current_txn_start_offset: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.producer_id = producer_id
-            self.producer_epoch = producer_epoch
-            self.last_sequence = last_sequence
-            self.last_timestamp = last_timestamp
-            self.coordinator_epoch = coordinator_epoch
-            self.current_txn_start_offset = current_txn_start_offset
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeProducersResponse.ProducerState:
-            self = _new(cls)
-            (
-                self.producer_id,
-                self.producer_epoch,
-                self.last_sequence,
-                self.last_timestamp,
-                self.coordinator_epoch,
-                self.current_txn_start_offset,
-            ) = r.fixed(_F_qiiqiq)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qiiqiq.pack(
-                self.producer_id,
-                self.producer_epoch,
-                self.last_sequence,
-                self.last_timestamp,
-                self.coordinator_epoch,
-                self.current_txn_start_offset,
-            )
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.producer_id == 0
-                and self.producer_epoch == 0
-                and self.last_sequence == -1
-                and self.last_timestamp == -1
-                and self.coordinator_epoch == 0
-                and self.current_txn_start_offset == -1
-                and not self.unknown_tagged_fields
-            )
+    TopicResponse: TypeAlias = DescribeProducersResponse_TopicResponse
+    PartitionResponse: TypeAlias = DescribeProducersResponse_PartitionResponse
+    ProducerState: TypeAlias = DescribeProducersResponse_ProducerState
 
     __slots__ = (
         "throttle_time_ms",
@@ -305,7 +321,7 @@ class DescribeProducersResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[DescribeProducersResponse.TopicResponse] = DEFAULT,
+        topics: list[DescribeProducersResponse.TopicResponse] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -314,9 +330,10 @@ class DescribeProducersResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeProducersResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
-        self.topics = r.compact_array(DescribeProducersResponse.TopicResponse._read, version)
+        self.topics = r.compact_array(DescribeProducersResponse_TopicResponse._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -331,16 +348,22 @@ class DescribeProducersResponse(Message):
         return self.throttle_time_ms == 0 and self.topics == [] and not self.unknown_tagged_fields
 
 
-DescribeProducersResponse.TopicResponse.FIELDS = (
+nest(
+    DescribeProducersResponse,
+    TopicResponse=DescribeProducersResponse_TopicResponse,
+    PartitionResponse=DescribeProducersResponse_PartitionResponse,
+    ProducerState=DescribeProducersResponse_ProducerState,
+)
+DescribeProducersResponse_TopicResponse.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionResponse",
         (0, 32767),
-        struct=DescribeProducersResponse.PartitionResponse,
+        struct=DescribeProducersResponse_PartitionResponse,
     ),
 )
-DescribeProducersResponse.PartitionResponse.FIELDS = (
+DescribeProducersResponse_PartitionResponse.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -348,10 +371,10 @@ DescribeProducersResponse.PartitionResponse.FIELDS = (
         "active_producers",
         "[]ProducerState",
         (0, 32767),
-        struct=DescribeProducersResponse.ProducerState,
+        struct=DescribeProducersResponse_ProducerState,
     ),
 )
-DescribeProducersResponse.ProducerState.FIELDS = (
+DescribeProducersResponse_ProducerState.FIELDS = (
     Field("producer_id", "int64", (0, 32767)),
     Field("producer_epoch", "int32", (0, 32767)),
     Field("last_sequence", "int32", (0, 32767)),
@@ -361,7 +384,7 @@ DescribeProducersResponse.ProducerState.FIELDS = (
 )
 DescribeProducersResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (0, 32767)),
-    Field("topics", "[]TopicResponse", (0, 32767), struct=DescribeProducersResponse.TopicResponse),
+    Field("topics", "[]TopicResponse", (0, 32767), struct=DescribeProducersResponse_TopicResponse),
 )
 
 __all__ = ["DescribeProducersRequest", "DescribeProducersResponse"]

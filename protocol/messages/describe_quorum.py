@@ -6,13 +6,90 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_iiq = struct.Struct(">iiq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_iiq: Final = struct.Struct(">iiq")
+_pack_iiq: Final = _F_iiq.pack
+
+
+class DescribeQuorumRequest_TopicData(Struct):
+    """A TopicData of DescribeQuorumRequest (DescribeQuorumRequest.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[DescribeQuorumRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[DescribeQuorumRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeQuorumRequest.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_name = r.compact_string()
+        self.partitions = r.compact_array(DescribeQuorumRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.topic_name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class DescribeQuorumRequest_PartitionData(Struct):
+    """A PartitionData of DescribeQuorumRequest (DescribeQuorumRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+
+    def __init__(
+        self, *, partition_index: int = 0, unknown_tagged_fields: UnknownTags | None = None
+    ) -> None:
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeQuorumRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and not self.unknown_tagged_fields
 
 
 class DescribeQuorumRequest(Message):
@@ -23,78 +100,8 @@ class DescribeQuorumRequest(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 0
 
-    class TopicData(Struct):
-        """A TopicData of DescribeQuorumRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[DescribeQuorumRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[DescribeQuorumRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeQuorumRequest.TopicData:
-            self = _new(cls)
-            self.topic_name = r.compact_string()
-            self.partitions = r.compact_array(DescribeQuorumRequest.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.topic_name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of DescribeQuorumRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-
-        def __init__(
-            self, *, partition_index: int = 0, unknown_tagged_fields: UnknownTags | None = None
-        ) -> None:
-            self.partition_index = partition_index
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeQuorumRequest.PartitionData:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.partition_index == 0 and not self.unknown_tagged_fields
+    TopicData: TypeAlias = DescribeQuorumRequest_TopicData
+    PartitionData: TypeAlias = DescribeQuorumRequest_PartitionData
 
     __slots__ = (
         "topics",
@@ -106,7 +113,7 @@ class DescribeQuorumRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[DescribeQuorumRequest.TopicData] = DEFAULT,
+        topics: list[DescribeQuorumRequest.TopicData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.topics = [] if topics is DEFAULT else topics
@@ -114,8 +121,9 @@ class DescribeQuorumRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeQuorumRequest:
-        self = _new(cls)
-        self.topics = r.compact_array(DescribeQuorumRequest.TopicData._read, version)
+        new = cls.__new__
+        self = new(cls)
+        self.topics = r.compact_array(DescribeQuorumRequest_TopicData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -129,14 +137,364 @@ class DescribeQuorumRequest(Message):
         return self.topics == [] and not self.unknown_tagged_fields
 
 
-DescribeQuorumRequest.TopicData.FIELDS = (
+nest(
+    DescribeQuorumRequest,
+    TopicData=DescribeQuorumRequest_TopicData,
+    PartitionData=DescribeQuorumRequest_PartitionData,
+)
+DescribeQuorumRequest_TopicData.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=DescribeQuorumRequest.PartitionData),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=DescribeQuorumRequest_PartitionData),
 )
-DescribeQuorumRequest.PartitionData.FIELDS = (Field("partition_index", "int32", (0, 32767)),)
+DescribeQuorumRequest_PartitionData.FIELDS = (Field("partition_index", "int32", (0, 32767)),)
 DescribeQuorumRequest.FIELDS = (
-    Field("topics", "[]TopicData", (0, 32767), struct=DescribeQuorumRequest.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=DescribeQuorumRequest_TopicData),
 )
+
+
+class DescribeQuorumResponse_TopicData(Struct):
+    """A TopicData of DescribeQuorumResponse (DescribeQuorumResponse.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[DescribeQuorumResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[DescribeQuorumResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_name = r.compact_string()
+        self.partitions = r.compact_array(DescribeQuorumResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.topic_name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class DescribeQuorumResponse_PartitionData(Struct):
+    """A PartitionData of DescribeQuorumResponse (DescribeQuorumResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "error_message",
+        "leader_id",
+        "leader_epoch",
+        "high_watermark",
+        "current_voters",
+        "observers",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    current_voters: list[DescribeQuorumResponse.ReplicaState]
+    observers: list[DescribeQuorumResponse.ReplicaState]
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        high_watermark: int = 0,
+        current_voters: list[DescribeQuorumResponse.ReplicaState] | Default = DEFAULT,
+        observers: list[DescribeQuorumResponse.ReplicaState] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.high_watermark = high_watermark
+        self.current_voters = [] if current_voters is DEFAULT else current_voters
+        self.observers = [] if observers is DEFAULT else observers
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        if version >= 2:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = ""
+        self.leader_id, self.leader_epoch, self.high_watermark = r.fixed(_F_iiq)
+        self.current_voters = r.compact_array(DescribeQuorumResponse_ReplicaState._read, version)
+        self.observers = r.compact_array(DescribeQuorumResponse_ReplicaState._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if version >= 2:
+            w.compact_nullable_string(self.error_message)
+        w.buf += _pack_iiq(self.leader_id, self.leader_epoch, self.high_watermark)
+        w.array_length(self.current_voters, compact=True, nullable=False)
+        for current_voters_item in self.current_voters:
+            current_voters_item._write(w, version)
+        w.array_length(self.observers, compact=True, nullable=False)
+        for observers_item in self.observers:
+            observers_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message == ""
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and self.high_watermark == 0
+            and self.current_voters == []
+            and self.observers == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeQuorumResponse_ReplicaState(Struct):
+    """A ReplicaState of DescribeQuorumResponse (DescribeQuorumResponse.ReplicaState)."""
+
+    __slots__ = (
+        "replica_id",
+        "replica_directory_id",
+        "log_end_offset",
+        "last_fetch_timestamp",
+        "last_caught_up_timestamp",
+        "unknown_tagged_fields",
+    )
+
+    replica_id: int
+    replica_directory_id: uuid.UUID
+    log_end_offset: int
+    last_fetch_timestamp: int
+    last_caught_up_timestamp: int
+
+    def __init__(
+        self,
+        *,
+        replica_id: int = 0,
+        replica_directory_id: uuid.UUID = ZERO_UUID,
+        log_end_offset: int = 0,
+        last_fetch_timestamp: int = -1,
+        last_caught_up_timestamp: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.replica_id = replica_id
+        self.replica_directory_id = replica_directory_id
+        self.log_end_offset = log_end_offset
+        self.last_fetch_timestamp = last_fetch_timestamp
+        self.last_caught_up_timestamp = last_caught_up_timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.ReplicaState:
+        new = cls.__new__
+        self = new(cls)
+        self.replica_id = r.int32()
+        if version >= 2:
+            self.replica_directory_id = r.uuid_()
+        else:
+            self.replica_directory_id = ZERO_UUID
+        self.log_end_offset = r.int64()
+        if version >= 1:
+            self.last_fetch_timestamp = r.int64()
+        else:
+            self.last_fetch_timestamp = -1
+        if version >= 1:
+            self.last_caught_up_timestamp = r.int64()
+        else:
+            self.last_caught_up_timestamp = -1
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.replica_id)
+        if version >= 2:
+            w.uuid_(self.replica_directory_id)
+        else:
+            if self.replica_directory_id != ZERO_UUID:
+                raise not_in_version(
+                    "DescribeQuorumResponse.ReplicaState", "replica_directory_id", version
+                )
+        w.int64(self.log_end_offset)
+        if version >= 1:
+            w.int64(self.last_fetch_timestamp)
+        if version >= 1:
+            w.int64(self.last_caught_up_timestamp)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.replica_id == 0
+            and self.replica_directory_id == ZERO_UUID
+            and self.log_end_offset == 0
+            and self.last_fetch_timestamp == -1
+            and self.last_caught_up_timestamp == -1
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeQuorumResponse_Node(Struct):
+    """A Node of DescribeQuorumResponse (DescribeQuorumResponse.Node)."""
+
+    __slots__ = (
+        "node_id",
+        "listeners",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    listeners: list[DescribeQuorumResponse.Listener]
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        listeners: list[DescribeQuorumResponse.Listener] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.listeners = [] if listeners is DEFAULT else listeners
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.Node:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.node_id = r.int32()
+        else:
+            self.node_id = 0
+        if version >= 2:
+            self.listeners = r.compact_array(DescribeQuorumResponse_Listener._read, version)
+        else:
+            self.listeners = []
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.int32(self.node_id)
+        else:
+            if self.node_id != 0:
+                raise not_in_version("DescribeQuorumResponse.Node", "node_id", version)
+        if version >= 2:
+            w.array_length(self.listeners, compact=True, nullable=False)
+            for listeners_item in self.listeners:
+                listeners_item._write(w, version)
+        else:
+            if self.listeners != []:
+                raise not_in_version("DescribeQuorumResponse.Node", "listeners", version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.node_id == 0 and self.listeners == [] and not self.unknown_tagged_fields
+
+
+class DescribeQuorumResponse_Listener(Struct):
+    """A Listener of DescribeQuorumResponse (DescribeQuorumResponse.Listener)."""
+
+    __slots__ = (
+        "name",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.Listener:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.name = r.compact_string()
+        else:
+            self.name = ""
+        if version >= 2:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 2:
+            self.port = r.uint16()
+        else:
+            self.port = 0
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version("DescribeQuorumResponse.Listener", "name", version)
+        if version >= 2:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("DescribeQuorumResponse.Listener", "host", version)
+        if version >= 2:
+            w.uint16(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("DescribeQuorumResponse.Listener", "port", version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class DescribeQuorumResponse(Message):
@@ -147,344 +505,11 @@ class DescribeQuorumResponse(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 0
 
-    class TopicData(Struct):
-        """A TopicData of DescribeQuorumResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[DescribeQuorumResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[DescribeQuorumResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.TopicData:
-            self = _new(cls)
-            self.topic_name = r.compact_string()
-            self.partitions = r.compact_array(DescribeQuorumResponse.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.topic_name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of DescribeQuorumResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "error_message",
-            "leader_id",
-            "leader_epoch",
-            "high_watermark",
-            "current_voters",
-            "observers",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        error_message: str | None
-        leader_id: int
-        leader_epoch: int
-        high_watermark: int
-        current_voters: list[DescribeQuorumResponse.ReplicaState]
-        observers: list[DescribeQuorumResponse.ReplicaState]
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            error_message: str | None = "",
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            high_watermark: int = 0,
-            current_voters: list[DescribeQuorumResponse.ReplicaState] = DEFAULT,
-            observers: list[DescribeQuorumResponse.ReplicaState] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.error_message = error_message
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.high_watermark = high_watermark
-            self.current_voters = [] if current_voters is DEFAULT else current_voters
-            self.observers = [] if observers is DEFAULT else observers
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            if version >= 2:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = ""
-            self.leader_id, self.leader_epoch, self.high_watermark = r.fixed(_F_iiq)
-            self.current_voters = r.compact_array(
-                DescribeQuorumResponse.ReplicaState._read, version
-            )
-            self.observers = r.compact_array(DescribeQuorumResponse.ReplicaState._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if version >= 2:
-                w.compact_nullable_string(self.error_message)
-            w.buf += _F_iiq.pack(self.leader_id, self.leader_epoch, self.high_watermark)
-            w.array_length(self.current_voters, compact=True, nullable=False)
-            for current_voters_item in self.current_voters:
-                current_voters_item._write(w, version)
-            w.array_length(self.observers, compact=True, nullable=False)
-            for observers_item in self.observers:
-                observers_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.error_message == ""
-                and self.leader_id == 0
-                and self.leader_epoch == 0
-                and self.high_watermark == 0
-                and self.current_voters == []
-                and self.observers == []
-                and not self.unknown_tagged_fields
-            )
-
-    class ReplicaState(Struct):
-        """A ReplicaState of DescribeQuorumResponse."""
-
-        __slots__ = (
-            "replica_id",
-            "replica_directory_id",
-            "log_end_offset",
-            "last_fetch_timestamp",
-            "last_caught_up_timestamp",
-            "unknown_tagged_fields",
-        )
-
-        replica_id: int
-        replica_directory_id: uuid.UUID
-        log_end_offset: int
-        last_fetch_timestamp: int
-        last_caught_up_timestamp: int
-
-        def __init__(
-            self,
-            *,
-            replica_id: int = 0,
-            replica_directory_id: uuid.UUID = ZERO_UUID,
-            log_end_offset: int = 0,
-            last_fetch_timestamp: int = -1,
-            last_caught_up_timestamp: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.replica_id = replica_id
-            self.replica_directory_id = replica_directory_id
-            self.log_end_offset = log_end_offset
-            self.last_fetch_timestamp = last_fetch_timestamp
-            self.last_caught_up_timestamp = last_caught_up_timestamp
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.ReplicaState:
-            self = _new(cls)
-            self.replica_id = r.int32()
-            if version >= 2:
-                self.replica_directory_id = r.uuid_()
-            else:
-                self.replica_directory_id = ZERO_UUID
-            self.log_end_offset = r.int64()
-            if version >= 1:
-                self.last_fetch_timestamp = r.int64()
-            else:
-                self.last_fetch_timestamp = -1
-            if version >= 1:
-                self.last_caught_up_timestamp = r.int64()
-            else:
-                self.last_caught_up_timestamp = -1
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.replica_id)
-            if version >= 2:
-                w.uuid_(self.replica_directory_id)
-            else:
-                if self.replica_directory_id != ZERO_UUID:
-                    raise not_in_version(
-                        "DescribeQuorumResponse.ReplicaState", "replica_directory_id", version
-                    )
-            w.int64(self.log_end_offset)
-            if version >= 1:
-                w.int64(self.last_fetch_timestamp)
-            if version >= 1:
-                w.int64(self.last_caught_up_timestamp)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.replica_id == 0
-                and self.replica_directory_id == ZERO_UUID
-                and self.log_end_offset == 0
-                and self.last_fetch_timestamp == -1
-                and self.last_caught_up_timestamp == -1
-                and not self.unknown_tagged_fields
-            )
-
-    class Node(Struct):
-        """A Node of DescribeQuorumResponse."""
-
-        __slots__ = (
-            "node_id",
-            "listeners",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        listeners: list[DescribeQuorumResponse.Listener]
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            listeners: list[DescribeQuorumResponse.Listener] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.listeners = [] if listeners is DEFAULT else listeners
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.Node:
-            self = _new(cls)
-            if version >= 2:
-                self.node_id = r.int32()
-            else:
-                self.node_id = 0
-            if version >= 2:
-                self.listeners = r.compact_array(DescribeQuorumResponse.Listener._read, version)
-            else:
-                self.listeners = []
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.int32(self.node_id)
-            else:
-                if self.node_id != 0:
-                    raise not_in_version("DescribeQuorumResponse.Node", "node_id", version)
-            if version >= 2:
-                w.array_length(self.listeners, compact=True, nullable=False)
-                for listeners_item in self.listeners:
-                    listeners_item._write(w, version)
-            else:
-                if self.listeners != []:
-                    raise not_in_version("DescribeQuorumResponse.Node", "listeners", version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.node_id == 0 and self.listeners == [] and not self.unknown_tagged_fields
-
-    class Listener(Struct):
-        """A Listener of DescribeQuorumResponse."""
-
-        __slots__ = (
-            "name",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse.Listener:
-            self = _new(cls)
-            if version >= 2:
-                self.name = r.compact_string()
-            else:
-                self.name = ""
-            if version >= 2:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 2:
-                self.port = r.uint16()
-            else:
-                self.port = 0
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version("DescribeQuorumResponse.Listener", "name", version)
-            if version >= 2:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("DescribeQuorumResponse.Listener", "host", version)
-            if version >= 2:
-                w.uint16(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("DescribeQuorumResponse.Listener", "port", version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = DescribeQuorumResponse_TopicData
+    PartitionData: TypeAlias = DescribeQuorumResponse_PartitionData
+    ReplicaState: TypeAlias = DescribeQuorumResponse_ReplicaState
+    Node: TypeAlias = DescribeQuorumResponse_Node
+    Listener: TypeAlias = DescribeQuorumResponse_Listener
 
     __slots__ = (
         "error_code",
@@ -504,8 +529,8 @@ class DescribeQuorumResponse(Message):
         *,
         error_code: int = 0,
         error_message: str | None = "",
-        topics: list[DescribeQuorumResponse.TopicData] = DEFAULT,
-        nodes: list[DescribeQuorumResponse.Node] = DEFAULT,
+        topics: list[DescribeQuorumResponse.TopicData] | Default = DEFAULT,
+        nodes: list[DescribeQuorumResponse.Node] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -516,15 +541,16 @@ class DescribeQuorumResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeQuorumResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 2:
             self.error_message = r.compact_nullable_string()
         else:
             self.error_message = ""
-        self.topics = r.compact_array(DescribeQuorumResponse.TopicData._read, version)
+        self.topics = r.compact_array(DescribeQuorumResponse_TopicData._read, version)
         if version >= 2:
-            self.nodes = r.compact_array(DescribeQuorumResponse.Node._read, version)
+            self.nodes = r.compact_array(DescribeQuorumResponse_Node._read, version)
         else:
             self.nodes = []
         self.unknown_tagged_fields = r.unknown_tags_only()
@@ -556,11 +582,19 @@ class DescribeQuorumResponse(Message):
         )
 
 
-DescribeQuorumResponse.TopicData.FIELDS = (
-    Field("topic_name", "string", (0, 32767)),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=DescribeQuorumResponse.PartitionData),
+nest(
+    DescribeQuorumResponse,
+    TopicData=DescribeQuorumResponse_TopicData,
+    PartitionData=DescribeQuorumResponse_PartitionData,
+    ReplicaState=DescribeQuorumResponse_ReplicaState,
+    Node=DescribeQuorumResponse_Node,
+    Listener=DescribeQuorumResponse_Listener,
 )
-DescribeQuorumResponse.PartitionData.FIELDS = (
+DescribeQuorumResponse_TopicData.FIELDS = (
+    Field("topic_name", "string", (0, 32767)),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=DescribeQuorumResponse_PartitionData),
+)
+DescribeQuorumResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (2, 32767), nullable_versions=(2, 32767), ignorable=True),
@@ -568,22 +602,22 @@ DescribeQuorumResponse.PartitionData.FIELDS = (
     Field("leader_epoch", "int32", (0, 32767)),
     Field("high_watermark", "int64", (0, 32767)),
     Field(
-        "current_voters", "[]ReplicaState", (0, 32767), struct=DescribeQuorumResponse.ReplicaState
+        "current_voters", "[]ReplicaState", (0, 32767), struct=DescribeQuorumResponse_ReplicaState
     ),
-    Field("observers", "[]ReplicaState", (0, 32767), struct=DescribeQuorumResponse.ReplicaState),
+    Field("observers", "[]ReplicaState", (0, 32767), struct=DescribeQuorumResponse_ReplicaState),
 )
-DescribeQuorumResponse.ReplicaState.FIELDS = (
+DescribeQuorumResponse_ReplicaState.FIELDS = (
     Field("replica_id", "int32", (0, 32767)),
     Field("replica_directory_id", "uuid", (2, 32767)),
     Field("log_end_offset", "int64", (0, 32767)),
     Field("last_fetch_timestamp", "int64", (1, 32767), ignorable=True),
     Field("last_caught_up_timestamp", "int64", (1, 32767), ignorable=True),
 )
-DescribeQuorumResponse.Node.FIELDS = (
+DescribeQuorumResponse_Node.FIELDS = (
     Field("node_id", "int32", (2, 32767)),
-    Field("listeners", "[]Listener", (2, 32767), struct=DescribeQuorumResponse.Listener),
+    Field("listeners", "[]Listener", (2, 32767), struct=DescribeQuorumResponse_Listener),
 )
-DescribeQuorumResponse.Listener.FIELDS = (
+DescribeQuorumResponse_Listener.FIELDS = (
     Field("name", "string", (2, 32767)),
     Field("host", "string", (2, 32767)),
     Field("port", "uint16", (2, 32767)),
@@ -591,8 +625,8 @@ DescribeQuorumResponse.Listener.FIELDS = (
 DescribeQuorumResponse.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (2, 32767), nullable_versions=(2, 32767), ignorable=True),
-    Field("topics", "[]TopicData", (0, 32767), struct=DescribeQuorumResponse.TopicData),
-    Field("nodes", "[]Node", (2, 32767), struct=DescribeQuorumResponse.Node),
+    Field("topics", "[]TopicData", (0, 32767), struct=DescribeQuorumResponse_TopicData),
+    Field("nodes", "[]Node", (2, 32767), struct=DescribeQuorumResponse_Node),
 )
 
 __all__ = ["DescribeQuorumRequest", "DescribeQuorumResponse"]

@@ -6,12 +6,86 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_hiii = struct.Struct(">hiii")
+_F_hiii: Final = struct.Struct(">hiii")
+_pack_hiii: Final = _F_hiii.pack
+
+
+class DescribeTopicPartitionsRequest_TopicRequest(Struct):
+    """A TopicRequest of DescribeTopicPartitionsRequest (DescribeTopicPartitionsRequest.TopicRequest)."""
+
+    __slots__ = (
+        "name",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+
+    def __init__(self, *, name: str = "", unknown_tagged_fields: UnknownTags | None = None) -> None:
+        self.name = name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeTopicPartitionsRequest.TopicRequest:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and not self.unknown_tagged_fields
+
+
+class DescribeTopicPartitionsRequest_Cursor(Struct):
+    """A Cursor of DescribeTopicPartitionsRequest (DescribeTopicPartitionsRequest.Cursor)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_index",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_index: int
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_index: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeTopicPartitionsRequest.Cursor:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_name = r.compact_string()
+        self.partition_index = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.topic_name)
+        w.int32(self.partition_index)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == "" and self.partition_index == 0 and not self.unknown_tagged_fields
+        )
 
 
 class DescribeTopicPartitionsRequest(Message):
@@ -22,78 +96,8 @@ class DescribeTopicPartitionsRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class TopicRequest(Struct):
-        """A TopicRequest of DescribeTopicPartitionsRequest."""
-
-        __slots__ = (
-            "name",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-
-        def __init__(
-            self, *, name: str = "", unknown_tagged_fields: UnknownTags | None = None
-        ) -> None:
-            self.name = name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeTopicPartitionsRequest.TopicRequest:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and not self.unknown_tagged_fields
-
-    class Cursor(Struct):
-        """A Cursor of DescribeTopicPartitionsRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_index",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_index: int
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_index: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_index = partition_index
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeTopicPartitionsRequest.Cursor:
-            self = _new(cls)
-            self.topic_name = r.compact_string()
-            self.partition_index = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.topic_name)
-            w.int32(self.partition_index)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_index == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicRequest: TypeAlias = DescribeTopicPartitionsRequest_TopicRequest
+    Cursor: TypeAlias = DescribeTopicPartitionsRequest_Cursor
 
     __slots__ = (
         "topics",
@@ -109,7 +113,7 @@ class DescribeTopicPartitionsRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[DescribeTopicPartitionsRequest.TopicRequest] = DEFAULT,
+        topics: list[DescribeTopicPartitionsRequest.TopicRequest] | Default = DEFAULT,
         response_partition_limit: int = 2000,
         cursor: DescribeTopicPartitionsRequest.Cursor | None = None,
         unknown_tagged_fields: UnknownTags | None = None,
@@ -121,11 +125,12 @@ class DescribeTopicPartitionsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeTopicPartitionsRequest:
-        self = _new(cls)
-        self.topics = r.compact_array(DescribeTopicPartitionsRequest.TopicRequest._read, version)
+        new = cls.__new__
+        self = new(cls)
+        self.topics = r.compact_array(DescribeTopicPartitionsRequest_TopicRequest._read, version)
         self.response_partition_limit = r.int32()
         self.cursor = (
-            DescribeTopicPartitionsRequest.Cursor._read(r, version) if r.int8() >= 0 else None
+            DescribeTopicPartitionsRequest_Cursor._read(r, version) if r.int8() >= 0 else None
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -151,14 +156,19 @@ class DescribeTopicPartitionsRequest(Message):
         )
 
 
-DescribeTopicPartitionsRequest.TopicRequest.FIELDS = (Field("name", "string", (0, 32767)),)
-DescribeTopicPartitionsRequest.Cursor.FIELDS = (
+nest(
+    DescribeTopicPartitionsRequest,
+    TopicRequest=DescribeTopicPartitionsRequest_TopicRequest,
+    Cursor=DescribeTopicPartitionsRequest_Cursor,
+)
+DescribeTopicPartitionsRequest_TopicRequest.FIELDS = (Field("name", "string", (0, 32767)),)
+DescribeTopicPartitionsRequest_Cursor.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
     Field("partition_index", "int32", (0, 32767)),
 )
 DescribeTopicPartitionsRequest.FIELDS = (
     Field(
-        "topics", "[]TopicRequest", (0, 32767), struct=DescribeTopicPartitionsRequest.TopicRequest
+        "topics", "[]TopicRequest", (0, 32767), struct=DescribeTopicPartitionsRequest_TopicRequest
     ),
     Field("response_partition_limit", "int32", (0, 32767)),
     Field(
@@ -166,9 +176,236 @@ DescribeTopicPartitionsRequest.FIELDS = (
         "Cursor",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=DescribeTopicPartitionsRequest.Cursor,
+        struct=DescribeTopicPartitionsRequest_Cursor,
     ),
 )
+
+
+class DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic(Struct):
+    """A DescribeTopicPartitionsResponseTopic of DescribeTopicPartitionsResponse (DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic)."""
+
+    __slots__ = (
+        "error_code",
+        "name",
+        "topic_id",
+        "is_internal",
+        "partitions",
+        "topic_authorized_operations",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID
+    is_internal: bool
+    partitions: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition]
+    topic_authorized_operations: int
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        name: str | None = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        is_internal: bool = False,
+        partitions: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition]
+        | Default = DEFAULT,
+        topic_authorized_operations: int = -2147483648,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.topic_authorized_operations = topic_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        self.name = r.compact_nullable_string()
+        self.topic_id = r.uuid_()
+        self.is_internal = r.boolean()
+        self.partitions = r.compact_array(
+            DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition._read, version
+        )
+        self.topic_authorized_operations = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        w.compact_nullable_string(self.name)
+        w.uuid_(self.topic_id)
+        w.boolean(self.is_internal)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.int32(self.topic_authorized_operations)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.name == ""
+            and self.topic_id == ZERO_UUID
+            and not self.is_internal
+            and self.partitions == []
+            and self.topic_authorized_operations == -2147483648
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition(Struct):
+    """A DescribeTopicPartitionsResponsePartition of DescribeTopicPartitionsResponse (DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition)."""
+
+    __slots__ = (
+        "error_code",
+        "partition_index",
+        "leader_id",
+        "leader_epoch",
+        "replica_nodes",
+        "isr_nodes",
+        "eligible_leader_replicas",
+        "last_known_elr",
+        "offline_replicas",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    replica_nodes: list[int]
+    isr_nodes: list[int]
+    eligible_leader_replicas: list[int] | None
+    last_known_elr: list[int] | None
+    offline_replicas: list[int]
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = -1,
+        replica_nodes: list[int] | Default = DEFAULT,
+        isr_nodes: list[int] | Default = DEFAULT,
+        eligible_leader_replicas: list[int] | None = None,
+        last_known_elr: list[int] | None = None,
+        offline_replicas: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = [] if replica_nodes is DEFAULT else replica_nodes
+        self.isr_nodes = [] if isr_nodes is DEFAULT else isr_nodes
+        self.eligible_leader_replicas = eligible_leader_replicas
+        self.last_known_elr = last_known_elr
+        self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code, self.partition_index, self.leader_id, self.leader_epoch = r.fixed(_F_hiii)
+        self.replica_nodes = r.compact_array(read_int32_item, version)
+        self.isr_nodes = r.compact_array(read_int32_item, version)
+        self.eligible_leader_replicas = r.compact_nullable_array(read_int32_item, version)
+        self.last_known_elr = r.compact_nullable_array(read_int32_item, version)
+        self.offline_replicas = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_hiii(
+            self.error_code, self.partition_index, self.leader_id, self.leader_epoch
+        )
+        w.array_length(self.replica_nodes, compact=True, nullable=False)
+        for replica_nodes_item in self.replica_nodes:
+            w.int32(replica_nodes_item)
+        w.array_length(self.isr_nodes, compact=True, nullable=False)
+        for isr_nodes_item in self.isr_nodes:
+            w.int32(isr_nodes_item)
+        w.array_length(self.eligible_leader_replicas, compact=True, nullable=True)
+        if self.eligible_leader_replicas is not None:
+            for eligible_leader_replicas_item in self.eligible_leader_replicas:
+                w.int32(eligible_leader_replicas_item)
+        w.array_length(self.last_known_elr, compact=True, nullable=True)
+        if self.last_known_elr is not None:
+            for last_known_elr_item in self.last_known_elr:
+                w.int32(last_known_elr_item)
+        w.array_length(self.offline_replicas, compact=True, nullable=False)
+        for offline_replicas_item in self.offline_replicas:
+            w.int32(offline_replicas_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.partition_index == 0
+            and self.leader_id == 0
+            and self.leader_epoch == -1
+            and self.replica_nodes == []
+            and self.isr_nodes == []
+            and self.eligible_leader_replicas is None
+            and self.last_known_elr is None
+            and self.offline_replicas == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeTopicPartitionsResponse_Cursor(Struct):
+    """A Cursor of DescribeTopicPartitionsResponse (DescribeTopicPartitionsResponse.Cursor)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_index",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_index: int
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_index: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeTopicPartitionsResponse.Cursor:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_name = r.compact_string()
+        self.partition_index = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.topic_name)
+        w.int32(self.partition_index)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == "" and self.partition_index == 0 and not self.unknown_tagged_fields
+        )
 
 
 class DescribeTopicPartitionsResponse(Message):
@@ -179,232 +416,13 @@ class DescribeTopicPartitionsResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class DescribeTopicPartitionsResponseTopic(Struct):
-        """A DescribeTopicPartitionsResponseTopic of DescribeTopicPartitionsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "name",
-            "topic_id",
-            "is_internal",
-            "partitions",
-            "topic_authorized_operations",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        name: str | None
-        topic_id: uuid.UUID
-        is_internal: bool
-        partitions: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition]
-        topic_authorized_operations: int
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            name: str | None = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            is_internal: bool = False,
-            partitions: list[
-                DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition
-            ] = DEFAULT,
-            topic_authorized_operations: int = -2147483648,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.name = name
-            self.topic_id = topic_id
-            self.is_internal = is_internal
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.topic_authorized_operations = topic_authorized_operations
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic:
-            self = _new(cls)
-            self.error_code = r.int16()
-            self.name = r.compact_nullable_string()
-            self.topic_id = r.uuid_()
-            self.is_internal = r.boolean()
-            self.partitions = r.compact_array(
-                DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition._read,
-                version,
-            )
-            self.topic_authorized_operations = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            w.compact_nullable_string(self.name)
-            w.uuid_(self.topic_id)
-            w.boolean(self.is_internal)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.int32(self.topic_authorized_operations)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.name == ""
-                and self.topic_id == ZERO_UUID
-                and not self.is_internal
-                and self.partitions == []
-                and self.topic_authorized_operations == -2147483648
-                and not self.unknown_tagged_fields
-            )
-
-    class DescribeTopicPartitionsResponsePartition(Struct):
-        """A DescribeTopicPartitionsResponsePartition of DescribeTopicPartitionsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "partition_index",
-            "leader_id",
-            "leader_epoch",
-            "replica_nodes",
-            "isr_nodes",
-            "eligible_leader_replicas",
-            "last_known_elr",
-            "offline_replicas",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        partition_index: int
-        leader_id: int
-        leader_epoch: int
-        replica_nodes: list[int]
-        isr_nodes: list[int]
-        eligible_leader_replicas: list[int] | None
-        last_known_elr: list[int] | None
-        offline_replicas: list[int]
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            partition_index: int = 0,
-            leader_id: int = 0,
-            leader_epoch: int = -1,
-            replica_nodes: list[int] = DEFAULT,
-            isr_nodes: list[int] = DEFAULT,
-            eligible_leader_replicas: list[int] | None = None,
-            last_known_elr: list[int] | None = None,
-            offline_replicas: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.partition_index = partition_index
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.replica_nodes = [] if replica_nodes is DEFAULT else replica_nodes
-            self.isr_nodes = [] if isr_nodes is DEFAULT else isr_nodes
-            self.eligible_leader_replicas = eligible_leader_replicas
-            self.last_known_elr = last_known_elr
-            self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition:
-            self = _new(cls)
-            self.error_code, self.partition_index, self.leader_id, self.leader_epoch = r.fixed(
-                _F_hiii
-            )
-            self.replica_nodes = r.compact_array(read_int32_item, version)
-            self.isr_nodes = r.compact_array(read_int32_item, version)
-            self.eligible_leader_replicas = r.compact_nullable_array(read_int32_item, version)
-            self.last_known_elr = r.compact_nullable_array(read_int32_item, version)
-            self.offline_replicas = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_hiii.pack(
-                self.error_code, self.partition_index, self.leader_id, self.leader_epoch
-            )
-            w.array_length(self.replica_nodes, compact=True, nullable=False)
-            for replica_nodes_item in self.replica_nodes:
-                w.int32(replica_nodes_item)
-            w.array_length(self.isr_nodes, compact=True, nullable=False)
-            for isr_nodes_item in self.isr_nodes:
-                w.int32(isr_nodes_item)
-            w.array_length(self.eligible_leader_replicas, compact=True, nullable=True)
-            if self.eligible_leader_replicas is not None:
-                for eligible_leader_replicas_item in self.eligible_leader_replicas:
-                    w.int32(eligible_leader_replicas_item)
-            w.array_length(self.last_known_elr, compact=True, nullable=True)
-            if self.last_known_elr is not None:
-                for last_known_elr_item in self.last_known_elr:
-                    w.int32(last_known_elr_item)
-            w.array_length(self.offline_replicas, compact=True, nullable=False)
-            for offline_replicas_item in self.offline_replicas:
-                w.int32(offline_replicas_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.partition_index == 0
-                and self.leader_id == 0
-                and self.leader_epoch == -1
-                and self.replica_nodes == []
-                and self.isr_nodes == []
-                and self.eligible_leader_replicas is None
-                and self.last_known_elr is None
-                and self.offline_replicas == []
-                and not self.unknown_tagged_fields
-            )
-
-    class Cursor(Struct):
-        """A Cursor of DescribeTopicPartitionsResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_index",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_index: int
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_index: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_index = partition_index
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeTopicPartitionsResponse.Cursor:
-            self = _new(cls)
-            self.topic_name = r.compact_string()
-            self.partition_index = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.topic_name)
-            w.int32(self.partition_index)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_index == 0
-                and not self.unknown_tagged_fields
-            )
+    DescribeTopicPartitionsResponseTopic: TypeAlias = (
+        DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic
+    )
+    DescribeTopicPartitionsResponsePartition: TypeAlias = (
+        DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition
+    )
+    Cursor: TypeAlias = DescribeTopicPartitionsResponse_Cursor
 
     __slots__ = (
         "throttle_time_ms",
@@ -421,9 +439,8 @@ class DescribeTopicPartitionsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[
-            DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
-        ] = DEFAULT,
+        topics: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic]
+        | Default = DEFAULT,
         next_cursor: DescribeTopicPartitionsResponse.Cursor | None = None,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -434,13 +451,14 @@ class DescribeTopicPartitionsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeTopicPartitionsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         self.topics = r.compact_array(
-            DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic._read, version
+            DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic._read, version
         )
         self.next_cursor = (
-            DescribeTopicPartitionsResponse.Cursor._read(r, version) if r.int8() >= 0 else None
+            DescribeTopicPartitionsResponse_Cursor._read(r, version) if r.int8() >= 0 else None
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -466,7 +484,13 @@ class DescribeTopicPartitionsResponse(Message):
         )
 
 
-DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.FIELDS = (
+nest(
+    DescribeTopicPartitionsResponse,
+    DescribeTopicPartitionsResponseTopic=DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic,
+    DescribeTopicPartitionsResponsePartition=DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition,
+    Cursor=DescribeTopicPartitionsResponse_Cursor,
+)
+DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("name", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("topic_id", "uuid", (0, 32767), ignorable=True),
@@ -475,11 +499,11 @@ DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.FIELDS = (
         "partitions",
         "[]DescribeTopicPartitionsResponsePartition",
         (0, 32767),
-        struct=DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition,
+        struct=DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition,
     ),
     Field("topic_authorized_operations", "int32", (0, 32767)),
 )
-DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.FIELDS = (
+DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("partition_index", "int32", (0, 32767)),
     Field("leader_id", "int32", (0, 32767)),
@@ -490,7 +514,7 @@ DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.FIELDS 
     Field("last_known_elr", "[]int32", (0, 32767), nullable_versions=(0, 32767)),
     Field("offline_replicas", "[]int32", (0, 32767), ignorable=True),
 )
-DescribeTopicPartitionsResponse.Cursor.FIELDS = (
+DescribeTopicPartitionsResponse_Cursor.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
     Field("partition_index", "int32", (0, 32767)),
 )
@@ -500,14 +524,14 @@ DescribeTopicPartitionsResponse.FIELDS = (
         "topics",
         "[]DescribeTopicPartitionsResponseTopic",
         (0, 32767),
-        struct=DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic,
+        struct=DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic,
     ),
     Field(
         "next_cursor",
         "Cursor",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=DescribeTopicPartitionsResponse.Cursor,
+        struct=DescribeTopicPartitionsResponse_Cursor,
     ),
 )
 

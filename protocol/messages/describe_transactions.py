@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import (
     Reader,
@@ -13,10 +14,10 @@ from protocol.primitives import (
     read_compact_string_item,
     read_int32_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_iqqh = struct.Struct(">iqqh")
+_F_iqqh: Final = struct.Struct(">iqqh")
+_pack_iqqh: Final = _F_iqqh.pack
 
 
 class DescribeTransactionsRequest(Message):
@@ -37,7 +38,7 @@ class DescribeTransactionsRequest(Message):
     def __init__(
         self,
         *,
-        transactional_ids: list[str] = DEFAULT,
+        transactional_ids: list[str] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.transactional_ids = [] if transactional_ids is DEFAULT else transactional_ids
@@ -45,7 +46,8 @@ class DescribeTransactionsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeTransactionsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.transactional_ids = r.compact_array(read_compact_string_item, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -63,6 +65,142 @@ class DescribeTransactionsRequest(Message):
 DescribeTransactionsRequest.FIELDS = (Field("transactional_ids", "[]string", (0, 32767)),)
 
 
+class DescribeTransactionsResponse_TransactionState(Struct):
+    """A TransactionState of DescribeTransactionsResponse (DescribeTransactionsResponse.TransactionState)."""
+
+    __slots__ = (
+        "error_code",
+        "transactional_id",
+        "transaction_state",
+        "transaction_timeout_ms",
+        "transaction_start_time_ms",
+        "producer_id",
+        "producer_epoch",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: list[DescribeTransactionsResponse.TopicData]
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        transactional_id: str = "",
+        transaction_state: str = "",
+        transaction_timeout_ms: int = 0,
+        transaction_start_time_ms: int = 0,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        topics: list[DescribeTransactionsResponse.TopicData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.transactional_id = transactional_id
+        self.transaction_state = transaction_state
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_start_time_ms = transaction_start_time_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.topics = [] if topics is DEFAULT else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeTransactionsResponse.TransactionState:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        self.transactional_id = r.compact_string()
+        self.transaction_state = r.compact_string()
+        (
+            self.transaction_timeout_ms,
+            self.transaction_start_time_ms,
+            self.producer_id,
+            self.producer_epoch,
+        ) = r.fixed(_F_iqqh)
+        self.topics = r.compact_array(DescribeTransactionsResponse_TopicData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        w.compact_string(self.transactional_id)
+        w.compact_string(self.transaction_state)
+        w.buf += _pack_iqqh(
+            self.transaction_timeout_ms,
+            self.transaction_start_time_ms,
+            self.producer_id,
+            self.producer_epoch,
+        )
+        w.array_length(self.topics, compact=True, nullable=False)
+        for topics_item in self.topics:
+            topics_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.transactional_id == ""
+            and self.transaction_state == ""
+            and self.transaction_timeout_ms == 0
+            and self.transaction_start_time_ms == 0
+            and self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeTransactionsResponse_TopicData(Struct):
+    """A TopicData of DescribeTransactionsResponse (DescribeTransactionsResponse.TopicData)."""
+
+    __slots__ = (
+        "topic",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeTransactionsResponse.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic = r.compact_string()
+        self.partitions = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.topic)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            w.int32(partitions_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
 class DescribeTransactionsResponse(Message):
     """Kafka's DescribeTransactionsResponse (response, v0-v0), from clients/DescribeTransactionsResponse.json."""
 
@@ -71,137 +209,8 @@ class DescribeTransactionsResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class TransactionState(Struct):
-        """A TransactionState of DescribeTransactionsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "transactional_id",
-            "transaction_state",
-            "transaction_timeout_ms",
-            "transaction_start_time_ms",
-            "producer_id",
-            "producer_epoch",
-            "topics",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        transactional_id: str
-        transaction_state: str
-        transaction_timeout_ms: int
-        transaction_start_time_ms: int
-        producer_id: int
-        producer_epoch: int
-        topics: list[DescribeTransactionsResponse.TopicData]
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            transactional_id: str = "",
-            transaction_state: str = "",
-            transaction_timeout_ms: int = 0,
-            transaction_start_time_ms: int = 0,
-            producer_id: int = 0,
-            producer_epoch: int = 0,
-            topics: list[DescribeTransactionsResponse.TopicData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.transactional_id = transactional_id
-            self.transaction_state = transaction_state
-            self.transaction_timeout_ms = transaction_timeout_ms
-            self.transaction_start_time_ms = transaction_start_time_ms
-            self.producer_id = producer_id
-            self.producer_epoch = producer_epoch
-            self.topics = [] if topics is DEFAULT else topics
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeTransactionsResponse.TransactionState:
-            self = _new(cls)
-            self.error_code = r.int16()
-            self.transactional_id = r.compact_string()
-            self.transaction_state = r.compact_string()
-            (
-                self.transaction_timeout_ms,
-                self.transaction_start_time_ms,
-                self.producer_id,
-                self.producer_epoch,
-            ) = r.fixed(_F_iqqh)
-            self.topics = r.compact_array(DescribeTransactionsResponse.TopicData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            w.compact_string(self.transactional_id)
-            w.compact_string(self.transaction_state)
-            w.buf += _F_iqqh.pack(
-                self.transaction_timeout_ms,
-                self.transaction_start_time_ms,
-                self.producer_id,
-                self.producer_epoch,
-            )
-            w.array_length(self.topics, compact=True, nullable=False)
-            for topics_item in self.topics:
-                topics_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.transactional_id == ""
-                and self.transaction_state == ""
-                and self.transaction_timeout_ms == 0
-                and self.transaction_start_time_ms == 0
-                and self.producer_id == 0
-                and self.producer_epoch == 0
-                and self.topics == []
-                and not self.unknown_tagged_fields
-            )
-
-    class TopicData(Struct):
-        """A TopicData of DescribeTransactionsResponse."""
-
-        __slots__ = (
-            "topic",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeTransactionsResponse.TopicData:
-            self = _new(cls)
-            self.topic = r.compact_string()
-            self.partitions = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.topic)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                w.int32(partitions_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
+    TransactionState: TypeAlias = DescribeTransactionsResponse_TransactionState
+    TopicData: TypeAlias = DescribeTransactionsResponse_TopicData
 
     __slots__ = (
         "throttle_time_ms",
@@ -216,7 +225,7 @@ class DescribeTransactionsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        transaction_states: list[DescribeTransactionsResponse.TransactionState] = DEFAULT,
+        transaction_states: list[DescribeTransactionsResponse.TransactionState] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -225,10 +234,11 @@ class DescribeTransactionsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeTransactionsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         self.transaction_states = r.compact_array(
-            DescribeTransactionsResponse.TransactionState._read, version
+            DescribeTransactionsResponse_TransactionState._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -248,7 +258,12 @@ class DescribeTransactionsResponse(Message):
         )
 
 
-DescribeTransactionsResponse.TransactionState.FIELDS = (
+nest(
+    DescribeTransactionsResponse,
+    TransactionState=DescribeTransactionsResponse_TransactionState,
+    TopicData=DescribeTransactionsResponse_TopicData,
+)
+DescribeTransactionsResponse_TransactionState.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("transactional_id", "string", (0, 32767)),
     Field("transaction_state", "string", (0, 32767)),
@@ -256,9 +271,9 @@ DescribeTransactionsResponse.TransactionState.FIELDS = (
     Field("transaction_start_time_ms", "int64", (0, 32767)),
     Field("producer_id", "int64", (0, 32767)),
     Field("producer_epoch", "int16", (0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=DescribeTransactionsResponse.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=DescribeTransactionsResponse_TopicData),
 )
-DescribeTransactionsResponse.TopicData.FIELDS = (
+DescribeTransactionsResponse_TopicData.FIELDS = (
     Field("topic", "string", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -268,7 +283,7 @@ DescribeTransactionsResponse.FIELDS = (
         "transaction_states",
         "[]TransactionState",
         (0, 32767),
-        struct=DescribeTransactionsResponse.TransactionState,
+        struct=DescribeTransactionsResponse_TransactionState,
     ),
 )
 

@@ -5,13 +5,45 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_bi = struct.Struct(">bi")
-_F_ih = struct.Struct(">ih")
+_F_bi: Final = struct.Struct(">bi")
+_pack_bi: Final = _F_bi.pack
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class DescribeUserScramCredentialsRequest_UserName(Struct):
+    """A UserName of DescribeUserScramCredentialsRequest (DescribeUserScramCredentialsRequest.UserName)."""
+
+    __slots__ = (
+        "name",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+
+    def __init__(self, *, name: str = "", unknown_tagged_fields: UnknownTags | None = None) -> None:
+        self.name = name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeUserScramCredentialsRequest.UserName:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and not self.unknown_tagged_fields
 
 
 class DescribeUserScramCredentialsRequest(Message):
@@ -22,35 +54,7 @@ class DescribeUserScramCredentialsRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class UserName(Struct):
-        """A UserName of DescribeUserScramCredentialsRequest."""
-
-        __slots__ = (
-            "name",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-
-        def __init__(
-            self, *, name: str = "", unknown_tagged_fields: UnknownTags | None = None
-        ) -> None:
-            self.name = name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> DescribeUserScramCredentialsRequest.UserName:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and not self.unknown_tagged_fields
+    UserName: TypeAlias = DescribeUserScramCredentialsRequest_UserName
 
     __slots__ = (
         "users",
@@ -62,7 +66,7 @@ class DescribeUserScramCredentialsRequest(Message):
     def __init__(
         self,
         *,
-        users: list[DescribeUserScramCredentialsRequest.UserName] | None = DEFAULT,
+        users: list[DescribeUserScramCredentialsRequest.UserName] | None | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.users = [] if users is DEFAULT else users
@@ -70,9 +74,10 @@ class DescribeUserScramCredentialsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeUserScramCredentialsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.users = r.compact_nullable_array(
-            DescribeUserScramCredentialsRequest.UserName._read, version
+            DescribeUserScramCredentialsRequest_UserName._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -88,16 +93,122 @@ class DescribeUserScramCredentialsRequest(Message):
         return self.users == [] and not self.unknown_tagged_fields
 
 
-DescribeUserScramCredentialsRequest.UserName.FIELDS = (Field("name", "string", (0, 32767)),)
+nest(DescribeUserScramCredentialsRequest, UserName=DescribeUserScramCredentialsRequest_UserName)
+DescribeUserScramCredentialsRequest_UserName.FIELDS = (Field("name", "string", (0, 32767)),)
 DescribeUserScramCredentialsRequest.FIELDS = (
     Field(
         "users",
         "[]UserName",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=DescribeUserScramCredentialsRequest.UserName,
+        struct=DescribeUserScramCredentialsRequest_UserName,
     ),
 )
+
+
+class DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult(Struct):
+    """A DescribeUserScramCredentialsResult of DescribeUserScramCredentialsResponse (DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult)."""
+
+    __slots__ = (
+        "user",
+        "error_code",
+        "error_message",
+        "credential_infos",
+        "unknown_tagged_fields",
+    )
+
+    user: str
+    error_code: int
+    error_message: str | None
+    credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo]
+
+    def __init__(
+        self,
+        *,
+        user: str = "",
+        error_code: int = 0,
+        error_message: str | None = "",
+        credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
+        self.credential_infos = [] if credential_infos is DEFAULT else credential_infos
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult:
+        new = cls.__new__
+        self = new(cls)
+        self.user = r.compact_string()
+        self.error_code = r.int16()
+        self.error_message = r.compact_nullable_string()
+        self.credential_infos = r.compact_array(
+            DescribeUserScramCredentialsResponse_CredentialInfo._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.user)
+        w.int16(self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.array_length(self.credential_infos, compact=True, nullable=False)
+        for credential_infos_item in self.credential_infos:
+            credential_infos_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.user == ""
+            and self.error_code == 0
+            and self.error_message == ""
+            and self.credential_infos == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class DescribeUserScramCredentialsResponse_CredentialInfo(Struct):
+    """A CredentialInfo of DescribeUserScramCredentialsResponse (DescribeUserScramCredentialsResponse.CredentialInfo)."""
+
+    __slots__ = (
+        "mechanism",
+        "iterations",
+        "unknown_tagged_fields",
+    )
+
+    mechanism: int
+    iterations: int
+
+    def __init__(
+        self,
+        *,
+        mechanism: int = 0,
+        iterations: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.mechanism = mechanism
+        self.iterations = iterations
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> DescribeUserScramCredentialsResponse.CredentialInfo:
+        new = cls.__new__
+        self = new(cls)
+        self.mechanism, self.iterations = r.fixed(_F_bi)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_bi(self.mechanism, self.iterations)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.mechanism == 0 and self.iterations == 0 and not self.unknown_tagged_fields
 
 
 class DescribeUserScramCredentialsResponse(Message):
@@ -108,107 +219,10 @@ class DescribeUserScramCredentialsResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class DescribeUserScramCredentialsResult(Struct):
-        """A DescribeUserScramCredentialsResult of DescribeUserScramCredentialsResponse."""
-
-        __slots__ = (
-            "user",
-            "error_code",
-            "error_message",
-            "credential_infos",
-            "unknown_tagged_fields",
-        )
-
-        user: str
-        error_code: int
-        error_message: str | None
-        credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo]
-
-        def __init__(
-            self,
-            *,
-            user: str = "",
-            error_code: int = 0,
-            error_message: str | None = "",
-            credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.user = user
-            self.error_code = error_code
-            self.error_message = error_message
-            self.credential_infos = [] if credential_infos is DEFAULT else credential_infos
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult:
-            self = _new(cls)
-            self.user = r.compact_string()
-            self.error_code = r.int16()
-            self.error_message = r.compact_nullable_string()
-            self.credential_infos = r.compact_array(
-                DescribeUserScramCredentialsResponse.CredentialInfo._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.user)
-            w.int16(self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.array_length(self.credential_infos, compact=True, nullable=False)
-            for credential_infos_item in self.credential_infos:
-                credential_infos_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.user == ""
-                and self.error_code == 0
-                and self.error_message == ""
-                and self.credential_infos == []
-                and not self.unknown_tagged_fields
-            )
-
-    class CredentialInfo(Struct):
-        """A CredentialInfo of DescribeUserScramCredentialsResponse."""
-
-        __slots__ = (
-            "mechanism",
-            "iterations",
-            "unknown_tagged_fields",
-        )
-
-        mechanism: int
-        iterations: int
-
-        def __init__(
-            self,
-            *,
-            mechanism: int = 0,
-            iterations: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.mechanism = mechanism
-            self.iterations = iterations
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> DescribeUserScramCredentialsResponse.CredentialInfo:
-            self = _new(cls)
-            self.mechanism, self.iterations = r.fixed(_F_bi)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_bi.pack(self.mechanism, self.iterations)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.mechanism == 0 and self.iterations == 0 and not self.unknown_tagged_fields
+    DescribeUserScramCredentialsResult: TypeAlias = (
+        DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult
+    )
+    CredentialInfo: TypeAlias = DescribeUserScramCredentialsResponse_CredentialInfo
 
     __slots__ = (
         "throttle_time_ms",
@@ -229,9 +243,8 @@ class DescribeUserScramCredentialsResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = "",
-        results: list[
-            DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-        ] = DEFAULT,
+        results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -242,17 +255,18 @@ class DescribeUserScramCredentialsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> DescribeUserScramCredentialsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.results = r.compact_array(
-            DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult._read, version
+            DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.results, compact=True, nullable=False)
         for results_item in self.results:
@@ -269,7 +283,12 @@ class DescribeUserScramCredentialsResponse(Message):
         )
 
 
-DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.FIELDS = (
+nest(
+    DescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsResult=DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult,
+    CredentialInfo=DescribeUserScramCredentialsResponse_CredentialInfo,
+)
+DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult.FIELDS = (
     Field("user", "string", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -277,10 +296,10 @@ DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.FIELDS =
         "credential_infos",
         "[]CredentialInfo",
         (0, 32767),
-        struct=DescribeUserScramCredentialsResponse.CredentialInfo,
+        struct=DescribeUserScramCredentialsResponse_CredentialInfo,
     ),
 )
-DescribeUserScramCredentialsResponse.CredentialInfo.FIELDS = (
+DescribeUserScramCredentialsResponse_CredentialInfo.FIELDS = (
     Field("mechanism", "int8", (0, 32767)),
     Field("iterations", "int32", (0, 32767)),
 )
@@ -292,7 +311,7 @@ DescribeUserScramCredentialsResponse.FIELDS = (
         "results",
         "[]DescribeUserScramCredentialsResult",
         (0, 32767),
-        struct=DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult,
+        struct=DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult,
     ),
 )
 

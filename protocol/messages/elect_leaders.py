@@ -5,12 +5,75 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class ElectLeadersRequest_TopicPartitions(Struct):
+    """A TopicPartitions of ElectLeadersRequest (ElectLeadersRequest.TopicPartitions)."""
+
+    __slots__ = (
+        "topic",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ElectLeadersRequest.TopicPartitions:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.topic = r.compact_string()
+        else:
+            self.topic = r.string()
+        if version >= 2:
+            self.partitions = r.compact_array(read_int32_item, version)
+        else:
+            self.partitions = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.topic)
+        else:
+            w.string(self.topic)
+        if version >= 2:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ElectLeadersRequest.TopicPartitions", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
 
 
 class ElectLeadersRequest(Message):
@@ -21,65 +84,7 @@ class ElectLeadersRequest(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class TopicPartitions(Struct):
-        """A TopicPartitions of ElectLeadersRequest."""
-
-        __slots__ = (
-            "topic",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ElectLeadersRequest.TopicPartitions:
-            self = _new(cls)
-            if version >= 2:
-                self.topic = r.compact_string()
-            else:
-                self.topic = r.string()
-            if version >= 2:
-                self.partitions = r.compact_array(read_int32_item, version)
-            else:
-                self.partitions = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.topic)
-            else:
-                w.string(self.topic)
-            if version >= 2:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ElectLeadersRequest.TopicPartitions", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
+    TopicPartitions: TypeAlias = ElectLeadersRequest_TopicPartitions
 
     __slots__ = (
         "election_type",
@@ -96,7 +101,7 @@ class ElectLeadersRequest(Message):
         self,
         *,
         election_type: int = 0,
-        topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None = DEFAULT,
+        topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None | Default = DEFAULT,
         timeout_ms: int = 60000,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -107,18 +112,19 @@ class ElectLeadersRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ElectLeadersRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.election_type = r.int8()
         else:
             self.election_type = 0
         if version >= 2:
             self.topic_partitions = r.compact_nullable_array(
-                ElectLeadersRequest.TopicPartitions._read, version
+                ElectLeadersRequest_TopicPartitions._read, version
             )
         else:
             self.topic_partitions = r.nullable_array(
-                ElectLeadersRequest.TopicPartitions._read, version
+                ElectLeadersRequest_TopicPartitions._read, version
             )
         self.timeout_ms = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
@@ -155,7 +161,8 @@ class ElectLeadersRequest(Message):
         )
 
 
-ElectLeadersRequest.TopicPartitions.FIELDS = (
+nest(ElectLeadersRequest, TopicPartitions=ElectLeadersRequest_TopicPartitions)
+ElectLeadersRequest_TopicPartitions.FIELDS = (
     Field("topic", "string", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -166,10 +173,135 @@ ElectLeadersRequest.FIELDS = (
         "[]TopicPartitions",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=ElectLeadersRequest.TopicPartitions,
+        struct=ElectLeadersRequest_TopicPartitions,
     ),
     Field("timeout_ms", "int32", (0, 32767)),
 )
+
+
+class ElectLeadersResponse_ReplicaElectionResult(Struct):
+    """A ReplicaElectionResult of ElectLeadersResponse (ElectLeadersResponse.ReplicaElectionResult)."""
+
+    __slots__ = (
+        "topic",
+        "partition_result",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partition_result: list[ElectLeadersResponse.PartitionResult]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partition_result: list[ElectLeadersResponse.PartitionResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition_result = [] if partition_result is DEFAULT else partition_result
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ElectLeadersResponse.ReplicaElectionResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.topic = r.compact_string()
+        else:
+            self.topic = r.string()
+        if version >= 2:
+            self.partition_result = r.compact_array(
+                ElectLeadersResponse_PartitionResult._read, version
+            )
+        else:
+            self.partition_result = r.array(ElectLeadersResponse_PartitionResult._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.topic)
+        else:
+            w.string(self.topic)
+        if version >= 2:
+            w.array_length(self.partition_result, compact=True, nullable=False)
+            for partition_result_item in self.partition_result:
+                partition_result_item._write(w, version)
+        else:
+            w.array_length(self.partition_result, compact=False, nullable=False)
+            for partition_result_item in self.partition_result:
+                partition_result_item._write(w, version)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ElectLeadersResponse.ReplicaElectionResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partition_result == [] and not self.unknown_tagged_fields
+
+
+class ElectLeadersResponse_PartitionResult(Struct):
+    """A PartitionResult of ElectLeadersResponse (ElectLeadersResponse.PartitionResult)."""
+
+    __slots__ = (
+        "partition_id",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    partition_id: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        partition_id: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_id = partition_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ElectLeadersResponse.PartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_id, self.error_code = r.fixed(_F_ih)
+        if version >= 2:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_id, self.error_code)
+        if version >= 2:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ElectLeadersResponse.PartitionResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_id == 0
+            and self.error_code == 0
+            and self.error_message == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class ElectLeadersResponse(Message):
@@ -180,128 +312,8 @@ class ElectLeadersResponse(Message):
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
 
-    class ReplicaElectionResult(Struct):
-        """A ReplicaElectionResult of ElectLeadersResponse."""
-
-        __slots__ = (
-            "topic",
-            "partition_result",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partition_result: list[ElectLeadersResponse.PartitionResult]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partition_result: list[ElectLeadersResponse.PartitionResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partition_result = [] if partition_result is DEFAULT else partition_result
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ElectLeadersResponse.ReplicaElectionResult:
-            self = _new(cls)
-            if version >= 2:
-                self.topic = r.compact_string()
-            else:
-                self.topic = r.string()
-            if version >= 2:
-                self.partition_result = r.compact_array(
-                    ElectLeadersResponse.PartitionResult._read, version
-                )
-            else:
-                self.partition_result = r.array(ElectLeadersResponse.PartitionResult._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.topic)
-            else:
-                w.string(self.topic)
-            if version >= 2:
-                w.array_length(self.partition_result, compact=True, nullable=False)
-                for partition_result_item in self.partition_result:
-                    partition_result_item._write(w, version)
-            else:
-                w.array_length(self.partition_result, compact=False, nullable=False)
-                for partition_result_item in self.partition_result:
-                    partition_result_item._write(w, version)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ElectLeadersResponse.ReplicaElectionResult", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic == "" and self.partition_result == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionResult(Struct):
-        """A PartitionResult of ElectLeadersResponse."""
-
-        __slots__ = (
-            "partition_id",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        partition_id: int
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            partition_id: int = 0,
-            error_code: int = 0,
-            error_message: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_id = partition_id
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ElectLeadersResponse.PartitionResult:
-            self = _new(cls)
-            self.partition_id, self.error_code = r.fixed(_F_ih)
-            if version >= 2:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_id, self.error_code)
-            if version >= 2:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ElectLeadersResponse.PartitionResult", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_id == 0
-                and self.error_code == 0
-                and self.error_message == ""
-                and not self.unknown_tagged_fields
-            )
+    ReplicaElectionResult: TypeAlias = ElectLeadersResponse_ReplicaElectionResult
+    PartitionResult: TypeAlias = ElectLeadersResponse_PartitionResult
 
     __slots__ = (
         "throttle_time_ms",
@@ -319,7 +331,8 @@ class ElectLeadersResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult] = DEFAULT,
+        replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -331,7 +344,8 @@ class ElectLeadersResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ElectLeadersResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 1:
             self.error_code = r.int16()
@@ -339,11 +353,11 @@ class ElectLeadersResponse(Message):
             self.error_code = 0
         if version >= 2:
             self.replica_election_results = r.compact_array(
-                ElectLeadersResponse.ReplicaElectionResult._read, version
+                ElectLeadersResponse_ReplicaElectionResult._read, version
             )
         else:
             self.replica_election_results = r.array(
-                ElectLeadersResponse.ReplicaElectionResult._read, version
+                ElectLeadersResponse_ReplicaElectionResult._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -377,16 +391,21 @@ class ElectLeadersResponse(Message):
         )
 
 
-ElectLeadersResponse.ReplicaElectionResult.FIELDS = (
+nest(
+    ElectLeadersResponse,
+    ReplicaElectionResult=ElectLeadersResponse_ReplicaElectionResult,
+    PartitionResult=ElectLeadersResponse_PartitionResult,
+)
+ElectLeadersResponse_ReplicaElectionResult.FIELDS = (
     Field("topic", "string", (0, 32767)),
     Field(
         "partition_result",
         "[]PartitionResult",
         (0, 32767),
-        struct=ElectLeadersResponse.PartitionResult,
+        struct=ElectLeadersResponse_PartitionResult,
     ),
 )
-ElectLeadersResponse.PartitionResult.FIELDS = (
+ElectLeadersResponse_PartitionResult.FIELDS = (
     Field("partition_id", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -398,7 +417,7 @@ ElectLeadersResponse.FIELDS = (
         "replica_election_results",
         "[]ReplicaElectionResult",
         (0, 32767),
-        struct=ElectLeadersResponse.ReplicaElectionResult,
+        struct=ElectLeadersResponse_ReplicaElectionResult,
     ),
 )
 

@@ -6,13 +6,304 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ihii = struct.Struct(">ihii")
-_F_iii = struct.Struct(">iii")
+_F_ihii: Final = struct.Struct(">ihii")
+_pack_ihii: Final = _F_ihii.pack
+_F_iii: Final = struct.Struct(">iii")
+_pack_iii: Final = _F_iii.pack
+
+
+class EndQuorumEpochRequest_TopicData(Struct):
+    """A TopicData of EndQuorumEpochRequest (EndQuorumEpochRequest.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[EndQuorumEpochRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[EndQuorumEpochRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = r.string()
+        if version >= 1:
+            self.partitions = r.compact_array(EndQuorumEpochRequest_PartitionData._read, version)
+        else:
+            self.partitions = r.array(EndQuorumEpochRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.topic_name)
+        else:
+            w.string(self.topic_name)
+        if version >= 1:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "EndQuorumEpochRequest.TopicData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class EndQuorumEpochRequest_PartitionData(Struct):
+    """A PartitionData of EndQuorumEpochRequest (EndQuorumEpochRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "leader_id",
+        "leader_epoch",
+        "preferred_successors",
+        "preferred_candidates",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    preferred_successors: list[int]
+    preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo]
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        preferred_successors: list[int] | Default = DEFAULT,
+        preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.preferred_successors = [] if preferred_successors is DEFAULT else preferred_successors
+        self.preferred_candidates = [] if preferred_candidates is DEFAULT else preferred_candidates
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.leader_id, self.leader_epoch = r.fixed(_F_iii)
+        if version >= 1:
+            self.preferred_successors = []
+        else:
+            self.preferred_successors = r.array(read_int32_item, version)
+        if version >= 1:
+            self.preferred_candidates = r.compact_array(
+                EndQuorumEpochRequest_ReplicaInfo._read, version
+            )
+        else:
+            self.preferred_candidates = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iii(self.partition_index, self.leader_id, self.leader_epoch)
+        if version >= 1:
+            pass
+        else:
+            w.array_length(self.preferred_successors, compact=False, nullable=False)
+            for preferred_successors_item in self.preferred_successors:
+                w.int32(preferred_successors_item)
+        if version >= 1:
+            w.array_length(self.preferred_candidates, compact=True, nullable=False)
+            for preferred_candidates_item in self.preferred_candidates:
+                preferred_candidates_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "EndQuorumEpochRequest.PartitionData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and self.preferred_successors == []
+            and self.preferred_candidates == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class EndQuorumEpochRequest_ReplicaInfo(Struct):
+    """A ReplicaInfo of EndQuorumEpochRequest (EndQuorumEpochRequest.ReplicaInfo)."""
+
+    __slots__ = (
+        "candidate_id",
+        "candidate_directory_id",
+        "unknown_tagged_fields",
+    )
+
+    candidate_id: int
+    candidate_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        *,
+        candidate_id: int = 0,
+        candidate_directory_id: uuid.UUID = ZERO_UUID,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.candidate_id = candidate_id
+        self.candidate_directory_id = candidate_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.ReplicaInfo:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.candidate_id = r.int32()
+        else:
+            self.candidate_id = 0
+        if version >= 1:
+            self.candidate_directory_id = r.uuid_()
+        else:
+            self.candidate_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.int32(self.candidate_id)
+        else:
+            if self.candidate_id != 0:
+                raise not_in_version("EndQuorumEpochRequest.ReplicaInfo", "candidate_id", version)
+        if version >= 1:
+            w.uuid_(self.candidate_directory_id)
+        else:
+            if self.candidate_directory_id != ZERO_UUID:
+                raise not_in_version(
+                    "EndQuorumEpochRequest.ReplicaInfo", "candidate_directory_id", version
+                )
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "EndQuorumEpochRequest.ReplicaInfo", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.candidate_id == 0
+            and self.candidate_directory_id == ZERO_UUID
+            and not self.unknown_tagged_fields
+        )
+
+
+class EndQuorumEpochRequest_LeaderEndpoint(Struct):
+    """A LeaderEndpoint of EndQuorumEpochRequest (EndQuorumEpochRequest.LeaderEndpoint)."""
+
+    __slots__ = (
+        "name",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.LeaderEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.name = r.compact_string()
+        else:
+            self.name = ""
+        if version >= 1:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 1:
+            self.port = r.uint16()
+        else:
+            self.port = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version("EndQuorumEpochRequest.LeaderEndpoint", "name", version)
+        if version >= 1:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("EndQuorumEpochRequest.LeaderEndpoint", "host", version)
+        if version >= 1:
+            w.uint16(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("EndQuorumEpochRequest.LeaderEndpoint", "port", version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "EndQuorumEpochRequest.LeaderEndpoint", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class EndQuorumEpochRequest(Message):
@@ -23,296 +314,10 @@ class EndQuorumEpochRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class TopicData(Struct):
-        """A TopicData of EndQuorumEpochRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[EndQuorumEpochRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[EndQuorumEpochRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.TopicData:
-            self = _new(cls)
-            if version >= 1:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = r.string()
-            if version >= 1:
-                self.partitions = r.compact_array(
-                    EndQuorumEpochRequest.PartitionData._read, version
-                )
-            else:
-                self.partitions = r.array(EndQuorumEpochRequest.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.topic_name)
-            else:
-                w.string(self.topic_name)
-            if version >= 1:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "EndQuorumEpochRequest.TopicData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of EndQuorumEpochRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "leader_id",
-            "leader_epoch",
-            "preferred_successors",
-            "preferred_candidates",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        leader_id: int
-        leader_epoch: int
-        preferred_successors: list[int]
-        preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo]
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            preferred_successors: list[int] = DEFAULT,
-            preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.preferred_successors = (
-                [] if preferred_successors is DEFAULT else preferred_successors
-            )
-            self.preferred_candidates = (
-                [] if preferred_candidates is DEFAULT else preferred_candidates
-            )
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.leader_id, self.leader_epoch = r.fixed(_F_iii)
-            if version >= 1:
-                self.preferred_successors = []
-            else:
-                self.preferred_successors = r.array(read_int32_item, version)
-            if version >= 1:
-                self.preferred_candidates = r.compact_array(
-                    EndQuorumEpochRequest.ReplicaInfo._read, version
-                )
-            else:
-                self.preferred_candidates = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iii.pack(self.partition_index, self.leader_id, self.leader_epoch)
-            if version >= 1:
-                pass
-            else:
-                w.array_length(self.preferred_successors, compact=False, nullable=False)
-                for preferred_successors_item in self.preferred_successors:
-                    w.int32(preferred_successors_item)
-            if version >= 1:
-                w.array_length(self.preferred_candidates, compact=True, nullable=False)
-                for preferred_candidates_item in self.preferred_candidates:
-                    preferred_candidates_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "EndQuorumEpochRequest.PartitionData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.leader_id == 0
-                and self.leader_epoch == 0
-                and self.preferred_successors == []
-                and self.preferred_candidates == []
-                and not self.unknown_tagged_fields
-            )
-
-    class ReplicaInfo(Struct):
-        """A ReplicaInfo of EndQuorumEpochRequest."""
-
-        __slots__ = (
-            "candidate_id",
-            "candidate_directory_id",
-            "unknown_tagged_fields",
-        )
-
-        candidate_id: int
-        candidate_directory_id: uuid.UUID
-
-        def __init__(
-            self,
-            *,
-            candidate_id: int = 0,
-            candidate_directory_id: uuid.UUID = ZERO_UUID,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.candidate_id = candidate_id
-            self.candidate_directory_id = candidate_directory_id
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.ReplicaInfo:
-            self = _new(cls)
-            if version >= 1:
-                self.candidate_id = r.int32()
-            else:
-                self.candidate_id = 0
-            if version >= 1:
-                self.candidate_directory_id = r.uuid_()
-            else:
-                self.candidate_directory_id = ZERO_UUID
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.int32(self.candidate_id)
-            else:
-                if self.candidate_id != 0:
-                    raise not_in_version(
-                        "EndQuorumEpochRequest.ReplicaInfo", "candidate_id", version
-                    )
-            if version >= 1:
-                w.uuid_(self.candidate_directory_id)
-            else:
-                if self.candidate_directory_id != ZERO_UUID:
-                    raise not_in_version(
-                        "EndQuorumEpochRequest.ReplicaInfo", "candidate_directory_id", version
-                    )
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "EndQuorumEpochRequest.ReplicaInfo", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.candidate_id == 0
-                and self.candidate_directory_id == ZERO_UUID
-                and not self.unknown_tagged_fields
-            )
-
-    class LeaderEndpoint(Struct):
-        """A LeaderEndpoint of EndQuorumEpochRequest."""
-
-        __slots__ = (
-            "name",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest.LeaderEndpoint:
-            self = _new(cls)
-            if version >= 1:
-                self.name = r.compact_string()
-            else:
-                self.name = ""
-            if version >= 1:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 1:
-                self.port = r.uint16()
-            else:
-                self.port = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version("EndQuorumEpochRequest.LeaderEndpoint", "name", version)
-            if version >= 1:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("EndQuorumEpochRequest.LeaderEndpoint", "host", version)
-            if version >= 1:
-                w.uint16(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("EndQuorumEpochRequest.LeaderEndpoint", "port", version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "EndQuorumEpochRequest.LeaderEndpoint", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = EndQuorumEpochRequest_TopicData
+    PartitionData: TypeAlias = EndQuorumEpochRequest_PartitionData
+    ReplicaInfo: TypeAlias = EndQuorumEpochRequest_ReplicaInfo
+    LeaderEndpoint: TypeAlias = EndQuorumEpochRequest_LeaderEndpoint
 
     __slots__ = (
         "cluster_id",
@@ -329,8 +334,8 @@ class EndQuorumEpochRequest(Message):
         self,
         *,
         cluster_id: str | None = None,
-        topics: list[EndQuorumEpochRequest.TopicData] = DEFAULT,
-        leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint] = DEFAULT,
+        topics: list[EndQuorumEpochRequest.TopicData] | Default = DEFAULT,
+        leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -340,18 +345,19 @@ class EndQuorumEpochRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> EndQuorumEpochRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.cluster_id = r.compact_nullable_string()
         else:
             self.cluster_id = r.nullable_string()
         if version >= 1:
-            self.topics = r.compact_array(EndQuorumEpochRequest.TopicData._read, version)
+            self.topics = r.compact_array(EndQuorumEpochRequest_TopicData._read, version)
         else:
-            self.topics = r.array(EndQuorumEpochRequest.TopicData._read, version)
+            self.topics = r.array(EndQuorumEpochRequest_TopicData._read, version)
         if version >= 1:
             self.leader_endpoints = r.compact_array(
-                EndQuorumEpochRequest.LeaderEndpoint._read, version
+                EndQuorumEpochRequest_LeaderEndpoint._read, version
             )
         else:
             self.leader_endpoints = []
@@ -389,11 +395,18 @@ class EndQuorumEpochRequest(Message):
         )
 
 
-EndQuorumEpochRequest.TopicData.FIELDS = (
-    Field("topic_name", "string", (0, 32767)),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=EndQuorumEpochRequest.PartitionData),
+nest(
+    EndQuorumEpochRequest,
+    TopicData=EndQuorumEpochRequest_TopicData,
+    PartitionData=EndQuorumEpochRequest_PartitionData,
+    ReplicaInfo=EndQuorumEpochRequest_ReplicaInfo,
+    LeaderEndpoint=EndQuorumEpochRequest_LeaderEndpoint,
 )
-EndQuorumEpochRequest.PartitionData.FIELDS = (
+EndQuorumEpochRequest_TopicData.FIELDS = (
+    Field("topic_name", "string", (0, 32767)),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=EndQuorumEpochRequest_PartitionData),
+)
+EndQuorumEpochRequest_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
@@ -403,29 +416,229 @@ EndQuorumEpochRequest.PartitionData.FIELDS = (
         "[]ReplicaInfo",
         (1, 32767),
         ignorable=True,
-        struct=EndQuorumEpochRequest.ReplicaInfo,
+        struct=EndQuorumEpochRequest_ReplicaInfo,
     ),
 )
-EndQuorumEpochRequest.ReplicaInfo.FIELDS = (
+EndQuorumEpochRequest_ReplicaInfo.FIELDS = (
     Field("candidate_id", "int32", (1, 32767)),
     Field("candidate_directory_id", "uuid", (1, 32767)),
 )
-EndQuorumEpochRequest.LeaderEndpoint.FIELDS = (
+EndQuorumEpochRequest_LeaderEndpoint.FIELDS = (
     Field("name", "string", (1, 32767)),
     Field("host", "string", (1, 32767)),
     Field("port", "uint16", (1, 32767)),
 )
 EndQuorumEpochRequest.FIELDS = (
     Field("cluster_id", "string", (0, 32767), nullable_versions=(0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=EndQuorumEpochRequest.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=EndQuorumEpochRequest_TopicData),
     Field(
         "leader_endpoints",
         "[]LeaderEndpoint",
         (1, 32767),
         ignorable=True,
-        struct=EndQuorumEpochRequest.LeaderEndpoint,
+        struct=EndQuorumEpochRequest_LeaderEndpoint,
     ),
 )
+
+
+class EndQuorumEpochResponse_TopicData(Struct):
+    """A TopicData of EndQuorumEpochResponse (EndQuorumEpochResponse.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[EndQuorumEpochResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[EndQuorumEpochResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> EndQuorumEpochResponse.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = r.string()
+        if version >= 1:
+            self.partitions = r.compact_array(EndQuorumEpochResponse_PartitionData._read, version)
+        else:
+            self.partitions = r.array(EndQuorumEpochResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.topic_name)
+        else:
+            w.string(self.topic_name)
+        if version >= 1:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "EndQuorumEpochResponse.TopicData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class EndQuorumEpochResponse_PartitionData(Struct):
+    """A PartitionData of EndQuorumEpochResponse (EndQuorumEpochResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "leader_id",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> EndQuorumEpochResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(_F_ihii)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ihii(
+            self.partition_index, self.error_code, self.leader_id, self.leader_epoch
+        )
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "EndQuorumEpochResponse.PartitionData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class EndQuorumEpochResponse_NodeEndpoint(Struct):
+    """A NodeEndpoint of EndQuorumEpochResponse (EndQuorumEpochResponse.NodeEndpoint)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> EndQuorumEpochResponse.NodeEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.node_id = r.int32()
+        else:
+            self.node_id = 0
+        if version >= 1:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 1:
+            self.port = r.uint16()
+        else:
+            self.port = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.int32(self.node_id)
+        else:
+            if self.node_id != 0:
+                raise not_in_version("EndQuorumEpochResponse.NodeEndpoint", "node_id", version)
+        if version >= 1:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("EndQuorumEpochResponse.NodeEndpoint", "host", version)
+        if version >= 1:
+            w.uint16(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("EndQuorumEpochResponse.NodeEndpoint", "port", version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "EndQuorumEpochResponse.NodeEndpoint", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class EndQuorumEpochResponse(Message):
@@ -436,205 +649,9 @@ class EndQuorumEpochResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class TopicData(Struct):
-        """A TopicData of EndQuorumEpochResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[EndQuorumEpochResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[EndQuorumEpochResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> EndQuorumEpochResponse.TopicData:
-            self = _new(cls)
-            if version >= 1:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = r.string()
-            if version >= 1:
-                self.partitions = r.compact_array(
-                    EndQuorumEpochResponse.PartitionData._read, version
-                )
-            else:
-                self.partitions = r.array(EndQuorumEpochResponse.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.topic_name)
-            else:
-                w.string(self.topic_name)
-            if version >= 1:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "EndQuorumEpochResponse.TopicData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of EndQuorumEpochResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "leader_id",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        leader_id: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> EndQuorumEpochResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(
-                _F_ihii
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ihii.pack(
-                self.partition_index, self.error_code, self.leader_id, self.leader_epoch
-            )
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "EndQuorumEpochResponse.PartitionData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.leader_id == 0
-                and self.leader_epoch == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class NodeEndpoint(Struct):
-        """A NodeEndpoint of EndQuorumEpochResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> EndQuorumEpochResponse.NodeEndpoint:
-            self = _new(cls)
-            if version >= 1:
-                self.node_id = r.int32()
-            else:
-                self.node_id = 0
-            if version >= 1:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 1:
-                self.port = r.uint16()
-            else:
-                self.port = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.int32(self.node_id)
-            else:
-                if self.node_id != 0:
-                    raise not_in_version("EndQuorumEpochResponse.NodeEndpoint", "node_id", version)
-            if version >= 1:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("EndQuorumEpochResponse.NodeEndpoint", "host", version)
-            if version >= 1:
-                w.uint16(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("EndQuorumEpochResponse.NodeEndpoint", "port", version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "EndQuorumEpochResponse.NodeEndpoint", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = EndQuorumEpochResponse_TopicData
+    PartitionData: TypeAlias = EndQuorumEpochResponse_PartitionData
+    NodeEndpoint: TypeAlias = EndQuorumEpochResponse_NodeEndpoint
 
     __slots__ = (
         "error_code",
@@ -651,8 +668,8 @@ class EndQuorumEpochResponse(Message):
         self,
         *,
         error_code: int = 0,
-        topics: list[EndQuorumEpochResponse.TopicData] = DEFAULT,
-        node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint] = DEFAULT,
+        topics: list[EndQuorumEpochResponse.TopicData] | Default = DEFAULT,
+        node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -662,12 +679,13 @@ class EndQuorumEpochResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> EndQuorumEpochResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 1:
-            self.topics = r.compact_array(EndQuorumEpochResponse.TopicData._read, version)
+            self.topics = r.compact_array(EndQuorumEpochResponse_TopicData._read, version)
         else:
-            self.topics = r.array(EndQuorumEpochResponse.TopicData._read, version)
+            self.topics = r.array(EndQuorumEpochResponse_TopicData._read, version)
         self.node_endpoints = []
         if version >= 1:
             unknown = None
@@ -676,7 +694,7 @@ class EndQuorumEpochResponse(Message):
                 end = r.pos + size
                 if tag == 0 and version >= 1:
                     self.node_endpoints = r.compact_array(
-                        EndQuorumEpochResponse.NodeEndpoint._read, version
+                        EndQuorumEpochResponse_NodeEndpoint._read, version
                     )
                     r.expect_end_of_tag(end)
                 else:
@@ -722,31 +740,37 @@ class EndQuorumEpochResponse(Message):
         )
 
 
-EndQuorumEpochResponse.TopicData.FIELDS = (
-    Field("topic_name", "string", (0, 32767)),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=EndQuorumEpochResponse.PartitionData),
+nest(
+    EndQuorumEpochResponse,
+    TopicData=EndQuorumEpochResponse_TopicData,
+    PartitionData=EndQuorumEpochResponse_PartitionData,
+    NodeEndpoint=EndQuorumEpochResponse_NodeEndpoint,
 )
-EndQuorumEpochResponse.PartitionData.FIELDS = (
+EndQuorumEpochResponse_TopicData.FIELDS = (
+    Field("topic_name", "string", (0, 32767)),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=EndQuorumEpochResponse_PartitionData),
+)
+EndQuorumEpochResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
 )
-EndQuorumEpochResponse.NodeEndpoint.FIELDS = (
+EndQuorumEpochResponse_NodeEndpoint.FIELDS = (
     Field("node_id", "int32", (1, 32767)),
     Field("host", "string", (1, 32767)),
     Field("port", "uint16", (1, 32767)),
 )
 EndQuorumEpochResponse.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=EndQuorumEpochResponse.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=EndQuorumEpochResponse_TopicData),
     Field(
         "node_endpoints",
         "[]NodeEndpoint",
         (1, 32767),
         tagged_versions=(1, 32767),
         tag=0,
-        struct=EndQuorumEpochResponse.NodeEndpoint,
+        struct=EndQuorumEpochResponse_NodeEndpoint,
     ),
 )
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-
 
 class EnvelopeRequest(Message):
     """Kafka's EnvelopeRequest (request, v0-v0), from clients/EnvelopeRequest.json."""
@@ -44,7 +42,8 @@ class EnvelopeRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> EnvelopeRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.request_data = r.compact_view()
         self.request_principal = r.compact_nullable_blob()
         self.client_host_address = r.compact_blob()
@@ -103,7 +102,8 @@ class EnvelopeResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> EnvelopeResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.response_data = r.compact_nullable_view()
         self.error_code = r.int16()
         self.unknown_tagged_fields = r.unknown_tags_only()

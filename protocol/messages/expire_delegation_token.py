@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-_F_hqi = struct.Struct(">hqi")
+_F_hqi: Final = struct.Struct(">hqi")
+_pack_hqi: Final = _F_hqi.pack
 
 
 class ExpireDelegationTokenRequest(Message):
@@ -43,7 +44,8 @@ class ExpireDelegationTokenRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ExpireDelegationTokenRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.hmac = r.compact_blob()
         else:
@@ -111,13 +113,14 @@ class ExpireDelegationTokenResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ExpireDelegationTokenResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms = r.fixed(_F_hqi)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_hqi.pack(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
+        w.buf += _pack_hqi(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
         if version >= 2:
             w.no_tagged_fields(self.unknown_tagged_fields)
         elif self.unknown_tagged_fields:

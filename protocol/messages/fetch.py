@@ -6,15 +6,354 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ihq = struct.Struct(">ihq")
-_F_ii = struct.Struct(">ii")
-_F_qi = struct.Struct(">qi")
+_F_ihq: Final = struct.Struct(">ihq")
+_pack_ihq: Final = _F_ihq.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+_F_qi: Final = struct.Struct(">qi")
+_pack_qi: Final = _F_qi.pack
+
+
+class FetchRequest_ReplicaState(Struct):
+    """A ReplicaState of FetchRequest (FetchRequest.ReplicaState)."""
+
+    __slots__ = (
+        "replica_id",
+        "replica_epoch",
+        "unknown_tagged_fields",
+    )
+
+    replica_id: int
+    replica_epoch: int
+
+    def __init__(
+        self,
+        *,
+        replica_id: int = -1,
+        replica_epoch: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.replica_id = replica_id
+        self.replica_epoch = replica_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchRequest.ReplicaState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 15:
+            self.replica_id = r.int32()
+        else:
+            self.replica_id = -1
+        if version >= 15:
+            self.replica_epoch = r.int64()
+        else:
+            self.replica_epoch = -1
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 15:
+            w.int32(self.replica_id)
+        else:
+            if self.replica_id != -1:
+                raise not_in_version("FetchRequest.ReplicaState", "replica_id", version)
+        if version >= 15:
+            w.int64(self.replica_epoch)
+        else:
+            if self.replica_epoch != -1:
+                raise not_in_version("FetchRequest.ReplicaState", "replica_epoch", version)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchRequest.ReplicaState", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return self.replica_id == -1 and self.replica_epoch == -1 and not self.unknown_tagged_fields
+
+
+class FetchRequest_FetchTopic(Struct):
+    """A FetchTopic of FetchRequest (FetchRequest.FetchTopic)."""
+
+    __slots__ = (
+        "topic",
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    topic_id: uuid.UUID
+    partitions: list[FetchRequest.FetchPartition]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[FetchRequest.FetchPartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchRequest.FetchTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 13:
+            self.topic = ""
+        elif version >= 12:
+            self.topic = r.compact_string()
+        else:
+            self.topic = r.string()
+        if version >= 13:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        if version >= 12:
+            self.partitions = r.compact_array(FetchRequest_FetchPartition._read, version)
+        else:
+            self.partitions = r.array(FetchRequest_FetchPartition._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 13:
+            pass
+        elif version >= 12:
+            w.compact_string(self.topic)
+        else:
+            w.string(self.topic)
+        if version >= 13:
+            w.uuid_(self.topic_id)
+        if version >= 12:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchRequest.FetchTopic", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic == ""
+            and self.topic_id == ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class FetchRequest_FetchPartition(Struct):
+    """A FetchPartition of FetchRequest (FetchRequest.FetchPartition)."""
+
+    __slots__ = (
+        "partition",
+        "current_leader_epoch",
+        "fetch_offset",
+        "last_fetched_epoch",
+        "log_start_offset",
+        "partition_max_bytes",
+        "replica_directory_id",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+    replica_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        current_leader_epoch: int = -1,
+        fetch_offset: int = 0,
+        last_fetched_epoch: int = -1,
+        log_start_offset: int = -1,
+        partition_max_bytes: int = 0,
+        replica_directory_id: uuid.UUID = ZERO_UUID,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.fetch_offset = fetch_offset
+        self.last_fetched_epoch = last_fetched_epoch
+        self.log_start_offset = log_start_offset
+        self.partition_max_bytes = partition_max_bytes
+        self.replica_directory_id = replica_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchRequest.FetchPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition = r.int32()
+        if version >= 9:
+            self.current_leader_epoch = r.int32()
+        else:
+            self.current_leader_epoch = -1
+        self.fetch_offset = r.int64()
+        if version >= 12:
+            self.last_fetched_epoch = r.int32()
+        else:
+            self.last_fetched_epoch = -1
+        if version >= 5:
+            self.log_start_offset = r.int64()
+        else:
+            self.log_start_offset = -1
+        self.partition_max_bytes = r.int32()
+        self.replica_directory_id = ZERO_UUID
+        if version >= 12:
+            unknown = None
+            for _ in range(r.tag_count()):
+                tag, size = r.tag_header()
+                end = r.pos + size
+                if tag == 0 and version >= 17:
+                    self.replica_directory_id = r.uuid_()
+                    r.expect_end_of_tag(end)
+                else:
+                    unknown = r.skip_unknown_tag(tag, size, unknown)
+            self.unknown_tagged_fields = unknown
+        else:
+            self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition)
+        if version >= 9:
+            w.int32(self.current_leader_epoch)
+        w.int64(self.fetch_offset)
+        if version >= 12:
+            w.int32(self.last_fetched_epoch)
+        else:
+            if self.last_fetched_epoch != -1:
+                raise not_in_version("FetchRequest.FetchPartition", "last_fetched_epoch", version)
+        if version >= 5:
+            w.int64(self.log_start_offset)
+        w.int32(self.partition_max_bytes)
+        if version >= 12:
+            tagged: list[tuple[int, bytes]] = []
+            if version >= 17 and (self.replica_directory_id != ZERO_UUID):
+                t = Writer()
+                t.uuid_(self.replica_directory_id)
+                tagged.append((0, t.getvalue()))
+            w.tagged_fields(tagged, self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchRequest.FetchPartition", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.current_leader_epoch == -1
+            and self.fetch_offset == 0
+            and self.last_fetched_epoch == -1
+            and self.log_start_offset == -1
+            and self.partition_max_bytes == 0
+            and self.replica_directory_id == ZERO_UUID
+            and not self.unknown_tagged_fields
+        )
+
+
+class FetchRequest_ForgottenTopic(Struct):
+    """A ForgottenTopic of FetchRequest (FetchRequest.ForgottenTopic)."""
+
+    __slots__ = (
+        "topic",
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchRequest.ForgottenTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 13:
+            self.topic = ""
+        elif version >= 12:
+            self.topic = r.compact_string()
+        elif version >= 7:
+            self.topic = r.string()
+        else:
+            self.topic = ""
+        if version >= 13:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        if version >= 12:
+            self.partitions = r.compact_array(read_int32_item, version)
+        elif version >= 7:
+            self.partitions = r.array(read_int32_item, version)
+        else:
+            self.partitions = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 13:
+            pass
+        elif version >= 12:
+            w.compact_string(self.topic)
+        elif version >= 7:
+            w.string(self.topic)
+        if version >= 13:
+            w.uuid_(self.topic_id)
+        if version >= 12:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        elif version >= 7:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                w.int32(partitions_item)
+        else:
+            if self.partitions != []:
+                raise not_in_version("FetchRequest.ForgottenTopic", "partitions", version)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchRequest.ForgottenTopic", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic == ""
+            and self.topic_id == ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields
+        )
 
 
 class FetchRequest(Message):
@@ -25,344 +364,10 @@ class FetchRequest(Message):
     MAX_VERSION = 17
     FLEXIBLE_MIN = 12
 
-    class ReplicaState(Struct):
-        """A ReplicaState of FetchRequest."""
-
-        __slots__ = (
-            "replica_id",
-            "replica_epoch",
-            "unknown_tagged_fields",
-        )
-
-        replica_id: int
-        replica_epoch: int
-
-        def __init__(
-            self,
-            *,
-            replica_id: int = -1,
-            replica_epoch: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.replica_id = replica_id
-            self.replica_epoch = replica_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchRequest.ReplicaState:
-            self = _new(cls)
-            if version >= 15:
-                self.replica_id = r.int32()
-            else:
-                self.replica_id = -1
-            if version >= 15:
-                self.replica_epoch = r.int64()
-            else:
-                self.replica_epoch = -1
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 15:
-                w.int32(self.replica_id)
-            else:
-                if self.replica_id != -1:
-                    raise not_in_version("FetchRequest.ReplicaState", "replica_id", version)
-            if version >= 15:
-                w.int64(self.replica_epoch)
-            else:
-                if self.replica_epoch != -1:
-                    raise not_in_version("FetchRequest.ReplicaState", "replica_epoch", version)
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version("FetchRequest.ReplicaState", "unknown_tagged_fields", version)
-
-        def _is_default(self) -> bool:
-            return (
-                self.replica_id == -1
-                and self.replica_epoch == -1
-                and not self.unknown_tagged_fields
-            )
-
-    class FetchTopic(Struct):
-        """A FetchTopic of FetchRequest."""
-
-        __slots__ = (
-            "topic",
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        topic_id: uuid.UUID
-        partitions: list[FetchRequest.FetchPartition]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[FetchRequest.FetchPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchRequest.FetchTopic:
-            self = _new(cls)
-            if version >= 13:
-                self.topic = ""
-            elif version >= 12:
-                self.topic = r.compact_string()
-            else:
-                self.topic = r.string()
-            if version >= 13:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            if version >= 12:
-                self.partitions = r.compact_array(FetchRequest.FetchPartition._read, version)
-            else:
-                self.partitions = r.array(FetchRequest.FetchPartition._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 13:
-                pass
-            elif version >= 12:
-                w.compact_string(self.topic)
-            else:
-                w.string(self.topic)
-            if version >= 13:
-                w.uuid_(self.topic_id)
-            if version >= 12:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version("FetchRequest.FetchTopic", "unknown_tagged_fields", version)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic == ""
-                and self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class FetchPartition(Struct):
-        """A FetchPartition of FetchRequest."""
-
-        __slots__ = (
-            "partition",
-            "current_leader_epoch",
-            "fetch_offset",
-            "last_fetched_epoch",
-            "log_start_offset",
-            "partition_max_bytes",
-            "replica_directory_id",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        current_leader_epoch: int
-        fetch_offset: int
-        last_fetched_epoch: int
-        log_start_offset: int
-        partition_max_bytes: int
-        replica_directory_id: uuid.UUID
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            current_leader_epoch: int = -1,
-            fetch_offset: int = 0,
-            last_fetched_epoch: int = -1,
-            log_start_offset: int = -1,
-            partition_max_bytes: int = 0,
-            replica_directory_id: uuid.UUID = ZERO_UUID,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.current_leader_epoch = current_leader_epoch
-            self.fetch_offset = fetch_offset
-            self.last_fetched_epoch = last_fetched_epoch
-            self.log_start_offset = log_start_offset
-            self.partition_max_bytes = partition_max_bytes
-            self.replica_directory_id = replica_directory_id
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchRequest.FetchPartition:
-            self = _new(cls)
-            self.partition = r.int32()
-            if version >= 9:
-                self.current_leader_epoch = r.int32()
-            else:
-                self.current_leader_epoch = -1
-            self.fetch_offset = r.int64()
-            if version >= 12:
-                self.last_fetched_epoch = r.int32()
-            else:
-                self.last_fetched_epoch = -1
-            if version >= 5:
-                self.log_start_offset = r.int64()
-            else:
-                self.log_start_offset = -1
-            self.partition_max_bytes = r.int32()
-            self.replica_directory_id = ZERO_UUID
-            if version >= 12:
-                unknown = None
-                for _ in range(r.tag_count()):
-                    tag, size = r.tag_header()
-                    end = r.pos + size
-                    if tag == 0 and version >= 17:
-                        self.replica_directory_id = r.uuid_()
-                        r.expect_end_of_tag(end)
-                    else:
-                        unknown = r.skip_unknown_tag(tag, size, unknown)
-                self.unknown_tagged_fields = unknown
-            else:
-                self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            if version >= 9:
-                w.int32(self.current_leader_epoch)
-            w.int64(self.fetch_offset)
-            if version >= 12:
-                w.int32(self.last_fetched_epoch)
-            else:
-                if self.last_fetched_epoch != -1:
-                    raise not_in_version(
-                        "FetchRequest.FetchPartition", "last_fetched_epoch", version
-                    )
-            if version >= 5:
-                w.int64(self.log_start_offset)
-            w.int32(self.partition_max_bytes)
-            if version >= 12:
-                tagged: list[tuple[int, bytes]] = []
-                if version >= 17 and (self.replica_directory_id != ZERO_UUID):
-                    t = Writer()
-                    t.uuid_(self.replica_directory_id)
-                    tagged.append((0, t.getvalue()))
-                w.tagged_fields(tagged, self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "FetchRequest.FetchPartition", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.current_leader_epoch == -1
-                and self.fetch_offset == 0
-                and self.last_fetched_epoch == -1
-                and self.log_start_offset == -1
-                and self.partition_max_bytes == 0
-                and self.replica_directory_id == ZERO_UUID
-                and not self.unknown_tagged_fields
-            )
-
-    class ForgottenTopic(Struct):
-        """A ForgottenTopic of FetchRequest."""
-
-        __slots__ = (
-            "topic",
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        topic_id: uuid.UUID
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchRequest.ForgottenTopic:
-            self = _new(cls)
-            if version >= 13:
-                self.topic = ""
-            elif version >= 12:
-                self.topic = r.compact_string()
-            elif version >= 7:
-                self.topic = r.string()
-            else:
-                self.topic = ""
-            if version >= 13:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            if version >= 12:
-                self.partitions = r.compact_array(read_int32_item, version)
-            elif version >= 7:
-                self.partitions = r.array(read_int32_item, version)
-            else:
-                self.partitions = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 13:
-                pass
-            elif version >= 12:
-                w.compact_string(self.topic)
-            elif version >= 7:
-                w.string(self.topic)
-            if version >= 13:
-                w.uuid_(self.topic_id)
-            if version >= 12:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            elif version >= 7:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    w.int32(partitions_item)
-            else:
-                if self.partitions != []:
-                    raise not_in_version("FetchRequest.ForgottenTopic", "partitions", version)
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "FetchRequest.ForgottenTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic == ""
-                and self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
+    ReplicaState: TypeAlias = FetchRequest_ReplicaState
+    FetchTopic: TypeAlias = FetchRequest_FetchTopic
+    FetchPartition: TypeAlias = FetchRequest_FetchPartition
+    ForgottenTopic: TypeAlias = FetchRequest_ForgottenTopic
 
     __slots__ = (
         "cluster_id",
@@ -398,22 +403,22 @@ class FetchRequest(Message):
         *,
         cluster_id: str | None = None,
         replica_id: int = -1,
-        replica_state: FetchRequest.ReplicaState = DEFAULT,
+        replica_state: FetchRequest.ReplicaState | Default = DEFAULT,
         max_wait_ms: int = 0,
         min_bytes: int = 0,
         max_bytes: int = 2147483647,
         isolation_level: int = 0,
         session_id: int = 0,
         session_epoch: int = -1,
-        topics: list[FetchRequest.FetchTopic] = DEFAULT,
-        forgotten_topics_data: list[FetchRequest.ForgottenTopic] = DEFAULT,
+        topics: list[FetchRequest.FetchTopic] | Default = DEFAULT,
+        forgotten_topics_data: list[FetchRequest.ForgottenTopic] | Default = DEFAULT,
         rack_id: str = "",
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.cluster_id = cluster_id
         self.replica_id = replica_id
         self.replica_state = (
-            FetchRequest.ReplicaState() if replica_state is DEFAULT else replica_state
+            FetchRequest_ReplicaState() if replica_state is DEFAULT else replica_state
         )
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
@@ -430,13 +435,14 @@ class FetchRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> FetchRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.cluster_id = None
         if version >= 15:
             self.replica_id = -1
         else:
             self.replica_id = r.int32()
-        self.replica_state = FetchRequest.ReplicaState()
+        self.replica_state = FetchRequest_ReplicaState()
         self.max_wait_ms, self.min_bytes = r.fixed(_F_ii)
         if version >= 3:
             self.max_bytes = r.int32()
@@ -455,13 +461,13 @@ class FetchRequest(Message):
         else:
             self.session_epoch = -1
         if version >= 12:
-            self.topics = r.compact_array(FetchRequest.FetchTopic._read, version)
+            self.topics = r.compact_array(FetchRequest_FetchTopic._read, version)
         else:
-            self.topics = r.array(FetchRequest.FetchTopic._read, version)
+            self.topics = r.array(FetchRequest_FetchTopic._read, version)
         if version >= 12:
-            self.forgotten_topics_data = r.compact_array(FetchRequest.ForgottenTopic._read, version)
+            self.forgotten_topics_data = r.compact_array(FetchRequest_ForgottenTopic._read, version)
         elif version >= 7:
-            self.forgotten_topics_data = r.array(FetchRequest.ForgottenTopic._read, version)
+            self.forgotten_topics_data = r.array(FetchRequest_ForgottenTopic._read, version)
         else:
             self.forgotten_topics_data = []
         if version >= 12:
@@ -479,7 +485,7 @@ class FetchRequest(Message):
                     self.cluster_id = r.compact_nullable_string()
                     r.expect_end_of_tag(end)
                 elif tag == 1 and version >= 15:
-                    self.replica_state = FetchRequest.ReplicaState._read(r, version)
+                    self.replica_state = FetchRequest_ReplicaState._read(r, version)
                     r.expect_end_of_tag(end)
                 else:
                     unknown = r.skip_unknown_tag(tag, size, unknown)
@@ -499,7 +505,7 @@ class FetchRequest(Message):
         else:
             if not self.replica_state._is_default():
                 raise not_in_version("FetchRequest", "replica_state", version)
-        w.buf += _F_ii.pack(self.max_wait_ms, self.min_bytes)
+        w.buf += _pack_ii(self.max_wait_ms, self.min_bytes)
         if version >= 3:
             w.int32(self.max_bytes)
         if version >= 4:
@@ -563,16 +569,23 @@ class FetchRequest(Message):
         )
 
 
-FetchRequest.ReplicaState.FIELDS = (
+nest(
+    FetchRequest,
+    ReplicaState=FetchRequest_ReplicaState,
+    FetchTopic=FetchRequest_FetchTopic,
+    FetchPartition=FetchRequest_FetchPartition,
+    ForgottenTopic=FetchRequest_ForgottenTopic,
+)
+FetchRequest_ReplicaState.FIELDS = (
     Field("replica_id", "int32", (15, 32767)),
     Field("replica_epoch", "int64", (15, 32767)),
 )
-FetchRequest.FetchTopic.FIELDS = (
+FetchRequest_FetchTopic.FIELDS = (
     Field("topic", "string", (0, 12), ignorable=True),
     Field("topic_id", "uuid", (13, 32767), ignorable=True),
-    Field("partitions", "[]FetchPartition", (0, 32767), struct=FetchRequest.FetchPartition),
+    Field("partitions", "[]FetchPartition", (0, 32767), struct=FetchRequest_FetchPartition),
 )
-FetchRequest.FetchPartition.FIELDS = (
+FetchRequest_FetchPartition.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("current_leader_epoch", "int32", (9, 32767), ignorable=True),
     Field("fetch_offset", "int64", (0, 32767)),
@@ -588,7 +601,7 @@ FetchRequest.FetchPartition.FIELDS = (
         ignorable=True,
     ),
 )
-FetchRequest.ForgottenTopic.FIELDS = (
+FetchRequest_ForgottenTopic.FIELDS = (
     Field("topic", "string", (7, 12), ignorable=True),
     Field("topic_id", "uuid", (13, 32767), ignorable=True),
     Field("partitions", "[]int32", (7, 32767)),
@@ -610,7 +623,7 @@ FetchRequest.FIELDS = (
         (15, 32767),
         tagged_versions=(15, 32767),
         tag=1,
-        struct=FetchRequest.ReplicaState,
+        struct=FetchRequest_ReplicaState,
     ),
     Field("max_wait_ms", "int32", (0, 32767)),
     Field("min_bytes", "int32", (0, 32767)),
@@ -618,12 +631,596 @@ FetchRequest.FIELDS = (
     Field("isolation_level", "int8", (4, 32767), ignorable=True),
     Field("session_id", "int32", (7, 32767), ignorable=True),
     Field("session_epoch", "int32", (7, 32767), ignorable=True),
-    Field("topics", "[]FetchTopic", (0, 32767), struct=FetchRequest.FetchTopic),
+    Field("topics", "[]FetchTopic", (0, 32767), struct=FetchRequest_FetchTopic),
     Field(
-        "forgotten_topics_data", "[]ForgottenTopic", (7, 32767), struct=FetchRequest.ForgottenTopic
+        "forgotten_topics_data", "[]ForgottenTopic", (7, 32767), struct=FetchRequest_ForgottenTopic
     ),
     Field("rack_id", "string", (11, 32767), ignorable=True),
 )
+
+
+class FetchResponse_FetchableTopicResponse(Struct):
+    """A FetchableTopicResponse of FetchResponse (FetchResponse.FetchableTopicResponse)."""
+
+    __slots__ = (
+        "topic",
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    topic_id: uuid.UUID
+    partitions: list[FetchResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[FetchResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchResponse.FetchableTopicResponse:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 13:
+            self.topic = ""
+        elif version >= 12:
+            self.topic = r.compact_string()
+        else:
+            self.topic = r.string()
+        if version >= 13:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        if version >= 12:
+            self.partitions = r.compact_array(FetchResponse_PartitionData._read, version)
+        else:
+            self.partitions = r.array(FetchResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 13:
+            pass
+        elif version >= 12:
+            w.compact_string(self.topic)
+        else:
+            w.string(self.topic)
+        if version >= 13:
+            w.uuid_(self.topic_id)
+        if version >= 12:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "FetchResponse.FetchableTopicResponse", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic == ""
+            and self.topic_id == ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class FetchResponse_PartitionData(Struct):
+    """A PartitionData of FetchResponse (FetchResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "diverging_epoch",
+        "current_leader",
+        "snapshot_id",
+        "aborted_transactions",
+        "preferred_read_replica",
+        "records",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    diverging_epoch: FetchResponse.EpochEndOffset
+    current_leader: FetchResponse.LeaderIdAndEpoch
+    snapshot_id: FetchResponse.SnapshotId
+    aborted_transactions: list[FetchResponse.AbortedTransaction] | None
+    preferred_read_replica: int
+    records: Any
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        high_watermark: int = 0,
+        last_stable_offset: int = -1,
+        log_start_offset: int = -1,
+        diverging_epoch: FetchResponse.EpochEndOffset | Default = DEFAULT,
+        current_leader: FetchResponse.LeaderIdAndEpoch | Default = DEFAULT,
+        snapshot_id: FetchResponse.SnapshotId | Default = DEFAULT,
+        aborted_transactions: list[FetchResponse.AbortedTransaction] | None | Default = DEFAULT,
+        preferred_read_replica: int = -1,
+        records: Any = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.diverging_epoch = (
+            FetchResponse_EpochEndOffset() if diverging_epoch is DEFAULT else diverging_epoch
+        )
+        self.current_leader = (
+            FetchResponse_LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
+        )
+        self.snapshot_id = FetchResponse_SnapshotId() if snapshot_id is DEFAULT else snapshot_id
+        self.aborted_transactions = [] if aborted_transactions is DEFAULT else aborted_transactions
+        self.preferred_read_replica = preferred_read_replica
+        self.records = records
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code, self.high_watermark = r.fixed(_F_ihq)
+        if version >= 4:
+            self.last_stable_offset = r.int64()
+        else:
+            self.last_stable_offset = -1
+        if version >= 5:
+            self.log_start_offset = r.int64()
+        else:
+            self.log_start_offset = -1
+        self.diverging_epoch = FetchResponse_EpochEndOffset()
+        self.current_leader = FetchResponse_LeaderIdAndEpoch()
+        self.snapshot_id = FetchResponse_SnapshotId()
+        if version >= 12:
+            self.aborted_transactions = r.compact_nullable_array(
+                FetchResponse_AbortedTransaction._read, version
+            )
+        elif version >= 4:
+            self.aborted_transactions = r.nullable_array(
+                FetchResponse_AbortedTransaction._read, version
+            )
+        else:
+            self.aborted_transactions = []
+        if version >= 11:
+            self.preferred_read_replica = r.int32()
+        else:
+            self.preferred_read_replica = -1
+        if version >= 12:
+            self.records = r.compact_nullable_view()
+        else:
+            self.records = r.nullable_view()
+        if version >= 12:
+            unknown = None
+            for _ in range(r.tag_count()):
+                tag, size = r.tag_header()
+                end = r.pos + size
+                if tag == 0 and version >= 12:
+                    self.diverging_epoch = FetchResponse_EpochEndOffset._read(r, version)
+                    r.expect_end_of_tag(end)
+                elif tag == 1 and version >= 12:
+                    self.current_leader = FetchResponse_LeaderIdAndEpoch._read(r, version)
+                    r.expect_end_of_tag(end)
+                elif tag == 2 and version >= 12:
+                    self.snapshot_id = FetchResponse_SnapshotId._read(r, version)
+                    r.expect_end_of_tag(end)
+                else:
+                    unknown = r.skip_unknown_tag(tag, size, unknown)
+            self.unknown_tagged_fields = unknown
+        else:
+            self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ihq(self.partition_index, self.error_code, self.high_watermark)
+        if version >= 4:
+            w.int64(self.last_stable_offset)
+        if version >= 5:
+            w.int64(self.log_start_offset)
+        if version >= 12:
+            pass
+        else:
+            if not self.diverging_epoch._is_default():
+                raise not_in_version("FetchResponse.PartitionData", "diverging_epoch", version)
+        if version >= 12:
+            pass
+        else:
+            if not self.current_leader._is_default():
+                raise not_in_version("FetchResponse.PartitionData", "current_leader", version)
+        if version >= 12:
+            pass
+        else:
+            if not self.snapshot_id._is_default():
+                raise not_in_version("FetchResponse.PartitionData", "snapshot_id", version)
+        if version >= 12:
+            w.array_length(self.aborted_transactions, compact=True, nullable=True)
+            if self.aborted_transactions is not None:
+                for aborted_transactions_item in self.aborted_transactions:
+                    aborted_transactions_item._write(w, version)
+        elif version >= 4:
+            w.array_length(self.aborted_transactions, compact=False, nullable=True)
+            if self.aborted_transactions is not None:
+                for aborted_transactions_item in self.aborted_transactions:
+                    aborted_transactions_item._write(w, version)
+        if version >= 11:
+            w.int32(self.preferred_read_replica)
+        else:
+            if self.preferred_read_replica != -1:
+                raise not_in_version(
+                    "FetchResponse.PartitionData", "preferred_read_replica", version
+                )
+        if version >= 12:
+            w.records(self.records, compact=True, nullable=True)
+        else:
+            w.records(self.records, compact=False, nullable=True)
+        if version >= 12:
+            tagged: list[tuple[int, bytes]] = []
+            if version >= 12 and (not self.diverging_epoch._is_default()):
+                t = Writer()
+                self.diverging_epoch._write(t, version)
+                tagged.append((0, t.getvalue()))
+            if version >= 12 and (not self.current_leader._is_default()):
+                t = Writer()
+                self.current_leader._write(t, version)
+                tagged.append((1, t.getvalue()))
+            if version >= 12 and (not self.snapshot_id._is_default()):
+                t = Writer()
+                self.snapshot_id._write(t, version)
+                tagged.append((2, t.getvalue()))
+            w.tagged_fields(tagged, self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchResponse.PartitionData", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.high_watermark == 0
+            and self.last_stable_offset == -1
+            and self.log_start_offset == -1
+            and self.diverging_epoch._is_default()
+            and self.current_leader._is_default()
+            and self.snapshot_id._is_default()
+            and self.aborted_transactions == []
+            and self.preferred_read_replica == -1
+            and self.records is None
+            and not self.unknown_tagged_fields
+        )
+
+
+class FetchResponse_EpochEndOffset(Struct):
+    """A EpochEndOffset of FetchResponse (FetchResponse.EpochEndOffset)."""
+
+    __slots__ = (
+        "epoch",
+        "end_offset",
+        "unknown_tagged_fields",
+    )
+
+    epoch: int
+    end_offset: int
+
+    def __init__(
+        self,
+        *,
+        epoch: int = -1,
+        end_offset: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.end_offset = end_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchResponse.EpochEndOffset:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 12:
+            self.epoch = r.int32()
+        else:
+            self.epoch = -1
+        if version >= 12:
+            self.end_offset = r.int64()
+        else:
+            self.end_offset = -1
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 12:
+            w.int32(self.epoch)
+        else:
+            if self.epoch != -1:
+                raise not_in_version("FetchResponse.EpochEndOffset", "epoch", version)
+        if version >= 12:
+            w.int64(self.end_offset)
+        else:
+            if self.end_offset != -1:
+                raise not_in_version("FetchResponse.EpochEndOffset", "end_offset", version)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchResponse.EpochEndOffset", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return self.epoch == -1 and self.end_offset == -1 and not self.unknown_tagged_fields
+
+
+class FetchResponse_LeaderIdAndEpoch(Struct):
+    """A LeaderIdAndEpoch of FetchResponse (FetchResponse.LeaderIdAndEpoch)."""
+
+    __slots__ = (
+        "leader_id",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchResponse.LeaderIdAndEpoch:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 12:
+            self.leader_id = r.int32()
+        else:
+            self.leader_id = -1
+        if version >= 12:
+            self.leader_epoch = r.int32()
+        else:
+            self.leader_epoch = -1
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 12:
+            w.int32(self.leader_id)
+        else:
+            if self.leader_id != -1:
+                raise not_in_version("FetchResponse.LeaderIdAndEpoch", "leader_id", version)
+        if version >= 12:
+            w.int32(self.leader_epoch)
+        else:
+            if self.leader_epoch != -1:
+                raise not_in_version("FetchResponse.LeaderIdAndEpoch", "leader_epoch", version)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchResponse.LeaderIdAndEpoch", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return self.leader_id == -1 and self.leader_epoch == -1 and not self.unknown_tagged_fields
+
+
+class FetchResponse_SnapshotId(Struct):
+    """A SnapshotId of FetchResponse (FetchResponse.SnapshotId)."""
+
+    __slots__ = (
+        "end_offset",
+        "epoch",
+        "unknown_tagged_fields",
+    )
+
+    end_offset: int
+    epoch: int
+
+    def __init__(
+        self,
+        *,
+        end_offset: int = -1,
+        epoch: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchResponse.SnapshotId:
+        new = cls.__new__
+        self = new(cls)
+        self.end_offset, self.epoch = r.fixed(_F_qi)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qi(self.end_offset, self.epoch)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchResponse.SnapshotId", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return self.end_offset == -1 and self.epoch == -1 and not self.unknown_tagged_fields
+
+
+class FetchResponse_AbortedTransaction(Struct):
+    """A AbortedTransaction of FetchResponse (FetchResponse.AbortedTransaction)."""
+
+    __slots__ = (
+        "producer_id",
+        "first_offset",
+        "unknown_tagged_fields",
+    )
+
+    producer_id: int
+    first_offset: int
+
+    def __init__(
+        self,
+        *,
+        producer_id: int = 0,
+        first_offset: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.first_offset = first_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchResponse.AbortedTransaction:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.producer_id = r.int64()
+        else:
+            self.producer_id = 0
+        if version >= 4:
+            self.first_offset = r.int64()
+        else:
+            self.first_offset = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.int64(self.producer_id)
+        else:
+            if self.producer_id != 0:
+                raise not_in_version("FetchResponse.AbortedTransaction", "producer_id", version)
+        if version >= 4:
+            w.int64(self.first_offset)
+        else:
+            if self.first_offset != 0:
+                raise not_in_version("FetchResponse.AbortedTransaction", "first_offset", version)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "FetchResponse.AbortedTransaction", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.producer_id == 0 and self.first_offset == 0 and not self.unknown_tagged_fields
+
+
+class FetchResponse_NodeEndpoint(Struct):
+    """A NodeEndpoint of FetchResponse (FetchResponse.NodeEndpoint)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "rack",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchResponse.NodeEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 16:
+            self.node_id = r.int32()
+        else:
+            self.node_id = 0
+        if version >= 16:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 16:
+            self.port = r.int32()
+        else:
+            self.port = 0
+        if version >= 16:
+            self.rack = r.compact_nullable_string()
+        else:
+            self.rack = None
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 16:
+            w.int32(self.node_id)
+        else:
+            if self.node_id != 0:
+                raise not_in_version("FetchResponse.NodeEndpoint", "node_id", version)
+        if version >= 16:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("FetchResponse.NodeEndpoint", "host", version)
+        if version >= 16:
+            w.int32(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("FetchResponse.NodeEndpoint", "port", version)
+        if version >= 16:
+            w.compact_nullable_string(self.rack)
+        else:
+            if self.rack is not None:
+                raise not_in_version("FetchResponse.NodeEndpoint", "rack", version)
+        if version >= 12:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("FetchResponse.NodeEndpoint", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class FetchResponse(Message):
@@ -634,589 +1231,13 @@ class FetchResponse(Message):
     MAX_VERSION = 17
     FLEXIBLE_MIN = 12
 
-    class FetchableTopicResponse(Struct):
-        """A FetchableTopicResponse of FetchResponse."""
-
-        __slots__ = (
-            "topic",
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        topic_id: uuid.UUID
-        partitions: list[FetchResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[FetchResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchResponse.FetchableTopicResponse:
-            self = _new(cls)
-            if version >= 13:
-                self.topic = ""
-            elif version >= 12:
-                self.topic = r.compact_string()
-            else:
-                self.topic = r.string()
-            if version >= 13:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            if version >= 12:
-                self.partitions = r.compact_array(FetchResponse.PartitionData._read, version)
-            else:
-                self.partitions = r.array(FetchResponse.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 13:
-                pass
-            elif version >= 12:
-                w.compact_string(self.topic)
-            else:
-                w.string(self.topic)
-            if version >= 13:
-                w.uuid_(self.topic_id)
-            if version >= 12:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "FetchResponse.FetchableTopicResponse", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic == ""
-                and self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of FetchResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "high_watermark",
-            "last_stable_offset",
-            "log_start_offset",
-            "diverging_epoch",
-            "current_leader",
-            "snapshot_id",
-            "aborted_transactions",
-            "preferred_read_replica",
-            "records",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        high_watermark: int
-        last_stable_offset: int
-        log_start_offset: int
-        diverging_epoch: FetchResponse.EpochEndOffset
-        current_leader: FetchResponse.LeaderIdAndEpoch
-        snapshot_id: FetchResponse.SnapshotId
-        aborted_transactions: list[FetchResponse.AbortedTransaction] | None
-        preferred_read_replica: int
-        records: Any
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            high_watermark: int = 0,
-            last_stable_offset: int = -1,
-            log_start_offset: int = -1,
-            diverging_epoch: FetchResponse.EpochEndOffset = DEFAULT,
-            current_leader: FetchResponse.LeaderIdAndEpoch = DEFAULT,
-            snapshot_id: FetchResponse.SnapshotId = DEFAULT,
-            aborted_transactions: list[FetchResponse.AbortedTransaction] | None = DEFAULT,
-            preferred_read_replica: int = -1,
-            records: Any = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.high_watermark = high_watermark
-            self.last_stable_offset = last_stable_offset
-            self.log_start_offset = log_start_offset
-            self.diverging_epoch = (
-                FetchResponse.EpochEndOffset() if diverging_epoch is DEFAULT else diverging_epoch
-            )
-            self.current_leader = (
-                FetchResponse.LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
-            )
-            self.snapshot_id = FetchResponse.SnapshotId() if snapshot_id is DEFAULT else snapshot_id
-            self.aborted_transactions = (
-                [] if aborted_transactions is DEFAULT else aborted_transactions
-            )
-            self.preferred_read_replica = preferred_read_replica
-            self.records = records
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code, self.high_watermark = r.fixed(_F_ihq)
-            if version >= 4:
-                self.last_stable_offset = r.int64()
-            else:
-                self.last_stable_offset = -1
-            if version >= 5:
-                self.log_start_offset = r.int64()
-            else:
-                self.log_start_offset = -1
-            self.diverging_epoch = FetchResponse.EpochEndOffset()
-            self.current_leader = FetchResponse.LeaderIdAndEpoch()
-            self.snapshot_id = FetchResponse.SnapshotId()
-            if version >= 12:
-                self.aborted_transactions = r.compact_nullable_array(
-                    FetchResponse.AbortedTransaction._read, version
-                )
-            elif version >= 4:
-                self.aborted_transactions = r.nullable_array(
-                    FetchResponse.AbortedTransaction._read, version
-                )
-            else:
-                self.aborted_transactions = []
-            if version >= 11:
-                self.preferred_read_replica = r.int32()
-            else:
-                self.preferred_read_replica = -1
-            if version >= 12:
-                self.records = r.compact_nullable_view()
-            else:
-                self.records = r.nullable_view()
-            if version >= 12:
-                unknown = None
-                for _ in range(r.tag_count()):
-                    tag, size = r.tag_header()
-                    end = r.pos + size
-                    if tag == 0 and version >= 12:
-                        self.diverging_epoch = FetchResponse.EpochEndOffset._read(r, version)
-                        r.expect_end_of_tag(end)
-                    elif tag == 1 and version >= 12:
-                        self.current_leader = FetchResponse.LeaderIdAndEpoch._read(r, version)
-                        r.expect_end_of_tag(end)
-                    elif tag == 2 and version >= 12:
-                        self.snapshot_id = FetchResponse.SnapshotId._read(r, version)
-                        r.expect_end_of_tag(end)
-                    else:
-                        unknown = r.skip_unknown_tag(tag, size, unknown)
-                self.unknown_tagged_fields = unknown
-            else:
-                self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ihq.pack(self.partition_index, self.error_code, self.high_watermark)
-            if version >= 4:
-                w.int64(self.last_stable_offset)
-            if version >= 5:
-                w.int64(self.log_start_offset)
-            if version >= 12:
-                pass
-            else:
-                if not self.diverging_epoch._is_default():
-                    raise not_in_version("FetchResponse.PartitionData", "diverging_epoch", version)
-            if version >= 12:
-                pass
-            else:
-                if not self.current_leader._is_default():
-                    raise not_in_version("FetchResponse.PartitionData", "current_leader", version)
-            if version >= 12:
-                pass
-            else:
-                if not self.snapshot_id._is_default():
-                    raise not_in_version("FetchResponse.PartitionData", "snapshot_id", version)
-            if version >= 12:
-                w.array_length(self.aborted_transactions, compact=True, nullable=True)
-                if self.aborted_transactions is not None:
-                    for aborted_transactions_item in self.aborted_transactions:
-                        aborted_transactions_item._write(w, version)
-            elif version >= 4:
-                w.array_length(self.aborted_transactions, compact=False, nullable=True)
-                if self.aborted_transactions is not None:
-                    for aborted_transactions_item in self.aborted_transactions:
-                        aborted_transactions_item._write(w, version)
-            if version >= 11:
-                w.int32(self.preferred_read_replica)
-            else:
-                if self.preferred_read_replica != -1:
-                    raise not_in_version(
-                        "FetchResponse.PartitionData", "preferred_read_replica", version
-                    )
-            if version >= 12:
-                w.records(self.records, compact=True, nullable=True)
-            else:
-                w.records(self.records, compact=False, nullable=True)
-            if version >= 12:
-                tagged: list[tuple[int, bytes]] = []
-                if version >= 12 and (not self.diverging_epoch._is_default()):
-                    t = Writer()
-                    self.diverging_epoch._write(t, version)
-                    tagged.append((0, t.getvalue()))
-                if version >= 12 and (not self.current_leader._is_default()):
-                    t = Writer()
-                    self.current_leader._write(t, version)
-                    tagged.append((1, t.getvalue()))
-                if version >= 12 and (not self.snapshot_id._is_default()):
-                    t = Writer()
-                    self.snapshot_id._write(t, version)
-                    tagged.append((2, t.getvalue()))
-                w.tagged_fields(tagged, self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "FetchResponse.PartitionData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.high_watermark == 0
-                and self.last_stable_offset == -1
-                and self.log_start_offset == -1
-                and self.diverging_epoch._is_default()
-                and self.current_leader._is_default()
-                and self.snapshot_id._is_default()
-                and self.aborted_transactions == []
-                and self.preferred_read_replica == -1
-                and self.records is None
-                and not self.unknown_tagged_fields
-            )
-
-    class EpochEndOffset(Struct):
-        """A EpochEndOffset of FetchResponse."""
-
-        __slots__ = (
-            "epoch",
-            "end_offset",
-            "unknown_tagged_fields",
-        )
-
-        epoch: int
-        end_offset: int
-
-        def __init__(
-            self,
-            *,
-            epoch: int = -1,
-            end_offset: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.epoch = epoch
-            self.end_offset = end_offset
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchResponse.EpochEndOffset:
-            self = _new(cls)
-            if version >= 12:
-                self.epoch = r.int32()
-            else:
-                self.epoch = -1
-            if version >= 12:
-                self.end_offset = r.int64()
-            else:
-                self.end_offset = -1
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 12:
-                w.int32(self.epoch)
-            else:
-                if self.epoch != -1:
-                    raise not_in_version("FetchResponse.EpochEndOffset", "epoch", version)
-            if version >= 12:
-                w.int64(self.end_offset)
-            else:
-                if self.end_offset != -1:
-                    raise not_in_version("FetchResponse.EpochEndOffset", "end_offset", version)
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "FetchResponse.EpochEndOffset", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.epoch == -1 and self.end_offset == -1 and not self.unknown_tagged_fields
-
-    class LeaderIdAndEpoch(Struct):
-        """A LeaderIdAndEpoch of FetchResponse."""
-
-        __slots__ = (
-            "leader_id",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        leader_id: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            leader_id: int = -1,
-            leader_epoch: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchResponse.LeaderIdAndEpoch:
-            self = _new(cls)
-            if version >= 12:
-                self.leader_id = r.int32()
-            else:
-                self.leader_id = -1
-            if version >= 12:
-                self.leader_epoch = r.int32()
-            else:
-                self.leader_epoch = -1
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 12:
-                w.int32(self.leader_id)
-            else:
-                if self.leader_id != -1:
-                    raise not_in_version("FetchResponse.LeaderIdAndEpoch", "leader_id", version)
-            if version >= 12:
-                w.int32(self.leader_epoch)
-            else:
-                if self.leader_epoch != -1:
-                    raise not_in_version("FetchResponse.LeaderIdAndEpoch", "leader_epoch", version)
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "FetchResponse.LeaderIdAndEpoch", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.leader_id == -1 and self.leader_epoch == -1 and not self.unknown_tagged_fields
-            )
-
-    class SnapshotId(Struct):
-        """A SnapshotId of FetchResponse."""
-
-        __slots__ = (
-            "end_offset",
-            "epoch",
-            "unknown_tagged_fields",
-        )
-
-        end_offset: int
-        epoch: int
-
-        def __init__(
-            self,
-            *,
-            end_offset: int = -1,
-            epoch: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.end_offset = end_offset
-            self.epoch = epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchResponse.SnapshotId:
-            self = _new(cls)
-            self.end_offset, self.epoch = r.fixed(_F_qi)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qi.pack(self.end_offset, self.epoch)
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version("FetchResponse.SnapshotId", "unknown_tagged_fields", version)
-
-        def _is_default(self) -> bool:
-            return self.end_offset == -1 and self.epoch == -1 and not self.unknown_tagged_fields
-
-    class AbortedTransaction(Struct):
-        """A AbortedTransaction of FetchResponse."""
-
-        __slots__ = (
-            "producer_id",
-            "first_offset",
-            "unknown_tagged_fields",
-        )
-
-        producer_id: int
-        first_offset: int
-
-        def __init__(
-            self,
-            *,
-            producer_id: int = 0,
-            first_offset: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.producer_id = producer_id
-            self.first_offset = first_offset
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchResponse.AbortedTransaction:
-            self = _new(cls)
-            if version >= 4:
-                self.producer_id = r.int64()
-            else:
-                self.producer_id = 0
-            if version >= 4:
-                self.first_offset = r.int64()
-            else:
-                self.first_offset = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.int64(self.producer_id)
-            else:
-                if self.producer_id != 0:
-                    raise not_in_version("FetchResponse.AbortedTransaction", "producer_id", version)
-            if version >= 4:
-                w.int64(self.first_offset)
-            else:
-                if self.first_offset != 0:
-                    raise not_in_version(
-                        "FetchResponse.AbortedTransaction", "first_offset", version
-                    )
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "FetchResponse.AbortedTransaction", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.producer_id == 0 and self.first_offset == 0 and not self.unknown_tagged_fields
-            )
-
-    class NodeEndpoint(Struct):
-        """A NodeEndpoint of FetchResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "rack",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-        rack: str | None
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            rack: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.rack = rack
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchResponse.NodeEndpoint:
-            self = _new(cls)
-            if version >= 16:
-                self.node_id = r.int32()
-            else:
-                self.node_id = 0
-            if version >= 16:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 16:
-                self.port = r.int32()
-            else:
-                self.port = 0
-            if version >= 16:
-                self.rack = r.compact_nullable_string()
-            else:
-                self.rack = None
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 12 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 16:
-                w.int32(self.node_id)
-            else:
-                if self.node_id != 0:
-                    raise not_in_version("FetchResponse.NodeEndpoint", "node_id", version)
-            if version >= 16:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("FetchResponse.NodeEndpoint", "host", version)
-            if version >= 16:
-                w.int32(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("FetchResponse.NodeEndpoint", "port", version)
-            if version >= 16:
-                w.compact_nullable_string(self.rack)
-            else:
-                if self.rack is not None:
-                    raise not_in_version("FetchResponse.NodeEndpoint", "rack", version)
-            if version >= 12:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version("FetchResponse.NodeEndpoint", "unknown_tagged_fields", version)
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and self.rack is None
-                and not self.unknown_tagged_fields
-            )
+    FetchableTopicResponse: TypeAlias = FetchResponse_FetchableTopicResponse
+    PartitionData: TypeAlias = FetchResponse_PartitionData
+    EpochEndOffset: TypeAlias = FetchResponse_EpochEndOffset
+    LeaderIdAndEpoch: TypeAlias = FetchResponse_LeaderIdAndEpoch
+    SnapshotId: TypeAlias = FetchResponse_SnapshotId
+    AbortedTransaction: TypeAlias = FetchResponse_AbortedTransaction
+    NodeEndpoint: TypeAlias = FetchResponse_NodeEndpoint
 
     __slots__ = (
         "throttle_time_ms",
@@ -1239,8 +1260,8 @@ class FetchResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         session_id: int = 0,
-        responses: list[FetchResponse.FetchableTopicResponse] = DEFAULT,
-        node_endpoints: list[FetchResponse.NodeEndpoint] = DEFAULT,
+        responses: list[FetchResponse.FetchableTopicResponse] | Default = DEFAULT,
+        node_endpoints: list[FetchResponse.NodeEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -1252,7 +1273,8 @@ class FetchResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> FetchResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:
@@ -1266,9 +1288,9 @@ class FetchResponse(Message):
         else:
             self.session_id = 0
         if version >= 12:
-            self.responses = r.compact_array(FetchResponse.FetchableTopicResponse._read, version)
+            self.responses = r.compact_array(FetchResponse_FetchableTopicResponse._read, version)
         else:
-            self.responses = r.array(FetchResponse.FetchableTopicResponse._read, version)
+            self.responses = r.array(FetchResponse_FetchableTopicResponse._read, version)
         self.node_endpoints = []
         if version >= 12:
             unknown = None
@@ -1276,7 +1298,7 @@ class FetchResponse(Message):
                 tag, size = r.tag_header()
                 end = r.pos + size
                 if tag == 0 and version >= 16:
-                    self.node_endpoints = r.compact_array(FetchResponse.NodeEndpoint._read, version)
+                    self.node_endpoints = r.compact_array(FetchResponse_NodeEndpoint._read, version)
                     r.expect_end_of_tag(end)
                 else:
                     unknown = r.skip_unknown_tag(tag, size, unknown)
@@ -1331,12 +1353,22 @@ class FetchResponse(Message):
         )
 
 
-FetchResponse.FetchableTopicResponse.FIELDS = (
+nest(
+    FetchResponse,
+    FetchableTopicResponse=FetchResponse_FetchableTopicResponse,
+    PartitionData=FetchResponse_PartitionData,
+    EpochEndOffset=FetchResponse_EpochEndOffset,
+    LeaderIdAndEpoch=FetchResponse_LeaderIdAndEpoch,
+    SnapshotId=FetchResponse_SnapshotId,
+    AbortedTransaction=FetchResponse_AbortedTransaction,
+    NodeEndpoint=FetchResponse_NodeEndpoint,
+)
+FetchResponse_FetchableTopicResponse.FIELDS = (
     Field("topic", "string", (0, 12), ignorable=True),
     Field("topic_id", "uuid", (13, 32767), ignorable=True),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=FetchResponse.PartitionData),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=FetchResponse_PartitionData),
 )
-FetchResponse.PartitionData.FIELDS = (
+FetchResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("high_watermark", "int64", (0, 32767)),
@@ -1348,7 +1380,7 @@ FetchResponse.PartitionData.FIELDS = (
         (12, 32767),
         tagged_versions=(12, 32767),
         tag=0,
-        struct=FetchResponse.EpochEndOffset,
+        struct=FetchResponse_EpochEndOffset,
     ),
     Field(
         "current_leader",
@@ -1356,7 +1388,7 @@ FetchResponse.PartitionData.FIELDS = (
         (12, 32767),
         tagged_versions=(12, 32767),
         tag=1,
-        struct=FetchResponse.LeaderIdAndEpoch,
+        struct=FetchResponse_LeaderIdAndEpoch,
     ),
     Field(
         "snapshot_id",
@@ -1364,7 +1396,7 @@ FetchResponse.PartitionData.FIELDS = (
         (12, 32767),
         tagged_versions=(12, 32767),
         tag=2,
-        struct=FetchResponse.SnapshotId,
+        struct=FetchResponse_SnapshotId,
     ),
     Field(
         "aborted_transactions",
@@ -1372,28 +1404,28 @@ FetchResponse.PartitionData.FIELDS = (
         (4, 32767),
         nullable_versions=(4, 32767),
         ignorable=True,
-        struct=FetchResponse.AbortedTransaction,
+        struct=FetchResponse_AbortedTransaction,
     ),
     Field("preferred_read_replica", "int32", (11, 32767)),
     Field("records", "records", (0, 32767), nullable_versions=(0, 32767)),
 )
-FetchResponse.EpochEndOffset.FIELDS = (
+FetchResponse_EpochEndOffset.FIELDS = (
     Field("epoch", "int32", (12, 32767)),
     Field("end_offset", "int64", (12, 32767)),
 )
-FetchResponse.LeaderIdAndEpoch.FIELDS = (
+FetchResponse_LeaderIdAndEpoch.FIELDS = (
     Field("leader_id", "int32", (12, 32767)),
     Field("leader_epoch", "int32", (12, 32767)),
 )
-FetchResponse.SnapshotId.FIELDS = (
+FetchResponse_SnapshotId.FIELDS = (
     Field("end_offset", "int64", (0, 32767)),
     Field("epoch", "int32", (0, 32767)),
 )
-FetchResponse.AbortedTransaction.FIELDS = (
+FetchResponse_AbortedTransaction.FIELDS = (
     Field("producer_id", "int64", (4, 32767)),
     Field("first_offset", "int64", (4, 32767)),
 )
-FetchResponse.NodeEndpoint.FIELDS = (
+FetchResponse_NodeEndpoint.FIELDS = (
     Field("node_id", "int32", (16, 32767)),
     Field("host", "string", (16, 32767)),
     Field("port", "int32", (16, 32767)),
@@ -1407,7 +1439,7 @@ FetchResponse.FIELDS = (
         "responses",
         "[]FetchableTopicResponse",
         (0, 32767),
-        struct=FetchResponse.FetchableTopicResponse,
+        struct=FetchResponse_FetchableTopicResponse,
     ),
     Field(
         "node_endpoints",
@@ -1415,7 +1447,7 @@ FetchResponse.FIELDS = (
         (16, 32767),
         tagged_versions=(16, 32767),
         tag=0,
-        struct=FetchResponse.NodeEndpoint,
+        struct=FetchResponse_NodeEndpoint,
     ),
 )
 

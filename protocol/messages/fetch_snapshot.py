@@ -6,16 +6,180 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
-_F_qi = struct.Struct(">qi")
-_F_qq = struct.Struct(">qq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+_F_qi: Final = struct.Struct(">qi")
+_pack_qi: Final = _F_qi.pack
+_F_qq: Final = struct.Struct(">qq")
+_pack_qq: Final = _F_qq.pack
+
+
+class FetchSnapshotRequest_TopicSnapshot(Struct):
+    """A TopicSnapshot of FetchSnapshotRequest (FetchSnapshotRequest.TopicSnapshot)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[FetchSnapshotRequest.PartitionSnapshot]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[FetchSnapshotRequest.PartitionSnapshot] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest.TopicSnapshot:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.partitions = r.compact_array(FetchSnapshotRequest_PartitionSnapshot._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class FetchSnapshotRequest_PartitionSnapshot(Struct):
+    """A PartitionSnapshot of FetchSnapshotRequest (FetchSnapshotRequest.PartitionSnapshot)."""
+
+    __slots__ = (
+        "partition",
+        "current_leader_epoch",
+        "snapshot_id",
+        "position",
+        "replica_directory_id",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    current_leader_epoch: int
+    snapshot_id: FetchSnapshotRequest.SnapshotId
+    position: int
+    replica_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        current_leader_epoch: int = 0,
+        snapshot_id: FetchSnapshotRequest.SnapshotId | Default = DEFAULT,
+        position: int = 0,
+        replica_directory_id: uuid.UUID = ZERO_UUID,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.snapshot_id = (
+            FetchSnapshotRequest_SnapshotId() if snapshot_id is DEFAULT else snapshot_id
+        )
+        self.position = position
+        self.replica_directory_id = replica_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest.PartitionSnapshot:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.current_leader_epoch = r.fixed(_F_ii)
+        self.snapshot_id = FetchSnapshotRequest_SnapshotId._read(r, version)
+        self.position = r.int64()
+        self.replica_directory_id = ZERO_UUID
+        unknown = None
+        for _ in range(r.tag_count()):
+            tag, size = r.tag_header()
+            end = r.pos + size
+            if tag == 0 and version >= 1:
+                self.replica_directory_id = r.uuid_()
+                r.expect_end_of_tag(end)
+            else:
+                unknown = r.skip_unknown_tag(tag, size, unknown)
+        self.unknown_tagged_fields = unknown
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.partition, self.current_leader_epoch)
+        self.snapshot_id._write(w, version)
+        w.int64(self.position)
+        tagged: list[tuple[int, bytes]] = []
+        if version >= 1 and (self.replica_directory_id != ZERO_UUID):
+            t = Writer()
+            t.uuid_(self.replica_directory_id)
+            tagged.append((0, t.getvalue()))
+        w.tagged_fields(tagged, self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.current_leader_epoch == 0
+            and self.snapshot_id._is_default()
+            and self.position == 0
+            and self.replica_directory_id == ZERO_UUID
+            and not self.unknown_tagged_fields
+        )
+
+
+class FetchSnapshotRequest_SnapshotId(Struct):
+    """A SnapshotId of FetchSnapshotRequest (FetchSnapshotRequest.SnapshotId)."""
+
+    __slots__ = (
+        "end_offset",
+        "epoch",
+        "unknown_tagged_fields",
+    )
+
+    end_offset: int
+    epoch: int
+
+    def __init__(
+        self,
+        *,
+        end_offset: int = 0,
+        epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest.SnapshotId:
+        new = cls.__new__
+        self = new(cls)
+        self.end_offset, self.epoch = r.fixed(_F_qi)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qi(self.end_offset, self.epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.end_offset == 0 and self.epoch == 0 and not self.unknown_tagged_fields
 
 
 class FetchSnapshotRequest(Message):
@@ -26,160 +190,9 @@ class FetchSnapshotRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class TopicSnapshot(Struct):
-        """A TopicSnapshot of FetchSnapshotRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[FetchSnapshotRequest.PartitionSnapshot]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[FetchSnapshotRequest.PartitionSnapshot] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest.TopicSnapshot:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.partitions = r.compact_array(FetchSnapshotRequest.PartitionSnapshot._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class PartitionSnapshot(Struct):
-        """A PartitionSnapshot of FetchSnapshotRequest."""
-
-        __slots__ = (
-            "partition",
-            "current_leader_epoch",
-            "snapshot_id",
-            "position",
-            "replica_directory_id",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        current_leader_epoch: int
-        snapshot_id: FetchSnapshotRequest.SnapshotId
-        position: int
-        replica_directory_id: uuid.UUID
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            current_leader_epoch: int = 0,
-            snapshot_id: FetchSnapshotRequest.SnapshotId = DEFAULT,
-            position: int = 0,
-            replica_directory_id: uuid.UUID = ZERO_UUID,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.current_leader_epoch = current_leader_epoch
-            self.snapshot_id = (
-                FetchSnapshotRequest.SnapshotId() if snapshot_id is DEFAULT else snapshot_id
-            )
-            self.position = position
-            self.replica_directory_id = replica_directory_id
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest.PartitionSnapshot:
-            self = _new(cls)
-            self.partition, self.current_leader_epoch = r.fixed(_F_ii)
-            self.snapshot_id = FetchSnapshotRequest.SnapshotId._read(r, version)
-            self.position = r.int64()
-            self.replica_directory_id = ZERO_UUID
-            unknown = None
-            for _ in range(r.tag_count()):
-                tag, size = r.tag_header()
-                end = r.pos + size
-                if tag == 0 and version >= 1:
-                    self.replica_directory_id = r.uuid_()
-                    r.expect_end_of_tag(end)
-                else:
-                    unknown = r.skip_unknown_tag(tag, size, unknown)
-            self.unknown_tagged_fields = unknown
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.partition, self.current_leader_epoch)
-            self.snapshot_id._write(w, version)
-            w.int64(self.position)
-            tagged: list[tuple[int, bytes]] = []
-            if version >= 1 and (self.replica_directory_id != ZERO_UUID):
-                t = Writer()
-                t.uuid_(self.replica_directory_id)
-                tagged.append((0, t.getvalue()))
-            w.tagged_fields(tagged, self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.current_leader_epoch == 0
-                and self.snapshot_id._is_default()
-                and self.position == 0
-                and self.replica_directory_id == ZERO_UUID
-                and not self.unknown_tagged_fields
-            )
-
-    class SnapshotId(Struct):
-        """A SnapshotId of FetchSnapshotRequest."""
-
-        __slots__ = (
-            "end_offset",
-            "epoch",
-            "unknown_tagged_fields",
-        )
-
-        end_offset: int
-        epoch: int
-
-        def __init__(
-            self,
-            *,
-            end_offset: int = 0,
-            epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.end_offset = end_offset
-            self.epoch = epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest.SnapshotId:
-            self = _new(cls)
-            self.end_offset, self.epoch = r.fixed(_F_qi)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qi.pack(self.end_offset, self.epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.end_offset == 0 and self.epoch == 0 and not self.unknown_tagged_fields
+    TopicSnapshot: TypeAlias = FetchSnapshotRequest_TopicSnapshot
+    PartitionSnapshot: TypeAlias = FetchSnapshotRequest_PartitionSnapshot
+    SnapshotId: TypeAlias = FetchSnapshotRequest_SnapshotId
 
     __slots__ = (
         "cluster_id",
@@ -200,7 +213,7 @@ class FetchSnapshotRequest(Message):
         cluster_id: str | None = None,
         replica_id: int = -1,
         max_bytes: int = 2147483647,
-        topics: list[FetchSnapshotRequest.TopicSnapshot] = DEFAULT,
+        topics: list[FetchSnapshotRequest.TopicSnapshot] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -211,10 +224,11 @@ class FetchSnapshotRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> FetchSnapshotRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.cluster_id = None
         self.replica_id, self.max_bytes = r.fixed(_F_ii)
-        self.topics = r.compact_array(FetchSnapshotRequest.TopicSnapshot._read, version)
+        self.topics = r.compact_array(FetchSnapshotRequest_TopicSnapshot._read, version)
         unknown = None
         for _ in range(r.tag_count()):
             tag, size = r.tag_header()
@@ -228,7 +242,7 @@ class FetchSnapshotRequest(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ii.pack(self.replica_id, self.max_bytes)
+        w.buf += _pack_ii(self.replica_id, self.max_bytes)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)
@@ -249,19 +263,25 @@ class FetchSnapshotRequest(Message):
         )
 
 
-FetchSnapshotRequest.TopicSnapshot.FIELDS = (
+nest(
+    FetchSnapshotRequest,
+    TopicSnapshot=FetchSnapshotRequest_TopicSnapshot,
+    PartitionSnapshot=FetchSnapshotRequest_PartitionSnapshot,
+    SnapshotId=FetchSnapshotRequest_SnapshotId,
+)
+FetchSnapshotRequest_TopicSnapshot.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionSnapshot",
         (0, 32767),
-        struct=FetchSnapshotRequest.PartitionSnapshot,
+        struct=FetchSnapshotRequest_PartitionSnapshot,
     ),
 )
-FetchSnapshotRequest.PartitionSnapshot.FIELDS = (
+FetchSnapshotRequest_PartitionSnapshot.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("current_leader_epoch", "int32", (0, 32767)),
-    Field("snapshot_id", "SnapshotId", (0, 32767), struct=FetchSnapshotRequest.SnapshotId),
+    Field("snapshot_id", "SnapshotId", (0, 32767), struct=FetchSnapshotRequest_SnapshotId),
     Field("position", "int64", (0, 32767)),
     Field(
         "replica_directory_id",
@@ -272,7 +292,7 @@ FetchSnapshotRequest.PartitionSnapshot.FIELDS = (
         ignorable=True,
     ),
 )
-FetchSnapshotRequest.SnapshotId.FIELDS = (
+FetchSnapshotRequest_SnapshotId.FIELDS = (
     Field("end_offset", "int64", (0, 32767)),
     Field("epoch", "int32", (0, 32767)),
 )
@@ -287,8 +307,297 @@ FetchSnapshotRequest.FIELDS = (
     ),
     Field("replica_id", "int32", (0, 32767)),
     Field("max_bytes", "int32", (0, 32767)),
-    Field("topics", "[]TopicSnapshot", (0, 32767), struct=FetchSnapshotRequest.TopicSnapshot),
+    Field("topics", "[]TopicSnapshot", (0, 32767), struct=FetchSnapshotRequest_TopicSnapshot),
 )
+
+
+class FetchSnapshotResponse_TopicSnapshot(Struct):
+    """A TopicSnapshot of FetchSnapshotResponse (FetchSnapshotResponse.TopicSnapshot)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[FetchSnapshotResponse.PartitionSnapshot]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[FetchSnapshotResponse.PartitionSnapshot] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.TopicSnapshot:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.partitions = r.compact_array(FetchSnapshotResponse_PartitionSnapshot._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class FetchSnapshotResponse_PartitionSnapshot(Struct):
+    """A PartitionSnapshot of FetchSnapshotResponse (FetchSnapshotResponse.PartitionSnapshot)."""
+
+    __slots__ = (
+        "index",
+        "error_code",
+        "snapshot_id",
+        "current_leader",
+        "size",
+        "position",
+        "unaligned_records",
+        "unknown_tagged_fields",
+    )
+
+    index: int
+    error_code: int
+    snapshot_id: FetchSnapshotResponse.SnapshotId
+    current_leader: FetchSnapshotResponse.LeaderIdAndEpoch
+    size: int
+    position: int
+    unaligned_records: Any
+
+    def __init__(
+        self,
+        *,
+        index: int = 0,
+        error_code: int = 0,
+        snapshot_id: FetchSnapshotResponse.SnapshotId | Default = DEFAULT,
+        current_leader: FetchSnapshotResponse.LeaderIdAndEpoch | Default = DEFAULT,
+        size: int = 0,
+        position: int = 0,
+        unaligned_records: Any = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.index = index
+        self.error_code = error_code
+        self.snapshot_id = (
+            FetchSnapshotResponse_SnapshotId() if snapshot_id is DEFAULT else snapshot_id
+        )
+        self.current_leader = (
+            FetchSnapshotResponse_LeaderIdAndEpoch()
+            if current_leader is DEFAULT
+            else current_leader
+        )
+        self.size = size
+        self.position = position
+        self.unaligned_records = unaligned_records
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.PartitionSnapshot:
+        new = cls.__new__
+        self = new(cls)
+        self.index, self.error_code = r.fixed(_F_ih)
+        self.snapshot_id = FetchSnapshotResponse_SnapshotId._read(r, version)
+        self.current_leader = FetchSnapshotResponse_LeaderIdAndEpoch()
+        self.size, self.position = r.fixed(_F_qq)
+        self.unaligned_records = r.compact_view()
+        unknown = None
+        for _ in range(r.tag_count()):
+            tag, size = r.tag_header()
+            end = r.pos + size
+            if tag == 0:
+                self.current_leader = FetchSnapshotResponse_LeaderIdAndEpoch._read(r, version)
+                r.expect_end_of_tag(end)
+            else:
+                unknown = r.skip_unknown_tag(tag, size, unknown)
+        self.unknown_tagged_fields = unknown
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.index, self.error_code)
+        self.snapshot_id._write(w, version)
+        w.buf += _pack_qq(self.size, self.position)
+        w.records(self.unaligned_records, compact=True, nullable=False)
+        tagged: list[tuple[int, bytes]] = []
+        if not self.current_leader._is_default():
+            t = Writer()
+            self.current_leader._write(t, version)
+            tagged.append((0, t.getvalue()))
+        w.tagged_fields(tagged, self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.index == 0
+            and self.error_code == 0
+            and self.snapshot_id._is_default()
+            and self.current_leader._is_default()
+            and self.size == 0
+            and self.position == 0
+            and self.unaligned_records is None
+            and not self.unknown_tagged_fields
+        )
+
+
+class FetchSnapshotResponse_SnapshotId(Struct):
+    """A SnapshotId of FetchSnapshotResponse (FetchSnapshotResponse.SnapshotId)."""
+
+    __slots__ = (
+        "end_offset",
+        "epoch",
+        "unknown_tagged_fields",
+    )
+
+    end_offset: int
+    epoch: int
+
+    def __init__(
+        self,
+        *,
+        end_offset: int = 0,
+        epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.SnapshotId:
+        new = cls.__new__
+        self = new(cls)
+        self.end_offset, self.epoch = r.fixed(_F_qi)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qi(self.end_offset, self.epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.end_offset == 0 and self.epoch == 0 and not self.unknown_tagged_fields
+
+
+class FetchSnapshotResponse_LeaderIdAndEpoch(Struct):
+    """A LeaderIdAndEpoch of FetchSnapshotResponse (FetchSnapshotResponse.LeaderIdAndEpoch)."""
+
+    __slots__ = (
+        "leader_id",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.LeaderIdAndEpoch:
+        new = cls.__new__
+        self = new(cls)
+        self.leader_id, self.leader_epoch = r.fixed(_F_ii)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.leader_id, self.leader_epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.leader_id == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
+
+
+class FetchSnapshotResponse_NodeEndpoint(Struct):
+    """A NodeEndpoint of FetchSnapshotResponse (FetchSnapshotResponse.NodeEndpoint)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.NodeEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.node_id = r.int32()
+        else:
+            self.node_id = 0
+        if version >= 1:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 1:
+            self.port = r.uint16()
+        else:
+            self.port = 0
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.int32(self.node_id)
+        else:
+            if self.node_id != 0:
+                raise not_in_version("FetchSnapshotResponse.NodeEndpoint", "node_id", version)
+        if version >= 1:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("FetchSnapshotResponse.NodeEndpoint", "host", version)
+        if version >= 1:
+            w.uint16(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("FetchSnapshotResponse.NodeEndpoint", "port", version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class FetchSnapshotResponse(Message):
@@ -299,286 +608,11 @@ class FetchSnapshotResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class TopicSnapshot(Struct):
-        """A TopicSnapshot of FetchSnapshotResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[FetchSnapshotResponse.PartitionSnapshot]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[FetchSnapshotResponse.PartitionSnapshot] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.TopicSnapshot:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.partitions = r.compact_array(
-                FetchSnapshotResponse.PartitionSnapshot._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class PartitionSnapshot(Struct):
-        """A PartitionSnapshot of FetchSnapshotResponse."""
-
-        __slots__ = (
-            "index",
-            "error_code",
-            "snapshot_id",
-            "current_leader",
-            "size",
-            "position",
-            "unaligned_records",
-            "unknown_tagged_fields",
-        )
-
-        index: int
-        error_code: int
-        snapshot_id: FetchSnapshotResponse.SnapshotId
-        current_leader: FetchSnapshotResponse.LeaderIdAndEpoch
-        size: int
-        position: int
-        unaligned_records: Any
-
-        def __init__(
-            self,
-            *,
-            index: int = 0,
-            error_code: int = 0,
-            snapshot_id: FetchSnapshotResponse.SnapshotId = DEFAULT,
-            current_leader: FetchSnapshotResponse.LeaderIdAndEpoch = DEFAULT,
-            size: int = 0,
-            position: int = 0,
-            unaligned_records: Any = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.index = index
-            self.error_code = error_code
-            self.snapshot_id = (
-                FetchSnapshotResponse.SnapshotId() if snapshot_id is DEFAULT else snapshot_id
-            )
-            self.current_leader = (
-                FetchSnapshotResponse.LeaderIdAndEpoch()
-                if current_leader is DEFAULT
-                else current_leader
-            )
-            self.size = size
-            self.position = position
-            self.unaligned_records = unaligned_records
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.PartitionSnapshot:
-            self = _new(cls)
-            self.index, self.error_code = r.fixed(_F_ih)
-            self.snapshot_id = FetchSnapshotResponse.SnapshotId._read(r, version)
-            self.current_leader = FetchSnapshotResponse.LeaderIdAndEpoch()
-            self.size, self.position = r.fixed(_F_qq)
-            self.unaligned_records = r.compact_view()
-            unknown = None
-            for _ in range(r.tag_count()):
-                tag, size = r.tag_header()
-                end = r.pos + size
-                if tag == 0:
-                    self.current_leader = FetchSnapshotResponse.LeaderIdAndEpoch._read(r, version)
-                    r.expect_end_of_tag(end)
-                else:
-                    unknown = r.skip_unknown_tag(tag, size, unknown)
-            self.unknown_tagged_fields = unknown
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.index, self.error_code)
-            self.snapshot_id._write(w, version)
-            w.buf += _F_qq.pack(self.size, self.position)
-            w.records(self.unaligned_records, compact=True, nullable=False)
-            tagged: list[tuple[int, bytes]] = []
-            if not self.current_leader._is_default():
-                t = Writer()
-                self.current_leader._write(t, version)
-                tagged.append((0, t.getvalue()))
-            w.tagged_fields(tagged, self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.index == 0
-                and self.error_code == 0
-                and self.snapshot_id._is_default()
-                and self.current_leader._is_default()
-                and self.size == 0
-                and self.position == 0
-                and self.unaligned_records is None
-                and not self.unknown_tagged_fields
-            )
-
-    class SnapshotId(Struct):
-        """A SnapshotId of FetchSnapshotResponse."""
-
-        __slots__ = (
-            "end_offset",
-            "epoch",
-            "unknown_tagged_fields",
-        )
-
-        end_offset: int
-        epoch: int
-
-        def __init__(
-            self,
-            *,
-            end_offset: int = 0,
-            epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.end_offset = end_offset
-            self.epoch = epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.SnapshotId:
-            self = _new(cls)
-            self.end_offset, self.epoch = r.fixed(_F_qi)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qi.pack(self.end_offset, self.epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.end_offset == 0 and self.epoch == 0 and not self.unknown_tagged_fields
-
-    class LeaderIdAndEpoch(Struct):
-        """A LeaderIdAndEpoch of FetchSnapshotResponse."""
-
-        __slots__ = (
-            "leader_id",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        leader_id: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.LeaderIdAndEpoch:
-            self = _new(cls)
-            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.leader_id == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
-
-    class NodeEndpoint(Struct):
-        """A NodeEndpoint of FetchSnapshotResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse.NodeEndpoint:
-            self = _new(cls)
-            if version >= 1:
-                self.node_id = r.int32()
-            else:
-                self.node_id = 0
-            if version >= 1:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 1:
-                self.port = r.uint16()
-            else:
-                self.port = 0
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.int32(self.node_id)
-            else:
-                if self.node_id != 0:
-                    raise not_in_version("FetchSnapshotResponse.NodeEndpoint", "node_id", version)
-            if version >= 1:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("FetchSnapshotResponse.NodeEndpoint", "host", version)
-            if version >= 1:
-                w.uint16(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("FetchSnapshotResponse.NodeEndpoint", "port", version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicSnapshot: TypeAlias = FetchSnapshotResponse_TopicSnapshot
+    PartitionSnapshot: TypeAlias = FetchSnapshotResponse_PartitionSnapshot
+    SnapshotId: TypeAlias = FetchSnapshotResponse_SnapshotId
+    LeaderIdAndEpoch: TypeAlias = FetchSnapshotResponse_LeaderIdAndEpoch
+    NodeEndpoint: TypeAlias = FetchSnapshotResponse_NodeEndpoint
 
     __slots__ = (
         "throttle_time_ms",
@@ -598,8 +632,8 @@ class FetchSnapshotResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        topics: list[FetchSnapshotResponse.TopicSnapshot] = DEFAULT,
-        node_endpoints: list[FetchSnapshotResponse.NodeEndpoint] = DEFAULT,
+        topics: list[FetchSnapshotResponse.TopicSnapshot] | Default = DEFAULT,
+        node_endpoints: list[FetchSnapshotResponse.NodeEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -610,9 +644,10 @@ class FetchSnapshotResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> FetchSnapshotResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
-        self.topics = r.compact_array(FetchSnapshotResponse.TopicSnapshot._read, version)
+        self.topics = r.compact_array(FetchSnapshotResponse_TopicSnapshot._read, version)
         self.node_endpoints = []
         unknown = None
         for _ in range(r.tag_count()):
@@ -620,7 +655,7 @@ class FetchSnapshotResponse(Message):
             end = r.pos + size
             if tag == 0 and version >= 1:
                 self.node_endpoints = r.compact_array(
-                    FetchSnapshotResponse.NodeEndpoint._read, version
+                    FetchSnapshotResponse_NodeEndpoint._read, version
                 )
                 r.expect_end_of_tag(end)
             else:
@@ -629,7 +664,7 @@ class FetchSnapshotResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)
@@ -657,40 +692,48 @@ class FetchSnapshotResponse(Message):
         )
 
 
-FetchSnapshotResponse.TopicSnapshot.FIELDS = (
+nest(
+    FetchSnapshotResponse,
+    TopicSnapshot=FetchSnapshotResponse_TopicSnapshot,
+    PartitionSnapshot=FetchSnapshotResponse_PartitionSnapshot,
+    SnapshotId=FetchSnapshotResponse_SnapshotId,
+    LeaderIdAndEpoch=FetchSnapshotResponse_LeaderIdAndEpoch,
+    NodeEndpoint=FetchSnapshotResponse_NodeEndpoint,
+)
+FetchSnapshotResponse_TopicSnapshot.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionSnapshot",
         (0, 32767),
-        struct=FetchSnapshotResponse.PartitionSnapshot,
+        struct=FetchSnapshotResponse_PartitionSnapshot,
     ),
 )
-FetchSnapshotResponse.PartitionSnapshot.FIELDS = (
+FetchSnapshotResponse_PartitionSnapshot.FIELDS = (
     Field("index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
-    Field("snapshot_id", "SnapshotId", (0, 32767), struct=FetchSnapshotResponse.SnapshotId),
+    Field("snapshot_id", "SnapshotId", (0, 32767), struct=FetchSnapshotResponse_SnapshotId),
     Field(
         "current_leader",
         "LeaderIdAndEpoch",
         (0, 32767),
         tagged_versions=(0, 32767),
         tag=0,
-        struct=FetchSnapshotResponse.LeaderIdAndEpoch,
+        struct=FetchSnapshotResponse_LeaderIdAndEpoch,
     ),
     Field("size", "int64", (0, 32767)),
     Field("position", "int64", (0, 32767)),
     Field("unaligned_records", "records", (0, 32767)),
 )
-FetchSnapshotResponse.SnapshotId.FIELDS = (
+FetchSnapshotResponse_SnapshotId.FIELDS = (
     Field("end_offset", "int64", (0, 32767)),
     Field("epoch", "int32", (0, 32767)),
 )
-FetchSnapshotResponse.LeaderIdAndEpoch.FIELDS = (
+FetchSnapshotResponse_LeaderIdAndEpoch.FIELDS = (
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
 )
-FetchSnapshotResponse.NodeEndpoint.FIELDS = (
+FetchSnapshotResponse_NodeEndpoint.FIELDS = (
     Field("node_id", "int32", (1, 32767)),
     Field("host", "string", (1, 32767)),
     Field("port", "uint16", (1, 32767)),
@@ -698,14 +741,14 @@ FetchSnapshotResponse.NodeEndpoint.FIELDS = (
 FetchSnapshotResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (0, 32767), ignorable=True),
     Field("error_code", "int16", (0, 32767)),
-    Field("topics", "[]TopicSnapshot", (0, 32767), struct=FetchSnapshotResponse.TopicSnapshot),
+    Field("topics", "[]TopicSnapshot", (0, 32767), struct=FetchSnapshotResponse_TopicSnapshot),
     Field(
         "node_endpoints",
         "[]NodeEndpoint",
         (1, 32767),
         tagged_versions=(1, 32767),
         tag=0,
-        struct=FetchSnapshotResponse.NodeEndpoint,
+        struct=FetchSnapshotResponse_NodeEndpoint,
     ),
 )
 

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer, read_compact_string_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer, read_compact_string_item
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class FindCoordinatorRequest(Message):
@@ -34,7 +34,7 @@ class FindCoordinatorRequest(Message):
         *,
         key: str = "",
         key_type: int = 0,
-        coordinator_keys: list[str] = DEFAULT,
+        coordinator_keys: list[str] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.key = key
@@ -44,7 +44,8 @@ class FindCoordinatorRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> FindCoordinatorRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 4:
             self.key = ""
         elif version >= 3:
@@ -103,6 +104,123 @@ FindCoordinatorRequest.FIELDS = (
 )
 
 
+class FindCoordinatorResponse_Coordinator(Struct):
+    """A Coordinator of FindCoordinatorResponse (FindCoordinatorResponse.Coordinator)."""
+
+    __slots__ = (
+        "key",
+        "node_id",
+        "host",
+        "port",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    key: str
+    node_id: int
+    host: str
+    port: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        key: str = "",
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.key = key
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> FindCoordinatorResponse.Coordinator:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.key = r.compact_string()
+        else:
+            self.key = ""
+        if version >= 4:
+            self.node_id = r.int32()
+        else:
+            self.node_id = 0
+        if version >= 4:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 4:
+            self.port = r.int32()
+        else:
+            self.port = 0
+        if version >= 4:
+            self.error_code = r.int16()
+        else:
+            self.error_code = 0
+        if version >= 4:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = ""
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.key)
+        else:
+            if self.key != "":
+                raise not_in_version("FindCoordinatorResponse.Coordinator", "key", version)
+        if version >= 4:
+            w.int32(self.node_id)
+        else:
+            if self.node_id != 0:
+                raise not_in_version("FindCoordinatorResponse.Coordinator", "node_id", version)
+        if version >= 4:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("FindCoordinatorResponse.Coordinator", "host", version)
+        if version >= 4:
+            w.int32(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("FindCoordinatorResponse.Coordinator", "port", version)
+        if version >= 4:
+            w.int16(self.error_code)
+        else:
+            if self.error_code != 0:
+                raise not_in_version("FindCoordinatorResponse.Coordinator", "error_code", version)
+        if version >= 4:
+            w.compact_nullable_string(self.error_message)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "FindCoordinatorResponse.Coordinator", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.key == ""
+            and self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and self.error_code == 0
+            and self.error_message == ""
+            and not self.unknown_tagged_fields
+        )
+
+
 class FindCoordinatorResponse(Message):
     """Kafka's FindCoordinatorResponse (response, v0-v6), from clients/FindCoordinatorResponse.json."""
 
@@ -111,122 +229,7 @@ class FindCoordinatorResponse(Message):
     MAX_VERSION = 6
     FLEXIBLE_MIN = 3
 
-    class Coordinator(Struct):
-        """A Coordinator of FindCoordinatorResponse."""
-
-        __slots__ = (
-            "key",
-            "node_id",
-            "host",
-            "port",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        key: str
-        node_id: int
-        host: str
-        port: int
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            key: str = "",
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            error_code: int = 0,
-            error_message: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.key = key
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> FindCoordinatorResponse.Coordinator:
-            self = _new(cls)
-            if version >= 4:
-                self.key = r.compact_string()
-            else:
-                self.key = ""
-            if version >= 4:
-                self.node_id = r.int32()
-            else:
-                self.node_id = 0
-            if version >= 4:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 4:
-                self.port = r.int32()
-            else:
-                self.port = 0
-            if version >= 4:
-                self.error_code = r.int16()
-            else:
-                self.error_code = 0
-            if version >= 4:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = ""
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.key)
-            else:
-                if self.key != "":
-                    raise not_in_version("FindCoordinatorResponse.Coordinator", "key", version)
-            if version >= 4:
-                w.int32(self.node_id)
-            else:
-                if self.node_id != 0:
-                    raise not_in_version("FindCoordinatorResponse.Coordinator", "node_id", version)
-            if version >= 4:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("FindCoordinatorResponse.Coordinator", "host", version)
-            if version >= 4:
-                w.int32(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("FindCoordinatorResponse.Coordinator", "port", version)
-            if version >= 4:
-                w.int16(self.error_code)
-            else:
-                if self.error_code != 0:
-                    raise not_in_version(
-                        "FindCoordinatorResponse.Coordinator", "error_code", version
-                    )
-            if version >= 4:
-                w.compact_nullable_string(self.error_message)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "FindCoordinatorResponse.Coordinator", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.key == ""
-                and self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and self.error_code == 0
-                and self.error_message == ""
-                and not self.unknown_tagged_fields
-            )
+    Coordinator: TypeAlias = FindCoordinatorResponse_Coordinator
 
     __slots__ = (
         "throttle_time_ms",
@@ -256,7 +259,7 @@ class FindCoordinatorResponse(Message):
         node_id: int = 0,
         host: str = "",
         port: int = 0,
-        coordinators: list[FindCoordinatorResponse.Coordinator] = DEFAULT,
+        coordinators: list[FindCoordinatorResponse.Coordinator] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -270,7 +273,8 @@ class FindCoordinatorResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> FindCoordinatorResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:
@@ -302,7 +306,7 @@ class FindCoordinatorResponse(Message):
         else:
             self.port = r.int32()
         if version >= 4:
-            self.coordinators = r.compact_array(FindCoordinatorResponse.Coordinator._read, version)
+            self.coordinators = r.compact_array(FindCoordinatorResponse_Coordinator._read, version)
         else:
             self.coordinators = []
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
@@ -364,7 +368,8 @@ class FindCoordinatorResponse(Message):
         )
 
 
-FindCoordinatorResponse.Coordinator.FIELDS = (
+nest(FindCoordinatorResponse, Coordinator=FindCoordinatorResponse_Coordinator)
+FindCoordinatorResponse_Coordinator.FIELDS = (
     Field("key", "string", (4, 32767)),
     Field("node_id", "int32", (4, 32767)),
     Field("host", "string", (4, 32767)),
@@ -379,7 +384,7 @@ FindCoordinatorResponse.FIELDS = (
     Field("node_id", "int32", (0, 3)),
     Field("host", "string", (0, 3)),
     Field("port", "int32", (0, 3)),
-    Field("coordinators", "[]Coordinator", (4, 32767), struct=FindCoordinatorResponse.Coordinator),
+    Field("coordinators", "[]Coordinator", (4, 32767), struct=FindCoordinatorResponse_Coordinator),
 )
 
 __all__ = ["FindCoordinatorRequest", "FindCoordinatorResponse"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final
 
 from protocol.primitives import (
     ZERO_UUID,
@@ -15,11 +16,12 @@ from protocol.primitives import (
     read_compact_string_item,
     read_int8_item,
 )
-from protocol.schema import DEFAULT, Field, Message
+from protocol.schema import DEFAULT, Default, Field, Message
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
 
 
 class GetTelemetrySubscriptionsRequest(Message):
@@ -48,7 +50,8 @@ class GetTelemetrySubscriptionsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> GetTelemetrySubscriptionsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.client_instance_id = r.uuid_()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -102,11 +105,11 @@ class GetTelemetrySubscriptionsResponse(Message):
         error_code: int = 0,
         client_instance_id: uuid.UUID = ZERO_UUID,
         subscription_id: int = 0,
-        accepted_compression_types: list[int] = DEFAULT,
+        accepted_compression_types: list[int] | Default = DEFAULT,
         push_interval_ms: int = 0,
         telemetry_max_bytes: int = 0,
         delta_temporality: bool = False,
-        requested_metrics: list[str] = DEFAULT,
+        requested_metrics: list[str] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -124,7 +127,8 @@ class GetTelemetrySubscriptionsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> GetTelemetrySubscriptionsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.client_instance_id = r.uuid_()
         self.subscription_id = r.int32()
@@ -136,13 +140,13 @@ class GetTelemetrySubscriptionsResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.uuid_(self.client_instance_id)
         w.int32(self.subscription_id)
         w.array_length(self.accepted_compression_types, compact=True, nullable=False)
         for accepted_compression_types_item in self.accepted_compression_types:
             w.int8(accepted_compression_types_item)
-        w.buf += _F_ii.pack(self.push_interval_ms, self.telemetry_max_bytes)
+        w.buf += _pack_ii(self.push_interval_ms, self.telemetry_max_bytes)
         w.boolean(self.delta_temporality)
         w.array_length(self.requested_metrics, compact=True, nullable=False)
         for requested_metrics_item in self.requested_metrics:

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-_F_hhi = struct.Struct(">hhi")
+_F_hhi: Final = struct.Struct(">hhi")
+_pack_hhi: Final = _F_hhi.pack
 
 
 class RequestHeader(Message):
@@ -51,7 +52,8 @@ class RequestHeader(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> RequestHeader:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.request_api_key, self.request_api_version, self.correlation_id = r.fixed(_F_hhi)
         if version >= 1:
             self.client_id = r.nullable_string()
@@ -61,7 +63,7 @@ class RequestHeader(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_hhi.pack(self.request_api_key, self.request_api_version, self.correlation_id)
+        w.buf += _pack_hhi(self.request_api_key, self.request_api_version, self.correlation_id)
         if version >= 1:
             w.nullable_string(self.client_id)
         if version >= 2:
@@ -110,7 +112,8 @@ class ResponseHeader(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ResponseHeader:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.correlation_id = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self

@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-
 
 class HeartbeatRequest(Message):
     """Kafka's HeartbeatRequest (request, v0-v4), from clients/HeartbeatRequest.json."""
@@ -48,7 +46,8 @@ class HeartbeatRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> HeartbeatRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 4:
             self.group_id = r.compact_string()
         else:
@@ -137,7 +136,8 @@ class HeartbeatResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> HeartbeatResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:

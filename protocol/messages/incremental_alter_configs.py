@@ -4,10 +4,156 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class IncrementalAlterConfigsRequest_AlterConfigsResource(Struct):
+    """A AlterConfigsResource of IncrementalAlterConfigsRequest (IncrementalAlterConfigsRequest.AlterConfigsResource)."""
+
+    __slots__ = (
+        "resource_type",
+        "resource_name",
+        "configs",
+        "unknown_tagged_fields",
+    )
+
+    resource_type: int
+    resource_name: str
+    configs: list[IncrementalAlterConfigsRequest.AlterableConfig]
+
+    def __init__(
+        self,
+        *,
+        resource_type: int = 0,
+        resource_name: str = "",
+        configs: list[IncrementalAlterConfigsRequest.AlterableConfig] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is DEFAULT else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> IncrementalAlterConfigsRequest.AlterConfigsResource:
+        new = cls.__new__
+        self = new(cls)
+        self.resource_type = r.int8()
+        if version >= 1:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        if version >= 1:
+            self.configs = r.compact_array(
+                IncrementalAlterConfigsRequest_AlterableConfig._read, version
+            )
+        else:
+            self.configs = r.array(IncrementalAlterConfigsRequest_AlterableConfig._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int8(self.resource_type)
+        if version >= 1:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 1:
+            w.array_length(self.configs, compact=True, nullable=False)
+            for configs_item in self.configs:
+                configs_item._write(w, version)
+        else:
+            w.array_length(self.configs, compact=False, nullable=False)
+            for configs_item in self.configs:
+                configs_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "IncrementalAlterConfigsRequest.AlterConfigsResource",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.resource_type == 0
+            and self.resource_name == ""
+            and self.configs == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class IncrementalAlterConfigsRequest_AlterableConfig(Struct):
+    """A AlterableConfig of IncrementalAlterConfigsRequest (IncrementalAlterConfigsRequest.AlterableConfig)."""
+
+    __slots__ = (
+        "name",
+        "config_operation",
+        "value",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    config_operation: int
+    value: str | None
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        config_operation: int = 0,
+        value: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.config_operation = config_operation
+        self.value = value
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> IncrementalAlterConfigsRequest.AlterableConfig:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        self.config_operation = r.int8()
+        if version >= 1:
+            self.value = r.compact_nullable_string()
+        else:
+            self.value = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        w.int8(self.config_operation)
+        if version >= 1:
+            w.compact_nullable_string(self.value)
+        else:
+            w.nullable_string(self.value)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "IncrementalAlterConfigsRequest.AlterableConfig", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.config_operation == 0
+            and self.value == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class IncrementalAlterConfigsRequest(Message):
@@ -18,153 +164,8 @@ class IncrementalAlterConfigsRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class AlterConfigsResource(Struct):
-        """A AlterConfigsResource of IncrementalAlterConfigsRequest."""
-
-        __slots__ = (
-            "resource_type",
-            "resource_name",
-            "configs",
-            "unknown_tagged_fields",
-        )
-
-        resource_type: int
-        resource_name: str
-        configs: list[IncrementalAlterConfigsRequest.AlterableConfig]
-
-        def __init__(
-            self,
-            *,
-            resource_type: int = 0,
-            resource_name: str = "",
-            configs: list[IncrementalAlterConfigsRequest.AlterableConfig] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.configs = [] if configs is DEFAULT else configs
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> IncrementalAlterConfigsRequest.AlterConfigsResource:
-            self = _new(cls)
-            self.resource_type = r.int8()
-            if version >= 1:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            if version >= 1:
-                self.configs = r.compact_array(
-                    IncrementalAlterConfigsRequest.AlterableConfig._read, version
-                )
-            else:
-                self.configs = r.array(
-                    IncrementalAlterConfigsRequest.AlterableConfig._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int8(self.resource_type)
-            if version >= 1:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 1:
-                w.array_length(self.configs, compact=True, nullable=False)
-                for configs_item in self.configs:
-                    configs_item._write(w, version)
-            else:
-                w.array_length(self.configs, compact=False, nullable=False)
-                for configs_item in self.configs:
-                    configs_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "IncrementalAlterConfigsRequest.AlterConfigsResource",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.resource_type == 0
-                and self.resource_name == ""
-                and self.configs == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AlterableConfig(Struct):
-        """A AlterableConfig of IncrementalAlterConfigsRequest."""
-
-        __slots__ = (
-            "name",
-            "config_operation",
-            "value",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        config_operation: int
-        value: str | None
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            config_operation: int = 0,
-            value: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.config_operation = config_operation
-            self.value = value
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> IncrementalAlterConfigsRequest.AlterableConfig:
-            self = _new(cls)
-            if version >= 1:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            self.config_operation = r.int8()
-            if version >= 1:
-                self.value = r.compact_nullable_string()
-            else:
-                self.value = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            w.int8(self.config_operation)
-            if version >= 1:
-                w.compact_nullable_string(self.value)
-            else:
-                w.nullable_string(self.value)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "IncrementalAlterConfigsRequest.AlterableConfig",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.config_operation == 0
-                and self.value == ""
-                and not self.unknown_tagged_fields
-            )
+    AlterConfigsResource: TypeAlias = IncrementalAlterConfigsRequest_AlterConfigsResource
+    AlterableConfig: TypeAlias = IncrementalAlterConfigsRequest_AlterableConfig
 
     __slots__ = (
         "resources",
@@ -178,7 +179,7 @@ class IncrementalAlterConfigsRequest(Message):
     def __init__(
         self,
         *,
-        resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource] = DEFAULT,
+        resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource] | Default = DEFAULT,
         validate_only: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -188,14 +189,15 @@ class IncrementalAlterConfigsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> IncrementalAlterConfigsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.resources = r.compact_array(
-                IncrementalAlterConfigsRequest.AlterConfigsResource._read, version
+                IncrementalAlterConfigsRequest_AlterConfigsResource._read, version
             )
         else:
             self.resources = r.array(
-                IncrementalAlterConfigsRequest.AlterConfigsResource._read, version
+                IncrementalAlterConfigsRequest_AlterConfigsResource._read, version
             )
         self.validate_only = r.boolean()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
@@ -220,17 +222,22 @@ class IncrementalAlterConfigsRequest(Message):
         return self.resources == [] and not self.validate_only and not self.unknown_tagged_fields
 
 
-IncrementalAlterConfigsRequest.AlterConfigsResource.FIELDS = (
+nest(
+    IncrementalAlterConfigsRequest,
+    AlterConfigsResource=IncrementalAlterConfigsRequest_AlterConfigsResource,
+    AlterableConfig=IncrementalAlterConfigsRequest_AlterableConfig,
+)
+IncrementalAlterConfigsRequest_AlterConfigsResource.FIELDS = (
     Field("resource_type", "int8", (0, 32767)),
     Field("resource_name", "string", (0, 32767)),
     Field(
         "configs",
         "[]AlterableConfig",
         (0, 32767),
-        struct=IncrementalAlterConfigsRequest.AlterableConfig,
+        struct=IncrementalAlterConfigsRequest_AlterableConfig,
     ),
 )
-IncrementalAlterConfigsRequest.AlterableConfig.FIELDS = (
+IncrementalAlterConfigsRequest_AlterableConfig.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("config_operation", "int8", (0, 32767)),
     Field("value", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -240,10 +247,90 @@ IncrementalAlterConfigsRequest.FIELDS = (
         "resources",
         "[]AlterConfigsResource",
         (0, 32767),
-        struct=IncrementalAlterConfigsRequest.AlterConfigsResource,
+        struct=IncrementalAlterConfigsRequest_AlterConfigsResource,
     ),
     Field("validate_only", "bool", (0, 32767)),
 )
+
+
+class IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(Struct):
+    """A AlterConfigsResourceResponse of IncrementalAlterConfigsResponse (IncrementalAlterConfigsResponse.AlterConfigsResourceResponse)."""
+
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "resource_type",
+        "resource_name",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> IncrementalAlterConfigsResponse.AlterConfigsResourceResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 1:
+            self.error_message = r.compact_nullable_string()
+        else:
+            self.error_message = r.nullable_string()
+        self.resource_type = r.int8()
+        if version >= 1:
+            self.resource_name = r.compact_string()
+        else:
+            self.resource_name = r.string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 1:
+            w.compact_nullable_string(self.error_message)
+        else:
+            w.nullable_string(self.error_message)
+        w.int8(self.resource_type)
+        if version >= 1:
+            w.compact_string(self.resource_name)
+        else:
+            w.string(self.resource_name)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "IncrementalAlterConfigsResponse.AlterConfigsResourceResponse",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.error_message == ""
+            and self.resource_type == 0
+            and self.resource_name == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class IncrementalAlterConfigsResponse(Message):
@@ -254,83 +341,9 @@ class IncrementalAlterConfigsResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class AlterConfigsResourceResponse(Struct):
-        """A AlterConfigsResourceResponse of IncrementalAlterConfigsResponse."""
-
-        __slots__ = (
-            "error_code",
-            "error_message",
-            "resource_type",
-            "resource_name",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        error_message: str | None
-        resource_type: int
-        resource_name: str
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            error_message: str | None = "",
-            resource_type: int = 0,
-            resource_name: str = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.error_message = error_message
-            self.resource_type = resource_type
-            self.resource_name = resource_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> IncrementalAlterConfigsResponse.AlterConfigsResourceResponse:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 1:
-                self.error_message = r.compact_nullable_string()
-            else:
-                self.error_message = r.nullable_string()
-            self.resource_type = r.int8()
-            if version >= 1:
-                self.resource_name = r.compact_string()
-            else:
-                self.resource_name = r.string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 1:
-                w.compact_nullable_string(self.error_message)
-            else:
-                w.nullable_string(self.error_message)
-            w.int8(self.resource_type)
-            if version >= 1:
-                w.compact_string(self.resource_name)
-            else:
-                w.string(self.resource_name)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "IncrementalAlterConfigsResponse.AlterConfigsResourceResponse",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.error_message == ""
-                and self.resource_type == 0
-                and self.resource_name == ""
-                and not self.unknown_tagged_fields
-            )
+    AlterConfigsResourceResponse: TypeAlias = (
+        IncrementalAlterConfigsResponse_AlterConfigsResourceResponse
+    )
 
     __slots__ = (
         "throttle_time_ms",
@@ -345,7 +358,8 @@ class IncrementalAlterConfigsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = DEFAULT,
+        responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -354,15 +368,16 @@ class IncrementalAlterConfigsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> IncrementalAlterConfigsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 1:
             self.responses = r.compact_array(
-                IncrementalAlterConfigsResponse.AlterConfigsResourceResponse._read, version
+                IncrementalAlterConfigsResponse_AlterConfigsResourceResponse._read, version
             )
         else:
             self.responses = r.array(
-                IncrementalAlterConfigsResponse.AlterConfigsResourceResponse._read, version
+                IncrementalAlterConfigsResponse_AlterConfigsResourceResponse._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self
@@ -390,7 +405,11 @@ class IncrementalAlterConfigsResponse(Message):
         )
 
 
-IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.FIELDS = (
+nest(
+    IncrementalAlterConfigsResponse,
+    AlterConfigsResourceResponse=IncrementalAlterConfigsResponse_AlterConfigsResourceResponse,
+)
+IncrementalAlterConfigsResponse_AlterConfigsResourceResponse.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("resource_type", "int8", (0, 32767)),
@@ -402,7 +421,7 @@ IncrementalAlterConfigsResponse.FIELDS = (
         "responses",
         "[]AlterConfigsResourceResponse",
         (0, 32767),
-        struct=IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
+        struct=IncrementalAlterConfigsResponse_AlterConfigsResourceResponse,
     ),
 )
 

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-_F_ihqh = struct.Struct(">ihqh")
+_F_ihqh: Final = struct.Struct(">ihqh")
+_pack_ihqh: Final = _F_ihqh.pack
 
 
 class InitProducerIdRequest(Message):
@@ -51,7 +52,8 @@ class InitProducerIdRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> InitProducerIdRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.transactional_id = r.compact_nullable_string()
         else:
@@ -145,7 +147,8 @@ class InitProducerIdResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> InitProducerIdResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch = r.fixed(
             _F_ihqh
         )
@@ -153,7 +156,7 @@ class InitProducerIdResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ihqh.pack(
+        w.buf += _pack_ihqh(
             self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch
         )
         if version >= 2:

@@ -6,13 +6,110 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_iiq = struct.Struct(">iiq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_iiq: Final = struct.Struct(">iiq")
+_pack_iiq: Final = _F_iiq.pack
+
+
+class InitializeShareGroupStateRequest_InitializeStateData(Struct):
+    """A InitializeStateData of InitializeShareGroupStateRequest (InitializeShareGroupStateRequest.InitializeStateData)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[InitializeShareGroupStateRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[InitializeShareGroupStateRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> InitializeShareGroupStateRequest.InitializeStateData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(
+            InitializeShareGroupStateRequest_PartitionData._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class InitializeShareGroupStateRequest_PartitionData(Struct):
+    """A PartitionData of InitializeShareGroupStateRequest (InitializeShareGroupStateRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition",
+        "state_epoch",
+        "start_offset",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    state_epoch: int
+    start_offset: int
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> InitializeShareGroupStateRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.state_epoch, self.start_offset = r.fixed(_F_iiq)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iiq(self.partition, self.state_epoch, self.start_offset)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.state_epoch == 0
+            and self.start_offset == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class InitializeShareGroupStateRequest(Message):
@@ -23,100 +120,8 @@ class InitializeShareGroupStateRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class InitializeStateData(Struct):
-        """A InitializeStateData of InitializeShareGroupStateRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[InitializeShareGroupStateRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[InitializeShareGroupStateRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> InitializeShareGroupStateRequest.InitializeStateData:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                InitializeShareGroupStateRequest.PartitionData._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of InitializeShareGroupStateRequest."""
-
-        __slots__ = (
-            "partition",
-            "state_epoch",
-            "start_offset",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        state_epoch: int
-        start_offset: int
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            state_epoch: int = 0,
-            start_offset: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.state_epoch = state_epoch
-            self.start_offset = start_offset
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> InitializeShareGroupStateRequest.PartitionData:
-            self = _new(cls)
-            self.partition, self.state_epoch, self.start_offset = r.fixed(_F_iiq)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iiq.pack(self.partition, self.state_epoch, self.start_offset)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.state_epoch == 0
-                and self.start_offset == 0
-                and not self.unknown_tagged_fields
-            )
+    InitializeStateData: TypeAlias = InitializeShareGroupStateRequest_InitializeStateData
+    PartitionData: TypeAlias = InitializeShareGroupStateRequest_PartitionData
 
     __slots__ = (
         "group_id",
@@ -131,7 +136,7 @@ class InitializeShareGroupStateRequest(Message):
         self,
         *,
         group_id: str = "",
-        topics: list[InitializeShareGroupStateRequest.InitializeStateData] = DEFAULT,
+        topics: list[InitializeShareGroupStateRequest.InitializeStateData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -140,10 +145,11 @@ class InitializeShareGroupStateRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> InitializeShareGroupStateRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.compact_string()
         self.topics = r.compact_array(
-            InitializeShareGroupStateRequest.InitializeStateData._read, version
+            InitializeShareGroupStateRequest_InitializeStateData._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -159,16 +165,21 @@ class InitializeShareGroupStateRequest(Message):
         return self.group_id == "" and self.topics == [] and not self.unknown_tagged_fields
 
 
-InitializeShareGroupStateRequest.InitializeStateData.FIELDS = (
+nest(
+    InitializeShareGroupStateRequest,
+    InitializeStateData=InitializeShareGroupStateRequest_InitializeStateData,
+    PartitionData=InitializeShareGroupStateRequest_PartitionData,
+)
+InitializeShareGroupStateRequest_InitializeStateData.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionData",
         (0, 32767),
-        struct=InitializeShareGroupStateRequest.PartitionData,
+        struct=InitializeShareGroupStateRequest_PartitionData,
     ),
 )
-InitializeShareGroupStateRequest.PartitionData.FIELDS = (
+InitializeShareGroupStateRequest_PartitionData.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("state_epoch", "int32", (0, 32767)),
     Field("start_offset", "int64", (0, 32767)),
@@ -179,9 +190,108 @@ InitializeShareGroupStateRequest.FIELDS = (
         "topics",
         "[]InitializeStateData",
         (0, 32767),
-        struct=InitializeShareGroupStateRequest.InitializeStateData,
+        struct=InitializeShareGroupStateRequest_InitializeStateData,
     ),
 )
+
+
+class InitializeShareGroupStateResponse_InitializeStateResult(Struct):
+    """A InitializeStateResult of InitializeShareGroupStateResponse (InitializeShareGroupStateResponse.InitializeStateResult)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[InitializeShareGroupStateResponse.PartitionResult]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[InitializeShareGroupStateResponse.PartitionResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> InitializeShareGroupStateResponse.InitializeStateResult:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(
+            InitializeShareGroupStateResponse_PartitionResult._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class InitializeShareGroupStateResponse_PartitionResult(Struct):
+    """A PartitionResult of InitializeShareGroupStateResponse (InitializeShareGroupStateResponse.PartitionResult)."""
+
+    __slots__ = (
+        "partition",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> InitializeShareGroupStateResponse.PartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class InitializeShareGroupStateResponse(Message):
@@ -192,104 +302,8 @@ class InitializeShareGroupStateResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class InitializeStateResult(Struct):
-        """A InitializeStateResult of InitializeShareGroupStateResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[InitializeShareGroupStateResponse.PartitionResult]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[InitializeShareGroupStateResponse.PartitionResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> InitializeShareGroupStateResponse.InitializeStateResult:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                InitializeShareGroupStateResponse.PartitionResult._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionResult(Struct):
-        """A PartitionResult of InitializeShareGroupStateResponse."""
-
-        __slots__ = (
-            "partition",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            error_code: int = 0,
-            error_message: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> InitializeShareGroupStateResponse.PartitionResult:
-            self = _new(cls)
-            self.partition, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.error_code == 0
-                and self.error_message is None
-                and not self.unknown_tagged_fields
-            )
+    InitializeStateResult: TypeAlias = InitializeShareGroupStateResponse_InitializeStateResult
+    PartitionResult: TypeAlias = InitializeShareGroupStateResponse_PartitionResult
 
     __slots__ = (
         "results",
@@ -301,7 +315,7 @@ class InitializeShareGroupStateResponse(Message):
     def __init__(
         self,
         *,
-        results: list[InitializeShareGroupStateResponse.InitializeStateResult] = DEFAULT,
+        results: list[InitializeShareGroupStateResponse.InitializeStateResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.results = [] if results is DEFAULT else results
@@ -309,9 +323,10 @@ class InitializeShareGroupStateResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> InitializeShareGroupStateResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.results = r.compact_array(
-            InitializeShareGroupStateResponse.InitializeStateResult._read, version
+            InitializeShareGroupStateResponse_InitializeStateResult._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -326,16 +341,21 @@ class InitializeShareGroupStateResponse(Message):
         return self.results == [] and not self.unknown_tagged_fields
 
 
-InitializeShareGroupStateResponse.InitializeStateResult.FIELDS = (
+nest(
+    InitializeShareGroupStateResponse,
+    InitializeStateResult=InitializeShareGroupStateResponse_InitializeStateResult,
+    PartitionResult=InitializeShareGroupStateResponse_PartitionResult,
+)
+InitializeShareGroupStateResponse_InitializeStateResult.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionResult",
         (0, 32767),
-        struct=InitializeShareGroupStateResponse.PartitionResult,
+        struct=InitializeShareGroupStateResponse_PartitionResult,
     ),
 )
-InitializeShareGroupStateResponse.PartitionResult.FIELDS = (
+InitializeShareGroupStateResponse_PartitionResult.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -345,7 +365,7 @@ InitializeShareGroupStateResponse.FIELDS = (
         "results",
         "[]InitializeStateResult",
         (0, 32767),
-        struct=InitializeShareGroupStateResponse.InitializeStateResult,
+        struct=InitializeShareGroupStateResponse_InitializeStateResult,
     ),
 )
 

@@ -5,12 +5,75 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_hi = struct.Struct(">hi")
+_F_hi: Final = struct.Struct(">hi")
+_pack_hi: Final = _F_hi.pack
+
+
+class JoinGroupRequest_JoinGroupRequestProtocol(Struct):
+    """A JoinGroupRequestProtocol of JoinGroupRequest (JoinGroupRequest.JoinGroupRequestProtocol)."""
+
+    __slots__ = (
+        "name",
+        "metadata",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    metadata: bytes
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        metadata: bytes = b"",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.metadata = metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> JoinGroupRequest.JoinGroupRequestProtocol:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 6:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 6:
+            self.metadata = r.compact_blob()
+        else:
+            self.metadata = r.blob()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 6:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 6:
+            w.compact_blob(self.metadata)
+        else:
+            w.blob(self.metadata)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "JoinGroupRequest.JoinGroupRequestProtocol", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and (self.metadata is not None and len(self.metadata) == 0)
+            and not self.unknown_tagged_fields
+        )
 
 
 class JoinGroupRequest(Message):
@@ -21,65 +84,7 @@ class JoinGroupRequest(Message):
     MAX_VERSION = 9
     FLEXIBLE_MIN = 6
 
-    class JoinGroupRequestProtocol(Struct):
-        """A JoinGroupRequestProtocol of JoinGroupRequest."""
-
-        __slots__ = (
-            "name",
-            "metadata",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        metadata: bytes
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            metadata: bytes = b"",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.metadata = metadata
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> JoinGroupRequest.JoinGroupRequestProtocol:
-            self = _new(cls)
-            if version >= 6:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 6:
-                self.metadata = r.compact_blob()
-            else:
-                self.metadata = r.blob()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 6:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 6:
-                w.compact_blob(self.metadata)
-            else:
-                w.blob(self.metadata)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "JoinGroupRequest.JoinGroupRequestProtocol", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and (self.metadata is not None and len(self.metadata) == 0)
-                and not self.unknown_tagged_fields
-            )
+    JoinGroupRequestProtocol: TypeAlias = JoinGroupRequest_JoinGroupRequestProtocol
 
     __slots__ = (
         "group_id",
@@ -111,7 +116,7 @@ class JoinGroupRequest(Message):
         member_id: str = "",
         group_instance_id: str | None = None,
         protocol_type: str = "",
-        protocols: list[JoinGroupRequest.JoinGroupRequestProtocol] = DEFAULT,
+        protocols: list[JoinGroupRequest.JoinGroupRequestProtocol] | Default = DEFAULT,
         reason: str | None = None,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -127,7 +132,8 @@ class JoinGroupRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> JoinGroupRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 6:
             self.group_id = r.compact_string()
         else:
@@ -153,10 +159,10 @@ class JoinGroupRequest(Message):
             self.protocol_type = r.string()
         if version >= 6:
             self.protocols = r.compact_array(
-                JoinGroupRequest.JoinGroupRequestProtocol._read, version
+                JoinGroupRequest_JoinGroupRequestProtocol._read, version
             )
         else:
-            self.protocols = r.array(JoinGroupRequest.JoinGroupRequestProtocol._read, version)
+            self.protocols = r.array(JoinGroupRequest_JoinGroupRequestProtocol._read, version)
         if version >= 8:
             self.reason = r.compact_nullable_string()
         else:
@@ -216,7 +222,8 @@ class JoinGroupRequest(Message):
         )
 
 
-JoinGroupRequest.JoinGroupRequestProtocol.FIELDS = (
+nest(JoinGroupRequest, JoinGroupRequestProtocol=JoinGroupRequest_JoinGroupRequestProtocol)
+JoinGroupRequest_JoinGroupRequestProtocol.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("metadata", "bytes", (0, 32767)),
 )
@@ -231,10 +238,87 @@ JoinGroupRequest.FIELDS = (
         "protocols",
         "[]JoinGroupRequestProtocol",
         (0, 32767),
-        struct=JoinGroupRequest.JoinGroupRequestProtocol,
+        struct=JoinGroupRequest_JoinGroupRequestProtocol,
     ),
     Field("reason", "string", (8, 32767), nullable_versions=(8, 32767), ignorable=True),
 )
+
+
+class JoinGroupResponse_JoinGroupResponseMember(Struct):
+    """A JoinGroupResponseMember of JoinGroupResponse (JoinGroupResponse.JoinGroupResponseMember)."""
+
+    __slots__ = (
+        "member_id",
+        "group_instance_id",
+        "metadata",
+        "unknown_tagged_fields",
+    )
+
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+    def __init__(
+        self,
+        *,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        metadata: bytes = b"",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.metadata = metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> JoinGroupResponse.JoinGroupResponseMember:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 6:
+            self.member_id = r.compact_string()
+        else:
+            self.member_id = r.string()
+        if version >= 6:
+            self.group_instance_id = r.compact_nullable_string()
+        elif version >= 5:
+            self.group_instance_id = r.nullable_string()
+        else:
+            self.group_instance_id = None
+        if version >= 6:
+            self.metadata = r.compact_blob()
+        else:
+            self.metadata = r.blob()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 6:
+            w.compact_string(self.member_id)
+        else:
+            w.string(self.member_id)
+        if version >= 6:
+            w.compact_nullable_string(self.group_instance_id)
+        elif version >= 5:
+            w.nullable_string(self.group_instance_id)
+        if version >= 6:
+            w.compact_blob(self.metadata)
+        else:
+            w.blob(self.metadata)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "JoinGroupResponse.JoinGroupResponseMember", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.member_id == ""
+            and self.group_instance_id is None
+            and (self.metadata is not None and len(self.metadata) == 0)
+            and not self.unknown_tagged_fields
+        )
 
 
 class JoinGroupResponse(Message):
@@ -245,80 +329,7 @@ class JoinGroupResponse(Message):
     MAX_VERSION = 9
     FLEXIBLE_MIN = 6
 
-    class JoinGroupResponseMember(Struct):
-        """A JoinGroupResponseMember of JoinGroupResponse."""
-
-        __slots__ = (
-            "member_id",
-            "group_instance_id",
-            "metadata",
-            "unknown_tagged_fields",
-        )
-
-        member_id: str
-        group_instance_id: str | None
-        metadata: bytes
-
-        def __init__(
-            self,
-            *,
-            member_id: str = "",
-            group_instance_id: str | None = None,
-            metadata: bytes = b"",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.member_id = member_id
-            self.group_instance_id = group_instance_id
-            self.metadata = metadata
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> JoinGroupResponse.JoinGroupResponseMember:
-            self = _new(cls)
-            if version >= 6:
-                self.member_id = r.compact_string()
-            else:
-                self.member_id = r.string()
-            if version >= 6:
-                self.group_instance_id = r.compact_nullable_string()
-            elif version >= 5:
-                self.group_instance_id = r.nullable_string()
-            else:
-                self.group_instance_id = None
-            if version >= 6:
-                self.metadata = r.compact_blob()
-            else:
-                self.metadata = r.blob()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 6:
-                w.compact_string(self.member_id)
-            else:
-                w.string(self.member_id)
-            if version >= 6:
-                w.compact_nullable_string(self.group_instance_id)
-            elif version >= 5:
-                w.nullable_string(self.group_instance_id)
-            if version >= 6:
-                w.compact_blob(self.metadata)
-            else:
-                w.blob(self.metadata)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "JoinGroupResponse.JoinGroupResponseMember", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.member_id == ""
-                and self.group_instance_id is None
-                and (self.metadata is not None and len(self.metadata) == 0)
-                and not self.unknown_tagged_fields
-            )
+    JoinGroupResponseMember: TypeAlias = JoinGroupResponse_JoinGroupResponseMember
 
     __slots__ = (
         "throttle_time_ms",
@@ -354,7 +365,7 @@ class JoinGroupResponse(Message):
         leader: str = "",
         skip_assignment: bool = False,
         member_id: str = "",
-        members: list[JoinGroupResponse.JoinGroupResponseMember] = DEFAULT,
+        members: list[JoinGroupResponse.JoinGroupResponseMember] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -370,7 +381,8 @@ class JoinGroupResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> JoinGroupResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.throttle_time_ms = r.int32()
         else:
@@ -399,16 +411,16 @@ class JoinGroupResponse(Message):
         else:
             self.member_id = r.string()
         if version >= 6:
-            self.members = r.compact_array(JoinGroupResponse.JoinGroupResponseMember._read, version)
+            self.members = r.compact_array(JoinGroupResponse_JoinGroupResponseMember._read, version)
         else:
-            self.members = r.array(JoinGroupResponse.JoinGroupResponseMember._read, version)
+            self.members = r.array(JoinGroupResponse_JoinGroupResponseMember._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
         if version >= 2:
             w.int32(self.throttle_time_ms)
-        w.buf += _F_hi.pack(self.error_code, self.generation_id)
+        w.buf += _pack_hi(self.error_code, self.generation_id)
         if version >= 7:
             w.compact_nullable_string(self.protocol_type)
         if version >= 7:
@@ -458,7 +470,8 @@ class JoinGroupResponse(Message):
         )
 
 
-JoinGroupResponse.JoinGroupResponseMember.FIELDS = (
+nest(JoinGroupResponse, JoinGroupResponseMember=JoinGroupResponse_JoinGroupResponseMember)
+JoinGroupResponse_JoinGroupResponseMember.FIELDS = (
     Field("member_id", "string", (0, 32767)),
     Field("group_instance_id", "string", (5, 32767), nullable_versions=(5, 32767), ignorable=True),
     Field("metadata", "bytes", (0, 32767)),
@@ -476,7 +489,7 @@ JoinGroupResponse.FIELDS = (
         "members",
         "[]JoinGroupResponseMember",
         (0, 32767),
-        struct=JoinGroupResponse.JoinGroupResponseMember,
+        struct=JoinGroupResponse_JoinGroupResponseMember,
     ),
 )
 

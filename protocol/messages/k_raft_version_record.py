@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-_F_hh = struct.Struct(">hh")
+_F_hh: Final = struct.Struct(">hh")
+_pack_hh: Final = _F_hh.pack
 
 
 class KRaftVersionRecord(Message):
@@ -43,13 +44,14 @@ class KRaftVersionRecord(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> KRaftVersionRecord:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.version, self.k_raft_version = r.fixed(_F_hh)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_hh.pack(self.version, self.k_raft_version)
+        w.buf += _pack_hh(self.version, self.k_raft_version)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

@@ -6,13 +6,356 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_iiii = struct.Struct(">iiii")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_iiii: Final = struct.Struct(">iiii")
+_pack_iiii: Final = _F_iiii.pack
+
+
+class LeaderAndIsrRequest_LeaderAndIsrPartitionState(Struct):
+    """A LeaderAndIsrPartitionState of LeaderAndIsrRequest (LeaderAndIsrRequest.LeaderAndIsrPartitionState)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_index",
+        "controller_epoch",
+        "leader",
+        "leader_epoch",
+        "isr",
+        "partition_epoch",
+        "replicas",
+        "adding_replicas",
+        "removing_replicas",
+        "is_new",
+        "leader_recovery_state",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_index: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+    is_new: bool
+    leader_recovery_state: int
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_index: int = 0,
+        controller_epoch: int = 0,
+        leader: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] | Default = DEFAULT,
+        partition_epoch: int = 0,
+        replicas: list[int] | Default = DEFAULT,
+        adding_replicas: list[int] | Default = DEFAULT,
+        removing_replicas: list[int] | Default = DEFAULT,
+        is_new: bool = False,
+        leader_recovery_state: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is DEFAULT else isr
+        self.partition_epoch = partition_epoch
+        self.replicas = [] if replicas is DEFAULT else replicas
+        self.adding_replicas = [] if adding_replicas is DEFAULT else adding_replicas
+        self.removing_replicas = [] if removing_replicas is DEFAULT else removing_replicas
+        self.is_new = is_new
+        self.leader_recovery_state = leader_recovery_state
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> LeaderAndIsrRequest.LeaderAndIsrPartitionState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.topic_name = ""
+        else:
+            self.topic_name = r.string()
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = r.fixed(
+            _F_iiii
+        )
+        if version >= 4:
+            self.isr = r.compact_array(read_int32_item, version)
+        else:
+            self.isr = r.array(read_int32_item, version)
+        self.partition_epoch = r.int32()
+        if version >= 4:
+            self.replicas = r.compact_array(read_int32_item, version)
+        else:
+            self.replicas = r.array(read_int32_item, version)
+        if version >= 4:
+            self.adding_replicas = r.compact_array(read_int32_item, version)
+        elif version >= 3:
+            self.adding_replicas = r.array(read_int32_item, version)
+        else:
+            self.adding_replicas = []
+        if version >= 4:
+            self.removing_replicas = r.compact_array(read_int32_item, version)
+        elif version >= 3:
+            self.removing_replicas = r.array(read_int32_item, version)
+        else:
+            self.removing_replicas = []
+        if version >= 1:
+            self.is_new = r.boolean()
+        else:
+            self.is_new = False
+        if version >= 6:
+            self.leader_recovery_state = r.int8()
+        else:
+            self.leader_recovery_state = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            pass
+        else:
+            w.string(self.topic_name)
+        w.buf += _pack_iiii(
+            self.partition_index, self.controller_epoch, self.leader, self.leader_epoch
+        )
+        if version >= 4:
+            w.array_length(self.isr, compact=True, nullable=False)
+            for isr_item in self.isr:
+                w.int32(isr_item)
+        else:
+            w.array_length(self.isr, compact=False, nullable=False)
+            for isr_item in self.isr:
+                w.int32(isr_item)
+        w.int32(self.partition_epoch)
+        if version >= 4:
+            w.array_length(self.replicas, compact=True, nullable=False)
+            for replicas_item in self.replicas:
+                w.int32(replicas_item)
+        else:
+            w.array_length(self.replicas, compact=False, nullable=False)
+            for replicas_item in self.replicas:
+                w.int32(replicas_item)
+        if version >= 4:
+            w.array_length(self.adding_replicas, compact=True, nullable=False)
+            for adding_replicas_item in self.adding_replicas:
+                w.int32(adding_replicas_item)
+        elif version >= 3:
+            w.array_length(self.adding_replicas, compact=False, nullable=False)
+            for adding_replicas_item in self.adding_replicas:
+                w.int32(adding_replicas_item)
+        if version >= 4:
+            w.array_length(self.removing_replicas, compact=True, nullable=False)
+            for removing_replicas_item in self.removing_replicas:
+                w.int32(removing_replicas_item)
+        elif version >= 3:
+            w.array_length(self.removing_replicas, compact=False, nullable=False)
+            for removing_replicas_item in self.removing_replicas:
+                w.int32(removing_replicas_item)
+        if version >= 1:
+            w.boolean(self.is_new)
+        if version >= 6:
+            w.int8(self.leader_recovery_state)
+        else:
+            if self.leader_recovery_state != 0:
+                raise not_in_version(
+                    "LeaderAndIsrRequest.LeaderAndIsrPartitionState",
+                    "leader_recovery_state",
+                    version,
+                )
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "LeaderAndIsrRequest.LeaderAndIsrPartitionState", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == ""
+            and self.partition_index == 0
+            and self.controller_epoch == 0
+            and self.leader == 0
+            and self.leader_epoch == 0
+            and self.isr == []
+            and self.partition_epoch == 0
+            and self.replicas == []
+            and self.adding_replicas == []
+            and self.removing_replicas == []
+            and not self.is_new
+            and self.leader_recovery_state == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class LeaderAndIsrRequest_LeaderAndIsrTopicState(Struct):
+    """A LeaderAndIsrTopicState of LeaderAndIsrRequest (LeaderAndIsrRequest.LeaderAndIsrTopicState)."""
+
+    __slots__ = (
+        "topic_name",
+        "topic_id",
+        "partition_states",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    topic_id: uuid.UUID
+    partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = [] if partition_states is DEFAULT else partition_states
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> LeaderAndIsrRequest.LeaderAndIsrTopicState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.topic_name = r.compact_string()
+        elif version >= 2:
+            self.topic_name = r.string()
+        else:
+            self.topic_name = ""
+        if version >= 5:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        if version >= 4:
+            self.partition_states = r.compact_array(
+                LeaderAndIsrRequest_LeaderAndIsrPartitionState._read, version
+            )
+        elif version >= 2:
+            self.partition_states = r.array(
+                LeaderAndIsrRequest_LeaderAndIsrPartitionState._read, version
+            )
+        else:
+            self.partition_states = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.topic_name)
+        elif version >= 2:
+            w.string(self.topic_name)
+        else:
+            if self.topic_name != "":
+                raise not_in_version(
+                    "LeaderAndIsrRequest.LeaderAndIsrTopicState", "topic_name", version
+                )
+        if version >= 5:
+            w.uuid_(self.topic_id)
+        if version >= 4:
+            w.array_length(self.partition_states, compact=True, nullable=False)
+            for partition_states_item in self.partition_states:
+                partition_states_item._write(w, version)
+        elif version >= 2:
+            w.array_length(self.partition_states, compact=False, nullable=False)
+            for partition_states_item in self.partition_states:
+                partition_states_item._write(w, version)
+        else:
+            if self.partition_states != []:
+                raise not_in_version(
+                    "LeaderAndIsrRequest.LeaderAndIsrTopicState", "partition_states", version
+                )
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "LeaderAndIsrRequest.LeaderAndIsrTopicState", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == ""
+            and self.topic_id == ZERO_UUID
+            and self.partition_states == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class LeaderAndIsrRequest_LeaderAndIsrLiveLeader(Struct):
+    """A LeaderAndIsrLiveLeader of LeaderAndIsrRequest (LeaderAndIsrRequest.LeaderAndIsrLiveLeader)."""
+
+    __slots__ = (
+        "broker_id",
+        "host_name",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    broker_id: int
+    host_name: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        broker_id: int = 0,
+        host_name: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.host_name = host_name
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> LeaderAndIsrRequest.LeaderAndIsrLiveLeader:
+        new = cls.__new__
+        self = new(cls)
+        self.broker_id = r.int32()
+        if version >= 4:
+            self.host_name = r.compact_string()
+        else:
+            self.host_name = r.string()
+        self.port = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.broker_id)
+        if version >= 4:
+            w.compact_string(self.host_name)
+        else:
+            w.string(self.host_name)
+        w.int32(self.port)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "LeaderAndIsrRequest.LeaderAndIsrLiveLeader", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.broker_id == 0
+            and self.host_name == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class LeaderAndIsrRequest(Message):
@@ -23,342 +366,9 @@ class LeaderAndIsrRequest(Message):
     MAX_VERSION = 7
     FLEXIBLE_MIN = 4
 
-    class LeaderAndIsrPartitionState(Struct):
-        """A LeaderAndIsrPartitionState of LeaderAndIsrRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_index",
-            "controller_epoch",
-            "leader",
-            "leader_epoch",
-            "isr",
-            "partition_epoch",
-            "replicas",
-            "adding_replicas",
-            "removing_replicas",
-            "is_new",
-            "leader_recovery_state",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_index: int
-        controller_epoch: int
-        leader: int
-        leader_epoch: int
-        isr: list[int]
-        partition_epoch: int
-        replicas: list[int]
-        adding_replicas: list[int]
-        removing_replicas: list[int]
-        is_new: bool
-        leader_recovery_state: int
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_index: int = 0,
-            controller_epoch: int = 0,
-            leader: int = 0,
-            leader_epoch: int = 0,
-            isr: list[int] = DEFAULT,
-            partition_epoch: int = 0,
-            replicas: list[int] = DEFAULT,
-            adding_replicas: list[int] = DEFAULT,
-            removing_replicas: list[int] = DEFAULT,
-            is_new: bool = False,
-            leader_recovery_state: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_index = partition_index
-            self.controller_epoch = controller_epoch
-            self.leader = leader
-            self.leader_epoch = leader_epoch
-            self.isr = [] if isr is DEFAULT else isr
-            self.partition_epoch = partition_epoch
-            self.replicas = [] if replicas is DEFAULT else replicas
-            self.adding_replicas = [] if adding_replicas is DEFAULT else adding_replicas
-            self.removing_replicas = [] if removing_replicas is DEFAULT else removing_replicas
-            self.is_new = is_new
-            self.leader_recovery_state = leader_recovery_state
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> LeaderAndIsrRequest.LeaderAndIsrPartitionState:
-            self = _new(cls)
-            if version >= 2:
-                self.topic_name = ""
-            else:
-                self.topic_name = r.string()
-            self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = r.fixed(
-                _F_iiii
-            )
-            if version >= 4:
-                self.isr = r.compact_array(read_int32_item, version)
-            else:
-                self.isr = r.array(read_int32_item, version)
-            self.partition_epoch = r.int32()
-            if version >= 4:
-                self.replicas = r.compact_array(read_int32_item, version)
-            else:
-                self.replicas = r.array(read_int32_item, version)
-            if version >= 4:
-                self.adding_replicas = r.compact_array(read_int32_item, version)
-            elif version >= 3:
-                self.adding_replicas = r.array(read_int32_item, version)
-            else:
-                self.adding_replicas = []
-            if version >= 4:
-                self.removing_replicas = r.compact_array(read_int32_item, version)
-            elif version >= 3:
-                self.removing_replicas = r.array(read_int32_item, version)
-            else:
-                self.removing_replicas = []
-            if version >= 1:
-                self.is_new = r.boolean()
-            else:
-                self.is_new = False
-            if version >= 6:
-                self.leader_recovery_state = r.int8()
-            else:
-                self.leader_recovery_state = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                pass
-            else:
-                w.string(self.topic_name)
-            w.buf += _F_iiii.pack(
-                self.partition_index, self.controller_epoch, self.leader, self.leader_epoch
-            )
-            if version >= 4:
-                w.array_length(self.isr, compact=True, nullable=False)
-                for isr_item in self.isr:
-                    w.int32(isr_item)
-            else:
-                w.array_length(self.isr, compact=False, nullable=False)
-                for isr_item in self.isr:
-                    w.int32(isr_item)
-            w.int32(self.partition_epoch)
-            if version >= 4:
-                w.array_length(self.replicas, compact=True, nullable=False)
-                for replicas_item in self.replicas:
-                    w.int32(replicas_item)
-            else:
-                w.array_length(self.replicas, compact=False, nullable=False)
-                for replicas_item in self.replicas:
-                    w.int32(replicas_item)
-            if version >= 4:
-                w.array_length(self.adding_replicas, compact=True, nullable=False)
-                for adding_replicas_item in self.adding_replicas:
-                    w.int32(adding_replicas_item)
-            elif version >= 3:
-                w.array_length(self.adding_replicas, compact=False, nullable=False)
-                for adding_replicas_item in self.adding_replicas:
-                    w.int32(adding_replicas_item)
-            if version >= 4:
-                w.array_length(self.removing_replicas, compact=True, nullable=False)
-                for removing_replicas_item in self.removing_replicas:
-                    w.int32(removing_replicas_item)
-            elif version >= 3:
-                w.array_length(self.removing_replicas, compact=False, nullable=False)
-                for removing_replicas_item in self.removing_replicas:
-                    w.int32(removing_replicas_item)
-            if version >= 1:
-                w.boolean(self.is_new)
-            if version >= 6:
-                w.int8(self.leader_recovery_state)
-            else:
-                if self.leader_recovery_state != 0:
-                    raise not_in_version(
-                        "LeaderAndIsrRequest.LeaderAndIsrPartitionState",
-                        "leader_recovery_state",
-                        version,
-                    )
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "LeaderAndIsrRequest.LeaderAndIsrPartitionState",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_index == 0
-                and self.controller_epoch == 0
-                and self.leader == 0
-                and self.leader_epoch == 0
-                and self.isr == []
-                and self.partition_epoch == 0
-                and self.replicas == []
-                and self.adding_replicas == []
-                and self.removing_replicas == []
-                and not self.is_new
-                and self.leader_recovery_state == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class LeaderAndIsrTopicState(Struct):
-        """A LeaderAndIsrTopicState of LeaderAndIsrRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "topic_id",
-            "partition_states",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        topic_id: uuid.UUID
-        partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.topic_id = topic_id
-            self.partition_states = [] if partition_states is DEFAULT else partition_states
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> LeaderAndIsrRequest.LeaderAndIsrTopicState:
-            self = _new(cls)
-            if version >= 4:
-                self.topic_name = r.compact_string()
-            elif version >= 2:
-                self.topic_name = r.string()
-            else:
-                self.topic_name = ""
-            if version >= 5:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            if version >= 4:
-                self.partition_states = r.compact_array(
-                    LeaderAndIsrRequest.LeaderAndIsrPartitionState._read, version
-                )
-            elif version >= 2:
-                self.partition_states = r.array(
-                    LeaderAndIsrRequest.LeaderAndIsrPartitionState._read, version
-                )
-            else:
-                self.partition_states = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.topic_name)
-            elif version >= 2:
-                w.string(self.topic_name)
-            else:
-                if self.topic_name != "":
-                    raise not_in_version(
-                        "LeaderAndIsrRequest.LeaderAndIsrTopicState", "topic_name", version
-                    )
-            if version >= 5:
-                w.uuid_(self.topic_id)
-            if version >= 4:
-                w.array_length(self.partition_states, compact=True, nullable=False)
-                for partition_states_item in self.partition_states:
-                    partition_states_item._write(w, version)
-            elif version >= 2:
-                w.array_length(self.partition_states, compact=False, nullable=False)
-                for partition_states_item in self.partition_states:
-                    partition_states_item._write(w, version)
-            else:
-                if self.partition_states != []:
-                    raise not_in_version(
-                        "LeaderAndIsrRequest.LeaderAndIsrTopicState", "partition_states", version
-                    )
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "LeaderAndIsrRequest.LeaderAndIsrTopicState", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.topic_id == ZERO_UUID
-                and self.partition_states == []
-                and not self.unknown_tagged_fields
-            )
-
-    class LeaderAndIsrLiveLeader(Struct):
-        """A LeaderAndIsrLiveLeader of LeaderAndIsrRequest."""
-
-        __slots__ = (
-            "broker_id",
-            "host_name",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        broker_id: int
-        host_name: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            broker_id: int = 0,
-            host_name: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.broker_id = broker_id
-            self.host_name = host_name
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> LeaderAndIsrRequest.LeaderAndIsrLiveLeader:
-            self = _new(cls)
-            self.broker_id = r.int32()
-            if version >= 4:
-                self.host_name = r.compact_string()
-            else:
-                self.host_name = r.string()
-            self.port = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.broker_id)
-            if version >= 4:
-                w.compact_string(self.host_name)
-            else:
-                w.string(self.host_name)
-            w.int32(self.port)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "LeaderAndIsrRequest.LeaderAndIsrLiveLeader", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.broker_id == 0
-                and self.host_name == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    LeaderAndIsrPartitionState: TypeAlias = LeaderAndIsrRequest_LeaderAndIsrPartitionState
+    LeaderAndIsrTopicState: TypeAlias = LeaderAndIsrRequest_LeaderAndIsrTopicState
+    LeaderAndIsrLiveLeader: TypeAlias = LeaderAndIsrRequest_LeaderAndIsrLiveLeader
 
     __slots__ = (
         "controller_id",
@@ -389,9 +399,10 @@ class LeaderAndIsrRequest(Message):
         controller_epoch: int = 0,
         broker_epoch: int = -1,
         type: int = 0,
-        ungrouped_partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = DEFAULT,
-        topic_states: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = DEFAULT,
-        live_leaders: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = DEFAULT,
+        ungrouped_partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]
+        | Default = DEFAULT,
+        topic_states: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] | Default = DEFAULT,
+        live_leaders: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.controller_id = controller_id
@@ -408,7 +419,8 @@ class LeaderAndIsrRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> LeaderAndIsrRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.controller_id = r.int32()
         if version >= 7:
             self.is_k_raft_controller = r.boolean()
@@ -427,22 +439,22 @@ class LeaderAndIsrRequest(Message):
             self.ungrouped_partition_states = []
         else:
             self.ungrouped_partition_states = r.array(
-                LeaderAndIsrRequest.LeaderAndIsrPartitionState._read, version
+                LeaderAndIsrRequest_LeaderAndIsrPartitionState._read, version
             )
         if version >= 4:
             self.topic_states = r.compact_array(
-                LeaderAndIsrRequest.LeaderAndIsrTopicState._read, version
+                LeaderAndIsrRequest_LeaderAndIsrTopicState._read, version
             )
         elif version >= 2:
-            self.topic_states = r.array(LeaderAndIsrRequest.LeaderAndIsrTopicState._read, version)
+            self.topic_states = r.array(LeaderAndIsrRequest_LeaderAndIsrTopicState._read, version)
         else:
             self.topic_states = []
         if version >= 4:
             self.live_leaders = r.compact_array(
-                LeaderAndIsrRequest.LeaderAndIsrLiveLeader._read, version
+                LeaderAndIsrRequest_LeaderAndIsrLiveLeader._read, version
             )
         else:
-            self.live_leaders = r.array(LeaderAndIsrRequest.LeaderAndIsrLiveLeader._read, version)
+            self.live_leaders = r.array(LeaderAndIsrRequest_LeaderAndIsrLiveLeader._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
         return self
 
@@ -506,7 +518,13 @@ class LeaderAndIsrRequest(Message):
         )
 
 
-LeaderAndIsrRequest.LeaderAndIsrPartitionState.FIELDS = (
+nest(
+    LeaderAndIsrRequest,
+    LeaderAndIsrPartitionState=LeaderAndIsrRequest_LeaderAndIsrPartitionState,
+    LeaderAndIsrTopicState=LeaderAndIsrRequest_LeaderAndIsrTopicState,
+    LeaderAndIsrLiveLeader=LeaderAndIsrRequest_LeaderAndIsrLiveLeader,
+)
+LeaderAndIsrRequest_LeaderAndIsrPartitionState.FIELDS = (
     Field("topic_name", "string", (0, 1), ignorable=True),
     Field("partition_index", "int32", (0, 32767)),
     Field("controller_epoch", "int32", (0, 32767)),
@@ -520,17 +538,17 @@ LeaderAndIsrRequest.LeaderAndIsrPartitionState.FIELDS = (
     Field("is_new", "bool", (1, 32767), ignorable=True),
     Field("leader_recovery_state", "int8", (6, 32767)),
 )
-LeaderAndIsrRequest.LeaderAndIsrTopicState.FIELDS = (
+LeaderAndIsrRequest_LeaderAndIsrTopicState.FIELDS = (
     Field("topic_name", "string", (2, 32767)),
     Field("topic_id", "uuid", (5, 32767), ignorable=True),
     Field(
         "partition_states",
         "[]LeaderAndIsrPartitionState",
         (2, 32767),
-        struct=LeaderAndIsrRequest.LeaderAndIsrPartitionState,
+        struct=LeaderAndIsrRequest_LeaderAndIsrPartitionState,
     ),
 )
-LeaderAndIsrRequest.LeaderAndIsrLiveLeader.FIELDS = (
+LeaderAndIsrRequest_LeaderAndIsrLiveLeader.FIELDS = (
     Field("broker_id", "int32", (0, 32767)),
     Field("host_name", "string", (0, 32767)),
     Field("port", "int32", (0, 32767)),
@@ -545,21 +563,158 @@ LeaderAndIsrRequest.FIELDS = (
         "ungrouped_partition_states",
         "[]LeaderAndIsrPartitionState",
         (0, 1),
-        struct=LeaderAndIsrRequest.LeaderAndIsrPartitionState,
+        struct=LeaderAndIsrRequest_LeaderAndIsrPartitionState,
     ),
     Field(
         "topic_states",
         "[]LeaderAndIsrTopicState",
         (2, 32767),
-        struct=LeaderAndIsrRequest.LeaderAndIsrTopicState,
+        struct=LeaderAndIsrRequest_LeaderAndIsrTopicState,
     ),
     Field(
         "live_leaders",
         "[]LeaderAndIsrLiveLeader",
         (0, 32767),
-        struct=LeaderAndIsrRequest.LeaderAndIsrLiveLeader,
+        struct=LeaderAndIsrRequest_LeaderAndIsrLiveLeader,
     ),
 )
+
+
+class LeaderAndIsrResponse_LeaderAndIsrPartitionError(Struct):
+    """A LeaderAndIsrPartitionError of LeaderAndIsrResponse (LeaderAndIsrResponse.LeaderAndIsrPartitionError)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_index",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> LeaderAndIsrResponse.LeaderAndIsrPartitionError:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 5:
+            self.topic_name = ""
+        elif version >= 4:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = r.string()
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 5:
+            pass
+        elif version >= 4:
+            w.compact_string(self.topic_name)
+        else:
+            w.string(self.topic_name)
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "LeaderAndIsrResponse.LeaderAndIsrPartitionError", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == ""
+            and self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class LeaderAndIsrResponse_LeaderAndIsrTopicError(Struct):
+    """A LeaderAndIsrTopicError of LeaderAndIsrResponse (LeaderAndIsrResponse.LeaderAndIsrTopicError)."""
+
+    __slots__ = (
+        "topic_id",
+        "partition_errors",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partition_errors = [] if partition_errors is DEFAULT else partition_errors
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> LeaderAndIsrResponse.LeaderAndIsrTopicError:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 5:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        if version >= 5:
+            self.partition_errors = r.compact_array(
+                LeaderAndIsrResponse_LeaderAndIsrPartitionError._read, version
+            )
+        else:
+            self.partition_errors = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 5:
+            w.uuid_(self.topic_id)
+        else:
+            if self.topic_id != ZERO_UUID:
+                raise not_in_version(
+                    "LeaderAndIsrResponse.LeaderAndIsrTopicError", "topic_id", version
+                )
+        if version >= 5:
+            w.array_length(self.partition_errors, compact=True, nullable=False)
+            for partition_errors_item in self.partition_errors:
+                partition_errors_item._write(w, version)
+        else:
+            if self.partition_errors != []:
+                raise not_in_version(
+                    "LeaderAndIsrResponse.LeaderAndIsrTopicError", "partition_errors", version
+                )
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "LeaderAndIsrResponse.LeaderAndIsrTopicError", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID
+            and self.partition_errors == []
+            and not self.unknown_tagged_fields
+        )
 
 
 class LeaderAndIsrResponse(Message):
@@ -570,140 +725,8 @@ class LeaderAndIsrResponse(Message):
     MAX_VERSION = 7
     FLEXIBLE_MIN = 4
 
-    class LeaderAndIsrPartitionError(Struct):
-        """A LeaderAndIsrPartitionError of LeaderAndIsrResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_index",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_index: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_index: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> LeaderAndIsrResponse.LeaderAndIsrPartitionError:
-            self = _new(cls)
-            if version >= 5:
-                self.topic_name = ""
-            elif version >= 4:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = r.string()
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 5:
-                pass
-            elif version >= 4:
-                w.compact_string(self.topic_name)
-            else:
-                w.string(self.topic_name)
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "LeaderAndIsrResponse.LeaderAndIsrPartitionError",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_index == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class LeaderAndIsrTopicError(Struct):
-        """A LeaderAndIsrTopicError of LeaderAndIsrResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partition_errors",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partition_errors = [] if partition_errors is DEFAULT else partition_errors
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> LeaderAndIsrResponse.LeaderAndIsrTopicError:
-            self = _new(cls)
-            if version >= 5:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            if version >= 5:
-                self.partition_errors = r.compact_array(
-                    LeaderAndIsrResponse.LeaderAndIsrPartitionError._read, version
-                )
-            else:
-                self.partition_errors = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 5:
-                w.uuid_(self.topic_id)
-            else:
-                if self.topic_id != ZERO_UUID:
-                    raise not_in_version(
-                        "LeaderAndIsrResponse.LeaderAndIsrTopicError", "topic_id", version
-                    )
-            if version >= 5:
-                w.array_length(self.partition_errors, compact=True, nullable=False)
-                for partition_errors_item in self.partition_errors:
-                    partition_errors_item._write(w, version)
-            else:
-                if self.partition_errors != []:
-                    raise not_in_version(
-                        "LeaderAndIsrResponse.LeaderAndIsrTopicError", "partition_errors", version
-                    )
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "LeaderAndIsrResponse.LeaderAndIsrTopicError", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partition_errors == []
-                and not self.unknown_tagged_fields
-            )
+    LeaderAndIsrPartitionError: TypeAlias = LeaderAndIsrResponse_LeaderAndIsrPartitionError
+    LeaderAndIsrTopicError: TypeAlias = LeaderAndIsrResponse_LeaderAndIsrTopicError
 
     __slots__ = (
         "error_code",
@@ -720,8 +743,8 @@ class LeaderAndIsrResponse(Message):
         self,
         *,
         error_code: int = 0,
-        partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = DEFAULT,
-        topics: list[LeaderAndIsrResponse.LeaderAndIsrTopicError] = DEFAULT,
+        partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] | Default = DEFAULT,
+        topics: list[LeaderAndIsrResponse.LeaderAndIsrTopicError] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -731,21 +754,22 @@ class LeaderAndIsrResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> LeaderAndIsrResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 5:
             self.partition_errors = []
         elif version >= 4:
             self.partition_errors = r.compact_array(
-                LeaderAndIsrResponse.LeaderAndIsrPartitionError._read, version
+                LeaderAndIsrResponse_LeaderAndIsrPartitionError._read, version
             )
         else:
             self.partition_errors = r.array(
-                LeaderAndIsrResponse.LeaderAndIsrPartitionError._read, version
+                LeaderAndIsrResponse_LeaderAndIsrPartitionError._read, version
             )
         if version >= 5:
             self.topics = r.compact_array(
-                LeaderAndIsrResponse.LeaderAndIsrTopicError._read, version
+                LeaderAndIsrResponse_LeaderAndIsrTopicError._read, version
             )
         else:
             self.topics = []
@@ -786,18 +810,23 @@ class LeaderAndIsrResponse(Message):
         )
 
 
-LeaderAndIsrResponse.LeaderAndIsrPartitionError.FIELDS = (
+nest(
+    LeaderAndIsrResponse,
+    LeaderAndIsrPartitionError=LeaderAndIsrResponse_LeaderAndIsrPartitionError,
+    LeaderAndIsrTopicError=LeaderAndIsrResponse_LeaderAndIsrTopicError,
+)
+LeaderAndIsrResponse_LeaderAndIsrPartitionError.FIELDS = (
     Field("topic_name", "string", (0, 4), ignorable=True),
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
 )
-LeaderAndIsrResponse.LeaderAndIsrTopicError.FIELDS = (
+LeaderAndIsrResponse_LeaderAndIsrTopicError.FIELDS = (
     Field("topic_id", "uuid", (5, 32767)),
     Field(
         "partition_errors",
         "[]LeaderAndIsrPartitionError",
         (5, 32767),
-        struct=LeaderAndIsrResponse.LeaderAndIsrPartitionError,
+        struct=LeaderAndIsrResponse_LeaderAndIsrPartitionError,
     ),
 )
 LeaderAndIsrResponse.FIELDS = (
@@ -806,13 +835,13 @@ LeaderAndIsrResponse.FIELDS = (
         "partition_errors",
         "[]LeaderAndIsrPartitionError",
         (0, 4),
-        struct=LeaderAndIsrResponse.LeaderAndIsrPartitionError,
+        struct=LeaderAndIsrResponse_LeaderAndIsrPartitionError,
     ),
     Field(
         "topics",
         "[]LeaderAndIsrTopicError",
         (5, 32767),
-        struct=LeaderAndIsrResponse.LeaderAndIsrTopicError,
+        struct=LeaderAndIsrResponse_LeaderAndIsrTopicError,
     ),
 )
 

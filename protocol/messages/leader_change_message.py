@@ -6,12 +6,65 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_hi = struct.Struct(">hi")
+_F_hi: Final = struct.Struct(">hi")
+_pack_hi: Final = _F_hi.pack
+
+
+class LeaderChangeMessage_Voter(Struct):
+    """A Voter of LeaderChangeMessage (LeaderChangeMessage.Voter)."""
+
+    __slots__ = (
+        "voter_id",
+        "voter_directory_id",
+        "unknown_tagged_fields",
+    )
+
+    voter_id: int
+    voter_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        *,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> LeaderChangeMessage.Voter:
+        new = cls.__new__
+        self = new(cls)
+        self.voter_id = r.int32()
+        if version >= 1:
+            self.voter_directory_id = r.uuid_()
+        else:
+            self.voter_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.voter_id)
+        if version >= 1:
+            w.uuid_(self.voter_directory_id)
+        else:
+            if self.voter_directory_id != ZERO_UUID:
+                raise not_in_version("LeaderChangeMessage.Voter", "voter_directory_id", version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.voter_id == 0
+            and self.voter_directory_id == ZERO_UUID
+            and not self.unknown_tagged_fields
+        )
 
 
 class LeaderChangeMessage(Message):
@@ -22,55 +75,7 @@ class LeaderChangeMessage(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class Voter(Struct):
-        """A Voter of LeaderChangeMessage."""
-
-        __slots__ = (
-            "voter_id",
-            "voter_directory_id",
-            "unknown_tagged_fields",
-        )
-
-        voter_id: int
-        voter_directory_id: uuid.UUID
-
-        def __init__(
-            self,
-            *,
-            voter_id: int = 0,
-            voter_directory_id: uuid.UUID = ZERO_UUID,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.voter_id = voter_id
-            self.voter_directory_id = voter_directory_id
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> LeaderChangeMessage.Voter:
-            self = _new(cls)
-            self.voter_id = r.int32()
-            if version >= 1:
-                self.voter_directory_id = r.uuid_()
-            else:
-                self.voter_directory_id = ZERO_UUID
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.voter_id)
-            if version >= 1:
-                w.uuid_(self.voter_directory_id)
-            else:
-                if self.voter_directory_id != ZERO_UUID:
-                    raise not_in_version("LeaderChangeMessage.Voter", "voter_directory_id", version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.voter_id == 0
-                and self.voter_directory_id == ZERO_UUID
-                and not self.unknown_tagged_fields
-            )
+    Voter: TypeAlias = LeaderChangeMessage_Voter
 
     __slots__ = (
         "version",
@@ -90,8 +95,8 @@ class LeaderChangeMessage(Message):
         *,
         version: int = 0,
         leader_id: int = 0,
-        voters: list[LeaderChangeMessage.Voter] = DEFAULT,
-        granting_voters: list[LeaderChangeMessage.Voter] = DEFAULT,
+        voters: list[LeaderChangeMessage.Voter] | Default = DEFAULT,
+        granting_voters: list[LeaderChangeMessage.Voter] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.version = version
@@ -102,15 +107,16 @@ class LeaderChangeMessage(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> LeaderChangeMessage:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.version, self.leader_id = r.fixed(_F_hi)
-        self.voters = r.compact_array(LeaderChangeMessage.Voter._read, version)
-        self.granting_voters = r.compact_array(LeaderChangeMessage.Voter._read, version)
+        self.voters = r.compact_array(LeaderChangeMessage_Voter._read, version)
+        self.granting_voters = r.compact_array(LeaderChangeMessage_Voter._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_hi.pack(self.version, self.leader_id)
+        w.buf += _pack_hi(self.version, self.leader_id)
         w.array_length(self.voters, compact=True, nullable=False)
         for voters_item in self.voters:
             voters_item._write(w, version)
@@ -129,15 +135,16 @@ class LeaderChangeMessage(Message):
         )
 
 
-LeaderChangeMessage.Voter.FIELDS = (
+nest(LeaderChangeMessage, Voter=LeaderChangeMessage_Voter)
+LeaderChangeMessage_Voter.FIELDS = (
     Field("voter_id", "int32", (0, 32767)),
     Field("voter_directory_id", "uuid", (1, 32767)),
 )
 LeaderChangeMessage.FIELDS = (
     Field("version", "int16", (0, 32767)),
     Field("leader_id", "int32", (0, 32767)),
-    Field("voters", "[]Voter", (0, 32767), struct=LeaderChangeMessage.Voter),
-    Field("granting_voters", "[]Voter", (0, 32767), struct=LeaderChangeMessage.Voter),
+    Field("voters", "[]Voter", (0, 32767), struct=LeaderChangeMessage_Voter),
+    Field("granting_voters", "[]Voter", (0, 32767), struct=LeaderChangeMessage_Voter),
 )
 
 __all__ = ["LeaderChangeMessage"]

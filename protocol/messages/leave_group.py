@@ -4,10 +4,95 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class LeaveGroupRequest_MemberIdentity(Struct):
+    """A MemberIdentity of LeaveGroupRequest (LeaveGroupRequest.MemberIdentity)."""
+
+    __slots__ = (
+        "member_id",
+        "group_instance_id",
+        "reason",
+        "unknown_tagged_fields",
+    )
+
+    member_id: str
+    group_instance_id: str | None
+    reason: str | None
+
+    def __init__(
+        self,
+        *,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        reason: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.reason = reason
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> LeaveGroupRequest.MemberIdentity:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.member_id = r.compact_string()
+        elif version >= 3:
+            self.member_id = r.string()
+        else:
+            self.member_id = ""
+        if version >= 4:
+            self.group_instance_id = r.compact_nullable_string()
+        elif version >= 3:
+            self.group_instance_id = r.nullable_string()
+        else:
+            self.group_instance_id = None
+        if version >= 5:
+            self.reason = r.compact_nullable_string()
+        else:
+            self.reason = None
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.member_id)
+        elif version >= 3:
+            w.string(self.member_id)
+        else:
+            if self.member_id != "":
+                raise not_in_version("LeaveGroupRequest.MemberIdentity", "member_id", version)
+        if version >= 4:
+            w.compact_nullable_string(self.group_instance_id)
+        elif version >= 3:
+            w.nullable_string(self.group_instance_id)
+        else:
+            if self.group_instance_id is not None:
+                raise not_in_version(
+                    "LeaveGroupRequest.MemberIdentity", "group_instance_id", version
+                )
+        if version >= 5:
+            w.compact_nullable_string(self.reason)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "LeaveGroupRequest.MemberIdentity", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.member_id == ""
+            and self.group_instance_id is None
+            and self.reason is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class LeaveGroupRequest(Message):
@@ -18,88 +103,7 @@ class LeaveGroupRequest(Message):
     MAX_VERSION = 5
     FLEXIBLE_MIN = 4
 
-    class MemberIdentity(Struct):
-        """A MemberIdentity of LeaveGroupRequest."""
-
-        __slots__ = (
-            "member_id",
-            "group_instance_id",
-            "reason",
-            "unknown_tagged_fields",
-        )
-
-        member_id: str
-        group_instance_id: str | None
-        reason: str | None
-
-        def __init__(
-            self,
-            *,
-            member_id: str = "",
-            group_instance_id: str | None = None,
-            reason: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.member_id = member_id
-            self.group_instance_id = group_instance_id
-            self.reason = reason
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> LeaveGroupRequest.MemberIdentity:
-            self = _new(cls)
-            if version >= 4:
-                self.member_id = r.compact_string()
-            elif version >= 3:
-                self.member_id = r.string()
-            else:
-                self.member_id = ""
-            if version >= 4:
-                self.group_instance_id = r.compact_nullable_string()
-            elif version >= 3:
-                self.group_instance_id = r.nullable_string()
-            else:
-                self.group_instance_id = None
-            if version >= 5:
-                self.reason = r.compact_nullable_string()
-            else:
-                self.reason = None
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.member_id)
-            elif version >= 3:
-                w.string(self.member_id)
-            else:
-                if self.member_id != "":
-                    raise not_in_version("LeaveGroupRequest.MemberIdentity", "member_id", version)
-            if version >= 4:
-                w.compact_nullable_string(self.group_instance_id)
-            elif version >= 3:
-                w.nullable_string(self.group_instance_id)
-            else:
-                if self.group_instance_id is not None:
-                    raise not_in_version(
-                        "LeaveGroupRequest.MemberIdentity", "group_instance_id", version
-                    )
-            if version >= 5:
-                w.compact_nullable_string(self.reason)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "LeaveGroupRequest.MemberIdentity", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.member_id == ""
-                and self.group_instance_id is None
-                and self.reason is None
-                and not self.unknown_tagged_fields
-            )
+    MemberIdentity: TypeAlias = LeaveGroupRequest_MemberIdentity
 
     __slots__ = (
         "group_id",
@@ -117,7 +121,7 @@ class LeaveGroupRequest(Message):
         *,
         group_id: str = "",
         member_id: str = "",
-        members: list[LeaveGroupRequest.MemberIdentity] = DEFAULT,
+        members: list[LeaveGroupRequest.MemberIdentity] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -127,7 +131,8 @@ class LeaveGroupRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> LeaveGroupRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 4:
             self.group_id = r.compact_string()
         else:
@@ -137,9 +142,9 @@ class LeaveGroupRequest(Message):
         else:
             self.member_id = r.string()
         if version >= 4:
-            self.members = r.compact_array(LeaveGroupRequest.MemberIdentity._read, version)
+            self.members = r.compact_array(LeaveGroupRequest_MemberIdentity._read, version)
         elif version >= 3:
-            self.members = r.array(LeaveGroupRequest.MemberIdentity._read, version)
+            self.members = r.array(LeaveGroupRequest_MemberIdentity._read, version)
         else:
             self.members = []
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
@@ -180,7 +185,8 @@ class LeaveGroupRequest(Message):
         )
 
 
-LeaveGroupRequest.MemberIdentity.FIELDS = (
+nest(LeaveGroupRequest, MemberIdentity=LeaveGroupRequest_MemberIdentity)
+LeaveGroupRequest_MemberIdentity.FIELDS = (
     Field("member_id", "string", (3, 32767)),
     Field("group_instance_id", "string", (3, 32767), nullable_versions=(3, 32767)),
     Field("reason", "string", (5, 32767), nullable_versions=(5, 32767), ignorable=True),
@@ -188,8 +194,96 @@ LeaveGroupRequest.MemberIdentity.FIELDS = (
 LeaveGroupRequest.FIELDS = (
     Field("group_id", "string", (0, 32767)),
     Field("member_id", "string", (0, 2)),
-    Field("members", "[]MemberIdentity", (3, 32767), struct=LeaveGroupRequest.MemberIdentity),
+    Field("members", "[]MemberIdentity", (3, 32767), struct=LeaveGroupRequest_MemberIdentity),
 )
+
+
+class LeaveGroupResponse_MemberResponse(Struct):
+    """A MemberResponse of LeaveGroupResponse (LeaveGroupResponse.MemberResponse)."""
+
+    __slots__ = (
+        "member_id",
+        "group_instance_id",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    member_id: str
+    group_instance_id: str | None
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        member_id: str = "",
+        group_instance_id: str | None = "",
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> LeaveGroupResponse.MemberResponse:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.member_id = r.compact_string()
+        elif version >= 3:
+            self.member_id = r.string()
+        else:
+            self.member_id = ""
+        if version >= 4:
+            self.group_instance_id = r.compact_nullable_string()
+        elif version >= 3:
+            self.group_instance_id = r.nullable_string()
+        else:
+            self.group_instance_id = ""
+        if version >= 3:
+            self.error_code = r.int16()
+        else:
+            self.error_code = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.member_id)
+        elif version >= 3:
+            w.string(self.member_id)
+        else:
+            if self.member_id != "":
+                raise not_in_version("LeaveGroupResponse.MemberResponse", "member_id", version)
+        if version >= 4:
+            w.compact_nullable_string(self.group_instance_id)
+        elif version >= 3:
+            w.nullable_string(self.group_instance_id)
+        else:
+            if self.group_instance_id != "":
+                raise not_in_version(
+                    "LeaveGroupResponse.MemberResponse", "group_instance_id", version
+                )
+        if version >= 3:
+            w.int16(self.error_code)
+        else:
+            if self.error_code != 0:
+                raise not_in_version("LeaveGroupResponse.MemberResponse", "error_code", version)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "LeaveGroupResponse.MemberResponse", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.member_id == ""
+            and self.group_instance_id == ""
+            and self.error_code == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class LeaveGroupResponse(Message):
@@ -200,91 +294,7 @@ class LeaveGroupResponse(Message):
     MAX_VERSION = 5
     FLEXIBLE_MIN = 4
 
-    class MemberResponse(Struct):
-        """A MemberResponse of LeaveGroupResponse."""
-
-        __slots__ = (
-            "member_id",
-            "group_instance_id",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        member_id: str
-        group_instance_id: str | None
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            member_id: str = "",
-            group_instance_id: str | None = "",
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.member_id = member_id
-            self.group_instance_id = group_instance_id
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> LeaveGroupResponse.MemberResponse:
-            self = _new(cls)
-            if version >= 4:
-                self.member_id = r.compact_string()
-            elif version >= 3:
-                self.member_id = r.string()
-            else:
-                self.member_id = ""
-            if version >= 4:
-                self.group_instance_id = r.compact_nullable_string()
-            elif version >= 3:
-                self.group_instance_id = r.nullable_string()
-            else:
-                self.group_instance_id = ""
-            if version >= 3:
-                self.error_code = r.int16()
-            else:
-                self.error_code = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.member_id)
-            elif version >= 3:
-                w.string(self.member_id)
-            else:
-                if self.member_id != "":
-                    raise not_in_version("LeaveGroupResponse.MemberResponse", "member_id", version)
-            if version >= 4:
-                w.compact_nullable_string(self.group_instance_id)
-            elif version >= 3:
-                w.nullable_string(self.group_instance_id)
-            else:
-                if self.group_instance_id != "":
-                    raise not_in_version(
-                        "LeaveGroupResponse.MemberResponse", "group_instance_id", version
-                    )
-            if version >= 3:
-                w.int16(self.error_code)
-            else:
-                if self.error_code != 0:
-                    raise not_in_version("LeaveGroupResponse.MemberResponse", "error_code", version)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "LeaveGroupResponse.MemberResponse", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.member_id == ""
-                and self.group_instance_id == ""
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    MemberResponse: TypeAlias = LeaveGroupResponse_MemberResponse
 
     __slots__ = (
         "throttle_time_ms",
@@ -302,7 +312,7 @@ class LeaveGroupResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        members: list[LeaveGroupResponse.MemberResponse] = DEFAULT,
+        members: list[LeaveGroupResponse.MemberResponse] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -312,16 +322,17 @@ class LeaveGroupResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> LeaveGroupResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         self.error_code = r.int16()
         if version >= 4:
-            self.members = r.compact_array(LeaveGroupResponse.MemberResponse._read, version)
+            self.members = r.compact_array(LeaveGroupResponse_MemberResponse._read, version)
         elif version >= 3:
-            self.members = r.array(LeaveGroupResponse.MemberResponse._read, version)
+            self.members = r.array(LeaveGroupResponse_MemberResponse._read, version)
         else:
             self.members = []
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
@@ -356,7 +367,8 @@ class LeaveGroupResponse(Message):
         )
 
 
-LeaveGroupResponse.MemberResponse.FIELDS = (
+nest(LeaveGroupResponse, MemberResponse=LeaveGroupResponse_MemberResponse)
+LeaveGroupResponse_MemberResponse.FIELDS = (
     Field("member_id", "string", (3, 32767)),
     Field("group_instance_id", "string", (3, 32767), nullable_versions=(3, 32767)),
     Field("error_code", "int16", (3, 32767)),
@@ -364,7 +376,7 @@ LeaveGroupResponse.MemberResponse.FIELDS = (
 LeaveGroupResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (1, 32767), ignorable=True),
     Field("error_code", "int16", (0, 32767)),
-    Field("members", "[]MemberResponse", (3, 32767), struct=LeaveGroupResponse.MemberResponse),
+    Field("members", "[]MemberResponse", (3, 32767), struct=LeaveGroupResponse_MemberResponse),
 )
 
 __all__ = ["LeaveGroupRequest", "LeaveGroupResponse"]

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
 
 
 class ListClientMetricsResourcesRequest(Message):
@@ -28,7 +29,8 @@ class ListClientMetricsResourcesRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListClientMetricsResourcesRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -42,6 +44,38 @@ class ListClientMetricsResourcesRequest(Message):
 ListClientMetricsResourcesRequest.FIELDS = ()
 
 
+class ListClientMetricsResourcesResponse_ClientMetricsResource(Struct):
+    """A ClientMetricsResource of ListClientMetricsResourcesResponse (ListClientMetricsResourcesResponse.ClientMetricsResource)."""
+
+    __slots__ = (
+        "name",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+
+    def __init__(self, *, name: str = "", unknown_tagged_fields: UnknownTags | None = None) -> None:
+        self.name = name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ListClientMetricsResourcesResponse.ClientMetricsResource:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and not self.unknown_tagged_fields
+
+
 class ListClientMetricsResourcesResponse(Message):
     """Kafka's ListClientMetricsResourcesResponse (response, v0-v0), from clients/ListClientMetricsResourcesResponse.json."""
 
@@ -50,37 +84,7 @@ class ListClientMetricsResourcesResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ClientMetricsResource(Struct):
-        """A ClientMetricsResource of ListClientMetricsResourcesResponse."""
-
-        __slots__ = (
-            "name",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-
-        def __init__(
-            self, *, name: str = "", unknown_tagged_fields: UnknownTags | None = None
-        ) -> None:
-            self.name = name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ListClientMetricsResourcesResponse.ClientMetricsResource:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and not self.unknown_tagged_fields
+    ClientMetricsResource: TypeAlias = ListClientMetricsResourcesResponse_ClientMetricsResource
 
     __slots__ = (
         "throttle_time_ms",
@@ -98,9 +102,8 @@ class ListClientMetricsResourcesResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        client_metrics_resources: list[
-            ListClientMetricsResourcesResponse.ClientMetricsResource
-        ] = DEFAULT,
+        client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -112,16 +115,17 @@ class ListClientMetricsResourcesResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListClientMetricsResourcesResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.client_metrics_resources = r.compact_array(
-            ListClientMetricsResourcesResponse.ClientMetricsResource._read, version
+            ListClientMetricsResourcesResponse_ClientMetricsResource._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.array_length(self.client_metrics_resources, compact=True, nullable=False)
         for client_metrics_resources_item in self.client_metrics_resources:
             client_metrics_resources_item._write(w, version)
@@ -136,7 +140,11 @@ class ListClientMetricsResourcesResponse(Message):
         )
 
 
-ListClientMetricsResourcesResponse.ClientMetricsResource.FIELDS = (
+nest(
+    ListClientMetricsResourcesResponse,
+    ClientMetricsResource=ListClientMetricsResourcesResponse_ClientMetricsResource,
+)
+ListClientMetricsResourcesResponse_ClientMetricsResource.FIELDS = (
     Field("name", "string", (0, 32767)),
 )
 ListClientMetricsResourcesResponse.FIELDS = (
@@ -146,7 +154,7 @@ ListClientMetricsResourcesResponse.FIELDS = (
         "client_metrics_resources",
         "[]ClientMetricsResource",
         (0, 32767),
-        struct=ListClientMetricsResourcesResponse.ClientMetricsResource,
+        struct=ListClientMetricsResourcesResponse_ClientMetricsResource,
     ),
 )
 

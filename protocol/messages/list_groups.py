@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer, read_compact_string_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer, read_compact_string_item
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class ListGroupsRequest(Message):
@@ -30,8 +30,8 @@ class ListGroupsRequest(Message):
     def __init__(
         self,
         *,
-        states_filter: list[str] = DEFAULT,
-        types_filter: list[str] = DEFAULT,
+        states_filter: list[str] | Default = DEFAULT,
+        types_filter: list[str] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.states_filter = [] if states_filter is DEFAULT else states_filter
@@ -40,7 +40,8 @@ class ListGroupsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListGroupsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 4:
             self.states_filter = r.compact_array(read_compact_string_item, version)
         else:
@@ -84,6 +85,88 @@ ListGroupsRequest.FIELDS = (
 )
 
 
+class ListGroupsResponse_ListedGroup(Struct):
+    """A ListedGroup of ListGroupsResponse (ListGroupsResponse.ListedGroup)."""
+
+    __slots__ = (
+        "group_id",
+        "protocol_type",
+        "group_state",
+        "group_type",
+        "unknown_tagged_fields",
+    )
+
+    group_id: str
+    protocol_type: str
+    group_state: str
+    group_type: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        protocol_type: str = "",
+        group_state: str = "",
+        group_type: str = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.protocol_type = protocol_type
+        self.group_state = group_state
+        self.group_type = group_type
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ListGroupsResponse.ListedGroup:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.group_id = r.compact_string()
+        else:
+            self.group_id = r.string()
+        if version >= 3:
+            self.protocol_type = r.compact_string()
+        else:
+            self.protocol_type = r.string()
+        if version >= 4:
+            self.group_state = r.compact_string()
+        else:
+            self.group_state = ""
+        if version >= 5:
+            self.group_type = r.compact_string()
+        else:
+            self.group_type = ""
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.group_id)
+        else:
+            w.string(self.group_id)
+        if version >= 3:
+            w.compact_string(self.protocol_type)
+        else:
+            w.string(self.protocol_type)
+        if version >= 4:
+            w.compact_string(self.group_state)
+        if version >= 5:
+            w.compact_string(self.group_type)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("ListGroupsResponse.ListedGroup", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.group_id == ""
+            and self.protocol_type == ""
+            and self.group_state == ""
+            and self.group_type == ""
+            and not self.unknown_tagged_fields
+        )
+
+
 class ListGroupsResponse(Message):
     """Kafka's ListGroupsResponse (response, v0-v5), from clients/ListGroupsResponse.json."""
 
@@ -92,87 +175,7 @@ class ListGroupsResponse(Message):
     MAX_VERSION = 5
     FLEXIBLE_MIN = 3
 
-    class ListedGroup(Struct):
-        """A ListedGroup of ListGroupsResponse."""
-
-        __slots__ = (
-            "group_id",
-            "protocol_type",
-            "group_state",
-            "group_type",
-            "unknown_tagged_fields",
-        )
-
-        group_id: str
-        protocol_type: str
-        group_state: str
-        group_type: str
-
-        def __init__(
-            self,
-            *,
-            group_id: str = "",
-            protocol_type: str = "",
-            group_state: str = "",
-            group_type: str = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.group_id = group_id
-            self.protocol_type = protocol_type
-            self.group_state = group_state
-            self.group_type = group_type
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ListGroupsResponse.ListedGroup:
-            self = _new(cls)
-            if version >= 3:
-                self.group_id = r.compact_string()
-            else:
-                self.group_id = r.string()
-            if version >= 3:
-                self.protocol_type = r.compact_string()
-            else:
-                self.protocol_type = r.string()
-            if version >= 4:
-                self.group_state = r.compact_string()
-            else:
-                self.group_state = ""
-            if version >= 5:
-                self.group_type = r.compact_string()
-            else:
-                self.group_type = ""
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.group_id)
-            else:
-                w.string(self.group_id)
-            if version >= 3:
-                w.compact_string(self.protocol_type)
-            else:
-                w.string(self.protocol_type)
-            if version >= 4:
-                w.compact_string(self.group_state)
-            if version >= 5:
-                w.compact_string(self.group_type)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ListGroupsResponse.ListedGroup", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.group_id == ""
-                and self.protocol_type == ""
-                and self.group_state == ""
-                and self.group_type == ""
-                and not self.unknown_tagged_fields
-            )
+    ListedGroup: TypeAlias = ListGroupsResponse_ListedGroup
 
     __slots__ = (
         "throttle_time_ms",
@@ -190,7 +193,7 @@ class ListGroupsResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        groups: list[ListGroupsResponse.ListedGroup] = DEFAULT,
+        groups: list[ListGroupsResponse.ListedGroup] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -200,16 +203,17 @@ class ListGroupsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListGroupsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         self.error_code = r.int16()
         if version >= 3:
-            self.groups = r.compact_array(ListGroupsResponse.ListedGroup._read, version)
+            self.groups = r.compact_array(ListGroupsResponse_ListedGroup._read, version)
         else:
-            self.groups = r.array(ListGroupsResponse.ListedGroup._read, version)
+            self.groups = r.array(ListGroupsResponse_ListedGroup._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
         return self
 
@@ -239,7 +243,8 @@ class ListGroupsResponse(Message):
         )
 
 
-ListGroupsResponse.ListedGroup.FIELDS = (
+nest(ListGroupsResponse, ListedGroup=ListGroupsResponse_ListedGroup)
+ListGroupsResponse_ListedGroup.FIELDS = (
     Field("group_id", "string", (0, 32767)),
     Field("protocol_type", "string", (0, 32767)),
     Field("group_state", "string", (4, 32767), ignorable=True),
@@ -248,7 +253,7 @@ ListGroupsResponse.ListedGroup.FIELDS = (
 ListGroupsResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (1, 32767), ignorable=True),
     Field("error_code", "int16", (0, 32767)),
-    Field("groups", "[]ListedGroup", (0, 32767), struct=ListGroupsResponse.ListedGroup),
+    Field("groups", "[]ListedGroup", (0, 32767), struct=ListGroupsResponse_ListedGroup),
 )
 
 __all__ = ["ListGroupsRequest", "ListGroupsResponse"]

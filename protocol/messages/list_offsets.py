@@ -5,12 +5,154 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int64_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class ListOffsetsRequest_ListOffsetsTopic(Struct):
+    """A ListOffsetsTopic of ListOffsetsRequest (ListOffsetsRequest.ListOffsetsTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[ListOffsetsRequest.ListOffsetsPartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[ListOffsetsRequest.ListOffsetsPartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ListOffsetsRequest.ListOffsetsTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 6:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 6:
+            self.partitions = r.compact_array(
+                ListOffsetsRequest_ListOffsetsPartition._read, version
+            )
+        else:
+            self.partitions = r.array(ListOffsetsRequest_ListOffsetsPartition._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 6:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 6:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ListOffsetsRequest.ListOffsetsTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class ListOffsetsRequest_ListOffsetsPartition(Struct):
+    """A ListOffsetsPartition of ListOffsetsRequest (ListOffsetsRequest.ListOffsetsPartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "current_leader_epoch",
+        "timestamp",
+        "max_num_offsets",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    current_leader_epoch: int
+    timestamp: int
+    max_num_offsets: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        current_leader_epoch: int = -1,
+        timestamp: int = 0,
+        max_num_offsets: int = 1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.current_leader_epoch = current_leader_epoch
+        self.timestamp = timestamp
+        self.max_num_offsets = max_num_offsets
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ListOffsetsRequest.ListOffsetsPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        if version >= 4:
+            self.current_leader_epoch = r.int32()
+        else:
+            self.current_leader_epoch = -1
+        self.timestamp = r.int64()
+        if version >= 1:
+            self.max_num_offsets = 1
+        else:
+            self.max_num_offsets = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        if version >= 4:
+            w.int32(self.current_leader_epoch)
+        w.int64(self.timestamp)
+        if version >= 1:
+            if self.max_num_offsets != 1:
+                raise not_in_version(
+                    "ListOffsetsRequest.ListOffsetsPartition", "max_num_offsets", version
+                )
+        else:
+            w.int32(self.max_num_offsets)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ListOffsetsRequest.ListOffsetsPartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.current_leader_epoch == -1
+            and self.timestamp == 0
+            and self.max_num_offsets == 1
+            and not self.unknown_tagged_fields
+        )
 
 
 class ListOffsetsRequest(Message):
@@ -21,142 +163,8 @@ class ListOffsetsRequest(Message):
     MAX_VERSION = 9
     FLEXIBLE_MIN = 6
 
-    class ListOffsetsTopic(Struct):
-        """A ListOffsetsTopic of ListOffsetsRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[ListOffsetsRequest.ListOffsetsPartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[ListOffsetsRequest.ListOffsetsPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ListOffsetsRequest.ListOffsetsTopic:
-            self = _new(cls)
-            if version >= 6:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 6:
-                self.partitions = r.compact_array(
-                    ListOffsetsRequest.ListOffsetsPartition._read, version
-                )
-            else:
-                self.partitions = r.array(ListOffsetsRequest.ListOffsetsPartition._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 6:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 6:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ListOffsetsRequest.ListOffsetsTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class ListOffsetsPartition(Struct):
-        """A ListOffsetsPartition of ListOffsetsRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "current_leader_epoch",
-            "timestamp",
-            "max_num_offsets",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        current_leader_epoch: int
-        timestamp: int
-        max_num_offsets: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            current_leader_epoch: int = -1,
-            timestamp: int = 0,
-            max_num_offsets: int = 1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.current_leader_epoch = current_leader_epoch
-            self.timestamp = timestamp
-            self.max_num_offsets = max_num_offsets
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ListOffsetsRequest.ListOffsetsPartition:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            if version >= 4:
-                self.current_leader_epoch = r.int32()
-            else:
-                self.current_leader_epoch = -1
-            self.timestamp = r.int64()
-            if version >= 1:
-                self.max_num_offsets = 1
-            else:
-                self.max_num_offsets = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            if version >= 4:
-                w.int32(self.current_leader_epoch)
-            w.int64(self.timestamp)
-            if version >= 1:
-                if self.max_num_offsets != 1:
-                    raise not_in_version(
-                        "ListOffsetsRequest.ListOffsetsPartition", "max_num_offsets", version
-                    )
-            else:
-                w.int32(self.max_num_offsets)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ListOffsetsRequest.ListOffsetsPartition", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.current_leader_epoch == -1
-                and self.timestamp == 0
-                and self.max_num_offsets == 1
-                and not self.unknown_tagged_fields
-            )
+    ListOffsetsTopic: TypeAlias = ListOffsetsRequest_ListOffsetsTopic
+    ListOffsetsPartition: TypeAlias = ListOffsetsRequest_ListOffsetsPartition
 
     __slots__ = (
         "replica_id",
@@ -174,7 +182,7 @@ class ListOffsetsRequest(Message):
         *,
         replica_id: int = 0,
         isolation_level: int = 0,
-        topics: list[ListOffsetsRequest.ListOffsetsTopic] = DEFAULT,
+        topics: list[ListOffsetsRequest.ListOffsetsTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.replica_id = replica_id
@@ -184,16 +192,17 @@ class ListOffsetsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListOffsetsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.replica_id = r.int32()
         if version >= 2:
             self.isolation_level = r.int8()
         else:
             self.isolation_level = 0
         if version >= 6:
-            self.topics = r.compact_array(ListOffsetsRequest.ListOffsetsTopic._read, version)
+            self.topics = r.compact_array(ListOffsetsRequest_ListOffsetsTopic._read, version)
         else:
-            self.topics = r.array(ListOffsetsRequest.ListOffsetsTopic._read, version)
+            self.topics = r.array(ListOffsetsRequest_ListOffsetsTopic._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
         return self
 
@@ -226,16 +235,21 @@ class ListOffsetsRequest(Message):
         )
 
 
-ListOffsetsRequest.ListOffsetsTopic.FIELDS = (
+nest(
+    ListOffsetsRequest,
+    ListOffsetsTopic=ListOffsetsRequest_ListOffsetsTopic,
+    ListOffsetsPartition=ListOffsetsRequest_ListOffsetsPartition,
+)
+ListOffsetsRequest_ListOffsetsTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]ListOffsetsPartition",
         (0, 32767),
-        struct=ListOffsetsRequest.ListOffsetsPartition,
+        struct=ListOffsetsRequest_ListOffsetsPartition,
     ),
 )
-ListOffsetsRequest.ListOffsetsPartition.FIELDS = (
+ListOffsetsRequest_ListOffsetsPartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("current_leader_epoch", "int32", (4, 32767), ignorable=True),
     Field("timestamp", "int64", (0, 32767)),
@@ -244,8 +258,188 @@ ListOffsetsRequest.ListOffsetsPartition.FIELDS = (
 ListOffsetsRequest.FIELDS = (
     Field("replica_id", "int32", (0, 32767)),
     Field("isolation_level", "int8", (2, 32767)),
-    Field("topics", "[]ListOffsetsTopic", (0, 32767), struct=ListOffsetsRequest.ListOffsetsTopic),
+    Field("topics", "[]ListOffsetsTopic", (0, 32767), struct=ListOffsetsRequest_ListOffsetsTopic),
 )
+
+
+class ListOffsetsResponse_ListOffsetsTopicResponse(Struct):
+    """A ListOffsetsTopicResponse of ListOffsetsResponse (ListOffsetsResponse.ListOffsetsTopicResponse)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[ListOffsetsResponse.ListOffsetsPartitionResponse]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[ListOffsetsResponse.ListOffsetsPartitionResponse] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ListOffsetsResponse.ListOffsetsTopicResponse:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 6:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 6:
+            self.partitions = r.compact_array(
+                ListOffsetsResponse_ListOffsetsPartitionResponse._read, version
+            )
+        else:
+            self.partitions = r.array(
+                ListOffsetsResponse_ListOffsetsPartitionResponse._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 6:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 6:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ListOffsetsResponse.ListOffsetsTopicResponse", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class ListOffsetsResponse_ListOffsetsPartitionResponse(Struct):
+    """A ListOffsetsPartitionResponse of ListOffsetsResponse (ListOffsetsResponse.ListOffsetsPartitionResponse)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "old_style_offsets",
+        "timestamp",
+        "offset",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    old_style_offsets: list[int]
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        old_style_offsets: list[int] | Default = DEFAULT,
+        timestamp: int = -1,
+        offset: int = -1,
+        leader_epoch: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.old_style_offsets = [] if old_style_offsets is DEFAULT else old_style_offsets
+        self.timestamp = timestamp
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        if version >= 1:
+            self.old_style_offsets = []
+        else:
+            self.old_style_offsets = r.array(read_int64_item, version)
+        if version >= 1:
+            self.timestamp = r.int64()
+        else:
+            self.timestamp = -1
+        if version >= 1:
+            self.offset = r.int64()
+        else:
+            self.offset = -1
+        if version >= 4:
+            self.leader_epoch = r.int32()
+        else:
+            self.leader_epoch = -1
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if version >= 1:
+            if self.old_style_offsets != []:
+                raise not_in_version(
+                    "ListOffsetsResponse.ListOffsetsPartitionResponse", "old_style_offsets", version
+                )
+        else:
+            w.array_length(self.old_style_offsets, compact=False, nullable=False)
+            for old_style_offsets_item in self.old_style_offsets:
+                w.int64(old_style_offsets_item)
+        if version >= 1:
+            w.int64(self.timestamp)
+        else:
+            if self.timestamp != -1:
+                raise not_in_version(
+                    "ListOffsetsResponse.ListOffsetsPartitionResponse", "timestamp", version
+                )
+        if version >= 1:
+            w.int64(self.offset)
+        else:
+            if self.offset != -1:
+                raise not_in_version(
+                    "ListOffsetsResponse.ListOffsetsPartitionResponse", "offset", version
+                )
+        if version >= 4:
+            w.int32(self.leader_epoch)
+        else:
+            if self.leader_epoch != -1:
+                raise not_in_version(
+                    "ListOffsetsResponse.ListOffsetsPartitionResponse", "leader_epoch", version
+                )
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ListOffsetsResponse.ListOffsetsPartitionResponse", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.old_style_offsets == []
+            and self.timestamp == -1
+            and self.offset == -1
+            and self.leader_epoch == -1
+            and not self.unknown_tagged_fields
+        )
 
 
 class ListOffsetsResponse(Message):
@@ -256,185 +450,8 @@ class ListOffsetsResponse(Message):
     MAX_VERSION = 9
     FLEXIBLE_MIN = 6
 
-    class ListOffsetsTopicResponse(Struct):
-        """A ListOffsetsTopicResponse of ListOffsetsResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[ListOffsetsResponse.ListOffsetsPartitionResponse]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ListOffsetsResponse.ListOffsetsTopicResponse:
-            self = _new(cls)
-            if version >= 6:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 6:
-                self.partitions = r.compact_array(
-                    ListOffsetsResponse.ListOffsetsPartitionResponse._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    ListOffsetsResponse.ListOffsetsPartitionResponse._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 6:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 6:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ListOffsetsResponse.ListOffsetsTopicResponse", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class ListOffsetsPartitionResponse(Struct):
-        """A ListOffsetsPartitionResponse of ListOffsetsResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "old_style_offsets",
-            "timestamp",
-            "offset",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        old_style_offsets: list[int]
-        timestamp: int
-        offset: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            old_style_offsets: list[int] = DEFAULT,
-            timestamp: int = -1,
-            offset: int = -1,
-            leader_epoch: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.old_style_offsets = [] if old_style_offsets is DEFAULT else old_style_offsets
-            self.timestamp = timestamp
-            self.offset = offset
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            if version >= 1:
-                self.old_style_offsets = []
-            else:
-                self.old_style_offsets = r.array(read_int64_item, version)
-            if version >= 1:
-                self.timestamp = r.int64()
-            else:
-                self.timestamp = -1
-            if version >= 1:
-                self.offset = r.int64()
-            else:
-                self.offset = -1
-            if version >= 4:
-                self.leader_epoch = r.int32()
-            else:
-                self.leader_epoch = -1
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if version >= 1:
-                if self.old_style_offsets != []:
-                    raise not_in_version(
-                        "ListOffsetsResponse.ListOffsetsPartitionResponse",
-                        "old_style_offsets",
-                        version,
-                    )
-            else:
-                w.array_length(self.old_style_offsets, compact=False, nullable=False)
-                for old_style_offsets_item in self.old_style_offsets:
-                    w.int64(old_style_offsets_item)
-            if version >= 1:
-                w.int64(self.timestamp)
-            else:
-                if self.timestamp != -1:
-                    raise not_in_version(
-                        "ListOffsetsResponse.ListOffsetsPartitionResponse", "timestamp", version
-                    )
-            if version >= 1:
-                w.int64(self.offset)
-            else:
-                if self.offset != -1:
-                    raise not_in_version(
-                        "ListOffsetsResponse.ListOffsetsPartitionResponse", "offset", version
-                    )
-            if version >= 4:
-                w.int32(self.leader_epoch)
-            else:
-                if self.leader_epoch != -1:
-                    raise not_in_version(
-                        "ListOffsetsResponse.ListOffsetsPartitionResponse", "leader_epoch", version
-                    )
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ListOffsetsResponse.ListOffsetsPartitionResponse",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.old_style_offsets == []
-                and self.timestamp == -1
-                and self.offset == -1
-                and self.leader_epoch == -1
-                and not self.unknown_tagged_fields
-            )
+    ListOffsetsTopicResponse: TypeAlias = ListOffsetsResponse_ListOffsetsTopicResponse
+    ListOffsetsPartitionResponse: TypeAlias = ListOffsetsResponse_ListOffsetsPartitionResponse
 
     __slots__ = (
         "throttle_time_ms",
@@ -449,7 +466,7 @@ class ListOffsetsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = DEFAULT,
+        topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -458,17 +475,18 @@ class ListOffsetsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListOffsetsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         if version >= 6:
             self.topics = r.compact_array(
-                ListOffsetsResponse.ListOffsetsTopicResponse._read, version
+                ListOffsetsResponse_ListOffsetsTopicResponse._read, version
             )
         else:
-            self.topics = r.array(ListOffsetsResponse.ListOffsetsTopicResponse._read, version)
+            self.topics = r.array(ListOffsetsResponse_ListOffsetsTopicResponse._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
         return self
 
@@ -492,16 +510,21 @@ class ListOffsetsResponse(Message):
         return self.throttle_time_ms == 0 and self.topics == [] and not self.unknown_tagged_fields
 
 
-ListOffsetsResponse.ListOffsetsTopicResponse.FIELDS = (
+nest(
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse=ListOffsetsResponse_ListOffsetsTopicResponse,
+    ListOffsetsPartitionResponse=ListOffsetsResponse_ListOffsetsPartitionResponse,
+)
+ListOffsetsResponse_ListOffsetsTopicResponse.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]ListOffsetsPartitionResponse",
         (0, 32767),
-        struct=ListOffsetsResponse.ListOffsetsPartitionResponse,
+        struct=ListOffsetsResponse_ListOffsetsPartitionResponse,
     ),
 )
-ListOffsetsResponse.ListOffsetsPartitionResponse.FIELDS = (
+ListOffsetsResponse_ListOffsetsPartitionResponse.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("old_style_offsets", "[]int64", (0, 0)),
@@ -515,7 +538,7 @@ ListOffsetsResponse.FIELDS = (
         "topics",
         "[]ListOffsetsTopicResponse",
         (0, 32767),
-        struct=ListOffsetsResponse.ListOffsetsTopicResponse,
+        struct=ListOffsetsResponse_ListOffsetsTopicResponse,
     ),
 )
 

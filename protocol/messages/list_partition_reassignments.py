@@ -5,12 +5,58 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(Struct):
+    """A ListPartitionReassignmentsTopics of ListPartitionReassignmentsRequest (ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics)."""
+
+    __slots__ = (
+        "name",
+        "partition_indexes",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partition_indexes: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.partition_indexes = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.array_length(self.partition_indexes, compact=True, nullable=False)
+        for partition_indexes_item in self.partition_indexes:
+            w.int32(partition_indexes_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
 
 
 class ListPartitionReassignmentsRequest(Message):
@@ -21,50 +67,9 @@ class ListPartitionReassignmentsRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ListPartitionReassignmentsTopics(Struct):
-        """A ListPartitionReassignmentsTopics of ListPartitionReassignmentsRequest."""
-
-        __slots__ = (
-            "name",
-            "partition_indexes",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partition_indexes: list[int]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partition_indexes: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.partition_indexes = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.array_length(self.partition_indexes, compact=True, nullable=False)
-            for partition_indexes_item in self.partition_indexes:
-                w.int32(partition_indexes_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
-            )
+    ListPartitionReassignmentsTopics: TypeAlias = (
+        ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics
+    )
 
     __slots__ = (
         "timeout_ms",
@@ -89,10 +94,11 @@ class ListPartitionReassignmentsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListPartitionReassignmentsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.timeout_ms = r.int32()
         self.topics = r.compact_nullable_array(
-            ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics._read, version
+            ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -109,7 +115,11 @@ class ListPartitionReassignmentsRequest(Message):
         return self.timeout_ms == 60000 and self.topics is None and not self.unknown_tagged_fields
 
 
-ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.FIELDS = (
+nest(
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsTopics=ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics,
+)
+ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("partition_indexes", "[]int32", (0, 32767)),
 )
@@ -120,9 +130,124 @@ ListPartitionReassignmentsRequest.FIELDS = (
         "[]ListPartitionReassignmentsTopics",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics,
+        struct=ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics,
     ),
 )
+
+
+class ListPartitionReassignmentsResponse_OngoingTopicReassignment(Struct):
+    """A OngoingTopicReassignment of ListPartitionReassignmentsResponse (ListPartitionReassignmentsResponse.OngoingTopicReassignment)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ListPartitionReassignmentsResponse.OngoingTopicReassignment:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.partitions = r.compact_array(
+            ListPartitionReassignmentsResponse_OngoingPartitionReassignment._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class ListPartitionReassignmentsResponse_OngoingPartitionReassignment(Struct):
+    """A OngoingPartitionReassignment of ListPartitionReassignmentsResponse (ListPartitionReassignmentsResponse.OngoingPartitionReassignment)."""
+
+    __slots__ = (
+        "partition_index",
+        "replicas",
+        "adding_replicas",
+        "removing_replicas",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        replicas: list[int] | Default = DEFAULT,
+        adding_replicas: list[int] | Default = DEFAULT,
+        removing_replicas: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.replicas = [] if replicas is DEFAULT else replicas
+        self.adding_replicas = [] if adding_replicas is DEFAULT else adding_replicas
+        self.removing_replicas = [] if removing_replicas is DEFAULT else removing_replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ListPartitionReassignmentsResponse.OngoingPartitionReassignment:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        self.replicas = r.compact_array(read_int32_item, version)
+        self.adding_replicas = r.compact_array(read_int32_item, version)
+        self.removing_replicas = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        w.array_length(self.replicas, compact=True, nullable=False)
+        for replicas_item in self.replicas:
+            w.int32(replicas_item)
+        w.array_length(self.adding_replicas, compact=True, nullable=False)
+        for adding_replicas_item in self.adding_replicas:
+            w.int32(adding_replicas_item)
+        w.array_length(self.removing_replicas, compact=True, nullable=False)
+        for removing_replicas_item in self.removing_replicas:
+            w.int32(removing_replicas_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.replicas == []
+            and self.adding_replicas == []
+            and self.removing_replicas == []
+            and not self.unknown_tagged_fields
+        )
 
 
 class ListPartitionReassignmentsResponse(Message):
@@ -133,117 +258,12 @@ class ListPartitionReassignmentsResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class OngoingTopicReassignment(Struct):
-        """A OngoingTopicReassignment of ListPartitionReassignmentsResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[
-                ListPartitionReassignmentsResponse.OngoingPartitionReassignment
-            ] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ListPartitionReassignmentsResponse.OngoingTopicReassignment:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.partitions = r.compact_array(
-                ListPartitionReassignmentsResponse.OngoingPartitionReassignment._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class OngoingPartitionReassignment(Struct):
-        """A OngoingPartitionReassignment of ListPartitionReassignmentsResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "replicas",
-            "adding_replicas",
-            "removing_replicas",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        replicas: list[int]
-        adding_replicas: list[int]
-        removing_replicas: list[int]
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            replicas: list[int] = DEFAULT,
-            adding_replicas: list[int] = DEFAULT,
-            removing_replicas: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.replicas = [] if replicas is DEFAULT else replicas
-            self.adding_replicas = [] if adding_replicas is DEFAULT else adding_replicas
-            self.removing_replicas = [] if removing_replicas is DEFAULT else removing_replicas
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ListPartitionReassignmentsResponse.OngoingPartitionReassignment:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            self.replicas = r.compact_array(read_int32_item, version)
-            self.adding_replicas = r.compact_array(read_int32_item, version)
-            self.removing_replicas = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.array_length(self.replicas, compact=True, nullable=False)
-            for replicas_item in self.replicas:
-                w.int32(replicas_item)
-            w.array_length(self.adding_replicas, compact=True, nullable=False)
-            for adding_replicas_item in self.adding_replicas:
-                w.int32(adding_replicas_item)
-            w.array_length(self.removing_replicas, compact=True, nullable=False)
-            for removing_replicas_item in self.removing_replicas:
-                w.int32(removing_replicas_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.replicas == []
-                and self.adding_replicas == []
-                and self.removing_replicas == []
-                and not self.unknown_tagged_fields
-            )
+    OngoingTopicReassignment: TypeAlias = (
+        ListPartitionReassignmentsResponse_OngoingTopicReassignment
+    )
+    OngoingPartitionReassignment: TypeAlias = (
+        ListPartitionReassignmentsResponse_OngoingPartitionReassignment
+    )
 
     __slots__ = (
         "throttle_time_ms",
@@ -264,7 +284,8 @@ class ListPartitionReassignmentsResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = "",
-        topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = DEFAULT,
+        topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -275,17 +296,18 @@ class ListPartitionReassignmentsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListPartitionReassignmentsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.topics = r.compact_array(
-            ListPartitionReassignmentsResponse.OngoingTopicReassignment._read, version
+            ListPartitionReassignmentsResponse_OngoingTopicReassignment._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.topics, compact=True, nullable=False)
         for topics_item in self.topics:
@@ -302,16 +324,21 @@ class ListPartitionReassignmentsResponse(Message):
         )
 
 
-ListPartitionReassignmentsResponse.OngoingTopicReassignment.FIELDS = (
+nest(
+    ListPartitionReassignmentsResponse,
+    OngoingTopicReassignment=ListPartitionReassignmentsResponse_OngoingTopicReassignment,
+    OngoingPartitionReassignment=ListPartitionReassignmentsResponse_OngoingPartitionReassignment,
+)
+ListPartitionReassignmentsResponse_OngoingTopicReassignment.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]OngoingPartitionReassignment",
         (0, 32767),
-        struct=ListPartitionReassignmentsResponse.OngoingPartitionReassignment,
+        struct=ListPartitionReassignmentsResponse_OngoingPartitionReassignment,
     ),
 )
-ListPartitionReassignmentsResponse.OngoingPartitionReassignment.FIELDS = (
+ListPartitionReassignmentsResponse_OngoingPartitionReassignment.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("replicas", "[]int32", (0, 32767)),
     Field("adding_replicas", "[]int32", (0, 32767)),
@@ -325,7 +352,7 @@ ListPartitionReassignmentsResponse.FIELDS = (
         "topics",
         "[]OngoingTopicReassignment",
         (0, 32767),
-        struct=ListPartitionReassignmentsResponse.OngoingTopicReassignment,
+        struct=ListPartitionReassignmentsResponse_OngoingTopicReassignment,
     ),
 )
 

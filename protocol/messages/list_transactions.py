@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import (
     Reader,
@@ -13,10 +14,10 @@ from protocol.primitives import (
     read_compact_string_item,
     read_int64_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
 
 
 class ListTransactionsRequest(Message):
@@ -41,8 +42,8 @@ class ListTransactionsRequest(Message):
     def __init__(
         self,
         *,
-        state_filters: list[str] = DEFAULT,
-        producer_id_filters: list[int] = DEFAULT,
+        state_filters: list[str] | Default = DEFAULT,
+        producer_id_filters: list[int] | Default = DEFAULT,
         duration_filter: int = -1,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -53,7 +54,8 @@ class ListTransactionsRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListTransactionsRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.state_filters = r.compact_array(read_compact_string_item, version)
         self.producer_id_filters = r.compact_array(read_int64_item, version)
         if version >= 1:
@@ -93,6 +95,58 @@ ListTransactionsRequest.FIELDS = (
 )
 
 
+class ListTransactionsResponse_TransactionState(Struct):
+    """A TransactionState of ListTransactionsResponse (ListTransactionsResponse.TransactionState)."""
+
+    __slots__ = (
+        "transactional_id",
+        "producer_id",
+        "transaction_state",
+        "unknown_tagged_fields",
+    )
+
+    transactional_id: str
+    producer_id: int
+    transaction_state: str
+
+    def __init__(
+        self,
+        *,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        transaction_state: str = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.transaction_state = transaction_state
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ListTransactionsResponse.TransactionState:
+        new = cls.__new__
+        self = new(cls)
+        self.transactional_id = r.compact_string()
+        self.producer_id = r.int64()
+        self.transaction_state = r.compact_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.transactional_id)
+        w.int64(self.producer_id)
+        w.compact_string(self.transaction_state)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.transactional_id == ""
+            and self.producer_id == 0
+            and self.transaction_state == ""
+            and not self.unknown_tagged_fields
+        )
+
+
 class ListTransactionsResponse(Message):
     """Kafka's ListTransactionsResponse (response, v0-v1), from clients/ListTransactionsResponse.json."""
 
@@ -101,55 +155,7 @@ class ListTransactionsResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class TransactionState(Struct):
-        """A TransactionState of ListTransactionsResponse."""
-
-        __slots__ = (
-            "transactional_id",
-            "producer_id",
-            "transaction_state",
-            "unknown_tagged_fields",
-        )
-
-        transactional_id: str
-        producer_id: int
-        transaction_state: str
-
-        def __init__(
-            self,
-            *,
-            transactional_id: str = "",
-            producer_id: int = 0,
-            transaction_state: str = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.transactional_id = transactional_id
-            self.producer_id = producer_id
-            self.transaction_state = transaction_state
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ListTransactionsResponse.TransactionState:
-            self = _new(cls)
-            self.transactional_id = r.compact_string()
-            self.producer_id = r.int64()
-            self.transaction_state = r.compact_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.transactional_id)
-            w.int64(self.producer_id)
-            w.compact_string(self.transaction_state)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.transactional_id == ""
-                and self.producer_id == 0
-                and self.transaction_state == ""
-                and not self.unknown_tagged_fields
-            )
+    TransactionState: TypeAlias = ListTransactionsResponse_TransactionState
 
     __slots__ = (
         "throttle_time_ms",
@@ -169,8 +175,8 @@ class ListTransactionsResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        unknown_state_filters: list[str] = DEFAULT,
-        transaction_states: list[ListTransactionsResponse.TransactionState] = DEFAULT,
+        unknown_state_filters: list[str] | Default = DEFAULT,
+        transaction_states: list[ListTransactionsResponse.TransactionState] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -183,17 +189,18 @@ class ListTransactionsResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ListTransactionsResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.unknown_state_filters = r.compact_array(read_compact_string_item, version)
         self.transaction_states = r.compact_array(
-            ListTransactionsResponse.TransactionState._read, version
+            ListTransactionsResponse_TransactionState._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.array_length(self.unknown_state_filters, compact=True, nullable=False)
         for unknown_state_filters_item in self.unknown_state_filters:
             w.compact_string(unknown_state_filters_item)
@@ -212,7 +219,8 @@ class ListTransactionsResponse(Message):
         )
 
 
-ListTransactionsResponse.TransactionState.FIELDS = (
+nest(ListTransactionsResponse, TransactionState=ListTransactionsResponse_TransactionState)
+ListTransactionsResponse_TransactionState.FIELDS = (
     Field("transactional_id", "string", (0, 32767)),
     Field("producer_id", "int64", (0, 32767)),
     Field("transaction_state", "string", (0, 32767)),
@@ -225,7 +233,7 @@ ListTransactionsResponse.FIELDS = (
         "transaction_states",
         "[]TransactionState",
         (0, 32767),
-        struct=ListTransactionsResponse.TransactionState,
+        struct=ListTransactionsResponse_TransactionState,
     ),
 )
 

@@ -6,12 +6,73 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_hii = struct.Struct(">hii")
+_F_hii: Final = struct.Struct(">hii")
+_pack_hii: Final = _F_hii.pack
+
+
+class MetadataRequest_MetadataRequestTopic(Struct):
+    """A MetadataRequestTopic of MetadataRequest (MetadataRequest.MetadataRequestTopic)."""
+
+    __slots__ = (
+        "topic_id",
+        "name",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    name: str | None
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        name: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.name = name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> MetadataRequest.MetadataRequestTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 10:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        if version >= 10:
+            self.name = r.compact_nullable_string()
+        elif version >= 9:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 10:
+            w.uuid_(self.topic_id)
+        if version >= 10:
+            w.compact_nullable_string(self.name)
+        elif version >= 9:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "MetadataRequest.MetadataRequestTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic_id == ZERO_UUID and self.name == "" and not self.unknown_tagged_fields
 
 
 class MetadataRequest(Message):
@@ -22,63 +83,7 @@ class MetadataRequest(Message):
     MAX_VERSION = 12
     FLEXIBLE_MIN = 9
 
-    class MetadataRequestTopic(Struct):
-        """A MetadataRequestTopic of MetadataRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "name",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        name: str | None
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            name: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.name = name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> MetadataRequest.MetadataRequestTopic:
-            self = _new(cls)
-            if version >= 10:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            if version >= 10:
-                self.name = r.compact_nullable_string()
-            elif version >= 9:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 10:
-                w.uuid_(self.topic_id)
-            if version >= 10:
-                w.compact_nullable_string(self.name)
-            elif version >= 9:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "MetadataRequest.MetadataRequestTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.topic_id == ZERO_UUID and self.name == "" and not self.unknown_tagged_fields
+    MetadataRequestTopic: TypeAlias = MetadataRequest_MetadataRequestTopic
 
     __slots__ = (
         "topics",
@@ -96,7 +101,7 @@ class MetadataRequest(Message):
     def __init__(
         self,
         *,
-        topics: list[MetadataRequest.MetadataRequestTopic] | None = DEFAULT,
+        topics: list[MetadataRequest.MetadataRequestTopic] | None | Default = DEFAULT,
         allow_auto_topic_creation: bool = True,
         include_cluster_authorized_operations: bool = False,
         include_topic_authorized_operations: bool = False,
@@ -110,15 +115,16 @@ class MetadataRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> MetadataRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 9:
             self.topics = r.compact_nullable_array(
-                MetadataRequest.MetadataRequestTopic._read, version
+                MetadataRequest_MetadataRequestTopic._read, version
             )
         elif version >= 1:
-            self.topics = r.nullable_array(MetadataRequest.MetadataRequestTopic._read, version)
+            self.topics = r.nullable_array(MetadataRequest_MetadataRequestTopic._read, version)
         else:
-            self.topics = r.array(MetadataRequest.MetadataRequestTopic._read, version)
+            self.topics = r.array(MetadataRequest_MetadataRequestTopic._read, version)
         if version >= 4:
             self.allow_auto_topic_creation = r.boolean()
         else:
@@ -190,7 +196,8 @@ class MetadataRequest(Message):
         )
 
 
-MetadataRequest.MetadataRequestTopic.FIELDS = (
+nest(MetadataRequest, MetadataRequestTopic=MetadataRequest_MetadataRequestTopic)
+MetadataRequest_MetadataRequestTopic.FIELDS = (
     Field("topic_id", "uuid", (10, 32767), ignorable=True),
     Field("name", "string", (0, 32767), nullable_versions=(10, 32767)),
 )
@@ -200,12 +207,324 @@ MetadataRequest.FIELDS = (
         "[]MetadataRequestTopic",
         (0, 32767),
         nullable_versions=(1, 32767),
-        struct=MetadataRequest.MetadataRequestTopic,
+        struct=MetadataRequest_MetadataRequestTopic,
     ),
     Field("allow_auto_topic_creation", "bool", (4, 32767)),
     Field("include_cluster_authorized_operations", "bool", (8, 10)),
     Field("include_topic_authorized_operations", "bool", (8, 32767)),
 )
+
+
+class MetadataResponse_MetadataResponseBroker(Struct):
+    """A MetadataResponseBroker of MetadataResponse (MetadataResponse.MetadataResponseBroker)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "rack",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> MetadataResponse.MetadataResponseBroker:
+        new = cls.__new__
+        self = new(cls)
+        self.node_id = r.int32()
+        if version >= 9:
+            self.host = r.compact_string()
+        else:
+            self.host = r.string()
+        self.port = r.int32()
+        if version >= 9:
+            self.rack = r.compact_nullable_string()
+        elif version >= 1:
+            self.rack = r.nullable_string()
+        else:
+            self.rack = None
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.node_id)
+        if version >= 9:
+            w.compact_string(self.host)
+        else:
+            w.string(self.host)
+        w.int32(self.port)
+        if version >= 9:
+            w.compact_nullable_string(self.rack)
+        elif version >= 1:
+            w.nullable_string(self.rack)
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "MetadataResponse.MetadataResponseBroker", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields
+        )
+
+
+class MetadataResponse_MetadataResponseTopic(Struct):
+    """A MetadataResponseTopic of MetadataResponse (MetadataResponse.MetadataResponseTopic)."""
+
+    __slots__ = (
+        "error_code",
+        "name",
+        "topic_id",
+        "is_internal",
+        "partitions",
+        "topic_authorized_operations",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID
+    is_internal: bool
+    partitions: list[MetadataResponse.MetadataResponsePartition]
+    topic_authorized_operations: int
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        name: str | None = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        is_internal: bool = False,
+        partitions: list[MetadataResponse.MetadataResponsePartition] | Default = DEFAULT,
+        topic_authorized_operations: int = -2147483648,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.topic_authorized_operations = topic_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> MetadataResponse.MetadataResponseTopic:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        if version >= 12:
+            self.name = r.compact_nullable_string()
+        elif version >= 9:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 10:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        if version >= 1:
+            self.is_internal = r.boolean()
+        else:
+            self.is_internal = False
+        if version >= 9:
+            self.partitions = r.compact_array(
+                MetadataResponse_MetadataResponsePartition._read, version
+            )
+        else:
+            self.partitions = r.array(MetadataResponse_MetadataResponsePartition._read, version)
+        if version >= 8:
+            self.topic_authorized_operations = r.int32()
+        else:
+            self.topic_authorized_operations = -2147483648
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        if version >= 12:
+            w.compact_nullable_string(self.name)
+        elif version >= 9:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 10:
+            w.uuid_(self.topic_id)
+        if version >= 1:
+            w.boolean(self.is_internal)
+        if version >= 9:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 8:
+            w.int32(self.topic_authorized_operations)
+        else:
+            if self.topic_authorized_operations != -2147483648:
+                raise not_in_version(
+                    "MetadataResponse.MetadataResponseTopic", "topic_authorized_operations", version
+                )
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "MetadataResponse.MetadataResponseTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.name == ""
+            and self.topic_id == ZERO_UUID
+            and not self.is_internal
+            and self.partitions == []
+            and self.topic_authorized_operations == -2147483648
+            and not self.unknown_tagged_fields
+        )
+
+
+class MetadataResponse_MetadataResponsePartition(Struct):
+    """A MetadataResponsePartition of MetadataResponse (MetadataResponse.MetadataResponsePartition)."""
+
+    __slots__ = (
+        "error_code",
+        "partition_index",
+        "leader_id",
+        "leader_epoch",
+        "replica_nodes",
+        "isr_nodes",
+        "offline_replicas",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    replica_nodes: list[int]
+    isr_nodes: list[int]
+    offline_replicas: list[int]
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = -1,
+        replica_nodes: list[int] | Default = DEFAULT,
+        isr_nodes: list[int] | Default = DEFAULT,
+        offline_replicas: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = [] if replica_nodes is DEFAULT else replica_nodes
+        self.isr_nodes = [] if isr_nodes is DEFAULT else isr_nodes
+        self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> MetadataResponse.MetadataResponsePartition:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code, self.partition_index, self.leader_id = r.fixed(_F_hii)
+        if version >= 7:
+            self.leader_epoch = r.int32()
+        else:
+            self.leader_epoch = -1
+        if version >= 9:
+            self.replica_nodes = r.compact_array(read_int32_item, version)
+        else:
+            self.replica_nodes = r.array(read_int32_item, version)
+        if version >= 9:
+            self.isr_nodes = r.compact_array(read_int32_item, version)
+        else:
+            self.isr_nodes = r.array(read_int32_item, version)
+        if version >= 9:
+            self.offline_replicas = r.compact_array(read_int32_item, version)
+        elif version >= 5:
+            self.offline_replicas = r.array(read_int32_item, version)
+        else:
+            self.offline_replicas = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_hii(self.error_code, self.partition_index, self.leader_id)
+        if version >= 7:
+            w.int32(self.leader_epoch)
+        if version >= 9:
+            w.array_length(self.replica_nodes, compact=True, nullable=False)
+            for replica_nodes_item in self.replica_nodes:
+                w.int32(replica_nodes_item)
+        else:
+            w.array_length(self.replica_nodes, compact=False, nullable=False)
+            for replica_nodes_item in self.replica_nodes:
+                w.int32(replica_nodes_item)
+        if version >= 9:
+            w.array_length(self.isr_nodes, compact=True, nullable=False)
+            for isr_nodes_item in self.isr_nodes:
+                w.int32(isr_nodes_item)
+        else:
+            w.array_length(self.isr_nodes, compact=False, nullable=False)
+            for isr_nodes_item in self.isr_nodes:
+                w.int32(isr_nodes_item)
+        if version >= 9:
+            w.array_length(self.offline_replicas, compact=True, nullable=False)
+            for offline_replicas_item in self.offline_replicas:
+                w.int32(offline_replicas_item)
+        elif version >= 5:
+            w.array_length(self.offline_replicas, compact=False, nullable=False)
+            for offline_replicas_item in self.offline_replicas:
+                w.int32(offline_replicas_item)
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "MetadataResponse.MetadataResponsePartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.partition_index == 0
+            and self.leader_id == 0
+            and self.leader_epoch == -1
+            and self.replica_nodes == []
+            and self.isr_nodes == []
+            and self.offline_replicas == []
+            and not self.unknown_tagged_fields
+        )
 
 
 class MetadataResponse(Message):
@@ -216,313 +535,9 @@ class MetadataResponse(Message):
     MAX_VERSION = 12
     FLEXIBLE_MIN = 9
 
-    class MetadataResponseBroker(Struct):
-        """A MetadataResponseBroker of MetadataResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "rack",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-        rack: str | None
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            rack: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.rack = rack
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> MetadataResponse.MetadataResponseBroker:
-            self = _new(cls)
-            self.node_id = r.int32()
-            if version >= 9:
-                self.host = r.compact_string()
-            else:
-                self.host = r.string()
-            self.port = r.int32()
-            if version >= 9:
-                self.rack = r.compact_nullable_string()
-            elif version >= 1:
-                self.rack = r.nullable_string()
-            else:
-                self.rack = None
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.node_id)
-            if version >= 9:
-                w.compact_string(self.host)
-            else:
-                w.string(self.host)
-            w.int32(self.port)
-            if version >= 9:
-                w.compact_nullable_string(self.rack)
-            elif version >= 1:
-                w.nullable_string(self.rack)
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "MetadataResponse.MetadataResponseBroker", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and self.rack is None
-                and not self.unknown_tagged_fields
-            )
-
-    class MetadataResponseTopic(Struct):
-        """A MetadataResponseTopic of MetadataResponse."""
-
-        __slots__ = (
-            "error_code",
-            "name",
-            "topic_id",
-            "is_internal",
-            "partitions",
-            "topic_authorized_operations",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        name: str | None
-        topic_id: uuid.UUID
-        is_internal: bool
-        partitions: list[MetadataResponse.MetadataResponsePartition]
-        topic_authorized_operations: int
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            name: str | None = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            is_internal: bool = False,
-            partitions: list[MetadataResponse.MetadataResponsePartition] = DEFAULT,
-            topic_authorized_operations: int = -2147483648,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.name = name
-            self.topic_id = topic_id
-            self.is_internal = is_internal
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.topic_authorized_operations = topic_authorized_operations
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> MetadataResponse.MetadataResponseTopic:
-            self = _new(cls)
-            self.error_code = r.int16()
-            if version >= 12:
-                self.name = r.compact_nullable_string()
-            elif version >= 9:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 10:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            if version >= 1:
-                self.is_internal = r.boolean()
-            else:
-                self.is_internal = False
-            if version >= 9:
-                self.partitions = r.compact_array(
-                    MetadataResponse.MetadataResponsePartition._read, version
-                )
-            else:
-                self.partitions = r.array(MetadataResponse.MetadataResponsePartition._read, version)
-            if version >= 8:
-                self.topic_authorized_operations = r.int32()
-            else:
-                self.topic_authorized_operations = -2147483648
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            if version >= 12:
-                w.compact_nullable_string(self.name)
-            elif version >= 9:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 10:
-                w.uuid_(self.topic_id)
-            if version >= 1:
-                w.boolean(self.is_internal)
-            if version >= 9:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 8:
-                w.int32(self.topic_authorized_operations)
-            else:
-                if self.topic_authorized_operations != -2147483648:
-                    raise not_in_version(
-                        "MetadataResponse.MetadataResponseTopic",
-                        "topic_authorized_operations",
-                        version,
-                    )
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "MetadataResponse.MetadataResponseTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.name == ""
-                and self.topic_id == ZERO_UUID
-                and not self.is_internal
-                and self.partitions == []
-                and self.topic_authorized_operations == -2147483648
-                and not self.unknown_tagged_fields
-            )
-
-    class MetadataResponsePartition(Struct):
-        """A MetadataResponsePartition of MetadataResponse."""
-
-        __slots__ = (
-            "error_code",
-            "partition_index",
-            "leader_id",
-            "leader_epoch",
-            "replica_nodes",
-            "isr_nodes",
-            "offline_replicas",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        partition_index: int
-        leader_id: int
-        leader_epoch: int
-        replica_nodes: list[int]
-        isr_nodes: list[int]
-        offline_replicas: list[int]
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            partition_index: int = 0,
-            leader_id: int = 0,
-            leader_epoch: int = -1,
-            replica_nodes: list[int] = DEFAULT,
-            isr_nodes: list[int] = DEFAULT,
-            offline_replicas: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.partition_index = partition_index
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.replica_nodes = [] if replica_nodes is DEFAULT else replica_nodes
-            self.isr_nodes = [] if isr_nodes is DEFAULT else isr_nodes
-            self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> MetadataResponse.MetadataResponsePartition:
-            self = _new(cls)
-            self.error_code, self.partition_index, self.leader_id = r.fixed(_F_hii)
-            if version >= 7:
-                self.leader_epoch = r.int32()
-            else:
-                self.leader_epoch = -1
-            if version >= 9:
-                self.replica_nodes = r.compact_array(read_int32_item, version)
-            else:
-                self.replica_nodes = r.array(read_int32_item, version)
-            if version >= 9:
-                self.isr_nodes = r.compact_array(read_int32_item, version)
-            else:
-                self.isr_nodes = r.array(read_int32_item, version)
-            if version >= 9:
-                self.offline_replicas = r.compact_array(read_int32_item, version)
-            elif version >= 5:
-                self.offline_replicas = r.array(read_int32_item, version)
-            else:
-                self.offline_replicas = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_hii.pack(self.error_code, self.partition_index, self.leader_id)
-            if version >= 7:
-                w.int32(self.leader_epoch)
-            if version >= 9:
-                w.array_length(self.replica_nodes, compact=True, nullable=False)
-                for replica_nodes_item in self.replica_nodes:
-                    w.int32(replica_nodes_item)
-            else:
-                w.array_length(self.replica_nodes, compact=False, nullable=False)
-                for replica_nodes_item in self.replica_nodes:
-                    w.int32(replica_nodes_item)
-            if version >= 9:
-                w.array_length(self.isr_nodes, compact=True, nullable=False)
-                for isr_nodes_item in self.isr_nodes:
-                    w.int32(isr_nodes_item)
-            else:
-                w.array_length(self.isr_nodes, compact=False, nullable=False)
-                for isr_nodes_item in self.isr_nodes:
-                    w.int32(isr_nodes_item)
-            if version >= 9:
-                w.array_length(self.offline_replicas, compact=True, nullable=False)
-                for offline_replicas_item in self.offline_replicas:
-                    w.int32(offline_replicas_item)
-            elif version >= 5:
-                w.array_length(self.offline_replicas, compact=False, nullable=False)
-                for offline_replicas_item in self.offline_replicas:
-                    w.int32(offline_replicas_item)
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "MetadataResponse.MetadataResponsePartition", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.partition_index == 0
-                and self.leader_id == 0
-                and self.leader_epoch == -1
-                and self.replica_nodes == []
-                and self.isr_nodes == []
-                and self.offline_replicas == []
-                and not self.unknown_tagged_fields
-            )
+    MetadataResponseBroker: TypeAlias = MetadataResponse_MetadataResponseBroker
+    MetadataResponseTopic: TypeAlias = MetadataResponse_MetadataResponseTopic
+    MetadataResponsePartition: TypeAlias = MetadataResponse_MetadataResponsePartition
 
     __slots__ = (
         "throttle_time_ms",
@@ -545,10 +560,10 @@ class MetadataResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        brokers: list[MetadataResponse.MetadataResponseBroker] = DEFAULT,
+        brokers: list[MetadataResponse.MetadataResponseBroker] | Default = DEFAULT,
         cluster_id: str | None = None,
         controller_id: int = -1,
-        topics: list[MetadataResponse.MetadataResponseTopic] = DEFAULT,
+        topics: list[MetadataResponse.MetadataResponseTopic] | Default = DEFAULT,
         cluster_authorized_operations: int = -2147483648,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -562,15 +577,16 @@ class MetadataResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> MetadataResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 3:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         if version >= 9:
-            self.brokers = r.compact_array(MetadataResponse.MetadataResponseBroker._read, version)
+            self.brokers = r.compact_array(MetadataResponse_MetadataResponseBroker._read, version)
         else:
-            self.brokers = r.array(MetadataResponse.MetadataResponseBroker._read, version)
+            self.brokers = r.array(MetadataResponse_MetadataResponseBroker._read, version)
         if version >= 9:
             self.cluster_id = r.compact_nullable_string()
         elif version >= 2:
@@ -582,9 +598,9 @@ class MetadataResponse(Message):
         else:
             self.controller_id = -1
         if version >= 9:
-            self.topics = r.compact_array(MetadataResponse.MetadataResponseTopic._read, version)
+            self.topics = r.compact_array(MetadataResponse_MetadataResponseTopic._read, version)
         else:
-            self.topics = r.array(MetadataResponse.MetadataResponseTopic._read, version)
+            self.topics = r.array(MetadataResponse_MetadataResponseTopic._read, version)
         if version >= 11:
             self.cluster_authorized_operations = -2147483648
         elif version >= 8:
@@ -644,13 +660,19 @@ class MetadataResponse(Message):
         )
 
 
-MetadataResponse.MetadataResponseBroker.FIELDS = (
+nest(
+    MetadataResponse,
+    MetadataResponseBroker=MetadataResponse_MetadataResponseBroker,
+    MetadataResponseTopic=MetadataResponse_MetadataResponseTopic,
+    MetadataResponsePartition=MetadataResponse_MetadataResponsePartition,
+)
+MetadataResponse_MetadataResponseBroker.FIELDS = (
     Field("node_id", "int32", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "int32", (0, 32767)),
     Field("rack", "string", (1, 32767), nullable_versions=(1, 32767), ignorable=True),
 )
-MetadataResponse.MetadataResponseTopic.FIELDS = (
+MetadataResponse_MetadataResponseTopic.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("name", "string", (0, 32767), nullable_versions=(12, 32767)),
     Field("topic_id", "uuid", (10, 32767), ignorable=True),
@@ -659,11 +681,11 @@ MetadataResponse.MetadataResponseTopic.FIELDS = (
         "partitions",
         "[]MetadataResponsePartition",
         (0, 32767),
-        struct=MetadataResponse.MetadataResponsePartition,
+        struct=MetadataResponse_MetadataResponsePartition,
     ),
     Field("topic_authorized_operations", "int32", (8, 32767)),
 )
-MetadataResponse.MetadataResponsePartition.FIELDS = (
+MetadataResponse_MetadataResponsePartition.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("partition_index", "int32", (0, 32767)),
     Field("leader_id", "int32", (0, 32767)),
@@ -678,7 +700,7 @@ MetadataResponse.FIELDS = (
         "brokers",
         "[]MetadataResponseBroker",
         (0, 32767),
-        struct=MetadataResponse.MetadataResponseBroker,
+        struct=MetadataResponse_MetadataResponseBroker,
     ),
     Field("cluster_id", "string", (2, 32767), nullable_versions=(2, 32767), ignorable=True),
     Field("controller_id", "int32", (1, 32767), ignorable=True),
@@ -686,7 +708,7 @@ MetadataResponse.FIELDS = (
         "topics",
         "[]MetadataResponseTopic",
         (0, 32767),
-        struct=MetadataResponse.MetadataResponseTopic,
+        struct=MetadataResponse_MetadataResponseTopic,
     ),
     Field("cluster_authorized_operations", "int32", (8, 10)),
 )

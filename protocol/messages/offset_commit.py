@@ -5,13 +5,176 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_iq = struct.Struct(">iq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
+
+
+class OffsetCommitRequest_OffsetCommitRequestTopic(Struct):
+    """A OffsetCommitRequestTopic of OffsetCommitRequest (OffsetCommitRequest.OffsetCommitRequestTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetCommitRequest.OffsetCommitRequestTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 8:
+            self.partitions = r.compact_array(
+                OffsetCommitRequest_OffsetCommitRequestPartition._read, version
+            )
+        else:
+            self.partitions = r.array(
+                OffsetCommitRequest_OffsetCommitRequestPartition._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 8:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 8:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetCommitRequest.OffsetCommitRequestTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class OffsetCommitRequest_OffsetCommitRequestPartition(Struct):
+    """A OffsetCommitRequestPartition of OffsetCommitRequest (OffsetCommitRequest.OffsetCommitRequestPartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "committed_offset",
+        "committed_leader_epoch",
+        "commit_timestamp",
+        "committed_metadata",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    commit_timestamp: int
+    committed_metadata: str | None
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        commit_timestamp: int = -1,
+        committed_metadata: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.commit_timestamp = commit_timestamp
+        self.committed_metadata = committed_metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetCommitRequest.OffsetCommitRequestPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.committed_offset = r.fixed(_F_iq)
+        if version >= 6:
+            self.committed_leader_epoch = r.int32()
+        else:
+            self.committed_leader_epoch = -1
+        if version >= 2:
+            self.commit_timestamp = -1
+        elif version >= 1:
+            self.commit_timestamp = r.int64()
+        else:
+            self.commit_timestamp = -1
+        if version >= 8:
+            self.committed_metadata = r.compact_nullable_string()
+        else:
+            self.committed_metadata = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iq(self.partition_index, self.committed_offset)
+        if version >= 6:
+            w.int32(self.committed_leader_epoch)
+        if version >= 2:
+            if self.commit_timestamp != -1:
+                raise not_in_version(
+                    "OffsetCommitRequest.OffsetCommitRequestPartition", "commit_timestamp", version
+                )
+        elif version >= 1:
+            w.int64(self.commit_timestamp)
+        else:
+            if self.commit_timestamp != -1:
+                raise not_in_version(
+                    "OffsetCommitRequest.OffsetCommitRequestPartition", "commit_timestamp", version
+                )
+        if version >= 8:
+            w.compact_nullable_string(self.committed_metadata)
+        else:
+            w.nullable_string(self.committed_metadata)
+        if version >= 8:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetCommitRequest.OffsetCommitRequestPartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.committed_offset == 0
+            and self.committed_leader_epoch == -1
+            and self.commit_timestamp == -1
+            and self.committed_metadata == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class OffsetCommitRequest(Message):
@@ -22,168 +185,8 @@ class OffsetCommitRequest(Message):
     MAX_VERSION = 9
     FLEXIBLE_MIN = 8
 
-    class OffsetCommitRequestTopic(Struct):
-        """A OffsetCommitRequestTopic of OffsetCommitRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetCommitRequest.OffsetCommitRequestTopic:
-            self = _new(cls)
-            if version >= 8:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 8:
-                self.partitions = r.compact_array(
-                    OffsetCommitRequest.OffsetCommitRequestPartition._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    OffsetCommitRequest.OffsetCommitRequestPartition._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 8:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 8:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetCommitRequest.OffsetCommitRequestTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class OffsetCommitRequestPartition(Struct):
-        """A OffsetCommitRequestPartition of OffsetCommitRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "committed_offset",
-            "committed_leader_epoch",
-            "commit_timestamp",
-            "committed_metadata",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        committed_offset: int
-        committed_leader_epoch: int
-        commit_timestamp: int
-        committed_metadata: str | None
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            committed_offset: int = 0,
-            committed_leader_epoch: int = -1,
-            commit_timestamp: int = -1,
-            committed_metadata: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.committed_offset = committed_offset
-            self.committed_leader_epoch = committed_leader_epoch
-            self.commit_timestamp = commit_timestamp
-            self.committed_metadata = committed_metadata
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetCommitRequest.OffsetCommitRequestPartition:
-            self = _new(cls)
-            self.partition_index, self.committed_offset = r.fixed(_F_iq)
-            if version >= 6:
-                self.committed_leader_epoch = r.int32()
-            else:
-                self.committed_leader_epoch = -1
-            if version >= 2:
-                self.commit_timestamp = -1
-            elif version >= 1:
-                self.commit_timestamp = r.int64()
-            else:
-                self.commit_timestamp = -1
-            if version >= 8:
-                self.committed_metadata = r.compact_nullable_string()
-            else:
-                self.committed_metadata = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iq.pack(self.partition_index, self.committed_offset)
-            if version >= 6:
-                w.int32(self.committed_leader_epoch)
-            if version >= 2:
-                if self.commit_timestamp != -1:
-                    raise not_in_version(
-                        "OffsetCommitRequest.OffsetCommitRequestPartition",
-                        "commit_timestamp",
-                        version,
-                    )
-            elif version >= 1:
-                w.int64(self.commit_timestamp)
-            else:
-                if self.commit_timestamp != -1:
-                    raise not_in_version(
-                        "OffsetCommitRequest.OffsetCommitRequestPartition",
-                        "commit_timestamp",
-                        version,
-                    )
-            if version >= 8:
-                w.compact_nullable_string(self.committed_metadata)
-            else:
-                w.nullable_string(self.committed_metadata)
-            if version >= 8:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetCommitRequest.OffsetCommitRequestPartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.committed_offset == 0
-                and self.committed_leader_epoch == -1
-                and self.commit_timestamp == -1
-                and self.committed_metadata == ""
-                and not self.unknown_tagged_fields
-            )
+    OffsetCommitRequestTopic: TypeAlias = OffsetCommitRequest_OffsetCommitRequestTopic
+    OffsetCommitRequestPartition: TypeAlias = OffsetCommitRequest_OffsetCommitRequestPartition
 
     __slots__ = (
         "group_id",
@@ -210,7 +213,7 @@ class OffsetCommitRequest(Message):
         member_id: str = "",
         group_instance_id: str | None = None,
         retention_time_ms: int = -1,
-        topics: list[OffsetCommitRequest.OffsetCommitRequestTopic] = DEFAULT,
+        topics: list[OffsetCommitRequest.OffsetCommitRequestTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -223,7 +226,8 @@ class OffsetCommitRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetCommitRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 8:
             self.group_id = r.compact_string()
         else:
@@ -252,10 +256,10 @@ class OffsetCommitRequest(Message):
             self.retention_time_ms = -1
         if version >= 8:
             self.topics = r.compact_array(
-                OffsetCommitRequest.OffsetCommitRequestTopic._read, version
+                OffsetCommitRequest_OffsetCommitRequestTopic._read, version
             )
         else:
-            self.topics = r.array(OffsetCommitRequest.OffsetCommitRequestTopic._read, version)
+            self.topics = r.array(OffsetCommitRequest_OffsetCommitRequestTopic._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
         return self
 
@@ -306,16 +310,21 @@ class OffsetCommitRequest(Message):
         )
 
 
-OffsetCommitRequest.OffsetCommitRequestTopic.FIELDS = (
+nest(
+    OffsetCommitRequest,
+    OffsetCommitRequestTopic=OffsetCommitRequest_OffsetCommitRequestTopic,
+    OffsetCommitRequestPartition=OffsetCommitRequest_OffsetCommitRequestPartition,
+)
+OffsetCommitRequest_OffsetCommitRequestTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]OffsetCommitRequestPartition",
         (0, 32767),
-        struct=OffsetCommitRequest.OffsetCommitRequestPartition,
+        struct=OffsetCommitRequest_OffsetCommitRequestPartition,
     ),
 )
-OffsetCommitRequest.OffsetCommitRequestPartition.FIELDS = (
+OffsetCommitRequest_OffsetCommitRequestPartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("committed_offset", "int64", (0, 32767)),
     Field("committed_leader_epoch", "int32", (6, 32767), ignorable=True),
@@ -332,9 +341,121 @@ OffsetCommitRequest.FIELDS = (
         "topics",
         "[]OffsetCommitRequestTopic",
         (0, 32767),
-        struct=OffsetCommitRequest.OffsetCommitRequestTopic,
+        struct=OffsetCommitRequest_OffsetCommitRequestTopic,
     ),
 )
+
+
+class OffsetCommitResponse_OffsetCommitResponseTopic(Struct):
+    """A OffsetCommitResponseTopic of OffsetCommitResponse (OffsetCommitResponse.OffsetCommitResponseTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetCommitResponse.OffsetCommitResponseTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 8:
+            self.partitions = r.compact_array(
+                OffsetCommitResponse_OffsetCommitResponsePartition._read, version
+            )
+        else:
+            self.partitions = r.array(
+                OffsetCommitResponse_OffsetCommitResponsePartition._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 8:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 8:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetCommitResponse.OffsetCommitResponseTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class OffsetCommitResponse_OffsetCommitResponsePartition(Struct):
+    """A OffsetCommitResponsePartition of OffsetCommitResponse (OffsetCommitResponse.OffsetCommitResponsePartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetCommitResponse.OffsetCommitResponsePartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if version >= 8:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetCommitResponse.OffsetCommitResponsePartition",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and self.error_code == 0 and not self.unknown_tagged_fields
 
 
 class OffsetCommitResponse(Message):
@@ -345,121 +466,8 @@ class OffsetCommitResponse(Message):
     MAX_VERSION = 9
     FLEXIBLE_MIN = 8
 
-    class OffsetCommitResponseTopic(Struct):
-        """A OffsetCommitResponseTopic of OffsetCommitResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetCommitResponse.OffsetCommitResponseTopic:
-            self = _new(cls)
-            if version >= 8:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 8:
-                self.partitions = r.compact_array(
-                    OffsetCommitResponse.OffsetCommitResponsePartition._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    OffsetCommitResponse.OffsetCommitResponsePartition._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 8:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 8:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetCommitResponse.OffsetCommitResponseTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class OffsetCommitResponsePartition(Struct):
-        """A OffsetCommitResponsePartition of OffsetCommitResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> OffsetCommitResponse.OffsetCommitResponsePartition:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if version >= 8:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetCommitResponse.OffsetCommitResponsePartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    OffsetCommitResponseTopic: TypeAlias = OffsetCommitResponse_OffsetCommitResponseTopic
+    OffsetCommitResponsePartition: TypeAlias = OffsetCommitResponse_OffsetCommitResponsePartition
 
     __slots__ = (
         "throttle_time_ms",
@@ -474,7 +482,7 @@ class OffsetCommitResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] = DEFAULT,
+        topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -483,17 +491,18 @@ class OffsetCommitResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetCommitResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 3:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         if version >= 8:
             self.topics = r.compact_array(
-                OffsetCommitResponse.OffsetCommitResponseTopic._read, version
+                OffsetCommitResponse_OffsetCommitResponseTopic._read, version
             )
         else:
-            self.topics = r.array(OffsetCommitResponse.OffsetCommitResponseTopic._read, version)
+            self.topics = r.array(OffsetCommitResponse_OffsetCommitResponseTopic._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 8 else None
         return self
 
@@ -517,16 +526,21 @@ class OffsetCommitResponse(Message):
         return self.throttle_time_ms == 0 and self.topics == [] and not self.unknown_tagged_fields
 
 
-OffsetCommitResponse.OffsetCommitResponseTopic.FIELDS = (
+nest(
+    OffsetCommitResponse,
+    OffsetCommitResponseTopic=OffsetCommitResponse_OffsetCommitResponseTopic,
+    OffsetCommitResponsePartition=OffsetCommitResponse_OffsetCommitResponsePartition,
+)
+OffsetCommitResponse_OffsetCommitResponseTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]OffsetCommitResponsePartition",
         (0, 32767),
-        struct=OffsetCommitResponse.OffsetCommitResponsePartition,
+        struct=OffsetCommitResponse_OffsetCommitResponsePartition,
     ),
 )
-OffsetCommitResponse.OffsetCommitResponsePartition.FIELDS = (
+OffsetCommitResponse_OffsetCommitResponsePartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
 )
@@ -536,7 +550,7 @@ OffsetCommitResponse.FIELDS = (
         "topics",
         "[]OffsetCommitResponseTopic",
         (0, 32767),
-        struct=OffsetCommitResponse.OffsetCommitResponseTopic,
+        struct=OffsetCommitResponse_OffsetCommitResponseTopic,
     ),
 )
 

@@ -5,13 +5,96 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_hi = struct.Struct(">hi")
-_F_ih = struct.Struct(">ih")
+_F_hi: Final = struct.Struct(">hi")
+_pack_hi: Final = _F_hi.pack
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class OffsetDeleteRequest_OffsetDeleteRequestTopic(Struct):
+    """A OffsetDeleteRequestTopic of OffsetDeleteRequest (OffsetDeleteRequest.OffsetDeleteRequestTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[OffsetDeleteRequest.OffsetDeleteRequestPartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[OffsetDeleteRequest.OffsetDeleteRequestPartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetDeleteRequest.OffsetDeleteRequestTopic:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.string()
+        self.partitions = r.array(OffsetDeleteRequest_OffsetDeleteRequestPartition._read, version)
+        self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.string(self.name)
+        w.array_length(self.partitions, compact=False, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        if self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetDeleteRequest.OffsetDeleteRequestTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class OffsetDeleteRequest_OffsetDeleteRequestPartition(Struct):
+    """A OffsetDeleteRequestPartition of OffsetDeleteRequest (OffsetDeleteRequest.OffsetDeleteRequestPartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+
+    def __init__(
+        self, *, partition_index: int = 0, unknown_tagged_fields: UnknownTags | None = None
+    ) -> None:
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetDeleteRequest.OffsetDeleteRequestPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        if self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetDeleteRequest.OffsetDeleteRequestPartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and not self.unknown_tagged_fields
 
 
 class OffsetDeleteRequest(Message):
@@ -22,86 +105,8 @@ class OffsetDeleteRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = None
 
-    class OffsetDeleteRequestTopic(Struct):
-        """A OffsetDeleteRequestTopic of OffsetDeleteRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[OffsetDeleteRequest.OffsetDeleteRequestPartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[OffsetDeleteRequest.OffsetDeleteRequestPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetDeleteRequest.OffsetDeleteRequestTopic:
-            self = _new(cls)
-            self.name = r.string()
-            self.partitions = r.array(
-                OffsetDeleteRequest.OffsetDeleteRequestPartition._read, version
-            )
-            self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.string(self.name)
-            w.array_length(self.partitions, compact=False, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            if self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetDeleteRequest.OffsetDeleteRequestTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class OffsetDeleteRequestPartition(Struct):
-        """A OffsetDeleteRequestPartition of OffsetDeleteRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-
-        def __init__(
-            self, *, partition_index: int = 0, unknown_tagged_fields: UnknownTags | None = None
-        ) -> None:
-            self.partition_index = partition_index
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetDeleteRequest.OffsetDeleteRequestPartition:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            if self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetDeleteRequest.OffsetDeleteRequestPartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.partition_index == 0 and not self.unknown_tagged_fields
+    OffsetDeleteRequestTopic: TypeAlias = OffsetDeleteRequest_OffsetDeleteRequestTopic
+    OffsetDeleteRequestPartition: TypeAlias = OffsetDeleteRequest_OffsetDeleteRequestPartition
 
     __slots__ = (
         "group_id",
@@ -116,7 +121,7 @@ class OffsetDeleteRequest(Message):
         self,
         *,
         group_id: str = "",
-        topics: list[OffsetDeleteRequest.OffsetDeleteRequestTopic] = DEFAULT,
+        topics: list[OffsetDeleteRequest.OffsetDeleteRequestTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -125,9 +130,10 @@ class OffsetDeleteRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetDeleteRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
-        self.topics = r.array(OffsetDeleteRequest.OffsetDeleteRequestTopic._read, version)
+        self.topics = r.array(OffsetDeleteRequest_OffsetDeleteRequestTopic._read, version)
         self.unknown_tagged_fields = None
         return self
 
@@ -143,16 +149,21 @@ class OffsetDeleteRequest(Message):
         return self.group_id == "" and self.topics == [] and not self.unknown_tagged_fields
 
 
-OffsetDeleteRequest.OffsetDeleteRequestTopic.FIELDS = (
+nest(
+    OffsetDeleteRequest,
+    OffsetDeleteRequestTopic=OffsetDeleteRequest_OffsetDeleteRequestTopic,
+    OffsetDeleteRequestPartition=OffsetDeleteRequest_OffsetDeleteRequestPartition,
+)
+OffsetDeleteRequest_OffsetDeleteRequestTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]OffsetDeleteRequestPartition",
         (0, 32767),
-        struct=OffsetDeleteRequest.OffsetDeleteRequestPartition,
+        struct=OffsetDeleteRequest_OffsetDeleteRequestPartition,
     ),
 )
-OffsetDeleteRequest.OffsetDeleteRequestPartition.FIELDS = (
+OffsetDeleteRequest_OffsetDeleteRequestPartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
 )
 OffsetDeleteRequest.FIELDS = (
@@ -161,9 +172,99 @@ OffsetDeleteRequest.FIELDS = (
         "topics",
         "[]OffsetDeleteRequestTopic",
         (0, 32767),
-        struct=OffsetDeleteRequest.OffsetDeleteRequestTopic,
+        struct=OffsetDeleteRequest_OffsetDeleteRequestTopic,
     ),
 )
+
+
+class OffsetDeleteResponse_OffsetDeleteResponseTopic(Struct):
+    """A OffsetDeleteResponseTopic of OffsetDeleteResponse (OffsetDeleteResponse.OffsetDeleteResponseTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[OffsetDeleteResponse.OffsetDeleteResponsePartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[OffsetDeleteResponse.OffsetDeleteResponsePartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetDeleteResponse.OffsetDeleteResponseTopic:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.string()
+        self.partitions = r.array(OffsetDeleteResponse_OffsetDeleteResponsePartition._read, version)
+        self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.string(self.name)
+        w.array_length(self.partitions, compact=False, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        if self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetDeleteResponse.OffsetDeleteResponseTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class OffsetDeleteResponse_OffsetDeleteResponsePartition(Struct):
+    """A OffsetDeleteResponsePartition of OffsetDeleteResponse (OffsetDeleteResponse.OffsetDeleteResponsePartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetDeleteResponse.OffsetDeleteResponsePartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetDeleteResponse.OffsetDeleteResponsePartition",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and self.error_code == 0 and not self.unknown_tagged_fields
 
 
 class OffsetDeleteResponse(Message):
@@ -174,101 +275,8 @@ class OffsetDeleteResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = None
 
-    class OffsetDeleteResponseTopic(Struct):
-        """A OffsetDeleteResponseTopic of OffsetDeleteResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[OffsetDeleteResponse.OffsetDeleteResponsePartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[OffsetDeleteResponse.OffsetDeleteResponsePartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetDeleteResponse.OffsetDeleteResponseTopic:
-            self = _new(cls)
-            self.name = r.string()
-            self.partitions = r.array(
-                OffsetDeleteResponse.OffsetDeleteResponsePartition._read, version
-            )
-            self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.string(self.name)
-            w.array_length(self.partitions, compact=False, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            if self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetDeleteResponse.OffsetDeleteResponseTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class OffsetDeleteResponsePartition(Struct):
-        """A OffsetDeleteResponsePartition of OffsetDeleteResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> OffsetDeleteResponse.OffsetDeleteResponsePartition:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetDeleteResponse.OffsetDeleteResponsePartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    OffsetDeleteResponseTopic: TypeAlias = OffsetDeleteResponse_OffsetDeleteResponseTopic
+    OffsetDeleteResponsePartition: TypeAlias = OffsetDeleteResponse_OffsetDeleteResponsePartition
 
     __slots__ = (
         "error_code",
@@ -286,7 +294,7 @@ class OffsetDeleteResponse(Message):
         *,
         error_code: int = 0,
         throttle_time_ms: int = 0,
-        topics: list[OffsetDeleteResponse.OffsetDeleteResponseTopic] = DEFAULT,
+        topics: list[OffsetDeleteResponse.OffsetDeleteResponseTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -296,14 +304,15 @@ class OffsetDeleteResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetDeleteResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code, self.throttle_time_ms = r.fixed(_F_hi)
-        self.topics = r.array(OffsetDeleteResponse.OffsetDeleteResponseTopic._read, version)
+        self.topics = r.array(OffsetDeleteResponse_OffsetDeleteResponseTopic._read, version)
         self.unknown_tagged_fields = None
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_hi.pack(self.error_code, self.throttle_time_ms)
+        w.buf += _pack_hi(self.error_code, self.throttle_time_ms)
         w.array_length(self.topics, compact=False, nullable=False)
         for topics_item in self.topics:
             topics_item._write(w, version)
@@ -319,16 +328,21 @@ class OffsetDeleteResponse(Message):
         )
 
 
-OffsetDeleteResponse.OffsetDeleteResponseTopic.FIELDS = (
+nest(
+    OffsetDeleteResponse,
+    OffsetDeleteResponseTopic=OffsetDeleteResponse_OffsetDeleteResponseTopic,
+    OffsetDeleteResponsePartition=OffsetDeleteResponse_OffsetDeleteResponsePartition,
+)
+OffsetDeleteResponse_OffsetDeleteResponseTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]OffsetDeleteResponsePartition",
         (0, 32767),
-        struct=OffsetDeleteResponse.OffsetDeleteResponsePartition,
+        struct=OffsetDeleteResponse_OffsetDeleteResponsePartition,
     ),
 )
-OffsetDeleteResponse.OffsetDeleteResponsePartition.FIELDS = (
+OffsetDeleteResponse_OffsetDeleteResponsePartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
 )
@@ -339,7 +353,7 @@ OffsetDeleteResponse.FIELDS = (
         "topics",
         "[]OffsetDeleteResponseTopic",
         (0, 32767),
-        struct=OffsetDeleteResponse.OffsetDeleteResponseTopic,
+        struct=OffsetDeleteResponse_OffsetDeleteResponseTopic,
     ),
 )
 

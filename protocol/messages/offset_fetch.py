@@ -4,10 +4,243 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class OffsetFetchRequest_OffsetFetchRequestTopic(Struct):
+    """A OffsetFetchRequestTopic of OffsetFetchRequest (OffsetFetchRequest.OffsetFetchRequestTopic)."""
+
+    __slots__ = (
+        "name",
+        "partition_indexes",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partition_indexes: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetFetchRequest.OffsetFetchRequestTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.name = ""
+        elif version >= 6:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 8:
+            self.partition_indexes = []
+        elif version >= 6:
+            self.partition_indexes = r.compact_array(read_int32_item, version)
+        else:
+            self.partition_indexes = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            if self.name != "":
+                raise not_in_version("OffsetFetchRequest.OffsetFetchRequestTopic", "name", version)
+        elif version >= 6:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 8:
+            if self.partition_indexes != []:
+                raise not_in_version(
+                    "OffsetFetchRequest.OffsetFetchRequestTopic", "partition_indexes", version
+                )
+        elif version >= 6:
+            w.array_length(self.partition_indexes, compact=True, nullable=False)
+            for partition_indexes_item in self.partition_indexes:
+                w.int32(partition_indexes_item)
+        else:
+            w.array_length(self.partition_indexes, compact=False, nullable=False)
+            for partition_indexes_item in self.partition_indexes:
+                w.int32(partition_indexes_item)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetFetchRequest.OffsetFetchRequestTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
+
+
+class OffsetFetchRequest_OffsetFetchRequestGroup(Struct):
+    """A OffsetFetchRequestGroup of OffsetFetchRequest (OffsetFetchRequest.OffsetFetchRequestGroup)."""
+
+    __slots__ = (
+        "group_id",
+        "member_id",
+        "member_epoch",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
+    group_id: str
+    member_id: str | None
+    member_epoch: int
+    topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str | None = None,
+        member_epoch: int = -1,
+        topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.topics = [] if topics is DEFAULT else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetFetchRequest.OffsetFetchRequestGroup:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.group_id = r.compact_string()
+        else:
+            self.group_id = ""
+        if version >= 9:
+            self.member_id = r.compact_nullable_string()
+        else:
+            self.member_id = None
+        if version >= 9:
+            self.member_epoch = r.int32()
+        else:
+            self.member_epoch = -1
+        if version >= 8:
+            self.topics = r.compact_nullable_array(
+                OffsetFetchRequest_OffsetFetchRequestTopics._read, version
+            )
+        else:
+            self.topics = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            w.compact_string(self.group_id)
+        else:
+            if self.group_id != "":
+                raise not_in_version(
+                    "OffsetFetchRequest.OffsetFetchRequestGroup", "group_id", version
+                )
+        if version >= 9:
+            w.compact_nullable_string(self.member_id)
+        if version >= 9:
+            w.int32(self.member_epoch)
+        if version >= 8:
+            w.array_length(self.topics, compact=True, nullable=True)
+            if self.topics is not None:
+                for topics_item in self.topics:
+                    topics_item._write(w, version)
+        else:
+            if self.topics != []:
+                raise not_in_version(
+                    "OffsetFetchRequest.OffsetFetchRequestGroup", "topics", version
+                )
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetFetchRequest.OffsetFetchRequestGroup", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.group_id == ""
+            and self.member_id is None
+            and self.member_epoch == -1
+            and self.topics == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class OffsetFetchRequest_OffsetFetchRequestTopics(Struct):
+    """A OffsetFetchRequestTopics of OffsetFetchRequest (OffsetFetchRequest.OffsetFetchRequestTopics)."""
+
+    __slots__ = (
+        "name",
+        "partition_indexes",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partition_indexes: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetFetchRequest.OffsetFetchRequestTopics:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.name = r.compact_string()
+        else:
+            self.name = ""
+        if version >= 8:
+            self.partition_indexes = r.compact_array(read_int32_item, version)
+        else:
+            self.partition_indexes = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            w.compact_string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version("OffsetFetchRequest.OffsetFetchRequestTopics", "name", version)
+        if version >= 8:
+            w.array_length(self.partition_indexes, compact=True, nullable=False)
+            for partition_indexes_item in self.partition_indexes:
+                w.int32(partition_indexes_item)
+        else:
+            if self.partition_indexes != []:
+                raise not_in_version(
+                    "OffsetFetchRequest.OffsetFetchRequestTopics", "partition_indexes", version
+                )
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetFetchRequest.OffsetFetchRequestTopics", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
 
 
 class OffsetFetchRequest(Message):
@@ -18,240 +251,9 @@ class OffsetFetchRequest(Message):
     MAX_VERSION = 9
     FLEXIBLE_MIN = 6
 
-    class OffsetFetchRequestTopic(Struct):
-        """A OffsetFetchRequestTopic of OffsetFetchRequest."""
-
-        __slots__ = (
-            "name",
-            "partition_indexes",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partition_indexes: list[int]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partition_indexes: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetFetchRequest.OffsetFetchRequestTopic:
-            self = _new(cls)
-            if version >= 8:
-                self.name = ""
-            elif version >= 6:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 8:
-                self.partition_indexes = []
-            elif version >= 6:
-                self.partition_indexes = r.compact_array(read_int32_item, version)
-            else:
-                self.partition_indexes = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                if self.name != "":
-                    raise not_in_version(
-                        "OffsetFetchRequest.OffsetFetchRequestTopic", "name", version
-                    )
-            elif version >= 6:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 8:
-                if self.partition_indexes != []:
-                    raise not_in_version(
-                        "OffsetFetchRequest.OffsetFetchRequestTopic", "partition_indexes", version
-                    )
-            elif version >= 6:
-                w.array_length(self.partition_indexes, compact=True, nullable=False)
-                for partition_indexes_item in self.partition_indexes:
-                    w.int32(partition_indexes_item)
-            else:
-                w.array_length(self.partition_indexes, compact=False, nullable=False)
-                for partition_indexes_item in self.partition_indexes:
-                    w.int32(partition_indexes_item)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetFetchRequest.OffsetFetchRequestTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
-            )
-
-    class OffsetFetchRequestGroup(Struct):
-        """A OffsetFetchRequestGroup of OffsetFetchRequest."""
-
-        __slots__ = (
-            "group_id",
-            "member_id",
-            "member_epoch",
-            "topics",
-            "unknown_tagged_fields",
-        )
-
-        group_id: str
-        member_id: str | None
-        member_epoch: int
-        topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None
-
-        def __init__(
-            self,
-            *,
-            group_id: str = "",
-            member_id: str | None = None,
-            member_epoch: int = -1,
-            topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.group_id = group_id
-            self.member_id = member_id
-            self.member_epoch = member_epoch
-            self.topics = [] if topics is DEFAULT else topics
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetFetchRequest.OffsetFetchRequestGroup:
-            self = _new(cls)
-            if version >= 8:
-                self.group_id = r.compact_string()
-            else:
-                self.group_id = ""
-            if version >= 9:
-                self.member_id = r.compact_nullable_string()
-            else:
-                self.member_id = None
-            if version >= 9:
-                self.member_epoch = r.int32()
-            else:
-                self.member_epoch = -1
-            if version >= 8:
-                self.topics = r.compact_nullable_array(
-                    OffsetFetchRequest.OffsetFetchRequestTopics._read, version
-                )
-            else:
-                self.topics = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                w.compact_string(self.group_id)
-            else:
-                if self.group_id != "":
-                    raise not_in_version(
-                        "OffsetFetchRequest.OffsetFetchRequestGroup", "group_id", version
-                    )
-            if version >= 9:
-                w.compact_nullable_string(self.member_id)
-            if version >= 9:
-                w.int32(self.member_epoch)
-            if version >= 8:
-                w.array_length(self.topics, compact=True, nullable=True)
-                if self.topics is not None:
-                    for topics_item in self.topics:
-                        topics_item._write(w, version)
-            else:
-                if self.topics != []:
-                    raise not_in_version(
-                        "OffsetFetchRequest.OffsetFetchRequestGroup", "topics", version
-                    )
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetFetchRequest.OffsetFetchRequestGroup", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.group_id == ""
-                and self.member_id is None
-                and self.member_epoch == -1
-                and self.topics == []
-                and not self.unknown_tagged_fields
-            )
-
-    class OffsetFetchRequestTopics(Struct):
-        """A OffsetFetchRequestTopics of OffsetFetchRequest."""
-
-        __slots__ = (
-            "name",
-            "partition_indexes",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partition_indexes: list[int]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partition_indexes: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetFetchRequest.OffsetFetchRequestTopics:
-            self = _new(cls)
-            if version >= 8:
-                self.name = r.compact_string()
-            else:
-                self.name = ""
-            if version >= 8:
-                self.partition_indexes = r.compact_array(read_int32_item, version)
-            else:
-                self.partition_indexes = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                w.compact_string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version(
-                        "OffsetFetchRequest.OffsetFetchRequestTopics", "name", version
-                    )
-            if version >= 8:
-                w.array_length(self.partition_indexes, compact=True, nullable=False)
-                for partition_indexes_item in self.partition_indexes:
-                    w.int32(partition_indexes_item)
-            else:
-                if self.partition_indexes != []:
-                    raise not_in_version(
-                        "OffsetFetchRequest.OffsetFetchRequestTopics", "partition_indexes", version
-                    )
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetFetchRequest.OffsetFetchRequestTopics", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
-            )
+    OffsetFetchRequestTopic: TypeAlias = OffsetFetchRequest_OffsetFetchRequestTopic
+    OffsetFetchRequestGroup: TypeAlias = OffsetFetchRequest_OffsetFetchRequestGroup
+    OffsetFetchRequestTopics: TypeAlias = OffsetFetchRequest_OffsetFetchRequestTopics
 
     __slots__ = (
         "group_id",
@@ -270,8 +272,8 @@ class OffsetFetchRequest(Message):
         self,
         *,
         group_id: str = "",
-        topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] | None = DEFAULT,
-        groups: list[OffsetFetchRequest.OffsetFetchRequestGroup] = DEFAULT,
+        topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] | None | Default = DEFAULT,
+        groups: list[OffsetFetchRequest.OffsetFetchRequestGroup] | Default = DEFAULT,
         require_stable: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -283,7 +285,8 @@ class OffsetFetchRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetFetchRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 8:
             self.group_id = ""
         elif version >= 6:
@@ -294,16 +297,16 @@ class OffsetFetchRequest(Message):
             self.topics = []
         elif version >= 6:
             self.topics = r.compact_nullable_array(
-                OffsetFetchRequest.OffsetFetchRequestTopic._read, version
+                OffsetFetchRequest_OffsetFetchRequestTopic._read, version
             )
         elif version >= 2:
             self.topics = r.nullable_array(
-                OffsetFetchRequest.OffsetFetchRequestTopic._read, version
+                OffsetFetchRequest_OffsetFetchRequestTopic._read, version
             )
         else:
-            self.topics = r.array(OffsetFetchRequest.OffsetFetchRequestTopic._read, version)
+            self.topics = r.array(OffsetFetchRequest_OffsetFetchRequestTopic._read, version)
         if version >= 8:
-            self.groups = r.compact_array(OffsetFetchRequest.OffsetFetchRequestGroup._read, version)
+            self.groups = r.compact_array(OffsetFetchRequest_OffsetFetchRequestGroup._read, version)
         else:
             self.groups = []
         if version >= 7:
@@ -365,11 +368,17 @@ class OffsetFetchRequest(Message):
         )
 
 
-OffsetFetchRequest.OffsetFetchRequestTopic.FIELDS = (
+nest(
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic=OffsetFetchRequest_OffsetFetchRequestTopic,
+    OffsetFetchRequestGroup=OffsetFetchRequest_OffsetFetchRequestGroup,
+    OffsetFetchRequestTopics=OffsetFetchRequest_OffsetFetchRequestTopics,
+)
+OffsetFetchRequest_OffsetFetchRequestTopic.FIELDS = (
     Field("name", "string", (0, 7)),
     Field("partition_indexes", "[]int32", (0, 7)),
 )
-OffsetFetchRequest.OffsetFetchRequestGroup.FIELDS = (
+OffsetFetchRequest_OffsetFetchRequestGroup.FIELDS = (
     Field("group_id", "string", (8, 32767)),
     Field("member_id", "string", (9, 32767), nullable_versions=(9, 32767), ignorable=True),
     Field("member_epoch", "int32", (9, 32767), ignorable=True),
@@ -378,10 +387,10 @@ OffsetFetchRequest.OffsetFetchRequestGroup.FIELDS = (
         "[]OffsetFetchRequestTopics",
         (8, 32767),
         nullable_versions=(8, 32767),
-        struct=OffsetFetchRequest.OffsetFetchRequestTopics,
+        struct=OffsetFetchRequest_OffsetFetchRequestTopics,
     ),
 )
-OffsetFetchRequest.OffsetFetchRequestTopics.FIELDS = (
+OffsetFetchRequest_OffsetFetchRequestTopics.FIELDS = (
     Field("name", "string", (8, 32767)),
     Field("partition_indexes", "[]int32", (8, 32767)),
 )
@@ -392,16 +401,484 @@ OffsetFetchRequest.FIELDS = (
         "[]OffsetFetchRequestTopic",
         (0, 7),
         nullable_versions=(2, 7),
-        struct=OffsetFetchRequest.OffsetFetchRequestTopic,
+        struct=OffsetFetchRequest_OffsetFetchRequestTopic,
     ),
     Field(
         "groups",
         "[]OffsetFetchRequestGroup",
         (8, 32767),
-        struct=OffsetFetchRequest.OffsetFetchRequestGroup,
+        struct=OffsetFetchRequest_OffsetFetchRequestGroup,
     ),
     Field("require_stable", "bool", (7, 32767)),
 )
+
+
+class OffsetFetchResponse_OffsetFetchResponseTopic(Struct):
+    """A OffsetFetchResponseTopic of OffsetFetchResponse (OffsetFetchResponse.OffsetFetchResponseTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[OffsetFetchResponse.OffsetFetchResponsePartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponseTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.name = ""
+        elif version >= 6:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 8:
+            self.partitions = []
+        elif version >= 6:
+            self.partitions = r.compact_array(
+                OffsetFetchResponse_OffsetFetchResponsePartition._read, version
+            )
+        else:
+            self.partitions = r.array(
+                OffsetFetchResponse_OffsetFetchResponsePartition._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            if self.name != "":
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponseTopic", "name", version
+                )
+        elif version >= 6:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 8:
+            if self.partitions != []:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponseTopic", "partitions", version
+                )
+        elif version >= 6:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetFetchResponse.OffsetFetchResponseTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class OffsetFetchResponse_OffsetFetchResponsePartition(Struct):
+    """A OffsetFetchResponsePartition of OffsetFetchResponse (OffsetFetchResponse.OffsetFetchResponsePartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "committed_offset",
+        "committed_leader_epoch",
+        "metadata",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    metadata: str | None
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        metadata: str | None = "",
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponsePartition:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.partition_index = 0
+        else:
+            self.partition_index = r.int32()
+        if version >= 8:
+            self.committed_offset = 0
+        else:
+            self.committed_offset = r.int64()
+        if version >= 8:
+            self.committed_leader_epoch = -1
+        elif version >= 5:
+            self.committed_leader_epoch = r.int32()
+        else:
+            self.committed_leader_epoch = -1
+        if version >= 8:
+            self.metadata = ""
+        elif version >= 6:
+            self.metadata = r.compact_nullable_string()
+        else:
+            self.metadata = r.nullable_string()
+        if version >= 8:
+            self.error_code = 0
+        else:
+            self.error_code = r.int16()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            if self.partition_index != 0:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponsePartition", "partition_index", version
+                )
+        else:
+            w.int32(self.partition_index)
+        if version >= 8:
+            if self.committed_offset != 0:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponsePartition", "committed_offset", version
+                )
+        else:
+            w.int64(self.committed_offset)
+        if version >= 8:
+            pass
+        elif version >= 5:
+            w.int32(self.committed_leader_epoch)
+        if version >= 8:
+            if self.metadata != "":
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponsePartition", "metadata", version
+                )
+        elif version >= 6:
+            w.compact_nullable_string(self.metadata)
+        else:
+            w.nullable_string(self.metadata)
+        if version >= 8:
+            if self.error_code != 0:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponsePartition", "error_code", version
+                )
+        else:
+            w.int16(self.error_code)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetFetchResponse.OffsetFetchResponsePartition", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.committed_offset == 0
+            and self.committed_leader_epoch == -1
+            and self.metadata == ""
+            and self.error_code == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class OffsetFetchResponse_OffsetFetchResponseGroup(Struct):
+    """A OffsetFetchResponseGroup of OffsetFetchResponse (OffsetFetchResponse.OffsetFetchResponseGroup)."""
+
+    __slots__ = (
+        "group_id",
+        "topics",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    group_id: str
+    topics: list[OffsetFetchResponse.OffsetFetchResponseTopics]
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        topics: list[OffsetFetchResponse.OffsetFetchResponseTopics] | Default = DEFAULT,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is DEFAULT else topics
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponseGroup:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.group_id = r.compact_string()
+        else:
+            self.group_id = ""
+        if version >= 8:
+            self.topics = r.compact_array(
+                OffsetFetchResponse_OffsetFetchResponseTopics._read, version
+            )
+        else:
+            self.topics = []
+        if version >= 8:
+            self.error_code = r.int16()
+        else:
+            self.error_code = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            w.compact_string(self.group_id)
+        else:
+            if self.group_id != "":
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponseGroup", "group_id", version
+                )
+        if version >= 8:
+            w.array_length(self.topics, compact=True, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        else:
+            if self.topics != []:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponseGroup", "topics", version
+                )
+        if version >= 8:
+            w.int16(self.error_code)
+        else:
+            if self.error_code != 0:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponseGroup", "error_code", version
+                )
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetFetchResponse.OffsetFetchResponseGroup", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.group_id == ""
+            and self.topics == []
+            and self.error_code == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class OffsetFetchResponse_OffsetFetchResponseTopics(Struct):
+    """A OffsetFetchResponseTopics of OffsetFetchResponse (OffsetFetchResponse.OffsetFetchResponseTopics)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponseTopics:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.name = r.compact_string()
+        else:
+            self.name = ""
+        if version >= 8:
+            self.partitions = r.compact_array(
+                OffsetFetchResponse_OffsetFetchResponsePartitions._read, version
+            )
+        else:
+            self.partitions = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            w.compact_string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponseTopics", "name", version
+                )
+        if version >= 8:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            if self.partitions != []:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponseTopics", "partitions", version
+                )
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetFetchResponse.OffsetFetchResponseTopics", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class OffsetFetchResponse_OffsetFetchResponsePartitions(Struct):
+    """A OffsetFetchResponsePartitions of OffsetFetchResponse (OffsetFetchResponse.OffsetFetchResponsePartitions)."""
+
+    __slots__ = (
+        "partition_index",
+        "committed_offset",
+        "committed_leader_epoch",
+        "metadata",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    metadata: str | None
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        metadata: str | None = "",
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponsePartitions:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.partition_index = r.int32()
+        else:
+            self.partition_index = 0
+        if version >= 8:
+            self.committed_offset = r.int64()
+        else:
+            self.committed_offset = 0
+        if version >= 8:
+            self.committed_leader_epoch = r.int32()
+        else:
+            self.committed_leader_epoch = -1
+        if version >= 8:
+            self.metadata = r.compact_nullable_string()
+        else:
+            self.metadata = ""
+        if version >= 8:
+            self.error_code = r.int16()
+        else:
+            self.error_code = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            w.int32(self.partition_index)
+        else:
+            if self.partition_index != 0:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponsePartitions", "partition_index", version
+                )
+        if version >= 8:
+            w.int64(self.committed_offset)
+        else:
+            if self.committed_offset != 0:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponsePartitions", "committed_offset", version
+                )
+        if version >= 8:
+            w.int32(self.committed_leader_epoch)
+        if version >= 8:
+            w.compact_nullable_string(self.metadata)
+        else:
+            if self.metadata != "":
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponsePartitions", "metadata", version
+                )
+        if version >= 8:
+            w.int16(self.error_code)
+        else:
+            if self.error_code != 0:
+                raise not_in_version(
+                    "OffsetFetchResponse.OffsetFetchResponsePartitions", "error_code", version
+                )
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetFetchResponse.OffsetFetchResponsePartitions",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.committed_offset == 0
+            and self.committed_leader_epoch == -1
+            and self.metadata == ""
+            and self.error_code == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class OffsetFetchResponse(Message):
@@ -412,477 +889,11 @@ class OffsetFetchResponse(Message):
     MAX_VERSION = 9
     FLEXIBLE_MIN = 6
 
-    class OffsetFetchResponseTopic(Struct):
-        """A OffsetFetchResponseTopic of OffsetFetchResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[OffsetFetchResponse.OffsetFetchResponsePartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponseTopic:
-            self = _new(cls)
-            if version >= 8:
-                self.name = ""
-            elif version >= 6:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 8:
-                self.partitions = []
-            elif version >= 6:
-                self.partitions = r.compact_array(
-                    OffsetFetchResponse.OffsetFetchResponsePartition._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    OffsetFetchResponse.OffsetFetchResponsePartition._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                if self.name != "":
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponseTopic", "name", version
-                    )
-            elif version >= 6:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 8:
-                if self.partitions != []:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponseTopic", "partitions", version
-                    )
-            elif version >= 6:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetFetchResponse.OffsetFetchResponseTopic", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class OffsetFetchResponsePartition(Struct):
-        """A OffsetFetchResponsePartition of OffsetFetchResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "committed_offset",
-            "committed_leader_epoch",
-            "metadata",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        committed_offset: int
-        committed_leader_epoch: int
-        metadata: str | None
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            committed_offset: int = 0,
-            committed_leader_epoch: int = -1,
-            metadata: str | None = "",
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.committed_offset = committed_offset
-            self.committed_leader_epoch = committed_leader_epoch
-            self.metadata = metadata
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponsePartition:
-            self = _new(cls)
-            if version >= 8:
-                self.partition_index = 0
-            else:
-                self.partition_index = r.int32()
-            if version >= 8:
-                self.committed_offset = 0
-            else:
-                self.committed_offset = r.int64()
-            if version >= 8:
-                self.committed_leader_epoch = -1
-            elif version >= 5:
-                self.committed_leader_epoch = r.int32()
-            else:
-                self.committed_leader_epoch = -1
-            if version >= 8:
-                self.metadata = ""
-            elif version >= 6:
-                self.metadata = r.compact_nullable_string()
-            else:
-                self.metadata = r.nullable_string()
-            if version >= 8:
-                self.error_code = 0
-            else:
-                self.error_code = r.int16()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                if self.partition_index != 0:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponsePartition",
-                        "partition_index",
-                        version,
-                    )
-            else:
-                w.int32(self.partition_index)
-            if version >= 8:
-                if self.committed_offset != 0:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponsePartition",
-                        "committed_offset",
-                        version,
-                    )
-            else:
-                w.int64(self.committed_offset)
-            if version >= 8:
-                pass
-            elif version >= 5:
-                w.int32(self.committed_leader_epoch)
-            if version >= 8:
-                if self.metadata != "":
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponsePartition", "metadata", version
-                    )
-            elif version >= 6:
-                w.compact_nullable_string(self.metadata)
-            else:
-                w.nullable_string(self.metadata)
-            if version >= 8:
-                if self.error_code != 0:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponsePartition", "error_code", version
-                    )
-            else:
-                w.int16(self.error_code)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetFetchResponse.OffsetFetchResponsePartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.committed_offset == 0
-                and self.committed_leader_epoch == -1
-                and self.metadata == ""
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class OffsetFetchResponseGroup(Struct):
-        """A OffsetFetchResponseGroup of OffsetFetchResponse."""
-
-        __slots__ = (
-            "group_id",
-            "topics",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        group_id: str
-        topics: list[OffsetFetchResponse.OffsetFetchResponseTopics]
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            group_id: str = "",
-            topics: list[OffsetFetchResponse.OffsetFetchResponseTopics] = DEFAULT,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.group_id = group_id
-            self.topics = [] if topics is DEFAULT else topics
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponseGroup:
-            self = _new(cls)
-            if version >= 8:
-                self.group_id = r.compact_string()
-            else:
-                self.group_id = ""
-            if version >= 8:
-                self.topics = r.compact_array(
-                    OffsetFetchResponse.OffsetFetchResponseTopics._read, version
-                )
-            else:
-                self.topics = []
-            if version >= 8:
-                self.error_code = r.int16()
-            else:
-                self.error_code = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                w.compact_string(self.group_id)
-            else:
-                if self.group_id != "":
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponseGroup", "group_id", version
-                    )
-            if version >= 8:
-                w.array_length(self.topics, compact=True, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            else:
-                if self.topics != []:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponseGroup", "topics", version
-                    )
-            if version >= 8:
-                w.int16(self.error_code)
-            else:
-                if self.error_code != 0:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponseGroup", "error_code", version
-                    )
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetFetchResponse.OffsetFetchResponseGroup", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.group_id == ""
-                and self.topics == []
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class OffsetFetchResponseTopics(Struct):
-        """A OffsetFetchResponseTopics of OffsetFetchResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetFetchResponse.OffsetFetchResponseTopics:
-            self = _new(cls)
-            if version >= 8:
-                self.name = r.compact_string()
-            else:
-                self.name = ""
-            if version >= 8:
-                self.partitions = r.compact_array(
-                    OffsetFetchResponse.OffsetFetchResponsePartitions._read, version
-                )
-            else:
-                self.partitions = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                w.compact_string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponseTopics", "name", version
-                    )
-            if version >= 8:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                if self.partitions != []:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponseTopics", "partitions", version
-                    )
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetFetchResponse.OffsetFetchResponseTopics",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class OffsetFetchResponsePartitions(Struct):
-        """A OffsetFetchResponsePartitions of OffsetFetchResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "committed_offset",
-            "committed_leader_epoch",
-            "metadata",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        committed_offset: int
-        committed_leader_epoch: int
-        metadata: str | None
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            committed_offset: int = 0,
-            committed_leader_epoch: int = -1,
-            metadata: str | None = "",
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.committed_offset = committed_offset
-            self.committed_leader_epoch = committed_leader_epoch
-            self.metadata = metadata
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> OffsetFetchResponse.OffsetFetchResponsePartitions:
-            self = _new(cls)
-            if version >= 8:
-                self.partition_index = r.int32()
-            else:
-                self.partition_index = 0
-            if version >= 8:
-                self.committed_offset = r.int64()
-            else:
-                self.committed_offset = 0
-            if version >= 8:
-                self.committed_leader_epoch = r.int32()
-            else:
-                self.committed_leader_epoch = -1
-            if version >= 8:
-                self.metadata = r.compact_nullable_string()
-            else:
-                self.metadata = ""
-            if version >= 8:
-                self.error_code = r.int16()
-            else:
-                self.error_code = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                w.int32(self.partition_index)
-            else:
-                if self.partition_index != 0:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponsePartitions",
-                        "partition_index",
-                        version,
-                    )
-            if version >= 8:
-                w.int64(self.committed_offset)
-            else:
-                if self.committed_offset != 0:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponsePartitions",
-                        "committed_offset",
-                        version,
-                    )
-            if version >= 8:
-                w.int32(self.committed_leader_epoch)
-            if version >= 8:
-                w.compact_nullable_string(self.metadata)
-            else:
-                if self.metadata != "":
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponsePartitions", "metadata", version
-                    )
-            if version >= 8:
-                w.int16(self.error_code)
-            else:
-                if self.error_code != 0:
-                    raise not_in_version(
-                        "OffsetFetchResponse.OffsetFetchResponsePartitions", "error_code", version
-                    )
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetFetchResponse.OffsetFetchResponsePartitions",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.committed_offset == 0
-                and self.committed_leader_epoch == -1
-                and self.metadata == ""
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    OffsetFetchResponseTopic: TypeAlias = OffsetFetchResponse_OffsetFetchResponseTopic
+    OffsetFetchResponsePartition: TypeAlias = OffsetFetchResponse_OffsetFetchResponsePartition
+    OffsetFetchResponseGroup: TypeAlias = OffsetFetchResponse_OffsetFetchResponseGroup
+    OffsetFetchResponseTopics: TypeAlias = OffsetFetchResponse_OffsetFetchResponseTopics
+    OffsetFetchResponsePartitions: TypeAlias = OffsetFetchResponse_OffsetFetchResponsePartitions
 
     __slots__ = (
         "throttle_time_ms",
@@ -901,9 +912,9 @@ class OffsetFetchResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[OffsetFetchResponse.OffsetFetchResponseTopic] = DEFAULT,
+        topics: list[OffsetFetchResponse.OffsetFetchResponseTopic] | Default = DEFAULT,
         error_code: int = 0,
-        groups: list[OffsetFetchResponse.OffsetFetchResponseGroup] = DEFAULT,
+        groups: list[OffsetFetchResponse.OffsetFetchResponseGroup] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -914,7 +925,8 @@ class OffsetFetchResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetFetchResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 3:
             self.throttle_time_ms = r.int32()
         else:
@@ -923,10 +935,10 @@ class OffsetFetchResponse(Message):
             self.topics = []
         elif version >= 6:
             self.topics = r.compact_array(
-                OffsetFetchResponse.OffsetFetchResponseTopic._read, version
+                OffsetFetchResponse_OffsetFetchResponseTopic._read, version
             )
         else:
-            self.topics = r.array(OffsetFetchResponse.OffsetFetchResponseTopic._read, version)
+            self.topics = r.array(OffsetFetchResponse_OffsetFetchResponseTopic._read, version)
         if version >= 8:
             self.error_code = 0
         elif version >= 2:
@@ -935,7 +947,7 @@ class OffsetFetchResponse(Message):
             self.error_code = 0
         if version >= 8:
             self.groups = r.compact_array(
-                OffsetFetchResponse.OffsetFetchResponseGroup._read, version
+                OffsetFetchResponse_OffsetFetchResponseGroup._read, version
             )
         else:
             self.groups = []
@@ -982,42 +994,50 @@ class OffsetFetchResponse(Message):
         )
 
 
-OffsetFetchResponse.OffsetFetchResponseTopic.FIELDS = (
+nest(
+    OffsetFetchResponse,
+    OffsetFetchResponseTopic=OffsetFetchResponse_OffsetFetchResponseTopic,
+    OffsetFetchResponsePartition=OffsetFetchResponse_OffsetFetchResponsePartition,
+    OffsetFetchResponseGroup=OffsetFetchResponse_OffsetFetchResponseGroup,
+    OffsetFetchResponseTopics=OffsetFetchResponse_OffsetFetchResponseTopics,
+    OffsetFetchResponsePartitions=OffsetFetchResponse_OffsetFetchResponsePartitions,
+)
+OffsetFetchResponse_OffsetFetchResponseTopic.FIELDS = (
     Field("name", "string", (0, 7)),
     Field(
         "partitions",
         "[]OffsetFetchResponsePartition",
         (0, 7),
-        struct=OffsetFetchResponse.OffsetFetchResponsePartition,
+        struct=OffsetFetchResponse_OffsetFetchResponsePartition,
     ),
 )
-OffsetFetchResponse.OffsetFetchResponsePartition.FIELDS = (
+OffsetFetchResponse_OffsetFetchResponsePartition.FIELDS = (
     Field("partition_index", "int32", (0, 7)),
     Field("committed_offset", "int64", (0, 7)),
     Field("committed_leader_epoch", "int32", (5, 7), ignorable=True),
     Field("metadata", "string", (0, 7), nullable_versions=(0, 7)),
     Field("error_code", "int16", (0, 7)),
 )
-OffsetFetchResponse.OffsetFetchResponseGroup.FIELDS = (
+OffsetFetchResponse_OffsetFetchResponseGroup.FIELDS = (
     Field("group_id", "string", (8, 32767)),
     Field(
         "topics",
         "[]OffsetFetchResponseTopics",
         (8, 32767),
-        struct=OffsetFetchResponse.OffsetFetchResponseTopics,
+        struct=OffsetFetchResponse_OffsetFetchResponseTopics,
     ),
     Field("error_code", "int16", (8, 32767)),
 )
-OffsetFetchResponse.OffsetFetchResponseTopics.FIELDS = (
+OffsetFetchResponse_OffsetFetchResponseTopics.FIELDS = (
     Field("name", "string", (8, 32767)),
     Field(
         "partitions",
         "[]OffsetFetchResponsePartitions",
         (8, 32767),
-        struct=OffsetFetchResponse.OffsetFetchResponsePartitions,
+        struct=OffsetFetchResponse_OffsetFetchResponsePartitions,
     ),
 )
-OffsetFetchResponse.OffsetFetchResponsePartitions.FIELDS = (
+OffsetFetchResponse_OffsetFetchResponsePartitions.FIELDS = (
     Field("partition_index", "int32", (8, 32767)),
     Field("committed_offset", "int64", (8, 32767)),
     Field("committed_leader_epoch", "int32", (8, 32767), ignorable=True),
@@ -1030,14 +1050,14 @@ OffsetFetchResponse.FIELDS = (
         "topics",
         "[]OffsetFetchResponseTopic",
         (0, 7),
-        struct=OffsetFetchResponse.OffsetFetchResponseTopic,
+        struct=OffsetFetchResponse_OffsetFetchResponseTopic,
     ),
     Field("error_code", "int16", (2, 7), ignorable=True),
     Field(
         "groups",
         "[]OffsetFetchResponseGroup",
         (8, 32767),
-        struct=OffsetFetchResponse.OffsetFetchResponseGroup,
+        struct=OffsetFetchResponse_OffsetFetchResponseGroup,
     ),
 )
 

@@ -5,12 +5,142 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_hi = struct.Struct(">hi")
+_F_hi: Final = struct.Struct(">hi")
+_pack_hi: Final = _F_hi.pack
+
+
+class OffsetForLeaderEpochRequest_OffsetForLeaderTopic(Struct):
+    """A OffsetForLeaderTopic of OffsetForLeaderEpochRequest (OffsetForLeaderEpochRequest.OffsetForLeaderTopic)."""
+
+    __slots__ = (
+        "topic",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetForLeaderEpochRequest.OffsetForLeaderTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.topic = r.compact_string()
+        else:
+            self.topic = r.string()
+        if version >= 4:
+            self.partitions = r.compact_array(
+                OffsetForLeaderEpochRequest_OffsetForLeaderPartition._read, version
+            )
+        else:
+            self.partitions = r.array(
+                OffsetForLeaderEpochRequest_OffsetForLeaderPartition._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.topic)
+        else:
+            w.string(self.topic)
+        if version >= 4:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetForLeaderEpochRequest.OffsetForLeaderTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class OffsetForLeaderEpochRequest_OffsetForLeaderPartition(Struct):
+    """A OffsetForLeaderPartition of OffsetForLeaderEpochRequest (OffsetForLeaderEpochRequest.OffsetForLeaderPartition)."""
+
+    __slots__ = (
+        "partition",
+        "current_leader_epoch",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        current_leader_epoch: int = -1,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetForLeaderEpochRequest.OffsetForLeaderPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition = r.int32()
+        if version >= 2:
+            self.current_leader_epoch = r.int32()
+        else:
+            self.current_leader_epoch = -1
+        self.leader_epoch = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition)
+        if version >= 2:
+            w.int32(self.current_leader_epoch)
+        w.int32(self.leader_epoch)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetForLeaderEpochRequest.OffsetForLeaderPartition",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.current_leader_epoch == -1
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class OffsetForLeaderEpochRequest(Message):
@@ -21,134 +151,8 @@ class OffsetForLeaderEpochRequest(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 4
 
-    class OffsetForLeaderTopic(Struct):
-        """A OffsetForLeaderTopic of OffsetForLeaderEpochRequest."""
-
-        __slots__ = (
-            "topic",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetForLeaderEpochRequest.OffsetForLeaderTopic:
-            self = _new(cls)
-            if version >= 4:
-                self.topic = r.compact_string()
-            else:
-                self.topic = r.string()
-            if version >= 4:
-                self.partitions = r.compact_array(
-                    OffsetForLeaderEpochRequest.OffsetForLeaderPartition._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    OffsetForLeaderEpochRequest.OffsetForLeaderPartition._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.topic)
-            else:
-                w.string(self.topic)
-            if version >= 4:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetForLeaderEpochRequest.OffsetForLeaderTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class OffsetForLeaderPartition(Struct):
-        """A OffsetForLeaderPartition of OffsetForLeaderEpochRequest."""
-
-        __slots__ = (
-            "partition",
-            "current_leader_epoch",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        current_leader_epoch: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            current_leader_epoch: int = -1,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.current_leader_epoch = current_leader_epoch
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> OffsetForLeaderEpochRequest.OffsetForLeaderPartition:
-            self = _new(cls)
-            self.partition = r.int32()
-            if version >= 2:
-                self.current_leader_epoch = r.int32()
-            else:
-                self.current_leader_epoch = -1
-            self.leader_epoch = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            if version >= 2:
-                w.int32(self.current_leader_epoch)
-            w.int32(self.leader_epoch)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetForLeaderEpochRequest.OffsetForLeaderPartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.current_leader_epoch == -1
-                and self.leader_epoch == 0
-                and not self.unknown_tagged_fields
-            )
+    OffsetForLeaderTopic: TypeAlias = OffsetForLeaderEpochRequest_OffsetForLeaderTopic
+    OffsetForLeaderPartition: TypeAlias = OffsetForLeaderEpochRequest_OffsetForLeaderPartition
 
     __slots__ = (
         "replica_id",
@@ -163,7 +167,7 @@ class OffsetForLeaderEpochRequest(Message):
         self,
         *,
         replica_id: int = -2,
-        topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = DEFAULT,
+        topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.replica_id = replica_id
@@ -172,17 +176,18 @@ class OffsetForLeaderEpochRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetForLeaderEpochRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 3:
             self.replica_id = r.int32()
         else:
             self.replica_id = -2
         if version >= 4:
             self.topics = r.compact_array(
-                OffsetForLeaderEpochRequest.OffsetForLeaderTopic._read, version
+                OffsetForLeaderEpochRequest_OffsetForLeaderTopic._read, version
             )
         else:
-            self.topics = r.array(OffsetForLeaderEpochRequest.OffsetForLeaderTopic._read, version)
+            self.topics = r.array(OffsetForLeaderEpochRequest_OffsetForLeaderTopic._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
         return self
 
@@ -206,16 +211,21 @@ class OffsetForLeaderEpochRequest(Message):
         return self.replica_id == -2 and self.topics == [] and not self.unknown_tagged_fields
 
 
-OffsetForLeaderEpochRequest.OffsetForLeaderTopic.FIELDS = (
+nest(
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderTopic=OffsetForLeaderEpochRequest_OffsetForLeaderTopic,
+    OffsetForLeaderPartition=OffsetForLeaderEpochRequest_OffsetForLeaderPartition,
+)
+OffsetForLeaderEpochRequest_OffsetForLeaderTopic.FIELDS = (
     Field("topic", "string", (0, 32767)),
     Field(
         "partitions",
         "[]OffsetForLeaderPartition",
         (0, 32767),
-        struct=OffsetForLeaderEpochRequest.OffsetForLeaderPartition,
+        struct=OffsetForLeaderEpochRequest_OffsetForLeaderPartition,
     ),
 )
-OffsetForLeaderEpochRequest.OffsetForLeaderPartition.FIELDS = (
+OffsetForLeaderEpochRequest_OffsetForLeaderPartition.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("current_leader_epoch", "int32", (2, 32767), ignorable=True),
     Field("leader_epoch", "int32", (0, 32767)),
@@ -226,9 +236,143 @@ OffsetForLeaderEpochRequest.FIELDS = (
         "topics",
         "[]OffsetForLeaderTopic",
         (0, 32767),
-        struct=OffsetForLeaderEpochRequest.OffsetForLeaderTopic,
+        struct=OffsetForLeaderEpochRequest_OffsetForLeaderTopic,
     ),
 )
+
+
+class OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(Struct):
+    """A OffsetForLeaderTopicResult of OffsetForLeaderEpochResponse (OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult)."""
+
+    __slots__ = (
+        "topic",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.topic = r.compact_string()
+        else:
+            self.topic = r.string()
+        if version >= 4:
+            self.partitions = r.compact_array(
+                OffsetForLeaderEpochResponse_EpochEndOffset._read, version
+            )
+        else:
+            self.partitions = r.array(OffsetForLeaderEpochResponse_EpochEndOffset._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.topic)
+        else:
+            w.string(self.topic)
+        if version >= 4:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class OffsetForLeaderEpochResponse_EpochEndOffset(Struct):
+    """A EpochEndOffset of OffsetForLeaderEpochResponse (OffsetForLeaderEpochResponse.EpochEndOffset)."""
+
+    __slots__ = (
+        "error_code",
+        "partition",
+        "leader_epoch",
+        "end_offset",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    partition: int
+    leader_epoch: int
+    end_offset: int
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        partition: int = 0,
+        leader_epoch: int = -1,
+        end_offset: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.end_offset = end_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> OffsetForLeaderEpochResponse.EpochEndOffset:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code, self.partition = r.fixed(_F_hi)
+        if version >= 1:
+            self.leader_epoch = r.int32()
+        else:
+            self.leader_epoch = -1
+        self.end_offset = r.int64()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_hi(self.error_code, self.partition)
+        if version >= 1:
+            w.int32(self.leader_epoch)
+        w.int64(self.end_offset)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "OffsetForLeaderEpochResponse.EpochEndOffset", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.partition == 0
+            and self.leader_epoch == -1
+            and self.end_offset == -1
+            and not self.unknown_tagged_fields
+        )
 
 
 class OffsetForLeaderEpochResponse(Message):
@@ -239,137 +383,8 @@ class OffsetForLeaderEpochResponse(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 4
 
-    class OffsetForLeaderTopicResult(Struct):
-        """A OffsetForLeaderTopicResult of OffsetForLeaderEpochResponse."""
-
-        __slots__ = (
-            "topic",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult:
-            self = _new(cls)
-            if version >= 4:
-                self.topic = r.compact_string()
-            else:
-                self.topic = r.string()
-            if version >= 4:
-                self.partitions = r.compact_array(
-                    OffsetForLeaderEpochResponse.EpochEndOffset._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    OffsetForLeaderEpochResponse.EpochEndOffset._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.topic)
-            else:
-                w.string(self.topic)
-            if version >= 4:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.topic == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class EpochEndOffset(Struct):
-        """A EpochEndOffset of OffsetForLeaderEpochResponse."""
-
-        __slots__ = (
-            "error_code",
-            "partition",
-            "leader_epoch",
-            "end_offset",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        partition: int
-        leader_epoch: int
-        end_offset: int
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            partition: int = 0,
-            leader_epoch: int = -1,
-            end_offset: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.partition = partition
-            self.leader_epoch = leader_epoch
-            self.end_offset = end_offset
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> OffsetForLeaderEpochResponse.EpochEndOffset:
-            self = _new(cls)
-            self.error_code, self.partition = r.fixed(_F_hi)
-            if version >= 1:
-                self.leader_epoch = r.int32()
-            else:
-                self.leader_epoch = -1
-            self.end_offset = r.int64()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_hi.pack(self.error_code, self.partition)
-            if version >= 1:
-                w.int32(self.leader_epoch)
-            w.int64(self.end_offset)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "OffsetForLeaderEpochResponse.EpochEndOffset", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.partition == 0
-                and self.leader_epoch == -1
-                and self.end_offset == -1
-                and not self.unknown_tagged_fields
-            )
+    OffsetForLeaderTopicResult: TypeAlias = OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult
+    EpochEndOffset: TypeAlias = OffsetForLeaderEpochResponse_EpochEndOffset
 
     __slots__ = (
         "throttle_time_ms",
@@ -384,7 +399,7 @@ class OffsetForLeaderEpochResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = DEFAULT,
+        topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -393,18 +408,19 @@ class OffsetForLeaderEpochResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetForLeaderEpochResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.throttle_time_ms = r.int32()
         else:
             self.throttle_time_ms = 0
         if version >= 4:
             self.topics = r.compact_array(
-                OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult._read, version
+                OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._read, version
             )
         else:
             self.topics = r.array(
-                OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult._read, version
+                OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
         return self
@@ -429,16 +445,21 @@ class OffsetForLeaderEpochResponse(Message):
         return self.throttle_time_ms == 0 and self.topics == [] and not self.unknown_tagged_fields
 
 
-OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.FIELDS = (
+nest(
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult=OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult,
+    EpochEndOffset=OffsetForLeaderEpochResponse_EpochEndOffset,
+)
+OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult.FIELDS = (
     Field("topic", "string", (0, 32767)),
     Field(
         "partitions",
         "[]EpochEndOffset",
         (0, 32767),
-        struct=OffsetForLeaderEpochResponse.EpochEndOffset,
+        struct=OffsetForLeaderEpochResponse_EpochEndOffset,
     ),
 )
-OffsetForLeaderEpochResponse.EpochEndOffset.FIELDS = (
+OffsetForLeaderEpochResponse_EpochEndOffset.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("partition", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (1, 32767), ignorable=True),
@@ -450,7 +471,7 @@ OffsetForLeaderEpochResponse.FIELDS = (
         "topics",
         "[]OffsetForLeaderTopicResult",
         (0, 32767),
-        struct=OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult,
+        struct=OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult,
     ),
 )
 

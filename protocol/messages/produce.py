@@ -5,14 +5,131 @@
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_hi = struct.Struct(">hi")
-_F_ihq = struct.Struct(">ihq")
+_F_hi: Final = struct.Struct(">hi")
+_pack_hi: Final = _F_hi.pack
+_F_ihq: Final = struct.Struct(">ihq")
+_pack_ihq: Final = _F_ihq.pack
+
+
+class ProduceRequest_TopicProduceData(Struct):
+    """A TopicProduceData of ProduceRequest (ProduceRequest.TopicProduceData)."""
+
+    __slots__ = (
+        "name",
+        "partition_data",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partition_data: list[ProduceRequest.PartitionProduceData]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partition_data: list[ProduceRequest.PartitionProduceData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_data = [] if partition_data is DEFAULT else partition_data
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ProduceRequest.TopicProduceData:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 9:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 9:
+            self.partition_data = r.compact_array(
+                ProduceRequest_PartitionProduceData._read, version
+            )
+        else:
+            self.partition_data = r.array(ProduceRequest_PartitionProduceData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 9:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 9:
+            w.array_length(self.partition_data, compact=True, nullable=False)
+            for partition_data_item in self.partition_data:
+                partition_data_item._write(w, version)
+        else:
+            w.array_length(self.partition_data, compact=False, nullable=False)
+            for partition_data_item in self.partition_data:
+                partition_data_item._write(w, version)
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ProduceRequest.TopicProduceData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partition_data == [] and not self.unknown_tagged_fields
+
+
+class ProduceRequest_PartitionProduceData(Struct):
+    """A PartitionProduceData of ProduceRequest (ProduceRequest.PartitionProduceData)."""
+
+    __slots__ = (
+        "index",
+        "records",
+        "unknown_tagged_fields",
+    )
+
+    index: int
+    records: Any
+
+    def __init__(
+        self,
+        *,
+        index: int = 0,
+        records: Any = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.index = index
+        self.records = records
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ProduceRequest.PartitionProduceData:
+        new = cls.__new__
+        self = new(cls)
+        self.index = r.int32()
+        if version >= 9:
+            self.records = r.compact_nullable_view()
+        else:
+            self.records = r.nullable_view()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.index)
+        if version >= 9:
+            w.records(self.records, compact=True, nullable=True)
+        else:
+            w.records(self.records, compact=False, nullable=True)
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ProduceRequest.PartitionProduceData", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.index == 0 and self.records is None and not self.unknown_tagged_fields
 
 
 class ProduceRequest(Message):
@@ -23,117 +140,8 @@ class ProduceRequest(Message):
     MAX_VERSION = 11
     FLEXIBLE_MIN = 9
 
-    class TopicProduceData(Struct):
-        """A TopicProduceData of ProduceRequest."""
-
-        __slots__ = (
-            "name",
-            "partition_data",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partition_data: list[ProduceRequest.PartitionProduceData]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partition_data: list[ProduceRequest.PartitionProduceData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partition_data = [] if partition_data is DEFAULT else partition_data
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ProduceRequest.TopicProduceData:
-            self = _new(cls)
-            if version >= 9:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 9:
-                self.partition_data = r.compact_array(
-                    ProduceRequest.PartitionProduceData._read, version
-                )
-            else:
-                self.partition_data = r.array(ProduceRequest.PartitionProduceData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 9:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 9:
-                w.array_length(self.partition_data, compact=True, nullable=False)
-                for partition_data_item in self.partition_data:
-                    partition_data_item._write(w, version)
-            else:
-                w.array_length(self.partition_data, compact=False, nullable=False)
-                for partition_data_item in self.partition_data:
-                    partition_data_item._write(w, version)
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ProduceRequest.TopicProduceData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partition_data == [] and not self.unknown_tagged_fields
-
-    class PartitionProduceData(Struct):
-        """A PartitionProduceData of ProduceRequest."""
-
-        __slots__ = (
-            "index",
-            "records",
-            "unknown_tagged_fields",
-        )
-
-        index: int
-        records: Any
-
-        def __init__(
-            self,
-            *,
-            index: int = 0,
-            records: Any = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.index = index
-            self.records = records
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ProduceRequest.PartitionProduceData:
-            self = _new(cls)
-            self.index = r.int32()
-            if version >= 9:
-                self.records = r.compact_nullable_view()
-            else:
-                self.records = r.nullable_view()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.index)
-            if version >= 9:
-                w.records(self.records, compact=True, nullable=True)
-            else:
-                w.records(self.records, compact=False, nullable=True)
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ProduceRequest.PartitionProduceData", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.index == 0 and self.records is None and not self.unknown_tagged_fields
+    TopicProduceData: TypeAlias = ProduceRequest_TopicProduceData
+    PartitionProduceData: TypeAlias = ProduceRequest_PartitionProduceData
 
     __slots__ = (
         "transactional_id",
@@ -154,7 +162,7 @@ class ProduceRequest(Message):
         transactional_id: str | None = None,
         acks: int = 0,
         timeout_ms: int = 0,
-        topic_data: list[ProduceRequest.TopicProduceData] = DEFAULT,
+        topic_data: list[ProduceRequest.TopicProduceData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.transactional_id = transactional_id
@@ -165,7 +173,8 @@ class ProduceRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ProduceRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 9:
             self.transactional_id = r.compact_nullable_string()
         elif version >= 3:
@@ -174,9 +183,9 @@ class ProduceRequest(Message):
             self.transactional_id = None
         self.acks, self.timeout_ms = r.fixed(_F_hi)
         if version >= 9:
-            self.topic_data = r.compact_array(ProduceRequest.TopicProduceData._read, version)
+            self.topic_data = r.compact_array(ProduceRequest_TopicProduceData._read, version)
         else:
-            self.topic_data = r.array(ProduceRequest.TopicProduceData._read, version)
+            self.topic_data = r.array(ProduceRequest_TopicProduceData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
         return self
 
@@ -188,7 +197,7 @@ class ProduceRequest(Message):
         else:
             if self.transactional_id is not None:
                 raise not_in_version("ProduceRequest", "transactional_id", version)
-        w.buf += _F_hi.pack(self.acks, self.timeout_ms)
+        w.buf += _pack_hi(self.acks, self.timeout_ms)
         if version >= 9:
             w.array_length(self.topic_data, compact=True, nullable=False)
             for topic_data_item in self.topic_data:
@@ -212,16 +221,21 @@ class ProduceRequest(Message):
         )
 
 
-ProduceRequest.TopicProduceData.FIELDS = (
+nest(
+    ProduceRequest,
+    TopicProduceData=ProduceRequest_TopicProduceData,
+    PartitionProduceData=ProduceRequest_PartitionProduceData,
+)
+ProduceRequest_TopicProduceData.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partition_data",
         "[]PartitionProduceData",
         (0, 32767),
-        struct=ProduceRequest.PartitionProduceData,
+        struct=ProduceRequest_PartitionProduceData,
     ),
 )
-ProduceRequest.PartitionProduceData.FIELDS = (
+ProduceRequest_PartitionProduceData.FIELDS = (
     Field("index", "int32", (0, 32767)),
     Field("records", "records", (0, 32767), nullable_versions=(0, 32767)),
 )
@@ -229,8 +243,441 @@ ProduceRequest.FIELDS = (
     Field("transactional_id", "string", (3, 32767), nullable_versions=(3, 32767)),
     Field("acks", "int16", (0, 32767)),
     Field("timeout_ms", "int32", (0, 32767)),
-    Field("topic_data", "[]TopicProduceData", (0, 32767), struct=ProduceRequest.TopicProduceData),
+    Field("topic_data", "[]TopicProduceData", (0, 32767), struct=ProduceRequest_TopicProduceData),
 )
+
+
+class ProduceResponse_TopicProduceResponse(Struct):
+    """A TopicProduceResponse of ProduceResponse (ProduceResponse.TopicProduceResponse)."""
+
+    __slots__ = (
+        "name",
+        "partition_responses",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partition_responses: list[ProduceResponse.PartitionProduceResponse]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partition_responses: list[ProduceResponse.PartitionProduceResponse] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_responses = [] if partition_responses is DEFAULT else partition_responses
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ProduceResponse.TopicProduceResponse:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 9:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 9:
+            self.partition_responses = r.compact_array(
+                ProduceResponse_PartitionProduceResponse._read, version
+            )
+        else:
+            self.partition_responses = r.array(
+                ProduceResponse_PartitionProduceResponse._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 9:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 9:
+            w.array_length(self.partition_responses, compact=True, nullable=False)
+            for partition_responses_item in self.partition_responses:
+                partition_responses_item._write(w, version)
+        else:
+            w.array_length(self.partition_responses, compact=False, nullable=False)
+            for partition_responses_item in self.partition_responses:
+                partition_responses_item._write(w, version)
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ProduceResponse.TopicProduceResponse", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partition_responses == [] and not self.unknown_tagged_fields
+
+
+class ProduceResponse_PartitionProduceResponse(Struct):
+    """A PartitionProduceResponse of ProduceResponse (ProduceResponse.PartitionProduceResponse)."""
+
+    __slots__ = (
+        "index",
+        "error_code",
+        "base_offset",
+        "log_append_time_ms",
+        "log_start_offset",
+        "record_errors",
+        "error_message",
+        "current_leader",
+        "unknown_tagged_fields",
+    )
+
+    index: int
+    error_code: int
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    record_errors: list[ProduceResponse.BatchIndexAndErrorMessage]
+    error_message: str | None
+    current_leader: ProduceResponse.LeaderIdAndEpoch
+
+    def __init__(
+        self,
+        *,
+        index: int = 0,
+        error_code: int = 0,
+        base_offset: int = 0,
+        log_append_time_ms: int = -1,
+        log_start_offset: int = -1,
+        record_errors: list[ProduceResponse.BatchIndexAndErrorMessage] | Default = DEFAULT,
+        error_message: str | None = None,
+        current_leader: ProduceResponse.LeaderIdAndEpoch | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.index = index
+        self.error_code = error_code
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.log_start_offset = log_start_offset
+        self.record_errors = [] if record_errors is DEFAULT else record_errors
+        self.error_message = error_message
+        self.current_leader = (
+            ProduceResponse_LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
+        )
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ProduceResponse.PartitionProduceResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.index, self.error_code, self.base_offset = r.fixed(_F_ihq)
+        if version >= 2:
+            self.log_append_time_ms = r.int64()
+        else:
+            self.log_append_time_ms = -1
+        if version >= 5:
+            self.log_start_offset = r.int64()
+        else:
+            self.log_start_offset = -1
+        if version >= 9:
+            self.record_errors = r.compact_array(
+                ProduceResponse_BatchIndexAndErrorMessage._read, version
+            )
+        elif version >= 8:
+            self.record_errors = r.array(ProduceResponse_BatchIndexAndErrorMessage._read, version)
+        else:
+            self.record_errors = []
+        if version >= 9:
+            self.error_message = r.compact_nullable_string()
+        elif version >= 8:
+            self.error_message = r.nullable_string()
+        else:
+            self.error_message = None
+        self.current_leader = ProduceResponse_LeaderIdAndEpoch()
+        if version >= 9:
+            unknown = None
+            for _ in range(r.tag_count()):
+                tag, size = r.tag_header()
+                end = r.pos + size
+                if tag == 0 and version >= 10:
+                    self.current_leader = ProduceResponse_LeaderIdAndEpoch._read(r, version)
+                    r.expect_end_of_tag(end)
+                else:
+                    unknown = r.skip_unknown_tag(tag, size, unknown)
+            self.unknown_tagged_fields = unknown
+        else:
+            self.unknown_tagged_fields = None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ihq(self.index, self.error_code, self.base_offset)
+        if version >= 2:
+            w.int64(self.log_append_time_ms)
+        if version >= 5:
+            w.int64(self.log_start_offset)
+        if version >= 9:
+            w.array_length(self.record_errors, compact=True, nullable=False)
+            for record_errors_item in self.record_errors:
+                record_errors_item._write(w, version)
+        elif version >= 8:
+            w.array_length(self.record_errors, compact=False, nullable=False)
+            for record_errors_item in self.record_errors:
+                record_errors_item._write(w, version)
+        if version >= 9:
+            w.compact_nullable_string(self.error_message)
+        elif version >= 8:
+            w.nullable_string(self.error_message)
+        if version >= 10:
+            pass
+        else:
+            if not self.current_leader._is_default():
+                raise not_in_version(
+                    "ProduceResponse.PartitionProduceResponse", "current_leader", version
+                )
+        if version >= 9:
+            tagged: list[tuple[int, bytes]] = []
+            if version >= 10 and (not self.current_leader._is_default()):
+                t = Writer()
+                self.current_leader._write(t, version)
+                tagged.append((0, t.getvalue()))
+            w.tagged_fields(tagged, self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ProduceResponse.PartitionProduceResponse", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.index == 0
+            and self.error_code == 0
+            and self.base_offset == 0
+            and self.log_append_time_ms == -1
+            and self.log_start_offset == -1
+            and self.record_errors == []
+            and self.error_message is None
+            and self.current_leader._is_default()
+            and not self.unknown_tagged_fields
+        )
+
+
+class ProduceResponse_BatchIndexAndErrorMessage(Struct):
+    """A BatchIndexAndErrorMessage of ProduceResponse (ProduceResponse.BatchIndexAndErrorMessage)."""
+
+    __slots__ = (
+        "batch_index",
+        "batch_index_error_message",
+        "unknown_tagged_fields",
+    )
+
+    batch_index: int
+    batch_index_error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        batch_index: int = 0,
+        batch_index_error_message: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.batch_index = batch_index
+        self.batch_index_error_message = batch_index_error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ProduceResponse.BatchIndexAndErrorMessage:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 8:
+            self.batch_index = r.int32()
+        else:
+            self.batch_index = 0
+        if version >= 9:
+            self.batch_index_error_message = r.compact_nullable_string()
+        elif version >= 8:
+            self.batch_index_error_message = r.nullable_string()
+        else:
+            self.batch_index_error_message = None
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 8:
+            w.int32(self.batch_index)
+        else:
+            if self.batch_index != 0:
+                raise not_in_version(
+                    "ProduceResponse.BatchIndexAndErrorMessage", "batch_index", version
+                )
+        if version >= 9:
+            w.compact_nullable_string(self.batch_index_error_message)
+        elif version >= 8:
+            w.nullable_string(self.batch_index_error_message)
+        else:
+            if self.batch_index_error_message is not None:
+                raise not_in_version(
+                    "ProduceResponse.BatchIndexAndErrorMessage",
+                    "batch_index_error_message",
+                    version,
+                )
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ProduceResponse.BatchIndexAndErrorMessage", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.batch_index == 0
+            and self.batch_index_error_message is None
+            and not self.unknown_tagged_fields
+        )
+
+
+class ProduceResponse_LeaderIdAndEpoch(Struct):
+    """A LeaderIdAndEpoch of ProduceResponse (ProduceResponse.LeaderIdAndEpoch)."""
+
+    __slots__ = (
+        "leader_id",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ProduceResponse.LeaderIdAndEpoch:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 10:
+            self.leader_id = r.int32()
+        else:
+            self.leader_id = -1
+        if version >= 10:
+            self.leader_epoch = r.int32()
+        else:
+            self.leader_epoch = -1
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 10:
+            w.int32(self.leader_id)
+        else:
+            if self.leader_id != -1:
+                raise not_in_version("ProduceResponse.LeaderIdAndEpoch", "leader_id", version)
+        if version >= 10:
+            w.int32(self.leader_epoch)
+        else:
+            if self.leader_epoch != -1:
+                raise not_in_version("ProduceResponse.LeaderIdAndEpoch", "leader_epoch", version)
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "ProduceResponse.LeaderIdAndEpoch", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.leader_id == -1 and self.leader_epoch == -1 and not self.unknown_tagged_fields
+
+
+class ProduceResponse_NodeEndpoint(Struct):
+    """A NodeEndpoint of ProduceResponse (ProduceResponse.NodeEndpoint)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "rack",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ProduceResponse.NodeEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 10:
+            self.node_id = r.int32()
+        else:
+            self.node_id = 0
+        if version >= 10:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 10:
+            self.port = r.int32()
+        else:
+            self.port = 0
+        if version >= 10:
+            self.rack = r.compact_nullable_string()
+        else:
+            self.rack = None
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 10:
+            w.int32(self.node_id)
+        else:
+            if self.node_id != 0:
+                raise not_in_version("ProduceResponse.NodeEndpoint", "node_id", version)
+        if version >= 10:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("ProduceResponse.NodeEndpoint", "host", version)
+        if version >= 10:
+            w.int32(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("ProduceResponse.NodeEndpoint", "port", version)
+        if version >= 10:
+            w.compact_nullable_string(self.rack)
+        else:
+            if self.rack is not None:
+                raise not_in_version("ProduceResponse.NodeEndpoint", "rack", version)
+        if version >= 9:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version("ProduceResponse.NodeEndpoint", "unknown_tagged_fields", version)
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class ProduceResponse(Message):
@@ -241,440 +688,11 @@ class ProduceResponse(Message):
     MAX_VERSION = 11
     FLEXIBLE_MIN = 9
 
-    class TopicProduceResponse(Struct):
-        """A TopicProduceResponse of ProduceResponse."""
-
-        __slots__ = (
-            "name",
-            "partition_responses",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partition_responses: list[ProduceResponse.PartitionProduceResponse]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partition_responses: list[ProduceResponse.PartitionProduceResponse] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partition_responses = [] if partition_responses is DEFAULT else partition_responses
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ProduceResponse.TopicProduceResponse:
-            self = _new(cls)
-            if version >= 9:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 9:
-                self.partition_responses = r.compact_array(
-                    ProduceResponse.PartitionProduceResponse._read, version
-                )
-            else:
-                self.partition_responses = r.array(
-                    ProduceResponse.PartitionProduceResponse._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 9:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 9:
-                w.array_length(self.partition_responses, compact=True, nullable=False)
-                for partition_responses_item in self.partition_responses:
-                    partition_responses_item._write(w, version)
-            else:
-                w.array_length(self.partition_responses, compact=False, nullable=False)
-                for partition_responses_item in self.partition_responses:
-                    partition_responses_item._write(w, version)
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ProduceResponse.TopicProduceResponse", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.partition_responses == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionProduceResponse(Struct):
-        """A PartitionProduceResponse of ProduceResponse."""
-
-        __slots__ = (
-            "index",
-            "error_code",
-            "base_offset",
-            "log_append_time_ms",
-            "log_start_offset",
-            "record_errors",
-            "error_message",
-            "current_leader",
-            "unknown_tagged_fields",
-        )
-
-        index: int
-        error_code: int
-        base_offset: int
-        log_append_time_ms: int
-        log_start_offset: int
-        record_errors: list[ProduceResponse.BatchIndexAndErrorMessage]
-        error_message: str | None
-        current_leader: ProduceResponse.LeaderIdAndEpoch
-
-        def __init__(
-            self,
-            *,
-            index: int = 0,
-            error_code: int = 0,
-            base_offset: int = 0,
-            log_append_time_ms: int = -1,
-            log_start_offset: int = -1,
-            record_errors: list[ProduceResponse.BatchIndexAndErrorMessage] = DEFAULT,
-            error_message: str | None = None,
-            current_leader: ProduceResponse.LeaderIdAndEpoch = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.index = index
-            self.error_code = error_code
-            self.base_offset = base_offset
-            self.log_append_time_ms = log_append_time_ms
-            self.log_start_offset = log_start_offset
-            self.record_errors = [] if record_errors is DEFAULT else record_errors
-            self.error_message = error_message
-            self.current_leader = (
-                ProduceResponse.LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
-            )
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ProduceResponse.PartitionProduceResponse:
-            self = _new(cls)
-            self.index, self.error_code, self.base_offset = r.fixed(_F_ihq)
-            if version >= 2:
-                self.log_append_time_ms = r.int64()
-            else:
-                self.log_append_time_ms = -1
-            if version >= 5:
-                self.log_start_offset = r.int64()
-            else:
-                self.log_start_offset = -1
-            if version >= 9:
-                self.record_errors = r.compact_array(
-                    ProduceResponse.BatchIndexAndErrorMessage._read, version
-                )
-            elif version >= 8:
-                self.record_errors = r.array(
-                    ProduceResponse.BatchIndexAndErrorMessage._read, version
-                )
-            else:
-                self.record_errors = []
-            if version >= 9:
-                self.error_message = r.compact_nullable_string()
-            elif version >= 8:
-                self.error_message = r.nullable_string()
-            else:
-                self.error_message = None
-            self.current_leader = ProduceResponse.LeaderIdAndEpoch()
-            if version >= 9:
-                unknown = None
-                for _ in range(r.tag_count()):
-                    tag, size = r.tag_header()
-                    end = r.pos + size
-                    if tag == 0 and version >= 10:
-                        self.current_leader = ProduceResponse.LeaderIdAndEpoch._read(r, version)
-                        r.expect_end_of_tag(end)
-                    else:
-                        unknown = r.skip_unknown_tag(tag, size, unknown)
-                self.unknown_tagged_fields = unknown
-            else:
-                self.unknown_tagged_fields = None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ihq.pack(self.index, self.error_code, self.base_offset)
-            if version >= 2:
-                w.int64(self.log_append_time_ms)
-            if version >= 5:
-                w.int64(self.log_start_offset)
-            if version >= 9:
-                w.array_length(self.record_errors, compact=True, nullable=False)
-                for record_errors_item in self.record_errors:
-                    record_errors_item._write(w, version)
-            elif version >= 8:
-                w.array_length(self.record_errors, compact=False, nullable=False)
-                for record_errors_item in self.record_errors:
-                    record_errors_item._write(w, version)
-            if version >= 9:
-                w.compact_nullable_string(self.error_message)
-            elif version >= 8:
-                w.nullable_string(self.error_message)
-            if version >= 10:
-                pass
-            else:
-                if not self.current_leader._is_default():
-                    raise not_in_version(
-                        "ProduceResponse.PartitionProduceResponse", "current_leader", version
-                    )
-            if version >= 9:
-                tagged: list[tuple[int, bytes]] = []
-                if version >= 10 and (not self.current_leader._is_default()):
-                    t = Writer()
-                    self.current_leader._write(t, version)
-                    tagged.append((0, t.getvalue()))
-                w.tagged_fields(tagged, self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ProduceResponse.PartitionProduceResponse", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.index == 0
-                and self.error_code == 0
-                and self.base_offset == 0
-                and self.log_append_time_ms == -1
-                and self.log_start_offset == -1
-                and self.record_errors == []
-                and self.error_message is None
-                and self.current_leader._is_default()
-                and not self.unknown_tagged_fields
-            )
-
-    class BatchIndexAndErrorMessage(Struct):
-        """A BatchIndexAndErrorMessage of ProduceResponse."""
-
-        __slots__ = (
-            "batch_index",
-            "batch_index_error_message",
-            "unknown_tagged_fields",
-        )
-
-        batch_index: int
-        batch_index_error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            batch_index: int = 0,
-            batch_index_error_message: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.batch_index = batch_index
-            self.batch_index_error_message = batch_index_error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ProduceResponse.BatchIndexAndErrorMessage:
-            self = _new(cls)
-            if version >= 8:
-                self.batch_index = r.int32()
-            else:
-                self.batch_index = 0
-            if version >= 9:
-                self.batch_index_error_message = r.compact_nullable_string()
-            elif version >= 8:
-                self.batch_index_error_message = r.nullable_string()
-            else:
-                self.batch_index_error_message = None
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 8:
-                w.int32(self.batch_index)
-            else:
-                if self.batch_index != 0:
-                    raise not_in_version(
-                        "ProduceResponse.BatchIndexAndErrorMessage", "batch_index", version
-                    )
-            if version >= 9:
-                w.compact_nullable_string(self.batch_index_error_message)
-            elif version >= 8:
-                w.nullable_string(self.batch_index_error_message)
-            else:
-                if self.batch_index_error_message is not None:
-                    raise not_in_version(
-                        "ProduceResponse.BatchIndexAndErrorMessage",
-                        "batch_index_error_message",
-                        version,
-                    )
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ProduceResponse.BatchIndexAndErrorMessage", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.batch_index == 0
-                and self.batch_index_error_message is None
-                and not self.unknown_tagged_fields
-            )
-
-    class LeaderIdAndEpoch(Struct):
-        """A LeaderIdAndEpoch of ProduceResponse."""
-
-        __slots__ = (
-            "leader_id",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        leader_id: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            leader_id: int = -1,
-            leader_epoch: int = -1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ProduceResponse.LeaderIdAndEpoch:
-            self = _new(cls)
-            if version >= 10:
-                self.leader_id = r.int32()
-            else:
-                self.leader_id = -1
-            if version >= 10:
-                self.leader_epoch = r.int32()
-            else:
-                self.leader_epoch = -1
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 10:
-                w.int32(self.leader_id)
-            else:
-                if self.leader_id != -1:
-                    raise not_in_version("ProduceResponse.LeaderIdAndEpoch", "leader_id", version)
-            if version >= 10:
-                w.int32(self.leader_epoch)
-            else:
-                if self.leader_epoch != -1:
-                    raise not_in_version(
-                        "ProduceResponse.LeaderIdAndEpoch", "leader_epoch", version
-                    )
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ProduceResponse.LeaderIdAndEpoch", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.leader_id == -1 and self.leader_epoch == -1 and not self.unknown_tagged_fields
-            )
-
-    class NodeEndpoint(Struct):
-        """A NodeEndpoint of ProduceResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "rack",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-        rack: str | None
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            rack: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.rack = rack
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ProduceResponse.NodeEndpoint:
-            self = _new(cls)
-            if version >= 10:
-                self.node_id = r.int32()
-            else:
-                self.node_id = 0
-            if version >= 10:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 10:
-                self.port = r.int32()
-            else:
-                self.port = 0
-            if version >= 10:
-                self.rack = r.compact_nullable_string()
-            else:
-                self.rack = None
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 9 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 10:
-                w.int32(self.node_id)
-            else:
-                if self.node_id != 0:
-                    raise not_in_version("ProduceResponse.NodeEndpoint", "node_id", version)
-            if version >= 10:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("ProduceResponse.NodeEndpoint", "host", version)
-            if version >= 10:
-                w.int32(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("ProduceResponse.NodeEndpoint", "port", version)
-            if version >= 10:
-                w.compact_nullable_string(self.rack)
-            else:
-                if self.rack is not None:
-                    raise not_in_version("ProduceResponse.NodeEndpoint", "rack", version)
-            if version >= 9:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "ProduceResponse.NodeEndpoint", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and self.rack is None
-                and not self.unknown_tagged_fields
-            )
+    TopicProduceResponse: TypeAlias = ProduceResponse_TopicProduceResponse
+    PartitionProduceResponse: TypeAlias = ProduceResponse_PartitionProduceResponse
+    BatchIndexAndErrorMessage: TypeAlias = ProduceResponse_BatchIndexAndErrorMessage
+    LeaderIdAndEpoch: TypeAlias = ProduceResponse_LeaderIdAndEpoch
+    NodeEndpoint: TypeAlias = ProduceResponse_NodeEndpoint
 
     __slots__ = (
         "responses",
@@ -690,9 +708,9 @@ class ProduceResponse(Message):
     def __init__(
         self,
         *,
-        responses: list[ProduceResponse.TopicProduceResponse] = DEFAULT,
+        responses: list[ProduceResponse.TopicProduceResponse] | Default = DEFAULT,
         throttle_time_ms: int = 0,
-        node_endpoints: list[ProduceResponse.NodeEndpoint] = DEFAULT,
+        node_endpoints: list[ProduceResponse.NodeEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.responses = [] if responses is DEFAULT else responses
@@ -702,11 +720,12 @@ class ProduceResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ProduceResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 9:
-            self.responses = r.compact_array(ProduceResponse.TopicProduceResponse._read, version)
+            self.responses = r.compact_array(ProduceResponse_TopicProduceResponse._read, version)
         else:
-            self.responses = r.array(ProduceResponse.TopicProduceResponse._read, version)
+            self.responses = r.array(ProduceResponse_TopicProduceResponse._read, version)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:
@@ -719,7 +738,7 @@ class ProduceResponse(Message):
                 end = r.pos + size
                 if tag == 0 and version >= 10:
                     self.node_endpoints = r.compact_array(
-                        ProduceResponse.NodeEndpoint._read, version
+                        ProduceResponse_NodeEndpoint._read, version
                     )
                     r.expect_end_of_tag(end)
                 else:
@@ -766,16 +785,24 @@ class ProduceResponse(Message):
         )
 
 
-ProduceResponse.TopicProduceResponse.FIELDS = (
+nest(
+    ProduceResponse,
+    TopicProduceResponse=ProduceResponse_TopicProduceResponse,
+    PartitionProduceResponse=ProduceResponse_PartitionProduceResponse,
+    BatchIndexAndErrorMessage=ProduceResponse_BatchIndexAndErrorMessage,
+    LeaderIdAndEpoch=ProduceResponse_LeaderIdAndEpoch,
+    NodeEndpoint=ProduceResponse_NodeEndpoint,
+)
+ProduceResponse_TopicProduceResponse.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partition_responses",
         "[]PartitionProduceResponse",
         (0, 32767),
-        struct=ProduceResponse.PartitionProduceResponse,
+        struct=ProduceResponse_PartitionProduceResponse,
     ),
 )
-ProduceResponse.PartitionProduceResponse.FIELDS = (
+ProduceResponse_PartitionProduceResponse.FIELDS = (
     Field("index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("base_offset", "int64", (0, 32767)),
@@ -786,7 +813,7 @@ ProduceResponse.PartitionProduceResponse.FIELDS = (
         "[]BatchIndexAndErrorMessage",
         (8, 32767),
         ignorable=True,
-        struct=ProduceResponse.BatchIndexAndErrorMessage,
+        struct=ProduceResponse_BatchIndexAndErrorMessage,
     ),
     Field("error_message", "string", (8, 32767), nullable_versions=(8, 32767), ignorable=True),
     Field(
@@ -795,18 +822,18 @@ ProduceResponse.PartitionProduceResponse.FIELDS = (
         (10, 32767),
         tagged_versions=(10, 32767),
         tag=0,
-        struct=ProduceResponse.LeaderIdAndEpoch,
+        struct=ProduceResponse_LeaderIdAndEpoch,
     ),
 )
-ProduceResponse.BatchIndexAndErrorMessage.FIELDS = (
+ProduceResponse_BatchIndexAndErrorMessage.FIELDS = (
     Field("batch_index", "int32", (8, 32767)),
     Field("batch_index_error_message", "string", (8, 32767), nullable_versions=(8, 32767)),
 )
-ProduceResponse.LeaderIdAndEpoch.FIELDS = (
+ProduceResponse_LeaderIdAndEpoch.FIELDS = (
     Field("leader_id", "int32", (10, 32767)),
     Field("leader_epoch", "int32", (10, 32767)),
 )
-ProduceResponse.NodeEndpoint.FIELDS = (
+ProduceResponse_NodeEndpoint.FIELDS = (
     Field("node_id", "int32", (10, 32767)),
     Field("host", "string", (10, 32767)),
     Field("port", "int32", (10, 32767)),
@@ -817,7 +844,7 @@ ProduceResponse.FIELDS = (
         "responses",
         "[]TopicProduceResponse",
         (0, 32767),
-        struct=ProduceResponse.TopicProduceResponse,
+        struct=ProduceResponse_TopicProduceResponse,
     ),
     Field("throttle_time_ms", "int32", (1, 32767), ignorable=True),
     Field(
@@ -826,7 +853,7 @@ ProduceResponse.FIELDS = (
         (10, 32767),
         tagged_versions=(10, 32767),
         tag=0,
-        struct=ProduceResponse.NodeEndpoint,
+        struct=ProduceResponse_NodeEndpoint,
     ),
 )
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
 
 
 class PushTelemetryRequest(Message):
@@ -56,7 +57,8 @@ class PushTelemetryRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> PushTelemetryRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.client_instance_id = r.uuid_()
         self.subscription_id = r.int32()
         self.terminating = r.boolean()
@@ -123,13 +125,14 @@ class PushTelemetryResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> PushTelemetryResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

@@ -6,15 +6,103 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
-_F_iq = struct.Struct(">iq")
-_F_qqbh = struct.Struct(">qqbh")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
+_F_qqbh: Final = struct.Struct(">qqbh")
+_pack_qqbh: Final = _F_qqbh.pack
+
+
+class ReadShareGroupStateRequest_ReadStateData(Struct):
+    """A ReadStateData of ReadShareGroupStateRequest (ReadShareGroupStateRequest.ReadStateData)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[ReadShareGroupStateRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[ReadShareGroupStateRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ReadShareGroupStateRequest.ReadStateData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(ReadShareGroupStateRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class ReadShareGroupStateRequest_PartitionData(Struct):
+    """A PartitionData of ReadShareGroupStateRequest (ReadShareGroupStateRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ReadShareGroupStateRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.leader_epoch = r.fixed(_F_ii)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.partition, self.leader_epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.partition == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
 
 
 class ReadShareGroupStateRequest(Message):
@@ -25,89 +113,8 @@ class ReadShareGroupStateRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ReadStateData(Struct):
-        """A ReadStateData of ReadShareGroupStateRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[ReadShareGroupStateRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[ReadShareGroupStateRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ReadShareGroupStateRequest.ReadStateData:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                ReadShareGroupStateRequest.PartitionData._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of ReadShareGroupStateRequest."""
-
-        __slots__ = (
-            "partition",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ReadShareGroupStateRequest.PartitionData:
-            self = _new(cls)
-            self.partition, self.leader_epoch = r.fixed(_F_ii)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.partition, self.leader_epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.partition == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
+    ReadStateData: TypeAlias = ReadShareGroupStateRequest_ReadStateData
+    PartitionData: TypeAlias = ReadShareGroupStateRequest_PartitionData
 
     __slots__ = (
         "group_id",
@@ -122,7 +129,7 @@ class ReadShareGroupStateRequest(Message):
         self,
         *,
         group_id: str = "",
-        topics: list[ReadShareGroupStateRequest.ReadStateData] = DEFAULT,
+        topics: list[ReadShareGroupStateRequest.ReadStateData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -131,9 +138,10 @@ class ReadShareGroupStateRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ReadShareGroupStateRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.compact_string()
-        self.topics = r.compact_array(ReadShareGroupStateRequest.ReadStateData._read, version)
+        self.topics = r.compact_array(ReadShareGroupStateRequest_ReadStateData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -148,20 +156,200 @@ class ReadShareGroupStateRequest(Message):
         return self.group_id == "" and self.topics == [] and not self.unknown_tagged_fields
 
 
-ReadShareGroupStateRequest.ReadStateData.FIELDS = (
+nest(
+    ReadShareGroupStateRequest,
+    ReadStateData=ReadShareGroupStateRequest_ReadStateData,
+    PartitionData=ReadShareGroupStateRequest_PartitionData,
+)
+ReadShareGroupStateRequest_ReadStateData.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
-        "partitions", "[]PartitionData", (0, 32767), struct=ReadShareGroupStateRequest.PartitionData
+        "partitions", "[]PartitionData", (0, 32767), struct=ReadShareGroupStateRequest_PartitionData
     ),
 )
-ReadShareGroupStateRequest.PartitionData.FIELDS = (
+ReadShareGroupStateRequest_PartitionData.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
 )
 ReadShareGroupStateRequest.FIELDS = (
     Field("group_id", "string", (0, 32767)),
-    Field("topics", "[]ReadStateData", (0, 32767), struct=ReadShareGroupStateRequest.ReadStateData),
+    Field("topics", "[]ReadStateData", (0, 32767), struct=ReadShareGroupStateRequest_ReadStateData),
 )
+
+
+class ReadShareGroupStateResponse_ReadStateResult(Struct):
+    """A ReadStateResult of ReadShareGroupStateResponse (ReadShareGroupStateResponse.ReadStateResult)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[ReadShareGroupStateResponse.PartitionResult]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[ReadShareGroupStateResponse.PartitionResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ReadShareGroupStateResponse.ReadStateResult:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(
+            ReadShareGroupStateResponse_PartitionResult._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class ReadShareGroupStateResponse_PartitionResult(Struct):
+    """A PartitionResult of ReadShareGroupStateResponse (ReadShareGroupStateResponse.PartitionResult)."""
+
+    __slots__ = (
+        "partition",
+        "error_code",
+        "error_message",
+        "state_epoch",
+        "start_offset",
+        "state_batches",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    error_code: int
+    error_message: str | None
+    state_epoch: int
+    start_offset: int
+    state_batches: list[ReadShareGroupStateResponse.StateBatch]
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+        state_batches: list[ReadShareGroupStateResponse.StateBatch] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+        self.state_batches = [] if state_batches is DEFAULT else state_batches
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ReadShareGroupStateResponse.PartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.state_epoch, self.start_offset = r.fixed(_F_iq)
+        self.state_batches = r.compact_array(ReadShareGroupStateResponse_StateBatch._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.buf += _pack_iq(self.state_epoch, self.start_offset)
+        w.array_length(self.state_batches, compact=True, nullable=False)
+        for state_batches_item in self.state_batches:
+            state_batches_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.state_epoch == 0
+            and self.start_offset == 0
+            and self.state_batches == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class ReadShareGroupStateResponse_StateBatch(Struct):
+    """A StateBatch of ReadShareGroupStateResponse (ReadShareGroupStateResponse.StateBatch)."""
+
+    __slots__ = (
+        "first_offset",
+        "last_offset",
+        "delivery_state",
+        "delivery_count",
+        "unknown_tagged_fields",
+    )
+
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+    def __init__(
+        self,
+        *,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        delivery_state: int = 0,
+        delivery_count: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ReadShareGroupStateResponse.StateBatch:
+        new = cls.__new__
+        self = new(cls)
+        self.first_offset, self.last_offset, self.delivery_state, self.delivery_count = r.fixed(
+            _F_qqbh
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qqbh(
+            self.first_offset, self.last_offset, self.delivery_state, self.delivery_count
+        )
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.first_offset == 0
+            and self.last_offset == 0
+            and self.delivery_state == 0
+            and self.delivery_count == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class ReadShareGroupStateResponse(Message):
@@ -172,178 +360,9 @@ class ReadShareGroupStateResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ReadStateResult(Struct):
-        """A ReadStateResult of ReadShareGroupStateResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[ReadShareGroupStateResponse.PartitionResult]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[ReadShareGroupStateResponse.PartitionResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ReadShareGroupStateResponse.ReadStateResult:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                ReadShareGroupStateResponse.PartitionResult._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionResult(Struct):
-        """A PartitionResult of ReadShareGroupStateResponse."""
-
-        __slots__ = (
-            "partition",
-            "error_code",
-            "error_message",
-            "state_epoch",
-            "start_offset",
-            "state_batches",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        error_code: int
-        error_message: str | None
-        state_epoch: int
-        start_offset: int
-        state_batches: list[ReadShareGroupStateResponse.StateBatch]
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            error_code: int = 0,
-            error_message: str | None = None,
-            state_epoch: int = 0,
-            start_offset: int = 0,
-            state_batches: list[ReadShareGroupStateResponse.StateBatch] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.error_code = error_code
-            self.error_message = error_message
-            self.state_epoch = state_epoch
-            self.start_offset = start_offset
-            self.state_batches = [] if state_batches is DEFAULT else state_batches
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ReadShareGroupStateResponse.PartitionResult:
-            self = _new(cls)
-            self.partition, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.state_epoch, self.start_offset = r.fixed(_F_iq)
-            self.state_batches = r.compact_array(
-                ReadShareGroupStateResponse.StateBatch._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.buf += _F_iq.pack(self.state_epoch, self.start_offset)
-            w.array_length(self.state_batches, compact=True, nullable=False)
-            for state_batches_item in self.state_batches:
-                state_batches_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.error_code == 0
-                and self.error_message is None
-                and self.state_epoch == 0
-                and self.start_offset == 0
-                and self.state_batches == []
-                and not self.unknown_tagged_fields
-            )
-
-    class StateBatch(Struct):
-        """A StateBatch of ReadShareGroupStateResponse."""
-
-        __slots__ = (
-            "first_offset",
-            "last_offset",
-            "delivery_state",
-            "delivery_count",
-            "unknown_tagged_fields",
-        )
-
-        first_offset: int
-        last_offset: int
-        delivery_state: int
-        delivery_count: int
-
-        def __init__(
-            self,
-            *,
-            first_offset: int = 0,
-            last_offset: int = 0,
-            delivery_state: int = 0,
-            delivery_count: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.first_offset = first_offset
-            self.last_offset = last_offset
-            self.delivery_state = delivery_state
-            self.delivery_count = delivery_count
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ReadShareGroupStateResponse.StateBatch:
-            self = _new(cls)
-            self.first_offset, self.last_offset, self.delivery_state, self.delivery_count = r.fixed(
-                _F_qqbh
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qqbh.pack(
-                self.first_offset, self.last_offset, self.delivery_state, self.delivery_count
-            )
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.first_offset == 0
-                and self.last_offset == 0
-                and self.delivery_state == 0
-                and self.delivery_count == 0
-                and not self.unknown_tagged_fields
-            )
+    ReadStateResult: TypeAlias = ReadShareGroupStateResponse_ReadStateResult
+    PartitionResult: TypeAlias = ReadShareGroupStateResponse_PartitionResult
+    StateBatch: TypeAlias = ReadShareGroupStateResponse_StateBatch
 
     __slots__ = (
         "results",
@@ -355,7 +374,7 @@ class ReadShareGroupStateResponse(Message):
     def __init__(
         self,
         *,
-        results: list[ReadShareGroupStateResponse.ReadStateResult] = DEFAULT,
+        results: list[ReadShareGroupStateResponse.ReadStateResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.results = [] if results is DEFAULT else results
@@ -363,8 +382,9 @@ class ReadShareGroupStateResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ReadShareGroupStateResponse:
-        self = _new(cls)
-        self.results = r.compact_array(ReadShareGroupStateResponse.ReadStateResult._read, version)
+        new = cls.__new__
+        self = new(cls)
+        self.results = r.compact_array(ReadShareGroupStateResponse_ReadStateResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -378,26 +398,32 @@ class ReadShareGroupStateResponse(Message):
         return self.results == [] and not self.unknown_tagged_fields
 
 
-ReadShareGroupStateResponse.ReadStateResult.FIELDS = (
+nest(
+    ReadShareGroupStateResponse,
+    ReadStateResult=ReadShareGroupStateResponse_ReadStateResult,
+    PartitionResult=ReadShareGroupStateResponse_PartitionResult,
+    StateBatch=ReadShareGroupStateResponse_StateBatch,
+)
+ReadShareGroupStateResponse_ReadStateResult.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionResult",
         (0, 32767),
-        struct=ReadShareGroupStateResponse.PartitionResult,
+        struct=ReadShareGroupStateResponse_PartitionResult,
     ),
 )
-ReadShareGroupStateResponse.PartitionResult.FIELDS = (
+ReadShareGroupStateResponse_PartitionResult.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("state_epoch", "int32", (0, 32767)),
     Field("start_offset", "int64", (0, 32767)),
     Field(
-        "state_batches", "[]StateBatch", (0, 32767), struct=ReadShareGroupStateResponse.StateBatch
+        "state_batches", "[]StateBatch", (0, 32767), struct=ReadShareGroupStateResponse_StateBatch
     ),
 )
-ReadShareGroupStateResponse.StateBatch.FIELDS = (
+ReadShareGroupStateResponse_StateBatch.FIELDS = (
     Field("first_offset", "int64", (0, 32767)),
     Field("last_offset", "int64", (0, 32767)),
     Field("delivery_state", "int8", (0, 32767)),
@@ -408,7 +434,7 @@ ReadShareGroupStateResponse.FIELDS = (
         "results",
         "[]ReadStateResult",
         (0, 32767),
-        struct=ReadShareGroupStateResponse.ReadStateResult,
+        struct=ReadShareGroupStateResponse_ReadStateResult,
     ),
 )
 

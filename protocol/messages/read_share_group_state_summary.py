@@ -6,14 +6,105 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
-_F_iq = struct.Struct(">iq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
+
+
+class ReadShareGroupStateSummaryRequest_ReadStateSummaryData(Struct):
+    """A ReadStateSummaryData of ReadShareGroupStateSummaryRequest (ReadShareGroupStateSummaryRequest.ReadStateSummaryData)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[ReadShareGroupStateSummaryRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[ReadShareGroupStateSummaryRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ReadShareGroupStateSummaryRequest.ReadStateSummaryData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(
+            ReadShareGroupStateSummaryRequest_PartitionData._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class ReadShareGroupStateSummaryRequest_PartitionData(Struct):
+    """A PartitionData of ReadShareGroupStateSummaryRequest (ReadShareGroupStateSummaryRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ReadShareGroupStateSummaryRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.leader_epoch = r.fixed(_F_ii)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.partition, self.leader_epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.partition == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
 
 
 class ReadShareGroupStateSummaryRequest(Message):
@@ -24,91 +115,8 @@ class ReadShareGroupStateSummaryRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ReadStateSummaryData(Struct):
-        """A ReadStateSummaryData of ReadShareGroupStateSummaryRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[ReadShareGroupStateSummaryRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[ReadShareGroupStateSummaryRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ReadShareGroupStateSummaryRequest.ReadStateSummaryData:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                ReadShareGroupStateSummaryRequest.PartitionData._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of ReadShareGroupStateSummaryRequest."""
-
-        __slots__ = (
-            "partition",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ReadShareGroupStateSummaryRequest.PartitionData:
-            self = _new(cls)
-            self.partition, self.leader_epoch = r.fixed(_F_ii)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.partition, self.leader_epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.partition == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
+    ReadStateSummaryData: TypeAlias = ReadShareGroupStateSummaryRequest_ReadStateSummaryData
+    PartitionData: TypeAlias = ReadShareGroupStateSummaryRequest_PartitionData
 
     __slots__ = (
         "group_id",
@@ -123,7 +131,7 @@ class ReadShareGroupStateSummaryRequest(Message):
         self,
         *,
         group_id: str = "",
-        topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = DEFAULT,
+        topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -132,10 +140,11 @@ class ReadShareGroupStateSummaryRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ReadShareGroupStateSummaryRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.compact_string()
         self.topics = r.compact_array(
-            ReadShareGroupStateSummaryRequest.ReadStateSummaryData._read, version
+            ReadShareGroupStateSummaryRequest_ReadStateSummaryData._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -151,16 +160,21 @@ class ReadShareGroupStateSummaryRequest(Message):
         return self.group_id == "" and self.topics == [] and not self.unknown_tagged_fields
 
 
-ReadShareGroupStateSummaryRequest.ReadStateSummaryData.FIELDS = (
+nest(
+    ReadShareGroupStateSummaryRequest,
+    ReadStateSummaryData=ReadShareGroupStateSummaryRequest_ReadStateSummaryData,
+    PartitionData=ReadShareGroupStateSummaryRequest_PartitionData,
+)
+ReadShareGroupStateSummaryRequest_ReadStateSummaryData.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionData",
         (0, 32767),
-        struct=ReadShareGroupStateSummaryRequest.PartitionData,
+        struct=ReadShareGroupStateSummaryRequest_PartitionData,
     ),
 )
-ReadShareGroupStateSummaryRequest.PartitionData.FIELDS = (
+ReadShareGroupStateSummaryRequest_PartitionData.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
 )
@@ -170,9 +184,120 @@ ReadShareGroupStateSummaryRequest.FIELDS = (
         "topics",
         "[]ReadStateSummaryData",
         (0, 32767),
-        struct=ReadShareGroupStateSummaryRequest.ReadStateSummaryData,
+        struct=ReadShareGroupStateSummaryRequest_ReadStateSummaryData,
     ),
 )
+
+
+class ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(Struct):
+    """A ReadStateSummaryResult of ReadShareGroupStateSummaryResponse (ReadShareGroupStateSummaryResponse.ReadStateSummaryResult)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ReadShareGroupStateSummaryResponse.ReadStateSummaryResult:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(
+            ReadShareGroupStateSummaryResponse_PartitionResult._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class ReadShareGroupStateSummaryResponse_PartitionResult(Struct):
+    """A PartitionResult of ReadShareGroupStateSummaryResponse (ReadShareGroupStateSummaryResponse.PartitionResult)."""
+
+    __slots__ = (
+        "partition",
+        "error_code",
+        "error_message",
+        "state_epoch",
+        "start_offset",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    error_code: int
+    error_message: str | None
+    state_epoch: int
+    start_offset: int
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ReadShareGroupStateSummaryResponse.PartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.state_epoch, self.start_offset = r.fixed(_F_iq)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.buf += _pack_iq(self.state_epoch, self.start_offset)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.state_epoch == 0
+            and self.start_offset == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class ReadShareGroupStateSummaryResponse(Message):
@@ -183,116 +308,8 @@ class ReadShareGroupStateSummaryResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ReadStateSummaryResult(Struct):
-        """A ReadStateSummaryResult of ReadShareGroupStateSummaryResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ReadShareGroupStateSummaryResponse.ReadStateSummaryResult:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                ReadShareGroupStateSummaryResponse.PartitionResult._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionResult(Struct):
-        """A PartitionResult of ReadShareGroupStateSummaryResponse."""
-
-        __slots__ = (
-            "partition",
-            "error_code",
-            "error_message",
-            "state_epoch",
-            "start_offset",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        error_code: int
-        error_message: str | None
-        state_epoch: int
-        start_offset: int
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            error_code: int = 0,
-            error_message: str | None = None,
-            state_epoch: int = 0,
-            start_offset: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.error_code = error_code
-            self.error_message = error_message
-            self.state_epoch = state_epoch
-            self.start_offset = start_offset
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ReadShareGroupStateSummaryResponse.PartitionResult:
-            self = _new(cls)
-            self.partition, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.state_epoch, self.start_offset = r.fixed(_F_iq)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.buf += _F_iq.pack(self.state_epoch, self.start_offset)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.error_code == 0
-                and self.error_message is None
-                and self.state_epoch == 0
-                and self.start_offset == 0
-                and not self.unknown_tagged_fields
-            )
+    ReadStateSummaryResult: TypeAlias = ReadShareGroupStateSummaryResponse_ReadStateSummaryResult
+    PartitionResult: TypeAlias = ReadShareGroupStateSummaryResponse_PartitionResult
 
     __slots__ = (
         "results",
@@ -304,7 +321,8 @@ class ReadShareGroupStateSummaryResponse(Message):
     def __init__(
         self,
         *,
-        results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = DEFAULT,
+        results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.results = [] if results is DEFAULT else results
@@ -312,9 +330,10 @@ class ReadShareGroupStateSummaryResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ReadShareGroupStateSummaryResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.results = r.compact_array(
-            ReadShareGroupStateSummaryResponse.ReadStateSummaryResult._read, version
+            ReadShareGroupStateSummaryResponse_ReadStateSummaryResult._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -329,16 +348,21 @@ class ReadShareGroupStateSummaryResponse(Message):
         return self.results == [] and not self.unknown_tagged_fields
 
 
-ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.FIELDS = (
+nest(
+    ReadShareGroupStateSummaryResponse,
+    ReadStateSummaryResult=ReadShareGroupStateSummaryResponse_ReadStateSummaryResult,
+    PartitionResult=ReadShareGroupStateSummaryResponse_PartitionResult,
+)
+ReadShareGroupStateSummaryResponse_ReadStateSummaryResult.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionResult",
         (0, 32767),
-        struct=ReadShareGroupStateSummaryResponse.PartitionResult,
+        struct=ReadShareGroupStateSummaryResponse_PartitionResult,
     ),
 )
-ReadShareGroupStateSummaryResponse.PartitionResult.FIELDS = (
+ReadShareGroupStateSummaryResponse_PartitionResult.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -350,7 +374,7 @@ ReadShareGroupStateSummaryResponse.FIELDS = (
         "results",
         "[]ReadStateSummaryResult",
         (0, 32767),
-        struct=ReadShareGroupStateSummaryResponse.ReadStateSummaryResult,
+        struct=ReadShareGroupStateSummaryResponse_ReadStateSummaryResult,
     ),
 )
 

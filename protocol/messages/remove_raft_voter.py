@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
 
 
 class RemoveRaftVoterRequest(Message):
@@ -48,7 +49,8 @@ class RemoveRaftVoterRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> RemoveRaftVoterRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.cluster_id = r.compact_nullable_string()
         self.voter_id = r.int32()
         self.voter_directory_id = r.uuid_()
@@ -111,14 +113,15 @@ class RemoveRaftVoterResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> RemoveRaftVoterResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.no_tagged_fields(self.unknown_tagged_fields)
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-
 
 class SaslAuthenticateRequest(Message):
     """Kafka's SaslAuthenticateRequest (request, v0-v2), from clients/SaslAuthenticateRequest.json."""
@@ -33,7 +31,8 @@ class SaslAuthenticateRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> SaslAuthenticateRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 2:
             self.auth_bytes = r.compact_blob()
         else:
@@ -98,7 +97,8 @@ class SaslAuthenticateResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> SaslAuthenticateResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 2:
             self.error_message = r.compact_nullable_string()

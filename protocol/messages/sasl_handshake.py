@@ -5,9 +5,7 @@
 from __future__ import annotations
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_string_item
-from protocol.schema import DEFAULT, Field, Message, not_in_version
-
-_new = object.__new__
+from protocol.schema import DEFAULT, Default, Field, Message, not_in_version
 
 
 class SaslHandshakeRequest(Message):
@@ -33,7 +31,8 @@ class SaslHandshakeRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> SaslHandshakeRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.mechanism = r.string()
         self.unknown_tagged_fields = None
         return self
@@ -71,7 +70,7 @@ class SaslHandshakeResponse(Message):
         self,
         *,
         error_code: int = 0,
-        mechanisms: list[str] = DEFAULT,
+        mechanisms: list[str] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -80,7 +79,8 @@ class SaslHandshakeResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> SaslHandshakeResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         self.mechanisms = r.array(read_string_item, version)
         self.unknown_tagged_fields = None

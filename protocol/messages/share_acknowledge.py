@@ -6,14 +6,168 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int8_item
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
-_F_qq = struct.Struct(">qq")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+_F_qq: Final = struct.Struct(">qq")
+_pack_qq: Final = _F_qq.pack
+
+
+class ShareAcknowledgeRequest_AcknowledgeTopic(Struct):
+    """A AcknowledgeTopic of ShareAcknowledgeRequest (ShareAcknowledgeRequest.AcknowledgeTopic)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[ShareAcknowledgeRequest.AcknowledgePartition]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[ShareAcknowledgeRequest.AcknowledgePartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareAcknowledgeRequest.AcknowledgeTopic:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(
+            ShareAcknowledgeRequest_AcknowledgePartition._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class ShareAcknowledgeRequest_AcknowledgePartition(Struct):
+    """A AcknowledgePartition of ShareAcknowledgeRequest (ShareAcknowledgeRequest.AcknowledgePartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "acknowledgement_batches",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch]
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.acknowledgement_batches = (
+            [] if acknowledgement_batches is DEFAULT else acknowledgement_batches
+        )
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareAcknowledgeRequest.AcknowledgePartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index = r.int32()
+        self.acknowledgement_batches = r.compact_array(
+            ShareAcknowledgeRequest_AcknowledgementBatch._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition_index)
+        w.array_length(self.acknowledgement_batches, compact=True, nullable=False)
+        for acknowledgement_batches_item in self.acknowledgement_batches:
+            acknowledgement_batches_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.acknowledgement_batches == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareAcknowledgeRequest_AcknowledgementBatch(Struct):
+    """A AcknowledgementBatch of ShareAcknowledgeRequest (ShareAcknowledgeRequest.AcknowledgementBatch)."""
+
+    __slots__ = (
+        "first_offset",
+        "last_offset",
+        "acknowledge_types",
+        "unknown_tagged_fields",
+    )
+
+    first_offset: int
+    last_offset: int
+    acknowledge_types: list[int]
+
+    def __init__(
+        self,
+        *,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        acknowledge_types: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = [] if acknowledge_types is DEFAULT else acknowledge_types
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareAcknowledgeRequest.AcknowledgementBatch:
+        new = cls.__new__
+        self = new(cls)
+        self.first_offset, self.last_offset = r.fixed(_F_qq)
+        self.acknowledge_types = r.compact_array(read_int8_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qq(self.first_offset, self.last_offset)
+        w.array_length(self.acknowledge_types, compact=True, nullable=False)
+        for acknowledge_types_item in self.acknowledge_types:
+            w.int8(acknowledge_types_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.first_offset == 0
+            and self.last_offset == 0
+            and self.acknowledge_types == []
+            and not self.unknown_tagged_fields
+        )
 
 
 class ShareAcknowledgeRequest(Message):
@@ -24,151 +178,9 @@ class ShareAcknowledgeRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class AcknowledgeTopic(Struct):
-        """A AcknowledgeTopic of ShareAcknowledgeRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[ShareAcknowledgeRequest.AcknowledgePartition]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[ShareAcknowledgeRequest.AcknowledgePartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareAcknowledgeRequest.AcknowledgeTopic:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                ShareAcknowledgeRequest.AcknowledgePartition._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AcknowledgePartition(Struct):
-        """A AcknowledgePartition of ShareAcknowledgeRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "acknowledgement_batches",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch]
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.acknowledgement_batches = (
-                [] if acknowledgement_batches is DEFAULT else acknowledgement_batches
-            )
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareAcknowledgeRequest.AcknowledgePartition:
-            self = _new(cls)
-            self.partition_index = r.int32()
-            self.acknowledgement_batches = r.compact_array(
-                ShareAcknowledgeRequest.AcknowledgementBatch._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition_index)
-            w.array_length(self.acknowledgement_batches, compact=True, nullable=False)
-            for acknowledgement_batches_item in self.acknowledgement_batches:
-                acknowledgement_batches_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.acknowledgement_batches == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AcknowledgementBatch(Struct):
-        """A AcknowledgementBatch of ShareAcknowledgeRequest."""
-
-        __slots__ = (
-            "first_offset",
-            "last_offset",
-            "acknowledge_types",
-            "unknown_tagged_fields",
-        )
-
-        first_offset: int
-        last_offset: int
-        acknowledge_types: list[int]
-
-        def __init__(
-            self,
-            *,
-            first_offset: int = 0,
-            last_offset: int = 0,
-            acknowledge_types: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.first_offset = first_offset
-            self.last_offset = last_offset
-            self.acknowledge_types = [] if acknowledge_types is DEFAULT else acknowledge_types
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareAcknowledgeRequest.AcknowledgementBatch:
-            self = _new(cls)
-            self.first_offset, self.last_offset = r.fixed(_F_qq)
-            self.acknowledge_types = r.compact_array(read_int8_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qq.pack(self.first_offset, self.last_offset)
-            w.array_length(self.acknowledge_types, compact=True, nullable=False)
-            for acknowledge_types_item in self.acknowledge_types:
-                w.int8(acknowledge_types_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.first_offset == 0
-                and self.last_offset == 0
-                and self.acknowledge_types == []
-                and not self.unknown_tagged_fields
-            )
+    AcknowledgeTopic: TypeAlias = ShareAcknowledgeRequest_AcknowledgeTopic
+    AcknowledgePartition: TypeAlias = ShareAcknowledgeRequest_AcknowledgePartition
+    AcknowledgementBatch: TypeAlias = ShareAcknowledgeRequest_AcknowledgementBatch
 
     __slots__ = (
         "group_id",
@@ -189,7 +201,7 @@ class ShareAcknowledgeRequest(Message):
         group_id: str | None = None,
         member_id: str | None = "",
         share_session_epoch: int = 0,
-        topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = DEFAULT,
+        topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -200,11 +212,12 @@ class ShareAcknowledgeRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareAcknowledgeRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.compact_nullable_string()
         self.member_id = r.compact_nullable_string()
         self.share_session_epoch = r.int32()
-        self.topics = r.compact_array(ShareAcknowledgeRequest.AcknowledgeTopic._read, version)
+        self.topics = r.compact_array(ShareAcknowledgeRequest_AcknowledgeTopic._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -227,25 +240,31 @@ class ShareAcknowledgeRequest(Message):
         )
 
 
-ShareAcknowledgeRequest.AcknowledgeTopic.FIELDS = (
+nest(
+    ShareAcknowledgeRequest,
+    AcknowledgeTopic=ShareAcknowledgeRequest_AcknowledgeTopic,
+    AcknowledgePartition=ShareAcknowledgeRequest_AcknowledgePartition,
+    AcknowledgementBatch=ShareAcknowledgeRequest_AcknowledgementBatch,
+)
+ShareAcknowledgeRequest_AcknowledgeTopic.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]AcknowledgePartition",
         (0, 32767),
-        struct=ShareAcknowledgeRequest.AcknowledgePartition,
+        struct=ShareAcknowledgeRequest_AcknowledgePartition,
     ),
 )
-ShareAcknowledgeRequest.AcknowledgePartition.FIELDS = (
+ShareAcknowledgeRequest_AcknowledgePartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field(
         "acknowledgement_batches",
         "[]AcknowledgementBatch",
         (0, 32767),
-        struct=ShareAcknowledgeRequest.AcknowledgementBatch,
+        struct=ShareAcknowledgeRequest_AcknowledgementBatch,
     ),
 )
-ShareAcknowledgeRequest.AcknowledgementBatch.FIELDS = (
+ShareAcknowledgeRequest_AcknowledgementBatch.FIELDS = (
     Field("first_offset", "int64", (0, 32767)),
     Field("last_offset", "int64", (0, 32767)),
     Field("acknowledge_types", "[]int8", (0, 32767)),
@@ -255,9 +274,215 @@ ShareAcknowledgeRequest.FIELDS = (
     Field("member_id", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("share_session_epoch", "int32", (0, 32767)),
     Field(
-        "topics", "[]AcknowledgeTopic", (0, 32767), struct=ShareAcknowledgeRequest.AcknowledgeTopic
+        "topics", "[]AcknowledgeTopic", (0, 32767), struct=ShareAcknowledgeRequest_AcknowledgeTopic
     ),
 )
+
+
+class ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse(Struct):
+    """A ShareAcknowledgeTopicResponse of ShareAcknowledgeResponse (ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[ShareAcknowledgeResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[ShareAcknowledgeResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(ShareAcknowledgeResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class ShareAcknowledgeResponse_PartitionData(Struct):
+    """A PartitionData of ShareAcknowledgeResponse (ShareAcknowledgeResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "error_message",
+        "current_leader",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.current_leader = (
+            ShareAcknowledgeResponse_LeaderIdAndEpoch()
+            if current_leader is DEFAULT
+            else current_leader
+        )
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.current_leader = ShareAcknowledgeResponse_LeaderIdAndEpoch._read(r, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        self.current_leader._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.current_leader._is_default()
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareAcknowledgeResponse_LeaderIdAndEpoch(Struct):
+    """A LeaderIdAndEpoch of ShareAcknowledgeResponse (ShareAcknowledgeResponse.LeaderIdAndEpoch)."""
+
+    __slots__ = (
+        "leader_id",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse.LeaderIdAndEpoch:
+        new = cls.__new__
+        self = new(cls)
+        self.leader_id, self.leader_epoch = r.fixed(_F_ii)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.leader_id, self.leader_epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.leader_id == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
+
+
+class ShareAcknowledgeResponse_NodeEndpoint(Struct):
+    """A NodeEndpoint of ShareAcknowledgeResponse (ShareAcknowledgeResponse.NodeEndpoint)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "rack",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse.NodeEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        self.node_id = r.int32()
+        self.host = r.compact_string()
+        self.port = r.int32()
+        self.rack = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.node_id)
+        w.compact_string(self.host)
+        w.int32(self.port)
+        w.compact_nullable_string(self.rack)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class ShareAcknowledgeResponse(Message):
@@ -268,205 +493,12 @@ class ShareAcknowledgeResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ShareAcknowledgeTopicResponse(Struct):
-        """A ShareAcknowledgeTopicResponse of ShareAcknowledgeResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[ShareAcknowledgeResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[ShareAcknowledgeResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(ShareAcknowledgeResponse.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of ShareAcknowledgeResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "error_message",
-            "current_leader",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        error_message: str | None
-        current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            error_message: str | None = None,
-            current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.error_message = error_message
-            self.current_leader = (
-                ShareAcknowledgeResponse.LeaderIdAndEpoch()
-                if current_leader is DEFAULT
-                else current_leader
-            )
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.current_leader = ShareAcknowledgeResponse.LeaderIdAndEpoch._read(r, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            self.current_leader._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.error_message is None
-                and self.current_leader._is_default()
-                and not self.unknown_tagged_fields
-            )
-
-    class LeaderIdAndEpoch(Struct):
-        """A LeaderIdAndEpoch of ShareAcknowledgeResponse."""
-
-        __slots__ = (
-            "leader_id",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        leader_id: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse.LeaderIdAndEpoch:
-            self = _new(cls)
-            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.leader_id == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
-
-    class NodeEndpoint(Struct):
-        """A NodeEndpoint of ShareAcknowledgeResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "rack",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-        rack: str | None
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            rack: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.rack = rack
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse.NodeEndpoint:
-            self = _new(cls)
-            self.node_id = r.int32()
-            self.host = r.compact_string()
-            self.port = r.int32()
-            self.rack = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.node_id)
-            w.compact_string(self.host)
-            w.int32(self.port)
-            w.compact_nullable_string(self.rack)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and self.rack is None
-                and not self.unknown_tagged_fields
-            )
+    ShareAcknowledgeTopicResponse: TypeAlias = (
+        ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse
+    )
+    PartitionData: TypeAlias = ShareAcknowledgeResponse_PartitionData
+    LeaderIdAndEpoch: TypeAlias = ShareAcknowledgeResponse_LeaderIdAndEpoch
+    NodeEndpoint: TypeAlias = ShareAcknowledgeResponse_NodeEndpoint
 
     __slots__ = (
         "throttle_time_ms",
@@ -489,8 +521,8 @@ class ShareAcknowledgeResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = None,
-        responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = DEFAULT,
-        node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = DEFAULT,
+        responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] | Default = DEFAULT,
+        node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -502,18 +534,19 @@ class ShareAcknowledgeResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareAcknowledgeResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.responses = r.compact_array(
-            ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse._read, version
+            ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse._read, version
         )
-        self.node_endpoints = r.compact_array(ShareAcknowledgeResponse.NodeEndpoint._read, version)
+        self.node_endpoints = r.compact_array(ShareAcknowledgeResponse_NodeEndpoint._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.responses, compact=True, nullable=False)
         for responses_item in self.responses:
@@ -534,13 +567,20 @@ class ShareAcknowledgeResponse(Message):
         )
 
 
-ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.FIELDS = (
+nest(
+    ShareAcknowledgeResponse,
+    ShareAcknowledgeTopicResponse=ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse,
+    PartitionData=ShareAcknowledgeResponse_PartitionData,
+    LeaderIdAndEpoch=ShareAcknowledgeResponse_LeaderIdAndEpoch,
+    NodeEndpoint=ShareAcknowledgeResponse_NodeEndpoint,
+)
+ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse.FIELDS = (
     Field("topic_id", "uuid", (0, 32767), ignorable=True),
     Field(
-        "partitions", "[]PartitionData", (0, 32767), struct=ShareAcknowledgeResponse.PartitionData
+        "partitions", "[]PartitionData", (0, 32767), struct=ShareAcknowledgeResponse_PartitionData
     ),
 )
-ShareAcknowledgeResponse.PartitionData.FIELDS = (
+ShareAcknowledgeResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -548,14 +588,14 @@ ShareAcknowledgeResponse.PartitionData.FIELDS = (
         "current_leader",
         "LeaderIdAndEpoch",
         (0, 32767),
-        struct=ShareAcknowledgeResponse.LeaderIdAndEpoch,
+        struct=ShareAcknowledgeResponse_LeaderIdAndEpoch,
     ),
 )
-ShareAcknowledgeResponse.LeaderIdAndEpoch.FIELDS = (
+ShareAcknowledgeResponse_LeaderIdAndEpoch.FIELDS = (
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
 )
-ShareAcknowledgeResponse.NodeEndpoint.FIELDS = (
+ShareAcknowledgeResponse_NodeEndpoint.FIELDS = (
     Field("node_id", "int32", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "int32", (0, 32767)),
@@ -569,10 +609,10 @@ ShareAcknowledgeResponse.FIELDS = (
         "responses",
         "[]ShareAcknowledgeTopicResponse",
         (0, 32767),
-        struct=ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse,
+        struct=ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse,
     ),
     Field(
-        "node_endpoints", "[]NodeEndpoint", (0, 32767), struct=ShareAcknowledgeResponse.NodeEndpoint
+        "node_endpoints", "[]NodeEndpoint", (0, 32767), struct=ShareAcknowledgeResponse_NodeEndpoint
     ),
 )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 from protocol.primitives import (
     ZERO_UUID,
@@ -16,14 +16,216 @@ from protocol.primitives import (
     read_int8_item,
     read_int32_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
-_F_iiii = struct.Struct(">iiii")
-_F_qq = struct.Struct(">qq")
-_F_qqh = struct.Struct(">qqh")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+_F_iiii: Final = struct.Struct(">iiii")
+_pack_iiii: Final = _F_iiii.pack
+_F_qq: Final = struct.Struct(">qq")
+_pack_qq: Final = _F_qq.pack
+_F_qqh: Final = struct.Struct(">qqh")
+_pack_qqh: Final = _F_qqh.pack
+
+
+class ShareFetchRequest_FetchTopic(Struct):
+    """A FetchTopic of ShareFetchRequest (ShareFetchRequest.FetchTopic)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[ShareFetchRequest.FetchPartition]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[ShareFetchRequest.FetchPartition] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchRequest.FetchTopic:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(ShareFetchRequest_FetchPartition._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class ShareFetchRequest_FetchPartition(Struct):
+    """A FetchPartition of ShareFetchRequest (ShareFetchRequest.FetchPartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "partition_max_bytes",
+        "acknowledgement_batches",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    partition_max_bytes: int
+    acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch]
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        partition_max_bytes: int = 0,
+        acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_max_bytes = partition_max_bytes
+        self.acknowledgement_batches = (
+            [] if acknowledgement_batches is DEFAULT else acknowledgement_batches
+        )
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchRequest.FetchPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.partition_max_bytes = r.fixed(_F_ii)
+        self.acknowledgement_batches = r.compact_array(
+            ShareFetchRequest_AcknowledgementBatch._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.partition_index, self.partition_max_bytes)
+        w.array_length(self.acknowledgement_batches, compact=True, nullable=False)
+        for acknowledgement_batches_item in self.acknowledgement_batches:
+            acknowledgement_batches_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.partition_max_bytes == 0
+            and self.acknowledgement_batches == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareFetchRequest_AcknowledgementBatch(Struct):
+    """A AcknowledgementBatch of ShareFetchRequest (ShareFetchRequest.AcknowledgementBatch)."""
+
+    __slots__ = (
+        "first_offset",
+        "last_offset",
+        "acknowledge_types",
+        "unknown_tagged_fields",
+    )
+
+    first_offset: int
+    last_offset: int
+    acknowledge_types: list[int]
+
+    def __init__(
+        self,
+        *,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        acknowledge_types: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = [] if acknowledge_types is DEFAULT else acknowledge_types
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchRequest.AcknowledgementBatch:
+        new = cls.__new__
+        self = new(cls)
+        self.first_offset, self.last_offset = r.fixed(_F_qq)
+        self.acknowledge_types = r.compact_array(read_int8_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qq(self.first_offset, self.last_offset)
+        w.array_length(self.acknowledge_types, compact=True, nullable=False)
+        for acknowledge_types_item in self.acknowledge_types:
+            w.int8(acknowledge_types_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.first_offset == 0
+            and self.last_offset == 0
+            and self.acknowledge_types == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareFetchRequest_ForgottenTopic(Struct):
+    """A ForgottenTopic of ShareFetchRequest (ShareFetchRequest.ForgottenTopic)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchRequest.ForgottenTopic:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            w.int32(partitions_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
 
 
 class ShareFetchRequest(Message):
@@ -34,199 +236,10 @@ class ShareFetchRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class FetchTopic(Struct):
-        """A FetchTopic of ShareFetchRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[ShareFetchRequest.FetchPartition]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[ShareFetchRequest.FetchPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchRequest.FetchTopic:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(ShareFetchRequest.FetchPartition._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class FetchPartition(Struct):
-        """A FetchPartition of ShareFetchRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "partition_max_bytes",
-            "acknowledgement_batches",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        partition_max_bytes: int
-        acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch]
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            partition_max_bytes: int = 0,
-            acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.partition_max_bytes = partition_max_bytes
-            self.acknowledgement_batches = (
-                [] if acknowledgement_batches is DEFAULT else acknowledgement_batches
-            )
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchRequest.FetchPartition:
-            self = _new(cls)
-            self.partition_index, self.partition_max_bytes = r.fixed(_F_ii)
-            self.acknowledgement_batches = r.compact_array(
-                ShareFetchRequest.AcknowledgementBatch._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.partition_index, self.partition_max_bytes)
-            w.array_length(self.acknowledgement_batches, compact=True, nullable=False)
-            for acknowledgement_batches_item in self.acknowledgement_batches:
-                acknowledgement_batches_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.partition_max_bytes == 0
-                and self.acknowledgement_batches == []
-                and not self.unknown_tagged_fields
-            )
-
-    class AcknowledgementBatch(Struct):
-        """A AcknowledgementBatch of ShareFetchRequest."""
-
-        __slots__ = (
-            "first_offset",
-            "last_offset",
-            "acknowledge_types",
-            "unknown_tagged_fields",
-        )
-
-        first_offset: int
-        last_offset: int
-        acknowledge_types: list[int]
-
-        def __init__(
-            self,
-            *,
-            first_offset: int = 0,
-            last_offset: int = 0,
-            acknowledge_types: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.first_offset = first_offset
-            self.last_offset = last_offset
-            self.acknowledge_types = [] if acknowledge_types is DEFAULT else acknowledge_types
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchRequest.AcknowledgementBatch:
-            self = _new(cls)
-            self.first_offset, self.last_offset = r.fixed(_F_qq)
-            self.acknowledge_types = r.compact_array(read_int8_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qq.pack(self.first_offset, self.last_offset)
-            w.array_length(self.acknowledge_types, compact=True, nullable=False)
-            for acknowledge_types_item in self.acknowledge_types:
-                w.int8(acknowledge_types_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.first_offset == 0
-                and self.last_offset == 0
-                and self.acknowledge_types == []
-                and not self.unknown_tagged_fields
-            )
-
-    class ForgottenTopic(Struct):
-        """A ForgottenTopic of ShareFetchRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchRequest.ForgottenTopic:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                w.int32(partitions_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
+    FetchTopic: TypeAlias = ShareFetchRequest_FetchTopic
+    FetchPartition: TypeAlias = ShareFetchRequest_FetchPartition
+    AcknowledgementBatch: TypeAlias = ShareFetchRequest_AcknowledgementBatch
+    ForgottenTopic: TypeAlias = ShareFetchRequest_ForgottenTopic
 
     __slots__ = (
         "group_id",
@@ -258,8 +271,8 @@ class ShareFetchRequest(Message):
         max_wait_ms: int = 0,
         min_bytes: int = 0,
         max_bytes: int = 2147483647,
-        topics: list[ShareFetchRequest.FetchTopic] = DEFAULT,
-        forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = DEFAULT,
+        topics: list[ShareFetchRequest.FetchTopic] | Default = DEFAULT,
+        forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -276,15 +289,16 @@ class ShareFetchRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareFetchRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.compact_nullable_string()
         self.member_id = r.compact_nullable_string()
         self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes = r.fixed(
             _F_iiii
         )
-        self.topics = r.compact_array(ShareFetchRequest.FetchTopic._read, version)
+        self.topics = r.compact_array(ShareFetchRequest_FetchTopic._read, version)
         self.forgotten_topics_data = r.compact_array(
-            ShareFetchRequest.ForgottenTopic._read, version
+            ShareFetchRequest_ForgottenTopic._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -292,7 +306,7 @@ class ShareFetchRequest(Message):
     def _write(self, w: Writer, version: int) -> None:
         w.compact_nullable_string(self.group_id)
         w.compact_nullable_string(self.member_id)
-        w.buf += _F_iiii.pack(
+        w.buf += _pack_iiii(
             self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes
         )
         w.array_length(self.topics, compact=True, nullable=False)
@@ -317,26 +331,33 @@ class ShareFetchRequest(Message):
         )
 
 
-ShareFetchRequest.FetchTopic.FIELDS = (
-    Field("topic_id", "uuid", (0, 32767), ignorable=True),
-    Field("partitions", "[]FetchPartition", (0, 32767), struct=ShareFetchRequest.FetchPartition),
+nest(
+    ShareFetchRequest,
+    FetchTopic=ShareFetchRequest_FetchTopic,
+    FetchPartition=ShareFetchRequest_FetchPartition,
+    AcknowledgementBatch=ShareFetchRequest_AcknowledgementBatch,
+    ForgottenTopic=ShareFetchRequest_ForgottenTopic,
 )
-ShareFetchRequest.FetchPartition.FIELDS = (
+ShareFetchRequest_FetchTopic.FIELDS = (
+    Field("topic_id", "uuid", (0, 32767), ignorable=True),
+    Field("partitions", "[]FetchPartition", (0, 32767), struct=ShareFetchRequest_FetchPartition),
+)
+ShareFetchRequest_FetchPartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("partition_max_bytes", "int32", (0, 32767)),
     Field(
         "acknowledgement_batches",
         "[]AcknowledgementBatch",
         (0, 32767),
-        struct=ShareFetchRequest.AcknowledgementBatch,
+        struct=ShareFetchRequest_AcknowledgementBatch,
     ),
 )
-ShareFetchRequest.AcknowledgementBatch.FIELDS = (
+ShareFetchRequest_AcknowledgementBatch.FIELDS = (
     Field("first_offset", "int64", (0, 32767)),
     Field("last_offset", "int64", (0, 32767)),
     Field("acknowledge_types", "[]int8", (0, 32767)),
 )
-ShareFetchRequest.ForgottenTopic.FIELDS = (
+ShareFetchRequest_ForgottenTopic.FIELDS = (
     Field("topic_id", "uuid", (0, 32767), ignorable=True),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -347,14 +368,294 @@ ShareFetchRequest.FIELDS = (
     Field("max_wait_ms", "int32", (0, 32767)),
     Field("min_bytes", "int32", (0, 32767)),
     Field("max_bytes", "int32", (0, 32767), ignorable=True),
-    Field("topics", "[]FetchTopic", (0, 32767), struct=ShareFetchRequest.FetchTopic),
+    Field("topics", "[]FetchTopic", (0, 32767), struct=ShareFetchRequest_FetchTopic),
     Field(
         "forgotten_topics_data",
         "[]ForgottenTopic",
         (0, 32767),
-        struct=ShareFetchRequest.ForgottenTopic,
+        struct=ShareFetchRequest_ForgottenTopic,
     ),
 )
+
+
+class ShareFetchResponse_ShareFetchableTopicResponse(Struct):
+    """A ShareFetchableTopicResponse of ShareFetchResponse (ShareFetchResponse.ShareFetchableTopicResponse)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[ShareFetchResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[ShareFetchResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchResponse.ShareFetchableTopicResponse:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(ShareFetchResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class ShareFetchResponse_PartitionData(Struct):
+    """A PartitionData of ShareFetchResponse (ShareFetchResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "error_message",
+        "acknowledge_error_code",
+        "acknowledge_error_message",
+        "current_leader",
+        "records",
+        "acquired_records",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    acknowledge_error_code: int
+    acknowledge_error_message: str | None
+    current_leader: ShareFetchResponse.LeaderIdAndEpoch
+    records: Any
+    acquired_records: list[ShareFetchResponse.AcquiredRecords]
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        acknowledge_error_code: int = 0,
+        acknowledge_error_message: str | None = None,
+        current_leader: ShareFetchResponse.LeaderIdAndEpoch | Default = DEFAULT,
+        records: Any = None,
+        acquired_records: list[ShareFetchResponse.AcquiredRecords] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.acknowledge_error_code = acknowledge_error_code
+        self.acknowledge_error_message = acknowledge_error_message
+        self.current_leader = (
+            ShareFetchResponse_LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
+        )
+        self.records = records
+        self.acquired_records = [] if acquired_records is DEFAULT else acquired_records
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.acknowledge_error_code = r.int16()
+        self.acknowledge_error_message = r.compact_nullable_string()
+        self.current_leader = ShareFetchResponse_LeaderIdAndEpoch._read(r, version)
+        self.records = r.compact_nullable_view()
+        self.acquired_records = r.compact_array(ShareFetchResponse_AcquiredRecords._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.int16(self.acknowledge_error_code)
+        w.compact_nullable_string(self.acknowledge_error_message)
+        self.current_leader._write(w, version)
+        w.records(self.records, compact=True, nullable=True)
+        w.array_length(self.acquired_records, compact=True, nullable=False)
+        for acquired_records_item in self.acquired_records:
+            acquired_records_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.acknowledge_error_code == 0
+            and self.acknowledge_error_message is None
+            and self.current_leader._is_default()
+            and self.records is None
+            and self.acquired_records == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareFetchResponse_LeaderIdAndEpoch(Struct):
+    """A LeaderIdAndEpoch of ShareFetchResponse (ShareFetchResponse.LeaderIdAndEpoch)."""
+
+    __slots__ = (
+        "leader_id",
+        "leader_epoch",
+        "unknown_tagged_fields",
+    )
+
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        *,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchResponse.LeaderIdAndEpoch:
+        new = cls.__new__
+        self = new(cls)
+        self.leader_id, self.leader_epoch = r.fixed(_F_ii)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.leader_id, self.leader_epoch)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.leader_id == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
+
+
+class ShareFetchResponse_AcquiredRecords(Struct):
+    """A AcquiredRecords of ShareFetchResponse (ShareFetchResponse.AcquiredRecords)."""
+
+    __slots__ = (
+        "first_offset",
+        "last_offset",
+        "delivery_count",
+        "unknown_tagged_fields",
+    )
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+    def __init__(
+        self,
+        *,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        delivery_count: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_count = delivery_count
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchResponse.AcquiredRecords:
+        new = cls.__new__
+        self = new(cls)
+        self.first_offset, self.last_offset, self.delivery_count = r.fixed(_F_qqh)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qqh(self.first_offset, self.last_offset, self.delivery_count)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.first_offset == 0
+            and self.last_offset == 0
+            and self.delivery_count == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareFetchResponse_NodeEndpoint(Struct):
+    """A NodeEndpoint of ShareFetchResponse (ShareFetchResponse.NodeEndpoint)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "rack",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareFetchResponse.NodeEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        self.node_id = r.int32()
+        self.host = r.compact_string()
+        self.port = r.int32()
+        self.rack = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.node_id)
+        w.compact_string(self.host)
+        w.int32(self.port)
+        w.compact_nullable_string(self.rack)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class ShareFetchResponse(Message):
@@ -365,281 +666,11 @@ class ShareFetchResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ShareFetchableTopicResponse(Struct):
-        """A ShareFetchableTopicResponse of ShareFetchResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[ShareFetchResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[ShareFetchResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchResponse.ShareFetchableTopicResponse:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(ShareFetchResponse.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of ShareFetchResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "error_message",
-            "acknowledge_error_code",
-            "acknowledge_error_message",
-            "current_leader",
-            "records",
-            "acquired_records",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        error_message: str | None
-        acknowledge_error_code: int
-        acknowledge_error_message: str | None
-        current_leader: ShareFetchResponse.LeaderIdAndEpoch
-        records: Any
-        acquired_records: list[ShareFetchResponse.AcquiredRecords]
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            error_message: str | None = None,
-            acknowledge_error_code: int = 0,
-            acknowledge_error_message: str | None = None,
-            current_leader: ShareFetchResponse.LeaderIdAndEpoch = DEFAULT,
-            records: Any = None,
-            acquired_records: list[ShareFetchResponse.AcquiredRecords] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.error_message = error_message
-            self.acknowledge_error_code = acknowledge_error_code
-            self.acknowledge_error_message = acknowledge_error_message
-            self.current_leader = (
-                ShareFetchResponse.LeaderIdAndEpoch()
-                if current_leader is DEFAULT
-                else current_leader
-            )
-            self.records = records
-            self.acquired_records = [] if acquired_records is DEFAULT else acquired_records
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.acknowledge_error_code = r.int16()
-            self.acknowledge_error_message = r.compact_nullable_string()
-            self.current_leader = ShareFetchResponse.LeaderIdAndEpoch._read(r, version)
-            self.records = r.compact_nullable_view()
-            self.acquired_records = r.compact_array(
-                ShareFetchResponse.AcquiredRecords._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.int16(self.acknowledge_error_code)
-            w.compact_nullable_string(self.acknowledge_error_message)
-            self.current_leader._write(w, version)
-            w.records(self.records, compact=True, nullable=True)
-            w.array_length(self.acquired_records, compact=True, nullable=False)
-            for acquired_records_item in self.acquired_records:
-                acquired_records_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.error_message is None
-                and self.acknowledge_error_code == 0
-                and self.acknowledge_error_message is None
-                and self.current_leader._is_default()
-                and self.records is None
-                and self.acquired_records == []
-                and not self.unknown_tagged_fields
-            )
-
-    class LeaderIdAndEpoch(Struct):
-        """A LeaderIdAndEpoch of ShareFetchResponse."""
-
-        __slots__ = (
-            "leader_id",
-            "leader_epoch",
-            "unknown_tagged_fields",
-        )
-
-        leader_id: int
-        leader_epoch: int
-
-        def __init__(
-            self,
-            *,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchResponse.LeaderIdAndEpoch:
-            self = _new(cls)
-            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.leader_id == 0 and self.leader_epoch == 0 and not self.unknown_tagged_fields
-
-    class AcquiredRecords(Struct):
-        """A AcquiredRecords of ShareFetchResponse."""
-
-        __slots__ = (
-            "first_offset",
-            "last_offset",
-            "delivery_count",
-            "unknown_tagged_fields",
-        )
-
-        first_offset: int
-        last_offset: int
-        delivery_count: int
-
-        def __init__(
-            self,
-            *,
-            first_offset: int = 0,
-            last_offset: int = 0,
-            delivery_count: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.first_offset = first_offset
-            self.last_offset = last_offset
-            self.delivery_count = delivery_count
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchResponse.AcquiredRecords:
-            self = _new(cls)
-            self.first_offset, self.last_offset, self.delivery_count = r.fixed(_F_qqh)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qqh.pack(self.first_offset, self.last_offset, self.delivery_count)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.first_offset == 0
-                and self.last_offset == 0
-                and self.delivery_count == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class NodeEndpoint(Struct):
-        """A NodeEndpoint of ShareFetchResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "rack",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-        rack: str | None
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            rack: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.rack = rack
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareFetchResponse.NodeEndpoint:
-            self = _new(cls)
-            self.node_id = r.int32()
-            self.host = r.compact_string()
-            self.port = r.int32()
-            self.rack = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.node_id)
-            w.compact_string(self.host)
-            w.int32(self.port)
-            w.compact_nullable_string(self.rack)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and self.rack is None
-                and not self.unknown_tagged_fields
-            )
+    ShareFetchableTopicResponse: TypeAlias = ShareFetchResponse_ShareFetchableTopicResponse
+    PartitionData: TypeAlias = ShareFetchResponse_PartitionData
+    LeaderIdAndEpoch: TypeAlias = ShareFetchResponse_LeaderIdAndEpoch
+    AcquiredRecords: TypeAlias = ShareFetchResponse_AcquiredRecords
+    NodeEndpoint: TypeAlias = ShareFetchResponse_NodeEndpoint
 
     __slots__ = (
         "throttle_time_ms",
@@ -662,8 +693,8 @@ class ShareFetchResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = None,
-        responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = DEFAULT,
-        node_endpoints: list[ShareFetchResponse.NodeEndpoint] = DEFAULT,
+        responses: list[ShareFetchResponse.ShareFetchableTopicResponse] | Default = DEFAULT,
+        node_endpoints: list[ShareFetchResponse.NodeEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -675,18 +706,19 @@ class ShareFetchResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareFetchResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.responses = r.compact_array(
-            ShareFetchResponse.ShareFetchableTopicResponse._read, version
+            ShareFetchResponse_ShareFetchableTopicResponse._read, version
         )
-        self.node_endpoints = r.compact_array(ShareFetchResponse.NodeEndpoint._read, version)
+        self.node_endpoints = r.compact_array(ShareFetchResponse_NodeEndpoint._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.responses, compact=True, nullable=False)
         for responses_item in self.responses:
@@ -707,37 +739,45 @@ class ShareFetchResponse(Message):
         )
 
 
-ShareFetchResponse.ShareFetchableTopicResponse.FIELDS = (
-    Field("topic_id", "uuid", (0, 32767), ignorable=True),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=ShareFetchResponse.PartitionData),
+nest(
+    ShareFetchResponse,
+    ShareFetchableTopicResponse=ShareFetchResponse_ShareFetchableTopicResponse,
+    PartitionData=ShareFetchResponse_PartitionData,
+    LeaderIdAndEpoch=ShareFetchResponse_LeaderIdAndEpoch,
+    AcquiredRecords=ShareFetchResponse_AcquiredRecords,
+    NodeEndpoint=ShareFetchResponse_NodeEndpoint,
 )
-ShareFetchResponse.PartitionData.FIELDS = (
+ShareFetchResponse_ShareFetchableTopicResponse.FIELDS = (
+    Field("topic_id", "uuid", (0, 32767), ignorable=True),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=ShareFetchResponse_PartitionData),
+)
+ShareFetchResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("acknowledge_error_code", "int16", (0, 32767)),
     Field("acknowledge_error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field(
-        "current_leader", "LeaderIdAndEpoch", (0, 32767), struct=ShareFetchResponse.LeaderIdAndEpoch
+        "current_leader", "LeaderIdAndEpoch", (0, 32767), struct=ShareFetchResponse_LeaderIdAndEpoch
     ),
     Field("records", "records", (0, 32767), nullable_versions=(0, 32767)),
     Field(
         "acquired_records",
         "[]AcquiredRecords",
         (0, 32767),
-        struct=ShareFetchResponse.AcquiredRecords,
+        struct=ShareFetchResponse_AcquiredRecords,
     ),
 )
-ShareFetchResponse.LeaderIdAndEpoch.FIELDS = (
+ShareFetchResponse_LeaderIdAndEpoch.FIELDS = (
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
 )
-ShareFetchResponse.AcquiredRecords.FIELDS = (
+ShareFetchResponse_AcquiredRecords.FIELDS = (
     Field("first_offset", "int64", (0, 32767)),
     Field("last_offset", "int64", (0, 32767)),
     Field("delivery_count", "int16", (0, 32767)),
 )
-ShareFetchResponse.NodeEndpoint.FIELDS = (
+ShareFetchResponse_NodeEndpoint.FIELDS = (
     Field("node_id", "int32", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "int32", (0, 32767)),
@@ -751,9 +791,9 @@ ShareFetchResponse.FIELDS = (
         "responses",
         "[]ShareFetchableTopicResponse",
         (0, 32767),
-        struct=ShareFetchResponse.ShareFetchableTopicResponse,
+        struct=ShareFetchResponse_ShareFetchableTopicResponse,
     ),
-    Field("node_endpoints", "[]NodeEndpoint", (0, 32767), struct=ShareFetchResponse.NodeEndpoint),
+    Field("node_endpoints", "[]NodeEndpoint", (0, 32767), struct=ShareFetchResponse_NodeEndpoint),
 )
 
 __all__ = ["ShareFetchRequest", "ShareFetchResponse"]

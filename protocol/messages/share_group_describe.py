@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import (
     ZERO_UUID,
@@ -15,10 +16,10 @@ from protocol.primitives import (
     read_compact_string_item,
     read_int32_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ii = struct.Struct(">ii")
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
 
 
 class ShareGroupDescribeRequest(Message):
@@ -41,7 +42,7 @@ class ShareGroupDescribeRequest(Message):
     def __init__(
         self,
         *,
-        group_ids: list[str] = DEFAULT,
+        group_ids: list[str] | Default = DEFAULT,
         include_authorized_operations: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -51,7 +52,8 @@ class ShareGroupDescribeRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupDescribeRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_ids = r.compact_array(read_compact_string_item, version)
         self.include_authorized_operations = r.boolean()
         self.unknown_tagged_fields = r.unknown_tags_only()
@@ -78,6 +80,279 @@ ShareGroupDescribeRequest.FIELDS = (
 )
 
 
+class ShareGroupDescribeResponse_DescribedGroup(Struct):
+    """A DescribedGroup of ShareGroupDescribeResponse (ShareGroupDescribeResponse.DescribedGroup)."""
+
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "group_id",
+        "group_state",
+        "group_epoch",
+        "assignment_epoch",
+        "assignor_name",
+        "members",
+        "authorized_operations",
+        "unknown_tagged_fields",
+    )
+
+    error_code: int
+    error_message: str | None
+    group_id: str
+    group_state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: list[ShareGroupDescribeResponse.Member]
+    authorized_operations: int
+
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        error_message: str | None = None,
+        group_id: str = "",
+        group_state: str = "",
+        group_epoch: int = 0,
+        assignment_epoch: int = 0,
+        assignor_name: str = "",
+        members: list[ShareGroupDescribeResponse.Member] | Default = DEFAULT,
+        authorized_operations: int = -2147483648,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.group_id = group_id
+        self.group_state = group_state
+        self.group_epoch = group_epoch
+        self.assignment_epoch = assignment_epoch
+        self.assignor_name = assignor_name
+        self.members = [] if members is DEFAULT else members
+        self.authorized_operations = authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse.DescribedGroup:
+        new = cls.__new__
+        self = new(cls)
+        self.error_code = r.int16()
+        self.error_message = r.compact_nullable_string()
+        self.group_id = r.compact_string()
+        self.group_state = r.compact_string()
+        self.group_epoch, self.assignment_epoch = r.fixed(_F_ii)
+        self.assignor_name = r.compact_string()
+        self.members = r.compact_array(ShareGroupDescribeResponse_Member._read, version)
+        self.authorized_operations = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int16(self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.compact_string(self.group_id)
+        w.compact_string(self.group_state)
+        w.buf += _pack_ii(self.group_epoch, self.assignment_epoch)
+        w.compact_string(self.assignor_name)
+        w.array_length(self.members, compact=True, nullable=False)
+        for members_item in self.members:
+            members_item._write(w, version)
+        w.int32(self.authorized_operations)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.error_code == 0
+            and self.error_message is None
+            and self.group_id == ""
+            and self.group_state == ""
+            and self.group_epoch == 0
+            and self.assignment_epoch == 0
+            and self.assignor_name == ""
+            and self.members == []
+            and self.authorized_operations == -2147483648
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareGroupDescribeResponse_Member(Struct):
+    """A Member of ShareGroupDescribeResponse (ShareGroupDescribeResponse.Member)."""
+
+    __slots__ = (
+        "member_id",
+        "rack_id",
+        "member_epoch",
+        "client_id",
+        "client_host",
+        "subscribed_topic_names",
+        "assignment",
+        "unknown_tagged_fields",
+    )
+
+    member_id: str
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    assignment: ShareGroupDescribeResponse.Assignment
+
+    def __init__(
+        self,
+        *,
+        member_id: str = "",
+        rack_id: str | None = None,
+        member_epoch: int = 0,
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] | Default = DEFAULT,
+        assignment: ShareGroupDescribeResponse.Assignment | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.rack_id = rack_id
+        self.member_epoch = member_epoch
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = (
+            [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
+        )
+        self.assignment = (
+            ShareGroupDescribeResponse_Assignment() if assignment is DEFAULT else assignment
+        )
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse.Member:
+        new = cls.__new__
+        self = new(cls)
+        self.member_id = r.compact_string()
+        self.rack_id = r.compact_nullable_string()
+        self.member_epoch = r.int32()
+        self.client_id = r.compact_string()
+        self.client_host = r.compact_string()
+        self.subscribed_topic_names = r.compact_array(read_compact_string_item, version)
+        self.assignment = ShareGroupDescribeResponse_Assignment._read(r, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.member_id)
+        w.compact_nullable_string(self.rack_id)
+        w.int32(self.member_epoch)
+        w.compact_string(self.client_id)
+        w.compact_string(self.client_host)
+        w.array_length(self.subscribed_topic_names, compact=True, nullable=False)
+        for subscribed_topic_names_item in self.subscribed_topic_names:
+            w.compact_string(subscribed_topic_names_item)
+        self.assignment._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.member_id == ""
+            and self.rack_id is None
+            and self.member_epoch == 0
+            and self.client_id == ""
+            and self.client_host == ""
+            and self.subscribed_topic_names == []
+            and self.assignment._is_default()
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareGroupDescribeResponse_Assignment(Struct):
+    """A Assignment of ShareGroupDescribeResponse (ShareGroupDescribeResponse.Assignment)."""
+
+    __slots__ = (
+        "topic_partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions]
+
+    def __init__(
+        self,
+        *,
+        topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse.Assignment:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_partitions = r.compact_array(
+            ShareGroupDescribeResponse_TopicPartitions._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.array_length(self.topic_partitions, compact=True, nullable=False)
+        for topic_partitions_item in self.topic_partitions:
+            topic_partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.topic_partitions == [] and not self.unknown_tagged_fields
+
+
+class ShareGroupDescribeResponse_TopicPartitions(Struct):
+    """A TopicPartitions of ShareGroupDescribeResponse (ShareGroupDescribeResponse.TopicPartitions)."""
+
+    __slots__ = (
+        "topic_id",
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse.TopicPartitions:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.topic_name = r.compact_string()
+        self.partitions = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.compact_string(self.topic_name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            w.int32(partitions_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID
+            and self.topic_name == ""
+            and self.partitions == []
+            and not self.unknown_tagged_fields
+        )
+
+
 class ShareGroupDescribeResponse(Message):
     """Kafka's ShareGroupDescribeResponse (response, v0-v0), from clients/ShareGroupDescribeResponse.json."""
 
@@ -86,270 +361,10 @@ class ShareGroupDescribeResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class DescribedGroup(Struct):
-        """A DescribedGroup of ShareGroupDescribeResponse."""
-
-        __slots__ = (
-            "error_code",
-            "error_message",
-            "group_id",
-            "group_state",
-            "group_epoch",
-            "assignment_epoch",
-            "assignor_name",
-            "members",
-            "authorized_operations",
-            "unknown_tagged_fields",
-        )
-
-        error_code: int
-        error_message: str | None
-        group_id: str
-        group_state: str
-        group_epoch: int
-        assignment_epoch: int
-        assignor_name: str
-        members: list[ShareGroupDescribeResponse.Member]
-        authorized_operations: int
-
-        def __init__(
-            self,
-            *,
-            error_code: int = 0,
-            error_message: str | None = None,
-            group_id: str = "",
-            group_state: str = "",
-            group_epoch: int = 0,
-            assignment_epoch: int = 0,
-            assignor_name: str = "",
-            members: list[ShareGroupDescribeResponse.Member] = DEFAULT,
-            authorized_operations: int = -2147483648,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.error_code = error_code
-            self.error_message = error_message
-            self.group_id = group_id
-            self.group_state = group_state
-            self.group_epoch = group_epoch
-            self.assignment_epoch = assignment_epoch
-            self.assignor_name = assignor_name
-            self.members = [] if members is DEFAULT else members
-            self.authorized_operations = authorized_operations
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse.DescribedGroup:
-            self = _new(cls)
-            self.error_code = r.int16()
-            self.error_message = r.compact_nullable_string()
-            self.group_id = r.compact_string()
-            self.group_state = r.compact_string()
-            self.group_epoch, self.assignment_epoch = r.fixed(_F_ii)
-            self.assignor_name = r.compact_string()
-            self.members = r.compact_array(ShareGroupDescribeResponse.Member._read, version)
-            self.authorized_operations = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int16(self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.compact_string(self.group_id)
-            w.compact_string(self.group_state)
-            w.buf += _F_ii.pack(self.group_epoch, self.assignment_epoch)
-            w.compact_string(self.assignor_name)
-            w.array_length(self.members, compact=True, nullable=False)
-            for members_item in self.members:
-                members_item._write(w, version)
-            w.int32(self.authorized_operations)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.error_code == 0
-                and self.error_message is None
-                and self.group_id == ""
-                and self.group_state == ""
-                and self.group_epoch == 0
-                and self.assignment_epoch == 0
-                and self.assignor_name == ""
-                and self.members == []
-                and self.authorized_operations == -2147483648
-                and not self.unknown_tagged_fields
-            )
-
-    class Member(Struct):
-        """A Member of ShareGroupDescribeResponse."""
-
-        __slots__ = (
-            "member_id",
-            "rack_id",
-            "member_epoch",
-            "client_id",
-            "client_host",
-            "subscribed_topic_names",
-            "assignment",
-            "unknown_tagged_fields",
-        )
-
-        member_id: str
-        rack_id: str | None
-        member_epoch: int
-        client_id: str
-        client_host: str
-        subscribed_topic_names: list[str]
-        assignment: ShareGroupDescribeResponse.Assignment
-
-        def __init__(
-            self,
-            *,
-            member_id: str = "",
-            rack_id: str | None = None,
-            member_epoch: int = 0,
-            client_id: str = "",
-            client_host: str = "",
-            subscribed_topic_names: list[str] = DEFAULT,
-            assignment: ShareGroupDescribeResponse.Assignment = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.member_id = member_id
-            self.rack_id = rack_id
-            self.member_epoch = member_epoch
-            self.client_id = client_id
-            self.client_host = client_host
-            self.subscribed_topic_names = (
-                [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
-            )
-            self.assignment = (
-                ShareGroupDescribeResponse.Assignment() if assignment is DEFAULT else assignment
-            )
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse.Member:
-            self = _new(cls)
-            self.member_id = r.compact_string()
-            self.rack_id = r.compact_nullable_string()
-            self.member_epoch = r.int32()
-            self.client_id = r.compact_string()
-            self.client_host = r.compact_string()
-            self.subscribed_topic_names = r.compact_array(read_compact_string_item, version)
-            self.assignment = ShareGroupDescribeResponse.Assignment._read(r, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.member_id)
-            w.compact_nullable_string(self.rack_id)
-            w.int32(self.member_epoch)
-            w.compact_string(self.client_id)
-            w.compact_string(self.client_host)
-            w.array_length(self.subscribed_topic_names, compact=True, nullable=False)
-            for subscribed_topic_names_item in self.subscribed_topic_names:
-                w.compact_string(subscribed_topic_names_item)
-            self.assignment._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.member_id == ""
-                and self.rack_id is None
-                and self.member_epoch == 0
-                and self.client_id == ""
-                and self.client_host == ""
-                and self.subscribed_topic_names == []
-                and self.assignment._is_default()
-                and not self.unknown_tagged_fields
-            )
-
-    class Assignment(Struct):
-        """A Assignment of ShareGroupDescribeResponse."""
-
-        __slots__ = (
-            "topic_partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions]
-
-        def __init__(
-            self,
-            *,
-            topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse.Assignment:
-            self = _new(cls)
-            self.topic_partitions = r.compact_array(
-                ShareGroupDescribeResponse.TopicPartitions._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.array_length(self.topic_partitions, compact=True, nullable=False)
-            for topic_partitions_item in self.topic_partitions:
-                topic_partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.topic_partitions == [] and not self.unknown_tagged_fields
-
-    class TopicPartitions(Struct):
-        """A TopicPartitions of ShareGroupDescribeResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        topic_name: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            topic_name: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse.TopicPartitions:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.topic_name = r.compact_string()
-            self.partitions = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.compact_string(self.topic_name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                w.int32(partitions_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.topic_name == ""
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
+    DescribedGroup: TypeAlias = ShareGroupDescribeResponse_DescribedGroup
+    Member: TypeAlias = ShareGroupDescribeResponse_Member
+    Assignment: TypeAlias = ShareGroupDescribeResponse_Assignment
+    TopicPartitions: TypeAlias = ShareGroupDescribeResponse_TopicPartitions
 
     __slots__ = (
         "throttle_time_ms",
@@ -364,7 +379,7 @@ class ShareGroupDescribeResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        groups: list[ShareGroupDescribeResponse.DescribedGroup] = DEFAULT,
+        groups: list[ShareGroupDescribeResponse.DescribedGroup] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -373,9 +388,10 @@ class ShareGroupDescribeResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupDescribeResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
-        self.groups = r.compact_array(ShareGroupDescribeResponse.DescribedGroup._read, version)
+        self.groups = r.compact_array(ShareGroupDescribeResponse_DescribedGroup._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -390,7 +406,14 @@ class ShareGroupDescribeResponse(Message):
         return self.throttle_time_ms == 0 and self.groups == [] and not self.unknown_tagged_fields
 
 
-ShareGroupDescribeResponse.DescribedGroup.FIELDS = (
+nest(
+    ShareGroupDescribeResponse,
+    DescribedGroup=ShareGroupDescribeResponse_DescribedGroup,
+    Member=ShareGroupDescribeResponse_Member,
+    Assignment=ShareGroupDescribeResponse_Assignment,
+    TopicPartitions=ShareGroupDescribeResponse_TopicPartitions,
+)
+ShareGroupDescribeResponse_DescribedGroup.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("group_id", "string", (0, 32767)),
@@ -398,27 +421,27 @@ ShareGroupDescribeResponse.DescribedGroup.FIELDS = (
     Field("group_epoch", "int32", (0, 32767)),
     Field("assignment_epoch", "int32", (0, 32767)),
     Field("assignor_name", "string", (0, 32767)),
-    Field("members", "[]Member", (0, 32767), struct=ShareGroupDescribeResponse.Member),
+    Field("members", "[]Member", (0, 32767), struct=ShareGroupDescribeResponse_Member),
     Field("authorized_operations", "int32", (0, 32767)),
 )
-ShareGroupDescribeResponse.Member.FIELDS = (
+ShareGroupDescribeResponse_Member.FIELDS = (
     Field("member_id", "string", (0, 32767)),
     Field("rack_id", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("member_epoch", "int32", (0, 32767)),
     Field("client_id", "string", (0, 32767)),
     Field("client_host", "string", (0, 32767)),
     Field("subscribed_topic_names", "[]string", (0, 32767)),
-    Field("assignment", "Assignment", (0, 32767), struct=ShareGroupDescribeResponse.Assignment),
+    Field("assignment", "Assignment", (0, 32767), struct=ShareGroupDescribeResponse_Assignment),
 )
-ShareGroupDescribeResponse.Assignment.FIELDS = (
+ShareGroupDescribeResponse_Assignment.FIELDS = (
     Field(
         "topic_partitions",
         "[]TopicPartitions",
         (0, 32767),
-        struct=ShareGroupDescribeResponse.TopicPartitions,
+        struct=ShareGroupDescribeResponse_TopicPartitions,
     ),
 )
-ShareGroupDescribeResponse.TopicPartitions.FIELDS = (
+ShareGroupDescribeResponse_TopicPartitions.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field("topic_name", "string", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
@@ -426,7 +449,7 @@ ShareGroupDescribeResponse.TopicPartitions.FIELDS = (
 ShareGroupDescribeResponse.FIELDS = (
     Field("throttle_time_ms", "int32", (0, 32767)),
     Field(
-        "groups", "[]DescribedGroup", (0, 32767), struct=ShareGroupDescribeResponse.DescribedGroup
+        "groups", "[]DescribedGroup", (0, 32767), struct=ShareGroupDescribeResponse_DescribedGroup
     ),
 )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import (
     ZERO_UUID,
@@ -15,11 +16,12 @@ from protocol.primitives import (
     read_compact_string_item,
     read_int32_item,
 )
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
 
 
 class ShareGroupHeartbeatRequest(Message):
@@ -64,7 +66,8 @@ class ShareGroupHeartbeatRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupHeartbeatRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.compact_string()
         self.member_id = r.compact_string()
         self.member_epoch = r.int32()
@@ -104,6 +107,90 @@ ShareGroupHeartbeatRequest.FIELDS = (
 )
 
 
+class ShareGroupHeartbeatResponse_Assignment(Struct):
+    """A Assignment of ShareGroupHeartbeatResponse (ShareGroupHeartbeatResponse.Assignment)."""
+
+    __slots__ = (
+        "topic_partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_partitions: list[ShareGroupHeartbeatResponse.TopicPartitions]
+
+    def __init__(
+        self,
+        *,
+        topic_partitions: list[ShareGroupHeartbeatResponse.TopicPartitions] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareGroupHeartbeatResponse.Assignment:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_partitions = r.compact_array(
+            ShareGroupHeartbeatResponse_TopicPartitions._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.array_length(self.topic_partitions, compact=True, nullable=False)
+        for topic_partitions_item in self.topic_partitions:
+            topic_partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.topic_partitions == [] and not self.unknown_tagged_fields
+
+
+class ShareGroupHeartbeatResponse_TopicPartitions(Struct):
+    """A TopicPartitions of ShareGroupHeartbeatResponse (ShareGroupHeartbeatResponse.TopicPartitions)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareGroupHeartbeatResponse.TopicPartitions:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            w.int32(partitions_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
 class ShareGroupHeartbeatResponse(Message):
     """Kafka's ShareGroupHeartbeatResponse (response, v0-v0), from clients/ShareGroupHeartbeatResponse.json."""
 
@@ -112,87 +199,8 @@ class ShareGroupHeartbeatResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class Assignment(Struct):
-        """A Assignment of ShareGroupHeartbeatResponse."""
-
-        __slots__ = (
-            "topic_partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_partitions: list[ShareGroupHeartbeatResponse.TopicPartitions]
-
-        def __init__(
-            self,
-            *,
-            topic_partitions: list[ShareGroupHeartbeatResponse.TopicPartitions] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareGroupHeartbeatResponse.Assignment:
-            self = _new(cls)
-            self.topic_partitions = r.compact_array(
-                ShareGroupHeartbeatResponse.TopicPartitions._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.array_length(self.topic_partitions, compact=True, nullable=False)
-            for topic_partitions_item in self.topic_partitions:
-                topic_partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.topic_partitions == [] and not self.unknown_tagged_fields
-
-    class TopicPartitions(Struct):
-        """A TopicPartitions of ShareGroupHeartbeatResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareGroupHeartbeatResponse.TopicPartitions:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                w.int32(partitions_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
+    Assignment: TypeAlias = ShareGroupHeartbeatResponse_Assignment
+    TopicPartitions: TypeAlias = ShareGroupHeartbeatResponse_TopicPartitions
 
     __slots__ = (
         "throttle_time_ms",
@@ -236,22 +244,23 @@ class ShareGroupHeartbeatResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupHeartbeatResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.member_id = r.compact_nullable_string()
         self.member_epoch, self.heartbeat_interval_ms = r.fixed(_F_ii)
         self.assignment = (
-            ShareGroupHeartbeatResponse.Assignment._read(r, version) if r.int8() >= 0 else None
+            ShareGroupHeartbeatResponse_Assignment._read(r, version) if r.int8() >= 0 else None
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.compact_nullable_string(self.member_id)
-        w.buf += _F_ii.pack(self.member_epoch, self.heartbeat_interval_ms)
+        w.buf += _pack_ii(self.member_epoch, self.heartbeat_interval_ms)
         if self.assignment is None:
             w.int8(-1)
         else:
@@ -272,15 +281,20 @@ class ShareGroupHeartbeatResponse(Message):
         )
 
 
-ShareGroupHeartbeatResponse.Assignment.FIELDS = (
+nest(
+    ShareGroupHeartbeatResponse,
+    Assignment=ShareGroupHeartbeatResponse_Assignment,
+    TopicPartitions=ShareGroupHeartbeatResponse_TopicPartitions,
+)
+ShareGroupHeartbeatResponse_Assignment.FIELDS = (
     Field(
         "topic_partitions",
         "[]TopicPartitions",
         (0, 32767),
-        struct=ShareGroupHeartbeatResponse.TopicPartitions,
+        struct=ShareGroupHeartbeatResponse_TopicPartitions,
     ),
 )
-ShareGroupHeartbeatResponse.TopicPartitions.FIELDS = (
+ShareGroupHeartbeatResponse_TopicPartitions.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -296,7 +310,7 @@ ShareGroupHeartbeatResponse.FIELDS = (
         "Assignment",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=ShareGroupHeartbeatResponse.Assignment,
+        struct=ShareGroupHeartbeatResponse_Assignment,
     ),
 )
 

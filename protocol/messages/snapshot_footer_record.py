@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-
 
 class SnapshotFooterRecord(Message):
     """Kafka's SnapshotFooterRecord (data, v0-v0), from clients/SnapshotFooterRecord.json."""
@@ -33,7 +31,8 @@ class SnapshotFooterRecord(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> SnapshotFooterRecord:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.version = r.int16()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self

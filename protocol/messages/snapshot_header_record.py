@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-_F_hq = struct.Struct(">hq")
+_F_hq: Final = struct.Struct(">hq")
+_pack_hq: Final = _F_hq.pack
 
 
 class SnapshotHeaderRecord(Message):
@@ -43,13 +44,14 @@ class SnapshotHeaderRecord(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> SnapshotHeaderRecord:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.version, self.last_contained_log_timestamp = r.fixed(_F_hq)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_hq.pack(self.version, self.last_contained_log_timestamp)
+        w.buf += _pack_hq(self.version, self.last_contained_log_timestamp)
         w.no_tagged_fields(self.unknown_tagged_fields)
 
     def _is_default(self) -> bool:

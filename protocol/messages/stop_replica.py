@@ -5,12 +5,319 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class StopReplicaRequest_StopReplicaPartitionV0(Struct):
+    """A StopReplicaPartitionV0 of StopReplicaRequest (StopReplicaRequest.StopReplicaPartitionV0)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_index",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_index: int
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_index: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> StopReplicaRequest.StopReplicaPartitionV0:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.topic_name = ""
+        else:
+            self.topic_name = r.string()
+        if version >= 1:
+            self.partition_index = 0
+        else:
+            self.partition_index = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            if self.topic_name != "":
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaPartitionV0", "topic_name", version
+                )
+        else:
+            w.string(self.topic_name)
+        if version >= 1:
+            if self.partition_index != 0:
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaPartitionV0", "partition_index", version
+                )
+        else:
+            w.int32(self.partition_index)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "StopReplicaRequest.StopReplicaPartitionV0", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == "" and self.partition_index == 0 and not self.unknown_tagged_fields
+        )
+
+
+class StopReplicaRequest_StopReplicaTopicV1(Struct):
+    """A StopReplicaTopicV1 of StopReplicaRequest (StopReplicaRequest.StopReplicaTopicV1)."""
+
+    __slots__ = (
+        "name",
+        "partition_indexes",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partition_indexes: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> StopReplicaRequest.StopReplicaTopicV1:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.name = ""
+        elif version >= 2:
+            self.name = r.compact_string()
+        elif version >= 1:
+            self.name = r.string()
+        else:
+            self.name = ""
+        if version >= 3:
+            self.partition_indexes = []
+        elif version >= 2:
+            self.partition_indexes = r.compact_array(read_int32_item, version)
+        elif version >= 1:
+            self.partition_indexes = r.array(read_int32_item, version)
+        else:
+            self.partition_indexes = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            if self.name != "":
+                raise not_in_version("StopReplicaRequest.StopReplicaTopicV1", "name", version)
+        elif version >= 2:
+            w.compact_string(self.name)
+        elif version >= 1:
+            w.string(self.name)
+        else:
+            if self.name != "":
+                raise not_in_version("StopReplicaRequest.StopReplicaTopicV1", "name", version)
+        if version >= 3:
+            if self.partition_indexes != []:
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaTopicV1", "partition_indexes", version
+                )
+        elif version >= 2:
+            w.array_length(self.partition_indexes, compact=True, nullable=False)
+            for partition_indexes_item in self.partition_indexes:
+                w.int32(partition_indexes_item)
+        elif version >= 1:
+            w.array_length(self.partition_indexes, compact=False, nullable=False)
+            for partition_indexes_item in self.partition_indexes:
+                w.int32(partition_indexes_item)
+        else:
+            if self.partition_indexes != []:
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaTopicV1", "partition_indexes", version
+                )
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "StopReplicaRequest.StopReplicaTopicV1", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
+
+
+class StopReplicaRequest_StopReplicaTopicState(Struct):
+    """A StopReplicaTopicState of StopReplicaRequest (StopReplicaRequest.StopReplicaTopicState)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_states",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_states: list[StopReplicaRequest.StopReplicaPartitionState]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_states: list[StopReplicaRequest.StopReplicaPartitionState] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_states = [] if partition_states is DEFAULT else partition_states
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> StopReplicaRequest.StopReplicaTopicState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = ""
+        if version >= 3:
+            self.partition_states = r.compact_array(
+                StopReplicaRequest_StopReplicaPartitionState._read, version
+            )
+        else:
+            self.partition_states = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.topic_name)
+        else:
+            if self.topic_name != "":
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaTopicState", "topic_name", version
+                )
+        if version >= 3:
+            w.array_length(self.partition_states, compact=True, nullable=False)
+            for partition_states_item in self.partition_states:
+                partition_states_item._write(w, version)
+        else:
+            if self.partition_states != []:
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaTopicState", "partition_states", version
+                )
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "StopReplicaRequest.StopReplicaTopicState", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == "" and self.partition_states == [] and not self.unknown_tagged_fields
+        )
+
+
+class StopReplicaRequest_StopReplicaPartitionState(Struct):
+    """A StopReplicaPartitionState of StopReplicaRequest (StopReplicaRequest.StopReplicaPartitionState)."""
+
+    __slots__ = (
+        "partition_index",
+        "leader_epoch",
+        "delete_partition",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    leader_epoch: int
+    delete_partition: bool
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        leader_epoch: int = -1,
+        delete_partition: bool = False,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.delete_partition = delete_partition
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> StopReplicaRequest.StopReplicaPartitionState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.partition_index = r.int32()
+        else:
+            self.partition_index = 0
+        if version >= 3:
+            self.leader_epoch = r.int32()
+        else:
+            self.leader_epoch = -1
+        if version >= 3:
+            self.delete_partition = r.boolean()
+        else:
+            self.delete_partition = False
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.int32(self.partition_index)
+        else:
+            if self.partition_index != 0:
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaPartitionState", "partition_index", version
+                )
+        if version >= 3:
+            w.int32(self.leader_epoch)
+        else:
+            if self.leader_epoch != -1:
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaPartitionState", "leader_epoch", version
+                )
+        if version >= 3:
+            w.boolean(self.delete_partition)
+        else:
+            if self.delete_partition:
+                raise not_in_version(
+                    "StopReplicaRequest.StopReplicaPartitionState", "delete_partition", version
+                )
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "StopReplicaRequest.StopReplicaPartitionState", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.leader_epoch == -1
+            and not self.delete_partition
+            and not self.unknown_tagged_fields
+        )
 
 
 class StopReplicaRequest(Message):
@@ -21,309 +328,10 @@ class StopReplicaRequest(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 2
 
-    class StopReplicaPartitionV0(Struct):
-        """A StopReplicaPartitionV0 of StopReplicaRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_index",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_index: int
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_index: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_index = partition_index
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> StopReplicaRequest.StopReplicaPartitionV0:
-            self = _new(cls)
-            if version >= 1:
-                self.topic_name = ""
-            else:
-                self.topic_name = r.string()
-            if version >= 1:
-                self.partition_index = 0
-            else:
-                self.partition_index = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                if self.topic_name != "":
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaPartitionV0", "topic_name", version
-                    )
-            else:
-                w.string(self.topic_name)
-            if version >= 1:
-                if self.partition_index != 0:
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaPartitionV0", "partition_index", version
-                    )
-            else:
-                w.int32(self.partition_index)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "StopReplicaRequest.StopReplicaPartitionV0", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_index == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class StopReplicaTopicV1(Struct):
-        """A StopReplicaTopicV1 of StopReplicaRequest."""
-
-        __slots__ = (
-            "name",
-            "partition_indexes",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partition_indexes: list[int]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partition_indexes: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> StopReplicaRequest.StopReplicaTopicV1:
-            self = _new(cls)
-            if version >= 3:
-                self.name = ""
-            elif version >= 2:
-                self.name = r.compact_string()
-            elif version >= 1:
-                self.name = r.string()
-            else:
-                self.name = ""
-            if version >= 3:
-                self.partition_indexes = []
-            elif version >= 2:
-                self.partition_indexes = r.compact_array(read_int32_item, version)
-            elif version >= 1:
-                self.partition_indexes = r.array(read_int32_item, version)
-            else:
-                self.partition_indexes = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                if self.name != "":
-                    raise not_in_version("StopReplicaRequest.StopReplicaTopicV1", "name", version)
-            elif version >= 2:
-                w.compact_string(self.name)
-            elif version >= 1:
-                w.string(self.name)
-            else:
-                if self.name != "":
-                    raise not_in_version("StopReplicaRequest.StopReplicaTopicV1", "name", version)
-            if version >= 3:
-                if self.partition_indexes != []:
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaTopicV1", "partition_indexes", version
-                    )
-            elif version >= 2:
-                w.array_length(self.partition_indexes, compact=True, nullable=False)
-                for partition_indexes_item in self.partition_indexes:
-                    w.int32(partition_indexes_item)
-            elif version >= 1:
-                w.array_length(self.partition_indexes, compact=False, nullable=False)
-                for partition_indexes_item in self.partition_indexes:
-                    w.int32(partition_indexes_item)
-            else:
-                if self.partition_indexes != []:
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaTopicV1", "partition_indexes", version
-                    )
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "StopReplicaRequest.StopReplicaTopicV1", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
-            )
-
-    class StopReplicaTopicState(Struct):
-        """A StopReplicaTopicState of StopReplicaRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_states",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_states: list[StopReplicaRequest.StopReplicaPartitionState]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_states: list[StopReplicaRequest.StopReplicaPartitionState] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_states = [] if partition_states is DEFAULT else partition_states
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> StopReplicaRequest.StopReplicaTopicState:
-            self = _new(cls)
-            if version >= 3:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = ""
-            if version >= 3:
-                self.partition_states = r.compact_array(
-                    StopReplicaRequest.StopReplicaPartitionState._read, version
-                )
-            else:
-                self.partition_states = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.topic_name)
-            else:
-                if self.topic_name != "":
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaTopicState", "topic_name", version
-                    )
-            if version >= 3:
-                w.array_length(self.partition_states, compact=True, nullable=False)
-                for partition_states_item in self.partition_states:
-                    partition_states_item._write(w, version)
-            else:
-                if self.partition_states != []:
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaTopicState", "partition_states", version
-                    )
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "StopReplicaRequest.StopReplicaTopicState", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_states == []
-                and not self.unknown_tagged_fields
-            )
-
-    class StopReplicaPartitionState(Struct):
-        """A StopReplicaPartitionState of StopReplicaRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "leader_epoch",
-            "delete_partition",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        leader_epoch: int
-        delete_partition: bool
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            leader_epoch: int = -1,
-            delete_partition: bool = False,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.leader_epoch = leader_epoch
-            self.delete_partition = delete_partition
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> StopReplicaRequest.StopReplicaPartitionState:
-            self = _new(cls)
-            if version >= 3:
-                self.partition_index = r.int32()
-            else:
-                self.partition_index = 0
-            if version >= 3:
-                self.leader_epoch = r.int32()
-            else:
-                self.leader_epoch = -1
-            if version >= 3:
-                self.delete_partition = r.boolean()
-            else:
-                self.delete_partition = False
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.int32(self.partition_index)
-            else:
-                if self.partition_index != 0:
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaPartitionState", "partition_index", version
-                    )
-            if version >= 3:
-                w.int32(self.leader_epoch)
-            else:
-                if self.leader_epoch != -1:
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaPartitionState", "leader_epoch", version
-                    )
-            if version >= 3:
-                w.boolean(self.delete_partition)
-            else:
-                if self.delete_partition:
-                    raise not_in_version(
-                        "StopReplicaRequest.StopReplicaPartitionState", "delete_partition", version
-                    )
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "StopReplicaRequest.StopReplicaPartitionState", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.leader_epoch == -1
-                and not self.delete_partition
-                and not self.unknown_tagged_fields
-            )
+    StopReplicaPartitionV0: TypeAlias = StopReplicaRequest_StopReplicaPartitionV0
+    StopReplicaTopicV1: TypeAlias = StopReplicaRequest_StopReplicaTopicV1
+    StopReplicaTopicState: TypeAlias = StopReplicaRequest_StopReplicaTopicState
+    StopReplicaPartitionState: TypeAlias = StopReplicaRequest_StopReplicaPartitionState
 
     __slots__ = (
         "controller_id",
@@ -354,9 +362,9 @@ class StopReplicaRequest(Message):
         controller_epoch: int = 0,
         broker_epoch: int = -1,
         delete_partitions: bool = False,
-        ungrouped_partitions: list[StopReplicaRequest.StopReplicaPartitionV0] = DEFAULT,
-        topics: list[StopReplicaRequest.StopReplicaTopicV1] = DEFAULT,
-        topic_states: list[StopReplicaRequest.StopReplicaTopicState] = DEFAULT,
+        ungrouped_partitions: list[StopReplicaRequest.StopReplicaPartitionV0] | Default = DEFAULT,
+        topics: list[StopReplicaRequest.StopReplicaTopicV1] | Default = DEFAULT,
+        topic_states: list[StopReplicaRequest.StopReplicaTopicState] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.controller_id = controller_id
@@ -371,7 +379,8 @@ class StopReplicaRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> StopReplicaRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.controller_id = r.int32()
         if version >= 4:
             self.is_k_raft_controller = r.boolean()
@@ -390,19 +399,19 @@ class StopReplicaRequest(Message):
             self.ungrouped_partitions = []
         else:
             self.ungrouped_partitions = r.array(
-                StopReplicaRequest.StopReplicaPartitionV0._read, version
+                StopReplicaRequest_StopReplicaPartitionV0._read, version
             )
         if version >= 3:
             self.topics = []
         elif version >= 2:
-            self.topics = r.compact_array(StopReplicaRequest.StopReplicaTopicV1._read, version)
+            self.topics = r.compact_array(StopReplicaRequest_StopReplicaTopicV1._read, version)
         elif version >= 1:
-            self.topics = r.array(StopReplicaRequest.StopReplicaTopicV1._read, version)
+            self.topics = r.array(StopReplicaRequest_StopReplicaTopicV1._read, version)
         else:
             self.topics = []
         if version >= 3:
             self.topic_states = r.compact_array(
-                StopReplicaRequest.StopReplicaTopicState._read, version
+                StopReplicaRequest_StopReplicaTopicState._read, version
             )
         else:
             self.topic_states = []
@@ -471,24 +480,31 @@ class StopReplicaRequest(Message):
         )
 
 
-StopReplicaRequest.StopReplicaPartitionV0.FIELDS = (
+nest(
+    StopReplicaRequest,
+    StopReplicaPartitionV0=StopReplicaRequest_StopReplicaPartitionV0,
+    StopReplicaTopicV1=StopReplicaRequest_StopReplicaTopicV1,
+    StopReplicaTopicState=StopReplicaRequest_StopReplicaTopicState,
+    StopReplicaPartitionState=StopReplicaRequest_StopReplicaPartitionState,
+)
+StopReplicaRequest_StopReplicaPartitionV0.FIELDS = (
     Field("topic_name", "string", (0, 0)),
     Field("partition_index", "int32", (0, 0)),
 )
-StopReplicaRequest.StopReplicaTopicV1.FIELDS = (
+StopReplicaRequest_StopReplicaTopicV1.FIELDS = (
     Field("name", "string", (1, 2)),
     Field("partition_indexes", "[]int32", (1, 2)),
 )
-StopReplicaRequest.StopReplicaTopicState.FIELDS = (
+StopReplicaRequest_StopReplicaTopicState.FIELDS = (
     Field("topic_name", "string", (3, 32767)),
     Field(
         "partition_states",
         "[]StopReplicaPartitionState",
         (3, 32767),
-        struct=StopReplicaRequest.StopReplicaPartitionState,
+        struct=StopReplicaRequest_StopReplicaPartitionState,
     ),
 )
-StopReplicaRequest.StopReplicaPartitionState.FIELDS = (
+StopReplicaRequest_StopReplicaPartitionState.FIELDS = (
     Field("partition_index", "int32", (3, 32767)),
     Field("leader_epoch", "int32", (3, 32767)),
     Field("delete_partition", "bool", (3, 32767)),
@@ -503,16 +519,77 @@ StopReplicaRequest.FIELDS = (
         "ungrouped_partitions",
         "[]StopReplicaPartitionV0",
         (0, 0),
-        struct=StopReplicaRequest.StopReplicaPartitionV0,
+        struct=StopReplicaRequest_StopReplicaPartitionV0,
     ),
-    Field("topics", "[]StopReplicaTopicV1", (1, 2), struct=StopReplicaRequest.StopReplicaTopicV1),
+    Field("topics", "[]StopReplicaTopicV1", (1, 2), struct=StopReplicaRequest_StopReplicaTopicV1),
     Field(
         "topic_states",
         "[]StopReplicaTopicState",
         (3, 32767),
-        struct=StopReplicaRequest.StopReplicaTopicState,
+        struct=StopReplicaRequest_StopReplicaTopicState,
     ),
 )
+
+
+class StopReplicaResponse_StopReplicaPartitionError(Struct):
+    """A StopReplicaPartitionError of StopReplicaResponse (StopReplicaResponse.StopReplicaPartitionError)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_index",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> StopReplicaResponse.StopReplicaPartitionError:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 2:
+            self.topic_name = r.compact_string()
+        else:
+            self.topic_name = r.string()
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 2:
+            w.compact_string(self.topic_name)
+        else:
+            w.string(self.topic_name)
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if version >= 2:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "StopReplicaResponse.StopReplicaPartitionError", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == ""
+            and self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class StopReplicaResponse(Message):
@@ -523,66 +600,7 @@ class StopReplicaResponse(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 2
 
-    class StopReplicaPartitionError(Struct):
-        """A StopReplicaPartitionError of StopReplicaResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_index",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_index: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_index: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> StopReplicaResponse.StopReplicaPartitionError:
-            self = _new(cls)
-            if version >= 2:
-                self.topic_name = r.compact_string()
-            else:
-                self.topic_name = r.string()
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 2:
-                w.compact_string(self.topic_name)
-            else:
-                w.string(self.topic_name)
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if version >= 2:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "StopReplicaResponse.StopReplicaPartitionError",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_index == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    StopReplicaPartitionError: TypeAlias = StopReplicaResponse_StopReplicaPartitionError
 
     __slots__ = (
         "error_code",
@@ -597,7 +615,7 @@ class StopReplicaResponse(Message):
         self,
         *,
         error_code: int = 0,
-        partition_errors: list[StopReplicaResponse.StopReplicaPartitionError] = DEFAULT,
+        partition_errors: list[StopReplicaResponse.StopReplicaPartitionError] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -606,15 +624,16 @@ class StopReplicaResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> StopReplicaResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         if version >= 2:
             self.partition_errors = r.compact_array(
-                StopReplicaResponse.StopReplicaPartitionError._read, version
+                StopReplicaResponse_StopReplicaPartitionError._read, version
             )
         else:
             self.partition_errors = r.array(
-                StopReplicaResponse.StopReplicaPartitionError._read, version
+                StopReplicaResponse_StopReplicaPartitionError._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 2 else None
         return self
@@ -640,7 +659,8 @@ class StopReplicaResponse(Message):
         )
 
 
-StopReplicaResponse.StopReplicaPartitionError.FIELDS = (
+nest(StopReplicaResponse, StopReplicaPartitionError=StopReplicaResponse_StopReplicaPartitionError)
+StopReplicaResponse_StopReplicaPartitionError.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
@@ -651,7 +671,7 @@ StopReplicaResponse.FIELDS = (
         "partition_errors",
         "[]StopReplicaPartitionError",
         (0, 32767),
-        struct=StopReplicaResponse.StopReplicaPartitionError,
+        struct=StopReplicaResponse_StopReplicaPartitionError,
     ),
 )
 

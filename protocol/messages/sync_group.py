@@ -4,10 +4,72 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
+
+
+class SyncGroupRequest_SyncGroupRequestAssignment(Struct):
+    """A SyncGroupRequestAssignment of SyncGroupRequest (SyncGroupRequest.SyncGroupRequestAssignment)."""
+
+    __slots__ = (
+        "member_id",
+        "assignment",
+        "unknown_tagged_fields",
+    )
+
+    member_id: str
+    assignment: bytes
+
+    def __init__(
+        self,
+        *,
+        member_id: str = "",
+        assignment: bytes = b"",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.assignment = assignment
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> SyncGroupRequest.SyncGroupRequestAssignment:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.member_id = r.compact_string()
+        else:
+            self.member_id = r.string()
+        if version >= 4:
+            self.assignment = r.compact_blob()
+        else:
+            self.assignment = r.blob()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.member_id)
+        else:
+            w.string(self.member_id)
+        if version >= 4:
+            w.compact_blob(self.assignment)
+        else:
+            w.blob(self.assignment)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "SyncGroupRequest.SyncGroupRequestAssignment", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.member_id == ""
+            and (self.assignment is not None and len(self.assignment) == 0)
+            and not self.unknown_tagged_fields
+        )
 
 
 class SyncGroupRequest(Message):
@@ -18,65 +80,7 @@ class SyncGroupRequest(Message):
     MAX_VERSION = 5
     FLEXIBLE_MIN = 4
 
-    class SyncGroupRequestAssignment(Struct):
-        """A SyncGroupRequestAssignment of SyncGroupRequest."""
-
-        __slots__ = (
-            "member_id",
-            "assignment",
-            "unknown_tagged_fields",
-        )
-
-        member_id: str
-        assignment: bytes
-
-        def __init__(
-            self,
-            *,
-            member_id: str = "",
-            assignment: bytes = b"",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.member_id = member_id
-            self.assignment = assignment
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> SyncGroupRequest.SyncGroupRequestAssignment:
-            self = _new(cls)
-            if version >= 4:
-                self.member_id = r.compact_string()
-            else:
-                self.member_id = r.string()
-            if version >= 4:
-                self.assignment = r.compact_blob()
-            else:
-                self.assignment = r.blob()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.member_id)
-            else:
-                w.string(self.member_id)
-            if version >= 4:
-                w.compact_blob(self.assignment)
-            else:
-                w.blob(self.assignment)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "SyncGroupRequest.SyncGroupRequestAssignment", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.member_id == ""
-                and (self.assignment is not None and len(self.assignment) == 0)
-                and not self.unknown_tagged_fields
-            )
+    SyncGroupRequestAssignment: TypeAlias = SyncGroupRequest_SyncGroupRequestAssignment
 
     __slots__ = (
         "group_id",
@@ -106,7 +110,7 @@ class SyncGroupRequest(Message):
         group_instance_id: str | None = None,
         protocol_type: str | None = None,
         protocol_name: str | None = None,
-        assignments: list[SyncGroupRequest.SyncGroupRequestAssignment] = DEFAULT,
+        assignments: list[SyncGroupRequest.SyncGroupRequestAssignment] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -120,7 +124,8 @@ class SyncGroupRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> SyncGroupRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 4:
             self.group_id = r.compact_string()
         else:
@@ -146,10 +151,10 @@ class SyncGroupRequest(Message):
             self.protocol_name = None
         if version >= 4:
             self.assignments = r.compact_array(
-                SyncGroupRequest.SyncGroupRequestAssignment._read, version
+                SyncGroupRequest_SyncGroupRequestAssignment._read, version
             )
         else:
-            self.assignments = r.array(SyncGroupRequest.SyncGroupRequestAssignment._read, version)
+            self.assignments = r.array(SyncGroupRequest_SyncGroupRequestAssignment._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
         return self
 
@@ -200,7 +205,8 @@ class SyncGroupRequest(Message):
         )
 
 
-SyncGroupRequest.SyncGroupRequestAssignment.FIELDS = (
+nest(SyncGroupRequest, SyncGroupRequestAssignment=SyncGroupRequest_SyncGroupRequestAssignment)
+SyncGroupRequest_SyncGroupRequestAssignment.FIELDS = (
     Field("member_id", "string", (0, 32767)),
     Field("assignment", "bytes", (0, 32767)),
 )
@@ -215,7 +221,7 @@ SyncGroupRequest.FIELDS = (
         "assignments",
         "[]SyncGroupRequestAssignment",
         (0, 32767),
-        struct=SyncGroupRequest.SyncGroupRequestAssignment,
+        struct=SyncGroupRequest_SyncGroupRequestAssignment,
     ),
 )
 
@@ -262,7 +268,8 @@ class SyncGroupResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> SyncGroupResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.throttle_time_ms = r.int32()
         else:

@@ -5,14 +5,162 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_iq = struct.Struct(">iq")
-_F_qh = struct.Struct(">qh")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
+_F_qh: Final = struct.Struct(">qh")
+_pack_qh: Final = _F_qh.pack
+
+
+class TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(Struct):
+    """A TxnOffsetCommitRequestTopic of TxnOffsetCommitRequest (TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 3:
+            self.partitions = r.compact_array(
+                TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._read, version
+            )
+        else:
+            self.partitions = r.array(
+                TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 3:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(Struct):
+    """A TxnOffsetCommitRequestPartition of TxnOffsetCommitRequest (TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "committed_offset",
+        "committed_leader_epoch",
+        "committed_metadata",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    committed_metadata: str | None
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        committed_metadata: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.committed_metadata = committed_metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.committed_offset = r.fixed(_F_iq)
+        if version >= 2:
+            self.committed_leader_epoch = r.int32()
+        else:
+            self.committed_leader_epoch = -1
+        if version >= 3:
+            self.committed_metadata = r.compact_nullable_string()
+        else:
+            self.committed_metadata = r.nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iq(self.partition_index, self.committed_offset)
+        if version >= 2:
+            w.int32(self.committed_leader_epoch)
+        if version >= 3:
+            w.compact_nullable_string(self.committed_metadata)
+        else:
+            w.nullable_string(self.committed_metadata)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.committed_offset == 0
+            and self.committed_leader_epoch == -1
+            and self.committed_metadata == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class TxnOffsetCommitRequest(Message):
@@ -23,147 +171,10 @@ class TxnOffsetCommitRequest(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 3
 
-    class TxnOffsetCommitRequestTopic(Struct):
-        """A TxnOffsetCommitRequestTopic of TxnOffsetCommitRequest."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic:
-            self = _new(cls)
-            if version >= 3:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 3:
-                self.partitions = r.compact_array(
-                    TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 3:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class TxnOffsetCommitRequestPartition(Struct):
-        """A TxnOffsetCommitRequestPartition of TxnOffsetCommitRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "committed_offset",
-            "committed_leader_epoch",
-            "committed_metadata",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        committed_offset: int
-        committed_leader_epoch: int
-        committed_metadata: str | None
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            committed_offset: int = 0,
-            committed_leader_epoch: int = -1,
-            committed_metadata: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.committed_offset = committed_offset
-            self.committed_leader_epoch = committed_leader_epoch
-            self.committed_metadata = committed_metadata
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition:
-            self = _new(cls)
-            self.partition_index, self.committed_offset = r.fixed(_F_iq)
-            if version >= 2:
-                self.committed_leader_epoch = r.int32()
-            else:
-                self.committed_leader_epoch = -1
-            if version >= 3:
-                self.committed_metadata = r.compact_nullable_string()
-            else:
-                self.committed_metadata = r.nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iq.pack(self.partition_index, self.committed_offset)
-            if version >= 2:
-                w.int32(self.committed_leader_epoch)
-            if version >= 3:
-                w.compact_nullable_string(self.committed_metadata)
-            else:
-                w.nullable_string(self.committed_metadata)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.committed_offset == 0
-                and self.committed_leader_epoch == -1
-                and self.committed_metadata == ""
-                and not self.unknown_tagged_fields
-            )
+    TxnOffsetCommitRequestTopic: TypeAlias = TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic
+    TxnOffsetCommitRequestPartition: TypeAlias = (
+        TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition
+    )
 
     __slots__ = (
         "transactional_id",
@@ -196,7 +207,7 @@ class TxnOffsetCommitRequest(Message):
         generation_id: int = -1,
         member_id: str = "",
         group_instance_id: str | None = None,
-        topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = DEFAULT,
+        topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.transactional_id = transactional_id
@@ -211,7 +222,8 @@ class TxnOffsetCommitRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> TxnOffsetCommitRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 3:
             self.transactional_id = r.compact_string()
         else:
@@ -235,10 +247,10 @@ class TxnOffsetCommitRequest(Message):
             self.group_instance_id = None
         if version >= 3:
             self.topics = r.compact_array(
-                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic._read, version
+                TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._read, version
             )
         else:
-            self.topics = r.array(TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic._read, version)
+            self.topics = r.array(TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
         return self
 
@@ -251,7 +263,7 @@ class TxnOffsetCommitRequest(Message):
             w.compact_string(self.group_id)
         else:
             w.string(self.group_id)
-        w.buf += _F_qh.pack(self.producer_id, self.producer_epoch)
+        w.buf += _pack_qh(self.producer_id, self.producer_epoch)
         if version >= 3:
             w.int32(self.generation_id)
         else:
@@ -294,16 +306,21 @@ class TxnOffsetCommitRequest(Message):
         )
 
 
-TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.FIELDS = (
+nest(
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestTopic=TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitRequestPartition=TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition,
+)
+TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]TxnOffsetCommitRequestPartition",
         (0, 32767),
-        struct=TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition,
+        struct=TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition,
     ),
 )
-TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.FIELDS = (
+TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("committed_offset", "int64", (0, 32767)),
     Field("committed_leader_epoch", "int32", (2, 32767), ignorable=True),
@@ -321,9 +338,126 @@ TxnOffsetCommitRequest.FIELDS = (
         "topics",
         "[]TxnOffsetCommitRequestTopic",
         (0, 32767),
-        struct=TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic,
+        struct=TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic,
     ),
 )
+
+
+class TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(Struct):
+    """A TxnOffsetCommitResponseTopic of TxnOffsetCommitResponse (TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 3:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 3:
+            self.partitions = r.compact_array(
+                TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._read, version
+            )
+        else:
+            self.partitions = r.array(
+                TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 3:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 3:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(Struct):
+    """A TxnOffsetCommitResponsePartition of TxnOffsetCommitResponse (TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if version >= 3:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and self.error_code == 0 and not self.unknown_tagged_fields
 
 
 class TxnOffsetCommitResponse(Message):
@@ -334,123 +468,10 @@ class TxnOffsetCommitResponse(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 3
 
-    class TxnOffsetCommitResponseTopic(Struct):
-        """A TxnOffsetCommitResponseTopic of TxnOffsetCommitResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic:
-            self = _new(cls)
-            if version >= 3:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 3:
-                self.partitions = r.compact_array(
-                    TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 3:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 3:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class TxnOffsetCommitResponsePartition(Struct):
-        """A TxnOffsetCommitResponsePartition of TxnOffsetCommitResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if version >= 3:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    TxnOffsetCommitResponseTopic: TypeAlias = TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic
+    TxnOffsetCommitResponsePartition: TypeAlias = (
+        TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition
+    )
 
     __slots__ = (
         "throttle_time_ms",
@@ -465,7 +486,7 @@ class TxnOffsetCommitResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = DEFAULT,
+        topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -474,15 +495,16 @@ class TxnOffsetCommitResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> TxnOffsetCommitResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms = r.int32()
         if version >= 3:
             self.topics = r.compact_array(
-                TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic._read, version
+                TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._read, version
             )
         else:
             self.topics = r.array(
-                TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic._read, version
+                TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._read, version
             )
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 3 else None
         return self
@@ -506,16 +528,21 @@ class TxnOffsetCommitResponse(Message):
         return self.throttle_time_ms == 0 and self.topics == [] and not self.unknown_tagged_fields
 
 
-TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.FIELDS = (
+nest(
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponseTopic=TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic,
+    TxnOffsetCommitResponsePartition=TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition,
+)
+TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]TxnOffsetCommitResponsePartition",
         (0, 32767),
-        struct=TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition,
+        struct=TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition,
     ),
 )
-TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.FIELDS = (
+TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
 )
@@ -525,7 +552,7 @@ TxnOffsetCommitResponse.FIELDS = (
         "topics",
         "[]TxnOffsetCommitResponseTopic",
         (0, 32767),
-        struct=TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic,
+        struct=TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic,
     ),
 )
 

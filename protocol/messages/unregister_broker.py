@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
 
 
 class UnregisterBrokerRequest(Message):
@@ -36,7 +37,8 @@ class UnregisterBrokerRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> UnregisterBrokerRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.broker_id = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -86,14 +88,15 @@ class UnregisterBrokerResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> UnregisterBrokerResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.no_tagged_fields(self.unknown_tagged_fields)
 

@@ -5,12 +5,90 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+
+
+class UpdateFeaturesRequest_FeatureUpdateKey(Struct):
+    """A FeatureUpdateKey of UpdateFeaturesRequest (UpdateFeaturesRequest.FeatureUpdateKey)."""
+
+    __slots__ = (
+        "feature",
+        "max_version_level",
+        "allow_downgrade",
+        "upgrade_type",
+        "unknown_tagged_fields",
+    )
+
+    feature: str
+    max_version_level: int
+    allow_downgrade: bool
+    upgrade_type: int
+
+    def __init__(
+        self,
+        *,
+        feature: str = "",
+        max_version_level: int = 0,
+        allow_downgrade: bool = False,
+        upgrade_type: int = 1,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.feature = feature
+        self.max_version_level = max_version_level
+        self.allow_downgrade = allow_downgrade
+        self.upgrade_type = upgrade_type
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateFeaturesRequest.FeatureUpdateKey:
+        new = cls.__new__
+        self = new(cls)
+        self.feature = r.compact_string()
+        self.max_version_level = r.int16()
+        if version >= 1:
+            self.allow_downgrade = False
+        else:
+            self.allow_downgrade = r.boolean()
+        if version >= 1:
+            self.upgrade_type = r.int8()
+        else:
+            self.upgrade_type = 1
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.feature)
+        w.int16(self.max_version_level)
+        if version >= 1:
+            if self.allow_downgrade:
+                raise not_in_version(
+                    "UpdateFeaturesRequest.FeatureUpdateKey", "allow_downgrade", version
+                )
+        else:
+            w.boolean(self.allow_downgrade)
+        if version >= 1:
+            w.int8(self.upgrade_type)
+        else:
+            if self.upgrade_type != 1:
+                raise not_in_version(
+                    "UpdateFeaturesRequest.FeatureUpdateKey", "upgrade_type", version
+                )
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.feature == ""
+            and self.max_version_level == 0
+            and not self.allow_downgrade
+            and self.upgrade_type == 1
+            and not self.unknown_tagged_fields
+        )
 
 
 class UpdateFeaturesRequest(Message):
@@ -21,80 +99,7 @@ class UpdateFeaturesRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class FeatureUpdateKey(Struct):
-        """A FeatureUpdateKey of UpdateFeaturesRequest."""
-
-        __slots__ = (
-            "feature",
-            "max_version_level",
-            "allow_downgrade",
-            "upgrade_type",
-            "unknown_tagged_fields",
-        )
-
-        feature: str
-        max_version_level: int
-        allow_downgrade: bool
-        upgrade_type: int
-
-        def __init__(
-            self,
-            *,
-            feature: str = "",
-            max_version_level: int = 0,
-            allow_downgrade: bool = False,
-            upgrade_type: int = 1,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.feature = feature
-            self.max_version_level = max_version_level
-            self.allow_downgrade = allow_downgrade
-            self.upgrade_type = upgrade_type
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> UpdateFeaturesRequest.FeatureUpdateKey:
-            self = _new(cls)
-            self.feature = r.compact_string()
-            self.max_version_level = r.int16()
-            if version >= 1:
-                self.allow_downgrade = False
-            else:
-                self.allow_downgrade = r.boolean()
-            if version >= 1:
-                self.upgrade_type = r.int8()
-            else:
-                self.upgrade_type = 1
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.feature)
-            w.int16(self.max_version_level)
-            if version >= 1:
-                if self.allow_downgrade:
-                    raise not_in_version(
-                        "UpdateFeaturesRequest.FeatureUpdateKey", "allow_downgrade", version
-                    )
-            else:
-                w.boolean(self.allow_downgrade)
-            if version >= 1:
-                w.int8(self.upgrade_type)
-            else:
-                if self.upgrade_type != 1:
-                    raise not_in_version(
-                        "UpdateFeaturesRequest.FeatureUpdateKey", "upgrade_type", version
-                    )
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.feature == ""
-                and self.max_version_level == 0
-                and not self.allow_downgrade
-                and self.upgrade_type == 1
-                and not self.unknown_tagged_fields
-            )
+    FeatureUpdateKey: TypeAlias = UpdateFeaturesRequest_FeatureUpdateKey
 
     __slots__ = (
         "timeout_ms",
@@ -111,7 +116,7 @@ class UpdateFeaturesRequest(Message):
         self,
         *,
         timeout_ms: int = 60000,
-        feature_updates: list[UpdateFeaturesRequest.FeatureUpdateKey] = DEFAULT,
+        feature_updates: list[UpdateFeaturesRequest.FeatureUpdateKey] | Default = DEFAULT,
         validate_only: bool = False,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
@@ -122,10 +127,11 @@ class UpdateFeaturesRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> UpdateFeaturesRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.timeout_ms = r.int32()
         self.feature_updates = r.compact_array(
-            UpdateFeaturesRequest.FeatureUpdateKey._read, version
+            UpdateFeaturesRequest_FeatureUpdateKey._read, version
         )
         if version >= 1:
             self.validate_only = r.boolean()
@@ -155,7 +161,8 @@ class UpdateFeaturesRequest(Message):
         )
 
 
-UpdateFeaturesRequest.FeatureUpdateKey.FIELDS = (
+nest(UpdateFeaturesRequest, FeatureUpdateKey=UpdateFeaturesRequest_FeatureUpdateKey)
+UpdateFeaturesRequest_FeatureUpdateKey.FIELDS = (
     Field("feature", "string", (0, 32767)),
     Field("max_version_level", "int16", (0, 32767)),
     Field("allow_downgrade", "bool", (0, 0)),
@@ -167,10 +174,62 @@ UpdateFeaturesRequest.FIELDS = (
         "feature_updates",
         "[]FeatureUpdateKey",
         (0, 32767),
-        struct=UpdateFeaturesRequest.FeatureUpdateKey,
+        struct=UpdateFeaturesRequest_FeatureUpdateKey,
     ),
     Field("validate_only", "bool", (1, 32767)),
 )
+
+
+class UpdateFeaturesResponse_UpdatableFeatureResult(Struct):
+    """A UpdatableFeatureResult of UpdateFeaturesResponse (UpdateFeaturesResponse.UpdatableFeatureResult)."""
+
+    __slots__ = (
+        "feature",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    feature: str
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        feature: str = "",
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.feature = feature
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateFeaturesResponse.UpdatableFeatureResult:
+        new = cls.__new__
+        self = new(cls)
+        self.feature = r.compact_string()
+        self.error_code = r.int16()
+        self.error_message = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.feature)
+        w.int16(self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.feature == ""
+            and self.error_code == 0
+            and self.error_message == ""
+            and not self.unknown_tagged_fields
+        )
 
 
 class UpdateFeaturesResponse(Message):
@@ -181,55 +240,7 @@ class UpdateFeaturesResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class UpdatableFeatureResult(Struct):
-        """A UpdatableFeatureResult of UpdateFeaturesResponse."""
-
-        __slots__ = (
-            "feature",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        feature: str
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            feature: str = "",
-            error_code: int = 0,
-            error_message: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.feature = feature
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> UpdateFeaturesResponse.UpdatableFeatureResult:
-            self = _new(cls)
-            self.feature = r.compact_string()
-            self.error_code = r.int16()
-            self.error_message = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.feature)
-            w.int16(self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.feature == ""
-                and self.error_code == 0
-                and self.error_message == ""
-                and not self.unknown_tagged_fields
-            )
+    UpdatableFeatureResult: TypeAlias = UpdateFeaturesResponse_UpdatableFeatureResult
 
     __slots__ = (
         "throttle_time_ms",
@@ -250,7 +261,7 @@ class UpdateFeaturesResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = "",
-        results: list[UpdateFeaturesResponse.UpdatableFeatureResult] = DEFAULT,
+        results: list[UpdateFeaturesResponse.UpdatableFeatureResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -261,15 +272,16 @@ class UpdateFeaturesResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> UpdateFeaturesResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
         self.error_message = r.compact_nullable_string()
-        self.results = r.compact_array(UpdateFeaturesResponse.UpdatableFeatureResult._read, version)
+        self.results = r.compact_array(UpdateFeaturesResponse_UpdatableFeatureResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
         w.array_length(self.results, compact=True, nullable=False)
         for results_item in self.results:
@@ -286,7 +298,8 @@ class UpdateFeaturesResponse(Message):
         )
 
 
-UpdateFeaturesResponse.UpdatableFeatureResult.FIELDS = (
+nest(UpdateFeaturesResponse, UpdatableFeatureResult=UpdateFeaturesResponse_UpdatableFeatureResult)
+UpdateFeaturesResponse_UpdatableFeatureResult.FIELDS = (
     Field("feature", "string", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -299,7 +312,7 @@ UpdateFeaturesResponse.FIELDS = (
         "results",
         "[]UpdatableFeatureResult",
         (0, 32767),
-        struct=UpdateFeaturesResponse.UpdatableFeatureResult,
+        struct=UpdateFeaturesResponse_UpdatableFeatureResult,
     ),
 )
 

@@ -6,12 +6,454 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_iiii = struct.Struct(">iiii")
+_F_iiii: Final = struct.Struct(">iiii")
+_pack_iiii: Final = _F_iiii.pack
+
+
+class UpdateMetadataRequest_UpdateMetadataPartitionState(Struct):
+    """A UpdateMetadataPartitionState of UpdateMetadataRequest (UpdateMetadataRequest.UpdateMetadataPartitionState)."""
+
+    __slots__ = (
+        "topic_name",
+        "partition_index",
+        "controller_epoch",
+        "leader",
+        "leader_epoch",
+        "isr",
+        "zk_version",
+        "replicas",
+        "offline_replicas",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partition_index: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    zk_version: int
+    replicas: list[int]
+    offline_replicas: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partition_index: int = 0,
+        controller_epoch: int = 0,
+        leader: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] | Default = DEFAULT,
+        zk_version: int = 0,
+        replicas: list[int] | Default = DEFAULT,
+        offline_replicas: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is DEFAULT else isr
+        self.zk_version = zk_version
+        self.replicas = [] if replicas is DEFAULT else replicas
+        self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateMetadataRequest.UpdateMetadataPartitionState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 5:
+            self.topic_name = ""
+        else:
+            self.topic_name = r.string()
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = r.fixed(
+            _F_iiii
+        )
+        if version >= 6:
+            self.isr = r.compact_array(read_int32_item, version)
+        else:
+            self.isr = r.array(read_int32_item, version)
+        self.zk_version = r.int32()
+        if version >= 6:
+            self.replicas = r.compact_array(read_int32_item, version)
+        else:
+            self.replicas = r.array(read_int32_item, version)
+        if version >= 6:
+            self.offline_replicas = r.compact_array(read_int32_item, version)
+        elif version >= 4:
+            self.offline_replicas = r.array(read_int32_item, version)
+        else:
+            self.offline_replicas = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 5:
+            pass
+        else:
+            w.string(self.topic_name)
+        w.buf += _pack_iiii(
+            self.partition_index, self.controller_epoch, self.leader, self.leader_epoch
+        )
+        if version >= 6:
+            w.array_length(self.isr, compact=True, nullable=False)
+            for isr_item in self.isr:
+                w.int32(isr_item)
+        else:
+            w.array_length(self.isr, compact=False, nullable=False)
+            for isr_item in self.isr:
+                w.int32(isr_item)
+        w.int32(self.zk_version)
+        if version >= 6:
+            w.array_length(self.replicas, compact=True, nullable=False)
+            for replicas_item in self.replicas:
+                w.int32(replicas_item)
+        else:
+            w.array_length(self.replicas, compact=False, nullable=False)
+            for replicas_item in self.replicas:
+                w.int32(replicas_item)
+        if version >= 6:
+            w.array_length(self.offline_replicas, compact=True, nullable=False)
+            for offline_replicas_item in self.offline_replicas:
+                w.int32(offline_replicas_item)
+        elif version >= 4:
+            w.array_length(self.offline_replicas, compact=False, nullable=False)
+            for offline_replicas_item in self.offline_replicas:
+                w.int32(offline_replicas_item)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "UpdateMetadataRequest.UpdateMetadataPartitionState",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == ""
+            and self.partition_index == 0
+            and self.controller_epoch == 0
+            and self.leader == 0
+            and self.leader_epoch == 0
+            and self.isr == []
+            and self.zk_version == 0
+            and self.replicas == []
+            and self.offline_replicas == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class UpdateMetadataRequest_UpdateMetadataTopicState(Struct):
+    """A UpdateMetadataTopicState of UpdateMetadataRequest (UpdateMetadataRequest.UpdateMetadataTopicState)."""
+
+    __slots__ = (
+        "topic_name",
+        "topic_id",
+        "partition_states",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    topic_id: uuid.UUID
+    partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = [] if partition_states is DEFAULT else partition_states
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateMetadataRequest.UpdateMetadataTopicState:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 6:
+            self.topic_name = r.compact_string()
+        elif version >= 5:
+            self.topic_name = r.string()
+        else:
+            self.topic_name = ""
+        if version >= 7:
+            self.topic_id = r.uuid_()
+        else:
+            self.topic_id = ZERO_UUID
+        if version >= 6:
+            self.partition_states = r.compact_array(
+                UpdateMetadataRequest_UpdateMetadataPartitionState._read, version
+            )
+        elif version >= 5:
+            self.partition_states = r.array(
+                UpdateMetadataRequest_UpdateMetadataPartitionState._read, version
+            )
+        else:
+            self.partition_states = []
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 6:
+            w.compact_string(self.topic_name)
+        elif version >= 5:
+            w.string(self.topic_name)
+        else:
+            if self.topic_name != "":
+                raise not_in_version(
+                    "UpdateMetadataRequest.UpdateMetadataTopicState", "topic_name", version
+                )
+        if version >= 7:
+            w.uuid_(self.topic_id)
+        if version >= 6:
+            w.array_length(self.partition_states, compact=True, nullable=False)
+            for partition_states_item in self.partition_states:
+                partition_states_item._write(w, version)
+        elif version >= 5:
+            w.array_length(self.partition_states, compact=False, nullable=False)
+            for partition_states_item in self.partition_states:
+                partition_states_item._write(w, version)
+        else:
+            if self.partition_states != []:
+                raise not_in_version(
+                    "UpdateMetadataRequest.UpdateMetadataTopicState", "partition_states", version
+                )
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "UpdateMetadataRequest.UpdateMetadataTopicState", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_name == ""
+            and self.topic_id == ZERO_UUID
+            and self.partition_states == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class UpdateMetadataRequest_UpdateMetadataBroker(Struct):
+    """A UpdateMetadataBroker of UpdateMetadataRequest (UpdateMetadataRequest.UpdateMetadataBroker)."""
+
+    __slots__ = (
+        "id",
+        "v0_host",
+        "v0_port",
+        "endpoints",
+        "rack",
+        "unknown_tagged_fields",
+    )
+
+    id: int
+    v0_host: str
+    v0_port: int
+    endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint]
+    rack: str | None
+
+    def __init__(
+        self,
+        *,
+        id: int = 0,
+        v0_host: str = "",
+        v0_port: int = 0,
+        endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint] | Default = DEFAULT,
+        rack: str | None = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.id = id
+        self.v0_host = v0_host
+        self.v0_port = v0_port
+        self.endpoints = [] if endpoints is DEFAULT else endpoints
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateMetadataRequest.UpdateMetadataBroker:
+        new = cls.__new__
+        self = new(cls)
+        self.id = r.int32()
+        if version >= 1:
+            self.v0_host = ""
+        else:
+            self.v0_host = r.string()
+        if version >= 1:
+            self.v0_port = 0
+        else:
+            self.v0_port = r.int32()
+        if version >= 6:
+            self.endpoints = r.compact_array(
+                UpdateMetadataRequest_UpdateMetadataEndpoint._read, version
+            )
+        elif version >= 1:
+            self.endpoints = r.array(UpdateMetadataRequest_UpdateMetadataEndpoint._read, version)
+        else:
+            self.endpoints = []
+        if version >= 6:
+            self.rack = r.compact_nullable_string()
+        elif version >= 2:
+            self.rack = r.nullable_string()
+        else:
+            self.rack = ""
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.id)
+        if version >= 1:
+            pass
+        else:
+            w.string(self.v0_host)
+        if version >= 1:
+            pass
+        else:
+            w.int32(self.v0_port)
+        if version >= 6:
+            w.array_length(self.endpoints, compact=True, nullable=False)
+            for endpoints_item in self.endpoints:
+                endpoints_item._write(w, version)
+        elif version >= 1:
+            w.array_length(self.endpoints, compact=False, nullable=False)
+            for endpoints_item in self.endpoints:
+                endpoints_item._write(w, version)
+        if version >= 6:
+            w.compact_nullable_string(self.rack)
+        elif version >= 2:
+            w.nullable_string(self.rack)
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "UpdateMetadataRequest.UpdateMetadataBroker", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.id == 0
+            and self.v0_host == ""
+            and self.v0_port == 0
+            and self.endpoints == []
+            and self.rack == ""
+            and not self.unknown_tagged_fields
+        )
+
+
+class UpdateMetadataRequest_UpdateMetadataEndpoint(Struct):
+    """A UpdateMetadataEndpoint of UpdateMetadataRequest (UpdateMetadataRequest.UpdateMetadataEndpoint)."""
+
+    __slots__ = (
+        "port",
+        "host",
+        "listener",
+        "security_protocol",
+        "unknown_tagged_fields",
+    )
+
+    port: int
+    host: str
+    listener: str
+    security_protocol: int
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        host: str = "",
+        listener: str = "",
+        security_protocol: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.port = port
+        self.host = host
+        self.listener = listener
+        self.security_protocol = security_protocol
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateMetadataRequest.UpdateMetadataEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.port = r.int32()
+        else:
+            self.port = 0
+        if version >= 6:
+            self.host = r.compact_string()
+        elif version >= 1:
+            self.host = r.string()
+        else:
+            self.host = ""
+        if version >= 6:
+            self.listener = r.compact_string()
+        elif version >= 3:
+            self.listener = r.string()
+        else:
+            self.listener = ""
+        if version >= 1:
+            self.security_protocol = r.int16()
+        else:
+            self.security_protocol = 0
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.int32(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version(
+                    "UpdateMetadataRequest.UpdateMetadataEndpoint", "port", version
+                )
+        if version >= 6:
+            w.compact_string(self.host)
+        elif version >= 1:
+            w.string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version(
+                    "UpdateMetadataRequest.UpdateMetadataEndpoint", "host", version
+                )
+        if version >= 6:
+            w.compact_string(self.listener)
+        elif version >= 3:
+            w.string(self.listener)
+        if version >= 1:
+            w.int16(self.security_protocol)
+        else:
+            if self.security_protocol != 0:
+                raise not_in_version(
+                    "UpdateMetadataRequest.UpdateMetadataEndpoint", "security_protocol", version
+                )
+        if version >= 6:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "UpdateMetadataRequest.UpdateMetadataEndpoint", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.port == 0
+            and self.host == ""
+            and self.listener == ""
+            and self.security_protocol == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class UpdateMetadataRequest(Message):
@@ -22,445 +464,10 @@ class UpdateMetadataRequest(Message):
     MAX_VERSION = 8
     FLEXIBLE_MIN = 6
 
-    class UpdateMetadataPartitionState(Struct):
-        """A UpdateMetadataPartitionState of UpdateMetadataRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partition_index",
-            "controller_epoch",
-            "leader",
-            "leader_epoch",
-            "isr",
-            "zk_version",
-            "replicas",
-            "offline_replicas",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partition_index: int
-        controller_epoch: int
-        leader: int
-        leader_epoch: int
-        isr: list[int]
-        zk_version: int
-        replicas: list[int]
-        offline_replicas: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partition_index: int = 0,
-            controller_epoch: int = 0,
-            leader: int = 0,
-            leader_epoch: int = 0,
-            isr: list[int] = DEFAULT,
-            zk_version: int = 0,
-            replicas: list[int] = DEFAULT,
-            offline_replicas: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partition_index = partition_index
-            self.controller_epoch = controller_epoch
-            self.leader = leader
-            self.leader_epoch = leader_epoch
-            self.isr = [] if isr is DEFAULT else isr
-            self.zk_version = zk_version
-            self.replicas = [] if replicas is DEFAULT else replicas
-            self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> UpdateMetadataRequest.UpdateMetadataPartitionState:
-            self = _new(cls)
-            if version >= 5:
-                self.topic_name = ""
-            else:
-                self.topic_name = r.string()
-            self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = r.fixed(
-                _F_iiii
-            )
-            if version >= 6:
-                self.isr = r.compact_array(read_int32_item, version)
-            else:
-                self.isr = r.array(read_int32_item, version)
-            self.zk_version = r.int32()
-            if version >= 6:
-                self.replicas = r.compact_array(read_int32_item, version)
-            else:
-                self.replicas = r.array(read_int32_item, version)
-            if version >= 6:
-                self.offline_replicas = r.compact_array(read_int32_item, version)
-            elif version >= 4:
-                self.offline_replicas = r.array(read_int32_item, version)
-            else:
-                self.offline_replicas = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 5:
-                pass
-            else:
-                w.string(self.topic_name)
-            w.buf += _F_iiii.pack(
-                self.partition_index, self.controller_epoch, self.leader, self.leader_epoch
-            )
-            if version >= 6:
-                w.array_length(self.isr, compact=True, nullable=False)
-                for isr_item in self.isr:
-                    w.int32(isr_item)
-            else:
-                w.array_length(self.isr, compact=False, nullable=False)
-                for isr_item in self.isr:
-                    w.int32(isr_item)
-            w.int32(self.zk_version)
-            if version >= 6:
-                w.array_length(self.replicas, compact=True, nullable=False)
-                for replicas_item in self.replicas:
-                    w.int32(replicas_item)
-            else:
-                w.array_length(self.replicas, compact=False, nullable=False)
-                for replicas_item in self.replicas:
-                    w.int32(replicas_item)
-            if version >= 6:
-                w.array_length(self.offline_replicas, compact=True, nullable=False)
-                for offline_replicas_item in self.offline_replicas:
-                    w.int32(offline_replicas_item)
-            elif version >= 4:
-                w.array_length(self.offline_replicas, compact=False, nullable=False)
-                for offline_replicas_item in self.offline_replicas:
-                    w.int32(offline_replicas_item)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "UpdateMetadataRequest.UpdateMetadataPartitionState",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.partition_index == 0
-                and self.controller_epoch == 0
-                and self.leader == 0
-                and self.leader_epoch == 0
-                and self.isr == []
-                and self.zk_version == 0
-                and self.replicas == []
-                and self.offline_replicas == []
-                and not self.unknown_tagged_fields
-            )
-
-    class UpdateMetadataTopicState(Struct):
-        """A UpdateMetadataTopicState of UpdateMetadataRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "topic_id",
-            "partition_states",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        topic_id: uuid.UUID
-        partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            topic_id: uuid.UUID = ZERO_UUID,
-            partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.topic_id = topic_id
-            self.partition_states = [] if partition_states is DEFAULT else partition_states
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> UpdateMetadataRequest.UpdateMetadataTopicState:
-            self = _new(cls)
-            if version >= 6:
-                self.topic_name = r.compact_string()
-            elif version >= 5:
-                self.topic_name = r.string()
-            else:
-                self.topic_name = ""
-            if version >= 7:
-                self.topic_id = r.uuid_()
-            else:
-                self.topic_id = ZERO_UUID
-            if version >= 6:
-                self.partition_states = r.compact_array(
-                    UpdateMetadataRequest.UpdateMetadataPartitionState._read, version
-                )
-            elif version >= 5:
-                self.partition_states = r.array(
-                    UpdateMetadataRequest.UpdateMetadataPartitionState._read, version
-                )
-            else:
-                self.partition_states = []
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 6:
-                w.compact_string(self.topic_name)
-            elif version >= 5:
-                w.string(self.topic_name)
-            else:
-                if self.topic_name != "":
-                    raise not_in_version(
-                        "UpdateMetadataRequest.UpdateMetadataTopicState", "topic_name", version
-                    )
-            if version >= 7:
-                w.uuid_(self.topic_id)
-            if version >= 6:
-                w.array_length(self.partition_states, compact=True, nullable=False)
-                for partition_states_item in self.partition_states:
-                    partition_states_item._write(w, version)
-            elif version >= 5:
-                w.array_length(self.partition_states, compact=False, nullable=False)
-                for partition_states_item in self.partition_states:
-                    partition_states_item._write(w, version)
-            else:
-                if self.partition_states != []:
-                    raise not_in_version(
-                        "UpdateMetadataRequest.UpdateMetadataTopicState",
-                        "partition_states",
-                        version,
-                    )
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "UpdateMetadataRequest.UpdateMetadataTopicState",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == ""
-                and self.topic_id == ZERO_UUID
-                and self.partition_states == []
-                and not self.unknown_tagged_fields
-            )
-
-    class UpdateMetadataBroker(Struct):
-        """A UpdateMetadataBroker of UpdateMetadataRequest."""
-
-        __slots__ = (
-            "id",
-            "v0_host",
-            "v0_port",
-            "endpoints",
-            "rack",
-            "unknown_tagged_fields",
-        )
-
-        id: int
-        v0_host: str
-        v0_port: int
-        endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint]
-        rack: str | None
-
-        def __init__(
-            self,
-            *,
-            id: int = 0,
-            v0_host: str = "",
-            v0_port: int = 0,
-            endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = DEFAULT,
-            rack: str | None = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.id = id
-            self.v0_host = v0_host
-            self.v0_port = v0_port
-            self.endpoints = [] if endpoints is DEFAULT else endpoints
-            self.rack = rack
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> UpdateMetadataRequest.UpdateMetadataBroker:
-            self = _new(cls)
-            self.id = r.int32()
-            if version >= 1:
-                self.v0_host = ""
-            else:
-                self.v0_host = r.string()
-            if version >= 1:
-                self.v0_port = 0
-            else:
-                self.v0_port = r.int32()
-            if version >= 6:
-                self.endpoints = r.compact_array(
-                    UpdateMetadataRequest.UpdateMetadataEndpoint._read, version
-                )
-            elif version >= 1:
-                self.endpoints = r.array(
-                    UpdateMetadataRequest.UpdateMetadataEndpoint._read, version
-                )
-            else:
-                self.endpoints = []
-            if version >= 6:
-                self.rack = r.compact_nullable_string()
-            elif version >= 2:
-                self.rack = r.nullable_string()
-            else:
-                self.rack = ""
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.id)
-            if version >= 1:
-                pass
-            else:
-                w.string(self.v0_host)
-            if version >= 1:
-                pass
-            else:
-                w.int32(self.v0_port)
-            if version >= 6:
-                w.array_length(self.endpoints, compact=True, nullable=False)
-                for endpoints_item in self.endpoints:
-                    endpoints_item._write(w, version)
-            elif version >= 1:
-                w.array_length(self.endpoints, compact=False, nullable=False)
-                for endpoints_item in self.endpoints:
-                    endpoints_item._write(w, version)
-            if version >= 6:
-                w.compact_nullable_string(self.rack)
-            elif version >= 2:
-                w.nullable_string(self.rack)
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "UpdateMetadataRequest.UpdateMetadataBroker", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.id == 0
-                and self.v0_host == ""
-                and self.v0_port == 0
-                and self.endpoints == []
-                and self.rack == ""
-                and not self.unknown_tagged_fields
-            )
-
-    class UpdateMetadataEndpoint(Struct):
-        """A UpdateMetadataEndpoint of UpdateMetadataRequest."""
-
-        __slots__ = (
-            "port",
-            "host",
-            "listener",
-            "security_protocol",
-            "unknown_tagged_fields",
-        )
-
-        port: int
-        host: str
-        listener: str
-        security_protocol: int
-
-        def __init__(
-            self,
-            *,
-            port: int = 0,
-            host: str = "",
-            listener: str = "",
-            security_protocol: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.port = port
-            self.host = host
-            self.listener = listener
-            self.security_protocol = security_protocol
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> UpdateMetadataRequest.UpdateMetadataEndpoint:
-            self = _new(cls)
-            if version >= 1:
-                self.port = r.int32()
-            else:
-                self.port = 0
-            if version >= 6:
-                self.host = r.compact_string()
-            elif version >= 1:
-                self.host = r.string()
-            else:
-                self.host = ""
-            if version >= 6:
-                self.listener = r.compact_string()
-            elif version >= 3:
-                self.listener = r.string()
-            else:
-                self.listener = ""
-            if version >= 1:
-                self.security_protocol = r.int16()
-            else:
-                self.security_protocol = 0
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.int32(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version(
-                        "UpdateMetadataRequest.UpdateMetadataEndpoint", "port", version
-                    )
-            if version >= 6:
-                w.compact_string(self.host)
-            elif version >= 1:
-                w.string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version(
-                        "UpdateMetadataRequest.UpdateMetadataEndpoint", "host", version
-                    )
-            if version >= 6:
-                w.compact_string(self.listener)
-            elif version >= 3:
-                w.string(self.listener)
-            if version >= 1:
-                w.int16(self.security_protocol)
-            else:
-                if self.security_protocol != 0:
-                    raise not_in_version(
-                        "UpdateMetadataRequest.UpdateMetadataEndpoint", "security_protocol", version
-                    )
-            if version >= 6:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "UpdateMetadataRequest.UpdateMetadataEndpoint", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.port == 0
-                and self.host == ""
-                and self.listener == ""
-                and self.security_protocol == 0
-                and not self.unknown_tagged_fields
-            )
+    UpdateMetadataPartitionState: TypeAlias = UpdateMetadataRequest_UpdateMetadataPartitionState
+    UpdateMetadataTopicState: TypeAlias = UpdateMetadataRequest_UpdateMetadataTopicState
+    UpdateMetadataBroker: TypeAlias = UpdateMetadataRequest_UpdateMetadataBroker
+    UpdateMetadataEndpoint: TypeAlias = UpdateMetadataRequest_UpdateMetadataEndpoint
 
     __slots__ = (
         "controller_id",
@@ -491,11 +498,10 @@ class UpdateMetadataRequest(Message):
         type: int = 0,
         controller_epoch: int = 0,
         broker_epoch: int = -1,
-        ungrouped_partition_states: list[
-            UpdateMetadataRequest.UpdateMetadataPartitionState
-        ] = DEFAULT,
-        topic_states: list[UpdateMetadataRequest.UpdateMetadataTopicState] = DEFAULT,
-        live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker] = DEFAULT,
+        ungrouped_partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState]
+        | Default = DEFAULT,
+        topic_states: list[UpdateMetadataRequest.UpdateMetadataTopicState] | Default = DEFAULT,
+        live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.controller_id = controller_id
@@ -512,7 +518,8 @@ class UpdateMetadataRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> UpdateMetadataRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.controller_id = r.int32()
         if version >= 8:
             self.is_k_raft_controller = r.boolean()
@@ -528,24 +535,24 @@ class UpdateMetadataRequest(Message):
             self.ungrouped_partition_states = []
         else:
             self.ungrouped_partition_states = r.array(
-                UpdateMetadataRequest.UpdateMetadataPartitionState._read, version
+                UpdateMetadataRequest_UpdateMetadataPartitionState._read, version
             )
         if version >= 6:
             self.topic_states = r.compact_array(
-                UpdateMetadataRequest.UpdateMetadataTopicState._read, version
+                UpdateMetadataRequest_UpdateMetadataTopicState._read, version
             )
         elif version >= 5:
             self.topic_states = r.array(
-                UpdateMetadataRequest.UpdateMetadataTopicState._read, version
+                UpdateMetadataRequest_UpdateMetadataTopicState._read, version
             )
         else:
             self.topic_states = []
         if version >= 6:
             self.live_brokers = r.compact_array(
-                UpdateMetadataRequest.UpdateMetadataBroker._read, version
+                UpdateMetadataRequest_UpdateMetadataBroker._read, version
             )
         else:
-            self.live_brokers = r.array(UpdateMetadataRequest.UpdateMetadataBroker._read, version)
+            self.live_brokers = r.array(UpdateMetadataRequest_UpdateMetadataBroker._read, version)
         if version >= 6:
             unknown = None
             for _ in range(r.tag_count()):
@@ -626,7 +633,14 @@ class UpdateMetadataRequest(Message):
         )
 
 
-UpdateMetadataRequest.UpdateMetadataPartitionState.FIELDS = (
+nest(
+    UpdateMetadataRequest,
+    UpdateMetadataPartitionState=UpdateMetadataRequest_UpdateMetadataPartitionState,
+    UpdateMetadataTopicState=UpdateMetadataRequest_UpdateMetadataTopicState,
+    UpdateMetadataBroker=UpdateMetadataRequest_UpdateMetadataBroker,
+    UpdateMetadataEndpoint=UpdateMetadataRequest_UpdateMetadataEndpoint,
+)
+UpdateMetadataRequest_UpdateMetadataPartitionState.FIELDS = (
     Field("topic_name", "string", (0, 4), ignorable=True),
     Field("partition_index", "int32", (0, 32767)),
     Field("controller_epoch", "int32", (0, 32767)),
@@ -637,17 +651,17 @@ UpdateMetadataRequest.UpdateMetadataPartitionState.FIELDS = (
     Field("replicas", "[]int32", (0, 32767)),
     Field("offline_replicas", "[]int32", (4, 32767), ignorable=True),
 )
-UpdateMetadataRequest.UpdateMetadataTopicState.FIELDS = (
+UpdateMetadataRequest_UpdateMetadataTopicState.FIELDS = (
     Field("topic_name", "string", (5, 32767)),
     Field("topic_id", "uuid", (7, 32767), ignorable=True),
     Field(
         "partition_states",
         "[]UpdateMetadataPartitionState",
         (5, 32767),
-        struct=UpdateMetadataRequest.UpdateMetadataPartitionState,
+        struct=UpdateMetadataRequest_UpdateMetadataPartitionState,
     ),
 )
-UpdateMetadataRequest.UpdateMetadataBroker.FIELDS = (
+UpdateMetadataRequest_UpdateMetadataBroker.FIELDS = (
     Field("id", "int32", (0, 32767)),
     Field("v0_host", "string", (0, 0), ignorable=True),
     Field("v0_port", "int32", (0, 0), ignorable=True),
@@ -656,11 +670,11 @@ UpdateMetadataRequest.UpdateMetadataBroker.FIELDS = (
         "[]UpdateMetadataEndpoint",
         (1, 32767),
         ignorable=True,
-        struct=UpdateMetadataRequest.UpdateMetadataEndpoint,
+        struct=UpdateMetadataRequest_UpdateMetadataEndpoint,
     ),
     Field("rack", "string", (2, 32767), nullable_versions=(0, 32767), ignorable=True),
 )
-UpdateMetadataRequest.UpdateMetadataEndpoint.FIELDS = (
+UpdateMetadataRequest_UpdateMetadataEndpoint.FIELDS = (
     Field("port", "int32", (1, 32767)),
     Field("host", "string", (1, 32767)),
     Field("listener", "string", (3, 32767), ignorable=True),
@@ -676,19 +690,19 @@ UpdateMetadataRequest.FIELDS = (
         "ungrouped_partition_states",
         "[]UpdateMetadataPartitionState",
         (0, 4),
-        struct=UpdateMetadataRequest.UpdateMetadataPartitionState,
+        struct=UpdateMetadataRequest_UpdateMetadataPartitionState,
     ),
     Field(
         "topic_states",
         "[]UpdateMetadataTopicState",
         (5, 32767),
-        struct=UpdateMetadataRequest.UpdateMetadataTopicState,
+        struct=UpdateMetadataRequest_UpdateMetadataTopicState,
     ),
     Field(
         "live_brokers",
         "[]UpdateMetadataBroker",
         (0, 32767),
-        struct=UpdateMetadataRequest.UpdateMetadataBroker,
+        struct=UpdateMetadataRequest_UpdateMetadataBroker,
     ),
 )
 
@@ -716,7 +730,8 @@ class UpdateMetadataResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> UpdateMetadataResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 6 else None
         return self

@@ -6,14 +6,112 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_hh = struct.Struct(">hh")
-_F_ih = struct.Struct(">ih")
-_F_ii = struct.Struct(">ii")
+_F_hh: Final = struct.Struct(">hh")
+_pack_hh: Final = _F_hh.pack
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_ii: Final = struct.Struct(">ii")
+_pack_ii: Final = _F_ii.pack
+
+
+class UpdateRaftVoterRequest_Listener(Struct):
+    """A Listener of UpdateRaftVoterRequest (UpdateRaftVoterRequest.Listener)."""
+
+    __slots__ = (
+        "name",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateRaftVoterRequest.Listener:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.host = r.compact_string()
+        self.port = r.uint16()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.compact_string(self.host)
+        w.uint16(self.port)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class UpdateRaftVoterRequest_KRaftVersionFeature(Struct):
+    """A KRaftVersionFeature of UpdateRaftVoterRequest (UpdateRaftVoterRequest.KRaftVersionFeature)."""
+
+    __slots__ = (
+        "min_supported_version",
+        "max_supported_version",
+        "unknown_tagged_fields",
+    )
+
+    min_supported_version: int
+    max_supported_version: int
+
+    def __init__(
+        self,
+        *,
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateRaftVoterRequest.KRaftVersionFeature:
+        new = cls.__new__
+        self = new(cls)
+        self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_hh(self.min_supported_version, self.max_supported_version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.min_supported_version == 0
+            and self.max_supported_version == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class UpdateRaftVoterRequest(Message):
@@ -24,96 +122,8 @@ class UpdateRaftVoterRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class Listener(Struct):
-        """A Listener of UpdateRaftVoterRequest."""
-
-        __slots__ = (
-            "name",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> UpdateRaftVoterRequest.Listener:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.host = r.compact_string()
-            self.port = r.uint16()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.compact_string(self.host)
-            w.uint16(self.port)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class KRaftVersionFeature(Struct):
-        """A KRaftVersionFeature of UpdateRaftVoterRequest."""
-
-        __slots__ = (
-            "min_supported_version",
-            "max_supported_version",
-            "unknown_tagged_fields",
-        )
-
-        min_supported_version: int
-        max_supported_version: int
-
-        def __init__(
-            self,
-            *,
-            min_supported_version: int = 0,
-            max_supported_version: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.min_supported_version = min_supported_version
-            self.max_supported_version = max_supported_version
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> UpdateRaftVoterRequest.KRaftVersionFeature:
-            self = _new(cls)
-            self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_hh.pack(self.min_supported_version, self.max_supported_version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.min_supported_version == 0
-                and self.max_supported_version == 0
-                and not self.unknown_tagged_fields
-            )
+    Listener: TypeAlias = UpdateRaftVoterRequest_Listener
+    KRaftVersionFeature: TypeAlias = UpdateRaftVoterRequest_KRaftVersionFeature
 
     __slots__ = (
         "cluster_id",
@@ -139,8 +149,8 @@ class UpdateRaftVoterRequest(Message):
         current_leader_epoch: int = 0,
         voter_id: int = 0,
         voter_directory_id: uuid.UUID = ZERO_UUID,
-        listeners: list[UpdateRaftVoterRequest.Listener] = DEFAULT,
-        k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature = DEFAULT,
+        listeners: list[UpdateRaftVoterRequest.Listener] | Default = DEFAULT,
+        k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -149,7 +159,7 @@ class UpdateRaftVoterRequest(Message):
         self.voter_directory_id = voter_directory_id
         self.listeners = [] if listeners is DEFAULT else listeners
         self.k_raft_version_feature = (
-            UpdateRaftVoterRequest.KRaftVersionFeature()
+            UpdateRaftVoterRequest_KRaftVersionFeature()
             if k_raft_version_feature is DEFAULT
             else k_raft_version_feature
         )
@@ -157,18 +167,19 @@ class UpdateRaftVoterRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> UpdateRaftVoterRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.cluster_id = r.compact_nullable_string()
         self.current_leader_epoch, self.voter_id = r.fixed(_F_ii)
         self.voter_directory_id = r.uuid_()
-        self.listeners = r.compact_array(UpdateRaftVoterRequest.Listener._read, version)
-        self.k_raft_version_feature = UpdateRaftVoterRequest.KRaftVersionFeature._read(r, version)
+        self.listeners = r.compact_array(UpdateRaftVoterRequest_Listener._read, version)
+        self.k_raft_version_feature = UpdateRaftVoterRequest_KRaftVersionFeature._read(r, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
         w.compact_nullable_string(self.cluster_id)
-        w.buf += _F_ii.pack(self.current_leader_epoch, self.voter_id)
+        w.buf += _pack_ii(self.current_leader_epoch, self.voter_id)
         w.uuid_(self.voter_directory_id)
         w.array_length(self.listeners, compact=True, nullable=False)
         for listeners_item in self.listeners:
@@ -188,12 +199,17 @@ class UpdateRaftVoterRequest(Message):
         )
 
 
-UpdateRaftVoterRequest.Listener.FIELDS = (
+nest(
+    UpdateRaftVoterRequest,
+    Listener=UpdateRaftVoterRequest_Listener,
+    KRaftVersionFeature=UpdateRaftVoterRequest_KRaftVersionFeature,
+)
+UpdateRaftVoterRequest_Listener.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "uint16", (0, 32767)),
 )
-UpdateRaftVoterRequest.KRaftVersionFeature.FIELDS = (
+UpdateRaftVoterRequest_KRaftVersionFeature.FIELDS = (
     Field("min_supported_version", "int16", (0, 32767)),
     Field("max_supported_version", "int16", (0, 32767)),
 )
@@ -202,14 +218,71 @@ UpdateRaftVoterRequest.FIELDS = (
     Field("current_leader_epoch", "int32", (0, 32767)),
     Field("voter_id", "int32", (0, 32767)),
     Field("voter_directory_id", "uuid", (0, 32767)),
-    Field("listeners", "[]Listener", (0, 32767), struct=UpdateRaftVoterRequest.Listener),
+    Field("listeners", "[]Listener", (0, 32767), struct=UpdateRaftVoterRequest_Listener),
     Field(
         "k_raft_version_feature",
         "KRaftVersionFeature",
         (0, 32767),
-        struct=UpdateRaftVoterRequest.KRaftVersionFeature,
+        struct=UpdateRaftVoterRequest_KRaftVersionFeature,
     ),
 )
+
+
+class UpdateRaftVoterResponse_CurrentLeader(Struct):
+    """A CurrentLeader of UpdateRaftVoterResponse (UpdateRaftVoterResponse.CurrentLeader)."""
+
+    __slots__ = (
+        "leader_id",
+        "leader_epoch",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    leader_id: int
+    leader_epoch: int
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> UpdateRaftVoterResponse.CurrentLeader:
+        new = cls.__new__
+        self = new(cls)
+        self.leader_id, self.leader_epoch = r.fixed(_F_ii)
+        self.host = r.compact_string()
+        self.port = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ii(self.leader_id, self.leader_epoch)
+        w.compact_string(self.host)
+        w.int32(self.port)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.leader_id == -1
+            and self.leader_epoch == -1
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class UpdateRaftVoterResponse(Message):
@@ -220,60 +293,7 @@ class UpdateRaftVoterResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class CurrentLeader(Struct):
-        """A CurrentLeader of UpdateRaftVoterResponse."""
-
-        __slots__ = (
-            "leader_id",
-            "leader_epoch",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        leader_id: int
-        leader_epoch: int
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            leader_id: int = -1,
-            leader_epoch: int = -1,
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> UpdateRaftVoterResponse.CurrentLeader:
-            self = _new(cls)
-            self.leader_id, self.leader_epoch = r.fixed(_F_ii)
-            self.host = r.compact_string()
-            self.port = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ii.pack(self.leader_id, self.leader_epoch)
-            w.compact_string(self.host)
-            w.int32(self.port)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.leader_id == -1
-                and self.leader_epoch == -1
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    CurrentLeader: TypeAlias = UpdateRaftVoterResponse_CurrentLeader
 
     __slots__ = (
         "throttle_time_ms",
@@ -291,27 +311,28 @@ class UpdateRaftVoterResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        current_leader: UpdateRaftVoterResponse.CurrentLeader = DEFAULT,
+        current_leader: UpdateRaftVoterResponse.CurrentLeader | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.current_leader = (
-            UpdateRaftVoterResponse.CurrentLeader() if current_leader is DEFAULT else current_leader
+            UpdateRaftVoterResponse_CurrentLeader() if current_leader is DEFAULT else current_leader
         )
         self.unknown_tagged_fields = unknown_tagged_fields
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> UpdateRaftVoterResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.throttle_time_ms, self.error_code = r.fixed(_F_ih)
-        self.current_leader = UpdateRaftVoterResponse.CurrentLeader()
+        self.current_leader = UpdateRaftVoterResponse_CurrentLeader()
         unknown = None
         for _ in range(r.tag_count()):
             tag, size = r.tag_header()
             end = r.pos + size
             if tag == 0:
-                self.current_leader = UpdateRaftVoterResponse.CurrentLeader._read(r, version)
+                self.current_leader = UpdateRaftVoterResponse_CurrentLeader._read(r, version)
                 r.expect_end_of_tag(end)
             else:
                 unknown = r.skip_unknown_tag(tag, size, unknown)
@@ -319,7 +340,7 @@ class UpdateRaftVoterResponse(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_ih.pack(self.throttle_time_ms, self.error_code)
+        w.buf += _pack_ih(self.throttle_time_ms, self.error_code)
         tagged: list[tuple[int, bytes]] = []
         if not self.current_leader._is_default():
             t = Writer()
@@ -336,7 +357,8 @@ class UpdateRaftVoterResponse(Message):
         )
 
 
-UpdateRaftVoterResponse.CurrentLeader.FIELDS = (
+nest(UpdateRaftVoterResponse, CurrentLeader=UpdateRaftVoterResponse_CurrentLeader)
+UpdateRaftVoterResponse_CurrentLeader.FIELDS = (
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
     Field("host", "string", (0, 32767)),
@@ -351,7 +373,7 @@ UpdateRaftVoterResponse.FIELDS = (
         (0, 32767),
         tagged_versions=(0, 32767),
         tag=0,
-        struct=UpdateRaftVoterResponse.CurrentLeader,
+        struct=UpdateRaftVoterResponse_CurrentLeader,
     ),
 )
 

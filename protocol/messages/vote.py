@@ -6,14 +6,142 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ihii = struct.Struct(">ihii")
-_F_iii = struct.Struct(">iii")
-_F_iq = struct.Struct(">iq")
+_F_ihii: Final = struct.Struct(">ihii")
+_pack_ihii: Final = _F_ihii.pack
+_F_iii: Final = struct.Struct(">iii")
+_pack_iii: Final = _F_iii.pack
+_F_iq: Final = struct.Struct(">iq")
+_pack_iq: Final = _F_iq.pack
+
+
+class VoteRequest_TopicData(Struct):
+    """A TopicData of VoteRequest (VoteRequest.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[VoteRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[VoteRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> VoteRequest.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_name = r.compact_string()
+        self.partitions = r.compact_array(VoteRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.topic_name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class VoteRequest_PartitionData(Struct):
+    """A PartitionData of VoteRequest (VoteRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "candidate_epoch",
+        "candidate_id",
+        "candidate_directory_id",
+        "voter_directory_id",
+        "last_offset_epoch",
+        "last_offset",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    candidate_epoch: int
+    candidate_id: int
+    candidate_directory_id: uuid.UUID
+    voter_directory_id: uuid.UUID
+    last_offset_epoch: int
+    last_offset: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        candidate_epoch: int = 0,
+        candidate_id: int = 0,
+        candidate_directory_id: uuid.UUID = ZERO_UUID,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        last_offset_epoch: int = 0,
+        last_offset: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.candidate_epoch = candidate_epoch
+        self.candidate_id = candidate_id
+        self.candidate_directory_id = candidate_directory_id
+        self.voter_directory_id = voter_directory_id
+        self.last_offset_epoch = last_offset_epoch
+        self.last_offset = last_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> VoteRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.candidate_epoch, self.candidate_id = r.fixed(_F_iii)
+        if version >= 1:
+            self.candidate_directory_id = r.uuid_()
+        else:
+            self.candidate_directory_id = ZERO_UUID
+        if version >= 1:
+            self.voter_directory_id = r.uuid_()
+        else:
+            self.voter_directory_id = ZERO_UUID
+        self.last_offset_epoch, self.last_offset = r.fixed(_F_iq)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iii(self.partition_index, self.candidate_epoch, self.candidate_id)
+        if version >= 1:
+            w.uuid_(self.candidate_directory_id)
+        if version >= 1:
+            w.uuid_(self.voter_directory_id)
+        w.buf += _pack_iq(self.last_offset_epoch, self.last_offset)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.candidate_epoch == 0
+            and self.candidate_id == 0
+            and self.candidate_directory_id == ZERO_UUID
+            and self.voter_directory_id == ZERO_UUID
+            and self.last_offset_epoch == 0
+            and self.last_offset == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class VoteRequest(Message):
@@ -24,128 +152,8 @@ class VoteRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class TopicData(Struct):
-        """A TopicData of VoteRequest."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[VoteRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[VoteRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> VoteRequest.TopicData:
-            self = _new(cls)
-            self.topic_name = r.compact_string()
-            self.partitions = r.compact_array(VoteRequest.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.topic_name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of VoteRequest."""
-
-        __slots__ = (
-            "partition_index",
-            "candidate_epoch",
-            "candidate_id",
-            "candidate_directory_id",
-            "voter_directory_id",
-            "last_offset_epoch",
-            "last_offset",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        candidate_epoch: int
-        candidate_id: int
-        candidate_directory_id: uuid.UUID
-        voter_directory_id: uuid.UUID
-        last_offset_epoch: int
-        last_offset: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            candidate_epoch: int = 0,
-            candidate_id: int = 0,
-            candidate_directory_id: uuid.UUID = ZERO_UUID,
-            voter_directory_id: uuid.UUID = ZERO_UUID,
-            last_offset_epoch: int = 0,
-            last_offset: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.candidate_epoch = candidate_epoch
-            self.candidate_id = candidate_id
-            self.candidate_directory_id = candidate_directory_id
-            self.voter_directory_id = voter_directory_id
-            self.last_offset_epoch = last_offset_epoch
-            self.last_offset = last_offset
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> VoteRequest.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.candidate_epoch, self.candidate_id = r.fixed(_F_iii)
-            if version >= 1:
-                self.candidate_directory_id = r.uuid_()
-            else:
-                self.candidate_directory_id = ZERO_UUID
-            if version >= 1:
-                self.voter_directory_id = r.uuid_()
-            else:
-                self.voter_directory_id = ZERO_UUID
-            self.last_offset_epoch, self.last_offset = r.fixed(_F_iq)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iii.pack(self.partition_index, self.candidate_epoch, self.candidate_id)
-            if version >= 1:
-                w.uuid_(self.candidate_directory_id)
-            if version >= 1:
-                w.uuid_(self.voter_directory_id)
-            w.buf += _F_iq.pack(self.last_offset_epoch, self.last_offset)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.candidate_epoch == 0
-                and self.candidate_id == 0
-                and self.candidate_directory_id == ZERO_UUID
-                and self.voter_directory_id == ZERO_UUID
-                and self.last_offset_epoch == 0
-                and self.last_offset == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = VoteRequest_TopicData
+    PartitionData: TypeAlias = VoteRequest_PartitionData
 
     __slots__ = (
         "cluster_id",
@@ -163,7 +171,7 @@ class VoteRequest(Message):
         *,
         cluster_id: str | None = None,
         voter_id: int = -1,
-        topics: list[VoteRequest.TopicData] = DEFAULT,
+        topics: list[VoteRequest.TopicData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -173,13 +181,14 @@ class VoteRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> VoteRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.cluster_id = r.compact_nullable_string()
         if version >= 1:
             self.voter_id = r.int32()
         else:
             self.voter_id = -1
-        self.topics = r.compact_array(VoteRequest.TopicData._read, version)
+        self.topics = r.compact_array(VoteRequest_TopicData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -201,11 +210,12 @@ class VoteRequest(Message):
         )
 
 
-VoteRequest.TopicData.FIELDS = (
+nest(VoteRequest, TopicData=VoteRequest_TopicData, PartitionData=VoteRequest_PartitionData)
+VoteRequest_TopicData.FIELDS = (
     Field("topic_name", "string", (0, 32767)),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=VoteRequest.PartitionData),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=VoteRequest_PartitionData),
 )
-VoteRequest.PartitionData.FIELDS = (
+VoteRequest_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("candidate_epoch", "int32", (0, 32767)),
     Field("candidate_id", "int32", (0, 32767)),
@@ -217,8 +227,186 @@ VoteRequest.PartitionData.FIELDS = (
 VoteRequest.FIELDS = (
     Field("cluster_id", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("voter_id", "int32", (1, 32767), ignorable=True),
-    Field("topics", "[]TopicData", (0, 32767), struct=VoteRequest.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=VoteRequest_TopicData),
 )
+
+
+class VoteResponse_TopicData(Struct):
+    """A TopicData of VoteResponse (VoteResponse.TopicData)."""
+
+    __slots__ = (
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_name: str
+    partitions: list[VoteResponse.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_name: str = "",
+        partitions: list[VoteResponse.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> VoteResponse.TopicData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_name = r.compact_string()
+        self.partitions = r.compact_array(VoteResponse_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.topic_name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class VoteResponse_PartitionData(Struct):
+    """A PartitionData of VoteResponse (VoteResponse.PartitionData)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "leader_id",
+        "leader_epoch",
+        "vote_granted",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    vote_granted: bool
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        vote_granted: bool = False,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.vote_granted = vote_granted
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> VoteResponse.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(_F_ihii)
+        self.vote_granted = r.boolean()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ihii(
+            self.partition_index, self.error_code, self.leader_id, self.leader_epoch
+        )
+        w.boolean(self.vote_granted)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition_index == 0
+            and self.error_code == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.vote_granted
+            and not self.unknown_tagged_fields
+        )
+
+
+class VoteResponse_NodeEndpoint(Struct):
+    """A NodeEndpoint of VoteResponse (VoteResponse.NodeEndpoint)."""
+
+    __slots__ = (
+        "node_id",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    node_id: int
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> VoteResponse.NodeEndpoint:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.node_id = r.int32()
+        else:
+            self.node_id = 0
+        if version >= 1:
+            self.host = r.compact_string()
+        else:
+            self.host = ""
+        if version >= 1:
+            self.port = r.uint16()
+        else:
+            self.port = 0
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.int32(self.node_id)
+        else:
+            if self.node_id != 0:
+                raise not_in_version("VoteResponse.NodeEndpoint", "node_id", version)
+        if version >= 1:
+            w.compact_string(self.host)
+        else:
+            if self.host != "":
+                raise not_in_version("VoteResponse.NodeEndpoint", "host", version)
+        if version >= 1:
+            w.uint16(self.port)
+        else:
+            if self.port != 0:
+                raise not_in_version("VoteResponse.NodeEndpoint", "port", version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.node_id == 0
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class VoteResponse(Message):
@@ -229,181 +417,9 @@ class VoteResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 0
 
-    class TopicData(Struct):
-        """A TopicData of VoteResponse."""
-
-        __slots__ = (
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_name: str
-        partitions: list[VoteResponse.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_name: str = "",
-            partitions: list[VoteResponse.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> VoteResponse.TopicData:
-            self = _new(cls)
-            self.topic_name = r.compact_string()
-            self.partitions = r.compact_array(VoteResponse.PartitionData._read, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.topic_name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_name == "" and self.partitions == [] and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of VoteResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "leader_id",
-            "leader_epoch",
-            "vote_granted",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-        leader_id: int
-        leader_epoch: int
-        vote_granted: bool
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            leader_id: int = 0,
-            leader_epoch: int = 0,
-            vote_granted: bool = False,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.leader_id = leader_id
-            self.leader_epoch = leader_epoch
-            self.vote_granted = vote_granted
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> VoteResponse.PartitionData:
-            self = _new(cls)
-            self.partition_index, self.error_code, self.leader_id, self.leader_epoch = r.fixed(
-                _F_ihii
-            )
-            self.vote_granted = r.boolean()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ihii.pack(
-                self.partition_index, self.error_code, self.leader_id, self.leader_epoch
-            )
-            w.boolean(self.vote_granted)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and self.leader_id == 0
-                and self.leader_epoch == 0
-                and not self.vote_granted
-                and not self.unknown_tagged_fields
-            )
-
-    class NodeEndpoint(Struct):
-        """A NodeEndpoint of VoteResponse."""
-
-        __slots__ = (
-            "node_id",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        node_id: int
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            node_id: int = 0,
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.node_id = node_id
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> VoteResponse.NodeEndpoint:
-            self = _new(cls)
-            if version >= 1:
-                self.node_id = r.int32()
-            else:
-                self.node_id = 0
-            if version >= 1:
-                self.host = r.compact_string()
-            else:
-                self.host = ""
-            if version >= 1:
-                self.port = r.uint16()
-            else:
-                self.port = 0
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.int32(self.node_id)
-            else:
-                if self.node_id != 0:
-                    raise not_in_version("VoteResponse.NodeEndpoint", "node_id", version)
-            if version >= 1:
-                w.compact_string(self.host)
-            else:
-                if self.host != "":
-                    raise not_in_version("VoteResponse.NodeEndpoint", "host", version)
-            if version >= 1:
-                w.uint16(self.port)
-            else:
-                if self.port != 0:
-                    raise not_in_version("VoteResponse.NodeEndpoint", "port", version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.node_id == 0
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
+    TopicData: TypeAlias = VoteResponse_TopicData
+    PartitionData: TypeAlias = VoteResponse_PartitionData
+    NodeEndpoint: TypeAlias = VoteResponse_NodeEndpoint
 
     __slots__ = (
         "error_code",
@@ -420,8 +436,8 @@ class VoteResponse(Message):
         self,
         *,
         error_code: int = 0,
-        topics: list[VoteResponse.TopicData] = DEFAULT,
-        node_endpoints: list[VoteResponse.NodeEndpoint] = DEFAULT,
+        topics: list[VoteResponse.TopicData] | Default = DEFAULT,
+        node_endpoints: list[VoteResponse.NodeEndpoint] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.error_code = error_code
@@ -431,16 +447,17 @@ class VoteResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> VoteResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.error_code = r.int16()
-        self.topics = r.compact_array(VoteResponse.TopicData._read, version)
+        self.topics = r.compact_array(VoteResponse_TopicData._read, version)
         self.node_endpoints = []
         unknown = None
         for _ in range(r.tag_count()):
             tag, size = r.tag_header()
             end = r.pos + size
             if tag == 0 and version >= 1:
-                self.node_endpoints = r.compact_array(VoteResponse.NodeEndpoint._read, version)
+                self.node_endpoints = r.compact_array(VoteResponse_NodeEndpoint._read, version)
                 r.expect_end_of_tag(end)
             else:
                 unknown = r.skip_unknown_tag(tag, size, unknown)
@@ -475,32 +492,38 @@ class VoteResponse(Message):
         )
 
 
-VoteResponse.TopicData.FIELDS = (
-    Field("topic_name", "string", (0, 32767)),
-    Field("partitions", "[]PartitionData", (0, 32767), struct=VoteResponse.PartitionData),
+nest(
+    VoteResponse,
+    TopicData=VoteResponse_TopicData,
+    PartitionData=VoteResponse_PartitionData,
+    NodeEndpoint=VoteResponse_NodeEndpoint,
 )
-VoteResponse.PartitionData.FIELDS = (
+VoteResponse_TopicData.FIELDS = (
+    Field("topic_name", "string", (0, 32767)),
+    Field("partitions", "[]PartitionData", (0, 32767), struct=VoteResponse_PartitionData),
+)
+VoteResponse_PartitionData.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("leader_id", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
     Field("vote_granted", "bool", (0, 32767)),
 )
-VoteResponse.NodeEndpoint.FIELDS = (
+VoteResponse_NodeEndpoint.FIELDS = (
     Field("node_id", "int32", (1, 32767)),
     Field("host", "string", (1, 32767)),
     Field("port", "uint16", (1, 32767)),
 )
 VoteResponse.FIELDS = (
     Field("error_code", "int16", (0, 32767)),
-    Field("topics", "[]TopicData", (0, 32767), struct=VoteResponse.TopicData),
+    Field("topics", "[]TopicData", (0, 32767), struct=VoteResponse_TopicData),
     Field(
         "node_endpoints",
         "[]NodeEndpoint",
         (1, 32767),
         tagged_versions=(1, 32767),
         tag=0,
-        struct=VoteResponse.NodeEndpoint,
+        struct=VoteResponse_NodeEndpoint,
     ),
 )
 

@@ -6,12 +6,173 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_hh = struct.Struct(">hh")
+_F_hh: Final = struct.Struct(">hh")
+_pack_hh: Final = _F_hh.pack
+
+
+class VotersRecord_Voter(Struct):
+    """A Voter of VotersRecord (VotersRecord.Voter)."""
+
+    __slots__ = (
+        "voter_id",
+        "voter_directory_id",
+        "endpoints",
+        "k_raft_version_feature",
+        "unknown_tagged_fields",
+    )
+
+    voter_id: int
+    voter_directory_id: uuid.UUID
+    endpoints: list[VotersRecord.Endpoint]
+    k_raft_version_feature: VotersRecord.KRaftVersionFeature
+
+    def __init__(
+        self,
+        *,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        endpoints: list[VotersRecord.Endpoint] | Default = DEFAULT,
+        k_raft_version_feature: VotersRecord.KRaftVersionFeature | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.endpoints = [] if endpoints is DEFAULT else endpoints
+        self.k_raft_version_feature = (
+            VotersRecord_KRaftVersionFeature()
+            if k_raft_version_feature is DEFAULT
+            else k_raft_version_feature
+        )
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> VotersRecord.Voter:
+        new = cls.__new__
+        self = new(cls)
+        self.voter_id = r.int32()
+        self.voter_directory_id = r.uuid_()
+        self.endpoints = r.compact_array(VotersRecord_Endpoint._read, version)
+        self.k_raft_version_feature = VotersRecord_KRaftVersionFeature._read(r, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.voter_id)
+        w.uuid_(self.voter_directory_id)
+        w.array_length(self.endpoints, compact=True, nullable=False)
+        for endpoints_item in self.endpoints:
+            endpoints_item._write(w, version)
+        self.k_raft_version_feature._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.voter_id == 0
+            and self.voter_directory_id == ZERO_UUID
+            and self.endpoints == []
+            and self.k_raft_version_feature._is_default()
+            and not self.unknown_tagged_fields
+        )
+
+
+class VotersRecord_Endpoint(Struct):
+    """A Endpoint of VotersRecord (VotersRecord.Endpoint)."""
+
+    __slots__ = (
+        "name",
+        "host",
+        "port",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> VotersRecord.Endpoint:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.host = r.compact_string()
+        self.port = r.uint16()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.compact_string(self.host)
+        w.uint16(self.port)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and self.host == ""
+            and self.port == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class VotersRecord_KRaftVersionFeature(Struct):
+    """A KRaftVersionFeature of VotersRecord (VotersRecord.KRaftVersionFeature)."""
+
+    __slots__ = (
+        "min_supported_version",
+        "max_supported_version",
+        "unknown_tagged_fields",
+    )
+
+    min_supported_version: int
+    max_supported_version: int
+
+    def __init__(
+        self,
+        *,
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> VotersRecord.KRaftVersionFeature:
+        new = cls.__new__
+        self = new(cls)
+        self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_hh(self.min_supported_version, self.max_supported_version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.min_supported_version == 0
+            and self.max_supported_version == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class VotersRecord(Message):
@@ -22,159 +183,9 @@ class VotersRecord(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class Voter(Struct):
-        """A Voter of VotersRecord."""
-
-        __slots__ = (
-            "voter_id",
-            "voter_directory_id",
-            "endpoints",
-            "k_raft_version_feature",
-            "unknown_tagged_fields",
-        )
-
-        voter_id: int
-        voter_directory_id: uuid.UUID
-        endpoints: list[VotersRecord.Endpoint]
-        k_raft_version_feature: VotersRecord.KRaftVersionFeature
-
-        def __init__(
-            self,
-            *,
-            voter_id: int = 0,
-            voter_directory_id: uuid.UUID = ZERO_UUID,
-            endpoints: list[VotersRecord.Endpoint] = DEFAULT,
-            k_raft_version_feature: VotersRecord.KRaftVersionFeature = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.voter_id = voter_id
-            self.voter_directory_id = voter_directory_id
-            self.endpoints = [] if endpoints is DEFAULT else endpoints
-            self.k_raft_version_feature = (
-                VotersRecord.KRaftVersionFeature()
-                if k_raft_version_feature is DEFAULT
-                else k_raft_version_feature
-            )
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> VotersRecord.Voter:
-            self = _new(cls)
-            self.voter_id = r.int32()
-            self.voter_directory_id = r.uuid_()
-            self.endpoints = r.compact_array(VotersRecord.Endpoint._read, version)
-            self.k_raft_version_feature = VotersRecord.KRaftVersionFeature._read(r, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.voter_id)
-            w.uuid_(self.voter_directory_id)
-            w.array_length(self.endpoints, compact=True, nullable=False)
-            for endpoints_item in self.endpoints:
-                endpoints_item._write(w, version)
-            self.k_raft_version_feature._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.voter_id == 0
-                and self.voter_directory_id == ZERO_UUID
-                and self.endpoints == []
-                and self.k_raft_version_feature._is_default()
-                and not self.unknown_tagged_fields
-            )
-
-    class Endpoint(Struct):
-        """A Endpoint of VotersRecord."""
-
-        __slots__ = (
-            "name",
-            "host",
-            "port",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        host: str
-        port: int
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            host: str = "",
-            port: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.host = host
-            self.port = port
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> VotersRecord.Endpoint:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.host = r.compact_string()
-            self.port = r.uint16()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.compact_string(self.host)
-            w.uint16(self.port)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and self.host == ""
-                and self.port == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class KRaftVersionFeature(Struct):
-        """A KRaftVersionFeature of VotersRecord."""
-
-        __slots__ = (
-            "min_supported_version",
-            "max_supported_version",
-            "unknown_tagged_fields",
-        )
-
-        min_supported_version: int
-        max_supported_version: int
-
-        def __init__(
-            self,
-            *,
-            min_supported_version: int = 0,
-            max_supported_version: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.min_supported_version = min_supported_version
-            self.max_supported_version = max_supported_version
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> VotersRecord.KRaftVersionFeature:
-            self = _new(cls)
-            self.min_supported_version, self.max_supported_version = r.fixed(_F_hh)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_hh.pack(self.min_supported_version, self.max_supported_version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.min_supported_version == 0
-                and self.max_supported_version == 0
-                and not self.unknown_tagged_fields
-            )
+    Voter: TypeAlias = VotersRecord_Voter
+    Endpoint: TypeAlias = VotersRecord_Endpoint
+    KRaftVersionFeature: TypeAlias = VotersRecord_KRaftVersionFeature
 
     __slots__ = (
         "version",
@@ -189,7 +200,7 @@ class VotersRecord(Message):
         self,
         *,
         version: int = 0,
-        voters: list[VotersRecord.Voter] = DEFAULT,
+        voters: list[VotersRecord.Voter] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.version = version
@@ -198,9 +209,10 @@ class VotersRecord(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> VotersRecord:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.version = r.int16()
-        self.voters = r.compact_array(VotersRecord.Voter._read, version)
+        self.voters = r.compact_array(VotersRecord_Voter._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -215,29 +227,35 @@ class VotersRecord(Message):
         return self.version == 0 and self.voters == [] and not self.unknown_tagged_fields
 
 
-VotersRecord.Voter.FIELDS = (
+nest(
+    VotersRecord,
+    Voter=VotersRecord_Voter,
+    Endpoint=VotersRecord_Endpoint,
+    KRaftVersionFeature=VotersRecord_KRaftVersionFeature,
+)
+VotersRecord_Voter.FIELDS = (
     Field("voter_id", "int32", (0, 32767)),
     Field("voter_directory_id", "uuid", (0, 32767)),
-    Field("endpoints", "[]Endpoint", (0, 32767), struct=VotersRecord.Endpoint),
+    Field("endpoints", "[]Endpoint", (0, 32767), struct=VotersRecord_Endpoint),
     Field(
         "k_raft_version_feature",
         "KRaftVersionFeature",
         (0, 32767),
-        struct=VotersRecord.KRaftVersionFeature,
+        struct=VotersRecord_KRaftVersionFeature,
     ),
 )
-VotersRecord.Endpoint.FIELDS = (
+VotersRecord_Endpoint.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("host", "string", (0, 32767)),
     Field("port", "uint16", (0, 32767)),
 )
-VotersRecord.KRaftVersionFeature.FIELDS = (
+VotersRecord_KRaftVersionFeature.FIELDS = (
     Field("min_supported_version", "int16", (0, 32767)),
     Field("max_supported_version", "int16", (0, 32767)),
 )
 VotersRecord.FIELDS = (
     Field("version", "int16", (0, 32767)),
-    Field("voters", "[]Voter", (0, 32767), struct=VotersRecord.Voter),
+    Field("voters", "[]Voter", (0, 32767), struct=VotersRecord_Voter),
 )
 
 __all__ = ["VotersRecord"]

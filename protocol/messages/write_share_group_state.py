@@ -6,14 +6,181 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_iiiq = struct.Struct(">iiiq")
-_F_qqbh = struct.Struct(">qqbh")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_iiiq: Final = struct.Struct(">iiiq")
+_pack_iiiq: Final = _F_iiiq.pack
+_F_qqbh: Final = struct.Struct(">qqbh")
+_pack_qqbh: Final = _F_qqbh.pack
+
+
+class WriteShareGroupStateRequest_WriteStateData(Struct):
+    """A WriteStateData of WriteShareGroupStateRequest (WriteShareGroupStateRequest.WriteStateData)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[WriteShareGroupStateRequest.PartitionData]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[WriteShareGroupStateRequest.PartitionData] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest.WriteStateData:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(WriteShareGroupStateRequest_PartitionData._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class WriteShareGroupStateRequest_PartitionData(Struct):
+    """A PartitionData of WriteShareGroupStateRequest (WriteShareGroupStateRequest.PartitionData)."""
+
+    __slots__ = (
+        "partition",
+        "state_epoch",
+        "leader_epoch",
+        "start_offset",
+        "state_batches",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    state_batches: list[WriteShareGroupStateRequest.StateBatch]
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        state_epoch: int = 0,
+        leader_epoch: int = 0,
+        start_offset: int = 0,
+        state_batches: list[WriteShareGroupStateRequest.StateBatch] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.state_epoch = state_epoch
+        self.leader_epoch = leader_epoch
+        self.start_offset = start_offset
+        self.state_batches = [] if state_batches is DEFAULT else state_batches
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest.PartitionData:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.state_epoch, self.leader_epoch, self.start_offset = r.fixed(_F_iiiq)
+        self.state_batches = r.compact_array(WriteShareGroupStateRequest_StateBatch._read, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_iiiq(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
+        w.array_length(self.state_batches, compact=True, nullable=False)
+        for state_batches_item in self.state_batches:
+            state_batches_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.state_epoch == 0
+            and self.leader_epoch == 0
+            and self.start_offset == 0
+            and self.state_batches == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class WriteShareGroupStateRequest_StateBatch(Struct):
+    """A StateBatch of WriteShareGroupStateRequest (WriteShareGroupStateRequest.StateBatch)."""
+
+    __slots__ = (
+        "first_offset",
+        "last_offset",
+        "delivery_state",
+        "delivery_count",
+        "unknown_tagged_fields",
+    )
+
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+    def __init__(
+        self,
+        *,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        delivery_state: int = 0,
+        delivery_count: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest.StateBatch:
+        new = cls.__new__
+        self = new(cls)
+        self.first_offset, self.last_offset, self.delivery_state, self.delivery_count = r.fixed(
+            _F_qqbh
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qqbh(
+            self.first_offset, self.last_offset, self.delivery_state, self.delivery_count
+        )
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.first_offset == 0
+            and self.last_offset == 0
+            and self.delivery_state == 0
+            and self.delivery_count == 0
+            and not self.unknown_tagged_fields
+        )
 
 
 class WriteShareGroupStateRequest(Message):
@@ -24,173 +191,9 @@ class WriteShareGroupStateRequest(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class WriteStateData(Struct):
-        """A WriteStateData of WriteShareGroupStateRequest."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[WriteShareGroupStateRequest.PartitionData]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[WriteShareGroupStateRequest.PartitionData] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest.WriteStateData:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                WriteShareGroupStateRequest.PartitionData._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionData(Struct):
-        """A PartitionData of WriteShareGroupStateRequest."""
-
-        __slots__ = (
-            "partition",
-            "state_epoch",
-            "leader_epoch",
-            "start_offset",
-            "state_batches",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        state_epoch: int
-        leader_epoch: int
-        start_offset: int
-        state_batches: list[WriteShareGroupStateRequest.StateBatch]
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            state_epoch: int = 0,
-            leader_epoch: int = 0,
-            start_offset: int = 0,
-            state_batches: list[WriteShareGroupStateRequest.StateBatch] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.state_epoch = state_epoch
-            self.leader_epoch = leader_epoch
-            self.start_offset = start_offset
-            self.state_batches = [] if state_batches is DEFAULT else state_batches
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest.PartitionData:
-            self = _new(cls)
-            self.partition, self.state_epoch, self.leader_epoch, self.start_offset = r.fixed(
-                _F_iiiq
-            )
-            self.state_batches = r.compact_array(
-                WriteShareGroupStateRequest.StateBatch._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_iiiq.pack(
-                self.partition, self.state_epoch, self.leader_epoch, self.start_offset
-            )
-            w.array_length(self.state_batches, compact=True, nullable=False)
-            for state_batches_item in self.state_batches:
-                state_batches_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.state_epoch == 0
-                and self.leader_epoch == 0
-                and self.start_offset == 0
-                and self.state_batches == []
-                and not self.unknown_tagged_fields
-            )
-
-    class StateBatch(Struct):
-        """A StateBatch of WriteShareGroupStateRequest."""
-
-        __slots__ = (
-            "first_offset",
-            "last_offset",
-            "delivery_state",
-            "delivery_count",
-            "unknown_tagged_fields",
-        )
-
-        first_offset: int
-        last_offset: int
-        delivery_state: int
-        delivery_count: int
-
-        def __init__(
-            self,
-            *,
-            first_offset: int = 0,
-            last_offset: int = 0,
-            delivery_state: int = 0,
-            delivery_count: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.first_offset = first_offset
-            self.last_offset = last_offset
-            self.delivery_state = delivery_state
-            self.delivery_count = delivery_count
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest.StateBatch:
-            self = _new(cls)
-            self.first_offset, self.last_offset, self.delivery_state, self.delivery_count = r.fixed(
-                _F_qqbh
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qqbh.pack(
-                self.first_offset, self.last_offset, self.delivery_state, self.delivery_count
-            )
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.first_offset == 0
-                and self.last_offset == 0
-                and self.delivery_state == 0
-                and self.delivery_count == 0
-                and not self.unknown_tagged_fields
-            )
+    WriteStateData: TypeAlias = WriteShareGroupStateRequest_WriteStateData
+    PartitionData: TypeAlias = WriteShareGroupStateRequest_PartitionData
+    StateBatch: TypeAlias = WriteShareGroupStateRequest_StateBatch
 
     __slots__ = (
         "group_id",
@@ -205,7 +208,7 @@ class WriteShareGroupStateRequest(Message):
         self,
         *,
         group_id: str = "",
-        topics: list[WriteShareGroupStateRequest.WriteStateData] = DEFAULT,
+        topics: list[WriteShareGroupStateRequest.WriteStateData] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.group_id = group_id
@@ -214,9 +217,10 @@ class WriteShareGroupStateRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> WriteShareGroupStateRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.compact_string()
-        self.topics = r.compact_array(WriteShareGroupStateRequest.WriteStateData._read, version)
+        self.topics = r.compact_array(WriteShareGroupStateRequest_WriteStateData._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -231,25 +235,31 @@ class WriteShareGroupStateRequest(Message):
         return self.group_id == "" and self.topics == [] and not self.unknown_tagged_fields
 
 
-WriteShareGroupStateRequest.WriteStateData.FIELDS = (
+nest(
+    WriteShareGroupStateRequest,
+    WriteStateData=WriteShareGroupStateRequest_WriteStateData,
+    PartitionData=WriteShareGroupStateRequest_PartitionData,
+    StateBatch=WriteShareGroupStateRequest_StateBatch,
+)
+WriteShareGroupStateRequest_WriteStateData.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionData",
         (0, 32767),
-        struct=WriteShareGroupStateRequest.PartitionData,
+        struct=WriteShareGroupStateRequest_PartitionData,
     ),
 )
-WriteShareGroupStateRequest.PartitionData.FIELDS = (
+WriteShareGroupStateRequest_PartitionData.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("state_epoch", "int32", (0, 32767)),
     Field("leader_epoch", "int32", (0, 32767)),
     Field("start_offset", "int64", (0, 32767)),
     Field(
-        "state_batches", "[]StateBatch", (0, 32767), struct=WriteShareGroupStateRequest.StateBatch
+        "state_batches", "[]StateBatch", (0, 32767), struct=WriteShareGroupStateRequest_StateBatch
     ),
 )
-WriteShareGroupStateRequest.StateBatch.FIELDS = (
+WriteShareGroupStateRequest_StateBatch.FIELDS = (
     Field("first_offset", "int64", (0, 32767)),
     Field("last_offset", "int64", (0, 32767)),
     Field("delivery_state", "int8", (0, 32767)),
@@ -258,9 +268,106 @@ WriteShareGroupStateRequest.StateBatch.FIELDS = (
 WriteShareGroupStateRequest.FIELDS = (
     Field("group_id", "string", (0, 32767)),
     Field(
-        "topics", "[]WriteStateData", (0, 32767), struct=WriteShareGroupStateRequest.WriteStateData
+        "topics", "[]WriteStateData", (0, 32767), struct=WriteShareGroupStateRequest_WriteStateData
     ),
 )
+
+
+class WriteShareGroupStateResponse_WriteStateResult(Struct):
+    """A WriteStateResult of WriteShareGroupStateResponse (WriteShareGroupStateResponse.WriteStateResult)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[WriteShareGroupStateResponse.PartitionResult]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[WriteShareGroupStateResponse.PartitionResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteShareGroupStateResponse.WriteStateResult:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(
+            WriteShareGroupStateResponse_PartitionResult._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            partitions_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
+class WriteShareGroupStateResponse_PartitionResult(Struct):
+    """A PartitionResult of WriteShareGroupStateResponse (WriteShareGroupStateResponse.PartitionResult)."""
+
+    __slots__ = (
+        "partition",
+        "error_code",
+        "error_message",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteShareGroupStateResponse.PartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition, self.error_code = r.fixed(_F_ih)
+        self.error_message = r.compact_nullable_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition, self.error_code)
+        w.compact_nullable_string(self.error_message)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields
+        )
 
 
 class WriteShareGroupStateResponse(Message):
@@ -271,100 +378,8 @@ class WriteShareGroupStateResponse(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class WriteStateResult(Struct):
-        """A WriteStateResult of WriteShareGroupStateResponse."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[WriteShareGroupStateResponse.PartitionResult]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[WriteShareGroupStateResponse.PartitionResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> WriteShareGroupStateResponse.WriteStateResult:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(
-                WriteShareGroupStateResponse.PartitionResult._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                partitions_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionResult(Struct):
-        """A PartitionResult of WriteShareGroupStateResponse."""
-
-        __slots__ = (
-            "partition",
-            "error_code",
-            "error_message",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        error_code: int
-        error_message: str | None
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            error_code: int = 0,
-            error_message: str | None = None,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.error_code = error_code
-            self.error_message = error_message
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> WriteShareGroupStateResponse.PartitionResult:
-            self = _new(cls)
-            self.partition, self.error_code = r.fixed(_F_ih)
-            self.error_message = r.compact_nullable_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition, self.error_code)
-            w.compact_nullable_string(self.error_message)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition == 0
-                and self.error_code == 0
-                and self.error_message is None
-                and not self.unknown_tagged_fields
-            )
+    WriteStateResult: TypeAlias = WriteShareGroupStateResponse_WriteStateResult
+    PartitionResult: TypeAlias = WriteShareGroupStateResponse_PartitionResult
 
     __slots__ = (
         "results",
@@ -376,7 +391,7 @@ class WriteShareGroupStateResponse(Message):
     def __init__(
         self,
         *,
-        results: list[WriteShareGroupStateResponse.WriteStateResult] = DEFAULT,
+        results: list[WriteShareGroupStateResponse.WriteStateResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.results = [] if results is DEFAULT else results
@@ -384,8 +399,9 @@ class WriteShareGroupStateResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> WriteShareGroupStateResponse:
-        self = _new(cls)
-        self.results = r.compact_array(WriteShareGroupStateResponse.WriteStateResult._read, version)
+        new = cls.__new__
+        self = new(cls)
+        self.results = r.compact_array(WriteShareGroupStateResponse_WriteStateResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
@@ -399,16 +415,21 @@ class WriteShareGroupStateResponse(Message):
         return self.results == [] and not self.unknown_tagged_fields
 
 
-WriteShareGroupStateResponse.WriteStateResult.FIELDS = (
+nest(
+    WriteShareGroupStateResponse,
+    WriteStateResult=WriteShareGroupStateResponse_WriteStateResult,
+    PartitionResult=WriteShareGroupStateResponse_PartitionResult,
+)
+WriteShareGroupStateResponse_WriteStateResult.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field(
         "partitions",
         "[]PartitionResult",
         (0, 32767),
-        struct=WriteShareGroupStateResponse.PartitionResult,
+        struct=WriteShareGroupStateResponse_PartitionResult,
     ),
 )
-WriteShareGroupStateResponse.PartitionResult.FIELDS = (
+WriteShareGroupStateResponse_PartitionResult.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
     Field("error_message", "string", (0, 32767), nullable_versions=(0, 32767)),
@@ -418,7 +439,7 @@ WriteShareGroupStateResponse.FIELDS = (
         "results",
         "[]WriteStateResult",
         (0, 32767),
-        struct=WriteShareGroupStateResponse.WriteStateResult,
+        struct=WriteShareGroupStateResponse_WriteStateResult,
     ),
 )
 

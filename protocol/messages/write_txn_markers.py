@@ -5,13 +5,158 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_ih = struct.Struct(">ih")
-_F_qh = struct.Struct(">qh")
+_F_ih: Final = struct.Struct(">ih")
+_pack_ih: Final = _F_ih.pack
+_F_qh: Final = struct.Struct(">qh")
+_pack_qh: Final = _F_qh.pack
+
+
+class WriteTxnMarkersRequest_WritableTxnMarker(Struct):
+    """A WritableTxnMarker of WriteTxnMarkersRequest (WriteTxnMarkersRequest.WritableTxnMarker)."""
+
+    __slots__ = (
+        "producer_id",
+        "producer_epoch",
+        "transaction_result",
+        "topics",
+        "coordinator_epoch",
+        "unknown_tagged_fields",
+    )
+
+    producer_id: int
+    producer_epoch: int
+    transaction_result: bool
+    topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]
+    coordinator_epoch: int
+
+    def __init__(
+        self,
+        *,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        transaction_result: bool = False,
+        topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] | Default = DEFAULT,
+        coordinator_epoch: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.transaction_result = transaction_result
+        self.topics = [] if topics is DEFAULT else topics
+        self.coordinator_epoch = coordinator_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteTxnMarkersRequest.WritableTxnMarker:
+        new = cls.__new__
+        self = new(cls)
+        self.producer_id, self.producer_epoch = r.fixed(_F_qh)
+        self.transaction_result = r.boolean()
+        if version >= 1:
+            self.topics = r.compact_array(
+                WriteTxnMarkersRequest_WritableTxnMarkerTopic._read, version
+            )
+        else:
+            self.topics = r.array(WriteTxnMarkersRequest_WritableTxnMarkerTopic._read, version)
+        self.coordinator_epoch = r.int32()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_qh(self.producer_id, self.producer_epoch)
+        w.boolean(self.transaction_result)
+        if version >= 1:
+            w.array_length(self.topics, compact=True, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        else:
+            w.array_length(self.topics, compact=False, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        w.int32(self.coordinator_epoch)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "WriteTxnMarkersRequest.WritableTxnMarker", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.producer_id == 0
+            and self.producer_epoch == 0
+            and not self.transaction_result
+            and self.topics == []
+            and self.coordinator_epoch == 0
+            and not self.unknown_tagged_fields
+        )
+
+
+class WriteTxnMarkersRequest_WritableTxnMarkerTopic(Struct):
+    """A WritableTxnMarkerTopic of WriteTxnMarkersRequest (WriteTxnMarkersRequest.WritableTxnMarkerTopic)."""
+
+    __slots__ = (
+        "name",
+        "partition_indexes",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partition_indexes: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteTxnMarkersRequest.WritableTxnMarkerTopic:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 1:
+            self.partition_indexes = r.compact_array(read_int32_item, version)
+        else:
+            self.partition_indexes = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 1:
+            w.array_length(self.partition_indexes, compact=True, nullable=False)
+            for partition_indexes_item in self.partition_indexes:
+                w.int32(partition_indexes_item)
+        else:
+            w.array_length(self.partition_indexes, compact=False, nullable=False)
+            for partition_indexes_item in self.partition_indexes:
+                w.int32(partition_indexes_item)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "WriteTxnMarkersRequest.WritableTxnMarkerTopic", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
 
 
 class WriteTxnMarkersRequest(Message):
@@ -22,148 +167,8 @@ class WriteTxnMarkersRequest(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class WritableTxnMarker(Struct):
-        """A WritableTxnMarker of WriteTxnMarkersRequest."""
-
-        __slots__ = (
-            "producer_id",
-            "producer_epoch",
-            "transaction_result",
-            "topics",
-            "coordinator_epoch",
-            "unknown_tagged_fields",
-        )
-
-        producer_id: int
-        producer_epoch: int
-        transaction_result: bool
-        topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]
-        coordinator_epoch: int
-
-        def __init__(
-            self,
-            *,
-            producer_id: int = 0,
-            producer_epoch: int = 0,
-            transaction_result: bool = False,
-            topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = DEFAULT,
-            coordinator_epoch: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.producer_id = producer_id
-            self.producer_epoch = producer_epoch
-            self.transaction_result = transaction_result
-            self.topics = [] if topics is DEFAULT else topics
-            self.coordinator_epoch = coordinator_epoch
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> WriteTxnMarkersRequest.WritableTxnMarker:
-            self = _new(cls)
-            self.producer_id, self.producer_epoch = r.fixed(_F_qh)
-            self.transaction_result = r.boolean()
-            if version >= 1:
-                self.topics = r.compact_array(
-                    WriteTxnMarkersRequest.WritableTxnMarkerTopic._read, version
-                )
-            else:
-                self.topics = r.array(WriteTxnMarkersRequest.WritableTxnMarkerTopic._read, version)
-            self.coordinator_epoch = r.int32()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_qh.pack(self.producer_id, self.producer_epoch)
-            w.boolean(self.transaction_result)
-            if version >= 1:
-                w.array_length(self.topics, compact=True, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            else:
-                w.array_length(self.topics, compact=False, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            w.int32(self.coordinator_epoch)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "WriteTxnMarkersRequest.WritableTxnMarker", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.producer_id == 0
-                and self.producer_epoch == 0
-                and not self.transaction_result
-                and self.topics == []
-                and self.coordinator_epoch == 0
-                and not self.unknown_tagged_fields
-            )
-
-    class WritableTxnMarkerTopic(Struct):
-        """A WritableTxnMarkerTopic of WriteTxnMarkersRequest."""
-
-        __slots__ = (
-            "name",
-            "partition_indexes",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partition_indexes: list[int]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partition_indexes: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> WriteTxnMarkersRequest.WritableTxnMarkerTopic:
-            self = _new(cls)
-            if version >= 1:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 1:
-                self.partition_indexes = r.compact_array(read_int32_item, version)
-            else:
-                self.partition_indexes = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 1:
-                w.array_length(self.partition_indexes, compact=True, nullable=False)
-                for partition_indexes_item in self.partition_indexes:
-                    w.int32(partition_indexes_item)
-            else:
-                w.array_length(self.partition_indexes, compact=False, nullable=False)
-                for partition_indexes_item in self.partition_indexes:
-                    w.int32(partition_indexes_item)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "WriteTxnMarkersRequest.WritableTxnMarkerTopic",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == "" and self.partition_indexes == [] and not self.unknown_tagged_fields
-            )
+    WritableTxnMarker: TypeAlias = WriteTxnMarkersRequest_WritableTxnMarker
+    WritableTxnMarkerTopic: TypeAlias = WriteTxnMarkersRequest_WritableTxnMarkerTopic
 
     __slots__ = (
         "markers",
@@ -175,7 +180,7 @@ class WriteTxnMarkersRequest(Message):
     def __init__(
         self,
         *,
-        markers: list[WriteTxnMarkersRequest.WritableTxnMarker] = DEFAULT,
+        markers: list[WriteTxnMarkersRequest.WritableTxnMarker] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.markers = [] if markers is DEFAULT else markers
@@ -183,11 +188,12 @@ class WriteTxnMarkersRequest(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> WriteTxnMarkersRequest:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
-            self.markers = r.compact_array(WriteTxnMarkersRequest.WritableTxnMarker._read, version)
+            self.markers = r.compact_array(WriteTxnMarkersRequest_WritableTxnMarker._read, version)
         else:
-            self.markers = r.array(WriteTxnMarkersRequest.WritableTxnMarker._read, version)
+            self.markers = r.array(WriteTxnMarkersRequest_WritableTxnMarker._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self
 
@@ -209,7 +215,12 @@ class WriteTxnMarkersRequest(Message):
         return self.markers == [] and not self.unknown_tagged_fields
 
 
-WriteTxnMarkersRequest.WritableTxnMarker.FIELDS = (
+nest(
+    WriteTxnMarkersRequest,
+    WritableTxnMarker=WriteTxnMarkersRequest_WritableTxnMarker,
+    WritableTxnMarkerTopic=WriteTxnMarkersRequest_WritableTxnMarkerTopic,
+)
+WriteTxnMarkersRequest_WritableTxnMarker.FIELDS = (
     Field("producer_id", "int64", (0, 32767)),
     Field("producer_epoch", "int16", (0, 32767)),
     Field("transaction_result", "bool", (0, 32767)),
@@ -217,11 +228,11 @@ WriteTxnMarkersRequest.WritableTxnMarker.FIELDS = (
         "topics",
         "[]WritableTxnMarkerTopic",
         (0, 32767),
-        struct=WriteTxnMarkersRequest.WritableTxnMarkerTopic,
+        struct=WriteTxnMarkersRequest_WritableTxnMarkerTopic,
     ),
     Field("coordinator_epoch", "int32", (0, 32767)),
 )
-WriteTxnMarkersRequest.WritableTxnMarkerTopic.FIELDS = (
+WriteTxnMarkersRequest_WritableTxnMarkerTopic.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("partition_indexes", "[]int32", (0, 32767)),
 )
@@ -230,9 +241,186 @@ WriteTxnMarkersRequest.FIELDS = (
         "markers",
         "[]WritableTxnMarker",
         (0, 32767),
-        struct=WriteTxnMarkersRequest.WritableTxnMarker,
+        struct=WriteTxnMarkersRequest_WritableTxnMarker,
     ),
 )
+
+
+class WriteTxnMarkersResponse_WritableTxnMarkerResult(Struct):
+    """A WritableTxnMarkerResult of WriteTxnMarkersResponse (WriteTxnMarkersResponse.WritableTxnMarkerResult)."""
+
+    __slots__ = (
+        "producer_id",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
+    producer_id: int
+    topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult]
+
+    def __init__(
+        self,
+        *,
+        producer_id: int = 0,
+        topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.topics = [] if topics is DEFAULT else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteTxnMarkersResponse.WritableTxnMarkerResult:
+        new = cls.__new__
+        self = new(cls)
+        self.producer_id = r.int64()
+        if version >= 1:
+            self.topics = r.compact_array(
+                WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._read, version
+            )
+        else:
+            self.topics = r.array(
+                WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int64(self.producer_id)
+        if version >= 1:
+            w.array_length(self.topics, compact=True, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        else:
+            w.array_length(self.topics, compact=False, nullable=False)
+            for topics_item in self.topics:
+                topics_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "WriteTxnMarkersResponse.WritableTxnMarkerResult", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.producer_id == 0 and self.topics == [] and not self.unknown_tagged_fields
+
+
+class WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(Struct):
+    """A WritableTxnMarkerTopicResult of WriteTxnMarkersResponse (WriteTxnMarkersResponse.WritableTxnMarkerTopicResult)."""
+
+    __slots__ = (
+        "name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult]
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> WriteTxnMarkersResponse.WritableTxnMarkerTopicResult:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.name = r.compact_string()
+        else:
+            self.name = r.string()
+        if version >= 1:
+            self.partitions = r.compact_array(
+                WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._read, version
+            )
+        else:
+            self.partitions = r.array(
+                WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._read, version
+            )
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.name)
+        else:
+            w.string(self.name)
+        if version >= 1:
+            w.array_length(self.partitions, compact=True, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        else:
+            w.array_length(self.partitions, compact=False, nullable=False)
+            for partitions_item in self.partitions:
+                partitions_item._write(w, version)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "WriteTxnMarkersResponse.WritableTxnMarkerTopicResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
+
+
+class WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(Struct):
+    """A WritableTxnMarkerPartitionResult of WriteTxnMarkersResponse (WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult)."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "unknown_tagged_fields",
+    )
+
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        *,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult:
+        new = cls.__new__
+        self = new(cls)
+        self.partition_index, self.error_code = r.fixed(_F_ih)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.buf += _pack_ih(self.partition_index, self.error_code)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult",
+                "unknown_tagged_fields",
+                version,
+            )
+
+    def _is_default(self) -> bool:
+        return self.partition_index == 0 and self.error_code == 0 and not self.unknown_tagged_fields
 
 
 class WriteTxnMarkersResponse(Message):
@@ -243,183 +431,11 @@ class WriteTxnMarkersResponse(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class WritableTxnMarkerResult(Struct):
-        """A WritableTxnMarkerResult of WriteTxnMarkersResponse."""
-
-        __slots__ = (
-            "producer_id",
-            "topics",
-            "unknown_tagged_fields",
-        )
-
-        producer_id: int
-        topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult]
-
-        def __init__(
-            self,
-            *,
-            producer_id: int = 0,
-            topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.producer_id = producer_id
-            self.topics = [] if topics is DEFAULT else topics
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> WriteTxnMarkersResponse.WritableTxnMarkerResult:
-            self = _new(cls)
-            self.producer_id = r.int64()
-            if version >= 1:
-                self.topics = r.compact_array(
-                    WriteTxnMarkersResponse.WritableTxnMarkerTopicResult._read, version
-                )
-            else:
-                self.topics = r.array(
-                    WriteTxnMarkersResponse.WritableTxnMarkerTopicResult._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int64(self.producer_id)
-            if version >= 1:
-                w.array_length(self.topics, compact=True, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            else:
-                w.array_length(self.topics, compact=False, nullable=False)
-                for topics_item in self.topics:
-                    topics_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "WriteTxnMarkersResponse.WritableTxnMarkerResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.producer_id == 0 and self.topics == [] and not self.unknown_tagged_fields
-
-    class WritableTxnMarkerTopicResult(Struct):
-        """A WritableTxnMarkerTopicResult of WriteTxnMarkersResponse."""
-
-        __slots__ = (
-            "name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult]
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> WriteTxnMarkersResponse.WritableTxnMarkerTopicResult:
-            self = _new(cls)
-            if version >= 1:
-                self.name = r.compact_string()
-            else:
-                self.name = r.string()
-            if version >= 1:
-                self.partitions = r.compact_array(
-                    WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult._read, version
-                )
-            else:
-                self.partitions = r.array(
-                    WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult._read, version
-                )
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.name)
-            else:
-                w.string(self.name)
-            if version >= 1:
-                w.array_length(self.partitions, compact=True, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            else:
-                w.array_length(self.partitions, compact=False, nullable=False)
-                for partitions_item in self.partitions:
-                    partitions_item._write(w, version)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "WriteTxnMarkersResponse.WritableTxnMarkerTopicResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return self.name == "" and self.partitions == [] and not self.unknown_tagged_fields
-
-    class WritableTxnMarkerPartitionResult(Struct):
-        """A WritableTxnMarkerPartitionResult of WriteTxnMarkersResponse."""
-
-        __slots__ = (
-            "partition_index",
-            "error_code",
-            "unknown_tagged_fields",
-        )
-
-        partition_index: int
-        error_code: int
-
-        def __init__(
-            self,
-            *,
-            partition_index: int = 0,
-            error_code: int = 0,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition_index = partition_index
-            self.error_code = error_code
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult:
-            self = _new(cls)
-            self.partition_index, self.error_code = r.fixed(_F_ih)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.buf += _F_ih.pack(self.partition_index, self.error_code)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult",
-                    "unknown_tagged_fields",
-                    version,
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.partition_index == 0
-                and self.error_code == 0
-                and not self.unknown_tagged_fields
-            )
+    WritableTxnMarkerResult: TypeAlias = WriteTxnMarkersResponse_WritableTxnMarkerResult
+    WritableTxnMarkerTopicResult: TypeAlias = WriteTxnMarkersResponse_WritableTxnMarkerTopicResult
+    WritableTxnMarkerPartitionResult: TypeAlias = (
+        WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult
+    )
 
     __slots__ = (
         "markers",
@@ -431,7 +447,7 @@ class WriteTxnMarkersResponse(Message):
     def __init__(
         self,
         *,
-        markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = DEFAULT,
+        markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.markers = [] if markers is DEFAULT else markers
@@ -439,13 +455,14 @@ class WriteTxnMarkersResponse(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> WriteTxnMarkersResponse:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 1:
             self.markers = r.compact_array(
-                WriteTxnMarkersResponse.WritableTxnMarkerResult._read, version
+                WriteTxnMarkersResponse_WritableTxnMarkerResult._read, version
             )
         else:
-            self.markers = r.array(WriteTxnMarkersResponse.WritableTxnMarkerResult._read, version)
+            self.markers = r.array(WriteTxnMarkersResponse_WritableTxnMarkerResult._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
         return self
 
@@ -467,25 +484,31 @@ class WriteTxnMarkersResponse(Message):
         return self.markers == [] and not self.unknown_tagged_fields
 
 
-WriteTxnMarkersResponse.WritableTxnMarkerResult.FIELDS = (
+nest(
+    WriteTxnMarkersResponse,
+    WritableTxnMarkerResult=WriteTxnMarkersResponse_WritableTxnMarkerResult,
+    WritableTxnMarkerTopicResult=WriteTxnMarkersResponse_WritableTxnMarkerTopicResult,
+    WritableTxnMarkerPartitionResult=WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult,
+)
+WriteTxnMarkersResponse_WritableTxnMarkerResult.FIELDS = (
     Field("producer_id", "int64", (0, 32767)),
     Field(
         "topics",
         "[]WritableTxnMarkerTopicResult",
         (0, 32767),
-        struct=WriteTxnMarkersResponse.WritableTxnMarkerTopicResult,
+        struct=WriteTxnMarkersResponse_WritableTxnMarkerTopicResult,
     ),
 )
-WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.FIELDS = (
+WriteTxnMarkersResponse_WritableTxnMarkerTopicResult.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field(
         "partitions",
         "[]WritableTxnMarkerPartitionResult",
         (0, 32767),
-        struct=WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult,
+        struct=WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult,
     ),
 )
-WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.FIELDS = (
+WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult.FIELDS = (
     Field("partition_index", "int32", (0, 32767)),
     Field("error_code", "int16", (0, 32767)),
 )
@@ -494,7 +517,7 @@ WriteTxnMarkersResponse.FIELDS = (
         "markers",
         "[]WritableTxnMarkerResult",
         (0, 32767),
-        struct=WriteTxnMarkersResponse.WritableTxnMarkerResult,
+        struct=WriteTxnMarkersResponse_WritableTxnMarkerResult,
     ),
 )
 

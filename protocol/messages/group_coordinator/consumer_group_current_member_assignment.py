@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final, TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_iib = struct.Struct(">iib")
+_F_iib: Final = struct.Struct(">iib")
+_pack_iib: Final = _F_iib.pack
 
 
 class ConsumerGroupCurrentMemberAssignmentKey(Message):
@@ -44,7 +45,8 @@ class ConsumerGroupCurrentMemberAssignmentKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupCurrentMemberAssignmentKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.member_id = r.string()
         self.unknown_tagged_fields = None
@@ -68,6 +70,53 @@ ConsumerGroupCurrentMemberAssignmentKey.FIELDS = (
 )
 
 
+class ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions(Struct):
+    """A TopicPartitions of ConsumerGroupCurrentMemberAssignmentValue (ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            w.int32(partitions_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
 class ConsumerGroupCurrentMemberAssignmentValue(Message):
     """Kafka's ConsumerGroupCurrentMemberAssignmentValue (data, v0-v0), from group-coordinator/ConsumerGroupCurrentMemberAssignmentValue.json."""
 
@@ -76,52 +125,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class TopicPartitions(Struct):
-        """A TopicPartitions of ConsumerGroupCurrentMemberAssignmentValue."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                w.int32(partitions_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
+    TopicPartitions: TypeAlias = ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions
 
     __slots__ = (
         "member_epoch",
@@ -144,12 +148,12 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
         member_epoch: int = 0,
         previous_member_epoch: int = 0,
         state: int = 0,
-        assigned_partitions: list[
-            ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
-        ] = DEFAULT,
+        assigned_partitions: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]
+        | Default = DEFAULT,
         partitions_pending_revocation: list[
             ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
-        ] = DEFAULT,
+        ]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.member_epoch = member_epoch
@@ -163,19 +167,20 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupCurrentMemberAssignmentValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.member_epoch, self.previous_member_epoch, self.state = r.fixed(_F_iib)
         self.assigned_partitions = r.compact_array(
-            ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions._read, version
+            ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions._read, version
         )
         self.partitions_pending_revocation = r.compact_array(
-            ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions._read, version
+            ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_iib.pack(self.member_epoch, self.previous_member_epoch, self.state)
+        w.buf += _pack_iib(self.member_epoch, self.previous_member_epoch, self.state)
         w.array_length(self.assigned_partitions, compact=True, nullable=False)
         for assigned_partitions_item in self.assigned_partitions:
             assigned_partitions_item._write(w, version)
@@ -195,7 +200,11 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
         )
 
 
-ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.FIELDS = (
+nest(
+    ConsumerGroupCurrentMemberAssignmentValue,
+    TopicPartitions=ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions,
+)
+ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -207,13 +216,13 @@ ConsumerGroupCurrentMemberAssignmentValue.FIELDS = (
         "assigned_partitions",
         "[]TopicPartitions",
         (0, 32767),
-        struct=ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions,
+        struct=ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions,
     ),
     Field(
         "partitions_pending_revocation",
         "[]TopicPartitions",
         (0, 32767),
-        struct=ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions,
+        struct=ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions,
     ),
 )
 

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer, read_compact_string_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer, read_compact_string_item
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class ConsumerGroupMemberMetadataKey(Message):
@@ -40,7 +40,8 @@ class ConsumerGroupMemberMetadataKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupMemberMetadataKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.member_id = r.string()
         self.unknown_tagged_fields = None
@@ -62,6 +63,103 @@ ConsumerGroupMemberMetadataKey.FIELDS = (
 )
 
 
+class ConsumerGroupMemberMetadataValue_ClassicMemberMetadata(Struct):
+    """A ClassicMemberMetadata of ConsumerGroupMemberMetadataValue (ConsumerGroupMemberMetadataValue.ClassicMemberMetadata)."""
+
+    __slots__ = (
+        "session_timeout_ms",
+        "supported_protocols",
+        "unknown_tagged_fields",
+    )
+
+    session_timeout_ms: int
+    supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol]
+
+    def __init__(
+        self,
+        *,
+        session_timeout_ms: int = 0,
+        supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.supported_protocols = [] if supported_protocols is DEFAULT else supported_protocols
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ConsumerGroupMemberMetadataValue.ClassicMemberMetadata:
+        new = cls.__new__
+        self = new(cls)
+        self.session_timeout_ms = r.int32()
+        self.supported_protocols = r.compact_array(
+            ConsumerGroupMemberMetadataValue_ClassicProtocol._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.session_timeout_ms)
+        w.array_length(self.supported_protocols, compact=True, nullable=False)
+        for supported_protocols_item in self.supported_protocols:
+            supported_protocols_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.session_timeout_ms == 0
+            and self.supported_protocols == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class ConsumerGroupMemberMetadataValue_ClassicProtocol(Struct):
+    """A ClassicProtocol of ConsumerGroupMemberMetadataValue (ConsumerGroupMemberMetadataValue.ClassicProtocol)."""
+
+    __slots__ = (
+        "name",
+        "metadata",
+        "unknown_tagged_fields",
+    )
+
+    name: str
+    metadata: bytes
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        metadata: bytes = b"",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.name = name
+        self.metadata = metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ConsumerGroupMemberMetadataValue.ClassicProtocol:
+        new = cls.__new__
+        self = new(cls)
+        self.name = r.compact_string()
+        self.metadata = r.compact_blob()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.compact_string(self.name)
+        w.compact_blob(self.metadata)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.name == ""
+            and (self.metadata is not None and len(self.metadata) == 0)
+            and not self.unknown_tagged_fields
+        )
+
+
 class ConsumerGroupMemberMetadataValue(Message):
     """Kafka's ConsumerGroupMemberMetadataValue (data, v0-v0), from group-coordinator/ConsumerGroupMemberMetadataValue.json."""
 
@@ -70,97 +168,8 @@ class ConsumerGroupMemberMetadataValue(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class ClassicMemberMetadata(Struct):
-        """A ClassicMemberMetadata of ConsumerGroupMemberMetadataValue."""
-
-        __slots__ = (
-            "session_timeout_ms",
-            "supported_protocols",
-            "unknown_tagged_fields",
-        )
-
-        session_timeout_ms: int
-        supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol]
-
-        def __init__(
-            self,
-            *,
-            session_timeout_ms: int = 0,
-            supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.session_timeout_ms = session_timeout_ms
-            self.supported_protocols = [] if supported_protocols is DEFAULT else supported_protocols
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ConsumerGroupMemberMetadataValue.ClassicMemberMetadata:
-            self = _new(cls)
-            self.session_timeout_ms = r.int32()
-            self.supported_protocols = r.compact_array(
-                ConsumerGroupMemberMetadataValue.ClassicProtocol._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.session_timeout_ms)
-            w.array_length(self.supported_protocols, compact=True, nullable=False)
-            for supported_protocols_item in self.supported_protocols:
-                supported_protocols_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.session_timeout_ms == 0
-                and self.supported_protocols == []
-                and not self.unknown_tagged_fields
-            )
-
-    class ClassicProtocol(Struct):
-        """A ClassicProtocol of ConsumerGroupMemberMetadataValue."""
-
-        __slots__ = (
-            "name",
-            "metadata",
-            "unknown_tagged_fields",
-        )
-
-        name: str
-        metadata: bytes
-
-        def __init__(
-            self,
-            *,
-            name: str = "",
-            metadata: bytes = b"",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.name = name
-            self.metadata = metadata
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ConsumerGroupMemberMetadataValue.ClassicProtocol:
-            self = _new(cls)
-            self.name = r.compact_string()
-            self.metadata = r.compact_blob()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.compact_string(self.name)
-            w.compact_blob(self.metadata)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.name == ""
-                and (self.metadata is not None and len(self.metadata) == 0)
-                and not self.unknown_tagged_fields
-            )
+    ClassicMemberMetadata: TypeAlias = ConsumerGroupMemberMetadataValue_ClassicMemberMetadata
+    ClassicProtocol: TypeAlias = ConsumerGroupMemberMetadataValue_ClassicProtocol
 
     __slots__ = (
         "instance_id",
@@ -192,7 +201,7 @@ class ConsumerGroupMemberMetadataValue(Message):
         rack_id: str | None = "",
         client_id: str = "",
         client_host: str = "",
-        subscribed_topic_names: list[str] = DEFAULT,
+        subscribed_topic_names: list[str] | Default = DEFAULT,
         subscribed_topic_regex: str | None = "",
         rebalance_timeout_ms: int = -1,
         server_assignor: str | None = "",
@@ -215,7 +224,8 @@ class ConsumerGroupMemberMetadataValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupMemberMetadataValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.instance_id = r.compact_nullable_string()
         self.rack_id = r.compact_nullable_string()
         self.client_id = r.compact_string()
@@ -231,7 +241,7 @@ class ConsumerGroupMemberMetadataValue(Message):
             end = r.pos + size
             if tag == 0:
                 self.classic_member_metadata = (
-                    ConsumerGroupMemberMetadataValue.ClassicMemberMetadata._read(r, version)
+                    ConsumerGroupMemberMetadataValue_ClassicMemberMetadata._read(r, version)
                     if r.int8() >= 0
                     else None
                 )
@@ -278,16 +288,21 @@ class ConsumerGroupMemberMetadataValue(Message):
         )
 
 
-ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.FIELDS = (
+nest(
+    ConsumerGroupMemberMetadataValue,
+    ClassicMemberMetadata=ConsumerGroupMemberMetadataValue_ClassicMemberMetadata,
+    ClassicProtocol=ConsumerGroupMemberMetadataValue_ClassicProtocol,
+)
+ConsumerGroupMemberMetadataValue_ClassicMemberMetadata.FIELDS = (
     Field("session_timeout_ms", "int32", (0, 32767)),
     Field(
         "supported_protocols",
         "[]ClassicProtocol",
         (0, 32767),
-        struct=ConsumerGroupMemberMetadataValue.ClassicProtocol,
+        struct=ConsumerGroupMemberMetadataValue_ClassicProtocol,
     ),
 )
-ConsumerGroupMemberMetadataValue.ClassicProtocol.FIELDS = (
+ConsumerGroupMemberMetadataValue_ClassicProtocol.FIELDS = (
     Field("name", "string", (0, 32767)),
     Field("metadata", "bytes", (0, 32767)),
 )
@@ -307,7 +322,7 @@ ConsumerGroupMemberMetadataValue.FIELDS = (
         nullable_versions=(0, 32767),
         tagged_versions=(0, 32767),
         tag=0,
-        struct=ConsumerGroupMemberMetadataValue.ClassicMemberMetadata,
+        struct=ConsumerGroupMemberMetadataValue_ClassicMemberMetadata,
     ),
 )
 

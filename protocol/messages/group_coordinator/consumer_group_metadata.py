@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-
 
 class ConsumerGroupMetadataKey(Message):
     """Kafka's ConsumerGroupMetadataKey (data, v3-v3), from group-coordinator/ConsumerGroupMetadataKey.json."""
@@ -33,7 +31,8 @@ class ConsumerGroupMetadataKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupMetadataKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.unknown_tagged_fields = None
         return self
@@ -71,7 +70,8 @@ class ConsumerGroupMetadataValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupMetadataValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.epoch = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self

@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import uuid
+from typing import TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_compact_string_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
-
-_new = object.__new__
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class ConsumerGroupPartitionMetadataKey(Message):
@@ -35,7 +34,8 @@ class ConsumerGroupPartitionMetadataKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupPartitionMetadataKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.unknown_tagged_fields = None
         return self
@@ -54,6 +54,115 @@ class ConsumerGroupPartitionMetadataKey(Message):
 ConsumerGroupPartitionMetadataKey.FIELDS = (Field("group_id", "string", (4, 4)),)
 
 
+class ConsumerGroupPartitionMetadataValue_TopicMetadata(Struct):
+    """A TopicMetadata of ConsumerGroupPartitionMetadataValue (ConsumerGroupPartitionMetadataValue.TopicMetadata)."""
+
+    __slots__ = (
+        "topic_id",
+        "topic_name",
+        "num_partitions",
+        "partition_metadata",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    topic_name: str
+    num_partitions: int
+    partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = "",
+        num_partitions: int = 0,
+        partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata]
+        | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.num_partitions = num_partitions
+        self.partition_metadata = [] if partition_metadata is DEFAULT else partition_metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ConsumerGroupPartitionMetadataValue.TopicMetadata:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.topic_name = r.compact_string()
+        self.num_partitions = r.int32()
+        self.partition_metadata = r.compact_array(
+            ConsumerGroupPartitionMetadataValue_PartitionMetadata._read, version
+        )
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.compact_string(self.topic_name)
+        w.int32(self.num_partitions)
+        w.array_length(self.partition_metadata, compact=True, nullable=False)
+        for partition_metadata_item in self.partition_metadata:
+            partition_metadata_item._write(w, version)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID
+            and self.topic_name == ""
+            and self.num_partitions == 0
+            and self.partition_metadata == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class ConsumerGroupPartitionMetadataValue_PartitionMetadata(Struct):
+    """A PartitionMetadata of ConsumerGroupPartitionMetadataValue (ConsumerGroupPartitionMetadataValue.PartitionMetadata)."""
+
+    __slots__ = (
+        "partition",
+        "racks",
+        "unknown_tagged_fields",
+    )
+
+    partition: int
+    racks: list[str]
+
+    def __init__(
+        self,
+        *,
+        partition: int = 0,
+        racks: list[str] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.partition = partition
+        self.racks = [] if racks is DEFAULT else racks
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ConsumerGroupPartitionMetadataValue.PartitionMetadata:
+        new = cls.__new__
+        self = new(cls)
+        self.partition = r.int32()
+        self.racks = r.compact_array(read_compact_string_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.int32(self.partition)
+        w.array_length(self.racks, compact=True, nullable=False)
+        for racks_item in self.racks:
+            w.compact_string(racks_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return self.partition == 0 and self.racks == [] and not self.unknown_tagged_fields
+
+
 class ConsumerGroupPartitionMetadataValue(Message):
     """Kafka's ConsumerGroupPartitionMetadataValue (data, v0-v0), from group-coordinator/ConsumerGroupPartitionMetadataValue.json."""
 
@@ -62,113 +171,8 @@ class ConsumerGroupPartitionMetadataValue(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class TopicMetadata(Struct):
-        """A TopicMetadata of ConsumerGroupPartitionMetadataValue."""
-
-        __slots__ = (
-            "topic_id",
-            "topic_name",
-            "num_partitions",
-            "partition_metadata",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        topic_name: str
-        num_partitions: int
-        partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            topic_name: str = "",
-            num_partitions: int = 0,
-            partition_metadata: list[
-                ConsumerGroupPartitionMetadataValue.PartitionMetadata
-            ] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.topic_name = topic_name
-            self.num_partitions = num_partitions
-            self.partition_metadata = [] if partition_metadata is DEFAULT else partition_metadata
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ConsumerGroupPartitionMetadataValue.TopicMetadata:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.topic_name = r.compact_string()
-            self.num_partitions = r.int32()
-            self.partition_metadata = r.compact_array(
-                ConsumerGroupPartitionMetadataValue.PartitionMetadata._read, version
-            )
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.compact_string(self.topic_name)
-            w.int32(self.num_partitions)
-            w.array_length(self.partition_metadata, compact=True, nullable=False)
-            for partition_metadata_item in self.partition_metadata:
-                partition_metadata_item._write(w, version)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.topic_name == ""
-                and self.num_partitions == 0
-                and self.partition_metadata == []
-                and not self.unknown_tagged_fields
-            )
-
-    class PartitionMetadata(Struct):
-        """A PartitionMetadata of ConsumerGroupPartitionMetadataValue."""
-
-        __slots__ = (
-            "partition",
-            "racks",
-            "unknown_tagged_fields",
-        )
-
-        partition: int
-        racks: list[str]
-
-        def __init__(
-            self,
-            *,
-            partition: int = 0,
-            racks: list[str] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.partition = partition
-            self.racks = [] if racks is DEFAULT else racks
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ConsumerGroupPartitionMetadataValue.PartitionMetadata:
-            self = _new(cls)
-            self.partition = r.int32()
-            self.racks = r.compact_array(read_compact_string_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.int32(self.partition)
-            w.array_length(self.racks, compact=True, nullable=False)
-            for racks_item in self.racks:
-                w.compact_string(racks_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return self.partition == 0 and self.racks == [] and not self.unknown_tagged_fields
+    TopicMetadata: TypeAlias = ConsumerGroupPartitionMetadataValue_TopicMetadata
+    PartitionMetadata: TypeAlias = ConsumerGroupPartitionMetadataValue_PartitionMetadata
 
     __slots__ = (
         "topics",
@@ -180,7 +184,7 @@ class ConsumerGroupPartitionMetadataValue(Message):
     def __init__(
         self,
         *,
-        topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] = DEFAULT,
+        topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.topics = [] if topics is DEFAULT else topics
@@ -188,9 +192,10 @@ class ConsumerGroupPartitionMetadataValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupPartitionMetadataValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.topics = r.compact_array(
-            ConsumerGroupPartitionMetadataValue.TopicMetadata._read, version
+            ConsumerGroupPartitionMetadataValue_TopicMetadata._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -205,7 +210,12 @@ class ConsumerGroupPartitionMetadataValue(Message):
         return self.topics == [] and not self.unknown_tagged_fields
 
 
-ConsumerGroupPartitionMetadataValue.TopicMetadata.FIELDS = (
+nest(
+    ConsumerGroupPartitionMetadataValue,
+    TopicMetadata=ConsumerGroupPartitionMetadataValue_TopicMetadata,
+    PartitionMetadata=ConsumerGroupPartitionMetadataValue_PartitionMetadata,
+)
+ConsumerGroupPartitionMetadataValue_TopicMetadata.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field("topic_name", "string", (0, 32767)),
     Field("num_partitions", "int32", (0, 32767)),
@@ -213,10 +223,10 @@ ConsumerGroupPartitionMetadataValue.TopicMetadata.FIELDS = (
         "partition_metadata",
         "[]PartitionMetadata",
         (0, 32767),
-        struct=ConsumerGroupPartitionMetadataValue.PartitionMetadata,
+        struct=ConsumerGroupPartitionMetadataValue_PartitionMetadata,
     ),
 )
-ConsumerGroupPartitionMetadataValue.PartitionMetadata.FIELDS = (
+ConsumerGroupPartitionMetadataValue_PartitionMetadata.FIELDS = (
     Field("partition", "int32", (0, 32767)),
     Field("racks", "[]string", (0, 32767)),
 )
@@ -225,7 +235,7 @@ ConsumerGroupPartitionMetadataValue.FIELDS = (
         "topics",
         "[]TopicMetadata",
         (0, 32767),
-        struct=ConsumerGroupPartitionMetadataValue.TopicMetadata,
+        struct=ConsumerGroupPartitionMetadataValue_TopicMetadata,
     ),
 )
 

@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import uuid
+from typing import TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
-
-_new = object.__new__
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class ConsumerGroupTargetAssignmentMemberKey(Message):
@@ -42,7 +41,8 @@ class ConsumerGroupTargetAssignmentMemberKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupTargetAssignmentMemberKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.member_id = r.string()
         self.unknown_tagged_fields = None
@@ -66,6 +66,53 @@ ConsumerGroupTargetAssignmentMemberKey.FIELDS = (
 )
 
 
+class ConsumerGroupTargetAssignmentMemberValue_TopicPartition(Struct):
+    """A TopicPartition of ConsumerGroupTargetAssignmentMemberValue (ConsumerGroupTargetAssignmentMemberValue.TopicPartition)."""
+
+    __slots__ = (
+        "topic_id",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(
+        cls, r: Reader, version: int
+    ) -> ConsumerGroupTargetAssignmentMemberValue.TopicPartition:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.partitions = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            w.int32(partitions_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.partitions == [] and not self.unknown_tagged_fields
+        )
+
+
 class ConsumerGroupTargetAssignmentMemberValue(Message):
     """Kafka's ConsumerGroupTargetAssignmentMemberValue (data, v0-v0), from group-coordinator/ConsumerGroupTargetAssignmentMemberValue.json."""
 
@@ -74,52 +121,7 @@ class ConsumerGroupTargetAssignmentMemberValue(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class TopicPartition(Struct):
-        """A TopicPartition of ConsumerGroupTargetAssignmentMemberValue."""
-
-        __slots__ = (
-            "topic_id",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ConsumerGroupTargetAssignmentMemberValue.TopicPartition:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.partitions = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                w.int32(partitions_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
+    TopicPartition: TypeAlias = ConsumerGroupTargetAssignmentMemberValue_TopicPartition
 
     __slots__ = (
         "topic_partitions",
@@ -131,7 +133,8 @@ class ConsumerGroupTargetAssignmentMemberValue(Message):
     def __init__(
         self,
         *,
-        topic_partitions: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition] = DEFAULT,
+        topic_partitions: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition]
+        | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
@@ -139,9 +142,10 @@ class ConsumerGroupTargetAssignmentMemberValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupTargetAssignmentMemberValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.topic_partitions = r.compact_array(
-            ConsumerGroupTargetAssignmentMemberValue.TopicPartition._read, version
+            ConsumerGroupTargetAssignmentMemberValue_TopicPartition._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -156,7 +160,11 @@ class ConsumerGroupTargetAssignmentMemberValue(Message):
         return self.topic_partitions == [] and not self.unknown_tagged_fields
 
 
-ConsumerGroupTargetAssignmentMemberValue.TopicPartition.FIELDS = (
+nest(
+    ConsumerGroupTargetAssignmentMemberValue,
+    TopicPartition=ConsumerGroupTargetAssignmentMemberValue_TopicPartition,
+)
+ConsumerGroupTargetAssignmentMemberValue_TopicPartition.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
@@ -165,7 +173,7 @@ ConsumerGroupTargetAssignmentMemberValue.FIELDS = (
         "topic_partitions",
         "[]TopicPartition",
         (0, 32767),
-        struct=ConsumerGroupTargetAssignmentMemberValue.TopicPartition,
+        struct=ConsumerGroupTargetAssignmentMemberValue_TopicPartition,
     ),
 )
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-
 
 class ConsumerGroupTargetAssignmentMetadataKey(Message):
     """Kafka's ConsumerGroupTargetAssignmentMetadataKey (data, v6-v6), from group-coordinator/ConsumerGroupTargetAssignmentMetadataKey.json."""
@@ -33,7 +31,8 @@ class ConsumerGroupTargetAssignmentMetadataKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupTargetAssignmentMetadataKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.unknown_tagged_fields = None
         return self
@@ -75,7 +74,8 @@ class ConsumerGroupTargetAssignmentMetadataValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ConsumerGroupTargetAssignmentMetadataValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.assignment_epoch = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from protocol.primitives import Reader, UnknownTags, Writer
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from typing import TypeAlias
 
-_new = object.__new__
+from protocol.primitives import Reader, UnknownTags, Writer
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class GroupMetadataKey(Message):
@@ -33,7 +33,8 @@ class GroupMetadataKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> GroupMetadataKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group = r.string()
         self.unknown_tagged_fields = None
         return self
@@ -50,6 +51,140 @@ class GroupMetadataKey(Message):
 GroupMetadataKey.FIELDS = (Field("group", "string", (2, 2)),)
 
 
+class GroupMetadataValue_MemberMetadata(Struct):
+    """A MemberMetadata of GroupMetadataValue (GroupMetadataValue.MemberMetadata)."""
+
+    __slots__ = (
+        "member_id",
+        "group_instance_id",
+        "client_id",
+        "client_host",
+        "rebalance_timeout",
+        "session_timeout",
+        "subscription",
+        "assignment",
+        "unknown_tagged_fields",
+    )
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+    def __init__(
+        self,
+        *,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        rebalance_timeout: int = -1,
+        session_timeout: int = 0,
+        subscription: bytes = b"",
+        assignment: bytes = b"",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout = rebalance_timeout
+        self.session_timeout = session_timeout
+        self.subscription = subscription
+        self.assignment = assignment
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> GroupMetadataValue.MemberMetadata:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 4:
+            self.member_id = r.compact_string()
+        else:
+            self.member_id = r.string()
+        if version >= 4:
+            self.group_instance_id = r.compact_nullable_string()
+        elif version >= 3:
+            self.group_instance_id = r.nullable_string()
+        else:
+            self.group_instance_id = None
+        if version >= 4:
+            self.client_id = r.compact_string()
+        else:
+            self.client_id = r.string()
+        if version >= 4:
+            self.client_host = r.compact_string()
+        else:
+            self.client_host = r.string()
+        if version >= 1:
+            self.rebalance_timeout = r.int32()
+        else:
+            self.rebalance_timeout = -1
+        self.session_timeout = r.int32()
+        if version >= 4:
+            self.subscription = r.compact_blob()
+        else:
+            self.subscription = r.blob()
+        if version >= 4:
+            self.assignment = r.compact_blob()
+        else:
+            self.assignment = r.blob()
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 4:
+            w.compact_string(self.member_id)
+        else:
+            w.string(self.member_id)
+        if version >= 4:
+            w.compact_nullable_string(self.group_instance_id)
+        elif version >= 3:
+            w.nullable_string(self.group_instance_id)
+        if version >= 4:
+            w.compact_string(self.client_id)
+        else:
+            w.string(self.client_id)
+        if version >= 4:
+            w.compact_string(self.client_host)
+        else:
+            w.string(self.client_host)
+        if version >= 1:
+            w.int32(self.rebalance_timeout)
+        w.int32(self.session_timeout)
+        if version >= 4:
+            w.compact_blob(self.subscription)
+        else:
+            w.blob(self.subscription)
+        if version >= 4:
+            w.compact_blob(self.assignment)
+        else:
+            w.blob(self.assignment)
+        if version >= 4:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "GroupMetadataValue.MemberMetadata", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return (
+            self.member_id == ""
+            and self.group_instance_id is None
+            and self.client_id == ""
+            and self.client_host == ""
+            and self.rebalance_timeout == -1
+            and self.session_timeout == 0
+            and (self.subscription is not None and len(self.subscription) == 0)
+            and (self.assignment is not None and len(self.assignment) == 0)
+            and not self.unknown_tagged_fields
+        )
+
+
 class GroupMetadataValue(Message):
     """Kafka's GroupMetadataValue (data, v0-v4), from group-coordinator/GroupMetadataValue.json."""
 
@@ -58,137 +193,7 @@ class GroupMetadataValue(Message):
     MAX_VERSION = 4
     FLEXIBLE_MIN = 4
 
-    class MemberMetadata(Struct):
-        """A MemberMetadata of GroupMetadataValue."""
-
-        __slots__ = (
-            "member_id",
-            "group_instance_id",
-            "client_id",
-            "client_host",
-            "rebalance_timeout",
-            "session_timeout",
-            "subscription",
-            "assignment",
-            "unknown_tagged_fields",
-        )
-
-        member_id: str
-        group_instance_id: str | None
-        client_id: str
-        client_host: str
-        rebalance_timeout: int
-        session_timeout: int
-        subscription: bytes
-        assignment: bytes
-
-        def __init__(
-            self,
-            *,
-            member_id: str = "",
-            group_instance_id: str | None = None,
-            client_id: str = "",
-            client_host: str = "",
-            rebalance_timeout: int = -1,
-            session_timeout: int = 0,
-            subscription: bytes = b"",
-            assignment: bytes = b"",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.member_id = member_id
-            self.group_instance_id = group_instance_id
-            self.client_id = client_id
-            self.client_host = client_host
-            self.rebalance_timeout = rebalance_timeout
-            self.session_timeout = session_timeout
-            self.subscription = subscription
-            self.assignment = assignment
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> GroupMetadataValue.MemberMetadata:
-            self = _new(cls)
-            if version >= 4:
-                self.member_id = r.compact_string()
-            else:
-                self.member_id = r.string()
-            if version >= 4:
-                self.group_instance_id = r.compact_nullable_string()
-            elif version >= 3:
-                self.group_instance_id = r.nullable_string()
-            else:
-                self.group_instance_id = None
-            if version >= 4:
-                self.client_id = r.compact_string()
-            else:
-                self.client_id = r.string()
-            if version >= 4:
-                self.client_host = r.compact_string()
-            else:
-                self.client_host = r.string()
-            if version >= 1:
-                self.rebalance_timeout = r.int32()
-            else:
-                self.rebalance_timeout = -1
-            self.session_timeout = r.int32()
-            if version >= 4:
-                self.subscription = r.compact_blob()
-            else:
-                self.subscription = r.blob()
-            if version >= 4:
-                self.assignment = r.compact_blob()
-            else:
-                self.assignment = r.blob()
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 4:
-                w.compact_string(self.member_id)
-            else:
-                w.string(self.member_id)
-            if version >= 4:
-                w.compact_nullable_string(self.group_instance_id)
-            elif version >= 3:
-                w.nullable_string(self.group_instance_id)
-            if version >= 4:
-                w.compact_string(self.client_id)
-            else:
-                w.string(self.client_id)
-            if version >= 4:
-                w.compact_string(self.client_host)
-            else:
-                w.string(self.client_host)
-            if version >= 1:
-                w.int32(self.rebalance_timeout)
-            w.int32(self.session_timeout)
-            if version >= 4:
-                w.compact_blob(self.subscription)
-            else:
-                w.blob(self.subscription)
-            if version >= 4:
-                w.compact_blob(self.assignment)
-            else:
-                w.blob(self.assignment)
-            if version >= 4:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "GroupMetadataValue.MemberMetadata", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return (
-                self.member_id == ""
-                and self.group_instance_id is None
-                and self.client_id == ""
-                and self.client_host == ""
-                and self.rebalance_timeout == -1
-                and self.session_timeout == 0
-                and (self.subscription is not None and len(self.subscription) == 0)
-                and (self.assignment is not None and len(self.assignment) == 0)
-                and not self.unknown_tagged_fields
-            )
+    MemberMetadata: TypeAlias = GroupMetadataValue_MemberMetadata
 
     __slots__ = (
         "protocol_type",
@@ -215,7 +220,7 @@ class GroupMetadataValue(Message):
         protocol: str | None = "",
         leader: str | None = "",
         current_state_timestamp: int = -1,
-        members: list[GroupMetadataValue.MemberMetadata] = DEFAULT,
+        members: list[GroupMetadataValue.MemberMetadata] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.protocol_type = protocol_type
@@ -228,7 +233,8 @@ class GroupMetadataValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> GroupMetadataValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         if version >= 4:
             self.protocol_type = r.compact_string()
         else:
@@ -247,9 +253,9 @@ class GroupMetadataValue(Message):
         else:
             self.current_state_timestamp = -1
         if version >= 4:
-            self.members = r.compact_array(GroupMetadataValue.MemberMetadata._read, version)
+            self.members = r.compact_array(GroupMetadataValue_MemberMetadata._read, version)
         else:
-            self.members = r.array(GroupMetadataValue.MemberMetadata._read, version)
+            self.members = r.array(GroupMetadataValue_MemberMetadata._read, version)
         self.unknown_tagged_fields = r.unknown_tags_only() if version >= 4 else None
         return self
 
@@ -294,7 +300,8 @@ class GroupMetadataValue(Message):
         )
 
 
-GroupMetadataValue.MemberMetadata.FIELDS = (
+nest(GroupMetadataValue, MemberMetadata=GroupMetadataValue_MemberMetadata)
+GroupMetadataValue_MemberMetadata.FIELDS = (
     Field("member_id", "string", (0, 32767)),
     Field("group_instance_id", "string", (3, 32767), nullable_versions=(3, 32767), ignorable=True),
     Field("client_id", "string", (0, 32767)),
@@ -310,7 +317,7 @@ GroupMetadataValue.FIELDS = (
     Field("protocol", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("leader", "string", (0, 32767), nullable_versions=(0, 32767)),
     Field("current_state_timestamp", "int64", (2, 32767), ignorable=True),
-    Field("members", "[]MemberMetadata", (0, 32767), struct=GroupMetadataValue.MemberMetadata),
+    Field("members", "[]MemberMetadata", (0, 32767), struct=GroupMetadataValue_MemberMetadata),
 )
 
 __all__ = ["GroupMetadataKey", "GroupMetadataValue"]

@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-
 
 class OffsetCommitKey(Message):
     """Kafka's OffsetCommitKey (data, v0-v1), from group-coordinator/OffsetCommitKey.json."""
@@ -44,7 +42,8 @@ class OffsetCommitKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetCommitKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group = r.string()
         self.topic = r.string()
         self.partition = r.int32()
@@ -116,7 +115,8 @@ class OffsetCommitValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> OffsetCommitValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.offset = r.int64()
         if version >= 3:
             self.leader_epoch = r.int32()

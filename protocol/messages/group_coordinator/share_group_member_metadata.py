@@ -5,9 +5,7 @@
 from __future__ import annotations
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_compact_string_item
-from protocol.schema import DEFAULT, Field, Message, not_in_version
-
-_new = object.__new__
+from protocol.schema import DEFAULT, Default, Field, Message, not_in_version
 
 
 class ShareGroupMemberMetadataKey(Message):
@@ -40,7 +38,8 @@ class ShareGroupMemberMetadataKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupMemberMetadataKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.member_id = r.string()
         self.unknown_tagged_fields = None
@@ -89,7 +88,7 @@ class ShareGroupMemberMetadataValue(Message):
         rack_id: str | None = "",
         client_id: str = "",
         client_host: str = "",
-        subscribed_topic_names: list[str] = DEFAULT,
+        subscribed_topic_names: list[str] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.rack_id = rack_id
@@ -102,7 +101,8 @@ class ShareGroupMemberMetadataValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupMemberMetadataValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.rack_id = r.compact_nullable_string()
         self.client_id = r.compact_string()
         self.client_host = r.compact_string()

@@ -7,8 +7,6 @@ from __future__ import annotations
 from protocol.primitives import Reader, UnknownTags, Writer
 from protocol.schema import Field, Message, not_in_version
 
-_new = object.__new__
-
 
 class ShareGroupMetadataKey(Message):
     """Kafka's ShareGroupMetadataKey (data, v11-v11), from group-coordinator/ShareGroupMetadataKey.json."""
@@ -33,7 +31,8 @@ class ShareGroupMetadataKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupMetadataKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.unknown_tagged_fields = None
         return self
@@ -71,7 +70,8 @@ class ShareGroupMetadataValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupMetadataValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.epoch = r.int32()
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self

@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import uuid
+from typing import TypeAlias
 
 from protocol.primitives import ZERO_UUID, Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
-
-_new = object.__new__
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
 
 class ShareGroupPartitionMetadataKey(Message):
@@ -35,7 +34,8 @@ class ShareGroupPartitionMetadataKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupPartitionMetadataKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.group_id = r.string()
         self.unknown_tagged_fields = None
         return self
@@ -52,6 +52,103 @@ class ShareGroupPartitionMetadataKey(Message):
 ShareGroupPartitionMetadataKey.FIELDS = (Field("group_id", "string", (9, 9)),)
 
 
+class ShareGroupPartitionMetadataValue_TopicPartitionsInfo(Struct):
+    """A TopicPartitionsInfo of ShareGroupPartitionMetadataValue (ShareGroupPartitionMetadataValue.TopicPartitionsInfo)."""
+
+    __slots__ = (
+        "topic_id",
+        "topic_name",
+        "partitions",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = "",
+        partitions: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareGroupPartitionMetadataValue.TopicPartitionsInfo:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.topic_name = r.compact_string()
+        self.partitions = r.compact_array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.compact_string(self.topic_name)
+        w.array_length(self.partitions, compact=True, nullable=False)
+        for partitions_item in self.partitions:
+            w.int32(partitions_item)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID
+            and self.topic_name == ""
+            and self.partitions == []
+            and not self.unknown_tagged_fields
+        )
+
+
+class ShareGroupPartitionMetadataValue_TopicInfo(Struct):
+    """A TopicInfo of ShareGroupPartitionMetadataValue (ShareGroupPartitionMetadataValue.TopicInfo)."""
+
+    __slots__ = (
+        "topic_id",
+        "topic_name",
+        "unknown_tagged_fields",
+    )
+
+    topic_id: uuid.UUID
+    topic_name: str
+
+    def __init__(
+        self,
+        *,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = "",
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> ShareGroupPartitionMetadataValue.TopicInfo:
+        new = cls.__new__
+        self = new(cls)
+        self.topic_id = r.uuid_()
+        self.topic_name = r.compact_string()
+        self.unknown_tagged_fields = r.unknown_tags_only()
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        w.uuid_(self.topic_id)
+        w.compact_string(self.topic_name)
+        w.no_tagged_fields(self.unknown_tagged_fields)
+
+    def _is_default(self) -> bool:
+        return (
+            self.topic_id == ZERO_UUID and self.topic_name == "" and not self.unknown_tagged_fields
+        )
+
+
 class ShareGroupPartitionMetadataValue(Message):
     """Kafka's ShareGroupPartitionMetadataValue (data, v0-v0), from group-coordinator/ShareGroupPartitionMetadataValue.json."""
 
@@ -60,102 +157,8 @@ class ShareGroupPartitionMetadataValue(Message):
     MAX_VERSION = 0
     FLEXIBLE_MIN = 0
 
-    class TopicPartitionsInfo(Struct):
-        """A TopicPartitionsInfo of ShareGroupPartitionMetadataValue."""
-
-        __slots__ = (
-            "topic_id",
-            "topic_name",
-            "partitions",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        topic_name: str
-        partitions: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            topic_name: str = "",
-            partitions: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.topic_name = topic_name
-            self.partitions = [] if partitions is DEFAULT else partitions
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(
-            cls, r: Reader, version: int
-        ) -> ShareGroupPartitionMetadataValue.TopicPartitionsInfo:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.topic_name = r.compact_string()
-            self.partitions = r.compact_array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.compact_string(self.topic_name)
-            w.array_length(self.partitions, compact=True, nullable=False)
-            for partitions_item in self.partitions:
-                w.int32(partitions_item)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.topic_name == ""
-                and self.partitions == []
-                and not self.unknown_tagged_fields
-            )
-
-    class TopicInfo(Struct):
-        """A TopicInfo of ShareGroupPartitionMetadataValue."""
-
-        __slots__ = (
-            "topic_id",
-            "topic_name",
-            "unknown_tagged_fields",
-        )
-
-        topic_id: uuid.UUID
-        topic_name: str
-
-        def __init__(
-            self,
-            *,
-            topic_id: uuid.UUID = ZERO_UUID,
-            topic_name: str = "",
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic_id = topic_id
-            self.topic_name = topic_name
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> ShareGroupPartitionMetadataValue.TopicInfo:
-            self = _new(cls)
-            self.topic_id = r.uuid_()
-            self.topic_name = r.compact_string()
-            self.unknown_tagged_fields = r.unknown_tags_only()
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            w.uuid_(self.topic_id)
-            w.compact_string(self.topic_name)
-            w.no_tagged_fields(self.unknown_tagged_fields)
-
-        def _is_default(self) -> bool:
-            return (
-                self.topic_id == ZERO_UUID
-                and self.topic_name == ""
-                and not self.unknown_tagged_fields
-            )
+    TopicPartitionsInfo: TypeAlias = ShareGroupPartitionMetadataValue_TopicPartitionsInfo
+    TopicInfo: TypeAlias = ShareGroupPartitionMetadataValue_TopicInfo
 
     __slots__ = (
         "initialized_topics",
@@ -169,8 +172,9 @@ class ShareGroupPartitionMetadataValue(Message):
     def __init__(
         self,
         *,
-        initialized_topics: list[ShareGroupPartitionMetadataValue.TopicPartitionsInfo] = DEFAULT,
-        deleting_topics: list[ShareGroupPartitionMetadataValue.TopicInfo] = DEFAULT,
+        initialized_topics: list[ShareGroupPartitionMetadataValue.TopicPartitionsInfo]
+        | Default = DEFAULT,
+        deleting_topics: list[ShareGroupPartitionMetadataValue.TopicInfo] | Default = DEFAULT,
         unknown_tagged_fields: UnknownTags | None = None,
     ) -> None:
         self.initialized_topics = [] if initialized_topics is DEFAULT else initialized_topics
@@ -179,12 +183,13 @@ class ShareGroupPartitionMetadataValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> ShareGroupPartitionMetadataValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.initialized_topics = r.compact_array(
-            ShareGroupPartitionMetadataValue.TopicPartitionsInfo._read, version
+            ShareGroupPartitionMetadataValue_TopicPartitionsInfo._read, version
         )
         self.deleting_topics = r.compact_array(
-            ShareGroupPartitionMetadataValue.TopicInfo._read, version
+            ShareGroupPartitionMetadataValue_TopicInfo._read, version
         )
         self.unknown_tagged_fields = r.unknown_tags_only()
         return self
@@ -206,12 +211,17 @@ class ShareGroupPartitionMetadataValue(Message):
         )
 
 
-ShareGroupPartitionMetadataValue.TopicPartitionsInfo.FIELDS = (
+nest(
+    ShareGroupPartitionMetadataValue,
+    TopicPartitionsInfo=ShareGroupPartitionMetadataValue_TopicPartitionsInfo,
+    TopicInfo=ShareGroupPartitionMetadataValue_TopicInfo,
+)
+ShareGroupPartitionMetadataValue_TopicPartitionsInfo.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field("topic_name", "string", (0, 32767)),
     Field("partitions", "[]int32", (0, 32767)),
 )
-ShareGroupPartitionMetadataValue.TopicInfo.FIELDS = (
+ShareGroupPartitionMetadataValue_TopicInfo.FIELDS = (
     Field("topic_id", "uuid", (0, 32767)),
     Field("topic_name", "string", (0, 32767)),
 )
@@ -220,13 +230,13 @@ ShareGroupPartitionMetadataValue.FIELDS = (
         "initialized_topics",
         "[]TopicPartitionsInfo",
         (0, 32767),
-        struct=ShareGroupPartitionMetadataValue.TopicPartitionsInfo,
+        struct=ShareGroupPartitionMetadataValue_TopicPartitionsInfo,
     ),
     Field(
         "deleting_topics",
         "[]TopicInfo",
         (0, 32767),
-        struct=ShareGroupPartitionMetadataValue.TopicInfo,
+        struct=ShareGroupPartitionMetadataValue_TopicInfo,
     ),
 )
 

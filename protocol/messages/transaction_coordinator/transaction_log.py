@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import struct
+from typing import Final, TypeAlias
 
 from protocol.primitives import Reader, UnknownTags, Writer, read_int32_item
-from protocol.schema import DEFAULT, Field, Message, Struct, not_in_version
+from protocol.schema import DEFAULT, Default, Field, Message, Struct, nest, not_in_version
 
-_new = object.__new__
-_F_qhib = struct.Struct(">qhib")
-_F_qq = struct.Struct(">qq")
+_F_qhib: Final = struct.Struct(">qhib")
+_pack_qhib: Final = _F_qhib.pack
+_F_qq: Final = struct.Struct(">qq")
+_pack_qq: Final = _F_qq.pack
 
 
 class TransactionLogKey(Message):
@@ -37,7 +39,8 @@ class TransactionLogKey(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> TransactionLogKey:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         self.transactional_id = r.string()
         self.unknown_tagged_fields = None
         return self
@@ -54,6 +57,68 @@ class TransactionLogKey(Message):
 TransactionLogKey.FIELDS = (Field("transactional_id", "string", (0, 0)),)
 
 
+class TransactionLogValue_PartitionsSchema(Struct):
+    """A PartitionsSchema of TransactionLogValue (TransactionLogValue.PartitionsSchema)."""
+
+    __slots__ = (
+        "topic",
+        "partition_ids",
+        "unknown_tagged_fields",
+    )
+
+    topic: str
+    partition_ids: list[int]
+
+    def __init__(
+        self,
+        *,
+        topic: str = "",
+        partition_ids: list[int] | Default = DEFAULT,
+        unknown_tagged_fields: UnknownTags | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition_ids = [] if partition_ids is DEFAULT else partition_ids
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+    @classmethod
+    def _read(cls, r: Reader, version: int) -> TransactionLogValue.PartitionsSchema:
+        new = cls.__new__
+        self = new(cls)
+        if version >= 1:
+            self.topic = r.compact_string()
+        else:
+            self.topic = r.string()
+        if version >= 1:
+            self.partition_ids = r.compact_array(read_int32_item, version)
+        else:
+            self.partition_ids = r.array(read_int32_item, version)
+        self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
+        return self
+
+    def _write(self, w: Writer, version: int) -> None:
+        if version >= 1:
+            w.compact_string(self.topic)
+        else:
+            w.string(self.topic)
+        if version >= 1:
+            w.array_length(self.partition_ids, compact=True, nullable=False)
+            for partition_ids_item in self.partition_ids:
+                w.int32(partition_ids_item)
+        else:
+            w.array_length(self.partition_ids, compact=False, nullable=False)
+            for partition_ids_item in self.partition_ids:
+                w.int32(partition_ids_item)
+        if version >= 1:
+            w.no_tagged_fields(self.unknown_tagged_fields)
+        elif self.unknown_tagged_fields:
+            raise not_in_version(
+                "TransactionLogValue.PartitionsSchema", "unknown_tagged_fields", version
+            )
+
+    def _is_default(self) -> bool:
+        return self.topic == "" and self.partition_ids == [] and not self.unknown_tagged_fields
+
+
 class TransactionLogValue(Message):
     """Kafka's TransactionLogValue (data, v0-v1), from transaction-coordinator/TransactionLogValue.json."""
 
@@ -62,65 +127,7 @@ class TransactionLogValue(Message):
     MAX_VERSION = 1
     FLEXIBLE_MIN = 1
 
-    class PartitionsSchema(Struct):
-        """A PartitionsSchema of TransactionLogValue."""
-
-        __slots__ = (
-            "topic",
-            "partition_ids",
-            "unknown_tagged_fields",
-        )
-
-        topic: str
-        partition_ids: list[int]
-
-        def __init__(
-            self,
-            *,
-            topic: str = "",
-            partition_ids: list[int] = DEFAULT,
-            unknown_tagged_fields: UnknownTags | None = None,
-        ) -> None:
-            self.topic = topic
-            self.partition_ids = [] if partition_ids is DEFAULT else partition_ids
-            self.unknown_tagged_fields = unknown_tagged_fields
-
-        @classmethod
-        def _read(cls, r: Reader, version: int) -> TransactionLogValue.PartitionsSchema:
-            self = _new(cls)
-            if version >= 1:
-                self.topic = r.compact_string()
-            else:
-                self.topic = r.string()
-            if version >= 1:
-                self.partition_ids = r.compact_array(read_int32_item, version)
-            else:
-                self.partition_ids = r.array(read_int32_item, version)
-            self.unknown_tagged_fields = r.unknown_tags_only() if version >= 1 else None
-            return self
-
-        def _write(self, w: Writer, version: int) -> None:
-            if version >= 1:
-                w.compact_string(self.topic)
-            else:
-                w.string(self.topic)
-            if version >= 1:
-                w.array_length(self.partition_ids, compact=True, nullable=False)
-                for partition_ids_item in self.partition_ids:
-                    w.int32(partition_ids_item)
-            else:
-                w.array_length(self.partition_ids, compact=False, nullable=False)
-                for partition_ids_item in self.partition_ids:
-                    w.int32(partition_ids_item)
-            if version >= 1:
-                w.no_tagged_fields(self.unknown_tagged_fields)
-            elif self.unknown_tagged_fields:
-                raise not_in_version(
-                    "TransactionLogValue.PartitionsSchema", "unknown_tagged_fields", version
-                )
-
-        def _is_default(self) -> bool:
-            return self.topic == "" and self.partition_ids == [] and not self.unknown_tagged_fields
+    PartitionsSchema: TypeAlias = TransactionLogValue_PartitionsSchema
 
     __slots__ = (
         "producer_id",
@@ -148,7 +155,9 @@ class TransactionLogValue(Message):
         producer_epoch: int = 0,
         transaction_timeout_ms: int = 0,
         transaction_status: int = 0,
-        transaction_partitions: list[TransactionLogValue.PartitionsSchema] | None = DEFAULT,
+        transaction_partitions: list[TransactionLogValue.PartitionsSchema]
+        | None
+        | Default = DEFAULT,
         transaction_last_update_timestamp_ms: int = 0,
         transaction_start_timestamp_ms: int = 0,
         unknown_tagged_fields: UnknownTags | None = None,
@@ -166,7 +175,8 @@ class TransactionLogValue(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> TransactionLogValue:
-        self = _new(cls)
+        new = cls.__new__
+        self = new(cls)
         (
             self.producer_id,
             self.producer_epoch,
@@ -175,11 +185,11 @@ class TransactionLogValue(Message):
         ) = r.fixed(_F_qhib)
         if version >= 1:
             self.transaction_partitions = r.compact_nullable_array(
-                TransactionLogValue.PartitionsSchema._read, version
+                TransactionLogValue_PartitionsSchema._read, version
             )
         else:
             self.transaction_partitions = r.nullable_array(
-                TransactionLogValue.PartitionsSchema._read, version
+                TransactionLogValue_PartitionsSchema._read, version
             )
         self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms = r.fixed(
             _F_qq
@@ -188,7 +198,7 @@ class TransactionLogValue(Message):
         return self
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _F_qhib.pack(
+        w.buf += _pack_qhib(
             self.producer_id,
             self.producer_epoch,
             self.transaction_timeout_ms,
@@ -204,7 +214,7 @@ class TransactionLogValue(Message):
             if self.transaction_partitions is not None:
                 for transaction_partitions_item in self.transaction_partitions:
                     transaction_partitions_item._write(w, version)
-        w.buf += _F_qq.pack(
+        w.buf += _pack_qq(
             self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms
         )
         if version >= 1:
@@ -225,7 +235,8 @@ class TransactionLogValue(Message):
         )
 
 
-TransactionLogValue.PartitionsSchema.FIELDS = (
+nest(TransactionLogValue, PartitionsSchema=TransactionLogValue_PartitionsSchema)
+TransactionLogValue_PartitionsSchema.FIELDS = (
     Field("topic", "string", (0, 32767)),
     Field("partition_ids", "[]int32", (0, 32767)),
 )
@@ -239,7 +250,7 @@ TransactionLogValue.FIELDS = (
         "[]PartitionsSchema",
         (0, 32767),
         nullable_versions=(0, 32767),
-        struct=TransactionLogValue.PartitionsSchema,
+        struct=TransactionLogValue_PartitionsSchema,
     ),
     Field("transaction_last_update_timestamp_ms", "int64", (0, 32767)),
     Field("transaction_start_timestamp_ms", "int64", (0, 32767)),

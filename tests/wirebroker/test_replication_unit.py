@@ -189,7 +189,7 @@ def test_isr_shrinks_after_replica_lag_time_max_ms(tmp_path: Path) -> None:
     async def main() -> None:
         broker = open_broker(tmp_path, clock=trio_clock(), replica_lag_time_max_ms="30000")
         try:
-            broker.replica_manager.become_leader_or_follower(leader_and_isr(1, 0), 7)
+            await broker.replica_manager.become_leader_or_follower(leader_and_isr(1, 0), 7)
             p = broker.partitions[TopicPartition("t", 0)]
             p.append_to_leader(batch(1), broker.now_ms())  # follower 2 is now behind
             proposed = trio.Event()
@@ -527,10 +527,10 @@ def test_truncation_walks_back_through_epochs_the_leader_never_had(tmp_path: Pat
         state = fetcher.partitions[tp]
         assert p.log.leader_epoch_cache.latest_epoch == 2
         # The leader: epoch 1 is its largest <= 2, and its log ends at 6.
-        fetcher._apply_epoch_end(tp, p, state, leader_epoch=1, leader_end=6)
+        run_virtual(fetcher._apply_epoch_end, tp, p, state, 1, 6)
         assert p.log_end_offset == 2 and state.truncating  # not done: ask again with epoch 0
         assert p.log.leader_epoch_cache.latest_epoch == 0
-        fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=2)
+        run_virtual(fetcher._apply_epoch_end, tp, p, state, 0, 2)
         assert p.log_end_offset == 2 and not state.truncating and state.fetch_offset == 2
     finally:
         broker.close()
@@ -547,7 +547,7 @@ def test_truncation_never_goes_past_our_log_end(tmp_path: Path) -> None:
         fetcher = next(iter(broker.replica_manager.fetchers.values()))
         state = fetcher.partitions[tp]
         # The leader's epoch 0 goes on past our end: nothing to cut, the watermark stays.
-        fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=10)
+        run_virtual(fetcher._apply_epoch_end, tp, p, state, 0, 10)
         assert (p.log_end_offset, p.high_watermark, state.truncating) == (3, 3, False)
     finally:
         broker.close()

@@ -295,6 +295,7 @@ class ReplicaManager:
         removal of a partition from its fetcher waits for a truncation in progress. Raises
         KafkaStorageError if the work failed (an I/O error has taken the log directory
         offline by then)."""
+        await self._settle([tp])  # one left by a fetcher this partition moved from
         truncation = p.log.begin_truncation(offset)
         if truncation is None:
             return

@@ -294,8 +294,10 @@ class ReplicaManager:
         LeaderAndIsr or StopReplica naming it waits for the commit (`_settle`), as Kafka's
         removal of a partition from its fetcher waits for a truncation in progress. Raises
         KafkaStorageError if the work failed (an I/O error has taken the log directory
-        offline by then)."""
-        await self._settle([tp])  # one left by a fetcher this partition moved from
+        offline by then), or, without truncating, if a truncation of the log is still under
+        way (one a fetcher the partition moved from left: the caller tries again later)."""
+        if tp in self._log_work:
+            raise KafkaStorageError(f"{tp.topic}-{tp.partition} is being truncated already")
         truncation = p.log.begin_truncation(offset)
         if truncation is None:
             return

@@ -1,5 +1,5 @@
-"""SASL/OAUTHBEARER (RFC 7628) with Kafka's unsecured JWS tokens: the server's validation and
-the client's token, as Kafka's defaults do them.
+"""SASL/OAUTHBEARER (RFC 7628): the server's validation of Kafka's unsecured JWS tokens and of
+secured (OIDC) ones, and the client's unsecured token, as Kafka does them.
 
 The server is Kafka's OAuthBearerSaslServer with OAuthBearerUnsecuredValidatorCallbackHandler:
 the client's first message is `n,[a=authzid],` `\\x01auth=Bearer <token>` then `\\x01key=value`
@@ -20,9 +20,20 @@ after `unsecuredLoginLifetimeSeconds` (3600), the claims of the `unsecuredLoginS
 character separates its items) and `unsecuredLoginExtension_<e>` extensions; it answers an
 error challenge with `\\x01`, as Kafka's client.
 
-Differs from Kafka: the token's parts are decoded as base64url (RFC 7515; Kafka's decoder takes
-the standard alphabet only); a token whose header has no `alg` fails as an invalid token.
-Secured tokens (OIDC, `sasl.oauthbearer.jwks.endpoint.url`) are not implemented.
+Secured tokens (KIP-768) are Kafka's OAuthBearerValidatorCallbackHandler's (`SecuredValidator`):
+a JWS verified by PyJWT with the key of the `sasl.oauthbearer.jwks.endpoint.url` set its `kid`
+names (`wirebroker.sasl.jwks` holds the keys; a token is checked against them on the loop, no
+I/O), never `alg` `none`; as Kafka's ValidatorAccessTokenValidator (jose4j), `exp` and `iat` are
+required, `exp` and `nbf` are checked with `sasl.oauthbearer.clock.skew.seconds`, `aud` must
+name one of `sasl.oauthbearer.expected.audience` (and be absent when none is expected), `iss`
+must equal `sasl.oauthbearer.expected.issuer` when set, the principal is the (trimmed)
+`sasl.oauthbearer.sub.claim.name` claim, and the scope claim is a string (one scope, whole) or a
+list. A refused token is answered as an unsecured one is; the reason is logged, never the
+token.
+
+Differs from Kafka: the unsecured token's parts are decoded as base64url (RFC 7515; Kafka's
+decoder takes the standard alphabet only); a token whose header has no `alg` fails as an
+invalid token.
 """
 
 from __future__ import annotations

@@ -11,7 +11,12 @@ handshake. Kafka refuses to start a SASL listener whose mechanisms have no JAAS 
 needs a Kerberos one), so a listener left with no implemented mechanism is refused here too,
 as is PLAIN without a `PlainLoginModule` JAAS config (its users come from there). SCRAM needs
 no JAAS options on the server side (its credentials are stored, see `credentials`);
-OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any.
+OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any, or,
+with `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
+OAuthBearerValidatorCallbackHandler, the `sasl.oauthbearer.*` keys (each overridden by
+`listener.name.<l>.sasl.oauthbearer.*`); a JWKS URL without that handler is refused, where
+Kafka would accept unsecured tokens. Listeners verifying with the same JWKS endpoint share one
+`KeySet` (`share_key_sets`), which the broker fetches before serving.
 
 Between brokers (`inter_broker_login`), as Kafka: when the inter-broker listener is
 SASL_PLAINTEXT or SASL_SSL, this broker logs in to its peers with

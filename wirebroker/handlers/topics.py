@@ -81,17 +81,19 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
         if topic.name in describable:
             _answer_created(ctx, result, record, request.validate_only)
     if created and not request.validate_only:
-        # Answered once the partitions exist (their logs made off the loop) and the
-        # registry holds the topics, as Kafka answers once ZooKeeper does.
-        failed = await broker.create_logs([record for _result, record in created])
-        for result, record in created:
-            if record.name in failed:
-                _answer_failed(result, failed[record.name])
+        # Once the registry holds the topics (as Kafka makes a topic once ZooKeeper holds
+        # it; a failed write leaves none), their partitions' logs are made off the loop, and
+        # the answer waits for them.
         try:
             await broker.topics.written()
         except KafkaError as e:
             for result, _record in created:
                 _answer_failed(result, e)
+        else:
+            failed = await broker.create_logs([record for _result, record in created])
+            for result, record in created:
+                if record.name in failed:
+                    _answer_failed(result, failed[record.name])
     _mutation_throttle(ctx, quota)
     return CreateTopicsResponse(topics=results)
 
@@ -328,8 +330,8 @@ async def _add_partitions(
         current = record.partitions if record is not None else 0
         record = ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
         if record is not None:
+            await ctx.broker.topics.written()  # the new count first, as for CreateTopics
             failed = await ctx.broker.create_logs([record])
-            await ctx.broker.topics.written()
             if failed:
                 raise failed[topic.name]
         return current

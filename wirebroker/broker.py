@@ -463,7 +463,12 @@ class Broker:
                 ),
             )
         for record in records:
-            if self.topics.get(record.name) is not record:  # deleted or re-created meanwhile
+            if self.topics.get(record.name) is not record or (
+                record.name in INTERNAL_TOPICS and record.name in failed
+            ):
+                # Deleted or re-created meanwhile, or an internal topic not made whole (its
+                # coordinator would serve some keys and not others): none of it is served;
+                # its next use makes it again.
                 for name, index in creation.created:
                     if name == record.name:
                         self.log_manager.delete_partition(name, index)

@@ -3,8 +3,9 @@ connection) and `socket.receive.buffer.bytes` (SO_RCVBUF of the listening socket
 connections inherit) read on the broker's side of a real connection as the kernel reports them
 (`ss`; Linux doubles what is set, for its own bookkeeping); -1 leaves the system's default and
 its autotuning alone; a size that is not one is refused at start. The replica fetchers'
-`replica.socket.receive.buffer.bytes` is set before the connection is made; a fetch answer
-larger than the send buffer arrives whole."""
+`replica.socket.receive.buffer.bytes` is set before the connection is made, and a follower's
+connection to its leader has it (two broker processes); a fetch answer larger than the send
+buffer arrives whole."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.cluster_harness import Cluster
 from tests.wirebroker.helpers import (
     RawClient,
     create_topic,
@@ -31,6 +33,7 @@ from tests.wirebroker.helpers import (
     fetch_request,
     host_port,
     produce_request,
+    wait_until,
 )
 from wirebroker.peer import PeerClient
 
@@ -179,3 +182,43 @@ def test_an_answer_larger_than_the_send_buffer_arrives_whole(
         response = client.request(fetch_request(topic, offset=0), 12)
     records = response.responses[0].partitions[0].records
     assert [v for _, _, v in decode_records(records)] == values
+
+
+def test_a_followers_fetcher_connects_with_the_replica_receive_buffer(
+    tmp_path: Path, topic: str
+) -> None:
+    """Two brokers: the follower's connection to its leader (its fetcher's only one there)
+    has `replica.socket.receive.buffer.bytes`, as the kernel reports it."""
+    cluster = Cluster(tmp_path, [1, 2], {"replica.socket.receive.buffer.bytes": "40000"})
+    cluster.start()
+    try:
+        cluster.create_partition(topic, [1, 2])
+        leader, follower = cluster.brokers[1], cluster.brokers[2]
+        with RawClient(leader.bootstrap) as client:
+            response = client.request(produce_request(topic, 0, [SimpleRecord(None, b"v")]), 9)
+        # acks=all, answered once the follower fetched it: its fetcher is connected.
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        assert follower.proc is not None
+        pid = follower.proc.pid
+
+        def fetcher_buffers() -> list[int] | None:
+            out = subprocess.run(
+                ["ss", "-tmnpH", "state", "established", f"( dport = :{leader.port} )"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=10,
+            ).stdout
+            found = [
+                int(rb)
+                for owner, rb in re.findall(
+                    r"users:\(\((.*?)\)\).*?skmem:\(r\d+,rb(\d+)", out, re.S
+                )
+                if f"pid={pid}," in owner
+            ]
+            return found or None
+
+        assert wait_until(fetcher_buffers, what="the fetcher's socket") == [KERNEL_FACTOR * 40000]
+    finally:
+        problems = cluster.close()
+    assert not problems, problems

@@ -116,8 +116,9 @@ async def _make(broker: Broker, name: str) -> None:
         record = broker.register_topic(
             name, topic.partitions, topic.replication_factor, topic.configs
         )
-        await broker.topics.written()
-    failed = await broker.create_logs([record])
+        failed = await broker.create_when_written([record])
+    else:
+        failed = await broker.create_logs([record])
     if failed:
         raise failed[name]
 

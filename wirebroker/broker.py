@@ -387,6 +387,17 @@ class Broker:
                 self.partition_moved(TopicPartition(topic, index), leader=True)
         return failed
 
+    async def create_when_written(self, records: list[TopicRecord]) -> dict[str, KafkaError]:
+        """Once the registry's file holds `records` (new topics or partition counts), make
+        their missing logs and serve them (`create_logs`), as Kafka makes a topic's partitions
+        once ZooKeeper holds it. KafkaError UNKNOWN_SERVER_ERROR if the write failed (it was
+        undone: nothing is made). Shielded: a closed connection must not leave a written topic
+        without its logs."""
+        with trio.CancelScope(shield=True):
+            await self.topics.written()
+            failed = await self.create_logs(records)
+        return failed
+
     async def make_logs(
         self,
         partitions: Mapping[tuple[str, int], LogConfig],

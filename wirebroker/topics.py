@@ -158,9 +158,9 @@ class TopicRegistry:
         the writer is not running."""
         await trio.lowlevel.checkpoint_if_cancelled()  # a shutdown stops the writer first
         target = self._changes
-        if self._settled < target and not self._writer_running:
-            raise RuntimeError("the topic registry's writer (keep_written) is not running")
         while self._settled < target:
+            if not self._writer_running:  # never started, or stopped by a shutdown
+                raise RuntimeError("the topic registry's writer (keep_written) is not running")
             await self._write_done.wait()
         for after, up_to, failure in self._lost:
             if after < target <= up_to:
@@ -195,6 +195,7 @@ class TopicRegistry:
                 self._write_done = trio.Event()
         finally:
             self._writer_running = False
+            self._write_done.set()  # waiters see it stopped
 
     def _settle(self, attempt: int) -> None:
         """The file holds the changes up to `attempt`: run what waited for them."""

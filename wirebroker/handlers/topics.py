@@ -81,19 +81,15 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
         if topic.name in describable:
             _answer_created(ctx, result, record, request.validate_only)
     if created and not request.validate_only:
-        # Once the registry holds the topics (as Kafka makes a topic once ZooKeeper holds
-        # it; a failed write leaves none), their partitions' logs are made off the loop, and
-        # the answer waits for them.
+        # Answered once the registry holds the topics (a failed write leaves none) and their
+        # partitions' logs are made off the loop.
         try:
-            await broker.topics.written()
+            failed = await broker.create_when_written([record for _result, record in created])
         except KafkaError as e:
-            for result, _record in created:
-                _answer_failed(result, e)
-        else:
-            failed = await broker.create_logs([record for _result, record in created])
-            for result, record in created:
-                if record.name in failed:
-                    _answer_failed(result, failed[record.name])
+            failed = {record.name: e for _result, record in created}
+        for result, record in created:
+            if record.name in failed:
+                _answer_failed(result, failed[record.name])
     _mutation_throttle(ctx, quota)
     return CreateTopicsResponse(topics=results)
 
@@ -330,8 +326,7 @@ async def _add_partitions(
         current = record.partitions if record is not None else 0
         record = ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
         if record is not None:
-            await ctx.broker.topics.written()  # the new count first, as for CreateTopics
-            failed = await ctx.broker.create_logs([record])
+            failed = await ctx.broker.create_when_written([record])
             if failed:
                 raise failed[topic.name]
         return current

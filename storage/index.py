@@ -21,22 +21,26 @@ pool, so open files stay bounded. Inactive indexes are loaded lazily and may be 
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import islice
 from pathlib import Path
 
 from storage.errors import CorruptIndexError
 from storage.file_handles import FileHandles
 
-__all__ = ["OffsetIndex", "TimeIndex"]
+__all__ = ["OffsetEntries", "OffsetIndex", "TimeIndex"]
 
 _LITTLE = sys.byteorder == "little"
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _NO_TIMESTAMP = -1
+#: An offset index file's entries as read: relative offsets, positions, the file's size.
+OffsetEntries = tuple["array[int]", "array[int]", int]
 
 
 class _IndexFile:
@@ -70,7 +74,6 @@ class _IndexFile:
                 data = f.read()
         except FileNotFoundError:
             raise CorruptIndexError(f"index file {self.path} does not exist") from None
-        self._file_size = len(data)
         if len(data) % self.ENTRY_SIZE:
             raise CorruptIndexError(
                 f"index file {self.path} is corrupt: {len(data)} bytes is not a multiple of "
@@ -226,7 +229,14 @@ class OffsetIndex(_IndexFile):
         return len(self._offsets) >= self.max_entries
 
     def load(self) -> None:
-        """Read the file; raise :class:`CorruptIndexError` if it fails Kafka's sanity check."""
+        """Read the file; raise :class:`CorruptIndexError` if it fails its check."""
+        self.install(self.read_entries())
+
+    def read_entries(self) -> OffsetEntries:
+        """The file's entries, checked (offsets rising, positions not falling), and its size.
+        Changes nothing here, so a worker thread may call it while the loop serves (an old
+        segment's index holds up to ~260,000 entries: tens of ms); `install` puts them in place.
+        Raises :class:`CorruptIndexError`."""
         data = self._read_file()
         both = array("i")
         both.frombytes(data)
@@ -240,13 +250,28 @@ class OffsetIndex(_IndexFile):
         if n < len(offsets):
             del offsets[n:]
             del positions[n:]
-        for i in range(1, len(offsets)):
-            if offsets[i] <= offsets[i - 1] or positions[i] < positions[i - 1]:
-                raise CorruptIndexError(f"index file {self.path} is corrupt at entry {i}")
+        # Pairwise comparisons run in C (map); the entry at fault is looked for only then.
+        if not (
+            all(map(operator.lt, offsets, islice(offsets, 1, None)))
+            and all(map(operator.le, positions, islice(positions, 1, None)))
+        ):
+            bad = next(
+                i
+                for i in range(1, n)
+                if offsets[i] <= offsets[i - 1] or positions[i] < positions[i - 1]
+            )
+            raise CorruptIndexError(f"index file {self.path} is corrupt at entry {bad}")
         if offsets and offsets[0] < 0:
             raise CorruptIndexError(f"index file {self.path} has a negative relative offset")
-        self._offsets, self._positions = offsets, positions
-        self._persisted = len(offsets)
+        return offsets, positions, len(data)
+
+    def install(self, entries: OffsetEntries) -> None:
+        """Take the entries `read_entries` returned, unless the index was loaded meanwhile
+        (every change loads it first, so the file had not changed under them)."""
+        if self.loaded:
+            return
+        self._offsets, self._positions, self._file_size = entries
+        self._persisted = len(self._offsets)
         self.loaded = True
 
     def append(self, offset: int, position: int) -> None:
@@ -339,6 +364,7 @@ class TimeIndex(_IndexFile):
 
     def load(self) -> None:
         data = self._read_file()
+        self._file_size = len(data)
         timestamps = array("q")
         offsets = array("i")
         for ts, rel in _TIME_ENTRY.iter_unpack(data):

@@ -87,6 +87,7 @@ from storage.validation import (
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
+    from storage.index import OffsetIndex
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
@@ -686,6 +687,15 @@ class PartitionLog:
             result.release()
             raise
         return result
+
+    def index_to_load(self, offset: int) -> OffsetIndex | None:
+        """The offset index a read from `offset` would first load from its file (an old
+        segment's, not in memory), else None. A caller on the event loop loads it off the loop
+        first: `OffsetIndex.read_entries` in a worker thread, then `install`."""
+        if not self._segments or offset < self._log_start or offset > self._leo:
+            return None
+        index = self._segments[max(0, bisect_right(self._bases, offset) - 1)].offset_index
+        return None if index.loaded else index
 
     def _upper_bound(self, index: int, position: int) -> int:
         """An offset no batch ending before `position` in segment `index` reaches (Kafka's

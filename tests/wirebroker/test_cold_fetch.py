@@ -1,8 +1,10 @@
-"""A fetch of records no longer in the page cache: a worker thread reads them in, and the loop
-sends them only then, so it keeps answering everyone else meanwhile (a consumer catching up on
-old records from a slow disk must not stall the broker). Real broker in process, real clients;
-the segments' pages are dropped with `posix_fadvise(DONTNEED)` after a sync, and the worker's
-read is held until the test has seen the loop answer another client."""
+"""A fetch of old records never waits for the disk on the loop, which keeps answering everyone
+else meanwhile (a consumer catching up on old records from a slow disk must not stall the
+broker): records no longer in the page cache are read in by a worker thread before the loop
+sends them, and an old segment's offset index not in memory is loaded by one before the read.
+Real broker in process, real clients; the segments' pages are dropped with
+`posix_fadvise(DONTNEED)` after a sync, and the worker's call is held until the test has seen
+the loop answer another client."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import wirebroker.transport
 from protocol.errors import ErrorCode
 from protocol.messages.metadata import MetadataRequest
 from storage import page_cache
+from storage.index import OffsetEntries, OffsetIndex
 from tests.wirebroker.helpers import RawClient
 from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from wirebroker.config import BrokerConfig
@@ -86,7 +89,9 @@ def _consume(bootstrap: str, common: dict[str, Any]) -> list[bytes]:
             message = consumer.poll(TIMEOUT)
             assert message is not None, f"{len(got)} records of {RECORDS}"
             assert message.error() is None, message.error()
-            got.append(message.value())
+            value = message.value()
+            assert value is not None
+            got.append(value)
     finally:
         consumer.close()
     return got
@@ -152,3 +157,72 @@ def test_a_cold_fetch_is_read_in_a_worker_while_the_loop_answers_others(
     loop_thread, got = trio.run(main)
     assert got == _values()
     assert held.threads and loop_thread not in held.threads
+
+
+class _HeldIndexReads:
+    """Wraps `OffsetIndex.read_entries`: records the thread of each call made outside the
+    loop's thread and holds the first until `release` is set."""
+
+    def __init__(self) -> None:
+        self.read_entries = OffsetIndex.read_entries
+        self.loop_thread = 0
+        self.threads: list[int] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, index: OffsetIndex) -> OffsetEntries:
+        thread = threading.get_ident()
+        self.threads.append(thread)
+        if thread != self.loop_thread and not self.started.is_set():
+            self.started.set()
+            assert self.release.wait(TIMEOUT)
+        return self.read_entries(index)
+
+
+def test_an_old_segments_index_is_loaded_in_a_worker_while_the_loop_answers_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart the old segments' offset indexes are on disk only; the first fetch into
+    one loads it in a worker thread (a check of up to ~260,000 entries) and reads after."""
+    held = _HeldIndexReads()
+    monkeypatch.setattr(OffsetIndex, "read_entries", lambda index: held(index))
+    config = BrokerConfig.from_properties(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
+    )
+
+    async def fill() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            running.broker.create_topic("t", 1, 1, {"segment.bytes": "65536"})
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(_produce, running.bootstrap_servers)
+            nursery.cancel_scope.cancel()
+
+    async def main() -> list[bytes]:
+        held.loop_thread = threading.get_ident()
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            bootstrap = running.bootstrap_servers
+            log = running.broker.log_manager.get("t", 0)
+            assert log.index_to_load(0) is not None  # restarted: not in memory
+            consumed: list[list[bytes]] = []
+            try:
+                with trio.fail_after(TIMEOUT):
+                    async with trio.open_nursery() as clients:
+
+                        async def consume() -> None:
+                            consumed.append(await trio.to_thread.run_sync(_consume, bootstrap, {}))
+
+                        clients.start_soon(consume)
+                        assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+                        await trio.to_thread.run_sync(_metadata, bootstrap)
+                        assert not consumed
+                        held.release.set()
+            finally:
+                held.release.set()
+            nursery.cancel_scope.cancel()
+        return consumed[0]
+
+    trio.run(fill)
+    assert trio.run(main) == _values()
+    assert held.started.is_set()

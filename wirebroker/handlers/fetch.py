@@ -51,6 +51,7 @@ records' bytes (Kafka: the whole response's).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
@@ -60,6 +61,8 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
+from storage.errors import CorruptIndexError
+from storage.index import OffsetEntries, OffsetIndex
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.events import Wakeup
@@ -193,6 +196,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
         any(w.partition is not None for w in wanted),
         trio.current_time() + max(request.max_wait_ms, 0) / 1000,
     )
+    if indexes := _indexes_to_load(wanted):
+        return Later(partial(_long_poll, poll, indexes))
     size, due = poll.read()
     if due:
         return _answer(poll, size)
@@ -201,22 +206,54 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
     return Later(partial(_long_poll, poll))
 
 
-async def _long_poll(poll: _Poll) -> FetchResponse:
-    """Wait for an append (or a moved high watermark) until the answer is due."""
+def _indexes_to_load(wanted: list[_Wanted]) -> list[OffsetIndex]:
+    """The offset indexes the reads would load from their files first (old segments')."""
+    found = []
+    for w in wanted:
+        if w.partition is not None:
+            index = w.partition.log.index_to_load(w.request.fetch_offset)
+            if index is not None:
+                found.append(index)
+    return found
+
+
+def _read_indexes(indexes: list[OffsetIndex]) -> list[tuple[OffsetIndex, OffsetEntries]]:
+    """In a worker thread: the entries of each index file that reads cleanly (the read on the
+    loop loads, and reports, the others)."""
+    read = []
+    for index in indexes:
+        with contextlib.suppress(OSError, CorruptIndexError):
+            read.append((index, index.read_entries()))
+    return read
+
+
+async def _long_poll(poll: _Poll, indexes: list[OffsetIndex] | None = None) -> FetchResponse:
+    """Wait for an append (or a moved high watermark) until the answer is due. With
+    `indexes` (old segments' offset indexes not in memory), load them in a worker thread and
+    read first: loading one on the loop (a file read and a check of its entries) would hold up
+    every connection for tens of ms."""
     ctx = poll.ctx
     if poll.replica_id < 0 and ctx.broker.quotas.request.enabled:
         throttle.request_started(ctx)  # the time of this task's reads counts too
-    size = 0
-    wakeup = poll.wakeup  # armed when the fetch went on to wait
-    assert wakeup is not None
-    with wakeup, trio.move_on_at(poll.deadline):
-        while True:
-            await wakeup.wait()
-            size, due = poll.read()
-            if due:
-                break
+    size, due = 0, False
+    if indexes:
+        for index, entries in await trio.to_thread.run_sync(_read_indexes, indexes):
+            index.install(entries)
+        size, due = poll.read()
+        if not due:
             poll.arm()
             _release(poll.wanted)
+    if not due:
+        wakeup = poll.wakeup  # armed when the fetch went on to wait
+        assert wakeup is not None
+        with wakeup, trio.move_on_at(poll.deadline):
+            while True:
+                await wakeup.wait()
+                size, due = poll.read()
+                if due:
+                    break
+                poll.arm()
+                _release(poll.wanted)
     response = _answer(poll, size)
     if ctx.throttle_time_ms:
         throttle.set_throttle_time(response, ctx.throttle_time_ms)

@@ -43,6 +43,13 @@ _NO_TIMESTAMP = -1
 OffsetEntries = tuple["array[int]", "array[int]", int]
 
 
+def _entries_before_zeros(data: bytes, entry_size: int) -> int:
+    """How many entries `data` holds before the zero entries a preallocated file ends with
+    after a crash (all of them when it has none)."""
+    end = len(data.rstrip(b"\0"))
+    return -(-end // entry_size)
+
+
 class _IndexFile:
     """The file side shared by both indexes: path, base offset, sizes, persistence."""
 
@@ -243,10 +250,7 @@ class OffsetIndex(_IndexFile):
         if _LITTLE:
             both.byteswap()
         offsets, positions = both[0::2], both[1::2]
-        # A preallocated file from a crash has trailing zero entries: stop at the first.
-        n = len(offsets)
-        while n > 0 and offsets[n - 1] == 0 and positions[n - 1] == 0:
-            n -= 1
+        n = _entries_before_zeros(data, self.ENTRY_SIZE)
         if n < len(offsets):
             del offsets[n:]
             del positions[n:]
@@ -365,13 +369,19 @@ class TimeIndex(_IndexFile):
     def load(self) -> None:
         data = self._read_file()
         self._file_size = len(data)
-        timestamps = array("q")
-        offsets = array("i")
-        for ts, rel in _TIME_ENTRY.iter_unpack(data):
-            if rel == 0 and ts == 0 and timestamps:
-                break  # preallocated zeros after a crash
-            timestamps.append(ts)
-            offsets.append(rel)
+        # Whole columns at C speed: the file as big-endian 32-bit words, three per entry
+        # (timestamp's high and low word, relative offset); the timestamps reassembled.
+        n = _entries_before_zeros(data, self.ENTRY_SIZE)
+        words = array("I")
+        words.frombytes(data[: n * self.ENTRY_SIZE])
+        if _LITTLE:
+            words.byteswap()
+        halves = array("I", bytes(8 * n))
+        halves[0::2], halves[1::2] = (
+            (words[1::3], words[0::3]) if _LITTLE else (words[0::3], words[1::3])
+        )
+        timestamps = array("q", halves.tobytes())
+        offsets = array("i", words[2::3].tobytes())
         if timestamps and (timestamps[-1] < timestamps[0] or offsets[-1] < 0):
             raise CorruptIndexError(f"time index file {self.path} is corrupt")
         self._timestamps, self._offsets = timestamps, offsets

@@ -76,7 +76,7 @@ from storage.recovery import load_partition_dir
 from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResult
 from storage.retention import plan_retention
 from storage.scan import iter_file_headers
-from storage.segment import LogSegment
+from storage.segment import LogSegment, LookupReads
 from storage.txn_index import AbortedTxn
 from storage.validation import (
     AppendOrigin,
@@ -87,7 +87,6 @@ from storage.validation import (
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
-    from storage.index import OffsetIndex
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
@@ -688,14 +687,14 @@ class PartitionLog:
             raise
         return result
 
-    def index_to_load(self, offset: int) -> OffsetIndex | None:
-        """The offset index a read from `offset` would first load from its file (an old
-        segment's, not in memory), else None. A caller on the event loop loads it off the loop
-        first: `OffsetIndex.read_entries` in a worker thread, then `install`."""
-        if not self._segments or offset < self._log_start or offset > self._leo:
+    def lookup_reads(self, offset: int) -> LookupReads | None:
+        """What a read from `offset` would wait on the disk for before its slices (an old
+        segment's offset index not in memory, the batch headers not in the page cache), else
+        None: a caller on the event loop runs it in a worker thread first (`LookupReads.run`,
+        then `finish` on the loop)."""
+        if not self._segments or offset < self._log_start or offset >= self._leo:
             return None
-        index = self._segments[max(0, bisect_right(self._bases, offset) - 1)].offset_index
-        return None if index.loaded else index
+        return self._segments[max(0, bisect_right(self._bases, offset) - 1)].lookup_reads(offset)
 
     def _upper_bound(self, index: int, position: int) -> int:
         """An offset no batch ending before `position` in segment `index` reaches (Kafka's

@@ -22,7 +22,7 @@ import wirebroker.transport
 from protocol.errors import ErrorCode
 from protocol.messages.metadata import MetadataRequest
 from storage import page_cache
-from storage.index import OffsetEntries, OffsetIndex
+from storage.segment import LookupReads
 from tests.wirebroker.helpers import RawClient
 from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from wirebroker.config import BrokerConfig
@@ -159,33 +159,34 @@ def test_a_cold_fetch_is_read_in_a_worker_while_the_loop_answers_others(
     assert held.threads and loop_thread not in held.threads
 
 
-class _HeldIndexReads:
-    """Wraps `OffsetIndex.read_entries`: records the thread of each call made outside the
-    loop's thread and holds the first until `release` is set."""
+class _HeldLookups:
+    """Wraps `LookupReads.run`: records each call's thread and holds the first until
+    `release` is set."""
 
     def __init__(self) -> None:
-        self.read_entries = OffsetIndex.read_entries
-        self.loop_thread = 0
+        self.run = LookupReads.run
         self.threads: list[int] = []
         self.started = threading.Event()
         self.release = threading.Event()
 
-    def __call__(self, index: OffsetIndex) -> OffsetEntries:
-        thread = threading.get_ident()
-        self.threads.append(thread)
-        if thread != self.loop_thread and not self.started.is_set():
+    def __call__(self, reads: LookupReads) -> None:
+        self.threads.append(threading.get_ident())
+        if not self.started.is_set():
             self.started.set()
             assert self.release.wait(TIMEOUT)
-        return self.read_entries(index)
+        self.run(reads)
 
 
-def test_an_old_segments_index_is_loaded_in_a_worker_while_the_loop_answers_others(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("cold", ["restarted", "pages dropped"])
+def test_finding_an_old_offset_reads_in_a_worker_while_the_loop_answers_others(
+    cold: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After a restart the old segments' offset indexes are on disk only; the first fetch into
-    one loads it in a worker thread (a check of up to ~260,000 entries) and reads after."""
-    held = _HeldIndexReads()
-    monkeypatch.setattr(OffsetIndex, "read_entries", lambda index: held(index))
+    """A fetch from an old segment first has a worker thread do the reads that find its
+    offset: after a restart the segment's offset index is on disk only (a check of up to
+    ~260,000 entries to load), and with its pages dropped the batch headers from the index
+    entry on are not in the page cache."""
+    held = _HeldLookups()
+    monkeypatch.setattr(LookupReads, "run", lambda reads: held(reads))
     config = BrokerConfig.from_properties(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
     )
@@ -198,13 +199,17 @@ def test_an_old_segments_index_is_loaded_in_a_worker_while_the_loop_answers_othe
                 await trio.to_thread.run_sync(_produce, running.bootstrap_servers)
             nursery.cancel_scope.cancel()
 
-    async def main() -> list[bytes]:
-        held.loop_thread = threading.get_ident()
+    async def main() -> tuple[int, list[bytes]]:
+        loop_thread = threading.get_ident()
         async with trio.open_nursery() as nursery:
             running = await nursery.start(partial(serve_broker, config))
             bootstrap = running.bootstrap_servers
-            log = running.broker.log_manager.get("t", 0)
-            assert log.index_to_load(0) is not None  # restarted: not in memory
+            if cold == "pages dropped":
+                running.broker.create_topic("t", 1, 1, {"segment.bytes": "65536"})
+                await trio.to_thread.run_sync(_produce, bootstrap)
+                await trio.to_thread.run_sync(_drop_pages, tmp_path / "t-0")
+            reads = running.broker.log_manager.get("t", 0).lookup_reads(0)
+            assert reads is not None and (reads.position is None) == (cold == "restarted")
             consumed: list[list[bytes]] = []
             try:
                 with trio.fail_after(TIMEOUT):
@@ -221,8 +226,10 @@ def test_an_old_segments_index_is_loaded_in_a_worker_while_the_loop_answers_othe
             finally:
                 held.release.set()
             nursery.cancel_scope.cancel()
-        return consumed[0]
+        return loop_thread, consumed[0]
 
-    trio.run(fill)
-    assert trio.run(main) == _values()
-    assert held.started.is_set()
+    if cold == "restarted":
+        trio.run(fill)
+    loop_thread, got = trio.run(main)
+    assert got == _values()
+    assert held.threads and loop_thread not in held.threads

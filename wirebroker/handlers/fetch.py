@@ -51,7 +51,6 @@ records' bytes (Kafka: the whole response's).
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
@@ -61,8 +60,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
-from storage.errors import CorruptIndexError
-from storage.index import OffsetEntries, OffsetIndex
+from storage.segment import LookupReads
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.events import Wakeup
@@ -196,8 +194,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
         any(w.partition is not None for w in wanted),
         trio.current_time() + max(request.max_wait_ms, 0) / 1000,
     )
-    if indexes := _indexes_to_load(wanted):
-        return Later(partial(_long_poll, poll, indexes))
+    if lookups := _lookup_reads(wanted):
+        return Later(partial(_long_poll, poll, lookups))
     size, due = poll.read()
     if due:
         return _answer(poll, size)
@@ -206,39 +204,38 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
     return Later(partial(_long_poll, poll))
 
 
-def _indexes_to_load(wanted: list[_Wanted]) -> list[OffsetIndex]:
-    """The offset indexes the reads would load from their files first (old segments')."""
+def _lookup_reads(wanted: list[_Wanted]) -> list[LookupReads]:
+    """What the reads would wait on the disk for to find their fetch offsets (old segments)."""
     found = []
     for w in wanted:
         if w.partition is not None:
-            index = w.partition.log.index_to_load(w.request.fetch_offset)
-            if index is not None:
-                found.append(index)
+            reads = w.partition.log.lookup_reads(w.request.fetch_offset)
+            if reads is not None:
+                found.append(reads)
     return found
 
 
-def _read_indexes(indexes: list[OffsetIndex]) -> list[tuple[OffsetIndex, OffsetEntries]]:
-    """In a worker thread: the entries of each index file that reads cleanly (the read on the
-    loop loads, and reports, the others)."""
-    read = []
-    for index in indexes:
-        with contextlib.suppress(OSError, CorruptIndexError):
-            read.append((index, index.read_entries()))
-    return read
+def _run_all(lookups: list[LookupReads]) -> None:
+    for reads in lookups:
+        reads.run()
 
 
-async def _long_poll(poll: _Poll, indexes: list[OffsetIndex] | None = None) -> FetchResponse:
+async def _long_poll(poll: _Poll, lookups: list[LookupReads] | None = None) -> FetchResponse:
     """Wait for an append (or a moved high watermark) until the answer is due. With
-    `indexes` (old segments' offset indexes not in memory), load them in a worker thread and
-    read first: loading one on the loop (a file read and a check of its entries) would hold up
-    every connection for tens of ms."""
+    `lookups`, first do them in a worker thread and read: the disk reads of a fetch from an
+    old segment (its offset index, the batch headers) would hold up every connection."""
     ctx = poll.ctx
     if poll.replica_id < 0 and ctx.broker.quotas.request.enabled:
         throttle.request_started(ctx)  # the time of this task's reads counts too
     size, due = 0, False
-    if indexes:
-        for index, entries in await trio.to_thread.run_sync(_read_indexes, indexes):
-            index.install(entries)
+    if lookups:
+        try:
+            for reads in lookups:
+                reads.pin()
+            await trio.to_thread.run_sync(_run_all, lookups)
+        finally:
+            for reads in lookups:
+                reads.finish()
         size, due = poll.read()
         if not due:
             poll.arm()

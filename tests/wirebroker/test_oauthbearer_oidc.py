@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -283,10 +285,15 @@ def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
     with serving(process, LOG_TAIL) as b:
         error, client_errors = produce(b, issuer.token("alice"), "oidc-file")
         assert error is None, (error, client_errors)
+    # nothing listens on port 9: the broker retries, then refuses to start and says why
     missing = {
         **properties("http://127.0.0.1:9/jwks"),
         "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "300",
     }
-    process = BrokerProcess(tmp_path / "missing", missing)
-    with pytest.raises(RuntimeError, match="cannot fetch the JWKS"):
-        process.start()
+    command = [sys.executable, "-m", "wirebroker", "serve", "--log-dirs", str(tmp_path / "m")]
+    command += ["--listeners", missing.pop("listeners")]
+    command += [arg for k, v in missing.items() for arg in ("--override", f"{k}={v}")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
+    assert "JWKS fetch 2 of" in done.stderr  # retried

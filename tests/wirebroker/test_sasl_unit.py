@@ -504,3 +504,9 @@ def test_secured_token_scope_expiry_and_signature() -> None:
         secured().validate(jwt.encode({"sub": "a"}, "", "none"), NOW_MS)
     with pytest.raises(InvalidToken, match="malformed"):
         secured().validate("not.a-token", NOW_MS)
+
+
+def test_a_jwks_url_is_logged_without_its_user_and_password() -> None:
+    endpoint = JwksEndpoint("https://user:secret@idp.example/jwks?x=1", 1, 1, 1)
+    assert endpoint.shown == "https://idp.example/jwks?x=1"
+    assert JwksEndpoint("file:/etc/jwks.json", 1, 1, 1).shown == "file:/etc/jwks.json"

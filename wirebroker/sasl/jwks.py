@@ -88,6 +88,14 @@ class JwksEndpoint:
         return (self.url, self.refresh_ms, self.retry_backoff_ms, self.retry_backoff_max_ms)
 
     @property
+    def shown(self) -> str:
+        """The URL as logged: without a user name or password in it."""
+        parts = urllib.parse.urlsplit(self.url)
+        if "@" not in parts.netloc:
+            return self.url
+        return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+    @property
     def is_file(self) -> bool:
         return urllib.parse.urlsplit(self.url).scheme.lower() == "file"
 
@@ -185,7 +193,7 @@ class KeySet:
         if keys is None:
             raise ConfigError(
                 f"cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url="
-                f"{self.endpoint.url} (see the warnings above); OAUTHBEARER tokens cannot be "
+                f"{self.endpoint.shown} (see the warnings above); OAUTHBEARER tokens cannot be "
                 "verified without it"
             )
         self._replace(keys)
@@ -207,7 +215,7 @@ class KeySet:
                 self._missing.pop(key.key_id, None)
         log.info(
             "JWKS of %s: %d verification key(s) (%s)",
-            self.endpoint.url,
+            self.endpoint.shown,
             len(keys),
             ", ".join(k.key_id or "no kid" for k in keys),
         )
@@ -231,7 +239,7 @@ class KeySet:
                 log.warning(
                     "JWKS fetch %d of %s failed: %s%s",
                     attempt,
-                    endpoint.url,
+                    endpoint.shown,
                     e,
                     f"; retrying in {wait_ms} ms" if wait_ms > 0 else "; keeping the keys held",
                 )

@@ -242,7 +242,7 @@ class SecuredValidator:
         if not candidates:
             raise InvalidToken(
                 f"no {algorithm} verification key with kid {key_id!r} in the JWKS of "
-                f"{self.keys.endpoint.url}"
+                f"{self.keys.endpoint.shown}"
             )
         claims: dict[str, Any] | None = None
         for key in candidates:

@@ -64,7 +64,7 @@ from wirebroker.replication.partition_metadata import (
 )
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
-from wirebroker.sasl.settings import ListenerSasl, listener_sasl
+from wirebroker.sasl.settings import ListenerSasl, listener_sasl, share_key_sets
 from wirebroker.topic_configs import LOG_KEYS, log_config_for, min_insync_replicas
 from wirebroker.topics import (
     INTERNAL_TOPICS,
@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from wirebroker.authorizer.acl_authorizer import AclAuthorizer
     from wirebroker.group.coordinator import GroupCoordinator
     from wirebroker.replication.manager import ReplicaManager
+    from wirebroker.sasl.jwks import KeySet
     from wirebroker.txn.coordinator import TransactionCoordinator
     from wirebroker.zk.member import ClusterMember
 
@@ -109,6 +110,8 @@ class Broker:
     fetch_sessions: FetchSessionCache = field(init=False)
     #: The SASL settings of each SASL listener, by listener name.
     sasl_listeners: dict[str, ListenerSasl] = field(init=False)
+    #: The JWKS of each endpoint secured OAUTHBEARER tokens are verified with.
+    key_sets: list[KeySet] = field(init=False)
     #: SCRAM credentials: a file in the embedded broker, a cache of ZooKeeper's in a cluster.
     scram_credentials: ScramCredentialStore = field(init=False)
     #: Client quotas: what measures and throttles clients (`wirebroker.quotas.client`).
@@ -161,6 +164,7 @@ class Broker:
             for listener in self.config.listeners()
             if self.config.security_protocol(listener.name).startswith("SASL_")
         }
+        self.key_sets = share_key_sets(self.sasl_listeners.values(), [])
         self.scram_credentials = ScramCredentialStore(
             None
             if self.config.get("zookeeper.connect")
@@ -724,6 +728,16 @@ class Broker:
         """A SASL listener's mechanisms or JAAS config changed: new connections use them."""
         for name in self.sasl_listeners:
             self.sasl_listeners[name] = listener_sasl(self.config, name)
+        # a new endpoint's keys are not fetched before a restart (the URL is read-only)
+        self.key_sets = share_key_sets(self.sasl_listeners.values(), self.key_sets)
+
+    async def serve_key_sets(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Fetch the JWKS of secured OAUTHBEARER tokens (ConfigError when one cannot be had),
+        report started, then keep them fresh (wirebroker.sasl.jwks)."""
+        async with trio.open_nursery() as nursery:
+            for key_set in self.key_sets:
+                await nursery.start(key_set.run)
+            task_status.started()
 
     def set_topic_configs(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False

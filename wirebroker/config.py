@@ -728,11 +728,61 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "A failed SASL authentication is answered and its connection closed after this "
             "delay (slows password guessing); 0: at once.",
         ),
+        # secured OAUTHBEARER tokens (OIDC, KIP-768): wirebroker.sasl.oauthbearer, .jwks
         _k(
             "sasl.oauthbearer.jwks.endpoint.url",
             "string",
             None,
-            "Secured OAUTHBEARER tokens (OIDC) are not implemented: setting it is refused.",
+            "The https, http or file: URL of the JSON Web Key Set that OAUTHBEARER tokens are "
+            "verified with, by listener.name.<l>.oauthbearer.sasl.server.callback.handler.class="
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler.",
+        ),
+        _k(
+            "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+            "long",
+            "3600000",
+            "How often the JWKS is fetched again (a token naming an unknown key id fetches it "
+            "sooner, at most once a minute per key id).",
+        ),
+        _k(
+            "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+            "long",
+            "100",
+            "First wait after a failed JWKS fetch; doubled after each further failure.",
+        ),
+        _k(
+            "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+            "long",
+            "10000",
+            "How long a JWKS fetch is retried in all before it is given up (at start-up: the "
+            "broker does not start; later: the keys held are kept).",
+        ),
+        _k(
+            "sasl.oauthbearer.expected.audience",
+            "list",
+            None,
+            "Audiences a token's aud claim must name one of (unset: a token with an aud claim "
+            "is refused, as Kafka's).",
+        ),
+        _k(
+            "sasl.oauthbearer.expected.issuer",
+            "string",
+            None,
+            "The exact iss claim a token must have (unset: not checked).",
+        ),
+        _k(
+            "sasl.oauthbearer.sub.claim.name",
+            "string",
+            "sub",
+            "The claim that names a token's principal (User:<claim>).",
+        ),
+        _k("sasl.oauthbearer.scope.claim.name", "string", "scope", "The claim of a token's scope."),
+        _k(
+            "sasl.oauthbearer.clock.skew.seconds",
+            "int",
+            "30",
+            "Seconds of difference allowed between the token issuer's clock and the broker's "
+            "(exp, nbf).",
         ),
         # Encryption of the password keys stored as dynamic broker configs (Kafka's
         # PasswordEncoder; wirebroker.password_encoder)

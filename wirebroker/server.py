@@ -126,6 +126,8 @@ async def serve_broker(
 
             broker.authorizer = await AclAuthorizer.open(config, zk)
         async with trio.open_nursery() as nursery:
+            # secured OAUTHBEARER tokens' keys are held before a listener opens
+            await nursery.start(broker.serve_key_sets)
             await nursery.start(broker.topics.keep_written)
             await nursery.start(broker.serve_coordinators)
             if broker.cluster_mode:

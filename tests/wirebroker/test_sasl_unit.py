@@ -5,14 +5,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from typing import Any
 
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.sasl.jwks import JwksEndpoint, KeySet, parse_jwks
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslClient, SaslFailure, SaslServer
 from wirebroker.sasl.oauthbearer import (
+    SECURED_VALIDATORS,
+    InvalidToken,
     OAuthBearerClient,
     OAuthBearerServer,
+    SecuredValidator,
     UnsecuredValidator,
     unsecured_token,
 )
@@ -331,6 +338,7 @@ SCRAM_JAAS = (
     "org.apache.kafka.common.security.scram.ScramLoginModule required "
     'username="broker" password="broker-secret";'
 )
+SECURED_HANDLER_KEY = "listener.name.internal.oauthbearer.sasl.server.callback.handler.class"
 CLUSTER = {
     "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
@@ -357,7 +365,7 @@ def test_inter_broker_login_from_the_listeners_jaas_config() -> None:
     login = inter_broker_login(oauth)
     assert login is not None and isinstance(login.client(NOW_MS), OAuthBearerClient)
     validator = listener_sasl(oauth, "INTERNAL").oauthbearer
-    assert validator is not None and validator.required_scope == ("kafka",)
+    assert isinstance(validator, UnsecuredValidator) and validator.required_scope == ("kafka",)
     plaintext = {k: v for k, v in CLUSTER.items() if k != "inter.broker.listener.name"}
     assert inter_broker_login(BrokerConfig.from_properties(plaintext)) is None
 
@@ -392,9 +400,32 @@ def test_inter_broker_login_from_the_listeners_jaas_config() -> None:
             },
             "unsecuredLoginStringClaim_sub",
         ),
-        (
+        (  # the default (unsecured) validator would let anyone in: refused, unlike Kafka
             {"sasl.oauthbearer.jwks.endpoint.url": "https://idp.example/jwks"},
-            "secured tokens \\(OIDC",
+            "would accept unsecured tokens",
+        ),
+        (
+            {f"{SECURED_HANDLER_KEY}": SECURED_VALIDATORS[0]},
+            "set sasl.oauthbearer.jwks.endpoint.url",
+        ),
+        (
+            {
+                f"{SECURED_HANDLER_KEY}": SECURED_VALIDATORS[1],
+                "sasl.oauthbearer.jwks.endpoint.url": "ftp://idp.example/jwks",
+            },
+            "only http, https and file URLs",
+        ),
+        (
+            {
+                f"{SECURED_HANDLER_KEY}": SECURED_VALIDATORS[0],
+                "sasl.oauthbearer.jwks.endpoint.url": "https://idp.example/jwks",
+                "sasl.oauthbearer.jwks.endpoint.refresh.ms": "0",
+            },
+            "refresh.ms=0 must be at least 1",
+        ),
+        (
+            {f"{SECURED_HANDLER_KEY}": "com.example.MyHandler"},
+            "com.example.MyHandler is not implemented",
         ),
         ({"connection.failed.authentication.delay.ms": "600000"}, "less than connections.max"),
     ],
@@ -405,3 +436,77 @@ def test_inter_broker_login_refuses_what_cannot_log_in(
     props = {k: v for k, v in {**CLUSTER, **change}.items() if v is not None}
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_properties(props)  # type: ignore[arg-type]
+
+
+# secured (OIDC) tokens: the claims, as Kafka's ValidatorAccessTokenValidator checks them -------
+SIGNING_KEY = ec.generate_private_key(ec.SECP256R1())
+NOW_S = NOW_MS // 1000
+
+
+def secured(**options: Any) -> SecuredValidator:
+    keys = KeySet(JwksEndpoint("https://idp.example/jwks", 3_600_000, 100, 10_000))
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(SIGNING_KEY.public_key()))
+    keys.keys = parse_jwks(json.dumps({"keys": [{**jwk, "kid": "k"}]}).encode())
+    return SecuredValidator(keys, **options)
+
+
+def signed(claims: dict[str, Any], kid: str = "k") -> str:
+    return jwt.encode(claims, SIGNING_KEY, "ES256", headers={"kid": kid})
+
+
+@pytest.mark.parametrize(
+    ("claims", "options", "refused"),
+    [
+        ({"exp": NOW_S - 20}, {}, None),  # within the default 30 s of clock skew
+        ({"exp": NOW_S - 31}, {}, "expired"),
+        ({"exp": NOW_S - 20}, {"clock_skew_s": 0}, "expired"),
+        ({"nbf": NOW_S + 60}, {}, "not valid before"),
+        ({"nbf": NOW_S + 20}, {}, None),
+        ({"iat": None}, {}, "iat"),  # Kafka requires iat
+        ({"exp": None}, {}, "exp"),
+        ({"sub": None}, {}, "no principal"),
+        ({"sub": None, "user": "carol"}, {"principal_claim": "user"}, None),
+        ({"aud": "kafka"}, {}, "(?i)audience"),  # an aud no audience was expected for (jose4j's)
+        ({"aud": ["x", "kafka"]}, {"expected_audience": ("kafka",)}, None),
+        ({"aud": "x"}, {"expected_audience": ("kafka",)}, "(?i)audience"),
+        ({}, {"expected_audience": ("kafka",)}, "aud"),
+        ({"iss": "https://a"}, {"expected_issuer": "https://a"}, None),
+        ({"iss": "https://b"}, {"expected_issuer": "https://a"}, "(?i)issuer"),
+        ({"scope": ["a", " "]}, {}, "empty scope"),
+    ],
+)
+def test_secured_token_claims(
+    claims: dict[str, Any], options: dict[str, Any], refused: str | None
+) -> None:
+    base = {"sub": "alice", "iat": NOW_S, "exp": NOW_S + 600}
+    token = signed({k: v for k, v in {**base, **claims}.items() if v is not None})
+    validator = secured(**options)
+    if refused is None:
+        assert validator.validate(token, NOW_MS).principal in ("alice", "carol")
+    else:
+        with pytest.raises(InvalidToken, match=refused):
+            validator.validate(token, NOW_MS)
+
+
+def test_secured_token_scope_expiry_and_signature() -> None:
+    token = signed({"sub": " alice ", "iat": NOW_S, "exp": NOW_S + 600, "scope": "read write"})
+    checked = secured().validate(token, NOW_MS)
+    # Kafka keeps a string scope whole, and trims the subject
+    assert (checked.principal, checked.scope) == ("alice", frozenset(["read write"]))
+    assert checked.expires_ms == (NOW_S + 600) * 1000
+    other = ec.generate_private_key(ec.SECP256R1())
+    forged = jwt.encode({"sub": "a", "iat": NOW_S, "exp": NOW_S + 9}, other, "ES256", {"kid": "k"})
+    with pytest.raises(InvalidToken, match="signature"):
+        secured().validate(forged, NOW_MS)
+    with pytest.raises(InvalidToken, match="kid 'other'"):
+        secured().validate(signed({"sub": "a"}, kid="other"), NOW_MS)
+    with pytest.raises(InvalidToken, match="not allowed"):
+        secured().validate(jwt.encode({"sub": "a"}, "", "none"), NOW_MS)
+    with pytest.raises(InvalidToken, match="malformed"):
+        secured().validate("not.a-token", NOW_MS)
+
+
+def test_a_jwks_url_is_logged_without_its_user_and_password() -> None:
+    endpoint = JwksEndpoint("https://user:secret@idp.example/jwks?x=1", 1, 1, 1)
+    assert endpoint.shown == "https://idp.example/jwks?x=1"
+    assert JwksEndpoint("file:/etc/jwks.json", 1, 1, 1).shown == "file:/etc/jwks.json"

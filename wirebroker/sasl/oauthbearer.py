@@ -1,5 +1,5 @@
-"""SASL/OAUTHBEARER (RFC 7628) with Kafka's unsecured JWS tokens: the server's validation and
-the client's token, as Kafka's defaults do them.
+"""SASL/OAUTHBEARER (RFC 7628): the server's validation of Kafka's unsecured JWS tokens and of
+secured (OIDC) ones, and the client's unsecured token, as Kafka does them.
 
 The server is Kafka's OAuthBearerSaslServer with OAuthBearerUnsecuredValidatorCallbackHandler:
 the client's first message is `n,[a=authzid],` `\\x01auth=Bearer <token>` then `\\x01key=value`
@@ -20,9 +20,20 @@ after `unsecuredLoginLifetimeSeconds` (3600), the claims of the `unsecuredLoginS
 character separates its items) and `unsecuredLoginExtension_<e>` extensions; it answers an
 error challenge with `\\x01`, as Kafka's client.
 
-Differs from Kafka: the token's parts are decoded as base64url (RFC 7515; Kafka's decoder takes
-the standard alphabet only); a token whose header has no `alg` fails as an invalid token.
-Secured tokens (OIDC, `sasl.oauthbearer.jwks.endpoint.url`) are not implemented.
+Secured tokens (KIP-768) are Kafka's OAuthBearerValidatorCallbackHandler's (`SecuredValidator`):
+a JWS verified by PyJWT with the key of the `sasl.oauthbearer.jwks.endpoint.url` set its `kid`
+names (`wirebroker.sasl.jwks` holds the keys; a token is checked against them on the loop, no
+I/O), never `alg` `none`; as Kafka's ValidatorAccessTokenValidator (jose4j), `exp` and `iat` are
+required, `exp` and `nbf` are checked with `sasl.oauthbearer.clock.skew.seconds`, `aud` must
+name one of `sasl.oauthbearer.expected.audience` (and be absent when none is expected), `iss`
+must equal `sasl.oauthbearer.expected.issuer` when set, the principal is the (trimmed)
+`sasl.oauthbearer.sub.claim.name` claim, and the scope claim is a string (one scope, whole) or a
+list. A refused token is answered as an unsecured one is; the reason is logged, never the
+token.
+
+Differs from Kafka: the unsecured token's parts are decoded as base64url (RFC 7515; Kafka's
+decoder takes the standard alphabet only); a token whose header has no `alg` fails as an
+invalid token.
 """
 
 from __future__ import annotations
@@ -30,17 +41,26 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from wirebroker.sasl.jwks import KeySet
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
 from wirebroker.sasl.settings import OAUTHBEARER
+
+log = logging.getLogger(__name__)
 
 UNSECURED_VALIDATOR = (
     "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
     "OAuthBearerUnsecuredValidatorCallbackHandler"
+)
+#: Kafka 3.9's secured validator, by its public name and by its deprecated one.
+SECURED_VALIDATORS = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler",
 )
 _SEPARATOR = "\x01"
 _CLIENT_FIRST = re.compile(
@@ -79,8 +99,8 @@ def _decode_part(part: str) -> dict[str, Any]:
     return obj
 
 
-class UnsecuredJws:
-    """A validated token: who it names, its scope and when it ends."""
+class BearerToken:
+    """A validated token (unsecured or secured): who it names, its scope and when it ends."""
 
     # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
     __slots__ = ("principal", "scope", "expires_ms")
@@ -124,7 +144,7 @@ class UnsecuredValidator:
             int(skew),
         )
 
-    def validate(self, token: str, now_ms: int) -> UnsecuredJws:
+    def validate(self, token: str, now_ms: int) -> BearerToken:
         """The token's principal, scope and expiry; InvalidToken when it does not pass."""
         if ".." in token:
             raise InvalidToken("Malformed compact serialization contains '..'")
@@ -162,7 +182,7 @@ class UnsecuredValidator:
                     f"The provided scope ({sorted(scope)}) was missing a required scope ({wanted})",
                     scope="[" + ", ".join(self.required_scope) + "]",
                 )
-        return UnsecuredJws(principal, scope, round(exp * 1000))
+        return BearerToken(principal, scope, round(exp * 1000))
 
     @staticmethod
     def _scope(value: Any) -> frozenset[str]:
@@ -175,12 +195,112 @@ class UnsecuredValidator:
         raise InvalidToken("The scope claim was not of type String or List")
 
 
+class SecuredValidator:
+    """Kafka's OAuthBearerValidatorCallbackHandler (KIP-768): a JWS signed by a key of the
+    `sasl.oauthbearer.jwks.endpoint.url` key set (PyJWT verifies it), checked as Kafka's
+    ValidatorAccessTokenValidator does."""
+
+    __slots__ = (
+        "keys",
+        "expected_audience",
+        "expected_issuer",
+        "principal_claim",
+        "scope_claim",
+        "clock_skew_s",
+    )
+
+    def __init__(
+        self,
+        keys: KeySet,
+        expected_audience: tuple[str, ...] = (),
+        expected_issuer: str | None = None,
+        principal_claim: str = "sub",
+        scope_claim: str = "scope",
+        clock_skew_s: int = 30,
+    ) -> None:
+        self.keys = keys
+        self.expected_audience = expected_audience
+        self.expected_issuer = expected_issuer
+        self.principal_claim = principal_claim
+        self.scope_claim = scope_claim
+        self.clock_skew_s = clock_skew_s
+
+    def validate(self, token: str, now_ms: int) -> BearerToken:
+        """The token's principal, scope and expiry; InvalidToken when it does not pass."""
+        import jwt  # here: a broker without secured tokens never loads PyJWT (start-up time)
+
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as e:
+            raise InvalidToken(f"malformed token: {e}") from None
+        algorithm, key_id = header.get("alg"), header.get("kid")
+        if not isinstance(algorithm, str) or algorithm.lower() == "none":
+            raise InvalidToken(f"the token's algorithm {algorithm!r} is not allowed")
+        if key_id is not None and not isinstance(key_id, str):
+            raise InvalidToken("the token's key id (kid) is not a string")
+        candidates = self.keys.candidates(key_id, algorithm)
+        if not candidates:
+            raise InvalidToken(
+                f"no {algorithm} verification key with kid {key_id!r} in the JWKS of "
+                f"{self.keys.endpoint.shown}"
+            )
+        claims: dict[str, Any] | None = None
+        for key in candidates:
+            try:
+                claims = jwt.decode(
+                    token,
+                    key.key,
+                    algorithms=[algorithm],
+                    audience=self.expected_audience or None,
+                    issuer=self.expected_issuer,
+                    # exp and nbf are checked below against the broker's clock
+                    options={
+                        "require": ["exp", "iat"],
+                        "verify_exp": False,
+                        "verify_nbf": False,
+                        "verify_iat": False,
+                    },
+                )
+                break
+            except jwt.InvalidSignatureError:
+                continue
+            except jwt.PyJWTError as e:
+                raise InvalidToken(f"could not validate the token: {e}") from None
+        if claims is None:
+            raise InvalidToken(f"the token's signature does not verify (kid {key_id!r})")
+        return self._checked(claims, now_ms)
+
+    def _checked(self, claims: dict[str, Any], now_ms: int) -> BearerToken:
+        skew_ms = 1000 * self.clock_skew_s
+        times = {name: claims.get(name) for name in ("exp", "iat", "nbf")}
+        for name, value in times.items():
+            if value is not None and not (_number(value) and math.isfinite(value) and value >= 0):
+                raise InvalidToken(f"the '{name}' claim is not a non-negative number")
+        exp, nbf = times["exp"], times["nbf"]
+        assert exp is not None  # required above
+        if now_ms - skew_ms >= 1000 * exp:
+            raise InvalidToken(f"the token expired at {exp} seconds")
+        if nbf is not None and 1000 * nbf > now_ms + skew_ms:
+            raise InvalidToken(f"the token is not valid before {nbf} seconds")
+        principal = claims.get(self.principal_claim)
+        if not isinstance(principal, str) or not principal.strip():
+            raise InvalidToken(f"no principal name in the token's {self.principal_claim} claim")
+        raw_scope = claims.get(self.scope_claim)
+        items = [raw_scope] if isinstance(raw_scope, str) else raw_scope
+        scope = [s.strip() for s in items if isinstance(s, str)] if isinstance(items, list) else []
+        if "" in scope:
+            raise InvalidToken(f"the token's {self.scope_claim} claim holds an empty scope")
+        return BearerToken(principal.strip(), frozenset(scope), round(exp * 1000))
+
+
 class OAuthBearerServer:
     """One OAUTHBEARER exchange on the server's side."""
 
     mechanism = OAUTHBEARER
 
-    def __init__(self, validator: UnsecuredValidator, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, validator: UnsecuredValidator | SecuredValidator, now_ms: Callable[[], int]
+    ) -> None:
         self._validator = validator
         self._now_ms = now_ms
         self.username: str | None = None
@@ -204,6 +324,7 @@ class OAuthBearerServer:
         try:
             jws = self._validator.validate(auth["token"], self._now_ms())
         except InvalidToken as e:
+            log.info("OAUTHBEARER token refused: %s", e)  # the reason, never the token
             status = "insufficient_scope" if e.scope is not None else "invalid_token"
             error = {"status": status} | ({"scope": e.scope} if e.scope is not None else {})
             self._error = json.dumps(error, separators=(",", ":"))

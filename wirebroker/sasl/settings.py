@@ -11,7 +11,12 @@ handshake. Kafka refuses to start a SASL listener whose mechanisms have no JAAS 
 needs a Kerberos one), so a listener left with no implemented mechanism is refused here too,
 as is PLAIN without a `PlainLoginModule` JAAS config (its users come from there). SCRAM needs
 no JAAS options on the server side (its credentials are stored, see `credentials`);
-OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any.
+OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any, or,
+with `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
+OAuthBearerValidatorCallbackHandler, the `sasl.oauthbearer.*` keys (each overridden by
+`listener.name.<l>.sasl.oauthbearer.*`); a JWKS URL without that handler is refused, where
+Kafka would accept unsecured tokens. Listeners verifying with the same JWKS endpoint share one
+`KeySet` (`share_key_sets`), which the broker fetches before serving.
 
 Between brokers (`inter_broker_login`), as Kafka: when the inter-broker listener is
 SASL_PLAINTEXT or SASL_SSL, this broker logs in to its peers with
@@ -25,13 +30,14 @@ their client side.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
+    from wirebroker.sasl.jwks import KeySet
     from wirebroker.sasl.mechanism import SaslClient
-    from wirebroker.sasl.oauthbearer import UnsecuredValidator
+    from wirebroker.sasl.oauthbearer import SecuredValidator, UnsecuredValidator
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -139,7 +145,7 @@ class ListenerSasl:
         jaas: dict[str, JaasEntry],
         max_receive_size: int,
         max_reauth_ms: int = 0,
-        oauthbearer: UnsecuredValidator | None = None,
+        oauthbearer: UnsecuredValidator | SecuredValidator | None = None,
     ) -> None:
         self.listener_name = listener_name
         self.mechanisms = mechanisms
@@ -214,23 +220,109 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
 
 def _oauthbearer_validator(
     config: BrokerConfig, prefix: str, jaas: dict[str, JaasEntry]
-) -> UnsecuredValidator:
+) -> UnsecuredValidator | SecuredValidator:
     from wirebroker.config import ConfigError
-    from wirebroker.sasl.oauthbearer import UNSECURED_VALIDATOR, UnsecuredValidator
+    from wirebroker.sasl.oauthbearer import (
+        SECURED_VALIDATORS,
+        UNSECURED_VALIDATOR,
+        UnsecuredValidator,
+    )
 
     handler_key = f"{prefix}oauthbearer.sasl.server.callback.handler.class"
     handler = (config.get(handler_key) or "").strip()
-    if handler not in ("", UNSECURED_VALIDATOR) or config.get("sasl.oauthbearer.jwks.endpoint.url"):
+    if handler in SECURED_VALIDATORS:
+        return _secured_validator(config, prefix)
+    if handler not in ("", UNSECURED_VALIDATOR):
         raise ConfigError(
-            f"listener {prefix.split('.')[2]}: OAUTHBEARER validates Kafka's unsecured JWS tokens "
-            "only; secured tokens (OIDC: a server callback handler, "
-            "sasl.oauthbearer.jwks.endpoint.url) are not implemented"
+            f"{handler_key}={handler} is not implemented: OAUTHBEARER validates tokens with "
+            f"{SECURED_VALIDATORS[0]} (OIDC, sasl.oauthbearer.jwks.endpoint.url) or Kafka's "
+            f"default {UNSECURED_VALIDATOR}"
+        )
+    if not handler and _oauthbearer_setting(config, prefix, "jwks.endpoint.url"):
+        # Kafka would validate unsecured tokens here, ignoring the URL: anyone could log in.
+        raise ConfigError(
+            f"sasl.oauthbearer.jwks.endpoint.url is set but listener {prefix.split('.')[2]} "
+            f"would accept unsecured tokens: set {handler_key}={SECURED_VALIDATORS[0]} to "
+            "verify tokens with the JWKS"
         )
     entry = jaas.get(OAUTHBEARER)
     try:
         return UnsecuredValidator.from_options(entry.options if entry else {})
     except ValueError as e:
         raise ConfigError(f"{prefix}oauthbearer.sasl.jaas.config: {e}") from None
+
+
+def _oauthbearer_setting(config: BrokerConfig, prefix: str, name: str) -> str | None:
+    """`sasl.oauthbearer.<name>`, overridden by `listener.name.<l>.sasl.oauthbearer.<name>`
+    (a blank value reads as unset)."""
+    key = f"sasl.oauthbearer.{name}"
+    value = config.get(prefix + key) if config.is_set(prefix + key) else config.get(key)
+    return value.strip() if value and value.strip() else None
+
+
+def _secured_validator(config: BrokerConfig, prefix: str) -> SecuredValidator:
+    """Kafka's OAuthBearerValidatorCallbackHandler's settings (no I/O: the key set is
+    fetched when the broker starts, `KeySet.run`)."""
+    import urllib.parse
+
+    from wirebroker.config import ConfigError
+    from wirebroker.sasl.jwks import JwksEndpoint, KeySet
+    from wirebroker.sasl.oauthbearer import SecuredValidator
+
+    url = _oauthbearer_setting(config, prefix, "jwks.endpoint.url")
+    if url is None:
+        raise ConfigError(
+            f"listener {prefix.split('.')[2]} verifies OAUTHBEARER tokens with a JWKS: set "
+            "sasl.oauthbearer.jwks.endpoint.url (https://..., http://... or file:...)"
+        )
+    if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https", "file"):
+        raise ConfigError(
+            f"sasl.oauthbearer.jwks.endpoint.url={url}: only http, https and file URLs are "
+            "supported"
+        )
+
+    def number(name: str, at_least: int) -> int:
+        text = _oauthbearer_setting(config, prefix, name) or ""  # unset: Kafka's default
+        if not text.lstrip("-").isdigit() or int(text) < at_least:
+            raise ConfigError(f"sasl.oauthbearer.{name}={text} must be at least {at_least}")
+        return int(text)
+
+    endpoint = JwksEndpoint(
+        url,
+        number("jwks.endpoint.refresh.ms", 1),
+        number("jwks.endpoint.retry.backoff.ms", 0),
+        number("jwks.endpoint.retry.backoff.max.ms", 0),
+    )
+    audience = _oauthbearer_setting(config, prefix, "expected.audience") or ""
+    return SecuredValidator(
+        KeySet(endpoint),
+        tuple(a.strip() for a in audience.split(",") if a.strip()),
+        _oauthbearer_setting(config, prefix, "expected.issuer"),
+        _oauthbearer_setting(config, prefix, "sub.claim.name") or "sub",
+        _oauthbearer_setting(config, prefix, "scope.claim.name") or "scope",
+        number("clock.skew.seconds", 0),
+    )
+
+
+def share_key_sets(listeners: Iterable[ListenerSasl], held: list[KeySet]) -> list[KeySet]:
+    """Point every listener verifying secured tokens at the one KeySet of its JWKS endpoint
+    (one of `held` if it has it: their keys are kept across config changes); the key sets
+    in use, `held` first."""
+    key_sets = list(held)
+    for listener in listeners:
+        validator = listener.oauthbearer
+        if validator is None:
+            continue
+        from wirebroker.sasl.oauthbearer import SecuredValidator  # loaded by listener_sasl
+
+        if not isinstance(validator, SecuredValidator):
+            continue
+        same = next((k for k in key_sets if k.endpoint == validator.keys.endpoint), None)
+        if same is None:
+            key_sets.append(validator.keys)
+        else:
+            validator.keys = same
+    return key_sets
 
 
 class SaslLogin:

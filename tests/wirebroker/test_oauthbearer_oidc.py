@@ -1,0 +1,299 @@
+"""SASL/OAUTHBEARER with secured (OIDC) tokens against a broker process (KIP-768).
+
+The broker verifies tokens with Kafka's OAuthBearerValidatorCallbackHandler settings against a
+JWKS served over HTTP by this test (http.server in a thread, the keys made with `cryptography`,
+the tokens signed with PyJWT). Real clients log in: confluent-kafka (librdkafka's `oauth_cb`)
+and aiokafka (a token provider). The principal is observed through the ACL authorizer: alice is
+the super user, so her produce succeeds and a valid token of bob's is denied the topic. Every
+refused token (bad signature, unknown key id, expired, wrong audience, wrong issuer, `alg:
+none`) is an authentication failure in the client; a key added to the JWKS is found by the
+refresh an unknown key id triggers, as Kafka's RefreshingHttpsJwks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from confluent_kafka import KafkaError, Producer
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.conftest import LOG_TAIL
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 15.0
+ISSUER = "https://issuer.example"
+AUDIENCE = "kafka-broker"
+SECURED = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+
+
+class Issuer:
+    """An identity provider: signing keys, and the JWKS of their public halves over HTTP."""
+
+    def __init__(self) -> None:
+        self.private: dict[str, Any] = {}
+        self.published: list[str] = []
+        self.requests = 0
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                issuer.requests += 1
+                body = json.dumps(issuer.jwks()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/jwks"
+
+    def add_key(self, kid: str, *, publish: bool = True, curve: bool = False) -> None:
+        self.private[kid] = (
+            ec.generate_private_key(ec.SECP256R1())
+            if curve
+            else rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        )
+        if publish:
+            self.published.append(kid)
+
+    def jwks(self) -> dict[str, Any]:
+        keys = []
+        for kid in self.published:
+            algorithm = jwt.algorithms.ECAlgorithm if kid.startswith("ec") else None
+            public = self.private[kid].public_key()
+            jwk = json.loads(
+                algorithm.to_jwk(public)
+                if algorithm
+                else jwt.algorithms.RSAAlgorithm.to_jwk(public)
+            )
+            keys.append({**jwk, "kid": kid, "use": "sig"})
+        return {"keys": keys}
+
+    def token(self, sub: str = "alice", kid: str = "k1", **claims: Any) -> str:
+        now = int(time.time())
+        payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600}
+        payload |= claims
+        algorithm = "ES256" if kid.startswith("ec") else "RS256"
+        return jwt.encode(payload, self.private[kid], algorithm, headers={"kid": kid})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[Issuer]:
+    idp = Issuer()
+    idp.add_key("k1")
+    idp.add_key("ec1", curve=True)
+    idp.add_key("unpublished", publish=False)
+    yield idp
+    idp.close()
+
+
+def properties(jwks_url: str) -> dict[str, str]:
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": SECURED,
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        ),
+        "sasl.oauthbearer.jwks.endpoint.url": jwks_url,
+        "sasl.oauthbearer.expected.audience": f"other,{AUDIENCE}",
+        "sasl.oauthbearer.expected.issuer": ISSUER,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:alice",
+        "connection.failed.authentication.delay.ms": "0",
+    }
+
+
+@pytest.fixture(scope="module")
+def broker(issuer: Issuer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("broker"), properties(issuer.url))
+    with serving(process, LOG_TAIL) as b:
+        yield b
+
+
+@pytest.fixture(autouse=True)
+def _no_token_in_the_log(broker: BrokerProcess) -> Iterator[None]:
+    yield
+    for line in broker.log:
+        assert "eyJ" not in line, line  # a JWS's base64url JSON header never reaches the log
+
+
+def librdkafka(broker: BrokerProcess, token: str, errors: list[KafkaError]) -> Producer:
+    def oauth_cb(_config: str) -> tuple[str, float, str]:
+        return token, time.time() + 600, "alice"
+
+    return Producer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER",
+            "oauth_cb": oauth_cb,
+            "error_cb": errors.append,
+            "message.timeout.ms": int(TIMEOUT * 1000),
+        }
+    )
+
+
+def produce(broker: BrokerProcess, token: str, topic: str) -> tuple[KafkaError | None, list[Any]]:
+    """Produce one record with `token`: the delivery error (None: written) and client errors."""
+    errors: list[KafkaError] = []
+    producer = librdkafka(broker, token, errors)
+    delivered: list[KafkaError | None] = []
+    producer.produce(topic, b"v", partition=0, on_delivery=lambda e, _m: delivered.append(e))
+    deadline = time.monotonic() + TIMEOUT
+    while not delivered and time.monotonic() < deadline:
+        producer.poll(0.1)
+        if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+            break
+    producer.purge()
+    producer.flush(1)
+    return (delivered[0] if delivered else None), errors
+
+
+def authentication_fails(broker: BrokerProcess, token: str) -> None:
+    """librdkafka's first login with `token` fails as Kafka's refusal of a token does."""
+    errors: list[KafkaError] = []
+    producer = librdkafka(broker, token, errors)
+    deadline = time.monotonic() + TIMEOUT
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.1)
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
+    assert "invalid_token" in errors[0].str(), errors[0].str()
+
+
+def test_valid_token_logs_in_as_its_sub_claim(broker: BrokerProcess, issuer: Issuer) -> None:
+    topic = f"oidc-{uuid.uuid4().hex[:8]}"
+    error, client_errors = produce(broker, issuer.token("alice"), topic)
+    assert error is None, (error, client_errors)
+    # an EC key verifies too (ES256)
+    error, client_errors = produce(broker, issuer.token("alice", kid="ec1"), topic)
+    assert error is None, (error, client_errors)
+    # bob's token is valid, but bob is not the super user: the principal is the sub claim
+    error, client_errors = produce(broker, issuer.token("bob"), topic)
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (
+        error,
+        client_errors,
+    )
+
+
+def test_aiokafka_token_provider(broker: BrokerProcess, issuer: Issuer) -> None:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.abc import AbstractTokenProvider
+
+    class Tokens(AbstractTokenProvider):
+        async def token(self) -> str:
+            return issuer.token("alice")
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=Tokens(),
+        )
+        await producer.start()
+        try:
+            await producer.send_and_wait(f"oidc-aio-{uuid.uuid4().hex[:8]}", b"v", partition=0)
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(send(), TIMEOUT))
+
+
+def unsigned(token: str) -> str:
+    header = base64.urlsafe_b64encode(b'{"alg":"none","kid":"k1"}').rstrip(b"=").decode()
+    return f"{header}.{token.split('.')[1]}."
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["bad signature", "expired", "wrong audience", "no audience", "wrong issuer", "alg none"],
+)
+def test_refused_tokens_fail_authentication(
+    broker: BrokerProcess, issuer: Issuer, case: str
+) -> None:
+    good = issuer.token("alice")
+    token = {
+        "bad signature": lambda: good[:-8] + ("A" * 8 if not good.endswith("A" * 8) else "B" * 8),
+        "expired": lambda: issuer.token("alice", iat=1_700_000_000, exp=1_700_000_600),
+        "wrong audience": lambda: issuer.token("alice", aud="someone-else"),
+        "no audience": lambda: issuer.token("alice", aud=[]),
+        "wrong issuer": lambda: issuer.token("alice", iss="https://evil.example"),
+        "alg none": lambda: unsigned(good),
+    }[case]()
+    since = len(broker.log)
+    authentication_fails(broker, token)
+    assert broker.wait_for_log("OAUTHBEARER token refused", since=since)
+
+
+def test_unknown_kid_refreshes_the_jwks_and_finds_a_rotated_key(
+    broker: BrokerProcess, issuer: Issuer
+) -> None:
+    # a key the issuer never published: the refresh it triggers finds nothing
+    since, before = len(broker.log), issuer.requests
+    authentication_fails(broker, issuer.token("alice", kid="unpublished"))
+    assert broker.wait_for_log("verification key(s)", since=since)
+    assert issuer.requests > before
+    # the same unknown key id again within a minute: refused, and no fetch (rate limited)
+    fetched = issuer.requests
+    authentication_fails(broker, issuer.token("alice", kid="unpublished"))
+    assert issuer.requests == fetched
+    # a new key published (rotation): the first token naming it triggers the refresh (and
+    # fails, as Kafka's); once the refresh is in, its tokens log in
+    issuer.add_key("k2")
+    since = len(broker.log)
+    authentication_fails(broker, issuer.token("alice", kid="k2"))
+    assert broker.wait_for_log("verification key(s) (k1, ec1, k2)", since=since)
+    error, client_errors = produce(broker, issuer.token("alice", kid="k2"), "oidc-rotated")
+    assert error is None, (error, client_errors)
+
+
+def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
+    issuer: Issuer, tmp_path: Path
+) -> None:
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps(issuer.jwks()))
+    process = BrokerProcess(tmp_path / "file", properties(jwks.as_uri()))
+    with serving(process, LOG_TAIL) as b:
+        error, client_errors = produce(b, issuer.token("alice"), "oidc-file")
+        assert error is None, (error, client_errors)
+    # nothing listens on port 9: the broker retries, then refuses to start and says why
+    missing = {
+        **properties("http://127.0.0.1:9/jwks"),
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "300",
+    }
+    command = [sys.executable, "-m", "wirebroker", "serve", "--log-dirs", str(tmp_path / "m")]
+    command += ["--listeners", missing.pop("listeners")]
+    command += [arg for k, v in missing.items() for arg in ("--override", f"{k}={v}")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
+    assert "JWKS fetch 2 of" in done.stderr  # retried

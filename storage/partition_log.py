@@ -679,8 +679,8 @@ class PartitionLog:
         segment's offset index not in memory, the batch headers not in the page cache), else
         None: a caller on the event loop runs it in a worker thread first (`LookupReads.run`,
         then `finish` on the loop)."""
-        if not self._segments or offset < self._log_start or offset >= self._leo:
-            return None
+        if self.closed or not self._segments or not self._log_start <= offset < self._leo:
+            return None  # the read itself answers (an offline directory, out of range)
         return self._segments[max(0, bisect_right(self._bases, offset) - 1)].lookup_reads(offset)
 
     def _upper_bound(self, index: int, position: int) -> int:

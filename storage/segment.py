@@ -98,7 +98,7 @@ class LookupReads:
     def pin(self) -> None:
         """Open (if the pool closed it) and pin the segment's file; a segment deleted since
         is left to the read."""
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             self.fd = self.segment.log.acquire()
 
     def run(self) -> None:
@@ -510,9 +510,12 @@ class LogSegment:
         if not index.loaded:
             return LookupReads(self, offset, None)
         _, position = index.lookup(offset)
-        with self.log.use() as fd:
-            if cached(fd, position, min(self.size - position, _SCANNED)):
-                return None
+        try:
+            with self.log.use() as fd:
+                if cached(fd, position, min(self.size - position, _SCANNED)):
+                    return None
+        except (OSError, ValueError):  # gone or detached (an offline directory): the read says
+            return None
         return LookupReads(self, offset, position)
 
     def locate(self, offset: int) -> tuple[int, int, int] | None:

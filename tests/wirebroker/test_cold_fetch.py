@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,21 +34,22 @@ RECORDS = 400
 VALUE = 1_000
 
 
-class _HeldLoads:
-    """Wraps `storage.page_cache.load` (as the transport calls it): records each call's thread
-    and holds the first until `release` is set."""
+class _Held:
+    """Wraps a function that runs in worker threads: records each call's thread and holds the
+    first call until `release` is set."""
 
-    def __init__(self) -> None:
+    def __init__(self, call: Callable[..., None]) -> None:
+        self.call = call
         self.threads: list[int] = []
         self.started = threading.Event()
         self.release = threading.Event()
 
-    def __call__(self, fd: int, position: int, length: int) -> None:
+    def __call__(self, *args: Any) -> None:
         self.threads.append(threading.get_ident())
         if not self.started.is_set():
             self.started.set()
             assert self.release.wait(TIMEOUT)
-        page_cache.load(fd, position, length)
+        self.call(*args)
 
 
 def _values() -> list[bytes]:
@@ -103,11 +105,34 @@ def _metadata(bootstrap: str) -> None:
     assert response.topics and response.topics[0].error_code == ErrorCode.NONE
 
 
+async def _consume_while_held(
+    held: _Held, bootstrap: str, common: dict[str, Any], probe: str
+) -> list[bytes]:
+    """Consume the topic from its start while the first held call waits in its worker thread:
+    the loop meanwhile answers Metadata on `probe`, and no record arrives before the release."""
+    consumed: list[list[bytes]] = []
+    try:
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as clients:
+
+                async def consume() -> None:
+                    consumed.append(await trio.to_thread.run_sync(_consume, bootstrap, common))
+
+                clients.start_soon(consume)
+                assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+                await trio.to_thread.run_sync(_metadata, probe)
+                assert not consumed
+                held.release.set()
+    finally:
+        held.release.set()
+    return consumed[0]
+
+
 @pytest.mark.parametrize("listener", ["PLAINTEXT", "SSL"])
 def test_a_cold_fetch_is_read_in_a_worker_while_the_loop_answers_others(
     listener: str, tmp_path: Path, pki: Pki, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    held = _HeldLoads()
+    held = _Held(page_cache.load)
     monkeypatch.setattr(wirebroker.transport, "load", held)
     data = tmp_path / "data"
     config = BrokerConfig.from_properties(
@@ -131,50 +156,16 @@ def test_a_cold_fetch_is_read_in_a_worker_while_the_loop_answers_others(
             plain = f"127.0.0.1:{ports['PLAINTEXT']}"
             bootstrap = f"127.0.0.1:{ports[listener]}"
             running.broker.create_topic("t", 1, 1, {"segment.bytes": "65536"})
-            try:
-                with trio.fail_after(TIMEOUT):
-                    await trio.to_thread.run_sync(_produce, plain)
-                    await trio.to_thread.run_sync(_drop_pages, data / "t-0")
-                    async with trio.open_nursery() as clients:
-                        consumed: list[list[bytes]] = []
-
-                        async def consume() -> None:
-                            consumed.append(
-                                await trio.to_thread.run_sync(_consume, bootstrap, common)
-                            )
-
-                        clients.start_soon(consume)
-                        assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                        # The first cold read is held in its worker: the loop still answers.
-                        await trio.to_thread.run_sync(_metadata, plain)
-                        assert not consumed
-                        held.release.set()
-            finally:
-                held.release.set()
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(_produce, plain)
+                await trio.to_thread.run_sync(_drop_pages, data / "t-0")
+            got = await _consume_while_held(held, bootstrap, common, plain)
             nursery.cancel_scope.cancel()
-        return loop_thread, consumed[0]
+        return loop_thread, got
 
     loop_thread, got = trio.run(main)
     assert got == _values()
     assert held.threads and loop_thread not in held.threads
-
-
-class _HeldLookups:
-    """Wraps `LookupReads.run`: records each call's thread and holds the first until
-    `release` is set."""
-
-    def __init__(self) -> None:
-        self.run = LookupReads.run
-        self.threads: list[int] = []
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, reads: LookupReads) -> None:
-        self.threads.append(threading.get_ident())
-        if not self.started.is_set():
-            self.started.set()
-            assert self.release.wait(TIMEOUT)
-        self.run(reads)
 
 
 @pytest.mark.parametrize("cold", ["restarted", "pages dropped"])
@@ -185,7 +176,7 @@ def test_finding_an_old_offset_reads_in_a_worker_while_the_loop_answers_others(
     offset: after a restart the segment's offset index is on disk only (a check of up to
     ~260,000 entries to load), and with its pages dropped the batch headers from the index
     entry on are not in the page cache."""
-    held = _HeldLookups()
+    held = _Held(LookupReads.run)
     monkeypatch.setattr(LookupReads, "run", lambda reads: held(reads))
     config = BrokerConfig.from_properties(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
@@ -210,23 +201,9 @@ def test_finding_an_old_offset_reads_in_a_worker_while_the_loop_answers_others(
                 await trio.to_thread.run_sync(_drop_pages, tmp_path / "t-0")
             reads = running.broker.log_manager.get("t", 0).lookup_reads(0)
             assert reads is not None and (reads.position is None) == (cold == "restarted")
-            consumed: list[list[bytes]] = []
-            try:
-                with trio.fail_after(TIMEOUT):
-                    async with trio.open_nursery() as clients:
-
-                        async def consume() -> None:
-                            consumed.append(await trio.to_thread.run_sync(_consume, bootstrap, {}))
-
-                        clients.start_soon(consume)
-                        assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                        await trio.to_thread.run_sync(_metadata, bootstrap)
-                        assert not consumed
-                        held.release.set()
-            finally:
-                held.release.set()
+            got = await _consume_while_held(held, bootstrap, {}, bootstrap)
             nursery.cancel_scope.cancel()
-        return loop_thread, consumed[0]
+        return loop_thread, got
 
     if cold == "restarted":
         trio.run(fill)

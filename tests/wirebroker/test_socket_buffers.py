@@ -41,16 +41,23 @@ from wirebroker.peer import PeerClient
 KERNEL_FACTOR = 2
 
 
-def broker_side_buffers(broker_port: int, client: socket.socket) -> tuple[int, int]:
-    """(SO_RCVBUF, SO_SNDBUF) of the broker's socket of `client`'s connection, from `ss`."""
-    client_port = client.getsockname()[1]
-    out = subprocess.run(
-        ["ss", "-tmnH", "state", "established", f"( sport = :{broker_port} )"],
+def established(*flags_and_filter: str) -> str:
+    """`ss -tmnH` of the established TCP sockets matching the filter (with more flags first)."""
+    flags = [f for f in flags_and_filter if f.startswith("-")]
+    where = [f for f in flags_and_filter if not f.startswith("-")]
+    return subprocess.run(
+        ["ss", "-tmnH", *flags, "state", "established", *where],
         capture_output=True,
         text=True,
         check=True,
         timeout=10,
     ).stdout
+
+
+def broker_side_buffers(broker_port: int, client: socket.socket) -> tuple[int, int]:
+    """(SO_RCVBUF, SO_SNDBUF) of the broker's socket of `client`'s connection, from `ss`."""
+    client_port = client.getsockname()[1]
+    out = established(f"( sport = :{broker_port} )")
     # Each socket: its addresses' line, then its skmem line.
     entries = re.findall(r"\S+:(\d+)\s+\S+:(\d+)\s*\n?\s*skmem:\((.*?)\)", out)
     for _local, peer, skmem in entries:
@@ -202,13 +209,7 @@ def test_a_followers_fetcher_connects_with_the_replica_receive_buffer(
         pid = follower.proc.pid
 
         def fetcher_buffers() -> list[int] | None:
-            out = subprocess.run(
-                ["ss", "-tmnpH", "state", "established", f"( dport = :{leader.port} )"],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=10,
-            ).stdout
+            out = established("-p", f"( dport = :{leader.port} )")
             found = [
                 int(rb)
                 for owner, rb in re.findall(

@@ -9,7 +9,8 @@ directories: kept, skipped at start-up, never reused as a new partition's), dele
 watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
 chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
 the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
-checkpoints, unlinking deleted segments' files and removing deleted partitions' directories). All logs share one
+checkpoints, unlinking deleted segments' files and removing deleted partitions' directories,
+and the next segments logs ask to have prepared ahead of their rolls). All logs share one
 :class:`~storage.file_handles.FileHandles` pool, so open descriptors stay bounded by
 ``max_open_files`` however many partitions exist.
 
@@ -62,6 +63,7 @@ from storage.layout import (
     stray_dir_name,
 )
 from storage.partition_log import PartitionLog, PendingFlush
+from storage.roll_work import RollWork
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
@@ -137,6 +139,11 @@ class LogManager:
         #: Told of each directory taken offline, on the caller's thread, once its logs are
         #: abandoned (in a cluster the broker tells the controller; it must not block).
         self.on_dir_offline: Callable[[Path], None] | None = None
+        #: Told (on the caller's thread, must not block) when a log wants its next segment
+        #: prepared ahead: the broker then runs :meth:`roll_work` off the loop. None: no log
+        #: asks, every roll makes its files itself (tools, tests of storage alone).
+        self.on_roll_work: Callable[[], None] | None = None
+        self._roll_work: list[PartitionLog] = []
         self._opened = False
 
     def config_for(self, topic: str) -> LogConfig:
@@ -188,6 +195,7 @@ class LogManager:
                 )
                 self._dir_of[tp] = log_dir
                 self._per_dir[log_dir] += 1
+                self._logs[tp].on_roll_work = self._roll_work_wanted
             if clean:
                 remove_clean_shutdown(log_dir)
         self._opened = True
@@ -429,6 +437,21 @@ class LogManager:
             if pending is not None:
                 yield pending
 
+    def _roll_work_wanted(self, plog: PartitionLog) -> None:
+        if self.on_roll_work is not None:
+            self._roll_work.append(plog)
+            self.on_roll_work()
+
+    def roll_work(self) -> Iterator[RollWork]:
+        """The preparations of next segments the logs asked for since the last call (see
+        :mod:`storage.roll_work`), made one at a time."""
+        wanted, self._roll_work = self._roll_work, []
+        for plog in wanted:
+            if not (plog.closed or plog.offline):
+                work = plog.begin_roll_work()
+                if work is not None:
+                    yield work
+
     def removal_chore(self, now_ms: int) -> RemoveDeleted | None:
         """The unlinking of deleted segments' files due by `now_ms` (see
         :meth:`PartitionLog.take_deleted_files`) and the removal of deleted partitions'
@@ -620,6 +643,7 @@ class CreateLogs:
                 continue
             manager._logs[tp] = plog
             manager._dir_of[tp] = log_dir
+            plog.on_roll_work = manager._roll_work_wanted
             if log_dir in manager.offline_dirs:  # it went offline meanwhile
                 plog.abandon()
                 plog.offline = True

@@ -75,8 +75,9 @@ from storage.producer_state import (
 from storage.recovery import load_partition_dir
 from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResult
 from storage.retention import plan_retention
+from storage.roll_work import RollWork
 from storage.scan import iter_file_headers
-from storage.segment import LogSegment
+from storage.segment import LogSegment, segment_file_sizes
 from storage.txn_index import AbortedTxn
 from storage.validation import (
     AppendOrigin,
@@ -201,6 +202,16 @@ class PartitionLog:
         self.offline = False
         self.had_clean_shutdown = False
         self.recovery_stats: dict[str, int] = {}
+        #: Told (on the log's thread) when the log wants its :meth:`begin_roll_work` run; the
+        #: log manager sets it. None: nothing is prepared ahead, every roll creates its files.
+        self.on_roll_work: Callable[[PartitionLog], None] | None = None
+        self._roll_work_asked = False  # asked for since the last roll (or it is running)
+        self._roll_work_running = False
+        #: The sizes of the next segment's files made ahead (``next.*.prepared``), if any.
+        self._prepared: tuple[int, int, int] | None = None
+        #: Rolls that adopted prepared files, and rolls that created their files themselves.
+        self.rolls_prepared = 0
+        self.rolls_inline = 0
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -515,6 +526,19 @@ class PartitionLog:
         seg.append(v.data, v.metas)
         self._leo = v.last_offset + 1
         self._unflushed_messages += v.records_count
+        if (
+            not self._roll_work_asked
+            and self._prepared is None
+            and self.on_roll_work is not None
+            and seg.half_way_to_roll(
+                segment_bytes=config.segment_bytes,
+                segment_ms=config.segment_ms,
+                max_timestamp=v.max_timestamp,
+                now_ms=now_ms,
+            )
+        ):
+            self._roll_work_asked = True
+            self.on_roll_work(self)
 
     def _update_producers(self, updates: list[BatchUpdate], previous_end: int) -> None:
         """Apply appended batches to the producer state; a transaction an ABORT marker ended
@@ -587,15 +611,47 @@ class PartitionLog:
             old.become_active()
             raise KafkaStorageError(f"cannot roll {old.log.path}: {e}") from e
         try:
-            new = LogSegment.create(self.dir, base_offset, self.config, self.handles, now_ms)
+            new = self._adopt_prepared(base_offset, now_ms)
+            if new is None:
+                new = LogSegment.create(self.dir, base_offset, self.config, self.handles, now_ms)
+                self.rolls_inline += 1
         except KafkaStorageError:
             old.become_active()
             raise
+        self._roll_work_asked = self._roll_work_running
         self._segments.append(new)
         self._bases.append(base_offset)
         self._dir_dirty = True
         self._snapshot_producers(base_offset, fsync=False)
         return new
+
+    def _adopt_prepared(self, base_offset: int, now_ms: int) -> LogSegment | None:
+        """The new segment made of the files prepared ahead, if they are there and of the
+        sizes the config asks for now; None: the caller creates it."""
+        sizes, self._prepared = self._prepared, None
+        if sizes is None or sizes != segment_file_sizes(self.config):
+            return None
+        try:
+            new = LogSegment.adopt(self.dir, base_offset, self.config, self.handles, now_ms, sizes)
+        except KafkaStorageError as e:
+            log.warning("%s: %s (creating the segment instead)", self.dir.name, e)
+            return None
+        self.rolls_prepared += 1
+        return new
+
+    def begin_roll_work(self) -> RollWork | None:
+        """The preparation of the next segment's files (a :class:`~storage.chore.Chore`,
+        see :mod:`storage.roll_work`), or None if they are ready or being made."""
+        if self.closed or self._prepared is not None or self._roll_work_running:
+            return None
+        self._roll_work_running = True
+        return RollWork(self, self.dir, segment_file_sizes(self.config))
+
+    def _roll_work_done(self, work: RollWork) -> None:
+        self._roll_work_running = False
+        if work.error is None and not self.closed:
+            self._prepared = work.sizes
+        # else: asked again after the next roll (a full disk is not retried at every append)
 
     def _snapshot_producers(self, offset: int, *, fsync: bool) -> None:
         # A lost snapshot only costs a longer scan at the next open: never fail for it.
@@ -1074,6 +1130,8 @@ class PartitionLog:
             "recovery_point": self._recovery_point,
             "unflushed_messages": self._unflushed_messages,
             "pending_deletes": len(self._pending_deletes),
+            "rolls_prepared": self.rolls_prepared,
+            "rolls_inline": self.rolls_inline,
         }
 
     def __repr__(self) -> str:

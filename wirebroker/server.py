@@ -147,6 +147,7 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
+            nursery.start_soon(_prepare_rolls, broker)
             metrics_url = None
             if config.metrics_listener() is not None:
                 # Imported here: prometheus_client only when the endpoint is on (start-up time).
@@ -247,6 +248,26 @@ async def _housekeeping(broker: Broker) -> None:
         else:
             await run_off_loop(manager.begin_checkpoint())
         due[job] = trio.current_time() + interval(job)
+
+
+async def _prepare_rolls(broker: Broker) -> None:
+    """Make the next segments the logs ask for (:mod:`storage.roll_work`) as soon as they
+    ask, each in a worker thread, so that their rolls on the loop only rename files."""
+    manager = broker.log_manager
+    wanted = trio.Event()
+
+    def wake() -> None:
+        wanted.set()
+
+    manager.on_roll_work = wake
+    try:
+        while True:
+            await wanted.wait()
+            wanted = trio.Event()
+            for work in manager.roll_work():
+                await run_off_loop(work)
+    finally:
+        manager.on_roll_work = None
 
 
 async def run_compactions(broker: Broker) -> int:

@@ -1,25 +1,34 @@
-"""RollWork: the disk work of a log's next roll, done ahead in a worker thread (a chore).
+"""RollWork: the disk work of a log's rolls, done in a worker thread (a chore).
 
 A roll (:mod:`storage.partition_log`) happens on the log's thread, inside the append that
 crosses ``segment.bytes`` (or ``segment.ms``, or fills an index): that append must land in the
-new segment, so the roll cannot wait. Creating the new segment's ``.log``, ``.index`` and
-``.timeindex`` (and sizing them: the indexes to ``segment.index.bytes``, the log to
-``segment.bytes`` with ``preallocate``) was the largest disk work left on the event loop
-(docs/perf-notes.md). So once the active segment is half way to its roll
-(:meth:`LogSegment.half_way_to_roll`) the log asks for this chore: :meth:`RollWork.prepare`
-makes those three files, empty and sized, as ``next.log.prepared``, ``next.index.prepared``
-and ``next.timeindex.prepared`` in the partition directory, in a worker thread; the roll then
-only renames them to the new base offset's names (:meth:`LogSegment.adopt`). Kafka creates
-them in the roll, on its request thread.
+new segment, so the roll cannot wait. Its disk work was the largest left on the event loop
+(docs/perf-notes.md): creating the new segment's ``.log``, ``.index`` and ``.timeindex`` and
+sizing them (the indexes to ``segment.index.bytes``, the log to ``segment.bytes`` with
+``preallocate``), and writing the producer snapshot at the new base offset. This chore does
+both off the loop:
 
-The prepared files hold no offset in their names and never hold data (a file gets data only
-once renamed to a segment's name), so recovery deletes any it finds (a crash, or a shutdown
-with a next segment ready) and a new preparation overwrites them. A preparation that fails (a
-full disk, the partition deleted meanwhile) is logged and dropped: the roll creates the files
-itself then, as before, and fails its append cleanly if it cannot; the log asks again after
-its next roll. A preparation made for other sizes than the config's at the roll (a changed
-``segment.index.bytes``, ``segment.bytes`` or ``preallocate``) is not adopted either.
-:meth:`prepare` touches files only; :meth:`commit` hands the result to the log.
+* the next segment, ahead: once the active segment is half way to its roll
+  (:meth:`LogSegment.half_way_to_roll`) the log asks for it, and :meth:`RollWork.prepare`
+  makes the three files, empty and sized, as ``next.log.prepared``, ``next.index.prepared``
+  and ``next.timeindex.prepared`` in the partition directory; the roll then only renames them
+  to the new base offset's names (:meth:`LogSegment.adopt`). Kafka creates them in the roll,
+  on its request thread. The prepared files hold no offset in their names and never hold data
+  (a file gets data only once renamed to a segment's name), so recovery deletes any it finds
+  (a crash, or a shutdown with a next segment ready) and a new preparation overwrites them. A
+  preparation that fails (a full disk, the partition deleted meanwhile) is logged and dropped:
+  the roll creates the files itself, as before, and fails its append cleanly if it cannot; the
+  log asks again after its next roll. Files made for other sizes than the config's at the roll
+  (a changed ``segment.index.bytes``, ``segment.bytes`` or ``preallocate``) are not adopted;
+* the producer snapshot, behind: the roll encodes it (its bytes, on the log's thread), this
+  chore writes them to ``<offset>.snapshot.tmp`` and :meth:`RollWork.commit` renames that into
+  place on the log's thread -- unless the log was truncated since, which voids it (the
+  temporary file is then unlinked with the deleted segments' files). Kafka writes it, unsynced,
+  in the roll and fsyncs it in the background; here a crash before the rename loses it, which
+  costs the next open a longer scan (as a missing snapshot always does), never a wrong state.
+
+:meth:`prepare` touches files only; :meth:`commit` hands the results to the log. A log whose
+``on_roll_work`` is unset (storage used without the broker) does both in the roll, as before.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from storage.file_handles import create_file
 from storage.layout import prepared_file
+from storage.producer_state import write_snapshot_tmp
 from storage.segment import MADE_SUFFIXES
 
 if TYPE_CHECKING:
@@ -41,28 +51,46 @@ log = logging.getLogger(__name__)
 
 
 class RollWork:
-    """The next segment's files of `log`, to make with `sizes` (a
-    :class:`~storage.chore.Chore`; see the module doc). Made by
-    :meth:`PartitionLog.begin_roll_work`."""
+    """The disk work of `log`'s rolls (a :class:`~storage.chore.Chore`; see the module doc),
+    made by :meth:`PartitionLog.begin_roll_work`: its next segment's files to make with
+    `sizes` (None: not wanted now), and the producer snapshot taken at its last roll to
+    write (``(offset, path, bytes, the log's truncation count then)``; None: none)."""
 
-    __slots__ = ("log", "directory", "sizes", "error")
+    __slots__ = ("log", "directory", "sizes", "snapshot", "error", "written")
 
-    def __init__(self, log: PartitionLog, directory: Path, sizes: tuple[int, int, int]) -> None:
+    def __init__(
+        self,
+        log: PartitionLog,
+        directory: Path,
+        sizes: tuple[int, int, int] | None,
+        snapshot: tuple[int, Path, bytearray, int] | None,
+    ) -> None:
         self.log = log
         self.directory = directory
         self.sizes = sizes
-        #: Why the files could not be made (None: they were).
+        self.snapshot = snapshot
+        #: Why the next segment's files could not be made (None: they were, or not wanted).
         self.error: OSError | None = None
+        #: The snapshot's temporary file is written.
+        self.written = False
 
     def prepare(self) -> None:
-        try:
-            for suffix, size in zip(MADE_SUFFIXES, self.sizes, strict=True):
-                create_file(prepared_file(self.directory, suffix), size)
-        except OSError as e:
-            self.error = e
+        if self.snapshot is not None:
+            _offset, path, data, _truncations = self.snapshot
+            try:
+                write_snapshot_tmp(path, data)
+                self.written = True
+            except OSError as e:  # a lost snapshot only costs a longer scan at the next open
+                log.warning("%s: cannot write the producer snapshot: %s", path, e)
+        if self.sizes is not None:
+            try:
+                for suffix, size in zip(MADE_SUFFIXES, self.sizes, strict=True):
+                    create_file(prepared_file(self.directory, suffix), size)
+            except OSError as e:
+                self.error = e
 
     def abort(self) -> None:
-        pass  # three small files: let them be made
+        pass  # a few small files: let them be made
 
     def commit(self) -> None:
         if self.error is not None:

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from protocol.record_batch import SimpleRecord
+from protocol.records import build_record_batch
 from storage.chore import run_chore
 from storage.config import LogConfig
 from storage.errors import KafkaStorageError
 from storage.log_manager import LogManager
 from storage.partition_log import PartitionLog
+from storage.producer_state import snapshot_offsets
 from storage.roll_work import RollWork
 
 from .helpers import T0, Clock, batch, open_log, read_all
@@ -63,9 +66,9 @@ def test_a_roll_adopts_the_prepared_files(tmp_path: Path) -> None:
     assert log.active_segment.size * 2 >= 1000 and len(log.segments) == 1
     log.append_as_leader(batch(1), 0, T0)
     assert asks.count == 1  # asked once
-    assert log.begin_roll_work() is not None and log.begin_roll_work() is None  # one at a time
-    log._roll_work_running = False
-    asks.run()
+    work = log.begin_roll_work()
+    assert work is not None and log.begin_roll_work() is None  # one at a time
+    run_chore(work)
     assert prepared(directory) == sorted(PREPARED)
     assert os.path.getsize(directory / "next.index.prepared") == 800
     assert os.path.getsize(directory / "next.timeindex.prepared") == 792
@@ -142,9 +145,9 @@ def test_time_and_index_full_rolls_adopt_too(tmp_path: Path) -> None:
     asks = Asks(log)
     for i in range(12):
         log.append_as_leader(batch(1, tag=i), 0, T0)
-        if asks.count and log.begin_roll_work() is not None:
-            log._roll_work_running = False
-            asks.run()
+        work = log.begin_roll_work()
+        if work is not None:
+            run_chore(work)
     assert log.rolls_prepared >= 2 and log.rolls_inline == 0
     assert offsets(log) == list(range(12))
     log.close()
@@ -241,3 +244,64 @@ def test_retention_truncation_and_compaction_over_adopted_segments(tmp_path: Pat
     assert reopened is not None and reopened.log_end_offset == end + 1
     assert prepared(tmp_path / "t-0") == []
     manager.close()
+
+
+def _pbatch(seq: int) -> bytearray:
+    record = SimpleRecord(None, b"v%d" % seq + b"x" * 60, (), T0)
+    return bytearray(
+        build_record_batch([record], producer_id=7, producer_epoch=0, base_sequence=seq)
+    )
+
+
+def test_the_roll_s_producer_snapshot_is_written_by_the_chore(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    config = LogConfig(segment_bytes=400)
+    log = open_log(directory, config)
+    asks = Asks(log)
+    seq = 0
+    while len(log.segments) == 1:
+        log.append_as_leader(_pbatch(seq), 0, T0)
+        seq += 1
+    roll = log.active_segment.base_offset
+    assert snapshot_offsets(directory) == []  # not written on the log's thread
+    work = log.begin_roll_work()
+    assert work is not None and work.snapshot is not None and work.snapshot[0] == roll
+    work.prepare()
+    assert snapshot_offsets(directory) == [] and (directory / f"{roll:020d}.snapshot.tmp").exists()
+    work.commit()
+    assert snapshot_offsets(directory) == [roll]
+    assert log.producer_state.last_snapshot_offset == roll and asks.count >= 1
+    log.abandon()  # a crash: the state below `roll` comes from the snapshot
+    log = open_log(directory, config)
+    assert log.append_as_leader(_pbatch(seq - 1), 0, T0).duplicate
+    assert log.append_as_leader(_pbatch(seq), 0, T0).first_offset == seq
+    log.close()
+
+
+def test_a_truncation_voids_a_snapshot_written_meanwhile(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    clock = Clock()
+    log = open_log(directory, LogConfig(segment_bytes=400, file_delete_delay_ms=0), clock)
+    Asks(log)
+    seq = 0
+    while len(log.segments) == 1:
+        log.append_as_leader(_pbatch(seq), 0, T0)
+        seq += 1
+    roll = log.active_segment.base_offset
+    work = log.begin_roll_work()
+    assert work is not None
+    work.prepare()  # in the worker thread...
+    assert log.truncate_to(roll - 1)  # ...while a follower truncates below the roll
+    work.commit()
+    assert snapshot_offsets(directory) == []
+    tmp = directory / f"{roll:020d}.snapshot.tmp"
+    assert tmp in log.take_deleted_files(clock())  # for the removal chore to unlink
+    # The log grows past `roll` again (offsets are sequences here): its state is the new one.
+    while log.log_end_offset <= roll + 1:
+        log.append_as_leader(_pbatch(log.log_end_offset), 0, T0)
+    end = log.log_end_offset
+    log.close()
+    log = open_log(directory, LogConfig(segment_bytes=400), clock, had_clean_shutdown=True)
+    assert log.append_as_leader(_pbatch(end - 1), 0, T0).duplicate
+    assert log.append_as_leader(_pbatch(end), 0, T0).first_offset == end
+    log.close()

@@ -46,7 +46,7 @@ from storage.checkpoints import (
     remove_clean_shutdown,
     write_clean_shutdown,
 )
-from storage.chore import RemoveDeleted, run_chore
+from storage.chore import Chore, Chores, RemoveDeleted, run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import DEFAULT_MAX_MAP_KEYS, LogConfig
 from storage.errors import KafkaStorageError, StorageError
@@ -63,7 +63,6 @@ from storage.layout import (
     stray_dir_name,
 )
 from storage.partition_log import PartitionLog, PendingFlush
-from storage.roll_work import RollWork
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
@@ -442,15 +441,17 @@ class LogManager:
             self._roll_work.append(plog)
             self.on_roll_work()
 
-    def roll_work(self) -> Iterator[RollWork]:
-        """The preparations of next segments the logs asked for since the last call (see
-        :mod:`storage.roll_work`), made one at a time."""
+    def begin_roll_work(self) -> Chores | None:
+        """The roll work the logs asked for since the last call (see :mod:`storage.roll_work`),
+        as one chore, or None if there is none."""
         wanted, self._roll_work = self._roll_work, []
+        works: list[Chore] = []
         for plog in wanted:
             if not (plog.closed or plog.offline):
                 work = plog.begin_roll_work()
                 if work is not None:
-                    yield work
+                    works.append(work)
+        return Chores(works) if works else None
 
     def removal_chore(self, now_ms: int) -> RemoveDeleted | None:
         """The unlinking of deleted segments' files due by `now_ms` (see

@@ -625,15 +625,18 @@ class PartitionLog:
         except KafkaStorageError:
             old.become_active()
             raise
-        self._next_tried = self._next_wanted = False
+        # The segment after this one is made now (with this roll's snapshot), while this one
+        # fills; `_next_tried` keeps its half way from asking again.
+        self._next_tried = self._next_wanted = True
         self._segments.append(new)
         self._bases.append(base_offset)
         self._dir_dirty = True
         if self.on_roll_work is None:
             self._snapshot_producers(base_offset, fsync=False)
-        elif base_offset != self.producer_state.last_snapshot_offset:
-            path, data = self.producer_state.encode_snapshot(base_offset)
-            self._pending_snapshot = (base_offset, path, data, self.truncations)
+        else:
+            if base_offset != self.producer_state.last_snapshot_offset:
+                path, data = self.producer_state.encode_snapshot(base_offset)
+                self._pending_snapshot = (base_offset, path, data, self.truncations)
             self._ask_roll_work()
         return new
 

@@ -8,9 +8,10 @@ sizing them (the indexes to ``segment.index.bytes``, the log to ``segment.bytes`
 ``preallocate``), and writing the producer snapshot at the new base offset. This chore does
 both off the loop:
 
-* the next segment, ahead: once the active segment is half way to its roll
-  (:meth:`LogSegment.half_way_to_roll`) the log asks for it, and :meth:`RollWork.prepare`
-  makes the three files, empty and sized, as ``next.log.prepared``, ``next.index.prepared``
+* the next segment, ahead: each roll asks for the segment after the new one (so it has the
+  whole time the new one fills), and a log that has not rolled since it was opened asks once
+  its active segment is half way to its roll (:meth:`LogSegment.half_way_to_roll`);
+  :meth:`RollWork.prepare` makes the three files, empty and sized, as ``next.log.prepared``, ``next.index.prepared``
   and ``next.timeindex.prepared`` in the partition directory; the roll then only renames them
   to the new base offset's names (:meth:`LogSegment.adopt`). Kafka creates them in the roll,
   on its request thread. The prepared files hold no offset in their names and never hold data
@@ -27,6 +28,8 @@ both off the loop:
   in the roll and fsyncs it in the background; here a crash before the rename loses it, which
   costs the next open a longer scan (as a missing snapshot always does), never a wrong state.
 
+The broker runs what every log asked for meanwhile in one worker-thread call
+(:class:`~storage.chore.Chores`): under load a thread hop costs more than this work.
 :meth:`prepare` touches files only; :meth:`commit` hands the results to the log. A log whose
 ``on_roll_work`` is unset (storage used without the broker) does both in the roll, as before.
 """

@@ -251,8 +251,9 @@ async def _housekeeping(broker: Broker) -> None:
 
 
 async def _prepare_rolls(broker: Broker) -> None:
-    """Make the next segments the logs ask for (:mod:`storage.roll_work`) as soon as they
-    ask, each in a worker thread, so that their rolls on the loop only rename files."""
+    """Do the roll work the logs ask for (:mod:`storage.roll_work`: next segments made ahead,
+    producer snapshots written) as soon as they ask, all that is asked in one worker-thread
+    call, so that their rolls on the loop only rename files."""
     manager = broker.log_manager
     wanted = trio.Event()
 
@@ -264,7 +265,8 @@ async def _prepare_rolls(broker: Broker) -> None:
         while True:
             await wanted.wait()
             wanted = trio.Event()
-            for work in manager.roll_work():
+            work = manager.begin_roll_work()
+            if work is not None:
                 await run_off_loop(work)
     finally:
         manager.on_roll_work = None

@@ -86,7 +86,7 @@ def test_a_roll_adopts_the_prepared_files(tmp_path: Path) -> None:
     assert os.path.getsize(log.segments[0].offset_index.path) == (
         log.segments[0].offset_index.entries * 8
     )
-    # The next half way asks again; without the preparation the roll creates its files.
+    # The roll asked for the segment after it at once; not made, the next roll creates it.
     while len(log.segments) == 2:
         log.append_as_leader(batch(2, value_size=50), 0, T0)
     assert asks.count == 2 and (log.rolls_prepared, log.rolls_inline) == (1, 1)
@@ -219,7 +219,8 @@ def test_retention_truncation_and_compaction_over_adopted_segments(tmp_path: Pat
 
     def append(i: int) -> None:
         log.append_as_leader(batch(2, value_size=60, key=b"k%d" % (i % 3)), 0, T0)
-        for work in manager.roll_work():
+        work = manager.begin_roll_work()
+        if work is not None:
             run_chore(work)
 
     for i in range(30):

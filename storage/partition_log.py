@@ -33,7 +33,7 @@ import contextlib
 import logging
 import os
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -97,6 +97,7 @@ __all__ = [
     "MAX_TIMESTAMP",
     "PartitionLog",
     "PendingFlush",
+    "Truncation",
 ]
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,7 @@ class PartitionLog:
         self._obsolete_snapshots: list[tuple[int, Path]] = []
         #: Counts truncations: a chore prepared before one must not be committed after it.
         self.truncations = 0
+        self._truncation: Truncation | None = None
         #: Where reads bounded by the high watermark and by the last stable offset stop.
         self._position_cache: dict[int, tuple[LogSegment, int]] = {}
         self.closed = False
@@ -328,27 +330,10 @@ class PartitionLog:
                 continue
             first = seg.translate_offset(start) if seg.base_offset < start else None
             with seg.log.use() as fd:
-                for h in iter_file_headers(fd, 0 if first is None else first.position, seg.size):
-                    if h.magic != 2 or h.last_offset < start:
-                        continue
-                    head = os.pread(fd, BATCH_HEADER_SIZE, h.position)
-                    if len(head) < BATCH_HEADER_SIZE:
-                        break
-                    if head[22] & CONTROL_MASK:  # a marker: its record is needed too
-                        head = os.pread(fd, h.size, h.position)
-                    try:
-                        update = batch_update(head)
-                    except CorruptRecordError as e:
-                        log.warning("%s: unreadable control batch at %d: %s", seg, h.base_offset, e)
-                        continue
-                    if update is None:
-                        continue
+                position = 0 if first is None else first.position
+                for base, update in _producer_updates(fd, position, seg.size, start, seg):
                     done = producers.update(update)
-                    if (
-                        done is not None
-                        and rebuild_from is not None
-                        and h.base_offset >= rebuild_from
-                    ):
+                    if done is not None and rebuild_from is not None and base >= rebuild_from:
                         _index_aborted(seg, done)
 
     # ---- offsets ---------------------------------------------------------------------------
@@ -515,6 +500,8 @@ class PartitionLog:
         return self._after_append(v, now_ms, sync, previous_end)
 
     def _append(self, v: ValidatedAppend, now_ms: int) -> None:
+        if self._truncation is not None:  # the caller's bug: one writer per log
+            raise RuntimeError(f"append to {self.dir.name} during its truncation")
         size = len(v.data)
         config = self.config
         if size > config.segment_bytes:
@@ -562,7 +549,7 @@ class PartitionLog:
                 log.error("%s: cannot write the transaction index: %s", self.dir.name, e)
                 try:
                     self.truncate_to(previous_end)
-                except OSError as e2:
+                except (OSError, KafkaStorageError) as e2:
                     raise KafkaStorageError(f"cannot take back an append: {e2}") from e
                 raise KafkaStorageError(f"transaction index write failed: {e}") from e
 
@@ -587,7 +574,7 @@ class PartitionLog:
                 log.error("%s: taking back the append at %d", self.dir.name, v.first_offset)
                 try:
                     self.truncate_to(previous_end)
-                except OSError as e:
+                except (OSError, KafkaStorageError) as e:
                     raise KafkaStorageError(f"cannot take back an append: {e}") from e
                 raise
         return AppendInfo(
@@ -860,27 +847,75 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> bool:
         """Follower truncation: remove every batch whose last offset is >= `offset` (a batch
         straddling it goes whole) and set the log end offset to `offset`. Returns whether
-        anything changed."""
+        anything changed. Its file work is done on this thread (see
+        :meth:`begin_truncation`)."""
         self._check_open()
         if offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {offset}")
         if offset >= self._leo:
             return False
+        truncation = self.begin_truncation(offset)
+        if truncation is not None:
+            run_chore(truncation)
+        return True
+
+    @property
+    def truncating(self) -> bool:
+        """A truncation's file work is under way (:meth:`begin_truncation`): nothing may
+        append to, flush, compact or apply retention to the log until it committed."""
+        return self._truncation is not None
+
+    def begin_truncation(self, offset: int) -> Truncation | None:
+        """:meth:`truncate_to` with its file work as a chore (a :class:`Truncation`): the log
+        reads as truncated at once (the segments above `offset` renamed to ``.deleted``, the
+        offsets and caches cut); :meth:`Truncation.prepare` cuts the last kept segment's files,
+        deletes the producer snapshots above `offset` and rebuilds the producer state from the
+        snapshot and batches below it, off this thread; :meth:`Truncation.commit` installs
+        that state. Until then the log is :attr:`truncating`. None when nothing is left to do
+        off this thread: nothing to truncate, or a truncation below the first segment (done
+        here by :meth:`truncate_fully_and_start_at`, whose new segment is made as a roll's)."""
+        self._check_open()
+        if self._truncation is not None:
+            raise RuntimeError(f"{self.dir.name} is being truncated already")
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        if offset >= self._leo:
+            return None
         if offset < self._segments[0].base_offset or offset < self._log_start:
             self.truncate_fully_and_start_at(offset)
-            return True
+            return None
         keep = bisect_right(self._bases, offset)
         for seg in self._segments[keep:]:
             self._delete_segment(seg)
         del self._segments[keep:]
         del self._bases[keep:]
         seg = self._segments[-1]
-        seg.truncate_to(offset)
+        cuts = seg.begin_truncation(offset)
         if not seg.active:
             seg.become_active()
         self._leo = offset
-        self._after_truncation()
-        return True
+        self._truncated_in_memory()
+        self._truncation = Truncation(
+            self,
+            offset,
+            cuts,
+            [(s.log.path, s.base_offset, s.size) for s in self._segments],
+        )
+        return self._truncation
+
+    def _complete_truncation(self, truncation: Truncation) -> None:
+        self._truncation = None
+        if self.closed:  # abandoned meanwhile (its log directory failed)
+            return
+        if truncation.producers is None:
+            raise KafkaStorageError(
+                f"truncating {self.dir.name} to {truncation.offset} failed: {truncation.error}"
+            ) from truncation.error
+        producers = truncation.producers
+        producers.verifications = self.producer_state.verifications
+        self.producer_state = producers
+        producers.remove_expired(self._now_ms())
+        producers.on_high_watermark(self._high_watermark)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and start an empty log at `offset` (log start = end = offset)."""
@@ -894,9 +929,11 @@ class PartitionLog:
         self._leo = offset
         self._log_start = offset
         self.leader_epoch_cache.clear()
-        self._after_truncation()
+        self._truncated_in_memory()
+        self.producer_state.delete_snapshots_after(offset)
+        self._load_producer_state(False)
 
-    def _after_truncation(self) -> None:
+    def _truncated_in_memory(self) -> None:
         leo = self._leo
         self._high_watermark = min(max(self._high_watermark, self._log_start), leo)
         self._recovery_point = min(self._recovery_point, leo)
@@ -904,8 +941,6 @@ class PartitionLog:
         self.leader_epoch_cache.truncate_from_end(leo)
         self._position_cache.clear()
         self.truncations += 1
-        self.producer_state.delete_snapshots_after(leo)
-        self._load_producer_state(False)
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: advance the log start offset to `offset` (-1: the high watermark),
@@ -1185,6 +1220,87 @@ class PartitionLog:
             f"PartitionLog({self.dir.name}, log_start={self._log_start}, "
             f"hw={self._high_watermark}, leo={self._leo}, segments={len(self._segments)})"
         )
+
+
+class Truncation:
+    """The file work of a follower's truncation (a :class:`~storage.chore.Chore`, made by
+    :meth:`PartitionLog.begin_truncation`, which already cut the log in memory).
+
+    :meth:`prepare` touches files by path only, never the log, its segments or the file
+    handle pool: it cuts the last kept segment's ``.log`` (freeing the blocks above `offset`,
+    which may take as long as an unlink) and ``.txnindex``, then builds a new producer state
+    from the latest snapshot at or below `offset` and the batches after it -- deleting the
+    snapshots above `offset` and unreadable ones, as a load does. :meth:`commit` installs the
+    state, or, if a file operation failed, raises :class:`KafkaStorageError` (the caller takes
+    the log directory offline for an I/O error, as Kafka's truncation failure does)."""
+
+    __slots__ = ("log", "offset", "cuts", "segments", "log_start", "producers", "error")
+
+    def __init__(
+        self,
+        log: PartitionLog,
+        offset: int,
+        cuts: list[tuple[Path, int]],
+        segments: list[tuple[Path, int, int]],
+    ) -> None:
+        self.log = log
+        self.offset = offset
+        self.cuts = cuts
+        #: (path, base offset, size) of every segment kept, the last one cut.
+        self.segments = segments
+        self.log_start = log.log_start_offset
+        self.producers: ProducerStateManager | None = None
+        self.error: OSError | None = None
+
+    def prepare(self) -> None:
+        try:
+            for path, size in self.cuts:
+                with contextlib.suppress(FileNotFoundError):  # a transaction index never written
+                    os.truncate(path, size)
+            producers = ProducerStateManager(self.log.dir)
+            start = producers.load(self.log_start, self.offset)
+            start = max(start, self.log_start)
+            ends = [base for _path, base, _size in self.segments[1:]] + [self.offset]
+            for (path, _base, size), end in zip(self.segments, ends, strict=True):
+                if end <= start:
+                    continue
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    for _base, update in _producer_updates(fd, 0, size, start, path.name):
+                        producers.update(update)
+                finally:
+                    os.close(fd)
+            self.producers = producers
+        except OSError as e:
+            self.error = e
+
+    def abort(self) -> None:
+        pass  # short: cuts, and reads of at most about one segment's batch headers
+
+    def commit(self) -> None:
+        self.log._complete_truncation(self)
+
+
+def _producer_updates(
+    fd: int, position: int, size: int, start: int, what: object
+) -> Iterator[tuple[int, BatchUpdate]]:
+    """The producer state updates (with their batches' base offsets) of the batches of the
+    segment file `fd` from `position` whose last offset is at or above `start`."""
+    for h in iter_file_headers(fd, position, size):
+        if h.magic != 2 or h.last_offset < start:
+            continue
+        head = os.pread(fd, BATCH_HEADER_SIZE, h.position)
+        if len(head) < BATCH_HEADER_SIZE:
+            break
+        if head[22] & CONTROL_MASK:  # a marker: its record is needed too
+            head = os.pread(fd, h.size, h.position)
+        try:
+            update = batch_update(head)
+        except CorruptRecordError as e:
+            log.warning("%s: unreadable control batch at %d: %s", what, h.base_offset, e)
+            continue
+        if update is not None:
+            yield h.base_offset, update
 
 
 def _index_aborted(segment: LogSegment, done: CompletedTxn) -> None:

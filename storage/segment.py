@@ -575,14 +575,31 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is at or above `offset`; return bytes cut."""
-        self.txn_index.truncate_to(offset)
+        before = self.size
+        for path, size in self.begin_truncation(offset):
+            with contextlib.suppress(FileNotFoundError):  # a transaction index never written
+                os.truncate(path, size)
+        return before - self.size
+
+    def begin_truncation(self, offset: int) -> list[tuple[Path, int]]:
+        """`truncate_to` in memory: the segment reads and appends as if cut at once; the
+        files to cut, each to its size, are returned for the caller to cut (a follower's
+        truncation cuts them in a worker thread: `PartitionLog.begin_truncation`) before
+        anything is appended to this segment again. The index files are cut by their next
+        write, as after any truncation."""
+        cuts = []
+        txn_size = self.txn_index.begin_truncation(offset)
+        if txn_size is not None:
+            cuts.append((self.txn_index.path, txn_size))
         h = self.translate_offset(offset)
         if h is None:
-            return 0
+            return cuts
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        cut = self.size - h.position
-        self._truncate_file(h.position)
+        cuts.append((self.log.path, h.position))
+        self.size = h.position
+        self._recent.clear()
+        self.preallocated = False
         self._max_ts = None
         self._next_offset = None
         self._bytes_since_index = 0
@@ -590,14 +607,7 @@ class LogSegment:
             self._rolling_ts = None
             self._rolling_ts_known = True
         self._load_tail()
-        return cut
-
-    def _truncate_file(self, size: int) -> None:
-        with self.log.use() as fd:
-            os.ftruncate(fd, size)
-        self.size = size
-        self._recent.clear()
-        self.preallocated = False
+        return cuts
 
     def rebuild_indexes(self) -> None:
         """Rebuild both indexes from the batch headers (no CRC checks, no truncation)."""

@@ -97,11 +97,19 @@ class TransactionIndex:
 
     def truncate_to(self, offset: int) -> None:
         """Remove the entries whose marker is at or above `offset`."""
+        size = self.begin_truncation(offset)
+        if size is not None:
+            self._cut(size)
+
+    def begin_truncation(self, offset: int) -> int | None:
+        """`truncate_to` in memory only: the size to cut the file to (None: nothing to cut),
+        for the caller to cut, perhaps in a worker thread (a missing file needs no cut)."""
         entries = self.entries
         keep = bisect_left(entries, offset, key=lambda t: t.last_offset)
-        if keep < len(entries):
-            del entries[keep:]
-            self._cut(keep * ENTRY_SIZE)
+        if keep == len(entries):
+            return None
+        del entries[keep:]
+        return keep * ENTRY_SIZE
 
     def reset(self) -> None:
         """Remove every entry (recovery rebuilds them)."""

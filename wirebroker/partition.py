@@ -116,6 +116,7 @@ class Partition:
         "state_waiters",
         "topic",
         "topic_id",
+        "topic_id_stored",
     )
 
     def __init__(
@@ -141,6 +142,9 @@ class Partition:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
+        #: `topic_id` is in the log's `partition.metadata` (the replica manager wrote or read
+        #: it there): a LeaderAndIsr does not look again.
+        self.topic_id_stored = False
         self.log = log
         self.leader = leader
         self.leader_epoch = leader_epoch

@@ -120,7 +120,7 @@ def leader_and_isr(
 
 async def lead(b: Broker, index: int, epoch: int, replicas: list[int] | None = None) -> None:
     """Make broker 1 the leader of offsets partition `index`, and wait for its load."""
-    response = b.replica_manager.become_leader_or_follower(
+    response = await b.replica_manager.become_leader_or_follower(
         leader_and_isr(index, 1, epoch, replicas or [1]), 7
     )
     assert [p.error_code for t in response.topics for p in t.partition_errors] == [0]
@@ -128,8 +128,8 @@ async def lead(b: Broker, index: int, epoch: int, replicas: list[int] | None = N
         await b.groups.wait_loaded(index)  # replayed in a worker thread
 
 
-def follow(b: Broker, index: int, epoch: int) -> None:
-    b.replica_manager.become_leader_or_follower(leader_and_isr(index, 2, epoch, [1, 2]), 7)
+async def follow(b: Broker, index: int, epoch: int) -> None:
+    await b.replica_manager.become_leader_or_follower(leader_and_isr(index, 2, epoch, [1, 2]), 7)
 
 
 async def call(b: Broker, body: Any, version: int) -> Any:
@@ -191,7 +191,7 @@ async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker
             nursery.start_soon(park)
             await trio.sleep(0.05)
             assert groups.statistics()["parked_joins"] == 1  # the initial rebalance delay
-            follow(broker, 0, 1)  # partition 0 moves to broker 2: its groups go
+            await follow(broker, 0, 1)  # partition 0 moves to broker 2: its groups go
     assert parked[0].error == ErrorCode.NOT_COORDINATOR
     assert groups.owned == {1} and G0 not in groups.groups and G1 in groups.groups
     assert groups.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR
@@ -222,7 +222,7 @@ async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker
             )
         ],
     )
-    broker.replica_manager.stop_replicas(stop, 4)
+    await broker.replica_manager.stop_replicas(stop, 4)
     assert groups.owned == {0} and G1 not in groups.groups
 
 
@@ -353,7 +353,7 @@ async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
 
             nursery.start_soon(lost)
             await trio.sleep(0.05)
-            follow(broker, 0, 1)
+            await follow(broker, 0, 1)
     assert codes == [ErrorCode.NOT_COORDINATOR]
 
 
@@ -361,7 +361,7 @@ def test_under_min_insync_replicas_the_coordinator_is_not_available(tmp_path: Pa
     async def test(broker: Broker) -> None:
         await lead(broker, 0, 0, [1, 2])  # ISR [1, 2]
         request = leader_and_isr(0, 1, 1, [1, 2], isr=[1])
-        broker.replica_manager.become_leader_or_follower(request, 7)
+        await broker.replica_manager.become_leader_or_follower(request, 7)
         assert await commit(broker.groups, G0, 5) == [ErrorCode.COORDINATOR_NOT_AVAILABLE]
         assert broker.groups.fetch(G0) == {}
 
@@ -486,15 +486,15 @@ def test_a_loading_partition_answers_load_in_progress(
         await lead(broker, 0, 0)
         await lead(broker, 1, 0)
         assert await commit(groups, G0, 5) == [ErrorCode.NONE]
-        follow(broker, 0, 1)
+        await follow(broker, 0, 1)
         monkeypatch.setattr(GroupLoad, "replay", held)
-        broker.replica_manager.become_leader_or_follower(leader_and_isr(0, 1, 2, [1]), 7)
+        await broker.replica_manager.become_leader_or_follower(leader_and_isr(0, 1, 2, [1]), 7)
         assert groups.coordinator_error(G0) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         assert await trio.to_thread.run_sync(entered.wait, 5)
         await _every_group_api_answers(broker, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         assert groups.coordinator_error(G1) == ErrorCode.NONE  # its partition is loaded
 
-        follow(broker, 0, 3)  # leadership moves on while the thread still reads
+        await follow(broker, 0, 3)  # leadership moves on while the thread still reads
         assert groups.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR
         release.set()
         nursery = groups._nursery

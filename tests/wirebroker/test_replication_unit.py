@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
-from storage.partition_log import PartitionLog
+from storage.partition_log import PartitionLog, Truncation
 from tests.wirebroker.helpers import decode_records, trio_clock
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
@@ -189,7 +190,7 @@ def test_isr_shrinks_after_replica_lag_time_max_ms(tmp_path: Path) -> None:
     async def main() -> None:
         broker = open_broker(tmp_path, clock=trio_clock(), replica_lag_time_max_ms="30000")
         try:
-            broker.replica_manager.become_leader_or_follower(leader_and_isr(1, 0), 7)
+            await broker.replica_manager.become_leader_or_follower(leader_and_isr(1, 0), 7)
             p = broker.partitions[TopicPartition("t", 0)]
             p.append_to_leader(batch(1), broker.now_ms())  # follower 2 is now behind
             proposed = trio.Event()
@@ -527,10 +528,10 @@ def test_truncation_walks_back_through_epochs_the_leader_never_had(tmp_path: Pat
         state = fetcher.partitions[tp]
         assert p.log.leader_epoch_cache.latest_epoch == 2
         # The leader: epoch 1 is its largest <= 2, and its log ends at 6.
-        fetcher._apply_epoch_end(tp, p, state, leader_epoch=1, leader_end=6)
+        run_virtual(fetcher._apply_epoch_end, tp, p, state, 1, 6)
         assert p.log_end_offset == 2 and state.truncating  # not done: ask again with epoch 0
         assert p.log.leader_epoch_cache.latest_epoch == 0
-        fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=2)
+        run_virtual(fetcher._apply_epoch_end, tp, p, state, 0, 2)
         assert p.log_end_offset == 2 and not state.truncating and state.fetch_offset == 2
     finally:
         broker.close()
@@ -547,7 +548,7 @@ def test_truncation_never_goes_past_our_log_end(tmp_path: Path) -> None:
         fetcher = next(iter(broker.replica_manager.fetchers.values()))
         state = fetcher.partitions[tp]
         # The leader's epoch 0 goes on past our end: nothing to cut, the watermark stays.
-        fetcher._apply_epoch_end(tp, p, state, leader_epoch=0, leader_end=10)
+        run_virtual(fetcher._apply_epoch_end, tp, p, state, 0, 10)
         assert (p.log_end_offset, p.high_watermark, state.truncating) == (3, 3, False)
     finally:
         broker.close()
@@ -807,4 +808,83 @@ def test_new_leader_answers_latest_offsets_once_its_watermark_reaches_its_epoch(
         r = latest(7, timestamp=-2)  # earliest: the epoch of the record there
         assert (r.error_code, r.offset, r.leader_epoch) == (ErrorCode.NONE, 0, 0)
     finally:
+        broker.close()
+
+
+def test_leader_and_isr_and_stop_replica_wait_for_a_truncation_in_its_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One writer per log: while a follower's truncation works in its worker thread, a
+    LeaderAndIsr making the partition a leader (whose produce requests would append) and a
+    StopReplica deleting it wait; each applies once the truncation committed."""
+    entered, release = threading.Event(), threading.Event()
+    prepare = Truncation.prepare
+
+    def held(truncation: Truncation) -> None:
+        entered.set()
+        assert release.wait(10)
+        prepare(truncation)
+
+    monkeypatch.setattr(Truncation, "prepare", held)
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 5), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_leader(batch(4), 0, 0)
+        manager = broker.replica_manager
+
+        async def main() -> None:
+            applied: list[str] = []
+
+            async def lead() -> None:
+                await manager.become_leader_or_follower(leader_and_isr(1, 6), 7)
+                applied.append("leader")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(manager.truncate, tp, p, 2)
+                assert await trio.to_thread.run_sync(entered.wait, 10)
+                nursery.start_soon(lead)
+                await trio.testing.wait_all_tasks_blocked()
+                # Held: the log reads as cut, and the leadership waits.
+                assert p.log.truncating and p.log_end_offset == 2
+                assert applied == [] and p.leader_epoch == 5
+                release.set()
+            assert applied == ["leader"] and p.is_local_leader and not p.log.truncating
+            assert p.log_end_offset == 2
+
+        trio.run(main)
+        entered.clear()
+        release.clear()
+
+        async def stop() -> None:
+            await manager.become_leader_or_follower(leader_and_isr(2, 7), 7)
+            p.log.append_as_leader(batch(2), 6, 0)  # offsets 2-3, to cut again
+            request = StopReplicaRequest(
+                controller_id=9,
+                controller_epoch=1,
+                broker_epoch=-1,
+                topic_states=[
+                    StopReplicaRequest.StopReplicaTopicState(
+                        topic_name="t",
+                        partition_states=[
+                            StopReplicaRequest.StopReplicaPartitionState(
+                                partition_index=0, leader_epoch=7, delete_partition=True
+                            )
+                        ],
+                    )
+                ],
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(manager.truncate, tp, p, 2)
+                assert await trio.to_thread.run_sync(entered.wait, 10)
+                nursery.start_soon(manager.stop_replicas, request, 4)
+                await trio.testing.wait_all_tasks_blocked()
+                assert tp in broker.partitions and p.log.truncating  # not deleted yet
+                release.set()
+            assert tp not in broker.partitions and broker.log_manager.get("t", 0) is None
+
+        trio.run(stop)
+    finally:
+        release.set()
         broker.close()

@@ -26,8 +26,7 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
     ctx.require_cluster_action()
     manager = ctx.broker.replica_manager
     manager.check_broker_epoch(request.broker_epoch)
-    await manager.create_new_logs(request, ctx.api_version)  # off the loop
-    return manager.become_leader_or_follower(request, ctx.api_version)
+    return await manager.become_leader_or_follower(request, ctx.api_version)
 
 
 @handles(UpdateMetadataRequest, (0, 8))
@@ -48,4 +47,4 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
         manager.check_broker_epoch(request.broker_epoch)
     except KafkaError as e:
         return StopReplicaResponse(error_code=e.error_code)  # Kafka lists no partitions then
-    return manager.stop_replicas(request, ctx.api_version)
+    return await manager.stop_replicas(request, ctx.api_version)

@@ -16,7 +16,9 @@ connection backs off every partition. A partition of the topic's
 while the follower's throttled rate is over `follower.replication.throttled.rate`
 (`wirebroker.quotas.replication`). Every decision is re-checked after each await, because
 LeaderAndIsr may have moved the partition meanwhile (everything runs on the broker's one trio
-thread, so that is the only interleaving).
+thread, so that is the only interleaving) -- except across a truncation, whose file work runs in
+a worker thread (`ReplicaManager.truncate`): LeaderAndIsr and StopReplica of that partition wait
+for it, and the fetcher fetches nothing meanwhile, so no fetch goes past a truncation not done.
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ class ReplicaFetcher:
             latest = p.log.leader_epoch_cache.latest_epoch
             if latest is None:
                 try:
-                    self._truncate_to_high_watermark(tp, p, state)
+                    await self._truncate_to_high_watermark(tp, p, state)
                 except KafkaError as e:
                     self._on_local_error(tp, state, e)
                 continue
@@ -222,12 +224,12 @@ class ReplicaFetcher:
                     self._on_error(tp, state, ErrorCode(r.error_code))
                     continue
                 try:
-                    self._apply_epoch_end(tp, p, state, r.leader_epoch, r.end_offset)
+                    await self._apply_epoch_end(tp, p, state, r.leader_epoch, r.end_offset)
                 except KafkaError as e:
                     self._on_local_error(tp, state, e)
         self._delay(sent)  # partitions the leader did not answer about
 
-    def _truncate_to_high_watermark(
+    async def _truncate_to_high_watermark(
         self, tp: TopicPartition, p: Partition, state: FetchState
     ) -> None:
         """No epochs to ask about (an empty cache: an empty log, or only pre-v2 batches).
@@ -242,11 +244,11 @@ class ReplicaFetcher:
                 p.log_end_offset,
                 hw,
             )
-            p.log.truncate_to(hw)
+            await self.manager.truncate(tp, p, hw)
         state.truncating = False
         state.fetch_offset = p.log_end_offset
 
-    def _apply_epoch_end(
+    async def _apply_epoch_end(
         self,
         tp: TopicPartition,
         p: Partition,
@@ -285,7 +287,7 @@ class ReplicaFetcher:
                 if target < p.high_watermark
                 else "",
             )
-            p.log.truncate_to(target)
+            await self.manager.truncate(tp, p, target)
         state.fetch_offset = p.log_end_offset
         state.truncating = not done
 
@@ -448,7 +450,7 @@ class ReplicaFetcher:
             log.warning(
                 "%s-%d: truncating to the leader's end offset %d", tp.topic, tp.partition, latest
             )
-            p.log.truncate_to(latest)
+            await self.manager.truncate(tp, p, latest)
         elif earliest > leo:
             log.warning(
                 "%s-%d: starting over at the leader's start offset %d",

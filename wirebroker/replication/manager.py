@@ -2,8 +2,11 @@
 
 This module owns the transitions a controller orders (Kafka's ReplicaManager): LeaderAndIsr
 makes partitions leaders or followers — creating the log, with its topic id, when it is missing
-(off the loop first: `create_new_logs`) — StopReplica stops (and maybe deletes) them, UpdateMetadata feeds the metadata cache; all
-three are refused when they come from an older controller epoch. It owns the fetchers (one task
+— StopReplica stops (and maybe deletes) them, UpdateMetadata feeds the metadata cache; all
+three are refused when they come from an older controller epoch. Their disk work runs in worker
+threads before they apply (the logs made, the topic ids read and stored), and a follower's
+truncation runs in one too (`truncate`), the log's one writer until it commits: LeaderAndIsr
+and StopReplica wait for it. It owns the fetchers (one task
 per source broker and fetcher id, `num.replica.fetchers`), the periodic ISR shrink check, and the
 AlterPartition requests that carry the leaders' ISR changes to the controller (applied when the
 controller answers). Decisions about one partition's ISR and high watermark are the
@@ -33,11 +36,7 @@ from storage.errors import KafkaStorageError
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError, PeerSecurity
 from wirebroker.replication.fetcher import ReplicaFetcher
-from wirebroker.replication.partition_metadata import (
-    read_topic_id,
-    write_new_topic_id,
-    write_topic_id,
-)
+from wirebroker.replication.partition_metadata import store_topic_id, write_new_topic_id
 from wirebroker.topic_configs import log_config_for
 
 if TYPE_CHECKING:
@@ -79,6 +78,8 @@ class ReplicaManager:
         self._nursery: trio.Nursery | None = None
         self._isr_queue: dict[TopicPartition, Partition] = {}
         self._isr_wake = trio.Event()
+        #: The partitions whose log a worker thread writes (a truncation), set when done.
+        self._log_work: dict[TopicPartition, trio.Event] = {}
         self.controller = PeerClient(
             "controller",
             self._controller_address,
@@ -285,6 +286,45 @@ class ReplicaManager:
                 fetcher.stop()
                 del self.fetchers[key]
 
+    async def truncate(self, tp: TopicPartition, p: Partition, offset: int) -> None:
+        """Truncate the follower `p`'s log to `offset`: cut in memory now, its file work (the
+        segment's cut, the producer snapshots above `offset`, the producer state's rebuild)
+        in a worker thread (`PartitionLog.begin_truncation`), committed here. Meanwhile the
+        log has this one writer: its fetcher does not fetch it (it is truncating), and a
+        LeaderAndIsr or StopReplica naming it waits for the commit (`_settle`), as Kafka's
+        removal of a partition from its fetcher waits for a truncation in progress. Raises
+        KafkaStorageError if the work failed (an I/O error has taken the log directory
+        offline by then), or, without truncating, if a truncation of the log is still under
+        way (one a fetcher the partition moved from left: the caller tries again later)."""
+        if tp in self._log_work:
+            raise KafkaStorageError(f"{tp.topic}-{tp.partition} is being truncated already")
+        truncation = p.log.begin_truncation(offset)
+        if truncation is None:
+            return
+        done = self._log_work[tp] = trio.Event()
+        failed: KafkaStorageError | None = None
+        try:
+            await trio.to_thread.run_sync(truncation.prepare)
+        finally:  # also when cancelled: the thread finished, its work is committed
+            try:
+                truncation.commit()
+            except KafkaStorageError as e:
+                failed = e
+                self.broker.log_manager.handle_log_error(tp.topic, tp.partition, e)
+            del self._log_work[tp]
+            done.set()
+        if failed is not None:
+            raise failed
+
+    async def _settle(self, tps: list[TopicPartition]) -> None:
+        """Until no worker thread writes the log of any of `tps` (see `truncate`); the
+        caller applies its change without awaiting anything after."""
+        while True:
+            busy = next((self._log_work[tp] for tp in tps if tp in self._log_work), None)
+            if busy is None:
+                return
+            await busy.wait()
+
     def fetcher_state(self, tp: TopicPartition) -> str | None:
         """'truncating', 'fetching', 'failed' or None: for tests and logs."""
         for fetcher in self.fetchers.values():
@@ -296,8 +336,28 @@ class ReplicaManager:
         return None
 
     # LeaderAndIsr ------------------------------------------------------------------------
-    def become_leader_or_follower(
+    async def become_leader_or_follower(
         self, request: LeaderAndIsrRequest, version: int
+    ) -> LeaderAndIsrResponse:
+        """Apply a LeaderAndIsr, answered once what it needs is on disk (as Kafka answers
+        once the logs are made): the missing logs made and the topic ids stored in worker
+        threads first, then -- after any truncation of these partitions' logs under way in a
+        worker thread is over (one writer per log) -- the transitions, on the loop."""
+        await self.create_new_logs(request, version)
+        stored = await self._store_topic_ids(request, version)
+        await self._settle(
+            [
+                TopicPartition(s.topic_name, s.partition_index)
+                for s in _leader_and_isr_states(request, version)
+            ]
+        )
+        return self._apply_leader_and_isr(request, version, stored)
+
+    def _apply_leader_and_isr(
+        self,
+        request: LeaderAndIsrRequest,
+        version: int,
+        stored: dict[TopicPartition, uuid.UUID | OSError | None],
     ) -> LeaderAndIsrResponse:
         states = _leader_and_isr_states(request, version)
         topic_ids = {t.topic_name: t.topic_id for t in request.topic_states} if version >= 5 else {}
@@ -368,7 +428,7 @@ class ReplicaManager:
                 continue
             try:
                 if p is None:
-                    p = self._create_partition(tp, request_id)
+                    p = self._create_partition(tp, request_id, stored.get(tp))
                     if request_id not in (ZERO_UUID, p.topic_id):
                         log.error(
                             "%s-%d: topic id %s in LeaderAndIsr, %s on disk",
@@ -383,7 +443,11 @@ class ReplicaManager:
                     p.topic_id = request_id
                 if p.log.offline:  # a log the broker did not serve yet
                     raise KafkaStorageError(f"{p.log.dir} is in an offline log directory")
-                write_topic_id(p.log.dir, p.topic_id)
+                outcome = stored.get(tp)
+                if isinstance(outcome, OSError):
+                    raise KafkaStorageError(f"cannot store the topic id: {outcome}") from outcome
+                if outcome is not None and outcome == p.topic_id:
+                    p.topic_id_stored = True
                 if s.leader == node_id:
                     self._make_leader(tp, p, s, now)
                 else:
@@ -395,9 +459,50 @@ class ReplicaManager:
             errors[key] = ErrorCode.NONE
         return _leader_and_isr_response(version, ErrorCode.NONE, errors, topic_ids)
 
+    async def _store_topic_ids(
+        self, request: LeaderAndIsrRequest, version: int
+    ) -> dict[TopicPartition, uuid.UUID | OSError | None]:
+        """The topic id in each log of `request` here (`partition.metadata`), read -- and
+        the request's written where there is none -- in one worker-thread call; a failure is
+        the OSError (an I/O error takes the log directory offline, as Kafka's
+        PartitionMetadataFile write does). Logs whose partition already stored its id are
+        not looked at again."""
+        if request.controller_epoch < self.controller_epoch:
+            return {}
+        broker = self.broker
+        topic_ids = {t.topic_name: t.topic_id for t in request.topic_states} if version >= 5 else {}
+        wanted: dict[TopicPartition, tuple[Path, uuid.UUID]] = {}
+        for s in _leader_and_isr_states(request, version):
+            tp = TopicPartition(s.topic_name, s.partition_index)
+            p = broker.partitions.get(tp)
+            if broker.node_id not in s.replicas or (p is not None and p.topic_id_stored):
+                continue
+            plog = p.log if p is not None else broker.log_manager.get(tp.topic, tp.partition)
+            if plog is None or plog.offline:
+                continue
+            request_id = topic_ids.get(tp.topic, ZERO_UUID)
+            known = p.topic_id if p is not None and p.topic_id != ZERO_UUID else request_id
+            wanted[tp] = (plog.dir, known)
+
+        def store() -> dict[TopicPartition, uuid.UUID | OSError | None]:
+            out: dict[TopicPartition, uuid.UUID | OSError | None] = {}
+            for tp, (directory, topic_id) in wanted.items():
+                try:
+                    out[tp] = store_topic_id(directory, topic_id)
+                except OSError as e:
+                    out[tp] = e
+            return out
+
+        stored = await trio.to_thread.run_sync(store) if wanted else {}
+        for tp, outcome in stored.items():
+            if isinstance(outcome, OSError):
+                log.error("%s-%d: cannot store the topic id: %s", tp.topic, tp.partition, outcome)
+                broker.log_manager.handle_log_error(tp.topic, tp.partition, outcome)
+        return stored
+
     async def create_new_logs(self, request: LeaderAndIsrRequest, version: int) -> None:
         """Make the logs `request` names here that do not exist yet, with their topic ids, off
-        the loop (`Broker.make_logs`, one call for all), before `become_leader_or_follower`
+        the loop (`Broker.make_logs`, one call for all), before `_apply_leader_and_isr`
         applies it: it then finds them. A log that could not be made is left to it (it tries
         again and answers KAFKA_STORAGE_ERROR)."""
         if request.controller_epoch < self.controller_epoch:
@@ -422,13 +527,16 @@ class ReplicaManager:
 
             await broker.make_logs(wanted, init)
 
-    def _create_partition(self, tp: TopicPartition, topic_id: uuid.UUID) -> Partition:
-        """The partition over its log (opened or created), with the topic id the log has."""
+    def _create_partition(
+        self, tp: TopicPartition, topic_id: uuid.UUID, outcome: uuid.UUID | OSError | None
+    ) -> Partition:
+        """The partition over its log (opened or created), with the topic id the log has
+        (`outcome` of `_store_topic_ids`; none known: `topic_id`)."""
         broker = self.broker
         plog = broker.log_manager.get_or_create(
             tp.topic, tp.partition, log_config_for(broker.config, broker.topic_overrides(tp.topic))
         )
-        stored = read_topic_id(plog.dir)
+        stored = outcome if isinstance(outcome, uuid.UUID) else None
         p = Partition(
             tp.topic,
             tp.partition,
@@ -493,7 +601,16 @@ class ReplicaManager:
                 self._add_fetcher(tp, p)
 
     # StopReplica -------------------------------------------------------------------------
-    def stop_replicas(self, request: StopReplicaRequest, version: int) -> StopReplicaResponse:
+    async def stop_replicas(self, request: StopReplicaRequest, version: int) -> StopReplicaResponse:
+        """Apply a StopReplica once no worker thread writes the logs it names (`_settle`):
+        a deletion renames the partition's directory at once (a restart never takes it for
+        data) and removes it in the removal chore's worker thread."""
+        await self._settle(
+            [
+                TopicPartition(t, i)
+                for t, i, _epoch, _delete in _stop_replica_states(request, version)
+            ]
+        )
         if request.controller_epoch < self.controller_epoch:
             log.warning(
                 "ignoring StopReplica from controller %d: its epoch %d is older than %d",

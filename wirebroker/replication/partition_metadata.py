@@ -49,10 +49,19 @@ def _contents(topic_id: uuid.UUID) -> bytes:
     return f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n".encode()
 
 
-def write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
-    """Store `topic_id` in `directory` durably (unless it is there already)."""
-    if topic_id == ZERO_UUID or read_topic_id(directory) == topic_id:
-        return
+def store_topic_id(directory: Path, topic_id: uuid.UUID) -> uuid.UUID | None:
+    """The topic id `directory` holds, after storing `topic_id` there durably if it holds
+    none (a log made before topic ids, or whose id came later): a different id stored is
+    left as it is, for the caller to refuse. Slow (a read, maybe an fsync): the replica
+    manager calls it in a worker thread."""
+    stored = read_topic_id(directory)
+    if stored is None and topic_id != ZERO_UUID:
+        _write_topic_id(directory, topic_id)
+        return topic_id
+    return stored
+
+
+def _write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
     tmp = directory / (FILE_NAME + ".tmp")
     with open(tmp, "wb") as f:
         f.write(_contents(topic_id))
@@ -63,7 +72,7 @@ def write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
 
 def write_new_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
     """Store `topic_id` in `directory`, a partition directory just made (see the module doc),
-    without the read and the temporary file of `write_topic_id`, and not durably yet
+    without the read and the temporary file of `store_topic_id`, and not durably yet
     (`sync_new_topic_ids`). A failed write leaves no file."""
     if topic_id == ZERO_UUID:
         return

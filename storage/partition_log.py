@@ -76,7 +76,7 @@ from storage.producer_state import (
 from storage.recovery import load_partition_dir
 from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResult
 from storage.retention import plan_retention
-from storage.roll_work import RollWork
+from storage.roll_work import PendingSnapshot, RollWork
 from storage.scan import iter_file_headers
 from storage.segment import LogSegment, segment_file_sizes
 from storage.txn_index import AbortedTxn
@@ -216,9 +216,9 @@ class PartitionLog:
         self._next_tried = False
         #: The sizes of the next segment's files made ahead (``next.*.prepared``), if any.
         self._prepared: tuple[int, int, int] | None = None
-        #: The producer snapshot of the last roll, to write: (offset, path, bytes, the
-        #: truncation count then: a truncation since voids it).
-        self._pending_snapshot: tuple[int, Path, bytearray, int] | None = None
+        #: The producer snapshots of the rolls since the last roll work, to write: (offset,
+        #: path, bytes, the truncation count then: a truncation since voids it).
+        self._pending_snapshots: list[PendingSnapshot] = []
         #: Rolls that adopted prepared files, and rolls that created their files themselves.
         self.rolls_prepared = 0
         self.rolls_inline = 0
@@ -623,7 +623,7 @@ class PartitionLog:
         else:
             if base_offset != self.producer_state.last_snapshot_offset:
                 path, data = self.producer_state.encode_snapshot(base_offset)
-                self._pending_snapshot = (base_offset, path, data, self.truncations)
+                self._pending_snapshots.append((base_offset, path, data, self.truncations))
             self._ask_roll_work()
         return new
 
@@ -658,11 +658,11 @@ class PartitionLog:
         if self._next_wanted and self._prepared is None:
             sizes = segment_file_sizes(self.config)
         self._next_wanted = False
-        snapshot, self._pending_snapshot = self._pending_snapshot, None
-        if sizes is None and snapshot is None:
+        snapshots, self._pending_snapshots = self._pending_snapshots, []
+        if sizes is None and not snapshots:
             return None
         self._roll_work_running = True
-        return RollWork(self, self.dir, sizes, snapshot)
+        return RollWork(self, self.dir, sizes, snapshots)
 
     def _roll_work_done(self, work: RollWork) -> None:
         """Adopt what `work` made: the next segment's files (a failure is not retried before
@@ -672,8 +672,7 @@ class PartitionLog:
             return  # the temporary snapshot and prepared files: removed at the next open
         if work.sizes is not None and work.error is None:
             self._prepared = work.sizes
-        if work.snapshot is not None and work.written:
-            offset, path, _data, truncations = work.snapshot
+        for offset, path, _data, truncations in work.written:
             tmp = snapshot_tmp(path)
             if truncations != self.truncations or offset < self._log_start:
                 self._obsolete_snapshots.append((self._delete_due(self._now_ms()), tmp))
@@ -683,7 +682,7 @@ class PartitionLog:
                     self.producer_state.snapshot_written(offset)
                 except OSError as e:
                     log.warning("%s: cannot rename the producer snapshot: %s", path, e)
-        if self._pending_snapshot is not None or (self._next_wanted and self._prepared is None):
+        if self._pending_snapshots or (self._next_wanted and self._prepared is None):
             self._ask_roll_work()
 
     def _snapshot_producers(self, offset: int, *, fsync: bool) -> None:

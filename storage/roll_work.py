@@ -48,7 +48,11 @@ from storage.segment import MADE_SUFFIXES
 if TYPE_CHECKING:
     from storage.partition_log import PartitionLog
 
-__all__ = ["RollWork"]
+__all__ = ["PendingSnapshot", "RollWork"]
+
+#: A roll's producer snapshot to write: (offset, path, bytes, the log's truncation count when
+#: it was taken: a truncation since voids it).
+PendingSnapshot = tuple[int, Path, bytearray, int]
 
 log = logging.getLogger(__name__)
 
@@ -56,33 +60,33 @@ log = logging.getLogger(__name__)
 class RollWork:
     """The disk work of `log`'s rolls (a :class:`~storage.chore.Chore`; see the module doc),
     made by :meth:`PartitionLog.begin_roll_work`: its next segment's files to make with
-    `sizes` (None: not wanted now), and the producer snapshot taken at its last roll to
-    write (``(offset, path, bytes, the log's truncation count then)``; None: none)."""
+    `sizes` (None: not wanted now), and the producer snapshots taken at its rolls since the
+    last roll work, to write."""
 
-    __slots__ = ("log", "directory", "sizes", "snapshot", "error", "written")
+    __slots__ = ("log", "directory", "sizes", "snapshots", "error", "written")
 
     def __init__(
         self,
         log: PartitionLog,
         directory: Path,
         sizes: tuple[int, int, int] | None,
-        snapshot: tuple[int, Path, bytearray, int] | None,
+        snapshots: list[PendingSnapshot],
     ) -> None:
         self.log = log
         self.directory = directory
         self.sizes = sizes
-        self.snapshot = snapshot
+        self.snapshots = snapshots
         #: Why the next segment's files could not be made (None: they were, or not wanted).
         self.error: OSError | None = None
-        #: The snapshot's temporary file is written.
-        self.written = False
+        #: The snapshots whose temporary files are written.
+        self.written: list[PendingSnapshot] = []
 
     def prepare(self) -> None:
-        if self.snapshot is not None:
-            _offset, path, data, _truncations = self.snapshot
+        for snapshot in self.snapshots:
+            path = snapshot[1]
             try:
-                write_snapshot_tmp(path, data)
-                self.written = True
+                write_snapshot_tmp(path, snapshot[2])
+                self.written.append(snapshot)
             except OSError as e:  # a lost snapshot only costs a longer scan at the next open
                 log.warning("%s: cannot write the producer snapshot: %s", path, e)
         if self.sizes is not None:

@@ -266,7 +266,7 @@ def test_the_roll_s_producer_snapshot_is_written_by_the_chore(tmp_path: Path) ->
     roll = log.active_segment.base_offset
     assert snapshot_offsets(directory) == []  # not written on the log's thread
     work = log.begin_roll_work()
-    assert work is not None and work.snapshot is not None and work.snapshot[0] == roll
+    assert work is not None and [snapshot[0] for snapshot in work.snapshots] == [roll]
     work.prepare()
     assert snapshot_offsets(directory) == [] and (directory / f"{roll:020d}.snapshot.tmp").exists()
     work.commit()
@@ -305,4 +305,21 @@ def test_a_truncation_voids_a_snapshot_written_meanwhile(tmp_path: Path) -> None
     log = open_log(directory, LogConfig(segment_bytes=400), clock, had_clean_shutdown=True)
     assert log.append_as_leader(_pbatch(end - 1), 0, T0).duplicate
     assert log.append_as_leader(_pbatch(end), 0, T0).first_offset == end
+    log.close()
+
+
+def test_every_roll_s_snapshot_is_written_when_rolls_outrun_the_chore(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    log = open_log(directory, LogConfig(segment_bytes=400))
+    Asks(log)
+    seq = 0
+    while len(log.segments) < 4:  # three rolls before any roll work runs
+        log.append_as_leader(_pbatch(seq), 0, T0)
+        seq += 1
+    rolls = [s.base_offset for s in log.segments[1:]]
+    work = log.begin_roll_work()
+    assert work is not None and [snapshot[0] for snapshot in work.snapshots] == rolls
+    run_chore(work)
+    assert snapshot_offsets(directory) == rolls
+    assert log.producer_state.last_snapshot_offset == rolls[-1]
     log.close()

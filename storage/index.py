@@ -21,22 +21,33 @@ pool, so open files stay bounded. Inactive indexes are loaded lazily and may be 
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import islice
 from pathlib import Path
 
 from storage.errors import CorruptIndexError
 from storage.file_handles import FileHandles, create_file
 
-__all__ = ["OffsetIndex", "TimeIndex"]
+__all__ = ["OffsetEntries", "OffsetIndex", "TimeIndex"]
 
 _LITTLE = sys.byteorder == "little"
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _NO_TIMESTAMP = -1
+#: An offset index file's entries as read: relative offsets, positions, the file's size.
+OffsetEntries = tuple["array[int]", "array[int]", int]
+
+
+def _entries_before_zeros(data: bytes, entry_size: int) -> int:
+    """How many entries `data` holds before the zero entries a preallocated file ends with
+    after a crash (all of them when it has none)."""
+    end = len(data.rstrip(b"\0"))
+    return -(-end // entry_size)
 
 
 class _IndexFile:
@@ -70,7 +81,6 @@ class _IndexFile:
                 data = f.read()
         except FileNotFoundError:
             raise CorruptIndexError(f"index file {self.path} does not exist") from None
-        self._file_size = len(data)
         if len(data) % self.ENTRY_SIZE:
             raise CorruptIndexError(
                 f"index file {self.path} is corrupt: {len(data)} bytes is not a multiple of "
@@ -231,27 +241,46 @@ class OffsetIndex(_IndexFile):
         return len(self._offsets) >= self.max_entries
 
     def load(self) -> None:
-        """Read the file; raise :class:`CorruptIndexError` if it fails Kafka's sanity check."""
+        """Read the file; raise :class:`CorruptIndexError` if it fails its check."""
+        self.install(self.read_entries())
+
+    def read_entries(self) -> OffsetEntries:
+        """The file's entries, checked (offsets rising, positions not falling), and its size.
+        Changes nothing here, so a worker thread may call it while the loop serves (an old
+        segment's index holds up to ~260,000 entries: tens of ms); `install` puts them in place.
+        Raises :class:`CorruptIndexError`."""
         data = self._read_file()
         both = array("i")
         both.frombytes(data)
         if _LITTLE:
             both.byteswap()
         offsets, positions = both[0::2], both[1::2]
-        # A preallocated file from a crash has trailing zero entries: stop at the first.
-        n = len(offsets)
-        while n > 0 and offsets[n - 1] == 0 and positions[n - 1] == 0:
-            n -= 1
+        n = _entries_before_zeros(data, self.ENTRY_SIZE)
         if n < len(offsets):
             del offsets[n:]
             del positions[n:]
-        for i in range(1, len(offsets)):
-            if offsets[i] <= offsets[i - 1] or positions[i] < positions[i - 1]:
-                raise CorruptIndexError(f"index file {self.path} is corrupt at entry {i}")
+        # Pairwise comparisons run in C (map); the entry at fault is looked for only then.
+        if not (
+            all(map(operator.lt, offsets, islice(offsets, 1, None)))
+            and all(map(operator.le, positions, islice(positions, 1, None)))
+        ):
+            bad = next(
+                i
+                for i in range(1, n)
+                if offsets[i] <= offsets[i - 1] or positions[i] < positions[i - 1]
+            )
+            raise CorruptIndexError(f"index file {self.path} is corrupt at entry {bad}")
         if offsets and offsets[0] < 0:
             raise CorruptIndexError(f"index file {self.path} has a negative relative offset")
-        self._offsets, self._positions = offsets, positions
-        self._persisted = len(offsets)
+        return offsets, positions, len(data)
+
+    def install(self, entries: OffsetEntries) -> None:
+        """Take the entries `read_entries` returned, unless the index was loaded meanwhile
+        (every change loads it first, so the file had not changed under them)."""
+        if self.loaded:
+            return
+        self._offsets, self._positions, self._file_size = entries
+        self._persisted = len(self._offsets)
         self.loaded = True
 
     def append(self, offset: int, position: int) -> None:
@@ -344,13 +373,20 @@ class TimeIndex(_IndexFile):
 
     def load(self) -> None:
         data = self._read_file()
-        timestamps = array("q")
-        offsets = array("i")
-        for ts, rel in _TIME_ENTRY.iter_unpack(data):
-            if rel == 0 and ts == 0 and timestamps:
-                break  # preallocated zeros after a crash
-            timestamps.append(ts)
-            offsets.append(rel)
+        self._file_size = len(data)
+        # Whole columns at C speed: the file as big-endian 32-bit words, three per entry
+        # (timestamp's high and low word, relative offset); the timestamps reassembled.
+        n = _entries_before_zeros(data, self.ENTRY_SIZE)
+        words = array("I")
+        words.frombytes(data[: n * self.ENTRY_SIZE])
+        if _LITTLE:
+            words.byteswap()
+        halves = array("I", bytes(8 * n))
+        halves[0::2], halves[1::2] = (
+            (words[1::3], words[0::3]) if _LITTLE else (words[0::3], words[1::3])
+        )
+        timestamps = array("q", halves.tobytes())
+        offsets = array("i", words[2::3].tobytes())
         if timestamps and (timestamps[-1] < timestamps[0] or offsets[-1] < 0):
             raise CorruptIndexError(f"time index file {self.path} is corrupt")
         self._timestamps, self._offsets = timestamps, offsets

@@ -78,7 +78,7 @@ from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResul
 from storage.retention import plan_retention
 from storage.roll_work import PendingSnapshot, RollWork
 from storage.scan import iter_file_headers
-from storage.segment import LogSegment, segment_file_sizes
+from storage.segment import LogSegment, LookupReads, segment_file_sizes
 from storage.txn_index import AbortedTxn
 from storage.validation import (
     AppendOrigin,
@@ -774,6 +774,15 @@ class PartitionLog:
             result.release()
             raise
         return result
+
+    def lookup_reads(self, offset: int) -> LookupReads | None:
+        """What a read from `offset` would wait on the disk for before its slices (an old
+        segment's offset index not in memory, the batch headers not in the page cache), else
+        None: a caller on the event loop runs it in a worker thread first (`LookupReads.run`,
+        then `finish` on the loop)."""
+        if not self._segments or offset < self._log_start or offset >= self._leo:
+            return None
+        return self._segments[max(0, bisect_right(self._bases, offset) - 1)].lookup_reads(offset)
 
     def _upper_bound(self, index: int, position: int) -> int:
         """An offset no batch ending before `position` in segment `index` reaches (Kafka's

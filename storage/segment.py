@@ -23,6 +23,7 @@ import os
 import random
 import struct
 import zlib
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +36,7 @@ from protocol.records import RecordBatchView, iter_batches, iter_records
 from storage.config import LogConfig
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.file_handles import FileHandle, FileHandles, create_file
-from storage.index import OffsetIndex, TimeIndex
+from storage.index import OffsetEntries, OffsetIndex, TimeIndex
 from storage.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -44,6 +45,7 @@ from storage.layout import (
     prepared_file,
     segment_file,
 )
+from storage.page_cache import cached, load
 from storage.scan import MIN_SIZE, BatchHeader, iter_file_headers, read_batch
 from storage.txn_index import TransactionIndex
 
@@ -51,6 +53,7 @@ __all__ = [
     "MADE_SUFFIXES",
     "BatchMeta",
     "LogSegment",
+    "LookupReads",
     "TimestampAndOffset",
     "segment_file_sizes",
 ]
@@ -96,6 +99,57 @@ def _write_fully(fd: int, data: bytes | bytearray | memoryview, position: int) -
             raise OSError("pwrite wrote nothing")
         position += n
         view = view[n:]
+
+
+#: The bytes from an index entry on that a lookup reads, in one piece, to find its batch.
+_SCANNED = 8 * 1024 + 4096
+
+
+class LookupReads:
+    """The disk reads finding an offset in a segment would make on the caller's thread, done
+    ahead in a worker thread: the offset index's file read and checked (when not in memory)
+    and the bytes from the index entry on read into the page cache. On the loop `pin` (the
+    segment's file), then `run` in the worker, then `finish` on the loop, always (it installs
+    the index, unless it was loaded meanwhile, and unpins the file)."""
+
+    __slots__ = ("segment", "offset", "position", "entries", "fd")
+
+    def __init__(self, segment: LogSegment, offset: int, position: int | None) -> None:
+        self.segment = segment
+        self.offset = offset
+        self.position = position  # of the index entry, when the index is in memory
+        self.entries: OffsetEntries | None = None
+        self.fd: int | None = None
+
+    def pin(self) -> None:
+        """Open (if the pool closed it) and pin the segment's file; a segment deleted since
+        is left to the read."""
+        with contextlib.suppress(OSError):
+            self.fd = self.segment.log.acquire()
+
+    def run(self) -> None:
+        """In a worker thread. A read that fails is left to the lookup itself (which then
+        reports it as before)."""
+        segment = self.segment
+        if self.fd is None:
+            return
+        try:
+            position = self.position
+            if position is None:
+                self.entries = entries = segment.offset_index.read_entries()
+                offsets, positions, _ = entries
+                i = bisect_right(offsets, self.offset - segment.base_offset) - 1
+                position = positions[i] if i >= 0 else 0
+            load(self.fd, position, min(segment.size - position, _SCANNED))
+        except (OSError, CorruptIndexError):
+            pass
+
+    def finish(self) -> None:
+        if self.entries is not None:
+            self.segment.offset_index.install(self.entries)
+        if self.fd is not None:
+            self.fd = None
+            self.segment.log.release()
 
 
 class LogSegment:
@@ -512,6 +566,22 @@ class LogSegment:
                 if h.last_offset >= offset:
                     return h
         return None
+
+    def lookup_reads(self, offset: int) -> LookupReads | None:
+        """What `locate(offset)` would wait on the disk for, or None: the offset index's file
+        when it is not in memory, the batch headers from the index entry on when they are not
+        in the page cache (see :class:`LookupReads`)."""
+        recent = self._recent
+        if recent and offset >= recent[0][0]:
+            return None  # found without reading the file
+        index = self.offset_index
+        if not index.loaded:
+            return LookupReads(self, offset, None)
+        _, position = index.lookup(offset)
+        with self.log.use() as fd:
+            if cached(fd, position, min(self.size - position, _SCANNED)):
+                return None
+        return LookupReads(self, offset, position)
 
     def locate(self, offset: int) -> tuple[int, int, int] | None:
         """(position, size, base offset) of the first batch whose last offset is at or above

@@ -18,13 +18,15 @@ Kafka's coordinators give them:
 In a cluster the topic is written to ZooKeeper (with Kafka's checks: fewer live brokers than the
 replication factor is INVALID_REPLICATION_FACTOR); the controller elects its leaders and a
 coordinator loads a partition of its topic when this broker becomes its leader. Embedded, the
-topic is registered at once and its partitions exist once their logs are made off the loop
-(`Broker.create_logs`); a Metadata request that creates it is answered then. FindCoordinator
-does not wait: it starts the making of an internal topic in the background
+topic is registered, and once `topics.json` holds it its partitions exist when their logs are
+made off the loop (`Broker.create_logs`); a Metadata request that creates it is answered then.
+FindCoordinator does not wait: it starts the making of an internal topic in the background
 (`internal_partition_served`) and answers COORDINATOR_NOT_AVAILABLE until the key's partition
 exists, as Kafka's; the coordinator loads each partition once its log exists. A making that
-fails (a full disk) is logged and tried again at the next use: the topic stays registered and
-only the logs it misses are made.
+fails (a full disk) is logged and tried again at the next use, and leaves the whole topic or
+nothing: a failed registry write leaves no topic; an internal topic whose logs were not all made
+has none of them served (those made are deleted) and stays registered, so the next use makes
+them all.
 
 Differs from Kafka: the embedded broker gives its internal topics one replica whatever their
 replication factor key says (it is the only broker there is).
@@ -91,7 +93,7 @@ def _internal_factor(config: BrokerConfig, key: str) -> int:
 async def create(broker: Broker, name: str) -> None:
     """Create topic `name` as first use creates it (see the module doc). Raises KafkaError: why
     it cannot be, TOPIC_ALREADY_EXISTS when a cluster has it already, UNKNOWN_SERVER_ERROR when
-    the embedded broker could not write it to `topics.json` (it exists nonetheless)."""
+    the embedded broker could not write it to `topics.json` (there is no topic)."""
     if broker.cluster is not None:
         topic = creatable_topic(broker.config, name)
         await broker.cluster.create_topic(
@@ -99,22 +101,24 @@ async def create(broker: Broker, name: str) -> None:
         )
         return
     await _make(broker, name)
-    # Answered once `topics.json` holds the topic, as Kafka answers once ZooKeeper does.
-    await broker.topics.written()
 
 
 async def _make(broker: Broker, name: str) -> None:
-    """Embedded: register topic `name` (an internal one unless it is) and make the logs its
-    partitions miss (off the loop, `Broker.create_logs`; an internal topic's coordinator then
-    loads them). KafkaError KAFKA_STORAGE_ERROR if one cannot be made (the others are served;
-    an internal topic's next use tries again)."""
+    """Embedded: register topic `name` (an internal one unless it is) and, once `topics.json`
+    holds it (as Kafka makes a topic once ZooKeeper holds it), make the logs its partitions
+    miss (off the loop, `Broker.create_logs`; an internal topic's coordinator then loads them).
+    KafkaError UNKNOWN_SERVER_ERROR if the registry's write failed (there is no topic),
+    KAFKA_STORAGE_ERROR if a log cannot be made (the others are served, but none of an internal
+    topic: its next use tries again)."""
     record = broker.topics.get(name) if name in INTERNAL_TOPICS else None
     if record is None:
         topic = creatable_topic(broker.config, name)
         record = broker.register_topic(
             name, topic.partitions, topic.replication_factor, topic.configs
         )
-    failed = await broker.create_logs([record])
+        failed = await broker.create_when_written([record])
+    else:
+        failed = await broker.create_logs([record])
     if failed:
         raise failed[name]
 
@@ -138,7 +142,6 @@ def internal_partition_served(broker: Broker, name: str, index: int) -> bool:
 async def _make_in_background(broker: Broker, name: str) -> None:
     try:
         await _make(broker, name)
-        await broker.topics.written()
     except KafkaError as e:
         log.error("cannot create %s on its first use (its next use tries again): %s", name, e)
     finally:

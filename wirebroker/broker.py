@@ -387,6 +387,17 @@ class Broker:
                 self.partition_moved(TopicPartition(topic, index), leader=True)
         return failed
 
+    async def create_when_written(self, records: list[TopicRecord]) -> dict[str, KafkaError]:
+        """Once the registry's file holds `records` (new topics or partition counts), make
+        their missing logs and serve them (`create_logs`), as Kafka makes a topic's partitions
+        once ZooKeeper holds it. KafkaError UNKNOWN_SERVER_ERROR if the write failed (it was
+        undone: nothing is made). Shielded: a closed connection must not leave a written topic
+        without its logs."""
+        with trio.CancelScope(shield=True):
+            await self.topics.written()
+            failed = await self.create_logs(records)
+        return failed
+
     async def make_logs(
         self,
         partitions: Mapping[tuple[str, int], LogConfig],
@@ -463,7 +474,12 @@ class Broker:
                 ),
             )
         for record in records:
-            if self.topics.get(record.name) is not record:  # deleted or re-created meanwhile
+            if self.topics.get(record.name) is not record or (
+                record.name in INTERNAL_TOPICS and record.name in failed
+            ):
+                # Deleted or re-created meanwhile, or an internal topic not made whole (its
+                # coordinator would serve some keys and not others): none of it is served;
+                # its next use makes it again.
                 for name, index in creation.created:
                     if name == record.name:
                         self.log_manager.delete_partition(name, index)
@@ -555,15 +571,27 @@ class Broker:
             raise KafkaError(
                 f"unknown topic {name!r}", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             )
-        for index in range(record.partitions):
-            tp = TopicPartition(name, index)
-            partition = self.partitions.pop(tp, None)
-            if partition is not None:
-                self.metadata_cache.remove_partition(name, index)
-                self.log_manager.delete_partition(name, index)
-        self.topics.remove(name)
-        log.info("deleted topic %s", name)
+        self.topics.remove(name, then=partial(self._drop_partitions, record))
         return record
+
+    def _drop_partitions(self, record: TopicRecord) -> None:
+        """A deleted topic is out of the registry's file: stop serving its partitions and
+        delete their logs."""
+        for index, _partition in self._served(record):
+            del self.partitions[TopicPartition(record.name, index)]
+            self.metadata_cache.remove_partition(record.name, index)
+            self.log_manager.delete_partition(record.name, index)
+        log.info("deleted topic %s", record.name)
+
+    def _served(self, record: TopicRecord) -> list[tuple[int, Partition]]:
+        """The partitions of `record` served here (not those of a topic of its name with
+        another id)."""
+        served = []
+        for index in range(record.partitions):
+            partition = self.partition(record.name, index)
+            if partition is not None and partition.topic_id == record.topic_id:
+                served.append((index, partition))
+        return served
 
     def add_partitions(
         self, name: str, count: int, *, validate_only: bool = False
@@ -582,8 +610,9 @@ class Broker:
             )
         if validate_only:
             return None
+        before = record.partitions
         record.partitions = count
-        self.topics.changed()
+        self.topics.changed(partial(setattr, record, "partitions", before))
         return record
 
     def partition_moved(self, tp: TopicPartition, *, leader: bool) -> None:
@@ -635,8 +664,8 @@ class Broker:
             return
         record = self.topics.get(name)
         if record is not None and record.configs != overrides:
-            record.configs = dict(overrides)
-            self.topics.changed()
+            before, record.configs = record.configs, dict(overrides)
+            self.topics.changed(partial(setattr, record, "configs", before))
         for tp, partition in self.partitions.items():
             if tp.topic == name:
                 partition.log.update_config(config)
@@ -711,12 +740,16 @@ class Broker:
         config = log_config_for(self.config, overrides)
         if validate_only:
             return
-        record.configs = dict(overrides)
-        self.topics.changed()
-        for index in range(record.partitions):
-            partition = self.partition(name, index)
-            if partition is not None:
-                partition.log.update_config(config)
+        before, record.configs = record.configs, dict(overrides)
+        # Applied to the logs once written: a retention the write undoes deletes nothing.
+        self.topics.changed(
+            partial(setattr, record, "configs", before),
+            then=partial(self._apply_log_config, record, config),
+        )
+
+    def _apply_log_config(self, record: TopicRecord, config: LogConfig) -> None:
+        for _index, partition in self._served(record):
+            partition.log.update_config(config)
 
 
 #: The cleaner's settings (Kafka's LogCleaner.ReconfigurableConfigs).

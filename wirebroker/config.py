@@ -125,6 +125,27 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least=0,
         ),
         _k("socket.request.max.bytes", "int", "104857600", "Largest request frame accepted."),
+        # socket buffers, as Kafka's Acceptor and replica fetchers set them (-1: the system's
+        # default, and Linux's autotuning, left alone); read-only, as in Kafka 3.9
+        _k(
+            "socket.send.buffer.bytes",
+            "int",
+            "102400",
+            "SO_SNDBUF of each accepted connection (-1: the system's default).",
+        ),
+        _k(
+            "socket.receive.buffer.bytes",
+            "int",
+            "102400",
+            "SO_RCVBUF of each listening socket, which its connections inherit (-1: the "
+            "system's default).",
+        ),
+        _k(
+            "replica.socket.receive.buffer.bytes",
+            "int",
+            "65536",
+            "SO_RCVBUF of a follower's connections to its leaders (-1: the system's default).",
+        ),
         _k("connections.max.idle.ms", "long", "600000", "Close connections idle this long."),
         _k(
             "request.timeout.ms",
@@ -916,6 +937,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     ]
 }
 
+#: Socket buffer sizes: bytes, or -1 for the system's default (`socket_buffer_bytes`).
+SOCKET_BUFFER_KEYS = (
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "replica.socket.receive.buffer.bytes",
+)
 QUOTA_WINDOW_KEYS = tuple(
     k for k in BROKER_KEYS if k.endswith(("quota.window.num", "window.size.seconds"))
 )
@@ -1225,6 +1252,8 @@ class BrokerConfig:
             )
         self._validate_authorizer()
         self.metrics_listener()
+        for name in SOCKET_BUFFER_KEYS:
+            self.socket_buffer_bytes(name)
         for name in (
             "message.max.bytes",
             "offsets.retention.minutes",
@@ -1336,6 +1365,19 @@ class BrokerConfig:
         return bool(self.get("zookeeper.connect")) or self.get_bool(
             "wirebroker.external.controller"
         )
+
+    def socket_buffer_bytes(self, name: str) -> int | None:
+        """A socket buffer size (`SOCKET_BUFFER_KEYS`) in bytes; None for -1, the system's
+        default. Kafka's ConfigDef takes any int, and the JVM then fails every connection
+        on a size below 1: refused here at start instead."""
+        size = self.get_int(name)
+        if size == -1:
+            return None
+        if size < 1:
+            raise ConfigError(
+                f"{name}={size}: give a buffer size in bytes, or -1 for the system's default"
+            )
+        return size
 
     @property
     def socket_request_max_bytes(self) -> int:

@@ -23,7 +23,7 @@ partition a key lives in (`partition_for`, Kafka's hash of the key):
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -86,13 +86,9 @@ class CoordinatorStore:
         commit_timeout_s: float,
         *,
         chunk_bytes: int = REPLAY_CHUNK_BYTES,
-        topic_written: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.topic = topic
         self._partition = partition
-        #: Embedded: returns once the topic registry's file holds the topic (a coordinator
-        #: creates its topic on first use; a write it answered must survive a crash).
-        self._topic_written = topic_written
         self.commit_timeout_s = commit_timeout_s
         self.chunk_bytes = chunk_bytes
 
@@ -146,11 +142,6 @@ class CoordinatorStore:
         REQUEST_TIMED_OUT after `timeout_s` (default: the commit timeout)."""
         if write.partition is None:
             return write.error
-        if self._topic_written is not None:
-            try:
-                await self._topic_written()
-            except KafkaError:  # the registry's file could not be written (logged there)
-                return ErrorCode.KAFKA_STORAGE_ERROR
         limit = self.commit_timeout_s if timeout_s is None else timeout_s
         [error] = await await_replication([(write.partition, write.end_offset)], limit)
         return error

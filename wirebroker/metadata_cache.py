@@ -72,7 +72,10 @@ class MetadataCache:
     def __init__(self) -> None:
         self.brokers: dict[int, BrokerInfo] = {}
         self.partitions: dict[str, dict[int, PartitionInfo]] = {}
+        #: Topic ids by name, and names by id: changed only through `_set_topic_id` and
+        #: `_forget_topic`, which keep the two in step.
         self.topic_ids: dict[str, uuid.UUID] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
         self.controller_id: int | None = None
         #: Set once the cache describes the cluster: by the controller's first UpdateMetadata
         #: (before it, a broker that just started knows no brokers and no topics).
@@ -96,10 +99,7 @@ class MetadataCache:
         return self.topic_ids.get(topic, ZERO_UUID)
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        for name, tid in self.topic_ids.items():
-            if tid == topic_id:
-                return name
-        return None
+        return self._topic_names.get(topic_id)
 
     def alive_broker(self, broker_id: int) -> BrokerInfo | None:
         return self.brokers.get(broker_id)
@@ -148,7 +148,7 @@ class MetadataCache:
             ]
             for t in request.topic_states:
                 if version >= 7 and t.topic_id != ZERO_UUID:
-                    self.topic_ids[t.topic_name] = t.topic_id
+                    self._set_topic_id(t.topic_name, t.topic_id)
         else:
             states = request.ungrouped_partition_states
         deleted: list[tuple[str, int]] = []
@@ -175,7 +175,7 @@ class MetadataCache:
         """Add or replace a partition of the topic with `topic_id` (the embedded broker: one
         it serves from now on)."""
         self.partitions.setdefault(partition.topic, {})[partition.partition] = partition
-        self.topic_ids[partition.topic] = topic_id
+        self._set_topic_id(partition.topic, topic_id)
 
     def remove_partition(self, topic: str, index: int) -> bool:
         """Forget a partition, and its topic with its last one; whether it was known."""
@@ -185,8 +185,23 @@ class MetadataCache:
         known = parts.pop(index, None) is not None
         if not parts:
             del self.partitions[topic]
-            self.topic_ids.pop(topic, None)
+            self._forget_topic(topic)
         return known
+
+    def _set_topic_id(self, topic: str, topic_id: uuid.UUID) -> None:
+        """`topic` has `topic_id` (a re-created topic a new one; its old id names nothing)."""
+        old = self.topic_ids.get(topic)
+        if old == topic_id:
+            return
+        if old is not None:
+            del self._topic_names[old]
+        self.topic_ids[topic] = topic_id
+        self._topic_names[topic_id] = topic
+
+    def _forget_topic(self, topic: str) -> None:
+        topic_id = self.topic_ids.pop(topic, None)
+        if topic_id is not None:
+            del self._topic_names[topic_id]
 
     def set_local_broker(self, broker: BrokerInfo) -> None:
         """The embedded broker: itself the only broker and the controller."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -122,12 +123,18 @@ class PeerConnection:
 
     @classmethod
     async def open(
-        cls, host: str, port: int, *, client_id: str, security: PeerSecurity = PLAINTEXT
+        cls,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        security: PeerSecurity = PLAINTEXT,
+        receive_buffer: int | None = None,
     ) -> PeerConnection:
-        """Connect, then TLS and SASL as `security` says; PeerError (nothing left open) when
-        any of it fails."""
+        """Connect (with SO_RCVBUF `receive_buffer`, None: the system's default), then TLS
+        and SASL as `security` says; PeerError (nothing left open) when any of it fails."""
         try:
-            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+            stream: trio.abc.Stream = await _open_tcp(host, port, receive_buffer)
         except OSError as e:
             raise PeerError(f"cannot connect to {host}:{port}: {e}") from e
         try:
@@ -241,6 +248,30 @@ class PeerConnection:
         await self.aclose()
 
 
+async def _open_tcp(host: str, port: int, receive_buffer: int | None) -> trio.SocketStream:
+    """A TCP connection; with `receive_buffer`, its SO_RCVBUF set before it connects, as
+    Kafka's Selector does (the window scale its handshake offers is chosen for it)."""
+    if receive_buffer is None:
+        return await trio.open_tcp_stream(host, port)
+    failure: OSError = OSError(f"{host} has no address")
+    for family, type_, proto, _, address in await trio.socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM
+    ):
+        sock = trio.socket.socket(family, type_, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            await sock.connect(address)
+        except OSError as e:
+            sock.close()
+            failure = e
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return trio.SocketStream(sock)
+    raise failure
+
+
 async def request_once(
     host: str,
     port: int,
@@ -276,9 +307,12 @@ class PeerClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         backoff_s: float = 1.0,
         security: PeerSecurity = PLAINTEXT,
+        receive_buffer: int | None = None,
     ) -> None:
         self.name = name
         self.security = security
+        #: SO_RCVBUF of its connections (None: the system's default).
+        self.receive_buffer = receive_buffer
         self.resolve = resolve
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -314,7 +348,10 @@ class PeerClient:
         try:
             with trio.fail_after(self.timeout_s):
                 connection = await PeerConnection.open(
-                    *address, client_id=self.client_id, security=self.security
+                    *address,
+                    client_id=self.client_id,
+                    security=self.security,
+                    receive_buffer=self.receive_buffer,
                 )
         except (PeerError, trio.TooSlowError) as e:
             self._next_attempt = trio.current_time() + self.backoff_s

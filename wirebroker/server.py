@@ -22,6 +22,7 @@ cluster id comes from `/cluster/id`), and once the listeners are bound its `Clus
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from functools import partial
 from typing import TYPE_CHECKING
@@ -132,12 +133,25 @@ async def serve_broker(
             watch = ConnectionWatch(broker)
             nursery.start_soon(watch.run)
             bound: list[Listener] = []
+            receive_buffer = config.socket_buffer_bytes("socket.receive.buffer.bytes")
+            send_buffer = config.socket_buffer_bytes("socket.send.buffer.bytes")
             for listener in config.listeners():
                 sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+                if receive_buffer is not None:
+                    # On the listening socket, before the first accept, as Kafka's Acceptor
+                    # does: its connections inherit it, and the window scale their handshake
+                    # offers is chosen for it.
+                    for s in sockets:
+                        s.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
                 port = sockets[0].socket.getsockname()[1]
                 bound.append(Listener(listener.name, listener.host or "0.0.0.0", port))
                 handler = partial(
-                    _serve, broker=broker, listener=listener.name, tls=tls, watch=watch
+                    _serve,
+                    broker=broker,
+                    listener=listener.name,
+                    tls=tls,
+                    watch=watch,
+                    send_buffer=send_buffer,
                 )
                 nursery.start_soon(trio.serve_listeners, handler, sockets)
             broker.advertised = _advertised(config, bound)
@@ -187,8 +201,17 @@ async def _serve(
     listener: str,
     tls: ListenerContexts | None,
     watch: ConnectionWatch,
+    send_buffer: int | None,
 ) -> None:
-    """One accepted connection, with its listener's TLS context of the moment."""
+    """One accepted connection, with `socket.send.buffer.bytes` (None: the system's default)
+    and its listener's TLS context of the moment."""
+    if send_buffer is not None:
+        try:
+            stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+        except OSError as e:  # as Kafka's Acceptor: the connection is closed, not the broker
+            log.warning("closing a new connection on %s: %s", listener, e)
+            await trio.aclose_forcefully(stream)
+            return
     context = tls.contexts[listener] if tls is not None else None
     await serve_connection(stream, broker, listener, watch, context)
 

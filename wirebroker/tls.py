@@ -14,7 +14,8 @@ This module owns three things:
   memory BIOs over the raw socket descriptor, behind the interface of
   `wirebroker.transport.PlainTransport` (so the connection loop does not know which it has).
   File slices of fetch responses are read with `os.pread` and encrypted: no `sendfile` on TLS,
-  as in Kafka.
+  as in Kafka (a slice not in the page cache is read into it by a worker thread first, as on
+  a plaintext listener).
 - the principal of a TLS client: `User:` and the certificate's subject DN in RFC 2253 form,
   mapped by `ssl.principal.mapping.rules` (Kafka's SslPrincipalMapper), `User:ANONYMOUS`
   without a certificate.
@@ -40,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from storage.page_cache import cached
 from wirebroker.config import LISTENER_PREFIXED, BrokerConfig, ConfigError
-from wirebroker.transport import ANONYMOUS, chunk_size, flatten
+from wirebroker.transport import ANONYMOUS, chunk_size, flatten, load_slice
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -531,6 +533,8 @@ class TlsTransport:
                 if isinstance(chunk, bytes | bytearray | memoryview):
                     plain += chunk
                 else:
+                    if not cached(chunk.fd, chunk.position, size):
+                        await load_slice(chunk)
                     position, end = chunk.position, chunk.position + size
                     while position < end:
                         piece = os.pread(chunk.fd, min(_PIECE, end - position), position)

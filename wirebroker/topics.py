@@ -7,10 +7,13 @@ half a registry. A change takes effect in memory at once, on the event loop; the
 written off the loop by one writer task (`keep_written`), one write at a time, each of the
 latest state (changes made during a write are coalesced into the next), so an older state never
 lands over a newer one. A request that changed topics awaits `written()` before it is answered,
-as Kafka answers CreateTopics once ZooKeeper holds the topic. A write that fails (a full disk)
-is logged and answered UNKNOWN_SERVER_ERROR to the requests waiting for it; the change stays in
-effect in memory and is written again at the next change, `RETRY_AFTER_S` later, or at
-shutdown (`close`). The ZooKeeper cluster keeps the same facts in Kafka's znodes instead.
+and before it makes anything of the change: the new partitions' logs are made, a deleted topic's
+partitions dropped (`remove(then=...)`) and new configs applied to logs only once the file holds
+the change, as Kafka acts on a topic once ZooKeeper holds it. A write that fails (a full disk)
+undoes in memory every change it was to hold, and those made while it ran, and they are answered
+UNKNOWN_SERVER_ERROR: a client told a change failed never finds it made, now or after a crash
+(Kafka's ZooKeeper write failing leaves no topic either). Each change says how it is undone.
+The ZooKeeper cluster keeps the same facts in Kafka's znodes instead.
 It must not open sockets or touch partition logs.
 """
 
@@ -20,7 +23,9 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -37,8 +42,6 @@ OFFSETS_TOPIC = "__consumer_offsets"
 #: The transaction coordinator's topic (the transactional ids' states).
 TXN_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
-#: Seconds after a failed write before the writer tries again (sooner on a new change).
-RETRY_AFTER_S = 10.0
 
 
 def validate_topic_name(name: str) -> None:
@@ -80,6 +83,16 @@ class TopicRecord:
         }
 
 
+@dataclass(slots=True)
+class _Change:
+    """A change not written yet: its number, how to undo it in memory, what to do once the
+    file holds it."""
+
+    number: int
+    undo: Callable[[], None]
+    then: Callable[[], None] | None
+
+
 class TopicRegistry:
     """Topics by name, persisted to a JSON file off the event loop (see the module doc)."""
 
@@ -97,10 +110,11 @@ class TopicRegistry:
                     dict(t.get("configs", {})),
                 )
         self.by_id = {t.topic_id: t for t in self.topics.values()}
-        #: Changes made so far, the first `_written` of them in the file, the first
-        #: `_attempted` of them in the writer's latest write (which failed with `_failure`).
-        self._changes = self._written = self._attempted = 0
-        self._failure: OSError | None = None
+        #: Changes made so far; the first `_settled` of them are in the file or undone.
+        self._changes = self._settled = 0
+        self._pending: list[_Change] = []
+        #: The changes undone after a failed write: (after, up to, why).
+        self._lost: list[tuple[int, int, OSError]] = []
         self._changed = trio.Event()  # a change since the writer's latest snapshot
         self._write_done = trio.Event()  # set (and replaced) after each write
         self._writer_running = False
@@ -109,83 +123,108 @@ class TopicRegistry:
         return self.topics.get(name)
 
     def add(self, record: TopicRecord) -> None:
-        self.topics[record.name] = record
-        self.by_id[record.topic_id] = record
-        self.changed()
+        self._put(record)
+        self.changed(partial(self._drop, record))
 
-    def remove(self, name: str) -> TopicRecord | None:
-        record = self.topics.pop(name, None)
+    def remove(self, name: str, then: Callable[[], None] | None = None) -> TopicRecord | None:
+        """Remove topic `name`; `then` runs once the file no longer has it (not at all if
+        the write fails: the topic is back)."""
+        record = self.topics.get(name)
         if record is not None:
-            self.by_id.pop(record.topic_id, None)
-            self.changed()
+            self._drop(record)
+            self.changed(partial(self._put, record), then)
         return record
 
-    def changed(self) -> None:
-        """A record was added, removed or changed in place: the file is to be rewritten."""
+    def changed(self, undo: Callable[[], None], then: Callable[[], None] | None = None) -> None:
+        """A record was added, removed or changed in place: the file is to be rewritten.
+        `undo` puts it back as it was if that write fails; `then` runs once it succeeded."""
         self._changes += 1
+        self._pending.append(_Change(self._changes, undo, then))
         self._changed.set()
+
+    def _put(self, record: TopicRecord) -> None:
+        self.topics[record.name] = record
+        self.by_id[record.topic_id] = record
+
+    def _drop(self, record: TopicRecord) -> None:
+        if self.topics.get(record.name) is record:
+            del self.topics[record.name]
+            del self.by_id[record.topic_id]
 
     async def written(self) -> None:
         """Return once the file holds every change made so far. KafkaError
-        UNKNOWN_SERVER_ERROR if the write that was to hold them failed (they stay in effect);
-        RuntimeError if some are not written and the writer is not running."""
+        UNKNOWN_SERVER_ERROR if the write that was to hold the latest failed: it and every
+        change not written with it were undone. RuntimeError if some are not written and
+        the writer is not running."""
         await trio.lowlevel.checkpoint_if_cancelled()  # a shutdown stops the writer first
         target = self._changes
-        if self._written < target and not self._writer_running:
-            raise RuntimeError("the topic registry's writer (keep_written) is not running")
-        while self._written < target:
-            if self._attempted < target:
-                await self._write_done.wait()
-                continue
-            # The write that was to hold them failed (maybe before this call: a request
-            # that makes its partitions' logs first awaits this after the write).
-            raise KafkaError(
-                f"the topic registry could not be written ({reason(self._failure)}): the "
-                "change is in effect, but lost at a crash until a later write succeeds",
-                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
-            )
+        while self._settled < target:
+            if not self._writer_running:  # never started, or stopped by a shutdown
+                raise RuntimeError("the topic registry's writer (keep_written) is not running")
+            await self._write_done.wait()
+        for after, up_to, failure in self._lost:
+            if after < target <= up_to:
+                raise KafkaError(
+                    f"the topic registry could not be written ({reason(failure)}): the "
+                    "change was not made",
+                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                )
 
     async def keep_written(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Write the latest state in a worker thread after every change, until cancelled
-        (`close` then writes what is left). After a failed write, again at the next change or
-        `RETRY_AFTER_S` later."""
+        (`close` then writes what is left). A write that fails undoes the changes not
+        written."""
         self._writer_running = True
         task_status.started()
         try:
             while True:
-                if self._written == self._changes:
+                if self._settled == self._changes:
                     await self._changed.wait()
-                elif self._failure is not None:
-                    with trio.move_on_after(RETRY_AFTER_S):
-                        await self._changed.wait()
                 self._changed = trio.Event()
                 attempt, data = self._changes, self._snapshot()
                 try:
                     # Not abandoned on cancellation: a shutdown waits for the write to finish.
                     await trio.to_thread.run_sync(self._write, data)
                 except OSError as e:
-                    self._failure = e
-                    log.error(
-                        "cannot write the topic registry %s: %s; the topics created, deleted or "
-                        "changed since its last write are in effect, but lost at a crash until a "
-                        "write succeeds (at the next change, in %.0f s, or at shutdown)",
-                        self.path,
-                        e,
-                        RETRY_AFTER_S,
-                    )
+                    self._undo(e)
                 else:
-                    self._written, self._failure = attempt, None
-                self._attempted = attempt
+                    self._settle(attempt)
                 self._write_done.set()
                 self._write_done = trio.Event()
         finally:
             self._writer_running = False
+            self._write_done.set()  # waiters see it stopped
+
+    def _settle(self, attempt: int) -> None:
+        """The file holds the changes up to `attempt`: run what waited for them."""
+        done = [c for c in self._pending if c.number <= attempt]
+        self._pending = self._pending[len(done) :]
+        self._settled = attempt
+        for change in done:
+            if change.then is not None:
+                change.then()
+
+    def _undo(self, failure: OSError) -> None:
+        """The write failed: undo every change the file does not hold, the latest first
+        (those made during the write too: they may build on the failed ones)."""
+        log.error(
+            "cannot write the topic registry %s: %s; the %d topic changes since its last write "
+            "are undone and answered UNKNOWN_SERVER_ERROR",
+            self.path,
+            failure,
+            len(self._pending),
+        )
+        for change in reversed(self._pending):
+            change.undo()
+        self._pending = []
+        self._lost.append((self._settled, self._changes, failure))
+        self._settled = self._changes
 
     def close(self) -> None:
         """At shutdown, once the writer stopped: write the changes not in the file yet."""
-        if self._written == self._changes:
+        if self._settled == self._changes:
             return
         try:
             self._write(self._snapshot())
@@ -197,7 +236,7 @@ class TopicRegistry:
                 e,
             )
         else:
-            self._written = self._changes
+            self._settled = self._changes
 
     def _snapshot(self) -> dict[str, object]:
         """The file's contents, taken on the loop (copies: the loop may change records

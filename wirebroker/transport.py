@@ -14,6 +14,10 @@ not know which it has. Either is read through its descriptor (`fd`): the loop wa
 with `trio.lowlevel.wait_readable` when `receive_into` finds nothing, or, where
 `short_read_drains`, after a read that did not fill its buffer.
 
+A file slice that is not all in the page cache (`storage.page_cache.cached`) is read into it
+by a worker thread first: `sendfile` of bytes not in the cache would make the loop wait for
+the disk (a consumer reading old records), and every connection with it.
+
 The socket is written through its descriptor, which is non-blocking: a write that would block
 waits with `trio.lowlevel.wait_writable`. A write the kernel takes at once does not checkpoint
 (nor create a coroutine); the connection loop checkpoints once per round of requests.
@@ -39,6 +43,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import trio
+
+from storage.page_cache import cached, load
 
 #: The principal of a client that did not authenticate (Kafka's KafkaPrincipal.ANONYMOUS).
 ANONYMOUS = "User:ANONYMOUS"
@@ -123,6 +129,8 @@ class PlainTransport:
                             pending.append(chunk)
                             size += n
                         continue
+                    if not cached(chunk.fd, chunk.position, n):
+                        await load_slice(chunk, cork)
                     if cork is not None:
                         cork.hold()
                     if pending:
@@ -228,6 +236,15 @@ async def _write_rest(
             cork.release()
         await trio.lowlevel.wait_writable(fd)
         sent = _writev(fd, buffers)
+
+
+async def load_slice(chunk: FileChunk, cork: _Cork | None = None) -> None:
+    """Have a worker thread read a file slice that is not in the page cache into it, so that
+    the loop's `sendfile` (or `pread` on TLS) does not wait for the disk. What the write
+    corked so far leaves first."""
+    if cork is not None:
+        cork.release()
+    await trio.to_thread.run_sync(load, chunk.fd, chunk.position, chunk.length)
 
 
 async def _sendfile(fd: int, chunk: FileChunk, cork: _Cork | None = None) -> None:

@@ -49,10 +49,24 @@ def test_preallocated_zeros_after_a_crash_are_ignored(tmp_path: Path) -> None:
     assert idx.entries == 1 and idx.lookup(99) == (5, 300)
 
 
+def test_preallocated_zeros_after_a_crash_are_ignored_in_the_time_index(tmp_path: Path) -> None:
+    path = tmp_path / "x.timeindex"
+    entries = [(-5, 1), (2**40 + 7, 9), (2**62, 2**31 - 1)]  # words of both signs, high and low
+    path.write_bytes(b"".join(struct.pack(">qi", *e) for e in entries) + bytes(12 * 20))
+    idx = TimeIndex(path, 0, 1024)
+    assert idx.entries == 3 and idx.last_entry() == entries[-1]
+    assert [idx.lookup(ts) for ts, _ in entries] == entries
+    path.write_bytes(bytes(12 * 20))  # preallocated, never written
+    assert TimeIndex(path, 0, 1024).entries == 0
+
+
 def test_corrupt_offset_index_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "x.index"
     path.write_bytes(struct.pack(">iiii", 9, 300, 5, 600))  # offsets going backwards
-    with pytest.raises(CorruptIndexError):
+    with pytest.raises(CorruptIndexError, match="at entry 1"):
+        OffsetIndex(path, 0, 1024).load()
+    path.write_bytes(struct.pack(">iiiiii", 1, 300, 2, 600, 3, 500))  # positions going back
+    with pytest.raises(CorruptIndexError, match="at entry 2"):
         OffsetIndex(path, 0, 1024).load()
     path.write_bytes(b"\x00" * 7)
     with pytest.raises(CorruptIndexError):

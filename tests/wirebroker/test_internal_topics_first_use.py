@@ -241,3 +241,49 @@ def test_a_first_use_on_a_full_disk_is_refused_then_works(few_inodes_disk: Path)
     finally:
         broker.stop()
     assert not broker.tracebacks(), "\n".join(broker.log)
+
+
+@pytest.mark.timeout(180)
+def test_a_first_use_whose_logs_are_not_all_made_serves_none_of_them(
+    few_inodes_disk: Path,
+) -> None:
+    """The registry's write succeeds but the disk runs out of inodes after two of five
+    partitions' logs: none of `__consumer_offsets` is served (its coordinator would own some
+    groups and not others), the logs made are deleted, and the next use makes the whole topic."""
+    data = few_inodes_disk / "data"
+    # No checkpoint written meanwhile: the inodes left are counted for the logs.
+    quiet = {"log.flush.offset.checkpoint.interval.ms": "3600000"}
+    broker = BrokerProcess(data, {"offsets.topic.num.partitions": "5", **quiet})
+    broker.start()
+    try:
+        create_topic(broker.bootstrap, "t")
+        free_before = os.statvfs(few_inodes_disk).f_ffree
+        create_topic(broker.bootstrap, "probe")
+        per_partition = free_before - os.statvfs(few_inodes_disk).f_ffree
+        fillers = few_inodes_disk / "fillers"
+        fillers.mkdir()
+        with pytest.raises(OSError, match="No space left"):
+            for i in range(1000):
+                (fillers / str(i)).touch()
+        # Room for the registry's temporary file and two partitions' logs, and a bit more.
+        for i in range(2 * per_partition + 2):
+            (fillers / str(i)).unlink()
+        since = len(broker.log)
+        assert _coordinator(broker.bootstrap, "g", GROUP_KEY) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        line = broker.wait_for_log("cannot create __consumer_offsets on its first use", since=since)
+        assert line is not None and f"cannot create the log of {OFFSETS_TOPIC}-" in line
+        assert metadata_of(broker.bootstrap, OFFSETS_TOPIC)[1] == 0
+        assert _coordinator(broker.bootstrap, "g", GROUP_KEY) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        served = [p for p in os.listdir(data) if p.startswith(OFFSETS_TOPIC) and "-delete" not in p]
+        assert not served  # the logs made were deleted
+        for filler in fillers.iterdir():
+            filler.unlink()
+        _produce(broker.bootstrap, "t", 5)
+        assert _consume_and_commit(broker.bootstrap, "g", "t") == 1
+        assert metadata_of(broker.bootstrap, OFFSETS_TOPIC)[1] == 5
+        broker.restart()
+        assert _committed(broker.bootstrap, "g", "t") == 1
+        assert not list(data.glob("*-stray"))
+    finally:
+        broker.stop()
+    assert not broker.tracebacks(), "\n".join(broker.log)

@@ -7,13 +7,14 @@ before a topic change is answered, and a failed write costs neither the broker n
   partition counts and config overrides (each answer waited for the write that holds its
   change).
 - An in-process broker whose registry writes are held in their worker thread: Metadata is
-  answered meanwhile and already shows the new topic, the CreateTopics is not answered until
-  its write lands, and the changes made during a held write are written once, as the latest
-  state, after it (never an older state over a newer one).
-- A full disk (a 16 MiB tmpfs, root only): CreateTopics and DeleteTopics are answered
-  UNKNOWN_SERVER_ERROR with the reason and logged, the broker stays up with the changes in
-  effect, and once space is freed the next change's write holds them (kill -9 and restart),
-  or else the clean shutdown writes them.
+  answered meanwhile and does not show the new topic yet (its log is made once the registry
+  holds it, as Kafka makes a topic once ZooKeeper holds it), the CreateTopics is not answered
+  until its write lands, and the changes made during a held write are written once, as the
+  latest state, after it (never an older state over a newer one).
+- A full disk (a 16 MiB tmpfs, root only): CreateTopics, DeleteTopics, CreatePartitions and
+  IncrementalAlterConfigs are answered UNKNOWN_SERVER_ERROR with the reason and logged, the broker
+  stays up, and none of the changes is made: not now, and not after space is freed and the broker
+  killed and restarted; then the same changes succeed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from confluent_kafka.admin import (
 
 import wirebroker.topics
 from protocol.errors import ErrorCode
+from protocol.messages.create_partitions import CreatePartitionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
@@ -47,7 +49,9 @@ from protocol.messages.metadata import MetadataRequest
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import (
     RawClient,
+    alter_configs,
     assert_refused_for_a_full_disk,
+    describe_configs,
     fill,
     find_coordinator,
     serving_in_process,
@@ -196,8 +200,8 @@ class _Changes:
         self.event = trio.Event()
         changed = TopicRegistry.changed
 
-        def counted(registry: TopicRegistry) -> None:
-            changed(registry)
+        def counted(registry: TopicRegistry, *args: Any, **kwargs: Any) -> None:
+            changed(registry, *args, **kwargs)
             self.count += 1
             self.event.set()
 
@@ -249,9 +253,9 @@ def test_writes_run_off_the_loop_in_order_and_before_the_answer(
             bootstrap = running.bootstrap_servers
             nursery.start_soon(ask, "create a", partial(_create, bootstrap, "a"))
             assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-            await served.wait_for(1)  # its log is made beside the held write
-            # The write of {a} is held: the loop answers others, who see `a` already.
-            assert "a" in await trio.to_thread.run_sync(_listed, bootstrap)
+            # The write of {a} is held: the loop answers others; `a` has no partition yet.
+            assert "a" not in await trio.to_thread.run_sync(_listed, bootstrap)
+            assert served.count == 0
             assert "create a" not in answers  # answered only once written
             nursery.start_soon(ask, "create b", partial(_create, bootstrap, "b"))
             nursery.start_soon(ask, "create c", partial(_create, bootstrap, "c"))
@@ -269,30 +273,57 @@ def test_writes_run_off_the_loop_in_order_and_before_the_answer(
     assert sorted(json.loads((tmp_path / "topics.json").read_text())["topics"]) == ["b", "c"]
 
 
-def test_a_full_disk_fails_the_write_not_the_broker(disk: Path) -> None:
+def test_a_full_disk_fails_the_write_and_undoes_the_change(disk: Path) -> None:
     broker = BrokerProcess(disk / "data")
     broker.start()
     try:
         assert _create(broker.bootstrap, "before") == (ErrorCode.NONE, None)
+        retention = [("retention.ms", 0, "3600000")]
         fill(disk / "filler")
         since = len(broker.log)
         assert_refused_for_a_full_disk(*_create(broker.bootstrap, "during"), disk)
         assert broker.wait_for_log("cannot write the topic registry", since=since)
-        code, message = _delete(broker.bootstrap, "before")
-        assert code == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert_refused_for_a_full_disk(*_delete(broker.bootstrap, "before"), disk)
+        assert_refused_for_a_full_disk(*_add_partitions(broker.bootstrap, "before", 3), disk)
+        assert_refused_for_a_full_disk(
+            *alter_configs(broker.bootstrap, 2, "before", retention), disk
+        )
         assert broker.alive()
-        assert {"before", "during"} & _listed(broker.bootstrap) == {"during"}  # in effect
+        _assert_unchanged(broker.bootstrap)
         (disk / "filler").unlink()
-        # The next change's write holds the failed ones too.
-        assert _create(broker.bootstrap, "after") == (ErrorCode.NONE, None)
         broker.restart(clean=False)
-        assert {"before", "during", "after"} & _listed(broker.bootstrap) == {"during", "after"}
-        fill(disk / "filler")
-        assert _create(broker.bootstrap, "late")[0] == ErrorCode.UNKNOWN_SERVER_ERROR
-        (disk / "filler").unlink()
-        assert broker.stop() == 0  # the shutdown writes what the failed write did not
-        broker.start()
-        assert "late" in _listed(broker.bootstrap)
+        _assert_unchanged(broker.bootstrap)
+        # Now the same changes are made.
+        assert _create(broker.bootstrap, "during") == (ErrorCode.NONE, None)
+        assert _add_partitions(broker.bootstrap, "before", 3) == (ErrorCode.NONE, None)
+        assert alter_configs(broker.bootstrap, 2, "before", retention) == (ErrorCode.NONE, None)
+        assert {"before", "during"} <= _listed(broker.bootstrap)
+        assert _partition_count(broker.bootstrap, "before") == 3
     finally:
         broker.stop()
     assert not broker.tracebacks(), "\n".join(broker.log)
+
+
+def _assert_unchanged(bootstrap: str) -> None:
+    """As before the disk filled: `before` with one partition and no override, no `during`."""
+    assert {"before", "during"} & _listed(bootstrap) == {"before"}
+    assert _partition_count(bootstrap, "before") == 1
+    (retention,) = describe_configs(bootstrap, 2, "before", ["retention.ms"]).configs
+    assert retention.value == "604800000"
+
+
+def _add_partitions(bootstrap: str, name: str, count: int) -> tuple[int, str | None]:
+    request = CreatePartitionsRequest(
+        topics=[CreatePartitionsRequest.CreatePartitionsTopic(name=name, count=count)],
+        timeout_ms=10_000,
+    )
+    with RawClient(bootstrap, timeout=TIMEOUT) as client:
+        (result,) = client.request(request, 3).results
+    return result.error_code, result.error_message
+
+
+def _partition_count(bootstrap: str, name: str) -> int:
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)])
+    with RawClient(bootstrap, timeout=TIMEOUT) as client:
+        (topic,) = client.request(request, 12).topics
+    return len(topic.partitions)

@@ -120,7 +120,6 @@ class GroupCoordinator:
             OFFSETS_TOPIC,
             broker.partition,
             config.get_int("offsets.commit.timeout.ms") / 1000,
-            topic_written=broker.topics.written,
         )
         #: The partitions being loaded.
         self.loading = PartitionLoads(self.store)

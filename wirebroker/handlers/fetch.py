@@ -60,6 +60,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
+from storage.segment import LookupReads
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.events import Wakeup
@@ -193,6 +194,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
         any(w.partition is not None for w in wanted),
         trio.current_time() + max(request.max_wait_ms, 0) / 1000,
     )
+    if lookups := _lookup_reads(wanted):
+        return Later(partial(_long_poll, poll, lookups))
     size, due = poll.read()
     if due:
         return _answer(poll, size)
@@ -201,22 +204,53 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
     return Later(partial(_long_poll, poll))
 
 
-async def _long_poll(poll: _Poll) -> FetchResponse:
-    """Wait for an append (or a moved high watermark) until the answer is due."""
+def _lookup_reads(wanted: list[_Wanted]) -> list[LookupReads]:
+    """What the reads would wait on the disk for to find their fetch offsets (old segments)."""
+    found = []
+    for w in wanted:
+        if w.partition is not None:
+            reads = w.partition.log.lookup_reads(w.request.fetch_offset)
+            if reads is not None:
+                found.append(reads)
+    return found
+
+
+def _run_all(lookups: list[LookupReads]) -> None:
+    for reads in lookups:
+        reads.run()
+
+
+async def _long_poll(poll: _Poll, lookups: list[LookupReads] | None = None) -> FetchResponse:
+    """Wait for an append (or a moved high watermark) until the answer is due. With
+    `lookups`, first do them in a worker thread and read: the disk reads of a fetch from an
+    old segment (its offset index, the batch headers) would hold up every connection."""
     ctx = poll.ctx
     if poll.replica_id < 0 and ctx.broker.quotas.request.enabled:
         throttle.request_started(ctx)  # the time of this task's reads counts too
-    size = 0
-    wakeup = poll.wakeup  # armed when the fetch went on to wait
-    assert wakeup is not None
-    with wakeup, trio.move_on_at(poll.deadline):
-        while True:
-            await wakeup.wait()
-            size, due = poll.read()
-            if due:
-                break
+    size, due = 0, False
+    if lookups:
+        try:
+            for reads in lookups:
+                reads.pin()
+            await trio.to_thread.run_sync(_run_all, lookups)
+        finally:
+            for reads in lookups:
+                reads.finish()
+        size, due = poll.read()
+        if not due:
             poll.arm()
             _release(poll.wanted)
+    if not due:
+        wakeup = poll.wakeup  # armed when the fetch went on to wait
+        assert wakeup is not None
+        with wakeup, trio.move_on_at(poll.deadline):
+            while True:
+                await wakeup.wait()
+                size, due = poll.read()
+                if due:
+                    break
+                poll.arm()
+                _release(poll.wanted)
     response = _answer(poll, size)
     if ctx.throttle_time_ms:
         throttle.set_throttle_time(response, ctx.throttle_time_ms)

@@ -81,17 +81,15 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
         if topic.name in describable:
             _answer_created(ctx, result, record, request.validate_only)
     if created and not request.validate_only:
-        # Answered once the partitions exist (their logs made off the loop) and the
-        # registry holds the topics, as Kafka answers once ZooKeeper does.
-        failed = await broker.create_logs([record for _result, record in created])
+        # Answered once the registry holds the topics (a failed write leaves none) and their
+        # partitions' logs are made off the loop.
+        try:
+            failed = await broker.create_when_written([record for _result, record in created])
+        except KafkaError as e:
+            failed = {record.name: e for _result, record in created}
         for result, record in created:
             if record.name in failed:
                 _answer_failed(result, failed[record.name])
-        try:
-            await broker.topics.written()
-        except KafkaError as e:
-            for result, _record in created:
-                _answer_failed(result, e)
     _mutation_throttle(ctx, quota)
     return CreateTopicsResponse(topics=results)
 
@@ -328,8 +326,7 @@ async def _add_partitions(
         current = record.partitions if record is not None else 0
         record = ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
         if record is not None:
-            failed = await ctx.broker.create_logs([record])
-            await ctx.broker.topics.written()
+            failed = await ctx.broker.create_when_written([record])
             if failed:
                 raise failed[topic.name]
         return current

@@ -89,6 +89,7 @@ class ReplicaFetcher:
             timeout_s=config.get_int("replica.socket.timeout.ms") / 1000,
             backoff_s=self.backoff_s,
             security=manager.broker.peer_security,
+            receive_buffer=config.socket_buffer_bytes("replica.socket.receive.buffer.bytes"),
         )
         self.session = FetchSessionHandler()
         self._wake = trio.Event()

@@ -98,7 +98,6 @@ class TransactionStateManager:
             broker.partition,
             config.get_int("request.timeout.ms") / 1000,
             chunk_bytes=config.get_int("transaction.state.log.load.buffer.size"),
-            topic_written=broker.topics.written,
         )
         self.partitions: dict[int, TxnPartition] = {}
         #: Partitions loading, each at its coordinator epoch.

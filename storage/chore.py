@@ -30,7 +30,7 @@ from typing import Protocol
 
 from storage.checkpoints import fsync_dir
 
-__all__ = ["Chore", "RemoveDeleted", "run_chore"]
+__all__ = ["Chore", "Chores", "RemoveDeleted", "run_chore"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,34 @@ def run_chore(chore: Chore) -> None:
         chore.prepare()
     finally:
         chore.commit()
+
+
+class Chores:
+    """Several chores run as one (one worker-thread call for all: a thread hop costs the loop
+    more than a small chore's work). Each is prepared, then each committed, in order; a
+    :meth:`prepare` that raises does not stop the others, and the first error is raised after
+    them all."""
+
+    def __init__(self, chores: list[Chore]) -> None:
+        self.chores = chores
+
+    def prepare(self) -> None:
+        error: BaseException | None = None
+        for chore in self.chores:
+            try:
+                chore.prepare()
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
+
+    def abort(self) -> None:
+        for chore in self.chores:
+            chore.abort()
+
+    def commit(self) -> None:
+        for chore in self.chores:
+            chore.commit()
 
 
 class RemoveDeleted:

@@ -31,7 +31,7 @@ from itertools import islice
 from pathlib import Path
 
 from storage.errors import CorruptIndexError
-from storage.file_handles import FileHandles
+from storage.file_handles import FileHandles, create_file
 
 __all__ = ["OffsetEntries", "OffsetIndex", "TimeIndex"]
 
@@ -91,16 +91,21 @@ class _IndexFile:
     def exists(self) -> bool:
         return self.path.exists()
 
+    @classmethod
+    def full_size(cls, max_index_size: int) -> int:
+        """The size of a preallocated file: ``segment.index.bytes`` in whole entries."""
+        return max_index_size // cls.ENTRY_SIZE * cls.ENTRY_SIZE
+
     def create(self, preallocate: bool) -> None:
         """Create an empty index file, preallocated to its maximum size if asked."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            size = self.max_entries * self.ENTRY_SIZE if preallocate else 0
-            if size:
-                os.ftruncate(fd, size)
-            self._file_size = size
-        finally:
-            os.close(fd)
+        size = self.max_entries * self.ENTRY_SIZE if preallocate else 0
+        create_file(self.path, size)
+        self.start_empty(size)
+
+    def start_empty(self, file_size: int) -> None:
+        """Hold no entry, in a file just made empty of `file_size` bytes (created, or
+        prepared ahead and renamed to this index's name)."""
+        self._file_size = file_size
         self._clear()
         self.loaded = True
         self._persisted = 0

@@ -21,6 +21,7 @@ __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
     "LOG_START_OFFSET_CHECKPOINT",
     "LOG_SUFFIX",
+    "PREPARED_SUFFIX",
     "RECOVERY_POINT_CHECKPOINT",
     "REPLICATION_OFFSET_CHECKPOINT",
     "SWAP_SUFFIX",
@@ -32,6 +33,7 @@ __all__ = [
     "offset_from_file_name",
     "parse_partition_dir",
     "partition_dir_name",
+    "prepared_file",
     "segment_file",
     "stray_dir_name",
 ]
@@ -47,6 +49,9 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 #: Compaction output complete, replacing the segments in its range (finished at recovery).
 SWAP_SUFFIX = ".swap"
+#: The next segment's files made ahead of a roll (``next.log.prepared``, ...): empty, named
+#: for no offset; deleted at recovery (see :mod:`storage.roll_work`).
+PREPARED_SUFFIX = ".prepared"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 # In the partition directory.
@@ -70,6 +75,12 @@ _SPECIAL_DIR = re.compile(r"\.[0-9a-f]{32}-(delete|future|stray)$")
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
     """``<dir>/<base offset, 20 digits><suffix>``, e.g. ``00000000000000000042.log``."""
     return directory / f"{base_offset:020d}{suffix}"
+
+
+def prepared_file(directory: Path, suffix: str) -> Path:
+    """``<dir>/next<suffix>.prepared``, e.g. ``next.log.prepared``: a file of the segment a
+    log prepares for its next roll. No Kafka name matches it (Kafka's loader ignores it)."""
+    return directory / f"next{suffix}{PREPARED_SUFFIX}"
 
 
 def offset_from_file_name(name: str) -> int | None:

@@ -9,7 +9,8 @@ directories: kept, skipped at start-up, never reused as a new partition's), dele
 watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
 chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
 the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
-checkpoints, unlinking deleted segments' files and removing deleted partitions' directories). All logs share one
+checkpoints, unlinking deleted segments' files and removing deleted partitions' directories,
+and the next segments logs ask to have prepared ahead of their rolls). All logs share one
 :class:`~storage.file_handles.FileHandles` pool, so open descriptors stay bounded by
 ``max_open_files`` however many partitions exist.
 
@@ -45,7 +46,7 @@ from storage.checkpoints import (
     remove_clean_shutdown,
     write_clean_shutdown,
 )
-from storage.chore import RemoveDeleted, run_chore
+from storage.chore import Chore, Chores, RemoveDeleted, run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import DEFAULT_MAX_MAP_KEYS, LogConfig
 from storage.errors import KafkaStorageError, StorageError
@@ -137,6 +138,11 @@ class LogManager:
         #: Told of each directory taken offline, on the caller's thread, once its logs are
         #: abandoned (in a cluster the broker tells the controller; it must not block).
         self.on_dir_offline: Callable[[Path], None] | None = None
+        #: Told (on the caller's thread, must not block) when a log wants its next segment
+        #: prepared ahead: the broker then runs :meth:`roll_work` off the loop. None: no log
+        #: asks, every roll makes its files itself (tools, tests of storage alone).
+        self.on_roll_work: Callable[[], None] | None = None
+        self._roll_work: list[PartitionLog] = []
         self._opened = False
 
     def config_for(self, topic: str) -> LogConfig:
@@ -188,6 +194,7 @@ class LogManager:
                 )
                 self._dir_of[tp] = log_dir
                 self._per_dir[log_dir] += 1
+                self._logs[tp].on_roll_work = self._roll_work_wanted
             if clean:
                 remove_clean_shutdown(log_dir)
         self._opened = True
@@ -429,6 +436,23 @@ class LogManager:
             if pending is not None:
                 yield pending
 
+    def _roll_work_wanted(self, plog: PartitionLog) -> None:
+        if self.on_roll_work is not None:
+            self._roll_work.append(plog)
+            self.on_roll_work()
+
+    def begin_roll_work(self) -> Chores | None:
+        """The roll work the logs asked for since the last call (see :mod:`storage.roll_work`),
+        as one chore, or None if there is none."""
+        wanted, self._roll_work = self._roll_work, []
+        works: list[Chore] = []
+        for plog in wanted:
+            if not (plog.closed or plog.offline):
+                work = plog.begin_roll_work()
+                if work is not None:
+                    works.append(work)
+        return Chores(works) if works else None
+
     def removal_chore(self, now_ms: int) -> RemoveDeleted | None:
         """The unlinking of deleted segments' files due by `now_ms` (see
         :meth:`PartitionLog.take_deleted_files`) and the removal of deleted partitions'
@@ -620,6 +644,7 @@ class CreateLogs:
                 continue
             manager._logs[tp] = plog
             manager._dir_of[tp] = log_dir
+            plog.on_roll_work = manager._roll_work_wanted
             if log_dir in manager.offline_dirs:  # it went offline meanwhile
                 plog.abandon()
                 plog.offline = True

@@ -71,12 +71,14 @@ from storage.producer_state import (
     VerificationGuard,
     batch_update,
     producer_batches,
+    snapshot_tmp,
 )
 from storage.recovery import load_partition_dir
 from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResult
 from storage.retention import plan_retention
+from storage.roll_work import PendingSnapshot, RollWork
 from storage.scan import iter_file_headers
-from storage.segment import LogSegment, LookupReads
+from storage.segment import LogSegment, LookupReads, segment_file_sizes
 from storage.txn_index import AbortedTxn
 from storage.validation import (
     AppendOrigin,
@@ -189,8 +191,9 @@ class PartitionLog:
         self._last_flush_ms = opened_ms
         self._dir_dirty = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-        #: Producer snapshots below the log start offset, unlinked with the deleted segments'
-        #: files (as Kafka's async delete, after ``file.delete.delay.ms``).
+        #: Producer snapshots below the log start offset (and snapshots written off the loop
+        #: that a truncation voided), unlinked with the deleted segments' files (as Kafka's
+        #: async delete, after ``file.delete.delay.ms``).
         self._obsolete_snapshots: list[tuple[int, Path]] = []
         #: Counts truncations: a chore prepared before one must not be committed after it.
         self.truncations = 0
@@ -203,6 +206,22 @@ class PartitionLog:
         self.offline = False
         self.had_clean_shutdown = False
         self.recovery_stats: dict[str, int] = {}
+        #: Told (on the log's thread) when the log wants its :meth:`begin_roll_work` run; the
+        #: log manager sets it. None: nothing is prepared ahead, every roll creates its files.
+        self.on_roll_work: Callable[[PartitionLog], None] | None = None
+        self._roll_work_asked = False  # told `on_roll_work`, begin_roll_work not called yet
+        self._roll_work_running = False  # begun, not committed
+        #: The next segment is wanted (half way), or was tried since the last roll.
+        self._next_wanted = False
+        self._next_tried = False
+        #: The sizes of the next segment's files made ahead (``next.*.prepared``), if any.
+        self._prepared: tuple[int, int, int] | None = None
+        #: The producer snapshots of the rolls since the last roll work, to write: (offset,
+        #: path, bytes, the truncation count then: a truncation since voids it).
+        self._pending_snapshots: list[PendingSnapshot] = []
+        #: Rolls that adopted prepared files, and rolls that created their files themselves.
+        self.rolls_prepared = 0
+        self.rolls_inline = 0
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -502,6 +521,18 @@ class PartitionLog:
         seg.append(v.data, v.metas)
         self._leo = v.last_offset + 1
         self._unflushed_messages += v.records_count
+        if (
+            not self._next_tried
+            and self.on_roll_work is not None
+            and seg.half_way_to_roll(
+                segment_bytes=config.segment_bytes,
+                segment_ms=config.segment_ms,
+                max_timestamp=v.max_timestamp,
+                now_ms=now_ms,
+            )
+        ):
+            self._next_tried = self._next_wanted = True
+            self._ask_roll_work()
 
     def _update_producers(self, updates: list[BatchUpdate], previous_end: int) -> None:
         """Apply appended batches to the producer state; a transaction an ABORT marker ended
@@ -574,15 +605,85 @@ class PartitionLog:
             old.become_active()
             raise KafkaStorageError(f"cannot roll {old.log.path}: {e}") from e
         try:
-            new = LogSegment.create(self.dir, base_offset, self.config, self.handles, now_ms)
+            new = self._adopt_prepared(base_offset, now_ms)
+            if new is None:
+                new = LogSegment.create(self.dir, base_offset, self.config, self.handles, now_ms)
+                self.rolls_inline += 1
         except KafkaStorageError:
             old.become_active()
             raise
+        # The segment after this one is made now (with this roll's snapshot), while this one
+        # fills; `_next_tried` keeps its half way from asking again.
+        self._next_tried = self._next_wanted = True
         self._segments.append(new)
         self._bases.append(base_offset)
         self._dir_dirty = True
-        self._snapshot_producers(base_offset, fsync=False)
+        if self.on_roll_work is None:
+            self._snapshot_producers(base_offset, fsync=False)
+        else:
+            if base_offset != self.producer_state.last_snapshot_offset:
+                path, data = self.producer_state.encode_snapshot(base_offset)
+                self._pending_snapshots.append((base_offset, path, data, self.truncations))
+            self._ask_roll_work()
         return new
+
+    def _adopt_prepared(self, base_offset: int, now_ms: int) -> LogSegment | None:
+        """The new segment made of the files prepared ahead, if they are there and of the
+        sizes the config asks for now; None: the caller creates it."""
+        sizes, self._prepared = self._prepared, None
+        if sizes is None or sizes != segment_file_sizes(self.config):
+            return None
+        try:
+            new = LogSegment.adopt(self.dir, base_offset, self.config, self.handles, now_ms, sizes)
+        except KafkaStorageError as e:
+            log.warning("%s: %s (creating the segment instead)", self.dir.name, e)
+            return None
+        self.rolls_prepared += 1
+        return new
+
+    def _ask_roll_work(self) -> None:
+        if not (self._roll_work_asked or self._roll_work_running) and self.on_roll_work:
+            self._roll_work_asked = True
+            self.on_roll_work(self)
+
+    def begin_roll_work(self) -> RollWork | None:
+        """What the last roll and the next one leave to a worker thread (a
+        :class:`~storage.chore.Chore`, see :mod:`storage.roll_work`): the producer snapshot
+        taken at the last roll, the next segment's files once wanted; None if nothing is to
+        do or it is being done."""
+        self._roll_work_asked = False
+        if self.closed or self._roll_work_running:
+            return None
+        sizes = None
+        if self._next_wanted and self._prepared is None:
+            sizes = segment_file_sizes(self.config)
+        self._next_wanted = False
+        snapshots, self._pending_snapshots = self._pending_snapshots, []
+        if sizes is None and not snapshots:
+            return None
+        self._roll_work_running = True
+        return RollWork(self, self.dir, sizes, snapshots)
+
+    def _roll_work_done(self, work: RollWork) -> None:
+        """Adopt what `work` made: the next segment's files (a failure is not retried before
+        the next roll), the snapshot renamed into place unless a truncation voided it."""
+        self._roll_work_running = False
+        if self.closed:
+            return  # the temporary snapshot and prepared files: removed at the next open
+        if work.sizes is not None and work.error is None:
+            self._prepared = work.sizes
+        for offset, path, _data, truncations in work.written:
+            tmp = snapshot_tmp(path)
+            if truncations != self.truncations or offset < self._log_start:
+                self._obsolete_snapshots.append((self._delete_due(self._now_ms()), tmp))
+            else:
+                try:
+                    os.replace(tmp, path)
+                    self.producer_state.snapshot_written(offset)
+                except OSError as e:
+                    log.warning("%s: cannot rename the producer snapshot: %s", path, e)
+        if self._pending_snapshots or (self._next_wanted and self._prepared is None):
+            self._ask_roll_work()
 
     def _snapshot_producers(self, offset: int, *, fsync: bool) -> None:
         # A lost snapshot only costs a longer scan at the next open: never fail for it.
@@ -1118,6 +1219,8 @@ class PartitionLog:
             "recovery_point": self._recovery_point,
             "unflushed_messages": self._unflushed_messages,
             "pending_deletes": len(self._pending_deletes),
+            "rolls_prepared": self.rolls_prepared,
+            "rolls_inline": self.rolls_inline,
         }
 
     def __repr__(self) -> str:

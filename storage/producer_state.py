@@ -41,8 +41,9 @@ last sequence, last offset, offset delta, timestamp, coordinator epoch, current 
 first offset), holding the state of every batch below ``offset``. Kafka writes one entry per
 producer (its last batch), so a restart forgets the other four and answers their retries
 OUT_OF_ORDER_SEQUENCE_NUMBER; we write one entry per retained batch, oldest first, so all five
-survive -- Kafka reads such a file too (later entries of a producer replace earlier ones). :class:`PartitionLog` takes one at each roll and at close, and
-at open rebuilds the state from the latest readable snapshot plus the batches after it. A
+survive -- Kafka reads such a file too (later entries of a producer replace earlier ones). :class:`PartitionLog` takes one at each roll (encoded on
+its thread, written in a worker thread and renamed back on its thread: see
+:mod:`storage.roll_work`) and at close, and at open rebuilds the state from the latest readable snapshot plus the batches after it. A
 producer with an ongoing transaction never expires.
 
 Pure apart from the snapshot files: it never reads segments (the log hands it batches).
@@ -87,13 +88,18 @@ __all__ = [
     "batch_update",
     "producer_batches",
     "read_snapshot",
+    "encode_snapshot",
+    "snapshot_tmp",
     "write_snapshot",
+    "write_snapshot_tmp",
 ]
 
 log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 SNAPSHOT_VERSION = 1
+#: A snapshot being written (renamed to its ``.snapshot`` name when whole).
+SNAPSHOT_TMP_SUFFIX = ".tmp"
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
 NO_SEQUENCE = -1
@@ -320,8 +326,8 @@ def producer_batches(data: memoryview) -> list[BatchUpdate]:
 # ---- snapshot files --------------------------------------------------------------------------
 
 
-def write_snapshot(path: Path, entries: Iterable[ProducerEntry], *, fsync: bool = False) -> None:
-    """Atomically write a version 1 snapshot of `entries` to `path`."""
+def encode_snapshot(entries: Iterable[ProducerEntry]) -> bytearray:
+    """A version 1 snapshot file's bytes holding `entries`."""
     parts = []
     for e in entries:
         rows = [(b.last_seq, b.last_offset, b.last_offset - b.first_offset) for b in e.batches]
@@ -341,10 +347,20 @@ def write_snapshot(path: Path, entries: Iterable[ProducerEntry], *, fsync: bool 
     body = bytearray(_SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, 0, len(parts)))
     body += b"".join(parts)
     struct.pack_into(">I", body, 2, crc32c(memoryview(body)[6:]))
-    tmp = path.with_name(path.name + ".tmp")
+    return body
+
+
+def snapshot_tmp(path: Path) -> Path:
+    """Where a snapshot is written before its rename to `path` (a load deletes leftovers)."""
+    return path.with_name(path.name + SNAPSHOT_TMP_SUFFIX)
+
+
+def write_snapshot_tmp(path: Path, data: bytes | bytearray, *, fsync: bool = False) -> None:
+    """Write `data` to :func:`snapshot_tmp` of `path` (removed again if that fails)."""
+    tmp = snapshot_tmp(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(body)
+        view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
         if fsync:
@@ -354,7 +370,12 @@ def write_snapshot(path: Path, entries: Iterable[ProducerEntry], *, fsync: bool 
         raise
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+
+
+def write_snapshot(path: Path, entries: Iterable[ProducerEntry], *, fsync: bool = False) -> None:
+    """Atomically write a version 1 snapshot of `entries` to `path`."""
+    write_snapshot_tmp(path, encode_snapshot(entries), fsync=fsync)
+    os.replace(snapshot_tmp(path), path)
     if fsync:
         fsync_dir(path.parent)
 
@@ -589,7 +610,7 @@ class ProducerStateManager:
         self.unreplicated.clear()
         self.last_snapshot_offset = -1
         for name in os.listdir(self.dir):
-            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):  # a write cut short by a crash
+            if name.endswith(SNAPSHOT_SUFFIX + SNAPSHOT_TMP_SUFFIX):  # cut short by a crash
                 (self.dir / name).unlink(missing_ok=True)
         offsets = snapshot_offsets(self.dir)
         for off in offsets:
@@ -622,6 +643,17 @@ class ProducerStateManager:
         write_snapshot(
             segment_file(self.dir, offset, SNAPSHOT_SUFFIX), self.producers.values(), fsync=fsync
         )
+        self.last_snapshot_offset = offset
+
+    def encode_snapshot(self, offset: int) -> tuple[Path, bytearray]:
+        """The snapshot file at `offset` (the log end offset) and its bytes, for the caller
+        to write (:func:`write_snapshot_tmp`, in a worker thread) and then to rename and
+        declare (:meth:`snapshot_written`)."""
+        return segment_file(self.dir, offset, SNAPSHOT_SUFFIX), encode_snapshot(
+            self.producers.values()
+        )
+
+    def snapshot_written(self, offset: int) -> None:
         self.last_snapshot_offset = offset
 
     def snapshots_before(self, offset: int) -> list[Path]:

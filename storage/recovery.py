@@ -4,7 +4,8 @@ This module owns turning a partition directory into an ordered list of segments 
 start offset, end offset, recovery point and leader epoch cache:
 
 1. leftovers: ``*.deleted`` files are removed; ``*.cleaned`` files (unfinished compaction) are
-   removed; ``*.swap`` files (finished compaction not yet installed) replace the segments in
+   removed; ``*.prepared`` files (a next segment made ahead, :mod:`storage.roll_work`: empty
+   until a roll renames them) are removed; ``*.swap`` files (finished compaction not yet installed) replace the segments in
    their offset range; index files without a ``.log`` are removed;
 2. segments are opened; one missing an index is recovered (its indexes rebuilt);
 3. after an unclean shutdown, every segment from the one holding the recovery point onwards is
@@ -34,6 +35,7 @@ from storage.layout import (
     INDEX_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
+    PREPARED_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
@@ -92,7 +94,7 @@ def _remove_leftovers_and_swap(directory: Path, config: LogConfig, handles: File
     names = sorted(os.listdir(directory))
     swaps: list[str] = []
     for name in names:
-        if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX):
+        if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, PREPARED_SUFFIX)):
             (directory / name).unlink(missing_ok=True)
         elif name.endswith(SWAP_SUFFIX):
             swaps.append(name)

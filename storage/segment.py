@@ -35,20 +35,28 @@ from protocol.record_batch import TimestampType
 from protocol.records import RecordBatchView, iter_batches, iter_records
 from storage.config import LogConfig
 from storage.errors import CorruptIndexError, KafkaStorageError
-from storage.file_handles import FileHandle, FileHandles
+from storage.file_handles import FileHandle, FileHandles, create_file
 from storage.index import OffsetEntries, OffsetIndex, TimeIndex
 from storage.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    prepared_file,
     segment_file,
 )
 from storage.page_cache import cached, load
 from storage.scan import MIN_SIZE, BatchHeader, iter_file_headers, read_batch
 from storage.txn_index import TransactionIndex
 
-__all__ = ["BatchMeta", "LogSegment", "LookupReads", "TimestampAndOffset"]
+__all__ = [
+    "MADE_SUFFIXES",
+    "BatchMeta",
+    "LogSegment",
+    "LookupReads",
+    "TimestampAndOffset",
+    "segment_file_sizes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +71,24 @@ _INT_MAX = 0x7FFFFFFF
 RECENT_BATCHES = 64
 _V2_HEAD = struct.Struct(">qiibIhiqq")
 _LEGACY_HEAD = struct.Struct(">qiIb")
+
+
+#: The files a new segment is made with, in the order of :func:`segment_file_sizes`.
+MADE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+
+def segment_file_sizes(config: LogConfig, *, active: bool = True) -> tuple[int, int, int]:
+    """The sizes a new segment's ``.log``, ``.index`` and ``.timeindex`` are made with: an
+    active one's indexes preallocated to ``segment.index.bytes``, its log to ``segment.bytes``
+    if ``preallocate``."""
+    if not active:
+        return 0, 0, 0
+    index_bytes = config.segment_index_bytes
+    return (
+        config.segment_bytes if config.preallocate else 0,
+        OffsetIndex.full_size(index_bytes),
+        TimeIndex.full_size(index_bytes),
+    )
 
 
 def _write_fully(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
@@ -197,25 +223,52 @@ class LogSegment:
         """A new, empty segment (any stale files of the same name are replaced)."""
         seg = cls(directory, base_offset, config, handles, suffix=suffix, created_ms=now_ms)
         path = seg.log.path
+        sizes = segment_file_sizes(config, active=active)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                if active and config.preallocate:
-                    os.ftruncate(fd, config.segment_bytes)
-                    seg.preallocated = True
-            finally:
-                os.close(fd)
-            seg.offset_index.create(preallocate=active)
-            seg.time_index.create(preallocate=active)
+            for file, size in zip(seg._made_files(), sizes, strict=True):
+                create_file(file, size)
         except OSError as e:
             with contextlib.suppress(OSError):
                 seg.delete_files()
             raise KafkaStorageError(f"cannot create segment {path}: {e}") from e
-        seg._next_offset = base_offset
-        seg._max_ts = -1
-        seg._rolling_ts_known = True
-        seg.active = active
+        seg._start_empty(sizes, active=active)
         return seg
+
+    @classmethod
+    def adopt(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        handles: FileHandles,
+        now_ms: int,
+        sizes: tuple[int, int, int],
+    ) -> LogSegment:
+        """A new, empty, active segment made of the files prepared ahead in `directory`
+        (``next.*.prepared``, of `sizes`: see :mod:`storage.roll_work`), renamed to its names:
+        three renames, where :meth:`create` creates and sizes three files. Raises
+        :class:`KafkaStorageError` if a rename fails (the caller creates the segment then)."""
+        seg = cls(directory, base_offset, config, handles, created_ms=now_ms)
+        try:
+            for file, suffix in zip(seg._made_files(), MADE_SUFFIXES, strict=True):
+                os.rename(prepared_file(directory, suffix), file)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot adopt the prepared segment {seg.log.path}: {e}") from e
+        seg._start_empty(sizes, active=True)
+        return seg
+
+    def _made_files(self) -> tuple[Path, Path, Path]:
+        """The files a new segment has (its ``.txnindex`` is made by its first entry)."""
+        return self.log.path, self.offset_index.path, self.time_index.path
+
+    def _start_empty(self, sizes: tuple[int, int, int], *, active: bool) -> None:
+        self.preallocated = sizes[0] > 0
+        self.offset_index.start_empty(sizes[1])
+        self.time_index.start_empty(sizes[2])
+        self._next_offset = self.base_offset
+        self._max_ts = -1
+        self._rolling_ts_known = True
+        self.active = active
 
     @classmethod
     def open(
@@ -415,12 +468,27 @@ class LogSegment:
             return True
         if self.offset_index.is_full or self.time_index.is_full:
             return True
+        return self._waited(max_timestamp, now_ms) > segment_ms - self.roll_jitter_ms
+
+    def half_way_to_roll(
+        self, *, segment_bytes: int, segment_ms: int, max_timestamp: int, now_ms: int
+    ) -> bool:
+        """Half of what :meth:`should_roll` waits for is reached (size, index entries, age):
+        time for the log to prepare its next segment (:mod:`storage.roll_work`)."""
+        if self.size * 2 >= segment_bytes:
+            return True
+        offsets, times = self.offset_index, self.time_index
+        if offsets.entries * 2 >= offsets.max_entries or times.entries * 2 >= times.max_entries:
+            return True
+        return self._waited(max_timestamp, now_ms) * 2 > segment_ms - self.roll_jitter_ms
+
+    def _waited(self, max_timestamp: int, now_ms: int) -> int:
+        """The segment's age for ``segment.ms``: by its first batch's timestamp, else since
+        it was made (or loaded)."""
         first_ts = self.first_batch_timestamp()
         if first_ts is not None and first_ts >= 0:
-            waited = max_timestamp - first_ts
-        else:
-            waited = max(now_ms - self.created_ms, 0)
-        return waited > segment_ms - self.roll_jitter_ms
+            return max_timestamp - first_ts
+        return max(now_ms - self.created_ms, 0)
 
     # ---- append ----------------------------------------------------------------------------
 

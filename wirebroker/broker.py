@@ -488,11 +488,14 @@ class Broker:
                     if name == record.name:
                         self.log_manager.delete_partition(name, index)
                 continue
+            config = self.topic_log_config(record)
             for index in range(record.partitions):
                 tp = TopicPartition(record.name, index)
                 plog = self.log_manager.get(record.name, index)
                 if tp in self.partitions or plog is None:
                     continue
+                if plog.config != config:  # a log found at start-up: opened with the defaults
+                    plog.update_config(config)
                 p = self.partitions[tp] = Partition(
                     record.name,
                     index,

@@ -163,6 +163,7 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
+            nursery.start_soon(_prepare_rolls, broker)
             metrics_url = None
             if config.metrics_listener() is not None:
                 # Imported here: prometheus_client only when the endpoint is on (start-up time).
@@ -272,6 +273,28 @@ async def _housekeeping(broker: Broker) -> None:
         else:
             await run_off_loop(manager.begin_checkpoint())
         due[job] = trio.current_time() + interval(job)
+
+
+async def _prepare_rolls(broker: Broker) -> None:
+    """Do the roll work the logs ask for (:mod:`storage.roll_work`: next segments made ahead,
+    producer snapshots written) as soon as they ask, all that is asked in one worker-thread
+    call, so that their rolls on the loop only rename files."""
+    manager = broker.log_manager
+    wanted = trio.Event()
+
+    def wake() -> None:
+        wanted.set()
+
+    manager.on_roll_work = wake
+    try:
+        while True:
+            await wanted.wait()
+            wanted = trio.Event()
+            work = manager.begin_roll_work()
+            if work is not None:
+                await run_off_loop(work)
+    finally:
+        manager.on_roll_work = None
 
 
 async def run_compactions(broker: Broker) -> int:

@@ -110,7 +110,9 @@ entries_strategy = st.lists(
 )
 
 
-@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(entries_strategy)
 def test_snapshot_round_trip(
     tmp_path: Path, raw: list[tuple[int, int, int, int, int, int]]

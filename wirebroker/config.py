@@ -126,12 +126,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         _k("socket.request.max.bytes", "int", "104857600", "Largest request frame accepted."),
         # socket buffers, as Kafka's Acceptor and replica fetchers set them (-1: the system's
-        # default, and Linux's autotuning, left alone); read-only, as in Kafka 3.9
+        # default, and Linux's autotuning, left alone); read-only, as in Kafka 3.9. The send
+        # buffer's default differs from Kafka's 102400: with it, a 1 MiB fetch answer waits
+        # for the socket to drain several times, and consume throughput fell 20-30 % (bench
+        # row 16; docs/perf-notes.md "Socket buffers at Kafka's defaults").
         _k(
             "socket.send.buffer.bytes",
             "int",
-            "102400",
-            "SO_SNDBUF of each accepted connection (-1: the system's default).",
+            "-1",
+            "SO_SNDBUF of each accepted connection (-1, the default here: the system's, "
+            "autotuned; Kafka's default is 102400).",
         ),
         _k(
             "socket.receive.buffer.bytes",

@@ -1,5 +1,5 @@
 """Socket buffers as Kafka sets them: `socket.send.buffer.bytes` (SO_SNDBUF of an accepted
-connection) and `socket.receive.buffer.bytes` (SO_RCVBUF of the listening socket, which its
+connection; -1 by default here, Kafka's 102400 when given) and `socket.receive.buffer.bytes` (SO_RCVBUF of the listening socket, which its
 connections inherit) read on the broker's side of a real connection as the kernel reports them
 (`ss`; Linux doubles what is set, for its own bookkeeping); -1 leaves the system's default and
 its autotuning alone; a size that is not one is refused at start. The replica fetchers'
@@ -92,18 +92,46 @@ def os_default_buffers() -> tuple[int, int]:
             )
 
 
-def test_accepted_connections_have_kafkas_default_buffers(broker: BrokerProcess) -> None:
+def test_accepted_connections_have_the_default_buffers(broker: BrokerProcess) -> None:
+    """Kafka's receive buffer; the system's send buffer (wirebroker's default, -1)."""
     with RawClient(broker.bootstrap) as client:
         answered(client)
         received, sent = broker_side_buffers(broker.port, client.sock)
     assert received == KERNEL_FACTOR * 102400
+    assert sent == os_default_buffers()[1]
+
+
+@pytest.fixture
+def kafkas_buffers_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    with serving(BrokerProcess(tmp_path, {"socket.send.buffer.bytes": "102400"}), 40) as b:
+        yield b
+
+
+def test_a_send_buffer_given_is_set(kafkas_buffers_broker: BrokerProcess, topic: str) -> None:
+    """Kafka's 100 KiB send buffer, when given: set, and a 1 MB fetch answer through it
+    arrives whole (sent corked, in parts: the transport takes the cork off before each wait
+    for the socket to drain)."""
+    bootstrap = kafkas_buffers_broker.bootstrap
+    with RawClient(bootstrap) as client:
+        answered(client)
+        _, sent = broker_side_buffers(kafkas_buffers_broker.port, client.sock)
     assert sent == KERNEL_FACTOR * 102400
+    create_topic(bootstrap, topic)
+    values = [os.urandom(250_000) for _ in range(4)]
+    with RawClient(bootstrap) as client:
+        for value in values:
+            response = client.request(produce_request(topic, 0, [SimpleRecord(None, value)]), 9)
+            assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        response = client.request(fetch_request(topic, offset=0), 12)
+    records = response.responses[0].partitions[0].records
+    assert [v for _, _, v in decode_records(records)] == values
 
 
-def test_described_read_only_with_kafkas_defaults(broker: BrokerProcess) -> None:
-    """As Kafka 3.9 describes them: static keys (no dynamic update), Kafka's defaults."""
+def test_described_read_only_with_their_defaults(broker: BrokerProcess) -> None:
+    """As Kafka 3.9 describes them: static keys (no dynamic update), Kafka's defaults but the
+    send buffer's (-1 here)."""
     keys = {
-        "socket.send.buffer.bytes": "102400",
+        "socket.send.buffer.bytes": "-1",
         "socket.receive.buffer.bytes": "102400",
         "replica.socket.receive.buffer.bytes": "65536",
     }
@@ -173,22 +201,6 @@ def test_a_fetcher_connection_has_its_receive_buffer_before_it_connects(
             await peer.aclose()
 
     assert trio.run(main) == KERNEL_FACTOR * 65536
-
-
-def test_an_answer_larger_than_the_send_buffer_arrives_whole(
-    broker: BrokerProcess, topic: str
-) -> None:
-    """A fetch answer of 1 MB through the default 100 KiB send buffer (sent corked, in parts:
-    the transport takes the cork off before each wait for the socket to drain)."""
-    create_topic(broker.bootstrap, topic)
-    values = [os.urandom(250_000) for _ in range(4)]
-    with RawClient(broker.bootstrap) as client:
-        for value in values:
-            response = client.request(produce_request(topic, 0, [SimpleRecord(None, value)]), 9)
-            assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
-        response = client.request(fetch_request(topic, offset=0), 12)
-    records = response.responses[0].partitions[0].records
-    assert [v for _, _, v in decode_records(records)] == values
 
 
 def test_a_followers_fetcher_connects_with_the_replica_receive_buffer(

@@ -644,16 +644,20 @@ class Broker:
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with this id, from the registry or (in a cluster) the
-        partitions we host and the metadata cache."""
+        metadata cache, else the partitions we host (a LeaderAndIsr can come before the
+        UpdateMetadata naming its topic): a scan only for an id the cache does not know."""
         record = self.topics.by_id.get(topic_id)
         if record is not None:
             return record.name
         if not self.cluster_mode:
             return None
+        name = self.metadata_cache.topic_name(topic_id)
+        if name is not None:
+            return name
         for tp, p in self.partitions.items():
             if p.topic_id == topic_id:
                 return tp.topic
-        return self.metadata_cache.topic_name(topic_id)
+        return None
 
     def topic_id_b64(self, record: TopicRecord) -> str:
         return base64.urlsafe_b64encode(record.topic_id.bytes).decode().rstrip("=")

@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import time
+import timeit
 from pathlib import Path
 
 from bench.side_by_side import report, workloads
@@ -126,6 +127,13 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
     sys.exit(128 + signum)  # unwinds the context managers: brokers and ZooKeeper stop
 
 
+def reference_loop_ms() -> float:
+    """This interpreter's time for a fixed loop (best of five), in the report: hosts differ
+    (the same commit has run 3x slower from one day to the next on this VM), and the load
+    average does not show a slower host."""
+    return min(timeit.repeat("sum(range(10**6))", number=1, repeat=5)) * 1000
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -143,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     results = workloads.Results()
     started, began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), time.monotonic()
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    reference_ms = reference_loop_ms()
     broker_commands: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="wb-side-by-side-") as scratch:
         ctx = workloads.Context(sizes, args.repeats, results, Path(scratch))
@@ -167,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         started=started,
         minutes=(time.monotonic() - began) / 60,
         load_before=load_before,
+        reference_ms=reference_ms,
     )
     markdown, chart = args.out / "BENCHMARKS.md", args.out / "benchmarks.png"
     generated = report.render(catalogue, results, info, broker_commands, chart.name, ctx.workdir)

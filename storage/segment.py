@@ -109,15 +109,20 @@ _SCANNED = 8 * 1024 + 4096
 class LookupReads:
     """The disk reads finding an offset in a segment would make on the caller's thread, done
     ahead in a worker thread: the offset index's file read and checked (when not in memory)
-    and the bytes from the index entry on read into the page cache. On the loop `pin` (the
+    and the bytes from the index entry on read into the page cache, up to the end of the
+    first batch holding the offset or after it (with a `timestamp`: the first that reaches
+    it, which ListOffsets reads whole). On the loop `pin` (the
     segment's file), then `run` in the worker, then `finish` on the loop, always (it installs
     the index, unless it was loaded meanwhile, and unpins the file)."""
 
-    __slots__ = ("segment", "offset", "position", "entries", "fd")
+    __slots__ = ("segment", "offset", "timestamp", "position", "entries", "fd")
 
-    def __init__(self, segment: LogSegment, offset: int, position: int | None) -> None:
+    def __init__(
+        self, segment: LogSegment, offset: int, position: int | None, timestamp: int = -1
+    ) -> None:
         self.segment = segment
         self.offset = offset
+        self.timestamp = timestamp
         self.position = position  # of the index entry, when the index is in memory
         self.entries: OffsetEntries | None = None
         self.fd: int | None = None
@@ -142,7 +147,12 @@ class LookupReads:
                 i = bisect_right(offsets, self.offset - segment.base_offset) - 1
                 position = positions[i] if i >= 0 else 0
             load(self.fd, position, min(segment.size - position, _SCANNED))
-        except (OSError, CorruptIndexError):
+            for h in iter_file_headers(self.fd, position, segment.size):
+                if h.last_offset >= self.offset and h.max_timestamp >= self.timestamp:
+                    if h.position + h.size > position + _SCANNED:  # read whole next
+                        load(self.fd, h.position, h.size)
+                    break
+        except (OSError, CorruptIndexError, CorruptRecordError):
             pass
 
     def finish(self) -> None:
@@ -636,16 +646,17 @@ class LogSegment:
                     return h
         return None
 
-    def lookup_reads(self, offset: int) -> LookupReads | None:
+    def lookup_reads(self, offset: int, timestamp: int = -1) -> LookupReads | None:
         """What `locate(offset)` would wait on the disk for, or None: the offset index's file
         when it is not in memory, the batch headers from the index entry on when they are not
-        in the page cache (see :class:`LookupReads`)."""
+        in the page cache (see :class:`LookupReads`; with a `timestamp`, up to the batch that
+        reaches it, for `find_offset_by_timestamp`)."""
         recent = self._recent
         if recent and offset >= recent[0][0]:
             return None  # found without reading the file
         index = self.offset_index
         if not index.loaded:
-            return LookupReads(self, offset, None)
+            return LookupReads(self, offset, None, timestamp)
         _, position = index.lookup(offset)
         try:
             with self.log.use() as fd:
@@ -653,7 +664,7 @@ class LogSegment:
                     return None
         except (OSError, ValueError):  # gone or detached (an offline directory): the read says
             return None
-        return LookupReads(self, offset, position)
+        return LookupReads(self, offset, position, timestamp)
 
     def timestamp_reads(
         self, timestamp: int, starting_offset: int
@@ -664,7 +675,7 @@ class LogSegment:
         if not self.time_index.loaded:
             return TimestampReads(timestamp, [self])
         _, offset = self.time_index.lookup(timestamp)
-        return self.lookup_reads(max(offset, starting_offset))
+        return self.lookup_reads(max(offset, starting_offset), timestamp)
 
     def locate(self, offset: int) -> tuple[int, int, int] | None:
         """(position, size, base offset) of the first batch whose last offset is at or above

@@ -28,10 +28,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 import storage.leader_epoch
 from protocol.errors import ErrorCode
-from protocol.messages.metadata import MetadataRequest
 from storage.segment import TimestampReads
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, create_topic, list_offset
+from tests.wirebroker.helpers import create_topic, list_offset
+from tests.wirebroker.test_segment_roll_off_loop import _consume, _metadata
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
 
@@ -80,40 +80,10 @@ def _produce(bootstrap: str, first: int, count: int, *, size: int = 100) -> None
     assert errors == [None] * count
 
 
-def _metadata(bootstrap: str) -> None:
-    with RawClient(bootstrap, timeout=TIMEOUT) as client:
-        response = client.request(MetadataRequest(topics=None), 12)
-    assert response.topics and response.topics[0].error_code == ErrorCode.NONE
-
-
 def _earliest(bootstrap: str) -> int:
     error, offset = list_offset(bootstrap, "t", 0, -2)
     assert error == ErrorCode.NONE
     return offset
-
-
-def _consume(bootstrap: str, start: int) -> list[tuple[int, int]]:
-    """(offset, record number) of every record from `start` to the end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "g",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition("t", 0, start)])
-    out = []
-    try:
-        while True:
-            message = consumer.poll(TIMEOUT)
-            assert message is not None, "no end of partition reached"
-            if message.error():
-                assert message.error().code() == -191, message.error()  # _PARTITION_EOF
-                return out
-            out.append((message.offset(), int(message.value().split(b"-")[0][1:])))
-    finally:
-        consumer.close()
 
 
 def _live_segments(topic_dir: Path) -> list[int]:

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 from functools import partial
 
-import trio
-
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from storage.partition_log import PartitionLog
 from storage.segment import LookupReads, TimestampReads
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
+from wirebroker.handlers.fetch import read_ahead
 from wirebroker.partition import Partition
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
@@ -84,11 +83,6 @@ def _reads(lookups: list[tuple[PartitionLog, int]]) -> list[Reads]:
     return [r for log, ts in lookups if (r := log.timestamp_reads(ts)) is not None]
 
 
-def _run_all(reads: list[Reads]) -> None:
-    for r in reads:
-        r.run()
-
-
 async def _answer_after_reads(
     ctx: RequestContext,
     request: ListOffsetsRequest,
@@ -99,13 +93,7 @@ async def _answer_after_reads(
     """Do the lookups' disk reads in a worker thread (round after round, each finding what
     the last one's entries point to), then answer on the loop."""
     for _round in range(MAX_READ_ROUNDS):
-        try:
-            for r in reads:
-                r.pin()
-            await trio.to_thread.run_sync(_run_all, reads)
-        finally:
-            for r in reads:
-                r.finish()
+        await read_ahead(reads)
         reads = _reads(lookups)
         if not reads:
             break

@@ -23,14 +23,16 @@ The broker runs ``prepare`` with ``trio.to_thread.run_sync`` and then ``commit``
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from storage.checkpoints import fsync_dir
 
-__all__ = ["Chore", "Chores", "RemoveDeleted", "run_chore"]
+__all__ = ["Chore", "Chores", "RemoveDeleted", "SegmentRenames", "run_chore"]
 
 log = logging.getLogger(__name__)
 
@@ -84,29 +86,85 @@ class Chores:
             chore.commit()
 
 
+class SegmentRenames:
+    """The renames of one log's deleted segments' files to ``.deleted`` (made by
+    ``PartitionLog.take_renames``): each segment's files, its ``.log`` first (recovery finds a
+    segment by its ``.log``: without it the others are orphans it removes), in the removal
+    chore's worker thread (:meth:`run`) -- or on the log's thread (:meth:`run_here`) when it
+    needs their names or their directory before the worker got to them: a truncation that
+    may make a segment of the same base offset, a close, a deletion of the partition. A lock
+    makes each segment's renames happen once and whole, on one thread or the other. A file
+    missing is skipped (a transaction index never written); any other failure is kept in
+    `failed` (the chore reports it)."""
+
+    __slots__ = ("_lock", "_left", "failed")
+
+    def __init__(self, segments: list[list[tuple[Path, Path]]]) -> None:
+        self._lock = threading.Lock()
+        self._left = segments
+        self.failed: list[tuple[Path, OSError]] = []
+
+    @property
+    def done(self) -> bool:
+        return not self._left
+
+    def run(self) -> None:
+        """Rename the segments' files one segment at a time (a worker thread)."""
+        while True:
+            with self._lock:
+                if not self._left:
+                    return
+                self._rename(self._left.pop(0))
+
+    def run_here(self, *, cancel: bool = False) -> list[tuple[Path, OSError]]:
+        """Rename what is left now, after the segment being renamed elsewhere (if any); with
+        `cancel`, rename nothing more (the directory goes away). The failures so far."""
+        with self._lock:
+            left, self._left = self._left, []
+            if not cancel:
+                for renames in left:
+                    self._rename(renames)
+            return list(self.failed)
+
+    def _rename(self, renames: list[tuple[Path, Path]]) -> None:
+        for source, target in renames:
+            try:
+                os.rename(source, target)
+            except FileNotFoundError:
+                continue
+            except OSError as e:  # left to recovery: under its live name, below the log start
+                self.failed.append((source, e))
+
+
 class RemoveDeleted:
     """Remove what the log's thread already took out of readers' way: deleted segments'
-    files (``*.deleted``, their descriptors already closed), producer snapshots below the
-    log start offset, and deleted partitions' directories (``<topic>-<p>.<uuid>-delete``),
-    whose log directory is then fsynced (the rename and the removal survive a crash).
-    Unlinking a large file or ``rmtree`` of what may be gigabytes is this chore's
-    :meth:`prepare`; whatever is left (an abort, a failed unlink) is removed by recovery at
-    the next start. A file that cannot be unlinked, or a directory whose removal cannot be
-    made durable, is logged and passed to `on_error` on the log's thread, at :meth:`commit`."""
+    files (renamed to ``*.deleted`` first, here by `renames` for the segments deleted from the
+    start of their logs since the last removal, their descriptors already closed), producer
+    snapshots below the log start offset, and deleted partitions' directories
+    (``<topic>-<p>.<uuid>-delete``), whose log directory is then fsynced (the rename and the
+    removal survive a crash). Renaming hundreds of files, unlinking a large file or
+    ``rmtree`` of what may be gigabytes is this chore's :meth:`prepare`; whatever is left (an
+    abort, a failed unlink) is removed by recovery at the next start. A file that cannot be
+    renamed or unlinked, or a directory whose removal cannot be made durable, is logged and
+    passed to `on_error` on the log's thread, at :meth:`commit`."""
 
     def __init__(
         self,
         files: list[Path],
         directories: list[Path],
         on_error: Callable[[Path, OSError], None] | None = None,
+        renames: list[SegmentRenames] | None = None,
     ) -> None:
         self.files = files
         self.directories = directories
         self.on_error = on_error
+        self.renames = renames or []
         self.failed: list[tuple[Path, OSError]] = []
         self._aborted = False
 
     def prepare(self) -> None:
+        for renames in self.renames:  # before the unlinks: some are of the files renamed here
+            renames.run()
         for path in self.files:
             if self._aborted:
                 return
@@ -129,6 +187,8 @@ class RemoveDeleted:
         self._aborted = True  # what is left is removed at the next start (``LogManager.open``)
 
     def commit(self) -> None:
+        for renames in self.renames:
+            self.failed += renames.failed
         for path, error in self.failed:
             log.error("cannot remove %s (the next start removes it): %s", path, error)
             if self.on_error is not None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from storage.errors import CorruptIndexError
 from storage.file_handles import FileHandles, create_file
 
-__all__ = ["OffsetEntries", "OffsetIndex", "TimeIndex"]
+__all__ = ["OffsetEntries", "OffsetIndex", "TimeEntries", "TimeIndex"]
 
 _LITTLE = sys.byteorder == "little"
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -41,6 +41,8 @@ _TIME_ENTRY = struct.Struct(">qi")
 _NO_TIMESTAMP = -1
 #: An offset index file's entries as read: relative offsets, positions, the file's size.
 OffsetEntries = tuple["array[int]", "array[int]", int]
+#: A time index file's entries as read: timestamps, relative offsets, the file's size.
+TimeEntries = tuple["array[int]", "array[int]", int]
 
 
 def _entries_before_zeros(data: bytes, entry_size: int) -> int:
@@ -205,9 +207,13 @@ class _IndexFile:
     def rename(self, new_path: Path) -> None:
         if self.path.exists():
             os.rename(self.path, new_path)
+        self.moved(new_path)
+
+    def moved(self, new_path: Path) -> None:
+        """The file is (or is about to be) `new_path`: an open descriptor stays valid."""
         self.path = new_path
         if self._handle is not None:
-            self._handle.path = new_path  # an open descriptor stays valid
+            self._handle.path = new_path
 
     def load(self) -> None:
         raise NotImplementedError
@@ -372,8 +378,14 @@ class TimeIndex(_IndexFile):
         return len(self._timestamps) >= self.max_entries - 1
 
     def load(self) -> None:
+        """Read the file; raise :class:`CorruptIndexError` if it fails its check."""
+        self.install(self.read_entries())
+
+    def read_entries(self) -> TimeEntries:
+        """The file's entries, checked, and its size. Changes nothing here, so a worker thread
+        may call it while the loop serves (ListOffsets by timestamp on an old segment);
+        `install` puts them in place. Raises :class:`CorruptIndexError`."""
         data = self._read_file()
-        self._file_size = len(data)
         # Whole columns at C speed: the file as big-endian 32-bit words, three per entry
         # (timestamp's high and low word, relative offset); the timestamps reassembled.
         n = _entries_before_zeros(data, self.ENTRY_SIZE)
@@ -389,8 +401,14 @@ class TimeIndex(_IndexFile):
         offsets = array("i", words[2::3].tobytes())
         if timestamps and (timestamps[-1] < timestamps[0] or offsets[-1] < 0):
             raise CorruptIndexError(f"time index file {self.path} is corrupt")
-        self._timestamps, self._offsets = timestamps, offsets
-        self._persisted = len(timestamps)
+        return timestamps, offsets, len(data)
+
+    def install(self, entries: TimeEntries) -> None:
+        """Take the entries `read_entries` returned, unless the index was loaded meanwhile."""
+        if self.loaded:
+            return
+        self._timestamps, self._offsets, self._file_size = entries
+        self._persisted = len(self._timestamps)
         self.loaded = True
         self._last = None
 
@@ -404,10 +422,28 @@ class TimeIndex(_IndexFile):
                 return _NO_TIMESTAMP, self.base_offset
             return self._timestamps[-1], self.base_offset + self._offsets[-1]
         if self._last is None:
-            self._last = self._read_last()
+            last = self.read_last()
+            if last is None:  # preallocated: fall back to a full load
+                self.load()
+                return self.last_entry()
+            self._last = last
         return self._last
 
-    def _read_last(self) -> tuple[int, int]:
+    def known_last(self) -> tuple[int, int] | None:
+        """`last_entry` if it is known without reading the file, else None."""
+        if self.loaded or self._last is not None:
+            return self.last_entry()
+        return None
+
+    def remember_last(self, last: tuple[int, int]) -> None:
+        """Keep the last entry `read_last` returned (in a worker thread), unless loaded."""
+        if not self.loaded:
+            self._last = last
+
+    def read_last(self) -> tuple[int, int] | None:
+        """The file's last entry, ``(timestamp, offset)``, reading only it; None when the
+        file ends in preallocated zeros (only a full load finds its last entry). Changes
+        nothing here (a worker thread may call it). Raises :class:`CorruptIndexError`."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -421,9 +457,8 @@ class TimeIndex(_IndexFile):
             ts, rel = _TIME_ENTRY.unpack(os.pread(fd, self.ENTRY_SIZE, size - self.ENTRY_SIZE))
         finally:
             os.close(fd)
-        if ts == 0 and rel == 0:  # preallocated: fall back to a full load
-            self.load()
-            return self.last_entry()
+        if ts == 0 and rel == 0:
+            return None
         return ts, self.base_offset + rel
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:

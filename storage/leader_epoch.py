@@ -5,21 +5,31 @@ This module owns the ordered ``(epoch, start_offset)`` entries of one partition 
 OffsetsForLeaderEpoch (:meth:`LeaderEpochCache.end_offset_for`), follows the log's
 truncations from the end and from the start, and finds the epoch of an offset for ListOffsets.
 
-Changes mark the cache dirty; the file is written by :meth:`LeaderEpochCache.flush`, which the
-partition log calls before it advances its recovery point (and on close). That is safe because
+Changes count as versions; the file is written by :meth:`LeaderEpochCache.flush` (on close) or
+by a :class:`CheckpointWrite` made by :meth:`LeaderEpochCache.begin_write` (a flush's, run in
+its worker thread), before the partition log advances its recovery point. That is safe because
 loading a log re-derives the entries of every unflushed segment from its batches and trims the
-cache to the loaded log's range. It must not read segments itself.
+cache to the loaded log's range. Writes of one cache take turns (a lock), and one never replaces
+a later version in the file, so a flush on the log's thread and one in a worker may overlap. It
+must not read segments itself.
 """
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import NamedTuple
 
 from storage.checkpoints import CorruptCheckpointError, read_checkpoint, write_checkpoint
 
-__all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "EpochEntry", "LeaderEpochCache"]
+__all__ = [
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_EPOCH_OFFSET",
+    "CheckpointWrite",
+    "EpochEntry",
+    "LeaderEpochCache",
+]
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -46,7 +56,10 @@ class LeaderEpochCache:
         for e in entries or ():
             self._epochs.append(e.epoch)
             self._offsets.append(e.start_offset)
-        self.dirty = False
+        #: Changes made, and the change the file holds (read and set under `_write_lock`).
+        self._version = 0
+        self._written = 0
+        self._write_lock = threading.Lock()
 
     @classmethod
     def load(cls, path: Path) -> LeaderEpochCache:
@@ -54,9 +67,8 @@ class LeaderEpochCache:
         try:
             entries = read_checkpoint(path, _parse)
         except CorruptCheckpointError:
-            entries = None
             cache = cls(path)
-            cache.dirty = True
+            cache._changed()
             return cache
         cache = cls(path, sorted(entries or (), key=lambda e: e.epoch))
         return cache
@@ -117,7 +129,7 @@ class LeaderEpochCache:
             self._offsets.pop()
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
-        self.dirty = True
+        self._changed()
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
@@ -127,7 +139,7 @@ class LeaderEpochCache:
         keep = bisect_left(self._offsets, end_offset)
         del self._epochs[keep:]
         del self._offsets[keep:]
-        self.dirty = True
+        self._changed()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: drop entries wholly before it and move the
@@ -142,26 +154,60 @@ class LeaderEpochCache:
         del self._offsets[: i + 1]
         self._epochs.insert(0, epoch)
         self._offsets.insert(0, start_offset)
-        self.dirty = True
+        self._changed()
 
     def clear(self) -> None:
         if self._epochs:
             self._epochs.clear()
             self._offsets.clear()
-            self.dirty = True
+            self._changed()
+
+    def _changed(self) -> None:
+        self._version += 1
+
+    @property
+    def dirty(self) -> bool:
+        """Changed since the file was last written (or a write of the change was begun)."""
+        return self._version > self._written
+
+    def begin_write(self) -> CheckpointWrite | None:
+        """The checkpoint file's write of the entries as they are now (copied), for any thread
+        to run; None if the file holds them already."""
+        if self.path is None or not self.dirty:
+            return None
+        lines = [f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)]
+        return CheckpointWrite(self, self.path, lines, self._version)
 
     def flush(self, *, fsync: bool = True) -> bool:
-        """Write the checkpoint file if anything changed since the last write; return whether
-        it was written."""
-        if not self.dirty or self.path is None:
-            return False
-        write_checkpoint(
-            self.path,
-            (f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)),
-            fsync=fsync,
-        )
-        self.dirty = False
-        return True
+        """Write the checkpoint file here if anything changed since the last write; return
+        whether it was written."""
+        write = self.begin_write()
+        return write is not None and write.run(fsync=fsync)
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self.entries})"
+
+
+class CheckpointWrite:
+    """One write of a cache's ``leader-epoch-checkpoint`` (made by
+    :meth:`LeaderEpochCache.begin_write`): :meth:`run` on any thread writes it unless the file
+    holds this version or a later one already. A write that fails leaves the cache dirty: the
+    next flush writes it again."""
+
+    __slots__ = ("cache", "path", "lines", "version")
+
+    def __init__(self, cache: LeaderEpochCache, path: Path, lines: list[str], version: int) -> None:
+        self.cache = cache
+        self.path = path
+        self.lines = lines
+        self.version = version
+
+    def run(self, *, fsync: bool) -> bool:
+        """Write (raising the ``OSError`` of a failure); whether this call wrote the file."""
+        cache = self.cache
+        with cache._write_lock:
+            if self.version <= cache._written:
+                return False
+            write_checkpoint(self.path, self.lines, fsync=fsync)
+            cache._written = self.version
+        return True

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from protocol.errors import CorruptRecordError
 from protocol.record_batch import CONTROL_MASK, NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
-from storage.chore import run_chore
+from storage.chore import SegmentRenames, run_chore
 from storage.clock import wall_clock_ms
 from storage.config import DEFAULT_MAX_MAP_KEYS, LogConfig
 from storage.errors import (
@@ -61,7 +61,7 @@ from storage.layout import (
     segment_file,
     stray_dir_name,
 )
-from storage.leader_epoch import LeaderEpochCache
+from storage.leader_epoch import CheckpointWrite, LeaderEpochCache
 from storage.producer_state import (
     BATCH_HEADER_SIZE,
     BatchMetadata,
@@ -78,7 +78,7 @@ from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResul
 from storage.retention import plan_retention
 from storage.roll_work import PendingSnapshot, RollWork
 from storage.scan import iter_file_headers
-from storage.segment import LogSegment, LookupReads, segment_file_sizes
+from storage.segment import LogSegment, LookupReads, TimestampReads, segment_file_sizes
 from storage.txn_index import AbortedTxn
 from storage.validation import (
     AppendOrigin,
@@ -117,23 +117,29 @@ class PendingFlush:
     """The fsyncs of one flush (a :class:`~storage.chore.Chore`), made by
     :meth:`PartitionLog.begin_flush`.
 
-    It holds file paths, not descriptors: :meth:`prepare` opens, fsyncs and closes one file at
-    a time (an fsync through any descriptor of a file makes all its data durable), so a flush
-    of thousands of segments uses one descriptor, and :meth:`prepare` touches no state of the
-    log: it may run in a worker thread while the log keeps appending. A file (or the partition
-    directory) deleted meanwhile is skipped. :meth:`commit` advances the log's recovery point.
+    It holds file paths, not descriptors: :meth:`prepare` writes the leader epoch checkpoint
+    if it changed (its entries copied when the flush began), then opens, fsyncs and closes one
+    file at a time (an fsync through any descriptor of a file makes all its data durable), so a
+    flush of thousands of segments uses one descriptor, and :meth:`prepare` touches no state of
+    the log: it may run in a worker thread while the log keeps appending. A file (or the
+    partition directory) deleted meanwhile is skipped. :meth:`commit` advances the log's
+    recovery point.
     """
 
-    __slots__ = ("log", "up_to", "paths", "directory", "done")
+    __slots__ = ("log", "up_to", "epochs", "paths", "directory", "done")
 
     def __init__(self, log: PartitionLog, up_to: int) -> None:
         self.log = log
         self.up_to = up_to
+        self.epochs: CheckpointWrite | None = None
         self.paths: list[Path] = []
         self.directory: Path | None = None
         self.done = False
 
     def prepare(self) -> None:
+        if self.epochs is not None:
+            with contextlib.suppress(FileNotFoundError):  # the partition was deleted meanwhile
+                self.epochs.run(fsync=False)  # fsynced below, with the directory
         for path in self.paths:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -191,6 +197,10 @@ class PartitionLog:
         self._last_flush_ms = opened_ms
         self._dir_dirty = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        #: Segments deleted from the start whose files keep their names until the removal
+        #: chore renames them (:meth:`take_renames`), and the renames taken, until done.
+        self._unrenamed: list[LogSegment] = []
+        self._renaming: list[SegmentRenames] = []
         #: Producer snapshots below the log start offset (and snapshots written off the loop
         #: that a truncation voided), unlinked with the deleted segments' files (as Kafka's
         #: async delete, after ``file.delete.delay.ms``).
@@ -843,12 +853,37 @@ class PartitionLog:
             return None if found is None else OffsetAndTimestamp(*found)
         if timestamp < 0:
             return None
-        for seg in self._segments:
-            if seg.max_timestamp_so_far >= timestamp and seg.next_offset > self._log_start:
+        for seg in self._from_log_start():
+            if seg.max_timestamp_so_far >= timestamp:
                 found = seg.find_offset_by_timestamp(timestamp, self._log_start)
                 if found is not None:
                     return OffsetAndTimestamp(*found)
         return None
+
+    def _from_log_start(self) -> list[LogSegment]:
+        """The segments from the one holding the log start offset on (by base offsets: no
+        segment's end is read)."""
+        return self._segments[max(0, bisect_right(self._bases, self._log_start) - 1) :]
+
+    def timestamp_reads(self, timestamp: int) -> TimestampReads | LookupReads | None:
+        """What :meth:`offset_for_timestamp` of `timestamp` (>= 0) would wait on the disk for
+        next, else None: the time index entries of old segments not in memory (their last
+        entries, the whole index of the segment that reaches `timestamp`), then the reads
+        finding the offset that index gives (as :meth:`lookup_reads`). A caller on the event
+        loop runs each in a worker thread (`run`, then `finish` on the loop) and asks again;
+        the lookup then reads what is in memory and in the page cache."""
+        if self.closed or timestamp < 0:
+            return None
+        unknown: list[LogSegment] = []
+        for seg in self._from_log_start():
+            largest = seg.known_max_timestamp()
+            if largest is None:
+                unknown.append(seg)
+            elif largest >= timestamp:
+                if unknown:
+                    return TimestampReads(timestamp, [*unknown, seg])
+                return seg.timestamp_reads(timestamp, self._log_start)
+        return TimestampReads(timestamp, unknown) if unknown else None
 
     # ---- truncation and deletion -----------------------------------------------------------
 
@@ -928,6 +963,7 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and start an empty log at `offset` (log start = end = offset)."""
         self._check_open()
+        self._finish_renames()  # the new segment may take the name of one deleted before
         for seg in self._segments:
             self._delete_segment(seg)
         new = LogSegment.create(self.dir, offset, self.config, self.handles, self._now_ms())
@@ -1005,8 +1041,12 @@ class PartitionLog:
         victims = self._segments[:count]
         del self._segments[:count]
         del self._bases[:count]
-        for seg in victims:
-            self._delete_segment(seg, now_ms)
+        due = self._delete_due(now_ms)
+        for seg in victims:  # renamed by the removal chore: no file call here
+            seg.active = False
+            seg.log.detach()
+            self._pending_deletes.append((due, seg))
+        self._unrenamed += victims
         first = self._segments[0].base_offset
         if first > self._log_start:
             self._log_start = first
@@ -1026,8 +1066,10 @@ class PartitionLog:
         return now_ms + max(0, self.config.file_delete_delay_ms)
 
     def _delete_segment(self, seg: LogSegment, now_ms: int | None = None) -> None:
-        """Rename to ``.deleted`` and forget it now (readers holding slices keep their
-        descriptors); its files are unlinked off the log's thread once
+        """Rename to ``.deleted`` here and forget it now (readers holding slices keep their
+        descriptors): a truncation's and a compaction's, whose segments' names are taken
+        again at once (segments deleted from the start are renamed off this thread: see
+        :meth:`take_renames`); its files are unlinked off the log's thread once
         ``file.delete.delay.ms`` passed (:meth:`take_deleted_files`), as Kafka's async delete."""
         seg.active = False
         seg.rename_suffix(DELETED_SUFFIX)
@@ -1035,18 +1077,48 @@ class PartitionLog:
         now = self._now_ms() if now_ms is None else now_ms
         self._pending_deletes.append((self._delete_due(now), seg))
 
+    def take_renames(self) -> SegmentRenames | None:
+        """The renames to ``.deleted`` of the segments deleted from the start of the log
+        (retention, DeleteRecords) since the last call, for the removal chore's worker thread
+        (:class:`~storage.chore.SegmentRenames`): until then they were forgotten in memory only
+        (readers no longer find them) and keep their names. A crash in between leaves them
+        under their names, wholly below the log start offset the next start reads from its
+        checkpoint (or, with an older checkpoint, back as they were before their deletion, as
+        after a crash just before it): retention deletes them again. Nothing else may take
+        their names meanwhile: a truncation, which may make a segment of the same base offset,
+        and a close rename what is left on this thread first; a deletion of the partition
+        cancels it."""
+        self._renaming = [r for r in self._renaming if not r.done]
+        if not self._unrenamed:
+            return None
+        renames = SegmentRenames([seg.renamed_elsewhere(DELETED_SUFFIX) for seg in self._unrenamed])
+        self._unrenamed = []
+        self._renaming.append(renames)
+        return renames
+
+    def _finish_renames(self, *, cancel: bool = False) -> None:
+        """Rename (or with `cancel`, leave) what :meth:`take_renames` left to do, here, now.
+        A file that cannot be renamed stays under its name (a new segment of that base
+        offset replaces it; recovery deletes it below the log start)."""
+        self.take_renames()
+        for renames in self._renaming:
+            for path, error in renames.run_here(cancel=cancel):
+                log.error("%s: cannot rename %s to delete it: %s", self.dir.name, path, error)
+        self._renaming = []
+
     def take_deleted_files(self, now_ms: int) -> list[Path]:
         """The files of deleted segments whose ``file.delete.delay.ms`` passed, their
         descriptors closed, and the producer snapshots below the log start offset, for the
         caller to unlink in a worker thread (see :class:`~storage.chore.RemoveDeleted`). A
         segment a reader still pins waits for its release: the last close of an unlinked
         file frees its blocks, which is the slow part and must not happen on the log's
-        thread."""
+        thread. Of the segments deleted from the start it returns the names
+        :meth:`take_renames` gave them: the removal chore renames before it unlinks."""
         due = [path for when, path in self._obsolete_snapshots if when <= now_ms]
         self._obsolete_snapshots = [(w, p) for w, p in self._obsolete_snapshots if w > now_ms]
         keep: list[tuple[int, LogSegment]] = []
         for when, seg in self._pending_deletes:
-            if when <= now_ms and not seg.log.is_open:
+            if when <= now_ms and not seg.log.is_open and seg not in self._unrenamed:
                 due += seg.release_files()
             else:
                 keep.append((when, seg))
@@ -1098,11 +1170,11 @@ class PartitionLog:
         if end <= self._recovery_point and not self._dir_dirty:
             return None
         pending = PendingFlush(self, end)
+        pending.epochs = self.leader_epoch_cache.begin_write()
+        if pending.epochs is not None:
+            pending.paths.append(pending.epochs.path)
+            self._dir_dirty = True
         try:
-            cache = self.leader_epoch_cache
-            if cache.path is not None and cache.flush(fsync=False):  # fsynced by the chore
-                pending.paths.append(cache.path)
-                self._dir_dirty = True
             segs = self._segments
             for i, seg in enumerate(segs):
                 seg_end = self._bases[i + 1] if i + 1 < len(segs) else self._leo
@@ -1160,6 +1232,7 @@ class PartitionLog:
         shutdown too)."""
         if self.closed:
             return
+        self._finish_renames()
         if fsync:
             self.flush()
         self.leader_epoch_cache.flush(fsync=fsync)
@@ -1180,6 +1253,7 @@ class PartitionLog:
     def abandon(self) -> None:
         """Drop the log without flushing or writing anything (what a crash leaves behind);
         for tests and for a failed log directory."""
+        self._finish_renames(cancel=True)  # left as they are: recovery deletes them
         for seg in self._segments:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
@@ -1193,6 +1267,7 @@ class PartitionLog:
         the new path, for the caller to remove (off the log's thread: see
         :class:`~storage.chore.RemoveDeleted`); with `stray`, to ``<name>.<uuid>-stray``, to
         be kept. Open file slices stay readable until released."""
+        self._finish_renames(cancel=True)  # the directory goes, and its name may come back
         for seg in self._segments:
             seg.log.detach()
         for _due, seg in self._pending_deletes:

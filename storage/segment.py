@@ -36,7 +36,7 @@ from protocol.records import RecordBatchView, iter_batches, iter_records
 from storage.config import LogConfig
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.file_handles import FileHandle, FileHandles, create_file
-from storage.index import OffsetEntries, OffsetIndex, TimeIndex
+from storage.index import OffsetEntries, OffsetIndex, TimeEntries, TimeIndex
 from storage.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -55,6 +55,7 @@ __all__ = [
     "LogSegment",
     "LookupReads",
     "TimestampAndOffset",
+    "TimestampReads",
     "segment_file_sizes",
 ]
 
@@ -108,15 +109,20 @@ _SCANNED = 8 * 1024 + 4096
 class LookupReads:
     """The disk reads finding an offset in a segment would make on the caller's thread, done
     ahead in a worker thread: the offset index's file read and checked (when not in memory)
-    and the bytes from the index entry on read into the page cache. On the loop `pin` (the
+    and the bytes from the index entry on read into the page cache, up to the end of the
+    first batch holding the offset or after it (with a `timestamp`: the first that reaches
+    it, which ListOffsets reads whole). On the loop `pin` (the
     segment's file), then `run` in the worker, then `finish` on the loop, always (it installs
     the index, unless it was loaded meanwhile, and unpins the file)."""
 
-    __slots__ = ("segment", "offset", "position", "entries", "fd")
+    __slots__ = ("segment", "offset", "timestamp", "position", "entries", "fd")
 
-    def __init__(self, segment: LogSegment, offset: int, position: int | None) -> None:
+    def __init__(
+        self, segment: LogSegment, offset: int, position: int | None, timestamp: int = -1
+    ) -> None:
         self.segment = segment
         self.offset = offset
+        self.timestamp = timestamp
         self.position = position  # of the index entry, when the index is in memory
         self.entries: OffsetEntries | None = None
         self.fd: int | None = None
@@ -141,7 +147,12 @@ class LookupReads:
                 i = bisect_right(offsets, self.offset - segment.base_offset) - 1
                 position = positions[i] if i >= 0 else 0
             load(self.fd, position, min(segment.size - position, _SCANNED))
-        except (OSError, CorruptIndexError):
+            for h in iter_file_headers(self.fd, position, segment.size):
+                if h.last_offset >= self.offset and h.max_timestamp >= self.timestamp:
+                    if h.position + h.size > position + _SCANNED:  # read whole next
+                        load(self.fd, h.position, h.size)
+                    break
+        except (OSError, CorruptIndexError, CorruptRecordError):
             pass
 
     def finish(self) -> None:
@@ -150,6 +161,54 @@ class LookupReads:
         if self.fd is not None:
             self.fd = None
             self.segment.log.release()
+
+
+class TimestampReads:
+    """The time index reads finding the first record at or after `timestamp` (ListOffsets)
+    would make on the caller's thread, done ahead in a worker thread: the last entry of each
+    of `segments` whose largest timestamp is not known yet, in order, up to the first that
+    reaches the timestamp, and that one's whole time index (when not in memory). The caller
+    then asks again for the reads that find the offset the index gives (a
+    :class:`LookupReads`). Same protocol as :class:`LookupReads`: `pin` and `finish` on the
+    loop (`finish` always: it keeps what was read, unless loaded meanwhile), `run` in the
+    worker."""
+
+    __slots__ = ("timestamp", "segments", "lasts", "entries")
+
+    def __init__(self, timestamp: int, segments: list[LogSegment]) -> None:
+        self.timestamp = timestamp
+        #: Each segment with its last time index entry when known here (read only the others).
+        self.segments = [(seg, seg.time_index.known_last()) for seg in segments]
+        self.lasts: list[tuple[LogSegment, tuple[int, int]]] = []
+        self.entries: tuple[LogSegment, TimeEntries] | None = None
+
+    def pin(self) -> None:
+        pass  # the index files are opened by path
+
+    def run(self) -> None:
+        """In a worker thread. A read that fails is left to the lookup itself (which then
+        reports it as before)."""
+        try:
+            for seg, known in self.segments:
+                index = seg.time_index
+                last = known
+                if last is None:
+                    last = index.read_last()
+                    if last is not None:
+                        self.lasts.append((seg, last))
+                if last is None or last[0] >= self.timestamp:
+                    if not index.loaded:
+                        self.entries = (seg, index.read_entries())
+                    return
+        except (OSError, CorruptIndexError):
+            pass
+
+    def finish(self) -> None:
+        for seg, last in self.lasts:
+            seg.time_index.remember_last(last)
+        if self.entries is not None:
+            seg, entries = self.entries
+            seg.time_index.install(entries)
 
 
 class LogSegment:
@@ -341,23 +400,36 @@ class LogSegment:
 
     def rename_suffix(self, suffix: str) -> None:
         """Rename all four files to ``<base>.<ext><suffix>`` (e.g. ``.deleted``)."""
-        for path, rename in (
-            (segment_file(self.dir, self.base_offset, LOG_SUFFIX + suffix), self.log.rename),
-            (
-                segment_file(self.dir, self.base_offset, INDEX_SUFFIX + suffix),
-                self.offset_index.rename,
-            ),
-            (
-                segment_file(self.dir, self.base_offset, TIME_INDEX_SUFFIX + suffix),
-                self.time_index.rename,
-            ),
-            (
-                segment_file(self.dir, self.base_offset, TXN_INDEX_SUFFIX + suffix),
-                self.txn_index.rename,
-            ),
-        ):
-            rename(path)
+        log, offsets, times, txns = self._paths(suffix)
+        self.log.rename(log)
+        self.offset_index.rename(offsets)
+        self.time_index.rename(times)
+        self.txn_index.rename(txns)
         self.suffix = suffix
+
+    def renamed_elsewhere(self, suffix: str) -> list[tuple[Path, Path]]:
+        """Name the four files ``<base>.<ext><suffix>`` here without renaming them; the
+        renames for the caller to make, ``.log`` first (see
+        :class:`~storage.chore.SegmentRenames`). Its descriptors are closed or detached."""
+        log, offsets, times, txns = self._paths(suffix)
+        renames = [
+            (self.log.path, log),
+            (self.offset_index.path, offsets),
+            (self.time_index.path, times),
+            (self.txn_index.path, txns),
+        ]
+        self.log.path = log
+        self.offset_index.moved(offsets)
+        self.time_index.moved(times)
+        self.txn_index.path = txns
+        self.suffix = suffix
+        return renames
+
+    def _paths(self, suffix: str) -> list[Path]:
+        return [
+            segment_file(self.dir, self.base_offset, ext + suffix)
+            for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+        ]
 
     def release_files(self) -> list[Path]:
         """Give back this segment's descriptors (a pinned ``.log`` closes at its last release)
@@ -391,6 +463,13 @@ class LogSegment:
                 self.rebuild_indexes()
         assert self._max_ts is not None
         return self._max_ts
+
+    def known_max_timestamp(self) -> int | None:
+        """`max_timestamp_so_far` if it is known without reading a file, else None."""
+        if self._max_ts is not None:
+            return self._max_ts
+        last = self.time_index.known_last()
+        return None if last is None else last[0]
 
     @property
     def offset_of_max_timestamp(self) -> int:
@@ -567,16 +646,17 @@ class LogSegment:
                     return h
         return None
 
-    def lookup_reads(self, offset: int) -> LookupReads | None:
+    def lookup_reads(self, offset: int, timestamp: int = -1) -> LookupReads | None:
         """What `locate(offset)` would wait on the disk for, or None: the offset index's file
         when it is not in memory, the batch headers from the index entry on when they are not
-        in the page cache (see :class:`LookupReads`)."""
+        in the page cache (see :class:`LookupReads`; with a `timestamp`, up to the batch that
+        reaches it, for `find_offset_by_timestamp`)."""
         recent = self._recent
         if recent and offset >= recent[0][0]:
             return None  # found without reading the file
         index = self.offset_index
         if not index.loaded:
-            return LookupReads(self, offset, None)
+            return LookupReads(self, offset, None, timestamp)
         _, position = index.lookup(offset)
         try:
             with self.log.use() as fd:
@@ -584,7 +664,18 @@ class LogSegment:
                     return None
         except (OSError, ValueError):  # gone or detached (an offline directory): the read says
             return None
-        return LookupReads(self, offset, position)
+        return LookupReads(self, offset, position, timestamp)
+
+    def timestamp_reads(
+        self, timestamp: int, starting_offset: int
+    ) -> TimestampReads | LookupReads | None:
+        """What `find_offset_by_timestamp` would wait on the disk for next, or None: this
+        segment's time index when not in memory, then the reads finding the offset it gives
+        (:meth:`lookup_reads`)."""
+        if not self.time_index.loaded:
+            return TimestampReads(timestamp, [self])
+        _, offset = self.time_index.lookup(timestamp)
+        return self.lookup_reads(max(offset, starting_offset), timestamp)
 
     def locate(self, offset: int) -> tuple[int, int, int] | None:
         """(position, size, base offset) of the first batch whose last offset is at or above

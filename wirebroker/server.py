@@ -259,13 +259,12 @@ async def _housekeeping(broker: Broker) -> None:
             manager.write_index_entries()
             for pending in manager.flushes(broker.now_ms()):
                 await _run_log_chore(manager, "flush", pending)
-            removal = manager.removal_chore(broker.now_ms())
-            if removal is not None:
-                await run_off_loop(removal)
+            await _remove_deleted(manager, broker.now_ms())
         elif job == "retention":
             deleted = manager.run_retention(broker.now_ms())
             if deleted:
                 log.info("retention deleted %d segments", deleted)
+                await _remove_deleted(manager, broker.now_ms())  # their renames, at once
         elif job == "cleaner":
             freed = await run_compactions(broker)
             if freed:
@@ -273,6 +272,13 @@ async def _housekeeping(broker: Broker) -> None:
         else:
             await run_off_loop(manager.begin_checkpoint())
         due[job] = trio.current_time() + interval(job)
+
+
+async def _remove_deleted(manager: LogManager, now_ms: int) -> None:
+    """Rename and unlink what deletions left (the log manager's removal chore), off the loop."""
+    removal = manager.removal_chore(now_ms)
+    if removal is not None:
+        await run_off_loop(removal)
 
 
 async def _prepare_rolls(broker: Broker) -> None:

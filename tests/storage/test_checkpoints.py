@@ -83,3 +83,18 @@ def test_leader_epoch_malformed_file_gives_empty_cache(tmp_path: Path) -> None:
     path = tmp_path / "leader-epoch-checkpoint"
     path.write_text("0\n5\n1 0\n")
     assert len(LeaderEpochCache.load(path)) == 0
+
+
+def test_a_leader_epoch_checkpoint_never_goes_back(tmp_path: Path) -> None:
+    """A flush's write made in a worker thread after a later one made on the log's thread
+    writes nothing: the file keeps the later entries."""
+    path = tmp_path / "leader-epoch-checkpoint"
+    cache = LeaderEpochCache(path)
+    cache.assign(0, 0)
+    older = cache.begin_write()  # a flush's, its worker late
+    assert older is not None
+    cache.assign(1, 10)
+    assert cache.flush()
+    assert not older.run(fsync=False)
+    assert LeaderEpochCache.load(path).entries == [EpochEntry(0, 0), EpochEntry(1, 10)]
+    assert not cache.dirty and cache.begin_write() is None

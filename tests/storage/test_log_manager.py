@@ -188,8 +188,11 @@ def test_chores(tmp_path: Path) -> None:
     pending.commit()
     assert lg.recovery_point == lg.active_segment.base_offset
     deleted = lm.run_retention(T0 + 5000)
-    assert deleted > 0 and list((tmp_path / "t-0").glob("*.deleted"))
-    assert lm.removal_chore(T0 + 5009) is None  # file.delete.delay.ms has not passed
+    assert deleted > 0 and not list((tmp_path / "t-0").glob("*.deleted"))
+    renames = lm.removal_chore(T0 + 5009)  # the renames to .deleted, off the loop
+    assert renames is not None and not renames.files  # file.delete.delay.ms has not passed
+    run_chore(renames)
+    assert lm.removal_chore(T0 + 5009) is None
     removal = lm.removal_chore(T0 + 5010)
     assert removal is not None and list((tmp_path / "t-0").glob("*.deleted"))
     run_chore(removal)  # the unlinks: the broker runs them in a worker thread

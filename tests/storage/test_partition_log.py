@@ -131,7 +131,12 @@ def test_slices_stay_readable_after_the_segment_is_deleted(tmp_path: Path) -> No
     log.update_high_watermark(3)
     r = log.read(0, 10)
     assert log.apply_retention(T0) == 3
-    assert log.log_start_offset == 3 and not list((tmp_path / "t-0").glob("*00.log"))
+    # Forgotten at once; renamed by the removal chore (in a worker thread: here inline).
+    assert log.log_start_offset == 3 and list((tmp_path / "t-0").glob("*00.log"))
+    renames = log.take_renames()
+    assert renames is not None and log.take_renames() is None
+    renames.run()
+    assert not list((tmp_path / "t-0").glob("*00.log"))
     # The caller unlinks (off the loop); a segment a reader pins waits for its release, so
     # that the last close, which frees the blocks, is not the log's thread's either.
     due = log.take_deleted_files(T0)
@@ -542,4 +547,90 @@ def test_the_active_segment_locates_its_last_batches_as_its_index_and_file_do(
     for n in range(10):
         log.append_as_leader(batch(2, tag=n), 0, clock())
     check()
+    log.close()
+
+
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_a_crash_before_deleted_segments_are_renamed(tmp_path: Path, checkpointed: bool) -> None:
+    """Retention forgets segments at once and leaves their renames to the removal chore: a
+    crash in between finds them under their names. With the log start offset checkpointed
+    since, they lie below it (unread, deleted again by retention); without, the log is back
+    as before the deletion, whole."""
+    size = len(batch(1))
+    config = LogConfig(segment_bytes=size, retention_bytes=2 * size, file_delete_delay_ms=0)
+    directory = tmp_path / "t-0"
+    log = open_log(directory, config)
+    for i in range(6):
+        log.append_as_leader(batch(1, tag=i), 0, T0)
+    log.update_high_watermark(6)
+    expected = [bytes(r.value or b"") for r in read_all(log)]
+    assert log.apply_retention(T0) == 4 and log.log_start_offset == 4
+    log.abandon()  # what a crash leaves
+    assert len(list(directory.glob("*.log"))) == 6 and not list(directory.glob("*.deleted"))
+    start = 4 if checkpointed else 0
+    log = open_log(directory, config, log_start_offset=start, high_watermark=6, recovery_point=6)
+    assert log.log_start_offset == start
+    assert [s.base_offset for s in log.segments] == list(range(6))
+    assert [bytes(r.value or b"") for r in read_all(log)] == expected[start:]
+    assert log.apply_retention(T0) == 4 and log.log_start_offset == 4
+    renames = log.take_renames()
+    assert renames is not None
+    renames.run()
+    assert [bytes(r.value or b"") for r in read_all(log)] == expected[4:]
+    assert sorted(int(p.name[:20]) for p in directory.glob("*.log")) == [4, 5]
+    log.close()
+
+
+def test_a_truncation_below_the_log_start_renames_what_is_left_first(tmp_path: Path) -> None:
+    """A follower told to start below its log start makes a segment whose base offset may be
+    that of a segment deleted from the start whose renames a removal chore has not made yet:
+    the truncation makes them first, on its thread, so the late chore renames nothing."""
+    size = len(batch(1))
+    directory = tmp_path / "t-0"
+    log = open_log(directory, LogConfig(segment_bytes=size))
+    for i in range(4):
+        log.append_as_leader(batch(1, tag=i), 0, T0)
+    log.update_high_watermark(4)
+    assert log.delete_records_before(2) == 2
+    renames = log.take_renames()
+    assert renames is not None and (directory / f"{1:020d}.log").exists()
+    log.truncate_fully_and_start_at(1)
+    assert (directory / f"{1:020d}.log.deleted").exists()
+    renames.run()  # the removal chore's worker, late
+    assert renames.done and (directory / f"{1:020d}.log").exists()
+    log.append_as_leader(batch(1, tag=9), 0, T0)
+    assert [s.base_offset for s in log.segments] == [1]
+    assert [(r.offset, r.value) for r in read_all(log)] == [(1, bytes([9]) * 20)]
+    log.close()
+
+
+def test_list_offsets_by_timestamp_reads_ahead_what_it_needs(tmp_path: Path) -> None:
+    """`timestamp_reads` says what a lookup by timestamp would read from the disk: after a
+    start, the old segments' time index tails and the whole time index of the one that has
+    the timestamp, then its offset index; once run (in a worker thread) and finished, the
+    lookup finds everything in memory."""
+    size = len(batch(1))
+    directory = tmp_path / "t-0"
+    config = LogConfig(segment_bytes=size * 3, index_interval_bytes=1, retention_ms=-1)
+    log = open_log(directory, config)
+    for i in range(15):
+        log.append_as_leader(batch(1, ts=T0 + 1000 * i, tag=i), 0, T0)
+    log.close()
+    log = open_log(directory, config, had_clean_shutdown=True)
+    old = log.segments[:-1]
+    assert not any(s.time_index.loaded or s.offset_index.loaded for s in old)
+    rounds = []
+    while (reads := log.timestamp_reads(T0 + 7000)) is not None:
+        rounds.append(type(reads).__name__)
+        reads.pin()
+        reads.run()
+        reads.finish()
+        assert len(rounds) < 4
+    assert rounds == ["TimestampReads", "LookupReads"]
+    assert old[2].time_index.loaded and old[2].offset_index.loaded
+    assert not old[3].time_index.loaded  # past the segment that has it: not read
+    assert old[0].known_max_timestamp() == T0 + 2000  # its tail only
+    assert not old[0].time_index.loaded
+    found = log.offset_for_timestamp(T0 + 7000)
+    assert found is not None and (found.offset, found.timestamp) == (7, T0 + 7000)
     log.close()

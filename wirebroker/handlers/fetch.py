@@ -52,6 +52,7 @@ records' bytes (Kafka: the whole response's).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -60,7 +61,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
-from storage.segment import LookupReads
+from storage.segment import LookupReads, TimestampReads
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.events import Wakeup
@@ -215,7 +216,18 @@ def _lookup_reads(wanted: list[_Wanted]) -> list[LookupReads]:
     return found
 
 
-def _run_all(lookups: list[LookupReads]) -> None:
+async def read_ahead(lookups: Sequence[LookupReads | TimestampReads]) -> None:
+    """Do `lookups`' disk reads in a worker thread: each pinned before, finished after."""
+    try:
+        for reads in lookups:
+            reads.pin()
+        await trio.to_thread.run_sync(_run_all, lookups)
+    finally:
+        for reads in lookups:
+            reads.finish()
+
+
+def _run_all(lookups: Sequence[LookupReads | TimestampReads]) -> None:
     for reads in lookups:
         reads.run()
 
@@ -229,13 +241,7 @@ async def _long_poll(poll: _Poll, lookups: list[LookupReads] | None = None) -> F
         throttle.request_started(ctx)  # the time of this task's reads counts too
     size, due = 0, False
     if lookups:
-        try:
-            for reads in lookups:
-                reads.pin()
-            await trio.to_thread.run_sync(_run_all, lookups)
-        finally:
-            for reads in lookups:
-                reads.finish()
+        await read_ahead(lookups)
         size, due = poll.read()
         if not due:
             poll.arm()

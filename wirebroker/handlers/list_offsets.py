@@ -12,14 +12,24 @@ Kafka, a new leader whose high watermark lags the start of its epoch answers cli
 and unanswerable lookups with OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5). v0 answers
 with `old_style_offsets`. A topic the client may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED in
 every partition, listed after the others, as Kafka.
+
+A lookup by timestamp in old segments would read their time indexes, offset indexes and batch
+headers from the disk (after a start, or once their pages were evicted): the log says what it
+would wait for (`PartitionLog.timestamp_reads`) and the answer is then a `Later` whose worker
+thread reads that first (as a Fetch's from an old segment), so the loop never waits on it.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from storage.partition_log import PartitionLog
+from storage.segment import LookupReads, TimestampReads
 from wirebroker.authorizer.acls import AclOperation, ResourceType
-from wirebroker.dispatch import RequestContext, handles
+from wirebroker.dispatch import Later, RequestContext, handles
+from wirebroker.handlers.fetch import read_ahead
 from wirebroker.partition import Partition
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
@@ -29,11 +39,70 @@ NO_EPOCH = -1
 Result = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
+#: Rounds of worker reads before a lookup reads the rest itself (a segment's time index,
+#: then the offset index and headers its entry points to, and one more for a segment whose
+#: records all lie below the log start offset).
+MAX_READ_ROUNDS = 3
+
+Reads = TimestampReads | LookupReads
+
+
 @handles(ListOffsetsRequest, (0, 9))
-async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+async def list_offsets(
+    ctx: RequestContext, request: ListOffsetsRequest
+) -> ListOffsetsResponse | Later:
     described = ctx.authorized(
         AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
     )
+    lookups = _timestamp_lookups(ctx, request, described)
+    if lookups and (reads := _reads(lookups)):
+        return Later(partial(_answer_after_reads, ctx, request, described, lookups, reads))
+    return _answer(ctx, request, described)
+
+
+def _timestamp_lookups(
+    ctx: RequestContext, request: ListOffsetsRequest, described: set[str]
+) -> list[tuple[PartitionLog, int]]:
+    """The logs this request looks a timestamp up in (as their leader), with the timestamp."""
+    lookups = []
+    node_id = ctx.broker.node_id
+    for topic in request.topics:
+        if topic.name not in described:
+            continue
+        for p in topic.partitions:
+            if p.timestamp >= 0:
+                partition = ctx.broker.partition(topic.name, p.partition_index)
+                if partition is not None and not partition.leader_error(
+                    node_id, p.current_leader_epoch
+                ):
+                    lookups.append((partition.log, p.timestamp))
+    return lookups
+
+
+def _reads(lookups: list[tuple[PartitionLog, int]]) -> list[Reads]:
+    return [r for log, ts in lookups if (r := log.timestamp_reads(ts)) is not None]
+
+
+async def _answer_after_reads(
+    ctx: RequestContext,
+    request: ListOffsetsRequest,
+    described: set[str],
+    lookups: list[tuple[PartitionLog, int]],
+    reads: list[Reads],
+) -> ListOffsetsResponse:
+    """Do the lookups' disk reads in a worker thread (round after round, each finding what
+    the last one's entries point to), then answer on the loop."""
+    for _round in range(MAX_READ_ROUNDS):
+        await read_ahead(reads)
+        reads = _reads(lookups)
+        if not reads:
+            break
+    return _answer(ctx, request, described)
+
+
+def _answer(
+    ctx: RequestContext, request: ListOffsetsRequest, described: set[str]
+) -> ListOffsetsResponse:
     topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
     refused: list[
         ListOffsetsResponse.ListOffsetsTopicResponse

@@ -1,0 +1,308 @@
+"""A leader's remaining disk work runs in worker threads while the loop answers everyone:
+
+- segments deleted from a log's start (retention, DeleteRecords) are forgotten on the loop and
+  renamed to ``.deleted`` by the removal chore's worker; a kill -9 between the two leaves them
+  under their names, and the restarted broker reads a whole log and deletes them again;
+- a flush's ``leader-epoch-checkpoint`` is written by the flush's worker;
+- ListOffsets by timestamp reads an old segment's time index, offset index and batch headers
+  in a worker (a `Later`), cold after a restart, and answers from memory once warm.
+
+Real brokers (in process, and a `wirebroker serve` process for the kill -9), real clients
+(confluent-kafka, our codec's Metadata and ListOffsets); each held worker is held until the
+test has seen the loop answer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+import storage.leader_epoch
+from protocol.errors import ErrorCode
+from storage.segment import TimestampReads
+from tests.broker_process import BrokerProcess
+from tests.wirebroker.helpers import create_topic, list_offset
+from tests.wirebroker.test_segment_roll_off_loop import _consume, _metadata
+from wirebroker.config import BrokerConfig
+from wirebroker.server import serve_broker
+
+TIMEOUT = 30.0
+T0 = 1_700_000_000_000  # the records' timestamps: T0 + 1000 * offset
+
+
+class _Held:
+    """Wraps a function: records each call's thread, holds the calls `hold` picks until
+    `release` is set, and counts the calls."""
+
+    def __init__(self, call: Callable[..., Any], hold: Callable[..., bool]) -> None:
+        self.call = call
+        self.hold = hold
+        self.threads: set[int] = set()
+        self.calls = 0
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.hold(*args):
+            self.calls += 1
+            self.threads.add(threading.get_ident())
+            self.started.set()
+            assert self.release.wait(TIMEOUT)
+        return self.call(*args, **kwargs)
+
+
+def _config(tmp_path: Path, **more: str) -> BrokerConfig:
+    return BrokerConfig.from_properties(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), **more}
+    )
+
+
+def _produce(bootstrap: str, first: int, count: int, *, size: int = 100) -> None:
+    """Records `first`..`first + count - 1`, each acknowledged before the next is sent, with
+    the timestamp T0 + 1000 * its number."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    errors: list[Any] = []
+    for i in range(first, first + count):
+        value = (b"v%d-" % i).ljust(size, b".")
+        producer.produce(
+            "t", value, timestamp=T0 + 1000 * i, on_delivery=lambda e, _m: errors.append(e)
+        )
+        assert producer.flush(TIMEOUT) == 0
+    assert errors == [None] * count
+
+
+def _earliest(bootstrap: str) -> int:
+    error, offset = list_offset(bootstrap, "t", 0, -2)
+    assert error == ErrorCode.NONE
+    return offset
+
+
+def _live_segments(topic_dir: Path) -> list[int]:
+    return sorted(int(p.name[:20]) for p in topic_dir.glob("*.log"))
+
+
+def test_retention_renames_in_a_worker_while_the_loop_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = _Held(os.rename, lambda _src, dst, *_: os.fspath(dst).endswith(".deleted"))
+    monkeypatch.setattr(os, "rename", held)
+    topic_dir = tmp_path / "t-0"
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        async with trio.open_nursery() as nursery:
+            config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
+            running = await nursery.start(partial(serve_broker, config))
+            bootstrap = running.bootstrap_servers
+            configs = {"segment.bytes": "200", "retention.bytes": "1", "file.delete.delay.ms": "0"}
+            running.broker.create_topic("t", 1, 1, configs)
+            log = running.broker.log_manager.get("t", 0)
+            try:
+                with trio.fail_after(TIMEOUT):
+                    await trio.to_thread.run_sync(_produce, bootstrap, 0, 5)
+                    assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+                    # A rename is held: the loop answers Metadata and Produce, readers already
+                    # start after the deleted segments, whose files keep their names.
+                    await trio.to_thread.run_sync(_metadata, bootstrap)
+                    await trio.to_thread.run_sync(_produce, bootstrap, 5, 1)
+                    start = await trio.to_thread.run_sync(_earliest, bootstrap)
+                    assert start == log.log_start_offset > 0
+                    assert _live_segments(topic_dir)[0] < start
+            finally:
+                held.release.set()
+            with trio.fail_after(TIMEOUT):
+                while list(topic_dir.glob("*.deleted")) or _live_segments(topic_dir)[0] < (
+                    log.segments[0].base_offset
+                ):
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        return loop_thread
+
+    loop_thread = trio.run(main)
+    assert held.threads and loop_thread not in held.threads
+
+
+_HOLD_RENAMES = """
+import os, threading
+from pathlib import Path
+
+_rename = os.rename
+_marker = os.environ.get("WIREBROKER_TEST_HOLD_RENAMES")
+
+
+def _held(src, dst, *args, **kwargs):
+    if os.fspath(dst).endswith(".deleted"):
+        Path(_marker).write_text("held")
+        threading.Event().wait()
+    return _rename(src, dst, *args, **kwargs)
+
+
+if _marker:
+    os.rename = _held
+"""
+
+
+def test_a_kill_between_a_deletion_and_its_renames_loses_and_resurrects_nothing_wrongly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 while the renames of segments retention deleted are held in the worker: the
+    restarted broker finds them under their names (the checkpoint of the log start offset
+    was not written since: the log is back as before the deletion), reads the whole log,
+    every record where it was acknowledged, and retention deletes them again."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(_HOLD_RENAMES)
+    marker = tmp_path / "held"
+    path = [str(hooks), os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    monkeypatch.setenv("WIREBROKER_TEST_HOLD_RENAMES", str(marker))
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, {"log.retention.check.interval.ms": "200"})
+    topic_dir = data / "t-0"
+    configs = {"segment.bytes": "500", "retention.bytes": "1000", "file.delete.delay.ms": "0"}
+    broker.start()
+    try:
+        create_topic(broker.bootstrap, "t", 1, configs)
+        _produce(broker.bootstrap, 0, 40)
+        deadline = time.monotonic() + TIMEOUT
+        while not marker.exists():
+            assert time.monotonic() < deadline, "no rename was held"
+            time.sleep(0.02)
+        start = _earliest(broker.bootstrap)  # the loop answers; the log moved on in memory
+        on_disk = _live_segments(topic_dir)
+        assert 0 == on_disk[0] < start and not list(topic_dir.glob("*.deleted"))
+        broker.kill()
+        monkeypatch.delenv("WIREBROKER_TEST_HOLD_RENAMES")
+        broker.properties["log.retention.check.interval.ms"] = "3600000"  # none, first
+        broker.start()
+        assert _live_segments(topic_dir) == on_disk
+        assert _earliest(broker.bootstrap) == 0
+        assert _consume(broker.bootstrap, 0) == [(i, i) for i in range(40)]
+        broker.stop()
+        broker.properties["log.retention.check.interval.ms"] = "200"
+        broker.start()
+        while _earliest(broker.bootstrap) < start or list(topic_dir.glob("*.deleted")):
+            assert time.monotonic() < deadline + TIMEOUT, "retention did not delete them again"
+            time.sleep(0.05)
+        after = _earliest(broker.bootstrap)
+        assert _live_segments(topic_dir)[0] == after
+        assert _consume(broker.bootstrap, after) == [(i, i) for i in range(after, 40)]
+    finally:
+        broker.kill()
+    assert not broker.tracebacks(), "\n".join(broker.log)
+
+
+def test_a_flush_writes_the_leader_epoch_checkpoint_in_its_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = _Held(storage.leader_epoch.write_checkpoint, lambda *_: True)
+    monkeypatch.setattr(storage.leader_epoch, "write_checkpoint", held)
+    checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
+
+    async def main() -> tuple[int, set[int]]:
+        loop_thread = threading.get_ident()
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, _config(tmp_path)))
+            bootstrap = running.bootstrap_servers
+            running.broker.create_topic("t", 1, 1, {"segment.bytes": "200"})
+            try:
+                with trio.fail_after(TIMEOUT):
+                    # The first record starts epoch 0; the next ones roll: the flush job
+                    # flushes the rolled segments, with the changed checkpoint.
+                    await trio.to_thread.run_sync(_produce, bootstrap, 0, 3)
+                    assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+                    await trio.to_thread.run_sync(_metadata, bootstrap)
+                    await trio.to_thread.run_sync(_produce, bootstrap, 3, 2)
+                    assert not checkpoint.exists()
+            finally:
+                held.release.set()
+            with trio.fail_after(TIMEOUT):
+                while not checkpoint.exists():
+                    await trio.sleep(0.05)
+            assert checkpoint.read_text() == "0\n1\n0 0\n"
+            serving = set(held.threads)  # the shutdown's close writes on the loop
+            nursery.cancel_scope.cancel()
+        return loop_thread, serving
+
+    loop_thread, serving = trio.run(main)
+    assert serving and loop_thread not in serving
+
+
+@pytest.mark.parametrize("timestamp", [T0 + 1000 * 200 + 1, T0 + 1000 * 20, T0 - 5])
+def test_list_offsets_by_timestamp_reads_cold_segments_in_a_worker(
+    timestamp: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart no old segment's indexes are in memory: ListOffsets by timestamp has
+    a worker read them (held here while the loop answers Metadata), then answers; asked again
+    (warm) it answers without one."""
+    held = _Held(TimestampReads.run, lambda _reads: True)
+    monkeypatch.setattr(TimestampReads, "run", lambda reads: held(reads))
+    config = _config(tmp_path)
+    topic = {"segment.bytes": "65536", "retention.ms": "-1"}
+    records = 400
+    expected = min(max(0, -(-(timestamp - T0) // 1000)), records)
+
+    async def fill() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            running.broker.create_topic("t", 1, 1, topic)
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(
+                    partial(_produce, size=1000), running.bootstrap_servers, 0, records
+                )
+            nursery.cancel_scope.cancel()
+
+    def offsets_for_times(bootstrap: str) -> int:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g"})
+        try:
+            (found,) = consumer.offsets_for_times([TopicPartition("t", 0, timestamp)], TIMEOUT)
+        finally:
+            consumer.close()
+        assert found.error is None
+        return int(found.offset)
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            bootstrap = running.bootstrap_servers
+            log = running.broker.log_manager.get("t", 0)
+            assert len(log.segments) >= 6
+            assert not any(s.time_index.loaded for s in log.segments[:-1])
+            answers: list[int] = []
+            try:
+                with trio.fail_after(TIMEOUT):
+                    async with trio.open_nursery() as clients:
+
+                        async def ask() -> None:
+                            answers.append(
+                                await trio.to_thread.run_sync(offsets_for_times, bootstrap)
+                            )
+
+                        clients.start_soon(ask)
+                        assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+                        await trio.to_thread.run_sync(_metadata, bootstrap)
+                        assert not answers
+                        held.release.set()
+            finally:
+                held.release.set()
+            calls = held.calls
+            with trio.fail_after(TIMEOUT):
+                answers.append(await trio.to_thread.run_sync(offsets_for_times, bootstrap))
+            assert held.calls == calls  # warm: answered from memory
+            nursery.cancel_scope.cancel()
+        assert answers == [expected if expected < records else -1] * 2
+        return loop_thread
+
+    trio.run(fill)
+    loop_thread = trio.run(main)
+    assert held.threads and loop_thread not in held.threads

@@ -720,15 +720,12 @@ class Broker:
 
     def _peer_security_changed(self, changed: frozenset[str]) -> None:
         """The inter-broker listener's stores or login changed at run time: the next
-        connections to the other brokers use them (open ones keep theirs). An OAUTHBEARER
-        access token fetched alike is kept; another is fetched, and logins wait for it."""
-        held = self.peer_security.sasl
+        connections to the other brokers use them (open ones keep theirs). The OAUTHBEARER
+        access token login carries on, fetching at once if its endpoint or credentials
+        changed (`SaslLogin.adopt`); a new one fetches in the background, logins waiting."""
         security = PeerSecurity.inter_broker(self.config)
         login = security.sasl
-        start = login.adopt(held) if login is not None else None
-        replaced = held.access_token if held is not None else None
-        if replaced is not None and (login is None or login.access_token is not replaced):
-            replaced.stop()
+        start = login.adopt(self.peer_security.sasl) if login is not None else None
         if start is not None:
             assert self._oauthbearer_nursery is not None
             self._oauthbearer_nursery.start_soon(partial(start.run, at_start=False))

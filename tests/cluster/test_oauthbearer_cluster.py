@@ -197,8 +197,9 @@ def test_allowed_urls_refuse_an_endpoint_not_listed(tmp_path: Path, issuer: Issu
 def test_a_client_secret_rotated_at_run_time(
     zk_connect: str, tmp_path: Path, issuer: Issuer
 ) -> None:
-    """The JAAS config set dynamically (a password config) with a new secret: the broker gets
-    a token with it in the background; a change that leaves the login alone keeps the token."""
+    """The JAAS config set dynamically (a password config) with a new secret: the broker gets a
+    token with it at once, in the background; a change that leaves the login alone keeps the
+    token."""
     new_secret = "rotated-secret-2-77d1"
     jaas_key = f"{PREFIX}sasl.jaas.config"
     broker_resource, set_op = 4, 0  # Kafka's ConfigResource type and AlterConfigOp codes
@@ -252,8 +253,8 @@ def test_a_client_secret_rotated_at_run_time(
             await eventually(
                 lambda: issuer.issued["broker-2"] == 2, what="a token with the new secret"
             )
-            assert login() is not first
-            await eventually(lambda: login().token is not None, what="the new token held")
+            # the same login carries on (the controller's channel, made before, holds it too)
+            assert login() is first
             await trio.to_thread.run_sync(produce, plaintext, "rotated", 5)
             await replicated(brokers, "rotated", 5)
             nursery.cancel_scope.cancel()

@@ -382,7 +382,7 @@ class AccessTokenLogin:
         self.listener_name = listener_name
         self.token: AccessToken | None = None
         self._fetched = trio.Event()
-        self._scope = trio.CancelScope()
+        self._refresh_now = trio.Event()
         self._rng = random.Random()
         self._refresh_at_ms = 0
 
@@ -392,9 +392,12 @@ class AccessTokenLogin:
         assert self.token is not None
         return self.token
 
-    def stop(self) -> None:
-        """End `run` (the login it served was replaced)."""
-        self._scope.cancel()
+    def follow(self, endpoint: TokenEndpoint) -> None:
+        """Fetch from `endpoint` from now on, starting at once (its JAAS config or keys changed
+        at run time); the token held serves until the first fetch succeeds."""
+        if endpoint != self.endpoint:
+            self.endpoint = endpoint
+            self._refresh_now.set()
 
     async def run(
         self,
@@ -405,35 +408,40 @@ class AccessTokenLogin:
         """Fetch the token (`at_start`: ConfigError when it cannot be had, and the broker does
         not start; later, for a login changed at run time, tried again every 10 s), report
         started, then fetch it again before it expires, for ever."""
-        with self._scope:
+        while True:
+            try:
+                token = await self._fetch("giving up")
+                break
+            except FetchError as e:
+                if at_start:
+                    raise ConfigError(
+                        f"cannot get this broker's OAUTHBEARER access token from "
+                        f"sasl.oauthbearer.token.endpoint.url={shown_url(self.endpoint.url)}: "
+                        f"{e}. The broker logs in to the other brokers with it: check the "
+                        f"clientId, clientSecret and scope of {self.endpoint.jaas_key} and "
+                        "that the URL is the identity provider's token endpoint"
+                    ) from None
+                await trio.sleep(RETRY_FAILED_REFRESH_S)
+        self._hold(token)
+        task_status.started()
+        while True:
+            await self._wait_refresh(self._refresh_at_ms - _wall_ms())
             while True:
                 try:
-                    token = await self._fetch("giving up")
+                    token = await self._fetch(
+                        f"keeping the token held (it expires at {token.expires_ms // 1000} s); "
+                        f"trying again in {RETRY_FAILED_REFRESH_S:.0f} s"
+                    )
                     break
-                except FetchError as e:
-                    if at_start:
-                        raise ConfigError(
-                            f"cannot get this broker's OAUTHBEARER access token from "
-                            f"sasl.oauthbearer.token.endpoint.url={shown_url(self.endpoint.url)}: "
-                            f"{e}. The broker logs in to the other brokers with it: check the "
-                            f"clientId, clientSecret and scope of {self.endpoint.jaas_key} and "
-                            "that the URL is the identity provider's token endpoint"
-                        ) from None
-                    await trio.sleep(RETRY_FAILED_REFRESH_S)
+                except FetchError:
+                    await self._wait_refresh(RETRY_FAILED_REFRESH_S * 1000)
             self._hold(token)
-            task_status.started()
-            while True:
-                await trio.sleep(max(0, self._refresh_at_ms - _wall_ms()) / 1000)
-                while True:
-                    try:
-                        token = await self._fetch(
-                            f"keeping the token held (it expires at {token.expires_ms // 1000} "
-                            f"s); trying again in {RETRY_FAILED_REFRESH_S:.0f} s"
-                        )
-                        break
-                    except FetchError:
-                        await trio.sleep(RETRY_FAILED_REFRESH_S)
-                self._hold(token)
+
+    async def _wait_refresh(self, delay_ms: float) -> None:
+        """Until `delay_ms` has passed or `follow` asks for a fetch at once."""
+        with trio.move_on_after(max(0.0, delay_ms) / 1000):
+            await self._refresh_now.wait()
+        self._refresh_now = trio.Event()
 
     async def _fetch(self, giving_up: str) -> AccessToken:
         endpoint = self.endpoint

@@ -412,14 +412,17 @@ class SaslLogin:
         return ScramClient(self.mechanism, self.options["username"], self.options["password"])
 
     def adopt(self, held: SaslLogin | None) -> AccessTokenLogin | None:
-        """Take over `held`'s access token when both fetch it alike (a config change that
-        left it alone); the access token login that must be started, if any."""
+        """Take over `held`'s access token login, which fetches from this login's endpoint
+        from now on (at once, if it changed): whoever still holds `held` (a channel made
+        before the change) gets the same tokens. The access token login that must be
+        started, if `held` had none."""
         mine = self.access_token
         theirs = held.access_token if held is not None else None
-        if mine is not None and theirs is not None and mine.endpoint == theirs.endpoint:
-            self.access_token = theirs
-            return None
-        return mine
+        if mine is None or theirs is None:
+            return mine
+        theirs.follow(mine.endpoint)
+        self.access_token = theirs
+        return None
 
 
 def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:

@@ -118,8 +118,8 @@ class Issuer:
         if form.get("grant_type") != ["client_credentials"]:
             return 400, {"error": "unsupported_grant_type"}
         now = int(time.time())
-        scope = form.get("scope", [""])[0]
-        token = self.token(client, exp=now + self.token_lifetime_s, scope=scope)
+        scope = {"scope": form["scope"][0]} if "scope" in form else {}
+        token = self.token(client, exp=now + self.token_lifetime_s, **scope)
         with self._lock:
             self.issued[client] += 1
         return 200, {

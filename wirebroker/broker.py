@@ -139,6 +139,8 @@ class Broker:
     _groups: GroupCoordinator | None = field(default=None, init=False, repr=False)
     _transactions: TransactionCoordinator | None = field(default=None, init=False, repr=False)
     _coordinators_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
+    #: Where the OAUTHBEARER key sets and access token are kept fresh (`serve_oauthbearer`).
+    _oauthbearer_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
     #: Held while logs are made off the loop (`create_logs`): one creation at a time, in order.
     _log_creation: trio.Lock = field(default_factory=trio.Lock, init=False, repr=False)
     #: The internal topics whose making on first use runs in the background
@@ -722,8 +724,16 @@ class Broker:
 
     def _peer_security_changed(self, changed: frozenset[str]) -> None:
         """The inter-broker listener's stores or login changed at run time: the next
-        connections to the other brokers use them (open ones keep theirs)."""
-        self.peer_security = PeerSecurity.inter_broker(self.config)
+        connections to the other brokers use them (open ones keep theirs). The OAUTHBEARER
+        access token login carries on, fetching at once if its endpoint or credentials
+        changed (`SaslLogin.adopt`); a new one fetches in the background, logins waiting."""
+        security = PeerSecurity.inter_broker(self.config)
+        login = security.sasl
+        start = login.adopt(self.peer_security.sasl) if login is not None else None
+        if start is not None:
+            assert self._oauthbearer_nursery is not None
+            self._oauthbearer_nursery.start_soon(partial(start.run, at_start=False))
+        self.peer_security = security
         self.replica_manager.use_peer_security(self.peer_security)
 
     def _check_sasl(self, candidate: BrokerConfig) -> None:
@@ -738,13 +748,19 @@ class Broker:
         # a new endpoint's keys are not fetched before a restart (the URL is read-only)
         self.key_sets = share_key_sets(self.sasl_listeners.values(), self.key_sets)
 
-    async def serve_key_sets(self, *, task_status: trio.TaskStatus[None]) -> None:
-        """Fetch the JWKS of secured OAUTHBEARER tokens (ConfigError when one cannot be had),
-        report started, then keep them fresh (wirebroker.sasl.jwks)."""
+    async def serve_oauthbearer(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Fetch the JWKS of secured OAUTHBEARER tokens and this broker's own access token for
+        its peers (ConfigError when one cannot be had), report started, then keep them fresh
+        (wirebroker.sasl.jwks, .access_token), and fetch the token of a login changed later."""
         async with trio.open_nursery() as nursery:
             for key_set in self.key_sets:
                 await nursery.start(key_set.run)
+            login = self.peer_security.sasl
+            if login is not None and login.access_token is not None:
+                await nursery.start(login.access_token.run)
+            self._oauthbearer_nursery = nursery
             task_status.started()
+            await trio.sleep_forever()
 
     def set_topic_configs(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False

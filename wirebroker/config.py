@@ -788,6 +788,73 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Seconds of difference allowed between the token issuer's clock and the broker's "
             "(exp, nbf).",
         ),
+        # this broker's own OAUTHBEARER login between brokers (OIDC client credentials):
+        # wirebroker.sasl.access_token
+        _k(
+            "sasl.oauthbearer.token.endpoint.url",
+            "string",
+            None,
+            "The identity provider's token endpoint (https://...) this broker gets its "
+            "OAUTHBEARER token from, by the client credentials grant (clientId, clientSecret "
+            "and scope of its JAAS entry), to log in to the other brokers.",
+        ),
+        _k(
+            "sasl.oauthbearer.header.urlencode",
+            "boolean",
+            "false",
+            "true: the client id and secret are URL-encoded in the token request's "
+            "Authorization header (RFC 6749).",
+        ),
+        _k(
+            "sasl.login.retry.backoff.ms",
+            "long",
+            "100",
+            "First wait after a failed token request; doubled after each further failure.",
+        ),
+        _k(
+            "sasl.login.retry.backoff.max.ms",
+            "long",
+            "10000",
+            "How long a token request is retried in all (at start-up: then the broker does not "
+            "start; later: tried again 10 s on).",
+        ),
+        _k(
+            "sasl.login.connect.timeout.ms",
+            "int",
+            None,
+            "How long to wait for the token endpoint's connection (unset: 10 s).",
+        ),
+        _k(
+            "sasl.login.read.timeout.ms",
+            "int",
+            None,
+            "How long to wait for the token endpoint's answer (unset: 10 s).",
+        ),
+        _k(
+            "sasl.login.refresh.window.factor",
+            "double",
+            "0.8",
+            "The share of its lifetime after which this broker's token is fetched again "
+            "(0.5 to 1.0).",
+        ),
+        _k(
+            "sasl.login.refresh.window.jitter",
+            "double",
+            "0.05",
+            "Up to this share of the lifetime is added at random to the refresh time (0 to 0.25).",
+        ),
+        _k(
+            "sasl.login.refresh.min.period.seconds",
+            "short",
+            "60",
+            "The token is not fetched again sooner than this after a fetch (0 to 900).",
+        ),
+        _k(
+            "sasl.login.refresh.buffer.seconds",
+            "short",
+            "300",
+            "The token is fetched again at the latest this long before it expires (0 to 3600).",
+        ),
         # Encryption of the password keys stored as dynamic broker configs (Kafka's
         # PasswordEncoder; wirebroker.password_encoder)
         _k(
@@ -1137,8 +1204,11 @@ def broker_synonyms(name: str, *, match_listener_override: bool) -> list[str]:
             return list(group)
     m = LISTENER_PREFIXED.fullmatch(name)
     if m and match_listener_override:
-        base = m[1]
-        return [name, next((k for k in _MECHANISM_KEYS if base.endswith(k)), base)]
+        base = next((k for k in _MECHANISM_KEYS if m[1].endswith(k)), m[1])
+        secondary = base.partition(".")[2]
+        if base not in BROKER_KEYS and secondary in BROKER_KEYS:
+            base = secondary  # listener.name.<l>.<mechanism>.<key>, Kafka's secondary prefix
+        return [name, base]
     return [name]
 
 

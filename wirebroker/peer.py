@@ -12,7 +12,8 @@ the context of `wirebroker.tls.inter_broker_client_context` (the broker's keysto
 certificate, its truststore, host names checked) for SSL and SASL_SSL, then for SASL_PLAINTEXT
 and SASL_SSL a SASL login (`wirebroker.sasl.settings.SaslLogin`: SaslHandshake v1, then
 SaslAuthenticate v2 rounds with the mechanism's client) before the first request, as Kafka's
-SaslClientAuthenticator. When the peer's answer gives the session a lifetime (KIP-368), the
+SaslClientAuthenticator; an OAUTHBEARER login that fetches its token from an identity provider
+waits for the broker's first token, then takes the one held at each login. When the peer's answer gives the session a lifetime (KIP-368), the
 connection logs in again on its next request after 85-95% of it, as Kafka's clients do. A
 connection that cannot be opened, secured or logged in raises `PeerError` (a refused login
 `PeerAuthenticationFailed`, whose message says what the peer answered, never the secret);
@@ -160,6 +161,7 @@ class PeerConnection:
         peer refuses. Other failures (a closed stream) raise as from `request`."""
         login = self.security.sasl
         assert login is not None
+        await login.ready()
         client = login.client(int(time.time() * 1000))
         who = f"SASL/{login.mechanism} login on {login.listener_name}"
         shake = await self._call(

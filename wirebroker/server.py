@@ -126,8 +126,9 @@ async def serve_broker(
 
             broker.authorizer = await AclAuthorizer.open(config, zk)
         async with trio.open_nursery() as nursery:
-            # secured OAUTHBEARER tokens' keys are held before a listener opens
-            await nursery.start(broker.serve_key_sets)
+            # secured OAUTHBEARER tokens' keys are held before a listener opens, this broker's
+            # own access token before it connects to a peer
+            await nursery.start(broker.serve_oauthbearer)
             await nursery.start(broker.topics.keep_written)
             await nursery.start(broker.serve_coordinators)
             if broker.cluster_mode:

@@ -3,7 +3,8 @@
 `start_broker(nursery, zk_connect, tmp, id)` runs `serve_broker` on a free port (its own data
 dir) and returns its `RunningBroker`; `start_cluster` starts brokers 1-3 and waits until they
 all see each other; `create_topic` creates a topic through one of them; `call(running, body,
-version)` sends one request over TCP with our codec.
+version)` sends one request over TCP with our codec; `produce` (acks=all) and `consume` are
+confluent-kafka's (blocking: run them in a thread), `replicated` waits for every replica.
 Everything is a child of the caller's nursery.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.api import decode_request, encode_response
 from protocol.errors import ErrorCode
@@ -91,6 +93,39 @@ async def eventually(predicate: Callable[[], Any], timeout: float = 15.0, what: 
                 return value
             await trio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+
+
+def produce(config: dict[str, str], topic: str, count: int) -> None:
+    """`count` records `replicated-<i>` to partition 0 of `topic`, acks=all (blocking)."""
+    producer = Producer({**config, "acks": "all", "linger.ms": 0})
+    for i in range(count):
+        producer.produce(topic, f"replicated-{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+
+def consume(config: dict[str, str], topic: str, count: int) -> list[bytes]:
+    """The first `count` records of partition 0 of `topic` (blocking)."""
+    consumer = Consumer({**config, "group.id": "readers", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    try:
+        while len(got) < count:
+            message = consumer.poll(30)
+            assert message is not None and message.error() is None, message
+            got.append(message.value())
+    finally:
+        consumer.close()
+    return got
+
+
+async def replicated(brokers: list[RunningBroker], topic: str, count: int) -> None:
+    """Until every replica of partition 0 of `topic` ends at offset `count`."""
+
+    def done() -> bool:
+        parts = [b.broker.partition(topic, 0) for b in brokers]
+        return all(p is not None and p.log_end_offset == count for p in parts)
+
+    await eventually(done, what=f"every replica of {topic} at offset {count}")
 
 
 class FakeBroker:

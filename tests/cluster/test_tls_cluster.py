@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
-from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -31,7 +30,7 @@ from confluent_kafka.admin import (
 )
 from kazoo.client import KazooClient
 
-from tests.cluster.harness import eventually, start_broker
+from tests.cluster.harness import consume, eventually, produce, replicated, start_broker
 from tests.cluster.test_controller import create_topic
 from wirebroker.authorizer import acls
 from wirebroker.server import RunningBroker
@@ -60,27 +59,6 @@ def _tls(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def _produce(config: dict[str, str], topic: str, count: int) -> None:
-    producer = Producer({**config, "acks": "all", "linger.ms": 0})
-    for i in range(count):
-        producer.produce(topic, f"replicated-{i}".encode())
-    assert producer.flush(30) == 0
-
-
-def _consume(config: dict[str, str], topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({**config, "group.id": "readers", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    try:
-        while len(got) < count:
-            message = consumer.poll(30)
-            assert message is not None and message.error() is None, message
-            got.append(message.value())
-    finally:
-        consumer.close()
-    return got
-
-
 def _topic_for_alice(admin_config: dict[str, str], topic: str) -> None:
     """Create `topic` (RF 3) and let alice write and read it, as the super user `broker`."""
     admin = AdminClient(admin_config)
@@ -93,14 +71,6 @@ def _topic_for_alice(admin_config: dict[str, str], topic: str) -> None:
     ]
     for future in admin.create_acls(grants).values():
         future.result(30)
-
-
-async def _replicated(brokers: list[RunningBroker], topic: str, count: int) -> None:
-    def done() -> bool:
-        parts = [b.broker.partition(topic, 0) for b in brokers]
-        return all(p is not None and p.log_end_offset == count for p in parts)
-
-    await eventually(done, what=f"every replica of {topic} at offset {count}")
 
 
 def test_replication_over_an_ssl_inter_broker_listener(zk_connect: str, tmp_path: Path) -> None:
@@ -121,8 +91,8 @@ def test_replication_over_an_ssl_inter_broker_listener(zk_connect: str, tmp_path
             assert result.error_code == 0, result.error_message
             # acks=all with min.insync.replicas=2: answered only once the follower fetched.
             plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
-            await trio.to_thread.run_sync(_produce, plaintext, "secured", 10)
-            await _replicated([b1, b2], "secured", 10)
+            await trio.to_thread.run_sync(produce, plaintext, "secured", 10)
+            await replicated([b1, b2], "secured", 10)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -216,9 +186,9 @@ def test_sasl_ssl_between_three_brokers(zk_connect: str, tmp_path: Path) -> None
                 "sasl.password": ALICE_SECRET,
             }
             # acks=all, min.insync.replicas=2: answered once followers fetched over SASL_SSL.
-            await trio.to_thread.run_sync(_produce, alice, "secured", 10)
-            await _replicated(brokers, "secured", 10)
-            got = await trio.to_thread.run_sync(_consume, alice, "secured", 10)
+            await trio.to_thread.run_sync(produce, alice, "secured", 10)
+            await replicated(brokers, "secured", 10)
+            got = await trio.to_thread.run_sync(consume, alice, "secured", 10)
             assert got == [f"replicated-{i}".encode() for i in range(10)]
             # The followers fetch from their leaders' SASL_SSL listeners, logged in as `broker`.
             sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}

@@ -1,8 +1,7 @@
 """SASL/OAUTHBEARER with secured (OIDC) tokens against a broker process (KIP-768).
 
 The broker verifies tokens with Kafka's OAuthBearerValidatorCallbackHandler settings against a
-JWKS served over HTTP by this test (http.server in a thread, the keys made with `cryptography`,
-the tokens signed with PyJWT). Real clients log in: confluent-kafka (librdkafka's `oauth_cb`)
+JWKS served over HTTP by this test (`tests.wirebroker.oidc.Issuer`). Real clients log in: confluent-kafka (librdkafka's `oauth_cb`)
 and aiokafka (a token provider). The principal is observed through the ACL authorizer: alice is
 the super user, so her produce succeeds and a valid token of bob's is denied the topic. Every
 refused token (bad signature, unknown key id, expired, wrong audience, wrong issuer, `alg:
@@ -17,92 +16,23 @@ import base64
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import jwt
 import pytest
 from confluent_kafka import KafkaError, Producer
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.conftest import LOG_TAIL
+from tests.wirebroker.oidc import AUDIENCE, ISSUER, Issuer
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 15.0
-ISSUER = "https://issuer.example"
-AUDIENCE = "kafka-broker"
 SECURED = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
-
-
-class Issuer:
-    """An identity provider: signing keys, and the JWKS of their public halves over HTTP."""
-
-    def __init__(self) -> None:
-        self.private: dict[str, Any] = {}
-        self.published: list[str] = []
-        self.requests = 0
-        issuer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                issuer.requests += 1
-                body = json.dumps(issuer.jwks()).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/jwks"
-
-    def add_key(self, kid: str, *, publish: bool = True, curve: bool = False) -> None:
-        self.private[kid] = (
-            ec.generate_private_key(ec.SECP256R1())
-            if curve
-            else rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        )
-        if publish:
-            self.published.append(kid)
-
-    def jwks(self) -> dict[str, Any]:
-        keys = []
-        for kid in self.published:
-            algorithm = jwt.algorithms.ECAlgorithm if kid.startswith("ec") else None
-            public = self.private[kid].public_key()
-            jwk = json.loads(
-                algorithm.to_jwk(public)
-                if algorithm
-                else jwt.algorithms.RSAAlgorithm.to_jwk(public)
-            )
-            keys.append({**jwk, "kid": kid, "use": "sig"})
-        return {"keys": keys}
-
-    def token(self, sub: str = "alice", kid: str = "k1", **claims: Any) -> str:
-        now = int(time.time())
-        payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600}
-        payload |= claims
-        algorithm = "ES256" if kid.startswith("ec") else "RS256"
-        return jwt.encode(payload, self.private[kid], algorithm, headers={"kid": kid})
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -296,4 +226,4 @@ def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
-    assert "JWKS fetch 2 of" in done.stderr  # retried
+    assert "attempt 2, failed" in done.stderr  # retried

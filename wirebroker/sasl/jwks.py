@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import urllib.parse
 import urllib.request
 from collections import OrderedDict
@@ -31,6 +30,7 @@ from typing import Any
 import trio
 
 from wirebroker.config import ConfigError
+from wirebroker.sasl.provider import FetchError, fetch_with_retry, monotonic_ms, shown_url
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ _ALGORITHMS = {
 }
 
 
-class JwksError(Exception):
+class JwksError(FetchError):
     """A key set that could not be fetched or read; the message says which and why."""
 
 
@@ -90,10 +90,7 @@ class JwksEndpoint:
     @property
     def shown(self) -> str:
         """The URL as logged: without a user name or password in it."""
-        parts = urllib.parse.urlsplit(self.url)
-        if "@" not in parts.netloc:
-            return self.url
-        return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        return shown_url(self.url)
 
     @property
     def is_file(self) -> bool:
@@ -149,10 +146,6 @@ def fetch_jwks(url: str) -> list[VerificationKey]:
     return parse_jwks(data)
 
 
-def _monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class KeySet:
     """The keys of one endpoint in memory: read on the loop, replaced by `run`'s fetches."""
 
@@ -177,7 +170,7 @@ class KeySet:
     def _maybe_expedite(self, key_id: str) -> None:
         if len(key_id) > MAX_KEY_ID_LENGTH or self.endpoint.is_file:
             return
-        now = _monotonic_ms()
+        now = monotonic_ms()
         if self._missing.get(key_id, now) > now:
             return
         self._missing[key_id] = now + MISSING_KEY_ID_RETRY_MS
@@ -221,28 +214,15 @@ class KeySet:
         )
 
     async def _fetch_with_retry(self) -> list[VerificationKey] | None:
-        """Kafka's Retry: attempts until `retry.backoff.max.ms` has passed, waiting
-        `retry.backoff.ms` doubled after each failure; None when every attempt failed."""
+        """The keys, fetched as Kafka's Retry does; None when every attempt failed."""
         endpoint = self.endpoint
-        deadline = _monotonic_ms() + endpoint.retry_backoff_max_ms
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await trio.to_thread.run_sync(
-                    fetch_jwks, endpoint.url, abandon_on_cancel=True
-                )
-            except JwksError as e:
-                wait_ms = min(
-                    endpoint.retry_backoff_ms * 2 ** (attempt - 1), deadline - _monotonic_ms()
-                )
-                log.warning(
-                    "JWKS fetch %d of %s failed: %s%s",
-                    attempt,
-                    endpoint.shown,
-                    e,
-                    f"; retrying in {wait_ms} ms" if wait_ms > 0 else "; keeping the keys held",
-                )
-                if wait_ms <= 0:
-                    return None
-                await trio.sleep(wait_ms / 1000)
+        try:
+            return await fetch_with_retry(
+                lambda: fetch_jwks(endpoint.url),
+                f"JWKS fetch of {endpoint.shown}",
+                endpoint.retry_backoff_ms,
+                endpoint.retry_backoff_max_ms,
+                "keeping the keys held",
+            )
+        except FetchError:
+            return None

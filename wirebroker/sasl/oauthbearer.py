@@ -18,7 +18,9 @@ The client is Kafka's OAuthBearerUnsecuredLoginCallbackHandler: a token with `ia
 after `unsecuredLoginLifetimeSeconds` (3600), the claims of the `unsecuredLoginStringClaim_<c>`,
 `unsecuredLoginNumberClaim_<c>` and `unsecuredLoginListClaim_<c>` options (a list option's first
 character separates its items) and `unsecuredLoginExtension_<e>` extensions; it answers an
-error challenge with `\\x01`, as Kafka's client.
+error challenge with `\\x01`, as Kafka's client. A broker whose login fetches its token from an
+identity provider (`wirebroker.sasl.access_token`) sends that token instead, with the
+`extension_<e>` options as extensions, as Kafka's OAuthBearerLoginCallbackHandler.
 
 Secured tokens (KIP-768) are Kafka's OAuthBearerValidatorCallbackHandler's (`SecuredValidator`):
 a JWS verified by PyJWT with the key of the `sasl.oauthbearer.jwks.endpoint.url` set its `kid`
@@ -352,16 +354,26 @@ def _claimed_principal(token: str, claim: str) -> str | None:
 
 
 # the client -------------------------------------------------------------------------------------
+def login_extensions(options: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """The SASL extensions set by the JAAS options `<prefix><name>` (`unsecuredLoginExtension_`
+    for the unsecured token, `extension_` for a fetched one), checked as Kafka's
+    OAuthBearerClientInitialResponse checks them; ValueError naming the option that is not."""
+    extensions = {k[len(prefix) :]: v for k, v in options.items() if k.startswith(prefix)}
+    for name, value in extensions.items():
+        if not re.fullmatch(r"[A-Za-z]+", name) or name == "auth":
+            raise ValueError(f"{prefix}{name}: not a valid extension name")
+        if not re.fullmatch(r"[\x21-\x7e \t\r\n]+", value):
+            raise ValueError(f"{prefix}{name}: not a valid extension value")
+    return extensions
+
+
 def unsecured_token(options: Mapping[str, str], now_ms: int) -> tuple[str, dict[str, str]]:
     """An unsecured JWS from the `unsecuredLogin*` options of an OAuthBearerLoginModule JAAS
     entry, and its SASL extensions; ValueError when the options do not make a token."""
     claims: dict[str, Any] = {}
-    extensions: dict[str, str] = {}
+    extensions = login_extensions(options, "unsecuredLoginExtension_")
     for key, value in options.items():
         kind, _, name = key.partition("_")
-        if kind == "unsecuredLoginExtension" and name:
-            extensions[name] = value
-            continue
         if kind not in _CLAIM_OPTIONS:
             continue
         if name in _RESERVED_CLAIMS or not name:
@@ -385,11 +397,6 @@ def unsecured_token(options: Mapping[str, str], now_ms: int) -> tuple[str, dict[
         raise ValueError(f"unsecuredLoginLifetimeSeconds={lifetime!r} must be a positive integer")
     issued = now_ms / 1000
     claims = {"iat": issued, "exp": issued + int(lifetime), **claims}
-    for name, value in extensions.items():
-        if not re.fullmatch(r"[A-Za-z]+", name) or name == "auth":
-            raise ValueError(f"unsecuredLoginExtension_{name}: not a valid extension name")
-        if not re.fullmatch(r"[\x21-\x7e \t\r\n]+", value):
-            raise ValueError(f"unsecuredLoginExtension_{name}: not a valid extension value")
 
     def part(obj: dict[str, Any]) -> str:
         text = json.dumps(obj, separators=(",", ":")).encode()

@@ -29,12 +29,14 @@ their client side.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
+    from wirebroker.sasl.access_token import AccessTokenLogin
     from wirebroker.sasl.jwks import KeySet
     from wirebroker.sasl.mechanism import SaslClient
     from wirebroker.sasl.oauthbearer import SecuredValidator, UnsecuredValidator
@@ -54,6 +56,16 @@ LOGIN_MODULES = {
     SCRAM_SHA_512: SCRAM_LOGIN_MODULE,
     OAUTHBEARER: OAUTHBEARER_LOGIN_MODULE,
 }
+#: Kafka 3.9's login callback handlers for OAUTHBEARER: the client-credentials one (by its
+#: public name and its deprecated one) and the default, unsecured, one.
+SECURED_LOGINS = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+)
+UNSECURED_LOGIN = (
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+    "OAuthBearerUnsecuredLoginCallbackHandler"
+)
 JAAS_USER_PREFIX = "user_"  # PlainLoginModule's option naming a user: user_<name>="<password>"
 
 _CONTROL_FLAGS = ("required", "requisite", "sufficient", "optional")
@@ -238,7 +250,7 @@ def _oauthbearer_validator(
             f"{SECURED_VALIDATORS[0]} (OIDC, sasl.oauthbearer.jwks.endpoint.url) or Kafka's "
             f"default {UNSECURED_VALIDATOR}"
         )
-    if not handler and _oauthbearer_setting(config, prefix, "jwks.endpoint.url"):
+    if not handler and _oauthbearer_setting(config, prefix, "sasl.oauthbearer.jwks.endpoint.url"):
         # Kafka would validate unsecured tokens here, ignoring the URL: anyone could log in.
         raise ConfigError(
             f"sasl.oauthbearer.jwks.endpoint.url is set but listener {prefix.split('.')[2]} "
@@ -252,54 +264,86 @@ def _oauthbearer_validator(
         raise ConfigError(f"{prefix}oauthbearer.sasl.jaas.config: {e}") from None
 
 
-def _oauthbearer_setting(config: BrokerConfig, prefix: str, name: str) -> str | None:
-    """`sasl.oauthbearer.<name>`, overridden by `listener.name.<l>.sasl.oauthbearer.<name>`
-    (a blank value reads as unset)."""
-    key = f"sasl.oauthbearer.{name}"
-    value = config.get(prefix + key) if config.is_set(prefix + key) else config.get(key)
+def _oauthbearer_setting(config: BrokerConfig, prefix: str, key: str) -> str | None:
+    """An OAUTHBEARER `key` (`sasl.oauthbearer.*`, `sasl.login.*`) of the listener `prefix`
+    names, as Kafka's broker reads it: `listener.name.<l>.oauthbearer.<key>`, else
+    `listener.name.<l>.<key>`, else `<key>` (a blank value reads as unset)."""
+    for name in (f"{prefix}{OAUTHBEARER.lower()}.{key}", prefix + key):
+        if config.is_set(name):
+            value = config.get(name)
+            break
+    else:
+        value = config.get(key)
     return value.strip() if value and value.strip() else None
+
+
+def _oauthbearer_number(
+    config: BrokerConfig, prefix: str, key: str, low: float, high: float | None = None
+) -> int:
+    """An integer OAUTHBEARER setting (unset: Kafka's default) within Kafka's bounds."""
+    return int(_oauthbearer_float(config, prefix, key, low, high, whole=True))
+
+
+def _oauthbearer_float(
+    config: BrokerConfig,
+    prefix: str,
+    key: str,
+    low: float,
+    high: float | None = None,
+    *,
+    whole: bool = False,
+) -> float:
+    from wirebroker.config import ConfigError
+
+    text = _oauthbearer_setting(config, prefix, key) or ""
+    value: float | None
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        value = None
+    if (
+        value is None
+        or not math.isfinite(value)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{key}={text} must be {bounds}")
+    return value
 
 
 def _secured_validator(config: BrokerConfig, prefix: str) -> SecuredValidator:
     """Kafka's OAuthBearerValidatorCallbackHandler's settings (no I/O: the key set is
     fetched when the broker starts, `KeySet.run`)."""
-    import urllib.parse
-
     from wirebroker.config import ConfigError
     from wirebroker.sasl.jwks import JwksEndpoint, KeySet
     from wirebroker.sasl.oauthbearer import SecuredValidator
+    from wirebroker.sasl.provider import endpoint_url
 
-    url = _oauthbearer_setting(config, prefix, "jwks.endpoint.url")
+    key = "sasl.oauthbearer.jwks.endpoint.url"
+    url = _oauthbearer_setting(config, prefix, key)
     if url is None:
         raise ConfigError(
             f"listener {prefix.split('.')[2]} verifies OAUTHBEARER tokens with a JWKS: set "
-            "sasl.oauthbearer.jwks.endpoint.url (https://..., http://... or file:...)"
-        )
-    if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https", "file"):
-        raise ConfigError(
-            f"sasl.oauthbearer.jwks.endpoint.url={url}: only http, https and file URLs are "
-            "supported"
+            f"{key} (https://..., http://... or file:...)"
         )
 
     def number(name: str, at_least: int) -> int:
-        text = _oauthbearer_setting(config, prefix, name) or ""  # unset: Kafka's default
-        if not text.lstrip("-").isdigit() or int(text) < at_least:
-            raise ConfigError(f"sasl.oauthbearer.{name}={text} must be at least {at_least}")
-        return int(text)
+        return _oauthbearer_number(config, prefix, f"sasl.oauthbearer.{name}", at_least)
 
     endpoint = JwksEndpoint(
-        url,
+        endpoint_url(key, url),
         number("jwks.endpoint.refresh.ms", 1),
         number("jwks.endpoint.retry.backoff.ms", 0),
         number("jwks.endpoint.retry.backoff.max.ms", 0),
     )
-    audience = _oauthbearer_setting(config, prefix, "expected.audience") or ""
+    audience = _oauthbearer_setting(config, prefix, "sasl.oauthbearer.expected.audience") or ""
     return SecuredValidator(
         KeySet(endpoint),
         tuple(a.strip() for a in audience.split(",") if a.strip()),
-        _oauthbearer_setting(config, prefix, "expected.issuer"),
-        _oauthbearer_setting(config, prefix, "sub.claim.name") or "sub",
-        _oauthbearer_setting(config, prefix, "scope.claim.name") or "scope",
+        _oauthbearer_setting(config, prefix, "sasl.oauthbearer.expected.issuer"),
+        _oauthbearer_setting(config, prefix, "sasl.oauthbearer.sub.claim.name") or "sub",
+        _oauthbearer_setting(config, prefix, "sasl.oauthbearer.scope.claim.name") or "scope",
         number("clock.skew.seconds", 0),
     )
 
@@ -327,18 +371,32 @@ def share_key_sets(listeners: Iterable[ListenerSasl], held: list[KeySet]) -> lis
 
 class SaslLogin:
     """This broker's login to its peers: the inter-broker mechanism and the options of its
-    JAAS entry (which hold the password: never shown)."""
+    JAAS entry (which hold the password: never shown), and for OAUTHBEARER with a token
+    endpoint, the access token it fetches (`access_token`)."""
 
     # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
-    __slots__ = ("listener_name", "mechanism", "options")
+    __slots__ = ("listener_name", "mechanism", "options", "access_token")
 
-    def __init__(self, listener_name: str, mechanism: str, options: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        listener_name: str,
+        mechanism: str,
+        options: Mapping[str, str],
+        access_token: AccessTokenLogin | None = None,
+    ) -> None:
         self.listener_name = listener_name
         self.mechanism = mechanism
         self.options = options
+        self.access_token = access_token
+
+    async def ready(self) -> None:
+        """Wait until `client` can be made (this broker's access token fetched)."""
+        if self.access_token is not None:
+            await self.access_token.wait_token()
 
     def client(self, now_ms: int) -> SaslClient:
-        """A fresh client side of one exchange (an OAUTHBEARER token made at `now_ms`)."""
+        """A fresh client side of one exchange (an OAUTHBEARER token made at `now_ms`, or the
+        access token held: `ready` first)."""
         from wirebroker.sasl.oauthbearer import OAuthBearerClient, unsecured_token
         from wirebroker.sasl.plain import PlainClient
         from wirebroker.sasl.scram import ScramClient
@@ -346,8 +404,25 @@ class SaslLogin:
         if self.mechanism == PLAIN:
             return PlainClient(self.options["username"], self.options["password"])
         if self.mechanism == OAUTHBEARER:
-            return OAuthBearerClient(*unsecured_token(self.options, now_ms))
+            tokens = self.access_token
+            if tokens is None:
+                return OAuthBearerClient(*unsecured_token(self.options, now_ms))
+            assert tokens.token is not None
+            return OAuthBearerClient(tokens.token.value, tokens.endpoint.extensions)
         return ScramClient(self.mechanism, self.options["username"], self.options["password"])
+
+    def adopt(self, held: SaslLogin | None) -> AccessTokenLogin | None:
+        """Take over `held`'s access token login, which fetches from this login's endpoint
+        from now on (at once, if it changed): whoever still holds `held` (a channel made
+        before the change) gets the same tokens. The access token login that must be
+        started, if `held` had none."""
+        mine = self.access_token
+        theirs = held.access_token if held is not None else None
+        if mine is None or theirs is None:
+            return mine
+        theirs.follow(mine.endpoint)
+        self.access_token = theirs
+        return None
 
 
 def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
@@ -372,7 +447,8 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
             f"sasl.mechanism.inter.broker.protocol={mechanism} must be enabled on the "
             f"inter-broker listener {listener} (sasl.enabled.mechanisms: {', '.join(offered)})"
         )
-    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    prefix = f"listener.name.{listener.lower()}."
+    key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
     module = LOGIN_MODULES[mechanism]
     example = (
         'unsecuredLoginStringClaim_sub="broker"'
@@ -389,13 +465,97 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
         raise ConfigError(f"{key}: {e}") from None
     if entry.login_module != module:
         raise ConfigError(f"{key}: {mechanism} takes {module}; {how}")
-    if mechanism == OAUTHBEARER:
+    if mechanism != OAUTHBEARER:
+        if not entry.options.get("username") or "password" not in entry.options:
+            raise ConfigError(f"{key} needs this broker's username and password: {how}")
+        return SaslLogin(listener, mechanism, dict(entry.options))
+    access_token = _access_token_login(config, listener, key, entry.options)
+    if access_token is None:
         from wirebroker.sasl.oauthbearer import unsecured_token
 
         try:
             unsecured_token(entry.options, 0)
         except ValueError as e:
             raise ConfigError(f"{key}: {e}") from None
-    elif not entry.options.get("username") or "password" not in entry.options:
-        raise ConfigError(f"{key} needs this broker's username and password: {how}")
-    return SaslLogin(listener, mechanism, dict(entry.options))
+    return SaslLogin(listener, mechanism, dict(entry.options), access_token)
+
+
+def _access_token_login(
+    config: BrokerConfig, listener: str, jaas_key: str, options: Mapping[str, str]
+) -> AccessTokenLogin | None:
+    """Kafka's OAuthBearerLoginCallbackHandler's settings for this broker's OAUTHBEARER login
+    (no I/O: the token is fetched when the broker starts); None: it makes unsecured tokens."""
+    from wirebroker.config import ConfigError
+
+    prefix = f"listener.name.{listener.lower()}."
+    handler_key = f"{prefix}oauthbearer.sasl.login.callback.handler.class"
+    handler = (config.get(handler_key) or "").strip()
+    url_key = "sasl.oauthbearer.token.endpoint.url"
+    url = _oauthbearer_setting(config, prefix, url_key)
+    if handler == UNSECURED_LOGIN or (not handler and url is None):
+        return None
+    if handler and handler not in SECURED_LOGINS:
+        raise ConfigError(
+            f"{handler_key}={handler} is not implemented: this broker logs in with "
+            f"{SECURED_LOGINS[0]} (OIDC client credentials, {url_key}) or Kafka's default "
+            f"{UNSECURED_LOGIN}"
+        )
+    if url is None:
+        raise ConfigError(
+            f"{handler_key}={handler} fetches this broker's token from an identity provider: "
+            f"set {url_key} (the provider's token endpoint: https://...)"
+        )
+    # here: a broker making unsecured tokens never loads them (start-up time)
+    from wirebroker.sasl.access_token import AccessTokenLogin, RefreshWindow, TokenEndpoint
+    from wirebroker.sasl.oauthbearer import login_extensions
+    from wirebroker.sasl.provider import endpoint_url
+
+    url = endpoint_url(url_key, url)
+    is_file = url.lower().startswith("file:")
+    secret = options.get("clientSecret", "").strip()
+    client_id = options.get("clientId", "").strip()
+    if not is_file and not (client_id and secret):
+        raise ConfigError(
+            f"{jaas_key}: this broker gets its OAUTHBEARER token by the client credentials "
+            f'grant: set the options clientId="..." clientSecret="..." (and scope="..." if the '
+            "provider wants one)"
+        )
+    try:
+        extensions = login_extensions(options, "extension_")
+    except ValueError as e:
+        raise ConfigError(f"{jaas_key}: {e}") from None
+
+    def number(key: str, low: float, high: float | None = None) -> int:
+        return _oauthbearer_number(config, prefix, key, low, high)
+
+    def timeout(key: str) -> int | None:
+        return number(key, 0) if _oauthbearer_setting(config, prefix, key) else None
+
+    urlencode = _oauthbearer_setting(config, prefix, "sasl.oauthbearer.header.urlencode") or ""
+    if urlencode.lower() not in ("true", "false"):
+        raise ConfigError(f"sasl.oauthbearer.header.urlencode={urlencode} must be true or false")
+    refresh = RefreshWindow(
+        _oauthbearer_float(config, prefix, "sasl.login.refresh.window.factor", 0.5, 1.0),
+        _oauthbearer_float(config, prefix, "sasl.login.refresh.window.jitter", 0.0, 0.25),
+        number("sasl.login.refresh.min.period.seconds", 0, 900),
+        number("sasl.login.refresh.buffer.seconds", 0, 3600),
+    )
+    endpoint = TokenEndpoint(
+        url,
+        client_id,
+        secret,
+        jaas_key=jaas_key,
+        scope=options.get("scope"),
+        extensions=extensions,
+        urlencode_header=urlencode.lower() == "true",
+        retry_backoff_ms=number("sasl.login.retry.backoff.ms", 0),
+        retry_backoff_max_ms=number("sasl.login.retry.backoff.max.ms", 0),
+        connect_timeout_ms=timeout("sasl.login.connect.timeout.ms"),
+        read_timeout_ms=timeout("sasl.login.read.timeout.ms"),
+        sub_claim=_oauthbearer_setting(config, prefix, "sasl.oauthbearer.sub.claim.name") or "sub",
+        scope_claim=(
+            _oauthbearer_setting(config, prefix, "sasl.oauthbearer.scope.claim.name") or "scope"
+        ),
+        refresh=refresh,
+    )
+    return AccessTokenLogin(endpoint, listener)

@@ -157,6 +157,25 @@ def _bootstrap(running: RunningBroker) -> str:
     return f"{listener.host}:{listener.port}"
 
 
+#: No follower leaves the ISR while its fetches are parked or its disk work held.
+LAG = {"replica_lag_time_max_ms": "60000"}
+
+
+async def _start_broker_1(nursery: trio.Nursery, zk_connect: str, tmp_path: Path) -> RunningBroker:
+    """Broker 1, with two log directories (`b1-a` holds `t-0`, `b1-b` holds `solo-0`)."""
+    dirs = f"{tmp_path / 'b1-a'},{tmp_path / 'b1-b'}"
+    return await start_broker(nursery, zk_connect, tmp_path, 1, log_dirs=dirs, **LAG)
+
+
+async def _start_brokers(
+    nursery: trio.Nursery, zk_connect: str, tmp_path: Path
+) -> tuple[RunningBroker, RunningBroker, RunningBroker]:
+    b1 = await _start_broker_1(nursery, zk_connect, tmp_path)
+    b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **LAG)
+    b3 = await start_broker(nursery, zk_connect, tmp_path, 3, **LAG)
+    return b1, b2, b3
+
+
 async def _create_topics(b1: RunningBroker, replicas: list[int], tmp_path: Path) -> None:
     """`t` with `replicas` and `solo` on broker 1 alone, through broker 1, whose two log
     directories hold `t-0` (the first) and `solo-0` (the second)."""
@@ -224,14 +243,8 @@ def test_a_followers_truncation_runs_in_a_worker_thread(
 
     async def main() -> int:
         loop_thread = threading.get_ident()
-        # No follower leaves the ISR while parked; broker 1 has two log directories, `t-0`
-        # in the first and `solo-0` in the second.
-        lag = {"replica_lag_time_max_ms": "60000"}
-        b1_dirs = f"{tmp_path / 'b1-a'},{tmp_path / 'b1-b'}"
         async with trio.open_nursery() as nursery:
-            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, log_dirs=b1_dirs, **lag)
-            b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **lag)
-            b3 = await start_broker(nursery, zk_connect, tmp_path, 3, **lag)
+            b1, b2, b3 = await _start_brokers(nursery, zk_connect, tmp_path)
             brokers = {2: b2, 3: b3}
             await _create_topics(b1, [1, 2, 3], tmp_path)
             acked = [b"acked-%d" % i for i in range(5)]
@@ -268,7 +281,7 @@ def test_a_followers_truncation_runs_in_a_worker_thread(
             # Broker 1 again, on the same data: a follower whose log must be cut at 5.
             monkeypatch.setattr(os, "truncate", held.os_truncate)
             monkeypatch.setattr(os, "ftruncate", held.os_ftruncate)
-            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, log_dirs=b1_dirs, **lag)
+            b1 = await _start_broker_1(nursery, zk_connect, tmp_path)
             try:
                 assert await trio.to_thread.run_sync(held.started.wait, HOLD)
                 await _serves_while_held(b1)
@@ -340,12 +353,8 @@ def test_a_followers_appends_run_in_a_worker_thread(
 
     async def main() -> int:
         loop_thread = threading.get_ident()
-        lag = {"replica_lag_time_max_ms": "60000"}
-        b1_dirs = f"{tmp_path / 'b1-a'},{tmp_path / 'b1-b'}"
         async with trio.open_nursery() as nursery:
-            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, log_dirs=b1_dirs, **lag)
-            b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **lag)
-            await start_broker(nursery, zk_connect, tmp_path, 3, **lag)
+            b1, b2, _b3 = await _start_brokers(nursery, zk_connect, tmp_path)
             await _create_topics(b1, [2, 1], tmp_path)
             manager = b1.broker.log_manager
             await eventually_async(lambda: _leader(b2, TOPIC), 2, "broker 2 leads t-0")

@@ -340,7 +340,8 @@ async def _run_log_chore(manager: LogManager, what: str, chore: PendingFlush | C
 async def run_off_loop(chore: Chore) -> None:
     """Run `chore`'s slow part in a worker thread, then commit it here on the loop (also when
     the slow part raised). A cancellation (shutdown) aborts the slow part and waits for the
-    worker to stop."""
+    worker to stop. What the slow part raised is raised as itself, not in trio's exception
+    group, so that callers catch `OSError` (a full disk) and storage errors."""
     finished = False
 
     async def abort_when_cancelled() -> None:
@@ -356,5 +357,10 @@ async def run_off_loop(chore: Chore) -> None:
             await trio.to_thread.run_sync(chore.prepare)
             finished = True
             nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        failed = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
+        if len(failed) == 1 and len(group.exceptions) == 1:  # the slow part's own error
+            raise failed[0] from None
+        raise
     finally:
         chore.commit()

@@ -52,3 +52,27 @@ def test_a_cancellation_aborts_prepare_and_still_commits() -> None:
 
     chore = trio.run(main)
     assert chore.calls == [("prepare", False), ("abort", True), ("commit", True)]
+
+
+class _FullDisk(_Chore):
+    def prepare(self) -> None:
+        self._call("prepare")
+        raise OSError(28, "No space left on device")
+
+
+def test_what_prepare_raises_reaches_the_caller_as_itself() -> None:
+    """A full disk in a flush's worker is an OSError its caller handles (the log manager's
+    `chore_failed`), not an exception group that ends the broker."""
+
+    async def main() -> _Chore:
+        chore = _FullDisk()
+        try:
+            await run_off_loop(chore)
+        except OSError as e:
+            assert e.errno == 28
+        else:
+            raise AssertionError("the chore's error was lost")
+        return chore
+
+    chore = trio.run(main)
+    assert chore.calls == [("prepare", False), ("abort", True), ("commit", True)]

@@ -66,6 +66,7 @@ from storage.partition_log import PartitionLog, PendingFlush
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
+    from storage.segment import TimestampReads
 
 __all__ = ["CheckpointWrite", "CreateLogs", "LogManager", "TopicPartition"]
 
@@ -376,6 +377,16 @@ class LogManager:
                 log.error("%s of %s-%d failed (retried later): %s", chore, tp[0], tp[1], e)
                 self._maybe_take_offline(self._dir_of[tp], e)
         return total
+
+    def retention_reads(self, now_ms: int) -> list[TimestampReads]:
+        """What :meth:`run_retention` at `now_ms` would read on the disk (the largest
+        timestamps of old segments: :meth:`PartitionLog.retention_reads`), for the caller to
+        read in a worker thread first."""
+        return [
+            reads
+            for _tp, lg in self.logs()
+            if not (lg.offline or lg.truncating) and (reads := lg.retention_reads(now_ms))
+        ]
 
     def run_retention(self, now_ms: int) -> int:
         """Apply retention to every log; returns the number of segments deleted."""

@@ -111,6 +111,8 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+#: A timestamp no record reaches: time index reads up to it read every last entry.
+_NEVER = 2**63 - 1
 
 
 class PendingFlush:
@@ -866,13 +868,17 @@ class PartitionLog:
         return self._segments[max(0, bisect_right(self._bases, self._log_start) - 1) :]
 
     def timestamp_reads(self, timestamp: int) -> TimestampReads | LookupReads | None:
-        """What :meth:`offset_for_timestamp` of `timestamp` (>= 0) would wait on the disk for
-        next, else None: the time index entries of old segments not in memory (their last
-        entries, the whole index of the segment that reaches `timestamp`), then the reads
-        finding the offset that index gives (as :meth:`lookup_reads`). A caller on the event
+        """What :meth:`offset_for_timestamp` of `timestamp` (>= 0, or -3) would wait on the disk
+        for next, else None: the time index entries of old segments not in memory (their last
+        entries, the whole index of the segment that reaches `timestamp`; for -3 every last
+        entry), then the reads finding the offset that index gives (as :meth:`lookup_reads`). A caller on the event
         loop runs each in a worker thread (`run`, then `finish` on the loop) and asks again;
         the lookup then reads what is in memory and in the page cache."""
-        if self.closed or timestamp < 0:
+        if self.closed:
+            return None
+        if timestamp == MAX_TIMESTAMP:
+            return self._max_timestamp_reads()
+        if timestamp < 0:
             return None
         unknown: list[LogSegment] = []
         for seg in self._from_log_start():
@@ -884,6 +890,36 @@ class PartitionLog:
                     return TimestampReads(timestamp, [*unknown, seg])
                 return seg.timestamp_reads(timestamp, self._log_start)
         return TimestampReads(timestamp, unknown) if unknown else None
+
+    def _max_timestamp_reads(self) -> TimestampReads | LookupReads | None:
+        """ListOffsets -3's reads: every segment's largest timestamp (the time indexes' last
+        entries), then the reads finding the record that holds the largest."""
+        unknown = [seg for seg in self._segments if seg.known_max_timestamp() is None]
+        if unknown:
+            return TimestampReads(_NEVER, unknown, whole_index=False)
+        best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
+        if best.max_timestamp_so_far < 0:
+            return None
+        return best.lookup_reads(best.offset_of_max_timestamp, best.max_timestamp_so_far)
+
+    def retention_reads(self, now_ms: int) -> TimestampReads | None:
+        """What :meth:`apply_retention` at `now_ms` would wait on the disk for, else None: by
+        ``retention.ms`` it asks each segment from the log start for its largest timestamp up
+        to the first one not expired, which after a start is its time index's last entry,
+        still in the file. A caller on the event loop reads them in a worker thread (`run`,
+        then `finish` on the loop) first."""
+        config = self.config
+        if self.closed or not config.delete or config.retention_ms < 0:
+            return None
+        oldest_kept = now_ms - config.retention_ms
+        unknown: list[LogSegment] = []
+        for seg in self._from_log_start():
+            largest = seg.known_max_timestamp()
+            if largest is None:
+                unknown.append(seg)
+            elif largest >= oldest_kept:
+                break
+        return TimestampReads(oldest_kept, unknown, whole_index=False) if unknown else None
 
     # ---- truncation and deletion -----------------------------------------------------------
 

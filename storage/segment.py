@@ -171,12 +171,16 @@ class TimestampReads:
     then asks again for the reads that find the offset the index gives (a
     :class:`LookupReads`). Same protocol as :class:`LookupReads`: `pin` and `finish` on the
     loop (`finish` always: it keeps what was read, unless loaded meanwhile), `run` in the
-    worker."""
+    worker. With `whole_index` False only last entries are read (a retention pass by
+    ``retention.ms`` wants no more: :meth:`PartitionLog.retention_reads`)."""
 
-    __slots__ = ("timestamp", "segments", "lasts", "entries")
+    __slots__ = ("timestamp", "segments", "whole_index", "lasts", "entries")
 
-    def __init__(self, timestamp: int, segments: list[LogSegment]) -> None:
+    def __init__(
+        self, timestamp: int, segments: list[LogSegment], *, whole_index: bool = True
+    ) -> None:
         self.timestamp = timestamp
+        self.whole_index = whole_index
         #: Each segment with its last time index entry when known here (read only the others).
         self.segments = [(seg, seg.time_index.known_last()) for seg in segments]
         self.lasts: list[tuple[LogSegment, tuple[int, int]]] = []
@@ -197,7 +201,7 @@ class TimestampReads:
                     if last is not None:
                         self.lasts.append((seg, last))
                 if last is None or last[0] >= self.timestamp:
-                    if not index.loaded:
+                    if not index.loaded and (last is None or self.whole_index):
                         self.entries = (seg, index.read_entries())
                     return
         except (OSError, CorruptIndexError):

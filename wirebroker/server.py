@@ -39,6 +39,7 @@ from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import ConnectionWatch, serve_connection
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
+from wirebroker.handlers.fetch import read_ahead
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
@@ -262,7 +263,10 @@ async def _housekeeping(broker: Broker) -> None:
                 await _run_log_chore(manager, "flush", pending)
             await _remove_deleted(manager, broker.now_ms())
         elif job == "retention":
-            deleted = manager.run_retention(broker.now_ms())
+            now = broker.now_ms()
+            if reads := manager.retention_reads(now):
+                await read_ahead(reads)  # old segments' largest timestamps, off the loop
+            deleted = manager.run_retention(now)
             if deleted:
                 log.info("retention deleted %d segments", deleted)
                 await _remove_deleted(manager, broker.now_ms())  # their renames, at once

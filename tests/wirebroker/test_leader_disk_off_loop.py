@@ -28,6 +28,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 import storage.leader_epoch
 from protocol.errors import ErrorCode
+from storage.index import TimeIndex
+from storage.partition_log import MAX_TIMESTAMP
 from storage.segment import TimestampReads
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import create_topic, list_offset
@@ -66,15 +68,15 @@ def _config(tmp_path: Path, **more: str) -> BrokerConfig:
     )
 
 
-def _produce(bootstrap: str, first: int, count: int, *, size: int = 100) -> None:
+def _produce(bootstrap: str, first: int, count: int, *, size: int = 100, at: int = T0) -> None:
     """Records `first`..`first + count - 1`, each acknowledged before the next is sent, with
-    the timestamp T0 + 1000 * its number."""
+    the timestamp `at` + 1000 * its number."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
     errors: list[Any] = []
     for i in range(first, first + count):
         value = (b"v%d-" % i).ljust(size, b".")
         producer.produce(
-            "t", value, timestamp=T0 + 1000 * i, on_delivery=lambda e, _m: errors.append(e)
+            "t", value, timestamp=at + 1000 * i, on_delivery=lambda e, _m: errors.append(e)
         )
         assert producer.flush(TIMEOUT) == 0
     assert errors == [None] * count
@@ -237,19 +239,20 @@ def test_a_flush_writes_the_leader_epoch_checkpoint_in_its_worker(
     assert serving and loop_thread not in serving
 
 
-@pytest.mark.parametrize("timestamp", [T0 + 1000 * 200 + 1, T0 + 1000 * 20, T0 - 5])
+@pytest.mark.parametrize("timestamp", [T0 + 1000 * 200 + 1, T0 + 1000 * 20, T0 - 5, MAX_TIMESTAMP])
 def test_list_offsets_by_timestamp_reads_cold_segments_in_a_worker(
     timestamp: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After a restart no old segment's indexes are in memory: ListOffsets by timestamp has
-    a worker read them (held here while the loop answers Metadata), then answers; asked again
-    (warm) it answers without one."""
+    """After a restart no old segment's indexes are in memory: ListOffsets by timestamp (or
+    of the largest, -3) has a worker read them (held here while the loop answers Metadata),
+    then answers; asked again (warm) it answers without one."""
     held = _Held(TimestampReads.run, lambda _reads: True)
     monkeypatch.setattr(TimestampReads, "run", lambda reads: held(reads))
     config = _config(tmp_path)
     topic = {"segment.bytes": "65536", "retention.ms": "-1"}
     records = 400
-    expected = min(max(0, -(-(timestamp - T0) // 1000)), records)
+    expected = records - 1 if timestamp == MAX_TIMESTAMP else -(-(timestamp - T0) // 1000)
+    expected = min(max(0, expected), records)
 
     async def fill() -> None:
         async with trio.open_nursery() as nursery:
@@ -262,6 +265,10 @@ def test_list_offsets_by_timestamp_reads_cold_segments_in_a_worker(
             nursery.cancel_scope.cancel()
 
     def offsets_for_times(bootstrap: str) -> int:
+        if timestamp == MAX_TIMESTAMP:  # librdkafka's consumer asks for timestamps only
+            error, offset = list_offset(bootstrap, "t", 0, timestamp)
+            assert error == ErrorCode.NONE
+            return offset
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g"})
         try:
             (found,) = consumer.offsets_for_times([TopicPartition("t", 0, timestamp)], TIMEOUT)
@@ -306,3 +313,68 @@ def test_list_offsets_by_timestamp_reads_cold_segments_in_a_worker(
     trio.run(fill)
     loop_thread = trio.run(main)
     assert held.threads and loop_thread not in held.threads
+
+
+def test_retention_by_time_reads_old_segments_timestamps_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart no old segment's largest timestamp is in memory: the first retention
+    pass by ``retention.ms`` has a worker read their time indexes' last entries (held here
+    while the loop answers Metadata), then deletes the expired ones; the loop reads none."""
+    held = _Held(TimestampReads.run, lambda _reads: True)
+    monkeypatch.setattr(TimestampReads, "run", lambda reads: held(reads))
+    readers: list[int] = []  # the threads that read a time index's last entry
+    read_last = TimeIndex.read_last
+
+    def reading_last(index: TimeIndex) -> tuple[int, int] | None:
+        readers.append(threading.get_ident())
+        return read_last(index)
+
+    monkeypatch.setattr(TimeIndex, "read_last", reading_last)
+    topic = {"segment.bytes": "65536", "retention.ms": str(7 * 24 * 3600 * 1000)}
+    old, recent = 200, 100
+
+    async def fill() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, _config(tmp_path)))
+            running.broker.create_topic("t", 1, 1, topic)
+            with trio.fail_after(TIMEOUT):  # T0 is long past retention.ms, then records of now
+                await trio.to_thread.run_sync(
+                    partial(_produce, size=1000), running.bootstrap_servers, 0, old
+                )
+                await trio.to_thread.run_sync(
+                    partial(_produce, size=1000, at=int(time.time() * 1000) - 1000 * old),
+                    running.bootstrap_servers,
+                    old,
+                    recent,
+                )
+            nursery.cancel_scope.cancel()
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            readers.clear()  # the start read the active segment's (its log end offset)
+            log = running.broker.log_manager.get("t", 0)
+            assert log.log_start_offset == 0 and len(log.segments) >= 6
+            try:
+                with trio.fail_after(TIMEOUT):
+                    assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
+                    await trio.to_thread.run_sync(_metadata, running.bootstrap_servers)
+                    assert log.log_start_offset == 0  # nothing deleted before the reads
+            finally:
+                held.release.set()
+            with trio.fail_after(TIMEOUT):
+                while log.log_start_offset == 0:
+                    await trio.sleep(0.05)
+            # Every segment wholly older than retention.ms went, the one with records of now
+            # stayed (a segment holds ~60 records of 1 KB).
+            assert 0 < log.log_start_offset <= old < log.segments[1].base_offset
+            nursery.cancel_scope.cancel()
+        return loop_thread
+
+    trio.run(fill)
+    loop_thread = trio.run(main)
+    assert held.threads and loop_thread not in held.threads
+    assert readers and loop_thread not in readers

@@ -13,10 +13,11 @@ and unanswerable lookups with OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before 
 with `old_style_offsets`. A topic the client may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED in
 every partition, listed after the others, as Kafka.
 
-A lookup by timestamp in old segments would read their time indexes, offset indexes and batch
-headers from the disk (after a start, or once their pages were evicted): the log says what it
-would wait for (`PartitionLog.timestamp_reads`) and the answer is then a `Later` whose worker
-thread reads that first (as a Fetch's from an old segment), so the loop never waits on it.
+A lookup by timestamp (or of the largest, -3) in old segments would read their time indexes,
+offset indexes and batch headers from the disk (after a start, or once their pages were
+evicted): the log says what it would wait for (`PartitionLog.timestamp_reads`) and the answer is
+then a `Later` whose worker thread reads that first (as a Fetch's from an old segment), so the
+loop never waits on it.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _timestamp_lookups(
         if topic.name not in described:
             continue
         for p in topic.partitions:
-            if p.timestamp >= 0:
+            if p.timestamp >= 0 or p.timestamp == MAX_TIMESTAMP:
                 partition = ctx.broker.partition(topic.name, p.partition_index)
                 if partition is not None and not partition.leader_error(
                     node_id, p.current_leader_epoch

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,9 @@ import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import wirebroker.transport
-from protocol.errors import ErrorCode
-from protocol.messages.metadata import MetadataRequest
 from storage import page_cache
 from storage.segment import LookupReads
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.held_worker import Held
 from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
@@ -32,24 +29,6 @@ from wirebroker.server import serve_broker
 TIMEOUT = 30.0
 RECORDS = 400
 VALUE = 1_000
-
-
-class _Held:
-    """Wraps a function that runs in worker threads: records each call's thread and holds the
-    first call until `release` is set."""
-
-    def __init__(self, call: Callable[..., None]) -> None:
-        self.call = call
-        self.threads: list[int] = []
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, *args: Any) -> None:
-        self.threads.append(threading.get_ident())
-        if not self.started.is_set():
-            self.started.set()
-            assert self.release.wait(TIMEOUT)
-        self.call(*args)
 
 
 def _values() -> list[bytes]:
@@ -99,32 +78,21 @@ def _consume(bootstrap: str, common: dict[str, Any]) -> list[bytes]:
     return got
 
 
-def _metadata(bootstrap: str) -> None:
-    with RawClient(bootstrap, timeout=TIMEOUT) as client:
-        response = client.request(MetadataRequest(topics=None), 12)
-    assert response.topics and response.topics[0].error_code == ErrorCode.NONE
-
-
 async def _consume_while_held(
-    held: _Held, bootstrap: str, common: dict[str, Any], probe: str
+    held: Held, bootstrap: str, common: dict[str, Any], probe: str
 ) -> list[bytes]:
-    """Consume the topic from its start while the first held call waits in its worker thread:
-    the loop meanwhile answers Metadata on `probe`, and no record arrives before the release."""
+    """Consume the topic from its start while a held call waits in its worker thread: the
+    loop meanwhile answers Metadata on `probe`, and no record arrives before the release."""
     consumed: list[list[bytes]] = []
-    try:
-        with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as clients:
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as clients:
 
-                async def consume() -> None:
-                    consumed.append(await trio.to_thread.run_sync(_consume, bootstrap, common))
+            async def consume() -> None:
+                consumed.append(await trio.to_thread.run_sync(_consume, bootstrap, common))
 
-                clients.start_soon(consume)
-                assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                await trio.to_thread.run_sync(_metadata, probe)
+            clients.start_soon(consume)
+            async with held.answering(probe):
                 assert not consumed
-                held.release.set()
-    finally:
-        held.release.set()
     return consumed[0]
 
 
@@ -132,7 +100,7 @@ async def _consume_while_held(
 def test_a_cold_fetch_is_read_in_a_worker_while_the_loop_answers_others(
     listener: str, tmp_path: Path, pki: Pki, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    held = _Held(page_cache.load)
+    held = Held(page_cache.load)
     monkeypatch.setattr(wirebroker.transport, "load", held)
     data = tmp_path / "data"
     config = BrokerConfig.from_properties(
@@ -176,7 +144,7 @@ def test_finding_an_old_offset_reads_in_a_worker_while_the_loop_answers_others(
     offset: after a restart the segment's offset index is on disk only (a check of up to
     ~260,000 entries to load), and with its pages dropped the batch headers from the index
     entry on are not in the page cache."""
-    held = _Held(LookupReads.run)
+    held = Held(LookupReads.run)
     monkeypatch.setattr(LookupReads, "run", lambda reads: held(reads))
     config = BrokerConfig.from_properties(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,34 +31,14 @@ from storage.index import TimeIndex
 from storage.partition_log import MAX_TIMESTAMP
 from storage.segment import TimestampReads
 from tests.broker_process import BrokerProcess
+from tests.wirebroker.held_worker import Held
 from tests.wirebroker.helpers import create_topic, list_offset
-from tests.wirebroker.test_segment_roll_off_loop import _consume, _metadata
+from tests.wirebroker.test_segment_roll_off_loop import _consume
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
 
 TIMEOUT = 30.0
 T0 = 1_700_000_000_000  # the records' timestamps: T0 + 1000 * offset
-
-
-class _Held:
-    """Wraps a function: records each call's thread, holds the calls `hold` picks until
-    `release` is set, and counts the calls."""
-
-    def __init__(self, call: Callable[..., Any], hold: Callable[..., bool]) -> None:
-        self.call = call
-        self.hold = hold
-        self.threads: set[int] = set()
-        self.calls = 0
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.hold(*args):
-            self.calls += 1
-            self.threads.add(threading.get_ident())
-            self.started.set()
-            assert self.release.wait(TIMEOUT)
-        return self.call(*args, **kwargs)
 
 
 def _config(tmp_path: Path, **more: str) -> BrokerConfig:
@@ -95,7 +74,7 @@ def _live_segments(topic_dir: Path) -> list[int]:
 def test_retention_renames_in_a_worker_while_the_loop_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    held = _Held(os.rename, lambda _src, dst, *_: os.fspath(dst).endswith(".deleted"))
+    held = Held(os.rename, lambda _src, dst, *_: os.fspath(dst).endswith(".deleted"))
     monkeypatch.setattr(os, "rename", held)
     topic_dir = tmp_path / "t-0"
 
@@ -108,20 +87,15 @@ def test_retention_renames_in_a_worker_while_the_loop_answers(
             configs = {"segment.bytes": "200", "retention.bytes": "1", "file.delete.delay.ms": "0"}
             running.broker.create_topic("t", 1, 1, configs)
             log = running.broker.log_manager.get("t", 0)
-            try:
-                with trio.fail_after(TIMEOUT):
-                    await trio.to_thread.run_sync(_produce, bootstrap, 0, 5)
-                    assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                    # A rename is held: the loop answers Metadata and Produce, readers already
-                    # start after the deleted segments, whose files keep their names.
-                    await trio.to_thread.run_sync(_metadata, bootstrap)
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(_produce, bootstrap, 0, 5)
+                # A rename is held: the loop answers Metadata and Produce, readers already
+                # start after the deleted segments, whose files keep their names.
+                async with held.answering(bootstrap):
                     await trio.to_thread.run_sync(_produce, bootstrap, 5, 1)
                     start = await trio.to_thread.run_sync(_earliest, bootstrap)
                     assert start == log.log_start_offset > 0
                     assert _live_segments(topic_dir)[0] < start
-            finally:
-                held.release.set()
-            with trio.fail_after(TIMEOUT):
                 while list(topic_dir.glob("*.deleted")) or _live_segments(topic_dir)[0] < (
                     log.segments[0].base_offset
                 ):
@@ -206,7 +180,7 @@ def test_a_kill_between_a_deletion_and_its_renames_loses_and_resurrects_nothing_
 def test_a_flush_writes_the_leader_epoch_checkpoint_in_its_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    held = _Held(storage.leader_epoch.write_checkpoint, lambda *_: True)
+    held = Held(storage.leader_epoch.write_checkpoint)
     monkeypatch.setattr(storage.leader_epoch, "write_checkpoint", held)
     checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
 
@@ -216,18 +190,13 @@ def test_a_flush_writes_the_leader_epoch_checkpoint_in_its_worker(
             running = await nursery.start(partial(serve_broker, _config(tmp_path)))
             bootstrap = running.bootstrap_servers
             running.broker.create_topic("t", 1, 1, {"segment.bytes": "200"})
-            try:
-                with trio.fail_after(TIMEOUT):
-                    # The first record starts epoch 0; the next ones roll: the flush job
-                    # flushes the rolled segments, with the changed checkpoint.
-                    await trio.to_thread.run_sync(_produce, bootstrap, 0, 3)
-                    assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                    await trio.to_thread.run_sync(_metadata, bootstrap)
+            with trio.fail_after(TIMEOUT):
+                # The first record starts epoch 0; the next ones roll: the flush job flushes
+                # the rolled segments, with the changed checkpoint.
+                await trio.to_thread.run_sync(_produce, bootstrap, 0, 3)
+                async with held.answering(bootstrap):
                     await trio.to_thread.run_sync(_produce, bootstrap, 3, 2)
                     assert not checkpoint.exists()
-            finally:
-                held.release.set()
-            with trio.fail_after(TIMEOUT):
                 while not checkpoint.exists():
                     await trio.sleep(0.05)
             assert checkpoint.read_text() == "0\n1\n0 0\n"
@@ -246,7 +215,7 @@ def test_list_offsets_by_timestamp_reads_cold_segments_in_a_worker(
     """After a restart no old segment's indexes are in memory: ListOffsets by timestamp (or
     of the largest, -3) has a worker read them (held here while the loop answers Metadata),
     then answers; asked again (warm) it answers without one."""
-    held = _Held(TimestampReads.run, lambda _reads: True)
+    held = Held(TimestampReads.run)
     monkeypatch.setattr(TimestampReads, "run", lambda reads: held(reads))
     config = _config(tmp_path)
     topic = {"segment.bytes": "65536", "retention.ms": "-1"}
@@ -286,22 +255,15 @@ def test_list_offsets_by_timestamp_reads_cold_segments_in_a_worker(
             assert len(log.segments) >= 6
             assert not any(s.time_index.loaded for s in log.segments[:-1])
             answers: list[int] = []
-            try:
-                with trio.fail_after(TIMEOUT):
-                    async with trio.open_nursery() as clients:
+            with trio.fail_after(TIMEOUT):
+                async with trio.open_nursery() as clients:
 
-                        async def ask() -> None:
-                            answers.append(
-                                await trio.to_thread.run_sync(offsets_for_times, bootstrap)
-                            )
+                    async def ask() -> None:
+                        answers.append(await trio.to_thread.run_sync(offsets_for_times, bootstrap))
 
-                        clients.start_soon(ask)
-                        assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                        await trio.to_thread.run_sync(_metadata, bootstrap)
+                    clients.start_soon(ask)
+                    async with held.answering(bootstrap):
                         assert not answers
-                        held.release.set()
-            finally:
-                held.release.set()
             calls = held.calls
             with trio.fail_after(TIMEOUT):
                 answers.append(await trio.to_thread.run_sync(offsets_for_times, bootstrap))
@@ -321,7 +283,7 @@ def test_retention_by_time_reads_old_segments_timestamps_in_a_worker(
     """After a restart no old segment's largest timestamp is in memory: the first retention
     pass by ``retention.ms`` has a worker read their time indexes' last entries (held here
     while the loop answers Metadata), then deletes the expired ones; the loop reads none."""
-    held = _Held(TimestampReads.run, lambda _reads: True)
+    held = Held(TimestampReads.run)
     monkeypatch.setattr(TimestampReads, "run", lambda reads: held(reads))
     readers: list[int] = []  # the threads that read a time index's last entry
     read_last = TimeIndex.read_last
@@ -358,14 +320,9 @@ def test_retention_by_time_reads_old_segments_timestamps_in_a_worker(
             readers.clear()  # the start read the active segment's (its log end offset)
             log = running.broker.log_manager.get("t", 0)
             assert log.log_start_offset == 0 and len(log.segments) >= 6
-            try:
-                with trio.fail_after(TIMEOUT):
-                    assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
-                    await trio.to_thread.run_sync(_metadata, running.bootstrap_servers)
-                    assert log.log_start_offset == 0  # nothing deleted before the reads
-            finally:
-                held.release.set()
             with trio.fail_after(TIMEOUT):
+                async with held.answering(running.bootstrap_servers):
+                    assert log.log_start_offset == 0  # nothing deleted before the reads
                 while log.log_start_offset == 0:
                     await trio.sleep(0.05)
             # Every segment wholly older than retention.ms went, the one with records of now

@@ -23,10 +23,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import storage.roll_work
-from protocol.errors import ErrorCode
-from protocol.messages.metadata import MetadataRequest
 from storage.roll_work import RollWork
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.held_worker import metadata
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
 
@@ -111,12 +109,6 @@ def _consume(bootstrap: str, start: int = 0) -> list[tuple[int, int]]:
         consumer.close()
 
 
-def _metadata(bootstrap: str) -> None:
-    with RawClient(bootstrap, timeout=TIMEOUT) as client:
-        response = client.request(MetadataRequest(topics=None), 12)
-    assert response.topics and response.topics[0].error_code == ErrorCode.NONE
-
-
 def _delete_records(bootstrap: str, before: int) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     (future,) = admin.delete_records([TopicPartition("t", 0, before)]).values()
@@ -143,7 +135,7 @@ def test_rolls_adopt_segments_made_in_a_worker_while_the_loop_keeps_answering(
                     await trio.to_thread.run_sync(_produce, bootstrap, 0, 10)
                     assert await trio.to_thread.run_sync(held.held.wait, TIMEOUT)
                     await trio.to_thread.run_sync(_produce, bootstrap, 10, 30)
-                    await trio.to_thread.run_sync(_metadata, bootstrap)
+                    await trio.to_thread.run_sync(metadata, bootstrap)
                     assert log.rolls_inline >= 2 and log.rolls_prepared == 0
                     assert not list(topic_dir.glob("*.prepared"))
             finally:
@@ -190,7 +182,7 @@ def test_a_full_disk_while_preparing_leaves_the_rolls_to_the_loop(
             log = running.broker.log_manager.get("t", 0)
             with trio.fail_after(TIMEOUT):
                 await trio.to_thread.run_sync(_produce, bootstrap, 0, 60)
-                await trio.to_thread.run_sync(_metadata, bootstrap)
+                await trio.to_thread.run_sync(metadata, bootstrap)
                 assert log.rolls_inline >= 4 and log.rolls_prepared == 0
                 assert not running.broker.log_manager.offline_dirs
                 assert await trio.to_thread.run_sync(_consume, bootstrap) == [

@@ -724,7 +724,8 @@ class Broker:
 
     def _peer_security_changed(self, changed: frozenset[str]) -> None:
         """The inter-broker listener's stores or login changed at run time: the next
-        connections to the other brokers use them (open ones keep theirs). The OAUTHBEARER
+        connections to the other brokers (replica fetchers, AlterPartition, the controller's
+        channel) use them (open ones keep theirs). The OAUTHBEARER
         access token login carries on, fetching at once if its endpoint or credentials
         changed (`SaslLogin.adopt`); a new one fetches in the background, logins waiting."""
         security = PeerSecurity.inter_broker(self.config)
@@ -734,7 +735,9 @@ class Broker:
             assert self._oauthbearer_nursery is not None
             self._oauthbearer_nursery.start_soon(partial(start.run, at_start=False))
         self.peer_security = security
-        self.replica_manager.use_peer_security(self.peer_security)
+        self.replica_manager.use_peer_security(security)
+        if self.cluster is not None:
+            self.cluster.controller.use_peer_security(security)
 
     def _check_sasl(self, candidate: BrokerConfig) -> None:
         for listener in candidate.listeners():

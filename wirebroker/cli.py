@@ -10,16 +10,23 @@ logs and their indexes, about a hundred objects a partition) is frozen out of th
 collector's full passes, as `wirebroker.__main__` freezes the imported modules: at 3,000
 partitions a full pass walked about 300,000 objects, 70-190 ms with the event loop stopped. `cluster` runs ZooKeeper and N brokers locally.
 `configs` writes users' SCRAM credentials to ZooKeeper before brokers start.
+
+An OSError that ends `serve` is one line saying what failed (`describe_os_error`): the operation
+(a listener's bind, opening log.dirs), the address or file, the system's reason, where it was
+raised; only an address in use asks whether another broker holds the port.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
+from types import TracebackType
 
 import trio
 
@@ -134,11 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         problem = find_exception(e, OSError)
         if isinstance(problem, OSError):
-            print(
-                f"wirebroker: {problem.strerror or problem}: is another broker already on that "
-                "port, or ZooKeeper unreachable?",
-                file=sys.stderr,
-            )
+            print(f"wirebroker: {describe_os_error(problem)}", file=sys.stderr)
             return 1
         raise
     return 0
@@ -154,6 +157,37 @@ def find_exception(error: BaseException, kind: type[BaseException]) -> BaseExcep
             if found is not None:
                 return found
     return None
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line for an OSError that ended the broker: what it was doing (the notes added where
+    it happened: a listener's bind, opening log.dirs), the system's reason with the file, and
+    where it was raised (the failing call, in which function of ours); the question of another
+    broker on the port only for an address in use."""
+    reason = error.strerror or str(error)
+    for name in (error.filename, error.filename2):
+        if name is not None:
+            reason += f": {os.fsdecode(name) if isinstance(name, bytes) else name}"
+    doing = "".join(f"{note}: " for note in getattr(error, "__notes__", ()))
+    text = f"{doing}{reason} ({_raised_at(error.__traceback__)})"
+    if error.errno == errno.EADDRINUSE:
+        text += "; is another broker already on that port?"
+    return text
+
+
+def _raised_at(tb: TracebackType | None) -> str:
+    """The library call that raised (if not ours) in the innermost of our functions, its line."""
+    root = Path(__file__).resolve().parent.parent
+    call = ours = ""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = Path(code.co_filename)
+        mine = path.is_relative_to(root) and ".venv" not in path.parts
+        call = "" if mine else code.co_qualname
+        if mine:
+            ours = f"{code.co_qualname}, {path.relative_to(root)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return " in ".join(part for part in (call, ours) if part)
 
 
 async def _run(config: BrokerConfig) -> None:

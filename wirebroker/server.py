@@ -110,14 +110,14 @@ async def serve_broker(
                 await entity_configs.change_entity_config(zk, f"brokers/{own}", again)
             # A bad keystore or truststore fails here, before any file or socket is opened.
             tls = _tls_contexts(config)
-            broker = Broker.open(config, clock, dynamic)
+            broker = _open_broker(config, clock, dynamic)
         except BaseException:
             await zk.close()
             raise
     else:
         dynamic = DynamicBrokerConfig.open(config)
         tls = _tls_contexts(config)
-        broker = Broker.open(config, clock, dynamic)
+        broker = _open_broker(config, clock, dynamic)
     if tls is not None:
         dynamic.add_reconfigurable(Reconfigurable(tls.follows, tls.reconfigure, tls.validate))
     try:
@@ -140,7 +140,14 @@ async def serve_broker(
             receive_buffer = config.socket_buffer_bytes("socket.receive.buffer.bytes")
             send_buffer = config.socket_buffer_bytes("socket.send.buffer.bytes")
             for listener in config.listeners():
-                sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+                try:
+                    sockets = await trio.open_tcp_listeners(
+                        listener.port, host=listener.host or None
+                    )
+                except OSError as e:
+                    host = listener.host or "0.0.0.0"
+                    e.add_note(f"binding listener {listener.name} to {host}:{listener.port}")
+                    raise
                 if receive_buffer is not None:
                     # On the listening socket, before the first accept, as Kafka's Acceptor
                     # does: its connections inherit it, and the window scale their handshake
@@ -186,6 +193,16 @@ async def serve_broker(
             await zk.close()
         log.info("shutting down: writing checkpoints")
         broker.close()
+
+
+def _open_broker(config: BrokerConfig, clock: Clock, dynamic: DynamicBrokerConfig) -> Broker:
+    """`Broker.open`; an OSError says it happened opening log.dirs (`wirebroker serve` tells
+    what failed from such notes)."""
+    try:
+        return Broker.open(config, clock, dynamic)
+    except OSError as e:
+        e.add_note(f"opening log.dirs={','.join(map(str, config.log_dirs()))}")
+        raise
 
 
 def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:

@@ -443,7 +443,18 @@ def list_offset(
     bootstrap: str, topic: str, partition: int, timestamp: int, isolation_level: int = 0
 ) -> tuple[int, int]:
     """(error code, offset) of ListOffsets v9 for one partition (-2 earliest, -1 latest)."""
-    request = ListOffsetsRequest(
+    request = list_offsets_request(topic, partition, timestamp, isolation_level)
+    with RawClient(bootstrap) as client:
+        response = client.request(request, 9)
+    (p,) = response.topics[0].partitions
+    return p.error_code, p.offset
+
+
+def list_offsets_request(
+    topic: str, partition: int, timestamp: int, isolation_level: int = 0
+) -> ListOffsetsRequest:
+    """A consumer's ListOffsets (replica id -1) for one partition and timestamp."""
+    return ListOffsetsRequest(
         replica_id=-1,
         isolation_level=isolation_level,
         topics=[
@@ -457,10 +468,6 @@ def list_offset(
             )
         ],
     )
-    with RawClient(bootstrap) as client:
-        response = client.request(request, 9)
-    (p,) = response.topics[0].partitions
-    return p.error_code, p.offset
 
 
 #: A partition as Metadata tells it: (error, leader, replicas, ISR, offline replicas).

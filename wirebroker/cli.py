@@ -8,8 +8,10 @@
 in a cluster, after a controlled shutdown). Once it serves, what its start made (the opened
 logs and their indexes, about a hundred objects a partition) is frozen out of the cyclic
 collector's full passes, as `wirebroker.__main__` freezes the imported modules: at 3,000
-partitions a full pass walked about 300,000 objects, 70-190 ms with the event loop stopped. `cluster` runs ZooKeeper and N brokers locally.
-`configs` writes users' SCRAM credentials to ZooKeeper before brokers start.
+partitions a full pass walked about 300,000 objects, 70-190 ms with the event loop stopped;
+so is what each later creation of partitions made (`wirebroker.gc_freeze`). `cluster` runs
+ZooKeeper and N brokers locally. `configs` writes users' SCRAM credentials to ZooKeeper before
+brokers start.
 
 An OSError that ends `serve` is one line saying what failed (`describe_os_error`): the operation
 (a listener's bind, opening log.dirs), the address or file, the system's reason, where it was
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import gc
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from types import TracebackType
 
 import trio
 
-from wirebroker import cluster_cli, configs_cli
+from wirebroker import cluster_cli, configs_cli, gc_freeze
 from wirebroker.config import BROKER_KEYS, READ_ONLY, BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker, serve_broker
 from wirebroker.zk.errors import ZooKeeperUnreachable
@@ -194,7 +195,8 @@ async def _run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             running: RunningBroker = await nursery.start(serve_broker, config)
-            _freeze_start()
+            gc_freeze.freeze("start-up state")
+            running.broker.freeze_created = True
             stopping = False
             async for signum in signals:
                 if stopping:
@@ -204,19 +206,6 @@ async def _run(config: BrokerConfig) -> None:
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 stopping = True
                 nursery.start_soon(_stop, running, nursery.cancel_scope)
-
-
-def _freeze_start() -> None:
-    """Leave what start-up made out of the collector's full passes (see the module's doc).
-    Frozen objects are still freed by reference counting; only a reference cycle among them
-    that becomes garbage later (some of a deleted topic's log objects) stays until a restart.
-    Their files are closed explicitly, never by the collector."""
-    before = gc.get_freeze_count()
-    gc.freeze()
-    log.info(
-        "start-up state (%d objects) left out of the garbage collector's full passes",
-        gc.get_freeze_count() - before,
-    )
 
 
 async def _stop(running: RunningBroker, scope: trio.CancelScope) -> None:

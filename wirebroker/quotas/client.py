@@ -376,7 +376,11 @@ class ClientQuotas:
         else:
             self.connection_rates[ip] = rate
             self._ip_entities.add(entity)
-        log.info("max connection rate of %s now %s", ip or "the default IP", rate)
+        log.info(
+            "max connection rate of %s: %s",
+            ip or "the default IP",
+            "removed" if rate is None else rate,
+        )
 
     def connection_rate(self, ip: str) -> int | None:
         """The connection creation rate quota of an address (Kafka's connectionRateForIp);

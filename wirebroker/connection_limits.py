@@ -26,9 +26,14 @@ Acceptor thread blocks):
 Every limit is read when a connection is decided, so dynamic changes apply to the next one; a
 connection already waiting out a rate throttle waits its whole delay, as in Kafka.
 
+The rates and the throttle times given (Kafka's `connection-accept-rate`,
+`broker-connection-accept-rate`, `connection-accept-throttle-time` and
+`ip-connection-accept-throttle-time`: means of the non-zero ones per listener) are kept here
+for the metrics (`wirebroker.metrics_collector`).
+
 Differences from Kafka: the inter-broker listener does not close another listener's least
-recently used connection to make room, it is simply exempt; the accept-rate and accept-throttle
-metrics are not exported.
+recently used connection to make room, it is simply exempt; an address's own
+`connection-accept-rate` is not exported.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from collections.abc import Callable
 import trio
 
 from wirebroker.config import BrokerConfig, ConfigError
-from wirebroker.quotas.client import ClientQuotas
+from wirebroker.quotas.client import THROTTLE_SAMPLES, THROTTLE_WINDOW_MS, ClientQuotas
 from wirebroker.quotas.entities import INT_MAX
 from wirebroker.quotas.rates import SampledRate
 
@@ -83,7 +88,12 @@ class ConnectionLimits:
         self._samples = config.get_int("quota.window.num")
         self._window_ms = config.get_int("quota.window.size.seconds") * 1000
         self.broker_rate = self._new_rate()
-        self.listener_rates = {listener.name: self._new_rate() for listener in config.listeners()}
+        names = [listener.name for listener in config.listeners()]
+        self.listener_rates = {name: self._new_rate() for name in names}
+        #: Per listener: the throttle times given for the broker's or listener's rate, and
+        #: for an address's.
+        self.throttles = {name: _throttle_times() for name in names}
+        self.ip_throttles = {name: _throttle_times() for name in names}
         #: By address, with the time of its last connection (those with a quota only).
         self.ip_rates: dict[str, tuple[SampledRate, int]] = {}
         self._acceptors = {listener: trio.Lock() for listener in self.listener_rates}
@@ -117,11 +127,13 @@ class ConnectionLimits:
         async with self._acceptors[listener]:
             throttle_ms = self._record(listener, 1.0)
             if throttle_ms > 0:
+                self.throttles[listener].record(throttle_ms, self.now_ms())
                 await trio.sleep(throttle_ms / 1000)
             while self._full(listener):
                 await self._freed.park()
             ip_throttle_ms = self._record_ip(host)
             if ip_throttle_ms > 0:
+                self.ip_throttles[listener].record(ip_throttle_ms, self.now_ms())
                 self._record(listener, -1.0)  # not accepted: out of the broker's rates too
                 raise ConnectionThrottled(ip_throttle_ms)
             limit = self.per_ip_limit(host)
@@ -186,6 +198,11 @@ class ConnectionLimits:
     def reconfigure(self, changed: frozenset[str]) -> None:
         """Higher limits may let a waiting connection in."""
         self._freed.unpark_all()
+
+
+def _throttle_times() -> SampledRate:
+    """A throttle-time sensor (Kafka's Avg on a default MetricConfig: two windows of 30 s)."""
+    return SampledRate(THROTTLE_SAMPLES, THROTTLE_WINDOW_MS)
 
 
 def parse_overrides(text: str) -> dict[str, int]:

@@ -22,7 +22,7 @@ from protocol.messages.alter_client_quotas import AlterClientQuotasRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import RawClient, alter_configs, scrape, value
+from tests.wirebroker.helpers import RawClient, Samples, alter_configs, scrape, value
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -32,7 +32,9 @@ A = AlterClientQuotasRequest
 D = DescribeClientQuotasRequest
 BROKER, SET, DELETE = 4, 0, 1  # ConfigResource type; IncrementalAlterConfigs operations
 API_VERSIONS = ApiVersionsRequest(client_software_name="test", client_software_version="1")
-CREATED = "kafka_server_socket_server_metrics_connection_creation_total"
+SOCKET_METRICS = "kafka_server_socket_server_metrics_"
+CREATED = f"{SOCKET_METRICS}connection_creation_total"
+LISTENER = {"listener": "PLAINTEXT"}
 
 needs_jars = pytest.mark.skipif(not jars_available(), reason="no Kafka jars: run `make jars`")
 
@@ -65,15 +67,14 @@ def served(bootstrap: str) -> tuple[bool, float]:
     return answered, time.monotonic() - started
 
 
+def metrics(broker: BrokerProcess) -> Samples:
+    line = broker.wait_for_log("metrics endpoint on")
+    assert line is not None
+    return scrape(line.split("metrics endpoint on ")[1].strip())
+
+
 def connections_created(broker: BrokerProcess) -> float:
-    url = broker.wait_for_log("metrics endpoint on")
-    assert url is not None
-    return value(
-        scrape(url.split("metrics endpoint on ")[1].strip()),
-        CREATED,
-        listener="PLAINTEXT",
-        networkProcessor="0",
-    )
+    return value(metrics(broker), CREATED, listener="PLAINTEXT", networkProcessor="0")
 
 
 def test_an_ip_over_its_rate_is_closed_unserved_after_the_throttle_time(
@@ -88,8 +89,13 @@ def test_an_ip_over_its_rate_is_closed_unserved_after_the_throttle_time(
     answered, closed_after = served(b)
     assert not answered
     assert closed_after >= 0.25
-    # Only the served connection was created, as Kafka's selector counts them.
+    # Only the served connection was created, as Kafka's selector counts them; the throttle
+    # time given is Kafka's ip-connection-accept-throttle-time.
     assert connections_created(broker) == created + 1
+    samples = metrics(broker)
+    ip_throttle = value(samples, f"{SOCKET_METRICS}ip_connection_accept_throttle_time", **LISTENER)
+    assert 250 <= ip_throttle <= 1000
+    assert value(samples, f"{SOCKET_METRICS}connection_accept_rate", **LISTENER) > 0
     # Another address is not held to it.
     with RawClient(b) as other:
         assert other.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
@@ -139,6 +145,8 @@ def test_broker_and_listener_rates_change_at_run_time(broker: BrokerProcess) -> 
         started = time.monotonic()
         assert all(served(b)[0] for _ in range(6))
         assert time.monotonic() - started >= 1.0
+        throttle = f"{SOCKET_METRICS}connection_accept_throttle_time"
+        assert value(metrics(broker), throttle, **LISTENER) > 0
         assert alter_configs(b, BROKER, resource, [(key, DELETE, None)])[0] == ErrorCode.NONE
     # A rate of 0 is refused, as Kafka's listener validation does.
     code, message = alter_configs(b, BROKER, "", [("max.connection.creation.rate", SET, "0")])

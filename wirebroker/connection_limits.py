@@ -172,13 +172,16 @@ class ConnectionLimits:
 
     def _record_in(self, rate: SampledRate, value: float, bound: int, now_ms: int) -> int:
         """Kafka's Sensor.record with its quota checked (when recording one more) and
-        QuotaUtils.boundedThrottleTime."""
+        QuotaUtils.boundedThrottleTime; a quota of 0 (an ip's may be) throttles every
+        connection for the whole window, as Kafka's infinite throttle time capped."""
         rate.record(value, now_ms)
         if value < 0 or bound >= INT_MAX:
             return 0
         violation = rate.check(bound, now_ms)
         if violation is None:
             return 0
+        if bound <= 0:
+            return self._window_ms
         return min(violation.throttle_time_ms(), self._window_ms)
 
     def _purge_ip_rates(self, now_ms: int) -> None:

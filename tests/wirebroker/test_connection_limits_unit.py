@@ -105,6 +105,11 @@ def test_ip_over_its_rate_is_refused_and_taken_back_out_of_the_rates() -> None:
         await limits.admit("EXTERNAL", "10.0.0.2")  # its own quota, over the default's
         await limits.admit("EXTERNAL", "10.0.0.2")
         assert trio.current_time() == 0
+        # A quota of 0 refuses every connection for a whole window.
+        limits.quotas.update(QuotaEntity(None, None, "10.0.0.3"), {"connection_creation_rate": "0"})
+        with pytest.raises(ConnectionThrottled) as throttled:
+            await limits.admit("EXTERNAL", "10.0.0.3")
+        assert throttled.value.throttle_ms == 1000
         # The default's quota removed: the address is no longer measured.
         limits.quotas.update(QuotaEntity(None, None, DEFAULT), {})
         assert limits.quotas.connection_rate("10.0.0.1") is None

@@ -88,13 +88,13 @@ def test_an_ip_over_its_rate_is_closed_unserved_after_the_throttle_time(
     # closes it once the throttle time (about a second here) has passed.
     answered, closed_after = served(b)
     assert not answered
-    assert closed_after >= 0.25
+    assert closed_after >= 0.1  # (1000 ms less the time since the first), not at once
     # Only the served connection was created, as Kafka's selector counts them; the throttle
     # time given is Kafka's ip-connection-accept-throttle-time.
     assert connections_created(broker) == created + 1
     samples = metrics(broker)
     ip_throttle = value(samples, f"{SOCKET_METRICS}ip_connection_accept_throttle_time", **LISTENER)
-    assert 250 <= ip_throttle <= 1000
+    assert 100 <= ip_throttle <= 1000
     assert value(samples, f"{SOCKET_METRICS}connection_accept_rate", **LISTENER) > 0
     # Another address is not held to it.
     with RawClient(b) as other:

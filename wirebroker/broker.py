@@ -182,7 +182,7 @@ class Broker:
             for entity, config in self.quota_store.entities.items():
                 self.quotas.update(entity, config)
         self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
-        self.connection_limits = ConnectionLimits(self.config)
+        self.connection_limits = ConnectionLimits(self.config, self.quotas, self.now_ms)
         dynamic = self.dynamic_config
         dynamic.add_reconfigurable(
             thread_count_check(self.config, "num.replica.fetchers", self._fetcher_count_changed)

@@ -12,6 +12,13 @@ The dynamic broker configs (`wirebroker.dynamic_config`) are read before anythin
 TLS and the logs start with them; each listener's TLS context is taken per connection from
 `tls.ListenerContexts`, which a dynamic keystore change replaces.
 
+Each listener has its acceptor (Kafka's Acceptor): it accepts one connection, has the
+connection quotas (`wirebroker.connection_limits`) admit it, which may make it wait (a
+creation rate throttle, no room under `max.connections`), and only then accepts the next, so
+connections beyond the limits wait in the listen backlog. A connection the quotas refuse is
+closed: at once when its address holds its `max.connections.per.ip`, after the throttle time
+when the address is over its `connection_creation_rate`.
+
 With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
 cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
 (registration, config changes, the controller candidacy) runs as a child of the same nursery.
@@ -21,9 +28,11 @@ cluster id comes from `/cluster/id`), and once the listeners are bound its `Clus
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -37,7 +46,8 @@ from storage.partition_log import PartitionLog, PendingFlush
 from wirebroker import compiled
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
-from wirebroker.connection import ConnectionWatch, serve_connection
+from wirebroker.connection import ConnectionWatch, peer_of, serve_connection
+from wirebroker.connection_limits import ConnectionThrottled, TooManyConnections
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
 from wirebroker.handlers.fetch import read_ahead
 
@@ -49,6 +59,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLUSH_CHECK_INTERVAL_S = 1.0
+#: accept()'s errors of a process or system out of file descriptors or memory, retried after
+#: ACCEPT_RETRY_S (as trio.serve_listeners).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_RETRY_S = 0.1
 CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
 
@@ -164,7 +178,7 @@ async def serve_broker(
                     watch=watch,
                     send_buffer=send_buffer,
                 )
-                nursery.start_soon(trio.serve_listeners, handler, sockets)
+                nursery.start_soon(_accept_connections, sockets, handler, broker, listener.name)
             broker.advertised = _advertised(config, bound)
             if zk is not None:
                 from wirebroker.zk.member import ClusterMember
@@ -215,8 +229,64 @@ def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
     ]
 
 
+async def _accept_connections(
+    sockets: list[trio.SocketListener],
+    handler: Callable[[trio.SocketStream, tuple[str, int]], Awaitable[None]],
+    broker: Broker,
+    listener: str,
+) -> None:
+    """A listener's acceptor: its connections, admitted one at a time, served by `handler`
+    in tasks of its nursery."""
+    async with trio.open_nursery() as nursery:
+        for listening in sockets:
+            nursery.start_soon(_accept_from, listening, handler, broker, listener, nursery)
+
+
+async def _accept_from(
+    listening: trio.SocketListener,
+    handler: Callable[[trio.SocketStream, tuple[str, int]], Awaitable[None]],
+    broker: Broker,
+    listener: str,
+    nursery: trio.Nursery,
+) -> None:
+    async with listening:
+        while True:
+            try:
+                stream = await listening.accept()
+            except OSError as e:
+                if e.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                log.error("accepting on %s: %s; retrying in %s s", listener, e, ACCEPT_RETRY_S)
+                await trio.sleep(ACCEPT_RETRY_S)
+                continue
+            peer = peer_of(stream)
+            try:
+                await broker.connection_limits.admit(listener, peer[0])
+            except TooManyConnections as e:
+                log.warning("closing connection from %s: %s", peer[0], e)
+                await trio.aclose_forcefully(stream)
+                continue
+            except ConnectionThrottled as e:
+                log.debug("connection from %s on %s %s", peer[0], listener, e)
+                nursery.start_soon(_close_after, stream, e.throttle_ms)
+                continue
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            nursery.start_soon(handler, stream, peer)
+
+
+async def _close_after(stream: trio.SocketStream, delay_ms: int) -> None:
+    """Kafka's delayed close of a throttled connection (`DelayedCloseSocket`)."""
+    try:
+        await trio.sleep(delay_ms / 1000)
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
 async def _serve(
     stream: trio.SocketStream,
+    peer: tuple[str, int],
     *,
     broker: Broker,
     listener: str,
@@ -231,10 +301,11 @@ async def _serve(
             stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         except OSError as e:  # as Kafka's Acceptor: the connection is closed, not the broker
             log.warning("closing a new connection on %s: %s", listener, e)
+            broker.connection_limits.release(listener, peer[0])
             await trio.aclose_forcefully(stream)
             return
     context = tls.contexts[listener] if tls is not None else None
-    await serve_connection(stream, broker, listener, watch, context)
+    await serve_connection(stream, peer, broker, listener, watch, context)
 
 
 def _tls_contexts(config: BrokerConfig) -> ListenerContexts | None:

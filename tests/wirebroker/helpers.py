@@ -228,7 +228,8 @@ def request_frame(
 
 class RawClient:
     """One blocking connection speaking Kafka frames with our codec; with `plain` (user,
-    password) it logs in with SASL/PLAIN first (a SASL_PLAINTEXT listener)."""
+    password) it logs in with SASL/PLAIN first (a SASL_PLAINTEXT listener); with `source` it
+    connects from that local address (e.g. 127.0.0.2: another client IP on the loopback)."""
 
     def __init__(
         self,
@@ -237,8 +238,11 @@ class RawClient:
         client_id: str | None = "raw-test",
         timeout: float = 10.0,
         plain: tuple[str, str] | None = None,
+        source: str | None = None,
     ):
-        self.sock = socket.create_connection(host_port(bootstrap), timeout=timeout)
+        self.sock = socket.create_connection(
+            host_port(bootstrap), timeout=timeout, source_address=(source, 0) if source else None
+        )
         self.client_id = client_id
         self.timeout = timeout
         self._correlation_id = 0

@@ -4,6 +4,7 @@ cache, and the controller's requests at every version through the codec and the 
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import threading
 import uuid
@@ -23,6 +24,7 @@ from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
+from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.partition_log import PartitionLog, Truncation
@@ -601,7 +603,14 @@ def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> N
         answer = FetchResponse.PartitionData(
             partition_index=0, high_watermark=9, log_start_offset=0, records=memoryview(data)
         )
-        fetcher._append(tp, p, state, answer)
+
+        def take(r: FetchResponse.PartitionData) -> None:  # what `_fetch` does with an answer
+            append = fetcher._begin_append(tp, p, r)
+            if append is not None:
+                run_chore(append)
+            fetcher._follow(p, state, r)
+
+        take(answer)
         assert (p.log_end_offset, p.high_watermark, state.fetch_offset) == (4, 4, 4)
         with p.log.read(0, 1 << 20) as ours:
             assert ours.size == len(data)  # stored as the leader had it
@@ -609,7 +618,7 @@ def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> N
         empty = FetchResponse.PartitionData(
             partition_index=0, high_watermark=4, log_start_offset=2, records=memoryview(b"")
         )
-        fetcher._append(tp, p, state, empty)
+        take(empty)
         assert p.log_start_offset == 2
     finally:
         broker.close()
@@ -654,11 +663,22 @@ def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> No
         broker.close()
 
 
-def test_a_follower_on_a_full_disk_fetches_again(tmp_path: Path) -> None:
-    """A follower append that fails for its disk wrote nothing: it is retried after the
-    backoff (and succeeds once space is freed), never given up until new orders come."""
+def test_a_follower_on_a_full_disk_fetches_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower append whose write (in its worker thread) fails for a full disk wrote
+    nothing: it is retried after the backoff (and succeeds once space is freed), never given
+    up until new orders come, and the log directory stays online."""
     from protocol.messages.fetch import FetchResponse
-    from storage.errors import KafkaStorageError
+
+    full = threading.Event()
+    full.set()
+    pwrite = os.pwrite
+
+    def disk_full(fd: int, data: Any, position: int) -> int:
+        if full.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return pwrite(fd, data, position)
 
     broker = open_broker(tmp_path)
     try:
@@ -687,15 +707,13 @@ def test_a_follower_on_a_full_disk_fetches_again(tmp_path: Path) -> None:
                 ]
             )
 
-        def disk_full(records: Any, **kwargs: Any) -> Any:
-            raise KafkaStorageError("No space left on device")
-
         fetcher.peer.request = answer  # type: ignore[method-assign]
-        p.log.append_as_follower = disk_full  # type: ignore[method-assign]
+        monkeypatch.setattr(os, "pwrite", disk_full)
         run_virtual(fetcher._fetch, {tp: state})
-        assert p.log_end_offset == 0
+        assert p.log_end_offset == 0 and not p.log.writing
         assert not state.failed and state.delayed_until > 0
-        del p.log.append_as_follower  # space freed
+        assert not broker.log_manager.offline_dirs
+        full.clear()  # space freed
         run_virtual(fetcher._fetch, {tp: state})
         assert p.log_end_offset == 2 and state.fetch_offset == 2
     finally:
@@ -847,10 +865,10 @@ def test_leader_and_isr_and_stop_replica_wait_for_a_truncation_in_its_worker_thr
                 nursery.start_soon(lead)
                 await trio.testing.wait_all_tasks_blocked()
                 # Held: the log reads as cut, and the leadership waits.
-                assert p.log.truncating and p.log_end_offset == 2
+                assert p.log.writing and p.log_end_offset == 2
                 assert applied == [] and p.leader_epoch == 5
                 release.set()
-            assert applied == ["leader"] and p.is_local_leader and not p.log.truncating
+            assert applied == ["leader"] and p.is_local_leader and not p.log.writing
             assert p.log_end_offset == 2
 
         trio.run(main)
@@ -880,7 +898,7 @@ def test_leader_and_isr_and_stop_replica_wait_for_a_truncation_in_its_worker_thr
                 assert await trio.to_thread.run_sync(entered.wait, 10)
                 nursery.start_soon(manager.stop_replicas, request, 4)
                 await trio.testing.wait_all_tasks_blocked()
-                assert tp in broker.partitions and p.log.truncating  # not deleted yet
+                assert tp in broker.partitions and p.log.writing  # not deleted yet
                 release.set()
             assert tp not in broker.partitions and broker.log_manager.get("t", 0) is None
 

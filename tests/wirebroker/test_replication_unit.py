@@ -720,6 +720,86 @@ def test_a_follower_on_a_full_disk_fetches_again(
         broker.close()
 
 
+def test_a_fetch_stopped_with_its_answer_in_hand_writes_before_it_commits(
+    tmp_path: Path,
+) -> None:
+    """The fetcher stopped by a shutdown once the leader's answer is in hand, before its write
+    reached a worker thread: the write is still made before the append commits, so after the
+    restart and the catch-up every record is in the log once. The old code committed the
+    append unwritten (the commit runs also when cancelled, the write did not): its index
+    entry pointed at the file's end, the restart took the segment for empty (log end offset
+    0), and the records fetched again were written after the ones already there -- a read
+    from 0 returned them twice (the rolling restart's "values written twice")."""
+    from protocol.messages.fetch import FetchResponse
+
+    # The leader's log: a first batch past the index interval, so the second gets an entry;
+    # the first is all it has at the first fetch.
+    first = build_record_batch([SimpleRecord(None, b"x" * 100)] * 50)
+    second = build_record_batch([SimpleRecord(None, b"y")] * 3, base_offset=50)
+    answered: list[int] = []
+    stopped = trio.CancelScope()
+
+    async def answer(body: Any, version: int) -> FetchResponse:
+        offset = body.topics[0].partitions[0].fetch_offset
+        answered.append(offset)
+        leader = [(0, first)] if len(answered) == 1 else [(0, first), (50, second)]
+        if len(answered) == 2:
+            stopped.cancel()  # the shutdown, as the answer arrives
+        return FetchResponse(
+            responses=[
+                FetchResponse.FetchableTopicResponse(
+                    topic="t",
+                    partitions=[
+                        FetchResponse.PartitionData(
+                            partition_index=0,
+                            high_watermark=leader[-1][0] + (3 if len(leader) > 1 else 50),
+                            log_start_offset=0,
+                            records=memoryview(
+                                b"".join(data for base, data in leader if base >= offset)
+                            ),
+                        )
+                    ],
+                )
+            ]
+        )
+
+    def follow(broker: Broker) -> tuple[Partition, Any, Any]:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        state.truncating = False
+        fetcher.peer.request = answer
+        return broker.partitions[tp], fetcher, state
+
+    broker = open_broker(tmp_path)
+    try:
+        p, fetcher, state = follow(broker)
+        run_virtual(fetcher._fetch, {TopicPartition("t", 0): state})
+        assert p.log_end_offset == 50
+
+        async def fetch_and_stop() -> None:
+            with stopped:
+                await fetcher._fetch({TopicPartition("t", 0): state})
+
+        run_virtual(fetch_and_stop)
+        assert p.log_end_offset == 53 and not p.log.writing
+        segment = p.log.active_segment
+        assert os.path.getsize(segment.log.path) == segment.size  # what it counts is written
+    finally:
+        broker.close()  # a clean shutdown
+    broker = open_broker(tmp_path)
+    try:
+        p, fetcher, state = follow(broker)
+        assert p.log_end_offset == 53
+        run_virtual(fetcher._fetch, {TopicPartition("t", 0): state})  # caught up: nothing new
+        assert answered[2:] == [53]
+        stored = p.log.active_segment.log.path.read_bytes()  # every batch the file holds
+        assert [o for o, _, _ in decode_records(stored)] == list(range(53))
+    finally:
+        broker.close()
+
+
 def test_a_replica_in_an_offline_log_directory(tmp_path: Path) -> None:
     """Its fetcher stops, and LeaderAndIsr answers KAFKA_STORAGE_ERROR for it (Kafka's answer
     that lets a controller elect elsewhere)."""

@@ -308,16 +308,23 @@ class ReplicaManager:
 
     async def run_log_work(self, tps: list[TopicPartition], chore: Chore) -> None:
         """Run `chore` -- the file work begun on the logs of `tps`: a truncation, a fetch
-        response's appends -- in a worker thread, and commit it here, also when cancelled (the
-        thread finished). Meanwhile each of those logs has this one writer: a LeaderAndIsr or
-        StopReplica naming one waits for the commit (`_settle`), as Kafka's removal of a
-        partition from its fetcher waits for the fetcher's work in progress. The commit's
-        errors are raised."""
+        response's appends -- in a worker thread, and commit it here; a cancellation skips
+        neither (the caller meets it at its next checkpoint). Meanwhile each of those logs has
+        this one writer: a LeaderAndIsr or StopReplica naming one waits for the commit
+        (`_settle`), as Kafka's removal of a partition from its fetcher waits for the
+        fetcher's work in progress. The commit's errors are raised."""
         done = trio.Event()
         for tp in tps:
             self._log_work[tp] = done
         try:
-            await trio.to_thread.run_sync(chore.prepare)
+            # Shielded: the work was begun on the loop (an append checked, a truncation cut in
+            # memory), so its file work is made before the commit whatever happens. Unshielded,
+            # a cancellation already delivered (a shutdown, the fetcher stopped) stopped
+            # `to_thread.run_sync` before the worker started, and the commit below still ran:
+            # an append counted (log end offset, index entry) but never written. The worker is
+            # never abandoned anyway, so no wait gets longer.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(chore.prepare)
         finally:
             try:
                 chore.commit()

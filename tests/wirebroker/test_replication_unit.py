@@ -18,6 +18,7 @@ import trio.testing
 
 from protocol.api import decode_request, decode_response, encode_request, encode_response_chunks
 from protocol.errors import ErrorCode
+from protocol.messages.fetch import FetchResponse
 from protocol.messages.headers import RequestHeader, ResponseHeader
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.stop_replica import StopReplicaRequest
@@ -44,6 +45,25 @@ T = TypeVar("T")
 
 def batch(n: int = 1) -> memoryview:
     return memoryview(bytearray(build_record_batch([SimpleRecord(None, b"v")] * n)))
+
+
+def fetched(records: bytes, high_watermark: int) -> FetchResponse:
+    """The leader's answer to a fetch of `t-0`: `records`, its high watermark."""
+    return FetchResponse(
+        responses=[
+            FetchResponse.FetchableTopicResponse(
+                topic="t",
+                partitions=[
+                    FetchResponse.PartitionData(
+                        partition_index=0,
+                        high_watermark=high_watermark,
+                        log_start_offset=0,
+                        records=memoryview(records),
+                    )
+                ],
+            )
+        ]
+    )
 
 
 @pytest.fixture
@@ -584,8 +604,6 @@ def test_follower_without_epochs_truncates_to_its_high_watermark(tmp_path: Path)
 
 
 def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> None:
-    from protocol.messages.fetch import FetchResponse
-
     leader_log = PartitionLog.open(tmp_path / "leader" / "t-0", LogConfig())
     leader_log.append_as_leader(batch(2), 0, 0)
     leader_log.append_as_leader(batch(2), 0, 0)
@@ -625,8 +643,6 @@ def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> N
 
 
 def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> None:
-    from protocol.messages.fetch import FetchResponse
-
     broker = open_broker(tmp_path)
     try:
         call(broker, leader_and_isr(2, 0), 7)
@@ -639,21 +655,7 @@ def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> No
         garbage[-1] ^= 0xFF  # the record's last byte: the CRC no longer matches
 
         async def answer(body: Any, version: int) -> FetchResponse:
-            return FetchResponse(
-                responses=[
-                    FetchResponse.FetchableTopicResponse(
-                        topic="t",
-                        partitions=[
-                            FetchResponse.PartitionData(
-                                partition_index=0,
-                                high_watermark=1,
-                                log_start_offset=0,
-                                records=memoryview(bytes(garbage)),
-                            )
-                        ],
-                    )
-                ]
-            )
+            return fetched(bytes(garbage), 1)
 
         fetcher.peer.request = answer  # type: ignore[method-assign]
         run_virtual(fetcher._fetch, {tp: state})
@@ -669,8 +671,6 @@ def test_a_follower_on_a_full_disk_fetches_again(
     """A follower append whose write (in its worker thread) fails for a full disk wrote
     nothing: it is retried after the backoff (and succeeds once space is freed), never given
     up until new orders come, and the log directory stays online."""
-    from protocol.messages.fetch import FetchResponse
-
     full = threading.Event()
     full.set()
     pwrite = os.pwrite
@@ -691,21 +691,7 @@ def test_a_follower_on_a_full_disk_fetches_again(
         data = bytes(batch(2))
 
         async def answer(body: Any, version: int) -> FetchResponse:
-            return FetchResponse(
-                responses=[
-                    FetchResponse.FetchableTopicResponse(
-                        topic="t",
-                        partitions=[
-                            FetchResponse.PartitionData(
-                                partition_index=0,
-                                high_watermark=2,
-                                log_start_offset=0,
-                                records=memoryview(data),
-                            )
-                        ],
-                    )
-                ]
-            )
+            return fetched(data, 2)
 
         fetcher.peer.request = answer  # type: ignore[method-assign]
         monkeypatch.setattr(os, "pwrite", disk_full)
@@ -730,8 +716,6 @@ def test_a_fetch_stopped_with_its_answer_in_hand_writes_before_it_commits(
     entry pointed at the file's end, the restart took the segment for empty (log end offset
     0), and the records fetched again were written after the ones already there -- a read
     from 0 returned them twice (the rolling restart's "values written twice")."""
-    from protocol.messages.fetch import FetchResponse
-
     # The leader's log: a first batch past the index interval, so the second gets an entry;
     # the first is all it has at the first fetch.
     first = build_record_batch([SimpleRecord(None, b"x" * 100)] * 50)
@@ -745,23 +729,8 @@ def test_a_fetch_stopped_with_its_answer_in_hand_writes_before_it_commits(
         leader = [(0, first)] if len(answered) == 1 else [(0, first), (50, second)]
         if len(answered) == 2:
             stopped.cancel()  # the shutdown, as the answer arrives
-        return FetchResponse(
-            responses=[
-                FetchResponse.FetchableTopicResponse(
-                    topic="t",
-                    partitions=[
-                        FetchResponse.PartitionData(
-                            partition_index=0,
-                            high_watermark=leader[-1][0] + (3 if len(leader) > 1 else 50),
-                            log_start_offset=0,
-                            records=memoryview(
-                                b"".join(data for base, data in leader if base >= offset)
-                            ),
-                        )
-                    ],
-                )
-            ]
-        )
+        high_watermark = 53 if len(leader) > 1 else 50
+        return fetched(b"".join(data for base, data in leader if base >= offset), high_watermark)
 
     def follow(broker: Broker) -> tuple[Partition, Any, Any]:
         call(broker, leader_and_isr(2, 0), 7)

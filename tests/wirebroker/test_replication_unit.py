@@ -769,6 +769,33 @@ def test_a_fetch_stopped_with_its_answer_in_hand_writes_before_it_commits(
         broker.close()
 
 
+def test_a_truncation_stopped_before_its_worker_started_is_made(tmp_path: Path) -> None:
+    """A follower's truncation whose fetcher is already stopped (a shutdown) when it starts:
+    its file work is still made and committed (the log reads as cut at once, so the file must
+    be too). The old code committed it unmade, which raised KafkaStorageError into the log
+    manager's error handling during the stop."""
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 5), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_follower(batch(2))
+        p.log.append_as_follower(build_record_batch([SimpleRecord(None, b"v")], base_offset=2))
+
+        async def stopped_truncation() -> None:
+            with trio.CancelScope() as stopped:
+                stopped.cancel()
+                await broker.replica_manager.truncate(tp, p, 2)
+
+        run_virtual(stopped_truncation)
+        segment = p.log.active_segment
+        assert p.log_end_offset == 2 and not p.log.writing
+        assert os.path.getsize(segment.log.path) == segment.size == len(batch(2))
+        assert not broker.log_manager.offline_dirs
+    finally:
+        broker.close()
+
+
 def test_a_replica_in_an_offline_log_directory(tmp_path: Path) -> None:
     """Its fetcher stops, and LeaderAndIsr answers KAFKA_STORAGE_ERROR for it (Kafka's answer
     that lets a controller elect elsewhere)."""

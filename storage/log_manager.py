@@ -386,7 +386,7 @@ class LogManager:
         return [
             reads
             for _tp, lg in self.logs()
-            if not (lg.offline or lg.truncating) and (reads := lg.retention_reads(now_ms))
+            if not (lg.offline or lg.writing) and (reads := lg.retention_reads(now_ms))
         ]
 
     def run_retention(self, now_ms: int) -> int:

@@ -49,7 +49,7 @@ from wirebroker.config import BrokerConfig, Listener
 from wirebroker.connection import ConnectionWatch, peer_of, serve_connection
 from wirebroker.connection_limits import ConnectionThrottled, TooManyConnections
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
-from wirebroker.handlers.fetch import read_ahead
+from wirebroker.read_ahead import read_ahead
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction

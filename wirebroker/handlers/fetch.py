@@ -52,7 +52,6 @@ records' bytes (Kafka: the whole response's).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -61,7 +60,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
-from storage.segment import LookupReads, TimestampReads
+from storage.segment import LookupReads
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.events import Wakeup
@@ -69,6 +68,7 @@ from wirebroker.fetch_sessions import INVALID_SESSION_ID, Asked, FetchContext
 from wirebroker.partition import Partition
 from wirebroker.quotas import throttle
 from wirebroker.quotas.client import session_names
+from wirebroker.read_ahead import read_ahead
 
 READ_COMMITTED = 1
 EMPTY = memoryview(b"")  # a partition with an error still carries records: empty, never null
@@ -214,22 +214,6 @@ def _lookup_reads(wanted: list[_Wanted]) -> list[LookupReads]:
             if reads is not None:
                 found.append(reads)
     return found
-
-
-async def read_ahead(lookups: Sequence[LookupReads | TimestampReads]) -> None:
-    """Do `lookups`' disk reads in a worker thread: each pinned before, finished after."""
-    try:
-        for reads in lookups:
-            reads.pin()
-        await trio.to_thread.run_sync(_run_all, lookups)
-    finally:
-        for reads in lookups:
-            reads.finish()
-
-
-def _run_all(lookups: Sequence[LookupReads | TimestampReads]) -> None:
-    for reads in lookups:
-        reads.run()
 
 
 async def _long_poll(poll: _Poll, lookups: list[LookupReads] | None = None) -> FetchResponse:

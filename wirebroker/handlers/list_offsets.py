@@ -32,9 +32,9 @@ from storage.partition_log import PartitionLog
 from storage.segment import LookupReads, TimestampReads
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
-from wirebroker.handlers.fetch import read_ahead
 from wirebroker.partition import Partition
 from wirebroker.quotas import throttle
+from wirebroker.read_ahead import read_ahead
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 READ_COMMITTED = 1

@@ -10,7 +10,8 @@ a test one that follows trio's `MockClock`.
 The dynamic broker configs (`wirebroker.dynamic_config`) are read before anything is opened
 (ZooKeeper's `/config/brokers/...` in a cluster, the embedded broker's own file), so listeners'
 TLS and the logs start with them; each listener's TLS context is taken per connection from
-`tls.ListenerContexts`, which a dynamic keystore change replaces.
+`tls.ListenerContexts`, which a dynamic keystore change replaces. The listeners themselves are
+`wirebroker.listeners`' (bound at start, added and removed by a dynamic `listeners` change).
 
 With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
 cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
@@ -22,9 +23,7 @@ cluster id comes from `/cluster/id`), and once the listeners are bound its `Clus
 from __future__ import annotations
 
 import logging
-import socket
 import time
-from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -37,13 +36,13 @@ from storage.partition_log import PartitionLog, PendingFlush
 from wirebroker import compiled
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
-from wirebroker.connection import ConnectionWatch, serve_connection
-from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
+from wirebroker.connection import ConnectionWatch
+from wirebroker.dynamic_config import DynamicBrokerConfig
 from wirebroker.handlers.fetch import read_ahead
+from wirebroker.listeners import BrokerListeners, tls_contexts
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
-    from wirebroker.tls import ListenerContexts
     from wirebroker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
@@ -109,17 +108,15 @@ async def serve_broker(
             if again is not None:  # stored under password.encoder.old.secret
                 await entity_configs.change_entity_config(zk, f"brokers/{own}", again)
             # A bad keystore or truststore fails here, before any file or socket is opened.
-            tls = _tls_contexts(config)
+            tls = tls_contexts(config)
             broker = Broker.open(config, clock, dynamic)
         except BaseException:
             await zk.close()
             raise
     else:
         dynamic = DynamicBrokerConfig.open(config)
-        tls = _tls_contexts(config)
+        tls = tls_contexts(config)
         broker = Broker.open(config, clock, dynamic)
-    if tls is not None:
-        dynamic.add_reconfigurable(Reconfigurable(tls.follows, tls.reconfigure, tls.validate))
     try:
         if config.authorizer_enabled:
             # The ACLs are loaded before any listener opens: no request is decided without them.
@@ -136,29 +133,9 @@ async def serve_broker(
                 await nursery.start(broker.replica_manager.run)
             watch = ConnectionWatch(broker)
             nursery.start_soon(watch.run)
-            bound: list[Listener] = []
-            receive_buffer = config.socket_buffer_bytes("socket.receive.buffer.bytes")
-            send_buffer = config.socket_buffer_bytes("socket.send.buffer.bytes")
-            for listener in config.listeners():
-                sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
-                if receive_buffer is not None:
-                    # On the listening socket, before the first accept, as Kafka's Acceptor
-                    # does: its connections inherit it, and the window scale their handshake
-                    # offers is chosen for it.
-                    for s in sockets:
-                        s.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-                port = sockets[0].socket.getsockname()[1]
-                bound.append(Listener(listener.name, listener.host or "0.0.0.0", port))
-                handler = partial(
-                    _serve,
-                    broker=broker,
-                    listener=listener.name,
-                    tls=tls,
-                    watch=watch,
-                    send_buffer=send_buffer,
-                )
-                nursery.start_soon(trio.serve_listeners, handler, sockets)
-            broker.advertised = _advertised(config, bound)
+            listeners = BrokerListeners(broker, tls, watch)
+            bound = await nursery.start(listeners.run)
+            dynamic.add_reconfigurable(listeners.reconfigurable())
             if zk is not None:
                 from wirebroker.zk.member import ClusterMember
 
@@ -186,48 +163,6 @@ async def serve_broker(
             await zk.close()
         log.info("shutting down: writing checkpoints")
         broker.close()
-
-
-def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
-    advertised = config.advertised_listeners()
-    if advertised:
-        return advertised
-    return [
-        Listener(b.name, "127.0.0.1" if b.host in ("0.0.0.0", "", "::") else b.host, b.port)
-        for b in bound
-    ]
-
-
-async def _serve(
-    stream: trio.SocketStream,
-    *,
-    broker: Broker,
-    listener: str,
-    tls: ListenerContexts | None,
-    watch: ConnectionWatch,
-    send_buffer: int | None,
-) -> None:
-    """One accepted connection, with `socket.send.buffer.bytes` (None: the system's default)
-    and its listener's TLS context of the moment."""
-    if send_buffer is not None:
-        try:
-            stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
-        except OSError as e:  # as Kafka's Acceptor: the connection is closed, not the broker
-            log.warning("closing a new connection on %s: %s", listener, e)
-            await trio.aclose_forcefully(stream)
-            return
-    context = tls.contexts[listener] if tls is not None else None
-    await serve_connection(stream, broker, listener, watch, context)
-
-
-def _tls_contexts(config: BrokerConfig) -> ListenerContexts | None:
-    """The listeners' TLS contexts; None when no listener is SSL or SASL_SSL, which then
-    import no `wirebroker.tls` (start-up time, docs/perf-notes.md)."""
-    if not any(config.uses_tls(listener.name) for listener in config.listeners()):
-        return None
-    from wirebroker.tls import ListenerContexts
-
-    return ListenerContexts(config)
 
 
 async def _housekeeping(broker: Broker) -> None:

@@ -1,0 +1,190 @@
+"""Listeners added and removed at run time on an embedded broker (Kafka's dynamic `listeners`,
+`advertised.listeners`, `listener.security.protocol.map`, per broker only).
+
+Each test runs its own broker process and changes its listeners over the wire
+(IncrementalAlterConfigs, as `kafka-configs --entity-name <id>` does); clients then use them
+(confluent-kafka, TLS with Python's ssl). tests/cluster/test_dynamic_listeners_cluster.py
+checks that the other brokers of a cluster learn them.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import uuid
+from pathlib import Path
+
+import pytest
+import trustme
+from confluent_kafka import Consumer, Producer
+
+from compat.kafka_process import free_port
+from protocol.errors import ErrorCode
+from protocol.messages.metadata import MetadataRequest
+from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.helpers import RawClient, alter_configs, create_topic, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+BROKER, SET, DELETE = 4, 0, 1
+MAP = "listener.security.protocol.map"
+PLAIN_MAP = "PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT"
+
+
+def accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def advertised(bootstrap: str) -> dict[int, tuple[str, int]]:
+    """The brokers a Metadata answer on this connection's listener advertises."""
+    with RawClient(bootstrap) as client:
+        response = client.request(MetadataRequest(topics=[]), 12)
+    return {b.node_id: (b.host, b.port) for b in response.brokers}
+
+
+def produce_and_consume(bootstrap: str, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer.produce(topic, b"through " + bootstrap.encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        got = None
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                got = message.value()
+                break
+        assert got is not None and got.startswith(b"through ")
+    finally:
+        consumer.close()
+
+
+def test_a_listener_added_serves_clients_and_comes_back_after_a_restart(tmp_path: Path) -> None:
+    with serving(BrokerProcess(tmp_path)) as broker:
+        plain = broker.port
+        extra = free_port()
+        listeners = f"PLAINTEXT://127.0.0.1:{plain},EXTRA://127.0.0.1:{extra}"
+        ok = alter_configs(
+            broker.bootstrap, BROKER, "0", [("listeners", SET, listeners), (MAP, SET, PLAIN_MAP)]
+        )
+        assert ok == (ErrorCode.NONE, None)
+        wait_until(lambda: accepts(extra), what="the new listener to accept")
+        assert broker.wait_for_log("listener EXTRA://127.0.0.1") is not None
+        # Each listener's clients are told the endpoints of their own listener.
+        assert advertised(f"127.0.0.1:{extra}") == {0: ("127.0.0.1", extra)}
+        assert advertised(broker.bootstrap) == {0: ("127.0.0.1", plain)}
+        create_topic(broker.bootstrap, "through-extra")
+        produce_and_consume(f"127.0.0.1:{extra}", "through-extra")
+
+        stored = json.loads((tmp_path / "dynamic-broker-configs.json").read_text())
+        assert stored["brokers"]["0"] == {"listeners": listeners, MAP: PLAIN_MAP}
+        broker.restart()
+        assert broker.ports == {"PLAINTEXT": plain, "EXTRA": extra}
+        assert advertised(f"127.0.0.1:{extra}") == {0: ("127.0.0.1", extra)}
+        produce_and_consume(f"127.0.0.1:{extra}", "through-extra")
+
+
+def test_a_listener_removed_refuses_connections_and_closes_its_open_ones(tmp_path: Path) -> None:
+    props = {MAP: PLAIN_MAP}
+    with serving(BrokerProcess(tmp_path, props, extra_listeners=("EXTRA",))) as broker:
+        extra = broker.ports["EXTRA"]
+        with RawClient(f"127.0.0.1:{extra}") as open_one:
+            assert open_one.request(MetadataRequest(topics=[]), 12).brokers
+            ok = alter_configs(
+                broker.bootstrap,
+                BROKER,
+                "0",
+                [("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port}")],
+            )
+            assert ok == (ErrorCode.NONE, None)
+            assert open_one.wait_closed(10.0), "the removed listener's connection stays open"
+        wait_until(lambda: not accepts(extra), what="the removed listener to refuse")
+        assert advertised(broker.bootstrap) == {0: ("127.0.0.1", broker.port)}
+        # Adding it back under its name opens it again.
+        back = f"PLAINTEXT://127.0.0.1:{broker.port},EXTRA://127.0.0.1:{extra}"
+        ok = alter_configs(broker.bootstrap, BROKER, "0", [("listeners", SET, back)])
+        assert ok == (ErrorCode.NONE, None)
+        wait_until(lambda: accepts(extra), what="the listener added again to accept")
+
+
+def test_refusals_use_kafkas_messages(tmp_path: Path) -> None:
+    props = {MAP: PLAIN_MAP + ",SECURE:SSL"}
+    with serving(BrokerProcess(tmp_path, props, extra_listeners=("EXTRA",))) as broker:
+        b, plain, extra = broker.bootstrap, broker.port, broker.ports["EXTRA"]
+        here = f"PLAINTEXT://127.0.0.1:{plain},EXTRA://127.0.0.1:{extra}"
+
+        def refused(*operations: tuple[str, int, str | None], entity: str = "0") -> str:
+            code, message = alter_configs(b, BROKER, entity, list(operations))
+            assert code == ErrorCode.INVALID_REQUEST, (code, message)
+            return message or ""
+
+        assert refused(("listeners", SET, here), entity="") == (
+            "Cannot update these configs at default cluster level, broker id must be "
+            "specified: Set(listeners)"
+        )
+        message = refused(("listeners", SET, f"EXTRA://127.0.0.1:{extra}"))
+        assert "Advertised listener must be specified for inter-broker listener " in message
+        assert "ListenerName(PLAINTEXT)" in message
+        assert "No security protocol defined for listener NEW" in refused(
+            ("listeners", SET, f"{here},NEW://127.0.0.1:{free_port()}")
+        )
+        assert "Security protocol cannot be updated for existing listener ListenerName(EXTRA)" in (
+            refused((MAP, SET, "PLAINTEXT:PLAINTEXT,EXTRA:SSL"))
+        )
+        assert "must be a subset of listeners" in refused(
+            ("advertised.listeners", SET, f"{here},OTHER://127.0.0.1:1")
+        )
+        # An SSL listener without a keystore: nothing insecure.
+        assert "listener SECURE is SSL but has no keystore" in refused(
+            ("listeners", SET, f"{here},SECURE://127.0.0.1:{free_port()}")
+        )
+        assert not (tmp_path / "dynamic-broker-configs.json").exists()
+        assert advertised(f"127.0.0.1:{extra}") == {0: ("127.0.0.1", extra)}
+
+
+def test_an_ssl_listener_added_with_its_keystore_in_the_same_request(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    with serving(BrokerProcess(tmp_path / "data")) as broker:
+        secure = free_port()
+        ok = alter_configs(
+            broker.bootstrap,
+            BROKER,
+            "0",
+            [
+                ("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port},SECURE://127.0.0.1:{secure}"),
+                (MAP, SET, "PLAINTEXT:PLAINTEXT,SECURE:SSL"),
+                ("listener.name.secure.ssl.keystore.type", SET, "PEM"),
+                ("listener.name.secure.ssl.keystore.location", SET, str(tmp_path / "server.pem")),
+            ],
+        )  # fmt: skip
+        assert ok == (ErrorCode.NONE, None)
+        wait_until(lambda: accepts(secure), what="the SSL listener to accept")
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        with socket.create_connection(("127.0.0.1", secure), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                served = tls.getpeercert(binary_form=True)
+        assert served == ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
+        # A plaintext client on it gets no Kafka answer.
+        with socket.create_connection(("127.0.0.1", secure), timeout=10) as raw:
+            raw.sendall(b"\x00\x00\x00\x0a" + b"\x00" * 10)
+            raw.settimeout(10)
+            try:
+                answer = raw.recv(100)
+            except ConnectionResetError:
+                answer = b""
+        assert not answer.startswith(b"\x00\x00")

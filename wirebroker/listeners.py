@@ -1,0 +1,283 @@
+"""The broker's listeners: bound at start, added and removed at run time.
+
+`BrokerListeners.run` binds every listener of the config, reports the bound ones, then follows
+changes of `listeners`, `advertised.listeners` and `listener.security.protocol.map` (Kafka's
+dynamic listeners, KIP-226, set per broker only): a new listener is bound and accepts, with
+its TLS context, SASL settings and connection limits as at start; a removed one stops
+accepting and its open connections are closed (their tasks cancelled), as Kafka's
+`SocketServer.removeListeners`. Listeners are told apart by name, as Kafka does: one kept
+under its name keeps its socket even if the value gives it another address (logged; that
+address is bound at the next start). After a change the advertised endpoints follow, and in
+a cluster the broker's registration `/brokers/ids/<id>` is written again, which the controller
+follows with UpdateMetadata to every broker.
+
+`validate_reconfiguration` holds Kafka's rules for a change (its
+DynamicListenerConfig.validateReconfiguration and the listener parsing of its KafkaConfig),
+with its messages; a new SSL or SASL_SSL listener's keystore must load (the start-up check).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping
+from functools import partial
+from typing import TYPE_CHECKING
+
+import trio
+
+from wirebroker.config import LISTENER_PREFIXED, BrokerConfig, ConfigError, Listener
+from wirebroker.connection import ConnectionWatch, serve_connection
+from wirebroker.dynamic_config import SECURITY_KEYS, Reconfigurable
+
+if TYPE_CHECKING:
+    from wirebroker.broker import Broker
+    from wirebroker.tls import ListenerContexts
+
+log = logging.getLogger(__name__)
+
+#: The keys whose change adds or removes listeners (Kafka's listener registration keys).
+LISTENER_KEYS = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+#: Listener-prefixed keys an existing listener may change (Kafka's ListenerReconfigurableConfigs
+#: of its SocketServer and DataPlaneAcceptor); with SECURITY_KEYS, the others are fixed.
+_RECONFIGURABLE_PER_LISTENER = frozenset(
+    {"max.connections", "max.connection.creation.rate", "num.network.threads"}
+)
+
+
+def validate_reconfiguration(old: BrokerConfig, new: BrokerConfig) -> None:
+    """Refuse a change of the listener keys as Kafka does (ConfigError with its message)."""
+    text = new.get("listeners") or ""
+    listeners = new.listeners()
+    names = [lst.name for lst in listeners]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"Each listener must have a different name, listeners: {text}")
+    ports = [lst.port for lst in listeners if lst.port != 0]
+    if len(set(ports)) != len(ports):
+        raise ConfigError(f"Each listener must have a different port, listeners: {text}")
+    protocols = _protocol_map(new)
+    for name in names:
+        if name not in protocols:
+            raise ConfigError(
+                f"Error creating broker listeners from '{text}': No security protocol defined "
+                f"for listener {name}"
+            )
+    new_listeners = _by_name(new, listeners)
+    advertised = _by_name(new, new.advertised_listeners() or listeners)
+    if not advertised.keys() <= new_listeners.keys():
+        raise ConfigError(
+            f"Advertised listeners '{_scala_map(advertised)}' must be a subset of listeners "
+            f"'{_scala_map(new_listeners)}'"
+        )
+    old_names = {lst.name for lst in old.listeners()}
+    for name in sorted(old_names & new_listeners.keys()):
+        if _fixed_listener_configs(new, name) != _fixed_listener_configs(old, name):
+            raise ConfigError(
+                f"Configs cannot be updated dynamically for existing listener "
+                f"ListenerName({name}), restart broker or create a new listener for update"
+            )
+        if old.security_protocol(name) != new.security_protocol(name):
+            raise ConfigError(
+                f"Security protocol cannot be updated for existing listener ListenerName({name})"
+            )
+    inter_broker = old.inter_broker_listener_name()
+    if inter_broker not in advertised or new.inter_broker_listener_name() != inter_broker:
+        raise ConfigError(
+            "Advertised listener must be specified for inter-broker listener "
+            f"ListenerName({inter_broker})"
+        )
+    for name in sorted(new_listeners.keys() - old_names):
+        if new.uses_tls(name):  # nothing insecure: its keystore must load, as at start
+            from wirebroker.tls import server_context
+
+            server_context(new, name)
+
+
+def _protocol_map(config: BrokerConfig) -> dict[str, str]:
+    protocols: dict[str, str] = {}
+    for item in (config.get("listener.security.protocol.map") or "").split(","):
+        name, sep, protocol = item.strip().partition(":")
+        if sep:
+            protocols[name.strip().upper()] = protocol.strip().upper()
+    return protocols
+
+
+def _by_name(config: BrokerConfig, listeners: list[Listener]) -> dict[str, str]:
+    """Listeners by name, each shown as Kafka's EndPoint (for its messages)."""
+    protocols = _protocol_map(config)
+    return {
+        lst.name: f"EndPoint({lst.host or 'null'},{lst.port},ListenerName({lst.name}),"
+        f"{protocols.get(lst.name, 'null')})"
+        for lst in listeners
+    }
+
+
+def _scala_map(entries: Mapping[str, str]) -> str:
+    shown = ", ".join(f"ListenerName({k}) -> {v}" for k, v in entries.items())
+    return f"Map({shown})"
+
+
+def _fixed_listener_configs(config: BrokerConfig, listener: str) -> dict[str, str]:
+    """A listener's `listener.name.<l>.*` values that only a restart changes."""
+    prefix = f"listener.name.{listener.lower()}."
+    return {
+        name: value
+        for name, value in config.current().items()
+        if name.startswith(prefix)
+        and (m := LISTENER_PREFIXED.fullmatch(name)) is not None
+        and m[1] not in SECURITY_KEYS
+        and m[1] not in _RECONFIGURABLE_PER_LISTENER
+    }
+
+
+class BrokerListeners:
+    """The bound listeners (`bound`, by name, with their real ports) and the tasks serving
+    them; `run` is their owner task, a child of the broker's nursery."""
+
+    def __init__(
+        self, broker: Broker, tls: ListenerContexts | None, watch: ConnectionWatch
+    ) -> None:
+        self.broker = broker
+        #: The listeners' TLS contexts, made when the first SSL listener is (None before).
+        self.tls = tls
+        self.watch = watch
+        self.bound: dict[str, Listener] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._changed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        config = broker.config
+        self._receive_buffer = config.socket_buffer_bytes("socket.receive.buffer.bytes")
+        self._send_buffer = config.socket_buffer_bytes("socket.send.buffer.bytes")
+        if tls is not None:
+            self._follow_tls(tls)
+
+    def reconfigurable(self) -> Reconfigurable:
+        """What the dynamic configs tell of a change of the listener keys."""
+        return Reconfigurable(LISTENER_KEYS, self._reconfigure)
+
+    def _reconfigure(self, changed: frozenset[str]) -> None:
+        self._changed.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[list[Listener]]) -> None:
+        """Bind every listener (an address in use fails the start), report them, then follow
+        the changes of the listener keys."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for listener in self.broker.config.listeners():
+                await self._open(listener)
+            self.broker.advertised = advertised(self.broker.config, list(self.bound.values()))
+            task_status.started(list(self.bound.values()))
+            while True:
+                await self._changed.wait()
+                self._changed = trio.Event()
+                await self._follow()
+
+    async def _open(self, listener: Listener) -> None:
+        assert self._nursery is not None
+        sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+        if self._receive_buffer is not None:
+            # On the listening socket, before the first accept, as Kafka's Acceptor does: its
+            # connections inherit it, and the window scale their handshake offers is chosen
+            # for it.
+            for s in sockets:
+                s.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
+        port = sockets[0].socket.getsockname()[1]
+        self.bound[listener.name] = Listener(listener.name, listener.host or "0.0.0.0", port)
+        scope = self._scopes[listener.name] = trio.CancelScope()
+        handler = partial(self._serve, listener=listener.name)
+
+        async def serve() -> None:
+            with scope:  # cancelled: the sockets close, and every connection of the listener
+                await trio.serve_listeners(handler, sockets)
+
+        self._nursery.start_soon(serve)
+
+    async def _follow(self) -> None:
+        """Make the bound listeners those of the config: close the removed, open the new;
+        then advertise them (and register them again in a cluster)."""
+        config = self.broker.config
+        wanted = {lst.name: lst for lst in config.listeners()}
+        for name in [n for n in self.bound if n not in wanted]:
+            self._scopes.pop(name).cancel()
+            if self.tls is not None:
+                self.tls.contexts.pop(name, None)
+            log.info("listener %s removed: no longer accepting, its connections closed",
+                     self.bound.pop(name))  # fmt: skip
+        for name, listener in wanted.items():
+            bound = self.bound.get(name)
+            if bound is not None:
+                if (
+                    listener.port not in (0, bound.port)
+                    or (listener.host or "0.0.0.0") != bound.host
+                ):
+                    log.warning(
+                        "listener %s stays at %s: a new address of a listener is bound at the "
+                        "next start (or give the listener another name)",
+                        listener,
+                        bound,
+                    )
+                continue
+            try:
+                if self.tls is not None or config.uses_tls(name):
+                    self._tls_for(config).add(name)
+                await self._open(listener)
+            except (OSError, ConfigError) as e:
+                log.error("cannot open listener %s: %s", listener, e)
+                continue
+            log.info("listener %s added: accepting", self.bound[name])
+        now = advertised(config, list(self.bound.values()))
+        if now == self.broker.advertised:
+            return
+        self.broker.advertised = now
+        log.info("advertised listeners now %s", ", ".join(map(str, now)))
+        if self.broker.cluster is not None:
+            await self.broker.cluster.register_again()
+
+    def _tls_for(self, config: BrokerConfig) -> ListenerContexts:
+        """The TLS contexts, made with the first SSL listener."""
+        if self.tls is None:
+            from wirebroker.tls import ListenerContexts
+
+            self.tls = ListenerContexts(config)
+            self._follow_tls(self.tls)
+        return self.tls
+
+    def _follow_tls(self, tls: ListenerContexts) -> None:
+        self.broker.dynamic_config.add_reconfigurable(
+            Reconfigurable(tls.follows, tls.reconfigure, tls.validate)
+        )
+
+    async def _serve(self, stream: trio.SocketStream, *, listener: str) -> None:
+        """One accepted connection, with `socket.send.buffer.bytes` (None: the system's
+        default) and its listener's TLS context of the moment."""
+        if self._send_buffer is not None:
+            try:
+                stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+            except OSError as e:  # as Kafka's Acceptor: the connection is closed, not the broker
+                log.warning("closing a new connection on %s: %s", listener, e)
+                await trio.aclose_forcefully(stream)
+                return
+        context = self.tls.contexts[listener] if self.tls is not None else None
+        await serve_connection(stream, self.broker, listener, self.watch, context)
+
+
+def advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
+    """What the broker advertises: `advertised.listeners`, else the bound listeners (a
+    wildcard address advertised as 127.0.0.1)."""
+    given = config.advertised_listeners()
+    if given:
+        return given
+    return [
+        Listener(b.name, "127.0.0.1" if b.host in ("0.0.0.0", "", "::") else b.host, b.port)
+        for b in bound
+    ]
+
+
+def tls_contexts(config: BrokerConfig) -> ListenerContexts | None:
+    """The listeners' TLS contexts; None when no listener is SSL or SASL_SSL, which then
+    import no `wirebroker.tls` (start-up time, docs/perf-notes.md)."""
+    if not any(config.uses_tls(listener.name) for listener in config.listeners()):
+        return None
+    from wirebroker.tls import ListenerContexts
+
+    return ListenerContexts(config)

@@ -52,7 +52,8 @@ CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
 
 class RunningBroker:
-    """What a started broker reports: itself and the addresses it listens on."""
+    """What a started broker reports: itself and the addresses it listened on at start
+    (listeners added or removed since: `wirebroker.listeners`)."""
 
     # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
     __slots__ = ("broker", "listeners", "scope", "metrics_url")

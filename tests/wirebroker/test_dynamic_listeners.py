@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
-import uuid
 from pathlib import Path
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, Producer
 
 from compat.kafka_process import free_port
 from protocol.errors import ErrorCode
 from protocol.messages.metadata import MetadataRequest
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import RawClient, alter_configs, create_topic, wait_until
+from tests.wirebroker.helpers import (
+    RawClient,
+    alter_configs,
+    create_topic,
+    round_trip_confluent,
+    wait_until,
+)
+from tests.wirebroker.test_dynamic_configs import der, served_certificate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -47,30 +51,6 @@ def advertised(bootstrap: str) -> dict[int, tuple[str, int]]:
     return {b.node_id: (b.host, b.port) for b in response.brokers}
 
 
-def produce_and_consume(bootstrap: str, topic: str) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    producer.produce(topic, b"through " + bootstrap.encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        consumer.subscribe([topic])
-        got = None
-        for _ in range(60):
-            message = consumer.poll(1.0)
-            if message is not None and message.error() is None:
-                got = message.value()
-                break
-        assert got is not None and got.startswith(b"through ")
-    finally:
-        consumer.close()
-
-
 def test_a_listener_added_serves_clients_and_comes_back_after_a_restart(tmp_path: Path) -> None:
     with serving(BrokerProcess(tmp_path)) as broker:
         plain = broker.port
@@ -86,14 +66,15 @@ def test_a_listener_added_serves_clients_and_comes_back_after_a_restart(tmp_path
         assert advertised(f"127.0.0.1:{extra}") == {0: ("127.0.0.1", extra)}
         assert advertised(broker.bootstrap) == {0: ("127.0.0.1", plain)}
         create_topic(broker.bootstrap, "through-extra")
-        produce_and_consume(f"127.0.0.1:{extra}", "through-extra")
+        assert round_trip_confluent(f"127.0.0.1:{extra}", "through-extra") == [b"m0", b"m1", b"m2"]
 
         stored = json.loads((tmp_path / "dynamic-broker-configs.json").read_text())
         assert stored["brokers"]["0"] == {"listeners": listeners, MAP: PLAIN_MAP}
         broker.restart()
         assert broker.ports == {"PLAINTEXT": plain, "EXTRA": extra}
         assert advertised(f"127.0.0.1:{extra}") == {0: ("127.0.0.1", extra)}
-        produce_and_consume(f"127.0.0.1:{extra}", "through-extra")
+        create_topic(broker.bootstrap, "after-restart")
+        assert round_trip_confluent(f"127.0.0.1:{extra}", "after-restart") == [b"m0", b"m1", b"m2"]
 
 
 def test_a_listener_removed_refuses_connections_and_closes_its_open_ones(tmp_path: Path) -> None:
@@ -173,12 +154,7 @@ def test_an_ssl_listener_added_with_its_keystore_in_the_same_request(tmp_path: P
         )  # fmt: skip
         assert ok == (ErrorCode.NONE, None)
         wait_until(lambda: accepts(secure), what="the SSL listener to accept")
-        context = ssl.create_default_context()
-        ca.configure_trust(context)
-        with socket.create_connection(("127.0.0.1", secure), timeout=10) as raw:
-            with context.wrap_socket(raw, server_hostname="localhost") as tls:
-                served = tls.getpeercert(binary_form=True)
-        assert served == ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
+        assert served_certificate(("127.0.0.1", secure), ca) == der(cert)
         # A plaintext client on it gets no Kafka answer.
         with socket.create_connection(("127.0.0.1", secure), timeout=10) as raw:
             raw.sendall(b"\x00\x00\x00\x0a" + b"\x00" * 10)

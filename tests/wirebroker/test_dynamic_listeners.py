@@ -164,3 +164,33 @@ def test_an_ssl_listener_added_with_its_keystore_in_the_same_request(tmp_path: P
             except ConnectionResetError:
                 answer = b""
         assert not answer.startswith(b"\x00\x00")
+
+
+def test_a_sasl_listener_added_with_its_users_in_the_same_request(tmp_path: Path) -> None:
+    """Its mechanisms and JAAS config (a password: encrypted with password.encoder.secret) come
+    with it; a connection on it that does not log in gets no answer to anything else."""
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_ann="ann-pw";'
+    props = {"password.encoder.secret": "encoder-secret-9"}
+    with serving(BrokerProcess(tmp_path, props)) as broker:
+        sasl = free_port()
+        ok = alter_configs(
+            broker.bootstrap,
+            BROKER,
+            "0",
+            [
+                ("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port},SASL://127.0.0.1:{sasl}"),
+                (MAP, SET, "PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT"),
+                ("listener.name.sasl.sasl.enabled.mechanisms", SET, "PLAIN"),
+                ("listener.name.sasl.plain.sasl.jaas.config", SET, jaas),
+            ],
+        )  # fmt: skip
+        assert ok == (ErrorCode.NONE, None)
+        wait_until(lambda: accepts(sasl), what="the SASL listener to accept")
+        with RawClient(f"127.0.0.1:{sasl}", plain=("ann", "ann-pw")) as client:
+            assert client.request(MetadataRequest(topics=[]), 12).brokers
+        with pytest.raises(ConnectionError):
+            RawClient(f"127.0.0.1:{sasl}", plain=("ann", "wrong")).close()
+        with RawClient(f"127.0.0.1:{sasl}") as anonymous:
+            anonymous.send(MetadataRequest(topics=[]), 12)
+            assert anonymous.wait_closed(10.0)
+        assert not any("ann-pw" in line for line in broker.log)

@@ -235,10 +235,13 @@ class DynamicBrokerConfig:
         if not changed:
             return
         # Imported here: the listeners subscribe through this module.
-        from wirebroker.listeners import LISTENER_KEYS, validate_reconfiguration
+        from wirebroker.listeners import LISTENER_KEYS, validate_listeners, validate_reconfiguration
 
+        listeners_changed = bool(changed & LISTENER_KEYS)
+        if listeners_changed:  # Kafka's checks as it reads a config: its messages as they are
+            validate_listeners(self.config, candidate)
         try:
-            if changed & LISTENER_KEYS:  # first: Kafka's messages before the start-up checks'
+            if listeners_changed:
                 validate_reconfiguration(self.config, candidate)
             candidate.validate()
             for r in self._reconfigurables:

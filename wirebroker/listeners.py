@@ -11,16 +11,17 @@ address is bound at the next start). After a change the advertised endpoints fol
 a cluster the broker's registration `/brokers/ids/<id>` is written again, which the controller
 follows with UpdateMetadata to every broker.
 
-`validate_reconfiguration` holds Kafka's rules for a change (its
-DynamicListenerConfig.validateReconfiguration and the listener parsing of its KafkaConfig),
-with its messages; a new SSL or SASL_SSL listener's keystore must load (the start-up check).
+`validate_listeners` (Kafka's checks of the keys in any config, its KafkaConfig's) and
+`validate_reconfiguration` (of a change, its DynamicListenerConfig's) hold Kafka's rules with
+its messages; a new SSL or SASL_SSL listener's keystore must load (the start-up check).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import logging
 import socket
-from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -45,32 +46,88 @@ _RECONFIGURABLE_PER_LISTENER = frozenset(
 )
 
 
-def validate_reconfiguration(old: BrokerConfig, new: BrokerConfig) -> None:
-    """Refuse a change of the listener keys as Kafka does (ConfigError with its message)."""
-    text = new.get("listeners") or ""
-    listeners = new.listeners()
-    names = [lst.name for lst in listeners]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"Each listener must have a different name, listeners: {text}")
-    ports = [lst.port for lst in listeners if lst.port != 0]
-    if len(set(ports)) != len(ports):
-        raise ConfigError(f"Each listener must have a different port, listeners: {text}")
-    protocols = _protocol_map(new)
-    for name in names:
-        if name not in protocols:
+def validate_listeners(old: BrokerConfig, config: BrokerConfig) -> None:
+    """Kafka's checks of the listener keys of `config` when it reads one (its KafkaConfig),
+    with its messages: each listener in the protocol map, names unique, ports unique (but for
+    one IPv4 and one IPv6 address), the inter-broker listener (`old`'s: it is not dynamic)
+    advertised, advertised listeners among the listeners."""
+    listeners = _endpoints(config, config.get("listeners") or "", distinct_ports=True)
+    advertised_text = config.get("advertised.listeners")
+    advertised = _endpoints(config, advertised_text, False) if advertised_text else listeners
+    names = list(dict.fromkeys(lst.name for lst in listeners))
+    advertised_names = list(dict.fromkeys(lst.name for lst in advertised))
+    if old.inter_broker_listener_name() not in advertised_names:
+        raise ConfigError(
+            "requirement failed: inter.broker.listener.name must be a listener name defined in "
+            "advertised.listeners. The valid options based on currently configured listeners "
+            f"are {','.join(advertised_names)}"
+        )
+    if not set(advertised_names) <= set(names):
+        raise ConfigError(
+            "requirement failed: advertised.listeners listener names must be equal to or a "
+            f"subset of the ones defined in listeners. Found {','.join(advertised_names)}. The "
+            f"valid options based on the current configuration are {','.join(names)}"
+        )
+
+
+def _endpoints(config: BrokerConfig, text: str, distinct_ports: bool) -> list[Listener]:
+    """The listeners of a `listeners` or `advertised.listeners` value (Kafka's
+    listenerListToEndPoints)."""
+    protocols = _protocol_map(config)
+    try:
+        listeners = [Listener.parse(t) for t in text.split(",") if t.strip()]
+    except ConfigError as e:
+        raise ConfigError(f"Error creating broker listeners from '{text}': {e}") from None
+    for lst in listeners:
+        if lst.name not in protocols:
             raise ConfigError(
                 f"Error creating broker listeners from '{text}': No security protocol defined "
-                f"for listener {name}"
+                f"for listener {lst.name}"
             )
-    new_listeners = _by_name(new, listeners)
-    advertised = _by_name(new, new.advertised_listeners() or listeners)
-    if not advertised.keys() <= new_listeners.keys():
+    if len({lst.name for lst in listeners}) != len(listeners):
         raise ConfigError(
-            f"Advertised listeners '{_scala_map(advertised)}' must be a subset of listeners "
-            f"'{_scala_map(new_listeners)}'"
+            f"requirement failed: Each listener must have a different name, listeners: {text}"
         )
+    if distinct_ports:
+        for port in {lst.port for lst in listeners if lst.port != 0}:
+            _check_port(text, port, [lst.host for lst in listeners if lst.port == port])
+    return listeners
+
+
+def _check_port(text: str, port: int, hosts: list[str]) -> None:
+    """Listeners may share a port only as one IPv4 and one IPv6 address (Kafka's rule)."""
+    if len(hosts) < 2:
+        return
+    ips = []
+    for host in hosts:
+        with contextlib.suppress(ValueError):
+            ips.append(ipaddress.ip_address(host).version)
+    if len(hosts) - len(ips) > 1:
+        raise ConfigError(
+            f"requirement failed: Each listener must have a different port, listeners: {text}"
+        )
+    if len(ips) == 2:
+        if sorted(ips) != [4, 6] or len(hosts) > 2:
+            raise ConfigError(
+                "requirement failed: If you have two listeners on the same port then one needs "
+                f"to be IPv4 and the other IPv6, listeners: {text}, port: {port}"
+            )
+    elif ips:
+        raise ConfigError(
+            "Each listener must have a different port unless exactly one listener has an IPv4 "
+            f"address and the other IPv6 address, listeners: {text}, port: {port}"
+        )
+
+
+def validate_reconfiguration(old: BrokerConfig, new: BrokerConfig) -> None:
+    """Kafka's rules for a change of the listener keys (its
+    DynamicListenerConfig.validateReconfiguration; the config's own checks,
+    `validate_listeners`, passed): a kept listener keeps its security protocol and its fixed
+    `listener.name.<l>.*` keys; and, nothing insecure, a new SSL or SASL_SSL listener's
+    keystore must load."""
     old_names = {lst.name for lst in old.listeners()}
-    for name in sorted(old_names & new_listeners.keys()):
+    new_names = {lst.name for lst in new.listeners()}
+    for name in sorted(old_names & new_names):
         if _fixed_listener_configs(new, name) != _fixed_listener_configs(old, name):
             raise ConfigError(
                 f"Configs cannot be updated dynamically for existing listener "
@@ -80,14 +137,8 @@ def validate_reconfiguration(old: BrokerConfig, new: BrokerConfig) -> None:
             raise ConfigError(
                 f"Security protocol cannot be updated for existing listener ListenerName({name})"
             )
-    inter_broker = old.inter_broker_listener_name()
-    if inter_broker not in advertised or new.inter_broker_listener_name() != inter_broker:
-        raise ConfigError(
-            "Advertised listener must be specified for inter-broker listener "
-            f"ListenerName({inter_broker})"
-        )
-    for name in sorted(new_listeners.keys() - old_names):
-        if new.uses_tls(name):  # nothing insecure: its keystore must load, as at start
+    for name in sorted(new_names - old_names):
+        if new.uses_tls(name):
             from wirebroker.tls import server_context
 
             server_context(new, name)
@@ -100,21 +151,6 @@ def _protocol_map(config: BrokerConfig) -> dict[str, str]:
         if sep:
             protocols[name.strip().upper()] = protocol.strip().upper()
     return protocols
-
-
-def _by_name(config: BrokerConfig, listeners: list[Listener]) -> dict[str, str]:
-    """Listeners by name, each shown as Kafka's EndPoint (for its messages)."""
-    protocols = _protocol_map(config)
-    return {
-        lst.name: f"EndPoint({lst.host or 'null'},{lst.port},ListenerName({lst.name}),"
-        f"{protocols.get(lst.name, 'null')})"
-        for lst in listeners
-    }
-
-
-def _scala_map(entries: Mapping[str, str]) -> str:
-    shown = ", ".join(f"ListenerName({k}) -> {v}" for k, v in entries.items())
-    return f"Map({shown})"
 
 
 def _fixed_listener_configs(config: BrokerConfig, listener: str) -> dict[str, str]:

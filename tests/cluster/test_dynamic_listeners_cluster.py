@@ -26,9 +26,11 @@ MAP = "listener.security.protocol.map=[PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT]"
 
 
 def set_listeners(cluster: Cluster, node_id: int, listeners: list[str]) -> None:
+    """Listen and advertise on `listeners` (Kafka's test brokers set `advertised.listeners`)."""
+    both = ",".join(listeners)
     kafka_configs(
         cluster, "--alter", "--entity-type", "brokers", "--entity-name", str(node_id),
-        "--add-config", f"listeners=[{','.join(listeners)}],{MAP}",
+        "--add-config", f"listeners=[{both}],advertised.listeners=[{both}],{MAP}",
     )  # fmt: skip
 
 

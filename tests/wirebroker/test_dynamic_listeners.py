@@ -115,17 +115,19 @@ def test_refusals_use_kafkas_messages(tmp_path: Path) -> None:
             "Cannot update these configs at default cluster level, broker id must be "
             "specified: Set(listeners)"
         )
-        message = refused(("listeners", SET, f"EXTRA://127.0.0.1:{extra}"))
-        assert "Advertised listener must be specified for inter-broker listener " in message
-        assert "ListenerName(PLAINTEXT)" in message
+        assert refused(("listeners", SET, f"EXTRA://127.0.0.1:{extra}")) == (
+            "requirement failed: inter.broker.listener.name must be a listener name defined in "
+            "advertised.listeners. The valid options based on currently configured listeners "
+            "are EXTRA"
+        )
         assert "No security protocol defined for listener NEW" in refused(
             ("listeners", SET, f"{here},NEW://127.0.0.1:{free_port()}")
         )
         assert "Security protocol cannot be updated for existing listener ListenerName(EXTRA)" in (
             refused((MAP, SET, "PLAINTEXT:PLAINTEXT,EXTRA:SSL"))
         )
-        assert "must be a subset of listeners" in refused(
-            ("advertised.listeners", SET, f"{here},OTHER://127.0.0.1:1")
+        assert "advertised.listeners listener names must be equal to or a subset" in refused(
+            ("advertised.listeners", SET, f"{here},SECURE://127.0.0.1:1")
         )
         # An SSL listener without a keystore: nothing insecure.
         assert "listener SECURE is SSL but has no keystore" in refused(

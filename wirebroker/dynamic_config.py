@@ -18,8 +18,9 @@ first log dir. Password keys are stored encrypted with `password.encoder.secret`
 `listeners`, `advertised.listeners` and `listener.security.protocol.map` add and remove
 listeners (`wirebroker.listeners`: Kafka's rules for them, and the listeners themselves).
 
-Differences from Kafka: a key Kafka marks dynamic but wirebroker does not know (`metric.reporters`, `sasl.kerberos.*`, ...) is stored and described
-like any unknown key, without effect. An SSL listener's new keystore must load, but its
+Differences from Kafka: a key Kafka marks dynamic but wirebroker does not know
+(`metric.reporters`, `sasl.kerberos.*`, ...) is stored and described like any unknown key,
+without effect. An SSL listener's new keystore must load, but its
 certificate's subject may change (Kafka refuses a new DN unless `ssl.allow.dn.changes`).
 """
 

@@ -42,7 +42,7 @@ from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig, max_map_keys
 from storage.log_manager import CreateLogs, LogManager
 from storage.partition_log import PartitionLog
-from wirebroker import connection_limits
+from wirebroker import connection_limits, gc_freeze
 from wirebroker.config import BrokerConfig, ConfigError, Listener
 from wirebroker.connection_limits import ConnectionLimits
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable, thread_count_check
@@ -133,6 +133,9 @@ class Broker:
     authorizer: AclAuthorizer | None = None
     #: Every reading of the time (Kafka's `Time`); a test may run the broker on another.
     clock: Clock = wall_clock_ms
+    #: Freeze what each creation of partitions made once it settled (`partitions_made`);
+    #: `wirebroker serve` turns it on after its start-up freeze (`wirebroker.gc_freeze`).
+    freeze_created: bool = False
     #: The replica manager, once built (`replica_manager`).
     _replica_manager: ReplicaManager | None = field(default=None, init=False, repr=False)
     #: The coordinators once built (`groups`, `transactions`), and where they run.
@@ -175,7 +178,7 @@ class Broker:
             for entity, config in self.quota_store.entities.items():
                 self.quotas.update(entity, config)
         self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
-        self.connection_limits = ConnectionLimits(self.config)
+        self.connection_limits = ConnectionLimits(self.config, self.quotas, self.now_ms)
         dynamic = self.dynamic_config
         dynamic.add_reconfigurable(
             thread_count_check(self.config, "num.replica.fetchers", self._fetcher_count_changed)
@@ -387,7 +390,16 @@ class Broker:
             if topic in INTERNAL_TOPICS and self.partition(topic, index) is not None:
                 # Led here from now on: its coordinator loads it (Kafka's onElection).
                 self.partition_moved(TopicPartition(topic, index), leader=True)
+        if creation.created:
+            self.partitions_made()
         return failed
+
+    def partitions_made(self) -> None:
+        """A creation of partitions settled (their logs made, the partitions served): with
+        `freeze_created`, what it made is frozen out of the collector's passes, once for the
+        whole creation (`wirebroker.gc_freeze`)."""
+        if self.freeze_created:
+            gc_freeze.freeze("new partitions' state")
 
     async def create_when_written(self, records: list[TopicRecord]) -> dict[str, KafkaError]:
         """Once the registry's file holds `records` (new topics or partition counts), make
@@ -720,7 +732,8 @@ class Broker:
 
     def _peer_security_changed(self, changed: frozenset[str]) -> None:
         """The inter-broker listener's stores or login changed at run time: the next
-        connections to the other brokers use them (open ones keep theirs). The OAUTHBEARER
+        connections to the other brokers (replica fetchers, AlterPartition, the controller's
+        channel) use them (open ones keep theirs). The OAUTHBEARER
         access token login carries on, fetching at once if its endpoint or credentials
         changed (`SaslLogin.adopt`); a new one fetches in the background, logins waiting."""
         security = PeerSecurity.inter_broker(self.config)
@@ -730,7 +743,9 @@ class Broker:
             assert self._oauthbearer_nursery is not None
             self._oauthbearer_nursery.start_soon(partial(start.run, at_start=False))
         self.peer_security = security
-        self.replica_manager.use_peer_security(self.peer_security)
+        self.replica_manager.use_peer_security(security)
+        if self.cluster is not None:
+            self.cluster.controller.use_peer_security(security)
 
     def _check_sasl(self, candidate: BrokerConfig) -> None:
         for listener in candidate.listeners():

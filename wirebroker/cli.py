@@ -8,22 +8,30 @@
 in a cluster, after a controlled shutdown). Once it serves, what its start made (the opened
 logs and their indexes, about a hundred objects a partition) is frozen out of the cyclic
 collector's full passes, as `wirebroker.__main__` freezes the imported modules: at 3,000
-partitions a full pass walked about 300,000 objects, 70-190 ms with the event loop stopped. `cluster` runs ZooKeeper and N brokers locally.
-`configs` writes users' SCRAM credentials to ZooKeeper before brokers start.
+partitions a full pass walked about 300,000 objects, 70-190 ms with the event loop stopped;
+so is what each later creation of partitions made (`wirebroker.gc_freeze`). `cluster` runs
+ZooKeeper and N brokers locally. `configs` writes users' SCRAM credentials to ZooKeeper before
+brokers start.
+
+An OSError that ends `serve` is one line saying what failed (`describe_os_error`): the operation
+(a listener's bind, opening log.dirs), the address or file, the system's reason, where it was
+raised; only an address in use asks whether another broker holds the port.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import errno
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
+from types import TracebackType
 
 import trio
 
-from wirebroker import cluster_cli, configs_cli
+from wirebroker import cluster_cli, configs_cli, gc_freeze
 from wirebroker.config import BROKER_KEYS, READ_ONLY, BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker, serve_broker
 from wirebroker.zk.errors import ZooKeeperUnreachable
@@ -134,11 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         problem = find_exception(e, OSError)
         if isinstance(problem, OSError):
-            print(
-                f"wirebroker: {problem.strerror or problem}: is another broker already on that "
-                "port, or ZooKeeper unreachable?",
-                file=sys.stderr,
-            )
+            print(f"wirebroker: {describe_os_error(problem)}", file=sys.stderr)
             return 1
         raise
     return 0
@@ -156,11 +160,43 @@ def find_exception(error: BaseException, kind: type[BaseException]) -> BaseExcep
     return None
 
 
+def describe_os_error(error: OSError) -> str:
+    """One line for an OSError that ended the broker: what it was doing (the notes added where
+    it happened: a listener's bind, opening log.dirs), the system's reason with the file, and
+    where it was raised (the failing call, in which function of ours); the question of another
+    broker on the port only for an address in use."""
+    reason = error.strerror or str(error)
+    for name in (error.filename, error.filename2):
+        if name is not None:
+            reason += f": {os.fsdecode(name) if isinstance(name, bytes) else name}"
+    doing = "".join(f"{note}: " for note in getattr(error, "__notes__", ()))
+    text = f"{doing}{reason} ({_raised_at(error.__traceback__)})"
+    if error.errno == errno.EADDRINUSE:
+        text += "; is another broker already on that port?"
+    return text
+
+
+def _raised_at(tb: TracebackType | None) -> str:
+    """The library call that raised (if not ours) in the innermost of our functions, its line."""
+    root = Path(__file__).resolve().parent.parent
+    call = ours = ""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = Path(code.co_filename)
+        mine = path.is_relative_to(root) and ".venv" not in path.parts
+        call = "" if mine else code.co_qualname
+        if mine:
+            ours = f"{code.co_qualname}, {path.relative_to(root)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return " in ".join(part for part in (call, ours) if part)
+
+
 async def _run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             running: RunningBroker = await nursery.start(serve_broker, config)
-            _freeze_start()
+            gc_freeze.freeze("start-up state")
+            running.broker.freeze_created = True
             stopping = False
             async for signum in signals:
                 if stopping:
@@ -170,19 +206,6 @@ async def _run(config: BrokerConfig) -> None:
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 stopping = True
                 nursery.start_soon(_stop, running, nursery.cancel_scope)
-
-
-def _freeze_start() -> None:
-    """Leave what start-up made out of the collector's full passes (see the module's doc).
-    Frozen objects are still freed by reference counting; only a reference cycle among them
-    that becomes garbage later (some of a deleted topic's log objects) stays until a restart.
-    Their files are closed explicitly, never by the collector."""
-    before = gc.get_freeze_count()
-    gc.freeze()
-    log.info(
-        "start-up state (%d objects) left out of the garbage collector's full passes",
-        gc.get_freeze_count() - before,
-    )
 
 
 async def _stop(running: RunningBroker, scope: trio.CancelScope) -> None:

@@ -547,7 +547,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "max.connection.creation.rate",
             "int",
             str(INT_MAX),
-            "Accepted for compatibility; new connections are not rate-limited.",
+            "New connections a second the broker accepts (listener.name.<l>.max.connection."
+            "creation.rate: per listener); faster ones wait (KIP-612).",
             CLUSTER_WIDE,
             at_least=0,
         ),

@@ -14,8 +14,8 @@ connection only (ApiVersions of an unknown version gets the KIP-511 answer inste
 connection idle for `connections.max.idle.ms` is closed, and one quiet for `BUFFER_IDLE_S`
 gives back its receive buffer, both by the broker's one `ConnectionWatch` task (as Kafka's
 selector checks its idle channels): a connection waiting for bytes needs no timer of its own.
-A new connection waits for room under `max.connections` and is closed at once when its
-address is at `max.connections.per.ip` (`wirebroker.connection_limits`). Bytes come and go
+A connection comes here once its listener's acceptor admitted it under the connection quotas
+(`wirebroker.connection_limits`), which it gives back when it closes. Bytes come and go
 through the connection's transport (`wirebroker.transport`): the socket itself on a PLAINTEXT or
 SASL_PLAINTEXT listener, TLS (`wirebroker.tls`, after its handshake) on an SSL one. On a SASL
 listener every frame goes to the connection's `SaslAuthenticator` until it is authenticated
@@ -77,6 +77,7 @@ from wirebroker.dispatch import (
     supported,
 )
 from wirebroker.metrics import READY, Timing, request_sent
+from wirebroker.quotas.entities import ip_address
 from wirebroker.transport import PlainTransport, Transport, release
 
 if TYPE_CHECKING:
@@ -192,34 +193,34 @@ class ConnectionWatch:
                 connection.check_idle(now, idle_s)
 
 
+def peer_of(stream: trio.SocketStream) -> tuple[str, int]:
+    """The client's address (canonical: an IPv4-mapped one as IPv4) and port; ("?", 0) when
+    the socket no longer knows it."""
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:
+        return "?", 0
+    host = str(peer[0])
+    return ip_address(host) or host, int(peer[1])
+
+
 async def serve_connection(
     stream: trio.SocketStream,
+    peer: tuple[str, int],
     broker: Broker,
     listener_name: str,
     watch: ConnectionWatch,
     tls: tuple[ssl.SSLContext, PrincipalMapper] | None = None,
 ) -> None:
-    """Serve one accepted connection until the peer closes it, it idles out, or misbehaves.
+    """Serve one connection the connection quotas admitted (`peer_of` it) until the peer
+    closes it, it idles out, or misbehaves; then give it back to the quotas.
 
     With `tls` (an SSL listener's context and principal mapping), the TLS handshake comes
     first; a failed one is logged in one line and closes this connection only.
     """
     sock = stream.socket
-    try:
-        peer = sock.getpeername()
-        client_host = str(peer[0])
-    except OSError:
-        peer, client_host = ("?", 0), "?"
+    client_host = peer[0]
     limits = broker.connection_limits
-    if not await limits.admit(listener_name, client_host):
-        log.warning(
-            "closing connection from %s: the address holds its %d connections (max.connections.per.ip)",
-            client_host,
-            limits.per_ip_limit(client_host),
-        )
-        with trio.CancelScope(shield=True):
-            await stream.aclose()
-        return
     broker.stats.connection_opened(listener_name, broker.now_ms())
     connection: _Connection | None = None
     try:

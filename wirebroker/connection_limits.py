@@ -1,42 +1,118 @@
-"""Connection limits: `max.connections` (per broker and per listener) and `max.connections.per.ip`.
+"""Connection quotas, as Kafka's ConnectionQuotas: how many connections, and how fast new ones.
 
-As Kafka's ConnectionQuotas: a client address over `max.connections.per.ip` (or its entry in
-`max.connections.per.ip.overrides`, `host:count,...`) has its new connection closed at once;
-when the broker holds `max.connections` connections, or a listener its
-`listener.name.<l>.max.connections`, a new connection waits until another closes (Kafka stops
-accepting until then; the client sees the same). Connections on the inter-broker listener are
-counted but never wait for the broker-wide limit, so brokers always reach each other. The
-limits are read at every new connection, so dynamic changes apply to the next one.
+`admit` decides each accepted connection before it is served, one at a time per listener (the
+listener's acceptor, `wirebroker.listeners`, waits for it before accepting the next, as Kafka's
+Acceptor thread blocks):
 
-Differences from Kafka: `max.connection.creation.rate` is accepted without effect; the
-inter-broker listener does not close another listener's least recently used connection to make
-room, it is simply exempt.
+- Creation rate (KIP-612): the connection is recorded in the broker's rate
+  (`max.connection.creation.rate`) and its listener's (`listener.name.<l>.max.connection.
+  creation.rate`, else the broker-wide value, as Kafka's prefix override), each sampled over
+  `quota.window.num` windows of `quota.window.size.seconds`. Over either, the acceptor waits
+  the longer throttle time, Kafka's `(rate - quota) / quota * window` capped at one window,
+  before the connection is served: clients connecting too fast see their connections wait.
+- Count: when the broker holds `max.connections` connections, or the listener its
+  `listener.name.<l>.max.connections` (else `max.connections`), the acceptor waits until one
+  closes.
+- The inter-broker listener, when the broker has more than one, is not held to the broker-wide
+  rate and count (only to its listener's), so brokers always reach each other.
+- Per IP: an address whose own rate is over its `connection_creation_rate` quota (an `ip`
+  client quota, or the default IP's: `wirebroker.quotas`) is not served and its connection is
+  closed only after the throttle time (`ConnectionThrottled`), so a client retrying at once
+  does not add to the rate; the connection is then taken back out of the three rates. An
+  address holding `max.connections.per.ip` connections (or its entry in
+  `max.connections.per.ip.overrides`, `host:count,...`) has its new one closed at once
+  (`TooManyConnections`).
+
+Every limit is read when a connection is decided, so dynamic changes apply to the next one; a
+connection already waiting out a rate throttle waits its whole delay, as in Kafka.
+
+The rates and the throttle times given (Kafka's `connection-accept-rate`,
+`broker-connection-accept-rate`, `connection-accept-throttle-time` and
+`ip-connection-accept-throttle-time`: means of the non-zero ones per listener) are kept here
+for the metrics (`wirebroker.metrics_collector`).
+
+Differences from Kafka: the inter-broker listener does not close another listener's least
+recently used connection to make room, it is simply exempt; an address's own
+`connection-accept-rate` is not exported.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import trio
 
 from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.quotas.client import THROTTLE_SAMPLES, THROTTLE_WINDOW_MS, ClientQuotas
+from wirebroker.quotas.entities import INT_MAX
+from wirebroker.quotas.rates import SampledRate
+
+#: Kafka's ConnectionQuotaEntity.ipQuotaEntity sensor expiration: an address's rate is
+#: forgotten an hour after its last connection.
+IP_RATE_EXPIRY_MS = 3_600_000
+
+
+class TooManyConnections(Exception):
+    """Raised by `ConnectionLimits.admit` when the client address already holds its
+    `max.connections.per.ip`; the acceptor closes the connection at once."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the address holds its {limit} connections (max.connections.per.ip)")
+        self.limit = limit
+
+
+class ConnectionThrottled(Exception):
+    """Raised by `ConnectionLimits.admit` when the client address is over its connection
+    creation rate; the acceptor closes the connection after `throttle_ms`."""
+
+    def __init__(self, throttle_ms: int) -> None:
+        super().__init__(f"over its connection_creation_rate: closed in {throttle_ms} ms")
+        self.throttle_ms = throttle_ms
 
 
 class ConnectionLimits:
-    """The connections open now, by listener and client address, against the limits."""
+    """The connections open now, by listener and client address, and the connection creation
+    rates, against the limits."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(
+        self, config: BrokerConfig, quotas: ClientQuotas, now_ms: Callable[[], int]
+    ) -> None:
         self.config = config
+        self.quotas = quotas
+        self.now_ms = now_ms
         self.total = 0
         self.by_listener: Counter[str] = Counter()
         self.by_host: Counter[str] = Counter()
         self._freed = trio.lowlevel.ParkingLot()
+        self._samples = config.get_int("quota.window.num")
+        self._window_ms = config.get_int("quota.window.size.seconds") * 1000
+        self.broker_rate = self._new_rate()
+        names = [listener.name for listener in config.listeners()]
+        self.listener_rates = {name: self._new_rate() for name in names}
+        #: Per listener: the throttle times given for the broker's or listener's rate, and
+        #: for an address's.
+        self.throttles = {name: _throttle_times() for name in names}
+        self.ip_throttles = {name: _throttle_times() for name in names}
+        #: By address, with the time of its last connection (those with a quota only).
+        self.ip_rates: dict[str, tuple[SampledRate, int]] = {}
+        self._acceptors = {listener: trio.Lock() for listener in self.listener_rates}
+        inter_broker = config.inter_broker_listener() or "PLAINTEXT"
+        self._protected = inter_broker if len(self.listener_rates) > 1 else None
+        self._purged_ms = 0
+
+    def _new_rate(self) -> SampledRate:
+        return SampledRate(self._samples, self._window_ms)
+
+    def _listener_limit(self, listener: str, key: str) -> int:
+        """The listener's own value of `key`, else the broker's (Kafka's prefix override)."""
+        own = self.config.get(f"listener.name.{listener.lower()}.{key}")
+        return int(own) if own is not None else self.config.get_int(key)
 
     def _full(self, listener: str) -> bool:
-        own = self.config.get(f"listener.name.{listener.lower()}.max.connections")
-        if own is not None and self.by_listener[listener] >= int(own):
+        if self.by_listener[listener] >= self._listener_limit(listener, "max.connections"):
             return True
-        if listener == (self.config.inter_broker_listener() or "PLAINTEXT"):
+        if listener == self._protected:
             return False
         return self.total >= self.config.get_int("max.connections")
 
@@ -44,17 +120,77 @@ class ConnectionLimits:
         overrides = parse_overrides(self.config.get("max.connections.per.ip.overrides") or "")
         return overrides.get(host, self.config.get_int("max.connections.per.ip"))
 
-    async def admit(self, listener: str, host: str) -> bool:
-        """Wait for room under the broker's and the listener's limits; False (close the
-        connection) when its client address already holds its own limit."""
-        while self._full(listener):
-            await self._freed.park()
-        if self.by_host[host] >= self.per_ip_limit(host):
-            return False
-        self.total += 1
-        self.by_listener[listener] += 1
-        self.by_host[host] += 1
-        return True
+    async def admit(self, listener: str, host: str) -> None:
+        """Wait until the listener may take the connection from `host` (its rate throttle,
+        room under the counts), then count it in. Raises `ConnectionThrottled` or
+        `TooManyConnections` (not counted in) when the address may not have it."""
+        async with self._acceptors[listener]:
+            throttle_ms = self._record(listener, 1.0)
+            if throttle_ms > 0:
+                self.throttles[listener].record(throttle_ms, self.now_ms())
+                await trio.sleep(throttle_ms / 1000)
+            while self._full(listener):
+                await self._freed.park()
+            ip_throttle_ms = self._record_ip(host)
+            if ip_throttle_ms > 0:
+                self.ip_throttles[listener].record(ip_throttle_ms, self.now_ms())
+                self._record(listener, -1.0)  # not accepted: out of the broker's rates too
+                raise ConnectionThrottled(ip_throttle_ms)
+            limit = self.per_ip_limit(host)
+            if self.by_host[host] >= limit:
+                raise TooManyConnections(limit)
+            self.total += 1
+            self.by_listener[listener] += 1
+            self.by_host[host] += 1
+
+    def _record(self, listener: str, value: float) -> int:
+        """Record a connection (or take one back, -1) in the broker's and the listener's
+        rates; the longer throttle time of the two (0 within both)."""
+        now_ms = self.now_ms()
+        throttle_ms = 0
+        if listener != self._protected:
+            bound = self.config.get_int("max.connection.creation.rate")
+            throttle_ms = self._record_in(self.broker_rate, value, bound, now_ms)
+        bound = self._listener_limit(listener, "max.connection.creation.rate")
+        own = self._record_in(self.listener_rates[listener], value, bound, now_ms)
+        return max(throttle_ms, own)
+
+    def _record_ip(self, host: str) -> int:
+        """Record a connection from `host` in its rate when it has a quota; the throttle time
+        (the connection taken back out again) when that is over it."""
+        bound = self.quotas.connection_rate(host)
+        now_ms = self.now_ms()
+        self._purge_ip_rates(now_ms)
+        if bound is None or bound == INT_MAX:
+            return 0
+        rate = self.ip_rates[host][0] if host in self.ip_rates else self._new_rate()
+        self.ip_rates[host] = (rate, now_ms)
+        throttle_ms = self._record_in(rate, 1.0, bound, now_ms)
+        if throttle_ms > 0:
+            rate.record(-1.0, now_ms)
+        return throttle_ms
+
+    def _record_in(self, rate: SampledRate, value: float, bound: int, now_ms: int) -> int:
+        """Kafka's Sensor.record with its quota checked (when recording one more) and
+        QuotaUtils.boundedThrottleTime; a quota of 0 (an ip's may be) throttles every
+        connection for the whole window, as Kafka's infinite throttle time capped."""
+        rate.record(value, now_ms)
+        if value < 0 or bound >= INT_MAX:
+            return 0
+        violation = rate.check(bound, now_ms)
+        if violation is None:
+            return 0
+        if bound <= 0:
+            return self._window_ms
+        return min(violation.throttle_time_ms(), self._window_ms)
+
+    def _purge_ip_rates(self, now_ms: int) -> None:
+        if now_ms - self._purged_ms < 60_000:
+            return
+        self._purged_ms = now_ms
+        for host, (_, last_ms) in list(self.ip_rates.items()):
+            if now_ms - last_ms >= IP_RATE_EXPIRY_MS:
+                del self.ip_rates[host]
 
     def release(self, listener: str, host: str) -> None:
         self.total -= 1
@@ -63,8 +199,13 @@ class ConnectionLimits:
         self._freed.unpark_all()
 
     def reconfigure(self, changed: frozenset[str]) -> None:
-        """Higher limits may let waiting connections in."""
+        """Higher limits may let a waiting connection in."""
         self._freed.unpark_all()
+
+
+def _throttle_times() -> SampledRate:
+    """A throttle-time sensor (Kafka's Avg on a default MetricConfig: two windows of 30 s)."""
+    return SampledRate(THROTTLE_SAMPLES, THROTTLE_WINDOW_MS)
 
 
 def parse_overrides(text: str) -> dict[str, int]:
@@ -83,13 +224,19 @@ def parse_overrides(text: str) -> dict[str, int]:
 
 
 def validate(candidate: BrokerConfig) -> None:
-    """Kafka's checks of new limits (its messages)."""
+    """Kafka's checks of new limits (its messages; a listener's limits are checked with the
+    broker-wide value where it has none of its own, as Kafka's ListenerConnectionQuota)."""
     parse_overrides(candidate.get("max.connections.per.ip.overrides") or "")
-    for name, value in candidate.current().items():
-        if (name == "max.connections" or name.endswith(".max.connections")) and int(value) <= 0:
-            raise ConfigError(f"Invalid max.connections {value}")
+    for listener in candidate.listeners():
+        for key in ("max.connections", "max.connection.creation.rate"):
+            own = candidate.get(f"listener.name.{listener.name.lower()}.{key}")
+            value = int(own) if own is not None else candidate.get_int(key)
+            if value <= 0:
+                raise ConfigError(f"Invalid {key} {value}")
 
 
 def follows(name: str) -> bool:
     """A key the limits are made of."""
-    return name.startswith("max.connection") or name.endswith(".max.connections")
+    return name.startswith("max.connection") or name.endswith(
+        (".max.connections", ".max.connection.creation.rate")
+    )

@@ -1,8 +1,10 @@
 """The broker's listeners: bound at start, added and removed at run time.
 
-`BrokerListeners.run` binds every listener of the config, reports the bound ones, then follows
-changes of `listeners`, `advertised.listeners` and `listener.security.protocol.map` (Kafka's
-dynamic listeners, KIP-226, set per broker only): a new listener is bound and accepts, with
+`BrokerListeners.run` binds every listener of the config, runs each one's acceptor (Kafka's
+Acceptor: connections admitted by the connection quotas one at a time), reports the bound
+ones, then follows changes of `listeners`, `advertised.listeners` and
+`listener.security.protocol.map` (Kafka's dynamic listeners, KIP-226, set per broker only):
+a new listener is bound and accepts, with
 its TLS context, SASL settings and connection limits as at start; a removed one stops
 accepting and its open connections are closed (their tasks cancelled), as Kafka's
 `SocketServer.removeListeners`. Listeners are told apart by name, as Kafka does: one kept
@@ -19,16 +21,17 @@ its messages; a new SSL or SASL_SSL listener's keystore must load (the start-up 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import logging
 import socket
-from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
 
 from wirebroker.config import LISTENER_PREFIXED, BrokerConfig, ConfigError, Listener
-from wirebroker.connection import ConnectionWatch, serve_connection
+from wirebroker.connection import ConnectionWatch, peer_of, serve_connection
+from wirebroker.connection_limits import ConnectionThrottled, TooManyConnections
 from wirebroker.dynamic_config import SECURITY_KEYS, Reconfigurable
 
 if TYPE_CHECKING:
@@ -37,6 +40,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: accept()'s errors of a process or system out of file descriptors or memory, retried after
+#: ACCEPT_RETRY_S (as trio.serve_listeners).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_RETRY_S = 0.1
 #: The keys whose change adds or removes listeners (Kafka's listener registration keys).
 LISTENER_KEYS = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
 #: Listener-prefixed keys an existing listener may change (Kafka's ListenerReconfigurableConfigs
@@ -210,7 +217,12 @@ class BrokerListeners:
 
     async def _open(self, listener: Listener) -> None:
         assert self._nursery is not None
-        sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+        try:
+            sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+        except OSError as e:
+            host = listener.host or "0.0.0.0"
+            e.add_note(f"binding listener {listener.name} to {host}:{listener.port}")
+            raise
         if self._receive_buffer is not None:
             # On the listening socket, before the first accept, as Kafka's Acceptor does: its
             # connections inherit it, and the window scale their handshake offers is chosen
@@ -220,13 +232,54 @@ class BrokerListeners:
         port = sockets[0].socket.getsockname()[1]
         self.bound[listener.name] = Listener(listener.name, listener.host or "0.0.0.0", port)
         scope = self._scopes[listener.name] = trio.CancelScope()
-        handler = partial(self._serve, listener=listener.name)
 
-        async def serve() -> None:
+        async def accept() -> None:
             with scope:  # cancelled: the sockets close, and every connection of the listener
-                await trio.serve_listeners(handler, sockets)
+                await self._accept_connections(sockets, listener.name)
 
-        self._nursery.start_soon(serve)
+        self._nursery.start_soon(accept)
+
+    async def _accept_connections(self, sockets: list[trio.SocketListener], listener: str) -> None:
+        """A listener's acceptor (Kafka's Acceptor): it accepts one connection, has the
+        connection quotas (`wirebroker.connection_limits`) admit it, which may make it wait (a
+        creation rate throttle, no room under `max.connections`), and only then accepts the
+        next, so connections beyond the limits wait in the listen backlog. A connection the
+        quotas refuse is closed: at once when its address holds its `max.connections.per.ip`,
+        after the throttle time when the address is over its `connection_creation_rate`. The
+        connections are served in tasks of its nursery."""
+        async with trio.open_nursery() as nursery:
+            for listening in sockets:
+                nursery.start_soon(self._accept_from, listening, listener, nursery)
+
+    async def _accept_from(
+        self, listening: trio.SocketListener, listener: str, nursery: trio.Nursery
+    ) -> None:
+        limits = self.broker.connection_limits
+        async with listening:
+            while True:
+                try:
+                    stream = await listening.accept()
+                except OSError as e:
+                    if e.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    log.error("accepting on %s: %s; retrying in %s s", listener, e, ACCEPT_RETRY_S)
+                    await trio.sleep(ACCEPT_RETRY_S)
+                    continue
+                peer = peer_of(stream)
+                try:
+                    await limits.admit(listener, peer[0])
+                except TooManyConnections as e:
+                    log.warning("closing connection from %s: %s", peer[0], e)
+                    await trio.aclose_forcefully(stream)
+                    continue
+                except ConnectionThrottled as e:
+                    log.debug("connection from %s on %s %s", peer[0], listener, e)
+                    nursery.start_soon(_close_after, stream, e.throttle_ms)
+                    continue
+                except BaseException:
+                    await trio.aclose_forcefully(stream)
+                    raise
+                nursery.start_soon(self._serve, stream, peer, listener)
 
     async def _follow(self) -> None:
         """Make the bound listeners those of the config: close the removed, open the new;
@@ -283,18 +336,27 @@ class BrokerListeners:
             Reconfigurable(tls.follows, tls.reconfigure, tls.validate)
         )
 
-    async def _serve(self, stream: trio.SocketStream, *, listener: str) -> None:
-        """One accepted connection, with `socket.send.buffer.bytes` (None: the system's
+    async def _serve(self, stream: trio.SocketStream, peer: tuple[str, int], listener: str) -> None:
+        """One admitted connection, with `socket.send.buffer.bytes` (None: the system's
         default) and its listener's TLS context of the moment."""
         if self._send_buffer is not None:
             try:
                 stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
             except OSError as e:  # as Kafka's Acceptor: the connection is closed, not the broker
                 log.warning("closing a new connection on %s: %s", listener, e)
+                self.broker.connection_limits.release(listener, peer[0])
                 await trio.aclose_forcefully(stream)
                 return
         context = self.tls.contexts[listener] if self.tls is not None else None
-        await serve_connection(stream, self.broker, listener, self.watch, context)
+        await serve_connection(stream, peer, self.broker, listener, self.watch, context)
+
+
+async def _close_after(stream: trio.SocketStream, delay_ms: int) -> None:
+    """Kafka's delayed close of a throttled connection (`DelayedCloseSocket`)."""
+    try:
+        await trio.sleep(delay_ms / 1000)
+    finally:
+        await trio.aclose_forcefully(stream)
 
 
 def advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:

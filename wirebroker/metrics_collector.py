@@ -479,6 +479,40 @@ class BrokerCollector(Collector):
             creation_rate.add_metric(names, s.creation_rate.measure(now_ms))
             close_rate.add_metric(names, s.close_rate.measure(now_ms))
         yield from (count, created, closed, creation_rate, close_rate)
+        yield from self._connection_quotas(now_ms)
+
+    def _connection_quotas(self, now_ms: int) -> Iterator[Metric]:
+        """Kafka's ConnectionQuotas metrics (socket-server-metrics, per listener)."""
+        limits = self.broker.connection_limits
+        prefix = "kafka_server_socket_server_metrics_"
+        yield _gauge(
+            f"{prefix}broker_connection_accept_rate",
+            "Connections a second the broker-wide creation rate quota measures.",
+            limits.broker_rate.measure(now_ms),
+        )
+        accept_rate = GaugeMetricFamily(
+            f"{prefix}connection_accept_rate",
+            "Connections a second the listener's creation rate quota measures.",
+            None,
+            ["listener"],
+        )
+        throttle = GaugeMetricFamily(
+            f"{prefix}connection_accept_throttle_time",
+            "Mean of the accept delays (ms) given for the broker's or listener's rate.",
+            None,
+            ["listener"],
+        )
+        ip_throttle = GaugeMetricFamily(
+            f"{prefix}ip_connection_accept_throttle_time",
+            "Mean of the throttle times (ms) of connections closed for their IP's rate.",
+            None,
+            ["listener"],
+        )
+        for name, rate in sorted(limits.listener_rates.items()):
+            accept_rate.add_metric([name], rate.measure(now_ms))
+            throttle.add_metric([name], limits.throttles[name].average(now_ms))
+            ip_throttle.add_metric([name], limits.ip_throttles[name].average(now_ms))
+        yield from (accept_rate, throttle, ip_throttle)
 
 
 def _has_late_transaction(log: PartitionLog, now_ms: int, late_after_ms: int) -> bool:

@@ -7,7 +7,8 @@ is then out of step and the caller must close it. It sets no timeout: callers bo
 request with their own (`replica.socket.timeout.ms`, `controller.socket.timeout.ms`).
 
 `PeerSecurity` is how a connection is secured, as the inter-broker listener's protocol says
-(`PeerSecurity.inter_broker(config)`, built once per broker: `Broker.peer_security`): TLS with
+(`PeerSecurity.inter_broker(config)`: `Broker.peer_security`, made again when the listener's
+stores or login change at run time, for the next connections; open ones keep theirs): TLS with
 the context of `wirebroker.tls.inter_broker_client_context` (the broker's keystore as client
 certificate, its truststore, host names checked) for SSL and SASL_SSL, then for SASL_PLAINTEXT
 and SASL_SSL a SASL login (`wirebroker.sasl.settings.SaslLogin`: SaslHandshake v1, then

@@ -10,8 +10,9 @@ a test one that follows trio's `MockClock`.
 The dynamic broker configs (`wirebroker.dynamic_config`) are read before anything is opened
 (ZooKeeper's `/config/brokers/...` in a cluster, the embedded broker's own file), so listeners'
 TLS and the logs start with them; each listener's TLS context is taken per connection from
-`tls.ListenerContexts`, which a dynamic keystore change replaces. The listeners themselves are
-`wirebroker.listeners`' (bound at start, added and removed by a dynamic `listeners` change).
+`tls.ListenerContexts`, which a dynamic keystore change replaces. The listeners and their
+acceptors are `wirebroker.listeners`' (bound at start, added and removed by a dynamic
+`listeners` change).
 
 With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
 cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
@@ -110,14 +111,14 @@ async def serve_broker(
                 await entity_configs.change_entity_config(zk, f"brokers/{own}", again)
             # A bad keystore or truststore fails here, before any file or socket is opened.
             tls = tls_contexts(config)
-            broker = Broker.open(config, clock, dynamic)
+            broker = _open_broker(config, clock, dynamic)
         except BaseException:
             await zk.close()
             raise
     else:
         dynamic = DynamicBrokerConfig.open(config)
         tls = tls_contexts(config)
-        broker = Broker.open(config, clock, dynamic)
+        broker = _open_broker(config, clock, dynamic)
     try:
         if config.authorizer_enabled:
             # The ACLs are loaded before any listener opens: no request is decided without them.
@@ -164,6 +165,16 @@ async def serve_broker(
             await zk.close()
         log.info("shutting down: writing checkpoints")
         broker.close()
+
+
+def _open_broker(config: BrokerConfig, clock: Clock, dynamic: DynamicBrokerConfig) -> Broker:
+    """`Broker.open`; an OSError says it happened opening log.dirs (`wirebroker serve` tells
+    what failed from such notes)."""
+    try:
+        return Broker.open(config, clock, dynamic)
+    except OSError as e:
+        e.add_note(f"opening log.dirs={','.join(map(str, config.log_dirs()))}")
+        raise
 
 
 async def _housekeeping(broker: Broker) -> None:

@@ -1,5 +1,6 @@
 """Client quotas in a cluster: kept in ZooKeeper as Kafka keeps them (beside a user's SCRAM
-credentials), followed by every broker through `/config/changes`, and enforced there."""
+credentials; an ip's connection rate at `/config/ips/<ip>`), followed by every broker through
+`/config/changes`, and enforced there."""
 
 from __future__ import annotations
 
@@ -67,10 +68,11 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
                     ),
                     alteration([("client-id", None)], request_percentage=200.0),
                     alteration([("client-id", "tiny")], producer_byte_rate=1000.0),
+                    alteration([("ip", "10.1.2.3")], connection_creation_rate=7.0),
                 ]
             )
             answer = await call(b1, request, 1)
-            assert [e.error_code for e in answer.entries] == [ErrorCode.NONE] * 4
+            assert [e.error_code for e in answer.entries] == [ErrorCode.NONE] * 5
 
             # Kafka's znodes: the quota beside the SCRAM credential, names sanitized
             user = await znode(b1, "/config/users/alice")
@@ -84,6 +86,10 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
                 "version": 1,
                 "config": {"request_percentage": "200.0"},
             }
+            assert await znode(b1, "/config/ips/10.1.2.3") == {
+                "version": 1,
+                "config": {"connection_creation_rate": "7"},
+            }
             assert b1.broker.cluster is not None
             zk = b1.broker.cluster.zk
             changes = sorted(await zk.get_children(znodes.CONFIG_CHANGES) or [])
@@ -92,6 +98,7 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
                 for c in changes
             ]
             assert {"version": 2, "entity_path": "users/alice/clients/my%20app"} in notified
+            assert {"version": 2, "entity_path": "ips/10.1.2.3"} in notified
 
             # every broker applies them, and describes them from ZooKeeper
             def applied() -> bool:
@@ -101,6 +108,7 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
                     and q.fetch.overrides.get(QuotaEntity("alice", "my%20app")) == 7000
                     and q.request.overrides.get(QuotaEntity(None, "<default>")) == 200
                     and q.produce.overrides.get(QuotaEntity(None, "tiny")) == 1000
+                    and q.connection_rate("10.1.2.3") == 7
                 )
 
             await eventually(applied, what="broker 2 applies the quotas")
@@ -114,6 +122,7 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
                     (("user", "alice"), ("client-id", "my app")),
                     (("consumer_byte_rate", 7000.0),),
                 ),
+                ((("ip", "10.1.2.3"),), (("connection_creation_rate", 7.0),)),
             }
 
             # enforced on the other broker
@@ -178,6 +187,7 @@ def test_kafka_reads_our_quotas_and_we_read_its(zk_connect: str, tmp_path: Path)
             alteration([("user", "alice")], producer_byte_rate=5000.0),
             alteration([("user", "alice"), ("client-id", "my app")], request_percentage=12.5),
             alteration([("client-id", None)], consumer_byte_rate=3000.0),
+            alteration([("ip", "10.1.2.3")], connection_creation_rate=7.0),
         ]
     )
 
@@ -185,7 +195,7 @@ def test_kafka_reads_our_quotas_and_we_read_its(zk_connect: str, tmp_path: Path)
         async with trio.open_nursery() as nursery:
             b1 = await start_broker(nursery, zk_connect, tmp_path, 1)
             answer = await call(b1, ours, 1)
-            assert [e.error_code for e in answer.entries] == [ErrorCode.NONE] * 3
+            assert [e.error_code for e in answer.entries] == [ErrorCode.NONE] * 4
             nursery.cancel_scope.cancel()
 
     trio.run(write_ours)
@@ -202,9 +212,16 @@ def test_kafka_reads_our_quotas_and_we_read_its(zk_connect: str, tmp_path: Path)
                 (("request_percentage", 12.5),),
             ),
             ((("client-id", None),), (("consumer_byte_rate", 3000.0),)),
+            ((("ip", "10.1.2.3"),), (("connection_creation_rate", 7.0),)),
         }
-        theirs = A(entries=[alteration([("client-id", "their app")], producer_byte_rate=1234.0)])
-        assert client.request(theirs, 1).entries[0].error_code == ErrorCode.NONE
+        theirs = A(
+            entries=[
+                alteration([("client-id", "their app")], producer_byte_rate=1234.0),
+                alteration([("ip", None)], connection_creation_rate=9.0),
+            ]
+        )
+        answer = client.request(theirs, 1)
+        assert [e.error_code for e in answer.entries] == [ErrorCode.NONE] * 2
 
     async def read_theirs() -> None:
         async with trio.open_nursery() as nursery:
@@ -218,6 +235,9 @@ def test_kafka_reads_our_quotas_and_we_read_its(zk_connect: str, tmp_path: Path)
                 ),
                 what="our broker applies Kafka's quota",
             )
+            raw = await znode(b1, "/config/ips/<default>")
+            assert raw == {"version": 1, "config": {"connection_creation_rate": "9"}}
+            assert b1.broker.quotas.connection_rate("10.9.9.9") == 9
             nursery.cancel_scope.cancel()
 
     trio.run(read_theirs)

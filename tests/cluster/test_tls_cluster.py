@@ -9,6 +9,10 @@ certificate and checking its peer's host name against its truststore.
   produces with acks=all (min.insync.replicas=2) and consumes it back. The ACL authorizer is
   on: the brokers act as brokers as the super user they log in as (`User:broker`), and alice
   may only what her ACLs grant.
+- SASL_PLAINTEXT with PLAIN between brokers (2 brokers), its password rotated at run time (a
+  dynamic per-broker config): the controller's next connection, to a broker restarted after the
+  change, logs in with the new password, so its LeaderAndIsr brings the broker back into the
+  ISR; the old password is refused.
 """
 
 from __future__ import annotations
@@ -30,9 +34,18 @@ from confluent_kafka.admin import (
 )
 from kazoo.client import KazooClient
 
-from tests.cluster.harness import consume, eventually, produce, replicated, start_broker
+from tests.cluster.harness import (
+    broker_config,
+    consume,
+    eventually,
+    produce,
+    replicated,
+    start_broker,
+)
 from tests.cluster.test_controller import create_topic
+from tests.wirebroker.helpers import alter_configs
 from wirebroker.authorizer import acls
+from wirebroker.peer import PeerAuthenticationFailed, PeerConnection, PeerSecurity
 from wirebroker.server import RunningBroker
 from wirebroker.zookeeper_server import java_command
 
@@ -41,6 +54,7 @@ pytestmark = pytest.mark.integration
 BROKER_SECRET = "broker-secret-7d1e"
 ALICE_SECRET = "alice-secret-0b9a"
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
 ALLOW = AclPermissionType.ALLOW
 
 
@@ -203,6 +217,84 @@ def test_sasl_ssl_between_three_brokers(zk_connect: str, tmp_path: Path) -> None
             for b in brokers:
                 sasl = b.broker.peer_security.sasl
                 assert sasl is not None and sasl.options["username"] == "broker"
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def _plain_jaas(password: str) -> str:
+    """The inter-broker PLAIN login as `broker`, and the one user the listener accepts."""
+    return f'{PLAIN_LOGIN} username="broker" password="{password}" user_broker="{password}";'
+
+
+def test_the_controller_logs_in_with_a_password_rotated_at_run_time(
+    zk_connect: str, tmp_path: Path
+) -> None:
+    old, new = "plain-old-4c1a", "plain-new-93d7"
+    jaas_key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "inter_broker_listener_name": "SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        jaas_key: _plain_jaas(old),
+        "password.encoder.secret": "encoder-secret-5e2b",
+        "min_insync_replicas": "2",
+    }
+    old_login = PeerSecurity.inter_broker(broker_config("", tmp_path, 9, **props))
+    broker_resource, set_op = 4, 0  # Kafka's ConfigResource type and AlterConfigOp codes
+
+    def password(running: RunningBroker) -> str:
+        login = running.broker.peer_security.sasl
+        assert login is not None
+        return str(login.options["password"])
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, **props)
+            await eventually(lambda: b1.broker.controller_id == 1, what="broker 1 the controller")
+            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
+            async with trio.open_nursery() as first_run:
+                b2 = await start_broker(first_run, zk_connect, tmp_path, 2, **props)
+                result = await create_topic(b1, "rotated", 1, 2)
+                assert result.error_code == 0, result.error_message
+                await trio.to_thread.run_sync(produce, plaintext, "rotated", 5)
+                await replicated([b1, b2], "rotated", 5)
+                # each broker's own config, through it (a password: stored encrypted)
+                for running in (b2, b1):
+                    done = await trio.to_thread.run_sync(
+                        lambda r=running: alter_configs(
+                            r.bootstrap_servers.split(",")[0],
+                            broker_resource,
+                            str(r.broker.node_id),
+                            [(jaas_key, set_op, _plain_jaas(new))],
+                        )
+                    )
+                    assert done == (0, None), done
+                await eventually(
+                    lambda: password(b1) == password(b2) == new, what="the new password applied"
+                )
+                await b2.stop()
+            # Broker 2 again, its static config still the old password: ZooKeeper's wins. The
+            # controller opens a new connection to it, which must log in with the new one.
+            b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **props)
+            assert password(b2) == new
+            cluster = b1.broker.cluster
+            assert cluster is not None
+
+            def back_in_the_isr() -> bool:
+                state = cluster.controller.ctx.states.get(("rotated", 0))
+                return state is not None and sorted(state.state.isr) == [1, 2]
+
+            # LeaderAndIsr made it a follower again: it fetched and the leader took it back
+            await eventually(back_in_the_isr, what="broker 2 back in the ISR")
+            await trio.to_thread.run_sync(produce, plaintext, "rotated", 5)
+            await replicated([b1, b2], "rotated", 10)
+            sasl_port = next(lst.port for lst in b2.listeners if lst.name == "SASL_PLAINTEXT")
+            with pytest.raises(PeerAuthenticationFailed):
+                await PeerConnection.open(
+                    "127.0.0.1", sasl_port, client_id="old-password", security=old_login
+                )
             nursery.cancel_scope.cancel()
 
     trio.run(main)

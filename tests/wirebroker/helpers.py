@@ -229,7 +229,8 @@ def request_frame(
 
 class RawClient:
     """One blocking connection speaking Kafka frames with our codec; with `plain` (user,
-    password) it logs in with SASL/PLAIN first (a SASL_PLAINTEXT listener)."""
+    password) it logs in with SASL/PLAIN first (a SASL_PLAINTEXT listener); with `source` it
+    connects from that local address (e.g. 127.0.0.2: another client IP on the loopback)."""
 
     def __init__(
         self,
@@ -238,8 +239,11 @@ class RawClient:
         client_id: str | None = "raw-test",
         timeout: float = 10.0,
         plain: tuple[str, str] | None = None,
+        source: str | None = None,
     ):
-        self.sock = socket.create_connection(host_port(bootstrap), timeout=timeout)
+        self.sock = socket.create_connection(
+            host_port(bootstrap), timeout=timeout, source_address=(source, 0) if source else None
+        )
         self.client_id = client_id
         self.timeout = timeout
         self._correlation_id = 0
@@ -444,7 +448,18 @@ def list_offset(
     bootstrap: str, topic: str, partition: int, timestamp: int, isolation_level: int = 0
 ) -> tuple[int, int]:
     """(error code, offset) of ListOffsets v9 for one partition (-2 earliest, -1 latest)."""
-    request = ListOffsetsRequest(
+    request = list_offsets_request(topic, partition, timestamp, isolation_level)
+    with RawClient(bootstrap) as client:
+        response = client.request(request, 9)
+    (p,) = response.topics[0].partitions
+    return p.error_code, p.offset
+
+
+def list_offsets_request(
+    topic: str, partition: int, timestamp: int, isolation_level: int = 0
+) -> ListOffsetsRequest:
+    """A consumer's ListOffsets (replica id -1) for one partition and timestamp."""
+    return ListOffsetsRequest(
         replica_id=-1,
         isolation_level=isolation_level,
         topics=[
@@ -458,10 +473,6 @@ def list_offset(
             )
         ],
     )
-    with RawClient(bootstrap) as client:
-        response = client.request(request, 9)
-    (p,) = response.topics[0].partitions
-    return p.error_code, p.offset
 
 
 #: A partition as Metadata tells it: (error, leader, replicas, ISR, offline replicas).

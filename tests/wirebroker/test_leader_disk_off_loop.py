@@ -32,13 +32,15 @@ from storage.partition_log import MAX_TIMESTAMP
 from storage.segment import TimestampReads
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.held_worker import Held
-from tests.wirebroker.helpers import create_topic, list_offset
+from tests.wirebroker.helpers import RawClient, create_topic, list_offset, list_offsets_request
+from tests.wirebroker.test_quotas import set_quota
 from tests.wirebroker.test_segment_roll_off_loop import _consume
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
 
 TIMEOUT = 30.0
 T0 = 1_700_000_000_000  # the records' timestamps: T0 + 1000 * offset
+COLD_RECORDS = 400  # `_fill_segments`' records, in six segments or more
 
 
 def _config(tmp_path: Path, **more: str) -> BrokerConfig:
@@ -218,20 +220,9 @@ def test_list_offsets_by_timestamp_reads_cold_segments_in_a_worker(
     held = Held(TimestampReads.run)
     monkeypatch.setattr(TimestampReads, "run", lambda reads: held(reads))
     config = _config(tmp_path)
-    topic = {"segment.bytes": "65536", "retention.ms": "-1"}
-    records = 400
+    records = COLD_RECORDS
     expected = records - 1 if timestamp == MAX_TIMESTAMP else -(-(timestamp - T0) // 1000)
     expected = min(max(0, expected), records)
-
-    async def fill() -> None:
-        async with trio.open_nursery() as nursery:
-            running = await nursery.start(partial(serve_broker, config))
-            running.broker.create_topic("t", 1, 1, topic)
-            with trio.fail_after(TIMEOUT):
-                await trio.to_thread.run_sync(
-                    partial(_produce, size=1000), running.bootstrap_servers, 0, records
-                )
-            nursery.cancel_scope.cancel()
 
     def offsets_for_times(bootstrap: str) -> int:
         if timestamp == MAX_TIMESTAMP:  # librdkafka's consumer asks for timestamps only
@@ -272,9 +263,70 @@ def test_list_offsets_by_timestamp_reads_cold_segments_in_a_worker(
         assert answers == [expected if expected < records else -1] * 2
         return loop_thread
 
-    trio.run(fill)
+    trio.run(_fill_segments, config)
     loop_thread = trio.run(main)
     assert held.threads and loop_thread not in held.threads
+
+
+async def _fill_segments(config: BrokerConfig) -> None:
+    """Topic t: `COLD_RECORDS` records of 1000 bytes in segments of 64 KiB (cold once the
+    broker restarts)."""
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(partial(serve_broker, config))
+        running.broker.create_topic("t", 1, 1, {"segment.bytes": "65536", "retention.ms": "-1"})
+        with trio.fail_after(TIMEOUT):
+            await trio.to_thread.run_sync(
+                partial(_produce, size=1000), running.bootstrap_servers, 0, COLD_RECORDS
+            )
+        nursery.cancel_scope.cancel()
+
+
+def test_list_offsets_by_timestamp_counts_its_later_in_the_request_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `Later` of a cold ListOffsets by timestamp counts its time on the loop (the reads'
+    bookkeeping, the answer) in the client's request quota, and its answer carries the
+    throttle time. That time is made 50 ms here (finishing the worker's reads spins), far over
+    a quota of 0.05 % (5 ms in the 10 s the rate is taken over) while the handler's own part
+    stays well under it."""
+    spin_s = 0.05
+    finish = TimestampReads.finish
+
+    def slow_finish(reads: TimestampReads) -> None:
+        finish(reads)
+        end = time.perf_counter() + spin_s
+        while time.perf_counter() < end:
+            pass
+
+    monkeypatch.setattr(TimestampReads, "finish", slow_finish)
+    config = _config(tmp_path)
+    busy = "busy-list-offsets"
+
+    def list_offsets_by_timestamp(bootstrap: str) -> tuple[int, int, int]:
+        request = list_offsets_request("t", 0, T0 + 1000 * 20)
+        with RawClient(bootstrap, client_id=busy) as raw:
+            response = raw.request(request, 9)
+        (p,) = response.topics[0].partitions
+        return p.error_code, p.offset, response.throttle_time_ms
+
+    async def main() -> tuple[int, int, int]:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            bootstrap = running.bootstrap_servers
+            log = running.broker.log_manager.get("t", 0)
+            assert log.timestamp_reads(T0 + 1000 * 20) is not None  # cold: a `Later`
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(
+                    set_quota, bootstrap, busy, "request_percentage", 0.05
+                )
+                answer = await trio.to_thread.run_sync(list_offsets_by_timestamp, bootstrap)
+            nursery.cancel_scope.cancel()
+        return answer
+
+    trio.run(_fill_segments, config)
+    error, offset, throttle_ms = trio.run(main)
+    assert (error, offset) == (ErrorCode.NONE, 20)
+    assert 0 < throttle_ms <= 1000  # at most one window, as Kafka's request quota
 
 
 def test_retention_by_time_reads_old_segments_timestamps_in_a_worker(

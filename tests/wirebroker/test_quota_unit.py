@@ -216,6 +216,36 @@ def test_describe_filters() -> None:
         assert e.value.error_code == code
 
 
+def test_ip_entities_describe_and_paths() -> None:
+    """Kafka's ZkAdminManager: an ip component selects only ip entities, a user or client id
+    component none of them; without components, all of them unless strict."""
+    ip, default_ip = QuotaEntity(None, None, "10.0.0.1"), QuotaEntity(None, None, DEFAULT)
+    assert QuotaEntity.from_path("ips/<default>") == default_ip
+    assert ip.path == "ips/10.0.0.1" and ip.components() == [("ip", "10.0.0.1")]
+    assert default_ip.components() == [("ip", None)]
+    configs = {
+        ip: {"connection_creation_rate": "5"},
+        default_ip: {"connection_creation_rate": "7"},
+        QuotaEntity(None, None, "10.0.0.2"): {},  # emptied: kept in ZooKeeper, never listed
+        QuotaEntity(None, "app"): {"consumer_byte_rate": "4"},
+    }
+
+    def paths(components: list[FilterComponent], strict: bool) -> list[str]:
+        check_filter(components)
+        return [e.path for e, _ in described(configs, components, strict)]
+
+    assert paths([], False) == ["clients/app", "ips/10.0.0.1", "ips/<default>"]
+    assert paths([], True) == []
+    assert paths([FilterComponent("ip", MATCH_SPECIFIED, None)], True) == [
+        "ips/10.0.0.1",
+        "ips/<default>",
+    ]
+    assert paths([FilterComponent("ip", MATCH_DEFAULT, None)], False) == ["ips/<default>"]
+    assert paths([FilterComponent("ip", MATCH_EXACT, "10.0.0.1")], True) == ["ips/10.0.0.1"]
+    assert paths([FilterComponent("client-id", MATCH_SPECIFIED, None)], False) == ["clients/app"]
+    assert described(configs, [], False)[1][1] == {"connection_creation_rate": 5.0}
+
+
 @pytest.mark.parametrize(
     ("value", "valid"),
     [

@@ -163,6 +163,9 @@ def test_alter_answers_each_entry(broker: BrokerProcess) -> None:
             entry([("user", "")], "producer_byte_rate", 1.0),
             entry([("client-id", "y")], "SCRAM-SHA-256", 1.0),
             entry([("ip", "127.0.0.1")], "connection_creation_rate", 1.0),
+            entry([("ip", "no.such.host")], "connection_creation_rate", 1.0),
+            entry([("ip", None)], "connection_creation_rate", 1.5),
+            entry([("ip", "127.0.0.2")], "producer_byte_rate", 1.0),
             entry([("client-id", "z")], "producer_byte_rate", 1.5),
             entry([("client-id", "z")], "producer_byte_rate", 2.0),  # the same entity: once
         ],
@@ -186,10 +189,21 @@ def test_alter_answers_each_entry(broker: BrokerProcess) -> None:
                 ErrorCode.INVALID_REQUEST,
                 "Invalid configuration key SCRAM-SHA-256",
             ),
+            ([("ip", "127.0.0.1")], ErrorCode.NONE, None),
             (
-                [("ip", "127.0.0.1")],
+                [("ip", "no.such.host")],
                 ErrorCode.INVALID_REQUEST,
-                "IP quotas (connection_creation_rate) are not supported by wirebroker",
+                "no.such.host is not a valid IP or resolvable host.",
+            ),
+            (
+                [("ip", None)],
+                ErrorCode.INVALID_REQUEST,
+                "Configuration connection_creation_rate must be a INT value",
+            ),
+            (
+                [("ip", "127.0.0.2")],
+                ErrorCode.INVALID_REQUEST,
+                "Invalid configuration key producer_byte_rate",
             ),
             ([("client-id", "z")], ErrorCode.NONE, None),
         ]

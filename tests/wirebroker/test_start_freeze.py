@@ -1,5 +1,6 @@
 """`wirebroker serve` freezes what its start made out of the collector's full passes (its
-opened logs), and a topic deleted afterwards still gives back its files."""
+opened logs), then what each later creation of partitions made (a CreateTopics' logs), and a
+topic deleted afterwards still gives back its files, whichever freeze took it."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import wait_until
 
 PARTITIONS = 200
-FROZEN = re.compile(r"start-up state \((\d+) objects\)")
+START, CREATED = "start-up state", "new partitions' state"
 
 
-def _frozen(broker: BrokerProcess) -> int:
-    line = broker.wait_for_log("start-up state (")
-    assert line is not None, "no start-up freeze logged"
-    found = FROZEN.search(line)
+def _frozen(broker: BrokerProcess, what: str = START) -> int:
+    """How many objects the first freeze of `what` logged (waiting for it)."""
+    line = broker.wait_for_log(f"{what} (")
+    assert line is not None, f"no freeze of {what} logged"
+    found = re.search(rf"{what} \((\d+) objects\)", line)
     assert found is not None, line
     return int(found[1])
 
@@ -43,14 +45,20 @@ def test_the_opened_logs_are_frozen_and_a_deleted_topic_still_gives_back_its_fil
         empty = _frozen(broker)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic("many", PARTITIONS, 1)])["many"].result(30)
+        # made after the start: frozen once the CreateTopics made them
+        assert _frozen(broker, CREATED) >= PARTITIONS * 30
     broker.log.clear()
     with serving(broker):
         # restarted: the 200 partitions' logs were opened before the freeze
         assert _frozen(broker) - empty >= PARTITIONS * 30
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.delete_topics(["many"])["many"].result(30)
+        admin.create_topics([NewTopic("later", 20, 1)])["later"].result(30)
+        assert _frozen(broker, CREATED) >= 20 * 30
+        for future in admin.delete_topics(["many", "later"]).values():
+            future.result(30)
         assert broker.proc is not None
         pid = broker.proc.pid
-        wait_until(lambda: not any(p.name.startswith("many-") for p in tmp_path.iterdir()))
+        deleted = ("many-", "later-")
+        wait_until(lambda: not any(p.name.startswith(deleted) for p in tmp_path.iterdir()))
         # the frozen log objects do not hold the deleted files open
-        wait_until(lambda: not [f for f in _open_files(pid) if "/many-" in f])
+        wait_until(lambda: not [f for f in _open_files(pid) if "/many-" in f or "/later-" in f])

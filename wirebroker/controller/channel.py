@@ -9,9 +9,10 @@ resigns (the whole channel is cancelled). Answers go to the optional callback, s
 controller can log errors; a callback must not block.
 
 Requests go over `wirebroker.peer.PeerConnection`, secured as the inter-broker listener says
-(TLS, a SASL login); every request carries the controller's id and epoch and the broker's epoch,
-which the caller puts in the body. A broker that refuses the controller's login is retried like
-an unreachable one, with a warning.
+(TLS, a SASL login: `security`, which the controller replaces when they change at run time,
+for the next connections); every request carries the controller's id and epoch and the
+broker's epoch, which the caller puts in the body. A broker that refuses the controller's
+login is retried like an unreachable one, with a warning.
 """
 
 from __future__ import annotations

@@ -96,6 +96,13 @@ class Controller:
         self._scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
 
+    def use_peer_security(self, security: PeerSecurity) -> None:
+        """The channel's next connections to the brokers use `security` (the inter-broker
+        listener's stores or login changed at run time); open ones keep theirs."""
+        self.security = security
+        if self.channel is not None:
+            self.channel.security = security
+
     def _bind(self, ctx: ControllerContext) -> None:
         """Take `ctx` (a new election's) and the parts that work on it."""
         self.ctx = ctx

@@ -1,16 +1,16 @@
 """AlterClientQuotas v0-v1, DescribeClientQuotas v0-v1.
 
 Client quotas by user, client id, or both, and their defaults (`kafka-configs --entity-type
-users/clients`), with Kafka's validation (`wirebroker.quotas.entities`): each alteration is
+users/clients`), and connection rate quotas by ip and the default ip (`--entity-type ips`,
+KIP-612), with Kafka's validation (`wirebroker.quotas.entities`): each alteration is
 answered on its own (INVALID_REQUEST for a bad entity, key or value; an entity named twice is
 answered once, for its last alteration, as Kafka answers with a map), a bad describe filter
 fails the whole request. The embedded broker keeps the configs in `client-quotas.json` and
-applies a change at once; a cluster keeps them in ZooKeeper (`/config/users`, `/config/clients`)
-and every broker applies a change when its `/config/changes` notification arrives, as in
+applies a change at once; a cluster keeps them in ZooKeeper (`/config/users`, `/config/clients`,
+`/config/ips`) and every broker applies a change when its `/config/changes` notification arrives, as in
 Kafka, so the answer may come a moment before the quota is enforced.
 Authorization, as Kafka: altering needs ALTER_CONFIGS on the cluster, describing
 DESCRIBE_CONFIGS (else CLUSTER_AUTHORIZATION_FAILED, for every entry of an alteration).
-Differences from Kafka: `ip` entities are refused (no connection quotas).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from wirebroker.quotas.entities import (
     QuotaEntity,
     altered,
     check_filter,
+    check_stored,
     described,
 )
 
@@ -66,6 +67,7 @@ async def alter_client_quotas(
                 [(op.key, None if op.remove else op.value) for op in entry.ops],
             )
             if not request.validate_only:
+                check_stored(entity, config)
                 await _set_config(ctx, entity, config)
         except KafkaError as e:
             result.error_code = e.error_code

@@ -237,8 +237,8 @@ async def _long_poll(poll: _Poll, lookups: list[LookupReads] | None = None) -> F
     `lookups`, first do them in a worker thread and read: the disk reads of a fetch from an
     old segment (its offset index, the batch headers) would hold up every connection."""
     ctx = poll.ctx
-    if poll.replica_id < 0 and ctx.broker.quotas.request.enabled:
-        throttle.request_started(ctx)  # the time of this task's reads counts too
+    if poll.replica_id < 0:
+        throttle.later_started(ctx)  # the time of this task's reads counts too
     size, due = 0, False
     if lookups:
         await read_ahead(lookups)
@@ -258,8 +258,7 @@ async def _long_poll(poll: _Poll, lookups: list[LookupReads] | None = None) -> F
                 poll.arm()
                 _release(poll.wanted)
     response = _answer(poll, size)
-    if ctx.throttle_time_ms:
-        throttle.set_throttle_time(response, ctx.throttle_time_ms)
+    throttle.later_answered(ctx, response)
     return response
 
 

@@ -18,6 +18,8 @@ offset indexes and batch headers from the disk (after a start, or once their pag
 evicted): the log says what it would wait for (`PartitionLog.timestamp_reads`) and the answer is
 then a `Later` whose worker thread reads that first (as a Fetch's from an old segment), so the
 loop never waits on it.
+The `Later`'s time on the loop counts in the client's request quota (`request_percentage`) as
+the handler's does, and its answer carries the throttle time.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
 from wirebroker.handlers.fetch import read_ahead
 from wirebroker.partition import Partition
+from wirebroker.quotas import throttle
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 READ_COMMITTED = 1
@@ -92,13 +95,17 @@ async def _answer_after_reads(
     reads: list[Reads],
 ) -> ListOffsetsResponse:
     """Do the lookups' disk reads in a worker thread (round after round, each finding what
-    the last one's entries point to), then answer on the loop."""
+    the last one's entries point to), then answer on the loop. This task's time counts in
+    the request quota, as the handler's."""
+    throttle.later_started(ctx)
     for _round in range(MAX_READ_ROUNDS):
         await read_ahead(reads)
         reads = _reads(lookups)
         if not reads:
             break
-    return _answer(ctx, request, described)
+    response = _answer(ctx, request, described)
+    throttle.later_answered(ctx, response)
+    return response
 
 
 def _answer(

@@ -5,7 +5,8 @@ ControllerMutationQuotaManager.
 bytes), `fetch` (`consumer_byte_rate`, response bytes), `request` (`request_percentage`, the
 handler's time on the event loop as a percentage of one second) and `controller_mutation`
 (`controller_mutation_rate`, partitions created or deleted, a token bucket). `update` applies
-an entity's config. A manager records its value under the client's *metric tags* (user,
+an entity's config; an ip entity's `connection_creation_rate` is kept in `connection_rates`
+for the connection quotas (`wirebroker.connection_limits`). A manager records its value under the client's *metric tags* (user,
 client id) and answers the throttle time in milliseconds. As in Kafka:
 
 - The quota of a request is the most specific one set, in this order: user and client id,
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
 from wirebroker.quotas.entities import (
+    CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
     CONTROLLER_MUTATION_RATE,
     DEFAULT,
@@ -41,9 +43,10 @@ from wirebroker.quotas.entities import (
     QUOTA_KEYS,
     REQUEST_PERCENTAGE,
     QuotaEntity,
+    ip_address,
 )
 from wirebroker.quotas.rates import SampledRate, TokenBucket, Violation, token_throttle_time_ms
-from wirebroker.zk.sanitizer import sanitize
+from wirebroker.zk.sanitizer import desanitize, sanitize
 
 if TYPE_CHECKING:
     from storage.clock import Clock
@@ -314,6 +317,9 @@ class ClientQuotas:
         self.fetch = ClientQuotaManager("Fetch", client)
         self.request = RequestQuotaManager("Request", client)
         self.controller_mutation = ControllerMutationQuotaManager("ControllerMutation", controller)
+        #: `connection_creation_rate` by IP address (canonical text; None: the default IP).
+        self.connection_rates: dict[str | None, int] = {}
+        self._ip_entities: set[QuotaEntity] = set()
 
     def managers(self) -> list[tuple[str, ClientQuotaManager]]:
         return [
@@ -325,13 +331,17 @@ class ClientQuotas:
 
     def entities(self) -> set[QuotaEntity]:
         """The entities with a quota set."""
-        return {entity for _, manager in self.managers() for entity in manager.overrides}
+        out = {entity for _, manager in self.managers() for entity in manager.overrides}
+        return out | self._ip_entities
 
     def update(self, entity: QuotaEntity, config: Mapping[str, str]) -> None:
         """Apply an entity's config (Kafka's QuotaConfigHandler): each quota key sets that
         type's quota, a missing one removes it. A value that is not a number is logged and
         ignored (as missing). Unlike Kafka, a config without quota keys (a user's SCRAM
         credentials) does not turn measuring on: only a quota does."""
+        if entity.ip is not None:
+            self._ip_configured(entity, config)
+            return
         for key, manager in self.managers():
             text = config.get(key)
             bound = None
@@ -342,3 +352,38 @@ class ClientQuotas:
                     log.error("ignoring %s=%r of %s: not a number", key, text, entity.path)
             if bound is not None or entity in manager.overrides:
                 manager.update_quota(entity, bound)
+
+    def _ip_configured(self, entity: QuotaEntity, config: Mapping[str, str]) -> None:
+        """Kafka's IpConfigHandler: the ip's connection rate quota set or, missing, removed."""
+        assert entity.ip is not None
+        ip = None
+        if entity.ip != DEFAULT:
+            ip = ip_address(desanitize(entity.ip))
+            if ip is None:
+                log.error("ignoring the quota of %s: not an IP address", entity.path)
+                return
+        text = config.get(CONNECTION_CREATION_RATE)
+        try:
+            rate = None if text is None else int(text)
+        except ValueError:
+            log.error(
+                "ignoring %s=%r of %s: not a number", CONNECTION_CREATION_RATE, text, entity.path
+            )
+            rate = None
+        if rate is None:
+            self.connection_rates.pop(ip, None)
+            self._ip_entities.discard(entity)
+        else:
+            self.connection_rates[ip] = rate
+            self._ip_entities.add(entity)
+        log.info(
+            "max connection rate of %s: %s",
+            ip or "the default IP",
+            "removed" if rate is None else rate,
+        )
+
+    def connection_rate(self, ip: str) -> int | None:
+        """The connection creation rate quota of an address (Kafka's connectionRateForIp);
+        None without one."""
+        rates = self.connection_rates
+        return rates.get(ip, rates.get(None)) if rates else None

@@ -5,7 +5,8 @@ default (`<default>`); its config lives at `/config/users/<user>`, `/config/clie
 or `/config/users/<user>/clients/<client>` (names URL-encoded by Kafka's Sanitizer), and the
 `/config/changes` notification of a change names that path without `/config/`
 (`users/alice/clients/app`). A user's config holds its SCRAM credentials too; the quota keys
-sit beside them. :class:`QuotaEntity` keeps the sanitized names, so it maps one to one onto
+sit beside them. An `ip` entity (an IP address or the default, never with a user or client
+id) holds `connection_creation_rate` (KIP-612) at `/config/ips/<ip>`. :class:`QuotaEntity` keeps the sanitized names, so it maps one to one onto
 those paths; the wire names (AlterClientQuotas, DescribeClientQuotas) are the desanitized
 ones, with null for the default.
 
@@ -13,12 +14,13 @@ This module owns Kafka's rules for them (ZkAdminManager): which entity combinati
 an alteration may name, how values are checked and written (a long quota must be a whole
 number), and how a DescribeClientQuotas filter selects entities. Pure: no I/O.
 
-Differences from Kafka: the `ip` entity (`connection_creation_rate`, Kafka's connection rate
-quotas) is refused with INVALID_REQUEST: wirebroker has no connection quotas.
+Differences from Kafka: an `ip` entity's name must be an IP address; Kafka also takes a host
+name it can resolve (and applies the quota to the address it resolved to then).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
@@ -33,6 +35,7 @@ PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+CONNECTION_CREATION_RATE = "connection_creation_rate"
 #: The client quota keys and their types (Kafka's QuotaConfigs.userAndClientQuotaConfigs).
 QUOTA_KEYS = {
     PRODUCER_BYTE_RATE: "long",
@@ -40,6 +43,9 @@ QUOTA_KEYS = {
     REQUEST_PERCENTAGE: "double",
     CONTROLLER_MUTATION_RATE: "double",
 }
+#: An ip entity's quota key and its type (Kafka's QuotaConfigs.ipConfigs).
+IP_QUOTA_KEYS = {CONNECTION_CREATION_RATE: "int"}
+INT_MAX = 2**31 - 1
 #: Keys a user's config may also hold (its SCRAM credentials), which are not quotas.
 SCRAM_KEYS = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
 
@@ -47,15 +53,18 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 
 class QuotaEntity(NamedTuple):
-    """A user, a client id or both, by sanitized name (`DEFAULT` for the default); None
-    where the entity has no such part."""
+    """A user, a client id or both, or an ip, by sanitized name (`DEFAULT` for the default);
+    None where the entity has no such part."""
 
     user: str | None
     client_id: str | None
+    ip: str | None = None
 
     @property
     def path(self) -> str:
         """Where its config lives under `/config` (and the notification's entity path)."""
+        if self.ip is not None:
+            return f"ips/{self.ip}"
         if self.user is None:
             return f"clients/{self.client_id}"
         if self.client_id is None:
@@ -64,9 +73,11 @@ class QuotaEntity(NamedTuple):
 
     @classmethod
     def from_path(cls, path: str) -> QuotaEntity | None:
-        """The entity of `users/<u>`, `users/<u>/clients/<c>` or `clients/<c>`; None for any
-        other path (topics, brokers, ips)."""
+        """The entity of `users/<u>`, `users/<u>/clients/<c>`, `clients/<c>` or `ips/<ip>`;
+        None for any other path (topics, brokers)."""
         parts = path.split("/")
+        if len(parts) == 2 and parts[0] == "ips":
+            return cls(None, None, parts[1])
         if len(parts) == 2 and parts[0] == "users":
             return cls(parts[1], None)
         if len(parts) == 2 and parts[0] == "clients":
@@ -82,6 +93,8 @@ class QuotaEntity(NamedTuple):
             out.append((USER, _wire_name(self.user)))
         if self.client_id is not None:
             out.append((CLIENT_ID, _wire_name(self.client_id)))
+        if self.ip is not None:
+            out.append((IP, _wire_name(self.ip)))
         return out
 
     @classmethod
@@ -102,21 +115,43 @@ class QuotaEntity(NamedTuple):
                     "Invalid quota entity combination, IP entity should not be used with "
                     "user/client ID entity."
                 )
-            raise _invalid("IP quotas (connection_creation_rate) are not supported by wirebroker")
+            ip = named[IP]
+            if ip is not None and ip_address(ip) is None:
+                raise _invalid(f"{ip} is not a valid IP or resolvable host.")
+            return cls(None, None, _sanitized(ip))
         return cls(
             _sanitized(named[USER]) if USER in named else None,
             _sanitized(named[CLIENT_ID]) if CLIENT_ID in named else None,
         )
 
     def allowed_keys(self) -> frozenset[str]:
-        """Keys its config may hold (Kafka's DynamicConfig.User or .Client)."""
+        """Keys its config may hold (Kafka's DynamicConfig.User, .Client or .Ip)."""
+        if self.ip is not None:
+            return _IP_KEYS
         if self.client_id is None and self.user not in (None, DEFAULT):
             return _USER_KEYS
         return _CLIENT_KEYS
 
+    def quota_keys(self) -> Mapping[str, str]:
+        """Its quota keys and their types."""
+        return IP_QUOTA_KEYS if self.ip is not None else QUOTA_KEYS
+
 
 _CLIENT_KEYS = frozenset(QUOTA_KEYS)
 _USER_KEYS = _CLIENT_KEYS | SCRAM_KEYS
+_IP_KEYS = frozenset(IP_QUOTA_KEYS)
+
+
+def ip_address(name: str) -> str | None:
+    """The canonical text of an IP address (an IPv4-mapped IPv6 one as IPv4, as Java's
+    InetAddress has it); None when `name` is not one."""
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
 
 
 def _sanitized(name: str | None) -> str:
@@ -131,12 +166,13 @@ def _invalid(message: str) -> KafkaError:
     return KafkaError(message, error_code=ErrorCode.INVALID_REQUEST)
 
 
-def quota_values(config: Mapping[str, str]) -> dict[str, float]:
-    """The quota keys of an entity config, as numbers (a user's SCRAM keys left out); a
+def quota_values(entity: QuotaEntity, config: Mapping[str, str]) -> dict[str, float]:
+    """The quota keys of an entity's config, as numbers (a user's SCRAM keys left out); a
     value that is not a number is skipped."""
     out = {}
+    keys = entity.quota_keys()
     for key, text in config.items():
-        if key in QUOTA_KEYS:
+        if key in keys:
             try:
                 out[key] = float(text)
             except ValueError:
@@ -158,7 +194,7 @@ def altered(
             continue
         if key not in allowed:
             raise _invalid(f"Invalid configuration key {key}")
-        kind = QUOTA_KEYS.get(key)
+        kind = entity.quota_keys().get(key)
         if kind is None:  # a SCRAM key: Kafka fails on its STRING type
             raise KafkaError(
                 "Unexpected config type STRING", error_code=ErrorCode.UNKNOWN_SERVER_ERROR
@@ -167,10 +203,25 @@ def altered(
             out[key] = repr(float(value))
             continue
         whole = int(value + 1e-6)
+        if kind == "int":  # Scala's Double.toInt saturates
+            whole = max(-INT_MAX - 1, min(INT_MAX, whole))
         if abs(whole - value) > 1e-6:
-            raise _invalid(f"Configuration {key} must be a LONG value")
+            raise _invalid(f"Configuration {key} must be a {kind.upper()} value")
         out[key] = str(whole)
     return out
+
+
+def check_stored(entity: QuotaEntity, config: Mapping[str, str]) -> None:
+    """Kafka's AdminZkClient.validateIpConfig before an ip entity's config is written (not
+    for validate_only): `connection_creation_rate` is at least 0. Its ConfigException is no
+    API error: UNKNOWN_SERVER_ERROR."""
+    rate = config.get(CONNECTION_CREATION_RATE)
+    if entity.ip is not None and rate is not None and int(rate) < 0:
+        raise KafkaError(
+            f"Invalid value {rate} for configuration {CONNECTION_CREATION_RATE}: "
+            "Value must be at least 0",
+            error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+        )
 
 
 class FilterComponent(NamedTuple):
@@ -223,17 +274,17 @@ def described(
     As Kafka: a component matches its part of an entity by exact name, as the default, or
     as any name given (the default included); a part the filter does not name is matched
     only when absent if `strict`, and always otherwise; entities without quota values are
-    left out (a user with only SCRAM credentials). An `ip` filter selects nothing here."""
-    if any(c.entity_type == IP for c in components):
-        return []
+    left out (a user with only SCRAM credentials). So a filter with an `ip` component selects
+    only ip entities, one with a user or client id component no ip entity."""
     wanted = {c.entity_type: c for c in components}
     out = []
     for entity, config in sorted(configs.items(), key=lambda kv: kv[0].path):
-        values = quota_values(config)
+        values = quota_values(entity, config)
         if (
             values
             and _matches(wanted.get(USER), entity.user, strict)
             and _matches(wanted.get(CLIENT_ID), entity.client_id, strict)
+            and _matches(wanted.get(IP), entity.ip, strict)
         ):
             out.append((entity, values))
     return out

@@ -2,7 +2,7 @@
 
 One file in the first log dir holds every quota entity's config by its ZooKeeper path
 (`{"version":1,"entities":{"users/alice":{"producer_byte_rate":"1048576"},
-"clients/<default>":{...}}}`), written atomically (temporary file, fsync, rename) in a worker
+"clients/<default>":{...},"ips/<default>":{"connection_creation_rate":"10"}}}`), written atomically (temporary file, fsync, rename) in a worker
 thread. An entity whose config becomes empty is dropped, as Kafka deletes an empty quota
 znode. In a cluster the configs live in ZooKeeper instead (`wirebroker.zk.entity_configs`).
 SCRAM credentials, which Kafka keeps in the same user znodes, stay in the embedded broker's

@@ -3,10 +3,12 @@
 The dispatcher calls :func:`request_started` before a handler (when request quotas are set) and
 :func:`request_throttle` after it, which records the request time (`request_percentage`) of
 every request but the exempt ones (Kafka's cluster actions, a follower's fetch, an acks=0
-produce: :func:`exempt`). A handler that records a quota of its own reports the throttle time
-with :func:`throttle` (Produce: the request bytes; Fetch: the response bytes, and the request
-time itself, so that a throttled fetch answers empty; CreateTopics, CreatePartitions,
-DeleteTopics: controller mutations). The largest throttle time stays in
+produce: :func:`exempt`). A `Later` whose task still works for the request (a Fetch's or a
+ListOffsets by timestamp's reads in a worker thread, then the answer) counts that task's time
+too: :func:`later_started`, :func:`later_answered`. A handler that records a quota of its own
+reports the throttle time with :func:`throttle` (Produce: the request bytes; Fetch: the response
+bytes, and the request time itself, so that a throttled fetch answers empty; CreateTopics,
+CreatePartitions, DeleteTopics: controller mutations). The largest throttle time stays in
 `ctx.throttle_time_ms`; the dispatcher puts it in the response (:func:`set_throttle_time`; a
 `Later` answer gets it when ready) and the connection sends the answer at once and then reads
 nothing more from the client for that long (Kafka mutes the channel); clients of KIP-219
@@ -89,6 +91,21 @@ def request_throttle(ctx: RequestContext) -> int:
     throttle_ms = manager.record(user, client_id, seconds * PERCENT_PER_SECOND, ctx.broker.now_ms())
     throttle(ctx, manager, throttle_ms)
     return throttle_ms
+
+
+def later_started(ctx: RequestContext) -> None:
+    """A `Later`'s task goes on with the request's work (a Fetch's or ListOffsets' reads in a
+    worker, the answer): its time counts too, when request quotas are set."""
+    if ctx.broker.quotas.request.enabled:
+        request_started(ctx)
+
+
+def later_answered(ctx: RequestContext, response: Message) -> None:
+    """A `Later`'s answer is ready: its task's time recorded (if not yet), the response given
+    the request's throttle time."""
+    request_throttle(ctx)
+    if ctx.throttle_time_ms:
+        set_throttle_time(response, ctx.throttle_time_ms)
 
 
 def record(ctx: RequestContext, manager: ClientQuotaManager, value: float) -> int:

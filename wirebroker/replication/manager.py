@@ -351,7 +351,11 @@ class ReplicaManager:
                 for s in _leader_and_isr_states(request, version)
             ]
         )
-        return self._apply_leader_and_isr(request, version, stored)
+        hosted = len(self.broker.partitions)
+        response = self._apply_leader_and_isr(request, version, stored)
+        if len(self.broker.partitions) > hosted:  # partitions made here (none is removed)
+            self.broker.partitions_made()
+        return response
 
     def _apply_leader_and_isr(
         self,

@@ -111,10 +111,10 @@ class ZkClient:
     async def start(self) -> None:
         """Connect (waiting at most `zookeeper.connection.timeout.ms`) and create the chroot."""
         hosts, chroot = split_connect(self.connect)
-        if chroot:
-            await trio.to_thread.run_sync(self._ensure_chroot, hosts, chroot)
         self._kazoo.add_listener(self._on_state)
         try:
+            if chroot:
+                await trio.to_thread.run_sync(self._ensure_chroot, hosts, chroot)
             await trio.to_thread.run_sync(
                 lambda: self._kazoo.start(timeout=self.connection_timeout_ms / 1000)
             )

@@ -9,7 +9,9 @@ which every broker follows (`ClusterMember`).
 Users and clients (Kafka's changeUserOrUserClientIdConfig): a user's znode holds its SCRAM
 credentials and its quotas side by side, and a user or client znode left with an empty config
 and no children is deleted, with its `clients` parent and its user when they are left empty
-too (Kafka's tryCleanQuotaNodes), so removed quotas leave no znodes behind.
+too (Kafka's tryCleanQuotaNodes), so removed quotas leave no znodes behind. An ip's config
+(`/config/ips/<ip>`, its connection rate quota) is written as any entity's, and stays, emptied,
+when its quota is removed (Kafka's changeIpConfig).
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ async def read_user_or_client_config(zk: ZkClient, entity: QuotaEntity) -> dict[
     return await read_entity_config(zk, f"{CONFIG}/{entity.path}")
 
 
-async def read_users_and_clients(zk: ZkClient) -> dict[QuotaEntity, dict[str, str]]:
-    """Every user, user and client, and client entity's config (empty ones too)."""
+async def read_quota_entities(zk: ZkClient) -> dict[QuotaEntity, dict[str, str]]:
+    """Every user, user and client, client and ip entity's config (empty ones too)."""
     out: dict[QuotaEntity, dict[str, str]] = {}
     for user in await zk.get_children(znodes.CONFIG_USERS) or []:
         entities = [QuotaEntity(user, None)]
@@ -74,15 +76,18 @@ async def read_users_and_clients(zk: ZkClient) -> dict[QuotaEntity, dict[str, st
     for client in await zk.get_children(znodes.CONFIG_CLIENTS) or []:
         entity = QuotaEntity(None, client)
         out[entity] = await read_user_or_client_config(zk, entity)
+    for ip in await zk.get_children(znodes.CONFIG_IPS) or []:
+        entity = QuotaEntity(None, None, ip)
+        out[entity] = await read_user_or_client_config(zk, entity)
     return out
 
 
 async def change_user_or_client_config(
     zk: ZkClient, entity: QuotaEntity, config: Mapping[str, str]
 ) -> None:
-    """Replace a user's or client's config and notify every broker; an emptied one's znodes
-    go (Kafka's changeUserOrUserClientIdConfig)."""
-    if config or not await _delete_if_empty(zk, entity):
+    """Replace a user's, client's or ip's config and notify every broker; an emptied user's
+    or client's znodes go (Kafka's changeUserOrUserClientIdConfig)."""
+    if config or entity.ip is not None or not await _delete_if_empty(zk, entity):
         await _write(zk, f"{CONFIG}/{entity.path}", config)
     await _notify(zk, entity.path)
 

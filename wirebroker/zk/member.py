@@ -301,7 +301,7 @@ class ClusterMember:
             self._topic_configured(topic, overrides)
             if overrides:
                 self.broker.apply_topic_config(topic, overrides)
-        entities = await entity_configs.read_users_and_clients(self.zk)
+        entities = await entity_configs.read_quota_entities(self.zk)
         for entity in self.broker.quotas.entities() - set(entities):
             self._entity_configured(entity, {})
         for entity, config in entities.items():
@@ -325,17 +325,17 @@ class ClusterMember:
     async def _load_broker_config(self, entity: str) -> None:
         self.broker.dynamic_config.apply(entity, await self.broker_config(entity))
 
-    # user and client configs (SCRAM credentials, client quotas) ----------------------------
+    # user, client and ip configs (SCRAM credentials, client and connection quotas) ---------
     def _entity_configured(self, entity: QuotaEntity, config: dict[str, str]) -> None:
-        """A user's or client's config, as ZooKeeper has it now: its quotas, and a user's
-        SCRAM credentials."""
+        """A user's, client's or ip's config, as ZooKeeper has it now: its quotas, and a
+        user's SCRAM credentials."""
         self.broker.quotas.update(entity, config)
         if entity.client_id is None and entity.user not in (None, DEFAULT):
             self.broker.scram_credentials.cache_user_config(desanitize(entity.user), config)
 
     async def client_quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
-        """Every user and client entity's config, read from ZooKeeper now."""
-        return await entity_configs.read_users_and_clients(self.zk)
+        """Every user, client and ip entity's config, read from ZooKeeper now."""
+        return await entity_configs.read_quota_entities(self.zk)
 
     async def client_quota_config(self, entity: QuotaEntity) -> dict[str, str]:
         return await entity_configs.read_user_or_client_config(self.zk, entity)

@@ -38,6 +38,7 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 CONFIG_USERS = "/config/users"
 CONFIG_CLIENTS = "/config/clients"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_IPS = "/config/ips"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -71,7 +72,7 @@ PERSISTENT_PATHS = (
     CONFIG_TOPICS,
     CONFIG_USERS,
     CONFIG_BROKERS,
-    "/config/ips",
+    CONFIG_IPS,
     LOG_DIR_EVENT_NOTIFICATION,
     LATEST_PRODUCER_ID_BLOCK,
 )

@@ -1,0 +1,89 @@
+"""`wirebroker serve` ended by an OSError says in one line what failed: the operation (a
+listener's bind, opening log.dirs), the address or file, the system's reason and where it was
+raised; it asks about another broker on the port only when the address is in use. Real
+processes: a port another socket holds, a data directory it may not create, an unreachable
+ZooKeeper with a chroot."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+NOBODY = 65534
+
+
+def serve(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`wirebroker serve` until it exits (it must not start), run by `prefix` if given."""
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "wirebroker", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_port_in_use_names_the_listener_and_address(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = serve("--listeners", f"PLAINTEXT://127.0.0.1:{port}", "--log-dirs", str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"wirebroker: binding listener PLAINTEXT to 127.0.0.1:{port}: Address already in use ("
+    ), last
+    assert last.endswith("; is another broker already on that port?"), last
+    assert "ZooKeeper" not in last
+
+
+def test_a_data_directory_it_may_not_create_names_the_path() -> None:
+    # A directory the broker may read but not write in. Root writes anywhere: as root the
+    # broker runs as nobody (setpriv; subprocess's own user= cannot exec this venv's Python
+    # here), who may traverse this directory, unlike pytest's tmp_path.
+    prefix: tuple[str, ...] = ()
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: every directory is writable")
+        prefix = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
+    parent = Path(tempfile.mkdtemp(prefix="wirebroker-read-only-"))
+    try:
+        parent.chmod(0o555)
+        data = parent / "data"
+        done = serve(
+            "--listeners", "PLAINTEXT://127.0.0.1:0", "--log-dirs", str(data), prefix=prefix
+        )
+    finally:
+        shutil.rmtree(parent)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"wirebroker: opening log.dirs={data}: Permission denied: {data} ("), (
+        last
+    )
+    assert "Path.mkdir in Broker.open, wirebroker/broker.py:" in last
+    assert "another broker" not in last and "ZooKeeper" not in last
+
+
+def test_zookeeper_with_a_chroot_unreachable_is_said_so(tmp_path: Path) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        done = serve(
+            *("--listeners", "PLAINTEXT://127.0.0.1:0", "--log-dirs", str(tmp_path)),
+            *("--override", f"zookeeper.connect=127.0.0.1:{port}/wirebroker"),
+            *("--override", "zookeeper.connection.timeout.ms=1000"),
+        )
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"wirebroker: cannot reach ZooKeeper at 127.0.0.1:{port}/wirebroker"), (
+        last
+    )

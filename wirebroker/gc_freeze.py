@@ -1,0 +1,30 @@
+"""The broker's long-lived state left out of the cyclic collector's passes (`gc.freeze`).
+
+Frozen objects are still freed by reference counting; only a reference cycle among them that
+becomes garbage later (some of a deleted topic's log objects) stays until a restart. Their
+files are closed explicitly, never by the collector. `wirebroker serve` freezes what start-up
+made once it serves (`wirebroker.cli`), and then, with `Broker.freeze_created` on, what each
+creation of partitions made once it settled: the logs and partitions of a CreateTopics,
+CreatePartitions or auto-creation (`Broker.create_logs`), or of a LeaderAndIsr that made
+partitions here (a new replica, or in a cluster every partition after a start). About 52
+objects a partition would otherwise stay in the young generations, walked by every
+collection of theirs until a full pass moved them. One freeze per creation, not per
+partition: `gc.freeze` moves whole generations, whatever their size. Off in an in-process
+broker (tests): the collector is the process's.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def freeze(what: str) -> int:
+    """Freeze every object the collector tracks now; how many that was (logged as `what`)."""
+    before = gc.get_freeze_count()
+    gc.freeze()
+    frozen = gc.get_freeze_count() - before
+    log.info("%s (%d objects) left out of the garbage collector's passes", what, frozen)
+    return frozen

@@ -286,6 +286,7 @@ class BrokerListeners:
         then advertise them (and register them again in a cluster)."""
         config = self.broker.config
         wanted = {lst.name: lst for lst in config.listeners()}
+        self.broker.connection_limits.listeners_changed(list(wanted))
         for name in [n for n in self.bound if n not in wanted]:
             self._scopes.pop(name).cancel()
             if self.tls is not None:

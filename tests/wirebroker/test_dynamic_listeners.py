@@ -196,3 +196,32 @@ def test_a_sasl_listener_added_with_its_users_in_the_same_request(tmp_path: Path
             anonymous.send(MetadataRequest(topics=[]), 12)
             assert anonymous.wait_closed(10.0)
         assert not any("ann-pw" in line for line in broker.log)
+
+
+def test_a_listener_added_has_its_connection_limit(tmp_path: Path) -> None:
+    """`listener.name.<l>.max.connections` given with the new listener: its second connection
+    waits (in the listen backlog) until the first closes, as on a listener of the start."""
+    with serving(BrokerProcess(tmp_path)) as broker:
+        extra = free_port()
+        listeners = f"PLAINTEXT://127.0.0.1:{broker.port},EXTRA://127.0.0.1:{extra}"
+        ok = alter_configs(
+            broker.bootstrap,
+            BROKER,
+            "0",
+            [
+                ("listeners", SET, listeners),
+                (MAP, SET, PLAIN_MAP),
+                ("listener.name.extra.max.connections", SET, "1"),
+            ],
+        )
+        assert ok == (ErrorCode.NONE, None)
+        wait_until(lambda: accepts(extra), what="the new listener to accept")  # (closed at once)
+        first = RawClient(f"127.0.0.1:{extra}")
+        assert first.request(MetadataRequest(topics=[]), 12).brokers
+        with RawClient(f"127.0.0.1:{extra}", timeout=1.0) as second:
+            second.send(MetadataRequest(topics=[]), 12)
+            with pytest.raises(TimeoutError):
+                second.receive_frame()
+            first.close()
+            second.sock.settimeout(10.0)
+            assert second.receive_frame()

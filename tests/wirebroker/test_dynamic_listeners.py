@@ -51,16 +51,28 @@ def advertised(bootstrap: str) -> dict[int, tuple[str, int]]:
     return {b.node_id: (b.host, b.port) for b in response.brokers}
 
 
+def add_listener(
+    broker: BrokerProcess, name: str, protocol: str, *more: tuple[str, int, str | None]
+) -> int:
+    """Add listener `name` (`protocol`, on a free port, with the keys `more`) beside
+    PLAINTEXT, as kafka-configs does; its port once it accepts."""
+    port = free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{broker.port},{name}://127.0.0.1:{port}"
+    operations = [
+        ("listeners", SET, listeners),
+        (MAP, SET, f"PLAINTEXT:PLAINTEXT,{name}:{protocol}"),
+        *more,
+    ]
+    assert alter_configs(broker.bootstrap, BROKER, "0", operations) == (ErrorCode.NONE, None)
+    wait_until(lambda: accepts(port), what=f"the new listener {name} to accept")
+    return port
+
+
 def test_a_listener_added_serves_clients_and_comes_back_after_a_restart(tmp_path: Path) -> None:
     with serving(BrokerProcess(tmp_path)) as broker:
         plain = broker.port
-        extra = free_port()
+        extra = add_listener(broker, "EXTRA", "PLAINTEXT")
         listeners = f"PLAINTEXT://127.0.0.1:{plain},EXTRA://127.0.0.1:{extra}"
-        ok = alter_configs(
-            broker.bootstrap, BROKER, "0", [("listeners", SET, listeners), (MAP, SET, PLAIN_MAP)]
-        )
-        assert ok == (ErrorCode.NONE, None)
-        wait_until(lambda: accepts(extra), what="the new listener to accept")
         assert broker.wait_for_log("listener EXTRA://127.0.0.1") is not None
         # Each listener's clients are told the endpoints of their own listener.
         assert advertised(f"127.0.0.1:{extra}") == {0: ("127.0.0.1", extra)}
@@ -142,20 +154,13 @@ def test_an_ssl_listener_added_with_its_keystore_in_the_same_request(tmp_path: P
     cert = ca.issue_cert("localhost", "127.0.0.1")
     cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
     with serving(BrokerProcess(tmp_path / "data")) as broker:
-        secure = free_port()
-        ok = alter_configs(
-            broker.bootstrap,
-            BROKER,
-            "0",
-            [
-                ("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port},SECURE://127.0.0.1:{secure}"),
-                (MAP, SET, "PLAINTEXT:PLAINTEXT,SECURE:SSL"),
-                ("listener.name.secure.ssl.keystore.type", SET, "PEM"),
-                ("listener.name.secure.ssl.keystore.location", SET, str(tmp_path / "server.pem")),
-            ],
-        )  # fmt: skip
-        assert ok == (ErrorCode.NONE, None)
-        wait_until(lambda: accepts(secure), what="the SSL listener to accept")
+        secure = add_listener(
+            broker,
+            "SECURE",
+            "SSL",
+            ("listener.name.secure.ssl.keystore.type", SET, "PEM"),
+            ("listener.name.secure.ssl.keystore.location", SET, str(tmp_path / "server.pem")),
+        )
         assert served_certificate(("127.0.0.1", secure), ca) == der(cert)
         # A plaintext client on it gets no Kafka answer.
         with socket.create_connection(("127.0.0.1", secure), timeout=10) as raw:
@@ -174,20 +179,13 @@ def test_a_sasl_listener_added_with_its_users_in_the_same_request(tmp_path: Path
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_ann="ann-pw";'
     props = {"password.encoder.secret": "encoder-secret-9"}
     with serving(BrokerProcess(tmp_path, props)) as broker:
-        sasl = free_port()
-        ok = alter_configs(
-            broker.bootstrap,
-            BROKER,
-            "0",
-            [
-                ("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port},SASL://127.0.0.1:{sasl}"),
-                (MAP, SET, "PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT"),
-                ("listener.name.sasl.sasl.enabled.mechanisms", SET, "PLAIN"),
-                ("listener.name.sasl.plain.sasl.jaas.config", SET, jaas),
-            ],
-        )  # fmt: skip
-        assert ok == (ErrorCode.NONE, None)
-        wait_until(lambda: accepts(sasl), what="the SASL listener to accept")
+        sasl = add_listener(
+            broker,
+            "SASL",
+            "SASL_PLAINTEXT",
+            ("listener.name.sasl.sasl.enabled.mechanisms", SET, "PLAIN"),
+            ("listener.name.sasl.plain.sasl.jaas.config", SET, jaas),
+        )
         with RawClient(f"127.0.0.1:{sasl}", plain=("ann", "ann-pw")) as client:
             assert client.request(MetadataRequest(topics=[]), 12).brokers
         with pytest.raises(ConnectionError):
@@ -202,20 +200,10 @@ def test_a_listener_added_has_its_connection_limit(tmp_path: Path) -> None:
     """`listener.name.<l>.max.connections` given with the new listener: its second connection
     waits (in the listen backlog) until the first closes, as on a listener of the start."""
     with serving(BrokerProcess(tmp_path)) as broker:
-        extra = free_port()
-        listeners = f"PLAINTEXT://127.0.0.1:{broker.port},EXTRA://127.0.0.1:{extra}"
-        ok = alter_configs(
-            broker.bootstrap,
-            BROKER,
-            "0",
-            [
-                ("listeners", SET, listeners),
-                (MAP, SET, PLAIN_MAP),
-                ("listener.name.extra.max.connections", SET, "1"),
-            ],
+        # (the check that it accepts closes its connection at once)
+        extra = add_listener(
+            broker, "EXTRA", "PLAINTEXT", ("listener.name.extra.max.connections", SET, "1")
         )
-        assert ok == (ErrorCode.NONE, None)
-        wait_until(lambda: accepts(extra), what="the new listener to accept")  # (closed at once)
         first = RawClient(f"127.0.0.1:{extra}")
         assert first.request(MetadataRequest(topics=[]), 12).brokers
         with RawClient(f"127.0.0.1:{extra}", timeout=1.0) as second:

@@ -211,9 +211,10 @@ def test_topic_describe_all(observe: Any) -> None:
 
 
 def test_listener_changes_refused(observe: Any) -> None:
-    """IncrementalAlterConfigs answers (codes and messages, ports left out) for changes of the
-    listener keys Kafka refuses: at the cluster default, a listener missing from the protocol
-    map, a kept listener's new security protocol, the inter-broker listener removed."""
+    """IncrementalAlterConfigs answers (codes and messages, the listeners they echo left out)
+    for changes of the listener keys Kafka refuses: at the cluster default, a listener missing
+    from the protocol map, a kept listener's new security protocol, the inter-broker listener
+    removed."""
 
     def run(t: Any) -> Any:
         configs, _ = _describe(t.bootstrap, BROKER, "0", ["listeners", MAP_KEY])
@@ -236,7 +237,10 @@ def test_listener_changes_refused(observe: Any) -> None:
         answers = []
         for name, ops in bad:
             code, message = alter_configs(t.bootstrap, BROKER, name, ops)
-            answers.append((code, re.sub(r"//127\.0\.0\.1:\d+", "//127.0.0.1:P", message or "")))
+            # the listeners echoed are each broker's own (the reference's set-up differs)
+            answers.append(
+                (code, re.sub(r"listeners from '[^']*'", "listeners from 'L'", message or ""))
+            )
         return answers
 
     observe(run)

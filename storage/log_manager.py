@@ -365,11 +365,12 @@ class LogManager:
         self._maybe_take_offline(plog.dir.parent, error)
 
     def _each_log(self, chore: str, run: Callable[[PartitionLog], int]) -> int:
-        """Sum of `run` over every online log not being truncated; a log it fails for is logged
+        """Sum of `run` over every online log no worker thread writes (a truncation, a
+        follower's append: :attr:`PartitionLog.writing`); a log it fails for is logged
         and skipped (the chore's next run retries it)."""
         total = 0
         for tp, lg in self.logs():
-            if lg.offline or lg.truncating:  # a truncation's worker thread writes it
+            if lg.offline or lg.writing:
                 continue
             try:
                 total += run(lg)
@@ -385,7 +386,7 @@ class LogManager:
         return [
             reads
             for _tp, lg in self.logs()
-            if not (lg.offline or lg.truncating) and (reads := lg.retention_reads(now_ms))
+            if not (lg.offline or lg.writing) and (reads := lg.retention_reads(now_ms))
         ]
 
     def run_retention(self, now_ms: int) -> int:
@@ -402,7 +403,7 @@ class LogManager:
         """One log's compaction passes due now, each made after the previous one committed: a
         pass that filled the offset map gets the next at once. Passes of different logs may
         run at the same time (each prepares with its own file handles)."""
-        while not (lg.closed or lg.offline or lg.truncating) and lg.config.compact:
+        while not (lg.closed or lg.offline or lg.writing) and lg.config.compact:
             try:
                 pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
             except (OSError, StorageError) as e:
@@ -421,7 +422,7 @@ class LogManager:
         Kafka's memory-mapped indexes. The broker calls it every second; a failure is left to
         the next flush, roll or close."""
         for _tp, lg in self.logs():
-            if lg.closed or lg.offline or lg.truncating:
+            if lg.closed or lg.offline or lg.writing:
                 continue
             seg = lg.active_segment
             if seg.indexes_unwritten:
@@ -432,7 +433,7 @@ class LogManager:
         """Flushes of logs due by ``flush.ms`` and of logs with unflushed rolled segments
         (Kafka flushes a segment once it rolls), made one at a time."""
         for _tp, lg in self.logs():
-            if lg.closed or lg.offline or lg.truncating:
+            if lg.closed or lg.offline or lg.writing:
                 continue
             try:
                 if now_ms - lg.last_flush_ms >= lg.config.flush_ms:

@@ -78,7 +78,13 @@ from storage.results import AppendInfo, FileSlice, OffsetAndTimestamp, ReadResul
 from storage.retention import plan_retention
 from storage.roll_work import PendingSnapshot, RollWork
 from storage.scan import iter_file_headers
-from storage.segment import LogSegment, LookupReads, TimestampReads, segment_file_sizes
+from storage.segment import (
+    LogSegment,
+    LookupReads,
+    TimestampReads,
+    segment_file_sizes,
+    write_batches,
+)
 from storage.txn_index import AbortedTxn
 from storage.validation import (
     AppendOrigin,
@@ -93,6 +99,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
+    "FollowerAppend",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "PartitionLog",
@@ -209,7 +216,8 @@ class PartitionLog:
         self._obsolete_snapshots: list[tuple[int, Path]] = []
         #: Counts truncations: a chore prepared before one must not be committed after it.
         self.truncations = 0
-        self._truncation: Truncation | None = None
+        #: The log's one writer while a worker thread writes its files (see :attr:`writing`).
+        self._writer: Truncation | FollowerAppend | None = None
         #: Where reads bounded by the high watermark and by the last stable offset stop.
         self._position_cache: dict[int, tuple[LogSegment, int]] = {}
         self.closed = False
@@ -481,17 +489,39 @@ class PartitionLog:
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, *, sync: bool | None = None
     ) -> AppendInfo:
-        """Append replicated batches as they are (offsets, epochs, timestamps kept).
+        """Append replicated batches as they are (offsets, epochs, timestamps kept), on this
+        thread (:meth:`begin_follower_append` with its write run here).
 
         A trailing partial batch is ignored (``valid_bytes`` says how much was taken). Raises
         :class:`CorruptRecordError`, :class:`OffsetsOutOfOrderError`,
-        :class:`UnexpectedAppendOffsetError` (first offset below the log end offset).
+        :class:`UnexpectedAppendOffsetError` (first offset below the log end offset),
+        :class:`RecordBatchTooLargeError` and :class:`KafkaStorageError`.
         """
+        append = self.begin_follower_append(records, sync=sync)
+        if append is None:
+            return AppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start, 0, 0)
+        run_chore(append)
+        assert append.info is not None  # the commit raised otherwise
+        return append.info
+
+    def begin_follower_append(
+        self, records: bytes | bytearray | memoryview, *, sync: bool | None = None
+    ) -> FollowerAppend | None:
+        """:meth:`append_as_follower` with its write as a chore (a :class:`FollowerAppend`):
+        the batches are checked here (CRCs, offsets against the log end offset) and the
+        segment rolled if due; :meth:`FollowerAppend.prepare` writes them (``pwrite`` of
+        `records` itself, never copied) through the pinned descriptor of the active segment,
+        off this thread; :meth:`FollowerAppend.commit` indexes them and moves the log end
+        offset, the producer state and the leader epochs (and flushes, if due). Until then
+        the log is :attr:`writing` and reads as before the append. None if `records` hold no
+        whole batch. Raises as :meth:`append_as_follower`; on an error nothing was written."""
         self._check_open()
+        if self._writer is not None:  # the caller's bug: one writer per log
+            raise RuntimeError(f"append to {self.dir.name} while a worker thread writes it")
         now_ms = self._now_ms()
         v = analyze_follower_append(records)
         if not v.metas:
-            return AppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start, 0, 0)
+            return None
         if v.first_offset < self._leo:
             raise UnexpectedAppendOffsetError(
                 f"follower append starts at offset {v.first_offset}, below the log end offset "
@@ -499,9 +529,24 @@ class PartitionLog:
                 first_offset=v.first_offset,
                 last_offset=v.last_offset,
             )
+        seg = self._segment_for(v, now_ms)
+        fd = seg.begin_append()
+        self._writer = FollowerAppend(self, v, seg, fd, now_ms, sync)
+        return self._writer
+
+    def _complete_follower_append(self, append: FollowerAppend) -> None:
+        self._writer = None
+        append.segment.log.release()
+        self._check_open()  # abandoned meanwhile (its log directory failed): not appended
+        if append.error is not None:
+            raise KafkaStorageError(
+                f"append to {append.segment.log.path} failed: {append.error}"
+            ) from append.error
+        v = append.validated
         producers = producer_batches(v.data)
         previous_end = self._leo
-        self._append(v, now_ms)
+        append.segment.appended(v.metas)
+        self._appended(append.segment, v, append.now_ms)
         self._update_producers(producers, previous_end)
         cache = self.leader_epoch_cache
         if v.has_legacy:
@@ -509,11 +554,17 @@ class PartitionLog:
         else:
             for epoch, offset in v.epochs:
                 cache.assign(epoch, offset)
-        return self._after_append(v, now_ms, sync, previous_end)
+        append.info = self._after_append(v, append.now_ms, append.sync, previous_end)
 
     def _append(self, v: ValidatedAppend, now_ms: int) -> None:
-        if self._truncation is not None:  # the caller's bug: one writer per log
-            raise RuntimeError(f"append to {self.dir.name} during its truncation")
+        if self._writer is not None:  # the caller's bug: one writer per log
+            raise RuntimeError(f"append to {self.dir.name} while a worker thread writes it")
+        seg = self._segment_for(v, now_ms)
+        seg.append(v.data, v.metas)
+        self._appended(seg, v, now_ms)
+
+    def _segment_for(self, v: ValidatedAppend, now_ms: int) -> LogSegment:
+        """The segment `v` goes to: the active one, rolled first if due."""
         size = len(v.data)
         config = self.config
         if size > config.segment_bytes:
@@ -530,7 +581,11 @@ class PartitionLog:
             now_ms=now_ms,
         ):
             seg = self._roll(max(v.first_offset, self._leo), now_ms)
-        seg.append(v.data, v.metas)
+        return seg
+
+    def _appended(self, seg: LogSegment, v: ValidatedAppend, now_ms: int) -> None:
+        """`v` is in `seg`: the log end offset moves past it."""
+        config = self.config
         self._leo = v.last_offset + 1
         self._unflushed_messages += v.records_count
         if (
@@ -939,10 +994,11 @@ class PartitionLog:
         return True
 
     @property
-    def truncating(self) -> bool:
-        """A truncation's file work is under way (:meth:`begin_truncation`): nothing may
-        append to, flush, compact or apply retention to the log until it committed."""
-        return self._truncation is not None
+    def writing(self) -> bool:
+        """A worker thread writes the log's files (a truncation's, :meth:`begin_truncation`,
+        or a follower append's, :meth:`begin_follower_append`): nothing else may append to,
+        truncate, flush, compact or apply retention to the log until that committed."""
+        return self._writer is not None
 
     def begin_truncation(self, offset: int) -> Truncation | None:
         """:meth:`truncate_to` with its file work as a chore (a :class:`Truncation`): the log
@@ -950,12 +1006,12 @@ class PartitionLog:
         offsets and caches cut); :meth:`Truncation.prepare` cuts the last kept segment's files,
         deletes the producer snapshots above `offset` and rebuilds the producer state from the
         snapshot and batches below it, off this thread; :meth:`Truncation.commit` installs
-        that state. Until then the log is :attr:`truncating`. None when nothing is left to do
+        that state. Until then the log is :attr:`writing`. None when nothing is left to do
         off this thread: nothing to truncate, or a truncation below the first segment (done
         here by :meth:`truncate_fully_and_start_at`, whose new segment is made as a roll's)."""
         self._check_open()
-        if self._truncation is not None:
-            raise RuntimeError(f"{self.dir.name} is being truncated already")
+        if self._writer is not None:
+            raise RuntimeError(f"{self.dir.name} is being written by a worker thread already")
         if offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {offset}")
         if offset >= self._leo:
@@ -974,16 +1030,16 @@ class PartitionLog:
             seg.become_active()
         self._leo = offset
         self._truncated_in_memory()
-        self._truncation = Truncation(
+        truncation = self._writer = Truncation(
             self,
             offset,
             cuts,
             [(s.log.path, s.base_offset, s.size) for s in self._segments],
         )
-        return self._truncation
+        return truncation
 
     def _complete_truncation(self, truncation: Truncation) -> None:
-        self._truncation = None
+        self._writer = None
         if self.closed:  # abandoned meanwhile (its log directory failed)
             return
         if truncation.producers is None:
@@ -999,6 +1055,8 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and start an empty log at `offset` (log start = end = offset)."""
         self._check_open()
+        if self._writer is not None:  # the caller's bug: one writer per log
+            raise RuntimeError(f"{self.dir.name} is being written by a worker thread")
         self._finish_renames()  # the new segment may take the name of one deleted before
         for seg in self._segments:
             self._delete_segment(seg)
@@ -1398,6 +1456,53 @@ class Truncation:
 
     def commit(self) -> None:
         self.log._complete_truncation(self)
+
+
+class FollowerAppend:
+    """The write of a follower's append (a :class:`~storage.chore.Chore`, made by
+    :meth:`PartitionLog.begin_follower_append`, which checked the batches and pinned the
+    active segment's file).
+
+    :meth:`prepare` writes the batches -- the caller's buffer, not a copy -- at the end of the
+    segment through its pinned descriptor, never touching the log, the segment or the file
+    handle pool, so it may run in a worker thread; a failed write is cut back and kept in
+    :attr:`error`. :meth:`commit` releases the pin and commits the append (:attr:`info`), or,
+    if the write failed, raises :class:`KafkaStorageError` (the caller takes the log directory
+    offline for an I/O error other than a full disk, as for an append made inline)."""
+
+    __slots__ = ("log", "validated", "segment", "fd", "position", "now_ms", "sync", "error", "info")
+
+    def __init__(
+        self,
+        log: PartitionLog,
+        validated: ValidatedAppend,
+        segment: LogSegment,
+        fd: int,
+        now_ms: int,
+        sync: bool | None,
+    ) -> None:
+        self.log = log
+        self.validated = validated
+        self.segment = segment
+        self.fd = fd
+        self.position = segment.size
+        self.now_ms = now_ms
+        self.sync = sync
+        self.error: OSError | None = None
+        #: What was appended, once committed.
+        self.info: AppendInfo | None = None
+
+    def prepare(self) -> None:
+        try:
+            write_batches(self.fd, self.validated.data, self.position)
+        except OSError as e:
+            self.error = e
+
+    def abort(self) -> None:
+        pass  # one write
+
+    def commit(self) -> None:
+        self.log._complete_follower_append(self)
 
 
 def _producer_updates(

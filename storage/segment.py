@@ -57,6 +57,7 @@ __all__ = [
     "TimestampAndOffset",
     "TimestampReads",
     "segment_file_sizes",
+    "write_batches",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,14 +93,23 @@ def segment_file_sizes(config: LogConfig, *, active: bool = True) -> tuple[int, 
     )
 
 
-def _write_fully(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+def write_batches(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    """Write all of `data` at `position` of the segment file `fd` (on any thread: it touches
+    the descriptor only). On an error the file is cut back to `position` and the OSError
+    raised."""
     view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, position)
-        if n <= 0:
-            raise OSError("pwrite wrote nothing")
-        position += n
-        view = view[n:]
+    at = position
+    try:
+        while view:
+            n = os.pwrite(fd, view, at)
+            if n <= 0:
+                raise OSError("pwrite wrote nothing")
+            at += n
+            view = view[n:]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, position)
+        raise
 
 
 #: The bytes from an index entry on that a lookup reads, in one piece, to find its batch.
@@ -581,22 +591,34 @@ class LogSegment:
         On an I/O error the file is cut back to its previous size, no index entry is added,
         and :class:`KafkaStorageError` is raised.
         """
+        fd = self.begin_append()
+        try:
+            write_batches(fd, data, self.size)
+        except OSError as e:
+            raise KafkaStorageError(f"append to {self.log.path} failed: {e}") from e
+        finally:
+            self.log.release()
+        self.appended(metas)
+
+    def begin_append(self) -> int:
+        """Make the segment ready for an append at :attr:`size` (its indexes grown back, if
+        due) and pin its file: the descriptor, for :func:`write_batches` -- which may run in a
+        worker thread -- then :meth:`appended` on this thread and ``self.log.release()``. Raises
+        :class:`KafkaStorageError`."""
         if self._needs_preallocation:
             try:
                 self._preallocate_indexes()
             except OSError as e:
                 raise KafkaStorageError(f"cannot grow the indexes of {self.log.path}: {e}") from e
-        pos = self.size
-        handle = self.log
-        fd = handle.acquire()
         try:
-            _write_fully(fd, data, pos)
+            return self.log.acquire()
         except OSError as e:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, pos)
-            raise KafkaStorageError(f"append to {handle.path} failed: {e}") from e
-        finally:
-            handle.release()
+            raise KafkaStorageError(f"cannot open {self.log.path}: {e}") from e
+
+    def appended(self, metas: Sequence[BatchMeta]) -> None:
+        """Index the batches `metas` describes, written at :attr:`size` (see
+        :meth:`begin_append`), and count them in."""
+        pos = self.size
         if pos == 0:
             self._rolling_ts = metas[0][3]
             self._rolling_ts_known = True

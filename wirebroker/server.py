@@ -291,7 +291,9 @@ async def _run_log_chore(manager: LogManager, what: str, chore: PendingFlush | C
 async def run_off_loop(chore: Chore) -> None:
     """Run `chore`'s slow part in a worker thread, then commit it here on the loop (also when
     the slow part raised). A cancellation (shutdown) aborts the slow part and waits for the
-    worker to stop. What the slow part raised is raised as itself, not in trio's exception
+    worker to stop; one delivered before the worker started still runs it (aborted), since a
+    commit after no prepare at all would apply what was never done (a roll's next segment
+    taken for made). What the slow part raised is raised as itself, not in trio's exception
     group, so that callers catch `OSError` (a full disk) and storage errors."""
     finished = False
 
@@ -305,7 +307,8 @@ async def run_off_loop(chore: Chore) -> None:
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(abort_when_cancelled)
-            await trio.to_thread.run_sync(chore.prepare)
+            with trio.CancelScope(shield=True):  # the worker is never abandoned anyway
+                await trio.to_thread.run_sync(chore.prepare)
             finished = True
             nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:

@@ -27,6 +27,7 @@ from storage.config import LogConfig
 from storage.errors import (
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     OffsetsOutOfOrderError,
     RecordBatchTooLargeError,
@@ -292,6 +293,41 @@ def test_follower_append(tmp_path: Path) -> None:
     with pytest.raises(OffsetsOutOfOrderError):
         log.append_as_follower(out_of_order)
     assert log.append_as_follower(b"").first_offset == -1
+    log.close()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_follower_append_written_off_the_thread(tmp_path: Path, fails: bool) -> None:
+    """begin_follower_append checks and pins; until the chore's commit the log reads as before
+    and has that one writer; a failed write is cut back and raised by the commit."""
+    log = open_log(tmp_path / "t-0")
+    log.append_as_follower(build_record_batch([SimpleRecord(b"k", b"v", (), T0)] * 2))
+    data = build_record_batch([SimpleRecord(b"k", b"w", (), T0)] * 3, base_offset=2)
+    size = log.active_segment.size
+    append = log.begin_follower_append(memoryview(data))
+    assert append is not None and log.writing and log.log_end_offset == 2
+    with pytest.raises(RuntimeError):
+        log.append_as_follower(data)
+    with pytest.raises(RuntimeError):
+        log.begin_truncation(1)
+    if fails:
+        append.fd = os.open(os.devnull, os.O_RDONLY)  # the write fails with EBADF
+        try:
+            append.prepare()
+        finally:
+            os.close(append.fd)
+        assert isinstance(append.error, OSError)
+        with pytest.raises(KafkaStorageError):
+            append.commit()
+        assert log.log_end_offset == 2 and log.active_segment.size == size
+        assert os.path.getsize(log.active_segment.log.path) == size
+    else:
+        append.prepare()
+        assert log.log_end_offset == 2  # written, not committed
+        append.commit()
+        assert log.log_end_offset == 5 and batches_of(log) == [(0, 1), (2, 4)]
+    assert not log.writing
+    assert log.active_segment.log.pins == 0
     log.close()
 
 

@@ -4,6 +4,7 @@ cache, and the controller's requests at every version through the codec and the 
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import threading
 import uuid
@@ -17,12 +18,14 @@ import trio.testing
 
 from protocol.api import decode_request, decode_response, encode_request, encode_response_chunks
 from protocol.errors import ErrorCode
+from protocol.messages.fetch import FetchResponse
 from protocol.messages.headers import RequestHeader, ResponseHeader
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
+from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.partition_log import PartitionLog, Truncation
@@ -42,6 +45,25 @@ T = TypeVar("T")
 
 def batch(n: int = 1) -> memoryview:
     return memoryview(bytearray(build_record_batch([SimpleRecord(None, b"v")] * n)))
+
+
+def fetched(records: bytes, high_watermark: int) -> FetchResponse:
+    """The leader's answer to a fetch of `t-0`: `records`, its high watermark."""
+    return FetchResponse(
+        responses=[
+            FetchResponse.FetchableTopicResponse(
+                topic="t",
+                partitions=[
+                    FetchResponse.PartitionData(
+                        partition_index=0,
+                        high_watermark=high_watermark,
+                        log_start_offset=0,
+                        records=memoryview(records),
+                    )
+                ],
+            )
+        ]
+    )
 
 
 @pytest.fixture
@@ -582,8 +604,6 @@ def test_follower_without_epochs_truncates_to_its_high_watermark(tmp_path: Path)
 
 
 def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> None:
-    from protocol.messages.fetch import FetchResponse
-
     leader_log = PartitionLog.open(tmp_path / "leader" / "t-0", LogConfig())
     leader_log.append_as_leader(batch(2), 0, 0)
     leader_log.append_as_leader(batch(2), 0, 0)
@@ -601,7 +621,14 @@ def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> N
         answer = FetchResponse.PartitionData(
             partition_index=0, high_watermark=9, log_start_offset=0, records=memoryview(data)
         )
-        fetcher._append(tp, p, state, answer)
+
+        def take(r: FetchResponse.PartitionData) -> None:  # what `_fetch` does with an answer
+            append = fetcher._begin_append(tp, p, r)
+            if append is not None:
+                run_chore(append)
+            fetcher._follow(p, state, r)
+
+        take(answer)
         assert (p.log_end_offset, p.high_watermark, state.fetch_offset) == (4, 4, 4)
         with p.log.read(0, 1 << 20) as ours:
             assert ours.size == len(data)  # stored as the leader had it
@@ -609,15 +636,13 @@ def test_follower_takes_the_leaders_watermark_and_log_start(tmp_path: Path) -> N
         empty = FetchResponse.PartitionData(
             partition_index=0, high_watermark=4, log_start_offset=2, records=memoryview(b"")
         )
-        fetcher._append(tp, p, state, empty)
+        take(empty)
         assert p.log_start_offset == 2
     finally:
         broker.close()
 
 
 def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> None:
-    from protocol.messages.fetch import FetchResponse
-
     broker = open_broker(tmp_path)
     try:
         call(broker, leader_and_isr(2, 0), 7)
@@ -630,21 +655,7 @@ def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> No
         garbage[-1] ^= 0xFF  # the record's last byte: the CRC no longer matches
 
         async def answer(body: Any, version: int) -> FetchResponse:
-            return FetchResponse(
-                responses=[
-                    FetchResponse.FetchableTopicResponse(
-                        topic="t",
-                        partitions=[
-                            FetchResponse.PartitionData(
-                                partition_index=0,
-                                high_watermark=1,
-                                log_start_offset=0,
-                                records=memoryview(bytes(garbage)),
-                            )
-                        ],
-                    )
-                ]
-            )
+            return fetched(bytes(garbage), 1)
 
         fetcher.peer.request = answer  # type: ignore[method-assign]
         run_virtual(fetcher._fetch, {tp: state})
@@ -654,11 +665,20 @@ def test_corrupt_records_from_the_leader_are_fetched_again(tmp_path: Path) -> No
         broker.close()
 
 
-def test_a_follower_on_a_full_disk_fetches_again(tmp_path: Path) -> None:
-    """A follower append that fails for its disk wrote nothing: it is retried after the
-    backoff (and succeeds once space is freed), never given up until new orders come."""
-    from protocol.messages.fetch import FetchResponse
-    from storage.errors import KafkaStorageError
+def test_a_follower_on_a_full_disk_fetches_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower append whose write (in its worker thread) fails for a full disk wrote
+    nothing: it is retried after the backoff (and succeeds once space is freed), never given
+    up until new orders come, and the log directory stays online."""
+    full = threading.Event()
+    full.set()
+    pwrite = os.pwrite
+
+    def disk_full(fd: int, data: Any, position: int) -> int:
+        if full.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return pwrite(fd, data, position)
 
     broker = open_broker(tmp_path)
     try:
@@ -671,33 +691,107 @@ def test_a_follower_on_a_full_disk_fetches_again(tmp_path: Path) -> None:
         data = bytes(batch(2))
 
         async def answer(body: Any, version: int) -> FetchResponse:
-            return FetchResponse(
-                responses=[
-                    FetchResponse.FetchableTopicResponse(
-                        topic="t",
-                        partitions=[
-                            FetchResponse.PartitionData(
-                                partition_index=0,
-                                high_watermark=2,
-                                log_start_offset=0,
-                                records=memoryview(data),
-                            )
-                        ],
-                    )
-                ]
-            )
-
-        def disk_full(records: Any, **kwargs: Any) -> Any:
-            raise KafkaStorageError("No space left on device")
+            return fetched(data, 2)
 
         fetcher.peer.request = answer  # type: ignore[method-assign]
-        p.log.append_as_follower = disk_full  # type: ignore[method-assign]
+        monkeypatch.setattr(os, "pwrite", disk_full)
         run_virtual(fetcher._fetch, {tp: state})
-        assert p.log_end_offset == 0
+        assert p.log_end_offset == 0 and not p.log.writing
         assert not state.failed and state.delayed_until > 0
-        del p.log.append_as_follower  # space freed
+        assert not broker.log_manager.offline_dirs
+        full.clear()  # space freed
         run_virtual(fetcher._fetch, {tp: state})
         assert p.log_end_offset == 2 and state.fetch_offset == 2
+    finally:
+        broker.close()
+
+
+def test_a_fetch_stopped_with_its_answer_in_hand_writes_before_it_commits(
+    tmp_path: Path,
+) -> None:
+    """The fetcher stopped by a shutdown once the leader's answer is in hand, before its write
+    reached a worker thread: the write is still made before the append commits, so after the
+    restart and the catch-up every record is in the log once. The old code committed the
+    append unwritten (the commit runs also when cancelled, the write did not): its index
+    entry pointed at the file's end, the restart took the segment for empty (log end offset
+    0), and the records fetched again were written after the ones already there -- a read
+    from 0 returned them twice (the rolling restart's "values written twice")."""
+    # The leader's log: a first batch past the index interval, so the second gets an entry;
+    # the first is all it has at the first fetch.
+    first = build_record_batch([SimpleRecord(None, b"x" * 100)] * 50)
+    second = build_record_batch([SimpleRecord(None, b"y")] * 3, base_offset=50)
+    answered: list[int] = []
+    stopped = trio.CancelScope()
+
+    async def answer(body: Any, version: int) -> FetchResponse:
+        offset = body.topics[0].partitions[0].fetch_offset
+        answered.append(offset)
+        leader = [(0, first)] if len(answered) == 1 else [(0, first), (50, second)]
+        if len(answered) == 2:
+            stopped.cancel()  # the shutdown, as the answer arrives
+        high_watermark = 53 if len(leader) > 1 else 50
+        return fetched(b"".join(data for base, data in leader if base >= offset), high_watermark)
+
+    def follow(broker: Broker) -> tuple[Partition, Any, Any]:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        state.truncating = False
+        fetcher.peer.request = answer
+        return broker.partitions[tp], fetcher, state
+
+    broker = open_broker(tmp_path)
+    try:
+        p, fetcher, state = follow(broker)
+        run_virtual(fetcher._fetch, {TopicPartition("t", 0): state})
+        assert p.log_end_offset == 50
+
+        async def fetch_and_stop() -> None:
+            with stopped:
+                await fetcher._fetch({TopicPartition("t", 0): state})
+
+        run_virtual(fetch_and_stop)
+        assert p.log_end_offset == 53 and not p.log.writing
+        segment = p.log.active_segment
+        assert os.path.getsize(segment.log.path) == segment.size  # what it counts is written
+    finally:
+        broker.close()  # a clean shutdown
+    broker = open_broker(tmp_path)
+    try:
+        p, fetcher, state = follow(broker)
+        assert p.log_end_offset == 53
+        run_virtual(fetcher._fetch, {TopicPartition("t", 0): state})  # caught up: nothing new
+        assert answered[2:] == [53]
+        stored = p.log.active_segment.log.path.read_bytes()  # every batch the file holds
+        assert [o for o, _, _ in decode_records(stored)] == list(range(53))
+    finally:
+        broker.close()
+
+
+def test_a_truncation_stopped_before_its_worker_started_is_made(tmp_path: Path) -> None:
+    """A follower's truncation whose fetcher is already stopped (a shutdown) when it starts:
+    its file work is still made and committed (the log reads as cut at once, so the file must
+    be too). The old code committed it unmade, which raised KafkaStorageError into the log
+    manager's error handling during the stop."""
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 5), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_follower(batch(2))
+        p.log.append_as_follower(build_record_batch([SimpleRecord(None, b"v")], base_offset=2))
+
+        async def stopped_truncation() -> None:
+            with trio.CancelScope() as stopped:
+                stopped.cancel()
+                await broker.replica_manager.truncate(tp, p, 2)
+
+        run_virtual(stopped_truncation)
+        segment = p.log.active_segment
+        assert p.log_end_offset == 2 and not p.log.writing
+        assert os.path.getsize(segment.log.path) == segment.size == len(batch(2))
+        assert not broker.log_manager.offline_dirs
     finally:
         broker.close()
 
@@ -847,10 +941,10 @@ def test_leader_and_isr_and_stop_replica_wait_for_a_truncation_in_its_worker_thr
                 nursery.start_soon(lead)
                 await trio.testing.wait_all_tasks_blocked()
                 # Held: the log reads as cut, and the leadership waits.
-                assert p.log.truncating and p.log_end_offset == 2
+                assert p.log.writing and p.log_end_offset == 2
                 assert applied == [] and p.leader_epoch == 5
                 release.set()
-            assert applied == ["leader"] and p.is_local_leader and not p.log.truncating
+            assert applied == ["leader"] and p.is_local_leader and not p.log.writing
             assert p.log_end_offset == 2
 
         trio.run(main)
@@ -880,7 +974,7 @@ def test_leader_and_isr_and_stop_replica_wait_for_a_truncation_in_its_worker_thr
                 assert await trio.to_thread.run_sync(entered.wait, 10)
                 nursery.start_soon(manager.stop_replicas, request, 4)
                 await trio.testing.wait_all_tasks_blocked()
-                assert tp in broker.partitions and p.log.truncating  # not deleted yet
+                assert tp in broker.partitions and p.log.writing  # not deleted yet
                 release.set()
             assert tp not in broker.partitions and broker.log_manager.get("t", 0) is None
 

@@ -54,6 +54,22 @@ def test_a_cancellation_aborts_prepare_and_still_commits() -> None:
     assert chore.calls == [("prepare", False), ("abort", True), ("commit", True)]
 
 
+def test_a_cancellation_before_the_worker_started_still_prepares_before_the_commit() -> None:
+    """A shutdown already under way when the chore is run: its slow part still runs (told to
+    abort), so the commit never applies work that was not done."""
+
+    async def main() -> _Chore:
+        chore = _Chore()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await run_off_loop(chore)
+        return chore
+
+    chore = trio.run(main)
+    assert ("prepare", False) in chore.calls and ("abort", True) in chore.calls
+    assert chore.calls[-1] == ("commit", True)
+
+
 class _FullDisk(_Chore):
     def prepare(self) -> None:
         self._call("prepare")

@@ -7,18 +7,21 @@ end offset of our latest epoch and the log is cut to the smaller of that answer 
 end offset — walking back through our epochs while the leader answers with an epoch we do not
 have — and never simply to our own high watermark; only a log with no epochs (an empty
 leader epoch cache) is cut to its high watermark (Kafka's truncateToHighWatermark). Then it
-*fetches*: Fetch v12 with our replica id from our log end offset, appended as they are
-(`append_as_follower`), the high watermark set to the leader's (never past our log end) and the
-log start offset moved up to the leader's. A partition whose request failed, or whose log
-failed to take the records (a full disk), is retried after `replica.fetch.backoff.ms`; a failed
-connection backs off every partition. A partition of the topic's
-`follower.replication.throttled.replicas` that has not caught up is left out of the fetches
-while the follower's throttled rate is over `follower.replication.throttled.rate`
+*fetches*: Fetch v12 with our replica id from our log end offset, appended as they are -- the
+batches checked on the loop, every partition's write of one response made in one worker-thread
+call (`PartitionLog.begin_follower_append`, `ReplicaManager.run_log_work`; Kafka writes on its
+fetcher thread), each committed on the loop -- the high watermark set to the leader's (never
+past our log end) and the log start offset moved up to the leader's. A partition whose request
+failed, or whose log failed to take the records (a full disk), is retried after
+`replica.fetch.backoff.ms`; a failed connection backs off every partition. A partition of the
+topic's `follower.replication.throttled.replicas` that has not caught up is left out of the
+fetches while the follower's throttled rate is over `follower.replication.throttled.rate`
 (`wirebroker.quotas.replication`). Every decision is re-checked after each await, because
 LeaderAndIsr may have moved the partition meanwhile (everything runs on the broker's one trio
-thread, so that is the only interleaving) -- except across a truncation, whose file work runs in
-a worker thread (`ReplicaManager.truncate`): LeaderAndIsr and StopReplica of that partition wait
-for it, and the fetcher fetches nothing meanwhile, so no fetch goes past a truncation not done.
+thread, so that is the only interleaving) -- except across a truncation or a response's appends,
+whose file work runs in a worker thread (`ReplicaManager.run_log_work`): LeaderAndIsr and
+StopReplica of those partitions wait for its commit, and the fetcher fetches nothing meanwhile,
+so no fetch goes past a truncation not done and no other writer meets an append not committed.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from wirebroker.peer import PeerClient, PeerError
 from wirebroker.replication.fetch_session import FetchSessionHandler
 
 if TYPE_CHECKING:
+    from storage.partition_log import FollowerAppend
     from wirebroker.partition import Partition
     from wirebroker.replication.manager import ReplicaManager
 
@@ -360,6 +364,8 @@ class ReplicaFetcher:
             )
             self._delay(sent)
             return
+        appends: list[_Append] = []
+        out_of_range: list[tuple[TopicPartition, Partition, FetchState, int]] = []
         for topic in response.responses:
             for r in topic.partitions:
                 tp = TopicPartition(topic.topic, r.partition_index)
@@ -368,6 +374,10 @@ class ReplicaFetcher:
                     continue
                 state, offset, p = answered
                 code = ErrorCode(r.error_code)
+                if p.log.writing:
+                    # Another fetcher's work, left when the partition moved here: ask again.
+                    self._delay([tp])
+                    continue
                 if code == ErrorCode.NONE and r.diverging_epoch.epoch >= 0:
                     # The leader's log parted from ours: truncate (OffsetForLeaderEpoch) again.
                     log.info(
@@ -379,15 +389,27 @@ class ReplicaFetcher:
                     )
                     state.truncating = True
                     continue
-                try:
-                    if code == ErrorCode.NONE:
-                        self._append(tp, p, state, r)
-                    elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                        await self._out_of_range(tp, p, state, offset)
+                if code == ErrorCode.NONE:
+                    try:
+                        append = self._begin_append(tp, p, r)
+                    except KafkaError as e:
+                        self._on_local_error(tp, state, e)
+                        continue
+                    if append is None:
+                        self._follow(p, state, r)
                     else:
-                        self._on_error(tp, state, code)
-                except KafkaError as e:
-                    self._on_local_error(tp, state, e)
+                        appends.append((tp, p, state, r, append))
+                elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    out_of_range.append((tp, p, state, offset))
+                else:
+                    self._on_error(tp, state, code)
+        if appends:
+            await self.manager.run_log_work([tp for tp, *_ in appends], _Appends(self, appends))
+        for tp, p, state, offset in out_of_range:
+            try:
+                await self._out_of_range(tp, p, state, offset)
+            except KafkaError as e:
+                self._on_local_error(tp, state, e)
 
     def _held_back(self, wanted: dict[TopicPartition, FetchState]) -> list[TopicPartition]:
         """Partitions left out of this fetch (Kafka's shouldFollowerThrottle): throttled on
@@ -403,26 +425,33 @@ class ReplicaFetcher:
             return candidates
         return []
 
-    def _append(
-        self, tp: TopicPartition, p: Partition, state: FetchState, r: FetchResponse.PartitionData
-    ) -> None:
+    def _begin_append(
+        self, tp: TopicPartition, p: Partition, r: FetchResponse.PartitionData
+    ) -> FollowerAppend | None:
+        """The fetched records checked against `p`'s log and their write begun
+        (`PartitionLog.begin_follower_append`: it runs with the response's others in one
+        worker-thread call); None if there are none."""
         records = r.records
+        if records is None or len(records) == 0:
+            return None
         broker = self.manager.broker
-        if records is not None and len(records) > 0:
-            broker.stats.replication_bytes_in += len(records)
-            quota = broker.replication_quotas.follower
-            if quota.is_throttled(tp.topic, tp.partition):
-                quota.record(len(records), broker.now_ms())
-            try:
-                p.log.append_as_follower(records)
-            except UnexpectedAppendOffsetError as e:
-                # The leader's log start fell inside a batch (DeleteRecords): start our log at
-                # that batch, as Kafka does, when nothing is in it yet.
-                if p.log_end_offset == p.log_start_offset and e.first_offset < p.log_end_offset:
-                    p.log.truncate_fully_and_start_at(e.first_offset)
-                    p.log.append_as_follower(records)
-                else:
-                    raise
+        broker.stats.replication_bytes_in += len(records)
+        quota = broker.replication_quotas.follower
+        if quota.is_throttled(tp.topic, tp.partition):
+            quota.record(len(records), broker.now_ms())
+        try:
+            return p.log.begin_follower_append(records)
+        except UnexpectedAppendOffsetError as e:
+            # The leader's log start fell inside a batch (DeleteRecords): start our log at
+            # that batch, as Kafka does, when nothing is in it yet.
+            if p.log_end_offset == p.log_start_offset and e.first_offset < p.log_end_offset:
+                p.log.truncate_fully_and_start_at(e.first_offset)
+                return p.log.begin_follower_append(records)
+            raise
+
+    def _follow(self, p: Partition, state: FetchState, r: FetchResponse.PartitionData) -> None:
+        """After the records of `r` are in `p`'s log: the leader's high watermark and log
+        start offset taken (never past our log end), the next fetch from our log end."""
         leo = p.log_end_offset
         state.in_sync = r.high_watermark <= leo
         p.log.update_high_watermark(min(r.high_watermark, leo))
@@ -443,7 +472,7 @@ class ReplicaFetcher:
             self._delay([tp])
             return
         p2 = self._current(tp, state, offset)
-        if p2 is None or latest is None or earliest is None:
+        if p2 is None or p2.log.writing or latest is None or earliest is None:
             self._delay([tp])
             return
         leo = p.log_end_offset
@@ -526,3 +555,39 @@ class ReplicaFetcher:
 def _latest_epoch(p: Partition) -> int:
     latest = p.log.leader_epoch_cache.latest_epoch
     return -1 if latest is None else latest
+
+
+#: A partition's append begun from a fetch response: its partition, fetch state, answer and
+#: write.
+_Append = tuple[
+    TopicPartition, "Partition", FetchState, FetchResponse.PartitionData, "FollowerAppend"
+]
+
+
+class _Appends:
+    """The appends of one fetch response (a `storage.chore.Chore`, run by
+    `ReplicaManager.run_log_work`): every partition's write in one worker-thread call (a
+    thread hop per response, not per partition), then, on the loop, each append committed
+    and followed (`_follow`), or its failure handled as the inline append's was
+    (`_on_local_error`: a full disk retries, another I/O error takes the log directory
+    offline)."""
+
+    def __init__(self, fetcher: ReplicaFetcher, appends: list[_Append]) -> None:
+        self.fetcher = fetcher
+        self.appends = appends
+
+    def prepare(self) -> None:
+        for *_, append in self.appends:
+            append.prepare()
+
+    def abort(self) -> None:
+        pass  # one write per partition
+
+    def commit(self) -> None:
+        fetcher = self.fetcher
+        for tp, p, state, r, append in self.appends:
+            try:
+                append.commit()
+                fetcher._follow(p, state, r)
+            except KafkaError as e:
+                fetcher._on_local_error(tp, state, e)

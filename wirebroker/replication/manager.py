@@ -5,8 +5,8 @@ makes partitions leaders or followers — creating the log, with its topic id, w
 — StopReplica stops (and maybe deletes) them, UpdateMetadata feeds the metadata cache; all
 three are refused when they come from an older controller epoch. Their disk work runs in worker
 threads before they apply (the logs made, the topic ids read and stored), and a follower's
-truncation runs in one too (`truncate`), the log's one writer until it commits: LeaderAndIsr
-and StopReplica wait for it. It owns the fetchers (one task
+truncation and its fetchers' appends write in one too (`run_log_work`), each the log's one
+writer until it commits: LeaderAndIsr and StopReplica wait for it. It owns the fetchers (one task
 per source broker and fetcher id, `num.replica.fetchers`), the periodic ISR shrink check, and the
 AlterPartition requests that carry the leaders' ISR changes to the controller (applied when the
 controller answers). Decisions about one partition's ISR and high watermark are the
@@ -32,6 +32,7 @@ from protocol.messages.alter_partition import AlterPartitionRequest, AlterPartit
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
 from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from protocol.messages.update_metadata import UpdateMetadataRequest
+from storage.chore import Chore
 from storage.errors import KafkaStorageError
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError, PeerSecurity
@@ -78,7 +79,7 @@ class ReplicaManager:
         self._nursery: trio.Nursery | None = None
         self._isr_queue: dict[TopicPartition, Partition] = {}
         self._isr_wake = trio.Event()
-        #: The partitions whose log a worker thread writes (a truncation), set when done.
+        #: The partitions whose log a worker thread writes (`run_log_work`), set when done.
         self._log_work: dict[TopicPartition, trio.Event] = {}
         self.controller = PeerClient(
             "controller",
@@ -289,35 +290,51 @@ class ReplicaManager:
     async def truncate(self, tp: TopicPartition, p: Partition, offset: int) -> None:
         """Truncate the follower `p`'s log to `offset`: cut in memory now, its file work (the
         segment's cut, the producer snapshots above `offset`, the producer state's rebuild)
-        in a worker thread (`PartitionLog.begin_truncation`), committed here. Meanwhile the
-        log has this one writer: its fetcher does not fetch it (it is truncating), and a
-        LeaderAndIsr or StopReplica naming it waits for the commit (`_settle`), as Kafka's
-        removal of a partition from its fetcher waits for a truncation in progress. Raises
-        KafkaStorageError if the work failed (an I/O error has taken the log directory
-        offline by then), or, without truncating, if a truncation of the log is still under
-        way (one a fetcher the partition moved from left: the caller tries again later)."""
+        in a worker thread (`PartitionLog.begin_truncation`, `run_log_work`), committed here;
+        its fetcher does not fetch it meanwhile (it is truncating). Raises KafkaStorageError
+        if the work failed (an I/O error has taken the log directory offline by then), or,
+        without truncating, if a worker thread writes the log already (work a fetcher the
+        partition moved from left: the caller tries again later)."""
         if tp in self._log_work:
-            raise KafkaStorageError(f"{tp.topic}-{tp.partition} is being truncated already")
+            raise KafkaStorageError(f"{tp.topic}-{tp.partition} is being written already")
         truncation = p.log.begin_truncation(offset)
         if truncation is None:
             return
-        done = self._log_work[tp] = trio.Event()
-        failed: KafkaStorageError | None = None
         try:
-            await trio.to_thread.run_sync(truncation.prepare)
-        finally:  # also when cancelled: the thread finished, its work is committed
+            await self.run_log_work([tp], truncation)
+        except KafkaStorageError as e:
+            self.broker.log_manager.handle_log_error(tp.topic, tp.partition, e)
+            raise
+
+    async def run_log_work(self, tps: list[TopicPartition], chore: Chore) -> None:
+        """Run `chore` -- the file work begun on the logs of `tps`: a truncation, a fetch
+        response's appends -- in a worker thread, and commit it here; a cancellation skips
+        neither (the caller meets it at its next checkpoint). Meanwhile each of those logs has
+        this one writer: a LeaderAndIsr or StopReplica naming one waits for the commit
+        (`_settle`), as Kafka's removal of a partition from its fetcher waits for the
+        fetcher's work in progress. The commit's errors are raised."""
+        done = trio.Event()
+        for tp in tps:
+            self._log_work[tp] = done
+        try:
+            # Shielded: the work was begun on the loop (an append checked, a truncation cut in
+            # memory), so its file work is made before the commit whatever happens. Unshielded,
+            # a cancellation already delivered (a shutdown, the fetcher stopped) stopped
+            # `to_thread.run_sync` before the worker started, and the commit below still ran:
+            # an append counted (log end offset, index entry) but never written. The worker is
+            # never abandoned anyway, so no wait gets longer.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(chore.prepare)
+        finally:
             try:
-                truncation.commit()
-            except KafkaStorageError as e:
-                failed = e
-                self.broker.log_manager.handle_log_error(tp.topic, tp.partition, e)
-            del self._log_work[tp]
-            done.set()
-        if failed is not None:
-            raise failed
+                chore.commit()
+            finally:
+                for tp in tps:
+                    del self._log_work[tp]
+                done.set()
 
     async def _settle(self, tps: list[TopicPartition]) -> None:
-        """Until no worker thread writes the log of any of `tps` (see `truncate`); the
+        """Until no worker thread writes the log of any of `tps` (see `run_log_work`); the
         caller applies its change without awaiting anything after."""
         while True:
             busy = next((self._log_work[tp] for tp in tps if tp in self._log_work), None)

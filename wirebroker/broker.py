@@ -164,11 +164,7 @@ class Broker:
         )
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)
-        self.sasl_listeners = {
-            listener.name: listener_sasl(self.config, listener.name)
-            for listener in self.config.listeners()
-            if self.config.security_protocol(listener.name).startswith("SASL_")
-        }
+        self.sasl_listeners = _sasl_listeners(self.config)
         self.key_sets = share_key_sets(self.sasl_listeners.values(), [])
         self.scram_credentials = ScramCredentialStore(
             None
@@ -757,9 +753,12 @@ class Broker:
                 listener_sasl(candidate, listener.name)
 
     def _sasl_changed(self, changed: frozenset[str]) -> None:
-        """A SASL listener's mechanisms or JAAS config changed: new connections use them."""
-        for name in self.sasl_listeners:
-            self.sasl_listeners[name] = listener_sasl(self.config, name)
+        """A SASL listener's mechanisms or JAAS config changed, or SASL listeners were added or
+        removed (`wirebroker.listeners`): new connections use them. A removed listener's
+        stay until its connections are closed: none of them goes unauthenticated."""
+        named = {listener.name for listener in self.config.listeners()}
+        removed = {n: s for n, s in self.sasl_listeners.items() if n not in named}
+        self.sasl_listeners = {**removed, **_sasl_listeners(self.config)}
         # a new endpoint's keys are not fetched before a restart (the URL is read-only)
         self.key_sets = share_key_sets(self.sasl_listeners.values(), self.key_sets)
 
@@ -818,5 +817,19 @@ def _max_map_keys(config: BrokerConfig) -> int:
 
 
 def _is_sasl_key(name: str) -> bool:
-    """A key a SASL listener's settings are made of (plain or `listener.name.<l>.` prefixed)."""
-    return "sasl." in name or name.endswith("connections.max.reauth.ms")
+    """A key a SASL listener's settings are made of (plain or `listener.name.<l>.` prefixed),
+    or one that adds or removes listeners."""
+    return (
+        "sasl." in name
+        or name.endswith("connections.max.reauth.ms")
+        or name in ("listeners", "listener.security.protocol.map")
+    )
+
+
+def _sasl_listeners(config: BrokerConfig) -> dict[str, ListenerSasl]:
+    """The SASL settings of each SASL_PLAINTEXT and SASL_SSL listener."""
+    return {
+        listener.name: listener_sasl(config, listener.name)
+        for listener in config.listeners()
+        if config.security_protocol(listener.name).startswith("SASL_")
+    }

@@ -1,7 +1,7 @@
 """Connection quotas, as Kafka's ConnectionQuotas: how many connections, and how fast new ones.
 
 `admit` decides each accepted connection before it is served, one at a time per listener (the
-listener's acceptor, `wirebroker.server`, waits for it before accepting the next, as Kafka's
+listener's acceptor, `wirebroker.listeners`, waits for it before accepting the next, as Kafka's
 Acceptor thread blocks):
 
 - Creation rate (KIP-612): the connection is recorded in the broker's rate
@@ -88,18 +88,30 @@ class ConnectionLimits:
         self._samples = config.get_int("quota.window.num")
         self._window_ms = config.get_int("quota.window.size.seconds") * 1000
         self.broker_rate = self._new_rate()
-        names = [listener.name for listener in config.listeners()]
-        self.listener_rates = {name: self._new_rate() for name in names}
+        self.listener_rates: dict[str, SampledRate] = {}
         #: Per listener: the throttle times given for the broker's or listener's rate, and
         #: for an address's.
-        self.throttles = {name: _throttle_times() for name in names}
-        self.ip_throttles = {name: _throttle_times() for name in names}
+        self.throttles: dict[str, SampledRate] = {}
+        self.ip_throttles: dict[str, SampledRate] = {}
         #: By address, with the time of its last connection (those with a quota only).
         self.ip_rates: dict[str, tuple[SampledRate, int]] = {}
-        self._acceptors = {listener: trio.Lock() for listener in self.listener_rates}
-        inter_broker = config.inter_broker_listener() or "PLAINTEXT"
-        self._protected = inter_broker if len(self.listener_rates) > 1 else None
+        self._acceptors: dict[str, trio.Lock] = {}
+        self._protected: str | None = None
+        self.listeners_changed([listener.name for listener in config.listeners()])
         self._purged_ms = 0
+
+    def listeners_changed(self, names: list[str]) -> None:
+        """The broker's listeners are `names` (some added at run time, `wirebroker.listeners`,
+        as Kafka's addListener): each has its rates and acceptor; the inter-broker one is
+        protected while there are others. A removed listener's stay (until a restart)."""
+        for name in names:
+            if name not in self._acceptors:
+                self.listener_rates[name] = self._new_rate()
+                self.throttles[name] = _throttle_times()
+                self.ip_throttles[name] = _throttle_times()
+                self._acceptors[name] = trio.Lock()
+        inter_broker = self.config.inter_broker_listener() or "PLAINTEXT"
+        self._protected = inter_broker if len(names) > 1 else None
 
     def _new_rate(self) -> SampledRate:
         return SampledRate(self._samples, self._window_ms)

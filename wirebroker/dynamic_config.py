@@ -15,10 +15,12 @@ tools and brokers read them); the embedded broker keeps `dynamic-broker-configs.
 first log dir. Password keys are stored encrypted with `password.encoder.secret`
 (`wirebroker.password_encoder`); without it they cannot be set. Both survive restarts.
 
-Differences from Kafka: `listeners`, `advertised.listeners` and `listener.security.protocol.map`
-cannot be changed at run time (Kafka adds and removes listeners); a key Kafka marks dynamic but
-wirebroker does not know (`metric.reporters`, `sasl.kerberos.*`, ...) is stored and described
-like any unknown key, without effect. An SSL listener's new keystore must load, but its
+`listeners`, `advertised.listeners` and `listener.security.protocol.map` add and remove
+listeners (`wirebroker.listeners`: Kafka's rules for them, and the listeners themselves).
+
+Differences from Kafka: a key Kafka marks dynamic but wirebroker does not know
+(`metric.reporters`, `sasl.kerberos.*`, ...) is stored and described like any unknown key,
+without effect. An SSL listener's new keystore must load, but its
 certificate's subject may change (Kafka refuses a new DN unless `ssl.allow.dn.changes`).
 """
 
@@ -71,8 +73,6 @@ _CLUSTER_LEVEL_LISTENER_KEYS = frozenset(
 _PASSWORD_KEYS = tuple(
     k.name for k in BROKER_KEYS.values() if k.type == "password" and k.update != READ_ONLY
 )
-#: Keys Kafka changes at run time and wirebroker does not.
-_NOT_HERE = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
 
 
 def is_password(name: str) -> bool:
@@ -235,13 +235,15 @@ class DynamicBrokerConfig:
         changed = _changed(self.config.current(), candidate.current())
         if not changed:
             return
-        not_here = sorted(changed & _NOT_HERE)
-        if not_here:
-            raise ConfigError(
-                f"{', '.join(not_here)} cannot be changed at run time by wirebroker: change "
-                "server.properties and restart the broker"
-            )
+        # Imported here: the listeners subscribe through this module.
+        from wirebroker.listeners import LISTENER_KEYS, validate_listeners, validate_reconfiguration
+
+        listeners_changed = bool(changed & LISTENER_KEYS)
+        if listeners_changed:  # Kafka's checks as it reads a config: its messages as they are
+            validate_listeners(self.config, candidate)
         try:
+            if listeners_changed:
+                validate_reconfiguration(self.config, candidate)
             candidate.validate()
             for r in self._reconfigurables:
                 if r.validate is not None and r.follows(changed):

@@ -10,14 +10,9 @@ a test one that follows trio's `MockClock`.
 The dynamic broker configs (`wirebroker.dynamic_config`) are read before anything is opened
 (ZooKeeper's `/config/brokers/...` in a cluster, the embedded broker's own file), so listeners'
 TLS and the logs start with them; each listener's TLS context is taken per connection from
-`tls.ListenerContexts`, which a dynamic keystore change replaces.
-
-Each listener has its acceptor (Kafka's Acceptor): it accepts one connection, has the
-connection quotas (`wirebroker.connection_limits`) admit it, which may make it wait (a
-creation rate throttle, no room under `max.connections`), and only then accepts the next, so
-connections beyond the limits wait in the listen backlog. A connection the quotas refuse is
-closed: at once when its address holds its `max.connections.per.ip`, after the throttle time
-when the address is over its `connection_creation_rate`.
+`tls.ListenerContexts`, which a dynamic keystore change replaces. The listeners and their
+acceptors are `wirebroker.listeners`' (bound at start, added and removed by a dynamic
+`listeners` change).
 
 With `zookeeper.connect` the broker joins a cluster: its ZooKeeper session opens first (the
 cluster id comes from `/cluster/id`), and once the listeners are bound its `ClusterMember`
@@ -28,12 +23,8 @@ cluster id comes from `/cluster/id`), and once the listeners are bound its `Clus
 
 from __future__ import annotations
 
-import errno
 import logging
-import socket
 import time
-from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -46,28 +37,24 @@ from storage.partition_log import PartitionLog, PendingFlush
 from wirebroker import compiled
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
-from wirebroker.connection import ConnectionWatch, peer_of, serve_connection
-from wirebroker.connection_limits import ConnectionThrottled, TooManyConnections
-from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable
+from wirebroker.connection import ConnectionWatch
+from wirebroker.dynamic_config import DynamicBrokerConfig
+from wirebroker.listeners import BrokerListeners, tls_contexts
 from wirebroker.read_ahead import read_ahead
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
-    from wirebroker.tls import ListenerContexts
     from wirebroker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
 
 FLUSH_CHECK_INTERVAL_S = 1.0
-#: accept()'s errors of a process or system out of file descriptors or memory, retried after
-#: ACCEPT_RETRY_S (as trio.serve_listeners).
-ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-ACCEPT_RETRY_S = 0.1
 CONTROLLED_SHUTDOWN_LIMIT_S = 30.0
 
 
 class RunningBroker:
-    """What a started broker reports: itself and the addresses it listens on."""
+    """What a started broker reports: itself and the addresses it listened on at start
+    (listeners added or removed since: `wirebroker.listeners`)."""
 
     # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
     __slots__ = ("broker", "listeners", "scope", "metrics_url")
@@ -123,17 +110,15 @@ async def serve_broker(
             if again is not None:  # stored under password.encoder.old.secret
                 await entity_configs.change_entity_config(zk, f"brokers/{own}", again)
             # A bad keystore or truststore fails here, before any file or socket is opened.
-            tls = _tls_contexts(config)
+            tls = tls_contexts(config)
             broker = _open_broker(config, clock, dynamic)
         except BaseException:
             await zk.close()
             raise
     else:
         dynamic = DynamicBrokerConfig.open(config)
-        tls = _tls_contexts(config)
+        tls = tls_contexts(config)
         broker = _open_broker(config, clock, dynamic)
-    if tls is not None:
-        dynamic.add_reconfigurable(Reconfigurable(tls.follows, tls.reconfigure, tls.validate))
     try:
         if config.authorizer_enabled:
             # The ACLs are loaded before any listener opens: no request is decided without them.
@@ -150,36 +135,9 @@ async def serve_broker(
                 await nursery.start(broker.replica_manager.run)
             watch = ConnectionWatch(broker)
             nursery.start_soon(watch.run)
-            bound: list[Listener] = []
-            receive_buffer = config.socket_buffer_bytes("socket.receive.buffer.bytes")
-            send_buffer = config.socket_buffer_bytes("socket.send.buffer.bytes")
-            for listener in config.listeners():
-                try:
-                    sockets = await trio.open_tcp_listeners(
-                        listener.port, host=listener.host or None
-                    )
-                except OSError as e:
-                    host = listener.host or "0.0.0.0"
-                    e.add_note(f"binding listener {listener.name} to {host}:{listener.port}")
-                    raise
-                if receive_buffer is not None:
-                    # On the listening socket, before the first accept, as Kafka's Acceptor
-                    # does: its connections inherit it, and the window scale their handshake
-                    # offers is chosen for it.
-                    for s in sockets:
-                        s.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-                port = sockets[0].socket.getsockname()[1]
-                bound.append(Listener(listener.name, listener.host or "0.0.0.0", port))
-                handler = partial(
-                    _serve,
-                    broker=broker,
-                    listener=listener.name,
-                    tls=tls,
-                    watch=watch,
-                    send_buffer=send_buffer,
-                )
-                nursery.start_soon(_accept_connections, sockets, handler, broker, listener.name)
-            broker.advertised = _advertised(config, bound)
+            listeners = BrokerListeners(broker, tls, watch)
+            bound = await nursery.start(listeners.run)
+            dynamic.add_reconfigurable(listeners.reconfigurable())
             if zk is not None:
                 from wirebroker.zk.member import ClusterMember
 
@@ -217,105 +175,6 @@ def _open_broker(config: BrokerConfig, clock: Clock, dynamic: DynamicBrokerConfi
     except OSError as e:
         e.add_note(f"opening log.dirs={','.join(map(str, config.log_dirs()))}")
         raise
-
-
-def _advertised(config: BrokerConfig, bound: list[Listener]) -> list[Listener]:
-    advertised = config.advertised_listeners()
-    if advertised:
-        return advertised
-    return [
-        Listener(b.name, "127.0.0.1" if b.host in ("0.0.0.0", "", "::") else b.host, b.port)
-        for b in bound
-    ]
-
-
-async def _accept_connections(
-    sockets: list[trio.SocketListener],
-    handler: Callable[[trio.SocketStream, tuple[str, int]], Awaitable[None]],
-    broker: Broker,
-    listener: str,
-) -> None:
-    """A listener's acceptor: its connections, admitted one at a time, served by `handler`
-    in tasks of its nursery."""
-    async with trio.open_nursery() as nursery:
-        for listening in sockets:
-            nursery.start_soon(_accept_from, listening, handler, broker, listener, nursery)
-
-
-async def _accept_from(
-    listening: trio.SocketListener,
-    handler: Callable[[trio.SocketStream, tuple[str, int]], Awaitable[None]],
-    broker: Broker,
-    listener: str,
-    nursery: trio.Nursery,
-) -> None:
-    async with listening:
-        while True:
-            try:
-                stream = await listening.accept()
-            except OSError as e:
-                if e.errno not in ACCEPT_CAPACITY_ERRNOS:
-                    raise
-                log.error("accepting on %s: %s; retrying in %s s", listener, e, ACCEPT_RETRY_S)
-                await trio.sleep(ACCEPT_RETRY_S)
-                continue
-            peer = peer_of(stream)
-            try:
-                await broker.connection_limits.admit(listener, peer[0])
-            except TooManyConnections as e:
-                log.warning("closing connection from %s: %s", peer[0], e)
-                await trio.aclose_forcefully(stream)
-                continue
-            except ConnectionThrottled as e:
-                log.debug("connection from %s on %s %s", peer[0], listener, e)
-                nursery.start_soon(_close_after, stream, e.throttle_ms)
-                continue
-            except BaseException:
-                await trio.aclose_forcefully(stream)
-                raise
-            nursery.start_soon(handler, stream, peer)
-
-
-async def _close_after(stream: trio.SocketStream, delay_ms: int) -> None:
-    """Kafka's delayed close of a throttled connection (`DelayedCloseSocket`)."""
-    try:
-        await trio.sleep(delay_ms / 1000)
-    finally:
-        await trio.aclose_forcefully(stream)
-
-
-async def _serve(
-    stream: trio.SocketStream,
-    peer: tuple[str, int],
-    *,
-    broker: Broker,
-    listener: str,
-    tls: ListenerContexts | None,
-    watch: ConnectionWatch,
-    send_buffer: int | None,
-) -> None:
-    """One accepted connection, with `socket.send.buffer.bytes` (None: the system's default)
-    and its listener's TLS context of the moment."""
-    if send_buffer is not None:
-        try:
-            stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
-        except OSError as e:  # as Kafka's Acceptor: the connection is closed, not the broker
-            log.warning("closing a new connection on %s: %s", listener, e)
-            broker.connection_limits.release(listener, peer[0])
-            await trio.aclose_forcefully(stream)
-            return
-    context = tls.contexts[listener] if tls is not None else None
-    await serve_connection(stream, peer, broker, listener, watch, context)
-
-
-def _tls_contexts(config: BrokerConfig) -> ListenerContexts | None:
-    """The listeners' TLS contexts; None when no listener is SSL or SASL_SSL, which then
-    import no `wirebroker.tls` (start-up time, docs/perf-notes.md)."""
-    if not any(config.uses_tls(listener.name) for listener in config.listeners()):
-        return None
-    from wirebroker.tls import ListenerContexts
-
-    return ListenerContexts(config)
 
 
 async def _housekeeping(broker: Broker) -> None:

@@ -145,9 +145,14 @@ class ListenerContexts:
 
     def validate(self, candidate: BrokerConfig) -> None:
         """The changed listeners' new stores must load (ConfigError says why not)."""
+        kept = {lst.name for lst in candidate.listeners()}
         for listener in self.contexts:
-            if self.contexts[listener] is not None:
+            if self.contexts[listener] is not None and listener in kept:
                 _listener_context(candidate, listener)
+
+    def add(self, listener: str) -> None:
+        """A listener added at run time (`wirebroker.listeners`): its context, made now."""
+        self.contexts[listener] = _listener_context(self.config, listener)
 
     def reconfigure(self, changed: frozenset[str]) -> None:
         for listener in sorted({lst for n in changed if (lst := self._listener_of(n))}):

@@ -208,3 +208,42 @@ def test_topic_describe_all(observe: Any) -> None:
         return _lines(java(CONFIG_COMMAND, *args, "--entity-name", topic, "--describe", "--all"))
 
     observe(run)
+
+
+def test_listener_changes_refused(observe: Any) -> None:
+    """IncrementalAlterConfigs answers (codes and messages, the listeners they echo left out)
+    for changes of the listener keys Kafka refuses: at the cluster default, a listener missing
+    from the protocol map, a kept listener's new security protocol, the inter-broker listener
+    removed."""
+
+    def run(t: Any) -> Any:
+        configs, _ = _describe(t.bootstrap, BROKER, "0", ["listeners", MAP_KEY])
+        value = {c[0]: c[1] for c in configs}
+        listeners, protocols = value["listeners"], value[MAP_KEY]
+        new = "NEW://127.0.0.1:1"
+        bad: list[tuple[str, list[tuple[str, int, str | None]]]] = [
+            ("", [("listeners", SET, listeners)]),
+            ("0", [("listeners", SET, f"{listeners},{new}")]),
+            ("0", [(MAP_KEY, SET, protocols.replace("PLAINTEXT:PLAINTEXT", "PLAINTEXT:SSL", 1))]),
+            (
+                "0",
+                [
+                    ("listeners", SET, new),
+                    ("advertised.listeners", SET, new),
+                    (MAP_KEY, SET, f"{protocols},NEW:PLAINTEXT"),
+                ],
+            ),
+        ]
+        answers = []
+        for name, ops in bad:
+            code, message = alter_configs(t.bootstrap, BROKER, name, ops)
+            # the listeners echoed are each broker's own (the reference's set-up differs)
+            answers.append(
+                (code, re.sub(r"listeners from '[^']*'", "listeners from 'L'", message or ""))
+            )
+        return answers
+
+    observe(run)
+
+
+MAP_KEY = "listener.security.protocol.map"

@@ -8,37 +8,12 @@ import uuid
 
 import docker
 import pytest
-from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
+from tests.wirebroker.helpers import round_trip_confluent
 from wirebroker.compiled import BUILD_DIR, SOURCE_ROOT, CompiledFinder
 from wirebroker.testcontainers import ApacheKafkaContainer, WirebrokerContainer, env_to_config
-
-
-def _round_trip_confluent(bootstrap: str, topic: str) -> list[bytes]:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for i in range(3):
-        producer.produce(topic, f"m{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{topic}",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        consumer.subscribe([topic])
-        got: list[bytes] = []
-        while len(got) < 3:
-            msg = consumer.poll(30)
-            assert msg is not None, f"no record after {got}"
-            assert msg.error() is None, msg.error()
-            got.append(msg.value())
-        return got
-    finally:
-        consumer.close()
 
 
 def _advertised(bootstrap: str) -> set[str]:
@@ -54,7 +29,7 @@ def test_round_trip_on_the_mapped_port(container: type[WirebrokerContainer]) -> 
         container_id = broker.get_container_id()
         # The broker advertises exactly the address the host dials, so clients stay on it.
         assert _advertised(bootstrap) == {bootstrap}
-        assert _round_trip_confluent(bootstrap, topic) == [b"m0", b"m1", b"m2"]
+        assert round_trip_confluent(bootstrap, topic) == [b"m0", b"m1", b"m2"]
     with pytest.raises(docker.errors.NotFound):
         docker.from_env().containers.get(container_id)
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
 import trio
+from confluent_kafka import Consumer, Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from protocol.api import decode_response, encode_request
@@ -822,3 +823,30 @@ def metrics_url(broker: BrokerProcess) -> str:
 
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def round_trip_confluent(bootstrap: str, topic: str, count: int = 3) -> list[bytes]:
+    """Produce `count` records (m0, m1, ...) with confluent-kafka, acks=all, and consume them
+    back from the beginning in a group of the topic's name; the values read."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, f"m{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+        while len(got) < count:
+            msg = consumer.poll(30)
+            assert msg is not None, f"no record after {got}"
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+        return got
+    finally:
+        consumer.close()

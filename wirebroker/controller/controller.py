@@ -209,6 +209,8 @@ class Controller:
             return
         if ev.path == znodes.BROKER_IDS:
             await self._on_broker_change()
+        elif ev.path.startswith(znodes.BROKER_IDS + "/"):
+            await self._on_broker_modification(int(ev.path.rsplit("/", 1)[1]))
         elif ev.path == znodes.BROKER_TOPICS:
             await self._on_topic_change()
         elif ev.path.startswith(znodes.BROKER_TOPICS + "/"):
@@ -436,6 +438,24 @@ class Controller:
                 ctx.live[b] = current[b]
             self._connect_channels()
             await self._on_brokers_startup(new)
+
+    async def _on_broker_modification(self, broker_id: int) -> None:
+        """A live broker registered other endpoints (its listeners changed at run time): every
+        broker learns them (Kafka's processBrokerModification and onBrokerUpdate)."""
+        ctx = self.ctx
+        now = await self.zk_state.broker(broker_id)
+        before = ctx.live.get(broker_id)
+        if now is None or before is None or now.epoch != before.epoch:
+            return  # gone or bounced: the change of /brokers/ids handles it
+        if now.registration.endpoints == before.registration.endpoints:
+            return
+        log.info(
+            "broker %d: endpoints now %s",
+            broker_id,
+            ", ".join(e.connection_string() for e in now.registration.endpoints),
+        )
+        ctx.live[broker_id] = now
+        self.requests.update_metadata(ctx.live, [])
 
     async def _on_brokers_failure(
         self, gone: set[int], *, within: Collection[TP] | None = None

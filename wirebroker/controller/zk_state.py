@@ -41,16 +41,24 @@ class ControllerZk:
 
     # reading ------------------------------------------------------------------------------
     async def live_brokers(self) -> dict[int, LiveBroker]:
-        """The registered brokers (watching `/brokers/ids` for the next change)."""
+        """The registered brokers (watching `/brokers/ids` for the next change, and each
+        registration for a change of its endpoints: Kafka's BrokerModificationsHandler)."""
         live: dict[int, LiveBroker] = {}
         for name in await self.zk.get_children(znodes.BROKER_IDS, watch=True) or []:
             broker_id = int(name)
-            got = await self.zk.get(znodes.broker_path(broker_id))
+            got = await self.zk.get(znodes.broker_path(broker_id), watch=True)
             if got is not None:
                 live[broker_id] = LiveBroker(
                     BrokerRegistration.decode(broker_id, got[0]), got[1].czxid
                 )
         return live
+
+    async def broker(self, broker_id: int) -> LiveBroker | None:
+        """A broker's registration (watching it for the next change); None when gone."""
+        got = await self.zk.get(znodes.broker_path(broker_id), watch=True)
+        if got is None:
+            return None
+        return LiveBroker(BrokerRegistration.decode(broker_id, got[0]), got[1].czxid)
 
     async def load_topic(self, topic: str) -> bool:
         """Read a topic's assignment and its partitions' states (watching the assignment);

@@ -251,6 +251,22 @@ class ClusterMember:
             "broker %d registered at %s (broker epoch %d)", self.broker.node_id, path, stat.czxid
         )
 
+    async def register_again(self) -> None:
+        """Write this broker's registration anew with its advertised listeners of now (they
+        changed at run time), as Kafka's updateBrokerInfo: the znode stays, and so the broker
+        epoch; the controller follows with UpdateMetadata to every broker."""
+        path = znodes.broker_path(self.broker.node_id)
+        try:
+            await self.zk.set(path, self.registration().encode())
+        except ZookeeperError as e:
+            # The next session's registration carries them (registration() reads them then).
+            log.warning(
+                "broker %d: cannot register the new listeners yet (%r)", self.broker.node_id, e
+            )
+            self._stale = True
+            return
+        log.info("broker %d registered again at %s", self.broker.node_id, path)
+
     async def _read_brokers(self, *, watch: bool) -> dict[int, BrokerRegistration]:
         ids = await self.zk.get_children(znodes.BROKER_IDS, watch=watch) or []
         found: dict[int, BrokerRegistration] = {}

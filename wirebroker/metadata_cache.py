@@ -10,14 +10,16 @@ it and removes it when it forgets it (:meth:`MetadataCache.put_partition`,
 :meth:`MetadataCache.remove_partition`), and tells itself as the one broker and controller with
 its advertised listeners before each answer (:meth:`MetadataCache.set_local_broker`). It is
 never rebuilt per request: a Metadata request costs what its answer holds, not the cluster's
-size (docs/perf-notes.md, "Metadata at thousands of partitions"). It must not do I/O, and it
-knows nothing about logs.
+size (docs/perf-notes.md, "Metadata at thousands of partitions"). Readers may keep what they
+derive from a topic in `derived` (the Metadata handler keeps each topic's answer there): the
+cache drops a topic's entry when the topic changes, and all of them when the brokers do. It
+must not do I/O, and it knows nothing about logs.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -77,6 +79,9 @@ class MetadataCache:
         self.topic_ids: dict[str, uuid.UUID] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
         self.controller_id: int | None = None
+        #: What readers derived from each topic's partitions and the brokers, by topic and the
+        #: reader's key: a topic's entry goes when it changes, every entry when the brokers do.
+        self.derived: dict[str, dict[Hashable, object]] = {}
         #: Set once the cache describes the cluster: by the controller's first UpdateMetadata
         #: (before it, a broker that just started knows no brokers and no topics).
         self.populated = trio.Event()
@@ -137,7 +142,7 @@ class MetadataCache:
                     for e in b.endpoints
                 )
             brokers[b.id] = BrokerInfo(b.id, endpoints, b.rack if version >= 2 else None)
-        self.brokers = brokers
+        self._set_brokers(brokers)
         self.controller_id = request.controller_id if request.controller_id >= 0 else None
         states: Iterable[UpdateMetadataRequest.UpdateMetadataPartitionState]
         if version >= 5:
@@ -157,6 +162,7 @@ class MetadataCache:
                 if self.remove_partition(s.topic_name, s.partition_index):
                     deleted.append((s.topic_name, s.partition_index))
                 continue
+            self.derived.pop(s.topic_name, None)
             self.partitions.setdefault(s.topic_name, {})[s.partition_index] = PartitionInfo(
                 s.topic_name,
                 s.partition_index,
@@ -174,6 +180,7 @@ class MetadataCache:
     def put_partition(self, topic_id: uuid.UUID, partition: PartitionInfo) -> None:
         """Add or replace a partition of the topic with `topic_id` (the embedded broker: one
         it serves from now on)."""
+        self.derived.pop(partition.topic, None)
         self.partitions.setdefault(partition.topic, {})[partition.partition] = partition
         self._set_topic_id(partition.topic, topic_id)
 
@@ -182,6 +189,7 @@ class MetadataCache:
         parts = self.partitions.get(topic)
         if parts is None:
             return False
+        self.derived.pop(topic, None)
         known = parts.pop(index, None) is not None
         if not parts:
             del self.partitions[topic]
@@ -193,6 +201,7 @@ class MetadataCache:
         old = self.topic_ids.get(topic)
         if old == topic_id:
             return
+        self.derived.pop(topic, None)
         if old is not None:
             del self._topic_names[old]
         self.topic_ids[topic] = topic_id
@@ -205,9 +214,14 @@ class MetadataCache:
 
     def set_local_broker(self, broker: BrokerInfo) -> None:
         """The embedded broker: itself the only broker and the controller."""
-        self.brokers = {broker.id: broker}
+        self._set_brokers({broker.id: broker})
         self.controller_id = broker.id
         self.populated.set()
+
+    def _set_brokers(self, brokers: dict[int, BrokerInfo]) -> None:
+        if brokers != self.brokers:
+            self.derived.clear()  # leaders' liveness and endpoints are told with every topic
+        self.brokers = brokers
 
 
 def _with_topic(

@@ -271,6 +271,18 @@ def test_refusals_carry_kafkas_codes_and_are_logged_without_secrets(
             granted: (ErrorCode.NONE, 1 << DESCRIBE),
             secret: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -(2**31)),
         }
+        # answers share a topic's description: bob's operations are not told to a request
+        # that did not ask for them
+        again = bob.request(
+            MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=granted)],
+                allow_auto_topic_creation=False,
+            ),
+            10,
+        )
+        assert [(t.name, t.topic_authorized_operations) for t in again.topics] == [
+            (granted, -(2**31))
+        ]
         # an auto-created topic needs CREATE: bob may describe every name but create none (an
         # internal topic neither, which stays missing)
         grant(sasl(broker), acl(TOPIC, "*", "User:bob", DESCRIBE))

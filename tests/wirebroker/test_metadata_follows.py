@@ -171,3 +171,18 @@ def test_a_restarted_broker_tells_the_same_topics(tmp_path: Path) -> None:
         assert after == before
         assert [len(parts) for parts, _id in after.values()] == [3, 6]
         _gone(process.bootstrap, admin, "dropped", dropped)
+
+
+def test_a_topic_told_at_one_version_is_told_right_at_the_others(
+    broker: BrokerProcess, topic: str
+) -> None:
+    """A topic's answer is kept per version band: asked alternately at v12 (with its id), v9
+    (before ids: the zero id) and v0, each answer is that version's."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    named = [MetadataRequest.MetadataRequestTopic(name=topic)]
+    first = _metadata(broker.bootstrap, named).topics[0].topic_id
+    assert first != ZERO_UUID
+    for version, topic_id in ((9, ZERO_UUID), (12, first), (0, ZERO_UUID), (10, first)):
+        (told,) = _metadata(broker.bootstrap, named, version=version).topics
+        assert (told.error_code, told.topic_id) == (ErrorCode.NONE, topic_id), version
+        assert told_partitions(told) == _served(2), version

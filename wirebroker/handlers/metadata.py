@@ -21,7 +21,9 @@ come from the ACLs; the cluster's is 0 without DESCRIBE on the cluster.
 Brokers, partitions and the controller come from the metadata cache (`Broker.metadata()`): in a
 cluster what the controller's UpdateMetadata said, embedded the broker itself; an answer costs
 the partitions it tells (each leader judged once per topic, the cache's replica lists told
-as they are, not copied), not the cluster's size. A partition whose
+as they are, not copied), not the cluster's size, and a topic already told on the same
+listener and version band costs nothing more: its answer is kept with the cache until the
+topic or the brokers change. A partition whose
 leader is not a live broker is LEADER_NOT_AVAILABLE with leader -1 (v0 lists only live replicas,
 REPLICA_NOT_AVAILABLE when some are missing), as Kafka's ZkMetadataCache answers; brokers are
 listed with their endpoint on the listener the request came in on (a leader without one is
@@ -56,6 +58,8 @@ Topic = MetadataResponse.MetadataResponseTopic
 ZERO_UUID = uuid.UUID(int=0)
 #: How long Metadata waits for a starting cluster member's first UpdateMetadata.
 FIRST_UPDATE_WAIT_S = 10.0
+#: This handler's keys in `MetadataCache.derived`.
+_DESCRIBED = "metadata"
 
 
 @handles(MetadataRequest, (0, 12))
@@ -87,11 +91,12 @@ async def _answer(ctx: RequestContext, request: MetadataRequest) -> MetadataResp
     else:
         topics = await _named(ctx, request)
     if version >= 8 and request.include_topic_authorized_operations:
-        for t in topics:
-            if t.name is not None and t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-                t.topic_authorized_operations = ctx.authorized_operations(
-                    ResourceType.TOPIC, t.name
-                )
+        topics = [
+            _with_operations(t, ctx.authorized_operations(ResourceType.TOPIC, t.name))
+            if t.name is not None and t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            else t
+            for t in topics
+        ]
     brokers = []
     for b in cache.alive_brokers():
         endpoint = b.endpoint(ctx.listener_name)  # brokers without this listener are left out
@@ -203,6 +208,32 @@ def _not_created(name: str) -> Topic:
 
 
 def _describe(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:
+    """A known topic as told on the client's listener and version, built once and kept in the
+    cache's `derived` until the topic or the brokers change (answers share it: never changed
+    after it is made)."""
+    version = ctx.api_version
+    key = (_DESCRIBED, ctx.listener_name, version == 0, version >= 6, version >= 10)
+    kept = cache.derived.setdefault(name, {})
+    topic = kept.get(key)
+    if topic is None:
+        topic = kept[key] = _described(ctx, cache, name)
+    assert isinstance(topic, Topic)
+    return topic
+
+
+def _with_operations(t: Topic, operations: int) -> Topic:
+    """`t` with its authorized operations (v8+), a new answer: a described topic is shared."""
+    return Topic(
+        error_code=t.error_code,
+        name=t.name,
+        topic_id=t.topic_id,
+        is_internal=t.is_internal,
+        partitions=t.partitions,
+        topic_authorized_operations=operations,
+    )
+
+
+def _described(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:
     v0 = ctx.api_version == 0
     told: dict[int, tuple[ErrorCode, int]] = {}  # leader -> (its error, the leader told)
     partitions = []

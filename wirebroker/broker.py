@@ -116,7 +116,7 @@ class Broker:
     #: SCRAM credentials: a file in the embedded broker, a cache of ZooKeeper's in a cluster.
     scram_credentials: ScramCredentialStore = field(init=False)
     #: Delegation tokens (None: disabled, no `delegation.token.secret.key`): a file in the
-    #: embedded broker.
+    #: embedded broker, a cache of ZooKeeper's in a cluster.
     delegation_tokens: DelegationTokens | None = field(init=False)
     #: Client quotas: what measures and throttles clients (`wirebroker.quotas.client`).
     quotas: ClientQuotas = field(init=False)
@@ -848,4 +848,6 @@ def _delegation_tokens(config: BrokerConfig) -> DelegationTokens | None:
     key = secret_key(config)
     if key is None:
         return None
+    if config.get("zookeeper.connect"):
+        return DelegationTokens(key, None)  # loaded from ZooKeeper by the cluster member
     return DelegationTokens.open(key, config.log_dirs()[0] / FILE_NAME)

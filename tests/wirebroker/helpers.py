@@ -265,12 +265,15 @@ class RawClient:
             raise ConnectionError(f"SASL/PLAIN login of {user} failed: {answer.error_message}")
         return answer
 
-    def login_scram(self, mechanism: str, user: str, password: str) -> None:
+    def login_scram(
+        self, mechanism: str, user: str, password: str, *, tokenauth: bool = False
+    ) -> None:
         """SaslHandshake v1 and SaslAuthenticate v2 rounds of SCRAM, the broker's signature
-        checked (it knows the password): ConnectionError if the broker refuses."""
+        checked (it knows the password): ConnectionError if the broker refuses. `tokenauth`:
+        with a delegation token (its id and HMAC in base64)."""
         handshake = self.request(SaslHandshakeRequest(mechanism=mechanism), 1)
         assert handshake.error_code == ErrorCode.NONE, handshake
-        scram = ScramClient(mechanism, user, password)
+        scram = ScramClient(mechanism, user, password, tokenauth=tokenauth)
         token: bytes | None = scram.initial()
         while token is not None:
             answer = self.request(SaslAuthenticateRequest(auth_bytes=token), 2)

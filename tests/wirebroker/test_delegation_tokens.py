@@ -28,7 +28,6 @@ from tests.broker_process import BrokerProcess, broker_process
 from tests.wirebroker.helpers import RawClient, create_topic
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.sasl.delegation_tokens import create_hmac
-from wirebroker.sasl.scram import ScramClient
 from wirebroker.zookeeper_server import jars_available, jars_dir, java_executable
 
 pytestmark = pytest.mark.integration
@@ -74,28 +73,6 @@ def _users(broker: BrokerProcess) -> Iterator[None]:
             assert secret not in line, line
 
 
-class TokenScramClient(ScramClient):
-    """Kafka's ScramSaslClient with the `tokenauth=true` extension: the token id as user name,
-    its HMAC in base64 as password."""
-
-    def __init__(self, mechanism: str, token_id: str, token_hmac: bytes) -> None:
-        super().__init__(mechanism, token_id, base64.b64encode(token_hmac).decode())
-        self._client_first_bare += ",tokenauth=true"
-
-
-def login(client: RawClient, scram: ScramClient) -> None:
-    from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
-    from protocol.messages.sasl_handshake import SaslHandshakeRequest
-
-    assert client.request(SaslHandshakeRequest(mechanism=MECHANISM), 1).error_code == 0
-    token: bytes | None = scram.initial()
-    while token is not None:
-        answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
-        if answer.error_code != ErrorCode.NONE:
-            raise ConnectionError(answer.error_message)
-        token = scram.evaluate(answer.auth_bytes)
-
-
 def as_user(broker: BrokerProcess, user: str) -> RawClient:
     client = RawClient(sasl_bootstrap(broker))
     client.login_scram(MECHANISM, user, PASSWORDS[user])
@@ -104,7 +81,7 @@ def as_user(broker: BrokerProcess, user: str) -> RawClient:
 
 def as_token(broker: BrokerProcess, token_id: str, token_hmac: bytes) -> RawClient:
     client = RawClient(sasl_bootstrap(broker))
-    login(client, TokenScramClient(MECHANISM, token_id, token_hmac))
+    client.login_scram(MECHANISM, token_id, base64.b64encode(token_hmac).decode(), tokenauth=True)
     return client
 
 

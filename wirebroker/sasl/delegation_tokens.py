@@ -10,8 +10,9 @@ iterations, a salt of this broker's own) when first asked for, as Kafka's Delega
 
 The embedded broker keeps the tokens in `delegation-tokens.json` in its first log dir (each
 token as Kafka writes `/delegation_token/tokens/<id>`), written atomically in a worker thread; a
-change is answered once saved, one change at a time (`lock`), as the SCRAM credentials
-(`wirebroker.sasl.credentials`). A token past its expiry or max timestamp is removed by the
+cluster broker keeps them in ZooKeeper as Kafka (`wirebroker.zk.delegation_tokens`) and this is
+its cache. A change is answered once saved, one change at a time (`lock`), as the SCRAM
+credentials (`wirebroker.sasl.credentials`). A token past its expiry or max timestamp is removed by the
 expiry check every `delegation.token.expiry.check.interval.ms`, as Kafka's: until then it still
 authenticates (Kafka's SCRAM callback does not look at the timestamps).
 """
@@ -38,6 +39,7 @@ from wirebroker.zk.sanitizer import desanitize, sanitize
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
     from wirebroker.sasl.scram import ScramCredential
+    from wirebroker.zk.delegation_tokens import ZkDelegationTokens
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +129,12 @@ class TokenInformation:
 
 @dataclass(slots=True)
 class DelegationTokens:
-    """The tokens by id, and by HMAC; `path` None keeps them in memory only."""
+    """The tokens by id, and by HMAC; saved in `path`, or in ZooKeeper once a cluster broker
+    set `zk`."""
 
     key: str
     path: Path | None
+    zk: ZkDelegationTokens | None = None
     _tokens: dict[str, TokenInformation] = field(default_factory=dict)
     _by_hmac: dict[bytes, str] = field(default_factory=dict)
     _credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
@@ -192,17 +196,22 @@ class DelegationTokens:
 
     async def update(self, token: TokenInformation) -> None:
         """Add or change a token once saved; the caller holds `lock`."""
-        await self._save({**self._tokens, token.token_id: token})
+        if self.zk is not None:
+            await self.zk.put(token)
+        else:
+            await self._save({**self._tokens, token.token_id: token})
         self.cache(token)
 
     async def remove(self, token_id: str) -> None:
         """Remove a token once saved; the caller holds `lock`."""
-        await self._save({t: i for t, i in self._tokens.items() if t != token_id})
+        if self.zk is not None:
+            await self.zk.delete(token_id)
+        else:
+            await self._save({t: i for t, i in self._tokens.items() if t != token_id})
         self.forget(token_id)
 
     async def _save(self, tokens: dict[str, TokenInformation]) -> None:
-        if self.path is None:
-            return
+        assert self.path is not None
         contents = {"version": 1, "tokens": {t: i.to_json() for t, i in sorted(tokens.items())}}
         try:
             with trio.CancelScope(shield=True):  # once written, the change takes effect

@@ -222,14 +222,19 @@ class ScramServer:
 
 
 class ScramClient:
-    """One SCRAM exchange from the client's side (username and password known)."""
+    """One SCRAM exchange from the client's side (username and password known); `tokenauth`:
+    a delegation token's (its id as username, its HMAC in base64 as password)."""
 
-    def __init__(self, mechanism: str, username: str, password: str) -> None:
+    def __init__(
+        self, mechanism: str, username: str, password: str, *, tokenauth: bool = False
+    ) -> None:
         self.mechanism = mechanism
         self._hash = HASHES[mechanism]
         self._password = password.encode()
         self._nonce = secrets.token_urlsafe(24)
         self._client_first_bare = f"n={saslname(username)},r={self._nonce}"
+        if tokenauth:
+            self._client_first_bare += ",tokenauth=true"
         self._server_signature: bytes | None = None
         self.complete = False
 

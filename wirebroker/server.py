@@ -146,7 +146,7 @@ async def serve_broker(
             nursery.start_soon(_housekeeping, broker)
             if broker.delegation_tokens is not None:
                 nursery.start_soon(
-                    broker.delegation_tokens.expire_periodically,
+                    broker.delegation_tokens.run,
                     config.get_int("delegation.token.expiry.check.interval.ms"),
                     broker.now_ms,
                 )

@@ -5,8 +5,9 @@ expiry and max timestamps) and its HMAC: HmacSHA512 of the token id's UTF-8 byte
 `delegation.token.secret.key` (alias `delegation.token.master.key`); unset or empty, tokens are
 disabled. The HMAC is never stored: every broker with the same key computes it again. A client
 authenticates with SASL/SCRAM, the token id as user name, the extension `tokenauth=true` and the
-HMAC in base64 as password: the SCRAM credential of a token is derived from that password (4096
-iterations, a salt of this broker's own) when first asked for, as Kafka's DelegationTokenCache.
+HMAC in base64 as password: the SCRAM credentials of a token are derived from that password
+(4096 iterations, a salt of this broker's own, each mechanism), as Kafka's DelegationTokenCache,
+in a worker thread when the token is cached (PBKDF2 would hold the loop for tens of ms).
 
 The embedded broker keeps the tokens in `delegation-tokens.json` in its first log dir (each
 token as Kafka writes `/delegation_token/tokens/<id>`), written atomically in a worker thread; a
@@ -137,7 +138,8 @@ class DelegationTokens:
     zk: ZkDelegationTokens | None = None
     _tokens: dict[str, TokenInformation] = field(default_factory=dict)
     _by_hmac: dict[bytes, str] = field(default_factory=dict)
-    _credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
+    #: Each token's SCRAM credentials, by mechanism, once derived.
+    _credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     #: Held from reading a token to saving its change: changes one at a time.
     lock: trio.Lock = field(default_factory=trio.Lock)
 
@@ -168,18 +170,24 @@ class DelegationTokens:
 
     def credential(self, token_id: str, mechanism: str) -> ScramCredential | None:
         """The SCRAM credential of the token for `mechanism` (Kafka's
-        DelegationTokenCache.credential); None for an unknown token."""
+        DelegationTokenCache.credential); None for an unknown token. Derived by `derive` in a
+        worker thread; here, on the loop, only for a login that came first."""
         token = self._tokens.get(token_id)
         if token is None:
             return None
-        credential = self._credentials.get((token_id, mechanism))
-        if credential is None:
-            from wirebroker.sasl.scram import ScramCredential
+        if token_id not in self._credentials:
+            self._credentials.update(_derive_credentials([(token_id, self.hmac(token))]))
+        return self._credentials[token_id][mechanism]
 
-            password = base64.b64encode(self.hmac(token)).decode()
-            credential = ScramCredential.from_password(mechanism, password)
-            self._credentials[token_id, mechanism] = credential
-        return credential
+    async def derive(self) -> None:
+        """Derive the SCRAM credentials of the tokens that have none yet, in a worker thread
+        (PBKDF2, 4096 iterations per mechanism: about 30 ms of CPU a token)."""
+        todo = [(t, self.hmac(i)) for t, i in self._tokens.items() if t not in self._credentials]
+        if todo:
+            derived = await trio.to_thread.run_sync(_derive_credentials, todo)
+            for token_id, credentials in derived.items():
+                if token_id in self._tokens:  # not removed meanwhile
+                    self._credentials.setdefault(token_id, credentials)
 
     def cache(self, token: TokenInformation) -> None:
         """Take a token, or its change, without saving it."""
@@ -191,8 +199,7 @@ class DelegationTokens:
         token = self._tokens.pop(token_id, None)
         if token is not None:
             self._by_hmac.pop(self.hmac(token), None)
-            for mechanism in [m for t, m in self._credentials if t == token_id]:
-                del self._credentials[token_id, mechanism]
+            self._credentials.pop(token_id, None)
 
     async def update(self, token: TokenInformation) -> None:
         """Add or change a token once saved; the caller holds `lock`."""
@@ -201,6 +208,7 @@ class DelegationTokens:
         else:
             await self._save({**self._tokens, token.token_id: token})
         self.cache(token)
+        await self.derive()
 
     async def remove(self, token_id: str) -> None:
         """Remove a token once saved; the caller holds `lock`."""
@@ -225,9 +233,10 @@ class DelegationTokens:
                 error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
             ) from e
 
-    async def expire_periodically(self, interval_ms: int, now_ms: Callable[[], int]) -> None:
-        """Kafka's expireTokens, every `interval_ms`: remove the tokens past their expiry or
-        max timestamp."""
+    async def run(self, interval_ms: int, now_ms: Callable[[], int]) -> None:
+        """Derive the credentials of the tokens read at start-up, then Kafka's expireTokens
+        every `interval_ms`: remove the tokens past their expiry or max timestamp."""
+        await self.derive()
         while True:
             await trio.sleep(interval_ms / 1000)
             async with self.lock:
@@ -242,3 +251,21 @@ class DelegationTokens:
                         await self.remove(token.token_id)
                     except KafkaError:
                         break  # logged; tried again at the next check
+
+
+def _derive_credentials(tokens: list[tuple[str, bytes]]) -> dict[str, dict[str, ScramCredential]]:
+    """Each token's SCRAM credentials (token id, HMAC): Kafka's DelegationTokenManager
+    `prepareScramCredentials`, the HMAC in base64 as password, every mechanism's minimum
+    iterations."""
+    from wirebroker.sasl.scram import MIN_ITERATIONS, ScramCredential
+    from wirebroker.sasl.settings import SCRAM
+
+    return {
+        token_id: {
+            m: ScramCredential.from_password(
+                m, base64.b64encode(token_hmac).decode(), MIN_ITERATIONS
+            )
+            for m in SCRAM
+        }
+        for token_id, token_hmac in tokens
+    }

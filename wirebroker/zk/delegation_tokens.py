@@ -80,3 +80,5 @@ class ZkDelegationTokens:
             self.tokens.cache(TokenInformation.from_json(json.loads(got[0])))
         except ValueError as e:
             log.warning("ignoring delegation token %s: %s", token_id, e)
+            return
+        await self.tokens.derive()

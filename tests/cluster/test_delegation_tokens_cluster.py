@@ -5,7 +5,6 @@ created on one broker authenticates on another, and expiring it there removes it
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from protocol.messages.create_delegation_token import CreateDelegationTokenReque
 from protocol.messages.describe_delegation_token import DescribeDelegationTokenRequest
 from protocol.messages.expire_delegation_token import ExpireDelegationTokenRequest
 from protocol.schema import Message
-from tests.cluster.harness import call, eventually, start_broker
+from tests.cluster.harness import call, eventually, sha512_upsertion, start_broker
 from tests.wirebroker.helpers import RawClient
 from wirebroker.server import RunningBroker
 from wirebroker.zk.delegation_tokens import TOKEN_CHANGES, TOKENS
@@ -41,14 +40,7 @@ def sasl_address(running: RunningBroker) -> str:
 
 
 def test_a_token_made_on_one_broker_works_on_another(zk_connect: str, tmp_path: Path) -> None:
-    salt = b"0123456789abcdef"
-    upsert = AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
-        name="alice",
-        mechanism=2,
-        iterations=4096,
-        salt=salt,
-        salted_password=hashlib.pbkdf2_hmac("sha512", b"alice-pw", salt, 4096),
-    )
+    upsert = sha512_upsertion("alice", b"alice-pw")
 
     def create_as_alice(address: str) -> Any:
         with RawClient(address) as client:

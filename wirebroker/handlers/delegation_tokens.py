@@ -129,6 +129,8 @@ async def _change_expiry(
 ) -> tuple[ErrorCode, int]:
     """Kafka's renewToken (`expire` False) and expireToken: the error and the new expiry
     (a failed save: KafkaError, answered UNKNOWN_SERVER_ERROR)."""
+    if not _allowed(ctx):
+        return ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, ERROR_TIMESTAMP
     tokens = ctx.broker.delegation_tokens
     if tokens is None:
         return ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED, ERROR_TIMESTAMP
@@ -155,12 +157,7 @@ async def _change_expiry(
 async def renew_delegation_token(
     ctx: RequestContext, request: RenewDelegationTokenRequest
 ) -> RenewDelegationTokenResponse:
-    if not _allowed(ctx):
-        code, expiry = ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, ERROR_TIMESTAMP
-    else:
-        code, expiry = await _change_expiry(
-            ctx, request.hmac, request.renew_period_ms, expire=False
-        )
+    code, expiry = await _change_expiry(ctx, request.hmac, request.renew_period_ms, expire=False)
     return RenewDelegationTokenResponse(error_code=code, expiry_timestamp_ms=expiry)
 
 
@@ -168,12 +165,9 @@ async def renew_delegation_token(
 async def expire_delegation_token(
     ctx: RequestContext, request: ExpireDelegationTokenRequest
 ) -> ExpireDelegationTokenResponse:
-    if not _allowed(ctx):
-        code, expiry = ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, ERROR_TIMESTAMP
-    else:
-        code, expiry = await _change_expiry(
-            ctx, request.hmac, request.expiry_time_period_ms, expire=True
-        )
+    code, expiry = await _change_expiry(
+        ctx, request.hmac, request.expiry_time_period_ms, expire=True
+    )
     return ExpireDelegationTokenResponse(error_code=code, expiry_timestamp_ms=expiry)
 
 

@@ -25,7 +25,7 @@ from protocol.messages.describe_delegation_token import DescribeDelegationTokenR
 from protocol.messages.expire_delegation_token import ExpireDelegationTokenRequest
 from protocol.messages.renew_delegation_token import RenewDelegationTokenRequest
 from tests.broker_process import BrokerProcess, broker_process
-from tests.wirebroker.helpers import RawClient, create_topic
+from tests.wirebroker.helpers import RawClient, create_topic, fill
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.sasl.delegation_tokens import create_hmac
 from wirebroker.zookeeper_server import jars_available, jars_dir, java_executable
@@ -257,6 +257,28 @@ def test_tokens_survive_a_restart(tmp_path: Path) -> None:
         with as_user(broker, "alice") as alice:
             [token] = alice.request(DR(owners=None), 3).tokens
             assert (token.token_id, token.hmac) == (created.token_id, created.hmac)
+
+
+def test_a_full_disk_refuses_the_change_and_changes_nothing(disk: Path) -> None:
+    """The file's write fails: UNKNOWN_SERVER_ERROR (as Kafka answers a failed ZooKeeper write),
+    the broker stays up, the token exists neither now nor after a restart; then space again."""
+    with broker_process(disk / "data", BROKER_PROPERTIES) as broker:
+        add_users(broker)
+        with as_user(broker, "alice") as alice:
+            kept = create(alice)
+            fill(disk / "filler")
+            assert create(alice).error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+            renew = alice.request(
+                RenewDelegationTokenRequest(hmac=kept.hmac, renew_period_ms=1000), 2
+            )
+            assert renew.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+            [token] = alice.request(DR(owners=None), 3).tokens
+            assert token.expiry_timestamp == kept.expiry_timestamp_ms  # not renewed
+            (disk / "filler").unlink()
+        broker.restart(clean=False)
+        with as_user(broker, "alice") as alice:
+            assert [t.token_id for t in alice.request(DR(owners=None), 3).tokens] == [kept.token_id]
+            assert create(alice).error_code == ErrorCode.NONE
 
 
 # Kafka's own tools and Java client --------------------------------------------------------

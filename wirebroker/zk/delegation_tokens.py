@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from protocol.errors import ErrorCode, KafkaError
 from wirebroker.sasl.delegation_tokens import DelegationTokens, TokenInformation
-from wirebroker.zk.client import NoNodeError, ZkClient
+from wirebroker.zk.client import NoNodeError, ZkClient, ZookeeperError
 from wirebroker.zk.znodes import sequence_number
 
 log = logging.getLogger(__name__)
@@ -42,18 +45,21 @@ class ZkDelegationTokens:
         await self.process_changes()
 
     async def put(self, token: TokenInformation) -> None:
-        """Kafka's setOrCreateDelegationToken, then the announcement."""
+        """Kafka's setOrCreateDelegationToken, then the announcement (KafkaError
+        UNKNOWN_SERVER_ERROR if ZooKeeper fails, as Kafka answers)."""
         path = f"{TOKENS}/{token.token_id}"
         data = json.dumps(token.to_json()).encode()
-        try:
-            await self.zk.set(path, data)
-        except NoNodeError:
-            await self.zk.create(path, data, makepath=True)
-        await self._announce(token.token_id)
+        with _failed_write(token.token_id):
+            try:
+                await self.zk.set(path, data)
+            except NoNodeError:
+                await self.zk.create(path, data, makepath=True)
+            await self._announce(token.token_id)
 
     async def delete(self, token_id: str) -> None:
-        await self.zk.delete(f"{TOKENS}/{token_id}")
-        await self._announce(token_id)
+        with _failed_write(token_id):
+            await self.zk.delete(f"{TOKENS}/{token_id}")
+            await self._announce(token_id)
 
     async def _announce(self, token_id: str) -> None:
         await self.zk.create(f"{TOKEN_CHANGES}/{CHANGE_PREFIX}", token_id.encode(), sequence=True)
@@ -82,3 +88,15 @@ class ZkDelegationTokens:
             log.warning("ignoring delegation token %s: %s", token_id, e)
             return
         await self.tokens.derive()
+
+
+@contextmanager
+def _failed_write(token_id: str) -> Iterator[None]:
+    try:
+        yield
+    except ZookeeperError as e:
+        log.error("cannot write delegation token %s to ZooKeeper: %r", token_id, e)
+        raise KafkaError(
+            "the delegation token could not be saved in ZooKeeper",
+            error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+        ) from e

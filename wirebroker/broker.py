@@ -42,7 +42,7 @@ from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig, max_map_keys
 from storage.log_manager import CreateLogs, LogManager
 from storage.partition_log import PartitionLog
-from wirebroker import connection_limits, gc_freeze
+from wirebroker import connection_limits, gc_freeze, host_names
 from wirebroker.config import BrokerConfig, ConfigError, Listener
 from wirebroker.connection_limits import ConnectionLimits
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable, thread_count_check
@@ -175,8 +175,6 @@ class Broker:
         self.quota_store = None
         if not self.config.get("zookeeper.connect"):
             self.quota_store = ClientQuotaStore(self.config.log_dirs()[0] / CLIENT_QUOTAS_FILE)
-            for entity, config in self.quota_store.entities.items():
-                self.quotas.update(entity, config)
         self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
         self.connection_limits = ConnectionLimits(self.config, self.quotas, self.now_ms)
         dynamic = self.dynamic_config
@@ -761,6 +759,14 @@ class Broker:
         self.sasl_listeners = {**removed, **_sasl_listeners(self.config)}
         # a new endpoint's keys are not fetched before a restart (the URL is read-only)
         self.key_sets = share_key_sets(self.sasl_listeners.values(), self.key_sets)
+
+    async def apply_stored_quotas(self) -> None:
+        """An embedded broker's client quotas (`client-quotas.json`), an ip entity's host name
+        resolved (off the loop), before a listener opens."""
+        if self.quota_store is None:
+            return
+        for entity, config in self.quota_store.entities.items():
+            self.quotas.update(entity, config, await host_names.ip_entity_address(entity))
 
     async def serve_oauthbearer(self, *, task_status: trio.TaskStatus[None]) -> None:
         """Fetch the JWKS of secured OAUTHBEARER tokens and this broker's own access token for

@@ -303,6 +303,7 @@ class BrokerListeners:
                 self.tls.contexts.pop(name, None)
             log.info("listener %s removed: no longer accepting, its connections closed",
                      self.bound.pop(name))  # fmt: skip
+        await self.broker.key_sets_fetched()  # a new SASL listener's JWKS: before it opens
         for name, listener in wanted.items():
             if name in self.unbound:
                 continue

@@ -38,6 +38,9 @@ The rates and the throttle times given (Kafka's `connection-accept-rate`,
 `ip-connection-accept-throttle-time`: means of the non-zero ones per listener) and each
 measured address's rate (`connection-accept-rate{ip}`) are kept here for the metrics
 (`wirebroker.metrics_collector`); a removed listener's go with it, as Kafka's removeListener.
+
+Differences from Kafka: which connection is the least recently used (`ConnectionWatch`) is
+decided across the broker's listeners, by the time it last began to wait for bytes.
 """
 
 from __future__ import annotations

@@ -210,7 +210,10 @@ def test_the_inter_broker_listener_closes_the_least_recently_used_connection_of_
     """KIP-402: with `max.connections` reached, the inter-broker listener (PLAINTEXT) still
     accepts, and the broker closes the least recently used connection of another listener to
     get back to it; a lower `max.connections` closes the least recently used ones too."""
-    properties = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT"}
+    properties = {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT",
+        "wirebroker.metrics.listener": "127.0.0.1:0",
+    }
     with serving(BrokerProcess(tmp_path, properties, extra_listeners=("EXTRA",))) as broker:
         extra = f"127.0.0.1:{broker.ports['EXTRA']}"
         ok = alter_configs(broker.bootstrap, BROKER, "", [("max.connections", SET, "3")])
@@ -227,6 +230,18 @@ def test_the_inter_broker_listener_closes_the_least_recently_used_connection_of_
                 assert inter_broker.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
                 assert clients[1].wait_closed(10.0), "the least recently used stays open"
                 use(2, 0)
+            wait_until(  # (the inter-broker one's close seen by the broker)
+                lambda: (
+                    value(
+                        metrics(broker),
+                        f"{SOCKET_METRICS}connection_count",
+                        listener="PLAINTEXT",
+                        networkProcessor="0",
+                    )
+                    == 0
+                ),
+                what="PLAINTEXT's connections to close",
+            )
             # Two held (0 and 2); max.connections lowered to 2 by a request of PLAINTEXT (its
             # connection the third): the least recently used of EXTRA goes.
             use(0, 2)

@@ -34,6 +34,8 @@ class SaslServer(Protocol):
     #: When the credential the client proved ends (epoch ms: an OAUTHBEARER token's `exp`),
     #: which bounds its session; None when it does not end.
     expires_ms: int | None
+    #: Whether `evaluate` may block on I/O (run in a worker thread, then).
+    blocking: bool
 
     def evaluate(self, token: bytes) -> bytes:
         """The answer to the client's next token; raises SaslFailure."""

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
     from wirebroker.sasl.access_token import AccessTokenLogin
     from wirebroker.sasl.jwks import KeySet
+    from wirebroker.sasl.kerberos import KerberosService
     from wirebroker.sasl.mechanism import SaslClient
     from wirebroker.sasl.oauthbearer import SecuredValidator, UnsecuredValidator
 
@@ -46,11 +47,16 @@ SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
 SCRAM = (SCRAM_SHA_256, SCRAM_SHA_512)
 OAUTHBEARER = "OAUTHBEARER"
-IMPLEMENTED = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
+GSSAPI = "GSSAPI"
+IMPLEMENTED = (GSSAPI, PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
+#: The mechanisms this broker logs in to its peers with.
+CLIENT_MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
 LOGIN_MODULES = {
+    GSSAPI: KRB5_LOGIN_MODULE,
     PLAIN: PLAIN_LOGIN_MODULE,
     SCRAM_SHA_256: SCRAM_LOGIN_MODULE,
     SCRAM_SHA_512: SCRAM_LOGIN_MODULE,
@@ -148,6 +154,7 @@ class ListenerSasl:
         "max_receive_size",
         "max_reauth_ms",
         "oauthbearer",
+        "kerberos",
     )
 
     def __init__(
@@ -158,6 +165,7 @@ class ListenerSasl:
         max_receive_size: int,
         max_reauth_ms: int = 0,
         oauthbearer: UnsecuredValidator | SecuredValidator | None = None,
+        kerberos: KerberosService | None = None,
     ) -> None:
         self.listener_name = listener_name
         self.mechanisms = mechanisms
@@ -167,6 +175,8 @@ class ListenerSasl:
         self.max_reauth_ms = max_reauth_ms
         #: How OAUTHBEARER tokens are checked (None: OAUTHBEARER is not enabled).
         self.oauthbearer = oauthbearer
+        #: The service principal GSSAPI clients log in to (None: GSSAPI is not enabled).
+        self.kerberos = kerberos
 
     def plain_users(self) -> dict[str, str]:
         """PLAIN's users and passwords: the `user_<name>` options of its PlainLoginModule."""
@@ -188,8 +198,7 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
     if not mechanisms:
         raise ConfigError(
             f"listener {listener_name}: sasl.enabled.mechanisms={enabled_text} offers no "
-            f"mechanism wirebroker implements ({', '.join(IMPLEMENTED)}); GSSAPI (Kerberos) is "
-            "not implemented"
+            f"mechanism wirebroker implements ({', '.join(IMPLEMENTED)})"
         )
     jaas: dict[str, JaasEntry] = {}
     for mechanism in mechanisms:
@@ -227,7 +236,49 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         config.get_int("sasl.server.max.receive.size"),
         max_reauth_ms,
         _oauthbearer_validator(config, prefix, jaas) if OAUTHBEARER in mechanisms else None,
+        _kerberos_service(config, listener_name, jaas) if GSSAPI in mechanisms else None,
     )
+
+
+def _kerberos_service(
+    config: BrokerConfig, listener_name: str, jaas: dict[str, JaasEntry]
+) -> KerberosService:
+    """GSSAPI's service principal and keytab (its JAAS entry), service name and short-name
+    rules, refused as Kafka refuses them; the gssapi package must be installed."""
+    from wirebroker.config import ConfigError
+    from wirebroker.sasl.kerberos import KerberosService, load_gssapi
+    from wirebroker.sasl.kerberos_names import KerberosShortNamer
+
+    prefix = f"listener.name.{listener_name.lower()}."
+    key = f"{prefix}gssapi.sasl.jaas.config"
+    entry = jaas.get(GSSAPI)
+    if entry is None:
+        # Kafka's message (it would read a static JAAS file's KafkaServer section; wirebroker
+        # reads none), and what to set instead.
+        raise ConfigError(
+            f"Could not find a 'KafkaServer' or '{listener_name.lower()}.KafkaServer' entry in "
+            f"the JAAS configuration for GSSAPI: set {key}={KRB5_LOGIN_MODULE} required "
+            'useKeyTab=true storeKey=true keyTab="..." principal="kafka/host@REALM";'
+        )
+    jaas_service = entry.options.get("serviceName")
+    config_service = _mechanism_setting(config, prefix, GSSAPI, "sasl.kerberos.service.name")
+    if jaas_service is not None and config_service is not None and jaas_service != config_service:
+        raise ConfigError(
+            "Conflicting serviceName values found in JAAS and Kafka configs value in JAAS file "
+            f"{jaas_service}, value in Kafka config {config_service}"
+        )
+    service_name = jaas_service or config_service
+    if service_name is None:
+        raise ConfigError("No serviceName defined in either JAAS or Kafka config")
+    rules_key = "sasl.kerberos.principal.to.local.rules"
+    rules = _mechanism_setting(config, prefix, GSSAPI, rules_key) or "DEFAULT"
+    try:
+        short_namer = KerberosShortNamer([r for r in rules.split(",") if r.strip()])
+        service = KerberosService.from_jaas(entry, key, service_name, short_namer)
+        load_gssapi()
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"listener {listener_name}: {e}") from None
+    return service
 
 
 def _oauthbearer_validator(
@@ -266,9 +317,15 @@ def _oauthbearer_validator(
 
 def _oauthbearer_setting(config: BrokerConfig, prefix: str, key: str) -> str | None:
     """An OAUTHBEARER `key` (`sasl.oauthbearer.*`, `sasl.login.*`) of the listener `prefix`
-    names, as Kafka's broker reads it: `listener.name.<l>.oauthbearer.<key>`, else
-    `listener.name.<l>.<key>`, else `<key>` (a blank value reads as unset)."""
-    for name in (f"{prefix}{OAUTHBEARER.lower()}.{key}", prefix + key):
+    names (`_mechanism_setting`)."""
+    return _mechanism_setting(config, prefix, OAUTHBEARER, key)
+
+
+def _mechanism_setting(config: BrokerConfig, prefix: str, mechanism: str, key: str) -> str | None:
+    """A `mechanism`'s `key` of the listener `prefix` names, as Kafka's broker reads it:
+    `listener.name.<l>.<mechanism>.<key>`, else `listener.name.<l>.<key>`, else `<key>` (a
+    blank value reads as unset)."""
+    for name in (f"{prefix}{mechanism.lower()}.{key}", prefix + key):
         if config.is_set(name):
             value = config.get(name)
             break
@@ -434,11 +491,12 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
     if listener is None or not config.security_protocol(listener).startswith("SASL_"):
         return None
     mechanism = (config.get("sasl.mechanism.inter.broker.protocol") or "").strip().upper()
-    if mechanism not in IMPLEMENTED:
+    if mechanism not in CLIENT_MECHANISMS:
         raise ConfigError(
             f"sasl.mechanism.inter.broker.protocol={mechanism} is not implemented (GSSAPI, "
-            f"Kerberos, is Kafka's default): brokers log in to each other on {listener} with "
-            f"one of {', '.join(IMPLEMENTED)}; set it, e.g. "
+            "Kerberos, is Kafka's default: wirebroker accepts GSSAPI clients but does not log in "
+            f"to its peers with it): brokers log in to each other on {listener} with one of "
+            f"{', '.join(CLIENT_MECHANISMS)}; set it, e.g. "
             "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"
         )
     offered = listener_sasl(config, listener).mechanisms

@@ -1,0 +1,273 @@
+"""SASL/GSSAPI (Kerberos) against a broker process, a real MIT KDC and real clients.
+
+The KDC (tests/wirebroker/kdc.py) serves a realm of its own; the broker's SASL_PLAINTEXT
+listener on `localhost` accepts GSSAPI with the keytab of `kafka/localhost` (the JAAS entry
+Kafka users write) and PLAIN for the test's own admin requests, with the ACL authorizer.
+Principals become users by `sasl.kerberos.principal.to.local.rules`: `alice@REALM` is `alice`,
+`etl/worker1@REALM` is `etl_worker1` (a rule of its own), and a two-component principal no rule
+maps is refused. The clients: Kafka's Java client (RoundTrip.java, Krb5LoginModule with a
+keytab), kcat (librdkafka with Cyrus SASL, kinit from the keytab), and wirebroker's own GSSAPI
+client over raw requests (`wirebroker.sasl.kerberos.GssapiClient`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import ErrorCode
+from protocol.messages.metadata import MetadataRequest
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from protocol.messages.sasl_handshake import SaslHandshakeRequest
+from tests.broker_process import BrokerProcess
+from tests.wirebroker.helpers import RawClient, wait_until
+from tests.wirebroker.kdc import REALM, Kdc, missing_binaries
+from tests.wirebroker.secured import (
+    AUTHORIZER,
+    PLAIN_JAAS,
+    READ,
+    TOPIC,
+    WRITE,
+    acl,
+    create_topics,
+    grant,
+)
+from wirebroker.sasl.kerberos import GssapiClient
+from wirebroker.zookeeper_server import jars_available, jars_dir, java_executable
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        bool(missing_binaries()),
+        reason=f"MIT Kerberos KDC binaries absent ({', '.join(missing_binaries())}): "
+        "`make setup` installs them (as root)",
+    ),
+]
+
+SERVICE = "kafka/localhost"
+RULES = rf"RULE:[2:$1_$2@$0](etl_.*@{REALM})s/@.*//,RULE:[1:$1@$0](.*@{REALM})s/@.*//"
+KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
+ADMIN_PASSWORD = "admin-pw-5e1f0"  # secured.PASSWORDS["admin"]
+
+
+@pytest.fixture(scope="module")
+def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
+    kdc = Kdc(tmp_path_factory.mktemp("kdc"))
+    kdc.start()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            for name, value in kdc.environment.items():
+                env.setenv(name, value)  # the broker process's, and this process's clients'
+            yield kdc
+    finally:
+        kdc.stop()
+
+
+def jaas(keytab: Path, principal: str) -> str:
+    return (
+        f'{KRB5_LOGIN_MODULE} required useKeyTab=true storeKey=true keyTab="{keytab}" '
+        f'principal="{principal}";'
+    )
+
+
+@pytest.fixture(scope="module")
+def broker(kdc: Kdc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    keytab = kdc.keytab(SERVICE)
+    broker = BrokerProcess(
+        tmp_path_factory.mktemp("data"),
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://localhost:0",
+            "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
+            "sasl.kerberos.service.name": "kafka",
+            "sasl.kerberos.principal.to.local.rules": RULES,
+            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": jaas(
+                keytab, f"{SERVICE}@{REALM}"
+            ),
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "authorizer.class.name": AUTHORIZER,
+            "super.users": "User:admin;User:alice",
+            "connections.max.reauth.ms": "3600000",
+            "connection.failed.authentication.delay.ms": "0",
+        },
+    )
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def sasl(broker: BrokerProcess) -> str:
+    return f"localhost:{broker.ports['SASL_PLAINTEXT']}"
+
+
+@pytest.fixture
+def topic(broker: BrokerProcess) -> str:
+    name = f"gssapi-{uuid.uuid4().hex[:8]}"
+    create_topics(sasl(broker), name)
+    return name
+
+
+def gssapi_client(kdc: Kdc, principal: str) -> GssapiClient:
+    return GssapiClient(f"{principal}@{REALM}", str(kdc.keytab(principal)), "kafka", "localhost")
+
+
+def test_raw_login_maps_the_principal_by_the_rules(kdc: Kdc, broker: BrokerProcess) -> None:
+    """RFC 4752 end to end: the context, the security layer, the session lifetime (KIP-368);
+    then the connection serves requests. The broker logs the short name."""
+    with RawClient(sasl(broker)) as client:
+        answer = client.login_sasl(gssapi_client(kdc, "etl/worker1"), "etl/worker1")
+        assert answer.session_lifetime_ms == 3_600_000
+        assert client.request(MetadataRequest(topics=[]), 1).brokers
+
+
+def test_a_principal_no_rule_maps_is_refused(kdc: Kdc, broker: BrokerProcess) -> None:
+    with RawClient(sasl(broker)) as client:
+        with pytest.raises(ConnectionError) as refused:
+            client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
+        assert str(refused.value).endswith(
+            "Authentication failed during authentication due to invalid credentials with "
+            "SASL mechanism GSSAPI"
+        )
+        assert client.wait_closed()
+    logged = f"Failed to set name for 'ops/host1@{REALM}' based on Kerberos authentication rules"
+    wait_until(lambda: any(logged in line for line in broker.log), what="the refusal logged")
+
+
+def test_a_token_that_is_not_kerberos_is_refused(broker: BrokerProcess) -> None:
+    with RawClient(sasl(broker)) as client:
+        handshake = client.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
+        assert handshake.error_code == ErrorCode.NONE
+        assert handshake.mechanisms == ["GSSAPI", "PLAIN"]
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=b"\x60\x01junk"), 2)
+        assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert client.wait_closed()
+
+
+def java_properties(kdc: Kdc, bootstrap: str, principal: str, keytab: Path) -> str:
+    return (
+        f"bootstrap.servers={bootstrap}\n"
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=GSSAPI\n"
+        "sasl.kerberos.service.name=kafka\n"
+        f"sasl.jaas.config={jaas(keytab, f'{principal}@{REALM}')}\n"
+    )
+
+
+def run_java(kdc: Kdc, tmp_path: Path, properties: str, topic: str, values: list[str]) -> None:
+    if not jars_available() or shutil.which("javac") is None:
+        pytest.fail(
+            "no Kafka jars or javac: run `make jars` (the GSSAPI tests need the Java client)"
+        )
+    classes = tmp_path / "classes"
+    source = Path(__file__).with_name("RoundTrip.java")
+    cp = f"{jars_dir()}/*"
+    subprocess.run(["javac", "-cp", cp, "-d", str(classes), str(source)], check=True, timeout=120)
+    config = tmp_path / "client.properties"
+    config.write_text(properties)
+    argv = [
+        java_executable(),
+        "-Xmx256m",
+        f"-Djava.security.krb5.conf={kdc.krb5_conf}",
+        "-cp",
+        f"{classes}:{cp}",
+        "RoundTrip",
+        str(config),
+        topic,
+        *values,
+    ]
+    done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout.decode().splitlines() == values
+
+
+def test_java_client_round_trip(
+    kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path
+) -> None:
+    keytab = kdc.keytab("alice")
+    values = [f"java-{i}" for i in range(3)]
+    run_java(kdc, tmp_path, java_properties(kdc, sasl(broker), "alice", keytab), topic, values)
+
+
+def test_rule_mapped_user_is_allowed_by_an_acl(
+    kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path
+) -> None:
+    """`etl/worker1@REALM` is `User:etl_worker1` for the authorizer: refused before the ACL
+    naming that user, allowed after."""
+    keytab = kdc.keytab("etl/worker1")
+    args = kcat_args(broker, "etl/worker1", keytab) + ["-t", topic, "-p", "0"]
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{tmp_path / 'ccache'}"}
+    refused = subprocess.run(
+        [*args, "-P"], input=b"x\n", capture_output=True, timeout=60, env=env, check=False
+    )
+    assert refused.returncode != 0
+    assert b"authoriz" in refused.stderr.lower(), refused.stderr
+    grant(
+        sasl(broker),
+        acl(TOPIC, topic, "User:etl_worker1", WRITE),
+        acl(TOPIC, topic, "User:etl_worker1", READ),
+    )
+    values = [b"etl-0", b"etl-1"]
+    assert kcat_round_trip(args, values, env) == values
+
+
+def kcat_args(broker: BrokerProcess, principal: str, keytab: Path) -> list[str]:
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.fail("kcat is not installed: run `make tools`")
+    return [
+        kcat,
+        "-b",
+        sasl(broker),
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanisms=GSSAPI",
+        "-X",
+        "sasl.kerberos.service.name=kafka",
+        "-X",
+        f"sasl.kerberos.keytab={keytab}",
+        "-X",
+        f"sasl.kerberos.principal={principal}@{REALM}",
+    ]
+
+
+def kcat_round_trip(args: list[str], values: list[bytes], env: dict[str, str]) -> list[bytes]:
+    produced = subprocess.run(
+        [*args, "-P"], input=b"\n".join(values) + b"\n", capture_output=True, timeout=60, env=env
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run(
+        [*args, "-C", "-o", "beginning", "-c", str(len(values)), "-e"],
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    return consumed.stdout.splitlines()
+
+
+def test_kcat_round_trip(kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path) -> None:
+    args = kcat_args(broker, "alice", kdc.keytab("alice")) + ["-t", topic, "-p", "0"]
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{tmp_path / 'ccache'}"}
+    values = [b"kcat-0", b"kcat-1", b"kcat-2"]
+    assert kcat_round_trip(args, values, env) == values
+
+
+def test_a_stale_keytab_cannot_log_in(
+    kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path
+) -> None:
+    """Keys replaced since the keytab was written: the Java client gets no ticket."""
+    stale = kdc.keytab("carol")
+    kdc.keytab("carol")  # new keys for carol: the first keytab's are stale
+    properties = java_properties(kdc, sasl(broker), "carol", stale)
+    config = tmp_path / "client.properties"
+    config.write_text(properties)
+    with pytest.raises(AssertionError, match="(?i)(pre-authentication|checksum|LoginException)"):
+        run_java(kdc, tmp_path, properties, topic, ["x"])

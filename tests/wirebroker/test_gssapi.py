@@ -4,8 +4,9 @@ The KDC (tests/wirebroker/kdc.py) serves a realm of its own; the broker's SASL_P
 listener on `localhost` accepts GSSAPI with the keytab of `kafka/localhost` (the JAAS entry
 Kafka users write) and PLAIN for the test's own admin requests, with the ACL authorizer.
 Principals become users by `sasl.kerberos.principal.to.local.rules`: `alice@REALM` is `alice`,
-`etl/worker1@REALM` is `etl_worker1` (a rule of its own), and a two-component principal no rule
-maps is refused. The clients: Kafka's Java client (RoundTrip.java, Krb5LoginModule with a
+`etl/worker1@REALM` is `etl_worker1` (a rule of its own), `kafka/localhost@REALM` (the broker's
+own, logging in as to a peer) is `kafka`, and a two-component principal no rule maps is
+refused. The clients: Kafka's Java client (RoundTrip.java, Krb5LoginModule with a
 keytab), kcat (librdkafka with Cyrus SASL, kinit from the keytab), and wirebroker's own GSSAPI
 client over raw requests (`wirebroker.sasl.kerberos.GssapiClient`).
 """
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from protocol.errors import ErrorCode
 from protocol.messages.metadata import MetadataRequest
@@ -38,7 +40,9 @@ from tests.wirebroker.secured import (
     create_topics,
     grant,
 )
+from wirebroker.peer import PeerAuthenticationFailed, PeerConnection, PeerSecurity
 from wirebroker.sasl.kerberos import GssapiClient
+from wirebroker.sasl.settings import SaslLogin
 from wirebroker.zookeeper_server import jars_available, jars_dir, java_executable
 
 pytestmark = [
@@ -51,7 +55,11 @@ pytestmark = [
 ]
 
 SERVICE = "kafka/localhost"
-RULES = rf"RULE:[2:$1_$2@$0](etl_.*@{REALM})s/@.*//,RULE:[1:$1@$0](.*@{REALM})s/@.*//"
+RULES = (
+    rf"RULE:[2:$1_$2@$0](etl_.*@{REALM})s/@.*//,"
+    rf"RULE:[2:$1@$0](kafka@{REALM})s/@.*//,"
+    rf"RULE:[1:$1@$0](.*@{REALM})s/@.*//"
+)
 KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
 ADMIN_PASSWORD = "admin-pw-5e1f0"  # secured.PASSWORDS["admin"]
 
@@ -77,8 +85,15 @@ def jaas(keytab: Path, principal: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def broker(kdc: Kdc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    keytab = kdc.keytab(SERVICE)
+def service_keytab(kdc: Kdc) -> Path:
+    return kdc.keytab(SERVICE)
+
+
+@pytest.fixture(scope="module")
+def broker(
+    kdc: Kdc, service_keytab: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    keytab = service_keytab
     broker = BrokerProcess(
         tmp_path_factory.mktemp("data"),
         {
@@ -91,7 +106,7 @@ def broker(kdc: Kdc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broke
             ),
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
             "authorizer.class.name": AUTHORIZER,
-            "super.users": "User:admin;User:alice",
+            "super.users": "User:admin;User:alice;User:kafka",
             "connections.max.reauth.ms": "3600000",
             "connection.failed.authentication.delay.ms": "0",
         },
@@ -271,3 +286,34 @@ def test_a_stale_keytab_cannot_log_in(
     config.write_text(properties)
     with pytest.raises(AssertionError, match="(?i)(pre-authentication|checksum|LoginException)"):
         run_java(kdc, tmp_path, properties, topic, ["x"])
+
+
+def test_the_brokers_own_login_as_between_brokers(
+    kdc: Kdc, broker: BrokerProcess, service_keytab: Path
+) -> None:
+    """`sasl.mechanism.inter.broker.protocol=GSSAPI`: wirebroker's peer connection logs in with
+    the listener's principal and keytab to `kafka@<the host it connected to>`; with keys that
+    are no longer the principal's, it is refused by the KDC and says so."""
+    options = {"principal": f"{SERVICE}@{REALM}", "keyTab": str(service_keytab)}
+    login = SaslLogin("SASL_PLAINTEXT", "GSSAPI", {**options, "serviceName": "kafka"})
+    port = broker.ports["SASL_PLAINTEXT"]
+
+    async def main() -> None:
+        security = PeerSecurity(sasl=login)
+        async with await PeerConnection.open(
+            "localhost", port, client_id="peer-test", security=security
+        ) as connection:
+            assert (await connection.request(MetadataRequest(topics=[]), 1)).brokers
+        stale = kdc.keytab("etl/batch")
+        kdc.keytab("etl/batch")  # new keys: the first keytab's are stale
+        wrong = SaslLogin(
+            "SASL_PLAINTEXT",
+            "GSSAPI",
+            {"principal": f"etl/batch@{REALM}", "keyTab": str(stale), "serviceName": "kafka"},
+        )
+        with pytest.raises(PeerAuthenticationFailed, match="GSS-API"):
+            await PeerConnection.open(
+                "localhost", port, client_id="peer-test", security=PeerSecurity(sasl=wrong)
+            )
+
+    trio.run(main)

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.sasl.jwks import JwksEndpoint, KeySet, parse_jwks
+from wirebroker.sasl.kerberos import GssapiClient
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslClient, SaslFailure, SaslServer
 from wirebroker.sasl.oauthbearer import (
     SECURED_VALIDATORS,
@@ -102,7 +103,7 @@ def test_listener_mechanisms_and_the_unprefixed_jaas_config() -> None:
                 "zookeeper.connect": "z:2181",
                 "security.inter.broker.protocol": "SASL_PLAINTEXT",
             },
-            "sasl.mechanism.inter.broker.protocol=GSSAPI is not implemented",
+            "sasl.mechanism.inter.broker.protocol=GSSAPI must be enabled",
         ),
     ],
 )
@@ -459,14 +460,31 @@ def test_inter_broker_login_from_the_listeners_jaas_config() -> None:
         "SCRAM-SHA-512",
     )
     assert "broker-secret" not in repr(login)
-    assert isinstance(login.client(NOW_MS), ScramClient)
+    assert isinstance(login.client(NOW_MS, "localhost"), ScramClient)
     oauth = BrokerConfig.from_properties(
         {**CLUSTER, "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"}
     )
     login = inter_broker_login(oauth)
-    assert login is not None and isinstance(login.client(NOW_MS), OAuthBearerClient)
+    assert login is not None and isinstance(login.client(NOW_MS, "localhost"), OAuthBearerClient)
     validator = listener_sasl(oauth, "INTERNAL").oauthbearer
     assert isinstance(validator, UnsecuredValidator) and validator.required_scope == ("kafka",)
+    kerberos = BrokerConfig.from_properties(
+        {
+            **CLUSTER,
+            "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+            "sasl.enabled.mechanisms": "GSSAPI",
+            "sasl.kerberos.service.name": "kafka",
+            "listener.name.internal.gssapi.sasl.jaas.config": KRB5_JAAS,
+        }
+    )
+    login = inter_broker_login(kerberos)
+    assert login is not None and login.blocking  # its client reaches the KDC
+    assert login.options == {
+        "principal": "kafka/broker1@EXAMPLE.COM",
+        "keyTab": "/etc/kafka.keytab",
+        "serviceName": "kafka",
+    }
+    assert isinstance(login.client(NOW_MS, "broker2"), GssapiClient)
     plaintext = {k: v for k, v in CLUSTER.items() if k != "inter.broker.listener.name"}
     assert inter_broker_login(BrokerConfig.from_properties(plaintext)) is None
 
@@ -474,7 +492,8 @@ def test_inter_broker_login_from_the_listeners_jaas_config() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, "GSSAPI is not implemented"),
+        ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, "GSSAPI must be enabled"),
+        ({"sasl.mechanism.inter.broker.protocol": "NOPE"}, "NOPE is not implemented"),
         ({"sasl.mechanism.inter.broker.protocol": "PLAIN"}, "must be enabled on the inter-broker"),
         (
             {"listener.name.internal.scram-sha-512.sasl.jaas.config": None},

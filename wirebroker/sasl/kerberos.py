@@ -11,7 +11,8 @@ authenticated principal is the one used); the principal is `User:<short name>`, 
 given by `sasl.kerberos.principal.to.local.rules` (`kerberos_names`).
 
 Every GSS-API call may read the keytab or write the replay cache: the authenticator runs
-`evaluate` in a worker thread (`blocking`).
+`evaluate` in a worker thread (`blocking`). `GssapiClient` is this broker's login to its peers
+(`sasl.mechanism.inter.broker.protocol=GSSAPI`), with the same principal and keytab.
 """
 
 from __future__ import annotations
@@ -176,22 +177,24 @@ class GssapiClient:
     mechanism = GSSAPI
 
     def __init__(self, principal: str, keytab: str, service_name: str, host: str) -> None:
-        gssapi = self._gssapi = load_gssapi()
-        self._credentials = gssapi.Credentials(
-            name=gssapi.Name(principal, gssapi.NameType.kerberos_principal),
-            usage="initiate",
-            store={"client_keytab": keytab, "ccache": f"MEMORY:wirebroker-{id(self)}"},
-        )
-        self._target = gssapi.Name(f"{service_name}@{host}", gssapi.NameType.hostbased_service)
+        self._gssapi = load_gssapi()
+        self._principal = principal
+        self._keytab = keytab
+        self._target = f"{service_name}@{host}"
         self._context: Any = None
         self.complete = False
 
     def initial(self) -> bytes:
         gssapi = self._gssapi
         try:
+            credentials = gssapi.Credentials(
+                name=gssapi.Name(self._principal, gssapi.NameType.kerberos_principal),
+                usage="initiate",
+                store={"client_keytab": self._keytab, "ccache": f"MEMORY:wirebroker-{id(self)}"},
+            )
             self._context = gssapi.SecurityContext(
-                name=self._target,
-                creds=self._credentials,
+                name=gssapi.Name(self._target, gssapi.NameType.hostbased_service),
+                creds=credentials,
                 usage="initiate",
                 mech=gssapi.MechType.kerberos,
                 flags=gssapi.RequirementFlag.mutual_authentication,

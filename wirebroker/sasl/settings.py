@@ -6,10 +6,12 @@ Keys, as Kafka reads them: `sasl.enabled.mechanisms` (or `listener.name.<l>.sasl
 JaasContext, the server side ignores an unprefixed `sasl.jaas.config`; where Kafka then reads
 the `KafkaServer` section of a static JAAS file, wirebroker reads no JAAS file.
 
-GSSAPI (Kafka's default mechanism) is not implemented: an enabled GSSAPI is not offered in the
-handshake. Kafka refuses to start a SASL listener whose mechanisms have no JAAS entry (GSSAPI
-needs a Kerberos one), so a listener left with no implemented mechanism is refused here too,
-as is PLAIN without a `PlainLoginModule` JAAS config (its users come from there). SCRAM needs
+GSSAPI (Kerberos, Kafka's default mechanism) takes the listener's `Krb5LoginModule` JAAS entry
+(`useKeyTab=true storeKey=true keyTab=... principal=...`), a service name (its `serviceName`
+option or `sasl.kerberos.service.name`) and `sasl.kerberos.principal.to.local.rules`, each
+refused with Kafka's message when missing, and the optional gssapi package (`kerberos`). As
+Kafka, a listener needs a JAAS entry for each mechanism that requires one: PLAIN without a
+`PlainLoginModule` JAAS config (its users come from there) is refused. SCRAM needs
 no JAAS options on the server side (its credentials are stored, see `credentials`);
 OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any, or,
 with `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
@@ -20,11 +22,11 @@ Kafka would accept unsecured tokens. Listeners verifying with the same JWKS endp
 
 Between brokers (`inter_broker_login`), as Kafka: when the inter-broker listener is
 SASL_PLAINTEXT or SASL_SSL, this broker logs in to its peers with
-`sasl.mechanism.inter.broker.protocol` (Kafka's default GSSAPI is refused with what to set),
-which must be enabled on that listener, using the credentials of that listener's JAAS entry for
-the mechanism (`username`/`password` of PlainLoginModule or ScramLoginModule, the
-`unsecuredLogin*` options of OAuthBearerLoginModule), the same entry Kafka's brokers use for
-their client side.
+`sasl.mechanism.inter.broker.protocol` (Kafka's default: GSSAPI), which must be enabled on
+that listener, using the credentials of that listener's JAAS entry for the mechanism
+(`username`/`password` of PlainLoginModule or ScramLoginModule, the `unsecuredLogin*` options
+of OAuthBearerLoginModule, the principal and keytab of Krb5LoginModule), the same entry Kafka's
+brokers use for their client side.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ OAUTHBEARER = "OAUTHBEARER"
 GSSAPI = "GSSAPI"
 IMPLEMENTED = (GSSAPI, PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 #: The mechanisms this broker logs in to its peers with.
-CLIENT_MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -451,13 +452,26 @@ class SaslLogin:
         if self.access_token is not None:
             await self.access_token.wait_token()
 
-    def client(self, now_ms: int) -> SaslClient:
-        """A fresh client side of one exchange (an OAUTHBEARER token made at `now_ms`, or the
-        access token held: `ready` first)."""
+    @property
+    def blocking(self) -> bool:
+        """Whether the client's calls may block (GSSAPI's reach the KDC): run them in a worker
+        thread."""
+        return self.mechanism == GSSAPI
+
+    def client(self, now_ms: int, host: str) -> SaslClient:
+        """A fresh client side of one exchange with the peer on `host` (an OAUTHBEARER token
+        made at `now_ms`, or the access token held: `ready` first)."""
         from wirebroker.sasl.oauthbearer import OAuthBearerClient, unsecured_token
         from wirebroker.sasl.plain import PlainClient
         from wirebroker.sasl.scram import ScramClient
 
+        if self.mechanism == GSSAPI:
+            from wirebroker.sasl.kerberos import GssapiClient
+
+            options = self.options
+            return GssapiClient(
+                options["principal"], options["keyTab"], options["serviceName"], host
+            )
         if self.mechanism == PLAIN:
             return PlainClient(self.options["username"], self.options["password"])
         if self.mechanism == OAUTHBEARER:
@@ -491,20 +505,28 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
     if listener is None or not config.security_protocol(listener).startswith("SASL_"):
         return None
     mechanism = (config.get("sasl.mechanism.inter.broker.protocol") or "").strip().upper()
-    if mechanism not in CLIENT_MECHANISMS:
+    if mechanism not in IMPLEMENTED:
         raise ConfigError(
-            f"sasl.mechanism.inter.broker.protocol={mechanism} is not implemented (GSSAPI, "
-            "Kerberos, is Kafka's default: wirebroker accepts GSSAPI clients but does not log in "
-            f"to its peers with it): brokers log in to each other on {listener} with one of "
-            f"{', '.join(CLIENT_MECHANISMS)}; set it, e.g. "
-            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"
+            f"sasl.mechanism.inter.broker.protocol={mechanism} is not implemented: brokers log "
+            f"in to each other on {listener} with one of {', '.join(IMPLEMENTED)}"
         )
-    offered = listener_sasl(config, listener).mechanisms
+    settings = listener_sasl(config, listener)
+    offered = settings.mechanisms
     if mechanism not in offered:
         raise ConfigError(
             f"sasl.mechanism.inter.broker.protocol={mechanism} must be enabled on the "
             f"inter-broker listener {listener} (sasl.enabled.mechanisms: {', '.join(offered)})"
         )
+    kerberos = settings.kerberos
+    if mechanism == GSSAPI and kerberos is not None:
+        # The listener's own principal and keytab, as Kafka's brokers log in with its
+        # KafkaServer entry, to the service of the same name on the peer's host.
+        options = {
+            "principal": kerberos.principal,
+            "keyTab": kerberos.keytab,
+            "serviceName": kerberos.service_name,
+        }
+        return SaslLogin(listener, mechanism, options)
     prefix = f"listener.name.{listener.lower()}."
     key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
     module = LOGIN_MODULES[mechanism]

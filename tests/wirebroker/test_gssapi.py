@@ -6,7 +6,7 @@ Kafka users write) and PLAIN for the test's own admin requests, with the ACL aut
 Principals become users by `sasl.kerberos.principal.to.local.rules`: `alice@REALM` is `alice`,
 `etl/worker1@REALM` is `etl_worker1` (a rule of its own), `kafka/localhost@REALM` (the broker's
 own, logging in as to a peer) is `kafka`, and a two-component principal no rule maps is
-refused. The clients: Kafka's Java client (RoundTrip.java, Krb5LoginModule with a
+refused (after the exchange, as Kafka). The clients: Kafka's Java client (RoundTrip.java, Krb5LoginModule with a
 keytab), kcat (librdkafka with Cyrus SASL, kinit from the keytab), and wirebroker's own GSSAPI
 client over raw requests (`wirebroker.sasl.kerberos.GssapiClient`).
 """
@@ -143,13 +143,10 @@ def test_raw_login_maps_the_principal_by_the_rules(kdc: Kdc, broker: BrokerProce
 
 
 def test_a_principal_no_rule_maps_is_refused(kdc: Kdc, broker: BrokerProcess) -> None:
+    """As Kafka (its principal builder fails after the SASL server completed): the exchange
+    ends as a success, then the connection is closed before any request is served."""
     with RawClient(sasl(broker)) as client:
-        with pytest.raises(ConnectionError) as refused:
-            client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
-        assert str(refused.value).endswith(
-            "Authentication failed during authentication due to invalid credentials with "
-            "SASL mechanism GSSAPI"
-        )
+        client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
         assert client.wait_closed()
     logged = f"Failed to set name for 'ops/host1@{REALM}' based on Kerberos authentication rules"
     wait_until(lambda: any(logged in line for line in broker.log), what="the refusal logged")

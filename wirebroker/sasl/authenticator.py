@@ -14,7 +14,9 @@ and answers what it returns. As in Kafka:
 - during SaslAuthenticate, another request is answered with its error response carrying
   ILLEGAL_SASL_STATE, then the connection is closed;
 - a failed authentication is answered with SASL_AUTHENTICATION_FAILED and a message (the
-  mechanism's own when it is safe to show, else Kafka's standard one), then closed. The log says
+  mechanism's own when it is safe to show, else Kafka's standard one), then closed; one whose
+  principal cannot be made (a Kerberos name no rule maps) is answered as a success, then
+  closed, as Kafka's. The log says
   which user from which host, never the secret.
 
 A mechanism whose server may block (GSSAPI: the keytab, the replay cache) evaluates each token
@@ -54,7 +56,12 @@ from protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAut
 from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from protocol.schema import Message
 from wirebroker.dispatch import REGISTRY, RequestContext, error_response, supported
-from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure, SaslServer
+from wirebroker.sasl.mechanism import (
+    SaslAuthenticationFailed,
+    SaslFailure,
+    SaslPrincipalFailure,
+    SaslServer,
+)
 from wirebroker.sasl.settings import GSSAPI, OAUTHBEARER, PLAIN, SCRAM, ListenerSasl
 
 if TYPE_CHECKING:
@@ -201,6 +208,8 @@ class SaslAuthenticator:
     async def _raw_token(self, token: bytes) -> Step:
         try:
             answer = await self._evaluate(token)
+        except SaslPrincipalFailure as e:
+            return Step([e.answer], self._failure(e))
         except SaslFailure as e:
             return Step(None, self._failure(e))
         return Step([answer])
@@ -225,6 +234,13 @@ class SaslAuthenticator:
         assert isinstance(body, SaslAuthenticateRequest)
         try:
             answer = await self._evaluate(bytes(body.auth_bytes))
+        except SaslPrincipalFailure as e:
+            response = SaslAuthenticateResponse(
+                auth_bytes=e.answer, session_lifetime_ms=self._session_lifetime_ms(None)
+            )
+            return Step(
+                self._encode(correlation_id, response, api_key, api_version), self._failure(e)
+            )
         except SaslFailure as e:
             message = (
                 str(e)
@@ -240,7 +256,6 @@ class SaslAuthenticator:
             )
         response = SaslAuthenticateResponse(
             error_code=ErrorCode.NONE,
-            error_message=None,
             auth_bytes=answer,
             session_lifetime_ms=self.session_lifetime_ms,
         )

@@ -8,7 +8,9 @@ them, then runs RFC 4752's security-layer negotiation: the server sends, wrapped
 offers (Kafka: none, QOP `auth`) and its maximum buffer; the client answers, wrapped, the layer
 it chose and an authorization id. As Kafka, the authorization id is not checked (the
 authenticated principal is the one used); the principal is `User:<short name>`, the short name
-given by `sasl.kerberos.principal.to.local.rules` (`kerberos_names`).
+given by `sasl.kerberos.principal.to.local.rules` (`kerberos_names`); for a principal no rule
+maps, the exchange ends as a success and the connection is closed, as Kafka's (its principal
+builder fails once the SASL server completed).
 
 Every GSS-API call may read the keytab or write the replay cache: the authenticator runs
 `evaluate` in a worker thread (`blocking`). `GssapiClient` is this broker's login to its peers
@@ -21,7 +23,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from wirebroker.sasl.kerberos_names import KerberosShortNamer, NoMatchingRule
-from wirebroker.sasl.mechanism import SaslFailure
+from wirebroker.sasl.mechanism import SaslFailure, SaslPrincipalFailure
 from wirebroker.sasl.settings import GSSAPI, KRB5_LOGIN_MODULE
 
 if TYPE_CHECKING:
@@ -160,8 +162,9 @@ class GssapiServer:
                 principal, service.default_realm(self._gssapi)
             )
         except (NoMatchingRule, ValueError) as e:
-            raise SaslFailure(
-                f"Failed to set name for '{principal}' based on Kerberos authentication rules: {e}"
+            raise SaslPrincipalFailure(
+                f"Failed to set name for '{principal}' based on Kerberos authentication rules: {e}",
+                b"",
             ) from None
         self._step = "done"
         self.complete = True

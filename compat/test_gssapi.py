@@ -26,17 +26,13 @@ from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import RawClient
-from tests.wirebroker.kdc import REALM, Kdc, missing_binaries
+from tests.wirebroker.kdc import REALM, Kdc, krb5_jaas, requires_kdc, serving_kdc
 from wirebroker.sasl.kerberos import GssapiClient
 from wirebroker.zookeeper_server import jars_available
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        bool(missing_binaries()),
-        reason=f"MIT Kerberos KDC binaries absent ({', '.join(missing_binaries())}): "
-        "`make setup` installs them (as root)",
-    ),
+    requires_kdc,
     pytest.mark.skipif(not jars_available(), reason="no Kafka jars: run `make jars`"),
 ]
 
@@ -46,16 +42,10 @@ SERVICE = "kafka/localhost"
 
 @pytest.fixture(scope="module")
 def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
-    kdc = Kdc(tmp_path_factory.mktemp("kdc"))
-    kdc.start()
-    try:
-        with pytest.MonkeyPatch.context() as env:
-            for name, value in kdc.environment.items():
-                env.setenv(name, value)
-            env.setenv("JAVA_TOOL_OPTIONS", f"-Djava.security.krb5.conf={kdc.krb5_conf}")
-            yield kdc
-    finally:
-        kdc.stop()
+    directory = tmp_path_factory.mktemp("kdc")
+    java = f"-Djava.security.krb5.conf={directory / 'krb5.conf'}"  # Kafka's JVM
+    with serving_kdc(directory, JAVA_TOOL_OPTIONS=java) as kdc:
+        yield kdc
 
 
 def gssapi_properties(keytab: Path) -> dict[str, str]:
@@ -63,9 +53,8 @@ def gssapi_properties(keytab: Path) -> dict[str, str]:
         "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
         "sasl.kerberos.service.name": "kafka",
         "sasl.kerberos.principal.to.local.rules": RULES,
-        "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": (
-            "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
-            f'storeKey=true keyTab="{keytab}" principal="{SERVICE}@{REALM}";'
+        "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": krb5_jaas(
+            keytab, f"{SERVICE}@{REALM}"
         ),
         "connections.max.reauth.ms": "600000",
         "connection.failed.authentication.delay.ms": "0",

@@ -11,7 +11,6 @@ only super user: the inter-broker requests pass only as that user.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,29 +19,16 @@ import pytest
 import trio
 
 from tests.cluster.harness import eventually, replicated, start_broker
-from tests.wirebroker.kdc import REALM, Kdc, missing_binaries
+from tests.wirebroker.kdc import REALM, Kdc, kcat_gssapi, krb5_jaas, requires_kdc, serving_kdc
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        bool(missing_binaries()),
-        reason=f"MIT Kerberos KDC binaries absent ({', '.join(missing_binaries())}): "
-        "`make setup` installs them (as root)",
-    ),
-]
+pytestmark = [pytest.mark.integration, requires_kdc]
 
 
 @pytest.fixture
-def kdc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kdc]:
-    kdc = Kdc(tmp_path / "kdc")
-    kdc.directory.mkdir()
-    kdc.start()
-    try:
-        for name, value in kdc.environment.items():
-            monkeypatch.setenv(name, value)  # the brokers run in this process
+def kdc(tmp_path: Path) -> Iterator[Kdc]:
+    (tmp_path / "kdc").mkdir()
+    with serving_kdc(tmp_path / "kdc") as kdc:  # the brokers run in this process
         yield kdc
-    finally:
-        kdc.stop()
 
 
 def test_replication_between_brokers_logged_in_with_kerberos(
@@ -55,9 +41,8 @@ def test_replication_between_brokers_logged_in_with_kerberos(
         "sasl.enabled.mechanisms": "GSSAPI",
         "sasl.mechanism.inter.broker.protocol": "GSSAPI",
         "sasl.kerberos.service.name": "kafka",
-        "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": (
-            "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
-            f'storeKey=true keyTab="{keytab}" principal="kafka/localhost@{REALM}";'
+        "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": krb5_jaas(
+            keytab, f"kafka/localhost@{REALM}"
         ),
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "super.users": "User:kafka",
@@ -81,7 +66,7 @@ def test_replication_between_brokers_logged_in_with_kerberos(
             produced = await trio.to_thread.run_sync(
                 lambda: subprocess.run(
                     [
-                        *kcat_login(f"localhost:{sasl}", keytab),
+                        *kcat_gssapi(f"localhost:{sasl}", f"kafka/localhost@{REALM}", keytab),
                         *("-X", "acks=all", "-t", "kerberized", "-p", "0", "-P"),
                     ],
                     input=b"\n".join(values) + b"\n",
@@ -94,16 +79,3 @@ def test_replication_between_brokers_logged_in_with_kerberos(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
-
-
-def kcat_login(bootstrap: str, keytab: Path) -> list[str]:
-    kcat = shutil.which("kcat")
-    if kcat is None:
-        pytest.fail("kcat is not installed: run `make tools`")
-    return [
-        kcat,
-        *("-b", bootstrap, "-X", "security.protocol=SASL_PLAINTEXT"),
-        *("-X", "sasl.mechanisms=GSSAPI", "-X", "sasl.kerberos.service.name=kafka"),
-        *("-X", f"sasl.kerberos.keytab={keytab}"),
-        *("-X", f"sasl.kerberos.principal=kafka/localhost@{REALM}"),
-    ]

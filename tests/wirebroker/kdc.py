@@ -5,6 +5,9 @@
 `krb5.conf` is this realm's client configuration: the broker process and the C clients read it
 through `KRB5_CONFIG` (set by `Kdc.environment`), the Java client through
 `-Djava.security.krb5.conf`. Everything speaks TCP to the KDC (Java's and MIT's clients alike).
+`serving_kdc` runs one for a block with this process's environment pointing at it (brokers
+started meanwhile inherit it); `requires_kdc` skips, saying why, where MIT's KDC is absent.
+`krb5_jaas` and `kcat_gssapi` are the clients' and brokers' logins from a keytab.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 REALM = "WIREBROKER.TEST"
 SBIN = ("/usr/sbin", "/usr/local/sbin")
@@ -28,6 +35,51 @@ def kdc_binary(name: str) -> str | None:
 
 def missing_binaries() -> list[str]:
     return [n for n in ("krb5kdc", "kdb5_util", "kadmin.local") if kdc_binary(n) is None]
+
+
+requires_kdc = pytest.mark.skipif(
+    bool(missing_binaries()),
+    reason=f"MIT Kerberos KDC binaries absent ({', '.join(missing_binaries())}): "
+    "`make setup` installs them (as root)",
+)
+KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
+
+
+def krb5_jaas(keytab: Path, principal: str) -> str:
+    """The JAAS entry logging in as `principal` (with its realm) with the keys of `keytab`."""
+    return (
+        f'{KRB5_LOGIN_MODULE} required useKeyTab=true storeKey=true keyTab="{keytab}" '
+        f'principal="{principal}";'
+    )
+
+
+def kcat_gssapi(bootstrap: str, principal: str, keytab: Path) -> list[str]:
+    """kcat's command line up to its mode, logged in as `principal` (librdkafka kinits with
+    the keytab into the KRB5CCNAME cache)."""
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.fail("kcat is not installed: run `make tools`")
+    return [
+        kcat,
+        *("-b", bootstrap, "-X", "security.protocol=SASL_PLAINTEXT"),
+        *("-X", "sasl.mechanisms=GSSAPI", "-X", "sasl.kerberos.service.name=kafka"),
+        *("-X", f"sasl.kerberos.keytab={keytab}", "-X", f"sasl.kerberos.principal={principal}"),
+    ]
+
+
+@contextmanager
+def serving_kdc(directory: Path, **environment: str) -> Iterator[Kdc]:
+    """A KDC in `directory` for the block, with this process's environment (and that of the
+    processes it starts) pointing at it, plus `environment`."""
+    kdc = Kdc(directory)
+    kdc.start()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            for name, value in {**kdc.environment, **environment}.items():
+                env.setenv(name, value)
+            yield kdc
+    finally:
+        kdc.stop()
 
 
 def _free_port() -> int:

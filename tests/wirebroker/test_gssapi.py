@@ -29,7 +29,7 @@ from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient, wait_until
-from tests.wirebroker.kdc import REALM, Kdc, missing_binaries
+from tests.wirebroker.kdc import REALM, Kdc, kcat_gssapi, krb5_jaas, requires_kdc, serving_kdc
 from tests.wirebroker.secured import (
     AUTHORIZER,
     PLAIN_JAAS,
@@ -45,14 +45,7 @@ from wirebroker.sasl.kerberos import GssapiClient
 from wirebroker.sasl.settings import SaslLogin
 from wirebroker.zookeeper_server import jars_available, jars_dir, java_executable
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        bool(missing_binaries()),
-        reason=f"MIT Kerberos KDC binaries absent ({', '.join(missing_binaries())}): "
-        "`make setup` installs them (as root)",
-    ),
-]
+pytestmark = [pytest.mark.integration, requires_kdc]
 
 SERVICE = "kafka/localhost"
 RULES = (
@@ -60,28 +53,12 @@ RULES = (
     rf"RULE:[2:$1@$0](kafka@{REALM})s/@.*//,"
     rf"RULE:[1:$1@$0](.*@{REALM})s/@.*//"
 )
-KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
-ADMIN_PASSWORD = "admin-pw-5e1f0"  # secured.PASSWORDS["admin"]
 
 
 @pytest.fixture(scope="module")
 def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
-    kdc = Kdc(tmp_path_factory.mktemp("kdc"))
-    kdc.start()
-    try:
-        with pytest.MonkeyPatch.context() as env:
-            for name, value in kdc.environment.items():
-                env.setenv(name, value)  # the broker process's, and this process's clients'
-            yield kdc
-    finally:
-        kdc.stop()
-
-
-def jaas(keytab: Path, principal: str) -> str:
-    return (
-        f'{KRB5_LOGIN_MODULE} required useKeyTab=true storeKey=true keyTab="{keytab}" '
-        f'principal="{principal}";'
-    )
+    with serving_kdc(tmp_path_factory.mktemp("kdc")) as kdc:
+        yield kdc
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +78,7 @@ def broker(
             "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
             "sasl.kerberos.service.name": "kafka",
             "sasl.kerberos.principal.to.local.rules": RULES,
-            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": jaas(
+            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": krb5_jaas(
                 keytab, f"{SERVICE}@{REALM}"
             ),
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
@@ -162,13 +139,13 @@ def test_a_token_that_is_not_kerberos_is_refused(broker: BrokerProcess) -> None:
         assert client.wait_closed()
 
 
-def java_properties(kdc: Kdc, bootstrap: str, principal: str, keytab: Path) -> str:
+def java_properties(bootstrap: str, principal: str, keytab: Path) -> str:
     return (
         f"bootstrap.servers={bootstrap}\n"
         "security.protocol=SASL_PLAINTEXT\n"
         "sasl.mechanism=GSSAPI\n"
         "sasl.kerberos.service.name=kafka\n"
-        f"sasl.jaas.config={jaas(keytab, f'{principal}@{REALM}')}\n"
+        f"sasl.jaas.config={krb5_jaas(keytab, f'{principal}@{REALM}')}\n"
     )
 
 
@@ -204,7 +181,7 @@ def test_java_client_round_trip(
 ) -> None:
     keytab = kdc.keytab("alice")
     values = [f"java-{i}" for i in range(3)]
-    run_java(kdc, tmp_path, java_properties(kdc, sasl(broker), "alice", keytab), topic, values)
+    run_java(kdc, tmp_path, java_properties(sasl(broker), "alice", keytab), topic, values)
 
 
 def test_rule_mapped_user_is_allowed_by_an_acl(
@@ -230,24 +207,7 @@ def test_rule_mapped_user_is_allowed_by_an_acl(
 
 
 def kcat_args(broker: BrokerProcess, principal: str, keytab: Path) -> list[str]:
-    kcat = shutil.which("kcat")
-    if kcat is None:
-        pytest.fail("kcat is not installed: run `make tools`")
-    return [
-        kcat,
-        "-b",
-        sasl(broker),
-        "-X",
-        "security.protocol=SASL_PLAINTEXT",
-        "-X",
-        "sasl.mechanisms=GSSAPI",
-        "-X",
-        "sasl.kerberos.service.name=kafka",
-        "-X",
-        f"sasl.kerberos.keytab={keytab}",
-        "-X",
-        f"sasl.kerberos.principal={principal}@{REALM}",
-    ]
+    return kcat_gssapi(sasl(broker), f"{principal}@{REALM}", keytab)
 
 
 def kcat_round_trip(args: list[str], values: list[bytes], env: dict[str, str]) -> list[bytes]:
@@ -278,9 +238,7 @@ def test_a_stale_keytab_cannot_log_in(
     """Keys replaced since the keytab was written: the Java client gets no ticket."""
     stale = kdc.keytab("carol")
     kdc.keytab("carol")  # new keys for carol: the first keytab's are stale
-    properties = java_properties(kdc, sasl(broker), "carol", stale)
-    config = tmp_path / "client.properties"
-    config.write_text(properties)
+    properties = java_properties(sasl(broker), "carol", stale)
     with pytest.raises(AssertionError, match="(?i)(pre-authentication|checksum|LoginException)"):
         run_java(kdc, tmp_path, properties, topic, ["x"])
 

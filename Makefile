@@ -24,7 +24,8 @@ setup: $(STAMP) kerberos
 # (Debian's packages, installed when root); then the extra into the venv.
 KRB5_PACKAGES := krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit
 kerberos: $(STAMP)
-	@{ test -x /usr/sbin/krb5kdc && command -v krb5-config >/dev/null; } || { \
+	@{ test -x /usr/sbin/krb5kdc && command -v krb5-config && command -v kinit && \
+	   ls /usr/lib/*/sasl2/libgssapiv2.so; } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(KRB5_PACKAGES) >/dev/null; \
 	  else echo "MIT Kerberos is missing (sudo apt-get install $(KRB5_PACKAGES)): GSSAPI is not installed and its tests are skipped"; fi; }

@@ -24,6 +24,7 @@ import pytest
 import trio
 
 from protocol.errors import ErrorCode
+from protocol.framing import frame
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
@@ -272,3 +273,26 @@ def test_the_brokers_own_login_as_between_brokers(
             )
 
     trio.run(main)
+
+
+def test_reauthentication_keeps_the_principal(kdc: Kdc, broker: BrokerProcess) -> None:
+    """KIP-368 on a GSSAPI session: a new exchange on the authenticated connection, as the same
+    principal, goes on serving; as another principal it fails with Kafka's message."""
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")
+        assert client.request(MetadataRequest(topics=[]), 1).brokers
+        with pytest.raises(ConnectionError, match="Cannot change principals during re-auth"):
+            client.login_sasl(gssapi_client(kdc, "etl/worker1"), "etl/worker1")
+        assert client.wait_closed()
+
+
+def test_a_first_token_without_a_handshake_is_gssapi(kdc: Kdc, broker: BrokerProcess) -> None:
+    """Kafka 0.9's clients send the first GSSAPI token at once, then bare tokens."""
+    gssapi = gssapi_client(kdc, "alice")
+    with RawClient(sasl(broker)) as client:
+        token: bytes | None = gssapi.initial()
+        while token is not None:
+            client.send_raw(frame(token))
+            token = gssapi.evaluate(client.receive_frame())
+        assert client.request(MetadataRequest(topics=[]), 1).brokers

@@ -35,8 +35,8 @@ NO_SECURITY_LAYER = 1
 MAX_BUFFER = 65536
 INSTALL = (
     "GSSAPI needs the gssapi package (python-gssapi, MIT Kerberos): "
-    "pip install 'wirebroker[gssapi]' (it builds against libkrb5: apt-get install libkrb5-dev "
-    "krb5-config, or your system's MIT Kerberos development package)"
+    "pip install 'wirebroker[gssapi]' (it builds against MIT Kerberos: apt-get install "
+    "libkrb5-dev, or your system's krb5 development package)"
 )
 
 
@@ -109,7 +109,7 @@ class GssapiServer:
         self._service = service
         self._gssapi = load_gssapi()
         self._context: Any = None
-        self._step = "context"  # then "layers", "chosen"
+        self._step = "context"  # then "layers", "chosen", "done"
         self.username: str | None = None
         self.complete = False
 
@@ -120,10 +120,7 @@ class GssapiServer:
                 return self._accept(token)
             if self._step == "layers":
                 if token:
-                    raise SaslFailure(
-                        "Final handshake step failed: the client sent a token where an "
-                        "empty one was expected"
-                    )
+                    raise SaslFailure("Handshake expecting no response data from server")
                 self._step = "chosen"
                 offer = bytes([NO_SECURITY_LAYER]) + MAX_BUFFER.to_bytes(3, "big")
                 return bytes(self._context.wrap(offer, False).message)
@@ -173,9 +170,10 @@ class GssapiServer:
 
 class GssapiClient:
     """The client side of one GSSAPI exchange: logs in as `principal` with its keys in `keytab`
-    (a ticket from the KDC, kept in a memory credential cache of its own) to the service
-    `service_name` on `host`. `initial` and `evaluate` may reach the KDC: call them from a
-    worker thread."""
+    to the service `service_name` on `host`. Its tickets are kept in the process's memory
+    credential cache of that principal and keytab, shared by its exchanges (a TGT got again
+    from the keytab once it expires), as Java keeps them in the login's Subject. `initial` and `evaluate` may
+    reach the KDC: call them from a worker thread."""
 
     mechanism = GSSAPI
 
@@ -193,7 +191,10 @@ class GssapiClient:
             credentials = gssapi.Credentials(
                 name=gssapi.Name(self._principal, gssapi.NameType.kerberos_principal),
                 usage="initiate",
-                store={"client_keytab": self._keytab, "ccache": f"MEMORY:wirebroker-{id(self)}"},
+                store={
+                    "client_keytab": self._keytab,
+                    "ccache": f"MEMORY:{self._principal}:{self._keytab}",
+                },
             )
             self._context = gssapi.SecurityContext(
                 name=gssapi.Name(self._target, gssapi.NameType.hostbased_service),

@@ -296,3 +296,23 @@ def test_a_first_token_without_a_handshake_is_gssapi(kdc: Kdc, broker: BrokerPro
             client.send_raw(frame(token))
             token = gssapi.evaluate(client.receive_frame())
         assert client.request(MetadataRequest(topics=[]), 1).brokers
+
+
+@pytest.mark.parametrize("where", ["layers", "chosen"])
+def test_garbage_after_the_context_is_refused(kdc: Kdc, broker: BrokerProcess, where: str) -> None:
+    """Once the context is accepted: a non-empty token where the empty one belongs, or a
+    chosen layer that is not wrapped, fails the login; the broker serves the next one."""
+    gssapi = gssapi_client(kdc, "alice")
+    with RawClient(sasl(broker)) as client:
+        assert client.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1).error_code == 0
+        token = gssapi.initial()
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+        token = gssapi.evaluate(answer.auth_bytes)  # the context complete: b""
+        if where == "chosen":
+            answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+            assert answer.error_code == ErrorCode.NONE
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=b"\x01\x00\x00\x00junk"), 2)
+        assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert client.wait_closed()
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")

@@ -51,7 +51,6 @@ SCRAM = (SCRAM_SHA_256, SCRAM_SHA_512)
 OAUTHBEARER = "OAUTHBEARER"
 GSSAPI = "GSSAPI"
 IMPLEMENTED = (GSSAPI, PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
-#: The mechanisms this broker logs in to its peers with.
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"

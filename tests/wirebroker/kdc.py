@@ -179,6 +179,9 @@ class Kdc:
         if f"{principal}@{REALM}" not in listed.split():
             self._run(str(kdc_binary("kadmin.local")), "-q", f"addprinc -randkey {principal}")
 
+    def delete_principal(self, principal: str) -> None:
+        self._run(str(kdc_binary("kadmin.local")), "-q", f"delprinc -force {principal}")
+
     def log(self) -> str:
         path = self.directory / "kdc.log"
         return path.read_text(errors="replace") if path.exists() else ""

@@ -14,7 +14,6 @@ client over raw requests (`wirebroker.sasl.kerberos.GssapiClient`).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -44,7 +43,7 @@ from tests.wirebroker.secured import (
 from wirebroker.peer import PeerAuthenticationFailed, PeerConnection, PeerSecurity
 from wirebroker.sasl.kerberos import GssapiClient
 from wirebroker.sasl.settings import SaslLogin
-from wirebroker.zookeeper_server import jars_available, jars_dir, java_executable
+from wirebroker.zookeeper_server import jars_dir, java_executable
 
 pytestmark = [pytest.mark.integration, requires_kdc]
 
@@ -150,15 +149,11 @@ def java_properties(bootstrap: str, principal: str, keytab: Path) -> str:
     )
 
 
-def run_java(kdc: Kdc, tmp_path: Path, properties: str, topic: str, values: list[str]) -> None:
-    if not jars_available() or shutil.which("javac") is None:
-        pytest.fail(
-            "no Kafka jars or javac: run `make jars` (the GSSAPI tests need the Java client)"
-        )
-    classes = tmp_path / "classes"
-    source = Path(__file__).with_name("RoundTrip.java")
-    cp = f"{jars_dir()}/*"
-    subprocess.run(["javac", "-cp", cp, "-d", str(classes), str(source)], check=True, timeout=120)
+def run_java(
+    kdc: Kdc, classes: Path, tmp_path: Path, properties: str, topic: str, values: list[str]
+) -> None:
+    """RoundTrip (`classes`: the `round_trip_class` fixture's) with `properties`, this realm's
+    krb5.conf given to the JVM: `values` produced and consumed back."""
     config = tmp_path / "client.properties"
     config.write_text(properties)
     argv = [
@@ -166,7 +161,7 @@ def run_java(kdc: Kdc, tmp_path: Path, properties: str, topic: str, values: list
         "-Xmx256m",
         f"-Djava.security.krb5.conf={kdc.krb5_conf}",
         "-cp",
-        f"{classes}:{cp}",
+        f"{classes}:{jars_dir()}/*",
         "RoundTrip",
         str(config),
         topic,
@@ -178,11 +173,12 @@ def run_java(kdc: Kdc, tmp_path: Path, properties: str, topic: str, values: list
 
 
 def test_java_client_round_trip(
-    kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path
+    kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path, round_trip_class: Path
 ) -> None:
     keytab = kdc.keytab("alice")
     values = [f"java-{i}" for i in range(3)]
-    run_java(kdc, tmp_path, java_properties(sasl(broker), "alice", keytab), topic, values)
+    properties = java_properties(sasl(broker), "alice", keytab)
+    run_java(kdc, round_trip_class, tmp_path, properties, topic, values)
 
 
 def test_rule_mapped_user_is_allowed_by_an_acl(
@@ -233,15 +229,33 @@ def test_kcat_round_trip(kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: 
     assert kcat_round_trip(args, values, env) == values
 
 
-def test_a_stale_keytab_cannot_log_in(
-    kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("case", "refusal"),
+    [
+        ("stale keys", "(?i)(pre-authentication|checksum)"),
+        ("unknown principal", "(?i)not found in Kerberos database"),
+    ],
+)
+def test_a_client_without_good_keys_cannot_log_in(
+    kdc: Kdc,
+    broker: BrokerProcess,
+    topic: str,
+    tmp_path: Path,
+    round_trip_class: Path,
+    case: str,
+    refusal: str,
 ) -> None:
-    """Keys replaced since the keytab was written: the Java client gets no ticket."""
-    stale = kdc.keytab("carol")
-    kdc.keytab("carol")  # new keys for carol: the first keytab's are stale
-    properties = java_properties(sasl(broker), "carol", stale)
-    with pytest.raises(AssertionError, match="(?i)(pre-authentication|checksum|LoginException)"):
-        run_java(kdc, tmp_path, properties, topic, ["x"])
+    """Keys replaced since the keytab was written, or a principal the KDC no longer knows:
+    the Java client gets no ticket, so it never reaches the broker's exchange."""
+    principal = f"carol{uuid.uuid4().hex[:6]}"
+    keytab = kdc.keytab(principal)
+    if case == "stale keys":
+        kdc.keytab(principal)  # new keys: the first keytab's are stale
+    else:
+        kdc.delete_principal(principal)
+    properties = java_properties(sasl(broker), principal, keytab)
+    with pytest.raises(AssertionError, match=refusal):
+        run_java(kdc, round_trip_class, tmp_path, properties, topic, ["x"])
 
 
 def test_the_brokers_own_login_as_between_brokers(

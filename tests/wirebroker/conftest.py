@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import pytest
 from compat.kafka_process import kafka_cluster
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.pki import Pki, make_pki
-from wirebroker.zookeeper_server import jars_available
+from wirebroker.zookeeper_server import jars_available, jars_dir
 
 LOG_TAIL = 60
 
@@ -54,6 +55,19 @@ def target_bootstrap(
         pytest.skip("no Kafka jars: run `make jars`")
     with kafka_cluster(overrides=getattr(request.module, "BROKER_PROPERTIES", {})) as cluster:
         yield cluster.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def round_trip_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """RoundTrip.java (the Java client's produce-and-consume) compiled against the Kafka jars;
+    the folder holding the class."""
+    if not jars_available() or shutil.which("javac") is None:
+        pytest.skip("no Kafka jars (`make jars`) or no javac")
+    classes = tmp_path_factory.mktemp("java")
+    source = Path(__file__).with_name("RoundTrip.java")
+    cp = f"{jars_dir()}/*"
+    subprocess.run(["javac", "-cp", cp, "-d", str(classes), str(source)], check=True, timeout=120)
+    return classes
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import create_topic
 from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from wirebroker.sasl.oauthbearer import unsecured_token
-from wirebroker.zookeeper_server import jars_available, jars_dir, java_executable
+from wirebroker.zookeeper_server import jars_dir, java_executable
 
 pytestmark = pytest.mark.integration
 
@@ -304,18 +304,6 @@ def java_properties(way: Way) -> str:
             f"sasl.jaas.config={JAAS.format(module, options)}",
         ]
     return "\n".join(lines) + "\n"
-
-
-@pytest.fixture(scope="session")
-def round_trip_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """RoundTrip.java compiled against the Kafka jars; the folder holding the class."""
-    if not jars_available() or shutil.which("javac") is None:
-        pytest.skip("no Kafka jars (`make jars`) or no javac")
-    classes = tmp_path_factory.mktemp("java")
-    source = Path(__file__).with_name("RoundTrip.java")
-    cp = f"{jars_dir()}/*"
-    subprocess.run(["javac", "-cp", cp, "-d", str(classes), str(source)], check=True, timeout=120)
-    return classes
 
 
 def java(way: Way, topic: str, values: list[bytes]) -> list[bytes]:

@@ -126,6 +126,7 @@ class ScramServer:
     """One SCRAM exchange; `lookup(user)` gives the user's credential for this mechanism."""
 
     expires_ms: int | None = None  # a password does not end
+    blocking = False
 
     def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
         self.mechanism = mechanism

@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 # The hot modules compiled with mypyc into $(VENV)/compiled (rebuilt when a source changed; without
 # a C compiler they run as Python): wirebroker/compiled.py.
-setup: $(STAMP) kerberos
+setup: $(STAMP)
 	@$(PY) -m wirebroker.compiled_build
 
 # MIT Kerberos for GSSAPI listeners and their tests: a KDC (krb5kdc, kdb5_util, kadmin.local),
@@ -45,8 +45,8 @@ cluster: setup jars
 test: setup jars tools
 	$(PY) -m pytest --durations=30
 
-## tools: command-line clients the tests drive (kcat), and Prometheus for the dashboard's test (Debian's packages)
-tools:
+## tools: command-line clients the tests drive (kcat), Prometheus for the dashboard's test, MIT Kerberos for the GSSAPI tests (Debian's packages)
+tools: kerberos
 	@command -v kcat >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat >/dev/null; \
 	  else echo "kcat is missing: install it (e.g. sudo apt-get install kcat)"; exit 1; fi; }

@@ -6,7 +6,7 @@ SPECS  ?= ../shared/kafka-3.9-message-specs
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools image suites dashboard-check dashboard-picture clean
+.PHONY: setup kerberos serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools image suites dashboard-check dashboard-picture clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,19 @@ $(STAMP): pyproject.toml
 # a C compiler they run as Python): wirebroker/compiled.py.
 setup: $(STAMP)
 	@$(PY) -m wirebroker.compiled_build
+
+# MIT Kerberos for GSSAPI listeners and their tests: a KDC (krb5kdc, kdb5_util, kadmin.local),
+# libkrb5-dev to build the gssapi extra, and Cyrus SASL's GSSAPI module for kcat/librdkafka
+# (Debian's packages, installed when root); then the extra into the venv.
+KRB5_PACKAGES := krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit
+kerberos: $(STAMP)
+	@{ test -x /usr/sbin/krb5kdc && command -v krb5-config && command -v kinit && \
+	   ls /usr/lib/*/sasl2/libgssapiv2.so; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(KRB5_PACKAGES) >/dev/null; \
+	  else echo "MIT Kerberos is missing (sudo apt-get install $(KRB5_PACKAGES)): GSSAPI is not installed and its tests are skipped"; fi; }
+	@$(PY) -c 'import gssapi' 2>/dev/null || ! command -v krb5-config >/dev/null || \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -e '.[gssapi]'
 
 ## serve: one broker on 127.0.0.1:9092 with its data in ./data, Prometheus metrics on 127.0.0.1:9404/metrics (Ctrl-C stops it cleanly)
 serve: setup
@@ -32,8 +45,8 @@ cluster: setup jars
 test: setup jars tools
 	$(PY) -m pytest --durations=30
 
-## tools: command-line clients the tests drive (kcat), and Prometheus for the dashboard's test (Debian's packages)
-tools:
+## tools: command-line clients the tests drive (kcat), Prometheus for the dashboard's test, MIT Kerberos for the GSSAPI tests (Debian's packages)
+tools: kerberos
 	@command -v kcat >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat >/dev/null; \
 	  else echo "kcat is missing: install it (e.g. sudo apt-get install kcat)"; exit 1; fi; }

@@ -42,7 +42,7 @@ from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig, max_map_keys
 from storage.log_manager import CreateLogs, LogManager
 from storage.partition_log import PartitionLog
-from wirebroker import connection_limits, gc_freeze
+from wirebroker import connection_limits, gc_freeze, host_names
 from wirebroker.config import BrokerConfig, ConfigError, Listener
 from wirebroker.connection_limits import ConnectionLimits
 from wirebroker.dynamic_config import DynamicBrokerConfig, Reconfigurable, thread_count_check
@@ -148,6 +148,8 @@ class Broker:
     _coordinators_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
     #: Where the OAUTHBEARER key sets and access token are kept fresh (`serve_oauthbearer`).
     _oauthbearer_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
+    #: Set as each JWKS endpoint of a listener added at run time is fetched.
+    _key_sets_fetching: list[trio.Event] = field(default_factory=list, init=False, repr=False)
     #: Held while logs are made off the loop (`create_logs`): one creation at a time, in order.
     _log_creation: trio.Lock = field(default_factory=trio.Lock, init=False, repr=False)
     #: The internal topics whose making on first use runs in the background
@@ -180,8 +182,6 @@ class Broker:
         self.quota_store = None
         if not self.config.get("zookeeper.connect"):
             self.quota_store = ClientQuotaStore(self.config.log_dirs()[0] / CLIENT_QUOTAS_FILE)
-            for entity, config in self.quota_store.entities.items():
-                self.quotas.update(entity, config)
         self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
         self.connection_limits = ConnectionLimits(self.config, self.quotas, self.now_ms)
         dynamic = self.dynamic_config
@@ -764,8 +764,30 @@ class Broker:
         named = {listener.name for listener in self.config.listeners()}
         removed = {n: s for n, s in self.sasl_listeners.items() if n not in named}
         self.sasl_listeners = {**removed, **_sasl_listeners(self.config)}
-        # a new endpoint's keys are not fetched before a restart (the URL is read-only)
-        self.key_sets = share_key_sets(self.sasl_listeners.values(), self.key_sets)
+        held = self.key_sets
+        self.key_sets = share_key_sets(self.sasl_listeners.values(), held)
+        # a listener added with a JWKS endpoint of its own: its keys fetched now (held first),
+        # before it opens (`key_sets_fetched`)
+        for key_set in self.key_sets[len(held) :]:
+            assert self._oauthbearer_nursery is not None, "the broker is not serving"
+            fetched = trio.Event()
+            self._key_sets_fetching.append(fetched)
+            self._oauthbearer_nursery.start_soon(_keep_key_set, key_set, fetched)
+
+    async def key_sets_fetched(self) -> None:
+        """Once the JWKS endpoints of the listeners added are fetched (or given up: logged),
+        as Kafka's new listener fetches its keys before its acceptor starts."""
+        while self._key_sets_fetching:
+            await self._key_sets_fetching[0].wait()
+            self._key_sets_fetching.pop(0)
+
+    async def apply_stored_quotas(self) -> None:
+        """An embedded broker's client quotas (`client-quotas.json`), an ip entity's host name
+        resolved (off the loop), before a listener opens."""
+        if self.quota_store is None:
+            return
+        for entity, config in self.quota_store.entities.items():
+            self.quotas.update(entity, config, await host_names.ip_entity_address(entity))
 
     async def serve_oauthbearer(self, *, task_status: trio.TaskStatus[None]) -> None:
         """Fetch the JWKS of secured OAUTHBEARER tokens and this broker's own access token for
@@ -829,6 +851,20 @@ def _is_sasl_key(name: str) -> bool:
         or name.endswith("connections.max.reauth.ms")
         or name in ("listeners", "listener.security.protocol.map")
     )
+
+
+async def _keep_key_set(key_set: KeySet, fetched: trio.Event) -> None:
+    """A JWKS endpoint of a listener added at run time, fetched (`fetched` set then) and kept
+    fresh as one of the start (`KeySet.run`); one that cannot be fetched is logged, as Kafka
+    logs a listener it cannot start, and its listener's tokens fail: the broker goes on."""
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(key_set.run)
+            fetched.set()
+    except ConfigError as e:
+        log.error("%s", e)
+    finally:
+        fetched.set()
 
 
 def _sasl_listeners(config: BrokerConfig) -> dict[str, ListenerSasl]:

@@ -706,8 +706,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "sasl.enabled.mechanisms",
             "list",
             "GSSAPI",
-            "SASL mechanisms offered (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; GSSAPI is not "
-            "offered); listener.name.<l>.sasl.enabled.mechanisms overrides it per listener.",
+            "SASL mechanisms offered (GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER); "
+            "listener.name.<l>.sasl.enabled.mechanisms overrides it per listener. GSSAPI "
+            "(Kerberos) needs the gssapi extra (pip install 'wirebroker[gssapi]'), "
+            "sasl.kerberos.service.name and a listener.name.<l>.gssapi.sasl.jaas.config of "
+            "Krb5LoginModule with useKeyTab=true storeKey=true keyTab=... principal=....",
             PER_BROKER,
         ),
         _k(
@@ -724,7 +727,24 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "string",
             "GSSAPI",
             "The mechanism brokers log in to each other with on a SASL inter-broker listener: "
-            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (GSSAPI is not implemented).",
+            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (GSSAPI is accepted from "
+            "clients, but brokers do not log in to each other with it).",
+        ),
+        _k(
+            "sasl.kerberos.service.name",
+            "string",
+            None,
+            "The Kerberos service name of the broker's principal (kafka for kafka/host@REALM); "
+            "a GSSAPI listener needs it, or serviceName in its JAAS entry.",
+            PER_BROKER,
+        ),
+        _k(
+            "sasl.kerberos.principal.to.local.rules",
+            "list",
+            "DEFAULT",
+            "How GSSAPI principals become the user names ACLs name, first rule that applies: "
+            "DEFAULT (user@<default realm> is user) or RULE:[n:format](regex)s/from/to/g/L|U.",
+            PER_BROKER,
         ),
         _k(
             "connection.failed.authentication.delay.ms",

@@ -48,7 +48,9 @@ then on.
 
 from __future__ import annotations
 
+import heapq
 import logging
+import math
 from collections import deque
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -178,11 +180,35 @@ class _Outbox:
 class ConnectionWatch:
     """The broker's live connections, and the task that closes the idle ones and takes the
     receive buffer of the quiet ones. (A trio timer per wait for bytes cost ≈7 µs to set up and
-    take down, twice per record of bench row 4.)"""
+    take down, twice per record of bench row 4.) It also makes room when the broker holds more
+    than `max.connections` (`close_excess`)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.live: set[_Connection] = set()
+        broker.connection_limits.on_excess = self.close_excess
+
+    def close_excess(self) -> None:
+        """Kafka's closeExcessConnections (KIP-402): while the broker holds more than
+        `max.connections` (the inter-broker listener took one beyond it, or the limit was
+        lowered), close the least recently used connection of a listener other than the
+        protected inter-broker one: the one that has waited for bytes longest, as Kafka's
+        selector's lowestPriorityChannel (its idle-expiry order). Connections already closing
+        count as room made."""
+        limits = self.broker.connection_limits
+        excess = limits.excess() - sum(1 for c in self.live if c.closing)
+        if excess <= 0:
+            return
+        candidates = [
+            c for c in self.live if not c.closing and not limits.protected(c.listener_name)
+        ]
+        for connection in heapq.nsmallest(excess, candidates, key=_last_used):
+            log.info(
+                "closing connection from %s on %s: the broker holds more than max.connections",
+                connection.client_host,
+                connection.listener_name,
+            )
+            connection._close()
 
     async def run(self) -> None:
         while True:
@@ -191,6 +217,12 @@ class ConnectionWatch:
             now = trio.current_time()
             for connection in list(self.live):
                 connection.check_idle(now, idle_s)
+
+
+def _last_used(connection: _Connection) -> float:
+    """When it was last in use: when it began to wait for bytes (now while it is not)."""
+    since = connection.waiting_since
+    return since if since is not None else math.inf
 
 
 def peer_of(stream: trio.SocketStream) -> tuple[str, int]:
@@ -515,3 +547,8 @@ class _Connection:
     def _close(self) -> None:
         assert self.nursery is not None
         self.nursery.cancel_scope.cancel()
+
+    @property
+    def closing(self) -> bool:
+        """It was told to close (its quota given back once its task ends)."""
+        return self.nursery is not None and self.nursery.cancel_scope.cancel_called

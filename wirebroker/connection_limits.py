@@ -14,7 +14,11 @@ Acceptor thread blocks):
   `listener.name.<l>.max.connections` (else `max.connections`), the acceptor waits until one
   closes.
 - The inter-broker listener, when the broker has more than one, is not held to the broker-wide
-  rate and count (only to its listener's), so brokers always reach each other.
+  rate and count (only to its listener's), so brokers always reach each other (KIP-402). When
+  the broker then holds more than `max.connections` (or the limit is lowered below what it
+  holds), `on_excess` is told: the connection watch (`wirebroker.connection`) closes the least
+  recently used connections of the other listeners until it does not, as Kafka's processors'
+  closeExcessConnections.
 - Per IP: an address whose own rate is over its `connection_creation_rate` quota (an `ip`
   client quota, or the default IP's: `wirebroker.quotas`) is not served and its connection is
   closed only after the throttle time (`ConnectionThrottled`), so a client retrying at once
@@ -23,30 +27,37 @@ Acceptor thread blocks):
   `max.connections.per.ip.overrides`, `host:count,...`) has its new one closed at once
   (`TooManyConnections`).
 
-Every limit is read when a connection is decided, so dynamic changes apply to the next one; a
-connection already waiting out a rate throttle waits its whole delay, as in Kafka.
+Every limit applies from the next connection decided, so dynamic changes apply to the next one;
+a connection already waiting out a rate throttle waits its whole delay, as in Kafka. The
+overrides are parsed once per change, their host names resolved off the loop
+(`wirebroker.host_names`, Kafka's InetAddress.getByName when it reads them) by `run`; until
+then the previous ones apply.
 
 The rates and the throttle times given (Kafka's `connection-accept-rate`,
 `broker-connection-accept-rate`, `connection-accept-throttle-time` and
-`ip-connection-accept-throttle-time`: means of the non-zero ones per listener) are kept here
-for the metrics (`wirebroker.metrics_collector`).
+`ip-connection-accept-throttle-time`: means of the non-zero ones per listener) and each
+measured address's rate (`connection-accept-rate{ip}`) are kept here for the metrics
+(`wirebroker.metrics_collector`); a removed listener's go with it, as Kafka's removeListener.
 
-Differences from Kafka: the inter-broker listener does not close another listener's least
-recently used connection to make room, it is simply exempt; an address's own
-`connection-accept-rate` is not exported.
+Differences from Kafka: which connection is the least recently used (`ConnectionWatch`) is
+decided across the broker's listeners, by the time it last began to wait for bytes.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 
 import trio
 
+from wirebroker import host_names
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.quotas.client import THROTTLE_SAMPLES, THROTTLE_WINDOW_MS, ClientQuotas
 from wirebroker.quotas.entities import INT_MAX
 from wirebroker.quotas.rates import SampledRate
+
+log = logging.getLogger(__name__)
 
 #: Kafka's ConnectionQuotaEntity.ipQuotaEntity sensor expiration: an address's rate is
 #: forgotten an hour after its last connection.
@@ -97,21 +108,50 @@ class ConnectionLimits:
         self.ip_rates: dict[str, tuple[SampledRate, int]] = {}
         self._acceptors: dict[str, trio.Lock] = {}
         self._protected: str | None = None
+        #: `max.connections.per.ip.overrides` by address (`run` keeps it to the config's).
+        self.overrides: dict[str, int] = {}
+        self._overrides_changed = trio.Event()
+        #: Told when the broker holds more than `max.connections` (`excess`): set by the
+        #: connection watch, which closes connections to make room.
+        self.on_excess: Callable[[], None] = lambda: None
         self.listeners_changed([listener.name for listener in config.listeners()])
         self._purged_ms = 0
 
     def listeners_changed(self, names: list[str]) -> None:
         """The broker's listeners are `names` (some added at run time, `wirebroker.listeners`,
         as Kafka's addListener): each has its rates and acceptor; the inter-broker one is
-        protected while there are others. A removed listener's stay (until a restart)."""
+        protected while there are others. A removed listener's rates and throttle times go
+        (Kafka's removeListener), its connections being closed."""
         for name in names:
             if name not in self._acceptors:
                 self.listener_rates[name] = self._new_rate()
                 self.throttles[name] = _throttle_times()
                 self.ip_throttles[name] = _throttle_times()
                 self._acceptors[name] = trio.Lock()
+        for name in [n for n in self._acceptors if n not in names]:
+            for held in (self.listener_rates, self.throttles, self.ip_throttles, self._acceptors):
+                del held[name]
         inter_broker = self.config.inter_broker_listener() or "PLAINTEXT"
         self._protected = inter_broker if len(names) > 1 else None
+        self._check_excess()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read `max.connections.per.ip.overrides` (host names resolved off the loop: one that
+        does not resolve fails the start, as Kafka's), report started, then read them again at
+        each change (one that does not resolve then keeps the previous ones, logged, as Kafka
+        fails to apply the change)."""
+        self.overrides = await resolved_overrides(self._overrides_text())
+        task_status.started()
+        while True:
+            await self._overrides_changed.wait()
+            self._overrides_changed = trio.Event()
+            try:
+                self.overrides = await resolved_overrides(self._overrides_text())
+            except ConfigError as e:
+                log.error("max.connections.per.ip.overrides not applied: %s", e)
+
+    def _overrides_text(self) -> str:
+        return self.config.get("max.connections.per.ip.overrides") or ""
 
     def _new_rate(self) -> SampledRate:
         return SampledRate(self._samples, self._window_ms)
@@ -124,13 +164,26 @@ class ConnectionLimits:
     def _full(self, listener: str) -> bool:
         if self.by_listener[listener] >= self._listener_limit(listener, "max.connections"):
             return True
-        if listener == self._protected:
+        if self.protected(listener):
             return False
         return self.total >= self.config.get_int("max.connections")
 
+    def protected(self, listener: str) -> bool:
+        """The inter-broker listener of a broker with others (Kafka's protectedListener)."""
+        return listener == self._protected
+
+    def excess(self) -> int:
+        """Connections held beyond `max.connections` (Kafka's maxConnectionsExceeded: only
+        the protected listener takes them), which connections of the other listeners make
+        room for; 0 within it."""
+        return max(0, self.total - self.config.get_int("max.connections"))
+
+    def _check_excess(self) -> None:
+        if self.excess():
+            self.on_excess()
+
     def per_ip_limit(self, host: str) -> int:
-        overrides = parse_overrides(self.config.get("max.connections.per.ip.overrides") or "")
-        return overrides.get(host, self.config.get_int("max.connections.per.ip"))
+        return self.overrides.get(host, self.config.get_int("max.connections.per.ip"))
 
     async def admit(self, listener: str, host: str) -> None:
         """Wait until the listener may take the connection from `host` (its rate throttle,
@@ -154,6 +207,7 @@ class ConnectionLimits:
             self.total += 1
             self.by_listener[listener] += 1
             self.by_host[host] += 1
+            self._check_excess()
 
     def _record(self, listener: str, value: float) -> int:
         """Record a connection (or take one back, -1) in the broker's and the listener's
@@ -206,13 +260,19 @@ class ConnectionLimits:
 
     def release(self, listener: str, host: str) -> None:
         self.total -= 1
-        self.by_listener[listener] -= 1
-        self.by_host[host] -= 1
+        for counts, key in ((self.by_listener, listener), (self.by_host, host)):
+            counts[key] -= 1
+            if not counts[key]:
+                del counts[key]  # (as Kafka's counts: an address not held is forgotten)
         self._freed.unpark_all()
 
     def reconfigure(self, changed: frozenset[str]) -> None:
-        """Higher limits may let a waiting connection in."""
+        """Higher limits may let a waiting connection in; a lower `max.connections` may close
+        some (`excess`); new overrides are read again (`run`)."""
+        if "max.connections.per.ip.overrides" in changed:
+            self._overrides_changed.set()
         self._freed.unpark_all()
+        self._check_excess()
 
 
 def _throttle_times() -> SampledRate:
@@ -232,6 +292,18 @@ def parse_overrides(text: str) -> dict[str, int]:
                 f"max.connections.per.ip.overrides: {item.strip()!r} is not host:count"
             )
         out[host.strip()] = int(count)
+    return out
+
+
+async def resolved_overrides(text: str) -> dict[str, int]:
+    """`max.connections.per.ip.overrides` by address: a host name counts for the address it
+    resolves to, as Kafka's InetAddress.getByName (ConfigError when one does not)."""
+    out: dict[str, int] = {}
+    for host, count in parse_overrides(text).items():
+        address = await host_names.resolve(host)
+        if address is None:
+            raise ConfigError(f"max.connections.per.ip.overrides: cannot resolve {host}")
+        out[address] = count
     return out
 
 

@@ -7,11 +7,16 @@ ones, then follows changes of `listeners`, `advertised.listeners` and
 a new listener is bound and accepts, with
 its TLS context, SASL settings and connection limits as at start; a removed one stops
 accepting and its open connections are closed (their tasks cancelled), as Kafka's
-`SocketServer.removeListeners`. Listeners are told apart by name, as Kafka does: one kept
-under its name keeps its socket even if the value gives it another address (logged; that
-address is bound at the next start). After a change the advertised endpoints follow, and in
-a cluster the broker's registration `/brokers/ids/<id>` is written again, which the controller
-follows with UpdateMetadata to every broker.
+`SocketServer.removeListeners`, and its metrics go once they are (its connection quotas'
+at once). A new listener whose address cannot be bound (in use) is
+logged, as Kafka's "Unable to start acceptor": the change stands (AlterConfigs was answered
+when it was validated, and the config is kept), the listener is advertised from the config as
+Kafka advertises it, and it is bound again only once removed and added back (Kafka's acceptor
+is not started again either) or at the next start. Listeners are told apart by name, as
+Kafka does: one kept under its name keeps its socket even if the value gives it another
+address (logged; that address is bound at the next start). After a change the advertised
+endpoints follow, and in a cluster the broker's registration `/brokers/ids/<id>` is written
+again, which the controller follows with UpdateMetadata to every broker.
 
 `validate_listeners` (Kafka's checks of the keys in any config, its KafkaConfig's) and
 `validate_reconfiguration` (of a change, its DynamicListenerConfig's) hold Kafka's rules with
@@ -185,6 +190,8 @@ class BrokerListeners:
         self.tls = tls
         self.watch = watch
         self.bound: dict[str, Listener] = {}
+        #: Listeners of the config whose bind failed (advertised all the same, as Kafka's).
+        self.unbound: dict[str, Listener] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self._changed = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -236,6 +243,8 @@ class BrokerListeners:
         async def accept() -> None:
             with scope:  # cancelled: the sockets close, and every connection of the listener
                 await self._accept_connections(sockets, listener.name)
+            if listener.name not in self.bound:  # removed, its connections closed: its
+                self.broker.stats.listeners.pop(listener.name, None)  # metrics go (Kafka's)
 
         self._nursery.start_soon(accept)
 
@@ -287,13 +296,17 @@ class BrokerListeners:
         config = self.broker.config
         wanted = {lst.name: lst for lst in config.listeners()}
         self.broker.connection_limits.listeners_changed(list(wanted))
+        self.unbound = {n: lst for n, lst in self.unbound.items() if n in wanted}
         for name in [n for n in self.bound if n not in wanted]:
             self._scopes.pop(name).cancel()
             if self.tls is not None:
                 self.tls.contexts.pop(name, None)
             log.info("listener %s removed: no longer accepting, its connections closed",
                      self.bound.pop(name))  # fmt: skip
+        await self.broker.key_sets_fetched()  # a new SASL listener's JWKS: before it opens
         for name, listener in wanted.items():
+            if name in self.unbound:
+                continue
             bound = self.bound.get(name)
             if bound is not None:
                 if (
@@ -312,10 +325,11 @@ class BrokerListeners:
                     self._tls_for(config).add(name)
                 await self._open(listener)
             except (OSError, ConfigError) as e:
-                log.error("cannot open listener %s: %s", listener, e)
+                log.error("Unable to start acceptor for %s: %s", name, e)
+                self.unbound[name] = listener
                 continue
             log.info("listener %s added: accepting", self.bound[name])
-        now = advertised(config, list(self.bound.values()))
+        now = advertised(config, [*self.bound.values(), *self.unbound.values()])
         if now == self.broker.advertised:
             return
         self.broker.advertised = now

@@ -512,6 +512,9 @@ class BrokerCollector(Collector):
             accept_rate.add_metric([name], rate.measure(now_ms))
             throttle.add_metric([name], limits.throttles[name].average(now_ms))
             ip_throttle.add_metric([name], limits.ip_throttles[name].average(now_ms))
+        # An address's own rate, measured while it has a quota (Kafka's tag `ip`, not listener).
+        for ip, (rate, _) in sorted(limits.ip_rates.items()):
+            accept_rate.add_sample(accept_rate.name, {"ip": ip}, rate.measure(now_ms))
         yield from (accept_rate, throttle, ip_throttle)
 
 

@@ -14,7 +14,9 @@ certificate, its truststore, host names checked) for SSL and SASL_SSL, then for 
 and SASL_SSL a SASL login (`wirebroker.sasl.settings.SaslLogin`: SaslHandshake v1, then
 SaslAuthenticate v2 rounds with the mechanism's client) before the first request, as Kafka's
 SaslClientAuthenticator; an OAUTHBEARER login that fetches its token from an identity provider
-waits for the broker's first token, then takes the one held at each login. When the peer's answer gives the session a lifetime (KIP-368), the
+waits for the broker's first token, then takes the one held at each login; a GSSAPI login
+(which reaches the KDC) runs its client in a worker thread, asking for the ticket of the
+service on the host this connection was opened to. When the peer's answer gives the session a lifetime (KIP-368), the
 connection logs in again on its next request after 85-95% of it, as Kafka's clients do. A
 connection that cannot be opened, secured or logged in raises `PeerError` (a refused login
 `PeerAuthenticationFailed`, whose message says what the peer answered, never the secret);
@@ -41,7 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -57,6 +59,8 @@ from wirebroker.sasl.mechanism import SaslFailure
 from wirebroker.sasl.settings import SaslLogin, inter_broker_login
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RECEIVE_SIZE = 256 * 1024
 MAX_RESPONSE_BYTES = 1 << 30
@@ -111,9 +115,15 @@ class PeerConnection:
     """One open connection to a broker; requests on it must not overlap."""
 
     def __init__(
-        self, stream: trio.abc.Stream, client_id: str, security: PeerSecurity = PLAINTEXT
+        self,
+        stream: trio.abc.Stream,
+        client_id: str,
+        security: PeerSecurity = PLAINTEXT,
+        host: str = "",
     ) -> None:
         self.stream = stream
+        #: The peer's host as connected to (a GSSAPI login's service host).
+        self.host = host
         #: A plain TCP stream's socket, read straight into the frame buffer (no copy).
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self.client_id = client_id
@@ -147,7 +157,7 @@ class PeerConnection:
                 )
                 await tls.do_handshake()
                 stream = tls
-            connection = cls(stream, client_id, security)
+            connection = cls(stream, client_id, security, host)
             if security.sasl is not None:
                 await connection.authenticate()
         except BaseException as e:
@@ -163,8 +173,13 @@ class PeerConnection:
         login = self.security.sasl
         assert login is not None
         await login.ready()
-        client = login.client(int(time.time() * 1000))
         who = f"SASL/{login.mechanism} login on {login.listener_name}"
+
+        async def run(call: Callable[..., T], *args: Any) -> T:
+            if not login.blocking:
+                return call(*args)
+            return await trio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
+
         shake = await self._call(
             SaslHandshakeRequest(mechanism=login.mechanism), SASL_HANDSHAKE_VERSION
         )
@@ -174,7 +189,11 @@ class PeerConnection:
                 f"{who}: the peer answered {ErrorCode(shake.error_code).name} "
                 f"(it offers {', '.join(shake.mechanisms)})"
             )
-        token: bytes | None = client.initial()
+        try:
+            client = await run(login.client, int(time.time() * 1000), self.host)
+            token: bytes | None = await run(client.initial)
+        except SaslFailure as e:
+            raise PeerAuthenticationFailed(f"{who}: {e}") from None
         lifetime_ms = 0
         while token is not None:
             answer = await self._call(
@@ -187,7 +206,7 @@ class PeerConnection:
                 )
             lifetime_ms = answer.session_lifetime_ms
             try:
-                token = client.evaluate(answer.auth_bytes)
+                token = await run(client.evaluate, answer.auth_bytes)
             except SaslFailure as e:
                 raise PeerAuthenticationFailed(f"{who}: {e}") from None
         self._reauthenticate_at = (

@@ -133,6 +133,10 @@ async def serve_broker(
             await nursery.start(broker.serve_coordinators)
             if broker.cluster_mode:
                 await nursery.start(broker.replica_manager.run)
+            # the stored ip quotas and the overrides of max.connections.per.ip, their host names
+            # resolved, apply before a listener opens
+            await broker.apply_stored_quotas()
+            await nursery.start(broker.connection_limits.run)
             watch = ConnectionWatch(broker)
             nursery.start_soon(watch.run)
             listeners = BrokerListeners(broker, tls, watch)

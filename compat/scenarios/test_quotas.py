@@ -141,6 +141,8 @@ def test_quota_requests(client: str, observe: Any) -> None:
                     _entry([("group", "g")], producer_byte_rate=1.0),
                     _entry([("client-id", "req-c")], no_such_key=1.0),
                     _entry([("ip", "127.0.0.1"), ("user", "u")], producer_byte_rate=1.0),
+                    _entry([("ip", "localhost")], connection_creation_rate=5.0),  # resolves
+                    _entry([("ip", "no-such-host.invalid")], connection_creation_rate=5.0),
                     _entry([("client-id", "req-c")], producer_byte_rate=None, other=None),
                 ],
                 validate_only=True,

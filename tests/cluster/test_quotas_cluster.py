@@ -61,10 +61,12 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
                     alteration([("client-id", None)], request_percentage=200.0),
                     alteration([("client-id", "tiny")], producer_byte_rate=1000.0),
                     alteration([("ip", "10.1.2.3")], connection_creation_rate=7.0),
+                    # a host name, kept as named, applied to the address it resolves to
+                    alteration([("ip", "localhost")], connection_creation_rate=1000.0),
                 ]
             )
             answer = await call(b1, request, 1)
-            assert [e.error_code for e in answer.entries] == [ErrorCode.NONE] * 5
+            assert [e.error_code for e in answer.entries] == [ErrorCode.NONE] * 6
 
             # Kafka's znodes: the quota beside the SCRAM credential, names sanitized
             user = await znode(b1, "/config/users/alice")
@@ -91,6 +93,7 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
             ]
             assert {"version": 2, "entity_path": "users/alice/clients/my%20app"} in notified
             assert {"version": 2, "entity_path": "ips/10.1.2.3"} in notified
+            assert {"version": 2, "entity_path": "ips/localhost"} in notified
 
             # every broker applies them, and describes them from ZooKeeper
             def applied() -> bool:
@@ -101,6 +104,7 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
                     and q.request.overrides.get(QuotaEntity(None, "<default>")) == 200
                     and q.produce.overrides.get(QuotaEntity(None, "tiny")) == 1000
                     and q.connection_rate("10.1.2.3") == 7
+                    and q.connection_rate("127.0.0.1") == 1000
                 )
 
             await eventually(applied, what="broker 2 applies the quotas")
@@ -115,6 +119,7 @@ def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path
                     (("consumer_byte_rate", 7000.0),),
                 ),
                 ((("ip", "10.1.2.3"),), (("connection_creation_rate", 7.0),)),
+                ((("ip", "localhost"),), (("connection_creation_rate", 1000.0),)),
             }
 
             # enforced on the other broker

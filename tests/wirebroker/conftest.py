@@ -59,7 +59,7 @@ def target_bootstrap(
 
 @pytest.fixture(scope="session")
 def round_trip_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """RoundTrip.java (the Java client's produce and consume) compiled against the Kafka jars;
+    """RoundTrip.java (the Java client's produce-and-consume) compiled against the Kafka jars;
     the folder holding the class."""
     if not jars_available() or shutil.which("javac") is None:
         pytest.skip("no Kafka jars (`make jars`) or no javac")

@@ -56,6 +56,7 @@ from protocol.schema import Message
 from storage.clock import Clock, wall_clock_ms
 from storage.log_manager import CreateLogs
 from wirebroker import auto_topics
+from wirebroker.sasl.mechanism import SaslClient
 from wirebroker.sasl.scram import ScramClient
 from wirebroker.topics import OFFSETS_TOPIC
 
@@ -271,18 +272,23 @@ class RawClient:
         """SaslHandshake v1 and SaslAuthenticate v2 rounds of SCRAM, the broker's signature
         checked (it knows the password): ConnectionError if the broker refuses. `tokenauth`:
         with a delegation token (its id and HMAC in base64)."""
-        handshake = self.request(SaslHandshakeRequest(mechanism=mechanism), 1)
+        self.login_sasl(ScramClient(mechanism, user, password, tokenauth=tokenauth), user)
+
+    def login_sasl(self, sasl: SaslClient, user: str) -> Any:
+        """SaslHandshake v1 and SaslAuthenticate v2 rounds of `sasl`'s mechanism, logging in
+        as `user`; the last SaslAuthenticate answer, ConnectionError if the broker refuses."""
+        handshake = self.request(SaslHandshakeRequest(mechanism=sasl.mechanism), 1)
         assert handshake.error_code == ErrorCode.NONE, handshake
-        scram = ScramClient(mechanism, user, password, tokenauth=tokenauth)
-        token: bytes | None = scram.initial()
+        token: bytes | None = sasl.initial()
         while token is not None:
             answer = self.request(SaslAuthenticateRequest(auth_bytes=token), 2)
             if answer.error_code != ErrorCode.NONE:
                 raise ConnectionError(
-                    f"SASL/{mechanism} login of {user} failed: {answer.error_message}"
+                    f"SASL/{sasl.mechanism} login of {user} failed: {answer.error_message}"
                 )
-            token = scram.evaluate(answer.auth_bytes)
-        assert scram.complete
+            token = sasl.evaluate(answer.auth_bytes)
+        assert sasl.complete
+        return answer
 
     def __enter__(self) -> RawClient:
         return self

@@ -10,7 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from wirebroker.config import BrokerConfig
+from wirebroker import connection_limits
+from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.connection_limits import (
     ConnectionLimits,
     ConnectionThrottled,
@@ -143,3 +144,68 @@ def test_validation_checks_listener_values_with_the_broker_wide_fallback() -> No
     ):
         with pytest.raises(Exception, match="Invalid max.connection"):
             validate(limits_with(**bad).config)
+
+
+def test_only_the_inter_broker_listener_goes_beyond_max_connections_and_asks_for_room() -> None:
+    """KIP-402: at `max.connections`, EXTRA waits while PLAINTEXT (inter-broker) is admitted;
+    the broker is then over by one (`excess`), and `on_excess` is told, at that admission and
+    when the limit is lowered."""
+
+    async def main() -> None:
+        limits = limits_with(max_connections="2")
+        told: list[int] = []
+        limits.on_excess = lambda: told.append(limits.excess())
+        await admitted_at(limits, "EXTERNAL", 2)
+        assert (limits.protected("PLAINTEXT"), limits.protected("EXTERNAL")) == (True, False)
+        await limits.admit("PLAINTEXT", "10.0.0.1")
+        assert told == [1]
+        limits.config = BrokerConfig({**limits.config.values, "max.connections": "1"})
+        limits.reconfigure(frozenset({"max.connections"}))
+        assert told == [1, 2]
+        limits.release("EXTERNAL", "10.0.0.1")
+        limits.release("EXTERNAL", "10.0.0.1")
+        assert limits.excess() == 0 and "EXTERNAL" not in limits.by_listener
+
+    run(main)
+
+
+def test_overrides_are_read_once_per_change_their_host_names_resolved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`max.connections.per.ip.overrides` is parsed (and localhost resolved) when `run` starts
+    and at each change of it, not per connection; a name that does not resolve fails the
+    start, and later keeps the previous overrides."""
+    parsed: list[str] = []
+    real_parse = connection_limits.parse_overrides
+
+    def counting_parse(text: str) -> dict[str, int]:
+        parsed.append(text)
+        return real_parse(text)
+
+    monkeypatch.setattr(connection_limits, "parse_overrides", counting_parse)
+
+    async def main() -> None:
+        limits = limits_with(max_connections_per_ip_overrides="localhost:1,10.0.0.2:3")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(limits.run)
+            assert limits.overrides == {"127.0.0.1": 1, "10.0.0.2": 3}
+            await limits.admit("EXTERNAL", "127.0.0.1")
+            with pytest.raises(TooManyConnections):
+                await limits.admit("EXTERNAL", "127.0.0.1")
+            for _ in range(3):
+                await limits.admit("EXTERNAL", "10.0.0.2")
+            assert len(parsed) == 1
+            for text in ("10.0.0.2:4", "no-such-host.invalid:1"):
+                limits.config = BrokerConfig(
+                    {**limits.config.values, "max.connections.per.ip.overrides": text}
+                )
+                limits.reconfigure(frozenset({"max.connections.per.ip.overrides"}))
+                await trio.testing.wait_all_tasks_blocked()
+                assert limits.overrides == {"10.0.0.2": 4}
+            assert len(parsed) == 3
+            nursery.cancel_scope.cancel()
+        bad = limits_with(max_connections_per_ip_overrides="no-such-host.invalid:1")
+        with pytest.raises(ConfigError, match="cannot resolve no-such-host.invalid"):
+            await bad.run()
+
+    run(main)

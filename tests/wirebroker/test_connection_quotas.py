@@ -22,7 +22,7 @@ from protocol.messages.alter_client_quotas import AlterClientQuotasRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import RawClient, Samples, alter_configs, scrape, value
+from tests.wirebroker.helpers import RawClient, Samples, alter_configs, scrape, value, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -65,6 +65,15 @@ def served(bootstrap: str) -> tuple[bool, float]:
         except ConnectionError:
             answered = False
     return answered, time.monotonic() - started
+
+
+def answered(bootstrap: str) -> bool:
+    """Connect from 127.0.0.1 and ask ApiVersions: answered (not closed unserved)."""
+    with RawClient(bootstrap) as client:
+        try:
+            return client.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+        except ConnectionError:
+            return False
 
 
 def metrics(broker: BrokerProcess) -> Samples:
@@ -193,3 +202,126 @@ def test_kafka_configs_entity_type_ips(broker: BrokerProcess) -> None:
     )
     assert bad.returncode != 0
     assert b"must be a valid IP or resolvable host" in bad.stdout + bad.stderr
+
+
+def test_the_inter_broker_listener_closes_the_least_recently_used_connection_of_another(
+    tmp_path: Path,
+) -> None:
+    """KIP-402: with `max.connections` reached, the inter-broker listener (PLAINTEXT) still
+    accepts, and the broker closes the least recently used connection of another listener to
+    get back to it; a lower `max.connections` closes the least recently used ones too."""
+    properties = {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT",
+        "wirebroker.metrics.listener": "127.0.0.1:0",
+    }
+    with serving(BrokerProcess(tmp_path, properties, extra_listeners=("EXTRA",))) as broker:
+        extra = f"127.0.0.1:{broker.ports['EXTRA']}"
+        ok = alter_configs(broker.bootstrap, BROKER, "", [("max.connections", SET, "3")])
+        assert ok == (ErrorCode.NONE, None)
+        clients = [RawClient(extra) for _ in range(3)]
+
+        def use(*which: int) -> None:
+            for i in which:
+                assert clients[i].request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+
+        try:
+            use(1, 2, 0)  # 1 is the least recently used, not the oldest
+            with RawClient(broker.bootstrap) as inter_broker:
+                assert inter_broker.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+                assert clients[1].wait_closed(10.0), "the least recently used stays open"
+                use(2, 0)
+            wait_until(  # (the inter-broker one's close seen by the broker)
+                lambda: (
+                    value(
+                        metrics(broker),
+                        f"{SOCKET_METRICS}connection_count",
+                        listener="PLAINTEXT",
+                        networkProcessor="0",
+                    )
+                    == 0
+                ),
+                what="PLAINTEXT's connections to close",
+            )
+            # Two held (0 and 2); max.connections lowered to 2 by a request of PLAINTEXT (its
+            # connection the third): the least recently used of EXTRA goes.
+            use(0, 2)
+            ok = alter_configs(broker.bootstrap, BROKER, "", [("max.connections", SET, "2")])
+            assert ok == (ErrorCode.NONE, None)
+            assert clients[0].wait_closed(10.0)
+            use(2)
+        finally:
+            for client in clients:
+                client.close()
+
+
+def test_per_ip_overrides_by_host_name(broker: BrokerProcess) -> None:
+    """`max.connections.per.ip.overrides` names hosts, resolved as Kafka's InetAddress does
+    (localhost: 127.0.0.1), set at run time: the second connection from 127.0.0.1 is closed at
+    once, another address is not held to it."""
+    key = "max.connections.per.ip.overrides"
+    assert alter_configs(broker.bootstrap, BROKER, "", [(key, SET, "localhost:1")]) == (
+        ErrorCode.NONE,
+        None,
+    )
+    with RawClient(broker.bootstrap) as held:
+        assert held.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+
+        def second_refused() -> bool:  # (the override applies once localhost is resolved)
+            with RawClient(broker.bootstrap) as second:
+                return second.wait_closed(1.0)
+
+        wait_until(second_refused, what="the override of localhost to apply")
+        assert served(broker.bootstrap)[0]  # 127.0.0.2: no override
+
+    def removed() -> bool:  # (from localhost once the broker has seen `held` close)
+        try:
+            return alter_configs(broker.bootstrap, BROKER, "", [(key, DELETE, None)]) == (
+                ErrorCode.NONE,
+                None,
+            )
+        except ConnectionError:
+            return False
+
+    wait_until(removed, what="the override to be deleted")
+    with RawClient(broker.bootstrap) as one:
+        assert one.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+        wait_until(lambda: not second_refused(), what="the override to be removed")
+
+
+def test_an_ip_quota_of_a_host_name_applies_to_its_address(broker: BrokerProcess) -> None:
+    """An ip entity may be a host name that resolves (Kafka's isValidIpEntity): it is kept
+    under that name and applies to the address it resolves to; the address's own accept rate
+    is exported (`connection_accept_rate{ip}`). A name that does not resolve is refused with
+    Kafka's message."""
+    admin = f"127.0.0.1:{broker.port}"
+
+    def alter(name: str, rate: float) -> tuple[int, str | None]:
+        op = A.OpData(key="connection_creation_rate", value=rate, remove=False)
+        entry = A.EntryData(entity=[A.EntityData(entity_type="ip", entity_name=name)], ops=[op])
+        with RawClient(admin, source=CLIENT_IP) as raw:
+            (answer,) = raw.request(A(entries=[entry]), 1).entries
+        return answer.error_code, answer.error_message
+
+    assert alter("localhost", 1) == (ErrorCode.NONE, None)
+    assert alter("no-such-host.invalid", 1) == (
+        ErrorCode.INVALID_REQUEST,
+        "no-such-host.invalid is not a valid IP or resolvable host.",
+    )
+    # localhost is 127.0.0.1: its second connection within the window is not served.
+    assert answered(admin)
+    assert not answered(admin)
+    assert served(admin)[0]  # 127.0.0.2 is not localhost
+    ip_rate = value(metrics(broker), f"{SOCKET_METRICS}connection_accept_rate", ip="127.0.0.1")
+    assert ip_rate > 0
+    with RawClient(admin, source=CLIENT_IP) as raw:
+        answer = raw.request(
+            D(components=[D.ComponentData(entity_type="ip", match_type=2)], strict=False), 1
+        )
+    assert [[(e.entity_type, e.entity_name) for e in entry.entity] for entry in answer.entries] == [
+        [("ip", "localhost")]
+    ]
+    # Kept by name in client-quotas.json, resolved again when the broker starts.
+    broker.restart()
+    admin = f"127.0.0.1:{broker.port}"
+    assert answered(admin)
+    assert not answered(admin)

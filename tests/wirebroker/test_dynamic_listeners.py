@@ -25,6 +25,7 @@ from tests.wirebroker.helpers import (
     alter_configs,
     create_topic,
     round_trip_confluent,
+    scrape,
     wait_until,
 )
 from tests.wirebroker.test_dynamic_configs import der, served_certificate
@@ -34,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 BROKER, SET, DELETE = 4, 0, 1
 MAP = "listener.security.protocol.map"
 PLAIN_MAP = "PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT"
+SOCKET_METRICS = "kafka_server_socket_server_metrics_"
 
 
 def accepts(port: int) -> bool:
@@ -213,3 +215,60 @@ def test_a_listener_added_has_its_connection_limit(tmp_path: Path) -> None:
             first.close()
             second.sock.settimeout(10.0)
             assert second.receive_frame()
+
+
+def test_a_listener_removed_takes_its_metrics_with_it(tmp_path: Path) -> None:
+    """Its connection quota metrics (rates, throttle times) and its connection metrics go
+    when it is removed, as Kafka's removeListener: they do not wait for a restart."""
+    props = {MAP: PLAIN_MAP, "wirebroker.metrics.listener": "127.0.0.1:0"}
+    with serving(BrokerProcess(tmp_path, props, extra_listeners=("EXTRA",))) as broker:
+        line = broker.wait_for_log("metrics endpoint on")
+        assert line is not None
+        url = line.split("metrics endpoint on ")[1].strip()
+
+        def of_extra() -> set[str]:
+            return {name for name, labels in scrape(url) if ("listener", "EXTRA") in labels}
+
+        with RawClient(f"127.0.0.1:{broker.ports['EXTRA']}") as client:
+            assert client.request(MetadataRequest(topics=[]), 12).brokers
+            assert {
+                f"{SOCKET_METRICS}connection_accept_rate",
+                f"{SOCKET_METRICS}connection_accept_throttle_time",
+                f"{SOCKET_METRICS}ip_connection_accept_throttle_time",
+                f"{SOCKET_METRICS}connection_count",
+            } <= of_extra()
+            only_plain = [("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port}")]
+            assert alter_configs(broker.bootstrap, BROKER, "0", only_plain) == (
+                ErrorCode.NONE,
+                None,
+            )
+            assert client.wait_closed(10.0)
+        wait_until(lambda: not of_extra(), what="EXTRA's metrics to go")
+
+
+def test_a_listener_whose_bind_fails_is_kept_as_kafka_keeps_it(tmp_path: Path) -> None:
+    """Its port is taken: AlterConfigs succeeds (it was answered on validation), the config is
+    kept, the failure logged as Kafka logs it; another change of the listeners does not bind
+    it again (Kafka starts its acceptor once), removing it and adding it back does."""
+    with serving(BrokerProcess(tmp_path)) as broker, socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        listeners = f"PLAINTEXT://127.0.0.1:{broker.port},EXTRA://127.0.0.1:{port}"
+        operations = [("listeners", SET, listeners), (MAP, SET, PLAIN_MAP)]
+        assert alter_configs(broker.bootstrap, BROKER, "0", operations) == (ErrorCode.NONE, None)
+        assert broker.wait_for_log("Unable to start acceptor for EXTRA") is not None
+        stored = json.loads((tmp_path / "dynamic-broker-configs.json").read_text())
+        assert stored["brokers"]["0"]["listeners"] == listeners
+        taken.close()
+        other = free_port()
+        more = [("listeners", SET, f"{listeners},OTHER://127.0.0.1:{other}"),
+                (MAP, SET, f"{PLAIN_MAP},OTHER:PLAINTEXT")]  # fmt: skip
+        assert alter_configs(broker.bootstrap, BROKER, "0", more) == (ErrorCode.NONE, None)
+        wait_until(lambda: accepts(other), what="OTHER to accept")
+        assert not accepts(port)
+        without = [("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port}")]
+        assert alter_configs(broker.bootstrap, BROKER, "0", without) == (ErrorCode.NONE, None)
+        wait_until(lambda: not accepts(other), what="OTHER to be removed")
+        assert alter_configs(broker.bootstrap, BROKER, "0", operations) == (ErrorCode.NONE, None)
+        wait_until(lambda: accepts(port), what="EXTRA, added back, to accept")

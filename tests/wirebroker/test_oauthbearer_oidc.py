@@ -25,13 +25,17 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 
+from compat.kafka_process import free_port
+from protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.conftest import LOG_TAIL
+from tests.wirebroker.helpers import alter_configs
 from tests.wirebroker.oidc import AUDIENCE, ISSUER, Issuer
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 15.0
+BROKER, SET = 4, 0  # ConfigResource type; IncrementalAlterConfigs operation
 SECURED = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 
@@ -76,13 +80,15 @@ def _no_token_in_the_log(broker: BrokerProcess) -> Iterator[None]:
         assert "eyJ" not in line, line  # a JWS's base64url JSON header never reaches the log
 
 
-def librdkafka(broker: BrokerProcess, token: str, errors: list[KafkaError]) -> Producer:
+def librdkafka(
+    broker: BrokerProcess, token: str, errors: list[KafkaError], listener: str = "SASL_PLAINTEXT"
+) -> Producer:
     def oauth_cb(_config: str) -> tuple[str, float, str]:
         return token, time.time() + 600, "alice"
 
     return Producer(
         {
-            "bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+            "bootstrap.servers": f"127.0.0.1:{broker.ports[listener]}",
             "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "OAUTHBEARER",
             "oauth_cb": oauth_cb,
@@ -92,10 +98,13 @@ def librdkafka(broker: BrokerProcess, token: str, errors: list[KafkaError]) -> P
     )
 
 
-def produce(broker: BrokerProcess, token: str, topic: str) -> tuple[KafkaError | None, list[Any]]:
-    """Produce one record with `token`: the delivery error (None: written) and client errors."""
+def produce(
+    broker: BrokerProcess, token: str, topic: str, listener: str = "SASL_PLAINTEXT"
+) -> tuple[KafkaError | None, list[Any]]:
+    """Produce one record with `token` on `listener`: the delivery error (None: written) and
+    client errors."""
     errors: list[KafkaError] = []
-    producer = librdkafka(broker, token, errors)
+    producer = librdkafka(broker, token, errors, listener)
     delivered: list[KafkaError | None] = []
     producer.produce(topic, b"v", partition=0, on_delivery=lambda e, _m: delivered.append(e))
     deadline = time.monotonic() + TIMEOUT
@@ -227,3 +236,33 @@ def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
     assert done.returncode == 2, done.stderr
     assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
     assert "attempt 2, failed" in done.stderr  # retried
+
+
+@pytest.mark.timeout(120)
+def test_a_listener_added_at_run_time_fetches_its_own_jwks(issuer: Issuer, tmp_path: Path) -> None:
+    """A SASL listener added by AlterConfigs with a JWKS endpoint of its own
+    (`listener.name.oidc.oauthbearer.sasl.oauthbearer.jwks.endpoint.url`) verifies tokens at
+    once, as Kafka's new listener's callback handler fetches its keys: no restart."""
+    props = {"password.encoder.secret": "encoder-secret-9"}
+    with serving(BrokerProcess(tmp_path, props), LOG_TAIL) as broker:
+        port = free_port()
+        prefix = "listener.name.oidc."
+        operations = [
+            ("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port},OIDC://127.0.0.1:{port}"),
+            ("listener.security.protocol.map", SET, "PLAINTEXT:PLAINTEXT,OIDC:SASL_PLAINTEXT"),
+            (f"{prefix}sasl.enabled.mechanisms", SET, "OAUTHBEARER"),
+            (f"{prefix}oauthbearer.sasl.server.callback.handler.class", SET, SECURED),
+            (
+                f"{prefix}oauthbearer.sasl.jaas.config",
+                SET,
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+            ),
+            (f"{prefix}oauthbearer.sasl.oauthbearer.jwks.endpoint.url", SET, issuer.url),
+            (f"{prefix}oauthbearer.sasl.oauthbearer.expected.audience", SET, AUDIENCE),
+            (f"{prefix}oauthbearer.sasl.oauthbearer.expected.issuer", SET, ISSUER),
+        ]
+        assert alter_configs(broker.bootstrap, BROKER, "0", operations) == (ErrorCode.NONE, None)
+        broker.ports["OIDC"] = port
+        assert broker.wait_for_log("listener OIDC://") is not None  # added: accepting
+        error, client_errors = produce(broker, issuer.token("alice"), "oidc-added", "OIDC")
+        assert error is None, (error, client_errors)

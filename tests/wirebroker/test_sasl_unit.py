@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import sys
 from typing import Any
 
 import jwt
@@ -13,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.sasl.jwks import JwksEndpoint, KeySet, parse_jwks
+from wirebroker.sasl.kerberos import GssapiClient
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslClient, SaslFailure, SaslServer
 from wirebroker.sasl.oauthbearer import (
     SECURED_VALIDATORS,
@@ -63,8 +65,10 @@ def test_listener_mechanisms_and_the_unprefixed_jaas_config() -> None:
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "GSSAPI,PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
     }
-    config = BrokerConfig.from_properties(props)
-    assert listener_sasl(config, "SASL_PLAINTEXT").mechanisms == ("PLAIN",)  # GSSAPI not offered
+    # GSSAPI enabled without its Krb5LoginModule entry: refused, as Kafka refuses it.
+    with pytest.raises(ConfigError, match="Could not find a 'KafkaServer'.*gssapi.sasl.jaas"):
+        BrokerConfig.from_properties(props)
+    props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = "PLAIN"
     # As Kafka's server side, the unprefixed sasl.jaas.config is not read for a listener.
     del props["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     with pytest.raises(ConfigError, match="unprefixed sasl.jaas.config is not read"):
@@ -74,7 +78,11 @@ def test_listener_mechanisms_and_the_unprefixed_jaas_config() -> None:
 @pytest.mark.parametrize(
     ("props", "message"),
     [
-        ({"listeners": "SASL_PLAINTEXT://127.0.0.1:9093"}, "GSSAPI \\(Kerberos\\) is not"),
+        ({"listeners": "SASL_PLAINTEXT://127.0.0.1:9093"}, "Could not find a 'KafkaServer'"),
+        (
+            {"listeners": SASL["listeners"], "sasl.enabled.mechanisms": "NOPE"},
+            "offers no mechanism wirebroker implements",
+        ),
         ({**SASL, "listener.name.sasl_plaintext.plain.sasl.jaas.config": "x required;"}, "PLAIN"),
         (
             {
@@ -95,13 +103,107 @@ def test_listener_mechanisms_and_the_unprefixed_jaas_config() -> None:
                 "zookeeper.connect": "z:2181",
                 "security.inter.broker.protocol": "SASL_PLAINTEXT",
             },
-            "sasl.mechanism.inter.broker.protocol=GSSAPI is not implemented",
+            "sasl.mechanism.inter.broker.protocol=GSSAPI must be enabled",
         ),
     ],
 )
 def test_unusable_sasl_settings_refuse_to_start(props: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_properties(props)
+
+
+KRB5_JAAS = (
+    "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true "
+    'keyTab="/etc/kafka.keytab" principal="kafka/broker1@EXAMPLE.COM";'
+)
+GSSAPI = {
+    "listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
+    "sasl.enabled.mechanisms": "GSSAPI",
+    "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": KRB5_JAAS,
+}
+
+
+def test_gssapi_listener() -> None:
+    config = BrokerConfig.from_properties({**GSSAPI, "sasl.kerberos.service.name": "kafka"})
+    settings = listener_sasl(config, "SASL_PLAINTEXT")
+    assert settings.mechanisms == ("GSSAPI",)
+    kerberos = settings.kerberos
+    assert kerberos is not None
+    assert (kerberos.principal, kerberos.keytab, kerberos.service_name) == (
+        "kafka/broker1@EXAMPLE.COM",
+        "/etc/kafka.keytab",
+        "kafka",
+    )
+    assert [r.text for r in kerberos.short_namer.rules] == ["DEFAULT"]
+    # serviceName in the JAAS entry; the rules per listener and mechanism, as Kafka reads them
+    config = BrokerConfig.from_properties(
+        {
+            **GSSAPI,
+            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": KRB5_JAAS[:-1]
+            + ' serviceName="kafka";',
+            "sasl.kerberos.principal.to.local.rules": "DEFAULT",
+            "listener.name.sasl_plaintext.gssapi.sasl.kerberos.principal.to.local.rules": (
+                "RULE:[1:$1]/L, DEFAULT"
+            ),
+        }
+    )
+    kerberos = listener_sasl(config, "SASL_PLAINTEXT").kerberos
+    assert kerberos is not None and kerberos.service_name == "kafka"
+    assert [r.text for r in kerberos.short_namer.rules] == ["RULE:[1:$1]/L", "DEFAULT"]
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        # Kafka's KerberosLogin messages
+        ({}, "^No serviceName defined in either JAAS or Kafka config$"),
+        (
+            {
+                "sasl.kerberos.service.name": "other",
+                "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": KRB5_JAAS[:-1]
+                + " serviceName=kafka;",
+            },
+            "Conflicting serviceName values found in JAAS and Kafka configs value in JAAS file "
+            "kafka, value in Kafka config other",
+        ),
+        (
+            {
+                "sasl.kerberos.service.name": "kafka",
+                "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": KRB5_JAAS.replace(
+                    "useKeyTab=true", "useKeyTab=false"
+                ),
+            },
+            "set useKeyTab=true",
+        ),
+        (
+            {
+                "sasl.kerberos.service.name": "kafka",
+                "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required;"
+                ),
+            },
+            "GSSAPI takes com.sun.security.auth.module.Krb5LoginModule",
+        ),
+        (
+            {
+                "sasl.kerberos.service.name": "kafka",
+                "sasl.kerberos.principal.to.local.rules": "RULE:[1:$1]/l",
+            },
+            "Invalid rule",
+        ),
+    ],
+)
+def test_unusable_gssapi_settings_refuse_to_start(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_properties({**GSSAPI, **props})
+
+
+def test_gssapi_without_the_gssapi_package_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "gssapi", None)  # import gssapi raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'wirebroker\[gssapi\]'"):
+        BrokerConfig.from_properties({**GSSAPI, "sasl.kerberos.service.name": "kafka"})
 
 
 def test_jaas_parsing() -> None:
@@ -358,14 +460,31 @@ def test_inter_broker_login_from_the_listeners_jaas_config() -> None:
         "SCRAM-SHA-512",
     )
     assert "broker-secret" not in repr(login)
-    assert isinstance(login.client(NOW_MS), ScramClient)
+    assert isinstance(login.client(NOW_MS, "localhost"), ScramClient)
     oauth = BrokerConfig.from_properties(
         {**CLUSTER, "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"}
     )
     login = inter_broker_login(oauth)
-    assert login is not None and isinstance(login.client(NOW_MS), OAuthBearerClient)
+    assert login is not None and isinstance(login.client(NOW_MS, "localhost"), OAuthBearerClient)
     validator = listener_sasl(oauth, "INTERNAL").oauthbearer
     assert isinstance(validator, UnsecuredValidator) and validator.required_scope == ("kafka",)
+    kerberos = BrokerConfig.from_properties(
+        {
+            **CLUSTER,
+            "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+            "sasl.enabled.mechanisms": "GSSAPI",
+            "sasl.kerberos.service.name": "kafka",
+            "listener.name.internal.gssapi.sasl.jaas.config": KRB5_JAAS,
+        }
+    )
+    login = inter_broker_login(kerberos)
+    assert login is not None and login.blocking  # its client reaches the KDC
+    assert login.options == {
+        "principal": "kafka/broker1@EXAMPLE.COM",
+        "keyTab": "/etc/kafka.keytab",
+        "serviceName": "kafka",
+    }
+    assert isinstance(login.client(NOW_MS, "broker2"), GssapiClient)
     plaintext = {k: v for k, v in CLUSTER.items() if k != "inter.broker.listener.name"}
     assert inter_broker_login(BrokerConfig.from_properties(plaintext)) is None
 
@@ -373,7 +492,8 @@ def test_inter_broker_login_from_the_listeners_jaas_config() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, "GSSAPI is not implemented"),
+        ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, "GSSAPI must be enabled"),
+        ({"sasl.mechanism.inter.broker.protocol": "NOPE"}, "NOPE is not implemented"),
         ({"sasl.mechanism.inter.broker.protocol": "PLAIN"}, "must be enabled on the inter-broker"),
         (
             {"listener.name.internal.scram-sha-512.sasl.jaas.config": None},

@@ -2,8 +2,8 @@
 
 Client quotas by user, client id, or both, and their defaults (`kafka-configs --entity-type
 users/clients`), and connection rate quotas by ip and the default ip (`--entity-type ips`,
-KIP-612), with Kafka's validation (`wirebroker.quotas.entities`): each alteration is
-answered on its own (INVALID_REQUEST for a bad entity, key or value; an entity named twice is
+KIP-612; an ip entity may be a host name that resolves, as Kafka's), with Kafka's validation
+(`wirebroker.quotas.entities`): each alteration is answered on its own (INVALID_REQUEST for a bad entity, key or value; an entity named twice is
 answered once, for its last alteration, as Kafka answers with a map), a bad describe filter
 fails the whole request. The embedded broker keeps the configs in `client-quotas.json` and
 applies a change at once; a cluster keeps them in ZooKeeper (`/config/users`, `/config/clients`,
@@ -24,6 +24,7 @@ from protocol.messages.describe_client_quotas import (
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
 )
+from wirebroker import host_names
 from wirebroker.authorizer.acls import AUTHORIZATION_MESSAGES, AclOperation
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.quotas.entities import (
@@ -31,6 +32,7 @@ from wirebroker.quotas.entities import (
     QuotaEntity,
     altered,
     check_filter,
+    check_ip_resolved,
     check_stored,
     described,
 )
@@ -61,6 +63,8 @@ async def alter_client_quotas(
             entity = QuotaEntity.from_components(
                 (e.entity_type, e.entity_name) for e in entry.entity
             )
+            address = await host_names.ip_entity_address(entity)
+            check_ip_resolved(entity, address)
             config = altered(
                 entity,
                 await _config(ctx, entity),
@@ -68,7 +72,7 @@ async def alter_client_quotas(
             )
             if not request.validate_only:
                 check_stored(entity, config)
-                await _set_config(ctx, entity, config)
+                await _set_config(ctx, entity, config, address)
         except KafkaError as e:
             result.error_code = e.error_code
             result.error_message = str(e)
@@ -83,14 +87,16 @@ async def _config(ctx: RequestContext, entity: QuotaEntity) -> dict[str, str]:
     return broker.quota_store.configs().get(entity, {})
 
 
-async def _set_config(ctx: RequestContext, entity: QuotaEntity, config: dict[str, str]) -> None:
+async def _set_config(
+    ctx: RequestContext, entity: QuotaEntity, config: dict[str, str], address: str | None
+) -> None:
     broker = ctx.broker
     if broker.cluster is not None:
         await broker.cluster.set_client_quota_config(entity, config)
         return
     assert broker.quota_store is not None
     await broker.quota_store.set(entity, config)
-    broker.quotas.update(entity, config)
+    broker.quotas.update(entity, config, address)
 
 
 @handles(DescribeClientQuotasRequest, (0, 1))

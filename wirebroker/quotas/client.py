@@ -334,13 +334,17 @@ class ClientQuotas:
         out = {entity for _, manager in self.managers() for entity in manager.overrides}
         return out | self._ip_entities
 
-    def update(self, entity: QuotaEntity, config: Mapping[str, str]) -> None:
+    def update(
+        self, entity: QuotaEntity, config: Mapping[str, str], address: str | None = None
+    ) -> None:
         """Apply an entity's config (Kafka's QuotaConfigHandler): each quota key sets that
         type's quota, a missing one removes it. A value that is not a number is logged and
         ignored (as missing). Unlike Kafka, a config without quota keys (a user's SCRAM
-        credentials) does not turn measuring on: only a quota does."""
+        credentials) does not turn measuring on: only a quota does. An ip entity named by a
+        host name applies to `address`, what the name resolved to
+        (`wirebroker.host_names.resolve`)."""
         if entity.ip is not None:
-            self._ip_configured(entity, config)
+            self._ip_configured(entity, config, address)
             return
         for key, manager in self.managers():
             text = config.get(key)
@@ -353,14 +357,17 @@ class ClientQuotas:
             if bound is not None or entity in manager.overrides:
                 manager.update_quota(entity, bound)
 
-    def _ip_configured(self, entity: QuotaEntity, config: Mapping[str, str]) -> None:
-        """Kafka's IpConfigHandler: the ip's connection rate quota set or, missing, removed."""
+    def _ip_configured(
+        self, entity: QuotaEntity, config: Mapping[str, str], address: str | None
+    ) -> None:
+        """Kafka's IpConfigHandler: the ip's connection rate quota set or, missing, removed,
+        for the address its name is (or resolved to: `address`)."""
         assert entity.ip is not None
         ip = None
         if entity.ip != DEFAULT:
-            ip = ip_address(desanitize(entity.ip))
-            if ip is None:
-                log.error("ignoring the quota of %s: not an IP address", entity.path)
+            ip = ip_address(desanitize(entity.ip)) or address
+            if ip is None:  # Kafka's IpConfigHandler fails the same way
+                log.error("ignoring the quota of %s: Unable to resolve address", entity.path)
                 return
         text = config.get(CONNECTION_CREATION_RATE)
         try:

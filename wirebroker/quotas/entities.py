@@ -5,8 +5,8 @@ default (`<default>`); its config lives at `/config/users/<user>`, `/config/clie
 or `/config/users/<user>/clients/<client>` (names URL-encoded by Kafka's Sanitizer), and the
 `/config/changes` notification of a change names that path without `/config/`
 (`users/alice/clients/app`). A user's config holds its SCRAM credentials too; the quota keys
-sit beside them. An `ip` entity (an IP address or the default, never with a user or client
-id) holds `connection_creation_rate` (KIP-612) at `/config/ips/<ip>`. :class:`QuotaEntity` keeps the sanitized names, so it maps one to one onto
+sit beside them. An `ip` entity (an IP address, a host name, or the default; never with a user
+or client id) holds `connection_creation_rate` (KIP-612) at `/config/ips/<ip>`. :class:`QuotaEntity` keeps the sanitized names, so it maps one to one onto
 those paths; the wire names (AlterClientQuotas, DescribeClientQuotas) are the desanitized
 ones, with null for the default.
 
@@ -14,8 +14,9 @@ This module owns Kafka's rules for them (ZkAdminManager): which entity combinati
 an alteration may name, how values are checked and written (a long quota must be a whole
 number), and how a DescribeClientQuotas filter selects entities. Pure: no I/O.
 
-Differences from Kafka: an `ip` entity's name must be an IP address; Kafka also takes a host
-name it can resolve (and applies the quota to the address it resolved to then).
+An `ip` entity's host name must resolve (checked where the resolver may be asked,
+`wirebroker.handlers.client_quotas`, as `check_ip_resolved`); its quota applies to the address
+it resolves to, as Kafka's.
 """
 
 from __future__ import annotations
@@ -115,10 +116,7 @@ class QuotaEntity(NamedTuple):
                     "Invalid quota entity combination, IP entity should not be used with "
                     "user/client ID entity."
                 )
-            ip = named[IP]
-            if ip is not None and ip_address(ip) is None:
-                raise _invalid(f"{ip} is not a valid IP or resolvable host.")
-            return cls(None, None, _sanitized(ip))
+            return cls(None, None, _sanitized(named[IP]))
         return cls(
             _sanitized(named[USER]) if USER in named else None,
             _sanitized(named[CLIENT_ID]) if CLIENT_ID in named else None,
@@ -152,6 +150,13 @@ def ip_address(name: str) -> str | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return str(address.ipv4_mapped)
     return str(address)
+
+
+def check_ip_resolved(entity: QuotaEntity, address: str | None) -> None:
+    """Kafka's DynamicConfig.Ip.isValidIpEntity: a named ip entity must be an address or a
+    host name that resolves (`address`, what it resolved to)."""
+    if entity.ip is not None and entity.ip != DEFAULT and address is None:
+        raise _invalid(f"{desanitize(entity.ip)} is not a valid IP or resolvable host.")
 
 
 def _sanitized(name: str | None) -> str:

@@ -4,7 +4,9 @@ The connection hands every frame to :meth:`SaslAuthenticator.receive` until `pri
 and answers what it returns. As in Kafka:
 
 - first ApiVersions (once) and SaslHandshake are answered; any other request closes the
-  connection without an answer, as does a first frame that is not a Kafka request at all;
+  connection without an answer, as does a first frame that is not a Kafka request at all
+  (unless GSSAPI is enabled: then it is a Kafka 0.9 client's first GSSAPI token, and the
+  exchange goes on with bare tokens, as after a v0 handshake);
 - a SaslHandshake naming a mechanism the listener does not offer is answered with
   UNSUPPORTED_SASL_MECHANISM and the enabled mechanisms, then the connection is closed;
 - after a v0 handshake the client's SASL tokens arrive as bare size-prefixed frames and are
@@ -12,8 +14,13 @@ and answers what it returns. As in Kafka:
 - during SaslAuthenticate, another request is answered with its error response carrying
   ILLEGAL_SASL_STATE, then the connection is closed;
 - a failed authentication is answered with SASL_AUTHENTICATION_FAILED and a message (the
-  mechanism's own when it is safe to show, else Kafka's standard one), then closed. The log says
+  mechanism's own when it is safe to show, else Kafka's standard one), then closed; one whose
+  principal cannot be made (a Kerberos name no rule maps) is answered as a success, then
+  closed, as Kafka's. The log says
   which user from which host, never the secret.
+
+A mechanism whose server may block (GSSAPI: the keytab, the replay cache) evaluates each token
+in a worker thread.
 
 Frames before authentication may not exceed `sasl.server.max.receive.size` (the connection's
 frame buffer refuses a bigger one before reading it).
@@ -32,6 +39,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from protocol.api import (
     API_VERSIONS_KEY,
     api_info,
@@ -47,8 +56,13 @@ from protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAut
 from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from protocol.schema import Message
 from wirebroker.dispatch import REGISTRY, RequestContext, error_response, supported
-from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure, SaslServer
-from wirebroker.sasl.settings import OAUTHBEARER, PLAIN, SCRAM, ListenerSasl
+from wirebroker.sasl.mechanism import (
+    SaslAuthenticationFailed,
+    SaslFailure,
+    SaslPrincipalFailure,
+    SaslServer,
+)
+from wirebroker.sasl.settings import GSSAPI, OAUTHBEARER, PLAIN, SCRAM, ListenerSasl
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -100,12 +114,18 @@ class SaslAuthenticator:
 
     async def receive(self, frame: memoryview) -> Step:
         if self.state == "authenticate" and self.raw_tokens:
-            return self._raw_token(bytes(frame))
+            return await self._raw_token(bytes(frame))
         try:
             api_key, api_version, correlation_id = peek_request_header(frame)
             if api_key not in APIS:
                 raise ProtocolError(f"unknown API key {api_key}")
         except ProtocolError:
+            if self.state == "handshake_or_versions" and GSSAPI in self.settings.mechanisms:
+                # Kafka 0.9's clients send their first GSSAPI token with no handshake.
+                self.server = self._server(GSSAPI)
+                self.raw_tokens = True
+                self.state = "authenticate"
+                return await self._raw_token(bytes(frame))
             if self.state == "handshake_or_versions":
                 return Step(
                     None,
@@ -115,7 +135,7 @@ class SaslAuthenticator:
             raise
         name = api_info(api_key).name
         if self.state == "authenticate":
-            return self._authenticate_request(frame, api_key, api_version, name)
+            return await self._authenticate_request(frame, api_key, api_version, name)
         if api_key == API_VERSIONS_KEY and self.state == "handshake_or_versions":
             if not supported(api_key, api_version):
                 reg = REGISTRY[API_VERSIONS_KEY]
@@ -174,6 +194,11 @@ class SaslAuthenticator:
 
             assert self.settings.oauthbearer is not None
             return OAuthBearerServer(self.settings.oauthbearer, self.broker.now_ms)
+        if mechanism == GSSAPI:
+            from wirebroker.sasl.kerberos import GssapiServer
+
+            assert self.settings.kerberos is not None
+            return GssapiServer(self.settings.kerberos)
         from wirebroker.sasl.scram import ScramServer
 
         assert mechanism in SCRAM
@@ -182,14 +207,16 @@ class SaslAuthenticator:
             mechanism, lambda user: store.get(user, mechanism), self.broker.delegation_tokens
         )
 
-    def _raw_token(self, token: bytes) -> Step:
+    async def _raw_token(self, token: bytes) -> Step:
         try:
-            answer = self._evaluate(token)
+            answer = await self._evaluate(token)
+        except SaslPrincipalFailure as e:
+            return Step([e.answer], self._failure(e))
         except SaslFailure as e:
             return Step(None, self._failure(e))
         return Step([answer])
 
-    def _authenticate_request(
+    async def _authenticate_request(
         self, frame: memoryview, api_key: int, api_version: int, name: str
     ) -> Step:
         if not supported(api_key, api_version):
@@ -208,7 +235,14 @@ class SaslAuthenticator:
         body = request.body
         assert isinstance(body, SaslAuthenticateRequest)
         try:
-            answer = self._evaluate(bytes(body.auth_bytes))
+            answer = await self._evaluate(bytes(body.auth_bytes))
+        except SaslPrincipalFailure as e:
+            response = SaslAuthenticateResponse(
+                auth_bytes=e.answer, session_lifetime_ms=self._session_lifetime_ms(None)
+            )
+            return Step(
+                self._encode(correlation_id, response, api_key, api_version), self._failure(e)
+            )
         except SaslFailure as e:
             message = (
                 str(e)
@@ -224,16 +258,18 @@ class SaslAuthenticator:
             )
         response = SaslAuthenticateResponse(
             error_code=ErrorCode.NONE,
-            error_message=None,
             auth_bytes=answer,
             session_lifetime_ms=self.session_lifetime_ms,
         )
         return Step(self._encode(correlation_id, response, api_key, api_version))
 
-    def _evaluate(self, token: bytes) -> bytes:
+    async def _evaluate(self, token: bytes) -> bytes:
         server = self.server
         assert server is not None
-        answer = server.evaluate(token)
+        if server.blocking:
+            answer = await trio.to_thread.run_sync(server.evaluate, token)
+        else:
+            answer = server.evaluate(token)
         if server.complete:
             # a SCRAM session of a delegation token is its owner's
             principal = getattr(server, "principal", None) or f"User:{server.username}"

@@ -5,7 +5,8 @@ A mechanism's server takes the client's tokens one at a time and answers each wi
 (possibly empty); once `complete`, `username` is the authenticated user. It fails in one of two
 ways, as in Kafka: :class:`SaslAuthenticationFailed` carries a message safe to send to the client,
 any other :class:`SaslFailure` is answered with a standard message (its own may say whether a
-user exists) and only logged.
+user exists) and only logged, but :class:`SaslPrincipalFailure`, answered as a success before
+the close, as Kafka.
 
 A mechanism's client (this broker logging in to another) gives its first token with `initial()`
 and answers each server token with `evaluate()`: the next token, or None once it is `complete`.
@@ -26,6 +27,16 @@ class SaslAuthenticationFailed(SaslFailure):
     """The exchange failed with a message the client may see (SaslAuthenticationException)."""
 
 
+class SaslPrincipalFailure(SaslFailure):
+    """The exchange succeeded but its principal cannot be made (Kafka's principal builder
+    failing: a Kerberos name no rule maps). Kafka answers the last token as a success, then
+    closes the connection; `answer` is that last token's answer."""
+
+    def __init__(self, message: str, answer: bytes) -> None:
+        super().__init__(message)
+        self.answer = answer
+
+
 class SaslServer(Protocol):
     mechanism: str
     complete: bool
@@ -34,6 +45,8 @@ class SaslServer(Protocol):
     #: When the credential the client proved ends (epoch ms: an OAUTHBEARER token's `exp`),
     #: which bounds its session; None when it does not end.
     expires_ms: int | None
+    #: Whether `evaluate` may block on I/O (run in a worker thread, then).
+    blocking: bool
 
     def evaluate(self, token: bytes) -> bytes:
         """The answer to the client's next token; raises SaslFailure."""

@@ -299,6 +299,7 @@ class OAuthBearerServer:
     """One OAUTHBEARER exchange on the server's side."""
 
     mechanism = OAUTHBEARER
+    blocking = False
 
     def __init__(
         self, validator: UnsecuredValidator | SecuredValidator, now_ms: Callable[[], int]

@@ -18,6 +18,7 @@ from wirebroker.sasl.settings import PLAIN
 class PlainServer:
     mechanism = PLAIN
     expires_ms: int | None = None  # a password does not end
+    blocking = False
 
     def __init__(self, users: dict[str, str]) -> None:
         self._users = users

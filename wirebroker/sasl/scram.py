@@ -129,6 +129,7 @@ class ScramServer:
     """One SCRAM exchange; `lookup(user)` gives the user's credential for this mechanism."""
 
     expires_ms: int | None = None  # a password does not end, a token does
+    blocking = False
 
     def __init__(
         self,

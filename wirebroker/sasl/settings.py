@@ -6,10 +6,12 @@ Keys, as Kafka reads them: `sasl.enabled.mechanisms` (or `listener.name.<l>.sasl
 JaasContext, the server side ignores an unprefixed `sasl.jaas.config`; where Kafka then reads
 the `KafkaServer` section of a static JAAS file, wirebroker reads no JAAS file.
 
-GSSAPI (Kafka's default mechanism) is not implemented: an enabled GSSAPI is not offered in the
-handshake. Kafka refuses to start a SASL listener whose mechanisms have no JAAS entry (GSSAPI
-needs a Kerberos one), so a listener left with no implemented mechanism is refused here too,
-as is PLAIN without a `PlainLoginModule` JAAS config (its users come from there). SCRAM needs
+GSSAPI (Kerberos, Kafka's default mechanism) takes the listener's `Krb5LoginModule` JAAS entry
+(`useKeyTab=true storeKey=true keyTab=... principal=...`), a service name (its `serviceName`
+option or `sasl.kerberos.service.name`) and `sasl.kerberos.principal.to.local.rules`, each
+refused with Kafka's message when missing, and the optional gssapi package (`kerberos`). As
+Kafka, a listener needs a JAAS entry for each mechanism that requires one: PLAIN without a
+`PlainLoginModule` JAAS config (its users come from there) is refused. SCRAM needs
 no JAAS options on the server side (its credentials are stored, see `credentials`);
 OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any, or,
 with `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
@@ -20,11 +22,11 @@ Kafka would accept unsecured tokens. Listeners verifying with the same JWKS endp
 
 Between brokers (`inter_broker_login`), as Kafka: when the inter-broker listener is
 SASL_PLAINTEXT or SASL_SSL, this broker logs in to its peers with
-`sasl.mechanism.inter.broker.protocol` (Kafka's default GSSAPI is refused with what to set),
-which must be enabled on that listener, using the credentials of that listener's JAAS entry for
-the mechanism (`username`/`password` of PlainLoginModule or ScramLoginModule, the
-`unsecuredLogin*` options of OAuthBearerLoginModule), the same entry Kafka's brokers use for
-their client side.
+`sasl.mechanism.inter.broker.protocol` (Kafka's default: GSSAPI), which must be enabled on
+that listener, using the credentials of that listener's JAAS entry for the mechanism
+(`username`/`password` of PlainLoginModule or ScramLoginModule, the `unsecuredLogin*` options
+of OAuthBearerLoginModule, the principal and keytab of Krb5LoginModule), the same entry Kafka's
+brokers use for their client side.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
     from wirebroker.sasl.access_token import AccessTokenLogin
     from wirebroker.sasl.jwks import KeySet
+    from wirebroker.sasl.kerberos import KerberosService
     from wirebroker.sasl.mechanism import SaslClient
     from wirebroker.sasl.oauthbearer import SecuredValidator, UnsecuredValidator
 
@@ -46,11 +49,14 @@ SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
 SCRAM = (SCRAM_SHA_256, SCRAM_SHA_512)
 OAUTHBEARER = "OAUTHBEARER"
-IMPLEMENTED = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
+GSSAPI = "GSSAPI"
+IMPLEMENTED = (GSSAPI, PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
 LOGIN_MODULES = {
+    GSSAPI: KRB5_LOGIN_MODULE,
     PLAIN: PLAIN_LOGIN_MODULE,
     SCRAM_SHA_256: SCRAM_LOGIN_MODULE,
     SCRAM_SHA_512: SCRAM_LOGIN_MODULE,
@@ -148,6 +154,7 @@ class ListenerSasl:
         "max_receive_size",
         "max_reauth_ms",
         "oauthbearer",
+        "kerberos",
     )
 
     def __init__(
@@ -158,6 +165,7 @@ class ListenerSasl:
         max_receive_size: int,
         max_reauth_ms: int = 0,
         oauthbearer: UnsecuredValidator | SecuredValidator | None = None,
+        kerberos: KerberosService | None = None,
     ) -> None:
         self.listener_name = listener_name
         self.mechanisms = mechanisms
@@ -167,6 +175,8 @@ class ListenerSasl:
         self.max_reauth_ms = max_reauth_ms
         #: How OAUTHBEARER tokens are checked (None: OAUTHBEARER is not enabled).
         self.oauthbearer = oauthbearer
+        #: The service principal GSSAPI clients log in to (None: GSSAPI is not enabled).
+        self.kerberos = kerberos
 
     def plain_users(self) -> dict[str, str]:
         """PLAIN's users and passwords: the `user_<name>` options of its PlainLoginModule."""
@@ -188,8 +198,7 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
     if not mechanisms:
         raise ConfigError(
             f"listener {listener_name}: sasl.enabled.mechanisms={enabled_text} offers no "
-            f"mechanism wirebroker implements ({', '.join(IMPLEMENTED)}); GSSAPI (Kerberos) is "
-            "not implemented"
+            f"mechanism wirebroker implements ({', '.join(IMPLEMENTED)})"
         )
     jaas: dict[str, JaasEntry] = {}
     for mechanism in mechanisms:
@@ -227,7 +236,49 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         config.get_int("sasl.server.max.receive.size"),
         max_reauth_ms,
         _oauthbearer_validator(config, prefix, jaas) if OAUTHBEARER in mechanisms else None,
+        _kerberos_service(config, listener_name, jaas) if GSSAPI in mechanisms else None,
     )
+
+
+def _kerberos_service(
+    config: BrokerConfig, listener_name: str, jaas: dict[str, JaasEntry]
+) -> KerberosService:
+    """GSSAPI's service principal and keytab (its JAAS entry), service name and short-name
+    rules, refused as Kafka refuses them; the gssapi package must be installed."""
+    from wirebroker.config import ConfigError
+    from wirebroker.sasl.kerberos import KerberosService, load_gssapi
+    from wirebroker.sasl.kerberos_names import KerberosShortNamer
+
+    prefix = f"listener.name.{listener_name.lower()}."
+    key = f"{prefix}gssapi.sasl.jaas.config"
+    entry = jaas.get(GSSAPI)
+    if entry is None:
+        # Kafka's message (it would read a static JAAS file's KafkaServer section; wirebroker
+        # reads none), and what to set instead.
+        raise ConfigError(
+            f"Could not find a 'KafkaServer' or '{listener_name.lower()}.KafkaServer' entry in "
+            f"the JAAS configuration for GSSAPI: set {key}={KRB5_LOGIN_MODULE} required "
+            'useKeyTab=true storeKey=true keyTab="..." principal="kafka/host@REALM";'
+        )
+    jaas_service = entry.options.get("serviceName")
+    config_service = _mechanism_setting(config, prefix, GSSAPI, "sasl.kerberos.service.name")
+    if jaas_service is not None and config_service is not None and jaas_service != config_service:
+        raise ConfigError(
+            "Conflicting serviceName values found in JAAS and Kafka configs value in JAAS file "
+            f"{jaas_service}, value in Kafka config {config_service}"
+        )
+    service_name = jaas_service or config_service
+    if service_name is None:
+        raise ConfigError("No serviceName defined in either JAAS or Kafka config")
+    rules_key = "sasl.kerberos.principal.to.local.rules"
+    rules = _mechanism_setting(config, prefix, GSSAPI, rules_key) or "DEFAULT"
+    try:
+        short_namer = KerberosShortNamer([r for r in rules.split(",") if r.strip()])
+        service = KerberosService.from_jaas(entry, key, service_name, short_namer)
+        load_gssapi()
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"listener {listener_name}: {e}") from None
+    return service
 
 
 def _oauthbearer_validator(
@@ -266,9 +317,15 @@ def _oauthbearer_validator(
 
 def _oauthbearer_setting(config: BrokerConfig, prefix: str, key: str) -> str | None:
     """An OAUTHBEARER `key` (`sasl.oauthbearer.*`, `sasl.login.*`) of the listener `prefix`
-    names, as Kafka's broker reads it: `listener.name.<l>.oauthbearer.<key>`, else
-    `listener.name.<l>.<key>`, else `<key>` (a blank value reads as unset)."""
-    for name in (f"{prefix}{OAUTHBEARER.lower()}.{key}", prefix + key):
+    names (`_mechanism_setting`)."""
+    return _mechanism_setting(config, prefix, OAUTHBEARER, key)
+
+
+def _mechanism_setting(config: BrokerConfig, prefix: str, mechanism: str, key: str) -> str | None:
+    """A `mechanism`'s `key` of the listener `prefix` names, as Kafka's broker reads it:
+    `listener.name.<l>.<mechanism>.<key>`, else `listener.name.<l>.<key>`, else `<key>` (a
+    blank value reads as unset)."""
+    for name in (f"{prefix}{mechanism.lower()}.{key}", prefix + key):
         if config.is_set(name):
             value = config.get(name)
             break
@@ -394,13 +451,26 @@ class SaslLogin:
         if self.access_token is not None:
             await self.access_token.wait_token()
 
-    def client(self, now_ms: int) -> SaslClient:
-        """A fresh client side of one exchange (an OAUTHBEARER token made at `now_ms`, or the
-        access token held: `ready` first)."""
+    @property
+    def blocking(self) -> bool:
+        """Whether the client's calls may block (GSSAPI's reach the KDC): run them in a worker
+        thread."""
+        return self.mechanism == GSSAPI
+
+    def client(self, now_ms: int, host: str) -> SaslClient:
+        """A fresh client side of one exchange with the peer on `host` (an OAUTHBEARER token
+        made at `now_ms`, or the access token held: `ready` first)."""
         from wirebroker.sasl.oauthbearer import OAuthBearerClient, unsecured_token
         from wirebroker.sasl.plain import PlainClient
         from wirebroker.sasl.scram import ScramClient
 
+        if self.mechanism == GSSAPI:
+            from wirebroker.sasl.kerberos import GssapiClient
+
+            options = self.options
+            return GssapiClient(
+                options["principal"], options["keyTab"], options["serviceName"], host
+            )
         if self.mechanism == PLAIN:
             return PlainClient(self.options["username"], self.options["password"])
         if self.mechanism == OAUTHBEARER:
@@ -436,17 +506,26 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
     mechanism = (config.get("sasl.mechanism.inter.broker.protocol") or "").strip().upper()
     if mechanism not in IMPLEMENTED:
         raise ConfigError(
-            f"sasl.mechanism.inter.broker.protocol={mechanism} is not implemented (GSSAPI, "
-            f"Kerberos, is Kafka's default): brokers log in to each other on {listener} with "
-            f"one of {', '.join(IMPLEMENTED)}; set it, e.g. "
-            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"
+            f"sasl.mechanism.inter.broker.protocol={mechanism} is not implemented: brokers log "
+            f"in to each other on {listener} with one of {', '.join(IMPLEMENTED)}"
         )
-    offered = listener_sasl(config, listener).mechanisms
+    settings = listener_sasl(config, listener)
+    offered = settings.mechanisms
     if mechanism not in offered:
         raise ConfigError(
             f"sasl.mechanism.inter.broker.protocol={mechanism} must be enabled on the "
             f"inter-broker listener {listener} (sasl.enabled.mechanisms: {', '.join(offered)})"
         )
+    kerberos = settings.kerberos
+    if mechanism == GSSAPI and kerberos is not None:
+        # The listener's own principal and keytab, as Kafka's brokers log in with its
+        # KafkaServer entry, to the service of the same name on the peer's host.
+        options = {
+            "principal": kerberos.principal,
+            "keyTab": kerberos.keytab,
+            "serviceName": kerberos.service_name,
+        }
+        return SaslLogin(listener, mechanism, options)
     prefix = f"listener.name.{listener.lower()}."
     key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
     module = LOGIN_MODULES[mechanism]

@@ -38,6 +38,7 @@ from protocol.messages.controlled_shutdown import (
     ControlledShutdownRequest,
     ControlledShutdownResponse,
 )
+from wirebroker import host_names
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
@@ -319,9 +320,9 @@ class ClusterMember:
                 self.broker.apply_topic_config(topic, overrides)
         entities = await entity_configs.read_quota_entities(self.zk)
         for entity in self.broker.quotas.entities() - set(entities):
-            self._entity_configured(entity, {})
+            await self._entity_configured(entity, {})
         for entity, config in entities.items():
-            self._entity_configured(entity, config)
+            await self._entity_configured(entity, config)
         for broker in (DEFAULT_ENTITY, str(self.broker.node_id)):
             await self._load_broker_config(broker)
 
@@ -342,10 +343,12 @@ class ClusterMember:
         self.broker.dynamic_config.apply(entity, await self.broker_config(entity))
 
     # user, client and ip configs (SCRAM credentials, client and connection quotas) ---------
-    def _entity_configured(self, entity: QuotaEntity, config: dict[str, str]) -> None:
-        """A user's, client's or ip's config, as ZooKeeper has it now: its quotas, and a
-        user's SCRAM credentials."""
-        self.broker.quotas.update(entity, config)
+    async def _entity_configured(self, entity: QuotaEntity, config: dict[str, str]) -> None:
+        """A user's, client's or ip's config, as ZooKeeper has it now: its quotas (an ip's
+        host name resolved again, as Kafka's IpConfigHandler), and a user's SCRAM
+        credentials."""
+        address = await host_names.ip_entity_address(entity)
+        self.broker.quotas.update(entity, config, address)
         if entity.client_id is None and entity.user not in (None, DEFAULT):
             self.broker.scram_credentials.cache_user_config(desanitize(entity.user), config)
 
@@ -396,7 +399,7 @@ class ClusterMember:
             entity_path = znodes.ConfigChangeNotification.decode(got[0]).entity_path
             entity = QuotaEntity.from_path(entity_path)
             if entity is not None:
-                self._entity_configured(
+                await self._entity_configured(
                     entity, await entity_configs.read_user_or_client_config(self.zk, entity)
                 )
                 continue

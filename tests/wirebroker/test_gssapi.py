@@ -1,0 +1,332 @@
+"""SASL/GSSAPI (Kerberos) against a broker process, a real MIT KDC and real clients.
+
+The KDC (tests/wirebroker/kdc.py) serves a realm of its own; the broker's SASL_PLAINTEXT
+listener on `localhost` accepts GSSAPI with the keytab of `kafka/localhost` (the JAAS entry
+Kafka users write) and PLAIN for the test's own admin requests, with the ACL authorizer.
+Principals become users by `sasl.kerberos.principal.to.local.rules`: `alice@REALM` is `alice`,
+`etl/worker1@REALM` is `etl_worker1` (a rule of its own), `kafka/localhost@REALM` (the broker's
+own, logging in as to a peer) is `kafka`, and a two-component principal no rule maps is
+refused (after the exchange, as Kafka). The clients: Kafka's Java client (RoundTrip.java, Krb5LoginModule with a
+keytab), kcat (librdkafka with Cyrus SASL, kinit from the keytab), and wirebroker's own GSSAPI
+client over raw requests (`wirebroker.sasl.kerberos.GssapiClient`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from protocol.errors import ErrorCode
+from protocol.framing import frame
+from protocol.messages.metadata import MetadataRequest
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from protocol.messages.sasl_handshake import SaslHandshakeRequest
+from tests.broker_process import BrokerProcess
+from tests.wirebroker.helpers import RawClient, wait_until
+from tests.wirebroker.kdc import REALM, Kdc, kcat_gssapi, krb5_jaas, requires_kdc, serving_kdc
+from tests.wirebroker.secured import (
+    AUTHORIZER,
+    PLAIN_JAAS,
+    READ,
+    TOPIC,
+    WRITE,
+    acl,
+    create_topics,
+    grant,
+)
+from wirebroker.peer import PeerAuthenticationFailed, PeerConnection, PeerSecurity
+from wirebroker.sasl.kerberos import GssapiClient
+from wirebroker.sasl.settings import SaslLogin
+from wirebroker.zookeeper_server import jars_dir, java_executable
+
+pytestmark = [pytest.mark.integration, requires_kdc]
+
+SERVICE = "kafka/localhost"
+RULES = (
+    rf"RULE:[2:$1_$2@$0](etl_.*@{REALM})s/@.*//,"
+    rf"RULE:[2:$1@$0](kafka@{REALM})s/@.*//,"
+    rf"RULE:[1:$1@$0](.*@{REALM})s/@.*//"
+)
+
+
+@pytest.fixture(scope="module")
+def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
+    with serving_kdc(tmp_path_factory.mktemp("kdc")) as kdc:
+        yield kdc
+
+
+@pytest.fixture(scope="module")
+def service_keytab(kdc: Kdc) -> Path:
+    return kdc.keytab(SERVICE)
+
+
+@pytest.fixture(scope="module")
+def broker(
+    kdc: Kdc, service_keytab: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    keytab = service_keytab
+    broker = BrokerProcess(
+        tmp_path_factory.mktemp("data"),
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://localhost:0",
+            "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
+            "sasl.kerberos.service.name": "kafka",
+            "sasl.kerberos.principal.to.local.rules": RULES,
+            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": krb5_jaas(
+                keytab, f"{SERVICE}@{REALM}"
+            ),
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "authorizer.class.name": AUTHORIZER,
+            "super.users": "User:admin;User:alice;User:kafka",
+            "connections.max.reauth.ms": "3600000",
+            "connection.failed.authentication.delay.ms": "0",
+        },
+    )
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def sasl(broker: BrokerProcess) -> str:
+    return f"localhost:{broker.ports['SASL_PLAINTEXT']}"
+
+
+@pytest.fixture
+def topic(broker: BrokerProcess) -> str:
+    name = f"gssapi-{uuid.uuid4().hex[:8]}"
+    create_topics(sasl(broker), name)
+    return name
+
+
+def gssapi_client(kdc: Kdc, principal: str) -> GssapiClient:
+    return GssapiClient(f"{principal}@{REALM}", str(kdc.keytab(principal)), "kafka", "localhost")
+
+
+def test_raw_login_maps_the_principal_by_the_rules(kdc: Kdc, broker: BrokerProcess) -> None:
+    """RFC 4752 end to end: the context, the security layer, the session lifetime (KIP-368);
+    then the connection serves requests. The broker logs the short name."""
+    with RawClient(sasl(broker)) as client:
+        answer = client.login_sasl(gssapi_client(kdc, "etl/worker1"), "etl/worker1")
+        assert answer.session_lifetime_ms == 3_600_000
+        assert client.request(MetadataRequest(topics=[]), 1).brokers
+
+
+def test_a_principal_no_rule_maps_is_refused(kdc: Kdc, broker: BrokerProcess) -> None:
+    """As Kafka (its principal builder fails after the SASL server completed): the exchange
+    ends as a success, then the connection is closed before any request is served."""
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
+        assert client.wait_closed()
+    logged = f"Failed to set name for 'ops/host1@{REALM}' based on Kerberos authentication rules"
+    wait_until(lambda: any(logged in line for line in broker.log), what="the refusal logged")
+
+
+def test_a_token_that_is_not_kerberos_is_refused(broker: BrokerProcess) -> None:
+    with RawClient(sasl(broker)) as client:
+        handshake = client.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
+        assert handshake.error_code == ErrorCode.NONE
+        assert handshake.mechanisms == ["GSSAPI", "PLAIN"]
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=b"\x60\x01junk"), 2)
+        assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert client.wait_closed()
+
+
+def java_properties(bootstrap: str, principal: str, keytab: Path) -> str:
+    return (
+        f"bootstrap.servers={bootstrap}\n"
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=GSSAPI\n"
+        "sasl.kerberos.service.name=kafka\n"
+        f"sasl.jaas.config={krb5_jaas(keytab, f'{principal}@{REALM}')}\n"
+    )
+
+
+def run_java(
+    kdc: Kdc, classes: Path, tmp_path: Path, properties: str, topic: str, values: list[str]
+) -> None:
+    """RoundTrip (`classes`: the `round_trip_class` fixture's) with `properties`, this realm's
+    krb5.conf given to the JVM: `values` produced and consumed back."""
+    config = tmp_path / "client.properties"
+    config.write_text(properties)
+    argv = [
+        java_executable(),
+        "-Xmx256m",
+        f"-Djava.security.krb5.conf={kdc.krb5_conf}",
+        "-cp",
+        f"{classes}:{jars_dir()}/*",
+        "RoundTrip",
+        str(config),
+        topic,
+        *values,
+    ]
+    done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout.decode().splitlines() == values
+
+
+def test_java_client_round_trip(
+    kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path, round_trip_class: Path
+) -> None:
+    keytab = kdc.keytab("alice")
+    values = [f"java-{i}" for i in range(3)]
+    properties = java_properties(sasl(broker), "alice", keytab)
+    run_java(kdc, round_trip_class, tmp_path, properties, topic, values)
+
+
+def test_rule_mapped_user_is_allowed_by_an_acl(
+    kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path
+) -> None:
+    """`etl/worker1@REALM` is `User:etl_worker1` for the authorizer: refused before the ACL
+    naming that user, allowed after."""
+    keytab = kdc.keytab("etl/worker1")
+    args = kcat_args(broker, "etl/worker1", keytab) + ["-t", topic, "-p", "0"]
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{tmp_path / 'ccache'}"}
+    refused = subprocess.run(
+        [*args, "-P"], input=b"x\n", capture_output=True, timeout=60, env=env, check=False
+    )
+    assert refused.returncode != 0
+    assert b"authoriz" in refused.stderr.lower(), refused.stderr
+    grant(
+        sasl(broker),
+        acl(TOPIC, topic, "User:etl_worker1", WRITE),
+        acl(TOPIC, topic, "User:etl_worker1", READ),
+    )
+    values = [b"etl-0", b"etl-1"]
+    assert kcat_round_trip(args, values, env) == values
+
+
+def kcat_args(broker: BrokerProcess, principal: str, keytab: Path) -> list[str]:
+    return kcat_gssapi(sasl(broker), f"{principal}@{REALM}", keytab)
+
+
+def kcat_round_trip(args: list[str], values: list[bytes], env: dict[str, str]) -> list[bytes]:
+    produced = subprocess.run(
+        [*args, "-P"], input=b"\n".join(values) + b"\n", capture_output=True, timeout=60, env=env
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run(
+        [*args, "-C", "-o", "beginning", "-c", str(len(values)), "-e"],
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    return consumed.stdout.splitlines()
+
+
+def test_kcat_round_trip(kdc: Kdc, broker: BrokerProcess, topic: str, tmp_path: Path) -> None:
+    args = kcat_args(broker, "alice", kdc.keytab("alice")) + ["-t", topic, "-p", "0"]
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{tmp_path / 'ccache'}"}
+    values = [b"kcat-0", b"kcat-1", b"kcat-2"]
+    assert kcat_round_trip(args, values, env) == values
+
+
+@pytest.mark.parametrize(
+    ("case", "refusal"),
+    [
+        ("stale keys", "(?i)(pre-authentication|checksum)"),
+        ("unknown principal", "(?i)not found in Kerberos database"),
+    ],
+)
+def test_a_client_without_good_keys_cannot_log_in(
+    kdc: Kdc,
+    broker: BrokerProcess,
+    topic: str,
+    tmp_path: Path,
+    round_trip_class: Path,
+    case: str,
+    refusal: str,
+) -> None:
+    """Keys replaced since the keytab was written, or a principal the KDC no longer knows:
+    the Java client gets no ticket, so it never reaches the broker's exchange."""
+    principal = f"carol{uuid.uuid4().hex[:6]}"
+    keytab = kdc.keytab(principal)
+    if case == "stale keys":
+        kdc.keytab(principal)  # new keys: the first keytab's are stale
+    else:
+        kdc.delete_principal(principal)
+    properties = java_properties(sasl(broker), principal, keytab)
+    with pytest.raises(AssertionError, match=refusal):
+        run_java(kdc, round_trip_class, tmp_path, properties, topic, ["x"])
+
+
+def test_the_brokers_own_login_as_between_brokers(
+    kdc: Kdc, broker: BrokerProcess, service_keytab: Path
+) -> None:
+    """`sasl.mechanism.inter.broker.protocol=GSSAPI`: wirebroker's peer connection logs in with
+    the listener's principal and keytab to `kafka@<the host it connected to>`; with keys that
+    are no longer the principal's, it is refused by the KDC and says so."""
+    options = {"principal": f"{SERVICE}@{REALM}", "keyTab": str(service_keytab)}
+    login = SaslLogin("SASL_PLAINTEXT", "GSSAPI", {**options, "serviceName": "kafka"})
+    port = broker.ports["SASL_PLAINTEXT"]
+
+    async def main() -> None:
+        security = PeerSecurity(sasl=login)
+        async with await PeerConnection.open(
+            "localhost", port, client_id="peer-test", security=security
+        ) as connection:
+            assert (await connection.request(MetadataRequest(topics=[]), 1)).brokers
+        stale = kdc.keytab("etl/batch")
+        kdc.keytab("etl/batch")  # new keys: the first keytab's are stale
+        wrong = SaslLogin(
+            "SASL_PLAINTEXT",
+            "GSSAPI",
+            {"principal": f"etl/batch@{REALM}", "keyTab": str(stale), "serviceName": "kafka"},
+        )
+        with pytest.raises(PeerAuthenticationFailed, match="GSS-API"):
+            await PeerConnection.open(
+                "localhost", port, client_id="peer-test", security=PeerSecurity(sasl=wrong)
+            )
+
+    trio.run(main)
+
+
+def test_reauthentication_keeps_the_principal(kdc: Kdc, broker: BrokerProcess) -> None:
+    """KIP-368 on a GSSAPI session: a new exchange on the authenticated connection, as the same
+    principal, goes on serving; as another principal it fails with Kafka's message."""
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")
+        assert client.request(MetadataRequest(topics=[]), 1).brokers
+        with pytest.raises(ConnectionError, match="Cannot change principals during re-auth"):
+            client.login_sasl(gssapi_client(kdc, "etl/worker1"), "etl/worker1")
+        assert client.wait_closed()
+
+
+def test_a_first_token_without_a_handshake_is_gssapi(kdc: Kdc, broker: BrokerProcess) -> None:
+    """Kafka 0.9's clients send the first GSSAPI token at once, then bare tokens."""
+    gssapi = gssapi_client(kdc, "alice")
+    with RawClient(sasl(broker)) as client:
+        token: bytes | None = gssapi.initial()
+        while token is not None:
+            client.send_raw(frame(token))
+            token = gssapi.evaluate(client.receive_frame())
+        assert client.request(MetadataRequest(topics=[]), 1).brokers
+
+
+@pytest.mark.parametrize("where", ["layers", "chosen"])
+def test_garbage_after_the_context_is_refused(kdc: Kdc, broker: BrokerProcess, where: str) -> None:
+    """Once the context is accepted: a non-empty token where the empty one belongs, or a
+    chosen layer that is not wrapped, fails the login; the broker serves the next one."""
+    gssapi = gssapi_client(kdc, "alice")
+    with RawClient(sasl(broker)) as client:
+        assert client.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1).error_code == 0
+        token = gssapi.initial()
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+        token = gssapi.evaluate(answer.auth_bytes)  # the context complete: b""
+        if where == "chosen":
+            answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+            assert answer.error_code == ErrorCode.NONE
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=b"\x01\x00\x00\x00junk"), 2)
+        assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert client.wait_closed()
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")

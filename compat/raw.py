@@ -46,6 +46,11 @@ BROKER_CONFIGS = frozenset(
         "password.encoder.secret",
         "socket.request.max.bytes",
         "zookeeper.session.timeout.ms",
+        "delegation.token.secret.key",
+        "delegation.token.master.key",
+        "delegation.token.max.lifetime.ms",
+        "delegation.token.expiry.time.ms",
+        "delegation.token.expiry.check.interval.ms",
     }
 )
 

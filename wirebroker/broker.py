@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from wirebroker.authorizer.acl_authorizer import AclAuthorizer
     from wirebroker.group.coordinator import GroupCoordinator
     from wirebroker.replication.manager import ReplicaManager
+    from wirebroker.sasl.delegation_tokens import DelegationTokens
     from wirebroker.sasl.jwks import KeySet
     from wirebroker.txn.coordinator import TransactionCoordinator
     from wirebroker.zk.member import ClusterMember
@@ -114,6 +115,9 @@ class Broker:
     key_sets: list[KeySet] = field(init=False)
     #: SCRAM credentials: a file in the embedded broker, a cache of ZooKeeper's in a cluster.
     scram_credentials: ScramCredentialStore = field(init=False)
+    #: Delegation tokens (None: disabled, no `delegation.token.secret.key`): a file in the
+    #: embedded broker, a cache of ZooKeeper's in a cluster.
+    delegation_tokens: DelegationTokens | None = field(init=False)
     #: Client quotas: what measures and throttles clients (`wirebroker.quotas.client`).
     quotas: ClientQuotas = field(init=False)
     #: The embedded broker's quota configs (None in a cluster: they live in ZooKeeper).
@@ -173,6 +177,7 @@ class Broker:
             if self.config.get("zookeeper.connect")
             else self.config.log_dirs()[0] / SCRAM_CREDENTIALS_FILE
         )
+        self.delegation_tokens = _delegation_tokens(self.config)
         self.quotas = ClientQuotas(self.config)
         self.quota_store = None
         if not self.config.get("zookeeper.connect"):
@@ -869,3 +874,16 @@ def _sasl_listeners(config: BrokerConfig) -> dict[str, ListenerSasl]:
         for listener in config.listeners()
         if config.security_protocol(listener.name).startswith("SASL_")
     }
+
+
+def _delegation_tokens(config: BrokerConfig) -> DelegationTokens | None:
+    """The broker's delegation tokens, if enabled; their module is imported only then
+    (start-up time)."""
+    from wirebroker.sasl.delegation_tokens import FILE_NAME, DelegationTokens, secret_key
+
+    key = secret_key(config)
+    if key is None:
+        return None
+    if config.get("zookeeper.connect"):
+        return DelegationTokens(key, None)  # loaded from ZooKeeper by the cluster member
+    return DelegationTokens.open(key, config.log_dirs()[0] / FILE_NAME)

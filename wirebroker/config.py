@@ -918,6 +918,41 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "SASL session lifetime (KIP-368): a connection not re-authenticated by then is "
             "closed; 0: sessions do not expire.",
         ),
+        # delegation tokens (KIP-48: wirebroker.sasl.delegation_tokens)
+        _k(
+            "delegation.token.secret.key",
+            "password",
+            None,
+            "The key token HMACs are made with, the same on every broker; unset or empty: "
+            "delegation tokens are disabled.",
+        ),
+        _k(
+            "delegation.token.master.key",
+            "password",
+            None,
+            "DEPRECATED alias of delegation.token.secret.key.",
+        ),
+        _k(
+            "delegation.token.max.lifetime.ms",
+            "long",
+            "604800000",
+            "A token's lifetime, beyond which it cannot be renewed (7 days).",
+            at_least=1,
+        ),
+        _k(
+            "delegation.token.expiry.time.ms",
+            "long",
+            "86400000",
+            "How long a token is valid before it must be renewed (1 day).",
+            at_least=1,
+        ),
+        _k(
+            "delegation.token.expiry.check.interval.ms",
+            "long",
+            "3600000",
+            "How often tokens past their expiry are removed.",
+            at_least=1,
+        ),
         # authorization (wirebroker.authorizer)
         _k(
             "authorizer.class.name",

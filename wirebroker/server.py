@@ -148,6 +148,12 @@ async def serve_broker(
                 broker.cluster = ClusterMember(broker, zk)
                 await nursery.start(broker.cluster.run)
             nursery.start_soon(_housekeeping, broker)
+            if broker.delegation_tokens is not None:
+                nursery.start_soon(
+                    broker.delegation_tokens.run,
+                    config.get_int("delegation.token.expiry.check.interval.ms"),
+                    broker.now_ms,
+                )
             nursery.start_soon(_prepare_rolls, broker)
             metrics_url = None
             if config.metrics_listener() is not None:

@@ -10,6 +10,7 @@ Everything is a child of the caller's nursery.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from protocol.api import decode_request, encode_response
 from protocol.errors import ErrorCode
 from protocol.framing import FrameBuffer, frame
 from protocol.messages import APIS
+from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.headers import ResponseHeader
 from protocol.schema import Message
@@ -78,6 +80,18 @@ async def create_topic(
     )
     made = await call(running, CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7)
     assert made.topics[0].error_code == ErrorCode.NONE, made.topics[0]
+
+
+def sha512_upsertion(user: str, password: bytes) -> Any:
+    """AlterUserScramCredentials' upsertion of `user`'s SCRAM-SHA-512 password (4096 iterations)."""
+    salt = b"0123456789abcdef"
+    return AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+        name=user,
+        mechanism=2,
+        iterations=4096,
+        salt=salt,
+        salted_password=hashlib.pbkdf2_hmac("sha512", password, salt, 4096),
+    )
 
 
 async def call(running: RunningBroker, body: Message, version: int) -> Any:

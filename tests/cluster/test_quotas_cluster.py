@@ -4,7 +4,6 @@ credentials; an ip's connection rate at `/config/ips/<ip>`), followed by every b
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.record_batch import SimpleRecord
-from tests.cluster.harness import call, eventually, start_broker
+from tests.cluster.harness import call, eventually, sha512_upsertion, start_broker
 from tests.wirebroker.helpers import RawClient, produce_request
 from wirebroker.peer import request_once
 from wirebroker.quotas.entities import QuotaEntity
@@ -46,14 +45,7 @@ async def znode(running: RunningBroker, path: str) -> Any:
 
 
 def test_quotas_go_to_zookeeper_and_every_broker(zk_connect: str, tmp_path: Path) -> None:
-    salt = b"0123456789abcdef"
-    upsert = AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
-        name="alice",
-        mechanism=2,
-        iterations=4096,
-        salt=salt,
-        salted_password=hashlib.pbkdf2_hmac("sha512", b"pw", salt, 4096),
-    )
+    upsert = sha512_upsertion("alice", b"pw")
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:

@@ -266,10 +266,13 @@ class RawClient:
             raise ConnectionError(f"SASL/PLAIN login of {user} failed: {answer.error_message}")
         return answer
 
-    def login_scram(self, mechanism: str, user: str, password: str) -> None:
+    def login_scram(
+        self, mechanism: str, user: str, password: str, *, tokenauth: bool = False
+    ) -> None:
         """SaslHandshake v1 and SaslAuthenticate v2 rounds of SCRAM, the broker's signature
-        checked (it knows the password): ConnectionError if the broker refuses."""
-        self.login_sasl(ScramClient(mechanism, user, password), user)
+        checked (it knows the password): ConnectionError if the broker refuses. `tokenauth`:
+        with a delegation token (its id and HMAC in base64)."""
+        self.login_sasl(ScramClient(mechanism, user, password, tokenauth=tokenauth), user)
 
     def login_sasl(self, sasl: SaslClient, user: str) -> Any:
         """SaslHandshake v1 and SaslAuthenticate v2 rounds of `sasl`'s mechanism, logging in

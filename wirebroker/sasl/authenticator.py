@@ -203,7 +203,9 @@ class SaslAuthenticator:
 
         assert mechanism in SCRAM
         store = self.broker.scram_credentials
-        return ScramServer(mechanism, lambda user: store.get(user, mechanism))
+        return ScramServer(
+            mechanism, lambda user: store.get(user, mechanism), self.broker.delegation_tokens
+        )
 
     async def _raw_token(self, token: bytes) -> Step:
         try:
@@ -269,7 +271,8 @@ class SaslAuthenticator:
         else:
             answer = server.evaluate(token)
         if server.complete:
-            principal = f"User:{server.username}"
+            # a SCRAM session of a delegation token is its owner's
+            principal = getattr(server, "principal", None) or f"User:{server.username}"
             if self.reauthenticating and principal != self.reauthenticating[0]:
                 raise SaslAuthenticationFailed(
                     "Cannot change principals during re-authentication from "

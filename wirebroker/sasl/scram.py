@@ -6,8 +6,10 @@ iterations), written as Kafka's ScramCredentialUtils writes it
 (`salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>`). :class:`ScramServer` follows
 Kafka's ScramSaslServer: client-first (`n,[a=authzid],n=user,r=nonce[,ext]`), server-first
 (`r=nonce+ours,s=salt,i=iterations`), client-final (`c=...,r=nonce,p=proof`), server-final
-(`v=signature`). Only gs2 header `n` (no channel binding) is accepted; delegation tokens
-(`tokenauth=true`) do not exist here and fail as unknown users. An unknown user, a wrong proof
+(`v=signature`). Only gs2 header `n` (no channel binding) is accepted. With the extension
+`tokenauth=true` the user name is a delegation token's id, its credential the token's
+(`wirebroker.sasl.delegation_tokens`), and the session's `principal` the token's owner, until the
+token's expiry. An unknown user or token, a wrong proof
 or a malformed message are :class:`SaslFailure` (the client gets the standard message).
 :class:`ScramClient` is Kafka's ScramSaslClient: it refuses a server asking for fewer iterations
 than the mechanism's minimum (or more than its maximum) and a server-final message whose
@@ -25,6 +27,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from wirebroker.sasl.delegation_tokens import DelegationTokens, TokenPrincipal
 from wirebroker.sasl.mechanism import SaslAuthenticationFailed, SaslFailure
 from wirebroker.sasl.settings import SCRAM_SHA_256, SCRAM_SHA_512
 
@@ -125,14 +128,22 @@ def saslname(username: str) -> str:
 class ScramServer:
     """One SCRAM exchange; `lookup(user)` gives the user's credential for this mechanism."""
 
-    expires_ms: int | None = None  # a password does not end
+    expires_ms: int | None = None  # a password does not end, a token does
     blocking = False
 
-    def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        lookup: Callable[[str], ScramCredential | None],
+        tokens: DelegationTokens | None = None,
+    ) -> None:
         self.mechanism = mechanism
         self._hash = HASHES[mechanism]
         self._lookup = lookup
+        self._tokens = tokens
         self.username: str | None = None
+        #: The token's owner, once a client authenticated with a token (else `User:username`).
+        self.principal: TokenPrincipal | None = None
         self._credential: ScramCredential | None = None
         self._auth_prefix = b""  # client-first-bare "," server-first
         self._nonce = ""
@@ -155,9 +166,11 @@ class ScramServer:
             raise SaslFailure("invalid SCRAM client-first message")
         username = username_from_saslname(m["saslname"])
         self.username = username
-        if "tokenauth=true" in m["extensions"].split(","):
-            raise SaslFailure("delegation tokens are not supported")
-        credential = self._lookup(username)
+        extensions = dict(e.split("=", 1) for e in m["extensions"].split(",") if e)
+        if extensions.get("tokenauth", "").lower() == "true":
+            credential = self._token_credential(username)
+        else:
+            credential = self._lookup(username)
         if credential is None:
             raise SaslFailure("Authentication failed: Invalid user credentials")
         if m["authzid"] and m["authzid"] != username:
@@ -173,6 +186,16 @@ class ScramServer:
         bare = text.split(",", 2)[2]  # after the gs2 header "n,[a=authzid],"
         self._auth_prefix = f"{bare},{server_first}".encode()
         return server_first.encode()
+
+    def _token_credential(self, token_id: str) -> ScramCredential | None:
+        """Kafka's DelegationTokenCredentialCallback: the token's credential and owner."""
+        tokens = self._tokens
+        token = tokens.get(token_id) if tokens is not None else None
+        if tokens is None or token is None:
+            raise SaslFailure(f"Token Authentication failed: Invalid tokenId : {token_id}")
+        self.principal = TokenPrincipal(token.owner)
+        self.expires_ms = token.expiry_timestamp
+        return tokens.credential(token_id, self.mechanism)
 
     def _client_final(self, text: str) -> bytes:
         credential = self._credential
@@ -200,14 +223,19 @@ class ScramServer:
 
 
 class ScramClient:
-    """One SCRAM exchange from the client's side (username and password known)."""
+    """One SCRAM exchange from the client's side (username and password known); `tokenauth`:
+    a delegation token's (its id as username, its HMAC in base64 as password)."""
 
-    def __init__(self, mechanism: str, username: str, password: str) -> None:
+    def __init__(
+        self, mechanism: str, username: str, password: str, *, tokenauth: bool = False
+    ) -> None:
         self.mechanism = mechanism
         self._hash = HASHES[mechanism]
         self._password = password.encode()
         self._nonce = secrets.token_urlsafe(24)
         self._client_first_bare = f"n={saslname(username)},r={self._nonce}"
+        if tokenauth:
+            self._client_first_bare += ",tokenauth=true"
         self._server_signature: bytes | None = None
         self.complete = False
 

@@ -52,6 +52,7 @@ from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import entity_configs, znodes
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
+from wirebroker.zk.delegation_tokens import TOKEN_CHANGES, ZkDelegationTokens
 from wirebroker.zk.entity_configs import read_entity_config
 from wirebroker.zk.sanitizer import desanitize, sanitize
 from wirebroker.zk.znodes import (
@@ -146,6 +147,7 @@ class ClusterMember:
             # Configs first: once registered, peers connect, and a SASL/SCRAM login needs the
             # users' credentials (Kafka serves no request before its config manager started).
             await self._load_topic_configs()
+            await self._follow_delegation_tokens()
             await self._register()
             await self._refresh_brokers()
             async with trio.open_nursery() as nursery:
@@ -172,6 +174,7 @@ class ClusterMember:
                 self._stale = False
                 log.info("broker %d: new ZooKeeper session; registering again", self.broker.node_id)
                 await self._load_topic_configs()
+                await self._follow_delegation_tokens()  # its watch went with the session
                 await self._register()
                 await self._refresh_brokers()
                 if self.broker.authorizer is not None:
@@ -182,6 +185,11 @@ class ClusterMember:
             if self.broker.authorizer is not None:
                 await self.broker.authorizer.process_changes(ev.path)
             return
+        if ev.path == TOKEN_CHANGES:
+            tokens = self.broker.delegation_tokens
+            if tokens is not None and tokens.zk is not None:
+                await tokens.zk.process_changes()
+            return
         if ev.path == znodes.CONFIG_CHANGES:
             await self._process_config_changes()
             return
@@ -191,6 +199,14 @@ class ClusterMember:
         if ev.path == znodes.BROKER_IDS:
             await self._refresh_brokers()
         self.controller.submit_zk_event(ev)
+
+    async def _follow_delegation_tokens(self) -> None:
+        """Load the delegation tokens and follow their changes (Kafka's
+        DelegationTokenManagerZk.startup), when they are enabled."""
+        tokens = self.broker.delegation_tokens
+        if tokens is not None:
+            tokens.zk = tokens.zk or ZkDelegationTokens(self.zk, tokens)
+            await tokens.zk.start()
 
     async def _propagate_log_dir_failures(self) -> None:
         """Tell the controller of each log directory that went offline (Kafka's

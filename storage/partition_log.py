@@ -50,7 +50,7 @@ from storage.errors import (
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from storage.file_handles import FileHandles
+from storage.file_handles import FileHandles, create_file
 from storage.layout import (
     DELETED_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
@@ -1006,9 +1006,9 @@ class PartitionLog:
         offsets and caches cut); :meth:`Truncation.prepare` cuts the last kept segment's files,
         deletes the producer snapshots above `offset` and rebuilds the producer state from the
         snapshot and batches below it, off this thread; :meth:`Truncation.commit` installs
-        that state. Until then the log is :attr:`writing`. None when nothing is left to do
-        off this thread: nothing to truncate, or a truncation below the first segment (done
-        here by :meth:`truncate_fully_and_start_at`, whose new segment is made as a roll's)."""
+        that state. Until then the log is :attr:`writing`. A truncation below the first
+        segment or the log start offset starts the log over at `offset`
+        (:meth:`begin_full_truncation`). None when there is nothing to truncate."""
         self._check_open()
         if self._writer is not None:
             raise RuntimeError(f"{self.dir.name} is being written by a worker thread already")
@@ -1017,8 +1017,7 @@ class PartitionLog:
         if offset >= self._leo:
             return None
         if offset < self._segments[0].base_offset or offset < self._log_start:
-            self.truncate_fully_and_start_at(offset)
-            return None
+            return self.begin_full_truncation(offset)
         keep = bisect_right(self._bases, offset)
         for seg in self._segments[keep:]:
             self._delete_segment(seg)
@@ -1040,6 +1039,15 @@ class PartitionLog:
 
     def _complete_truncation(self, truncation: Truncation) -> None:
         self._writer = None
+        for renames in truncation.renames:
+            for path, error in renames.failed:
+                log.error("%s: cannot rename %s to delete it: %s", self.dir.name, path, error)
+        due = self._delete_due(self._now_ms())
+        for seg in truncation.deleted:  # their renames are made: unlinked in due time
+            if self.closed:
+                seg.release_files()
+            else:
+                self._pending_deletes.append((due, seg))
         if self.closed:  # abandoned meanwhile (its log directory failed)
             return
         if truncation.producers is None:
@@ -1053,14 +1061,34 @@ class PartitionLog:
         producers.on_high_watermark(self._high_watermark)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop everything and start an empty log at `offset` (log start = end = offset)."""
+        """Drop everything and start an empty log at `offset` (log start = end = offset). Its
+        file work is done on this thread (see :meth:`begin_full_truncation`)."""
+        run_chore(self.begin_full_truncation(offset))
+
+    def begin_full_truncation(self, offset: int) -> Truncation:
+        """:meth:`truncate_fully_and_start_at` with its file work as a chore (a
+        :class:`Truncation`, as :meth:`begin_truncation`'s): the log reads as an empty log at
+        `offset` at once (every segment forgotten, offsets, epochs and caches reset, the new
+        segment in memory); :meth:`Truncation.prepare` renames the old segments' files to
+        ``.deleted`` -- after what the removal chore has not renamed yet of segments deleted
+        from the start: the new segment may take the name of one -- makes the new segment's
+        files, and loads the producer state (the snapshot at `offset`, if any; the others
+        deleted); :meth:`Truncation.commit` installs it. Until then the log is
+        :attr:`writing`."""
         self._check_open()
         if self._writer is not None:  # the caller's bug: one writer per log
             raise RuntimeError(f"{self.dir.name} is being written by a worker thread")
-        self._finish_renames()  # the new segment may take the name of one deleted before
-        for seg in self._segments:
-            self._delete_segment(seg)
-        new = LogSegment.create(self.dir, offset, self.config, self.handles, self._now_ms())
+        self.take_renames()
+        old = self._segments
+        renames = [
+            *self._renaming,
+            SegmentRenames([seg.renamed_elsewhere(DELETED_SUFFIX) for seg in old]),
+        ]
+        self._renaming = []
+        for seg in old:
+            seg.active = False
+            seg.log.detach()
+        new, files = LogSegment.unmade(self.dir, offset, self.config, self.handles, self._now_ms())
         self._segments = [new]
         self._bases = [offset]
         self._dir_dirty = True
@@ -1068,8 +1096,11 @@ class PartitionLog:
         self._log_start = offset
         self.leader_epoch_cache.clear()
         self._truncated_in_memory()
-        self.producer_state.delete_snapshots_after(offset)
-        self._load_producer_state(False)
+        truncation = self._writer = Truncation(
+            self, offset, [], [(new.log.path, offset, 0)], renames=renames, files=files
+        )
+        truncation.deleted = old
+        return truncation
 
     def _truncated_in_memory(self) -> None:
         leo = self._leo
@@ -1401,17 +1432,31 @@ class PartitionLog:
 
 class Truncation:
     """The file work of a follower's truncation (a :class:`~storage.chore.Chore`, made by
-    :meth:`PartitionLog.begin_truncation`, which already cut the log in memory).
+    :meth:`PartitionLog.begin_truncation` or :meth:`~PartitionLog.begin_full_truncation`,
+    which already cut the log in memory).
 
     :meth:`prepare` touches files by path only, never the log, its segments or the file
-    handle pool: it cuts the last kept segment's ``.log`` (freeing the blocks above `offset`,
-    which may take as long as an unlink) and ``.txnindex``, then builds a new producer state
+    handle pool: for a full truncation it renames the old segments' files to ``.deleted``
+    (`renames`) and makes the new segment's (`files`); otherwise it cuts the last kept
+    segment's ``.log`` (freeing the blocks above `offset`,
+    which may take as long as an unlink) and ``.txnindex``; then it builds a new producer state
     from the latest snapshot at or below `offset` and the batches after it -- deleting the
     snapshots above `offset` and unreadable ones, as a load does. :meth:`commit` installs the
     state, or, if a file operation failed, raises :class:`KafkaStorageError` (the caller takes
     the log directory offline for an I/O error, as Kafka's truncation failure does)."""
 
-    __slots__ = ("log", "offset", "cuts", "segments", "log_start", "producers", "error")
+    __slots__ = (
+        "log",
+        "offset",
+        "cuts",
+        "segments",
+        "renames",
+        "files",
+        "deleted",
+        "log_start",
+        "producers",
+        "error",
+    )
 
     def __init__(
         self,
@@ -1419,18 +1464,30 @@ class Truncation:
         offset: int,
         cuts: list[tuple[Path, int]],
         segments: list[tuple[Path, int, int]],
+        *,
+        renames: list[SegmentRenames] | None = None,
+        files: list[tuple[Path, int]] | None = None,
     ) -> None:
         self.log = log
         self.offset = offset
         self.cuts = cuts
         #: (path, base offset, size) of every segment kept, the last one cut.
         self.segments = segments
+        #: A full truncation's: the old segments' renames, the new segment's files to make.
+        self.renames = renames or []
+        self.files = files or []
+        #: The segments it deleted, in the log's pending deletes once renamed.
+        self.deleted: list[LogSegment] = []
         self.log_start = log.log_start_offset
         self.producers: ProducerStateManager | None = None
         self.error: OSError | None = None
 
     def prepare(self) -> None:
+        for renames in self.renames:  # before the new files: one may take a name of theirs
+            renames.run()
         try:
+            for path, size in self.files:
+                create_file(path, size)
             for path, size in self.cuts:
                 with contextlib.suppress(FileNotFoundError):  # a transaction index never written
                     os.truncate(path, size)

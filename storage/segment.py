@@ -294,18 +294,38 @@ class LogSegment:
         active: bool = True,
     ) -> LogSegment:
         """A new, empty segment (any stale files of the same name are replaced)."""
-        seg = cls(directory, base_offset, config, handles, suffix=suffix, created_ms=now_ms)
-        path = seg.log.path
-        sizes = segment_file_sizes(config, active=active)
+        seg, files = cls.unmade(
+            directory, base_offset, config, handles, now_ms, suffix=suffix, active=active
+        )
         try:
-            for file, size in zip(seg._made_files(), sizes, strict=True):
+            for file, size in files:
                 create_file(file, size)
         except OSError as e:
             with contextlib.suppress(OSError):
                 seg.delete_files()
-            raise KafkaStorageError(f"cannot create segment {path}: {e}") from e
-        seg._start_empty(sizes, active=active)
+            raise KafkaStorageError(f"cannot create segment {seg.log.path}: {e}") from e
         return seg
+
+    @classmethod
+    def unmade(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        handles: FileHandles,
+        now_ms: int,
+        *,
+        suffix: str = "",
+        active: bool = True,
+    ) -> tuple[LogSegment, list[tuple[Path, int]]]:
+        """A new, empty segment whose files are not made yet, and those files with their
+        sizes, for the caller to make (:func:`~storage.file_handles.create_file`: a stale file
+        of the same name is replaced) before anything reads or appends to it -- off the log's
+        thread for a full truncation (:meth:`PartitionLog.begin_full_truncation`)."""
+        seg = cls(directory, base_offset, config, handles, suffix=suffix, created_ms=now_ms)
+        sizes = segment_file_sizes(config, active=active)
+        seg._start_empty(sizes, active=active)
+        return seg, list(zip(seg._made_files(), sizes, strict=True))
 
     @classmethod
     def adopt(

@@ -521,7 +521,8 @@ class LogSegment:
             return 0
 
     def _load_tail(self) -> None:
-        """Scan from the last offset index entry to the end (at most about one interval)."""
+        """Scan from the last offset index entry to the end (at most about one interval); a
+        segment whose tail is not whole batches from that entry is recovered."""
         try:
             _, pos = self.offset_index.last_entry()
         except CorruptIndexError:
@@ -530,7 +531,13 @@ class LogSegment:
         max_ts = self.max_timestamp_so_far
         next_offset = self.base_offset
         end = pos
-        if self.size:
+        if pos and pos >= self.size:
+            # An entry is a batch's position: one at (or past) the file's end is for bytes
+            # that were never written (the index and the log disagree: an index entry of an
+            # append not made, then a crash or a close). Recover, which rebuilds the index
+            # from the log, rather than take the tail for empty (Kafka's readNextOffset does).
+            end = -1
+        elif self.size:
             with self.log.use() as fd:
                 try:
                     for h in iter_file_headers(fd, pos, self.size):
@@ -541,9 +548,9 @@ class LogSegment:
                 except CorruptRecordError:
                     end = -1
         if end != self.size:
-            # Bytes that are not whole batches where a clean shutdown leaves none: recover
-            # rather than append after garbage.
-            log.warning("%s: unexpected data at its end; recovering it", self.log.path)
+            # Bytes that are not whole batches where a clean shutdown leaves none, or an index
+            # past the data: recover rather than append after garbage.
+            log.warning("%s: its index or its end is inconsistent; recovering it", self.log.path)
             self.recover()
             return
         self._max_ts = max_ts

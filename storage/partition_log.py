@@ -961,20 +961,22 @@ class PartitionLog:
         """What :meth:`apply_retention` at `now_ms` would wait on the disk for, else None: by
         ``retention.ms`` it asks each segment from the log start for its largest timestamp up
         to the first one not expired, which after a start is its time index's last entry,
-        still in the file. A caller on the event loop reads them in a worker thread (`run`,
-        then `finish` on the loop) first."""
+        still in the file (or, for a segment without timestamps, its file's mtime). A caller
+        on the event loop reads them in a worker thread (`run`, then `finish` on the loop)
+        first."""
         config = self.config
         if self.closed or not config.delete or config.retention_ms < 0:
             return None
-        oldest_kept = now_ms - config.retention_ms
-        unknown: list[LogSegment] = []
-        for seg in self._from_log_start():
-            largest = seg.known_max_timestamp()
-            if largest is None:
-                unknown.append(seg)
-            elif largest >= oldest_kept:
-                break
-        return TimestampReads(oldest_kept, unknown, whole_index=False) if unknown else None
+        return TimestampReads.for_largest(self._from_log_start(), now_ms - config.retention_ms)
+
+    def compaction_reads(self, now_ms: int) -> TimestampReads | None:
+        """What :meth:`begin_compaction` at `now_ms` would wait on the disk for, else None:
+        the largest timestamps of the dirty segments ``min.compaction.lag.ms`` looks at (see
+        :func:`storage.cleaner.compaction_reads`; read in a worker thread as
+        :meth:`retention_reads`)."""
+        from storage.cleaner import compaction_reads
+
+        return None if self.closed else compaction_reads(self, now_ms)
 
     # ---- truncation and deletion -----------------------------------------------------------
 

@@ -181,20 +181,48 @@ class TimestampReads:
     then asks again for the reads that find the offset the index gives (a
     :class:`LookupReads`). Same protocol as :class:`LookupReads`: `pin` and `finish` on the
     loop (`finish` always: it keeps what was read, unless loaded meanwhile), `run` in the
-    worker. With `whole_index` False only last entries are read (a retention pass by
-    ``retention.ms`` wants no more: :meth:`PartitionLog.retention_reads`)."""
+    worker. With `whole_index` False only last entries are read; with `modified` a segment
+    without timestamps counts by its file's mtime, read too (Kafka's largest timestamp:
+    :meth:`LogSegment.largest_timestamp`). A retention pass by ``retention.ms`` and the
+    cleaner's ``min.compaction.lag.ms`` want no more (:meth:`for_largest`)."""
 
-    __slots__ = ("timestamp", "segments", "whole_index", "lasts", "entries")
+    __slots__ = ("timestamp", "segments", "whole_index", "modified", "lasts", "mtimes", "entries")
 
     def __init__(
-        self, timestamp: int, segments: list[LogSegment], *, whole_index: bool = True
+        self,
+        timestamp: int,
+        segments: list[LogSegment],
+        *,
+        whole_index: bool = True,
+        modified: bool = False,
     ) -> None:
         self.timestamp = timestamp
         self.whole_index = whole_index
-        #: Each segment with its last time index entry when known here (read only the others).
-        self.segments = [(seg, seg.time_index.known_last()) for seg in segments]
+        self.modified = modified
+        #: Each segment with its last time index entry when known here (read only the others),
+        #: and its file's path, size and activity now (an mtime read is kept for these).
+        self.segments = [
+            (seg, seg.time_index.known_last(), seg.log.path, seg.size, seg.active)
+            for seg in segments
+        ]
         self.lasts: list[tuple[LogSegment, tuple[int, int]]] = []
+        self.mtimes: list[tuple[LogSegment, int, bool, int]] = []
         self.entries: tuple[LogSegment, TimeEntries] | None = None
+
+    @classmethod
+    def for_largest(cls, segments: list[LogSegment], timestamp: int) -> TimestampReads | None:
+        """The reads that :meth:`LogSegment.largest_timestamp` of `segments`, in order up to
+        the first that reaches `timestamp`, would make on the caller's thread (their time
+        indexes' last entries not in memory, the mtimes of those without timestamps, which
+        are read again for each pass, as Kafka's); None if there are none."""
+        unknown: list[LogSegment] = []
+        for seg in segments:
+            largest = seg.known_max_timestamp()
+            if largest is None or largest < 0:
+                unknown.append(seg)
+            elif largest >= timestamp:
+                break
+        return cls(timestamp, unknown, whole_index=False, modified=True) if unknown else None
 
     def pin(self) -> None:
         pass  # the index files are opened by path
@@ -203,14 +231,18 @@ class TimestampReads:
         """In a worker thread. A read that fails is left to the lookup itself (which then
         reports it as before)."""
         try:
-            for seg, known in self.segments:
+            for seg, known, path, size, active in self.segments:
                 index = seg.time_index
                 last = known
                 if last is None:
                     last = index.read_last()
                     if last is not None:
                         self.lasts.append((seg, last))
-                if last is None or last[0] >= self.timestamp:
+                largest = None if last is None else last[0]
+                if self.modified and largest is not None and largest < 0:
+                    largest = _modified_ms(path)
+                    self.mtimes.append((seg, size, active, largest))
+                if largest is None or largest >= self.timestamp:
                     if not index.loaded and (last is None or self.whole_index):
                         self.entries = (seg, index.read_entries())
                     return
@@ -220,6 +252,8 @@ class TimestampReads:
     def finish(self) -> None:
         for seg, last in self.lasts:
             seg.time_index.remember_last(last)
+        for seg, size, active, mtime in self.mtimes:
+            seg.remember_modified(size, active, mtime)
         if self.entries is not None:
             seg, entries = self.entries
             seg.time_index.install(entries)
@@ -274,6 +308,9 @@ class LogSegment:
         self._max_ts: int | None = None
         self._offset_of_max_ts = base_offset
         self._rolling_ts: int | None = None  # max timestamp of the first batch, once known
+        #: The file's mtime last read in a worker thread (`TimestampReads`), with the size and
+        #: activity it was read at: it holds while they do.
+        self._modified: tuple[int, bool, int] | None = None
         self._rolling_ts_known = False
         #: (first offset, last offset, position, size) of the batches appended last while
         #: active, in file order, ending at `size`; cleared whenever the file changes otherwise.
@@ -511,14 +548,19 @@ class LogSegment:
         return self._offset_of_max_ts
 
     def largest_timestamp(self) -> int:
-        """The max record timestamp, or the file's mtime if it has none (Kafka's rule)."""
+        """The max record timestamp, or the file's mtime if it has none (Kafka's rule): the
+        one a worker thread read (`TimestampReads`) if the segment was not written since."""
         ts = self.max_timestamp_so_far
         if ts >= 0:
             return ts
-        try:
-            return os.stat(self.log.path).st_mtime_ns // 1_000_000
-        except FileNotFoundError:
-            return 0
+        modified = self._modified
+        if modified is not None and modified[0] == self.size and modified[1] == self.active:
+            return modified[2]
+        return _modified_ms(self.log.path)
+
+    def remember_modified(self, size: int, active: bool, mtime_ms: int) -> None:
+        """Keep the mtime a worker thread read while the segment had `size` and `active`."""
+        self._modified = (size, active, mtime_ms)
 
     def _load_tail(self) -> None:
         """Scan from the last offset index entry to the end (at most about one interval); a
@@ -910,6 +952,14 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, active={self.active})"
+
+
+def _modified_ms(path: Path) -> int:
+    """The file's mtime in ms (0 if it is gone)."""
+    try:
+        return os.stat(path).st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return 0
 
 
 def _epoch(h: BatchHeader) -> int | None:

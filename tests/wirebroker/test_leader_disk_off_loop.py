@@ -49,15 +49,21 @@ def _config(tmp_path: Path, **more: str) -> BrokerConfig:
     )
 
 
-def _produce(bootstrap: str, first: int, count: int, *, size: int = 100, at: int = T0) -> None:
+def _produce(
+    bootstrap: str, first: int, count: int, *, size: int = 100, at: int = T0, keys: int = 0
+) -> None:
     """Records `first`..`first + count - 1`, each acknowledged before the next is sent, with
-    the timestamp `at` + 1000 * its number."""
+    the timestamp `at` + 1000 * its number (and, with `keys`, one of that many keys)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
     errors: list[Any] = []
     for i in range(first, first + count):
         value = (b"v%d-" % i).ljust(size, b".")
         producer.produce(
-            "t", value, timestamp=at + 1000 * i, on_delivery=lambda e, _m: errors.append(e)
+            "t",
+            value,
+            key=b"k%d" % (i % keys) if keys else None,
+            timestamp=at + 1000 * i,
+            on_delivery=lambda e, _m: errors.append(e),
         )
         assert producer.flush(TIMEOUT) == 0
     assert errors == [None] * count
@@ -380,6 +386,71 @@ def test_retention_by_time_reads_old_segments_timestamps_in_a_worker(
             # Every segment wholly older than retention.ms went, the one with records of now
             # stayed (a segment holds ~60 records of 1 KB).
             assert 0 < log.log_start_offset <= old < log.segments[1].base_offset
+            nursery.cancel_scope.cancel()
+        return loop_thread
+
+    trio.run(fill)
+    loop_thread = trio.run(main)
+    assert held.threads and loop_thread not in held.threads
+    assert readers and loop_thread not in readers
+
+
+def test_the_cleaners_compaction_lag_reads_old_segments_timestamps_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart no old segment's largest timestamp is in memory: the cleaner's
+    ``min.compaction.lag.ms`` check has a worker read their time indexes' last entries (held
+    here while the loop answers Metadata), then compacts the segments old enough and stops
+    at the first too young; the loop reads none. The old code read them on the loop (and each
+    segment's tail, for its end)."""
+    held = Held(TimestampReads.run)
+    monkeypatch.setattr(TimestampReads, "run", lambda reads: held(reads))
+    readers: list[int] = []  # the threads that read a time index's last entry
+    read_last = TimeIndex.read_last
+
+    def reading_last(index: TimeIndex) -> tuple[int, int] | None:
+        readers.append(threading.get_ident())
+        return read_last(index)
+
+    monkeypatch.setattr(TimeIndex, "read_last", reading_last)
+    topic = {
+        "cleanup.policy": "compact",
+        "segment.bytes": "65536",
+        "min.compaction.lag.ms": str(3600 * 1000),
+    }
+    old, recent = 200, 100
+
+    async def fill() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, _config(tmp_path)))
+            running.broker.create_topic("t", 1, 1, topic)
+            with trio.fail_after(TIMEOUT):  # T0 is long before the lag, then records of now
+                await trio.to_thread.run_sync(
+                    partial(_produce, size=1000, keys=10), running.bootstrap_servers, 0, old
+                )
+                await trio.to_thread.run_sync(
+                    partial(_produce, size=1000, keys=10, at=int(time.time() * 1000) - 1000 * old),
+                    running.bootstrap_servers,
+                    old,
+                    recent,
+                )
+            nursery.cancel_scope.cancel()
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        config = _config(tmp_path, **{"log.cleaner.backoff.ms": "100"})
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            readers.clear()  # the start read the active segment's (its log end offset)
+            log = running.broker.log_manager.get("t", 0)
+            assert log.cleaner_checkpoint == 0 and len(log.segments) >= 6
+            with trio.fail_after(TIMEOUT):
+                async with held.answering(running.bootstrap_servers):
+                    assert log.cleaner_checkpoint == 0  # nothing cleaned before the reads
+                while log.cleaner_checkpoint == 0:
+                    await trio.sleep(0.05)
+            # Cleaned up to the segment holding the first record of now, not past it.
+            assert 0 < log.cleaner_checkpoint <= old
             nursery.cancel_scope.cancel()
         return loop_thread
 

@@ -22,6 +22,7 @@ The broker runs ``prepare`` with ``trio.to_thread.run_sync`` and then ``commit``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -139,7 +140,8 @@ class SegmentRenames:
 class RemoveDeleted:
     """Remove what the log's thread already took out of readers' way: deleted segments'
     files (renamed to ``*.deleted`` first, here by `renames` for the segments deleted from the
-    start of their logs since the last removal, their descriptors already closed), producer
+    start of their logs since the last removal; their descriptors, taken out of the file
+    handle pool, closed here first: `descriptors`), producer
     snapshots below the log start offset, and deleted partitions' directories
     (``<topic>-<p>.<uuid>-delete``), whose log directory is then fsynced (the rename and the
     removal survive a crash). Renaming hundreds of files, unlinking a large file or
@@ -154,8 +156,10 @@ class RemoveDeleted:
         directories: list[Path],
         on_error: Callable[[Path, OSError], None] | None = None,
         renames: list[SegmentRenames] | None = None,
+        descriptors: list[int] | None = None,
     ) -> None:
         self.files = files
+        self.descriptors = descriptors or []
         self.directories = directories
         self.on_error = on_error
         self.renames = renames or []
@@ -163,6 +167,9 @@ class RemoveDeleted:
         self._aborted = False
 
     def prepare(self) -> None:
+        for fd in self.descriptors:  # always, even aborted: the log's thread forgot them
+            with contextlib.suppress(OSError):
+                os.close(fd)
         for renames in self.renames:  # before the unlinks: some are of the files renamed here
             renames.run()
         for path in self.files:

@@ -181,10 +181,11 @@ class _IndexFile:
         """Entries are in memory that are not in the file yet."""
         return self.loaded and self._persisted < self.entries
 
-    def close(self) -> None:
-        """Give the pool's descriptor back (the segment is closing)."""
+    def close(self, into: list[int] | None = None) -> None:
+        """Give the pool's descriptor back (the segment is closing); with `into`, see
+        :meth:`FileHandle.detach <storage.file_handles.FileHandle.detach>`."""
         if self._handle is not None:
-            self._handle.detach()
+            self._handle.detach(into)
 
     def trim(self) -> None:
         """Persist and cut the file to exactly its entries (a segment becoming inactive)."""

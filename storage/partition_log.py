@@ -214,6 +214,8 @@ class PartitionLog:
         #: that a truncation voided), unlinked with the deleted segments' files (as Kafka's
         #: async delete, after ``file.delete.delay.ms``).
         self._obsolete_snapshots: list[tuple[int, Path]] = []
+        #: Descriptors of deleted segments' files, for the removal chore to close.
+        self._unclosed: list[int] = []
         #: Counts truncations: a chore prepared before one must not be committed after it.
         self.truncations = 0
         #: The log's one writer while a worker thread writes its files (see :attr:`writing`).
@@ -1089,7 +1091,7 @@ class PartitionLog:
         self._renaming = []
         for seg in old:
             seg.active = False
-            seg.log.detach()
+            seg.log.detach(self._unclosed)
         new, files = LogSegment.unmade(self.dir, offset, self.config, self.handles, self._now_ms())
         self._segments = [new]
         self._bases = [offset]
@@ -1169,9 +1171,9 @@ class PartitionLog:
         del self._segments[:count]
         del self._bases[:count]
         due = self._delete_due(now_ms)
-        for seg in victims:  # renamed by the removal chore: no file call here
+        for seg in victims:  # renamed and closed by the removal chore: no file call here
             seg.active = False
-            seg.log.detach()
+            seg.log.detach(self._unclosed)
             self._pending_deletes.append((due, seg))
         self._unrenamed += victims
         first = self._segments[0].base_offset
@@ -1200,9 +1202,22 @@ class PartitionLog:
         ``file.delete.delay.ms`` passed (:meth:`take_deleted_files`), as Kafka's async delete."""
         seg.active = False
         seg.rename_suffix(DELETED_SUFFIX)
-        seg.log.detach()
+        seg.log.detach(self._unclosed)
         now = self._now_ms() if now_ms is None else now_ms
         self._pending_deletes.append((self._delete_due(now), seg))
+
+    def take_descriptors(self) -> list[int]:
+        """The open descriptors of deleted segments' files, taken out of the file handle pool
+        since the last call (their segments were forgotten; a pinned one stays a reader's and
+        closes at its release), for the caller to close off this thread (the removal
+        chore). Until then they count in no pool's bound; a close of the log closes them."""
+        descriptors, self._unclosed = self._unclosed, []
+        return descriptors
+
+    def _close_descriptors(self) -> None:
+        for fd in self.take_descriptors():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def take_renames(self) -> SegmentRenames | None:
         """The renames to ``.deleted`` of the segments deleted from the start of the log
@@ -1246,7 +1261,7 @@ class PartitionLog:
         keep: list[tuple[int, LogSegment]] = []
         for when, seg in self._pending_deletes:
             if when <= now_ms and not seg.log.is_open and seg not in self._unrenamed:
-                due += seg.release_files()
+                due += seg.release_files(self._unclosed)
             else:
                 keep.append((when, seg))
         self._pending_deletes = keep
@@ -1368,6 +1383,7 @@ class PartitionLog:
             seg.close()
         for _due, seg in self._pending_deletes:  # left as ``.deleted``: recovery removes them
             seg.release_files()
+        self._close_descriptors()
         self.closed = True
         if self._owns_handles:
             self.handles.close_all()
@@ -1385,6 +1401,7 @@ class PartitionLog:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
             seg.release_files()
+        self._close_descriptors()
         self.closed = True
         if self._owns_handles:
             self.handles.close_all()
@@ -1399,6 +1416,7 @@ class PartitionLog:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
             seg.release_files()
+        self._close_descriptors()
         self.closed = True
         target = self.dir
         tp = self.topic_partition

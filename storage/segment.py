@@ -502,12 +502,13 @@ class LogSegment:
             for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
         ]
 
-    def release_files(self) -> list[Path]:
-        """Give back this segment's descriptors (a pinned ``.log`` closes at its last release)
+    def release_files(self, into: list[int] | None = None) -> list[Path]:
+        """Give back this segment's descriptors (a pinned ``.log`` closes at its last release;
+        with `into`, the others are put there for the caller to close, off the log's thread)
         and return its four files' paths, for the caller to unlink."""
-        self.log.detach()
-        self.offset_index.close()
-        self.time_index.close()
+        self.log.detach(into)
+        self.offset_index.close(into)
+        self.time_index.close(into)
         return [self.log.path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     def delete_files(self) -> None:

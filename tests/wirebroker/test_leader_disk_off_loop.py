@@ -458,3 +458,46 @@ def test_the_cleaners_compaction_lag_reads_old_segments_timestamps_in_a_worker(
     loop_thread = trio.run(main)
     assert held.threads and loop_thread not in held.threads
     assert readers and loop_thread not in readers
+
+
+def test_deleted_segments_descriptors_are_closed_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention deletes segments whose `.log` and index descriptors the pool holds open:
+    the removal chore's worker closes them, the loop none (it closed each on the loop: ~4
+    calls a segment)."""
+    closes: list[tuple[int, str]] = []  # (thread, file) of each close of a deleted segment's
+    logs: list[Any] = []  # t-0's log, once made
+    close = os.close
+
+    def closing(fd: int) -> None:
+        try:
+            name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        except OSError:
+            name = ""
+        if logs and name[:20].isdigit() and int(name[:20]) < logs[0].log_start_offset:
+            closes.append((threading.get_ident(), name))
+        close(fd)
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        async with trio.open_nursery() as nursery:
+            config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
+            running = await nursery.start(partial(serve_broker, config))
+            bootstrap = running.bootstrap_servers
+            configs = {"segment.bytes": "500", "retention.bytes": "1", "file.delete.delay.ms": "0"}
+            running.broker.create_topic("t", 1, 1, configs)
+            log = running.broker.log_manager.get("t", 0)
+            logs.append(log)
+            topic_dir = tmp_path / "t-0"
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(partial(_produce, size=200), bootstrap, 0, 12)
+                while log.log_start_offset < 8 or list(topic_dir.glob("*.deleted")):
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        return loop_thread
+
+    monkeypatch.setattr(os, "close", closing)
+    loop_thread = trio.run(main)
+    monkeypatch.undo()
+    assert closes and all(thread != loop_thread for thread, _ in closes), closes

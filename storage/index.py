@@ -193,6 +193,16 @@ class _IndexFile:
             self.load()
         self.persist(size=self.entries * self.ENTRY_SIZE)
 
+    def defer_trim(self) -> tuple[Path, int]:
+        """:meth:`trim` but the cut: the entries are written, and the file (counted as cut
+        from now on) and its size returned for the caller to cut (a worker thread:
+        :class:`~storage.chore.SegmentTrims`) before it changes size again here."""
+        if not self.loaded:
+            self.load()
+        self.persist()
+        self._file_size = size = self.entries * self.ENTRY_SIZE
+        return self.path, size
+
     def preallocate(self) -> None:
         """Persist and grow the file to ``segment.index.bytes`` (a segment becoming active)."""
         if not self.loaded:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from protocol.errors import CorruptRecordError
 from protocol.record_batch import CONTROL_MASK, NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
-from storage.chore import SegmentRenames, run_chore
+from storage.chore import SegmentRenames, SegmentTrims, run_chore
 from storage.clock import wall_clock_ms
 from storage.config import DEFAULT_MAX_MAP_KEYS, LogConfig
 from storage.errors import (
@@ -241,6 +241,8 @@ class PartitionLog:
         #: The producer snapshots of the rolls since the last roll work, to write: (offset,
         #: path, bytes, the truncation count then: a truncation since voids it).
         self._pending_snapshots: list[PendingSnapshot] = []
+        #: The cuts of rolled segments' files to their data, for the next roll work.
+        self._pending_trims: list[SegmentTrims] = []
         #: Rolls that adopted prepared files, and rolls that created their files themselves.
         self.rolls_prepared = 0
         self.rolls_inline = 0
@@ -669,7 +671,7 @@ class PartitionLog:
         if old.size == 0 and old.base_offset == base_offset:
             return old
         try:
-            old.become_inactive()
+            old.become_inactive(defer_trims=self.on_roll_work is not None)
         except OSError as e:
             old.become_active()
             raise KafkaStorageError(f"cannot roll {old.log.path}: {e}") from e
@@ -693,6 +695,8 @@ class PartitionLog:
             if base_offset != self.producer_state.last_snapshot_offset:
                 path, data = self.producer_state.encode_snapshot(base_offset)
                 self._pending_snapshots.append((base_offset, path, data, self.truncations))
+            if old.trims is not None:
+                self._pending_trims.append(old.trims)
             self._ask_roll_work()
         return new
 
@@ -728,10 +732,11 @@ class PartitionLog:
             sizes = segment_file_sizes(self.config)
         self._next_wanted = False
         snapshots, self._pending_snapshots = self._pending_snapshots, []
-        if sizes is None and not snapshots:
+        trims, self._pending_trims = self._pending_trims, []
+        if sizes is None and not snapshots and not trims:
             return None
         self._roll_work_running = True
-        return RollWork(self, self.dir, sizes, snapshots)
+        return RollWork(self, self.dir, sizes, snapshots, trims)
 
     def _roll_work_done(self, work: RollWork) -> None:
         """Adopt what `work` made: the next segment's files (a failure is not retried before
@@ -751,7 +756,11 @@ class PartitionLog:
                     self.producer_state.snapshot_written(offset)
                 except OSError as e:
                     log.warning("%s: cannot rename the producer snapshot: %s", path, e)
-        if self._pending_snapshots or (self._next_wanted and self._prepared is None):
+        if (
+            self._pending_snapshots
+            or self._pending_trims
+            or (self._next_wanted and self._prepared is None)
+        ):
             self._ask_roll_work()
 
     def _snapshot_producers(self, offset: int, *, fsync: bool) -> None:

@@ -33,6 +33,7 @@ from protocol.errors import CorruptRecordError, ProtocolError
 from protocol.legacy_records import LegacyMessageView
 from protocol.record_batch import TimestampType
 from protocol.records import RecordBatchView, iter_batches, iter_records
+from storage.chore import SegmentTrims
 from storage.config import LogConfig
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.file_handles import FileHandle, FileHandles, create_file
@@ -311,6 +312,8 @@ class LogSegment:
         #: The file's mtime last read in a worker thread (`TimestampReads`), with the size and
         #: activity it was read at: it holds while they do.
         self._modified: tuple[int, bool, int] | None = None
+        #: The cuts of its files its roll left to the roll work's worker (see `become_inactive`).
+        self.trims: SegmentTrims | None = None
         self._rolling_ts_known = False
         #: (first offset, last offset, position, size) of the batches appended last while
         #: active, in file order, ending at `size`; cleared whenever the file changes otherwise.
@@ -430,6 +433,7 @@ class LogSegment:
     def become_active(self) -> None:
         """Make this the segment appends go to: its indexes are loaded now and grown back to
         ``segment.index.bytes`` (as Kafka's ``resizeIndexes``) on the first append."""
+        self.finish_trims()
         self.active = True
         try:
             for index in (self.offset_index, self.time_index):
@@ -444,24 +448,41 @@ class LogSegment:
         self.time_index.preallocate()
         self._needs_preallocation = False
 
-    def become_inactive(self) -> None:
-        """Roll bookkeeping: final time index entry, indexes and log trimmed to their data."""
+    def become_inactive(self, *, defer_trims: bool = False) -> None:
+        """Roll bookkeeping: final time index entry, indexes and log trimmed to their data --
+        with `defer_trims`, the index entries written here and the cuts left in :attr:`trims`
+        (a :class:`~storage.chore.SegmentTrims`) for the roll work's worker thread."""
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self._offset_of_max_ts, skip_full_check=True
         )
         self._needs_preallocation = False
-        self.offset_index.trim()
-        self.time_index.trim()
-        if self.preallocated:
-            with self.log.use() as fd:
-                os.ftruncate(fd, self.size)
-            self.preallocated = False
+        if defer_trims:
+            cuts = [self.offset_index.defer_trim(), self.time_index.defer_trim()]
+            if self.preallocated:
+                cuts.append((self.log.path, self.size))
+            self.trims = SegmentTrims([cuts])
+        else:
+            self.offset_index.trim()
+            self.time_index.trim()
+            if self.preallocated:
+                with self.log.use() as fd:
+                    os.ftruncate(fd, self.size)
+        self.preallocated = False
         self.active = False
         self._recent.clear()
+
+    def finish_trims(self) -> None:
+        """Make the cuts :meth:`become_inactive` left (:attr:`trims`) here, unless made: the
+        files are about to change size again."""
+        trims, self.trims = self.trims, None
+        if trims is not None and not trims.done:
+            for path, error in trims.run_here():
+                log.warning("%s: cannot cut it to its data: %s", path, error)
 
     def close(self) -> None:
         """Write what is in memory and trim the files (as Kafka's close), release the fd."""
         try:
+            self.finish_trims()
             if self.active:
                 self.become_inactive()
         finally:
@@ -847,6 +868,7 @@ class LogSegment:
         truncation cuts them in a worker thread: `PartitionLog.begin_truncation`) before
         anything is appended to this segment again. The index files are cut by their next
         write, as after any truncation."""
+        self.finish_trims()
         cuts = []
         txn_size = self.txn_index.begin_truncation(offset)
         if txn_size is not None:
@@ -871,6 +893,7 @@ class LogSegment:
 
     def rebuild_indexes(self) -> None:
         """Rebuild both indexes from the batch headers (no CRC checks, no truncation)."""
+        self.finish_trims()
         self.offset_index.reset()
         self.time_index.reset()
         max_ts, off_max = -1, self.base_offset
@@ -904,6 +927,7 @@ class LogSegment:
         indexes, and cut the file at the first torn or corrupt batch. Calls
         ``on_epoch(partition_leader_epoch, base_offset)`` for each v2 batch. Returns the
         number of bytes cut."""
+        self.finish_trims()
         self.offset_index.reset()
         self.time_index.reset()
         max_ts, off_max = -1, self.base_offset

@@ -29,6 +29,7 @@ from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.partition_log import PartitionLog, Truncation
+from tests.wirebroker.held_worker import Held
 from tests.wirebroker.helpers import decode_records, trio_clock
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
@@ -47,7 +48,9 @@ def batch(n: int = 1) -> memoryview:
     return memoryview(bytearray(build_record_batch([SimpleRecord(None, b"v")] * n)))
 
 
-def fetched(records: bytes, high_watermark: int) -> FetchResponse:
+def fetched(
+    records: bytes, high_watermark: int, error_code: ErrorCode = ErrorCode.NONE
+) -> FetchResponse:
     """The leader's answer to a fetch of `t-0`: `records`, its high watermark."""
     return FetchResponse(
         responses=[
@@ -56,6 +59,7 @@ def fetched(records: bytes, high_watermark: int) -> FetchResponse:
                 partitions=[
                     FetchResponse.PartitionData(
                         partition_index=0,
+                        error_code=error_code,
                         high_watermark=high_watermark,
                         log_start_offset=0,
                         records=memoryview(records),
@@ -1012,33 +1016,13 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_in_a_worker_thread(
     thread renames the old segments' files and makes the new one's (held here: the log reads
     as the new one, and it is the log's one writer); the loop made none of those file calls.
     The old code made them all on the loop (`truncate_fully_and_start_at`)."""
-    entered, release = threading.Event(), threading.Event()
-    prepare = Truncation.prepare
-
-    def held(truncation: Truncation) -> None:
-        entered.set()
-        assert release.wait(10)
-        prepare(truncation)
-
-    monkeypatch.setattr(Truncation, "prepare", held)
+    held = Held(Truncation.prepare)
+    monkeypatch.setattr(Truncation, "prepare", lambda truncation: held(truncation))
     from protocol.messages.list_offsets import ListOffsetsResponse
 
     async def answer(body: Any, version: int) -> Any:
         if body.API_KEY == 1:  # Fetch: below the leader's log start
-            return FetchResponse(
-                responses=[
-                    FetchResponse.FetchableTopicResponse(
-                        topic="t",
-                        partitions=[
-                            FetchResponse.PartitionData(
-                                partition_index=0,
-                                error_code=ErrorCode.OFFSET_OUT_OF_RANGE,
-                                high_watermark=-1,
-                            )
-                        ],
-                    )
-                ]
-            )
+            return fetched(b"", -1, ErrorCode.OFFSET_OUT_OF_RANGE)
         timestamp = body.topics[0].partitions[0].timestamp  # ListOffsets: -1 latest, -2 earliest
         return ListOffsetsResponse(
             topics=[
@@ -1069,14 +1053,14 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_in_a_worker_thread(
         async def main() -> int:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(fetcher._fetch, {tp: state})
-                assert await trio.to_thread.run_sync(entered.wait, 10)
+                assert await trio.to_thread.run_sync(held.started.wait, 10)
                 # Held: the log reads as started over; its files are the old ones still.
                 assert p.log.writing
                 assert (p.log_start_offset, p.log_end_offset, p.high_watermark) == (50, 50, 50)
                 assert [s.base_offset for s in p.log.segments] == [50]
                 assert (directory / f"{0:020d}.log").exists()
                 assert not (directory / f"{50:020d}.log").exists()
-                release.set()
+                held.release.set()
             return threading.get_ident()
 
         loop_thread = trio.run(main)
@@ -1092,7 +1076,7 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_in_a_worker_thread(
         p.log.append_as_follower(build_record_batch([SimpleRecord(None, b"v")], base_offset=50))
         assert p.log_end_offset == 51
     finally:
-        release.set()
+        held.release.set()
         broker.close()
 
 

@@ -8,7 +8,6 @@ import json
 import os
 import select
 import socket
-import time
 import uuid
 from pathlib import Path
 
@@ -209,7 +208,6 @@ def test_chores(tmp_path: Path) -> None:
 
 
 def test_ten_thousand_partitions_with_bounded_descriptors(tmp_path: Path) -> None:
-    started = time.monotonic()
     baseline = open_fds()
     lm = LogManager([tmp_path], LogConfig(), max_open_files=64)
     lm.open()
@@ -236,7 +234,6 @@ def test_ten_thousand_partitions_with_bounded_descriptors(tmp_path: Path) -> Non
             assert r.size == len(payload)
     assert open_fds() - baseline <= 64 + 4
     lm.close()
-    assert time.monotonic() - started < 120
 
 
 def test_sendfile_from_a_pinned_slice_while_the_pool_churns(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from protocol.messages.metadata import MetadataRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import FakeBroker, call, eventually, start_broker
-from wirebroker.controller.controller import ControllerMoved
+from wirebroker.controller.controller import Controller, ControllerMoved
 from wirebroker.peer import request_once
 from wirebroker.server import RunningBroker
 from wirebroker.zk import znodes
@@ -604,3 +604,77 @@ async def eventually_znode_gone(zk: ZkClient, path: str) -> None:
     with trio.fail_after(10):
         while await zk.exists(path) is not None:
             await trio.sleep(0.05)
+
+
+def test_alter_partition_waits_for_a_new_controllers_failover(
+    zk_connect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An AlterPartition reaching a controller that has just won the election but not yet read
+    the topics is answered after its failover, as Kafka queues it behind that event: answering
+    UNKNOWN_TOPIC_ID then left the leader's ISR change pending for good."""
+    failover_may_go = trio.Event()
+    become = Controller._on_become_controller
+
+    async def held_failover(self: Controller) -> None:
+        if self.broker_id == 4:
+            await failover_may_go.wait()
+        await become(self)
+
+    monkeypatch.setattr(Controller, "_on_become_controller", held_failover)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fakes = [FakeBroker(2), FakeBroker(3)]
+            for fake in fakes:
+                await nursery.start(fake.run, zk_connect)
+            b1 = await start_broker(nursery, zk_connect, tmp_path, 1)
+            cluster = b1.broker.cluster
+            assert cluster is not None
+            made = await create_topic(b1, "x", assignments=[_assign(0, [2, 3])])
+            assert made.error_code == ErrorCode.NONE
+            await eventually(lambda: ("x", 0) in cluster.controller.ctx.states, what="state")
+            assert b1.scope is not None
+            b1.scope.cancel()
+            b4 = await start_broker(nursery, zk_connect, tmp_path, 4)
+            c4 = b4.broker.cluster
+            assert c4 is not None
+            await eventually(lambda: c4.controller.active, what="broker 4 wins the election")
+            shrink = AlterPartitionRequest(
+                broker_id=2,
+                broker_epoch=fakes[0].epoch,
+                topics=[
+                    AlterPartitionRequest.TopicData(
+                        topic_id=made.topic_id,
+                        partitions=[
+                            AlterPartitionRequest.PartitionData(
+                                partition_index=0,
+                                leader_epoch=0,
+                                new_isr_with_epochs=[
+                                    AlterPartitionRequest.BrokerState(broker_id=2, broker_epoch=-1)
+                                ],
+                                partition_epoch=0,
+                            )
+                        ],
+                    )
+                ],
+            )
+            answers: list[Any] = []
+
+            async def alter() -> None:
+                answers.append(await call(b4, shrink, 3))
+
+            nursery.start_soon(alter)
+            queue = c4.controller._queue
+            await eventually(
+                lambda: queue.statistics().current_buffer_used > 0, what="the request queued"
+            )
+            assert not answers
+            failover_may_go.set()
+            await eventually(lambda: answers, what="the answer")
+            (answer,) = answers
+            assert answer.error_code == ErrorCode.NONE
+            part = answer.topics[0].partitions[0]
+            assert (part.error_code, part.isr) == (ErrorCode.NONE, [2])
+            nursery.cancel_scope.cancel()
+
+    run(main)

@@ -67,6 +67,18 @@ async def alter_partition(
     controller = _active(ctx)
     if controller is None:
         return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    try:
+        # Topic ids are resolved on the controller's task, after the events before it (as
+        # Kafka queues AlterPartition behind its failover): a new controller still loading
+        # the topics must not answer UNKNOWN_TOPIC_ID for a topic it is about to know.
+        return await controller.call(lambda: _alter_partition(controller, ctx, request))
+    except NotController:
+        return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
+
+
+async def _alter_partition(
+    controller: Controller, ctx: RequestContext, request: AlterPartitionRequest
+) -> AlterPartitionResponse:
     by_ids = ctx.api_version >= 2
     changes: dict[tuple[str, int], tuple[int, tuple[int, ...], int, int]] = {}
     unknown_ids: list[AlterPartitionResponse.TopicData] = []
@@ -105,12 +117,9 @@ async def alter_partition(
                 p.partition_epoch,
                 p.leader_recovery_state,
             )
-    try:
-        code, results = await controller.call(
-            lambda: controller.alter_partition(request.broker_id, request.broker_epoch, changes)
-        )
-    except NotController:
-        return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    code, results = await controller.alter_partition(
+        request.broker_id, request.broker_epoch, changes
+    )
     if code != ErrorCode.NONE:
         return AlterPartitionResponse(error_code=code)
     topics: dict[str, AlterPartitionResponse.TopicData] = {}

@@ -9,6 +9,7 @@ the KIP-511 answer to an ApiVersions request of a version we do not know, and de
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
@@ -17,6 +18,7 @@ from protocol.messages.api_versions import ApiVersionsResponse
 from protocol.messages.headers import RequestHeader, ResponseHeader
 from protocol.primitives import Reader, Writer
 from protocol.schema import ApiInfo, Message
+from protocol.spliced import write_spliced
 
 API_VERSIONS_KEY = 18
 
@@ -133,16 +135,25 @@ _RESPONSE_HEADER: dict[tuple[int, int], int] = {}
 
 
 def encode_response_chunks(
-    header: ResponseHeader, body: Message, api_key: int, api_version: int
+    header: ResponseHeader,
+    body: Message,
+    api_key: int,
+    api_version: int,
+    spliced: tuple[str, Sequence[bytes]] | None = None,
 ) -> list[Any]:
-    """A response frame as buffers; `records` values stay chunks of their own (zero-copy)."""
+    """A response frame as buffers; `records` values stay chunks of their own (zero-copy).
+    With `spliced` (an array field, its items' bytes), that array is written as those bytes
+    (`protocol.spliced`)."""
     header_version = _RESPONSE_HEADER.get((api_key, api_version))
     if header_version is None:
         header_version = api_info(api_key).response_header_version(api_version)
         _RESPONSE_HEADER[api_key, api_version] = header_version
     w = Writer()
     header.write_to(w, header_version)
-    body.write_to(w, api_version)
+    if spliced is None:
+        body.write_to(w, api_version)
+    else:
+        write_spliced(w, body, api_version, *spliced)
     return w.chunks()
 
 

@@ -517,7 +517,7 @@ class _Connection:
             assert self.nursery is not None
             self.nursery.start_soon(self._answer_later, response, slot, header, ctx)
             return
-        chunks = encode_response_chunks(header, response, api_key, api_version)
+        chunks = encode_response_chunks(header, response, api_key, api_version, ctx.spliced)
         self.outbox.put(chunks, broker.stats.timing(ctx, arrived, started))
 
     async def _answer_later(
@@ -527,7 +527,7 @@ class _Connection:
         try:
             response = await later.finish()
             slot.chunks = encode_response_chunks(
-                header, response, ctx.header.request_api_key, ctx.api_version
+                header, response, ctx.header.request_api_key, ctx.api_version, ctx.spliced
             )
             if slot.timing is not None:
                 slot.timing[READY] = perf_counter()

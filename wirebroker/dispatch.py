@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from time import perf_counter
@@ -78,6 +78,7 @@ class RequestContext:
         "quota_started",
         "remote_s",
         "timed",
+        "spliced",
     )
 
     def __init__(
@@ -105,6 +106,9 @@ class RequestContext:
         self.remote_s = 0.0
         #: The request metrics its times go to (`BrokerStats.request_done`); empty: not timed.
         self.timed: tuple[RequestStats, ...] = ()
+        #: An array field of the handler's answer given as its items' encodings (kept by the
+        #: handler), written in their place (`protocol.spliced`); None: the answer as it is.
+        self.spliced: tuple[str, Sequence[bytes]] | None = None
 
     @property
     def api_version(self) -> int:
@@ -356,6 +360,7 @@ def error_response(ctx: RequestContext, body: Message, code: ErrorCode) -> Messa
     `getErrorResponse` does, so that every partition the client asked about gets the code.
     """
     info = APIS[ctx.header.request_api_key]
+    ctx.spliced = None  # what the handler kept for its own answer is not this one's
     response = info.response_class()()
     _fill(response, body, int(code))
     return response

@@ -11,9 +11,9 @@ it and removes it when it forgets it (:meth:`MetadataCache.put_partition`,
 its advertised listeners before each answer (:meth:`MetadataCache.set_local_broker`). It is
 never rebuilt per request: a Metadata request costs what its answer holds, not the cluster's
 size (docs/perf-notes.md, "Metadata at thousands of partitions"). Readers may keep what they
-derive from a topic in `derived` (the Metadata handler keeps each topic's answer there): the
-cache drops a topic's entry when the topic changes, and all of them when the brokers do. It
-must not do I/O, and it knows nothing about logs.
+derive from a topic in `derived` (the Metadata handler keeps each topic's answer and its
+encodings there): the cache drops a topic's entry when the topic changes, and all of them
+when the brokers do. It must not do I/O, and it knows nothing about logs.
 """
 
 from __future__ import annotations

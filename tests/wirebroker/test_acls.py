@@ -258,6 +258,24 @@ def test_refusals_carry_kafkas_codes_and_are_logged_without_secrets(
     with RawClient(sasl(broker), plain=login("bob")) as bob:
         listed = bob.request(MetadataRequest(topics=None), 12)
         assert [t.name for t in listed.topics] == [granted]
+
+        def operations(
+            topics: list[str] | None, version: int, asked: bool = False
+        ) -> list[tuple[str | None, int]]:
+            request = MetadataRequest(
+                topics=None
+                if topics is None
+                else [MetadataRequest.MetadataRequestTopic(name=n) for n in topics],
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=asked,
+            )
+            answer = bob.request(request, version)
+            return [(t.name, t.topic_authorized_operations) for t in answer.topics]
+
+        # a topic's encoding kept by an answer without operations is not told to one that asks
+        # for them
+        assert operations([granted], 10) == [(granted, -(2**31))]
+        assert operations(None, 12, asked=True) == [(granted, 1 << DESCRIBE)]
         named = bob.request(
             MetadataRequest(
                 topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in (granted, secret)],
@@ -271,18 +289,10 @@ def test_refusals_carry_kafkas_codes_and_are_logged_without_secrets(
             granted: (ErrorCode.NONE, 1 << DESCRIBE),
             secret: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -(2**31)),
         }
-        # answers share a topic's description: bob's operations are not told to a request
-        # that did not ask for them
-        again = bob.request(
-            MetadataRequest(
-                topics=[MetadataRequest.MetadataRequestTopic(name=granted)],
-                allow_auto_topic_creation=False,
-            ),
-            10,
-        )
-        assert [(t.name, t.topic_authorized_operations) for t in again.topics] == [
-            (granted, -(2**31))
-        ]
+        # answers share a topic's description and encodings: bob's operations are not told to
+        # a request that did not ask for them
+        assert operations([granted], 10) == [(granted, -(2**31))]
+        assert operations(None, 12) == [(granted, -(2**31))]
         # an auto-created topic needs CREATE: bob may describe every name but create none (an
         # internal topic neither, which stays missing)
         grant(sasl(broker), acl(TOPIC, "*", "User:bob", DESCRIBE))

@@ -22,8 +22,10 @@ Brokers, partitions and the controller come from the metadata cache (`Broker.met
 cluster what the controller's UpdateMetadata said, embedded the broker itself; an answer costs
 the partitions it tells (each leader judged once per topic, the cache's replica lists told
 as they are, not copied), not the cluster's size, and a topic already told on the same
-listener and version band costs nothing more: its answer is kept with the cache until the
-topic or the brokers change. A partition whose
+listener and version band costs nothing more: its answer, and its encoding by version, are kept
+with the cache until the topic or the brokers change (an answer's topics array is the kept
+encodings spliced, `protocol.spliced`; a topic with the caller's authorized operations is
+encoded afresh). A partition whose
 leader is not a live broker is LEADER_NOT_AVAILABLE with leader -1 (v0 lists only live replicas,
 REPLICA_NOT_AVAILABLE when some are missing), as Kafka's ZkMetadataCache answers; brokers are
 listed with their endpoint on the listener the request came in on (a leader without one is
@@ -48,6 +50,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
+from protocol.spliced import item_bytes
 from wirebroker import auto_topics
 from wirebroker.authorizer.acls import CLUSTER_NAME, AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
@@ -58,8 +61,9 @@ Topic = MetadataResponse.MetadataResponseTopic
 ZERO_UUID = uuid.UUID(int=0)
 #: How long Metadata waits for a starting cluster member's first UpdateMetadata.
 FIRST_UPDATE_WAIT_S = 10.0
-#: This handler's keys in `MetadataCache.derived`.
+#: This handler's keys in `MetadataCache.derived`: a told topic, and its encoding by version.
 _DESCRIBED = "metadata"
+_ENCODED = "metadata-encoded"
 
 
 @handles(MetadataRequest, (0, 12))
@@ -118,6 +122,7 @@ async def _answer(ctx: RequestContext, request: MetadataRequest) -> MetadataResp
             if ctx.authorize_cluster(AclOperation.DESCRIBE)
             else 0
         )
+    ctx.spliced = ("topics", [_encoded(ctx, cache, t) for t in topics])
     return response
 
 
@@ -211,14 +216,34 @@ def _describe(ctx: RequestContext, cache: MetadataCache, name: str) -> Topic:
     """A known topic as told on the client's listener and version, built once and kept in the
     cache's `derived` until the topic or the brokers change (answers share it: never changed
     after it is made)."""
-    version = ctx.api_version
-    key = (_DESCRIBED, ctx.listener_name, version == 0, version >= 6, version >= 10)
     kept = cache.derived.setdefault(name, {})
+    key = _described_key(ctx)
     topic = kept.get(key)
     if topic is None:
         topic = kept[key] = _described(ctx, cache, name)
     assert isinstance(topic, Topic)
     return topic
+
+
+def _described_key(ctx: RequestContext) -> tuple[str, str, bool, bool, bool]:
+    version = ctx.api_version
+    return (_DESCRIBED, ctx.listener_name, version == 0, version >= 6, version >= 10)
+
+
+def _encoded(ctx: RequestContext, cache: MetadataCache, topic: Topic) -> bytes:
+    """`topic` encoded at the request's version: kept beside it when it is the kept description
+    (`_describe`), encoded afresh otherwise (errors, and the copies that carry this caller's
+    authorized operations, which no other answer may tell)."""
+    version = ctx.api_version
+    kept = cache.derived.get(topic.name) if topic.name is not None else None
+    if kept is None or kept.get(_described_key(ctx)) is not topic:
+        return item_bytes(topic, version)
+    key = (_ENCODED, ctx.listener_name, version)
+    encoded = kept.get(key)
+    if encoded is None:
+        encoded = kept[key] = item_bytes(topic, version)
+    assert isinstance(encoded, bytes)
+    return encoded
 
 
 def _with_operations(t: Topic, operations: int) -> Topic:

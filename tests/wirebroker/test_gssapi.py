@@ -2,7 +2,8 @@
 
 The KDC (tests/wirebroker/kdc.py) serves a realm of its own; the broker's SASL_PLAINTEXT
 listener on `localhost` accepts GSSAPI with the keytab of `kafka/localhost` (the JAAS entry
-Kafka users write) and PLAIN for the test's own admin requests, with the ACL authorizer.
+Kafka users write) and PLAIN for the test's own admin requests, with the ACL authorizer; its
+SASL_SSL listener accepts GSSAPI the same way inside TLS (the `pki` fixture's certificate).
 Principals become users by `sasl.kerberos.principal.to.local.rules`: `alice@REALM` is `alice`,
 `etl/worker1@REALM` is `etl_worker1` (a rule of its own), `kafka/localhost@REALM` (the broker's
 own, logging in as to a peer) is `kafka`, and a two-component principal no rule maps is
@@ -30,6 +31,7 @@ from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.helpers import RawClient, wait_until
 from tests.wirebroker.kdc import REALM, Kdc, kcat_gssapi, krb5_jaas, requires_kdc, serving_kdc
+from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from tests.wirebroker.secured import (
     AUTHORIZER,
     PLAIN_JAAS,
@@ -68,19 +70,23 @@ def service_keytab(kdc: Kdc) -> Path:
 
 @pytest.fixture(scope="module")
 def broker(
-    kdc: Kdc, service_keytab: Path, tmp_path_factory: pytest.TempPathFactory
+    kdc: Kdc, service_keytab: Path, pki: Pki, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    keytab = service_keytab
+    jaas = krb5_jaas(service_keytab, f"{SERVICE}@{REALM}")
     broker = BrokerProcess(
         tmp_path_factory.mktemp("data"),
         {
-            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://localhost:0",
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://localhost:0,"
+            "SASL_SSL://localhost:0",
             "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
             "sasl.kerberos.service.name": "kafka",
             "sasl.kerberos.principal.to.local.rules": RULES,
-            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": krb5_jaas(
-                keytab, f"{SERVICE}@{REALM}"
-            ),
+            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": jaas,
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "GSSAPI",
+            "listener.name.sasl_ssl.gssapi.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.server_pem),
+            "ssl.key.password": KEY_PASSWORD,
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
             "authorizer.class.name": AUTHORIZER,
             "super.users": "User:admin;User:alice;User:kafka",
@@ -147,6 +153,33 @@ def java_properties(bootstrap: str, principal: str, keytab: Path) -> str:
         "sasl.kerberos.service.name=kafka\n"
         f"sasl.jaas.config={krb5_jaas(keytab, f'{principal}@{REALM}')}\n"
     )
+
+
+@pytest.mark.parametrize("client", ["java", "kcat"])
+def test_sasl_ssl_round_trip(
+    kdc: Kdc,
+    broker: BrokerProcess,
+    pki: Pki,
+    topic: str,
+    tmp_path: Path,
+    round_trip_class: Path,
+    client: str,
+) -> None:
+    """GSSAPI inside TLS (SASL_SSL, the same exchange as SASL_PLAINTEXT): the Java client,
+    verifying the broker's certificate for `localhost`, or kcat, produces and consumes."""
+    keytab = kdc.keytab("alice")
+    bootstrap = f"localhost:{broker.ports['SASL_SSL']}"
+    if client == "java":
+        properties = java_properties(bootstrap, "alice", keytab).replace(
+            "security.protocol=SASL_PLAINTEXT", "security.protocol=SASL_SSL"
+        )
+        properties += f"ssl.truststore.type=PEM\nssl.truststore.location={pki.ca}\n"
+        run_java(kdc, round_trip_class, tmp_path, properties, topic, ["tls-0", "tls-1"])
+        return
+    args = kcat_gssapi(bootstrap, f"alice@{REALM}", keytab, "SASL_SSL")
+    args += ["-X", f"ssl.ca.location={pki.ca}", "-t", topic, "-p", "0"]
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{tmp_path / 'ccache'}"}
+    assert kcat_round_trip(args, [b"tls-0", b"tls-1"], env) == [b"tls-0", b"tls-1"]
 
 
 def run_java(

@@ -50,6 +50,8 @@ from wirebroker.zookeeper_server import jars_dir, java_executable
 pytestmark = [pytest.mark.integration, requires_kdc]
 
 SERVICE = "kafka/localhost"
+#: A failed login's answer and close wait this long; an unmapped principal's close does not.
+FAILED_LOGIN_DELAY_MS = 3000
 RULES = (
     rf"RULE:[2:$1_$2@$0](etl_.*@{REALM})s/@.*//,"
     rf"RULE:[2:$1@$0](kafka@{REALM})s/@.*//,"
@@ -91,7 +93,7 @@ def broker(
             "authorizer.class.name": AUTHORIZER,
             "super.users": "User:admin;User:alice;User:kafka",
             "connections.max.reauth.ms": "3600000",
-            "connection.failed.authentication.delay.ms": "0",
+            "connection.failed.authentication.delay.ms": str(FAILED_LOGIN_DELAY_MS),
         },
     )
     broker.start()
@@ -126,13 +128,29 @@ def test_raw_login_maps_the_principal_by_the_rules(kdc: Kdc, broker: BrokerProce
 
 
 def test_a_principal_no_rule_maps_is_refused(kdc: Kdc, broker: BrokerProcess) -> None:
-    """As Kafka (its principal builder fails after the SASL server completed): the exchange
-    ends as a success, then the connection is closed before any request is served."""
+    """As Kafka 3.9 (its principal builder fails on the first request after the SASL server
+    completed; SocketServer then closes the channel): the exchange ends as a success, the next
+    request closes the connection unanswered, without the failed-login delay (its deadline is
+    half that delay)."""
     with RawClient(sasl(broker)) as client:
         client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
-        assert client.wait_closed()
+        client.send(MetadataRequest(topics=[]), 1)
+        assert client.wait_closed(FAILED_LOGIN_DELAY_MS / 2000)
+        assert client.buffered == 0
     logged = f"Failed to set name for 'ops/host1@{REALM}' based on Kerberos authentication rules"
     wait_until(lambda: any(logged in line for line in broker.log), what="the refusal logged")
+
+
+def test_a_reauthentication_no_rule_maps_closes_unanswered(
+    kdc: Kdc, broker: BrokerProcess
+) -> None:
+    """KIP-368: Kafka builds the re-authenticated principal before answering the last token;
+    its failure closes the connection unanswered and without the delay."""
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")
+        with pytest.raises(ConnectionError):
+            client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
+        assert client.wait_closed(FAILED_LOGIN_DELAY_MS / 2000)
 
 
 def test_a_token_that_is_not_kerberos_is_refused(broker: BrokerProcess) -> None:

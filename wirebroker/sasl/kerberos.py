@@ -9,8 +9,8 @@ offers (Kafka: none, QOP `auth`) and its maximum buffer; the client answers, wra
 it chose and an authorization id. As Kafka, the authorization id is not checked (the
 authenticated principal is the one used); the principal is `User:<short name>`, the short name
 given by `sasl.kerberos.principal.to.local.rules` (`kerberos_names`); for a principal no rule
-maps, the exchange ends as a success and the connection is closed, as Kafka's (its principal
-builder fails once the SASL server completed).
+maps, the exchange ends as a success and the connection is closed at the client's next
+request, as Kafka's (its principal builder fails on the first request after the exchange).
 
 Every GSS-API call may read the keytab or write the replay cache: the authenticator runs
 `evaluate` in a worker thread (`blocking`). `GssapiClient` is this broker's login to its peers

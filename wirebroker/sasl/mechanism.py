@@ -30,7 +30,8 @@ class SaslAuthenticationFailed(SaslFailure):
 class SaslPrincipalFailure(SaslFailure):
     """The exchange succeeded but its principal cannot be made (Kafka's principal builder
     failing: a Kerberos name no rule maps). Kafka answers the last token as a success, then
-    closes the connection; `answer` is that last token's answer."""
+    closes the connection at its next request, without the failed-login delay; `answer` is
+    that last token's answer."""
 
     def __init__(self, message: str, answer: bytes) -> None:
         super().__init__(message)

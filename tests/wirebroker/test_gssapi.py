@@ -141,9 +141,7 @@ def test_a_principal_no_rule_maps_is_refused(kdc: Kdc, broker: BrokerProcess) ->
     wait_until(lambda: any(logged in line for line in broker.log), what="the refusal logged")
 
 
-def test_a_reauthentication_no_rule_maps_closes_unanswered(
-    kdc: Kdc, broker: BrokerProcess
-) -> None:
+def test_a_reauthentication_no_rule_maps_closes_unanswered(kdc: Kdc, broker: BrokerProcess) -> None:
     """KIP-368: Kafka builds the re-authenticated principal before answering the last token;
     its failure closes the connection unanswered and without the delay."""
     with RawClient(sasl(broker)) as client:
@@ -151,6 +149,30 @@ def test_a_reauthentication_no_rule_maps_closes_unanswered(
         with pytest.raises(ConnectionError):
             client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
         assert client.wait_closed(FAILED_LOGIN_DELAY_MS / 2000)
+
+
+def test_a_replayed_token_closes_unanswered(kdc: Kdc, broker: BrokerProcess) -> None:
+    """Kafka 3.9 rethrows a retriable Kerberos error (KerberosError.REPLAY, here MIT's replay
+    cache finding the authenticator again) as an I/O error: no SASL_AUTHENTICATION_FAILED, no
+    delay, the connection closed so that the client connects again (its deadline is half the
+    failed-login delay). A fresh login still succeeds."""
+    token = gssapi_client(kdc, "alice").initial()
+    for attempt in ("first", "replayed"):
+        with RawClient(sasl(broker)) as client:
+            assert client.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1).error_code == 0
+            if attempt == "first":
+                answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+                assert answer.error_code == ErrorCode.NONE
+                continue
+            client.send(SaslAuthenticateRequest(auth_bytes=token), 2)
+            assert client.wait_closed(FAILED_LOGIN_DELAY_MS / 2000)
+            assert client.buffered == 0
+    wait_until(
+        lambda: any("retriable Kerberos error" in line for line in broker.log),
+        what="the replay logged",
+    )
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")
 
 
 def test_a_token_that_is_not_kerberos_is_refused(broker: BrokerProcess) -> None:

@@ -13,6 +13,8 @@ and answers what it returns. As in Kafka:
   answered the same way; after v1 they come in SaslAuthenticate requests;
 - during SaslAuthenticate, another request is answered with its error response carrying
   ILLEGAL_SASL_STATE, then the connection is closed;
+- a transient failure (`SaslRetriable`: a replayed Kerberos authenticator) closes the
+  connection at once, unanswered, as Kafka's, so that the client connects again;
 - a failed authentication is answered with SASL_AUTHENTICATION_FAILED and a message (the
   mechanism's own when it is safe to show, else Kafka's standard one), then closed after
   `connection.failed.authentication.delay.ms`. One whose principal cannot be made (a Kerberos
@@ -63,6 +65,7 @@ from wirebroker.sasl.mechanism import (
     SaslAuthenticationFailed,
     SaslFailure,
     SaslPrincipalFailure,
+    SaslRetriable,
     SaslServer,
 )
 from wirebroker.sasl.settings import GSSAPI, OAUTHBEARER, PLAIN, SCRAM, ListenerSasl
@@ -223,6 +226,8 @@ class SaslAuthenticator:
             answer = await self._evaluate(token)
         except SaslPrincipalFailure as e:
             return self._principal_failure(e, [e.answer])
+        except SaslRetriable as e:
+            return self._retriable(e)
         except SaslFailure as e:
             return Step(None, self._failure(e))
         return Step([answer])
@@ -254,6 +259,8 @@ class SaslAuthenticator:
             return self._principal_failure(
                 e, self._encode(correlation_id, response, api_key, api_version)
             )
+        except SaslRetriable as e:
+            return self._retriable(e)
         except SaslFailure as e:
             message = (
                 str(e)
@@ -305,6 +312,12 @@ class SaslAuthenticator:
             return Step(None, self._failure(e), delay=False)
         self.unmapped = self._failure(e)
         return Step(answer)
+
+    def _retriable(self, e: SaslRetriable) -> Step:
+        """As Kafka 3.9's handleSaslToken, which rethrows a retriable Kerberos error as the
+        SaslException (an IOException) it is: Selector closes the channel unanswered, at once,
+        and the client, seeing a lost connection, connects again."""
+        return Step(None, self._failure(e), delay=False)
 
     def _session_lifetime_ms(self, expires_ms: int | None) -> int:
         """As Kafka: `connections.max.reauth.ms`, or less when the credential ends sooner (an

@@ -12,6 +12,10 @@ given by `sasl.kerberos.principal.to.local.rules` (`kerberos_names`); for a prin
 maps, the exchange ends as a success and the connection is closed at the client's next
 request, as Kafka's (its principal builder fails on the first request after the exchange).
 
+Kafka's retriable Kerberos errors (its KerberosError: a client or ticket not yet valid, a
+replayed authenticator) raise `SaslRetriable`, on either side; so does, on the client side, a
+missing credential that is no Kerberos error (Kafka's `GSSException.NO_CRED` rule).
+
 Every GSS-API call may read the keytab or write the replay cache: the authenticator runs
 `evaluate` in a worker thread (`blocking`). `GssapiClient` is this broker's login to its peers
 (`sasl.mechanism.inter.broker.protocol=GSSAPI`), with the same principal and keytab.
@@ -23,7 +27,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from wirebroker.sasl.kerberos_names import KerberosShortNamer, NoMatchingRule
-from wirebroker.sasl.mechanism import SaslFailure, SaslPrincipalFailure
+from wirebroker.sasl.mechanism import SaslFailure, SaslPrincipalFailure, SaslRetriable
 from wirebroker.sasl.settings import GSSAPI, KRB5_LOGIN_MODULE
 
 if TYPE_CHECKING:
@@ -33,6 +37,14 @@ if TYPE_CHECKING:
 NO_SECURITY_LAYER = 1
 #: The maximum buffer the server announces (Java's default `javax.security.sasl.maxbuffer`).
 MAX_BUFFER = 65536
+#: MIT's com_err table of Kerberos errors (ERROR_TABLE_BASE_krb5, as an unsigned minor
+#: status): minor `KRB5_ERRORS + n` is the Kerberos protocol error n (RFC 4120 7.5.9) for n
+#: below 128 (Java's KrbException return code), a library error (a keytab without the
+#: principal) above.
+KRB5_ERRORS = 0x96C73A00
+#: Kafka's retriable KerberosError codes: KDC_ERR_CLIENT_NOTYET, KRB_AP_ERR_TKT_NYV,
+#: KRB_AP_ERR_REPEAT.
+RETRIABLE_KERBEROS_ERRORS = frozenset({21, 33, 34})
 INSTALL = (
     "GSSAPI needs the gssapi package (python-gssapi, MIT Kerberos): "
     "pip install 'wirebroker[gssapi]' (it builds against MIT Kerberos: apt-get install "
@@ -47,6 +59,19 @@ def load_gssapi() -> ModuleType:
     except ImportError as e:
         raise ImportError(f"{INSTALL} ({e})") from None
     return gssapi
+
+
+def gss_failure(gssapi: Any, e: Exception, *, client: bool) -> SaslFailure:
+    """The SaslFailure of a GSSError `e`: SaslRetriable as Kafka's KerberosError says (for a
+    `client`, also a missing credential whose minor status is not a Kerberos error: where
+    Java's login would already have refused a keytab without the principal, MIT's reports it
+    here, and it is no transient failure)."""
+    code = (getattr(e, "min_code", 0) & 0xFFFFFFFF) - KRB5_ERRORS
+    if code in RETRIABLE_KERBEROS_ERRORS or (
+        client and isinstance(e, gssapi.exceptions.MissingCredentialsError) and not 0 <= code < 256
+    ):
+        return SaslRetriable(f"GSS-API: {e} (Kafka's retriable Kerberos error)")
+    return SaslFailure(f"GSS-API: {e}")
 
 
 class KerberosService:
@@ -127,7 +152,7 @@ class GssapiServer:
             if self._step == "chosen":
                 return self._chosen(bytes(self._context.unwrap(token).message))
         except gssapi.exceptions.GSSError as e:
-            raise SaslFailure(f"GSS-API: {e}") from None
+            raise gss_failure(gssapi, e, client=False) from None
         raise SaslFailure("Unexpected token after SASL/GSSAPI authentication")
 
     def _accept(self, token: bytes) -> bytes:
@@ -205,7 +230,7 @@ class GssapiClient:
             )
             return bytes(self._context.step(b"") or b"")
         except gssapi.exceptions.GSSError as e:
-            raise SaslFailure(f"GSS-API: {e}") from None
+            raise gss_failure(gssapi, e, client=True) from None
 
     def evaluate(self, challenge: bytes) -> bytes | None:
         gssapi = self._gssapi
@@ -219,7 +244,7 @@ class GssapiClient:
                 return None
             offer = bytes(context.unwrap(challenge).message)
         except gssapi.exceptions.GSSError as e:
-            raise SaslFailure(f"GSS-API: {e}") from None
+            raise gss_failure(gssapi, e, client=True) from None
         if len(offer) != 4 or not offer[0] & NO_SECURITY_LAYER:
             raise SaslFailure("the server does not offer SASL/GSSAPI without a security layer")
         self.complete = True

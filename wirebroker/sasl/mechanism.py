@@ -6,12 +6,12 @@ A mechanism's server takes the client's tokens one at a time and answers each wi
 ways, as in Kafka: :class:`SaslAuthenticationFailed` carries a message safe to send to the client,
 any other :class:`SaslFailure` is answered with a standard message (its own may say whether a
 user exists) and only logged, but :class:`SaslPrincipalFailure`, answered as a success before
-the close, as Kafka.
+the close, and :class:`SaslRetriable`, not answered, as Kafka.
 
 A mechanism's client (this broker logging in to another) gives its first token with `initial()`
 and answers each server token with `evaluate()`: the next token, or None once it is `complete`.
 It raises :class:`SaslFailure` when the server's answer does not check out (a SCRAM server that
-does not know the password).
+does not know the password), :class:`SaslRetriable` when the failure is transient.
 """
 
 from __future__ import annotations
@@ -25,6 +25,13 @@ class SaslFailure(Exception):
 
 class SaslAuthenticationFailed(SaslFailure):
     """The exchange failed with a message the client may see (SaslAuthenticationException)."""
+
+
+class SaslRetriable(SaslFailure):
+    """A transient failure (Kafka's retriable Kerberos errors: a replayed authenticator, a
+    ticket or client not yet valid). As Kafka, which handles it as an I/O error: a server
+    closes the connection at once, unanswered; a client takes it for a lost connection and
+    connects again, not for a refused login."""
 
 
 class SaslPrincipalFailure(SaslFailure):

@@ -335,18 +335,21 @@ def test_the_brokers_own_login_as_between_brokers(
     kdc: Kdc, broker: BrokerProcess, service_keytab: Path
 ) -> None:
     """`sasl.mechanism.inter.broker.protocol=GSSAPI`: wirebroker's peer connection logs in with
-    the listener's principal and keytab to `kafka@<the host it connected to>`; with keys that
-    are no longer the principal's, it is refused by the KDC and says so."""
+    the listener's principal and keytab to `kafka@<the host it connected to>` (connected to
+    127.0.0.1, Java's reverse lookup of it: `localhost`, whose ticket the KDC has, where this
+    realm's krb5.conf has MIT do no lookups); with keys that are no longer the principal's,
+    it is refused by the KDC and says so."""
     options = {"principal": f"{SERVICE}@{REALM}", "keyTab": str(service_keytab)}
     login = SaslLogin("SASL_PLAINTEXT", "GSSAPI", {**options, "serviceName": "kafka"})
     port = broker.ports["SASL_PLAINTEXT"]
 
     async def main() -> None:
         security = PeerSecurity(sasl=login)
-        async with await PeerConnection.open(
-            "localhost", port, client_id="peer-test", security=security
-        ) as connection:
-            assert (await connection.request(MetadataRequest(topics=[]), 1)).brokers
+        for host in ("localhost", "127.0.0.1"):
+            async with await PeerConnection.open(
+                host, port, client_id="peer-test", security=security
+            ) as connection:
+                assert (await connection.request(MetadataRequest(topics=[]), 1)).brokers
         stale = kdc.keytab("etl/batch")
         kdc.keytab("etl/batch")  # new keys: the first keytab's are stale
         wrong = SaslLogin(

@@ -23,6 +23,8 @@ Every GSS-API call may read the keytab or write the replay cache: the authentica
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +74,24 @@ def gss_failure(gssapi: Any, e: Exception, *, client: bool) -> SaslFailure:
     ):
         return SaslRetriable(f"GSS-API: {e} (Kafka's retriable Kerberos error)")
     return SaslFailure(f"GSS-API: {e}")
+
+
+def service_host(host: str) -> str:
+    """The host whose service ticket a login to `host` asks for, as Kafka's client: the
+    SaslChannelBuilder passes `socket.getInetAddress().getHostName()`, the name connected to
+    as given, or, for an IP address, Java's reverse lookup of it when that name resolves back
+    to the address (else the address itself). May wait on DNS: call it from a worker thread."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    try:
+        name = socket.gethostbyaddr(host)[0]
+        infos = socket.getaddrinfo(name, None)
+    except OSError:
+        return host
+    resolved = {ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in infos}
+    return name if address in resolved else host
 
 
 class KerberosService:
@@ -195,7 +215,7 @@ class GssapiServer:
 
 class GssapiClient:
     """The client side of one GSSAPI exchange: logs in as `principal` with its keys in `keytab`
-    to the service `service_name` on `host`. Its tickets are kept in the process's memory
+    to the service `service_name` on `host` (an IP address: its name, `service_host`). Its tickets are kept in the process's memory
     credential cache of that principal and keytab, shared by its exchanges (a TGT got again
     from the keytab once it expires), as Java keeps them in the login's Subject. `initial` and `evaluate` may
     reach the KDC: call them from a worker thread."""
@@ -206,7 +226,8 @@ class GssapiClient:
         self._gssapi = load_gssapi()
         self._principal = principal
         self._keytab = keytab
-        self._target = f"{service_name}@{host}"
+        self._service_name = service_name
+        self._host = host
         self._context: Any = None
         self.complete = False
 
@@ -221,8 +242,9 @@ class GssapiClient:
                     "ccache": f"MEMORY:{self._principal}:{self._keytab}",
                 },
             )
+            target = f"{self._service_name}@{service_host(self._host)}"
             self._context = gssapi.SecurityContext(
-                name=gssapi.Name(self._target, gssapi.NameType.hostbased_service),
+                name=gssapi.Name(target, gssapi.NameType.hostbased_service),
                 creds=credentials,
                 usage="initiate",
                 mech=gssapi.MechType.kerberos,

@@ -29,7 +29,7 @@ from protocol.messages.metadata import MetadataRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, wait_until
+from tests.wirebroker.helpers import RawClient, describe_configs, wait_until
 from tests.wirebroker.kdc import REALM, Kdc, kcat_gssapi, krb5_jaas, requires_kdc, serving_kdc
 from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from tests.wirebroker.secured import (
@@ -41,6 +41,7 @@ from tests.wirebroker.secured import (
     acl,
     create_topics,
     grant,
+    login,
 )
 from wirebroker.peer import PeerAuthenticationFailed, PeerConnection, PeerSecurity
 from wirebroker.sasl.kerberos import GssapiClient
@@ -173,6 +174,24 @@ def test_a_replayed_token_closes_unanswered(kdc: Kdc, broker: BrokerProcess) -> 
     )
     with RawClient(sasl(broker)) as client:
         client.login_sasl(gssapi_client(kdc, "alice"), "alice")
+
+
+KAFKA_KERBEROS_LOGIN_DEFAULTS = {
+    "sasl.kerberos.kinit.cmd": "/usr/bin/kinit",
+    "sasl.kerberos.ticket.renew.window.factor": "0.8",
+    "sasl.kerberos.ticket.renew.jitter": "0.05",
+    "sasl.kerberos.min.time.before.relogin": "60000",
+}
+
+
+def test_kafkas_kerberos_login_configs_are_described(broker: BrokerProcess) -> None:
+    """Kafka's login-thread keys, accepted and described as Kafka 3.9 describes them: their
+    defaults, read-write (dynamic per broker in Kafka's DynamicListenerConfig)."""
+    keys = list(KAFKA_KERBEROS_LOGIN_DEFAULTS)
+    result = describe_configs(sasl(broker), 4, "0", keys, plain=login("admin"))
+    assert result.error_code == ErrorCode.NONE
+    described = {c.name: (c.value, c.read_only, c.config_source) for c in result.configs}
+    assert described == {k: (v, False, 5) for k, v in KAFKA_KERBEROS_LOGIN_DEFAULTS.items()}
 
 
 def test_a_token_that_is_not_kerberos_is_refused(broker: BrokerProcess) -> None:

@@ -1,5 +1,5 @@
 """SASL/GSSAPI on real Kafka 3.9 and on wirebroker: the same KDC, the same keytab, the same
-raw exchanges, and the same answers back.
+raw exchanges, and the same answers back (but for a replayed token: finding F13).
 
 One MIT KDC (tests/wirebroker/kdc.py) serves both: Kafka's JVM reads its krb5.conf through
 `JAVA_TOOL_OPTIONS=-Djava.security.krb5.conf=...`, wirebroker through `KRB5_CONFIG`. Each
@@ -141,3 +141,32 @@ def test_a_token_that_is_not_kerberos(kafka: str, wirebroker: str) -> None:
             answer = raw.request(SaslAuthenticateRequest(auth_bytes=b"\x60\x01junk"), 2)
             seen[name] = (answer.error_code, answer.error_message, raw.wait_closed())
     assert seen["wirebroker"] == seen["kafka"], seen
+
+
+def test_a_replayed_token(kdc: Kdc, kafka: str, wirebroker: str) -> None:
+    """A context token accepted once, sent again on a new connection: each broker's replay
+    cache finds it. Finding F13 (compat/FINDINGS.md): Kafka 3.9's code makes it a retriable
+    error (KerberosError.REPLAY: the connection closed unanswered, the client connects again),
+    which wirebroker does; on Java 16+ its KerberosError cannot read the Kerberos code
+    (java.security.jgss does not export sun.security.krb5), so Kafka on this Java 17 answers
+    SASL_AUTHENTICATION_FAILED instead. Each side's answer is asserted."""
+    seen = {}
+    for name, bootstrap in both(kafka, wirebroker).items():
+        client = GssapiClient(f"alice@{REALM}", str(kdc.keytab("alice")), "kafka", "localhost")
+        token = client.initial()
+        answers: list[tuple[object, object]] = []
+        for _ in range(2):
+            with RawClient(bootstrap) as raw:
+                raw.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
+                try:
+                    answer = raw.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+                    answers.append((answer.error_code, answer.error_message))
+                except ConnectionError:
+                    answers.append(("closed", None))
+        seen[name] = answers
+    refused = "Authentication failed during authentication due to invalid credentials with SASL "
+    assert seen["kafka"] == [
+        (ErrorCode.NONE, ""),
+        (ErrorCode.SASL_AUTHENTICATION_FAILED, refused + "mechanism GSSAPI"),
+    ], seen
+    assert seen["wirebroker"] == [(ErrorCode.NONE, ""), ("closed", None)], seen

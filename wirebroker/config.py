@@ -727,8 +727,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "string",
             "GSSAPI",
             "The mechanism brokers log in to each other with on a SASL inter-broker listener: "
-            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (GSSAPI is accepted from "
-            "clients, but brokers do not log in to each other with it).",
+            "GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER, with the credentials "
+            "of that listener's JAAS entry for it.",
         ),
         _k(
             "sasl.kerberos.service.name",
@@ -744,6 +744,38 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "DEFAULT",
             "How GSSAPI principals become the user names ACLs name, first rule that applies: "
             "DEFAULT (user@<default realm> is user) or RULE:[n:format](regex)s/from/to/g/L|U.",
+            PER_BROKER,
+        ),
+        # Kafka's Kerberos login thread: accepted and described with Kafka's defaults, not
+        # read (docs/security.md, "GSSAPI (Kerberos)": MIT renews the keytab login's tickets).
+        _k(
+            "sasl.kerberos.kinit.cmd",
+            "string",
+            "/usr/bin/kinit",
+            "Kerberos kinit command path (Kafka's ticket-cache logins). Not read: the broker "
+            "logs in from its keytab.",
+            PER_BROKER,
+        ),
+        _k(
+            "sasl.kerberos.ticket.renew.window.factor",
+            "double",
+            "0.8",
+            "Kafka's login thread renews its ticket after this share of its lifetime. Not "
+            "read: MIT renews the keytab login's ticket.",
+            PER_BROKER,
+        ),
+        _k(
+            "sasl.kerberos.ticket.renew.jitter",
+            "double",
+            "0.05",
+            "Share of random jitter added to the renewal time. Not read.",
+            PER_BROKER,
+        ),
+        _k(
+            "sasl.kerberos.min.time.before.relogin",
+            "long",
+            "60000",
+            "Login thread sleep time between refresh attempts (ms). Not read.",
             PER_BROKER,
         ),
         _k(

@@ -23,7 +23,8 @@ listener every frame goes to the connection's `SaslAuthenticator` until it is au
 every request. A failed authentication (wrong credentials, a mechanism not offered, a request out
 of turn) is answered and its connection closed only after
 `connection.failed.authentication.delay.ms`, as Kafka, so guessing passwords is slow; other
-connections are served meanwhile. With `connections.max.reauth.ms` a session past its lifetime closes at its next
+connections are served meanwhile (an exchange whose principal cannot be made closes at once,
+as Kafka's). With `connections.max.reauth.ms` a session past its lifetime closes at its next
 request unless that is a SaslHandshake, which re-authenticates (KIP-368).
 
 A request that broke a client quota (`wirebroker.quotas`) is answered at once with its
@@ -422,7 +423,7 @@ class _Connection:
         """Hand a frame to the SASL authenticator; True once the connection is authenticated."""
         assert self.sasl is not None
         step = await self.sasl.receive(frame)
-        if step.close is not None:
+        if step.close is not None and step.delay:
             await self.outbox.flush()  # what was answered before this frame leaves now
             await trio.sleep(
                 self.broker.config.get_int("connection.failed.authentication.delay.ms") / 1000

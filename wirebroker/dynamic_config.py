@@ -19,7 +19,7 @@ first log dir. Password keys are stored encrypted with `password.encoder.secret`
 listeners (`wirebroker.listeners`: Kafka's rules for them, and the listeners themselves).
 
 Differences from Kafka: a key Kafka marks dynamic but wirebroker does not know
-(`metric.reporters`, `sasl.kerberos.*`, ...) is stored and described like any unknown key,
+(`metric.reporters`, ...) is stored and described like any unknown key,
 without effect. An SSL listener's new keystore must load, but its
 certificate's subject may change (Kafka refuses a new DN unless `ssl.allow.dn.changes`).
 """

@@ -19,7 +19,9 @@ waits for the broker's first token, then takes the one held at each login; a GSS
 service on the host this connection was opened to. When the peer's answer gives the session a lifetime (KIP-368), the
 connection logs in again on its next request after 85-95% of it, as Kafka's clients do. A
 connection that cannot be opened, secured or logged in raises `PeerError` (a refused login
-`PeerAuthenticationFailed`, whose message says what the peer answered, never the secret);
+`PeerAuthenticationFailed`, whose message says what the peer answered, never the secret; a
+transient failure of the login's client, Kafka's retriable Kerberos errors, is a `PeerError`
+like a lost connection, tried again as Kafka's client does);
 `PLAINTEXT` is neither TLS nor SASL.
 
 `request_once` is one request on a fresh connection (a broker's ControlledShutdown to the
@@ -55,7 +57,7 @@ from protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAut
 from protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from protocol.schema import Message
 from wirebroker.config import BrokerConfig
-from wirebroker.sasl.mechanism import SaslFailure
+from wirebroker.sasl.mechanism import SaslFailure, SaslRetriable
 from wirebroker.sasl.settings import SaslLogin, inter_broker_login
 
 log = logging.getLogger(__name__)
@@ -176,9 +178,16 @@ class PeerConnection:
         who = f"SASL/{login.mechanism} login on {login.listener_name}"
 
         async def run(call: Callable[..., T], *args: Any) -> T:
-            if not login.blocking:
-                return call(*args)
-            return await trio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
+            """The login's client's `call`; a failure of it refuses the login, but a transient
+            one is a lost connection (Kafka's client: "Kafka Client will retry")."""
+            try:
+                if not login.blocking:
+                    return call(*args)
+                return await trio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
+            except SaslRetriable as e:
+                raise PeerError(f"{who}: {e}") from None
+            except SaslFailure as e:
+                raise PeerAuthenticationFailed(f"{who}: {e}") from None
 
         shake = await self._call(
             SaslHandshakeRequest(mechanism=login.mechanism), SASL_HANDSHAKE_VERSION
@@ -189,11 +198,8 @@ class PeerConnection:
                 f"{who}: the peer answered {ErrorCode(shake.error_code).name} "
                 f"(it offers {', '.join(shake.mechanisms)})"
             )
-        try:
-            client = await run(login.client, int(time.time() * 1000), self.host)
-            token: bytes | None = await run(client.initial)
-        except SaslFailure as e:
-            raise PeerAuthenticationFailed(f"{who}: {e}") from None
+        client = await run(login.client, int(time.time() * 1000), self.host)
+        token: bytes | None = await run(client.initial)
         lifetime_ms = 0
         while token is not None:
             answer = await self._call(
@@ -205,10 +211,7 @@ class PeerConnection:
                     f"{who} refused: {ErrorCode(answer.error_code).name}: {answer.error_message}"
                 )
             lifetime_ms = answer.session_lifetime_ms
-            try:
-                token = await run(client.evaluate, answer.auth_bytes)
-            except SaslFailure as e:
-                raise PeerAuthenticationFailed(f"{who}: {e}") from None
+            token = await run(client.evaluate, answer.auth_bytes)
         self._reauthenticate_at = (
             trio.current_time() + lifetime_ms / 1000 * random.uniform(*REAUTHENTICATE_AT)
             if lifetime_ms > 0

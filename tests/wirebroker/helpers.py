@@ -413,9 +413,14 @@ def create_topic(
 
 
 def describe_configs(
-    bootstrap: str, resource_type: int, name: str, keys: list[str] | None = None
+    bootstrap: str,
+    resource_type: int,
+    name: str,
+    keys: list[str] | None = None,
+    plain: tuple[str, str] | None = None,
 ) -> DescribeConfigsResponse.DescribeConfigsResult:
-    """DescribeConfigs v4 (with synonyms) of one resource: 2 topic, 4 broker, 8 broker loggers."""
+    """DescribeConfigs v4 (with synonyms) of one resource: 2 topic, 4 broker, 8 broker loggers
+    (logged in with SASL/PLAIN as `plain`'s user and password, if given)."""
     request = DescribeConfigsRequest(
         resources=[
             DescribeConfigsRequest.DescribeConfigsResource(
@@ -424,7 +429,7 @@ def describe_configs(
         ],
         include_synonyms=True,
     )
-    with RawClient(bootstrap) as client:
+    with RawClient(bootstrap, plain=plain) as client:
         (result,) = client.request(request, 4).results
     return result
 

@@ -53,15 +53,18 @@ def krb5_jaas(keytab: Path, principal: str) -> str:
     )
 
 
-def kcat_gssapi(bootstrap: str, principal: str, keytab: Path) -> list[str]:
+def kcat_gssapi(
+    bootstrap: str, principal: str, keytab: Path, protocol: str = "SASL_PLAINTEXT"
+) -> list[str]:
     """kcat's command line up to its mode, logged in as `principal` (librdkafka kinits with
-    the keytab into the KRB5CCNAME cache)."""
+    the keytab into the KRB5CCNAME cache) over `protocol` (for SASL_SSL, add the CA:
+    `ssl.ca.location`)."""
     kcat = shutil.which("kcat")
     if kcat is None:
         pytest.fail("kcat is not installed: run `make tools`")
     return [
         kcat,
-        *("-b", bootstrap, "-X", "security.protocol=SASL_PLAINTEXT"),
+        *("-b", bootstrap, "-X", f"security.protocol={protocol}"),
         *("-X", "sasl.mechanisms=GSSAPI", "-X", "sasl.kerberos.service.name=kafka"),
         *("-X", f"sasl.kerberos.keytab={keytab}", "-X", f"sasl.kerberos.principal={principal}"),
     ]

@@ -2,7 +2,8 @@
 
 The KDC (tests/wirebroker/kdc.py) serves a realm of its own; the broker's SASL_PLAINTEXT
 listener on `localhost` accepts GSSAPI with the keytab of `kafka/localhost` (the JAAS entry
-Kafka users write) and PLAIN for the test's own admin requests, with the ACL authorizer.
+Kafka users write) and PLAIN for the test's own admin requests, with the ACL authorizer; its
+SASL_SSL listener accepts GSSAPI the same way inside TLS (the `pki` fixture's certificate).
 Principals become users by `sasl.kerberos.principal.to.local.rules`: `alice@REALM` is `alice`,
 `etl/worker1@REALM` is `etl_worker1` (a rule of its own), `kafka/localhost@REALM` (the broker's
 own, logging in as to a peer) is `kafka`, and a two-component principal no rule maps is
@@ -28,8 +29,9 @@ from protocol.messages.metadata import MetadataRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient, wait_until
+from tests.wirebroker.helpers import RawClient, describe_configs, wait_until
 from tests.wirebroker.kdc import REALM, Kdc, kcat_gssapi, krb5_jaas, requires_kdc, serving_kdc
+from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from tests.wirebroker.secured import (
     AUTHORIZER,
     PLAIN_JAAS,
@@ -39,6 +41,7 @@ from tests.wirebroker.secured import (
     acl,
     create_topics,
     grant,
+    login,
 )
 from wirebroker.peer import PeerAuthenticationFailed, PeerConnection, PeerSecurity
 from wirebroker.sasl.kerberos import GssapiClient
@@ -48,6 +51,8 @@ from wirebroker.zookeeper_server import jars_dir, java_executable
 pytestmark = [pytest.mark.integration, requires_kdc]
 
 SERVICE = "kafka/localhost"
+#: A failed login's answer and close wait this long; an unmapped principal's close does not.
+FAILED_LOGIN_DELAY_MS = 3000
 RULES = (
     rf"RULE:[2:$1_$2@$0](etl_.*@{REALM})s/@.*//,"
     rf"RULE:[2:$1@$0](kafka@{REALM})s/@.*//,"
@@ -68,24 +73,28 @@ def service_keytab(kdc: Kdc) -> Path:
 
 @pytest.fixture(scope="module")
 def broker(
-    kdc: Kdc, service_keytab: Path, tmp_path_factory: pytest.TempPathFactory
+    kdc: Kdc, service_keytab: Path, pki: Pki, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    keytab = service_keytab
+    jaas = krb5_jaas(service_keytab, f"{SERVICE}@{REALM}")
     broker = BrokerProcess(
         tmp_path_factory.mktemp("data"),
         {
-            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://localhost:0",
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://localhost:0,"
+            "SASL_SSL://localhost:0",
             "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
             "sasl.kerberos.service.name": "kafka",
             "sasl.kerberos.principal.to.local.rules": RULES,
-            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": krb5_jaas(
-                keytab, f"{SERVICE}@{REALM}"
-            ),
+            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": jaas,
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "GSSAPI",
+            "listener.name.sasl_ssl.gssapi.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.server_pem),
+            "ssl.key.password": KEY_PASSWORD,
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
             "authorizer.class.name": AUTHORIZER,
             "super.users": "User:admin;User:alice;User:kafka",
             "connections.max.reauth.ms": "3600000",
-            "connection.failed.authentication.delay.ms": "0",
+            "connection.failed.authentication.delay.ms": str(FAILED_LOGIN_DELAY_MS),
         },
     )
     broker.start()
@@ -120,13 +129,69 @@ def test_raw_login_maps_the_principal_by_the_rules(kdc: Kdc, broker: BrokerProce
 
 
 def test_a_principal_no_rule_maps_is_refused(kdc: Kdc, broker: BrokerProcess) -> None:
-    """As Kafka (its principal builder fails after the SASL server completed): the exchange
-    ends as a success, then the connection is closed before any request is served."""
+    """As Kafka 3.9 (its principal builder fails on the first request after the SASL server
+    completed; SocketServer then closes the channel): the exchange ends as a success, the next
+    request closes the connection unanswered, without the failed-login delay (its deadline is
+    half that delay)."""
     with RawClient(sasl(broker)) as client:
         client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
-        assert client.wait_closed()
+        client.send(MetadataRequest(topics=[]), 1)
+        assert client.wait_closed(FAILED_LOGIN_DELAY_MS / 2000)
+        assert client.buffered == 0
     logged = f"Failed to set name for 'ops/host1@{REALM}' based on Kerberos authentication rules"
     wait_until(lambda: any(logged in line for line in broker.log), what="the refusal logged")
+
+
+def test_a_reauthentication_no_rule_maps_closes_unanswered(kdc: Kdc, broker: BrokerProcess) -> None:
+    """KIP-368: Kafka builds the re-authenticated principal before answering the last token;
+    its failure closes the connection unanswered and without the delay."""
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")
+        with pytest.raises(ConnectionError):
+            client.login_sasl(gssapi_client(kdc, "ops/host1"), "ops/host1")
+        assert client.wait_closed(FAILED_LOGIN_DELAY_MS / 2000)
+
+
+def test_a_replayed_token_closes_unanswered(kdc: Kdc, broker: BrokerProcess) -> None:
+    """Kafka 3.9 rethrows a retriable Kerberos error (KerberosError.REPLAY, here MIT's replay
+    cache finding the authenticator again) as an I/O error: no SASL_AUTHENTICATION_FAILED, no
+    delay, the connection closed so that the client connects again (its deadline is half the
+    failed-login delay). A fresh login still succeeds."""
+    token = gssapi_client(kdc, "alice").initial()
+    for attempt in ("first", "replayed"):
+        with RawClient(sasl(broker)) as client:
+            assert client.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1).error_code == 0
+            if attempt == "first":
+                answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+                assert answer.error_code == ErrorCode.NONE
+                continue
+            client.send(SaslAuthenticateRequest(auth_bytes=token), 2)
+            assert client.wait_closed(FAILED_LOGIN_DELAY_MS / 2000)
+            assert client.buffered == 0
+    wait_until(
+        lambda: any("retriable Kerberos error" in line for line in broker.log),
+        what="the replay logged",
+    )
+    with RawClient(sasl(broker)) as client:
+        client.login_sasl(gssapi_client(kdc, "alice"), "alice")
+
+
+KAFKA_KERBEROS_LOGIN_DEFAULTS = {
+    "sasl.kerberos.kinit.cmd": "/usr/bin/kinit",
+    "sasl.kerberos.ticket.renew.window.factor": "0.8",
+    "sasl.kerberos.ticket.renew.jitter": "0.05",
+    "sasl.kerberos.min.time.before.relogin": "60000",
+}
+
+
+def test_kafkas_kerberos_login_configs_are_described(broker: BrokerProcess) -> None:
+    """Kafka's login-thread keys, accepted and described as Kafka 3.9 describes them: their
+    defaults, read-write (dynamic per broker in Kafka's DynamicListenerConfig)."""
+    keys = list(KAFKA_KERBEROS_LOGIN_DEFAULTS)
+    result = describe_configs(sasl(broker), 4, "0", keys, plain=login("admin"))
+    assert result.error_code == ErrorCode.NONE
+    described = {c.name: (c.value, c.read_only, c.config_source) for c in result.configs}
+    assert described == {k: (v, False, 5) for k, v in KAFKA_KERBEROS_LOGIN_DEFAULTS.items()}
 
 
 def test_a_token_that_is_not_kerberos_is_refused(broker: BrokerProcess) -> None:
@@ -147,6 +212,33 @@ def java_properties(bootstrap: str, principal: str, keytab: Path) -> str:
         "sasl.kerberos.service.name=kafka\n"
         f"sasl.jaas.config={krb5_jaas(keytab, f'{principal}@{REALM}')}\n"
     )
+
+
+@pytest.mark.parametrize("client", ["java", "kcat"])
+def test_sasl_ssl_round_trip(
+    kdc: Kdc,
+    broker: BrokerProcess,
+    pki: Pki,
+    topic: str,
+    tmp_path: Path,
+    round_trip_class: Path,
+    client: str,
+) -> None:
+    """GSSAPI inside TLS (SASL_SSL, the same exchange as SASL_PLAINTEXT): the Java client,
+    verifying the broker's certificate for `localhost`, or kcat, produces and consumes."""
+    keytab = kdc.keytab("alice")
+    bootstrap = f"localhost:{broker.ports['SASL_SSL']}"
+    if client == "java":
+        properties = java_properties(bootstrap, "alice", keytab).replace(
+            "security.protocol=SASL_PLAINTEXT", "security.protocol=SASL_SSL"
+        )
+        properties += f"ssl.truststore.type=PEM\nssl.truststore.location={pki.ca}\n"
+        run_java(kdc, round_trip_class, tmp_path, properties, topic, ["tls-0", "tls-1"])
+        return
+    args = kcat_gssapi(bootstrap, f"alice@{REALM}", keytab, "SASL_SSL")
+    args += ["-X", f"ssl.ca.location={pki.ca}", "-t", topic, "-p", "0"]
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{tmp_path / 'ccache'}"}
+    assert kcat_round_trip(args, [b"tls-0", b"tls-1"], env) == [b"tls-0", b"tls-1"]
 
 
 def run_java(
@@ -262,18 +354,21 @@ def test_the_brokers_own_login_as_between_brokers(
     kdc: Kdc, broker: BrokerProcess, service_keytab: Path
 ) -> None:
     """`sasl.mechanism.inter.broker.protocol=GSSAPI`: wirebroker's peer connection logs in with
-    the listener's principal and keytab to `kafka@<the host it connected to>`; with keys that
-    are no longer the principal's, it is refused by the KDC and says so."""
+    the listener's principal and keytab to `kafka@<the host it connected to>` (connected to
+    127.0.0.1, Java's reverse lookup of it: `localhost`, whose ticket the KDC has, where this
+    realm's krb5.conf has MIT do no lookups); with keys that are no longer the principal's,
+    it is refused by the KDC and says so."""
     options = {"principal": f"{SERVICE}@{REALM}", "keyTab": str(service_keytab)}
     login = SaslLogin("SASL_PLAINTEXT", "GSSAPI", {**options, "serviceName": "kafka"})
     port = broker.ports["SASL_PLAINTEXT"]
 
     async def main() -> None:
         security = PeerSecurity(sasl=login)
-        async with await PeerConnection.open(
-            "localhost", port, client_id="peer-test", security=security
-        ) as connection:
-            assert (await connection.request(MetadataRequest(topics=[]), 1)).brokers
+        for host in ("localhost", "127.0.0.1"):
+            async with await PeerConnection.open(
+                host, port, client_id="peer-test", security=security
+            ) as connection:
+                assert (await connection.request(MetadataRequest(topics=[]), 1)).brokers
         stale = kdc.keytab("etl/batch")
         kdc.keytab("etl/batch")  # new keys: the first keytab's are stale
         wrong = SaslLogin(

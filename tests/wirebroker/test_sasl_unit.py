@@ -630,3 +630,30 @@ def test_a_jwks_url_is_logged_without_its_user_and_password() -> None:
     endpoint = JwksEndpoint("https://user:secret@idp.example/jwks?x=1", 1, 1, 1)
     assert endpoint.shown == "https://idp.example/jwks?x=1"
     assert JwksEndpoint("file:/etc/jwks.json", 1, 1, 1).shown == "file:/etc/jwks.json"
+
+
+@pytest.mark.parametrize(
+    ("routine", "kerberos_code", "client", "retriable"),
+    [
+        (13 << 16, 34, False, True),  # KRB_AP_ERR_REPEAT: a replayed authenticator
+        (13 << 16, 33, True, True),  # KRB_AP_ERR_TKT_NYV
+        (13 << 16, 21, True, True),  # KDC_ERR_CLIENT_NOTYET
+        (13 << 16, 7, True, False),  # KDC_ERR_S_PRINCIPAL_UNKNOWN: Kafka's, not retriable
+        (13 << 16, 24, False, False),  # KDC_ERR_PREAUTH_FAILED
+        (7 << 16, None, True, True),  # NO_CRED, no Kerberos error: Kafka's client retries
+        (7 << 16, None, False, False),  # ... its server does not
+        (7 << 16, 195, True, False),  # NO_CRED, KRB5_CC_NOTFOUND: a keytab without the key
+    ],
+)
+def test_kafkas_retriable_kerberos_errors(
+    routine: int, kerberos_code: int | None, client: bool, retriable: bool
+) -> None:
+    """Kafka's KerberosError, on python-gssapi's GSSError with MIT's minor status codes."""
+    gssapi = pytest.importorskip("gssapi")
+    from wirebroker.sasl.kerberos import KRB5_ERRORS, gss_failure
+    from wirebroker.sasl.mechanism import SaslRetriable
+
+    minor = 0 if kerberos_code is None else KRB5_ERRORS + kerberos_code
+    failure = gss_failure(gssapi, gssapi.raw.misc.GSSError(routine, minor), client=client)
+    assert isinstance(failure, SaslFailure)
+    assert isinstance(failure, SaslRetriable) is retriable

@@ -13,11 +13,16 @@ and answers what it returns. As in Kafka:
   answered the same way; after v1 they come in SaslAuthenticate requests;
 - during SaslAuthenticate, another request is answered with its error response carrying
   ILLEGAL_SASL_STATE, then the connection is closed;
+- a transient failure (`SaslRetriable`: a replayed Kerberos authenticator) closes the
+  connection at once, unanswered, as Kafka's, so that the client connects again;
 - a failed authentication is answered with SASL_AUTHENTICATION_FAILED and a message (the
-  mechanism's own when it is safe to show, else Kafka's standard one), then closed; one whose
-  principal cannot be made (a Kerberos name no rule maps) is answered as a success, then
-  closed, as Kafka's. The log says
-  which user from which host, never the secret.
+  mechanism's own when it is safe to show, else Kafka's standard one), then closed after
+  `connection.failed.authentication.delay.ms`. One whose principal cannot be made (a Kerberos
+  name no rule maps) is answered as a success; the next frame then closes the connection at
+  once, unanswered, as Kafka's SocketServer does when its principal builder fails on the first
+  request after the exchange; a re-authentication that ends so closes at once, unanswered, as
+  Kafka's SaslServerAuthenticator builds the principal there. The log says which user from
+  which host, never the secret.
 
 A mechanism whose server may block (GSSAPI: the keytab, the replay cache) evaluates each token
 in a worker thread.
@@ -60,6 +65,7 @@ from wirebroker.sasl.mechanism import (
     SaslAuthenticationFailed,
     SaslFailure,
     SaslPrincipalFailure,
+    SaslRetriable,
     SaslServer,
 )
 from wirebroker.sasl.settings import GSSAPI, OAUTHBEARER, PLAIN, SCRAM, ListenerSasl
@@ -75,14 +81,18 @@ SASL_AUTHENTICATE_KEY = SaslAuthenticateRequest.API_KEY
 
 class Step:
     """What the connection does with one frame: write `chunks` (if any), then close if `close`
-    says why."""
+    says why: after `connection.failed.authentication.delay.ms` if `delay` (a failed
+    authentication), else at once."""
 
     # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
-    __slots__ = ("chunks", "close")
+    __slots__ = ("chunks", "close", "delay")
 
-    def __init__(self, chunks: list[Any] | None, close: str | None = None) -> None:
+    def __init__(
+        self, chunks: list[Any] | None, close: str | None = None, *, delay: bool = True
+    ) -> None:
         self.chunks = chunks
         self.close = close
+        self.delay = delay
 
 
 class SaslAuthenticator:
@@ -105,6 +115,8 @@ class SaslAuthenticator:
         self.reauthenticating = reauthenticating
         # then "handshake", "authenticate"
         self.state = "handshake" if reauthenticating else "handshake_or_versions"
+        #: Why the next frame closes the connection: the exchange's principal cannot be made.
+        self.unmapped: str | None = None
         self.raw_tokens = False  # after a v0 handshake
         self.server: SaslServer | None = None
         #: `User:<name>` once authenticated.
@@ -113,6 +125,8 @@ class SaslAuthenticator:
         self.session_lifetime_ms = 0
 
     async def receive(self, frame: memoryview) -> Step:
+        if self.unmapped is not None:
+            return Step(None, self.unmapped, delay=False)
         if self.state == "authenticate" and self.raw_tokens:
             return await self._raw_token(bytes(frame))
         try:
@@ -211,7 +225,9 @@ class SaslAuthenticator:
         try:
             answer = await self._evaluate(token)
         except SaslPrincipalFailure as e:
-            return Step([e.answer], self._failure(e))
+            return self._principal_failure(e, [e.answer])
+        except SaslRetriable as e:
+            return self._retriable(e)
         except SaslFailure as e:
             return Step(None, self._failure(e))
         return Step([answer])
@@ -240,9 +256,11 @@ class SaslAuthenticator:
             response = SaslAuthenticateResponse(
                 auth_bytes=e.answer, session_lifetime_ms=self._session_lifetime_ms(None)
             )
-            return Step(
-                self._encode(correlation_id, response, api_key, api_version), self._failure(e)
+            return self._principal_failure(
+                e, self._encode(correlation_id, response, api_key, api_version)
             )
+        except SaslRetriable as e:
+            return self._retriable(e)
         except SaslFailure as e:
             message = (
                 str(e)
@@ -284,6 +302,22 @@ class SaslAuthenticator:
                 "%s authenticated from %s with %s", principal, self.client_host, server.mechanism
             )
         return answer
+
+    def _principal_failure(self, e: SaslPrincipalFailure, answer: list[Any]) -> Step:
+        """As Kafka 3.9, whose principal builder runs after the SASL server completed: the
+        exchange's last token is answered as a success, the next frame closes the connection
+        (SocketServer's processChannelException: no answer, no delay); in a re-authentication
+        the principal is built before the answer, so the connection closes unanswered."""
+        if self.reauthenticating:
+            return Step(None, self._failure(e), delay=False)
+        self.unmapped = self._failure(e)
+        return Step(answer)
+
+    def _retriable(self, e: SaslRetriable) -> Step:
+        """As Kafka 3.9's handleSaslToken, which rethrows a retriable Kerberos error as the
+        SaslException (an IOException) it is: Selector closes the channel unanswered, at once,
+        and the client, seeing a lost connection, connects again."""
+        return Step(None, self._failure(e), delay=False)
 
     def _session_lifetime_ms(self, expires_ms: int | None) -> int:
         """As Kafka: `connections.max.reauth.ms`, or less when the credential ends sooner (an

@@ -9,8 +9,12 @@ offers (Kafka: none, QOP `auth`) and its maximum buffer; the client answers, wra
 it chose and an authorization id. As Kafka, the authorization id is not checked (the
 authenticated principal is the one used); the principal is `User:<short name>`, the short name
 given by `sasl.kerberos.principal.to.local.rules` (`kerberos_names`); for a principal no rule
-maps, the exchange ends as a success and the connection is closed, as Kafka's (its principal
-builder fails once the SASL server completed).
+maps, the exchange ends as a success and the connection is closed at the client's next
+request, as Kafka's (its principal builder fails on the first request after the exchange).
+
+Kafka's retriable Kerberos errors (its KerberosError: a client or ticket not yet valid, a
+replayed authenticator) raise `SaslRetriable`, on either side; so does, on the client side, a
+missing credential that is no Kerberos error (Kafka's `GSSException.NO_CRED` rule).
 
 Every GSS-API call may read the keytab or write the replay cache: the authenticator runs
 `evaluate` in a worker thread (`blocking`). `GssapiClient` is this broker's login to its peers
@@ -19,11 +23,13 @@ Every GSS-API call may read the keytab or write the replay cache: the authentica
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from wirebroker.sasl.kerberos_names import KerberosShortNamer, NoMatchingRule
-from wirebroker.sasl.mechanism import SaslFailure, SaslPrincipalFailure
+from wirebroker.sasl.mechanism import SaslFailure, SaslPrincipalFailure, SaslRetriable
 from wirebroker.sasl.settings import GSSAPI, KRB5_LOGIN_MODULE
 
 if TYPE_CHECKING:
@@ -33,6 +39,14 @@ if TYPE_CHECKING:
 NO_SECURITY_LAYER = 1
 #: The maximum buffer the server announces (Java's default `javax.security.sasl.maxbuffer`).
 MAX_BUFFER = 65536
+#: MIT's com_err table of Kerberos errors (ERROR_TABLE_BASE_krb5, as an unsigned minor
+#: status): minor `KRB5_ERRORS + n` is the Kerberos protocol error n (RFC 4120 7.5.9) for n
+#: below 128 (Java's KrbException return code), a library error (a keytab without the
+#: principal) above.
+KRB5_ERRORS = 0x96C73A00
+#: Kafka's retriable KerberosError codes: KDC_ERR_CLIENT_NOTYET, KRB_AP_ERR_TKT_NYV,
+#: KRB_AP_ERR_REPEAT.
+RETRIABLE_KERBEROS_ERRORS = frozenset({21, 33, 34})
 INSTALL = (
     "GSSAPI needs the gssapi package (python-gssapi, MIT Kerberos): "
     "pip install 'wirebroker[gssapi]' (it builds against MIT Kerberos: apt-get install "
@@ -47,6 +61,37 @@ def load_gssapi() -> ModuleType:
     except ImportError as e:
         raise ImportError(f"{INSTALL} ({e})") from None
     return gssapi
+
+
+def gss_failure(gssapi: Any, e: Exception, *, client: bool) -> SaslFailure:
+    """The SaslFailure of a GSSError `e`: SaslRetriable as Kafka's KerberosError says (for a
+    `client`, also a missing credential whose minor status is not a Kerberos error: where
+    Java's login would already have refused a keytab without the principal, MIT's reports it
+    here, and it is no transient failure)."""
+    code = (getattr(e, "min_code", 0) & 0xFFFFFFFF) - KRB5_ERRORS
+    if code in RETRIABLE_KERBEROS_ERRORS or (
+        client and isinstance(e, gssapi.exceptions.MissingCredentialsError) and not 0 <= code < 256
+    ):
+        return SaslRetriable(f"GSS-API: {e} (Kafka's retriable Kerberos error)")
+    return SaslFailure(f"GSS-API: {e}")
+
+
+def service_host(host: str) -> str:
+    """The host whose service ticket a login to `host` asks for, as Kafka's client: the
+    SaslChannelBuilder passes `socket.getInetAddress().getHostName()`, the name connected to
+    as given, or, for an IP address, Java's reverse lookup of it when that name resolves back
+    to the address (else the address itself). May wait on DNS: call it from a worker thread."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    try:
+        name = socket.gethostbyaddr(host)[0]
+        infos = socket.getaddrinfo(name, None)
+    except OSError:
+        return host
+    resolved = {ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in infos}
+    return name if address in resolved else host
 
 
 class KerberosService:
@@ -127,7 +172,7 @@ class GssapiServer:
             if self._step == "chosen":
                 return self._chosen(bytes(self._context.unwrap(token).message))
         except gssapi.exceptions.GSSError as e:
-            raise SaslFailure(f"GSS-API: {e}") from None
+            raise gss_failure(gssapi, e, client=False) from None
         raise SaslFailure("Unexpected token after SASL/GSSAPI authentication")
 
     def _accept(self, token: bytes) -> bytes:
@@ -170,7 +215,7 @@ class GssapiServer:
 
 class GssapiClient:
     """The client side of one GSSAPI exchange: logs in as `principal` with its keys in `keytab`
-    to the service `service_name` on `host`. Its tickets are kept in the process's memory
+    to the service `service_name` on `host` (an IP address: its name, `service_host`). Its tickets are kept in the process's memory
     credential cache of that principal and keytab, shared by its exchanges (a TGT got again
     from the keytab once it expires), as Java keeps them in the login's Subject. `initial` and `evaluate` may
     reach the KDC: call them from a worker thread."""
@@ -181,7 +226,8 @@ class GssapiClient:
         self._gssapi = load_gssapi()
         self._principal = principal
         self._keytab = keytab
-        self._target = f"{service_name}@{host}"
+        self._service_name = service_name
+        self._host = host
         self._context: Any = None
         self.complete = False
 
@@ -196,8 +242,9 @@ class GssapiClient:
                     "ccache": f"MEMORY:{self._principal}:{self._keytab}",
                 },
             )
+            target = f"{self._service_name}@{service_host(self._host)}"
             self._context = gssapi.SecurityContext(
-                name=gssapi.Name(self._target, gssapi.NameType.hostbased_service),
+                name=gssapi.Name(target, gssapi.NameType.hostbased_service),
                 creds=credentials,
                 usage="initiate",
                 mech=gssapi.MechType.kerberos,
@@ -205,7 +252,7 @@ class GssapiClient:
             )
             return bytes(self._context.step(b"") or b"")
         except gssapi.exceptions.GSSError as e:
-            raise SaslFailure(f"GSS-API: {e}") from None
+            raise gss_failure(gssapi, e, client=True) from None
 
     def evaluate(self, challenge: bytes) -> bytes | None:
         gssapi = self._gssapi
@@ -219,7 +266,7 @@ class GssapiClient:
                 return None
             offer = bytes(context.unwrap(challenge).message)
         except gssapi.exceptions.GSSError as e:
-            raise SaslFailure(f"GSS-API: {e}") from None
+            raise gss_failure(gssapi, e, client=True) from None
         if len(offer) != 4 or not offer[0] & NO_SECURITY_LAYER:
             raise SaslFailure("the server does not offer SASL/GSSAPI without a security layer")
         self.complete = True

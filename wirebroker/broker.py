@@ -404,7 +404,7 @@ class Broker:
         `freeze_created`, what it made is frozen out of the collector's passes, once for the
         whole creation (`wirebroker.gc_freeze`)."""
         if self.freeze_created:
-            gc_freeze.freeze("new partitions' state")
+            gc_freeze.freeze("new partitions' state", collect=True)
 
     async def create_when_written(self, records: list[TopicRecord]) -> dict[str, KafkaError]:
         """Once the registry's file holds `records` (new topics or partition counts), make

@@ -1,7 +1,9 @@
 """The broker's long-lived state left out of the cyclic collector's passes (`gc.freeze`).
 
 Frozen objects are still freed by reference counting; only a reference cycle among them that
-becomes garbage later (some of a deleted topic's log objects) stays until a restart. Their
+becomes garbage later (some of a deleted topic's log objects) stays until a restart. A creation's
+freeze collects first (`collect`), so garbage cycles of the moment are not frozen with it; the
+start-up freeze does not, to keep start-up short (its garbage is bounded: it happens once). Their
 files are closed explicitly, never by the collector. `wirebroker serve` freezes what start-up
 made once it serves (`wirebroker.cli`), and then, with `Broker.freeze_created` on, what each
 creation of partitions made once it settled: the logs and partitions of a CreateTopics,
@@ -21,8 +23,14 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def freeze(what: str) -> int:
-    """Freeze every object the collector tracks now; how many that was (logged as `what`)."""
+def freeze(what: str, *, collect: bool = False) -> int:
+    """Freeze every object the collector tracks now; how many that was (logged as `what`).
+
+    With `collect`, a full collection first: garbage cycles alive at that moment would
+    otherwise be frozen with the rest and never freed. After the start-up freeze that pass walks
+    only what was made since the last freeze, about what is about to be frozen."""
+    if collect:
+        gc.collect()
     before = gc.get_freeze_count()
     gc.freeze()
     frozen = gc.get_freeze_count() - before

@@ -6,6 +6,7 @@ collector is the process's: each test unfreezes what it froze."""
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -93,3 +94,33 @@ def test_partitions_created_after_start_are_frozen_once_made(tmp_path: Path) -> 
     assert frozen_tracked < 0 and frozen_count >= 40 * PARTITIONS, measured
     assert measured["added"][1] >= 40 * PARTITIONS, measured
     print(f"tracked objects added, frozen by the creation (per {PARTITIONS} partitions):", measured)
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_creations_freeze_frees_the_garbage_cycles_of_the_moment(tmp_path: Path) -> None:
+    """A cycle that is garbage when a creation freezes is collected, not frozen for good (the
+    automatic collector is off meanwhile, so only the freeze's own pass can free it)."""
+    config = BrokerConfig.from_properties(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
+    )
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(partial(serve_broker, config))
+            running.broker.freeze_created = True
+            garbage = weakref.ref(_Cycle())
+            assert garbage() is not None  # only a collection frees it
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(create_topic, running.bootstrap_servers, "t", 2)
+            assert garbage() is None
+            nursery.cancel_scope.cancel()
+
+    gc.disable()
+    try:
+        trio.run(main)
+    finally:
+        gc.enable()

@@ -1431,6 +1431,10 @@ class BrokerConfig:
                 f"than connections.max.idle.ms={self.connections_max_idle_ms}"
             )
         self._validate_authorizer()
+        # Imported here: the connection limits read this module's config.
+        from wirebroker.connection_limits import check_per_ip
+
+        check_per_ip(self)
         self.metrics_listener()
         for name in SOCKET_BUFFER_KEYS:
             self.socket_buffer_bytes(name)

@@ -288,6 +288,35 @@ def test_per_ip_overrides_by_host_name(broker: BrokerProcess) -> None:
         wait_until(lambda: not second_refused(), what="the override to be removed")
 
 
+def test_per_ip_limits_kafka_refuses_at_run_time(broker: BrokerProcess) -> None:
+    """KafkaConfig's checks hold for a dynamic change too: a per-IP limit of 0 without
+    overrides, an override's host with characters outside Utils.validHostPattern. Nothing
+    changes: a client still connects."""
+    b = broker.bootstrap
+    for changes, message in (
+        (
+            [("max.connections.per.ip", SET, "0")],
+            "requirement failed: max.connections.per.ip can be set to zero only if "
+            "max.connections.per.ip.overrides property is set.",
+        ),
+        (
+            [("max.connections.per.ip.overrides", SET, "good-host:2,bad/host:1")],
+            "max.connections.per.ip.overrides contains invalid addresses : bad/host",
+        ),
+    ):
+        code, got = alter_configs(b, BROKER, "", changes)
+        assert code == ErrorCode.INVALID_REQUEST
+        assert got is not None and message in got, got
+    # 0 with an override (this address's) is Kafka's allowed form
+    changes = [
+        ("max.connections.per.ip", SET, "0"),
+        ("max.connections.per.ip.overrides", SET, "127.0.0.1:100"),
+    ]
+    assert alter_configs(b, BROKER, "", changes) == (ErrorCode.NONE, None)
+    wait_until(lambda: answered(b), what="the override to apply")  # (resolved off the loop)
+    assert not served(b)[0]  # 127.0.0.2: no override, so none
+
+
 def test_an_ip_quota_of_a_host_name_applies_to_its_address(broker: BrokerProcess) -> None:
     """An ip entity may be a host name that resolves (Kafka's isValidIpEntity): it is kept
     under that name and applies to the address it resolves to; the address's own accept rate

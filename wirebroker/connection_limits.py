@@ -40,7 +40,8 @@ measured address's rate (`connection-accept-rate{ip}`) are kept here for the met
 (`wirebroker.metrics_collector`); a removed listener's go with it, as Kafka's removeListener.
 
 Differences from Kafka: which connection is the least recently used (`ConnectionWatch`) is
-decided across the broker's listeners, by the time it last began to wait for bytes.
+decided across the broker's listeners, by the time it last began to wait for bytes or, if later,
+wrote an answer meanwhile (to within the watch's tick).
 """
 
 from __future__ import annotations

@@ -21,8 +21,18 @@ from protocol.errors import ErrorCode
 from protocol.messages.alter_client_quotas import AlterClientQuotasRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest
+from protocol.messages.fetch import FetchRequest
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import RawClient, Samples, alter_configs, scrape, value, wait_until
+from tests.wirebroker.helpers import (
+    RawClient,
+    Samples,
+    alter_configs,
+    create_topic,
+    fetch_request,
+    scrape,
+    value,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -252,6 +262,30 @@ def test_the_inter_broker_listener_closes_the_least_recently_used_connection_of_
         finally:
             for client in clients:
                 client.close()
+
+
+def test_a_write_counts_as_a_use_for_the_least_recently_used_close(tmp_path: Path) -> None:
+    """KIP-402's close takes the least recently used connection counting writes too, as
+    Kafka's selector updates its lruConnections on both: a connection whose long-polling Fetch
+    was answered after another's last request is the more recently used."""
+    properties = {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT",
+        "num.partitions": "1",
+    }
+    with serving(BrokerProcess(tmp_path, properties, extra_listeners=("EXTRA",))) as broker:
+        extra = f"127.0.0.1:{broker.ports['EXTRA']}"
+        create_topic(broker.bootstrap, "t")
+        ok = alter_configs(broker.bootstrap, BROKER, "", [("max.connections", SET, "2")])
+        assert ok == (ErrorCode.NONE, None)
+        with RawClient(extra) as polling, RawClient(extra) as asking:
+            # read from `polling` first; its answer (a write) comes after `asking`'s request
+            fetch = polling.send(fetch_request("t", max_wait_ms=1500, min_bytes=1), 11)
+            assert asking.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+            polling.receive(FetchRequest, 11, fetch)
+            with RawClient(broker.bootstrap) as inter_broker:
+                assert inter_broker.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+                assert asking.wait_closed(10.0), "the least recently used stays open"
+                assert polling.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
 
 
 def test_per_ip_overrides_by_host_name(broker: BrokerProcess) -> None:

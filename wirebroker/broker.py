@@ -28,7 +28,8 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -150,6 +151,10 @@ class Broker:
     _oauthbearer_nursery: trio.Nursery | None = field(default=None, init=False, repr=False)
     #: Set as each JWKS endpoint of a listener added at run time is fetched.
     _key_sets_fetching: list[trio.Event] = field(default_factory=list, init=False, repr=False)
+    #: The cancel scope of each key set's `KeySet.run` (`_run_key_set`).
+    _key_set_scopes: dict[KeySet, trio.CancelScope] = field(
+        default_factory=dict, init=False, repr=False
+    )
     #: Held while logs are made off the loop (`create_logs`): one creation at a time, in order.
     _log_creation: trio.Lock = field(default_factory=trio.Lock, init=False, repr=False)
     #: The internal topics whose making on first use runs in the background
@@ -763,16 +768,71 @@ class Broker:
         stay until its connections are closed: none of them goes unauthenticated."""
         named = {listener.name for listener in self.config.listeners()}
         removed = {n: s for n, s in self.sasl_listeners.items() if n not in named}
-        self.sasl_listeners = {**removed, **_sasl_listeners(self.config)}
+        current = _sasl_listeners(self.config)
+        self.sasl_listeners = {**removed, **current}
         held = self.key_sets
-        self.key_sets = share_key_sets(self.sasl_listeners.values(), held)
-        # a listener added with a JWKS endpoint of its own: its keys fetched now (held first),
-        # before it opens (`key_sets_fetched`)
-        for key_set in self.key_sets[len(held) :]:
-            assert self._oauthbearer_nursery is not None, "the broker is not serving"
-            fetched = trio.Event()
-            self._key_sets_fetching.append(fetched)
-            self._oauthbearer_nursery.start_soon(_keep_key_set, key_set, fetched)
+        self.key_sets = share_key_sets(current.values(), held)
+        # a JWKS endpoint no listener uses any more (its listeners removed) is no longer
+        # refreshed, as Kafka closes a removed listener's callback handler
+        for key_set in held:
+            if key_set not in self.key_sets:
+                log.info("JWKS of %s: no listener uses it, not refreshed", key_set.endpoint.shown)
+                scope = self._key_set_scopes.pop(key_set, None)  # (a file's: done already)
+                if scope is not None:
+                    scope.cancel()
+        # a listener added with a JWKS endpoint of its own: its keys fetched now, before it
+        # opens (`key_sets_fetched`)
+        for key_set in self.key_sets:
+            if key_set not in held:
+                assert self._oauthbearer_nursery is not None, "the broker is not serving"
+                fetched = trio.Event()
+                self._key_sets_fetching.append(fetched)
+                self._oauthbearer_nursery.start_soon(self._keep_key_set, key_set, fetched)
+
+    @contextmanager
+    def _refreshing(self, key_set: KeySet) -> Iterator[None]:
+        """Where a key set's `KeySet.run` runs: until no listener uses it (`_sasl_changed`
+        cancels it)."""
+        self._key_set_scopes[key_set] = scope = trio.CancelScope()
+        try:
+            with scope:
+                yield
+        finally:
+            if self._key_set_scopes.get(key_set) is scope:
+                del self._key_set_scopes[key_set]
+
+    async def _run_key_set(
+        self, key_set: KeySet, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with self._refreshing(key_set):
+            await key_set.run(task_status=task_status)
+
+    async def _keep_key_set(self, key_set: KeySet, fetched: trio.Event) -> None:
+        """A JWKS endpoint of a listener added at run time, fetched (`fetched` set then) and
+        kept fresh as one of the start; one that cannot be fetched is logged and dropped, and
+        its listener is not started (`key_set_failure`), as Kafka fails to start a listener
+        whose callback handler cannot be configured: the broker goes on."""
+        try:
+            with self._refreshing(key_set):  # (outside the start: a cancel may come first)
+                async with trio.open_nursery() as nursery:
+                    try:  # (here: out of the nursery, it would be an ExceptionGroup)
+                        await nursery.start(key_set.run)
+                    except ConfigError as e:
+                        log.error("%s", e)
+                        if key_set in self.key_sets:
+                            self.key_sets.remove(key_set)
+                        return
+                    fetched.set()
+        finally:
+            fetched.set()
+
+    def key_set_failure(self, listener_name: str) -> str | None:
+        """Why the listener's JWKS could not be fetched when it was added (None: it was, or it
+        has none of its own to fetch)."""
+        settings = self.sasl_listeners.get(listener_name)
+        validator = settings.oauthbearer if settings is not None else None
+        keys = getattr(validator, "keys", None)
+        return keys.failure if keys is not None else None
 
     async def key_sets_fetched(self) -> None:
         """Once the JWKS endpoints of the listeners added are fetched (or given up: logged),
@@ -795,7 +855,7 @@ class Broker:
         (wirebroker.sasl.jwks, .access_token), and fetch the token of a login changed later."""
         async with trio.open_nursery() as nursery:
             for key_set in self.key_sets:
-                await nursery.start(key_set.run)
+                await nursery.start(self._run_key_set, key_set)
             login = self.peer_security.sasl
             if login is not None and login.access_token is not None:
                 await nursery.start(login.access_token.run)
@@ -851,20 +911,6 @@ def _is_sasl_key(name: str) -> bool:
         or name.endswith("connections.max.reauth.ms")
         or name in ("listeners", "listener.security.protocol.map")
     )
-
-
-async def _keep_key_set(key_set: KeySet, fetched: trio.Event) -> None:
-    """A JWKS endpoint of a listener added at run time, fetched (`fetched` set then) and kept
-    fresh as one of the start (`KeySet.run`); one that cannot be fetched is logged, as Kafka
-    logs a listener it cannot start, and its listener's tokens fail: the broker goes on."""
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(key_set.run)
-            fetched.set()
-    except ConfigError as e:
-        log.error("%s", e)
-    finally:
-        fetched.set()
 
 
 def _sasl_listeners(config: BrokerConfig) -> dict[str, ListenerSasl]:

@@ -590,6 +590,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             None,
             "How long to wait for ZooKeeper at start-up (unset: the session timeout).",
         ),
+        _k(
+            "zookeeper.set.acl",
+            "boolean",
+            "false",
+            "Kafka's secure znode ACLs: not implemented, so true refuses to start (znodes are "
+            "written without ACLs, as Kafka's default).",
+        ),
         _k("broker.rack", "string", None, "This broker's rack, for rack-aware replica assignment."),
         _k(
             "inter.broker.listener.name",
@@ -1463,6 +1470,17 @@ class BrokerConfig:
                 f"than connections.max.idle.ms={self.connections_max_idle_ms}"
             )
         self._validate_authorizer()
+        if self.get_bool("zookeeper.set.acl"):
+            # Never silently open: Kafka would lock its znodes (tokens, SCRAM credentials, ACLs).
+            raise ConfigError(
+                "zookeeper.set.acl=true is not implemented: wirebroker writes its znodes without "
+                "ZooKeeper ACLs, as Kafka with zookeeper.set.acl=false; set it false and keep "
+                "ZooKeeper reachable by the brokers alone"
+            )
+        # Imported here: the connection limits read this module's config.
+        from wirebroker.connection_limits import check_per_ip
+
+        check_per_ip(self)
         self.metrics_listener()
         for name in SOCKET_BUFFER_KEYS:
             self.socket_buffer_bytes(name)

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 from collections import deque
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -126,12 +125,15 @@ class _Outbox:
     it covers) fill their slots and leave in one write, not one each.
     """
 
-    __slots__ = ("transport", "slots", "_writing")
+    __slots__ = ("transport", "slots", "_writing", "wrote")
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
         self.slots: deque[_Slot] = deque()
         self._writing = False
+        #: A write since the connection began to wait for bytes and the watch last looked
+        #: (its least-recently-used order).
+        self.wrote = False
 
     def has_ready(self) -> bool:
         """Whether a flush would write something now."""
@@ -160,6 +162,7 @@ class _Outbox:
                 began = perf_counter() if timed else 0.0
                 try:
                     await self.transport.send_frames(ready)
+                    self.wrote = True
                 finally:
                     for chunks in ready:
                         release(chunks)
@@ -193,9 +196,9 @@ class ConnectionWatch:
         """Kafka's closeExcessConnections (KIP-402): while the broker holds more than
         `max.connections` (the inter-broker listener took one beyond it, or the limit was
         lowered), close the least recently used connection of a listener other than the
-        protected inter-broker one: the one that has waited for bytes longest, as Kafka's
-        selector's lowestPriorityChannel (its idle-expiry order). Connections already closing
-        count as room made."""
+        protected inter-broker one: the one whose last read or write is oldest, as Kafka's
+        selector's lowestPriorityChannel (its lruConnections, updated on both). Connections
+        already closing count as room made."""
         limits = self.broker.connection_limits
         excess = limits.excess() - sum(1 for c in self.live if c.closing)
         if excess <= 0:
@@ -203,7 +206,8 @@ class ConnectionWatch:
         candidates = [
             c for c in self.live if not c.closing and not limits.protected(c.listener_name)
         ]
-        for connection in heapq.nsmallest(excess, candidates, key=_last_used):
+        now = trio.current_time()
+        for connection in heapq.nsmallest(excess, candidates, key=lambda c: c.last_used(now)):
             log.info(
                 "closing connection from %s on %s: the broker holds more than max.connections",
                 connection.client_host,
@@ -218,12 +222,6 @@ class ConnectionWatch:
             now = trio.current_time()
             for connection in list(self.live):
                 connection.check_idle(now, idle_s)
-
-
-def _last_used(connection: _Connection) -> float:
-    """When it was last in use: when it began to wait for bytes (now while it is not)."""
-    since = connection.waiting_since
-    return since if since is not None else math.inf
 
 
 def peer_of(stream: trio.SocketStream) -> tuple[str, int]:
@@ -302,6 +300,7 @@ class _Connection:
         "unmuted_at",
         "frames",
         "waiting_since",
+        "written_at",
     )
 
     def __init__(
@@ -330,6 +329,19 @@ class _Connection:
         self.frames: FrameBuffer | None = None
         #: The trio time it started waiting for bytes; None while it is not waiting.
         self.waiting_since: float | None = None
+        #: About when a response was last written: the watch's time of the tick that saw the
+        #: outbox's `wrote` (a write costs the hot path one assignment, no clock read).
+        self.written_at = 0.0
+
+    def last_used(self, now: float) -> float:
+        """When it was last in use, for Kafka's least-recently-used order: the later of when it
+        began to wait for bytes (now while it is not waiting) and its last write while waiting
+        (a `Later`'s answer; now if one came since the watch's last tick). A write before the
+        wait is covered by the wait's time."""
+        since = self.waiting_since
+        if since is None or self.outbox.wrote:
+            return now
+        return max(since, self.written_at)
 
     async def serve(self, nursery: trio.Nursery) -> None:
         """Read and handle requests until the peer closes, idles out or misbehaves; never raises."""
@@ -358,6 +370,7 @@ class _Connection:
             if drained:
                 handled = drained = False  # waiting lets the others run
                 self.waiting_since = trio.current_time()  # the watch closes it once idle
+                self.outbox.wrote = False  # a write from now on is a use after this one
                 await wait_readable(transport.fd)  # at once if bytes came meanwhile
                 self.waiting_since = None
             # Read straight into the frame buffer (plaintext: no bytes object, no copy).
@@ -409,6 +422,9 @@ class _Connection:
         """Close the connection if it has waited for bytes `idle_s`; give back its receive
         buffer if it has waited `BUFFER_IDLE_S` (an idle connection costs no buffer memory;
         a busy one keeps reusing it)."""
+        if self.outbox.wrote:
+            self.outbox.wrote = False
+            self.written_at = now
         since, frames = self.waiting_since, self.frames
         if since is None or frames is None:
             return

@@ -40,12 +40,14 @@ measured address's rate (`connection-accept-rate{ip}`) are kept here for the met
 (`wirebroker.metrics_collector`); a removed listener's go with it, as Kafka's removeListener.
 
 Differences from Kafka: which connection is the least recently used (`ConnectionWatch`) is
-decided across the broker's listeners, by the time it last began to wait for bytes.
+decided across the broker's listeners, by the time it last began to wait for bytes or, if later,
+wrote an answer meanwhile (to within the watch's tick).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Callable
 
@@ -58,6 +60,10 @@ from wirebroker.quotas.entities import INT_MAX
 from wirebroker.quotas.rates import SampledRate
 
 log = logging.getLogger(__name__)
+
+#: The characters a host of `max.connections.per.ip.overrides` may hold (Kafka's
+#: Utils.VALID_HOST_CHARACTERS).
+_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")
 
 #: Kafka's ConnectionQuotaEntity.ipQuotaEntity sensor expiration: an address's rate is
 #: forgotten an hour after its last connection.
@@ -307,10 +313,28 @@ async def resolved_overrides(text: str) -> dict[str, int]:
     return out
 
 
+def check_per_ip(config: BrokerConfig) -> None:
+    """KafkaConfig's checks of `max.connections.per.ip` and its overrides (its messages), run by
+    `BrokerConfig.validate`: at start-up and on every dynamic change. A limit of 0 needs
+    overrides (else no client could connect), and an override's host holds only the characters
+    of Kafka's Utils.validHostPattern."""
+    overrides = parse_overrides(config.get("max.connections.per.ip.overrides") or "")
+    if config.get_int("max.connections.per.ip") == 0 and not overrides:
+        raise ConfigError(
+            "requirement failed: max.connections.per.ip can be set to zero only if "
+            "max.connections.per.ip.overrides property is set."
+        )
+    invalid = [host for host in overrides if not _VALID_HOST.fullmatch(host)]
+    if invalid:
+        raise ConfigError(
+            f"max.connections.per.ip.overrides contains invalid addresses : {','.join(invalid)}"
+        )
+
+
 def validate(candidate: BrokerConfig) -> None:
     """Kafka's checks of new limits (its messages; a listener's limits are checked with the
-    broker-wide value where it has none of its own, as Kafka's ListenerConnectionQuota)."""
-    parse_overrides(candidate.get("max.connections.per.ip.overrides") or "")
+    broker-wide value where it has none of its own, as Kafka's ListenerConnectionQuota). The
+    per-IP ones are the whole config's (`check_per_ip`)."""
     for listener in candidate.listeners():
         for key in ("max.connections", "max.connection.creation.rate"):
             own = candidate.get(f"listener.name.{listener.name.lower()}.{key}")

@@ -321,6 +321,9 @@ class BrokerListeners:
                     )
                 continue
             try:
+                failure = self.broker.key_set_failure(name)
+                if failure is not None:
+                    raise ConfigError(failure)
                 if self.tls is not None or config.uses_tls(name):
                     self._tls_for(config).add(name)
                 await self._open(listener)

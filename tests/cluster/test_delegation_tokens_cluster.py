@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from protocol.schema import Message
 from tests.cluster.harness import call, eventually, sha512_upsertion, start_broker
 from tests.wirebroker.helpers import RawClient
 from wirebroker.server import RunningBroker
+from wirebroker.zk import change_notifications, znodes
+from wirebroker.zk.client import ZkClient
 from wirebroker.zk.delegation_tokens import TOKEN_CHANGES, TOKENS
 
 pytestmark = pytest.mark.integration
@@ -110,6 +113,66 @@ def test_a_token_made_on_one_broker_works_on_another(zk_connect: str, tmp_path: 
                 lambda: tokens1.get(created.token_id) is None, what="broker 1 forgets it"
             )
             assert await b1.broker.cluster.zk.get(f"{TOKENS}/{created.token_id}") is None
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_old_announcements_are_purged(
+    zk_connect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's ZkNodeChangeNotificationListener: a broker processing notifications deletes those
+    older than changeExpirationMs (15 minutes; 3 s here), token and config changes alike."""
+    monkeypatch.setattr(change_notifications, "CHANGE_EXPIRATION_MS", 3000)
+
+    def create_as_alice(address: str) -> Any:
+        with RawClient(address) as client:
+            client.login_scram(MECHANISM, "alice", "alice-pw")
+            return client.request(CreateDelegationTokenRequest(), 3)
+
+    async def children(zk: ZkClient, path: str) -> list[str]:
+        return sorted(await zk.get_children(path) or [])
+
+    async def change(b1: RunningBroker, b2: RunningBroker, user: str) -> None:
+        """A config change (a user's SCRAM credential) and a token change, both followed by
+        broker 2."""
+        upsert = sha512_upsertion(user, b"alice-pw")
+        answer = await call(b1, AlterUserScramCredentialsRequest(upsertions=[upsert]), 0)
+        assert answer.results[0].error_code == ErrorCode.NONE
+        await eventually(lambda: b2.broker.scram_credentials.get(user, MECHANISM))
+        created = await trio.to_thread.run_sync(create_as_alice, sasl_address(b1))
+        assert created.error_code == ErrorCode.NONE
+        tokens2 = b2.broker.delegation_tokens
+        assert tokens2 is not None
+        await eventually(lambda: tokens2.get(created.token_id), what="broker 2 has it")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, **SASL)
+            b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **SASL)
+            assert b1.broker.cluster is not None
+            zk = b1.broker.cluster.zk
+            paths = (TOKEN_CHANGES, znodes.CONFIG_CHANGES)
+            await change(b1, b2, "alice")
+            first = {path: await children(zk, path) for path in paths}
+            assert all(first.values())
+
+            # once they are older than the expiration, the next changes' processing purges them
+            newest_ms = 0
+            for path, names in first.items():
+                for name in names:
+                    stat = await zk.exists(f"{path}/{name}")
+                    assert stat is not None  # young: kept
+                    newest_ms = max(newest_ms, stat.ctime)
+            await trio.sleep(max(0.0, (newest_ms + 3100) / 1000 - time.time()))
+            await change(b1, b2, "bob")
+            with trio.fail_after(15):
+                for path in paths:
+                    while set(first[path]) & set(await children(zk, path)):
+                        await trio.sleep(0.05)
+            # the new ones (younger than 3 s) stay
+            for path in paths:
+                assert await children(zk, path)
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -21,8 +21,18 @@ from protocol.errors import ErrorCode
 from protocol.messages.alter_client_quotas import AlterClientQuotasRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest
+from protocol.messages.fetch import FetchRequest
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import RawClient, Samples, alter_configs, scrape, value, wait_until
+from tests.wirebroker.helpers import (
+    RawClient,
+    Samples,
+    alter_configs,
+    create_topic,
+    fetch_request,
+    scrape,
+    value,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -254,6 +264,30 @@ def test_the_inter_broker_listener_closes_the_least_recently_used_connection_of_
                 client.close()
 
 
+def test_a_write_counts_as_a_use_for_the_least_recently_used_close(tmp_path: Path) -> None:
+    """KIP-402's close takes the least recently used connection counting writes too, as
+    Kafka's selector updates its lruConnections on both: a connection whose long-polling Fetch
+    was answered after another's last request is the more recently used."""
+    properties = {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT",
+        "num.partitions": "1",
+    }
+    with serving(BrokerProcess(tmp_path, properties, extra_listeners=("EXTRA",))) as broker:
+        extra = f"127.0.0.1:{broker.ports['EXTRA']}"
+        create_topic(broker.bootstrap, "t")
+        ok = alter_configs(broker.bootstrap, BROKER, "", [("max.connections", SET, "2")])
+        assert ok == (ErrorCode.NONE, None)
+        with RawClient(extra) as polling, RawClient(extra) as asking:
+            # read from `polling` first; its answer (a write) comes after `asking`'s request
+            fetch = polling.send(fetch_request("t", max_wait_ms=1500, min_bytes=1), 11)
+            assert asking.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+            polling.receive(FetchRequest, 11, fetch)
+            with RawClient(broker.bootstrap) as inter_broker:
+                assert inter_broker.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+                assert asking.wait_closed(10.0), "the least recently used stays open"
+                assert polling.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
+
+
 def test_per_ip_overrides_by_host_name(broker: BrokerProcess) -> None:
     """`max.connections.per.ip.overrides` names hosts, resolved as Kafka's InetAddress does
     (localhost: 127.0.0.1), set at run time: the second connection from 127.0.0.1 is closed at
@@ -286,6 +320,35 @@ def test_per_ip_overrides_by_host_name(broker: BrokerProcess) -> None:
     with RawClient(broker.bootstrap) as one:
         assert one.request(API_VERSIONS, 3).error_code == ErrorCode.NONE
         wait_until(lambda: not second_refused(), what="the override to be removed")
+
+
+def test_per_ip_limits_kafka_refuses_at_run_time(broker: BrokerProcess) -> None:
+    """KafkaConfig's checks hold for a dynamic change too: a per-IP limit of 0 without
+    overrides, an override's host with characters outside Utils.validHostPattern. Nothing
+    changes: a client still connects."""
+    b = broker.bootstrap
+    for changes, message in (
+        (
+            [("max.connections.per.ip", SET, "0")],
+            "requirement failed: max.connections.per.ip can be set to zero only if "
+            "max.connections.per.ip.overrides property is set.",
+        ),
+        (
+            [("max.connections.per.ip.overrides", SET, "good-host:2,bad/host:1")],
+            "max.connections.per.ip.overrides contains invalid addresses : bad/host",
+        ),
+    ):
+        code, got = alter_configs(b, BROKER, "", changes)
+        assert code == ErrorCode.INVALID_REQUEST
+        assert got is not None and message in got, got
+    # 0 with an override (this address's) is Kafka's allowed form
+    changes = [
+        ("max.connections.per.ip", SET, "0"),
+        ("max.connections.per.ip.overrides", SET, "127.0.0.1:100"),
+    ]
+    assert alter_configs(b, BROKER, "", changes) == (ErrorCode.NONE, None)
+    wait_until(lambda: answered(b), what="the override to apply")  # (resolved off the loop)
+    assert not served(b)[0]  # 127.0.0.2: no override, so none
 
 
 def test_an_ip_quota_of_a_host_name_applies_to_its_address(broker: BrokerProcess) -> None:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -238,31 +240,72 @@ def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
     assert "attempt 2, failed" in done.stderr  # retried
 
 
+def oidc_listener(broker: BrokerProcess, port: int, jwks_url: str, **more: str) -> list[Any]:
+    """The IncrementalAlterConfigs operations adding listener OIDC (SASL_PLAINTEXT, secured
+    OAUTHBEARER tokens) at `port` with a JWKS endpoint of its own (and `more` of its
+    `sasl.oauthbearer.*` settings)."""
+    prefix = "listener.name.oidc.oauthbearer."
+    return [
+        ("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port},OIDC://127.0.0.1:{port}"),
+        ("listener.security.protocol.map", SET, "PLAINTEXT:PLAINTEXT,OIDC:SASL_PLAINTEXT"),
+        ("listener.name.oidc.sasl.enabled.mechanisms", SET, "OAUTHBEARER"),
+        (f"{prefix}sasl.server.callback.handler.class", SET, SECURED),
+        (
+            f"{prefix}sasl.jaas.config",
+            SET,
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        ),
+        (f"{prefix}sasl.oauthbearer.jwks.endpoint.url", SET, jwks_url),
+        (f"{prefix}sasl.oauthbearer.expected.audience", SET, AUDIENCE),
+        (f"{prefix}sasl.oauthbearer.expected.issuer", SET, ISSUER),
+        *((f"{prefix}sasl.oauthbearer.{k.replace('_', '.')}", SET, v) for k, v in more.items()),
+    ]
+
+
 @pytest.mark.timeout(120)
-def test_a_listener_added_at_run_time_fetches_its_own_jwks(issuer: Issuer, tmp_path: Path) -> None:
+def test_a_listener_added_at_run_time_fetches_its_own_jwks(tmp_path: Path) -> None:
     """A SASL listener added by AlterConfigs with a JWKS endpoint of its own
     (`listener.name.oidc.oauthbearer.sasl.oauthbearer.jwks.endpoint.url`) verifies tokens at
-    once, as Kafka's new listener's callback handler fetches its keys: no restart."""
+    once, as Kafka's new listener's callback handler fetches its keys: no restart. Removed, its
+    endpoint is no longer refreshed, as Kafka closes the removed listener's handler."""
     props = {"password.encoder.secret": "encoder-secret-9"}
-    with serving(BrokerProcess(tmp_path, props), LOG_TAIL) as broker:
+    own = Issuer()  # its fetches this broker's alone
+    own.add_key("k1")
+    with serving(BrokerProcess(tmp_path, props), LOG_TAIL) as broker, closing(own):
         port = free_port()
-        prefix = "listener.name.oidc."
-        operations = [
-            ("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port},OIDC://127.0.0.1:{port}"),
-            ("listener.security.protocol.map", SET, "PLAINTEXT:PLAINTEXT,OIDC:SASL_PLAINTEXT"),
-            (f"{prefix}sasl.enabled.mechanisms", SET, "OAUTHBEARER"),
-            (f"{prefix}oauthbearer.sasl.server.callback.handler.class", SET, SECURED),
-            (
-                f"{prefix}oauthbearer.sasl.jaas.config",
-                SET,
-                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
-            ),
-            (f"{prefix}oauthbearer.sasl.oauthbearer.jwks.endpoint.url", SET, issuer.url),
-            (f"{prefix}oauthbearer.sasl.oauthbearer.expected.audience", SET, AUDIENCE),
-            (f"{prefix}oauthbearer.sasl.oauthbearer.expected.issuer", SET, ISSUER),
-        ]
+        operations = oidc_listener(broker, port, own.url, jwks_endpoint_refresh_ms="300")
         assert alter_configs(broker.bootstrap, BROKER, "0", operations) == (ErrorCode.NONE, None)
         broker.ports["OIDC"] = port
         assert broker.wait_for_log("listener OIDC://") is not None  # added: accepting
-        error, client_errors = produce(broker, issuer.token("alice"), "oidc-added", "OIDC")
+        error, client_errors = produce(broker, own.token("alice"), "oidc-added", "OIDC")
         assert error is None, (error, client_errors)
+
+        # removed: its JWKS is no longer fetched (it was, every 300 ms)
+        removal = [("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port}")]
+        assert alter_configs(broker.bootstrap, BROKER, "0", removal) == (ErrorCode.NONE, None)
+        assert broker.wait_for_log("no listener uses it, not refreshed") is not None
+        time.sleep(0.5)  # (a fetch under way when it was removed may still arrive)
+        fetched = own.requests
+        time.sleep(1.5)  # five refresh intervals: none may come
+        assert own.requests == fetched
+
+
+@pytest.mark.timeout(120)
+def test_a_listener_added_whose_jwks_cannot_be_fetched_is_not_started(tmp_path: Path) -> None:
+    """As Kafka, whose new listener's callback handler fails to configure without its keys:
+    the listener is not started (logged as Kafka's "Unable to start acceptor"), the broker
+    goes on serving its other listeners."""
+    props = {"password.encoder.secret": "encoder-secret-9"}
+    with serving(BrokerProcess(tmp_path, props), LOG_TAIL) as broker:
+        port = free_port()
+        operations = oidc_listener(  # nothing listens on port 9
+            broker, port, "http://127.0.0.1:9/jwks", jwks_endpoint_retry_backoff_max_ms="300"
+        )
+        assert alter_configs(broker.bootstrap, BROKER, "0", operations) == (ErrorCode.NONE, None)
+        line = broker.wait_for_log("Unable to start acceptor for OIDC", timeout=30)
+        assert line is not None and "cannot fetch the JWKS" in line, line
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        # the broker goes on: a config change is answered
+        removal = [("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port}")]
+        assert alter_configs(broker.bootstrap, BROKER, "0", removal) == (ErrorCode.NONE, None)

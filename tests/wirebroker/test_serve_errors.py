@@ -87,3 +87,36 @@ def test_zookeeper_with_a_chroot_unreachable_is_said_so(tmp_path: Path) -> None:
     assert last.startswith(f"wirebroker: cannot reach ZooKeeper at 127.0.0.1:{port}/wirebroker"), (
         last
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--override", "max.connections.per.ip=0"),
+            "requirement failed: max.connections.per.ip can be set to zero only if "
+            "max.connections.per.ip.overrides property is set.",
+        ),
+        (
+            ("--override", "max.connections.per.ip.overrides=ok.example:2,a/b:1,[::1]:3"),
+            "max.connections.per.ip.overrides contains invalid addresses : a/b,[::1]",
+        ),
+    ],
+)
+def test_per_ip_limits_kafka_refuses(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    """KafkaConfig's checks: a per-IP limit of 0 needs overrides, and an override's host holds
+    only Utils.validHostPattern's characters; the broker does not start."""
+    done = serve("--listeners", "PLAINTEXT://127.0.0.1:0", "--log-dirs", str(tmp_path), *args)
+    assert done.returncode != 0, done.stderr
+    assert message in done.stderr, done.stderr
+
+
+def test_zookeeper_set_acl_is_refused_not_ignored(tmp_path: Path) -> None:
+    """Kafka's secure znode ACLs are not implemented: asked for, the broker does not start
+    rather than write its tokens and credentials open."""
+    done = serve(
+        "--listeners", "PLAINTEXT://127.0.0.1:0", "--log-dirs", str(tmp_path),
+        "--override", "zookeeper.set.acl=true",
+    )  # fmt: skip
+    assert done.returncode != 0, done.stderr
+    assert "zookeeper.set.acl=true is not implemented" in done.stderr, done.stderr

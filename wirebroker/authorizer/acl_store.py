@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +44,7 @@ from wirebroker.authorizer.acls import (
     parse_name,
 )
 from wirebroker.zk import znodes
+from wirebroker.zk.change_notifications import purge_obsolete
 
 if TYPE_CHECKING:
     from wirebroker.zk.client import ZkClient
@@ -58,8 +58,6 @@ FILE_NAME = "acls.json"
 MAX_UPDATE_RETRIES = 10  # Kafka's AclAuthorizer.maxUpdateRetries
 RETRY_BACKOFF_S = 0.1
 RETRY_JITTER_S = 0.05
-#: Change notifications older than this are deleted (Kafka's changeExpirationMs).
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 
 class AclStoreError(Exception):
@@ -233,23 +231,22 @@ class ZkAclStore:
         children = sorted(
             await self.zk.get_children(changes_path, watch=True) or [], key=znodes.sequence_number
         )
-        now_ms = int(time.time() * 1000)
         seen = False
         for child in children:
+            if znodes.sequence_number(child) <= self._last_change.get(changes_path, -1):
+                continue
+            self._last_change[changes_path] = znodes.sequence_number(child)
             got = await self.zk.get(f"{changes_path}/{child}")
             if got is None:
                 continue
-            if znodes.sequence_number(child) > self._last_change.get(changes_path, -1):
-                self._last_change[changes_path] = znodes.sequence_number(child)
-                try:
-                    pattern = znodes.decode_acl_change(pattern_type, got[0])
-                except (ValueError, KeyError, TypeError) as e:
-                    log.error("ignoring the ACL change notification %s: %s", child, e)
-                    continue
-                entries, version = await self._read(pattern)
-                log.info("ACL change notification for %s: %d ACLs now", pattern, len(entries))
-                self._cache(pattern, entries, version)
-                seen = True
-            if now_ms - got[1].ctime > CHANGE_EXPIRATION_MS:
-                await self.zk.delete(f"{changes_path}/{child}")
+            try:
+                pattern = znodes.decode_acl_change(pattern_type, got[0])
+            except (ValueError, KeyError, TypeError) as e:
+                log.error("ignoring the ACL change notification %s: %s", child, e)
+                continue
+            entries, version = await self._read(pattern)
+            log.info("ACL change notification for %s: %d ACLs now", pattern, len(entries))
+            self._cache(pattern, entries, version)
+            seen = True
+        await purge_obsolete(self.zk, changes_path, children)
         return seen

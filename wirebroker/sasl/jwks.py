@@ -152,6 +152,8 @@ class KeySet:
     def __init__(self, endpoint: JwksEndpoint) -> None:
         self.endpoint = endpoint
         self.keys: list[VerificationKey] = []
+        #: Why `run` could not fetch the set at all (None: fetched, or not tried yet).
+        self.failure: str | None = None
         self._missing: OrderedDict[str, int] = OrderedDict()  # key id -> next refresh allowed
         self._expedite = trio.Event()
 
@@ -184,11 +186,12 @@ class KeySet:
         report started, then refresh it on the interval and when a key id is missing."""
         keys = await self._fetch_with_retry()
         if keys is None:
-            raise ConfigError(
+            self.failure = (
                 f"cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url="
                 f"{self.endpoint.shown} (see the warnings above); OAUTHBEARER tokens cannot be "
                 "verified without it"
             )
+            raise ConfigError(self.failure)
         self._replace(keys)
         task_status.started()
         if self.endpoint.is_file:

@@ -408,8 +408,9 @@ def _secured_validator(config: BrokerConfig, prefix: str) -> SecuredValidator:
 def share_key_sets(listeners: Iterable[ListenerSasl], held: list[KeySet]) -> list[KeySet]:
     """Point every listener verifying secured tokens at the one KeySet of its JWKS endpoint
     (one of `held` if it has it: their keys are kept across config changes); the key sets
-    in use, `held` first."""
+    in use, those of `held` first (one of `held` no listener uses is left out)."""
     key_sets = list(held)
+    used: list[KeySet] = []
     for listener in listeners:
         validator = listener.oauthbearer
         if validator is None:
@@ -423,7 +424,8 @@ def share_key_sets(listeners: Iterable[ListenerSasl], held: list[KeySet]) -> lis
             key_sets.append(validator.keys)
         else:
             validator.keys = same
-    return key_sets
+        used.append(validator.keys)
+    return [k for k in key_sets if k in used]
 
 
 class SaslLogin:

@@ -4,8 +4,8 @@ keep them: each token in `/delegation_token/tokens/<id>` (its JSON,
 `/delegation_token/token_changes/token_change_<seq>` znode holding the token's id. Every broker
 follows the announcements and reads the token again (gone: removed from its cache), so each
 broker's cache (`wirebroker.sasl.delegation_tokens.DelegationTokens`) holds every token, and a
-token created on one broker authenticates on all. Kafka purges announcements older than 15
-minutes; they are left here (each is a few bytes).
+token created on one broker authenticates on all. Announcements older than 15 minutes are
+deleted as they are processed (`wirebroker.zk.change_notifications`), as Kafka does.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 from protocol.errors import ErrorCode, KafkaError
 from wirebroker.sasl.delegation_tokens import DelegationTokens, TokenInformation
+from wirebroker.zk.change_notifications import purge_obsolete
 from wirebroker.zk.client import NoNodeError, ZkClient, ZookeeperError
 from wirebroker.zk.znodes import sequence_number
 
@@ -66,9 +67,11 @@ class ZkDelegationTokens:
 
     async def process_changes(self) -> None:
         """Read again each token an announcement since the last one names (and watch for the
-        next)."""
-        changes = await self.zk.get_children(TOKEN_CHANGES, watch=True) or []
-        for child in sorted(changes, key=sequence_number):
+        next); delete the announcements older than 15 minutes."""
+        changes = sorted(
+            await self.zk.get_children(TOKEN_CHANGES, watch=True) or [], key=sequence_number
+        )
+        for child in changes:
             seq = sequence_number(child)
             if seq <= self._last_change:
                 continue
@@ -76,6 +79,7 @@ class ZkDelegationTokens:
             got = await self.zk.get(f"{TOKEN_CHANGES}/{child}")
             if got is not None:
                 await self._refresh(got[0].decode())
+        await purge_obsolete(self.zk, TOKEN_CHANGES, changes)
 
     async def _refresh(self, token_id: str) -> None:
         got = await self.zk.get(f"{TOKENS}/{token_id}")

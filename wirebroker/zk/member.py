@@ -51,6 +51,7 @@ from wirebroker.sasl.scram import ScramCredential
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import entity_configs, znodes
+from wirebroker.zk.change_notifications import purge_obsolete
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
 from wirebroker.zk.delegation_tokens import TOKEN_CHANGES, ZkDelegationTokens
 from wirebroker.zk.entity_configs import read_entity_config
@@ -387,8 +388,17 @@ class ClusterMember:
                 self._topic_configured(topic, self.topic_configs[topic])
 
     async def _process_config_changes(self) -> None:
-        changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
-        for child in sorted(changes, key=znodes.sequence_number):
+        """Apply each `/config/changes` notification not seen yet (watching for the next), then
+        delete the ones older than 15 minutes."""
+        changes = sorted(
+            await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or [],
+            key=znodes.sequence_number,
+        )
+        await self._apply_config_changes(changes)
+        await purge_obsolete(self.zk, znodes.CONFIG_CHANGES, changes)
+
+    async def _apply_config_changes(self, changes: list[str]) -> None:
+        for child in changes:
             seq = znodes.sequence_number(child)
             if seq <= self._last_change:
                 continue

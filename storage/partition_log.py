@@ -1101,7 +1101,8 @@ class PartitionLog:
         for seg in old:
             seg.active = False
             seg.log.detach(self._unclosed)
-        new, files = LogSegment.unmade(self.dir, offset, self.config, self.handles, self._now_ms())
+        config = self.config
+        new = LogSegment.create(self.dir, offset, config, self.handles, self._now_ms(), make=False)
         self._segments = [new]
         self._bases = [offset]
         self._dir_dirty = True
@@ -1109,6 +1110,7 @@ class PartitionLog:
         self._log_start = offset
         self.leader_epoch_cache.clear()
         self._truncated_in_memory()
+        files = new.new_files(config)
         truncation = self._writer = Truncation(
             self, offset, [], [(new.log.path, offset, 0)], renames=renames, files=files
         )

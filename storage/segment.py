@@ -332,13 +332,18 @@ class LogSegment:
         *,
         suffix: str = "",
         active: bool = True,
+        make: bool = True,
     ) -> LogSegment:
-        """A new, empty segment (any stale files of the same name are replaced)."""
-        seg, files = cls.unmade(
-            directory, base_offset, config, handles, now_ms, suffix=suffix, active=active
-        )
+        """A new, empty segment (any stale files of the same name are replaced). With `make`
+        False its files are not made yet: the caller makes :meth:`new_files` before anything
+        reads or appends to it -- off the log's thread for a full truncation
+        (:meth:`PartitionLog.begin_full_truncation`)."""
+        seg = cls(directory, base_offset, config, handles, suffix=suffix, created_ms=now_ms)
+        seg._start_empty(segment_file_sizes(config, active=active), active=active)
+        if not make:
+            return seg
         try:
-            for file, size in files:
+            for file, size in seg.new_files(config):
                 create_file(file, size)
         except OSError as e:
             with contextlib.suppress(OSError):
@@ -346,26 +351,11 @@ class LogSegment:
             raise KafkaStorageError(f"cannot create segment {seg.log.path}: {e}") from e
         return seg
 
-    @classmethod
-    def unmade(
-        cls,
-        directory: Path,
-        base_offset: int,
-        config: LogConfig,
-        handles: FileHandles,
-        now_ms: int,
-        *,
-        suffix: str = "",
-        active: bool = True,
-    ) -> tuple[LogSegment, list[tuple[Path, int]]]:
-        """A new, empty segment whose files are not made yet, and those files with their
-        sizes, for the caller to make (:func:`~storage.file_handles.create_file`: a stale file
-        of the same name is replaced) before anything reads or appends to it -- off the log's
-        thread for a full truncation (:meth:`PartitionLog.begin_full_truncation`)."""
-        seg = cls(directory, base_offset, config, handles, suffix=suffix, created_ms=now_ms)
-        sizes = segment_file_sizes(config, active=active)
-        seg._start_empty(sizes, active=active)
-        return seg, list(zip(seg._made_files(), sizes, strict=True))
+    def new_files(self, config: LogConfig) -> list[tuple[Path, int]]:
+        """The files a new segment is made of, with their sizes (for
+        :func:`~storage.file_handles.create_file`)."""
+        sizes = segment_file_sizes(config, active=self.active)
+        return list(zip(self._made_files(), sizes, strict=True))
 
     @classmethod
     def adopt(

@@ -50,6 +50,19 @@ def _config(tmp_path: Path, **more: str) -> BrokerConfig:
     )
 
 
+async def _serve_retained(
+    nursery: trio.Nursery, tmp_path: Path, segment_bytes: str
+) -> tuple[Any, str, Any]:
+    """A broker served in `nursery` checking retention every 100 ms, with the topic ``t`` of
+    `segment_bytes` segments that retention deletes as soon as they are rolled: the running
+    broker, its bootstrap address and the log of ``t-0``."""
+    config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
+    running = await nursery.start(partial(serve_broker, config))
+    configs = {"segment.bytes": segment_bytes, "retention.bytes": "1", "file.delete.delay.ms": "0"}
+    running.broker.create_topic("t", 1, 1, configs)
+    return running, running.bootstrap_servers, running.broker.log_manager.get("t", 0)
+
+
 def _produce(
     bootstrap: str, first: int, count: int, *, size: int = 100, at: int = T0, keys: int = 0
 ) -> None:
@@ -90,12 +103,7 @@ def test_retention_renames_in_a_worker_while_the_loop_answers(
     async def main() -> int:
         loop_thread = threading.get_ident()
         async with trio.open_nursery() as nursery:
-            config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
-            running = await nursery.start(partial(serve_broker, config))
-            bootstrap = running.bootstrap_servers
-            configs = {"segment.bytes": "200", "retention.bytes": "1", "file.delete.delay.ms": "0"}
-            running.broker.create_topic("t", 1, 1, configs)
-            log = running.broker.log_manager.get("t", 0)
+            running, bootstrap, log = await _serve_retained(nursery, tmp_path, "200")
             with trio.fail_after(TIMEOUT):
                 await trio.to_thread.run_sync(_produce, bootstrap, 0, 5)
                 # A rename is held: the loop answers Metadata and Produce, readers already
@@ -458,12 +466,7 @@ def test_deleted_segments_descriptors_are_closed_in_a_worker(
     async def main() -> int:
         loop_thread = threading.get_ident()
         async with trio.open_nursery() as nursery:
-            config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
-            running = await nursery.start(partial(serve_broker, config))
-            bootstrap = running.bootstrap_servers
-            configs = {"segment.bytes": "500", "retention.bytes": "1", "file.delete.delay.ms": "0"}
-            running.broker.create_topic("t", 1, 1, configs)
-            log = running.broker.log_manager.get("t", 0)
+            running, bootstrap, log = await _serve_retained(nursery, tmp_path, "500")
             logs.append(log)
             topic_dir = tmp_path / "t-0"
             with trio.fail_after(TIMEOUT):

@@ -75,6 +75,14 @@ def _config(tmp_path: Path) -> BrokerConfig:
     )
 
 
+async def _serve_topic(nursery: trio.Nursery, config: BrokerConfig) -> tuple[Any, str, Any]:
+    """A broker served in `nursery` with the topic ``t`` (`TOPIC_CONFIGS`): the running
+    broker, its bootstrap address and the log of ``t-0``."""
+    running = await nursery.start(partial(serve_broker, config))
+    running.broker.create_topic("t", 1, 1, TOPIC_CONFIGS)
+    return running, running.bootstrap_servers, running.broker.log_manager.get("t", 0)
+
+
 def _produce(bootstrap: str, first: int, count: int) -> None:
     """Records `first`..`first + count - 1` ("v<i>", 100 bytes), each acknowledged (acks=all)
     before the next is sent: a roll every dozen."""
@@ -126,10 +134,7 @@ def test_rolls_adopt_segments_made_in_a_worker_while_the_loop_keeps_answering(
     async def main() -> int:
         loop_thread = threading.get_ident()
         async with trio.open_nursery() as nursery:
-            running = await nursery.start(partial(serve_broker, _config(tmp_path)))
-            bootstrap = running.bootstrap_servers
-            running.broker.create_topic("t", 1, 1, TOPIC_CONFIGS)
-            log = running.broker.log_manager.get("t", 0)
+            running, bootstrap, log = await _serve_topic(nursery, _config(tmp_path))
             try:
                 with trio.fail_after(TIMEOUT):
                     # The first preparation is held: the loop answers, and rolls go on, each
@@ -178,10 +183,7 @@ def test_a_full_disk_while_preparing_leaves_the_rolls_to_the_loop(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            running = await nursery.start(partial(serve_broker, _config(tmp_path)))
-            bootstrap = running.bootstrap_servers
-            running.broker.create_topic("t", 1, 1, TOPIC_CONFIGS)
-            log = running.broker.log_manager.get("t", 0)
+            running, bootstrap, log = await _serve_topic(nursery, _config(tmp_path))
             with trio.fail_after(TIMEOUT):
                 await trio.to_thread.run_sync(_produce, bootstrap, 0, 60)
                 await trio.to_thread.run_sync(metadata, bootstrap)
@@ -258,10 +260,7 @@ def test_a_rolled_segments_indexes_are_cut_to_their_entries_in_a_worker(
     async def main() -> int:
         loop_thread = threading.get_ident()
         async with trio.open_nursery() as nursery:
-            running = await nursery.start(partial(serve_broker, _config(tmp_path)))
-            bootstrap = running.bootstrap_servers
-            running.broker.create_topic("t", 1, 1, TOPIC_CONFIGS)
-            log = running.broker.log_manager.get("t", 0)
+            running, bootstrap, log = await _serve_topic(nursery, _config(tmp_path))
             serving.set()
             with trio.fail_after(TIMEOUT):
                 await trio.to_thread.run_sync(_produce, bootstrap, 0, 60)

@@ -22,6 +22,7 @@ The broker runs ``prepare`` with ``trio.to_thread.run_sync`` and then ``commit``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -32,7 +33,15 @@ from typing import Protocol
 
 from storage.checkpoints import fsync_dir
 
-__all__ = ["Chore", "Chores", "RemoveDeleted", "SegmentRenames", "run_chore"]
+__all__ = [
+    "Chore",
+    "Chores",
+    "RemoveDeleted",
+    "SegmentFileWork",
+    "SegmentRenames",
+    "SegmentTrims",
+    "run_chore",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,22 +95,18 @@ class Chores:
             chore.commit()
 
 
-class SegmentRenames:
-    """The renames of one log's deleted segments' files to ``.deleted`` (made by
-    ``PartitionLog.take_renames``): each segment's files, its ``.log`` first (recovery finds a
-    segment by its ``.log``: without it the others are orphans it removes), in the removal
-    chore's worker thread (:meth:`run`) -- or on the log's thread (:meth:`run_here`) when it
-    needs their names or their directory before the worker got to them: a truncation that
-    may make a segment of the same base offset, a close, a deletion of the partition. A lock
-    makes each segment's renames happen once and whole, on one thread or the other. A file
-    missing is skipped (a transaction index never written); any other failure is kept in
-    `failed` (the chore reports it)."""
+class SegmentFileWork:
+    """A few file operations per segment (made by the log), each segment's made once and
+    whole: in a chore's worker thread (:meth:`run`), or on the log's thread
+    (:meth:`run_here`) when it needs the files before the worker got to them. A lock makes
+    each segment's operations happen on one thread or the other. A file missing is skipped;
+    any other failure is kept in `failed` (the chore reports it)."""
 
     __slots__ = ("_lock", "_left", "failed")
 
-    def __init__(self, segments: list[list[tuple[Path, Path]]]) -> None:
+    def __init__(self, segments: list[list[tuple[Path, Path]]] | list[list[tuple[Path, int]]]):
         self._lock = threading.Lock()
-        self._left = segments
+        self._left: list[list[tuple[Path, Path]]] | list[list[tuple[Path, int]]] = segments
         self.failed: list[tuple[Path, OSError]] = []
 
     @property
@@ -109,37 +114,65 @@ class SegmentRenames:
         return not self._left
 
     def run(self) -> None:
-        """Rename the segments' files one segment at a time (a worker thread)."""
+        """Make the segments' operations one segment at a time (a worker thread)."""
         while True:
             with self._lock:
                 if not self._left:
                     return
-                self._rename(self._left.pop(0))
+                self._make(self._left.pop(0))
 
     def run_here(self, *, cancel: bool = False) -> list[tuple[Path, OSError]]:
-        """Rename what is left now, after the segment being renamed elsewhere (if any); with
-        `cancel`, rename nothing more (the directory goes away). The failures so far."""
+        """Make what is left now, after the segment being made elsewhere (if any); with
+        `cancel`, make nothing more. The failures so far."""
         with self._lock:
             left, self._left = self._left, []
             if not cancel:
-                for renames in left:
-                    self._rename(renames)
+                for operations in left:
+                    self._make(operations)
             return list(self.failed)
 
-    def _rename(self, renames: list[tuple[Path, Path]]) -> None:
-        for source, target in renames:
+    def _make(self, operations: list[tuple[Path, Path]] | list[tuple[Path, int]]) -> None:
+        for path, to in operations:
             try:
-                os.rename(source, target)
+                if isinstance(to, int):
+                    os.truncate(path, to)
+                else:
+                    os.rename(path, to)
             except FileNotFoundError:
                 continue
-            except OSError as e:  # left to recovery: under its live name, below the log start
-                self.failed.append((source, e))
+            except OSError as e:
+                self.failed.append((path, e))
+
+
+class SegmentRenames(SegmentFileWork):
+    """The renames of one log's deleted segments' files to ``.deleted`` (made by
+    ``PartitionLog.take_renames``): each segment's files, its ``.log`` first (recovery finds a
+    segment by its ``.log``: without it the others are orphans it removes), in the removal
+    chore's worker thread -- or on the log's thread when it needs their names or their
+    directory first: a truncation that may make a segment of the same base offset, a close, a
+    deletion of the partition (which cancels them). A file that cannot be renamed is left to
+    recovery: under its live name, below the log start."""
+
+    __slots__ = ()
+
+
+class SegmentTrims(SegmentFileWork):
+    """A rolled segment's files cut to their data (``LogSegment.become_inactive``): its
+    indexes from ``segment.index.bytes`` to their entries, its ``.log`` from ``segment.bytes``
+    with ``preallocate``, in the roll work's worker thread (:mod:`storage.roll_work`) -- or on
+    the log's thread first when the segment's files change size again there (it becomes
+    active again, its indexes are rebuilt, it closes). Until then the files hold their data
+    followed by zeros, which every reader skips (an index load stops at the zeros). A cut
+    that fails only leaves those zeros."""
+
+    __slots__ = ()
 
 
 class RemoveDeleted:
     """Remove what the log's thread already took out of readers' way: deleted segments'
     files (renamed to ``*.deleted`` first, here by `renames` for the segments deleted from the
-    start of their logs since the last removal, their descriptors already closed), producer
+    start of their logs since the last removal; their descriptors, taken out of the file
+    handle pool, closed here first: `descriptors`), producer
     snapshots below the log start offset, and deleted partitions' directories
     (``<topic>-<p>.<uuid>-delete``), whose log directory is then fsynced (the rename and the
     removal survive a crash). Renaming hundreds of files, unlinking a large file or
@@ -154,8 +187,10 @@ class RemoveDeleted:
         directories: list[Path],
         on_error: Callable[[Path, OSError], None] | None = None,
         renames: list[SegmentRenames] | None = None,
+        descriptors: list[int] | None = None,
     ) -> None:
         self.files = files
+        self.descriptors = descriptors or []
         self.directories = directories
         self.on_error = on_error
         self.renames = renames or []
@@ -163,6 +198,9 @@ class RemoveDeleted:
         self._aborted = False
 
     def prepare(self) -> None:
+        for fd in self.descriptors:  # always, even aborted: the log's thread forgot them
+            with contextlib.suppress(OSError):
+                os.close(fd)
         for renames in self.renames:  # before the unlinks: some are of the files renamed here
             renames.run()
         for path in self.files:

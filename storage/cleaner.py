@@ -52,6 +52,7 @@ import os
 import struct
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,7 +74,7 @@ from storage.layout import (
     segment_file,
 )
 from storage.scan import iter_file_headers, read_batch
-from storage.segment import BatchMeta, LogSegment
+from storage.segment import BatchMeta, LogSegment, TimestampReads
 from storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Compaction",
     "cleanable_range",
+    "compaction_reads",
     "plan_compaction",
 ]
 
@@ -109,20 +111,40 @@ def _opened(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+def _first_dirty(plog: PartitionLog) -> int:
+    return max(plog.cleaner_checkpoint, plog.log_start_offset)
+
+
+def _dirty_inactive(plog: PartitionLog, first_dirty: int) -> list[LogSegment]:
+    """The inactive segments from the one holding `first_dirty` (Kafka's
+    ``nonActiveLogSegmentsFrom``): found by base offsets, no segment's end is read."""
+    segments = plog.segments
+    first = max(0, bisect_right([s.base_offset for s in segments], first_dirty) - 1)
+    return segments[first:-1]
+
+
 def cleanable_range(plog: PartitionLog, now_ms: int) -> tuple[int, int]:
     """``(first_dirty, first_uncleanable)`` offsets for `plog` now."""
-    segments = plog.segments
-    first_dirty = max(plog.cleaner_checkpoint, plog.log_start_offset)
-    limit = min(segments[-1].base_offset, plog.last_stable_offset)
+    first_dirty = _first_dirty(plog)
+    limit = min(plog.active_segment.base_offset, plog.last_stable_offset)
     lag = plog.config.min_compaction_lag_ms
     if lag > 0:
-        for seg in segments[:-1]:
-            if seg.next_offset <= first_dirty:
-                continue
+        for seg in _dirty_inactive(plog, first_dirty):
             if seg.largest_timestamp() > now_ms - lag:
                 limit = min(limit, seg.base_offset)
                 break
     return first_dirty, limit
+
+
+def compaction_reads(plog: PartitionLog, now_ms: int) -> TimestampReads | None:
+    """What :func:`cleanable_range` at `now_ms` would wait on the disk for, else None: the
+    largest timestamps ``min.compaction.lag.ms`` asks the dirty segments for, up to the first
+    one too young, which after a start are their time indexes' last entries (or their files'
+    mtimes), for a caller on the event loop to read in a worker thread first."""
+    lag = plog.config.min_compaction_lag_ms
+    if not plog.config.compact or lag <= 0:
+        return None
+    return TimestampReads.for_largest(_dirty_inactive(plog, _first_dirty(plog)), now_ms - lag + 1)
 
 
 def _dirty_ratio(segments: list[LogSegment], first_dirty: int, limit: int) -> float:

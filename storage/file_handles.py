@@ -81,10 +81,12 @@ class FileHandle:
         os.rename(self.path, new_path)
         self.path = new_path
 
-    def detach(self) -> None:
-        """Forget this file: close it now, or when its last pin is released."""
+    def detach(self, into: list[int] | None = None) -> None:
+        """Forget this file: close it now -- or, with `into`, put its descriptor there for
+        the caller to close (a worker thread: the close of a deleted segment's file need not
+        wait on the log's thread) -- or, if pinned, when its last pin is released."""
         self._detached = True
-        self._pool._detach(self)
+        self._pool._detach(self, into)
 
     @property
     def is_open(self) -> bool:
@@ -136,10 +138,13 @@ class FileHandles:
                 if self.open_count > self.max_open:
                     self._make_room(0)
 
-    def _detach(self, h: FileHandle) -> None:
+    def _detach(self, h: FileHandle, into: list[int] | None) -> None:
         if h.fd is not None and h.pins == 0:
             self._idle.pop(h, None)
-            self._close(h)
+            if into is None:
+                self._close(h)
+            else:
+                into.append(self._forget(h))
 
     def _make_room(self, needed: int) -> None:
         idle = self._idle
@@ -149,15 +154,19 @@ class FileHandles:
             self._close(victim)
 
     def _close(self, h: FileHandle) -> None:
+        if h.fd is not None:
+            os.close(self._forget(h))
+
+    def _forget(self, h: FileHandle) -> int:
+        """Take `h`'s open descriptor out of the pool (the caller closes it)."""
         fd = h.fd
-        if fd is None:
-            return
+        assert fd is not None
         h.fd = None
         self.open_count -= 1
-        os.close(fd)
         callback = h.on_close
         if callback is not None:
             callback()
+        return fd
 
     def close_all(self) -> None:
         """Close every idle descriptor (pinned ones close on their release)."""

@@ -181,16 +181,27 @@ class _IndexFile:
         """Entries are in memory that are not in the file yet."""
         return self.loaded and self._persisted < self.entries
 
-    def close(self) -> None:
-        """Give the pool's descriptor back (the segment is closing)."""
+    def close(self, into: list[int] | None = None) -> None:
+        """Give the pool's descriptor back (the segment is closing); with `into`, see
+        :meth:`FileHandle.detach <storage.file_handles.FileHandle.detach>`."""
         if self._handle is not None:
-            self._handle.detach()
+            self._handle.detach(into)
 
     def trim(self) -> None:
         """Persist and cut the file to exactly its entries (a segment becoming inactive)."""
         if not self.loaded:
             self.load()
         self.persist(size=self.entries * self.ENTRY_SIZE)
+
+    def defer_trim(self) -> tuple[Path, int]:
+        """:meth:`trim` but the cut: the entries are written, and the file (counted as cut
+        from now on) and its size returned for the caller to cut (a worker thread:
+        :class:`~storage.chore.SegmentTrims`) before it changes size again here."""
+        if not self.loaded:
+            self.load()
+        self.persist()
+        self._file_size = size = self.entries * self.ENTRY_SIZE
+        return self.path, size
 
     def preallocate(self) -> None:
         """Persist and grow the file to ``segment.index.bytes`` (a segment becoming active)."""

@@ -469,19 +469,22 @@ class LogManager:
         """The renaming to ``.deleted`` of the segments deleted from the start of their logs
         (see :meth:`PartitionLog.take_renames`), the unlinking of deleted segments' files due
         by `now_ms` (see :meth:`PartitionLog.take_deleted_files`) and the removal of deleted
-        partitions' directories, if any are waiting. A file it fails to rename or unlink with
+        partitions' directories, if any are waiting; first it closes the descriptors of
+        deleted segments' files (:meth:`PartitionLog.take_descriptors`). A file it fails to rename or unlink with
         an I/O error takes its log directory offline, as Kafka's async delete does."""
         renames = []
         files: list[Path] = []
+        descriptors: list[int] = []
         for _tp, lg in self.logs():
             if not (lg.closed or lg.offline):
                 if (taken := lg.take_renames()) is not None:
                     renames.append(taken)
                 files += lg.take_deleted_files(now_ms)
-        if not files and not renames and not self._to_remove:
+                descriptors += lg.take_descriptors()
+        if not (files or renames or descriptors or self._to_remove):
             return None
         directories, self._to_remove = self._to_remove, []
-        return RemoveDeleted(files, directories, self._removal_failed, renames)
+        return RemoveDeleted(files, directories, self._removal_failed, renames, descriptors)
 
     def _removal_failed(self, path: Path, error: OSError) -> None:
         log_dir = next((d for d in self.log_dirs if d in path.parents), None)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from protocol.errors import CorruptRecordError
 from protocol.record_batch import CONTROL_MASK, NO_TIMESTAMP, TimestampType
 from storage.checkpoints import fsync_dir
-from storage.chore import SegmentRenames, run_chore
+from storage.chore import SegmentRenames, SegmentTrims, run_chore
 from storage.clock import wall_clock_ms
 from storage.config import DEFAULT_MAX_MAP_KEYS, LogConfig
 from storage.errors import (
@@ -50,7 +50,7 @@ from storage.errors import (
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from storage.file_handles import FileHandles
+from storage.file_handles import FileHandles, create_file
 from storage.layout import (
     DELETED_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
@@ -214,6 +214,8 @@ class PartitionLog:
         #: that a truncation voided), unlinked with the deleted segments' files (as Kafka's
         #: async delete, after ``file.delete.delay.ms``).
         self._obsolete_snapshots: list[tuple[int, Path]] = []
+        #: Descriptors of deleted segments' files, for the removal chore to close.
+        self._unclosed: list[int] = []
         #: Counts truncations: a chore prepared before one must not be committed after it.
         self.truncations = 0
         #: The log's one writer while a worker thread writes its files (see :attr:`writing`).
@@ -239,6 +241,8 @@ class PartitionLog:
         #: The producer snapshots of the rolls since the last roll work, to write: (offset,
         #: path, bytes, the truncation count then: a truncation since voids it).
         self._pending_snapshots: list[PendingSnapshot] = []
+        #: The cuts of rolled segments' files to their data, for the next roll work.
+        self._pending_trims: list[SegmentTrims] = []
         #: Rolls that adopted prepared files, and rolls that created their files themselves.
         self.rolls_prepared = 0
         self.rolls_inline = 0
@@ -667,7 +671,7 @@ class PartitionLog:
         if old.size == 0 and old.base_offset == base_offset:
             return old
         try:
-            old.become_inactive()
+            old.become_inactive(defer_trims=self.on_roll_work is not None)
         except OSError as e:
             old.become_active()
             raise KafkaStorageError(f"cannot roll {old.log.path}: {e}") from e
@@ -691,6 +695,8 @@ class PartitionLog:
             if base_offset != self.producer_state.last_snapshot_offset:
                 path, data = self.producer_state.encode_snapshot(base_offset)
                 self._pending_snapshots.append((base_offset, path, data, self.truncations))
+            if old.trims is not None:
+                self._pending_trims.append(old.trims)
             self._ask_roll_work()
         return new
 
@@ -726,10 +732,11 @@ class PartitionLog:
             sizes = segment_file_sizes(self.config)
         self._next_wanted = False
         snapshots, self._pending_snapshots = self._pending_snapshots, []
-        if sizes is None and not snapshots:
+        trims, self._pending_trims = self._pending_trims, []
+        if sizes is None and not snapshots and not trims:
             return None
         self._roll_work_running = True
-        return RollWork(self, self.dir, sizes, snapshots)
+        return RollWork(self, self.dir, sizes, snapshots, trims)
 
     def _roll_work_done(self, work: RollWork) -> None:
         """Adopt what `work` made: the next segment's files (a failure is not retried before
@@ -749,7 +756,11 @@ class PartitionLog:
                     self.producer_state.snapshot_written(offset)
                 except OSError as e:
                     log.warning("%s: cannot rename the producer snapshot: %s", path, e)
-        if self._pending_snapshots or (self._next_wanted and self._prepared is None):
+        if (
+            self._pending_snapshots
+            or self._pending_trims
+            or (self._next_wanted and self._prepared is None)
+        ):
             self._ask_roll_work()
 
     def _snapshot_producers(self, offset: int, *, fsync: bool) -> None:
@@ -961,20 +972,22 @@ class PartitionLog:
         """What :meth:`apply_retention` at `now_ms` would wait on the disk for, else None: by
         ``retention.ms`` it asks each segment from the log start for its largest timestamp up
         to the first one not expired, which after a start is its time index's last entry,
-        still in the file. A caller on the event loop reads them in a worker thread (`run`,
-        then `finish` on the loop) first."""
+        still in the file (or, for a segment without timestamps, its file's mtime). A caller
+        on the event loop reads them in a worker thread (`run`, then `finish` on the loop)
+        first."""
         config = self.config
         if self.closed or not config.delete or config.retention_ms < 0:
             return None
-        oldest_kept = now_ms - config.retention_ms
-        unknown: list[LogSegment] = []
-        for seg in self._from_log_start():
-            largest = seg.known_max_timestamp()
-            if largest is None:
-                unknown.append(seg)
-            elif largest >= oldest_kept:
-                break
-        return TimestampReads(oldest_kept, unknown, whole_index=False) if unknown else None
+        return TimestampReads.for_largest(self._from_log_start(), now_ms - config.retention_ms)
+
+    def compaction_reads(self, now_ms: int) -> TimestampReads | None:
+        """What :meth:`begin_compaction` at `now_ms` would wait on the disk for, else None:
+        the largest timestamps of the dirty segments ``min.compaction.lag.ms`` looks at (see
+        :func:`storage.cleaner.compaction_reads`; read in a worker thread as
+        :meth:`retention_reads`)."""
+        from storage.cleaner import compaction_reads
+
+        return None if self.closed else compaction_reads(self, now_ms)
 
     # ---- truncation and deletion -----------------------------------------------------------
 
@@ -1006,9 +1019,9 @@ class PartitionLog:
         offsets and caches cut); :meth:`Truncation.prepare` cuts the last kept segment's files,
         deletes the producer snapshots above `offset` and rebuilds the producer state from the
         snapshot and batches below it, off this thread; :meth:`Truncation.commit` installs
-        that state. Until then the log is :attr:`writing`. None when nothing is left to do
-        off this thread: nothing to truncate, or a truncation below the first segment (done
-        here by :meth:`truncate_fully_and_start_at`, whose new segment is made as a roll's)."""
+        that state. Until then the log is :attr:`writing`. A truncation below the first
+        segment or the log start offset starts the log over at `offset`
+        (:meth:`begin_full_truncation`). None when there is nothing to truncate."""
         self._check_open()
         if self._writer is not None:
             raise RuntimeError(f"{self.dir.name} is being written by a worker thread already")
@@ -1017,8 +1030,7 @@ class PartitionLog:
         if offset >= self._leo:
             return None
         if offset < self._segments[0].base_offset or offset < self._log_start:
-            self.truncate_fully_and_start_at(offset)
-            return None
+            return self.begin_full_truncation(offset)
         keep = bisect_right(self._bases, offset)
         for seg in self._segments[keep:]:
             self._delete_segment(seg)
@@ -1040,6 +1052,15 @@ class PartitionLog:
 
     def _complete_truncation(self, truncation: Truncation) -> None:
         self._writer = None
+        for renames in truncation.renames:
+            for path, error in renames.failed:
+                log.error("%s: cannot rename %s to delete it: %s", self.dir.name, path, error)
+        due = self._delete_due(self._now_ms())
+        for seg in truncation.deleted:  # their renames are made: unlinked in due time
+            if self.closed:
+                seg.release_files()
+            else:
+                self._pending_deletes.append((due, seg))
         if self.closed:  # abandoned meanwhile (its log directory failed)
             return
         if truncation.producers is None:
@@ -1053,14 +1074,35 @@ class PartitionLog:
         producers.on_high_watermark(self._high_watermark)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop everything and start an empty log at `offset` (log start = end = offset)."""
+        """Drop everything and start an empty log at `offset` (log start = end = offset). Its
+        file work is done on this thread (see :meth:`begin_full_truncation`)."""
+        run_chore(self.begin_full_truncation(offset))
+
+    def begin_full_truncation(self, offset: int) -> Truncation:
+        """:meth:`truncate_fully_and_start_at` with its file work as a chore (a
+        :class:`Truncation`, as :meth:`begin_truncation`'s): the log reads as an empty log at
+        `offset` at once (every segment forgotten, offsets, epochs and caches reset, the new
+        segment in memory); :meth:`Truncation.prepare` renames the old segments' files to
+        ``.deleted`` -- after what the removal chore has not renamed yet of segments deleted
+        from the start: the new segment may take the name of one -- makes the new segment's
+        files, and loads the producer state (the snapshot at `offset`, if any; the others
+        deleted); :meth:`Truncation.commit` installs it. Until then the log is
+        :attr:`writing`."""
         self._check_open()
         if self._writer is not None:  # the caller's bug: one writer per log
             raise RuntimeError(f"{self.dir.name} is being written by a worker thread")
-        self._finish_renames()  # the new segment may take the name of one deleted before
-        for seg in self._segments:
-            self._delete_segment(seg)
-        new = LogSegment.create(self.dir, offset, self.config, self.handles, self._now_ms())
+        self.take_renames()
+        old = self._segments
+        renames = [
+            *self._renaming,
+            SegmentRenames([seg.renamed_elsewhere(DELETED_SUFFIX) for seg in old]),
+        ]
+        self._renaming = []
+        for seg in old:
+            seg.active = False
+            seg.log.detach(self._unclosed)
+        config = self.config
+        new = LogSegment.create(self.dir, offset, config, self.handles, self._now_ms(), make=False)
         self._segments = [new]
         self._bases = [offset]
         self._dir_dirty = True
@@ -1068,8 +1110,12 @@ class PartitionLog:
         self._log_start = offset
         self.leader_epoch_cache.clear()
         self._truncated_in_memory()
-        self.producer_state.delete_snapshots_after(offset)
-        self._load_producer_state(False)
+        files = new.new_files(config)
+        truncation = self._writer = Truncation(
+            self, offset, [], [(new.log.path, offset, 0)], renames=renames, files=files
+        )
+        truncation.deleted = old
+        return truncation
 
     def _truncated_in_memory(self) -> None:
         leo = self._leo
@@ -1136,9 +1182,9 @@ class PartitionLog:
         del self._segments[:count]
         del self._bases[:count]
         due = self._delete_due(now_ms)
-        for seg in victims:  # renamed by the removal chore: no file call here
+        for seg in victims:  # renamed and closed by the removal chore: no file call here
             seg.active = False
-            seg.log.detach()
+            seg.log.detach(self._unclosed)
             self._pending_deletes.append((due, seg))
         self._unrenamed += victims
         first = self._segments[0].base_offset
@@ -1167,9 +1213,22 @@ class PartitionLog:
         ``file.delete.delay.ms`` passed (:meth:`take_deleted_files`), as Kafka's async delete."""
         seg.active = False
         seg.rename_suffix(DELETED_SUFFIX)
-        seg.log.detach()
+        seg.log.detach(self._unclosed)
         now = self._now_ms() if now_ms is None else now_ms
         self._pending_deletes.append((self._delete_due(now), seg))
+
+    def take_descriptors(self) -> list[int]:
+        """The open descriptors of deleted segments' files, taken out of the file handle pool
+        since the last call (their segments were forgotten; a pinned one stays a reader's and
+        closes at its release), for the caller to close off this thread (the removal
+        chore). Until then they count in no pool's bound; a close of the log closes them."""
+        descriptors, self._unclosed = self._unclosed, []
+        return descriptors
+
+    def _close_descriptors(self) -> None:
+        for fd in self.take_descriptors():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def take_renames(self) -> SegmentRenames | None:
         """The renames to ``.deleted`` of the segments deleted from the start of the log
@@ -1213,7 +1272,7 @@ class PartitionLog:
         keep: list[tuple[int, LogSegment]] = []
         for when, seg in self._pending_deletes:
             if when <= now_ms and not seg.log.is_open and seg not in self._unrenamed:
-                due += seg.release_files()
+                due += seg.release_files(self._unclosed)
             else:
                 keep.append((when, seg))
         self._pending_deletes = keep
@@ -1335,6 +1394,7 @@ class PartitionLog:
             seg.close()
         for _due, seg in self._pending_deletes:  # left as ``.deleted``: recovery removes them
             seg.release_files()
+        self._close_descriptors()
         self.closed = True
         if self._owns_handles:
             self.handles.close_all()
@@ -1352,6 +1412,7 @@ class PartitionLog:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
             seg.release_files()
+        self._close_descriptors()
         self.closed = True
         if self._owns_handles:
             self.handles.close_all()
@@ -1366,6 +1427,7 @@ class PartitionLog:
             seg.log.detach()
         for _due, seg in self._pending_deletes:
             seg.release_files()
+        self._close_descriptors()
         self.closed = True
         target = self.dir
         tp = self.topic_partition
@@ -1401,17 +1463,31 @@ class PartitionLog:
 
 class Truncation:
     """The file work of a follower's truncation (a :class:`~storage.chore.Chore`, made by
-    :meth:`PartitionLog.begin_truncation`, which already cut the log in memory).
+    :meth:`PartitionLog.begin_truncation` or :meth:`~PartitionLog.begin_full_truncation`,
+    which already cut the log in memory).
 
     :meth:`prepare` touches files by path only, never the log, its segments or the file
-    handle pool: it cuts the last kept segment's ``.log`` (freeing the blocks above `offset`,
-    which may take as long as an unlink) and ``.txnindex``, then builds a new producer state
+    handle pool: for a full truncation it renames the old segments' files to ``.deleted``
+    (`renames`) and makes the new segment's (`files`); otherwise it cuts the last kept
+    segment's ``.log`` (freeing the blocks above `offset`,
+    which may take as long as an unlink) and ``.txnindex``; then it builds a new producer state
     from the latest snapshot at or below `offset` and the batches after it -- deleting the
     snapshots above `offset` and unreadable ones, as a load does. :meth:`commit` installs the
     state, or, if a file operation failed, raises :class:`KafkaStorageError` (the caller takes
     the log directory offline for an I/O error, as Kafka's truncation failure does)."""
 
-    __slots__ = ("log", "offset", "cuts", "segments", "log_start", "producers", "error")
+    __slots__ = (
+        "log",
+        "offset",
+        "cuts",
+        "segments",
+        "renames",
+        "files",
+        "deleted",
+        "log_start",
+        "producers",
+        "error",
+    )
 
     def __init__(
         self,
@@ -1419,18 +1495,30 @@ class Truncation:
         offset: int,
         cuts: list[tuple[Path, int]],
         segments: list[tuple[Path, int, int]],
+        *,
+        renames: list[SegmentRenames] | None = None,
+        files: list[tuple[Path, int]] | None = None,
     ) -> None:
         self.log = log
         self.offset = offset
         self.cuts = cuts
         #: (path, base offset, size) of every segment kept, the last one cut.
         self.segments = segments
+        #: A full truncation's: the old segments' renames, the new segment's files to make.
+        self.renames = renames or []
+        self.files = files or []
+        #: The segments it deleted, in the log's pending deletes once renamed.
+        self.deleted: list[LogSegment] = []
         self.log_start = log.log_start_offset
         self.producers: ProducerStateManager | None = None
         self.error: OSError | None = None
 
     def prepare(self) -> None:
+        for renames in self.renames:  # before the new files: one may take a name of theirs
+            renames.run()
         try:
+            for path, size in self.files:
+                create_file(path, size)
             for path, size in self.cuts:
                 with contextlib.suppress(FileNotFoundError):  # a transaction index never written
                     os.truncate(path, size)

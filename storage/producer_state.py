@@ -667,14 +667,6 @@ class ProducerStateManager:
             if off < offset and off != self.last_snapshot_offset
         ]
 
-    def delete_snapshots_after(self, offset: int) -> None:
-        """Remove snapshots above `offset` (after a truncation)."""
-        for off in snapshot_offsets(self.dir):
-            if off > offset:
-                self._delete_snapshot(off)
-        if self.last_snapshot_offset > offset:
-            self.last_snapshot_offset = -1
-
     def _delete_snapshot(self, offset: int) -> None:
         segment_file(self.dir, offset, SNAPSHOT_SUFFIX).unlink(missing_ok=True)
 

@@ -28,6 +28,11 @@ both off the loop:
   in the roll and fsyncs it in the background; here a crash before the rename loses it, which
   costs the next open a longer scan (as a missing snapshot always does), never a wrong state.
 
+* the cut of the rolled segment's files to their data (its indexes from
+  ``segment.index.bytes`` to their entries, its ``.log`` with ``preallocate``): the roll writes
+  the last index entries and leaves the cuts (:class:`~storage.chore.SegmentTrims`), made here
+  unless the log's thread needed them first (:meth:`LogSegment.finish_trims`).
+
 The broker runs what every log asked for meanwhile in one worker-thread call
 (:class:`~storage.chore.Chores`): under load a thread hop costs more than this work.
 :meth:`prepare` touches files only; :meth:`commit` hands the results to the log. A log whose
@@ -40,6 +45,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from storage.chore import SegmentTrims
 from storage.file_handles import create_file
 from storage.layout import prepared_file
 from storage.producer_state import write_snapshot_tmp
@@ -63,7 +69,7 @@ class RollWork:
     `sizes` (None: not wanted now), and the producer snapshots taken at its rolls since the
     last roll work, to write."""
 
-    __slots__ = ("log", "directory", "sizes", "snapshots", "error", "written")
+    __slots__ = ("log", "directory", "sizes", "snapshots", "trims", "error", "written")
 
     def __init__(
         self,
@@ -71,17 +77,22 @@ class RollWork:
         directory: Path,
         sizes: tuple[int, int, int] | None,
         snapshots: list[PendingSnapshot],
+        trims: list[SegmentTrims],
     ) -> None:
         self.log = log
         self.directory = directory
         self.sizes = sizes
         self.snapshots = snapshots
+        #: The rolled segments' files to cut to their data.
+        self.trims = trims
         #: Why the next segment's files could not be made (None: they were, or not wanted).
         self.error: OSError | None = None
         #: The snapshots whose temporary files are written.
         self.written: list[PendingSnapshot] = []
 
     def prepare(self) -> None:
+        for trims in self.trims:
+            trims.run()
         for snapshot in self.snapshots:
             path = snapshot[1]
             try:
@@ -100,6 +111,9 @@ class RollWork:
         pass  # a few small files: let them be made
 
     def commit(self) -> None:
+        for trims in self.trims:  # only zeros after the data are left: readers skip them
+            for path, error in trims.failed:
+                log.warning("%s: cannot cut it to its data: %s", path, error)
         if self.error is not None:
             log.warning(
                 "%s: cannot prepare the next segment (the roll will create it): %s",

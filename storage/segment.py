@@ -33,6 +33,7 @@ from protocol.errors import CorruptRecordError, ProtocolError
 from protocol.legacy_records import LegacyMessageView
 from protocol.record_batch import TimestampType
 from protocol.records import RecordBatchView, iter_batches, iter_records
+from storage.chore import SegmentTrims
 from storage.config import LogConfig
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.file_handles import FileHandle, FileHandles, create_file
@@ -181,20 +182,48 @@ class TimestampReads:
     then asks again for the reads that find the offset the index gives (a
     :class:`LookupReads`). Same protocol as :class:`LookupReads`: `pin` and `finish` on the
     loop (`finish` always: it keeps what was read, unless loaded meanwhile), `run` in the
-    worker. With `whole_index` False only last entries are read (a retention pass by
-    ``retention.ms`` wants no more: :meth:`PartitionLog.retention_reads`)."""
+    worker. With `whole_index` False only last entries are read; with `modified` a segment
+    without timestamps counts by its file's mtime, read too (Kafka's largest timestamp:
+    :meth:`LogSegment.largest_timestamp`). A retention pass by ``retention.ms`` and the
+    cleaner's ``min.compaction.lag.ms`` want no more (:meth:`for_largest`)."""
 
-    __slots__ = ("timestamp", "segments", "whole_index", "lasts", "entries")
+    __slots__ = ("timestamp", "segments", "whole_index", "modified", "lasts", "mtimes", "entries")
 
     def __init__(
-        self, timestamp: int, segments: list[LogSegment], *, whole_index: bool = True
+        self,
+        timestamp: int,
+        segments: list[LogSegment],
+        *,
+        whole_index: bool = True,
+        modified: bool = False,
     ) -> None:
         self.timestamp = timestamp
         self.whole_index = whole_index
-        #: Each segment with its last time index entry when known here (read only the others).
-        self.segments = [(seg, seg.time_index.known_last()) for seg in segments]
+        self.modified = modified
+        #: Each segment with its last time index entry when known here (read only the others),
+        #: and its file's path, size and activity now (an mtime read is kept for these).
+        self.segments = [
+            (seg, seg.time_index.known_last(), seg.log.path, seg.size, seg.active)
+            for seg in segments
+        ]
         self.lasts: list[tuple[LogSegment, tuple[int, int]]] = []
+        self.mtimes: list[tuple[LogSegment, int, bool, int]] = []
         self.entries: tuple[LogSegment, TimeEntries] | None = None
+
+    @classmethod
+    def for_largest(cls, segments: list[LogSegment], timestamp: int) -> TimestampReads | None:
+        """The reads that :meth:`LogSegment.largest_timestamp` of `segments`, in order up to
+        the first that reaches `timestamp`, would make on the caller's thread (their time
+        indexes' last entries not in memory, the mtimes of those without timestamps, which
+        are read again for each pass, as Kafka's); None if there are none."""
+        unknown: list[LogSegment] = []
+        for seg in segments:
+            largest = seg.known_max_timestamp()
+            if largest is None or largest < 0:
+                unknown.append(seg)
+            elif largest >= timestamp:
+                break
+        return cls(timestamp, unknown, whole_index=False, modified=True) if unknown else None
 
     def pin(self) -> None:
         pass  # the index files are opened by path
@@ -203,14 +232,18 @@ class TimestampReads:
         """In a worker thread. A read that fails is left to the lookup itself (which then
         reports it as before)."""
         try:
-            for seg, known in self.segments:
+            for seg, known, path, size, active in self.segments:
                 index = seg.time_index
                 last = known
                 if last is None:
                     last = index.read_last()
                     if last is not None:
                         self.lasts.append((seg, last))
-                if last is None or last[0] >= self.timestamp:
+                largest = None if last is None else last[0]
+                if self.modified and largest is not None and largest < 0:
+                    largest = _modified_ms(path)
+                    self.mtimes.append((seg, size, active, largest))
+                if largest is None or largest >= self.timestamp:
                     if not index.loaded and (last is None or self.whole_index):
                         self.entries = (seg, index.read_entries())
                     return
@@ -220,6 +253,8 @@ class TimestampReads:
     def finish(self) -> None:
         for seg, last in self.lasts:
             seg.time_index.remember_last(last)
+        for seg, size, active, mtime in self.mtimes:
+            seg.remember_modified(size, active, mtime)
         if self.entries is not None:
             seg, entries = self.entries
             seg.time_index.install(entries)
@@ -274,6 +309,11 @@ class LogSegment:
         self._max_ts: int | None = None
         self._offset_of_max_ts = base_offset
         self._rolling_ts: int | None = None  # max timestamp of the first batch, once known
+        #: The file's mtime last read in a worker thread (`TimestampReads`), with the size and
+        #: activity it was read at: it holds while they do.
+        self._modified: tuple[int, bool, int] | None = None
+        #: The cuts of its files its roll left to the roll work's worker (see `become_inactive`).
+        self.trims: SegmentTrims | None = None
         self._rolling_ts_known = False
         #: (first offset, last offset, position, size) of the batches appended last while
         #: active, in file order, ending at `size`; cleared whenever the file changes otherwise.
@@ -292,20 +332,30 @@ class LogSegment:
         *,
         suffix: str = "",
         active: bool = True,
+        make: bool = True,
     ) -> LogSegment:
-        """A new, empty segment (any stale files of the same name are replaced)."""
+        """A new, empty segment (any stale files of the same name are replaced). With `make`
+        False its files are not made yet: the caller makes :meth:`new_files` before anything
+        reads or appends to it -- off the log's thread for a full truncation
+        (:meth:`PartitionLog.begin_full_truncation`)."""
         seg = cls(directory, base_offset, config, handles, suffix=suffix, created_ms=now_ms)
-        path = seg.log.path
-        sizes = segment_file_sizes(config, active=active)
+        seg._start_empty(segment_file_sizes(config, active=active), active=active)
+        if not make:
+            return seg
         try:
-            for file, size in zip(seg._made_files(), sizes, strict=True):
+            for file, size in seg.new_files(config):
                 create_file(file, size)
         except OSError as e:
             with contextlib.suppress(OSError):
                 seg.delete_files()
-            raise KafkaStorageError(f"cannot create segment {path}: {e}") from e
-        seg._start_empty(sizes, active=active)
+            raise KafkaStorageError(f"cannot create segment {seg.log.path}: {e}") from e
         return seg
+
+    def new_files(self, config: LogConfig) -> list[tuple[Path, int]]:
+        """The files a new segment is made of, with their sizes (for
+        :func:`~storage.file_handles.create_file`)."""
+        sizes = segment_file_sizes(config, active=self.active)
+        return list(zip(self._made_files(), sizes, strict=True))
 
     @classmethod
     def adopt(
@@ -373,6 +423,7 @@ class LogSegment:
     def become_active(self) -> None:
         """Make this the segment appends go to: its indexes are loaded now and grown back to
         ``segment.index.bytes`` (as Kafka's ``resizeIndexes``) on the first append."""
+        self.finish_trims()
         self.active = True
         try:
             for index in (self.offset_index, self.time_index):
@@ -387,24 +438,41 @@ class LogSegment:
         self.time_index.preallocate()
         self._needs_preallocation = False
 
-    def become_inactive(self) -> None:
-        """Roll bookkeeping: final time index entry, indexes and log trimmed to their data."""
+    def become_inactive(self, *, defer_trims: bool = False) -> None:
+        """Roll bookkeeping: final time index entry, indexes and log trimmed to their data --
+        with `defer_trims`, the index entries written here and the cuts left in :attr:`trims`
+        (a :class:`~storage.chore.SegmentTrims`) for the roll work's worker thread."""
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self._offset_of_max_ts, skip_full_check=True
         )
         self._needs_preallocation = False
-        self.offset_index.trim()
-        self.time_index.trim()
-        if self.preallocated:
-            with self.log.use() as fd:
-                os.ftruncate(fd, self.size)
-            self.preallocated = False
+        if defer_trims:
+            cuts = [self.offset_index.defer_trim(), self.time_index.defer_trim()]
+            if self.preallocated:
+                cuts.append((self.log.path, self.size))
+            self.trims = SegmentTrims([cuts])
+        else:
+            self.offset_index.trim()
+            self.time_index.trim()
+            if self.preallocated:
+                with self.log.use() as fd:
+                    os.ftruncate(fd, self.size)
+        self.preallocated = False
         self.active = False
         self._recent.clear()
+
+    def finish_trims(self) -> None:
+        """Make the cuts :meth:`become_inactive` left (:attr:`trims`) here, unless made: the
+        files are about to change size again."""
+        trims, self.trims = self.trims, None
+        if trims is not None and not trims.done:
+            for path, error in trims.run_here():
+                log.warning("%s: cannot cut it to its data: %s", path, error)
 
     def close(self) -> None:
         """Write what is in memory and trim the files (as Kafka's close), release the fd."""
         try:
+            self.finish_trims()
             if self.active:
                 self.become_inactive()
         finally:
@@ -445,12 +513,13 @@ class LogSegment:
             for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
         ]
 
-    def release_files(self) -> list[Path]:
-        """Give back this segment's descriptors (a pinned ``.log`` closes at its last release)
+    def release_files(self, into: list[int] | None = None) -> list[Path]:
+        """Give back this segment's descriptors (a pinned ``.log`` closes at its last release;
+        with `into`, the others are put there for the caller to close, off the log's thread)
         and return its four files' paths, for the caller to unlink."""
-        self.log.detach()
-        self.offset_index.close()
-        self.time_index.close()
+        self.log.detach(into)
+        self.offset_index.close(into)
+        self.time_index.close(into)
         return [self.log.path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     def delete_files(self) -> None:
@@ -491,17 +560,23 @@ class LogSegment:
         return self._offset_of_max_ts
 
     def largest_timestamp(self) -> int:
-        """The max record timestamp, or the file's mtime if it has none (Kafka's rule)."""
+        """The max record timestamp, or the file's mtime if it has none (Kafka's rule): the
+        one a worker thread read (`TimestampReads`) if the segment was not written since."""
         ts = self.max_timestamp_so_far
         if ts >= 0:
             return ts
-        try:
-            return os.stat(self.log.path).st_mtime_ns // 1_000_000
-        except FileNotFoundError:
-            return 0
+        modified = self._modified
+        if modified is not None and modified[0] == self.size and modified[1] == self.active:
+            return modified[2]
+        return _modified_ms(self.log.path)
+
+    def remember_modified(self, size: int, active: bool, mtime_ms: int) -> None:
+        """Keep the mtime a worker thread read while the segment had `size` and `active`."""
+        self._modified = (size, active, mtime_ms)
 
     def _load_tail(self) -> None:
-        """Scan from the last offset index entry to the end (at most about one interval)."""
+        """Scan from the last offset index entry to the end (at most about one interval); a
+        segment whose tail is not whole batches from that entry is recovered."""
         try:
             _, pos = self.offset_index.last_entry()
         except CorruptIndexError:
@@ -510,7 +585,13 @@ class LogSegment:
         max_ts = self.max_timestamp_so_far
         next_offset = self.base_offset
         end = pos
-        if self.size:
+        if pos and pos >= self.size:
+            # An entry is a batch's position: one at (or past) the file's end is for bytes
+            # that were never written (the index and the log disagree: an index entry of an
+            # append not made, then a crash or a close). Recover, which rebuilds the index
+            # from the log, rather than take the tail for empty (Kafka's readNextOffset does).
+            end = -1
+        elif self.size:
             with self.log.use() as fd:
                 try:
                     for h in iter_file_headers(fd, pos, self.size):
@@ -521,9 +602,9 @@ class LogSegment:
                 except CorruptRecordError:
                     end = -1
         if end != self.size:
-            # Bytes that are not whole batches where a clean shutdown leaves none: recover
-            # rather than append after garbage.
-            log.warning("%s: unexpected data at its end; recovering it", self.log.path)
+            # Bytes that are not whole batches where a clean shutdown leaves none, or an index
+            # past the data: recover rather than append after garbage.
+            log.warning("%s: its index or its end is inconsistent; recovering it", self.log.path)
             self.recover()
             return
         self._max_ts = max_ts
@@ -777,6 +858,7 @@ class LogSegment:
         truncation cuts them in a worker thread: `PartitionLog.begin_truncation`) before
         anything is appended to this segment again. The index files are cut by their next
         write, as after any truncation."""
+        self.finish_trims()
         cuts = []
         txn_size = self.txn_index.begin_truncation(offset)
         if txn_size is not None:
@@ -801,6 +883,7 @@ class LogSegment:
 
     def rebuild_indexes(self) -> None:
         """Rebuild both indexes from the batch headers (no CRC checks, no truncation)."""
+        self.finish_trims()
         self.offset_index.reset()
         self.time_index.reset()
         max_ts, off_max = -1, self.base_offset
@@ -834,6 +917,7 @@ class LogSegment:
         indexes, and cut the file at the first torn or corrupt batch. Calls
         ``on_epoch(partition_leader_epoch, base_offset)`` for each v2 batch. Returns the
         number of bytes cut."""
+        self.finish_trims()
         self.offset_index.reset()
         self.time_index.reset()
         max_ts, off_max = -1, self.base_offset
@@ -883,6 +967,14 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, active={self.active})"
+
+
+def _modified_ms(path: Path) -> int:
+    """The file's mtime in ms (0 if it is gone)."""
+    try:
+        return os.stat(path).st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return 0
 
 
 def _epoch(h: BatchHeader) -> int | None:

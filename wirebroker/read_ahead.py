@@ -1,7 +1,8 @@
 """Storage reads done ahead in a worker thread, so that the event loop then finds what it asks
 for in memory or in the page cache: a Fetch's and a ListOffsets' lookups in old segments
-(`PartitionLog.lookup_reads`, `timestamp_reads`) and a retention pass's largest timestamps
-(`LogManager.retention_reads`)."""
+(`PartitionLog.lookup_reads`, `timestamp_reads`) and the largest timestamps a retention pass
+and the cleaner's `min.compaction.lag.ms` check look at (`LogManager.retention_reads`,
+`PartitionLog.compaction_reads`)."""
 
 from __future__ import annotations
 

@@ -278,7 +278,10 @@ async def run_compactions(broker: Broker) -> int:
     async def compact(lg: PartitionLog) -> None:
         nonlocal freed
         async with limiter:
-            for compaction in manager.log_compactions(lg, broker.now_ms()):
+            now = broker.now_ms()
+            if not (lg.offline or lg.writing) and (reads := lg.compaction_reads(now)):
+                await read_ahead([reads])  # min.compaction.lag.ms's timestamps, off the loop
+            for compaction in manager.log_compactions(lg, now):
                 await _run_log_chore(manager, "compaction", compaction)
                 freed += compaction.removed
 

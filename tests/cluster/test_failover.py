@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from protocol.records import iter_batches
+from protocol.record_batch import RecordBatchView
+from protocol.records import iter_batches, iter_records
 from tests.cluster.processes import running_cluster, wait_for
 from tests.cluster.workload import (
     ConfluentProducer,
@@ -60,7 +62,17 @@ def test_kill_leader_every_10s(kind: str, client: str) -> None:
             report = producer.stop()
             assert not report.errors, report.errors[:10]
             consumer.wait_for(report.acked)
-        verify(report.acked, read_all(cluster.bootstrap, topic, PARTITIONS))
+        records = read_all(cluster.bootstrap, topic, PARTITIONS)
+        try:
+            verify(report.acked, records)
+        except AssertionError as e:  # say which batches hold a value twice, on every replica
+            twice = {v for v, n in Counter(r.value for r in records).items() if n > 1}
+            holders = [
+                _holders(node_id, node.data_dir, topic, partition, twice)
+                for node_id, node in cluster.nodes.items()
+                for partition in range(PARTITIONS)
+            ]
+            raise AssertionError(f"{e}; batches holding them:\n" + "\n".join(holders)) from e
         # Restarts wait for the old registration to expire, so a kill may come late; not rarely.
         assert len(kills) >= CHAOS_SECONDS // KILL_EVERY_S // 2, kills
 
@@ -73,6 +85,24 @@ def _batches(data_dir: Path, topic: str, partition: int) -> list[bytes]:
         data = segment.read_bytes()
         out += [bytes(b.buf) for b in iter_batches(memoryview(data))]
     return out
+
+
+def _holders(node_id: int, data_dir: Path, topic: str, partition: int, values: set[int]) -> str:
+    """The batches of one replica holding any of `values`: their offsets, leader epoch and
+    producer id, epoch and sequence (a retry with a new producer epoch is the client's
+    doing; the same epoch and sequence twice, the leader's dedup failing)."""
+    held = []
+    for data in _batches(data_dir, topic, partition):
+        batch = RecordBatchView(data)
+        got = [int(bytes(r.value or b"0")) for r in iter_records(batch)]
+        if values.intersection(got):
+            held.append(
+                f"  broker {node_id} p{partition} offsets {batch.base_offset}-"
+                f"{batch.last_offset} leader epoch {batch.partition_leader_epoch} producer "
+                f"{batch.producer_id} epoch {batch.producer_epoch} sequence "
+                f"{batch.base_sequence}: {got}"
+            )
+    return "\n".join(held)
 
 
 def test_double_failover_leaves_replicas_identical(kind: str) -> None:

@@ -79,6 +79,10 @@ class ConfluentProducer:
                 "linger.ms": 5,
                 "message.timeout.ms": RETRY_FOREVER["delivery.timeout.ms"],
                 "socket.timeout.ms": RETRY_FOREVER["request.timeout.ms"],
+                # Its idempotence log (PID, epoch bumps and why, sequence errors), shown with
+                # a failure: a value written twice after an epoch bump is the client's doing
+                # (docs/perf-notes.md, "The chaos test's values written twice").
+                "debug": "eos",
             }
         )
 

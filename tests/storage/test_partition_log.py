@@ -670,3 +670,63 @@ def test_list_offsets_by_timestamp_reads_ahead_what_it_needs(tmp_path: Path) -> 
     found = log.offset_for_timestamp(T0 + 7000)
     assert found is not None and (found.offset, found.timestamp) == (7, T0 + 7000)
     log.close()
+
+
+@pytest.mark.parametrize("policy", ["delete", "compact"])
+def test_the_mtimes_of_segments_without_timestamps_are_read_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    """Segments whose records carry no timestamp count by their file's mtime (Kafka's
+    largest timestamp) for ``retention.ms`` and ``min.compaction.lag.ms``: the reads the log
+    asks for first (`retention_reads`, `compaction_reads`) stat them in a worker thread, and
+    the retention pass (the cleaner's range) then stats none on the log's thread. Two days
+    old: the first three segments; the lag and the retention: one day."""
+    import threading
+
+    from storage.cleaner import cleanable_range
+
+    day = 24 * 3600 * 1000
+    size = len(batch(1, ts=-1))
+    config = LogConfig(
+        segment_bytes=size * 2,
+        cleanup_policy=(policy,),
+        retention_ms=day,
+        min_compaction_lag_ms=day,
+        file_delete_delay_ms=0,
+    )
+    directory = tmp_path / "t-0"
+    log = open_log(directory, config)
+    for i in range(12):
+        log.append_as_leader(batch(1, ts=-1, tag=i), 0, T0)
+    log.close()
+    now = int(os.stat(directory).st_mtime * 1000)
+    bases = sorted(int(p.name[:20]) for p in directory.glob("*.log"))
+    for base in bases[:3]:
+        old = (now - 2 * day) * 1_000_000
+        os.utime(directory / f"{base:020d}.log", ns=(old, old))
+    log = open_log(directory, config, had_clean_shutdown=True)
+    log.update_high_watermark(12)
+    stats: list[int] = []  # the threads that stat a segment file
+    stat = os.stat
+
+    def stating(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if os.fspath(path).endswith(".log"):  # type: ignore[call-overload]
+            stats.append(threading.get_ident())
+        return stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", stating)
+    reads = log.retention_reads(now) if policy == "delete" else log.compaction_reads(now)
+    assert reads is not None
+    reads.pin()
+    worker = threading.Thread(target=reads.run)
+    worker.start()
+    worker.join()
+    reads.finish()
+    assert len(stats) == 4 and threading.get_ident() not in stats  # up to the first young one
+    if policy == "delete":
+        assert log.apply_retention(now) == 3
+        assert log.log_start_offset == bases[3]
+    else:
+        assert cleanable_range(log, now) == (0, bases[3])
+    assert threading.get_ident() not in stats
+    log.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,27 @@ def test_clean_shutdown_skips_the_scan(tmp_path: Path, template: Template) -> No
         "recovered_segments": 0,
     }
     _check(log, template, template.expected_end(template.size))
+    log.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_an_index_entry_at_the_files_end_is_recovered(
+    tmp_path: Path, template: Template, clean: bool
+) -> None:
+    """The last segment's offset index ends with an entry pointing at the file's end (an
+    index entry of an append never written: what a commit without its write closed with,
+    the rolling restart's records written twice): the segment is recovered, its log end
+    read from its batches. Taking the tail for empty (as Kafka's readNextOffset, and the old
+    code) gave a log end offset of the segment's base offset, and a follower fetched every
+    record of the segment again, after the ones already there."""
+    d = template.copy(tmp_path / "t-0")
+    last_offset = template.batches[-1][2]
+    with open(d / template.last_path.replace(".log", ".index"), "ab") as index:
+        index.write(struct.pack(">ii", last_offset + 1 - template.last_base, template.size))
+    log = PartitionLog.open(d, CONFIG, had_clean_shutdown=clean)
+    assert log.log_end_offset == last_offset + 1
+    assert [(r.offset, r.value) for r in read_all(log)] == template.records
+    assert log.active_segment.offset_index.last_entry()[1] < template.size
     log.close()
 
 

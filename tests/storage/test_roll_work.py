@@ -83,13 +83,16 @@ def test_a_roll_adopts_the_prepared_files(tmp_path: Path) -> None:
     assert os.path.getsize(new.offset_index.path) == 800  # as a created active segment's
     assert os.path.getsize(new.time_index.path) == 792
     assert os.path.getsize(new.log.path) == new.size
-    assert os.path.getsize(log.segments[0].offset_index.path) == (
-        log.segments[0].offset_index.entries * 8
-    )
+    # The old segment's indexes hold their entries, then zeros until the roll work cuts them.
+    assert os.path.getsize(log.segments[0].offset_index.path) == 800
     # The roll asked for the segment after it at once; not made, the next roll creates it.
     while len(log.segments) == 2:
         log.append_as_leader(batch(2, value_size=50), 0, T0)
     assert asks.count == 2 and (log.rolls_prepared, log.rolls_inline) == (1, 1)
+    asks.run()  # both rolled segments' indexes cut to their entries
+    for old in log.segments[:2]:
+        assert os.path.getsize(old.offset_index.path) == old.offset_index.entries * 8
+        assert os.path.getsize(old.time_index.path) == old.time_index.entries * 12
     expected = list(range(log.log_end_offset))
     assert offsets(log) == expected
     log.close()

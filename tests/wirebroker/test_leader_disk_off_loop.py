@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 import storage.leader_epoch
 from protocol.errors import ErrorCode
 from storage.index import TimeIndex
-from storage.partition_log import MAX_TIMESTAMP
+from storage.partition_log import MAX_TIMESTAMP, PartitionLog
 from storage.segment import TimestampReads
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.held_worker import Held
@@ -49,15 +50,34 @@ def _config(tmp_path: Path, **more: str) -> BrokerConfig:
     )
 
 
-def _produce(bootstrap: str, first: int, count: int, *, size: int = 100, at: int = T0) -> None:
+async def _serve_retained(
+    nursery: trio.Nursery, tmp_path: Path, segment_bytes: str
+) -> tuple[Any, str, Any]:
+    """A broker served in `nursery` checking retention every 100 ms, with the topic ``t`` of
+    `segment_bytes` segments that retention deletes as soon as they are rolled: the running
+    broker, its bootstrap address and the log of ``t-0``."""
+    config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
+    running = await nursery.start(partial(serve_broker, config))
+    configs = {"segment.bytes": segment_bytes, "retention.bytes": "1", "file.delete.delay.ms": "0"}
+    running.broker.create_topic("t", 1, 1, configs)
+    return running, running.bootstrap_servers, running.broker.log_manager.get("t", 0)
+
+
+def _produce(
+    bootstrap: str, first: int, count: int, *, size: int = 100, at: int = T0, keys: int = 0
+) -> None:
     """Records `first`..`first + count - 1`, each acknowledged before the next is sent, with
-    the timestamp `at` + 1000 * its number."""
+    the timestamp `at` + 1000 * its number (and, with `keys`, one of that many keys)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
     errors: list[Any] = []
     for i in range(first, first + count):
         value = (b"v%d-" % i).ljust(size, b".")
         producer.produce(
-            "t", value, timestamp=at + 1000 * i, on_delivery=lambda e, _m: errors.append(e)
+            "t",
+            value,
+            key=b"k%d" % (i % keys) if keys else None,
+            timestamp=at + 1000 * i,
+            on_delivery=lambda e, _m: errors.append(e),
         )
         assert producer.flush(TIMEOUT) == 0
     assert errors == [None] * count
@@ -83,12 +103,7 @@ def test_retention_renames_in_a_worker_while_the_loop_answers(
     async def main() -> int:
         loop_thread = threading.get_ident()
         async with trio.open_nursery() as nursery:
-            config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
-            running = await nursery.start(partial(serve_broker, config))
-            bootstrap = running.bootstrap_servers
-            configs = {"segment.bytes": "200", "retention.bytes": "1", "file.delete.delay.ms": "0"}
-            running.broker.create_topic("t", 1, 1, configs)
-            log = running.broker.log_manager.get("t", 0)
+            running, bootstrap, log = await _serve_retained(nursery, tmp_path, "200")
             with trio.fail_after(TIMEOUT):
                 await trio.to_thread.run_sync(_produce, bootstrap, 0, 5)
                 # A rename is held: the loop answers Metadata and Produce, readers already
@@ -329,12 +344,20 @@ def test_list_offsets_by_timestamp_counts_its_later_in_the_request_quota(
     assert 0 < throttle_ms <= 1000  # at most one window, as Kafka's request quota
 
 
-def test_retention_by_time_reads_old_segments_timestamps_in_a_worker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """After a restart no old segment's largest timestamp is in memory: the first retention
-    pass by ``retention.ms`` has a worker read their time indexes' last entries (held here
-    while the loop answers Metadata), then deletes the expired ones; the loop reads none."""
+def _reads_old_timestamps_in_a_worker(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    topic: dict[str, str],
+    config: dict[str, str],
+    done: Callable[[PartitionLog], int],
+    *,
+    keys: int = 0,
+) -> PartitionLog:
+    """Topic t (`topic`): 200 records of 1 KB timestamped from T0, long past, then 100 of
+    now; restarted (`config`), no old segment's largest timestamp is in memory. The first
+    pass of the job `config` makes run reads them in a worker (held while the loop answers
+    Metadata, `done` still 0 meanwhile: the pass waits), then acts (`done` > 0); the loop
+    reads no time index's last entry. Returns the log."""
     held = Held(TimestampReads.run)
     monkeypatch.setattr(TimestampReads, "run", lambda reads: held(reads))
     readers: list[int] = []  # the threads that read a time index's last entry
@@ -345,45 +368,115 @@ def test_retention_by_time_reads_old_segments_timestamps_in_a_worker(
         return read_last(index)
 
     monkeypatch.setattr(TimeIndex, "read_last", reading_last)
-    topic = {"segment.bytes": "65536", "retention.ms": str(7 * 24 * 3600 * 1000)}
     old, recent = 200, 100
 
     async def fill() -> None:
         async with trio.open_nursery() as nursery:
             running = await nursery.start(partial(serve_broker, _config(tmp_path)))
             running.broker.create_topic("t", 1, 1, topic)
-            with trio.fail_after(TIMEOUT):  # T0 is long past retention.ms, then records of now
+            with trio.fail_after(TIMEOUT):  # T0 is long past, then records of now
                 await trio.to_thread.run_sync(
-                    partial(_produce, size=1000), running.bootstrap_servers, 0, old
+                    partial(_produce, size=1000, keys=keys), running.bootstrap_servers, 0, old
                 )
                 await trio.to_thread.run_sync(
-                    partial(_produce, size=1000, at=int(time.time() * 1000) - 1000 * old),
+                    partial(
+                        _produce, size=1000, keys=keys, at=int(time.time() * 1000) - 1000 * old
+                    ),
                     running.bootstrap_servers,
                     old,
                     recent,
                 )
             nursery.cancel_scope.cancel()
 
-    async def main() -> int:
+    async def main() -> tuple[int, PartitionLog]:
         loop_thread = threading.get_ident()
-        config = _config(tmp_path, **{"log.retention.check.interval.ms": "100"})
         async with trio.open_nursery() as nursery:
-            running = await nursery.start(partial(serve_broker, config))
+            running = await nursery.start(partial(serve_broker, _config(tmp_path, **config)))
             readers.clear()  # the start read the active segment's (its log end offset)
             log = running.broker.log_manager.get("t", 0)
-            assert log.log_start_offset == 0 and len(log.segments) >= 6
+            assert done(log) == 0 and len(log.segments) >= 6
             with trio.fail_after(TIMEOUT):
                 async with held.answering(running.bootstrap_servers):
-                    assert log.log_start_offset == 0  # nothing deleted before the reads
-                while log.log_start_offset == 0:
+                    assert done(log) == 0  # nothing done before the reads
+                while done(log) == 0:
                     await trio.sleep(0.05)
-            # Every segment wholly older than retention.ms went, the one with records of now
-            # stayed (a segment holds ~60 records of 1 KB).
-            assert 0 < log.log_start_offset <= old < log.segments[1].base_offset
+            nursery.cancel_scope.cancel()
+        return loop_thread, log
+
+    trio.run(fill)
+    loop_thread, log = trio.run(main)
+    assert held.threads and loop_thread not in held.threads
+    assert readers and loop_thread not in readers
+    return log
+
+
+def test_retention_by_time_reads_old_segments_timestamps_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart the first retention pass by ``retention.ms`` has a worker read the old
+    segments' time indexes' last entries, then deletes the expired ones."""
+    topic = {"segment.bytes": "65536", "retention.ms": str(7 * 24 * 3600 * 1000)}
+    config = {"log.retention.check.interval.ms": "100"}
+    log = _reads_old_timestamps_in_a_worker(
+        tmp_path, monkeypatch, topic, config, lambda log: log.log_start_offset
+    )
+    # Every segment wholly older than retention.ms went, the one with records of now stayed
+    # (a segment holds ~60 records of 1 KB).
+    assert 0 < log.log_start_offset <= 200 < log.segments[1].base_offset
+
+
+def test_the_cleaners_compaction_lag_reads_old_segments_timestamps_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart the cleaner's ``min.compaction.lag.ms`` check has a worker read the old
+    segments' largest timestamps, then compacts those old enough and stops at the first too
+    young. The old code read them on the loop (and each segment's tail, for its end)."""
+    topic = {
+        "cleanup.policy": "compact",
+        "segment.bytes": "65536",
+        "min.compaction.lag.ms": str(3600 * 1000),
+    }
+    config = {"log.cleaner.backoff.ms": "100"}
+    log = _reads_old_timestamps_in_a_worker(
+        tmp_path, monkeypatch, topic, config, lambda log: log.cleaner_checkpoint, keys=10
+    )
+    # Cleaned up to the segment holding the first record of now, not past it.
+    assert 0 < log.cleaner_checkpoint <= 200
+
+
+def test_deleted_segments_descriptors_are_closed_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention deletes segments whose `.log` and index descriptors the pool holds open:
+    the removal chore's worker closes them, the loop none (it closed each on the loop: ~4
+    calls a segment)."""
+    closes: list[tuple[int, str]] = []  # (thread, file) of each close of a deleted segment's
+    logs: list[Any] = []  # t-0's log, once made
+    close = os.close
+
+    def closing(fd: int) -> None:
+        try:
+            name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        except OSError:
+            name = ""
+        if logs and name[:20].isdigit() and int(name[:20]) < logs[0].log_start_offset:
+            closes.append((threading.get_ident(), name))
+        close(fd)
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        async with trio.open_nursery() as nursery:
+            running, bootstrap, log = await _serve_retained(nursery, tmp_path, "500")
+            logs.append(log)
+            topic_dir = tmp_path / "t-0"
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(partial(_produce, size=200), bootstrap, 0, 12)
+                while log.log_start_offset < 8 or list(topic_dir.glob("*.deleted")):
+                    await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
         return loop_thread
 
-    trio.run(fill)
+    monkeypatch.setattr(os, "close", closing)
     loop_thread = trio.run(main)
-    assert held.threads and loop_thread not in held.threads
-    assert readers and loop_thread not in readers
+    monkeypatch.undo()
+    assert closes and all(thread != loop_thread for thread, _ in closes), closes

@@ -29,6 +29,7 @@ from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.partition_log import PartitionLog, Truncation
+from tests.wirebroker.held_worker import Held
 from tests.wirebroker.helpers import decode_records, trio_clock
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
@@ -47,7 +48,9 @@ def batch(n: int = 1) -> memoryview:
     return memoryview(bytearray(build_record_batch([SimpleRecord(None, b"v")] * n)))
 
 
-def fetched(records: bytes, high_watermark: int) -> FetchResponse:
+def fetched(
+    records: bytes, high_watermark: int, error_code: ErrorCode = ErrorCode.NONE
+) -> FetchResponse:
     """The leader's answer to a fetch of `t-0`: `records`, its high watermark."""
     return FetchResponse(
         responses=[
@@ -56,6 +59,7 @@ def fetched(records: bytes, high_watermark: int) -> FetchResponse:
                 partitions=[
                     FetchResponse.PartitionData(
                         partition_index=0,
+                        error_code=error_code,
                         high_watermark=high_watermark,
                         log_start_offset=0,
                         records=memoryview(records),
@@ -981,4 +985,136 @@ def test_leader_and_isr_and_stop_replica_wait_for_a_truncation_in_its_worker_thr
         trio.run(stop)
     finally:
         release.set()
+        broker.close()
+
+
+def _file_calls(monkeypatch: pytest.MonkeyPatch, directory: Path) -> list[tuple[int, str]]:
+    """(thread, what) of every file creation and rename to ``.deleted`` in `directory`."""
+    calls: list[tuple[int, str]] = []
+    open_, rename = os.open, os.rename
+
+    def opening(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_CREAT and Path(path).parent == directory:
+            calls.append((threading.get_ident(), f"create {Path(path).name}"))
+        return open_(path, flags, *args, **kwargs)
+
+    def renaming(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(dst).endswith(".deleted") and Path(dst).parent == directory:
+            calls.append((threading.get_ident(), f"rename {Path(src).name}"))
+        rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opening)
+    monkeypatch.setattr(os, "rename", renaming)
+    return calls
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_over_in_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fetching below the leader's log start (OFFSET_OUT_OF_RANGE, the leader's earliest
+    offset past our end): the log starts over empty at that offset at once, while a worker
+    thread renames the old segments' files and makes the new one's (held here: the log reads
+    as the new one, and it is the log's one writer); the loop made none of those file calls.
+    The old code made them all on the loop (`truncate_fully_and_start_at`)."""
+    held = Held(Truncation.prepare)
+    monkeypatch.setattr(Truncation, "prepare", lambda truncation: held(truncation))
+    from protocol.messages.list_offsets import ListOffsetsResponse
+
+    async def answer(body: Any, version: int) -> Any:
+        if body.API_KEY == 1:  # Fetch: below the leader's log start
+            return fetched(b"", -1, ErrorCode.OFFSET_OUT_OF_RANGE)
+        timestamp = body.topics[0].partitions[0].timestamp  # ListOffsets: -1 latest, -2 earliest
+        return ListOffsetsResponse(
+            topics=[
+                ListOffsetsResponse.ListOffsetsTopicResponse(
+                    name="t",
+                    partitions=[
+                        ListOffsetsResponse.ListOffsetsPartitionResponse(
+                            partition_index=0, offset=100 if timestamp == -1 else 50
+                        )
+                    ],
+                )
+            ]
+        )
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.append_as_follower(batch(4))
+        directory = p.log.dir
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        state.truncating = False
+        fetcher.peer.request = answer  # type: ignore[method-assign]
+        calls = _file_calls(monkeypatch, directory)
+
+        async def main() -> int:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fetcher._fetch, {tp: state})
+                assert await trio.to_thread.run_sync(held.started.wait, 10)
+                # Held: the log reads as started over; its files are the old ones still.
+                assert p.log.writing
+                assert (p.log_start_offset, p.log_end_offset, p.high_watermark) == (50, 50, 50)
+                assert [s.base_offset for s in p.log.segments] == [50]
+                assert (directory / f"{0:020d}.log").exists()
+                assert not (directory / f"{50:020d}.log").exists()
+                held.release.set()
+            return threading.get_ident()
+
+        loop_thread = trio.run(main)
+        assert not p.log.writing and state.fetch_offset == 50
+        assert (directory / f"{0:020d}.log.deleted").exists()
+        assert (directory / f"{50:020d}.log").exists()
+        assert {what for _, what in calls} >= {
+            f"rename {0:020d}.log",
+            f"create {50:020d}.log",
+            f"create {50:020d}.index",
+        }
+        assert loop_thread not in {thread for thread, _ in calls}
+        p.log.append_as_follower(build_record_batch([SimpleRecord(None, b"v")], base_offset=50))
+        assert p.log_end_offset == 51
+    finally:
+        held.release.set()
+        broker.close()
+
+
+def test_a_follower_whose_leader_starts_inside_a_batch_starts_over_at_that_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty follower log at 10 fetching from a leader whose log start (DeleteRecords) fell
+    inside the batch 8..11: the log starts over at 8 in a worker thread (none of its file
+    calls on the loop), then takes that batch, fetched again from 8."""
+    records = build_record_batch([SimpleRecord(None, b"v")] * 4, base_offset=8)
+    asked: list[int] = []
+
+    async def answer(body: Any, version: int) -> FetchResponse:
+        asked.append(body.topics[0].partitions[0].fetch_offset)
+        return fetched(records, 12)
+
+    broker = open_broker(tmp_path)
+    try:
+        call(broker, leader_and_isr(2, 0), 7)
+        tp = TopicPartition("t", 0)
+        p = broker.partitions[tp]
+        p.log.truncate_fully_and_start_at(10)
+        fetcher = next(iter(broker.replica_manager.fetchers.values()))
+        state = fetcher.partitions[tp]
+        state.truncating = False
+        fetcher.peer.request = answer  # type: ignore[method-assign]
+        calls = _file_calls(monkeypatch, p.log.dir)
+
+        async def fetch_twice() -> int:
+            await fetcher._fetch({tp: state})
+            assert (p.log_start_offset, p.log_end_offset, state.fetch_offset) == (8, 8, 8)
+            await fetcher._fetch({tp: state})
+            return threading.get_ident()
+
+        loop_thread = run_virtual(fetch_twice)
+        assert asked == [10, 8]
+        assert (p.log_start_offset, p.log_end_offset) == (8, 12)
+        assert f"create {8:020d}.log" in {what for _, what in calls}
+        assert loop_thread not in {thread for thread, _ in calls}
+    finally:
         broker.close()

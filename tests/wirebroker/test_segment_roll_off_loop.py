@@ -11,7 +11,9 @@ codec's Metadata.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import threading
 from functools import partial
 from pathlib import Path
@@ -73,6 +75,14 @@ def _config(tmp_path: Path) -> BrokerConfig:
     )
 
 
+async def _serve_topic(nursery: trio.Nursery, config: BrokerConfig) -> tuple[Any, str, Any]:
+    """A broker served in `nursery` with the topic ``t`` (`TOPIC_CONFIGS`): the running
+    broker, its bootstrap address and the log of ``t-0``."""
+    running = await nursery.start(partial(serve_broker, config))
+    running.broker.create_topic("t", 1, 1, TOPIC_CONFIGS)
+    return running, running.bootstrap_servers, running.broker.log_manager.get("t", 0)
+
+
 def _produce(bootstrap: str, first: int, count: int) -> None:
     """Records `first`..`first + count - 1` ("v<i>", 100 bytes), each acknowledged (acks=all)
     before the next is sent: a roll every dozen."""
@@ -124,10 +134,7 @@ def test_rolls_adopt_segments_made_in_a_worker_while_the_loop_keeps_answering(
     async def main() -> int:
         loop_thread = threading.get_ident()
         async with trio.open_nursery() as nursery:
-            running = await nursery.start(partial(serve_broker, _config(tmp_path)))
-            bootstrap = running.bootstrap_servers
-            running.broker.create_topic("t", 1, 1, TOPIC_CONFIGS)
-            log = running.broker.log_manager.get("t", 0)
+            running, bootstrap, log = await _serve_topic(nursery, _config(tmp_path))
             try:
                 with trio.fail_after(TIMEOUT):
                     # The first preparation is held: the loop answers, and rolls go on, each
@@ -176,10 +183,7 @@ def test_a_full_disk_while_preparing_leaves_the_rolls_to_the_loop(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            running = await nursery.start(partial(serve_broker, _config(tmp_path)))
-            bootstrap = running.bootstrap_servers
-            running.broker.create_topic("t", 1, 1, TOPIC_CONFIGS)
-            log = running.broker.log_manager.get("t", 0)
+            running, bootstrap, log = await _serve_topic(nursery, _config(tmp_path))
             with trio.fail_after(TIMEOUT):
                 await trio.to_thread.run_sync(_produce, bootstrap, 0, 60)
                 await trio.to_thread.run_sync(metadata, bootstrap)
@@ -226,3 +230,57 @@ def test_a_restart_with_a_prepared_segment_on_disk(
         "next.timeindex.prepared",
     ]
     trio.run(serve, 20, 30)
+
+
+def test_a_rolled_segments_indexes_are_cut_to_their_entries_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A roll writes the old segment's last index entries; the cut of its two indexes from
+    ``segment.index.bytes`` to their entries is the roll work's (the loop made both with
+    `ftruncate`s). Every rolled segment's indexes end cut; none of those cuts is the loop's."""
+    cuts: list[tuple[int, str]] = []  # (thread, file) of each cut of an index while serving
+    serving = threading.Event()
+    ftruncate, truncate = os.ftruncate, os.truncate
+
+    def note(name: str, length: int) -> None:
+        full = {".index": 10 * 1024 * 1024, ".timeindex": 10 * 1024 * 1024 // 12 * 12}
+        for suffix, size in full.items():
+            if serving.is_set() and name.endswith(suffix) and length < size:
+                cuts.append((threading.get_ident(), name))
+
+    def cutting_fd(fd: int, length: int) -> None:
+        with contextlib.suppress(OSError):
+            note(os.readlink(f"/proc/self/fd/{fd}"), length)
+        ftruncate(fd, length)
+
+    def cutting_path(path: Any, length: int) -> None:
+        note(os.fspath(path), length)
+        truncate(path, length)
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        async with trio.open_nursery() as nursery:
+            running, bootstrap, log = await _serve_topic(nursery, _config(tmp_path))
+            serving.set()
+            with trio.fail_after(TIMEOUT):
+                await trio.to_thread.run_sync(_produce, bootstrap, 0, 60)
+                rolled = log.segments[:-1]
+                assert len(rolled) >= 4
+                while any(
+                    os.path.getsize(s.offset_index.path) != s.offset_index.entries * 8
+                    or os.path.getsize(s.time_index.path) != s.time_index.entries * 12
+                    for s in rolled
+                ):
+                    await trio.sleep(0.05)
+                assert await trio.to_thread.run_sync(_consume, bootstrap) == [
+                    (i, i) for i in range(60)
+                ]
+            serving.clear()  # the shutdown's close trims the active segment on the loop
+            nursery.cancel_scope.cancel()
+        return loop_thread
+
+    monkeypatch.setattr(os, "ftruncate", cutting_fd)
+    monkeypatch.setattr(os, "truncate", cutting_path)
+    loop_thread = trio.run(main)
+    monkeypatch.undo()
+    assert cuts and all(thread != loop_thread for thread, _ in cuts), cuts

@@ -366,6 +366,8 @@ class ReplicaFetcher:
             return
         appends: list[_Append] = []
         out_of_range: list[tuple[TopicPartition, Partition, FetchState, int]] = []
+        #: Partitions to start over at the first offset of the batch their answer begins with.
+        starts: list[tuple[TopicPartition, Partition, FetchState, int, int]] = []
         for topic in response.responses:
             for r in topic.partitions:
                 tp = TopicPartition(topic.topic, r.partition_index)
@@ -392,6 +394,16 @@ class ReplicaFetcher:
                 if code == ErrorCode.NONE:
                     try:
                         append = self._begin_append(tp, p, r)
+                    except UnexpectedAppendOffsetError as e:
+                        # The leader's log start fell inside a batch (DeleteRecords): start
+                        # our log at that batch, as Kafka does, when nothing is in it yet;
+                        # its records are fetched again from there.
+                        leo = p.log_end_offset
+                        if leo == p.log_start_offset and e.first_offset < leo:
+                            starts.append((tp, p, state, offset, e.first_offset))
+                        else:
+                            self._on_local_error(tp, state, e)
+                        continue
                     except KafkaError as e:
                         self._on_local_error(tp, state, e)
                         continue
@@ -410,6 +422,15 @@ class ReplicaFetcher:
                 await self._out_of_range(tp, p, state, offset)
             except KafkaError as e:
                 self._on_local_error(tp, state, e)
+        for tp, p, state, offset, first in starts:
+            if self._current(tp, state, offset) is not p or p.log.writing:
+                continue  # moved meanwhile: its next fetch says again
+            try:
+                await self.manager.truncate(tp, p, first, fully=True)
+            except KafkaError as e:
+                self._on_local_error(tp, state, e)
+                continue
+            state.fetch_offset = p.log_end_offset
 
     def _held_back(self, wanted: dict[TopicPartition, FetchState]) -> list[TopicPartition]:
         """Partitions left out of this fetch (Kafka's shouldFollowerThrottle): throttled on
@@ -439,15 +460,7 @@ class ReplicaFetcher:
         quota = broker.replication_quotas.follower
         if quota.is_throttled(tp.topic, tp.partition):
             quota.record(len(records), broker.now_ms())
-        try:
-            return p.log.begin_follower_append(records)
-        except UnexpectedAppendOffsetError as e:
-            # The leader's log start fell inside a batch (DeleteRecords): start our log at
-            # that batch, as Kafka does, when nothing is in it yet.
-            if p.log_end_offset == p.log_start_offset and e.first_offset < p.log_end_offset:
-                p.log.truncate_fully_and_start_at(e.first_offset)
-                return p.log.begin_follower_append(records)
-            raise
+        return p.log.begin_follower_append(records)
 
     def _follow(self, p: Partition, state: FetchState, r: FetchResponse.PartitionData) -> None:
         """After the records of `r` are in `p`'s log: the leader's high watermark and log
@@ -488,7 +501,7 @@ class ReplicaFetcher:
                 tp.partition,
                 earliest,
             )
-            p.log.truncate_fully_and_start_at(earliest)
+            await self.manager.truncate(tp, p, earliest, fully=True)
         state.fetch_offset = p.log_end_offset
 
     async def _list_offset(self, tp: TopicPartition, epoch: int, timestamp: int) -> int | None:

@@ -287,17 +287,22 @@ class ReplicaManager:
                 fetcher.stop()
                 del self.fetchers[key]
 
-    async def truncate(self, tp: TopicPartition, p: Partition, offset: int) -> None:
-        """Truncate the follower `p`'s log to `offset`: cut in memory now, its file work (the
-        segment's cut, the producer snapshots above `offset`, the producer state's rebuild)
-        in a worker thread (`PartitionLog.begin_truncation`, `run_log_work`), committed here;
-        its fetcher does not fetch it meanwhile (it is truncating). Raises KafkaStorageError
+    async def truncate(
+        self, tp: TopicPartition, p: Partition, offset: int, *, fully: bool = False
+    ) -> None:
+        """Truncate the follower `p`'s log to `offset` -- with `fully`, start it over empty
+        at `offset` (`PartitionLog.begin_full_truncation`: behind the leader's log start) --
+        cut in memory now, its file work (the segment's cut, or the old segments' renames and
+        the new one's files; the producer snapshots above `offset`, the producer state's
+        rebuild) in a worker thread (`PartitionLog.begin_truncation`, `run_log_work`),
+        committed here; its fetcher does not fetch it meanwhile. Raises KafkaStorageError
         if the work failed (an I/O error has taken the log directory offline by then), or,
         without truncating, if a worker thread writes the log already (work a fetcher the
         partition moved from left: the caller tries again later)."""
         if tp in self._log_work:
             raise KafkaStorageError(f"{tp.topic}-{tp.partition} is being written already")
-        truncation = p.log.begin_truncation(offset)
+        log = p.log
+        truncation = log.begin_full_truncation(offset) if fully else log.begin_truncation(offset)
         if truncation is None:
             return
         try:

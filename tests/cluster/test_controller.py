@@ -557,15 +557,7 @@ def test_new_controller_takes_dead_brokers_out_of_isrs(zk_connect: str, tmp_path
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            fakes = [FakeBroker(2), FakeBroker(3)]
-            for fake in fakes:
-                await nursery.start(fake.run, zk_connect)
-            b1 = await start_broker(nursery, zk_connect, tmp_path, 1)
-            cluster = b1.broker.cluster
-            assert cluster is not None
-            made = await create_topic(b1, "x", assignments=[_assign(0, [2, 3])])
-            assert made.error_code == ErrorCode.NONE
-            await eventually(lambda: ("x", 0) in cluster.controller.ctx.states, what="state")
+            fakes, b1, made = await controller_and_topic_x(nursery, zk_connect, tmp_path)
             zk = ZkClient(zk_connect, session_timeout_ms=6000)
             await zk.start()
             try:
@@ -592,6 +584,23 @@ def test_new_controller_takes_dead_brokers_out_of_isrs(zk_connect: str, tmp_path
             nursery.cancel_scope.cancel()
 
     run(main)
+
+
+async def controller_and_topic_x(
+    nursery: trio.Nursery, zk_connect: str, tmp_path: Path
+) -> tuple[list[FakeBroker], RunningBroker, Any]:
+    """Fake brokers 2 and 3, then broker 1 (the controller) with topic `x`'s one partition on
+    2 and 3 in its state: the fakes, broker 1 and CreateTopics' result."""
+    fakes = [FakeBroker(2), FakeBroker(3)]
+    for fake in fakes:
+        await nursery.start(fake.run, zk_connect)
+    b1 = await start_broker(nursery, zk_connect, tmp_path, 1)
+    cluster = b1.broker.cluster
+    assert cluster is not None
+    made = await create_topic(b1, "x", assignments=[_assign(0, [2, 3])])
+    assert made.error_code == ErrorCode.NONE
+    await eventually(lambda: ("x", 0) in cluster.controller.ctx.states, what="state")
+    return fakes, b1, made
 
 
 def _assign(index: int, replicas: list[int]) -> CreateTopicsRequest.CreatableReplicaAssignment:
@@ -624,15 +633,7 @@ def test_alter_partition_waits_for_a_new_controllers_failover(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            fakes = [FakeBroker(2), FakeBroker(3)]
-            for fake in fakes:
-                await nursery.start(fake.run, zk_connect)
-            b1 = await start_broker(nursery, zk_connect, tmp_path, 1)
-            cluster = b1.broker.cluster
-            assert cluster is not None
-            made = await create_topic(b1, "x", assignments=[_assign(0, [2, 3])])
-            assert made.error_code == ErrorCode.NONE
-            await eventually(lambda: ("x", 0) in cluster.controller.ctx.states, what="state")
+            fakes, b1, made = await controller_and_topic_x(nursery, zk_connect, tmp_path)
             assert b1.scope is not None
             b1.scope.cancel()
             b4 = await start_broker(nursery, zk_connect, tmp_path, 4)

@@ -11,9 +11,10 @@ with one request in flight (row 4's) sends its next records only on that acknowl
 it goes first. acks=0 Produce gets no response.
 A malformed frame, or an API key or version we do not implement, is logged and closes this
 connection only (ApiVersions of an unknown version gets the KIP-511 answer instead). A
-connection idle for `connections.max.idle.ms` is closed, and one quiet for `BUFFER_IDLE_S`
-gives back its receive buffer, both by the broker's one `ConnectionWatch` task (as Kafka's
-selector checks its idle channels): a connection waiting for bytes needs no timer of its own.
+connection idle (nothing read or written) for `connections.max.idle.ms` is closed, and one
+quiet for `BUFFER_IDLE_S` gives back its receive buffer, both by the broker's one
+`ConnectionWatch` task (as Kafka's selector checks its idle channels): a connection waiting
+for bytes needs no timer of its own.
 A connection comes here once its listener's acceptor admitted it under the connection quotas
 (`wirebroker.connection_limits`), which it gives back when it closes. Bytes come and go
 through the connection's transport (`wirebroker.transport`): the socket itself on a PLAINTEXT or
@@ -419,16 +420,17 @@ class _Connection:
             drained = short and handled_frames <= 1
 
     def check_idle(self, now: float, idle_s: float) -> None:
-        """Close the connection if it has waited for bytes `idle_s`; give back its receive
-        buffer if it has waited `BUFFER_IDLE_S` (an idle connection costs no buffer memory;
-        a busy one keeps reusing it)."""
+        """Close the connection if it has waited for bytes `idle_s` and written nothing that
+        long (Kafka's selector counts both as use: a long poll's late answer too); give back
+        its receive buffer if it has waited `BUFFER_IDLE_S` (an idle connection costs no
+        buffer memory; a busy one keeps reusing it)."""
         if self.outbox.wrote:
             self.outbox.wrote = False
             self.written_at = now
         since, frames = self.waiting_since, self.frames
         if since is None or frames is None:
             return
-        if now - since >= idle_s:
+        if now - max(since, self.written_at) >= idle_s:
             log.info("closing connection from %s: idle for %.0f s", self.client_host, idle_s)
             assert self.nursery is not None
             self.nursery.cancel_scope.cancel()

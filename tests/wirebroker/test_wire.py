@@ -254,6 +254,18 @@ def test_idle_connection_is_closed_after_connections_max_idle_ms(broker: BrokerP
     assert broker.wait_for_log("idle for")
 
 
+def test_a_late_answer_counts_as_use_for_the_idle_close(broker: BrokerProcess, topic: str) -> None:
+    """As Kafka's selector, a write is a use too: a long poll answered late restarts the idle
+    clock (read-only counting would close the connection idle since its request)."""
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as client:
+        wait_ms = int(IDLE_MS * 0.9)
+        client.request(fetch_request(topic, max_wait_ms=wait_ms, min_bytes=1), 11)
+        # Idle since the Fetch was read for more than IDLE_MS, but not since its answer.
+        time.sleep(IDLE_MS / 1000 * 0.5)
+        assert_serves(broker, client)
+
+
 # Requests on one connection ------------------------------------------------------------------
 
 

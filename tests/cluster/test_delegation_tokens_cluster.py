@@ -122,7 +122,8 @@ def test_old_announcements_are_purged(
     zk_connect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Kafka's ZkNodeChangeNotificationListener: a broker processing notifications deletes those
-    older than changeExpirationMs (15 minutes; 3 s here), token and config changes alike."""
+        older than changeExpirationMs (15 minutes; 3 s here), token and config changes alike, and so
+    does a broker starting, before any change."""
     monkeypatch.setattr(change_notifications, "CHANGE_EXPIRATION_MS", 3000)
 
     def create_as_alice(address: str) -> Any:
@@ -173,6 +174,36 @@ def test_old_announcements_are_purged(
             # the new ones (younger than 3 s) stay
             for path in paths:
                 assert await children(zk, path)
+
+            # a broker starting purges the old ones it finds, with no change since (ACL
+            # notifications too, when it has an authorizer)
+            for path in znodes.ACL_CHANGES.values():
+                await zk.create(
+                    f"{path}/acl_changes_", b"Topic:LITERAL:t", sequence=True, makepath=True
+                )
+            kept = {
+                path: await children(zk, path) for path in (*paths, *znodes.ACL_CHANGES.values())
+            }
+            stats = [
+                await zk.exists(f"{path}/{name}") for path, names in kept.items() for name in names
+            ]
+            newest_ms = max(stat.ctime for stat in stats if stat is not None)
+            await trio.sleep(max(0.0, (newest_ms + 3100) / 1000 - time.time()))
+            await start_broker(
+                nursery,
+                zk_connect,
+                tmp_path,
+                3,
+                **SASL,
+                **{
+                    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                    "allow.everyone.if.no.acl.found": "true",
+                },
+            )
+            with trio.fail_after(15):
+                for path, names in kept.items():
+                    while set(names) & set(await children(zk, path)):
+                        await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -143,6 +143,7 @@ class ZkAclStore:
             await self.zk.ensure_path(path)
             children = await self.zk.get_children(path, watch=True) or []
             self._last_change[path] = max((znodes.sequence_number(c) for c in children), default=-1)
+            await purge_obsolete(self.zk, path, children)  # as Kafka's start-up
         acls: dict[ResourcePattern, Acls] = {}
         versions: dict[ResourcePattern, int] = {}
         for pattern_type in znodes.ACL_ROOTS:

@@ -1,8 +1,8 @@
 """The clean-up every change-notification path shares (`/config/changes`, `/kafka-acl-changes`,
 `/kafka-acl-extended-changes`, `/delegation_token/token_changes`), as Kafka 3.9's
-ZkNodeChangeNotificationListener does it: after processing a batch, each notification of that
-batch older than 15 minutes (its znode's ctime, ZooKeeper's clock) is deleted, by whichever
-broker gets there first (a notification already gone is fine).
+ZkNodeChangeNotificationListener does it: after processing a batch (the one found at start-up
+too), each notification of that batch older than 15 minutes (its znode's ctime, ZooKeeper's
+clock) is deleted, by whichever broker gets there first (a notification already gone is fine).
 
 Every call goes through `ZkClient`, so a worker thread waits on ZooKeeper, never the loop.
 """

@@ -306,6 +306,7 @@ class ClusterMember:
     async def _load_topic_configs(self) -> None:
         changes = await self.zk.get_children(znodes.CONFIG_CHANGES, watch=True) or []
         self._last_change = max((znodes.sequence_number(c) for c in changes), default=-1)
+        await purge_obsolete(self.zk, znodes.CONFIG_CHANGES, changes)  # as Kafka's start-up
         configs: dict[str, dict[str, str]] = {}
         for topic in await self.zk.get_children(znodes.CONFIG_TOPICS, watch=True) or []:
             got = await self.zk.get(znodes.topic_config_path(topic))

@@ -136,7 +136,12 @@ def test_group_follows_its_coordinator(zk_connect: str, tmp_path: Path, stop: st
                     await brokers[old].stop()
                 new = await eventually_async(lambda: _new_coordinator(others, old))
                 successor = brokers[new].broker
-                assert successor.groups.owned == {0} and GROUP in successor.groups.groups
+
+                async def loaded() -> bool:  # (other brokers may learn of it from the
+                    # controller before the new leader has its LeaderAndIsr and loaded the group)
+                    return successor.groups.owned == {0} and GROUP in successor.groups.groups
+
+                await eventually_async(loaded)
                 assert await fetched_offsets(brokers[new]) == (ErrorCode.NONE, before)
 
                 # The same consumer goes on: it finds the new coordinator and commits there.

@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 SPECS  ?= ../shared/kafka-3.9-message-specs
+# test workers (pytest-xdist): a test spends most of its time waiting on brokers and clients,
+# so two workers use both cores of a two-core machine; TEST_WORKERS=0 runs the suite in one
+TEST_WORKERS ?= 2
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
@@ -43,7 +46,7 @@ cluster: setup jars
 
 ## test: set up everything the suite needs (venv, Kafka jars, kcat) and run the whole suite, listing its 30 slowest tests (CI's 45 minutes)
 test: setup jars tools
-	$(PY) -m pytest --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 ## tools: command-line clients the tests drive (kcat), Prometheus for the dashboard's test, MIT Kerberos for the GSSAPI tests (Debian's packages)
 tools: kerberos

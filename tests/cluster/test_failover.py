@@ -1,10 +1,11 @@
 """Leaders die; acknowledged records survive (RF=3, min.insync.replicas=2, acks=all).
 
 The issue's chaos test: kill -9 the leader of a partition every 10 s for two minutes while an
-idempotent producer (confluent-kafka, then Kafka's Java client) writes and a consumer group
-reads; then zero acknowledged records lost, zero duplicates, per-partition order kept, and the
-consumer finishes. And KIP-101's double failover: two leaders lost in quick succession under
-acks=1 leave every replica's log identical once they are back.
+idempotent producer of each client (confluent-kafka and Kafka's Java client, at once, each on
+its own topic) writes and a consumer group reads; then zero acknowledged records lost, zero
+duplicates, per-partition order kept, and the consumers finish. And KIP-101's double
+failover: two leaders lost in quick succession under acks=1 leave every replica's log
+identical once they are back.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ import os
 import threading
 import time
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from protocol.record_batch import RecordBatchView
 from protocol.records import iter_batches, iter_records
-from tests.cluster.processes import running_cluster, wait_for
+from tests.cluster.processes import Cluster, running_cluster, wait_for
 from tests.cluster.workload import (
+    Acked,
     ConfluentProducer,
     GroupConsumer,
     JavaProducer,
@@ -33,21 +36,30 @@ pytestmark = pytest.mark.integration
 CHAOS_SECONDS = float(os.environ.get("WIREBROKER_CHAOS_SECONDS", "120"))
 KILL_EVERY_S = 10.0
 PARTITIONS = 3
+CLIENTS = ("confluent-kafka", "java")
 
 
-@pytest.mark.parametrize("client", ["confluent-kafka", "java"])
 @pytest.mark.timeout(CHAOS_SECONDS * 3 + 300)  # restarts run late on a loaded machine
-def test_kill_leader_every_10s(kind: str, client: str) -> None:
+def test_kill_leader_every_10s(kind: str) -> None:
+    """Both clients at once, each with its own topic and group, through the same kills: a kill
+    takes the leader of one client's partition, the two clients in turn."""
     with running_cluster(kind) as cluster:
-        topic = f"chaos-{client}"
-        cluster.create_topic(topic, PARTITIONS)
-        producer: ConfluentProducer | JavaProducer = (
-            ConfluentProducer(cluster.bootstrap, topic, PARTITIONS)
-            if client == "confluent-kafka"
-            else JavaProducer(cluster.bootstrap, topic)
-        )
-        kills: list[tuple[int, int]] = []
-        with producer, GroupConsumer(cluster.bootstrap, topic, f"group-{client}") as consumer:
+        for client in CLIENTS:
+            cluster.create_topic(f"chaos-{client}", PARTITIONS)
+        producers: dict[str, ConfluentProducer | JavaProducer] = {
+            "confluent-kafka": ConfluentProducer(
+                cluster.bootstrap, "chaos-confluent-kafka", PARTITIONS
+            ),
+            "java": JavaProducer(cluster.bootstrap, "chaos-java"),
+        }
+        kills: list[tuple[str, int, int]] = []
+        with ExitStack() as running:
+            consumers = {}
+            for client in CLIENTS:
+                running.enter_context(producers[client])
+                consumers[client] = running.enter_context(
+                    GroupConsumer(cluster.bootstrap, f"chaos-{client}", f"group-{client}")
+                )
             started = time.monotonic()
             while (
                 next_kill := started + KILL_EVERY_S * (len(kills) + 1)
@@ -55,26 +67,36 @@ def test_kill_leader_every_10s(kind: str, client: str) -> None:
                 # The chaos's own pace (a kill every 10 s, counted from the start), not a wait for
                 # an event; a restart waits for the cluster to notice the kill, so it may run late.
                 time.sleep(max(0.0, next_kill - time.monotonic()))
-                partition = len(kills) % PARTITIONS
-                victim = cluster.leader(topic, partition)
+                client = CLIENTS[len(kills) % len(CLIENTS)]
+                partition = len(kills) // len(CLIENTS) % PARTITIONS
+                victim = cluster.leader(f"chaos-{client}", partition)
                 cluster.kill_and_restart(victim)
-                kills.append((partition, victim))
-            report = producer.stop()
-            assert not report.errors, report.errors[:10]
-            consumer.wait_for(report.acked)
-        records = read_all(cluster.bootstrap, topic, PARTITIONS)
-        try:
-            verify(report.acked, records)
-        except AssertionError as e:  # say which batches hold a value twice, on every replica
-            twice = {v for v, n in Counter(r.value for r in records).items() if n > 1}
-            holders = [
-                _holders(node_id, node.data_dir, topic, partition, twice)
-                for node_id, node in cluster.nodes.items()
-                for partition in range(PARTITIONS)
-            ]
-            raise AssertionError(f"{e}; batches holding them:\n" + "\n".join(holders)) from e
+                kills.append((client, partition, victim))
+            reports = {client: producers[client].stop() for client in CLIENTS}
+            for client, report in reports.items():
+                assert not report.errors, (client, report.errors[:10])
+                consumers[client].wait_for(report.acked)
+        for client, report in reports.items():
+            _verify(cluster, client, report.acked)
         # Restarts wait for the old registration to expire, so a kill may come late; not rarely.
         assert len(kills) >= CHAOS_SECONDS // KILL_EVERY_S // 2, kills
+
+
+def _verify(cluster: Cluster, client: str, acked: list[Acked]) -> None:
+    """`verify` of one client's topic, naming the client, and on a failure the batches holding
+    a value twice, on every replica."""
+    topic = f"chaos-{client}"
+    records = read_all(cluster.bootstrap, topic, PARTITIONS)
+    try:
+        verify(acked, records)
+    except AssertionError as e:
+        twice = {v for v, n in Counter(r.value for r in records).items() if n > 1}
+        holders = [
+            _holders(node_id, node.data_dir, topic, partition, twice)
+            for node_id, node in cluster.nodes.items()
+            for partition in range(PARTITIONS)
+        ]
+        raise AssertionError(f"{client}: {e}; batches holding them:\n" + "\n".join(holders)) from e
 
 
 def _batches(data_dir: Path, topic: str, partition: int) -> list[bytes]:

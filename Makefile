@@ -44,7 +44,7 @@ serve: setup
 cluster: setup jars
 	$(VENV)/bin/wirebroker cluster --brokers 3 --metrics-port 9404
 
-## test: set up everything the suite needs (venv, Kafka jars, kcat) and run the whole suite, listing its 30 slowest tests (CI's 45 minutes)
+## test: set up everything the suite needs (venv, Kafka jars, kcat) and run the whole suite on TEST_WORKERS=2 workers, listing its 30 slowest tests (CI's 45 minutes)
 test: setup jars tools
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30
 

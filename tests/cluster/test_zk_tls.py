@@ -1,6 +1,6 @@
 """TLS to ZooKeeper (KIP-515): brokers over a TLS-only ZooKeeper that requires client
 certificates, and the refusals that say what to fix (wrong truststore, host name mismatch, no
-keystore, revocation checks asked for).
+keystore, no TLS version in common, revocation checks asked for).
 
 One ZooKeeper for the module (ZooKeeper 3.8 from Kafka's jars, Netty, `secureClientPort` only,
 `ssl.clientAuth=need`), its certificate for `localhost` only: `localhost` in zookeeper.connect
@@ -26,6 +26,7 @@ from tests.cluster.harness import consume, create_topic, eventually, produce, st
 from tests.wirebroker.pki import pkcs12_keystore
 from wirebroker import configs_cli
 from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.config_sources import is_sensitive
 from wirebroker.zk import member as zk_member
 from wirebroker.zk.client import ZkClient
 from wirebroker.zk.errors import ZooKeeperUnreachable
@@ -159,6 +160,12 @@ def test_brokers_register_and_serve_over_tls_zookeeper_with_client_auth(
             "set zookeeper.ssl.keystore.location",
             id="no-client-certificate",
         ),
+        pytest.param(
+            "localhost",
+            {"zookeeper.ssl.protocol": "TLSv1.3"},  # ZooKeeper 3.8 serves TLS 1.2
+            "zookeeper.ssl.enabled.protocols",
+            id="no-version-in-common",
+        ),
     ],
 )
 def test_a_tls_mistake_stops_the_broker_saying_what_to_fix(
@@ -244,6 +251,11 @@ def test_default_is_plaintext_and_no_client_auth() -> None:
     config = BrokerConfig.from_properties({"zookeeper.connect": "localhost:2181"})
     assert client_tls(config) is None
     assert not client_auth_configured(config)
+
+
+def test_store_passwords_are_sensitive() -> None:
+    for key in ("zookeeper.ssl.keystore.password", "zookeeper.ssl.truststore.password"):
+        assert is_sensitive(key)
 
 
 def test_client_auth_needs_tls_and_a_keystore(pki: ZkPki) -> None:

@@ -9,7 +9,7 @@ This module owns three things:
   (`inter_broker_client_context`), built from Kafka's `ssl.*` keys, each of which a
   `listener.name.<listener>.ssl.*` key overrides (Kafka's DefaultSslEngineFactory); the
   ZooKeeper client's context is built the same way from `zookeeper.ssl.*`
-  (`wirebroker.zk.tls`, through `SslSettings` and `client_context`). Keystores
+  (`wirebroker.zk.tls`, an `SslSettings` of its own given to `client_context`). Keystores
   are PEM (a file, or inline `ssl.keystore.certificate.chain` / `ssl.keystore.key`) or PKCS12,
   read with `cryptography`; a JKS store is refused with how to convert it. Truststores alike.
 - `TlsTransport`: an accepted connection's byte stream through an `ssl.SSLObject` driven with
@@ -39,7 +39,7 @@ import struct
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -79,12 +79,21 @@ class HandshakeFailed(Exception):
 
 
 # settings -------------------------------------------------------------------------------------
-class SslSettings:
-    """The ssl.* keys of one listener: `listener.name.<l>.ssl.*` first, then `ssl.*`.
+class SslSettings(Protocol):
+    """Where a context's settings come from, asked for by the names of Kafka's `ssl.*` keys:
+    a listener's (`_Settings`) or the ZooKeeper client's (`wirebroker.zk.tls`)."""
 
-    A subclass reads the same settings from other keys (`wirebroker.zk.tls`: `zookeeper.ssl.*`)
-    by overriding `get`, and `name`, the key an error message names.
-    """
+    def get(self, key: str) -> str | None:
+        """The setting's value (stripped), None when unset or blank."""
+        ...
+
+    def name(self, key: str) -> str:
+        """The key a message telling the user what to set names."""
+        ...
+
+
+class _Settings:
+    """The ssl.* keys of one listener: `listener.name.<l>.ssl.*` first, then `ssl.*`."""
 
     # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
     __slots__ = ("config", "listener")
@@ -99,18 +108,18 @@ class SslSettings:
             value = self.config.get(key)
         return value.strip() if value is not None and value.strip() else None
 
-    def items(self, key: str) -> list[str]:
-        return [item.strip() for item in (self.get(key) or "").split(",") if item.strip()]
-
     def name(self, key: str) -> str:
-        """The key, as a message telling the user what to set names it."""
         return key
+
+
+def _items(settings: SslSettings, key: str) -> list[str]:
+    return [item.strip() for item in (settings.get(key) or "").split(",") if item.strip()]
 
 
 def server_context(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper]:
     """An SSL listener's context (its keystore, truststore and `ssl.client.auth`) and the
     mapping of its clients' certificates to principals."""
-    settings = SslSettings(config, listener)
+    settings = _Settings(config, listener)
     mapper = PrincipalMapper(settings.get("ssl.principal.mapping.rules"))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_common(context, settings)
@@ -185,7 +194,7 @@ def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
     listener = config.inter_broker_listener()
     if listener is None or not config.uses_tls(listener):
         return None
-    return client_context(SslSettings(config, listener))
+    return client_context(_Settings(config, listener))
 
 
 def client_context(settings: SslSettings) -> ssl.SSLContext:
@@ -203,7 +212,7 @@ def client_context(settings: SslSettings) -> ssl.SSLContext:
 
 
 def _apply_common(context: ssl.SSLContext, settings: SslSettings) -> None:
-    names = settings.items("ssl.enabled.protocols") or ["TLSv1.2", "TLSv1.3"]
+    names = _items(settings, "ssl.enabled.protocols") or ["TLSv1.2", "TLSv1.3"]
     unknown = [n for n in names if n not in _PROTOCOLS]
     if unknown:
         raise ConfigError(
@@ -213,7 +222,7 @@ def _apply_common(context: ssl.SSLContext, settings: SslSettings) -> None:
     versions = sorted(_PROTOCOLS[n] for n in names)
     context.minimum_version = versions[0]
     context.maximum_version = versions[-1]
-    suites = settings.items("ssl.cipher.suites")
+    suites = _items(settings, "ssl.cipher.suites")
     if suites:
         known = _openssl_ciphers()
         names = [_openssl_cipher(s) for s in suites]

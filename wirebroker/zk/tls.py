@@ -41,8 +41,10 @@ from typing import Any
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import create_tcp_connection
 
-from wirebroker import tls
 from wirebroker.config import BrokerConfig, ConfigError
+
+# `wirebroker.tls` is imported where a context is made: a broker talking plaintext to
+# ZooKeeper never loads it (start-up time).
 
 #: Kafka's ZooKeeper client TLS keys: what `wirebroker configs --zk-tls-config-file` reads.
 ZK_TLS_KEYS = (
@@ -71,13 +73,14 @@ _TYPES = {".pem": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
 _NAME_MISMATCH = (62, 64)
 
 
-class ZkSslSettings(tls.SslSettings):
-    """The `zookeeper.ssl.*` keys, asked for by the names of a listener's `ssl.*` keys."""
+class ZkSslSettings:
+    """The `zookeeper.ssl.*` keys, asked for by the names of a listener's `ssl.*` keys (a
+    `wirebroker.tls.SslSettings`)."""
 
-    __slots__ = ()
+    __slots__ = ("config",)
 
     def __init__(self, config: BrokerConfig) -> None:
-        super().__init__(config, "")
+        self.config = config
 
     def get(self, key: str) -> str | None:
         name = _KEYS.get(key)
@@ -118,7 +121,9 @@ def client_tls(config: BrokerConfig) -> ZkTls | None:
                 f"does not {what}; set it false, and remove a revoked certificate's CA from "
                 "zookeeper.ssl.truststore.location or rotate ZooKeeper's certificate instead"
             )
-    return ZkTls(tls.client_context(ZkSslSettings(config)))
+    from wirebroker.tls import client_context
+
+    return ZkTls(client_context(ZkSslSettings(config)))
 
 
 class ZkTls:

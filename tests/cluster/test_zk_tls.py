@@ -1,6 +1,7 @@
 """TLS to ZooKeeper (KIP-515): brokers over a TLS-only ZooKeeper that requires client
-certificates, and the refusals that say what to fix (wrong truststore, host name mismatch, no
-keystore, no TLS version in common, revocation checks asked for).
+certificates (Kafka 3.9 among them, with the same keys), and the refusals that say what to fix
+(wrong truststore, host name mismatch, no keystore, no TLS version in common, revocation checks
+asked for).
 
 One ZooKeeper for the module (ZooKeeper 3.8 from Kafka's jars, Netty, `secureClientPort` only,
 `ssl.clientAuth=need`), its certificate for `localhost` only: `localhost` in zookeeper.connect
@@ -22,6 +23,7 @@ import pytest
 import trio
 import trustme
 
+from compat.kafka_process import kafka_broker, kafka_metadata_brokers
 from tests.cluster.harness import consume, create_topic, eventually, produce, start_broker
 from tests.wirebroker.pki import pkcs12_keystore
 from wirebroker import configs_cli
@@ -136,6 +138,30 @@ def test_brokers_register_and_serve_over_tls_zookeeper_with_client_auth(
                 nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+@pytest.mark.timeout(120)
+def test_kafka_and_wirebroker_in_one_cluster_over_tls_zookeeper(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path
+) -> None:
+    """The same zookeeper.ssl.* keys work for Kafka 3.9: its controller sees our broker."""
+    connect = f"localhost:{tls_zk.port}{chroot()}"
+    keys = tls_keys(pki)
+    with kafka_broker(connect, broker_id=0, overrides=keys, heap="256m") as kafka:
+
+        async def main() -> None:
+            with trio.fail_after(60):
+                async with trio.open_nursery() as nursery:
+                    ours = await start_broker(nursery, connect, tmp_path, 1, **keys)
+                    await eventually(
+                        lambda: len(list(ours.broker.metadata_cache.alive_brokers())) == 2,
+                        what="our broker to see Kafka's",
+                    )
+                    brokers, controller = kafka_metadata_brokers(kafka.host, kafka.port)
+                    assert sorted(brokers) == [0, 1] and controller == 0
+                    nursery.cancel_scope.cancel()
+
+        trio.run(main)
 
 
 @pytest.mark.timeout(60)

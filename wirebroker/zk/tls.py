@@ -65,7 +65,11 @@ ZK_TLS_KEYS = (
 )
 #: The listener key `wirebroker.tls` asks for -> the ZooKeeper key holding it (others: unset).
 _KEYS = {
-    **{k.removeprefix("zookeeper."): k for k in ZK_TLS_KEYS[2:] if not k.endswith(".enable")},
+    **{
+        k.removeprefix("zookeeper."): k
+        for k in ZK_TLS_KEYS
+        if k.startswith("zookeeper.ssl.") and not k.endswith(".enable")
+    },
     "ssl.key.password": "zookeeper.ssl.keystore.password",
 }
 _TYPES = {".pem": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
@@ -137,11 +141,9 @@ class ZkTls:
         self.context = context
         self.last_failure: str | None = None
 
-    def record(self, where: str, error: OSError) -> None:
-        reason = getattr(error, "verify_message", None) or getattr(error, "reason", None)
-        self.last_failure = f"TLS with ZooKeeper at {where} failed ({reason or error}): " + _hint(
-            error
-        )
+    def record(self, where: str, error: ssl.SSLError) -> None:
+        reason = getattr(error, "verify_message", None) or error.reason or error
+        self.last_failure = f"TLS with ZooKeeper at {where} failed ({reason}): {_hint(error)}"
 
 
 def kazoo_options(zk_tls: ZkTls | None) -> dict[str, Any]:
@@ -159,7 +161,7 @@ def failure(zk_tls: ZkTls | None) -> str:
     return zk_tls.last_failure
 
 
-def _hint(error: OSError) -> str:
+def _hint(error: ssl.SSLError) -> str:
     if isinstance(error, ssl.SSLCertVerificationError):
         if error.verify_code in _NAME_MISMATCH:
             return (
@@ -171,7 +173,7 @@ def _hint(error: OSError) -> str:
             "ZooKeeper's certificate is not signed by a CA this broker trusts: set "
             "zookeeper.ssl.truststore.location to a truststore holding that CA"
         )
-    reason = str(getattr(error, "reason", "") or "")
+    reason = str(error.reason or "")
     if "CERTIFICATE" in reason or "HANDSHAKE_FAILURE" in reason or "UNKNOWN_CA" in reason:
         return (
             "ZooKeeper refused this broker's certificate or its absence: when it requires "

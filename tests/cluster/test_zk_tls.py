@@ -211,6 +211,16 @@ def test_a_tls_mistake_stops_the_broker_saying_what_to_fix(
 
 
 @pytest.mark.timeout(60)
+def test_tls_to_a_plaintext_port_says_so(zk_server: ZooKeeperServer, pki: ZkPki) -> None:
+    async def main() -> None:
+        with trio.fail_after(30):
+            message = await refused(f"{zk_server.connect}{chroot()}", tls_keys(pki))
+        assert "is that port ZooKeeper's secureClientPort" in message, message
+
+    trio.run(main)
+
+
+@pytest.mark.timeout(60)
 def test_host_name_check_off_connects_by_address(tls_zk: ZooKeeperServer, pki: ZkPki) -> None:
     keys = tls_keys(pki, zookeeper_ssl_endpoint_identification_algorithm="")
 

@@ -9,7 +9,9 @@ same command without a JVM, taking the same arguments for users' SCRAM credentia
 It writes `/config/users/<user>` as Kafka's AdminZkClient does (the user name sanitized, other
 keys of the user's config, its quotas, kept) and a `/config/changes` notification, so running
 brokers pick the change up too. `--describe` lists users and their mechanisms and iterations,
-never the credential itself.
+never the credential itself. `--zk-tls-config-file` connects over TLS, as kafka-configs.sh's:
+the file's `zookeeper.ssl.*` keys (and `zookeeper.clientCnxnSocket`) are read as a broker's,
+any other key is ignored.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import logging
 import re
 import sys
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from wirebroker.config import BrokerConfig, ConfigError, parse_properties
 from wirebroker.sasl.credentials import with_scram_credentials
 from wirebroker.sasl.settings import SCRAM
 from wirebroker.zk.sanitizer import sanitize
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from wirebroker.sasl.scram import ScramCredential
+    from wirebroker.zk.tls import ZkTls
 
 EPILOG = """\
 examples (the brokers' own user, before the first broker starts):
@@ -65,6 +70,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--zookeeper", required=True, metavar="HOST:PORT[/CHROOT]")
+    p.add_argument(
+        "--zk-tls-config-file",
+        type=Path,
+        metavar="FILE",
+        help="properties with the brokers' zookeeper.ssl.* keys, to reach ZooKeeper over TLS "
+        "(other keys are ignored)",
+    )
     p.add_argument("--entity-type", required=True, choices=["users"])
     p.add_argument("--entity-name", help="the user (all users with --describe if left out)")
     action = p.add_mutually_exclusive_group(required=True)
@@ -114,9 +126,22 @@ def parse_add_config(text: str) -> dict[str, ScramCredential]:
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
-    except UsageError as e:
+    except (UsageError, ConfigError) as e:
         print(f"wirebroker configs: {e}", file=sys.stderr)
         return 2
+
+
+def _zk_tls(path: Path | None) -> ZkTls | None:
+    """The TLS of `--zk-tls-config-file` (None without it, or when it leaves TLS off)."""
+    from wirebroker.zk.tls import ZK_TLS_KEYS, client_tls
+
+    if path is None:
+        return None
+    try:
+        properties = parse_properties(path.read_text())
+    except OSError as e:
+        raise UsageError(f"--zk-tls-config-file {path}: {e.strerror}") from None
+    return client_tls(BrokerConfig({k: v for k, v in properties.items() if k in ZK_TLS_KEYS}))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -134,13 +159,17 @@ def _run(args: argparse.Namespace) -> int:
                 "--alter needs --add-config or --delete-config with SCRAM mechanisms "
                 f"({', '.join(SCRAM)})"
             )
+    from wirebroker.zk.tls import failure, kazoo_options
+
+    tls = _zk_tls(args.zk_tls_config_file)
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries; we say it once
     warnings.filterwarnings("ignore", "No chroot path exists")  # created with the first znode
-    zk = KazooClient(hosts=args.zookeeper)
+    zk = KazooClient(hosts=args.zookeeper, **kazoo_options(tls))
     try:
         zk.start(timeout=15)
     except KazooTimeoutError:
-        print(f"wirebroker configs: ZooKeeper {args.zookeeper} is unreachable", file=sys.stderr)
+        why = failure(tls) or "unreachable"
+        print(f"wirebroker configs: ZooKeeper {args.zookeeper}: {why}", file=sys.stderr)
         return 1
     try:
         if args.describe:

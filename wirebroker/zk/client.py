@@ -45,6 +45,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
+from wirebroker.zk import tls as zk_tls
 from wirebroker.zk.errors import ZooKeeperUnreachable
 
 __all__ = [
@@ -91,8 +92,10 @@ class ZkClient:
         *,
         session_timeout_ms: int = 18_000,
         connection_timeout_ms: int | None = None,
+        tls: zk_tls.ZkTls | None = None,
     ) -> None:
         self.connect = connect
+        self.tls = tls
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self._token = trio.lowlevel.current_trio_token()
@@ -102,6 +105,7 @@ class ZkClient:
             hosts=connect,
             timeout=session_timeout_ms / 1000,
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
+            **zk_tls.kazoo_options(tls),
         )
         self._closed = False
         self._session_id: int | None = None
@@ -122,11 +126,14 @@ class ZkClient:
             await self.close()
             raise ZooKeeperUnreachable(
                 f"cannot reach ZooKeeper at {self.connect} within "
-                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}"
+                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): "
+                f"{zk_tls.failure(self.tls) or e}"
             ) from e
 
     def _ensure_chroot(self, hosts: str, chroot: str) -> None:
-        bare = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+        bare = KazooClient(
+            hosts=hosts, timeout=self.session_timeout_ms / 1000, **zk_tls.kazoo_options(self.tls)
+        )
         bare.start(timeout=self.connection_timeout_ms / 1000)
         try:
             bare.ensure_path(chroot)

@@ -5,7 +5,12 @@ directories (Kafka's ``LogManager``): finding partition directories at start-up,
 them (skipping the scan after a clean shutdown), placing new partitions in the directory with
 the fewest and creating their logs (:class:`CreateLogs`, a chore, so that the broker makes a
 thousand of them in one worker-thread call), moving stray logs aside (Kafka's ``-stray``
-directories: kept, skipped at start-up, never reused as a new partition's), deleting partitions, the per-directory checkpoint files (recovery points, high
+directories: kept, skipped at start-up, never reused as a new partition's), deleting partitions,
+moving a partition's log to another log directory (:class:`~storage.log_move.LogMove`: the
+moves under way, whose logs compaction leaves alone meanwhile as Kafka pauses its cleaner, the
+swap of a caught-up future log for the current one, and the directories asked for partitions
+not created yet; a ``-future`` directory found at start-up, a move a stop interrupted, is
+removed: the move must be asked for again), the per-directory checkpoint files (recovery points, high
 watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
 chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
 the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
@@ -57,11 +62,13 @@ from storage.layout import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     is_delete_dir,
+    is_future_dir,
     is_stray_dir,
     parse_partition_dir,
     partition_dir_name,
     stray_dir_name,
 )
+from storage.log_move import LogMove
 from storage.partition_log import PartitionLog, PendingFlush
 
 if TYPE_CHECKING:
@@ -129,6 +136,11 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._per_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
+        #: The moves of logs to another log directory under way (see :mod:`storage.log_move`).
+        self.moves: dict[TopicPartition, LogMove] = {}
+        #: Where a partition's log goes when it is created (AlterReplicaLogDirs before the
+        #: partition was here: Kafka's preferred log directories); taken by the creation.
+        self.preferred_dirs: dict[TopicPartition, Path] = {}
         #: Per log directory: did the last shutdown leave the clean-shutdown marker?
         self.had_clean_shutdown: dict[Path, bool] = {}
         #: A descriptor per log directory, open from :meth:`open` to :meth:`close`, through
@@ -169,6 +181,14 @@ class LogManager:
             for name in entries:
                 path = log_dir / name
                 if is_delete_dir(name):
+                    self._to_remove.append(path)
+                    continue
+                if is_future_dir(name):
+                    log.warning(
+                        "Removing %s, the copy of a move to another log directory that a stop "
+                        "interrupted: the move must be asked for again (AlterReplicaLogDirs)",
+                        path,
+                    )
                     self._to_remove.append(path)
                     continue
                 if is_stray_dir(name):
@@ -252,7 +272,11 @@ class LogManager:
                     f"cannot create {tp[0]}-{tp[1]}: no log directory is online"
                 )
                 continue
-            log_dir = min(online, key=self._per_dir.__getitem__)
+            preferred = self.preferred_dirs.pop(tp, None)
+            if preferred in online:
+                log_dir = preferred
+            else:
+                log_dir = min(online, key=self._per_dir.__getitem__)
             self._per_dir[log_dir] += 1
             self._creating.add(tp)
             creation.pending[tp] = (log_dir / partition_dir_name(*tp), config)
@@ -282,6 +306,9 @@ class LogManager:
 
     def _detach(self, tp: tuple[str, int]) -> PartitionLog | None:
         """Stop managing the partition's log (its directory stays): the log, or None."""
+        move = self.moves.get(tp)
+        if move is not None:
+            self.drop_move(move)
         plog = self._logs.pop(tp, None)
         log_dir = self._dir_of.pop(tp, None)
         if plog is None or log_dir is None:
@@ -297,12 +324,20 @@ class LogManager:
         if log_dir is not None:
             self._maybe_take_offline(log_dir, error)
 
+    def handle_dir_error(self, log_dir: Path, error: BaseException) -> None:
+        """Tell the manager an operation in `log_dir` failed (a move's future log): an I/O
+        error other than a full disk takes it offline."""
+        self._maybe_take_offline(log_dir, error)
+
     def _maybe_take_offline(self, log_dir: Path, error: BaseException) -> None:
         cause = _os_error(error)
         if cause is None or cause.errno in _OUT_OF_SPACE or log_dir in self.offline_dirs:
             return
         log.error("log directory %s failed, offline until a restart: %s", log_dir, error)
         self.offline_dirs.add(log_dir)
+        for move in list(self.moves.values()):
+            if log_dir in (move.dest_dir, self._dir_of.get(move.tp)):
+                self.drop_move(move)
         for tp, lg in self._logs.items():
             if self._dir_of[tp] == log_dir:
                 lg.abandon()
@@ -321,6 +356,80 @@ class LogManager:
 
     def __len__(self) -> int:
         return len(self._logs)
+
+    # ---- moves between log directories -----------------------------------------------------
+
+    def begin_move(self, topic: str, partition: int, dest_dir: Path) -> LogMove:
+        """Start moving the partition's log into `dest_dir` (another online log directory of
+        this manager): a :class:`LogMove`, whose future log the caller makes and fills; any
+        other move of the partition is dropped first."""
+        tp = (topic, partition)
+        current = self._logs[tp]
+        previous = self.moves.get(tp)
+        if previous is not None:
+            self.drop_move(previous)
+        move = LogMove(tp, current, dest_dir)
+        self.moves[tp] = move
+        return move
+
+    def drop_move(self, move: LogMove) -> None:
+        """Give `move` up (replaced, its partition deleted, a directory failed, shutdown): it is
+        cancelled, and its future log's directory renamed for the removal chore."""
+        move.cancelled = True
+        if self.moves.get(move.tp) is move:
+            del self.moves[move.tp]
+        future = move.future
+        if future is not None and not future.closed:
+            if future.writing:  # its worker thread's commit finds it closed
+                future.abandon()
+                self._to_remove.append(move.future_path)
+            else:
+                self._to_remove.append(future.delete())
+
+    def replace_current_with_future(self, move: LogMove) -> PartitionLog | None:
+        """Swap the future log of `move` in for the current one, if it has caught up and
+        neither log has file work under way (else None: the caller copies on and asks again);
+        on this thread, at once (Kafka's replaceCurrentWithFutureLog). The future directory is
+        renamed to the partition's name first, then the current one for deletion (a crash in
+        between leaves two whole copies, which the next start refuses to choose between, never
+        none); the caller makes both renames durable off the loop (the removal chore fsyncs
+        the old directory's parent). The new log is returned; the caller's references to the
+        old one must follow."""
+        tp = move.tp
+        future = move.future
+        current = self._logs.get(tp)
+        if (
+            move.cancelled
+            or future is None
+            or current is not move.current
+            or not move.caught_up
+            or move.restart_needed()
+            or current.writing
+            or not future.relocatable
+        ):
+            return None
+        try:
+            future.relocate(move.dest_dir / partition_dir_name(*tp))
+        except OSError as e:
+            log.error("cannot move %s into place, the move is given up: %s", future.dir, e)
+            self.drop_move(move)
+            self._maybe_take_offline(move.dest_dir, e)
+            return None
+        future.take_over_from(current)
+        del self.moves[tp]
+        old_dir = self._dir_of[tp]
+        try:
+            self._to_remove.append(current.delete())
+        except OSError as e:  # the old copy stays whole: the next start finds two
+            log.error("cannot rename %s for deletion: %s", current.dir, e)
+            self._maybe_take_offline(old_dir, e)
+        self._logs[tp] = future
+        self._dir_of[tp] = move.dest_dir
+        self._per_dir[old_dir] -= 1
+        self._per_dir[move.dest_dir] += 1
+        future.on_roll_work = self._roll_work_wanted
+        log.info("Moved %s-%d from %s to %s", *tp, old_dir, move.dest_dir)
+        return future
 
     # ---- chores ----------------------------------------------------------------------------
 
@@ -403,7 +512,8 @@ class LogManager:
         """One log's compaction passes due now, each made after the previous one committed: a
         pass that filled the offset map gets the next at once. Passes of different logs may
         run at the same time (each prepares with its own file handles)."""
-        while not (lg.closed or lg.offline or lg.writing) and lg.config.compact:
+        paused = lg.topic_partition in self.moves  # Kafka's abortAndPauseCleaning
+        while not (paused or lg.closed or lg.offline or lg.writing) and lg.config.compact:
             try:
                 pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
             except (OSError, StorageError) as e:
@@ -498,6 +608,8 @@ class LogManager:
         group commit of the whole shutdown instead of an fsync per file), write the
         checkpoints, then the clean-shutdown marker of each log directory where all of that
         succeeded and no write-back error was reported since :meth:`open`."""
+        for move in list(self.moves.values()):
+            self.drop_move(move)  # its future log is removed below
         failed = set(self.offline_dirs)
         closed = []
         for tp, lg in self.logs():

@@ -1,0 +1,164 @@
+"""AlterReplicaLogDirs (moving a replica between a broker's log dirs) over TCP, with real
+clients: kafka-python's admin (alter_replica_log_dirs, describe_log_dirs), confluent-kafka's
+idempotent producer writing through the move, its consumer reading everything back."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import kafka.errors
+import pytest
+from confluent_kafka import Consumer, Producer
+from kafka import KafkaAdminClient, TopicPartitionReplica
+from kafka.admin import NewTopic
+
+from tests.broker_process import BrokerProcess, serving
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "moving"
+
+
+def wait_until(check: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def placement(admin: KafkaAdminClient) -> dict[str, list[tuple[int, bool, int]]]:
+    """Per log dir: (partition, is future, offset lag) of TOPIC."""
+    (described,) = admin.describe_log_dirs()
+    return {
+        d["log_dir"]: [
+            (p["partition_index"], p["is_future_key"], p["offset_lag"])
+            for t in d["topics"]
+            if t["name"] == TOPIC
+            for p in t["partitions"]
+        ]
+        for d in described["log_dirs"]
+    }
+
+
+def consume_all(bootstrap: str, count: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.subscribe([TOPIC])
+        deadline = time.monotonic() + 30
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        # Nothing more after the last one (no duplicates).
+        extra = consumer.poll(0.5)
+        assert extra is None or extra.error() is not None, extra.value()
+    finally:
+        consumer.close()
+    return values
+
+
+@pytest.mark.timeout(60)
+def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
+    tmp_path: Path,
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    process = BrokerProcess(Path(f"{a},{b}"), {"replica.fetch.max.bytes": "65536"})
+    with serving(process) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        producer = Producer(
+            {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 2}
+        )
+        failures: list[str] = []
+        sent = 0
+
+        def delivered(error: object, _message: object) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        def send(count: int) -> None:
+            nonlocal sent
+            for _ in range(count):
+                producer.produce(TOPIC, b"%08d" % sent + b"." * 200, on_delivery=delivered)
+                sent += 1
+                producer.poll(0)
+
+        try:
+            admin.create_topics([NewTopic(TOPIC, 1, 1)])
+            send(20_000)  # some 4 MB before the move
+            assert producer.flush(30) == 0
+            (source,) = [d for d, parts in placement(admin).items() if parts]
+            dest = str(b.resolve()) if source == str(a.resolve()) else str(a.resolve())
+
+            # Errors first: an unknown dir, a relative path.
+            replica = TopicPartitionReplica(TOPIC, 0, 0)
+            for wrong in (str(tmp_path / "c"), "a"):
+                answer = admin.alter_replica_log_dirs({replica: wrong})
+                assert answer == {replica: kafka.errors.LogDirNotFoundError}
+            # A partition not hosted (yet): remembered, REPLICA_NOT_AVAILABLE.
+            later = TopicPartitionReplica(f"{TOPIC}-later", 0, 0)
+            answer = admin.alter_replica_log_dirs({later: dest})
+            assert answer == {later: kafka.errors.ReplicaNotAvailableError}
+
+            stop = threading.Event()
+
+            def keep_sending() -> None:
+                while not stop.is_set():
+                    send(50)
+                    time.sleep(0.002)
+
+            writer = threading.Thread(target=keep_sending)
+            writer.start()
+            try:
+                answer = admin.alter_replica_log_dirs({replica: dest})
+                assert answer == {replica: kafka.errors.NoError}
+                assert admin.alter_replica_log_dirs({replica: dest}) == {
+                    replica: kafka.errors.NoError
+                }  # the same move again: nothing new
+                wait_until(
+                    lambda: placement(admin) == {source: [], dest: [(0, False, 0)]},
+                    30,
+                    "the partition only in the new dir",
+                )
+            finally:
+                stop.set()
+                writer.join()
+            send(1000)  # after the move
+            assert producer.flush(30) == 0
+            assert failures == []
+            # The same dir as now: nothing to do.
+            assert admin.alter_replica_log_dirs({replica: dest}) == {replica: kafka.errors.NoError}
+
+            values = consume_all(broker.bootstrap, sent)
+            assert [int(v[:8]) for v in values] == list(range(sent))
+            old = Path(source) / f"{TOPIC}-0"
+            wait_until(lambda: not list(Path(source).glob(f"{TOPIC}-0*")), 30, "the old dir gone")
+            assert not old.exists() and (Path(dest) / f"{TOPIC}-0").is_dir()
+            assert not list(Path(dest).glob("*-future"))
+
+            # The topic created after its dir was asked for goes there.
+            admin.create_topics([NewTopic(later.topic, 1, 1)])
+            assert (Path(dest) / f"{later.topic}-0").is_dir()
+        finally:
+            admin.close()
+            del producer
+
+        broker.restart()
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            assert placement(admin) == {source: [], dest: [(0, False, 0)]}
+        finally:
+            admin.close()
+        values = consume_all(broker.bootstrap, sent)
+        assert [int(v[:8]) for v in values] == list(range(sent))

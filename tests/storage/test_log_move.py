@@ -38,6 +38,14 @@ def copy(move: LogMove, max_bytes: int = 1 << 20, rounds: int | None = None) -> 
         rounds = None if rounds is None else rounds - 1
 
 
+def opened(tmp_path: Path, config: LogConfig = SMALL) -> tuple[list[Path], LogManager]:
+    """Two log dirs and an open manager of them."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, config, now_ms=Clock())
+    manager.open()
+    return dirs, manager
+
+
 def start(manager: LogManager, tp: tuple[str, int], dest: Path) -> LogMove:
     move = manager.begin_move(*tp, dest)
     move.future = move.make_future(manager.handles, Clock(), T0)
@@ -45,9 +53,7 @@ def start(manager: LogManager, tp: tuple[str, int], dest: Path) -> LogMove:
 
 
 def test_a_move_keeps_records_offsets_producers_transactions_and_epochs(tmp_path: Path) -> None:
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    manager = LogManager(dirs, SMALL, now_ms=Clock())
-    manager.open()
+    dirs, manager = opened(tmp_path)
     log = manager.get_or_create("t", 0)
     assert manager.log_dir_of("t", 0) == dirs[0]
     (log.dir / "partition.metadata").write_text("version: 0\ntopic_id: x\n")
@@ -119,9 +125,7 @@ def test_a_move_keeps_records_offsets_producers_transactions_and_epochs(tmp_path
 
 
 def test_a_compacted_log_moves_with_its_gaps(tmp_path: Path) -> None:
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    manager = LogManager(dirs, COMPACT.replace(segment_bytes=300), now_ms=Clock())
-    manager.open()
+    dirs, manager = opened(tmp_path, COMPACT.replace(segment_bytes=300))
     log = manager.get_or_create("c", 0)
     for i in range(40):
         records = [SimpleRecord(b"k%d" % (i % 3), b"v%d" % i, (), T0)]
@@ -139,9 +143,7 @@ def test_a_compacted_log_moves_with_its_gaps(tmp_path: Path) -> None:
 
 
 def test_a_dropped_move_and_a_leftover_future_directory_are_removed(tmp_path: Path) -> None:
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    manager = LogManager(dirs, SMALL, now_ms=Clock())
-    manager.open()
+    dirs, manager = opened(tmp_path)
     log = manager.get_or_create("t", 0)
     produce(log, idempotent(1, 0))
     move = start(manager, ("t", 0), dirs[1])
@@ -168,9 +170,7 @@ def test_a_dropped_move_and_a_leftover_future_directory_are_removed(tmp_path: Pa
 
 
 def test_a_truncation_of_the_current_log_voids_the_copy(tmp_path: Path) -> None:
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    manager = LogManager(dirs, SMALL, now_ms=Clock())
-    manager.open()
+    dirs, manager = opened(tmp_path)
     log = manager.get_or_create("t", 0)
     for seq in range(0, 8, 2):
         produce(log, idempotent(1, seq))
@@ -189,9 +189,7 @@ def test_a_truncation_of_the_current_log_voids_the_copy(tmp_path: Path) -> None:
 
 
 def test_a_preferred_directory_places_a_new_log(tmp_path: Path) -> None:
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    manager = LogManager(dirs, SMALL, now_ms=Clock())
-    manager.open()
+    dirs, manager = opened(tmp_path)
     manager.preferred_dirs[("p", 0)] = dirs[1]
     manager.get_or_create("p", 0)
     manager.get_or_create("p", 1)

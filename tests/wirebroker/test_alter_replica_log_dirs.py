@@ -4,6 +4,7 @@ idempotent producer writing through the move, its consumer reading everything ba
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from confluent_kafka import Consumer, Producer
 from kafka import KafkaAdminClient, TopicPartitionReplica
 from kafka.admin import NewTopic
 
+from compat.kafka_process import run_kafka_tool
 from tests.broker_process import BrokerProcess, serving
 
 pytestmark = pytest.mark.integration
@@ -152,7 +154,6 @@ def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
             assert (Path(dest) / f"{later.topic}-0").is_dir()
         finally:
             admin.close()
-            del producer
 
         broker.restart()
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
@@ -162,3 +163,71 @@ def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
             admin.close()
         values = consume_all(broker.bootstrap, sent)
         assert [int(v[:8]) for v in values] == list(range(sent))
+
+
+REASSIGN_COMMAND = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+LOG_DIRS_COMMAND = "org.apache.kafka.tools.LogDirsCommand"
+
+
+@pytest.mark.timeout(60)
+def test_kafka_reassign_partitions_moves_a_replica_to_the_log_dir_of_its_plan(
+    tmp_path: Path,
+) -> None:
+    a, b = (tmp_path / "a").resolve(), (tmp_path / "b").resolve()
+    with serving(BrokerProcess(Path(f"{a},{b}"))) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            admin.create_topics([NewTopic(TOPIC, 2, 1)])  # one in each dir
+            producer = Producer({"bootstrap.servers": broker.bootstrap})
+            for i in range(1000):
+                producer.produce(TOPIC, b"%08d" % i, partition=i % 2)
+            assert producer.flush(30) == 0
+            where = {p: d for d, parts in placement(admin).items() for p, _f, _l in parts}
+        finally:
+            admin.close()
+        other = {str(a): str(b), str(b): str(a)}
+        plan = tmp_path / "plan.json"
+        partitions = [
+            {"topic": TOPIC, "partition": p, "replicas": [0], "log_dirs": [other[where[p]]]}
+            for p in (0, 1)
+        ]
+        plan.write_text(json.dumps({"version": 1, "partitions": partitions}))
+        tool = ["--bootstrap-server", broker.bootstrap, "--reassignment-json-file", str(plan)]
+        executed = run_kafka_tool(REASSIGN_COMMAND, [*tool, "--execute"]).stdout.decode()
+        assert "Successfully started partition reassignment" in executed, executed
+        verified = ""
+
+        def done() -> bool:
+            nonlocal verified
+            verified = run_kafka_tool(REASSIGN_COMMAND, [*tool, "--verify"]).stdout.decode()
+            return "is still in progress" not in verified
+
+        wait_until(done, 40, "the moves")
+        for p in (0, 1):
+            assert f"Reassignment of replica moving-{p}-0 completed successfully" in verified
+        described = run_kafka_tool(
+            LOG_DIRS_COMMAND, ["--bootstrap-server", broker.bootstrap, "--describe"]
+        ).stdout.decode()
+        report = json.loads(described.splitlines()[-1])
+        (listed,) = report["brokers"]
+        found = {
+            p["partition"]: (d["logDir"], p["isFuture"])
+            for d in listed["logDirs"]
+            for p in d["partitions"]
+        }
+        assert found == {f"{TOPIC}-{p}": (other[where[p]], False) for p in (0, 1)}
+        assert sorted(consume_all(broker.bootstrap, 1000)) == [b"%08d" % i for i in range(1000)]
+
+
+@pytest.mark.timeout(30)
+def test_moving_a_replica_needs_alter_on_the_cluster(tmp_path: Path) -> None:
+    authorizer = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}
+    a, b = (tmp_path / "a").resolve(), (tmp_path / "b").resolve()
+    with serving(BrokerProcess(Path(f"{a},{b}"), authorizer)) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            replica = TopicPartitionReplica(TOPIC, 0, 0)
+            answer = admin.alter_replica_log_dirs({replica: str(b)})
+            assert answer == {replica: kafka.errors.ClusterAuthorizationFailedError}
+        finally:
+            admin.close()

@@ -372,6 +372,17 @@ class LogManager:
         self.moves[tp] = move
         return move
 
+    def future_made(self, move: LogMove, future: PartitionLog) -> bool:
+        """Give `move` its future log (made by :meth:`LogMove.make_future`): its rolls'
+        file work is prepared off the loop as every log's. False if the move was dropped
+        meanwhile (the new log is removed)."""
+        move.future = future
+        if move.cancelled:
+            self.drop_move(move)
+            return False
+        future.on_roll_work = self._roll_work_wanted
+        return True
+
     def drop_move(self, move: LogMove) -> None:
         """Give `move` up (replaced, its partition deleted, a directory failed, shutdown): it is
         cancelled, and its future log's directory renamed for the removal chore."""
@@ -427,7 +438,6 @@ class LogManager:
         self._dir_of[tp] = move.dest_dir
         self._per_dir[old_dir] -= 1
         self._per_dir[move.dest_dir] += 1
-        future.on_roll_work = self._roll_work_wanted
         log.info("Moved %s-%d from %s to %s", *tp, old_dir, move.dest_dir)
         return future
 

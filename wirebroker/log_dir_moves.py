@@ -101,9 +101,7 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
     future = await trio.to_thread.run_sync(
         move.make_future, manager.handles, broker.now_ms, broker.now_ms()
     )
-    move.future = future
-    if move.cancelled:
-        manager.drop_move(move)  # again, now that there is a log to remove
+    if not manager.future_made(move, future):
         return None
     max_bytes = broker.config.get_int("replica.fetch.max.bytes")
     flushed = False

@@ -24,9 +24,11 @@ def idempotent(pid: int, seq: int, n: int = 2) -> bytearray:
     return txn_batch(pid, seq, n, transactional=False, tag=b"i")
 
 
-def copy(move: LogMove, max_bytes: int = 1 << 20, rounds: int | None = None) -> None:
+def copy(
+    manager: LogManager, move: LogMove, max_bytes: int = 1 << 20, rounds: int | None = None
+) -> None:
     """What the broker's move task does, on this thread: up to `rounds` copy steps (or until
-    caught up)."""
+    caught up), each with the roll work it asked for."""
     future = move.future
     assert future is not None
     while not move.caught_up and rounds != 0:
@@ -35,6 +37,8 @@ def copy(move: LogMove, max_bytes: int = 1 << 20, rounds: int | None = None) -> 
         with result:
             data = result.read()
         future.append_as_follower(data)
+        if (work := manager.begin_roll_work()) is not None:
+            run_chore(work)
         rounds = None if rounds is None else rounds - 1
 
 
@@ -42,13 +46,14 @@ def opened(tmp_path: Path, config: LogConfig = SMALL) -> tuple[list[Path], LogMa
     """Two log dirs and an open manager of them."""
     dirs = [tmp_path / "a", tmp_path / "b"]
     manager = LogManager(dirs, config, now_ms=Clock())
+    manager.on_roll_work = lambda: None  # the roll work is run by `copy`
     manager.open()
     return dirs, manager
 
 
 def start(manager: LogManager, tp: tuple[str, int], dest: Path) -> LogMove:
     move = manager.begin_move(*tp, dest)
-    move.future = move.make_future(manager.handles, Clock(), T0)
+    assert manager.future_made(move, move.make_future(manager.handles, Clock(), T0))
     return move
 
 
@@ -75,7 +80,7 @@ def test_a_move_keeps_records_offsets_producers_transactions_and_epochs(tmp_path
     assert re.fullmatch(r"t-0\.[0-9a-f]{32}-future", future.dir.name)
     assert future.dir.parent == dirs[1]
     assert (future.dir / "partition.metadata").read_text().endswith("topic_id: x\n")
-    copy(move, max_bytes=100, rounds=2)
+    copy(manager, move, max_bytes=100, rounds=2)
     assert 0 < move.offset_lag < log.log_end_offset and move.size_in_bytes > 0
     assert manager.replace_current_with_future(move) is None  # not caught up
     assert list(manager.log_compactions(log, T0)) == []  # the cleaner is paused
@@ -83,7 +88,7 @@ def test_a_move_keeps_records_offsets_producers_transactions_and_epochs(tmp_path
     log.append_as_leader(idempotent(7, seq), 3, T0)
     seq += 2
     log.update_high_watermark(log.log_end_offset)
-    copy(move)
+    copy(manager, move)
     expected = read_all(log)
     aborted = log.aborted_transactions(0, log.log_end_offset)
     hw, start_offset, epochs = (
@@ -98,7 +103,7 @@ def test_a_move_keeps_records_offsets_producers_transactions_and_epochs(tmp_path
     assert new.dir == dirs[1] / "t-0" and manager.log_dir_of("t", 0) == dirs[1]
     assert not old_dir.exists() and list(dirs[0].glob("t-0.*-delete"))
     assert manager.moves == {}
-    assert read_all(new) == expected
+    assert read_all(new) == expected and len(new.segments) > 1  # the copy rolled
     assert (new.high_watermark, new.log_start_offset) == (hw, start_offset)
     assert new.leader_epoch_cache.entries == epochs
     assert new.aborted_transactions(0, new.log_end_offset) == aborted
@@ -135,7 +140,7 @@ def test_a_compacted_log_moves_with_its_gaps(tmp_path: Path) -> None:
     batches = batches_of(log)
     assert len(batches) < 40  # gaps
     move = start(manager, ("c", 0), dirs[1])
-    copy(move, max_bytes=64)
+    copy(manager, move, max_bytes=64)
     new = manager.replace_current_with_future(move)
     assert new is not None and batches_of(new) == batches
     assert new.log_end_offset == 40
@@ -147,12 +152,12 @@ def test_a_dropped_move_and_a_leftover_future_directory_are_removed(tmp_path: Pa
     log = manager.get_or_create("t", 0)
     produce(log, idempotent(1, 0))
     move = start(manager, ("t", 0), dirs[1])
-    copy(move)
+    copy(manager, move)
     manager.drop_move(move)
     assert move.cancelled and manager.moves == {} and manager.get("t", 0) is log
     assert manager.replace_current_with_future(move) is None
     move = start(manager, ("t", 0), dirs[1])
-    copy(move)
+    copy(manager, move)
     manager.close()  # a stop in the middle of a move: the copy goes
     assert list(dirs[1].glob("t-0*")) == []
 
@@ -175,13 +180,13 @@ def test_a_truncation_of_the_current_log_voids_the_copy(tmp_path: Path) -> None:
     for seq in range(0, 8, 2):
         produce(log, idempotent(1, seq))
     move = start(manager, ("t", 0), dirs[1])
-    copy(move)
+    copy(manager, move)
     log.truncate_to(4)
     assert move.restart_needed()
     assert manager.replace_current_with_future(move) is None
     move = start(manager, ("t", 0), dirs[1])  # the broker's move task begins it again
     expected = read_all(log)
-    copy(move)
+    copy(manager, move)
     new = manager.replace_current_with_future(move)
     assert new is not None and read_all(new) == expected
     assert new.log_end_offset == 4

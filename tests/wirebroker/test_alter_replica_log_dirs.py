@@ -76,7 +76,9 @@ def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
     tmp_path: Path,
 ) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    process = BrokerProcess(Path(f"{a},{b}"), {"replica.fetch.max.bytes": "65536"})
+    # Small copy steps and segments: the copy rolls the future log.
+    properties = {"replica.fetch.max.bytes": "65536", "log.segment.bytes": "1048576"}
+    process = BrokerProcess(Path(f"{a},{b}"), properties)
     with serving(process) as broker:
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
         producer = Producer(
@@ -136,6 +138,7 @@ def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
             finally:
                 stop.set()
                 writer.join()
+            assert broker.wait_for_log(f"Moved {TOPIC}-0 from {source} to {dest}", 5)
             send(1000)  # after the move
             assert producer.flush(30) == 0
             assert failures == []

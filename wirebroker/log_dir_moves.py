@@ -29,7 +29,7 @@ from storage.layout import partition_dir_name
 from storage.log_move import LogMove
 from storage.results import FileSlice
 from wirebroker.read_ahead import read_ahead
-from wirebroker.server import run_off_loop
+from wirebroker.server import run_off_loop, write_checkpoints
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -126,7 +126,7 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
             if partition is not None and partition.log is current:
                 partition.log = new
             await trio.to_thread.run_sync(fsync_dir, move.dest_dir)
-            await run_off_loop(manager.begin_checkpoint())
+            await write_checkpoints(broker)
             return None
         if (lookup := current.lookup_reads(move.read_from())) is not None:
             await read_ahead([lookup])  # an old segment's index and headers, off the loop

@@ -232,8 +232,14 @@ async def _housekeeping(broker: Broker) -> None:
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:
-            await run_off_loop(manager.begin_checkpoint())
+            await write_checkpoints(broker)
         due[job] = trio.current_time() + interval(job)
+
+
+async def write_checkpoints(broker: Broker) -> None:
+    """Write the log dirs' offset checkpoint files off the loop, one write at a time."""
+    async with broker.checkpoint_lock:
+        await run_off_loop(broker.log_manager.begin_checkpoint())
 
 
 async def _remove_deleted(manager: LogManager, now_ms: int) -> None:

@@ -24,7 +24,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from storage.checkpoints import fsync_dir
-from storage.errors import KafkaStorageError, StorageError, UnexpectedAppendOffsetError
+from storage.errors import StorageError, UnexpectedAppendOffsetError
 from storage.layout import partition_dir_name
 from storage.log_move import LogMove
 from storage.results import FileSlice
@@ -88,6 +88,8 @@ async def run_move(broker: Broker, move: LogMove) -> None:
         try:
             again = await _copy_and_swap(broker, move)
         except (OSError, StorageError) as e:
+            if move.cancelled:  # dropped while a worker wrote its future log: closed under it
+                return
             log.error("The move of %s-%d to %s failed: %s", *move.tp, move.dest_dir, e)
             manager.drop_move(move)
             manager.handle_dir_error(move.dest_dir, e)
@@ -147,12 +149,7 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
         except UnexpectedAppendOffsetError:  # the current log changed under the copy
             return manager.begin_move(*move.tp, move.dest_dir)
         if append is not None:
-            try:
-                await run_off_loop(append)
-            except KafkaStorageError:
-                if move.cancelled:  # dropped while its worker wrote: the log was abandoned
-                    return None
-                raise
+            await run_off_loop(append)
     return None
 
 

@@ -10,7 +10,7 @@ moving a partition's log to another log directory (:class:`~storage.log_move.Log
 moves under way, whose logs compaction leaves alone meanwhile as Kafka pauses its cleaner, the
 swap of a caught-up future log for the current one, and the directories asked for partitions
 not created yet; a ``-future`` directory found at start-up, a move a stop interrupted, is
-removed: the move must be asked for again), the per-directory checkpoint files (recovery points, high
+reopened and the move resumed, as Kafka does), the per-directory checkpoint files (recovery points, high
 watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
 chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
 the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
@@ -166,7 +166,9 @@ class LogManager:
     # ---- start-up --------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Load every partition directory of every log directory (recovering as needed)."""
+        """Load every partition directory of every log directory (recovering as needed), then
+        the future logs of the moves a stop interrupted (:attr:`moves`, to resume)."""
+        futures: list[tuple[Path, Path]] = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._dir_fds[log_dir] = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -184,12 +186,7 @@ class LogManager:
                     self._to_remove.append(path)
                     continue
                 if is_future_dir(name):
-                    log.warning(
-                        "Removing %s, the copy of a move to another log directory that a stop "
-                        "interrupted: the move must be asked for again (AlterReplicaLogDirs)",
-                        path,
-                    )
-                    self._to_remove.append(path)
+                    futures.append((log_dir, path))
                     continue
                 if is_stray_dir(name):
                     log.warning("Found stray log %s (kept aside; remove it once not needed)", path)
@@ -216,9 +213,44 @@ class LogManager:
                 self._dir_of[tp] = log_dir
                 self._per_dir[log_dir] += 1
                 self._logs[tp].on_roll_work = self._roll_work_wanted
-            if clean:
+        for log_dir, path in futures:
+            self._resume_move(log_dir, path)
+        for log_dir in self.log_dirs:
+            if self.had_clean_shutdown[log_dir]:
                 remove_clean_shutdown(log_dir)
         self._opened = True
+
+    def _resume_move(self, log_dir: Path, path: Path) -> None:
+        """Reopen the future log in `path` and resume its move, if its partition's log is here,
+        in another directory, and ends no lower (else the copy is removed)."""
+        tp = parse_partition_dir(path.name.rsplit(".", 1)[0])
+        current = None if tp is None else self._logs.get(tp)
+        if tp is None or current is None or tp in self.moves or self._dir_of[tp] == log_dir:
+            log.warning("Removing %s: no move of a log here to resume", path)
+            self._to_remove.append(path)
+            return
+        try:
+            future = PartitionLog.open(
+                path,
+                current.config,
+                handles=self.handles,
+                now_ms=self._now_ms,
+                had_clean_shutdown=self.had_clean_shutdown[log_dir],
+            )
+        except StorageError as e:
+            log.warning("Removing %s, a move's copy that cannot be opened: %s", path, e)
+            self._to_remove.append(path)
+            return
+        move = LogMove(tp, current, log_dir, future)
+        if move.restart_needed():  # the current log ends below the copy: begun again
+            log.warning("Removing %s: its log ends below it; the move begins again", path)
+            future.abandon()
+            self._to_remove.append(path)
+            move = LogMove(tp, current, log_dir)
+        else:
+            future.on_roll_work = self._roll_work_wanted
+        self.moves[tp] = move
+        log.info("Resuming the move of %s-%d to %s", *tp, log_dir)
 
     @staticmethod
     def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
@@ -617,20 +649,23 @@ class LogManager:
         """Close every log, make it all durable with one file-system sync per log directory (a
         group commit of the whole shutdown instead of an fsync per file), write the
         checkpoints, then the clean-shutdown marker of each log directory where all of that
-        succeeded and no write-back error was reported since :meth:`open`."""
-        for move in list(self.moves.values()):
-            self.drop_move(move)  # its future log is removed below
+        succeeded and no write-back error was reported since :meth:`open`. The future logs of
+        moves under way are closed likewise, for the next start to resume them."""
         failed = set(self.offline_dirs)
         closed = []
-        for tp, lg in self.logs():
-            if lg.offline:
+        futures = [(m.dest_dir, m.future) for m in self.moves.values() if m.future is not None]
+        self.moves.clear()
+        for log_dir, lg in [(self._dir_of[tp], lg) for tp, lg in self.logs()] + futures:
+            if lg.offline or lg.closed:
                 continue
             try:
+                if lg.writing:  # a worker's append never committed: recovery cuts it
+                    raise StorageError(f"{lg.dir.name} is being written")
                 lg.close(fsync=False)
-                closed.append((self._dir_of[tp], lg))
+                closed.append((log_dir, lg))
             except (OSError, StorageError) as e:
-                log.error("closing %s-%d failed, the next start recovers it: %s", *tp, e)
-                failed.add(self._dir_of[tp])
+                log.error("closing %s failed, the next start recovers it: %s", lg.dir.name, e)
+                failed.add(log_dir)
         for log_dir in self.log_dirs:
             try:
                 self._sync(log_dir)

@@ -12,7 +12,9 @@ compacted gaps, epochs, timestamps -- and rebuild the producer state, leader epo
 transaction index as a follower's do. The swap itself is the log manager's
 (:meth:`~storage.log_manager.LogManager.replace_current_with_future`).
 
-A truncation of the current log (a follower truncating to its leader) voids the copy:
+A move a stop interrupted is resumed at the next start from what its future log holds (the
+log manager reopens it). A truncation of the current log (a follower truncating to its leader;
+a crash's recovery cutting the tail below the copy's end) voids the copy:
 :meth:`LogMove.restart_needed` says so, and the caller begins the move again, with a new
 future log (the voided one is removed like a deleted partition's).
 
@@ -42,12 +44,19 @@ _PARTITION_FILES = ("partition.metadata",)
 class LogMove:
     """The move of `current` (the log of `tp`) into `dest_dir`; :attr:`future` once made."""
 
-    def __init__(self, tp: TopicPartition, current: PartitionLog, dest_dir: Path) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        current: PartitionLog,
+        dest_dir: Path,
+        future: PartitionLog | None = None,
+    ) -> None:
+        """A new move, or with `future` one resumed after a restart (its log reopened)."""
         self.tp = tp
         self.current = current
         self.dest_dir = dest_dir
-        self.future_path = dest_dir / future_dir_name(*tp)
-        self.future: PartitionLog | None = None
+        self.future_path = dest_dir / future_dir_name(*tp) if future is None else future.dir
+        self.future = future
         #: Replaced by another move or given up: its driver stops and removes the future log.
         self.cancelled = False
         self._truncations = current.truncations
@@ -86,9 +95,13 @@ class LogMove:
         )
 
     def restart_needed(self) -> bool:
-        """The current log was truncated since the copy began (its copy may hold batches it no
-        longer has): the caller begins the move again."""
-        return self.current.truncations != self._truncations
+        """The current log was truncated since the copy began, or ends below the copy (a crash
+        cut its tail): the copy may hold batches it no longer has, the caller begins the move
+        again."""
+        future = self.future
+        return self.current.truncations != self._truncations or (
+            future is not None and future.log_end_offset > self.current.log_end_offset
+        )
 
     @property
     def caught_up(self) -> bool:

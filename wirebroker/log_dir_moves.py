@@ -11,12 +11,14 @@ their bytes read and the follower appends written in worker threads -- flushes t
 it first catches up, and swaps it in (:meth:`LogManager.replace_current_with_future`) on the
 loop, with no await between the caught-up check and the swap; the partition then serves from
 the new log, and the checkpoints are written for its new directory at once.
+:func:`resume_moves` runs the moves a stop interrupted, from their reopened future logs.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +36,7 @@ from wirebroker.server import run_off_loop, write_checkpoints
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
 
-__all__ = ["alter_replica_log_dir", "run_move"]
+__all__ = ["alter_replica_log_dir", "resume_moves", "run_move"]
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +75,14 @@ def alter_replica_log_dir(broker: Broker, topic: str, partition: int, path: str)
         return ErrorCode.KAFKA_STORAGE_ERROR
     move = manager.begin_move(topic, partition, dest)
     log.info("Moving %s-%d from %s to %s", topic, partition, current_dir, dest)
-    broker.start_soon(lambda: run_move(broker, move))
+    broker.start_soon(partial(run_move, broker, move))
     return ErrorCode.NONE
+
+
+def resume_moves(broker: Broker) -> None:
+    """Run the moves a stop interrupted (found by the log manager at start-up)."""
+    for move in list(broker.log_manager.moves.values()):
+        broker.start_soon(partial(run_move, broker, move))
 
 
 async def run_move(broker: Broker, move: LogMove) -> None:
@@ -100,11 +108,13 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
     """One future log's life: made, filled, swapped in (None) or voided by a truncation of
     the current log (the move begun again, to run next)."""
     manager = broker.log_manager
-    future = await trio.to_thread.run_sync(
-        move.make_future, manager.handles, broker.now_ms, broker.now_ms()
-    )
-    if not manager.future_made(move, future):
-        return None
+    future = move.future  # resumed after a restart: reopened by the log manager
+    if future is None:
+        future = await trio.to_thread.run_sync(
+            move.make_future, manager.handles, broker.now_ms, broker.now_ms()
+        )
+        if not manager.future_made(move, future):
+            return None
     max_bytes = broker.config.get_int("replica.fetch.max.bytes")
     flushed = False
     while not move.cancelled:

@@ -133,6 +133,9 @@ async def serve_broker(
             await nursery.start(broker.serve_coordinators)
             if broker.cluster_mode:
                 await nursery.start(broker.replica_manager.run)
+            from wirebroker.log_dir_moves import resume_moves  # it runs chores as this module
+
+            resume_moves(broker)
             # the stored ip quotas and the overrides of max.connections.per.ip, their host names
             # resolved, apply before a listener opens
             await broker.apply_stored_quotas()

@@ -147,26 +147,61 @@ def test_a_compacted_log_moves_with_its_gaps(tmp_path: Path) -> None:
     manager.close()
 
 
-def test_a_dropped_move_and_a_leftover_future_directory_are_removed(tmp_path: Path) -> None:
+def test_a_dropped_move_is_removed_and_an_interrupted_one_resumed(tmp_path: Path) -> None:
     dirs, manager = opened(tmp_path)
     log = manager.get_or_create("t", 0)
-    produce(log, idempotent(1, 0))
+    for seq in range(0, 12, 2):
+        produce(log, idempotent(1, seq))
     move = start(manager, ("t", 0), dirs[1])
     copy(manager, move)
     manager.drop_move(move)
     assert move.cancelled and manager.moves == {} and manager.get("t", 0) is log
     assert manager.replace_current_with_future(move) is None
     move = start(manager, ("t", 0), dirs[1])
-    copy(manager, move)
-    manager.close()  # a stop in the middle of a move: the copy goes
-    assert list(dirs[1].glob("t-0*")) == []
+    copy(manager, move, max_bytes=100, rounds=2)
+    copied = move.future.log_end_offset if move.future else 0
+    assert 0 < copied < log.log_end_offset
+    expected = read_all(log)
+    manager.close()  # a stop in the middle of a move: the copy is kept, closed cleanly
+    assert len(list(dirs[1].glob("t-0.*-future"))) == 1
 
-    leftover = dirs[1] / "t-0.0123456789abcdef0123456789abcdef-future"
-    leftover.mkdir()
-    (leftover / "00000000000000000000.log").write_bytes(b"")
     again = LogManager(dirs, SMALL, now_ms=Clock())
+    again.on_roll_work = lambda: None
     again.open()
     assert again.partitions() == [("t", 0)] and again.log_dir_of("t", 0) == dirs[0]
+    resumed = again.moves[("t", 0)]
+    assert resumed.future is not None and resumed.future.log_end_offset == copied
+    copy(again, resumed)
+    new = again.replace_current_with_future(resumed)
+    assert new is not None and new.dir == dirs[1] / "t-0" and read_all(new) == expected
+    again.close()
+
+
+def test_an_interrupted_move_whose_log_ends_below_its_copy_begins_again(tmp_path: Path) -> None:
+    dirs, manager = opened(tmp_path)
+    log = manager.get_or_create("t", 0)
+    for seq in range(0, 8, 2):
+        produce(log, idempotent(1, seq))
+    move = start(manager, ("t", 0), dirs[1])
+    copy(manager, move)
+    log.truncate_to(4)  # as a crash's recovery may cut the tail the copy holds
+    manager.close()
+    again = LogManager(dirs, SMALL, now_ms=Clock())
+    again.open()
+    (stale,) = dirs[1].glob("t-0.*-future")
+    resumed = again.moves[("t", 0)]
+    assert resumed.future is None and not resumed.restart_needed()  # a new copy is to be made
+    removal = again.removal_chore(T0)
+    assert removal is not None
+    run_chore(removal)
+    assert not stale.exists()
+    again.close()
+
+    leftover = dirs[1] / "u-0.0123456789abcdef0123456789abcdef-future"  # no log u-0
+    leftover.mkdir()
+    again = LogManager(dirs, SMALL, now_ms=Clock())
+    again.open()
+    assert again.moves == {} and again.partitions() == [("t", 0)]
     removal = again.removal_chore(T0)
     assert removal is not None
     run_chore(removal)

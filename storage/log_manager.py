@@ -416,7 +416,7 @@ class LogManager:
         return True
 
     def drop_move(self, move: LogMove) -> None:
-        """Give `move` up (replaced, its partition deleted, a directory failed, shutdown): it is
+        """Give `move` up (replaced, its partition deleted, a directory failed): it is
         cancelled, and its future log's directory renamed for the removal chore."""
         move.cancelled = True
         if self.moves.get(move.tp) is move:

@@ -13,8 +13,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest
-from protocol.messages.create_topics import CreateTopicsRequest
-from tests.cluster.harness import call, eventually, start_broker
+from tests.cluster.harness import call, create_topic, eventually, start_broker
 from tests.cluster.test_log_dir_failure_cluster import TOPIC, fetch_values, produce
 from wirebroker.server import RunningBroker
 
@@ -49,21 +48,7 @@ def test_moving_a_leader_and_a_follower_replica_between_log_dirs(
                 **{"log.segment.bytes": "65536", "replica.fetch.max.bytes": "16384"},
             )
             b2 = await start_broker(nursery, zk_connect, tmp_path, 2)
-            topic = CreateTopicsRequest.CreatableTopic(
-                name=TOPIC,
-                num_partitions=-1,
-                replication_factor=-1,
-                assignments=[
-                    CreateTopicsRequest.CreatableReplicaAssignment(
-                        partition_index=0, broker_ids=[1, 2]
-                    ),
-                    CreateTopicsRequest.CreatableReplicaAssignment(
-                        partition_index=1, broker_ids=[2, 1]
-                    ),
-                ],
-            )
-            created = await call(b1, CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7)
-            assert created.topics[0].error_code == ErrorCode.NONE
+            await create_topic(b1, TOPIC, 2, assignments={0: [1, 2], 1: [2, 1]})
             manager = b1.broker.log_manager
             await eventually(
                 lambda: all(manager.log_dir_of(TOPIC, p) for p in (0, 1)), what="broker 1's logs"

@@ -12,6 +12,7 @@ from storage.chore import run_chore
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from storage.log_move import LogMove
+from storage.partition_log import PartitionLog
 
 from .helpers import T0, Clock, batches_of, read_all
 from .test_compaction import COMPACT
@@ -147,30 +148,35 @@ def test_a_compacted_log_moves_with_its_gaps(tmp_path: Path) -> None:
     manager.close()
 
 
-def test_a_dropped_move_is_removed_and_an_interrupted_one_resumed(tmp_path: Path) -> None:
+def copied(tmp_path: Path, batches: int) -> tuple[list[Path], LogManager, PartitionLog, LogMove]:
+    """Two log dirs, t-0 of `batches` idempotent batches in the first, moving to the second
+    and wholly copied."""
     dirs, manager = opened(tmp_path)
     log = manager.get_or_create("t", 0)
-    for seq in range(0, 12, 2):
+    for seq in range(0, 2 * batches, 2):
         produce(log, idempotent(1, seq))
     move = start(manager, ("t", 0), dirs[1])
     copy(manager, move)
+    return dirs, manager, log, move
+
+
+def test_a_dropped_move_is_removed_and_an_interrupted_one_resumed(tmp_path: Path) -> None:
+    dirs, manager, log, move = copied(tmp_path, 6)
     manager.drop_move(move)
     assert move.cancelled and manager.moves == {} and manager.get("t", 0) is log
     assert manager.replace_current_with_future(move) is None
     move = start(manager, ("t", 0), dirs[1])
     copy(manager, move, max_bytes=100, rounds=2)
-    copied = move.future.log_end_offset if move.future else 0
-    assert 0 < copied < log.log_end_offset
+    done = move.future.log_end_offset if move.future else 0
+    assert 0 < done < log.log_end_offset
     expected = read_all(log)
     manager.close()  # a stop in the middle of a move: the copy is kept, closed cleanly
     assert len(list(dirs[1].glob("t-0.*-future"))) == 1
 
-    again = LogManager(dirs, SMALL, now_ms=Clock())
-    again.on_roll_work = lambda: None
-    again.open()
+    _, again = opened(tmp_path)
     assert again.partitions() == [("t", 0)] and again.log_dir_of("t", 0) == dirs[0]
     resumed = again.moves[("t", 0)]
-    assert resumed.future is not None and resumed.future.log_end_offset == copied
+    assert resumed.future is not None and resumed.future.log_end_offset == done
     copy(again, resumed)
     new = again.replace_current_with_future(resumed)
     assert new is not None and new.dir == dirs[1] / "t-0" and read_all(new) == expected
@@ -178,16 +184,10 @@ def test_a_dropped_move_is_removed_and_an_interrupted_one_resumed(tmp_path: Path
 
 
 def test_an_interrupted_move_whose_log_ends_below_its_copy_begins_again(tmp_path: Path) -> None:
-    dirs, manager = opened(tmp_path)
-    log = manager.get_or_create("t", 0)
-    for seq in range(0, 8, 2):
-        produce(log, idempotent(1, seq))
-    move = start(manager, ("t", 0), dirs[1])
-    copy(manager, move)
+    dirs, manager, log, _move = copied(tmp_path, 4)
     log.truncate_to(4)  # as a crash's recovery may cut the tail the copy holds
     manager.close()
-    again = LogManager(dirs, SMALL, now_ms=Clock())
-    again.open()
+    _, again = opened(tmp_path)
     (stale,) = dirs[1].glob("t-0.*-future")
     resumed = again.moves[("t", 0)]
     assert resumed.future is None and not resumed.restart_needed()  # a new copy is to be made
@@ -199,8 +199,7 @@ def test_an_interrupted_move_whose_log_ends_below_its_copy_begins_again(tmp_path
 
     leftover = dirs[1] / "u-0.0123456789abcdef0123456789abcdef-future"  # no log u-0
     leftover.mkdir()
-    again = LogManager(dirs, SMALL, now_ms=Clock())
-    again.open()
+    _, again = opened(tmp_path)
     assert again.moves == {} and again.partitions() == [("t", 0)]
     removal = again.removal_chore(T0)
     assert removal is not None
@@ -210,12 +209,7 @@ def test_an_interrupted_move_whose_log_ends_below_its_copy_begins_again(tmp_path
 
 
 def test_a_truncation_of_the_current_log_voids_the_copy(tmp_path: Path) -> None:
-    dirs, manager = opened(tmp_path)
-    log = manager.get_or_create("t", 0)
-    for seq in range(0, 8, 2):
-        produce(log, idempotent(1, seq))
-    move = start(manager, ("t", 0), dirs[1])
-    copy(manager, move)
+    dirs, manager, log, move = copied(tmp_path, 4)
     log.truncate_to(4)
     assert move.restart_needed()
     assert manager.replace_current_with_future(move) is None

@@ -3,21 +3,21 @@
 This module owns the mapping ``(topic, partition) -> PartitionLog`` over one or more log
 directories (Kafka's ``LogManager``): finding partition directories at start-up, recovering
 them (skipping the scan after a clean shutdown), placing new partitions in the directory with
-the fewest and creating their logs (:class:`CreateLogs`, a chore, so that the broker makes a
-thousand of them in one worker-thread call), moving stray logs aside (Kafka's ``-stray``
-directories: kept, skipped at start-up, never reused as a new partition's), deleting partitions,
-moving a partition's log to another log directory (:class:`~storage.log_move.LogMove`: the
-moves under way, whose logs compaction leaves alone meanwhile as Kafka pauses its cleaner, the
-swap of a caught-up future log for the current one, and the directories asked for partitions
-not created yet; a ``-future`` directory found at start-up, a move a stop interrupted, is
-reopened and the move resumed, as Kafka does), the per-directory checkpoint files (recovery points, high
-watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
-chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
-the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
-checkpoints, unlinking deleted segments' files and removing deleted partitions' directories,
-and the next segments logs ask to have prepared ahead of their rolls). All logs share one
-:class:`~storage.file_handles.FileHandles` pool, so open descriptors stay bounded by
-``max_open_files`` however many partitions exist.
+the fewest (or the one asked for: AlterReplicaLogDirs before the partition was here) and
+creating their logs (:class:`CreateLogs`, a chore, so that the broker makes a thousand of them
+in one worker-thread call), moving stray logs aside (Kafka's ``-stray`` directories: kept,
+skipped at start-up, never reused as a new partition's), deleting partitions, moving a
+partition's log to another log directory (:class:`~storage.log_move.LogMove`: the moves under
+way, whose logs compaction leaves alone meanwhile as Kafka pauses its cleaner, and the swap of
+a caught-up future log for the current one; a ``-future`` directory found at start-up, a move
+a stop interrupted, is reopened and the move resumed, as Kafka does), the per-directory
+checkpoint files (recovery points, high watermarks, log start offsets, cleaner offsets), the
+clean-shutdown marker, and the periodic chores the broker triggers (retention; and as
+:class:`~storage.chore.Chore` s, whose slow part the broker runs off its event loop: flushes of
+rolled segments and by ``flush.ms``, compaction, checkpoints, unlinking deleted segments' files
+and removing deleted partitions' directories, and the next segments logs ask to have prepared
+ahead of their rolls). All logs share one :class:`~storage.file_handles.FileHandles` pool, so
+open descriptors stay bounded by ``max_open_files`` however many partitions exist.
 
 A full disk or a failed write degrades, it never stops the broker: a chore that fails for one
 log is logged and retried at its next run (checkpoints included), and shutdown writes a log

@@ -349,6 +349,7 @@ CASES: dict[str, Callable[[], list[Step]]] = {
             for path in ("/no/such/log/dir", "relative", "")
         ),
         ("unknown topic", alter_replica_log_dirs("/no/such/log/dir", "diff-never"), 1),
+        ("a name too long", alter_replica_log_dirs("/no/such/log/dir", "n" * 249), 0),
     ],
     "offsets": lambda: [
         ("create", create("diff-offsets", 1), 7),

@@ -2,7 +2,8 @@
 ``ReplicaManager.alterReplicaLogDirs`` and ``ReplicaAlterLogDirsThread``).
 
 :func:`alter_replica_log_dir` answers one partition of an AlterReplicaLogDirs request: it
-checks the destination (LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR), remembers it for a partition
+checks the topic name's length (INVALID_TOPIC_EXCEPTION when the future directory's name would
+pass 255 characters, KAFKA-4893) and the destination (LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR), remembers it for a partition
 not hosted yet (REPLICA_NOT_AVAILABLE, Kafka's compatibility answer; the log is created there),
 and otherwise starts (or replaces) the move. :func:`run_move` is the task of one move
 (:class:`storage.log_move.LogMove`): it makes the future log in a worker thread, then copies
@@ -27,7 +28,7 @@ import trio
 from protocol.errors import ErrorCode
 from storage.checkpoints import fsync_dir
 from storage.errors import StorageError, UnexpectedAppendOffsetError
-from storage.layout import partition_dir_name
+from storage.layout import future_dir_name, partition_dir_name
 from storage.log_move import LogMove
 from storage.results import FileSlice
 from wirebroker.read_ahead import read_ahead
@@ -48,10 +49,10 @@ RETRY_S = 0.01
 def alter_replica_log_dir(broker: Broker, topic: str, partition: int, path: str) -> ErrorCode:
     """Move the partition's replica into the log directory `path` (see the module doc)."""
     manager = broker.log_manager
-    wanted = Path(path)
-    if not wanted.is_absolute():
-        return ErrorCode.LOG_DIR_NOT_FOUND
-    dest = next((d for d in manager.log_dirs if d.resolve() == wanted.resolve()), None)
+    if _valid_partition(topic, partition) and len(future_dir_name(topic, partition)) > 255:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION  # Kafka: no future directory name for it
+    wanted = Path(path).resolve()  # a relative one from the working directory, as Kafka's
+    dest = next((d for d in manager.log_dirs if d.resolve() == wanted), None)
     if dest is None:
         return ErrorCode.LOG_DIR_NOT_FOUND
     if dest in manager.offline_dirs:

@@ -8,7 +8,8 @@ not hosted yet (REPLICA_NOT_AVAILABLE, Kafka's compatibility answer; the log is 
 and otherwise starts (or replaces) the move. :func:`run_move` is the task of one move
 (:class:`storage.log_move.LogMove`): it makes the future log in a worker thread, then copies
 the current log into it while the partition keeps serving -- the slices are taken on the loop,
-their bytes read and the follower appends written in worker threads -- flushes the copy once
+their bytes read and the follower appends written in worker threads, all moves together no
+faster than `replica.alter.log.dirs.io.max.bytes.per.second` -- flushes the copy once
 it first catches up, and swaps it in (:meth:`LogManager.replace_current_with_future`) on the
 loop, with no await between the caught-up check and the swap; the partition then serves from
 the new log, and the checkpoints are written for its new directory at once.
@@ -117,6 +118,7 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
         if not manager.future_made(move, future):
             return None
     max_bytes = broker.config.get_int("replica.fetch.max.bytes")
+    quota = broker.replication_quotas.alter_log_dirs
     flushed = False
     while not move.cancelled:
         current = move.current
@@ -145,6 +147,9 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
             await read_ahead([lookup])  # an old segment's index and headers, off the loop
             if move.cancelled or current.closed or move.restart_needed():
                 continue  # checked again above
+        if quota.is_exceeded(broker.now_ms()):  # Kafka: no fetch, then its backoff
+            await trio.sleep(broker.config.get_int("replica.fetch.backoff.ms") / 1000)
+            continue
         result = move.next_read(max_bytes)
         if result is None:
             await trio.sleep(RETRY_S)
@@ -153,6 +158,7 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
             data = await trio.to_thread.run_sync(_read_all, result.slices)
         finally:
             result.release()
+        quota.record(len(data), broker.now_ms())
         if move.cancelled or move.restart_needed():
             continue
         try:

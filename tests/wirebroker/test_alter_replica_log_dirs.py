@@ -13,6 +13,13 @@ from pathlib import Path
 import kafka.errors
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from kafka import KafkaAdminClient, TopicPartitionReplica
 from kafka.admin import NewTopic
 
@@ -264,3 +271,56 @@ def test_moving_a_replica_needs_alter_on_the_cluster(tmp_path: Path) -> None:
             assert answer == {replica: kafka.errors.ClusterAuthorizationFailedError}
         finally:
             admin.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_throttled_move_shows_its_future_replica_until_the_throttle_is_raised(
+    tmp_path: Path,
+) -> None:
+    a, b = (tmp_path / "a").resolve(), (tmp_path / "b").resolve()
+    properties = {
+        "replica.alter.log.dirs.io.max.bytes.per.second": "10000",
+        "replica.fetch.max.bytes": "16384",
+        "replica.fetch.backoff.ms": "50",
+    }
+    with serving(BrokerProcess(Path(f"{a},{b}"), properties)) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            admin.create_topics([NewTopic(TOPIC, 1, 1)])
+            # Batches far smaller than the log: a copy step takes one (at least) at a time.
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.size": 16384})
+            for i in range(500):
+                producer.produce(TOPIC, b"%08d" % i + b"." * 1000)
+            assert producer.flush(30) == 0
+            (source,) = [d for d, parts in placement(admin).items() if parts]
+            dest = str(b) if source == str(a) else str(a)
+            replica = TopicPartitionReplica(TOPIC, 0, 0)
+            assert admin.alter_replica_log_dirs({replica: dest}) == {replica: kafka.errors.NoError}
+            # 500 KB at 10 KB/s (after the rate's first windows' allowance, some 100 KB): the
+            # future replica is listed, behind, for half a minute.
+            wait_until(
+                lambda: any(f and lag > 0 for _p, f, lag in placement(admin)[dest]),
+                5,
+                "the future replica listed with its lag",
+            )
+            assert [(p, f) for p, f, _lag in placement(admin)[source]] == [(0, False)]
+            raised = ConfigResource(
+                ResourceType.BROKER,
+                "0",
+                incremental_configs=[
+                    ConfigEntry(
+                        "replica.alter.log.dirs.io.max.bytes.per.second",
+                        "100000000",
+                        incremental_operation=AlterConfigOpType.SET,
+                    )
+                ],
+            )
+            configs = AdminClient({"bootstrap.servers": broker.bootstrap})
+            for future in configs.incremental_alter_configs([raised]).values():
+                future.result(10)  # dynamic: the move speeds up at once
+            wait_until(
+                lambda: placement(admin) == {source: [], dest: [(0, False, 0)]}, 10, "the move"
+            )
+        finally:
+            admin.close()
+        assert consume_all(broker.bootstrap, 500) == [b"%08d" % i + b"." * 1000 for i in range(500)]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from compat.raw import BROKER_CONFIGS
+from protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.delete_records import DeleteRecordsRequest
@@ -283,6 +284,18 @@ def offset_fetch(group: str, topic: str) -> OffsetFetchRequest:
 
 # --------------------------------------------------------------------------- cases
 
+
+def alter_replica_log_dirs(path: str, topic: str) -> AlterReplicaLogDirsRequest:
+    request = AlterReplicaLogDirsRequest
+    return request(
+        dirs=[
+            request.AlterReplicaLogDir(
+                path=path, topics=[request.AlterReplicaLogDirTopic(name=topic, partitions=[0])]
+            )
+        ]
+    )
+
+
 CASES: dict[str, Callable[[], list[Step]]] = {
     "create_topics": lambda: [
         ("create", create("diff-create", 3, {"retention.ms": "1000"}), 7),
@@ -327,6 +340,16 @@ CASES: dict[str, Callable[[], list[Step]]] = {
         ("delete past end", delete_records("diff-configs", 99), 2),
         *list_offsets("diff-configs", -2, -1),
         ("fetch below start", fetch("diff-configs", 0), 12),
+    ],
+    # The answers that name no log dir (the two brokers' dirs differ).
+    "alter_replica_log_dirs": lambda: [
+        ("create", create("diff-log-dirs", 1), 7),
+        *(
+            (f"move to {path!r}", alter_replica_log_dirs(path, "diff-log-dirs"), 2)
+            for path in ("/no/such/log/dir", "relative", "")
+        ),
+        ("unknown topic", alter_replica_log_dirs("/no/such/log/dir", "diff-never"), 1),
+        ("a name too long", alter_replica_log_dirs("/no/such/log/dir", "n" * 249), 0),
     ],
     "offsets": lambda: [
         ("create", create("diff-offsets", 1), 7),

@@ -28,7 +28,9 @@ __all__ = [
     "TIME_INDEX_SUFFIX",
     "TXN_INDEX_SUFFIX",
     "delete_dir_name",
+    "future_dir_name",
     "is_delete_dir",
+    "is_future_dir",
     "is_stray_dir",
     "offset_from_file_name",
     "parse_partition_dir",
@@ -120,9 +122,19 @@ def stray_dir_name(topic: str, partition: int) -> str:
     return f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
 
 
+def future_dir_name(topic: str, partition: int) -> str:
+    """The name of a replica being moved into another log directory while it fills (Kafka's
+    ``UnifiedLog.logFutureDirName``)."""
+    return f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+
+
 def is_delete_dir(name: str) -> bool:
     return bool(_SPECIAL_DIR.search(name)) and name.endswith(DELETE_DIR_SUFFIX)
 
 
 def is_stray_dir(name: str) -> bool:
     return bool(_SPECIAL_DIR.search(name)) and name.endswith(STRAY_DIR_SUFFIX)
+
+
+def is_future_dir(name: str) -> bool:
+    return bool(_SPECIAL_DIR.search(name)) and name.endswith(FUTURE_DIR_SUFFIX)

@@ -3,16 +3,21 @@
 This module owns the mapping ``(topic, partition) -> PartitionLog`` over one or more log
 directories (Kafka's ``LogManager``): finding partition directories at start-up, recovering
 them (skipping the scan after a clean shutdown), placing new partitions in the directory with
-the fewest and creating their logs (:class:`CreateLogs`, a chore, so that the broker makes a
-thousand of them in one worker-thread call), moving stray logs aside (Kafka's ``-stray``
-directories: kept, skipped at start-up, never reused as a new partition's), deleting partitions, the per-directory checkpoint files (recovery points, high
-watermarks, log start offsets, cleaner offsets), the clean-shutdown marker, and the periodic
-chores the broker triggers (retention; and as :class:`~storage.chore.Chore` s, whose slow part
-the broker runs off its event loop: flushes of rolled segments and by ``flush.ms``, compaction,
-checkpoints, unlinking deleted segments' files and removing deleted partitions' directories,
-and the next segments logs ask to have prepared ahead of their rolls). All logs share one
-:class:`~storage.file_handles.FileHandles` pool, so open descriptors stay bounded by
-``max_open_files`` however many partitions exist.
+the fewest (or the one asked for: AlterReplicaLogDirs before the partition was here) and
+creating their logs (:class:`CreateLogs`, a chore, so that the broker makes a thousand of them
+in one worker-thread call), moving stray logs aside (Kafka's ``-stray`` directories: kept,
+skipped at start-up, never reused as a new partition's), deleting partitions, moving a
+partition's log to another log directory (:class:`~storage.log_move.LogMove`: the moves under
+way, whose logs compaction leaves alone meanwhile as Kafka pauses its cleaner, and the swap of
+a caught-up future log for the current one; a ``-future`` directory found at start-up, a move
+a stop interrupted, is reopened and the move resumed, as Kafka does), the per-directory
+checkpoint files (recovery points, high watermarks, log start offsets, cleaner offsets), the
+clean-shutdown marker, and the periodic chores the broker triggers (retention; and as
+:class:`~storage.chore.Chore` s, whose slow part the broker runs off its event loop: flushes of
+rolled segments and by ``flush.ms``, compaction, checkpoints, unlinking deleted segments' files
+and removing deleted partitions' directories, and the next segments logs ask to have prepared
+ahead of their rolls). All logs share one :class:`~storage.file_handles.FileHandles` pool, so
+open descriptors stay bounded by ``max_open_files`` however many partitions exist.
 
 A full disk or a failed write degrades, it never stops the broker: a chore that fails for one
 log is logged and retried at its next run (checkpoints included), and shutdown writes a log
@@ -57,11 +62,13 @@ from storage.layout import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     is_delete_dir,
+    is_future_dir,
     is_stray_dir,
     parse_partition_dir,
     partition_dir_name,
     stray_dir_name,
 )
+from storage.log_move import LogMove
 from storage.partition_log import PartitionLog, PendingFlush
 
 if TYPE_CHECKING:
@@ -129,6 +136,11 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._per_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
+        #: The moves of logs to another log directory under way (see :mod:`storage.log_move`).
+        self.moves: dict[TopicPartition, LogMove] = {}
+        #: Where a partition's log goes when it is created (AlterReplicaLogDirs before the
+        #: partition was here: Kafka's preferred log directories); taken by the creation.
+        self.preferred_dirs: dict[TopicPartition, Path] = {}
         #: Per log directory: did the last shutdown leave the clean-shutdown marker?
         self.had_clean_shutdown: dict[Path, bool] = {}
         #: A descriptor per log directory, open from :meth:`open` to :meth:`close`, through
@@ -154,7 +166,9 @@ class LogManager:
     # ---- start-up --------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Load every partition directory of every log directory (recovering as needed)."""
+        """Load every partition directory of every log directory (recovering as needed), then
+        the future logs of the moves a stop interrupted (:attr:`moves`, to resume)."""
+        futures: list[tuple[Path, Path]] = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._dir_fds[log_dir] = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -170,6 +184,9 @@ class LogManager:
                 path = log_dir / name
                 if is_delete_dir(name):
                     self._to_remove.append(path)
+                    continue
+                if is_future_dir(name):
+                    futures.append((log_dir, path))
                     continue
                 if is_stray_dir(name):
                     log.warning("Found stray log %s (kept aside; remove it once not needed)", path)
@@ -196,9 +213,44 @@ class LogManager:
                 self._dir_of[tp] = log_dir
                 self._per_dir[log_dir] += 1
                 self._logs[tp].on_roll_work = self._roll_work_wanted
-            if clean:
+        for log_dir, path in futures:
+            self._resume_move(log_dir, path)
+        for log_dir in self.log_dirs:
+            if self.had_clean_shutdown[log_dir]:
                 remove_clean_shutdown(log_dir)
         self._opened = True
+
+    def _resume_move(self, log_dir: Path, path: Path) -> None:
+        """Reopen the future log in `path` and resume its move, if its partition's log is here,
+        in another directory, and ends no lower (else the copy is removed)."""
+        tp = parse_partition_dir(path.name.rsplit(".", 1)[0])
+        current = None if tp is None else self._logs.get(tp)
+        if tp is None or current is None or tp in self.moves or self._dir_of[tp] == log_dir:
+            log.warning("Removing %s: no move of a log here to resume", path)
+            self._to_remove.append(path)
+            return
+        try:
+            future = PartitionLog.open(
+                path,
+                current.config,
+                handles=self.handles,
+                now_ms=self._now_ms,
+                had_clean_shutdown=self.had_clean_shutdown[log_dir],
+            )
+        except StorageError as e:
+            log.warning("Removing %s, a move's copy that cannot be opened: %s", path, e)
+            self._to_remove.append(path)
+            return
+        move = LogMove(tp, current, log_dir, future)
+        if move.restart_needed():  # the current log ends below the copy: begun again
+            log.warning("Removing %s: its log ends below it; the move begins again", path)
+            future.abandon()
+            self._to_remove.append(path)
+            move = LogMove(tp, current, log_dir)
+        else:
+            future.on_roll_work = self._roll_work_wanted
+        self.moves[tp] = move
+        log.info("Resuming the move of %s-%d to %s", *tp, log_dir)
 
     @staticmethod
     def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
@@ -252,7 +304,11 @@ class LogManager:
                     f"cannot create {tp[0]}-{tp[1]}: no log directory is online"
                 )
                 continue
-            log_dir = min(online, key=self._per_dir.__getitem__)
+            preferred = self.preferred_dirs.pop(tp, None)
+            if preferred in online:
+                log_dir = preferred
+            else:
+                log_dir = min(online, key=self._per_dir.__getitem__)
             self._per_dir[log_dir] += 1
             self._creating.add(tp)
             creation.pending[tp] = (log_dir / partition_dir_name(*tp), config)
@@ -282,6 +338,9 @@ class LogManager:
 
     def _detach(self, tp: tuple[str, int]) -> PartitionLog | None:
         """Stop managing the partition's log (its directory stays): the log, or None."""
+        move = self.moves.get(tp)
+        if move is not None:
+            self.drop_move(move)
         plog = self._logs.pop(tp, None)
         log_dir = self._dir_of.pop(tp, None)
         if plog is None or log_dir is None:
@@ -297,12 +356,20 @@ class LogManager:
         if log_dir is not None:
             self._maybe_take_offline(log_dir, error)
 
+    def handle_dir_error(self, log_dir: Path, error: BaseException) -> None:
+        """Tell the manager an operation in `log_dir` failed (a move's future log): an I/O
+        error other than a full disk takes it offline."""
+        self._maybe_take_offline(log_dir, error)
+
     def _maybe_take_offline(self, log_dir: Path, error: BaseException) -> None:
         cause = _os_error(error)
         if cause is None or cause.errno in _OUT_OF_SPACE or log_dir in self.offline_dirs:
             return
         log.error("log directory %s failed, offline until a restart: %s", log_dir, error)
         self.offline_dirs.add(log_dir)
+        for move in list(self.moves.values()):
+            if log_dir in (move.dest_dir, self._dir_of.get(move.tp)):
+                self.drop_move(move)
         for tp, lg in self._logs.items():
             if self._dir_of[tp] == log_dir:
                 lg.abandon()
@@ -321,6 +388,90 @@ class LogManager:
 
     def __len__(self) -> int:
         return len(self._logs)
+
+    # ---- moves between log directories -----------------------------------------------------
+
+    def begin_move(self, topic: str, partition: int, dest_dir: Path) -> LogMove:
+        """Start moving the partition's log into `dest_dir` (another online log directory of
+        this manager): a :class:`LogMove`, whose future log the caller makes and fills; any
+        other move of the partition is dropped first."""
+        tp = (topic, partition)
+        current = self._logs[tp]
+        previous = self.moves.get(tp)
+        if previous is not None:
+            self.drop_move(previous)
+        move = LogMove(tp, current, dest_dir)
+        self.moves[tp] = move
+        return move
+
+    def future_made(self, move: LogMove, future: PartitionLog) -> bool:
+        """Give `move` its future log (made by :meth:`LogMove.make_future`): its rolls'
+        file work is prepared off the loop as every log's. False if the move was dropped
+        meanwhile (the new log is removed)."""
+        move.future = future
+        if move.cancelled:
+            self.drop_move(move)
+            return False
+        future.on_roll_work = self._roll_work_wanted
+        return True
+
+    def drop_move(self, move: LogMove) -> None:
+        """Give `move` up (replaced, its partition deleted, a directory failed): it is
+        cancelled, and its future log's directory renamed for the removal chore."""
+        move.cancelled = True
+        if self.moves.get(move.tp) is move:
+            del self.moves[move.tp]
+        future = move.future
+        if future is not None and not future.closed:
+            if future.writing:  # its worker thread's commit finds it closed
+                future.abandon()
+                self._to_remove.append(move.future_path)
+            else:
+                self._to_remove.append(future.delete())
+
+    def replace_current_with_future(self, move: LogMove) -> PartitionLog | None:
+        """Swap the future log of `move` in for the current one, if it has caught up and
+        neither log has file work under way (else None: the caller copies on and asks again);
+        on this thread, at once (Kafka's replaceCurrentWithFutureLog). The future directory is
+        renamed to the partition's name first, then the current one for deletion (a crash in
+        between leaves two whole copies, which the next start refuses to choose between, never
+        none); the caller makes both renames durable off the loop (the removal chore fsyncs
+        the old directory's parent). The new log is returned; the caller's references to the
+        old one must follow."""
+        tp = move.tp
+        future = move.future
+        current = self._logs.get(tp)
+        if (
+            move.cancelled
+            or future is None
+            or current is not move.current
+            or not move.caught_up
+            or move.restart_needed()
+            or current.writing
+            or not future.relocatable
+        ):
+            return None
+        try:
+            future.relocate(move.dest_dir / partition_dir_name(*tp))
+        except OSError as e:
+            log.error("cannot move %s into place, the move is given up: %s", future.dir, e)
+            self.drop_move(move)
+            self._maybe_take_offline(move.dest_dir, e)
+            return None
+        future.take_over_from(current)
+        del self.moves[tp]
+        old_dir = self._dir_of[tp]
+        try:
+            self._to_remove.append(current.delete())
+        except OSError as e:  # the old copy stays whole: the next start finds two
+            log.error("cannot rename %s for deletion: %s", current.dir, e)
+            self._maybe_take_offline(old_dir, e)
+        self._logs[tp] = future
+        self._dir_of[tp] = move.dest_dir
+        self._per_dir[old_dir] -= 1
+        self._per_dir[move.dest_dir] += 1
+        log.info("Moved %s-%d from %s to %s", *tp, old_dir, move.dest_dir)
+        return future
 
     # ---- chores ----------------------------------------------------------------------------
 
@@ -403,7 +554,8 @@ class LogManager:
         """One log's compaction passes due now, each made after the previous one committed: a
         pass that filled the offset map gets the next at once. Passes of different logs may
         run at the same time (each prepares with its own file handles)."""
-        while not (lg.closed or lg.offline or lg.writing) and lg.config.compact:
+        paused = lg.topic_partition in self.moves  # Kafka's abortAndPauseCleaning
+        while not (paused or lg.closed or lg.offline or lg.writing) and lg.config.compact:
             try:
                 pass_ = lg.begin_compaction(now_ms, max_map_keys=self.max_map_keys)
             except (OSError, StorageError) as e:
@@ -497,18 +649,23 @@ class LogManager:
         """Close every log, make it all durable with one file-system sync per log directory (a
         group commit of the whole shutdown instead of an fsync per file), write the
         checkpoints, then the clean-shutdown marker of each log directory where all of that
-        succeeded and no write-back error was reported since :meth:`open`."""
+        succeeded and no write-back error was reported since :meth:`open`. The future logs of
+        moves under way are closed likewise, for the next start to resume them."""
         failed = set(self.offline_dirs)
         closed = []
-        for tp, lg in self.logs():
-            if lg.offline:
+        futures = [(m.dest_dir, m.future) for m in self.moves.values() if m.future is not None]
+        self.moves.clear()
+        for log_dir, lg in [(self._dir_of[tp], lg) for tp, lg in self.logs()] + futures:
+            if lg.offline or lg.closed:
                 continue
             try:
+                if lg.writing:  # a worker's append never committed: recovery cuts it
+                    raise StorageError(f"{lg.dir.name} is being written")
                 lg.close(fsync=False)
-                closed.append((self._dir_of[tp], lg))
+                closed.append((log_dir, lg))
             except (OSError, StorageError) as e:
-                log.error("closing %s-%d failed, the next start recovers it: %s", *tp, e)
-                failed.add(self._dir_of[tp])
+                log.error("closing %s failed, the next start recovers it: %s", lg.dir.name, e)
+                failed.add(log_dir)
         for log_dir in self.log_dirs:
             try:
                 self._sync(log_dir)

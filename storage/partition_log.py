@@ -1440,6 +1440,51 @@ class PartitionLog:
             self.handles.close_all()
         return target
 
+    @property
+    def relocatable(self) -> bool:
+        """Nothing names its files off this thread or later (no writer, roll work, pending
+        snapshot, deleted segment or rename): :meth:`relocate` may rename its directory."""
+        return not (
+            self._writer is not None
+            or self._roll_work_asked
+            or self._roll_work_running
+            or self._pending_snapshots
+            or self._pending_trims
+            or self._pending_deletes
+            or self._unrenamed
+            or self._renaming
+            or self._obsolete_snapshots
+        )
+
+    def relocate(self, directory: Path) -> None:
+        """Rename the log's directory to `directory` (on the same file system) and name every
+        file there; open descriptors stay valid. Only when :attr:`relocatable` (Kafka's
+        ``LocalLog.renameDir``: a future replica becoming the current one)."""
+        if not self.relocatable:
+            raise RuntimeError(f"{self.dir.name} has file work under way: not relocatable")
+        os.rename(self.dir, directory)
+        self.dir = directory
+        self.topic_partition = parse_partition_dir(directory.name)
+        self.producer_state.dir = directory
+        self.leader_epoch_cache.path = directory / LEADER_EPOCH_CHECKPOINT
+        for seg in self._segments:
+            seg.moved_to(directory)
+
+    def take_over_from(self, current: PartitionLog) -> None:
+        """Become the copy of `current` it has caught up with (same log end offset): take its
+        high watermark, log start offset, cleaner checkpoint and leader epochs (an epoch may
+        start at the log end offset with no batch yet); the batches, producer state and
+        aborted transactions came with the follower appends."""
+        if self._leo != current._leo:
+            raise RuntimeError(f"{self.dir.name} has not caught up with {current.dir.name}")
+        self._set_high_watermark(current._high_watermark)
+        if current._log_start > self._log_start:
+            self.delete_records_before(current._log_start)
+        self.cleaner_checkpoint = max(current.cleaner_checkpoint, self._log_start)
+        self.tombstone_horizon_ms = current.tombstone_horizon_ms
+        for entry in current.leader_epoch_cache.entries:
+            self.leader_epoch_cache.assign(entry.epoch, entry.start_offset)
+
     def statistics(self) -> dict[str, int]:
         return {
             "segments": len(self._segments),

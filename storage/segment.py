@@ -507,6 +507,16 @@ class LogSegment:
         self.suffix = suffix
         return renames
 
+    def moved_to(self, directory: Path) -> None:
+        """Its partition directory was renamed to `directory`: name the files there (open
+        descriptors stay valid)."""
+        self.dir = directory
+        log, offsets, times, txns = self._paths(self.suffix)
+        self.log.path = log
+        self.offset_index.moved(offsets)
+        self.time_index.moved(times)
+        self.txn_index.path = txns
+
     def _paths(self, suffix: str) -> list[Path]:
         return [
             segment_file(self.dir, self.base_offset, ext + suffix)

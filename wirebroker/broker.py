@@ -155,6 +155,9 @@ class Broker:
     _key_set_scopes: dict[KeySet, trio.CancelScope] = field(
         default_factory=dict, init=False, repr=False
     )
+    #: Held while the offset checkpoint files are written (`server.write_checkpoints`): two
+    #: writes at once would share their temporary files.
+    checkpoint_lock: trio.Lock = field(default_factory=trio.Lock, init=False, repr=False)
     #: Held while logs are made off the loop (`create_logs`): one creation at a time, in order.
     _log_creation: trio.Lock = field(default_factory=trio.Lock, init=False, repr=False)
     #: The internal topics whose making on first use runs in the background

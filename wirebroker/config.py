@@ -1216,7 +1216,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "replica.alter.log.dirs.io.max.bytes.per.second",
             "long",
             str(LONG_MAX),
-            "Accepted for compatibility; replicas are not moved between log dirs.",
+            "Bytes/s the moves of replicas between this broker's log dirs copy, all together.",
             QUOTA,
             at_least=0,
         ),

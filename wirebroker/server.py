@@ -133,6 +133,9 @@ async def serve_broker(
             await nursery.start(broker.serve_coordinators)
             if broker.cluster_mode:
                 await nursery.start(broker.replica_manager.run)
+            from wirebroker.log_dir_moves import resume_moves  # it runs chores as this module
+
+            resume_moves(broker)
             # the stored ip quotas and the overrides of max.connections.per.ip, their host names
             # resolved, apply before a listener opens
             await broker.apply_stored_quotas()
@@ -232,8 +235,14 @@ async def _housekeeping(broker: Broker) -> None:
             if freed:
                 log.info("compaction freed %d bytes", freed)
         else:
-            await run_off_loop(manager.begin_checkpoint())
+            await write_checkpoints(broker)
         due[job] = trio.current_time() + interval(job)
+
+
+async def write_checkpoints(broker: Broker) -> None:
+    """Write the log dirs' offset checkpoint files off the loop, one write at a time."""
+    async with broker.checkpoint_lock:
+        await run_off_loop(broker.log_manager.begin_checkpoint())
 
 
 async def _remove_deleted(manager: LogManager, now_ms: int) -> None:

@@ -72,12 +72,23 @@ async def start_cluster(
 
 
 async def create_topic(
-    running: RunningBroker, name: str, partitions: int, replicas: int = 3
+    running: RunningBroker,
+    name: str,
+    partitions: int,
+    replicas: int = 3,
+    assignments: dict[int, list[int]] | None = None,
 ) -> None:
-    """CreateTopics through `running` (and fail unless the topic was created)."""
+    """CreateTopics through `running` (and fail unless the topic was created); with
+    `assignments`, each partition's replicas (`partitions` and `replicas` unused)."""
     topic = CreateTopicsRequest.CreatableTopic(
         name=name, num_partitions=partitions, replication_factor=replicas
     )
+    if assignments is not None:
+        topic.num_partitions = topic.replication_factor = -1
+        topic.assignments = [
+            CreateTopicsRequest.CreatableReplicaAssignment(partition_index=p, broker_ids=r)
+            for p, r in assignments.items()
+        ]
     made = await call(running, CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7)
     assert made.topics[0].error_code == ErrorCode.NONE, made.topics[0]
 

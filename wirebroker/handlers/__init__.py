@@ -50,6 +50,7 @@ HANDLED: dict[str, tuple[str, int, int]] = {
     "DescribeDelegationToken": ("delegation_tokens", 0, 3),
     "DescribeConfigs": ("configs", 0, 4),
     "AlterConfigs": ("configs", 0, 2),
+    "AlterReplicaLogDirs": ("partitions_admin", 0, 2),
     "DescribeLogDirs": ("partitions_admin", 0, 4),
     "SaslAuthenticate": ("sasl", 0, 2),
     "CreatePartitions": ("topics", 0, 3),

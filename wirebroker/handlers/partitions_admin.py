@@ -1,19 +1,27 @@
-"""DeleteRecords v0-v2, OffsetForLeaderEpoch v0-v4, DescribeLogDirs v0-v4.
+"""DeleteRecords v0-v2, OffsetForLeaderEpoch v0-v4, DescribeLogDirs v0-v4,
+AlterReplicaLogDirs v0-v2.
 
 DeleteRecords advances a partition's log start offset (-1 means the high watermark) and never
 past the high watermark (OFFSET_OUT_OF_RANGE). OffsetForLeaderEpoch answers from the leader
 epoch cache (KIP-101/KIP-279): the end offset of the requested epoch, or of the largest epoch
-below it. DescribeLogDirs lists each log dir with its partitions' sizes.
+below it. DescribeLogDirs lists each log dir with its partitions' sizes, and a replica being
+moved there (`IsFutureKey`, its size and how far it lags the current log). AlterReplicaLogDirs
+moves replicas between this broker's log dirs (`wirebroker.log_dir_moves`).
 
 Authorization, as Kafka: DeleteRecords needs DELETE on each topic, OffsetForLeaderEpoch
 DESCRIBE on each topic unless the sender acts as a broker (refused topics come last, each
 partition TOPIC_AUTHORIZATION_FAILED), DescribeLogDirs DESCRIBE on the cluster (else
-CLUSTER_AUTHORIZATION_FAILED and no log dirs).
+CLUSTER_AUTHORIZATION_FAILED and no log dirs), AlterReplicaLogDirs ALTER on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED for every partition).
 """
 
 from __future__ import annotations
 
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.alter_replica_log_dirs import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+)
 from protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
 from protocol.messages.offset_for_leader_epoch import (
@@ -22,6 +30,7 @@ from protocol.messages.offset_for_leader_epoch import (
 )
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
+from wirebroker.log_dir_moves import alter_replica_log_dir
 
 HIGH_WATERMARK = -1
 
@@ -133,6 +142,16 @@ async def describe_log_dirs(
                 is_future_key=False,
             )
         )
+        move = broker.log_manager.moves.get((tp.topic, tp.partition))
+        if move is not None and move.future is not None:
+            by_dir.setdefault(str(move.dest_dir.resolve()), {}).setdefault(tp.topic, []).append(
+                DescribeLogDirsResponse.DescribeLogDirsPartition(
+                    partition_index=tp.partition,
+                    partition_size=move.size_in_bytes,
+                    offset_lag=move.offset_lag,
+                    is_future_key=True,
+                )
+            )
     results = []
     for log_dir, topics in by_dir.items():
         usage = _usage(log_dir)
@@ -149,6 +168,40 @@ async def describe_log_dirs(
             )
         )
     return DescribeLogDirsResponse(error_code=ErrorCode.NONE, results=results)
+
+
+@handles(AlterReplicaLogDirsRequest, (0, 2))
+async def alter_replica_log_dirs(
+    ctx: RequestContext, request: AlterReplicaLogDirsRequest
+) -> AlterReplicaLogDirsResponse:
+    allowed = ctx.authorize_cluster(AclOperation.ALTER)
+    # One destination per partition, the last named (Kafka reads them into a map).
+    wanted = {
+        (topic.name, index): log_dir.path
+        for log_dir in request.dirs
+        for topic in log_dir.topics
+        for index in topic.partitions
+    }
+    results: dict[str, list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]] = {}
+    for (topic, index), path in wanted.items():
+        code = (
+            alter_replica_log_dir(ctx.broker, topic, index, path)
+            if allowed
+            else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        )
+        results.setdefault(topic, []).append(
+            AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult(
+                partition_index=index, error_code=code
+            )
+        )
+    return AlterReplicaLogDirsResponse(
+        results=[
+            AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult(
+                topic_name=name, partitions=partitions
+            )
+            for name, partitions in results.items()
+        ]
+    )
 
 
 def _usage(path: str) -> tuple[int, int]:

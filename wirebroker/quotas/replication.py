@@ -1,4 +1,5 @@
-"""Replication throttles: Kafka's ReplicationQuotaManager, on the leader and the follower side.
+"""Replication throttles: Kafka's ReplicationQuotaManager, on the leader and the follower side,
+and for the copies of replicas moved between this broker's log dirs.
 
 A topic's `leader.replication.throttled.replicas` and `follower.replication.throttled.replicas`
 (`partition:broker,...` or `*`) name the replicas whose replication is throttled; each broker
@@ -15,6 +16,9 @@ so a dynamic change applies at once. As in Kafka:
   the limit and the fetching replica is not in the ISR; the follower leaves a throttled
   partition out of its fetches while its rate is over the limit and the partition has not
   caught up with the leader's high watermark.
+- The moves between log dirs (AlterReplicaLogDirs) share one rate,
+  `replica.alter.log.dirs.io.max.bytes.per.second`: every partition is throttled, and no move
+  copies while the rate is over it (Kafka's alterLogDirs quota, LocalLeaderEndPoint.buildFetch).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
+ALTER_LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 #: Every partition of a topic is throttled (`*`).
 ALL_PARTITIONS = None
 _REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
@@ -122,7 +127,8 @@ class ReplicationQuota:
 
 
 class ReplicationQuotas:
-    """The leader and the follower side of this broker's replication throttles."""
+    """The leader and the follower side of this broker's replication throttles, and the
+    log dir moves' (no throttled replica list: all are)."""
 
     def __init__(self, config: Callable[[], BrokerConfig], broker_id: int) -> None:
         settings = config()
@@ -134,6 +140,9 @@ class ReplicationQuotas:
         )
         self.follower = ReplicationQuota(
             "follower", FOLLOWER_RATE, FOLLOWER_REPLICAS, config, samples, window_ms
+        )
+        self.alter_log_dirs = ReplicationQuota(
+            "log dir move", ALTER_LOG_DIRS_RATE, "", config, samples, window_ms
         )
 
     def topics(self) -> set[str]:

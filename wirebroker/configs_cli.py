@@ -10,6 +10,10 @@ It writes `/config/users/<user>` as Kafka's AdminZkClient does (the user name sa
 keys of the user's config, its quotas, kept) and a `/config/changes` notification, so running
 brokers pick the change up too. `--describe` lists users and their mechanisms and iterations,
 never the credential itself.
+
+As kafka-configs.sh, it logs in to ZooKeeper with the JAAS file's `Client` section when the
+system properties name one (`KAFKA_OPTS`, as `wirebroker.zk.sasl_login` reads it), and then
+creates its znodes with Kafka's secure ACLs (`wirebroker.zk.acls`), as ConfigCommand does.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import argparse
 import logging
 import re
 import sys
-import warnings
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -120,8 +123,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kazoo.client import KazooClient
+    from kazoo.exceptions import AuthFailedError
     from kazoo.handlers.threading import KazooTimeoutError
+
+    from wirebroker.config import ConfigError
+    from wirebroker.zk.acls import ensure_chroot
+    from wirebroker.zk.client import split_connect
+    from wirebroker.zk.sasl_login import kazoo_client, start_session, zk_login
 
     if args.alter:
         if not args.entity_name:
@@ -135,18 +143,32 @@ def _run(args: argparse.Namespace) -> int:
                 f"({', '.join(SCRAM)})"
             )
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries; we say it once
-    warnings.filterwarnings("ignore", "No chroot path exists")  # created with the first znode
-    zk = KazooClient(hosts=args.zookeeper)
     try:
-        zk.start(timeout=15)
-    except KazooTimeoutError:
-        print(f"wirebroker configs: ZooKeeper {args.zookeeper} is unreachable", file=sys.stderr)
+        login = zk_login()
+    except ConfigError as e:
+        print(f"wirebroker configs: {e}", file=sys.stderr)
         return 1
+    zk = kazoo_client(args.zookeeper, login)
+    hosts, chroot = split_connect(args.zookeeper)
     try:
+        if chroot:
+            ensure_chroot(hosts, chroot, login, login is not None, 15.0)
+        start_session(zk, login, 15.0)
         if args.describe:
             _describe(zk, args.entity_name)
         else:
-            _alter(zk, args.entity_name, added, deleted)
+            _alter(zk, args.entity_name, added, deleted, secure=login is not None)
+    except KazooTimeoutError:
+        print(f"wirebroker configs: ZooKeeper {args.zookeeper} is unreachable", file=sys.stderr)
+        return 1
+    except AuthFailedError:
+        assert login is not None
+        print(
+            f"wirebroker configs: ZooKeeper {args.zookeeper} refused the SASL login of "
+            f"{login.describe()}: AUTH_FAILED",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         zk.stop()
         zk.close()
@@ -154,10 +176,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _alter(
-    zk: KazooClient, user: str, added: dict[str, ScramCredential], deleted: list[str]
+    zk: KazooClient,
+    user: str,
+    added: dict[str, ScramCredential],
+    deleted: list[str],
+    *,
+    secure: bool,
 ) -> None:
     from wirebroker.sasl.scram import ScramCredential
     from wirebroker.zk import znodes  # not at import: `wirebroker serve` parses this module's flags
+    from wirebroker.zk.acls import ensure_path, parent_path, znode_acls
+
+    def create(path: str, data: bytes, *, sequence: bool = False) -> None:
+        ensure_path(lambda p, acl: zk.create(p, b"", acl=acl), parent_path(path), secure)
+        zk.create(path, data, acl=znode_acls(path, secure), sequence=sequence)
 
     sanitized = sanitize(user)
     path = znodes.user_config_path(sanitized)
@@ -169,14 +201,13 @@ def _alter(
     current.update(added)
     encoded = znodes.EntityConfig(with_scram_credentials(config, current)).encode()
     if data is None:
-        zk.create(path, encoded, makepath=True)
+        create(path, encoded)
     else:
         zk.set(path, encoded)
-    zk.create(
+    create(
         f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
         znodes.ConfigChangeNotification(f"users/{sanitized}").encode(),
         sequence=True,
-        makepath=True,
     )
     print(f"Completed updating config for user {user}.")
 

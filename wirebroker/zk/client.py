@@ -17,6 +17,12 @@ caller waits to learn its outcome, within that bound).
 Watches are one-shot, as in ZooKeeper: ask again with `watch=True` when the event arrives.
 The owner re-reads the znode rather than trusting the event, as Kafka's handlers do.
 
+With a `login` (`sasl_login`), every connection logs in to ZooKeeper first; `start` waits for
+ZooKeeper's answer to it (kazoo reports CONNECTED before its SASL exchange) and a refusal ends
+it with ZooKeeperAuthFailed. Every znode created here (`create`, `ensure_path`, the parents
+`makepath` creates, a multi's creates, the chroot) gets the ACLs of its own path (`acls`):
+Kafka's secure ones with `secure_acls` (`zookeeper.set.acl`), open ones without.
+
 Session states: CONNECTED (first connection, or reconnected: `new_session` says whether a
 session replaced an expired one, i.e. ephemerals and watches are gone), SUSPENDED (connection lost, session may
 still live), LOST (the session expired or the client closed: ephemerals are gone).
@@ -34,6 +40,7 @@ from typing import Any
 import trio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     ConnectionLoss,
     NodeExistsError,
@@ -45,7 +52,9 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
-from wirebroker.zk.errors import ZooKeeperUnreachable
+from wirebroker.zk.acls import ensure_chroot, ensure_path, parent_path, znode_acls
+from wirebroker.zk.errors import ZooKeeperAuthFailed, ZooKeeperUnreachable
+from wirebroker.zk.sasl_login import ZkLogin, kazoo_client, start_session
 
 __all__ = [
     "BadVersionError",
@@ -91,15 +100,20 @@ class ZkClient:
         *,
         session_timeout_ms: int = 18_000,
         connection_timeout_ms: int | None = None,
+        login: ZkLogin | None = None,
+        secure_acls: bool = False,
     ) -> None:
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        self.login = login
+        self.secure_acls = secure_acls
         self._token = trio.lowlevel.current_trio_token()
         self._send, self.events = trio.open_memory_channel[ZkEvent](math.inf)
         # Reconnect forever (the default gives up after a while, leaving a dead client).
-        self._kazoo = KazooClient(
-            hosts=connect,
+        self._kazoo = kazoo_client(
+            connect,
+            login,
             timeout=session_timeout_ms / 1000,
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
         )
@@ -112,27 +126,26 @@ class ZkClient:
         """Connect (waiting at most `zookeeper.connection.timeout.ms`) and create the chroot."""
         hosts, chroot = split_connect(self.connect)
         self._kazoo.add_listener(self._on_state)
+        timeout = self.connection_timeout_ms / 1000
         try:
             if chroot:
-                await trio.to_thread.run_sync(self._ensure_chroot, hosts, chroot)
-            await trio.to_thread.run_sync(
-                lambda: self._kazoo.start(timeout=self.connection_timeout_ms / 1000)
-            )
+                await trio.to_thread.run_sync(
+                    ensure_chroot, hosts, chroot, self.login, self.secure_acls, timeout
+                )
+            await trio.to_thread.run_sync(start_session, self._kazoo, self.login, timeout)
+        except AuthFailedError:
+            await self.close()
+            assert self.login is not None
+            raise ZooKeeperAuthFailed(
+                f"ZooKeeper at {self.connect} refused the SASL login of "
+                f"{self.login.describe()}: AUTH_FAILED"
+            ) from None
         except Exception as e:
             await self.close()
             raise ZooKeeperUnreachable(
                 f"cannot reach ZooKeeper at {self.connect} within "
                 f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}"
             ) from e
-
-    def _ensure_chroot(self, hosts: str, chroot: str) -> None:
-        bare = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
-        bare.start(timeout=self.connection_timeout_ms / 1000)
-        try:
-            bare.ensure_path(chroot)
-        finally:
-            bare.stop()
-            bare.close()
 
     async def close(self) -> None:
         """End the session (its ephemerals disappear at once). Safe to call twice, even cancelled."""
@@ -267,11 +280,24 @@ class ZkClient:
         """Create the znode; NodeExistsError if it exists. Returns the path (with a sequence)."""
         kazoo = self._kazoo
 
-        def call() -> str:
+        def create() -> str:
             pending = kazoo.create_async(
-                path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+                path,
+                data,
+                acl=znode_acls(path, self.secure_acls),
+                ephemeral=ephemeral,
+                sequence=sequence,
             )
             return str(self._wait(pending))
+
+        def call() -> str:
+            try:
+                return create()
+            except NoNodeError:
+                if not makepath:
+                    raise
+            self._ensure_path(kazoo, parent_path(path))
+            return create()
 
         return str(await self._write(call))
 
@@ -296,7 +322,14 @@ class ZkClient:
             await self._write(call)
 
     async def ensure_path(self, path: str) -> None:
-        await self._write(lambda: self._wait(self._kazoo.ensure_path_async(path)))
+        """Create `path` and its missing parents; nothing for those that exist."""
+        await self._write(lambda: self._ensure_path(self._kazoo, path))
+
+    def _ensure_path(self, kazoo: KazooClient, path: str) -> None:
+        """`ensure_path` in a worker thread, each create bounded as `_wait` says."""
+        ensure_path(
+            lambda p, acl: self._wait(kazoo.create_async(p, b"", acl=acl)), path, self.secure_acls
+        )
 
     async def multi(self, ops: list[tuple[Any, ...]]) -> list[Any]:
         """A ZooKeeper multi: ("check", path, version), ("create", path, data[, ephemeral]),
@@ -311,7 +344,12 @@ class ZkClient:
                 if kind == "check":
                     t.check(op[1], op[2])
                 elif kind == "create":
-                    t.create(op[1], op[2], ephemeral=len(op) > 3 and bool(op[3]))
+                    t.create(
+                        op[1],
+                        op[2],
+                        acl=znode_acls(op[1], self.secure_acls),
+                        ephemeral=len(op) > 3 and bool(op[3]),
+                    )
                 elif kind == "set":
                     t.set_data(op[1], op[2], version=op[3])
                 elif kind == "delete":

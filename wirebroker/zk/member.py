@@ -56,6 +56,7 @@ from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkE
 from wirebroker.zk.delegation_tokens import TOKEN_CHANGES, ZkDelegationTokens
 from wirebroker.zk.entity_configs import read_entity_config
 from wirebroker.zk.sanitizer import desanitize, sanitize
+from wirebroker.zk.sasl_login import secure_acls, zk_login
 from wirebroker.zk.znodes import (
     BrokerRegistration,
     Endpoint,
@@ -72,9 +73,11 @@ CONTROLLED_SHUTDOWN_VERSION = 3
 
 
 async def connect(config: BrokerConfig) -> ZkClient:
-    """Open the broker's ZooKeeper session (`zookeeper.*` settings)."""
+    """Open the broker's ZooKeeper session (`zookeeper.*` settings, and the SASL login the
+    system properties name: `sasl_login`)."""
     connect = config.get("zookeeper.connect")
     assert connect
+    login = zk_login()
     zk = ZkClient(
         connect,
         session_timeout_ms=config.get_int("zookeeper.session.timeout.ms"),
@@ -83,6 +86,8 @@ async def connect(config: BrokerConfig) -> ZkClient:
             if config.get("zookeeper.connection.timeout.ms")
             else None
         ),
+        login=login,
+        secure_acls=secure_acls(config, login),
     )
     await zk.start()
     return zk

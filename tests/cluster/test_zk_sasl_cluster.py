@@ -31,11 +31,18 @@ from tests.cluster.harness import (
     call,
     consume,
     create_topic,
+    eventually,
     produce,
     sha512_upsertion,
     start_broker,
 )
-from wirebroker.zookeeper_server import ZooKeeperServer, jars_available, zookeeper
+from tests.cluster.processes import wait_for as wait_until
+from wirebroker.zookeeper_server import (
+    ZooKeeperServer,
+    jars_available,
+    zookeeper,
+    zookeeper_ruok,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +65,8 @@ SECURE = {*SENSITIVE, (Permissions.READ, "world", "anyone")}
 
 @contextlib.contextmanager
 def sasl_zookeeper(tmp: Path, settings: dict[str, str]) -> Iterator[ZooKeeperServer]:
+    """ZooKeeper with the users of SERVER_JAAS, read from `tmp`/zookeeper-server.jaas at each
+    start of its process."""
     if not jars_available():
         pytest.skip("no ZooKeeper jars: run `make jars`")
     jaas = tmp / "zookeeper-server.jaas"
@@ -252,6 +261,52 @@ def test_an_anonymous_client_reads_only_what_kafka_leaves_open(
             with kazoo(zk.connect) as anonymous:
                 assert reads_refused(anonymous, "/kafka") == SENSITIVE_READS
                 assert all(writes_refused(anonymous, "/kafka").values())
+
+        trio.run(main)
+
+
+def restart_with_users(server: ZooKeeperServer, tmp: Path, users: str) -> None:
+    """Stop ZooKeeper (started by `sasl_zookeeper(tmp, ...)`) and start it again, same port
+    and data, with the JAAS `users`."""
+    server.process.stop()
+    (tmp / "zookeeper-server.jaas").write_text(users)
+    server.process.start()
+    wait_until(lambda: zookeeper_ruok(server.host, server.port), 60.0, "ZooKeeper to restart")
+
+
+@pytest.mark.timeout(90)
+def test_a_login_refused_on_a_reconnect_is_tried_again_until_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As Kafka's ZooKeeperClient after AUTH_FAILED once started: a new session a second later,
+    and again, until ZooKeeper takes the login; the broker then registers again."""
+    monkeypatch.setenv("KAFKA_OPTS", client_jaas(tmp_path))
+    with sasl_zookeeper(tmp_path, ENFORCE_SASL) as server:
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                running = await start_broker(nursery, server.connect + "/kafka", tmp_path, 1)
+                assert running.broker.cluster is not None
+                zk = running.broker.cluster.zk
+                first = zk.session_id
+                changed = SERVER_JAAS.replace(PASSWORD, "a-new-password")
+                await trio.to_thread.run_sync(restart_with_users, server, tmp_path, changed)
+                await eventually(
+                    lambda: (
+                        sum("refused the SASL login" in r.getMessage() for r in caplog.records) >= 2
+                    ),
+                    timeout=30,
+                    what="the login refused twice",
+                )
+                await trio.to_thread.run_sync(restart_with_users, server, tmp_path, SERVER_JAAS)
+                with trio.fail_after(30):
+                    while True:
+                        got = await zk.exists("/brokers/ids/1") if zk.connected else None
+                        if got is not None and got.ephemeralOwner not in (0, first):
+                            break
+                        await trio.sleep(0.1)
+                assert got.ephemeralOwner == zk.session_id
+                nursery.cancel_scope.cancel()
 
         trio.run(main)
 

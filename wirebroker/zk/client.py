@@ -19,7 +19,9 @@ The owner re-reads the znode rather than trusting the event, as Kafka's handlers
 
 With a `login` (`sasl_login`), every connection logs in to ZooKeeper first; `start` waits for
 ZooKeeper's answer to it (kazoo reports CONNECTED before its SASL exchange) and a refusal ends
-it with ZooKeeperAuthFailed. Every znode created here (`create`, `ensure_path`, the parents
+it with ZooKeeperAuthFailed. A login refused later, on a reconnect, ends the session (LOST) and
+a new one is tried a second later, and so on, as Kafka's ZooKeeperClient reinitializes after
+AUTH_FAILED. Every znode created here (`create`, `ensure_path`, the parents
 `makepath` creates, a multi's creates, the chroot) gets the ACLs of its own path (`acls`):
 Kafka's secure ones with `secure_acls` (`zookeeper.set.acl`), open ones without.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +53,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
     ZookeeperError,
 )
-from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.protocol.states import KeeperState, WatchedEvent, ZnodeStat
 
 from wirebroker.zk.acls import ensure_chroot, ensure_path, parent_path, znode_acls
 from wirebroker.zk.errors import ZooKeeperAuthFailed, ZooKeeperUnreachable
@@ -72,6 +75,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: How long after a refused login a new session is tried (Kafka's ZooKeeperClient.RetryBackoffMs).
+AUTH_RETRY_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,9 @@ class ZkClient:
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
         )
         self._closed = False
+        self._started = False
+        # Held while the client is restarted after a refused login, or stopped for good.
+        self._restarting = threading.Lock()
         self._session_id: int | None = None
         self._expired = False
 
@@ -133,6 +142,7 @@ class ZkClient:
                     ensure_chroot, hosts, chroot, self.login, self.secure_acls, timeout
                 )
             await trio.to_thread.run_sync(start_session, self._kazoo, self.login, timeout)
+            self._started = True
         except AuthFailedError:
             await self.close()
             assert self.login is not None
@@ -158,11 +168,19 @@ class ZkClient:
         self._send.close()
 
     def _stop_kazoo(self) -> None:
-        try:
-            self._kazoo.stop()
-            self._kazoo.close()
-        except Exception:
-            log.debug("closing the ZooKeeper client failed", exc_info=True)
+        with self._restarting:
+            try:
+                self._kazoo.stop()
+                self._kazoo.close()
+            except Exception:
+                log.debug("closing the ZooKeeper client failed", exc_info=True)
+
+    def _new_session_after_auth_failure(self) -> None:
+        """In a timer thread: start kazoo again (its connection thread ended at AUTH_FAILED,
+        its requests failed and its session was forgotten)."""
+        with self._restarting:
+            if not self._closed:
+                self._kazoo.start_async()  # reconnects until it is answered
 
     @property
     def session_id(self) -> int | None:
@@ -206,6 +224,18 @@ class ZkClient:
         else:
             self._expired = True
             self._deliver_from_thread(ZkEvent("session", state="LOST"))
+            if self._started and self._kazoo.client_state == KeeperState.AUTH_FAILED:
+                assert self.login is not None
+                log.error(
+                    "ZooKeeper at %s refused the SASL login of %s (AUTH_FAILED); a new session "
+                    "in %s s",
+                    self.connect,
+                    self.login.describe(),
+                    AUTH_RETRY_BACKOFF_S,
+                )
+                retry = threading.Timer(AUTH_RETRY_BACKOFF_S, self._new_session_after_auth_failure)
+                retry.daemon = True
+                retry.start()
 
     def _on_data(self, event: WatchedEvent) -> None:
         if event.path is None:  # session news reaches watchers too; the listener reports it

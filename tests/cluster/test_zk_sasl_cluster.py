@@ -25,6 +25,16 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
+from compat.kafka_process import (
+    KAFKA_MAIN,
+    LOOPBACK,
+    JavaProcess,
+    free_port,
+    java_command,
+    kafka_api_versions,
+    kafka_properties,
+    write_log4j_config,
+)
 from protocol.errors import ErrorCode
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from tests.cluster.harness import (
@@ -37,6 +47,7 @@ from tests.cluster.harness import (
     start_broker,
 )
 from tests.cluster.processes import wait_for as wait_until
+from wirebroker.peer import request_once
 from wirebroker.zookeeper_server import (
     ZooKeeperServer,
     jars_available,
@@ -168,6 +179,9 @@ SENSITIVE_READS = {
 }
 
 
+SCRAM_UPSERT = AlterUserScramCredentialsRequest(upsertions=[sha512_upsertion("alice", b"pw")])
+
+
 async def start_secure_brokers(
     nursery: trio.Nursery, connect: str, tmp: Path, count: int
 ) -> list[Any]:
@@ -184,8 +198,7 @@ async def start_secure_brokers(
         )
         for i in range(1, count + 1)
     ]
-    upsert = AlterUserScramCredentialsRequest(upsertions=[sha512_upsertion("alice", b"pw")])
-    answer = await call(brokers[0], upsert, 0)
+    answer = await call(brokers[0], SCRAM_UPSERT, 0)
     assert answer.results[0].error_code == ErrorCode.NONE
     return brokers
 
@@ -263,6 +276,83 @@ def test_an_anonymous_client_reads_only_what_kafka_leaves_open(
                 assert all(writes_refused(anonymous, "/kafka").values())
 
         trio.run(main)
+
+
+def acl_tree(
+    client: KazooClient, path: str, root: str = ""
+) -> dict[str, set[tuple[int, str, str]]]:
+    """Every znode from `path` down, by its path below `root`, with its ACLs."""
+    tree = {path[len(root) :]: acls_of(client, path or "/")}
+    for child in client.get_children(path or "/"):
+        tree.update(acl_tree(client, f"{path}/{child}", root))
+    return tree
+
+
+@pytest.mark.timeout(120)
+def test_kafka_and_wirebroker_give_their_znodes_the_same_acls(
+    enforcing_zk: ZooKeeperServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Differential: Apache Kafka 3.9 and wirebroker, each with zookeeper.set.acl=true and the
+    same JAAS login, in chroots of their own; every znode both create has the same ACLs."""
+    opts = client_jaas(tmp_path)
+    monkeypatch.setenv("KAFKA_OPTS", opts)
+    secure = {"zookeeper.set.acl": "true", "delegation.token.secret.key": "cluster-token-key"}
+    kafka_port = free_port()
+    base = tmp_path / "kafka"
+    base.mkdir()
+    props = kafka_properties(
+        broker_id=1,
+        port=kafka_port,
+        zookeeper_connect=enforcing_zk.connect + "/kafka",
+        log_dir=base / "logs",
+        overrides=secure,
+    )
+    cfg = base / "server.properties"
+    cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    argv = java_command(
+        KAFKA_MAIN,
+        [str(cfg)],
+        log4j_config=write_log4j_config(base / "log4j.properties"),
+        jvm_options=opts.split()[1:],  # the -D of KAFKA_OPTS, as kafka-server-start.sh passes it
+    )
+    kafka = JavaProcess("kafka", argv, base / "kafka.log", base).start()
+    try:
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                await start_secure_brokers(nursery, enforcing_zk.connect + "/wb", tmp_path, 1)
+                await trio.to_thread.run_sync(
+                    wait_until, lambda: kafka_api_versions(LOOPBACK, kafka_port), 90.0, "Kafka"
+                )
+                # the same sensitive znode and change notification on Kafka's side
+                answer = await request_once(LOOPBACK, kafka_port, SCRAM_UPSERT, 0, client_id="test")
+                assert answer.results[0].error_code == ErrorCode.NONE
+                await trio.to_thread.run_sync(compare)
+                nursery.cancel_scope.cancel()
+
+        def compare() -> None:
+            with kazoo(enforcing_zk.connect, "kafka", PASSWORD) as broker_user:
+                wait_until(
+                    lambda: broker_user.exists("/kafka/delegation_token/tokens"),
+                    30.0,
+                    "Kafka's znodes",
+                )
+                theirs = acl_tree(broker_user, "/kafka", "/kafka")
+                ours = acl_tree(broker_user, "/wb", "/wb")
+            both = sorted(theirs.keys() & ours.keys())
+            assert {p: theirs[p] for p in both} == {p: ours[p] for p in both}
+            assert {"", "/consumers", "/brokers/ids/1", "/config/users", "/config/brokers"} <= set(
+                both
+            )
+            assert {"/delegation_token/tokens", "/config/users/alice"} <= set(both), both
+            assert any(p.startswith("/config/changes/config_change_") for p in both), both
+
+        trio.run(main)
+    except BaseException:
+        print(kafka.log_tail(60), file=sys.stderr)
+        raise
+    finally:
+        kafka.stop()
 
 
 def restart_with_users(server: ZooKeeperServer, tmp: Path, users: str) -> None:

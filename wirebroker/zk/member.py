@@ -77,7 +77,7 @@ async def connect(config: BrokerConfig) -> ZkClient:
     system properties name: `sasl_login`)."""
     connect = config.get("zookeeper.connect")
     assert connect
-    login = zk_login()
+    login = await trio.to_thread.run_sync(zk_login)  # reads the JAAS file
     zk = ZkClient(
         connect,
         session_timeout_ms=config.get_int("zookeeper.session.timeout.ms"),

@@ -599,6 +599,83 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Needs a login to ZooKeeper: a JAAS Client section (-Djava.security.auth.login."
             "config in KAFKA_OPTS) or client TLS with a keystore.",
         ),
+        # TLS to ZooKeeper (KIP-515; wirebroker.zk.tls): the stores are read as a listener's.
+        _k(
+            "zookeeper.ssl.client.enable",
+            "boolean",
+            "false",
+            "Connect to ZooKeeper over TLS (its secureClientPort), with the zookeeper.ssl.* keys.",
+        ),
+        _k(
+            "zookeeper.clientCnxnSocket",
+            "string",
+            None,
+            "Accepted for compatibility: Kafka needs org.apache.zookeeper.ClientCnxnSocketNetty "
+            "for TLS; wirebroker's ZooKeeper client does not.",
+        ),
+        _k(
+            "zookeeper.ssl.keystore.location",
+            "string",
+            None,
+            "The client certificate and key shown to ZooKeeper (for ssl.clientAuth=need).",
+        ),
+        _k(
+            "zookeeper.ssl.keystore.password",
+            "password",
+            None,
+            "The keystore's password, also its key's (ZooKeeper has no key password).",
+        ),
+        _k(
+            "zookeeper.ssl.keystore.type",
+            "string",
+            None,
+            "PEM or PKCS12 (unset: from the file name, .pem or .p12; JKS must be converted).",
+        ),
+        _k(
+            "zookeeper.ssl.truststore.location",
+            "string",
+            None,
+            "Certificates trusted to sign ZooKeeper's (unset: the system's).",
+        ),
+        _k("zookeeper.ssl.truststore.password", "password", None, "The truststore's password."),
+        _k(
+            "zookeeper.ssl.truststore.type",
+            "string",
+            None,
+            "PEM or PKCS12 (unset: from the file name, .pem or .p12; JKS must be converted).",
+        ),
+        _k(
+            "zookeeper.ssl.protocol",
+            "string",
+            "TLSv1.2",
+            "The TLS version to ZooKeeper when zookeeper.ssl.enabled.protocols is unset.",
+        ),
+        _k("zookeeper.ssl.enabled.protocols", "list", None, "TLS versions allowed to ZooKeeper."),
+        _k(
+            "zookeeper.ssl.cipher.suites",
+            "list",
+            None,
+            "TLS 1.2 cipher suites allowed to ZooKeeper (unset: OpenSSL's).",
+        ),
+        _k(
+            "zookeeper.ssl.endpoint.identification.algorithm",
+            "string",
+            "HTTPS",
+            "HTTPS: check ZooKeeper's certificate is for the host in zookeeper.connect; "
+            "empty: do not (for testing only).",
+        ),
+        _k(
+            "zookeeper.ssl.crl.enable",
+            "boolean",
+            "false",
+            "Certificate revocation lists: not supported, so true refuses to start.",
+        ),
+        _k(
+            "zookeeper.ssl.ocsp.enable",
+            "boolean",
+            "false",
+            "OCSP: not supported, so true refuses to start.",
+        ),
         _k("broker.rack", "string", None, "This broker's rack, for rack-aware replica assignment."),
         _k(
             "inter.broker.listener.name",

@@ -9,11 +9,14 @@ same command without a JVM, taking the same arguments for users' SCRAM credentia
 It writes `/config/users/<user>` as Kafka's AdminZkClient does (the user name sanitized, other
 keys of the user's config, its quotas, kept) and a `/config/changes` notification, so running
 brokers pick the change up too. `--describe` lists users and their mechanisms and iterations,
-never the credential itself.
+never the credential itself. `--zk-tls-config-file` connects over TLS, as kafka-configs.sh's:
+the file's `zookeeper.ssl.*` keys (and `zookeeper.clientCnxnSocket`) are read as a broker's,
+any other key is ignored.
 
 As kafka-configs.sh, it logs in to ZooKeeper with the JAAS file's `Client` section when the
-system properties name one (`KAFKA_OPTS`, as `wirebroker.zk.sasl_login` reads it), and then
-creates its znodes with Kafka's secure ACLs (`wirebroker.zk.acls`), as ConfigCommand does.
+system properties name one (`KAFKA_OPTS`, as `wirebroker.zk.sasl_login` reads it), and, logged
+in so (or with a TLS client certificate), creates its znodes with Kafka's secure ACLs
+(`wirebroker.zk.acls`), as ConfigCommand does.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import argparse
 import logging
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from wirebroker.config import BrokerConfig, ConfigError, parse_properties
 from wirebroker.sasl.credentials import with_scram_credentials
 from wirebroker.sasl.settings import SCRAM
 from wirebroker.zk.sanitizer import sanitize
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from wirebroker.sasl.scram import ScramCredential
+    from wirebroker.zk.tls import ZkTls
 
 EPILOG = """\
 examples (the brokers' own user, before the first broker starts):
@@ -68,6 +74,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--zookeeper", required=True, metavar="HOST:PORT[/CHROOT]")
+    p.add_argument(
+        "--zk-tls-config-file",
+        type=Path,
+        metavar="FILE",
+        help="properties with the brokers' zookeeper.ssl.* keys, to reach ZooKeeper over TLS "
+        "(other keys are ignored)",
+    )
     p.add_argument("--entity-type", required=True, choices=["users"])
     p.add_argument("--entity-name", help="the user (all users with --describe if left out)")
     action = p.add_mutually_exclusive_group(required=True)
@@ -117,16 +130,30 @@ def parse_add_config(text: str) -> dict[str, ScramCredential]:
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
-    except UsageError as e:
+    except (UsageError, ConfigError) as e:
         print(f"wirebroker configs: {e}", file=sys.stderr)
         return 2
+
+
+def _zk_tls(path: Path | None) -> tuple[ZkTls | None, bool]:
+    """The TLS of `--zk-tls-config-file` (None without it, or when it leaves TLS off), and
+    whether it shows ZooKeeper a client certificate."""
+    from wirebroker.zk.tls import ZK_TLS_KEYS, client_auth_configured, client_tls
+
+    if path is None:
+        return None, False
+    try:
+        properties = parse_properties(path.read_text())
+    except OSError as e:
+        raise UsageError(f"--zk-tls-config-file {path}: {e.strerror}") from None
+    config = BrokerConfig({k: v for k, v in properties.items() if k in ZK_TLS_KEYS})
+    return client_tls(config), client_auth_configured(config)
 
 
 def _run(args: argparse.Namespace) -> int:
     from kazoo.exceptions import AuthFailedError
     from kazoo.handlers.threading import KazooTimeoutError
 
-    from wirebroker.config import ConfigError
     from wirebroker.zk.acls import ensure_chroot
     from wirebroker.zk.client import split_connect
     from wirebroker.zk.sasl_login import kazoo_client, start_session, zk_login
@@ -142,24 +169,26 @@ def _run(args: argparse.Namespace) -> int:
                 "--alter needs --add-config or --delete-config with SCRAM mechanisms "
                 f"({', '.join(SCRAM)})"
             )
+    from wirebroker.zk.tls import failure, kazoo_options
+
+    tls, certificate = _zk_tls(args.zk_tls_config_file)
+    login = zk_login()
+    # ConfigCommand's KafkaZkClient is secure with a SASL login or a TLS client certificate
+    secure = login is not None or certificate
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries; we say it once
-    try:
-        login = zk_login()
-    except ConfigError as e:
-        print(f"wirebroker configs: {e}", file=sys.stderr)
-        return 1
-    zk = kazoo_client(args.zookeeper, login)
+    zk = kazoo_client(args.zookeeper, login, **kazoo_options(tls))
     hosts, chroot = split_connect(args.zookeeper)
     try:
         if chroot:
-            ensure_chroot(hosts, chroot, login, login is not None, 15.0)
+            ensure_chroot(hosts, chroot, login, secure, 15.0, **kazoo_options(tls))
         start_session(zk, login, 15.0)
         if args.describe:
             _describe(zk, args.entity_name)
         else:
-            _alter(zk, args.entity_name, added, deleted, secure=login is not None)
+            _alter(zk, args.entity_name, added, deleted, secure=secure)
     except KazooTimeoutError:
-        print(f"wirebroker configs: ZooKeeper {args.zookeeper} is unreachable", file=sys.stderr)
+        why = failure(tls) or "unreachable"
+        print(f"wirebroker configs: ZooKeeper {args.zookeeper}: {why}", file=sys.stderr)
         return 1
     except AuthFailedError:
         assert login is not None

@@ -7,7 +7,9 @@ This module owns three things:
   new connections use the new keystore and truststore, open ones keep theirs) and of the
   inter-broker client side
   (`inter_broker_client_context`), built from Kafka's `ssl.*` keys, each of which a
-  `listener.name.<listener>.ssl.*` key overrides (Kafka's DefaultSslEngineFactory). Keystores
+  `listener.name.<listener>.ssl.*` key overrides (Kafka's DefaultSslEngineFactory); the
+  ZooKeeper client's context is built the same way from `zookeeper.ssl.*`
+  (`wirebroker.zk.tls`, an `SslSettings` of its own given to `client_context`). Keystores
   are PEM (a file, or inline `ssl.keystore.certificate.chain` / `ssl.keystore.key`) or PKCS12,
   read with `cryptography`; a JKS store is refused with how to convert it. Truststores alike.
 - `TlsTransport`: an accepted connection's byte stream through an `ssl.SSLObject` driven with
@@ -37,7 +39,7 @@ import struct
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -77,6 +79,19 @@ class HandshakeFailed(Exception):
 
 
 # settings -------------------------------------------------------------------------------------
+class SslSettings(Protocol):
+    """Where a context's settings come from, asked for by the names of Kafka's `ssl.*` keys:
+    a listener's (`_Settings`) or the ZooKeeper client's (`wirebroker.zk.tls`)."""
+
+    def get(self, key: str) -> str | None:
+        """The setting's value (stripped), None when unset or blank."""
+        ...
+
+    def name(self, key: str) -> str:
+        """The key a message telling the user what to set names."""
+        ...
+
+
 class _Settings:
     """The ssl.* keys of one listener: `listener.name.<l>.ssl.*` first, then `ssl.*`."""
 
@@ -93,8 +108,12 @@ class _Settings:
             value = self.config.get(key)
         return value.strip() if value is not None and value.strip() else None
 
-    def items(self, key: str) -> list[str]:
-        return [item.strip() for item in (self.get(key) or "").split(",") if item.strip()]
+    def name(self, key: str) -> str:
+        return key
+
+
+def _items(settings: SslSettings, key: str) -> list[str]:
+    return [item.strip() for item in (settings.get(key) or "").split(",") if item.strip()]
 
 
 def server_context(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper]:
@@ -175,7 +194,13 @@ def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
     listener = config.inter_broker_listener()
     if listener is None or not config.uses_tls(listener):
         return None
-    settings = _Settings(config, listener)
+    return client_context(_Settings(config, listener))
+
+
+def client_context(settings: SslSettings) -> ssl.SSLContext:
+    """A client's context: the keystore (if any) as client certificate, the truststore (else
+    the system's), and hostname verification unless `ssl.endpoint.identification.algorithm`
+    is empty."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     _apply_common(context, settings)
     context.check_hostname = (
@@ -186,24 +211,25 @@ def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
     return context
 
 
-def _apply_common(context: ssl.SSLContext, settings: _Settings) -> None:
-    names = settings.items("ssl.enabled.protocols") or ["TLSv1.2", "TLSv1.3"]
+def _apply_common(context: ssl.SSLContext, settings: SslSettings) -> None:
+    names = _items(settings, "ssl.enabled.protocols") or ["TLSv1.2", "TLSv1.3"]
     unknown = [n for n in names if n not in _PROTOCOLS]
     if unknown:
         raise ConfigError(
-            f"ssl.enabled.protocols: unknown {', '.join(unknown)}; use {', '.join(_PROTOCOLS)}"
+            f"{settings.name('ssl.enabled.protocols')}: unknown {', '.join(unknown)}; "
+            f"use {', '.join(_PROTOCOLS)}"
         )
     versions = sorted(_PROTOCOLS[n] for n in names)
     context.minimum_version = versions[0]
     context.maximum_version = versions[-1]
-    suites = settings.items("ssl.cipher.suites")
+    suites = _items(settings, "ssl.cipher.suites")
     if suites:
         known = _openssl_ciphers()
         names = [_openssl_cipher(s) for s in suites]
         unknown = [s for s, n in zip(suites, names, strict=True) if n not in known]
         if unknown:
             raise ConfigError(
-                f"ssl.cipher.suites: {', '.join(unknown)} is not a TLS 1.2 suite OpenSSL knows "
+                f"{settings.name('ssl.cipher.suites')}: {', '.join(unknown)} is not a TLS 1.2 suite OpenSSL knows "
                 "(TLS 1.3 suites cannot be restricted)"
             )
         context.set_ciphers(":".join(names))
@@ -228,17 +254,18 @@ def _openssl_cipher(name: str) -> str:
 
 
 # keystores and truststores ---------------------------------------------------------------------
-def _read(settings: _Settings, key: str) -> bytes:
+def _read(settings: SslSettings, key: str) -> bytes:
     location = settings.get(key)
     assert location is not None
     try:
         return Path(location).read_bytes()
     except OSError as e:
-        raise ConfigError(f"{key}={location}: {e.strerror}") from None
+        raise ConfigError(f"{settings.name(key)}={location}: {e.strerror}") from None
 
 
-def _store_type(settings: _Settings, key: str, data: bytes) -> str:
+def _store_type(settings: SslSettings, key: str, data: bytes) -> str:
     kind = (settings.get(key) or "JKS").upper()
+    key = settings.name(key)
     if data.startswith(_JKS_MAGIC):
         raise ConfigError(
             f"{key}: JKS stores are not supported; convert it to PKCS12 with "
@@ -251,7 +278,7 @@ def _store_type(settings: _Settings, key: str, data: bytes) -> str:
     return "PKCS12" if kind == "JKS" else kind
 
 
-def _password(settings: _Settings, key: str) -> bytes | None:
+def _password(settings: SslSettings, key: str) -> bytes | None:
     value = settings.get(key)
     return value.encode() if value is not None else None
 
@@ -260,7 +287,7 @@ def _pem_blocks(data: bytes, kinds: Sequence[bytes]) -> list[bytes]:
     return [m[0] for m in _PEM_BLOCK.finditer(data) if m[1] in kinds]
 
 
-def _load_keystore(context: ssl.SSLContext, settings: _Settings) -> bool:
+def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
     """Load the keystore's key and certificate chain, if there is a keystore."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
@@ -271,27 +298,35 @@ def _load_keystore(context: ssl.SSLContext, settings: _Settings) -> bool:
         settings.get("ssl.keystore.key"),
     )
     if chain_text and key_text:
-        certs = _pem_certificates(chain_text.encode(), "ssl.keystore.certificate.chain")
-        key = _pem_key(key_text.encode(), key_password, "ssl.keystore.key")
+        certs = _pem_certificates(
+            chain_text.encode(), settings.name("ssl.keystore.certificate.chain")
+        )
+        key = _pem_key(key_text.encode(), key_password, settings.name("ssl.keystore.key"), settings)
     elif settings.get("ssl.keystore.location"):
         data = _read(settings, "ssl.keystore.location")
         kind = _store_type(settings, "ssl.keystore.type", data)
         if kind == "PEM":
-            certs = _pem_certificates(data, "ssl.keystore.location")
-            key = _pem_key(data, key_password, "ssl.keystore.location")
+            where = settings.name("ssl.keystore.location")
+            certs = _pem_certificates(data, where)
+            key = _pem_key(data, key_password, where, settings)
         elif kind == "PKCS12":
             password = _password(settings, "ssl.keystore.password")
             try:
                 key, cert, extra = pkcs12.load_key_and_certificates(data, password)
             except ValueError as e:
                 raise ConfigError(
-                    f"ssl.keystore.location: cannot read the PKCS12 store: {e}"
+                    f"{settings.name('ssl.keystore.location')}: cannot read the PKCS12 store: {e}"
                 ) from None
             if key is None or cert is None:
-                raise ConfigError("ssl.keystore.location: the PKCS12 store holds no private key")
+                raise ConfigError(
+                    f"{settings.name('ssl.keystore.location')}: the PKCS12 store holds no "
+                    "private key"
+                )
             certs = [cert, *extra]
         else:
-            raise ConfigError(f"ssl.keystore.type={kind} is not supported; use PEM or PKCS12")
+            raise ConfigError(
+                f"{settings.name('ssl.keystore.type')}={kind} is not supported; use PEM or PKCS12"
+            )
     else:
         return False
     # The ssl module loads keys only from files: the key goes to a private temporary file,
@@ -324,7 +359,7 @@ def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:
     return [x509.load_pem_x509_certificate(b) for b in blocks]
 
 
-def _pem_key(data: bytes, password: bytes | None, where: str) -> Any:
+def _pem_key(data: bytes, password: bytes | None, where: str, settings: SslSettings) -> Any:
     from cryptography.hazmat.primitives import serialization
 
     blocks = _pem_blocks(
@@ -337,11 +372,11 @@ def _pem_key(data: bytes, password: bytes | None, where: str) -> Any:
         return serialization.load_pem_private_key(blocks[0], password if encrypted else None)
     except (ValueError, TypeError) as e:
         raise ConfigError(
-            f"{where}: cannot read the private key (ssl.key.password?): {e}"
+            f"{where}: cannot read the private key ({settings.name('ssl.key.password')}?): {e}"
         ) from None
 
 
-def _load_truststore(context: ssl.SSLContext, settings: _Settings) -> None:
+def _load_truststore(context: ssl.SSLContext, settings: SslSettings) -> None:
     """Trust the truststore's certificates, or the system's when there is no truststore."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
@@ -359,14 +394,16 @@ def _load_truststore(context: ssl.SSLContext, settings: _Settings) -> None:
                 store = pkcs12.load_pkcs12(data, _password(settings, "ssl.truststore.password"))
             except ValueError as e:
                 raise ConfigError(
-                    f"ssl.truststore.location: cannot read the PKCS12 store: {e}"
+                    f"{settings.name('ssl.truststore.location')}: cannot read the PKCS12 store: {e}"
                 ) from None
             certs = [c.certificate for c in store.additional_certs]
             if store.cert is not None:
                 certs.append(store.cert.certificate)
             pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
         else:
-            raise ConfigError(f"ssl.truststore.type={kind} is not supported; use PEM or PKCS12")
+            raise ConfigError(
+                f"{settings.name('ssl.truststore.type')}={kind} is not supported; use PEM or PKCS12"
+            )
     else:
         server = context.protocol == ssl.PROTOCOL_TLS_SERVER
         context.load_default_certs(ssl.Purpose.CLIENT_AUTH if server else ssl.Purpose.SERVER_AUTH)

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -243,11 +244,18 @@ def _wait_until(
 # --------------------------------------------------------------------------- probes
 
 
-def zookeeper_ruok(host: str, port: int, timeout: float = 2.0) -> bool:
-    """True when ZooKeeper answers the ``ruok`` four-letter command with ``imok``."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
+def zookeeper_ruok(
+    host: str, port: int, timeout: float = 2.0, tls: ssl.SSLContext | None = None
+) -> bool:
+    """True when ZooKeeper answers the ``ruok`` four-letter command with ``imok`` (over TLS
+    with a context: a secureClientPort)."""
+    with contextlib.ExitStack() as stack:
+        s = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+        if tls is not None:
+            s = stack.enter_context(tls.wrap_socket(s))
         s.sendall(b"ruok")
-        s.shutdown(socket.SHUT_WR)
+        if tls is None:  # an SSLSocket's shutdown drops TLS; ZooKeeper closes after answering
+            s.shutdown(socket.SHUT_WR)
         data = b""
         while True:
             chunk = s.recv(64)
@@ -258,6 +266,39 @@ def zookeeper_ruok(host: str, port: int, timeout: float = 2.0) -> bool:
 
 
 # --------------------------------------------------------------------------- ZooKeeper
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """What a TLS-only ZooKeeper serves with: its keystore and truststore (as ZooKeeper reads
+    them, the type from the file name: .pem, .p12, .jks), whether clients must show a
+    certificate (ZooKeeper's ``ssl.clientAuth``: none, want, need), and the PEM key and
+    certificate the readiness probe shows when they must."""
+
+    keystore: Path
+    keystore_password: str
+    truststore: Path
+    client_auth: str = "none"
+    probe_pem: Path | None = None
+
+    def properties(self) -> dict[str, object]:
+        """ZooKeeper's zoo.cfg keys: Netty serves TLS; no plaintext clientPort."""
+        return {
+            "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+            "ssl.keyStore.location": self.keystore,
+            "ssl.keyStore.password": self.keystore_password,
+            "ssl.trustStore.location": self.truststore,
+            "ssl.clientAuth": self.client_auth,
+        }
+
+    def probe_context(self) -> ssl.SSLContext:
+        """The readiness probe's TLS: it checks nothing (it asks ``ruok``, nothing more)."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        if self.probe_pem is not None:
+            context.load_cert_chain(self.probe_pem)
+        return context
 
 
 @dataclass
@@ -283,6 +324,7 @@ def zookeeper(
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     workdir: Path | None = None,
     tick_ms: int = DEFAULT_TICK_MS,
+    tls: ServerTls | None = None,
     settings: Mapping[str, object] | None = None,
     jvm_options: Sequence[str] = (),
 ) -> Iterator[ZooKeeperServer]:
@@ -290,10 +332,11 @@ def zookeeper(
 
     ``tick_ms`` is ZooKeeper's ``tickTime``: sessions expire on tick boundaries, so a session
     ends up to one tick after its timeout; a benchmark timing failovers shortens it. The
-    session timeouts it grants stay 2 ticks to 40 s whatever the tick. ``settings`` are added to
-    (or replace) the ``zoo.cfg`` entries and ``jvm_options`` to the JVM's: a ZooKeeper requiring
-    SASL, say. Everything lives in a temporary folder (``workdir`` if given, kept then) that is
-    removed afterwards; its ``zookeeper.log`` holds the output.
+    session timeouts it grants stay 2 ticks to 40 s whatever the tick. With ``tls`` it serves
+    TLS only, on ``port`` (its secureClientPort). ``settings`` are added to (or replace) the
+    ``zoo.cfg`` entries and ``jvm_options`` to the JVM's: a ZooKeeper requiring SASL, say.
+    Everything lives in a temporary folder (``workdir`` if given, kept then) that is removed
+    afterwards; its ``zookeeper.log`` holds the output.
     """
     own_tmp = workdir is None
     base = Path(tempfile.mkdtemp(prefix="wb-zookeeper-")) if own_tmp else workdir
@@ -304,6 +347,11 @@ def zookeeper(
         zk_port = port or free_port()
         data_dir = base / "data"
         data_dir.mkdir(exist_ok=True)
+        listen: dict[str, object] = (
+            {"clientPort": zk_port, "clientPortAddress": LOOPBACK}
+            if tls is None
+            else {"secureClientPort": zk_port, "secureClientPortAddress": LOOPBACK}
+        )
         cfg = _write_properties(
             base / "zoo.cfg",
             {
@@ -312,8 +360,8 @@ def zookeeper(
                 "initLimit": 10,
                 "syncLimit": 5,
                 "dataDir": data_dir,
-                "clientPort": zk_port,
-                "clientPortAddress": LOOPBACK,
+                **listen,
+                **(tls.properties() if tls else {}),
                 "maxClientCnxns": 0,
                 "admin.enableServer": "false",
                 "4lw.commands.whitelist": "ruok,srvr,stat",
@@ -326,8 +374,9 @@ def zookeeper(
             ZOOKEEPER_MAIN, [str(cfg)], heap=heap, log4j_config=log4j, jvm_options=jvm_options
         )
         proc = JavaProcess("zookeeper", argv, base / "zookeeper.log", base).start()
+        probe = tls.probe_context() if tls else None
         _wait_until(
-            lambda: zookeeper_ruok(LOOPBACK, zk_port),
+            lambda: zookeeper_ruok(LOOPBACK, zk_port, tls=probe),
             proc,
             startup_timeout,
             f"ZooKeeper to answer ruok on {LOOPBACK}:{zk_port}",

@@ -29,6 +29,14 @@ class Pki:
     client_der: bytes
 
 
+def pkcs12_keystore(cert: trustme.LeafCert, password: str) -> bytes:
+    """A PKCS12 keystore of `cert`'s key and chain, encrypted with `password`."""
+    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+    chain = [x509.load_pem_x509_certificate(b.bytes()) for b in cert.cert_chain_pems]
+    store = serialization.BestAvailableEncryption(password.encode())
+    return pkcs12.serialize_key_and_certificates(b"key", key, chain[0], chain[1:], store)  # type: ignore[arg-type]
+
+
 def make_pki(d: Path) -> Pki:
     """A CA, a broker certificate for localhost and 127.0.0.1, and a client's, in `d`."""
     ca = trustme.CA()
@@ -41,7 +49,6 @@ def make_pki(d: Path) -> Pki:
     )
     ca.cert_pem.write_to_path(str(d / "ca.pem"))
     key = serialization.load_pem_private_key(server.private_key_pem.bytes(), None)
-    certs = [x509.load_pem_x509_certificate(b.bytes()) for b in server.cert_chain_pems]
     encrypted = key.private_bytes(  # type: ignore[union-attr]
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -49,9 +56,7 @@ def make_pki(d: Path) -> Pki:
     )
     (d / "server.pem").write_bytes(encrypted + b"".join(b.bytes() for b in server.cert_chain_pems))
     store = serialization.BestAvailableEncryption(STORE_PASSWORD.encode())
-    (d / "server.p12").write_bytes(
-        pkcs12.serialize_key_and_certificates(b"broker", key, certs[0], certs[1:], store)  # type: ignore[arg-type]
-    )
+    (d / "server.p12").write_bytes(pkcs12_keystore(server, STORE_PASSWORD))
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
     (d / "trust.p12").write_bytes(
         pkcs12.serialize_key_and_certificates(None, None, None, [ca_cert], store)

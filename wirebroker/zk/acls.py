@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
@@ -66,11 +67,17 @@ def ensure_path(create: Callable[[str, list[ACL]], object], path: str, secure: b
 
 
 def ensure_chroot(
-    hosts: str, chroot: str, login: ZkLogin | None, secure: bool, timeout: float
+    hosts: str,
+    chroot: str,
+    login: ZkLogin | None,
+    secure: bool,
+    timeout: float,
+    **options: Any,
 ) -> None:
-    """Create `chroot` (and its parents) on ZooKeeper `hosts` if missing, logged in with `login`;
-    waits at most `timeout` seconds for the session (blocking: a worker thread's or a tool's)."""
-    bare = kazoo_client(hosts, login, timeout=timeout)
+    """Create `chroot` (and its parents) on ZooKeeper `hosts` if missing, logged in with `login`
+    (and KazooClient's `options`: its TLS); waits at most `timeout` seconds for the session
+    (blocking: a worker thread's or a tool's)."""
+    bare = kazoo_client(hosts, login, timeout=timeout, **options)
     try:
         start_session(bare, login, timeout)
         ensure_path(lambda p, acl: bare.create(p, b"", acl=acl), chroot, secure)

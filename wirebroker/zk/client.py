@@ -55,6 +55,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KeeperState, WatchedEvent, ZnodeStat
 
+from wirebroker.zk import tls as zk_tls
 from wirebroker.zk.acls import ensure_chroot, ensure_path, parent_path, znode_acls
 from wirebroker.zk.errors import ZooKeeperAuthFailed, ZooKeeperUnreachable
 from wirebroker.zk.sasl_login import ZkLogin, kazoo_client, start_session
@@ -106,10 +107,12 @@ class ZkClient:
         *,
         session_timeout_ms: int = 18_000,
         connection_timeout_ms: int | None = None,
+        tls: zk_tls.ZkTls | None = None,
         login: ZkLogin | None = None,
         secure_acls: bool = False,
     ) -> None:
         self.connect = connect
+        self.tls = tls
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self.login = login
@@ -122,6 +125,7 @@ class ZkClient:
             login,
             timeout=session_timeout_ms / 1000,
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
+            **zk_tls.kazoo_options(tls),
         )
         self._closed = False
         self._started = False
@@ -139,7 +143,14 @@ class ZkClient:
         try:
             if chroot:
                 await trio.to_thread.run_sync(
-                    ensure_chroot, hosts, chroot, self.login, self.secure_acls, timeout
+                    lambda: ensure_chroot(
+                        hosts,
+                        chroot,
+                        self.login,
+                        self.secure_acls,
+                        timeout,
+                        **zk_tls.kazoo_options(self.tls),
+                    )
                 )
             await trio.to_thread.run_sync(start_session, self._kazoo, self.login, timeout)
             self._started = True
@@ -154,7 +165,8 @@ class ZkClient:
             await self.close()
             raise ZooKeeperUnreachable(
                 f"cannot reach ZooKeeper at {self.connect} within "
-                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}"
+                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): "
+                f"{zk_tls.failure(self.tls) or e}"
             ) from e
 
     async def close(self) -> None:

@@ -51,6 +51,7 @@ from wirebroker.sasl.scram import ScramCredential
 from wirebroker.topic_configs import log_config_for
 from wirebroker.topics import validate_topic_name
 from wirebroker.zk import entity_configs, znodes
+from wirebroker.zk import tls as zk_tls
 from wirebroker.zk.change_notifications import purge_obsolete
 from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkEvent, ZookeeperError
 from wirebroker.zk.delegation_tokens import TOKEN_CHANGES, ZkDelegationTokens
@@ -86,6 +87,7 @@ async def connect(config: BrokerConfig) -> ZkClient:
             if config.get("zookeeper.connection.timeout.ms")
             else None
         ),
+        tls=zk_tls.client_tls(config),
         login=login,
         secure_acls=secure_acls(config, login),
     )

@@ -26,6 +26,7 @@ from wirebroker.config import ConfigError
 from wirebroker.sasl.jaas_file import read_jaas_file
 from wirebroker.sasl.settings import JaasError
 from wirebroker.system_properties import system_property
+from wirebroker.zk.tls import client_auth_configured
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -125,10 +126,7 @@ def secure_acls(config: BrokerConfig, login: ZkLogin | None) -> bool:
     (neither `login` nor ZooKeeper client TLS with a keystore)."""
     if not config.get_bool(ZK_SET_ACL):
         return False
-    tls_login = (config.get(ZK_SSL_CLIENT_ENABLE) or "").strip().lower() == "true" and bool(
-        config.get(ZK_SSL_KEYSTORE_LOCATION)
-    )
-    if login is None and not tls_login:
+    if login is None and not client_auth_configured(config):
         raise ConfigError(
             f"{ZK_SET_ACL} is true, but ZooKeeper client TLS configuration identifying at least "
             f"{ZK_SSL_CLIENT_ENABLE} and {ZK_SSL_KEYSTORE_LOCATION} was not present and the "

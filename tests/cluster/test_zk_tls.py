@@ -1,0 +1,337 @@
+"""TLS to ZooKeeper (KIP-515): brokers over a TLS-only ZooKeeper that requires client
+certificates (Kafka 3.9 among them, with the same keys), and the refusals that say what to fix
+(wrong truststore, host name mismatch, no keystore, no TLS version in common, revocation checks
+asked for).
+
+One ZooKeeper for the module (ZooKeeper 3.8 from Kafka's jars, Netty, `secureClientPort` only,
+`ssl.clientAuth=need`), its certificate for `localhost` only: `localhost` in zookeeper.connect
+passes the host name check, `127.0.0.1` does not. The stores are made here with trustme:
+PKCS12 keystores and a PEM truststore, their types left for the file names to say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+
+from compat.kafka_process import kafka_broker, kafka_metadata_brokers
+from tests.cluster.harness import consume, create_topic, eventually, produce, start_broker
+from tests.wirebroker.pki import pkcs12_keystore
+from wirebroker import configs_cli
+from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.config_sources import is_sensitive
+from wirebroker.zk import member as zk_member
+from wirebroker.zk.client import ZkClient
+from wirebroker.zk.errors import ZooKeeperUnreachable
+from wirebroker.zk.tls import client_auth_configured, client_tls
+from wirebroker.zookeeper_server import ServerTls, ZooKeeperServer, jars_available, zookeeper
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = "zk-store-secret-5c1f"
+
+
+@dataclass(frozen=True)
+class ZkPki:
+    ca: Path  # PEM: signed ZooKeeper's certificate and the broker's
+    other_ca: Path  # PEM: signed neither
+    zookeeper: Path  # PKCS12: ZooKeeper's key, its certificate for localhost only
+    broker: Path  # PKCS12: the broker's client certificate
+    probe: Path  # PEM: the broker's key and certificate, for the readiness probe
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> ZkPki:
+    d = tmp_path_factory.mktemp("zk-pki")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    trustme.CA().cert_pem.write_to_path(str(d / "other-ca.pem"))
+    (d / "zookeeper.p12").write_bytes(pkcs12_keystore(ca.issue_cert("localhost"), PASSWORD))
+    broker = ca.issue_cert("localhost", "127.0.0.1", common_name="broker")
+    (d / "broker.p12").write_bytes(pkcs12_keystore(broker, PASSWORD))
+    broker.private_key_and_cert_chain_pem.write_to_path(str(d / "broker.pem"))
+    return ZkPki(
+        d / "ca.pem", d / "other-ca.pem", d / "zookeeper.p12", d / "broker.p12", d / "broker.pem"
+    )
+
+
+@pytest.fixture(scope="module")
+def tls_zk(pki: ZkPki) -> Iterator[ZooKeeperServer]:
+    if not jars_available():
+        pytest.skip("no ZooKeeper jars: run `make jars`")
+    tls = ServerTls(pki.zookeeper, PASSWORD, pki.ca, client_auth="need", probe_pem=pki.probe)
+    with zookeeper(heap="128m", tls=tls) as server:
+        yield server
+
+
+def chroot() -> str:
+    return f"/wb-{uuid.uuid4().hex[:8]}"
+
+
+def tls_keys(pki: ZkPki, **changes: str) -> dict[str, str]:
+    """The broker's zookeeper.ssl.* keys (PKCS12 keystore, PEM truststore), with `changes`
+    (key with underscores for dots; an empty value removes the key)."""
+    keys = {
+        "zookeeper.ssl.client.enable": "true",
+        "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNetty",
+        "zookeeper.ssl.keystore.location": str(pki.broker),
+        "zookeeper.ssl.keystore.password": PASSWORD,
+        "zookeeper.ssl.truststore.location": str(pki.ca),
+    }
+    for key, value in changes.items():
+        keys[key.replace("_", ".")] = value
+    return {k: v for k, v in keys.items() if v or k.endswith("identification.algorithm")}
+
+
+async def refused(connect: str, keys: dict[str, str]) -> str:
+    """The error a broker with these settings stops with, connecting to ZooKeeper."""
+    config = BrokerConfig.from_properties(
+        {"zookeeper.connect": connect, "zookeeper.connection.timeout.ms": "1500", **keys}
+    )
+    with pytest.raises(ZooKeeperUnreachable) as e:  # noqa: PT012 - the session, then close
+        zk = await zk_member.connect(config)
+        await zk.close()
+    return str(e.value)
+
+
+@pytest.mark.timeout(90)
+def test_brokers_register_and_serve_over_tls_zookeeper_with_client_auth(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path
+) -> None:
+    connect = f"localhost:{tls_zk.port}{chroot()}"  # the chroot, too, is made over TLS
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                keys = tls_keys(pki)
+                brokers = [
+                    await start_broker(nursery, connect, tmp_path, i, **keys) for i in (1, 2)
+                ]
+                await eventually(
+                    lambda: all(
+                        len(list(b.broker.metadata_cache.alive_brokers())) == 2 for b in brokers
+                    ),
+                    what="2 live brokers",
+                )
+                await create_topic(brokers[0], "over-tls", 1, replicas=2)
+                listener = brokers[0].listeners[0]
+                bootstrap = {"bootstrap.servers": f"{listener.host}:{listener.port}"}
+                await trio.to_thread.run_sync(produce, bootstrap, "over-tls", 5)
+                got = await trio.to_thread.run_sync(consume, bootstrap, "over-tls", 5)
+                assert len(got) == 5
+                # The registration is there for any TLS client to read.
+                zk = ZkClient(connect, tls=client_tls(BrokerConfig.from_properties(keys)))
+                await zk.start()
+                try:
+                    assert sorted(await zk.get_children("/brokers/ids") or []) == ["1", "2"]
+                finally:
+                    await zk.close()
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+@pytest.mark.timeout(120)
+def test_kafka_and_wirebroker_in_one_cluster_over_tls_zookeeper(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path
+) -> None:
+    """The same zookeeper.ssl.* keys work for Kafka 3.9: its controller sees our broker."""
+    connect = f"localhost:{tls_zk.port}{chroot()}"
+    keys = tls_keys(pki)
+    with kafka_broker(connect, broker_id=0, overrides=keys, heap="256m") as kafka:
+
+        async def main() -> None:
+            with trio.fail_after(60):
+                async with trio.open_nursery() as nursery:
+                    ours = await start_broker(nursery, connect, tmp_path, 1, **keys)
+                    await eventually(
+                        lambda: len(list(ours.broker.metadata_cache.alive_brokers())) == 2,
+                        what="our broker to see Kafka's",
+                    )
+                    brokers, controller = kafka_metadata_brokers(kafka.host, kafka.port)
+                    assert sorted(brokers) == [0, 1] and controller == 0
+                    nursery.cancel_scope.cancel()
+
+        trio.run(main)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("host", "changes", "fix"),
+    [
+        pytest.param(
+            "localhost",
+            {"zookeeper.ssl.truststore.location": "OTHER_CA"},
+            "set zookeeper.ssl.truststore.location to a truststore holding that CA",
+            id="wrong-truststore",
+        ),
+        pytest.param(
+            "127.0.0.1",
+            {},
+            "zookeeper.ssl.endpoint.identification.algorithm= (empty)",
+            id="host-name-mismatch",
+        ),
+        pytest.param(
+            "localhost",
+            {"zookeeper.ssl.keystore.location": "", "zookeeper.ssl.keystore.password": ""},
+            "set zookeeper.ssl.keystore.location",
+            id="no-client-certificate",
+        ),
+        pytest.param(
+            "localhost",
+            {"zookeeper.ssl.protocol": "TLSv1.3"},  # ZooKeeper 3.8 serves TLS 1.2
+            "zookeeper.ssl.enabled.protocols",
+            id="no-version-in-common",
+        ),
+    ],
+)
+def test_a_tls_mistake_stops_the_broker_saying_what_to_fix(
+    tls_zk: ZooKeeperServer, pki: ZkPki, host: str, changes: dict[str, str], fix: str
+) -> None:
+    keys = tls_keys(
+        pki, **{k: str(pki.other_ca) if v == "OTHER_CA" else v for k, v in changes.items()}
+    )
+
+    async def main() -> None:
+        with trio.fail_after(30):
+            message = await refused(f"{host}:{tls_zk.port}{chroot()}", keys)
+        assert fix in message, message
+        assert PASSWORD not in message
+
+    trio.run(main)
+
+
+@pytest.mark.timeout(60)
+def test_tls_to_a_plaintext_port_says_so(zk_server: ZooKeeperServer, pki: ZkPki) -> None:
+    async def main() -> None:
+        with trio.fail_after(30):
+            message = await refused(f"{zk_server.connect}{chroot()}", tls_keys(pki))
+        assert "is that port ZooKeeper's secureClientPort" in message, message
+
+    trio.run(main)
+
+
+@pytest.mark.timeout(60)
+def test_host_name_check_off_connects_by_address(tls_zk: ZooKeeperServer, pki: ZkPki) -> None:
+    keys = tls_keys(pki, zookeeper_ssl_endpoint_identification_algorithm="")
+
+    async def main() -> None:
+        with trio.fail_after(30):
+            zk = ZkClient(
+                f"127.0.0.1:{tls_zk.port}", tls=client_tls(BrokerConfig.from_properties(keys))
+            )
+            await zk.start()
+            try:
+                assert await zk.exists("/")
+            finally:
+                await zk.close()
+
+    trio.run(main)
+
+
+@pytest.mark.timeout(60)
+def test_configs_command_with_zk_tls_config_file(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`wirebroker configs --zookeeper ... --zk-tls-config-file`, as kafka-configs.sh's."""
+    properties = tmp_path / "zk-tls.properties"
+    properties.write_text(
+        "".join(f"{k}={v}\n" for k, v in tls_keys(pki).items()) + "broker.id=ignored\n"
+    )
+    connect = f"localhost:{tls_zk.port}{chroot()}"
+    common = ["--zookeeper", connect, "--zk-tls-config-file", str(properties)]
+    parser = argparse.ArgumentParser()
+    configs_cli.add_parser(parser.add_subparsers())
+    alter = [*common, "--alter", "--entity-type", "users", "--entity-name", "alice"]
+    args = parser.parse_args(["configs", *alter, "--add-config", "SCRAM-SHA-512=[password=a]"])
+    assert configs_cli.run(args) == 0
+    args = parser.parse_args(["configs", *common, "--describe", "--entity-type", "users"])
+    assert configs_cli.run(args) == 0
+    assert "SCRAM-SHA-512" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(60)
+def test_wirebroker_serve_refuses_and_says_why(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path
+) -> None:
+    overrides = {
+        "zookeeper.connect": f"localhost:{tls_zk.port}",
+        "zookeeper.connection.timeout.ms": "1500",
+        "log.dirs": str(tmp_path / "data"),
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        **tls_keys(pki, zookeeper_ssl_truststore_location=str(pki.other_ca)),
+    }
+    args = [a for k, v in overrides.items() for a in ("--override", f"{k}={v}")]
+    done = subprocess.run(
+        [sys.executable, "-m", "wirebroker", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=45,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "zookeeper.ssl.truststore.location" in done.stderr
+    assert PASSWORD not in done.stderr + done.stdout
+
+
+# settings alone (no ZooKeeper) ---------------------------------------------------------------
+def test_default_is_plaintext_and_no_client_auth() -> None:
+    config = BrokerConfig.from_properties({"zookeeper.connect": "localhost:2181"})
+    assert client_tls(config) is None
+    assert not client_auth_configured(config)
+
+
+def test_store_passwords_are_sensitive() -> None:
+    for key in ("zookeeper.ssl.keystore.password", "zookeeper.ssl.truststore.password"):
+        assert is_sensitive(key)
+
+
+def test_client_auth_needs_tls_and_a_keystore(pki: ZkPki) -> None:
+    on = BrokerConfig.from_properties(tls_keys(pki))
+    assert client_auth_configured(on)
+    assert not client_auth_configured(
+        BrokerConfig.from_properties(tls_keys(pki, zookeeper_ssl_client_enable="false"))
+    )
+    assert not client_auth_configured(
+        BrokerConfig.from_properties(tls_keys(pki, zookeeper_ssl_keystore_location=""))
+    )
+
+
+def test_protocol_defaults_to_tls_1_2_and_host_names_are_checked(pki: ZkPki) -> None:
+    tls = client_tls(BrokerConfig.from_properties(tls_keys(pki)))
+    assert tls is not None
+    assert tls.context.maximum_version == tls.context.minimum_version
+    assert tls.context.maximum_version.name == "TLSv1_2"
+    assert tls.context.check_hostname
+    both = tls_keys(pki, zookeeper_ssl_enabled_protocols="TLSv1.2,TLSv1.3")
+    tls = client_tls(BrokerConfig.from_properties(both))
+    assert tls is not None and tls.context.maximum_version.name == "TLSv1_3"
+
+
+@pytest.mark.parametrize("key", ["zookeeper.ssl.crl.enable", "zookeeper.ssl.ocsp.enable"])
+def test_revocation_checks_are_refused(pki: ZkPki, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key}=true is not supported"):
+        client_tls(BrokerConfig.from_properties({**tls_keys(pki), key: "true"}))
+
+
+def test_store_errors_name_the_zookeeper_keys(pki: ZkPki, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="zookeeper.ssl.keystore.location: cannot read"):
+        client_tls(
+            BrokerConfig.from_properties(tls_keys(pki, zookeeper_ssl_keystore_password="wrong"))
+        )
+    ca_text = tmp_path / "ca.crt"  # PEM under a name that does not say so
+    ca_text.write_bytes(pki.ca.read_bytes())
+    with pytest.raises(ConfigError, match="set zookeeper.ssl.truststore.type=PEM"):
+        client_tls(
+            BrokerConfig.from_properties(
+                tls_keys(pki, zookeeper_ssl_truststore_location=str(ca_text))
+            )
+        )

@@ -1,0 +1,215 @@
+"""TLS between the broker and ZooKeeper (KIP-515), from Kafka's `zookeeper.ssl.*` keys.
+
+This module owns three things:
+
+- reading Kafka's ZooKeeper client TLS keys (`zookeeper.ssl.client.enable`, the keystore and
+  truststore, `zookeeper.ssl.protocol` / `.enabled.protocols` / `.cipher.suites`,
+  `zookeeper.ssl.endpoint.identification.algorithm`) into an `ssl.SSLContext`. The stores are
+  read by `wirebroker.tls`, as a listener's are (`ZkSslSettings` maps the listener keys to
+  these): PEM or PKCS12, a JKS store refused with how to convert it, the private key handed to
+  OpenSSL encrypted with a password used once, never in the clear on disk;
+- `ZkTls`, which gives that context to kazoo: kazoo's own TLS takes file paths, so each
+  KazooClient gets a threading handler of ours whose `create_connection` opens the TCP
+  connection as kazoo would and wraps it with the context (`kazoo_options`). It keeps the
+  last handshake failure, so a broker that cannot connect says what to fix (`failure`);
+- `client_auth_configured`: whether this broker authenticates to ZooKeeper with a
+  certificate, which `zookeeper.set.acl=true` needs when there is no SASL login.
+
+Kafka's facts followed: TLS is off unless `zookeeper.ssl.client.enable=true`; the default
+protocol is TLSv1.2 and `zookeeper.ssl.enabled.protocols` defaults to it; the host name is
+checked unless `zookeeper.ssl.endpoint.identification.algorithm` is empty; ZooKeeper has no
+key password of its own (the key's is the keystore's); a store's type, when unset, follows
+its file name (`.pem`, `.p12`/`.pfx`, `.jks`), as ZooKeeper's X509Util does.
+
+Differences from Kafka: `zookeeper.clientCnxnSocket` is accepted and not needed (kazoo has one
+socket for plaintext and TLS; Kafka's ZooKeeper client fails to connect over TLS without
+`org.apache.zookeeper.ClientCnxnSocketNetty`), so `client_auth_configured` does not ask for
+it. `zookeeper.ssl.crl.enable` and `zookeeper.ssl.ocsp.enable` refuse to start when true:
+Python's ssl neither fetches a certificate's revocation lists nor asks its OCSP responder.
+The `-Dzookeeper.ssl.*` JVM system properties Kafka falls back to do not exist here. The host
+name checked is the one in `zookeeper.connect`, as written (ZooKeeper's client also tries the
+address's reverse lookup).
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from pathlib import PurePath
+from typing import Any
+
+from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.handlers.utils import create_tcp_connection
+
+from wirebroker.config import BrokerConfig, ConfigError
+
+# `wirebroker.tls` is imported where a context is made: a broker talking plaintext to
+# ZooKeeper never loads it (start-up time).
+
+#: Kafka's ZooKeeper client TLS keys: what `wirebroker configs --zk-tls-config-file` reads.
+ZK_TLS_KEYS = (
+    "zookeeper.ssl.client.enable",
+    "zookeeper.clientCnxnSocket",
+    "zookeeper.ssl.keystore.location",
+    "zookeeper.ssl.keystore.password",
+    "zookeeper.ssl.keystore.type",
+    "zookeeper.ssl.truststore.location",
+    "zookeeper.ssl.truststore.password",
+    "zookeeper.ssl.truststore.type",
+    "zookeeper.ssl.protocol",
+    "zookeeper.ssl.enabled.protocols",
+    "zookeeper.ssl.cipher.suites",
+    "zookeeper.ssl.endpoint.identification.algorithm",
+    "zookeeper.ssl.crl.enable",
+    "zookeeper.ssl.ocsp.enable",
+)
+#: The listener key `wirebroker.tls` asks for -> the ZooKeeper key holding it (others: unset).
+_KEYS = {
+    **{
+        k.removeprefix("zookeeper."): k
+        for k in ZK_TLS_KEYS
+        if k.startswith("zookeeper.ssl.") and not k.endswith(".enable")
+    },
+    "ssl.key.password": "zookeeper.ssl.keystore.password",
+}
+_TYPES = {".pem": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
+# OpenSSL's verify codes of a certificate for another host name or address.
+_NAME_MISMATCH = (62, 64)
+
+
+class ZkSslSettings:
+    """The `zookeeper.ssl.*` keys, asked for by the names of a listener's `ssl.*` keys (a
+    `wirebroker.tls.SslSettings`)."""
+
+    __slots__ = ("config",)
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+
+    def get(self, key: str) -> str | None:
+        name = _KEYS.get(key)
+        value = self.config.get(name) if name else None
+        if value is not None and value.strip():
+            return value.strip()
+        if key == "ssl.enabled.protocols":
+            return self.get("ssl.protocol")
+        if key.endswith("store.type"):
+            location = self.get(key.removesuffix("type") + "location")
+            return _TYPES.get(PurePath(location).suffix.lower()) if location else None
+        return None
+
+    def name(self, key: str) -> str:
+        return _KEYS.get(key, key)
+
+
+def client_auth_configured(config: BrokerConfig) -> bool:
+    """True when this broker presents a certificate to ZooKeeper (TLS on and a keystore): an
+    identity ZooKeeper can put in an ACL, as Kafka's `zkTlsClientAuthEnabled`."""
+    return config.get_bool("zookeeper.ssl.client.enable") and bool(
+        (config.get("zookeeper.ssl.keystore.location") or "").strip()
+    )
+
+
+def client_tls(config: BrokerConfig) -> ZkTls | None:
+    """The ZooKeeper client's TLS, or None when `zookeeper.ssl.client.enable` is false.
+    ConfigError says which key is wrong."""
+    if not config.get_bool("zookeeper.ssl.client.enable"):
+        return None
+    for key, what in (
+        ("zookeeper.ssl.crl.enable", "fetch certificate revocation lists"),
+        ("zookeeper.ssl.ocsp.enable", "ask OCSP responders"),
+    ):
+        if config.get_bool(key):
+            raise ConfigError(
+                f"{key}=true is not supported: wirebroker's TLS (OpenSSL through Python's ssl) "
+                f"does not {what}; set it false, and remove a revoked certificate's CA from "
+                "zookeeper.ssl.truststore.location or rotate ZooKeeper's certificate instead"
+            )
+    from wirebroker.tls import client_context
+
+    return ZkTls(client_context(ZkSslSettings(config)))
+
+
+class ZkTls:
+    """The TLS of one ZooKeeper client: the context every KazooClient it makes connects with,
+    and how the last attempt's handshake failed, if it did (written from kazoo's connection
+    thread, read once a connection attempt has given up)."""
+
+    __slots__ = ("context", "last_failure")
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.context = context
+        self.last_failure: str | None = None
+
+    def record(self, where: str, error: ssl.SSLError) -> None:
+        reason = getattr(error, "verify_message", None) or error.reason or error
+        self.last_failure = f"TLS with ZooKeeper at {where} failed ({reason}): {_hint(error)}"
+
+
+def kazoo_options(zk_tls: ZkTls | None) -> dict[str, Any]:
+    """KazooClient's keyword arguments for TLS (none without): a handler of its own (kazoo
+    starts and stops a client's handler with it) that connects with the context."""
+    if zk_tls is None:
+        return {}
+    return {"use_ssl": True, "handler": _TlsHandler(zk_tls)}
+
+
+def failure(zk_tls: ZkTls | None) -> str:
+    """What went wrong with TLS on the last attempt to connect, and what to set: "" if nothing."""
+    if zk_tls is None or zk_tls.last_failure is None:
+        return ""
+    return zk_tls.last_failure
+
+
+def _hint(error: ssl.SSLError) -> str:
+    if isinstance(error, ssl.SSLCertVerificationError):
+        if error.verify_code in _NAME_MISMATCH:
+            return (
+                "ZooKeeper's certificate is not for the host named in zookeeper.connect: name "
+                "a host (or address) its certificate holds, or, for testing only, set "
+                "zookeeper.ssl.endpoint.identification.algorithm= (empty)"
+            )
+        return (
+            "ZooKeeper's certificate is not signed by a CA this broker trusts: set "
+            "zookeeper.ssl.truststore.location to a truststore holding that CA"
+        )
+    reason = str(error.reason or "")
+    if "CERTIFICATE" in reason or "HANDSHAKE_FAILURE" in reason or "UNKNOWN_CA" in reason:
+        return (
+            "ZooKeeper refused this broker's certificate or its absence: when it requires "
+            "client certificates (ssl.clientAuth=need), set zookeeper.ssl.keystore.location to "
+            "a keystore whose certificate a CA in ZooKeeper's truststore signed"
+        )
+    if "VERSION" in reason or "PROTOCOL" in reason or "CIPHER" in reason:
+        return (
+            "no TLS version or cipher suite in common with ZooKeeper: check "
+            "zookeeper.ssl.protocol, zookeeper.ssl.enabled.protocols and zookeeper.ssl.cipher.suites"
+        )
+    return "is that port ZooKeeper's secureClientPort (TLS), not its clientPort?"
+
+
+class _TlsHandler(SequentialThreadingHandler):
+    """kazoo's threading handler, its connections wrapped in our context (kazoo's own TLS
+    arguments, file paths, are ignored)."""
+
+    def __init__(self, zk_tls: ZkTls) -> None:
+        super().__init__()
+        self._tls = zk_tls
+
+    def create_connection(
+        self,
+        address: tuple[str, int],
+        hostname: str | None = None,
+        timeout: float | None = None,
+        **_kazoo_tls: Any,
+    ) -> ssl.SSLSocket:
+        self._tls.last_failure = None  # what went wrong before is no longer news
+        sock = create_tcp_connection(socket, address, timeout=timeout)
+        try:
+            # The handshake, bounded by the socket's connect timeout.
+            return self._tls.context.wrap_socket(sock, server_hostname=hostname or address[0])
+        except OSError as e:
+            sock.close()
+            if isinstance(e, ssl.SSLError):
+                self._tls.record(f"{hostname or address[0]}:{address[1]}", e)
+            raise

@@ -594,8 +594,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "zookeeper.set.acl",
             "boolean",
             "false",
-            "Kafka's secure znode ACLs: not implemented, so true refuses to start (znodes are "
-            "written without ACLs, as Kafka's default).",
+            "Give the znodes this broker creates Kafka's secure ACLs: all for their creator, "
+            "read for everyone except the user and broker configs and the delegation tokens. "
+            "Needs a login to ZooKeeper: a JAAS Client section (-Djava.security.auth.login."
+            "config in KAFKA_OPTS) or client TLS with a keystore.",
         ),
         # TLS to ZooKeeper (KIP-515; wirebroker.zk.tls): the stores are read as a listener's.
         _k(
@@ -1547,13 +1549,6 @@ class BrokerConfig:
                 f"than connections.max.idle.ms={self.connections_max_idle_ms}"
             )
         self._validate_authorizer()
-        if self.get_bool("zookeeper.set.acl"):
-            # Never silently open: Kafka would lock its znodes (tokens, SCRAM credentials, ACLs).
-            raise ConfigError(
-                "zookeeper.set.acl=true is not implemented: wirebroker writes its znodes without "
-                "ZooKeeper ACLs, as Kafka with zookeeper.set.acl=false; set it false and keep "
-                "ZooKeeper reachable by the brokers alone"
-            )
         # Imported here: the connection limits read this module's config.
         from wirebroker.connection_limits import check_per_ip
 

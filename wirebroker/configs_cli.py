@@ -12,6 +12,11 @@ brokers pick the change up too. `--describe` lists users and their mechanisms an
 never the credential itself. `--zk-tls-config-file` connects over TLS, as kafka-configs.sh's:
 the file's `zookeeper.ssl.*` keys (and `zookeeper.clientCnxnSocket`) are read as a broker's,
 any other key is ignored.
+
+As kafka-configs.sh, it logs in to ZooKeeper with the JAAS file's `Client` section when the
+system properties name one (`KAFKA_OPTS`, as `wirebroker.zk.sasl_login` reads it), and, logged
+in so (or with a TLS client certificate), creates its znodes with Kafka's secure ACLs
+(`wirebroker.zk.acls`), as ConfigCommand does.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import argparse
 import logging
 import re
 import sys
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -131,22 +135,28 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _zk_tls(path: Path | None) -> ZkTls | None:
-    """The TLS of `--zk-tls-config-file` (None without it, or when it leaves TLS off)."""
-    from wirebroker.zk.tls import ZK_TLS_KEYS, client_tls
+def _zk_tls(path: Path | None) -> tuple[ZkTls | None, bool]:
+    """The TLS of `--zk-tls-config-file` (None without it, or when it leaves TLS off), and
+    whether it shows ZooKeeper a client certificate."""
+    from wirebroker.zk.tls import ZK_TLS_KEYS, client_auth_configured, client_tls
 
     if path is None:
-        return None
+        return None, False
     try:
         properties = parse_properties(path.read_text())
     except OSError as e:
         raise UsageError(f"--zk-tls-config-file {path}: {e.strerror}") from None
-    return client_tls(BrokerConfig({k: v for k, v in properties.items() if k in ZK_TLS_KEYS}))
+    config = BrokerConfig({k: v for k, v in properties.items() if k in ZK_TLS_KEYS})
+    return client_tls(config), client_auth_configured(config)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kazoo.client import KazooClient
+    from kazoo.exceptions import AuthFailedError
     from kazoo.handlers.threading import KazooTimeoutError
+
+    from wirebroker.zk.acls import ensure_chroot
+    from wirebroker.zk.client import split_connect
+    from wirebroker.zk.sasl_login import kazoo_client, start_session, zk_login
 
     if args.alter:
         if not args.entity_name:
@@ -161,21 +171,33 @@ def _run(args: argparse.Namespace) -> int:
             )
     from wirebroker.zk.tls import failure, kazoo_options
 
-    tls = _zk_tls(args.zk_tls_config_file)
+    tls, certificate = _zk_tls(args.zk_tls_config_file)
+    login = zk_login()
+    # ConfigCommand's KafkaZkClient is secure with a SASL login or a TLS client certificate
+    secure = login is not None or certificate
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries; we say it once
-    warnings.filterwarnings("ignore", "No chroot path exists")  # created with the first znode
-    zk = KazooClient(hosts=args.zookeeper, **kazoo_options(tls))
+    zk = kazoo_client(args.zookeeper, login, **kazoo_options(tls))
+    hosts, chroot = split_connect(args.zookeeper)
     try:
-        zk.start(timeout=15)
+        if chroot:
+            ensure_chroot(hosts, chroot, login, secure, 15.0, **kazoo_options(tls))
+        start_session(zk, login, 15.0)
+        if args.describe:
+            _describe(zk, args.entity_name)
+        else:
+            _alter(zk, args.entity_name, added, deleted, secure=secure)
     except KazooTimeoutError:
         why = failure(tls) or "unreachable"
         print(f"wirebroker configs: ZooKeeper {args.zookeeper}: {why}", file=sys.stderr)
         return 1
-    try:
-        if args.describe:
-            _describe(zk, args.entity_name)
-        else:
-            _alter(zk, args.entity_name, added, deleted)
+    except AuthFailedError:
+        assert login is not None
+        print(
+            f"wirebroker configs: ZooKeeper {args.zookeeper} refused the SASL login of "
+            f"{login.describe()}: AUTH_FAILED",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         zk.stop()
         zk.close()
@@ -183,10 +205,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _alter(
-    zk: KazooClient, user: str, added: dict[str, ScramCredential], deleted: list[str]
+    zk: KazooClient,
+    user: str,
+    added: dict[str, ScramCredential],
+    deleted: list[str],
+    *,
+    secure: bool,
 ) -> None:
     from wirebroker.sasl.scram import ScramCredential
     from wirebroker.zk import znodes  # not at import: `wirebroker serve` parses this module's flags
+    from wirebroker.zk.acls import ensure_path, parent_path, znode_acls
+
+    def create(path: str, data: bytes, *, sequence: bool = False) -> None:
+        ensure_path(lambda p, acl: zk.create(p, b"", acl=acl), parent_path(path), secure)
+        zk.create(path, data, acl=znode_acls(path, secure), sequence=sequence)
 
     sanitized = sanitize(user)
     path = znodes.user_config_path(sanitized)
@@ -198,14 +230,13 @@ def _alter(
     current.update(added)
     encoded = znodes.EntityConfig(with_scram_credentials(config, current)).encode()
     if data is None:
-        zk.create(path, encoded, makepath=True)
+        create(path, encoded)
     else:
         zk.set(path, encoded)
-    zk.create(
+    create(
         f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
         znodes.ConfigChangeNotification(f"users/{sanitized}").encode(),
         sequence=True,
-        makepath=True,
     )
     print(f"Completed updating config for user {user}.")
 

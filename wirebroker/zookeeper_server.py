@@ -325,14 +325,18 @@ def zookeeper(
     workdir: Path | None = None,
     tick_ms: int = DEFAULT_TICK_MS,
     tls: ServerTls | None = None,
+    settings: Mapping[str, object] | None = None,
+    jvm_options: Sequence[str] = (),
 ) -> Iterator[ZooKeeperServer]:
     """Run a standalone ZooKeeper on a free loopback port until the block exits.
 
     ``tick_ms`` is ZooKeeper's ``tickTime``: sessions expire on tick boundaries, so a session
     ends up to one tick after its timeout; a benchmark timing failovers shortens it. The
-    session timeouts it grants stay 2 ticks to 40 s whatever the tick. Everything lives in a temporary folder (``workdir`` if given, kept then) that is
-    removed afterwards; its ``zookeeper.log`` holds the output. With ``tls`` it serves TLS
-    only, on ``port`` (its secureClientPort).
+    session timeouts it grants stay 2 ticks to 40 s whatever the tick. With ``tls`` it serves
+    TLS only, on ``port`` (its secureClientPort). ``settings`` are added to (or replace) the
+    ``zoo.cfg`` entries and ``jvm_options`` to the JVM's: a ZooKeeper requiring SASL, say.
+    Everything lives in a temporary folder (``workdir`` if given, kept then) that is removed
+    afterwards; its ``zookeeper.log`` holds the output.
     """
     own_tmp = workdir is None
     base = Path(tempfile.mkdtemp(prefix="wb-zookeeper-")) if own_tmp else workdir
@@ -362,10 +366,13 @@ def zookeeper(
                 "admin.enableServer": "false",
                 "4lw.commands.whitelist": "ruok,srvr,stat",
                 "autopurge.purgeInterval": 0,
+                **(settings or {}),
             },
         )
         log4j = write_log4j_config(base / "log4j.properties", "INFO")
-        argv = java_command(ZOOKEEPER_MAIN, [str(cfg)], heap=heap, log4j_config=log4j)
+        argv = java_command(
+            ZOOKEEPER_MAIN, [str(cfg)], heap=heap, log4j_config=log4j, jvm_options=jvm_options
+        )
         proc = JavaProcess("zookeeper", argv, base / "zookeeper.log", base).start()
         probe = tls.probe_context() if tls else None
         _wait_until(

@@ -24,7 +24,8 @@ from tests.wirebroker.helpers import RawClient
 from wirebroker.server import RunningBroker
 from wirebroker.zk import change_notifications, znodes
 from wirebroker.zk.client import ZkClient
-from wirebroker.zk.delegation_tokens import TOKEN_CHANGES, TOKENS
+from wirebroker.zk.delegation_tokens import TOKEN_CHANGES
+from wirebroker.zk.znodes import DELEGATION_TOKENS
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +78,7 @@ def test_a_token_made_on_one_broker_works_on_another(zk_connect: str, tmp_path: 
 
             # Kafka's znode, the principals sanitized
             assert b1.broker.cluster is not None
-            got = await b1.broker.cluster.zk.get(f"{TOKENS}/{created.token_id}")
+            got = await b1.broker.cluster.zk.get(f"{DELEGATION_TOKENS}/{created.token_id}")
             assert got is not None
             assert json.loads(got[0]) == {
                 "version": 3,
@@ -112,7 +113,7 @@ def test_a_token_made_on_one_broker_works_on_another(zk_connect: str, tmp_path: 
             await eventually(
                 lambda: tokens1.get(created.token_id) is None, what="broker 1 forgets it"
             )
-            assert await b1.broker.cluster.zk.get(f"{TOKENS}/{created.token_id}") is None
+            assert await b1.broker.cluster.zk.get(f"{DELEGATION_TOKENS}/{created.token_id}") is None
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
+from kazoo.security import Permissions
 
 from compat.kafka_process import kafka_broker, kafka_metadata_brokers
 from tests.cluster.harness import consume, create_topic, eventually, produce, start_broker
@@ -32,7 +33,8 @@ from wirebroker.config_sources import is_sensitive
 from wirebroker.zk import member as zk_member
 from wirebroker.zk.client import ZkClient
 from wirebroker.zk.errors import ZooKeeperUnreachable
-from wirebroker.zk.tls import client_auth_configured, client_tls
+from wirebroker.zk.sasl_login import kazoo_client
+from wirebroker.zk.tls import client_auth_configured, client_tls, kazoo_options
 from wirebroker.zookeeper_server import ServerTls, ZooKeeperServer, jars_available, zookeeper
 
 pytestmark = pytest.mark.integration
@@ -135,6 +137,45 @@ def test_brokers_register_and_serve_over_tls_zookeeper_with_client_auth(
                     assert sorted(await zk.get_children("/brokers/ids") or []) == ["1", "2"]
                 finally:
                     await zk.close()
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+@pytest.mark.timeout(60)
+def test_set_acl_with_a_client_certificate_names_the_certificate_the_creator(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path
+) -> None:
+    """zookeeper.set.acl=true with TLS alone (no SASL login), as Kafka's zkTlsClientAuthEnabled
+    allows: ZooKeeper names the creator by the certificate (x509), and the sensitive znodes are
+    the certificate's alone."""
+    root = chroot()
+    keys = tls_keys(pki)
+
+    def read_acls() -> dict[str, set[tuple[int, str]]]:
+        tls = client_tls(BrokerConfig.from_properties(keys))
+        kazoo = kazoo_client(f"localhost:{tls_zk.port}", None, timeout=10, **kazoo_options(tls))
+        kazoo.start(timeout=10)
+        try:
+            return {
+                p: {(a.perms, a.id.scheme) for a in kazoo.get_acls(root + p)[0]}
+                for p in ("", "/brokers/ids/1", "/config/users")
+            }
+        finally:
+            kazoo.stop()
+            kazoo.close()
+
+    async def main() -> None:
+        with trio.fail_after(45):
+            async with trio.open_nursery() as nursery:
+                connect = f"localhost:{tls_zk.port}{root}"
+                await start_broker(nursery, connect, tmp_path, 1, zookeeper_set_acl="true", **keys)
+                secure = {(Permissions.ALL, "x509"), (Permissions.READ, "world")}
+                assert await trio.to_thread.run_sync(read_acls) == {
+                    "": secure,
+                    "/brokers/ids/1": secure,
+                    "/config/users": {(Permissions.ALL, "x509")},
+                }
                 nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -65,8 +65,7 @@ def test_load_file_with_overrides(tmp_path: Path) -> None:
             "super.users: expected a principal as principalType:principalName",
         ),
         ({"allow.everyone.if.no.acl.found": "1"}, "true or false"),
-        # never silently without the znode ACLs asked for
-        ({"zookeeper.set.acl": "true"}, "zookeeper.set.acl=true is not implemented"),
+        ({"zookeeper.set.acl": "yes"}, "true or false"),
     ],
 )
 def test_bad_values_say_what_is_wrong(props: dict[str, str], message: str) -> None:

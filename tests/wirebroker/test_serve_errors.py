@@ -111,12 +111,20 @@ def test_per_ip_limits_kafka_refuses(tmp_path: Path, args: tuple[str, ...], mess
     assert message in done.stderr, done.stderr
 
 
-def test_zookeeper_set_acl_is_refused_not_ignored(tmp_path: Path) -> None:
-    """Kafka's secure znode ACLs are not implemented: asked for, the broker does not start
-    rather than write its tokens and credentials open."""
+def test_zookeeper_set_acl_without_a_login_does_not_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's check (KafkaZkClient.createZkClient), before ZooKeeper is reached: secure ACLs
+    need a login ZooKeeper can name their creator by, a JAAS Client section or client TLS."""
+    monkeypatch.delenv("KAFKA_OPTS", raising=False)
     done = serve(
         "--listeners", "PLAINTEXT://127.0.0.1:0", "--log-dirs", str(tmp_path),
-        "--override", "zookeeper.set.acl=true",
+        "--override", "zookeeper.connect=127.0.0.1:1", "--override", "zookeeper.set.acl=true",
     )  # fmt: skip
-    assert done.returncode != 0, done.stderr
-    assert "zookeeper.set.acl=true is not implemented" in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert (
+        "zookeeper.set.acl is true, but ZooKeeper client TLS configuration identifying at least "
+        "zookeeper.ssl.client.enable and zookeeper.ssl.keystore.location was not present and the "
+        "verification of the JAAS login file failed [java.security.auth.login.config=null, "
+        "zookeeper.sasl.client=default:true, zookeeper.sasl.clientconfig=default:Client]"
+    ) in done.stderr, done.stderr

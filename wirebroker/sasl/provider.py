@@ -10,16 +10,13 @@ Allowed URLs: Kafka 3.9.1 reads the JVM system property
 `org.apache.kafka.sasl.oauthbearer.allowed.urls` (comma-separated URLs). When it is set, a JWKS
 or token endpoint URL that is not one of them (exactly, once trimmed) is refused where the
 configuration is read; unset, every URL is allowed (3.9.1 keeps older configurations working;
-Kafka 4.0 allows none). wirebroker has no JVM: it reads an environment variable of that name
-or, without one, the `-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=...` word of
-`KAFKA_OPTS`, where a Kafka deployment passes it. Neither can be changed by a client, as the
-system property cannot.
+Kafka 4.0 allows none). wirebroker has no JVM: it reads it as `system_properties` says (an
+environment variable of that name or the `-D...=` word of `KAFKA_OPTS`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -28,6 +25,7 @@ from typing import TypeVar
 import trio
 
 from wirebroker.config import ConfigError
+from wirebroker.system_properties import system_property
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +53,7 @@ def shown_url(url: str) -> str:
 
 def allowed_urls() -> frozenset[str] | None:
     """The URLs OAUTHBEARER endpoints may use; None: any."""
-    text = os.environ.get(ALLOWED_URLS)
-    if text is None:
-        flag = f"-D{ALLOWED_URLS}="
-        for word in os.environ.get("KAFKA_OPTS", "").split():
-            if word.startswith(flag):
-                text = word[len(flag) :]
+    text = system_property(ALLOWED_URLS)
     return None if text is None else frozenset(u.strip() for u in text.split(","))
 
 

@@ -4,7 +4,8 @@ Keys, as Kafka reads them: `sasl.enabled.mechanisms` (or `listener.name.<l>.sasl
 `listener.name.<l>.<mechanism>.sasl.jaas.config`, `sasl.server.max.receive.size` and
 `connections.max.reauth.ms` (or `listener.name.<l>.connections.max.reauth.ms`). As Kafka's
 JaasContext, the server side ignores an unprefixed `sasl.jaas.config`; where Kafka then reads
-the `KafkaServer` section of a static JAAS file, wirebroker reads no JAAS file.
+the `KafkaServer` section of a static JAAS file, wirebroker reads none (of that file it reads
+only the ZooKeeper client's `Client` section: `wirebroker.zk.sasl_login`).
 
 GSSAPI (Kerberos, Kafka's default mechanism) takes the listener's `Krb5LoginModule` JAAS entry
 (`useKeyTab=true storeKey=true keyTab=... principal=...`), a service name (its `serviceName`
@@ -98,6 +99,15 @@ class JaasEntry:
 
 def parse_jaas_config(text: str) -> JaasEntry:
     """`Module flag key="value" ...;` to a JaasEntry, as Kafka's JaasConfig reads it."""
+    entries = parse_jaas_entries(text)
+    if len(entries) != 1:
+        raise JaasError(f"JAAS config contains {len(entries)} login modules, should be 1 module")
+    return entries[0]
+
+
+def parse_jaas_entries(text: str) -> list[JaasEntry]:
+    """The login modules of `text` (`Module flag key="value" ...;`, each), in order: a
+    `sasl.jaas.config` value or the inside of a JAAS file's section (`jaas_file`)."""
     tokens: list[tuple[str, str]] = []  # (kind, text): kind is ";", "=", "word" or "quoted"
     pos = 0
     text = text.strip()
@@ -138,9 +148,7 @@ def parse_jaas_config(text: str) -> JaasEntry:
             raise JaasError("the login module entry must end with ';'")
         i += 1
         entries.append(JaasEntry(module, flag, options))
-    if len(entries) != 1:
-        raise JaasError(f"JAAS config contains {len(entries)} login modules, should be 1 module")
-    return entries[0]
+    return entries
 
 
 class ListenerSasl:

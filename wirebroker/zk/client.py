@@ -17,6 +17,14 @@ caller waits to learn its outcome, within that bound).
 Watches are one-shot, as in ZooKeeper: ask again with `watch=True` when the event arrives.
 The owner re-reads the znode rather than trusting the event, as Kafka's handlers do.
 
+With a `login` (`sasl_login`), every connection logs in to ZooKeeper first; `start` waits for
+ZooKeeper's answer to it (kazoo reports CONNECTED before its SASL exchange) and a refusal ends
+it with ZooKeeperAuthFailed. A login refused later, on a reconnect, ends the session (LOST) and
+a new one is tried a second later, and so on, as Kafka's ZooKeeperClient reinitializes after
+AUTH_FAILED. Every znode created here (`create`, `ensure_path`, the parents
+`makepath` creates, a multi's creates, the chroot) gets the ACLs of its own path (`acls`):
+Kafka's secure ones with `secure_acls` (`zookeeper.set.acl`), open ones without.
+
 Session states: CONNECTED (first connection, or reconnected: `new_session` says whether a
 session replaced an expired one, i.e. ephemerals and watches are gone), SUSPENDED (connection lost, session may
 still live), LOST (the session expired or the client closed: ephemerals are gone).
@@ -27,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +43,7 @@ from typing import Any
 import trio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     ConnectionLoss,
     NodeExistsError,
@@ -43,10 +53,12 @@ from kazoo.exceptions import (
     SessionExpiredError,
     ZookeeperError,
 )
-from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.protocol.states import KeeperState, WatchedEvent, ZnodeStat
 
 from wirebroker.zk import tls as zk_tls
-from wirebroker.zk.errors import ZooKeeperUnreachable
+from wirebroker.zk.acls import ensure_chroot, ensure_path, parent_path, znode_acls
+from wirebroker.zk.errors import ZooKeeperAuthFailed, ZooKeeperUnreachable
+from wirebroker.zk.sasl_login import ZkLogin, kazoo_client, start_session
 
 __all__ = [
     "BadVersionError",
@@ -64,6 +76,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: How long after a refused login a new session is tried (Kafka's ZooKeeperClient.RetryBackoffMs).
+AUTH_RETRY_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,21 +108,29 @@ class ZkClient:
         session_timeout_ms: int = 18_000,
         connection_timeout_ms: int | None = None,
         tls: zk_tls.ZkTls | None = None,
+        login: ZkLogin | None = None,
+        secure_acls: bool = False,
     ) -> None:
         self.connect = connect
         self.tls = tls
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        self.login = login
+        self.secure_acls = secure_acls
         self._token = trio.lowlevel.current_trio_token()
         self._send, self.events = trio.open_memory_channel[ZkEvent](math.inf)
         # Reconnect forever (the default gives up after a while, leaving a dead client).
-        self._kazoo = KazooClient(
-            hosts=connect,
+        self._kazoo = kazoo_client(
+            connect,
+            login,
             timeout=session_timeout_ms / 1000,
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
             **zk_tls.kazoo_options(tls),
         )
         self._closed = False
+        self._started = False
+        # Held while the client is restarted after a refused login, or stopped for good.
+        self._restarting = threading.Lock()
         self._session_id: int | None = None
         self._expired = False
 
@@ -116,12 +139,28 @@ class ZkClient:
         """Connect (waiting at most `zookeeper.connection.timeout.ms`) and create the chroot."""
         hosts, chroot = split_connect(self.connect)
         self._kazoo.add_listener(self._on_state)
+        timeout = self.connection_timeout_ms / 1000
         try:
             if chroot:
-                await trio.to_thread.run_sync(self._ensure_chroot, hosts, chroot)
-            await trio.to_thread.run_sync(
-                lambda: self._kazoo.start(timeout=self.connection_timeout_ms / 1000)
-            )
+                await trio.to_thread.run_sync(
+                    lambda: ensure_chroot(
+                        hosts,
+                        chroot,
+                        self.login,
+                        self.secure_acls,
+                        timeout,
+                        **zk_tls.kazoo_options(self.tls),
+                    )
+                )
+            await trio.to_thread.run_sync(start_session, self._kazoo, self.login, timeout)
+            self._started = True
+        except AuthFailedError:
+            await self.close()
+            assert self.login is not None
+            raise ZooKeeperAuthFailed(
+                f"ZooKeeper at {self.connect} refused the SASL login of "
+                f"{self.login.describe()}: AUTH_FAILED"
+            ) from None
         except Exception as e:
             await self.close()
             raise ZooKeeperUnreachable(
@@ -129,17 +168,6 @@ class ZkClient:
                 f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): "
                 f"{zk_tls.failure(self.tls) or e}"
             ) from e
-
-    def _ensure_chroot(self, hosts: str, chroot: str) -> None:
-        bare = KazooClient(
-            hosts=hosts, timeout=self.session_timeout_ms / 1000, **zk_tls.kazoo_options(self.tls)
-        )
-        bare.start(timeout=self.connection_timeout_ms / 1000)
-        try:
-            bare.ensure_path(chroot)
-        finally:
-            bare.stop()
-            bare.close()
 
     async def close(self) -> None:
         """End the session (its ephemerals disappear at once). Safe to call twice, even cancelled."""
@@ -152,11 +180,19 @@ class ZkClient:
         self._send.close()
 
     def _stop_kazoo(self) -> None:
-        try:
-            self._kazoo.stop()
-            self._kazoo.close()
-        except Exception:
-            log.debug("closing the ZooKeeper client failed", exc_info=True)
+        with self._restarting:
+            try:
+                self._kazoo.stop()
+                self._kazoo.close()
+            except Exception:
+                log.debug("closing the ZooKeeper client failed", exc_info=True)
+
+    def _new_session_after_auth_failure(self) -> None:
+        """In a timer thread: start kazoo again (its connection thread ended at AUTH_FAILED,
+        its requests failed and its session was forgotten)."""
+        with self._restarting:
+            if not self._closed:
+                self._kazoo.start_async()  # reconnects until it is answered
 
     @property
     def session_id(self) -> int | None:
@@ -200,6 +236,18 @@ class ZkClient:
         else:
             self._expired = True
             self._deliver_from_thread(ZkEvent("session", state="LOST"))
+            if self._started and self._kazoo.client_state == KeeperState.AUTH_FAILED:
+                assert self.login is not None
+                log.error(
+                    "ZooKeeper at %s refused the SASL login of %s (AUTH_FAILED); a new session "
+                    "in %s s",
+                    self.connect,
+                    self.login.describe(),
+                    AUTH_RETRY_BACKOFF_S,
+                )
+                retry = threading.Timer(AUTH_RETRY_BACKOFF_S, self._new_session_after_auth_failure)
+                retry.daemon = True
+                retry.start()
 
     def _on_data(self, event: WatchedEvent) -> None:
         if event.path is None:  # session news reaches watchers too; the listener reports it
@@ -274,11 +322,24 @@ class ZkClient:
         """Create the znode; NodeExistsError if it exists. Returns the path (with a sequence)."""
         kazoo = self._kazoo
 
-        def call() -> str:
+        def create() -> str:
             pending = kazoo.create_async(
-                path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+                path,
+                data,
+                acl=znode_acls(path, self.secure_acls),
+                ephemeral=ephemeral,
+                sequence=sequence,
             )
             return str(self._wait(pending))
+
+        def call() -> str:
+            try:
+                return create()
+            except NoNodeError:
+                if not makepath:
+                    raise
+            self._ensure_path(kazoo, parent_path(path))
+            return create()
 
         return str(await self._write(call))
 
@@ -303,7 +364,14 @@ class ZkClient:
             await self._write(call)
 
     async def ensure_path(self, path: str) -> None:
-        await self._write(lambda: self._wait(self._kazoo.ensure_path_async(path)))
+        """Create `path` and its missing parents; nothing for those that exist."""
+        await self._write(lambda: self._ensure_path(self._kazoo, path))
+
+    def _ensure_path(self, kazoo: KazooClient, path: str) -> None:
+        """`ensure_path` in a worker thread, each create bounded as `_wait` says."""
+        ensure_path(
+            lambda p, acl: self._wait(kazoo.create_async(p, b"", acl=acl)), path, self.secure_acls
+        )
 
     async def multi(self, ops: list[tuple[Any, ...]]) -> list[Any]:
         """A ZooKeeper multi: ("check", path, version), ("create", path, data[, ephemeral]),
@@ -318,7 +386,12 @@ class ZkClient:
                 if kind == "check":
                     t.check(op[1], op[2])
                 elif kind == "create":
-                    t.create(op[1], op[2], ephemeral=len(op) > 3 and bool(op[3]))
+                    t.create(
+                        op[1],
+                        op[2],
+                        acl=znode_acls(op[1], self.secure_acls),
+                        ephemeral=len(op) > 3 and bool(op[3]),
+                    )
                 elif kind == "set":
                     t.set_data(op[1], op[2], version=op[3])
                 elif kind == "delete":

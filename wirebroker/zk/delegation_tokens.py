@@ -19,11 +19,10 @@ from protocol.errors import ErrorCode, KafkaError
 from wirebroker.sasl.delegation_tokens import DelegationTokens, TokenInformation
 from wirebroker.zk.change_notifications import purge_obsolete
 from wirebroker.zk.client import NoNodeError, ZkClient, ZookeeperError
-from wirebroker.zk.znodes import sequence_number
+from wirebroker.zk.znodes import DELEGATION_TOKENS, sequence_number
 
 log = logging.getLogger(__name__)
 
-TOKENS = "/delegation_token/tokens"
 TOKEN_CHANGES = "/delegation_token/token_changes"
 CHANGE_PREFIX = "token_change_"
 
@@ -38,9 +37,9 @@ class ZkDelegationTokens:
 
     async def start(self) -> None:
         """Kafka's startup: create the paths, load every token, follow the announcements."""
-        await self.zk.ensure_path(TOKENS)
+        await self.zk.ensure_path(DELEGATION_TOKENS)
         await self.zk.ensure_path(TOKEN_CHANGES)
-        for token_id in await self.zk.get_children(TOKENS) or []:
+        for token_id in await self.zk.get_children(DELEGATION_TOKENS) or []:
             await self._refresh(token_id)
         log.info("Loaded the token cache: %d tokens", len(self.tokens.all()))
         await self.process_changes()
@@ -48,7 +47,7 @@ class ZkDelegationTokens:
     async def put(self, token: TokenInformation) -> None:
         """Kafka's setOrCreateDelegationToken, then the announcement (KafkaError
         UNKNOWN_SERVER_ERROR if ZooKeeper fails, as Kafka answers)."""
-        path = f"{TOKENS}/{token.token_id}"
+        path = f"{DELEGATION_TOKENS}/{token.token_id}"
         data = json.dumps(token.to_json()).encode()
         with _failed_write(token.token_id):
             try:
@@ -59,7 +58,7 @@ class ZkDelegationTokens:
 
     async def delete(self, token_id: str) -> None:
         with _failed_write(token_id):
-            await self.zk.delete(f"{TOKENS}/{token_id}")
+            await self.zk.delete(f"{DELEGATION_TOKENS}/{token_id}")
             await self._announce(token_id)
 
     async def _announce(self, token_id: str) -> None:
@@ -82,7 +81,7 @@ class ZkDelegationTokens:
         await purge_obsolete(self.zk, TOKEN_CHANGES, changes)
 
     async def _refresh(self, token_id: str) -> None:
-        got = await self.zk.get(f"{TOKENS}/{token_id}")
+        got = await self.zk.get(f"{DELEGATION_TOKENS}/{token_id}")
         if got is None:
             self.tokens.forget(token_id)
             return

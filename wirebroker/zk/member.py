@@ -57,6 +57,7 @@ from wirebroker.zk.client import BadVersionError, NodeExistsError, ZkClient, ZkE
 from wirebroker.zk.delegation_tokens import TOKEN_CHANGES, ZkDelegationTokens
 from wirebroker.zk.entity_configs import read_entity_config
 from wirebroker.zk.sanitizer import desanitize, sanitize
+from wirebroker.zk.sasl_login import secure_acls, zk_login
 from wirebroker.zk.znodes import (
     BrokerRegistration,
     Endpoint,
@@ -73,9 +74,11 @@ CONTROLLED_SHUTDOWN_VERSION = 3
 
 
 async def connect(config: BrokerConfig) -> ZkClient:
-    """Open the broker's ZooKeeper session (`zookeeper.*` settings)."""
+    """Open the broker's ZooKeeper session (`zookeeper.*` settings, and the SASL login the
+    system properties name: `sasl_login`)."""
     connect = config.get("zookeeper.connect")
     assert connect
+    login = await trio.to_thread.run_sync(zk_login)  # reads the JAAS file
     zk = ZkClient(
         connect,
         session_timeout_ms=config.get_int("zookeeper.session.timeout.ms"),
@@ -85,6 +88,8 @@ async def connect(config: BrokerConfig) -> ZkClient:
             else None
         ),
         tls=zk_tls.client_tls(config),
+        login=login,
+        secure_acls=secure_acls(config, login),
     )
     await zk.start()
     return zk
@@ -137,6 +142,8 @@ class ClusterMember:
         self.topic_configs: dict[str, dict[str, str]] = {}
         self._last_change = -1
         self._registered = trio.Event()
+        #: The session this broker last registered in (Kafka's currentZKSessionId).
+        self._registered_session: int | None = None
         self._stale = False
         self._failed_dirs, self._failed_dirs_received = trio.open_memory_channel[Path](math.inf)
         broker.log_manager.on_dir_offline = self._failed_dirs.send_nowait
@@ -257,11 +264,24 @@ class ClusterMember:
             await self.zk.create(path, data, ephemeral=True, makepath=True)
         except NodeExistsError:
             got = await self.zk.get(path)
-            if got is None or got[1].ephemeralOwner != self.zk.session_id:
+            owner = got[1].ephemeralOwner if got is not None else None
+            if owner is not None and owner == self._registered_session != self.zk.session_id:
+                # Kafka's KAFKA-7165 workaround: our previous session's registration, left
+                # behind (a session given up after AUTH_FAILED ends only when it expires).
+                log.info(
+                    "broker %d: %s is our previous session's (0x%x); registering it again",
+                    self.broker.node_id,
+                    path,
+                    owner,
+                )
+                await self.zk.delete(path)
+                await self.zk.create(path, data, ephemeral=True, makepath=True)
+            elif owner != self.zk.session_id:
                 raise ConfigError(
                     f"broker id {self.broker.node_id} is already registered in ZooKeeper "
                     f"({path}): another broker runs with broker.id={self.broker.node_id}"
                 ) from None
+        self._registered_session = self.zk.session_id
         stat = await self.zk.exists(path)
         assert stat is not None
         self.broker_epoch = stat.czxid

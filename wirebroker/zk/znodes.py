@@ -46,6 +46,7 @@ ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+DELEGATION_TOKENS = "/delegation_token/tokens"
 # ACLs (AclAuthorizer): literal patterns under /kafka-acl, prefixed ones under
 # /kafka-acl-extended/prefixed, each /<ResourceType>/<name>; a change of either kind is announced
 # by a sequential znode under its own changes path.

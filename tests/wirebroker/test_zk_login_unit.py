@@ -1,0 +1,176 @@
+"""The ZooKeeper login's sources and checks, without a ZooKeeper: the JAAS file's sections,
+the system properties Kafka reads (from KAFKA_OPTS), what is refused and with which message,
+and Kafka's znode ACLs by path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
+
+from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.sasl.jaas_file import parse_jaas_file
+from wirebroker.sasl.settings import JaasError
+from wirebroker.zk.acls import znode_acls
+from wirebroker.zk.sasl_login import secure_acls, zk_login
+
+pytestmark = pytest.mark.timeout(30)
+
+DIGEST = "org.apache.zookeeper.server.auth.DigestLoginModule"
+
+
+@pytest.fixture(autouse=True)
+def _no_system_properties(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "KAFKA_OPTS",
+        "java.security.auth.login.config",
+        "zookeeper.sasl.client",
+        "zookeeper.sasl.clientconfig",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def jaas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, *flags: str) -> Path:
+    path = tmp_path / "jaas.conf"
+    path.write_text(text)
+    opts = " ".join(["-Xmx1g", f"-Djava.security.auth.login.config={path}", *flags])
+    monkeypatch.setenv("KAFKA_OPTS", opts)
+    return path
+
+
+def test_a_jaas_file_s_sections_with_comments_and_quoted_braces() -> None:
+    sections = parse_jaas_file(
+        """
+        /* Kafka's file: the listeners' section and the ZooKeeper client's */
+        KafkaServer {
+            org.apache.kafka.common.security.plain.PlainLoginModule required
+            user_admin="a}b;c" // a comment
+            ;
+        };
+        Client { org.apache.zookeeper.server.auth.DigestLoginModule required
+            username="kafka" password="s3cret"; };
+        """
+    )
+    assert sorted(sections) == ["Client", "KafkaServer"]
+    assert sections["KafkaServer"][0].options == {"user_admin": "a}b;c"}
+    [client] = sections["Client"]
+    assert (client.login_module, client.options) == (
+        DIGEST,
+        {"username": "kafka", "password": "s3cret"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Client { a.B required x=1; }", "line 1: expected a section"),
+        ("\n\nClient { a.B required x=; };", "section Client \\(line 3\\): expected key=value"),
+        (
+            "Client { a.B required; };\nClient { a.B required; };",
+            "line 2: section Client is given twice",
+        ),
+    ],
+)
+def test_a_bad_jaas_file_says_where(text: str, message: str) -> None:
+    with pytest.raises(JaasError, match=message):
+        parse_jaas_file(text)
+
+
+def test_no_jaas_file_or_no_client_section_is_no_login(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert zk_login() is None
+    jaas(tmp_path, monkeypatch, "KafkaServer { a.B required; };")
+    assert zk_login() is None
+
+
+def test_the_client_section_logs_in_with_digest_md5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = jaas(
+        tmp_path,
+        monkeypatch,
+        f'ZkBroker {{ {DIGEST} required username="kafka" password="s3cret"; }};',
+        "-Dzookeeper.sasl.clientconfig=ZkBroker",
+    )
+    login = zk_login()
+    assert login is not None
+    assert login.sasl_options() == {
+        "mechanism": "DIGEST-MD5",
+        "username": "kafka",
+        "password": "s3cret",
+    }
+    assert login.describe() == f"user 'kafka' (DIGEST-MD5, section ZkBroker of {path})"
+    assert "s3cret" not in repr(login)
+
+
+@pytest.mark.parametrize(
+    ("section", "flags", "message"),
+    [
+        (
+            f'{DIGEST} required username="kafka" password="pw";',
+            ("-Dzookeeper.sasl.client=false",),
+            "Exception while determining if ZooKeeper is secure .*zookeeper.sasl.client=false.*"
+            "JAAS configuration is present, but system property zookeeper.sasl.client is set to "
+            "false",
+        ),
+        (
+            'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="k" '
+            'principal="kafka/host@REALM";',
+            (),
+            "has com.sun.security.auth.module.Krb5LoginModule: wirebroker logs in to ZooKeeper "
+            "with DIGEST-MD5 only.*GSSAPI to ZooKeeper, Krb5LoginModule, is not implemented",
+        ),
+        (f'{DIGEST} required username="kafka";', (), f"{DIGEST} needs password"),
+    ],
+)
+def test_a_client_section_that_cannot_be_used_stops_the_start(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    section: str,
+    flags: tuple[str, ...],
+    message: str,
+) -> None:
+    jaas(tmp_path, monkeypatch, f"Client {{ {section} }};", *flags)
+    with pytest.raises(ConfigError, match=message) as raised:
+        zk_login()
+    assert "pw" not in str(raised.value)
+
+
+def test_a_missing_jaas_file_stops_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("java.security.auth.login.config", "/nonexistent/jaas.conf")
+    with pytest.raises(
+        ConfigError,
+        match=r"Exception while loading Zookeeper JAAS login context "
+        r"\[java.security.auth.login.config=/nonexistent/jaas.conf, .*No such file",
+    ):
+        zk_login()
+
+
+def test_set_acl_needs_a_jaas_login_or_client_tls_with_a_keystore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def config(**props: str) -> BrokerConfig:
+        return BrokerConfig.from_properties({"zookeeper.connect": "zk:2181", **props})
+
+    assert secure_acls(config(), None) is False
+    with pytest.raises(ConfigError, match="zookeeper.set.acl is true, but ZooKeeper client TLS"):
+        secure_acls(config(**{"zookeeper.set.acl": "true"}), None)
+    tls = {"zookeeper.ssl.client.enable": "true", "zookeeper.ssl.keystore.location": "/ks.p12"}
+    assert secure_acls(config(**{"zookeeper.set.acl": "true", **tls}), None) is True
+    jaas(tmp_path, monkeypatch, f'Client {{ {DIGEST} required username="k" password="p"; }};')
+    assert secure_acls(config(**{"zookeeper.set.acl": "true"}), zk_login()) is True
+
+
+def test_kafkas_default_acls_by_path() -> None:
+    secure = [*CREATOR_ALL_ACL, *READ_ACL_UNSAFE]
+    assert znode_acls("/brokers/ids/1", False) == OPEN_ACL_UNSAFE
+    assert znode_acls("/brokers/ids/1", True) == secure
+    assert znode_acls("/consumers", True) == OPEN_ACL_UNSAFE  # the old consumers' path
+    assert znode_acls("/consumers/group", True) == secure
+    for sensitive in ("/config/users", "/config/users/alice", "/config/brokers/1"):
+        assert znode_acls(sensitive, True) == CREATOR_ALL_ACL, sensitive
+    assert znode_acls("/delegation_token/tokens/t1", True) == CREATOR_ALL_ACL
+    assert znode_acls("/delegation_token/token_changes", True) == secure
+    assert znode_acls("/config/topics/t", True) == secure

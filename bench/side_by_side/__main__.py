@@ -49,11 +49,14 @@ rows (ratio wirebroker/Kafka, goal):
      (>= 1.0)
  16  consume read_committed from the start of 1 GiB written in 100 ms transactions:
      MB/s (>= 1.0)
+ 17  a broker with two log dirs moves a 1 GiB partition's replica from one to the other
+     (AlterReplicaLogDirs), back and forth, one move a repeat: MB/s (>= 1.0)
 
 Rows 1, 2, 3, 5, 10, 13, 15 and 16 run both Java (ProducerPerformance / ConsumerPerformance) and
 librdkafka (confluent-kafka in its own process) load generators. Rows 10 and 11 start one
 ZooKeeper and three brokers of each kind; rows 13 and 14 a broker with SSL and SASL_SSL
-listeners (a PKCS12 keystore made for the run). Progress goes to stderr.
+listeners (a PKCS12 keystore made for the run); row 17 a broker with two log dirs. Progress
+goes to stderr.
 """
 
 
@@ -145,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # row 11's registration watch
+    logging.getLogger("kafka").setLevel(logging.WARNING)  # row 17's admin (kafka-python)
     log = logging.getLogger("bench")
     sizes = workloads.QUICK if args.quick else workloads.Sizes()
     catalogue = workloads.figures(sizes)

@@ -221,6 +221,8 @@ class Broker:
     broker_id: int = 0
     #: Its log directory (Kafka's on-disk layout on both targets).
     log_dir: Path | None = None
+    #: Every log directory (``log_dir`` first): more than one for row 17.
+    log_dirs: list[Path] = field(default_factory=list)
     #: Every listener's port by name (PLAINTEXT's is ``port``).
     ports: dict[str, int] = field(default_factory=dict)
     spawned_at: float = 0.0
@@ -329,9 +331,9 @@ class Target(Protocol):
     name: str
     workdir: Path
 
-    def new_broker(self, secured: Secured | None = None) -> Broker:
-        """A broker with a fresh data folder, not yet spawned; with ``secured``, its SSL and
-        SASL_SSL listeners too."""
+    def new_broker(self, secured: Secured | None = None, log_dirs: int = 1) -> Broker:
+        """A broker with a fresh data folder (``log_dirs`` log directories in it), not yet
+        spawned; with ``secured``, its SSL and SASL_SSL listeners too."""
         ...
 
     def cluster_broker(self, broker_id: int, zookeeper_connect: str, base: Path) -> Broker:
@@ -360,12 +362,12 @@ class KafkaTarget:
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
-    def new_broker(self, secured: Secured | None = None) -> Broker:
+    def new_broker(self, secured: Secured | None = None, log_dirs: int = 1) -> Broker:
         base = _fresh_dir(self.workdir, "broker-")
         zk_connect = f"{self.zk.connect}/{base.name}"
         overrides = {**SHARED_PROPERTIES, **KAFKA_ONLY_PROPERTIES}
-        broker = self._broker(0, zk_connect, base, overrides, secured)
-        if secured is None:
+        broker = self._broker(0, zk_connect, base, overrides, secured, log_dirs)
+        if secured is None and log_dirs == 1:  # the shared broker's command, for the report
             self.last_argv = broker.argv
         return broker
 
@@ -382,16 +384,22 @@ class KafkaTarget:
         base: Path,
         overrides: Mapping[str, str],
         secured: Secured | None = None,
+        log_dirs: int = 1,
     ) -> Broker:
         base.mkdir(parents=True, exist_ok=True)
         port = free_port()
         ports = secured_ports(port, secured)
+        dirs = _log_dirs(base / "kafka-logs", log_dirs)
         props = kafka_properties(
             broker_id=broker_id,
             port=port,
             zookeeper_connect=zookeeper_connect,
-            log_dir=base / "kafka-logs",
-            overrides={**overrides, **(secured.properties(ports) if secured else {})},
+            log_dir=dirs[0],
+            overrides={
+                **overrides,
+                **(secured.properties(ports) if secured else {}),
+                "log.dirs": ",".join(map(str, dirs)),
+            },
         )
         config = base / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -412,7 +420,8 @@ class KafkaTarget:
             port,
             base / "kafka.log",
             broker_id=broker_id,
-            log_dir=base / "kafka-logs",
+            log_dir=dirs[0],
+            log_dirs=dirs,
             ports=ports,
         )
 
@@ -443,6 +452,11 @@ class KafkaTarget:
         return " ".join(argv[:-1] + ["server.properties"])
 
 
+def _log_dirs(first: Path, count: int) -> list[Path]:
+    """``first`` and, for more than one, ``first-2``, ``first-3``...: a broker's log dirs."""
+    return [first, *(first.with_name(f"{first.name}-{i}") for i in range(2, count + 1))]
+
+
 @dataclass
 class WirebrokerTarget:
     """``wirebroker serve`` processes run by this Python with this tree first on the path."""
@@ -454,11 +468,14 @@ class WirebrokerTarget:
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
-    def new_broker(self, secured: Secured | None = None) -> Broker:
+    def new_broker(self, secured: Secured | None = None, log_dirs: int = 1) -> Broker:
         broker = self._broker(
-            _fresh_dir(self.workdir, "broker-"), SHARED_PROPERTIES, secured=secured
+            _fresh_dir(self.workdir, "broker-"),
+            SHARED_PROPERTIES,
+            secured=secured,
+            log_dirs=log_dirs,
         )
-        if secured is None:
+        if secured is None and log_dirs == 1:  # the shared broker's command, for the report
             self.last_argv = broker.argv
         return broker
 
@@ -478,15 +495,17 @@ class WirebrokerTarget:
         overrides: Mapping[str, str],
         broker_id: int = 0,
         secured: Secured | None = None,
+        log_dirs: int = 1,
     ) -> Broker:
         base.mkdir(parents=True, exist_ok=True)
         port = free_port()
         ports = secured_ports(port, secured)
+        dirs = _log_dirs(base / "data", log_dirs)
         settings = {**overrides, **(secured.properties(ports) if secured else {})}
         listeners = settings.pop("listeners", f"PLAINTEXT://{LOOPBACK}:{port}")
         settings.pop("advertised.listeners", None)  # the same as listeners
         argv = [sys.executable, "-m", "wirebroker", "serve"]
-        argv += ["--listeners", listeners, "--log-dirs", str(base / "data")]
+        argv += ["--listeners", listeners, "--log-dirs", ",".join(map(str, dirs))]
         for key, value in {**settings, **self.own}.items():
             argv += ["--override", f"{key}={value}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -497,7 +516,8 @@ class WirebrokerTarget:
             base / "wirebroker.log",
             env=env,
             broker_id=broker_id,
-            log_dir=base / "data",
+            log_dir=dirs[0],
+            log_dirs=dirs,
             ports=ports,
         )
 
@@ -550,10 +570,10 @@ def target_session(name: str, workdir: Path) -> Iterator[Target]:
 
 
 @contextlib.contextmanager
-def running(target: Target, secured: Secured | None = None) -> Iterator[Broker]:
-    """A fresh broker of ``target`` (with ``secured``'s listeners), spawned and ready, stopped
-    on exit."""
-    broker = target.new_broker(secured)
+def running(target: Target, secured: Secured | None = None, log_dirs: int = 1) -> Iterator[Broker]:
+    """A fresh broker of ``target`` (with ``secured``'s listeners, ``log_dirs`` log
+    directories), spawned and ready, stopped on exit."""
+    broker = target.new_broker(secured, log_dirs)
     broker.spawn()
     try:
         broker.wait_ready()

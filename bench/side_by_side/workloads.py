@@ -9,7 +9,8 @@ share one broker with SSL and SASL_SSL listeners (``targets.Secured``). Rows 10 
 share one fresh 3-broker cluster per target; row 11 kills a broker per repeat and starts it
 again before the next. Every run writes to a fresh topic, created through the admin API and
 waited on until each partition has a leader (and, in the cluster, a full ISR), except row
-9's, which all write to the one wide topic of their broker.
+9's, which all write to the one wide topic of their broker. Row 17 starts a broker with two
+log dirs and moves one filled topic's replica between them, once per repeat.
 
 A failing run is logged and recorded in ``Results.errors``; the other rows still run.
 """
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kafka.errors
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -37,6 +39,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
+from kafka import KafkaAdminClient, TopicPartitionReplica
 
 from bench.side_by_side import connect_load, java_load, rdkafka_load
 from bench.side_by_side.targets import (
@@ -75,7 +78,7 @@ LATENCY_PRODUCER: dict[str, object] = {
     "compression.type": "none",
 }
 RUN_TIMEOUT = 900.0
-ALL_ROWS = tuple(range(1, 17))
+ALL_ROWS = tuple(range(1, 18))
 CLUSTER_ROWS = {10, 11}
 SECURED_ROWS = {13, 14}
 CONNECT_PROCESSES = 4
@@ -195,6 +198,7 @@ class Sizes:
     connect_seconds: float = 10.0
     transactional_records: int = 256 * MiB // KiB
     read_committed_records: int = GiB // KiB  # as row 3: at 200 MB/s, 256 MiB was a 1 s run
+    move_records: int = GiB // KiB
 
 
 QUICK = Sizes(
@@ -221,6 +225,7 @@ QUICK = Sizes(
     connect_seconds=2.0,
     transactional_records=10_000,
     read_committed_records=10_000,
+    move_records=10_000,
 )
 
 
@@ -406,6 +411,9 @@ def figures(sizes: Sizes) -> list[Figure]:
             f"({CONSUMER_NAMES[c]})"
         )
         out.append(Figure(f"16/{c}", 16, label, "MB/s", True, 1.0))
+    size = size_text(sizes.move_records * KiB)
+    label = f"Move a {size} replica to the broker's other log dir (AlterReplicaLogDirs)"
+    out.append(Figure("17", 17, label, "MB/s", True, 1.0))
     return out
 
 
@@ -964,6 +972,49 @@ def scale(ctx: Context, target: Target) -> None:
                     )
 
 
+def move_replica(ctx: Context, target: Target) -> None:
+    """Row 17: a broker with two log dirs moves a filled partition's replica from one to the
+    other (AlterReplicaLogDirs, through kafka-python's admin), back and forth, one move per
+    repeat; timed from the request to the partition's directory being in the destination
+    alone (both brokers rename the finished copy into place, then the original away)."""
+    records = ctx.sizes.move_records
+    with running(target, log_dirs=2) as broker:
+        what = "Row 17: fill the topic (librdkafka)"
+        topic = _filled_topic(ctx, broker, "move", records, what)
+        name = f"{topic}-0"
+        move = f"KafkaAdminClient(bootstrap_servers='{broker.bootstrap}')"
+        move += f".alter_replica_log_dirs({{('{topic}', 0, 0): THE_OTHER_LOG_DIR}})"
+        what = "Row 17: the move (kafka-python)"
+        ctx.results.command(what, ["python", "-c", move], broker.bootstrap)
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="bench-move")
+        try:
+            for i in range(1, ctx.repeats + 1):
+                source = next(d for d in broker.log_dirs if (d / name).is_dir())
+                dest = next(d for d in broker.log_dirs if d != source)
+                size = sum(f.stat().st_size for f in (source / name).glob("*.log"))
+                started = time.monotonic()
+                replica = TopicPartitionReplica(topic, 0, broker.broker_id)
+                answer = admin.alter_replica_log_dirs({replica: str(dest)})
+                if answer != {replica: kafka.errors.NoError}:
+                    raise RuntimeError(f"AlterReplicaLogDirs to {dest} answered {answer}")
+                deadline = started + RUN_TIMEOUT
+                while (source / name).exists() or not (dest / name).is_dir():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{name} still not moved to {dest}")
+                    time.sleep(0.005)
+                rate = size / (time.monotonic() - started)
+                ctx.results.add("17", broker.target, rate / 1e6)
+                _progress(
+                    broker.target,
+                    "row 17 log dir move",
+                    i,
+                    ctx.repeats,
+                    f"{size / MiB:.0f} MiB at {rate / 1e6:.1f} MB/s",
+                )
+        finally:
+            admin.close()
+
+
 def replicated(ctx: Context, cluster: Cluster) -> None:
     """Row 10: 1 KiB records, acks=all, to a one-partition topic of RF 3 (min ISR 2)."""
     records = ctx.sizes.replicated_records
@@ -1325,6 +1376,8 @@ def run_target(ctx: Context, target: Target, rows: set[int]) -> None:
         _attempt(ctx, target.name, "row 7 first produce", lambda: first_produce(ctx, target))
     if 9 in rows:
         _attempt(ctx, target.name, "row 9 scale", lambda: scale(ctx, target))
+    if 17 in rows:
+        _attempt(ctx, target.name, "row 17 log dir move", lambda: move_replica(ctx, target))
     if rows & SECURED_ROWS:
         _attempt(ctx, target.name, "secured rows", lambda: on_secured_broker(ctx, target, rows))
     if rows & CLUSTER_ROWS:

@@ -105,11 +105,16 @@ def test_quick_failover_row_on_a_wirebroker_cluster(tmp_path: Path) -> None:
     assert not left, f"processes left running: {left}"
 
 
-def test_quick_transaction_rows_on_wirebroker(tmp_path: Path) -> None:
-    """Rows 15 and 16 alone against wirebroker: both clients' transactional produce and
-    read_committed consume give their figures, with the commands that made them."""
-    quick_run(tmp_path, "--rows", "15,16", "--targets", "wirebroker")
+def test_quick_transaction_and_move_rows_on_wirebroker(tmp_path: Path) -> None:
+    """Rows 15, 16 and 17 alone against wirebroker: both clients' transactional produce and
+    read_committed consume give their figures, with the commands that made them, and a broker
+    with two log dirs moves a replica from one to the other."""
+    quick_run(tmp_path, "--rows", "15,16,17", "--targets", "wirebroker")
     text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert (
+        "| 17: Move a 10 MiB replica to the broker's other log dir (AlterReplicaLogDirs) |" in text
+    )
+    assert ".alter_replica_log_dirs(" in text and "$BOOTSTRAP" in text
     for client in ("Java ProducerPerformance", "librdkafka"):
         assert f"| 15: Transactional produce, 100 ms transactions ({client}) | wirebroker |" in text
     for client in ("Java ConsumerPerformance", "librdkafka"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import kafka.errors
@@ -28,18 +27,11 @@ from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "moving"
-
-
-def wait_until(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def placement(admin: KafkaAdminClient) -> dict[str, list[tuple[int, bool, int]]]:
@@ -138,7 +130,7 @@ def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
                 wait_until(
                     lambda: placement(admin) == {source: [], dest: [(0, False, 0)]},
                     30,
-                    "the partition only in the new dir",
+                    what="the partition only in the new dir",
                 )
             finally:
                 stop.set()
@@ -153,7 +145,9 @@ def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
             values = consume_all(broker.bootstrap, sent)
             assert [int(v[:8]) for v in values] == list(range(sent))
             old = Path(source) / f"{TOPIC}-0"
-            wait_until(lambda: not list(Path(source).glob(f"{TOPIC}-0*")), 30, "the old dir gone")
+            wait_until(
+                lambda: not list(Path(source).glob(f"{TOPIC}-0*")), 30, what="the old dir gone"
+            )
             assert not old.exists() and (Path(dest) / f"{TOPIC}-0").is_dir()
             assert not list(Path(dest).glob("*-future"))
 
@@ -182,7 +176,7 @@ def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
             wait_until(
                 lambda: placement(admin) == {source: [(0, False, 0)], dest: []},
                 20,
-                "the resumed move",
+                what="the resumed move",
             )
         finally:
             admin.close()
@@ -242,7 +236,7 @@ def test_kafka_reassign_partitions_moves_a_replica_to_the_log_dir_of_its_plan(
             verified = run_kafka_tool(REASSIGN_COMMAND, [*tool, "--verify"]).stdout.decode()
             return "is still in progress" not in verified
 
-        wait_until(done, 40, "the moves")
+        wait_until(done, 40, what="the moves")
         for p in (0, 1):
             assert f"Reassignment of replica moving-{p}-0 completed successfully" in verified
         described = run_kafka_tool(
@@ -301,7 +295,7 @@ def test_a_throttled_move_shows_its_future_replica_until_the_throttle_is_raised(
             wait_until(
                 lambda: any(f and lag > 0 for _p, f, lag in placement(admin)[dest]),
                 5,
-                "the future replica listed with its lag",
+                what="the future replica listed with its lag",
             )
             assert [(p, f) for p, f, _lag in placement(admin)[source]] == [(0, False)]
             raised = ConfigResource(
@@ -319,7 +313,7 @@ def test_a_throttled_move_shows_its_future_replica_until_the_throttle_is_raised(
             for future in configs.incremental_alter_configs([raised]).values():
                 future.result(10)  # dynamic: the move speeds up at once
             wait_until(
-                lambda: placement(admin) == {source: [], dest: [(0, False, 0)]}, 10, "the move"
+                lambda: placement(admin) == {source: [], dest: [(0, False, 0)]}, 10, what="the move"
             )
         finally:
             admin.close()

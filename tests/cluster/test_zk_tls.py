@@ -468,3 +468,36 @@ def test_store_errors_name_the_zookeeper_keys(pki: ZkPki, tmp_path: Path) -> Non
                 tls_keys(pki, zookeeper_ssl_truststore_location=str(ca_text))
             )
         )
+
+
+def test_stores_are_read_again_only_when_a_file_changed(
+    pki: ZkPki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new connection's context: the same one while the files are unchanged (a stat each,
+    no read); made again when one is replaced; an unreadable store fails every attempt until
+    it reads, logged once."""
+    keystore, truststore = tmp_path / "broker.p12", tmp_path / "ca.pem"
+    shutil.copy(pki.broker, keystore)
+    shutil.copy(pki.ca, truststore)
+    keys = tls_keys(
+        pki,
+        zookeeper_ssl_keystore_location=str(keystore),
+        zookeeper_ssl_truststore_location=str(truststore),
+    )
+    tls = client_tls(BrokerConfig.from_properties(keys))
+    assert tls is not None
+    first = tls.connection_context()
+    assert first is tls.context and tls.connection_context() is first
+    shutil.copy(pki.other_ca, tmp_path / "renewed.pem")
+    (tmp_path / "renewed.pem").replace(truststore)
+    renewed = tls.connection_context()
+    assert renewed is not first and tls.connection_context() is renewed
+    good = keystore.read_bytes()
+    keystore.write_bytes(good[: len(good) // 2])
+    for _ in range(2):
+        with pytest.raises(OSError, match="zookeeper.ssl.keystore.location: cannot read"):
+            tls.connection_context()
+    assert caplog.text.count("TLS stores cannot be read") == 1
+    assert PASSWORD not in caplog.text
+    keystore.write_bytes(good)
+    assert tls.connection_context() is not renewed

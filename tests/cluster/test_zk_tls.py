@@ -501,3 +501,9 @@ def test_stores_are_read_again_only_when_a_file_changed(
     assert PASSWORD not in caplog.text
     keystore.write_bytes(good)
     assert tls.connection_context() is not renewed
+    # a PEM whose certificate does not decode: OpenSSL's error, with the stores named
+    lines = pki.ca.read_text().splitlines()
+    lines[3] = "A" * len(lines[3])
+    truststore.write_text("\n".join(lines) + "\n")
+    with pytest.raises(OSError, match=f"zookeeper.ssl.truststore.location={truststore}: "):
+        tls.connection_context()

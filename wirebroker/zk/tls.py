@@ -190,11 +190,12 @@ class ZkTls:
 
             try:
                 self.context = client_context(self.settings)
-            except ConfigError as e:
+            except (ConfigError, ValueError, ssl.SSLError) as e:  # a store half written, say
                 self._stamp = None  # read again on the next attempt, changed or not
-                self.last_failure = f"the ZooKeeper client's TLS stores cannot be read: {e}"
-                if self._store_error != str(e):
-                    self._store_error = str(e)
+                where = "" if isinstance(e, ConfigError) else f"{self._locations()}: "
+                self.last_failure = f"the ZooKeeper client's TLS stores cannot be read: {where}{e}"
+                if self._store_error != self.last_failure:
+                    self._store_error = self.last_failure
                     log.error(
                         "%s; no connection to ZooKeeper is attempted until they can be "
                         "(the session retries, reading them again each time)",
@@ -204,6 +205,13 @@ class ZkTls:
             self._stamp, self._store_error = stamp, None
             log.info("the ZooKeeper client's TLS stores changed: read again for a new connection")
             return self.context
+
+    def _locations(self) -> str:
+        return ", ".join(
+            f"{self.settings.name(key)}={self.settings.get(key)}"
+            for key in _STORES
+            if self.settings.get(key)
+        )
 
     def record(self, where: str, error: ssl.SSLError) -> None:
         reason = getattr(error, "verify_message", None) or error.reason or error

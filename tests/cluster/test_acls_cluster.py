@@ -108,12 +108,17 @@ def produce(bootstrap: str, user: str, count: int) -> None:
     assert producer.flush(30) == 0
 
 
-def allowed(running: RunningBroker, user: str, operation: AclOperation) -> bool:
+def allowed(
+    running: RunningBroker,
+    user: str,
+    operation: AclOperation,
+    resource: tuple[ResourceType, str] = (ResourceType.TOPIC, TOPIC),
+) -> bool:
     """What this broker's authorizer (its cache of ZooKeeper's ACLs) answers."""
     authorizer = running.broker.authorizer
     assert authorizer is not None
     return authorizer.authorize(
-        f"User:{user}", "127.0.0.1", "Test", operation, ResourceType.TOPIC, TOPIC,
+        f"User:{user}", "127.0.0.1", "Test", operation, *resource,
         log_if_allowed=False, log_if_denied=False,
     )  # fmt: skip
 
@@ -171,8 +176,10 @@ def test_acls_reach_every_broker_and_brokers_replicate_over_tls(
             changes = await zk.get_children(znodes.ACL_CHANGES[PatternType.LITERAL])
             assert changes and all(c.startswith("acl_changes_") for c in changes)
             # ... and every broker follows: alice may write (and so describe) everywhere, bob not
+            # (every broker waited for: her records below go to the partition's leader, any one)
             await eventually(
-                lambda: allowed(b3, "alice", AclOperation.WRITE), what="broker 3 learns the ACL"
+                lambda: all(allowed(b, "alice", AclOperation.WRITE) for b in brokers),
+                what="every broker learns the ACL",
             )
             assert await trio.to_thread.run_sync(metadata_code, sasl(b3), "alice") == ErrorCode.NONE
             assert (
@@ -349,6 +356,18 @@ def test_brokers_allowed_cluster_action_run_transactions(zk_connect: str, tmp_pa
             await eventually(
                 lambda: all(replicated(p) for p in range(3)),
                 what="the topic replicated everywhere",
+            )
+            # alice's requests go to the coordinator and the leaders: any broker
+            await eventually(
+                lambda: all(
+                    allowed(b, "alice", AclOperation.WRITE, resource)
+                    for b in brokers
+                    for resource in (
+                        (ResourceType.TRANSACTIONAL_ID, tid),
+                        (ResourceType.TOPIC, topic),
+                    )
+                ),
+                what="every broker learns alice's ACLs",
             )
 
             def transactions() -> list[bytes]:

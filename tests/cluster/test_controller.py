@@ -89,7 +89,14 @@ def test_election_fencing_and_reregistration(zk_connect: str, tmp_path: Path) ->
             got = await c2.zk.get(znodes.CONTROLLER_EPOCH)
             assert got is not None and znodes.decode_controller_epoch(got[0]) == epoch
 
-            # DescribeCluster and Metadata report the real controller from either broker.
+            # DescribeCluster and Metadata report the real controller from either broker
+            # (broker 2 learned it from ZooKeeper; both learn it live from UpdateMetadata).
+            await eventually(
+                lambda: all(
+                    len(list(b.broker.metadata_cache.alive_brokers())) == 2 for b in (b1, b2)
+                ),
+                what="2 live brokers in both metadata caches",
+            )
             for b in (b1, b2):
                 described = await call(b, DescribeClusterRequest(), 1)
                 assert described.controller_id == 1
@@ -139,10 +146,16 @@ def test_election_fencing_and_reregistration(zk_connect: str, tmp_path: Path) ->
                 await c1.controller._fenced([("create", "/zombie-write", b"")])
             assert await c2.zk.exists("/zombie-write") is None
             # the new controller sees both brokers live, and the topics with live leaders
-            await eventually(lambda: set(c2.controller.ctx.live) == {1, 2}, what="both live")
+            # (broker 1 may be live before the failover has read the topics: both waited for)
             states = c2.controller.ctx.states
-            assert {tp for tp in states} == {("kept", 0), ("kept", 1), ("no-id", 0)}
-            assert all(info.state.leader in (1, 2) for info in states.values())
+            await eventually(
+                lambda: (
+                    set(c2.controller.ctx.live) == {1, 2}
+                    and set(states) == {("kept", 0), ("kept", 1), ("no-id", 0)}
+                    and all(info.state.leader in (1, 2) for info in states.values())
+                ),
+                what=f"both live and every partition led by one (states: {states})",
+            )
             assert c2.controller.ctx.topics["no-id"].topic_id == no_id.topic_id
             # a non-controller answers the controller APIs with NOT_CONTROLLER
             answer = await call(b1, ControlledShutdownRequest(broker_id=1, broker_epoch=-1), 3)

@@ -145,7 +145,8 @@ def test_unclean_election_turned_on_at_run_time(kind: str) -> None:
         cluster.node(1).stop()  # the last in-sync replica: the partition is offline
         cluster.node(2).start()
         wait_for(lambda: cluster.brokers() == {2, 3}, 90.0, "broker 2 back, broker 1 gone")
-        assert cluster.partitions("lost")[0].leader == -1
+        # (the broker answering may learn the live brokers before the partition's leader)
+        wait_for(lambda: cluster.partitions("lost")[0].leader == -1, 30.0, "lost-0 offline")
         kafka_configs(
             cluster, "--alter", "--entity-type", "brokers", "--entity-default",
             "--add-config", "unclean.leader.election.enable=true",

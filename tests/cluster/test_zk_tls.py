@@ -12,6 +12,7 @@ PKCS12 keystores and a PEM truststore, their types left for the file names to sa
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import uuid
@@ -26,6 +27,7 @@ from kazoo.security import Permissions
 
 from compat.kafka_process import kafka_broker, kafka_metadata_brokers
 from tests.cluster.harness import consume, create_topic, eventually, produce, start_broker
+from tests.cluster.processes import wait_for
 from tests.wirebroker.pki import pkcs12_keystore
 from wirebroker import configs_cli
 from wirebroker.config import BrokerConfig, ConfigError
@@ -35,7 +37,13 @@ from wirebroker.zk.client import ZkClient
 from wirebroker.zk.errors import ZooKeeperUnreachable
 from wirebroker.zk.sasl_login import kazoo_client
 from wirebroker.zk.tls import client_auth_configured, client_tls, kazoo_options
-from wirebroker.zookeeper_server import ServerTls, ZooKeeperServer, jars_available, zookeeper
+from wirebroker.zookeeper_server import (
+    ServerTls,
+    ZooKeeperServer,
+    jars_available,
+    zookeeper,
+    zookeeper_ruok,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -51,19 +59,34 @@ class ZkPki:
     probe: Path  # PEM: the broker's key and certificate, for the readiness probe
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> ZkPki:
-    d = tmp_path_factory.mktemp("zk-pki")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    trustme.CA().cert_pem.write_to_path(str(d / "other-ca.pem"))
-    (d / "zookeeper.p12").write_bytes(pkcs12_keystore(ca.issue_cert("localhost"), PASSWORD))
-    broker = ca.issue_cert("localhost", "127.0.0.1", common_name="broker")
-    (d / "broker.p12").write_bytes(pkcs12_keystore(broker, PASSWORD))
-    broker.private_key_and_cert_chain_pem.write_to_path(str(d / "broker.pem"))
+def stores(d: Path) -> ZkPki:
+    """The stores `write_stores` keeps in `d`."""
     return ZkPki(
         d / "ca.pem", d / "other-ca.pem", d / "zookeeper.p12", d / "broker.p12", d / "broker.pem"
     )
+
+
+def write_stores(ca: trustme.CA, d: Path) -> ZkPki:
+    """ZooKeeper's and the broker's stores, all from `ca`, in `d`: each written beside its
+    file and renamed over it, as a renewal replaces a store."""
+    pki = stores(d)
+    broker = ca.issue_cert("localhost", "127.0.0.1", common_name="broker")
+    for path, data in (
+        (pki.ca, ca.cert_pem.bytes()),
+        (pki.zookeeper, pkcs12_keystore(ca.issue_cert("localhost"), PASSWORD)),
+        (pki.broker, pkcs12_keystore(broker, PASSWORD)),
+        (pki.probe, broker.private_key_and_cert_chain_pem.bytes()),
+    ):
+        path.with_suffix(".new").write_bytes(data)
+        path.with_suffix(".new").replace(path)
+    return pki
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> ZkPki:
+    d = tmp_path_factory.mktemp("zk-pki")
+    trustme.CA().cert_pem.write_to_path(str(d / "other-ca.pem"))
+    return write_stores(trustme.CA(), d)
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +274,75 @@ def test_a_tls_mistake_stops_the_broker_saying_what_to_fix(
     trio.run(main)
 
 
+@pytest.mark.timeout(120)
+def test_renewed_stores_are_read_again_on_the_next_connection(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CA rotated with no broker restart, as Kafka allows (ZooKeeper's client makes its SSL
+    context for each connection): ZooKeeper restarted with a certificate from a new CA, which
+    alone it trusts, the broker's keystore and truststore files replaced meanwhile. The broker's
+    session reconnects with the new stores (the old ones are refused now). A keystore that does
+    not read on the way fails the attempts, logged, until it is fixed; the session lives on."""
+    if not jars_available():
+        pytest.skip("no ZooKeeper jars: run `make jars`")
+    d = tmp_path / "pki"
+    d.mkdir()
+    pki = write_stores(trustme.CA(), d)
+    old = stores(Path(shutil.copytree(d, tmp_path / "old")))
+    server_tls = ServerTls(pki.zookeeper, PASSWORD, pki.ca, client_auth="need", probe_pem=pki.probe)
+    with zookeeper(heap="128m", tls=server_tls) as server:
+        connect = f"localhost:{server.port}/kafka"
+        renewed: dict[str, bytes] = {}
+
+        def restart_with_a_new_ca() -> None:
+            server.process.stop()
+            write_stores(trustme.CA(), d)
+            renewed["keystore"] = pki.broker.read_bytes()
+            pki.broker.write_bytes(b"half a keystore")  # the renewal is not done yet
+            server.process.start()
+            probe = server_tls.probe_context()
+            wait_for(
+                lambda: zookeeper_ruok(server.host, server.port, tls=probe),
+                60.0,
+                "ZooKeeper to restart",
+            )
+
+        async def main() -> None:
+            with trio.fail_after(100):
+                async with trio.open_nursery() as nursery:
+                    running = await start_broker(
+                        nursery,
+                        connect,
+                        tmp_path,
+                        1,
+                        zookeeper_session_timeout_ms="18000",  # Kafka's: the restart's, to spare
+                        **tls_keys(pki),
+                    )
+                    assert running.broker.cluster is not None
+                    zk = running.broker.cluster.zk
+                    session = zk.session_id
+                    await trio.to_thread.run_sync(restart_with_a_new_ca)
+                    await eventually(
+                        lambda: "zookeeper.ssl.keystore.location: cannot read" in caplog.text,
+                        timeout=30,
+                        what="the unreadable keystore logged",
+                    )
+                    assert not zk.connected
+                    pki.broker.write_bytes(renewed["keystore"])  # the renewal done
+                    await eventually(lambda: zk.connected, timeout=30, what="a reconnection")
+                    registration = await zk.exists("/brokers/ids/1")
+                    assert registration is not None and registration.ephemeralOwner == session
+                    nursery.cancel_scope.cancel()
+            # The stores the broker started with would not do now: both are refused.
+            new_ca = "not signed by a CA this broker trusts"
+            assert new_ca in await refused(connect, tls_keys(old))
+            old_keystore = tls_keys(pki, zookeeper_ssl_keystore_location=str(old.broker))
+            assert "set zookeeper.ssl.keystore.location" in await refused(connect, old_keystore)
+            assert PASSWORD not in caplog.text
+
+        trio.run(main)
+
+
 @pytest.mark.timeout(60)
 def test_tls_to_a_plaintext_port_says_so(zk_server: ZooKeeperServer, pki: ZkPki) -> None:
     async def main() -> None:
@@ -376,3 +468,42 @@ def test_store_errors_name_the_zookeeper_keys(pki: ZkPki, tmp_path: Path) -> Non
                 tls_keys(pki, zookeeper_ssl_truststore_location=str(ca_text))
             )
         )
+
+
+def test_stores_are_read_again_only_when_a_file_changed(
+    pki: ZkPki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new connection's context: the same one while the files are unchanged (a stat each,
+    no read); made again when one is replaced; an unreadable store fails every attempt until
+    it reads, logged once."""
+    keystore, truststore = tmp_path / "broker.p12", tmp_path / "ca.pem"
+    shutil.copy(pki.broker, keystore)
+    shutil.copy(pki.ca, truststore)
+    keys = tls_keys(
+        pki,
+        zookeeper_ssl_keystore_location=str(keystore),
+        zookeeper_ssl_truststore_location=str(truststore),
+    )
+    tls = client_tls(BrokerConfig.from_properties(keys))
+    assert tls is not None
+    first = tls.connection_context()
+    assert first is tls.context and tls.connection_context() is first
+    shutil.copy(pki.other_ca, tmp_path / "renewed.pem")
+    (tmp_path / "renewed.pem").replace(truststore)
+    renewed = tls.connection_context()
+    assert renewed is not first and tls.connection_context() is renewed
+    good = keystore.read_bytes()
+    keystore.write_bytes(good[: len(good) // 2])
+    for _ in range(2):
+        with pytest.raises(OSError, match="zookeeper.ssl.keystore.location: cannot read"):
+            tls.connection_context()
+    assert caplog.text.count("TLS stores cannot be read") == 1
+    assert PASSWORD not in caplog.text
+    keystore.write_bytes(good)
+    assert tls.connection_context() is not renewed
+    # a PEM whose certificate does not decode: OpenSSL's error, with the stores named
+    lines = pki.ca.read_text().splitlines()
+    lines[3] = "A" * len(lines[3])
+    truststore.write_text("\n".join(lines) + "\n")
+    with pytest.raises(OSError, match=f"zookeeper.ssl.truststore.location={truststore}: "):
+        tls.connection_context()

@@ -5,7 +5,8 @@ STRATEGY [INSTANCE_ID]``, with CLIENT one of confluent, kafka-python, aiokafka (
 for static membership, with confluent only). It subscribes, and after every
 batch it consumes it commits synchronously. It reports on stdout, one JSON object a line:
 ``{"assign": [partitions]}`` / ``{"revoke": [partitions]}`` (the deltas its client reports),
-``{"consumed": [[partition, offset, value], ...]}`` and ``{"commit_failed": "..."}``. SIGTERM
+``{"consumed": [[partition, offset, value], ...]}``, then ``{"committed": true}`` once that
+batch's offsets are committed, or ``{"commit_failed": "..."}``. SIGTERM
 closes the consumer cleanly (it leaves the group).
 """
 
@@ -63,6 +64,7 @@ def run_confluent(
             emit(consumed=[[m.partition(), m.offset(), m.value().decode()] for m in good])
             try:
                 consumer.commit(asynchronous=False)
+                emit(committed=True)
             except KafkaException as e:
                 emit(commit_failed=str(e))
     consumer.close()
@@ -98,6 +100,7 @@ def run_kafka_python(
             emit(consumed=[[r.partition, r.offset, r.value.decode()] for r in records])
             try:
                 consumer.commit()
+                emit(committed=True)
             except KafkaError as e:
                 emit(commit_failed=repr(e))
     consumer.close()
@@ -134,6 +137,7 @@ def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, strate
                     emit(consumed=[[r.partition, r.offset, r.value.decode()] for r in records])
                     try:
                         await consumer.commit()
+                        emit(committed=True)
                     except KafkaError as e:
                         emit(commit_failed=repr(e))
         finally:

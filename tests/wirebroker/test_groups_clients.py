@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import (
@@ -66,12 +67,14 @@ class Member:
         self.assigned: set[int] = set()
         self.revoked: list[int] = []
         self.consumed: list[tuple[int, int, str]] = []
+        self.committed: list[str] = []  # the values of the batches whose commit succeeded
         self.log: list[str] = []
         self.lock = threading.Lock()
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
+        batch: list[list[Any]] = []  # the last consumed
         for line in self.proc.stdout:
             try:
                 event = json.loads(line)
@@ -85,7 +88,10 @@ class Member:
                     self.assigned -= set(event["revoke"])
                     self.revoked += event["revoke"]
                 elif "consumed" in event:
-                    self.consumed += [tuple(r) for r in event["consumed"]]
+                    batch = event["consumed"]
+                    self.consumed += [tuple(r) for r in batch]
+                elif "committed" in event:
+                    self.committed += [value for _, _, value in batch]
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -134,13 +140,14 @@ def produce(broker: BrokerProcess, topic: str, values: list[str]) -> None:
 
 
 def wait_consumed(group: list[Member], values: list[str], timeout: float = 30.0) -> Counter[str]:
+    """Until every value is consumed and its offset committed (a restart then resumes after
+    it): what the group consumed."""
     wanted = set(values)
     wait_until(
-        lambda: wanted <= set(consumed_values(group)),
+        lambda: wanted <= {v for m in group for v in list(m.committed)},
         timeout,
-        what=f"{len(wanted)} records consumed",
+        what=f"{len(wanted)} records consumed and committed",
     )
-    time.sleep(0.3)  # let the last commits land
     return consumed_values(group)
 
 

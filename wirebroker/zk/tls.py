@@ -10,8 +10,13 @@ This module owns three things:
   OpenSSL encrypted with a password used once, never in the clear on disk;
 - `ZkTls`, which gives that context to kazoo: kazoo's own TLS takes file paths, so each
   KazooClient gets a threading handler of ours whose `create_connection` opens the TCP
-  connection as kazoo would and wraps it with the context (`kazoo_options`). It keeps the
-  last handshake failure, so a broker that cannot connect says what to fix (`failure`);
+  connection as kazoo would and wraps it with the context (`kazoo_options`). The stores are
+  read again for a new connection when either file changed (its size, times or inode), as
+  ZooKeeper's Java client makes its SSL context for every connection: a renewed certificate
+  is used from the next (re)connection on, no restart. A store that no longer reads fails
+  that attempt (logged, the session retrying), as it does Java's; the old context is not
+  used instead. It keeps the last failure, so a broker that cannot connect says what to fix
+  (`failure`);
 - `client_auth_configured`: whether this broker authenticates to ZooKeeper with a
   certificate, which `zookeeper.set.acl=true` needs when there is no SASL login.
 
@@ -33,8 +38,11 @@ address's reverse lookup).
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import ssl
+import threading
 from pathlib import PurePath
 from typing import Any
 
@@ -45,6 +53,8 @@ from wirebroker.config import BrokerConfig, ConfigError
 
 # `wirebroker.tls` is imported where a context is made: a broker talking plaintext to
 # ZooKeeper never loads it (start-up time).
+
+log = logging.getLogger(__name__)
 
 #: Kafka's ZooKeeper client TLS keys: what `wirebroker configs --zk-tls-config-file` reads.
 ZK_TLS_KEYS = (
@@ -73,6 +83,8 @@ _KEYS = {
     "ssl.key.password": "zookeeper.ssl.keystore.password",
 }
 _TYPES = {".pem": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
+#: The store files whose change makes a new connection read them again.
+_STORES = ("ssl.keystore.location", "ssl.truststore.location")
 # OpenSSL's verify codes of a certificate for another host name or address.
 _NAME_MISMATCH = (62, 64)
 
@@ -125,21 +137,81 @@ def client_tls(config: BrokerConfig) -> ZkTls | None:
                 f"does not {what}; set it false, and remove a revoked certificate's CA from "
                 "zookeeper.ssl.truststore.location or rotate ZooKeeper's certificate instead"
             )
-    from wirebroker.tls import client_context
+    return ZkTls(ZkSslSettings(config))
 
-    return ZkTls(client_context(ZkSslSettings(config)))
+
+#: What says a store file changed: None for a file that cannot be looked at.
+_Stamp = tuple[tuple[int, int, int, int] | None, ...]
+
+
+def _stamp(settings: ZkSslSettings) -> _Stamp:
+    """The store files' inode, size, modification and change times (a file replaced, by a
+    rename or in place, changes one of them); a stat, no read."""
+    stamps: list[tuple[int, int, int, int] | None] = []
+    for key in _STORES:
+        location = settings.get(key)
+        try:
+            st = os.stat(location) if location else None
+        except OSError:
+            st = None
+        stamps.append(
+            None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        )
+    return tuple(stamps)
 
 
 class ZkTls:
-    """The TLS of one ZooKeeper client: the context every KazooClient it makes connects with,
-    and how the last attempt's handshake failed, if it did (written from kazoo's connection
-    thread, read once a connection attempt has given up)."""
+    """The TLS of one ZooKeeper client: the context the KazooClients it makes connect with,
+    made again from the stores for a new connection when their files changed
+    (`connection_context`, from kazoo's connection threads), and how the last attempt
+    failed, if it did (read once a connection attempt has given up)."""
 
-    __slots__ = ("context", "last_failure")
+    __slots__ = ("settings", "context", "last_failure", "_stamp", "_store_error", "_lock")
 
-    def __init__(self, context: ssl.SSLContext) -> None:
-        self.context = context
+    def __init__(self, settings: ZkSslSettings) -> None:
+        from wirebroker.tls import client_context
+
+        self.settings = settings
+        self._stamp: _Stamp | None = _stamp(settings)  # before the read: a change during it counts
+        self.context = client_context(settings)  # ConfigError at start-up: the broker stops
         self.last_failure: str | None = None
+        self._store_error: str | None = None  # the last read's error, logged once
+        self._lock = threading.Lock()
+
+    def connection_context(self) -> ssl.SSLContext:
+        """The context of a new connection: the stores read again if a file changed since
+        they were read (or the last read failed). A store that does not read fails this
+        attempt with OSError, which kazoo takes for a dropped connection and tries again."""
+        with self._lock:
+            stamp = _stamp(self.settings)
+            if stamp == self._stamp:
+                return self.context
+            from wirebroker.tls import client_context
+
+            try:
+                self.context = client_context(self.settings)
+            except (ConfigError, ValueError, ssl.SSLError) as e:  # a store half written, say
+                self._stamp = None  # read again on the next attempt, changed or not
+                where = "" if isinstance(e, ConfigError) else f"{self._locations()}: "
+                self.last_failure = f"the ZooKeeper client's TLS stores cannot be read: {where}{e}"
+                if self._store_error != self.last_failure:
+                    self._store_error = self.last_failure
+                    log.error(
+                        "%s; no connection to ZooKeeper is attempted until they can be "
+                        "(the session retries, reading them again each time)",
+                        self.last_failure,
+                    )
+                raise OSError(self.last_failure) from None
+            self._stamp, self._store_error = stamp, None
+            log.info("the ZooKeeper client's TLS stores changed: read again for a new connection")
+            return self.context
+
+    def _locations(self) -> str:
+        return ", ".join(
+            f"{self.settings.name(key)}={self.settings.get(key)}"
+            for key in _STORES
+            if self.settings.get(key)
+        )
 
     def record(self, where: str, error: ssl.SSLError) -> None:
         reason = getattr(error, "verify_message", None) or error.reason or error
@@ -204,10 +276,11 @@ class _TlsHandler(SequentialThreadingHandler):
         **_kazoo_tls: Any,
     ) -> ssl.SSLSocket:
         self._tls.last_failure = None  # what went wrong before is no longer news
+        context = self._tls.connection_context()
         sock = create_tcp_connection(socket, address, timeout=timeout)
         try:
             # The handshake, bounded by the socket's connect timeout.
-            return self._tls.context.wrap_socket(sock, server_hostname=hostname or address[0])
+            return context.wrap_socket(sock, server_hostname=hostname or address[0])
         except OSError as e:
             sock.close()
             if isinstance(e, ssl.SSLError):

@@ -35,7 +35,6 @@ Synchronous and not thread-safe, like the logs.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import logging
 import os
@@ -70,6 +69,7 @@ from storage.layout import (
 )
 from storage.log_move import LogMove
 from storage.partition_log import PartitionLog, PendingFlush
+from storage.write_back import syncfs
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
@@ -83,21 +83,6 @@ TopicPartition = tuple[str, int]
 
 #: A full disk or quota: the log directory stays online, its writes resume once space is freed.
 _OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def syncfs(fd: int) -> None:
-    """Write back the whole file system holding `fd` and raise the ``OSError`` of any
-    write-back failure on it since `fd` was opened (Linux 5.8+; elsewhere ``sync()``, which
-    reports nothing)."""
-    sync = getattr(_libc, "syncfs", None)
-    if sync is None:
-        os.sync()
-        return
-    if sync(fd) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"syncfs: {os.strerror(code)}")
 
 
 def _os_error(error: BaseException | None) -> OSError | None:

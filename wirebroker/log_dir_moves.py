@@ -162,7 +162,7 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
         if move.cancelled or move.restart_needed():
             continue
         try:
-            append = future.begin_follower_append(data)
+            append = future.begin_follower_append(data, write_behind=True)
         except UnexpectedAppendOffsetError:  # the current log changed under the copy
             return manager.begin_move(*move.tp, move.dest_dir)
         if append is not None:

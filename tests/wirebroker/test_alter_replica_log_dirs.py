@@ -11,7 +11,7 @@ from pathlib import Path
 
 import kafka.errors
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -318,3 +318,68 @@ def test_a_throttled_move_shows_its_future_replica_until_the_throttle_is_raised(
         finally:
             admin.close()
         assert consume_all(broker.bootstrap, 500) == [b"%08d" % i + b"." * 1000 for i in range(500)]
+
+
+@pytest.mark.timeout(60)
+def test_a_move_a_kill_interrupts_resumes_and_loses_no_acknowledged_record(
+    tmp_path: Path,
+) -> None:
+    a, b = (tmp_path / "a").resolve(), (tmp_path / "b").resolve()
+    throttle = "replica.alter.log.dirs.io.max.bytes.per.second"
+    properties = {
+        throttle: "20000",  # 1 MB at 20 KB/s: the kill lands mid-copy
+        "replica.fetch.max.bytes": "16384",
+        "replica.fetch.backoff.ms": "50",
+        "log.segment.bytes": "200000",  # the copy rolls the future log
+    }
+    process = BrokerProcess(Path(f"{a},{b}"), properties)
+    with serving(process) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            admin.create_topics([NewTopic(TOPIC, 1, 1)])
+            acked: dict[int, bytes] = {}
+
+            def delivered(error: object, message: Message) -> None:
+                assert error is None, error
+                acked[message.offset()] = message.value()
+
+            producer = Producer(
+                {"bootstrap.servers": broker.bootstrap, "acks": "all", "batch.size": 16384}
+            )
+            for i in range(1000):
+                producer.produce(TOPIC, b"%08d" % i + b"." * 1000, on_delivery=delivered)
+            assert producer.flush(30) == 0
+            (source,) = [d for d, parts in placement(admin).items() if parts]
+            dest = str(b) if source == str(a) else str(a)
+            replica = TopicPartitionReplica(TOPIC, 0, 0)
+            assert admin.alter_replica_log_dirs({replica: dest}) == {replica: kafka.errors.NoError}
+            wait_until(
+                lambda: any(f and 0 < lag < 1000 for _p, f, lag in placement(admin)[dest]),
+                10,
+                what="the copy under way",
+            )
+        finally:
+            admin.close()
+        broker.kill()  # SIGKILL, mid-copy
+        (future,) = Path(dest).glob(f"{TOPIC}-0.*-future")
+        assert any(future.glob("*.log"))
+        broker.properties[throttle] = "100000000"
+        broker.start()
+        assert broker.wait_for_log(f"Resuming the move of {TOPIC}-0", 10)
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            wait_until(
+                lambda: placement(admin) == {source: [], dest: [(0, False, 0)]},
+                20,
+                what="the resumed move",
+            )
+        finally:
+            admin.close()
+        assert not future.exists() and not (Path(source) / f"{TOPIC}-0").exists()
+        values = consume_all(broker.bootstrap, len(acked))
+        assert dict(enumerate(values)) == acked  # each acknowledged record at its offset
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        after: list[int] = []
+        producer.produce(TOPIC, b"after", on_delivery=lambda _e, m: after.append(m.offset()))
+        assert producer.flush(10) == 0
+        assert after == [len(acked)]  # no offset reused

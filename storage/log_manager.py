@@ -35,7 +35,6 @@ Synchronous and not thread-safe, like the logs.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import logging
 import os
@@ -70,6 +69,7 @@ from storage.layout import (
 )
 from storage.log_move import LogMove
 from storage.partition_log import PartitionLog, PendingFlush
+from storage.write_back import syncfs
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
@@ -83,21 +83,6 @@ TopicPartition = tuple[str, int]
 
 #: A full disk or quota: the log directory stays online, its writes resume once space is freed.
 _OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def syncfs(fd: int) -> None:
-    """Write back the whole file system holding `fd` and raise the ``OSError`` of any
-    write-back failure on it since `fd` was opened (Linux 5.8+; elsewhere ``sync()``, which
-    reports nothing)."""
-    sync = getattr(_libc, "syncfs", None)
-    if sync is None:
-        os.sync()
-        return
-    if sync(fd) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"syncfs: {os.strerror(code)}")
 
 
 def _os_error(error: BaseException | None) -> OSError | None:
@@ -168,7 +153,7 @@ class LogManager:
     def open(self) -> None:
         """Load every partition directory of every log directory (recovering as needed), then
         the future logs of the moves a stop interrupted (:attr:`moves`, to resume)."""
-        futures: list[tuple[Path, Path]] = []
+        futures: list[tuple[Path, Path, dict[TopicPartition, int], dict[TopicPartition, int]]] = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._dir_fds[log_dir] = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -186,7 +171,7 @@ class LogManager:
                     self._to_remove.append(path)
                     continue
                 if is_future_dir(name):
-                    futures.append((log_dir, path))
+                    futures.append((log_dir, path, recovery, starts))
                     continue
                 if is_stray_dir(name):
                     log.warning("Found stray log %s (kept aside; remove it once not needed)", path)
@@ -213,16 +198,24 @@ class LogManager:
                 self._dir_of[tp] = log_dir
                 self._per_dir[log_dir] += 1
                 self._logs[tp].on_roll_work = self._roll_work_wanted
-        for log_dir, path in futures:
-            self._resume_move(log_dir, path)
+        for log_dir, path, recovery, starts in futures:
+            self._resume_move(log_dir, path, recovery, starts)
         for log_dir in self.log_dirs:
             if self.had_clean_shutdown[log_dir]:
                 remove_clean_shutdown(log_dir)
         self._opened = True
 
-    def _resume_move(self, log_dir: Path, path: Path) -> None:
-        """Reopen the future log in `path` and resume its move, if its partition's log is here,
-        in another directory, and ends no lower (else the copy is removed)."""
+    def _resume_move(
+        self,
+        log_dir: Path,
+        path: Path,
+        recovery: Mapping[TopicPartition, int],
+        starts: Mapping[TopicPartition, int],
+    ) -> None:
+        """Reopen the future log in `path` (recovered from its recovery point in `log_dir`'s
+        checkpoint, `recovery`, with its log start offset from `starts`) and resume its move,
+        if its partition's log is here, in another directory, and ends no lower (else the copy
+        is removed)."""
         tp = parse_partition_dir(path.name.rsplit(".", 1)[0])
         current = None if tp is None else self._logs.get(tp)
         if tp is None or current is None or tp in self.moves or self._dir_of[tp] == log_dir:
@@ -236,6 +229,8 @@ class LogManager:
                 handles=self.handles,
                 now_ms=self._now_ms,
                 had_clean_shutdown=self.had_clean_shutdown[log_dir],
+                recovery_point=recovery.get(tp, 0),
+                log_start_offset=starts.get(tp, 0),
             )
         except StorageError as e:
             log.warning("Removing %s, a move's copy that cannot be opened: %s", path, e)
@@ -476,22 +471,31 @@ class LogManager:
     # ---- chores ----------------------------------------------------------------------------
 
     def begin_checkpoint(self) -> CheckpointWrite:
-        """Every online log directory's offset checkpoint files (Kafka's four), as a chore."""
+        """Every online log directory's offset checkpoint files (Kafka's four), as a chore. The
+        recovery points and log start offsets include the future logs of the moves into the
+        directory, as Kafka's do (a future log is in another directory than its partition's
+        log, so the partition names one log per file): a restart in the middle of a move
+        recovers its copy from its recovery point, not from its start."""
         files: dict[Path, dict[Path, dict[TopicPartition, int]]] = {}
         for log_dir in self.log_dirs:
             if log_dir in self.offline_dirs:
                 continue
             logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
+            with_futures = logs | {
+                tp: m.future
+                for tp, m in self.moves.items()
+                if m.dest_dir == log_dir and m.future is not None and not m.future.closed
+            }
             files[log_dir] = {
                 log_dir / RECOVERY_POINT_CHECKPOINT: {
-                    tp: lg.recovery_point for tp, lg in logs.items()
+                    tp: lg.recovery_point for tp, lg in with_futures.items()
                 },
                 log_dir / REPLICATION_OFFSET_CHECKPOINT: {
                     tp: lg.high_watermark for tp, lg in logs.items()
                 },
                 log_dir / LOG_START_OFFSET_CHECKPOINT: {
                     tp: lg.log_start_offset
-                    for tp, lg in logs.items()
+                    for tp, lg in with_futures.items()
                     if lg.log_start_offset > lg.segments[0].base_offset
                 },
                 log_dir / CLEANER_OFFSET_CHECKPOINT: {
@@ -583,8 +587,10 @@ class LogManager:
 
     def flushes(self, now_ms: int) -> Iterator[PendingFlush]:
         """Flushes of logs due by ``flush.ms`` and of logs with unflushed rolled segments
-        (Kafka flushes a segment once it rolls), made one at a time."""
-        for _tp, lg in self.logs():
+        (Kafka flushes a segment once it rolls), made one at a time; the future logs of moves
+        too, as Kafka's (their recovery points advance with the copy)."""
+        futures = [m.future for m in self.moves.values() if m.future is not None]
+        for lg in [lg for _tp, lg in self.logs()] + futures:
             if lg.closed or lg.offline or lg.writing:
                 continue
             try:

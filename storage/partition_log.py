@@ -92,6 +92,7 @@ from storage.validation import (
     analyze_follower_append,
     validate_leader_append,
 )
+from storage.write_back import start_write_back
 
 if TYPE_CHECKING:
     from storage.cleaner import Compaction
@@ -509,7 +510,11 @@ class PartitionLog:
         return append.info
 
     def begin_follower_append(
-        self, records: bytes | bytearray | memoryview, *, sync: bool | None = None
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        sync: bool | None = None,
+        write_behind: bool = False,
     ) -> FollowerAppend | None:
         """:meth:`append_as_follower` with its write as a chore (a :class:`FollowerAppend`):
         the batches are checked here (CRCs, offsets against the log end offset) and the
@@ -517,8 +522,10 @@ class PartitionLog:
         `records` itself, never copied) through the pinned descriptor of the active segment,
         off this thread; :meth:`FollowerAppend.commit` indexes them and moves the log end
         offset, the producer state and the leader epochs (and flushes, if due). Until then
-        the log is :attr:`writing` and reads as before the append. None if `records` hold no
-        whole batch. Raises as :meth:`append_as_follower`; on an error nothing was written."""
+        the log is :attr:`writing` and reads as before the append. `write_behind`: the write
+        also starts its pages' write-back (:func:`~storage.write_back.start_write_back`), for
+        a log flushed whole soon after (a move's copy). None if `records` hold no whole
+        batch. Raises as :meth:`append_as_follower`; on an error nothing was written."""
         self._check_open()
         if self._writer is not None:  # the caller's bug: one writer per log
             raise RuntimeError(f"append to {self.dir.name} while a worker thread writes it")
@@ -535,7 +542,7 @@ class PartitionLog:
             )
         seg = self._segment_for(v, now_ms)
         fd = seg.begin_append()
-        self._writer = FollowerAppend(self, v, seg, fd, now_ms, sync)
+        self._writer = FollowerAppend(self, v, seg, fd, now_ms, sync, write_behind)
         return self._writer
 
     def _complete_follower_append(self, append: FollowerAppend) -> None:
@@ -1603,7 +1610,18 @@ class FollowerAppend:
     if the write failed, raises :class:`KafkaStorageError` (the caller takes the log directory
     offline for an I/O error other than a full disk, as for an append made inline)."""
 
-    __slots__ = ("log", "validated", "segment", "fd", "position", "now_ms", "sync", "error", "info")
+    __slots__ = (
+        "log",
+        "validated",
+        "segment",
+        "fd",
+        "position",
+        "now_ms",
+        "sync",
+        "write_behind",
+        "error",
+        "info",
+    )
 
     def __init__(
         self,
@@ -1613,6 +1631,7 @@ class FollowerAppend:
         fd: int,
         now_ms: int,
         sync: bool | None,
+        write_behind: bool,
     ) -> None:
         self.log = log
         self.validated = validated
@@ -1621,6 +1640,8 @@ class FollowerAppend:
         self.position = segment.size
         self.now_ms = now_ms
         self.sync = sync
+        #: Start the write-back of what :meth:`prepare` wrote.
+        self.write_behind = write_behind
         self.error: OSError | None = None
         #: What was appended, once committed.
         self.info: AppendInfo | None = None
@@ -1630,6 +1651,9 @@ class FollowerAppend:
             write_batches(self.fd, self.validated.data, self.position)
         except OSError as e:
             self.error = e
+            return
+        if self.write_behind:
+            start_write_back(self.fd, self.position, len(self.validated.data))
 
     def abort(self) -> None:
         pass  # one write

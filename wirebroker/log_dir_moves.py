@@ -9,7 +9,8 @@ and otherwise starts (or replaces) the move. :func:`run_move` is the task of one
 (:class:`storage.log_move.LogMove`): it makes the future log in a worker thread, then copies
 the current log into it while the partition keeps serving -- the slices are taken on the loop,
 their bytes read and the follower appends written in worker threads, all moves together no
-faster than `replica.alter.log.dirs.io.max.bytes.per.second` -- flushes the copy once
+faster than `replica.alter.log.dirs.io.max.bytes.per.second`, each append starting the
+write-back of what it wrote (so that little is left for the flush) -- flushes the copy once
 it first catches up, and swaps it in (:meth:`LogManager.replace_current_with_future`) on the
 loop, with no await between the caught-up check and the swap; the partition then serves from
 the new log, and the checkpoints are written for its new directory at once.
@@ -162,7 +163,7 @@ async def _copy_and_swap(broker: Broker, move: LogMove) -> LogMove | None:
         if move.cancelled or move.restart_needed():
             continue
         try:
-            append = future.begin_follower_append(data)
+            append = future.begin_follower_append(data, write_behind=True)
         except UnexpectedAppendOffsetError:  # the current log changed under the copy
             return manager.begin_move(*move.tp, move.dest_dir)
         if append is not None:

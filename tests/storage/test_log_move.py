@@ -8,8 +8,10 @@ from pathlib import Path
 
 from protocol.record_batch import SimpleRecord
 from protocol.records import build_record_batch
+from storage.checkpoints import OffsetCheckpointFile
 from storage.chore import run_chore
 from storage.config import LogConfig
+from storage.layout import RECOVERY_POINT_CHECKPOINT
 from storage.log_manager import LogManager
 from storage.log_move import LogMove
 from storage.partition_log import PartitionLog
@@ -230,3 +232,37 @@ def test_a_preferred_directory_places_a_new_log(tmp_path: Path) -> None:
     assert manager.log_dir_of("p", 0) == dirs[1] and manager.log_dir_of("p", 1) == dirs[0]
     assert manager.preferred_dirs == {}
     manager.close()
+
+
+def test_a_crash_mid_move_recovers_the_copy_from_its_checkpointed_recovery_point(
+    tmp_path: Path,
+) -> None:
+    dirs, manager = opened(tmp_path)
+    log = manager.get_or_create("t", 0)
+    for seq in range(0, 60, 2):
+        produce(log, idempotent(1, seq))
+    move = start(manager, ("t", 0), dirs[1])
+    copy(manager, move, max_bytes=100, rounds=20)
+    future = move.future
+    assert future is not None and 0 < future.log_end_offset < log.log_end_offset
+    rolled = future.active_segment.base_offset
+    assert len(future.segments) > 2 and future.recovery_point == 0
+    for pending in manager.flushes(T0):  # the future's rolled segments, as any log's
+        run_chore(pending)
+    assert future.recovery_point == rolled
+    manager.checkpoint()
+    # A crash: no close, no clean-shutdown marker; the checkpoint is in the copy's directory.
+    assert OffsetCheckpointFile(dirs[1] / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): rolled}
+    manager.handles.close_all()
+
+    _, again = opened(tmp_path)
+    resumed = again.moves[("t", 0)].future
+    assert resumed is not None and resumed.recovery_point == rolled
+    assert resumed.recovery_stats["recovered_segments"] == 1  # the active one, not the copy
+    current = again.get("t", 0)
+    assert current is not None
+    expected = read_all(current)
+    copy(again, again.moves[("t", 0)], max_bytes=100)
+    new = again.replace_current_with_future(again.moves[("t", 0)])
+    assert new is not None and read_all(new) == expected
+    again.close()

@@ -22,10 +22,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat.clients import CONSOLE_CONSUMER, CONSOLE_PRODUCER, TOPIC_COMMAND, java
 from protocol.errors import ErrorCode
 from protocol.messages.alter_partition import AlterPartitionRequest
+from protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest
 from protocol.messages.controlled_shutdown import ControlledShutdownRequest
 from protocol.messages.create_acls import CreateAclsRequest
 from protocol.messages.delete_acls import DeleteAclsRequest
 from protocol.messages.describe_acls import DescribeAclsRequest
+from protocol.messages.describe_log_dirs import DescribeLogDirsRequest
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.stop_replica import StopReplicaRequest
@@ -318,6 +320,33 @@ def test_refusals_carry_kafkas_codes_and_are_logged_without_secrets(
             CreateAclsRequest(creations=[acl(CLUSTER, "kafka-cluster", "User:bob", 2)]), 3
         )
         assert [r.error_code for r in created.results] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+        # the log dirs, as Kafka's: DescribeLogDirs needs DESCRIBE on the cluster (refused
+        # whole, no dir told), AlterReplicaLogDirs ALTER on it (refused per partition)
+        described = bob.request(DescribeLogDirsRequest(topics=None), 4)
+        assert described.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert described.results == []
+        move = AlterReplicaLogDirsRequest(
+            dirs=[
+                AlterReplicaLogDirsRequest.AlterReplicaLogDir(
+                    path=str(broker.data_dir.resolve()),
+                    topics=[
+                        AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name=n, partitions=[0])
+                        for n in (granted, secret)
+                    ],
+                )
+            ]
+        )
+        moved = bob.request(move, 2)
+        assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in moved.results] == [
+            (n, [(0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]) for n in (granted, secret)
+        ]  # fmt: skip
+    with RawClient(sasl(broker), plain=login("admin")) as admin:  # a super user may
+        described = admin.request(DescribeLogDirsRequest(topics=None), 4)
+        assert described.error_code == ErrorCode.NONE
+        assert [d.log_dir for d in described.results] == [str(broker.data_dir.resolve())]
+        moved = admin.request(move, 2)  # to the dir they are in: nothing to do
+        assert {p.error_code for t in moved.results for p in t.partitions} == {ErrorCode.NONE}
     line = broker.wait_for_log(f"on resource = Topic:LITERAL:{secret}", since=since)
     assert line is not None and "Principal = User:bob is Denied Operation = Describe" in line
     assert "from host = 127.0.0.1" in line and "for request = Metadata" in line

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import kafka.errors
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -46,6 +47,39 @@ def placement(admin: KafkaAdminClient) -> dict[str, list[tuple[int, bool, int]]]
         ]
         for d in described["log_dirs"]
     }
+
+
+def fill_and_move(
+    admin: KafkaAdminClient,
+    bootstrap: str,
+    dirs: tuple[str, str],
+    count: int,
+    delivered: Callable[[object, Message], None] | None = None,
+) -> tuple[str, str]:
+    """TOPIC made with `count` records of 1 KB (acks=all, each told to `delivered`), in
+    batches far smaller than the log (a copy step takes one at least at a time), then moved
+    to the other of `dirs`: (its dir, the destination)."""
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "batch.size": 16384})
+    for i in range(count):
+        producer.produce(TOPIC, b"%08d" % i + b"." * 1000, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    (source,) = [d for d, parts in placement(admin).items() if parts]
+    dest = dirs[1] if source == dirs[0] else dirs[0]
+    replica = TopicPartitionReplica(TOPIC, 0, 0)
+    assert admin.alter_replica_log_dirs({replica: dest}) == {replica: kafka.errors.NoError}
+    return source, dest
+
+
+def wait_for_placement(
+    bootstrap: str, wanted: dict[str, list[tuple[int, bool, int]]], what: str
+) -> None:
+    """Wait (20 s at most) until TOPIC's :func:`placement` is `wanted`."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        wait_until(lambda: placement(admin) == wanted, 20, what=what)
+    finally:
+        admin.close()
 
 
 def consume_all(bootstrap: str, count: int) -> list[bytes]:
@@ -171,15 +205,7 @@ def test_a_replica_moves_between_log_dirs_while_an_idempotent_producer_writes(
         broker.stop()
         interrupt_a_move(Path(dest), Path(source))
         broker.start()
-        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-        try:
-            wait_until(
-                lambda: placement(admin) == {source: [(0, False, 0)], dest: []},
-                20,
-                what="the resumed move",
-            )
-        finally:
-            admin.close()
+        wait_for_placement(broker.bootstrap, {source: [(0, False, 0)], dest: []}, "the move")
         assert broker.wait_for_log(f"Resuming the move of {TOPIC}-0", 1)
         values = consume_all(broker.bootstrap, sent)
         assert [int(v[:8]) for v in values] == list(range(sent))
@@ -280,16 +306,7 @@ def test_a_throttled_move_shows_its_future_replica_until_the_throttle_is_raised(
     with serving(BrokerProcess(Path(f"{a},{b}"), properties)) as broker:
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
         try:
-            admin.create_topics([NewTopic(TOPIC, 1, 1)])
-            # Batches far smaller than the log: a copy step takes one (at least) at a time.
-            producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.size": 16384})
-            for i in range(500):
-                producer.produce(TOPIC, b"%08d" % i + b"." * 1000)
-            assert producer.flush(30) == 0
-            (source,) = [d for d, parts in placement(admin).items() if parts]
-            dest = str(b) if source == str(a) else str(a)
-            replica = TopicPartitionReplica(TOPIC, 0, 0)
-            assert admin.alter_replica_log_dirs({replica: dest}) == {replica: kafka.errors.NoError}
+            source, dest = fill_and_move(admin, broker.bootstrap, (str(a), str(b)), 500)
             # 500 KB at 10 KB/s (after the rate's first windows' allowance, some 100 KB): the
             # future replica is listed, behind, for half a minute.
             wait_until(
@@ -318,3 +335,51 @@ def test_a_throttled_move_shows_its_future_replica_until_the_throttle_is_raised(
         finally:
             admin.close()
         assert consume_all(broker.bootstrap, 500) == [b"%08d" % i + b"." * 1000 for i in range(500)]
+
+
+@pytest.mark.timeout(60)
+def test_a_move_a_kill_interrupts_resumes_and_loses_no_acknowledged_record(
+    tmp_path: Path,
+) -> None:
+    a, b = (tmp_path / "a").resolve(), (tmp_path / "b").resolve()
+    throttle = "replica.alter.log.dirs.io.max.bytes.per.second"
+    properties = {
+        throttle: "20000",  # 1 MB at 20 KB/s: the kill lands mid-copy
+        "replica.fetch.max.bytes": "16384",
+        "replica.fetch.backoff.ms": "50",
+        "log.segment.bytes": "200000",  # the copy rolls the future log
+    }
+    process = BrokerProcess(Path(f"{a},{b}"), properties)
+    with serving(process) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            acked: dict[int, bytes] = {}
+
+            def delivered(error: object, message: Message) -> None:
+                assert error is None, error
+                acked[message.offset()] = message.value()
+
+            dirs = (str(a), str(b))
+            source, dest = fill_and_move(admin, broker.bootstrap, dirs, 1000, delivered)
+            wait_until(
+                lambda: any(f and 0 < lag < 1000 for _p, f, lag in placement(admin)[dest]),
+                10,
+                what="the copy under way",
+            )
+        finally:
+            admin.close()
+        broker.kill()  # SIGKILL, mid-copy
+        (future,) = Path(dest).glob(f"{TOPIC}-0.*-future")
+        assert any(future.glob("*.log"))
+        broker.properties[throttle] = "100000000"
+        broker.start()
+        assert broker.wait_for_log(f"Resuming the move of {TOPIC}-0", 10)
+        wait_for_placement(broker.bootstrap, {source: [], dest: [(0, False, 0)]}, "the move")
+        assert not future.exists() and not (Path(source) / f"{TOPIC}-0").exists()
+        values = consume_all(broker.bootstrap, len(acked))
+        assert dict(enumerate(values)) == acked  # each acknowledged record at its offset
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        after: list[int] = []
+        producer.produce(TOPIC, b"after", on_delivery=lambda _e, m: after.append(m.offset()))
+        assert producer.flush(10) == 0
+        assert after == [len(acked)]  # no offset reused

@@ -261,7 +261,12 @@ def _answer(zk: KazooClient, path: str, answer: Any, again: Callable[[str], Any]
     """The result of one request about `path`; None if the znode is gone. A lost connection
     asks `again` (with kazoo's retries, as Kafka's callbacks send the request again); an
     expired session or another error ends the tool, with Kafka's words."""
-    from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+    from kazoo.exceptions import (
+        ConnectionLoss,
+        NoNodeError,
+        SessionExpiredError,
+        ZookeeperError,
+    )
     from kazoo.handlers.threading import KazooTimeoutError
 
     try:
@@ -284,7 +289,7 @@ def _answer(zk: KazooClient, path: str, answer: Any, again: Callable[[str], Any]
         raise MigrationFailed(
             f"no answer from ZooKeeper about {path} within {ANSWER_TIMEOUT_S:g} s"
         ) from None
-    except Exception as e:  # kazoo's ZookeeperError: another return code
+    except ZookeeperError as e:  # another return code
         code = getattr(e, "code", None)
         print(f"Unexpected return code: {code}")
         raise MigrationFailed(f"{type(e).__name__} on {path}") from None

@@ -129,7 +129,8 @@ def test_the_same_acls_as_kafkas_own_tool(
     sasl_zk: ZooKeeperServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Differential: two open clusters written alike, one migrated by Kafka 3.9's
-    ZkSecurityMigrator, the other by ours; every znode has the same ACLs in both."""
+    ZkSecurityMigrator (the 3.9.2 jars), the other by ours, `secure` then `unsecure`; after
+    each the same znodes with the same ACLs, and the same output."""
     opts = client_jaas(tmp_path)
     monkeypatch.setenv("KAFKA_OPTS", opts)
     for name in ("theirs", "ours"):
@@ -141,22 +142,25 @@ def test_the_same_acls_as_kafkas_own_tool(
                 nursery.cancel_scope.cancel()
 
         trio.run(main)
-    theirs = migrate(kafka_migrator(opts), sasl_zk.connect + "/theirs", "secure", opts)
-    assert theirs.returncode == 0, theirs.stderr
-    ours = migrate(TOOL, sasl_zk.connect + "/ours", "secure", opts)
-    assert ours.returncode == 0, ours.stderr
-    assert ours.stdout == theirs.stdout
-    with kazoo(sasl_zk.connect, "kafka", PASSWORD) as broker_user:
-        kafka = acl_tree(broker_user, "/theirs", "/theirs")
-        wirebroker = acl_tree(broker_user, "/ours", "/ours")
-    assert kafka.keys() == wirebroker.keys()
-    assert kafka == wirebroker
+    for acl in ("secure", "unsecure"):
+        theirs = migrate(kafka_migrator(opts), sasl_zk.connect + "/theirs", acl, opts)
+        assert theirs.returncode == 0, theirs.stderr
+        ours = migrate(TOOL, sasl_zk.connect + "/ours", acl, opts)
+        assert ours.returncode == 0, ours.stderr
+        assert ours.stdout == theirs.stdout
+        with kazoo(sasl_zk.connect, "kafka", PASSWORD) as broker_user:
+            kafka = acl_tree(broker_user, "/theirs", "/theirs")
+            wirebroker = acl_tree(broker_user, "/ours", "/ours")
+        assert kafka.keys() == wirebroker.keys()
+        assert kafka == wirebroker
+        assert any(v != OPEN for v in kafka.values()) == (acl == "secure")
 
 
 @pytest.mark.timeout(60)
 def test_refusals_as_kafkas(sasl_zk: ZooKeeperServer, tmp_path: Path) -> None:
     """Without a login, or a JAAS file without the Client section: nothing done, exit 1; with
-    --enable.path.check and the root paths missing (a wrong chroot): exit 1."""
+    --enable.path.check and the root paths missing (a wrong chroot): exit 1; without it, the
+    chroot missing: exit 1, saying so."""
     connect = sasl_zk.connect + "/never-written"
     for acl in ("secure", "unsecure"):
         done = migrate(TOOL, connect, acl, None)
@@ -180,5 +184,8 @@ def test_refusals_as_kafkas(sasl_zk: ZooKeeperServer, tmp_path: Path) -> None:
     done = migrate(TOOL, connect, "secure", opts, "--enable.path.check")
     assert done.returncode == 1, done.stderr
     assert done.stdout.endswith("Exit the command.\n"), done.stdout
+    done = migrate(TOOL, connect, "secure", opts)  # Kafka's fails making /admin there
+    assert done.returncode == 1, done.stderr
+    assert "the chroot /never-written does not exist in ZooKeeper" in done.stderr
     with kazoo(sasl_zk.connect, "kafka", PASSWORD) as broker_user:
         assert broker_user.exists("/never-written") is None

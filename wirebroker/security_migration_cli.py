@@ -5,17 +5,19 @@
 `zookeeper-security-migration.sh` (kafka.admin.ZkSecurityMigrator); this is the same tool, with
 its arguments, without a JVM. With `--zookeeper.acl secure` it sets, as Kafka 3.9's does, the
 ACLs `zookeeper.set.acl=true` would give each znode on the chroot (or ZooKeeper's root without
-one) and on every znode under Kafka's secure root paths (ZkData.SecureRootPaths, below),
-creating those roots that are missing (but `/controller` and `/migration`, as Kafka 3.9.2's
-tool: what the differential test runs); with `unsecure` it opens them to
-all again, the way back. Other znodes (`/consumers`, `/zookeeper`) are left as they are.
+one) and on every znode under Kafka's secure root paths (`secure_root_paths`), creating those
+roots that are missing but `/controller` and `/migration` (as Kafka 3.9.2's tool, which the
+differential test runs); with `unsecure` it opens them to all again, the way back. Other
+znodes (`/consumers`, `/zookeeper`) are left as they are.
 
 As Kafka's, it refuses to run without a login ZooKeeper can name the znodes' creator by: the
 JAAS file's `Client` section (named in KAFKA_OPTS, as `wirebroker.zk.sasl_login` reads it) or a
-TLS client certificate (`--zk-tls-config-file` with zookeeper.ssl.client.enable,
-zookeeper.clientCnxnSocket and zookeeper.ssl.keystore.location); with Kafka's messages, and its
+TLS client certificate (`--zk-tls-config-file` with zookeeper.ssl.client.enable and
+zookeeper.ssl.keystore.location: `client_auth_configured`, which does not ask for Kafka's
+zookeeper.clientCnxnSocket, Netty being a JVM's choice); with Kafka's messages, and its
 exit codes (1 for any failure, the usage too). The walk is pipelined as Kafka's asynchronous
-one: a level of the tree at a time, its setACL and getChildren requests all in flight together.
+one: a level of the tree at a time, its setACL and getChildren requests in flight together
+(IN_FLIGHT at most).
 """
 
 from __future__ import annotations
@@ -29,42 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from wirebroker.config import ConfigError
 from wirebroker.configs_cli import UsageError, zk_tls_file
-from wirebroker.zk.znodes import (
-    ACL_CHANGES,
-    ACL_ROOTS,
-    CONTROLLER,
-    CONTROLLER_EPOCH,
-    ISR_CHANGE_NOTIFICATION,
-    LATEST_PRODUCER_ID_BLOCK,
-    LOG_DIR_EVENT_NOTIFICATION,
-    PatternType,
-)
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
 MIGRATION = "/migration"
-#: Kafka 3.9's ZkData.SecureRootPaths, in its order (ZkAclStore.securePaths last).
-SECURE_ROOT_PATHS = (
-    "/admin",
-    "/brokers",
-    "/cluster",
-    "/config",
-    CONTROLLER,
-    CONTROLLER_EPOCH,
-    ISR_CHANGE_NOTIFICATION,
-    LATEST_PRODUCER_ID_BLOCK,
-    LOG_DIR_EVENT_NOTIFICATION,
-    "/delegation_token",
-    "/kafka-acl-extended",
-    MIGRATION,
-    "/feature",
-    ACL_ROOTS[PatternType.LITERAL],
-    ACL_CHANGES[PatternType.LITERAL],
-    ACL_ROOTS[PatternType.PREFIXED],
-    ACL_CHANGES[PatternType.PREFIXED],
-)
-
 USAGE = (
     "ZooKeeper Migration Tool Help. This tool updates the ACLs of znodes as part of the process "
     "of setting up ZooKeeper authentication."
@@ -89,6 +60,41 @@ zookeeper.set.acl=false, a second with zookeeper.set.acl=true, then
 and the way back: a rolling restart with zookeeper.set.acl=false, `--zookeeper.acl unsecure`,
 then a rolling restart without the login.
 """
+
+
+def secure_root_paths() -> tuple[str, ...]:
+    """Kafka 3.9's ZkData.SecureRootPaths, in its order (ZkAclStore.securePaths last)."""
+    # not at import: `wirebroker serve` parses this module's flags
+    from wirebroker.zk.znodes import (
+        ACL_CHANGES,
+        ACL_ROOTS,
+        CONTROLLER,
+        CONTROLLER_EPOCH,
+        ISR_CHANGE_NOTIFICATION,
+        LATEST_PRODUCER_ID_BLOCK,
+        LOG_DIR_EVENT_NOTIFICATION,
+        PatternType,
+    )
+
+    return (
+        "/admin",
+        "/brokers",
+        "/cluster",
+        "/config",
+        CONTROLLER,
+        CONTROLLER_EPOCH,
+        ISR_CHANGE_NOTIFICATION,
+        LATEST_PRODUCER_ID_BLOCK,
+        LOG_DIR_EVENT_NOTIFICATION,
+        "/delegation_token",
+        "/kafka-acl-extended",
+        MIGRATION,
+        "/feature",
+        ACL_ROOTS[PatternType.LITERAL],
+        ACL_CHANGES[PatternType.LITERAL],
+        ACL_ROOTS[PatternType.PREFIXED],
+        ACL_CHANGES[PatternType.PREFIXED],
+    )
 
 
 class MigrationFailed(Exception):
@@ -207,12 +213,14 @@ def _run(args: argparse.Namespace) -> int:
 
 def migrate(zk: KazooClient, secure: bool, enable_path_check: bool) -> int:
     """Kafka's ZkSecurityMigrator.run on the session `zk` (its chroot as "/"): the ACLs of
-    `zookeeper.set.acl` = `secure` on "/" and on the trees of SECURE_ROOT_PATHS; 1 when
+    `zookeeper.set.acl` = `secure` on "/" and on the trees of `secure_root_paths()`; 1 when
     `enable_path_check` finds a root path missing, else 0."""
     from wirebroker.zk.acls import ensure_path
+    from wirebroker.zk.znodes import CONTROLLER
 
     set_acls(zk, ["/"], secure, recursive=False)
-    missing = [path for path in SECURE_ROOT_PATHS if zk.exists(path) is None]
+    roots = secure_root_paths()
+    missing = [path for path in roots if zk.exists(path) is None]
     if missing:
         print(
             "Warning: The following secure root paths do not exist in ZooKeeper: "
@@ -222,13 +230,13 @@ def migrate(zk: KazooClient, secure: bool, enable_path_check: bool) -> int:
         if enable_path_check:
             print("Exit the command.")
             return 1
-    roots = []
-    for path in SECURE_ROOT_PATHS:
+    walked = []
+    for path in roots:
         if path in (CONTROLLER, MIGRATION) and zk.exists(path) is None:
             continue  # an ephemeral, and KRaft migration's state: not made here (as 3.9.2's)
         ensure_path(lambda p, acl: zk.create(p, b"", acl=acl), path, secure)
-        roots.append(path)
-    set_acls(zk, roots, secure, recursive=True)
+        walked.append(path)
+    set_acls(zk, walked, secure, recursive=True)
     return 0
 
 

@@ -30,7 +30,7 @@ from tests.cluster.test_zk_sasl_cluster import (
     kazoo,
     sasl_zookeeper,
 )
-from wirebroker.security_migration_cli import NO_LOGIN, SECURE_ROOT_PATHS
+from wirebroker.security_migration_cli import NO_LOGIN, secure_root_paths
 from wirebroker.zk.acls import znode_acls
 from wirebroker.zookeeper_server import ZooKeeperServer
 
@@ -73,7 +73,7 @@ def as_set(acls: list[ACL]) -> set[tuple[int, str, str]]:
 
 def walked(path: str) -> bool:
     """Whether the tool sets `path` (below the chroot): the chroot and the secure roots' trees."""
-    return path == "" or any(path == r or path.startswith(r + "/") for r in SECURE_ROOT_PATHS)
+    return path == "" or any(path == r or path.startswith(r + "/") for r in secure_root_paths())
 
 
 async def write_open_cluster(nursery: trio.Nursery, connect: str, tmp: Path) -> None:
@@ -111,7 +111,7 @@ def test_secure_sets_kafkas_acls_on_an_open_cluster_and_unsecure_opens_them(
             # /migration and /feature are not written by a ZooKeeper-mode cluster
             assert "secure root paths do not exist in ZooKeeper: " in done.stdout
             tree = acl_tree(broker_user, chroot, chroot)
-            assert set(SECURE_ROOT_PATHS) - {"/migration"} <= tree.keys()  # the missing ones made
+            assert set(secure_root_paths()) - {"/migration"} <= tree.keys()  # the missing ones made
             for must in ("/config/users/alice", "/delegation_token/tokens", "/brokers/ids/2"):
                 assert must in tree
             expected = {p: as_set(znode_acls(p or "/", True)) if walked(p) else OPEN for p in tree}

@@ -3,6 +3,7 @@
     wirebroker serve [server.properties] [--override key=value ...]
     wirebroker cluster [--brokers 3] [--zookeeper host:port]
     wirebroker configs --zookeeper host:port --alter --entity-type users ...
+    wirebroker zookeeper-security-migration --zookeeper.acl secure --zookeeper.connect host:port
 
 `serve` runs one broker until SIGINT or SIGTERM, then shuts down cleanly (checkpoints written;
 in a cluster, after a controlled shutdown). Once it serves, what its start made (the opened
@@ -11,7 +12,8 @@ collector's full passes, as `wirebroker.__main__` freezes the imported modules: 
 partitions a full pass walked about 300,000 objects, 70-190 ms with the event loop stopped;
 so is what each later creation of partitions made (`wirebroker.gc_freeze`). `cluster` runs
 ZooKeeper and N brokers locally. `configs` writes users' SCRAM credentials to ZooKeeper before
-brokers start.
+brokers start. `zookeeper-security-migration` sets Kafka's ZooKeeper ACLs on the znodes of a
+cluster that ran without `zookeeper.set.acl` (or opens them again).
 
 An OSError that ends `serve` is one line saying what failed (`describe_os_error`): the operation
 (a listener's bind, opening log.dirs), the address or file, the system's reason, where it was
@@ -31,7 +33,7 @@ from types import TracebackType
 
 import trio
 
-from wirebroker import cluster_cli, configs_cli, gc_freeze
+from wirebroker import cluster_cli, configs_cli, gc_freeze, security_migration_cli
 from wirebroker.config import BROKER_KEYS, READ_ONLY, BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker, serve_broker
 from wirebroker.zk.errors import ZooKeeperUnreachable
@@ -87,11 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     cluster_cli.add_parser(sub)
     configs_cli.add_parser(sub)
+    security_migration_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "cluster":
         return cluster_cli.run(args)
     if args.command == "configs":
         return configs_cli.run(args)
+    if args.command == "zookeeper-security-migration":
+        return security_migration_cli.run(args)
 
     if args.list_configs:
         for key in BROKER_KEYS.values():

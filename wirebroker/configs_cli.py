@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _zk_tls(path: Path | None) -> tuple[ZkTls | None, bool]:
+def zk_tls_file(path: Path | None) -> tuple[ZkTls | None, bool]:
     """The TLS of `--zk-tls-config-file` (None without it, or when it leaves TLS off), and
     whether it shows ZooKeeper a client certificate."""
     from wirebroker.zk.tls import ZK_TLS_KEYS, client_auth_configured, client_tls
@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
             )
     from wirebroker.zk.tls import failure, kazoo_options
 
-    tls, certificate = _zk_tls(args.zk_tls_config_file)
+    tls, certificate = zk_tls_file(args.zk_tls_config_file)
     login = zk_login()
     # ConfigCommand's KafkaZkClient is secure with a SASL login or a TLS client certificate
     secure = login is not None or certificate

@@ -29,7 +29,7 @@ from compat.kafka_process import kafka_broker, kafka_metadata_brokers
 from tests.cluster.harness import consume, create_topic, eventually, produce, start_broker
 from tests.cluster.processes import wait_for
 from tests.wirebroker.pki import pkcs12_keystore
-from wirebroker import configs_cli
+from wirebroker import configs_cli, security_migration_cli
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.config_sources import is_sensitive
 from wirebroker.zk import member as zk_member
@@ -165,6 +165,24 @@ def test_brokers_register_and_serve_over_tls_zookeeper_with_client_auth(
     trio.run(main)
 
 
+#: Kafka's secure ACLs for a creator ZooKeeper names by its certificate
+SECURE_X509 = {(Permissions.ALL, "x509"), (Permissions.READ, "world")}
+
+
+def acl_schemes(
+    server: ZooKeeperServer, keys: dict[str, str], root: str, paths: tuple[str, ...]
+) -> dict[str, set[tuple[int, str]]]:
+    """The permissions and schemes of each of `paths` below `root`, read over TLS."""
+    tls = client_tls(BrokerConfig.from_properties(keys))
+    kazoo = kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
+    kazoo.start(timeout=10)
+    try:
+        return {p: {(a.perms, a.id.scheme) for a in kazoo.get_acls(root + p)[0]} for p in paths}
+    finally:
+        kazoo.stop()
+        kazoo.close()
+
+
 @pytest.mark.timeout(60)
 def test_set_acl_with_a_client_certificate_names_the_certificate_the_creator(
     tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path
@@ -176,27 +194,16 @@ def test_set_acl_with_a_client_certificate_names_the_certificate_the_creator(
     keys = tls_keys(pki)
 
     def read_acls() -> dict[str, set[tuple[int, str]]]:
-        tls = client_tls(BrokerConfig.from_properties(keys))
-        kazoo = kazoo_client(f"localhost:{tls_zk.port}", None, timeout=10, **kazoo_options(tls))
-        kazoo.start(timeout=10)
-        try:
-            return {
-                p: {(a.perms, a.id.scheme) for a in kazoo.get_acls(root + p)[0]}
-                for p in ("", "/brokers/ids/1", "/config/users")
-            }
-        finally:
-            kazoo.stop()
-            kazoo.close()
+        return acl_schemes(tls_zk, keys, root, ("", "/brokers/ids/1", "/config/users"))
 
     async def main() -> None:
         with trio.fail_after(45):
             async with trio.open_nursery() as nursery:
                 connect = f"localhost:{tls_zk.port}{root}"
                 await start_broker(nursery, connect, tmp_path, 1, zookeeper_set_acl="true", **keys)
-                secure = {(Permissions.ALL, "x509"), (Permissions.READ, "world")}
                 assert await trio.to_thread.run_sync(read_acls) == {
-                    "": secure,
-                    "/brokers/ids/1": secure,
+                    "": SECURE_X509,
+                    "/brokers/ids/1": SECURE_X509,
                     "/config/users": {(Permissions.ALL, "x509")},
                 }
                 nursery.cancel_scope.cancel()
@@ -390,6 +397,49 @@ def test_configs_command_with_zk_tls_config_file(
     args = parser.parse_args(["configs", *common, "--describe", "--entity-type", "users"])
     assert configs_cli.run(args) == 0
     assert "SCRAM-SHA-512" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(60)
+def test_security_migration_with_a_client_certificate(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wirebroker zookeeper-security-migration --zk-tls-config-file` with a keystore and no
+    JAAS login (Kafka's zkTlsClientAuthEnabled): a cluster written with set.acl=false gets the
+    certificate as its znodes' creator."""
+    monkeypatch.delenv("KAFKA_OPTS", raising=False)
+    root = chroot()
+    keys = tls_keys(pki)
+    paths = ("", "/brokers/ids", "/config/users")
+    properties = tmp_path / "zk-tls.properties"
+    properties.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
+
+    async def main() -> None:
+        with trio.fail_after(45):
+            async with trio.open_nursery() as nursery:
+                await start_broker(nursery, f"localhost:{tls_zk.port}{root}", tmp_path, 1, **keys)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    opened = {p: {(Permissions.ALL, "world")} for p in paths}
+    assert acl_schemes(tls_zk, keys, root, paths) == opened
+    parser = argparse.ArgumentParser()
+    security_migration_cli.add_parser(parser.add_subparsers())
+    common = ["--zookeeper.connect", f"localhost:{tls_zk.port}{root}"]
+    common += ["--zk-tls-config-file", str(properties)]
+    for acl, expected in (
+        (
+            "secure",
+            {
+                "": SECURE_X509,
+                "/brokers/ids": SECURE_X509,
+                "/config/users": {(Permissions.ALL, "x509")},
+            },
+        ),
+        ("unsecure", opened),
+    ):
+        args = parser.parse_args(["zookeeper-security-migration", *common, "--zookeeper.acl", acl])
+        assert security_migration_cli.run(args) == 0
+        assert acl_schemes(tls_zk, keys, root, paths) == expected
 
 
 @pytest.mark.timeout(60)

@@ -38,6 +38,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,6 +240,14 @@ def _broker_ready(host: str, port: int, broker_id: int) -> bool:
     return broker_id in brokers and controller_id >= 0
 
 
+def _listed(host: str, port: int, broker_id: int) -> bool:
+    """`_broker_ready`, false while the broker does not answer."""
+    try:
+        return _broker_ready(host, port, broker_id)
+    except (OSError, ValueError, struct.error):
+        return False
+
+
 @contextlib.contextmanager
 def kafka_broker(
     zookeeper_connect: str,
@@ -419,7 +428,16 @@ def kafka_reference(*, overrides: Mapping[str, object] | None = None) -> Iterato
         if key not in _CONTAINER_OWNS:
             container.with_env("KAFKA_" + key.upper().replace("_", "__").replace(".", "_"), value)
     with container:
-        yield KafkaReference(container.get_bootstrap_server(), how)
+        bootstrap = container.get_bootstrap_server()
+        host, port = bootstrap.rsplit(":", 1)
+        # Its "started" line comes before its controller's UpdateMetadata reached it: until
+        # then Metadata lists no broker and CreateTopics fails ("larger than available brokers").
+        deadline = time.monotonic() + DEFAULT_STARTUP_TIMEOUT
+        while not _listed(host, int(port), 0):
+            if time.monotonic() > deadline:
+                raise KafkaProcessError("Kafka in its container never listed broker 0 in Metadata")
+            time.sleep(0.1)
+        yield KafkaReference(bootstrap, how)
 
 
 # --------------------------------------------------------------------------- CLI tools

@@ -219,15 +219,24 @@ def test_unknown_kid_refreshes_the_jwks_and_finds_a_rotated_key(
     assert error is None, (error, client_errors)
 
 
-def refused_start(log_dir: Path, props: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`wirebroker serve` with `props`, which must refuse to start (exit status 2)."""
-    props = dict(props)
+def alice_produces(log_dir: Path, props: dict[str, str], token: str, topic: str) -> None:
+    """A broker started with `props` takes alice's `token`: her record is written."""
+    with serving(BrokerProcess(log_dir, props), LOG_TAIL) as b:
+        error, client_errors = produce(b, token, topic)
+        assert error is None, (error, client_errors)
+
+
+def jwks_refused(log_dir: Path, props: dict[str, str], backoff_max_ms: int) -> str:
+    """The stderr of `wirebroker serve` with `props`, which must refuse to start (exit status
+    2) because it cannot fetch its JWKS (retrying for `backoff_max_ms`)."""
+    props = {**props, "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": str(backoff_max_ms)}
     command = [sys.executable, "-m", "wirebroker", "serve", "--log-dirs", str(log_dir)]
     command += ["--listeners", props.pop("listeners")]
     command += [arg for k, v in props.items() for arg in ("--override", f"{k}={v}")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    return done
+    assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
+    return done.stderr
 
 
 def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
@@ -235,18 +244,10 @@ def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
 ) -> None:
     jwks = tmp_path / "jwks.json"
     jwks.write_text(json.dumps(issuer.jwks()))
-    process = BrokerProcess(tmp_path / "file", properties(jwks.as_uri()))
-    with serving(process, LOG_TAIL) as b:
-        error, client_errors = produce(b, issuer.token("alice"), "oidc-file")
-        assert error is None, (error, client_errors)
+    alice_produces(tmp_path / "file", properties(jwks.as_uri()), issuer.token("alice"), "oidc-file")
     # nothing listens on port 9: the broker retries, then refuses to start and says why
-    missing = {
-        **properties("http://127.0.0.1:9/jwks"),
-        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "300",
-    }
-    done = refused_start(tmp_path / "m", missing)
-    assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
-    assert "attempt 2, failed" in done.stderr  # retried
+    stderr = jwks_refused(tmp_path / "m", properties("http://127.0.0.1:9/jwks"), 300)
+    assert "attempt 2, failed" in stderr  # retried
 
 
 def oidc_listener(broker: BrokerProcess, port: int, jwks_url: str, **more: str) -> list[Any]:
@@ -338,15 +339,8 @@ def test_a_jwks_over_https_from_a_private_ca_and_the_jaas_truststore_option(
                 f'ssl.truststore.location="{tmp_path / "ca.pem"}" ssl.truststore.type="PEM";'
             ),
         }
-        with serving(BrokerProcess(tmp_path / "trusting", trusting), LOG_TAIL) as b:
-            error, client_errors = produce(b, issuer.token("alice"), "oidc-https")
-            assert error is None, (error, client_errors)
-        untrusting = {
-            **properties(https.url),
-            "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "0",
-        }
-        done = refused_start(tmp_path / "u", untrusting)
-        assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
-        assert f"set the ssl.truststore.location option of {jaas_key}" in done.stderr
+        alice_produces(tmp_path / "trusting", trusting, issuer.token("alice"), "oidc-https")
+        stderr = jwks_refused(tmp_path / "u", properties(https.url), 0)
+        assert f"set the ssl.truststore.location option of {jaas_key}" in stderr
     finally:
         https.close()

@@ -1,22 +1,27 @@
 """An OAuth/OIDC identity provider for the OAUTHBEARER tests, served over HTTP from a thread of
 the test (http.server): signing keys made with `cryptography`, the JWKS of their public halves
 (GET), tokens signed with PyJWT, and a token endpoint answering the client credentials grant
-(POST, HTTP Basic client authentication) as an identity provider does.
+(POST, HTTP Basic client authentication) as an identity provider does. Given a certificate,
+it serves https; `redirects` answers a path with a redirect.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 import time
 import urllib.parse
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+if TYPE_CHECKING:
+    import trustme
 
 ISSUER = "https://issuer.example"
 AUDIENCE = "kafka-broker"
@@ -26,7 +31,7 @@ class Issuer:
     """An identity provider: signing keys, the JWKS of their public halves, and a token
     endpoint for the `clients` (client id -> secret) issuing tokens of `token_lifetime_s`."""
 
-    def __init__(self) -> None:
+    def __init__(self, certificate: trustme.LeafCert | None = None) -> None:
         self.private: dict[str, Any] = {}
         self.published: list[str] = []
         self.requests = 0
@@ -36,19 +41,39 @@ class Issuer:
         self.token_lifetime_s = 600
         #: Each token request's form (grant type and scope), in order.
         self.forms: list[dict[str, list[str]]] = []
+        #: path -> (status, Location): a redirect; each request's method and path, in order.
+        self.redirects: dict[str, tuple[int, str]] = {}
+        self.seen: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self._redirected():
+                    return
                 issuer.requests += 1
+                if self.path == "/token":
+                    self._answer(405, {"error": "invalid_request"})
+                    return
                 self._answer(200, issuer.jwks())
 
             def do_POST(self) -> None:  # noqa: N802
+                if self._redirected():
+                    return
                 length = int(self.headers.get("Content-Length", "0"))
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
                 status, answer = issuer.token_answer(self.headers.get("Authorization", ""), form)
                 self._answer(status, answer)
+
+            def _redirected(self) -> bool:
+                issuer.seen.append((self.command, self.path))
+                redirect = issuer.redirects.get(self.path)
+                if redirect is not None:
+                    self.send_response(redirect[0])
+                    self.send_header("Location", redirect[1])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                return redirect is not None
 
             def _answer(self, status: int, answer: dict[str, Any]) -> None:
                 body = json.dumps(answer).encode()
@@ -62,16 +87,26 @@ class Issuer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.scheme = "http"
+        if certificate is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            certificate.configure_cert(context)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/jwks"
+        return f"{self.base}/jwks"
 
     @property
     def token_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        return f"{self.base}/token"
+
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
 
     def add_key(self, kid: str, *, publish: bool = True, curve: bool = False) -> None:
         self.private[kid] = (

@@ -6,7 +6,8 @@ and aiokafka (a token provider). The principal is observed through the ACL autho
 the super user, so her produce succeeds and a valid token of bob's is denied the topic. Every
 refused token (bad signature, unknown key id, expired, wrong audience, wrong issuer, `alg:
 none`) is an authentication failure in the client; a key added to the JWKS is found by the
-refresh an unknown key id triggers, as Kafka's RefreshingHttpsJwks.
+refresh an unknown key id triggers, as Kafka's RefreshingHttpsJwks. A JWKS served over https
+with a private CA's certificate is trusted through the JAAS entry's `ssl.truststore.*` options.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from confluent_kafka import KafkaError, Producer
 
 from compat.kafka_process import free_port
@@ -217,27 +219,35 @@ def test_unknown_kid_refreshes_the_jwks_and_finds_a_rotated_key(
     assert error is None, (error, client_errors)
 
 
+def alice_produces(log_dir: Path, props: dict[str, str], token: str, topic: str) -> None:
+    """A broker started with `props` takes alice's `token`: her record is written."""
+    with serving(BrokerProcess(log_dir, props), LOG_TAIL) as b:
+        error, client_errors = produce(b, token, topic)
+        assert error is None, (error, client_errors)
+
+
+def jwks_refused(log_dir: Path, props: dict[str, str], backoff_max_ms: int) -> str:
+    """The stderr of `wirebroker serve` with `props`, which must refuse to start (exit status
+    2) because it cannot fetch its JWKS (retrying for `backoff_max_ms`)."""
+    props = {**props, "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": str(backoff_max_ms)}
+    command = [sys.executable, "-m", "wirebroker", "serve", "--log-dirs", str(log_dir)]
+    command += ["--listeners", props.pop("listeners")]
+    command += [arg for k, v in props.items() for arg in ("--override", f"{k}={v}")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
+    return done.stderr
+
+
 def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
     issuer: Issuer, tmp_path: Path
 ) -> None:
     jwks = tmp_path / "jwks.json"
     jwks.write_text(json.dumps(issuer.jwks()))
-    process = BrokerProcess(tmp_path / "file", properties(jwks.as_uri()))
-    with serving(process, LOG_TAIL) as b:
-        error, client_errors = produce(b, issuer.token("alice"), "oidc-file")
-        assert error is None, (error, client_errors)
+    alice_produces(tmp_path / "file", properties(jwks.as_uri()), issuer.token("alice"), "oidc-file")
     # nothing listens on port 9: the broker retries, then refuses to start and says why
-    missing = {
-        **properties("http://127.0.0.1:9/jwks"),
-        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "300",
-    }
-    command = [sys.executable, "-m", "wirebroker", "serve", "--log-dirs", str(tmp_path / "m")]
-    command += ["--listeners", missing.pop("listeners")]
-    command += [arg for k, v in missing.items() for arg in ("--override", f"{k}={v}")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2, done.stderr
-    assert "cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url" in done.stderr
-    assert "attempt 2, failed" in done.stderr  # retried
+    stderr = jwks_refused(tmp_path / "m", properties("http://127.0.0.1:9/jwks"), 300)
+    assert "attempt 2, failed" in stderr  # retried
 
 
 def oidc_listener(broker: BrokerProcess, port: int, jwks_url: str, **more: str) -> list[Any]:
@@ -309,3 +319,28 @@ def test_a_listener_added_whose_jwks_cannot_be_fetched_is_not_started(tmp_path: 
         # the broker goes on: a config change is answered
         removal = [("listeners", SET, f"PLAINTEXT://127.0.0.1:{broker.port}")]
         assert alter_configs(broker.bootstrap, BROKER, "0", removal) == (ErrorCode.NONE, None)
+
+
+def test_a_jwks_over_https_from_a_private_ca_and_the_jaas_truststore_option(
+    issuer: Issuer, tmp_path: Path
+) -> None:
+    """The JAAS entry's `ssl.truststore.*` options trust the provider's private CA (Kafka's
+    JaasOptionsUtils); without them the broker refuses to start and names the option."""
+    ca = trustme.CA()
+    https = Issuer(ca.issue_cert("127.0.0.1"))
+    https.private, https.published = issuer.private, ["k1"]
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    jaas_key = "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"
+    try:
+        trusting = {
+            **properties(https.url),
+            jaas_key: (
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                f'ssl.truststore.location="{tmp_path / "ca.pem"}" ssl.truststore.type="PEM";'
+            ),
+        }
+        alice_produces(tmp_path / "trusting", trusting, issuer.token("alice"), "oidc-https")
+        stderr = jwks_refused(tmp_path / "u", properties(https.url), 0)
+        assert f"set the ssl.truststore.location option of {jaas_key}" in stderr
+    finally:
+        https.close()

@@ -32,20 +32,20 @@ token held, on the loop. Neither the client secret nor a token is ever logged or
 
 Differs from Kafka: a token that has already expired when it arrives is a failed fetch (Kafka
 logs it and stops refreshing); unset, the connect and read timeouts are 10 s each (Kafka's JDK
-waits without end); a `file:` token is read again at each refresh (Kafka reads it once); the
-JAAS `ssl.*` options of an https endpoint are not read (the system's trusted CAs are used).
+waits without end); a `file:` token is read again at each refresh (Kafka reads it once).
+
+An https endpoint's TLS comes from the JAAS entry's `ssl.*` options, and redirects are followed,
+as `wirebroker.sasl.provider` says.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import http.client
 import json
 import logging
 import math
 import random
-import ssl
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -54,7 +54,13 @@ from typing import Any
 import trio
 
 from wirebroker.config import ConfigError
-from wirebroker.sasl.provider import FetchError, fetch_with_retry, shown_url
+from wirebroker.sasl.provider import (
+    FetchError,
+    ProviderTls,
+    fetch_with_retry,
+    http_exchange,
+    shown_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +127,7 @@ class TokenEndpoint:
         "scope_claim",
         "refresh",
         "jaas_key",
+        "tls",
     )
 
     def __init__(
@@ -140,6 +147,7 @@ class TokenEndpoint:
         sub_claim: str = "sub",
         scope_claim: str = "scope",
         refresh: RefreshWindow | None = None,
+        tls: ProviderTls | None = None,
     ) -> None:
         self.url = url
         self.client_id = client_id
@@ -155,6 +163,8 @@ class TokenEndpoint:
         self.sub_claim = sub_claim
         self.scope_claim = scope_claim
         self.refresh = refresh or RefreshWindow()
+        #: The JAAS entry's `ssl.*` options, for an https endpoint.
+        self.tls = tls or ProviderTls({}, jaas_key)
 
     def __repr__(self) -> str:
         return f"TokenEndpoint({shown_url(self.url)!r}, client_id={self.client_id!r})"
@@ -180,6 +190,7 @@ class TokenEndpoint:
             self.sub_claim,
             self.scope_claim,
             self.refresh._key(),
+            self.tls,
         )
 
     @property
@@ -289,49 +300,29 @@ def _error_summary(data: bytes) -> str:
 
 def _post(endpoint: TokenEndpoint) -> bytes:
     """Blocking: the token endpoint's answer to the client-credentials request."""
-    parts = urllib.parse.urlsplit(endpoint.url)
-    connect_s = (endpoint.connect_timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
-    read_s = (endpoint.read_timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
-    connection: http.client.HTTPConnection
-    if parts.scheme.lower() == "https":
-        connection = http.client.HTTPSConnection(
-            parts.hostname or "",
-            parts.port,
-            timeout=connect_s,
-            context=ssl.create_default_context(),
-        )
-    else:
-        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=connect_s)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    body = endpoint.request_body()
-    try:
-        connection.connect()
-        assert connection.sock is not None
-        connection.sock.settimeout(read_s)
-        connection.request(
-            "POST",
-            path,
-            body,
-            {
-                "Accept": "application/json",
-                "Authorization": endpoint.authorization(),
-                "Cache-Control": "no-cache",
-                "Content-Type": "application/x-www-form-urlencoded",
-            },
-        )
-        response = connection.getresponse()
-        data = response.read(MAX_ANSWER_BYTES + 1)
-    except (OSError, http.client.HTTPException) as e:
-        raise FetchError(f"{type(e).__name__}: {e}") from None
-    finally:
-        connection.close()
-    if response.status not in (200, 201):
+    answer = http_exchange(
+        endpoint.url,
+        endpoint.tls,
+        method="POST",
+        body=endpoint.request_body(),
+        headers={
+            "Accept": "application/json",
+            "Authorization": endpoint.authorization(),
+            "Cache-Control": "no-cache",
+            "Content-Type": "application/x-www-form-urlencoded",
+        },
+        connect_s=(endpoint.connect_timeout_ms or DEFAULT_TIMEOUT_MS) / 1000,
+        read_s=(endpoint.read_timeout_ms or DEFAULT_TIMEOUT_MS) / 1000,
+        limit=MAX_ANSWER_BYTES,
+    )
+    data = answer.body
+    if answer.status not in (200, 201):
         raise FetchError(
-            f"HTTP {response.status} {response.reason} ({_error_summary(data)})",
-            retryable=response.status not in UNRETRYABLE_STATUS,
+            f"HTTP {answer.status} {answer.reason} ({_error_summary(data)})",
+            retryable=answer.status not in UNRETRYABLE_STATUS,
         )
     if not data.strip():
-        raise FetchError(f"HTTP {response.status} with an empty answer")
+        raise FetchError(f"HTTP {answer.status} with an empty answer")
     if len(data) > MAX_ANSWER_BYTES:
         raise FetchError(f"an answer larger than {MAX_ANSWER_BYTES} bytes", retryable=False)
     return data

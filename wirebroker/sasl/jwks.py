@@ -16,6 +16,10 @@ the keys already in memory (`KeySet.key`, no I/O).
 Differs from Kafka: a set that cannot be fetched at start-up is retried as a refresh is (Kafka
 tries once) before the broker refuses to start; symmetric (`oct`) keys and keys whose `use` is
 `enc` are skipped, so a token is only ever verified with a public key.
+
+An https endpoint's TLS comes from the `ssl.*` options of the listener's OAUTHBEARER JAAS entry,
+and redirects are followed, as `wirebroker.sasl.provider` says (jose4j's Get is Java's
+HttpURLConnection).
 """
 
 from __future__ import annotations
@@ -23,14 +27,20 @@ from __future__ import annotations
 import json
 import logging
 import urllib.parse
-import urllib.request
 from collections import OrderedDict
 from typing import Any
 
 import trio
 
 from wirebroker.config import ConfigError
-from wirebroker.sasl.provider import FetchError, fetch_with_retry, monotonic_ms, shown_url
+from wirebroker.sasl.provider import (
+    FetchError,
+    ProviderTls,
+    fetch_with_retry,
+    http_exchange,
+    monotonic_ms,
+    shown_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +78,22 @@ class VerificationKey:
 class JwksEndpoint:
     """Where the key set comes from and how often it is fetched again."""
 
-    __slots__ = ("url", "refresh_ms", "retry_backoff_ms", "retry_backoff_max_ms")
+    __slots__ = ("url", "refresh_ms", "retry_backoff_ms", "retry_backoff_max_ms", "tls")
 
     def __init__(
-        self, url: str, refresh_ms: int, retry_backoff_ms: int, retry_backoff_max_ms: int
+        self,
+        url: str,
+        refresh_ms: int,
+        retry_backoff_ms: int,
+        retry_backoff_max_ms: int,
+        tls: ProviderTls | None = None,
     ) -> None:
         self.url = url
         self.refresh_ms = refresh_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = retry_backoff_max_ms
+        #: The JAAS entry's `ssl.*` options, for an https endpoint.
+        self.tls = tls or ProviderTls({}, "sasl.jaas.config")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JwksEndpoint) and self._key() == other._key()
@@ -84,8 +101,14 @@ class JwksEndpoint:
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def _key(self) -> tuple[str, int, int, int]:
-        return (self.url, self.refresh_ms, self.retry_backoff_ms, self.retry_backoff_max_ms)
+    def _key(self) -> tuple[str, int, int, int, ProviderTls]:
+        return (
+            self.url,
+            self.refresh_ms,
+            self.retry_backoff_ms,
+            self.retry_backoff_max_ms,
+            self.tls,
+        )
 
     @property
     def shown(self) -> str:
@@ -128,19 +151,30 @@ def parse_jwks(data: bytes) -> list[VerificationKey]:
     return keys
 
 
-def fetch_jwks(url: str) -> list[VerificationKey]:
+def fetch_jwks(url: str, tls: ProviderTls) -> list[VerificationKey]:
     """Blocking: the keys at `url` (http, https or file). Runs in a worker thread."""
     parts = urllib.parse.urlsplit(url)
-    try:
-        if parts.scheme.lower() == "file":
+    if parts.scheme.lower() == "file":
+        try:
             with open(urllib.parse.unquote(parts.path), "rb") as f:
                 data = f.read(MAX_JWKS_BYTES + 1)
-        else:
-            request = urllib.request.Request(url, headers={"Accept": "application/json"})
-            with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as response:
-                data = response.read(MAX_JWKS_BYTES + 1)
-    except OSError as e:  # URLError and HTTPError are OSErrors
-        raise JwksError(str(e)) from None
+        except OSError as e:
+            raise JwksError(str(e)) from None
+    else:
+        try:
+            answer = http_exchange(
+                url,
+                tls,
+                headers={"Accept": "application/json"},
+                connect_s=FETCH_TIMEOUT_S,
+                read_s=FETCH_TIMEOUT_S,
+                limit=MAX_JWKS_BYTES,
+            )
+        except FetchError as e:
+            raise JwksError(str(e), retryable=e.retryable) from None
+        if answer.status != 200:
+            raise JwksError(f"HTTP {answer.status} {answer.reason}")
+        data = answer.body
     if len(data) > MAX_JWKS_BYTES:
         raise JwksError(f"larger than {MAX_JWKS_BYTES} bytes")
     return parse_jwks(data)
@@ -156,6 +190,7 @@ class KeySet:
         self.failure: str | None = None
         self._missing: OrderedDict[str, int] = OrderedDict()  # key id -> next refresh allowed
         self._expedite = trio.Event()
+        self._last_error = "see the warnings above"
 
     def candidates(self, key_id: str | None, algorithm: str) -> list[VerificationKey]:
         """The keys a token signed with `algorithm` under `key_id` may verify with; none
@@ -188,7 +223,7 @@ class KeySet:
         if keys is None:
             self.failure = (
                 f"cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url="
-                f"{self.endpoint.shown} (see the warnings above); OAUTHBEARER tokens cannot be "
+                f"{self.endpoint.shown} ({self._last_error}); OAUTHBEARER tokens cannot be "
                 "verified without it"
             )
             raise ConfigError(self.failure)
@@ -221,11 +256,12 @@ class KeySet:
         endpoint = self.endpoint
         try:
             return await fetch_with_retry(
-                lambda: fetch_jwks(endpoint.url),
+                lambda: fetch_jwks(endpoint.url, endpoint.tls),
                 f"JWKS fetch of {endpoint.shown}",
                 endpoint.retry_backoff_ms,
                 endpoint.retry_backoff_max_ms,
                 "keeping the keys held",
             )
-        except FetchError:
+        except FetchError as e:
+            self._last_error = str(e)
             return None

@@ -301,8 +301,9 @@ def _oauthbearer_validator(
 
     handler_key = f"{prefix}oauthbearer.sasl.server.callback.handler.class"
     handler = (config.get(handler_key) or "").strip()
+    entry = jaas.get(OAUTHBEARER)
     if handler in SECURED_VALIDATORS:
-        return _secured_validator(config, prefix)
+        return _secured_validator(config, prefix, entry.options if entry else {})
     if handler not in ("", UNSECURED_VALIDATOR):
         raise ConfigError(
             f"{handler_key}={handler} is not implemented: OAUTHBEARER validates tokens with "
@@ -316,7 +317,6 @@ def _oauthbearer_validator(
             f"would accept unsecured tokens: set {handler_key}={SECURED_VALIDATORS[0]} to "
             "verify tokens with the JWKS"
         )
-    entry = jaas.get(OAUTHBEARER)
     try:
         return UnsecuredValidator.from_options(entry.options if entry else {})
     except ValueError as e:
@@ -377,13 +377,15 @@ def _oauthbearer_float(
     return value
 
 
-def _secured_validator(config: BrokerConfig, prefix: str) -> SecuredValidator:
-    """Kafka's OAuthBearerValidatorCallbackHandler's settings (no I/O: the key set is
-    fetched when the broker starts, `KeySet.run`)."""
+def _secured_validator(
+    config: BrokerConfig, prefix: str, options: Mapping[str, str]
+) -> SecuredValidator:
+    """Kafka's OAuthBearerValidatorCallbackHandler's settings, its JAAS entry's `options`
+    (`ssl.*`) included (no I/O: the key set is fetched when the broker starts, `KeySet.run`)."""
     from wirebroker.config import ConfigError
     from wirebroker.sasl.jwks import JwksEndpoint, KeySet
     from wirebroker.sasl.oauthbearer import SecuredValidator
-    from wirebroker.sasl.provider import endpoint_url
+    from wirebroker.sasl.provider import ProviderTls, endpoint_url
 
     key = "sasl.oauthbearer.jwks.endpoint.url"
     url = _oauthbearer_setting(config, prefix, key)
@@ -401,6 +403,7 @@ def _secured_validator(config: BrokerConfig, prefix: str) -> SecuredValidator:
         number("jwks.endpoint.refresh.ms", 1),
         number("jwks.endpoint.retry.backoff.ms", 0),
         number("jwks.endpoint.retry.backoff.max.ms", 0),
+        ProviderTls(options, f"{prefix}oauthbearer.sasl.jaas.config"),
     )
     audience = _oauthbearer_setting(config, prefix, "sasl.oauthbearer.expected.audience") or ""
     return SecuredValidator(
@@ -597,7 +600,7 @@ def _access_token_login(
     # here: a broker making unsecured tokens never loads them (start-up time)
     from wirebroker.sasl.access_token import AccessTokenLogin, RefreshWindow, TokenEndpoint
     from wirebroker.sasl.oauthbearer import login_extensions
-    from wirebroker.sasl.provider import endpoint_url
+    from wirebroker.sasl.provider import ProviderTls, endpoint_url
 
     url = endpoint_url(url_key, url)
     is_file = url.lower().startswith("file:")
@@ -646,5 +649,6 @@ def _access_token_login(
             _oauthbearer_setting(config, prefix, "sasl.oauthbearer.scope.claim.name") or "scope"
         ),
         refresh=refresh,
+        tls=ProviderTls(options, jaas_key),
     )
     return AccessTokenLogin(endpoint, listener)

@@ -41,6 +41,7 @@ class GssapiMechanism(puresasl_mechanisms.Mechanism):
     def __init__(self, sasl: Any, login: ZkKerberosLogin, **props: Any) -> None:
         super().__init__(sasl, **props)
         self._login = login
+        login.failure = None  # a new exchange: an earlier one's reason no longer holds
         self._client = GssapiClient(login.principal, login.keytab, login.service_name, sasl.host)
 
     def process(self, challenge: bytes | None = None) -> bytes | None:

@@ -105,6 +105,27 @@ def test_the_client_section_logs_in_with_digest_md5(
     assert "s3cret" not in repr(login)
 
 
+def test_a_krb5_client_section_logs_in_with_gssapi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("gssapi")
+    path = jaas(
+        tmp_path,
+        monkeypatch,
+        "Client { com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+        'storeKey=true keyTab="/k/kafka.keytab" principal="kafka/host@REALM"; };',
+        "-Dzookeeper.sasl.client.username=zk",
+    )
+    login = zk_login()
+    assert login is not None
+    options = login.sasl_options()
+    assert (options["mechanism"], options["service"]) == ("GSSAPI/python-gssapi", "zk")
+    assert login.describe() == (
+        "principal 'kafka/host@REALM' (GSSAPI to service 'zk', keytab /k/kafka.keytab, "
+        f"section Client of {path})"
+    )
+
+
 @pytest.mark.parametrize(
     ("section", "flags", "message"),
     [
@@ -116,11 +137,18 @@ def test_the_client_section_logs_in_with_digest_md5(
             "false",
         ),
         (
-            'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="k" '
+            "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true "
             'principal="kafka/host@REALM";',
             (),
-            "has com.sun.security.auth.module.Krb5LoginModule: wirebroker logs in to ZooKeeper "
-            "with DIGEST-MD5 only.*GSSAPI to ZooKeeper, Krb5LoginModule, is not implemented",
+            "logs in to ZooKeeper with Kerberos from a keytab only: set useKeyTab=true, keyTab "
+            "and principal",
+        ),
+        (
+            "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true; "
+            f'{DIGEST} required username="kafka" password="pw";',
+            (),
+            f"has com.sun.security.auth.module.Krb5LoginModule, {DIGEST}: wirebroker logs in to "
+            "ZooKeeper with one",
         ),
         (f'{DIGEST} required username="kafka";', (), f"{DIGEST} needs password"),
     ],

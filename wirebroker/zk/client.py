@@ -159,7 +159,7 @@ class ZkClient:
             assert self.login is not None
             raise ZooKeeperAuthFailed(
                 f"ZooKeeper at {self.connect} refused the SASL login of "
-                f"{self.login.describe()}: AUTH_FAILED"
+                f"{self.login.describe()}: {self.login.refusal()}"
             ) from None
         except Exception as e:
             await self.close()
@@ -239,10 +239,10 @@ class ZkClient:
             if self._started and self._kazoo.client_state == KeeperState.AUTH_FAILED:
                 assert self.login is not None
                 log.error(
-                    "ZooKeeper at %s refused the SASL login of %s (AUTH_FAILED); a new session "
-                    "in %s s",
+                    "ZooKeeper at %s refused the SASL login of %s: %s; a new session in %s s",
                     self.connect,
                     self.login.describe(),
+                    self.login.refusal(),
                     AUTH_RETRY_BACKOFF_S,
                 )
                 retry = threading.Timer(AUTH_RETRY_BACKOFF_S, self._new_session_after_auth_failure)

@@ -7,10 +7,16 @@ Kafka (its ZooKeeper client) reads three JVM system properties, here read as
 section to log in with (default `Client`); `zookeeper.sasl.client`, false to turn SASL off. A
 broker logs in when the file has that section, as Kafka's JaasUtils.isZkSaslEnabled decides;
 a file that cannot be read, or the section with SASL turned off, stops the start with Kafka's
-messages. The section must hold ZooKeeper's DigestLoginModule (`username`, `password`): the
-login is DIGEST-MD5, through kazoo's SASL support (pure-sasl). A Krb5LoginModule section
-(GSSAPI to ZooKeeper) is refused, saying so: not implemented. The password never reaches a
-log or a message.
+messages. The section holds one of two login modules, both through kazoo's SASL support
+(pure-sasl):
+- ZooKeeper's DigestLoginModule (`username`, `password`): DIGEST-MD5. The password never
+  reaches a log or a message.
+- Java's Krb5LoginModule with `useKeyTab=true`, `keyTab` and `principal`: GSSAPI
+  (`gssapi_login`, the optional `gssapi` package), to the service principal
+  `zookeeper/<host>` (`zookeeper.sasl.client.username` names another service), the host
+  being the one of the connect string the client connects to (an IP address: its name, as
+  Java's canonicalization). A ticket cache login (`useTicketCache`, no keytab) is refused,
+  saying so.
 
 `zookeeper.set.acl=true` needs a login ZooKeeper can name the znodes' creator by: the JAAS
 section, or ZooKeeper client TLS with a keystore (`zookeeper.ssl.client.enable` and
@@ -20,11 +26,13 @@ message (KafkaZkClient.createZkClient).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from wirebroker.config import ConfigError
 from wirebroker.sasl.jaas_file import read_jaas_file
-from wirebroker.sasl.settings import JaasError
+from wirebroker.sasl.kerberos import load_gssapi
+from wirebroker.sasl.settings import KRB5_LOGIN_MODULE, JaasError
 from wirebroker.system_properties import system_property
 from wirebroker.zk.tls import client_auth_configured
 
@@ -36,6 +44,9 @@ if TYPE_CHECKING:
 JAAS_FILE = "java.security.auth.login.config"
 ZK_SASL_CLIENT = "zookeeper.sasl.client"
 ZK_LOGIN_CONTEXT = "zookeeper.sasl.clientconfig"
+#: The service of ZooKeeper's Kerberos principal (ZooKeeper's ZKClientConfig).
+ZK_SASL_SERVICE = "zookeeper.sasl.client.username"
+DEFAULT_SASL_SERVICE = "zookeeper"
 DEFAULT_LOGIN_CONTEXT = "Client"
 DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 ZK_SET_ACL = "zookeeper.set.acl"
@@ -44,25 +55,65 @@ ZK_SSL_KEYSTORE_LOCATION = "zookeeper.ssl.keystore.location"
 
 
 class ZkLogin:
-    """A DIGEST-MD5 login to ZooKeeper: the user, its password, and where they were read."""
+    """A SASL login to ZooKeeper and where it was read (`source`, for messages)."""
 
-    __slots__ = ("username", "_password", "source")
+    #: Why the client side of the last exchange failed, if it did (a Kerberos login's keytab
+    #: without the principal, say): ZooKeeper's refusal alone says AUTH_FAILED.
+    failure: str | None = None
 
-    def __init__(self, username: str, password: str, source: str) -> None:
-        self.username = username
-        self._password = password
+    def __init__(self, source: str) -> None:
         #: "section Client of /etc/kafka/jaas.conf": where the login came from, for messages.
         self.source = source
 
-    def sasl_options(self) -> dict[str, str]:
+    def sasl_options(self) -> dict[str, Any]:
         """kazoo's `sasl_options` for this login."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def refusal(self) -> str:
+        """What a refused login says: AUTH_FAILED, and why when the client side knows."""
+        return "AUTH_FAILED" if self.failure is None else f"AUTH_FAILED ({self.failure})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"
+
+
+class ZkDigestLogin(ZkLogin):
+    """A DIGEST-MD5 login: the user and its password."""
+
+    def __init__(self, username: str, password: str, source: str) -> None:
+        super().__init__(source)
+        self.username = username
+        self._password = password
+
+    def sasl_options(self) -> dict[str, Any]:
         return {"mechanism": "DIGEST-MD5", "username": self.username, "password": self._password}
 
     def describe(self) -> str:
         return f"user {self.username!r} (DIGEST-MD5, {self.source})"
 
-    def __repr__(self) -> str:
-        return f"ZkLogin({self.describe()})"
+
+class ZkKerberosLogin(ZkLogin):
+    """A GSSAPI login as `principal` with its keys in `keytab`, to ZooKeeper's `service_name`."""
+
+    def __init__(self, principal: str, keytab: str, service_name: str, source: str) -> None:
+        super().__init__(source)
+        self.principal = principal
+        self.keytab = keytab
+        self.service_name = service_name
+
+    def sasl_options(self) -> dict[str, Any]:
+        from wirebroker.zk.gssapi_login import MECHANISM
+
+        return {"mechanism": MECHANISM, "service": self.service_name, "login": self}
+
+    def describe(self) -> str:
+        return (
+            f"principal {self.principal!r} (GSSAPI to service {self.service_name!r}, keytab "
+            f"{self.keytab}, {self.source})"
+        )
 
 
 def security_properties() -> str:
@@ -98,18 +149,40 @@ def zk_login() -> ZkLogin | None:
         )
     source = f"section {context} of {path}"
     modules = [e.login_module for e in entries]
-    if modules != [DIGEST_LOGIN_MODULE]:
-        raise ConfigError(
-            f"{source} has {', '.join(modules) or 'no login module'}: wirebroker logs in to "
-            f"ZooKeeper with DIGEST-MD5 only, one {DIGEST_LOGIN_MODULE} with username and "
-            "password (GSSAPI to ZooKeeper, Krb5LoginModule, is not implemented)"
-        )
-    options = entries[0].options
+    _require_pure_sasl()
+    if modules == [DIGEST_LOGIN_MODULE]:
+        return _digest_login(entries[0].options, source)
+    if modules == [KRB5_LOGIN_MODULE]:
+        return _kerberos_login(entries[0].options, source)
+    raise ConfigError(
+        f"{source} has {', '.join(modules) or 'no login module'}: wirebroker logs in to "
+        f"ZooKeeper with one {DIGEST_LOGIN_MODULE} (username, password: DIGEST-MD5) or one "
+        f"{KRB5_LOGIN_MODULE} (useKeyTab=true, keyTab, principal: GSSAPI)"
+    )
+
+
+def _digest_login(options: Mapping[str, str], source: str) -> ZkDigestLogin:
     missing = [o for o in ("username", "password") if o not in options]
     if missing:
         raise ConfigError(f"{source}: {DIGEST_LOGIN_MODULE} needs {' and '.join(missing)}")
-    _require_pure_sasl()
-    return ZkLogin(options["username"], options["password"], source)
+    return ZkDigestLogin(options["username"], options["password"], source)
+
+
+def _kerberos_login(options: Mapping[str, str], source: str) -> ZkKerberosLogin:
+    keytab, principal = options.get("keyTab"), options.get("principal")
+    if options.get("useKeyTab", "false").lower() != "true" or not keytab or not principal:
+        raise ConfigError(
+            f"{source}: wirebroker logs in to ZooKeeper with Kerberos from a keytab only: set "
+            f"useKeyTab=true, keyTab and principal, e.g. {KRB5_LOGIN_MODULE} required "
+            'useKeyTab=true storeKey=true keyTab="/etc/security/keytabs/kafka.keytab" '
+            'principal="kafka/host@REALM";'
+        )
+    try:
+        load_gssapi()
+    except ImportError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    service = system_property(ZK_SASL_SERVICE) or DEFAULT_SASL_SERVICE
+    return ZkKerberosLogin(principal, keytab, service, source)
 
 
 def _require_pure_sasl() -> None:

@@ -1,0 +1,107 @@
+"""Kafka's secure ZooKeeper mode with Kerberos: a real ZooKeeper whose JAAS `Server` section logs
+in as `zookeeper/localhost` from a keytab (SASLAuthenticationProvider), against the test KDC
+(tests/wirebroker/kdc.py); a broker whose JAAS `Client` section is a Krb5LoginModule with the
+keytab of `kafka/localhost` logs in with GSSAPI and, with `zookeeper.set.acl=true`, creates its
+znodes with ALL for `sasl:kafka/localhost@REALM` (ZooKeeper names a Kerberos client by its
+whole principal by default). A keytab without the principal stops the start, saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from kazoo.client import KazooClient
+from kazoo.security import Permissions
+
+from tests.cluster.harness import create_topic, start_broker
+from tests.cluster.test_zk_sasl_cluster import serve
+from tests.wirebroker.kdc import REALM, Kdc, krb5_jaas, requires_kdc, serving_kdc
+from wirebroker.zookeeper_server import ZooKeeperServer, jars_available, zookeeper
+
+pytestmark = [pytest.mark.integration, requires_kdc]
+
+BROKER = f"kafka/localhost@{REALM}"
+SASLAUTH = {"authProvider.1": "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"}
+
+
+@pytest.fixture(scope="module")
+def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
+    with serving_kdc(tmp_path_factory.mktemp("kdc")) as kdc:  # the brokers run in this process
+        yield kdc
+
+
+@pytest.fixture(scope="module")
+def kerberized_zk(kdc: Kdc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    if not jars_available():
+        pytest.skip("no ZooKeeper jars: run `make jars`")
+    tmp = tmp_path_factory.mktemp("zk-kerberos")
+    jaas = tmp / "zookeeper-server.jaas"
+    keytab = kdc.keytab("zookeeper/localhost")
+    jaas.write_text(f"Server {{\n  {krb5_jaas(keytab, f'zookeeper/localhost@{REALM}')}\n}};\n")
+    with zookeeper(
+        heap="128m",
+        settings=SASLAUTH,
+        jvm_options=[
+            f"-Djava.security.auth.login.config={jaas}",
+            f"-Djava.security.krb5.conf={kdc.krb5_conf}",
+        ],
+    ) as server:
+        yield server
+
+
+def client_jaas(tmp: Path, keytab: Path) -> str:
+    """KAFKA_OPTS naming a JAAS file whose Client section logs in as BROKER from `keytab`."""
+    path = tmp / "client.jaas"
+    path.write_text(f"Client {{\n  {krb5_jaas(keytab, BROKER)}\n}};\n")
+    return f"-Xmx1g -Djava.security.auth.login.config={path}"
+
+
+@contextlib.contextmanager
+def anonymous(hosts: str) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=hosts, timeout=10)
+    client.start(timeout=10)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_broker_logs_in_with_kerberos_and_its_znodes_carry_its_principal(
+    kerberized_zk: ZooKeeperServer, kdc: Kdc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KAFKA_OPTS", client_jaas(tmp_path, kdc.keytab("kafka/localhost")))
+    connect = f"localhost:{kerberized_zk.port}/kerberized"
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            b1 = await start_broker(nursery, connect, tmp_path, 1, zookeeper_set_acl="true")
+            await create_topic(b1, "kerberized", 1, replicas=1)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    with anonymous(kerberized_zk.connect) as zk:
+        acls = zk.get_acls("/kerberized/brokers/topics/kerberized")[0]
+        got = {(a.perms, a.id.scheme, a.id.id) for a in acls}
+    assert got == {(Permissions.ALL, "sasl", BROKER), (Permissions.READ, "world", "anyone")}
+
+
+@pytest.mark.timeout(60)
+def test_a_keytab_without_the_principal_stops_the_start_saying_why(
+    kerberized_zk: ZooKeeperServer, kdc: Kdc, tmp_path: Path
+) -> None:
+    keytab = kdc.keytab("someone-else")
+    connect = f"localhost:{kerberized_zk.port}/refused"
+    done = serve(tmp_path, connect, client_jaas(tmp_path, keytab))
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"ZooKeeper at {connect} refused the SASL login of principal '{BROKER}' (GSSAPI to "
+        f"service 'zookeeper', keytab {keytab}, section Client of {tmp_path / 'client.jaas'}): "
+        "AUTH_FAILED (GSS-API: "
+    ) in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from wirebroker.config import ConfigError
-from wirebroker.sasl.jaas_file import read_jaas_file
+from wirebroker.sasl.jaas_file import jaas_file_path, read_jaas_file
 from wirebroker.sasl.kerberos import load_gssapi
 from wirebroker.sasl.settings import KRB5_LOGIN_MODULE, JaasError
 from wirebroker.system_properties import system_property
@@ -129,11 +129,12 @@ def security_properties() -> str:
 def zk_login() -> ZkLogin | None:
     """The login the system properties name, or None (no JAAS file, or no such section in it);
     ConfigError when the file cannot be read or its section cannot be used."""
-    path = system_property(JAAS_FILE)
-    if path is None:
+    setting = system_property(JAAS_FILE)
+    if setting is None:
         return None
     context = system_property(ZK_LOGIN_CONTEXT) or DEFAULT_LOGIN_CONTEXT
     try:
+        path = jaas_file_path(setting)
         entries = read_jaas_file(path).get(context)
     except (OSError, JaasError) as e:
         raise ConfigError(

@@ -4,11 +4,17 @@ in as `zookeeper/localhost` from a keytab (SASLAuthenticationProvider), against 
 keytab of `kafka/localhost` logs in with GSSAPI and, with `zookeeper.set.acl=true`, creates its
 znodes with ALL for `sasl:kafka/localhost@REALM` (ZooKeeper names a Kerberos client by its
 whole principal by default). A keytab without the principal stops the start, saying why.
+
+The server's principal as ZooKeeper 3.8's client finds it: the connect string's host
+canonicalized (a name of 127.0.0.1 other than localhost becomes localhost), not with
+`zookeeper.sasl.client.canonicalize.hostname=false`, and `zookeeper.server.principal` over both;
+a principal the KDC does not know stops the start, naming it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +26,7 @@ from kazoo.security import Permissions
 from tests.cluster.harness import create_topic, start_broker
 from tests.cluster.test_zk_sasl_cluster import serve
 from tests.wirebroker.kdc import REALM, Kdc, krb5_jaas, requires_kdc, serving_kdc
+from wirebroker.sasl.kerberos import service_host
 from wirebroker.zookeeper_server import ZooKeeperServer, jars_available, zookeeper
 
 pytestmark = [pytest.mark.integration, requires_kdc]
@@ -105,3 +112,82 @@ def test_a_keytab_without_the_principal_stops_the_start_saying_why(
         "AUTH_FAILED (GSS-API: "
     ) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def loopback_alias() -> str:
+    """A name of 127.0.0.1 other than localhost, whose address's name is localhost (this
+    machine's host name, often); the test is skipped without one."""
+    name = socket.gethostname()
+    try:
+        address = socket.gethostbyname(name)
+    except OSError:
+        address = None
+    if name == "localhost" or address != "127.0.0.1" or service_host(address) != "localhost":
+        pytest.skip(f"no name of 127.0.0.1 other than localhost ({name} is {address})")
+    return name
+
+
+@pytest.mark.timeout(120)
+def test_the_server_host_is_canonicalized_unless_turned_off(
+    kerberized_zk: ZooKeeperServer, kdc: Kdc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connected by another name of 127.0.0.1, the broker asks for zookeeper/localhost (the
+    address's name) and logs in; with canonicalization off it asks for zookeeper/<that name>,
+    which the KDC does not know; `zookeeper.server.principal` names the server's principal
+    whatever the host."""
+    alias = loopback_alias()
+    opts = client_jaas(tmp_path, kdc.keytab("kafka/localhost"))
+    connect = f"{alias}:{kerberized_zk.port}/canonical"
+    off = "-Dzookeeper.sasl.client.canonicalize.hostname=false"
+    monkeypatch.setenv("KAFKA_OPTS", opts)
+    trio.run(start_and_stop, connect, tmp_path / "canonicalized")
+
+    done = serve(tmp_path, connect, f"{opts} {off}")
+    assert done.returncode == 1, done.stderr
+    assert (f"principal '{BROKER}' (GSSAPI to service 'zookeeper', keytab ") in done.stderr, (
+        done.stderr
+    )
+    assert f"the server principal asked for: zookeeper/{alias}@{REALM}" in done.stderr
+    assert "not found in Kerberos database" in done.stderr
+
+    named = f"-Dzookeeper.server.principal=zookeeper/localhost@{REALM}"
+    monkeypatch.setenv("KAFKA_OPTS", f"{opts} {off} {named}")
+    trio.run(start_and_stop, connect, tmp_path / "named")
+
+
+@pytest.mark.timeout(120)
+def test_zookeeper_server_principal_names_the_server(
+    kerberized_zk: ZooKeeperServer, kdc: Kdc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connected by address, the principal given without a realm (taking
+    `zookeeper.server.realm`) logs in; a principal that is not the server's is refused,
+    the message naming it; a malformed one stops the start before connecting."""
+    opts = client_jaas(tmp_path, kdc.keytab("kafka/localhost"))
+    connect = f"127.0.0.1:{kerberized_zk.port}/named"
+    realm = f"-Dzookeeper.server.realm={REALM}"
+    monkeypatch.setenv(
+        "KAFKA_OPTS", f"{opts} -Dzookeeper.server.principal=zookeeper/localhost {realm}"
+    )
+    trio.run(start_and_stop, connect, tmp_path / "named")
+
+    wrong = f"zookeeper/elsewhere.invalid@{REALM}"
+    done = serve(tmp_path, connect, f"{opts} -Dzookeeper.server.principal={wrong}")
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"principal '{BROKER}' (GSSAPI to server principal '{wrong}', keytab "
+    ) in done.stderr, done.stderr
+    assert f"the server principal asked for: {wrong}" in done.stderr
+    assert "not found in Kerberos database" in done.stderr
+
+    malformed = "zookeeper/a/b@" + REALM
+    done = serve(tmp_path, connect, f"{opts} -Dzookeeper.server.principal={malformed}")
+    assert done.returncode == 2, done.stderr
+    assert f"Malformed Kerberos name: {malformed}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def start_and_stop(connect: str, tmp: Path) -> None:
+    """A broker started (logged in to ZooKeeper and registered) and stopped."""
+    async with trio.open_nursery() as nursery:
+        await start_broker(nursery, connect, tmp, 1)
+        nursery.cancel_scope.cancel()

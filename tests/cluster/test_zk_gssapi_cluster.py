@@ -8,26 +8,37 @@ whole principal by default). A keytab without the principal stops the start, say
 The server's principal as ZooKeeper 3.8's client finds it: the connect string's host
 canonicalized (a name of 127.0.0.1 other than localhost becomes localhost), not with
 `zookeeper.sasl.client.canonicalize.hostname=false`, and `zookeeper.server.principal` over both;
-a principal the KDC does not know stops the start, naming it.
+a principal the KDC does not know stops the start, naming it. Differential: ZooKeeper 3.8's
+own Java client (ZooKeeperMain), given the same system properties, logs in or is refused
+alike.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 from kazoo.client import KazooClient
+from kazoo.exceptions import AuthFailedError
 from kazoo.security import Permissions
 
 from tests.cluster.harness import create_topic, start_broker
 from tests.cluster.test_zk_sasl_cluster import serve
 from tests.wirebroker.kdc import REALM, Kdc, krb5_jaas, requires_kdc, serving_kdc
 from wirebroker.sasl.kerberos import service_host
-from wirebroker.zookeeper_server import ZooKeeperServer, jars_available, zookeeper
+from wirebroker.zk.sasl_login import kazoo_client, start_session, zk_login
+from wirebroker.zookeeper_server import (
+    ZooKeeperServer,
+    jars_available,
+    jars_dir,
+    java_executable,
+    zookeeper,
+)
 
 pytestmark = [pytest.mark.integration, requires_kdc]
 
@@ -191,3 +202,65 @@ async def start_and_stop(connect: str, tmp: Path) -> None:
     async with trio.open_nursery() as nursery:
         await start_broker(nursery, connect, tmp, 1)
         nursery.cancel_scope.cancel()
+
+
+#: System properties of the server principal, and whether ZooKeeper takes the login (on a
+#: connection by another name of 127.0.0.1 than localhost).
+SERVER_PRINCIPAL_CASES = [
+    ((), True),
+    (("-Dzookeeper.sasl.client.canonicalize.hostname=false",), False),
+    (
+        (
+            "-Dzookeeper.sasl.client.canonicalize.hostname=false",
+            f"-Dzookeeper.server.principal=zookeeper/localhost@{REALM}",
+        ),
+        True,
+    ),
+    ((f"-Dzookeeper.server.principal=zookeeper/elsewhere.invalid@{REALM}",), False),
+    # the realm is only checked for form: Kerberos maps the host to the realm
+    (
+        ("-Dzookeeper.server.principal=zookeeper/localhost", "-Dzookeeper.server.realm=ELSEWHERE"),
+        True,
+    ),
+]
+
+
+@pytest.mark.timeout(240)
+def test_the_server_principal_as_zookeepers_java_client_finds_it(
+    kerberized_zk: ZooKeeperServer, kdc: Kdc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alias = loopback_alias()
+    jaas = client_jaas(tmp_path, kdc.keytab("kafka/localhost"))
+    hosts = f"{alias}:{kerberized_zk.port}"
+    got = {}
+    for flags, _ in SERVER_PRINCIPAL_CASES:
+        monkeypatch.setenv("KAFKA_OPTS", " ".join([jaas, *flags]))
+        got[flags] = (java_client_logs_in(hosts, jaas, kdc, flags), wirebroker_logs_in(hosts))
+    assert got == {flags: (taken, taken) for flags, taken in SERVER_PRINCIPAL_CASES}
+
+
+def java_client_logs_in(hosts: str, jaas: str, kdc: Kdc, flags: tuple[str, ...]) -> bool:
+    """Whether ZooKeeper's Java client, with `jaas` and `flags`, logs in to `hosts`."""
+    system_properties = [word for word in jaas.split() if word.startswith("-D")]
+    command = [java_executable(), "-cp", f"{jars_dir()}/*", *system_properties, *flags]
+    command += [f"-Djava.security.krb5.conf={kdc.krb5_conf}", "org.apache.zookeeper.ZooKeeperMain"]
+    command += ["-server", hosts, "ls", "/"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    if "AuthFailed" in done.stdout + done.stderr:
+        return False
+    assert done.returncode == 0, done.stdout + done.stderr
+    return True
+
+
+def wirebroker_logs_in(hosts: str) -> bool:
+    """Whether wirebroker's ZooKeeper client, with the system properties, logs in to `hosts`."""
+    login = zk_login()
+    client = kazoo_client(hosts, login, timeout=10)
+    try:
+        start_session(client, login, 20)
+    except AuthFailedError:
+        return False
+    finally:
+        client.stop()
+        client.close()
+    return True

@@ -35,15 +35,20 @@ def system_property(name: str) -> str | None:
     return value
 
 
-def _user() -> pwd.struct_passwd:
-    return pwd.getpwuid(os.getuid())
+def _user(field: str) -> str:
+    """The user's `field` in the password database; `?` where the user has no entry, as the
+    JVM's."""
+    try:
+        return str(getattr(pwd.getpwuid(os.getuid()), field))
+    except KeyError:
+        return "?"
 
 
 #: The JVM's own properties (on Linux) a `${...}` may name: the user's home and name as the
 #: JVM takes them (the password database, not $HOME), the working directory, the separators.
 _JVM_PROPERTIES = {
-    "user.home": lambda: _user().pw_dir,
-    "user.name": lambda: _user().pw_name,
+    "user.home": lambda: _user("pw_dir"),
+    "user.name": lambda: _user("pw_name"),
     "user.dir": os.getcwd,
     "java.io.tmpdir": lambda: "/tmp",
     "file.separator": lambda: os.sep,

@@ -91,14 +91,20 @@ def same(java: str, ours: str) -> bool:
 
 @requires_java
 @pytest.mark.parametrize(
-    "security",
-    [None, "policy.expandProperties=false\n", "policy.expandProperties=FALSE\n"],
+    ("security", "expanded"),
+    [
+        (None, True),
+        ("policy.expandProperties=false\n", False),
+        ("policy.expandProperties=FALSE\n", True),
+    ],
     ids=["expanded", "expansion-off", "not-exactly-false"],
 )
 def test_option_values_are_expanded_as_the_jdk_expands_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, security: str | None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, security: str | None, expanded: bool
 ) -> None:
-    flags = [*FLAGS, "-Dpolicy.expandProperties=false"]  # ignored: java.security sets it true
+    """`security`: the text of a java.security.properties file (`==`, replacing the JDK's
+    java.security, would leave the JDK without its security providers, JAAS included)."""
+    flags = [*FLAGS, "-Dpolicy.expandProperties=false"]  # alone: java.security sets it true
     if security is not None:
         (tmp_path / "java.security").write_text(f"# the deployment's\n{security}")
         flags.append(f"-Djava.security.properties={tmp_path / 'java.security'}")
@@ -108,18 +114,18 @@ def test_option_values_are_expanded_as_the_jdk_expands_them(
     ours = [wirebroker_reads(p) for p in paths]
     differ = {v: (j, o) for v, j, o in zip(VALUES, java, ours, strict=True) if not same(j, o)}
     assert not differ
-    expanded = dict(zip(VALUES, ours, strict=True))
-    if security is None or "FALSE" in security:
-        assert expanded["${wb.password}"] == "k=s3cr3t\tn=v"
-        assert expanded["${wb.unset}"] == (
+    read = dict(zip(VALUES, ours, strict=True))
+    if expanded:
+        assert read["${wb.password}"] == "k=s3cr3t\tn=v"
+        assert read["${wb.unset}"] == (
             "ERROR\tsection Client (line 1): option k: unable to expand property wb.unset"
         )
-        assert expanded["${wb.empty}"] == (
+        assert read["${wb.empty}"] == (
             "ERROR\tsection Client (line 1): option k: system property [${wb.empty}] expanded "
             "to empty value"
         )
     else:
-        assert expanded["${wb.unset}"] == "k=${wb.unset}\tn=v"
+        assert read["${wb.unset}"] == "k=${wb.unset}\tn=v"
 
 
 def test_the_jaas_file_s_own_name_is_expanded(

@@ -293,8 +293,9 @@ def test_kafka_and_wirebroker_give_their_znodes_the_same_acls(
     enforcing_zk: ZooKeeperServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Differential: Apache Kafka 3.9 and wirebroker, each with zookeeper.set.acl=true and the
-    same JAAS login, in chroots of their own; every znode both create has the same ACLs."""
-    opts = client_jaas(tmp_path)
+    same JAAS login, in chroots of their own; every znode both create has the same ACLs. The
+    JAAS file takes the password from a system property, `${...}`, which both expand."""
+    opts = f"{client_jaas(tmp_path, '${zk.kafka.password}')} -Dzk.kafka.password={PASSWORD}"
     monkeypatch.setenv("KAFKA_OPTS", opts)
     secure = {"zookeeper.set.acl": "true", "delegation.token.secret.key": "cluster-token-key"}
     kafka_port = free_port()

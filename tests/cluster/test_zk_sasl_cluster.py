@@ -293,8 +293,9 @@ def test_kafka_and_wirebroker_give_their_znodes_the_same_acls(
     enforcing_zk: ZooKeeperServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Differential: Apache Kafka 3.9 and wirebroker, each with zookeeper.set.acl=true and the
-    same JAAS login, in chroots of their own; every znode both create has the same ACLs."""
-    opts = client_jaas(tmp_path)
+    same JAAS login, in chroots of their own; every znode both create has the same ACLs. The
+    JAAS file takes the password from a system property, `${...}`, which both expand."""
+    opts = f"{client_jaas(tmp_path, '${zk.kafka.password}')} -Dzk.kafka.password={PASSWORD}"
     monkeypatch.setenv("KAFKA_OPTS", opts)
     secure = {"zookeeper.set.acl": "true", "delegation.token.secret.key": "cluster-token-key"}
     kafka_port = free_port()
@@ -428,6 +429,59 @@ def test_a_refused_login_stops_the_start(
     ) in done.stderr, done.stderr
     assert wrong not in done.stderr
     assert "Traceback" not in done.stderr  # kazoo's connection thread ended cleanly
+
+
+@pytest.mark.timeout(90)
+def test_a_password_from_a_system_property_logs_in_and_is_never_shown(
+    enforcing_zk: ZooKeeperServer,
+    chroot: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`password="${zk.kafka.password}"` in the JAAS file, the value a `-D` of KAFKA_OPTS, as
+    Java's ConfigFile expands it for Kafka: the broker logs in (its znodes are its user's) and
+    the password is in no log line."""
+    caplog.set_level("DEBUG")
+    opts = client_jaas(tmp_path, "${zk.kafka.password}")
+    monkeypatch.setenv("KAFKA_OPTS", f"{opts} -Dzk.kafka.password={PASSWORD}")
+    connect = enforcing_zk.connect + chroot
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await start_broker(nursery, connect, tmp_path, 1, zookeeper_set_acl="true")
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    with kazoo(enforcing_zk.connect, "kafka", PASSWORD) as broker_user:
+        assert acls_of(broker_user, f"{chroot}/brokers/ids") == SECURE
+    assert "zk.kafka.password" in (tmp_path / "client.jaas").read_text()
+    assert PASSWORD not in caplog.text
+
+
+@pytest.mark.timeout(90)
+def test_a_password_property_wrong_or_unset_stops_the_start(
+    enforcing_zk: ZooKeeperServer, chroot: str, tmp_path: Path
+) -> None:
+    """A wrong value is refused by ZooKeeper (never shown); an unset property is refused before
+    connecting, naming it (Java's ConfigFile: "unable to expand property")."""
+    opts = client_jaas(tmp_path, "${zk.kafka.password}")
+    connect = enforcing_zk.connect + chroot
+    wrong = "not-the-password"
+    done = serve(tmp_path, connect, f"{opts} -Dzk.kafka.password={wrong}")
+    assert done.returncode == 1, done.stderr
+    assert "AUTH_FAILED" in done.stderr, done.stderr
+    assert wrong not in done.stderr and wrong not in done.stdout
+
+    done = serve(tmp_path, connect, opts)
+    assert done.returncode == 2, done.stderr  # a configuration error
+    assert (
+        "Exception while loading Zookeeper JAAS login context [java.security.auth.login.config="
+        f"{tmp_path / 'client.jaas'}, zookeeper.sasl.client=default:true, "
+        "zookeeper.sasl.clientconfig=default:Client]: section Client (line 2): option password: "
+        "unable to expand property zk.kafka.password"
+    ) in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.timeout(60)

@@ -4,6 +4,7 @@ and Kafka's znode ACLs by path."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,11 @@ from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.sasl.jaas_file import parse_jaas_file
+from wirebroker.sasl.kerberos import service_host
 from wirebroker.sasl.settings import JaasError
 from wirebroker.zk.acls import znode_acls
-from wirebroker.zk.sasl_login import secure_acls, zk_login
+from wirebroker.zk.sasl_login import ZkKerberosLogin, secure_acls, zk_login
+from wirebroker.zk.server_principal import gss_target
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,6 +30,10 @@ def _no_system_properties(monkeypatch: pytest.MonkeyPatch) -> None:
         "java.security.auth.login.config",
         "zookeeper.sasl.client",
         "zookeeper.sasl.clientconfig",
+        "zookeeper.sasl.client.username",
+        "zookeeper.sasl.client.canonicalize.hostname",
+        "zookeeper.server.principal",
+        "zookeeper.server.realm",
     ):
         monkeypatch.delenv(name, raising=False)
 
@@ -124,6 +131,97 @@ def test_a_krb5_client_section_logs_in_with_gssapi(
         "principal 'kafka/host@REALM' (GSSAPI to service 'zk', keytab /k/kafka.keytab, "
         f"section Client of {path})"
     )
+
+
+#: The name of 127.0.0.1 (a reverse lookup confirmed forward): localhost, on most machines.
+LOOPBACK = service_host("127.0.0.1")
+KRB5_SECTION = (
+    "Client { com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+    'keyTab="/k/kafka.keytab" principal="kafka/host@REALM"; };'
+)
+
+
+@pytest.mark.parametrize(
+    ("flags", "server", "host", "expected"),
+    [
+        # the service, the client's realm or the server's, the address's name
+        ((), "zookeeper", LOOPBACK, f"zookeeper/{LOOPBACK}@REALM"),
+        (("-Dzookeeper.sasl.client.username=zk",), "zk", LOOPBACK, f"zk/{LOOPBACK}@REALM"),
+        (
+            ("-Dzookeeper.server.realm=ZK.REALM",),
+            "zookeeper",
+            LOOPBACK,
+            f"zookeeper/{LOOPBACK}@ZK.REALM",
+        ),
+        # the principal given: as it is (nothing looked up), or with the server's realm
+        (
+            ("-Dzookeeper.server.principal=zk/zk1.example@R",),
+            "zk",
+            "zk1.example",
+            "zk/zk1.example@R",
+        ),
+        (
+            ("-Dzookeeper.server.principal=zookeeper/zk1", "-Dzookeeper.server.realm=R"),
+            "zookeeper",
+            "zk1",
+            "zookeeper/zk1@R",
+        ),
+        (("-Dzookeeper.server.principal=zookeeper@R",), "zookeeper", None, "zookeeper@R"),
+    ],
+)
+def test_the_server_principal_from_the_system_properties(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flags: tuple[str, ...],
+    server: str,
+    host: str | None,
+    expected: str,
+) -> None:
+    pytest.importorskip("gssapi")
+    jaas(tmp_path, monkeypatch, KRB5_SECTION, *flags)
+    login = zk_login()
+    assert isinstance(login, ZkKerberosLogin)
+    principal = login.server.principal("127.0.0.1", "127.0.0.1")
+    assert principal == expected
+    assert gss_target(principal) == (server, host)
+
+
+@pytest.mark.parametrize(
+    ("setting", "canonical"),
+    [(None, True), ("TRUE", True), ("false", False), ("yes", False)],
+)
+def test_canonicalization_is_on_unless_the_property_is_not_true(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None, canonical: bool
+) -> None:
+    """Java's Boolean.parseBoolean: `true` in any case is true, anything else false."""
+    pytest.importorskip("gssapi")
+    flags = () if setting is None else (f"-Dzookeeper.sasl.client.canonicalize.hostname={setting}",)
+    jaas(tmp_path, monkeypatch, KRB5_SECTION, *flags)
+    login = zk_login()
+    assert isinstance(login, ZkKerberosLogin)
+    assert login.server.canonicalize is canonical
+    # a name of no address: left as it is either way; an address: its name either way
+    assert login.server.principal("zk.invalid", "127.0.0.1").startswith(
+        f"zookeeper/{LOOPBACK}@" if canonical else "zookeeper/zk.invalid@"
+    )
+    assert login.server.principal("127.0.0.1", "127.0.0.1") == f"zookeeper/{LOOPBACK}@REALM"
+
+
+@pytest.mark.parametrize(
+    ("flag", "name"),
+    [
+        ("-Dzookeeper.server.principal=zookeeper/a/b@R", "zookeeper/a/b@R"),
+        ("-Dzookeeper.server.principal=zookeeper/a@R@S", "zookeeper/a@R@S"),
+        ("-Dzookeeper.server.realm=R/S", "zookeeper/<host>@R/S"),
+    ],
+)
+def test_a_malformed_server_principal_stops_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str, name: str
+) -> None:
+    pytest.importorskip("gssapi")
+    jaas(tmp_path, monkeypatch, KRB5_SECTION, flag)
+    with pytest.raises(ConfigError, match=f"Malformed Kerberos name: {re.escape(name)}$"):
+        zk_login()
 
 
 @pytest.mark.parametrize(

@@ -222,7 +222,7 @@ class GssapiClient:
 
     mechanism = GSSAPI
 
-    def __init__(self, principal: str, keytab: str, service_name: str, host: str) -> None:
+    def __init__(self, principal: str, keytab: str, service_name: str, host: str | None) -> None:
         self._gssapi = load_gssapi()
         self._principal = principal
         self._keytab = keytab
@@ -242,7 +242,9 @@ class GssapiClient:
                     "ccache": f"MEMORY:{self._principal}:{self._keytab}",
                 },
             )
-            target = f"{self._service_name}@{service_host(self._host)}"
+            target = self._service_name  # no host: the local host's, as Java's GSS-API
+            if self._host is not None:
+                target = f"{self._service_name}@{service_host(self._host)}"
             self._context = gssapi.SecurityContext(
                 name=gssapi.Name(target, gssapi.NameType.hostbased_service),
                 creds=credentials,

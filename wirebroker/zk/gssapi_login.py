@@ -10,9 +10,12 @@ pure-sasl under a name of its own (`MECHANISM`), leaving its GSSAPI as it is. Zo
 server (Java's GssKrb5Server) runs RFC 4752's exchange: the security context, then the
 security layer, "none" chosen, as Kafka's client chooses.
 
+The server's principal is the one ZooKeeper's client asks for (`server_principal`), found
+when the exchange starts, in kazoo's connection thread (it may look the host up in DNS).
+
 A failure of the client side (no key for the principal in the keytab, an unknown service
-principal, the KDC unreachable) is kept in `ZkKerberosLogin.failure`, for the message that
-stops the start; kazoo only knows it as AUTH_FAILED.
+principal, the KDC unreachable) is kept in `ZkKerberosLogin.failure`, with the server
+principal asked for, for the message that stops the start; kazoo only knows it as AUTH_FAILED.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from puresasl import mechanisms as puresasl_mechanisms
 
 from wirebroker.sasl.kerberos import GssapiClient
 from wirebroker.sasl.mechanism import SaslFailure
+from wirebroker.zk.server_principal import gss_target
 
 if TYPE_CHECKING:
     from wirebroker.zk.sasl_login import ZkKerberosLogin
@@ -42,7 +46,10 @@ class GssapiMechanism(puresasl_mechanisms.Mechanism):
         super().__init__(sasl, **props)
         self._login = login
         login.failure = None  # a new exchange: an earlier one's reason no longer holds
-        self._client = GssapiClient(login.principal, login.keytab, login.service_name, sasl.host)
+        server = login.server
+        self._server_principal = server.principal(sasl.host, login.server_address or sasl.host)
+        service, host = gss_target(self._server_principal, server.realm)
+        self._client = GssapiClient(login.principal, login.keytab, service, host)
 
     def process(self, challenge: bytes | None = None) -> bytes | None:
         try:
@@ -50,7 +57,7 @@ class GssapiMechanism(puresasl_mechanisms.Mechanism):
                 return self._client.initial()
             answer = self._client.evaluate(challenge)
         except SaslFailure as e:
-            self._login.failure = str(e)
+            self._login.failure = f"{e}; the server principal asked for: {self._server_principal}"
             raise
         self.complete = self._client.complete
         return answer

@@ -12,11 +12,10 @@ messages. The section holds one of two login modules, both through kazoo's SASL 
 - ZooKeeper's DigestLoginModule (`username`, `password`): DIGEST-MD5. The password never
   reaches a log or a message.
 - Java's Krb5LoginModule with `useKeyTab=true`, `keyTab` and `principal`: GSSAPI
-  (`gssapi_login`, the optional `gssapi` package), to the service principal
-  `zookeeper/<host>` (`zookeeper.sasl.client.username` names another service), the host
-  being the one of the connect string the client connects to (an IP address: its name, as
-  Java's canonicalization). A ticket cache login (`useTicketCache`, no keytab) is refused,
-  saying so.
+  (`gssapi_login`, the optional `gssapi` package), to the server principal ZooKeeper's client
+  finds (`server_principal`: `zookeeper/<host>`, the host canonicalized, or
+  `zookeeper.server.principal`). A ticket cache login (`useTicketCache`, no keytab) is
+  refused, saying so.
 
 `zookeeper.set.acl=true` needs a login ZooKeeper can name the znodes' creator by: the JAAS
 section, or ZooKeeper client TLS with a keystore (`zookeeper.ssl.client.enable` and
@@ -30,10 +29,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from wirebroker.config import ConfigError
-from wirebroker.sasl.jaas_file import read_jaas_file
+from wirebroker.sasl.jaas_file import jaas_file_path, read_jaas_file
 from wirebroker.sasl.kerberos import load_gssapi
 from wirebroker.sasl.settings import KRB5_LOGIN_MODULE, JaasError
 from wirebroker.system_properties import system_property
+from wirebroker.zk.server_principal import ServerPrincipal
 from wirebroker.zk.tls import client_auth_configured
 
 if TYPE_CHECKING:
@@ -44,9 +44,6 @@ if TYPE_CHECKING:
 JAAS_FILE = "java.security.auth.login.config"
 ZK_SASL_CLIENT = "zookeeper.sasl.client"
 ZK_LOGIN_CONTEXT = "zookeeper.sasl.clientconfig"
-#: The service of ZooKeeper's Kerberos principal (ZooKeeper's ZKClientConfig).
-ZK_SASL_SERVICE = "zookeeper.sasl.client.username"
-DEFAULT_SASL_SERVICE = "zookeeper"
 DEFAULT_LOGIN_CONTEXT = "Client"
 DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 ZK_SET_ACL = "zookeeper.set.acl"
@@ -60,6 +57,8 @@ class ZkLogin:
     #: Why the client side of the last exchange failed, if it did (a Kerberos login's keytab
     #: without the principal, say): ZooKeeper's refusal alone says AUTH_FAILED.
     failure: str | None = None
+    #: The address of the server of the current exchange (kazoo's connection sets it).
+    server_address: str | None = None
 
     def __init__(self, source: str) -> None:
         #: "section Client of /etc/kafka/jaas.conf": where the login came from, for messages.
@@ -96,22 +95,23 @@ class ZkDigestLogin(ZkLogin):
 
 
 class ZkKerberosLogin(ZkLogin):
-    """A GSSAPI login as `principal` with its keys in `keytab`, to ZooKeeper's `service_name`."""
+    """A GSSAPI login as `principal` with its keys in `keytab`, to the ZooKeeper server's
+    principal as `server` finds it."""
 
-    def __init__(self, principal: str, keytab: str, service_name: str, source: str) -> None:
+    def __init__(self, principal: str, keytab: str, server: ServerPrincipal, source: str) -> None:
         super().__init__(source)
         self.principal = principal
         self.keytab = keytab
-        self.service_name = service_name
+        self.server = server
 
     def sasl_options(self) -> dict[str, Any]:
         from wirebroker.zk.gssapi_login import MECHANISM
 
-        return {"mechanism": MECHANISM, "service": self.service_name, "login": self}
+        return {"mechanism": MECHANISM, "service": self.server.service, "login": self}
 
     def describe(self) -> str:
         return (
-            f"principal {self.principal!r} (GSSAPI to service {self.service_name!r}, keytab "
+            f"principal {self.principal!r} (GSSAPI to {self.server.describe()}, keytab "
             f"{self.keytab}, {self.source})"
         )
 
@@ -129,11 +129,12 @@ def security_properties() -> str:
 def zk_login() -> ZkLogin | None:
     """The login the system properties name, or None (no JAAS file, or no such section in it);
     ConfigError when the file cannot be read or its section cannot be used."""
-    path = system_property(JAAS_FILE)
-    if path is None:
+    setting = system_property(JAAS_FILE)
+    if setting is None:
         return None
     context = system_property(ZK_LOGIN_CONTEXT) or DEFAULT_LOGIN_CONTEXT
     try:
+        path = jaas_file_path(setting)
         entries = read_jaas_file(path).get(context)
     except (OSError, JaasError) as e:
         raise ConfigError(
@@ -181,8 +182,11 @@ def _kerberos_login(options: Mapping[str, str], source: str) -> ZkKerberosLogin:
         load_gssapi()
     except ImportError as e:
         raise ConfigError(f"{source}: {e}") from None
-    service = system_property(ZK_SASL_SERVICE) or DEFAULT_SASL_SERVICE
-    return ZkKerberosLogin(principal, keytab, service, source)
+    try:
+        server = ServerPrincipal.from_system_properties(principal)
+    except ValueError as e:
+        raise ConfigError(f"{source}: the ZooKeeper server's principal: {e}") from None
+    return ZkKerberosLogin(principal, keytab, server, source)
 
 
 def _require_pure_sasl() -> None:
@@ -216,7 +220,7 @@ def kazoo_client(hosts: str, login: ZkLogin | None, **options: Any) -> KazooClie
         hosts=hosts, sasl_options=login.sasl_options() if login else None, **options
     )
     if login is not None:
-        _refusal_is_auth_failed(kazoo)
+        _hook_sasl_exchange(kazoo, login)
     return kazoo
 
 
@@ -237,18 +241,23 @@ def start_session(kazoo: KazooClient, login: ZkLogin | None, timeout: float) -> 
         raise kazoo.handler.timeout_exception("Connection time-out")
 
 
-def _refusal_is_auth_failed(kazoo: KazooClient) -> None:
-    """Make a refused login AUTH_FAILED. kazoo 2.11 knows a refusal only as AuthFailedError:
-    ZooKeeper requiring SASL (`enforce.auth.schemes=sasl`) answers a wrong password with
-    SESSIONCLOSEDREQUIRESASLAUTH, which ends kazoo's connection thread with an unhandled
-    exception, the client then neither connected nor failed. kazoo's fix (python-zk/kazoo#810,
-    unreleased) does what this does."""
+def _hook_sasl_exchange(kazoo: KazooClient, login: ZkLogin) -> None:
+    """Before each SASL exchange, tell `login` the address connected to (a Kerberos login's
+    server principal is its name); after it, make a refused login AUTH_FAILED. kazoo 2.11
+    knows a refusal only as AuthFailedError: ZooKeeper requiring SASL
+    (`enforce.auth.schemes=sasl`) answers a wrong password with SESSIONCLOSEDREQUIRESASLAUTH,
+    which ends kazoo's connection thread with an unhandled exception, the client then neither
+    connected nor failed. kazoo's fix (python-zk/kazoo#810, unreleased) does what this does."""
     from kazoo.exceptions import AuthFailedError, SASLException, SessionClosedRequireSaslError
 
     connection = kazoo._connection
     authenticate = connection._authenticate_with_sasl
 
     def checked(host: str, timeout: float) -> None:
+        try:
+            login.server_address = str(connection._socket.getpeername()[0])
+        except (AttributeError, OSError):  # not connected: the exchange fails on its own
+            login.server_address = None
         try:
             authenticate(host, timeout)
         except (SessionClosedRequireSaslError, SASLException) as e:

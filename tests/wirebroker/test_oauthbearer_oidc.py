@@ -248,6 +248,29 @@ def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
     # nothing listens on port 9: the broker retries, then refuses to start and says why
     stderr = jwks_refused(tmp_path / "m", properties("http://127.0.0.1:9/jwks"), 300)
     assert "attempt 2, failed" in stderr  # retried
+    # the last attempt says no key is held (there is none to keep), as Kafka's init fails
+    assert "; no keys are held yet: giving up" in stderr
+    assert "keeping" not in stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_refresh_that_fails_keeps_the_keys_held(tmp_path: Path) -> None:
+    """The provider gone after start-up: the refresh fails, says it keeps the keys it holds
+    (Kafka's "not updating local JWKS cache"), and tokens they verify still log in."""
+    own = Issuer()
+    own.add_key("k1")
+    props = {
+        **properties(own.url),
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms": "300",
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "200",
+    }
+    with serving(BrokerProcess(tmp_path, props), LOG_TAIL) as broker:
+        own.close()
+        line = broker.wait_for_log("not updating the local JWKS cache", timeout=TIMEOUT)
+        assert line is not None and "keeping the 1 key(s) held" in line, line
+        assert not any("no keys are held" in logged for logged in broker.log)
+        error, client_errors = produce(broker, own.token("alice"), "oidc-kept")
+        assert error is None, (error, client_errors)
 
 
 def oidc_listener(broker: BrokerProcess, port: int, jwks_url: str, **more: str) -> list[Any]:

@@ -405,12 +405,17 @@ class AccessTokenLogin:
                 break
             except FetchError as e:
                 if at_start:
+                    check = (
+                        ""  # no request was sent: the reason says which ssl.* option to set
+                        if e.tls
+                        else f": check the clientId, clientSecret and scope of "
+                        f"{self.endpoint.jaas_key} and that the URL is the identity provider's "
+                        "token endpoint"
+                    )
                     raise ConfigError(
                         f"cannot get this broker's OAUTHBEARER access token from "
                         f"sasl.oauthbearer.token.endpoint.url={shown_url(self.endpoint.url)}: "
-                        f"{e}. The broker logs in to the other brokers with it: check the "
-                        f"clientId, clientSecret and scope of {self.endpoint.jaas_key} and "
-                        "that the URL is the identity provider's token endpoint"
+                        f"{e}. The broker logs in to the other brokers with it{check}"
                     ) from None
                 await trio.sleep(RETRY_FAILED_REFRESH_S)
         self._hold(token)

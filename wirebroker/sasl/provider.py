@@ -59,11 +59,13 @@ T = TypeVar("T")
 
 class FetchError(Exception):
     """A fetch from the identity provider failed; the message says why (never a secret or a
-    token). `retryable` is False when trying again cannot help."""
+    token). `retryable` is False when trying again cannot help; `tls` is True when the TLS
+    set-up or handshake failed (no request was sent: the message says what to set)."""
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
+    def __init__(self, message: str, *, retryable: bool = True, tls: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.tls = tls
 
 
 def shown_url(url: str) -> str:
@@ -161,7 +163,7 @@ class ProviderTls:
         try:
             context = client_context(self)
         except ConfigError as e:
-            raise FetchError(str(e), retryable=False) from None
+            raise FetchError(str(e), retryable=False, tls=True) from None
         context.check_hostname = True
         return context
 
@@ -257,7 +259,7 @@ def _exchange(
         finally:
             connection.close()
     except ssl.SSLCertVerificationError as e:
-        raise FetchError(tls.untrusted(e, host)) from None
+        raise FetchError(tls.untrusted(e, host), tls=True) from None
     except (OSError, http.client.HTTPException, ValueError) as e:
-        raise FetchError(f"{type(e).__name__}: {e}") from None
+        raise FetchError(f"{type(e).__name__}: {e}", tls=isinstance(e, ssl.SSLError)) from None
     return Answer(response.status, response.reason, data), response.getheader("Location")

@@ -13,10 +13,16 @@ in time could not log in to its peers.
 - `org.apache.kafka.sasl.oauthbearer.allowed.urls` without the token endpoint: refused.
 - A client secret rotated at run time (the JAAS config set dynamically): a token fetched with
   it; another change to the listener keeps the token held.
+- The provider over https with a CA made for the test (trustme): two brokers fetch their tokens
+  and the JWKS through the JAAS entry's `ssl.truststore.*` options (Kafka's JaasOptionsUtils) and
+  replicate; with a truststore that lacks the CA the broker retries, as Kafka's
+  HttpAccessTokenRetriever retries an IOException, then refuses to start naming the option to
+  set, and no client secret was sent nor logged.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -26,6 +32,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trustme
 
 from tests.cluster.harness import consume, eventually, produce, replicated, start_broker
 from tests.cluster.test_controller import create_topic
@@ -56,9 +63,12 @@ def issuer() -> Iterator[Issuer]:
     idp.close()
 
 
-def properties(issuer: Issuer, broker_id: int, secret: str) -> dict[str, str]:
+def properties(
+    issuer: Issuer, broker_id: int, secret: str, jaas_options: str = ""
+) -> dict[str, str]:
     """A broker whose inter-broker listener takes and makes OIDC tokens; the OAUTHBEARER keys
-    in Kafka's mechanism-prefixed spelling (`listener.name.<l>.oauthbearer.sasl.oauthbearer.*`)."""
+    in Kafka's mechanism-prefixed spelling (`listener.name.<l>.oauthbearer.sasl.oauthbearer.*`),
+    `jaas_options` added to its JAAS entry."""
     return {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "inter.broker.listener.name": "SASL_PLAINTEXT",
@@ -68,7 +78,7 @@ def properties(issuer: Issuer, broker_id: int, secret: str) -> dict[str, str]:
         f"{PREFIX}sasl.login.callback.handler.class": SECURED_LOGIN,
         f"{PREFIX}sasl.jaas.config": (
             f'{LOGIN_MODULE} required clientId="broker-{broker_id}" clientSecret="{secret}" '
-            'scope="kafka";'
+            f'scope="kafka"{jaas_options};'
         ),
         f"{PREFIX}sasl.oauthbearer.jwks.endpoint.url": issuer.url,
         f"{PREFIX}sasl.oauthbearer.token.endpoint.url": issuer.token_url,
@@ -260,3 +270,98 @@ def test_a_client_secret_rotated_at_run_time(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def https_issuer(tmp_path: Path) -> tuple[Issuer, str]:
+    """An https provider (a certificate from a CA made here) with the brokers as its clients,
+    and the JAAS options of a PEM truststore holding that CA."""
+    ca = trustme.CA()
+    idp = Issuer(ca.issue_cert("127.0.0.1"))
+    idp.add_key("k1")
+    idp.clients = {f"broker-{i}": secret for i, secret in SECRETS.items()}
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    return idp, f' ssl.truststore.location="{tmp_path / "ca.pem"}" ssl.truststore.type="PEM"'
+
+
+def test_brokers_get_their_tokens_over_https_through_the_jaas_truststore(
+    zk_connect: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="wirebroker")
+    idp, truststore = https_issuer(tmp_path)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            brokers = [
+                await start_broker(
+                    nursery,
+                    zk_connect,
+                    tmp_path,
+                    i,
+                    **properties(idp, i, SECRETS[i], truststore),
+                )
+                for i in (1, 2)
+            ]
+            b1 = brokers[0]
+            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
+            result = await create_topic(b1, "oidc-https", 1, 2)
+            assert result.error_code == 0, result.error_message
+            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
+            # acks=all, min.insync.replicas=2: answered once the follower, logged in to the
+            # leader's SASL listener with the token it got over https, fetched
+            await trio.to_thread.run_sync(produce, plaintext, "oidc-https", 10)
+            await replicated(brokers, "oidc-https", 10)
+            for b in brokers:
+                sasl = b.broker.peer_security.sasl
+                assert sasl is not None and sasl.access_token is not None
+                token = sasl.access_token.token
+                assert token is not None and token.principal == f"broker-{b.broker.node_id}"
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        idp.close()
+    assert idp.issued["broker-1"] >= 1 and idp.issued["broker-2"] >= 1
+    assert idp.url.startswith("https://") and idp.token_url.startswith("https://")
+    assert "OAUTHBEARER token refused" not in caplog.text
+    for secret in SECRETS.values():
+        assert secret not in caplog.text
+    assert "eyJ" not in caplog.text
+
+
+def test_a_truststore_without_the_providers_ca_refuses_to_start(
+    zk_connect: str, tmp_path: Path
+) -> None:
+    idp, _ = https_issuer(tmp_path)
+    other = trustme.CA()  # a CA that did not sign the provider's certificate
+    other.cert_pem.write_to_path(str(tmp_path / "other.pem"))
+    jwks = tmp_path / "jwks.json"  # the keys from a file: the token endpoint alone is https
+    jwks.write_text(json.dumps(idp.jwks()))
+    props = {
+        **properties(
+            idp,
+            1,
+            SECRETS[1],
+            f' ssl.truststore.location="{tmp_path / "other.pem"}" ssl.truststore.type="PEM"',
+        ),
+        f"{PREFIX}sasl.oauthbearer.jwks.endpoint.url": jwks.as_uri(),
+        f"{PREFIX}sasl.login.retry.backoff.max.ms": "300",
+        "zookeeper.connect": zk_connect,
+        "broker.id": "1",
+    }
+    try:
+        done = serve(tmp_path, props)
+    finally:
+        idp.close()
+    assert done.returncode == 2, done.stderr
+    # retried, as Kafka's HttpAccessTokenRetriever retries an IOException (the store may be
+    # replaced on disk: it is read again for each attempt), then the reason and what to set
+    assert "attempt 2, failed: unable to get local issuer certificate" in done.stderr
+    refusal = done.stderr.strip().splitlines()[-1]
+    assert refusal.startswith("wirebroker: cannot get this broker's OAUTHBEARER access token")
+    assert f"not trusted by the truststore {tmp_path / 'other.pem'}" in refusal
+    assert f"set the ssl.truststore.location option of {PREFIX}sasl.jaas.config" in refusal
+    assert "clientSecret" not in refusal  # nothing was sent: the credentials are not in doubt
+    assert SECRETS[1] not in done.stderr
+    # the TLS handshake failed before any request: the client secret was never sent
+    assert idp.seen == [] and not idp.forms

@@ -40,6 +40,7 @@ from tests.wirebroker.helpers import alter_configs
 from tests.wirebroker.oidc import AUDIENCE, ISSUER, Issuer
 from wirebroker.sasl.access_token import AccessTokenLogin
 from wirebroker.sasl.provider import ALLOWED_URLS
+from wirebroker.server import RunningBroker
 
 pytestmark = pytest.mark.integration
 
@@ -89,6 +90,50 @@ def properties(
     }
 
 
+async def oidc_brokers(
+    nursery: trio.Nursery,
+    zk_connect: str,
+    tmp_path: Path,
+    issuer: Issuer,
+    count: int,
+    topic: str,
+    jaas_options: str = "",
+    **extra: str,
+) -> list[RunningBroker]:
+    """Brokers 1..`count` logging in to each other with `issuer`'s tokens, once `topic` (one
+    partition on all of them) is created through the last."""
+    brokers = [
+        await start_broker(
+            nursery,
+            zk_connect,
+            tmp_path,
+            i,
+            **properties(issuer, i, SECRETS[i], jaas_options),
+            **extra,
+        )
+        for i in range(1, count + 1)
+    ]
+    last = brokers[-1]
+    await eventually(lambda: last.broker.controller_id > 0, what="a controller")
+    result = await create_topic(last, topic, 1, count)
+    assert result.error_code == 0, result.error_message
+    return brokers
+
+
+def plaintext(running: RunningBroker) -> dict[str, str]:
+    """A client's config for `running`'s PLAINTEXT listener."""
+    return {"bootstrap.servers": running.bootstrap_servers.split(",")[0]}
+
+
+def held_token(running: RunningBroker) -> AccessTokenLogin:
+    """`running`'s login to its peers: it holds a token of its own client id."""
+    sasl = running.broker.peer_security.sasl
+    assert sasl is not None and sasl.access_token is not None
+    token = sasl.access_token.token
+    assert token is not None and token.principal == f"broker-{running.broker.node_id}"
+    return sasl.access_token
+
+
 def test_brokers_log_in_to_each_other_with_client_credentials(
     zk_connect: str,
     tmp_path: Path,
@@ -102,20 +147,11 @@ def test_brokers_log_in_to_each_other_with_client_credentials(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            brokers = [
-                await start_broker(
-                    nursery, zk_connect, tmp_path, i, **properties(issuer, i, SECRETS[i])
-                )
-                for i in (1, 2, 3)
-            ]
-            b1 = brokers[0]
-            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
-            result = await create_topic(b1, "oidc", 1, 3)
-            assert result.error_code == 0, result.error_message
-            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
+            brokers = await oidc_brokers(nursery, zk_connect, tmp_path, issuer, 3, "oidc")
+            client = plaintext(brokers[0])
             # acks=all, min.insync.replicas=2: answered once followers fetched, logged in
             # to the leader with their own tokens
-            await trio.to_thread.run_sync(produce, plaintext, "oidc", 10)
+            await trio.to_thread.run_sync(produce, client, "oidc", 10)
             await replicated(brokers, "oidc", 10)
             sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}
             fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
@@ -123,10 +159,7 @@ def test_brokers_log_in_to_each_other_with_client_credentials(
                 f.peer.address == ("127.0.0.1", sasl_ports[f.source_id]) for f in fetchers
             )
             for b in brokers:
-                login = b.broker.peer_security.sasl
-                assert login is not None and login.access_token is not None
-                token = login.access_token.token
-                assert token is not None and token.principal == f"broker-{b.broker.node_id}"
+                held_token(b)
             # each broker fetches its token again before it expires: two more each, the
             # first ones long expired by then, and replication still logs in
             await eventually(
@@ -134,9 +167,9 @@ def test_brokers_log_in_to_each_other_with_client_credentials(
                 timeout=4 * LIFETIME_S,
                 what="every broker's third token",
             )
-            await trio.to_thread.run_sync(produce, plaintext, "oidc", 10)
+            await trio.to_thread.run_sync(produce, client, "oidc", 10)
             await replicated(brokers, "oidc", 20)
-            got = await trio.to_thread.run_sync(consume, plaintext, "oidc", 20)
+            got = await trio.to_thread.run_sync(consume, client, "oidc", 20)
             assert got == [f"replicated-{i}".encode() for i in range(10)] * 2
             nursery.cancel_scope.cancel()
 
@@ -216,31 +249,24 @@ def test_a_client_secret_rotated_at_run_time(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            brokers = [
-                await start_broker(
-                    nursery,
-                    zk_connect,
-                    tmp_path,
-                    i,
-                    **properties(issuer, i, SECRETS[i]),
-                    **{"password.encoder.secret": "encoder-secret-31c"},
-                )
-                for i in (1, 2)
-            ]
+            brokers = await oidc_brokers(
+                nursery,
+                zk_connect,
+                tmp_path,
+                issuer,
+                2,
+                "rotated",
+                **{"password.encoder.secret": "encoder-secret-31c"},
+            )
             b2 = brokers[1]
-            await eventually(lambda: b2.broker.controller_id > 0, what="a controller")
-            result = await create_topic(b2, "rotated", 1, 2)
-            assert result.error_code == 0, result.error_message
-            plaintext = {"bootstrap.servers": b2.bootstrap_servers.split(",")[0]}
+            client = plaintext(b2)
 
             def login() -> AccessTokenLogin:
-                sasl = b2.broker.peer_security.sasl
-                assert sasl is not None and sasl.access_token is not None
-                return sasl.access_token
+                return held_token(b2)
 
             def alter(name: str, value: str) -> None:
                 done = alter_configs(
-                    plaintext["bootstrap.servers"], broker_resource, "2", [(name, set_op, value)]
+                    client["bootstrap.servers"], broker_resource, "2", [(name, set_op, value)]
                 )
                 assert done == (0, None), done
 
@@ -265,7 +291,7 @@ def test_a_client_secret_rotated_at_run_time(
             )
             # the same login carries on (the controller's channel, made before, holds it too)
             assert login() is first
-            await trio.to_thread.run_sync(produce, plaintext, "rotated", 5)
+            await trio.to_thread.run_sync(produce, client, "rotated", 5)
             await replicated(brokers, "rotated", 5)
             nursery.cancel_scope.cancel()
 
@@ -291,30 +317,15 @@ def test_brokers_get_their_tokens_over_https_through_the_jaas_truststore(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            brokers = [
-                await start_broker(
-                    nursery,
-                    zk_connect,
-                    tmp_path,
-                    i,
-                    **properties(idp, i, SECRETS[i], truststore),
-                )
-                for i in (1, 2)
-            ]
-            b1 = brokers[0]
-            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
-            result = await create_topic(b1, "oidc-https", 1, 2)
-            assert result.error_code == 0, result.error_message
-            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
+            brokers = await oidc_brokers(
+                nursery, zk_connect, tmp_path, idp, 2, "oidc-https", truststore
+            )
             # acks=all, min.insync.replicas=2: answered once the follower, logged in to the
             # leader's SASL listener with the token it got over https, fetched
-            await trio.to_thread.run_sync(produce, plaintext, "oidc-https", 10)
+            await trio.to_thread.run_sync(produce, plaintext(brokers[0]), "oidc-https", 10)
             await replicated(brokers, "oidc-https", 10)
             for b in brokers:
-                sasl = b.broker.peer_security.sasl
-                assert sasl is not None and sasl.access_token is not None
-                token = sasl.access_token.token
-                assert token is not None and token.principal == f"broker-{b.broker.node_id}"
+                held_token(b)
             nursery.cancel_scope.cancel()
 
     try:

@@ -195,6 +195,8 @@ def test_a_truststore_without_the_providers_ca_refuses_to_start(
         done.stderr
     )
     assert f"set the ssl.truststore.location option of {JAAS_KEY}" in done.stderr
+    # the one thing to mend: not the client credentials, which were never sent
+    assert "check the clientId, clientSecret" not in done.stderr
     for secret in (SECRETS[1], STORE_PASSWORD):
         assert secret not in done.stderr
     assert issuer.issued["broker-1"] == 0 and not issuer.forms

@@ -29,9 +29,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from tests.cluster.harness import eventually, produce, replicated, start_broker
-from tests.cluster.test_controller import create_topic
-from tests.cluster.test_oauthbearer_cluster import LOGIN_MODULE, SECURED_LOGIN, SECURED_VALIDATOR
+from tests.cluster.harness import start_broker
+from tests.cluster.test_oauthbearer_cluster import (
+    LOGIN_MODULE,
+    SECURED_LOGIN,
+    SECURED_VALIDATOR,
+    replicate_with_own_tokens,
+)
 from tests.cluster.test_oauthbearer_cluster import serve as serve_process
 from tests.wirebroker.oidc import AUDIENCE, ISSUER, Issuer
 
@@ -121,38 +125,16 @@ def test_brokers_replicate_with_tokens_fetched_over_https(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="wirebroker")
     trust = truststore(provider_ca, tmp_path / "idp-trust.p12")
+    props = {i: properties(tmp_path, issuer, i, trust, issuer.url) for i in (1, 2)}
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             brokers = [
-                await start_broker(
-                    nursery,
-                    zk_connect,
-                    tmp_path,
-                    i,
-                    **properties(tmp_path, issuer, i, trust, issuer.url),
-                )
-                for i in (1, 2)
+                await start_broker(nursery, zk_connect, tmp_path, i, **props[i]) for i in props
             ]
-            b1 = brokers[0]
-            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
-            result = await create_topic(b1, "oidc-https", 1, 2)
-            assert result.error_code == 0, result.error_message
-            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
-            # acks=all, min.insync.replicas=2: answered once the follower fetched, logged in
-            # to the leader's SASL_SSL listener with the token it got over https
-            await trio.to_thread.run_sync(produce, plaintext, "oidc-https", 10)
-            await replicated(brokers, "oidc-https", 10)
-            sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}
-            fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
-            assert fetchers and all(
-                f.peer.address == ("127.0.0.1", sasl_ports[f.source_id]) for f in fetchers
-            )
-            for b in brokers:
-                login = b.broker.peer_security.sasl
-                assert login is not None and login.access_token is not None
-                token = login.access_token.token
-                assert token is not None and token.principal == f"broker-{b.broker.node_id}"
+            # the followers log in to the leader's SASL_SSL listener with the tokens they
+            # got over https
+            await replicate_with_own_tokens(brokers, "oidc-https")
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -33,6 +33,7 @@ from tests.wirebroker.helpers import alter_configs
 from tests.wirebroker.oidc import AUDIENCE, ISSUER, Issuer
 from wirebroker.sasl.access_token import AccessTokenLogin
 from wirebroker.sasl.provider import ALLOWED_URLS
+from wirebroker.server import RunningBroker
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +80,31 @@ def properties(issuer: Issuer, broker_id: int, secret: str) -> dict[str, str]:
     }
 
 
+async def replicate_with_own_tokens(brokers: list[RunningBroker], topic: str) -> dict[str, str]:
+    """`topic` created with a replica on each broker and 10 records produced with acks=all
+    (min.insync.replicas=2): answered once the followers fetched from their leader's SASL
+    listener (the second), logged in with the token each got from the provider. The config
+    of a client of the first broker's PLAINTEXT listener."""
+    b1 = brokers[0]
+    await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
+    result = await create_topic(b1, topic, 1, len(brokers))
+    assert result.error_code == 0, result.error_message
+    plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
+    await trio.to_thread.run_sync(produce, plaintext, topic, 10)
+    await replicated(brokers, topic, 10)
+    sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}
+    fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
+    assert fetchers and all(
+        f.peer.address == ("127.0.0.1", sasl_ports[f.source_id]) for f in fetchers
+    )
+    for b in brokers:
+        login = b.broker.peer_security.sasl
+        assert login is not None and login.access_token is not None
+        token = login.access_token.token
+        assert token is not None and token.principal == f"broker-{b.broker.node_id}"
+    return plaintext
+
+
 def test_brokers_log_in_to_each_other_with_client_credentials(
     zk_connect: str,
     tmp_path: Path,
@@ -98,25 +124,7 @@ def test_brokers_log_in_to_each_other_with_client_credentials(
                 )
                 for i in (1, 2, 3)
             ]
-            b1 = brokers[0]
-            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
-            result = await create_topic(b1, "oidc", 1, 3)
-            assert result.error_code == 0, result.error_message
-            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
-            # acks=all, min.insync.replicas=2: answered once followers fetched, logged in
-            # to the leader with their own tokens
-            await trio.to_thread.run_sync(produce, plaintext, "oidc", 10)
-            await replicated(brokers, "oidc", 10)
-            sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}
-            fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
-            assert fetchers and all(
-                f.peer.address == ("127.0.0.1", sasl_ports[f.source_id]) for f in fetchers
-            )
-            for b in brokers:
-                login = b.broker.peer_security.sasl
-                assert login is not None and login.access_token is not None
-                token = login.access_token.token
-                assert token is not None and token.principal == f"broker-{b.broker.node_id}"
+            plaintext = await replicate_with_own_tokens(brokers, "oidc")
             # each broker fetches its token again before it expires: two more each, the
             # first ones long expired by then, and replication still logs in
             await eventually(

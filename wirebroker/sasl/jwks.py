@@ -7,8 +7,11 @@ id (`kid`) the set does not hold triggers an early refresh, at most once a minut
 key ids remembered, ids longer than 1000 characters ignored), and that token fails: the next one
 finds the key. A refresh that fails is retried with exponential backoff from
 `...retry.backoff.ms`, for at most `...retry.backoff.max.ms` in all, and then keeps the keys it
-had. As Kafka's JwksFileVerificationKeyResolver, a `file:` URL is read once at start-up and
-never refreshed.
+had (Kafka's "not updating local JWKS cache"), or, when the set it had is empty, still holds
+none. A first fetch that fails holds no key: the broker does not start (a listener added at run
+time is not started), as Kafka's RefreshingHttpsJwks.init fails the configuration of the
+listener's callback handler ("Could not refresh JWKS"). As Kafka's
+JwksFileVerificationKeyResolver, a `file:` URL is read once at start-up and never refreshed.
 
 Every fetch runs in a worker thread (`trio.to_thread`); a token is checked on the loop against
 the keys already in memory (`KeySet.key`, no I/O).
@@ -180,6 +183,10 @@ def fetch_jwks(url: str, tls: ProviderTls) -> list[VerificationKey]:
     return parse_jwks(data)
 
 
+def _key_ids(keys: list[VerificationKey]) -> str:
+    return ", ".join(k.key_id or "no kid" for k in keys)
+
+
 class KeySet:
     """The keys of one endpoint in memory: read on the loop, replaced by `run`'s fetches."""
 
@@ -219,7 +226,7 @@ class KeySet:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch the set (ConfigError when it cannot be had: the broker does not start),
         report started, then refresh it on the interval and when a key id is missing."""
-        keys = await self._fetch_with_retry()
+        keys = await self._fetch_with_retry("giving up: no key is held yet")
         if keys is None:
             self.failure = (
                 f"cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url="
@@ -235,7 +242,7 @@ class KeySet:
             with trio.move_on_after(self.endpoint.refresh_ms / 1000):
                 await self._expedite.wait()
             self._expedite = trio.Event()
-            keys = await self._fetch_with_retry()
+            keys = await self._fetch_with_retry(self._kept())
             if keys is not None:
                 self._replace(keys)
 
@@ -248,11 +255,18 @@ class KeySet:
             "JWKS of %s: %d verification key(s) (%s)",
             self.endpoint.shown,
             len(keys),
-            ", ".join(k.key_id or "no kid" for k in keys),
+            _key_ids(keys),
         )
 
-    async def _fetch_with_retry(self) -> list[VerificationKey] | None:
-        """The keys, fetched as Kafka's Retry does; None when every attempt failed."""
+    def _kept(self) -> str:
+        """What a refresh that failed leaves (Kafka's "not updating local JWKS cache")."""
+        if not self.keys:
+            return "still holding no key: tokens are refused until a refresh finds one"
+        return f"keeping the {len(self.keys)} key(s) held ({_key_ids(self.keys)})"
+
+    async def _fetch_with_retry(self, giving_up: str) -> list[VerificationKey] | None:
+        """The keys, fetched as Kafka's Retry does; None when every attempt failed (the last
+        failure logged with `giving_up`)."""
         endpoint = self.endpoint
         try:
             return await fetch_with_retry(
@@ -260,7 +274,7 @@ class KeySet:
                 f"JWKS fetch of {endpoint.shown}",
                 endpoint.retry_backoff_ms,
                 endpoint.retry_backoff_max_ms,
-                "keeping the keys held",
+                giving_up,
             )
         except FetchError as e:
             self._last_error = str(e)

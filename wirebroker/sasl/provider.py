@@ -66,6 +66,11 @@ class FetchError(Exception):
         self.retryable = retryable
 
 
+class UntrustedProvider(FetchError):
+    """The provider's certificate did not verify (`http_exchange`); the message says why and
+    which option to set. Retried, as Kafka's Retry retries its SSLHandshakeException."""
+
+
 def shown_url(url: str) -> str:
     """`url` as logged: without a user name or password in it."""
     parts = urllib.parse.urlsplit(url)
@@ -257,7 +262,7 @@ def _exchange(
         finally:
             connection.close()
     except ssl.SSLCertVerificationError as e:
-        raise FetchError(tls.untrusted(e, host)) from None
+        raise UntrustedProvider(tls.untrusted(e, host)) from None
     except (OSError, http.client.HTTPException, ValueError) as e:
         raise FetchError(f"{type(e).__name__}: {e}") from None
     return Answer(response.status, response.reason, data), response.getheader("Location")

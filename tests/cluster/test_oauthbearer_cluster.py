@@ -13,16 +13,10 @@ in time could not log in to its peers.
 - `org.apache.kafka.sasl.oauthbearer.allowed.urls` without the token endpoint: refused.
 - A client secret rotated at run time (the JAAS config set dynamically): a token fetched with
   it; another change to the listener keeps the token held.
-- The provider over https with a CA made for the test (trustme): two brokers fetch their tokens
-  and the JWKS through the JAAS entry's `ssl.truststore.*` options (Kafka's JaasOptionsUtils) and
-  replicate; with a truststore that lacks the CA the broker retries, as Kafka's
-  HttpAccessTokenRetriever retries an IOException, then refuses to start naming the option to
-  set, and no client secret was sent nor logged.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -32,7 +26,6 @@ from pathlib import Path
 
 import pytest
 import trio
-import trustme
 
 from tests.cluster.harness import consume, eventually, produce, replicated, start_broker
 from tests.cluster.test_controller import create_topic
@@ -64,12 +57,9 @@ def issuer() -> Iterator[Issuer]:
     idp.close()
 
 
-def properties(
-    issuer: Issuer, broker_id: int, secret: str, jaas_options: str = ""
-) -> dict[str, str]:
+def properties(issuer: Issuer, broker_id: int, secret: str) -> dict[str, str]:
     """A broker whose inter-broker listener takes and makes OIDC tokens; the OAUTHBEARER keys
-    in Kafka's mechanism-prefixed spelling (`listener.name.<l>.oauthbearer.sasl.oauthbearer.*`),
-    `jaas_options` added to its JAAS entry."""
+    in Kafka's mechanism-prefixed spelling (`listener.name.<l>.oauthbearer.sasl.oauthbearer.*`)."""
     return {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "inter.broker.listener.name": "SASL_PLAINTEXT",
@@ -79,7 +69,7 @@ def properties(
         f"{PREFIX}sasl.login.callback.handler.class": SECURED_LOGIN,
         f"{PREFIX}sasl.jaas.config": (
             f'{LOGIN_MODULE} required clientId="broker-{broker_id}" clientSecret="{secret}" '
-            f'scope="kafka"{jaas_options};'
+            'scope="kafka";'
         ),
         f"{PREFIX}sasl.oauthbearer.jwks.endpoint.url": issuer.url,
         f"{PREFIX}sasl.oauthbearer.token.endpoint.url": issuer.token_url,
@@ -90,48 +80,29 @@ def properties(
     }
 
 
-async def oidc_brokers(
-    nursery: trio.Nursery,
-    zk_connect: str,
-    tmp_path: Path,
-    issuer: Issuer,
-    count: int,
-    topic: str,
-    jaas_options: str = "",
-    **extra: str,
-) -> list[RunningBroker]:
-    """Brokers 1..`count` logging in to each other with `issuer`'s tokens, once `topic` (one
-    partition on all of them) is created through the last."""
-    brokers = [
-        await start_broker(
-            nursery,
-            zk_connect,
-            tmp_path,
-            i,
-            **properties(issuer, i, SECRETS[i], jaas_options),
-            **extra,
-        )
-        for i in range(1, count + 1)
-    ]
-    last = brokers[-1]
-    await eventually(lambda: last.broker.controller_id > 0, what="a controller")
-    result = await create_topic(last, topic, 1, count)
+async def replicate_with_own_tokens(brokers: list[RunningBroker], topic: str) -> dict[str, str]:
+    """`topic` created with a replica on each broker and 10 records produced with acks=all
+    (min.insync.replicas=2): answered once the followers fetched from their leader's SASL
+    listener (the second), logged in with the token each got from the provider. The config
+    of a client of the first broker's PLAINTEXT listener."""
+    b1 = brokers[0]
+    await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
+    result = await create_topic(b1, topic, 1, len(brokers))
     assert result.error_code == 0, result.error_message
-    return brokers
-
-
-def plaintext(running: RunningBroker) -> dict[str, str]:
-    """A client's config for `running`'s PLAINTEXT listener."""
-    return {"bootstrap.servers": running.bootstrap_servers.split(",")[0]}
-
-
-def held_token(running: RunningBroker) -> AccessTokenLogin:
-    """`running`'s login to its peers: it holds a token of its own client id."""
-    sasl = running.broker.peer_security.sasl
-    assert sasl is not None and sasl.access_token is not None
-    token = sasl.access_token.token
-    assert token is not None and token.principal == f"broker-{running.broker.node_id}"
-    return sasl.access_token
+    plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
+    await trio.to_thread.run_sync(produce, plaintext, topic, 10)
+    await replicated(brokers, topic, 10)
+    sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}
+    fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
+    assert fetchers and all(
+        f.peer.address == ("127.0.0.1", sasl_ports[f.source_id]) for f in fetchers
+    )
+    for b in brokers:
+        login = b.broker.peer_security.sasl
+        assert login is not None and login.access_token is not None
+        token = login.access_token.token
+        assert token is not None and token.principal == f"broker-{b.broker.node_id}"
+    return plaintext
 
 
 def test_brokers_log_in_to_each_other_with_client_credentials(
@@ -147,19 +118,13 @@ def test_brokers_log_in_to_each_other_with_client_credentials(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            brokers = await oidc_brokers(nursery, zk_connect, tmp_path, issuer, 3, "oidc")
-            client = plaintext(brokers[0])
-            # acks=all, min.insync.replicas=2: answered once followers fetched, logged in
-            # to the leader with their own tokens
-            await trio.to_thread.run_sync(produce, client, "oidc", 10)
-            await replicated(brokers, "oidc", 10)
-            sasl_ports = {b.broker.node_id: b.listeners[1].port for b in brokers}
-            fetchers = [f for b in brokers for f in b.broker.replica_manager.fetchers.values()]
-            assert fetchers and all(
-                f.peer.address == ("127.0.0.1", sasl_ports[f.source_id]) for f in fetchers
-            )
-            for b in brokers:
-                held_token(b)
+            brokers = [
+                await start_broker(
+                    nursery, zk_connect, tmp_path, i, **properties(issuer, i, SECRETS[i])
+                )
+                for i in (1, 2, 3)
+            ]
+            plaintext = await replicate_with_own_tokens(brokers, "oidc")
             # each broker fetches its token again before it expires: two more each, the
             # first ones long expired by then, and replication still logs in
             await eventually(
@@ -167,9 +132,9 @@ def test_brokers_log_in_to_each_other_with_client_credentials(
                 timeout=4 * LIFETIME_S,
                 what="every broker's third token",
             )
-            await trio.to_thread.run_sync(produce, client, "oidc", 10)
+            await trio.to_thread.run_sync(produce, plaintext, "oidc", 10)
             await replicated(brokers, "oidc", 20)
-            got = await trio.to_thread.run_sync(consume, client, "oidc", 20)
+            got = await trio.to_thread.run_sync(consume, plaintext, "oidc", 20)
             assert got == [f"replicated-{i}".encode() for i in range(10)] * 2
             nursery.cancel_scope.cancel()
 
@@ -249,24 +214,31 @@ def test_a_client_secret_rotated_at_run_time(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            brokers = await oidc_brokers(
-                nursery,
-                zk_connect,
-                tmp_path,
-                issuer,
-                2,
-                "rotated",
-                **{"password.encoder.secret": "encoder-secret-31c"},
-            )
+            brokers = [
+                await start_broker(
+                    nursery,
+                    zk_connect,
+                    tmp_path,
+                    i,
+                    **properties(issuer, i, SECRETS[i]),
+                    **{"password.encoder.secret": "encoder-secret-31c"},
+                )
+                for i in (1, 2)
+            ]
             b2 = brokers[1]
-            client = plaintext(b2)
+            await eventually(lambda: b2.broker.controller_id > 0, what="a controller")
+            result = await create_topic(b2, "rotated", 1, 2)
+            assert result.error_code == 0, result.error_message
+            plaintext = {"bootstrap.servers": b2.bootstrap_servers.split(",")[0]}
 
             def login() -> AccessTokenLogin:
-                return held_token(b2)
+                sasl = b2.broker.peer_security.sasl
+                assert sasl is not None and sasl.access_token is not None
+                return sasl.access_token
 
             def alter(name: str, value: str) -> None:
                 done = alter_configs(
-                    client["bootstrap.servers"], broker_resource, "2", [(name, set_op, value)]
+                    plaintext["bootstrap.servers"], broker_resource, "2", [(name, set_op, value)]
                 )
                 assert done == (0, None), done
 
@@ -291,88 +263,8 @@ def test_a_client_secret_rotated_at_run_time(
             )
             # the same login carries on (the controller's channel, made before, holds it too)
             assert login() is first
-            await trio.to_thread.run_sync(produce, client, "rotated", 5)
+            await trio.to_thread.run_sync(produce, plaintext, "rotated", 5)
             await replicated(brokers, "rotated", 5)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
-
-
-def https_issuer(tmp_path: Path) -> tuple[Issuer, str]:
-    """An https provider (a certificate from a CA made here) with the brokers as its clients,
-    and the JAAS options of a PEM truststore holding that CA."""
-    ca = trustme.CA()
-    idp = Issuer(ca.issue_cert("127.0.0.1"))
-    idp.add_key("k1")
-    idp.clients = {f"broker-{i}": secret for i, secret in SECRETS.items()}
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    return idp, f' ssl.truststore.location="{tmp_path / "ca.pem"}" ssl.truststore.type="PEM"'
-
-
-def test_brokers_get_their_tokens_over_https_through_the_jaas_truststore(
-    zk_connect: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="wirebroker")
-    idp, truststore = https_issuer(tmp_path)
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            brokers = await oidc_brokers(
-                nursery, zk_connect, tmp_path, idp, 2, "oidc-https", truststore
-            )
-            # acks=all, min.insync.replicas=2: answered once the follower, logged in to the
-            # leader's SASL listener with the token it got over https, fetched
-            await trio.to_thread.run_sync(produce, plaintext(brokers[0]), "oidc-https", 10)
-            await replicated(brokers, "oidc-https", 10)
-            for b in brokers:
-                held_token(b)
-            nursery.cancel_scope.cancel()
-
-    try:
-        trio.run(main)
-    finally:
-        idp.close()
-    assert idp.issued["broker-1"] >= 1 and idp.issued["broker-2"] >= 1
-    assert idp.url.startswith("https://") and idp.token_url.startswith("https://")
-    assert "OAUTHBEARER token refused" not in caplog.text
-    for secret in SECRETS.values():
-        assert secret not in caplog.text
-    assert "eyJ" not in caplog.text
-
-
-def test_a_truststore_without_the_providers_ca_refuses_to_start(
-    zk_connect: str, tmp_path: Path
-) -> None:
-    idp, _ = https_issuer(tmp_path)
-    other = trustme.CA()  # a CA that did not sign the provider's certificate
-    other.cert_pem.write_to_path(str(tmp_path / "other.pem"))
-    jwks = tmp_path / "jwks.json"  # the keys from a file: the token endpoint alone is https
-    jwks.write_text(json.dumps(idp.jwks()))
-    props = {
-        **properties(
-            idp,
-            1,
-            SECRETS[1],
-            f' ssl.truststore.location="{tmp_path / "other.pem"}" ssl.truststore.type="PEM"',
-        ),
-        f"{PREFIX}sasl.oauthbearer.jwks.endpoint.url": jwks.as_uri(),
-        f"{PREFIX}sasl.login.retry.backoff.max.ms": "300",
-        "zookeeper.connect": zk_connect,
-        "broker.id": "1",
-    }
-    try:
-        done = serve(tmp_path, props)
-    finally:
-        idp.close()
-    assert done.returncode == 2, done.stderr
-    # retried, as Kafka's HttpAccessTokenRetriever retries an IOException (the store may be
-    # replaced on disk: it is read again for each attempt), then the reason and what to set
-    assert "attempt 2, failed: unable to get local issuer certificate" in done.stderr
-    refusal = done.stderr.strip().splitlines()[-1]
-    assert refusal.startswith("wirebroker: cannot get this broker's OAUTHBEARER access token")
-    assert f"not trusted by the truststore {tmp_path / 'other.pem'}" in refusal
-    assert f"set the ssl.truststore.location option of {PREFIX}sasl.jaas.config" in refusal
-    assert "clientSecret" not in refusal  # nothing was sent: the credentials are not in doubt
-    assert SECRETS[1] not in done.stderr
-    # the TLS handshake failed before any request: the client secret was never sent
-    assert idp.seen == [] and not idp.forms

@@ -6,7 +6,8 @@ and aiokafka (a token provider). The principal is observed through the ACL autho
 the super user, so her produce succeeds and a valid token of bob's is denied the topic. Every
 refused token (bad signature, unknown key id, expired, wrong audience, wrong issuer, `alg:
 none`) is an authentication failure in the client; a key added to the JWKS is found by the
-refresh an unknown key id triggers, as Kafka's RefreshingHttpsJwks. A JWKS served over https
+refresh an unknown key id triggers, as Kafka's RefreshingHttpsJwks; a failed fetch's warning
+says what it leaves (no key at start-up, the keys held after a refresh). A JWKS served over https
 with a private CA's certificate is trusted through the JAAS entry's `ssl.truststore.*` options.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 import trustme
 from confluent_kafka import KafkaError, Producer
 
@@ -35,6 +38,8 @@ from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.conftest import LOG_TAIL
 from tests.wirebroker.helpers import alter_configs
 from tests.wirebroker.oidc import AUDIENCE, ISSUER, Issuer
+from wirebroker.config import ConfigError
+from wirebroker.sasl.jwks import JwksEndpoint, KeySet
 
 pytestmark = pytest.mark.integration
 
@@ -248,29 +253,52 @@ def test_jwks_from_a_file_and_a_broker_that_cannot_fetch_its_jwks(
     # nothing listens on port 9: the broker retries, then refuses to start and says why
     stderr = jwks_refused(tmp_path / "m", properties("http://127.0.0.1:9/jwks"), 300)
     assert "attempt 2, failed" in stderr  # retried
-    # the last attempt says no key is held (there is none to keep), as Kafka's init fails
-    assert "; no keys are held yet: giving up" in stderr
-    assert "keeping" not in stderr
+    # the last attempt says what it leaves: no key (there was none to keep)
+    assert "giving up: no key is held yet" in stderr and "keeping" not in stderr
 
 
-@pytest.mark.timeout(60)
-def test_a_refresh_that_fails_keeps_the_keys_held(tmp_path: Path) -> None:
-    """The provider gone after start-up: the refresh fails, says it keeps the keys it holds
-    (Kafka's "not updating local JWKS cache"), and tokens they verify still log in."""
-    own = Issuer()
-    own.add_key("k1")
-    props = {
-        **properties(own.url),
-        "sasl.oauthbearer.jwks.endpoint.refresh.ms": "300",
-        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "200",
-    }
-    with serving(BrokerProcess(tmp_path, props), LOG_TAIL) as broker:
-        own.close()
-        line = broker.wait_for_log("not updating the local JWKS cache", timeout=TIMEOUT)
-        assert line is not None and "keeping the 1 key(s) held" in line, line
-        assert not any("no keys are held" in logged for logged in broker.log)
-        error, client_errors = produce(broker, own.token("alice"), "oidc-kept")
-        assert error is None, (error, client_errors)
+def test_a_failed_fetch_says_whether_it_keeps_keys(caplog: pytest.LogCaptureFixture) -> None:
+    """A failed first fetch gives up holding no key (the broker does not start, as Kafka's
+    RefreshingHttpsJwks.init fails); a failed refresh keeps the keys it had and names them
+    (Kafka's "not updating local JWKS cache"), or says it still holds none."""
+    with_key, without = Issuer(), Issuer()
+    with_key.add_key("k1")
+
+    def failures() -> list[str]:
+        return [r.getMessage() for r in caplog.records if ", failed: " in r.getMessage()]
+
+    async def refresh_fails(idp: Issuer) -> str:
+        """The warning of a refresh of `idp`'s keys once `idp` is gone (tried once)."""
+        keys = KeySet(JwksEndpoint(idp.url, 3_600_000, 10, 0))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(keys.run)
+            seen = len(failures())
+            idp.close()
+            assert keys.candidates("k2", "RS256") == []  # an unknown key id: a refresh now
+            with trio.fail_after(TIMEOUT):
+                while len(failures()) == seen:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        return failures()[-1]
+
+    async def main() -> None:
+        with pytest.raises(ConfigError, match="cannot fetch the JWKS"):
+            await KeySet(JwksEndpoint("http://127.0.0.1:9/jwks", 3_600_000, 10, 0)).run()
+        first = failures()[-1]
+        assert first.startswith("JWKS fetch of http://127.0.0.1:9/jwks, attempt 1, failed: ")
+        assert first.endswith("; giving up: no key is held yet")
+        held = await refresh_fails(with_key)
+        assert held.startswith(f"JWKS fetch of {with_key.url}, attempt 1, failed: ")
+        assert held.endswith("; keeping the 1 key(s) held (k1)")
+        none = await refresh_fails(without)  # its set had no key
+        assert none.endswith("; still holding no key: tokens are refused until a refresh finds one")
+
+    caplog.set_level(logging.WARNING, logger="wirebroker.sasl.provider")
+    try:
+        trio.run(main)
+    finally:
+        with_key.close()
+        without.close()
 
 
 def oidc_listener(broker: BrokerProcess, port: int, jwks_url: str, **more: str) -> list[Any]:

@@ -57,6 +57,7 @@ from wirebroker.config import ConfigError
 from wirebroker.sasl.provider import (
     FetchError,
     ProviderTls,
+    UntrustedProvider,
     fetch_with_retry,
     http_exchange,
     shown_url,
@@ -405,18 +406,7 @@ class AccessTokenLogin:
                 break
             except FetchError as e:
                 if at_start:
-                    check = (
-                        ""  # no request was sent: the reason says which ssl.* option to set
-                        if e.tls
-                        else f": check the clientId, clientSecret and scope of "
-                        f"{self.endpoint.jaas_key} and that the URL is the identity provider's "
-                        "token endpoint"
-                    )
-                    raise ConfigError(
-                        f"cannot get this broker's OAUTHBEARER access token from "
-                        f"sasl.oauthbearer.token.endpoint.url={shown_url(self.endpoint.url)}: "
-                        f"{e}. The broker logs in to the other brokers with it{check}"
-                    ) from None
+                    raise ConfigError(self._refusal(e)) from None
                 await trio.sleep(RETRY_FAILED_REFRESH_S)
         self._hold(token)
         task_status.started()
@@ -432,6 +422,21 @@ class AccessTokenLogin:
                 except FetchError:
                     await self._wait_refresh(RETRY_FAILED_REFRESH_S * 1000)
             self._hold(token)
+
+    def _refusal(self, e: FetchError) -> str:
+        """Why the broker does not start without its token, and what to check: the reason of
+        a certificate that did not verify already names the JAAS option to set."""
+        what = (
+            f"cannot get this broker's OAUTHBEARER access token from "
+            f"sasl.oauthbearer.token.endpoint.url={shown_url(self.endpoint.url)}: {e}. The "
+            "broker logs in to the other brokers with it"
+        )
+        if isinstance(e, UntrustedProvider):
+            return what
+        return (
+            f"{what}: check the clientId, clientSecret and scope of {self.endpoint.jaas_key} "
+            "and that the URL is the identity provider's token endpoint"
+        )
 
     async def _wait_refresh(self, delay_ms: float) -> None:
         """Until `delay_ms` has passed or `follow` asks for a fetch at once."""

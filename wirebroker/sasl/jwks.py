@@ -7,8 +7,11 @@ id (`kid`) the set does not hold triggers an early refresh, at most once a minut
 key ids remembered, ids longer than 1000 characters ignored), and that token fails: the next one
 finds the key. A refresh that fails is retried with exponential backoff from
 `...retry.backoff.ms`, for at most `...retry.backoff.max.ms` in all, and then keeps the keys it
-had (logged as Kafka's "not updating local JWKS cache"). As Kafka's JwksFileVerificationKeyResolver, a `file:` URL is read once at start-up and
-never refreshed.
+had (Kafka's "not updating local JWKS cache"), or, when the set it had is empty, still holds
+none. A first fetch that fails holds no key: the broker does not start (a listener added at run
+time is not started), as Kafka's RefreshingHttpsJwks.init fails the configuration of the
+listener's callback handler ("Could not refresh JWKS"). As Kafka's
+JwksFileVerificationKeyResolver, a `file:` URL is read once at start-up and never refreshed.
 
 Every fetch runs in a worker thread (`trio.to_thread`); a token is checked on the loop against
 the keys already in memory (`KeySet.key`, no I/O).
@@ -49,9 +52,6 @@ MISSING_KEY_ID_RETRY_MS = 60_000  # ...MISSING_KEY_ID_CACHE_IN_FLIGHT_MS
 MAX_KEY_ID_LENGTH = 1000  # ...MISSING_KEY_ID_MAX_KEY_LENGTH
 MAX_JWKS_BYTES = 1 << 20  # a key set is a few KiB; a bigger answer is refused, not read
 FETCH_TIMEOUT_S = 10.0
-#: The last failed attempt of the fetch at start-up: no key is held yet, so nothing is kept (as
-#: Kafka's RefreshingHttpsJwks.init, whose failure fails the handler's configure).
-FIRST_FETCH_FAILED = "no keys are held yet: giving up"
 #: The algorithms a key without `alg` verifies, by its `kty` (and EC's `crv`).
 _ALGORITHMS = {
     "RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
@@ -183,6 +183,10 @@ def fetch_jwks(url: str, tls: ProviderTls) -> list[VerificationKey]:
     return parse_jwks(data)
 
 
+def _key_ids(keys: list[VerificationKey]) -> str:
+    return ", ".join(k.key_id or "no kid" for k in keys)
+
+
 class KeySet:
     """The keys of one endpoint in memory: read on the loop, replaced by `run`'s fetches."""
 
@@ -222,7 +226,7 @@ class KeySet:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch the set (ConfigError when it cannot be had: the broker does not start),
         report started, then refresh it on the interval and when a key id is missing."""
-        keys = await self._fetch_with_retry(FIRST_FETCH_FAILED)
+        keys = await self._fetch_with_retry("giving up: no key is held yet")
         if keys is None:
             self.failure = (
                 f"cannot fetch the JWKS of sasl.oauthbearer.jwks.endpoint.url="
@@ -238,9 +242,7 @@ class KeySet:
             with trio.move_on_after(self.endpoint.refresh_ms / 1000):
                 await self._expedite.wait()
             self._expedite = trio.Event()
-            keys = await self._fetch_with_retry(
-                f"not updating the local JWKS cache: keeping the {len(self.keys)} key(s) held"
-            )
+            keys = await self._fetch_with_retry(self._kept())
             if keys is not None:
                 self._replace(keys)
 
@@ -253,8 +255,14 @@ class KeySet:
             "JWKS of %s: %d verification key(s) (%s)",
             self.endpoint.shown,
             len(keys),
-            ", ".join(k.key_id or "no kid" for k in keys),
+            _key_ids(keys),
         )
+
+    def _kept(self) -> str:
+        """What a refresh that failed leaves (Kafka's "not updating local JWKS cache")."""
+        if not self.keys:
+            return "still holding no key: tokens are refused until a refresh finds one"
+        return f"keeping the {len(self.keys)} key(s) held ({_key_ids(self.keys)})"
 
     async def _fetch_with_retry(self, giving_up: str) -> list[VerificationKey] | None:
         """The keys, fetched as Kafka's Retry does; None when every attempt failed (the last

@@ -59,13 +59,16 @@ T = TypeVar("T")
 
 class FetchError(Exception):
     """A fetch from the identity provider failed; the message says why (never a secret or a
-    token). `retryable` is False when trying again cannot help; `tls` is True when the TLS
-    set-up or handshake failed (no request was sent: the message says what to set)."""
+    token). `retryable` is False when trying again cannot help."""
 
-    def __init__(self, message: str, *, retryable: bool = True, tls: bool = False) -> None:
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
-        self.tls = tls
+
+
+class UntrustedProvider(FetchError):
+    """The provider's certificate did not verify (`http_exchange`); the message says why and
+    which option to set. Retried, as Kafka's Retry retries its SSLHandshakeException."""
 
 
 def shown_url(url: str) -> str:
@@ -163,7 +166,7 @@ class ProviderTls:
         try:
             context = client_context(self)
         except ConfigError as e:
-            raise FetchError(str(e), retryable=False, tls=True) from None
+            raise FetchError(str(e), retryable=False) from None
         context.check_hostname = True
         return context
 
@@ -259,7 +262,7 @@ def _exchange(
         finally:
             connection.close()
     except ssl.SSLCertVerificationError as e:
-        raise FetchError(tls.untrusted(e, host), tls=True) from None
+        raise UntrustedProvider(tls.untrusted(e, host)) from None
     except (OSError, http.client.HTTPException, ValueError) as e:
-        raise FetchError(f"{type(e).__name__}: {e}", tls=isinstance(e, ssl.SSLError)) from None
+        raise FetchError(f"{type(e).__name__}: {e}") from None
     return Answer(response.status, response.reason, data), response.getheader("Location")

@@ -7,7 +7,8 @@ the super user, so her produce succeeds and a valid token of bob's is denied the
 refused token (bad signature, unknown key id, expired, wrong audience, wrong issuer, `alg:
 none`) is an authentication failure in the client; a key added to the JWKS is found by the
 refresh an unknown key id triggers, as Kafka's RefreshingHttpsJwks; a failed fetch's warning
-says what it leaves (no key at start-up, the keys held after a refresh). A JWKS served over https
+says what it leaves (no key at start-up, the keys held after a refresh), and a broker whose
+provider is gone goes on verifying tokens with the keys held. A JWKS served over https
 with a private CA's certificate is trusted through the JAAS entry's `ssl.truststore.*` options.
 """
 
@@ -299,6 +300,28 @@ def test_a_failed_fetch_says_whether_it_keeps_keys(caplog: pytest.LogCaptureFixt
     finally:
         with_key.close()
         without.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_whose_provider_is_gone_still_verifies_with_the_keys_held(
+    tmp_path: Path,
+) -> None:
+    """What the warning says is so: the provider gone after start-up, the broker's scheduled
+    refresh fails (retried, then "keeping the 1 key(s) held") and tokens its keys verify still
+    log in."""
+    own = Issuer()  # its fetches this broker's alone
+    own.add_key("k1")
+    props = {
+        **properties(own.url),
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms": "300",
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "200",
+    }
+    with serving(BrokerProcess(tmp_path, props), LOG_TAIL) as broker:
+        own.close()
+        line = broker.wait_for_log("; keeping the 1 key(s) held (k1)", timeout=TIMEOUT)
+        assert line is not None and "failed" in line, line
+        error, client_errors = produce(broker, own.token("alice"), "oidc-kept")
+        assert error is None, (error, client_errors)
 
 
 def oidc_listener(broker: BrokerProcess, port: int, jwks_url: str, **more: str) -> list[Any]:

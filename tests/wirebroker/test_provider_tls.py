@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -18,7 +19,8 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 from tests.wirebroker.oidc import Issuer
 from tests.wirebroker.pki import STORE_PASSWORD
-from wirebroker.sasl.access_token import TokenEndpoint, fetch_access_token
+from wirebroker.config import ConfigError
+from wirebroker.sasl.access_token import AccessTokenLogin, TokenEndpoint, fetch_access_token
 from wirebroker.sasl.jwks import fetch_jwks
 from wirebroker.sasl.provider import FetchError, ProviderTls
 
@@ -115,6 +117,23 @@ def test_a_bad_truststore_option_is_not_retried(tmp_path: Path) -> None:
     with pytest.raises(FetchError) as refused:
         fetch_jwks("https://127.0.0.1:9/jwks", tls)
     assert not refused.value.retryable
+
+
+def test_a_tls_failure_at_start_up_does_not_blame_the_credentials(
+    https: Issuer, tmp_path: Path
+) -> None:
+    """The broker's first token fetch fails before the provider answered (a truststore that
+    cannot be read): it does not start, naming the option, without telling to check the
+    clientId, clientSecret and scope (which were not refused)."""
+    (tmp_path / "ca.pem").write_text("not a store")
+    tls = ProviderTls({"ssl.truststore.location": str(tmp_path / "ca.pem")}, JAAS_KEY)
+    login = AccessTokenLogin(endpoint(https.token_url, tls), "INTERNAL")
+    requests = len(https.seen)
+    with pytest.raises(ConfigError) as refused:
+        trio.run(login.run)
+    assert f"the ssl.truststore.location option of {JAAS_KEY}" in str(refused.value)
+    assert "clientSecret" not in str(refused.value) and SECRET not in str(refused.value)
+    assert len(https.seen) == requests
 
 
 def test_redirects_as_javas_http_url_connection(https: Issuer, trusted: ProviderTls) -> None:

@@ -57,7 +57,7 @@ from wirebroker.config import ConfigError
 from wirebroker.sasl.provider import (
     FetchError,
     ProviderTls,
-    UntrustedProvider,
+    ProviderTlsError,
     fetch_with_retry,
     http_exchange,
     shown_url,
@@ -424,14 +424,15 @@ class AccessTokenLogin:
             self._hold(token)
 
     def _refusal(self, e: FetchError) -> str:
-        """Why the broker does not start without its token, and what to check: the reason of
-        a certificate that did not verify already names the JAAS option to set."""
+        """Why the broker does not start without its token, and what to check: after a TLS
+        failure the provider answered nothing, so the credentials are not in doubt (the reason names the
+        JAAS option to set when one is wrong)."""
         what = (
             f"cannot get this broker's OAUTHBEARER access token from "
             f"sasl.oauthbearer.token.endpoint.url={shown_url(self.endpoint.url)}: {e}. The "
             "broker logs in to the other brokers with it"
         )
-        if isinstance(e, UntrustedProvider):
+        if isinstance(e, ProviderTlsError):
             return what
         return (
             f"{what}: check the clientId, clientSecret and scope of {self.endpoint.jaas_key} "

@@ -66,9 +66,11 @@ class FetchError(Exception):
         self.retryable = retryable
 
 
-class UntrustedProvider(FetchError):
-    """The provider's certificate did not verify (`http_exchange`); the message says why and
-    which option to set. Retried, as Kafka's Retry retries its SSLHandshakeException."""
+class ProviderTlsError(FetchError):
+    """No TLS session with an https provider, so no request was answered: a store option that
+    cannot be read (not retried), a certificate that did not verify or a failed handshake
+    (retried, as Kafka's Retry retries its SSLHandshakeException). The message says why and,
+    for the first two, which JAAS option to set."""
 
 
 def shown_url(url: str) -> str:
@@ -159,14 +161,14 @@ class ProviderTls:
         return f"the {key} option of {self.jaas_key}"
 
     def context(self) -> ssl.SSLContext:
-        """Blocking (reads the stores): the context; FetchError (not retryable) saying which
-        option is wrong."""
+        """Blocking (reads the stores): the context; ProviderTlsError (not retryable) saying
+        which option is wrong."""
         from wirebroker.tls import client_context
 
         try:
             context = client_context(self)
         except ConfigError as e:
-            raise FetchError(str(e), retryable=False) from None
+            raise ProviderTlsError(str(e), retryable=False) from None
         context.check_hostname = True
         return context
 
@@ -262,7 +264,9 @@ def _exchange(
         finally:
             connection.close()
     except ssl.SSLCertVerificationError as e:
-        raise UntrustedProvider(tls.untrusted(e, host)) from None
+        raise ProviderTlsError(tls.untrusted(e, host)) from None
+    except ssl.SSLError as e:
+        raise ProviderTlsError(f"SSLError: {e}") from None
     except (OSError, http.client.HTTPException, ValueError) as e:
         raise FetchError(f"{type(e).__name__}: {e}") from None
     return Answer(response.status, response.reason, data), response.getheader("Location")

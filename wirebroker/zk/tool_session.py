@@ -2,8 +2,10 @@
 zookeeper-security-migration`), set up as Kafka's tools set up theirs.
 
 `tool_tls` reads the tool's ZooKeeper TLS, as Kafka's ZkSecurityMigrator.createZkClientConfig
-(which kafka-configs.sh uses too): `--zk-tls-config-file`'s `zookeeper.ssl.*` keys (any other
-key ignored). `tool_session` opens the session with the JAAS login and that TLS, waits for it,
+(which kafka-configs.sh uses too): ZooKeeper's client system properties first
+(`-Dzookeeper.client.secure`, `-Dzookeeper.ssl.keyStore.location`, ...: a ZKClientConfig starts
+from them; `wirebroker.system_properties` reads them from KAFKA_OPTS), each overridden by
+`--zk-tls-config-file`'s Kafka key (`zookeeper.ssl.*`; any other key ignored). `tool_session` opens the session with the JAAS login and that TLS, waits for it,
 and turns ZooKeeper's failures (no answer, a refused login) into one `ZkToolError` naming the
 ensemble and the reason, never a secret; it closes the session however the tool ends.
 """
@@ -30,19 +32,39 @@ class ZkToolError(Exception):
     which ensemble and why."""
 
 
+def system_property_keys() -> dict[str, str]:
+    """ZooKeeper's client TLS system properties that are set, as Kafka's keys: its
+    hostnameVerification (a boolean, true unless set otherwise) as the endpoint identification
+    algorithm, HTTPS or empty."""
+    from wirebroker.system_properties import system_property
+    from wirebroker.zk.tls import ZK_TLS_SYSTEM_PROPERTIES
+
+    keys = {}
+    for key, name in ZK_TLS_SYSTEM_PROPERTIES.items():
+        value = system_property(name)
+        if value is None:
+            continue
+        if name == "zookeeper.ssl.hostnameVerification":  # Java's Boolean.parseBoolean
+            value = "HTTPS" if value.strip().lower() == "true" else ""
+        keys[key] = value
+    return keys
+
+
 def tool_tls(path: Path | None) -> tuple[ZkTls | None, bool]:
-    """The TLS of `--zk-tls-config-file` `path` (None without it, or when it leaves TLS off),
-    and whether it shows ZooKeeper a client certificate. ConfigError for a file that cannot
-    be read or a wrong key."""
+    """The tool's ZooKeeper TLS (None when it is off) and whether it shows ZooKeeper a client
+    certificate: the system properties' (`system_property_keys`), overridden key by key by the
+    `--zk-tls-config-file` `path`. ConfigError for a file that cannot be read or a wrong
+    key."""
     from wirebroker.zk.tls import ZK_TLS_KEYS, client_auth_configured, client_tls
 
-    if path is None:
-        return None, False
-    try:
-        properties = parse_properties(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"--zk-tls-config-file {path}: {e.strerror}") from None
-    config = BrokerConfig({k: v for k, v in properties.items() if k in ZK_TLS_KEYS})
+    keys = system_property_keys()
+    if path is not None:
+        try:
+            properties = parse_properties(path.read_text())
+        except OSError as e:
+            raise ConfigError(f"--zk-tls-config-file {path}: {e.strerror}") from None
+        keys.update((k, v) for k, v in properties.items() if k in ZK_TLS_KEYS)
+    config = BrokerConfig(keys)
     return client_tls(config), client_auth_configured(config)
 
 

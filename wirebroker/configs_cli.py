@@ -11,7 +11,8 @@ keys of the user's config, its quotas, kept) and a `/config/changes` notificatio
 brokers pick the change up too. `--describe` lists users and their mechanisms and iterations,
 never the credential itself. `--zk-tls-config-file` connects over TLS, as kafka-configs.sh's:
 the file's `zookeeper.ssl.*` keys (and `zookeeper.clientCnxnSocket`) are read as a broker's,
-any other key is ignored.
+any other key is ignored, over ZooKeeper's `-Dzookeeper.*` system properties in KAFKA_OPTS
+(`wirebroker.zk.tool_session.tool_tls`).
 
 As kafka-configs.sh, it logs in to ZooKeeper with the JAAS file's `Client` section when the
 system properties name one (`KAFKA_OPTS`, as `wirebroker.zk.sasl_login` reads it), and, logged

@@ -12,10 +12,12 @@ znodes (`/consumers`, `/zookeeper`) are left as they are.
 
 As Kafka's, it refuses to run without a login ZooKeeper can name the znodes' creator by: the
 JAAS file's `Client` section (named in KAFKA_OPTS, as `wirebroker.zk.sasl_login` reads it) or a
-TLS client certificate (`--zk-tls-config-file` with zookeeper.ssl.client.enable and
-zookeeper.ssl.keystore.location: `client_auth_configured`, which does not ask for Kafka's
-zookeeper.clientCnxnSocket, Netty being a JVM's choice); with Kafka's messages, and its
-exit codes (1 for any failure, the usage too). The walk is pipelined as Kafka's asynchronous
+TLS client certificate (zookeeper.ssl.client.enable and zookeeper.ssl.keystore.location, from
+`--zk-tls-config-file` or ZooKeeper's `-Dzookeeper.*` system properties, as
+`wirebroker.zk.tool_session.tool_tls` reads them: `client_auth_configured`, which does not ask
+for Kafka's zookeeper.clientCnxnSocket, Netty being a JVM's choice); with Kafka's messages, and
+its exit codes (1 for any failure; `--help`, or no argument, prints the usage and exits 1
+before any check, as Kafka's CommandLineUtils). The walk is pipelined as Kafka's asynchronous
 one: a level of the tree at a time, its setACL and getChildren requests in flight together
 (IN_FLIGHT at most).
 """

@@ -443,7 +443,7 @@ def test_security_migration_with_a_client_certificate(
 
 
 @pytest.mark.timeout(90)
-def test_security_migration_reads_zookeepers_system_properties_as_kafkas(
+def test_tools_read_zookeepers_tls_system_properties_as_kafkas(
     tls_zk: ZooKeeperServer,
     pki: ZkPki,
     tmp_path: Path,
@@ -452,8 +452,8 @@ def test_security_migration_reads_zookeepers_system_properties_as_kafkas(
 ) -> None:
     """As Kafka's tool (a ZKClientConfig starts from the system properties, then the
     `--zk-tls-config-file` keys override them): the certificate named by `-Dzookeeper.*` in
-    KAFKA_OPTS alone is a login; a truststore from the file wins over the property's, either
-    way round."""
+    KAFKA_OPTS alone is a login (and `wirebroker configs` connects with it too); a truststore
+    from the file wins over the property's, either way round."""
     root = chroot()
     connect = f"localhost:{tls_zk.port}{root}"
     parser = argparse.ArgumentParser()
@@ -489,6 +489,10 @@ def test_security_migration_reads_zookeepers_system_properties_as_kafkas(
         "": SECURE_X509,
         "/brokers": SECURE_X509,
     }
+    configs = argparse.ArgumentParser()
+    configs_cli.add_parser(configs.add_subparsers())
+    describe = ["configs", "--zookeeper", connect, "--describe", "--entity-type", "users"]
+    assert configs_cli.run(configs.parse_args(describe)) == 0, capsys.readouterr().err
     trusted = tmp_path / "trusted.properties"
     trusted.write_text(f"zookeeper.ssl.truststore.location={pki.ca}\n")
     other = tmp_path / "other.properties"

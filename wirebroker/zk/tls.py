@@ -32,9 +32,8 @@ socket for plaintext and TLS; Kafka's ZooKeeper client fails to connect over TLS
 it. `zookeeper.ssl.crl.enable` and `zookeeper.ssl.ocsp.enable` refuse to start when true:
 Python's ssl neither fetches a certificate's revocation lists nor asks its OCSP responder.
 The `-Dzookeeper.ssl.*` JVM system properties Kafka's broker falls back to are not read by the
-broker (the tools read them: `wirebroker.zk.tool_session`). The host
-name checked is the one in `zookeeper.connect`, as written (ZooKeeper's client also tries the
-address's reverse lookup).
+broker (the tools read them: `wirebroker.zk.tool_session`). The host name checked is the one in
+`zookeeper.connect`, as written (ZooKeeper's client also tries the address's reverse lookup).
 """
 
 from __future__ import annotations
@@ -59,7 +58,8 @@ log = logging.getLogger(__name__)
 
 #: Kafka's ZooKeeper client TLS keys (what the tools' `--zk-tls-config-file` reads) -> the
 #: ZooKeeper client's system property each overrides (Kafka 3.9's
-#: ZkConfigs.ZK_SSL_CONFIG_TO_SYSTEM_PROPERTY_MAP; the tools read them, `wirebroker.zk.tool_session`).
+#: ZkConfigs.ZK_SSL_CONFIG_TO_SYSTEM_PROPERTY_MAP); the tools read both
+#: (`wirebroker.zk.tool_session`), the broker its keys only.
 ZK_TLS_SYSTEM_PROPERTIES = {
     "zookeeper.ssl.client.enable": "zookeeper.client.secure",
     "zookeeper.clientCnxnSocket": "zookeeper.clientCnxnSocket",

@@ -5,9 +5,11 @@ zookeeper-security-migration`), set up as Kafka's tools set up theirs.
 (which kafka-configs.sh uses too): ZooKeeper's client system properties first
 (`-Dzookeeper.client.secure`, `-Dzookeeper.ssl.keyStore.location`, ...: a ZKClientConfig starts
 from them; `wirebroker.system_properties` reads them from KAFKA_OPTS), each overridden by
-`--zk-tls-config-file`'s Kafka key (`zookeeper.ssl.*`; any other key ignored). `tool_session` opens the session with the JAAS login and that TLS, waits for it,
-and turns ZooKeeper's failures (no answer, a refused login) into one `ZkToolError` naming the
-ensemble and the reason, never a secret; it closes the session however the tool ends.
+`--zk-tls-config-file`'s Kafka key (`zookeeper.ssl.*`; any other key ignored); a wrong value is
+reported under the Kafka key. `tool_session` opens the session with the JAAS login and that
+TLS, waits for it, and turns ZooKeeper's failures (no answer, a refused login) into one
+`ZkToolError` naming the ensemble and the reason, never a secret; it closes the session however
+the tool ends.
 """
 
 from __future__ import annotations

@@ -34,15 +34,15 @@ import atexit
 import contextlib
 import os
 import shutil
-import socket
-import struct
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wirebroker.broker_probe import api_versions as kafka_api_versions
+from wirebroker.broker_probe import broker_listed
+from wirebroker.broker_probe import metadata_brokers as kafka_metadata_brokers  # noqa: F401
 from wirebroker.zookeeper_server import (  # noqa: F401  (re-exported for the compat suite)
     _LOG4J_PROPERTIES,
     DEFAULT_HEAP,
@@ -73,68 +73,6 @@ def kafka_version(directory: Path | None = None) -> str:
     for jar in sorted(d.glob("kafka_2.13-*.jar")):
         return jar.name[len("kafka_2.13-") : -len(".jar")]
     raise KafkaProcessError(f"no kafka_2.13-*.jar in {d}; run `make jars`")
-
-
-def _kafka_round_trip(
-    sock: socket.socket, api_key: int, api_version: int, correlation_id: int, body: bytes
-) -> bytes:
-    """Send one request with a v1 request header; return the response minus its header."""
-    client_id = b"wirebroker-probe"
-    header = struct.pack(">hhih", api_key, api_version, correlation_id, len(client_id)) + client_id
-    frame = header + body
-    sock.sendall(struct.pack(">i", len(frame)) + frame)
-    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-    payload = _recv_exact(sock, size)
-    (got_correlation,) = struct.unpack_from(">i", payload, 0)
-    if got_correlation != correlation_id:
-        raise ValueError(f"correlation id {got_correlation} != {correlation_id}")
-    return payload[4:]
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by peer")
-        buf += chunk
-    return bytes(buf)
-
-
-def kafka_api_versions(host: str, port: int, timeout: float = 5.0) -> dict[int, tuple[int, int]]:
-    """ApiVersions v0 round trip: ``{api_key: (min_version, max_version)}``."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        body = _kafka_round_trip(s, 18, 0, 1, b"")
-    (error_code, count) = struct.unpack_from(">hi", body, 0)
-    if error_code != 0:
-        raise ValueError(f"ApiVersions error_code {error_code}")
-    out: dict[int, tuple[int, int]] = {}
-    for i in range(count):
-        key, lo, hi = struct.unpack_from(">hhh", body, 6 + 6 * i)
-        out[key] = (lo, hi)
-    return out
-
-
-def kafka_metadata_brokers(
-    host: str, port: int, timeout: float = 5.0
-) -> tuple[dict[int, tuple[str, int]], int]:
-    """Metadata v1 round trip asking for no topics: ``({node_id: (host, port)}, controller_id)``."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        body = _kafka_round_trip(s, 3, 1, 2, struct.pack(">i", 0))
-    pos = 0
-    (count,) = struct.unpack_from(">i", body, pos)
-    pos += 4
-    brokers: dict[int, tuple[str, int]] = {}
-    for _ in range(count):
-        node_id, host_len = struct.unpack_from(">ih", body, pos)
-        pos += 6
-        b_host = body[pos : pos + host_len].decode()
-        pos += host_len
-        (b_port, rack_len) = struct.unpack_from(">ih", body, pos)
-        pos += 6 + max(rack_len, 0)
-        brokers[node_id] = (b_host, b_port)
-    (controller_id,) = struct.unpack_from(">i", body, pos)
-    return brokers, controller_id
 
 
 # --------------------------------------------------------------------------- Kafka
@@ -235,19 +173,6 @@ def kafka_properties(
     return {k: str(v) for k, v in props.items()}
 
 
-def _broker_ready(host: str, port: int, broker_id: int) -> bool:
-    brokers, controller_id = kafka_metadata_brokers(host, port)
-    return broker_id in brokers and controller_id >= 0
-
-
-def _listed(host: str, port: int, broker_id: int) -> bool:
-    """`_broker_ready`, false while the broker does not answer."""
-    try:
-        return _broker_ready(host, port, broker_id)
-    except (OSError, ValueError, struct.error):
-        return False
-
-
 @contextlib.contextmanager
 def kafka_broker(
     zookeeper_connect: str,
@@ -301,7 +226,7 @@ def kafka_broker(
             f"Kafka ApiVersions on {LOOPBACK}:{kafka_port}",
         )
         _wait_until(
-            lambda: _broker_ready(LOOPBACK, kafka_port, broker_id),
+            lambda: broker_listed(LOOPBACK, kafka_port, broker_id),
             proc,
             startup_timeout,
             f"Kafka Metadata to list broker {broker_id}",
@@ -427,16 +352,8 @@ def kafka_reference(*, overrides: Mapping[str, object] | None = None) -> Iterato
     for key, value in props.items():
         if key not in _CONTAINER_OWNS:
             container.with_env("KAFKA_" + key.upper().replace("_", "__").replace(".", "_"), value)
-    with container:
+    with container:  # its start() waits until Metadata lists it (broker_listed)
         bootstrap = container.get_bootstrap_server()
-        host, port = bootstrap.rsplit(":", 1)
-        # Its "started" line comes before its controller's UpdateMetadata reached it: until
-        # then Metadata lists no broker and CreateTopics fails ("larger than available brokers").
-        deadline = time.monotonic() + DEFAULT_STARTUP_TIMEOUT
-        while not _listed(host, int(port), 0):
-            if time.monotonic() > deadline:
-                raise KafkaProcessError("Kafka in its container never listed broker 0 in Metadata")
-            time.sleep(0.1)
         yield KafkaReference(bootstrap, how)
 
 

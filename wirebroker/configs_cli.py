@@ -11,7 +11,8 @@ keys of the user's config, its quotas, kept) and a `/config/changes` notificatio
 brokers pick the change up too. `--describe` lists users and their mechanisms and iterations,
 never the credential itself. `--zk-tls-config-file` connects over TLS, as kafka-configs.sh's:
 the file's `zookeeper.ssl.*` keys (and `zookeeper.clientCnxnSocket`) are read as a broker's,
-any other key is ignored.
+any other key is ignored, over ZooKeeper's `-Dzookeeper.*` system properties in KAFKA_OPTS
+(`wirebroker.zk.tool_session.tool_tls`).
 
 As kafka-configs.sh, it logs in to ZooKeeper with the JAAS file's `Client` section when the
 system properties name one (`KAFKA_OPTS`, as `wirebroker.zk.sasl_login` reads it), and, logged
@@ -22,14 +23,13 @@ in so (or with a TLS client certificate), creates its znodes with Kafka's secure
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from wirebroker.config import BrokerConfig, ConfigError, parse_properties
+from wirebroker.config import ConfigError
 from wirebroker.sasl.credentials import with_scram_credentials
 from wirebroker.sasl.settings import SCRAM
 from wirebroker.zk.sanitizer import sanitize
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from wirebroker.sasl.scram import ScramCredential
-    from wirebroker.zk.tls import ZkTls
 
 EPILOG = """\
 examples (the brokers' own user, before the first broker starts):
@@ -128,35 +127,21 @@ def parse_add_config(text: str) -> dict[str, ScramCredential]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from wirebroker.zk.tool_session import ZkToolError
+
     try:
         return _run(args)
     except (UsageError, ConfigError) as e:
         print(f"wirebroker configs: {e}", file=sys.stderr)
         return 2
-
-
-def zk_tls_file(path: Path | None) -> tuple[ZkTls | None, bool]:
-    """The TLS of `--zk-tls-config-file` (None without it, or when it leaves TLS off), and
-    whether it shows ZooKeeper a client certificate."""
-    from wirebroker.zk.tls import ZK_TLS_KEYS, client_auth_configured, client_tls
-
-    if path is None:
-        return None, False
-    try:
-        properties = parse_properties(path.read_text())
-    except OSError as e:
-        raise UsageError(f"--zk-tls-config-file {path}: {e.strerror}") from None
-    config = BrokerConfig({k: v for k, v in properties.items() if k in ZK_TLS_KEYS})
-    return client_tls(config), client_auth_configured(config)
+    except ZkToolError as e:
+        print(f"wirebroker configs: {e}", file=sys.stderr)
+        return 1
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kazoo.exceptions import AuthFailedError
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    from wirebroker.zk.acls import ensure_chroot
-    from wirebroker.zk.client import split_connect
-    from wirebroker.zk.sasl_login import kazoo_client, start_session, zk_login
+    from wirebroker.zk.sasl_login import zk_login
+    from wirebroker.zk.tool_session import tool_session, tool_tls
 
     if args.alter:
         if not args.entity_name:
@@ -169,38 +154,17 @@ def _run(args: argparse.Namespace) -> int:
                 "--alter needs --add-config or --delete-config with SCRAM mechanisms "
                 f"({', '.join(SCRAM)})"
             )
-    from wirebroker.zk.tls import failure, kazoo_options
-
-    tls, certificate = zk_tls_file(args.zk_tls_config_file)
+    tls, certificate = tool_tls(args.zk_tls_config_file)
     login = zk_login()
     # ConfigCommand's KafkaZkClient is secure with a SASL login or a TLS client certificate
     secure = login is not None or certificate
-    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries; we say it once
-    zk = kazoo_client(args.zookeeper, login, **kazoo_options(tls))
-    hosts, chroot = split_connect(args.zookeeper)
-    try:
-        if chroot:
-            ensure_chroot(hosts, chroot, login, secure, 15.0, **kazoo_options(tls))
-        start_session(zk, login, 15.0)
+    with tool_session(
+        args.zookeeper, login, tls, connection_timeout_s=15.0, create_chroot=secure
+    ) as zk:
         if args.describe:
             _describe(zk, args.entity_name)
         else:
             _alter(zk, args.entity_name, added, deleted, secure=secure)
-    except KazooTimeoutError:
-        why = failure(tls) or "unreachable"
-        print(f"wirebroker configs: ZooKeeper {args.zookeeper}: {why}", file=sys.stderr)
-        return 1
-    except AuthFailedError:
-        assert login is not None
-        print(
-            f"wirebroker configs: ZooKeeper {args.zookeeper} refused the SASL login of "
-            f"{login.describe()}: AUTH_FAILED",
-            file=sys.stderr,
-        )
-        return 1
-    finally:
-        zk.stop()
-        zk.close()
     return 0
 
 

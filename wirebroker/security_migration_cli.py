@@ -12,10 +12,12 @@ znodes (`/consumers`, `/zookeeper`) are left as they are.
 
 As Kafka's, it refuses to run without a login ZooKeeper can name the znodes' creator by: the
 JAAS file's `Client` section (named in KAFKA_OPTS, as `wirebroker.zk.sasl_login` reads it) or a
-TLS client certificate (`--zk-tls-config-file` with zookeeper.ssl.client.enable and
-zookeeper.ssl.keystore.location: `client_auth_configured`, which does not ask for Kafka's
-zookeeper.clientCnxnSocket, Netty being a JVM's choice); with Kafka's messages, and its
-exit codes (1 for any failure, the usage too). The walk is pipelined as Kafka's asynchronous
+TLS client certificate (zookeeper.ssl.client.enable and zookeeper.ssl.keystore.location, from
+`--zk-tls-config-file` or ZooKeeper's `-Dzookeeper.*` system properties, as
+`wirebroker.zk.tool_session.tool_tls` reads them: `client_auth_configured`, which does not ask
+for Kafka's zookeeper.clientCnxnSocket, Netty being a JVM's choice); with Kafka's messages, and
+its exit codes (1 for any failure; `--help`, or no argument, prints the usage and exits 1
+before any check, as Kafka's CommandLineUtils). The walk is pipelined as Kafka's asynchronous
 one: a level of the tree at a time, its setACL and getChildren requests in flight together
 (IN_FLIGHT at most).
 """
@@ -23,14 +25,12 @@ one: a level of the tree at a time, its setACL and getChildren requests in fligh
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wirebroker.config import ConfigError
-from wirebroker.configs_cli import UsageError, zk_tls_file
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -47,6 +47,9 @@ NO_LOGIN = (
     "--zk-tls-config-file <filename> identifying at least zookeeper.ssl.client.enable, "
     "zookeeper.clientCnxnSocket, and zookeeper.ssl.keystore.location"
 )
+#: Kafka's defaults of --zookeeper.connect and of the two timeouts (ms).
+DEFAULT_CONNECT = "localhost:2181"
+DEFAULT_TIMEOUT_MS = 30000
 #: Requests in flight at once (Kafka's are unbounded; this bounds the tool's memory).
 IN_FLIGHT = 1000
 #: How long each answer is awaited, as Kafka's `Await.result(future, 6000 millis)`.
@@ -109,7 +112,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=USAGE,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,  # Kafka's --help: the usage on stderr, exit 1 (`run`)
     )
+    p.add_argument("--help", action="store_true", help="Print usage information (exit 1).")
     p.add_argument(
         "--zookeeper.acl",
         dest="zookeeper_acl",
@@ -120,7 +125,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--zookeeper.connect",
         dest="zookeeper_connect",
-        default="localhost:2181",
         metavar="HOST:PORT[,...][/CHROOT]",
         help="Sets the ZooKeeper connect string (ensemble). This parameter takes a "
         "comma-separated list of host:port pairs. (default: localhost:2181)",
@@ -130,7 +134,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             f"--zookeeper.{name}.timeout",
             dest=f"zookeeper_{name}_timeout",
             type=int,
-            default=30000,
             metavar="MS",
             help=f"Sets the ZooKeeper {what} timeout. (default: 30000)",
         )
@@ -152,24 +155,36 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    from wirebroker.zk.tool_session import ZkToolError
+
+    # Kafka's CommandLineUtils.maybePrintHelpOrVersion: --help, or no argument, prints the usage
+    # and exits 1, before any check
+    given = [v for k, v in vars(args).items() if k not in ("command", "usage")]
+    if args.help or not any(v not in (None, False) for v in given):
+        return usage(args)
     try:
         return _run(args)
-    except (UsageError, ConfigError, MigrationFailed) as e:
+    except (ConfigError, MigrationFailed, ZkToolError) as e:
         print(f"wirebroker zookeeper-security-migration: {e}", file=sys.stderr)
         return 1
 
 
+def usage(args: argparse.Namespace) -> int:
+    """Kafka's printUsageAndExit: the tool's message and its options on stderr; 1."""
+    print(f"{USAGE}\n{args.usage()}", file=sys.stderr)
+    return 1
+
+
 def _run(args: argparse.Namespace) -> int:
-    from kazoo.exceptions import AuthFailedError, NoNodeError
-    from kazoo.handlers.threading import KazooTimeoutError
+    from kazoo.exceptions import NoNodeError
 
     from wirebroker.system_properties import system_property
     from wirebroker.zk.client import split_connect
-    from wirebroker.zk.sasl_login import JAAS_FILE, kazoo_client, start_session, zk_login
-    from wirebroker.zk.tls import failure, kazoo_options
+    from wirebroker.zk.sasl_login import JAAS_FILE, zk_login
+    from wirebroker.zk.tool_session import tool_session, tool_tls
 
     # Kafka checks the login first, then the value of --zookeeper.acl
-    tls, certificate = zk_tls_file(args.zk_tls_config_file)
+    tls, certificate = tool_tls(args.zk_tls_config_file)
     jaas_file = system_property(JAAS_FILE)
     if jaas_file is None and not certificate:
         print(NO_LOGIN, file=sys.stderr)
@@ -181,34 +196,24 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 1
     if args.zookeeper_acl not in ("secure", "unsecure"):
-        print(f"{USAGE}\n{args.usage()}", file=sys.stderr)
-        return 1
-    secure = args.zookeeper_acl == "secure"
-    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries; we say it once
-    zk = kazoo_client(
-        args.zookeeper_connect,
-        login,
-        timeout=args.zookeeper_session_timeout / 1000,
-        **kazoo_options(tls),
+        return usage(args)
+    connect = args.zookeeper_connect or DEFAULT_CONNECT
+    session_ms, connection_ms = (
+        DEFAULT_TIMEOUT_MS if ms is None else ms
+        for ms in (args.zookeeper_session_timeout, args.zookeeper_connection_timeout)
     )
     try:
-        start_session(zk, login, args.zookeeper_connection_timeout / 1000)
-        return migrate(zk, secure, args.enable_path_check)
-    except KazooTimeoutError:
-        why = failure(tls) or "unreachable"
-        raise MigrationFailed(f"ZooKeeper {args.zookeeper_connect}: {why}") from None
-    except AuthFailedError:
-        assert login is not None
-        raise MigrationFailed(
-            f"ZooKeeper {args.zookeeper_connect} refused the SASL login of "
-            f"{login.describe()}: AUTH_FAILED"
-        ) from None
+        with tool_session(
+            connect,
+            login,
+            tls,
+            session_timeout_s=session_ms / 1000,
+            connection_timeout_s=connection_ms / 1000,
+        ) as zk:
+            return migrate(zk, args.zookeeper_acl == "secure", args.enable_path_check)
     except NoNodeError:  # a root path's parent: the chroot
-        chroot = split_connect(args.zookeeper_connect)[1]
+        chroot = split_connect(connect)[1]
         raise MigrationFailed(f"the chroot {chroot} does not exist in ZooKeeper") from None
-    finally:
-        zk.stop()
-        zk.close()
 
 
 def migrate(zk: KazooClient, secure: bool, enable_path_check: bool) -> int:

@@ -26,7 +26,10 @@ Two things differ from a stock testcontainers set-up, both for machines like thi
   off and testcontainers' own rules apply.
 
 ``ApacheKafkaContainer`` is the same for real Kafka 3.9 (the ``wirebroker-kafka:3.9`` image, also
-built by ``make image``), to run the same tests against both. ``docker_problem()`` says why
+built by ``make image``), to run the same tests against both. ``start()`` returns once the broker
+serves clients: its log line, then its Metadata listing itself at the mapped address and a
+controller (``wirebroker.broker_probe.broker_listed``; Kafka 3.9 logs "started" before its
+controller's UpdateMetadata reached it, and for that moment CreateTopics fails). ``docker_problem()`` says why
 containers cannot run here (or None), for tests to skip with.
 """
 
@@ -38,6 +41,7 @@ import ipaddress
 import re
 import shlex
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any, Self
 
@@ -45,6 +49,8 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.utils import inside_container
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
+
+from wirebroker.broker_probe import broker_listed
 
 DEFAULT_IMAGE = "wirebroker:latest"
 """The image ``make image`` builds."""
@@ -189,7 +195,17 @@ class _AdvertisingContainer(LocalEngineContainer):
         mapped = self.get_exposed_port(self.port)
         advertised = f"PLAINTEXT://{host}:{mapped},BROKER://$(hostname -i | cut -d' ' -f1):9092"
         self.write_file(self.start_script(advertised).encode(), _START_SCRIPT)
+        deadline = time.monotonic() + timeout
         LogMessageWaitStrategy(self.ready).with_startup_timeout(int(timeout)).wait_until_ready(self)
+        # Kafka logs "started" before its controller's UpdateMetadata reached it; until then
+        # its Metadata lists no broker and CreateTopics fails ("larger than available brokers")
+        while not broker_listed(host, mapped):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the broker in container {self.get_container_id()[:12]} logged it started, "
+                    f"but its Metadata did not list it at {host}:{mapped} within {timeout:g} s"
+                )
+            time.sleep(0.05)
         return self
 
 

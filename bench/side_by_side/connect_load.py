@@ -29,6 +29,7 @@ from protocol.messages.headers import RequestHeader
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from protocol.schema import Message
+from wirebroker.broker_probe import recv_exact
 
 MODULE = "bench.side_by_side.connect_load"
 _SIZE = struct.Struct(">i")
@@ -42,21 +43,11 @@ def _request(sock: ssl.SSLSocket, body: Message, version: int) -> Any:
         client_id="bench-connect",
     )
     sock.sendall(frame(encode_request(header, body)))
-    (size,) = _SIZE.unpack(_receive(sock, 4))
-    answer: Any = decode_response(memoryview(_receive(sock, size)), body.API_KEY, version).body
+    (size,) = _SIZE.unpack(recv_exact(sock, 4))
+    answer: Any = decode_response(memoryview(recv_exact(sock, size)), body.API_KEY, version).body
     if answer.error_code:
         raise RuntimeError(f"{type(body).__name__} answered error {answer.error_code}")
     return answer
-
-
-def _receive(sock: ssl.SSLSocket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 def _run(args: argparse.Namespace) -> dict[str, float]:

@@ -2,7 +2,8 @@
 written with `zookeeper.set.acl=false` gets Kafka's secure ACLs on every znode the tool walks
 (those `wirebroker.zk.acls` gives a new znode there), then `unsecure` opens them again; the
 same ACLs as Kafka 3.9's own tool sets on the same tree; and Kafka's refusals: no login, a
-JAAS file without the `Client` section, a missing root path with `--enable.path.check`.
+JAAS file without the `Client` section, a missing root path with `--enable.path.check`; and
+Kafka's usage on `--help` or no argument, exit 1.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tests.cluster.test_zk_sasl_cluster import (
     kazoo,
     sasl_zookeeper,
 )
-from wirebroker.security_migration_cli import NO_LOGIN, secure_root_paths
+from wirebroker.security_migration_cli import NO_LOGIN, USAGE, secure_root_paths
 from wirebroker.zk.acls import znode_acls
 from wirebroker.zookeeper_server import ZooKeeperServer
 
@@ -154,6 +155,21 @@ def test_the_same_acls_as_kafkas_own_tool(
         assert kafka.keys() == wirebroker.keys()
         assert kafka == wirebroker
         assert any(v != OPEN for v in kafka.values()) == (acl == "secure")
+
+
+@pytest.mark.timeout(90)
+def test_help_and_no_arguments_print_the_usage_and_exit_1_as_kafkas(tmp_path: Path) -> None:
+    """Kafka's CommandLineUtils.maybePrintHelpOrVersion: `--help`, or no argument at all, prints
+    the usage on stderr and exits 1, before the login is checked (with or without one)."""
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"}
+    for tool in (kafka_tool_command("kafka.admin.ZkSecurityMigrator", []), TOOL):
+        for more in (["--help"], [], ["--zookeeper.acl", "secure", "--help"]):
+            done = subprocess.run(tool + more, capture_output=True, text=True, timeout=60, env=env)
+            assert done.returncode == 1, (tool, more, done.stderr)
+            assert done.stdout == ""
+            assert done.stderr.startswith(USAGE + "\n"), done.stderr
+            assert "--zookeeper.acl" in done.stderr
+            assert NO_LOGIN not in done.stderr
 
 
 @pytest.mark.timeout(60)

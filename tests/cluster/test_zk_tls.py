@@ -442,6 +442,68 @@ def test_security_migration_with_a_client_certificate(
         assert acl_schemes(tls_zk, keys, root, paths) == expected
 
 
+@pytest.mark.timeout(90)
+def test_tools_read_zookeepers_tls_system_properties_as_kafkas(
+    tls_zk: ZooKeeperServer,
+    pki: ZkPki,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As Kafka's tool (a ZKClientConfig starts from the system properties, then the
+    `--zk-tls-config-file` keys override them): the certificate named by `-Dzookeeper.*` in
+    KAFKA_OPTS alone is a login (and `wirebroker configs` connects with it too); a truststore
+    from the file wins over the property's, either way round."""
+    root = chroot()
+    connect = f"localhost:{tls_zk.port}{root}"
+    parser = argparse.ArgumentParser()
+    security_migration_cli.add_parser(parser.add_subparsers())
+
+    def kafka_opts(truststore: Path) -> str:
+        return " ".join(
+            [
+                "-Dzookeeper.client.secure=true",
+                "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
+                f"-Dzookeeper.ssl.keyStore.location={pki.broker}",
+                f"-Dzookeeper.ssl.keyStore.password={PASSWORD}",
+                f"-Dzookeeper.ssl.trustStore.location={truststore}",
+            ]
+        )
+
+    def migrate(*more: str) -> int:
+        argv = ["zookeeper-security-migration", "--zookeeper.connect", connect]
+        argv += ["--zookeeper.acl", "secure", "--zookeeper.connection.timeout", "3000", *more]
+        return security_migration_cli.run(parser.parse_args(argv))
+
+    monkeypatch.setenv("KAFKA_OPTS", kafka_opts(pki.ca))
+    tls = client_tls(BrokerConfig.from_properties(tls_keys(pki)))
+    zk = kazoo_client(f"localhost:{tls_zk.port}", None, timeout=10, **kazoo_options(tls))
+    zk.start(timeout=10)
+    try:
+        zk.create(root)  # an open chroot, as a cluster without zookeeper.set.acl leaves it
+    finally:
+        zk.stop()
+        zk.close()
+    assert migrate() == 0, capsys.readouterr().err
+    assert acl_schemes(tls_zk, tls_keys(pki), root, ("", "/brokers")) == {
+        "": SECURE_X509,
+        "/brokers": SECURE_X509,
+    }
+    configs = argparse.ArgumentParser()
+    configs_cli.add_parser(configs.add_subparsers())
+    describe = ["configs", "--zookeeper", connect, "--describe", "--entity-type", "users"]
+    assert configs_cli.run(configs.parse_args(describe)) == 0, capsys.readouterr().err
+    trusted = tmp_path / "trusted.properties"
+    trusted.write_text(f"zookeeper.ssl.truststore.location={pki.ca}\n")
+    other = tmp_path / "other.properties"
+    other.write_text(f"zookeeper.ssl.truststore.location={pki.other_ca}\n")
+    capsys.readouterr()
+    assert migrate("--zk-tls-config-file", str(other)) == 1
+    assert "zookeeper.ssl.truststore.location" in capsys.readouterr().err
+    monkeypatch.setenv("KAFKA_OPTS", kafka_opts(pki.other_ca))
+    assert migrate("--zk-tls-config-file", str(trusted)) == 0, capsys.readouterr().err
+
+
 @pytest.mark.timeout(60)
 def test_wirebroker_serve_refuses_and_says_why(
     tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path

@@ -31,9 +31,9 @@ socket for plaintext and TLS; Kafka's ZooKeeper client fails to connect over TLS
 `org.apache.zookeeper.ClientCnxnSocketNetty`), so `client_auth_configured` does not ask for
 it. `zookeeper.ssl.crl.enable` and `zookeeper.ssl.ocsp.enable` refuse to start when true:
 Python's ssl neither fetches a certificate's revocation lists nor asks its OCSP responder.
-The `-Dzookeeper.ssl.*` JVM system properties Kafka falls back to do not exist here. The host
-name checked is the one in `zookeeper.connect`, as written (ZooKeeper's client also tries the
-address's reverse lookup).
+The `-Dzookeeper.ssl.*` JVM system properties Kafka's broker falls back to are not read by the
+broker (the tools read them: `wirebroker.zk.tool_session`). The host name checked is the one in
+`zookeeper.connect`, as written (ZooKeeper's client also tries the address's reverse lookup).
 """
 
 from __future__ import annotations
@@ -56,23 +56,27 @@ from wirebroker.config import BrokerConfig, ConfigError
 
 log = logging.getLogger(__name__)
 
-#: Kafka's ZooKeeper client TLS keys: what `wirebroker configs --zk-tls-config-file` reads.
-ZK_TLS_KEYS = (
-    "zookeeper.ssl.client.enable",
-    "zookeeper.clientCnxnSocket",
-    "zookeeper.ssl.keystore.location",
-    "zookeeper.ssl.keystore.password",
-    "zookeeper.ssl.keystore.type",
-    "zookeeper.ssl.truststore.location",
-    "zookeeper.ssl.truststore.password",
-    "zookeeper.ssl.truststore.type",
-    "zookeeper.ssl.protocol",
-    "zookeeper.ssl.enabled.protocols",
-    "zookeeper.ssl.cipher.suites",
-    "zookeeper.ssl.endpoint.identification.algorithm",
-    "zookeeper.ssl.crl.enable",
-    "zookeeper.ssl.ocsp.enable",
-)
+#: Kafka's ZooKeeper client TLS keys (what the tools' `--zk-tls-config-file` reads) -> the
+#: ZooKeeper client's system property each overrides (Kafka 3.9's
+#: ZkConfigs.ZK_SSL_CONFIG_TO_SYSTEM_PROPERTY_MAP); the tools read both
+#: (`wirebroker.zk.tool_session`), the broker its keys only.
+ZK_TLS_SYSTEM_PROPERTIES = {
+    "zookeeper.ssl.client.enable": "zookeeper.client.secure",
+    "zookeeper.clientCnxnSocket": "zookeeper.clientCnxnSocket",
+    "zookeeper.ssl.keystore.location": "zookeeper.ssl.keyStore.location",
+    "zookeeper.ssl.keystore.password": "zookeeper.ssl.keyStore.password",
+    "zookeeper.ssl.keystore.type": "zookeeper.ssl.keyStore.type",
+    "zookeeper.ssl.truststore.location": "zookeeper.ssl.trustStore.location",
+    "zookeeper.ssl.truststore.password": "zookeeper.ssl.trustStore.password",
+    "zookeeper.ssl.truststore.type": "zookeeper.ssl.trustStore.type",
+    "zookeeper.ssl.protocol": "zookeeper.ssl.protocol",
+    "zookeeper.ssl.enabled.protocols": "zookeeper.ssl.enabledProtocols",
+    "zookeeper.ssl.cipher.suites": "zookeeper.ssl.ciphersuites",
+    "zookeeper.ssl.endpoint.identification.algorithm": "zookeeper.ssl.hostnameVerification",
+    "zookeeper.ssl.crl.enable": "zookeeper.ssl.crl",
+    "zookeeper.ssl.ocsp.enable": "zookeeper.ssl.ocsp",
+}
+ZK_TLS_KEYS = tuple(ZK_TLS_SYSTEM_PROPERTIES)
 #: The listener key `wirebroker.tls` asks for -> the ZooKeeper key holding it (others: unset).
 _KEYS = {
     **{

@@ -2,34 +2,44 @@
 and Metadata round trips over a plain socket, for launchers that wait for a broker they started
 (`wirebroker.testcontainers`' containers, the compat suite's Kafka processes).
 
-A broker that listens is not yet one clients can use: Kafka 3.9 in ZooKeeper mode logs
-"[KafkaServer id=N] started" before its controller's UpdateMetadata reached it, and until then
-its Metadata lists no broker (CreateTopics fails: "Replication factor: 1 larger than available
-brokers: 0"). `broker_listed` is the check that covers that moment: Metadata lists the broker
-and names a controller.
+The requests and answers are the generated codec's (`protocol.api`). A broker that listens is
+not yet one clients can use: Kafka 3.9 in ZooKeeper mode logs "[KafkaServer id=N] started"
+before its controller's UpdateMetadata reached it, and until then its Metadata lists no broker
+(CreateTopics fails: "Replication factor: 1 larger than available brokers: 0"). `broker_listed`
+is the check that covers that moment: Metadata lists the broker and names a controller.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+from typing import Any
 
-_CLIENT_ID = b"wirebroker-probe"
+from protocol.api import decode_response, encode_request
+from protocol.errors import ProtocolError
+from protocol.framing import frame
+from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.headers import RequestHeader
+from protocol.messages.metadata import MetadataRequest
+from protocol.schema import Message
+
+_CLIENT_ID = "wirebroker-probe"
 
 
-def _round_trip(
-    sock: socket.socket, api_key: int, api_version: int, correlation_id: int, body: bytes
-) -> bytes:
-    """Send one request with a v1 request header; return the response minus its header."""
-    header = struct.pack(">hhih", api_key, api_version, correlation_id, len(_CLIENT_ID))
-    frame = header + _CLIENT_ID + body
-    sock.sendall(struct.pack(">i", len(frame)) + frame)
-    size = struct.unpack(">i", recv_exact(sock, 4))[0]
-    payload = recv_exact(sock, size)
-    (got_correlation,) = struct.unpack_from(">i", payload, 0)
-    if got_correlation != correlation_id:
-        raise ValueError(f"correlation id {got_correlation} != {correlation_id}")
-    return payload[4:]
+def _round_trip(sock: socket.socket, body: Message, version: int) -> Any:
+    """Send `body` at `version` (correlation id 1) and return the response body."""
+    header = RequestHeader(
+        request_api_key=body.API_KEY,
+        request_api_version=version,
+        correlation_id=1,
+        client_id=_CLIENT_ID,
+    )
+    sock.sendall(frame(encode_request(header, body)))
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    response = decode_response(recv_exact(sock, size), body.API_KEY, version)
+    if response.header.correlation_id != 1:
+        raise ValueError(f"correlation id {response.header.correlation_id} != 1")
+    return response.body
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -46,15 +56,10 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
 def api_versions(host: str, port: int, timeout: float = 5.0) -> dict[int, tuple[int, int]]:
     """ApiVersions v0 round trip: ``{api_key: (min_version, max_version)}``."""
     with socket.create_connection((host, port), timeout=timeout) as s:
-        body = _round_trip(s, 18, 0, 1, b"")
-    (error_code, count) = struct.unpack_from(">hi", body, 0)
-    if error_code != 0:
-        raise ValueError(f"ApiVersions error_code {error_code}")
-    out: dict[int, tuple[int, int]] = {}
-    for i in range(count):
-        key, lo, hi = struct.unpack_from(">hhh", body, 6 + 6 * i)
-        out[key] = (lo, hi)
-    return out
+        body = _round_trip(s, ApiVersionsRequest(), 0)
+    if body.error_code != 0:
+        raise ValueError(f"ApiVersions error_code {body.error_code}")
+    return {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
 
 
 def metadata_brokers(
@@ -62,21 +67,8 @@ def metadata_brokers(
 ) -> tuple[dict[int, tuple[str, int]], int]:
     """Metadata v1 round trip asking for no topics: ``({node_id: (host, port)}, controller_id)``."""
     with socket.create_connection((host, port), timeout=timeout) as s:
-        body = _round_trip(s, 3, 1, 2, struct.pack(">i", 0))
-    pos = 0
-    (count,) = struct.unpack_from(">i", body, pos)
-    pos += 4
-    brokers: dict[int, tuple[str, int]] = {}
-    for _ in range(count):
-        node_id, host_len = struct.unpack_from(">ih", body, pos)
-        pos += 6
-        b_host = body[pos : pos + host_len].decode()
-        pos += host_len
-        (b_port, rack_len) = struct.unpack_from(">ih", body, pos)
-        pos += 6 + max(rack_len, 0)
-        brokers[node_id] = (b_host, b_port)
-    (controller_id,) = struct.unpack_from(">i", body, pos)
-    return brokers, controller_id
+        body = _round_trip(s, MetadataRequest(topics=[]), 1)
+    return {b.node_id: (b.host, b.port) for b in body.brokers}, body.controller_id
 
 
 def broker_listed(host: str, port: int, broker_id: int | None = None) -> bool:
@@ -85,7 +77,7 @@ def broker_listed(host: str, port: int, broker_id: int | None = None) -> bool:
     does not answer."""
     try:
         brokers, controller_id = metadata_brokers(host, port)
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, struct.error, ProtocolError):
         return False
     listed = broker_id in brokers if broker_id is not None else (host, port) in brokers.values()
     return listed and controller_id >= 0

@@ -103,6 +103,7 @@ def tool_session(
         start_session(zk, login, connection_timeout_s)
         yield zk
     except KazooTimeoutError:
+        zk.stop()  # the attempt under way (a slow first TLS handshake) ends: its failure is known
         raise ZkToolError(f"ZooKeeper {connect}: {failure(tls) or 'unreachable'}") from None
     except AuthFailedError:
         assert login is not None

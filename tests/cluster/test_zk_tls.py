@@ -350,6 +350,42 @@ def test_renewed_stores_are_read_again_on_the_next_connection(
         trio.run(main)
 
 
+@pytest.mark.timeout(90)
+def test_broker_falls_back_to_zookeepers_tls_system_properties(
+    tls_zk: ZooKeeperServer, pki: ZkPki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka's KafkaConfig: each zookeeper.ssl.* key the broker's config does not set is
+    the ZooKeeper client's system property (KAFKA_OPTS), hostnameVerification=false meaning
+    no host name check; a key the config sets wins over its property."""
+    monkeypatch.setenv(
+        "KAFKA_OPTS",
+        " ".join(
+            [
+                "-Xmx1G",
+                "-Dzookeeper.client.secure=true",
+                f"-Dzookeeper.ssl.keyStore.location={pki.broker}",
+                f"-Dzookeeper.ssl.keyStore.password={PASSWORD}",
+                f"-Dzookeeper.ssl.trustStore.location={pki.ca}",
+                "-Dzookeeper.ssl.hostnameVerification=false",
+            ]
+        ),
+    )
+    plain = BrokerConfig.from_properties({"zookeeper.connect": f"127.0.0.1:{tls_zk.port}"})
+    assert client_auth_configured(plain)  # zookeeper.set.acl's certificate identity
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            # By address: connects only if hostnameVerification=false was read.
+            zk = await zk_member.connect(plain)
+            await zk.close()
+            message = await refused(
+                f"127.0.0.1:{tls_zk.port}", {"zookeeper.ssl.truststore.location": str(pki.other_ca)}
+            )
+            assert "zookeeper.ssl.truststore.location" in message, message
+
+    trio.run(main)
+
+
 @pytest.mark.timeout(60)
 def test_tls_to_a_plaintext_port_says_so(zk_server: ZooKeeperServer, pki: ZkPki) -> None:
     async def main() -> None:

@@ -31,8 +31,9 @@ socket for plaintext and TLS; Kafka's ZooKeeper client fails to connect over TLS
 `org.apache.zookeeper.ClientCnxnSocketNetty`), so `client_auth_configured` does not ask for
 it. `zookeeper.ssl.crl.enable` and `zookeeper.ssl.ocsp.enable` refuse to start when true:
 Python's ssl neither fetches a certificate's revocation lists nor asks its OCSP responder.
-The `-Dzookeeper.ssl.*` JVM system properties Kafka's broker falls back to are not read by the
-broker (the tools read them: `wirebroker.zk.tool_session`). The host name checked is the one in
+Each key not set falls back, as in Kafka's KafkaConfig (and its tools), to the ZooKeeper client's
+JVM system property (`-Dzookeeper.client.secure`, `-Dzookeeper.ssl.keyStore.location`, ...,
+read from KAFKA_OPTS by `wirebroker.system_properties`: `with_system_properties`). The host name checked is the one in
 `zookeeper.connect`, as written (ZooKeeper's client also tries the address's reverse lookup).
 """
 
@@ -57,9 +58,8 @@ from wirebroker.config import BrokerConfig, ConfigError
 log = logging.getLogger(__name__)
 
 #: Kafka's ZooKeeper client TLS keys (what the tools' `--zk-tls-config-file` reads) -> the
-#: ZooKeeper client's system property each overrides (Kafka 3.9's
-#: ZkConfigs.ZK_SSL_CONFIG_TO_SYSTEM_PROPERTY_MAP); the tools read both
-#: (`wirebroker.zk.tool_session`), the broker its keys only.
+#: ZooKeeper client's system property each falls back to (Kafka 3.9's
+#: ZkConfigs.ZK_SSL_CONFIG_TO_SYSTEM_PROPERTY_MAP).
 ZK_TLS_SYSTEM_PROPERTIES = {
     "zookeeper.ssl.client.enable": "zookeeper.client.secure",
     "zookeeper.clientCnxnSocket": "zookeeper.clientCnxnSocket",
@@ -118,17 +118,48 @@ class ZkSslSettings:
         return _KEYS.get(key, key)
 
 
+def system_property_keys() -> dict[str, str]:
+    """ZooKeeper's client TLS system properties that are set, as Kafka's keys: its
+    hostnameVerification (a boolean, true unless set otherwise) as the endpoint identification
+    algorithm, HTTPS or empty."""
+    from wirebroker.system_properties import system_property
+
+    keys = {}
+    for key, name in ZK_TLS_SYSTEM_PROPERTIES.items():
+        value = system_property(name)
+        if value is None:
+            continue
+        if name == "zookeeper.ssl.hostnameVerification":  # Java's Boolean.parseBoolean
+            value = "HTTPS" if value.strip().lower() == "true" else ""
+        keys[key] = value
+    return keys
+
+
+def with_system_properties(config: BrokerConfig) -> BrokerConfig:
+    """The ZooKeeper TLS keys `config` sets, each key it does not set taken from its system
+    property (`system_property_keys`), as Kafka's KafkaConfig reads `zookeeper.ssl.*`."""
+    keys = system_property_keys()
+    keys.update(
+        (k, v) for k in ZK_TLS_KEYS if (v := config.get(k)) is not None and config.is_set(k)
+    )
+    return BrokerConfig(keys)
+
+
 def client_auth_configured(config: BrokerConfig) -> bool:
     """True when this broker presents a certificate to ZooKeeper (TLS on and a keystore): an
-    identity ZooKeeper can put in an ACL, as Kafka's `zkTlsClientAuthEnabled`."""
+    identity ZooKeeper can put in an ACL, as Kafka's `zkTlsClientAuthEnabled` (system
+    properties included: `with_system_properties`)."""
+    config = with_system_properties(config)
     return config.get_bool("zookeeper.ssl.client.enable") and bool(
         (config.get("zookeeper.ssl.keystore.location") or "").strip()
     )
 
 
 def client_tls(config: BrokerConfig) -> ZkTls | None:
-    """The ZooKeeper client's TLS, or None when `zookeeper.ssl.client.enable` is false.
-    ConfigError says which key is wrong."""
+    """The ZooKeeper client's TLS, or None when `zookeeper.ssl.client.enable` is false
+    (system properties included: `with_system_properties`). ConfigError says which key is
+    wrong."""
+    config = with_system_properties(config)
     if not config.get_bool("zookeeper.ssl.client.enable"):
         return None
     for key, what in (

@@ -34,32 +34,14 @@ class ZkToolError(Exception):
     which ensemble and why."""
 
 
-def system_property_keys() -> dict[str, str]:
-    """ZooKeeper's client TLS system properties that are set, as Kafka's keys: its
-    hostnameVerification (a boolean, true unless set otherwise) as the endpoint identification
-    algorithm, HTTPS or empty."""
-    from wirebroker.system_properties import system_property
-    from wirebroker.zk.tls import ZK_TLS_SYSTEM_PROPERTIES
-
-    keys = {}
-    for key, name in ZK_TLS_SYSTEM_PROPERTIES.items():
-        value = system_property(name)
-        if value is None:
-            continue
-        if name == "zookeeper.ssl.hostnameVerification":  # Java's Boolean.parseBoolean
-            value = "HTTPS" if value.strip().lower() == "true" else ""
-        keys[key] = value
-    return keys
-
-
 def tool_tls(path: Path | None) -> tuple[ZkTls | None, bool]:
     """The tool's ZooKeeper TLS (None when it is off) and whether it shows ZooKeeper a client
-    certificate: the system properties' (`system_property_keys`), overridden key by key by the
-    `--zk-tls-config-file` `path`. ConfigError for a file that cannot be read or a wrong
-    key."""
+    certificate: the system properties' (`wirebroker.zk.tls.with_system_properties`),
+    overridden key by key by the `--zk-tls-config-file` `path`. ConfigError for a file that
+    cannot be read or a wrong key."""
     from wirebroker.zk.tls import ZK_TLS_KEYS, client_auth_configured, client_tls
 
-    keys = system_property_keys()
+    keys: dict[str, str] = {}
     if path is not None:
         try:
             properties = parse_properties(path.read_text())

@@ -208,23 +208,28 @@ def test_znode_requests_reassign_and_prefer(zk_connect: str, tmp_path: Path) -> 
             await eventually(
                 lambda: controller.ctx.assignment(("legacy", 0)).adding == (3,), what="phase A"
             )
-            info = controller.ctx.states[("legacy", 0)]
-            await controller.call(
-                lambda: controller.alter_partition(
-                    1,
-                    b1.broker.broker_epoch,
-                    {("legacy", 0): (info.state.leader_epoch, (1, 2, 3), info.version, 0)},
-                )
-            )
-            # (broker 1's own AlterPartition may have added 3 first, making this one stale:
-            # either way phase B follows once 3 is in the ISR)
-            await eventually(
-                lambda: (
+
+            def phase_b() -> bool:
+                return (
                     controller.ctx.assignment(("legacy", 0)).replicas == (3, 2)
                     and controller.ctx.states[("legacy", 0)].state.leader == 3
-                ),
-                what="phase B",
-            )
+                )
+
+            # Broker 1, the leader, adds 3 to the ISR (the fake broker fetches nothing). Its
+            # own ISR changes (2 dropped for lagging, say) can make one attempt stale
+            # (INVALID_UPDATE_VERSION): each attempt reads the state afresh, until phase B.
+            with trio.fail_after(15):
+                while not phase_b():
+                    info = controller.ctx.states[("legacy", 0)]
+                    isr = tuple(sorted({*info.state.isr, 3}))
+                    change = (info.state.leader_epoch, isr, info.version, 0)
+                    if info.state.leader == 1 and 3 not in info.state.isr:
+                        await controller.call(
+                            lambda change=change: controller.alter_partition(
+                                1, b1.broker.broker_epoch, {("legacy", 0): change}
+                            )
+                        )
+                    await trio.sleep(0.05)
             await eventually(
                 lambda: not controller.ctx.legacy_reassignments,
                 what="done",

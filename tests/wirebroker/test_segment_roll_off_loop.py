@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -83,15 +84,19 @@ async def _serve_topic(nursery: trio.Nursery, config: BrokerConfig) -> tuple[Any
     return running, running.bootstrap_servers, running.broker.log_manager.get("t", 0)
 
 
-def _produce(bootstrap: str, first: int, count: int) -> None:
+def _produce(
+    bootstrap: str, first: int, count: int, acknowledged: Callable[[], None] | None = None
+) -> None:
     """Records `first`..`first + count - 1` ("v<i>", 100 bytes), each acknowledged (acks=all)
-    before the next is sent: a roll every dozen."""
+    before the next is sent: a roll every dozen. `acknowledged` is called after each."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
     errors: list[Any] = []
     for i in range(first, first + count):
         value = (b"v%d-" % i).ljust(100, b".")
         producer.produce("t", value, on_delivery=lambda e, _m: errors.append(e))
         assert producer.flush(TIMEOUT) == 0
+        if acknowledged is not None:
+            acknowledged()
     assert errors == [None] * count
 
 
@@ -148,12 +153,20 @@ def test_rolls_adopt_segments_made_in_a_worker_while_the_loop_keeps_answering(
             finally:
                 held.release.set()
             with trio.fail_after(TIMEOUT):
-                # Released: from now on each roll adopts the segment made ahead for it.
+                # Released: from now on each roll adopts the segment made ahead for it. Each
+                # roll asks for the next segment; the producer waits until it is made (a roll
+                # before that would create its own, which is the loaded machine's timing, not
+                # what is tested here).
                 await trio.to_thread.run_sync(held.wait_made, 1)
-                inline = log.rolls_inline
-                await trio.to_thread.run_sync(_produce, bootstrap, 40, 60)
-                assert log.rolls_prepared >= 3
-                assert log.rolls_inline <= inline + 1  # a roll may come before its preparation
+                inline, segments = log.rolls_inline, len(log.segments)
+
+                def wait_for_preparation() -> None:
+                    rolls = trio.from_thread.run_sync(lambda: len(log.segments)) - segments
+                    held.wait_made(1 + rolls)
+
+                await trio.to_thread.run_sync(_produce, bootstrap, 40, 60, wait_for_preparation)
+                assert log.rolls_prepared >= 4
+                assert log.rolls_inline == inline
                 bases = [s.base_offset for s in log.segments]
                 assert len(bases) >= 8
                 assert await trio.to_thread.run_sync(_consume, bootstrap) == [

@@ -131,23 +131,28 @@ async def run(broker: Broker, cycles: int, mode: str) -> float:
     return (time.perf_counter() - started) / cycles
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("cycles", type=int)
-    parser.add_argument("mode", nargs="?", default="both", choices=("both", "produce", "fetch"))
-    args = parser.parse_args()
+def cycle_us(cycles: int, mode: str = "both") -> float:
+    """Microseconds per cycle of `cycles`, on a broker of its own in a scratch folder (the
+    side-by-side bench's reference for the host: `bench.side_by_side`)."""
     data = tempfile.mkdtemp(prefix="bench-request-path-")
     try:
         config = {"broker.id": "0", "listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": data}
         broker = Broker.open(BrokerConfig.from_properties(config))
         try:
             broker.create_topic("lat", 1, 1, {})
-            seconds = trio.run(run, broker, args.cycles, args.mode)
+            return trio.run(run, broker, cycles, mode) * 1e6
         finally:
             broker.close()
     finally:
         shutil.rmtree(data)
-    print(f"{args.mode}: {seconds * 1e6:.1f} us per cycle")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cycles", type=int)
+    parser.add_argument("mode", nargs="?", default="both", choices=("both", "produce", "fetch"))
+    args = parser.parse_args()
+    print(f"{args.mode}: {cycle_us(args.cycles, args.mode):.1f} us per cycle")
 
 
 if __name__ == "__main__":

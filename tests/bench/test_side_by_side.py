@@ -7,6 +7,7 @@ chart are written), not the figures: ``--quick`` sizes are too small to mean any
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,8 @@ def test_quick_run_writes_the_report_and_chart(tmp_path: Path) -> None:
     assert "repeat 1/1" in stderr  # progress on stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert text.endswith(hand_written) and "\nold\n" not in text
+    # The host's reference: the broker's own request path timed before the run.
+    assert re.search(r"row 4's request path in process .* took [1-9][0-9]* µs\.", text)
     for needle in (
         "Produce 1 KiB, acks=1 (Java ProducerPerformance)",
         "Broker RSS, idle",

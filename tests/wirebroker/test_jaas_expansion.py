@@ -105,10 +105,10 @@ def test_option_values_are_expanded_as_the_jdk_expands_them(
     if expanded:
         assert read["${wb.password}"] == "a.B\trequired\tk=s3cr3t\tn=v"
         assert read["${wb.unset}"] == (
-            "ERROR\tsection Client (line 1): option k: unable to expand property wb.unset"
+            "ERROR\tsection Client (line 2): option k: unable to expand property wb.unset"
         )
         assert read["${wb.empty}"] == (
-            "ERROR\tsection Client (line 1): option k: system property [${wb.empty}] expanded "
+            "ERROR\tsection Client (line 2): option k: system property [${wb.empty}] expanded "
             "to empty value"
         )
     else:

@@ -5,12 +5,11 @@ JAAS file's own name is expanded, and an expanded password is never in a message
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.wirebroker.jaas_java import jdk_reads, refused, rendered, requires_java
 from wirebroker.config import ConfigError
 from wirebroker.sasl.jaas_file import read_jaas_file
 from wirebroker.sasl.settings import JaasError
@@ -18,8 +17,6 @@ from wirebroker.zk.sasl_login import zk_login
 
 pytestmark = pytest.mark.timeout(60)
 
-JAVA = shutil.which("java")
-requires_java = pytest.mark.skipif(JAVA is None, reason="java is not installed")
 DIGEST = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
 #: Option values as written in the file (inside the quotes), each in a file of its own.
@@ -63,29 +60,19 @@ def jaas_files(tmp_path: Path, values: list[str]) -> list[Path]:
     return paths
 
 
-def java_reads(flags: list[str], paths: list[Path]) -> list[str]:
-    """What the JDK reads of each file: `k=...\tn=v`, or `ERROR\tmessage`."""
-    assert JAVA is not None
-    source = Path(__file__).with_name("JaasConfig.java")
-    command = [JAVA, *flags, str(source), "Client", *map(str, paths)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
-    return done.stdout.splitlines()
-
-
 def wirebroker_reads(path: Path) -> str:
-    """The same as `java_reads`, by wirebroker (the message after `ERROR` is its own)."""
+    """The same as `jdk_reads`, by wirebroker (the message after `ERROR` is its own)."""
     try:
-        [entry] = read_jaas_file(str(path))["Client"]
+        return rendered(read_jaas_file(str(path)).get("Client"))
     except JaasError as e:
-        return f"ERROR\t{e}"
-    return "\t".join(f"{k}={v}" for k, v in sorted(entry.options.items()))
+        return refused(e)
 
 
 def same(java: str, ours: str) -> bool:
     """Both read the same options, or both refuse (ours naming the property the JDK names)."""
     if java.startswith("ERROR") or ours.startswith("ERROR"):
         name = java.removeprefix("ERROR\tunable to expand property ")
-        return ours.startswith("ERROR") and (name == java or ours.rstrip().endswith(name))
+        return ours.startswith("ERROR") and (name == java or ours.endswith(name))
     return java == ours
 
 
@@ -110,22 +97,22 @@ def test_option_values_are_expanded_as_the_jdk_expands_them(
         flags.append(f"-Djava.security.properties={tmp_path / 'java.security'}")
     monkeypatch.setenv("KAFKA_OPTS", " ".join(flags))
     paths = jaas_files(tmp_path, VALUES)
-    java = java_reads(flags, paths)
+    java = jdk_reads("Client", paths, flags)
     ours = [wirebroker_reads(p) for p in paths]
     differ = {v: (j, o) for v, j, o in zip(VALUES, java, ours, strict=True) if not same(j, o)}
     assert not differ
     read = dict(zip(VALUES, ours, strict=True))
     if expanded:
-        assert read["${wb.password}"] == "k=s3cr3t\tn=v"
+        assert read["${wb.password}"] == "a.B\trequired\tk=s3cr3t\tn=v"
         assert read["${wb.unset}"] == (
-            "ERROR\tsection Client (line 1): option k: unable to expand property wb.unset"
+            "ERROR\tsection Client (line 2): option k: unable to expand property wb.unset"
         )
         assert read["${wb.empty}"] == (
-            "ERROR\tsection Client (line 1): option k: system property [${wb.empty}] expanded "
+            "ERROR\tsection Client (line 2): option k: system property [${wb.empty}] expanded "
             "to empty value"
         )
     else:
-        assert read["${wb.unset}"] == "k=${wb.unset}\tn=v"
+        assert read["${wb.unset}"] == "a.B\trequired\tk=${wb.unset}\tn=v"
 
 
 def test_the_jaas_file_s_own_name_is_expanded(

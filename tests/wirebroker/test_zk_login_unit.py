@@ -71,8 +71,9 @@ def test_a_jaas_file_s_sections_with_comments_and_quoted_braces() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("Client { a.B required x=1; }", "line 1: expected a section"),
-        ("\n\nClient { a.B required x=; };", "section Client \\(line 3\\): expected key=value"),
+        ("Client a.B required x=y; };", "section Client \\(line 1\\): expected '{' after"),
+        ("Client { a.B required x=y; }", "section Client \\(line 1\\): expected ';' after '}'"),
+        ("\n\nClient {\n a.B required x=; };", "section Client \\(line 4\\): expected a value"),
         (
             "Client { a.B required; };\nClient { a.B required; };",
             "line 2: section Client is given twice",

@@ -6,9 +6,13 @@
         username="kafka" password="kafka-secret";
     };
 
-Each section is `Name { Module flag key="value" ... ; ... };`, its inside read as a
-`sasl.jaas.config` value is (`settings.parse_jaas_entries`); `//` and `/* */` comments are
-skipped, as Java's ConfigFile does. A name given twice is refused, as there.
+Each section is `Name { Module flag key="value" ... ; ... };`, read as the JDK 17's ConfigFile
+reads the file (UTF-8): its StreamTokenizer's tokens (`java_tokens`: escapes in quoted strings,
+numbers, comments; `*` is a word character here and not in Kafka's `sasl.jaas.config` parser)
+and its grammar, where a login module, control flag, option name or option value is a word or a
+string in double quotes: a number (`debug=1`) or a string in single quotes (which Kafka's parser
+takes) is refused. A name given twice is refused, as there. Messages give the line, the section
+and the option, never a value (the JDK's show the token they found).
 
 Option values are expanded as Java's ConfigFile expands them (`system_properties.
 expand_properties`): `keyTab="${user.home}${/}kafka.keytab"`, `password="${zk.password}"` take
@@ -21,10 +25,19 @@ name, the system property `java.security.auth.login.config`, is expanded too (`j
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from wirebroker.sasl.settings import JaasEntry, JaasError, parse_jaas_entries
+from wirebroker.sasl.java_tokens import (
+    END,
+    JDK_WORD_CHARS,
+    WORD,
+    Token,
+    java_tokens,
+    line_of,
+    quoting_hint,
+    token_name,
+)
+from wirebroker.sasl.settings import JaasEntry, JaasError, control_flag
 from wirebroker.system_properties import (
     ExpandError,
     expand_properties,
@@ -34,53 +47,118 @@ from wirebroker.system_properties import (
 
 #: The Java security property that turns `${...}` expansion off when `false`.
 EXPAND_PROPERTIES = "policy.expandProperties"
-
-# A quoted string (kept), or a comment (blanked, keeping its newlines so positions stay true).
-_QUOTED_OR_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|//[^\n]*|/\*.*?\*/', re.DOTALL)
-_SECTION = re.compile(r'\s*([^\s{};="]+)\s*\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}\s*;')
+_SECTION = 'a section is Name { LoginModuleClass controlFlag key="value" ... ; };'
 
 
 def parse_jaas_file(text: str, *, expand: bool = True) -> dict[str, list[JaasEntry]]:
     """Each section's login modules, by the section's name, their option values expanded
-    (`expand`); JaasError saying where it fails."""
-    text = _QUOTED_OR_COMMENT.sub(lambda m: m[1] or re.sub(r"[^\n]", " ", m[0]), text)
-    sections: dict[str, list[JaasEntry]] = {}
-    pos = 0
-    while text[pos:].strip():
-        m = _SECTION.match(text, pos)
-        line = text.count("\n", 0, len(text) - len(text[pos:].lstrip())) + 1
-        if m is None:
-            raise JaasError(
-                f"line {line}: expected a section, "
-                'Name { LoginModuleClass controlFlag key="value" ... ; };'
-            )
-        name = m[1]
-        if name in sections:
-            raise JaasError(f"line {line}: section {name} is given twice")
+    (`expand`); JaasError saying where it fails. A section without login modules is left out,
+    as the JDK finds none by its name (so a broker does not log in to ZooKeeper with it)."""
+    return _ConfigFile(text, expand).sections()
+
+
+class _ConfigFile:
+    """The JDK's ConfigFile reading `text`: the tokens, the next one (`i`) and the section it is
+    in (`section`, for messages)."""
+
+    __slots__ = ("text", "expand", "tokens", "i", "section")
+
+    def __init__(self, text: str, expand: bool) -> None:
+        self.text = text
+        self.expand = expand
+        self.tokens = java_tokens(text, JDK_WORD_CHARS)
+        self.i = 0
+        self.section: str | None = None
+
+    def sections(self) -> dict[str, list[JaasEntry]]:
+        sections: dict[str, list[JaasEntry]] = {}
+        names: set[str | None] = set()
+        while self.tokens[self.i][0] != END:
+            start = self.tokens[self.i]
+            # As the JDK: the name is whatever text the token has; a number or a character
+            # names no section (the JDK files it under null, which no login looks up).
+            name = start[1]
+            label = "without a name" if name is None else name
+            self.section = label
+            self.i += 1
+            self.take("{", "after the section's name")
+            entries = []
+            while self.tokens[self.i][0] != "}":
+                entries.append(self.entry())
+            self.i += 1
+            self.take(";", "after '}'")
+            self.section = None
+            if name in names:
+                raise self.error(f"section {label} is given twice", start)
+            names.add(name)
+            if name is not None and entries:  # as the JDK's lookup: no modules, no section
+                sections[name] = entries
+        return sections
+
+    def entry(self) -> JaasEntry:
+        """One login module: `Module flag key="value" ... ;`."""
+        module = self.text_of("a login module's class name", "or '}'")
+        flag = self.tokens[self.i]
+        flag_text = self.text_of("a control flag", "after the login module")
         try:
-            sections[name] = parse_jaas_entries(m[2])
-            if expand:
-                for entry in sections[name]:
-                    entry.options = {k: _expanded(k, v) for k, v in entry.options.items()}
+            flag_name = control_flag(flag_text)
         except JaasError as e:
-            raise JaasError(f"section {name} (line {line}): {e}") from None
-        pos = m.end()
-    return sections
+            raise self.error(str(e), flag) from None
+        options: dict[str, str] = {}
+        after = "after the control flag"
+        while self.tokens[self.i][0] != ";":
+            key = self.text_of("an option's name", after)
+            self.take("=", f"after option {key}")
+            value_token = self.tokens[self.i]
+            value = self.text_of("a value", f"after option {key}'s '='", value=True)
+            options[key] = self.expanded(key, value, value_token) if self.expand else value
+            after = f"after option {key}"
+        self.i += 1
+        if not module:
+            raise self.error("a login module's class name is empty", self.tokens[self.i - 1])
+        return JaasEntry(module, flag_name, options)
 
+    def text_of(self, what: str, where: str, *, value: bool = False) -> str:
+        """The text of the next token, which must be a word or in double quotes."""
+        token = self.tokens[self.i]
+        if token[0] == WORD or token[0] == '"':
+            self.i += 1
+            return token[1] or ""
+        hint = ""
+        if token[0] == "'":
+            hint = ": the JDK's JAAS file parser takes only double quotes"
+        elif value:
+            hint = f": {quoting_hint(JDK_WORD_CHARS)}"
+        raise self.error(f"expected {what} {where}, found {token_name(token)}{hint}", token)
 
-def _expanded(option: str, value: str) -> str:
-    """An option's value expanded as Java's ConfigFile.expand: an empty value is left empty,
-    a value that expands to nothing is refused."""
-    if not value:
-        return value
-    try:
-        expanded = expand_properties(value)
-    except ExpandError as e:
-        raise JaasError(f"option {option}: {e}") from None
-    if not expanded:
-        # `value` is nothing but ${...} of empty properties: names only, no secret.
-        raise JaasError(f"option {option}: system property [{value}] expanded to empty value")
-    return expanded
+    def take(self, kind: str, where: str) -> None:
+        token = self.tokens[self.i]
+        if token[0] != kind:
+            hint = "" if kind == "=" else f": {_SECTION}"
+            raise self.error(f"expected '{kind}' {where}, found {token_name(token)}{hint}", token)
+        self.i += 1
+
+    def expanded(self, option: str, value: str, token: Token) -> str:
+        """An option's value expanded as Java's ConfigFile.expand: an empty value is left
+        empty, a value that expands to nothing is refused."""
+        if not value:
+            return value
+        try:
+            expanded = expand_properties(value)
+        except ExpandError as e:
+            raise self.error(f"option {option}: {e}", token) from None
+        if not expanded:
+            # `value` is nothing but ${...} of empty properties: names only, no secret.
+            raise self.error(
+                f"option {option}: system property [{value}] expanded to empty value", token
+            )
+        return expanded
+
+    def error(self, message: str, token: Token) -> JaasError:
+        """JaasError saying where `token` is: its line, and the section it is in, if any."""
+        line = line_of(self.text, token[2])
+        where = f"section {self.section} (line {line})" if self.section else f"line {line}"
+        return JaasError(f"{where}: {message}")
 
 
 def jaas_file_path(value: str) -> str:
@@ -99,9 +177,12 @@ def jaas_file_path(value: str) -> str:
 def read_jaas_file(path: str) -> dict[str, list[JaasEntry]]:
     """`parse_jaas_file` of the file at `path`, expanded unless `policy.expandProperties` is
     false (the security property; the system property when that is not set, as Java's
-    ConfigFile looks: the JDK's java.security sets it, true); OSError when it cannot be read."""
+    ConfigFile looks: the JDK's java.security sets it, true); OSError when it cannot be read.
+    As the JDK, the file is UTF-8 (a byte that is not: U+FFFD) and its line breaks are kept as
+    written (a comment after `/` runs to the next `\r` or `\n`)."""
     setting = security_property(EXPAND_PROPERTIES)
     if setting is None:
         setting = system_property(EXPAND_PROPERTIES)
     expand = setting != "false"
-    return parse_jaas_file(Path(path).read_text(), expand=expand)
+    text = Path(path).read_bytes().decode("utf-8", "replace")
+    return parse_jaas_file(text, expand=expand)

@@ -33,9 +33,16 @@ brokers use for their client side.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
+
+from wirebroker.sasl.java_tokens import (
+    END,
+    KAFKA_WORD_CHARS,
+    java_tokens,
+    quoting_hint,
+    token_name,
+)
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
@@ -76,11 +83,10 @@ UNSECURED_LOGIN = (
 JAAS_USER_PREFIX = "user_"  # PlainLoginModule's option naming a user: user_<name>="<password>"
 
 _CONTROL_FLAGS = ("required", "requisite", "sufficient", "optional")
-_JAAS_TOKEN = re.compile(r'\s*(?:(;)|"((?:[^"\\]|\\.)*)"|([^\s=;"]+)|(=))')
 
 
 class JaasError(ValueError):
-    """A `sasl.jaas.config` value that does not parse; the message says where."""
+    """A `sasl.jaas.config` value or a JAAS file that does not parse; the message says where."""
 
 
 class JaasEntry:
@@ -98,57 +104,75 @@ class JaasEntry:
 
 
 def parse_jaas_config(text: str) -> JaasEntry:
-    """`Module flag key="value" ...;` to a JaasEntry, as Kafka's JaasConfig reads it."""
-    entries = parse_jaas_entries(text)
+    """`Module flag key="value" ...;` to a JaasEntry, as Kafka's JaasConfig reads a
+    `sasl.jaas.config` value (its StreamTokenizer: `java_tokens`) and JaasContext takes it: one
+    login module. Its messages are Kafka's, naming options, never values, and say what to write
+    where Kafka's do not; an option named by a number or a character such as `*` (Kafka keeps
+    it under no name, where no login module looks) is left out."""
+    tokens = java_tokens(text, KAFKA_WORD_CHARS)
+    entries: list[JaasEntry] = []
+    i = 0
+    while tokens[i][0] != END:
+        module = tokens[i][1]
+        i += 1
+        if tokens[i][0] == END:
+            raise JaasError("Login module control flag not specified in JAAS config")
+        flag = tokens[i][1]
+        if flag is None:
+            raise JaasError(
+                "Login module control flag is not available in the JAAS config: "
+                f"{token_name(tokens[i])} where {', '.join(_CONTROL_FLAGS)} should be"
+            )
+        known_flag = control_flag(flag)
+        options: dict[str, str] = {}
+        i += 1
+        after = "the control flag"
+        while tokens[i][0] not in (END, ";"):
+            key = tokens[i][1]
+            value = tokens[i + 2][1] if tokens[i + 1][0] == "=" else None
+            if value is None:
+                found = (
+                    "no '=' after it"
+                    if tokens[i + 1][0] != "="
+                    else f"{token_name(tokens[i + 2])} after its '='"
+                )
+                name = f"key '{key}'" if key is not None else f"an option after {after}"
+                raise JaasError(
+                    f"Value not specified for {name} in JAAS config, {found}: "
+                    f"{quoting_hint(KAFKA_WORD_CHARS)}"
+                )
+            if key is not None:
+                options[key] = value
+                after = f"option {key}"
+            i += 3
+        if tokens[i][0] != ";":
+            raise JaasError("JAAS config entry not terminated by semi-colon")
+        i += 1
+        if not module:
+            raise JaasError(
+                "Login module not specified in JAAS config: an entry starts with the login "
+                "module's class name"
+            )
+        entries.append(JaasEntry(module, known_flag, options))
     if len(entries) != 1:
-        raise JaasError(f"JAAS config contains {len(entries)} login modules, should be 1 module")
+        raise JaasError(
+            f"JAAS config property contains {len(entries)} login modules, should be 1 module"
+            if entries
+            else "Login module not specified in JAAS config"
+        )
     return entries[0]
 
 
-def parse_jaas_entries(text: str) -> list[JaasEntry]:
-    """The login modules of `text` (`Module flag key="value" ...;`, each), in order: a
-    `sasl.jaas.config` value or the inside of a JAAS file's section (`jaas_file`)."""
-    tokens: list[tuple[str, str]] = []  # (kind, text): kind is ";", "=", "word" or "quoted"
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        m = _JAAS_TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise JaasError(f"unexpected character at {pos} of the JAAS config")
-        pos = m.end()
-        if m[1]:
-            tokens.append((";", ";"))
-        elif m[2] is not None:
-            tokens.append(("quoted", re.sub(r"\\(.)", r"\1", m[2])))
-        elif m[3]:
-            tokens.append(("word", m[3]))
-        elif m[4]:
-            tokens.append(("=", "="))
-    entries: list[JaasEntry] = []
-    i = 0
-    while i < len(tokens):
-        if i + 1 >= len(tokens) or tokens[i][0] != "word":
-            raise JaasError('expected: LoginModuleClass controlFlag key="value" ... ;')
-        module, flag = tokens[i][1], tokens[i + 1][1].lower()
-        if flag not in _CONTROL_FLAGS:
-            raise JaasError(f"control flag {tokens[i + 1][1]!r} is not one of {_CONTROL_FLAGS}")
-        i += 2
-        options: dict[str, str] = {}
-        while i < len(tokens) and tokens[i][0] != ";":
-            if (
-                i + 2 >= len(tokens)
-                or tokens[i][0] != "word"
-                or tokens[i + 1][0] != "="
-                or tokens[i + 2][0] not in ("word", "quoted")
-            ):
-                raise JaasError(f"expected key=value after {module}")
-            options[tokens[i][1]] = tokens[i + 2][1]
-            i += 3
-        if i >= len(tokens):
-            raise JaasError("the login module entry must end with ';'")
-        i += 1
-        entries.append(JaasEntry(module, flag, options))
-    return entries
+def control_flag(flag: str) -> str:
+    """`flag` as one of `_CONTROL_FLAGS`, compared as Java's String.toUpperCase does."""
+    upper = flag.upper()
+    for known in _CONTROL_FLAGS:
+        if upper == known.upper():
+            return known
+    raise JaasError(
+        f"Invalid login module control flag '{flag}' in JAAS config: one of "
+        f"{', '.join(_CONTROL_FLAGS)}"
+    )
 
 
 class ListenerSasl:

@@ -478,7 +478,7 @@ def test_a_password_property_wrong_or_unset_stops_the_start(
     assert (
         "Exception while loading Zookeeper JAAS login context [java.security.auth.login.config="
         f"{tmp_path / 'client.jaas'}, zookeeper.sasl.client=default:true, "
-        "zookeeper.sasl.clientconfig=default:Client]: section Client (line 2): option password: "
+        "zookeeper.sasl.clientconfig=default:Client]: section Client (line 4): option password: "
         "unable to expand property zk.kafka.password"
     ) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -186,6 +186,7 @@ def kafka_broker(
     log_level: str = "INFO",
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     workdir: Path | None = None,
+    jvm_options: Sequence[str] = (),
 ) -> Iterator[KafkaBroker]:
     """Run a Kafka broker against ``zookeeper_connect`` until the block exits.
 
@@ -193,6 +194,7 @@ def kafka_broker(
     and a controller. With ``client_advertised_port`` a second listener (CLIENT) is bound
     to its own free port and advertises ``client_advertised_port`` instead. With
     ``sasl_users`` a SASL_PLAINTEXT listener (PLAIN, those users) gets a free port too.
+    ``jvm_options`` are the JVM's (``-D`` system properties, as KAFKA_OPTS passes them).
     """
     own_tmp = workdir is None
     base = Path(tempfile.mkdtemp(prefix="wb-kafka-")) if own_tmp else workdir
@@ -217,7 +219,9 @@ def kafka_broker(
         )
         cfg = _write_properties(base / "server.properties", props)
         log4j = write_log4j_config(base / "log4j.properties", log_level)
-        argv = java_command(KAFKA_MAIN, [str(cfg)], heap=heap, log4j_config=log4j)
+        argv = java_command(
+            KAFKA_MAIN, [str(cfg)], heap=heap, log4j_config=log4j, jvm_options=jvm_options
+        )
         proc = JavaProcess(f"kafka-{broker_id}", argv, base / "kafka.log", base).start()
         _wait_until(
             lambda: bool(kafka_api_versions(LOOPBACK, kafka_port)),

@@ -17,7 +17,12 @@ TLS client certificate (zookeeper.ssl.client.enable and zookeeper.ssl.keystore.l
 `wirebroker.zk.tool_session.tool_tls` reads them: `client_auth_configured`, which does not ask
 for Kafka's zookeeper.clientCnxnSocket, Netty being a JVM's choice); with Kafka's messages, and
 its exit codes (1 for any failure; `--help`, or no argument, prints the usage and exits 1
-before any check, as Kafka's CommandLineUtils). The walk is pipelined as Kafka's asynchronous
+before any check, and `--version` prints the version, wirebroker's, and exits 0, as Kafka's
+CommandLineUtils). The options are parsed as Kafka's joptsimple parser does (`_Options`): an
+unknown or abbreviated option, one without its value or with a value that is not one, or one
+given twice is refused, exit 1, saying which (Kafka's prints the exception, exit 1; it refuses
+a wrong value or a second one only once it asks for it, after the login checks); so is a word
+that is not an option, which Kafka's ignores. The walk is pipelined as Kafka's asynchronous
 one: a level of the tree at a time, its setACL and getChildren requests in flight together
 (IN_FLIGHT at most).
 """
@@ -28,7 +33,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from wirebroker.config import ConfigError
 
@@ -104,19 +109,59 @@ class MigrationFailed(Exception):
     """A ZooKeeper answer that ends the tool; the message is Kafka's."""
 
 
+class OptionError(Exception):
+    """An option Kafka's tool refuses too: unknown, abbreviated, without its value, with a value
+    that is not one, or a value given twice; the message says which."""
+
+
+class _Options(argparse.ArgumentParser):
+    """The tool's options, parsed as Kafka's joptsimple parser (no abbreviations): a wrong one
+    is an OptionError for `run`, not argparse's exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise OptionError(message)
+
+
+class _Once(argparse.Action):
+    """An option whose value is taken once: Kafka's `valueOf` refuses a second."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise argparse.ArgumentError(self, "given more than once")
+        setattr(namespace, self.dest, values)
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "zookeeper-security-migration",
         help="set Kafka's ZooKeeper ACLs on an existing cluster's znodes "
         "(as zookeeper-security-migration.sh)",
-        description=USAGE,
+        add_help=False,  # Kafka's --help: the usage on stderr, exit 1 (`run`)
+        prefix_chars="\0",  # every word is the tool's, parsed by `run` as Kafka's (`_Options`)
+    )
+    p.add_argument("options", nargs=argparse.REMAINDER)
+
+
+def options_parser() -> argparse.ArgumentParser:
+    """The tool's options: Kafka's, and its `--help` and `--version`."""
+    p = _Options(
+        prog="wirebroker zookeeper-security-migration",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        add_help=False,  # Kafka's --help: the usage on stderr, exit 1 (`run`)
+        add_help=False,
+        allow_abbrev=False,
     )
     p.add_argument("--help", action="store_true", help="Print usage information (exit 1).")
+    p.add_argument("--version", action="store_true", help="Print wirebroker's version (exit 0).")
     p.add_argument(
         "--zookeeper.acl",
+        action=_Once,
         dest="zookeeper_acl",
         metavar="secure|unsecure",
         help="Indicates whether to make the Kafka znodes in ZooKeeper secure or unsecure. The "
@@ -124,6 +169,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--zookeeper.connect",
+        action=_Once,
         dest="zookeeper_connect",
         metavar="HOST:PORT[,...][/CHROOT]",
         help="Sets the ZooKeeper connect string (ensemble). This parameter takes a "
@@ -132,6 +178,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     for name, what in (("session", "session"), ("connection", "connection")):
         p.add_argument(
             f"--zookeeper.{name}.timeout",
+            action=_Once,
             dest=f"zookeeper_{name}_timeout",
             type=int,
             metavar="MS",
@@ -146,32 +193,45 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--zk-tls-config-file",
+        action=_Once,
         type=Path,
         metavar="FILE",
         help="Identifies the file where ZooKeeper client TLS connectivity properties are "
         "defined (its zookeeper.ssl.* keys; any other key is ignored).",
     )
-    p.set_defaults(usage=p.format_help)
+    return p
 
 
 def run(args: argparse.Namespace) -> int:
     from wirebroker.zk.tool_session import ZkToolError
 
-    # Kafka's CommandLineUtils.maybePrintHelpOrVersion: --help, or no argument, prints the usage
-    # and exits 1, before any check
-    given = [v for k, v in vars(args).items() if k not in ("command", "usage")]
-    if args.help or not any(v not in (None, False) for v in given):
-        return usage(args)
     try:
-        return _run(args)
+        options = options_parser().parse_args(args.options)
+    except OptionError as e:
+        print(
+            f"wirebroker zookeeper-security-migration: {e} (--help lists the options)",
+            file=sys.stderr,
+        )
+        return 1
+    # Kafka's CommandLineUtils.maybePrintHelpOrVersion, before any check: --help, or no
+    # argument, prints the usage and exits 1; --version prints the version and exits 0
+    if options.help or not args.options:
+        return usage()
+    if options.version:
+        from importlib.metadata import version  # not at import: a broker's start never asks
+
+        print(f"wirebroker {version('wirebroker')}")
+        return 0
+    try:
+        return _run(options)
     except (ConfigError, MigrationFailed, ZkToolError) as e:
         print(f"wirebroker zookeeper-security-migration: {e}", file=sys.stderr)
         return 1
 
 
-def usage(args: argparse.Namespace) -> int:
+def usage() -> int:
     """Kafka's printUsageAndExit: the tool's message and its options on stderr; 1."""
-    print(f"{USAGE}\n{args.usage()}", file=sys.stderr)
+    print(f"{USAGE}\n{options_parser().format_help()}", file=sys.stderr)
     return 1
 
 
@@ -196,7 +256,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 1
     if args.zookeeper_acl not in ("secure", "unsecure"):
-        return usage(args)
+        return usage()
     connect = args.zookeeper_connect or DEFAULT_CONNECT
     session_ms, connection_ms = (
         DEFAULT_TIMEOUT_MS if ms is None else ms

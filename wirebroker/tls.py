@@ -315,7 +315,8 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
                 key, cert, extra = pkcs12.load_key_and_certificates(data, password)
             except ValueError as e:
                 raise ConfigError(
-                    f"{settings.name('ssl.keystore.location')}: cannot read the PKCS12 store: {e}"
+                    f"{settings.name('ssl.keystore.location')}: cannot read the PKCS12 store "
+                    f"({settings.name('ssl.keystore.password')}?): {e}"
                 ) from None
             if key is None or cert is None:
                 raise ConfigError(
@@ -394,7 +395,8 @@ def _load_truststore(context: ssl.SSLContext, settings: SslSettings) -> None:
                 store = pkcs12.load_pkcs12(data, _password(settings, "ssl.truststore.password"))
             except ValueError as e:
                 raise ConfigError(
-                    f"{settings.name('ssl.truststore.location')}: cannot read the PKCS12 store: {e}"
+                    f"{settings.name('ssl.truststore.location')}: cannot read the PKCS12 store "
+                    f"({settings.name('ssl.truststore.password')}?): {e}"
                 ) from None
             certs = [c.certificate for c in store.additional_certs]
             if store.cert is not None:

@@ -3,15 +3,18 @@ written with `zookeeper.set.acl=false` gets Kafka's secure ACLs on every znode t
 (those `wirebroker.zk.acls` gives a new znode there), then `unsecure` opens them again; the
 same ACLs as Kafka 3.9's own tool sets on the same tree; and Kafka's refusals: no login, a
 JAAS file without the `Client` section, a missing root path with `--enable.path.check`; and
-Kafka's usage on `--help` or no argument, exit 1.
+Kafka's usage on `--help` or no argument, exit 1; the version on `--version`, exit 0; a wrong
+option refused, exit 1, as by Kafka's tool run alongside.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -50,11 +53,19 @@ def migrate(
     argv: list[str], connect: str, acl: str, kafka_opts: str | None, *more: str
 ) -> subprocess.CompletedProcess[str]:
     """`argv` (our tool or Kafka's) on `connect` with `--zookeeper.acl acl`, KAFKA_OPTS set."""
+    return migrate_with(
+        argv, kafka_opts, "--zookeeper.acl", acl, "--zookeeper.connect", connect, *more
+    )
+
+
+def migrate_with(
+    argv: list[str], kafka_opts: str | None, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`argv` (our tool or Kafka's) with `args`, KAFKA_OPTS set (or unset: None)."""
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"}
     if kafka_opts is not None:
         env["KAFKA_OPTS"] = kafka_opts
-    args = ["--zookeeper.acl", acl, "--zookeeper.connect", connect, *more]
-    return subprocess.run(argv + args, capture_output=True, text=True, timeout=90, env=env)
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=90, env=env)
 
 
 def kafka_migrator(kafka_opts: str) -> list[str]:
@@ -170,6 +181,59 @@ def test_help_and_no_arguments_print_the_usage_and_exit_1_as_kafkas(tmp_path: Pa
             assert done.stderr.startswith(USAGE + "\n"), done.stderr
             assert "--zookeeper.acl" in done.stderr
             assert NO_LOGIN not in done.stderr
+
+
+@pytest.mark.timeout(90)
+def test_version_prints_the_version_and_exits_0_as_kafkas() -> None:
+    """Kafka's CommandLineUtils.maybePrintHelpOrVersion: `--version`, alone or with other
+    options, prints the version alone on stdout and exits 0, before the login is checked;
+    `--help` with it wins. Kafka's prints its own (the jars'), ours wirebroker's."""
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"}
+    for tool, printed in (
+        (kafka_tool_command("kafka.admin.ZkSecurityMigrator", []), r"3\.9\.\d+\n"),
+        (TOOL, re.escape(f"wirebroker {version('wirebroker')}\n")),
+    ):
+        for more in (["--version"], ["--zookeeper.acl", "secure", "--version"]):
+            done = subprocess.run(tool + more, capture_output=True, text=True, timeout=60, env=env)
+            assert done.returncode == 0, (tool, more, done.stderr)
+            assert re.fullmatch(printed, done.stdout), done.stdout
+            assert done.stderr == ""
+        done = subprocess.run(
+            [*tool, "--version", "--help"], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert done.returncode == 1
+        assert done.stdout == ""
+        assert done.stderr.startswith(USAGE + "\n"), done.stderr
+
+
+@pytest.mark.timeout(150)
+def test_a_wrong_option_exits_1_saying_which_as_kafkas(tmp_path: Path) -> None:
+    """Differential, Kafka 3.9.2's tool from the jars and ours with a login (so Kafka's goes as
+    far as asking for the values): an unknown option, an abbreviated one, one without its
+    value, a value that is not a number, an option given twice: exit 1, nothing done (no
+    ZooKeeper listens at the connect string), the option named. Ours says so in one line on
+    stderr, no usage, no traceback; a word that is not an option, which Kafka's ignores, too."""
+    opts = client_jaas(tmp_path)
+    connect = ["--zookeeper.connect", "127.0.0.1:1"]
+    for more, option in (
+        (["--bogus"], "bogus"),
+        (["--zookeeper.a", "secure"], "zookeeper.a"),
+        (["--zookeeper.acl"], "zookeeper.acl"),
+        (["--zookeeper.acl", "secure", "--zookeeper.session.timeout", "abc"], "session.timeout"),
+        (["--zookeeper.acl", "secure", "--zookeeper.acl", "unsecure"], "zookeeper.acl"),
+    ):
+        theirs = migrate_with(kafka_migrator(opts), opts, *connect, *more)
+        ours = migrate_with(TOOL, opts, *connect, *more)
+        assert theirs.returncode == 1, theirs.stdout
+        assert option in theirs.stderr.splitlines()[0], theirs.stderr  # joptsimple's exception
+        assert ours.returncode == 1, ours.stdout
+        assert ours.stdout == ""
+        assert ours.stderr.count("\n") == 1, ours.stderr
+        assert option in ours.stderr, ours.stderr
+        assert "(--help lists the options)" in ours.stderr
+    ours = migrate_with(TOOL, opts, *connect, "--zookeeper.acl", "secure", "stray")
+    assert ours.returncode == 1
+    assert "unrecognized arguments: stray" in ours.stderr
 
 
 @pytest.mark.timeout(60)

@@ -1,7 +1,8 @@
 """TLS to ZooKeeper (KIP-515): brokers over a TLS-only ZooKeeper that requires client
 certificates (Kafka 3.9 among them, with the same keys), and the refusals that say what to fix
 (wrong truststore, host name mismatch, no keystore, no TLS version in common, revocation checks
-asked for).
+asked for); ZooKeeper's client system properties, password files included, read by the broker
+and the tools as by Kafka 3.9's broker and ZkSecurityMigrator (run alongside).
 
 One ZooKeeper for the module (ZooKeeper 3.8 from Kafka's jars, Netty, `secureClientPort` only,
 `ssl.clientAuth=need`), its certificate for `localhost` only: `localhost` in zookeeper.connect
@@ -12,6 +13,7 @@ PKCS12 keystores and a PEM truststore, their types left for the file names to sa
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -23,9 +25,12 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
 from kazoo.security import Permissions
 
-from compat.kafka_process import kafka_broker, kafka_metadata_brokers
+from compat.kafka_process import kafka_broker, kafka_metadata_brokers, kafka_tool_command
 from tests.cluster.harness import consume, create_topic, eventually, produce, start_broker
 from tests.cluster.processes import wait_for
 from tests.wirebroker.pki import pkcs12_keystore
@@ -48,6 +53,8 @@ from wirebroker.zookeeper_server import (
 pytestmark = pytest.mark.integration
 
 PASSWORD = "zk-store-secret-5c1f"
+TRUST_PASSWORD = "zk-trust-secret-93ab"  # a PKCS12 truststore's (Java's kind: `java_truststore`)
+MIGRATION_TOOL = [sys.executable, "-m", "wirebroker", "zookeeper-security-migration"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,39 @@ def tls_keys(pki: ZkPki, **changes: str) -> dict[str, str]:
     for key, value in changes.items():
         keys[key.replace("_", ".")] = value
     return {k: v for k, v in keys.items() if v or k.endswith("identification.algorithm")}
+
+
+def java_truststore(ca: Path, password: str) -> bytes:
+    """A PKCS12 truststore of the PEM CA `ca`, its certificate trusted as Java's keytool marks
+    it (Java reads no other), encrypted with `password`."""
+    cert = x509.load_pem_x509_certificate(ca.read_bytes())
+    encryption = serialization.BestAvailableEncryption(password.encode())
+    return pkcs12.serialize_java_truststore([pkcs12.PKCS12Certificate(cert, b"ca")], encryption)
+
+
+def password_files(pki: ZkPki, d: Path) -> tuple[Path, list[str]]:
+    """A PKCS12 truststore in `d` and ZooKeeper's `-D` naming the files in `d` that hold its
+    password and the broker keystore's (each with a line end, as `echo` writes it)."""
+    truststore = d / "trust.p12"
+    truststore.write_bytes(java_truststore(pki.ca, TRUST_PASSWORD))
+    (d / "keystore.password").write_text(PASSWORD + "\n")
+    (d / "truststore.password").write_text(TRUST_PASSWORD + "\n")
+    return truststore, [
+        f"-Dzookeeper.ssl.keyStore.passwordPath={d / 'keystore.password'}",
+        f"-Dzookeeper.ssl.trustStore.passwordPath={d / 'truststore.password'}",
+    ]
+
+
+def create_open(server: ZooKeeperServer, pki: ZkPki, path: str) -> None:
+    """`path`, open to all, as a cluster without zookeeper.set.acl leaves its chroot."""
+    tls = client_tls(BrokerConfig.from_properties(tls_keys(pki)))
+    zk = kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
+    zk.start(timeout=10)
+    try:
+        zk.create(path)
+    finally:
+        zk.stop()
+        zk.close()
 
 
 async def refused(connect: str, keys: dict[str, str]) -> str:
@@ -511,15 +551,8 @@ def test_tools_read_zookeepers_tls_system_properties_as_kafkas(
         argv += ["--zookeeper.acl", "secure", "--zookeeper.connection.timeout", "3000", *more]
         return security_migration_cli.run(parser.parse_args(argv))
 
+    create_open(tls_zk, pki, root)
     monkeypatch.setenv("KAFKA_OPTS", kafka_opts(pki.ca))
-    tls = client_tls(BrokerConfig.from_properties(tls_keys(pki)))
-    zk = kazoo_client(f"localhost:{tls_zk.port}", None, timeout=10, **kazoo_options(tls))
-    zk.start(timeout=10)
-    try:
-        zk.create(root)  # an open chroot, as a cluster without zookeeper.set.acl leaves it
-    finally:
-        zk.stop()
-        zk.close()
     assert migrate() == 0, capsys.readouterr().err
     assert acl_schemes(tls_zk, tls_keys(pki), root, ("", "/brokers")) == {
         "": SECURE_X509,
@@ -538,6 +571,143 @@ def test_tools_read_zookeepers_tls_system_properties_as_kafkas(
     assert "zookeeper.ssl.truststore.location" in capsys.readouterr().err
     monkeypatch.setenv("KAFKA_OPTS", kafka_opts(pki.other_ca))
     assert migrate("--zk-tls-config-file", str(trusted)) == 0, capsys.readouterr().err
+
+
+@pytest.mark.timeout(180)
+def test_tools_read_zookeepers_password_files_as_kafkas(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path
+) -> None:
+    """ZooKeeper 3.8's `-Dzookeeper.ssl.keyStore.passwordPath` and `.trustStore.passwordPath`
+    in KAFKA_OPTS, Kafka 3.9.2's ZkSecurityMigrator (the jars) and ours run alike, each on a
+    chroot of its own: the file's content, its line end removed, is the store's password, over
+    a password property and over the `--zk-tls-config-file` key (both secure their chroot); in
+    that file the paths are ignored (both fail: no password); a password file missing fails
+    both, ours at once naming the property and the file. No password in our output."""
+    truststore, paths = password_files(pki, tmp_path)
+    missing = tmp_path / "missing.password"
+    tls = [
+        "-Dzookeeper.client.secure=true",
+        "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
+        f"-Dzookeeper.ssl.keyStore.location={pki.broker}",
+        f"-Dzookeeper.ssl.trustStore.location={truststore}",
+    ]
+    properties = tmp_path / "zk-tls.properties"
+    kafka = kafka_tool_command("kafka.admin.ZkSecurityMigrator", [])
+
+    def both(flags: list[str], keys: dict[str, str]) -> dict[str, tuple[str, str, int]]:
+        """Each tool's chroot, stdout and stderr (ours), exit code."""
+        properties.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
+        env = {**os.environ, "KAFKA_OPTS": " ".join(flags)}
+        ran = {}
+        for name, tool in (("kafka", [kafka[0], *flags, *kafka[1:]]), ("ours", MIGRATION_TOOL)):
+            root = chroot()
+            create_open(tls_zk, pki, root)
+            argv = [*tool, "--zookeeper.connect", f"localhost:{tls_zk.port}{root}"]
+            argv += ["--zookeeper.acl", "secure", "--zookeeper.connection.timeout", "3000"]
+            argv += ["--zk-tls-config-file", str(properties)]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=90, env=env)
+            ran[name] = (root, done.stdout + done.stderr, done.returncode)
+            if name == "ours":
+                assert PASSWORD not in ran[name][1] and TRUST_PASSWORD not in ran[name][1]
+        return ran
+
+    wrong = {"zookeeper.ssl.truststore.password": "wrong"}
+    ran = both([*tls, "-Dzookeeper.ssl.keyStore.password=wrong", *paths], wrong)
+    for root, output, code in ran.values():
+        assert code == 0, output
+        assert acl_schemes(tls_zk, tls_keys(pki), root, ("",)) == {"": SECURE_X509}
+    in_file = {p.removeprefix("-D").split("=")[0]: p.split("=")[1] for p in paths}
+    ran = both(tls, in_file)
+    assert ran["kafka"][2] == 1 and "keystore password was incorrect" in ran["kafka"][1]
+    assert ran["ours"][2] == 1 and "cannot read the PKCS12 store" in ran["ours"][1]
+    flags = [*tls, f"-Dzookeeper.ssl.keyStore.passwordPath={missing}", paths[1]]
+    ran = both(flags, {"zookeeper.ssl.keystore.password": PASSWORD})
+    assert ran["kafka"][2] == 1 and f"reading secret from file {missing}" in ran["kafka"][1]
+    assert ran["ours"][2] == 1
+    assert (
+        f"zookeeper.ssl.keyStore.passwordPath={missing}: the password file cannot be read: "
+        "No such file or directory" in ran["ours"][1]
+    )
+
+
+@pytest.mark.timeout(150)
+def test_broker_reads_zookeepers_password_files_as_kafkas(
+    tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka 3.9's broker reads ZooKeeper's password files too (its ZKClientConfig starts from
+    the system properties, and ZooKeeper's X509Util takes a password from its file first):
+    with the config's keystore and truststore passwords wrong and the files named by `-D`,
+    Kafka registers over TLS, and so does ours with the same keys and KAFKA_OPTS."""
+    truststore, paths = password_files(pki, tmp_path)
+    monkeypatch.setenv("KAFKA_OPTS", " ".join(paths))
+    keys = tls_keys(
+        pki,
+        zookeeper_ssl_keystore_password="wrong",
+        zookeeper_ssl_truststore_location=str(truststore),
+        zookeeper_ssl_truststore_password="wrong",
+    )
+    connect = f"localhost:{tls_zk.port}{chroot()}"
+    with kafka_broker(connect, broker_id=0, overrides=keys, heap="256m", jvm_options=paths):
+
+        async def main() -> None:
+            with trio.fail_after(60):
+                async with trio.open_nursery() as nursery:
+                    await start_broker(nursery, connect, tmp_path, 1, **keys)
+                    zk = ZkClient(connect, tls=client_tls(BrokerConfig.from_properties(keys)))
+                    await zk.start()
+                    try:
+                        assert sorted(await zk.get_children("/brokers/ids") or []) == ["0", "1"]
+                    finally:
+                        await zk.close()
+                    nursery.cancel_scope.cancel()
+
+        trio.run(main)
+
+
+@pytest.mark.timeout(120)
+def test_a_wrong_system_property_is_named_as_it_was_set(pki: ZkPki, tmp_path: Path) -> None:
+    """A wrong value of ZooKeeper's `-D` in KAFKA_OPTS, or a password file that cannot be
+    read or holds a wrong password, stops `wirebroker serve` (exit 2) and the tool (exit 1)
+    before they connect, naming the system property as it was set (ZooKeeper's camelCase,
+    not the Kafka key it stands for) and the file, never a password."""
+    missing = tmp_path / "missing.password"
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    tls = [
+        "-Dzookeeper.client.secure=true",
+        f"-Dzookeeper.ssl.keyStore.location={pki.broker}",
+        f"-Dzookeeper.ssl.keyStore.password={PASSWORD}",
+    ]
+    serve = [sys.executable, "-m", "wirebroker", "serve", "--listeners", "PLAINTEXT://127.0.0.1:0"]
+    serve += ["--log-dirs", str(tmp_path / "data"), "--override", "zookeeper.connect=localhost:1"]
+    tool = [*MIGRATION_TOOL, "--zookeeper.acl", "secure", "--zookeeper.connect", "localhost:1"]
+    for flag, said, kafka_key in (
+        ("zookeeper.client.secure=maybe", "zookeeper.client.secure='maybe' must be", ".enable"),
+        ("zookeeper.ssl.keyStore.type=bogus", "zookeeper.ssl.keyStore.type=BOGUS", ".keystore."),
+        (
+            "zookeeper.ssl.enabledProtocols=TLSv9",
+            "zookeeper.ssl.enabledProtocols: unknown TLSv9",
+            ".enabled.protocols",
+        ),
+        (
+            f"zookeeper.ssl.keyStore.passwordPath={missing}",
+            f"zookeeper.ssl.keyStore.passwordPath={missing}: the password file cannot be read",
+            ".keystore.",
+        ),
+        (
+            f"zookeeper.ssl.keyStore.passwordPath={wrong}",
+            "cannot read the PKCS12 store (zookeeper.ssl.keyStore.passwordPath?)",
+            ".keystore.",
+        ),
+    ):
+        env = {**os.environ, "KAFKA_OPTS": " ".join([*tls, f"-D{flag}"])}
+        for argv, code in ((serve, 2), (tool, 1)):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=45, env=env)
+            output = done.stdout + done.stderr
+            assert done.returncode == code, output
+            assert said in output, output
+            assert kafka_key not in output
+            assert PASSWORD not in output and "not-the-password" not in output
 
 
 @pytest.mark.timeout(60)
@@ -616,6 +786,39 @@ def test_store_errors_name_the_zookeeper_keys(pki: ZkPki, tmp_path: Path) -> Non
                 tls_keys(pki, zookeeper_ssl_truststore_location=str(ca_text))
             )
         )
+
+
+def test_a_password_file_is_read_again_with_its_store(
+    pki: ZkPki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As ZooKeeper's client reads the password file for each context it makes: a keystore
+    renewed with a new password and its password file rewritten are read together at the next
+    connection; the file changed alone (removed) makes the attempt fail, naming the file."""
+    keystore, password_file = tmp_path / "broker.p12", tmp_path / "keystore.password"
+    shutil.copy(pki.broker, keystore)
+    password_file.write_text(PASSWORD + "\n")
+    monkeypatch.setenv("KAFKA_OPTS", f"-Dzookeeper.ssl.keyStore.passwordPath={password_file}")
+    keys = tls_keys(
+        pki,
+        zookeeper_ssl_keystore_location=str(keystore),
+        zookeeper_ssl_keystore_password="wrong",  # the file's wins
+    )
+    tls = client_tls(BrokerConfig.from_properties(keys))
+    assert tls is not None
+    first = tls.connection_context()
+    renewed_password = "renewed-secret-71d0"
+    key, cert, chain = pkcs12.load_key_and_certificates(pki.broker.read_bytes(), PASSWORD.encode())
+    encryption = serialization.BestAvailableEncryption(renewed_password.encode())
+    renewed = pkcs12.serialize_key_and_certificates(b"key", key, cert, chain, encryption)  # type: ignore[arg-type]
+    keystore.with_suffix(".new").write_bytes(renewed)
+    keystore.with_suffix(".new").replace(keystore)
+    password_file.write_text(renewed_password + "\n")
+    second = tls.connection_context()
+    assert second is not first and tls.connection_context() is second
+    password_file.unlink()
+    with pytest.raises(OSError, match=f"zookeeper.ssl.keyStore.passwordPath={password_file}: "):
+        tls.connection_context()
+    assert PASSWORD not in caplog.text and renewed_password not in caplog.text
 
 
 def test_stores_are_read_again_only_when_a_file_changed(

@@ -11,9 +11,9 @@ This module owns three things:
 - `ZkTls`, which gives that context to kazoo: kazoo's own TLS takes file paths, so each
   KazooClient gets a threading handler of ours whose `create_connection` opens the TCP
   connection as kazoo would and wraps it with the context (`kazoo_options`). The stores are
-  read again for a new connection when either file changed (its size, times or inode), as
-  ZooKeeper's Java client makes its SSL context for every connection: a renewed certificate
-  is used from the next (re)connection on, no restart. A store that no longer reads fails
+  read again for a new connection when a store or a password file changed (its size, times
+  or inode), as ZooKeeper's Java client makes its SSL context for every connection: a renewed
+  certificate is used from the next (re)connection on, no restart. A store that no longer reads fails
   that attempt (logged, the session retrying), as it does Java's; the old context is not
   used instead. It keeps the last failure, so a broker that cannot connect says what to fix
   (`failure`);
@@ -24,17 +24,23 @@ Kafka's facts followed: TLS is off unless `zookeeper.ssl.client.enable=true`; th
 protocol is TLSv1.2 and `zookeeper.ssl.enabled.protocols` defaults to it; the host name is
 checked unless `zookeeper.ssl.endpoint.identification.algorithm` is empty; ZooKeeper has no
 key password of its own (the key's is the keystore's); a store's type, when unset, follows
-its file name (`.pem`, `.p12`/`.pfx`, `.jks`), as ZooKeeper's X509Util does.
+its file name (`.pem`, `.p12`/`.pfx`, `.jks`), as ZooKeeper's X509Util does. Each key not set
+falls back, as in Kafka's KafkaConfig (and its tools), to the ZooKeeper client's JVM system
+property (`-Dzookeeper.client.secure`, `-Dzookeeper.ssl.keyStore.location`, ..., read from
+KAFKA_OPTS by `wirebroker.system_properties`), and a wrong value is reported under the name it
+was set by (`ZkSslSettings`). A store's password is the content of the file named by
+`-Dzookeeper.ssl.keyStore.passwordPath` (`-Dzookeeper.ssl.trustStore.passwordPath`) when set,
+over any password key or property, as ZooKeeper's X509Util reads it for Kafka's broker and
+tools alike (a system property only: Kafka reads no such key from its config or a tool's file).
 
 Differences from Kafka: `zookeeper.clientCnxnSocket` is accepted and not needed (kazoo has one
 socket for plaintext and TLS; Kafka's ZooKeeper client fails to connect over TLS without
 `org.apache.zookeeper.ClientCnxnSocketNetty`), so `client_auth_configured` does not ask for
 it. `zookeeper.ssl.crl.enable` and `zookeeper.ssl.ocsp.enable` refuse to start when true:
 Python's ssl neither fetches a certificate's revocation lists nor asks its OCSP responder.
-Each key not set falls back, as in Kafka's KafkaConfig (and its tools), to the ZooKeeper client's
-JVM system property (`-Dzookeeper.client.secure`, `-Dzookeeper.ssl.keyStore.location`, ...,
-read from KAFKA_OPTS by `wirebroker.system_properties`: `with_system_properties`). The host name checked is the one in
-`zookeeper.connect`, as written (ZooKeeper's client also tries the address's reverse lookup).
+The host name checked is the one in `zookeeper.connect`, as written (ZooKeeper's client also
+tries the address's reverse lookup). A missing password file stops the broker, or the tool,
+saying which file, where Java's client fails each connection attempt until it times out.
 """
 
 from __future__ import annotations
@@ -44,13 +50,14 @@ import os
 import socket
 import ssl
 import threading
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import create_tcp_connection
 
 from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.system_properties import system_property
 
 # `wirebroker.tls` is imported where a context is made: a broker talking plaintext to
 # ZooKeeper never loads it (start-up time).
@@ -77,6 +84,14 @@ ZK_TLS_SYSTEM_PROPERTIES = {
     "zookeeper.ssl.ocsp.enable": "zookeeper.ssl.ocsp",
 }
 ZK_TLS_KEYS = tuple(ZK_TLS_SYSTEM_PROPERTIES)
+#: ZooKeeper's client system properties naming a file that holds a store's password (ZooKeeper
+#: 3.8's X509Util), by the Kafka key of that password: set (not empty), the file's content is
+#: the password, whatever the key or its own system property says. System properties only: a
+#: broker's config or a tool's `--zk-tls-config-file` holding them is ignored, as Kafka's.
+ZK_PASSWORD_FILE_PROPERTIES = {
+    "zookeeper.ssl.keystore.password": "zookeeper.ssl.keyStore.passwordPath",
+    "zookeeper.ssl.truststore.password": "zookeeper.ssl.trustStore.passwordPath",
+}
 #: The listener key `wirebroker.tls` asks for -> the ZooKeeper key holding it (others: unset).
 _KEYS = {
     **{
@@ -87,7 +102,7 @@ _KEYS = {
     "ssl.key.password": "zookeeper.ssl.keystore.password",
 }
 _TYPES = {".pem": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
-#: The store files whose change makes a new connection read them again.
+#: The stores a context is read from.
 _STORES = ("ssl.keystore.location", "ssl.truststore.location")
 # OpenSSL's verify codes of a certificate for another host name or address.
 _NAME_MISMATCH = (62, 64)
@@ -95,15 +110,34 @@ _NAME_MISMATCH = (62, 64)
 
 class ZkSslSettings:
     """The `zookeeper.ssl.*` keys, asked for by the names of a listener's `ssl.*` keys (a
-    `wirebroker.tls.SslSettings`)."""
+    `wirebroker.tls.SslSettings`): each set in `config` (the broker's, or a tool's file) or,
+    failing that, its ZooKeeper client system property (`system_property_keys`), as Kafka's
+    KafkaConfig and tools read them; a store's password from the file a system property names
+    (ZK_PASSWORD_FILE_PROPERTIES), read when it is asked for. A message names what the user
+    set: the Kafka key, or the system property (`name`)."""
 
-    __slots__ = ("config",)
+    __slots__ = ("config", "set_as", "password_files")
 
     def __init__(self, config: BrokerConfig) -> None:
-        self.config = config
+        keys = system_property_keys()
+        self.set_as = {k: ZK_TLS_SYSTEM_PROPERTIES[k] for k in keys}  # then those config sets
+        for k in ZK_TLS_KEYS:
+            if (v := config.get(k)) is not None and config.is_set(k):
+                keys[k] = v
+                self.set_as.pop(k, None)
+        self.config = BrokerConfig(keys)
+        self.password_files = {
+            k: path
+            for k, name in ZK_PASSWORD_FILE_PROPERTIES.items()
+            if (path := system_property(name))
+        }
 
     def get(self, key: str) -> str | None:
+        """As a listener's setting (stripped, None when unset or blank); but a password read
+        from its file is as ZooKeeper reads it: the content, one line end removed."""
         name = _KEYS.get(key)
+        if name is not None and name in self.password_files:
+            return self._password_file(name)
         value = self.config.get(name) if name else None
         if value is not None and value.strip():
             return value.strip()
@@ -114,16 +148,43 @@ class ZkSslSettings:
             return _TYPES.get(PurePath(location).suffix.lower()) if location else None
         return None
 
+    def enabled(self, key: str) -> bool:
+        """The boolean Kafka key `key`; ConfigError naming what was set wrong."""
+        value = (self.config.get(key) or "").strip().lower()
+        if value not in ("true", "false"):
+            raise ConfigError(f"{self.name(key)}={value!r} must be true or false")
+        return value == "true"
+
     def name(self, key: str) -> str:
-        return _KEYS.get(key, key)
+        """What the user set for `key` (a listener's `ssl.*` key, or a Kafka key): the Kafka
+        key, its system property, or the password file's."""
+        key = _KEYS.get(key, key)
+        if key in self.password_files:
+            return ZK_PASSWORD_FILE_PROPERTIES[key]
+        return self.set_as.get(key, key)
+
+    def files(self) -> list[str]:
+        """The files a context is read from: the stores, and the password files."""
+        stores = [self.get(key) for key in _STORES]
+        return [path for path in (*stores, *self.password_files.values()) if path]
+
+    def _password_file(self, key: str) -> str | None:
+        """The password of Kafka key `key` from its file, as ZooKeeper's SecretUtils reads it
+        (UTF-8, one line end removed); ConfigError naming the file, never its content."""
+        path = self.password_files[key]
+        try:
+            secret = Path(path).read_bytes().decode(errors="replace")
+        except OSError as e:
+            raise ConfigError(
+                f"{self.name(key)}={path}: the password file cannot be read: {e.strerror}"
+            ) from None
+        return secret.removesuffix("\n") or None
 
 
 def system_property_keys() -> dict[str, str]:
     """ZooKeeper's client TLS system properties that are set, as Kafka's keys: its
     hostnameVerification (a boolean, true unless set otherwise) as the endpoint identification
     algorithm, HTTPS or empty."""
-    from wirebroker.system_properties import system_property
-
     keys = {}
     for key, name in ZK_TLS_SYSTEM_PROPERTIES.items():
         value = system_property(name)
@@ -135,44 +196,35 @@ def system_property_keys() -> dict[str, str]:
     return keys
 
 
-def with_system_properties(config: BrokerConfig) -> BrokerConfig:
-    """The ZooKeeper TLS keys `config` sets, each key it does not set taken from its system
-    property (`system_property_keys`), as Kafka's KafkaConfig reads `zookeeper.ssl.*`."""
-    keys = system_property_keys()
-    keys.update(
-        (k, v) for k in ZK_TLS_KEYS if (v := config.get(k)) is not None and config.is_set(k)
-    )
-    return BrokerConfig(keys)
-
-
 def client_auth_configured(config: BrokerConfig) -> bool:
     """True when this broker presents a certificate to ZooKeeper (TLS on and a keystore): an
     identity ZooKeeper can put in an ACL, as Kafka's `zkTlsClientAuthEnabled` (system
-    properties included: `with_system_properties`)."""
-    config = with_system_properties(config)
-    return config.get_bool("zookeeper.ssl.client.enable") and bool(
-        (config.get("zookeeper.ssl.keystore.location") or "").strip()
+    properties included: `ZkSslSettings`)."""
+    settings = ZkSslSettings(config)
+    return settings.enabled("zookeeper.ssl.client.enable") and bool(
+        settings.get("ssl.keystore.location")
     )
 
 
 def client_tls(config: BrokerConfig) -> ZkTls | None:
     """The ZooKeeper client's TLS, or None when `zookeeper.ssl.client.enable` is false
-    (system properties included: `with_system_properties`). ConfigError says which key is
-    wrong."""
-    config = with_system_properties(config)
-    if not config.get_bool("zookeeper.ssl.client.enable"):
+    (system properties included: `ZkSslSettings`). ConfigError says which key or system
+    property is wrong."""
+    settings = ZkSslSettings(config)
+    if not settings.enabled("zookeeper.ssl.client.enable"):
         return None
     for key, what in (
         ("zookeeper.ssl.crl.enable", "fetch certificate revocation lists"),
         ("zookeeper.ssl.ocsp.enable", "ask OCSP responders"),
     ):
-        if config.get_bool(key):
+        if settings.enabled(key):
             raise ConfigError(
-                f"{key}=true is not supported: wirebroker's TLS (OpenSSL through Python's ssl) "
-                f"does not {what}; set it false, and remove a revoked certificate's CA from "
-                "zookeeper.ssl.truststore.location or rotate ZooKeeper's certificate instead"
+                f"{settings.name(key)}=true is not supported: wirebroker's TLS (OpenSSL through "
+                f"Python's ssl) does not {what}; set it false, and remove a revoked "
+                "certificate's CA from zookeeper.ssl.truststore.location or rotate ZooKeeper's "
+                "certificate instead"
             )
-    return ZkTls(ZkSslSettings(config))
+    return ZkTls(settings)
 
 
 #: What says a store file changed: None for a file that cannot be looked at.
@@ -180,18 +232,16 @@ _Stamp = tuple[tuple[int, int, int, int] | None, ...]
 
 
 def _stamp(settings: ZkSslSettings) -> _Stamp:
-    """The store files' inode, size, modification and change times (a file replaced, by a
-    rename or in place, changes one of them); a stat, no read."""
+    """The inode, size, modification and change times of the files a context is read from (a
+    file replaced, by a rename or in place, changes one of them); a stat, no read."""
     stamps: list[tuple[int, int, int, int] | None] = []
-    for key in _STORES:
-        location = settings.get(key)
+    for path in settings.files():
         try:
-            st = os.stat(location) if location else None
+            st = os.stat(path)
         except OSError:
-            st = None
-        stamps.append(
-            None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        )
+            stamps.append(None)
+        else:
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     return tuple(stamps)
 
 

@@ -5,11 +5,12 @@ zookeeper-security-migration`), set up as Kafka's tools set up theirs.
 (which kafka-configs.sh uses too): ZooKeeper's client system properties first
 (`-Dzookeeper.client.secure`, `-Dzookeeper.ssl.keyStore.location`, ...: a ZKClientConfig starts
 from them; `wirebroker.system_properties` reads them from KAFKA_OPTS), each overridden by
-`--zk-tls-config-file`'s Kafka key (`zookeeper.ssl.*`; any other key ignored); a wrong value is
-reported under the Kafka key. `tool_session` opens the session with the JAAS login and that
-TLS, waits for it, and turns ZooKeeper's failures (no answer, a refused login) into one
-`ZkToolError` naming the ensemble and the reason, never a secret; it closes the session however
-the tool ends.
+`--zk-tls-config-file`'s Kafka key (`zookeeper.ssl.*`; any other key ignored, ZooKeeper's
+`passwordPath` ones too, as Kafka's: they are read as system properties only); a wrong value is
+reported under the name it was set by, key or system property. `tool_session` opens the
+session with the JAAS login and that TLS, waits for it, and turns ZooKeeper's failures (no
+answer, a refused login) into one `ZkToolError` naming the ensemble and the reason, never a
+secret; it closes the session however the tool ends.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ class ZkToolError(Exception):
 
 def tool_tls(path: Path | None) -> tuple[ZkTls | None, bool]:
     """The tool's ZooKeeper TLS (None when it is off) and whether it shows ZooKeeper a client
-    certificate: the system properties' (`wirebroker.zk.tls.with_system_properties`),
-    overridden key by key by the `--zk-tls-config-file` `path`. ConfigError for a file that
+    certificate: the system properties' (`wirebroker.zk.tls.ZkSslSettings`), overridden key
+    by key by the `--zk-tls-config-file` `path`. ConfigError for a file that
     cannot be read or a wrong key."""
     from wirebroker.zk.tls import ZK_TLS_KEYS, client_auth_configured, client_tls
 

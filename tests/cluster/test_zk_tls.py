@@ -157,6 +157,16 @@ def create_open(server: ZooKeeperServer, pki: ZkPki, path: str) -> None:
         zk.close()
 
 
+async def registered(connect: str, keys: dict[str, str]) -> list[str]:
+    """The broker ids registered in ZooKeeper, as a TLS client with `keys` reads them."""
+    zk = ZkClient(connect, tls=client_tls(BrokerConfig.from_properties(keys)))
+    await zk.start()
+    try:
+        return sorted(await zk.get_children("/brokers/ids") or [])
+    finally:
+        await zk.close()
+
+
 async def refused(connect: str, keys: dict[str, str]) -> str:
     """The error a broker with these settings stops with, connecting to ZooKeeper."""
     config = BrokerConfig.from_properties(
@@ -194,12 +204,7 @@ def test_brokers_register_and_serve_over_tls_zookeeper_with_client_auth(
                 got = await trio.to_thread.run_sync(consume, bootstrap, "over-tls", 5)
                 assert len(got) == 5
                 # The registration is there for any TLS client to read.
-                zk = ZkClient(connect, tls=client_tls(BrokerConfig.from_properties(keys)))
-                await zk.start()
-                try:
-                    assert sorted(await zk.get_children("/brokers/ids") or []) == ["1", "2"]
-                finally:
-                    await zk.close()
+                assert await registered(connect, keys) == ["1", "2"]
                 nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -653,12 +658,7 @@ def test_broker_reads_zookeepers_password_files_as_kafkas(
             with trio.fail_after(60):
                 async with trio.open_nursery() as nursery:
                     await start_broker(nursery, connect, tmp_path, 1, **keys)
-                    zk = ZkClient(connect, tls=client_tls(BrokerConfig.from_properties(keys)))
-                    await zk.start()
-                    try:
-                        assert sorted(await zk.get_children("/brokers/ids") or []) == ["0", "1"]
-                    finally:
-                        await zk.close()
+                    assert await registered(connect, keys) == ["0", "1"]
                     nursery.cancel_scope.cancel()
 
         trio.run(main)

@@ -57,6 +57,9 @@ class ZkLogin:
     #: Why the client side of the last exchange failed, if it did (a Kerberos login's keytab
     #: without the principal, say): ZooKeeper's refusal alone says AUTH_FAILED.
     failure: str | None = None
+    #: Whether the last exchange was refused (kazoo's connection thread then says AUTH_FAILED
+    #: and, a moment later, CLOSED: its state alone may already have moved on).
+    refused = False
     #: The address of the server of the current exchange (kazoo's connection sets it).
     server_address: str | None = None
 
@@ -235,7 +238,7 @@ def start_session(kazoo: KazooClient, login: ZkLogin | None, timeout: float) -> 
     if login is not None and kazoo.connected:
         # The first request is answered after the SASL exchange, or fails with it.
         kazoo.exists_async("/").get(timeout=timeout)
-    if kazoo.client_state == KeeperState.AUTH_FAILED:
+    if kazoo.client_state == KeeperState.AUTH_FAILED or (login is not None and login.refused):
         raise AuthFailedError()
     if not kazoo.connected:
         raise kazoo.handler.timeout_exception("Connection time-out")
@@ -258,9 +261,14 @@ def _hook_sasl_exchange(kazoo: KazooClient, login: ZkLogin) -> None:
             login.server_address = str(connection._socket.getpeername()[0])
         except (AttributeError, OSError):  # not connected: the exchange fails on its own
             login.server_address = None
+        login.refused = False
         try:
             authenticate(host, timeout)
+        except AuthFailedError:
+            login.refused = True
+            raise
         except (SessionClosedRequireSaslError, SASLException) as e:
+            login.refused = True
             raise AuthFailedError(type(e).__name__) from e
 
     connection._authenticate_with_sasl = checked

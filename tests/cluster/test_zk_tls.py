@@ -32,7 +32,7 @@ from kazoo.security import Permissions
 
 from compat.kafka_process import kafka_broker, kafka_metadata_brokers, kafka_tool_command
 from tests.cluster.harness import consume, create_topic, eventually, produce, start_broker
-from tests.cluster.processes import wait_for
+from tests.cluster.processes import wait_for, zk_session
 from tests.wirebroker.pki import pkcs12_keystore
 from wirebroker import configs_cli, security_migration_cli
 from wirebroker.config import BrokerConfig, ConfigError
@@ -148,13 +148,10 @@ def password_files(pki: ZkPki, d: Path) -> tuple[Path, list[str]]:
 def create_open(server: ZooKeeperServer, pki: ZkPki, path: str) -> None:
     """`path`, open to all, as a cluster without zookeeper.set.acl leaves its chroot."""
     tls = client_tls(BrokerConfig.from_properties(tls_keys(pki)))
-    zk = kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
-    zk.start(timeout=10)
-    try:
+    with zk_session(
+        kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
+    ) as zk:
         zk.create(path)
-    finally:
-        zk.stop()
-        zk.close()
 
 
 async def registered(connect: str, keys: dict[str, str]) -> list[str]:
@@ -219,13 +216,10 @@ def acl_schemes(
 ) -> dict[str, set[tuple[int, str]]]:
     """The permissions and schemes of each of `paths` below `root`, read over TLS."""
     tls = client_tls(BrokerConfig.from_properties(keys))
-    kazoo = kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
-    kazoo.start(timeout=10)
-    try:
+    with zk_session(
+        kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
+    ) as kazoo:
         return {p: {(a.perms, a.id.scheme) for a in kazoo.get_acls(root + p)[0]} for p in paths}
-    finally:
-        kazoo.stop()
-        kazoo.close()
 
 
 @pytest.mark.timeout(60)

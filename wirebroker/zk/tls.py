@@ -57,7 +57,7 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import create_tcp_connection
 
 from wirebroker.config import BrokerConfig, ConfigError
-from wirebroker.system_properties import system_property
+from wirebroker.system_properties import JAVA_TRIM, system_property
 
 # `wirebroker.tls` is imported where a context is made: a broker talking plaintext to
 # ZooKeeper never loads it (start-up time).
@@ -102,8 +102,6 @@ _KEYS = {
     "ssl.key.password": "zookeeper.ssl.keystore.password",
 }
 _ENDPOINT_KEY = "zookeeper.ssl.endpoint.identification.algorithm"
-#: What Java's String.trim removes: the control characters and the space.
-_JAVA_TRIM = "".join(map(chr, range(33)))
 _TYPES = {".pem": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
 #: The stores a context is read from.
 _STORES = ("ssl.keystore.location", "ssl.truststore.location")
@@ -213,7 +211,7 @@ class ZkSslSettings:
 def java_boolean(value: str | None) -> bool:
     """A boolean as ZooKeeper's client reads one (ZKConfig.getBoolean): Java's
     Boolean.parseBoolean of the value trimmed, true for `true` in any case, else false."""
-    return value is not None and value.strip(_JAVA_TRIM).lower() == "true"
+    return value is not None and value.strip(JAVA_TRIM).lower() == "true"
 
 
 def system_property_keys() -> dict[str, str]:

@@ -21,8 +21,10 @@ before any check, and `--version` prints the version, wirebroker's, and exits 0,
 CommandLineUtils). The options are parsed as Kafka's joptsimple parser does (`_Options`): an
 unknown or abbreviated option, one without its value or with a value that is not one, or one
 given twice is refused, exit 1, saying which (Kafka's prints the exception, exit 1; it refuses
-a wrong value or a second one only once it asks for it, after the login checks); so is a word
-that is not an option, which Kafka's ignores. The walk is pipelined as Kafka's asynchronous
+a wrong value or a second one only once it asks for it, after the login checks). As joptsimple,
+a word that is not an option (and every word after `--`) is ignored, and an option that takes
+no value (`--enable.path.check`, `--help`, `--version`) given one (`--enable.path.check=false`)
+is that option, the value ignored. The walk is pipelined as Kafka's asynchronous
 one: a level of the tree at a time, its setACL and getChildren requests in flight together
 (IN_FLIGHT at most).
 """
@@ -115,11 +117,26 @@ class OptionError(Exception):
 
 
 class _Options(argparse.ArgumentParser):
-    """The tool's options, parsed as Kafka's joptsimple parser (no abbreviations): a wrong one
-    is an OptionError for `run`, not argparse's exit 2."""
+    """The tool's options, parsed as Kafka's joptsimple parser (no abbreviations; the module's
+    docstring): a wrong one is an OptionError for `run`, not argparse's exit 2."""
 
     def error(self, message: str) -> NoReturn:
         raise OptionError(message)
+
+    def parse_options(self, words: list[str]) -> argparse.Namespace:
+        """`words` parsed; the words that are not options ignored."""
+        if "--" in words:
+            words = words[: words.index("--")]
+        words = [w.partition("=")[0] if w.partition("=")[0] in _FLAGS else w for w in words]
+        options, extra = self.parse_known_args(words)
+        unknown = [w for w in extra if w.startswith("-") and w != "-"]
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return options
+
+
+#: The options that take no value, as joptsimple's `accepts` without an argument.
+_FLAGS = ("--help", "--version", "--enable.path.check")
 
 
 class _Once(argparse.Action):
@@ -148,7 +165,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("options", nargs=argparse.REMAINDER)
 
 
-def options_parser() -> argparse.ArgumentParser:
+def options_parser() -> _Options:
     """The tool's options: Kafka's, and its `--help` and `--version`."""
     p = _Options(
         prog="wirebroker zookeeper-security-migration",
@@ -157,6 +174,7 @@ def options_parser() -> argparse.ArgumentParser:
         add_help=False,
         allow_abbrev=False,
     )
+    # the options that take no value: _FLAGS
     p.add_argument("--help", action="store_true", help="Print usage information (exit 1).")
     p.add_argument("--version", action="store_true", help="Print wirebroker's version (exit 0).")
     p.add_argument(
@@ -206,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     from wirebroker.zk.tool_session import ZkToolError
 
     try:
-        options = options_parser().parse_args(args.options)
+        options = options_parser().parse_options(args.options)
     except OptionError as e:
         print(
             f"wirebroker zookeeper-security-migration: {e} (--help lists the options)",

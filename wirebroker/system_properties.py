@@ -2,8 +2,9 @@
 `${property}` expansion of them.
 
 Kafka reads some settings only as system properties (`-Dname=value` on the JVM's command line,
-which kafka-server-start.sh takes from `KAFKA_OPTS`): OAUTHBEARER's allowed URLs, the JAAS file
-(`java.security.auth.login.config`) and the ZooKeeper client's SASL switches. wirebroker reads
+which kafka-server-start.sh takes from `KAFKA_OPTS`): OAUTHBEARER's allowed URLs, the login
+modules a `sasl.jaas.config` may not name, the JAAS file (`java.security.auth.login.config`) and
+the ZooKeeper client's SASL switches. wirebroker reads
 each from an environment variable of that very name or, without one, from the last
 `-Dname=value` word of `KAFKA_OPTS`, so a deployment's `KAFKA_OPTS` works unchanged; without
 either, the JVM's own properties a file may name (`user.home`, `user.dir`, ...) have the value
@@ -20,6 +21,9 @@ from __future__ import annotations
 import os
 import pwd
 from pathlib import Path
+
+#: What Java's String.trim removes from either end: the control characters and the space.
+JAVA_TRIM = "".join(map(chr, range(33)))
 
 
 def system_property(name: str) -> str | None:

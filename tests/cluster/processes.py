@@ -4,7 +4,8 @@ The failure tests drive either kind through one interface — kill -9, SIGSTOP/S
 stop (with controlled shutdown), a restart on the same port and data — so each scenario can be
 run against Apache Kafka 3.9 too (``WIREBROKER_CLUSTER_TARGET=kafka``), which is how the
 scenarios themselves were checked. Cluster state is read the way clients read it (Metadata
-through confluent-kafka's admin client); nothing here looks inside a broker.
+through confluent-kafka's admin client); nothing here looks inside a broker. ZooKeeper itself is
+read through a kazoo session: `zk_session` for any test that reads or prepares znodes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import pytest
+from kazoo.client import KazooClient
 
 from compat.kafka_process import (
     KAFKA_MAIN,
@@ -79,6 +81,24 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def zk_session(client: KazooClient, timeout: float = 10) -> Iterator[KazooClient]:
+    """`client` started (its session within `timeout` seconds), stopped and closed after."""
+    client.start(timeout=timeout)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def expire_session(connect: str, credentials: tuple[int, bytes]) -> None:
+    """Close a session from outside with its id and password: ZooKeeper expires it at once."""
+    hosts, _, _ = connect.partition("/")
+    with zk_session(KazooClient(hosts=hosts, client_id=credentials, timeout=6)):
+        pass
 
 
 class Node(Protocol):
@@ -210,19 +230,12 @@ class Cluster:
 
         Asked of ZooKeeper itself: a broker that just started may not know the others yet.
         """
-        from kazoo.client import KazooClient
-
-        zk = KazooClient(hosts=self.zk.connect)
-        zk.start(timeout=30)
-        try:
+        with zk_session(KazooClient(hosts=self.zk.connect), 30) as zk:
             wait_for(
                 lambda: zk.exists(f"/brokers/ids/{node_id}") is None,
                 60.0,
                 f"the registration of broker {node_id} to expire",
             )
-        finally:
-            zk.stop()
-            zk.close()
 
     def pause(self, node_id: int) -> None:
         os.kill(self.nodes[node_id].pid(), signal.SIGSTOP)

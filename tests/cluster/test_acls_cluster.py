@@ -31,6 +31,7 @@ from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import eventually, start_broker
+from tests.cluster.processes import zk_session
 from tests.wirebroker.helpers import RawClient, fetch_request
 from tests.wirebroker.secured import (
     ACL_COMMAND,
@@ -307,13 +308,8 @@ def test_brokers_allowed_cluster_action_run_transactions(zk_connect: str, tmp_pa
     ZooKeeper by Kafka's own AclAuthorizer before they start): they replicate, and alice's
     transactions over three partitions led by three brokers commit and abort, the
     coordinator's markers and the leaders' KIP-890 verifications going between brokers."""
-    chroot_client = KazooClient(hosts=zk_connect.split("/", 1)[0])
-    chroot_client.start()
-    try:
+    with zk_session(KazooClient(hosts=zk_connect.split("/", 1)[0])) as chroot_client:
         chroot_client.ensure_path("/" + zk_connect.split("/", 1)[1])
-    finally:
-        chroot_client.stop()
-        chroot_client.close()
     _acl_command(
         "--authorizer-properties", f"zookeeper.connect={zk_connect}", "--add",
         "--allow-principal", "User:ANONYMOUS", "--operation", "ClusterAction", "--cluster",

@@ -22,6 +22,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.describe_cluster import DescribeClusterRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
+from tests.cluster.processes import zk_session
 from tests.wirebroker.helpers import RawClient, host_port, scrape, value, wait_until
 from wirebroker.zk import znodes
 from wirebroker.zookeeper_server import jars_available
@@ -100,9 +101,7 @@ def test_cluster_command(tmp_path: Path) -> None:
 
         wait_until(coordinator, 30, interval=0.2, what="a group coordinator")
 
-        zk = KazooClient(hosts=zk_connect[1])
-        zk.start(timeout=10)
-        try:
+        with zk_session(KazooClient(hosts=zk_connect[1])) as zk:
             data, _ = zk.get(znodes.topic_path("__consumer_offsets"))
             offsets = znodes.TopicAssignment.decode(data)
             assert len(offsets.partitions) == 3
@@ -112,9 +111,6 @@ def test_cluster_command(tmp_path: Path) -> None:
                     data, _ = zk.get(znodes.partition_state_path(topic, p))
                     state = znodes.PartitionState.decode(data)
                     assert state.leader in (1, 2, 3) and sorted(state.isr) == [1, 2, 3]
-        finally:
-            zk.stop()
-            zk.close()
         # each broker's /metrics: one active controller, every partition led once, none lagging
         # (rf3's 3, by-admin's 2 and __consumer_offsets' 3, each on every broker)
         metrics = found(r"metrics: (.+)$")

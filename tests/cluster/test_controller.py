@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import trio
-from kazoo.client import KazooClient
 
 from protocol.errors import ErrorCode
 from protocol.messages.alter_configs import AlterConfigsRequest
@@ -30,6 +29,7 @@ from protocol.messages.metadata import MetadataRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import FakeBroker, call, eventually, start_broker
+from tests.cluster.processes import expire_session
 from wirebroker.controller.controller import Controller, ControllerMoved
 from wirebroker.peer import request_once
 from wirebroker.server import RunningBroker
@@ -62,15 +62,6 @@ def controller_of(*brokers: RunningBroker) -> RunningBroker:
     active = [b for b in brokers if b.broker.cluster and b.broker.cluster.controller.active]
     assert len(active) == 1, [b.broker.node_id for b in active]
     return active[0]
-
-
-def expire_session(connect: str, credentials: tuple[int, bytes]) -> None:
-    """Close a session from outside with its id and password: ZooKeeper expires it at once."""
-    hosts, _, _ = connect.partition("/")
-    other = KazooClient(hosts=hosts, client_id=credentials, timeout=6)
-    other.start(timeout=10)
-    other.stop()
-    other.close()
 
 
 def test_election_fencing_and_reregistration(zk_connect: str, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 from compat.kafka_process import run_kafka_tool
 from protocol.errors import ErrorCode
 from protocol.record_batch import SimpleRecord
-from tests.cluster.processes import Cluster, running_cluster, wait_for
+from tests.cluster.processes import Cluster, running_cluster, wait_for, zk_session
 from tests.wirebroker.helpers import RawClient, describe_configs, produce_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -76,9 +76,7 @@ def test_default_reaches_every_broker_and_per_broker_wins(kind: str) -> None:
             DYNAMIC_DEFAULT_BROKER_CONFIG,
         )
         # Stored as Kafka stores them.
-        zk = KazooClient(hosts=cluster.zk.connect)
-        zk.start(timeout=30)
-        try:
+        with zk_session(KazooClient(hosts=cluster.zk.connect), 30) as zk:
             default = json.loads(zk.get("/config/brokers/<default>")[0])
             assert default == {
                 "version": 1,
@@ -91,9 +89,6 @@ def test_default_reaches_every_broker_and_per_broker_wins(kind: str) -> None:
                 for c in sorted(zk.get_children("/config/changes"))
             ]
             assert changes[-2:] == ["brokers/<default>", "brokers/2"]
-        finally:
-            zk.stop()
-            zk.close()
 
         # message.max.bytes on each leader: 20 KB refused by brokers 1 and 3, taken by 2.
         cluster.create_topic("sized", partitions=3)

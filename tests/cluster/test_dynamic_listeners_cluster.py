@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from compat.kafka_process import free_port
 from protocol.messages.metadata import MetadataRequest
-from tests.cluster.processes import Cluster, running_cluster, wait_for
+from tests.cluster.processes import Cluster, running_cluster, wait_for, zk_session
 from tests.cluster.test_dynamic_configs_cluster import kafka_configs
 from tests.wirebroker.helpers import RawClient, round_trip_confluent
 
@@ -57,16 +57,11 @@ def test_listeners_added_are_advertised_by_every_broker(kind: str) -> None:
         assert advertised(f"127.0.0.1:{cluster.node(2).port}") == {
             n: node.port for n, node in cluster.nodes.items()
         }
-        zk = KazooClient(hosts=cluster.zk.connect)
-        zk.start(timeout=30)
-        try:
+        with zk_session(KazooClient(hosts=cluster.zk.connect), 30) as zk:
             registration = json.loads(zk.get("/brokers/ids/2")[0])
             assert f"EXTRA://127.0.0.1:{extra[2]}" in registration["endpoints"]
             stored = json.loads(zk.get("/config/brokers/2")[0])["config"]
             assert stored["listeners"].endswith(f"EXTRA://127.0.0.1:{extra[2]}")
-        finally:
-            zk.stop()
-            zk.close()
         # Clients bootstrapped on EXTRA reach every partition's leader through EXTRA.
         cluster.create_topic("through-extra", partitions=3)
         cluster.wait_fully_replicated("through-extra")

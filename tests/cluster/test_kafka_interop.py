@@ -13,6 +13,7 @@ from compat.kafka_process import jars_available, kafka_broker
 from protocol.errors import ErrorCode
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.metadata import MetadataRequest
+from tests.cluster.processes import zk_session
 from tests.wirebroker.helpers import RawClient, wait_until
 from wirebroker.zk import znodes as z
 
@@ -24,10 +25,8 @@ pytestmark = [
 
 def test_kafka_reads_ours_and_we_read_kafkas(zk_connect: str) -> None:
     hosts, _, chroot = zk_connect.partition("/")
-    zk = KazooClient(hosts=hosts)
-    zk.start(timeout=10)
-    zk.ensure_path("/" + chroot)
-    try:
+    with zk_session(KazooClient(hosts=hosts)) as zk:
+        zk.ensure_path("/" + chroot)
         with kafka_broker(zk_connect, broker_id=0, heap="384m") as kafka:
             root = "/" + chroot
 
@@ -107,6 +106,3 @@ def test_kafka_reads_ours_and_we_read_kafkas(zk_connect: str) -> None:
             wait_until(served, 30, interval=0.2, what="Kafka to serve our topic")
             ours_state = z.PartitionState.decode(get(z.partition_state_path("ours", 2)))
             assert ours_state.leader == 0
-    finally:
-        zk.stop()
-        zk.close()

@@ -42,6 +42,7 @@ from tests.cluster.harness import (
     replicated,
     start_broker,
 )
+from tests.cluster.processes import zk_session
 from tests.cluster.test_controller import create_topic
 from tests.wirebroker.helpers import alter_configs
 from wirebroker.authorizer import acls
@@ -123,13 +124,8 @@ def test_sasl_ssl_between_three_brokers(zk_connect: str, tmp_path: Path) -> None
     # The brokers' own user, in ZooKeeper before any broker starts (Kafka's documented way;
     # the tool needs the chroot to exist).
     host, chroot = zk_connect.split("/", 1)
-    zk = KazooClient(hosts=host)
-    zk.start(timeout=30)
-    try:
+    with zk_session(KazooClient(hosts=host), 30) as zk:
         zk.ensure_path(chroot)
-    finally:
-        zk.stop()
-        zk.close()
     _kafka_configs(
         *("--zookeeper", zk_connect, "--alter", "--entity-type", "users"),
         *("--entity-name", "broker", "--add-config", f"SCRAM-SHA-512=[password={BROKER_SECRET}]"),

@@ -9,8 +9,9 @@ import time
 
 import pytest
 import trio
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 
+from tests.cluster.processes import expire_session
 from wirebroker.zk.client import (
     BadVersionError,
     ConnectionLoss,
@@ -67,15 +68,7 @@ def test_calls_watches_and_session_events(zk_connect: str) -> None:
             # an expired session: LOST, then CONNECTED with a new session
             creds = zk.session_credentials
             assert creds is not None
-            hosts = zk_connect.partition("/")[0]
-
-            def expire() -> None:
-                other = KazooClient(hosts=hosts, client_id=creds, timeout=6)
-                other.start(timeout=10)
-                other.stop()
-                other.close()
-
-            await trio.to_thread.run_sync(expire)
+            await trio.to_thread.run_sync(expire_session, zk_connect, creds)
             states = []
             with trio.fail_after(20):
                 while not (states and states[-1].state == "CONNECTED"):

@@ -15,7 +15,6 @@ alike.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from kazoo.exceptions import AuthFailedError
 from kazoo.security import Permissions
 
 from tests.cluster.harness import create_topic, start_broker
+from tests.cluster.processes import zk_session
 from tests.cluster.test_zk_sasl_cluster import serve
 from tests.wirebroker.kdc import REALM, Kdc, krb5_jaas, requires_kdc, serving_kdc
 from wirebroker.sasl.kerberos import service_host
@@ -78,17 +78,6 @@ def client_jaas(tmp: Path, keytab: Path) -> str:
     return f"-Xmx1g -Djava.security.auth.login.config={path}"
 
 
-@contextlib.contextmanager
-def anonymous(hosts: str) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=hosts, timeout=10)
-    client.start(timeout=10)
-    try:
-        yield client
-    finally:
-        client.stop()
-        client.close()
-
-
 @pytest.mark.timeout(90)
 def test_a_broker_logs_in_with_kerberos_and_its_znodes_carry_its_principal(
     kerberized_zk: ZooKeeperServer, kdc: Kdc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -103,7 +92,7 @@ def test_a_broker_logs_in_with_kerberos_and_its_znodes_carry_its_principal(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
-    with anonymous(kerberized_zk.connect) as zk:
+    with zk_session(KazooClient(hosts=kerberized_zk.connect, timeout=10)) as zk:
         acls = zk.get_acls("/kerberized/brokers/topics/kerberized")[0]
         got = {(a.perms, a.id.scheme, a.id.id) for a in acls}
     assert got == {(Permissions.ALL, "sasl", BROKER), (Permissions.READ, "world", "anyone")}

@@ -47,6 +47,7 @@ from tests.cluster.harness import (
     start_broker,
 )
 from tests.cluster.processes import wait_for as wait_until
+from tests.cluster.processes import zk_session
 from wirebroker.peer import request_once
 from wirebroker.zookeeper_server import (
     ZooKeeperServer,
@@ -117,14 +118,9 @@ def client_jaas(tmp: Path, password: str = PASSWORD) -> str:
 def kazoo(hosts: str, user: str | None = None, password: str = "") -> Iterator[KazooClient]:
     """A kazoo session logged in as `user` with DIGEST-MD5, or anonymous."""
     sasl = {"mechanism": "DIGEST-MD5", "username": user, "password": password} if user else None
-    client = KazooClient(hosts=hosts, sasl_options=sasl, timeout=10)
-    client.start(timeout=10)
-    try:
+    with zk_session(KazooClient(hosts=hosts, sasl_options=sasl, timeout=10)) as client:
         client.exists("/")  # answered once the SASL exchange is done
         yield client
-    finally:
-        client.stop()
-        client.close()
 
 
 def acls_of(client: KazooClient, path: str) -> set[tuple[int, str, str]]:

@@ -212,7 +212,7 @@ def test_a_wrong_option_exits_1_saying_which_as_kafkas(tmp_path: Path) -> None:
     far as asking for the values): an unknown option, an abbreviated one, one without its
     value, a value that is not a number, an option given twice: exit 1, nothing done (no
     ZooKeeper listens at the connect string), the option named. Ours says so in one line on
-    stderr, no usage, no traceback; a word that is not an option, which Kafka's ignores, too."""
+    stderr, no usage, no traceback."""
     opts = client_jaas(tmp_path)
     connect = ["--zookeeper.connect", "127.0.0.1:1"]
     for more, option in (
@@ -231,9 +231,36 @@ def test_a_wrong_option_exits_1_saying_which_as_kafkas(tmp_path: Path) -> None:
         assert ours.stderr.count("\n") == 1, ours.stderr
         assert option in ours.stderr, ours.stderr
         assert "(--help lists the options)" in ours.stderr
-    ours = migrate_with(TOOL, opts, *connect, "--zookeeper.acl", "secure", "stray")
-    assert ours.returncode == 1
-    assert "unrecognized arguments: stray" in ours.stderr
+
+
+@pytest.mark.timeout(180)
+def test_words_joptsimple_ignores_as_kafkas(sasl_zk: ZooKeeperServer, tmp_path: Path) -> None:
+    """Differential, Kafka 3.9.2's tool from the jars and ours, each on an empty chroot of its
+    own: as joptsimple, a word that is not an option (first, last, or an option after `--`)
+    is ignored, both securing the chroot (exit 0, the same output); an option that takes no
+    value given one is that option, the value ignored: `--enable.path.check=false` checks the
+    paths, both stopping at the missing ones (exit 1); `--help=no` prints the usage (exit 1)."""
+    opts = client_jaas(tmp_path)
+    for n, (more, code) in enumerate(
+        (
+            (["stray", "--zookeeper.acl", "secure", "-", "more"], 0),
+            (["--zookeeper.acl", "secure", "--", "--bogus"], 0),
+            (["--zookeeper.acl", "secure", "--enable.path.check=false"], 1),
+            (["--zookeeper.acl", "secure", "--help=no"], 1),
+        )
+    ):
+        ran = {}
+        for name, tool in (("theirs", kafka_migrator(opts)), ("ours", TOOL)):
+            chroot = f"/words-{n}-{name}"
+            with kazoo(sasl_zk.connect, "kafka", PASSWORD) as broker_user:
+                broker_user.create(chroot)
+            ran[name] = migrate_with(
+                tool, opts, "--zookeeper.connect", sasl_zk.connect + chroot, *more
+            )
+            assert ran[name].returncode == code, (name, more, ran[name].stderr)
+        assert ran["ours"].stdout == ran["theirs"].stdout, more
+    assert ran["ours"].stderr.startswith(USAGE + "\n")
+    assert ran["theirs"].stderr.startswith(USAGE + "\n")
 
 
 @pytest.mark.timeout(60)

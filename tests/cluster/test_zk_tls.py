@@ -32,7 +32,7 @@ from kazoo.security import Permissions
 
 from compat.kafka_process import kafka_broker, kafka_metadata_brokers, kafka_tool_command
 from tests.cluster.harness import consume, create_topic, eventually, produce, start_broker
-from tests.cluster.processes import wait_for
+from tests.cluster.processes import wait_for, zk_session
 from tests.wirebroker.pki import pkcs12_keystore
 from wirebroker import configs_cli, security_migration_cli
 from wirebroker.config import BrokerConfig, ConfigError
@@ -148,13 +148,10 @@ def password_files(pki: ZkPki, d: Path) -> tuple[Path, list[str]]:
 def create_open(server: ZooKeeperServer, pki: ZkPki, path: str) -> None:
     """`path`, open to all, as a cluster without zookeeper.set.acl leaves its chroot."""
     tls = client_tls(BrokerConfig.from_properties(tls_keys(pki)))
-    zk = kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
-    zk.start(timeout=10)
-    try:
+    with zk_session(
+        kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
+    ) as zk:
         zk.create(path)
-    finally:
-        zk.stop()
-        zk.close()
 
 
 async def registered(connect: str, keys: dict[str, str]) -> list[str]:
@@ -219,13 +216,10 @@ def acl_schemes(
 ) -> dict[str, set[tuple[int, str]]]:
     """The permissions and schemes of each of `paths` below `root`, read over TLS."""
     tls = client_tls(BrokerConfig.from_properties(keys))
-    kazoo = kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
-    kazoo.start(timeout=10)
-    try:
+    with zk_session(
+        kazoo_client(f"localhost:{server.port}", None, timeout=10, **kazoo_options(tls))
+    ) as kazoo:
         return {p: {(a.perms, a.id.scheme) for a in kazoo.get_acls(root + p)[0]} for p in paths}
-    finally:
-        kazoo.stop()
-        kazoo.close()
 
 
 @pytest.mark.timeout(60)
@@ -635,6 +629,92 @@ def test_tools_read_zookeepers_password_files_as_kafkas(
     )
 
 
+@pytest.mark.timeout(180)
+def test_tools_read_booleans_as_zookeepers_client(
+    zk_server: ZooKeeperServer, tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path
+) -> None:
+    """A tool's TLS booleans, from `-D` or `--zk-tls-config-file`, are read by ZooKeeper's
+    client (Java's Boolean.parseBoolean: `true` in any case, anything else false, nothing
+    refused), as by Kafka 3.9's ConfigCommand and ZkSecurityMigrator (the jars), run alongside:
+    `maybe` or `yes` is plaintext, `TRUE` is TLS; but Kafka's certificate login asks for
+    zookeeper.client.secure exactly `true`, so the migration tool finds no login with `TRUE`."""
+    truststore, paths = password_files(pki, tmp_path)
+    properties = tmp_path / "zk-tls.properties"
+    stores = [
+        "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
+        f"-Dzookeeper.ssl.keyStore.location={pki.broker}",
+        f"-Dzookeeper.ssl.trustStore.location={truststore}",
+        *paths,
+    ]
+
+    def both(main: str, ours: list[str], args: list[str], flags: list[str], keys: str) -> None:
+        """Kafka's tool `main` and `ours` with `args`, KAFKA_OPTS `flags` and the file `keys`:
+        the same exit code, returned with each one's output."""
+        properties.write_text(keys)
+        args = [*args, "--zk-tls-config-file", str(properties)]
+        env = {**os.environ, "KAFKA_OPTS": " ".join(flags)}
+        kafka = kafka_tool_command(main, args)
+        ran = {}
+        for name, argv in (("kafka", [kafka[0], *flags, *kafka[1:]]), ("ours", [*ours, *args])):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=90, env=env)
+            ran[name] = (done.returncode, done.stdout + done.stderr)
+        assert ran["kafka"][0] == ran["ours"][0], ran
+        return ran["ours"]
+
+    configs = [sys.executable, "-m", "wirebroker", "configs"]
+    describe = ["--describe", "--entity-type", "users"]
+    plaintext = ["--zookeeper", f"localhost:{zk_server.port}", *describe]
+    assert both("kafka.admin.ConfigCommand", configs, plaintext, [], "")[0] == 0
+    code, output = both(
+        "kafka.admin.ConfigCommand", configs, plaintext, ["-Dzookeeper.client.secure=maybe"], ""
+    )
+    assert code == 0, output
+    code, output = both(
+        "kafka.admin.ConfigCommand", configs, plaintext, [], "zookeeper.ssl.client.enable=yes\n"
+    )
+    assert code == 0, output
+    secure = ["-Dzookeeper.client.secure=TRUE", *stores]
+    over_tls = ["--zookeeper", f"localhost:{tls_zk.port}", *describe]
+    assert both("kafka.admin.ConfigCommand", configs, over_tls, secure, "")[0] == 0
+    migrate = ["--zookeeper.connect", f"localhost:{tls_zk.port}{chroot()}"]
+    migrate += ["--zookeeper.acl", "secure", "--zookeeper.connection.timeout", "3000"]
+    code, output = both("kafka.admin.ZkSecurityMigrator", MIGRATION_TOOL, migrate, secure, "")
+    assert code == 1 and security_migration_cli.NO_LOGIN in output, output
+    code, output = both(
+        "kafka.admin.ZkSecurityMigrator", MIGRATION_TOOL, migrate, stores,
+        "zookeeper.ssl.client.enable=True\n",
+    )  # fmt: skip
+    assert code == 1 and security_migration_cli.NO_LOGIN in output, output
+
+
+def test_broker_reads_its_boolean_system_properties_as_kafkaconfig(
+    pki: ZkPki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker's `-Dzookeeper.ssl.crl` / `.ocsp` / `.hostnameVerification` are read by
+    KafkaConfig: true only when exactly `true` (`TRUE`, `yes`: false, not refused); its keys
+    are read by Kafka's ConfigDef: true or false in any case, anything else refused."""
+    config = BrokerConfig.from_properties(tls_keys(pki))
+    for value in ("TRUE", "yes", " true"):
+        flags = f"-Dzookeeper.ssl.crl={value} -Dzookeeper.ssl.ocsp={value}"
+        monkeypatch.setenv("KAFKA_OPTS", f"{flags} -Dzookeeper.ssl.hostnameVerification={value}")
+        tls = client_tls(BrokerConfig.from_properties(tls_keys(pki)))
+        assert tls is not None and not tls.context.check_hostname
+    monkeypatch.setenv("KAFKA_OPTS", "-Dzookeeper.ssl.crl=true")
+    with pytest.raises(ConfigError, match="zookeeper.ssl.crl=true is not supported"):
+        client_tls(config)
+    monkeypatch.delenv("KAFKA_OPTS")
+    keys = tls_keys(pki, zookeeper_ssl_ocsp_enable="yes")
+    with pytest.raises(ConfigError, match="zookeeper.ssl.ocsp.enable='yes' must be true or false"):
+        client_tls(BrokerConfig(keys))
+    assert client_tls(BrokerConfig(tls_keys(pki, zookeeper_ssl_ocsp_enable="FALSE"))) is not None
+    # TLS on by ZooKeeper's client's reading alone: KafkaConfig hands it none of the keys, and
+    # its zkTlsClientAuthEnabled (zookeeper.client.secure exactly true) sees no certificate.
+    monkeypatch.setenv("KAFKA_OPTS", "-Dzookeeper.client.secure=TRUE")
+    unset = BrokerConfig.from_properties(tls_keys(pki, zookeeper_ssl_client_enable=""))
+    assert client_tls(unset) is not None
+    assert not client_auth_configured(unset)
+
+
 @pytest.mark.timeout(150)
 def test_broker_reads_zookeepers_password_files_as_kafkas(
     tls_zk: ZooKeeperServer, pki: ZkPki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -682,7 +762,6 @@ def test_a_wrong_system_property_is_named_as_it_was_set(pki: ZkPki, tmp_path: Pa
     serve += ["--log-dirs", str(tmp_path / "data"), "--override", "zookeeper.connect=localhost:1"]
     tool = [*MIGRATION_TOOL, "--zookeeper.acl", "secure", "--zookeeper.connect", "localhost:1"]
     for flag, said, kafka_key in (
-        ("zookeeper.client.secure=maybe", "zookeeper.client.secure='maybe' must be", ".enable"),
         ("zookeeper.ssl.keyStore.type=bogus", "zookeeper.ssl.keyStore.type=BOGUS", ".keystore."),
         (
             "zookeeper.ssl.enabledProtocols=TLSv9",

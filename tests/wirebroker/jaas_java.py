@@ -36,9 +36,10 @@ def jdk_reads(section: str, paths: Sequence[Path], flags: Sequence[str] = ()) ->
     return _run(["file", section, *map(str, paths)], flags)
 
 
-def kafka_reads(paths: Sequence[Path]) -> list[str]:
-    """What Kafka's JaasContext reads of each file's text as a `sasl.jaas.config` value."""
-    return _run(["kafka", *map(str, paths)], ["-cp", f"{jars_dir()}/*"])
+def kafka_reads(paths: Sequence[Path], flags: Sequence[str] = ()) -> list[str]:
+    """What Kafka's JaasContext reads of each file's text as a `sasl.jaas.config` value
+    (`flags`: the JVM's `-D`s)."""
+    return _run(["kafka", *map(str, paths)], ["-cp", f"{jars_dir()}/*", *flags])
 
 
 def rendered(entries: list[JaasEntry] | None) -> str:

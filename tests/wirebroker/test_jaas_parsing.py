@@ -109,6 +109,47 @@ def test_sasl_jaas_config_values_are_read_as_kafka_reads_them(tmp_path: Path) ->
     assert read["number"].startswith("ERROR\tValue not specified for key 'debug' in JAAS config")
 
 
+#: `sasl.jaas.config` values naming login modules Kafka may disallow.
+MODULES = {
+    "jndi": "com.sun.security.auth.module.JndiLoginModule required;",
+    "ldap": 'com.sun.security.auth.module.LdapLoginModule required userProvider="ldap://x";',
+    "quoted-spaces": '" com.sun.security.auth.module.JndiLoginModule " required;',
+    "other": "a.B required k=v;",
+    "other-listed": "c.D required;",
+}
+
+
+@requires_kafka_clients
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["-Dorg.apache.kafka.disallowed.login.modules=a.B,c.D"],
+        ["-Dorg.apache.kafka.disallowed.login.modules="],
+    ],
+    ids=["default", "listed", "empty"],
+)
+def test_disallowed_login_modules_are_refused_as_kafka_refuses_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    """Kafka 3.9.2's JaasContext refuses a login module named by the system property
+    org.apache.kafka.disallowed.login.modules (by default JNDI's and LDAP's; empty: none), the
+    module's name trimmed, with a message saying which property to change: ours the same, the
+    same message, the property from KAFKA_OPTS."""
+    java = kafka_reads(write(tmp_path, MODULES), flags)
+    monkeypatch.setenv("KAFKA_OPTS", " ".join(flags))
+    ours = [kafka_value(text) for text in MODULES.values()]
+    assert dict(zip(MODULES, ours, strict=True)) == dict(zip(MODULES, java, strict=True))
+    refusals = [line for line in ours if line.startswith("ERROR")]
+    assert len(refusals) == (3 if not flags else 0 if flags[0].endswith("=") else 2)
+    if not flags:
+        assert ours[0] == (
+            "ERROR\tcom.sun.security.auth.module.JndiLoginModule is not allowed. Update System "
+            "property 'org.apache.kafka.disallowed.login.modules' to allow "
+            "com.sun.security.auth.module.JndiLoginModule"
+        )
+
+
 @requires_java
 def test_jaas_files_are_read_as_the_jdk_reads_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -101,6 +101,28 @@ def test_listener_mechanisms_and_the_unprefixed_jaas_config() -> None:
         (
             {
                 **SASL,
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                    "com.sun.security.auth.module.JndiLoginModule required;"
+                ),
+            },
+            r"^listener.name.sasl_plaintext.plain.sasl.jaas.config: "
+            r"com.sun.security.auth.module.JndiLoginModule is not allowed. Update System property "
+            r"'org.apache.kafka.disallowed.login.modules' to allow "
+            r"com.sun.security.auth.module.JndiLoginModule$",
+        ),
+        (
+            {
+                **SASL,
+                "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
+                    "com.sun.security.auth.module.LdapLoginModule required;"
+                ),
+            },
+            "LdapLoginModule is not allowed. Update System property "
+            "'org.apache.kafka.disallowed.login.modules'",
+        ),
+        (
+            {
+                **SASL,
                 "zookeeper.connect": "z:2181",
                 "security.inter.broker.protocol": "SASL_PLAINTEXT",
             },

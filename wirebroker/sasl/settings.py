@@ -43,6 +43,7 @@ from wirebroker.sasl.java_tokens import (
     quoting_hint,
     token_name,
 )
+from wirebroker.system_properties import JAVA_TRIM, system_property
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
@@ -80,6 +81,12 @@ UNSECURED_LOGIN = (
     "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
     "OAuthBearerUnsecuredLoginCallbackHandler"
 )
+#: The system property listing the login modules a `sasl.jaas.config` may not name, and its
+#: default (Kafka 3.9.2's JaasUtils: JNDI and LDAP lookups, CVE-2023-25194 and CVE-2025-27818).
+DISALLOWED_LOGIN_MODULES = "org.apache.kafka.disallowed.login.modules"
+DISALLOWED_LOGIN_MODULES_DEFAULT = (
+    "com.sun.security.auth.module.JndiLoginModule,com.sun.security.auth.module.LdapLoginModule"
+)
 JAAS_USER_PREFIX = "user_"  # PlainLoginModule's option naming a user: user_<name>="<password>"
 
 _CONTROL_FLAGS = ("required", "requisite", "sufficient", "optional")
@@ -106,9 +113,11 @@ class JaasEntry:
 def parse_jaas_config(text: str) -> JaasEntry:
     """`Module flag key="value" ...;` to a JaasEntry, as Kafka's JaasConfig reads a
     `sasl.jaas.config` value (its StreamTokenizer: `java_tokens`) and JaasContext takes it: one
-    login module. Its messages are Kafka's, naming options, never values, and say what to write
-    where Kafka's do not; an option named by a number or a character such as `*` (Kafka keeps
-    it under no name, where no login module looks) is left out."""
+    login module, not one of the disallowed ones (`DISALLOWED_LOGIN_MODULES`, read as Kafka
+    reads it: its comma-separated names trimmed). Its messages are Kafka's, naming options,
+    never values, and say what to write where Kafka's do not; an option named by a number or a
+    character such as `*` (Kafka keeps it under no name, where no login module looks) is left
+    out."""
     tokens = java_tokens(text, KAFKA_WORD_CHARS)
     entries: list[JaasEntry] = []
     i = 0
@@ -159,6 +168,15 @@ def parse_jaas_config(text: str) -> JaasEntry:
             f"JAAS config property contains {len(entries)} login modules, should be 1 module"
             if entries
             else "Login module not specified in JAAS config"
+        )
+    module = entries[0].login_module.strip(JAVA_TRIM)
+    disallowed = system_property(DISALLOWED_LOGIN_MODULES)
+    if disallowed is None:
+        disallowed = DISALLOWED_LOGIN_MODULES_DEFAULT
+    if module in {name.strip(JAVA_TRIM) for name in disallowed.split(",")}:
+        raise JaasError(
+            f"{module} is not allowed. Update System property '{DISALLOWED_LOGIN_MODULES}' to "
+            f"allow {module}"
         )
     return entries[0]
 

@@ -57,7 +57,7 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import create_tcp_connection
 
 from wirebroker.config import BrokerConfig, ConfigError
-from wirebroker.system_properties import system_property
+from wirebroker.system_properties import JAVA_TRIM, system_property
 
 # `wirebroker.tls` is imported where a context is made: a broker talking plaintext to
 # ZooKeeper never loads it (start-up time).
@@ -101,6 +101,7 @@ _KEYS = {
     },
     "ssl.key.password": "zookeeper.ssl.keystore.password",
 }
+_ENDPOINT_KEY = "zookeeper.ssl.endpoint.identification.algorithm"
 _TYPES = {".pem": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
 #: The stores a context is read from.
 _STORES = ("ssl.keystore.location", "ssl.truststore.location")
@@ -114,17 +115,38 @@ class ZkSslSettings:
     failing that, its ZooKeeper client system property (`system_property_keys`), as Kafka's
     KafkaConfig and tools read them; a store's password from the file a system property names
     (ZK_PASSWORD_FILE_PROPERTIES), read when it is asked for. A message names what the user
-    set: the Kafka key, or the system property (`name`)."""
+    set: the Kafka key, or the system property (`name`).
 
-    __slots__ = ("config", "set_as", "password_files")
+    A boolean is read by whoever reads it in Kafka (`enabled`): a broker's key by Kafka's
+    ConfigDef (true or false, any case, else refused); a broker's system property by KafkaConfig,
+    true only when exactly `true`. For a tool (`tool`), ZooKeeper's client reads each, key or
+    property (ZKClientConfig: Java's Boolean.parseBoolean of the trimmed value, nothing
+    refused), and so it does for a broker whose `-Dzookeeper.client.secure` only ZooKeeper's
+    client reads as true (`TRUE`, ` true`): KafkaConfig then leaves TLS off and hands the client
+    none of its keys, and the client connects over TLS from its system properties alone
+    (`zookeeper_reads`)."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    __slots__ = ("config", "set_as", "password_files", "zookeeper_reads")
+
+    def __init__(self, config: BrokerConfig, *, tool: bool = False) -> None:
         keys = system_property_keys()
+        secure = keys.get("zookeeper.ssl.client.enable")
+        self.zookeeper_reads = tool or (
+            not config.is_set("zookeeper.ssl.client.enable")
+            and secure != "true"
+            and java_boolean(secure)
+        )
+        if (verify := keys.get(_ENDPOINT_KEY)) is not None:
+            on = java_boolean(verify) if self.zookeeper_reads else verify == "true"
+            keys[_ENDPOINT_KEY] = "HTTPS" if on else ""
         self.set_as = {k: ZK_TLS_SYSTEM_PROPERTIES[k] for k in keys}  # then those config sets
-        for k in ZK_TLS_KEYS:
+        for k in ZK_TLS_KEYS if tool or not self.zookeeper_reads else ():
             if (v := config.get(k)) is not None and config.is_set(k):
                 keys[k] = v
                 self.set_as.pop(k, None)
+        if tool and (algorithm := keys.get(_ENDPOINT_KEY)) is not None:
+            # Kafka hands ZooKeeper's client hostnameVerification=(value is HTTPS, any case)
+            keys[_ENDPOINT_KEY] = "HTTPS" if algorithm.upper() == "HTTPS" else ""
         self.config = BrokerConfig(keys)
         self.password_files = {
             k: path
@@ -149,11 +171,16 @@ class ZkSslSettings:
         return None
 
     def enabled(self, key: str) -> bool:
-        """The boolean Kafka key `key`; ConfigError naming what was set wrong."""
-        value = (self.config.get(key) or "").strip().lower()
-        if value not in ("true", "false"):
+        """The boolean Kafka key `key`, read as Kafka reads it (the class's docstring);
+        ConfigError naming a broker's key set to neither true nor false."""
+        value = self.config.get(key) or ""
+        if self.zookeeper_reads:
+            return java_boolean(value)
+        if key in self.set_as:  # KafkaConfig's reading of the system property
+            return value == "true"
+        if value.strip().lower() not in ("true", "false"):
             raise ConfigError(f"{self.name(key)}={value!r} must be true or false")
-        return value == "true"
+        return value.strip().lower() == "true"
 
     def name(self, key: str) -> str:
         """What the user set for `key` (a listener's `ssl.*` key, or a Kafka key): the Kafka
@@ -181,36 +208,41 @@ class ZkSslSettings:
         return secret.removesuffix("\n") or None
 
 
+def java_boolean(value: str | None) -> bool:
+    """A boolean as ZooKeeper's client reads one (ZKConfig.getBoolean): Java's
+    Boolean.parseBoolean of the value trimmed, true for `true` in any case, else false."""
+    return value is not None and value.strip(JAVA_TRIM).lower() == "true"
+
+
 def system_property_keys() -> dict[str, str]:
-    """ZooKeeper's client TLS system properties that are set, as Kafka's keys: its
-    hostnameVerification (a boolean, true unless set otherwise) as the endpoint identification
-    algorithm, HTTPS or empty."""
-    keys = {}
-    for key, name in ZK_TLS_SYSTEM_PROPERTIES.items():
-        value = system_property(name)
-        if value is None:
-            continue
-        if name == "zookeeper.ssl.hostnameVerification":  # Java's Boolean.parseBoolean
-            value = "HTTPS" if value.strip().lower() == "true" else ""
-        keys[key] = value
-    return keys
+    """ZooKeeper's client TLS system properties that are set, as Kafka's keys, the values as
+    given (hostnameVerification, a boolean, is made the endpoint identification algorithm by
+    `ZkSslSettings`, which knows who reads it)."""
+    return {
+        key: value
+        for key, name in ZK_TLS_SYSTEM_PROPERTIES.items()
+        if (value := system_property(name)) is not None
+    }
 
 
-def client_auth_configured(config: BrokerConfig) -> bool:
-    """True when this broker presents a certificate to ZooKeeper (TLS on and a keystore): an
-    identity ZooKeeper can put in an ACL, as Kafka's `zkTlsClientAuthEnabled` (system
-    properties included: `ZkSslSettings`)."""
-    settings = ZkSslSettings(config)
-    return settings.enabled("zookeeper.ssl.client.enable") and bool(
-        settings.get("ssl.keystore.location")
-    )
+def client_auth_configured(config: BrokerConfig, *, tool: bool = False) -> bool:
+    """True when this broker (or `tool`) presents a certificate to ZooKeeper (TLS on and a
+    keystore): an identity ZooKeeper can put in an ACL, as Kafka's `zkTlsClientAuthEnabled`
+    (system properties included: `ZkSslSettings`), which asks for the ZooKeeper client's
+    zookeeper.client.secure to be exactly `true`."""
+    settings = ZkSslSettings(config, tool=tool)
+    if settings.zookeeper_reads:
+        on = settings.config.get("zookeeper.ssl.client.enable") == "true"
+    else:
+        on = settings.enabled("zookeeper.ssl.client.enable")
+    return on and bool(settings.get("ssl.keystore.location"))
 
 
-def client_tls(config: BrokerConfig) -> ZkTls | None:
+def client_tls(config: BrokerConfig, *, tool: bool = False) -> ZkTls | None:
     """The ZooKeeper client's TLS, or None when `zookeeper.ssl.client.enable` is false
-    (system properties included: `ZkSslSettings`). ConfigError says which key or system
-    property is wrong."""
-    settings = ZkSslSettings(config)
+    (system properties included: `ZkSslSettings`; `tool` for a tool's). ConfigError says
+    which key or system property is wrong."""
+    settings = ZkSslSettings(config, tool=tool)
     if not settings.enabled("zookeeper.ssl.client.enable"):
         return None
     for key, what in (

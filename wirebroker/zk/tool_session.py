@@ -50,7 +50,7 @@ def tool_tls(path: Path | None) -> tuple[ZkTls | None, bool]:
             raise ConfigError(f"--zk-tls-config-file {path}: {e.strerror}") from None
         keys.update((k, v) for k, v in properties.items() if k in ZK_TLS_KEYS)
     config = BrokerConfig(keys)
-    return client_tls(config), client_auth_configured(config)
+    return client_tls(config, tool=True), client_auth_configured(config, tool=True)
 
 
 @contextmanager

@@ -33,7 +33,7 @@ from types import TracebackType
 
 import trio
 
-from wirebroker import cluster_cli, configs_cli, gc_freeze, security_migration_cli
+from wirebroker import cluster_cli, configs_cli, gc_freeze, security_migration_cli, version
 from wirebroker.config import BROKER_KEYS, READ_ONLY, BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker, serve_broker
 from wirebroker.zk.errors import ZooKeeperUnreachable
@@ -59,6 +59,19 @@ prints every server.properties key it understands, with its default.
 """
 
 
+class _PrintVersion(argparse.Action):
+    """`wirebroker --version`: the version line on stdout, exit 0."""
+
+    def __init__(self, option_strings: list[str], dest: str) -> None:
+        super().__init__(
+            option_strings, argparse.SUPPRESS, nargs=0, help="print the version and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version())
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="wirebroker",
@@ -66,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve",

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from wirebroker import version
 from wirebroker.config import ConfigError
 
 if TYPE_CHECKING:
@@ -236,9 +237,7 @@ def run(args: argparse.Namespace) -> int:
     if options.help or not args.options:
         return usage()
     if options.version:
-        from importlib.metadata import version  # not at import: a broker's start never asks
-
-        print(f"wirebroker {version('wirebroker')}")
+        print(version())
         return 0
     try:
         return _run(options)

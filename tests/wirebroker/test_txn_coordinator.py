@@ -31,6 +31,15 @@ from wirebroker.txn.verification import TransactionalWriter
 
 E = ErrorCode
 TP = TopicPartition("t", 0)
+# A transaction open across a restart must outlive the mock clock's jumps: the clock autojumps
+# to the next timer whenever every task waits, also while a worker thread loads a log or a
+# coordinator's topic (on a loaded machine, past any ordinary timeout), and a timed-out open
+# transaction would be aborted during the restart. LASTING lets one of NEVER_MS never time out.
+NEVER_MS = 2**31 - 1
+LASTING = {
+    "transaction_max_timeout_ms": str(NEVER_MS),
+    "transaction_abort_timed_out_transaction_cleanup_interval_ms": str(NEVER_MS),
+}
 
 
 def config(data_dir: Path, **extra: str) -> BrokerConfig:
@@ -156,9 +165,9 @@ def test_idle_transactional_ids_expire(tmp_path: Path) -> None:
 
 def test_an_ongoing_transaction_survives_a_restart(tmp_path: Path) -> None:
     async def test() -> None:
-        async with running(tmp_path) as broker:
-            pid, epoch = await begin(broker, "tx")
-        async with running(tmp_path) as broker:
+        async with running(tmp_path, **LASTING) as broker:
+            pid, epoch = await begin(broker, "tx", NEVER_MS)
+        async with running(tmp_path, **LASTING) as broker:
             described = broker.transactions.describe("tx")
             assert (described.transaction_state, described.producer_id) == ("Ongoing", pid)
             assert [(t.topic, t.partitions) for t in described.topics] == [("t", [0])]
@@ -199,15 +208,6 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
     """Replaying `__consumer_offsets`: a committed transaction's offsets are the group's, an
     aborted one's are dropped, an open one's stay pending until its transaction ends."""
 
-    # The open transaction must outlive the mock clock's jumps: the clock autojumps to the next
-    # timer whenever every task waits, also while a worker thread loads a coordinator's topic,
-    # and a timed-out open transaction would be aborted (its offsets dropped) during the restart.
-    never = str(2**31 - 1)
-    lasting = {
-        "transaction_max_timeout_ms": never,
-        "transaction_abort_timed_out_transaction_cleanup_interval_ms": never,
-    }
-
     async def commit_offset(
         broker: Broker, tid: str, group: str, offset: int, timeout_ms: int = 60_000
     ) -> tuple[int, int]:
@@ -233,7 +233,7 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
         return None if committed is None else committed.offset
 
     async def test() -> None:
-        async with running(tmp_path, **lasting) as broker:
+        async with running(tmp_path, **LASTING) as broker:
             broker.create_topic("t", 1, 1, {})
             coordinator = broker.transactions
             pid, epoch = await commit_offset(broker, "c", "committed", 5)
@@ -243,9 +243,9 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
             pid, epoch = await commit_offset(broker, "a", "aborted", 6)
             assert await coordinator.end_transaction("a", pid, epoch, False) == E.NONE
             await until(lambda: state_of(broker, "a") == TxnState.COMPLETE_ABORT)
-            open_pid, open_epoch = await commit_offset(broker, "o", "open", 7, int(never))
+            open_pid, open_epoch = await commit_offset(broker, "o", "open", 7, NEVER_MS)
             assert broker.groups.unstable("open", ("t", 0))
-        async with running(tmp_path, **lasting) as broker:
+        async with running(tmp_path, **LASTING) as broker:
             assert offset_of(broker, "committed") == 5
             assert offset_of(broker, "aborted") is None
             assert not broker.groups.unstable("aborted", ("t", 0))

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -193,8 +194,15 @@ class GroupConsumer:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
         self.seen: list[Acked] = []
         self.errors: list[str] = []
+        #: What the member went through, timed from its start: its assignments and
+        #: revocations, librdkafka's warnings and errors, and how its thread ended.
+        self.history: list[str] = []
+        self._started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _note(self, what: str) -> None:
+        self.history.append(f"{time.monotonic() - self._started:.1f}s {what}")
 
     def __enter__(self) -> GroupConsumer:
         self._thread.start()
@@ -214,9 +222,19 @@ class GroupConsumer:
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": True,
                 "auto.commit.interval.ms": 500,
+                "logger": _Notes(self._note),
             }
         )
-        consumer.subscribe([self.topic])
+
+        def assigned(what: str) -> Callable[[Any, list[Any]], None]:
+            return lambda _, partitions: self._note(f"{what} {[p.partition for p in partitions]}")
+
+        consumer.subscribe(
+            [self.topic],
+            on_assign=assigned("assigned"),
+            on_revoke=assigned("revoked"),
+            on_lost=assigned("lost"),
+        )
         try:
             while not self._stop.is_set():
                 m = consumer.poll(0.2)
@@ -226,6 +244,9 @@ class GroupConsumer:
                     self.errors.append(str(m.error()))
                     continue
                 self.seen.append(_record(m))
+        except BaseException as e:
+            self._note(f"stopped polling: {e!r}")
+            raise
         finally:
             consumer.close()
 
@@ -238,9 +259,12 @@ class GroupConsumer:
             if not missing:
                 return
             if time.monotonic() > deadline:
+                per_partition = Counter(s.partition for s in list(self.seen))
                 raise AssertionError(
                     f"the group consumer never saw {len(missing)} acknowledged records, "
-                    f"e.g. {sorted(missing)[:5]}; errors: {self.errors[-5:]}"
+                    f"e.g. {sorted(missing)[:5]}; errors: {self.errors[-5:]}; records seen "
+                    f"per partition: {dict(sorted(per_partition.items()))}; its history "
+                    f"(last 20): {self.history[-20:]}"
                 )
             time.sleep(0.2)
 
@@ -286,6 +310,17 @@ def _high_watermark(consumer: Any, topic: str, partition: int, timeout: float) -
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+class _Notes(logging.Logger):
+    """librdkafka's log lines (information and worse: debug is off) into a member's history."""
+
+    def __init__(self, note: Callable[[str], None]) -> None:
+        super().__init__("group-consumer", logging.INFO)
+        self._note_line = note
+
+    def handle(self, record: logging.LogRecord) -> None:
+        self._note_line(record.getMessage())
 
 
 def _record(m: Any) -> Acked:

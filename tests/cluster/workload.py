@@ -222,6 +222,11 @@ class GroupConsumer:
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": True,
                 "auto.commit.interval.ms": 500,
+                # A join waiting for the subscription's metadata waits for the answer to its
+                # own Metadata request; when that request's broker stops (a restart under
+                # test) the answer never comes, and only the periodic refresh (5 minutes by
+                # default) lets the member join (librdkafka 2.x, docs/perf-notes.md).
+                "topic.metadata.refresh.interval.ms": 5000,
                 "logger": _Notes(self._note),
             }
         )

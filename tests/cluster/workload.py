@@ -195,7 +195,7 @@ class GroupConsumer:
         self.seen: list[Acked] = []
         self.errors: list[str] = []
         #: What the member went through, timed from its start: its assignments and
-        #: revocations, librdkafka's warnings and errors, and how its thread ended.
+        #: revocations, librdkafka's log lines, and how its thread ended.
         self.history: list[str] = []
         self._started = time.monotonic()
         self._stop = threading.Event()

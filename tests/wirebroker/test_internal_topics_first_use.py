@@ -273,7 +273,11 @@ def test_a_first_use_whose_logs_are_not_all_made_serves_none_of_them(
         line = broker.wait_for_log("cannot create __consumer_offsets on its first use", since=since)
         assert line is not None and f"cannot create the log of {OFFSETS_TOPIC}-" in line
         assert metadata_of(broker.bootstrap, OFFSETS_TOPIC)[1] == 0
+        # The next lookup tries again (and fails the same way): wait for that try to end before
+        # counting what is left, or its logs are seen half made.
+        since = len(broker.log)
         assert _coordinator(broker.bootstrap, "g", GROUP_KEY) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert broker.wait_for_log("cannot create __consumer_offsets on its first use", since=since)
         served = [p for p in os.listdir(data) if p.startswith(OFFSETS_TOPIC) and "-delete" not in p]
         assert not served  # the logs made were deleted
         for filler in fillers.iterdir():

@@ -183,11 +183,18 @@ def test_a_kill_between_a_deletion_and_its_renames_loses_and_resurrects_nothing_
         broker.stop()
         broker.properties["log.retention.check.interval.ms"] = "200"
         broker.start()
-        while _earliest(broker.bootstrap) < start or list(topic_dir.glob("*.deleted")):
+
+        def deleted_again() -> int | None:
+            """The log start once retention moved it past `start` and the worker renamed and
+            removed the segments before it (the loop moves it first, the disk follows)."""
+            earliest = _earliest(broker.bootstrap)
+            if earliest < start or list(topic_dir.glob("*.deleted")):
+                return None
+            return earliest if _live_segments(topic_dir)[0] == earliest else None
+
+        while (after := deleted_again()) is None:
             assert time.monotonic() < deadline + TIMEOUT, "retention did not delete them again"
             time.sleep(0.05)
-        after = _earliest(broker.bootstrap)
-        assert _live_segments(topic_dir)[0] == after
         assert _consume(broker.bootstrap, after) == [(i, i) for i in range(after, 40)]
     finally:
         broker.kill()
@@ -471,7 +478,13 @@ def test_deleted_segments_descriptors_are_closed_in_a_worker(
             topic_dir = tmp_path / "t-0"
             with trio.fail_after(TIMEOUT):
                 await trio.to_thread.run_sync(partial(_produce, size=200), bootstrap, 0, 12)
-                while log.log_start_offset < 8 or list(topic_dir.glob("*.deleted")):
+                # The loop moves the log start first; the worker closes the descriptors, then
+                # renames the files: wait for the renames too.
+                while (
+                    log.log_start_offset < 8
+                    or list(topic_dir.glob("*.deleted"))
+                    or _live_segments(topic_dir)[0] < log.segments[0].base_offset
+                ):
                     await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
         return loop_thread

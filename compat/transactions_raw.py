@@ -31,6 +31,7 @@ from typing import Any
 from compat.raw import create_topic
 from compat.test_differential import plain
 from compat.transactions import log_layout, wait_stable
+from compat.txn_clients import deadline_loop
 from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
 from protocol.messages.describe_transactions import DescribeTransactionsRequest
 from protocol.messages.end_txn import EndTxnRequest
@@ -95,8 +96,21 @@ class Session:
         )
         return r.producer_id, r.producer_epoch
 
-    def topic(self, topic: str) -> None:
-        """What the topic holds, once no transaction is open on it."""
+    def topic(self, topic: str, ended: str | None = None) -> None:
+        """What the topic holds, once no transaction is open on it and, with ``ended`` (a
+        transactional id), once that transaction's markers are written: a transaction that
+        added the partition and wrote nothing to it leaves the last stable offset at the high
+        watermark while its marker is still on the way."""
+        if ended is not None:
+            check = deadline_loop(f"{ended}: its markers to be written")
+            while True:
+                (state,) = self.client.request(
+                    DescribeTransactionsRequest(transactional_ids=[ended]), 0
+                ).transaction_states
+                if state.transaction_state in ("CompleteCommit", "CompleteAbort"):
+                    break
+                check()
+                time.sleep(0.05)
         wait_stable(self.bootstrap, topic)
         self.seen.append(("topic", log_layout(self.bootstrap, topic)))
 
@@ -204,7 +218,7 @@ def add_partitions_unknown_topic(bootstrap: str, stem: str) -> list[Any]:
         ),
         12,
     )
-    s.topic(topic)
+    s.topic(topic, ended=txn)
     return s.observation()
 
 

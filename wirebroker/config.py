@@ -1534,6 +1534,14 @@ class BrokerConfig:
         else:
             inter_broker = (self.get("security.inter.broker.protocol") or "").upper()
             _check_known("between brokers", inter_broker)
+        from wirebroker.system_properties import JAAS_FILE, system_property
+
+        if system_property(JAAS_FILE) is not None:
+            # Read now, at start: a SASL listener added at run time may need its KafkaServer
+            # section, and the event loop must not wait on the disk for it then.
+            from wirebroker.sasl.jaas_file import preload_server_file
+
+            preload_server_file()
         # Imported here: the SASL settings module reads this one's ConfigError.
         from wirebroker.sasl.settings import inter_broker_login, listener_sasl
 

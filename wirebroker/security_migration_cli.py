@@ -255,9 +255,9 @@ def usage() -> int:
 def _run(args: argparse.Namespace) -> int:
     from kazoo.exceptions import NoNodeError
 
-    from wirebroker.system_properties import system_property
+    from wirebroker.system_properties import JAAS_FILE, system_property
     from wirebroker.zk.client import split_connect
-    from wirebroker.zk.sasl_login import JAAS_FILE, zk_login
+    from wirebroker.zk.sasl_login import zk_login
     from wirebroker.zk.tool_session import tool_session, tool_tls
 
     # Kafka checks the login first, then the value of --zookeeper.acl

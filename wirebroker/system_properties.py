@@ -24,6 +24,8 @@ from pathlib import Path
 
 #: What Java's String.trim removes from either end: the control characters and the space.
 JAVA_TRIM = "".join(map(chr, range(33)))
+#: The system property naming the JAAS file (`wirebroker.sasl.jaas_file`).
+JAAS_FILE = "java.security.auth.login.config"
 
 
 def system_property(name: str) -> str | None:

@@ -13,6 +13,8 @@ certificate and checking its peer's host name against its truststore.
   dynamic per-broker config): the controller's next connection, to a broker restarted after the
   change, logs in with the new password, so its LeaderAndIsr brings the broker back into the
   ISR; the old password is refused.
+- SASL_PLAINTEXT with PLAIN between brokers (2 brokers), with no `sasl.jaas.config` at all: the
+  listener's users and the brokers' own login from the JAAS file's KafkaServer section.
 """
 
 from __future__ import annotations
@@ -291,6 +293,41 @@ def test_the_controller_logs_in_with_a_password_rotated_at_run_time(
                 await PeerConnection.open(
                     "127.0.0.1", sasl_port, client_id="old-password", security=old_login
                 )
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_brokers_log_in_to_each_other_with_the_jaas_file_s_section(
+    zk_connect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No `sasl.jaas.config` at all: the listener's users and each broker's own login between
+    brokers come from the KafkaServer section of the JAAS file KAFKA_OPTS names, as Kafka's
+    brokers deployed with `kafka_server_jaas.conf` take them."""
+    path = tmp_path / "kafka_server_jaas.conf"
+    path.write_text(f"KafkaServer {{\n  {_plain_jaas(BROKER_SECRET)}\n}};\n")
+    monkeypatch.setenv("KAFKA_OPTS", f"-Djava.security.auth.login.config={path}")
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "inter_broker_listener_name": "SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "min_insync_replicas": "2",
+    }
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, **props)
+            b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **props)
+            for b in (b1, b2):
+                sasl = b.broker.peer_security.sasl
+                assert sasl is not None and sasl.options["username"] == "broker"
+            result = await create_topic(b1, "from-the-file", 1, 2)
+            assert result.error_code == 0, result.error_message
+            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
+            # acks=all, min.insync.replicas=2: answered once the follower fetched over SASL.
+            await trio.to_thread.run_sync(produce, plaintext, "from-the-file", 5)
+            await replicated([b1, b2], "from-the-file", 5)
             nursery.cancel_scope.cancel()
 
     trio.run(main)

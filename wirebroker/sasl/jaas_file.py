@@ -21,11 +21,18 @@ nothing, is refused, naming the option and the property, never a value. Only val
 expanded (not names, modules or flags), and not at all when the Java security property
 `policy.expandProperties` is `false` (`system_properties.security_property`). The file's own
 name, the system property `java.security.auth.login.config`, is expanded too (`jaas_file_path`).
+
+Two sections are read: ZooKeeper's client's (`Client`: `wirebroker.zk.sasl_login`) and the
+brokers' (`KafkaServer`, or `<listener>.KafkaServer` for one listener: `kafka_server_section`),
+where a SASL listener's mechanisms find their login modules when the listener has no
+`listener.name.<l>.<mechanism>.sasl.jaas.config`, as Kafka's JaasContext looks.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
+from threading import Lock
 
 from wirebroker.sasl.java_tokens import (
     END,
@@ -37,8 +44,9 @@ from wirebroker.sasl.java_tokens import (
     quoting_hint,
     token_name,
 )
-from wirebroker.sasl.settings import JaasEntry, JaasError, control_flag
+from wirebroker.sasl.settings import JaasEntry, JaasError, control_flag, login_module_allowed
 from wirebroker.system_properties import (
+    JAAS_FILE,
     ExpandError,
     expand_properties,
     security_property,
@@ -47,6 +55,8 @@ from wirebroker.system_properties import (
 
 #: The Java security property that turns `${...}` expansion off when `false`.
 EXPAND_PROPERTIES = "policy.expandProperties"
+#: The brokers' section (Kafka's JaasContext's GLOBAL_CONTEXT_NAME_SERVER).
+KAFKA_SERVER = "KafkaServer"
 _SECTION = 'a section is Name { LoginModuleClass controlFlag key="value" ... ; };'
 
 
@@ -186,3 +196,66 @@ def read_jaas_file(path: str) -> dict[str, list[JaasEntry]]:
     expand = setting != "false"
     text = Path(path).read_bytes().decode("utf-8", "replace")
     return parse_jaas_file(text, expand=expand)
+
+
+_server_files: dict[str, dict[str, list[JaasEntry]] | JaasError] = {}
+_server_files_lock = Lock()
+
+
+def kafka_server_section(listener_name: str) -> tuple[str, list[JaasEntry]] | None:
+    """The JAAS file's login modules for a listener's mechanisms that have no
+    `sasl.jaas.config` of their own, as Kafka's JaasContext finds them: the section
+    `<listener>.KafkaServer` (the listener's name in lower case), else `KafkaServer`; with
+    where they come from (the section and the file, for messages). None when the system
+    property names no file or the file has neither section. JaasError when the file cannot be
+    read or parsed, or the section names a login module that is not allowed
+    (`login_module_allowed`, checked for each of its modules as Kafka does).
+
+    The file is read once per process, as the JVM reads its login configuration once: a
+    listener added or changed at run time finds what the start read, without the event loop
+    waiting on the disk (`preload_server_file`, from config validation at start)."""
+    setting = system_property(JAAS_FILE)
+    if setting is None:
+        return None
+    path = jaas_file_path(setting)
+    sections = read_server_file(path)
+    for name in (f"{listener_name.lower()}.{KAFKA_SERVER}", KAFKA_SERVER):
+        entries = sections.get(name)
+        if entries is not None:
+            source = f"section {name} of {path}"
+            for entry in entries:
+                try:
+                    login_module_allowed(entry.login_module)
+                except JaasError as e:
+                    raise JaasError(f"{source}: {e}") from None
+            return source, entries
+    return None
+
+
+def preload_server_file() -> None:
+    """Read the JAAS file the system property names, if any, for `kafka_server_section` to
+    find it read later (an error is kept for the listeners that need the file)."""
+    setting = system_property(JAAS_FILE)
+    if setting is None:
+        return
+    with suppress(JaasError):
+        read_server_file(jaas_file_path(setting))
+
+
+def read_server_file(path: str) -> dict[str, list[JaasEntry]]:
+    """`read_jaas_file(path)`, read the first time only (its sections or its error kept);
+    JaasError naming the file when it cannot be read or parsed."""
+    with _server_files_lock:
+        if path not in _server_files:
+            try:
+                _server_files[path] = read_jaas_file(path)
+            except OSError as e:
+                _server_files[path] = JaasError(
+                    f"cannot read the JAAS file {path} ({JAAS_FILE}): {e.strerror or e}"
+                )
+            except JaasError as e:
+                _server_files[path] = JaasError(f"the JAAS file {path} ({JAAS_FILE}): {e}")
+        found = _server_files[path]
+    if isinstance(found, JaasError):
+        raise found
+    return found

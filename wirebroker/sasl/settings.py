@@ -3,9 +3,10 @@
 Keys, as Kafka reads them: `sasl.enabled.mechanisms` (or `listener.name.<l>.sasl.enabled.mechanisms`),
 `listener.name.<l>.<mechanism>.sasl.jaas.config`, `sasl.server.max.receive.size` and
 `connections.max.reauth.ms` (or `listener.name.<l>.connections.max.reauth.ms`). As Kafka's
-JaasContext, the server side ignores an unprefixed `sasl.jaas.config`; where Kafka then reads
-the `KafkaServer` section of a static JAAS file, wirebroker reads none (of that file it reads
-only the ZooKeeper client's `Client` section: `wirebroker.zk.sasl_login`).
+JaasContext, the server side ignores an unprefixed `sasl.jaas.config`, and a mechanism without
+its prefixed one takes its login module from the JAAS file's `<l>.KafkaServer` or `KafkaServer`
+section (`jaas_file.kafka_server_section`; `_section_entry` takes each mechanism's module there
+as Kafka's mechanisms do).
 
 GSSAPI (Kerberos, Kafka's default mechanism) takes the listener's `Krb5LoginModule` JAAS entry
 (`useKeyTab=true storeKey=true keyTab=... principal=...`), a service name (its `serviceName`
@@ -43,7 +44,7 @@ from wirebroker.sasl.java_tokens import (
     quoting_hint,
     token_name,
 )
-from wirebroker.system_properties import JAVA_TRIM, system_property
+from wirebroker.system_properties import JAAS_FILE, JAVA_TRIM, system_property
 
 if TYPE_CHECKING:
     from wirebroker.config import BrokerConfig
@@ -113,11 +114,10 @@ class JaasEntry:
 def parse_jaas_config(text: str) -> JaasEntry:
     """`Module flag key="value" ...;` to a JaasEntry, as Kafka's JaasConfig reads a
     `sasl.jaas.config` value (its StreamTokenizer: `java_tokens`) and JaasContext takes it: one
-    login module, not one of the disallowed ones (`DISALLOWED_LOGIN_MODULES`, read as Kafka
-    reads it: its comma-separated names trimmed). Its messages are Kafka's, naming options,
-    never values, and say what to write where Kafka's do not; an option named by a number or a
-    character such as `*` (Kafka keeps it under no name, where no login module looks) is left
-    out."""
+    login module, not one of the disallowed ones (`login_module_allowed`). Its messages are
+    Kafka's, naming options, never values, and say what to write where Kafka's do not; an option
+    named by a number or a character such as `*` (Kafka keeps it under no name, where no login
+    module looks) is left out."""
     tokens = java_tokens(text, KAFKA_WORD_CHARS)
     entries: list[JaasEntry] = []
     i = 0
@@ -169,7 +169,14 @@ def parse_jaas_config(text: str) -> JaasEntry:
             if entries
             else "Login module not specified in JAAS config"
         )
-    module = entries[0].login_module.strip(JAVA_TRIM)
+    login_module_allowed(entries[0].login_module)
+    return entries[0]
+
+
+def login_module_allowed(login_module: str) -> None:
+    """JaasError (Kafka's message) when `login_module` is one of the disallowed ones
+    (`DISALLOWED_LOGIN_MODULES`, read as Kafka reads it: its comma-separated names trimmed)."""
+    module = login_module.strip(JAVA_TRIM)
     disallowed = system_property(DISALLOWED_LOGIN_MODULES)
     if disallowed is None:
         disallowed = DISALLOWED_LOGIN_MODULES_DEFAULT
@@ -178,7 +185,6 @@ def parse_jaas_config(text: str) -> JaasEntry:
             f"{module} is not allowed. Update System property '{DISALLOWED_LOGIN_MODULES}' to "
             f"allow {module}"
         )
-    return entries[0]
 
 
 def control_flag(flag: str) -> str:
@@ -201,6 +207,7 @@ class ListenerSasl:
         "listener_name",
         "mechanisms",
         "jaas",
+        "jaas_sources",
         "max_receive_size",
         "max_reauth_ms",
         "oauthbearer",
@@ -212,6 +219,7 @@ class ListenerSasl:
         listener_name: str,
         mechanisms: tuple[str, ...],
         jaas: dict[str, JaasEntry],
+        jaas_sources: dict[str, str],
         max_receive_size: int,
         max_reauth_ms: int = 0,
         oauthbearer: UnsecuredValidator | SecuredValidator | None = None,
@@ -220,6 +228,9 @@ class ListenerSasl:
         self.listener_name = listener_name
         self.mechanisms = mechanisms
         self.jaas = jaas
+        #: Where each mechanism's JAAS entry comes from (its config key, or the section of the
+        #: JAAS file), for messages.
+        self.jaas_sources = jaas_sources
         self.max_receive_size = max_receive_size
         #: The session lifetime (KIP-368); 0: sessions never expire.
         self.max_reauth_ms = max_reauth_ms
@@ -251,6 +262,7 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
             f"mechanism wirebroker implements ({', '.join(IMPLEMENTED)})"
         )
     jaas: dict[str, JaasEntry] = {}
+    sources: dict[str, str] = {}
     for mechanism in mechanisms:
         key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
         text = config.get(key)
@@ -260,18 +272,32 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
             jaas[mechanism] = parse_jaas_config(text)
         except JaasError as e:
             raise ConfigError(f"{key}: {e}") from None
+        sources[mechanism] = key
+    section = None
+    if len(jaas) < len(mechanisms):
+        section = _server_section(listener_name)
+    if section is not None:
+        source, entries = section
+        for mechanism in mechanisms:
+            if mechanism not in jaas:
+                entry = _section_entry(mechanism, entries, source, prefix)
+                if entry is not None:
+                    jaas[mechanism] = entry
+                    sources[mechanism] = source
     for mechanism, entry in jaas.items():
         if entry.login_module != LOGIN_MODULES[mechanism] and mechanism != PLAIN:
             raise ConfigError(
-                f"{prefix}{mechanism.lower()}.sasl.jaas.config: {mechanism} takes "
-                f"{LOGIN_MODULES[mechanism]}, not {entry.login_module}"
+                f"{sources[mechanism]}: {mechanism} takes {LOGIN_MODULES[mechanism]}, not "
+                f"{entry.login_module}"
             )
     plain = jaas.get(PLAIN)
     if PLAIN in mechanisms and (plain is None or plain.login_module != PLAIN_LOGIN_MODULE):
+        where = f" ({section[0]} has none)" if section is not None and plain is None else ""
         raise ConfigError(
-            f"listener {listener_name} enables PLAIN but has no {PLAIN_LOGIN_MODULE} JAAS config: "
-            f"set {prefix}plain.sasl.jaas.config={PLAIN_LOGIN_MODULE} required "
-            'user_admin="admin-secret"; (as Kafka, an unprefixed sasl.jaas.config is not read here)'
+            f"listener {listener_name} enables PLAIN but has no {PLAIN_LOGIN_MODULE} JAAS "
+            f"config{where}: set {prefix}plain.sasl.jaas.config={PLAIN_LOGIN_MODULE} required "
+            'user_admin="admin-secret"; or put that login module in the KafkaServer section of '
+            "the JAAS file (as Kafka, an unprefixed sasl.jaas.config is not read here)"
         )
     reauth_key = prefix + "connections.max.reauth.ms"
     max_reauth_ms = config.get_int(
@@ -283,19 +309,68 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         listener_name,
         mechanisms,
         jaas,
+        sources,
         config.get_int("sasl.server.max.receive.size"),
         max_reauth_ms,
-        _oauthbearer_validator(config, prefix, jaas) if OAUTHBEARER in mechanisms else None,
-        _kerberos_service(config, listener_name, jaas) if GSSAPI in mechanisms else None,
+        _oauthbearer_validator(config, prefix, jaas, sources)
+        if OAUTHBEARER in mechanisms
+        else None,
+        _kerberos_service(config, listener_name, jaas, sources) if GSSAPI in mechanisms else None,
     )
 
 
+def _server_section(listener_name: str) -> tuple[str, list[JaasEntry]] | None:
+    """`jaas_file.kafka_server_section`, its JaasError a ConfigError."""
+    from wirebroker.config import ConfigError
+    from wirebroker.sasl.jaas_file import kafka_server_section  # it imports this module
+
+    try:
+        return kafka_server_section(listener_name)
+    except JaasError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _section_entry(
+    mechanism: str, entries: list[JaasEntry], source: str, prefix: str
+) -> JaasEntry | None:
+    """A mechanism's login module in a JAAS file's section, as Kafka's mechanisms take it:
+    PLAIN's options from every PlainLoginModule there (the first of each: JaasContext's
+    configEntryOption), OAUTHBEARER's from the section's only module (Kafka refuses a section
+    of several), GSSAPI's and SCRAM's from their module's first entry; None without one."""
+    from wirebroker.config import ConfigError
+
+    if mechanism == OAUTHBEARER:
+        if len(entries) != 1:
+            raise ConfigError(
+                f"{source}: Must supply exactly 1 non-null JAAS mechanism configuration (size "
+                f"was {len(entries)}): OAUTHBEARER reads a section of one login module; set "
+                f"{prefix}oauthbearer.sasl.jaas.config={OAUTHBEARER_LOGIN_MODULE} required; "
+                "instead"
+            )
+        return entries[0]
+    module = LOGIN_MODULES[mechanism]
+    mine = [e for e in entries if e.login_module == module]
+    if not mine:
+        return None
+    if mechanism != PLAIN:
+        return mine[0]
+    options: dict[str, str] = {}
+    for entry in mine:
+        for key, value in entry.options.items():
+            options.setdefault(key, value)
+    return JaasEntry(module, mine[0].control_flag, options)
+
+
 def _kerberos_service(
-    config: BrokerConfig, listener_name: str, jaas: dict[str, JaasEntry]
+    config: BrokerConfig,
+    listener_name: str,
+    jaas: dict[str, JaasEntry],
+    sources: dict[str, str],
 ) -> KerberosService:
     """GSSAPI's service principal and keytab (its JAAS entry), service name and short-name
     rules, refused as Kafka refuses them; the gssapi package must be installed."""
     from wirebroker.config import ConfigError
+    from wirebroker.sasl.jaas_file import KAFKA_SERVER
     from wirebroker.sasl.kerberos import KerberosService, load_gssapi
     from wirebroker.sasl.kerberos_names import KerberosShortNamer
 
@@ -303,12 +378,19 @@ def _kerberos_service(
     key = f"{prefix}gssapi.sasl.jaas.config"
     entry = jaas.get(GSSAPI)
     if entry is None:
-        # Kafka's message (it would read a static JAAS file's KafkaServer section; wirebroker
-        # reads none), and what to set instead.
+        how = (
+            f"set {key}={KRB5_LOGIN_MODULE} required useKeyTab=true storeKey=true "
+            'keyTab="..." principal="kafka/host@REALM"; or put that login module in the '
+            f"{KAFKA_SERVER} section of the JAAS file"
+        )
+        section = _server_section(listener_name)
+        if section is not None:
+            raise ConfigError(f"{section[0]} has no {KRB5_LOGIN_MODULE} for GSSAPI: {how}")
+        # Kafka's message, and what to set.
         raise ConfigError(
-            f"Could not find a 'KafkaServer' or '{listener_name.lower()}.KafkaServer' entry in "
-            f"the JAAS configuration for GSSAPI: set {key}={KRB5_LOGIN_MODULE} required "
-            'useKeyTab=true storeKey=true keyTab="..." principal="kafka/host@REALM";'
+            f"Could not find a '{KAFKA_SERVER}' or '{listener_name.lower()}.{KAFKA_SERVER}' "
+            f"entry in the JAAS configuration. System property '{JAAS_FILE}' is "
+            f"{system_property(JAAS_FILE) or 'not set'}: {how}"
         )
     jaas_service = entry.options.get("serviceName")
     config_service = _mechanism_setting(config, prefix, GSSAPI, "sasl.kerberos.service.name")
@@ -324,7 +406,7 @@ def _kerberos_service(
     rules = _mechanism_setting(config, prefix, GSSAPI, rules_key) or "DEFAULT"
     try:
         short_namer = KerberosShortNamer([r for r in rules.split(",") if r.strip()])
-        service = KerberosService.from_jaas(entry, key, service_name, short_namer)
+        service = KerberosService.from_jaas(entry, sources[GSSAPI], service_name, short_namer)
         load_gssapi()
     except (ValueError, ImportError) as e:
         raise ConfigError(f"listener {listener_name}: {e}") from None
@@ -332,7 +414,7 @@ def _kerberos_service(
 
 
 def _oauthbearer_validator(
-    config: BrokerConfig, prefix: str, jaas: dict[str, JaasEntry]
+    config: BrokerConfig, prefix: str, jaas: dict[str, JaasEntry], sources: dict[str, str]
 ) -> UnsecuredValidator | SecuredValidator:
     from wirebroker.config import ConfigError
     from wirebroker.sasl.oauthbearer import (
@@ -344,8 +426,9 @@ def _oauthbearer_validator(
     handler_key = f"{prefix}oauthbearer.sasl.server.callback.handler.class"
     handler = (config.get(handler_key) or "").strip()
     entry = jaas.get(OAUTHBEARER)
+    source = sources.get(OAUTHBEARER, f"{prefix}oauthbearer.sasl.jaas.config")
     if handler in SECURED_VALIDATORS:
-        return _secured_validator(config, prefix, entry.options if entry else {})
+        return _secured_validator(config, prefix, entry.options if entry else {}, source)
     if handler not in ("", UNSECURED_VALIDATOR):
         raise ConfigError(
             f"{handler_key}={handler} is not implemented: OAUTHBEARER validates tokens with "
@@ -362,7 +445,7 @@ def _oauthbearer_validator(
     try:
         return UnsecuredValidator.from_options(entry.options if entry else {})
     except ValueError as e:
-        raise ConfigError(f"{prefix}oauthbearer.sasl.jaas.config: {e}") from None
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def _oauthbearer_setting(config: BrokerConfig, prefix: str, key: str) -> str | None:
@@ -420,10 +503,10 @@ def _oauthbearer_float(
 
 
 def _secured_validator(
-    config: BrokerConfig, prefix: str, options: Mapping[str, str]
+    config: BrokerConfig, prefix: str, options: Mapping[str, str], source: str
 ) -> SecuredValidator:
     """Kafka's OAuthBearerValidatorCallbackHandler's settings, its JAAS entry's `options`
-    (`ssl.*`) included (no I/O: the key set is fetched when the broker starts, `KeySet.run`)."""
+    (`ssl.*`; `source` says where they come from) included (no I/O: the key set is fetched when the broker starts, `KeySet.run`)."""
     from wirebroker.config import ConfigError
     from wirebroker.sasl.jwks import JwksEndpoint, KeySet
     from wirebroker.sasl.oauthbearer import SecuredValidator
@@ -445,7 +528,7 @@ def _secured_validator(
         number("jwks.endpoint.refresh.ms", 1),
         number("jwks.endpoint.retry.backoff.ms", 0),
         number("jwks.endpoint.retry.backoff.max.ms", 0),
-        ProviderTls(options, f"{prefix}oauthbearer.sasl.jaas.config"),
+        ProviderTls(options, source),
     )
     audience = _oauthbearer_setting(config, prefix, "sasl.oauthbearer.expected.audience") or ""
     return SecuredValidator(
@@ -589,28 +672,27 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
         if mechanism == OAUTHBEARER
         else 'username="broker" password="broker-secret"'
     )
-    how = f"set {key}={module} required {example};"
-    text = config.get(key)
-    if text is None:
+    how = (
+        f"set {key}={module} required {example}; or give that login module these options in "
+        "the KafkaServer section of the JAAS file"
+    )
+    # listener_sasl read the entry (the key's, or the JAAS file's) and checked its module.
+    entry = settings.jaas.get(mechanism)
+    if entry is None:
         raise ConfigError(f"this broker has no login for {mechanism} between brokers: {how}")
-    try:
-        entry = parse_jaas_config(text)
-    except JaasError as e:
-        raise ConfigError(f"{key}: {e}") from None
-    if entry.login_module != module:
-        raise ConfigError(f"{key}: {mechanism} takes {module}; {how}")
+    source = settings.jaas_sources[mechanism]
     if mechanism != OAUTHBEARER:
         if not entry.options.get("username") or "password" not in entry.options:
-            raise ConfigError(f"{key} needs this broker's username and password: {how}")
+            raise ConfigError(f"{source} needs this broker's username and password: {how}")
         return SaslLogin(listener, mechanism, dict(entry.options))
-    access_token = _access_token_login(config, listener, key, entry.options)
+    access_token = _access_token_login(config, listener, source, entry.options)
     if access_token is None:
         from wirebroker.sasl.oauthbearer import unsecured_token
 
         try:
             unsecured_token(entry.options, 0)
         except ValueError as e:
-            raise ConfigError(f"{key}: {e}") from None
+            raise ConfigError(f"{source}: {e}") from None
     return SaslLogin(listener, mechanism, dict(entry.options), access_token)
 
 

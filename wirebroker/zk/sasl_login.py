@@ -32,7 +32,7 @@ from wirebroker.config import ConfigError
 from wirebroker.sasl.jaas_file import jaas_file_path, read_jaas_file
 from wirebroker.sasl.kerberos import load_gssapi
 from wirebroker.sasl.settings import KRB5_LOGIN_MODULE, JaasError
-from wirebroker.system_properties import system_property
+from wirebroker.system_properties import JAAS_FILE, system_property
 from wirebroker.zk.server_principal import ServerPrincipal
 from wirebroker.zk.tls import client_auth_configured
 
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
     from wirebroker.config import BrokerConfig
 
-JAAS_FILE = "java.security.auth.login.config"
 ZK_SASL_CLIENT = "zookeeper.sasl.client"
 ZK_LOGIN_CONTEXT = "zookeeper.sasl.clientconfig"
 DEFAULT_LOGIN_CONTEXT = "Client"

@@ -1,0 +1,210 @@
+"""A SASL listener's login modules from the JAAS file's `KafkaServer` section (the system
+property `java.security.auth.login.config`, from KAFKA_OPTS), as Kafka's JaasContext finds them
+when the listener has no `listener.name.<l>.<mechanism>.sasl.jaas.config`: a client logging in
+with a user of the section, what is refused at start and with which message, this broker's own
+login to its peers, and the file read once. Kafka's answers to the same file:
+`compat/test_jaas_file.py`."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from tests.broker_process import BrokerProcess, serving
+from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.sasl.settings import inter_broker_login, listener_sasl
+
+pytestmark = pytest.mark.timeout(60)
+
+PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+SECTION = f"""
+KafkaServer {{
+    {PLAIN} required
+    username="broker" password="broker-pw"
+    user_broker="broker-pw" user_alice="alice-pw";
+    {SCRAM} required;
+}};
+"""
+SASL = {
+    "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_system_properties(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KAFKA_OPTS", "java.security.auth.login.config"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def jaas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
+    """`text` as the JAAS file KAFKA_OPTS names (each test its own path: the file is read once
+    per process, as the JVM reads it)."""
+    path = tmp_path / f"jaas-{uuid.uuid4().hex[:6]}.conf"
+    path.write_text(text)
+    monkeypatch.setenv("KAFKA_OPTS", f"-Xmx1g -Djava.security.auth.login.config={path}")
+    return path
+
+
+def test_a_client_logs_in_as_a_user_of_the_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jaas(tmp_path, monkeypatch, SECTION)
+    with serving(BrokerProcess(tmp_path / "data", SASL)) as broker:
+        client = {
+            "bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": "alice-pw",
+        }
+        producer = Producer(client)
+        producer.produce("from-the-file", b"v")
+        assert producer.flush(15) == 0
+        consumer = Consumer({**client, "group.id": "g", "enable.auto.commit": False})
+        try:
+            consumer.assign([TopicPartition("from-the-file", 0, 0)])
+            msg = consumer.poll(15)
+            assert msg is not None and msg.error() is None and msg.value() == b"v"
+        finally:
+            consumer.close()
+        wrong = Producer({**client, "sasl.password": "not-alices", "message.timeout.ms": 3000})
+        errors: list[KafkaError] = []
+        wrong.produce("from-the-file", b"x", on_delivery=lambda err, _msg: errors.append(err))
+        wrong.flush(10)
+        assert errors and errors[0] is not None
+    assert not any("alice-pw" in line for line in broker.log)
+
+
+def test_the_listener_s_own_section_then_kafka_server_then_its_jaas_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jaas(
+        tmp_path,
+        monkeypatch,
+        f"""sasl_plaintext.KafkaServer {{ {PLAIN} required user_a="1"; }};
+        KafkaServer {{ {PLAIN} required user_b="2"; {PLAIN} optional user_b="3" user_c="4"; }};""",
+    )
+    props = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:9093,OTHER://127.0.0.1:9094,THIRD://127.0.0.1:9095",
+        "listener.security.protocol.map": (
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,OTHER:SASL_PLAINTEXT,THIRD:SASL_PLAINTEXT"
+        ),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.third.plain.sasl.jaas.config": f'{PLAIN} required user_d="5";',
+    }
+    config = BrokerConfig.from_properties(props)
+    users = {
+        n: listener_sasl(config, n).plain_users() for n in ("SASL_PLAINTEXT", "OTHER", "THIRD")
+    }
+    # A user's password is the first module's that names it (JaasContext.configEntryOption).
+    assert users == {
+        "SASL_PLAINTEXT": {"a": "1"},
+        "OTHER": {"b": "2", "c": "4"},
+        "THIRD": {"d": "5"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "properties", "message"),
+    [
+        (
+            f"KafkaServer {{ {SCRAM} required; }};",
+            {},
+            r"enables PLAIN but has no .*PlainLoginModule JAAS config \(section KafkaServer of "
+            r".*jaas-\w+\.conf has none\)",
+        ),
+        (
+            f'KafkaServer {{ {PLAIN} required user_a="1"; {OAUTH} required; }};',
+            {"sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER"},
+            r"^section KafkaServer of .*: Must supply exactly 1 non-null JAAS mechanism "
+            r"configuration \(size was 2\).*listener.name.sasl_plaintext.oauthbearer.sasl.jaas",
+        ),
+        (
+            f'KafkaServer {{ {PLAIN} required user_a="1"; '
+            "com.sun.security.auth.module.JndiLoginModule optional; };",
+            {},
+            r"^section KafkaServer of .*: com.sun.security.auth.module.JndiLoginModule is not "
+            r"allowed. Update System property 'org.apache.kafka.disallowed.login.modules'",
+        ),
+        (
+            f'KafkaServer {{ {PLAIN} required user_a="1" }};',
+            {},
+            r"^the JAAS file .*jaas-\w+\.conf \(java.security.auth.login.config\): section "
+            r"KafkaServer \(line 1\): expected an option's name after option user_a",
+        ),
+        (
+            f'KafkaServer {{ {PLAIN} required user_a="1"; }};',
+            {"sasl.enabled.mechanisms": "GSSAPI"},
+            r"^section KafkaServer of .* has no com.sun.security.auth.module.Krb5LoginModule "
+            r"for GSSAPI",
+        ),
+        (
+            f"Client {{ {PLAIN} required; }};",
+            {"sasl.enabled.mechanisms": "GSSAPI"},
+            r"^Could not find a 'KafkaServer' or 'sasl_plaintext.KafkaServer' entry in the JAAS "
+            r"configuration. System property 'java.security.auth.login.config' is /.*jaas-\w+\.conf",
+        ),
+    ],
+)
+def test_what_is_refused_at_start(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    properties: dict[str, str],
+    message: str,
+) -> None:
+    jaas(tmp_path, monkeypatch, text)
+    props = {"listeners": "SASL_PLAINTEXT://127.0.0.1:9093", "sasl.enabled.mechanisms": "PLAIN"}
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_properties({**props, **properties})
+
+
+def test_a_file_that_cannot_be_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KAFKA_OPTS", f"-Djava.security.auth.login.config={tmp_path}/missing.conf")
+    props = {"listeners": "SASL_PLAINTEXT://127.0.0.1:9093", "sasl.enabled.mechanisms": "PLAIN"}
+    with pytest.raises(ConfigError, match=r"^cannot read the JAAS file .*missing.conf"):
+        BrokerConfig.from_properties(props)
+    # A listener with a jaas config of its own for each mechanism does not need the file.
+    own = {**props, "listener.name.sasl_plaintext.plain.sasl.jaas.config": f"{PLAIN} required;"}
+    assert listener_sasl(BrokerConfig.from_properties(own), "SASL_PLAINTEXT").plain_users() == {}
+
+
+def test_this_broker_s_login_to_its_peers_comes_from_the_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jaas(tmp_path, monkeypatch, SECTION)
+    cluster = {
+        "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "zookeeper.connect": "z:2181",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+    }
+    login = inter_broker_login(BrokerConfig.from_properties(cluster))
+    assert login is not None and (login.mechanism, login.options["username"]) == ("PLAIN", "broker")
+    # The section's ScramLoginModule has no username: SCRAM between brokers cannot log in.
+    scram = {**cluster, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"}
+    with pytest.raises(ConfigError, match=r"^section KafkaServer of .* needs this broker's user"):
+        BrokerConfig.from_properties(scram)
+
+
+def test_the_file_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the JVM's login configuration: a listener checked at run time (an AlterConfigs, a
+    listener added) finds the file as the start read it, and the event loop never waits on it."""
+    path = jaas(tmp_path, monkeypatch, SECTION)
+    props = {"listeners": "SASL_PLAINTEXT://127.0.0.1:9093", "sasl.enabled.mechanisms": "PLAIN"}
+    config = BrokerConfig.from_properties(props)
+    path.write_text(f'KafkaServer {{ {PLAIN} required user_mallory="m"; }};')
+    users = listener_sasl(config, "SASL_PLAINTEXT").plain_users()
+    assert users == {"broker": "broker-pw", "alice": "alice-pw"}
+    path.unlink()
+    assert listener_sasl(config, "SASL_PLAINTEXT").plain_users() == users

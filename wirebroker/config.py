@@ -629,7 +629,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "zookeeper.ssl.keystore.type",
             "string",
             None,
-            "PEM or PKCS12 (unset: from the file name, .pem or .p12; JKS must be converted).",
+            "JKS, PKCS12 or PEM (unset: from the file name, .jks, .p12 or .pem).",
         ),
         _k(
             "zookeeper.ssl.truststore.location",
@@ -642,7 +642,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "zookeeper.ssl.truststore.type",
             "string",
             None,
-            "PEM or PKCS12 (unset: from the file name, .pem or .p12; JKS must be converted).",
+            "JKS, PKCS12 or PEM (unset: from the file name, .jks, .p12 or .pem).",
         ),
         _k(
             "zookeeper.ssl.protocol",
@@ -703,7 +703,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "ssl.keystore.type",
             "string",
             "JKS",
-            "PEM or PKCS12 (a JKS store must be converted).",
+            "JKS, PKCS12 or PEM (a JKS file given as PKCS12 is read, and the reverse, as Java).",
             PER_BROKER,
         ),
         _k(
@@ -735,7 +735,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "ssl.truststore.type",
             "string",
             "JKS",
-            "PEM or PKCS12 (a JKS store must be converted).",
+            "JKS, PKCS12 or PEM (a JKS file given as PKCS12 is read, and the reverse, as Java).",
             PER_BROKER,
         ),
         _k(

@@ -10,8 +10,8 @@ This module owns three things:
   `listener.name.<listener>.ssl.*` key overrides (Kafka's DefaultSslEngineFactory); the
   ZooKeeper client's context is built the same way from `zookeeper.ssl.*`
   (`wirebroker.zk.tls`, an `SslSettings` of its own given to `client_context`). Keystores
-  are PEM (a file, or inline `ssl.keystore.certificate.chain` / `ssl.keystore.key`) or PKCS12,
-  read with `cryptography`; a JKS store is refused with how to convert it. Truststores alike.
+  are JKS (`wirebroker.jks`), PKCS12 or PEM (a file, or inline `ssl.keystore.certificate.chain`
+  / `ssl.keystore.key`), read with `cryptography`. Truststores alike.
 - `TlsTransport`: an accepted connection's byte stream through an `ssl.SSLObject` driven with
   memory BIOs over the raw socket descriptor, behind the interface of
   `wirebroker.transport.PlainTransport` (so the connection loop does not know which it has).
@@ -50,6 +50,8 @@ from wirebroker.transport import ANONYMOUS, chunk_size, flatten, load_slice
 if TYPE_CHECKING:
     from cryptography import x509
 
+    from wirebroker.jks import JksStore
+
 # `cryptography` is imported where a store or a certificate is read: a broker without TLS
 # never loads it (start-up time).
 
@@ -61,6 +63,7 @@ _RECEIVE = 64 * 1024
 _PIECE = 64 * 1024
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.+?-----END \1-----\s*", re.S)
 _JKS_MAGIC = b"\xfe\xed\xfe\xed"
+_JCEKS_MAGIC = b"\xce\xce\xce\xce"
 _PROTOCOLS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
     "TLSv1.1": ssl.TLSVersion.TLSv1_1,
@@ -266,16 +269,26 @@ def _read(settings: SslSettings, key: str) -> bytes:
 def _store_type(settings: SslSettings, key: str, data: bytes) -> str:
     kind = (settings.get(key) or "JKS").upper()
     key = settings.name(key)
-    if data.startswith(_JKS_MAGIC):
-        raise ConfigError(
-            f"{key}: JKS stores are not supported; convert it to PKCS12 with "
-            "`keytool -importkeystore -srckeystore STORE.jks -destkeystore STORE.p12 "
-            f"-deststoretype PKCS12` and set {key}=PKCS12"
-        )
     if kind != "PEM" and data.lstrip().startswith(b"-----BEGIN"):
         raise ConfigError(f"{key}: the store is PEM text: set {key}=PEM")
-    # Java reads a PKCS12 file given as JKS, so Kafka does (keystore.type.compat).
-    return "PKCS12" if kind == "JKS" else kind
+    if kind not in ("JKS", "PKCS12"):
+        return kind
+    # Java reads a PKCS12 file given as JKS and a JKS file given as PKCS12, so Kafka does
+    # (keystore.type.compat): the file's own format decides.
+    return "JKS" if data.startswith((_JKS_MAGIC, _JCEKS_MAGIC)) else "PKCS12"
+
+
+def _jks(settings: SslSettings, store: str, password: str | None) -> JksStore:
+    """The JKS store at `store` (a location key), read with `password` (None: not checked)."""
+    from wirebroker.jks import CONVERT, JksError, JksPasswordError, read_jks
+
+    where = f"{settings.name(store)}={settings.get(store)}"
+    try:
+        return read_jks(_read(settings, store), password)
+    except JksPasswordError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    except JksError as e:
+        raise ConfigError(f"{where}: {e} (or convert it to PKCS12: `{CONVERT}`)") from None
 
 
 def _password(settings: SslSettings, key: str) -> bytes | None:
@@ -324,9 +337,12 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
                     "private key"
                 )
             certs = [cert, *extra]
+        elif kind == "JKS":
+            key, certs = _jks_key(settings, key_password)
         else:
             raise ConfigError(
-                f"{settings.name('ssl.keystore.type')}={kind} is not supported; use PEM or PKCS12"
+                f"{settings.name('ssl.keystore.type')}={kind} is not supported; use JKS, PKCS12 "
+                "or PEM"
             )
     else:
         return False
@@ -349,6 +365,40 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
         except ssl.SSLError as e:
             raise ConfigError(f"the keystore's key does not fit its certificate: {e}") from None
     return True
+
+
+def _jks_key(settings: SslSettings, key_password: bytes | None) -> tuple[Any, list[Any]]:
+    """The first private key of a JKS keystore and its chain; the key decrypted with
+    `ssl.key.password`, else the store's password, as Kafka's DefaultSslEngineFactory."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from wirebroker.jks import JksError
+
+    location = settings.name("ssl.keystore.location")
+    store_password = settings.get("ssl.keystore.password")
+    store = _jks(settings, "ssl.keystore.location", store_password)
+    if not store.private_keys:
+        raise ConfigError(f"{location}: the JKS store holds no private key")
+    entry = store.private_keys[0]
+    password = key_password.decode() if key_password is not None else store_password
+    if password is None:
+        raise ConfigError(
+            f"{location}: set {settings.name('ssl.keystore.password')} (and "
+            f"{settings.name('ssl.key.password')} if the key's differs) to read its key"
+        )
+    try:
+        der = entry.key(password)
+        key = serialization.load_der_private_key(der, None)
+        chain = [x509.load_der_x509_certificate(c) for c in entry.chain]
+    except (JksError, ValueError) as e:
+        raise ConfigError(
+            f"{location}: cannot read the key {entry.alias!r} "
+            f"({settings.name('ssl.key.password')}?): {e}"
+        ) from None
+    if not chain:
+        raise ConfigError(f"{location}: the key {entry.alias!r} has no certificate")
+    return key, chain
 
 
 def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:
@@ -402,9 +452,12 @@ def _load_truststore(context: ssl.SSLContext, settings: SslSettings) -> None:
             if store.cert is not None:
                 certs.append(store.cert.certificate)
             pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+        elif kind == "JKS":
+            pem = _jks_trusted(settings)
         else:
             raise ConfigError(
-                f"{settings.name('ssl.truststore.type')}={kind} is not supported; use PEM or PKCS12"
+                f"{settings.name('ssl.truststore.type')}={kind} is not supported; use JKS, "
+                "PKCS12 or PEM"
             )
     else:
         server = context.protocol == ssl.PROTOCOL_TLS_SERVER
@@ -413,6 +466,24 @@ def _load_truststore(context: ssl.SSLContext, settings: SslSettings) -> None:
     if not pem:
         raise ConfigError("the truststore holds no certificate")
     context.load_verify_locations(cadata=pem.decode())
+
+
+def _jks_trusted(settings: SslSettings) -> bytes:
+    """A JKS truststore's certificates in PEM: its trusted certificate entries and its private
+    key entries' own certificates, as Java's TrustStoreUtil takes them; its integrity checked
+    when `ssl.truststore.password` is set (Java reads one without)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    store = _jks(settings, "ssl.truststore.location", settings.get("ssl.truststore.password"))
+    ders = [*store.trusted_certs, *(e.chain[0] for e in store.private_keys if e.chain)]
+    try:
+        certs = [x509.load_der_x509_certificate(d) for d in ders]
+    except ValueError as e:
+        raise ConfigError(
+            f"{settings.get('ssl.truststore.location')}: a certificate cannot be read: {e}"
+        ) from None
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
 
 
 # principals --------------------------------------------------------------------------------------

@@ -236,11 +236,11 @@ def test_subject_dn_is_rfc2253(pki: Pki) -> None:
     assert subject_dn(pki.client_der) == "CN=client-1,OU=Ops,O=Tests"
 
 
-def test_jks_or_mistyped_keystore_says_what_to_do(pki: Pki, tmp_path: Path) -> None:
+def test_a_malformed_jks_or_mistyped_keystore_says_what_to_do(pki: Pki, tmp_path: Path) -> None:
     jks = tmp_path / "broker.jks"
-    jks.write_bytes(b"\xfe\xed\xfe\xed" + bytes(60))
+    jks.write_bytes(b"\xfe\xed\xfe\xed" + bytes(60))  # version 0 (JKS stores: test_tls_jks.py)
     for store, match in [
-        (jks, "keytool -importkeystore"),
+        (jks, "JKS version 0 is not 1 or 2 .or convert it to PKCS12: `keytool -importkeystore"),
         (pki.server_pem, "the store is PEM text: set ssl.keystore.type=PEM"),
     ]:
         config = BrokerConfig.from_properties(

@@ -6,8 +6,8 @@ This module owns three things:
   truststore, `zookeeper.ssl.protocol` / `.enabled.protocols` / `.cipher.suites`,
   `zookeeper.ssl.endpoint.identification.algorithm`) into an `ssl.SSLContext`. The stores are
   read by `wirebroker.tls`, as a listener's are (`ZkSslSettings` maps the listener keys to
-  these): PEM or PKCS12, a JKS store refused with how to convert it, the private key handed to
-  OpenSSL encrypted with a password used once, never in the clear on disk;
+  these): JKS, PKCS12 or PEM, the private key handed to OpenSSL encrypted with a password
+  used once, never in the clear on disk;
 - `ZkTls`, which gives that context to kazoo: kazoo's own TLS takes file paths, so each
   KazooClient gets a threading handler of ours whose `create_connection` opens the TCP
   connection as kazoo would and wraps it with the context (`kazoo_options`). The stores are

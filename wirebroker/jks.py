@@ -1,0 +1,192 @@
+"""Java KeyStore (JKS) files, read as the JDK's JavaKeyStore reads them: Kafka's default
+`ssl.keystore.type` and `ssl.truststore.type`, the stores older deployments made with keytool.
+
+A JKS file is big-endian: the magic `FEEDFEED`, a version (1 or 2), an entry count, then each
+entry: a tag (1: a private key, 2: a trusted certificate), its alias (Java's modified UTF-8) and
+a timestamp; a private key's entry holds the key encrypted by Sun's KeyProtector (an
+EncryptedPrivateKeyInfo of the algorithm 1.3.6.1.4.1.42.2.17.1.1) and its certificate chain, a
+trusted one a certificate (version 2 names each certificate's type, `X.509`). Last comes a
+SHA-1 digest of the store password (UTF-16BE), the words "Mighty Aphrodite" and everything
+before it: a wrong password or a changed file fails with Java's message.
+
+KeyProtector: the encrypted bytes are a 20-byte salt, the key XORed with a keystream and a
+20-byte check; the keystream is SHA-1(password + salt), then SHA-1(password + the previous
+block); the check is SHA-1(password + the key). The key is PKCS#8, which `cryptography` reads.
+
+Every length is checked against what is left of the file before it is used; a truncated or
+malformed store is a `JksError` saying what is wrong, never an exception of another kind.
+JCEKS stores (`CECECECE`) and secret-key entries are refused with how to convert them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+MAGIC = b"\xfe\xed\xfe\xed"
+JCEKS_MAGIC = b"\xce\xce\xce\xce"
+_PRIVATE_KEY, _TRUSTED_CERT = 1, 2
+#: Sun's KeyProtector (the JKS key encryption), DER-encoded OID 1.3.6.1.4.1.42.2.17.1.1.
+_KEY_PROTECTOR = bytes.fromhex("2b060104012a02110101")
+_WHITENER = b"Mighty Aphrodite"
+_DIGEST = 20
+_U16, _U32, _U64 = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">Q")
+CONVERT = (
+    "keytool -importkeystore -srckeystore STORE.jks -destkeystore STORE.p12 -deststoretype PKCS12"
+)
+
+
+class JksError(ValueError):
+    """A JKS store that cannot be read; the message says why (never a password)."""
+
+
+class JksPasswordError(JksError):
+    """The store's or the key's password is not the one given."""
+
+
+class PrivateKeyEntry:
+    """A private key entry: its alias, the key's encrypted bytes and the chain (DER)."""
+
+    __slots__ = ("alias", "protected_key", "chain")
+
+    def __init__(self, alias: str, protected_key: bytes, chain: list[bytes]) -> None:
+        self.alias = alias
+        self.protected_key = protected_key
+        self.chain = chain
+
+    def key(self, password: str) -> bytes:
+        """The PKCS#8 DER private key, decrypted with `password` (Java's UnrecoverableKey
+        message when it is not the key's)."""
+        return _recover_key(self.protected_key, password.encode("utf-16-be"))
+
+
+class JksStore:
+    """A JKS store's entries, in the file's order."""
+
+    __slots__ = ("private_keys", "trusted_certs")
+
+    def __init__(self, private_keys: list[PrivateKeyEntry], trusted_certs: list[bytes]) -> None:
+        self.private_keys = private_keys
+        self.trusted_certs = trusted_certs
+
+
+def read_jks(data: bytes, password: str | None) -> JksStore:
+    """The entries of the JKS store `data`; with `password`, its integrity checked first (as
+    Java, a truststore read without a password is not checked)."""
+    if data.startswith(JCEKS_MAGIC):
+        raise JksError(f"JCEKS stores are not supported; convert it to PKCS12 with `{CONVERT}`")
+    if not data.startswith(MAGIC):
+        raise JksError("not a JKS store (its first bytes are not FEEDFEED)")
+    if len(data) < len(MAGIC) + 8 + _DIGEST:
+        raise JksError("the store is truncated")
+    body, digest = data[:-_DIGEST], data[-_DIGEST:]
+    if password is not None:
+        expected = hashlib.sha1(password.encode("utf-16-be") + _WHITENER + body).digest()
+        if expected != digest:
+            raise JksPasswordError("Keystore was tampered with, or password was incorrect")
+    reader = _Reader(body, len(MAGIC))
+    version = reader.u32()
+    if version not in (1, 2):
+        raise JksError(f"JKS version {version} is not 1 or 2")
+    private_keys: list[PrivateKeyEntry] = []
+    trusted: list[bytes] = []
+    for _ in range(reader.u32()):
+        tag = reader.u32()
+        alias = reader.utf()
+        reader.take(_U64.size)  # the entry's creation time
+        if tag == _PRIVATE_KEY:
+            protected = reader.take(reader.u32())
+            chain = [reader.certificate(version) for _ in range(reader.u32())]
+            private_keys.append(PrivateKeyEntry(alias, protected, chain))
+        elif tag == _TRUSTED_CERT:
+            trusted.append(reader.certificate(version))
+        else:
+            raise JksError(
+                f"entry {alias!r} has tag {tag}, neither a private key nor a certificate"
+            )
+    if reader.offset != len(body):
+        raise JksError("bytes follow the store's last entry")
+    return JksStore(private_keys, trusted)
+
+
+class _Reader:
+    """Reads `data` from `offset`, each length checked against what is left."""
+
+    __slots__ = ("data", "offset")
+
+    def __init__(self, data: bytes, offset: int) -> None:
+        self.data = data
+        self.offset = offset
+
+    def take(self, n: int) -> bytes:
+        if n > len(self.data) - self.offset:
+            raise JksError("the store is truncated")
+        chunk = self.data[self.offset : self.offset + n]
+        self.offset += n
+        return chunk
+
+    def u32(self) -> int:
+        value: int = _U32.unpack(self.take(4))[0]
+        return value
+
+    def utf(self) -> str:
+        (n,) = _U16.unpack(self.take(2))
+        raw = self.take(n)
+        # Java's modified UTF-8: NUL as C0 80, other characters as UTF-8 (surrogates apart).
+        try:
+            return raw.replace(b"\xc0\x80", b"\0").decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            raise JksError("an alias or a certificate type is not UTF-8") from None
+
+    def certificate(self, version: int) -> bytes:
+        if version == 2:
+            kind = self.utf()
+            if kind != "X.509":
+                raise JksError(f"a certificate of type {kind!r}: only X.509 is read")
+        return self.take(self.u32())
+
+
+def _recover_key(protected: bytes, password: bytes) -> bytes:
+    """KeyProtector.recover: the EncryptedPrivateKeyInfo's bytes decrypted and checked."""
+    algorithm, encrypted = _encrypted_private_key_info(protected)
+    if algorithm != _KEY_PROTECTOR:
+        raise JksError("the private key is not protected by JKS's KeyProtector: convert the store")
+    if len(encrypted) < 2 * _DIGEST:
+        raise JksError("the private key's protected bytes are truncated")
+    salt, body, check = encrypted[:_DIGEST], encrypted[_DIGEST:-_DIGEST], encrypted[-_DIGEST:]
+    stream = bytearray()
+    block = salt
+    while len(stream) < len(body):
+        block = hashlib.sha1(password + block).digest()
+        stream += block
+    key = bytes(a ^ b for a, b in zip(body, stream, strict=False))
+    if hashlib.sha1(password + key).digest() != check:
+        raise JksPasswordError("Cannot recover key: the key's password is not this one")
+    return key
+
+
+def _encrypted_private_key_info(der: bytes) -> tuple[bytes, bytes]:
+    """The algorithm OID's bytes and the encrypted data of an EncryptedPrivateKeyInfo:
+    SEQUENCE { SEQUENCE { OID, parameters }, OCTET STRING }."""
+    outer, rest = _tlv(der, 0x30)
+    if rest:
+        raise JksError("bytes follow the private key's EncryptedPrivateKeyInfo")
+    algorithm, after = _tlv(outer, 0x30)
+    oid, _parameters = _tlv(algorithm, 0x06)
+    encrypted, _ = _tlv(after, 0x04)
+    return oid, encrypted
+
+
+def _tlv(der: bytes, tag: int) -> tuple[bytes, bytes]:
+    """One DER element of `tag` at the start of `der`: its contents, and what follows it."""
+    if len(der) < 2 or der[0] != tag:
+        raise JksError("the private key's EncryptedPrivateKeyInfo is malformed")
+    length, offset = der[1], 2
+    if length & 0x80:
+        count = length & 0x7F
+        if not 0 < count <= 4 or len(der) < 2 + count:
+            raise JksError("the private key's EncryptedPrivateKeyInfo is malformed")
+        length, offset = int.from_bytes(der[2 : 2 + count], "big"), 2 + count
+    if length > len(der) - offset:
+        raise JksError("the private key's EncryptedPrivateKeyInfo is truncated")
+    return der[offset : offset + length], der[offset + length :]

@@ -90,29 +90,44 @@ def _topic_for_alice(admin_config: dict[str, str], topic: str) -> None:
         future.result(30)
 
 
-def test_replication_over_an_ssl_inter_broker_listener(zk_connect: str, tmp_path: Path) -> None:
-    tls = {
-        **_tls(tmp_path),
-        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-        "inter_broker_listener_name": "SSL",
-        "ssl_client_auth": "required",
-        "min_insync_replicas": "2",
-    }
+def _replicated_between_two(
+    zk_connect: str, tmp_path: Path, topic: str, **props: str
+) -> list[RunningBroker]:
+    """Brokers 1 and 2 with `props` (min.insync.replicas=2): a topic of 2 replicas takes 10
+    records with acks=all, answered only once the follower fetched over the inter-broker
+    listener, and both replicas end at offset 10. The brokers, stopped."""
+    started: list[RunningBroker] = []
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, **tls)
-            b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **tls)
-            await eventually(lambda: b1.broker.controller_id > 0, what="a controller")
-            result = await create_topic(b1, "secured", 1, 2)
+            for broker_id in (1, 2):
+                started.append(
+                    await start_broker(
+                        nursery, zk_connect, tmp_path, broker_id, min_insync_replicas="2", **props
+                    )
+                )
+            await eventually(lambda: started[0].broker.controller_id > 0, what="a controller")
+            result = await create_topic(started[0], topic, 1, 2)
             assert result.error_code == 0, result.error_message
-            # acks=all with min.insync.replicas=2: answered only once the follower fetched.
-            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
-            await trio.to_thread.run_sync(produce, plaintext, "secured", 10)
-            await replicated([b1, b2], "secured", 10)
+            plaintext = {"bootstrap.servers": started[0].bootstrap_servers.split(",")[0]}
+            await trio.to_thread.run_sync(produce, plaintext, topic, 10)
+            await replicated(started, topic, 10)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+    return started
+
+
+def test_replication_over_an_ssl_inter_broker_listener(zk_connect: str, tmp_path: Path) -> None:
+    _replicated_between_two(
+        zk_connect,
+        tmp_path,
+        "secured",
+        **_tls(tmp_path),
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        inter_broker_listener_name="SSL",
+        ssl_client_auth="required",
+    )
 
 
 def _kafka_configs(*args: str) -> None:
@@ -307,27 +322,14 @@ def test_brokers_log_in_to_each_other_with_the_jaas_file_s_section(
     path = tmp_path / "kafka_server_jaas.conf"
     path.write_text(f"KafkaServer {{\n  {_plain_jaas(BROKER_SECRET)}\n}};\n")
     monkeypatch.setenv("KAFKA_OPTS", f"-Djava.security.auth.login.config={path}")
-    props = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        "inter_broker_listener_name": "SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "sasl.mechanism.inter.broker.protocol": "PLAIN",
-        "min_insync_replicas": "2",
-    }
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            b1 = await start_broker(nursery, zk_connect, tmp_path, 1, **props)
-            b2 = await start_broker(nursery, zk_connect, tmp_path, 2, **props)
-            for b in (b1, b2):
-                sasl = b.broker.peer_security.sasl
-                assert sasl is not None and sasl.options["username"] == "broker"
-            result = await create_topic(b1, "from-the-file", 1, 2)
-            assert result.error_code == 0, result.error_message
-            plaintext = {"bootstrap.servers": b1.bootstrap_servers.split(",")[0]}
-            # acks=all, min.insync.replicas=2: answered once the follower fetched over SASL.
-            await trio.to_thread.run_sync(produce, plaintext, "from-the-file", 5)
-            await replicated([b1, b2], "from-the-file", 5)
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    brokers = _replicated_between_two(
+        zk_connect,
+        tmp_path,
+        "from-the-file",
+        listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        inter_broker_listener_name="SASL_PLAINTEXT",
+        **{"sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN"},
+    )
+    for b in brokers:
+        sasl = b.broker.peer_security.sasl
+        assert sasl is not None and sasl.options["username"] == "broker"

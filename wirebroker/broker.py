@@ -176,6 +176,8 @@ class Broker:
         self.peer_security = (
             PeerSecurity.inter_broker(self.config) if self.config.cluster_mode else PLAINTEXT
         )
+        #: The inter-broker security a validation made, with the config it was made for.
+        self._peer_security_made: tuple[Mapping[str, str], PeerSecurity] | None = None
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)
         self.sasl_listeners = _sasl_listeners(self.config)
@@ -741,7 +743,9 @@ class Broker:
         self.log_manager.max_map_keys = _max_map_keys(self.config)
 
     def _check_peer_security(self, candidate: BrokerConfig) -> None:
-        PeerSecurity.inter_broker(candidate)  # ConfigError when it cannot be made
+        """ConfigError when the inter-broker security cannot be made; made, it is kept for
+        `_peer_security_changed` (called in a worker thread: the stores are read)."""
+        self._peer_security_made = (candidate.current(), PeerSecurity.inter_broker(candidate))
 
     def _peer_security_changed(self, changed: frozenset[str]) -> None:
         """The inter-broker listener's stores or login changed at run time: the next
@@ -749,7 +753,11 @@ class Broker:
         channel) use them (open ones keep theirs). The OAUTHBEARER
         access token login carries on, fetching at once if its endpoint or credentials
         changed (`SaslLogin.adopt`); a new one fetches in the background, logins waiting."""
-        security = PeerSecurity.inter_broker(self.config)
+        made, self._peer_security_made = self._peer_security_made, None
+        if made is not None and made[0] == self.config.current():
+            security = made[1]
+        else:  # a change no validation read the stores for: read here
+            security = PeerSecurity.inter_broker(self.config)
         login = security.sasl
         start = login.adopt(self.peer_security.sasl) if login is not None else None
         if start is not None:

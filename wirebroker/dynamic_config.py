@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
+from contextlib import suppress
 from pathlib import Path
 
 from wirebroker.config import (
@@ -205,9 +206,13 @@ class DynamicBrokerConfig:
         self._reconfigurables.append(reconfigurable)
 
     # validating ----------------------------------------------------------------------------
-    def validate(self, entity: str, values: Mapping[str, str]) -> None:
+    def validate(
+        self, entity: str, values: Mapping[str, str], *, reload: Collection[str] = ()
+    ) -> None:
         """Refuse a new set of values for `entity` as Kafka does (ConfigError with Kafka's
-        message; the caller answers INVALID_REQUEST)."""
+        message; the caller answers INVALID_REQUEST). `reload`: keys whose files `apply` will
+        read again though their names are the same, validated as changed ones. Run in a worker
+        thread: a component may read files (a listener's keystore) and keep what it made."""
         names = set(values)
         read_only = sorted(
             n for n in names if n in BROKER_KEYS and BROKER_KEYS[n].update == READ_ONLY
@@ -232,7 +237,7 @@ class DynamicBrokerConfig:
                     f"specified: {_set(per_broker_only)}"
                 )
         candidate = self._candidate(entity, values)
-        changed = _changed(self.config.current(), candidate.current())
+        changed = _changed(self.config.current(), candidate.current()) | frozenset(reload)
         if not changed:
             return
         # Imported here: the listeners subscribe through this module.
@@ -255,6 +260,16 @@ class DynamicBrokerConfig:
                 "configuration Invalid dynamic configuration"
             ) from e
 
+    def prepare(self, entity: str, stored: Mapping[str, str]) -> None:
+        """Read what `apply` of an entity's stored configs will need from the disk (a listener's
+        new keystore): `validate`'s work, whose components keep what they made for the config
+        validated. Called in a worker thread before `apply` on the event loop; what it refuses
+        is left to `apply`, which logs what it ignores."""
+        if entity not in (DEFAULT_ENTITY, str(self.broker_id)):
+            return
+        with suppress(ConfigError):
+            self.validate(entity, self.from_persistent(entity, stored, quiet=True))
+
     def _candidate(self, entity: str, values: Mapping[str, str]) -> BrokerConfig:
         layers = self.config.dynamic
         if entity == DEFAULT_ENTITY:
@@ -275,11 +290,14 @@ class DynamicBrokerConfig:
             out[name] = self.encoder.encode(value)
         return out
 
-    def from_persistent(self, entity: str, stored: Mapping[str, str]) -> dict[str, str]:
+    def from_persistent(
+        self, entity: str, stored: Mapping[str, str], *, quiet: bool = False
+    ) -> dict[str, str]:
         """Stored values made usable (Kafka's fromPersistentProps): passwords decrypted (with
         `password.encoder.old.secret` if the current secret fails); what is invalid -- a
         read-only key, a base security key, a per-broker key in the default, a value of the
-        wrong type, a password that cannot be decrypted -- is left out and logged."""
+        wrong type, a password that cannot be decrypted -- is left out and logged (unless
+        `quiet`)."""
         out: dict[str, str] = {}
         where = "the cluster default" if entity == DEFAULT_ENTITY else f"broker {entity}"
         for name, value in stored.items():
@@ -297,7 +315,8 @@ class DynamicBrokerConfig:
                 if is_password(name):
                     value = self._decode(value)
             except ConfigError as e:
-                log.error("dynamic config %s of %s is ignored: %s", name, where, e)
+                if not quiet:
+                    log.error("dynamic config %s of %s is ignored: %s", name, where, e)
                 continue
             out[name] = value
         return out

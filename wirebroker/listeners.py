@@ -324,8 +324,10 @@ class BrokerListeners:
                 failure = self.broker.key_set_failure(name)
                 if failure is not None:
                     raise ConfigError(failure)
-                if self.tls is not None or config.uses_tls(name):
-                    self._tls_for(config).add(name)
+                if self.tls is not None:
+                    await self.tls.add(name)
+                elif config.uses_tls(name):
+                    await self._tls_for(config)  # (made with the new listener's)
                 await self._open(listener)
             except (OSError, ConfigError) as e:
                 log.error("Unable to start acceptor for %s: %s", name, e)
@@ -340,14 +342,13 @@ class BrokerListeners:
         if self.broker.cluster is not None:
             await self.broker.cluster.register_again()
 
-    def _tls_for(self, config: BrokerConfig) -> ListenerContexts:
-        """The TLS contexts, made with the first SSL listener."""
-        if self.tls is None:
-            from wirebroker.tls import ListenerContexts
+    async def _tls_for(self, config: BrokerConfig) -> None:
+        """The TLS contexts, made with the first SSL listener (in a worker thread: the stores
+        are read)."""
+        from wirebroker.tls import ListenerContexts
 
-            self.tls = ListenerContexts(config)
-            self._follow_tls(self.tls)
-        return self.tls
+        self.tls = await trio.to_thread.run_sync(ListenerContexts, config)
+        self._follow_tls(self.tls)
 
     def _follow_tls(self, tls: ListenerContexts) -> None:
         self.broker.dynamic_config.add_reconfigurable(

@@ -37,7 +37,7 @@ import secrets
 import ssl
 import struct
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -153,6 +153,10 @@ class ListenerContexts:
             listener.name: _listener_context(config, listener.name)
             for listener in config.listeners()
         }
+        #: The contexts `validate` made (run in a worker thread: the stores are read there),
+        #: by listener, with the config they were made for: `reconfigure` takes them when that
+        #: config is the one applied, so the event loop reads no store.
+        self._made: dict[str, tuple[Mapping[str, str], Any]] = {}
 
     def follows(self, name: str) -> bool:
         return self._listener_of(name) is not None
@@ -166,19 +170,33 @@ class ListenerContexts:
         return listener if self.contexts.get(listener) is not None else None
 
     def validate(self, candidate: BrokerConfig) -> None:
-        """The changed listeners' new stores must load (ConfigError says why not)."""
+        """The changed listeners' new stores must load (ConfigError says why not); the contexts
+        are kept for `reconfigure`. Called in a worker thread (`DynamicBrokerConfig.validate`,
+        `prepare`): it reads the stores."""
         kept = {lst.name for lst in candidate.listeners()}
-        for listener in self.contexts:
-            if self.contexts[listener] is not None and listener in kept:
-                _listener_context(candidate, listener)
+        made = {
+            listener: (candidate.current(), _listener_context(candidate, listener))
+            for listener, context in self.contexts.items()
+            if context is not None and listener in kept
+        }
+        self._made = made
 
-    def add(self, listener: str) -> None:
-        """A listener added at run time (`wirebroker.listeners`): its context, made now."""
-        self.contexts[listener] = _listener_context(self.config, listener)
+    async def add(self, listener: str) -> None:
+        """A listener added at run time (`wirebroker.listeners`): its context, made now in a
+        worker thread."""
+        self.contexts[listener] = await trio.to_thread.run_sync(
+            _listener_context, self.config, listener
+        )
 
     def reconfigure(self, changed: frozenset[str]) -> None:
+        made, self._made = self._made, {}
+        current = self.config.current()
         for listener in sorted({lst for n in changed if (lst := self._listener_of(n))}):
-            self.contexts[listener] = _listener_context(self.config, listener)
+            kept = made.get(listener)
+            if kept is not None and kept[0] == current:
+                self.contexts[listener] = kept[1]
+            else:  # a change no validation read the stores for: read here
+                self.contexts[listener] = _listener_context(self.config, listener)
             log.info("listener %s: new TLS context for new connections", listener)
 
 

@@ -14,6 +14,7 @@ and applied here at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 import trio
 
@@ -68,8 +69,16 @@ async def alter(
     """Validate, store and apply a new set of dynamic configs for one entity."""
     broker = ctx.broker
     dynamic = broker.dynamic_config
+    # Files named again are read again even if their names did not change (Kafka's
+    # reloadUpdatedFilesWithoutConfigChange), for one broker's listener stores.
+    reload = {
+        n
+        for n in values
+        if entity != DEFAULT_ENTITY and LISTENER_PREFIXED.fullmatch(n) and n.endswith(_RELOADED)
+    }
     try:
-        dynamic.validate(entity, values)
+        # In a worker thread: a listener's new keystore is read (and kept for `apply`).
+        await trio.to_thread.run_sync(partial(dynamic.validate, entity, values, reload=reload))
     except ConfigError as e:
         raise _invalid_request(str(e)) from None
     try:
@@ -85,13 +94,6 @@ async def alter(
         await broker.cluster.set_broker_config(entity, persistent)
     else:
         await trio.to_thread.run_sync(dynamic.write_local, entity, persistent)
-    # Files named again are read again even if their names did not change (Kafka's
-    # reloadUpdatedFilesWithoutConfigChange), for one broker's listener stores.
-    reload = {
-        n
-        for n in values
-        if entity != DEFAULT_ENTITY and LISTENER_PREFIXED.fullmatch(n) and n.endswith(_RELOADED)
-    }
     dynamic.apply(entity, persistent, reload=reload)
 
 

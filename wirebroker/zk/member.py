@@ -364,7 +364,10 @@ class ClusterMember:
         await entity_configs.change_entity_config(self.zk, f"brokers/{entity}", config)
 
     async def _load_broker_config(self, entity: str) -> None:
-        self.broker.dynamic_config.apply(entity, await self.broker_config(entity))
+        stored = await self.broker_config(entity)
+        dynamic = self.broker.dynamic_config
+        await trio.to_thread.run_sync(dynamic.prepare, entity, stored)  # (stores are read)
+        dynamic.apply(entity, stored)
 
     # user, client and ip configs (SCRAM credentials, client and connection quotas) ---------
     async def _entity_configured(self, entity: QuotaEntity, config: dict[str, str]) -> None:

@@ -296,13 +296,14 @@ def _store_type(settings: SslSettings, key: str, data: bytes) -> str:
     return "JKS" if data.startswith((_JKS_MAGIC, _JCEKS_MAGIC)) else "PKCS12"
 
 
-def _jks(settings: SslSettings, store: str, password: str | None) -> JksStore:
-    """The JKS store at `store` (a location key), read with `password` (None: not checked)."""
+def _jks(settings: SslSettings, store: str, data: bytes, password: str | None) -> JksStore:
+    """The JKS store `data`, the file `store` (a location key) names, read with `password`
+    (None: not checked)."""
     from wirebroker.jks import CONVERT, JksError, JksPasswordError, read_jks
 
     where = f"{settings.name(store)}={settings.get(store)}"
     try:
-        return read_jks(_read(settings, store), password)
+        return read_jks(data, password)
     except JksPasswordError as e:
         raise ConfigError(f"{where}: {e}") from None
     except JksError as e:
@@ -356,7 +357,7 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
                 )
             certs = [cert, *extra]
         elif kind == "JKS":
-            key, certs = _jks_key(settings, key_password)
+            key, certs = _jks_key(settings, data, key_password)
         else:
             raise ConfigError(
                 f"{settings.name('ssl.keystore.type')}={kind} is not supported; use JKS, PKCS12 "
@@ -385,7 +386,9 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
     return True
 
 
-def _jks_key(settings: SslSettings, key_password: bytes | None) -> tuple[Any, list[Any]]:
+def _jks_key(
+    settings: SslSettings, data: bytes, key_password: bytes | None
+) -> tuple[Any, list[Any]]:
     """The first private key of a JKS keystore and its chain; the key decrypted with
     `ssl.key.password`, else the store's password, as Kafka's DefaultSslEngineFactory."""
     from cryptography import x509
@@ -395,7 +398,7 @@ def _jks_key(settings: SslSettings, key_password: bytes | None) -> tuple[Any, li
 
     location = settings.name("ssl.keystore.location")
     store_password = settings.get("ssl.keystore.password")
-    store = _jks(settings, "ssl.keystore.location", store_password)
+    store = _jks(settings, "ssl.keystore.location", data, store_password)
     if not store.private_keys:
         raise ConfigError(f"{location}: the JKS store holds no private key")
     entry = store.private_keys[0]
@@ -471,7 +474,7 @@ def _load_truststore(context: ssl.SSLContext, settings: SslSettings) -> None:
                 certs.append(store.cert.certificate)
             pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
         elif kind == "JKS":
-            pem = _jks_trusted(settings)
+            pem = _jks_trusted(settings, data)
         else:
             raise ConfigError(
                 f"{settings.name('ssl.truststore.type')}={kind} is not supported; use JKS, "
@@ -486,14 +489,15 @@ def _load_truststore(context: ssl.SSLContext, settings: SslSettings) -> None:
     context.load_verify_locations(cadata=pem.decode())
 
 
-def _jks_trusted(settings: SslSettings) -> bytes:
+def _jks_trusted(settings: SslSettings, data: bytes) -> bytes:
     """A JKS truststore's certificates in PEM: its trusted certificate entries and its private
     key entries' own certificates, as Java's TrustStoreUtil takes them; its integrity checked
     when `ssl.truststore.password` is set (Java reads one without)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    store = _jks(settings, "ssl.truststore.location", settings.get("ssl.truststore.password"))
+    password = settings.get("ssl.truststore.password")
+    store = _jks(settings, "ssl.truststore.location", data, password)
     ders = [*store.trusted_certs, *(e.chain[0] for e in store.private_keys if e.chain)]
     try:
         certs = [x509.load_der_x509_certificate(d) for d in ders]

@@ -257,5 +257,5 @@ def read_server_file(path: str) -> dict[str, list[JaasEntry]]:
                 _server_files[path] = JaasError(f"the JAAS file {path} ({JAAS_FILE}): {e}")
         found = _server_files[path]
     if isinstance(found, JaasError):
-        raise found
+        raise JaasError(str(found))
     return found

@@ -772,6 +772,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "DEFAULT",
             "RULE:pattern/replacement/[LU] rules from a client certificate's subject to its user.",
         ),
+        _k(
+            "ssl.allow.dn.changes",
+            "boolean",
+            "false",
+            "Whether a keystore changed at run time may have another subject (Kafka's check).",
+        ),
+        _k(
+            "ssl.allow.san.changes",
+            "boolean",
+            "false",
+            "Whether a keystore changed at run time may drop alternative names.",
+        ),
         _k("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions allowed.", PER_BROKER),
         _k("ssl.protocol", "string", "TLSv1.3", "Accepted for compatibility.", PER_BROKER),
         _k(

@@ -20,8 +20,7 @@ listeners (`wirebroker.listeners`: Kafka's rules for them, and the listeners the
 
 Differences from Kafka: a key Kafka marks dynamic but wirebroker does not know
 (`metric.reporters`, ...) is stored and described like any unknown key,
-without effect. An SSL listener's new keystore must load, but its
-certificate's subject may change (Kafka refuses a new DN unless `ssl.allow.dn.changes`).
+without effect.
 """
 
 from __future__ import annotations

@@ -122,11 +122,20 @@ def _items(settings: SslSettings, key: str) -> list[str]:
 def server_context(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper]:
     """An SSL listener's context (its keystore, truststore and `ssl.client.auth`) and the
     mapping of its clients' certificates to principals."""
+    context, mapper, _certificate = _server_context(config, listener)
+    return context, mapper
+
+
+def _server_context(
+    config: BrokerConfig, listener: str
+) -> tuple[ssl.SSLContext, PrincipalMapper, x509.Certificate]:
+    """`server_context`, and the certificate the listener presents."""
     settings = _Settings(config, listener)
     mapper = PrincipalMapper(settings.get("ssl.principal.mapping.rules"))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_common(context, settings)
-    if not _load_keystore(context, settings):
+    certificate = _load_keystore(context, settings)
+    if certificate is None:
         raise ConfigError(
             f"listener {listener} is SSL but has no keystore: set ssl.keystore.location "
             "(or ssl.keystore.certificate.chain and ssl.keystore.key)"
@@ -137,7 +146,7 @@ def server_context(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext,
     context.verify_mode = _CLIENT_AUTH[client_auth]
     if client_auth != "none":
         _load_truststore(context, settings)
-    return context, mapper
+    return context, mapper, certificate
 
 
 class ListenerContexts:
@@ -148,15 +157,28 @@ class ListenerContexts:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        #: Each SSL listener's certificate: a new keystore's must keep its subject and its
+        #: alternative names unless `ssl.allow.dn.changes` / `ssl.allow.san.changes`.
+        self.certificates: dict[str, x509.Certificate] = {}
         # A bad keystore or truststore fails here, before any file or socket is opened.
         self.contexts = {
-            listener.name: _listener_context(config, listener.name)
+            listener.name: self._keep(listener.name, _listener_context(config, listener.name))
             for listener in config.listeners()
         }
         #: The contexts `validate` made (run in a worker thread: the stores are read there),
         #: by listener, with the config they were made for: `reconfigure` takes them when that
         #: config is the one applied, so the event loop reads no store.
-        self._made: dict[str, tuple[Mapping[str, str], Any]] = {}
+        self._made: dict[str, tuple[Mapping[str, str], _Made]] = {}
+
+    def _keep(
+        self, listener: str, made: _Made | None
+    ) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
+        """A listener's context and principal mapping, its certificate kept."""
+        if made is None:
+            return None
+        context, mapper, certificate = made
+        self.certificates[listener] = certificate
+        return context, mapper
 
     def follows(self, name: str) -> bool:
         return self._listener_of(name) is not None
@@ -170,23 +192,29 @@ class ListenerContexts:
         return listener if self.contexts.get(listener) is not None else None
 
     def validate(self, candidate: BrokerConfig) -> None:
-        """The changed listeners' new stores must load (ConfigError says why not); the contexts
-        are kept for `reconfigure`. Called in a worker thread (`DynamicBrokerConfig.validate`,
-        `prepare`): it reads the stores."""
+        """The changed listeners' new stores must load, and a new certificate keep the old
+        one's subject and alternative names as Kafka's SslFactory requires (ConfigError says
+        why not); the contexts are kept for `reconfigure`. Called in a worker thread
+        (`DynamicBrokerConfig.validate`, `prepare`): it reads the stores."""
         kept = {lst.name for lst in candidate.listeners()}
-        made = {
-            listener: (candidate.current(), _listener_context(candidate, listener))
-            for listener, context in self.contexts.items()
-            if context is not None and listener in kept
-        }
+        made: dict[str, tuple[Mapping[str, str], _Made]] = {}
+        for listener, context in self.contexts.items():
+            if context is None or listener not in kept:
+                continue
+            new = _listener_context(candidate, listener)
+            if new is None:
+                continue
+            _check_certificate_change(
+                _Settings(candidate, listener), self.certificates[listener], new[2]
+            )
+            made[listener] = (candidate.current(), new)
         self._made = made
 
     async def add(self, listener: str) -> None:
         """A listener added at run time (`wirebroker.listeners`): its context, made now in a
         worker thread."""
-        self.contexts[listener] = await trio.to_thread.run_sync(
-            _listener_context, self.config, listener
-        )
+        made = await trio.to_thread.run_sync(_listener_context, self.config, listener)
+        self.contexts[listener] = self._keep(listener, made)
 
     def reconfigure(self, changed: frozenset[str]) -> None:
         made, self._made = self._made, {}
@@ -194,18 +222,58 @@ class ListenerContexts:
         for listener in sorted({lst for n in changed if (lst := self._listener_of(n))}):
             kept = made.get(listener)
             if kept is not None and kept[0] == current:
-                self.contexts[listener] = kept[1]
+                self.contexts[listener] = self._keep(listener, kept[1])
             else:  # a change no validation read the stores for: read here
-                self.contexts[listener] = _listener_context(self.config, listener)
+                self.contexts[listener] = self._keep(
+                    listener, _listener_context(self.config, listener)
+                )
             log.info("listener %s: new TLS context for new connections", listener)
 
 
-def _listener_context(
-    config: BrokerConfig, listener: str
-) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
+#: A listener's context, principal mapping and certificate (`_server_context`).
+_Made = tuple[ssl.SSLContext, "PrincipalMapper", "x509.Certificate"]
+
+
+def _listener_context(config: BrokerConfig, listener: str) -> _Made | None:
     if not config.uses_tls(listener):
         return None
-    return server_context(config, listener)
+    return _server_context(config, listener)
+
+
+def _check_certificate_change(
+    settings: SslSettings, old: x509.Certificate, new: x509.Certificate
+) -> None:
+    """Kafka's SslFactory checks of a keystore changed at run time: the same subject (as
+    X500Principal equality or RFC 2253 names equal but for case) unless
+    `ssl.allow.dn.changes`, and at least the old alternative names unless
+    `ssl.allow.san.changes`; its messages."""
+    from cryptography import x509
+
+    failed = "Validation of dynamic config update of SSLFactory failed: "
+    if (settings.get("ssl.allow.dn.changes") or "false").lower() != "true":
+        old_dn, new_dn = old.subject.rfc4514_string(), new.subject.rfc4514_string()
+        if old.subject != new.subject and old_dn.lower() != new_dn.lower():
+            raise ConfigError(
+                f"{failed}Keystore DistinguishedName does not match:  existing={{DN={old_dn}}}, "
+                f"new={{DN={new_dn}}} (ssl.allow.dn.changes=true allows it)"
+            )
+    if (settings.get("ssl.allow.san.changes") or "false").lower() != "true":
+
+        def names(cert: x509.Certificate) -> set[x509.GeneralName]:
+            try:
+                return set(
+                    cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+                )
+            except x509.ExtensionNotFound:
+                return set()
+
+        old_names, new_names = names(old), names(new)
+        if not old_names <= new_names:
+            shown = ", ".join(sorted(str(n.value) for n in old_names - new_names))
+            raise ConfigError(
+                f"{failed}Keystore SubjectAltNames do not match: the new certificate lacks "
+                f"{shown} (ssl.allow.san.changes=true allows it)"
+            )
 
 
 def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
@@ -319,8 +387,9 @@ def _pem_blocks(data: bytes, kinds: Sequence[bytes]) -> list[bytes]:
     return [m[0] for m in _PEM_BLOCK.finditer(data) if m[1] in kinds]
 
 
-def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
-    """Load the keystore's key and certificate chain, if there is a keystore."""
+def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certificate | None:
+    """Load the keystore's key and certificate chain, if there is a keystore; its certificate
+    (None without a keystore)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
 
@@ -364,7 +433,7 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
                 "or PEM"
             )
     else:
-        return False
+        return None
     # The ssl module loads keys only from files: the key goes to a private temporary file,
     # encrypted with a password used once, so it never lies on disk in the clear.
     once = secrets.token_hex(16).encode()
@@ -383,7 +452,7 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> bool:
             context.load_cert_chain(path, password=once)
         except ssl.SSLError as e:
             raise ConfigError(f"the keystore's key does not fit its certificate: {e}") from None
-    return True
+    return certs[0]
 
 
 def _jks_key(

@@ -271,13 +271,27 @@ def _logs_in(broker: BrokerProcess, user: str, password: str) -> bool:
     return True
 
 
+def renewal(ca: trustme.CA, *names: str, unit: str = "brokers") -> trustme.LeafCert:
+    """A certificate for `names` whose subject is the same for the same `unit` (trustme's own
+    varies), as a renewed certificate's is."""
+    return ca.issue_cert(*names, organization_unit_name=unit)
+
+
 def test_a_listeners_keystore_changes_for_new_connections(tmp_path: Path) -> None:
     """A new keystore for the SSL listener (per broker, with the listener prefix): the next
-    TLS connection gets the new certificate; a store that does not load is refused."""
+    TLS connection gets the new certificate; a store that does not load is refused, and so is
+    one whose certificate has another subject or fewer alternative names (Kafka's
+    `ssl.allow.dn.changes` and `ssl.allow.san.changes`, false by default)."""
     ca = trustme.CA()
-    old, new = (ca.issue_cert("localhost", "127.0.0.1") for _ in range(2))
-    for name, cert in (("old.pem", old), ("new.pem", new)):
+    certs = {
+        "old.pem": renewal(ca, "localhost", "127.0.0.1"),
+        "new.pem": renewal(ca, "localhost", "127.0.0.1", "broker.example"),
+        "other-subject.pem": renewal(ca, "localhost", "127.0.0.1", "broker.example", unit="x"),
+        "fewer-names.pem": renewal(ca, "localhost"),
+    }
+    for name, cert in certs.items():
         cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / name))
+    old, new = certs["old.pem"], certs["new.pem"]
     props = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tmp_path / "old.pem")}
     with running(tmp_path / "data", props, listeners=("SSL",)) as broker:
         address = ("127.0.0.1", broker.ports["SSL"])
@@ -285,14 +299,32 @@ def test_a_listeners_keystore_changes_for_new_connections(tmp_path: Path) -> Non
         key = "listener.name.ssl.ssl.keystore.location"
         code, message = alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, "/no/such.pem")])
         assert code == ErrorCode.INVALID_REQUEST and "/no/such.pem" in (message or "")
+        for name, refusal in (
+            ("other-subject.pem", "Keystore DistinguishedName does not match"),
+            ("fewer-names.pem", "Keystore SubjectAltNames do not match: the new certificate "
+             "lacks 127.0.0.1"),
+        ):  # fmt: skip
+            code, message = alter_configs(
+                broker.bootstrap, BROKER, "0", [(key, SET, str(tmp_path / name))]
+            )
+            assert code == ErrorCode.INVALID_REQUEST and refusal in (message or ""), message
         assert served_certificate(address, ca) == der(old)
         ok = alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, str(tmp_path / "new.pem"))])
         assert ok == (ErrorCode.NONE, None)
         assert served_certificate(address, ca) == der(new)
         # The same location again reads the file again (a renewed certificate).
-        old.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "new.pem"))
-        alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, str(tmp_path / "new.pem"))])
-        assert served_certificate(address, ca) == der(old)
+        renewed = renewal(ca, "localhost", "127.0.0.1", "broker.example")
+        renewed.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "new.pem"))
+        again = [(key, SET, str(tmp_path / "new.pem"))]
+        assert alter_configs(broker.bootstrap, BROKER, "0", again) == (ErrorCode.NONE, None)
+        assert served_certificate(address, ca) == der(renewed)
+    # Allowed, a certificate of another subject is taken.
+    allowed = {**props, "ssl.allow.dn.changes": "true"}
+    with running(tmp_path / "data", allowed, listeners=("SSL",)) as broker:
+        other = [(key, SET, str(tmp_path / "other-subject.pem"))]
+        assert alter_configs(broker.bootstrap, BROKER, "0", other) == (ErrorCode.NONE, None)
+        address = ("127.0.0.1", broker.ports["SSL"])
+        assert served_certificate(address, ca) == der(certs["other-subject.pem"])
 
 
 def der(cert: trustme.LeafCert) -> bytes:

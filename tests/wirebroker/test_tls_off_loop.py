@@ -15,7 +15,7 @@ import trustme
 
 from protocol.errors import ErrorCode
 from tests.wirebroker.helpers import alter_configs, wait_until
-from tests.wirebroker.test_dynamic_configs import der, served_certificate
+from tests.wirebroker.test_dynamic_configs import der, renewal, served_certificate
 from tests.wirebroker.test_dynamic_listeners import accepts
 from wirebroker import tls
 from wirebroker.config import BrokerConfig
@@ -30,7 +30,7 @@ BROKER, SET = 4, 0
 
 def test_stores_are_read_off_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ca = trustme.CA()
-    certs = {name: ca.issue_cert("localhost", "127.0.0.1") for name in ("old", "new", "added")}
+    certs = {name: renewal(ca, "localhost", "127.0.0.1") for name in ("old", "new", "added")}
     for name, cert in certs.items():
         cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / f"{name}.pem"))
     reads: list[tuple[str, int]] = []

@@ -38,13 +38,14 @@ import ssl
 import struct
 import tempfile
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from storage.page_cache import cached
-from wirebroker.config import LISTENER_PREFIXED, BrokerConfig, ConfigError
+from wirebroker.config import BROKER_KEYS, LISTENER_PREFIXED, BrokerConfig, ConfigError
 from wirebroker.transport import ANONYMOUS, chunk_size, flatten, load_slice
 
 if TYPE_CHECKING:
@@ -207,6 +208,10 @@ class ListenerContexts:
             _check_certificate_change(
                 _Settings(candidate, listener), self.certificates[listener], new[2]
             )
+            if listener == candidate.inter_broker_listener() and _stores_changed(
+                self.config, candidate, listener
+            ):
+                _check_handshakes(self.config, candidate, listener, context[0], new[0])
             made[listener] = (candidate.current(), new)
         self._made = made
 
@@ -238,6 +243,70 @@ def _listener_context(config: BrokerConfig, listener: str) -> _Made | None:
     if not config.uses_tls(listener):
         return None
     return _server_context(config, listener)
+
+
+def _stores_changed(old: BrokerConfig, new: BrokerConfig, listener: str) -> bool:
+    """Whether a listener's TLS keys differ between two configs."""
+    before, after = _Settings(old, listener), _Settings(new, listener)
+    return any(
+        before.get(k) != after.get(k)
+        for k in BROKER_KEYS
+        if k.startswith(("ssl.keystore", "ssl.key.", "ssl.truststore"))
+    )
+
+
+def _check_handshakes(
+    old: BrokerConfig,
+    new: BrokerConfig,
+    listener: str,
+    old_server: ssl.SSLContext,
+    new_server: ssl.SSLContext,
+) -> None:
+    """Kafka's SslEngineValidator for the inter-broker listener's new stores: a broker with
+    the old ones and one with the new must still connect to each other, each way (the old
+    server with a client of the new stores, the new server with a client of the old), host
+    names not checked, so a rotation the other brokers would refuse is refused here first."""
+    for server, client_config in ((old_server, new), (new_server, old)):
+        client = client_context(_Settings(client_config, listener))
+        client.check_hostname = False
+        try:
+            _handshake(server, client)
+        except ssl.SSLError as e:
+            raise ConfigError(
+                "Validation of dynamic config update of SSLFactory failed: a broker with the "
+                f"{'new' if client_config is new else 'old'} stores of the inter-broker listener "
+                f"{listener} cannot connect to one with the "
+                f"{'old' if client_config is new else 'new'} ones ({e.reason or e}): update the "
+                "truststores to trust both certificates first"
+            ) from None
+
+
+def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> None:
+    """A TLS handshake between the two contexts in memory; SSLError when it fails."""
+    server_in, server_out, client_in, client_out = (ssl.MemoryBIO() for _ in range(4))
+    server = server_context.wrap_bio(server_in, server_out, server_side=True)
+    client = client_context.wrap_bio(client_in, client_out, server_side=False)
+    done = {"server": False, "client": False}
+    for _ in range(16):  # a TLS 1.2 or 1.3 handshake takes a few flights
+        for name, side, out, peer_in in (
+            ("client", client, client_out, server_in),
+            ("server", server, server_out, client_in),
+        ):
+            if not done[name]:
+                try:
+                    side.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+                finally:
+                    if out.pending:  # (an alert too, before the refusal propagates)
+                        peer_in.write(out.read())
+        if all(done.values()):
+            # The server's last flight (TLS 1.3's session tickets), read as a client would.
+            with suppress(ssl.SSLWantReadError):
+                client.read(1)
+            return
+    raise ssl.SSLError("the handshake did not complete")
 
 
 def _check_certificate_change(

@@ -327,6 +327,39 @@ def test_a_listeners_keystore_changes_for_new_connections(tmp_path: Path) -> Non
         assert served_certificate(address, ca) == der(certs["other-subject.pem"])
 
 
+def test_the_inter_broker_listener_s_new_stores_must_connect_to_the_old(tmp_path: Path) -> None:
+    """As Kafka's SslEngineValidator on the inter-broker listener: a keystore from a new CA is
+    refused while the truststore trusts only the old one (the other brokers could not connect),
+    and taken once the truststore trusts both, the usual rotation."""
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    old, new = renewal(old_ca, "localhost", "127.0.0.1"), renewal(new_ca, "localhost", "127.0.0.1")
+    old.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "old.pem"))
+    new.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "new.pem"))
+    old_ca.cert_pem.write_to_path(str(tmp_path / "old-ca.pem"))
+    both = old_ca.cert_pem.bytes() + new_ca.cert_pem.bytes()
+    (tmp_path / "both-ca.pem").write_bytes(both)
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "inter.broker.listener.name": "SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(tmp_path / "old.pem"),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tmp_path / "old-ca.pem"),
+        "ssl.client.auth": "requested",
+    }
+    prefix = "listener.name.ssl.ssl."
+    with running(tmp_path / "data", props) as broker:
+        bootstrap = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+        keystore = [(prefix + "keystore.location", SET, str(tmp_path / "new.pem"))]
+        code, message = alter_configs(bootstrap, BROKER, "0", keystore)
+        assert code == ErrorCode.INVALID_REQUEST, message
+        assert "cannot connect to one with the" in (message or ""), message
+        truststore = [(prefix + "truststore.location", SET, str(tmp_path / "both-ca.pem"))]
+        assert alter_configs(bootstrap, BROKER, "0", truststore) == (ErrorCode.NONE, None)
+        assert alter_configs(bootstrap, BROKER, "0", keystore) == (ErrorCode.NONE, None)
+        assert served_certificate(("127.0.0.1", broker.ports["SSL"]), new_ca) == der(new)
+
+
 def der(cert: trustme.LeafCert) -> bytes:
     return ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
 

@@ -536,16 +536,17 @@ def _jks_key(
 
     location = settings.name("ssl.keystore.location")
     store_password = settings.get("ssl.keystore.password")
+    if store_password is None:  # Kafka's message, and what to set
+        raise ConfigError(
+            "SSL key store is specified, but key store password is not specified: set "
+            f"{settings.name('ssl.keystore.password')} (and {settings.name('ssl.key.password')} "
+            "if the key's differs)"
+        )
     store = _jks(settings, "ssl.keystore.location", data, store_password)
     if not store.private_keys:
         raise ConfigError(f"{location}: the JKS store holds no private key")
     entry = store.private_keys[0]
     password = key_password.decode() if key_password is not None else store_password
-    if password is None:
-        raise ConfigError(
-            f"{location}: set {settings.name('ssl.keystore.password')} (and "
-            f"{settings.name('ssl.key.password')} if the key's differs) to read its key"
-        )
     try:
         der = entry.key(password)
         key = serialization.load_der_private_key(der, None)

@@ -158,6 +158,11 @@ def test_stores_that_are_read(stores: dict[str, Path], extra: dict[str, str]) ->
             r"^ssl.truststore.location=.*trust.jks: Keystore was tampered with",
         ),
         (
+            {"ssl.keystore.password": ""},
+            r"^SSL key store is specified, but key store password is not specified: set "
+            r"ssl.keystore.password",
+        ),
+        (
             {"ssl.truststore.location": "trust.jceks"},
             r"JCEKS stores are not supported; convert it to PKCS12 with `keytool -importkeystore",
         ),
@@ -167,6 +172,7 @@ def test_what_is_refused(stores: dict[str, Path], extra: dict[str, str], message
     props = jks_listener(stores, **extra)
     if props["ssl.truststore.location"] in stores:
         props["ssl.truststore.location"] = str(stores[props["ssl.truststore.location"]])
+    props = {k: v for k, v in props.items() if v}
     with pytest.raises(ConfigError, match=message) as refused:
         server_context(BrokerConfig.from_properties(props), "SSL")
     assert "wrong" not in str(refused.value)

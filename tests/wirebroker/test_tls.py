@@ -9,6 +9,7 @@ of every client over every protocol: test_security_matrix.py.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import ssl
@@ -237,14 +238,21 @@ def test_subject_dn_is_rfc2253(pki: Pki) -> None:
 
 
 def test_a_malformed_jks_or_mistyped_keystore_says_what_to_do(pki: Pki, tmp_path: Path) -> None:
+    # A JKS store of version 0 whose digest is right (JKS stores: test_tls_jks.py).
+    body = b"\xfe\xed\xfe\xed" + bytes(8)
+    digest = hashlib.sha1(STORE_PASSWORD.encode("utf-16-be") + b"Mighty Aphrodite" + body)
     jks = tmp_path / "broker.jks"
-    jks.write_bytes(b"\xfe\xed\xfe\xed" + bytes(60))  # version 0 (JKS stores: test_tls_jks.py)
+    jks.write_bytes(body + digest.digest())
     for store, match in [
         (jks, "JKS version 0 is not 1 or 2 .or convert it to PKCS12: `keytool -importkeystore"),
         (pki.server_pem, "the store is PEM text: set ssl.keystore.type=PEM"),
     ]:
         config = BrokerConfig.from_properties(
-            {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(store)}
+            {
+                "listeners": "SSL://127.0.0.1:0",
+                "ssl.keystore.location": str(store),
+                "ssl.keystore.password": STORE_PASSWORD,
+            }
         )
         with pytest.raises(ConfigError, match=match):
             server_context(config, "SSL")

@@ -4,9 +4,11 @@ The module's source includes its tests: ``go mod download`` fetches it (into Go'
 ``go test -c`` builds the test binary once into ``build/suites/``. Each top-level test then runs
 as its own process, from the package's folder (some tests read its source), with ``KGO_SEEDS``
 set to the target, ``KGO_TEST_RF`` to its replication factor and ``KGO_TEST_RECORDS`` to
-``RECORDS`` (the suite's default, 500000, is sized for a JVM broker on many cores). Its own
-skips (SCRAM/OAUTHBEARER without their seeds, KIP-848 and share groups on a 3.9 broker) are
-reported as skips.
+``RECORDS`` (the suite's default, 500000, is sized for a JVM broker on many cores). On a secured
+target every test client connects over TLS with its certificate (``KGO_TEST_TLS``) and the
+SCRAM and OAUTHBEARER tests log in on its SASL listener (``KGO_TEST_SCRAM_SEEDS``,
+``KGO_TEST_SCRAM``, ``KGO_TEST_OAUTH_SEEDS``); elsewhere the suite skips those. Its own other
+skips (KIP-848 and share groups on a 3.9 broker) are reported as skips.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 from compat.suites.results import BUILD, Outcome
+from compat.suites.targets import Target
 
 MODULE = "github.com/twmb/franz-go"
 VERSION = "v1.22.3"
@@ -66,15 +69,19 @@ def tests(package: Path) -> list[str]:
     return [line for line in out.stdout.split() if line.startswith("Test")]
 
 
-def run_one(package: Path, name: str, bootstrap: str, rf: int, log: Path) -> Outcome:
-    """Run top-level test ``name``; its output is appended to ``log``."""
+def run_one(package: Path, name: str, target: Target, log: Path) -> Outcome:
+    """Run top-level test ``name`` against ``target``; its output is appended to ``log``."""
     env = {
         **os.environ,
-        "KGO_SEEDS": bootstrap,
-        "KGO_TEST_RF": str(rf),
+        "KGO_SEEDS": target.bootstrap,
+        "KGO_TEST_RF": str(target.replication_factor),
         "KGO_TEST_RECORDS": str(RECORDS),
         "KGO_LOG_LEVEL": "none",
     }
+    if (secured := target.secured) is not None:
+        env["KGO_TEST_TLS"] = f"ca:{secured.ca},cert:{secured.client_cert},key:{secured.client_key}"
+        env["KGO_TEST_SCRAM"] = f"{secured.scram_user}:{secured.scram_password}:256"
+        env["KGO_TEST_SCRAM_SEEDS"] = env["KGO_TEST_OAUTH_SEEDS"] = secured.sasl_bootstrap
     argv = ["nice", "-n", "10", str(BINARY), "-test.v", "-test.count=1"]
     argv += ["-test.run", f"^{name}$", "-test.timeout", f"{TEST_TIMEOUT_S}s"]
     start = time.monotonic()
@@ -82,7 +89,7 @@ def run_one(package: Path, name: str, bootstrap: str, rf: int, log: Path) -> Out
     seconds = time.monotonic() - start
     with log.open("a") as out:
         out.write(f"\n===== {name}\n{proc.stdout}{proc.stderr}")
-    lines = proc.stdout.splitlines()
+    lines = (proc.stdout + proc.stderr).splitlines()  # a panic's message is on stderr
     if "panic: test timed out" in proc.stdout + proc.stderr:
         first = _detail(lines, len(lines), "fail")
         return Outcome("timeout", seconds, f"still running after {TEST_TIMEOUT_S} s; {first}")
@@ -109,7 +116,8 @@ def _detail(lines: list[str], at: int, status: str) -> str:
     ]
     messages = [m.group(1) for line in lines if (m := _SKIP_REASON.match(line))]
     errors = [m for m in messages if re.search(r"err|unable|expect|fail|!=|timed out", m, re.I)]
-    first = (errors or messages or [""])[0][:160]
+    panics = [ln for ln in lines if ln.startswith("panic: ") and "test timed out" not in ln]
+    first = (panics or errors or messages or [""])[0][:160]
     if failed_subtests:
         first += f" (subtests failed: {', '.join(failed_subtests[:4])})"
     return first.strip()

@@ -11,9 +11,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "suites"
 RESULTS = Path(__file__).resolve().parent / "results"
-TARGETS = ("kafka", "wirebroker", "kafka-cluster", "wirebroker-cluster")
+TARGETS = (
+    "kafka",
+    "wirebroker",
+    "kafka-cluster",
+    "wirebroker-cluster",
+    "kafka-secured",
+    "wirebroker-secured",
+)
 #: What each wirebroker target is compared with (``kafka`` when that one has not run).
-REFERENCE = {"wirebroker": "kafka", "wirebroker-cluster": "kafka-cluster"}
+REFERENCE = {
+    "wirebroker": "kafka",
+    "wirebroker-cluster": "kafka-cluster",
+    "wirebroker-secured": "kafka-secured",
+}
 
 #: A test's outcome: ``pass``, ``fail``, ``skip`` (the suite itself skipped it, e.g. no SASL
 #: listener), or ``timeout`` (killed at its bound; a failure).

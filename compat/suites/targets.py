@@ -6,6 +6,13 @@ the local image when Docker works, else the jars). ``wirebroker``: one broker pr
 ``wirebroker-cluster``: ``wirebroker cluster --brokers 3`` (ZooKeeper from the jars). The same
 broker settings go to all; the clusters keep Kafka's replication defaults (3 replicas, offsets
 and transaction logs included). ``replication_factor`` is what tests should create topics with.
+
+``kafka-secured`` (from the jars: a container sets its own listeners) and ``wirebroker-secured``:
+one broker each, secured as Kafka users secure one, with the same keys (``secured_settings``):
+clients bootstrap from an SSL listener that requires their certificate, and a SASL_PLAINTEXT
+listener takes SCRAM-SHA-256 logins (a user made by AlterUserScramCredentials once the broker
+is up) and OAUTHBEARER's unsecured tokens (Kafka's default validator). ``Target.secured`` says
+what a client needs; a suite that knows how runs itself over TLS and its login tests on them.
 """
 
 from __future__ import annotations
@@ -17,25 +24,49 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from compat.kafka_process import kafka_broker, kafka_reference, zookeeper
+from confluent_kafka import KafkaException
+
+from compat.kafka_process import free_port, kafka_broker, kafka_reference, zookeeper
 from compat.suites.results import BUILD
 from tests.broker_process import BrokerProcess
+from tests.wirebroker.pki import STORE_PASSWORD, make_pki
 
 _BOOTSTRAP = re.compile(r"bootstrap\.servers=(\S+)")
 CLUSTER_START_TIMEOUT = 120.0
 LOGS = BUILD / "logs"
 
 
+#: The SCRAM-SHA-256 user of the secured targets.
+SCRAM_USER, SCRAM_PASSWORD = "kgo", "kgo-secret-5d21"
+#: How long a secured broker may take to accept its SCRAM user (Kafka applies it when
+#: ZooKeeper notifies it).
+SCRAM_READY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Secured:
+    """What a client of a secured target needs: TLS files, and the SASL listener's logins."""
+
+    ca: Path  # PEM, the CA of the broker's and the client's certificates
+    client_cert: Path  # PEM
+    client_key: Path  # PEM, unencrypted
+    sasl_bootstrap: str  # SASL_PLAINTEXT: SCRAM-SHA-256 and OAUTHBEARER (unsecured tokens)
+    scram_user: str
+    scram_password: str
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
-    bootstrap: str
+    bootstrap: str  # the secured targets': their SSL listener
     replication_factor: int
     how: str
+    secured: Secured | None = None
 
 
 @contextlib.contextmanager
@@ -60,6 +91,9 @@ def start(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             yield Target(
                 name, bootstrap, 3, "`wirebroker cluster --brokers 3` (ZooKeeper from the jars)"
             )
+    elif name in ("kafka-secured", "wirebroker-secured"):
+        with _secured(name, settings) as target:
+            yield target
     else:
         raise ValueError(f"unknown target {name}")
 
@@ -127,3 +161,98 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
+    """Broker keys of a secured target, the same for Kafka and wirebroker: PLAINTEXT between
+    brokers, SSL with client certificates required, SASL_PLAINTEXT with SCRAM-SHA-256 and
+    OAUTHBEARER."""
+    listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
+    return {
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(pki_dir / "server.p12"),
+        "ssl.keystore.password": STORE_PASSWORD,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki_dir / "ca.pem"),
+        "ssl.client.auth": "required",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,OAUTHBEARER",
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        ),
+    }
+
+
+@contextlib.contextmanager
+def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
+    with tempfile.TemporaryDirectory(prefix="wb-suite-secured-") as tmp:
+        work = Path(tmp)
+        pki = make_pki(work)
+        ports = {n: free_port() for n in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")}
+        keys = {**settings, **secured_settings(work, ports)}
+        secured = Secured(
+            pki.ca,
+            pki.client_cert,
+            pki.client_key,
+            f"127.0.0.1:{ports['SASL_PLAINTEXT']}",
+            SCRAM_USER,
+            SCRAM_PASSWORD,
+        )
+        plaintext = f"127.0.0.1:{ports['PLAINTEXT']}"
+        with contextlib.ExitStack() as stack:
+            if name == "kafka-secured":
+                zk = stack.enter_context(zookeeper())
+                stack.enter_context(
+                    kafka_broker(zk.connect, port=ports["PLAINTEXT"], overrides=keys)
+                )
+                how = "Apache Kafka 3.9 from the jars, secured"
+            else:
+                broker = BrokerProcess(work / "data", keys)
+                broker.start(timeout=60)
+                stack.callback(broker.stop)
+                how = "one `wirebroker serve` process, secured"
+            _add_scram_user(plaintext, secured)
+            yield Target(name, f"127.0.0.1:{ports['SSL']}", 1, how, secured)
+
+
+def _add_scram_user(plaintext: str, secured: Secured) -> None:
+    """Make the SCRAM user through ``plaintext`` and wait until the SASL listener takes it."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    upsertion = UserScramCredentialUpsertion(
+        secured.scram_user,
+        ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+        secured.scram_password.encode(),
+    )
+    admin = AdminClient({"bootstrap.servers": plaintext})
+    admin.alter_user_scram_credentials([upsertion])[secured.scram_user].result(30)
+    login: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": secured.sasl_bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": secured.scram_user,
+        "sasl.password": secured.scram_password,
+        "log_level": 0,  # the failed logins while the user propagates are expected
+    }
+    deadline = time.monotonic() + SCRAM_READY_TIMEOUT
+    while True:
+        try:
+            AdminClient(login).list_topics(timeout=5)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the SCRAM user did not log in on {secured.sasl_bootstrap} within "
+                    f"{SCRAM_READY_TIMEOUT:.0f} s"
+                ) from None
+            time.sleep(0.2)  # Kafka takes the user when ZooKeeper notifies it: nothing to await

@@ -40,7 +40,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import trio
 
@@ -123,20 +123,20 @@ def _items(settings: SslSettings, key: str) -> list[str]:
 def server_context(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper]:
     """An SSL listener's context (its keystore, truststore and `ssl.client.auth`) and the
     mapping of its clients' certificates to principals."""
-    context, mapper, _certificate = _server_context(config, listener)
+    context, mapper, _keystore = _server_context(config, listener)
     return context, mapper
 
 
 def _server_context(
     config: BrokerConfig, listener: str
-) -> tuple[ssl.SSLContext, PrincipalMapper, x509.Certificate]:
-    """`server_context`, and the certificate the listener presents."""
+) -> tuple[ssl.SSLContext, PrincipalMapper, _Keystore]:
+    """`server_context`, and the keystore the listener presents."""
     settings = _Settings(config, listener)
     mapper = PrincipalMapper(settings.get("ssl.principal.mapping.rules"))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_common(context, settings)
-    certificate = _load_keystore(context, settings)
-    if certificate is None:
+    keystore = _load_keystore(context, settings, count=True)
+    if keystore is None:
         raise ConfigError(
             f"listener {listener} is SSL but has no keystore: set ssl.keystore.location "
             "(or ssl.keystore.certificate.chain and ssl.keystore.key)"
@@ -147,7 +147,7 @@ def _server_context(
     context.verify_mode = _CLIENT_AUTH[client_auth]
     if client_auth != "none":
         _load_truststore(context, settings)
-    return context, mapper, certificate
+    return context, mapper, keystore
 
 
 class ListenerContexts:
@@ -158,9 +158,10 @@ class ListenerContexts:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        #: Each SSL listener's certificate: a new keystore's must keep its subject and its
-        #: alternative names unless `ssl.allow.dn.changes` / `ssl.allow.san.changes`.
-        self.certificates: dict[str, x509.Certificate] = {}
+        #: Each SSL listener's keystore: a new one must hold as many entries, and its
+        #: certificate keep the subject and the alternative names, unless
+        #: `ssl.allow.dn.changes` / `ssl.allow.san.changes`.
+        self.keystores: dict[str, _Keystore] = {}
         # A bad keystore or truststore fails here, before any file or socket is opened.
         self.contexts = {
             listener.name: self._keep(listener.name, _listener_context(config, listener.name))
@@ -174,11 +175,11 @@ class ListenerContexts:
     def _keep(
         self, listener: str, made: _Made | None
     ) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
-        """A listener's context and principal mapping, its certificate kept."""
+        """A listener's context and principal mapping, its keystore kept."""
         if made is None:
             return None
-        context, mapper, certificate = made
-        self.certificates[listener] = certificate
+        context, mapper, keystore = made
+        self.keystores[listener] = keystore
         return context, mapper
 
     def follows(self, name: str) -> bool:
@@ -193,9 +194,9 @@ class ListenerContexts:
         return listener if self.contexts.get(listener) is not None else None
 
     def validate(self, candidate: BrokerConfig) -> None:
-        """The changed listeners' new stores must load, and a new certificate keep the old
-        one's subject and alternative names as Kafka's SslFactory requires (ConfigError says
-        why not); the contexts are kept for `reconfigure`. Called in a worker thread
+        """The changed listeners' new stores must load, and a new keystore pass Kafka's
+        SslFactory checks against the old one (`_check_keystore_change`; ConfigError says why
+        not); the contexts are kept for `reconfigure`. Called in a worker thread
         (`DynamicBrokerConfig.validate`, `prepare`): it reads the stores."""
         kept = {lst.name for lst in candidate.listeners()}
         made: dict[str, tuple[Mapping[str, str], _Made]] = {}
@@ -205,9 +206,7 @@ class ListenerContexts:
             new = _listener_context(candidate, listener)
             if new is None:
                 continue
-            _check_certificate_change(
-                _Settings(candidate, listener), self.certificates[listener], new[2]
-            )
+            _check_keystore_change(_Settings(candidate, listener), self.keystores[listener], new[2])
             if listener == candidate.inter_broker_listener() and _stores_changed(
                 self.config, candidate, listener
             ):
@@ -235,8 +234,8 @@ class ListenerContexts:
             log.info("listener %s: new TLS context for new connections", listener)
 
 
-#: A listener's context, principal mapping and certificate (`_server_context`).
-_Made = tuple[ssl.SSLContext, "PrincipalMapper", "x509.Certificate"]
+#: A listener's context, principal mapping and keystore (`_server_context`).
+_Made = tuple[ssl.SSLContext, "PrincipalMapper", "_Keystore"]
 
 
 def _listener_context(config: BrokerConfig, listener: str) -> _Made | None:
@@ -273,7 +272,7 @@ def _check_handshakes(
             _handshake(server, client)
         except ssl.SSLError as e:
             raise ConfigError(
-                "Validation of dynamic config update of SSLFactory failed: a broker with the "
+                f"{_FAILED}a broker with the "
                 f"{'new' if client_config is new else 'old'} stores of the inter-broker listener "
                 f"{listener} cannot connect to one with the "
                 f"{'old' if client_config is new else 'new'} ones ({e.reason or e}): update the "
@@ -309,24 +308,39 @@ def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -
     raise ssl.SSLError("the handshake did not complete")
 
 
-def _check_certificate_change(
-    settings: SslSettings, old: x509.Certificate, new: x509.Certificate
-) -> None:
-    """Kafka's SslFactory checks of a keystore changed at run time: the same subject (as
-    X500Principal equality or RFC 2253 names equal but for case) unless
+#: The start of Kafka's message for new stores its SslFactory refuses.
+_FAILED = "Validation of dynamic config update of SSLFactory failed: "
+_CONFIG_EXCEPTION = "org.apache.kafka.common.config.ConfigException: "
+
+
+def _check_keystore_change(settings: SslSettings, old: _Keystore, new: _Keystore) -> None:
+    """Kafka's SslFactory checks of a keystore changed at run time, with its messages: as many
+    entries unless both `ssl.allow.dn.changes` and `ssl.allow.san.changes`; the certificate's
+    subject the same (as X500Principal equality or RFC 2253 names equal but for case) unless
     `ssl.allow.dn.changes`, and at least the old alternative names unless
-    `ssl.allow.san.changes`; its messages."""
+    `ssl.allow.san.changes`."""
     from cryptography import x509
 
-    failed = "Validation of dynamic config update of SSLFactory failed: "
-    if (settings.get("ssl.allow.dn.changes") or "false").lower() != "true":
-        old_dn, new_dn = old.subject.rfc4514_string(), new.subject.rfc4514_string()
-        if old.subject != new.subject and old_dn.lower() != new_dn.lower():
+    failed = f"{_FAILED}{_CONFIG_EXCEPTION}"
+    allow_dn = (settings.get("ssl.allow.dn.changes") or "false").lower() == "true"
+    allow_san = (settings.get("ssl.allow.san.changes") or "false").lower() == "true"
+    counted = old.entries is not None and new.entries is not None
+    if not (allow_dn and allow_san) and counted and old.entries != new.entries:
+        raise ConfigError(
+            f"{failed}Keystore entries do not match, existing store contains {old.entries} "
+            f"entries, new store contains {new.entries} entries (keytool -list shows a "
+            "store's entries; ssl.allow.dn.changes=true with ssl.allow.san.changes=true "
+            "allows it)"
+        )
+    if not allow_dn:
+        old_name, new_name = old.certificate.subject, new.certificate.subject
+        old_dn, new_dn = old_name.rfc4514_string(), new_name.rfc4514_string()
+        if old_name != new_name and old_dn.lower() != new_dn.lower():
             raise ConfigError(
                 f"{failed}Keystore DistinguishedName does not match:  existing={{DN={old_dn}}}, "
                 f"new={{DN={new_dn}}} (ssl.allow.dn.changes=true allows it)"
             )
-    if (settings.get("ssl.allow.san.changes") or "false").lower() != "true":
+    if not allow_san:
 
         def names(cert: x509.Certificate) -> set[x509.GeneralName]:
             try:
@@ -336,7 +350,7 @@ def _check_certificate_change(
             except x509.ExtensionNotFound:
                 return set()
 
-        old_names, new_names = names(old), names(new)
+        old_names, new_names = names(old.certificate), names(new.certificate)
         if not old_names <= new_names:
             shown = ", ".join(sorted(str(n.value) for n in old_names - new_names))
             raise ConfigError(
@@ -456,9 +470,22 @@ def _pem_blocks(data: bytes, kinds: Sequence[bytes]) -> list[bytes]:
     return [m[0] for m in _PEM_BLOCK.finditer(data) if m[1] in kinds]
 
 
-def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certificate | None:
-    """Load the keystore's key and certificate chain, if there is a keystore; its certificate
-    (None without a keystore)."""
+class _Keystore(NamedTuple):
+    """What a loaded keystore's changes are checked by: its certificate, and how many of its
+    entries have one (Kafka's SslFactory.CertificateEntries: a PEM keystore is one entry, a JKS
+    or PKCS12 one its key entries with a chain and its trusted certificates; None when not
+    counted)."""
+
+    certificate: x509.Certificate
+    entries: int | None
+
+
+def _load_keystore(
+    context: ssl.SSLContext, settings: SslSettings, *, count: bool = False
+) -> _Keystore | None:
+    """Load the keystore's key and certificate chain, if there is a keystore (None without).
+    `count`: count a PKCS12 store's entries too (`wirebroker.pkcs12`: its certificates are
+    decrypted again), which the other types give for nothing."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
 
@@ -472,6 +499,7 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certi
             chain_text.encode(), settings.name("ssl.keystore.certificate.chain")
         )
         key = _pem_key(key_text.encode(), key_password, settings.name("ssl.keystore.key"), settings)
+        entries: int | None = 1
     elif settings.get("ssl.keystore.location"):
         data = _read(settings, "ssl.keystore.location")
         kind = _store_type(settings, "ssl.keystore.type", data)
@@ -479,6 +507,7 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certi
             where = settings.name("ssl.keystore.location")
             certs = _pem_certificates(data, where)
             key = _pem_key(data, key_password, where, settings)
+            entries = 1
         elif kind == "PKCS12":
             password = _password(settings, "ssl.keystore.password")
             try:
@@ -494,8 +523,9 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certi
                     "private key"
                 )
             certs = [cert, *extra]
+            entries = _pkcs12_entries(settings, data, password) if count else None
         elif kind == "JKS":
-            key, certs = _jks_key(settings, data, key_password)
+            key, certs, entries = _jks_key(settings, data, key_password)
         else:
             raise ConfigError(
                 f"{settings.name('ssl.keystore.type')}={kind} is not supported; use JKS, PKCS12 "
@@ -521,14 +551,33 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certi
             context.load_cert_chain(path, password=once)
         except ssl.SSLError as e:
             raise ConfigError(f"the keystore's key does not fit its certificate: {e}") from None
-    return certs[0]
+    return _Keystore(certs[0], entries)
+
+
+def _pkcs12_entries(settings: SslSettings, data: bytes, password: bytes | None) -> int | None:
+    """A PKCS12 keystore's entries with a certificate (None, logged, when they cannot be
+    counted: its number is then not compared)."""
+    from wirebroker.pkcs12 import Pkcs12Error, certificate_entries
+
+    try:
+        return certificate_entries(data, password)
+    except Pkcs12Error as e:
+        log.info(
+            "%s=%s: its entries are not counted (%s), so a keystore replacing it with another "
+            "number of entries is not refused",
+            settings.name("ssl.keystore.location"),
+            settings.get("ssl.keystore.location"),
+            e,
+        )
+        return None
 
 
 def _jks_key(
     settings: SslSettings, data: bytes, key_password: bytes | None
-) -> tuple[Any, list[Any]]:
-    """The first private key of a JKS keystore and its chain; the key decrypted with
-    `ssl.key.password`, else the store's password, as Kafka's DefaultSslEngineFactory."""
+) -> tuple[Any, list[Any], int]:
+    """The first private key of a JKS keystore, its chain and the store's entries with a
+    certificate; the key decrypted with `ssl.key.password`, else the store's password, as
+    Kafka's DefaultSslEngineFactory."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
@@ -558,7 +607,7 @@ def _jks_key(
         ) from None
     if not chain:
         raise ConfigError(f"{location}: the key {entry.alias!r} has no certificate")
-    return key, chain
+    return key, chain, sum(1 for k in store.private_keys if k.chain) + len(store.trusted_certs)
 
 
 def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:

@@ -9,8 +9,10 @@ runs kafka-configs itself against Kafka and wirebroker) and checks what clients 
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import ssl
+import subprocess
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -32,6 +34,7 @@ from tests.wirebroker.helpers import (
     produce_request,
     wait_until,
 )
+from tests.wirebroker.pki import STORE_PASSWORD, pkcs12_keystore
 from wirebroker.config_sources import (
     DEFAULT_CONFIG,
     DYNAMIC_BROKER_CONFIG,
@@ -358,6 +361,42 @@ def test_the_inter_broker_listener_s_new_stores_must_connect_to_the_old(tmp_path
         assert alter_configs(bootstrap, BROKER, "0", truststore) == (ErrorCode.NONE, None)
         assert alter_configs(bootstrap, BROKER, "0", keystore) == (ErrorCode.NONE, None)
         assert served_certificate(("127.0.0.1", broker.ports["SSL"]), new_ca) == der(new)
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="no JDK keytool")
+def test_a_keystore_with_another_number_of_entries_is_refused(tmp_path: Path) -> None:
+    """As Kafka's SslFactory, a new keystore must hold as many entries with a certificate as
+    the old one (here, keytool added the CA as a trusted entry to a copy), unless both
+    `ssl.allow.dn.changes` and `ssl.allow.san.changes` are true; Kafka's answer."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    one, two = tmp_path / "one.p12", tmp_path / "two.p12"
+    one.write_bytes(pkcs12_keystore(renewal(ca, "localhost"), STORE_PASSWORD))
+    shutil.copy(one, two)
+    subprocess.run(
+        ["keytool", "-importcert", "-noprompt", "-alias", "caroot", "-file",
+         str(tmp_path / "ca.pem"), "-keystore", str(two), "-storepass", STORE_PASSWORD],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    props = {
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(one),
+        "ssl.keystore.password": STORE_PASSWORD,
+    }
+    new = [("listener.name.ssl.ssl.keystore.location", SET, str(two))]
+    with running(tmp_path / "data", props, listeners=("SSL",)) as broker:
+        code, message = alter_configs(broker.bootstrap, BROKER, "0", new)
+    assert code == ErrorCode.INVALID_REQUEST
+    assert (message or "").startswith(  # Kafka 3.9's answer, as it gave it
+        "Invalid value org.apache.kafka.common.config.ConfigException: Validation of dynamic "
+        "config update of SSLFactory failed: org.apache.kafka.common.config.ConfigException: "
+        "Keystore entries do not match, existing store contains 1 entries, new store contains "
+        "2 entries"
+    ), message
+    assert (message or "").endswith(" for configuration Invalid dynamic configuration")
+    allowed = {**props, "ssl.allow.dn.changes": "true", "ssl.allow.san.changes": "true"}
+    with running(tmp_path / "data", allowed, listeners=("SSL",)) as broker:
+        assert alter_configs(broker.bootstrap, BROKER, "0", new) == (ErrorCode.NONE, None)
 
 
 def der(cert: trustme.LeafCert) -> bytes:

@@ -100,22 +100,27 @@ class Reconfigurable:
 
     `keys`: the key names it follows, or a test of a name (e.g. every
     `listener.name.<l>.ssl.*`). `validate(candidate)` sees the whole config as it would be and
-    raises ConfigError to refuse the change. `reconfigure(changed)` runs on the broker's thread
-    once the new values are visible through `BrokerConfig.get*()`, with the changed names.
+    raises ConfigError to refuse the change. `reload(candidate)`, for a component that reads
+    files: which of them, though named as before, were modified since and are to be read again
+    (checked as `validate` checks them), as the names `reconfigure` will be told of.
+    `reconfigure(changed)` runs on the broker's thread once the new values are visible through
+    `BrokerConfig.get*()`, with the changed names.
     """
 
     # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
-    __slots__ = ("keys", "reconfigure", "validate")
+    __slots__ = ("keys", "reconfigure", "validate", "reload")
 
     def __init__(
         self,
         keys: Collection[str] | Callable[[str], bool],
         reconfigure: Callable[[frozenset[str]], None],
         validate: Callable[[BrokerConfig], None] | None = None,
+        reload: Callable[[BrokerConfig], frozenset[str]] | None = None,
     ) -> None:
         self.keys = keys
         self.reconfigure = reconfigure
         self.validate = validate
+        self.reload = reload
 
     def follows(self, names: Iterable[str]) -> bool:
         keys = self.keys
@@ -205,13 +210,10 @@ class DynamicBrokerConfig:
         self._reconfigurables.append(reconfigurable)
 
     # validating ----------------------------------------------------------------------------
-    def validate(
-        self, entity: str, values: Mapping[str, str], *, reload: Collection[str] = ()
-    ) -> None:
+    def validate(self, entity: str, values: Mapping[str, str]) -> None:
         """Refuse a new set of values for `entity` as Kafka does (ConfigError with Kafka's
-        message; the caller answers INVALID_REQUEST). `reload`: keys whose files `apply` will
-        read again though their names are the same, validated as changed ones. Run in a worker
-        thread: a component may read files (a listener's keystore) and keep what it made."""
+        message; the caller answers INVALID_REQUEST). Run in a worker thread: a component may
+        read files (a listener's keystore) and keep what it made."""
         names = set(values)
         read_only = sorted(
             n for n in names if n in BROKER_KEYS and BROKER_KEYS[n].update == READ_ONLY
@@ -236,7 +238,7 @@ class DynamicBrokerConfig:
                     f"specified: {_set(per_broker_only)}"
                 )
         candidate = self._candidate(entity, values)
-        changed = _changed(self.config.current(), candidate.current()) | frozenset(reload)
+        changed = _changed(self.config.current(), candidate.current())
         if not changed:
             return
         # Imported here: the listeners subscribe through this module.
@@ -258,6 +260,26 @@ class DynamicBrokerConfig:
                 f"Invalid value org.apache.kafka.common.config.ConfigException: {e} for "
                 "configuration Invalid dynamic configuration"
             ) from e
+
+    def reload(self, entity: str, values: Mapping[str, str]) -> frozenset[str]:
+        """Kafka's reloadUpdatedFilesWithoutConfigChange, after `validate` of new values for
+        this broker's own entity, whichever keys they change: the files components read (a
+        listener's keystore and truststore) that were modified since are read again and
+        checked (ConfigError with Kafka's message: the caller answers INVALID_CONFIG, as
+        Kafka). The names to give `apply` as `reload`. Run in a worker thread, as `validate`."""
+        candidate = self._candidate(entity, values)
+        reloaded = frozenset(
+            name
+            for r in self._reconfigurables
+            if r.reload is not None
+            for name in r.reload(candidate)
+        )
+        # The other components those names concern make what they need here, off the event
+        # loop, as a validation does (the inter-broker listener's client stores).
+        for r in self._reconfigurables:
+            if r.reload is None and r.validate is not None and r.follows(reloaded):
+                r.validate(candidate)
+        return reloaded
 
     def prepare(self, entity: str, stored: Mapping[str, str]) -> None:
         """Read what `apply` of an entity's stored configs will need from the disk (a listener's

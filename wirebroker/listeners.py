@@ -352,7 +352,7 @@ class BrokerListeners:
 
     def _follow_tls(self, tls: ListenerContexts) -> None:
         self.broker.dynamic_config.add_reconfigurable(
-            Reconfigurable(tls.follows, tls.reconfigure, tls.validate)
+            Reconfigurable(tls.follows, tls.reconfigure, tls.validate, tls.reload)
         )
 
     async def _serve(self, stream: trio.SocketStream, peer: tuple[str, int], listener: str) -> None:

@@ -3,7 +3,8 @@
 This module owns three things:
 
 - the `ssl.SSLContext` of a listener (`server_context`, kept per listener by `ListenerContexts`,
-  which makes it again when the listener's `listener.name.<l>.ssl.*` keys change at run time:
+  which makes it again when the listener's `listener.name.<l>.ssl.*` keys change at run time,
+  or its store files are modified in place, checked as Kafka's SslFactory checks new stores:
   new connections use the new keystore and truststore, open ones keep theirs) and of the
   inter-broker client side
   (`inter_broker_client_context`), built from Kafka's `ssl.*` keys, each of which a
@@ -40,7 +41,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import trio
 
@@ -123,20 +124,62 @@ def _items(settings: SslSettings, key: str) -> list[str]:
 def server_context(config: BrokerConfig, listener: str) -> tuple[ssl.SSLContext, PrincipalMapper]:
     """An SSL listener's context (its keystore, truststore and `ssl.client.auth`) and the
     mapping of its clients' certificates to principals."""
-    context, mapper, _certificate = _server_context(config, listener)
-    return context, mapper
+    made = _server_context(config, listener)
+    return made.context, made.mapper
 
 
-def _server_context(
-    config: BrokerConfig, listener: str
-) -> tuple[ssl.SSLContext, PrincipalMapper, x509.Certificate]:
-    """`server_context`, and the certificate the listener presents."""
+#: The store files a listener's context is made from: a change of their modification time
+#: makes it again (Kafka's FileBasedStore).
+_STORE_FILES = ("ssl.keystore.location", "ssl.truststore.location")
+
+
+class _Made:
+    """A listener's context as made from its settings, and what a change of its stores is
+    checked against (Kafka's SslFactory keeps its old stores for that): its keystore, the
+    modification time of each store file when it was read, and on the inter-broker listener a
+    client context of the same stores (`_check_handshakes`)."""
+
+    # Not a dataclass: start-up time (docs/perf-notes.md, branch `startup`).
+    __slots__ = ("context", "mapper", "keystore", "last_modified", "client")
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        mapper: PrincipalMapper,
+        keystore: _Keystore,
+        last_modified: dict[str, int | None],
+    ) -> None:
+        self.context = context
+        self.mapper = mapper
+        self.keystore = keystore
+        #: By path: the file's modification time when it was read (None: not known).
+        self.last_modified = last_modified
+        self.client: ssl.SSLContext | None = None
+
+    def files_modified(self) -> bool:
+        """Whether a store file was modified since it was read (as Kafka's
+        FileBasedStore.modified, a file whose time cannot be read now was not)."""
+        return any(
+            (now := _modification_time(path)) is not None and now != then
+            for path, then in self.last_modified.items()
+        )
+
+
+def _modification_time(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _server_context(config: BrokerConfig, listener: str) -> _Made:
     settings = _Settings(config, listener)
+    last_modified = {p: _modification_time(p) for k in _STORE_FILES if (p := settings.get(k))}
     mapper = PrincipalMapper(settings.get("ssl.principal.mapping.rules"))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_common(context, settings)
-    certificate = _load_keystore(context, settings)
-    if certificate is None:
+    keystore = _load_keystore(context, settings, count=True)
+    if keystore is None:
         raise ConfigError(
             f"listener {listener} is SSL but has no keystore: set ssl.keystore.location "
             "(or ssl.keystore.certificate.chain and ssl.keystore.key)"
@@ -147,39 +190,38 @@ def _server_context(
     context.verify_mode = _CLIENT_AUTH[client_auth]
     if client_auth != "none":
         _load_truststore(context, settings)
-    return context, mapper, certificate
+    return _Made(context, mapper, keystore, last_modified)
 
 
 class ListenerContexts:
     """The TLS context and principal mapping of every listener (None for a plaintext one),
-    made again for a listener whose `listener.name.<l>.ssl.*` keys changed: a dynamic
-    config's :class:`~wirebroker.dynamic_config.Reconfigurable` (`follows`, `validate`,
+    made again for a listener whose `listener.name.<l>.ssl.*` keys changed, or whose store
+    files were modified in place (`reload`): a dynamic config's
+    :class:`~wirebroker.dynamic_config.Reconfigurable` (`follows`, `validate`, `reload`,
     `reconfigure`)."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        #: Each SSL listener's certificate: a new keystore's must keep its subject and its
-        #: alternative names unless `ssl.allow.dn.changes` / `ssl.allow.san.changes`.
-        self.certificates: dict[str, x509.Certificate] = {}
+        #: What each SSL listener's context was made from: a change is checked against it.
+        self.served: dict[str, _Made] = {}
         # A bad keystore or truststore fails here, before any file or socket is opened.
         self.contexts = {
             listener.name: self._keep(listener.name, _listener_context(config, listener.name))
             for listener in config.listeners()
         }
-        #: The contexts `validate` made (run in a worker thread: the stores are read there),
-        #: by listener, with the config they were made for: `reconfigure` takes them when that
-        #: config is the one applied, so the event loop reads no store.
+        #: The contexts `validate` and `reload` made (run in a worker thread: the stores are
+        #: read there), by listener, with the config they were made for: `reconfigure` takes
+        #: them when that config is the one applied, so the event loop reads no store.
         self._made: dict[str, tuple[Mapping[str, str], _Made]] = {}
 
     def _keep(
         self, listener: str, made: _Made | None
     ) -> tuple[ssl.SSLContext, PrincipalMapper] | None:
-        """A listener's context and principal mapping, its certificate kept."""
+        """A listener's context and principal mapping, what they were made from kept."""
         if made is None:
             return None
-        context, mapper, certificate = made
-        self.certificates[listener] = certificate
-        return context, mapper
+        self.served[listener] = made
+        return made.context, made.mapper
 
     def follows(self, name: str) -> bool:
         return self._listener_of(name) is not None
@@ -193,27 +235,56 @@ class ListenerContexts:
         return listener if self.contexts.get(listener) is not None else None
 
     def validate(self, candidate: BrokerConfig) -> None:
-        """The changed listeners' new stores must load, and a new certificate keep the old
-        one's subject and alternative names as Kafka's SslFactory requires (ConfigError says
-        why not); the contexts are kept for `reconfigure`. Called in a worker thread
+        """The new stores of the listeners whose TLS settings change must load and pass Kafka's
+        SslFactory checks against the old ones (`_checked`; ConfigError says why not); the
+        contexts are kept for `reconfigure`. Called in a worker thread
         (`DynamicBrokerConfig.validate`, `prepare`): it reads the stores."""
-        kept = {lst.name for lst in candidate.listeners()}
         made: dict[str, tuple[Mapping[str, str], _Made]] = {}
-        for listener, context in self.contexts.items():
-            if context is None or listener not in kept:
-                continue
-            new = _listener_context(candidate, listener)
-            if new is None:
-                continue
-            _check_certificate_change(
-                _Settings(candidate, listener), self.certificates[listener], new[2]
-            )
-            if listener == candidate.inter_broker_listener() and _stores_changed(
-                self.config, candidate, listener
-            ):
-                _check_handshakes(self.config, candidate, listener, context[0], new[0])
-            made[listener] = (candidate.current(), new)
+        for listener in self._kept(candidate):
+            if _ssl_values(candidate, listener) != _ssl_values(self.config, listener):
+                new = self._checked(candidate, listener)
+                if new is not None:
+                    made[listener] = (candidate.current(), new)
         self._made = made
+
+    def reload(self, candidate: BrokerConfig) -> frozenset[str]:
+        """Kafka's reload of store files modified in place (`DynamicBrokerConfig.reload`, after
+        `validate`, for any change of this broker's own configs): a listener whose TLS
+        settings stay as they are but whose keystore or truststore file was modified since it
+        was read is read again and checked as a changed one (ConfigError says why not); its
+        context is kept for `reconfigure`, told of it by the names returned (the listener's
+        keystore location). Called in a worker thread: it reads the stores."""
+        names = set()
+        for listener in self._kept(candidate):
+            if _ssl_values(candidate, listener) != _ssl_values(self.config, listener):
+                continue  # `validate`'s
+            if not self.served[listener].files_modified():
+                continue
+            new = self._checked(candidate, listener)
+            if new is not None:
+                self._made[listener] = (candidate.current(), new)
+                names.add(f"listener.name.{listener.lower()}.ssl.keystore.location")
+        return frozenset(names)
+
+    def _kept(self, candidate: BrokerConfig) -> list[str]:
+        """The SSL listeners served now that `candidate` keeps."""
+        kept = {lst.name for lst in candidate.listeners()}
+        return [lst for lst in self.served if lst in kept and self.contexts.get(lst) is not None]
+
+    def _checked(self, candidate: BrokerConfig, listener: str) -> _Made | None:
+        """The listener's context made from `candidate` (None: it is no longer SSL), checked
+        as Kafka's SslFactory checks new stores: the keystore against the old one
+        (`_check_keystore_change`), and on the inter-broker listener, when a store's keys
+        changed or its file was modified, the handshakes between the old and new stores."""
+        old = self.served[listener]
+        new = _listener_context(candidate, listener)
+        if new is None:
+            return None
+        _check_keystore_change(_Settings(candidate, listener), old.keystore, new.keystore)
+        rebuilt = _stores_changed(self.config, candidate, listener) or old.files_modified()
+        if old.client is not None and new.client is not None and rebuilt:
+            _check_handshakes(listener, old, new)
+        return new
 
     async def add(self, listener: str) -> None:
         """A listener added at run time (`wirebroker.listeners`): its context, made now in a
@@ -235,18 +306,26 @@ class ListenerContexts:
             log.info("listener %s: new TLS context for new connections", listener)
 
 
-#: A listener's context, principal mapping and certificate (`_server_context`).
-_Made = tuple[ssl.SSLContext, "PrincipalMapper", "x509.Certificate"]
-
-
 def _listener_context(config: BrokerConfig, listener: str) -> _Made | None:
     if not config.uses_tls(listener):
         return None
-    return _server_context(config, listener)
+    made = _server_context(config, listener)
+    if listener == config.inter_broker_listener():
+        # A client of the same stores, the other side of the handshakes of a change.
+        client = client_context(_Settings(config, listener))
+        client.check_hostname = False
+        made.client = client
+    return made
+
+
+def _ssl_values(config: BrokerConfig, listener: str) -> dict[str, str | None]:
+    """A listener's TLS settings."""
+    settings = _Settings(config, listener)
+    return {k: settings.get(k) for k in BROKER_KEYS if k.startswith("ssl.")}
 
 
 def _stores_changed(old: BrokerConfig, new: BrokerConfig, listener: str) -> bool:
-    """Whether a listener's TLS keys differ between two configs."""
+    """Whether a listener's store keys differ between two configs."""
     before, after = _Settings(old, listener), _Settings(new, listener)
     return any(
         before.get(k) != after.get(k)
@@ -255,29 +334,30 @@ def _stores_changed(old: BrokerConfig, new: BrokerConfig, listener: str) -> bool
     )
 
 
-def _check_handshakes(
-    old: BrokerConfig,
-    new: BrokerConfig,
-    listener: str,
-    old_server: ssl.SSLContext,
-    new_server: ssl.SSLContext,
-) -> None:
+#: The start of Kafka's message for new stores its SslFactory refuses.
+_FAILED = "Validation of dynamic config update of SSLFactory failed: "
+_CONFIG_EXCEPTION = "org.apache.kafka.common.config.ConfigException: "
+
+
+def _check_handshakes(listener: str, old: _Made, new: _Made) -> None:
     """Kafka's SslEngineValidator for the inter-broker listener's new stores: a broker with
     the old ones and one with the new must still connect to each other, each way (the old
-    server with a client of the new stores, the new server with a client of the old), host
-    names not checked, so a rotation the other brokers would refuse is refused here first."""
-    for server, client_config in ((old_server, new), (new_server, old)):
-        client = client_context(_Settings(client_config, listener))
-        client.check_hostname = False
+    server with a client of the new stores, the new server with a client of the old, as they
+    were read), host names not checked, so a rotation the other brokers would refuse is
+    refused here first."""
+    for server, client, clients in (
+        (old.context, new.client, "new"),
+        (new.context, old.client, "old"),
+    ):
+        assert client is not None
         try:
             _handshake(server, client)
         except ssl.SSLError as e:
+            servers = "old" if clients == "new" else "new"
             raise ConfigError(
-                "Validation of dynamic config update of SSLFactory failed: a broker with the "
-                f"{'new' if client_config is new else 'old'} stores of the inter-broker listener "
-                f"{listener} cannot connect to one with the "
-                f"{'old' if client_config is new else 'new'} ones ({e.reason or e}): update the "
-                "truststores to trust both certificates first"
+                f"{_FAILED}a broker with the {clients} stores of the inter-broker listener "
+                f"{listener} cannot connect to one with the {servers} ones ({e.reason or e}): "
+                "update the truststores to trust both certificates first"
             ) from None
 
 
@@ -309,24 +389,34 @@ def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -
     raise ssl.SSLError("the handshake did not complete")
 
 
-def _check_certificate_change(
-    settings: SslSettings, old: x509.Certificate, new: x509.Certificate
-) -> None:
-    """Kafka's SslFactory checks of a keystore changed at run time: the same subject (as
-    X500Principal equality or RFC 2253 names equal but for case) unless
+def _check_keystore_change(settings: SslSettings, old: _Keystore, new: _Keystore) -> None:
+    """Kafka's SslFactory checks of a keystore changed at run time, with its messages: as many
+    entries unless both `ssl.allow.dn.changes` and `ssl.allow.san.changes`; the certificate's
+    subject the same (as X500Principal equality or RFC 2253 names equal but for case) unless
     `ssl.allow.dn.changes`, and at least the old alternative names unless
-    `ssl.allow.san.changes`; its messages."""
+    `ssl.allow.san.changes`."""
     from cryptography import x509
 
-    failed = "Validation of dynamic config update of SSLFactory failed: "
-    if (settings.get("ssl.allow.dn.changes") or "false").lower() != "true":
-        old_dn, new_dn = old.subject.rfc4514_string(), new.subject.rfc4514_string()
-        if old.subject != new.subject and old_dn.lower() != new_dn.lower():
+    failed = f"{_FAILED}{_CONFIG_EXCEPTION}"
+    allow_dn = (settings.get("ssl.allow.dn.changes") or "false").lower() == "true"
+    allow_san = (settings.get("ssl.allow.san.changes") or "false").lower() == "true"
+    counted = old.entries is not None and new.entries is not None
+    if not (allow_dn and allow_san) and counted and old.entries != new.entries:
+        raise ConfigError(
+            f"{failed}Keystore entries do not match, existing store contains {old.entries} "
+            f"entries, new store contains {new.entries} entries (keytool -list shows a "
+            "store's entries; ssl.allow.dn.changes=true with ssl.allow.san.changes=true "
+            "allows it)"
+        )
+    if not allow_dn:
+        old_name, new_name = old.certificate.subject, new.certificate.subject
+        old_dn, new_dn = old_name.rfc4514_string(), new_name.rfc4514_string()
+        if old_name != new_name and old_dn.lower() != new_dn.lower():
             raise ConfigError(
                 f"{failed}Keystore DistinguishedName does not match:  existing={{DN={old_dn}}}, "
                 f"new={{DN={new_dn}}} (ssl.allow.dn.changes=true allows it)"
             )
-    if (settings.get("ssl.allow.san.changes") or "false").lower() != "true":
+    if not allow_san:
 
         def names(cert: x509.Certificate) -> set[x509.GeneralName]:
             try:
@@ -336,7 +426,7 @@ def _check_certificate_change(
             except x509.ExtensionNotFound:
                 return set()
 
-        old_names, new_names = names(old), names(new)
+        old_names, new_names = names(old.certificate), names(new.certificate)
         if not old_names <= new_names:
             shown = ", ".join(sorted(str(n.value) for n in old_names - new_names))
             raise ConfigError(
@@ -456,9 +546,22 @@ def _pem_blocks(data: bytes, kinds: Sequence[bytes]) -> list[bytes]:
     return [m[0] for m in _PEM_BLOCK.finditer(data) if m[1] in kinds]
 
 
-def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certificate | None:
-    """Load the keystore's key and certificate chain, if there is a keystore; its certificate
-    (None without a keystore)."""
+class _Keystore(NamedTuple):
+    """What a loaded keystore's changes are checked by: its certificate, and how many of its
+    entries have one (Kafka's SslFactory.CertificateEntries: a PEM keystore is one entry, a JKS
+    or PKCS12 one its key entries with a chain and its trusted certificates; None when not
+    counted)."""
+
+    certificate: x509.Certificate
+    entries: int | None
+
+
+def _load_keystore(
+    context: ssl.SSLContext, settings: SslSettings, *, count: bool = False
+) -> _Keystore | None:
+    """Load the keystore's key and certificate chain, if there is a keystore (None without).
+    `count`: count a PKCS12 store's entries too (`wirebroker.pkcs12`: its certificates are
+    decrypted again), which the other types give for nothing."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
 
@@ -472,6 +575,7 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certi
             chain_text.encode(), settings.name("ssl.keystore.certificate.chain")
         )
         key = _pem_key(key_text.encode(), key_password, settings.name("ssl.keystore.key"), settings)
+        entries: int | None = 1
     elif settings.get("ssl.keystore.location"):
         data = _read(settings, "ssl.keystore.location")
         kind = _store_type(settings, "ssl.keystore.type", data)
@@ -479,6 +583,7 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certi
             where = settings.name("ssl.keystore.location")
             certs = _pem_certificates(data, where)
             key = _pem_key(data, key_password, where, settings)
+            entries = 1
         elif kind == "PKCS12":
             password = _password(settings, "ssl.keystore.password")
             try:
@@ -494,8 +599,9 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certi
                     "private key"
                 )
             certs = [cert, *extra]
+            entries = _pkcs12_entries(settings, data, password) if count else None
         elif kind == "JKS":
-            key, certs = _jks_key(settings, data, key_password)
+            key, certs, entries = _jks_key(settings, data, key_password)
         else:
             raise ConfigError(
                 f"{settings.name('ssl.keystore.type')}={kind} is not supported; use JKS, PKCS12 "
@@ -521,14 +627,33 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> x509.Certi
             context.load_cert_chain(path, password=once)
         except ssl.SSLError as e:
             raise ConfigError(f"the keystore's key does not fit its certificate: {e}") from None
-    return certs[0]
+    return _Keystore(certs[0], entries)
+
+
+def _pkcs12_entries(settings: SslSettings, data: bytes, password: bytes | None) -> int | None:
+    """A PKCS12 keystore's entries with a certificate (None, logged, when they cannot be
+    counted: its number is then not compared)."""
+    from wirebroker.pkcs12 import Pkcs12Error, certificate_entries
+
+    try:
+        return certificate_entries(data, password)
+    except Pkcs12Error as e:
+        log.info(
+            "%s=%s: its entries are not counted (%s), so a keystore replacing it with another "
+            "number of entries is not refused",
+            settings.name("ssl.keystore.location"),
+            settings.get("ssl.keystore.location"),
+            e,
+        )
+        return None
 
 
 def _jks_key(
     settings: SslSettings, data: bytes, key_password: bytes | None
-) -> tuple[Any, list[Any]]:
-    """The first private key of a JKS keystore and its chain; the key decrypted with
-    `ssl.key.password`, else the store's password, as Kafka's DefaultSslEngineFactory."""
+) -> tuple[Any, list[Any], int]:
+    """The first private key of a JKS keystore, its chain and the store's entries with a
+    certificate; the key decrypted with `ssl.key.password`, else the store's password, as
+    Kafka's DefaultSslEngineFactory."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
@@ -558,7 +683,7 @@ def _jks_key(
         ) from None
     if not chain:
         raise ConfigError(f"{location}: the key {entry.alias!r} has no certificate")
-    return key, chain
+    return key, chain, sum(1 for k in store.private_keys if k.chain) + len(store.trusted_certs)
 
 
 def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:

@@ -9,8 +9,11 @@ runs kafka-configs itself against Kafka and wirebroker) and checks what clients 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import ssl
+import subprocess
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -32,6 +35,7 @@ from tests.wirebroker.helpers import (
     produce_request,
     wait_until,
 )
+from tests.wirebroker.pki import STORE_PASSWORD, pkcs12_keystore
 from wirebroker.config_sources import (
     DEFAULT_CONFIG,
     DYNAMIC_BROKER_CONFIG,
@@ -358,6 +362,109 @@ def test_the_inter_broker_listener_s_new_stores_must_connect_to_the_old(tmp_path
         assert alter_configs(bootstrap, BROKER, "0", truststore) == (ErrorCode.NONE, None)
         assert alter_configs(bootstrap, BROKER, "0", keystore) == (ErrorCode.NONE, None)
         assert served_certificate(("127.0.0.1", broker.ports["SSL"]), new_ca) == der(new)
+
+
+def renew(path: Path, data: bytes) -> None:
+    """Write a store anew at `path`, its modification time a second past the last one's: a
+    file system stamps files with a coarse clock (two writes within a tick share a time), and
+    a real renewal comes long after the broker read the file."""
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    path.write_bytes(data)
+    after = max(before + 1_000_000_000, path.stat().st_mtime_ns)
+    os.utime(path, ns=(after, after))
+
+
+def test_stores_renewed_in_place_on_the_inter_broker_listener(tmp_path: Path) -> None:
+    """As Kafka, a change of the broker's own configs (the same store location again, or any
+    other key) reads again the listeners' store files modified since they were read, and
+    checks them as new stores: on the inter-broker listener, the handshakes between the old
+    stores, as read then, and the new. A keystore renewed from a CA the truststores do not
+    trust, or with a truststore trusting both at once, is refused (Kafka's INVALID_CONFIG: the
+    other brokers, with the old truststore, would not trust it); the rotation in place,
+    truststore first, is taken. No client certificates: only the brokers' own are checked."""
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    keystore, truststore = tmp_path / "keystore.pem", tmp_path / "truststore.pem"
+
+    def renew_keystore(ca: trustme.CA) -> trustme.LeafCert:
+        cert = renewal(ca, "localhost", "127.0.0.1")
+        renew(keystore, cert.private_key_and_cert_chain_pem.bytes())
+        return cert
+
+    served = renew_keystore(old_ca)
+    renew(truststore, old_ca.cert_pem.bytes())
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "inter.broker.listener.name": "SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(truststore),
+    }
+    both = old_ca.cert_pem.bytes() + new_ca.cert_pem.bytes()
+    refused = (
+        "Invalid config value for resource ConfigResource(type=BROKER, name='0'): Validation "
+        "of dynamic config update of SSLFactory failed: a broker with the {} stores of the "
+        "inter-broker listener SSL cannot connect to one with the {} ones"
+    )
+    same_keystore = [("listener.name.ssl.ssl.keystore.location", SET, str(keystore))]
+    with running(tmp_path / "data", props) as broker:
+        bootstrap = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+        address = ("127.0.0.1", broker.ports["SSL"])
+        renew_keystore(new_ca)  # the other brokers do not trust it
+        for ops in (same_keystore, [("message.max.bytes", SET, "1000013")]):
+            code, message = alter_configs(bootstrap, BROKER, "0", ops)
+            assert code == ErrorCode.INVALID_CONFIG, message
+            assert (message or "").startswith(refused.format("old", "new")), message
+        served = renew_keystore(old_ca)
+        assert alter_configs(bootstrap, BROKER, "0", same_keystore) == (ErrorCode.NONE, None)
+        assert served_certificate(address, old_ca) == der(served)
+        # Both at once: the other brokers, with the old truststore, would not trust it.
+        renew_keystore(new_ca)
+        renew(truststore, both)
+        code, message = alter_configs(bootstrap, BROKER, "0", same_keystore)
+        assert (message or "").startswith(refused.format("old", "new")), message
+        # The rotation: the truststores first (the keystore as it was), then the keystore.
+        renew_keystore(old_ca)
+        assert alter_configs(bootstrap, BROKER, "0", same_keystore) == (ErrorCode.NONE, None)
+        served = renew_keystore(new_ca)
+        assert alter_configs(bootstrap, BROKER, "0", same_keystore) == (ErrorCode.NONE, None)
+        assert served_certificate(address, new_ca) == der(served)
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="no JDK keytool")
+def test_a_keystore_with_another_number_of_entries_is_refused(tmp_path: Path) -> None:
+    """As Kafka's SslFactory, a new keystore must hold as many entries with a certificate as
+    the old one (here, keytool added the CA as a trusted entry to a copy), unless both
+    `ssl.allow.dn.changes` and `ssl.allow.san.changes` are true; Kafka's answer."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    one, two = tmp_path / "one.p12", tmp_path / "two.p12"
+    one.write_bytes(pkcs12_keystore(renewal(ca, "localhost"), STORE_PASSWORD))
+    shutil.copy(one, two)
+    subprocess.run(
+        ["keytool", "-importcert", "-noprompt", "-alias", "caroot", "-file",
+         str(tmp_path / "ca.pem"), "-keystore", str(two), "-storepass", STORE_PASSWORD],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    props = {
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(one),
+        "ssl.keystore.password": STORE_PASSWORD,
+    }
+    new = [("listener.name.ssl.ssl.keystore.location", SET, str(two))]
+    with running(tmp_path / "data", props, listeners=("SSL",)) as broker:
+        code, message = alter_configs(broker.bootstrap, BROKER, "0", new)
+    assert code == ErrorCode.INVALID_REQUEST
+    assert (message or "").startswith(  # Kafka 3.9's answer, as it gave it
+        "Invalid value org.apache.kafka.common.config.ConfigException: Validation of dynamic "
+        "config update of SSLFactory failed: org.apache.kafka.common.config.ConfigException: "
+        "Keystore entries do not match, existing store contains 1 entries, new store contains "
+        "2 entries"
+    ), message
+    assert (message or "").endswith(" for configuration Invalid dynamic configuration")
+    allowed = {**props, "ssl.allow.dn.changes": "true", "ssl.allow.san.changes": "true"}
+    with running(tmp_path / "data", allowed, listeners=("SSL",)) as broker:
+        assert alter_configs(broker.bootstrap, BROKER, "0", new) == (ErrorCode.NONE, None)
 
 
 def der(cert: trustme.LeafCert) -> bytes:

@@ -1,7 +1,8 @@
 """A listener's TLS stores are read in worker threads at run time, never on the event loop: a
 new keystore set by IncrementalAlterConfigs (read to validate it, the context made then is the
-one applied) and an SSL listener added at run time with its keystore (an in-process broker,
-every read of a store recorded with its thread)."""
+one applied), one renewed in place (read again by the next alteration) and an SSL listener added
+at run time with its keystore (an in-process broker, every read of a store recorded with its
+thread)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import trustme
 
 from protocol.errors import ErrorCode
 from tests.wirebroker.helpers import alter_configs, wait_until
-from tests.wirebroker.test_dynamic_configs import der, renewal, served_certificate
+from tests.wirebroker.test_dynamic_configs import der, renew, renewal, served_certificate
 from tests.wirebroker.test_dynamic_listeners import accepts
 from wirebroker import tls
 from wirebroker.config import BrokerConfig
@@ -30,7 +31,9 @@ BROKER, SET = 4, 0
 
 def test_stores_are_read_off_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ca = trustme.CA()
-    certs = {name: renewal(ca, "localhost", "127.0.0.1") for name in ("old", "new", "added")}
+    certs = {
+        name: renewal(ca, "localhost", "127.0.0.1") for name in ("old", "new", "renewed", "added")
+    }
     for name, cert in certs.items():
         cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / f"{name}.pem"))
     reads: list[tuple[str, int]] = []
@@ -63,6 +66,12 @@ def test_stores_are_read_off_the_loop(tmp_path: Path, monkeypatch: pytest.Monkey
                 assert done == (ErrorCode.NONE, None)
                 served = await trio.to_thread.run_sync(served_certificate, ssl_address, ca)
                 assert served == der(certs["new"])
+                renewed = certs["renewed"].private_key_and_cert_chain_pem.bytes()
+                await trio.to_thread.run_sync(renew, tmp_path / "new.pem", renewed)
+                done = await trio.to_thread.run_sync(alter_configs, bootstrap, BROKER, "0", new)
+                assert done == (ErrorCode.NONE, None)
+                served = await trio.to_thread.run_sync(served_certificate, ssl_address, ca)
+                assert served == der(certs["renewed"])
                 port = free_port()
                 added = [
                     (

@@ -6,25 +6,24 @@ broker's resource to that broker. DescribeConfigs of this broker lists every key
 source and synonyms (`wirebroker.config_sources`); of the default, the keys set there.
 AlterConfigs replaces the entity's whole set of dynamic configs, IncrementalAlterConfigs
 changes the ones named. A change is validated (`wirebroker.dynamic_config`: Kafka's rules and
-messages, INVALID_REQUEST), encoded (INVALID_CONFIG without `password.encoder.secret`), stored
-(ZooKeeper in a cluster, whose notification reaches every broker; the embedded broker's file)
-and applied here at once.
+messages, INVALID_REQUEST); for this broker's own entity, the listeners' store files modified
+since they were read are read again and checked (INVALID_CONFIG, as Kafka's
+reloadUpdatedFilesWithoutConfigChange, whichever keys the change sets); the change is encoded
+(INVALID_CONFIG without `password.encoder.secret`), stored (ZooKeeper in a cluster, whose
+notification reaches every broker; the embedded broker's file) and applied here at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 
 import trio
 
 from protocol.errors import ErrorCode, KafkaError
-from wirebroker.config import BROKER_KEYS, LISTENER_PREFIXED, ConfigError
+from wirebroker.config import BROKER_KEYS, ConfigError
 from wirebroker.config_sources import ConfigValue, describe_broker
 from wirebroker.dispatch import RequestContext
 from wirebroker.dynamic_config import DEFAULT_ENTITY, entity_of
-
-_RELOADED = ("ssl.keystore.location", "ssl.truststore.location")
 
 
 def describe(ctx: RequestContext, name: str) -> list[ConfigValue]:
@@ -69,19 +68,15 @@ async def alter(
     """Validate, store and apply a new set of dynamic configs for one entity."""
     broker = ctx.broker
     dynamic = broker.dynamic_config
-    # Files named again are read again even if their names did not change (Kafka's
-    # reloadUpdatedFilesWithoutConfigChange), for one broker's listener stores.
-    reload = {
-        n
-        for n in values
-        if entity != DEFAULT_ENTITY and LISTENER_PREFIXED.fullmatch(n) and n.endswith(_RELOADED)
-    }
     try:
         # In a worker thread: a listener's new keystore is read (and kept for `apply`).
-        await trio.to_thread.run_sync(partial(dynamic.validate, entity, values, reload=reload))
+        await trio.to_thread.run_sync(dynamic.validate, entity, values)
     except ConfigError as e:
         raise _invalid_request(str(e)) from None
+    reloaded: frozenset[str] = frozenset()
     try:
+        if entity != DEFAULT_ENTITY and not validate_only:
+            reloaded = await trio.to_thread.run_sync(dynamic.reload, entity, values)
         persistent = dynamic.to_persistent(entity, values)
     except ConfigError as e:
         raise KafkaError(
@@ -94,7 +89,7 @@ async def alter(
         await broker.cluster.set_broker_config(entity, persistent)
     else:
         await trio.to_thread.run_sync(dynamic.write_local, entity, persistent)
-    dynamic.apply(entity, persistent, reload=reload)
+    dynamic.apply(entity, persistent, reload=reloaded)
 
 
 def list_default(name: str) -> tuple[bool, str | None]:

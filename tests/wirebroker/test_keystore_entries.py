@@ -8,9 +8,11 @@ whose certificates are encrypted with RC2 (openssl -legacy) is not counted, and 
 
 from __future__ import annotations
 
+import random
 import shutil
 import ssl
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -173,3 +175,27 @@ def test_rc2_encrypted_certificates_are_not_counted(
     with caplog.at_level("INFO", logger="wirebroker.tls"):
         assert wirebroker_count(legacy) is None
     assert "its entries are not counted" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["keytool-trusted-ca", "openssl-unencrypted-certificates"])
+def test_a_damaged_store_is_a_pkcs12_error_and_never_another(
+    stores: dict[str, Path], name: str
+) -> None:
+    """Every truncation and a thousand damaged copies of a real store (certificates encrypted
+    with PBES2, and unencrypted, so the parsing sees the damage): a count or a Pkcs12Error."""
+    data = stores[name].read_bytes()
+    rng = random.Random(uuid.UUID(int=12).int)
+    copies = [data[:n] for n in range(len(data))]
+    for _ in range(1000):
+        damaged = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            damaged[rng.randrange(len(data))] = rng.randrange(256)
+        copies.append(bytes(damaged))
+    outcomes: set[str] = set()
+    for copy in copies:
+        try:
+            certificate_entries(copy, PASSWORD.encode())
+            outcomes.add("counted")
+        except Pkcs12Error:
+            outcomes.add("refused")
+    assert outcomes == {"counted", "refused"}

@@ -11,7 +11,9 @@ Each numbered test runs as its own ``test-runner`` process (``TESTS=<number>``),
 ``TEST_KAFKA_VERSION=3.9.0``: a test that hangs is killed by the runner's own watchdog (which
 ends the process) or at ``TEST_TIMEOUT_S``, and fails alone. The runner's JSON report gives each
 test's state; tests it skips (SASL/SSL without such listeners, mock-cluster-only paths, known
-issues) are skips on every target.
+issues) are skips on every target. On a secured target every client of the suite connects over
+TLS with a client certificate (``test.conf``), while Kafka's tools and the Java helpers
+(``BROKERS``) use the broker's PLAINTEXT listener.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 from compat.suites.results import BUILD, Outcome
+from compat.suites.targets import Target
 from wirebroker.zookeeper_server import jars_dir, java_executable
 
 KAFKA_VERSION = "3.9.0"
@@ -133,12 +136,23 @@ def tests(src: Path) -> list[str]:
     return sorted(n for n in numbers if n < "1000")
 
 
-def run_one(src: Path, number: str, bootstrap: str, mode: str, log: Path) -> dict[str, Outcome]:
-    """Run test ``number`` (all its entries, e.g. 0022 and 0022 local); output appended to ``log``."""
+def run_one(src: Path, number: str, target: Target, mode: str, log: Path) -> dict[str, Outcome]:
+    """Run test ``number`` (all its entries, e.g. 0022 and 0022 local) against ``target``;
+    output appended to ``log``."""
     tests_dir = src / "tests"
+    bootstrap = target.bootstrap
+    settings = [f"metadata.broker.list={bootstrap}"]
+    if (secured := target.secured) is not None:
+        bootstrap = secured.plaintext
+        settings += [
+            "security.protocol=SSL",
+            f"ssl.ca.location={secured.ca}",
+            f"ssl.certificate.location={secured.client_cert}",
+            f"ssl.key.location={secured.client_key}",
+        ]
     with tempfile.TemporaryDirectory(prefix="rdk-") as tmp:
         conf = Path(tmp) / "test.conf"
-        conf.write_text(f"metadata.broker.list={bootstrap}\n")
+        conf.write_text("\n".join(settings) + "\n")
         report = Path(tmp) / "report.json"
         env = {
             **os.environ,

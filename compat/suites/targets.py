@@ -58,6 +58,7 @@ class Secured:
     sasl_bootstrap: str  # SASL_PLAINTEXT: SCRAM-SHA-256 and OAUTHBEARER (unsecured tokens)
     scram_user: str
     scram_password: str
+    plaintext: str  # the PLAINTEXT listener between brokers, for a suite's admin tools
 
 
 @dataclass(frozen=True)
@@ -202,8 +203,8 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             f"127.0.0.1:{ports['SASL_PLAINTEXT']}",
             SCRAM_USER,
             SCRAM_PASSWORD,
+            f"127.0.0.1:{ports['PLAINTEXT']}",
         )
-        plaintext = f"127.0.0.1:{ports['PLAINTEXT']}"
         with contextlib.ExitStack() as stack:
             if name == "kafka-secured":
                 zk = stack.enter_context(zookeeper())
@@ -216,12 +217,12 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
                 broker.start(timeout=60)
                 stack.callback(broker.stop)
                 how = "one `wirebroker serve` process, secured"
-            _add_scram_user(plaintext, secured)
+            _add_scram_user(secured)
             yield Target(name, f"127.0.0.1:{ports['SSL']}", 1, how, secured)
 
 
-def _add_scram_user(plaintext: str, secured: Secured) -> None:
-    """Make the SCRAM user through ``plaintext`` and wait until the SASL listener takes it."""
+def _add_scram_user(secured: Secured) -> None:
+    """Make the SCRAM user through the PLAINTEXT listener; wait until the SASL one takes it."""
     from confluent_kafka.admin import (
         AdminClient,
         ScramCredentialInfo,
@@ -234,7 +235,7 @@ def _add_scram_user(plaintext: str, secured: Secured) -> None:
         ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
         secured.scram_password.encode(),
     )
-    admin = AdminClient({"bootstrap.servers": plaintext})
+    admin = AdminClient({"bootstrap.servers": secured.plaintext})
     admin.alter_user_scram_credentials([upsertion])[secured.scram_user].result(30)
     login: dict[str, str | int | float | bool] = {
         "bootstrap.servers": secured.sasl_bootstrap,

@@ -1,10 +1,12 @@
 """A listener's keystore changed at run time on real Kafka 3.9 and on wirebroker: the same stores,
-the same IncrementalAlterConfigs, the same answers.
+the same IncrementalAlterConfigs and AlterConfigs, the same answers.
 
 Both brokers get a PLAINTEXT listener for the admin requests and an SSL one between brokers (a
-PKCS12 keystore, a PEM truststore of the CA). Then, on each: a new keystore holding one more
-entry (the CA, which keytool added as a trusted entry), refused by the count of entries Kafka's
-SslFactory compares (INVALID_REQUEST, as a validation); the keystore renewed in place from a CA
+PKCS12 keystore, a PEM truststore of the CA), and no `password.encoder.secret`. Then, on each:
+the keystore's password set validate-only, incrementally and with the legacy AlterConfigs,
+answered without the secret (NONE; a wrong one refused, INVALID_REQUEST), and set for good,
+refused for want of it (INVALID_CONFIG); a new keystore holding one more entry (the CA, which
+keytool added as a trusted entry), refused by the count of entries Kafka's SslFactory compares (INVALID_REQUEST, as a validation); the keystore renewed in place from a CA
 the truststore does not trust, refused by the handshakes between the old and the new stores
 when the same location is set again, and when any other key of the broker is
 (INVALID_CONFIG, as Kafka's reload of modified files); a good renewal in place, taken and
@@ -27,7 +29,7 @@ import trustme
 
 from compat.kafka_process import free_port, kafka_broker, zookeeper
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import alter_configs
+from tests.wirebroker.helpers import alter_configs, replace_configs
 from tests.wirebroker.pki import STORE_PASSWORD, pkcs12_keystore
 from tests.wirebroker.test_dynamic_configs import der, renew, renewal, served_certificate
 from wirebroker.zookeeper_server import jars_available
@@ -40,6 +42,7 @@ pytestmark = [
 ]
 BROKER, SET = 4, 0
 KEYSTORE = "listener.name.ssl.ssl.keystore.location"
+PASSWORD = "listener.name.ssl.ssl.keystore.password"
 
 
 def properties(d: Path, listeners: str) -> dict[str, str]:
@@ -114,7 +117,23 @@ def test_keystore_changes_answered_as_kafka(tmp_path: Path) -> None:
             renew(keystore, (stores / f"{name}.p12").read_bytes())
             return alter((KEYSTORE, SET, str(keystore)))
 
+        def password(value: str, validate_only: bool) -> list[tuple[int, str | None]]:
+            """Incrementally and not (the legacy request replaces all: none is set yet)."""
+            op = [(PASSWORD, SET, value)]
+            return [
+                answer(*alter_configs(bootstrap, BROKER, "0", op, validate_only=validate_only)),
+                answer(
+                    *replace_configs(
+                        bootstrap, BROKER, "0", {PASSWORD: value}, validate_only=validate_only
+                    )
+                ),
+            ]
+
         return [
+            *password(STORE_PASSWORD, validate_only=True),
+            # Validated all the same (the messages differ: Java's exception, OpenSSL's reason).
+            *(code for code, _ in password("not-the-password", validate_only=True)),
+            *password(STORE_PASSWORD, validate_only=False),
             alter((KEYSTORE, SET, str(d / "two-entries.p12"))),
             renewed_in_place("untrusted"),
             alter(("message.max.bytes", SET, "1000013")),
@@ -132,5 +151,5 @@ def test_keystore_changes_answered_as_kafka(tmp_path: Path) -> None:
         renew(d / "keystore.p12", (stores / "old.p12").read_bytes())
         with run(d) as ports:
             observed[target] = scenario(d, ports)
-    assert observed["kafka"][4] is True, observed["kafka"]
+    assert observed["kafka"][10] is True, observed["kafka"]
     assert observed["wirebroker"] == observed["kafka"]

@@ -33,6 +33,7 @@ from tests.wirebroker.helpers import (
     describe_configs,
     list_offset,
     produce_request,
+    replace_configs,
     wait_until,
 )
 from tests.wirebroker.pki import STORE_PASSWORD, pkcs12_keystore
@@ -158,6 +159,12 @@ def test_refusals_use_kafkas_errors(tmp_path: Path) -> None:
             ]
             == ErrorCode.INVALID_REQUEST
         )
+        # Validate-only, as Kafka, the password is not encoded: no secret is needed, incrementally
+        # or not, and nothing is stored.
+        password = "listener.name.plaintext.ssl.key.password"
+        ok = (ErrorCode.NONE, None)
+        assert alter_configs(b, BROKER, "0", [(password, SET, "pw")], validate_only=True) == ok
+        assert replace_configs(b, BROKER, "0", {password: "pw"}, validate_only=True) == ok
         assert alter_configs(b, BROKER, "1", [("message.max.bytes", SET, "5000")]) == (
             ErrorCode.INVALID_REQUEST,
             "Unexpected broker id, expected 0, but received 1",

@@ -29,48 +29,34 @@ from cryptography.hazmat.primitives import hashes, padding
 from cryptography.hazmat.primitives.ciphers import BlockCipherAlgorithm, Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 
-_SEQUENCE, _SET, _OID, _OCTETS, _INTEGER, _BMP = 0x30, 0x31, 0x06, 0x04, 0x02, 0x1E
-_EXPLICIT_0, _IMPLICIT_0 = 0xA0, 0x80
+from wirebroker import der
 
-
-def _oid(dotted: str) -> bytes:
-    """The DER contents of an OBJECT IDENTIFIER."""
-    first, second, *rest = (int(p) for p in dotted.split("."))
-    out = bytearray([40 * first + second])
-    for arc in rest:
-        chunk = [arc & 0x7F]
-        while arc := arc >> 7:
-            chunk.append(0x80 | arc & 0x7F)
-        out += bytes(reversed(chunk))
-    return bytes(out)
-
-
-_DATA = _oid("1.2.840.113549.1.7.1")
-_ENCRYPTED_DATA = _oid("1.2.840.113549.1.7.6")
-_SHROUDED_KEY_BAG = _oid("1.2.840.113549.1.12.10.1.2")
-_CERT_BAG = _oid("1.2.840.113549.1.12.10.1.3")
-_SECRET_BAG = _oid("1.2.840.113549.1.12.10.1.5")
-_FRIENDLY_NAME = _oid("1.2.840.113549.1.9.20")
-_LOCAL_KEY_ID = _oid("1.2.840.113549.1.9.21")
-_TRUSTED_KEY_USAGE = _oid("2.16.840.1.113894.746875.1.1")
-_PBES2 = _oid("1.2.840.113549.1.5.13")
-_PBKDF2 = _oid("1.2.840.113549.1.5.12")
-_PBE_SHA1_3DES = _oid("1.2.840.113549.1.12.1.3")
+_DATA = der.oid("1.2.840.113549.1.7.1")
+_ENCRYPTED_DATA = der.oid("1.2.840.113549.1.7.6")
+_SHROUDED_KEY_BAG = der.oid("1.2.840.113549.1.12.10.1.2")
+_CERT_BAG = der.oid("1.2.840.113549.1.12.10.1.3")
+_SECRET_BAG = der.oid("1.2.840.113549.1.12.10.1.5")
+_FRIENDLY_NAME = der.oid("1.2.840.113549.1.9.20")
+_LOCAL_KEY_ID = der.oid("1.2.840.113549.1.9.21")
+_TRUSTED_KEY_USAGE = der.oid("2.16.840.1.113894.746875.1.1")
+_PBES2 = der.oid("1.2.840.113549.1.5.13")
+_PBKDF2 = der.oid("1.2.840.113549.1.5.12")
+_PBE_SHA1_3DES = der.oid("1.2.840.113549.1.12.1.3")
 _PRFS: dict[bytes, hashes.HashAlgorithm] = {
-    _oid("1.2.840.113549.2.7"): hashes.SHA1(),
-    _oid("1.2.840.113549.2.8"): hashes.SHA224(),
-    _oid("1.2.840.113549.2.9"): hashes.SHA256(),
-    _oid("1.2.840.113549.2.10"): hashes.SHA384(),
-    _oid("1.2.840.113549.2.11"): hashes.SHA512(),
+    der.oid("1.2.840.113549.2.7"): hashes.SHA1(),
+    der.oid("1.2.840.113549.2.8"): hashes.SHA224(),
+    der.oid("1.2.840.113549.2.9"): hashes.SHA256(),
+    der.oid("1.2.840.113549.2.10"): hashes.SHA384(),
+    der.oid("1.2.840.113549.2.11"): hashes.SHA512(),
 }
 #: PBES2's ciphers (all in CBC mode): key size.
 _CIPHERS = {
-    _oid("2.16.840.1.101.3.4.1.2"): 16,
-    _oid("2.16.840.1.101.3.4.1.22"): 24,
-    _oid("2.16.840.1.101.3.4.1.42"): 32,
-    _oid("1.2.840.113549.3.7"): 24,  # des-ede3-cbc
+    der.oid("2.16.840.1.101.3.4.1.2"): 16,
+    der.oid("2.16.840.1.101.3.4.1.22"): 24,
+    der.oid("2.16.840.1.101.3.4.1.42"): 32,
+    der.oid("1.2.840.113549.3.7"): 24,  # des-ede3-cbc
 }
-_DES_EDE3_CBC = _oid("1.2.840.113549.3.7")
+_DES_EDE3_CBC = der.oid("1.2.840.113549.3.7")
 #: Java's bound on a PBE iteration count (PKCS12KeyStore's MAX_ITERATION_COUNT).
 _MAX_ITERATIONS = 5_000_000
 
@@ -82,22 +68,25 @@ class Pkcs12Error(ValueError):
 def certificate_entries(data: bytes, password: bytes | None) -> int:
     """The number of entries with a certificate of the PKCS12 store `data` (key entries with a
     chain and trusted certificate entries), as Java lists them."""
-    pfx = _fields(data, _SEQUENCE)
-    if len(pfx) < 2 or pfx[1].tag != _SEQUENCE:
-        raise Pkcs12Error("the store is not a PFX")
-    kind, content = _content_info(pfx[1])
-    if kind != _DATA:
-        raise Pkcs12Error("the store is signed with a public key, not a password")
-    census = _Census()
-    for safe in _fields(_single(content, _OCTETS), _SEQUENCE):
-        kind, content = _content_info(safe)
-        if kind == _DATA:
-            census.read(_single(content, _OCTETS))
-        elif kind == _ENCRYPTED_DATA:
-            census.read(_decrypt(content, password))
-        else:
-            raise Pkcs12Error("a part of the store is encrypted with a public key")
-    return census.count()
+    try:
+        pfx = der.fields(data, der.SEQUENCE)
+        if len(pfx) < 2 or pfx[1].tag != der.SEQUENCE:
+            raise Pkcs12Error("the store is not a PFX")
+        kind, content = _content_info(pfx[1])
+        if kind != _DATA:
+            raise Pkcs12Error("the store is signed with a public key, not a password")
+        census = _Census()
+        for safe in der.fields(der.single(content, der.OCTETS), der.SEQUENCE):
+            kind, content = _content_info(safe)
+            if kind == _DATA:
+                census.read(der.single(content, der.OCTETS))
+            elif kind == _ENCRYPTED_DATA:
+                census.read(_decrypt(content, password))
+            else:
+                raise Pkcs12Error("a part of the store is encrypted with a public key")
+        return census.count()
+    except der.DerError as e:
+        raise Pkcs12Error(str(e)) from None
 
 
 class _Entry(NamedTuple):
@@ -128,9 +117,9 @@ class _Census:
 
     def read(self, safe_contents: bytes) -> None:
         """The bags of one SafeContents."""
-        for index, bag in enumerate(_fields(safe_contents, _SEQUENCE)):
-            parts = _parse(bag.contents) if bag.tag == _SEQUENCE else []
-            if len(parts) < 2 or parts[0].tag != _OID:
+        for index, bag in enumerate(der.fields(safe_contents, der.SEQUENCE)):
+            parts = der.parse(bag.contents) if bag.tag == der.SEQUENCE else []
+            if len(parts) < 2 or parts[0].tag != der.OID:
                 raise Pkcs12Error("a bag is malformed")
             alias, key_id, trusted = _attributes(parts[2] if len(parts) > 2 else None)
             kind = parts[0].contents
@@ -167,24 +156,24 @@ class _Census:
         )
 
 
-def _attributes(attributes: _Der | None) -> tuple[str | None, bytes | None, bool]:
+def _attributes(attributes: der.Der | None) -> tuple[str | None, bytes | None, bool]:
     """A bag's friendly name, local key id and whether it has the trusted key usage."""
     alias: str | None = None
     key_id: bytes | None = None
     trusted = False
     if attributes is None:
         return alias, key_id, trusted
-    if attributes.tag != _SET:
+    if attributes.tag != der.SET:
         raise Pkcs12Error("a bag's attributes are not a SET")
-    for attribute in _parse(attributes.contents):
-        parts = _parse(attribute.contents) if attribute.tag == _SEQUENCE else []
-        if len(parts) != 2 or parts[0].tag != _OID or parts[1].tag != _SET:
+    for attribute in der.parse(attributes.contents):
+        parts = der.parse(attribute.contents) if attribute.tag == der.SEQUENCE else []
+        if len(parts) != 2 or parts[0].tag != der.OID or parts[1].tag != der.SET:
             raise Pkcs12Error("a bag attribute is malformed")
-        values = _parse(parts[1].contents)
+        values = der.parse(parts[1].contents)
         if not values:
             raise Pkcs12Error("a bag attribute has no value")
         if parts[0].contents == _FRIENDLY_NAME:
-            if values[0].tag != _BMP:
+            if values[0].tag != der.BMP:
                 raise Pkcs12Error("a friendly name is not a BMPString")
             alias = values[0].contents.decode("utf-16-be", "replace")
         elif parts[0].contents == _LOCAL_KEY_ID:
@@ -195,14 +184,16 @@ def _attributes(attributes: _Der | None) -> tuple[str | None, bytes | None, bool
 
 
 # decryption ------------------------------------------------------------------------------------
-def _decrypt(encrypted_data: _Der, password: bytes | None) -> bytes:
+def _decrypt(encrypted_data: der.Der, password: bytes | None) -> bytes:
     """The SafeContents an EncryptedData holds: SEQUENCE { version, SEQUENCE { type,
     AlgorithmIdentifier, [0] IMPLICIT the encrypted bytes } }."""
     if password is None:
         raise Pkcs12Error("its certificates are encrypted and there is no password")
-    fields = _fields(encrypted_data.contents, _SEQUENCE)
-    info = _parse(fields[1].contents) if len(fields) == 2 and fields[1].tag == _SEQUENCE else []
-    if len(info) != 3 or info[1].tag != _SEQUENCE or info[2].tag != _IMPLICIT_0:
+    fields = der.fields(encrypted_data.contents, der.SEQUENCE)
+    info = (
+        der.parse(fields[1].contents) if len(fields) == 2 and fields[1].tag == der.SEQUENCE else []
+    )
+    if len(info) != 3 or info[1].tag != der.SEQUENCE or info[2].tag != der.IMPLICIT_0:
         raise Pkcs12Error("an EncryptedData is malformed (or holds no bytes)")
     algorithm, parameters = _algorithm(info[1])
     if algorithm == _PBES2:
@@ -211,7 +202,7 @@ def _decrypt(encrypted_data: _Der, password: bytes | None) -> bytes:
         cipher, iv = _pkcs12_pbe(parameters, password)
     else:
         raise Pkcs12Error(
-            f"its certificates are encrypted with {_dotted(algorithm)}, which is not read here"
+            f"its certificates are encrypted with {der.dotted(algorithm)}, which is not read here"
         )
     try:  # (a wrong IV or length too)
         decryptor = Cipher(cipher, modes.CBC(iv)).decryptor()
@@ -222,26 +213,26 @@ def _decrypt(encrypted_data: _Der, password: bytes | None) -> bytes:
         raise Pkcs12Error("its certificates do not decrypt with the store's password") from None
 
 
-def _pbes2(parameters: list[_Der], password: bytes) -> tuple[BlockCipherAlgorithm, bytes]:
+def _pbes2(parameters: list[der.Der], password: bytes) -> tuple[BlockCipherAlgorithm, bytes]:
     """PBES2 (RFC 8018): the cipher, its key from PBKDF2 with its PRF, and the IV."""
-    fields = _parse(parameters[0].contents) if parameters else []
-    if len(fields) != 2 or fields[0].tag != _SEQUENCE or fields[1].tag != _SEQUENCE:
+    fields = der.parse(parameters[0].contents) if parameters else []
+    if len(fields) != 2 or fields[0].tag != der.SEQUENCE or fields[1].tag != der.SEQUENCE:
         raise Pkcs12Error("PBES2's parameters are malformed")
     kdf, kdf_parameters = _algorithm(fields[0])
     if kdf != _PBKDF2:
-        raise Pkcs12Error(f"PBES2 with the key derivation {_dotted(kdf)}")
-    pbkdf2 = _parse(kdf_parameters[0].contents) if kdf_parameters else []
-    if len(pbkdf2) < 2 or pbkdf2[0].tag != _OCTETS or pbkdf2[1].tag != _INTEGER:
+        raise Pkcs12Error(f"PBES2 with the key derivation {der.dotted(kdf)}")
+    pbkdf2 = der.parse(kdf_parameters[0].contents) if kdf_parameters else []
+    if len(pbkdf2) < 2 or pbkdf2[0].tag != der.OCTETS or pbkdf2[1].tag != der.INTEGER:
         raise Pkcs12Error("PBKDF2's parameters are malformed")
     prf: hashes.HashAlgorithm = hashes.SHA1()  # the default
-    if pbkdf2[-1].tag == _SEQUENCE:
+    if pbkdf2[-1].tag == der.SEQUENCE:
         prf_algorithm, _ = _algorithm(pbkdf2[-1])
         if prf_algorithm not in _PRFS:
-            raise Pkcs12Error(f"PBKDF2 with the PRF {_dotted(prf_algorithm)}")
+            raise Pkcs12Error(f"PBKDF2 with the PRF {der.dotted(prf_algorithm)}")
         prf = _PRFS[prf_algorithm]
     cipher, iv = _algorithm(fields[1])
-    if cipher not in _CIPHERS or len(iv) != 1 or iv[0].tag != _OCTETS:
-        raise Pkcs12Error(f"PBES2 with the cipher {_dotted(cipher)}")
+    if cipher not in _CIPHERS or len(iv) != 1 or iv[0].tag != der.OCTETS:
+        raise Pkcs12Error(f"PBES2 with the cipher {der.dotted(cipher)}")
     size = _CIPHERS[cipher]
     salt, iterations = pbkdf2[0].contents, _iterations(pbkdf2[1])
     key = PBKDF2HMAC(prf, size, salt, iterations).derive(password)
@@ -249,11 +240,11 @@ def _pbes2(parameters: list[_Der], password: bytes) -> tuple[BlockCipherAlgorith
     return algorithm, iv[0].contents
 
 
-def _pkcs12_pbe(parameters: list[_Der], password: bytes) -> tuple[BlockCipherAlgorithm, bytes]:
+def _pkcs12_pbe(parameters: list[der.Der], password: bytes) -> tuple[BlockCipherAlgorithm, bytes]:
     """pbeWithSHAAnd3-KeyTripleDES-CBC: the cipher with its key and the IV, both from
     PKCS#12's own derivation."""
-    fields = _parse(parameters[0].contents) if parameters else []
-    if len(fields) != 2 or fields[0].tag != _OCTETS or fields[1].tag != _INTEGER:
+    fields = der.parse(parameters[0].contents) if parameters else []
+    if len(fields) != 2 or fields[0].tag != der.OCTETS or fields[1].tag != der.INTEGER:
         raise Pkcs12Error("PKCS#12 PBE parameters are malformed")
     salt, iterations = fields[0].contents, _iterations(fields[1])
     secret = (password.decode("utf-8", "replace") + "\0").encode("utf-16-be")
@@ -288,82 +279,25 @@ def _repeated(data: bytes, block: int) -> bytes:
     return (data * (size // len(data) + 1))[:size]
 
 
-def _iterations(count: _Der) -> int:
+def _iterations(count: der.Der) -> int:
     value = int.from_bytes(count.contents, "big", signed=True)
     if not 0 < value <= _MAX_ITERATIONS:
         raise Pkcs12Error(f"an iteration count of {value} (Java reads 1 to {_MAX_ITERATIONS})")
     return value
 
 
-# DER ---------------------------------------------------------------------------------------------
-class _Der(NamedTuple):
-    tag: int
-    contents: bytes
-
-
-def _parse(der: bytes) -> list[_Der]:
-    """The elements `der` holds one after another."""
-    out = []
-    offset = 0
-    while offset < len(der):
-        if len(der) - offset < 2:
-            raise Pkcs12Error("an element is truncated")
-        tag, length = der[offset], der[offset + 1]
-        offset += 2
-        if length == 0x80:
-            raise Pkcs12Error("the store is BER with indefinite lengths, not DER")
-        if length & 0x80:
-            count = length & 0x7F
-            if count > 4 or len(der) - offset < count:
-                raise Pkcs12Error("an element's length is malformed")
-            length = int.from_bytes(der[offset : offset + count], "big")
-            offset += count
-        if length > len(der) - offset:
-            raise Pkcs12Error("an element is truncated")
-        out.append(_Der(tag, der[offset : offset + length]))
-        offset += length
-    return out
-
-
-def _single(der: _Der | bytes, tag: int) -> bytes:
-    """The contents of the one element of `tag` that `der` (an element's contents) is."""
-    elements = _parse(der.contents if isinstance(der, _Der) else der)
-    if len(elements) != 1 or elements[0].tag != tag:
-        raise Pkcs12Error(f"expected one element of tag {tag:#x}")
-    return elements[0].contents
-
-
-def _fields(der: bytes, tag: int) -> list[_Der]:
-    """The elements inside the one constructed element of `tag` that `der` is."""
-    return _parse(_single(der, tag))
-
-
-def _content_info(element: _Der) -> tuple[bytes, _Der]:
+# ContentInfo and AlgorithmIdentifier ---------------------------------------------------------
+def _content_info(element: der.Der) -> tuple[bytes, der.Der]:
     """A ContentInfo's type and its [0] EXPLICIT content."""
-    parts = _parse(element.contents) if element.tag == _SEQUENCE else []
-    if len(parts) != 2 or parts[0].tag != _OID or parts[1].tag != _EXPLICIT_0:
+    parts = der.parse(element.contents) if element.tag == der.SEQUENCE else []
+    if len(parts) != 2 or parts[0].tag != der.OID or parts[1].tag != der.EXPLICIT_0:
         raise Pkcs12Error("a ContentInfo is malformed")
     return parts[0].contents, parts[1]
 
 
-def _algorithm(element: _Der) -> tuple[bytes, list[_Der]]:
+def _algorithm(element: der.Der) -> tuple[bytes, list[der.Der]]:
     """An AlgorithmIdentifier's OID and its parameters."""
-    parts = _parse(element.contents) if element.tag == _SEQUENCE else []
-    if not parts or parts[0].tag != _OID:
+    parts = der.parse(element.contents) if element.tag == der.SEQUENCE else []
+    if not parts or parts[0].tag != der.OID:
         raise Pkcs12Error("an AlgorithmIdentifier is malformed")
     return parts[0].contents, parts[1:]
-
-
-def _dotted(oid: bytes) -> str:
-    """An OID's contents in dotted form, for a message."""
-    arcs = []
-    value = 0
-    for byte in oid:
-        value = value << 7 | byte & 0x7F
-        if not byte & 0x80:
-            arcs.append(value)
-            value = 0
-    if not arcs:
-        return "?"
-    first = min(arcs[0] // 40, 2)
-    return ".".join(map(str, [first, arcs[0] - 40 * first, *arcs[1:]]))

@@ -1,6 +1,6 @@
 """DER, as this broker reads it itself: the elements of an encoding (tag and contents) and object
-identifiers, for `wirebroker.pkcs12` (a store's bags), where `cryptography` does not give what
-Java sees.
+identifiers, for `wirebroker.pkcs12` (a store's bags) and `wirebroker.certificate_entries` (a
+certificate's subject as Java prints it), where `cryptography` does not give what Java sees.
 
 Definite lengths of up to four bytes only (DER has no other kind); anything malformed is a
 `DerError` saying what, never another exception.
@@ -23,6 +23,14 @@ class Der(NamedTuple):
 
     tag: int
     contents: bytes
+
+    def encoded(self) -> bytes:
+        """The element as encoded (tag, length and contents)."""
+        size = len(self.contents)
+        if size < 0x80:
+            return bytes([self.tag, size]) + self.contents
+        length = size.to_bytes((size.bit_length() + 7) // 8, "big")
+        return bytes([self.tag, 0x80 | len(length)]) + length + self.contents
 
 
 def parse(der: bytes) -> list[Der]:

@@ -1,7 +1,8 @@
-"""How many entries with a certificate a PKCS12 keystore holds, as Java's PKCS12KeyStore lists
-them: the number Kafka's SslFactory compares when a listener's keystore changes at run time
-(`wirebroker.tls`; `cryptography`, which reads the store's key and certificates there, does not
-say which certificates are entries).
+"""The entries with a certificate of a PKCS12 keystore, as Java's PKCS12KeyStore lists them:
+their aliases in its order and each one's certificate, what Kafka's SslFactory compares when a
+listener's keystore changes at run time (`wirebroker.certificate_entries`; `cryptography`,
+which reads the store's key and certificates in `wirebroker.tls`, does not say which
+certificates are entries, nor their aliases).
 
 A PKCS12 file (RFC 7292) is a sequence of SafeContents, plain or encrypted with the store's
 password, each a list of bags with attributes (a friendly name: the alias; a local key id).
@@ -9,8 +10,10 @@ As Java reads them: a shrouded key bag is a key entry (skipped without a local k
 it is the store's first key), which has a certificate when a certificate bag matches its key id
 or alias; a certificate bag with Oracle's trusted key usage attribute (keytool -importcert) is
 a trusted certificate entry; other certificate bags only make chains; a secret bag is an entry
-without a certificate. Entries are keyed by alias, case ignored, the last one of an alias kept;
-one without a friendly name is named "1", "2", ... in the order read.
+without a certificate. Entries are keyed by alias in lower case (the aliases Java lists), the
+last one of an alias kept in the first one's place; one without a friendly name is named "1",
+"2", ... in the order read. Java lists them in the order read: keytool writes a store's keys
+before its certificates, so its key entries come first.
 
 Encrypted SafeContents are read when encrypted with PBES2 (PBKDF2, AES or 3DES in CBC: OpenSSL
 3's, Java 17's and `cryptography`'s default) or PKCS#12's own 3DES; otherwise (RC2, OpenSSL
@@ -39,6 +42,7 @@ _SECRET_BAG = der.oid("1.2.840.113549.1.12.10.1.5")
 _FRIENDLY_NAME = der.oid("1.2.840.113549.1.9.20")
 _LOCAL_KEY_ID = der.oid("1.2.840.113549.1.9.21")
 _TRUSTED_KEY_USAGE = der.oid("2.16.840.1.113894.746875.1.1")
+_X509_CERTIFICATE = der.oid("1.2.840.113549.1.9.22.1")
 _PBES2 = der.oid("1.2.840.113549.1.5.13")
 _PBKDF2 = der.oid("1.2.840.113549.1.5.12")
 _PBE_SHA1_3DES = der.oid("1.2.840.113549.1.12.1.3")
@@ -62,12 +66,20 @@ _MAX_ITERATIONS = 5_000_000
 
 
 class Pkcs12Error(ValueError):
-    """The store's entries cannot be counted here; the message says why (never a password)."""
+    """The store's entries cannot be listed here; the message says why (never a password)."""
 
 
-def certificate_entries(data: bytes, password: bytes | None) -> int:
-    """The number of entries with a certificate of the PKCS12 store `data` (key entries with a
-    chain and trusted certificate entries), as Java lists them."""
+class CertificateEntry(NamedTuple):
+    """An entry with a certificate: its alias as Java's KeyStore.aliases gives it (in lower
+    case) and its certificate (a key entry's first one), DER."""
+
+    alias: str
+    certificate: bytes
+
+
+def certificate_entries(data: bytes, password: bytes | None) -> list[CertificateEntry]:
+    """The entries with a certificate of the PKCS12 store `data` (key entries with a chain and
+    trusted certificate entries) in the order Java lists them."""
     try:
         pfx = der.fields(data, der.SEQUENCE)
         if len(pfx) < 2 or pfx[1].tag != der.SEQUENCE:
@@ -84,28 +96,36 @@ def certificate_entries(data: bytes, password: bytes | None) -> int:
                 census.read(_decrypt(content, password))
             else:
                 raise Pkcs12Error("a part of the store is encrypted with a public key")
-        return census.count()
+        return census.certificate_entries()
     except der.DerError as e:
         raise Pkcs12Error(str(e)) from None
 
 
 class _Entry(NamedTuple):
     kind: str  # "key", "trusted" or "secret"
+    alias: str
     key_id: bytes | None = None
-    alias: str = ""
+    certificate: bytes | None = None  # a trusted entry's
+
+
+class _Cert(NamedTuple):
+    """A certificate bag that is no entry (chains are made of them)."""
+
+    key_id: bytes | None
+    alias: str | None
+    certificate: bytes
 
 
 class _Census:
-    """PKCS12KeyStore.engineLoad's entries, as far as counting them needs."""
+    """PKCS12KeyStore.engineLoad's entries, as far as listing them needs."""
 
     __slots__ = ("entries", "certs", "key_count", "unnamed")
 
     def __init__(self) -> None:
-        #: By alias in lower case, the last one read of an alias.
+        #: By alias in lower case (Java's aliases), in the order first read; the last one read
+        #: of an alias kept.
         self.entries: dict[str, _Entry] = {}
-        #: The key id and alias of each certificate bag that is no entry (chains are made of
-        #: them).
-        self.certs: list[tuple[bytes | None, str | None]] = []
+        self.certs: list[_Cert] = []
         self.key_count = 0
         self.unnamed = 0
 
@@ -130,30 +150,55 @@ class _Census:
                         continue  # as Java: a key without an id is only the first one's
                     key_id = b"01"
                 name = self._name(alias)
-                self.entries[name.lower()] = _Entry("key", key_id, name)
+                self.entries[name.lower()] = _Entry("key", name, key_id)
             elif kind == _CERT_BAG:
+                certificate = _certificate(parts[1])
                 if key_id is None and self.key_count == 1 and index == 0:
                     key_id = b"01"
                 if trusted:
-                    self.entries[self._name(alias).lower()] = _Entry("trusted")
+                    name = self._name(alias)
+                    self.entries[name.lower()] = _Entry("trusted", name, certificate=certificate)
                 else:
-                    self.certs.append((key_id, alias))
+                    self.certs.append(_Cert(key_id, alias, certificate))
             elif kind == _SECRET_BAG:
-                self.entries[self._name(alias).lower()] = _Entry("secret")
+                name = self._name(alias)
+                self.entries[name.lower()] = _Entry("secret", name)
 
-    def count(self) -> int:
-        """Trusted certificate entries and key entries a certificate bag belongs to (by key
-        id, else by alias: the chain's first certificate)."""
+    def certificate_entries(self) -> list[CertificateEntry]:
+        """Trusted certificate entries and key entries a certificate bag belongs to."""
+        out = []
+        for alias, entry in self.entries.items():
+            certificate = entry.certificate if entry.kind == "trusted" else None
+            if entry.kind == "key":
+                certificate = self._first_of_chain(entry)
+            if certificate is not None:
+                out.append(CertificateEntry(alias, certificate))
+        return out
 
-        def has_chain(key: _Entry) -> bool:
-            return any(
-                k == key.key_id or (a is not None and a.lower() == key.alias.lower())
-                for k, a in self.certs
-            )
+    def _first_of_chain(self, key: _Entry) -> bytes | None:
+        """A key entry's certificate, as Java matches it: the first bag of the key's id and
+        alias (case ignored), else the last of its id, else the last of its alias."""
+        by_id = by_alias = None
+        for cert in self.certs:
+            same_alias = cert.alias is not None and cert.alias.lower() == key.alias.lower()
+            if cert.key_id == key.key_id:
+                if same_alias:
+                    return cert.certificate
+                by_id = cert.certificate
+            elif same_alias:
+                by_alias = cert.certificate
+        return by_id if by_id is not None else by_alias
 
-        return sum(
-            e.kind == "trusted" or (e.kind == "key" and has_chain(e)) for e in self.entries.values()
-        )
+
+def _certificate(bag_value: der.Der) -> bytes:
+    """The X.509 certificate (DER) of a CertBag, its bag's [0] EXPLICIT value: SEQUENCE {
+    certId, [0] EXPLICIT OCTET STRING }."""
+    parts = der.parse(der.single(bag_value, der.SEQUENCE))
+    if len(parts) != 2 or parts[0].tag != der.OID or parts[1].tag != der.EXPLICIT_0:
+        raise Pkcs12Error("a certificate bag is malformed")
+    if parts[0].contents != _X509_CERTIFICATE:
+        raise Pkcs12Error("a certificate bag holds no X.509 certificate")
+    return der.single(parts[1], der.OCTETS)
 
 
 def _attributes(attributes: der.Der | None) -> tuple[str | None, bytes | None, bool]:

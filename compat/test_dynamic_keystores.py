@@ -1,18 +1,23 @@
 """A listener's keystore changed at run time on real Kafka 3.9 and on wirebroker: the same stores,
 the same IncrementalAlterConfigs and AlterConfigs, the same answers.
 
-Both brokers get a PLAINTEXT listener for the admin requests and an SSL one between brokers (a
-PKCS12 keystore, a PEM truststore of the CA), and no `password.encoder.secret`. Then, on each:
+Both brokers get a PLAINTEXT listener for the admin requests, an SSL one between brokers (a
+PKCS12 keystore, a PEM truststore of the CA) and a second SSL one, EXTERNAL, whose keystore holds
+a key entry and a trusted CA entry (keytool's), and no `password.encoder.secret`. Then, on each:
 the keystore's password set validate-only, incrementally and with the legacy AlterConfigs,
 answered without the secret (NONE; a wrong one refused, INVALID_REQUEST), and set for good,
 refused for want of it (INVALID_CONFIG); a new keystore holding one more entry (the CA, which
-keytool added as a trusted entry), refused by the count of entries Kafka's SslFactory compares (INVALID_REQUEST, as a validation); the keystore renewed in place from a CA
-the truststore does not trust, refused by the handshakes between the old and the new stores
-when the same location is set again, and when any other key of the broker is
-(INVALID_CONFIG, as Kafka's reload of modified files); a good renewal in place, taken and
-served; a renewal in place with one more entry, refused. The handshake's failure is Java's
-exception in Kafka's message and OpenSSL's reason in wirebroker's, and wirebroker adds what to
-do: both are cut from the answers compared.
+keytool added as a trusted entry), refused by the count of entries Kafka's SslFactory compares
+(INVALID_REQUEST, as a validation); the keystore renewed in place from a CA the truststore does
+not trust, refused by the handshakes between the old and the new stores when the same location
+is set again, and when any other key of the broker is (INVALID_CONFIG, as Kafka's reload of
+modified files); a good renewal in place, taken and served. On EXTERNAL, new keystores compared
+entry by entry: the CA entry another CA's, the key's subject another (quoted as Java prints it),
+the key with fewer alternative names, the same entries in a JKS store (listed in another
+order), all refused with Kafka's messages; a good one, taken and served. Last, a renewal in
+place with one more entry, refused. The handshake's failure is Java's exception in Kafka's
+message and OpenSSL's reason in wirebroker's, and wirebroker adds what to do: both are cut from
+the answers compared.
 """
 
 from __future__ import annotations

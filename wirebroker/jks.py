@@ -13,6 +13,10 @@ KeyProtector: the encrypted bytes are a 20-byte salt, the key XORed with a keyst
 20-byte check; the keystream is SHA-1(password + salt), then SHA-1(password + the previous
 block); the check is SHA-1(password + the key). The key is PKCS#8, which `cryptography` reads.
 
+Java lists a store's entries (KeyStore.aliases, the order in which Kafka's SslFactory compares
+two keystores' entries) as its JavaKeyStore keeps them, in a java.util.Hashtable by alias: the
+order of that table's buckets (`JksStore.certificate_entries`).
+
 Every length is checked against what is left of the file before it is used; a truncated or
 malformed store is a `JksError` saying what is wrong, never an exception of another kind.
 JCEKS stores (`CECECECE`) and secret-key entries are refused with how to convert them.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from typing import NamedTuple
 
 MAGIC = b"\xfe\xed\xfe\xed"
 JCEKS_MAGIC = b"\xce\xce\xce\xce"
@@ -60,14 +65,43 @@ class PrivateKeyEntry:
         return _recover_key(self.protected_key, password.encode("utf-16-be"))
 
 
+class TrustedCertEntry(NamedTuple):
+    """A trusted certificate entry: its alias and the certificate (DER)."""
+
+    alias: str
+    certificate: bytes
+
+
 class JksStore:
     """A JKS store's entries, in the file's order."""
 
-    __slots__ = ("private_keys", "trusted_certs")
+    __slots__ = ("entries",)
 
-    def __init__(self, private_keys: list[PrivateKeyEntry], trusted_certs: list[bytes]) -> None:
-        self.private_keys = private_keys
-        self.trusted_certs = trusted_certs
+    def __init__(self, entries: list[PrivateKeyEntry | TrustedCertEntry]) -> None:
+        self.entries = entries
+
+    @property
+    def private_keys(self) -> list[PrivateKeyEntry]:
+        return [e for e in self.entries if isinstance(e, PrivateKeyEntry)]
+
+    @property
+    def trusted_certs(self) -> list[bytes]:
+        return [e.certificate for e in self.entries if isinstance(e, TrustedCertEntry)]
+
+    def certificate_entries(self) -> list[tuple[str, bytes]]:
+        """The entries with a certificate (a key entry's first one, a trusted one's), by alias,
+        in the order Java's JavaKeyStore lists them: its Hashtable's (`_hashtable_order`)."""
+        by_alias: dict[str, bytes | None] = {}
+        for entry in self.entries:  # an alias read again takes the first one's place
+            if isinstance(entry, PrivateKeyEntry):
+                by_alias[entry.alias] = entry.chain[0] if entry.chain else None
+            else:
+                by_alias[entry.alias] = entry.certificate
+        return [
+            (alias, certificate)
+            for alias in _hashtable_order(list(by_alias))
+            if (certificate := by_alias[alias]) is not None
+        ]
 
 
 def read_jks(data: bytes, password: str | None) -> JksStore:
@@ -88,8 +122,7 @@ def read_jks(data: bytes, password: str | None) -> JksStore:
     version = reader.u32()
     if version not in (1, 2):
         raise JksError(f"JKS version {version} is not 1 or 2")
-    private_keys: list[PrivateKeyEntry] = []
-    trusted: list[bytes] = []
+    entries: list[PrivateKeyEntry | TrustedCertEntry] = []
     for _ in range(reader.u32()):
         tag = reader.u32()
         alias = reader.utf()
@@ -97,16 +130,16 @@ def read_jks(data: bytes, password: str | None) -> JksStore:
         if tag == _PRIVATE_KEY:
             protected = reader.take(reader.u32())
             chain = [reader.certificate(version) for _ in range(reader.u32())]
-            private_keys.append(PrivateKeyEntry(alias, protected, chain))
+            entries.append(PrivateKeyEntry(alias, protected, chain))
         elif tag == _TRUSTED_CERT:
-            trusted.append(reader.certificate(version))
+            entries.append(TrustedCertEntry(alias, reader.certificate(version)))
         else:
             raise JksError(
                 f"entry {alias!r} has tag {tag}, neither a private key nor a certificate"
             )
     if reader.offset != len(body):
         raise JksError("bytes follow the store's last entry")
-    return JksStore(private_keys, trusted)
+    return JksStore(entries)
 
 
 class _Reader:
@@ -190,3 +223,37 @@ def _tlv(der: bytes, tag: int) -> tuple[bytes, bytes]:
     if length > len(der) - offset:
         raise JksError("the private key's EncryptedPrivateKeyInfo is truncated")
     return der[offset : offset + length], der[offset + length :]
+
+
+#: java.util.Hashtable's defaults: the capacity of a new table and its load factor.
+_CAPACITY, _LOAD_FACTOR = 11, 0.75
+
+
+def _hashtable_order(keys: list[str]) -> list[str]:
+    """The order a java.util.Hashtable made with its defaults enumerates `keys` put in this
+    order (distinct): its buckets from the last to the first, each from its newest key, a key's
+    bucket its String.hashCode modulo the capacity, which grows to 2n+1 when the table holds
+    three quarters of it (its keys moved bucket by bucket from the last)."""
+    buckets: list[list[str]] = [[] for _ in range(_CAPACITY)]
+    for count, key in enumerate(keys):
+        if count >= int(len(buckets) * _LOAD_FACTOR):
+            old, buckets = buckets, [[] for _ in range(2 * len(buckets) + 1)]
+            for bucket in reversed(old):
+                for moved in bucket:
+                    buckets[_java_hash(moved) % len(buckets)].insert(0, moved)
+        buckets[_java_hash(key) % len(buckets)].insert(0, key)
+    return [key for bucket in reversed(buckets) for key in bucket]
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as 32 bits unsigned."""
+    units = text.encode("utf-16-be", "surrogatepass")
+    value = 0
+    for i in range(0, len(units), 2):
+        value = (31 * value + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return value
+
+
+def _java_hash(text: str) -> int:
+    """A key's hash as Hashtable uses it: its String.hashCode, the sign bit cleared."""
+    return java_string_hash(text) & 0x7FFFFFFF

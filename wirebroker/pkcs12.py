@@ -1,7 +1,8 @@
-"""How many entries with a certificate a PKCS12 keystore holds, as Java's PKCS12KeyStore lists
-them: the number Kafka's SslFactory compares when a listener's keystore changes at run time
-(`wirebroker.tls`; `cryptography`, which reads the store's key and certificates there, does not
-say which certificates are entries).
+"""The entries with a certificate of a PKCS12 keystore, as Java's PKCS12KeyStore lists them:
+their aliases in its order and each one's certificate, what Kafka's SslFactory compares when a
+listener's keystore changes at run time (`wirebroker.certificate_entries`; `cryptography`,
+which reads the store's key and certificates in `wirebroker.tls`, does not say which
+certificates are entries, nor their aliases).
 
 A PKCS12 file (RFC 7292) is a sequence of SafeContents, plain or encrypted with the store's
 password, each a list of bags with attributes (a friendly name: the alias; a local key id).
@@ -9,8 +10,10 @@ As Java reads them: a shrouded key bag is a key entry (skipped without a local k
 it is the store's first key), which has a certificate when a certificate bag matches its key id
 or alias; a certificate bag with Oracle's trusted key usage attribute (keytool -importcert) is
 a trusted certificate entry; other certificate bags only make chains; a secret bag is an entry
-without a certificate. Entries are keyed by alias, case ignored, the last one of an alias kept;
-one without a friendly name is named "1", "2", ... in the order read.
+without a certificate. Entries are keyed by alias in lower case (the aliases Java lists), the
+last one of an alias kept in the first one's place; one without a friendly name is named "1",
+"2", ... in the order read. Java lists them in the order read: keytool writes a store's keys
+before its certificates, so its key entries come first.
 
 Encrypted SafeContents are read when encrypted with PBES2 (PBKDF2, AES or 3DES in CBC: OpenSSL
 3's, Java 17's and `cryptography`'s default) or PKCS#12's own 3DES; otherwise (RC2, OpenSSL
@@ -29,94 +32,100 @@ from cryptography.hazmat.primitives import hashes, padding
 from cryptography.hazmat.primitives.ciphers import BlockCipherAlgorithm, Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 
-_SEQUENCE, _SET, _OID, _OCTETS, _INTEGER, _BMP = 0x30, 0x31, 0x06, 0x04, 0x02, 0x1E
-_EXPLICIT_0, _IMPLICIT_0 = 0xA0, 0x80
+from wirebroker import der
 
-
-def _oid(dotted: str) -> bytes:
-    """The DER contents of an OBJECT IDENTIFIER."""
-    first, second, *rest = (int(p) for p in dotted.split("."))
-    out = bytearray([40 * first + second])
-    for arc in rest:
-        chunk = [arc & 0x7F]
-        while arc := arc >> 7:
-            chunk.append(0x80 | arc & 0x7F)
-        out += bytes(reversed(chunk))
-    return bytes(out)
-
-
-_DATA = _oid("1.2.840.113549.1.7.1")
-_ENCRYPTED_DATA = _oid("1.2.840.113549.1.7.6")
-_SHROUDED_KEY_BAG = _oid("1.2.840.113549.1.12.10.1.2")
-_CERT_BAG = _oid("1.2.840.113549.1.12.10.1.3")
-_SECRET_BAG = _oid("1.2.840.113549.1.12.10.1.5")
-_FRIENDLY_NAME = _oid("1.2.840.113549.1.9.20")
-_LOCAL_KEY_ID = _oid("1.2.840.113549.1.9.21")
-_TRUSTED_KEY_USAGE = _oid("2.16.840.1.113894.746875.1.1")
-_PBES2 = _oid("1.2.840.113549.1.5.13")
-_PBKDF2 = _oid("1.2.840.113549.1.5.12")
-_PBE_SHA1_3DES = _oid("1.2.840.113549.1.12.1.3")
+_DATA = der.oid("1.2.840.113549.1.7.1")
+_ENCRYPTED_DATA = der.oid("1.2.840.113549.1.7.6")
+_SHROUDED_KEY_BAG = der.oid("1.2.840.113549.1.12.10.1.2")
+_CERT_BAG = der.oid("1.2.840.113549.1.12.10.1.3")
+_SECRET_BAG = der.oid("1.2.840.113549.1.12.10.1.5")
+_FRIENDLY_NAME = der.oid("1.2.840.113549.1.9.20")
+_LOCAL_KEY_ID = der.oid("1.2.840.113549.1.9.21")
+_TRUSTED_KEY_USAGE = der.oid("2.16.840.1.113894.746875.1.1")
+_X509_CERTIFICATE = der.oid("1.2.840.113549.1.9.22.1")
+_PBES2 = der.oid("1.2.840.113549.1.5.13")
+_PBKDF2 = der.oid("1.2.840.113549.1.5.12")
+_PBE_SHA1_3DES = der.oid("1.2.840.113549.1.12.1.3")
 _PRFS: dict[bytes, hashes.HashAlgorithm] = {
-    _oid("1.2.840.113549.2.7"): hashes.SHA1(),
-    _oid("1.2.840.113549.2.8"): hashes.SHA224(),
-    _oid("1.2.840.113549.2.9"): hashes.SHA256(),
-    _oid("1.2.840.113549.2.10"): hashes.SHA384(),
-    _oid("1.2.840.113549.2.11"): hashes.SHA512(),
+    der.oid("1.2.840.113549.2.7"): hashes.SHA1(),
+    der.oid("1.2.840.113549.2.8"): hashes.SHA224(),
+    der.oid("1.2.840.113549.2.9"): hashes.SHA256(),
+    der.oid("1.2.840.113549.2.10"): hashes.SHA384(),
+    der.oid("1.2.840.113549.2.11"): hashes.SHA512(),
 }
 #: PBES2's ciphers (all in CBC mode): key size.
 _CIPHERS = {
-    _oid("2.16.840.1.101.3.4.1.2"): 16,
-    _oid("2.16.840.1.101.3.4.1.22"): 24,
-    _oid("2.16.840.1.101.3.4.1.42"): 32,
-    _oid("1.2.840.113549.3.7"): 24,  # des-ede3-cbc
+    der.oid("2.16.840.1.101.3.4.1.2"): 16,
+    der.oid("2.16.840.1.101.3.4.1.22"): 24,
+    der.oid("2.16.840.1.101.3.4.1.42"): 32,
+    der.oid("1.2.840.113549.3.7"): 24,  # des-ede3-cbc
 }
-_DES_EDE3_CBC = _oid("1.2.840.113549.3.7")
+_DES_EDE3_CBC = der.oid("1.2.840.113549.3.7")
 #: Java's bound on a PBE iteration count (PKCS12KeyStore's MAX_ITERATION_COUNT).
 _MAX_ITERATIONS = 5_000_000
 
 
 class Pkcs12Error(ValueError):
-    """The store's entries cannot be counted here; the message says why (never a password)."""
+    """The store's entries cannot be listed here; the message says why (never a password)."""
 
 
-def certificate_entries(data: bytes, password: bytes | None) -> int:
-    """The number of entries with a certificate of the PKCS12 store `data` (key entries with a
-    chain and trusted certificate entries), as Java lists them."""
-    pfx = _fields(data, _SEQUENCE)
-    if len(pfx) < 2 or pfx[1].tag != _SEQUENCE:
-        raise Pkcs12Error("the store is not a PFX")
-    kind, content = _content_info(pfx[1])
-    if kind != _DATA:
-        raise Pkcs12Error("the store is signed with a public key, not a password")
-    census = _Census()
-    for safe in _fields(_single(content, _OCTETS), _SEQUENCE):
-        kind, content = _content_info(safe)
-        if kind == _DATA:
-            census.read(_single(content, _OCTETS))
-        elif kind == _ENCRYPTED_DATA:
-            census.read(_decrypt(content, password))
-        else:
-            raise Pkcs12Error("a part of the store is encrypted with a public key")
-    return census.count()
+class CertificateEntry(NamedTuple):
+    """An entry with a certificate: its alias as Java's KeyStore.aliases gives it (in lower
+    case) and its certificate (a key entry's first one), DER."""
+
+    alias: str
+    certificate: bytes
+
+
+def certificate_entries(data: bytes, password: bytes | None) -> list[CertificateEntry]:
+    """The entries with a certificate of the PKCS12 store `data` (key entries with a chain and
+    trusted certificate entries) in the order Java lists them."""
+    try:
+        pfx = der.fields(data, der.SEQUENCE)
+        if len(pfx) < 2 or pfx[1].tag != der.SEQUENCE:
+            raise Pkcs12Error("the store is not a PFX")
+        kind, content = _content_info(pfx[1])
+        if kind != _DATA:
+            raise Pkcs12Error("the store is signed with a public key, not a password")
+        census = _Census()
+        for safe in der.fields(der.single(content, der.OCTETS), der.SEQUENCE):
+            kind, content = _content_info(safe)
+            if kind == _DATA:
+                census.read(der.single(content, der.OCTETS))
+            elif kind == _ENCRYPTED_DATA:
+                census.read(_decrypt(content, password))
+            else:
+                raise Pkcs12Error("a part of the store is encrypted with a public key")
+        return census.certificate_entries()
+    except der.DerError as e:
+        raise Pkcs12Error(str(e)) from None
 
 
 class _Entry(NamedTuple):
     kind: str  # "key", "trusted" or "secret"
+    alias: str
     key_id: bytes | None = None
-    alias: str = ""
+    certificate: bytes | None = None  # a trusted entry's
+
+
+class _Cert(NamedTuple):
+    """A certificate bag that is no entry (chains are made of them)."""
+
+    key_id: bytes | None
+    alias: str | None
+    certificate: bytes
 
 
 class _Census:
-    """PKCS12KeyStore.engineLoad's entries, as far as counting them needs."""
+    """PKCS12KeyStore.engineLoad's entries, as far as listing them needs."""
 
     __slots__ = ("entries", "certs", "key_count", "unnamed")
 
     def __init__(self) -> None:
-        #: By alias in lower case, the last one read of an alias.
+        #: By alias in lower case (Java's aliases), in the order first read; the last one read
+        #: of an alias kept.
         self.entries: dict[str, _Entry] = {}
-        #: The key id and alias of each certificate bag that is no entry (chains are made of
-        #: them).
-        self.certs: list[tuple[bytes | None, str | None]] = []
+        self.certs: list[_Cert] = []
         self.key_count = 0
         self.unnamed = 0
 
@@ -128,9 +137,9 @@ class _Census:
 
     def read(self, safe_contents: bytes) -> None:
         """The bags of one SafeContents."""
-        for index, bag in enumerate(_fields(safe_contents, _SEQUENCE)):
-            parts = _parse(bag.contents) if bag.tag == _SEQUENCE else []
-            if len(parts) < 2 or parts[0].tag != _OID:
+        for index, bag in enumerate(der.fields(safe_contents, der.SEQUENCE)):
+            parts = der.parse(bag.contents) if bag.tag == der.SEQUENCE else []
+            if len(parts) < 2 or parts[0].tag != der.OID:
                 raise Pkcs12Error("a bag is malformed")
             alias, key_id, trusted = _attributes(parts[2] if len(parts) > 2 else None)
             kind = parts[0].contents
@@ -141,50 +150,75 @@ class _Census:
                         continue  # as Java: a key without an id is only the first one's
                     key_id = b"01"
                 name = self._name(alias)
-                self.entries[name.lower()] = _Entry("key", key_id, name)
+                self.entries[name.lower()] = _Entry("key", name, key_id)
             elif kind == _CERT_BAG:
+                certificate = _certificate(parts[1])
                 if key_id is None and self.key_count == 1 and index == 0:
                     key_id = b"01"
                 if trusted:
-                    self.entries[self._name(alias).lower()] = _Entry("trusted")
+                    name = self._name(alias)
+                    self.entries[name.lower()] = _Entry("trusted", name, certificate=certificate)
                 else:
-                    self.certs.append((key_id, alias))
+                    self.certs.append(_Cert(key_id, alias, certificate))
             elif kind == _SECRET_BAG:
-                self.entries[self._name(alias).lower()] = _Entry("secret")
+                name = self._name(alias)
+                self.entries[name.lower()] = _Entry("secret", name)
 
-    def count(self) -> int:
-        """Trusted certificate entries and key entries a certificate bag belongs to (by key
-        id, else by alias: the chain's first certificate)."""
+    def certificate_entries(self) -> list[CertificateEntry]:
+        """Trusted certificate entries and key entries a certificate bag belongs to."""
+        out = []
+        for alias, entry in self.entries.items():
+            certificate = entry.certificate if entry.kind == "trusted" else None
+            if entry.kind == "key":
+                certificate = self._first_of_chain(entry)
+            if certificate is not None:
+                out.append(CertificateEntry(alias, certificate))
+        return out
 
-        def has_chain(key: _Entry) -> bool:
-            return any(
-                k == key.key_id or (a is not None and a.lower() == key.alias.lower())
-                for k, a in self.certs
-            )
+    def _first_of_chain(self, key: _Entry) -> bytes | None:
+        """A key entry's certificate, as Java matches it: the first bag of the key's id and
+        alias (case ignored), else the last of its id, else the last of its alias."""
+        by_id = by_alias = None
+        for cert in self.certs:
+            same_alias = cert.alias is not None and cert.alias.lower() == key.alias.lower()
+            if cert.key_id == key.key_id:
+                if same_alias:
+                    return cert.certificate
+                by_id = cert.certificate
+            elif same_alias:
+                by_alias = cert.certificate
+        return by_id if by_id is not None else by_alias
 
-        return sum(
-            e.kind == "trusted" or (e.kind == "key" and has_chain(e)) for e in self.entries.values()
-        )
+
+def _certificate(bag_value: der.Der) -> bytes:
+    """The X.509 certificate (DER) of a CertBag, its bag's [0] EXPLICIT value: SEQUENCE {
+    certId, [0] EXPLICIT OCTET STRING }."""
+    parts = der.parse(der.single(bag_value, der.SEQUENCE))
+    if len(parts) != 2 or parts[0].tag != der.OID or parts[1].tag != der.EXPLICIT_0:
+        raise Pkcs12Error("a certificate bag is malformed")
+    if parts[0].contents != _X509_CERTIFICATE:
+        raise Pkcs12Error("a certificate bag holds no X.509 certificate")
+    return der.single(parts[1], der.OCTETS)
 
 
-def _attributes(attributes: _Der | None) -> tuple[str | None, bytes | None, bool]:
+def _attributes(attributes: der.Der | None) -> tuple[str | None, bytes | None, bool]:
     """A bag's friendly name, local key id and whether it has the trusted key usage."""
     alias: str | None = None
     key_id: bytes | None = None
     trusted = False
     if attributes is None:
         return alias, key_id, trusted
-    if attributes.tag != _SET:
+    if attributes.tag != der.SET:
         raise Pkcs12Error("a bag's attributes are not a SET")
-    for attribute in _parse(attributes.contents):
-        parts = _parse(attribute.contents) if attribute.tag == _SEQUENCE else []
-        if len(parts) != 2 or parts[0].tag != _OID or parts[1].tag != _SET:
+    for attribute in der.parse(attributes.contents):
+        parts = der.parse(attribute.contents) if attribute.tag == der.SEQUENCE else []
+        if len(parts) != 2 or parts[0].tag != der.OID or parts[1].tag != der.SET:
             raise Pkcs12Error("a bag attribute is malformed")
-        values = _parse(parts[1].contents)
+        values = der.parse(parts[1].contents)
         if not values:
             raise Pkcs12Error("a bag attribute has no value")
         if parts[0].contents == _FRIENDLY_NAME:
-            if values[0].tag != _BMP:
+            if values[0].tag != der.BMP:
                 raise Pkcs12Error("a friendly name is not a BMPString")
             alias = values[0].contents.decode("utf-16-be", "replace")
         elif parts[0].contents == _LOCAL_KEY_ID:
@@ -195,14 +229,16 @@ def _attributes(attributes: _Der | None) -> tuple[str | None, bytes | None, bool
 
 
 # decryption ------------------------------------------------------------------------------------
-def _decrypt(encrypted_data: _Der, password: bytes | None) -> bytes:
+def _decrypt(encrypted_data: der.Der, password: bytes | None) -> bytes:
     """The SafeContents an EncryptedData holds: SEQUENCE { version, SEQUENCE { type,
     AlgorithmIdentifier, [0] IMPLICIT the encrypted bytes } }."""
     if password is None:
         raise Pkcs12Error("its certificates are encrypted and there is no password")
-    fields = _fields(encrypted_data.contents, _SEQUENCE)
-    info = _parse(fields[1].contents) if len(fields) == 2 and fields[1].tag == _SEQUENCE else []
-    if len(info) != 3 or info[1].tag != _SEQUENCE or info[2].tag != _IMPLICIT_0:
+    fields = der.fields(encrypted_data.contents, der.SEQUENCE)
+    info = (
+        der.parse(fields[1].contents) if len(fields) == 2 and fields[1].tag == der.SEQUENCE else []
+    )
+    if len(info) != 3 or info[1].tag != der.SEQUENCE or info[2].tag != der.IMPLICIT_0:
         raise Pkcs12Error("an EncryptedData is malformed (or holds no bytes)")
     algorithm, parameters = _algorithm(info[1])
     if algorithm == _PBES2:
@@ -211,7 +247,7 @@ def _decrypt(encrypted_data: _Der, password: bytes | None) -> bytes:
         cipher, iv = _pkcs12_pbe(parameters, password)
     else:
         raise Pkcs12Error(
-            f"its certificates are encrypted with {_dotted(algorithm)}, which is not read here"
+            f"its certificates are encrypted with {der.dotted(algorithm)}, which is not read here"
         )
     try:  # (a wrong IV or length too)
         decryptor = Cipher(cipher, modes.CBC(iv)).decryptor()
@@ -222,26 +258,26 @@ def _decrypt(encrypted_data: _Der, password: bytes | None) -> bytes:
         raise Pkcs12Error("its certificates do not decrypt with the store's password") from None
 
 
-def _pbes2(parameters: list[_Der], password: bytes) -> tuple[BlockCipherAlgorithm, bytes]:
+def _pbes2(parameters: list[der.Der], password: bytes) -> tuple[BlockCipherAlgorithm, bytes]:
     """PBES2 (RFC 8018): the cipher, its key from PBKDF2 with its PRF, and the IV."""
-    fields = _parse(parameters[0].contents) if parameters else []
-    if len(fields) != 2 or fields[0].tag != _SEQUENCE or fields[1].tag != _SEQUENCE:
+    fields = der.parse(parameters[0].contents) if parameters else []
+    if len(fields) != 2 or fields[0].tag != der.SEQUENCE or fields[1].tag != der.SEQUENCE:
         raise Pkcs12Error("PBES2's parameters are malformed")
     kdf, kdf_parameters = _algorithm(fields[0])
     if kdf != _PBKDF2:
-        raise Pkcs12Error(f"PBES2 with the key derivation {_dotted(kdf)}")
-    pbkdf2 = _parse(kdf_parameters[0].contents) if kdf_parameters else []
-    if len(pbkdf2) < 2 or pbkdf2[0].tag != _OCTETS or pbkdf2[1].tag != _INTEGER:
+        raise Pkcs12Error(f"PBES2 with the key derivation {der.dotted(kdf)}")
+    pbkdf2 = der.parse(kdf_parameters[0].contents) if kdf_parameters else []
+    if len(pbkdf2) < 2 or pbkdf2[0].tag != der.OCTETS or pbkdf2[1].tag != der.INTEGER:
         raise Pkcs12Error("PBKDF2's parameters are malformed")
     prf: hashes.HashAlgorithm = hashes.SHA1()  # the default
-    if pbkdf2[-1].tag == _SEQUENCE:
+    if pbkdf2[-1].tag == der.SEQUENCE:
         prf_algorithm, _ = _algorithm(pbkdf2[-1])
         if prf_algorithm not in _PRFS:
-            raise Pkcs12Error(f"PBKDF2 with the PRF {_dotted(prf_algorithm)}")
+            raise Pkcs12Error(f"PBKDF2 with the PRF {der.dotted(prf_algorithm)}")
         prf = _PRFS[prf_algorithm]
     cipher, iv = _algorithm(fields[1])
-    if cipher not in _CIPHERS or len(iv) != 1 or iv[0].tag != _OCTETS:
-        raise Pkcs12Error(f"PBES2 with the cipher {_dotted(cipher)}")
+    if cipher not in _CIPHERS or len(iv) != 1 or iv[0].tag != der.OCTETS:
+        raise Pkcs12Error(f"PBES2 with the cipher {der.dotted(cipher)}")
     size = _CIPHERS[cipher]
     salt, iterations = pbkdf2[0].contents, _iterations(pbkdf2[1])
     key = PBKDF2HMAC(prf, size, salt, iterations).derive(password)
@@ -249,11 +285,11 @@ def _pbes2(parameters: list[_Der], password: bytes) -> tuple[BlockCipherAlgorith
     return algorithm, iv[0].contents
 
 
-def _pkcs12_pbe(parameters: list[_Der], password: bytes) -> tuple[BlockCipherAlgorithm, bytes]:
+def _pkcs12_pbe(parameters: list[der.Der], password: bytes) -> tuple[BlockCipherAlgorithm, bytes]:
     """pbeWithSHAAnd3-KeyTripleDES-CBC: the cipher with its key and the IV, both from
     PKCS#12's own derivation."""
-    fields = _parse(parameters[0].contents) if parameters else []
-    if len(fields) != 2 or fields[0].tag != _OCTETS or fields[1].tag != _INTEGER:
+    fields = der.parse(parameters[0].contents) if parameters else []
+    if len(fields) != 2 or fields[0].tag != der.OCTETS or fields[1].tag != der.INTEGER:
         raise Pkcs12Error("PKCS#12 PBE parameters are malformed")
     salt, iterations = fields[0].contents, _iterations(fields[1])
     secret = (password.decode("utf-8", "replace") + "\0").encode("utf-16-be")
@@ -288,82 +324,25 @@ def _repeated(data: bytes, block: int) -> bytes:
     return (data * (size // len(data) + 1))[:size]
 
 
-def _iterations(count: _Der) -> int:
+def _iterations(count: der.Der) -> int:
     value = int.from_bytes(count.contents, "big", signed=True)
     if not 0 < value <= _MAX_ITERATIONS:
         raise Pkcs12Error(f"an iteration count of {value} (Java reads 1 to {_MAX_ITERATIONS})")
     return value
 
 
-# DER ---------------------------------------------------------------------------------------------
-class _Der(NamedTuple):
-    tag: int
-    contents: bytes
-
-
-def _parse(der: bytes) -> list[_Der]:
-    """The elements `der` holds one after another."""
-    out = []
-    offset = 0
-    while offset < len(der):
-        if len(der) - offset < 2:
-            raise Pkcs12Error("an element is truncated")
-        tag, length = der[offset], der[offset + 1]
-        offset += 2
-        if length == 0x80:
-            raise Pkcs12Error("the store is BER with indefinite lengths, not DER")
-        if length & 0x80:
-            count = length & 0x7F
-            if count > 4 or len(der) - offset < count:
-                raise Pkcs12Error("an element's length is malformed")
-            length = int.from_bytes(der[offset : offset + count], "big")
-            offset += count
-        if length > len(der) - offset:
-            raise Pkcs12Error("an element is truncated")
-        out.append(_Der(tag, der[offset : offset + length]))
-        offset += length
-    return out
-
-
-def _single(der: _Der | bytes, tag: int) -> bytes:
-    """The contents of the one element of `tag` that `der` (an element's contents) is."""
-    elements = _parse(der.contents if isinstance(der, _Der) else der)
-    if len(elements) != 1 or elements[0].tag != tag:
-        raise Pkcs12Error(f"expected one element of tag {tag:#x}")
-    return elements[0].contents
-
-
-def _fields(der: bytes, tag: int) -> list[_Der]:
-    """The elements inside the one constructed element of `tag` that `der` is."""
-    return _parse(_single(der, tag))
-
-
-def _content_info(element: _Der) -> tuple[bytes, _Der]:
+# ContentInfo and AlgorithmIdentifier ---------------------------------------------------------
+def _content_info(element: der.Der) -> tuple[bytes, der.Der]:
     """A ContentInfo's type and its [0] EXPLICIT content."""
-    parts = _parse(element.contents) if element.tag == _SEQUENCE else []
-    if len(parts) != 2 or parts[0].tag != _OID or parts[1].tag != _EXPLICIT_0:
+    parts = der.parse(element.contents) if element.tag == der.SEQUENCE else []
+    if len(parts) != 2 or parts[0].tag != der.OID or parts[1].tag != der.EXPLICIT_0:
         raise Pkcs12Error("a ContentInfo is malformed")
     return parts[0].contents, parts[1]
 
 
-def _algorithm(element: _Der) -> tuple[bytes, list[_Der]]:
+def _algorithm(element: der.Der) -> tuple[bytes, list[der.Der]]:
     """An AlgorithmIdentifier's OID and its parameters."""
-    parts = _parse(element.contents) if element.tag == _SEQUENCE else []
-    if not parts or parts[0].tag != _OID:
+    parts = der.parse(element.contents) if element.tag == der.SEQUENCE else []
+    if not parts or parts[0].tag != der.OID:
         raise Pkcs12Error("an AlgorithmIdentifier is malformed")
     return parts[0].contents, parts[1:]
-
-
-def _dotted(oid: bytes) -> str:
-    """An OID's contents in dotted form, for a message."""
-    arcs = []
-    value = 0
-    for byte in oid:
-        value = value << 7 | byte & 0x7F
-        if not byte & 0x80:
-            arcs.append(value)
-            value = 0
-    if not arcs:
-        return "?"
-    first = min(arcs[0] // 40, 2)
-    return ".".join(map(str, [first, arcs[0] - 40 * first, *arcs[1:]]))

@@ -52,6 +52,7 @@ from wirebroker.transport import ANONYMOUS, chunk_size, flatten, load_slice
 if TYPE_CHECKING:
     from cryptography import x509
 
+    from wirebroker.certificate_entries import CertificateEntry
     from wirebroker.jks import JksStore
 
 # `cryptography` is imported where a store or a certificate is read: a broker without TLS
@@ -178,7 +179,7 @@ def _server_context(config: BrokerConfig, listener: str) -> _Made:
     mapper = PrincipalMapper(settings.get("ssl.principal.mapping.rules"))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_common(context, settings)
-    keystore = _load_keystore(context, settings, count=True)
+    keystore = _load_keystore(context, settings, list_entries=True)
     if keystore is None:
         raise ConfigError(
             f"listener {listener} is SSL but has no keystore: set ssl.keystore.location "
@@ -390,49 +391,24 @@ def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -
 
 
 def _check_keystore_change(settings: SslSettings, old: _Keystore, new: _Keystore) -> None:
-    """Kafka's SslFactory checks of a keystore changed at run time, with its messages: as many
-    entries unless both `ssl.allow.dn.changes` and `ssl.allow.san.changes`; the certificate's
-    subject the same (as X500Principal equality or RFC 2253 names equal but for case) unless
-    `ssl.allow.dn.changes`, and at least the old alternative names unless
-    `ssl.allow.san.changes`."""
-    from cryptography import x509
+    """Kafka's SslFactory checks of a keystore changed at run time (`check_change`: each entry's
+    subject unless `ssl.allow.dn.changes`, its alternative names unless
+    `ssl.allow.san.changes`, as many entries unless both), with its messages; when a PKCS12
+    store's entries cannot be listed, the keys' entries alone."""
+    from wirebroker.certificate_entries import check_change
 
-    failed = f"{_FAILED}{_CONFIG_EXCEPTION}"
-    allow_dn = (settings.get("ssl.allow.dn.changes") or "false").lower() == "true"
-    allow_san = (settings.get("ssl.allow.san.changes") or "false").lower() == "true"
-    counted = old.entries is not None and new.entries is not None
-    if not (allow_dn and allow_san) and counted and old.entries != new.entries:
-        raise ConfigError(
-            f"{failed}Keystore entries do not match, existing store contains {old.entries} "
-            f"entries, new store contains {new.entries} entries (keytool -list shows a "
-            "store's entries; ssl.allow.dn.changes=true with ssl.allow.san.changes=true "
-            "allows it)"
+    if old.entries is not None and new.entries is not None:
+        entries = old.entries, new.entries
+    else:
+        entries = (old.key_entry,), (new.key_entry,)
+    try:
+        check_change(
+            *entries,
+            allow_dn_changes=(settings.get("ssl.allow.dn.changes") or "").lower() == "true",
+            allow_san_changes=(settings.get("ssl.allow.san.changes") or "").lower() == "true",
         )
-    if not allow_dn:
-        old_name, new_name = old.certificate.subject, new.certificate.subject
-        old_dn, new_dn = old_name.rfc4514_string(), new_name.rfc4514_string()
-        if old_name != new_name and old_dn.lower() != new_dn.lower():
-            raise ConfigError(
-                f"{failed}Keystore DistinguishedName does not match:  existing={{DN={old_dn}}}, "
-                f"new={{DN={new_dn}}} (ssl.allow.dn.changes=true allows it)"
-            )
-    if not allow_san:
-
-        def names(cert: x509.Certificate) -> set[x509.GeneralName]:
-            try:
-                return set(
-                    cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-                )
-            except x509.ExtensionNotFound:
-                return set()
-
-        old_names, new_names = names(old.certificate), names(new.certificate)
-        if not old_names <= new_names:
-            shown = ", ".join(sorted(str(n.value) for n in old_names - new_names))
-            raise ConfigError(
-                f"{failed}Keystore SubjectAltNames do not match: the new certificate lacks "
-                f"{shown} (ssl.allow.san.changes=true allows it)"
-            )
+    except ConfigError as e:
+        raise ConfigError(f"{_FAILED}{_CONFIG_EXCEPTION}{e}") from None
 
 
 def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
@@ -547,35 +523,43 @@ def _pem_blocks(data: bytes, kinds: Sequence[bytes]) -> list[bytes]:
 
 
 class _Keystore(NamedTuple):
-    """What a loaded keystore's changes are checked by: its certificate, and how many of its
-    entries have one (Kafka's SslFactory.CertificateEntries: a PEM keystore is one entry, a JKS
-    or PKCS12 one its key entries with a chain and its trusted certificates; None when not
-    counted)."""
+    """What a loaded keystore's changes are checked by (`wirebroker.certificate_entries`): its
+    key's entry, and its entries with a certificate as Java lists them (a PEM keystore's one
+    entry, a JKS or PKCS12 one's key entries with a chain and trusted certificates; None when
+    not listed)."""
 
-    certificate: x509.Certificate
-    entries: int | None
+    key_entry: CertificateEntry
+    entries: tuple[CertificateEntry, ...] | None
+
+
+#: The alias of a PEM keystore's one entry (Kafka's PemStore).
+_PEM_ALIAS = "kafka"
 
 
 def _load_keystore(
-    context: ssl.SSLContext, settings: SslSettings, *, count: bool = False
+    context: ssl.SSLContext, settings: SslSettings, *, list_entries: bool = False
 ) -> _Keystore | None:
     """Load the keystore's key and certificate chain, if there is a keystore (None without).
-    `count`: count a PKCS12 store's entries too (`wirebroker.pkcs12`: its certificates are
-    decrypted again), which the other types give for nothing."""
+    `list_entries`: list a PKCS12 store's entries too (`wirebroker.pkcs12`: its certificates
+    are decrypted again), which the other types give for nothing."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
+
+    from wirebroker.certificate_entries import CertificateEntry
 
     key_password = _password(settings, "ssl.key.password")
     chain_text, key_text = (
         settings.get("ssl.keystore.certificate.chain"),
         settings.get("ssl.keystore.key"),
     )
+    entries: tuple[CertificateEntry, ...] | None
     if chain_text and key_text:
         certs = _pem_certificates(
             chain_text.encode(), settings.name("ssl.keystore.certificate.chain")
         )
         key = _pem_key(key_text.encode(), key_password, settings.name("ssl.keystore.key"), settings)
-        entries: int | None = 1
+        key_entry = CertificateEntry(_PEM_ALIAS, certs[0])
+        entries = (key_entry,)
     elif settings.get("ssl.keystore.location"):
         data = _read(settings, "ssl.keystore.location")
         kind = _store_type(settings, "ssl.keystore.type", data)
@@ -583,25 +567,29 @@ def _load_keystore(
             where = settings.name("ssl.keystore.location")
             certs = _pem_certificates(data, where)
             key = _pem_key(data, key_password, where, settings)
-            entries = 1
+            key_entry = CertificateEntry(_PEM_ALIAS, certs[0])
+            entries = (key_entry,)
         elif kind == "PKCS12":
             password = _password(settings, "ssl.keystore.password")
             try:
-                key, cert, extra = pkcs12.load_key_and_certificates(data, password)
+                store = pkcs12.load_pkcs12(data, password)
             except ValueError as e:
                 raise ConfigError(
                     f"{settings.name('ssl.keystore.location')}: cannot read the PKCS12 store "
                     f"({settings.name('ssl.keystore.password')}?): {e}"
                 ) from None
-            if key is None or cert is None:
+            if store.key is None or store.cert is None:
                 raise ConfigError(
                     f"{settings.name('ssl.keystore.location')}: the PKCS12 store holds no "
                     "private key"
                 )
-            certs = [cert, *extra]
-            entries = _pkcs12_entries(settings, data, password) if count else None
+            key = store.key
+            certs = [store.cert.certificate, *(c.certificate for c in store.additional_certs)]
+            name = (store.cert.friendly_name or b"").decode("utf-8", "replace").lower()
+            key_entry = CertificateEntry(name, certs[0])
+            entries = _pkcs12_entries(settings, data, password) if list_entries else None
         elif kind == "JKS":
-            key, certs, entries = _jks_key(settings, data, key_password)
+            key, certs, key_entry, entries = _jks_key(settings, data, key_password)
         else:
             raise ConfigError(
                 f"{settings.name('ssl.keystore.type')}={kind} is not supported; use JKS, PKCS12 "
@@ -627,20 +615,28 @@ def _load_keystore(
             context.load_cert_chain(path, password=once)
         except ssl.SSLError as e:
             raise ConfigError(f"the keystore's key does not fit its certificate: {e}") from None
-    return _Keystore(certs[0], entries)
+    return _Keystore(key_entry, entries)
 
 
-def _pkcs12_entries(settings: SslSettings, data: bytes, password: bytes | None) -> int | None:
+def _pkcs12_entries(
+    settings: SslSettings, data: bytes, password: bytes | None
+) -> tuple[CertificateEntry, ...] | None:
     """A PKCS12 keystore's entries with a certificate (None, logged, when they cannot be
-    counted: its number is then not compared)."""
-    from wirebroker.pkcs12 import Pkcs12Error, certificate_entries
+    listed: its key's certificate alone is then compared)."""
+    from cryptography import x509
+
+    from wirebroker.certificate_entries import CertificateEntry
+    from wirebroker.pkcs12 import certificate_entries
 
     try:
-        return certificate_entries(data, password)
-    except Pkcs12Error as e:
+        return tuple(
+            CertificateEntry(alias, x509.load_der_x509_certificate(der))
+            for alias, der in certificate_entries(data, password)
+        )
+    except ValueError as e:  # (a Pkcs12Error)
         log.info(
-            "%s=%s: its entries are not counted (%s), so a keystore replacing it with another "
-            "number of entries is not refused",
+            "%s=%s: its entries are not listed (%s), so a keystore replacing it is compared by "
+            "its key's certificate alone, whatever its other entries",
             settings.name("ssl.keystore.location"),
             settings.get("ssl.keystore.location"),
             e,
@@ -650,13 +646,14 @@ def _pkcs12_entries(settings: SslSettings, data: bytes, password: bytes | None) 
 
 def _jks_key(
     settings: SslSettings, data: bytes, key_password: bytes | None
-) -> tuple[Any, list[Any], int]:
-    """The first private key of a JKS keystore, its chain and the store's entries with a
-    certificate; the key decrypted with `ssl.key.password`, else the store's password, as
+) -> tuple[Any, list[Any], CertificateEntry, tuple[CertificateEntry, ...]]:
+    """The first private key of a JKS keystore, its chain, its entry and the store's entries
+    with a certificate; the key decrypted with `ssl.key.password`, else the store's password, as
     Kafka's DefaultSslEngineFactory."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
+    from wirebroker.certificate_entries import CertificateEntry
     from wirebroker.jks import JksError
 
     location = settings.name("ssl.keystore.location")
@@ -683,7 +680,14 @@ def _jks_key(
         ) from None
     if not chain:
         raise ConfigError(f"{location}: the key {entry.alias!r} has no certificate")
-    return key, chain, sum(1 for k in store.private_keys if k.chain) + len(store.trusted_certs)
+    try:
+        entries = tuple(
+            CertificateEntry(alias, x509.load_der_x509_certificate(certificate))
+            for alias, certificate in store.certificate_entries()
+        )
+    except ValueError as e:
+        raise ConfigError(f"{location}: a certificate cannot be read: {e}") from None
+    return key, chain, CertificateEntry(entry.alias, chain[0]), entries
 
 
 def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:

@@ -17,7 +17,7 @@ import struct
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -33,6 +33,7 @@ from protocol.compression import CompressionType
 from protocol.errors import ErrorCode
 from protocol.framing import frame
 from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
+from protocol.messages.alter_configs import AlterConfigsRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
@@ -453,6 +454,27 @@ def alter_configs(
         ],
     )
     request = IncrementalAlterConfigsRequest(resources=[resource], validate_only=validate_only)
+    with RawClient(bootstrap) as client:
+        (response,) = client.request(request, 1).responses
+    return response.error_code, response.error_message
+
+
+def replace_configs(
+    bootstrap: str,
+    resource_type: int,
+    name: str,
+    values: Mapping[str, str],
+    *,
+    validate_only: bool = False,
+) -> tuple[int, str | None]:
+    """(error code, message) of AlterConfigs v1 on one resource: its whole set of configs
+    replaced by `values` (the legacy request; `alter_configs` is the incremental one)."""
+    resource = AlterConfigsRequest.AlterConfigsResource(
+        resource_type=resource_type,
+        resource_name=name,
+        configs=[AlterConfigsRequest.AlterableConfig(name=n, value=v) for n, v in values.items()],
+    )
+    request = AlterConfigsRequest(resources=[resource], validate_only=validate_only)
     with RawClient(bootstrap) as client:
         (response,) = client.request(request, 1).responses
     return response.error_code, response.error_message

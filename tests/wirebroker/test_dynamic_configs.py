@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import trustme
 from confluent_kafka.admin import AdminClient
+from cryptography import x509
 
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions import ApiVersionsRequest
@@ -33,6 +34,7 @@ from tests.wirebroker.helpers import (
     describe_configs,
     list_offset,
     produce_request,
+    replace_configs,
     wait_until,
 )
 from tests.wirebroker.pki import STORE_PASSWORD, pkcs12_keystore
@@ -158,6 +160,12 @@ def test_refusals_use_kafkas_errors(tmp_path: Path) -> None:
             ]
             == ErrorCode.INVALID_REQUEST
         )
+        # Validate-only, as Kafka, the password is not encoded: no secret is needed, incrementally
+        # or not, and nothing is stored.
+        password = "listener.name.plaintext.ssl.key.password"
+        ok = (ErrorCode.NONE, None)
+        assert alter_configs(b, BROKER, "0", [(password, SET, "pw")], validate_only=True) == ok
+        assert replace_configs(b, BROKER, "0", {password: "pw"}, validate_only=True) == ok
         assert alter_configs(b, BROKER, "1", [("message.max.bytes", SET, "5000")]) == (
             ErrorCode.INVALID_REQUEST,
             "Unexpected broker id, expected 0, but received 1",
@@ -303,10 +311,11 @@ def test_a_listeners_keystore_changes_for_new_connections(tmp_path: Path) -> Non
         key = "listener.name.ssl.ssl.keystore.location"
         code, message = alter_configs(broker.bootstrap, BROKER, "0", [(key, SET, "/no/such.pem")])
         assert code == ErrorCode.INVALID_REQUEST and "/no/such.pem" in (message or "")
-        for name, refusal in (
-            ("other-subject.pem", "Keystore DistinguishedName does not match"),
-            ("fewer-names.pem", "Keystore SubjectAltNames do not match: the new certificate "
-             "lacks 127.0.0.1"),
+        for name, refusal in (  # Kafka's (a PEM keystore's entry is `kafka`, as Kafka's)
+            ("other-subject.pem", "Keystore DistinguishedName does not match:  existing={alias="
+             "kafka, DN=OU=brokers, O=trustme"),
+            ("fewer-names.pem", "Keystore SubjectAltNames do not match:  existing={alias=kafka, "
+             "SAN=[[2, localhost], [7, 127.0.0.1]]}, new={alias=kafka, SAN=[[2, localhost]]}"),
         ):  # fmt: skip
             code, message = alter_configs(
                 broker.bootstrap, BROKER, "0", [(key, SET, str(tmp_path / name))]
@@ -463,6 +472,48 @@ def test_a_keystore_with_another_number_of_entries_is_refused(tmp_path: Path) ->
     ), message
     assert (message or "").endswith(" for configuration Invalid dynamic configuration")
     allowed = {**props, "ssl.allow.dn.changes": "true", "ssl.allow.san.changes": "true"}
+    with running(tmp_path / "data", allowed, listeners=("SSL",)) as broker:
+        assert alter_configs(broker.bootstrap, BROKER, "0", new) == (ErrorCode.NONE, None)
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="no JDK keytool")
+def test_every_entry_of_a_keystore_is_compared(tmp_path: Path) -> None:
+    """As Kafka's SslFactory, each entry of a new keystore is compared with the old one's at its
+    place, not only the key's: a keystore whose key is renewed but whose trusted CA entry (keytool
+    added it) is another CA's is refused, with Kafka's message (the entry's alias, the subject as
+    Java prints it); allowed by `ssl.allow.dn.changes`."""
+    ca, other_ca = trustme.CA(), trustme.CA()
+    stores = {}
+    for name, trusted in (("old", ca), ("new", other_ca)):
+        trusted.cert_pem.write_to_path(str(tmp_path / f"{name}-ca.pem"))
+        stores[name] = tmp_path / f"{name}.p12"
+        stores[name].write_bytes(pkcs12_keystore(renewal(ca, "localhost"), STORE_PASSWORD))
+        subprocess.run(
+            ["keytool", "-importcert", "-noprompt", "-alias", "CARoot", "-file",
+             str(tmp_path / f"{name}-ca.pem"), "-keystore", str(stores[name]), "-storepass",
+             STORE_PASSWORD],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+    props = {
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(stores["old"]),
+        "ssl.keystore.password": STORE_PASSWORD,
+    }
+    new = [("listener.name.ssl.ssl.keystore.location", SET, str(stores["new"]))]
+    with running(tmp_path / "data", props, listeners=("SSL",)) as broker:
+        code, message = alter_configs(broker.bootstrap, BROKER, "0", new)
+    ca_name = x509.load_pem_x509_certificate(ca.cert_pem.bytes()).subject
+    ou, o = (
+        ca_name.get_attributes_for_oid(oid)[0].value
+        for oid in (x509.NameOID.ORGANIZATIONAL_UNIT_NAME, x509.NameOID.ORGANIZATION_NAME)
+    )
+    subject = f'OU="{ou!s}", O={o!s}'  # as Java prints it: the last first, "#" quoted
+    assert code == ErrorCode.INVALID_REQUEST
+    assert (  # Kafka's, the alias in lower case as Java lists it
+        "Keystore DistinguishedName does not match:  existing={alias=caroot, "
+        f'DN={subject}}}, new={{alias=caroot, DN=OU="Testing CA #'
+    ) in (message or ""), message
+    allowed = {**props, "ssl.allow.dn.changes": "true"}
     with running(tmp_path / "data", allowed, listeners=("SSL",)) as broker:
         assert alter_configs(broker.bootstrap, BROKER, "0", new) == (ErrorCode.NONE, None)
 

@@ -10,7 +10,9 @@ messages, INVALID_REQUEST); for this broker's own entity, the listeners' store f
 since they were read are read again and checked (INVALID_CONFIG, as Kafka's
 reloadUpdatedFilesWithoutConfigChange, whichever keys the change sets); the change is encoded
 (INVALID_CONFIG without `password.encoder.secret`), stored (ZooKeeper in a cluster, whose
-notification reaches every broker; the embedded broker's file) and applied here at once.
+notification reaches every broker; the embedded broker's file) and applied here at once. A
+validate-only request stops after the validation, as Kafka's (ZkAdminManager): no file is read
+again and no password encoded, so a password key is answered without `password.encoder.secret`.
 """
 
 from __future__ import annotations
@@ -73,9 +75,11 @@ async def alter(
         await trio.to_thread.run_sync(dynamic.validate, entity, values)
     except ConfigError as e:
         raise _invalid_request(str(e)) from None
+    if validate_only:  # as Kafka: neither reloaded nor encoded (no secret needed)
+        return
     reloaded: frozenset[str] = frozenset()
     try:
-        if entity != DEFAULT_ENTITY and not validate_only:
+        if entity != DEFAULT_ENTITY:
             reloaded = await trio.to_thread.run_sync(dynamic.reload, entity, values)
         persistent = dynamic.to_persistent(entity, values)
     except ConfigError as e:
@@ -83,8 +87,6 @@ async def alter(
             f"Invalid config value for resource ConfigResource(type=BROKER, name='{name}'): {e}",
             error_code=ErrorCode.INVALID_CONFIG,
         ) from None
-    if validate_only:
-        return
     if broker.cluster is not None:
         await broker.cluster.set_broker_config(entity, persistent)
     else:

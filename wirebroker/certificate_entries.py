@@ -1,0 +1,279 @@
+"""A keystore's entries as Kafka's SslFactory compares them when a listener's keystore changes at
+run time (its CertificateEntries), and that comparison, with Kafka's messages.
+
+An entry is an alias and the certificate Java's KeyStore.getCertificate gives for it (a key
+entry's first one, a trusted certificate), in the order KeyStore.aliases lists them: a PKCS12
+store's as `wirebroker.pkcs12` reads it, a JKS store's as `wirebroker.jks` does, a PEM keystore
+one entry named `kafka` (Kafka's PemStore). Kafka compares a new keystore's entries with the old
+one's position by position: unless both `ssl.allow.dn.changes` and `ssl.allow.san.changes`,
+there must be as many; unless `ssl.allow.dn.changes`, each subject must be the old one's;
+unless `ssl.allow.san.changes`, each entry must have at least the old one's subject
+alternative names. The first difference refuses the keystore, the subjects checked first.
+
+The messages show an entry as Kafka's do: its alias, its subject as Java's
+X500Principal.toString prints it (the RDNs from the last to the first, joined by ", ", the
+attributes of one by " + "; Java's keywords, `OID.<dotted>` for an attribute without one; a
+value in double quotes when it holds a special character, begins or ends with a space or has
+two together; `#` and the hex of its encoding when it is not a string Java reads), and its
+alternative names as Java lists them ([type, name]: 2 a DNS name, 7 an IP address, ...) in a
+HashSet, in the set's order. Java gives an other name (type 0) as a byte array, which equals
+no other one: an old certificate with one is refused unless `ssl.allow.san.changes`, as in
+Kafka, and the array prints as `[B@` and a number that differs, as in Java.
+
+Differences from Java: a directory name among the alternative names prints in RFC 4514 form
+as `cryptography` gives it (Java's RFC 2253 form differs for attributes without a keyword);
+subjects are equal when `cryptography` finds them equal or their RFC 4514 forms are equal but
+for case (Java compares its canonical forms, which also ignore repeated spaces).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from cryptography import x509
+
+from wirebroker import der
+from wirebroker.config import ConfigError
+from wirebroker.jks import java_string_hash
+
+
+class CertificateEntry(NamedTuple):
+    """An entry with a certificate: its alias as Java lists it and the certificate."""
+
+    alias: str
+    certificate: x509.Certificate
+
+
+def check_change(
+    old: Sequence[CertificateEntry],
+    new: Sequence[CertificateEntry],
+    *,
+    allow_dn_changes: bool,
+    allow_san_changes: bool,
+) -> None:
+    """Kafka's CertificateEntries.ensureCompatible of a new keystore's entries against the old
+    one's: ConfigError with Kafka's message (without the prefix its SslFactory adds) and what
+    allows the change."""
+    if not allow_dn_changes:
+        _same_count(old, new)
+        for before, after in zip(old, new, strict=True):
+            if not _same_subject(before.certificate, after.certificate):
+                raise ConfigError(
+                    "Keystore DistinguishedName does not match:  existing={alias="
+                    f"{before.alias}, DN={java_subject(before.certificate)}}}, new={{alias="
+                    f"{after.alias}, DN={java_subject(after.certificate)}}} "
+                    "(ssl.allow.dn.changes=true allows it)"
+                )
+    if not allow_san_changes:
+        _same_count(old, new)
+        for before, after in zip(old, new, strict=True):
+            old_names = _java_alt_names(before.certificate)
+            new_names = _java_alt_names(after.certificate)
+            if not all(name in new_names for name in old_names):
+                raise ConfigError(
+                    "Keystore SubjectAltNames do not match:  existing={alias="
+                    f"{before.alias}, SAN={_printed(old_names)}}}, new={{alias={after.alias}, "
+                    f"SAN={_printed(new_names)}}} (ssl.allow.san.changes=true allows it)"
+                )
+
+
+def _same_count(old: Sequence[CertificateEntry], new: Sequence[CertificateEntry]) -> None:
+    if len(old) != len(new):
+        raise ConfigError(
+            f"Keystore entries do not match, existing store contains {len(old)} entries, new "
+            f"store contains {len(new)} entries (keytool -list shows a store's entries; "
+            "ssl.allow.dn.changes=true with ssl.allow.san.changes=true allows it)"
+        )
+
+
+def _same_subject(old: x509.Certificate, new: x509.Certificate) -> bool:
+    if old.subject == new.subject:
+        return True
+    return old.subject.rfc4514_string().lower() == new.subject.rfc4514_string().lower()
+
+
+# subjects as Java prints them --------------------------------------------------------------------
+#: Java's keywords (X500Principal.toString), by attribute type.
+_KEYWORDS = {
+    "2.5.4.3": "CN",
+    "2.5.4.6": "C",
+    "2.5.4.7": "L",
+    "2.5.4.8": "ST",
+    "2.5.4.10": "O",
+    "2.5.4.11": "OU",
+    "2.5.4.12": "T",
+    "1.3.6.1.4.1.42.2.11.2.1": "IP",
+    "2.5.4.9": "STREET",
+    "0.9.2342.19200300.100.1.25": "DC",
+    "2.5.4.46": "DNQ",
+    "2.5.4.4": "SURNAME",
+    "2.5.4.42": "GIVENNAME",
+    "2.5.4.43": "INITIALS",
+    "2.5.4.44": "GENERATION",
+    "1.2.840.113549.1.9.1": "EMAILADDRESS",
+    "0.9.2342.19200300.100.1.1": "UID",
+    "2.5.4.5": "SERIALNUMBER",
+}
+#: The string types Java reads an attribute's value as (DerValue.getAsString), by tag, with
+#: their character sets: UTF8String, PrintableString, T61String, IA5String, UniversalString,
+#: BMPString, GeneralString.
+_STRINGS = {
+    0x0C: "utf-8",
+    0x13: "ascii",
+    0x14: "latin-1",
+    0x16: "ascii",
+    0x1C: "utf-32-be",
+    0x1E: "utf-16-be",
+    0x1B: "ascii",
+}
+#: Characters that have a value quoted, and those escaped inside the quotes.
+_SPECIAL, _ESCAPED = ',+=\n<>#;\\"', '\\"'
+_PRINTABLE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 '()+,-./:=?")
+
+
+def java_subject(certificate: x509.Certificate) -> str:
+    """A certificate's subject as Java's X500Principal.toString prints it."""
+    # As the certificate encodes it (cryptography's Name is decoded): TBSCertificate's fields
+    # are an optional [0] version, the serial number, the signature's algorithm, the issuer,
+    # the validity, then the subject.
+    tbs = der.fields(certificate.tbs_certificate_bytes, der.SEQUENCE)
+    first = 1 if tbs and tbs[0].tag == der.EXPLICIT_0 else 0
+    if len(tbs) < first + 5 or tbs[first + 4].tag != der.SEQUENCE:
+        raise der.DerError("the certificate has no subject")
+    rdns = der.parse(tbs[first + 4].contents)
+    return ", ".join(
+        " + ".join(_attribute(ava) for ava in der.parse(rdn.contents)) for rdn in reversed(rdns)
+    )
+
+
+def _attribute(ava: der.Der) -> str:
+    """One attribute, `keyword=value`."""
+    parts = der.parse(ava.contents)
+    if len(parts) != 2 or parts[0].tag != der.OID:
+        raise der.DerError("an attribute of the subject is malformed")
+    kind, value = der.dotted(parts[0].contents), parts[1]
+    keyword = _KEYWORDS.get(kind, f"OID.{kind}")
+    charset = _STRINGS.get(value.tag)
+    if charset is None:
+        return f"{keyword}=#{value.encoded().hex()}"
+    return f"{keyword}={_value(value.contents.decode(charset, 'replace'))}"
+
+
+def _value(text: str) -> str:
+    """A string value as Java's AVA prints it: in double quotes (its quotes and backslashes
+    escaped) when it holds a special character, begins or ends with a space or a newline, or
+    has two together; as it is when it is quoted already."""
+    quoted = len(text) > 1 and text[0] == text[-1] == '"'
+    quote = False
+    white = False  # the last character was a space or a newline
+    out = []
+    for i, c in enumerate(text):
+        if quoted and i in (0, len(text) - 1):
+            out.append(c)
+            continue
+        if c in _PRINTABLE or c in _SPECIAL:
+            if (i == 0 and c in " \n") or c in _SPECIAL:
+                quote = True
+            if c in " \n":
+                quote = quote or white
+                white = True
+            else:
+                white = False
+                if c in _ESCAPED:
+                    out.append("\\")
+        else:
+            white = False
+        out.append(c)
+    printed = "".join(out)
+    if printed.endswith((" ", "\n")):
+        quote = True
+    return f'"{printed}"' if quote and not quoted else printed
+
+
+# alternative names as Java lists them ------------------------------------------------------------
+class _ByteArray:
+    """A name Java gives as a byte array (an other name): equal only to itself, its hash
+    Java's identity hash."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return f"[B@{_identity(self):x}"
+
+
+def _identity(value: object) -> int:
+    return id(value) & 0x7FFFFFFF
+
+
+_AltName = tuple[int, "str | _ByteArray"]
+
+
+def _java_alt_names(certificate: x509.Certificate) -> list[_AltName]:
+    """A certificate's alternative names as Java's X509Certificate.getSubjectAlternativeNames
+    gives them, in a HashSet's order (`_hash_set`)."""
+    try:
+        extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return _hash_set([_java_alt_name(name) for name in extension.value])
+
+
+def _java_alt_name(name: x509.GeneralName) -> _AltName:
+    if isinstance(name, x509.RFC822Name):
+        return 1, name.value
+    if isinstance(name, x509.DNSName):
+        return 2, name.value
+    if isinstance(name, x509.DirectoryName):
+        return 4, name.value.rfc4514_string()
+    if isinstance(name, x509.UniformResourceIdentifier):
+        return 6, name.value
+    if isinstance(name, x509.IPAddress):
+        return 7, _java_address(name.value)
+    if isinstance(name, x509.RegisteredID):
+        return 8, name.value.dotted_string
+    return 0, _ByteArray()  # x509.OtherName
+
+
+def _java_address(address: object) -> str:
+    """An IP address as Java prints it: IPv6 as eight groups in hex, none left out (an IPv4
+    address mapped to IPv6 as the IPv4 one)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        packed = address.packed
+        return ":".join(f"{int.from_bytes(packed[i : i + 2], 'big'):x}" for i in range(0, 16, 2))
+    return str(address)
+
+
+def _hash_set(names: list[_AltName]) -> list[_AltName]:
+    """`names` as a java.util.HashSet made of them iterates them: without repeats, by bucket
+    (the hash of Java's [type, name] list, spread, modulo a power of two large enough for them
+    all, at least 16), each bucket in the order its names were added."""
+    capacity = 16
+    while capacity < int(len(names) / 0.75) + 1:
+        capacity *= 2
+    buckets: dict[int, list[_AltName]] = {}
+    for name in names:
+        bucket = buckets.setdefault(_spread(_list_hash(name)) & (capacity - 1), [])
+        if name not in bucket:
+            bucket.append(name)
+    return [name for index in sorted(buckets) for name in buckets[index]]
+
+
+def _list_hash(name: _AltName) -> int:
+    """Java's List.hashCode of [type, name] (32 bits, unsigned)."""
+    kind, value = name
+    value_hash = _identity(value) if isinstance(value, _ByteArray) else java_string_hash(value)
+    return (31 * (31 + kind) + value_hash) & 0xFFFFFFFF
+
+
+def _spread(value: int) -> int:
+    """HashMap.hash: the high half of the hash folded into the low one."""
+    return value ^ (value >> 16)
+
+
+def _printed(names: list[_AltName]) -> str:
+    """A collection of Java's lists as Java prints it."""
+    return "[" + ", ".join(f"[{kind}, {value}]" for kind, value in names) + "]"

@@ -1,6 +1,7 @@
 """DER, as this broker reads it itself: the elements of an encoding (tag and contents) and object
-identifiers, for `wirebroker.pkcs12` (a store's bags) and `wirebroker.certificate_entries` (a
-certificate's subject as Java prints it), where `cryptography` does not give what Java sees.
+identifiers, for `wirebroker.pkcs12` (a store's bags), `wirebroker.jks` (a key's
+EncryptedPrivateKeyInfo) and `wirebroker.certificate_entries` (a certificate's subject as Java
+prints it), where `cryptography` does not give what Java sees.
 
 Definite lengths of up to four bytes only (DER has no other kind); anything malformed is a
 `DerError` saying what, never another exception.

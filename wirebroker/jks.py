@@ -28,6 +28,8 @@ import hashlib
 import struct
 from typing import NamedTuple
 
+from wirebroker import der
+
 MAGIC = b"\xfe\xed\xfe\xed"
 JCEKS_MAGIC = b"\xce\xce\xce\xce"
 _PRIVATE_KEY, _TRUSTED_CERT = 1, 2
@@ -198,31 +200,19 @@ def _recover_key(protected: bytes, password: bytes) -> bytes:
     return key
 
 
-def _encrypted_private_key_info(der: bytes) -> tuple[bytes, bytes]:
+def _encrypted_private_key_info(data: bytes) -> tuple[bytes, bytes]:
     """The algorithm OID's bytes and the encrypted data of an EncryptedPrivateKeyInfo:
     SEQUENCE { SEQUENCE { OID, parameters }, OCTET STRING }."""
-    outer, rest = _tlv(der, 0x30)
-    if rest:
-        raise JksError("bytes follow the private key's EncryptedPrivateKeyInfo")
-    algorithm, after = _tlv(outer, 0x30)
-    oid, _parameters = _tlv(algorithm, 0x06)
-    encrypted, _ = _tlv(after, 0x04)
-    return oid, encrypted
-
-
-def _tlv(der: bytes, tag: int) -> tuple[bytes, bytes]:
-    """One DER element of `tag` at the start of `der`: its contents, and what follows it."""
-    if len(der) < 2 or der[0] != tag:
-        raise JksError("the private key's EncryptedPrivateKeyInfo is malformed")
-    length, offset = der[1], 2
-    if length & 0x80:
-        count = length & 0x7F
-        if not 0 < count <= 4 or len(der) < 2 + count:
-            raise JksError("the private key's EncryptedPrivateKeyInfo is malformed")
-        length, offset = int.from_bytes(der[2 : 2 + count], "big"), 2 + count
-    if length > len(der) - offset:
-        raise JksError("the private key's EncryptedPrivateKeyInfo is truncated")
-    return der[offset : offset + length], der[offset + length :]
+    try:
+        parts = der.fields(data, der.SEQUENCE)
+        if len(parts) < 2 or parts[0].tag != der.SEQUENCE or parts[1].tag != der.OCTETS:
+            raise der.DerError("not an algorithm and its encrypted data")
+        algorithm = der.parse(parts[0].contents)
+        if not algorithm or algorithm[0].tag != der.OID:
+            raise der.DerError("its algorithm has no OID")
+    except der.DerError as e:
+        raise JksError(f"the private key's EncryptedPrivateKeyInfo is malformed: {e}") from None
+    return algorithm[0].contents, parts[1].contents
 
 
 #: java.util.Hashtable's defaults: the capacity of a new table and its load factor.

@@ -6,8 +6,11 @@ PKCS12 keystore, a PEM truststore of the CA) and a second SSL one, EXTERNAL, who
 a key entry and a trusted CA entry (keytool's), and no `password.encoder.secret`. Then, on each:
 the keystore's password set validate-only, incrementally and with the legacy AlterConfigs,
 answered without the secret (NONE; a wrong one refused, INVALID_REQUEST), and set for good,
-refused for want of it (INVALID_CONFIG); a new keystore holding one more entry (the CA, which
-keytool added as a trusted entry), refused by the count of entries Kafka's SslFactory compares
+refused for want of it (INVALID_CONFIG); stores that cannot be loaded (no such file, not a
+store, the wrong password), refused with Kafka's "Failed to load SSL keystore" (INVALID_REQUEST;
+wirebroker adds why, cut from the answers compared with each broker's folder); a new keystore
+holding one more entry (the CA, which keytool added as a trusted entry), refused by the count
+of entries Kafka's SslFactory compares
 (INVALID_REQUEST, as a validation); the keystore renewed in place from a CA the truststore does
 not trust, refused by the handshakes between the old and the new stores when the same location
 is set again, and when any other key of the broker is (INVALID_CONFIG, as Kafka's reload of
@@ -91,6 +94,13 @@ def answer(code: int, message: str | None) -> tuple[int, str | None]:
             message,
         )
         message = re.sub(r" \((keytool -list|ssl\.allow)[^()]*\)", "", message)
+        # A store that cannot be loaded: its folder (each broker's own), and why (wirebroker's).
+        message = re.sub(
+            r"(Failed to load (?:PEM )?SSL keystore )\S*/(\S+)( of type \w+)?(?: \(.*\))?"
+            r"( for configuration)",
+            r"\1\2\3\4",
+            message,
+        )
     return code, message
 
 
@@ -170,9 +180,12 @@ def test_keystore_changes_answered_as_kafka(tmp_path: Path) -> None:
 
         return [
             *password(STORE_PASSWORD, validate_only=True),
-            # Validated all the same (the messages differ: Java's exception, OpenSSL's reason).
-            *(code for code, _ in password("not-the-password", validate_only=True)),
+            *password("not-the-password", validate_only=True),
             *password(STORE_PASSWORD, validate_only=False),
+            # Stores that cannot be loaded: no such file, not a store, the wrong password.
+            alter((KEYSTORE, SET, str(d / "missing.p12"))),
+            alter((KEYSTORE, SET, str(d / "not-a-store.p12"))),
+            alter((KEYSTORE, SET, str(d / "two-entries.p12")), (PASSWORD, SET, "not-it")),
             alter((KEYSTORE, SET, str(d / "two-entries.p12"))),
             renewed_in_place("untrusted"),
             alter(("message.max.bytes", SET, "1000013")),
@@ -202,6 +215,7 @@ def test_keystore_changes_answered_as_kafka(tmp_path: Path) -> None:
         d.mkdir()
         for name in ("ca.pem", "two-entries.p12", "external.p12"):
             shutil.copy(stores / name, d / name)
+        (d / "not-a-store.p12").write_bytes(b"not a keystore\n")
         renew(d / "keystore.p12", (stores / "old.p12").read_bytes())
         with run(d) as ports:
             observed[target] = scenario(d, ports)

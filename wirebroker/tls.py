@@ -38,8 +38,8 @@ import secrets
 import ssl
 import struct
 import tempfile
-from collections.abc import Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -278,7 +278,10 @@ class ListenerContexts:
         (`_check_keystore_change`), and on the inter-broker listener, when a store's keys
         changed or its file was modified, the handshakes between the old and new stores."""
         old = self.served[listener]
-        new = _listener_context(candidate, listener)
+        try:
+            new = _listener_context(candidate, listener)
+        except StoreLoadError as e:  # Kafka's words, then why
+            raise ConfigError(f"{_FAILED}{e.kafka} ({e})") from None
         if new is None:
             return None
         _check_keystore_change(_Settings(candidate, listener), old.keystore, new.keystore)
@@ -338,6 +341,8 @@ def _stores_changed(old: BrokerConfig, new: BrokerConfig, listener: str) -> bool
 #: The start of Kafka's message for new stores its SslFactory refuses.
 _FAILED = "Validation of dynamic config update of SSLFactory failed: "
 _CONFIG_EXCEPTION = "org.apache.kafka.common.config.ConfigException: "
+_KAFKA_EXCEPTION = "org.apache.kafka.common.KafkaException: "
+_INVALID_CONFIGURATION = "org.apache.kafka.common.errors.InvalidConfigurationException: "
 
 
 def _check_handshakes(listener: str, old: _Made, new: _Made) -> None:
@@ -478,6 +483,40 @@ def _openssl_cipher(name: str) -> str:
 
 
 # keystores and truststores ---------------------------------------------------------------------
+class StoreLoadError(ConfigError):
+    """A keystore or truststore file that cannot be loaded (missing, not a store of its type,
+    the wrong password), with the words of the exception Kafka's SslFactory raises for it
+    (`kafka`), which its refusal of a changed store quotes."""
+
+    def __init__(self, message: str, kafka: str) -> None:
+        super().__init__(message)
+        self.kafka = kafka
+
+
+def _load_failure(settings: SslSettings, store: str, message: str) -> StoreLoadError:
+    """`message` about the file of `store` (keystore or truststore), with Kafka's words for a
+    file it cannot load: "Failed to load SSL keystore <path> of type <type>" (KeyStore.load's
+    failure; its truststores' too), or "Failed to load PEM SSL keystore <path>"."""
+    path = settings.get(f"ssl.{store}.location")
+    kind = settings.get(f"ssl.{store}.type") or "JKS"
+    if kind.upper() == "PEM":
+        kafka = f"{_INVALID_CONFIGURATION}Failed to load PEM SSL keystore {path}"
+    else:
+        kafka = f"{_KAFKA_EXCEPTION}Failed to load SSL keystore {path} of type {kind}"
+    return StoreLoadError(message, kafka)
+
+
+@contextmanager
+def _loading(settings: SslSettings, store: str) -> Iterator[None]:
+    """A ConfigError while the file of `store` is read and parsed, as `_load_failure`."""
+    try:
+        yield
+    except StoreLoadError:
+        raise
+    except ConfigError as e:
+        raise _load_failure(settings, store, str(e)) from None
+
+
 def _read(settings: SslSettings, key: str) -> bytes:
     location = settings.get(key)
     assert location is not None
@@ -561,12 +600,14 @@ def _load_keystore(
         key_entry = CertificateEntry(_PEM_ALIAS, certs[0])
         entries = (key_entry,)
     elif settings.get("ssl.keystore.location"):
-        data = _read(settings, "ssl.keystore.location")
-        kind = _store_type(settings, "ssl.keystore.type", data)
+        with _loading(settings, "keystore"):
+            data = _read(settings, "ssl.keystore.location")
+            kind = _store_type(settings, "ssl.keystore.type", data)
         if kind == "PEM":
             where = settings.name("ssl.keystore.location")
-            certs = _pem_certificates(data, where)
-            key = _pem_key(data, key_password, where, settings)
+            with _loading(settings, "keystore"):
+                certs = _pem_certificates(data, where)
+                key = _pem_key(data, key_password, where, settings)
             key_entry = CertificateEntry(_PEM_ALIAS, certs[0])
             entries = (key_entry,)
         elif kind == "PKCS12":
@@ -574,9 +615,11 @@ def _load_keystore(
             try:
                 store = pkcs12.load_pkcs12(data, password)
             except ValueError as e:
-                raise ConfigError(
+                raise _load_failure(
+                    settings,
+                    "keystore",
                     f"{settings.name('ssl.keystore.location')}: cannot read the PKCS12 store "
-                    f"({settings.name('ssl.keystore.password')}?): {e}"
+                    f"({settings.name('ssl.keystore.password')}?): {e}",
                 ) from None
             if store.key is None or store.cert is None:
                 raise ConfigError(
@@ -664,7 +707,8 @@ def _jks_key(
             f"{settings.name('ssl.keystore.password')} (and {settings.name('ssl.key.password')} "
             "if the key's differs)"
         )
-    store = _jks(settings, "ssl.keystore.location", data, store_password)
+    with _loading(settings, "keystore"):
+        store = _jks(settings, "ssl.keystore.location", data, store_password)
     if not store.private_keys:
         raise ConfigError(f"{location}: the JKS store holds no private key")
     entry = store.private_keys[0]
@@ -725,17 +769,27 @@ def _load_truststore(context: ssl.SSLContext, settings: SslSettings) -> None:
     if inline:
         pem = b"".join(_pem_blocks(inline.encode(), (b"CERTIFICATE",)))
     elif settings.get("ssl.truststore.location"):
-        data = _read(settings, "ssl.truststore.location")
-        kind = _store_type(settings, "ssl.truststore.type", data)
+        with _loading(settings, "truststore"):
+            data = _read(settings, "ssl.truststore.location")
+            kind = _store_type(settings, "ssl.truststore.type", data)
         if kind == "PEM":
             pem = b"".join(_pem_blocks(data, (b"CERTIFICATE",)))
+            if not pem:
+                raise _load_failure(
+                    settings,
+                    "truststore",
+                    f"{settings.name('ssl.truststore.location')}: no PEM certificate "
+                    "(-----BEGIN CERTIFICATE-----)",
+                )
         elif kind == "PKCS12":
             try:
                 store = pkcs12.load_pkcs12(data, _password(settings, "ssl.truststore.password"))
             except ValueError as e:
-                raise ConfigError(
+                raise _load_failure(
+                    settings,
+                    "truststore",
                     f"{settings.name('ssl.truststore.location')}: cannot read the PKCS12 store "
-                    f"({settings.name('ssl.truststore.password')}?): {e}"
+                    f"({settings.name('ssl.truststore.password')}?): {e}",
                 ) from None
             certs = [c.certificate for c in store.additional_certs]
             if store.cert is not None:
@@ -765,7 +819,8 @@ def _jks_trusted(settings: SslSettings, data: bytes) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
     password = settings.get("ssl.truststore.password")
-    store = _jks(settings, "ssl.truststore.location", data, password)
+    with _loading(settings, "truststore"):
+        store = _jks(settings, "ssl.truststore.location", data, password)
     ders = [*store.trusted_certs, *(e.chain[0] for e in store.private_keys if e.chain)]
     try:
         certs = [x509.load_der_x509_certificate(d) for d in ders]

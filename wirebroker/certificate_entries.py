@@ -20,15 +20,16 @@ HashSet, in the set's order. Java gives an other name (type 0) as a byte array, 
 no other one: an old certificate with one is refused unless `ssl.allow.san.changes`, as in
 Kafka, and the array prints as `[B@` and a number that differs, as in Java.
 
-Differences from Java: a directory name among the alternative names prints in RFC 4514 form
-as `cryptography` gives it (Java's RFC 2253 form differs for attributes without a keyword);
-subjects are equal when `cryptography` finds them equal or their RFC 4514 forms are equal but
-for case (Java compares its canonical forms, which also ignore repeated spaces).
+Subjects are equal when their canonical forms are (`canonical_subject`, what Java's
+X500Principal.equals compares: case, runs of spaces and the string type of a value do not count).
+A difference from Java: a directory name among the alternative names prints in RFC 4514 form as
+`cryptography` gives it (Java's RFC 2253 form differs for attributes without a keyword).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import unicodedata
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -89,9 +90,7 @@ def _same_count(old: Sequence[CertificateEntry], new: Sequence[CertificateEntry]
 
 
 def _same_subject(old: x509.Certificate, new: x509.Certificate) -> bool:
-    if old.subject == new.subject:
-        return True
-    return old.subject.rfc4514_string().lower() == new.subject.rfc4514_string().lower()
+    return old.subject == new.subject or canonical_subject(old) == canonical_subject(new)
 
 
 # subjects as Java prints them --------------------------------------------------------------------
@@ -128,6 +127,18 @@ _STRINGS = {
     0x1E: "utf-16-be",
     0x1B: "ascii",
 }
+#: RFC 2253's keywords (Java's canonical form writes the dotted type for the others).
+_RFC2253_KEYWORDS = {
+    k: v
+    for k, v in _KEYWORDS.items()
+    if v in ("CN", "C", "L", "ST", "O", "OU", "STREET", "DC", "UID")
+}
+#: The value types Java's canonical form reads as strings: UTF8String, PrintableString.
+_CANONICAL_STRINGS = (0x0C, 0x13)
+#: What the canonical form escapes with a backslash (and a leading `#`), and what Java's
+#: String.trim removes from its ends.
+_CANONICAL_ESCAPED = ',+<>;"\\'
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))
 #: Characters that have a value quoted, and those escaped inside the quotes.
 _SPECIAL, _ESCAPED = ',+=\n<>#;\\"', '\\"'
 _PRINTABLE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 '()+,-./:=?")
@@ -135,25 +146,47 @@ _PRINTABLE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 
 def java_subject(certificate: x509.Certificate) -> str:
     """A certificate's subject as Java's X500Principal.toString prints it."""
-    # As the certificate encodes it (cryptography's Name is decoded): TBSCertificate's fields
-    # are an optional [0] version, the serial number, the signature's algorithm, the issuer,
-    # the validity, then the subject.
+    return ", ".join(
+        " + ".join(_attribute(ava) for ava in der.parse(rdn.contents))
+        for rdn in reversed(_subject(certificate))
+    )
+
+
+def canonical_subject(certificate: x509.Certificate) -> str:
+    """A certificate's subject in the form Java's X500Principal compares (`getName(CANONICAL)`,
+    RFC 2253's canonical form): each attribute `keyword=value` with RFC 2253's keywords, else
+    the dotted type; a PrintableString or UTF8String value (of a type with a keyword) escaped as
+    RFC 2253 says, its runs of spaces made one and its ends trimmed, any other value `#` and the
+    hex of its encoding; all of it upper-cased, lower-cased and decomposed (Unicode's NFKD); the
+    attributes of an RDN sorted, joined by `+`, the RDNs by `,`."""
+    return ",".join(
+        "+".join(sorted(_canonical_attribute(ava) for ava in der.parse(rdn.contents)))
+        for rdn in reversed(_subject(certificate))
+    )
+
+
+def _subject(certificate: x509.Certificate) -> list[der.Der]:
+    """The RDNs of a certificate's subject, as it encodes them (cryptography's Name is decoded):
+    TBSCertificate's fields are an optional [0] version, the serial number, the signature's
+    algorithm, the issuer, the validity, then the subject."""
     tbs = der.fields(certificate.tbs_certificate_bytes, der.SEQUENCE)
     first = 1 if tbs and tbs[0].tag == der.EXPLICIT_0 else 0
     if len(tbs) < first + 5 or tbs[first + 4].tag != der.SEQUENCE:
         raise der.DerError("the certificate has no subject")
-    rdns = der.parse(tbs[first + 4].contents)
-    return ", ".join(
-        " + ".join(_attribute(ava) for ava in der.parse(rdn.contents)) for rdn in reversed(rdns)
-    )
+    return der.parse(tbs[first + 4].contents)
+
+
+def _type_and_value(ava: der.Der) -> tuple[str, der.Der]:
+    """An attribute's type (dotted) and value."""
+    parts = der.parse(ava.contents)
+    if len(parts) != 2 or parts[0].tag != der.OID:
+        raise der.DerError("an attribute of the subject is malformed")
+    return der.dotted(parts[0].contents), parts[1]
 
 
 def _attribute(ava: der.Der) -> str:
     """One attribute, `keyword=value`."""
-    parts = der.parse(ava.contents)
-    if len(parts) != 2 or parts[0].tag != der.OID:
-        raise der.DerError("an attribute of the subject is malformed")
-    kind, value = der.dotted(parts[0].contents), parts[1]
+    kind, value = _type_and_value(ava)
     keyword = _KEYWORDS.get(kind, f"OID.{kind}")
     charset = _STRINGS.get(value.tag)
     if charset is None:
@@ -190,6 +223,33 @@ def _value(text: str) -> str:
     if printed.endswith((" ", "\n")):
         quote = True
     return f'"{printed}"' if quote and not quoted else printed
+
+
+def _canonical_attribute(ava: der.Der) -> str:
+    kind, value = _type_and_value(ava)
+    keyword = _RFC2253_KEYWORDS.get(kind)
+    if keyword is None or value.tag not in _CANONICAL_STRINGS:
+        text = f"{keyword or kind}=#{value.encoded().hex()}"
+    else:
+        text = f"{keyword}={_canonical_value(value.contents.decode('utf-8', 'replace'))}"
+    return unicodedata.normalize("NFKD", text.upper().lower())
+
+
+def _canonical_value(text: str) -> str:
+    out = []
+    space = False  # the last character kept was a space
+    for i, c in enumerate(text):
+        leading_hash = i == 0 and c == "#"
+        if c in _PRINTABLE or c in _CANONICAL_ESCAPED or leading_hash:
+            if c in _CANONICAL_ESCAPED or leading_hash:
+                out.append("\\")
+            if c == " " and space:
+                continue
+            space = c == " "
+        else:
+            space = False
+        out.append(c)
+    return "".join(out).strip(_JAVA_TRIMMED)
 
 
 # alternative names as Java lists them ------------------------------------------------------------

@@ -8,12 +8,14 @@ import java.util.Collections;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import javax.security.auth.x500.X500Principal;
 
 /**
  * For each keystore named by its arguments (type, file, password, ...): its entries with an X.509
  * certificate as Kafka's SslFactory.CertificateEntries sees them when a keystore changes at run
- * time, one line each (alias, subject, alternative names as a HashSet, and whether those names
- * contain the same certificate's read again; tab-separated, escaped), then "--". Run by test_keystore_entries.py with the
+ * time, one line each (alias, subject, its canonical form, which X500Principal.equals compares,
+ * alternative names as a HashSet, and whether those names contain the same certificate's read
+ * again; tab-separated, escaped), then "--". Run by test_keystore_entries.py with the
  * JDK only.
  */
 public class KeystoreEntries {
@@ -31,6 +33,7 @@ public class KeystoreEntries {
                     Set<List<?>> names = names(certificate);
                     System.out.println(String.join("\t", escaped(alias),
                         escaped(certificate.getSubjectX500Principal().toString()),
+                        escaped(certificate.getSubjectX500Principal().getName(X500Principal.CANONICAL)),
                         escaped(names.toString()),
                         String.valueOf(names(again).containsAll(names))));
                 }

@@ -32,8 +32,15 @@ from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import NameOID
 
 from wirebroker import tls
-from wirebroker.certificate_entries import CertificateEntry, _java_alt_names, _printed, java_subject
-from wirebroker.config import BrokerConfig
+from wirebroker.certificate_entries import (
+    CertificateEntry,
+    _java_alt_names,
+    _printed,
+    canonical_subject,
+    check_change,
+    java_subject,
+)
+from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.jks import read_jks
 from wirebroker.pkcs12 import Pkcs12Error, certificate_entries
 
@@ -232,9 +239,10 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-#: An entry as both sides print it: alias, subject, alternative names, and whether those names
-#: contain the same certificate's read again (not when one is an other name: Java's byte arrays).
-Entry = tuple[str, str, str, bool]
+#: An entry as both sides print it: alias, subject, the subject's canonical form (what Java
+#: compares subjects by), alternative names, and whether those names contain the same
+#: certificate's read again (not when one is an other name: Java's byte arrays).
+Entry = tuple[str, str, str, str, bool]
 #: An other name among alternative names: Java's byte array, which prints its identity, and
 #: comes at a place in the set that varies with it.
 _BYTE_ARRAY = re.compile(r"\[0, \[B@[0-9a-f]+\](, )?|, \[0, \[B@[0-9a-f]+\]")
@@ -251,8 +259,10 @@ def java_entries(paths: list[Path]) -> list[list[Entry]]:
         if line == "--":
             stores.append([])
             continue
-        alias, subject, names, contained = line.split("\t")
-        stores[-1].append((alias, subject, _BYTE_ARRAY.sub("", names), contained == "true"))
+        alias, subject, canonical, names, contained = line.split("\t")
+        stores[-1].append(
+            (alias, subject, canonical, _BYTE_ARRAY.sub("", names), contained == "true")
+        )
     return stores[:-1]
 
 
@@ -267,6 +277,7 @@ def printed(entry: CertificateEntry) -> Entry:
     return (
         escaped(entry.alias),
         escaped(java_subject(entry.certificate)),
+        escaped(canonical_subject(entry.certificate)),
         _BYTE_ARRAY.sub("", escaped(_printed(names))),
         all(n in again for n in names),
     )
@@ -349,3 +360,38 @@ def test_a_damaged_store_is_a_pkcs12_error_and_never_another(
         except Pkcs12Error:
             outcomes.add("refused")
     assert outcomes == {"listed", "refused"}
+
+
+def named(*attributes: x509.NameAttribute) -> CertificateEntry:
+    """An entry whose certificate has the subject of `attributes`, one RDN each."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name(list(attributes))
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    return CertificateEntry("broker", certificate)
+
+
+def test_subjects_compared_as_java_compares_them() -> None:
+    """As X500Principal.equals (the canonical forms `test_entries_are_javas` checks against
+    Java's): case, spaces at the ends or repeated, and a PrintableString for a UTF8String make no
+    other subject; an e-mail address (an IA5String, compared by its encoding) in other case does."""
+    cn, o, email = NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME, NameOID.EMAIL_ADDRESS
+    old = named(attribute(cn, "Broker  One"), attribute(o, "Acme", _ASN1Type.PrintableString))
+    same = named(attribute(cn, " broker one"), attribute(o, "ACME"))
+    check_change([old], [same], allow_dn_changes=False, allow_san_changes=False)
+    with pytest.raises(ConfigError, match="Keystore DistinguishedName does not match"):
+        check_change(
+            [named(attribute(email, "ops@acme.example"))],
+            [named(attribute(email, "OPS@acme.example"))],
+            allow_dn_changes=False,
+            allow_san_changes=False,
+        )

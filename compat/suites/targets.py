@@ -13,6 +13,13 @@ clients bootstrap from an SSL listener that requires their certificate, and a SA
 listener takes SCRAM-SHA-256 logins (a user made by AlterUserScramCredentials once the broker
 is up) and OAUTHBEARER's unsecured tokens (Kafka's default validator). ``Target.secured`` says
 what a client needs; a suite that knows how runs itself over TLS and its login tests on them.
+Between these brokers: PLAINTEXT, which the suites' admin tools use too.
+
+``kafka-secured-cluster`` and ``wirebroker-secured-cluster``: ZooKeeper (from the jars) and
+three brokers of each kind, secured as those and with the clusters' replication defaults, whose
+inter-broker listener is SASL_SSL with SCRAM-SHA-512: the brokers log in to each other as
+``BROKER_USER``, whom Kafka's ``kafka-configs.sh --zookeeper`` writes to ZooKeeper before they
+start, as Kafka users bootstrap a cluster's SCRAM (wirebroker reads the same znodes).
 """
 
 from __future__ import annotations
@@ -31,7 +38,13 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from compat.kafka_process import free_port, kafka_broker, kafka_reference, zookeeper
+from compat.kafka_process import (
+    free_port,
+    kafka_broker,
+    kafka_reference,
+    run_kafka_tool,
+    zookeeper,
+)
 from compat.suites.results import BUILD
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.pki import STORE_PASSWORD, make_pki
@@ -41,8 +54,17 @@ CLUSTER_START_TIMEOUT = 120.0
 LOGS = BUILD / "logs"
 
 
+#: The targets ``_secured`` starts.
+SECURED = (
+    "kafka-secured",
+    "wirebroker-secured",
+    "kafka-secured-cluster",
+    "wirebroker-secured-cluster",
+)
 #: The SCRAM-SHA-256 user of the secured targets.
 SCRAM_USER, SCRAM_PASSWORD = "kgo", "kgo-secret-5d21"
+#: The brokers' own SCRAM-SHA-512 user of the secured clusters, between them over SASL_SSL.
+BROKER_USER, BROKER_PASSWORD = "broker", "broker-secret-8e3a"
 #: How long a secured broker may take to accept its SCRAM user (Kafka applies it when
 #: ZooKeeper notifies it).
 SCRAM_READY_TIMEOUT = 60.0
@@ -58,13 +80,13 @@ class Secured:
     sasl_bootstrap: str  # SASL_PLAINTEXT: SCRAM-SHA-256 and OAUTHBEARER (unsecured tokens)
     scram_user: str
     scram_password: str
-    plaintext: str  # the PLAINTEXT listener between brokers, for a suite's admin tools
+    plaintext: str  # the PLAINTEXT listeners, for a suite's admin tools
 
 
 @dataclass(frozen=True)
 class Target:
     name: str
-    bootstrap: str  # the secured targets': their SSL listener
+    bootstrap: str  # the secured targets': their SSL listeners
     replication_factor: int
     how: str
     secured: Secured | None = None
@@ -92,7 +114,7 @@ def start(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             yield Target(
                 name, bootstrap, 3, "`wirebroker cluster --brokers 3` (ZooKeeper from the jars)"
             )
-    elif name in ("kafka-secured", "wirebroker-secured"):
+    elif name in SECURED:
         with _secured(name, settings) as target:
             yield target
     else:
@@ -165,11 +187,12 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
 
 
 def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
-    """Broker keys of a secured target, the same for Kafka and wirebroker: PLAINTEXT between
-    brokers, SSL with client certificates required, SASL_PLAINTEXT with SCRAM-SHA-256 and
-    OAUTHBEARER."""
+    """Broker keys of a secured target, the same for Kafka and wirebroker: SSL with client
+    certificates required, SASL_PLAINTEXT with SCRAM-SHA-256 and OAUTHBEARER; between brokers
+    PLAINTEXT, or SASL_SSL with SCRAM-SHA-512 as ``BROKER_USER`` when ``ports`` has a SASL_SSL
+    listener (a secured cluster)."""
     listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
-    return {
+    keys = {
         "listeners": listeners,
         "advertised.listeners": listeners,
         "inter.broker.listener.name": "PLAINTEXT",
@@ -187,42 +210,98 @@ def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
         ),
     }
+    if "SASL_SSL" in ports:
+        keys |= {
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{BROKER_USER}" password="{BROKER_PASSWORD}";'
+            ),
+        }
+    return keys
 
 
 @contextlib.contextmanager
 def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
+    """One secured broker, or (``*-secured-cluster``) three, with ZooKeeper; the wirebroker
+    brokers' logs go to ``LOGS``."""
+    cluster = name.endswith("-cluster")
+    listener_names = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT"] + (["SASL_SSL"] if cluster else [])
     with tempfile.TemporaryDirectory(prefix="wb-suite-secured-") as tmp:
         work = Path(tmp)
         pki = make_pki(work)
-        ports = {n: free_port() for n in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")}
-        keys = {**settings, **secured_settings(work, ports)}
+        ports = {
+            i: {n: free_port() for n in listener_names} for i in ((1, 2, 3) if cluster else (0,))
+        }
+
+        def seeds(listener: str) -> str:
+            return ",".join(f"127.0.0.1:{own[listener]}" for own in ports.values())
+
         secured = Secured(
             pki.ca,
             pki.client_cert,
             pki.client_key,
-            f"127.0.0.1:{ports['SASL_PLAINTEXT']}",
+            seeds("SASL_PLAINTEXT"),
             SCRAM_USER,
             SCRAM_PASSWORD,
-            f"127.0.0.1:{ports['PLAINTEXT']}",
+            seeds("PLAINTEXT"),
         )
+        common = {**CLUSTER_REPLICATION, **settings} if cluster else settings
         with contextlib.ExitStack() as stack:
-            if name == "kafka-secured":
-                zk = stack.enter_context(zookeeper())
-                stack.enter_context(
-                    kafka_broker(zk.connect, port=ports["PLAINTEXT"], overrides=keys)
-                )
-                how = "Apache Kafka 3.9 from the jars, secured"
-            else:
-                broker = BrokerProcess(work / "data", keys)
+            zk_connect = ""
+            if cluster or name.startswith("kafka"):
+                zk_connect = stack.enter_context(zookeeper()).connect
+            if cluster:
+                _add_broker_user(zk_connect)
+            for broker_id, own in ports.items():
+                keys = {**common, **secured_settings(work, own)}
+                if name.startswith("kafka"):
+                    stack.enter_context(
+                        kafka_broker(
+                            zk_connect, broker_id=broker_id, port=own["PLAINTEXT"], overrides=keys
+                        )
+                    )
+                    continue
+                if cluster:
+                    keys |= {"broker.id": str(broker_id), "zookeeper.connect": zk_connect}
+                broker = BrokerProcess(work / f"data-{broker_id}", keys)
+                stack.callback(_keep_log, broker, LOGS / f"{name}-broker-{broker_id}.log")
                 broker.start(timeout=60)
                 stack.callback(broker.stop)
-                how = "one `wirebroker serve` process, secured"
+            how = {
+                "kafka-secured": "Apache Kafka 3.9 from the jars, secured",
+                "wirebroker-secured": "one `wirebroker serve` process, secured",
+                "kafka-secured-cluster": "ZooKeeper + 3 Apache Kafka 3.9 brokers from the jars, "
+                "secured, SASL_SSL between them",
+                "wirebroker-secured-cluster": "ZooKeeper (from the jars) + 3 `wirebroker serve` "
+                "processes, secured, SASL_SSL between them",
+            }[name]
             _add_scram_user(secured)
-            yield Target(name, f"127.0.0.1:{ports['SSL']}", 1, how, secured)
+            yield Target(name, seeds("SSL"), len(ports), how, secured)
+
+
+def _keep_log(broker: BrokerProcess, path: Path) -> None:
+    """Write what ``broker`` logged (it keeps its log in memory) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(broker.log) + "\n")
+
+
+def _add_broker_user(zk_connect: str) -> None:
+    """The brokers' own SCRAM-SHA-512 user, in ZooKeeper before any broker starts, with Kafka's
+    ``kafka-configs.sh --zookeeper`` (ConfigCommand from the jars), as Kafka users make it."""
+    run_kafka_tool(
+        "kafka.admin.ConfigCommand",
+        ["--zookeeper", zk_connect, "--alter", "--entity-type", "users"]
+        + ["--entity-name", BROKER_USER]
+        + ["--add-config", f"SCRAM-SHA-512=[password={BROKER_PASSWORD}]"],
+    )
 
 
 def _add_scram_user(secured: Secured) -> None:
-    """Make the SCRAM user through the PLAINTEXT listener; wait until the SASL one takes it."""
+    """Make the SCRAM user through the PLAINTEXT listeners; wait until each broker's SASL
+    listener takes it."""
     from confluent_kafka.admin import (
         AdminClient,
         ScramCredentialInfo,
@@ -237,23 +316,24 @@ def _add_scram_user(secured: Secured) -> None:
     )
     admin = AdminClient({"bootstrap.servers": secured.plaintext})
     admin.alter_user_scram_credentials([upsertion])[secured.scram_user].result(30)
-    login: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": secured.sasl_bootstrap,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-256",
-        "sasl.username": secured.scram_user,
-        "sasl.password": secured.scram_password,
-        "log_level": 0,  # the failed logins while the user propagates are expected
-    }
     deadline = time.monotonic() + SCRAM_READY_TIMEOUT
-    while True:
-        try:
-            AdminClient(login).list_topics(timeout=5)
-            return
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the SCRAM user did not log in on {secured.sasl_bootstrap} within "
-                    f"{SCRAM_READY_TIMEOUT:.0f} s"
-                ) from None
-            time.sleep(0.2)  # Kafka takes the user when ZooKeeper notifies it: nothing to await
+    for seed in secured.sasl_bootstrap.split(","):
+        login: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": seed,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": secured.scram_user,
+            "sasl.password": secured.scram_password,
+            "log_level": 0,  # the failed logins while the user propagates are expected
+        }
+        while True:
+            try:
+                AdminClient(login).list_topics(timeout=5)
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the SCRAM user did not log in on {seed} within "
+                        f"{SCRAM_READY_TIMEOUT:.0f} s"
+                    ) from None
+                time.sleep(0.2)  # Kafka takes the user when ZooKeeper notifies it: nothing to await

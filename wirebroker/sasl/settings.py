@@ -47,7 +47,7 @@ from wirebroker.sasl.java_tokens import (
 from wirebroker.system_properties import JAAS_FILE, JAVA_TRIM, system_property
 
 if TYPE_CHECKING:
-    from wirebroker.config import BrokerConfig
+    from wirebroker.config import BrokerConfig, ConfigError
     from wirebroker.sasl.access_token import AccessTokenLogin
     from wirebroker.sasl.jwks import KeySet
     from wirebroker.sasl.kerberos import KerberosService
@@ -276,7 +276,13 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
     section = None
     if len(jaas) < len(mechanisms):
         section = _server_section(listener_name)
-    if section is not None:
+    if section is None:
+        # As Kafka's JaasContext, for each enabled mechanism in turn: neither its key nor a
+        # section of the JAAS file, the listener does not start.
+        for mechanism in mechanisms:
+            if mechanism not in jaas:
+                raise _no_jaas_context(config, listener_name, mechanism)
+    else:
         source, entries = section
         for mechanism in mechanisms:
             if mechanism not in jaas:
@@ -292,12 +298,11 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
             )
     plain = jaas.get(PLAIN)
     if PLAIN in mechanisms and (plain is None or plain.login_module != PLAIN_LOGIN_MODULE):
+        # No entry: the section (found, else refused above) has no PlainLoginModule.
         where = f" ({section[0]} has none)" if section is not None and plain is None else ""
         raise ConfigError(
             f"listener {listener_name} enables PLAIN but has no {PLAIN_LOGIN_MODULE} JAAS "
-            f"config{where}: set {prefix}plain.sasl.jaas.config={PLAIN_LOGIN_MODULE} required "
-            'user_admin="admin-secret"; or put that login module in the KafkaServer section of '
-            "the JAAS file (as Kafka, an unprefixed sasl.jaas.config is not read here)"
+            f"config{where}: {_jaas_how(prefix, PLAIN)}"
         )
     reauth_key = prefix + "connections.max.reauth.ms"
     max_reauth_ms = config.get_int(
@@ -316,6 +321,50 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         if OAUTHBEARER in mechanisms
         else None,
         _kerberos_service(config, listener_name, jaas, sources) if GSSAPI in mechanisms else None,
+    )
+
+
+#: Each mechanism's options in the example `_jaas_how` gives (SCRAM's server side needs none,
+#: OAUTHBEARER's unsecured validator has defaults).
+_EXAMPLE_OPTIONS = {
+    GSSAPI: ' useKeyTab=true storeKey=true keyTab="..." principal="kafka/host@REALM"',
+    PLAIN: ' user_admin="admin-secret"',
+    SCRAM_SHA_256: "",
+    SCRAM_SHA_512: "",
+    OAUTHBEARER: "",
+}
+
+
+def _jaas_how(prefix: str, mechanism: str) -> str:
+    """What to set for a listener (`prefix`) to give `mechanism` its JAAS entry."""
+    from wirebroker.sasl.jaas_file import KAFKA_SERVER  # it imports this module
+
+    module = LOGIN_MODULES[mechanism]
+    listener = prefix.split(".")[2]
+    return (
+        f"set {prefix}{mechanism.lower()}.sasl.jaas.config={module} required"
+        f"{_EXAMPLE_OPTIONS[mechanism]}; or put that login module in the {KAFKA_SERVER} (or "
+        f"{listener}.{KAFKA_SERVER}) section of the JAAS file"
+    )
+
+
+def _no_jaas_context(config: BrokerConfig, listener_name: str, mechanism: str) -> ConfigError:
+    """ConfigError for an enabled mechanism with no JAAS entry at all: Kafka's message
+    (JaasContext.loadServerContext), then what to set."""
+    from wirebroker.config import ConfigError
+    from wirebroker.sasl.jaas_file import KAFKA_SERVER
+
+    listener = listener_name.lower()
+    ignored = (
+        " (as Kafka, the unprefixed sasl.jaas.config is not read for a listener)"
+        if config.get("sasl.jaas.config") is not None
+        else ""
+    )
+    return ConfigError(
+        f"Could not find a '{KAFKA_SERVER}' or '{listener}.{KAFKA_SERVER}' entry in the JAAS "
+        f"configuration. System property '{JAAS_FILE}' is "
+        f"{system_property(JAAS_FILE) or 'not set'}: listener {listener_name} enables "
+        f"{mechanism}: {_jaas_how(f'listener.name.{listener}.', mechanism)}{ignored}"
     )
 
 
@@ -370,27 +419,16 @@ def _kerberos_service(
     """GSSAPI's service principal and keytab (its JAAS entry), service name and short-name
     rules, refused as Kafka refuses them; the gssapi package must be installed."""
     from wirebroker.config import ConfigError
-    from wirebroker.sasl.jaas_file import KAFKA_SERVER
     from wirebroker.sasl.kerberos import KerberosService, load_gssapi
     from wirebroker.sasl.kerberos_names import KerberosShortNamer
 
     prefix = f"listener.name.{listener_name.lower()}."
-    key = f"{prefix}gssapi.sasl.jaas.config"
     entry = jaas.get(GSSAPI)
     if entry is None:
-        how = (
-            f"set {key}={KRB5_LOGIN_MODULE} required useKeyTab=true storeKey=true "
-            'keyTab="..." principal="kafka/host@REALM"; or put that login module in the '
-            f"{KAFKA_SERVER} section of the JAAS file"
-        )
         section = _server_section(listener_name)
-        if section is not None:
-            raise ConfigError(f"{section[0]} has no {KRB5_LOGIN_MODULE} for GSSAPI: {how}")
-        # Kafka's message, and what to set.
+        assert section is not None  # without one, listener_sasl refused GSSAPI
         raise ConfigError(
-            f"Could not find a '{KAFKA_SERVER}' or '{listener_name.lower()}.{KAFKA_SERVER}' "
-            f"entry in the JAAS configuration. System property '{JAAS_FILE}' is "
-            f"{system_property(JAAS_FILE) or 'not set'}: {how}"
+            f"{section[0]} has no {KRB5_LOGIN_MODULE} for GSSAPI: {_jaas_how(prefix, GSSAPI)}"
         )
     jaas_service = entry.options.get("serviceName")
     config_service = _mechanism_setting(config, prefix, GSSAPI, "sasl.kerberos.service.name")

@@ -12,11 +12,14 @@ GSSAPI (Kerberos, Kafka's default mechanism) takes the listener's `Krb5LoginModu
 (`useKeyTab=true storeKey=true keyTab=... principal=...`), a service name (its `serviceName`
 option or `sasl.kerberos.service.name`) and `sasl.kerberos.principal.to.local.rules`, each
 refused with Kafka's message when missing, and the optional gssapi package (`kerberos`). As
-Kafka, a listener needs a JAAS entry for each mechanism that requires one: PLAIN without a
-`PlainLoginModule` JAAS config (its users come from there) is refused. SCRAM needs
-no JAAS options on the server side (its credentials are stored, see `credentials`);
-OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any, or,
-with `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
+Kafka's SaslChannelBuilder, which loads a JaasContext for each enabled mechanism, a listener
+needs a JAAS entry for every one: its prefixed `sasl.jaas.config`, else a section of the JAAS
+file (whatever its login modules); with neither, it is refused with Kafka's "Could not find a
+'KafkaServer' or '<l>.KafkaServer' entry in the JAAS configuration" and what to set, at start
+and for a change at run time. PLAIN without a `PlainLoginModule` (its users come from there) is
+refused too. SCRAM's entry holds no options the server side reads (its credentials are stored,
+see `credentials`): `ScramLoginModule required;` is enough; OAUTHBEARER takes its validator's
+`unsecuredValidator*` options from its JAAS entry or, with `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
 OAuthBearerValidatorCallbackHandler, the `sasl.oauthbearer.*` keys (each overridden by
 `listener.name.<l>.sasl.oauthbearer.*`); a JWKS URL without that handler is refused, where
 Kafka would accept unsecured tokens. Listeners verifying with the same JWKS endpoint share one
@@ -463,10 +466,10 @@ def _oauthbearer_validator(
 
     handler_key = f"{prefix}oauthbearer.sasl.server.callback.handler.class"
     handler = (config.get(handler_key) or "").strip()
-    entry = jaas.get(OAUTHBEARER)
-    source = sources.get(OAUTHBEARER, f"{prefix}oauthbearer.sasl.jaas.config")
+    entry = jaas[OAUTHBEARER]  # without one, listener_sasl refused OAUTHBEARER
+    source = sources[OAUTHBEARER]
     if handler in SECURED_VALIDATORS:
-        return _secured_validator(config, prefix, entry.options if entry else {}, source)
+        return _secured_validator(config, prefix, entry.options, source)
     if handler not in ("", UNSECURED_VALIDATOR):
         raise ConfigError(
             f"{handler_key}={handler} is not implemented: OAUTHBEARER validates tokens with "
@@ -481,7 +484,7 @@ def _oauthbearer_validator(
             "verify tokens with the JWKS"
         )
     try:
-        return UnsecuredValidator.from_options(entry.options if entry else {})
+        return UnsecuredValidator.from_options(entry.options)
     except ValueError as e:
         raise ConfigError(f"{source}: {e}") from None
 

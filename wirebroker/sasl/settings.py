@@ -19,7 +19,8 @@ file (whatever its login modules); with neither, it is refused with Kafka's "Cou
 and for a change at run time. PLAIN without a `PlainLoginModule` (its users come from there) is
 refused too. SCRAM's entry holds no options the server side reads (its credentials are stored,
 see `credentials`): `ScramLoginModule required;` is enough; OAUTHBEARER takes its validator's
-`unsecuredValidator*` options from its JAAS entry or, with `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
+`unsecuredValidator*` options from its JAAS entry or, with
+`listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
 OAuthBearerValidatorCallbackHandler, the `sasl.oauthbearer.*` keys (each overridden by
 `listener.name.<l>.sasl.oauthbearer.*`); a JWKS URL without that handler is refused, where
 Kafka would accept unsecured tokens. Listeners verifying with the same JWKS endpoint share one
@@ -284,7 +285,7 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         # section of the JAAS file, the listener does not start.
         for mechanism in mechanisms:
             if mechanism not in jaas:
-                raise _no_jaas_context(config, listener_name, mechanism)
+                raise _no_jaas_context(config, listener_name, prefix, mechanism)
     else:
         source, entries = section
         for mechanism in mechanisms:
@@ -351,23 +352,24 @@ def _jaas_how(prefix: str, mechanism: str) -> str:
     )
 
 
-def _no_jaas_context(config: BrokerConfig, listener_name: str, mechanism: str) -> ConfigError:
-    """ConfigError for an enabled mechanism with no JAAS entry at all: Kafka's message
-    (JaasContext.loadServerContext), then what to set."""
+def _no_jaas_context(
+    config: BrokerConfig, listener_name: str, prefix: str, mechanism: str
+) -> ConfigError:
+    """ConfigError for an enabled mechanism of the listener (`prefix`) with no JAAS entry at
+    all: Kafka's message (JaasContext.loadServerContext), then what to set."""
     from wirebroker.config import ConfigError
     from wirebroker.sasl.jaas_file import KAFKA_SERVER
 
-    listener = listener_name.lower()
     ignored = (
         " (as Kafka, the unprefixed sasl.jaas.config is not read for a listener)"
         if config.get("sasl.jaas.config") is not None
         else ""
     )
     return ConfigError(
-        f"Could not find a '{KAFKA_SERVER}' or '{listener}.{KAFKA_SERVER}' entry in the JAAS "
-        f"configuration. System property '{JAAS_FILE}' is "
+        f"Could not find a '{KAFKA_SERVER}' or '{listener_name.lower()}.{KAFKA_SERVER}' entry "
+        f"in the JAAS configuration. System property '{JAAS_FILE}' is "
         f"{system_property(JAAS_FILE) or 'not set'}: listener {listener_name} enables "
-        f"{mechanism}: {_jaas_how(f'listener.name.{listener}.', mechanism)}{ignored}"
+        f"{mechanism}: {_jaas_how(prefix, mechanism)}{ignored}"
     )
 
 

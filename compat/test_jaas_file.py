@@ -1,5 +1,6 @@
 """A static JAAS file's `KafkaServer` sections on real Kafka 3.9 and on wirebroker: the same
-file, the same listeners, the same logins, the same answers.
+file, the same listeners, the same logins, the same answers; and the same refusal to start
+without any JAAS entry for an enabled mechanism.
 
 Kafka's brokers are often given their SASL users by a JAAS file (`KAFKA_OPTS=
 -Djava.security.auth.login.config=...`) rather than `listener.name.<l>.<mechanism>.sasl.jaas.config`.
@@ -7,16 +8,28 @@ Both brokers get one file and four listeners: SASL_PLAINTEXT (its own `sasl_plai
 section), OTHER (no section of its own: `KafkaServer`), THIRD (its own PLAIN `sasl.jaas.config`,
 which wins over the file) and PLAINTEXT between brokers. `KafkaServer` holds two PlainLoginModules
 (a user is looked up in the first that names it) and a password given as `${...}` of a system
-property. Each user logs in with raw SaslHandshake / SaslAuthenticate on each listener.
+property. SCRAM-SHA-512 is enabled beside PLAIN: its JAAS entry is the listener's section,
+whatever its login modules (here PlainLoginModules only), as Kafka's JaasContext takes it. Each
+user logs in with raw SaslHandshake / SaslAuthenticate on each listener.
+
+A broker with SCRAM enabled and neither `listener.name.<l>.scram-sha-512.sasl.jaas.config` nor
+a `KafkaServer` section (no JAAS file, or a file with only a `KafkaClient` section) does not
+start: Kafka logs JaasContext's IllegalArgumentException and exits, wirebroker exits with the
+same words and what to set.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from compat.kafka_process import free_port, kafka_broker, zookeeper
+from compat.kafka_process import KafkaProcessError, free_port, kafka_broker, zookeeper
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.broker_process import BrokerProcess, serving
@@ -65,7 +78,7 @@ def properties(ports: dict[str, int]) -> dict[str, str]:
             "THIRD:SASL_PLAINTEXT"
         ),
         "inter.broker.listener.name": "PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
         "listener.name.third.plain.sasl.jaas.config": f'{PLAIN} required user_carol="carol-pw";',
         "connection.failed.authentication.delay.ms": "0",
     }
@@ -79,16 +92,16 @@ def jvm_options(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def kafka(jvm_options: list[str]) -> Iterator[dict[str, int]]:
+def zk_connect() -> Iterator[str]:
+    with zookeeper() as zk:
+        yield zk.connect
+
+
+@pytest.fixture(scope="module")
+def kafka(zk_connect: str, jvm_options: list[str]) -> Iterator[dict[str, int]]:
     ports = {name: free_port() for name in ("PLAINTEXT", *SASL_LISTENERS)}
-    with (
-        zookeeper() as zk,
-        kafka_broker(
-            zk.connect,
-            port=ports["PLAINTEXT"],
-            overrides=properties(ports),
-            jvm_options=jvm_options,
-        ),
+    with kafka_broker(
+        zk_connect, port=ports["PLAINTEXT"], overrides=properties(ports), jvm_options=jvm_options
     ):
         yield ports
 
@@ -135,3 +148,54 @@ def test_kafka_server_sections(kafka: dict[str, int], wirebroker: dict[str, int]
         "THIRD": ["carol:carol-pw"],
     }
     assert logins(wirebroker) == expected
+
+
+@pytest.mark.parametrize("jaas_file", [False, True], ids=["no-file", "no-section"])
+def test_scram_without_a_jaas_entry_does_not_start(
+    zk_connect: str, tmp_path: Path, jaas_file: bool
+) -> None:
+    jvm_options = []
+    if jaas_file:
+        path = tmp_path / "client_jaas.conf"
+        path.write_text(f'KafkaClient {{ {PLAIN} required username="a" password="a-pw"; }};\n')
+        jvm_options = [f"-Djava.security.auth.login.config={path}"]
+    plaintext, sasl = free_port(), free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{plaintext},SASL_PLAINTEXT://127.0.0.1:{sasl}"
+    props = {
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    }
+    workdir = tmp_path / "kafka"
+    with (
+        pytest.raises(KafkaProcessError, match="exited"),
+        kafka_broker(
+            zk_connect, port=plaintext, overrides=props, jvm_options=jvm_options, workdir=workdir
+        ),
+    ):
+        pass
+    kafka_log = (workdir / "kafka.log").read_text(errors="replace")
+    found = re.search(r"IllegalArgumentException: (Could not find a 'KafkaServer'.*)", kafka_log)
+    assert found is not None, kafka_log[-3000:]
+    kafka_message = found[1].strip()
+
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"}
+    if jvm_options:
+        env["KAFKA_OPTS"] = " ".join(jvm_options)
+    overrides = [
+        arg for k, v in props.items() if k != "listeners" for arg in ("--override", f"{k}={v}")
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
+        + ["--log-dirs", str(tmp_path / "wirebroker"), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"{kafka_message}: listener SASL_PLAINTEXT enables SCRAM-SHA-512: set "
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
+    ) in done.stderr, (kafka_message, done.stderr)

@@ -805,7 +805,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "list",
             "GSSAPI",
             "SASL mechanisms offered (GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER); "
-            "listener.name.<l>.sasl.enabled.mechanisms overrides it per listener. GSSAPI "
+            "listener.name.<l>.sasl.enabled.mechanisms overrides it per listener. As Kafka, each "
+            "needs a JAAS entry: listener.name.<l>.<mechanism>.sasl.jaas.config (SCRAM's: "
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;) or the JAAS "
+            "file's KafkaServer section. GSSAPI "
             "(Kerberos) needs the gssapi extra (pip install 'wirebroker[gssapi]'), "
             "sasl.kerberos.service.name and a listener.name.<l>.gssapi.sasl.jaas.config of "
             "Krb5LoginModule with useKeyTab=true storeKey=true keyTab=... principal=....",

@@ -20,7 +20,7 @@ from protocol.messages.describe_delegation_token import DescribeDelegationTokenR
 from protocol.messages.expire_delegation_token import ExpireDelegationTokenRequest
 from protocol.schema import Message
 from tests.cluster.harness import call, eventually, sha512_upsertion, start_broker
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import RawClient, server_jaas
 from wirebroker.server import RunningBroker
 from wirebroker.zk import change_notifications, znodes
 from wirebroker.zk.client import ZkClient
@@ -34,6 +34,7 @@ SASL = {
     "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
     "inter.broker.listener.name": "PLAINTEXT",
     "sasl.enabled.mechanisms": MECHANISM,
+    **server_jaas("SASL_PLAINTEXT", MECHANISM),
     "delegation.token.secret.key": "cluster-token-key",
 }
 

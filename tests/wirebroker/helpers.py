@@ -1,5 +1,5 @@
 """Shared helpers of the broker tests: deadlines, a clock that follows trio's, a raw Kafka client
-over our codec, topics.
+over our codec, topics, a SASL listener's JAAS entries.
 
 `RawClient` speaks the wire protocol with `protocol.api` and `protocol.framing` over a plain
 blocking socket, so tests can send exactly the bytes they mean (malformed frames, unknown
@@ -59,6 +59,7 @@ from storage.log_manager import CreateLogs
 from wirebroker import auto_topics
 from wirebroker.sasl.mechanism import SaslClient
 from wirebroker.sasl.scram import ScramClient
+from wirebroker.sasl.settings import LOGIN_MODULES
 from wirebroker.topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
@@ -209,6 +210,19 @@ def assert_refused_for_a_full_disk(code: int, message: str | None, disk: Path) -
     assert code == ErrorCode.UNKNOWN_SERVER_ERROR
     assert message is not None and "No space left on device" in message
     assert str(disk) not in message
+
+
+def server_jaas(listener: str, *mechanisms: str) -> dict[str, str]:
+    """`listener.name.<l>.<mechanism>.sasl.jaas.config` of each of `mechanisms`: its login
+    module without options, as a Kafka user gives a mechanism whose server side reads none
+    (SCRAM, OAUTHBEARER's unsecured validator): Kafka, as wirebroker, refuses to start a
+    listener with an enabled mechanism that has no JAAS entry."""
+    return {
+        f"listener.name.{listener.lower()}.{m.lower()}.sasl.jaas.config": (
+            f"{LOGIN_MODULES[m]} required;"
+        )
+        for m in mechanisms
+    }
 
 
 def host_port(bootstrap: str) -> tuple[str, int]:

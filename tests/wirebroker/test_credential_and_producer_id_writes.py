@@ -45,6 +45,7 @@ from tests.wirebroker.helpers import (
     assert_refused_for_a_full_disk,
     fill,
     init_producer_id,
+    server_jaas,
 )
 from wirebroker.config import BrokerConfig
 from wirebroker.producer_ids import BLOCK_SIZE
@@ -233,7 +234,10 @@ def test_producer_ids_wait_for_their_block_written_off_the_loop(
 def test_a_full_disk_refuses_the_change_and_the_broker_stays_up(disk: Path) -> None:
     broker = BrokerProcess(
         disk / "data",
-        {"sasl.enabled.mechanisms": "SCRAM-SHA-256"},
+        {
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            **server_jaas("SASL_PLAINTEXT", "SCRAM-SHA-256"),
+        },
         extra_listeners=("SASL_PLAINTEXT",),
     )
     broker.start()

@@ -25,7 +25,7 @@ from protocol.messages.describe_delegation_token import DescribeDelegationTokenR
 from protocol.messages.expire_delegation_token import ExpireDelegationTokenRequest
 from protocol.messages.renew_delegation_token import RenewDelegationTokenRequest
 from tests.broker_process import BrokerProcess, broker_process
-from tests.wirebroker.helpers import RawClient, create_topic, fill
+from tests.wirebroker.helpers import RawClient, create_topic, fill, server_jaas
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.sasl.delegation_tokens import create_hmac
 from wirebroker.zookeeper_server import jars_available, jars_dir, java_executable
@@ -39,6 +39,7 @@ MECHANISM = "SCRAM-SHA-512"
 BROKER_PROPERTIES = {
     "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
     "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+    **server_jaas("SASL_PLAINTEXT", "SCRAM-SHA-256", "SCRAM-SHA-512"),
     "delegation.token.secret.key": SECRET_KEY,
     "delegation.token.expiry.check.interval.ms": "200",
     "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",

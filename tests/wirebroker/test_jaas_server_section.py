@@ -146,6 +146,14 @@ def test_the_listener_s_own_section_then_kafka_server_then_its_jaas_config(
         ),
         (
             f"Client {{ {PLAIN} required; }};",
+            {"sasl.enabled.mechanisms": "SCRAM-SHA-512"},
+            r"^Could not find a 'KafkaServer' or 'sasl_plaintext.KafkaServer' entry in the JAAS "
+            r"configuration. System property 'java.security.auth.login.config' is /.*jaas-\w+\.conf: "
+            r"listener SASL_PLAINTEXT enables SCRAM-SHA-512: set "
+            r"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=",
+        ),
+        (
+            f"Client {{ {PLAIN} required; }};",
             {"sasl.enabled.mechanisms": "GSSAPI"},
             r"^Could not find a 'KafkaServer' or 'sasl_plaintext.KafkaServer' entry in the JAAS "
             r"configuration. System property 'java.security.auth.login.config' is /.*jaas-\w+\.conf",
@@ -163,6 +171,35 @@ def test_what_is_refused_at_start(
     props = {"listeners": "SASL_PLAINTEXT://127.0.0.1:9093", "sasl.enabled.mechanisms": "PLAIN"}
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_properties({**props, **properties})
+
+
+def test_a_section_whatever_its_modules_gives_a_mechanism_its_jaas_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka's JaasContext, which takes a listener's section (`<l>.KafkaServer`, else
+    `KafkaServer`) whatever login modules it holds: SCRAM starts beside PLAIN with a section of
+    one PlainLoginModule; a listener with neither a section nor its keys is refused, naming its
+    own section."""
+    jaas(tmp_path, monkeypatch, f'sasl_plaintext.KafkaServer {{ {PLAIN} required user_a="1"; }};')
+    props = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512,SCRAM-SHA-256",
+    }
+    settings = listener_sasl(BrokerConfig.from_properties(props), "SASL_PLAINTEXT")
+    assert settings.mechanisms == ("PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256")
+    assert settings.plain_users() == {"a": "1"}
+    other = {
+        **props,
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:9093,OTHER://127.0.0.1:9094",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,OTHER:SASL_PLAINTEXT",
+        "listener.name.other.plain.sasl.jaas.config": f'{PLAIN} required user_b="2";',
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"^Could not find a 'KafkaServer' or 'other.KafkaServer' entry .* enables "
+        "SCRAM-SHA-512: set listener.name.other.scram-sha-512.sasl.jaas.config=",
+    ):
+        BrokerConfig.from_properties(other)
 
 
 def test_a_file_that_cannot_be_read_is_refused(

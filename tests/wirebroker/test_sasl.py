@@ -17,6 +17,7 @@ import gc
 import shutil
 import struct
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -47,12 +48,14 @@ from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess, broker_process
 from tests.wirebroker.helpers import (
     RawClient,
+    alter_configs,
     create_topic,
     end_offset,
     fetch_request,
     metrics_url,
     produce_request,
     scrape,
+    server_jaas,
     value,
     wait_until,
 )
@@ -64,20 +67,23 @@ from wirebroker.sasl.settings import SaslLogin
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 15.0
+BROKER, SET = 4, 0  # IncrementalAlterConfigs' resource type and operation
 FAILURE_DELAY_MS = 300
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 ADMIN_SECRET = "admin-secret-d41d8"
 ALICE_SECRET = "alice-secret-9f3c2"
+PLAIN_KEY = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
 BROKER_PROPERTIES = {
     "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
     "connection.failed.authentication.delay.ms": str(FAILURE_DELAY_MS),
     "wirebroker.metrics.listener": "127.0.0.1:0",
-    "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+    PLAIN_KEY: (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         f'username="admin" password="{ADMIN_SECRET}" '
         f'user_admin="{ADMIN_SECRET}" user_alice="{ALICE_SECRET}";'
     ),
+    **server_jaas("SASL_PLAINTEXT", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
     # The broker's own client login: Kafka's server side does not read it, nor ours.
     "sasl.jaas.config": (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
@@ -543,9 +549,56 @@ def test_librdkafka_reauthenticates(tmp_path: Path, topic: str) -> None:
         assert sent > 5
 
 
+def test_a_mechanism_without_a_jaas_entry_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka 3.9's JaasContext.loadServerContext, for each enabled mechanism: SCRAM without
+    its `listener.name.<l>.scram-sha-512.sasl.jaas.config` nor a KafkaServer section of a JAAS
+    file, `wirebroker serve` does not start, with Kafka's message and what to set, and a running
+    broker refuses the change enabling it (taken with its entry). Kafka's refusal of the same:
+    compat/test_jaas_file.py."""
+    monkeypatch.delenv("KAFKA_OPTS", raising=False)
+    kafka = (
+        "Could not find a 'KafkaServer' or 'sasl_plaintext.KafkaServer' entry in the JAAS "
+        "configuration. System property 'java.security.auth.login.config' is not set"
+    )
+    [(key, jaas)] = server_jaas("SASL_PLAINTEXT", "SCRAM-SHA-512").items()
+    done = subprocess.run(
+        [sys.executable, "-m", "wirebroker", "serve", "--log-dirs", str(tmp_path / "refused")]
+        + ["--listeners", "SASL_PLAINTEXT://127.0.0.1:0"]
+        + ["--override", "sasl.enabled.mechanisms=SCRAM-SHA-512"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{kafka}: listener SASL_PLAINTEXT enables SCRAM-SHA-512: set {key}={jaas}" in (
+        done.stderr
+    ), done.stderr
+    props = {
+        **{k: BROKER_PROPERTIES[k] for k in ("listeners", PLAIN_KEY)},
+        "sasl.enabled.mechanisms": "PLAIN",
+        "password.encoder.secret": "encoder-secret-3",
+    }
+    with broker_process(tmp_path / "data", props) as running:
+        enable = (
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms",
+            SET,
+            "PLAIN,SCRAM-SHA-512",
+        )
+        code, message = alter_configs(plain_bootstrap(running), BROKER, "0", [enable])
+        assert code == ErrorCode.INVALID_REQUEST and message and kafka in message, message
+        ok = alter_configs(plain_bootstrap(running), BROKER, "0", [enable, (key, SET, jaas)])
+        assert ok == (ErrorCode.NONE, None)
+        user = create_scram_user(running, "SCRAM-SHA-512")
+        with RawClient(sasl_bootstrap(running)) as client:
+            client.login_scram("SCRAM-SHA-512", user, ALICE_SECRET)
+            assert client.request(MetadataRequest(topics=[]), 1).brokers
+
+
 def test_describe_configs_hides_the_jaas_config(broker: BrokerProcess) -> None:
     resource = DescribeConfigsRequest.DescribeConfigsResource(
-        resource_type=4, resource_name="0", configuration_keys=["sasl.jaas.config"]
+        resource_type=BROKER, resource_name="0", configuration_keys=["sasl.jaas.config"]
     )
     with RawClient(plain_bootstrap(broker)) as client:
         answer = client.request(

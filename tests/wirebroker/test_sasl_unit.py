@@ -13,6 +13,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tests.wirebroker.helpers import server_jaas
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.sasl.jwks import JwksEndpoint, KeySet, parse_jwks
 from wirebroker.sasl.kerberos import GssapiClient
@@ -44,6 +45,7 @@ SASL = {
     "listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+    **server_jaas("SASL_PLAINTEXT", "SCRAM-SHA-512"),
 }
 
 
@@ -532,7 +534,10 @@ def test_inter_broker_gssapi_login_from_the_listeners_jaas_config() -> None:
         ({"sasl.mechanism.inter.broker.protocol": "PLAIN"}, "must be enabled on the inter-broker"),
         (
             {"listener.name.internal.scram-sha-512.sasl.jaas.config": None},
-            "no login for SCRAM-SHA-512 between brokers: set listener.name.internal.scram-sha-512",
+            r"^Could not find a 'KafkaServer' or 'internal.KafkaServer' entry in the JAAS "
+            r"configuration. System property 'java.security.auth.login.config' is not set: "
+            r"listener INTERNAL enables SCRAM-SHA-512: set "
+            r"listener.name.internal.scram-sha-512.sasl.jaas.config=",
         ),
         (
             {"listener.name.internal.scram-sha-512.sasl.jaas.config": OAUTH_JAAS},

@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import create_topic
+from tests.wirebroker.helpers import create_topic, server_jaas
 from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from wirebroker.sasl.oauthbearer import unsecured_token
 from wirebroker.zookeeper_server import jars_dir, java_executable
@@ -98,6 +98,8 @@ def broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broke
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_SERVER_JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_SERVER_JAAS,
+        **server_jaas("SASL_PLAINTEXT", "SCRAM-SHA-512", "OAUTHBEARER"),
+        **server_jaas("SASL_SSL", "SCRAM-SHA-512", "OAUTHBEARER"),
     }
     with serving(BrokerProcess(tmp_path_factory.mktemp("broker"), properties)) as process:
         admin = AdminClient({"bootstrap.servers": process.bootstrap})

@@ -12,11 +12,15 @@ GSSAPI (Kerberos, Kafka's default mechanism) takes the listener's `Krb5LoginModu
 (`useKeyTab=true storeKey=true keyTab=... principal=...`), a service name (its `serviceName`
 option or `sasl.kerberos.service.name`) and `sasl.kerberos.principal.to.local.rules`, each
 refused with Kafka's message when missing, and the optional gssapi package (`kerberos`). As
-Kafka, a listener needs a JAAS entry for each mechanism that requires one: PLAIN without a
-`PlainLoginModule` JAAS config (its users come from there) is refused. SCRAM needs
-no JAAS options on the server side (its credentials are stored, see `credentials`);
-OAUTHBEARER takes its validator's `unsecuredValidator*` options from its JAAS entry, if any, or,
-with `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
+Kafka's SaslChannelBuilder, which loads a JaasContext for each enabled mechanism, a listener
+needs a JAAS entry for every one: its prefixed `sasl.jaas.config`, else a section of the JAAS
+file (whatever its login modules); with neither, it is refused with Kafka's "Could not find a
+'KafkaServer' or '<l>.KafkaServer' entry in the JAAS configuration" and what to set, at start
+and for a change at run time. PLAIN without a `PlainLoginModule` (its users come from there) is
+refused too. SCRAM's entry holds no options the server side reads (its credentials are stored,
+see `credentials`): `ScramLoginModule required;` is enough; OAUTHBEARER takes its validator's
+`unsecuredValidator*` options from its JAAS entry or, with
+`listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
 OAuthBearerValidatorCallbackHandler, the `sasl.oauthbearer.*` keys (each overridden by
 `listener.name.<l>.sasl.oauthbearer.*`); a JWKS URL without that handler is refused, where
 Kafka would accept unsecured tokens. Listeners verifying with the same JWKS endpoint share one
@@ -47,7 +51,7 @@ from wirebroker.sasl.java_tokens import (
 from wirebroker.system_properties import JAAS_FILE, JAVA_TRIM, system_property
 
 if TYPE_CHECKING:
-    from wirebroker.config import BrokerConfig
+    from wirebroker.config import BrokerConfig, ConfigError
     from wirebroker.sasl.access_token import AccessTokenLogin
     from wirebroker.sasl.jwks import KeySet
     from wirebroker.sasl.kerberos import KerberosService
@@ -276,7 +280,13 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
     section = None
     if len(jaas) < len(mechanisms):
         section = _server_section(listener_name)
-    if section is not None:
+    if section is None:
+        # As Kafka's JaasContext, for each enabled mechanism in turn: neither its key nor a
+        # section of the JAAS file, the listener does not start.
+        for mechanism in mechanisms:
+            if mechanism not in jaas:
+                raise _no_jaas_context(config, listener_name, prefix, mechanism)
+    else:
         source, entries = section
         for mechanism in mechanisms:
             if mechanism not in jaas:
@@ -292,12 +302,11 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
             )
     plain = jaas.get(PLAIN)
     if PLAIN in mechanisms and (plain is None or plain.login_module != PLAIN_LOGIN_MODULE):
+        # No entry: the section (found, else refused above) has no PlainLoginModule.
         where = f" ({section[0]} has none)" if section is not None and plain is None else ""
         raise ConfigError(
             f"listener {listener_name} enables PLAIN but has no {PLAIN_LOGIN_MODULE} JAAS "
-            f"config{where}: set {prefix}plain.sasl.jaas.config={PLAIN_LOGIN_MODULE} required "
-            'user_admin="admin-secret"; or put that login module in the KafkaServer section of '
-            "the JAAS file (as Kafka, an unprefixed sasl.jaas.config is not read here)"
+            f"config{where}: {_jaas_how(prefix, PLAIN)}"
         )
     reauth_key = prefix + "connections.max.reauth.ms"
     max_reauth_ms = config.get_int(
@@ -316,6 +325,51 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         if OAUTHBEARER in mechanisms
         else None,
         _kerberos_service(config, listener_name, jaas, sources) if GSSAPI in mechanisms else None,
+    )
+
+
+#: Each mechanism's options in the example `_jaas_how` gives (SCRAM's server side needs none,
+#: OAUTHBEARER's unsecured validator has defaults).
+_EXAMPLE_OPTIONS = {
+    GSSAPI: ' useKeyTab=true storeKey=true keyTab="..." principal="kafka/host@REALM"',
+    PLAIN: ' user_admin="admin-secret"',
+    SCRAM_SHA_256: "",
+    SCRAM_SHA_512: "",
+    OAUTHBEARER: "",
+}
+
+
+def _jaas_how(prefix: str, mechanism: str) -> str:
+    """What to set for a listener (`prefix`) to give `mechanism` its JAAS entry."""
+    from wirebroker.sasl.jaas_file import KAFKA_SERVER  # it imports this module
+
+    module = LOGIN_MODULES[mechanism]
+    listener = prefix.split(".")[2]
+    return (
+        f"set {prefix}{mechanism.lower()}.sasl.jaas.config={module} required"
+        f"{_EXAMPLE_OPTIONS[mechanism]}; or put that login module in the {KAFKA_SERVER} (or "
+        f"{listener}.{KAFKA_SERVER}) section of the JAAS file"
+    )
+
+
+def _no_jaas_context(
+    config: BrokerConfig, listener_name: str, prefix: str, mechanism: str
+) -> ConfigError:
+    """ConfigError for an enabled mechanism of the listener (`prefix`) with no JAAS entry at
+    all: Kafka's message (JaasContext.loadServerContext), then what to set."""
+    from wirebroker.config import ConfigError
+    from wirebroker.sasl.jaas_file import KAFKA_SERVER
+
+    ignored = (
+        " (as Kafka, the unprefixed sasl.jaas.config is not read for a listener)"
+        if config.get("sasl.jaas.config") is not None
+        else ""
+    )
+    return ConfigError(
+        f"Could not find a '{KAFKA_SERVER}' or '{listener_name.lower()}.{KAFKA_SERVER}' entry "
+        f"in the JAAS configuration. System property '{JAAS_FILE}' is "
+        f"{system_property(JAAS_FILE) or 'not set'}: listener {listener_name} enables "
+        f"{mechanism}: {_jaas_how(prefix, mechanism)}{ignored}"
     )
 
 
@@ -370,27 +424,16 @@ def _kerberos_service(
     """GSSAPI's service principal and keytab (its JAAS entry), service name and short-name
     rules, refused as Kafka refuses them; the gssapi package must be installed."""
     from wirebroker.config import ConfigError
-    from wirebroker.sasl.jaas_file import KAFKA_SERVER
     from wirebroker.sasl.kerberos import KerberosService, load_gssapi
     from wirebroker.sasl.kerberos_names import KerberosShortNamer
 
     prefix = f"listener.name.{listener_name.lower()}."
-    key = f"{prefix}gssapi.sasl.jaas.config"
     entry = jaas.get(GSSAPI)
     if entry is None:
-        how = (
-            f"set {key}={KRB5_LOGIN_MODULE} required useKeyTab=true storeKey=true "
-            'keyTab="..." principal="kafka/host@REALM"; or put that login module in the '
-            f"{KAFKA_SERVER} section of the JAAS file"
-        )
         section = _server_section(listener_name)
-        if section is not None:
-            raise ConfigError(f"{section[0]} has no {KRB5_LOGIN_MODULE} for GSSAPI: {how}")
-        # Kafka's message, and what to set.
+        assert section is not None  # without one, listener_sasl refused GSSAPI
         raise ConfigError(
-            f"Could not find a '{KAFKA_SERVER}' or '{listener_name.lower()}.{KAFKA_SERVER}' "
-            f"entry in the JAAS configuration. System property '{JAAS_FILE}' is "
-            f"{system_property(JAAS_FILE) or 'not set'}: {how}"
+            f"{section[0]} has no {KRB5_LOGIN_MODULE} for GSSAPI: {_jaas_how(prefix, GSSAPI)}"
         )
     jaas_service = entry.options.get("serviceName")
     config_service = _mechanism_setting(config, prefix, GSSAPI, "sasl.kerberos.service.name")
@@ -425,10 +468,10 @@ def _oauthbearer_validator(
 
     handler_key = f"{prefix}oauthbearer.sasl.server.callback.handler.class"
     handler = (config.get(handler_key) or "").strip()
-    entry = jaas.get(OAUTHBEARER)
-    source = sources.get(OAUTHBEARER, f"{prefix}oauthbearer.sasl.jaas.config")
+    entry = jaas[OAUTHBEARER]  # without one, listener_sasl refused OAUTHBEARER
+    source = sources[OAUTHBEARER]
     if handler in SECURED_VALIDATORS:
-        return _secured_validator(config, prefix, entry.options if entry else {}, source)
+        return _secured_validator(config, prefix, entry.options, source)
     if handler not in ("", UNSECURED_VALIDATOR):
         raise ConfigError(
             f"{handler_key}={handler} is not implemented: OAUTHBEARER validates tokens with "
@@ -443,7 +486,7 @@ def _oauthbearer_validator(
             "verify tokens with the JWKS"
         )
     try:
-        return UnsecuredValidator.from_options(entry.options if entry else {})
+        return UnsecuredValidator.from_options(entry.options)
     except ValueError as e:
         raise ConfigError(f"{source}: {e}") from None
 

@@ -4,9 +4,10 @@ This package owns ``make suites``: it fetches franz-go's ``pkg/kgo`` tests (from
 proxy) and librdkafka's test suite (from Debian's source package), builds them, runs each test
 against the targets of ``compat.suites.targets`` -- one Apache Kafka 3.9 broker
 (``compat.kafka_process.kafka_reference``: in a container when Docker works, from the jars
-otherwise) and one wirebroker, 3-broker clusters of each with ZooKeeper, and (kgo only) one
-broker of each secured with TLS client certificates, SCRAM and OAUTHBEARER -- and writes their
-rows into ``compat/REPORT.md``.
+otherwise) and one wirebroker, 3-broker clusters of each with ZooKeeper, one broker of each
+secured with TLS client certificates, SCRAM and OAUTHBEARER, and (librdkafka only) the same
+secured brokers with every client logging in with SCRAM -- and writes their rows into
+``compat/REPORT.md``.
 
 Each test runs in its own process with its own time bound, so a test that hangs on one target
 fails alone and is reported as ``timeout``; nothing is allow-listed. A test that passes on Kafka

@@ -18,12 +18,15 @@ TARGETS = (
     "wirebroker-cluster",
     "kafka-secured",
     "wirebroker-secured",
+    "kafka-sasl",
+    "wirebroker-sasl",
 )
 #: What each wirebroker target is compared with (``kafka`` when that one has not run).
 REFERENCE = {
     "wirebroker": "kafka",
     "wirebroker-cluster": "kafka-cluster",
     "wirebroker-secured": "kafka-secured",
+    "wirebroker-sasl": "kafka-sasl",
 }
 
 #: A test's outcome: ``pass``, ``fail``, ``skip`` (the suite itself skipped it, e.g. no SASL

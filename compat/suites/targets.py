@@ -13,6 +13,9 @@ clients bootstrap from an SSL listener that requires their certificate, and a SA
 listener takes SCRAM-SHA-256 logins (a user made by AlterUserScramCredentials once the broker
 is up) and OAUTHBEARER's unsecured tokens (Kafka's default validator). ``Target.secured`` says
 what a client needs; a suite that knows how runs itself over TLS and its login tests on them.
+``kafka-sasl`` and ``wirebroker-sasl`` are the same secured brokers with clients bootstrapping
+from the SASL_PLAINTEXT listener instead, as the SCRAM user: for a suite that can log every
+client in (``Target.security_protocol``).
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ CLUSTER_START_TIMEOUT = 120.0
 LOGS = BUILD / "logs"
 
 
-#: The SCRAM-SHA-256 user of the secured targets.
+#: The SCRAM mechanism and user of the secured targets.
+SCRAM_MECHANISM = "SCRAM-SHA-256"
 SCRAM_USER, SCRAM_PASSWORD = "kgo", "kgo-secret-5d21"
 #: How long a secured broker may take to accept its SCRAM user (Kafka applies it when
 #: ZooKeeper notifies it).
@@ -64,10 +68,11 @@ class Secured:
 @dataclass(frozen=True)
 class Target:
     name: str
-    bootstrap: str  # the secured targets': their SSL listener
+    bootstrap: str  # the secured targets': their SSL listener; the SASL ones': SASL_PLAINTEXT
     replication_factor: int
     how: str
     secured: Secured | None = None
+    security_protocol: str = "PLAINTEXT"  # how clients of ``bootstrap`` connect
 
 
 @contextlib.contextmanager
@@ -92,7 +97,7 @@ def start(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             yield Target(
                 name, bootstrap, 3, "`wirebroker cluster --brokers 3` (ZooKeeper from the jars)"
             )
-    elif name in ("kafka-secured", "wirebroker-secured"):
+    elif name in ("kafka-secured", "wirebroker-secured", "kafka-sasl", "wirebroker-sasl"):
         with _secured(name, settings) as target:
             yield target
     else:
@@ -179,7 +184,7 @@ def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(pki_dir / "ca.pem"),
         "ssl.client.auth": "required",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256,OAUTHBEARER",
+        "sasl.enabled.mechanisms": f"{SCRAM_MECHANISM},OAUTHBEARER",
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         ),
@@ -206,7 +211,7 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             f"127.0.0.1:{ports['PLAINTEXT']}",
         )
         with contextlib.ExitStack() as stack:
-            if name == "kafka-secured":
+            if name.startswith("kafka-"):
                 zk = stack.enter_context(zookeeper())
                 stack.enter_context(
                     kafka_broker(zk.connect, port=ports["PLAINTEXT"], overrides=keys)
@@ -218,7 +223,11 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
                 stack.callback(broker.stop)
                 how = "one `wirebroker serve` process, secured"
             _add_scram_user(secured)
-            yield Target(name, f"127.0.0.1:{ports['SSL']}", 1, how, secured)
+            if name.endswith("-sasl"):
+                how += f", clients over SASL_PLAINTEXT with {SCRAM_MECHANISM}"
+                yield Target(name, secured.sasl_bootstrap, 1, how, secured, "SASL_PLAINTEXT")
+            else:
+                yield Target(name, f"127.0.0.1:{ports['SSL']}", 1, how, secured, "SSL")
 
 
 def _add_scram_user(secured: Secured) -> None:
@@ -240,7 +249,7 @@ def _add_scram_user(secured: Secured) -> None:
     login: dict[str, str | int | float | bool] = {
         "bootstrap.servers": secured.sasl_bootstrap,
         "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.mechanism": SCRAM_MECHANISM,
         "sasl.username": secured.scram_user,
         "sasl.password": secured.scram_password,
         "log_level": 0,  # the failed logins while the user propagates are expected

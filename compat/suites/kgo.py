@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from compat.suites.results import BUILD, Outcome
-from compat.suites.targets import Target
+from compat.suites.targets import SCRAM_MECHANISM, Target
 
 MODULE = "github.com/twmb/franz-go"
 VERSION = "v1.22.3"
@@ -80,7 +80,8 @@ def run_one(package: Path, name: str, target: Target, log: Path) -> Outcome:
     }
     if (secured := target.secured) is not None:
         env["KGO_TEST_TLS"] = f"ca:{secured.ca},cert:{secured.client_cert},key:{secured.client_key}"
-        env["KGO_TEST_SCRAM"] = f"{secured.scram_user}:{secured.scram_password}:256"
+        bits = SCRAM_MECHANISM.removeprefix("SCRAM-SHA-")
+        env["KGO_TEST_SCRAM"] = f"{secured.scram_user}:{secured.scram_password}:{bits}"
         env["KGO_TEST_SCRAM_SEEDS"] = env["KGO_TEST_OAUTH_SEEDS"] = secured.sasl_bootstrap
     argv = ["nice", "-n", "10", str(BINARY), "-test.v", "-test.count=1"]
     argv += ["-test.run", f"^{name}$", "-test.timeout", f"{TEST_TIMEOUT_S}s"]

@@ -12,8 +12,9 @@ Each numbered test runs as its own ``test-runner`` process (``TESTS=<number>``),
 ends the process) or at ``TEST_TIMEOUT_S``, and fails alone. The runner's JSON report gives each
 test's state; tests it skips (SASL/SSL without such listeners, mock-cluster-only paths, known
 issues) are skips on every target. On a secured target every client of the suite connects over
-TLS with a client certificate (``test.conf``), while Kafka's tools and the Java helpers
-(``BROKERS``) use the broker's PLAINTEXT listener.
+TLS with a client certificate (``test.conf``), on a SASL one over SASL_PLAINTEXT as the target's
+SCRAM user (which also runs the suite's SASL credentials test, 0135), while Kafka's tools and the
+Java helpers (``BROKERS``) use the broker's PLAINTEXT listener.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 
 from compat.suites.results import BUILD, Outcome
-from compat.suites.targets import Target
+from compat.suites.targets import SCRAM_MECHANISM, Target
 from wirebroker.zookeeper_server import jars_dir, java_executable
 
 KAFKA_VERSION = "3.9.0"
@@ -144,12 +145,19 @@ def run_one(src: Path, number: str, target: Target, mode: str, log: Path) -> dic
     settings = [f"metadata.broker.list={bootstrap}"]
     if (secured := target.secured) is not None:
         bootstrap = secured.plaintext
-        settings += [
-            "security.protocol=SSL",
-            f"ssl.ca.location={secured.ca}",
-            f"ssl.certificate.location={secured.client_cert}",
-            f"ssl.key.location={secured.client_key}",
-        ]
+        settings.append(f"security.protocol={target.security_protocol}")
+        if target.security_protocol == "SSL":
+            settings += [
+                f"ssl.ca.location={secured.ca}",
+                f"ssl.certificate.location={secured.client_cert}",
+                f"ssl.key.location={secured.client_key}",
+            ]
+        else:
+            settings += [
+                f"sasl.mechanisms={SCRAM_MECHANISM}",
+                f"sasl.username={secured.scram_user}",
+                f"sasl.password={secured.scram_password}",
+            ]
     with tempfile.TemporaryDirectory(prefix="rdk-") as tmp:
         conf = Path(tmp) / "test.conf"
         conf.write_text("\n".join(settings) + "\n")

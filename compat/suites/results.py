@@ -20,6 +20,8 @@ TARGETS = (
     "wirebroker-secured",
     "kafka-secured-cluster",
     "wirebroker-secured-cluster",
+    "kafka-sasl",
+    "wirebroker-sasl",
 )
 #: What each wirebroker target is compared with (``kafka`` when that one has not run).
 REFERENCE = {
@@ -27,6 +29,7 @@ REFERENCE = {
     "wirebroker-cluster": "kafka-cluster",
     "wirebroker-secured": "kafka-secured",
     "wirebroker-secured-cluster": "kafka-secured-cluster",
+    "wirebroker-sasl": "kafka-sasl",
 }
 
 #: A test's outcome: ``pass``, ``fail``, ``skip`` (the suite itself skipped it, e.g. no SASL

@@ -20,6 +20,10 @@ three brokers of each kind, secured as those and with the clusters' replication 
 inter-broker listener is SASL_SSL with SCRAM-SHA-512: the brokers log in to each other as
 ``BROKER_USER``, whom Kafka's ``kafka-configs.sh --zookeeper`` writes to ZooKeeper before they
 start, as Kafka users bootstrap a cluster's SCRAM (wirebroker reads the same znodes).
+
+``kafka-sasl`` and ``wirebroker-sasl`` are the same secured brokers with clients bootstrapping
+from the SASL_PLAINTEXT listener instead, as the SCRAM user: for a suite that can log every
+client in (``Target.security_protocol``).
 """
 
 from __future__ import annotations
@@ -60,8 +64,11 @@ SECURED = (
     "wirebroker-secured",
     "kafka-secured-cluster",
     "wirebroker-secured-cluster",
+    "kafka-sasl",
+    "wirebroker-sasl",
 )
-#: The SCRAM-SHA-256 user of the secured targets.
+#: The SCRAM mechanism and user of the secured targets.
+SCRAM_MECHANISM = "SCRAM-SHA-256"
 SCRAM_USER, SCRAM_PASSWORD = "kgo", "kgo-secret-5d21"
 #: The brokers' own SCRAM-SHA-512 user of the secured clusters, between them over SASL_SSL.
 BROKER_USER, BROKER_PASSWORD = "broker", "broker-secret-8e3a"
@@ -86,10 +93,11 @@ class Secured:
 @dataclass(frozen=True)
 class Target:
     name: str
-    bootstrap: str  # the secured targets': their SSL listeners
+    bootstrap: str  # the secured targets': their SSL listeners; the SASL ones': SASL_PLAINTEXT
     replication_factor: int
     how: str
     secured: Secured | None = None
+    security_protocol: str = "PLAINTEXT"  # how clients of ``bootstrap`` connect
 
 
 @contextlib.contextmanager
@@ -202,7 +210,7 @@ def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(pki_dir / "ca.pem"),
         "ssl.client.auth": "required",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256,OAUTHBEARER",
+        "sasl.enabled.mechanisms": f"{SCRAM_MECHANISM},OAUTHBEARER",
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         ),
@@ -273,13 +281,18 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             how = {
                 "kafka-secured": "Apache Kafka 3.9 from the jars, secured",
                 "wirebroker-secured": "one `wirebroker serve` process, secured",
+                "kafka-sasl": "Apache Kafka 3.9 from the jars, secured, clients over "
+                f"SASL_PLAINTEXT with {SCRAM_MECHANISM}",
+                "wirebroker-sasl": "one `wirebroker serve` process, secured, clients over "
+                f"SASL_PLAINTEXT with {SCRAM_MECHANISM}",
                 "kafka-secured-cluster": "ZooKeeper + 3 Apache Kafka 3.9 brokers from the jars, "
                 "secured, SASL_SSL between them",
                 "wirebroker-secured-cluster": "ZooKeeper (from the jars) + 3 `wirebroker serve` "
                 "processes, secured, SASL_SSL between them",
             }[name]
             _add_scram_user(secured)
-            yield Target(name, seeds("SSL"), len(ports), how, secured)
+            protocol = "SASL_PLAINTEXT" if name.endswith("-sasl") else "SSL"
+            yield Target(name, seeds(protocol), len(ports), how, secured, protocol)
 
 
 def _keep_log(broker: BrokerProcess, path: Path) -> None:
@@ -311,7 +324,7 @@ def _add_scram_user(secured: Secured) -> None:
 
     upsertion = UserScramCredentialUpsertion(
         secured.scram_user,
-        ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+        ScramCredentialInfo(ScramMechanism[SCRAM_MECHANISM.replace("-", "_")], 4096),
         secured.scram_password.encode(),
     )
     admin = AdminClient({"bootstrap.servers": secured.plaintext})
@@ -321,7 +334,7 @@ def _add_scram_user(secured: Secured) -> None:
         login: dict[str, str | int | float | bool] = {
             "bootstrap.servers": seed,
             "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.mechanism": SCRAM_MECHANISM,
             "sasl.username": secured.scram_user,
             "sasl.password": secured.scram_password,
             "log_level": 0,  # the failed logins while the user propagates are expected

@@ -12,7 +12,9 @@ secured brokers with every client logging in with SCRAM -- and writes their rows
 
 Each test runs in its own process with its own time bound, so a test that hangs on one target
 fails alone and is reported as ``timeout``; nothing is allow-listed. A test that passes on Kafka
-and fails on a wirebroker target must be a ``compat/FINDINGS.md`` entry (``check_findings``).
+and fails on a wirebroker target must be a ``compat/FINDINGS.md`` entry (``check_findings``),
+and a run on a wirebroker target fails if a broker logged a traceback (a bug it caught, whatever
+the tests said; the brokers' logs are kept in ``build/suites/logs/``).
 Results are kept per suite and target in ``compat/suites/results/`` (committed) so one target
 can be re-run and the report rendered from all of them; the builds and logs are in ``build/suites/``.
 """

@@ -54,6 +54,8 @@ from tests.broker_process import BrokerProcess
 from tests.wirebroker.pki import STORE_PASSWORD, make_pki
 
 _BOOTSTRAP = re.compile(r"bootstrap\.servers=(\S+)")
+#: A traceback's first line in a broker's log (``wirebroker cluster`` prefixes each broker's).
+_TRACEBACK = re.compile(r"^(?:broker-\d+ \| )?Traceback", re.M)
 CLUSTER_START_TIMEOUT = 120.0
 LOGS = BUILD / "logs"
 
@@ -113,7 +115,7 @@ def start(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             try:
                 yield Target(name, broker.bootstrap, 1, "one `wirebroker serve` process")
             finally:
-                broker.stop()
+                _stop_and_check(broker, LOGS / f"{name}-broker.log")
     elif name == "kafka-cluster":
         with _kafka_cluster(settings) as bootstrap:
             yield Target(name, bootstrap, 3, "ZooKeeper + 3 Apache Kafka 3.9 brokers from the jars")
@@ -180,7 +182,8 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
                         ready.set()
             ready.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        pumped = threading.Thread(target=pump, daemon=True)
+        pumped.start()
         try:
             if not ready.wait(CLUSTER_START_TIMEOUT) or not found:
                 raise RuntimeError(f"wirebroker cluster did not start: see {log}")
@@ -192,6 +195,8 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            pumped.join(timeout=30)
+        _check_tracebacks(log)
 
 
 def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
@@ -275,9 +280,8 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
                 if cluster:
                     keys |= {"broker.id": str(broker_id), "zookeeper.connect": zk_connect}
                 broker = BrokerProcess(work / f"data-{broker_id}", keys)
-                stack.callback(_keep_log, broker, LOGS / f"{name}-broker-{broker_id}.log")
                 broker.start(timeout=60)
-                stack.callback(broker.stop)
+                stack.callback(_stop_and_check, broker, LOGS / f"{name}-broker-{broker_id}.log")
             how = {
                 "kafka-secured": "Apache Kafka 3.9 from the jars, secured",
                 "wirebroker-secured": "one `wirebroker serve` process, secured",
@@ -295,10 +299,21 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             yield Target(name, seeds(protocol), len(ports), how, secured, protocol)
 
 
-def _keep_log(broker: BrokerProcess, path: Path) -> None:
-    """Write what ``broker`` logged (it keeps its log in memory) to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(broker.log) + "\n")
+def _stop_and_check(broker: BrokerProcess, log: Path) -> None:
+    """Stop ``broker`` and write what it logged (kept in memory) to ``log``; then fail the run if
+    it logged a traceback (``_check_tracebacks``)."""
+    broker.stop()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("\n".join(broker.log) + "\n")
+    _check_tracebacks(log)
+
+
+def _check_tracebacks(log: Path) -> None:
+    """A traceback in a wirebroker's log is a bug it caught (a request answered with
+    UNKNOWN_SERVER_ERROR, a task that died): the suite's run fails, whatever its tests said."""
+    count = len(_TRACEBACK.findall(log.read_text()))
+    if count:
+        raise RuntimeError(f"wirebroker logged {count} traceback(s) during the suite: see {log}")
 
 
 def _add_broker_user(zk_connect: str) -> None:

@@ -49,7 +49,7 @@ from compat.kafka_process import (
     run_kafka_tool,
     zookeeper,
 )
-from compat.suites.results import BUILD
+from compat.suites.results import BUILD, TARGETS
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.pki import STORE_PASSWORD, make_pki
 
@@ -61,14 +61,7 @@ LOGS = BUILD / "logs"
 
 
 #: The targets ``_secured`` starts.
-SECURED = (
-    "kafka-secured",
-    "wirebroker-secured",
-    "kafka-secured-cluster",
-    "wirebroker-secured-cluster",
-    "kafka-sasl",
-    "wirebroker-sasl",
-)
+SECURED = tuple(t for t in TARGETS if t.partition("-")[2] in ("secured", "secured-cluster", "sasl"))
 #: The SCRAM mechanism and user of the secured targets.
 SCRAM_MECHANISM = "SCRAM-SHA-256"
 SCRAM_USER, SCRAM_PASSWORD = "kgo", "kgo-secret-5d21"

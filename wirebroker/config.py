@@ -703,7 +703,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "ssl.keystore.type",
             "string",
             "JKS",
-            "JKS, PKCS12 or PEM (a JKS file given as PKCS12 is read, and the reverse, as Java).",
+            "JKS, PKCS12, JCEKS or PEM (a JKS file given as PKCS12 is read, and the reverse, "
+            "and JCEKS reads JKS files, as Java).",
             PER_BROKER,
         ),
         _k(
@@ -735,7 +736,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "ssl.truststore.type",
             "string",
             "JKS",
-            "JKS, PKCS12 or PEM (a JKS file given as PKCS12 is read, and the reverse, as Java).",
+            "JKS, PKCS12, JCEKS or PEM (a JKS file given as PKCS12 is read, and the reverse, "
+            "and JCEKS reads JKS files, as Java).",
             PER_BROKER,
         ),
         _k(

@@ -1,5 +1,6 @@
 """Java KeyStore (JKS) files, read as the JDK's JavaKeyStore reads them: Kafka's default
-`ssl.keystore.type` and `ssl.truststore.type`, the stores older deployments made with keytool.
+`ssl.keystore.type` and `ssl.truststore.type`, the stores older deployments made with keytool;
+and JCEKS files, as its JceKeyStore reads them (`ssl.keystore.type=JCEKS`).
 
 A JKS file is big-endian: the magic `FEEDFEED`, a version (1 or 2), an entry count, then each
 entry: a tag (1: a private key, 2: a trusted certificate), its alias (Java's modified UTF-8) and
@@ -8,6 +9,15 @@ EncryptedPrivateKeyInfo of the algorithm 1.3.6.1.4.1.42.2.17.1.1) and its certif
 trusted one a certificate (version 2 names each certificate's type, `X.509`). Last comes a
 SHA-1 digest of the store password (UTF-16BE), the words "Mighty Aphrodite" and everything
 before it: a wrong password or a changed file fails with Java's message.
+
+A JCEKS file is the same but for its magic, `CECECECE`, its keys' protection and one more kind
+of entry. A key is protected by PBEWithMD5AndTripleDES (1.3.6.1.4.1.42.2.19.1, with an 8-byte
+salt and an iteration count): each half of the salt (the first reversed when both are equal),
+then the password (printable ASCII only), is hashed with MD5, the digest and the password again
+as many times as the count says; the two digests are the DESede key (24 bytes) and the CBC IV
+(8), the key PKCS#8 under PKCS#5 padding. A JKS-protected key in a JCEKS file is read too. A
+secret-key entry (tag 3) is a serialized `SealedObject`, skipped
+(`wirebroker.java_serialization`): TLS needs none.
 
 KeyProtector: the encrypted bytes are a 20-byte salt, the key XORed with a keystream and a
 20-byte check; the keystream is SHA-1(password + salt), then SHA-1(password + the previous
@@ -19,7 +29,6 @@ order of that table's buckets (`JksStore.certificate_entries`).
 
 Every length is checked against what is left of the file before it is used; a truncated or
 malformed store is a `JksError` saying what is wrong, never an exception of another kind.
-JCEKS stores (`CECECECE`) and secret-key entries are refused with how to convert them.
 """
 
 from __future__ import annotations
@@ -29,12 +38,17 @@ import struct
 from typing import NamedTuple
 
 from wirebroker import der
+from wirebroker.java_serialization import SerializationError, object_end
 
 MAGIC = b"\xfe\xed\xfe\xed"
 JCEKS_MAGIC = b"\xce\xce\xce\xce"
-_PRIVATE_KEY, _TRUSTED_CERT = 1, 2
+_PRIVATE_KEY, _TRUSTED_CERT, _SECRET_KEY = 1, 2, 3
 #: Sun's KeyProtector (the JKS key encryption), DER-encoded OID 1.3.6.1.4.1.42.2.17.1.1.
 _KEY_PROTECTOR = bytes.fromhex("2b060104012a02110101")
+#: PBEWithMD5AndTripleDES (JCEKS's key encryption), DER-encoded OID 1.3.6.1.4.1.42.2.19.1.
+_PBE_MD5_DES3 = bytes.fromhex("2b060104012a021301")
+#: The largest iteration count the JDK 17's JCEKS KeyProtector takes.
+MAX_PBE_ITERATIONS = 5_000_000
 _WHITENER = b"Mighty Aphrodite"
 _DIGEST = 20
 _U16, _U32, _U64 = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">Q")
@@ -64,7 +78,15 @@ class PrivateKeyEntry:
     def key(self, password: str) -> bytes:
         """The PKCS#8 DER private key, decrypted with `password` (Java's UnrecoverableKey
         message when it is not the key's)."""
-        return _recover_key(self.protected_key, password.encode("utf-16-be"))
+        algorithm, parameters, encrypted = _encrypted_private_key_info(self.protected_key)
+        if algorithm == _KEY_PROTECTOR:
+            return _recover_key(encrypted, password.encode("utf-16-be"))
+        if algorithm == _PBE_MD5_DES3:
+            return _recover_pbe_key(parameters, encrypted, password)
+        raise JksError(
+            f"the private key is protected by {der.dotted(algorithm)}, neither JKS's nor JCEKS's "
+            "KeyProtector: convert the store"
+        )
 
 
 class TrustedCertEntry(NamedTuple):
@@ -74,12 +96,21 @@ class TrustedCertEntry(NamedTuple):
     certificate: bytes
 
 
+class SecretKeyEntry(NamedTuple):
+    """A JCEKS secret-key entry: its alias only (its sealed key is not read)."""
+
+    alias: str
+
+
+Entry = PrivateKeyEntry | TrustedCertEntry | SecretKeyEntry
+
+
 class JksStore:
-    """A JKS store's entries, in the file's order."""
+    """A JKS or JCEKS store's entries, in the file's order."""
 
     __slots__ = ("entries",)
 
-    def __init__(self, entries: list[PrivateKeyEntry | TrustedCertEntry]) -> None:
+    def __init__(self, entries: list[Entry]) -> None:
         self.entries = entries
 
     @property
@@ -97,8 +128,10 @@ class JksStore:
         for entry in self.entries:  # an alias read again takes the first one's place
             if isinstance(entry, PrivateKeyEntry):
                 by_alias[entry.alias] = entry.chain[0] if entry.chain else None
-            else:
+            elif isinstance(entry, TrustedCertEntry):
                 by_alias[entry.alias] = entry.certificate
+            else:  # (JceKeyStore's Hashtable holds it too)
+                by_alias[entry.alias] = None
         return [
             (alias, certificate)
             for alias in _hashtable_order(list(by_alias))
@@ -107,11 +140,10 @@ class JksStore:
 
 
 def read_jks(data: bytes, password: str | None) -> JksStore:
-    """The entries of the JKS store `data`; with `password`, its integrity checked first (as
-    Java, a truststore read without a password is not checked)."""
-    if data.startswith(JCEKS_MAGIC):
-        raise JksError(f"JCEKS stores are not supported; convert it to PKCS12 with `{CONVERT}`")
-    if not data.startswith(MAGIC):
+    """The entries of the JKS or JCEKS store `data`; with `password`, its integrity checked
+    first (as Java, a truststore read without a password is not checked)."""
+    jceks = data.startswith(JCEKS_MAGIC)
+    if not jceks and not data.startswith(MAGIC):
         raise JksError("not a JKS store (its first bytes are not FEEDFEED)")
     if len(data) < len(MAGIC) + 8 + _DIGEST:
         raise JksError("the store is truncated")
@@ -124,7 +156,7 @@ def read_jks(data: bytes, password: str | None) -> JksStore:
     version = reader.u32()
     if version not in (1, 2):
         raise JksError(f"JKS version {version} is not 1 or 2")
-    entries: list[PrivateKeyEntry | TrustedCertEntry] = []
+    entries: list[Entry] = []
     for _ in range(reader.u32()):
         tag = reader.u32()
         alias = reader.utf()
@@ -135,6 +167,12 @@ def read_jks(data: bytes, password: str | None) -> JksStore:
             entries.append(PrivateKeyEntry(alias, protected, chain))
         elif tag == _TRUSTED_CERT:
             entries.append(TrustedCertEntry(alias, reader.certificate(version)))
+        elif tag == _SECRET_KEY and jceks:
+            try:
+                reader.offset = object_end(body, reader.offset)
+            except SerializationError as e:
+                raise JksError(f"the secret key entry {alias!r} cannot be read: {e}") from None
+            entries.append(SecretKeyEntry(alias))
         else:
             raise JksError(
                 f"entry {alias!r} has tag {tag}, neither a private key nor a certificate"
@@ -181,11 +219,8 @@ class _Reader:
         return self.take(self.u32())
 
 
-def _recover_key(protected: bytes, password: bytes) -> bytes:
-    """KeyProtector.recover: the EncryptedPrivateKeyInfo's bytes decrypted and checked."""
-    algorithm, encrypted = _encrypted_private_key_info(protected)
-    if algorithm != _KEY_PROTECTOR:
-        raise JksError("the private key is not protected by JKS's KeyProtector: convert the store")
+def _recover_key(encrypted: bytes, password: bytes) -> bytes:
+    """JKS's KeyProtector.recover: the encrypted bytes decrypted and checked."""
     if len(encrypted) < 2 * _DIGEST:
         raise JksError("the private key's protected bytes are truncated")
     salt, body, check = encrypted[:_DIGEST], encrypted[_DIGEST:-_DIGEST], encrypted[-_DIGEST:]
@@ -200,9 +235,52 @@ def _recover_key(protected: bytes, password: bytes) -> bytes:
     return key
 
 
-def _encrypted_private_key_info(data: bytes) -> tuple[bytes, bytes]:
-    """The algorithm OID's bytes and the encrypted data of an EncryptedPrivateKeyInfo:
-    SEQUENCE { SEQUENCE { OID, parameters }, OCTET STRING }."""
+def _recover_pbe_key(parameters: list[der.Der], encrypted: bytes, password: str) -> bytes:
+    """JCEKS's KeyProtector.recover: PBEWithMD5AndTripleDES decryption (the module's
+    docstring), with the JDK's limits on the salt, the iteration count and the password."""
+    from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
+    from cryptography.hazmat.primitives import padding
+    from cryptography.hazmat.primitives.ciphers import Cipher, modes
+
+    try:
+        if not parameters or parameters[0].tag != der.SEQUENCE:
+            raise der.DerError("not a SEQUENCE")
+        fields = der.parse(parameters[0].contents)
+    except der.DerError as e:
+        raise JksError(f"the private key's PBE parameters are malformed: {e}") from None
+    if len(fields) != 2 or fields[0].tag != der.OCTETS or fields[1].tag != der.INTEGER:
+        raise JksError("the private key's PBE parameters are not a salt and an iteration count")
+    salt, iterations = fields[0].contents, int.from_bytes(fields[1].contents, "big", signed=True)
+    if len(salt) != 8:
+        raise JksError("the private key's PBE salt is not 8 bytes long")
+    if not 0 < iterations <= MAX_PBE_ITERATIONS:
+        raise JksError(f"the private key's PBE iteration count {iterations} is out of range")
+    if not all(" " <= c <= "~" for c in password):
+        raise JksError("the key's password is not printable ASCII, as JCEKS's protection needs")
+    if not encrypted or len(encrypted) % 8:
+        raise JksError("the private key's encrypted bytes are not whole DESede blocks")
+    secret = password.encode("ascii")
+    halves = [salt[:4], salt[4:]]
+    if halves[0] == halves[1]:
+        halves[0] = halves[0][::-1]
+    derived = b""
+    for half in halves:
+        digest = hashlib.md5(half + secret).digest()
+        for _ in range(iterations - 1):
+            digest = hashlib.md5(digest + secret).digest()
+        derived += digest
+    decryptor = Cipher(TripleDES(derived[:24]), modes.CBC(derived[24:])).decryptor()
+    unpadder = padding.PKCS7(64).unpadder()
+    try:
+        plain = decryptor.update(encrypted) + decryptor.finalize()
+        return unpadder.update(plain) + unpadder.finalize()
+    except ValueError:
+        raise JksPasswordError("Cannot recover key: the key's password is not this one") from None
+
+
+def _encrypted_private_key_info(data: bytes) -> tuple[bytes, list[der.Der], bytes]:
+    """The algorithm OID's bytes, its parameters and the encrypted data of an
+    EncryptedPrivateKeyInfo: SEQUENCE { SEQUENCE { OID, parameters }, OCTET STRING }."""
     try:
         parts = der.fields(data, der.SEQUENCE)
         if len(parts) < 2 or parts[0].tag != der.SEQUENCE or parts[1].tag != der.OCTETS:
@@ -212,7 +290,7 @@ def _encrypted_private_key_info(data: bytes) -> tuple[bytes, bytes]:
             raise der.DerError("its algorithm has no OID")
     except der.DerError as e:
         raise JksError(f"the private key's EncryptedPrivateKeyInfo is malformed: {e}") from None
-    return algorithm[0].contents, parts[1].contents
+    return algorithm[0].contents, algorithm[1:], parts[1].contents
 
 
 #: java.util.Hashtable's defaults: the capacity of a new table and its load factor.

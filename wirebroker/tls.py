@@ -531,11 +531,18 @@ def _store_type(settings: SslSettings, key: str, data: bytes) -> str:
     key = settings.name(key)
     if kind != "PEM" and data.lstrip().startswith(b"-----BEGIN"):
         raise ConfigError(f"{key}: the store is PEM text: set {key}=PEM")
-    if kind not in ("JKS", "PKCS12"):
+    if kind not in ("JKS", "PKCS12", "JCEKS"):
         return kind
+    jceks = data.startswith(_JCEKS_MAGIC)
+    if kind == "JCEKS":  # Java's JceKeyStore reads JKS files too (`wirebroker.jks` both)
+        if not jceks and not data.startswith(_JKS_MAGIC):
+            raise ConfigError(f"{key}=JCEKS: the store is neither a JCEKS nor a JKS store")
+        return "JKS"
+    if jceks:  # neither Java's JKS nor its PKCS12 store reads one
+        raise ConfigError(f"{key}={kind}: the store is a JCEKS store: set {key}=JCEKS")
     # Java reads a PKCS12 file given as JKS and a JKS file given as PKCS12, so Kafka does
     # (keystore.type.compat): the file's own format decides.
-    return "JKS" if data.startswith((_JKS_MAGIC, _JCEKS_MAGIC)) else "PKCS12"
+    return "JKS" if data.startswith(_JKS_MAGIC) else "PKCS12"
 
 
 def _jks(settings: SslSettings, store: str, data: bytes, password: str | None) -> JksStore:
@@ -635,8 +642,8 @@ def _load_keystore(
             key, certs, key_entry, entries = _jks_key(settings, data, key_password)
         else:
             raise ConfigError(
-                f"{settings.name('ssl.keystore.type')}={kind} is not supported; use JKS, PKCS12 "
-                "or PEM"
+                f"{settings.name('ssl.keystore.type')}={kind} is not supported; use JKS, PKCS12, "
+                "JCEKS or PEM"
             )
     else:
         return None
@@ -710,7 +717,7 @@ def _jks_key(
     with _loading(settings, "keystore"):
         store = _jks(settings, "ssl.keystore.location", data, store_password)
     if not store.private_keys:
-        raise ConfigError(f"{location}: the JKS store holds no private key")
+        raise ConfigError(f"{location}: the store holds no private key")
     entry = store.private_keys[0]
     password = key_password.decode() if key_password is not None else store_password
     try:
@@ -800,7 +807,7 @@ def _load_truststore(context: ssl.SSLContext, settings: SslSettings) -> None:
         else:
             raise ConfigError(
                 f"{settings.name('ssl.truststore.type')}={kind} is not supported; use JKS, "
-                "PKCS12 or PEM"
+                "PKCS12, JCEKS or PEM"
             )
     else:
         server = context.protocol == ssl.PROTOCOL_TLS_SERVER

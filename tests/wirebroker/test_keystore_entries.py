@@ -5,9 +5,10 @@ or alternative names, is refused), against Java's own KeyStore and X509Certifica
 X500Principal prints it and its alternative names as a HashSet. PKCS12 stores made by keytool (a
 trusted CA entry, two keys), by openssl (PBES2, PKCS#12's 3DES, certificates unencrypted) and by
 cryptography (a key without a name; trusted certificates with Oracle's attribute, among them
-sixteen with subjects and names of every kind Java prints differently), and JKS stores keytool
-converted (the sixteen: Java's Hashtable grown once). A store whose certificates are encrypted
-with RC2 (openssl -legacy) is not listed, and says so.
+sixteen with subjects and names of every kind Java prints differently), and JKS and JCEKS stores
+keytool converted (the sixteen: Java's Hashtable grown once; the JCEKS ones hold a secret key
+too, which Java lists among the aliases but not as an entry). A store whose certificates are
+encrypted with RC2 (openssl -legacy) is not listed, and says so.
 """
 
 from __future__ import annotations
@@ -236,6 +237,12 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out[f"jks-{name}"] = d / f"jks-{name}.jks"
         keytool("-importkeystore", "-srckeystore", str(out[name]), "-srcstorepass", PASSWORD,
                 "-destkeystore", str(out[f"jks-{name}"]), "-deststoretype", "JKS")  # fmt: skip
+    for name in ("keytool-two-keys", "unusual"):
+        out[f"jceks-{name}"] = d / f"jceks-{name}.jceks"
+        keytool("-genseckey", "-alias", "sealed", "-keyalg", "AES", "-keysize", "128",
+                "-keystore", str(out[f"jceks-{name}"]), "-storetype", "JCEKS")  # fmt: skip
+        keytool("-importkeystore", "-srckeystore", str(out[name]), "-srcstorepass", PASSWORD,
+                "-destkeystore", str(out[f"jceks-{name}"]), "-deststoretype", "JCEKS")  # fmt: skip
     return out
 
 
@@ -250,7 +257,8 @@ _BYTE_ARRAY = re.compile(r"\[0, \[B@[0-9a-f]+\](, )?|, \[0, \[B@[0-9a-f]+\]")
 
 def java_entries(paths: list[Path]) -> list[list[Entry]]:
     assert JAVA is not None
-    args = [a for p in paths for a in ("JKS" if p.suffix == ".jks" else "PKCS12", str(p), PASSWORD)]
+    kinds = {".jks": "JKS", ".jceks": "JCEKS"}
+    args = [a for p in paths for a in (kinds.get(p.suffix, "PKCS12"), str(p), PASSWORD)]
     done = subprocess.run(
         [JAVA, str(_SOURCE), *args], capture_output=True, text=True, timeout=120, check=True
     )
@@ -287,10 +295,10 @@ def wirebroker_entries(path: Path) -> list[Entry] | None:
     """The entries a listener keeps of its keystore, as it reads it (a store without a key, by
     the store's reader alone)."""
     data = path.read_bytes()
-    if path.stem in ("truststore", "unusual", "jks-unusual"):
+    if path.stem in ("truststore", "unusual", "jks-unusual", "jceks-unusual"):
         listed = (
             read_jks(data, PASSWORD).certificate_entries()
-            if path.suffix == ".jks"
+            if path.suffix in (".jks", ".jceks")
             else certificate_entries(data, PASSWORD.encode())
         )
         return [printed(CertificateEntry(a, x509.load_der_x509_certificate(c))) for a, c in listed]
@@ -300,6 +308,7 @@ def wirebroker_entries(path: Path) -> list[Entry] | None:
             "log.dirs": str(path.parent / "data"),
             "ssl.keystore.location": str(path),
             "ssl.keystore.password": PASSWORD,
+            "ssl.keystore.type": "JCEKS" if path.suffix == ".jceks" else "JKS",
         }
     )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -323,6 +332,7 @@ def test_entries_are_javas(stores: dict[str, Path]) -> None:
     ]  # fmt: skip
     assert sorted(expected["jks-unusual"]) == sorted(expected["unusual"])
     assert expected["jks-unusual"] != expected["unusual"]
+    assert sorted(expected["jceks-unusual"]) == sorted(expected["unusual"])
     assert {n: wirebroker_entries(stores[n]) for n in names} == expected
 
 

@@ -22,8 +22,8 @@ Kafka, and the array prints as `[B@` and a number that differs, as in Java.
 
 Subjects are equal when their canonical forms are (`canonical_subject`, what Java's
 X500Principal.equals compares: case, runs of spaces and the string type of a value do not count).
-A difference from Java: a directory name among the alternative names prints in RFC 4514 form as
-`cryptography` gives it (Java's RFC 2253 form differs for attributes without a keyword).
+A directory name among the alternative names prints in RFC 2253 form as Java's X500Principal.getName
+gives it (`rfc2253_name`), which is also a TLS client's principal name (`wirebroker.tls`).
 """
 
 from __future__ import annotations
@@ -135,6 +135,11 @@ _RFC2253_KEYWORDS = {
 }
 #: The value types Java's canonical form reads as strings: UTF8String, PrintableString.
 _CANONICAL_STRINGS = (0x0C, 0x13)
+#: The value types Java's RFC 2253 form prints as strings (their bytes read as UTF-8, whatever
+#: the type): PrintableString, T61String, IA5String, GeneralString, BMPString, UTF8String.
+_RFC2253_STRINGS = (0x13, 0x14, 0x16, 0x1B, 0x1E, 0x0C)
+#: What Java's RFC 2253 form escapes with a backslash, and the ends it escapes.
+_RFC2253_ESCAPED, _RFC2253_ENDS = ',=+<>#;"\\', " \r"
 #: What the canonical form escapes with a backslash (and a leading `#`), and what Java's
 #: String.trim removes from its ends.
 _CANONICAL_ESCAPED = ',+<>;"\\'
@@ -148,7 +153,7 @@ def java_subject(certificate: x509.Certificate) -> str:
     """A certificate's subject as Java's X500Principal.toString prints it."""
     return ", ".join(
         " + ".join(_attribute(ava) for ava in der.parse(rdn.contents))
-        for rdn in reversed(_subject(certificate))
+        for rdn in reversed(subject_rdns(certificate))
     )
 
 
@@ -161,11 +166,24 @@ def canonical_subject(certificate: x509.Certificate) -> str:
     attributes of an RDN sorted, joined by `+`, the RDNs by `,`."""
     return ",".join(
         "+".join(sorted(_canonical_attribute(ava) for ava in der.parse(rdn.contents)))
-        for rdn in reversed(_subject(certificate))
+        for rdn in reversed(subject_rdns(certificate))
     )
 
 
-def _subject(certificate: x509.Certificate) -> list[der.Der]:
+def rfc2253_name(rdns: Sequence[der.Der]) -> str:
+    """A name (its RDNs as encoded) as Java's X500Principal.getName() prints it, RFC 2253's
+    form: the RDNs from the last to the first joined by `,`, the attributes of one by `+` in
+    their order; each `keyword=value` with RFC 2253's keywords, else the dotted type and `#` and
+    the hex of the value's encoding, as for a value that is not a string; a string with `,=+<>#;"\\`
+    escaped by a backslash, NUL as `\\00`, and its leading and trailing spaces (and carriage
+    returns) escaped."""
+    return ",".join(
+        "+".join(_rfc2253_attribute(ava) for ava in der.parse(rdn.contents))
+        for rdn in reversed(rdns)
+    )
+
+
+def subject_rdns(certificate: x509.Certificate) -> list[der.Der]:
     """The RDNs of a certificate's subject, as it encodes them (cryptography's Name is decoded):
     TBSCertificate's fields are an optional [0] version, the serial number, the signature's
     algorithm, the issuer, the validity, then the subject."""
@@ -223,6 +241,22 @@ def _value(text: str) -> str:
     if printed.endswith((" ", "\n")):
         quote = True
     return f'"{printed}"' if quote and not quoted else printed
+
+
+def _rfc2253_attribute(ava: der.Der) -> str:
+    kind, value = _type_and_value(ava)
+    keyword = _RFC2253_KEYWORDS.get(kind)
+    if keyword is None or value.tag not in _RFC2253_STRINGS:
+        return f"{keyword or kind}=#{value.encoded().hex()}"
+    text = "".join(
+        "\\00" if c == "\0" else f"\\{c}" if c in _RFC2253_ESCAPED else c
+        for c in value.contents.decode("utf-8", "replace")
+    )
+    body = text.strip(_RFC2253_ENDS)
+    lead = len(text) - len(text.lstrip(_RFC2253_ENDS))
+    trail = len(text.rstrip(_RFC2253_ENDS)) if body else lead
+    escaped = "".join(f"\\{c}" for c in text[:lead]) + body
+    return f"{keyword}={escaped}" + "".join(f"\\{c}" for c in text[trail:])
 
 
 def _canonical_attribute(ava: der.Der) -> str:
@@ -286,7 +320,7 @@ def _java_alt_name(name: x509.GeneralName) -> _AltName:
     if isinstance(name, x509.DNSName):
         return 2, name.value
     if isinstance(name, x509.DirectoryName):
-        return 4, name.value.rfc4514_string()
+        return 4, rfc2253_name(der.fields(name.value.public_bytes(), der.SEQUENCE))
     if isinstance(name, x509.UniformResourceIdentifier):
         return 6, name.value
     if isinstance(name, x509.IPAddress):

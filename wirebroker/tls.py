@@ -19,14 +19,15 @@ This module owns three things:
   File slices of fetch responses are read with `os.pread` and encrypted: no `sendfile` on TLS,
   as in Kafka (a slice not in the page cache is read into it by a worker thread first, as on
   a plaintext listener).
-- the principal of a TLS client: `User:` and the certificate's subject DN in RFC 2253 form,
-  mapped by `ssl.principal.mapping.rules` (Kafka's SslPrincipalMapper), `User:ANONYMOUS`
-  without a certificate.
+- the principal of a TLS client: `User:` and the certificate's subject DN in RFC 2253 form as
+  Java's X500Principal.getName() prints it (`certificate_entries.rfc2253_name`: an attribute
+  without an RFC 2253 keyword, such as emailAddress, as `OID=#hex`), mapped by
+  `ssl.principal.mapping.rules` (Kafka's SslPrincipalMapper), `User:ANONYMOUS` without a
+  certificate.
 
 Differences from Kafka: `ssl.enabled.protocols` is applied as a range (lowest to highest
 named), as OpenSSL cannot leave a version out in the middle; `ssl.cipher.suites` restricts
-TLS 1.2 suites (OpenSSL or IANA names), never TLS 1.3's; subject attributes OpenSSL has no RFC
-4514 keyword for are printed `OID=value`, where Java prints `OID=#hex`. No ALPN, as Kafka.
+TLS 1.2 suites (OpenSSL or IANA names), never TLS 1.3's. No ALPN, as Kafka.
 """
 
 from __future__ import annotations
@@ -902,7 +903,9 @@ def subject_dn(der: bytes) -> str:
     """A certificate's subject in RFC 2253 form, as Java's X500Principal.getName() prints it."""
     from cryptography import x509
 
-    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    from wirebroker.certificate_entries import rfc2253_name, subject_rdns
+
+    return rfc2253_name(subject_rdns(x509.load_der_x509_certificate(der)))
 
 
 # the transport -----------------------------------------------------------------------------------

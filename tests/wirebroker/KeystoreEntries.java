@@ -14,7 +14,7 @@ import javax.security.auth.x500.X500Principal;
  * For each keystore named by its arguments (type, file, password, ...): its entries with an X.509
  * certificate as Kafka's SslFactory.CertificateEntries sees them when a keystore changes at run
  * time, one line each (alias, subject, its canonical form, which X500Principal.equals compares,
- * alternative names as a HashSet, and whether those names contain the same certificate's read
+ * its RFC 2253 form, which Kafka's TLS principal names, alternative names as a HashSet, and whether those names contain the same certificate's read
  * again; tab-separated, escaped), then "--". Run by test_keystore_entries.py with the
  * JDK only.
  */
@@ -34,6 +34,7 @@ public class KeystoreEntries {
                     System.out.println(String.join("\t", escaped(alias),
                         escaped(certificate.getSubjectX500Principal().toString()),
                         escaped(certificate.getSubjectX500Principal().getName(X500Principal.CANONICAL)),
+                        escaped(certificate.getSubjectX500Principal().getName()),
                         escaped(names.toString()),
                         String.valueOf(names(again).containsAll(names))));
                 }

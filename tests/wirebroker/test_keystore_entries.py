@@ -40,6 +40,8 @@ from wirebroker.certificate_entries import (
     canonical_subject,
     check_change,
     java_subject,
+    rfc2253_name,
+    subject_rdns,
 )
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.jks import read_jks
@@ -151,6 +153,9 @@ def unusual_certificates() -> list[tuple[bytes, x509.Certificate]]:
                         x509.UniformResourceIdentifier("https://broker.example/"),
                         x509.RegisteredID(x509.ObjectIdentifier("1.2.3.4")),
                         x509.DirectoryName(x509.Name([attribute(cn, "dir"), attribute(o, "Org")])),
+                        x509.DirectoryName(x509.Name([attribute(NameOID.EMAIL_ADDRESS, "d@b.example"),
+                                                      attribute(cn, " #a=b+c "),
+                                                      attribute(o, "Ωmega", _ASN1Type.BMPString)])),
                         dns("kinds.example"))),
         (b"other-name", made([attribute(cn, "other")], dns("other.example"),
                              x509.OtherName(x509.ObjectIdentifier("1.2.3.5"), b"\x04\x01a"))),
@@ -247,9 +252,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 #: An entry as both sides print it: alias, subject, the subject's canonical form (what Java
-#: compares subjects by), alternative names, and whether those names contain the same
+#: compares subjects by), its RFC 2253 form (a TLS client's principal name), alternative names, and whether those names contain the same
 #: certificate's read again (not when one is an other name: Java's byte arrays).
-Entry = tuple[str, str, str, str, bool]
+Entry = tuple[str, str, str, str, str, bool]
 #: An other name among alternative names: Java's byte array, which prints its identity, and
 #: comes at a place in the set that varies with it.
 _BYTE_ARRAY = re.compile(r"\[0, \[B@[0-9a-f]+\](, )?|, \[0, \[B@[0-9a-f]+\]")
@@ -267,9 +272,9 @@ def java_entries(paths: list[Path]) -> list[list[Entry]]:
         if line == "--":
             stores.append([])
             continue
-        alias, subject, canonical, names, contained = line.split("\t")
+        alias, subject, canonical, rfc2253, names, contained = line.split("\t")
         stores[-1].append(
-            (alias, subject, canonical, _BYTE_ARRAY.sub("", names), contained == "true")
+            (alias, subject, canonical, rfc2253, _BYTE_ARRAY.sub("", names), contained == "true")
         )
     return stores[:-1]
 
@@ -286,6 +291,7 @@ def printed(entry: CertificateEntry) -> Entry:
         escaped(entry.alias),
         escaped(java_subject(entry.certificate)),
         escaped(canonical_subject(entry.certificate)),
+        escaped(rfc2253_name(subject_rdns(entry.certificate))),
         _BYTE_ARRAY.sub("", escaped(_printed(names))),
         all(n in again for n in names),
     )

@@ -9,6 +9,7 @@ of every client over every protocol: test_security_matrix.py.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import socket
@@ -19,12 +20,17 @@ from pathlib import Path
 import pytest
 import trustme
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from protocol.messages.api_versions import ApiVersionsRequest
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import RawClient, create_topic
 from tests.wirebroker.pki import KEY_PASSWORD, STORE_PASSWORD, Pki
+from tests.wirebroker.secured import AUTHORIZER
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.tls import (
     PrincipalMapper,
@@ -213,6 +219,75 @@ def test_passwords_are_described_as_null_and_sensitive(pem_broker: BrokerProcess
     assert configs["ssl.keystore.location"].value is not None
     assert not configs["ssl.keystore.location"].is_sensitive
     assert all(KEY_PASSWORD not in line for line in pem_broker.log)
+
+
+#: Kafka's name for a client whose subject is CN=alice, emailAddress=alice@example.com, O=a=b:
+#: Java's X500Principal.getName() (RFC 2253), an attribute without an RFC 2253 keyword as its
+#: OID and the hex of its encoding, `=` escaped (test_keystore_entries.py checks the form
+#: against the JDK).
+ALICE = r"O=a\=b,1.2.840.113549.1.9.1=#1611616c696365406578616d706c652e636f6d,CN=alice"
+
+
+@pytest.mark.integration
+def test_a_client_certificate_names_the_principal_kafka_names(pki: Pki, tmp_path: Path) -> None:
+    """A client whose certificate's subject has an emailAddress is the super user named as
+    Kafka names it, so the ACLs and mapping rules written for Kafka apply."""
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "email CA")])
+    now = datetime.datetime.now(datetime.UTC)
+
+    def issued(subject: x509.Name, public_key: ec.EllipticCurvePublicKey, ca: bool) -> bytes:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256())
+            .public_bytes(serialization.Encoding.PEM)
+        )
+
+    (tmp_path / "ca.pem").write_bytes(issued(ca_name, ca_key.public_key(), True))
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, "alice"),
+            x509.NameAttribute(NameOID.EMAIL_ADDRESS, "alice@example.com"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "a=b"),
+        ]
+    )
+    (tmp_path / "alice.pem").write_bytes(issued(subject, key.public_key(), False))
+    (tmp_path / "alice.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    properties = {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pki.server_pem),
+        "ssl.key.password": KEY_PASSWORD,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tmp_path / "ca.pem"),
+        "ssl.client.auth": "required",
+        "authorizer.class.name": AUTHORIZER,
+        "super.users": f"User:{ALICE}",
+    }
+    with serving(BrokerProcess(tmp_path / "broker", properties, extra_listeners=("SSL",))) as b:
+        admin = AdminClient(
+            {
+                "bootstrap.servers": _ssl_bootstrap(b),
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(pki.ca),
+                "ssl.certificate.location": str(tmp_path / "alice.pem"),
+                "ssl.key.location": str(tmp_path / "alice.key"),
+            }
+        )
+        (created,) = admin.create_topics([NewTopic("by-alice", 1, 1)]).values()
+        assert created.result(30) is None  # TOPIC_AUTHORIZATION_FAILED under another name
 
 
 # without a broker ---------------------------------------------------------------------------

@@ -19,11 +19,16 @@ from compat.kafka_process import run_kafka_tool
 from protocol.errors import ErrorCode
 from protocol.record_batch import SimpleRecord
 from tests.cluster.processes import Cluster, running_cluster, wait_for, zk_session
-from tests.wirebroker.helpers import RawClient, describe_configs, produce_request
+from tests.wirebroker.helpers import (
+    BROKER,
+    BROKER_LOGGER,
+    RawClient,
+    describe_configs,
+    produce_request,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-BROKER, BROKER_LOGGER = 4, 8
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
 
 

@@ -449,6 +449,11 @@ def describe_configs(
     return result
 
 
+#: ConfigResource's types, and IncrementalAlterConfigs' SET and DELETE operations.
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+SET, DELETE = 0, 1
+
+
 def alter_configs(
     bootstrap: str,
     resource_type: int,

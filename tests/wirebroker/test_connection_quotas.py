@@ -24,6 +24,9 @@ from protocol.messages.describe_client_quotas import DescribeClientQuotasRequest
 from protocol.messages.fetch import FetchRequest
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import (
+    BROKER,
+    DELETE,
+    SET,
     RawClient,
     Samples,
     alter_configs,
@@ -40,7 +43,6 @@ CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 CLIENT_IP = "127.0.0.2"
 A = AlterClientQuotasRequest
 D = DescribeClientQuotasRequest
-BROKER, SET, DELETE = 4, 0, 1  # ConfigResource type; IncrementalAlterConfigs operations
 API_VERSIONS = ApiVersionsRequest(client_software_name="test", client_software_version="1")
 SOCKET_METRICS = "kafka_server_socket_server_metrics_"
 CREATED = f"{SOCKET_METRICS}connection_creation_total"

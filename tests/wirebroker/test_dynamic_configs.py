@@ -28,6 +28,11 @@ from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import (
+    BROKER,
+    BROKER_LOGGER,
+    DELETE,
+    SET,
+    TOPIC,
     RawClient,
     alter_configs,
     create_topic,
@@ -47,8 +52,6 @@ from wirebroker.config_sources import (
 
 pytestmark = pytest.mark.integration
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
-SET, DELETE = 0, 1
 API_VERSIONS = ApiVersionsRequest(client_software_name="dyn-test", client_software_version="1")
 
 

@@ -21,6 +21,8 @@ from protocol.errors import ErrorCode
 from protocol.messages.metadata import MetadataRequest
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import (
+    BROKER,
+    SET,
     RawClient,
     alter_configs,
     create_topic,
@@ -32,7 +34,6 @@ from tests.wirebroker.test_dynamic_configs import der, served_certificate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-BROKER, SET, DELETE = 4, 0, 1
 MAP = "listener.security.protocol.map"
 PLAIN_MAP = "PLAINTEXT:PLAINTEXT,EXTRA:PLAINTEXT"
 SOCKET_METRICS = "kafka_server_socket_server_metrics_"

@@ -37,7 +37,7 @@ from compat.kafka_process import free_port
 from protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.conftest import LOG_TAIL
-from tests.wirebroker.helpers import alter_configs
+from tests.wirebroker.helpers import BROKER, SET, alter_configs
 from tests.wirebroker.oidc import AUDIENCE, ISSUER, Issuer
 from wirebroker.config import ConfigError
 from wirebroker.sasl.jwks import JwksEndpoint, KeySet
@@ -45,7 +45,6 @@ from wirebroker.sasl.jwks import JwksEndpoint, KeySet
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 15.0
-BROKER, SET = 4, 0  # ConfigResource type; IncrementalAlterConfigs operation
 SECURED = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 

@@ -47,6 +47,8 @@ from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from protocol.record_batch import SimpleRecord
 from tests.broker_process import BrokerProcess, broker_process
 from tests.wirebroker.helpers import (
+    BROKER,
+    SET,
     RawClient,
     alter_configs,
     create_topic,
@@ -67,7 +69,6 @@ from wirebroker.sasl.settings import SaslLogin
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 15.0
-BROKER, SET = 4, 0  # IncrementalAlterConfigs' resource type and operation
 FAILURE_DELAY_MS = 300
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 ADMIN_SECRET = "admin-secret-d41d8"

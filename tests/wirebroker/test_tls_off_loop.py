@@ -15,7 +15,7 @@ import trio
 import trustme
 
 from protocol.errors import ErrorCode
-from tests.wirebroker.helpers import alter_configs, wait_until
+from tests.wirebroker.helpers import BROKER, SET, alter_configs, wait_until
 from tests.wirebroker.test_dynamic_configs import der, renew, renewal, served_certificate
 from tests.wirebroker.test_dynamic_listeners import accepts
 from wirebroker import tls
@@ -26,7 +26,6 @@ from wirebroker.zookeeper_server import free_port
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 30.0
-BROKER, SET = 4, 0
 
 
 def test_stores_are_read_off_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

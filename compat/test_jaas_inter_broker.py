@@ -6,8 +6,10 @@ Kafka's brokers log in to each other with the inter-broker listener's JAAS conte
 (SaslClientCallbackHandler) takes the username and password from the Subject that login filled,
 where PlainLoginModule puts its `username` and `password` as ScramLoginModule does. Here the
 `KafkaServer` section's PlainLoginModule has them and its ScramLoginModule (which registers
-Kafka's SCRAM client and server when it loads) has none. The brokers' SCRAM-SHA-512 credential
-is written to ZooKeeper by Kafka's ConfigCommand before they start. A topic of two replicas with
+Kafka's SCRAM client and server when it loads) has none; or both have them, and the Subject's
+credentials are each the one a Java HashSet of them yields first: `admin` and its password,
+the second module's. Only the user the login is expected to take has a SCRAM-SHA-512
+credential, written to ZooKeeper by Kafka's ConfigCommand before the brokers start. A topic of two replicas with
 `min.insync.replicas=2` takes records with acks=all only once the follower fetched them over the
 SASL listener.
 """
@@ -39,7 +41,10 @@ pytestmark = [
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 SECRET = "broker-secret-51c3"
-JAAS = f'KafkaServer {{ {PLAIN} required username="broker" password="{SECRET}"; {SCRAM} required; }};\n'
+ADMIN_SECRET = "admin-secret-9e07"
+BROKER = f'{PLAIN} required username="broker" password="{SECRET}";'
+PLAIN_ONLY = f"{BROKER} {SCRAM} required;"
+BOTH = f'{BROKER} {SCRAM} required username="admin" password="{ADMIN_SECRET}";'
 SETTINGS = {
     "inter.broker.listener.name": "SASL_PLAINTEXT",
     "sasl.enabled.mechanisms": "SCRAM-SHA-512",
@@ -53,16 +58,27 @@ def zk() -> Iterator[ZooKeeperServer]:
         yield server
 
 
+@pytest.fixture(
+    params=[(PLAIN_ONLY, "broker", SECRET), (BOTH, "admin", ADMIN_SECRET)],
+    ids=["plain-module", "both-modules"],
+)
+def case(request: pytest.FixtureRequest) -> tuple[str, str, str]:
+    """The `KafkaServer` section's login modules, and the user and password the brokers'
+    login takes from them."""
+    return request.param
+
+
 @pytest.fixture
-def zk_connect(zk: ZooKeeperServer) -> str:
-    """A chroot of this test's own, holding the brokers' SCRAM credential."""
+def zk_connect(zk: ZooKeeperServer, case: tuple[str, str, str]) -> str:
+    """A chroot of this test's own, holding the SCRAM credential of the brokers' user."""
+    _section, user, password = case
     connect = f"{zk.connect}/wb-{uuid.uuid4().hex[:8]}"
     with zk_session(KazooClient(hosts=zk.connect), 30) as client:
         client.ensure_path(connect.split("/", 1)[1])
     argv = java_command(
         "kafka.admin.ConfigCommand",
-        ["--zookeeper", connect, "--alter", "--entity-type", "users", "--entity-name", "broker"]
-        + ["--add-config", f"SCRAM-SHA-512=[password={SECRET}]"],
+        ["--zookeeper", connect, "--alter", "--entity-type", "users", "--entity-name", user]
+        + ["--add-config", f"SCRAM-SHA-512=[password={password}]"],
         heap="256m",
     )
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
@@ -71,9 +87,9 @@ def zk_connect(zk: ZooKeeperServer) -> str:
 
 
 @pytest.fixture
-def jvm_options(tmp_path: Path) -> list[str]:
+def jvm_options(tmp_path: Path, case: tuple[str, str, str]) -> list[str]:
     path = tmp_path / "kafka_server_jaas.conf"
-    path.write_text(JAAS)
+    path.write_text(f"KafkaServer {{ {case[0]} }};\n")
     return [f"-Djava.security.auth.login.config={path}"]
 
 

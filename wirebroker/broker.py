@@ -65,7 +65,12 @@ from wirebroker.replication.partition_metadata import (
 )
 from wirebroker.sasl.credentials import FILE_NAME as SCRAM_CREDENTIALS_FILE
 from wirebroker.sasl.credentials import ScramCredentialStore
-from wirebroker.sasl.settings import ListenerSasl, listener_sasl, share_key_sets
+from wirebroker.sasl.settings import (
+    ListenerSasl,
+    listener_sasl,
+    loaded_login_modules,
+    share_key_sets,
+)
 from wirebroker.topic_configs import LOG_KEYS, log_config_for, min_insync_replicas
 from wirebroker.topics import (
     INTERNAL_TOPICS,
@@ -181,6 +186,9 @@ class Broker:
         slots = self.config.get_int("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(slots)
         self.sasl_listeners = _sasl_listeners(self.config)
+        #: The login modules Kafka's JVM would have loaded for these listeners, which register
+        #: their mechanisms' SASL servers (`settings.has_sasl_server`).
+        self.login_modules = loaded_login_modules(self.sasl_listeners.values())
         self.key_sets = share_key_sets(self.sasl_listeners.values(), [])
         self.scram_credentials = ScramCredentialStore(
             None
@@ -781,6 +789,8 @@ class Broker:
         removed = {n: s for n, s in self.sasl_listeners.items() if n not in named}
         current = _sasl_listeners(self.config)
         self.sasl_listeners = {**removed, **current}
+        # as a JVM's classes, once loaded they stay: their SASL servers too
+        self.login_modules |= loaded_login_modules(current.values())
         held = self.key_sets
         self.key_sets = share_key_sets(current.values(), held)
         # a JWKS endpoint no listener uses any more (its listeners removed) is no longer

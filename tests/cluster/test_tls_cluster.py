@@ -20,6 +20,7 @@ certificate and checking its peer's host name against its truststore.
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,40 @@ def test_sasl_ssl_between_three_brokers(zk_connect: str, tmp_path: Path) -> None
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_scram_between_brokers_from_a_plain_login_module(
+    zk_connect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka's brokers, whose SCRAM client takes this broker's username and password from
+    the Subject its login filled: here from the `KafkaServer` section's PlainLoginModule (its
+    ScramLoginModule, which registers Kafka's SCRAM client and server, has none)."""
+    jaas = tmp_path / "kafka_server_jaas.conf"
+    jaas.write_text(
+        f'KafkaServer {{ {PLAIN_LOGIN} username="broker" password="{BROKER_SECRET}"; '
+        f"{SCRAM_LOGIN}; }};\n"
+    )
+    monkeypatch.setenv("KAFKA_OPTS", f"-Djava.security.auth.login.config={jaas}")
+    argv = [sys.executable, "-m", "wirebroker", "configs", "--zookeeper", zk_connect]
+    argv += ["--alter", "--entity-type", "users", "--entity-name", "broker"]
+    argv += ["--add-config", f"SCRAM-SHA-512=[password={BROKER_SECRET}]"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    brokers = _replicated_between_two(
+        zk_connect,
+        tmp_path,
+        "scram-from-plain",
+        listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        inter_broker_listener_name="SASL_PLAINTEXT",
+        **{
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        },
+    )
+    for running in brokers:
+        login = running.broker.peer_security.sasl
+        assert login is not None and login.mechanism == "SCRAM-SHA-512"
+        assert login.options["username"] == "broker"
 
 
 def _plain_jaas(password: str) -> str:

@@ -114,12 +114,6 @@ def test_the_listener_s_own_section_then_kafka_server_then_its_jaas_config(
     ("text", "properties", "message"),
     [
         (
-            f"KafkaServer {{ {SCRAM} required; }};",
-            {},
-            r"enables PLAIN but has no .*PlainLoginModule JAAS config \(section KafkaServer of "
-            r".*jaas-\w+\.conf has none\)",
-        ),
-        (
             f'KafkaServer {{ {PLAIN} required user_a="1"; {OAUTH} required; }};',
             {"sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER"},
             r"^section KafkaServer of .*: Must supply exactly 1 non-null JAAS mechanism "
@@ -171,6 +165,29 @@ def test_what_is_refused_at_start(
     props = {"listeners": "SASL_PLAINTEXT://127.0.0.1:9093", "sasl.enabled.mechanisms": "PLAIN"}
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_properties({**props, **properties})
+
+
+def test_another_mechanism_s_login_module_starts_as_kafka(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka 3.9 (compat/test_jaas_file.py runs both): a section or key whose module is
+    another mechanism's starts; PLAIN without a PlainLoginModule has no users, OAUTHBEARER's
+    validator takes its one module's options whatever it is."""
+    jaas(tmp_path, monkeypatch, f'KafkaServer {{ {SCRAM} required user_a="1"; }};')
+    props = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,OAUTHBEARER",
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": f"{PLAIN} required;",
+    }
+    settings = listener_sasl(BrokerConfig.from_properties(props), "SASL_PLAINTEXT")
+    assert settings.plain_users() == {}
+    assert settings.jaas["OAUTHBEARER"].login_module == SCRAM
+    assert settings.oauthbearer is not None
+    own = {
+        **props,
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": f'{SCRAM} required user_b="2";',
+    }
+    assert listener_sasl(BrokerConfig.from_properties(own), "SASL_PLAINTEXT").plain_users() == {}
 
 
 def test_a_section_whatever_its_modules_gives_a_mechanism_its_jaas_entry(
@@ -228,10 +245,77 @@ def test_this_broker_s_login_to_its_peers_comes_from_the_section(
     }
     login = inter_broker_login(BrokerConfig.from_properties(cluster))
     assert login is not None and (login.mechanism, login.options["username"]) == ("PLAIN", "broker")
-    # The section's ScramLoginModule has no username: SCRAM between brokers cannot log in.
+    # As Kafka's SaslClientCallbackHandler, SCRAM takes the username and password the
+    # section's PlainLoginModule put in the Subject (its ScramLoginModule has none).
     scram = {**cluster, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"}
-    with pytest.raises(ConfigError, match=r"^section KafkaServer of .* needs this broker's user"):
-        BrokerConfig.from_properties(scram)
+    login = inter_broker_login(BrokerConfig.from_properties(scram))
+    assert login is not None and login.options == {"username": "broker", "password": "broker-pw"}
+
+
+NO_CREDENTIALS = (
+    r"^section KafkaServer of .* needs this broker's username and password: set "
+    r"listener.name.internal.{mechanism}.sasl.jaas.config=.* required "
+    r'username="broker" password="broker-secret"'
+)
+NO_SCRAM_CLIENT = (
+    r"^section KafkaServer of .*: this broker's SCRAM-SHA-256 login to its peers needs a SCRAM "
+    r"client, which Kafka's .*ScramLoginModule registers when a login loads it"
+)
+
+
+@pytest.mark.parametrize(
+    ("section", "plain", "scram"),
+    [
+        # Both modules' credentials are in the Subject: a Java HashSet of them yields `admin`
+        # before `broker`, `other-pw` before `broker-pw` (each on its own).
+        (
+            f'{PLAIN} required username="broker" password="broker-pw" user_broker="broker-pw";'
+            f'{SCRAM} required username="admin" password="other-pw";',
+            {"username": "admin", "password": "other-pw"},
+            {"username": "admin", "password": "other-pw"},
+        ),
+        # A sufficient module that logs in ends the login: the next one is never loaded, and
+        # with it Kafka's SCRAM client.
+        (
+            f'{PLAIN} sufficient username="broker" password="broker-pw" user_broker="broker-pw";'
+            f'{SCRAM} required username="admin" password="other-pw";',
+            {"username": "broker", "password": "broker-pw"},
+            NO_SCRAM_CLIENT,
+        ),
+        (
+            f'{PLAIN} required user_broker="broker-pw"; {SCRAM} required password="p";'
+            f'{OAUTH} optional username="broker" password="broker-pw";',
+            NO_CREDENTIALS.format(mechanism="plain"),
+            NO_CREDENTIALS.format(mechanism="scram-sha-256"),
+        ),
+    ],
+    ids=["hash-order", "sufficient", "none"],
+)
+def test_this_broker_s_username_and_password_from_the_subject(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    section: str,
+    plain: dict[str, str] | str,
+    scram: dict[str, str] | str,
+) -> None:
+    """As Kafka's SaslClientCallbackHandler takes them from the Subject its login with the
+    section filled (a dict), or refused (a message)."""
+    jaas(tmp_path, monkeypatch, f"KafkaServer {{ {section} }};")
+    cluster = {
+        "listeners": "INTERNAL://127.0.0.1:9093",
+        "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "zookeeper.connect": "z:2181",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+    }
+    for mechanism, expected in (("PLAIN", plain), ("SCRAM-SHA-256", scram)):
+        props = {**cluster, "sasl.mechanism.inter.broker.protocol": mechanism}
+        if isinstance(expected, str):
+            with pytest.raises(ConfigError, match=expected):
+                BrokerConfig.from_properties(props)
+            continue
+        login = inter_broker_login(BrokerConfig.from_properties(props))
+        assert login is not None and login.options == expected
 
 
 def test_the_file_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

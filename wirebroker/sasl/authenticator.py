@@ -8,7 +8,9 @@ and answers what it returns. As in Kafka:
   (unless GSSAPI is enabled: then it is a Kafka 0.9 client's first GSSAPI token, and the
   exchange goes on with bare tokens, as after a v0 handshake);
 - a SaslHandshake naming a mechanism the listener does not offer is answered with
-  UNSUPPORTED_SASL_MECHANISM and the enabled mechanisms, then the connection is closed;
+  UNSUPPORTED_SASL_MECHANISM and the enabled mechanisms, then the connection is closed; one
+  naming an enabled mechanism Kafka would have no server for (`settings.has_sasl_server`) is
+  answered, then the next frame closes the connection, unanswered;
 - after a v0 handshake the client's SASL tokens arrive as bare size-prefixed frames and are
   answered the same way; after v1 they come in SaslAuthenticate requests;
 - during SaslAuthenticate, another request is answered with its error response carrying
@@ -68,7 +70,15 @@ from wirebroker.sasl.mechanism import (
     SaslRetriable,
     SaslServer,
 )
-from wirebroker.sasl.settings import GSSAPI, OAUTHBEARER, PLAIN, SCRAM, ListenerSasl
+from wirebroker.sasl.settings import (
+    GSSAPI,
+    LOGIN_MODULES,
+    OAUTHBEARER,
+    PLAIN,
+    SCRAM,
+    ListenerSasl,
+    has_sasl_server,
+)
 
 if TYPE_CHECKING:
     from wirebroker.broker import Broker
@@ -115,8 +125,9 @@ class SaslAuthenticator:
         self.reauthenticating = reauthenticating
         # then "handshake", "authenticate"
         self.state = "handshake" if reauthenticating else "handshake_or_versions"
-        #: Why the next frame closes the connection: the exchange's principal cannot be made.
-        self.unmapped: str | None = None
+        #: Why the next frame closes the connection, unanswered: the exchange's principal
+        #: cannot be made, or the mechanism has no server.
+        self.doomed: str | None = None
         self.raw_tokens = False  # after a v0 handshake
         self.server: SaslServer | None = None
         #: `User:<name>` once authenticated.
@@ -125,8 +136,8 @@ class SaslAuthenticator:
         self.session_lifetime_ms = 0
 
     async def receive(self, frame: memoryview) -> Step:
-        if self.unmapped is not None:
-            return Step(None, self.unmapped, delay=False)
+        if self.doomed is not None:
+            return Step(None, self.doomed, delay=False)
         if self.state == "authenticate" and self.raw_tokens:
             return await self._raw_token(bytes(frame))
         try:
@@ -190,7 +201,16 @@ class SaslAuthenticator:
                 self._encode(correlation_id, response, SASL_HANDSHAKE_KEY, version),
                 f"unsupported SASL mechanism {request.mechanism!r} (enabled: {mechanisms})",
             )
-        self.server = self._server(request.mechanism)
+        if has_sasl_server(request.mechanism, self.broker.login_modules):
+            self.server = self._server(request.mechanism)
+        else:
+            # As Kafka's, the handshake is answered, then its SaslServer cannot be made.
+            self.doomed = (
+                "Kafka Server failed to create a SaslServer to interact with a client during "
+                f"session authentication with server mechanism {request.mechanism} (no JAAS "
+                f"entry of this broker names {LOGIN_MODULES[request.mechanism]}, which "
+                "registers it)"
+            )
         self.raw_tokens = version == 0
         self.state = "authenticate"
         response = SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=mechanisms)
@@ -310,7 +330,7 @@ class SaslAuthenticator:
         the principal is built before the answer, so the connection closes unanswered."""
         if self.reauthenticating:
             return Step(None, self._failure(e), delay=False)
-        self.unmapped = self._failure(e)
+        self.doomed = self._failure(e)
         return Step(answer)
 
     def _retriable(self, e: SaslRetriable) -> Step:

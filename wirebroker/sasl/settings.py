@@ -16,29 +16,33 @@ Kafka's SaslChannelBuilder, which loads a JaasContext for each enabled mechanism
 needs a JAAS entry for every one: its prefixed `sasl.jaas.config`, else a section of the JAAS
 file (whatever its login modules); with neither, it is refused with Kafka's "Could not find a
 'KafkaServer' or '<l>.KafkaServer' entry in the JAAS configuration" and what to set, at start
-and for a change at run time. PLAIN without a `PlainLoginModule` (its users come from there) is
-refused too. SCRAM's entry holds no options the server side reads (its credentials are stored,
-see `credentials`): `ScramLoginModule required;` is enough; OAUTHBEARER takes its validator's
-`unsecuredValidator*` options from its JAAS entry or, with
+and for a change at run time. As Kafka's, a mechanism logs in with whatever login modules its
+entry names, refused only where Kafka's login fails (`_login_module_usable`), and its server
+reads what Kafka's reads: PLAIN's users are the `user_<name>` options of PlainLoginModules (none
+without one); SCRAM's entry holds no options the server side reads (its credentials are stored,
+see `credentials`); OAUTHBEARER takes its validator's `unsecuredValidator*` options from its
+JAAS entry (whatever its module) or, with
 `listener.name.<l>.oauthbearer.sasl.server.callback.handler.class` set to Kafka's secured
 OAuthBearerValidatorCallbackHandler, the `sasl.oauthbearer.*` keys (each overridden by
 `listener.name.<l>.sasl.oauthbearer.*`); a JWKS URL without that handler is refused, where
 Kafka would accept unsecured tokens. Listeners verifying with the same JWKS endpoint share one
-`KeySet` (`share_key_sets`), which the broker fetches before serving.
+`KeySet` (`share_key_sets`), which the broker fetches before serving. Kafka's PLAIN, SCRAM and
+OAUTHBEARER servers exist only once a login loaded their login module's class
+(`loaded_login_modules`, `has_sasl_server`).
 
 Between brokers (`inter_broker_login`), as Kafka: when the inter-broker listener is
 SASL_PLAINTEXT or SASL_SSL, this broker logs in to its peers with
 `sasl.mechanism.inter.broker.protocol` (Kafka's default: GSSAPI), which must be enabled on
-that listener, using the credentials of that listener's JAAS entry for the mechanism
-(`username`/`password` of PlainLoginModule or ScramLoginModule, the `unsecuredLogin*` options
-of OAuthBearerLoginModule, the principal and keytab of Krb5LoginModule), the same entry Kafka's
-brokers use for their client side.
+that listener, using the credentials of that listener's JAAS entry for the mechanism (the
+`username`/`password` its PlainLoginModules and ScramLoginModules put in the Subject:
+`subject_credentials`; the `unsecuredLogin*` options of OAuthBearerLoginModule, the principal and
+keytab of Krb5LoginModule), the same entry Kafka's brokers use for their client side.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from wirebroker.sasl.java_tokens import (
@@ -76,6 +80,11 @@ LOGIN_MODULES = {
     SCRAM_SHA_512: SCRAM_LOGIN_MODULE,
     OAUTHBEARER: OAUTHBEARER_LOGIN_MODULE,
 }
+#: The login modules that put their `username` option in the Subject's public credentials and
+#: their `password` in its private ones, where Kafka's SaslClientCallbackHandler finds this
+#: broker's PLAIN or SCRAM login (`subject_credentials`); their login always succeeds, and they
+#: log in for any mechanism but GSSAPI (`_login_module_usable`).
+CREDENTIAL_MODULES = (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE)
 #: Kafka 3.9's login callback handlers for OAUTHBEARER: the client-credentials one (by its
 #: public name and its deprecated one) and the default, unsecured, one.
 SECURED_LOGINS = (
@@ -212,6 +221,7 @@ class ListenerSasl:
         "mechanisms",
         "jaas",
         "jaas_sources",
+        "logins",
         "max_receive_size",
         "max_reauth_ms",
         "oauthbearer",
@@ -224,6 +234,7 @@ class ListenerSasl:
         mechanisms: tuple[str, ...],
         jaas: dict[str, JaasEntry],
         jaas_sources: dict[str, str],
+        logins: dict[str, list[JaasEntry]],
         max_receive_size: int,
         max_reauth_ms: int = 0,
         oauthbearer: UnsecuredValidator | SecuredValidator | None = None,
@@ -235,6 +246,10 @@ class ListenerSasl:
         #: Where each mechanism's JAAS entry comes from (its config key, or the section of the
         #: JAAS file), for messages.
         self.jaas_sources = jaas_sources
+        #: Each mechanism's JAAS context: the login modules Kafka's login for it runs (its
+        #: key's one, or all of its section's), where this broker's own login finds its
+        #: username and password (`subject_credentials`).
+        self.logins = logins
         self.max_receive_size = max_receive_size
         #: The session lifetime (KIP-368); 0: sessions never expire.
         self.max_reauth_ms = max_reauth_ms
@@ -244,8 +259,11 @@ class ListenerSasl:
         self.kerberos = kerberos
 
     def plain_users(self) -> dict[str, str]:
-        """PLAIN's users and passwords: the `user_<name>` options of its PlainLoginModule."""
-        entry = self.jaas[PLAIN]
+        """PLAIN's users and passwords: the `user_<name>` options of its PlainLoginModule;
+        none without one (Kafka's PlainServerCallbackHandler reads PlainLoginModules only)."""
+        entry = self.jaas.get(PLAIN)
+        if entry is None or entry.login_module != PLAIN_LOGIN_MODULE:
+            return {}
         n = len(JAAS_USER_PREFIX)
         return {k[n:]: v for k, v in entry.options.items() if k.startswith(JAAS_USER_PREFIX)}
 
@@ -267,6 +285,7 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         )
     jaas: dict[str, JaasEntry] = {}
     sources: dict[str, str] = {}
+    logins: dict[str, list[JaasEntry]] = {}
     for mechanism in mechanisms:
         key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
         text = config.get(key)
@@ -277,6 +296,7 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         except JaasError as e:
             raise ConfigError(f"{key}: {e}") from None
         sources[mechanism] = key
+        logins[mechanism] = [jaas[mechanism]]
     section = None
     if len(jaas) < len(mechanisms):
         section = _server_section(listener_name)
@@ -289,25 +309,15 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
     else:
         source, entries = section
         for mechanism in mechanisms:
-            if mechanism not in jaas:
+            if mechanism not in logins:
+                logins[mechanism] = entries
+                sources[mechanism] = source
                 entry = _section_entry(mechanism, entries, source, prefix)
                 if entry is not None:
                     jaas[mechanism] = entry
-                    sources[mechanism] = source
     for mechanism, entry in jaas.items():
-        if entry.login_module != LOGIN_MODULES[mechanism] and mechanism != PLAIN:
-            raise ConfigError(
-                f"{sources[mechanism]}: {mechanism} takes {LOGIN_MODULES[mechanism]}, not "
-                f"{entry.login_module}"
-            )
-    plain = jaas.get(PLAIN)
-    if PLAIN in mechanisms and (plain is None or plain.login_module != PLAIN_LOGIN_MODULE):
-        # No entry: the section (found, else refused above) has no PlainLoginModule.
-        where = f" ({section[0]} has none)" if section is not None and plain is None else ""
-        raise ConfigError(
-            f"listener {listener_name} enables PLAIN but has no {PLAIN_LOGIN_MODULE} JAAS "
-            f"config{where}: {_jaas_how(prefix, PLAIN)}"
-        )
+        how = _jaas_how(prefix, mechanism, logs_in=_logs_in(config, listener_name, mechanism))
+        _login_module_usable(mechanism, entry.login_module, sources[mechanism], how)
     reauth_key = prefix + "connections.max.reauth.ms"
     max_reauth_ms = config.get_int(
         reauth_key if config.is_set(reauth_key) else "connections.max.reauth.ms"
@@ -319,6 +329,7 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         mechanisms,
         jaas,
         sources,
+        logins,
         config.get_int("sasl.server.max.receive.size"),
         max_reauth_ms,
         _oauthbearer_validator(config, prefix, jaas, sources)
@@ -329,7 +340,8 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
 
 
 #: Each mechanism's options in the example `_jaas_how` gives (SCRAM's server side needs none,
-#: OAUTHBEARER's unsecured validator has defaults).
+#: OAUTHBEARER's unsecured validator has defaults), and those of the mechanism this broker logs
+#: in to its peers with (`inter_broker_login`: its own credentials too).
 _EXAMPLE_OPTIONS = {
     GSSAPI: ' useKeyTab=true storeKey=true keyTab="..." principal="kafka/host@REALM"',
     PLAIN: ' user_admin="admin-secret"',
@@ -337,19 +349,67 @@ _EXAMPLE_OPTIONS = {
     SCRAM_SHA_512: "",
     OAUTHBEARER: "",
 }
+_LOGIN_EXAMPLE_OPTIONS = {
+    **_EXAMPLE_OPTIONS,
+    PLAIN: ' username="broker" password="broker-secret" user_broker="broker-secret"',
+    SCRAM_SHA_256: ' username="broker" password="broker-secret"',
+    SCRAM_SHA_512: ' username="broker" password="broker-secret"',
+    OAUTHBEARER: ' unsecuredLoginStringClaim_sub="broker"',
+}
 
 
-def _jaas_how(prefix: str, mechanism: str) -> str:
-    """What to set for a listener (`prefix`) to give `mechanism` its JAAS entry."""
+def _jaas_how(prefix: str, mechanism: str, *, logs_in: bool = False) -> str:
+    """What to set for a listener (`prefix`) to give `mechanism` its JAAS entry (with this
+    broker's own login to its peers when it `logs_in` with it)."""
     from wirebroker.sasl.jaas_file import KAFKA_SERVER  # it imports this module
 
     module = LOGIN_MODULES[mechanism]
     listener = prefix.split(".")[2]
+    options = (_LOGIN_EXAMPLE_OPTIONS if logs_in else _EXAMPLE_OPTIONS)[mechanism]
     return (
-        f"set {prefix}{mechanism.lower()}.sasl.jaas.config={module} required"
-        f"{_EXAMPLE_OPTIONS[mechanism]}; or put that login module in the {KAFKA_SERVER} (or "
-        f"{listener}.{KAFKA_SERVER}) section of the JAAS file"
+        f"set {prefix}{mechanism.lower()}.sasl.jaas.config={module} required{options}; or put "
+        f"that login module in the {KAFKA_SERVER} (or {listener}.{KAFKA_SERVER}) section of the "
+        "JAAS file"
     )
+
+
+def _logs_in(config: BrokerConfig, listener_name: str, mechanism: str) -> bool:
+    """Whether this broker logs in to its peers with `mechanism` on the listener."""
+    return (config.inter_broker_listener() or "") == listener_name.upper() and (
+        config.get("sasl.mechanism.inter.broker.protocol") or ""
+    ).strip().upper() == mechanism
+
+
+def _login_module_usable(mechanism: str, module: str, source: str, how: str) -> None:
+    """ConfigError, then `how` to set it right, where Kafka's login for a listener's
+    `mechanism` with the login `module` of its JAAS entry (its key's, or its section's for
+    GSSAPI and OAUTHBEARER) fails and the broker does not start, with Kafka's words where they
+    say why: a module Kafka's JVM does not have, OAuthBearerLoginModule for another mechanism
+    (no token from the login callback handler). As Kafka, a PlainLoginModule or ScramLoginModule
+    logs in for any mechanism but GSSAPI (PLAIN then has no users, SCRAM reads its stored
+    credentials, OAUTHBEARER's validator the module's options). GSSAPI takes its
+    Krb5LoginModule's keytab and principal, and only GSSAPI takes a Krb5LoginModule."""
+    from wirebroker.config import ConfigError
+
+    if mechanism == GSSAPI or module == KRB5_LOGIN_MODULE:
+        if (mechanism == GSSAPI) == (module == KRB5_LOGIN_MODULE):
+            return
+        raise ConfigError(
+            f"{source}: {mechanism} takes {LOGIN_MODULES[mechanism]}, not {module}: {how}"
+        )
+    if module in CREDENTIAL_MODULES or (mechanism, module) == (
+        OAUTHBEARER,
+        OAUTHBEARER_LOGIN_MODULE,
+    ):
+        return
+    why = (
+        "An internal error occurred while retrieving token from callback handler (Kafka's "
+        f"login with {module} fails for {mechanism}: it logs in for OAUTHBEARER only)"
+        if module == OAUTHBEARER_LOGIN_MODULE
+        else f"No LoginModule found for {module} (wirebroker has Kafka's {PLAIN_LOGIN_MODULE}, "
+        f"{SCRAM_LOGIN_MODULE} and {OAUTHBEARER_LOGIN_MODULE}, and {KRB5_LOGIN_MODULE})"
+    )
+    raise ConfigError(f"{source}: {why}: {how}")
 
 
 def _no_jaas_context(
@@ -365,11 +425,12 @@ def _no_jaas_context(
         if config.get("sasl.jaas.config") is not None
         else ""
     )
+    logs_in = _logs_in(config, listener_name, mechanism)
     return ConfigError(
         f"Could not find a '{KAFKA_SERVER}' or '{listener_name.lower()}.{KAFKA_SERVER}' entry "
         f"in the JAAS configuration. System property '{JAAS_FILE}' is "
         f"{system_property(JAAS_FILE) or 'not set'}: listener {listener_name} enables "
-        f"{mechanism}: {_jaas_how(prefix, mechanism)}{ignored}"
+        f"{mechanism}: {_jaas_how(prefix, mechanism, logs_in=logs_in)}{ignored}"
     )
 
 
@@ -389,8 +450,9 @@ def _section_entry(
 ) -> JaasEntry | None:
     """A mechanism's login module in a JAAS file's section, as Kafka's mechanisms take it:
     PLAIN's options from every PlainLoginModule there (the first of each: JaasContext's
-    configEntryOption), OAUTHBEARER's from the section's only module (Kafka refuses a section
-    of several), GSSAPI's and SCRAM's from their module's first entry; None without one."""
+    configEntryOption), OAUTHBEARER's from the section's only module whatever it is (Kafka
+    refuses a section of several), GSSAPI's and SCRAM's from their module's first entry; None
+    without one (PLAIN then has no users, as Kafka's)."""
     from wirebroker.config import ConfigError
 
     if mechanism == OAUTHBEARER:
@@ -707,27 +769,28 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
             "serviceName": kerberos.service_name,
         }
         return SaslLogin(listener, mechanism, options)
-    prefix = f"listener.name.{listener.lower()}."
-    key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
-    module = LOGIN_MODULES[mechanism]
-    example = (
-        'unsecuredLoginStringClaim_sub="broker"'
-        if mechanism == OAUTHBEARER
-        else 'username="broker" password="broker-secret"'
-    )
-    how = (
-        f"set {key}={module} required {example}; or give that login module these options in "
-        "the KafkaServer section of the JAAS file"
-    )
-    # listener_sasl read the entry (the key's, or the JAAS file's) and checked its module.
-    entry = settings.jaas.get(mechanism)
-    if entry is None:
-        raise ConfigError(f"this broker has no login for {mechanism} between brokers: {how}")
+    how = _jaas_how(f"listener.name.{listener.lower()}.", mechanism, logs_in=True)
+    # listener_sasl found the mechanism's JAAS context (the key's, or the JAAS file's section;
+    # else refused) and checked its modules.
     source = settings.jaas_sources[mechanism]
     if mechanism != OAUTHBEARER:
-        if not entry.options.get("username") or "password" not in entry.options:
+        username, password = subject_credentials(settings.logins[mechanism])
+        if not username or password is None:
             raise ConfigError(f"{source} needs this broker's username and password: {how}")
-        return SaslLogin(listener, mechanism, dict(entry.options))
+        if mechanism in SCRAM and not _scram_client(config, settings):
+            raise ConfigError(
+                f"{source}: this broker's {mechanism} login to its peers needs a SCRAM client, "
+                f"which Kafka's {SCRAM_LOGIN_MODULE} registers when a login loads it, and no "
+                f"JAAS entry of this broker names it: {how}"
+            )
+        return SaslLogin(listener, mechanism, {"username": username, "password": password})
+    entry = settings.jaas[mechanism]
+    if entry.login_module != OAUTHBEARER_LOGIN_MODULE:
+        # Kafka's login finds no token in the Subject: every login to a peer fails.
+        raise ConfigError(
+            f"{source}: this broker's OAUTHBEARER login to its peers takes its token from "
+            f"{OAUTHBEARER_LOGIN_MODULE}, not {entry.login_module}: {how}"
+        )
     access_token = _access_token_login(config, listener, source, entry.options)
     if access_token is None:
         from wirebroker.sasl.oauthbearer import unsecured_token
@@ -737,6 +800,91 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
         except ValueError as e:
             raise ConfigError(f"{source}: {e}") from None
     return SaslLogin(listener, mechanism, dict(entry.options), access_token)
+
+
+def initialized_modules(modules: Sequence[JaasEntry]) -> list[JaasEntry]:
+    """The login modules of a JAAS context Kafka's login (the JDK's LoginContext) initializes: in
+    order, up to the first `sufficient` one of `CREDENTIAL_MODULES` (whose login succeeds, and
+    so ends the login)."""
+    out: list[JaasEntry] = []
+    for entry in modules:
+        out.append(entry)
+        if entry.control_flag == "sufficient" and entry.login_module in CREDENTIAL_MODULES:
+            break
+    return out
+
+
+def loaded_login_modules(listeners: Iterable[ListenerSasl]) -> set[str]:
+    """The login modules Kafka's JVM loads to log in for these listeners' mechanisms (each
+    context's `initialized_modules`)."""
+    return {
+        entry.login_module
+        for listener in listeners
+        for modules in listener.logins.values()
+        for entry in initialized_modules(modules)
+    }
+
+
+def has_sasl_server(mechanism: str, loaded: set[str]) -> bool:
+    """Whether Kafka's JVM, having `loaded` these login modules, has a SASL server (and client)
+    for `mechanism`: Kafka's PLAIN, SCRAM and OAUTHBEARER ones are registered by their login
+    module's class when it loads (the JDK's Sasl.createSaslServer finds none before); GSSAPI's
+    is the JDK's own."""
+    return mechanism == GSSAPI or LOGIN_MODULES[mechanism] in loaded
+
+
+def subject_credentials(modules: Sequence[JaasEntry]) -> tuple[str | None, str | None]:
+    """This broker's PLAIN or SCRAM username and password, as Kafka's SaslClientCallbackHandler
+    takes them from the Subject a login with `modules` (a JAAS context) fills: each module of
+    `CREDENTIAL_MODULES` the LoginContext initializes adds its `username` to the public
+    credentials and its `password` to the private ones; of several, each is the one a Java
+    HashSet of them yields first (`Subject.getPublicCredentials(String.class)`). None where no
+    module gives one."""
+    usernames: list[str] = []
+    passwords: list[str] = []
+    for entry in initialized_modules(modules):
+        if entry.login_module not in CREDENTIAL_MODULES:
+            continue
+        if "username" in entry.options:
+            usernames.append(entry.options["username"])
+        if "password" in entry.options:
+            passwords.append(entry.options["password"])
+    return _java_hash_set_first(usernames), _java_hash_set_first(passwords)
+
+
+def _scram_client(config: BrokerConfig, settings: ListenerSasl) -> bool:
+    """Whether Kafka's JVM with this `config` has a SCRAM client: some SASL listener's login
+    loads ScramLoginModule (the inter-broker listener's `settings` first)."""
+    if has_sasl_server(SCRAM_SHA_512, loaded_login_modules([settings])):
+        return True
+    others = [
+        listener_sasl(config, listener.name)
+        for listener in config.listeners()
+        if listener.name != settings.listener_name
+        and config.security_protocol(listener.name).startswith("SASL_")
+    ]
+    return has_sasl_server(SCRAM_SHA_512, loaded_login_modules(others))
+
+
+def _java_hash_set_first(values: Sequence[str]) -> str | None:
+    """The value a java.util.HashSet of `values` (added in order) iterates first: the lowest
+    bucket of String.hashCode (spread as HashMap.hash, the table grown past 3/4 full from 16),
+    the first added within a bucket."""
+    distinct = list(dict.fromkeys(values))
+    if not distinct:
+        return None
+    capacity = 16
+    while len(distinct) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(value: str) -> int:
+        h = 0
+        units = value.encode("utf-16-be")
+        for i in range(0, len(units), 2):
+            h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return min(enumerate(distinct), key=lambda pair: (bucket(pair[1]), pair[0]))[1]
 
 
 def _access_token_login(

@@ -1,0 +1,265 @@
+"""A mechanism whose JAAS entry names another mechanism's login module, on real Kafka 3.9 and on
+wirebroker: both start, and answer the same logins alike; where Kafka's login fails, both refuse
+to start with Kafka's words.
+
+Kafka's SaslChannelBuilder logs in with whatever login modules a mechanism's JAAS context names,
+and each server callback handler reads what it reads: SCRAM's its stored credentials (whatever
+the module), PLAIN's the `user_<name>` options of PlainLoginModules only (none here: every
+login fails), OAUTHBEARER's unsecured validator the options of the context's only module. Both
+brokers get one JAAS file and two SASL_PLAINTEXT listeners with PLAIN, SCRAM-SHA-256 and
+OAUTHBEARER: SASL_PLAINTEXT, each mechanism with its own `sasl.jaas.config` of another
+mechanism's module, and OTHER, whose `other.KafkaServer` section holds one ScramLoginModule. On
+each, PLAIN, SCRAM (a user made with AlterUserScramCredentials) and an unsecured OAUTHBEARER
+token log in with raw SaslHandshake / SaslAuthenticate.
+
+A login module Kafka's JVM does not have, or OAuthBearerLoginModule for PLAIN (its login wants
+a token no callback handler gives), stops both at start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compat.kafka_process import KafkaProcessError, free_port, kafka_broker, zookeeper
+from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
+from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from protocol.messages.sasl_handshake import SaslHandshakeRequest
+from tests.broker_process import BrokerProcess, serving
+from tests.wirebroker.helpers import RawClient
+from wirebroker.sasl.mechanism import SaslClient
+from wirebroker.sasl.oauthbearer import OAuthBearerClient, unsecured_token
+from wirebroker.sasl.plain import PlainClient
+from wirebroker.sasl.scram import ScramClient
+from wirebroker.zookeeper_server import jars_available
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not jars_available(), reason="no Kafka jars: run `make jars`"),
+]
+
+PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+JAAS = f'other.KafkaServer {{ {SCRAM} required user_bob="bob-pw"; }};\n'
+SASL_LISTENERS = ("SASL_PLAINTEXT", "OTHER")
+CAROL = "carol-pw"
+
+
+def properties(ports: dict[str, int]) -> dict[str, str]:
+    """Both brokers' settings; with a THIRD listener, OAUTHBEARER's only, whose
+    OAuthBearerLoginModule registers Kafka's OAUTHBEARER server (for every listener)."""
+    listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
+    prefix = "listener.name.sasl_plaintext."
+    third = {
+        "listener.name.third.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.third.oauthbearer.sasl.jaas.config": f"{OAUTH} required;",
+    }
+    return {
+        **(third if "THIRD" in ports else {}),
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "listener.security.protocol.map": (
+            "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,OTHER:SASL_PLAINTEXT,"
+            "THIRD:SASL_PLAINTEXT"
+        ),
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,OAUTHBEARER",
+        f"{prefix}plain.sasl.jaas.config": f'{SCRAM} required user_alice="alice-pw";',
+        f"{prefix}scram-sha-256.sasl.jaas.config": f"{PLAIN} required;",
+        f"{prefix}oauthbearer.sasl.jaas.config": f'{PLAIN} required user_alice="alice-pw";',
+        "connection.failed.authentication.delay.ms": "0",
+    }
+
+
+@pytest.fixture(scope="module")
+def jvm_options(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    path = tmp_path_factory.mktemp("jaas") / "kafka_server_jaas.conf"
+    path.write_text(JAAS)
+    return [f"-Djava.security.auth.login.config={path}"]
+
+
+@pytest.fixture(
+    scope="module", params=[(), ("THIRD",)], ids=["no-oauthbearer-module", "third-listener"]
+)
+def listener_names(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The listeners: PLAINTEXT, the SASL ones logged in to, and maybe THIRD (`properties`)."""
+    return ("PLAINTEXT", *SASL_LISTENERS, *request.param)
+
+
+@pytest.fixture(scope="module")
+def zk_connect() -> Iterator[str]:
+    with zookeeper() as zk:
+        yield zk.connect
+
+
+@pytest.fixture(scope="module")
+def kafka(
+    zk_connect: str, jvm_options: list[str], listener_names: tuple[str, ...]
+) -> Iterator[dict[str, int]]:
+    ports = {name: free_port() for name in listener_names}
+    with kafka_broker(
+        zk_connect, port=ports["PLAINTEXT"], overrides=properties(ports), jvm_options=jvm_options
+    ):
+        yield ports
+
+
+@pytest.fixture(scope="module")
+def wirebroker(
+    jvm_options: list[str],
+    listener_names: tuple[str, ...],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, int]]:
+    props = properties(dict.fromkeys(listener_names, 0))
+    del props["advertised.listeners"]  # the bound ports, as the listeners say
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KAFKA_OPTS", " ".join(jvm_options))
+        process = BrokerProcess(tmp_path_factory.mktemp("jaas-modules"), props)
+        with serving(process):
+            yield process.ports
+
+
+Steps = list[tuple[int, str | None] | str]
+CLOSED = "closed"  # the connection closed without an answer
+
+
+def login(port: int, client: SaslClient, mechanism: str) -> Steps:
+    """Each SaslAuthenticate's error code and message, up to the first error or the close."""
+    steps: Steps = []
+    with RawClient(f"127.0.0.1:{port}") as raw:
+        shake = raw.request(SaslHandshakeRequest(mechanism=mechanism), 1)
+        assert shake.error_code == 0, shake
+        token: bytes | None = client.initial()
+        while token is not None:
+            try:
+                answer = raw.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+            except ConnectionError:
+                steps.append(CLOSED)
+                break
+            steps.append((answer.error_code, answer.error_message))
+            if answer.error_code:
+                break
+            token = client.evaluate(answer.auth_bytes)
+    return steps
+
+
+def admitted(steps: Steps) -> bool:
+    return bool(steps) and steps[-1] != CLOSED and steps[-1][0] == 0
+
+
+def with_carol(ports: dict[str, int]) -> dict[str, int]:
+    """`ports` once carol's SCRAM-SHA-256 credential is made and logs her in (Kafka's cache
+    takes it from ZooKeeper after the AlterUserScramCredentials answer)."""
+    salt = b"0123456789abcdef"
+    upsertion = AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+        name="carol",
+        mechanism=1,
+        iterations=4096,
+        salt=salt,
+        salted_password=hashlib.pbkdf2_hmac("sha256", CAROL.encode(), salt, 4096),
+    )
+    with RawClient(f"127.0.0.1:{ports['PLAINTEXT']}") as raw:
+        done = raw.request(AlterUserScramCredentialsRequest(upsertions=[upsertion]), 0)
+    assert done.results[0].error_code == 0, done
+    deadline = time.monotonic() + 30
+    scram = ScramClient("SCRAM-SHA-256", "carol", CAROL)
+    while not admitted(login(ports["SASL_PLAINTEXT"], scram, "SCRAM-SHA-256")):
+        assert time.monotonic() < deadline, "carol's credential never reached the broker"
+        time.sleep(0.1)  # Kafka's cache takes it from ZooKeeper: nothing to await
+        scram = ScramClient("SCRAM-SHA-256", "carol", CAROL)
+    return ports
+
+
+def logins(ports: dict[str, int]) -> dict[str, dict[str, Steps]]:
+    """Each login on each SASL listener: PLAIN's users of the modules (none is PLAIN's), SCRAM
+    as carol (her password, a wrong one), OAUTHBEARER with an unsecured token."""
+    token, extensions = unsecured_token(
+        {"unsecuredLoginStringClaim_sub": "carol"}, int(time.time() * 1000)
+    )
+    out: dict[str, dict[str, Steps]] = {}
+    for listener in SASL_LISTENERS:
+        port = ports[listener]
+        out[listener] = {
+            "PLAIN alice": login(port, PlainClient("alice", "alice-pw"), "PLAIN"),
+            "PLAIN bob": login(port, PlainClient("bob", "bob-pw"), "PLAIN"),
+            "SCRAM carol": login(
+                port, ScramClient("SCRAM-SHA-256", "carol", CAROL), "SCRAM-SHA-256"
+            ),
+            "SCRAM carol, wrong": login(
+                port, ScramClient("SCRAM-SHA-256", "carol", "not-carols"), "SCRAM-SHA-256"
+            ),
+            "OAUTHBEARER carol": login(port, OAuthBearerClient(token, extensions), "OAUTHBEARER"),
+        }
+    return out
+
+
+def test_another_mechanism_s_login_module(
+    kafka: dict[str, int], wirebroker: dict[str, int]
+) -> None:
+    expected = logins(with_carol(kafka))
+    # What Kafka does, stated: SCRAM and OAUTHBEARER log in, PLAIN finds no users.
+    # What Kafka does, stated: SCRAM logs in, PLAIN finds no users, and OAUTHBEARER's
+    # validator takes the options of a module of another mechanism, if Kafka has an
+    # OAUTHBEARER server: without THIRD's OAuthBearerLoginModule, which registers it, the
+    # handshake is answered, then the connection closed.
+    third = "THIRD" in kafka
+    assert {
+        listener: sorted(name for name, steps in rows.items() if admitted(steps))
+        for listener, rows in expected.items()
+    } == dict.fromkeys(SASL_LISTENERS, ["OAUTHBEARER carol", "SCRAM carol"][not third :])
+    assert third or all(rows["OAUTHBEARER carol"] == [CLOSED] for rows in expected.values())
+    assert logins(with_carol(wirebroker)) == expected
+
+
+@pytest.mark.parametrize(
+    "jaas_config",
+    ["com.example.NoSuchLoginModule required;", f"{OAUTH} required;"],
+    ids=["no-such-module", "oauthbearer-module"],
+)
+def test_a_module_kafka_cannot_log_in_with_does_not_start(
+    zk_connect: str, tmp_path: Path, jaas_config: str
+) -> None:
+    plaintext, sasl = free_port(), free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{plaintext},SASL_PLAINTEXT://127.0.0.1:{sasl}"
+    key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+    props = {
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        key: jaas_config,
+    }
+    workdir = tmp_path / "kafka"
+    with (
+        pytest.raises(KafkaProcessError, match="exited"),
+        kafka_broker(zk_connect, port=plaintext, overrides=props, workdir=workdir),
+    ):
+        pass
+    kafka_log = (workdir / "kafka.log").read_text(errors="replace")
+    found = re.search(r"LoginException: ([^\r\n]*)", kafka_log)
+    assert found is not None, kafka_log[-3000:]
+    kafka_message = found[1].strip()
+
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"}
+    overrides = [
+        arg for k, v in props.items() if k != "listeners" for arg in ("--override", f"{k}={v}")
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
+        + ["--log-dirs", str(tmp_path / "wirebroker"), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{key}: {kafka_message}" in done.stderr, (kafka_message, done.stderr)

@@ -37,7 +37,7 @@ from cryptography import x509
 
 from wirebroker import der
 from wirebroker.config import ConfigError
-from wirebroker.jks import java_string_hash
+from wirebroker.java_hashing import hash_set_order, string_hash
 
 
 class CertificateEntry(NamedTuple):
@@ -345,27 +345,14 @@ def _hash_set(names: list[_AltName]) -> list[_AltName]:
     """`names` as a java.util.HashSet made of them iterates them: without repeats, by bucket
     (the hash of Java's [type, name] list, spread, modulo a power of two large enough for them
     all, at least 16), each bucket in the order its names were added."""
-    capacity = 16
-    while capacity < int(len(names) / 0.75) + 1:
-        capacity *= 2
-    buckets: dict[int, list[_AltName]] = {}
-    for name in names:
-        bucket = buckets.setdefault(_spread(_list_hash(name)) & (capacity - 1), [])
-        if name not in bucket:
-            bucket.append(name)
-    return [name for index in sorted(buckets) for name in buckets[index]]
+    return hash_set_order(names, _list_hash, initial_capacity=max(int(len(names) / 0.75) + 1, 16))
 
 
 def _list_hash(name: _AltName) -> int:
     """Java's List.hashCode of [type, name] (32 bits, unsigned)."""
     kind, value = name
-    value_hash = _identity(value) if isinstance(value, _ByteArray) else java_string_hash(value)
+    value_hash = _identity(value) if isinstance(value, _ByteArray) else string_hash(value)
     return (31 * (31 + kind) + value_hash) & 0xFFFFFFFF
-
-
-def _spread(value: int) -> int:
-    """HashMap.hash: the high half of the hash folded into the low one."""
-    return value ^ (value >> 16)
 
 
 def _printed(names: list[_AltName]) -> str:

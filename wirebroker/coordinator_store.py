@@ -37,6 +37,7 @@ from storage.producer_state import VerificationGuard
 from storage.results import ReadResult
 from storage.validation import AppendOrigin
 from wirebroker.delayed_produce import await_replication
+from wirebroker.java_hashing import string_hash
 from wirebroker.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -253,12 +254,7 @@ class PartitionLoads:
 def partition_for(key: str, partitions: int) -> int:
     """The partition of a group or transactional id: Kafka's `Utils.abs(key.hashCode) %
     partitions`, with Java's String.hashCode (Utils.abs maps Integer.MIN_VALUE to 0)."""
-    h = 0
-    data = key.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    if h >= 0x80000000:
-        h -= 0x100000000
+    h = string_hash(key)
     return (0 if h == -0x80000000 else abs(h)) % partitions
 
 

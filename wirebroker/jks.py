@@ -38,6 +38,7 @@ import struct
 from typing import NamedTuple
 
 from wirebroker import der
+from wirebroker.java_hashing import hashtable_order
 from wirebroker.java_serialization import SerializationError, object_end
 
 MAGIC = b"\xfe\xed\xfe\xed"
@@ -123,7 +124,7 @@ class JksStore:
 
     def certificate_entries(self) -> list[tuple[str, bytes]]:
         """The entries with a certificate (a key entry's first one, a trusted one's), by alias,
-        in the order Java's JavaKeyStore lists them: its Hashtable's (`_hashtable_order`)."""
+        in the order Java's JavaKeyStore lists them: its Hashtable's (`hashtable_order`)."""
         by_alias: dict[str, bytes | None] = {}
         for entry in self.entries:  # an alias read again takes the first one's place
             if isinstance(entry, PrivateKeyEntry):
@@ -134,7 +135,7 @@ class JksStore:
                 by_alias[entry.alias] = None
         return [
             (alias, certificate)
-            for alias in _hashtable_order(list(by_alias))
+            for alias in hashtable_order(list(by_alias))
             if (certificate := by_alias[alias]) is not None
         ]
 
@@ -291,37 +292,3 @@ def _encrypted_private_key_info(data: bytes) -> tuple[bytes, list[der.Der], byte
     except der.DerError as e:
         raise JksError(f"the private key's EncryptedPrivateKeyInfo is malformed: {e}") from None
     return algorithm[0].contents, algorithm[1:], parts[1].contents
-
-
-#: java.util.Hashtable's defaults: the capacity of a new table and its load factor.
-_CAPACITY, _LOAD_FACTOR = 11, 0.75
-
-
-def _hashtable_order(keys: list[str]) -> list[str]:
-    """The order a java.util.Hashtable made with its defaults enumerates `keys` put in this
-    order (distinct): its buckets from the last to the first, each from its newest key, a key's
-    bucket its String.hashCode modulo the capacity, which grows to 2n+1 when the table holds
-    three quarters of it (its keys moved bucket by bucket from the last)."""
-    buckets: list[list[str]] = [[] for _ in range(_CAPACITY)]
-    for count, key in enumerate(keys):
-        if count >= int(len(buckets) * _LOAD_FACTOR):
-            old, buckets = buckets, [[] for _ in range(2 * len(buckets) + 1)]
-            for bucket in reversed(old):
-                for moved in bucket:
-                    buckets[_java_hash(moved) % len(buckets)].insert(0, moved)
-        buckets[_java_hash(key) % len(buckets)].insert(0, key)
-    return [key for bucket in reversed(buckets) for key in bucket]
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units), as 32 bits unsigned."""
-    units = text.encode("utf-16-be", "surrogatepass")
-    value = 0
-    for i in range(0, len(units), 2):
-        value = (31 * value + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
-    return value
-
-
-def _java_hash(text: str) -> int:
-    """A key's hash as Hashtable uses it: its String.hashCode, the sign bit cleared."""
-    return java_string_hash(text) & 0x7FFFFFFF

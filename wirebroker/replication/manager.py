@@ -34,6 +34,7 @@ from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaRespon
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from storage.chore import Chore
 from storage.errors import KafkaStorageError
+from wirebroker.java_hashing import string_hash
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError, PeerSecurity
 from wirebroker.replication.fetcher import ReplicaFetcher
@@ -53,14 +54,6 @@ NO_EPOCH, EPOCH_DURING_DELETE = -1, -2
 NO_LEADER = -1
 
 LeaderAndIsrState = LeaderAndIsrRequest.LeaderAndIsrPartitionState
-
-
-def java_string_hash(text: str) -> int:
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h >= 0x80000000 else h
 
 
 class ReplicaManager:
@@ -247,7 +240,7 @@ class ReplicaManager:
 
     # fetchers -----------------------------------------------------------------------------
     def _fetcher_id(self, tp: TopicPartition) -> int:
-        return abs(31 * java_string_hash(tp.topic) + tp.partition) % self.num_fetchers
+        return abs(31 * string_hash(tp.topic) + tp.partition) % self.num_fetchers
 
     def _fetcher(self, source: int, tp: TopicPartition) -> ReplicaFetcher:
         key = (source, self._fetcher_id(tp))

@@ -45,6 +45,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from wirebroker.java_hashing import hash_set_order, string_hash
 from wirebroker.sasl.java_tokens import (
     END,
     KAFKA_WORD_CHARS,
@@ -849,7 +850,12 @@ def subject_credentials(modules: Sequence[JaasEntry]) -> tuple[str | None, str |
             usernames.append(entry.options["username"])
         if "password" in entry.options:
             passwords.append(entry.options["password"])
-    return _java_hash_set_first(usernames), _java_hash_set_first(passwords)
+    return _first(usernames), _first(passwords)
+
+
+def _first(values: list[str]) -> str | None:
+    ordered = hash_set_order(values, string_hash)
+    return ordered[0] if ordered else None
 
 
 def _scram_client(config: BrokerConfig, settings: ListenerSasl) -> bool:
@@ -864,27 +870,6 @@ def _scram_client(config: BrokerConfig, settings: ListenerSasl) -> bool:
         and config.security_protocol(listener.name).startswith("SASL_")
     ]
     return has_sasl_server(SCRAM_SHA_512, loaded_login_modules(others))
-
-
-def _java_hash_set_first(values: Sequence[str]) -> str | None:
-    """The value a java.util.HashSet of `values` (added in order) iterates first: the lowest
-    bucket of String.hashCode (spread as HashMap.hash, the table grown past 3/4 full from 16),
-    the first added within a bucket."""
-    distinct = list(dict.fromkeys(values))
-    if not distinct:
-        return None
-    capacity = 16
-    while len(distinct) > capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(value: str) -> int:
-        h = 0
-        units = value.encode("utf-16-be")
-        for i in range(0, len(units), 2):
-            h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
-        return (h ^ (h >> 16)) & (capacity - 1)
-
-    return min(enumerate(distinct), key=lambda pair: (bucket(pair[1]), pair[0]))[1]
 
 
 def _access_token_login(

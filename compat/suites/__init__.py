@@ -1,13 +1,15 @@
 """The clients' own test suites, run side by side against real Kafka 3.9 and wirebroker.
 
 This package owns ``make suites``: it fetches franz-go's ``pkg/kgo`` tests (from the Go module
-proxy) and librdkafka's test suite (from Debian's source package), builds them, runs each test
-against the targets of ``compat.suites.targets`` -- one Apache Kafka 3.9 broker
+proxy), librdkafka's test suite (from Debian's source package) and kafka-python's integration
+tests (from its sdist on PyPI), builds them, runs each test against the targets of
+``compat.suites.targets`` -- one Apache Kafka 3.9 broker
 (``compat.kafka_process.kafka_reference``: in a container when Docker works, from the jars
 otherwise) and one wirebroker, 3-broker clusters of each with ZooKeeper, one broker of each
 secured with TLS client certificates, SCRAM and OAUTHBEARER, a 3-broker cluster of each
 secured so with SASL_SSL (SCRAM-SHA-512) between its brokers, and (librdkafka only) the same
-secured brokers with every client logging in with SCRAM -- and writes their rows into
+secured brokers with every client logging in with SCRAM; kafka-python's on the plaintext
+ones only (one broker and the clusters), its fixtures' external-broker mode being PLAINTEXT -- and writes their rows into
 ``compat/REPORT.md``.
 
 Each test runs in its own process with its own time bound, so a test that hangs on one target

@@ -14,16 +14,18 @@ import sys
 import time
 
 from compat.report import write_part
-from compat.suites import kgo, librdkafka, report
+from compat.suites import kafka_python, kgo, librdkafka, report
 from compat.suites.results import BUILD, TARGETS, SuiteRun, load
 from compat.suites.targets import LOGS, start
 
-SUITES = ("kgo", "librdkafka")
+SUITES = ("kgo", "librdkafka", "kafka-python")
 #: Where each suite runs: kgo's suite logs in only in its own login tests (on the secured
-#: targets), not every client, so it has nothing to run on the SASL targets.
+#: targets), not every client, so it has nothing to run on the SASL targets; kafka-python's
+#: fixtures take an external broker over PLAINTEXT only.
 SUITE_TARGETS = {
     "kgo": tuple(t for t in TARGETS if not t.endswith("-sasl")),
     "librdkafka": TARGETS,
+    "kafka-python": ("kafka", "wirebroker", "kafka-cluster", "wirebroker-cluster"),
 }
 #: Broker settings on every target, as compat's (Kafka's defaults otherwise).
 COMMON = {
@@ -42,6 +44,16 @@ SETTINGS = {
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "allow.everyone.if.no.acl.found": "true",
     },
+    #: What the broker configuration of kafka-python's own fixtures (servers/resources/ in its
+    #: repository) sets that its tests rely on: 4 partitions a topic, an authorizer (for its ACL
+    #: test) and session timeouts down to 1 s (its group test's is 3 s).
+    "kafka-python": {
+        **COMMON,
+        "num.partitions": "4",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
+        "group.min.session.timeout.ms": "1000",
+    },
 }
 
 
@@ -50,6 +62,10 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
         package = kgo.build()
         names = kgo.tests(package)
         version = kgo.describe()
+    elif suite == "kafka-python":
+        package = kafka_python.fetch()
+        names = kafka_python.tests(package)
+        version = kafka_python.describe()
     else:
         src = librdkafka.fetch_and_build()
         names = librdkafka.tests(src)
@@ -72,6 +88,8 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
             for name in names:
                 if suite == "kgo":
                     got = {name: kgo.run_one(package, name, target, log)}
+                elif suite == "kafka-python":
+                    got = {name: kafka_python.run_one(package, name, target, log)}
                 else:
                     got = librdkafka.run_one(src, name, target, mode, log)
                 for test, outcome in got.items():
@@ -87,7 +105,7 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compat.suites", description=__doc__)
-    parser.add_argument("--suite", action="append", choices=SUITES, help="default: both")
+    parser.add_argument("--suite", action="append", choices=SUITES, help="default: all")
     parser.add_argument("--target", action="append", choices=TARGETS, help="default: all")
     parser.add_argument("--mode", choices=("quick", "full"), default="quick", help="librdkafka's")
     parser.add_argument(

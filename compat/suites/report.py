@@ -10,7 +10,7 @@ from compat.suites.results import REFERENCE, ROOT, TARGETS, SuiteRun, load
 REPORT = ROOT / "compat" / "REPORT.md"
 FINDINGS = ROOT / "compat" / "FINDINGS.md"
 _CELL = {"pass": "ok", "fail": "FAIL", "timeout": "TIMEOUT", "skip": "skip"}
-_TITLES = {"kgo": "franz-go `pkg/kgo`", "librdkafka": "librdkafka"}
+_TITLES = {"kgo": "franz-go `pkg/kgo`", "librdkafka": "librdkafka", "kafka-python": "kafka-python"}
 
 
 def _finding(test: str, findings: str) -> str | None:

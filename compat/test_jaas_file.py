@@ -20,16 +20,13 @@ same words and what to set.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from compat.kafka_process import KafkaProcessError, free_port, kafka_broker, zookeeper
+from compat.kafka_process import free_port, kafka_broker, zookeeper
+from compat.start_refusals import kafka_refuses, wirebroker_refuses
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.broker_process import BrokerProcess, serving
@@ -167,35 +164,16 @@ def test_scram_without_a_jaas_entry_does_not_start(
         "inter.broker.listener.name": "PLAINTEXT",
         "sasl.enabled.mechanisms": "SCRAM-SHA-512",
     }
-    workdir = tmp_path / "kafka"
-    with (
-        pytest.raises(KafkaProcessError, match="exited"),
-        kafka_broker(
-            zk_connect, port=plaintext, overrides=props, jvm_options=jvm_options, workdir=workdir
-        ),
-    ):
-        pass
-    kafka_log = (workdir / "kafka.log").read_text(errors="replace")
-    found = re.search(r"IllegalArgumentException: (Could not find a 'KafkaServer'.*)", kafka_log)
-    assert found is not None, kafka_log[-3000:]
-    kafka_message = found[1].strip()
-
-    env = {k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"}
-    if jvm_options:
-        env["KAFKA_OPTS"] = " ".join(jvm_options)
-    overrides = [
-        arg for k, v in props.items() if k != "listeners" for arg in ("--override", f"{k}={v}")
-    ]
-    done = subprocess.run(
-        [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
-        + ["--log-dirs", str(tmp_path / "wirebroker"), *overrides],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
+    kafka_message = kafka_refuses(
+        zk_connect,
+        plaintext,
+        props,
+        tmp_path / "kafka",
+        r"IllegalArgumentException: (Could not find a 'KafkaServer'.*)",
+        jvm_options,
     )
-    assert done.returncode == 2, done.stderr
+    stderr = wirebroker_refuses(props, tmp_path / "wirebroker", jvm_options)
     assert (
         f"{kafka_message}: listener SASL_PLAINTEXT enables SCRAM-SHA-512: set "
         "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
-    ) in done.stderr, (kafka_message, done.stderr)
+    ) in stderr, (kafka_message, stderr)

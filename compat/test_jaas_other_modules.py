@@ -19,17 +19,14 @@ a token no callback handler gives), stops both at start.
 from __future__ import annotations
 
 import hashlib
-import os
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from compat.kafka_process import KafkaProcessError, free_port, kafka_broker, zookeeper
+from compat.kafka_process import free_port, kafka_broker, zookeeper
+from compat.start_refusals import kafka_refuses, wirebroker_refuses
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
@@ -238,28 +235,8 @@ def test_a_module_kafka_cannot_log_in_with_does_not_start(
         "sasl.enabled.mechanisms": "PLAIN",
         key: jaas_config,
     }
-    workdir = tmp_path / "kafka"
-    with (
-        pytest.raises(KafkaProcessError, match="exited"),
-        kafka_broker(zk_connect, port=plaintext, overrides=props, workdir=workdir),
-    ):
-        pass
-    kafka_log = (workdir / "kafka.log").read_text(errors="replace")
-    found = re.search(r"LoginException: ([^\r\n]*)", kafka_log)
-    assert found is not None, kafka_log[-3000:]
-    kafka_message = found[1].strip()
-
-    env = {k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"}
-    overrides = [
-        arg for k, v in props.items() if k != "listeners" for arg in ("--override", f"{k}={v}")
-    ]
-    done = subprocess.run(
-        [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
-        + ["--log-dirs", str(tmp_path / "wirebroker"), *overrides],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
+    kafka_message = kafka_refuses(
+        zk_connect, plaintext, props, tmp_path / "kafka", r"LoginException: ([^\r\n]*)"
     )
-    assert done.returncode == 2, done.stderr
-    assert f"{key}: {kafka_message}" in done.stderr, (kafka_message, done.stderr)
+    stderr = wirebroker_refuses(props, tmp_path / "wirebroker")
+    assert f"{key}: {kafka_message}" in stderr, (kafka_message, stderr)

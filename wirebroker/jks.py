@@ -122,6 +122,15 @@ class JksStore:
     def trusted_certs(self) -> list[bytes]:
         return [e.certificate for e in self.entries if isinstance(e, TrustedCertEntry)]
 
+    def key_entries(self) -> list[PrivateKeyEntry]:
+        """The private key entries in the order Java lists them (`hashtable_order`)."""
+        by_alias = {entry.alias: entry for entry in self.entries}
+        return [
+            entry
+            for alias in hashtable_order(list(by_alias))
+            if isinstance(entry := by_alias[alias], PrivateKeyEntry)
+        ]
+
     def certificate_entries(self) -> list[tuple[str, bytes]]:
         """The entries with a certificate (a key entry's first one, a trusted one's), by alias,
         in the order Java's JavaKeyStore lists them: its Hashtable's (`hashtable_order`)."""

@@ -27,10 +27,13 @@ from __future__ import annotations
 import hashlib
 from typing import NamedTuple
 
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
 from cryptography.hazmat.primitives import hashes, padding
 from cryptography.hazmat.primitives.ciphers import BlockCipherAlgorithm, Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from wirebroker import der
 
@@ -77,9 +80,28 @@ class CertificateEntry(NamedTuple):
     certificate: bytes
 
 
+class KeyEntry(NamedTuple):
+    """A key entry with its chain: its alias (in lower case), the key's EncryptedPrivateKeyInfo
+    and the chain Java's PKCS12KeyStore makes for it (DER), from the key's certificate to a
+    self-signed one or one whose issuer the store does not hold."""
+
+    alias: str
+    encrypted_key: bytes
+    chain: list[bytes]
+
+
 def certificate_entries(data: bytes, password: bytes | None) -> list[CertificateEntry]:
     """The entries with a certificate of the PKCS12 store `data` (key entries with a chain and
     trusted certificate entries) in the order Java lists them."""
+    return _census(data, password).certificate_entries()
+
+
+def key_entries(data: bytes, password: bytes | None) -> list[KeyEntry]:
+    """The key entries with a chain of the PKCS12 store `data`, in the order Java lists them."""
+    return _census(data, password).key_entries()
+
+
+def _census(data: bytes, password: bytes | None) -> _Census:
     try:
         pfx = der.fields(data, der.SEQUENCE)
         if len(pfx) < 2 or pfx[1].tag != der.SEQUENCE:
@@ -96,7 +118,7 @@ def certificate_entries(data: bytes, password: bytes | None) -> list[Certificate
                 census.read(_decrypt(content, password))
             else:
                 raise Pkcs12Error("a part of the store is encrypted with a public key")
-        return census.certificate_entries()
+        return census
     except der.DerError as e:
         raise Pkcs12Error(str(e)) from None
 
@@ -106,6 +128,7 @@ class _Entry(NamedTuple):
     alias: str
     key_id: bytes | None = None
     certificate: bytes | None = None  # a trusted entry's
+    encrypted_key: bytes | None = None  # a key entry's
 
 
 class _Cert(NamedTuple):
@@ -119,13 +142,15 @@ class _Cert(NamedTuple):
 class _Census:
     """PKCS12KeyStore.engineLoad's entries, as far as listing them needs."""
 
-    __slots__ = ("entries", "certs", "key_count", "unnamed")
+    __slots__ = ("entries", "certs", "all_certs", "key_count", "unnamed")
 
     def __init__(self) -> None:
         #: By alias in lower case (Java's aliases), in the order first read; the last one read
         #: of an alias kept.
         self.entries: dict[str, _Entry] = {}
         self.certs: list[_Cert] = []
+        #: Every certificate bag's, in the order read (chains are made of them).
+        self.all_certs: list[bytes] = []
         self.key_count = 0
         self.unnamed = 0
 
@@ -150,9 +175,15 @@ class _Census:
                         continue  # as Java: a key without an id is only the first one's
                     key_id = b"01"
                 name = self._name(alias)
-                self.entries[name.lower()] = _Entry("key", name, key_id)
+                shrouded = der.parse(parts[1].contents) if parts[1].tag == der.EXPLICIT_0 else []
+                if len(shrouded) != 1 or shrouded[0].tag != der.SEQUENCE:
+                    raise Pkcs12Error("a shrouded key bag is malformed")
+                self.entries[name.lower()] = _Entry(
+                    "key", name, key_id, None, shrouded[0].encoded()
+                )
             elif kind == _CERT_BAG:
                 certificate = _certificate(parts[1])
+                self.all_certs.append(certificate)
                 if key_id is None and self.key_count == 1 and index == 0:
                     key_id = b"01"
                 if trusted:
@@ -175,6 +206,34 @@ class _Census:
                 out.append(CertificateEntry(alias, certificate))
         return out
 
+    def key_entries(self) -> list[KeyEntry]:
+        """Key entries a certificate bag belongs to, each with its chain (`_chain`)."""
+        out = []
+        for alias, entry in self.entries.items():
+            if entry.kind == "key" and entry.encrypted_key is not None:
+                leaf = self._first_of_chain(entry)
+                if leaf is not None:
+                    out.append(KeyEntry(alias, entry.encrypted_key, self._chain(leaf)))
+        return out
+
+    def _chain(self, leaf: bytes) -> list[bytes]:
+        """As PKCS12KeyStore makes a key's chain: from its certificate, each next one a
+        certificate of the store whose subject is the last one's issuer and whose key verifies
+        its signature, up to a self-signed one, one whose issuer is not there, or a loop."""
+        try:
+            certificates = [x509.load_der_x509_certificate(c) for c in self.all_certs]
+            last = x509.load_der_x509_certificate(leaf)
+        except ValueError as e:
+            raise Pkcs12Error(f"a certificate cannot be read: {e}") from None
+        chain = [last]
+        while not _issued_by(last, last):
+            issuer = next((c for c in certificates if _issued_by(last, c)), None)
+            if issuer is None or issuer in chain:
+                break
+            chain.append(issuer)
+            last = issuer
+        return [c.public_bytes(Encoding.DER) for c in chain]
+
     def _first_of_chain(self, key: _Entry) -> bytes | None:
         """A key entry's certificate, as Java matches it: the first bag of the key's id and
         alias (case ignored), else the last of its id, else the last of its alias."""
@@ -188,6 +247,17 @@ class _Census:
             elif same_alias:
                 by_alias = cert.certificate
         return by_id if by_id is not None else by_alias
+
+
+def _issued_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
+    """Whether `issuer`'s subject is `certificate`'s issuer and its key signed it."""
+    if certificate.issuer != issuer.subject:
+        return False
+    try:
+        certificate.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def _certificate(bag_value: der.Der) -> bytes:

@@ -586,10 +586,10 @@ _PEM_ALIAS = "kafka"
 def _load_keystore(
     context: ssl.SSLContext, settings: SslSettings, *, list_entries: bool = False
 ) -> _Keystore | None:
-    """Load the keystore's key and certificate chain, if there is a keystore (None without).
-    `list_entries`: list a PKCS12 store's entries too (`wirebroker.pkcs12`: its certificates
-    are decrypted again), which the other types give for nothing."""
-    from cryptography.hazmat.primitives import serialization
+    """Load the keystore's key and certificate chain, if there is a keystore (None without);
+    of a store holding several keys, the one of each key type Kafka's key manager would choose
+    (`_chosen_keys`). `list_entries`: list a PKCS12 store's entries too (`wirebroker.pkcs12`:
+    its certificates are decrypted again), which the other types give for nothing."""
     from cryptography.hazmat.primitives.serialization import pkcs12
 
     from wirebroker.certificate_entries import CertificateEntry
@@ -600,6 +600,7 @@ def _load_keystore(
         settings.get("ssl.keystore.key"),
     )
     entries: tuple[CertificateEntry, ...] | None
+    keys: list[_Key] | None = None  # a store's several keys, in the order Java lists them
     if chain_text and key_text:
         certs = _pem_certificates(
             chain_text.encode(), settings.name("ssl.keystore.certificate.chain")
@@ -639,8 +640,11 @@ def _load_keystore(
             name = (store.cert.friendly_name or b"").decode("utf-8", "replace").lower()
             key_entry = CertificateEntry(name, certs[0])
             entries = _pkcs12_entries(settings, data, password) if list_entries else None
+            keys = _pkcs12_keys(settings, data, password, key_password or password)
         elif kind == "JKS":
-            key, certs, key_entry, entries = _jks_key(settings, data, key_password)
+            keys, entries = _jks_keys(settings, data, key_password)
+            _, key, certs = keys[0]
+            key_entry = CertificateEntry(keys[0][0], certs[0])
         else:
             raise ConfigError(
                 f"{settings.name('ssl.keystore.type')}={kind} is not supported; use JKS, PKCS12, "
@@ -648,8 +652,53 @@ def _load_keystore(
             )
     else:
         return None
-    # The ssl module loads keys only from files: the key goes to a private temporary file,
-    # encrypted with a password used once, so it never lies on disk in the clear.
+    if keys is not None and len(keys) > 1:
+        chosen = _chosen_keys(keys)
+        _, key, certs = chosen[0]
+        key_entry = CertificateEntry(chosen[0][0], certs[0])
+        for _, other, chain in chosen[1:]:
+            _load_key(context, other, chain)
+    _load_key(context, key, certs)
+    return _Keystore(key_entry, entries)
+
+
+#: A key of a keystore: its alias, the private key and its certificate chain.
+_Key = tuple[str, Any, list[Any]]
+#: Java's names of the key algorithms (PublicKey.getAlgorithm) its key managers choose keys
+#: by, by the OID of a certificate's public key algorithm.
+_JAVA_KEY_TYPES = {
+    "1.2.840.113549.1.1.1": "RSA",
+    "1.2.840.113549.1.1.10": "RSASSA-PSS",
+    "1.2.840.10045.2.1": "EC",
+    "1.3.101.112": "EdDSA",
+    "1.3.101.113": "EdDSA",
+    "1.2.840.10040.4.1": "DSA",
+}
+
+
+def _chosen_keys(keys: list[_Key]) -> list[_Key]:
+    """The keys Kafka's key manager (Java's SunX509, `ssl.keymanager.algorithm`'s default)
+    serves of a store holding several: for each key type a handshake asks for, the first of its
+    aliases in the order of the manager's HashMap of them. OpenSSL, given one key of each type,
+    then chooses among them by the client's signature algorithms and cipher suites, as Java's
+    handshake asks for a type."""
+    from wirebroker.java_hashing import hash_set_order, string_hash
+
+    by_alias = {alias: (alias, key, chain) for alias, key, chain in keys}
+    chosen: dict[str, _Key] = {}
+    for alias in hash_set_order(list(by_alias), string_hash):
+        certificate = by_alias[alias][2][0]
+        oid = certificate.public_key_algorithm_oid.dotted_string
+        chosen.setdefault(_JAVA_KEY_TYPES.get(oid, oid), by_alias[alias])
+    return list(chosen.values())
+
+
+def _load_key(context: ssl.SSLContext, key: Any, certs: list[Any]) -> None:
+    """Load a key and its chain into `context` (OpenSSL keeps one of each key type). The ssl
+    module loads keys only from files: the key goes to a private temporary file, encrypted
+    with a password used once, so it never lies on disk in the clear."""
+    from cryptography.hazmat.primitives import serialization
+
     once = secrets.token_hex(16).encode()
     with tempfile.TemporaryDirectory(prefix="wirebroker-tls-") as directory:
         path = Path(directory) / "keystore.pem"
@@ -666,7 +715,36 @@ def _load_keystore(
             context.load_cert_chain(path, password=once)
         except ssl.SSLError as e:
             raise ConfigError(f"the keystore's key does not fit its certificate: {e}") from None
-    return _Keystore(key_entry, entries)
+
+
+def _pkcs12_keys(
+    settings: SslSettings, data: bytes, password: bytes | None, key_password: bytes | None
+) -> list[_Key] | None:
+    """A PKCS12 keystore's keys with their chains as Java's PKCS12KeyStore makes them, each
+    decrypted with `key_password` (Kafka's: `ssl.key.password`, else the store's), when it holds
+    more than one (None otherwise, or when its entries cannot be listed: then its first key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from wirebroker.pkcs12 import key_entries
+
+    try:
+        listed = key_entries(data, password)
+    except ValueError:  # (a Pkcs12Error, logged where the entries are listed)
+        return None
+    if len(listed) < 2:
+        return None
+    keys = []
+    for entry in listed:
+        try:
+            key = serialization.load_der_private_key(entry.encrypted_key, key_password)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(
+                f"{settings.name('ssl.keystore.location')}: cannot read the key "
+                f"{entry.alias!r} ({settings.name('ssl.key.password')}?): {e}"
+            ) from None
+        keys.append((entry.alias, key, [x509.load_der_x509_certificate(c) for c in entry.chain]))
+    return keys
 
 
 def _pkcs12_entries(
@@ -695,12 +773,13 @@ def _pkcs12_entries(
         return None
 
 
-def _jks_key(
+def _jks_keys(
     settings: SslSettings, data: bytes, key_password: bytes | None
-) -> tuple[Any, list[Any], CertificateEntry, tuple[CertificateEntry, ...]]:
-    """The first private key of a JKS keystore, its chain, its entry and the store's entries
-    with a certificate; the key decrypted with `ssl.key.password`, else the store's password, as
-    Kafka's DefaultSslEngineFactory."""
+) -> tuple[list[_Key], tuple[CertificateEntry, ...]]:
+    """A JKS or JCEKS keystore's keys with their chains, in the order Java lists them, and the
+    store's entries with a certificate; each key decrypted with `ssl.key.password`, else the
+    store's password, as Kafka's DefaultSslEngineFactory hands it to the key manager, which
+    reads every key (one it cannot read refuses the store)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
@@ -717,21 +796,22 @@ def _jks_key(
         )
     with _loading(settings, "keystore"):
         store = _jks(settings, "ssl.keystore.location", data, store_password)
-    if not store.private_keys:
-        raise ConfigError(f"{location}: the store holds no private key")
-    entry = store.private_keys[0]
     password = key_password.decode() if key_password is not None else store_password
-    try:
-        der = entry.key(password)
-        key = serialization.load_der_private_key(der, None)
-        chain = [x509.load_der_x509_certificate(c) for c in entry.chain]
-    except (JksError, ValueError) as e:
-        raise ConfigError(
-            f"{location}: cannot read the key {entry.alias!r} "
-            f"({settings.name('ssl.key.password')}?): {e}"
-        ) from None
-    if not chain:
-        raise ConfigError(f"{location}: the key {entry.alias!r} has no certificate")
+    keys: list[_Key] = []
+    for entry in store.key_entries():
+        try:
+            key = serialization.load_der_private_key(entry.key(password), None)
+            chain = [x509.load_der_x509_certificate(c) for c in entry.chain]
+        except (JksError, ValueError) as e:
+            raise ConfigError(
+                f"{location}: cannot read the key {entry.alias!r} "
+                f"({settings.name('ssl.key.password')}?): {e}"
+            ) from None
+        if not chain:
+            raise ConfigError(f"{location}: the key {entry.alias!r} has no certificate")
+        keys.append((entry.alias, key, chain))
+    if not keys:
+        raise ConfigError(f"{location}: the store holds no private key")
     try:
         entries = tuple(
             CertificateEntry(alias, x509.load_der_x509_certificate(certificate))
@@ -739,7 +819,7 @@ def _jks_key(
         )
     except ValueError as e:
         raise ConfigError(f"{location}: a certificate cannot be read: {e}") from None
-    return key, chain, CertificateEntry(entry.alias, chain[0]), entries
+    return keys, entries
 
 
 def _pem_certificates(data: bytes, where: str) -> list[x509.Certificate]:

@@ -2,7 +2,8 @@
 their aliases in its order and each one's certificate, what Kafka's SslFactory compares when a
 listener's keystore changes at run time (`wirebroker.certificate_entries`; `cryptography`,
 which reads the store's key and certificates in `wirebroker.tls`, does not say which
-certificates are entries, nor their aliases).
+certificates are entries, nor their aliases); and its key entries with the chain Java makes for
+each (`key_entries`), for a store of several keys, of which `cryptography` reads one.
 
 A PKCS12 file (RFC 7292) is a sequence of SafeContents, plain or encrypted with the store's
 password, each a list of bags with attributes (a friendly name: the alias; a local key id).

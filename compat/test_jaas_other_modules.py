@@ -12,14 +12,16 @@ mechanism's module, and OTHER, whose `other.KafkaServer` section holds one Scram
 each, PLAIN, SCRAM (a user made with AlterUserScramCredentials) and an unsecured OAUTHBEARER
 token log in with raw SaslHandshake / SaslAuthenticate.
 
-A login module Kafka's JVM does not have, or OAuthBearerLoginModule for PLAIN (its login wants
-a token no callback handler gives), stops both at start.
+Where Kafka's login for a PLAIN listener fails, both stop at start with its words, and where it
+succeeds both start (`LOGINS`): a login module Kafka's JVM does not have, OAuthBearerLoginModule
+for PLAIN (its login wants a token no callback handler gives), ZooKeeper's DigestLoginModule (on
+Kafka's classpath), and sections of several modules, as the JDK's LoginContext runs them by
+their control flags.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import subprocess
 import sys
@@ -50,6 +52,9 @@ pytestmark = [
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+DIGEST = "org.apache.zookeeper.server.auth.DigestLoginModule"
+NO_SUCH = "com.example.NoSuchLoginModule"
+USERS = 'user_alice="alice-pw"'
 JAAS = f'other.KafkaServer {{ {SCRAM} required user_bob="bob-pw"; }};\n'
 SASL_LISTENERS = ("SASL_PLAINTEXT", "OTHER")
 CAROL = "carol-pw"
@@ -220,46 +225,110 @@ def test_another_mechanism_s_login_module(
     assert logins(with_carol(wirebroker)) == expected
 
 
-@pytest.mark.parametrize(
-    "jaas_config",
-    ["com.example.NoSuchLoginModule required;", f"{OAUTH} required;"],
-    ids=["no-such-module", "oauthbearer-module"],
-)
-def test_a_module_kafka_cannot_log_in_with_does_not_start(
-    zk_connect: str, tmp_path: Path, jaas_config: str
+#: A PLAIN listener's login modules (`key`: its `sasl.jaas.config`; `section`: the JAAS file's
+#: `KafkaServer` section), and the start of the message of the LoginException Kafka's login with
+#: them fails with, as the JDK's LoginContext runs them by their control flags (None: it starts).
+LOGINS = {
+    "no-such-module": ("key", f"{NO_SUCH} required;", "No LoginModule found for"),
+    "oauthbearer-module": ("key", f"{OAUTH} required;", "An internal error occurred"),
+    "zookeeper-digest-module": ("key", f"{DIGEST} required;", None),
+    "digest-username-without-password": (
+        "section",
+        f'{DIGEST} required username="zk";',
+        "java.lang.NullPointerException",
+    ),
+    "required-no-such-module": (
+        "section",
+        f"{PLAIN} required {USERS}; {NO_SUCH} required;",
+        "No LoginModule found for",
+    ),
+    "required-oauthbearer-module": (
+        "section",
+        f"{PLAIN} required {USERS}; {OAUTH} required;",
+        "An internal error occurred",
+    ),
+    "after-a-sufficient-success": (
+        "section",
+        f"{PLAIN} sufficient {USERS}; {NO_SUCH} required;",
+        None,
+    ),
+    "sufficient-after-a-required-failure": (
+        "section",
+        f"{NO_SUCH} required; {PLAIN} sufficient {USERS};",
+        "No LoginModule found for",
+    ),
+    "optional-failures-and-a-success": (
+        "section",
+        f'{OAUTH} optional; {NO_SUCH} optional; {DIGEST} required username="zk" password="zk-pw";',
+        None,
+    ),
+    "optional-failures-only": (
+        "section",
+        f"{OAUTH} optional; {NO_SUCH} optional;",
+        "An internal error occurred",
+    ),
+    "requisite-after-a-required-failure": (
+        "section",
+        f"{OAUTH} required; {NO_SUCH} requisite; {PLAIN} required {USERS};",
+        "An internal error occurred",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LOGINS.values(), ids=LOGINS.keys())
+def test_starts_where_kafka_s_login_succeeds(
+    zk_connect: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, str, str | None],
 ) -> None:
+    where, modules, expected = case
+    key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+    jaas_file = tmp_path / "kafka_server_jaas.conf"
+    jaas_file.write_text(f"KafkaServer {{ {modules} }};\n")
+    props = {"sasl.enabled.mechanisms": "PLAIN", "inter.broker.listener.name": "PLAINTEXT"}
+    if where == "key":
+        props[key] = modules
+        source = key
+        jvm_options: list[str] = []
+    else:
+        source = f"section KafkaServer of {jaas_file}"
+        jvm_options = [f"-Djava.security.auth.login.config={jaas_file}"]
+
     plaintext, sasl = free_port(), free_port()
     listeners = f"PLAINTEXT://127.0.0.1:{plaintext},SASL_PLAINTEXT://127.0.0.1:{sasl}"
-    key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
-    props = {
-        "listeners": listeners,
-        "advertised.listeners": listeners,
-        "inter.broker.listener.name": "PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        key: jaas_config,
-    }
     workdir = tmp_path / "kafka"
-    with (
-        pytest.raises(KafkaProcessError, match="exited"),
-        kafka_broker(zk_connect, port=plaintext, overrides=props, workdir=workdir),
-    ):
-        pass
-    kafka_log = (workdir / "kafka.log").read_text(errors="replace")
-    found = re.search(r"LoginException: ([^\r\n]*)", kafka_log)
-    assert found is not None, kafka_log[-3000:]
-    kafka_message = found[1].strip()
+    kafka_message = None
+    try:
+        with kafka_broker(
+            zk_connect,
+            port=plaintext,
+            overrides={**props, "listeners": listeners, "advertised.listeners": listeners},
+            jvm_options=jvm_options,
+            workdir=workdir,
+        ):
+            pass
+    except KafkaProcessError:
+        kafka_log = (workdir / "kafka.log").read_text(errors="replace")
+        found = re.search(r"LoginException: ([^\r\n]*)", kafka_log)
+        assert found is not None, kafka_log[-3000:]
+        kafka_message = found[1].strip()
+    # What Kafka does, stated.
+    assert (kafka_message or "").startswith(expected or ""), kafka_message
+    assert (kafka_message is None) == (expected is None), kafka_message
 
-    env = {k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"}
-    overrides = [
-        arg for k, v in props.items() if k != "listeners" for arg in ("--override", f"{k}={v}")
-    ]
+    monkeypatch.setenv("KAFKA_OPTS", " ".join(jvm_options))
+    if kafka_message is None:
+        props["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+        with serving(BrokerProcess(tmp_path / "wirebroker", props)):
+            return
+    overrides = [arg for k, v in props.items() for arg in ("--override", f"{k}={v}")]
     done = subprocess.run(
         [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
         + ["--log-dirs", str(tmp_path / "wirebroker"), *overrides],
         capture_output=True,
         text=True,
         timeout=60,
-        env=env,
     )
     assert done.returncode == 2, done.stderr
-    assert f"{key}: {kafka_message}" in done.stderr, (kafka_message, done.stderr)
+    assert f"{source}: {kafka_message}" in done.stderr, (kafka_message, done.stderr)

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+DIGEST = "org.apache.zookeeper.server.auth.DigestLoginModule"
 SECTION = f"""
 KafkaServer {{
     {PLAIN} required
@@ -288,8 +289,20 @@ NO_SCRAM_CLIENT = (
             NO_CREDENTIALS.format(mechanism="plain"),
             NO_CREDENTIALS.format(mechanism="scram-sha-256"),
         ),
+        # ZooKeeper's DigestLoginModule puts them in the Subject as PlainLoginModule, but only
+        # with a username.
+        (
+            f'{DIGEST} required username="broker" password="broker-pw"; {SCRAM} required;',
+            {"username": "broker", "password": "broker-pw"},
+            {"username": "broker", "password": "broker-pw"},
+        ),
+        (
+            f'{DIGEST} required password="broker-pw"; {SCRAM} required;',
+            NO_CREDENTIALS.format(mechanism="plain"),
+            NO_CREDENTIALS.format(mechanism="scram-sha-256"),
+        ),
     ],
-    ids=["hash-order", "sufficient", "none"],
+    ids=["hash-order", "sufficient", "none", "digest", "digest-without-username"],
 )
 def test_this_broker_s_username_and_password_from_the_subject(
     tmp_path: Path,

@@ -17,7 +17,7 @@ needs a JAAS entry for every one: its prefixed `sasl.jaas.config`, else a sectio
 file (whatever its login modules); with neither, it is refused with Kafka's "Could not find a
 'KafkaServer' or '<l>.KafkaServer' entry in the JAAS configuration" and what to set, at start
 and for a change at run time. As Kafka's, a mechanism logs in with whatever login modules its
-entry names, refused only where Kafka's login fails (`_login_module_usable`), and its server
+entry names, refused only where Kafka's login fails (`login_failure`), and its server
 reads what Kafka's reads: PLAIN's users are the `user_<name>` options of PlainLoginModules (none
 without one); SCRAM's entry holds no options the server side reads (its credentials are stored,
 see `credentials`); OAUTHBEARER takes its validator's `unsecuredValidator*` options from its
@@ -74,6 +74,9 @@ PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
+#: ZooKeeper's, on Kafka's classpath: it logs in as PlainLoginModule (`CREDENTIAL_MODULES`), but
+#: only with a `username` option, and registers no SASL server or client of Kafka's.
+DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 LOGIN_MODULES = {
     GSSAPI: KRB5_LOGIN_MODULE,
     PLAIN: PLAIN_LOGIN_MODULE,
@@ -83,9 +86,9 @@ LOGIN_MODULES = {
 }
 #: The login modules that put their `username` option in the Subject's public credentials and
 #: their `password` in its private ones, where Kafka's SaslClientCallbackHandler finds this
-#: broker's PLAIN or SCRAM login (`subject_credentials`); their login always succeeds, and they
-#: log in for any mechanism but GSSAPI (`_login_module_usable`).
-CREDENTIAL_MODULES = (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE)
+#: broker's PLAIN or SCRAM login (`subject_credentials`; DigestLoginModule only when it has a
+#: `username`); their login succeeds for any mechanism (`login_failure`).
+CREDENTIAL_MODULES = (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, DIGEST_LOGIN_MODULE)
 #: Kafka 3.9's login callback handlers for OAUTHBEARER: the client-credentials one (by its
 #: public name and its deprecated one) and the default, unsecured, one.
 SECURED_LOGINS = (
@@ -316,9 +319,13 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
                 entry = _section_entry(mechanism, entries, source, prefix)
                 if entry is not None:
                     jaas[mechanism] = entry
-    for mechanism, entry in jaas.items():
+    for mechanism, modules in logins.items():
         how = _jaas_how(prefix, mechanism, logs_in=_logs_in(config, listener_name, mechanism))
-        _login_module_usable(mechanism, entry.login_module, sources[mechanism], how)
+        failure = login_failure(mechanism, modules)
+        if failure is not None:
+            raise ConfigError(f"{sources[mechanism]}: {failure}: {how}")
+        if mechanism in jaas:
+            _login_module_usable(mechanism, jaas[mechanism].login_module, sources[mechanism], how)
     reauth_key = prefix + "connections.max.reauth.ms"
     max_reauth_ms = config.get_int(
         reauth_key if config.is_set(reauth_key) else "connections.max.reauth.ms"
@@ -382,35 +389,16 @@ def _logs_in(config: BrokerConfig, listener_name: str, mechanism: str) -> bool:
 
 
 def _login_module_usable(mechanism: str, module: str, source: str, how: str) -> None:
-    """ConfigError, then `how` to set it right, where Kafka's login for a listener's
-    `mechanism` with the login `module` of its JAAS entry (its key's, or its section's for
-    GSSAPI and OAUTHBEARER) fails and the broker does not start, with Kafka's words where they
-    say why: a module Kafka's JVM does not have, OAuthBearerLoginModule for another mechanism
-    (no token from the login callback handler). As Kafka, a PlainLoginModule or ScramLoginModule
-    logs in for any mechanism but GSSAPI (PLAIN then has no users, SCRAM reads its stored
-    credentials, OAUTHBEARER's validator the module's options). GSSAPI takes its
+    """ConfigError, then `how` to set it right, where the login `module` of a listener's
+    `mechanism`'s JAAS entry (its key's, or its section's for GSSAPI and OAUTHBEARER) is
+    Krb5LoginModule and the mechanism not GSSAPI, or the other way round: GSSAPI takes its
     Krb5LoginModule's keytab and principal, and only GSSAPI takes a Krb5LoginModule."""
     from wirebroker.config import ConfigError
 
-    if mechanism == GSSAPI or module == KRB5_LOGIN_MODULE:
-        if (mechanism == GSSAPI) == (module == KRB5_LOGIN_MODULE):
-            return
+    if (mechanism == GSSAPI) != (module == KRB5_LOGIN_MODULE):
         raise ConfigError(
             f"{source}: {mechanism} takes {LOGIN_MODULES[mechanism]}, not {module}: {how}"
         )
-    if module in CREDENTIAL_MODULES or (mechanism, module) == (
-        OAUTHBEARER,
-        OAUTHBEARER_LOGIN_MODULE,
-    ):
-        return
-    why = (
-        "An internal error occurred while retrieving token from callback handler (Kafka's "
-        f"login with {module} fails for {mechanism}: it logs in for OAUTHBEARER only)"
-        if module == OAUTHBEARER_LOGIN_MODULE
-        else f"No LoginModule found for {module} (wirebroker has Kafka's {PLAIN_LOGIN_MODULE}, "
-        f"{SCRAM_LOGIN_MODULE} and {OAUTHBEARER_LOGIN_MODULE}, and {KRB5_LOGIN_MODULE})"
-    )
-    raise ConfigError(f"{source}: {why}: {how}")
 
 
 def _no_jaas_context(
@@ -775,7 +763,7 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
     # else refused) and checked its modules.
     source = settings.jaas_sources[mechanism]
     if mechanism != OAUTHBEARER:
-        username, password = subject_credentials(settings.logins[mechanism])
+        username, password = subject_credentials(mechanism, settings.logins[mechanism])
         if not username or password is None:
             raise ConfigError(f"{source} needs this broker's username and password: {how}")
         if mechanism in SCRAM and not _scram_client(config, settings):
@@ -803,16 +791,75 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
     return SaslLogin(listener, mechanism, dict(entry.options), access_token)
 
 
-def initialized_modules(modules: Sequence[JaasEntry]) -> list[JaasEntry]:
-    """The login modules of a JAAS context Kafka's login (the JDK's LoginContext) initializes: in
-    order, up to the first `sufficient` one of `CREDENTIAL_MODULES` (whose login succeeds, and
-    so ends the login)."""
-    out: list[JaasEntry] = []
+def login_failure(mechanism: str, modules: Sequence[JaasEntry]) -> str | None:
+    """Kafka's LoginException message where its login for `mechanism` with a JAAS context's
+    `modules` fails, and the broker does not start (`_login`); None where it succeeds."""
+    return _login(mechanism, modules)[1]
+
+
+def initialized_modules(mechanism: str, modules: Sequence[JaasEntry]) -> list[JaasEntry]:
+    """The login modules of a JAAS context Kafka's login for `mechanism` initializes
+    (`_login`)."""
+    return _login(mechanism, modules)[0]
+
+
+def _login(mechanism: str, modules: Sequence[JaasEntry]) -> tuple[list[JaasEntry], str | None]:
+    """What Kafka's login for `mechanism` (the JDK's LoginContext) does with a JAAS context's
+    `modules`: the modules it initializes, in order, and its LoginException's message (None: it
+    succeeds). As the LoginContext's control flags say, a module's failure (`_module_failure`)
+    fails the login at once when it is `requisite`; when `required`, once all the modules ran
+    (the first such failure); when `sufficient` or `optional`, only when no module succeeds (the
+    first failure). A `sufficient` module that succeeds, no `required` one having failed before
+    it, ends the login: the modules after it are not initialized."""
+    reached: list[JaasEntry] = []
+    first_required: str | None = None
+    first_error: str | None = None
+    success = False
     for entry in modules:
-        out.append(entry)
-        if entry.control_flag == "sufficient" and entry.login_module in CREDENTIAL_MODULES:
-            break
-    return out
+        reached.append(entry)
+        error = _module_failure(mechanism, entry)
+        if error is None:
+            if entry.control_flag == "sufficient" and first_required is None:
+                return reached, None
+            success = True
+        elif entry.control_flag == "requisite":
+            return reached, first_required or error
+        elif entry.control_flag == "required":
+            first_required = first_required or error
+        else:
+            first_error = first_error or error
+    return reached, first_required or (None if success else first_error)
+
+
+def _module_failure(mechanism: str, entry: JaasEntry) -> str | None:
+    """Kafka's LoginException message where the login of one login module, for `mechanism`,
+    fails; None where it succeeds: a module Kafka's JVM does not have, OAuthBearerLoginModule
+    for another mechanism than OAUTHBEARER (no token from the login callback handler),
+    DigestLoginModule with a `username` and no `password` (it adds a null password to the
+    Subject). The others succeed: PlainLoginModule, ScramLoginModule and DigestLoginModule for
+    any mechanism; Krb5LoginModule here too (GSSAPI's KerberosService checks its keytab and
+    principal; `_login_module_usable` refuses it for another mechanism's entry)."""
+    module = entry.login_module
+    options = entry.options
+    if module == DIGEST_LOGIN_MODULE and "username" in options and "password" not in options:
+        return (
+            "java.lang.NullPointerException: invalid null input(s) (ZooKeeper's "
+            f'{DIGEST_LOGIN_MODULE} with a username needs its password="...")'
+        )
+    if module in (*CREDENTIAL_MODULES, KRB5_LOGIN_MODULE):
+        return None
+    if module == OAUTHBEARER_LOGIN_MODULE:
+        if mechanism == OAUTHBEARER:
+            return None
+        return (
+            "An internal error occurred while retrieving token from callback handler (Kafka's "
+            f"login with {module} fails for {mechanism}: it logs in for OAUTHBEARER only)"
+        )
+    return (
+        f"No LoginModule found for {module} (wirebroker has Kafka's {PLAIN_LOGIN_MODULE}, "
+        f"{SCRAM_LOGIN_MODULE} and {OAUTHBEARER_LOGIN_MODULE}, ZooKeeper's "
+        f"{DIGEST_LOGIN_MODULE}, and {KRB5_LOGIN_MODULE})"
+    )
 
 
 def loaded_login_modules(listeners: Iterable[ListenerSasl]) -> set[str]:
@@ -821,8 +868,8 @@ def loaded_login_modules(listeners: Iterable[ListenerSasl]) -> set[str]:
     return {
         entry.login_module
         for listener in listeners
-        for modules in listener.logins.values()
-        for entry in initialized_modules(modules)
+        for mechanism, modules in listener.logins.items()
+        for entry in initialized_modules(mechanism, modules)
     }
 
 
@@ -834,17 +881,22 @@ def has_sasl_server(mechanism: str, loaded: set[str]) -> bool:
     return mechanism == GSSAPI or LOGIN_MODULES[mechanism] in loaded
 
 
-def subject_credentials(modules: Sequence[JaasEntry]) -> tuple[str | None, str | None]:
-    """This broker's PLAIN or SCRAM username and password, as Kafka's SaslClientCallbackHandler
-    takes them from the Subject a login with `modules` (a JAAS context) fills: each module of
-    `CREDENTIAL_MODULES` the LoginContext initializes adds its `username` to the public
-    credentials and its `password` to the private ones; of several, each is the one a Java
+def subject_credentials(
+    mechanism: str, modules: Sequence[JaasEntry]
+) -> tuple[str | None, str | None]:
+    """This broker's PLAIN or SCRAM (`mechanism`) username and password, as Kafka's
+    SaslClientCallbackHandler takes them from the Subject a login with `modules` (a JAAS
+    context) fills: each module of `CREDENTIAL_MODULES` the LoginContext initializes adds its
+    `username` to the public credentials and its `password` to the private ones
+    (DigestLoginModule only when it has a `username`); of several, each is the one a Java
     HashSet of them yields first (`Subject.getPublicCredentials(String.class)`). None where no
     module gives one."""
     usernames: list[str] = []
     passwords: list[str] = []
-    for entry in initialized_modules(modules):
-        if entry.login_module not in CREDENTIAL_MODULES:
+    for entry in initialized_modules(mechanism, modules):
+        if entry.login_module not in CREDENTIAL_MODULES or (
+            entry.login_module == DIGEST_LOGIN_MODULE and "username" not in entry.options
+        ):
             continue
         if "username" in entry.options:
             usernames.append(entry.options["username"])

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,6 +107,13 @@ def listener_names(request: pytest.FixtureRequest) -> tuple[str, ...]:
 def zk_connect() -> Iterator[str]:
     with zookeeper() as zk:
         yield zk.connect
+
+
+@pytest.fixture
+def own_chroot(zk_connect: str) -> str:
+    """A ZooKeeper chroot of this test's own (Kafka makes it): its broker 0 is not the one of
+    the module's `kafka` fixture, still registered."""
+    return f"{zk_connect}/wb-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +286,7 @@ LOGINS = {
 
 @pytest.mark.parametrize("case", LOGINS.values(), ids=LOGINS.keys())
 def test_starts_where_kafka_s_login_succeeds(
-    zk_connect: str,
+    own_chroot: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     case: tuple[str, str, str | None],
@@ -301,7 +310,7 @@ def test_starts_where_kafka_s_login_succeeds(
     kafka_message = None
     try:
         with kafka_broker(
-            zk_connect,
+            own_chroot,
             port=plaintext,
             overrides={**props, "listeners": listeners, "advertised.listeners": listeners},
             jvm_options=jvm_options,
@@ -322,13 +331,128 @@ def test_starts_where_kafka_s_login_succeeds(
         props["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
         with serving(BrokerProcess(tmp_path / "wirebroker", props)):
             return
+    stderr = wirebroker_refuses(props, listeners, tmp_path / "wirebroker")
+    assert f"{source}: {kafka_message}" in stderr, (kafka_message, stderr)
+
+
+def wirebroker_refuses(props: dict[str, str], listeners: str, log_dirs: Path) -> str:
+    """What wirebroker says when it refuses to start with `props` (KAFKA_OPTS as set)."""
     overrides = [arg for k, v in props.items() for arg in ("--override", f"{k}={v}")]
     done = subprocess.run(
         [sys.executable, "-m", "wirebroker", "serve", "--listeners", listeners]
-        + ["--log-dirs", str(tmp_path / "wirebroker"), *overrides],
+        + ["--log-dirs", str(log_dirs), *overrides],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2, done.stderr
-    assert f"{source}: {kafka_message}" in done.stderr, (kafka_message, done.stderr)
+    return done.stderr
+
+
+class FirstGssapiToken:
+    """A GSSAPI client's first token, as bytes only: both servers close the connection before
+    reading it (neither has a Kerberos principal to accept it with)."""
+
+    mechanism = "GSSAPI"
+    complete = False
+
+    def initial(self) -> bytes:
+        return b"\x60\x00"
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        raise AssertionError(f"a GSSAPI challenge of {len(challenge)} bytes")
+
+
+def first_token_without_handshake(port: int) -> Steps:
+    """A Kafka 0.9 client's first GSSAPI token, sent with no SaslHandshake: [CLOSED] when the
+    connection is closed unanswered."""
+    with RawClient(f"127.0.0.1:{port}") as raw:
+        token = b"\x60\x82" + bytes(6)  # not a Kafka request: taken as GSSAPI's
+        raw.send_raw(struct.pack(">i", len(token)) + token)
+        try:
+            return [f"answered: {raw.receive_frame()!r}"]
+        except ConnectionError:
+            return [CLOSED]
+
+
+#: GSSAPI's JAAS entry without Krb5LoginModule (`key`: its `sasl.jaas.config`; `section`: the
+#: JAAS file's), and whether `sasl.kerberos.service.name` is set.
+GSSAPI_ENTRIES = {
+    "key": ("key", f"{PLAIN} required;", True),
+    "section": ("section", f"{PLAIN} required;", True),
+    "service-name-for-gssapi-only": ("key", f'{PLAIN} required serviceName="kafka";', False),
+}
+
+
+@pytest.mark.parametrize("case", GSSAPI_ENTRIES.values(), ids=GSSAPI_ENTRIES.keys())
+def test_gssapi_without_krb5_login_module_fails_every_gssapi_login(
+    own_chroot: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, str, bool],
+) -> None:
+    """GSSAPI's JAAS entry names PlainLoginModule: Kafka's KerberosLogin logs in with it and
+    starts, and its GSSAPI server, taking its Kerberos principal from the Subject, finds none:
+    each GSSAPI handshake is answered, then the connection closed. PLAIN logs in. With GSSAPI
+    enabled, KerberosLogin logs in every mechanism of the listener, each needing a service
+    name: PLAIN's entry has none, without `sasl.kerberos.service.name` neither starts."""
+    where, modules, service_name = case
+    jaas_file = tmp_path / "kafka_server_jaas.conf"
+    jaas_file.write_text(f"KafkaServer {{ {modules} }};\n")
+    props = {
+        "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": f"{PLAIN} required {USERS};",
+        "inter.broker.listener.name": "PLAINTEXT",
+    }
+    if service_name:
+        props["sasl.kerberos.service.name"] = "kafka"
+    jvm_options: list[str] = []
+    if where == "key":
+        props["listener.name.sasl_plaintext.gssapi.sasl.jaas.config"] = modules
+    else:
+        jvm_options = [f"-Djava.security.auth.login.config={jaas_file}"]
+
+    def answers(port: int) -> dict[str, Steps]:
+        return {
+            "GSSAPI": login(port, FirstGssapiToken(), "GSSAPI"),
+            "GSSAPI, no handshake": first_token_without_handshake(port),
+            "PLAIN alice": login(port, PlainClient("alice", "alice-pw"), "PLAIN"),
+        }
+
+    plaintext, sasl = free_port(), free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{plaintext},SASL_PLAINTEXT://127.0.0.1:{sasl}"
+    workdir = tmp_path / "kafka"
+    monkeypatch.setenv("KAFKA_OPTS", " ".join(jvm_options))
+    if not service_name:
+        with (
+            pytest.raises(KafkaProcessError, match="exited"),
+            kafka_broker(
+                own_chroot,
+                port=plaintext,
+                overrides={**props, "listeners": listeners, "advertised.listeners": listeners},
+                workdir=workdir,
+            ),
+        ):
+            pass
+        kafka_log = (workdir / "kafka.log").read_text(errors="replace")
+        found = re.search(r"IllegalArgumentException: ([^\r\n]*)", kafka_log)
+        assert found is not None, kafka_log[-3000:]
+        # What Kafka does, stated.
+        assert found[1].strip() == "No serviceName defined in either JAAS or Kafka config"
+        assert found[1].strip() in wirebroker_refuses(props, listeners, tmp_path / "wirebroker")
+        return
+    with kafka_broker(
+        own_chroot,
+        port=plaintext,
+        overrides={**props, "listeners": listeners, "advertised.listeners": listeners},
+        jvm_options=jvm_options,
+        workdir=workdir,
+    ):
+        expected = answers(sasl)
+    # What Kafka does, stated.
+    assert expected["GSSAPI"] == expected["GSSAPI, no handshake"] == [CLOSED], expected
+    assert admitted(expected["PLAIN alice"]), expected
+
+    props["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+    with serving(BrokerProcess(tmp_path / "wirebroker", props)) as broker:
+        assert answers(broker.ports["SASL_PLAINTEXT"]) == expected

@@ -9,9 +9,11 @@ section (`jaas_file.kafka_server_section`; `_section_entry` takes each mechanism
 as Kafka's mechanisms do).
 
 GSSAPI (Kerberos, Kafka's default mechanism) takes the listener's `Krb5LoginModule` JAAS entry
-(`useKeyTab=true storeKey=true keyTab=... principal=...`), a service name (its `serviceName`
-option or `sasl.kerberos.service.name`) and `sasl.kerberos.principal.to.local.rules`, each
-refused with Kafka's message when missing, and the optional gssapi package (`kerberos`). As
+(`useKeyTab=true storeKey=true keyTab=... principal=...`; without one, as Kafka's, the listener
+starts and every GSSAPI login fails), a service name (a `serviceName` option or
+`sasl.kerberos.service.name`, which every mechanism of the listener needs, as Kafka's
+KerberosLogin logs them all in) and `sasl.kerberos.principal.to.local.rules`, each refused with
+Kafka's message when missing, and the optional gssapi package (`kerberos`). As
 Kafka's SaslChannelBuilder, which loads a JaasContext for each enabled mechanism, a listener
 needs a JAAS entry for every one: its prefixed `sasl.jaas.config`, else a section of the JAAS
 file (whatever its login modules); with neither, it is refused with Kafka's "Could not find a
@@ -259,7 +261,8 @@ class ListenerSasl:
         self.max_reauth_ms = max_reauth_ms
         #: How OAUTHBEARER tokens are checked (None: OAUTHBEARER is not enabled).
         self.oauthbearer = oauthbearer
-        #: The service principal GSSAPI clients log in to (None: GSSAPI is not enabled).
+        #: The service principal GSSAPI clients log in to (None: GSSAPI is not enabled, or its
+        #: JAAS entry names no Krb5LoginModule: every GSSAPI login fails, as Kafka's).
         self.kerberos = kerberos
 
     def plain_users(self) -> dict[str, str]:
@@ -320,6 +323,10 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
                 if entry is not None:
                     jaas[mechanism] = entry
     for mechanism, modules in logins.items():
+        if GSSAPI in mechanisms:
+            # As Kafka's brokers: with GSSAPI enabled, KerberosLogin logs in every mechanism
+            # of the listener, and takes a service name for each.
+            _service_name(config, prefix, modules)
         how = _jaas_how(prefix, mechanism, logs_in=_logs_in(config, listener_name, mechanism))
         failure = login_failure(mechanism, modules)
         if failure is not None:
@@ -343,7 +350,9 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         _oauthbearer_validator(config, prefix, jaas, sources)
         if OAUTHBEARER in mechanisms
         else None,
-        _kerberos_service(config, listener_name, jaas, sources) if GSSAPI in mechanisms else None,
+        _kerberos_service(config, listener_name, jaas, sources, logins[GSSAPI])
+        if GSSAPI in mechanisms
+        else None,
     )
 
 
@@ -390,12 +399,12 @@ def _logs_in(config: BrokerConfig, listener_name: str, mechanism: str) -> bool:
 
 def _login_module_usable(mechanism: str, module: str, source: str, how: str) -> None:
     """ConfigError, then `how` to set it right, where the login `module` of a listener's
-    `mechanism`'s JAAS entry (its key's, or its section's for GSSAPI and OAUTHBEARER) is
-    Krb5LoginModule and the mechanism not GSSAPI, or the other way round: GSSAPI takes its
-    Krb5LoginModule's keytab and principal, and only GSSAPI takes a Krb5LoginModule."""
+    `mechanism`'s JAAS entry (its key's, or its section's OAUTHBEARER one) is Krb5LoginModule
+    and the mechanism not GSSAPI: only GSSAPI takes a Krb5LoginModule (where Kafka would log in
+    to the KDC for nothing)."""
     from wirebroker.config import ConfigError
 
-    if (mechanism == GSSAPI) != (module == KRB5_LOGIN_MODULE):
+    if module == KRB5_LOGIN_MODULE and mechanism != GSSAPI:
         raise ConfigError(
             f"{source}: {mechanism} takes {LOGIN_MODULES[mechanism]}, not {module}: {how}"
         )
@@ -471,22 +480,43 @@ def _kerberos_service(
     listener_name: str,
     jaas: dict[str, JaasEntry],
     sources: dict[str, str],
-) -> KerberosService:
-    """GSSAPI's service principal and keytab (its JAAS entry), service name and short-name
-    rules, refused as Kafka refuses them; the gssapi package must be installed."""
+    modules: list[JaasEntry],
+) -> KerberosService | None:
+    """GSSAPI's service principal and keytab (its JAAS entry's Krb5LoginModule), service name
+    (the first `serviceName` option of its JAAS context's `modules`, as Kafka's KerberosLogin
+    reads it) and short-name rules, refused as Kafka refuses them; the gssapi package must be
+    installed. None without a Krb5LoginModule: as Kafka's, the listener starts, and its GSSAPI
+    server finds no Kerberos principal in the Subject: every GSSAPI login fails."""
     from wirebroker.config import ConfigError
     from wirebroker.sasl.kerberos import KerberosService, load_gssapi
     from wirebroker.sasl.kerberos_names import KerberosShortNamer
 
     prefix = f"listener.name.{listener_name.lower()}."
     entry = jaas.get(GSSAPI)
-    if entry is None:
-        section = _server_section(listener_name)
-        assert section is not None  # without one, listener_sasl refused GSSAPI
-        raise ConfigError(
-            f"{section[0]} has no {KRB5_LOGIN_MODULE} for GSSAPI: {_jaas_how(prefix, GSSAPI)}"
-        )
-    jaas_service = entry.options.get("serviceName")
+    service_name = _service_name(config, prefix, modules)
+    rules_key = "sasl.kerberos.principal.to.local.rules"
+    rules = _mechanism_setting(config, prefix, GSSAPI, rules_key) or "DEFAULT"
+    try:
+        short_namer = KerberosShortNamer([r for r in rules.split(",") if r.strip()])
+        if entry is None or entry.login_module != KRB5_LOGIN_MODULE:
+            return None
+        service = KerberosService.from_jaas(entry, sources[GSSAPI], service_name, short_namer)
+        load_gssapi()
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"listener {listener_name}: {e}") from None
+    return service
+
+
+def _service_name(config: BrokerConfig, prefix: str, modules: Sequence[JaasEntry]) -> str:
+    """The Kerberos service name Kafka's KerberosLogin takes for a JAAS context's `modules` on
+    the listener `prefix` names: the first `serviceName` option of its modules, else
+    `sasl.kerberos.service.name`; ConfigError (Kafka's words) when they differ or neither is
+    set."""
+    from wirebroker.config import ConfigError
+
+    jaas_service = next(
+        (m.options["serviceName"] for m in modules if "serviceName" in m.options), None
+    )
     config_service = _mechanism_setting(config, prefix, GSSAPI, "sasl.kerberos.service.name")
     if jaas_service is not None and config_service is not None and jaas_service != config_service:
         raise ConfigError(
@@ -496,15 +526,7 @@ def _kerberos_service(
     service_name = jaas_service or config_service
     if service_name is None:
         raise ConfigError("No serviceName defined in either JAAS or Kafka config")
-    rules_key = "sasl.kerberos.principal.to.local.rules"
-    rules = _mechanism_setting(config, prefix, GSSAPI, rules_key) or "DEFAULT"
-    try:
-        short_namer = KerberosShortNamer([r for r in rules.split(",") if r.strip()])
-        service = KerberosService.from_jaas(entry, sources[GSSAPI], service_name, short_namer)
-        load_gssapi()
-    except (ValueError, ImportError) as e:
-        raise ConfigError(f"listener {listener_name}: {e}") from None
-    return service
+    return service_name
 
 
 def _oauthbearer_validator(
@@ -748,8 +770,19 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
             f"sasl.mechanism.inter.broker.protocol={mechanism} must be enabled on the "
             f"inter-broker listener {listener} (sasl.enabled.mechanisms: {', '.join(offered)})"
         )
-    kerberos = settings.kerberos
-    if mechanism == GSSAPI and kerberos is not None:
+    how = _jaas_how(f"listener.name.{listener.lower()}.", mechanism, logs_in=True)
+    # listener_sasl found the mechanism's JAAS context (the key's, or the JAAS file's section;
+    # else refused) and checked its modules.
+    source = settings.jaas_sources[mechanism]
+    if mechanism == GSSAPI:
+        kerberos = settings.kerberos
+        if kerberos is None:
+            # Kafka's login finds no Kerberos principal in the Subject: every login to a peer
+            # fails.
+            raise ConfigError(
+                f"{source}: this broker's GSSAPI login to its peers takes its principal and "
+                f"keytab from {KRB5_LOGIN_MODULE}, which its JAAS entry does not name: {how}"
+            )
         # The listener's own principal and keytab, as Kafka's brokers log in with its
         # KafkaServer entry, to the service of the same name on the peer's host.
         options = {
@@ -758,10 +791,6 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
             "serviceName": kerberos.service_name,
         }
         return SaslLogin(listener, mechanism, options)
-    how = _jaas_how(f"listener.name.{listener.lower()}.", mechanism, logs_in=True)
-    # listener_sasl found the mechanism's JAAS context (the key's, or the JAAS file's section;
-    # else refused) and checked its modules.
-    source = settings.jaas_sources[mechanism]
     if mechanism != OAUTHBEARER:
         username, password = subject_credentials(mechanism, settings.logins[mechanism])
         if not username or password is None:

@@ -1,5 +1,6 @@
-"""SCRAM between brokers whose username and password come from the JAAS file's PlainLoginModule,
-on two real Kafka 3.9 brokers and on two wirebroker brokers: both replicate.
+"""SCRAM between brokers whose username and password come from the JAAS file's PlainLoginModule
+(or ZooKeeper's DigestLoginModule), on two real Kafka 3.9 brokers and on two wirebroker brokers:
+both replicate.
 
 Kafka's brokers log in to each other with the inter-broker listener's JAAS context for
 `sasl.mechanism.inter.broker.protocol`; its SCRAM client's callback handler
@@ -8,10 +9,11 @@ where PlainLoginModule puts its `username` and `password` as ScramLoginModule do
 `KafkaServer` section's PlainLoginModule has them and its ScramLoginModule (which registers
 Kafka's SCRAM client and server when it loads) has none; or both have them, and the Subject's
 credentials are each the one a Java HashSet of them yields first: `admin` and its password,
-the second module's. Only the user the login is expected to take has a SCRAM-SHA-512
-credential, written to ZooKeeper by Kafka's ConfigCommand before the brokers start. A topic of two replicas with
-`min.insync.replicas=2` takes records with acks=all only once the follower fetched them over the
-SASL listener.
+the second module's; or ZooKeeper's DigestLoginModule (on Kafka's classpath) has them in
+PlainLoginModule's place, and puts them in the Subject as it does. Only the user the login is
+expected to take has a SCRAM-SHA-512 credential, written to ZooKeeper by Kafka's ConfigCommand
+before the brokers start. A topic of two replicas with `min.insync.replicas=2` takes records
+with acks=all only once the follower fetched them over the SASL listener.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ pytestmark = [
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+DIGEST = "org.apache.zookeeper.server.auth.DigestLoginModule"
 SECRET = "broker-secret-51c3"
 ADMIN_SECRET = "admin-secret-9e07"
 BROKER = f'{PLAIN} required username="broker" password="{SECRET}";'
 PLAIN_ONLY = f"{BROKER} {SCRAM} required;"
+DIGEST_ONLY = f'{DIGEST} required username="broker" password="{SECRET}"; {SCRAM} required;'
 BOTH = f'{BROKER} {SCRAM} required username="admin" password="{ADMIN_SECRET}";'
 SETTINGS = {
     "inter.broker.listener.name": "SASL_PLAINTEXT",
@@ -59,8 +63,12 @@ def zk() -> Iterator[ZooKeeperServer]:
 
 
 @pytest.fixture(
-    params=[(PLAIN_ONLY, "broker", SECRET), (BOTH, "admin", ADMIN_SECRET)],
-    ids=["plain-module", "both-modules"],
+    params=[
+        (PLAIN_ONLY, "broker", SECRET),
+        (BOTH, "admin", ADMIN_SECRET),
+        (DIGEST_ONLY, "broker", SECRET),
+    ],
+    ids=["plain-module", "both-modules", "zookeeper-digest-module"],
 )
 def case(request: pytest.FixtureRequest) -> tuple[str, str, str]:
     """The `KafkaServer` section's login modules, and the user and password the brokers'

@@ -12,20 +12,26 @@ mechanism's module, and OTHER, whose `other.KafkaServer` section holds one Scram
 each, PLAIN, SCRAM (a user made with AlterUserScramCredentials) and an unsecured OAUTHBEARER
 token log in with raw SaslHandshake / SaslAuthenticate.
 
-A login module Kafka's JVM does not have, or OAuthBearerLoginModule for PLAIN (its login wants
-a token no callback handler gives), stops both at start.
+Where Kafka's login for a PLAIN listener fails, both stop at start with its words, and where it
+succeeds both start (`LOGINS`): a login module Kafka's JVM does not have, OAuthBearerLoginModule
+for PLAIN (its login wants a token no callback handler gives), ZooKeeper's DigestLoginModule (on
+Kafka's classpath), and sections of several modules, as the JDK's LoginContext runs them by
+their control flags.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import struct
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from compat.kafka_process import free_port, kafka_broker, zookeeper
+from compat.kafka_process import KafkaProcessError, free_port, kafka_broker, zookeeper
 from compat.start_refusals import kafka_refuses, wirebroker_refuses
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
@@ -47,6 +53,9 @@ pytestmark = [
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+DIGEST = "org.apache.zookeeper.server.auth.DigestLoginModule"
+NO_SUCH = "com.example.NoSuchLoginModule"
+USERS = 'user_alice="alice-pw"'
 JAAS = f'other.KafkaServer {{ {SCRAM} required user_bob="bob-pw"; }};\n'
 SASL_LISTENERS = ("SASL_PLAINTEXT", "OTHER")
 CAROL = "carol-pw"
@@ -97,6 +106,13 @@ def listener_names(request: pytest.FixtureRequest) -> tuple[str, ...]:
 def zk_connect() -> Iterator[str]:
     with zookeeper() as zk:
         yield zk.connect
+
+
+@pytest.fixture
+def own_chroot(zk_connect: str) -> str:
+    """A ZooKeeper chroot of this test's own (Kafka makes it): its broker 0 is not the one of
+    the module's `kafka` fixture, still registered."""
+    return f"{zk_connect}/wb-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")
@@ -217,26 +233,209 @@ def test_another_mechanism_s_login_module(
     assert logins(with_carol(wirebroker)) == expected
 
 
-@pytest.mark.parametrize(
-    "jaas_config",
-    ["com.example.NoSuchLoginModule required;", f"{OAUTH} required;"],
-    ids=["no-such-module", "oauthbearer-module"],
-)
-def test_a_module_kafka_cannot_log_in_with_does_not_start(
-    zk_connect: str, tmp_path: Path, jaas_config: str
+#: A PLAIN listener's login modules (`key`: its `sasl.jaas.config`; `section`: the JAAS file's
+#: `KafkaServer` section), and the start of the message of the LoginException Kafka's login with
+#: them fails with, as the JDK's LoginContext runs them by their control flags (None: it starts).
+LOGINS = {
+    "no-such-module": ("key", f"{NO_SUCH} required;", "No LoginModule found for"),
+    "oauthbearer-module": ("key", f"{OAUTH} required;", "An internal error occurred"),
+    "zookeeper-digest-module": ("key", f"{DIGEST} required;", None),
+    "digest-username-without-password": (
+        "section",
+        f'{DIGEST} required username="zk";',
+        "java.lang.NullPointerException",
+    ),
+    "required-no-such-module": (
+        "section",
+        f"{PLAIN} required {USERS}; {NO_SUCH} required;",
+        "No LoginModule found for",
+    ),
+    "required-oauthbearer-module": (
+        "section",
+        f"{PLAIN} required {USERS}; {OAUTH} required;",
+        "An internal error occurred",
+    ),
+    "after-a-sufficient-success": (
+        "section",
+        f"{PLAIN} sufficient {USERS}; {NO_SUCH} required;",
+        None,
+    ),
+    "sufficient-after-a-required-failure": (
+        "section",
+        f"{NO_SUCH} required; {PLAIN} sufficient {USERS};",
+        "No LoginModule found for",
+    ),
+    "optional-failures-and-a-success": (
+        "section",
+        f'{OAUTH} optional; {NO_SUCH} optional; {DIGEST} required username="zk" password="zk-pw";',
+        None,
+    ),
+    "optional-failures-only": (
+        "section",
+        f"{OAUTH} optional; {NO_SUCH} optional;",
+        "An internal error occurred",
+    ),
+    "requisite-after-a-required-failure": (
+        "section",
+        f"{OAUTH} required; {NO_SUCH} requisite; {PLAIN} required {USERS};",
+        "An internal error occurred",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LOGINS.values(), ids=LOGINS.keys())
+def test_starts_where_kafka_s_login_succeeds(
+    own_chroot: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, str, str | None],
 ) -> None:
+    where, modules, expected = case
+    key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+    jaas_file = tmp_path / "kafka_server_jaas.conf"
+    jaas_file.write_text(f"KafkaServer {{ {modules} }};\n")
+    props = {"sasl.enabled.mechanisms": "PLAIN", "inter.broker.listener.name": "PLAINTEXT"}
+    if where == "key":
+        props[key] = modules
+        source = key
+        jvm_options: list[str] = []
+    else:
+        source = f"section KafkaServer of {jaas_file}"
+        jvm_options = [f"-Djava.security.auth.login.config={jaas_file}"]
+
     plaintext, sasl = free_port(), free_port()
     listeners = f"PLAINTEXT://127.0.0.1:{plaintext},SASL_PLAINTEXT://127.0.0.1:{sasl}"
-    key = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
-    props = {
-        "listeners": listeners,
-        "advertised.listeners": listeners,
-        "inter.broker.listener.name": "PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        key: jaas_config,
-    }
-    kafka_message = kafka_refuses(
-        zk_connect, plaintext, props, tmp_path / "kafka", r"LoginException: ([^\r\n]*)"
+    workdir = tmp_path / "kafka"
+    kafka_message = None
+    try:
+        with kafka_broker(
+            own_chroot,
+            port=plaintext,
+            overrides={**props, "listeners": listeners, "advertised.listeners": listeners},
+            jvm_options=jvm_options,
+            workdir=workdir,
+        ):
+            pass
+    except KafkaProcessError:
+        kafka_log = (workdir / "kafka.log").read_text(errors="replace")
+        found = re.search(r"LoginException: ([^\r\n]*)", kafka_log)
+        assert found is not None, kafka_log[-3000:]
+        kafka_message = found[1].strip()
+    # What Kafka does, stated.
+    assert (kafka_message or "").startswith(expected or ""), kafka_message
+    assert (kafka_message is None) == (expected is None), kafka_message
+
+    monkeypatch.setenv("KAFKA_OPTS", " ".join(jvm_options))
+    if kafka_message is None:
+        props["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+        with serving(BrokerProcess(tmp_path / "wirebroker", props)):
+            return
+    stderr = wirebroker_refuses(
+        {**props, "listeners": listeners}, tmp_path / "wirebroker", jvm_options
     )
-    stderr = wirebroker_refuses(props, tmp_path / "wirebroker")
-    assert f"{key}: {kafka_message}" in stderr, (kafka_message, stderr)
+    assert f"{source}: {kafka_message}" in stderr, (kafka_message, stderr)
+
+
+class FirstGssapiToken:
+    """A GSSAPI client's first token, as bytes only: both servers close the connection before
+    reading it (neither has a Kerberos principal to accept it with)."""
+
+    mechanism = "GSSAPI"
+    complete = False
+
+    def initial(self) -> bytes:
+        return b"\x60\x00"
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        raise AssertionError(f"a GSSAPI challenge of {len(challenge)} bytes")
+
+
+def first_token_without_handshake(port: int) -> Steps:
+    """A Kafka 0.9 client's first GSSAPI token, sent with no SaslHandshake: [CLOSED] when the
+    connection is closed unanswered."""
+    with RawClient(f"127.0.0.1:{port}") as raw:
+        token = b"\x60\x82" + bytes(6)  # not a Kafka request: taken as GSSAPI's
+        raw.send_raw(struct.pack(">i", len(token)) + token)
+        try:
+            return [f"answered: {raw.receive_frame()!r}"]
+        except ConnectionError:
+            return [CLOSED]
+
+
+#: GSSAPI's JAAS entry without Krb5LoginModule (`key`: its `sasl.jaas.config`; `section`: the
+#: JAAS file's), and whether `sasl.kerberos.service.name` is set.
+GSSAPI_ENTRIES = {
+    "key": ("key", f"{PLAIN} required;", True),
+    "section": ("section", f"{PLAIN} required;", True),
+    "service-name-for-gssapi-only": ("key", f'{PLAIN} required serviceName="kafka";', False),
+}
+
+
+@pytest.mark.parametrize("case", GSSAPI_ENTRIES.values(), ids=GSSAPI_ENTRIES.keys())
+def test_gssapi_without_krb5_login_module_fails_every_gssapi_login(
+    own_chroot: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, str, bool],
+) -> None:
+    """GSSAPI's JAAS entry names PlainLoginModule: Kafka's KerberosLogin logs in with it and
+    starts, and its GSSAPI server, taking its Kerberos principal from the Subject, finds none:
+    each GSSAPI handshake is answered, then the connection closed. PLAIN logs in. With GSSAPI
+    enabled, KerberosLogin logs in every mechanism of the listener, each needing a service
+    name: PLAIN's entry has none, without `sasl.kerberos.service.name` neither starts."""
+    where, modules, service_name = case
+    jaas_file = tmp_path / "kafka_server_jaas.conf"
+    jaas_file.write_text(f"KafkaServer {{ {modules} }};\n")
+    props = {
+        "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": f"{PLAIN} required {USERS};",
+        "inter.broker.listener.name": "PLAINTEXT",
+    }
+    if service_name:
+        props["sasl.kerberos.service.name"] = "kafka"
+    jvm_options: list[str] = []
+    if where == "key":
+        props["listener.name.sasl_plaintext.gssapi.sasl.jaas.config"] = modules
+    else:
+        jvm_options = [f"-Djava.security.auth.login.config={jaas_file}"]
+
+    def answers(port: int) -> dict[str, Steps]:
+        return {
+            "GSSAPI": login(port, FirstGssapiToken(), "GSSAPI"),
+            "GSSAPI, no handshake": first_token_without_handshake(port),
+            "PLAIN alice": login(port, PlainClient("alice", "alice-pw"), "PLAIN"),
+        }
+
+    plaintext, sasl = free_port(), free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{plaintext},SASL_PLAINTEXT://127.0.0.1:{sasl}"
+    workdir = tmp_path / "kafka"
+    monkeypatch.setenv("KAFKA_OPTS", " ".join(jvm_options))
+    if not service_name:
+        all_props = {**props, "listeners": listeners, "advertised.listeners": listeners}
+        kafka_message = kafka_refuses(
+            own_chroot,
+            plaintext,
+            all_props,
+            workdir,
+            r"IllegalArgumentException: ([^\r\n]*)",
+            jvm_options,
+        )
+        # What Kafka does, stated.
+        assert kafka_message == "No serviceName defined in either JAAS or Kafka config"
+        assert kafka_message in wirebroker_refuses(all_props, tmp_path / "wirebroker", jvm_options)
+        return
+    with kafka_broker(
+        own_chroot,
+        port=plaintext,
+        overrides={**props, "listeners": listeners, "advertised.listeners": listeners},
+        jvm_options=jvm_options,
+        workdir=workdir,
+    ):
+        expected = answers(sasl)
+    # What Kafka does, stated.
+    assert expected["GSSAPI"] == expected["GSSAPI, no handshake"] == [CLOSED], expected
+    assert admitted(expected["PLAIN alice"]), expected
+
+    props["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+    with serving(BrokerProcess(tmp_path / "wirebroker", props)) as broker:
+        assert answers(broker.ports["SASL_PLAINTEXT"]) == expected

@@ -215,15 +215,6 @@ def test_gssapi_listener() -> None:
         (
             {
                 "sasl.kerberos.service.name": "kafka",
-                "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": (
-                    "org.apache.kafka.common.security.plain.PlainLoginModule required;"
-                ),
-            },
-            "GSSAPI takes com.sun.security.auth.module.Krb5LoginModule",
-        ),
-        (
-            {
-                "sasl.kerberos.service.name": "kafka",
                 "sasl.kerberos.principal.to.local.rules": "RULE:[1:$1]/l",
             },
             "Invalid rule",

@@ -9,8 +9,9 @@ and answers what it returns. As in Kafka:
   exchange goes on with bare tokens, as after a v0 handshake);
 - a SaslHandshake naming a mechanism the listener does not offer is answered with
   UNSUPPORTED_SASL_MECHANISM and the enabled mechanisms, then the connection is closed; one
-  naming an enabled mechanism Kafka would have no server for (`settings.has_sasl_server`) is
-  answered, then the next frame closes the connection, unanswered;
+  naming an enabled mechanism Kafka would have no server for (`settings.has_sasl_server`, or
+  GSSAPI whose JAAS entry has no Krb5LoginModule) is answered, then the next frame closes the
+  connection, unanswered;
 - after a v0 handshake the client's SASL tokens arrive as bare size-prefixed frames and are
   answered the same way; after v1 they come in SaslAuthenticate requests;
 - during SaslAuthenticate, another request is answered with its error response carrying
@@ -147,6 +148,9 @@ class SaslAuthenticator:
         except ProtocolError:
             if self.state == "handshake_or_versions" and GSSAPI in self.settings.mechanisms:
                 # Kafka 0.9's clients send their first GSSAPI token with no handshake.
+                no_server = self._no_server(GSSAPI)
+                if no_server is not None:
+                    return Step(None, no_server, delay=False)
                 self.server = self._server(GSSAPI)
                 self.raw_tokens = True
                 self.state = "authenticate"
@@ -201,20 +205,32 @@ class SaslAuthenticator:
                 self._encode(correlation_id, response, SASL_HANDSHAKE_KEY, version),
                 f"unsupported SASL mechanism {request.mechanism!r} (enabled: {mechanisms})",
             )
-        if has_sasl_server(request.mechanism, self.broker.login_modules):
+        # As Kafka's, the handshake is answered, then a SaslServer it cannot make dooms it.
+        self.doomed = self._no_server(request.mechanism)
+        if self.doomed is None:
             self.server = self._server(request.mechanism)
-        else:
-            # As Kafka's, the handshake is answered, then its SaslServer cannot be made.
-            self.doomed = (
-                "Kafka Server failed to create a SaslServer to interact with a client during "
-                f"session authentication with server mechanism {request.mechanism} (no JAAS "
-                f"entry of this broker names {LOGIN_MODULES[request.mechanism]}, which "
-                "registers it)"
-            )
         self.raw_tokens = version == 0
         self.state = "authenticate"
         response = SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=mechanisms)
         return Step(self._encode(correlation_id, response, SASL_HANDSHAKE_KEY, version))
+
+    def _no_server(self, mechanism: str) -> str | None:
+        """Why Kafka could make no SaslServer for an enabled `mechanism` (None: it could): no
+        login loaded its login module (`settings.has_sasl_server`), or GSSAPI's login has no
+        Krb5LoginModule, whose Kerberos principal its server takes from the Subject."""
+        if mechanism == GSSAPI and self.settings.kerberos is None:
+            return (
+                "Principal could not be determined from Subject, this may be a transient failure "
+                f"due to Kerberos re-login (the listener's GSSAPI JAAS entry names no "
+                f"{LOGIN_MODULES[GSSAPI]})"
+            )
+        if not has_sasl_server(mechanism, self.broker.login_modules):
+            return (
+                "Kafka Server failed to create a SaslServer to interact with a client during "
+                f"session authentication with server mechanism {mechanism} (no JAAS entry of "
+                f"this broker names {LOGIN_MODULES[mechanism]}, which registers it)"
+            )
+        return None
 
     def _server(self, mechanism: str) -> SaslServer:
         """The mechanism's server; its module is imported here, by the first exchange that

@@ -9,15 +9,17 @@ section (`jaas_file.kafka_server_section`; `_section_entry` takes each mechanism
 as Kafka's mechanisms do).
 
 GSSAPI (Kerberos, Kafka's default mechanism) takes the listener's `Krb5LoginModule` JAAS entry
-(`useKeyTab=true storeKey=true keyTab=... principal=...`), a service name (its `serviceName`
-option or `sasl.kerberos.service.name`) and `sasl.kerberos.principal.to.local.rules`, each
-refused with Kafka's message when missing, and the optional gssapi package (`kerberos`). As
+(`useKeyTab=true storeKey=true keyTab=... principal=...`; without one, as Kafka's, the listener
+starts and every GSSAPI login fails), a service name (a `serviceName` option or
+`sasl.kerberos.service.name`, which every mechanism of the listener needs, as Kafka's
+KerberosLogin logs them all in) and `sasl.kerberos.principal.to.local.rules`, each refused with
+Kafka's message when missing, and the optional gssapi package (`kerberos`). As
 Kafka's SaslChannelBuilder, which loads a JaasContext for each enabled mechanism, a listener
 needs a JAAS entry for every one: its prefixed `sasl.jaas.config`, else a section of the JAAS
 file (whatever its login modules); with neither, it is refused with Kafka's "Could not find a
 'KafkaServer' or '<l>.KafkaServer' entry in the JAAS configuration" and what to set, at start
 and for a change at run time. As Kafka's, a mechanism logs in with whatever login modules its
-entry names, refused only where Kafka's login fails (`_login_module_usable`), and its server
+entry names, refused only where Kafka's login fails (`login_failure`), and its server
 reads what Kafka's reads: PLAIN's users are the `user_<name>` options of PlainLoginModules (none
 without one); SCRAM's entry holds no options the server side reads (its credentials are stored,
 see `credentials`); OAUTHBEARER takes its validator's `unsecuredValidator*` options from its
@@ -74,6 +76,9 @@ PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
+#: ZooKeeper's, on Kafka's classpath: it logs in as PlainLoginModule (`CREDENTIAL_MODULES`), but
+#: only with a `username` option, and registers no SASL server or client of Kafka's.
+DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 LOGIN_MODULES = {
     GSSAPI: KRB5_LOGIN_MODULE,
     PLAIN: PLAIN_LOGIN_MODULE,
@@ -83,9 +88,9 @@ LOGIN_MODULES = {
 }
 #: The login modules that put their `username` option in the Subject's public credentials and
 #: their `password` in its private ones, where Kafka's SaslClientCallbackHandler finds this
-#: broker's PLAIN or SCRAM login (`subject_credentials`); their login always succeeds, and they
-#: log in for any mechanism but GSSAPI (`_login_module_usable`).
-CREDENTIAL_MODULES = (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE)
+#: broker's PLAIN or SCRAM login (`subject_credentials`; DigestLoginModule only when it has a
+#: `username`); their login succeeds for any mechanism (`login_failure`).
+CREDENTIAL_MODULES = (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, DIGEST_LOGIN_MODULE)
 #: Kafka 3.9's login callback handlers for OAUTHBEARER: the client-credentials one (by its
 #: public name and its deprecated one) and the default, unsecured, one.
 SECURED_LOGINS = (
@@ -256,7 +261,8 @@ class ListenerSasl:
         self.max_reauth_ms = max_reauth_ms
         #: How OAUTHBEARER tokens are checked (None: OAUTHBEARER is not enabled).
         self.oauthbearer = oauthbearer
-        #: The service principal GSSAPI clients log in to (None: GSSAPI is not enabled).
+        #: The service principal GSSAPI clients log in to (None: GSSAPI is not enabled, or its
+        #: JAAS entry names no Krb5LoginModule: every GSSAPI login fails, as Kafka's).
         self.kerberos = kerberos
 
     def plain_users(self) -> dict[str, str]:
@@ -316,9 +322,17 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
                 entry = _section_entry(mechanism, entries, source, prefix)
                 if entry is not None:
                     jaas[mechanism] = entry
-    for mechanism, entry in jaas.items():
+    for mechanism, modules in logins.items():
+        if GSSAPI in mechanisms:
+            # As Kafka's brokers: with GSSAPI enabled, KerberosLogin logs in every mechanism
+            # of the listener, and takes a service name for each.
+            _service_name(config, prefix, modules)
         how = _jaas_how(prefix, mechanism, logs_in=_logs_in(config, listener_name, mechanism))
-        _login_module_usable(mechanism, entry.login_module, sources[mechanism], how)
+        failure = login_failure(mechanism, modules)
+        if failure is not None:
+            raise ConfigError(f"{sources[mechanism]}: {failure}: {how}")
+        if mechanism in jaas:
+            _login_module_usable(mechanism, jaas[mechanism].login_module, sources[mechanism], how)
     reauth_key = prefix + "connections.max.reauth.ms"
     max_reauth_ms = config.get_int(
         reauth_key if config.is_set(reauth_key) else "connections.max.reauth.ms"
@@ -336,7 +350,9 @@ def listener_sasl(config: BrokerConfig, listener_name: str) -> ListenerSasl:
         _oauthbearer_validator(config, prefix, jaas, sources)
         if OAUTHBEARER in mechanisms
         else None,
-        _kerberos_service(config, listener_name, jaas, sources) if GSSAPI in mechanisms else None,
+        _kerberos_service(config, listener_name, jaas, sources, logins[GSSAPI])
+        if GSSAPI in mechanisms
+        else None,
     )
 
 
@@ -382,35 +398,16 @@ def _logs_in(config: BrokerConfig, listener_name: str, mechanism: str) -> bool:
 
 
 def _login_module_usable(mechanism: str, module: str, source: str, how: str) -> None:
-    """ConfigError, then `how` to set it right, where Kafka's login for a listener's
-    `mechanism` with the login `module` of its JAAS entry (its key's, or its section's for
-    GSSAPI and OAUTHBEARER) fails and the broker does not start, with Kafka's words where they
-    say why: a module Kafka's JVM does not have, OAuthBearerLoginModule for another mechanism
-    (no token from the login callback handler). As Kafka, a PlainLoginModule or ScramLoginModule
-    logs in for any mechanism but GSSAPI (PLAIN then has no users, SCRAM reads its stored
-    credentials, OAUTHBEARER's validator the module's options). GSSAPI takes its
-    Krb5LoginModule's keytab and principal, and only GSSAPI takes a Krb5LoginModule."""
+    """ConfigError, then `how` to set it right, where the login `module` of a listener's
+    `mechanism`'s JAAS entry (its key's, or its section's OAUTHBEARER one) is Krb5LoginModule
+    and the mechanism not GSSAPI: only GSSAPI takes a Krb5LoginModule (where Kafka would log in
+    to the KDC for nothing)."""
     from wirebroker.config import ConfigError
 
-    if mechanism == GSSAPI or module == KRB5_LOGIN_MODULE:
-        if (mechanism == GSSAPI) == (module == KRB5_LOGIN_MODULE):
-            return
+    if module == KRB5_LOGIN_MODULE and mechanism != GSSAPI:
         raise ConfigError(
             f"{source}: {mechanism} takes {LOGIN_MODULES[mechanism]}, not {module}: {how}"
         )
-    if module in CREDENTIAL_MODULES or (mechanism, module) == (
-        OAUTHBEARER,
-        OAUTHBEARER_LOGIN_MODULE,
-    ):
-        return
-    why = (
-        "An internal error occurred while retrieving token from callback handler (Kafka's "
-        f"login with {module} fails for {mechanism}: it logs in for OAUTHBEARER only)"
-        if module == OAUTHBEARER_LOGIN_MODULE
-        else f"No LoginModule found for {module} (wirebroker has Kafka's {PLAIN_LOGIN_MODULE}, "
-        f"{SCRAM_LOGIN_MODULE} and {OAUTHBEARER_LOGIN_MODULE}, and {KRB5_LOGIN_MODULE})"
-    )
-    raise ConfigError(f"{source}: {why}: {how}")
 
 
 def _no_jaas_context(
@@ -483,22 +480,43 @@ def _kerberos_service(
     listener_name: str,
     jaas: dict[str, JaasEntry],
     sources: dict[str, str],
-) -> KerberosService:
-    """GSSAPI's service principal and keytab (its JAAS entry), service name and short-name
-    rules, refused as Kafka refuses them; the gssapi package must be installed."""
+    modules: list[JaasEntry],
+) -> KerberosService | None:
+    """GSSAPI's service principal and keytab (its JAAS entry's Krb5LoginModule), service name
+    (the first `serviceName` option of its JAAS context's `modules`, as Kafka's KerberosLogin
+    reads it) and short-name rules, refused as Kafka refuses them; the gssapi package must be
+    installed. None without a Krb5LoginModule: as Kafka's, the listener starts, and its GSSAPI
+    server finds no Kerberos principal in the Subject: every GSSAPI login fails."""
     from wirebroker.config import ConfigError
     from wirebroker.sasl.kerberos import KerberosService, load_gssapi
     from wirebroker.sasl.kerberos_names import KerberosShortNamer
 
     prefix = f"listener.name.{listener_name.lower()}."
     entry = jaas.get(GSSAPI)
-    if entry is None:
-        section = _server_section(listener_name)
-        assert section is not None  # without one, listener_sasl refused GSSAPI
-        raise ConfigError(
-            f"{section[0]} has no {KRB5_LOGIN_MODULE} for GSSAPI: {_jaas_how(prefix, GSSAPI)}"
-        )
-    jaas_service = entry.options.get("serviceName")
+    service_name = _service_name(config, prefix, modules)
+    rules_key = "sasl.kerberos.principal.to.local.rules"
+    rules = _mechanism_setting(config, prefix, GSSAPI, rules_key) or "DEFAULT"
+    try:
+        short_namer = KerberosShortNamer([r for r in rules.split(",") if r.strip()])
+        if entry is None or entry.login_module != KRB5_LOGIN_MODULE:
+            return None
+        service = KerberosService.from_jaas(entry, sources[GSSAPI], service_name, short_namer)
+        load_gssapi()
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"listener {listener_name}: {e}") from None
+    return service
+
+
+def _service_name(config: BrokerConfig, prefix: str, modules: Sequence[JaasEntry]) -> str:
+    """The Kerberos service name Kafka's KerberosLogin takes for a JAAS context's `modules` on
+    the listener `prefix` names: the first `serviceName` option of its modules, else
+    `sasl.kerberos.service.name`; ConfigError (Kafka's words) when they differ or neither is
+    set."""
+    from wirebroker.config import ConfigError
+
+    jaas_service = next(
+        (m.options["serviceName"] for m in modules if "serviceName" in m.options), None
+    )
     config_service = _mechanism_setting(config, prefix, GSSAPI, "sasl.kerberos.service.name")
     if jaas_service is not None and config_service is not None and jaas_service != config_service:
         raise ConfigError(
@@ -508,15 +526,7 @@ def _kerberos_service(
     service_name = jaas_service or config_service
     if service_name is None:
         raise ConfigError("No serviceName defined in either JAAS or Kafka config")
-    rules_key = "sasl.kerberos.principal.to.local.rules"
-    rules = _mechanism_setting(config, prefix, GSSAPI, rules_key) or "DEFAULT"
-    try:
-        short_namer = KerberosShortNamer([r for r in rules.split(",") if r.strip()])
-        service = KerberosService.from_jaas(entry, sources[GSSAPI], service_name, short_namer)
-        load_gssapi()
-    except (ValueError, ImportError) as e:
-        raise ConfigError(f"listener {listener_name}: {e}") from None
-    return service
+    return service_name
 
 
 def _oauthbearer_validator(
@@ -760,8 +770,19 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
             f"sasl.mechanism.inter.broker.protocol={mechanism} must be enabled on the "
             f"inter-broker listener {listener} (sasl.enabled.mechanisms: {', '.join(offered)})"
         )
-    kerberos = settings.kerberos
-    if mechanism == GSSAPI and kerberos is not None:
+    how = _jaas_how(f"listener.name.{listener.lower()}.", mechanism, logs_in=True)
+    # listener_sasl found the mechanism's JAAS context (the key's, or the JAAS file's section;
+    # else refused) and checked its modules.
+    source = settings.jaas_sources[mechanism]
+    if mechanism == GSSAPI:
+        kerberos = settings.kerberos
+        if kerberos is None:
+            # Kafka's login finds no Kerberos principal in the Subject: every login to a peer
+            # fails.
+            raise ConfigError(
+                f"{source}: this broker's GSSAPI login to its peers takes its principal and "
+                f"keytab from {KRB5_LOGIN_MODULE}, which its JAAS entry does not name: {how}"
+            )
         # The listener's own principal and keytab, as Kafka's brokers log in with its
         # KafkaServer entry, to the service of the same name on the peer's host.
         options = {
@@ -770,12 +791,8 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
             "serviceName": kerberos.service_name,
         }
         return SaslLogin(listener, mechanism, options)
-    how = _jaas_how(f"listener.name.{listener.lower()}.", mechanism, logs_in=True)
-    # listener_sasl found the mechanism's JAAS context (the key's, or the JAAS file's section;
-    # else refused) and checked its modules.
-    source = settings.jaas_sources[mechanism]
     if mechanism != OAUTHBEARER:
-        username, password = subject_credentials(settings.logins[mechanism])
+        username, password = subject_credentials(mechanism, settings.logins[mechanism])
         if not username or password is None:
             raise ConfigError(f"{source} needs this broker's username and password: {how}")
         if mechanism in SCRAM and not _scram_client(config, settings):
@@ -803,16 +820,75 @@ def inter_broker_login(config: BrokerConfig) -> SaslLogin | None:
     return SaslLogin(listener, mechanism, dict(entry.options), access_token)
 
 
-def initialized_modules(modules: Sequence[JaasEntry]) -> list[JaasEntry]:
-    """The login modules of a JAAS context Kafka's login (the JDK's LoginContext) initializes: in
-    order, up to the first `sufficient` one of `CREDENTIAL_MODULES` (whose login succeeds, and
-    so ends the login)."""
-    out: list[JaasEntry] = []
+def login_failure(mechanism: str, modules: Sequence[JaasEntry]) -> str | None:
+    """Kafka's LoginException message where its login for `mechanism` with a JAAS context's
+    `modules` fails, and the broker does not start (`_login`); None where it succeeds."""
+    return _login(mechanism, modules)[1]
+
+
+def initialized_modules(mechanism: str, modules: Sequence[JaasEntry]) -> list[JaasEntry]:
+    """The login modules of a JAAS context Kafka's login for `mechanism` initializes
+    (`_login`)."""
+    return _login(mechanism, modules)[0]
+
+
+def _login(mechanism: str, modules: Sequence[JaasEntry]) -> tuple[list[JaasEntry], str | None]:
+    """What Kafka's login for `mechanism` (the JDK's LoginContext) does with a JAAS context's
+    `modules`: the modules it initializes, in order, and its LoginException's message (None: it
+    succeeds). As the LoginContext's control flags say, a module's failure (`_module_failure`)
+    fails the login at once when it is `requisite`; when `required`, once all the modules ran
+    (the first such failure); when `sufficient` or `optional`, only when no module succeeds (the
+    first failure). A `sufficient` module that succeeds, no `required` one having failed before
+    it, ends the login: the modules after it are not initialized."""
+    reached: list[JaasEntry] = []
+    first_required: str | None = None
+    first_error: str | None = None
+    success = False
     for entry in modules:
-        out.append(entry)
-        if entry.control_flag == "sufficient" and entry.login_module in CREDENTIAL_MODULES:
-            break
-    return out
+        reached.append(entry)
+        error = _module_failure(mechanism, entry)
+        if error is None:
+            if entry.control_flag == "sufficient" and first_required is None:
+                return reached, None
+            success = True
+        elif entry.control_flag == "requisite":
+            return reached, first_required or error
+        elif entry.control_flag == "required":
+            first_required = first_required or error
+        else:
+            first_error = first_error or error
+    return reached, first_required or (None if success else first_error)
+
+
+def _module_failure(mechanism: str, entry: JaasEntry) -> str | None:
+    """Kafka's LoginException message where the login of one login module, for `mechanism`,
+    fails; None where it succeeds: a module Kafka's JVM does not have, OAuthBearerLoginModule
+    for another mechanism than OAUTHBEARER (no token from the login callback handler),
+    DigestLoginModule with a `username` and no `password` (it adds a null password to the
+    Subject). The others succeed: PlainLoginModule, ScramLoginModule and DigestLoginModule for
+    any mechanism; Krb5LoginModule here too (GSSAPI's KerberosService checks its keytab and
+    principal; `_login_module_usable` refuses it for another mechanism's entry)."""
+    module = entry.login_module
+    options = entry.options
+    if module == DIGEST_LOGIN_MODULE and "username" in options and "password" not in options:
+        return (
+            "java.lang.NullPointerException: invalid null input(s) (ZooKeeper's "
+            f'{DIGEST_LOGIN_MODULE} with a username needs its password="...")'
+        )
+    if module in (*CREDENTIAL_MODULES, KRB5_LOGIN_MODULE):
+        return None
+    if module == OAUTHBEARER_LOGIN_MODULE:
+        if mechanism == OAUTHBEARER:
+            return None
+        return (
+            "An internal error occurred while retrieving token from callback handler (Kafka's "
+            f"login with {module} fails for {mechanism}: it logs in for OAUTHBEARER only)"
+        )
+    return (
+        f"No LoginModule found for {module} (wirebroker has Kafka's {PLAIN_LOGIN_MODULE}, "
+        f"{SCRAM_LOGIN_MODULE} and {OAUTHBEARER_LOGIN_MODULE}, ZooKeeper's "
+        f"{DIGEST_LOGIN_MODULE}, and {KRB5_LOGIN_MODULE})"
+    )
 
 
 def loaded_login_modules(listeners: Iterable[ListenerSasl]) -> set[str]:
@@ -821,8 +897,8 @@ def loaded_login_modules(listeners: Iterable[ListenerSasl]) -> set[str]:
     return {
         entry.login_module
         for listener in listeners
-        for modules in listener.logins.values()
-        for entry in initialized_modules(modules)
+        for mechanism, modules in listener.logins.items()
+        for entry in initialized_modules(mechanism, modules)
     }
 
 
@@ -834,17 +910,22 @@ def has_sasl_server(mechanism: str, loaded: set[str]) -> bool:
     return mechanism == GSSAPI or LOGIN_MODULES[mechanism] in loaded
 
 
-def subject_credentials(modules: Sequence[JaasEntry]) -> tuple[str | None, str | None]:
-    """This broker's PLAIN or SCRAM username and password, as Kafka's SaslClientCallbackHandler
-    takes them from the Subject a login with `modules` (a JAAS context) fills: each module of
-    `CREDENTIAL_MODULES` the LoginContext initializes adds its `username` to the public
-    credentials and its `password` to the private ones; of several, each is the one a Java
+def subject_credentials(
+    mechanism: str, modules: Sequence[JaasEntry]
+) -> tuple[str | None, str | None]:
+    """This broker's PLAIN or SCRAM (`mechanism`) username and password, as Kafka's
+    SaslClientCallbackHandler takes them from the Subject a login with `modules` (a JAAS
+    context) fills: each module of `CREDENTIAL_MODULES` the LoginContext initializes adds its
+    `username` to the public credentials and its `password` to the private ones
+    (DigestLoginModule only when it has a `username`); of several, each is the one a Java
     HashSet of them yields first (`Subject.getPublicCredentials(String.class)`). None where no
     module gives one."""
     usernames: list[str] = []
     passwords: list[str] = []
-    for entry in initialized_modules(modules):
-        if entry.login_module not in CREDENTIAL_MODULES:
+    for entry in initialized_modules(mechanism, modules):
+        if entry.login_module not in CREDENTIAL_MODULES or (
+            entry.login_module == DIGEST_LOGIN_MODULE and "username" not in entry.options
+        ):
             continue
         if "username" in entry.options:
             usernames.append(entry.options["username"])

@@ -63,11 +63,13 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, bufsize=1
         )
-        ready = threading.Event()
+        settled = threading.Event()  # the ready line came, or the error output closed
+        ready = False
         stderr = self.proc.stderr
         assert stderr is not None
 
         def pump() -> None:
+            nonlocal ready
             for line in stderr:
                 with self._logged:
                     self.log.append(line.rstrip())
@@ -78,11 +80,14 @@ class BrokerProcess:
                         e["name"]: int(e["port"]) for e in LISTENER.finditer(m["listeners"])
                     }
                     self.port = next(iter(self.ports.values()))
-                    ready.set()
-            ready.set()
+                    ready = True
+                    settled.set()
+            settled.set()
 
         threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(timeout) or self.proc.poll() is not None:
+        # A broker refusing its config closes its error output before its exit shows: only
+        # the ready line means started.
+        if not settled.wait(timeout) or not ready or self.proc.poll() is not None:
             self.kill()
             raise RuntimeError("wirebroker did not start:\n" + "\n".join(self.log[-30:]))
 

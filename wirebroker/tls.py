@@ -635,12 +635,16 @@ def _load_keystore(
                     f"{settings.name('ssl.keystore.location')}: the PKCS12 store holds no "
                     "private key"
                 )
-            key = store.key
-            certs = [store.cert.certificate, *(c.certificate for c in store.additional_certs)]
-            name = (store.cert.friendly_name or b"").decode("utf-8", "replace").lower()
-            key_entry = CertificateEntry(name, certs[0])
             entries = _pkcs12_entries(settings, data, password) if list_entries else None
             keys = _pkcs12_keys(settings, data, password, key_password or password)
+            if keys is None:  # its entries cannot be listed: its first key as cryptography reads it
+                key = store.key
+                certs = [store.cert.certificate, *(c.certificate for c in store.additional_certs)]
+                name = (store.cert.friendly_name or b"").decode("utf-8", "replace").lower()
+                key_entry = CertificateEntry(name, certs[0])
+            else:
+                _, key, certs = keys[0]
+                key_entry = CertificateEntry(keys[0][0], certs[0])
         elif kind == "JKS":
             keys, entries = _jks_keys(settings, data, key_password)
             _, key, certs = keys[0]
@@ -720,9 +724,10 @@ def _load_key(context: ssl.SSLContext, key: Any, certs: list[Any]) -> None:
 def _pkcs12_keys(
     settings: SslSettings, data: bytes, password: bytes | None, key_password: bytes | None
 ) -> list[_Key] | None:
-    """A PKCS12 keystore's keys with their chains as Java's PKCS12KeyStore makes them, each
-    decrypted with `key_password` (Kafka's: `ssl.key.password`, else the store's), when it holds
-    more than one (None otherwise, or when its entries cannot be listed: then its first key)."""
+    """A PKCS12 keystore's keys with their chains as Java's PKCS12KeyStore makes them (a key's
+    certificate and its issuers among the store's certificates, not every certificate of the
+    store), each decrypted with `key_password` (Kafka's: `ssl.key.password`, else the store's);
+    None when its entries cannot be listed."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
@@ -732,7 +737,7 @@ def _pkcs12_keys(
         listed = key_entries(data, password)
     except ValueError:  # (a Pkcs12Error, logged where the entries are listed)
         return None
-    if len(listed) < 2:
+    if not listed:
         return None
     keys = []
     for entry in listed:

@@ -7,11 +7,11 @@ import javax.net.ssl.SSLServerSocket;
 import javax.net.ssl.SSLSocket;
 
 /**
- * A TLS server on 127.0.0.1 from a keystore (arguments: type, file, password), with the key
- * manager Kafka's DefaultSslEngineFactory makes by default (KeyManagerFactory's default
- * algorithm, SunX509, given the store and its password): prints its port, then completes each
- * handshake it accepts and writes one byte, until it is killed. Run by test_keystore_keys.py
- * with the JDK only.
+ * A TLS server on 127.0.0.1 from a keystore (arguments: type, file, password and optionally the
+ * key password, Kafka's ssl.key.password), with the key manager Kafka's DefaultSslEngineFactory
+ * makes by default (KeyManagerFactory's default algorithm, SunX509, given the store and the key
+ * password, else the store's): prints its port, then completes each handshake it accepts and
+ * writes one byte, until it is killed. Run by test_keystore_keys.py with the JDK only.
  */
 public class KeystoreServer {
     public static void main(String[] args) throws Exception {
@@ -21,7 +21,7 @@ public class KeystoreServer {
         }
         KeyManagerFactory factory =
             KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
-        factory.init(store, args[2].toCharArray());
+        factory.init(store, args[args.length > 3 ? 3 : 2].toCharArray());
         SSLContext context = SSLContext.getInstance("TLS");
         context.init(factory.getKeyManagers(), null, null);
         SSLServerSocket server = (SSLServerSocket) context.getServerSocketFactory()

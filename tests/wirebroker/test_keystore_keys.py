@@ -191,5 +191,11 @@ def test_a_pkcs12_key_is_read_with_the_key_password(one_key_store: Path, tmp_pat
         "ssl.keystore.password": PASSWORD,
         "ssl.key.password": "another-password",
     }
-    with pytest.raises(RuntimeError, match=r"cannot read the key 'leaf' \(ssl.key.password\?\)"):
-        BrokerProcess(tmp_path, properties, extra_listeners=("SSL",)).start()
+    broker = BrokerProcess(tmp_path, properties, extra_listeners=("SSL",))
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"cannot read the key 'leaf' \(ssl.key.password\?\)"
+        ):
+            broker.start()
+    finally:
+        broker.kill()  # (started, had it not refused)

@@ -37,7 +37,7 @@ from protocol.messages.alter_user_scram_credentials import AlterUserScramCredent
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
 from tests.broker_process import BrokerProcess, serving
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import RawClient, wait_until
 from wirebroker.sasl.mechanism import SaslClient
 from wirebroker.sasl.oauthbearer import OAuthBearerClient, unsecured_token
 from wirebroker.sasl.plain import PlainClient
@@ -183,12 +183,19 @@ def with_carol(ports: dict[str, int]) -> dict[str, int]:
     with RawClient(f"127.0.0.1:{ports['PLAINTEXT']}") as raw:
         done = raw.request(AlterUserScramCredentialsRequest(upsertions=[upsertion]), 0)
     assert done.results[0].error_code == 0, done
-    deadline = time.monotonic() + 30
-    scram = ScramClient("SCRAM-SHA-256", "carol", CAROL)
-    while not admitted(login(ports["SASL_PLAINTEXT"], scram, "SCRAM-SHA-256")):
-        assert time.monotonic() < deadline, "carol's credential never reached the broker"
-        time.sleep(0.1)  # Kafka's cache takes it from ZooKeeper: nothing to await
-        scram = ScramClient("SCRAM-SHA-256", "carol", CAROL)
+    # Kafka's cache takes it from ZooKeeper: nothing to await but a login that works.
+    wait_until(
+        lambda: admitted(
+            login(
+                ports["SASL_PLAINTEXT"],
+                ScramClient("SCRAM-SHA-256", "carol", CAROL),
+                "SCRAM-SHA-256",
+            )
+        ),
+        timeout=30,
+        interval=0.1,
+        what="carol's credential to reach the broker",
+    )
     return ports
 
 

@@ -248,7 +248,11 @@ def _cluster_notes(catalogue: Sequence[Figure], results: Results) -> list[str]:
         f"{session * 2 / 3:g}-{session + tick:g} s on both. The second row 11 figure leaves "
         "that out: from the deletion of the killed broker's `/brokers/ids` znode (watched "
         "in ZooKeeper by the harness) to the same acknowledgement, so the election, "
-        "LeaderAndIsr and UpdateMetadata, and the client's metadata refresh.",
+        "LeaderAndIsr and UpdateMetadata, and the client's metadata refresh. Most of it is "
+        "the client's on both brokers: librdkafka asks again about a partition whose leader "
+        "is down only once a second, and waits a second more when the answer naming the new "
+        "leader, which no longer lists the dead broker, loses a race between its threads "
+        "(docs/perf-notes.md, row 11's after-expiry figure), so 0-2 s.",
         "",
     ]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import trio
 
 from protocol.messages.update_metadata import UpdateMetadataRequest
+from protocol.primitives import ZERO_UUID
 
-ZERO_UUID = uuid.UUID(int=0)
 NO_LEADER = -1
 #: UpdateMetadata marks the partitions of a topic being deleted with this leader (Kafka's
 #: LeaderAndIsr.LeaderDuringDelete); the cache drops them.

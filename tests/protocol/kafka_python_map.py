@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from protocol.messages import APIS
+from protocol.primitives import ZERO_UUID
 from protocol.schema import Field, Message, Struct
 
 with warnings.catch_warnings():
@@ -51,7 +51,6 @@ with warnings.catch_warnings():
 #: A kafka-python class (its layers are dynamically built, so there is nothing to type them with).
 KpClass = Any
 
-ZERO_UUID = uuid.UUID(int=0)
 #: kafka-python's `bitfield` (a set of bit numbers) uses {31}, i.e. INT32_MIN, as "null".
 _BITFIELD_NULL = -(2**31)
 

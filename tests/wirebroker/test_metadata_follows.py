@@ -25,6 +25,7 @@ from kafka import KafkaConsumer
 
 from protocol.errors import ErrorCode
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
+from protocol.primitives import ZERO_UUID
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.helpers import RawClient, ToldPartition, create_topic, told_partitions
 
@@ -32,7 +33,6 @@ pytestmark = pytest.mark.integration
 
 TIMEOUT = 30.0
 NODE = 0  # broker.id's default
-ZERO_UUID = uuid.UUID(int=0)
 
 Partitions = dict[int, ToldPartition]
 

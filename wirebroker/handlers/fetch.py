@@ -60,6 +60,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchRequest, FetchResponse
+from protocol.primitives import ZERO_UUID
 from storage.segment import LookupReads
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import Later, RequestContext, handles
@@ -72,7 +73,6 @@ from wirebroker.read_ahead import read_ahead
 
 READ_COMMITTED = 1
 EMPTY = memoryview(b"")  # a partition with an error still carries records: empty, never null
-ZERO_UUID = uuid.UUID(int=0)
 
 PartitionData = FetchResponse.PartitionData
 

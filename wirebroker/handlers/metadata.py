@@ -43,13 +43,13 @@ through it too.
 
 from __future__ import annotations
 
-import uuid
 from functools import partial
 
 import trio
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
+from protocol.primitives import ZERO_UUID
 from protocol.spliced import item_bytes
 from wirebroker import auto_topics
 from wirebroker.authorizer.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -58,7 +58,6 @@ from wirebroker.metadata_cache import MetadataCache
 from wirebroker.topics import INTERNAL_TOPICS, validate_topic_name
 
 Topic = MetadataResponse.MetadataResponseTopic
-ZERO_UUID = uuid.UUID(int=0)
 #: How long Metadata waits for a starting cluster member's first UpdateMetadata.
 FIRST_UPDATE_WAIT_S = 10.0
 #: This handler's keys in `MetadataCache.derived`: a told topic, and its encoding by version.

@@ -39,6 +39,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from protocol.primitives import ZERO_UUID
 from wirebroker.authorizer.acls import AclOperation, ResourceType
 from wirebroker.dispatch import RequestContext, handles
 from wirebroker.quotas import throttle
@@ -46,7 +47,6 @@ from wirebroker.quotas.client import MutationQuota, session_names
 from wirebroker.topic_configs import describe_topic_configs
 from wirebroker.topics import INTERNAL_TOPICS, TopicRecord
 
-ZERO_UUID = uuid.UUID(int=0)
 #: The versions from which the controller mutation quota is strict (Kafka's KafkaApis).
 CREATE_TOPICS_STRICT_SINCE, DELETE_TOPICS_STRICT_SINCE, CREATE_PARTITIONS_STRICT_SINCE = 6, 5, 3
 _Topic = CreateTopicsRequest.CreatableTopic

@@ -32,6 +32,7 @@ from protocol.messages.alter_partition import AlterPartitionRequest, AlterPartit
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
 from protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from protocol.messages.update_metadata import UpdateMetadataRequest
+from protocol.primitives import ZERO_UUID
 from storage.chore import Chore
 from storage.errors import KafkaStorageError
 from wirebroker.java_hashing import string_hash
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ZERO_UUID = uuid.UUID(int=0)
 ALTER_PARTITION_VERSION = 3
 #: StopReplica leader epochs that skip the epoch check (Kafka's LeaderAndIsr.NoEpoch and
 #: EpochDuringDelete).

@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from protocol.primitives import ZERO_UUID
 from storage.checkpoints import fsync_dir
 
 FILE_NAME = "partition.metadata"
-ZERO_UUID = uuid.UUID(int=0)
 
 
 def encode_topic_id(topic_id: uuid.UUID) -> str:

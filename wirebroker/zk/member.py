@@ -38,6 +38,7 @@ from protocol.messages.controlled_shutdown import (
     ControlledShutdownRequest,
     ControlledShutdownResponse,
 )
+from protocol.primitives import ZERO_UUID
 from wirebroker import host_names
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.controller import decisions
@@ -617,7 +618,7 @@ class ClusterMember:
         with contextlib.suppress(NodeExistsError):
             await self.zk.create(znodes.delete_topic_path(name), makepath=True)
         log.info("topic %s marked for deletion", name)
-        return assignment.topic_id or uuid.UUID(int=0)
+        return assignment.topic_id or ZERO_UUID
 
     async def wait_topic_deleted(self, name: str, timeout_s: float) -> bool:
         with trio.move_on_after(timeout_s):

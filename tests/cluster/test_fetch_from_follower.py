@@ -1,0 +1,209 @@
+"""Consumers fetching from followers (KIP-392) in a three-broker cluster, one rack per broker
+(in-process brokers over a real ZooKeeper): a follower serves a v11+ consumer fetch from its
+own log up to its high watermark, with Kafka's errors outside it; the leader, with
+RackAwareReplicaSelector, sends a consumer naming a follower's rack to that follower; and
+librdkafka with `client.rack` reads its records from the same-rack follower."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from confluent_kafka import Consumer, TopicPartition
+
+from protocol.errors import ErrorCode
+from protocol.messages.fetch import FetchRequest
+from tests.cluster.harness import (
+    call,
+    create_topic,
+    eventually,
+    produce,
+    replicated,
+    start_broker,
+)
+from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.server import RunningBroker
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+TOPIC = "nearby"
+RECORDS = 20
+SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+LEADER, NEAR, FAR = 1, 2, 3  # the partition's replicas are [1, 2, 3]: broker 1 leads
+
+
+async def start_racks(nursery: trio.Nursery, zk_connect: str, tmp: Path) -> dict[int, Any]:
+    """Brokers 1-3 in racks rack-1..3 with the rack-aware selector, the topic written to all
+    three and every follower's high watermark at its end."""
+    brokers = {
+        i: await start_broker(
+            nursery,
+            zk_connect,
+            tmp,
+            i,
+            broker_rack=f"rack-{i}",
+            replica_selector_class=SELECTOR,
+            **{"wirebroker.metrics.listener": "127.0.0.1:0"},
+        )
+        for i in (1, 2, 3)
+    }
+    await eventually(
+        lambda: all(
+            len(list(b.broker.metadata_cache.alive_brokers())) == 3 for b in brokers.values()
+        ),
+        what="3 live brokers",
+    )
+    await create_topic(brokers[1], TOPIC, 1, assignments={0: [LEADER, NEAR, FAR]})
+    await eventually(
+        lambda: all(b.broker.partition(TOPIC, 0) is not None for b in brokers.values()),
+        what="every replica made",
+    )
+    leader = brokers[LEADER].broker.partition(TOPIC, 0)
+    await eventually(lambda: leader.is_local_leader and len(leader.isr) == 3, what="full ISR")
+    await trio.to_thread.run_sync(
+        produce, {"bootstrap.servers": bootstrap(brokers[1])}, TOPIC, RECORDS
+    )
+    await replicated(list(brokers.values()), TOPIC, RECORDS)
+    await eventually(
+        lambda: all(
+            b.broker.partition(TOPIC, 0).high_watermark == RECORDS for b in brokers.values()
+        ),
+        what="every replica's high watermark at the end",
+    )
+    return brokers
+
+
+def bootstrap(running: RunningBroker) -> str:
+    listener = running.listeners[0]
+    return f"{listener.host}:{listener.port}"
+
+
+def fetch(offset: int, *, rack: str = "", epoch: int = -1, isolation: int = 0) -> FetchRequest:
+    """A consumer's fetch of the topic's partition 0 (topic by name: v12 and below)."""
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        isolation_level=isolation,
+        rack_id=rack,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=TOPIC,
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=epoch,
+                        fetch_offset=offset,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+    )
+
+
+async def answer(running: RunningBroker, request: FetchRequest, version: int) -> Any:
+    response = await call(running, request, version)
+    assert response.error_code == ErrorCode.NONE
+    return response.responses[0].partitions[0]
+
+
+def run(body: Any, zk_connect: str, tmp_path: Path) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            brokers = await start_racks(nursery, zk_connect, tmp_path)
+            await body(brokers)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_follower_serves_consumers_up_to_its_high_watermark(
+    zk_connect: str, tmp_path: Path
+) -> None:
+    async def body(brokers: dict[int, RunningBroker]) -> None:
+        near = brokers[NEAR]
+        epoch = near.broker.partition(TOPIC, 0).leader_epoch
+        # v11+ carries client metadata: the follower reads its own log.
+        read = await answer(near, fetch(0), 11)
+        assert read.error_code == ErrorCode.NONE
+        assert read.high_watermark == read.last_stable_offset == RECORDS
+        assert len(read.records) > 0
+        assert read.preferred_read_replica == -1  # only a leader chooses
+        # At its high watermark: nothing yet, no error (a long poll would wait there).
+        at_end = await answer(near, fetch(RECORDS, epoch=epoch), 12)
+        assert (at_end.error_code, len(at_end.records)) == (ErrorCode.NONE, 0)
+        # Beyond its log: Kafka's OFFSET_OUT_OF_RANGE, offsets unknown.
+        beyond = await answer(near, fetch(RECORDS + 5), 12)
+        assert beyond.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert beyond.high_watermark == -1
+        # The leader epoch is checked against the follower's.
+        ahead = await answer(near, fetch(0, epoch=epoch + 1), 12)
+        assert ahead.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+        # Without client metadata (v10) a consumer must go to the leader, as before.
+        old = await answer(near, fetch(0), 10)
+        assert old.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    run(body, zk_connect, tmp_path)
+
+
+def test_the_leader_sends_a_consumer_to_its_racks_follower(zk_connect: str, tmp_path: Path) -> None:
+    async def body(brokers: dict[int, RunningBroker]) -> None:
+        leader = brokers[LEADER]
+        sent = await answer(leader, fetch(0, rack=f"rack-{NEAR}"), 12)
+        assert sent.error_code == ErrorCode.NONE
+        assert sent.preferred_read_replica == NEAR
+        assert len(sent.records) == 0
+        assert sent.high_watermark == RECORDS
+        for rack in (f"rack-{LEADER}", "elsewhere", ""):  # the leader's own rack, or none
+            kept = await answer(leader, fetch(0, rack=rack), 12)
+            assert kept.preferred_read_replica == -1
+            assert len(kept.records) > 0
+
+        # The consumer in rack-2 reads every record from broker 2, none from the leader.
+        before = {i: topic_bytes_out(b) for i, b in brokers.items()}
+        got = await trio.to_thread.run_sync(
+            functools.partial(consume_in_rack, bootstrap(leader), f"rack-{NEAR}")
+        )
+        assert got == [f"replicated-{i}".encode() for i in range(RECORDS)]
+        bytes_out = {i: topic_bytes_out(b) - before[i] for i, b in brokers.items()}
+        assert bytes_out[NEAR] > 0 and bytes_out[LEADER] == bytes_out[FAR] == 0, bytes_out
+
+    run(body, zk_connect, tmp_path)
+
+
+def consume_in_rack(bootstrap_servers: str, rack: str) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "nearby-readers",
+            "enable.auto.commit": False,
+            "client.rack": rack,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got: list[bytes] = []
+    try:
+        while len(got) < RECORDS:
+            message = consumer.poll(30)
+            assert message is not None and message.error() is None, message
+            got.append(message.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def topic_bytes_out(running: RunningBroker) -> int:
+    """Kafka's BytesOutPerSec of the topic on this broker: record bytes sent to consumers."""
+    stats = running.broker.stats.topics.get(TOPIC)
+    return 0 if stats is None else stats.bytes_out
+
+
+def test_an_unknown_replica_selector_refuses_to_start(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="replica.selector.class=com.example.NearestSelector"):
+        BrokerConfig.from_properties(
+            {"log.dirs": str(tmp_path), "replica.selector.class": "com.example.NearestSelector"}
+        )

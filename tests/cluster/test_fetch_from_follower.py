@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchRequest
@@ -33,6 +33,8 @@ TOPIC = "nearby"
 RECORDS = 20
 SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 LEADER, NEAR, FAR = 1, 2, 3  # the partition's replicas are [1, 2, 3]: broker 1 leads
+OPEN = 3  # records of the transaction left open
+READ_COMMITTED = 1
 
 
 async def start_racks(nursery: trio.Nursery, zk_connect: str, tmp: Path) -> dict[int, Any]:
@@ -46,7 +48,10 @@ async def start_racks(nursery: trio.Nursery, zk_connect: str, tmp: Path) -> dict
             i,
             broker_rack=f"rack-{i}",
             replica_selector_class=SELECTOR,
-            **{"wirebroker.metrics.listener": "127.0.0.1:0"},
+            **{
+                "wirebroker.metrics.listener": "127.0.0.1:0",
+                "transaction.state.log.num.partitions": "1",
+            },
         )
         for i in (1, 2, 3)
     }
@@ -148,6 +153,42 @@ def test_a_follower_serves_consumers_up_to_its_high_watermark(
         assert old.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     run(body, zk_connect, tmp_path)
+
+
+def test_a_follower_bounds_read_committed_at_its_last_stable_offset(
+    zk_connect: str, tmp_path: Path
+) -> None:
+    async def body(brokers: dict[int, RunningBroker]) -> None:
+        producer = await trio.to_thread.run_sync(open_transaction, bootstrap(brokers[LEADER]))
+        try:
+            near = brokers[NEAR]
+            replica = near.broker.partition(TOPIC, 0)
+            end = RECORDS + OPEN
+            await eventually(lambda: replica.high_watermark == end, what="the follower's HW")
+            committed = await answer(near, fetch(0, isolation=READ_COMMITTED), 12)
+            assert committed.error_code == ErrorCode.NONE
+            assert (committed.high_watermark, committed.last_stable_offset) == (end, RECORDS)
+            # At its last stable offset a read_committed consumer waits for the decision; a
+            # read_uncommitted one reads on up to the high watermark.
+            held = await answer(near, fetch(RECORDS, isolation=READ_COMMITTED), 12)
+            assert (held.error_code, len(held.records)) == (ErrorCode.NONE, 0)
+            read = await answer(near, fetch(RECORDS), 12)
+            assert (read.error_code, len(read.records) > 0) == (ErrorCode.NONE, True)
+        finally:
+            await trio.to_thread.run_sync(producer.abort_transaction, 30)
+
+    run(body, zk_connect, tmp_path)
+
+
+def open_transaction(bootstrap_servers: str) -> Producer:
+    """A transactional producer with `OPEN` records in a transaction it has not ended."""
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "transactional.id": "nearby"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(OPEN):
+        producer.produce(TOPIC, f"open-{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    return producer
 
 
 def test_the_leader_sends_a_consumer_to_its_racks_follower(zk_connect: str, tmp_path: Path) -> None:

@@ -45,8 +45,16 @@ TOPIC_AUTHORIZATION_FAILED, after an unknown topic id and before an unknown topi
 (replica id >= 0) must be allowed to act as a broker (`RequestContext.authorize_cluster_action`:
 CLUSTER_ACTION, and here also the inter-broker listener of a cluster), else every partition is
 TOPIC_AUTHORIZATION_FAILED and nothing of the follower's state changes.
-Differences from Kafka: no preferred read replica (-1); a consumer's byte rate counts the
-records' bytes (Kafka: the whole response's).
+Fetching from followers (KIP-392), as Kafka: a consumer's fetch with client metadata (v11+)
+is served by any replica of the partition, a follower reading its own log up to its high
+watermark (its last stable offset for READ_COMMITTED; out of its log: OFFSET_OUT_OF_RANGE),
+with the leader epoch checked against its own; an older consumer fetch (v10 and below) still
+needs the leader (NOT_LEADER_OR_FOLLOWER). With `replica.selector.class` set, a leader asks
+`wirebroker.replica_selector` for each partition of a fetch naming the client's rack: where it
+chooses a follower, the answer is that preferred read replica, the offsets and no records, at
+once. A fetch without a client rack does no part of this.
+Differences from Kafka: a consumer's byte rate counts the records' bytes (Kafka: the whole
+response's).
 """
 
 from __future__ import annotations

@@ -6,18 +6,18 @@ librdkafka with `client.rack` reads its records from the same-rack follower."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchRequest
 from tests.cluster.harness import (
     call,
+    consume,
     create_topic,
     eventually,
     produce,
@@ -206,35 +206,13 @@ def test_the_leader_sends_a_consumer_to_its_racks_follower(zk_connect: str, tmp_
 
         # The consumer in rack-2 reads every record from broker 2, none from the leader.
         before = {i: topic_bytes_out(b) for i, b in brokers.items()}
-        got = await trio.to_thread.run_sync(
-            functools.partial(consume_in_rack, bootstrap(leader), f"rack-{NEAR}")
-        )
+        config = {"bootstrap.servers": bootstrap(leader), "client.rack": f"rack-{NEAR}"}
+        got = await trio.to_thread.run_sync(consume, config, TOPIC, RECORDS)
         assert got == [f"replicated-{i}".encode() for i in range(RECORDS)]
         bytes_out = {i: topic_bytes_out(b) - before[i] for i, b in brokers.items()}
         assert bytes_out[NEAR] > 0 and bytes_out[LEADER] == bytes_out[FAR] == 0, bytes_out
 
     run(body, zk_connect, tmp_path)
-
-
-def consume_in_rack(bootstrap_servers: str, rack: str) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "nearby-readers",
-            "enable.auto.commit": False,
-            "client.rack": rack,
-        }
-    )
-    consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    got: list[bytes] = []
-    try:
-        while len(got) < RECORDS:
-            message = consumer.poll(30)
-            assert message is not None and message.error() is None, message
-            got.append(message.value())
-    finally:
-        consumer.close()
-    return got
 
 
 def topic_bytes_out(running: RunningBroker) -> int:

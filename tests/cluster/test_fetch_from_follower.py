@@ -1,8 +1,10 @@
-"""Consumers fetching from followers (KIP-392) in a three-broker cluster, one rack per broker
-(in-process brokers over a real ZooKeeper): a follower serves a v11+ consumer fetch from its
-own log up to its high watermark, with Kafka's errors outside it; the leader, with
+"""Consumers fetching from followers (KIP-392) in a three-broker cluster, one rack per broker:
+a follower serves a v11+ consumer fetch from its own log up to its high watermark (its last
+stable offset for read_committed), with Kafka's errors outside it; the leader, with
 RackAwareReplicaSelector, sends a consumer naming a follower's rack to that follower; and
-librdkafka with `client.rack` reads its records from the same-rack follower."""
+librdkafka with `client.rack` reads its records from the same-rack follower. The raw answers
+are checked on broker processes (and against Kafka 3.9: WIREBROKER_CLUSTER_TARGET=kafka); the
+others on in-process brokers, whose byte counters show who served."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from tests.cluster.harness import (
     replicated,
     start_broker,
 )
+from tests.cluster.processes import LOOPBACK, running_cluster
+from tests.wirebroker.helpers import RawClient, wait_until
 from wirebroker.config import BrokerConfig, ConfigError
 from wirebroker.server import RunningBroker
 
@@ -126,35 +130,6 @@ def run(body: Any, zk_connect: str, tmp_path: Path) -> None:
     trio.run(main)
 
 
-def test_a_follower_serves_consumers_up_to_its_high_watermark(
-    zk_connect: str, tmp_path: Path
-) -> None:
-    async def body(brokers: dict[int, RunningBroker]) -> None:
-        near = brokers[NEAR]
-        epoch = near.broker.partition(TOPIC, 0).leader_epoch
-        # v11+ carries client metadata: the follower reads its own log.
-        read = await answer(near, fetch(0), 11)
-        assert read.error_code == ErrorCode.NONE
-        assert read.high_watermark == read.last_stable_offset == RECORDS
-        assert len(read.records) > 0
-        assert read.preferred_read_replica == -1  # only a leader chooses
-        # At its high watermark: nothing yet, no error (a long poll would wait there).
-        at_end = await answer(near, fetch(RECORDS, epoch=epoch), 12)
-        assert (at_end.error_code, len(at_end.records)) == (ErrorCode.NONE, 0)
-        # Beyond its log: Kafka's OFFSET_OUT_OF_RANGE, offsets unknown.
-        beyond = await answer(near, fetch(RECORDS + 5), 12)
-        assert beyond.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
-        assert beyond.high_watermark == -1
-        # The leader epoch is checked against the follower's.
-        ahead = await answer(near, fetch(0, epoch=epoch + 1), 12)
-        assert ahead.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
-        # Without client metadata (v10) a consumer must go to the leader, as before.
-        old = await answer(near, fetch(0), 10)
-        assert old.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-
-    run(body, zk_connect, tmp_path)
-
-
 def test_a_follower_bounds_read_committed_at_its_last_stable_offset(
     zk_connect: str, tmp_path: Path
 ) -> None:
@@ -194,16 +169,6 @@ def open_transaction(bootstrap_servers: str) -> Producer:
 def test_the_leader_sends_a_consumer_to_its_racks_follower(zk_connect: str, tmp_path: Path) -> None:
     async def body(brokers: dict[int, RunningBroker]) -> None:
         leader = brokers[LEADER]
-        sent = await answer(leader, fetch(0, rack=f"rack-{NEAR}"), 12)
-        assert sent.error_code == ErrorCode.NONE
-        assert sent.preferred_read_replica == NEAR
-        assert len(sent.records) == 0
-        assert sent.high_watermark == RECORDS
-        for rack in (f"rack-{LEADER}", "elsewhere", ""):  # the leader's own rack, or none
-            kept = await answer(leader, fetch(0, rack=rack), 12)
-            assert kept.preferred_read_replica == -1
-            assert len(kept.records) > 0
-
         # The consumer in rack-2 reads every record from broker 2, none from the leader.
         before = {i: topic_bytes_out(b) for i, b in brokers.items()}
         config = {"bootstrap.servers": bootstrap(leader), "client.rack": f"rack-{NEAR}"}
@@ -219,6 +184,60 @@ def topic_bytes_out(running: RunningBroker) -> int:
     """Kafka's BytesOutPerSec of the topic on this broker: record bytes sent to consumers."""
     stats = running.broker.stats.topics.get(TOPIC)
     return 0 if stats is None else stats.bytes_out
+
+
+def test_answers_of_a_follower_and_a_rack_aware_leader(kind: str) -> None:
+    """Broker processes; checked against Kafka 3.9 with WIREBROKER_CLUSTER_TARGET=kafka."""
+    with running_cluster(
+        kind,
+        overrides={"replica.selector.class": SELECTOR},
+        node_overrides=lambda i: {"broker.rack": f"rack-{i}"},
+    ) as cluster:
+        cluster.create_topic(TOPIC, 1)
+        state = cluster.partitions(TOPIC)[0]
+        leader = f"{LOOPBACK}:{cluster.node(state.leader).port}"
+        near_id = next(r for r in state.replicas if r != state.leader)
+        near = f"{LOOPBACK}:{cluster.node(near_id).port}"
+        produce({"bootstrap.servers": cluster.bootstrap}, TOPIC, RECORDS)
+        # v11+ carries client metadata: the follower reads its own log, up to its HW.
+        read = wait_until(
+            lambda: (r := ask(near, fetch(0), 11)).high_watermark == RECORDS and r,
+            what="the follower serving up to its high watermark",
+        )
+        assert (read.error_code, read.last_stable_offset, read.log_start_offset) == (0, RECORDS, 0)
+        assert len(read.records) > 0
+        # At its high watermark: nothing yet, no error (a long poll would wait there).
+        at_end = ask(near, fetch(RECORDS, epoch=state.leader_epoch), 12)
+        assert (at_end.error_code, len(at_end.records)) == (ErrorCode.NONE, 0)
+        # Beyond its log: OFFSET_OUT_OF_RANGE, offsets unknown.
+        beyond = ask(near, fetch(RECORDS + 5), 12)
+        assert (beyond.error_code, beyond.high_watermark) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
+        # The leader epoch is checked against the follower's.
+        ahead = ask(near, fetch(0, epoch=state.leader_epoch + 1), 12)
+        assert ahead.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+        # Without client metadata (v10) a consumer must go to the leader.
+        assert ask(near, fetch(0), 10).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # Only a leader chooses a replica: the follower serves any rack.
+        other = ask(near, fetch(0, rack=f"rack-{state.leader}"), 12)
+        assert (other.preferred_read_replica, len(other.records) > 0) == (-1, True)
+
+        # The leader sends a consumer of the follower's rack there, without records.
+        sent = ask(leader, fetch(0, rack=f"rack-{near_id}"), 12)
+        assert (sent.error_code, sent.preferred_read_replica, len(sent.records)) == (0, near_id, 0)
+        assert (sent.high_watermark, sent.last_stable_offset) == (RECORDS, RECORDS)
+        # No replica holds the offset: the leader reads it (out of range).
+        past = ask(leader, fetch(RECORDS + 5, rack=f"rack-{near_id}"), 12)
+        assert (past.error_code, past.preferred_read_replica) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
+        for rack in (f"rack-{state.leader}", "elsewhere", ""):  # its own rack, or none
+            kept = ask(leader, fetch(0, rack=rack), 12)
+            assert (kept.preferred_read_replica, len(kept.records) > 0) == (-1, True)
+
+
+def ask(address: str, request: FetchRequest, version: int) -> Any:
+    with RawClient(address) as client:
+        response = client.request(request, version)
+    assert response.error_code == ErrorCode.NONE
+    return response.responses[0].partitions[0]
 
 
 def test_an_unknown_replica_selector_refuses_to_start(tmp_path: Path) -> None:

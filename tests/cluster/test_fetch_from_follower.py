@@ -8,6 +8,8 @@ others on in-process brokers, whose byte counters show who served."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 LEADER, NEAR, FAR = 1, 2, 3  # the partition's replicas are [1, 2, 3]: broker 1 leads
 OPEN = 3  # records of the transaction left open
 READ_COMMITTED = 1
+LONG_POLL_MS = 20_000
 
 
 async def start_racks(nursery: trio.Nursery, zk_connect: str, tmp: Path) -> dict[int, Any]:
@@ -90,11 +93,13 @@ def bootstrap(running: RunningBroker) -> str:
     return f"{listener.host}:{listener.port}"
 
 
-def fetch(offset: int, *, rack: str = "", epoch: int = -1, isolation: int = 0) -> FetchRequest:
+def fetch(
+    offset: int, *, rack: str = "", epoch: int = -1, isolation: int = 0, wait_ms: int = 0
+) -> FetchRequest:
     """A consumer's fetch of the topic's partition 0 (topic by name: v12 and below)."""
     return FetchRequest(
         replica_id=-1,
-        max_wait_ms=0,
+        max_wait_ms=wait_ms,
         min_bytes=1,
         isolation_level=isolation,
         rack_id=rack,
@@ -231,6 +236,15 @@ def test_answers_of_a_follower_and_a_rack_aware_leader(kind: str) -> None:
         for rack in (f"rack-{state.leader}", "elsewhere", ""):  # its own rack, or none
             kept = ask(leader, fetch(0, rack=rack), 12)
             assert (kept.preferred_read_replica, len(kept.records) > 0) == (-1, True)
+
+        # A long poll at the follower's end is answered once a new record reaches its HW.
+        with ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            polled = pool.submit(ask, near, fetch(RECORDS, wait_ms=LONG_POLL_MS), 12)
+            produce({"bootstrap.servers": cluster.bootstrap}, TOPIC, 1)
+            woken = polled.result(LONG_POLL_MS / 1000 + 10)
+        assert (woken.error_code, woken.high_watermark) == (ErrorCode.NONE, RECORDS + 1)
+        assert len(woken.records) > 0 and time.monotonic() - started < LONG_POLL_MS / 1000
 
 
 def ask(address: str, request: FetchRequest, version: int) -> Any:

@@ -396,7 +396,7 @@ def _read_all(poll: _Poll) -> int:
         committed = replica_id < 0 and request.isolation_level == READ_COMMITTED
         if result.records is not None:
             _release_one(w)
-        if client_rack is not None and p.is_local_leader and _sent_away(ctx, w, p, client_rack):
+        if client_rack is not None and p.followers and _sent_away(ctx, w, p, client_rack):
             continue
         limit = min(w.request.partition_max_bytes, remaining)
         leader_leo = log.log_end_offset
@@ -466,8 +466,9 @@ def _read_all(poll: _Poll) -> int:
 
 
 def _sent_away(ctx: RequestContext, w: _Wanted, p: Partition, client_rack: str) -> bool:
-    """Kafka's preferred read replica: the leader answers a consumer the selector sends to a
-    follower with that follower and no records (its offsets as they are)."""
+    """Kafka's preferred read replica: the leader (only a leader has `followers`) answers a
+    consumer the selector sends to a follower with that follower and no records (its offsets
+    as they are)."""
     result = w.result
     result.preferred_read_replica = preferred = preferred_read_replica(
         p,

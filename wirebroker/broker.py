@@ -132,6 +132,8 @@ class Broker:
     replication_quotas: ReplicationQuotas = field(init=False)
     #: The connections open now against `max.connections*`.
     connection_limits: ConnectionLimits = field(init=False)
+    #: `replica.selector.class` is set (the only one known: RackAwareReplicaSelector, KIP-392).
+    replica_selector: bool = field(init=False)
     #: The controller's broker id: this broker when embedded; in a cluster, whoever holds
     #: `/controller` (-1 while there is none), kept current by `cluster` and by UpdateMetadata.
     controller_id: int = -1
@@ -202,6 +204,7 @@ class Broker:
             self.quota_store = ClientQuotaStore(self.config.log_dirs()[0] / CLIENT_QUOTAS_FILE)
         self.replication_quotas = ReplicationQuotas(lambda: self.config, self.node_id)
         self.connection_limits = ConnectionLimits(self.config, self.quotas, self.now_ms)
+        self.replica_selector = bool((self.config.get("replica.selector.class") or "").strip())
         dynamic = self.dynamic_config
         dynamic.add_reconfigurable(
             thread_count_check(self.config, "num.replica.fetchers", self._fetcher_count_changed)

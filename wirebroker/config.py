@@ -676,7 +676,20 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "false",
             "OCSP: not supported, so true refuses to start.",
         ),
-        _k("broker.rack", "string", None, "This broker's rack, for rack-aware replica assignment."),
+        _k(
+            "broker.rack",
+            "string",
+            None,
+            "This broker's rack, for rack-aware replica assignment and replica selection.",
+        ),
+        _k(
+            "replica.selector.class",
+            "string",
+            None,
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector: a leader sends a "
+            "consumer naming its rack to a same-rack follower (KIP-392); unset: the leader "
+            "serves every consumer. No other class.",
+        ),
         _k(
             "inter.broker.listener.name",
             "string",
@@ -1574,6 +1587,11 @@ class BrokerConfig:
                 f"than connections.max.idle.ms={self.connections_max_idle_ms}"
             )
         self._validate_authorizer()
+        # Imported here: this module loads without the partition and storage modules.
+        from wirebroker.replica_selector import check_replica_selector
+
+        if refused := check_replica_selector((self.get("replica.selector.class") or "").strip()):
+            raise ConfigError(refused)
         # Imported here: the connection limits read this module's config.
         from wirebroker.connection_limits import check_per_ip
 

@@ -90,7 +90,7 @@ class CachedPartition:
         if result.error_code != ErrorCode.NONE:
             self.high_watermark = -1
             respond = True
-        return respond or result.diverging_epoch.epoch >= 0
+        return respond or result.diverging_epoch.epoch >= 0 or result.preferred_read_replica >= 0
 
 
 class FetchSession:

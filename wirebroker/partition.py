@@ -210,6 +210,11 @@ class Partition:
         """
         if not self.is_leader(node_id):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return self.leader_epoch_error(current_leader_epoch)
+
+    def leader_epoch_error(self, current_leader_epoch: int) -> ErrorCode:
+        """Kafka's checkCurrentLeaderEpoch, on a leader or a follower: UNKNOWN_LEADER_EPOCH
+        when the client's epoch (>= 0) is ahead of ours, FENCED_LEADER_EPOCH when behind."""
         if current_leader_epoch >= 0 and current_leader_epoch > self.leader_epoch:
             return ErrorCode.UNKNOWN_LEADER_EPOCH
         if current_leader_epoch >= 0 and current_leader_epoch < self.leader_epoch:

@@ -352,9 +352,13 @@ def _live_leader(cluster: Cluster, topic: str, partition: int) -> int | None:
 
 @contextlib.contextmanager
 def running_cluster(
-    kind: str, size: int = 3, overrides: dict[str, str] | None = None
+    kind: str,
+    size: int = 3,
+    overrides: dict[str, str] | None = None,
+    node_overrides: Callable[[int], dict[str, str]] | None = None,
 ) -> Iterator[Cluster]:
-    """ZooKeeper and ``size`` brokers of ``kind`` (``wirebroker`` or ``kafka``), all stopped after."""
+    """ZooKeeper and ``size`` brokers of ``kind`` (``wirebroker`` or ``kafka``), all stopped after;
+    ``node_overrides(id)``: one broker's own settings (its ``broker.rack``)."""
     if not jars_available():
         pytest.skip(f"no ZooKeeper jars in {jars_dir()}: run `make jars`")
     base = Path(tempfile.mkdtemp(prefix=f"wb-cluster-{kind}-"))
@@ -365,7 +369,8 @@ def running_cluster(
             nodes: dict[int, Node] = {}
             try:
                 for node_id in range(1, size + 1):
-                    node_props = {**props, "broker.id": str(node_id)}
+                    own = node_overrides(node_id) if node_overrides is not None else {}
+                    node_props = {**props, **own, "broker.id": str(node_id)}
                     nodes[node_id] = make(node_id, base / f"broker-{node_id}", node_props)
                 for node in nodes.values():
                     node.start()

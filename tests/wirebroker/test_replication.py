@@ -104,11 +104,19 @@ def test_acks_all_is_replicated_byte_identically(cluster: Cluster, topic: str) -
     data = same_log_everywhere(cluster, topic, [1, 2, 3])
     assert len(data) > 0
     assert cluster.controller.isr(state.topic_id) == [1, 2, 3]  # nobody left the ISR
-    # Followers refuse clients: produce and fetch go to the leader.
+    # Produce goes to the leader; so does a consumer's fetch without client metadata (v10),
+    # while one with it (v11+, KIP-392) is served by a follower too.
     assert produce(cluster, 2, topic, [b"x"]).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-    assert fetch_raw(cluster.brokers[3].bootstrap, topic).error_code == (
+    assert fetch_raw(cluster.brokers[3].bootstrap, topic, version=10).error_code == (
         ErrorCode.NOT_LEADER_OR_FOLLOWER
     )
+    follower = cluster.brokers[3].bootstrap
+    from_follower = wait_until(
+        lambda: (r := fetch_raw(follower, topic, version=11)).high_watermark == 10 and r,
+        what="the follower serving up to the high watermark",
+    )
+    assert from_follower.error_code == ErrorCode.NONE
+    assert bytes(from_follower.records) == data
 
 
 def test_metadata_comes_from_update_metadata(cluster: Cluster, topic: str) -> None:

@@ -45,8 +45,16 @@ TOPIC_AUTHORIZATION_FAILED, after an unknown topic id and before an unknown topi
 (replica id >= 0) must be allowed to act as a broker (`RequestContext.authorize_cluster_action`:
 CLUSTER_ACTION, and here also the inter-broker listener of a cluster), else every partition is
 TOPIC_AUTHORIZATION_FAILED and nothing of the follower's state changes.
-Differences from Kafka: no preferred read replica (-1); a consumer's byte rate counts the
-records' bytes (Kafka: the whole response's).
+Fetching from followers (KIP-392), as Kafka: a consumer's fetch with client metadata (v11+)
+is served by any replica of the partition, a follower reading its own log up to its high
+watermark (its last stable offset for READ_COMMITTED; out of its log: OFFSET_OUT_OF_RANGE),
+with the leader epoch checked against its own; an older consumer fetch (v10 and below) still
+needs the leader (NOT_LEADER_OR_FOLLOWER). With `replica.selector.class` set, a leader asks
+`wirebroker.replica_selector` for each partition of a fetch naming the client's rack: where it
+chooses a follower, the answer is that preferred read replica, the offsets and no records, at
+once. A fetch without a client rack does no part of this.
+Differences from Kafka: a consumer's byte rate counts the records' bytes (Kafka: the whole
+response's).
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ from wirebroker.partition import Partition
 from wirebroker.quotas import throttle
 from wirebroker.quotas.client import session_names
 from wirebroker.read_ahead import read_ahead
+from wirebroker.replica_selector import NO_PREFERRED_REPLICA, preferred_read_replica
 
 READ_COMMITTED = 1
 EMPTY = memoryview(b"")  # a partition with an error still carries records: empty, never null
@@ -117,6 +126,9 @@ class _Poll:
     context: FetchContext
     wanted: list[_Wanted]
     replica_id: int
+    #: A v11+ consumer's rack when this broker has a replica selector (else None): where it
+    #: leads, each partition asks the selector for a preferred read replica.
+    client_rack: str | None
     max_bytes: int
     min_bytes: int
     #: Whether anything can wake it (some partition it reads is hosted here).
@@ -135,12 +147,16 @@ class _Poll:
         goes on waiting arms its wakeup before it next awaits anything, so that no append
         after this read is missed (a fetch answered at once never arms one)."""
         wanted = self.wanted
-        size = _read_all(self.ctx, self.request, wanted, self.replica_id, self.max_bytes)
+        size = _read_all(self)
         if size >= self.min_bytes or self.request.max_wait_ms <= 0 or not self.waitable:
             return size, True
         for w in wanted:
             if w.result.error_code != ErrorCode.NONE or w.result.diverging_epoch.epoch >= 0:
                 return size, True
+        if self.client_rack is not None and any(
+            w.result.preferred_read_replica != NO_PREFERRED_REPLICA for w in wanted
+        ):
+            return size, True  # sent to another replica: at once, as Kafka
         if self.replica_id < 0:
             return size, False
         hws = [w.result.high_watermark for w in wanted]
@@ -172,6 +188,11 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
     if context.error:
         return FetchResponse(error_code=context.error, session_id=INVALID_SESSION_ID)
     wanted = _resolve(ctx, context.asked, replica_id)
+    client_rack = (
+        request.rack_id
+        if version >= 11 and request.rack_id and replica_id < 0 and ctx.broker.replica_selector
+        else None
+    )
     max_bytes = request.max_bytes if version >= 3 else 2**31 - 1
     min_bytes = request.min_bytes
     quota = ctx.broker.quotas.fetch
@@ -190,6 +211,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | L
         context,
         wanted,
         replica_id,
+        client_rack,
         max_bytes,
         min_bytes,
         any(w.partition is not None for w in wanted),
@@ -251,7 +273,7 @@ def _answer(poll: _Poll, size: int) -> FetchResponse:
     ctx, context, wanted, replica_id = poll.ctx, poll.context, poll.wanted, poll.replica_id
     sessions = ctx.broker.fetch_sessions
     if _needs_final_read(wanted):
-        size = _read_all(ctx, poll.request, wanted, replica_id, poll.max_bytes)
+        size = _read_all(poll)
     if replica_id < 0 and _throttled(ctx, size):
         # Kafka's throttled fetch: an empty answer (the session stays as it was).
         _release(wanted)
@@ -305,6 +327,9 @@ def _needs_final_read(wanted: list[_Wanted]) -> bool:
 
 def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_Wanted]:
     broker = ctx.broker
+    # Kafka's FetchParams.fetchOnlyLeader: a consumer with client metadata (v11+) may read
+    # from a follower too (KIP-392).
+    from_any_replica = replica_id < 0 and ctx.api_version >= 11
     if replica_id >= 0:  # a follower acts as a broker: all or nothing
         follower_allowed = ctx.authorize_cluster_action()
         readable: set[str] = set()
@@ -331,7 +356,9 @@ def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_
             w.error = ErrorCode.INCONSISTENT_TOPIC_ID
         else:
             w.error = partition.leader_error(broker.node_id, p.current_leader_epoch)
-            if not w.error and replica_id >= 0 and replica_id not in partition.followers:
+            if w.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and from_any_replica:
+                w.error = partition.leader_epoch_error(p.current_leader_epoch)
+            elif not w.error and replica_id >= 0 and replica_id not in partition.followers:
                 # Kafka's followerReplicaOrThrow: not (yet) a replica of this partition.
                 w.error = (
                     ErrorCode.UNKNOWN_LEADER_EPOCH
@@ -342,15 +369,11 @@ def _resolve(ctx: RequestContext, asked: list[Asked], replica_id: int) -> list[_
     return out
 
 
-def _read_all(
-    ctx: RequestContext,
-    request: FetchRequest,
-    wanted: list[_Wanted],
-    replica_id: int,
-    max_bytes: int,
-) -> int:
+def _read_all(poll: _Poll) -> int:
     """Read every partition within the byte limits; returns the bytes gathered."""
-    remaining = max_bytes
+    ctx, request, wanted, replica_id = poll.ctx, poll.request, poll.wanted, poll.replica_id
+    client_rack = poll.client_rack
+    remaining = poll.max_bytes
     total = 0
     min_one = True
     leader_quota = ctx.broker.replication_quotas.leader
@@ -373,6 +396,8 @@ def _read_all(
         committed = replica_id < 0 and request.isolation_level == READ_COMMITTED
         if result.records is not None:
             _release_one(w)
+        if client_rack is not None and p.followers and _sent_away(ctx, w, p, client_rack):
+            continue
         limit = min(w.request.partition_max_bytes, remaining)
         leader_leo = log.log_end_offset
         if replica_id >= 0 and w.request.last_fetched_epoch >= 0 and _diverged(w, p):
@@ -438,6 +463,26 @@ def _read_all(
         total += size
         remaining -= size
     return total
+
+
+def _sent_away(ctx: RequestContext, w: _Wanted, p: Partition, client_rack: str) -> bool:
+    """Kafka's preferred read replica: the leader (only a leader has `followers`) answers a
+    consumer the selector sends to a follower with that follower and no records (its offsets
+    as they are)."""
+    result = w.result
+    result.preferred_read_replica = preferred = preferred_read_replica(
+        p,
+        client_rack,
+        w.request.fetch_offset,
+        ctx.broker.metadata(),
+        ctx.listener_name,
+        ctx.broker.now_ms(),
+    )
+    if preferred == NO_PREFERRED_REPLICA:
+        return False
+    result.error_code = ErrorCode.NONE
+    result.records = EMPTY
+    return True
 
 
 def _diverged(w: _Wanted, p: Partition) -> bool:

@@ -74,13 +74,21 @@ def _within(r: VersionRange | None, version: int) -> bool:
 _DECODE_FAILURES = (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError)
 
 
+def unknown_tags(struct: Struct) -> UnknownTags | None:
+    """A generated struct's unknown tagged fields, read as Python reads them (see `Struct`)."""
+    tags: UnknownTags | None = getattr(struct, "unknown_tagged_fields")  # noqa: B009 (not native)
+    return tags
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Struct:
     """A generated Kafka struct: slots, keyword constructor, value equality."""
 
     __slots__ = ()
     FIELDS: ClassVar[tuple[Field, ...]] = ()
-    unknown_tagged_fields: UnknownTags | None
+    # Each generated class holds its own `unknown_tagged_fields`. Declared here, it would be a
+    # native attribute of the compiled base that an interpreted subclass's slot shadows, and the
+    # compiled methods below would read the base's, never set (mypyc 2.4).
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
@@ -96,15 +104,26 @@ class Struct:
         if type(other) is not type(self):
             return NotImplemented
         return all(getattr(self, f.name) == getattr(other, f.name) for f in self.FIELDS) and (
-            (self.unknown_tagged_fields or None) == (other.unknown_tagged_fields or None)
+            (unknown_tags(self) or None) == (unknown_tags(other) or None)
         )
 
     __hash__ = None  # type: ignore[assignment]
 
+    # Copies and pickles: mypyc's own pair for the compiled base would carry only the base's
+    # attributes (none of a generated class's fields) and `__hash__`.
+    def __getstate__(self) -> dict[str, object]:
+        state = {f.name: getattr(self, f.name) for f in self.FIELDS}
+        state["unknown_tagged_fields"] = unknown_tags(self)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
     def __repr__(self) -> str:
         parts = [f"{f.name}={getattr(self, f.name)!r}" for f in self.FIELDS]
-        if self.unknown_tagged_fields:
-            parts.append(f"unknown_tagged_fields={self.unknown_tagged_fields!r}")
+        if unknown := unknown_tags(self):
+            parts.append(f"unknown_tagged_fields={unknown!r}")
         return f"{type(self).__qualname__}({', '.join(parts)})"
 
 

@@ -15,7 +15,7 @@ from typing import Final
 
 from protocol.errors import EncodeError
 from protocol.primitives import Writer
-from protocol.schema import Message, Struct
+from protocol.schema import Message, Struct, unknown_tags
 
 __all__ = ["item_bytes", "write_spliced"]
 
@@ -47,7 +47,7 @@ def write_spliced(
 ) -> None:
     """Write `body` at `version` with its array `field` made of `items` (each an encoded item):
     as `body.write_to` would with the structs, whatever `field` holds."""
-    if body.unknown_tagged_fields:
+    if unknown_tags(body):
         raise EncodeError(f"{type(body).__name__} with unknown tagged fields: not spliced")
     tail = _tail(type(body), field, version)
     told = getattr(body, field)

@@ -47,8 +47,8 @@ from compat.suites.aiokafka_fixtures import TARGET_ENV
 from compat.suites.librdkafka import kafka_path
 from compat.suites.pytest_runs import run_test
 from compat.suites.results import BUILD, ROOT, Outcome
-from compat.suites.targets import Target
-from tests.wirebroker.pki import STORE_PASSWORD, make_pki
+from compat.suites.targets import Target, tls_listeners
+from tests.wirebroker.pki import make_pki
 
 VERSION = version("aiokafka")
 ARCHIVE = BUILD / f"aiokafka-{VERSION}.tar.gz"
@@ -162,17 +162,8 @@ def listeners(src: Path) -> Iterator[Listeners]:
             f'username="{ADMIN_USER}" password="{ADMIN_PASSWORD}";\n'
         )
         ports = {name: free_port() for name in LISTENERS}
-        addresses = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
         settings = {
-            "listeners": addresses,
-            "advertised.listeners": addresses,
-            "inter.broker.listener.name": "PLAINTEXT",
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.location": str(pki.server_p12),
-            "ssl.keystore.password": STORE_PASSWORD,
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(pki.ca),
-            "ssl.client.auth": "required",
+            **tls_listeners(work, ports),
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         }
         target = {

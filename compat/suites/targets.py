@@ -225,13 +225,12 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
         _check_tracebacks(log)
 
 
-def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
-    """Broker keys of a secured target, the same for Kafka and wirebroker: SSL with client
-    certificates required, SASL_PLAINTEXT with SCRAM-SHA-256 and OAUTHBEARER; between brokers
-    PLAINTEXT, or SASL_SSL with SCRAM-SHA-512 as ``BROKER_USER`` when ``ports`` has a SASL_SSL
-    listener (a secured cluster)."""
+def tls_listeners(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
+    """Broker keys for listeners on 127.0.0.1 at ``ports`` (name -> port, PLAINTEXT between
+    brokers) whose TLS ones require a client certificate, with ``make_pki``'s keys in
+    ``pki_dir``."""
     listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
-    keys = {
+    return {
         "listeners": listeners,
         "advertised.listeners": listeners,
         "inter.broker.listener.name": "PLAINTEXT",
@@ -241,6 +240,16 @@ def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(pki_dir / "ca.pem"),
         "ssl.client.auth": "required",
+    }
+
+
+def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
+    """Broker keys of a secured target, the same for Kafka and wirebroker: SSL with client
+    certificates required, SASL_PLAINTEXT with SCRAM-SHA-256 and OAUTHBEARER; between brokers
+    PLAINTEXT, or SASL_SSL with SCRAM-SHA-512 as ``BROKER_USER`` when ``ports`` has a SASL_SSL
+    listener (a secured cluster)."""
+    keys = {
+        **tls_listeners(pki_dir, ports),
         "sasl.enabled.mechanisms": f"{SCRAM_MECHANISM},OAUTHBEARER",
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"

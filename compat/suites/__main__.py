@@ -114,7 +114,7 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
                 elif suite == "kafka-python":
                     got = {name: kafka_python.run_one(package, name, target, log)}
                 elif suite == "aiokafka":
-                    got = {name: aiokafka.run_one(package, name, target, listeners, log)}
+                    got = {name: aiokafka.run_one(package, name, listeners, log)}
                 else:
                     got = librdkafka.run_one(src, name, target, mode, log)
                 for test, outcome in got.items():

@@ -14,9 +14,9 @@ Their conftest runs the broker in a Docker container of aiokafka's image;
 the image's listeners (``docker/scripts/start-kafka.sh``): PLAINTEXT, which the tests bootstrap
 from, SSL requiring a client certificate, SASL_PLAINTEXT and SASL_SSL with PLAIN and
 SCRAM-SHA-256/512, whose users are the image's JAAS file ``kafka_server_jaas.conf`` less its
-Kerberos login module (no KDC here: GSSAPI is not enabled, and its two tests skip). Both brokers read
-that file as the JVM system property names it. The certificates are ``tests.wirebroker.pki``'s,
-under the names the image's ``gen-ssl-certs.sh`` gives. The broker-wide settings of the image
+Kerberos login module (no KDC here: GSSAPI is not enabled, and its two tests skip), which both
+brokers read from the JVM system property naming it. The certificates are
+``tests.wirebroker.pki``'s, under the names the image's ``gen-ssl-certs.sh`` gives. The broker-wide settings of the image
 (authorizer, super user, partitions) are ``compat.suites.__main__``'s ``SETTINGS``.
 
 Each test runs as its own pytest process (``compat.suites.pytest_runs``) with its own
@@ -47,7 +47,7 @@ from compat.suites.aiokafka_fixtures import TARGET_ENV
 from compat.suites.librdkafka import kafka_path
 from compat.suites.pytest_runs import run_test
 from compat.suites.results import BUILD, ROOT, Outcome
-from compat.suites.targets import Target, tls_listeners
+from compat.suites.targets import tls_listeners
 from tests.wirebroker.pki import make_pki
 
 VERSION = version("aiokafka")
@@ -132,8 +132,8 @@ def _make_venv(src: Path) -> None:
 
 @dataclass(frozen=True)
 class Listeners:
-    """The image's listeners for one target: its ports, its broker settings and system
-    properties, and what the plugin tells the tests (``TARGET_ENV``)."""
+    """The image's listeners for one target run: the broker's settings and system properties
+    for them, and what the plugin tells the tests of them (``TARGET_ENV``)."""
 
     settings: dict[str, str]
     system_properties: dict[str, str]
@@ -149,9 +149,12 @@ def listeners(src: Path) -> Iterator[Listeners]:
         pki = make_pki(work)
         ssl_folder = work / "ssl_cert"
         ssl_folder.mkdir()
-        for made, name in ((pki.ca, "ca.crt"), (pki.client_cert, "client.crt")):
+        for made, name in (
+            (pki.ca, "ca.crt"),
+            (pki.client_cert, "client.crt"),
+            (pki.client_key, "client.key"),
+        ):
             shutil.copy(made, ssl_folder / name)
-        shutil.copy(pki.client_key, ssl_folder / "client.key")
         jaas = work / "kafka_server_jaas.conf"
         image_jaas = (src / "docker" / "scripts" / "kafka_server_jaas.conf").read_text()
         jaas.write_text(_KRB5_MODULE.sub("", image_jaas))
@@ -184,7 +187,8 @@ def listeners(src: Path) -> Iterator[Listeners]:
 
 
 def _env() -> dict[str, str]:
-    """The tests' environment: the plugin importable (``compat`` has nothing else to import)."""
+    """The tests' environment: the plugin importable from the project's root (the packages
+    ``compat`` and ``compat.suites`` import nothing)."""
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
@@ -204,8 +208,8 @@ def tests(src: Path) -> list[str]:
     return [line.removeprefix("tests/") for line in out.stdout.splitlines() if "::" in line]
 
 
-def run_one(src: Path, name: str, target: Target, brokers: Listeners, log: Path) -> Outcome:
-    """Run test ``name`` against ``target`` (started with ``brokers``); its output is appended to
+def run_one(src: Path, name: str, brokers: Listeners, log: Path) -> Outcome:
+    """Run test ``name`` against the target started with ``brokers``; its output is appended to
     ``log``."""
     return run_test(
         _python(),

@@ -119,7 +119,7 @@ pipeline: setup jars
 image: setup jars
 	bash image/build.sh
 
-## suites: franz-go's kgo, librdkafka's and kafka-python's own test suites against Kafka 3.9 and wirebroker: one broker, 3-broker clusters, one secured broker (over TLS; librdkafka also over SASL; kafka-python not secured); writes compat/REPORT.md (~2.5 h; see compat/suites/)
+## suites: franz-go's kgo, librdkafka's, kafka-python's and aiokafka's own test suites against Kafka 3.9 and wirebroker: one broker, 3-broker clusters, one secured broker (over TLS; librdkafka also over SASL; kafka-python not secured; aiokafka on one broker of each, with its own image's TLS and SASL listeners); writes compat/REPORT.md (~3 h; SUITES_ARGS="--suite aiokafka" runs one suite; see compat/suites/)
 suites: setup jars tools
 	nice -n 10 $(PY) -m compat.suites $(SUITES_ARGS)
 

@@ -6,12 +6,13 @@ bound port is read from its "ready" log line, so tests never race for ports and 
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,14 +28,16 @@ class BrokerProcess:
         data_dir: Path,
         properties: dict[str, str] | None = None,
         extra_listeners: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """`properties` may name `listeners` (ports 0: chosen by the OS); the default is one
         PLAINTEXT listener plus `extra_listeners`. `port` is the first listener's, `ports` each
-        listener's by name."""
+        listener's by name. `env` is set in the process's environment (e.g. `KAFKA_OPTS`)."""
         self.data_dir = data_dir
         self.properties = dict(properties or {})
         #: Listener names served beside PLAINTEXT (e.g. "SSL"), each on 127.0.0.1.
         self.extra_listeners = extra_listeners
+        self.env = dict(env or {})
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.ports: dict[str, int] = {}  # every listener's bound port
@@ -61,7 +64,12 @@ class BrokerProcess:
             if key != "listeners":  # given above, with the bound ports on a restart
                 cmd += ["--override", f"{key}={value}"]
         self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, bufsize=1
+            cmd,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            env={**os.environ, **self.env},
         )
         settled = threading.Event()  # the ready line came, or the error output closed
         ready = False

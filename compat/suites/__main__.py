@@ -9,23 +9,26 @@ that each test passing on Kafka and failing on wirebroker is named in ``compat/F
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import time
 
 from compat.report import write_part
-from compat.suites import kafka_python, kgo, librdkafka, report
+from compat.suites import aiokafka, kafka_python, kgo, librdkafka, report
 from compat.suites.results import BUILD, TARGETS, SuiteRun, load
 from compat.suites.targets import LOGS, start
 
-SUITES = ("kgo", "librdkafka", "kafka-python")
+SUITES = ("kgo", "librdkafka", "kafka-python", "aiokafka")
 #: Where each suite runs: kgo's suite logs in only in its own login tests (on the secured
 #: targets), not every client, so it has nothing to run on the SASL targets; kafka-python's
-#: fixtures take an external broker over PLAINTEXT only.
+#: fixtures take an external broker over PLAINTEXT only; aiokafka's one broker with the
+#: listeners of its own image (``compat.suites.aiokafka``).
 SUITE_TARGETS = {
     "kgo": tuple(t for t in TARGETS if not t.endswith("-sasl")),
     "librdkafka": TARGETS,
     "kafka-python": ("kafka", "wirebroker", "kafka-cluster", "wirebroker-cluster"),
+    "aiokafka": ("kafka", "wirebroker"),
 }
 #: Broker settings on every target, as compat's (Kafka's defaults otherwise).
 COMMON = {
@@ -54,6 +57,16 @@ SETTINGS = {
         "allow.everyone.if.no.acl.found": "true",
         "group.min.session.timeout.ms": "1000",
     },
+    #: What aiokafka's broker image (docker/scripts/start-kafka.sh in its repository) sets beside
+    #: its listeners (``aiokafka.listeners``): 2 partitions a topic, an authorizer that lets
+    #: everyone do what no ACL names, and the JAAS file's ``admin`` as its super user.
+    "aiokafka": {
+        **COMMON,
+        "num.partitions": "2",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
+        "super.users": f"User:{aiokafka.ADMIN_USER}",
+    },
 }
 
 
@@ -66,6 +79,10 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
         package = kafka_python.fetch()
         names = kafka_python.tests(package)
         version = kafka_python.describe()
+    elif suite == "aiokafka":
+        package = aiokafka.fetch()
+        names = aiokafka.tests(package)
+        version = aiokafka.describe()
     else:
         src = librdkafka.fetch_and_build()
         names = librdkafka.tests(src)
@@ -77,7 +94,13 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("")
         began = time.monotonic()
-        with start(target_name, SETTINGS[suite]) as target:
+        with contextlib.ExitStack() as stack:
+            settings, properties = SETTINGS[suite], {}
+            if suite == "aiokafka":
+                listeners = stack.enter_context(aiokafka.listeners(package))
+                settings = {**settings, **listeners.settings}
+                properties = listeners.system_properties
+            target = stack.enter_context(start(target_name, settings, properties))
             run = SuiteRun(suite, target_name, version, target.how)
             saved = load(suite, target_name) if only else None
             if saved is not None:  # a partial run updates the saved whole run
@@ -90,6 +113,8 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
                     got = {name: kgo.run_one(package, name, target, log)}
                 elif suite == "kafka-python":
                     got = {name: kafka_python.run_one(package, name, target, log)}
+                elif suite == "aiokafka":
+                    got = {name: aiokafka.run_one(package, name, listeners, log)}
                 else:
                     got = librdkafka.run_one(src, name, target, mode, log)
                 for test, outcome in got.items():

@@ -26,12 +26,10 @@ import os
 import subprocess
 import sys
 import tarfile
-import tempfile
-import time
-import xml.etree.ElementTree as ET
 from importlib.metadata import version
 from pathlib import Path
 
+from compat.suites.pytest_runs import run_test
 from compat.suites.results import BUILD, Outcome
 from compat.suites.targets import Target
 
@@ -109,7 +107,6 @@ def _env(bootstrap: str) -> dict[str, str]:
         "KAFKA_URI": f"tcp://{bootstrap.split(',')[0]}",
         "KAFKA_VERSION": KAFKA_VERSION,
         "KAFKA_ROOT": str(SOURCE / "kafka-root"),
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # the venv's others (hypothesis's) take seconds
     }
 
 
@@ -119,7 +116,9 @@ def tests(src: Path) -> list[str]:
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "pytest_timeout"]
         + ["--collect-only", "-q", "test/integration"],
         cwd=src,
-        env=_env("localhost:9092"),  # what the fixtures read at collection; nothing connects
+        # what the fixtures read at collection (nothing connects); no plugin but pytest-timeout:
+        # the venv's others (hypothesis's) take seconds
+        env={**_env("localhost:9092"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
         check=True,
         capture_output=True,
         text=True,
@@ -130,46 +129,12 @@ def tests(src: Path) -> list[str]:
 
 def run_one(src: Path, name: str, target: Target, log: Path) -> Outcome:
     """Run test ``name`` against ``target``; its output is appended to ``log``."""
-    with tempfile.TemporaryDirectory(prefix="kp-") as tmp:
-        junit = Path(tmp) / "junit.xml"
-        argv = ["nice", "-n", "10", sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
-        argv += ["-p", "pytest_timeout", f"--timeout={TEST_TIMEOUT_S}", f"--junitxml={junit}", "-q"]
-        argv.append(f"test/integration/{name}")
-        start = time.monotonic()
-        try:
-            proc = subprocess.run(
-                argv,
-                cwd=src,
-                env=_env(target.bootstrap),
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=TEST_TIMEOUT_S + 60,
-            )
-            output, killed = proc.stdout + proc.stderr, False
-        except subprocess.TimeoutExpired as e:
-            output, killed = _text(e.stdout) + _text(e.stderr), True
-        seconds = time.monotonic() - start
-        with log.open("a") as out:
-            out.write(f"\n===== {name}\n{output}")
-        if killed or "+ Timeout +" in output:
-            return Outcome("timeout", seconds, f"still running after {TEST_TIMEOUT_S} s")
-        if not junit.exists():
-            return Outcome("fail", seconds, f"pytest exited {proc.returncode} with no report")
-        return _outcome(ET.parse(junit).getroot(), seconds)
-
-
-def _text(out: str | bytes | None) -> str:
-    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
-
-
-def _outcome(report: ET.Element, seconds: float) -> Outcome:
-    """The worst of the test's phases in pytest's JUnit XML: a failure or a setup/teardown
-    error fails it, else a skip skips it."""
-    for tag, status in (("failure", "fail"), ("error", "fail"), ("skipped", "skip")):
-        for found in report.iter(tag):
-            message = (found.get("message") or found.text or "").strip().splitlines()
-            return Outcome(status, seconds, (message[0] if message else tag)[:200])
-    if not any(True for _ in report.iter("testcase")):
-        return Outcome("fail", seconds, "no test ran")
-    return Outcome("pass", seconds)
+    return run_test(
+        sys.executable,
+        ["pytest_timeout"],
+        f"test/integration/{name}",
+        cwd=src,
+        env=_env(target.bootstrap),
+        timeout_s=TEST_TIMEOUT_S,
+        log=log,
+    )

@@ -10,7 +10,12 @@ from compat.suites.results import REFERENCE, ROOT, TARGETS, SuiteRun, load
 REPORT = ROOT / "compat" / "REPORT.md"
 FINDINGS = ROOT / "compat" / "FINDINGS.md"
 _CELL = {"pass": "ok", "fail": "FAIL", "timeout": "TIMEOUT", "skip": "skip"}
-_TITLES = {"kgo": "franz-go `pkg/kgo`", "librdkafka": "librdkafka", "kafka-python": "kafka-python"}
+_TITLES = {
+    "kgo": "franz-go `pkg/kgo`",
+    "librdkafka": "librdkafka",
+    "kafka-python": "kafka-python",
+    "aiokafka": "aiokafka",
+}
 
 
 def _finding(test: str, findings: str) -> str | None:
@@ -34,7 +39,9 @@ def render(suites: tuple[str, ...]) -> tuple[str, list[str]]:
         "one broker each, 3-broker clusters of each, one secured broker of each (TLS with client",
         "certificates, SCRAM and OAUTHBEARER) and a secured 3-broker cluster of each (the same, and",
         "SASL_SSL with SCRAM-SHA-512 between its brokers); `-secured`: clients over TLS; `-sasl`,",
-        "librdkafka's only: clients over SASL_PLAINTEXT, logged in with SCRAM. `ok`, `FAIL`,",
+        "librdkafka's only: clients over SASL_PLAINTEXT, logged in with SCRAM. aiokafka's suite",
+        "runs on one broker of each only, given the listeners of aiokafka's own broker image (TLS,",
+        "and SASL with PLAIN and SCRAM users from a JAAS file, beside PLAINTEXT). `ok`, `FAIL`,",
         "`TIMEOUT` (killed at its bound), `skip` (the suite skipped it itself, on Kafka too). Each",
         "test that is `ok` on Kafka (its own kind of target) and not on wirebroker names its",
         "`compat/FINDINGS.md` entry.",

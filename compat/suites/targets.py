@@ -54,6 +54,8 @@ from tests.broker_process import BrokerProcess
 from tests.wirebroker.pki import STORE_PASSWORD, make_pki
 
 _BOOTSTRAP = re.compile(r"bootstrap\.servers=(\S+)")
+#: The PLAINTEXT listener's port in a ``listeners`` setting.
+_PLAINTEXT_PORT = re.compile(r"(?:^|,)PLAINTEXT://[^,]*:(\d+)")
 #: A traceback's first line in a broker's log (``wirebroker cluster`` prefixes each broker's).
 _TRACEBACK = re.compile(r"^(?:broker-\d+ \| )?Traceback", re.M)
 CLUSTER_START_TIMEOUT = 120.0
@@ -96,14 +98,29 @@ class Target:
 
 
 @contextlib.contextmanager
-def start(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
-    """Run target ``name`` with broker ``settings`` until the block exits."""
-    if name == "kafka":
+def start(
+    name: str, settings: Mapping[str, str], system_properties: Mapping[str, str] | None = None
+) -> Iterator[Target]:
+    """Run target ``name`` with broker ``settings`` until the block exits.
+
+    On the one-broker targets a suite may set the broker's ``listeners`` (PLAINTEXT first: its
+    clients bootstrap from it; Kafka then runs from the jars, as a container sets its own) and
+    JVM ``system_properties`` (e.g. a JAAS file's ``java.security.auth.login.config``), which
+    Kafka's JVM takes as ``-D`` options and wirebroker reads from ``KAFKA_OPTS``, as a
+    deployment gives them to either."""
+    jvm_options = [f"-D{key}={value}" for key, value in (system_properties or {}).items()]
+    if jvm_options and name not in ("kafka", "wirebroker"):
+        raise ValueError(f"system properties are for the one-broker targets, not {name}")
+    if name == "kafka" and ("listeners" in settings or jvm_options):
+        with _kafka_from_jars(settings, jvm_options) as bootstrap:
+            yield Target(name, bootstrap, 1, "Apache Kafka 3.9 from the jars")
+    elif name == "kafka":
         with kafka_reference(overrides=settings) as kafka:
             yield Target(name, kafka.bootstrap_servers, 1, f"Apache Kafka 3.9 {kafka.how}")
     elif name == "wirebroker":
         with tempfile.TemporaryDirectory(prefix="wb-suite-") as data:
-            broker = BrokerProcess(Path(data), dict(settings))
+            env = {"KAFKA_OPTS": " ".join(jvm_options)} if jvm_options else None
+            broker = BrokerProcess(Path(data), dict(settings), env=env)
             broker.start(timeout=60)
             try:
                 yield Target(name, broker.bootstrap, 1, "one `wirebroker serve` process")
@@ -122,6 +139,22 @@ def start(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
             yield target
     else:
         raise ValueError(f"unknown target {name}")
+
+
+@contextlib.contextmanager
+def _kafka_from_jars(settings: Mapping[str, str], jvm_options: list[str]) -> Iterator[str]:
+    """ZooKeeper and one Kafka broker from the jars; its PLAINTEXT listener's address."""
+    port = None
+    if "listeners" in settings:
+        found = _PLAINTEXT_PORT.search(settings["listeners"])
+        if found is None:
+            raise ValueError(f"listeners={settings['listeners']}: no PLAINTEXT listener")
+        port = int(found.group(1))
+    with (
+        zookeeper() as zk,
+        kafka_broker(zk.connect, port=port, overrides=settings, jvm_options=jvm_options) as broker,
+    ):
+        yield broker.bootstrap_servers
 
 
 #: Kafka's own defaults for a cluster, over ``kafka_properties``' single-broker ones.
@@ -192,13 +225,12 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
         _check_tracebacks(log)
 
 
-def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
-    """Broker keys of a secured target, the same for Kafka and wirebroker: SSL with client
-    certificates required, SASL_PLAINTEXT with SCRAM-SHA-256 and OAUTHBEARER; between brokers
-    PLAINTEXT, or SASL_SSL with SCRAM-SHA-512 as ``BROKER_USER`` when ``ports`` has a SASL_SSL
-    listener (a secured cluster)."""
+def tls_listeners(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
+    """Broker keys for listeners on 127.0.0.1 at ``ports`` (name -> port, PLAINTEXT between
+    brokers) whose TLS ones require a client certificate, with ``make_pki``'s keys in
+    ``pki_dir``."""
     listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
-    keys = {
+    return {
         "listeners": listeners,
         "advertised.listeners": listeners,
         "inter.broker.listener.name": "PLAINTEXT",
@@ -208,6 +240,16 @@ def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(pki_dir / "ca.pem"),
         "ssl.client.auth": "required",
+    }
+
+
+def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
+    """Broker keys of a secured target, the same for Kafka and wirebroker: SSL with client
+    certificates required, SASL_PLAINTEXT with SCRAM-SHA-256 and OAUTHBEARER; between brokers
+    PLAINTEXT, or SASL_SSL with SCRAM-SHA-512 as ``BROKER_USER`` when ``ports`` has a SASL_SSL
+    listener (a secured cluster)."""
+    keys = {
+        **tls_listeners(pki_dir, ports),
         "sasl.enabled.mechanisms": f"{SCRAM_MECHANISM},OAUTHBEARER",
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"

@@ -1,0 +1,223 @@
+"""aiokafka's own functional tests (``tests/`` of its repository, at the installed version's tag).
+
+aiokafka's sdist carries no tests (its MANIFEST.in excludes ``tests/``), so ``fetch`` takes
+GitHub's archive of the tag ``v<installed version>`` (``build/suites/aiokafka-<version>.tar.gz``,
+downloaded unless there) and unpacks what the tests need: ``tests/``, ``pyproject.toml`` (their
+pytest configuration: asyncio mode, warnings as errors), ``requirements-ci.txt`` and
+``docker/scripts/`` (the JAAS file of aiokafka's broker image). Not ``aiokafka/``: the tests import
+the installed client, compiled as users install it. They run in a virtualenv of their own
+(``build/suites/aiokafka-<version>-venv``): that aiokafka from PyPI, the test requirements of
+aiokafka's CI at its pins (``_REQUIREMENTS``) and pytest-timeout.
+
+Their conftest runs the broker in a Docker container of aiokafka's image;
+``compat.suites.aiokafka_fixtures`` (a pytest plugin) puts the target in its place. The target gets
+the image's listeners (``docker/scripts/start-kafka.sh``): PLAINTEXT, which the tests bootstrap
+from, SSL requiring a client certificate, SASL_PLAINTEXT and SASL_SSL with PLAIN and
+SCRAM-SHA-256/512, whose users are the image's JAAS file ``kafka_server_jaas.conf`` less its
+Kerberos login module (no KDC here: GSSAPI is not enabled, and its two tests skip), which both
+brokers read from the JVM system property naming it. The certificates are
+``tests.wirebroker.pki``'s, under the names the image's ``gen-ssl-certs.sh`` gives. The broker-wide settings of the image
+(authorizer, super user, partitions) are ``compat.suites.__main__``'s ``SETTINGS``.
+
+Each test runs as its own pytest process (``compat.suites.pytest_runs``) with its own
+pytest-timeout bound, ``--docker-image`` naming Kafka 3.9.0 (the tests read the broker's version
+from its tag and skip what needs another; nothing pulls it); its JUnit XML gives the outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+from compat.kafka_process import free_port
+from compat.suites.aiokafka_fixtures import TARGET_ENV
+from compat.suites.librdkafka import kafka_path
+from compat.suites.pytest_runs import run_test
+from compat.suites.results import BUILD, ROOT, Outcome
+from compat.suites.targets import tls_listeners
+from tests.wirebroker.pki import make_pki
+
+VERSION = version("aiokafka")
+ARCHIVE = BUILD / f"aiokafka-{VERSION}.tar.gz"
+ARCHIVE_URL = f"https://github.com/aio-libs/aiokafka/archive/refs/tags/v{VERSION}.tar.gz"
+SOURCE = BUILD / f"aiokafka-{VERSION}"
+VENV = BUILD / f"aiokafka-{VERSION}-venv"
+#: What ``fetch`` unpacks of the repository.
+_UNPACKED = ("tests/", "docker/scripts/", "pyproject.toml", "requirements-ci.txt", "LICENSE")
+#: The test requirements of aiokafka's CI that its functional tests use, at requirements-ci.txt's
+#: pins (``docker`` only for its conftest's import; not gssapi, which builds against MIT krb5).
+_REQUIREMENTS = ("pytest", "pytest-asyncio", "pytest-mock", "docker", "async-timeout", "cramjam")
+KAFKA_VERSION = "3.9.0"
+#: What ``--docker-image`` says: the tests read the Kafka version from the tag after its ``_``.
+IMAGE = f"wirebroker-compat-target:2.13_{KAFKA_VERSION}"
+#: pytest-timeout's bound, over the tests' own (120 s a test, each cleanup 30 s).
+TEST_TIMEOUT_S = 210
+#: How long one Kafka tool (kafka-acls.sh, kafka-configs.sh) may take.
+TOOL_TIMEOUT_S = 120
+PLUGINS = (
+    "pytest_asyncio.plugin",
+    "pytest_mock",
+    "pytest_timeout",
+    "compat.suites.aiokafka_fixtures",
+)
+LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The JAAS file's PLAIN user that the image's broker has as its super user (``super.users``).
+ADMIN_USER, ADMIN_PASSWORD = "admin", "admin"
+_KRB5_MODULE = re.compile(r"\s*com\.sun\.security\.auth\.module\.Krb5LoginModule\b[^;]*;")
+
+
+def describe() -> str:
+    return f"aiokafka {VERSION} `tests/` (tag v{VERSION}), functional tests, Kafka {KAFKA_VERSION}"
+
+
+def fetch() -> Path:
+    """The unpacked tests, and their virtualenv (both made on first use)."""
+    if not (SOURCE / "tests" / "conftest.py").exists():
+        BUILD.mkdir(parents=True, exist_ok=True)
+        if not ARCHIVE.exists():
+            print(f"suites: downloading {ARCHIVE_URL}", flush=True)
+            partial = ARCHIVE.with_suffix(".partial")
+            urllib.request.urlretrieve(ARCHIVE_URL, partial)
+            partial.rename(ARCHIVE)
+        top = f"aiokafka-{VERSION}/"
+        with tarfile.open(ARCHIVE) as archive:
+            members = [
+                m for m in archive.getmembers() if m.name.removeprefix(top).startswith(_UNPACKED)
+            ]
+            archive.extractall(BUILD, members=members, filter="data")
+    _make_venv(SOURCE)
+    return SOURCE
+
+
+def _python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def _make_venv(src: Path) -> None:
+    pins = {}
+    for line in (src / "requirements-ci.txt").read_text().splitlines():
+        name, _, pinned = line.partition("==")
+        if name.strip().lower() in _REQUIREMENTS:
+            pins[name.strip().lower()] = pinned.strip()
+    missing = set(_REQUIREMENTS) - set(pins)
+    if missing:
+        raise RuntimeError(f"{src}/requirements-ci.txt pins none of {sorted(missing)}")
+    requirements = [f"aiokafka=={VERSION}", f"pytest-timeout=={version('pytest-timeout')}"]
+    requirements += [f"{name}=={pinned}" for name, pinned in sorted(pins.items())]
+    stamp = VENV / f".installed-{zlib.crc32(' '.join(requirements).encode())}"
+    if stamp.exists():
+        return
+    print(f"suites: making {VENV.name}: {' '.join(requirements)}", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+    subprocess.run(
+        [str(_python()), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        + requirements,
+        check=True,
+    )
+    stamp.touch()
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """The image's listeners for one target run: the broker's settings and system properties
+    for them, and what the plugin tells the tests of them (``TARGET_ENV``)."""
+
+    settings: dict[str, str]
+    system_properties: dict[str, str]
+    plugin_target: str  # JSON
+
+
+@contextlib.contextmanager
+def listeners(src: Path) -> Iterator[Listeners]:
+    """Free ports for the image's listeners, certificates, the JAAS file and the tools' login, in
+    a temporary folder removed on exit."""
+    with tempfile.TemporaryDirectory(prefix="aiokafka-suite-") as tmp:
+        work = Path(tmp)
+        pki = make_pki(work)
+        ssl_folder = work / "ssl_cert"
+        ssl_folder.mkdir()
+        for made, name in (
+            (pki.ca, "ca.crt"),
+            (pki.client_cert, "client.crt"),
+            (pki.client_key, "client.key"),
+        ):
+            shutil.copy(made, ssl_folder / name)
+        jaas = work / "kafka_server_jaas.conf"
+        image_jaas = (src / "docker" / "scripts" / "kafka_server_jaas.conf").read_text()
+        jaas.write_text(_KRB5_MODULE.sub("", image_jaas))
+        admin = work / "admin.properties"
+        admin.write_text(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{ADMIN_USER}" password="{ADMIN_PASSWORD}";\n'
+        )
+        ports = {name: free_port() for name in LISTENERS}
+        settings = {
+            **tls_listeners(work, ports),
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        }
+        target = {
+            "host": "127.0.0.1",
+            "port": ports["PLAINTEXT"],
+            "ssl_port": ports["SSL"],
+            "sasl_plain_port": ports["SASL_PLAINTEXT"],
+            "sasl_ssl_port": ports["SASL_SSL"],
+            "ssl_folder": str(ssl_folder),
+            "kafka_home": str(kafka_path()),
+            "admin": ["--bootstrap-server", f"127.0.0.1:{ports['SASL_PLAINTEXT']}"]
+            + ["--command-config", str(admin)],
+            "tool_timeout": TOOL_TIMEOUT_S,
+        }
+        yield Listeners(
+            settings, {"java.security.auth.login.config": str(jaas)}, json.dumps(target)
+        )
+
+
+def _env() -> dict[str, str]:
+    """The tests' environment: the plugin importable from the project's root (the packages
+    ``compat`` and ``compat.suites`` import nothing)."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def tests(src: Path) -> list[str]:
+    """pytest's ids of the functional tests, relative to ``tests/``."""
+    argv = [str(_python()), "-m", "pytest", "-p", "no:cacheprovider"]
+    for plugin in PLUGINS:
+        argv += ["-p", plugin]
+    out = subprocess.run(
+        argv + [f"--docker-image={IMAGE}", "--collect-only", "-q", "tests"],
+        cwd=src,
+        env={**_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return [line.removeprefix("tests/") for line in out.stdout.splitlines() if "::" in line]
+
+
+def run_one(src: Path, name: str, brokers: Listeners, log: Path) -> Outcome:
+    """Run test ``name`` against the target started with ``brokers``; its output is appended to
+    ``log``."""
+    return run_test(
+        _python(),
+        PLUGINS,
+        f"tests/{name}",
+        cwd=src,
+        env={**_env(), TARGET_ENV: brokers.plugin_target},
+        timeout_s=TEST_TIMEOUT_S,
+        log=log,
+        options=[f"--docker-image={IMAGE}"],
+    )

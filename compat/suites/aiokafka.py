@@ -90,7 +90,14 @@ def fetch() -> Path:
         if not ARCHIVE.exists():
             print(f"suites: downloading {ARCHIVE_URL}", flush=True)
             partial = ARCHIVE.with_suffix(".partial")
-            urllib.request.urlretrieve(ARCHIVE_URL, partial)
+            try:
+                urllib.request.urlretrieve(ARCHIVE_URL, partial)
+            except OSError as e:  # (urllib's URLError is one)
+                raise RuntimeError(
+                    f"cannot download {ARCHIVE_URL} ({e}); without GitHub, make the same archive "
+                    f"from a clone of aio-libs/aiokafka: git archive --prefix=aiokafka-{VERSION}/ "
+                    f"-o {ARCHIVE} v{VERSION}"
+                ) from None
             partial.rename(ARCHIVE)
         top = f"aiokafka-{VERSION}/"
         with tarfile.open(ARCHIVE) as archive:

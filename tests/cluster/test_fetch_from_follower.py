@@ -3,7 +3,8 @@ a follower serves a v11+ consumer fetch from its own log up to its high watermar
 stable offset for read_committed), with Kafka's errors outside it and an empty answer between
 its high watermark and its log end; the leader, with RackAwareReplicaSelector, sends a consumer
 naming a follower's rack to that follower (and logs it at DEBUG); and
-librdkafka with `client.rack` reads its records from the same-rack follower. The raw answers
+librdkafka and the Java client with `client.rack` read their records from the same-rack
+follower. The raw answers
 are checked on broker processes (and against Kafka 3.9: WIREBROKER_CLUSTER_TARGET=kafka); the
 others on in-process brokers, whose byte counters show who served."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 import trio
 from confluent_kafka import Producer
 
+from compat.kafka_process import run_kafka_tool
 from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchRequest
 from tests.cluster.harness import (
@@ -175,8 +178,24 @@ def open_transaction(bootstrap_servers: str) -> Producer:
     return producer
 
 
+def java_consume(config: dict[str, str], topic: str, count: int) -> list[bytes]:
+    """The first `count` records of partition 0 of `topic`, by the Java client (Kafka 3.9's
+    console consumer) with `config`'s settings."""
+    done = run_kafka_tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        ["--bootstrap-server", config["bootstrap.servers"], "--topic", topic, "--partition", "0"]
+        + ["--offset", "earliest", "--max-messages", str(count), "--timeout-ms", "30000"]
+        + [a for k, v in config.items() for a in ("--consumer-property", f"{k}={v}")],
+    )
+    return [line.encode() for line in done.stdout.decode().splitlines()]
+
+
+@pytest.mark.parametrize("consumer", [consume, java_consume], ids=["librdkafka", "java"])
 def test_the_leader_sends_a_consumer_to_its_racks_follower(
-    zk_connect: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    zk_connect: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    consumer: Callable[[dict[str, str], str, int], list[bytes]],
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="wirebroker.handlers.fetch")
 
@@ -189,7 +208,7 @@ def test_the_leader_sends_a_consumer_to_its_racks_follower(
             "client.rack": f"rack-{NEAR}",
             "client.id": "nearby-reader",
         }
-        got = await trio.to_thread.run_sync(consume, config, TOPIC, RECORDS)
+        got = await trio.to_thread.run_sync(consumer, config, TOPIC, RECORDS)
         assert got == [f"replicated-{i}".encode() for i in range(RECORDS)]
         bytes_out = {i: topic_bytes_out(b) - before[i] for i, b in brokers.items()}
         assert bytes_out[NEAR] > 0 and bytes_out[LEADER] == bytes_out[FAR] == 0, bytes_out

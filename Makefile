@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-# The hot modules compiled with mypyc into $(VENV)/compiled (rebuilt when a source changed; without
-# a C compiler they run as Python): wirebroker/compiled.py.
+# The hot modules compiled with mypyc into $(VENV)/compiled (rebuilt when a source changed): a build
+# that fails fails setup; WIREBROKER_PURE=1 runs them as Python instead: wirebroker/compiled.py.
 setup: $(STAMP)
 	@$(PY) -m wirebroker.compiled_build
 

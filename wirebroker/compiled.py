@@ -13,8 +13,9 @@ at interpreter start. The finder serves the compiled modules only while every so
 its manifest's hash: they call each other natively, so it is all of them or none, and an edited
 ``.py`` runs as Python until the next build (``make setup`` rebuilds when a hash differs).
 
-Without a build (a plain ``pip install``, a machine without a C compiler) the same modules run
-as Python, as they do with ``WIREBROKER_PURE=1`` (A/B runs, and the tests in both modes). An
+Without a build (a plain ``pip install``) the same modules run as Python, as they do with
+``WIREBROKER_PURE=1`` (A/B runs, the tests in both modes, a checkout on a machine without a C
+compiler: there ``make setup`` otherwise fails, see :mod:`wirebroker.compiled_build`). An
 installed package works the same way (the sources under site-packages, the build in the venv's
 prefix): ``make image`` gives the image the host's build (:mod:`wirebroker.compiled_build`,
 ``--prebuilt``). The broker logs which it runs (:func:`describe`). Why these modules and what the

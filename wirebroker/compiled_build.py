@@ -1,9 +1,11 @@
 """Building :mod:`wirebroker.compiled`'s modules with mypyc: ``python -m wirebroker.compiled_build``.
 
 ``make setup`` runs it; it rebuilds only when a source's hash differs from the build's manifest
-(or the venv lacks the ``.pth`` that installs the finder). Without a C compiler, the Python
-headers or mypyc, or when mypyc refuses an edited module, it says so and exits 0: the modules
-then run as Python.
+(or the venv lacks the ``.pth`` that installs the finder). A build that fails (no C compiler,
+no Python headers, no mypyc, or a mypyc that crashes on or refuses a module) fails the command,
+saying why: a development or CI environment then never tests pure Python without saying so.
+With ``WIREBROKER_PURE=1`` it builds nothing, deliberately. (A plain ``pip install`` runs no
+build at all: the modules run as Python, and the broker logs it.)
 
 ``--prebuilt DIR`` installs a build made elsewhere instead: the Docker image's (``make image``
 passes the host's build, made on the same Debian for CPython 3.11, whose ABI holds across patch
@@ -129,6 +131,9 @@ def main(argv: Sequence[str]) -> int:
     if argv:
         print(USAGE, file=sys.stderr)
         return 2
+    if os.environ.get(PURE_ENV) == "1":
+        print(f"{PURE_ENV}=1: nothing compiled, {', '.join(MODULES)} run as Python")
+        return 0
     finder = CompiledFinder(BUILD_DIR, SOURCE_ROOT)
     if finder.usable() and _pth().exists():
         print(f"compiled build in {BUILD_DIR} is up to date")
@@ -136,8 +141,15 @@ def main(argv: Sequence[str]) -> int:
     print(f"compiling {', '.join(MODULES)} with mypyc into {BUILD_DIR} ({finder.refusal})")
     try:
         build()
-    except (Exception, SystemExit) as e:  # no compiler, no headers, a mypyc error: run as Python
-        print(f"the compiled build failed ({e}): these modules run as Python", file=sys.stderr)
+    except (Exception, SystemExit) as e:  # no compiler, no headers, a mypyc error
+        print(
+            f"the compiled build failed: {type(e).__name__}: {e}\n"
+            f"It needs a C compiler, the Python headers and the mypy (mypyc) that pyproject.toml's "
+            f"dev extra pins. To run these modules as Python instead, deliberately, set "
+            f"{PURE_ENV}=1 (for make setup, the tests and the broker alike).",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -1,14 +1,18 @@
 """Consumers fetching from followers (KIP-392) in a three-broker cluster, one rack per broker:
 a follower serves a v11+ consumer fetch from its own log up to its high watermark (its last
-stable offset for read_committed), with Kafka's errors outside it; the leader, with
-RackAwareReplicaSelector, sends a consumer naming a follower's rack to that follower; and
-librdkafka with `client.rack` reads its records from the same-rack follower. The raw answers
+stable offset for read_committed), with Kafka's errors outside it and an empty answer between
+its high watermark and its log end; the leader, with RackAwareReplicaSelector, sends a consumer
+naming a follower's rack to that follower (and logs it at DEBUG); and
+librdkafka and the Java client with `client.rack` read their records from the same-rack
+follower. The raw answers
 are checked on broker processes (and against Kafka 3.9: WIREBROKER_CLUSTER_TARGET=kafka); the
 others on in-process brokers, whose byte counters show who served."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ import pytest
 import trio
 from confluent_kafka import Producer
 
+from compat.kafka_process import run_kafka_tool
 from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchRequest
 from tests.cluster.harness import (
@@ -42,6 +47,8 @@ LEADER, NEAR, FAR = 1, 2, 3  # the partition's replicas are [1, 2, 3]: broker 1 
 OPEN = 3  # records of the transaction left open
 READ_COMMITTED = 1
 LONG_POLL_MS = 20_000
+UNCOMMITTED = 3  # records past the follower's high watermark
+LAG_MS = 30_000
 
 
 async def start_racks(nursery: trio.Nursery, zk_connect: str, tmp: Path) -> dict[int, Any]:
@@ -171,18 +178,48 @@ def open_transaction(bootstrap_servers: str) -> Producer:
     return producer
 
 
-def test_the_leader_sends_a_consumer_to_its_racks_follower(zk_connect: str, tmp_path: Path) -> None:
+def java_consume(config: dict[str, str], topic: str, count: int) -> list[bytes]:
+    """The first `count` records of partition 0 of `topic`, by the Java client (Kafka 3.9's
+    console consumer) with `config`'s settings."""
+    done = run_kafka_tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        ["--bootstrap-server", config["bootstrap.servers"], "--topic", topic, "--partition", "0"]
+        + ["--offset", "earliest", "--max-messages", str(count), "--timeout-ms", "30000"]
+        + [a for k, v in config.items() for a in ("--consumer-property", f"{k}={v}")],
+    )
+    return [line.encode() for line in done.stdout.decode().splitlines()]
+
+
+@pytest.mark.parametrize("consumer", [consume, java_consume], ids=["librdkafka", "java"])
+def test_the_leader_sends_a_consumer_to_its_racks_follower(
+    zk_connect: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    consumer: Callable[[dict[str, str], str, int], list[bytes]],
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="wirebroker.handlers.fetch")
+
     async def body(brokers: dict[int, RunningBroker]) -> None:
         leader = brokers[LEADER]
         # The consumer in rack-2 reads every record from broker 2, none from the leader.
         before = {i: topic_bytes_out(b) for i, b in brokers.items()}
-        config = {"bootstrap.servers": bootstrap(leader), "client.rack": f"rack-{NEAR}"}
-        got = await trio.to_thread.run_sync(consume, config, TOPIC, RECORDS)
+        config = {
+            "bootstrap.servers": bootstrap(leader),
+            "client.rack": f"rack-{NEAR}",
+            "client.id": "nearby-reader",
+        }
+        got = await trio.to_thread.run_sync(consumer, config, TOPIC, RECORDS)
         assert got == [f"replicated-{i}".encode() for i in range(RECORDS)]
         bytes_out = {i: topic_bytes_out(b) - before[i] for i, b in brokers.items()}
         assert bytes_out[NEAR] > 0 and bytes_out[LEADER] == bytes_out[FAR] == 0, bytes_out
 
     run(body, zk_connect, tmp_path)
+    # The leader says whom it sent where, at DEBUG (Kafka's ReplicaManager does).
+    assert (
+        f"RackAwareReplicaSelector sends a consumer of {TOPIC}-0 to replica {NEAR} (client rack "
+        f"rack-{NEAR}, client id nearby-reader, address 127.0.0.1, principal User:ANONYMOUS, "
+        "listener PLAINTEXT)"
+    ) in caplog.messages
 
 
 def topic_bytes_out(running: RunningBroker) -> int:
@@ -195,7 +232,12 @@ def test_answers_of_a_follower_and_a_rack_aware_leader(kind: str) -> None:
     """Broker processes; checked against Kafka 3.9 with WIREBROKER_CLUSTER_TARGET=kafka."""
     with running_cluster(
         kind,
-        overrides={"replica.selector.class": SELECTOR},
+        overrides={
+            "replica.selector.class": SELECTOR,
+            # a stopped replica stays in the ISR (holding the HW) for the test's last part
+            "replica.lag.time.max.ms": str(LAG_MS),
+            "zookeeper.session.timeout.ms": str(LAG_MS),
+        },
         node_overrides=lambda i: {"broker.rack": f"rack-{i}"},
     ) as cluster:
         cluster.create_topic(TOPIC, 1)
@@ -245,6 +287,35 @@ def test_answers_of_a_follower_and_a_rack_aware_leader(kind: str) -> None:
             woken = polled.result(LONG_POLL_MS / 1000 + 10)
         assert (woken.error_code, woken.high_watermark) == (ErrorCode.NONE, RECORDS + 1)
         assert len(woken.records) > 0 and time.monotonic() - started < LONG_POLL_MS / 1000
+
+        # Between the follower's high watermark and its log end: the third replica, stopped
+        # but still in the ISR (for LAG_MS), holds the HW while the follower copies records
+        # past it. Kafka's log read stops at the HW: no records and no error, the HW as it is.
+        far_id = next(r for r in state.replicas if r not in (state.leader, near_id))
+        hw, leo = RECORDS + 1, RECORDS + 1 + UNCOMMITTED
+        cluster.pause(far_id)
+        try:
+            produce_acks_1(leader, UNCOMMITTED)
+            wait_until(
+                lambda: ask(near, fetch(leo), 12).error_code == ErrorCode.NONE,
+                what="the follower's log end past its high watermark",
+            )
+            for offset in range(hw, leo + 1):
+                above = ask(near, fetch(offset), 12)
+                assert (above.error_code, len(above.records)) == (ErrorCode.NONE, 0), offset
+                assert (above.high_watermark, above.last_stable_offset) == (hw, hw), offset
+            beyond = ask(near, fetch(leo + 1), 12)
+            assert (beyond.error_code, beyond.high_watermark) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
+        finally:
+            cluster.resume(far_id)
+
+
+def produce_acks_1(address: str, count: int) -> None:
+    """`count` records to partition 0 acknowledged by the leader alone (the HW need not move)."""
+    producer = Producer({"bootstrap.servers": address, "acks": "1", "linger.ms": 0})
+    for i in range(count):
+        producer.produce(TOPIC, f"uncommitted-{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
 
 
 def ask(address: str, request: FetchRequest, version: int) -> Any:

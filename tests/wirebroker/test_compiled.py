@@ -3,7 +3,8 @@ says which it runs (`wirebroker.compiled`).
 
 The finder's checks run on a copy of the sources with a manifest of their hashes (no compiler
 needed); the broker tests use the venv's real build (`make setup` makes it), and skip, saying
-why, where there is none (no C compiler). A build made elsewhere (``--prebuilt``, how the Docker
+why, where there is none (``WIREBROKER_PURE=1 make setup``). The test run itself imports the
+build, unless ``WIREBROKER_PURE=1`` asks for Python: anything else fails. A build made elsewhere (``--prebuilt``, how the Docker
 image gets the host's) is installed into a venv holding the packages as a wheel installs them;
 `tests/containers` checks the image itself."""
 
@@ -29,6 +30,7 @@ from wirebroker.compiled import (
     PURE_ENV,
     SOURCE_ROOT,
     CompiledFinder,
+    describe,
     digest,
     source_path,
 )
@@ -88,6 +90,21 @@ def test_no_build_a_missing_library_or_another_manifest_is_refused(tmp_path: Pat
     finder = CompiledFinder(build, root)
     assert finder.find_spec(MODULES[0]) is None
     assert finder.refusal is not None and "names other modules" in finder.refusal
+
+
+def test_this_run_imports_the_build_unless_told_not_to() -> None:
+    """`make setup` builds the modules or fails: a run testing pure Python without
+    WIREBROKER_PURE=1 (a stale or refused build, a module imported before the finder) fails."""
+    for module in MODULES:
+        __import__(module)
+    files = [sys.modules[m].__file__ for m in MODULES]
+    if os.environ.get(PURE_ENV) == "1":
+        assert files == [str(source_path(SOURCE_ROOT, m)) for m in MODULES], describe()
+    else:
+        assert all(f and Path(f).is_relative_to(BUILD_DIR) for f in files), (
+            f"this run imports {describe()}: run make setup, or set {PURE_ENV}=1 to test pure "
+            f"Python deliberately"
+        )
 
 
 def venv_build_or_skip() -> None:

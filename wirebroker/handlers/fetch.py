@@ -47,18 +47,21 @@ CLUSTER_ACTION, and here also the inter-broker listener of a cluster), else ever
 TOPIC_AUTHORIZATION_FAILED and nothing of the follower's state changes.
 Fetching from followers (KIP-392), as Kafka: a consumer's fetch with client metadata (v11+)
 is served by any replica of the partition, a follower reading its own log up to its high
-watermark (its last stable offset for READ_COMMITTED; out of its log: OFFSET_OUT_OF_RANGE),
+watermark (its last stable offset for READ_COMMITTED; between that and its log end no records
+and no error; out of its log: OFFSET_OUT_OF_RANGE),
 with the leader epoch checked against its own; an older consumer fetch (v10 and below) still
 needs the leader (NOT_LEADER_OR_FOLLOWER). With `replica.selector.class` set, a leader asks
 `wirebroker.replica_selector` for each partition of a fetch naming the client's rack: where it
 chooses a follower, the answer is that preferred read replica, the offsets and no records, at
-once. A fetch without a client rack does no part of this.
+once, and the choice is logged at DEBUG with the client's metadata (rack, client id, address,
+principal, listener), as Kafka does. A fetch without a client rack does no part of this.
 Differences from Kafka: a consumer's byte rate counts the records' bytes (Kafka: the whole
 response's).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
@@ -78,7 +81,13 @@ from wirebroker.partition import Partition
 from wirebroker.quotas import throttle
 from wirebroker.quotas.client import session_names
 from wirebroker.read_ahead import read_ahead
-from wirebroker.replica_selector import NO_PREFERRED_REPLICA, preferred_read_replica
+from wirebroker.replica_selector import (
+    NO_PREFERRED_REPLICA,
+    RACK_AWARE_SELECTOR,
+    preferred_read_replica,
+)
+
+log = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
 EMPTY = memoryview(b"")  # a partition with an error still carries records: empty, never null
@@ -480,6 +489,20 @@ def _sent_away(ctx: RequestContext, w: _Wanted, p: Partition, client_rack: str) 
     )
     if preferred == NO_PREFERRED_REPLICA:
         return False
+    # At DEBUG, as Kafka's ReplicaManager: the selector, its choice and the client's metadata.
+    log.debug(
+        "%s sends a consumer of %s-%d to replica %d (client rack %s, client id %s, address %s, "
+        "principal %s, listener %s)",
+        RACK_AWARE_SELECTOR.rpartition(".")[2],
+        p.topic,
+        p.index,
+        preferred,
+        client_rack,
+        ctx.client_id,
+        ctx.client_host,
+        ctx.principal,
+        ctx.listener_name,
+    )
     result.error_code = ErrorCode.NONE
     result.records = EMPTY
     return True

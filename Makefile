@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # The hot modules compiled with mypyc into $(VENV)/compiled (rebuilt when a source changed): a build
-# that fails fails setup; WIREBROKER_PURE=1 runs them as Python instead: wirebroker/compiled.py.
+# that fails says why and leaves them Python, which the tests refuse; WIREBROKER_PURE=1 runs them
+# as Python deliberately: wirebroker/compiled.py.
 setup: $(STAMP)
 	@$(PY) -m wirebroker.compiled_build
 

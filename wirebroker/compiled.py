@@ -15,7 +15,7 @@ its manifest's hash: they call each other natively, so it is all of them or none
 
 Without a build (a plain ``pip install``) the same modules run as Python, as they do with
 ``WIREBROKER_PURE=1`` (A/B runs, the tests in both modes, a checkout on a machine without a C
-compiler: there ``make setup`` otherwise fails, see :mod:`wirebroker.compiled_build`). An
+compiler: there the tests otherwise fail, see :mod:`wirebroker.compiled_build`). An
 installed package works the same way (the sources under site-packages, the build in the venv's
 prefix): ``make image`` gives the image the host's build (:mod:`wirebroker.compiled_build`,
 ``--prebuilt``). The broker logs which it runs (:func:`describe`). Why these modules and what the

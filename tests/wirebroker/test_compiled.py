@@ -93,7 +93,7 @@ def test_no_build_a_missing_library_or_another_manifest_is_refused(tmp_path: Pat
 
 
 def test_this_run_imports_the_build_unless_told_not_to() -> None:
-    """`make setup` builds the modules or fails: a run testing pure Python without
+    """`make setup` builds the modules or says it failed: a run testing pure Python without
     WIREBROKER_PURE=1 (a stale or refused build, a module imported before the finder) fails."""
     for module in MODULES:
         __import__(module)

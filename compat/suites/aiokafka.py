@@ -44,7 +44,7 @@ from pathlib import Path
 
 from compat.kafka_process import free_port
 from compat.suites.aiokafka_fixtures import TARGET_ENV
-from compat.suites.librdkafka import kafka_path
+from compat.suites.kafka_scripts import kafka_path
 from compat.suites.pytest_runs import run_test
 from compat.suites.results import BUILD, ROOT, Outcome
 from compat.suites.targets import tls_listeners

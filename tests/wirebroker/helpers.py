@@ -176,8 +176,29 @@ def wait_until(
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+            raise _timed_out(timeout, what or predicate)
         time.sleep(interval)
+
+
+async def eventually(
+    predicate: Callable[[], T],
+    timeout: float = DEFAULT_TIMEOUT,
+    interval: float = 0.02,
+    what: str = "",
+) -> T:
+    """`wait_until` for trio code: the other tasks run between polls, and the deadline is on
+    trio's clock (virtual under a MockClock)."""
+    with trio.move_on_after(timeout):
+        while True:
+            value = predicate()
+            if value:
+                return value
+            await trio.sleep(interval)
+    raise _timed_out(timeout, what or predicate)
+
+
+def _timed_out(timeout: float, what: object) -> AssertionError:
+    return AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 async def receive_frame(stream: trio.SocketStream) -> bytes:

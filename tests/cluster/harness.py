@@ -11,7 +11,6 @@ Everything is a child of the caller's nursery.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from protocol.messages.alter_user_scram_credentials import AlterUserScramCredent
 from protocol.messages.create_topics import CreateTopicsRequest
 from protocol.messages.headers import ResponseHeader
 from protocol.schema import Message
+from tests.wirebroker.helpers import eventually
 from wirebroker.config import BrokerConfig
 from wirebroker.peer import request_once
 from wirebroker.server import RunningBroker, serve_broker
@@ -108,16 +108,6 @@ def sha512_upsertion(user: str, password: bytes) -> Any:
 async def call(running: RunningBroker, body: Message, version: int) -> Any:
     listener = running.listeners[0]
     return await request_once(listener.host, listener.port, body, version, client_id="test")
-
-
-async def eventually(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    with trio.move_on_after(timeout):
-        while True:
-            value = predicate()
-            if value:
-                return value
-            await trio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
 
 
 def produce(config: dict[str, str], topic: str, count: int) -> None:

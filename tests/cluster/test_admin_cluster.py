@@ -218,18 +218,22 @@ def test_znode_requests_reassign_and_prefer(zk_connect: str, tmp_path: Path) -> 
             # Broker 1, the leader, adds 3 to the ISR (the fake broker fetches nothing). Its
             # own ISR changes (2 dropped for lagging, say) can make one attempt stale
             # (INVALID_UPDATE_VERSION): each attempt reads the state afresh, until phase B.
-            with trio.fail_after(15):
-                while not phase_b():
-                    info = controller.ctx.states[("legacy", 0)]
-                    isr = tuple(sorted({*info.state.isr, 3}))
-                    change = (info.state.leader_epoch, isr, info.version, 0)
-                    if info.state.leader == 1 and 3 not in info.state.isr:
-                        await controller.call(
-                            lambda change=change: controller.alter_partition(
-                                1, b1.broker.broker_epoch, {("legacy", 0): change}
-                            )
+            async def towards_phase_b() -> bool:
+                """Whether in phase B; if not, one more attempt to add 3 to the ISR."""
+                if phase_b():
+                    return True
+                info = controller.ctx.states[("legacy", 0)]
+                isr = tuple(sorted({*info.state.isr, 3}))
+                change = (info.state.leader_epoch, isr, info.version, 0)
+                if info.state.leader == 1 and 3 not in info.state.isr:
+                    await controller.call(
+                        lambda: controller.alter_partition(
+                            1, b1.broker.broker_epoch, {("legacy", 0): change}
                         )
-                    await trio.sleep(0.05)
+                    )
+                return False
+
+            await eventually(towards_phase_b, 15, 0.05, what="phase B (3 added to the ISR)")
             await eventually(
                 lambda: not controller.ctx.legacy_reassignments,
                 what="done",

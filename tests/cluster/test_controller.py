@@ -293,9 +293,7 @@ def test_create_topic_leaders_isr_and_requests(zk_connect: str, tmp_path: Path) 
                         return False
                 return True
 
-            with trio.fail_after(15):
-                while not await settled():
-                    await trio.sleep(0.05)
+            await eventually(settled, 15, 0.05, what="orders' partitions led without broker 3")
             p3 = next(p for p in range(3) if assignment.partitions[p][0] == 3)
             moved = await read_state(cluster.zk, "orders", p3)
             assert moved is not None and moved[0].leader in (1, 2) and moved[0].leader_epoch == 1
@@ -575,13 +573,13 @@ def test_new_controller_takes_dead_brokers_out_of_isrs(zk_connect: str, tmp_path
                 c4 = b4.broker.cluster
                 assert c4 is not None
                 await eventually(lambda: c4.controller.active, what="broker 4 controls")
-                with trio.fail_after(10):
-                    while True:
-                        got = await read_state(zk, "x", 0)
-                        assert got is not None
-                        if got[0].isr == (2,):
-                            break
-                        await trio.sleep(0.05)
+
+                async def shrunk() -> Any:
+                    got = await read_state(zk, "x", 0)
+                    assert got is not None
+                    return got if got[0].isr == (2,) else None
+
+                got = await eventually(shrunk, 10, 0.05, what="x-0's ISR shrunk to [2]")
                 assert got[0].leader == 2 and got[0].leader_epoch == 1
             finally:
                 await zk.close()
@@ -614,9 +612,10 @@ def _assign(index: int, replicas: list[int]) -> CreateTopicsRequest.CreatableRep
 
 
 async def eventually_znode_gone(zk: ZkClient, path: str) -> None:
-    with trio.fail_after(10):
-        while await zk.exists(path) is not None:
-            await trio.sleep(0.05)
+    async def gone() -> bool:
+        return await zk.exists(path) is None
+
+    await eventually(gone, 10, 0.05, what=f"{path} gone")
 
 
 def test_alter_partition_waits_for_a_new_controllers_failover(

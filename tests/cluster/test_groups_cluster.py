@@ -17,7 +17,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
-from tests.cluster.harness import call, create_topic, start_cluster
+from tests.cluster.harness import call, create_topic, eventually, start_cluster
 from wirebroker.server import RunningBroker
 from wirebroker.topics import OFFSETS_TOPIC
 
@@ -134,14 +134,18 @@ def test_group_follows_its_coordinator(zk_connect: str, tmp_path: Path, stop: st
                     scope.cancel()
                 else:
                     await brokers[old].stop()
-                new = await eventually_async(lambda: _new_coordinator(others, old))
+                new = await eventually(
+                    lambda: _new_coordinator(others, old), 30, 0.1, what="a new coordinator"
+                )
                 successor = brokers[new].broker
 
-                async def loaded() -> bool:  # (other brokers may learn of it from the
-                    # controller before the new leader has its LeaderAndIsr and loaded the group)
-                    return successor.groups.owned == {0} and GROUP in successor.groups.groups
-
-                await eventually_async(loaded)
+                # (other brokers may learn of it from the controller before the new leader
+                # has its LeaderAndIsr and loaded the group)
+                await eventually(
+                    lambda: successor.groups.owned == {0} and GROUP in successor.groups.groups,
+                    30,
+                    what="the group loaded by its new coordinator",
+                )
                 assert await fetched_offsets(brokers[new]) == (ErrorCode.NONE, before)
 
                 # The same consumer goes on: it finds the new coordinator and commits there.
@@ -185,10 +189,3 @@ async def _new_coordinator(others: list[RunningBroker], old: int) -> int:
         if node not in (-1, old):
             return node
     return 0
-
-
-async def eventually_async(probe: Any, timeout: float = 30.0) -> Any:
-    with trio.fail_after(timeout):
-        while not (value := await probe()):
-            await trio.sleep(0.1)
-    return value

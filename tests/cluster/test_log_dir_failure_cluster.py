@@ -46,6 +46,10 @@ async def produce(running: RunningBroker, partition: int, value: bytes) -> int:
     return int(response.responses[0].partition_responses[0].error_code)
 
 
+async def acked_by(running: RunningBroker, value: bytes) -> bool:
+    return await produce(running, 0, value) == ErrorCode.NONE
+
+
 async def fetch_values(running: RunningBroker, partition: int) -> list[bytes]:
     """Every record value of the partition up to its high watermark, read from `running`."""
     values: list[bytes] = []
@@ -97,9 +101,13 @@ def test_a_failed_log_dir_moves_its_leaders(
 
             acked: list[bytes] = []
             for i in range(10):
-                while await produce(b1, 0, b"before-%d" % i) != ErrorCode.NONE:
-                    await trio.sleep(0.05)  # until the followers are in the ISR
-                acked.append(b"before-%d" % i)
+                value = b"before-%d" % i
+                await eventually(
+                    lambda value=value: acked_by(b1, value),
+                    interval=0.05,
+                    what=f"{value!r} acked (the followers in the ISR)",
+                )
+                acked.append(value)
 
             real_fsync = os.fsync
 
@@ -123,7 +131,7 @@ def test_a_failed_log_dir_moves_its_leaders(
                             acked.append(value)
                             i += 1
                             continue
-                    await trio.sleep(0.05)
+                    await trio.sleep(0.05)  # a producer's retry pacing while the leader moves
 
             state = (await leaders_and_offline(b2))[0]
             assert state[0] in (2, 3) and state[1] == [1], state

@@ -29,7 +29,7 @@ async def keep_producing(running: RunningBroker, partition: int, acked: list[byt
             acked.append(value)
             i += 1
         else:
-            await trio.sleep(0.02)  # until the follower is in the ISR
+            await trio.sleep(0.02)  # a producer's retry pacing until the follower is in the ISR
 
 
 @pytest.mark.timeout(60)
@@ -57,7 +57,7 @@ def test_moving_a_leader_and_a_follower_replica_between_log_dirs(
             async with trio.open_nursery() as producers:
                 producers.start_soon(keep_producing, b1, 0, acked[0])
                 producers.start_soon(keep_producing, b2, 1, acked[1])
-                await eventually(lambda: min(map(len, acked.values())) > 300, 30, "records")
+                await eventually(lambda: min(map(len, acked.values())) > 300, 30, what="records")
                 before = {p: manager.log_dir_of(TOPIC, p) for p in (0, 1)}
                 request = AlterReplicaLogDirsRequest(
                     dirs=[
@@ -82,14 +82,14 @@ def test_moving_a_leader_and_a_follower_replica_between_log_dirs(
                         and all(manager.log_dir_of(TOPIC, p) != before[p] for p in (0, 1))
                     ),
                     30,
-                    "the moves",
+                    what="the moves",
                 )
                 assert moved
                 counts = {p: len(acked[p]) for p in (0, 1)}
                 await eventually(
                     lambda: all(len(acked[p]) > counts[p] + 100 for p in (0, 1)),
                     20,
-                    "records after the moves",
+                    what="records after the moves",
                 )
                 producers.cancel_scope.cancel()
             for p, leader in ((0, b1), (1, b2)):
@@ -102,12 +102,12 @@ def test_moving_a_leader_and_a_follower_replica_between_log_dirs(
             await eventually(
                 lambda: follower.log_end_offset == leader_log.log_end_offset,
                 10,
-                "the follower caught up in its new dir",
+                what="the follower caught up in its new dir",
             )
             await eventually(
                 lambda: not any(list(before[p].glob(f"{TOPIC}-{p}*")) for p in (0, 1)),  # type: ignore[union-attr]
                 10,
-                "the old copies removed",
+                what="the old copies removed",
             )
             nursery.cancel_scope.cancel()
 

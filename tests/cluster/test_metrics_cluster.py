@@ -6,6 +6,7 @@ kafka-exporter's per-partition offsets are reported once, by each partition's le
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -13,7 +14,7 @@ from confluent_kafka import Producer
 
 from protocol.errors import ErrorCode
 from protocol.messages.find_coordinator import FindCoordinatorRequest
-from tests.cluster.harness import call, create_topic, start_cluster
+from tests.cluster.harness import call, create_topic, eventually, start_cluster
 from tests.wirebroker.helpers import Samples, offset_commit_request, scrape, value
 
 pytestmark = pytest.mark.integration
@@ -40,10 +41,14 @@ def test_lag_of_partitions_led_by_other_brokers(zk_connect: str, tmp_path: Path)
             await create_topic(brokers[1], TOPIC, PARTITIONS)
             bootstrap = ",".join(b.bootstrap_servers for b in brokers.values())
             await trio.to_thread.run_sync(produce, bootstrap)
-            found = await call(brokers[1], FindCoordinatorRequest(key=GROUP, key_type=0), 3)
-            while found.error_code != ErrorCode.NONE:  # while __consumer_offsets is created
-                await trio.sleep(0.1)
+
+            async def coordinator_found() -> Any:
                 found = await call(brokers[1], FindCoordinatorRequest(key=GROUP, key_type=0), 3)
+                return found if found.error_code == ErrorCode.NONE else None
+
+            found = await eventually(  # while __consumer_offsets is created
+                coordinator_found, 30, 0.1, what=f"a coordinator of {GROUP}"
+            )
             coordinator = brokers[found.node_id]
             committed = {p: p + 2 for p in range(PARTITIONS)}
             commit = offset_commit_request(GROUP, TOPIC, committed)
@@ -70,9 +75,7 @@ def test_lag_of_partitions_led_by_other_brokers(zk_connect: str, tmp_path: Path)
                     for p, leader in leaders.items()
                 )
 
-            with trio.fail_after(30):
-                while not await scraped():
-                    await trio.sleep(0.2)
+            await eventually(scraped, 30, 0.2, what="every leader's current offset at the end")
             at_coordinator = scrapes[found.node_id]
             for p, offset in committed.items():
                 labels = {"consumergroup": GROUP, **_tp(p)}

@@ -109,9 +109,10 @@ async def _produce(running: RunningBroker, topic: str, value: bytes, acks: int) 
 
 
 async def _produce_until_acked(running: RunningBroker, topic: str, value: bytes) -> None:
-    with trio.fail_after(20):
-        while await _produce(running, topic, value, -1) != ErrorCode.NONE:
-            await trio.sleep(0.05)  # until the replicas are in the ISR
+    async def acked() -> bool:
+        return await _produce(running, topic, value, -1) == ErrorCode.NONE
+
+    await eventually(acked, 20, 0.05, what=f"{topic} to take acks=all (its replicas in the ISR)")
 
 
 def _consume_all(bootstrap: str, topic: str, end: int) -> list[bytes]:
@@ -140,11 +141,13 @@ async def _offline_replicas(running: RunningBroker) -> list[int]:
     return list(meta.topics[0].partitions[0].offline_replicas)
 
 
-async def eventually_async(ask: Any, expected: Any, what: str) -> None:
-    """Until `await ask()` returns `expected` (within 30 s)."""
-    with trio.fail_after(30):
-        while await ask() != expected:
-            await trio.sleep(0.05)
+async def eventually_equal(ask: Any, expected: Any, what: str, timeout: float = 30) -> None:
+    """Until `await ask()` returns `expected`."""
+
+    async def equal() -> bool:
+        return bool(await ask() == expected)
+
+    await eventually(equal, timeout, 0.05, what)
 
 
 def _leads(running: RunningBroker) -> bool:
@@ -207,8 +210,7 @@ async def _serves_while_held(b1: RunningBroker, value: bytes = b"meanwhile") -> 
     with trio.fail_after(20):
         meta = await call(b1, MetadataRequest(topics=None), 12)
         assert {b.node_id for b in meta.brokers} == {1, 2, 3}
-        while await _leader(b1, SOLO) != 1:
-            await trio.sleep(0.05)
+        await eventually_equal(lambda: _leader(b1, SOLO), 1, "broker 1 leads solo-0", 15)
         assert await _produce(b1, SOLO, value, 1) == ErrorCode.NONE
         fetched = await call(b1, fetch_request(SOLO, 0, 0), 12)
         records = decode_records(fetched.responses[0].partitions[0].records)
@@ -262,7 +264,7 @@ def test_a_followers_truncation_runs_in_a_worker_thread(
             assert b1.scope is not None
             b1.scope.cancel()
             await eventually(
-                lambda: b2.broker.metadata_cache.is_alive(1) is False, 30, "broker 1 gone"
+                lambda: b2.broker.metadata_cache.is_alive(1) is False, 30, what="broker 1 gone"
             )
             parked.clear()
             resume.set()
@@ -272,7 +274,7 @@ def test_a_followers_truncation_runs_in_a_worker_thread(
                     None,
                 ),
                 30,
-                "a new leader of t-0",
+                what="a new leader of t-0",
             )
             later = [b"later-%d" % i for i in range(3)]
             for value in later:
@@ -298,17 +300,17 @@ def test_a_followers_truncation_runs_in_a_worker_thread(
                         and replica.fetcher_state(TP) == "fetching"
                     ),
                     30,
-                    "broker 1 caught up",
+                    what="broker 1 caught up",
                 )
             else:
                 await eventually(
                     lambda: b1.broker.log_manager.offline_dirs == {tmp_path / "b1-a"},
                     30,
-                    "t-0's log directory offline",
+                    what="t-0's log directory offline",
                 )
                 assert replica.fetcher_state(TP) in ("failed", None)  # None: stopped since
                 # The controller learns of it: broker 1's replica of t-0 is offline.
-                await eventually_async(lambda: _offline_replicas(b2), [1], "t-0's offline replica")
+                await eventually_equal(lambda: _offline_replicas(b2), [1], "t-0's offline replica")
                 meta = await call(b1, MetadataRequest(topics=None), 12)  # still up
                 assert {b.node_id for b in meta.brokers} == {1, 2, 3}
             values = await trio.to_thread.run_sync(_consume_all, _bootstrap(new_leader), TOPIC, 8)
@@ -357,12 +359,12 @@ def test_a_followers_appends_run_in_a_worker_thread(
             b1, b2, _b3 = await _start_brokers(nursery, zk_connect, tmp_path)
             await _create_topics(b1, [2, 1], tmp_path)
             manager = b1.broker.log_manager
-            await eventually_async(lambda: _leader(b2, TOPIC), 2, "broker 2 leads t-0")
+            await eventually_equal(lambda: _leader(b2, TOPIC), 2, "broker 2 leads t-0")
             acked = [b"acked-%d" % i for i in range(3)]
             for value in acked:
                 await _produce_until_acked(b2, TOPIC, value)
             p1 = b1.broker.partitions[TP]
-            await eventually(lambda: p1.high_watermark == 3, 30, "broker 1 has them")
+            await eventually(lambda: p1.high_watermark == 3, 30, what="broker 1 has them")
 
             # Broker 1's next write to t-0 is held in its worker thread.
             monkeypatch.setattr(os, "pwrite", held.os_pwrite)
@@ -395,22 +397,22 @@ def test_a_followers_appends_run_in_a_worker_thread(
                 await eventually(
                     lambda: manager.offline_dirs == {tmp_path / "b1-a"},
                     30,
-                    "t-0's log directory offline",
+                    what="t-0's log directory offline",
                 )
                 replica = b1.broker.replica_manager
                 assert replica.fetcher_state(TP) in ("failed", None)  # None: stopped since
-                await eventually_async(lambda: _offline_replicas(b2), [1], "t-0's offline replica")
+                await eventually_equal(lambda: _offline_replicas(b2), [1], "t-0's offline replica")
                 meta = await call(b1, MetadataRequest(topics=None), 12)  # still up
                 assert {b.node_id for b in meta.brokers} == {1, 2, 3}
                 values = await trio.to_thread.run_sync(_consume_all, _bootstrap(b2), TOPIC, 3)
                 assert values == acked
             else:
                 if outcome == "done":
-                    await eventually(lambda: answers, 30, "the held record's answer")
+                    await eventually(lambda: answers, 30, what="the held record's answer")
                     assert answers == [ErrorCode.NONE]  # acknowledged once broker 1 wrote it
                     assert b2.scope is not None
                     b2.scope.cancel()
-                await eventually(lambda: _leads(b1), 30, "broker 1 leads t-0")
+                await eventually(lambda: _leads(b1), 30, what="broker 1 leads t-0")
                 assert p1.log_end_offset == 4 and not p1.log.writing
                 assert await _produce(b1, TOPIC, b"after", 1) == ErrorCode.NONE
                 assert p1.log_end_offset == 5

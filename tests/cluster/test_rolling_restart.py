@@ -53,7 +53,7 @@ def _first_metadata(port: int, topic: str, answers: list[MetadataResponse], unti
             with RawClient(f"{LOOPBACK}:{port}", timeout=30.0) as client:
                 answers.append(client.request(request, 12))
                 return
-        except OSError:  # not listening yet
+        except OSError:  # not listening yet: retry at once, the race with the start is the test
             time.sleep(0.005)
 
 

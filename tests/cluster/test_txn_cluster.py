@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -114,9 +113,12 @@ def test_a_prepared_commit_is_completed_by_the_next_coordinator(
             await create_topic(brokers[1], TOPIC, PARTITIONS)
             tid = "prepared"
             # the first lookup creates __transaction_state; its leaders come after
-            old = await _eventually_async(lambda: _coordinator(brokers, tid), exclude=-1)
+            old = await eventually(
+                lambda: _coordinator(brokers, tid), 60, 0.1, what=f"a coordinator of {tid}"
+            )
             first = brokers[old].broker.transactions
-            await eventually(lambda: not first.state.loading, what="the coordinator loaded")
+            with trio.fail_after(15):  # the coordinator loaded
+                await first.state.wait_loaded()
             init = await call(
                 brokers[old],
                 InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000),
@@ -143,7 +145,9 @@ def test_a_prepared_commit_is_completed_by_the_next_coordinator(
             scope.cancel()  # no controlled shutdown: its partitions move when its session ends
 
             others = {i: b for i, b in brokers.items() if i != old}
-            new = await _eventually_async(lambda: _coordinator(others, tid), exclude=old)
+            new = await eventually(  # (`others` leaves `old` out)
+                lambda: _coordinator(others, tid), 60, 0.1, what=f"a new coordinator of {tid}"
+            )
             successor = others[new].broker.transactions
             await eventually(
                 lambda: (
@@ -167,7 +171,8 @@ def test_a_prepared_commit_is_completed_by_the_next_coordinator(
     trio.run(main)
 
 
-async def _coordinator(brokers: dict[int, RunningBroker], tid: str) -> int:
+async def _coordinator(brokers: dict[int, RunningBroker], tid: str) -> int | None:
+    """The coordinator of `tid` if one of `brokers` names one of them (None: none yet)."""
     for running in brokers.values():
         try:
             found = await call(running, FindCoordinatorRequest(key=tid, key_type=1), 3)
@@ -175,18 +180,7 @@ async def _coordinator(brokers: dict[int, RunningBroker], tid: str) -> int:
             continue
         if found.error_code == ErrorCode.NONE and found.node_id in brokers:
             return int(found.node_id)
-    return -1
-
-
-async def _eventually_async(
-    probe: Callable[[], Awaitable[int]], exclude: int, timeout: float = 60.0
-) -> int:
-    with trio.fail_after(timeout):
-        while True:
-            node = await probe()
-            if node not in (-1, exclude):
-                return int(node)
-            await trio.sleep(0.1)
+    return None
 
 
 def _leader(brokers: dict[int, RunningBroker], partition: int) -> int:

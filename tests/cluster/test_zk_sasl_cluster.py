@@ -386,12 +386,14 @@ def test_a_login_refused_on_a_reconnect_is_tried_again_until_accepted(
                     what="the login refused twice",
                 )
                 await trio.to_thread.run_sync(restart_with_users, server, tmp_path, SERVER_JAAS)
-                with trio.fail_after(30):
-                    while True:
-                        got = await zk.exists("/brokers/ids/1") if zk.connected else None
-                        if got is not None and got.ephemeralOwner not in (0, first):
-                            break
-                        await trio.sleep(0.1)
+
+                async def registered_anew() -> Any:
+                    got = await zk.exists("/brokers/ids/1") if zk.connected else None
+                    return got if got is not None and got.ephemeralOwner not in (0, first) else None
+
+                got = await eventually(
+                    registered_anew, 30, 0.1, what="broker 1 registered in a new session"
+                )
                 assert got.ephemeralOwner == zk.session_id
                 nursery.cancel_scope.cancel()
 

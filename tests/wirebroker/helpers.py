@@ -9,6 +9,7 @@ to set up topics without the start-up cost of a real client.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
@@ -17,11 +18,11 @@ import struct
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 import pytest
 import trio
@@ -176,8 +177,31 @@ def wait_until(
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+            raise _timed_out(timeout, what or predicate)
         time.sleep(interval)
+
+
+async def eventually(
+    predicate: Callable[[], T | Awaitable[T]],
+    timeout: float = DEFAULT_TIMEOUT,
+    interval: float = 0.02,
+    what: str = "",
+) -> T:
+    """`wait_until` for trio code: `predicate` may be async (a request, say), the other tasks
+    run between polls, and the deadline is on trio's clock (virtual under a MockClock)."""
+    with trio.move_on_after(timeout):
+        while True:
+            value = predicate()
+            if inspect.isawaitable(value):
+                value = await value
+            if value:
+                return cast(T, value)
+            await trio.sleep(interval)
+    raise _timed_out(timeout, what or predicate)
+
+
+def _timed_out(timeout: float, what: object) -> AssertionError:
+    return AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 async def receive_frame(stream: trio.SocketStream) -> bytes:

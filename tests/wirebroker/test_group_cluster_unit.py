@@ -33,6 +33,7 @@ from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
+from tests.wirebroker.helpers import eventually
 from tests.wirebroker.test_replication_unit import _materialize, roundtrip, update_metadata
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig, Listener
@@ -189,8 +190,9 @@ async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker
                 parked.append(await join(groups, G0))
 
             nursery.start_soon(park)
-            await trio.sleep(0.05)
-            assert groups.statistics()["parked_joins"] == 1  # the initial rebalance delay
+            await eventually(  # for the initial rebalance delay
+                lambda: groups.statistics()["parked_joins"] == 1, 1, what="the join parked"
+            )
             await follow(broker, 0, 1)  # partition 0 moves to broker 2: its groups go
     assert parked[0].error == ErrorCode.NOT_COORDINATOR
     assert groups.owned == {1} and G0 not in groups.groups and G1 in groups.groups
@@ -333,8 +335,9 @@ async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
             async def committing() -> None:
                 codes.extend(await commit(groups, G0, 6))
 
+            written = p.log_end_offset
             nursery.start_soon(committing)
-            await trio.sleep(0.05)
+            await eventually(lambda: p.log_end_offset > written, 1, what="the commit in the log")
             assert not codes and groups.fetch(G0) == {}
             # in flight: OffsetFetch require_stable calls it unstable (pendingOffsetCommits)
             assert groups.unstable(G0, ("t", 0)) and not groups.unstable(G0, ("t", 1))
@@ -351,8 +354,9 @@ async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
             async def lost() -> None:
                 codes.extend(await commit(groups, G0, 7))
 
+            written = p.log_end_offset
             nursery.start_soon(lost)
-            await trio.sleep(0.05)
+            await eventually(lambda: p.log_end_offset > written, 1, what="the commit in the log")
             await follow(broker, 0, 1)
     assert codes == [ErrorCode.NOT_COORDINATOR]
 
@@ -418,8 +422,11 @@ def test_sync_group_answers_once_the_group_is_replicated(tmp_path: Path) -> None
             async def syncing() -> None:
                 answers.append(await sync(member_id, generation_id))
 
+            written = p.log_end_offset
             nursery.start_soon(syncing)
-            await trio.sleep(0.05)
+            await eventually(
+                lambda: p.log_end_offset > written, 5, what="the group's assignment in the log"
+            )
             assert not answers
             leo = p.log_end_offset
             p.update_follower_fetch_state(2, leo, 0, broker.now_ms(), leo)
@@ -499,9 +506,12 @@ def test_a_loading_partition_answers_load_in_progress(
         release.set()
         nursery = groups._nursery
         assert nursery is not None
-        with trio.fail_after(10):  # the load task ends
-            while any("PartitionLoads._run" in t.name for t in nursery.child_tasks):
-                await trio.sleep(0.01)
+        await eventually(
+            lambda: not any("PartitionLoads._run" in t.name for t in nursery.child_tasks),
+            5,
+            0.01,
+            "the cancelled load's task to end",
+        )
         assert G0 not in groups.groups and groups.owned == {1}  # what it read was dropped
 
         await lead(broker, 0, 4)

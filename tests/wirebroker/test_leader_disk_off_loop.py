@@ -33,7 +33,14 @@ from storage.partition_log import MAX_TIMESTAMP, PartitionLog
 from storage.segment import TimestampReads
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.held_worker import Held
-from tests.wirebroker.helpers import RawClient, create_topic, list_offset, list_offsets_request
+from tests.wirebroker.helpers import (
+    RawClient,
+    create_topic,
+    eventually,
+    list_offset,
+    list_offsets_request,
+    wait_until,
+)
 from tests.wirebroker.test_quotas import set_quota
 from tests.wirebroker.test_segment_roll_off_loop import _consume
 from wirebroker.config import BrokerConfig
@@ -113,10 +120,14 @@ def test_retention_renames_in_a_worker_while_the_loop_answers(
                     start = await trio.to_thread.run_sync(_earliest, bootstrap)
                     assert start == log.log_start_offset > 0
                     assert _live_segments(topic_dir)[0] < start
-                while list(topic_dir.glob("*.deleted")) or _live_segments(topic_dir)[0] < (
-                    log.segments[0].base_offset
-                ):
-                    await trio.sleep(0.05)
+                await eventually(
+                    lambda: (
+                        not list(topic_dir.glob("*.deleted"))
+                        and _live_segments(topic_dir)[0] >= log.segments[0].base_offset
+                    ),
+                    TIMEOUT,
+                    what="the deleted segments' files renamed and removed",
+                )
             nursery.cancel_scope.cancel()
         return loop_thread
 
@@ -166,10 +177,7 @@ def test_a_kill_between_a_deletion_and_its_renames_loses_and_resurrects_nothing_
     try:
         create_topic(broker.bootstrap, "t", 1, configs)
         _produce(broker.bootstrap, 0, 40)
-        deadline = time.monotonic() + TIMEOUT
-        while not marker.exists():
-            assert time.monotonic() < deadline, "no rename was held"
-            time.sleep(0.02)
+        wait_until(marker.exists, TIMEOUT, what="a rename held")
         start = _earliest(broker.bootstrap)  # the loop answers; the log moved on in memory
         on_disk = _live_segments(topic_dir)
         assert 0 == on_disk[0] < start and not list(topic_dir.glob("*.deleted"))
@@ -192,9 +200,7 @@ def test_a_kill_between_a_deletion_and_its_renames_loses_and_resurrects_nothing_
                 return None
             return earliest if _live_segments(topic_dir)[0] == earliest else None
 
-        while (after := deleted_again()) is None:
-            assert time.monotonic() < deadline + TIMEOUT, "retention did not delete them again"
-            time.sleep(0.05)
+        after = wait_until(deleted_again, TIMEOUT, what="retention to delete them again")
         assert _consume(broker.bootstrap, after) == [(i, i) for i in range(after, 40)]
     finally:
         broker.kill()
@@ -221,8 +227,7 @@ def test_a_flush_writes_the_leader_epoch_checkpoint_in_its_worker(
                 async with held.answering(bootstrap):
                     await trio.to_thread.run_sync(_produce, bootstrap, 3, 2)
                     assert not checkpoint.exists()
-                while not checkpoint.exists():
-                    await trio.sleep(0.05)
+                await eventually(checkpoint.exists, TIMEOUT, what="the flushed checkpoint")
             assert checkpoint.read_text() == "0\n1\n0 0\n"
             serving = set(held.threads)  # the shutdown's close writes on the loop
             nursery.cancel_scope.cancel()
@@ -405,8 +410,7 @@ def _reads_old_timestamps_in_a_worker(
             with trio.fail_after(TIMEOUT):
                 async with held.answering(running.bootstrap_servers):
                     assert done(log) == 0  # nothing done before the reads
-                while done(log) == 0:
-                    await trio.sleep(0.05)
+                await eventually(lambda: done(log), TIMEOUT, what="the job's first pass to act")
             nursery.cancel_scope.cancel()
         return loop_thread, log
 
@@ -480,12 +484,15 @@ def test_deleted_segments_descriptors_are_closed_in_a_worker(
                 await trio.to_thread.run_sync(partial(_produce, size=200), bootstrap, 0, 12)
                 # The loop moves the log start first; the worker closes the descriptors, then
                 # renames the files: wait for the renames too.
-                while (
-                    log.log_start_offset < 8
-                    or list(topic_dir.glob("*.deleted"))
-                    or _live_segments(topic_dir)[0] < log.segments[0].base_offset
-                ):
-                    await trio.sleep(0.05)
+                await eventually(
+                    lambda: (
+                        log.log_start_offset >= 8
+                        and not list(topic_dir.glob("*.deleted"))
+                        and _live_segments(topic_dir)[0] >= log.segments[0].base_offset
+                    ),
+                    TIMEOUT,
+                    what="the log start at 8 or past and the old files renamed and removed",
+                )
             nursery.cancel_scope.cancel()
         return loop_thread
 

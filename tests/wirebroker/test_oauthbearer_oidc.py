@@ -37,7 +37,7 @@ from compat.kafka_process import free_port
 from protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess, serving
 from tests.wirebroker.conftest import LOG_TAIL
-from tests.wirebroker.helpers import BROKER, SET, alter_configs
+from tests.wirebroker.helpers import BROKER, SET, alter_configs, eventually
 from tests.wirebroker.oidc import AUDIENCE, ISSUER, Issuer
 from wirebroker.config import ConfigError
 from wirebroker.sasl.jwks import JwksEndpoint, KeySet
@@ -275,9 +275,9 @@ def test_a_failed_fetch_says_whether_it_keeps_keys(caplog: pytest.LogCaptureFixt
             seen = len(failures())
             idp.close()
             assert keys.candidates("k2", "RS256") == []  # an unknown key id: a refresh now
-            with trio.fail_after(TIMEOUT):
-                while len(failures()) == seen:
-                    await trio.sleep(0.01)
+            await eventually(
+                lambda: len(failures()) > seen, TIMEOUT, 0.01, "the failed refresh's warning"
+            )
             nursery.cancel_scope.cancel()
         return failures()[-1]
 

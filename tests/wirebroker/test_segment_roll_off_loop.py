@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient
 import storage.roll_work
 from storage.roll_work import RollWork
 from tests.wirebroker.held_worker import metadata
+from tests.wirebroker.helpers import eventually
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
 
@@ -279,12 +280,15 @@ def test_a_rolled_segments_indexes_are_cut_to_their_entries_in_a_worker(
                 await trio.to_thread.run_sync(_produce, bootstrap, 0, 60)
                 rolled = log.segments[:-1]
                 assert len(rolled) >= 4
-                while any(
-                    os.path.getsize(s.offset_index.path) != s.offset_index.entries * 8
-                    or os.path.getsize(s.time_index.path) != s.time_index.entries * 12
-                    for s in rolled
-                ):
-                    await trio.sleep(0.05)
+                await eventually(
+                    lambda: all(
+                        os.path.getsize(s.offset_index.path) == s.offset_index.entries * 8
+                        and os.path.getsize(s.time_index.path) == s.time_index.entries * 12
+                        for s in rolled
+                    ),
+                    TIMEOUT,
+                    what="the rolled segments' indexes trimmed to their entries",
+                )
                 assert await trio.to_thread.run_sync(_consume, bootstrap) == [
                     (i, i) for i in range(60)
                 ]

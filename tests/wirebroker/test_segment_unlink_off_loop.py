@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 import storage.chore
 from protocol.errors import ErrorCode
 from protocol.messages.metadata import MetadataRequest
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import RawClient, eventually
 from wirebroker.config import BrokerConfig
 from wirebroker.server import serve_broker
 
@@ -105,9 +105,11 @@ def test_retention_unlinks_in_a_worker_thread(
                     assert running.broker.log_manager.get("t", 0).log_start_offset > 0
             finally:
                 held.release.set()
-            with trio.fail_after(TIMEOUT):
-                while list(topic_dir.glob("*.deleted")):  # the next removal chore's
-                    await trio.sleep(0.05)
+            await eventually(  # by the next removal chore
+                lambda: not list(topic_dir.glob("*.deleted")),
+                TIMEOUT,
+                what="the .deleted files removed",
+            )
             nursery.cancel_scope.cancel()
         return loop_thread
 
@@ -154,8 +156,11 @@ def test_producer_snapshots_below_the_log_start_are_unlinked_in_a_worker_thread(
             try:
                 with trio.fail_after(TIMEOUT):
                     await trio.to_thread.run_sync(_produce, bootstrap, "t", 5)
-                    while snapshots() != [1, 2, 3, 4]:  # one per roll, written by its chore
-                        await trio.sleep(0.05)
+                    await eventually(  # one per roll, written by its chore
+                        lambda: snapshots() == [1, 2, 3, 4],
+                        TIMEOUT,
+                        what="producer snapshots 1 to 4",
+                    )
                     start = await trio.to_thread.run_sync(_delete_records, bootstrap, "t", 4)
                     assert start == 4
                     assert await trio.to_thread.run_sync(held.started.wait, TIMEOUT)
@@ -163,9 +168,9 @@ def test_producer_snapshots_below_the_log_start_are_unlinked_in_a_worker_thread(
                     await trio.to_thread.run_sync(_metadata, bootstrap)
             finally:
                 held.release.set()
-            with trio.fail_after(TIMEOUT):
-                while snapshots() != [4]:  # the latest stays
-                    await trio.sleep(0.05)
+            await eventually(  # the latest stays
+                lambda: snapshots() == [4], TIMEOUT, what="only producer snapshot 4 left"
+            )
             nursery.cancel_scope.cancel()
         return loop_thread
 
@@ -259,8 +264,11 @@ def test_a_failed_fsync_of_a_removal_takes_the_log_directory_offline(
             running.broker.create_topic("t", 1, 1, {})
             with trio.fail_after(TIMEOUT):
                 await trio.to_thread.run_sync(_delete_topic, bootstrap, "t")
-                while tmp_path not in manager.offline_dirs:
-                    await trio.sleep(0.05)
+                await eventually(
+                    lambda: tmp_path in manager.offline_dirs,
+                    TIMEOUT,
+                    what="the log directory offline",
+                )
                 # The broker stays up and answers.
                 await trio.to_thread.run_sync(_metadata_of_none, bootstrap)
             nursery.cancel_scope.cancel()

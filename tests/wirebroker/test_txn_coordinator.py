@@ -19,7 +19,7 @@ import trio.testing
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
-from tests.wirebroker.helpers import make_internal_topics, trio_clock
+from tests.wirebroker.helpers import eventually, make_internal_topics, trio_clock
 from wirebroker.broker import Broker
 from wirebroker.config import BrokerConfig
 from wirebroker.group.state import CommittedOffset
@@ -71,11 +71,10 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     trio.run(test, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    """Until `predicate` holds (in virtual time: the clock jumps while everything waits)."""
-    with trio.fail_after(60):
-        while not predicate():
-            await trio.sleep(0.01)
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    """Until `predicate` holds, in virtual time: the clock jumps each poll while everything
+    waits, also while a worker thread loads a log, so the deadline is a generous 60 s."""
+    await eventually(predicate, 60, 0.01, what)
 
 
 def state_of(broker: Broker, tid: str) -> TxnState | None:
@@ -123,7 +122,10 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(tmp_path: Pa
             coordinator = broker.transactions
             pid, epoch = await begin(broker, "slow", timeout_ms=5_000)
             started = trio.current_time()
-            await until(lambda: state_of(broker, "slow") == TxnState.COMPLETE_ABORT)
+            await until(
+                lambda: state_of(broker, "slow") == TxnState.COMPLETE_ABORT,
+                "transaction slow aborted",
+            )
             assert 5 <= trio.current_time() - started <= 6 + 1  # the timeout, then the check
             assert not ongoing(broker, pid)  # the abort marker was written
             metadata = coordinator.state.lookup("slow").metadata
@@ -154,7 +156,7 @@ def test_idle_transactional_ids_expire(tmp_path: Path) -> None:
             coordinator = broker.transactions
             assert (await coordinator.init_producer_id("idle", 60_000, None)).error == E.NONE
             await begin(broker, "busy", timeout_ms=2 * hour_ms)  # an ongoing one never expires
-            await trio.sleep(hour_ms / 1000 * 1.5)
+            await trio.sleep(hour_ms / 1000 * 1.5)  # the idle id outlives its expiry: the scenario
             assert coordinator.describe("idle").error_code == E.TRANSACTIONAL_ID_NOT_FOUND
             assert state_of(broker, "busy") == TxnState.ONGOING
         async with running(tmp_path) as broker:  # the tombstone stays
@@ -173,7 +175,9 @@ def test_an_ongoing_transaction_survives_a_restart(tmp_path: Path) -> None:
             assert [(t.topic, t.partitions) for t in described.topics] == [("t", [0])]
             assert ongoing(broker, pid)
             assert await broker.transactions.end_transaction("tx", pid, epoch, False) == E.NONE
-            await until(lambda: state_of(broker, "tx") == TxnState.COMPLETE_ABORT)
+            await until(
+                lambda: state_of(broker, "tx") == TxnState.COMPLETE_ABORT, "transaction tx aborted"
+            )
             assert not ongoing(broker, pid)
 
     run(test)
@@ -195,7 +199,10 @@ def test_a_prepared_commit_is_completed_after_a_restart(tmp_path: Path) -> None:
             assert await state.append("tx", found.coordinator_epoch, transit) == E.NONE
             assert state_of(broker, "tx") == TxnState.PREPARE_COMMIT  # and no marker sent
         async with running(tmp_path) as broker:
-            await until(lambda: state_of(broker, "tx") == TxnState.COMPLETE_COMMIT)
+            await until(
+                lambda: state_of(broker, "tx") == TxnState.COMPLETE_COMMIT,
+                "transaction tx committed",
+            )
             assert not ongoing(broker, pid)
             partition = broker.partition("t", 0)
             assert partition is not None
@@ -239,10 +246,14 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
             pid, epoch = await commit_offset(broker, "c", "committed", 5)
             assert offset_of(broker, "committed") is None
             assert await coordinator.end_transaction("c", pid, epoch, True) == E.NONE
-            await until(lambda: offset_of(broker, "committed") == 5)
+            await until(
+                lambda: offset_of(broker, "committed") == 5, "group committed's offset at 5"
+            )
             pid, epoch = await commit_offset(broker, "a", "aborted", 6)
             assert await coordinator.end_transaction("a", pid, epoch, False) == E.NONE
-            await until(lambda: state_of(broker, "a") == TxnState.COMPLETE_ABORT)
+            await until(
+                lambda: state_of(broker, "a") == TxnState.COMPLETE_ABORT, "transaction a aborted"
+            )
             open_pid, open_epoch = await commit_offset(broker, "o", "open", 7, NEVER_MS)
             assert broker.groups.unstable("open", ("t", 0))
         async with running(tmp_path, **LASTING) as broker:
@@ -253,7 +264,7 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
             assert broker.groups.describe("open") is not None  # known by its open offsets
             error = await broker.transactions.end_transaction("o", open_pid, open_epoch, True)
             assert error == E.NONE
-            await until(lambda: offset_of(broker, "open") == 7)
+            await until(lambda: offset_of(broker, "open") == 7, "group open's offset at 7")
             assert not broker.groups.unstable("open", ("t", 0))
 
     run(test)
@@ -318,7 +329,10 @@ def test_a_marker_landing_during_verification_voids_it(tmp_path: Path) -> None:
             assert verified.errors == {}  # in the transaction: verified, guard taken
             # the producer aborts (or the transaction times out) before its batch is appended
             assert await coordinator.end_transaction("guarded", pid, epoch, False) == E.NONE
-            await until(lambda: state_of(broker, "guarded") == TxnState.COMPLETE_ABORT)
+            await until(
+                lambda: state_of(broker, "guarded") == TxnState.COMPLETE_ABORT,
+                "transaction guarded aborted",
+            )
             partition = broker.partition("t", 0)
             assert partition is not None
             end = partition.log_end_offset  # the ABORT marker

@@ -136,9 +136,11 @@ class LogManager:
         #: Told of each directory taken offline, on the caller's thread, once its logs are
         #: abandoned (in a cluster the broker tells the controller; it must not block).
         self.on_dir_offline: Callable[[Path], None] | None = None
-        #: Told (on the caller's thread, must not block) when a log wants its next segment
-        #: prepared ahead: the broker then runs :meth:`roll_work` off the loop. None: no log
-        #: asks, every roll makes its files itself (tools, tests of storage alone).
+        #: Told (on the caller's thread, must not block) when a log asks for its roll work
+        #: (:mod:`storage.roll_work`): the broker then runs :meth:`begin_roll_work` off the
+        #: loop. An ask made while it is None (before the broker set it, or in a tool that
+        #: never does) waits for the next :meth:`begin_roll_work`: a log asks once until then,
+        #: and a future log holding roll work is never swapped in.
         self.on_roll_work: Callable[[], None] | None = None
         self._roll_work: list[PartitionLog] = []
         self._opened = False
@@ -607,8 +609,8 @@ class LogManager:
                 yield pending
 
     def _roll_work_wanted(self, plog: PartitionLog) -> None:
+        self._roll_work.append(plog)
         if self.on_roll_work is not None:
-            self._roll_work.append(plog)
             self.on_roll_work()
 
     def begin_roll_work(self) -> Chores | None:

@@ -149,14 +149,21 @@ class BrokerProcess:
 def serving(process: BrokerProcess, log_tail: int = 60) -> Iterator[BrokerProcess]:
     """Start `process` and stop it cleanly at the end; then fail if it died meanwhile, exited
     uncleanly or logged a traceback (a handler bug answered as UNKNOWN_SERVER_ERROR would
-    otherwise go unnoticed)."""
+    otherwise go unnoticed). A failure of the body carries the tail of the broker's log (what
+    it did, up to its stop) as a note."""
     process.start()
+    failure: BaseException | None = None
     try:
         yield process
+    except BaseException as e:
+        failure = e
+        raise
     finally:
         alive = process.alive()
         code = process.stop()
-    tail = "\n".join(process.log[-log_tail:])
+        tail = "\n".join(process.log[-log_tail:])
+        if failure is not None:
+            failure.add_note(f"the broker's log, its last {log_tail} lines:\n{tail}")
     assert alive, f"the broker died:\n{tail}"
     assert code == 0, f"the broker exited with {code}:\n{tail}"
     assert not process.tracebacks(), "the broker logged tracebacks:\n" + "\n".join(process.log)

@@ -126,6 +126,8 @@ async def serve_broker(
 
             broker.authorizer = await AclAuthorizer.open(config, zk)
         async with trio.open_nursery() as nursery:
+            # before anything appends: a resumed move's copy and a follower's fetches roll logs
+            await nursery.start(_prepare_rolls, broker)
             # secured OAUTHBEARER tokens' keys are held before a listener opens, this broker's
             # own access token before it connects to a peer
             await nursery.start(broker.serve_oauthbearer)
@@ -157,7 +159,6 @@ async def serve_broker(
                     config.get_int("delegation.token.expiry.check.interval.ms"),
                     broker.now_ms,
                 )
-            nursery.start_soon(_prepare_rolls, broker)
             metrics_url = None
             if config.metrics_listener() is not None:
                 # Imported here: prometheus_client only when the endpoint is on (start-up time).
@@ -252,17 +253,20 @@ async def _remove_deleted(manager: LogManager, now_ms: int) -> None:
         await run_off_loop(removal)
 
 
-async def _prepare_rolls(broker: Broker) -> None:
+async def _prepare_rolls(broker: Broker, *, task_status: trio.TaskStatus[None]) -> None:
     """Do the roll work the logs ask for (:mod:`storage.roll_work`: next segments made ahead,
     producer snapshots written) as soon as they ask, all that is asked in one worker-thread
-    call, so that their rolls on the loop only rename files."""
+    call, so that their rolls on the loop only rename files; started once it listens, and
+    beginning with what was asked before (kept by the log manager)."""
     manager = broker.log_manager
     wanted = trio.Event()
+    wanted.set()
 
     def wake() -> None:
         wanted.set()
 
     manager.on_roll_work = wake
+    task_status.started()
     try:
         while True:
             await wanted.wait()

@@ -185,6 +185,36 @@ def test_a_dropped_move_is_removed_and_an_interrupted_one_resumed(tmp_path: Path
     again.close()
 
 
+def test_the_roll_work_a_resumed_copy_asks_for_before_the_broker_takes_asks_is_kept(
+    tmp_path: Path,
+) -> None:
+    dirs, manager = opened(tmp_path)
+    log = manager.get_or_create("t", 0)
+    for seq in range(0, 40, 2):  # some segments' worth
+        produce(log, idempotent(1, seq))
+    move = start(manager, ("t", 0), dirs[1])
+    copy(manager, move, max_bytes=100, rounds=1)
+    expected = read_all(log)
+    manager.close()
+    again = LogManager(dirs, SMALL, now_ms=Clock())  # no `on_roll_work` yet: a start-up
+    again.open()
+    resumed = again.moves[("t", 0)]
+    future = resumed.future
+    assert future is not None and len(future.segments) == 1
+    while not resumed.caught_up:  # the resumed copy, before the broker takes asks
+        with resumed.next_read(100) as result:  # type: ignore[union-attr]
+            future.append_as_follower(result.read())
+    assert len(future.segments) > 1  # it rolled, asking for its roll work
+    assert again.replace_current_with_future(resumed) is None  # that work to do first
+    again.on_roll_work = lambda: None
+    work = again.begin_roll_work()  # the ask was kept for it
+    assert work is not None
+    run_chore(work)
+    new = again.replace_current_with_future(resumed)
+    assert new is not None and new.dir == dirs[1] / "t-0" and read_all(new) == expected
+    again.close()
+
+
 def test_an_interrupted_move_whose_log_ends_below_its_copy_begins_again(tmp_path: Path) -> None:
     dirs, manager, log, _move = copied(tmp_path, 4)
     log.truncate_to(4)  # as a crash's recovery may cut the tail the copy holds

@@ -74,10 +74,21 @@ def fill_and_move(
 def wait_for_placement(
     bootstrap: str, wanted: dict[str, list[tuple[int, bool, int]]], what: str
 ) -> None:
-    """Wait (20 s at most) until TOPIC's :func:`placement` is `wanted`."""
+    """Wait (20 s at most) until TOPIC's :func:`placement` is `wanted`; a timeout says the
+    last placement seen."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    seen: dict[str, list[tuple[int, bool, int]]] = {}
+
+    def placed() -> bool:
+        nonlocal seen
+        seen = placement(admin)
+        return seen == wanted
+
     try:
-        wait_until(lambda: placement(admin) == wanted, 20, what=what)
+        wait_until(placed, 20, what=what)
+    except AssertionError as e:
+        e.add_note(f"the last placement seen: {seen}")
+        raise
     finally:
         admin.close()
 

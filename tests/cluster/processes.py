@@ -42,7 +42,7 @@ from compat.kafka_process import (
 )
 from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from tests.broker_process import BrokerProcess
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import RawClient, wait_until
 
 #: Broker settings both kinds share: a 3-replica, min-ISR-2 cluster that notices failures fast.
 CLUSTER_PROPERTIES = {
@@ -71,16 +71,9 @@ class PartitionState(NamedTuple):
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    """Poll ``predicate`` until it returns something truthy (returned); fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(Exception):
-            value = predicate()
-            if value:
-                return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    """`wait_until` for the process cluster: a predicate failing (a broker or ZooKeeper
+    restarting) counts as not yet."""
+    return wait_until(predicate, timeout, interval, what, ignoring=(Exception,))
 
 
 @contextlib.contextmanager

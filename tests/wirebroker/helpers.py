@@ -169,15 +169,23 @@ def wait_until(
     timeout: float = DEFAULT_TIMEOUT,
     interval: float = 0.02,
     what: str = "",
+    ignoring: tuple[type[Exception], ...] = (),
 ) -> T:
-    """Poll `predicate` until it returns something truthy (returned); fail at the deadline."""
+    """Poll `predicate` until it returns something truthy (returned); fail at the deadline.
+    An exception of `ignoring` counts as not yet (a cluster restarting refuses connections);
+    the last one is the failure's cause."""
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while True:
-        value = predicate()
-        if value:
-            return value
+        try:
+            value = predicate()
+        except ignoring as e:
+            last = e
+        else:
+            if value:
+                return value
         if time.monotonic() > deadline:
-            raise _timed_out(timeout, what or predicate)
+            raise _timed_out(timeout, what or predicate) from last
         time.sleep(interval)
 
 

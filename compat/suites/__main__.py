@@ -22,8 +22,9 @@ from compat.suites.targets import LOGS, start
 SUITES = ("kgo", "librdkafka", "kafka-python", "aiokafka")
 #: Where each suite runs: kgo's suite logs in only in its own login tests (on the secured
 #: targets), not every client, so it has nothing to run on the SASL targets; kafka-python's
-#: fixtures take an external broker over PLAINTEXT only; aiokafka's one broker with the
-#: listeners of its own image (``compat.suites.aiokafka``).
+#: fixtures take an external broker over PLAINTEXT, and on the one-broker targets its SSL and SASL
+#: tests that broker's own listeners (``compat.suites.kafka_python``); aiokafka's one broker with
+#: the listeners of its own image (``compat.suites.aiokafka``).
 SUITE_TARGETS = {
     "kgo": tuple(t for t in TARGETS if not t.endswith("-sasl")),
     "librdkafka": TARGETS,
@@ -96,11 +97,17 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
         began = time.monotonic()
         with contextlib.ExitStack() as stack:
             settings, properties = SETTINGS[suite], {}
+            listeners = None
             if suite == "aiokafka":
                 listeners = stack.enter_context(aiokafka.listeners(package))
+            elif suite == "kafka-python" and target_name in ("kafka", "wirebroker"):
+                listeners = stack.enter_context(kafka_python.listeners())
+            if listeners is not None:
                 settings = {**settings, **listeners.settings}
                 properties = listeners.system_properties
             target = stack.enter_context(start(target_name, settings, properties))
+            if suite == "kafka-python" and listeners is not None:
+                kafka_python.add_users(listeners, target)
             run = SuiteRun(suite, target_name, version, target.how)
             saved = load(suite, target_name) if only else None
             if saved is not None:  # a partial run updates the saved whole run
@@ -112,8 +119,9 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
                 if suite == "kgo":
                     got = {name: kgo.run_one(package, name, target, log)}
                 elif suite == "kafka-python":
-                    got = {name: kafka_python.run_one(package, name, target, log)}
+                    got = {name: kafka_python.run_one(package, name, target, listeners, log)}
                 elif suite == "aiokafka":
+                    assert listeners is not None
                     got = {name: aiokafka.run_one(package, name, listeners, log)}
                 else:
                     got = librdkafka.run_one(src, name, target, mode, log)

@@ -27,6 +27,7 @@ from its tag and skip what needs another; nothing pulls it); its JUnit XML gives
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -34,21 +35,17 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import urllib.request
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-from compat.kafka_process import free_port
 from compat.suites.aiokafka_fixtures import TARGET_ENV
 from compat.suites.kafka_scripts import kafka_path
+from compat.suites.login_listeners import Listeners, login_listeners
 from compat.suites.pytest_runs import run_test
 from compat.suites.results import BUILD, ROOT, Outcome
-from compat.suites.targets import tls_listeners
-from tests.wirebroker.pki import make_pki
 
 VERSION = version("aiokafka")
 ARCHIVE = BUILD / f"aiokafka-{VERSION}.tar.gz"
@@ -137,45 +134,32 @@ def _make_venv(src: Path) -> None:
     stamp.touch()
 
 
-@dataclass(frozen=True)
-class Listeners:
-    """The image's listeners for one target run: the broker's settings and system properties
-    for them, and what the plugin tells the tests of them (``TARGET_ENV``)."""
-
-    settings: dict[str, str]
-    system_properties: dict[str, str]
-    plugin_target: str  # JSON
-
-
 @contextlib.contextmanager
 def listeners(src: Path) -> Iterator[Listeners]:
-    """Free ports for the image's listeners, certificates, the JAAS file and the tools' login, in
-    a temporary folder removed on exit."""
-    with tempfile.TemporaryDirectory(prefix="aiokafka-suite-") as tmp:
-        work = Path(tmp)
-        pki = make_pki(work)
-        ssl_folder = work / "ssl_cert"
+    """The image's listeners (``login_listeners``), its certificates under its names, its JAAS
+    file and the tools' login."""
+    image_jaas = (src / "docker" / "scripts" / "kafka_server_jaas.conf").read_text()
+    with login_listeners(
+        LISTENERS,
+        _KRB5_MODULE.sub("", image_jaas),
+        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        prefix="aiokafka-suite-",
+    ) as made:
+        ssl_folder = made.work / "ssl_cert"
         ssl_folder.mkdir()
-        for made, name in (
-            (pki.ca, "ca.crt"),
-            (pki.client_cert, "client.crt"),
-            (pki.client_key, "client.key"),
+        for file, name in (
+            (made.pki.ca, "ca.crt"),
+            (made.pki.client_cert, "client.crt"),
+            (made.pki.client_key, "client.key"),
         ):
-            shutil.copy(made, ssl_folder / name)
-        jaas = work / "kafka_server_jaas.conf"
-        image_jaas = (src / "docker" / "scripts" / "kafka_server_jaas.conf").read_text()
-        jaas.write_text(_KRB5_MODULE.sub("", image_jaas))
-        admin = work / "admin.properties"
+            shutil.copy(file, ssl_folder / name)
+        admin = made.work / "admin.properties"
         admin.write_text(
             "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
             "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
             f'username="{ADMIN_USER}" password="{ADMIN_PASSWORD}";\n'
         )
-        ports = {name: free_port() for name in LISTENERS}
-        settings = {
-            **tls_listeners(work, ports),
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        }
+        ports = made.ports
         target = {
             "host": "127.0.0.1",
             "port": ports["PLAINTEXT"],
@@ -188,9 +172,7 @@ def listeners(src: Path) -> Iterator[Listeners]:
             + ["--command-config", str(admin)],
             "tool_timeout": TOOL_TIMEOUT_S,
         }
-        yield Listeners(
-            settings, {"java.security.auth.login.config": str(jaas)}, json.dumps(target)
-        )
+        yield dataclasses.replace(made, plugin_target=json.dumps(target))
 
 
 def _env() -> dict[str, str]:

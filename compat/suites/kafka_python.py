@@ -5,38 +5,72 @@
 (its conftest, fixtures and tests) but not two modules of ``test/`` they import, which ``fetch``
 writes in their place: ``test/__init__.py`` (kafka-python's makes a callback that raises fail the
 test, as this one does) and ``test/service.py``, the wrapper of the processes the fixtures spawn,
-of which only the external broker is written: the sdist lacks the broker templates
-(``servers/``) too, so the suite runs in its external-broker mode only.
+of which only the external broker is written; nor the fixtures' broker templates (``servers/``),
+of which ``fetch`` writes the one the SASL tests' Kafka tool reads (``sasl_command.conf``).
 
-That mode is the fixtures' own: ``KAFKA_URI=tcp://host:port`` makes every test's broker the
-target's (a cluster's first broker, from which the clients find the others), ``KAFKA_VERSION``
-says which broker it is (3.9.0: the tests of 4.x brokers skip themselves, and so do its SASL
-tests, which need brokers of their own), and ``KAFKA_ROOT`` is a folder the fixture checks exists
-(a Kafka distribution, of which nothing runs in this mode). Its SSL tests spawn their broker
-regardless, and fail so on every target.
+The suite runs in the fixtures' external-broker mode: ``KAFKA_URI=tcp://host:port`` makes every
+test's broker the target's (a cluster's first broker, from which the clients find the others),
+``KAFKA_VERSION`` says which broker it is (3.9.0: the tests of 4.x brokers skip themselves) and
+``KAFKA_ROOT`` is ``compat.suites.kafka_scripts.kafka_path`` (Kafka's scripts around the jars).
+The SSL and SASL tests ask the fixtures for brokers of their own, which the pytest plugin
+``compat.suites.kafka_python_fixtures`` takes from the target: on the one-broker targets
+``listeners`` gives the broker (beside PLAINTEXT) an SSL listener that asks no client certificate
+and a SASL_PLAINTEXT one with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (``login_listeners``: the
+JAAS file ``_JAAS``, read by Kafka's JVM and wirebroker alike, has PLAIN's user), and
+``add_users`` makes the fixtures' SCRAM user once the broker is up; the SASL tests, which skip
+themselves on an external broker, run without ``KAFKA_URI``. On the clusters they skip.
 
 Each test runs as its own pytest process from the unpacked folder (so its ``kafka`` package is the
-sdist's, the installed version's source) with its own pytest-timeout bound and no other plugin
-(the suite's configuration asks for that one); its JUnit XML gives the outcome.
+sdist's, the installed version's source) with its own pytest-timeout bound and only the plugins of
+``PLUGINS`` (pytest-timeout, which the suite's configuration asks for, and the fixtures'); its
+JUnit XML gives the outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
+from compat.suites.kafka_python_fixtures import TARGET_ENV
+from compat.suites.kafka_scripts import kafka_path
+from compat.suites.login_listeners import Listeners, login_listeners
 from compat.suites.pytest_runs import run_test
-from compat.suites.results import BUILD, Outcome
-from compat.suites.targets import Target
+from compat.suites.results import BUILD, ROOT, Outcome
+from compat.suites.targets import Target, add_scram_user
 
 VERSION = version("kafka-python")
 SOURCE = BUILD / f"kafka-python-{VERSION}"
 KAFKA_VERSION = "3.9.0"
 TEST_TIMEOUT_S = 120  # pytest-timeout's bound
+PLUGINS = ("pytest_timeout", "compat.suites.kafka_python_fixtures")
+#: The listeners of the brokers its SSL and SASL tests spawn, on the one-broker targets.
+LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: The SASL user of kafka-python's fixtures (``KafkaFixture.broker_user``, ``broker_password``).
+USER, PASSWORD = "alice", "alice-secret"
+#: The fixtures' broker's JAAS file (its template is in ``servers/``, not in the sdist) with every
+#: mechanism of ``MECHANISMS`` in one: PLAIN's user, and SCRAM's module (its users are the
+#: broker's credentials, made once it is up).
+_JAAS = f"""KafkaServer {{
+  org.apache.kafka.common.security.plain.PlainLoginModule required user_{USER}="{PASSWORD}";
+  org.apache.kafka.common.security.scram.ScramLoginModule required;
+}};
+"""
+#: The fixtures' template (``servers/resources/default/``) of the login Kafka's tools use on
+#: their SASL broker, rendered with the fixture's attributes.
+_SASL_COMMAND_CONF = """security.protocol={transport}
+sasl.mechanism={sasl_mechanism}
+sasl.jaas.config={jaas_config}
+"""
 _TEST_INIT = '''"""Written by wirebroker's compat/suites/kafka_python.py: kafka-python's test/__init__.py
 is not in its sdist. As that one does, a callback that raises fails the test."""
 
@@ -45,7 +79,7 @@ from kafka.future import Future
 Future.error_on_callbacks = True
 '''
 _TEST_SERVICE = '''"""Written by wirebroker's compat/suites/kafka_python.py: kafka-python's test/service.py is
-not in its sdist. Only the external broker (KAFKA_URI) is provided."""
+not in its sdist. Only the external broker is provided."""
 
 
 class ExternalService:
@@ -71,8 +105,9 @@ class ExternalService:
 class SpawnedService:
     def __init__(self, *args, **kwargs):
         raise RuntimeError(
-            "this test spawns its own broker: compat/suites runs kafka-python's suite only "
-            "against an external broker (KAFKA_URI), as the sdist has no servers/ templates"
+            "this test spawns a process: compat/suites gives kafka-python's tests only external "
+            "brokers (KAFKA_URI, and the target's listeners through the plugin "
+            "compat.suites.kafka_python_fixtures), as the sdist has no servers/ templates"
         )
 '''
 
@@ -97,16 +132,57 @@ def fetch() -> Path:
         (BUILD / "kafka-python-sdist").rmdir()
     (SOURCE / "test" / "__init__.py").write_text(_TEST_INIT)
     (SOURCE / "test" / "service.py").write_text(_TEST_SERVICE)
-    (SOURCE / "kafka-root").mkdir(exist_ok=True)
+    resources = SOURCE / "servers" / "resources" / "default"
+    resources.mkdir(parents=True, exist_ok=True)
+    (resources / "sasl_command.conf").write_text(_SASL_COMMAND_CONF)
     return SOURCE
 
 
+@contextlib.contextmanager
+def listeners() -> Iterator[Listeners]:
+    """The listeners of the brokers the SSL and SASL tests spawn, for a one-broker target: SSL
+    with the CA as ``ca-cert`` and no client certificate asked (as the fixtures' broker), and
+    SASL_PLAINTEXT with ``MECHANISMS``."""
+    with login_listeners(
+        LISTENERS,
+        _JAAS,
+        MECHANISMS,
+        prefix="kafka-python-suite-",
+        overrides={"ssl.client.auth": "none"},
+    ) as made:
+        ssl_dir = made.work / "ssl"
+        ssl_dir.mkdir()
+        shutil.copy(made.pki.ca, ssl_dir / "ca-cert")
+        target = {
+            "host": "127.0.0.1",
+            "ports": {name: made.ports[name] for name in ("SSL", "SASL_PLAINTEXT")},
+            "ssl_dir": str(ssl_dir),
+            "user": USER,
+            "password": PASSWORD,
+        }
+        yield dataclasses.replace(made, plugin_target=json.dumps(target))
+
+
+def add_users(brokers: Listeners, target: Target) -> None:
+    """The fixtures' SCRAM user, as their broker has it, on ``target`` started with ``brokers``
+    (PLAIN's is in the JAAS file)."""
+    add_scram_user(
+        target.bootstrap,
+        f"127.0.0.1:{brokers.ports['SASL_PLAINTEXT']}",
+        USER,
+        PASSWORD,
+        [m for m in MECHANISMS if m.startswith("SCRAM-")],
+    )
+
+
 def _env(bootstrap: str) -> dict[str, str]:
+    """The fixtures' environment (the plugin importable from the project's root)."""
     return {
         **os.environ,
         "KAFKA_URI": f"tcp://{bootstrap.split(',')[0]}",
         "KAFKA_VERSION": KAFKA_VERSION,
-        "KAFKA_ROOT": str(SOURCE / "kafka-root"),
+        "KAFKA_ROOT": str(kafka_path()),
+        "PYTHONPATH": str(ROOT),
     }
 
 
@@ -127,14 +203,20 @@ def tests(src: Path) -> list[str]:
     return [line.removeprefix(prefix) for line in out.stdout.splitlines() if "::" in line]
 
 
-def run_one(src: Path, name: str, target: Target, log: Path) -> Outcome:
-    """Run test ``name`` against ``target``; its output is appended to ``log``."""
+def run_one(src: Path, name: str, target: Target, brokers: Listeners | None, log: Path) -> Outcome:
+    """Run test ``name`` against ``target``, started with ``brokers`` on a one-broker target; its
+    output is appended to ``log``."""
+    env = _env(target.bootstrap)
+    if brokers is not None:
+        env[TARGET_ENV] = brokers.plugin_target
+    if name.startswith("test_sasl_integration.py"):
+        del env["KAFKA_URI"]  # they skip themselves on it; their broker is the plugin's
     return run_test(
         sys.executable,
-        ["pytest_timeout"],
+        PLUGINS,
         f"test/integration/{name}",
         cwd=src,
-        env=_env(target.bootstrap),
+        env=env,
         timeout_s=TEST_TIMEOUT_S,
         log=log,
     )

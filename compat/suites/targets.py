@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -329,7 +329,12 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
                 "wirebroker-secured-cluster": "ZooKeeper (from the jars) + 3 `wirebroker serve` "
                 "processes, secured, SASL_SSL between them",
             }[name]
-            _add_scram_user(secured)
+            add_scram_user(
+                secured.plaintext,
+                secured.sasl_bootstrap,
+                secured.scram_user,
+                secured.scram_password,
+            )
             protocol = "SASL_PLAINTEXT" if name.endswith("-sasl") else "SSL"
             yield Target(name, seeds(protocol), len(ports), how, secured, protocol)
 
@@ -362,9 +367,16 @@ def _add_broker_user(zk_connect: str) -> None:
     )
 
 
-def _add_scram_user(secured: Secured) -> None:
-    """Make the SCRAM user through the PLAINTEXT listeners; wait until each broker's SASL
-    listener takes it."""
+def add_scram_user(
+    plaintext: str,
+    sasl_bootstrap: str,
+    user: str,
+    password: str,
+    mechanisms: Sequence[str] = (SCRAM_MECHANISM,),
+) -> None:
+    """Make SCRAM user ``user`` (one credential per mechanism) through the PLAINTEXT listeners
+    ``plaintext``; wait until each broker's SASL_PLAINTEXT listener of ``sasl_bootstrap`` takes
+    it with each mechanism."""
     from confluent_kafka.admin import (
         AdminClient,
         ScramCredentialInfo,
@@ -372,31 +384,36 @@ def _add_scram_user(secured: Secured) -> None:
         UserScramCredentialUpsertion,
     )
 
-    upsertion = UserScramCredentialUpsertion(
-        secured.scram_user,
-        ScramCredentialInfo(ScramMechanism[SCRAM_MECHANISM.replace("-", "_")], 4096),
-        secured.scram_password.encode(),
-    )
-    admin = AdminClient({"bootstrap.servers": secured.plaintext})
-    admin.alter_user_scram_credentials([upsertion])[secured.scram_user].result(30)
+    upsertions = [
+        UserScramCredentialUpsertion(
+            user,
+            ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], 4096),
+            password.encode(),
+        )
+        for mechanism in mechanisms
+    ]
+    admin = AdminClient({"bootstrap.servers": plaintext})
+    admin.alter_user_scram_credentials(upsertions)[user].result(30)
     deadline = time.monotonic() + SCRAM_READY_TIMEOUT
-    for seed in secured.sasl_bootstrap.split(","):
-        login: dict[str, str | int | float | bool] = {
-            "bootstrap.servers": seed,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": SCRAM_MECHANISM,
-            "sasl.username": secured.scram_user,
-            "sasl.password": secured.scram_password,
-            "log_level": 0,  # the failed logins while the user propagates are expected
-        }
-        while True:
-            try:
-                AdminClient(login).list_topics(timeout=5)
-                break
-            except KafkaException:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the SCRAM user did not log in on {seed} within "
-                        f"{SCRAM_READY_TIMEOUT:.0f} s"
-                    ) from None
-                time.sleep(0.2)  # Kafka takes the user when ZooKeeper notifies it: nothing to await
+    for seed in sasl_bootstrap.split(","):
+        for mechanism in mechanisms:
+            login: dict[str, str | int | float | bool] = {
+                "bootstrap.servers": seed,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": mechanism,
+                "sasl.username": user,
+                "sasl.password": password,
+                "log_level": 0,  # the failed logins while the user propagates are expected
+            }
+            while True:
+                try:
+                    AdminClient(login).list_topics(timeout=5)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"the SCRAM user did not log in with {mechanism} on {seed} within "
+                            f"{SCRAM_READY_TIMEOUT:.0f} s"
+                        ) from None
+                    # Kafka takes the user when ZooKeeper notifies it: nothing to await
+                    time.sleep(0.2)

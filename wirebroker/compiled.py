@@ -31,7 +31,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleS
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["MODULES", "CompiledFinder", "describe", "install"]
+__all__ = ["MODULES", "CompiledFinder", "describe", "install", "put_first"]
 
 MODULES = (
     "protocol.varint",
@@ -129,9 +129,25 @@ class CompiledFinder:
 
 
 def install() -> None:
-    """Put the finder first on ``sys.meta_path`` (the venv's ``.pth`` calls this at start)."""
-    if os.environ.get(PURE_ENV) != "1":
+    """Put the finder first on ``sys.meta_path`` (the venv's ``.pth`` calls this at start; a
+    venv's ``lib64`` link to ``lib`` runs it twice: one finder)."""
+    if os.environ.get(PURE_ENV) != "1" and _finder() is None:
         sys.meta_path.insert(0, CompiledFinder(BUILD_DIR, SOURCE_ROOT))
+
+
+def put_first() -> None:
+    """Put the finder back ahead of the import hooks inserted since start, before anything
+    imports :data:`MODULES`: pytest's assertion rewriting hook inserts itself first and loads
+    from source the modules of the distributions it marks for rewriting (with the checkout on
+    ``sys.path``, as ``python -m pytest`` puts it, this one's are)."""
+    finder = _finder()
+    if finder is not None:
+        sys.meta_path.remove(finder)
+        sys.meta_path.insert(0, finder)
+
+
+def _finder() -> CompiledFinder | None:
+    return next((f for f in sys.meta_path if isinstance(f, CompiledFinder)), None)
 
 
 def describe() -> str:
@@ -144,7 +160,11 @@ def describe() -> str:
         return f"partly compiled ({', '.join(compiled)}): a module was imported before the finder"
     if os.environ.get(PURE_ENV) == "1":
         return f"pure Python ({PURE_ENV}=1)"
-    finder = next((f for f in sys.meta_path if isinstance(f, CompiledFinder)), None)
+    finder = _finder()
     if finder is None:
         return "pure Python (no compiled build in this environment)"
-    return f"pure Python ({finder.refusal or 'not imported yet'})"
+    if finder.refusal:
+        return f"pure Python ({finder.refusal})"
+    if loaded:
+        return "pure Python (an import hook ahead of the compiled build's loaded them)"
+    return "pure Python (not imported yet)"

@@ -12,11 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from wirebroker.embed import run_broker
-
 
 @pytest.fixture
 def wirebroker_bootstrap() -> Iterator[str]:
     """The bootstrap address of a fresh broker with its own temporary data directory."""
+    # Imported here: pytest loads this plugin in every run, before a test needs a broker.
+    from wirebroker.embed import run_broker
+
     with run_broker() as bootstrap:
         yield bootstrap

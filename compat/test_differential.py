@@ -439,15 +439,23 @@ VERSION_DIFFERENCES: dict[int, str] = {}
 
 def test_api_versions(kafka_target: Any, wirebroker_target: Any) -> None:
     """Every API wirebroker offers, Kafka offers with the same version range (finding F3
-    lists what only Kafka offers)."""
+    lists what only Kafka offers); the features (none) and their epoch are the same."""
 
-    def versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+    def answer(bootstrap: str) -> Any:
         with RawClient(bootstrap) as client:
             request = ApiVersionsRequest(client_software_name="compat", client_software_version="1")
-            response = client.request(request, 3)
+            return client.request(request, 3)
+
+    def versions(response: Any) -> dict[int, tuple[int, int]]:
         return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
-    kafka, ours = versions(kafka_target.bootstrap), versions(wirebroker_target.bootstrap)
+    def features(response: Any) -> Any:
+        epoch = response.finalized_features_epoch
+        return response.supported_features, response.finalized_features, epoch
+
+    kafka_answer, our_answer = answer(kafka_target.bootstrap), answer(wirebroker_target.bootstrap)
+    assert features(our_answer) == features(kafka_answer)
+    kafka, ours = versions(kafka_answer), versions(our_answer)
     assert set(ours) <= set(kafka), sorted(set(ours) - set(kafka))
     differing = {k: (ours[k], kafka[k]) for k in ours if ours[k] != kafka[k]}
     assert set(differing) == set(VERSION_DIFFERENCES), differing

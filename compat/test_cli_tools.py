@@ -35,7 +35,7 @@ VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 CLIENT_METRICS = "org.apache.kafka.tools.ClientMetricsCommand"
 
 RECORDS = [Rec(f"k{i}".encode(), f"v{i}".encode()) for i in range(6)]
-_LOG_TIME = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] ")
+_LOG_TIME = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] (?=[A-Z]+ )")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -52,9 +52,9 @@ def tool(t: Target, main_class: str, *args: str) -> Ran:
     done = run_kafka_tool(main_class, args, timeout=60.0, check=False)
     lines = done.stdout.decode(errors="replace").splitlines()
     for line in done.stderr.decode(errors="replace").splitlines():
-        if line.startswith("\tat ") or re.match(_LOG_TIME.pattern + "WARN ", line):
-            continue
-        lines.append(_LOG_TIME.sub("[time] ", line))
+        record = _LOG_TIME.sub("[time] ", line)
+        if not line.startswith("\tat ") and not record.startswith("[time] WARN "):
+            lines.append(record)
     kept = [line.replace(t.bootstrap, "BOOTSTRAP").rstrip() for line in lines]
     return Ran(done.returncode, [line for line in kept if line])
 

@@ -28,7 +28,14 @@ from typing import Any
 import pytest
 
 from compat.kafka_process import kafka_cluster
-from compat.test_differential import delete_records, fetch, metadata, offset_commit, produce
+from compat.test_differential import (
+    delete_records,
+    fetch,
+    metadata,
+    offset_commit,
+    produce,
+    update_features,
+)
 from protocol.errors import ErrorCode
 from protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
 from protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
@@ -427,6 +434,14 @@ PROBES = [
             1,
         ),
         lambda r: (r.error_code, r.replica_election_results[0].partition_result[0].error_code),
+    ),
+    Probe(
+        "UpdateFeatures",
+        CLUSTER,
+        "kafka-cluster",
+        ALTER,
+        lambda: (update_features(("group.version", 1, 1)), 1),
+        lambda r: (r.error_code, [x.error_code for x in r.results]),
     ),
     Probe(
         "AlterUserScramCredentials",

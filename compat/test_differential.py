@@ -31,6 +31,7 @@ from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.update_features import UpdateFeaturesRequest
 from protocol.record_batch import SimpleRecord
 from protocol.records import iter_batches, iter_records
 from protocol.schema import Message, Struct
@@ -182,6 +183,21 @@ def create(name: str, partitions: int = 1, configs: dict[str, str] | None = None
         timeout_ms=10_000,
         **kw,
     )
+
+
+def update_features(
+    *updates: tuple[str, int, int], v0: bool = False, validate_only: bool = False
+) -> UpdateFeaturesRequest:
+    """Feature updates: (name, level, upgrade type); v0 has only allow_downgrade (type 2)."""
+    keys = []
+    for name, level, upgrade_type in updates:
+        key = UpdateFeaturesRequest.FeatureUpdateKey(feature=name, max_version_level=level)
+        if v0:
+            key.allow_downgrade = upgrade_type == 2
+        else:
+            key.upgrade_type = upgrade_type
+        keys.append(key)
+    return UpdateFeaturesRequest(feature_updates=keys, validate_only=validate_only)
 
 
 def metadata(*names: str, create: bool = False) -> MetadataRequest:
@@ -413,6 +429,22 @@ CASES: dict[str, Callable[[], list[Step]]] = {
         ("describe another broker", describe_broker("7"), 4),
         ("describe not a broker id", describe_broker("zero"), 4),
     ],
+    "update_features": lambda: [
+        ("upgrade metadata.version", update_features(("metadata.version", 21, 1)), 1),
+        ("upgrade to level 0", update_features(("transaction.version", 0, 1)), 1),
+        ("safe downgrade to 0: a deletion", update_features(("group.version", 0, 2)), 1),
+        ("unsafe downgrade to 1", update_features(("group.version", 1, 3)), 1),
+        ("unknown upgrade type", update_features(("group.version", 1, 7)), 1),
+        ("no name", update_features(("", 1, 1)), 1),
+        ("validate only", update_features(("group.version", 1, 1), validate_only=True), 1),
+        ("v0, allow downgrade to 0", update_features(("transaction.version", 0, 2), v0=True), 0),
+        ("v0 upgrade", update_features(("transaction.version", 1, 1), v0=True), 0),
+        (
+            "several, listed in hash order",
+            update_features(*[(f"feature.{i}", 1, 1) for i in range(8)], ("", 1, 1)),
+            1,
+        ),
+    ],
     "delete_topics": lambda: [
         ("create", create("diff-delete", 1), 7),
         (
@@ -439,15 +471,23 @@ VERSION_DIFFERENCES: dict[int, str] = {}
 
 def test_api_versions(kafka_target: Any, wirebroker_target: Any) -> None:
     """Every API wirebroker offers, Kafka offers with the same version range (finding F3
-    lists what only Kafka offers)."""
+    lists what only Kafka offers); the features (none) and their epoch are the same."""
 
-    def versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+    def answer(bootstrap: str) -> Any:
         with RawClient(bootstrap) as client:
             request = ApiVersionsRequest(client_software_name="compat", client_software_version="1")
-            response = client.request(request, 3)
+            return client.request(request, 3)
+
+    def versions(response: Any) -> dict[int, tuple[int, int]]:
         return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
-    kafka, ours = versions(kafka_target.bootstrap), versions(wirebroker_target.bootstrap)
+    def features(response: Any) -> Any:
+        epoch = response.finalized_features_epoch
+        return response.supported_features, response.finalized_features, epoch
+
+    kafka_answer, our_answer = answer(kafka_target.bootstrap), answer(wirebroker_target.bootstrap)
+    assert features(our_answer) == features(kafka_answer)
+    kafka, ours = versions(kafka_answer), versions(our_answer)
     assert set(ours) <= set(kafka), sorted(set(ours) - set(kafka))
     differing = {k: (ours[k], kafka[k]) for k in ours if ours[k] != kafka[k]}
     assert set(differing) == set(VERSION_DIFFERENCES), differing

@@ -27,6 +27,7 @@ from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.list_partition_reassignments import ListPartitionReassignmentsRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.stop_replica import StopReplicaRequest
+from protocol.messages.update_features import UpdateFeaturesRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
 from tests.cluster.harness import FakeBroker, call, eventually, start_broker
 from tests.cluster.processes import expire_session
@@ -445,6 +446,17 @@ def test_reassignment_elections_configs_and_deletion(zk_connect: str, tmp_path: 
                 7: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             }
             assert (await call(b2, elect, 2)).error_code == ErrorCode.NOT_CONTROLLER
+            # feature updates: only the controller answers, refusing each (none is supported)
+            update = UpdateFeaturesRequest.FeatureUpdateKey(
+                feature="group.version", max_version_level=1
+            )
+            features = UpdateFeaturesRequest(feature_updates=[update])
+            assert (await call(b2, features, 1)).error_code == ErrorCode.NOT_CONTROLLER
+            refused = await call(b1, features, 1)
+            assert refused.error_code == ErrorCode.NONE
+            assert [(r.feature, r.error_code) for r in refused.results] == [
+                ("group.version", ErrorCode.INVALID_REQUEST)
+            ]
 
             # a config change through broker 2 reaches broker 1 through /config/changes
             alter = AlterConfigsRequest(

@@ -187,6 +187,32 @@ def test_refusals_use_kafkas_errors(tmp_path: Path) -> None:
         assert not (tmp_path / "dynamic-broker-configs.json").exists()
 
 
+def test_client_metrics_subscriptions_are_refused_as_on_a_zookeeper_cluster(
+    tmp_path: Path,
+) -> None:
+    """KIP-714's subscriptions (resource type 16) are KRaft-only: Kafka 3.9 in ZooKeeper mode
+    refuses describing and altering them, with these messages (compat/test_cli_tools.py runs
+    kafka-client-metrics against both)."""
+    client_metrics = 16
+    with running(tmp_path) as broker:
+        b = broker.bootstrap
+        described = describe_configs(b, client_metrics, "m1")
+        assert (described.error_code, described.error_message) == (
+            ErrorCode.INVALID_REQUEST,
+            "Config type client-metrics is only supported on KRaft clusters",
+        )
+        unnamed = describe_configs(b, client_metrics, "")
+        assert (unnamed.error_code, unnamed.error_message) == (
+            ErrorCode.INVALID_REQUEST,
+            "Client metrics subscription name must not be empty",
+        )
+        assert alter_configs(b, client_metrics, "m1", [("interval.ms", SET, "1000")]) == (
+            ErrorCode.INVALID_REQUEST,
+            "AlterConfigs is only supported for topics and brokers, but resource type is "
+            "CLIENT_METRICS",
+        )
+
+
 def test_broker_loggers_change_levels_at_run_time(tmp_path: Path) -> None:
     with running(tmp_path) as broker:
         b = broker.bootstrap

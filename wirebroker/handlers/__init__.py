@@ -65,6 +65,7 @@ HANDLED: dict[str, tuple[str, int, int]] = {
     "DescribeUserScramCredentials": ("sasl", 0, 0),
     "AlterUserScramCredentials": ("sasl", 0, 0),
     "AlterPartition": ("controller", 0, 3),
+    "UpdateFeatures": ("features", 0, 1),
     "DescribeCluster": ("cluster", 0, 1),
     "DescribeProducers": ("producer_ids", 0, 0),
     "DescribeTransactions": ("txn", 0, 0),

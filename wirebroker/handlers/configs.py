@@ -11,7 +11,8 @@ which every broker applies to its logs.
 Before any change, as Kafka's ConfigAdminManager: a resource named twice, a config named twice
 in one resource or a missing value (other than DELETE's) fail that resource with INVALID_REQUEST.
 AlterConfigs does not take BROKER_LOGGER resources (INVALID_REQUEST, as Kafka's "Unknown
-resource type 8").
+resource type 8"). CLIENT_METRICS resources (KIP-714 subscriptions, KRaft-only) are refused
+with INVALID_REQUEST and Kafka's ZooKeeper-mode messages, after the cluster's authorization.
 
 Authorization, as Kafka: describing a topic's configs needs DESCRIBE_CONFIGS on the topic,
 altering them ALTER_CONFIGS (TOPIC_AUTHORIZATION_FAILED); a broker's (or broker logger's) needs
@@ -39,7 +40,7 @@ from wirebroker.dispatch import RequestContext, handles
 from wirebroker.handlers import broker_configs
 from wirebroker.topic_configs import TOPIC_KEYS, effective_values
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS = 2, 4, 8, 16
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -91,7 +92,7 @@ def _refused(
     if resource_type == TOPIC:
         allowed = ctx.authorize(operation, ResourceType.TOPIC, name)
         return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    if resource_type in (BROKER, BROKER_LOGGER):
+    if resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
         allowed = ctx.authorize_cluster(operation)
         return None if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     return None
@@ -114,6 +115,8 @@ async def _values(ctx: RequestContext, resource_type: int, name: str) -> list[Co
         return broker_configs.describe(ctx, name)
     if resource_type == BROKER_LOGGER:
         return broker_loggers.describe(broker.node_id, name)
+    if resource_type == CLIENT_METRICS:
+        raise _client_metrics_refused(name)
     raise KafkaError(
         f"resource type {resource_type} is not supported", error_code=ErrorCode.INVALID_REQUEST
     )
@@ -215,6 +218,12 @@ async def _incremental(
         overrides = await _topic_overrides(ctx, name)
         apply_operations(overrides, operations, _topic_list_default)
         await _set_topic_configs(ctx, name, overrides, validate_only)
+    elif resource.resource_type == CLIENT_METRICS:
+        raise KafkaError(
+            "AlterConfigs is only supported for topics and brokers, but resource type is "
+            "CLIENT_METRICS",
+            error_code=ErrorCode.INVALID_REQUEST,
+        )
     else:
         raise _unknown_type(resource.resource_type)
 
@@ -241,6 +250,16 @@ def _preprocess(
             "Null value not supported for : " + ", ".join(nulls),
             error_code=ErrorCode.INVALID_REQUEST,
         )
+
+
+def _client_metrics_refused(name: str) -> KafkaError:
+    """Kafka's ZooKeeper-mode answer to describing a client-metrics subscription (KIP-714's
+    subscriptions live in KRaft metadata only)."""
+    if not name:
+        message = "Client metrics subscription name must not be empty"
+    else:
+        message = "Config type client-metrics is only supported on KRaft clusters"
+    return KafkaError(message, error_code=ErrorCode.INVALID_REQUEST)
 
 
 def _unknown_type(resource_type: int) -> KafkaError:

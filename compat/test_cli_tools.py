@@ -69,11 +69,23 @@ def measured(line: str, keep: int = 0) -> str:
     return _NUMBER.sub(replace, line)
 
 
-def test_leader_election(observe: Any) -> None:
-    """kafka-leader-election: preferred and unclean elections of every partition and of one
-    named partition (on one broker: nothing to elect, or "Valid replica already elected"), and
-    of a partition that does not exist (exit 1, UnknownTopicOrPartitionException). Compared:
-    exit codes and output."""
+def test_leader_election(observe: Any, tmp_path: Path) -> None:
+    """kafka-leader-election: preferred and unclean elections of every partition, of one named
+    partition (on one broker: nothing to elect, or "Valid replica already elected") and of the
+    partitions a JSON file lists, and of a partition that does not exist (exit 1,
+    UnknownTopicOrPartitionException). Compared: exit codes and output."""
+    listed = tmp_path / "partitions.json"
+    listed.write_text(
+        json.dumps(
+            {
+                "partitions": [
+                    {"topic": "election", "partition": 0},
+                    {"topic": "election", "partition": 1},
+                    {"topic": "no-such-topic", "partition": 0},
+                ]
+            }
+        )
+    )
 
     def run(t: Target) -> list[Ran]:
         create_topic(t.bootstrap, "election", 2)
@@ -85,6 +97,8 @@ def test_leader_election(observe: Any) -> None:
                 ("unclean", ("--all-topic-partitions",)),
                 ("preferred", ("--topic", "election", "--partition", "1")),
                 ("unclean", ("--topic", "election", "--partition", "0")),
+                ("preferred", ("--path-to-json-file", str(listed))),
+                ("unclean", ("--path-to-json-file", str(listed))),
                 ("preferred", ("--topic", "no-such-topic", "--partition", "0")),
             ]
         ]

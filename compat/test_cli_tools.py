@@ -211,9 +211,10 @@ def test_end_to_end_latency(observe: Any) -> None:
 def test_streams_application_reset(observe: Any) -> None:
     """kafka-streams-application-reset of an application (a consumer group) with committed
     offsets on a 2-partition input topic and two internal topics: refused while the group has a
-    member (exit 1; the member's id and host normalised), then --to-earliest with --dry-run (nothing changes) and for real (the
-    offsets go to 0, the internal topics are deleted). Compared: exit codes, output, and after
-    each run the group's committed offsets and the application's topics."""
+    member (exit 1; the member's id and host normalised), then --to-earliest with --dry-run
+    (nothing changes) and for real (the offsets go to 0, the internal topics are deleted).
+    Compared: exit codes, output, and after each run the group's committed offsets and the
+    application's topics."""
     app, topic = "streams-app", "streams-input"
     internal = [f"{app}-counts-changelog", f"{app}-counts-repartition"]
 

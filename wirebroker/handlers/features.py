@@ -4,8 +4,8 @@ A ZooKeeper-mode broker supports no features (ApiVersions lists none) and so non
 finalized: its controller refuses every update, feature by feature, with INVALID_REQUEST and the
 reason KafkaController.validateFeatureUpdate gives, in its order -- an empty name, an unknown
 upgrade type (v1), a deletion (a level below 1 that is not an UPGRADE) of a feature that is not
-finalized, an UPGRADE to a level below 1, and otherwise a feature that is not supported. Nothing is stored, so `validate_only`
-changes nothing.
+finalized, an UPGRADE to a level below 1, and otherwise a feature that is not supported.
+Nothing is stored, so `validate_only` changes nothing.
 
 Before that, as KafkaApis: ALTER on the cluster (else CLUSTER_AUTHORIZATION_FAILED for the whole
 request), and in a cluster only the active controller answers (NOT_CONTROLLER elsewhere, so the

@@ -265,6 +265,13 @@ class Broker:
                 self._groups.start(self._coordinators_nursery)
         return self._groups
 
+    def on_partitions_deleted(self, partitions: list[tuple[str, int]]) -> None:
+        """Partitions of a deleted topic are gone from this broker's metadata: the groups
+        coordinated here forget their offsets (Kafka's onPartitionsDeleted, which its
+        UpdateMetadata handler calls in a cluster)."""
+        if self._groups is not None:  # no coordinator made: no group has offsets here
+            self._groups.on_partitions_deleted(partitions)
+
     @property
     def transactions(self) -> TransactionCoordinator:
         """The transaction coordinator (built and started on first use)."""
@@ -617,10 +624,12 @@ class Broker:
     def _drop_partitions(self, record: TopicRecord) -> None:
         """A deleted topic is out of the registry's file: stop serving its partitions and
         delete their logs."""
-        for index, _partition in self._served(record):
+        served = [index for index, _partition in self._served(record)]
+        for index in served:
             del self.partitions[TopicPartition(record.name, index)]
             self.metadata_cache.remove_partition(record.name, index)
             self.log_manager.delete_partition(record.name, index)
+        self.on_partitions_deleted([(record.name, index) for index in served])
         log.info("deleted topic %s", record.name)
 
     def _served(self, record: TopicRecord) -> list[tuple[int, Partition]]:

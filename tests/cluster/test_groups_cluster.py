@@ -1,11 +1,13 @@
 """The group coordinator across a real three-broker cluster (in-process brokers over a real
 ZooKeeper): a confluent-kafka consumer group commits offsets through the leader of its
 `__consumer_offsets` partition, the coordinator stops, the group finds the new one and its
-offsets are still there (whether it stopped cleanly or was killed); and producer ids from
-different brokers never collide."""
+offsets are still there (whether it stopped cleanly or was killed); a deleted topic's offsets
+leave its groups (the coordinator learns of the deletion by UpdateMetadata); and producer ids
+from different brokers never collide."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,10 @@ import trio
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from protocol.errors import ErrorCode
+from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.init_producer_id import InitProducerIdRequest
+from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from tests.cluster.harness import call, create_topic, eventually, start_cluster
 from wirebroker.server import RunningBroker
@@ -178,6 +182,57 @@ def test_group_follows_its_coordinator(zk_connect: str, tmp_path: Path, stop: st
                 ids.append(answer.producer_id)
             assert len(set(ids)) == len(ids) == 10
             assert {i // 1000 for i in ids[0::2]}.isdisjoint({i // 1000 for i in ids[1::2]})
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_deleted_topics_offsets_leave_its_groups(zk_connect: str, tmp_path: Path) -> None:
+    """Kafka's UpdateMetadata handler hands the partitions it deletes to the group coordinator
+    (onPartitionsDeleted): their offsets are removed, and a group left without any with them."""
+    brokers: dict[int, RunningBroker] = {}
+
+    async def commit(running: RunningBroker, group: str, topic: str) -> bool:
+        partition = OffsetCommitRequest.OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=7
+        )
+        request = OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            topics=[
+                OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[partition])
+            ],
+        )
+        answer = await call(running, request, 8)
+        return bool(answer.topics[0].partitions[0].error_code == ErrorCode.NONE)
+
+    async def coordinator(running: RunningBroker) -> RunningBroker | None:
+        return brokers.get(await coordinator_of(running))
+
+    async def offsets(running: RunningBroker, group: str) -> set[str]:
+        request = OffsetFetchRequest(
+            groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)]
+        )
+        (fetched,) = (await call(running, request, 8)).groups
+        assert fetched.error_code == ErrorCode.NONE
+        return {t.name for t in fetched.topics}
+
+    async def main() -> None:
+        nonlocal brokers
+        async with trio.open_nursery() as nursery:
+            brokers = await start_cluster(nursery, zk_connect, tmp_path)
+            await create_topic(brokers[1], TOPIC, 1)
+            await create_topic(brokers[1], "kept", 1)
+            found = await eventually(lambda: coordinator(brokers[1]), 30, 0.1, what="a coordinator")
+            for group, topic in [(GROUP, TOPIC), (GROUP, "kept"), ("gone", TOPIC)]:
+                await eventually(partial(commit, found, group, topic), 30, 0.1, what="a commit")
+            deleted = await call(
+                brokers[2], DeleteTopicsRequest(topic_names=[TOPIC], timeout_ms=10_000), 5
+            )
+            assert deleted.responses[0].error_code == ErrorCode.NONE
+            groups = found.broker.groups.groups
+            await eventually(lambda: "gone" not in groups, 30, what="the group without offsets")
+            assert await offsets(found, GROUP) == {"kept"}
             nursery.cancel_scope.cancel()
 
     trio.run(main)

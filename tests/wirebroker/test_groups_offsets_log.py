@@ -1,6 +1,7 @@
 """`__consumer_offsets` over a broker's life, with real broker processes: offsets expire and take
-their Empty group with them (`offsets.retention.minutes`), and a big partition loads at start
-beside the event loop, its groups answering COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
+their Empty group with them (`offsets.retention.minutes`), a deleted topic's offsets go too
+(and a topic made again under its name is read from the start), and a big partition loads at
+start beside the event loop, its groups answering COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from protocol.errors import ErrorCode
+from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
@@ -47,6 +49,17 @@ def fetch_request(group: str) -> OffsetFetchRequest:
     return OffsetFetchRequest(
         groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)]
     )
+
+
+def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    with RawClient(bootstrap) as c:
+        fetched = c.request(fetch_request(group), 8).groups[0]
+    assert fetched.error_code == E.NONE
+    return {
+        (t.name, p.partition_index): p.committed_offset
+        for t in fetched.topics
+        for p in t.partitions
+    }
 
 
 def listed_groups(bootstrap: str) -> set[str]:
@@ -99,6 +112,61 @@ def test_expired_offsets_take_their_empty_group(tmp_path: Path, topic: str) -> N
 
         wait_until(loaded, 15, 0.1, "the offsets partition loaded")
         assert not {"old", "short"} & listed_groups(broker.bootstrap)
+
+
+def test_a_deleted_topic_takes_its_offsets_and_their_empty_group(
+    tmp_path: Path, topic: str
+) -> None:
+    other = topic + "-other"
+    with broker_process(tmp_path, {"offsets.topic.num.partitions": "1"}) as broker:
+        create_topic(broker.bootstrap, topic, 2)
+        create_topic(broker.bootstrap, other, 1)
+        make_coordinator_topics(broker.bootstrap, (0,))
+        with RawClient(broker.bootstrap) as c:
+            for group, t, offsets in [
+                ("only-deleted", topic, {0: 5, 1: 6}),
+                ("both", topic, {0: 3}),
+                ("both", other, {0: 4}),
+            ]:
+                answer = c.request(commit_request(group, t, offsets), 8)
+                assert {p.error_code for p in answer.topics[0].partitions} == {E.NONE}
+            deleted = c.request(DeleteTopicsRequest(topic_names=[topic], timeout_ms=10_000), 5)
+            assert deleted.responses[0].error_code == E.NONE
+
+        # Kafka's onPartitionsDeleted: the offsets go, and the group left without any with them
+        wait_until(lambda: "only-deleted" not in listed_groups(broker.bootstrap), 15, 0.1)
+        assert committed(broker.bootstrap, "both") == {(other, 0): 4}
+
+        # made again under the name: a consumer of "both" reads it from the start, not from 3
+        create_topic(broker.bootstrap, topic, 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(8):
+            producer.produce(topic, value=b"%d" % i)
+        assert producer.flush(15) == 0
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "both",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            consumer.subscribe([topic])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while len(values) < 8 and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    values.append(message.value())
+        finally:
+            consumer.close()
+        assert values == [b"%d" % i for i in range(8)]
+
+        # the tombstones are in the log: a restart brings neither the group nor the offsets back
+        broker.restart()
+        wait_until(lambda: committed(broker.bootstrap, "both") == {(other, 0): 4}, 15, 0.1)
+        assert "only-deleted" not in listed_groups(broker.bootstrap)
 
 
 PARTITIONS = 100

@@ -299,22 +299,49 @@ class GroupCoordinator:
         if expired or removed:
             log.info("expired %d offsets, removed %d groups", expired, removed)
 
-    def _remove_offsets(self, group: Group, gone: list[tuple[str, int]]) -> bool:
-        """Write tombstones for offsets `gone` from `group`; if that leaves it Empty without
-        offsets, the group is Dead: removed, its metadata tombstoned too. Not awaited, as
-        Kafka's acks=0 tombstones. Whether the group was removed."""
+    def on_partitions_deleted(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Partitions of deleted topics: every group here forgets its offsets of them, those
+        committed and those being committed, in transactions or not, and a group left Empty
+        without offsets is removed (Kafka's handleDeletedPartitions), so that a topic made
+        again under the name is read from where `auto.offset.reset` says, not from the old
+        topic's offsets."""
+        deleted = set(partitions)
+        removed = 0
+        for group in list(self.groups.values()):
+            gone = [tp for tp in group.offsets if tp in deleted]
+            for tp in gone:
+                del group.offsets[tp]
+            removed += len(gone)
+            self._remove_offsets(group, gone, dropped=deleted)
+        if removed:
+            log.info("removed %d offsets of deleted partitions", removed)
+
+    def _remove_offsets(
+        self,
+        group: Group,
+        gone: list[tuple[str, int]],
+        dropped: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset(),
+    ) -> bool:
+        """Write tombstones for offsets `gone` from `group`, and drop its commits of partitions
+        `dropped` still being written (Kafka's removeOffsets): they are not installed when
+        they complete, and a tombstone behind them removes them from the log too. If that
+        leaves the group Empty without offsets, it is Dead: removed, its metadata tombstoned
+        too. Not awaited, as Kafka's acks=0 tombstones. Whether the group was removed."""
         group_id = group.group_id
+        pending = self._pending_commits.get(group_id) or Counter()
+        fenced = [tp for tp in pending if tp in dropped]
         kvs: list[tuple[bytes, bytes | None]] = [
-            (records.offset_key(group_id, t, p), None) for t, p in gone
+            (records.offset_key(group_id, t, p), None) for t, p in [*gone, *fenced]
         ]
         positions = self._commit_positions.get(group_id, {})
         for tp in gone:
             positions.pop(tp, None)
-        self.txn_offsets.drop_partitions(group_id, gone)
+        self.txn_offsets.drop_partitions(group_id, [*gone, *dropped])
         dead = (
             group.state == GroupState.EMPTY
             and not group.offsets
             and not self.txn_offsets.has_group(group_id)
+            and all(tp in dropped for tp in pending)
         )
         if dead:
             group.state = GroupState.DEAD
@@ -322,7 +349,11 @@ class GroupCoordinator:
             self._commit_positions.pop(group_id, None)
             kvs.append((records.group_key(group_id), None))
         if kvs:
-            self._append(group_id, kvs)
+            write = self._append(group_id, kvs)
+            if fenced and not dead:  # a commit written before the tombstones is not installed
+                fence = self._commit_positions.setdefault(group_id, {})
+                for tp in fenced:
+                    fence[tp] = _position(write)
         return dead
 
     # -- groups -----------------------------------------------------------------------------

@@ -695,7 +695,8 @@ class ReplicaManager:
                 self.controller_epoch,
             )
             return ErrorCode.STALE_CONTROLLER_EPOCH
-        self.broker.metadata_cache.update(request, version)
+        if deleted := self.broker.metadata_cache.update(request, version):
+            self.broker.on_partitions_deleted(deleted)
         self.broker.controller_id = max(request.controller_id, -1)
         self.controller_epoch = request.controller_epoch
         # A follower that was caught up holds the watermark only while its broker is alive;

@@ -1,0 +1,295 @@
+"""Fuzz a live broker: structurally valid, semantically arbitrary requests of every API and
+version it handles, each answered or refused, never a bug.
+
+One broker serves the module on its own thread (`wirebroker.embed.run_broker`), so its log
+records are in this process the moment they are made. It holds topics with records, a group
+with committed offsets, a group with a member, an idempotent producer and a transaction under
+way (`_known`); hypothesis builds each request from the generated class's FIELDS with values
+biased toward those (`tests.wirebroker.fuzz_values`), record batches valid and broken among
+them, sends it with our codec over TCP on a new connection and checks:
+
+- the broker answers it (the correlation id matches, the answer decodes at that version), or
+  closes that connection with a deliberate warning (a request it refuses to parse, an acks=0
+  produce that failed), never after "an unexpected error";
+- it logs no traceback, nothing at ERROR, and no handler's EncodeError (a bug the dispatcher
+  answers as a refusal);
+- a fresh connection still gets ApiVersions and Metadata answered (the module's topics and
+  group are made again if the fuzz deleted them).
+
+Every API key and version the broker handles is fuzzed, the inter-broker ones (LeaderAndIsr,
+UpdateMetadata, StopReplica, ...) too: a standalone broker must refuse them. Each bug the fuzz
+found has a deterministic regression test at the end of the module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol.api import decode_response
+from protocol.errors import EncodeError, ErrorCode
+from protocol.messages import APIS
+from protocol.messages.api_versions import ApiVersionsRequest
+from protocol.messages.delete_groups import DeleteGroupsRequest
+from protocol.messages.join_group import JoinGroupRequest
+from protocol.messages.metadata import MetadataRequest
+from protocol.messages.produce import ProduceRequest
+from protocol.messages.sync_group import SyncGroupRequest
+from protocol.record_batch import SimpleRecord
+from protocol.schema import Message
+from tests.protocol.strategies import messages
+from tests.wirebroker.fuzz_values import Known, scalars
+from tests.wirebroker.helpers import (
+    RawClient,
+    add_partitions_request,
+    create_topic,
+    init_producer_id,
+    make_coordinator_topics,
+    offset_commit_request,
+    produce_request,
+    wait_until,
+)
+from wirebroker import dispatch
+from wirebroker.dispatch import VERSIONS
+from wirebroker.embed import run_broker
+
+pytestmark = pytest.mark.integration
+
+BROKER_PROPERTIES = {
+    # a JoinGroup waits for the group's other members at most this long
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "100",
+    # the ACL APIs go past SECURITY_DISABLED; what they add never denies the fuzz's requests
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "super.users": "User:ANONYMOUS",
+}
+TOPICS = {"fuzz-a": 3, "fuzz-b": 1}
+GROUP = "fuzz-group"
+#: A group with a member (session 30 min, rebalances of 200 ms) from the start of the fuzz.
+LIVE_GROUP = "fuzz-live"
+TRANSACTIONAL_ID = "fuzz-txn"
+#: How long an answer may take: the fuzz's waits (timeouts, max_wait_ms) are at most 500 ms.
+ANSWER_TIMEOUT = 10.0
+#: Examples per API key: about 50 s for the module's 58 keys on a two-core machine; more for a
+#: longer campaign (WIREBROKER_FUZZ_EXAMPLES=5000).
+EXAMPLES = int(os.environ.get("WIREBROKER_FUZZ_EXAMPLES", "250"))
+HEALTH_VERSIONS = ApiVersionsRequest(client_software_name="fuzz", client_software_version="1")
+
+
+_FORMAT = logging.Formatter("%(levelname)s %(name)s: %(message)s")  # with its traceback
+
+
+class Records(logging.Handler):
+    """Every log record at WARNING and above, and the dispatcher's at INFO (where a handler's
+    KafkaError is told), as it is made."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def bugs(self, since: int) -> list[str]:
+        """Records since `since` that say the broker met a bug: a traceback, an unexpected
+        error, anything at ERROR, a handler failing to encode its own answer (an EncodeError
+        is a KafkaError, so the dispatcher answers it as a refusal)."""
+        return [
+            _FORMAT.format(r)
+            for r in self.records[since:]
+            if r.exc_info
+            or r.levelno >= logging.ERROR
+            or "unexpected error" in r.getMessage()
+            or any(isinstance(a, EncodeError) for a in r.args or ())
+        ]
+
+    def closed_deliberately(self, since: int) -> bool:
+        return any(
+            r.getMessage().startswith("closing connection from") for r in self.records[since:]
+        )
+
+
+class Fuzzed:
+    """The module's broker and what the fuzz knows of it."""
+
+    def __init__(self, bootstrap: str, records: Records, known: Known) -> None:
+        self.bootstrap = bootstrap
+        self.records = records
+        self.known = known
+        self.values = scalars(known)
+        self._requests: dict[tuple[int, int], st.SearchStrategy[Any]] = {}
+
+    def requests(self, api_key: int, version: int) -> st.SearchStrategy[Any]:
+        key = (api_key, version)
+        if key not in self._requests:
+            cls = APIS[api_key].request_class()
+            self._requests[key] = messages(cls, version, self.values)
+        return self._requests[key]
+
+    def exchange(self, body: Message, version: int, client_id: str | None) -> None:
+        """Send `body` on a new connection; check its answer, the log and the broker's health."""
+        since = len(self.records.records)
+        api_key, asked = body.API_KEY, version
+        with RawClient(self.bootstrap, client_id=client_id, timeout=ANSWER_TIMEOUT) as c:
+            correlation_id = c.send(body, version)
+            if isinstance(body, ProduceRequest) and body.acks == 0:
+                # Not answered: the next request is, unless the produce failed (then closed).
+                api_key, asked = ApiVersionsRequest.API_KEY, 0
+                correlation_id = c.send(ApiVersionsRequest(), asked)
+            try:
+                frame = c.receive_frame()
+            except ConnectionError:
+                wait_until(
+                    lambda: self.records.closed_deliberately(since),
+                    what="a warning saying why the connection was closed",
+                )
+            else:
+                answer = decode_response(frame, api_key, asked)
+                assert answer.header.correlation_id == correlation_id
+        assert not self.records.bugs(since), "\n".join(self.records.bugs(since))
+        self.check_health()
+        if body.API_KEY == DeleteGroupsRequest.API_KEY:
+            _commit(self.bootstrap)  # the group with offsets, again
+        assert not self.records.bugs(since), "\n".join(self.records.bugs(since))
+
+    def check_health(self) -> None:
+        """ApiVersions and Metadata answered on a fresh connection; the module's topics made
+        again if the fuzz deleted them."""
+        with RawClient(self.bootstrap, timeout=ANSWER_TIMEOUT) as c:
+            versions = c.request(HEALTH_VERSIONS, 3)
+            assert versions.error_code == ErrorCode.NONE
+            metadata = c.request(_metadata_of(list(TOPICS)), 12)
+        assert metadata.brokers
+        for t in metadata.topics:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                made = partial(_created, self.bootstrap, t.name)
+                wait_until(made, what=f"{t.name} made again")
+
+
+def _metadata_of(topics: list[str]) -> MetadataRequest:
+    return MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+        allow_auto_topic_creation=False,
+    )
+
+
+def _created(bootstrap: str, name: str) -> bool:
+    try:
+        create_topic(bootstrap, name, TOPICS[name])
+    except AssertionError:  # still being deleted
+        return False
+    return True
+
+
+def _known(bootstrap: str, log_dir: Path) -> Known:
+    """Make the module's topics, group and producers; what they are."""
+    for name, partitions in TOPICS.items():
+        create_topic(bootstrap, name, partitions)
+    make_coordinator_topics(bootstrap)
+    records = [SimpleRecord(b"k", b"v", (), 1_700_000_000_000)] * 3
+    idempotent = init_producer_id(bootstrap)
+    transactional = init_producer_id(bootstrap, transactional_id=TRANSACTIONAL_ID)
+    with RawClient(bootstrap) as c:
+        for partition in range(TOPICS["fuzz-a"]):
+            answer = c.request(produce_request("fuzz-a", partition, records), 9)
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        _commit(bootstrap)
+        pid, epoch = transactional.producer_id, transactional.producer_epoch
+        added = c.request(add_partitions_request(TRANSACTIONAL_ID, pid, epoch, {"fuzz-a": [1]}), 3)
+        assert (
+            added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+        )
+        metadata = c.request(_metadata_of(list(TOPICS)), 12)
+        member_id, generation = _join(c)
+    return Known(
+        topics=dict(TOPICS),
+        topic_ids=[t.topic_id for t in metadata.topics],
+        groups=[GROUP, LIVE_GROUP],
+        transactional_ids=[TRANSACTIONAL_ID],
+        producers=[
+            (idempotent.producer_id, idempotent.producer_epoch),
+            (transactional.producer_id, transactional.producer_epoch),
+        ],
+        node_id=metadata.brokers[0].node_id,
+        log_dir=str(log_dir),
+        members=[member_id],
+        generations=[generation],
+    )
+
+
+def _commit(bootstrap: str) -> None:
+    """Commit offsets of `GROUP` (which the fuzz may have deleted)."""
+    with RawClient(bootstrap) as c:
+        committed = c.request(offset_commit_request(GROUP, "fuzz-a", {0: 1, 1: 2}), 8)
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
+
+
+def _join(c: RawClient) -> tuple[str, int]:
+    """Join `LIVE_GROUP` as its leader and sync; its member id and generation."""
+    protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")
+    join = JoinGroupRequest(
+        group_id=LIVE_GROUP,
+        session_timeout_ms=1_800_000,
+        rebalance_timeout_ms=200,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[protocol],
+    )
+    required = c.request(join, 5)
+    assert required.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    join.member_id = required.member_id
+    joined = c.request(join, 5)
+    assert joined.error_code == ErrorCode.NONE
+    sync = SyncGroupRequest(
+        group_id=LIVE_GROUP, generation_id=joined.generation_id, member_id=joined.member_id
+    )
+    assert c.request(sync, 3).error_code == ErrorCode.NONE
+    return joined.member_id, joined.generation_id
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
+    log_dir = tmp_path_factory.mktemp("fuzzed")
+    records = Records()
+    root, dispatcher = logging.getLogger(), logging.getLogger(dispatch.__name__)
+    root.addHandler(records)
+    level = dispatcher.level
+    dispatcher.setLevel(logging.INFO)
+    try:
+        with run_broker({**BROKER_PROPERTIES, "log.dirs": str(log_dir)}) as bootstrap:
+            fuzzed = Fuzzed(bootstrap, records, _known(bootstrap, log_dir))
+            yield fuzzed
+        assert not records.bugs(0), "\n".join(records.bugs(0))
+    finally:
+        dispatcher.setLevel(level)
+        root.removeHandler(records)
+
+
+CLIENT_IDS = st.sampled_from([None, "", "fuzz", "a" * 300])
+
+
+@pytest.mark.timeout(120)  # shrinking a failure takes longer than the examples
+@pytest.mark.parametrize("api_key", sorted(VERSIONS), ids=lambda k: APIS[k].name)
+def test_every_request_is_answered_or_refused(fuzzed: Fuzzed, api_key: int) -> None:
+    lo, hi = VERSIONS[api_key]
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(data=st.data())
+    def fuzz(data: st.DataObject) -> None:
+        version = data.draw(st.integers(lo, hi), label="version")
+        body = data.draw(fuzzed.requests(api_key, version), label="request")
+        fuzzed.exchange(body, version, data.draw(CLIENT_IDS, label="client_id"))
+
+    fuzz()

@@ -40,6 +40,7 @@ from protocol.messages import APIS
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.join_group import JoinGroupRequest
+from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.sync_group import SyncGroupRequest
@@ -293,3 +294,31 @@ def test_every_request_is_answered_or_refused(fuzzed: Fuzzed, api_key: int) -> N
         fuzzed.exchange(body, version, data.draw(CLIENT_IDS, label="client_id"))
 
     fuzz()
+
+
+# Regressions: what the fuzz found, each answered as Kafka 3.9 answers it ---------------------
+
+
+def _leader_and_isr_v2() -> LeaderAndIsrRequest:
+    state = LeaderAndIsrRequest.LeaderAndIsrPartitionState(partition_index=1, leader=0)
+    return LeaderAndIsrRequest(
+        controller_id=0,
+        controller_epoch=1,
+        broker_epoch=-1,
+        topic_states=[
+            LeaderAndIsrRequest.LeaderAndIsrTopicState(
+                topic_name="fuzz-a", partition_states=[state]
+            )
+        ],
+    )
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_a_refused_leader_and_isr_before_v5_is_answered(fuzzed: Fuzzed, version: int) -> None:
+    # The refusal was built with v5's `topics`, which v2-v4 cannot carry: the answer failed to
+    # encode and the connection closed after an unexpected error.
+    with RawClient(fuzzed.bootstrap) as c:
+        answer = c.request(_leader_and_isr_v2(), version)
+    assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert not answer.topics

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -322,3 +323,24 @@ def test_a_refused_leader_and_isr_before_v5_is_answered(fuzzed: Fuzzed, version:
         answer = c.request(_leader_and_isr_v2(), version)
     assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     assert not answer.topics
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_before_v12_refuses_topics_by_id(fuzzed: Fuzzed, version: int) -> None:
+    # A topic by id (null name) was looked up, and its null name failed to encode (v10 and v11
+    # cannot carry one): the connection closed after an unexpected error. Kafka refuses ids and
+    # null names before v12, each topic answered INVALID_REQUEST (a null name as "").
+    by_id = MetadataRequest.MetadataRequestTopic(name=None, topic_id=uuid.uuid4())
+    named_with_id = MetadataRequest.MetadataRequestTopic(
+        name="fuzz-a", topic_id=fuzzed.known.topic_ids[0]
+    )
+    with RawClient(fuzzed.bootstrap) as c:
+        for topic in (by_id, named_with_id):
+            answer = c.request(MetadataRequest(topics=[topic]), version)
+            (told,) = answer.topics
+            assert told.error_code == ErrorCode.INVALID_REQUEST
+            assert (told.name, told.topic_id) == (topic.name or "", topic.topic_id)
+        # v12 looks an id up
+        answer = c.request(MetadataRequest(topics=[by_id]), 12)
+    assert [(t.error_code, t.name) for t in answer.topics] == [(ErrorCode.UNKNOWN_TOPIC_ID, None)]

@@ -44,6 +44,7 @@ from protocol.messages.join_group import JoinGroupRequest
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.produce import ProduceRequest
+from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from protocol.record_batch import SimpleRecord
 from protocol.schema import Message
@@ -318,11 +319,39 @@ def _leader_and_isr_v2() -> LeaderAndIsrRequest:
 @pytest.mark.parametrize("version", [2, 3, 4])
 def test_a_refused_leader_and_isr_before_v5_is_answered(fuzzed: Fuzzed, version: int) -> None:
     # The refusal was built with v5's `topics`, which v2-v4 cannot carry: the answer failed to
-    # encode and the connection closed after an unexpected error.
+    # encode and the connection closed after an unexpected error. Kafka lists each partition
+    # with the error (LeaderAndIsrRequest.getErrorResponse).
     with RawClient(fuzzed.bootstrap) as c:
         answer = c.request(_leader_and_isr_v2(), version)
-    assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-    assert not answer.topics
+    refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert answer.error_code == refused
+    assert [(p.topic_name, p.partition_index, p.error_code) for p in answer.partition_errors] == [
+        ("fuzz-a", 1, refused)
+    ]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_a_refused_stop_replica_lists_its_partitions(fuzzed: Fuzzed, version: int) -> None:
+    # Found beside the LeaderAndIsr refusal: from v1 the refusal mirrored no partition (the
+    # generic error response looks for v0's list); Kafka lists each with the error.
+    request = StopReplicaRequest(controller_id=0, controller_epoch=1, broker_epoch=-1)
+    if version < 3:
+        request.topics = [
+            StopReplicaRequest.StopReplicaTopicV1(name="fuzz-a", partition_indexes=[1])
+        ]
+    else:
+        state = StopReplicaRequest.StopReplicaPartitionState(partition_index=1)
+        request.topic_states = [
+            StopReplicaRequest.StopReplicaTopicState(topic_name="fuzz-a", partition_states=[state])
+        ]
+    with RawClient(fuzzed.bootstrap) as c:
+        answer = c.request(request, version)
+    refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert answer.error_code == refused
+    assert [(p.topic_name, p.partition_index, p.error_code) for p in answer.partition_errors] == [
+        ("fuzz-a", 1, refused)
+    ]
 
 
 @pytest.mark.timeout(30)

@@ -24,6 +24,7 @@ found has a deterministic regression test at the end of the module.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import uuid
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from hypothesis import strategies as st
 from protocol.api import decode_response
 from protocol.errors import EncodeError, ErrorCode
 from protocol.messages import APIS
+from protocol.messages.alter_client_quotas import AlterClientQuotasRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.join_group import JoinGroupRequest
@@ -373,3 +375,31 @@ def test_metadata_before_v12_refuses_topics_by_id(fuzzed: Fuzzed, version: int) 
         # v12 looks an id up
         answer = c.request(MetadataRequest(topics=[by_id]), 12)
     assert [(t.error_code, t.name) for t in answer.topics] == [(ErrorCode.UNKNOWN_TOPIC_ID, None)]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("key", "value", "code"),
+    [
+        ("producer_byte_rate", math.inf, ErrorCode.INVALID_REQUEST),
+        ("producer_byte_rate", -math.inf, ErrorCode.INVALID_REQUEST),
+        ("producer_byte_rate", 1e300, ErrorCode.INVALID_REQUEST),  # beyond a long
+        ("producer_byte_rate", 2.0**63, ErrorCode.NONE),  # Long.MAX_VALUE as a double
+        ("producer_byte_rate", math.nan, ErrorCode.NONE),  # Scala's NaN.toLong: 0
+        ("request_percentage", math.inf, ErrorCode.NONE),  # a double quota
+    ],
+)
+def test_a_quota_beyond_its_type_is_refused(
+    fuzzed: Fuzzed, key: str, value: float, code: ErrorCode
+) -> None:
+    # An infinite long quota raised OverflowError (a NaN ValueError) in the handler, answered
+    # UNKNOWN_SERVER_ERROR with a traceback; a finite one beyond a long was taken whole. Kafka's
+    # ZkAdminManager converts with Scala's saturating Double.toLong and refuses what moved.
+    entry = AlterClientQuotasRequest.EntryData(
+        entity=[AlterClientQuotasRequest.EntityData(entity_type="user", entity_name="fuzz")],
+        ops=[AlterClientQuotasRequest.OpData(key=key, value=value, remove=False)],
+    )
+    request = AlterClientQuotasRequest(entries=[entry], validate_only=True)
+    with RawClient(fuzzed.bootstrap) as c:
+        (answer,) = c.request(request, 1).entries
+    assert answer.error_code == code, answer.error_message

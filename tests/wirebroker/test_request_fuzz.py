@@ -45,6 +45,7 @@ from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.join_group import JoinGroupRequest
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from protocol.messages.metadata import MetadataRequest
+from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.sync_group import SyncGroupRequest
@@ -75,6 +76,8 @@ BROKER_PROPERTIES = {
     # the ACL APIs go past SECURITY_DISABLED; what they add never denies the fuzz's requests
     "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
     "super.users": "User:ANONYMOUS",
+    # offsets past their expiry go within half a second
+    "offsets.retention.check.interval.ms": "500",
 }
 TOPICS = {"fuzz-a": 3, "fuzz-b": 1}
 GROUP = "fuzz-group"
@@ -403,3 +406,25 @@ def test_a_quota_beyond_its_type_is_refused(
     with RawClient(fuzzed.bootstrap) as c:
         (answer,) = c.request(request, 1).entries
     assert answer.error_code == code, answer.error_message
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("retention_ms", [2**63 - 1, -5])
+def test_a_commit_whose_expiry_is_past_is_taken(fuzzed: Fuzzed, retention_ms: int) -> None:
+    # OffsetCommit v2-v4's retention plus now overflowed an int64: the OffsetCommitValue failed
+    # to encode and the handler's EncodeError was answered as a refusal; any negative retention
+    # was taken as none (-1, the broker's). Kafka's Long sum wraps and only -1 means none: either
+    # expiry is in the past, and the offset goes at the next expiry check.
+    group = f"fuzz-retention-{retention_ms}"
+    request = offset_commit_request(group, "fuzz-a", {0: 7}, retention_time_ms=retention_ms)
+    fetch = OffsetFetchRequest(
+        group_id=group,
+        topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name="fuzz-a", partition_indexes=[0])],
+    )
+    with RawClient(fuzzed.bootstrap) as c:
+        answer = c.request(request, 2)
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.NONE
+        wait_until(
+            lambda: c.request(fetch, 1).topics[0].partitions[0].committed_offset == -1,
+            what="the offset expired",
+        )

@@ -50,6 +50,7 @@ from protocol.messages.produce import ProduceRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from protocol.record_batch import SimpleRecord
+from protocol.record_builder import build_record_batch
 from protocol.schema import Message
 from tests.protocol.strategies import messages
 from tests.wirebroker.fuzz_values import Known, scalars
@@ -428,3 +429,49 @@ def test_a_commit_whose_expiry_is_past_is_taken(fuzzed: Fuzzed, retention_ms: in
             lambda: c.request(fetch, 1).topics[0].partitions[0].committed_offset == -1,
             what="the offset expired",
         )
+
+
+def _two_producers(acks: int) -> ProduceRequest:
+    """Transactional batches of two producers in one request (Kafka: INVALID_PRODUCER_ID_MAPPING
+    for the whole request)."""
+    return ProduceRequest(
+        transactional_id=TRANSACTIONAL_ID,
+        acks=acks,
+        timeout_ms=1000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="fuzz-a",
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(
+                        index=partition,
+                        records=build_record_batch(
+                            [SimpleRecord(b"k", b"v", (), 1_700_000_000_000)],
+                            producer_id=producer_id,
+                            producer_epoch=0,
+                            base_sequence=0,
+                            is_transactional=True,
+                        ),
+                    )
+                    for partition, producer_id in ((0, 1000), (1, 1001))
+                ],
+            )
+        ],
+    )
+
+
+@pytest.mark.timeout(30)
+def test_an_acks_0_produce_refused_whole_closes_the_connection(fuzzed: Fuzzed) -> None:
+    # It was answered with a Produce response, which an acks=0 producer does not read: it took
+    # it for the answer to its next request. Kafka's ProduceRequest.getErrorResponse is null
+    # for acks=0: the connection is closed, as for a partition's failure.
+    with RawClient(fuzzed.bootstrap) as c:
+        answer = c.request(_two_producers(acks=1), 3)
+    codes = [p.error_code for t in answer.responses for p in t.partition_responses]
+    assert codes == [ErrorCode.INVALID_PRODUCER_ID_MAPPING] * 2
+    since = len(fuzzed.records.records)
+    with RawClient(fuzzed.bootstrap) as c:
+        c.send(_two_producers(acks=0), 3)
+        c.send(ApiVersionsRequest(), 0)
+        with pytest.raises(ConnectionError):
+            c.receive_frame()
+    assert fuzzed.records.closed_deliberately(since)

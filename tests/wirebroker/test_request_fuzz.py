@@ -40,6 +40,7 @@ from protocol.api import decode_response
 from protocol.errors import EncodeError, ErrorCode
 from protocol.messages import APIS
 from protocol.messages.alter_client_quotas import AlterClientQuotasRequest
+from protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest
 from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.join_group import JoinGroupRequest
@@ -475,3 +476,18 @@ def test_an_acks_0_produce_refused_whole_closes_the_connection(fuzzed: Fuzzed) -
         with pytest.raises(ConnectionError):
             c.receive_frame()
     assert fuzzed.records.closed_deliberately(since)
+
+
+@pytest.mark.timeout(30)
+def test_a_log_dir_path_with_a_nul_is_not_found(fuzzed: Fuzzed) -> None:
+    # Resolving the path raised ValueError (embedded null byte) in the handler, answered
+    # UNKNOWN_SERVER_ERROR with a traceback. Kafka compares it with its log dirs: not one.
+    move = AlterReplicaLogDirsRequest.AlterReplicaLogDir(
+        path=f"{fuzzed.known.log_dir}\0",
+        topics=[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name="fuzz-a", partitions=[0])],
+    )
+    with RawClient(fuzzed.bootstrap) as c:
+        answer = c.request(AlterReplicaLogDirsRequest(dirs=[move]), 2)
+    assert [p.error_code for t in answer.results for p in t.partitions] == [
+        ErrorCode.LOG_DIR_NOT_FOUND
+    ]

@@ -6,7 +6,8 @@ answer UNKNOWN_TOPIC_OR_PARTITION and stop. Each field draws from three sources 
 chosen for its name (topics, groups, transactional and producer ids the broker knows, Kafka's
 special offsets and ids, config names and values), every such value of any field, and random
 values of its type. Counts that the broker would honour by making that many things (partitions,
-replicas) stay small: a huge one is a legitimate request that costs time, not a bad input.
+replicas) stay small: a huge one is a legitimate request that costs time, not a bad input; and
+no config sets `listeners`, which would move the port the fuzz talks to.
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ CONFIG_NAMES = [
     "log.cleaner.threads",
     "num.io.threads",
     "advertised.listeners",
-    "listeners",
     "ssl.keystore.location",
     "sasl.jaas.config",
     "producer_byte_rate",

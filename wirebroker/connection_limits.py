@@ -54,9 +54,8 @@ from collections.abc import Callable
 import trio
 
 from wirebroker import host_names
-from wirebroker.config import BrokerConfig, ConfigError
+from wirebroker.config import INT_MAX, BrokerConfig, ConfigError
 from wirebroker.quotas.client import THROTTLE_SAMPLES, THROTTLE_WINDOW_MS, ClientQuotas
-from wirebroker.quotas.entities import INT_MAX
 from wirebroker.quotas.rates import SampledRate
 
 log = logging.getLogger(__name__)

@@ -358,16 +358,20 @@ def error_response(ctx: RequestContext, body: Message, code: ErrorCode) -> Messa
 
     Topic and partition lists are mirrored from the request by name, as Kafka's
     `getErrorResponse` does, so that every partition the client asked about gets the code.
+    Only the fields of the request's version are filled: a list a later version added (a
+    LeaderAndIsr v2 answer has no `topics`) stays empty.
     """
     info = APIS[ctx.header.request_api_key]
     ctx.spliced = None  # what the handler kept for its own answer is not this one's
     response = info.response_class()()
-    _fill(response, body, int(code))
+    _fill(response, body, int(code), ctx.api_version)
     return response
 
 
-def _fill(target: Struct, source: Struct | None, code: int) -> None:
+def _fill(target: Struct, source: Struct | None, code: int, version: int) -> None:
     for f in type(target).FIELDS:
+        if not f.present_in(version):
+            continue
         if f.name == "error_code" and f.type == "int16":
             target.error_code = code  # type: ignore[attr-defined]
         elif (
@@ -382,8 +386,8 @@ def _fill(target: Struct, source: Struct | None, code: int) -> None:
                 items = []
                 for src in mirror:
                     item = f.struct()
-                    _copy_keys(item, src)
-                    _fill(item, src, code)
+                    _copy_keys(item, src, version)
+                    _fill(item, src, code, version)
                     items.append(item)
                 setattr(target, f.name, items)
 
@@ -410,14 +414,24 @@ def _stem(name: str) -> str:
     return name
 
 
-def _copy_keys(target: Struct, source: Struct) -> None:
-    """Copy identifying fields (names, ids, indexes) from a request item to a response item."""
-    names = {f.name for f in type(target).FIELDS}
+def _copy_keys(target: Struct, source: Struct, version: int) -> None:
+    """Copy identifying fields (names, ids, indexes) from a request item to a response item;
+    a null name (a Metadata topic asked by id) is copied as "" where the answer's cannot be
+    null, as Kafka's MetadataRequest.getErrorResponse does."""
+    fields = {f.name: f for f in type(target).FIELDS if f.present_in(version)}
     for f in type(source).FIELDS:
+        if f.type.startswith("[]"):
+            continue
         value = getattr(source, f.name)
         for candidate in (f.name, _RENAMES.get(f.name, "")):
-            if candidate in names and not f.type.startswith("[]"):
-                setattr(target, candidate, value)
+            copied = fields.get(candidate)
+            if copied is None:
+                continue
+            if value is None and not copied.nullable_in(version):
+                if copied.type != "string":
+                    continue
+                value = ""
+            setattr(target, candidate, value)
 
 
 _RENAMES = {

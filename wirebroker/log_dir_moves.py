@@ -53,6 +53,8 @@ def alter_replica_log_dir(broker: Broker, topic: str, partition: int, path: str)
     manager = broker.log_manager
     if _valid_partition(topic, partition) and len(future_dir_name(topic, partition)) > 255:
         return ErrorCode.INVALID_TOPIC_EXCEPTION  # Kafka: no future directory name for it
+    if "\0" in path:  # names no directory (resolving it raises): none of ours, as in Kafka
+        return ErrorCode.LOG_DIR_NOT_FOUND
     wanted = Path(path).resolve()  # a relative one from the working directory, as Kafka's
     dest = next((d for d in manager.log_dirs if d.resolve() == wanted), None)
     if dest is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -35,12 +36,24 @@ def _scalar(type_: str) -> st.SearchStrategy[Any]:
     raise AssertionError(type_)
 
 
-def _value(f: Field, version: int, flexible: bool, depth: int) -> st.SearchStrategy[Any]:
+#: The values of one scalar field: the struct holding it, the field, its element type ("int32"
+#: of "[]int32").
+Scalars = Callable[[type[Struct], Field, str], st.SearchStrategy[Any]]
+
+
+def any_scalar(owner: type[Struct], f: Field, type_: str) -> st.SearchStrategy[Any]:
+    """Any value of `type_`, whatever the field."""
+    return _scalar(type_)
+
+
+def _value(
+    owner: type[Struct], f: Field, version: int, flexible: bool, depth: int, scalars: Scalars
+) -> st.SearchStrategy[Any]:
     element = f.type[2:] if f.type.startswith("[]") else f.type
     if f.struct is not None:
-        one = instances(f.struct, version, flexible, depth + 1)
+        one = instances(f.struct, version, flexible, depth + 1, scalars)
     else:
-        one = _scalar(element)
+        one = scalars(owner, f, element)
     base = st.lists(one, max_size=3 if depth < 2 else 1) if f.type.startswith("[]") else one
     if f.nullable_in(version):
         base = st.none() | base
@@ -57,20 +70,27 @@ def unknown_tags() -> st.SearchStrategy[list[tuple[int, bytes]] | None]:
     )
 
 
-def messages(cls: type[Message], version: int) -> st.SearchStrategy[Struct]:
-    """Any valid instance of a top-level message at `version`."""
-    return instances(cls, version, cls.is_flexible(version))
+def messages(
+    cls: type[Message], version: int, scalars: Scalars = any_scalar
+) -> st.SearchStrategy[Struct]:
+    """Any valid instance of a top-level message at `version`, its scalars drawn from
+    `scalars` (by default any value of their type)."""
+    return instances(cls, version, cls.is_flexible(version), scalars=scalars)
 
 
 def instances(
-    cls: type[Struct], version: int, flexible: bool, depth: int = 0
+    cls: type[Struct],
+    version: int,
+    flexible: bool,
+    depth: int = 0,
+    scalars: Scalars = any_scalar,
 ) -> st.SearchStrategy[Struct]:
     """Any valid instance of `cls` at `version`: absent fields keep their defaults."""
     defaults = cls()
     kwargs: dict[str, st.SearchStrategy[Any]] = {}
     for f in cls.FIELDS:
         if f.present_in(version):
-            kwargs[f.name] = _value(f, version, flexible, depth)
+            kwargs[f.name] = _value(cls, f, version, flexible, depth, scalars)
         else:
             kwargs[f.name] = st.just(getattr(defaults, f.name))
     if flexible:

@@ -54,7 +54,9 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
 
 def offset_value(value: OffsetCommitValue) -> bytes:
     """Version 3, or version 1 (the only one with the field) when it carries an expiry time."""
-    version = OFFSET_VALUE_VERSION if value.expire_timestamp < 0 else EXPIRING_OFFSET_VALUE_VERSION
+    version = (
+        OFFSET_VALUE_VERSION if value.expire_timestamp == -1 else EXPIRING_OFFSET_VALUE_VERSION
+    )
     return _version.pack(version) + value.encode(version)
 
 

@@ -603,7 +603,7 @@ class Group:
             return []
 
         def expired(c: CommittedOffset) -> bool:
-            if c.expire_timestamp_ms >= 0:
+            if c.expire_timestamp_ms != -1:  # Kafka's None; a sum that wrapped is in the past
                 return now_ms >= c.expire_timestamp_ms
             return now_ms - (since if since >= 0 else c.commit_timestamp_ms) >= retention_ms
 

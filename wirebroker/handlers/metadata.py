@@ -1,6 +1,7 @@
 """Metadata, v0-v12.
 
-Topics by name or (v10+) by id; null topics (v1+) or an empty list (v0) mean all topics.
+Topics by name or (v12+) by id; null topics (v1+) or an empty list (v0) mean all topics. A v10
+or v11 request naming a topic by id or with a null name is INVALID_REQUEST, as Kafka 3.9 answers.
 Auto-creation follows `auto.create.topics.enable` and, from v4, the request's
 `allow_auto_topic_creation`; the request that creates a topic is answered LEADER_NOT_AVAILABLE
 without partitions and the next one lists them, as Kafka answers (its AutoTopicCreationManager
@@ -67,10 +68,29 @@ _ENCODED = "metadata-encoded"
 
 @handles(MetadataRequest, (0, 12))
 async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse | Later:
+    if ctx.api_version < 12 and request.topics:
+        _check_named_by_name(request.topics, ctx.api_version)
     broker = ctx.broker
     if broker.cluster_mode and not broker.metadata_cache.populated.is_set():
         return Later(partial(_after_first_update, ctx, request))
     return await _answer(ctx, request)
+
+
+def _check_named_by_name(topics: list[MetadataRequest.MetadataRequestTopic], version: int) -> None:
+    """Before v12 a topic is asked by name only (v10 and v11 carry an id field that Kafka 3.9
+    refuses to read): a null name or an id is INVALID_REQUEST for the whole request, each
+    topic answered with it (a null name as "")."""
+    for t in topics:
+        if t.name is None:
+            raise KafkaError(
+                f"Topic name can not be null for version {version}",
+                error_code=ErrorCode.INVALID_REQUEST,
+            )
+        if t.topic_id != ZERO_UUID:
+            raise KafkaError(
+                f"Topic IDs are not supported in requests for version {version}",
+                error_code=ErrorCode.INVALID_REQUEST,
+            )
 
 
 async def _after_first_update(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:

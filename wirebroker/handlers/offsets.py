@@ -2,7 +2,8 @@
 
 - OffsetCommit v0-9: v0 commits without a generation (an "admin" commit, allowed only while the
   group is Empty); v1 carries a per-partition commit timestamp (-1: now); v2-v4 carry a
-  retention time: if set, the offsets expire that long after the commit, instead of by
+  retention time: unless -1, the offsets expire that long after the commit (the sum wrapping
+  as Kafka's Long: a huge or negative retention expires them at the next check), instead of by
   `offsets.retention.minutes` (see `Group.expire_offsets`), as Kafka; v6+ leader epochs; v7+ static members. Metadata is stored
   verbatim (null is stored as ""), up to `offset.metadata.max.bytes`. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v0-9: v0 reads the same store (Kafka v0 read ZooKeeper); v2+ `topics` null means
@@ -42,6 +43,15 @@ from wirebroker.group.state import CommittedOffset
 NO_OFFSET = -1
 
 
+def _expire_timestamp(now: int, retention: int) -> int:
+    """When a commit with `retention` (v2-v4; -1 the broker's) expires: -1 for the broker's,
+    else now + retention as Kafka's Long sum, which wraps (a retention of Long.MAX_VALUE
+    expires at once)."""
+    if retention == -1:
+        return -1
+    return (now + retention + 2**63) % 2**64 - 2**63
+
+
 @handles(OffsetCommitRequest, (0, 9))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
@@ -55,7 +65,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
             p.committed_leader_epoch,
             p.committed_metadata or "",
             now if timestamp < 0 else timestamp,
-            -1 if retention < 0 else now + retention,
+            _expire_timestamp(now, retention),
         )
 
     results, wanted = sort_commits(ctx, request.topics, committed)

@@ -90,11 +90,16 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     writable = ctx.authorized(
         AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data)
     )
-    verified = (
-        await _verify(ctx, request, writable)
-        if request.transactional_id is not None and acks_valid and not refused
-        else OFF
-    )
+    try:
+        verified = (
+            await _verify(ctx, request, writable)
+            if request.transactional_id is not None and acks_valid and not refused
+            else OFF
+        )
+    except KafkaError as e:
+        if request.acks == 0:  # Kafka's ProduceRequest.getErrorResponse: no answer, closed
+            raise CloseConnection(f"acks=0 produce failed: {e}") from e
+        raise
     waiting: Waiting = []
     topics = []
     for topic in request.topic_data:

@@ -22,10 +22,12 @@ it resolves to, as Kafka's.
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from protocol.errors import ErrorCode, KafkaError
+from wirebroker.config import INT_MAX, LONG_MAX
 from wirebroker.zk.sanitizer import desanitize, sanitize
 
 #: ZooKeeperInternals.DEFAULT_STRING: the default user or client id in paths and configs.
@@ -46,7 +48,6 @@ QUOTA_KEYS = {
 }
 #: An ip entity's quota key and its type (Kafka's QuotaConfigs.ipConfigs).
 IP_QUOTA_KEYS = {CONNECTION_CREATION_RATE: "int"}
-INT_MAX = 2**31 - 1
 #: Keys a user's config may also hold (its SCRAM credentials), which are not quotas.
 SCRAM_KEYS = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
 
@@ -207,13 +208,23 @@ def altered(
         if kind == "double":
             out[key] = repr(float(value))
             continue
-        whole = int(value + 1e-6)
-        if kind == "int":  # Scala's Double.toInt saturates
-            whole = max(-INT_MAX - 1, min(INT_MAX, whole))
-        if abs(whole - value) > 1e-6:
+        whole = _to_whole(value + 1e-6, INT_MAX if kind == "int" else LONG_MAX)
+        if abs(float(whole) - value) > 1e-6:  # never for NaN, which Kafka takes as 0
             raise _invalid(f"Configuration {key} must be a {kind.upper()} value")
         out[key] = str(whole)
     return out
+
+
+def _to_whole(value: float, most: int) -> int:
+    """Scala's Double.toInt or toLong (`most` the type's largest): NaN is 0, beyond the type's
+    range (infinities too) its bound, else the value truncated."""
+    if math.isnan(value):
+        return 0
+    if value >= most:
+        return most
+    if value <= -most - 1:
+        return -most - 1
+    return int(value)
 
 
 def check_stored(entity: QuotaEntity, config: Mapping[str, str]) -> None:

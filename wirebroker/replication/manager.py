@@ -387,12 +387,7 @@ class ReplicaManager:
                 request.controller_epoch,
                 self.controller_epoch,
             )
-            stale = {
-                (s.topic_name, s.partition_index): ErrorCode.STALE_CONTROLLER_EPOCH for s in states
-            }
-            return _leader_and_isr_response(
-                version, ErrorCode.STALE_CONTROLLER_EPOCH, stale, topic_ids
-            )
+            return refused_leader_and_isr(request, version, ErrorCode.STALE_CONTROLLER_EPOCH)
         self.controller_epoch = request.controller_epoch
         for leader in request.live_leaders:
             self.live_leaders[leader.broker_id] = (leader.host_name, leader.port)
@@ -728,6 +723,34 @@ def _leader_and_isr_states(request: LeaderAndIsrRequest, version: int) -> list[L
             s.topic_name = topic.topic_name
             out.append(s)
     return out
+
+
+def refused_leader_and_isr(
+    request: LeaderAndIsrRequest, version: int, error: ErrorCode
+) -> LeaderAndIsrResponse:
+    """`error` for the request and each of its partitions (Kafka's
+    LeaderAndIsrRequest.getErrorResponse): nothing of it applied."""
+    topic_ids = {t.topic_name: t.topic_id for t in request.topic_states} if version >= 5 else {}
+    errors = {
+        (s.topic_name, s.partition_index): error for s in _leader_and_isr_states(request, version)
+    }
+    return _leader_and_isr_response(version, error, errors, topic_ids)
+
+
+def refused_stop_replica(
+    request: StopReplicaRequest, version: int, error: ErrorCode
+) -> StopReplicaResponse:
+    """`error` for the request and each of its partitions (Kafka's
+    StopReplicaRequest.getErrorResponse): nothing of it applied."""
+    return StopReplicaResponse(
+        error_code=error,
+        partition_errors=[
+            StopReplicaResponse.StopReplicaPartitionError(
+                topic_name=topic, partition_index=index, error_code=error
+            )
+            for topic, index, _epoch, _delete in _stop_replica_states(request, version)
+        ],
+    )
 
 
 def _leader_and_isr_response(

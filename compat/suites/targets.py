@@ -136,61 +136,42 @@ def start(
                 jvm_options=jvm_options,
             ),
         ):
-            yield Target(
-                name,
-                _seeds([ports], "PLAINTEXT"),
-                1,
-                "Apache Kafka 3.9 from the jars",
-                listeners={n: _seeds([ports], n) for n in listeners},
-            )
+            found = {n: _seeds([ports], n) for n in listeners}
+            yield _plaintext(name, found, 1, "Apache Kafka 3.9 from the jars")
     elif name == "kafka":
         with kafka_reference(overrides=settings) as kafka:
-            yield Target(
-                name,
-                kafka.bootstrap_servers,
-                1,
-                f"Apache Kafka 3.9 {kafka.how}",
-                listeners={"PLAINTEXT": kafka.bootstrap_servers},
-            )
+            found = {"PLAINTEXT": kafka.bootstrap_servers}
+            yield _plaintext(name, found, 1, f"Apache Kafka 3.9 {kafka.how}")
     elif name == "wirebroker":
-        ports = {n: free_port() for n in listeners}
-        keys = {**settings, **listener_settings(ports)} if len(listeners) > 1 else settings
+        keys = dict(settings)
+        if len(listeners) > 1:
+            keys |= listener_settings({n: free_port() for n in listeners})
         with tempfile.TemporaryDirectory(prefix="wb-suite-") as data:
-            broker = BrokerProcess(Path(data), dict(keys), env=env)
+            broker = BrokerProcess(Path(data), keys, env=env)
             broker.start(timeout=60)
             try:
-                yield Target(
-                    name,
-                    broker.bootstrap,
-                    1,
-                    "one `wirebroker serve` process",
-                    listeners={n: f"127.0.0.1:{p}" for n, p in broker.ports.items()},
-                )
+                found = {n: f"127.0.0.1:{p}" for n, p in broker.ports.items()}
+                yield _plaintext(name, found, 1, "one `wirebroker serve` process")
             finally:
                 _stop_and_check(broker, LOGS / f"{name}-broker.log")
     elif name == "kafka-cluster":
         with _kafka_cluster(settings, listeners, jvm_options) as found:
-            yield Target(
-                name,
-                found["PLAINTEXT"],
-                3,
-                "ZooKeeper + 3 Apache Kafka 3.9 brokers from the jars",
-                listeners=found,
-            )
+            yield _plaintext(name, found, 3, "ZooKeeper + 3 Apache Kafka 3.9 brokers from the jars")
     elif name == "wirebroker-cluster":
         with _cluster(settings, listeners, env) as found:
-            yield Target(
-                name,
-                found["PLAINTEXT"],
-                3,
-                "`wirebroker cluster --brokers 3` (ZooKeeper from the jars)",
-                listeners=found,
-            )
+            how = "`wirebroker cluster --brokers 3` (ZooKeeper from the jars)"
+            yield _plaintext(name, found, 3, how)
     elif name in SECURED:
         with _secured(name, settings) as target:
             yield target
     else:
         raise ValueError(f"unknown target {name}")
+
+
+def _plaintext(name: str, listeners: Mapping[str, str], brokers: int, how: str) -> Target:
+    """A plaintext target whose brokers have ``listeners`` (name -> bootstrap addresses), its
+    clients bootstrapping from PLAINTEXT."""
+    return Target(name, listeners["PLAINTEXT"], brokers, how, listeners=listeners)
 
 
 def _seeds(ports: Sequence[Mapping[str, int]], listener: str) -> str:

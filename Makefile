@@ -120,7 +120,7 @@ pipeline: setup jars
 image: setup jars
 	bash image/build.sh
 
-## suites: franz-go's kgo, librdkafka's, kafka-python's and aiokafka's own test suites against Kafka 3.9 and wirebroker: one broker, 3-broker clusters, one secured broker (over TLS; librdkafka also over SASL; kafka-python not secured; aiokafka on one broker of each, with its own image's TLS and SASL listeners); writes compat/REPORT.md (~3 h; SUITES_ARGS="--suite aiokafka" runs one suite; see compat/suites/)
+## suites: franz-go's kgo, librdkafka's, kafka-python's and aiokafka's own test suites against Kafka 3.9 and wirebroker: one broker, 3-broker clusters, one secured broker (over TLS; librdkafka also over SASL; kafka-python and aiokafka not secured, but with the TLS and SASL listeners of their own fixtures' brokers); writes compat/REPORT.md (~3 h; SUITES_ARGS="--suite aiokafka" runs one suite; see compat/suites/)
 suites: setup jars tools
 	nice -n 10 $(PY) -m compat.suites $(SUITES_ARGS)
 

@@ -2,8 +2,9 @@
 
 This module owns the launcher only: it starts ZooKeeper (from the Kafka jar set, via
 `wirebroker.zookeeper_server`) unless `--zookeeper` names one, starts each broker as its own
-`wirebroker serve` process with `zookeeper.connect`, prefixes and streams their logs, prints the
-bootstrap string once all are ready, and on Ctrl-C (or SIGTERM) stops the brokers one at a time
+`wirebroker serve` process with `zookeeper.connect` and its own ports (`--listeners`: broker 1's,
+each port one more a broker), prefixes and streams their logs, prints the bootstrap string of
+each listener once all are ready, and on Ctrl-C (or SIGTERM) stops the brokers one at a time
 (each does a controlled shutdown) and then ZooKeeper. A broker that exits meanwhile is reported
 with the command that starts it again (from another shell, on the same port and data); the
 others keep running, as a cluster does. It never leaves a process of its own behind: the
@@ -26,6 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from wirebroker.config import ConfigError, Listener
 from wirebroker.zookeeper_server import (
     JARS_ENV,
     LaunchError,
@@ -34,9 +36,7 @@ from wirebroker.zookeeper_server import (
     zookeeper,
 )
 
-READY = re.compile(
-    r"wirebroker (?P<id>\d+) ready in \d+ ms on PLAINTEXT://(?P<host>[^:,\s]+):(?P<port>\d+)"
-)
+READY = re.compile(r"wirebroker (?P<id>\d+) ready in \d+ ms on (?P<listeners>.+?) \(cluster ")
 METRICS = re.compile(r"metrics endpoint on (?P<url>http://\S+)")
 STOP_GRACE_S = 45.0
 START_TIMEOUT_S = 60.0
@@ -48,6 +48,9 @@ examples:
   wirebroker cluster --zookeeper zk:2181      use a running ZooKeeper (add /chroot to share one)
   wirebroker cluster --override default.replication.factor=3 --override min.insync.replicas=2
   wirebroker cluster --metrics-port 9404      Prometheus /metrics of broker N on 9404+N-1
+  wirebroker cluster --listeners PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9192 \
+      --override ssl.keystore.location=server.p12 --override ssl.keystore.password=...
+                                              broker N on 9092+N-1 and 9192+N-1 (TLS)
 
 __consumer_offsets gets offsets.topic.replication.factor (Kafka's 3) replicas: with fewer brokers,
 one per broker, unless --override sets it.
@@ -55,7 +58,8 @@ Data lives in ./data/cluster/broker-<id> (and ./data/cluster/zookeeper), kept be
 ZooKeeper comes from the Kafka jars (`make jars`); without them, pass --zookeeper.
 Ctrl-C stops the brokers one at a time (controlled shutdown), then ZooKeeper.
 A broker that exits is reported with the command that starts it again; the others keep running.
-Clients connect with the printed bootstrap string, e.g. bootstrap.servers=127.0.0.1:9092.
+Clients connect with the printed bootstrap string, e.g. bootstrap.servers=127.0.0.1:9092;
+with --listeners, that of the first listener, then one line per other listener (SSL: ...).
 """
 
 
@@ -78,12 +82,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--zookeeper-port", type=int, default=2181, help="port of the started ZooKeeper (0: any)"
     )
-    p.add_argument("--host", default="127.0.0.1", help="address the brokers listen on")
+    p.add_argument("--host", help="address the brokers listen on (default 127.0.0.1)")
     p.add_argument(
         "--base-port",
         type=int,
-        default=9092,
-        help="port of broker 1; broker N gets base+N-1 (0: any free ports)",
+        help="port of broker 1 (default 9092); broker N gets base+N-1 (0: any free ports)",
+    )
+    p.add_argument(
+        "--listeners",
+        metavar="NAME://HOST:PORT,...",
+        help="broker 1's listeners, instead of --host and --base-port (the first is the one "
+        "printed as bootstrap.servers); broker N gets each port+N-1 (0: any free port). The "
+        "other keys a listener needs (TLS, SASL) go in --override",
     )
     p.add_argument(
         "--metrics-port",
@@ -104,7 +114,7 @@ class _Broker:
         self.broker_id = broker_id
         self.argv = argv
         self.ready = threading.Event()
-        self.address = ""
+        self.listeners: list[Listener] = []  # bound, from its ready line
         self.metrics_url = ""
         self.proc = subprocess.Popen(
             argv,
@@ -123,7 +133,7 @@ class _Broker:
         for line in self.proc.stderr:
             m = READY.search(line)
             if m:
-                self.address = f"{m['host']}:{m['port']}"
+                self.listeners = [Listener.parse(t) for t in m["listeners"].split(", ")]
                 self.ready.set()
             m = METRICS.search(line)
             if m:
@@ -133,14 +143,19 @@ class _Broker:
                 sys.stdout.flush()
         self.ready.set()
 
+    def address(self, listener: str) -> str:
+        """host:port of the bound ``listener``."""
+        bound = next(b for b in self.listeners if b.name == listener)
+        return str(bound).partition("://")[2]
+
     def running(self) -> bool:
         return self.proc.poll() is None
 
     def restart_command(self) -> str:
-        """The command that starts this broker again, on the port it had."""
+        """The command that starts this broker again, on the ports it had."""
         argv = list(self.argv)
         at = argv.index("--listeners") + 1
-        argv[at] = f"PLAINTEXT://{self.address}"
+        argv[at] = ",".join(map(str, self.listeners))
         return shlex.join(argv)
 
     def stop(self) -> int:
@@ -177,9 +192,29 @@ def _zookeeper(args: argparse.Namespace, lock: threading.Lock) -> Iterator[str]:
         yield zk.connect
 
 
+def broker_listeners(args: argparse.Namespace, broker_id: int) -> list[Listener]:
+    """Broker ``broker_id``'s listeners: ``--listeners`` (else PLAINTEXT on ``--host`` and
+    ``--base-port``) with each port ``broker_id - 1`` more, 0 staying 0 (any free port)."""
+    if args.listeners is not None:
+        if args.host is not None or args.base_port is not None:
+            raise ConfigError("--listeners names the hosts and ports: not with --host, --base-port")
+        first = [Listener.parse(text) for text in args.listeners.split(",")]
+    else:
+        host = "127.0.0.1" if args.host is None else args.host
+        first = [Listener("PLAINTEXT", host, 9092 if args.base_port is None else args.base_port)]
+    return [
+        Listener(lst.name, lst.host, lst.port + broker_id - 1 if lst.port else 0) for lst in first
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         print("wirebroker cluster: --brokers must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        broker_listeners(args, 1)
+    except ConfigError as e:
+        print(f"wirebroker cluster: {e}", file=sys.stderr)
         return 2
     lock = threading.Lock()
     stop = threading.Event()
@@ -218,7 +253,7 @@ def _run_brokers(
     lock: threading.Lock,
 ) -> int:
     for broker_id in range(1, args.brokers + 1):
-        port = args.base_port + broker_id - 1 if args.base_port else 0
+        listeners = broker_listeners(args, broker_id)
         data = (args.data_dir / f"broker-{broker_id}").resolve()
         argv = [
             sys.executable,
@@ -226,7 +261,7 @@ def _run_brokers(
             "wirebroker",
             "serve",
             "--listeners",
-            f"PLAINTEXT://{args.host}:{port}",
+            ",".join(map(str, listeners)),
             "--log-dirs",
             str(data),
             "--log-level",
@@ -238,7 +273,8 @@ def _run_brokers(
         ]
         if args.metrics_port is not None:
             metrics_port = args.metrics_port + broker_id - 1 if args.metrics_port else 0
-            argv += ["--override", f"wirebroker.metrics.listener={args.host}:{metrics_port}"]
+            host = listeners[0].host
+            argv += ["--override", f"wirebroker.metrics.listener={host}:{metrics_port}"]
         for item in _internal_topic_overrides(args) + args.override:
             argv += ["--override", item]
         brokers.append(_Broker(broker_id, argv, lock))
@@ -247,11 +283,14 @@ def _run_brokers(
         while not b.ready.wait(0.1):
             if stop.is_set() or time.monotonic() > deadline:
                 break
-        if not b.address:
+        if not b.listeners:
             _say(lock, f"broker {b.broker_id} did not start; stopping the cluster")
             return 1
     _say(lock, f"{len(brokers)} brokers ready; ZooKeeper {connect}")
-    _say(lock, "bootstrap.servers=" + ",".join(b.address for b in brokers))
+    for n, listener in enumerate(brokers[0].listeners):
+        label = f"{listener.name}: " if n else ""
+        addresses = ",".join(b.address(listener.name) for b in brokers)
+        _say(lock, f"{label}bootstrap.servers={addresses}")
     if args.metrics_port is not None:
         _say(lock, "metrics: " + " ".join(b.metrics_url for b in brokers))
     _say(lock, "Ctrl-C stops the cluster")

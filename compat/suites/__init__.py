@@ -11,11 +11,11 @@ secured with TLS client certificates, SCRAM and OAUTHBEARER, a 3-broker cluster 
 secured so with SASL_SSL (SCRAM-SHA-512) between its brokers, and (librdkafka only) the same
 secured brokers with every client logging in with SCRAM; kafka-python's on the plaintext
 ones only (one broker and the clusters), its fixtures' external-broker mode being PLAINTEXT, with
-an SSL and a SASL_PLAINTEXT listener (PLAIN, SCRAM) on the one broker for its SSL and SASL tests,
+an SSL and a SASL_PLAINTEXT listener (PLAIN, SCRAM) on every broker for its SSL and SASL tests,
 whose brokers a pytest plugin (``kafka_python_fixtures``) takes from the target;
-aiokafka's on one broker of each, given the listeners of aiokafka's own broker image (PLAINTEXT,
-SSL, SASL_PLAINTEXT and SASL_SSL; PLAIN and SCRAM users from its JAAS file: ``login_listeners``
-holds what both suites share), its Docker fixtures
+aiokafka's on the same targets, every broker given the listeners of aiokafka's own broker image
+(PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL; PLAIN and SCRAM users from its JAAS file:
+``login_listeners`` holds what both suites share), its Docker fixtures
 replaced by a pytest plugin (``aiokafka_fixtures``) -- and writes their rows into
 ``compat/REPORT.md``. ``--suite`` runs one suite (``make suites SUITES_ARGS="--suite aiokafka"``),
 ``--target`` one target.

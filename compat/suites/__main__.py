@@ -22,14 +22,15 @@ from compat.suites.targets import LOGS, start
 SUITES = ("kgo", "librdkafka", "kafka-python", "aiokafka")
 #: Where each suite runs: kgo's suite logs in only in its own login tests (on the secured
 #: targets), not every client, so it has nothing to run on the SASL targets; kafka-python's
-#: fixtures take an external broker over PLAINTEXT, and on the one-broker targets its SSL and SASL
-#: tests that broker's own listeners (``compat.suites.kafka_python``); aiokafka's one broker with
-#: the listeners of its own image (``compat.suites.aiokafka``).
+#: fixtures take an external broker over PLAINTEXT, and its SSL and SASL tests the target's own
+#: listeners (``compat.suites.kafka_python``); aiokafka's the brokers with the listeners of its
+#: own image (``compat.suites.aiokafka``); both on the plaintext targets, one broker and clusters.
+PLAINTEXT_TARGETS = ("kafka", "wirebroker", "kafka-cluster", "wirebroker-cluster")
 SUITE_TARGETS = {
     "kgo": tuple(t for t in TARGETS if not t.endswith("-sasl")),
     "librdkafka": TARGETS,
-    "kafka-python": ("kafka", "wirebroker", "kafka-cluster", "wirebroker-cluster"),
-    "aiokafka": ("kafka", "wirebroker"),
+    "kafka-python": PLAINTEXT_TARGETS,
+    "aiokafka": PLAINTEXT_TARGETS,
 }
 #: Broker settings on every target, as compat's (Kafka's defaults otherwise).
 COMMON = {
@@ -97,17 +98,24 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
         began = time.monotonic()
         with contextlib.ExitStack() as stack:
             settings, properties = SETTINGS[suite], {}
+            listener_names: tuple[str, ...] = ("PLAINTEXT",)
             listeners = None
             if suite == "aiokafka":
                 listeners = stack.enter_context(aiokafka.listeners(package))
-            elif suite == "kafka-python" and target_name in ("kafka", "wirebroker"):
+            elif suite == "kafka-python":
                 listeners = stack.enter_context(kafka_python.listeners())
             if listeners is not None:
                 settings = {**settings, **listeners.settings}
-                properties = listeners.system_properties
-            target = stack.enter_context(start(target_name, settings, properties))
-            if suite == "kafka-python" and listeners is not None:
-                kafka_python.add_users(listeners, target)
+                properties, listener_names = listeners.system_properties, listeners.names
+            target = stack.enter_context(start(target_name, settings, properties, listener_names))
+            target_json = ""
+            if suite == "kafka-python":
+                assert listeners is not None
+                kafka_python.add_users(target)
+                target_json = kafka_python.plugin_target(listeners, target)
+            elif suite == "aiokafka":
+                assert listeners is not None
+                target_json = aiokafka.plugin_target(listeners, target)
             run = SuiteRun(suite, target_name, version, target.how)
             saved = load(suite, target_name) if only else None
             if saved is not None:  # a partial run updates the saved whole run
@@ -119,10 +127,9 @@ def run_suite(suite: str, targets: list[str], mode: str, only: str | None) -> No
                 if suite == "kgo":
                     got = {name: kgo.run_one(package, name, target, log)}
                 elif suite == "kafka-python":
-                    got = {name: kafka_python.run_one(package, name, target, listeners, log)}
+                    got = {name: kafka_python.run_one(package, name, target, target_json, log)}
                 elif suite == "aiokafka":
-                    assert listeners is not None
-                    got = {name: aiokafka.run_one(package, name, listeners, log)}
+                    got = {name: aiokafka.run_one(package, name, target_json, log)}
                 else:
                     got = librdkafka.run_one(src, name, target, mode, log)
                 for test, outcome in got.items():

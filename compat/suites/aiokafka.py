@@ -10,9 +10,10 @@ the installed client, compiled as users install it. They run in a virtualenv of 
 aiokafka's CI at its pins (``_REQUIREMENTS``) and pytest-timeout.
 
 Their conftest runs the broker in a Docker container of aiokafka's image;
-``compat.suites.aiokafka_fixtures`` (a pytest plugin) puts the target in its place. The target gets
-the image's listeners (``docker/scripts/start-kafka.sh``): PLAINTEXT, which the tests bootstrap
-from, SSL requiring a client certificate, SASL_PLAINTEXT and SASL_SSL with PLAIN and
+``compat.suites.aiokafka_fixtures`` (a pytest plugin) puts the target in its place: one broker or
+a cluster, whose first broker's addresses the tests are given (clients find the others there).
+Each broker gets the image's listeners (``docker/scripts/start-kafka.sh``): PLAINTEXT, which the
+tests bootstrap from, SSL requiring a client certificate, SASL_PLAINTEXT and SASL_SSL with PLAIN and
 SCRAM-SHA-256/512, whose users are the image's JAAS file ``kafka_server_jaas.conf`` less its
 Kerberos login module (no KDC here: GSSAPI is not enabled, and its two tests skip), which both
 brokers read from the JVM system property naming it. The certificates are
@@ -27,7 +28,6 @@ from its tag and skip what needs another; nothing pulls it); its JUnit XML gives
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -46,6 +46,7 @@ from compat.suites.kafka_scripts import kafka_path
 from compat.suites.login_listeners import Listeners, login_listeners
 from compat.suites.pytest_runs import run_test
 from compat.suites.results import BUILD, ROOT, Outcome
+from compat.suites.targets import Target
 
 VERSION = version("aiokafka")
 ARCHIVE = BUILD / f"aiokafka-{VERSION}.tar.gz"
@@ -73,6 +74,8 @@ PLUGINS = (
 LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The JAAS file's PLAIN user that the image's broker has as its super user (``super.users``).
 ADMIN_USER, ADMIN_PASSWORD = "admin", "admin"
+#: Where ``listeners`` puts the certificates (under the image's names) and the tools' login.
+SSL_FOLDER, ADMIN_PROPERTIES = "ssl_cert", "admin.properties"
 _KRB5_MODULE = re.compile(r"\s*com\.sun\.security\.auth\.module\.Krb5LoginModule\b[^;]*;")
 
 
@@ -145,7 +148,7 @@ def listeners(src: Path) -> Iterator[Listeners]:
         ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
         prefix="aiokafka-suite-",
     ) as made:
-        ssl_folder = made.work / "ssl_cert"
+        ssl_folder = made.work / SSL_FOLDER
         ssl_folder.mkdir()
         for file, name in (
             (made.pki.ca, "ca.crt"),
@@ -153,26 +156,36 @@ def listeners(src: Path) -> Iterator[Listeners]:
             (made.pki.client_key, "client.key"),
         ):
             shutil.copy(file, ssl_folder / name)
-        admin = made.work / "admin.properties"
-        admin.write_text(
+        (made.work / ADMIN_PROPERTIES).write_text(
             "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
             "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
             f'username="{ADMIN_USER}" password="{ADMIN_PASSWORD}";\n'
         )
-        ports = made.ports
-        target = {
+        yield made
+
+
+def plugin_target(brokers: Listeners, target: Target) -> str:
+    """What the plugin is told of ``target``, started with ``brokers``: its first broker's
+    listeners (``TARGET_ENV``)."""
+
+    def port(listener: str) -> int:
+        first = target.listeners[listener].split(",")[0]
+        return int(first.rpartition(":")[2])
+
+    return json.dumps(
+        {
             "host": "127.0.0.1",
-            "port": ports["PLAINTEXT"],
-            "ssl_port": ports["SSL"],
-            "sasl_plain_port": ports["SASL_PLAINTEXT"],
-            "sasl_ssl_port": ports["SASL_SSL"],
-            "ssl_folder": str(ssl_folder),
+            "port": port("PLAINTEXT"),
+            "ssl_port": port("SSL"),
+            "sasl_plain_port": port("SASL_PLAINTEXT"),
+            "sasl_ssl_port": port("SASL_SSL"),
+            "ssl_folder": str(brokers.work / SSL_FOLDER),
             "kafka_home": str(kafka_path()),
-            "admin": ["--bootstrap-server", f"127.0.0.1:{ports['SASL_PLAINTEXT']}"]
-            + ["--command-config", str(admin)],
+            "admin": ["--bootstrap-server", target.listeners["SASL_PLAINTEXT"]]
+            + ["--command-config", str(brokers.work / ADMIN_PROPERTIES)],
             "tool_timeout": TOOL_TIMEOUT_S,
         }
-        yield dataclasses.replace(made, plugin_target=json.dumps(target))
+    )
 
 
 def _env() -> dict[str, str]:
@@ -197,15 +210,15 @@ def tests(src: Path) -> list[str]:
     return [line.removeprefix("tests/") for line in out.stdout.splitlines() if "::" in line]
 
 
-def run_one(src: Path, name: str, brokers: Listeners, log: Path) -> Outcome:
-    """Run test ``name`` against the target started with ``brokers``; its output is appended to
-    ``log``."""
+def run_one(src: Path, name: str, target_json: str, log: Path) -> Outcome:
+    """Run test ``name`` against the target ``target_json`` (``plugin_target``) describes; its
+    output is appended to ``log``."""
     return run_test(
         _python(),
         PLUGINS,
         f"tests/{name}",
         cwd=src,
-        env={**_env(), TARGET_ENV: brokers.plugin_target},
+        env={**_env(), TARGET_ENV: target_json},
         timeout_s=TEST_TIMEOUT_S,
         log=log,
         options=[f"--docker-image={IMAGE}"],

@@ -11,7 +11,7 @@ registers, this plugin puts in place of those fixtures ones that take the target
 ``TARGET_ENV`` (JSON written by ``compat/suites/aiokafka.py``):
 
 - ``ssl_folder``: the target's CA, client certificate and key, under aiokafka's file names;
-- ``kafka_server``: the target's four listeners, and as its container a ``Container`` whose
+- ``kafka_server``: the target's four listeners (a cluster's first broker's), and as its container a ``Container`` whose
   ``exec_run`` runs the same Kafka script of a Kafka home around the jars, against the target's
   SASL_PLAINTEXT listener as the JAAS file's super user where the command names ZooKeeper
   (``--zookeeper localhost:2181``, ``--authorizer-properties zookeeper.connect=localhost:2181``):

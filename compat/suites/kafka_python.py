@@ -13,12 +13,12 @@ test's broker the target's (a cluster's first broker, from which the clients fin
 ``KAFKA_VERSION`` says which broker it is (3.9.0: the tests of 4.x brokers skip themselves) and
 ``KAFKA_ROOT`` is ``compat.suites.kafka_scripts.kafka_path`` (Kafka's scripts around the jars).
 The SSL and SASL tests ask the fixtures for brokers of their own, which the pytest plugin
-``compat.suites.kafka_python_fixtures`` takes from the target: on the one-broker targets
-``listeners`` gives the broker (beside PLAINTEXT) an SSL listener that asks no client certificate
-and a SASL_PLAINTEXT one with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (``login_listeners``: the
-JAAS file ``_JAAS``, read by Kafka's JVM and wirebroker alike, has PLAIN's user), and
-``add_users`` makes the fixtures' SCRAM user once the broker is up; the SASL tests, which skip
-themselves on an external broker, run without ``KAFKA_URI``. On the clusters they skip.
+``compat.suites.kafka_python_fixtures`` takes from the target (a cluster's first broker's, from
+which clients find the others): ``listeners`` gives each broker (beside PLAINTEXT) an SSL
+listener that asks no client certificate and a SASL_PLAINTEXT one with PLAIN, SCRAM-SHA-256 and
+SCRAM-SHA-512 (``login_listeners``: the JAAS file ``_JAAS``, read by Kafka's JVM and wirebroker
+alike, has PLAIN's user), and ``add_users`` makes the fixtures' SCRAM user once the brokers are
+up; the SASL tests, which skip themselves on an external broker, run without ``KAFKA_URI``.
 
 Each test runs as its own pytest process from the unpacked folder (so its ``kafka`` package is the
 sdist's, the installed version's source) with its own pytest-timeout bound and only the plugins of
@@ -29,7 +29,6 @@ JUnit XML gives the outcome.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
@@ -52,11 +51,13 @@ SOURCE = BUILD / f"kafka-python-{VERSION}"
 KAFKA_VERSION = "3.9.0"
 TEST_TIMEOUT_S = 120  # pytest-timeout's bound
 PLUGINS = ("pytest_timeout", "compat.suites.kafka_python_fixtures")
-#: The listeners of the brokers its SSL and SASL tests spawn, on the one-broker targets.
+#: The listeners of the brokers its SSL and SASL tests spawn.
 LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: The SASL user of kafka-python's fixtures (``KafkaFixture.broker_user``, ``broker_password``).
 USER, PASSWORD = "alice", "alice-secret"
+#: Where ``listeners`` puts the CA, as ``ca-cert``.
+SSL_DIR = "ssl"
 #: The fixtures' broker's JAAS file (its template is in ``servers/``, not in the sdist) with every
 #: mechanism of ``MECHANISMS`` in one: PLAIN's user, and SCRAM's module (its users are the
 #: broker's credentials, made once it is up).
@@ -140,8 +141,8 @@ def fetch() -> Path:
 
 @contextlib.contextmanager
 def listeners() -> Iterator[Listeners]:
-    """The listeners of the brokers the SSL and SASL tests spawn, for a one-broker target: SSL
-    with the CA as ``ca-cert`` and no client certificate asked (as the fixtures' broker), and
+    """The listeners of the brokers the SSL and SASL tests spawn: SSL with the CA as
+    ``SSL_DIR/ca-cert`` and no client certificate asked (as the fixtures' broker), and
     SASL_PLAINTEXT with ``MECHANISMS``."""
     with login_listeners(
         LISTENERS,
@@ -150,25 +151,36 @@ def listeners() -> Iterator[Listeners]:
         prefix="kafka-python-suite-",
         overrides={"ssl.client.auth": "none"},
     ) as made:
-        ssl_dir = made.work / "ssl"
+        ssl_dir = made.work / SSL_DIR
         ssl_dir.mkdir()
         shutil.copy(made.pki.ca, ssl_dir / "ca-cert")
-        target = {
+        yield made
+
+
+def plugin_target(brokers: Listeners, target: Target) -> str:
+    """What the plugin is told of ``target``, started with ``brokers`` (``TARGET_ENV``): its
+    first broker's SSL and SASL_PLAINTEXT ports."""
+    ports = {}
+    for name in ("SSL", "SASL_PLAINTEXT"):
+        first = target.listeners[name].split(",")[0]
+        ports[name] = int(first.rpartition(":")[2])
+    return json.dumps(
+        {
             "host": "127.0.0.1",
-            "ports": {name: made.ports[name] for name in ("SSL", "SASL_PLAINTEXT")},
-            "ssl_dir": str(ssl_dir),
+            "ports": ports,
+            "ssl_dir": str(brokers.work / SSL_DIR),
             "user": USER,
             "password": PASSWORD,
         }
-        yield dataclasses.replace(made, plugin_target=json.dumps(target))
+    )
 
 
-def add_users(brokers: Listeners, target: Target) -> None:
-    """The fixtures' SCRAM user, as their broker has it, on ``target`` started with ``brokers``
-    (PLAIN's is in the JAAS file)."""
+def add_users(target: Target) -> None:
+    """The fixtures' SCRAM user, as their broker has it, on ``target`` started with
+    ``listeners`` (PLAIN's is in the JAAS file)."""
     add_scram_user(
         target.bootstrap,
-        f"127.0.0.1:{brokers.ports['SASL_PLAINTEXT']}",
+        target.listeners["SASL_PLAINTEXT"],
         USER,
         PASSWORD,
         [m for m in MECHANISMS if m.startswith("SCRAM-")],
@@ -203,12 +215,10 @@ def tests(src: Path) -> list[str]:
     return [line.removeprefix(prefix) for line in out.stdout.splitlines() if "::" in line]
 
 
-def run_one(src: Path, name: str, target: Target, brokers: Listeners | None, log: Path) -> Outcome:
-    """Run test ``name`` against ``target``, started with ``brokers`` on a one-broker target; its
-    output is appended to ``log``."""
-    env = _env(target.bootstrap)
-    if brokers is not None:
-        env[TARGET_ENV] = brokers.plugin_target
+def run_one(src: Path, name: str, target: Target, target_json: str, log: Path) -> Outcome:
+    """Run test ``name`` against ``target``, whose listeners ``target_json`` (``plugin_target``)
+    describes; its output is appended to ``log``."""
+    env = {**_env(target.bootstrap), TARGET_ENV: target_json}
     if name.startswith("test_sasl_integration.py"):
         del env["KAFKA_URI"]  # they skip themselves on it; their broker is the plugin's
     return run_test(

@@ -9,11 +9,11 @@ one that is not external: the SSL tests' ``ssl_kafka`` (transport SSL; clients t
 SCRAM-SHA-256 and SCRAM-SHA-512, logging in as ``KafkaFixture.broker_user``). When that module's
 conftest registers, this plugin makes ``KafkaFixture.instance`` answer such a request with the
 fixture of an external broker, as ``KAFKA_URI`` gives, at the target's listener of that transport
-(from ``TARGET_ENV``, JSON written by ``compat/suites/kafka_python.py``): the same fixture the
-tests use everywhere, with its ``ssl_dir`` the target's and, for the SASL tests, the temporary
-folder and login (``jaas_config``) its ``get_topic_names`` gives Kafka's ``kafka-topics.sh``, as
-its ``open`` would have set them. Without ``TARGET_ENV`` (the clusters, whose brokers have no such
-listeners) those tests skip.
+(a cluster's first broker's; from ``TARGET_ENV``, JSON written by
+``compat/suites/kafka_python.py``): the same fixture the tests use everywhere, with its
+``ssl_dir`` the target's and, for the SASL tests, the temporary folder and login
+(``jaas_config``) its ``get_topic_names`` gives Kafka's ``kafka-topics.sh``, as its ``open``
+would have set them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _instance(original: Any) -> Any:
         if params.get("external"):
             return original(broker_id, **params)
         if TARGET_ENV not in os.environ:
-            pytest.skip("this target has no listeners for the brokers kafka-python's tests spawn")
+            raise pytest.UsageError(f"{TARGET_ENV} does not say where the target's listeners are")
         target = json.loads(os.environ[TARGET_ENV])
         transport = params.get("transport", "PLAINTEXT").upper()
         if transport not in target["ports"]:

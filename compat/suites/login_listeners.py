@@ -1,10 +1,12 @@
-"""The TLS and SASL listeners a client's pytest suite (aiokafka's, kafka-python's) gives the one
-broker of a target, in place of the brokers its own fixtures would start.
+"""The TLS and SASL listeners a client's pytest suite (aiokafka's, kafka-python's) gives the
+brokers of a plaintext target (one broker, a cluster), in place of the brokers its own fixtures
+would start.
 
 ``login_listeners`` makes, in a temporary folder removed on exit, ``tests.wirebroker.pki``'s
-certificates, the suite's JAAS file (which Kafka's JVM and wirebroker both read from the system
-property ``java.security.auth.login.config``) and free ports for the listeners; a suite adds what
-its plugin is told of them (``Listeners.plugin_target``, JSON in the tests' environment).
+certificates and the suite's JAAS file (which Kafka's JVM and wirebroker both read from the system
+property ``java.security.auth.login.config``); ``compat.suites.targets.start`` gives each broker
+the listeners on ports of its own, and a suite tells its plugin where they are (JSON in the
+tests' environment, from ``Target.listeners``).
 """
 
 from __future__ import annotations
@@ -15,23 +17,20 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from compat.kafka_process import free_port
-from compat.suites.targets import tls_listeners
+from compat.suites.targets import tls_settings
 from tests.wirebroker.pki import Pki, make_pki
 
 
 @dataclass(frozen=True)
 class Listeners:
     """A suite's listeners for one target run: the folder holding their certificates and JAAS
-    file, the ports, the broker's settings and system properties for them, and what the suite's
-    plugin is told of them (set by the suite, with ``dataclasses.replace``)."""
+    file, their names, and the brokers' settings and system properties for them."""
 
     work: Path
     pki: Pki
-    ports: dict[str, int]  # listener name -> port, on 127.0.0.1
+    names: tuple[str, ...]  # PLAINTEXT first
     settings: dict[str, str]
     system_properties: dict[str, str]
-    plugin_target: str = ""  # JSON
 
 
 @contextlib.contextmanager
@@ -43,19 +42,22 @@ def login_listeners(
     prefix: str,
     overrides: Mapping[str, str] | None = None,
 ) -> Iterator[Listeners]:
-    """Listeners ``names`` (PLAINTEXT first, between brokers too) with ``targets.tls_listeners``'
+    """Listeners ``names`` (PLAINTEXT first, between brokers too) with ``targets.tls_settings``'
     keys, SASL ``mechanisms`` enabled and the JAAS file ``jaas``; ``overrides`` over those keys."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         work = Path(tmp)
         pki = make_pki(work)
         jaas_file = work / "kafka_server_jaas.conf"
         jaas_file.write_text(jaas)
-        ports = {name: free_port() for name in names}
         settings = {
-            **tls_listeners(work, ports),
+            **tls_settings(work),
             "sasl.enabled.mechanisms": ",".join(mechanisms),
             **(overrides or {}),
         }
         yield Listeners(
-            work, pki, ports, settings, {"java.security.auth.login.config": str(jaas_file)}
+            work,
+            pki,
+            tuple(names),
+            settings,
+            {"java.security.auth.login.config": str(jaas_file)},
         )

@@ -7,6 +7,10 @@ the local image when Docker works, else the jars). ``wirebroker``: one broker pr
 broker settings go to all; the clusters keep Kafka's replication defaults (3 replicas, offsets
 and transaction logs included). ``replication_factor`` is what tests should create topics with.
 
+A suite may ask for more listeners than PLAINTEXT on the plaintext targets (``start``'s
+``listeners``): each broker gets them on ports of its own, and ``Target.listeners`` has each one's
+bootstrap addresses; clients still bootstrap from PLAINTEXT.
+
 ``kafka-secured`` (from the jars: a container sets its own listeners) and ``wirebroker-secured``:
 one broker each, secured as Kafka users secure one, with the same keys (``secured_settings``):
 clients bootstrap from an SSL listener that requires their certificate, and a SASL_PLAINTEXT
@@ -29,6 +33,7 @@ client in (``Target.security_protocol``).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -37,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -53,9 +58,8 @@ from compat.suites.results import BUILD, TARGETS
 from tests.broker_process import BrokerProcess
 from tests.wirebroker.pki import STORE_PASSWORD, make_pki
 
-_BOOTSTRAP = re.compile(r"bootstrap\.servers=(\S+)")
-#: The PLAINTEXT listener's port in a ``listeners`` setting.
-_PLAINTEXT_PORT = re.compile(r"(?:^|,)PLAINTEXT://[^,]*:(\d+)")
+#: ``wirebroker cluster``'s bootstrap line of each listener (the first one's without its name).
+_BOOTSTRAP = re.compile(r"^cluster  \| (?:(?P<name>\w+): )?bootstrap\.servers=(?P<servers>\S+)")
 #: A traceback's first line in a broker's log (``wirebroker cluster`` prefixes each broker's).
 _TRACEBACK = re.compile(r"^(?:broker-\d+ \| )?Traceback", re.M)
 CLUSTER_START_TIMEOUT = 120.0
@@ -95,45 +99,68 @@ class Target:
     how: str
     secured: Secured | None = None
     security_protocol: str = "PLAINTEXT"  # how clients of ``bootstrap`` connect
+    #: listener name -> its bootstrap addresses (every broker's), of the listeners ``start`` was
+    #: asked for (none on the secured targets)
+    listeners: Mapping[str, str] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
 def start(
-    name: str, settings: Mapping[str, str], system_properties: Mapping[str, str] | None = None
+    name: str,
+    settings: Mapping[str, str],
+    system_properties: Mapping[str, str] | None = None,
+    listeners: Sequence[str] = ("PLAINTEXT",),
 ) -> Iterator[Target]:
     """Run target ``name`` with broker ``settings`` until the block exits.
 
-    On the one-broker targets a suite may set the broker's ``listeners`` (PLAINTEXT first: its
-    clients bootstrap from it; Kafka then runs from the jars, as a container sets its own) and
-    JVM ``system_properties`` (e.g. a JAAS file's ``java.security.auth.login.config``), which
-    Kafka's JVM takes as ``-D`` options and wirebroker reads from ``KAFKA_OPTS``, as a
-    deployment gives them to either."""
+    On the plaintext targets (one broker, clusters) a suite may ask for more ``listeners``
+    (PLAINTEXT first: its clients bootstrap from it, and brokers reach each other on it; Kafka's
+    one broker then runs from the jars, as a container sets its own), whose other keys (TLS,
+    SASL) are in ``settings``, and JVM ``system_properties`` (e.g. a JAAS file's
+    ``java.security.auth.login.config``), which Kafka's JVM takes as ``-D`` options and
+    wirebroker reads from ``KAFKA_OPTS``, as a deployment gives them to either."""
     jvm_options = [f"-D{key}={value}" for key, value in (system_properties or {}).items()]
-    if jvm_options and name not in ("kafka", "wirebroker"):
-        raise ValueError(f"system properties are for the one-broker targets, not {name}")
-    if name == "kafka" and ("listeners" in settings or jvm_options):
-        with _kafka_from_jars(settings, jvm_options) as bootstrap:
-            yield Target(name, bootstrap, 1, "Apache Kafka 3.9 from the jars")
+    if (jvm_options or tuple(listeners) != ("PLAINTEXT",)) and name in SECURED:
+        raise ValueError(f"{name} has its own listeners and system properties")
+    if listeners[0] != "PLAINTEXT":
+        raise ValueError(f"listeners {listeners}: PLAINTEXT comes first")
+    env = {"KAFKA_OPTS": " ".join(jvm_options)} if jvm_options else None
+    if name == "kafka" and (len(listeners) > 1 or jvm_options):
+        ports = {n: free_port() for n in listeners}
+        with (
+            zookeeper() as zk,
+            kafka_broker(
+                zk.connect,
+                port=ports["PLAINTEXT"],
+                overrides={**settings, **listener_settings(ports)},
+                jvm_options=jvm_options,
+            ),
+        ):
+            found = {n: _seeds([ports], n) for n in listeners}
+            yield _plaintext(name, found, 1, "Apache Kafka 3.9 from the jars")
     elif name == "kafka":
         with kafka_reference(overrides=settings) as kafka:
-            yield Target(name, kafka.bootstrap_servers, 1, f"Apache Kafka 3.9 {kafka.how}")
+            found = {"PLAINTEXT": kafka.bootstrap_servers}
+            yield _plaintext(name, found, 1, f"Apache Kafka 3.9 {kafka.how}")
     elif name == "wirebroker":
+        keys = dict(settings)
+        if len(listeners) > 1:
+            keys |= listener_settings({n: free_port() for n in listeners})
         with tempfile.TemporaryDirectory(prefix="wb-suite-") as data:
-            env = {"KAFKA_OPTS": " ".join(jvm_options)} if jvm_options else None
-            broker = BrokerProcess(Path(data), dict(settings), env=env)
+            broker = BrokerProcess(Path(data), keys, env=env)
             broker.start(timeout=60)
             try:
-                yield Target(name, broker.bootstrap, 1, "one `wirebroker serve` process")
+                found = {n: f"127.0.0.1:{p}" for n, p in broker.ports.items()}
+                yield _plaintext(name, found, 1, "one `wirebroker serve` process")
             finally:
                 _stop_and_check(broker, LOGS / f"{name}-broker.log")
     elif name == "kafka-cluster":
-        with _kafka_cluster(settings) as bootstrap:
-            yield Target(name, bootstrap, 3, "ZooKeeper + 3 Apache Kafka 3.9 brokers from the jars")
+        with _kafka_cluster(settings, listeners, jvm_options) as found:
+            yield _plaintext(name, found, 3, "ZooKeeper + 3 Apache Kafka 3.9 brokers from the jars")
     elif name == "wirebroker-cluster":
-        with _cluster(settings) as bootstrap:
-            yield Target(
-                name, bootstrap, 3, "`wirebroker cluster --brokers 3` (ZooKeeper from the jars)"
-            )
+        with _cluster(settings, listeners, env) as found:
+            how = "`wirebroker cluster --brokers 3` (ZooKeeper from the jars)"
+            yield _plaintext(name, found, 3, how)
     elif name in SECURED:
         with _secured(name, settings) as target:
             yield target
@@ -141,20 +168,15 @@ def start(
         raise ValueError(f"unknown target {name}")
 
 
-@contextlib.contextmanager
-def _kafka_from_jars(settings: Mapping[str, str], jvm_options: list[str]) -> Iterator[str]:
-    """ZooKeeper and one Kafka broker from the jars; its PLAINTEXT listener's address."""
-    port = None
-    if "listeners" in settings:
-        found = _PLAINTEXT_PORT.search(settings["listeners"])
-        if found is None:
-            raise ValueError(f"listeners={settings['listeners']}: no PLAINTEXT listener")
-        port = int(found.group(1))
-    with (
-        zookeeper() as zk,
-        kafka_broker(zk.connect, port=port, overrides=settings, jvm_options=jvm_options) as broker,
-    ):
-        yield broker.bootstrap_servers
+def _plaintext(name: str, listeners: Mapping[str, str], brokers: int, how: str) -> Target:
+    """A plaintext target whose brokers have ``listeners`` (name -> bootstrap addresses), its
+    clients bootstrapping from PLAINTEXT."""
+    return Target(name, listeners["PLAINTEXT"], brokers, how, listeners=listeners)
+
+
+def _seeds(ports: Sequence[Mapping[str, int]], listener: str) -> str:
+    """The addresses of ``listener`` of brokers on 127.0.0.1 at ``ports`` (one dict each)."""
+    return ",".join(f"127.0.0.1:{own[listener]}" for own in ports)
 
 
 #: Kafka's own defaults for a cluster, over ``kafka_properties``' single-broker ones.
@@ -167,23 +189,44 @@ CLUSTER_REPLICATION = {
 
 
 @contextlib.contextmanager
-def _kafka_cluster(settings: Mapping[str, str]) -> Iterator[str]:
-    overrides = {**CLUSTER_REPLICATION, **settings}
+def _kafka_cluster(
+    settings: Mapping[str, str], listeners: Sequence[str], jvm_options: Sequence[str]
+) -> Iterator[dict[str, str]]:
+    """ZooKeeper and three Kafka brokers from the jars, each with ``listeners`` on ports of its
+    own; each listener's bootstrap addresses."""
+    ports = [{n: free_port() for n in listeners} for _ in (1, 2, 3)]
     with contextlib.ExitStack() as stack:
         zk = stack.enter_context(zookeeper())
-        brokers = [
-            stack.enter_context(kafka_broker(zk.connect, broker_id=i, overrides=overrides))
-            for i in (1, 2, 3)
-        ]
-        yield ",".join(b.bootstrap_servers for b in brokers)
+        for broker_id, own in enumerate(ports, start=1):
+            keys = {**CLUSTER_REPLICATION, **settings}
+            if len(listeners) > 1:
+                keys |= listener_settings(own)
+            stack.enter_context(
+                kafka_broker(
+                    zk.connect,
+                    broker_id=broker_id,
+                    port=own["PLAINTEXT"],
+                    overrides=keys,
+                    jvm_options=jvm_options,
+                )
+            )
+        yield {n: _seeds(ports, n) for n in listeners}
 
 
 @contextlib.contextmanager
-def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
+def _cluster(
+    settings: Mapping[str, str], listeners: Sequence[str], env: Mapping[str, str] | None
+) -> Iterator[dict[str, str]]:
+    """``wirebroker cluster --brokers 3`` whose brokers have ``listeners`` on free ports (and
+    ``env`` beside the launcher's); each listener's bootstrap addresses, as it prints them."""
     with tempfile.TemporaryDirectory(prefix="wb-suite-cluster-") as data:
         argv = [sys.executable, "-m", "wirebroker", "cluster", "--brokers", "3"]
-        argv += ["--zookeeper-port", "0", "--base-port", "0", "--data-dir", data]
-        for key, value in {"default.replication.factor": "3", **settings}.items():
+        argv += ["--zookeeper-port", "0", "--data-dir", data, "--listeners"]
+        argv += [",".join(f"{n}://127.0.0.1:0" for n in listeners)]
+        keys = {"default.replication.factor": "3", **settings}
+        if len(listeners) > 1:
+            keys["inter.broker.listener.name"] = "PLAINTEXT"
+        for key, value in keys.items():
             argv += ["--override", f"{key}={value}"]
         proc = subprocess.Popen(
             argv,
@@ -191,8 +234,9 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
-        found: list[str] = []
+        found: dict[str, str] = {}
         ready = threading.Event()
         log = LOGS / "wirebroker-cluster.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -203,17 +247,18 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
                 for line in proc.stdout:
                     out.write(line)
                     match = _BOOTSTRAP.search(line)
-                    if match and not found:
-                        found.append(match.group(1))
-                        ready.set()
+                    if match and not ready.is_set():
+                        found[match["name"] or listeners[0]] = match["servers"]
+                        if len(found) == len(listeners):
+                            ready.set()
             ready.set()
 
         pumped = threading.Thread(target=pump, daemon=True)
         pumped.start()
         try:
-            if not ready.wait(CLUSTER_START_TIMEOUT) or not found:
+            if not ready.wait(CLUSTER_START_TIMEOUT) or len(found) < len(listeners):
                 raise RuntimeError(f"wirebroker cluster did not start: see {log}")
-            yield found[0]
+            yield found
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -225,15 +270,21 @@ def _cluster(settings: Mapping[str, str]) -> Iterator[str]:
         _check_tracebacks(log)
 
 
-def tls_listeners(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
-    """Broker keys for listeners on 127.0.0.1 at ``ports`` (name -> port, PLAINTEXT between
-    brokers) whose TLS ones require a client certificate, with ``make_pki``'s keys in
-    ``pki_dir``."""
+def listener_settings(ports: Mapping[str, int]) -> dict[str, str]:
+    """Broker keys for listeners on 127.0.0.1 at ``ports`` (name -> port), PLAINTEXT between
+    brokers."""
     listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
     return {
         "listeners": listeners,
         "advertised.listeners": listeners,
         "inter.broker.listener.name": "PLAINTEXT",
+    }
+
+
+def tls_settings(pki_dir: Path) -> dict[str, str]:
+    """Broker keys for TLS listeners that require a client certificate, with ``make_pki``'s keys
+    in ``pki_dir``."""
+    return {
         "ssl.keystore.type": "PKCS12",
         "ssl.keystore.location": str(pki_dir / "server.p12"),
         "ssl.keystore.password": STORE_PASSWORD,
@@ -249,7 +300,8 @@ def secured_settings(pki_dir: Path, ports: Mapping[str, int]) -> dict[str, str]:
     PLAINTEXT, or SASL_SSL with SCRAM-SHA-512 as ``BROKER_USER`` when ``ports`` has a SASL_SSL
     listener (a secured cluster)."""
     keys = {
-        **tls_listeners(pki_dir, ports),
+        **listener_settings(ports),
+        **tls_settings(pki_dir),
         "sasl.enabled.mechanisms": f"{SCRAM_MECHANISM},OAUTHBEARER",
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -285,7 +337,7 @@ def _secured(name: str, settings: Mapping[str, str]) -> Iterator[Target]:
         }
 
         def seeds(listener: str) -> str:
-            return ",".join(f"127.0.0.1:{own[listener]}" for own in ports.values())
+            return _seeds(list(ports.values()), listener)
 
         secured = Secured(
             pki.ca,

@@ -67,6 +67,10 @@ def test_partitions_configs_and_elections(zk_connect: str, tmp_path: Path) -> No
             )
             grown = await call(b1, grow, 3)
             assert grown.results[0].error_code == ErrorCode.NONE
+            # answered once this broker's metadata has the new partitions' leaders, as Kafka's:
+            # a Metadata request that follows finds them
+            led = [b1.broker.metadata_cache.partition("grow", p) for p in range(3)]
+            assert all(info is not None and info.leader in (1, 2) for info in led), led
             assignment = await cluster.topic_assignment("grow")
             assert assignment is not None and sorted(assignment.partitions) == [0, 1, 2]
             assert all(sorted(r) == [1, 2] for r in assignment.partitions.values())

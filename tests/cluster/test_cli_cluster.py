@@ -34,11 +34,13 @@ pytestmark = [
 
 
 class _Launcher:
-    """`wirebroker cluster` (3 brokers on free ports) as a process, its output kept in `lines`."""
+    """`wirebroker cluster` (3 brokers on free ports, unless `extra` gives `--listeners`) as a
+    process, its output kept in `lines`."""
 
     def __init__(self, data_dir: Path, *extra: str) -> None:
         cmd = [sys.executable, "-m", "wirebroker", "cluster", "--brokers", "3"]
-        cmd += ["--base-port", "0", "--zookeeper-port", "0", "--data-dir", str(data_dir)]
+        cmd += [] if "--listeners" in extra else ["--base-port", "0"]
+        cmd += ["--zookeeper-port", "0", "--data-dir", str(data_dir)]
         self.proc = subprocess.Popen(
             [*cmd, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -170,8 +172,17 @@ def _child_pid(parent: int, marker: str) -> int:
 
 
 def test_a_broker_exiting_leaves_the_others_running(tmp_path: Path) -> None:
-    # a killed broker's registration goes soon
-    launcher = _Launcher(tmp_path, "--override", "zookeeper.session.timeout.ms=6000")
+    # a killed broker's registration goes soon; two listeners on free ports, the command that
+    # starts the broker again gives it both, on the ports it had
+    launcher = _Launcher(
+        tmp_path,
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0,CLIENT://127.0.0.1:0",
+        "--override",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+        "--override",
+        "zookeeper.session.timeout.ms=6000",
+    )
     found, lines, proc = launcher.found, launcher.lines, launcher.proc
     restarted: subprocess.Popen[bytes] | None = None
 
@@ -182,13 +193,18 @@ def test_a_broker_exiting_leaves_the_others_running(tmp_path: Path) -> None:
     try:
         boot = wait_until(lambda: found(r"bootstrap.servers=(\S+)"), 90, what="the cluster")
         one, two, _three = boot[1].split(",")
+        clients = found(r"CLIENT: bootstrap.servers=(\S+)")
+        assert clients is not None
+        client_one, client_two, _ = clients[1].split(",")
+        assert {client_one, client_two}.isdisjoint({one, two})
         os.kill(_child_pid(proc.pid, "broker.id=2"), signal.SIGKILL)
         command = wait_until(
             lambda: found(r"broker 2 exited \(-9\)") and found(r"cluster  \|   (.+serve .+)$"),
             30,
             what="the report of broker 2's exit",
         )
-        assert "broker.id=2" in command[1] and f"PLAINTEXT://{two}" in command[1]
+        assert "broker.id=2" in command[1]
+        assert f"PLAINTEXT://{two},CLIENT://{client_two}" in command[1]
         assert proc.poll() is None  # the launcher and the other brokers go on
         wait_until(lambda: brokers(one) == [1, 3], 60, interval=0.2, what="broker 2 gone")
         restarted = subprocess.Popen(
@@ -197,6 +213,7 @@ def test_a_broker_exiting_leaves_the_others_running(tmp_path: Path) -> None:
         wait_until(lambda: brokers(one) == [1, 2, 3], 60, interval=0.2, what="broker 2 back")
         # (broker 2 serves before the controller's first UpdateMetadata reaches it, as Kafka's)
         wait_until(lambda: brokers(two) == [1, 2, 3], 30, interval=0.2, what="broker 2 told")
+        assert brokers(client_two) == [1, 2, 3]  # its CLIENT listener too, on its old port
     finally:
         if restarted is not None:
             restarted.send_signal(signal.SIGTERM)

@@ -308,7 +308,9 @@ async def create_partitions(
                 # Valid first: only partitions that are created take from the quota.
                 current = await _add_partitions(ctx, topic, validate_only=True)
                 quota.record(topic.count - current)
-            await _add_partitions(ctx, topic, validate_only=request.validate_only)
+            await _add_partitions(
+                ctx, topic, request.validate_only, timeout_s=request.timeout_ms / 1000
+            )
         except KafkaError as e:
             result.error_code = e.error_code
             result.error_message = str(e)
@@ -317,9 +319,13 @@ async def create_partitions(
 
 
 async def _add_partitions(
-    ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTopic, validate_only: bool
+    ctx: RequestContext,
+    topic: CreatePartitionsRequest.CreatePartitionsTopic,
+    validate_only: bool,
+    timeout_s: float = 0,
 ) -> int:
-    """Add (or check the addition of) partitions; the partition count before."""
+    """Add (or check the addition of) partitions; the partition count before. In a cluster, wait
+    up to ``timeout_s`` for them to be led."""
     cluster = ctx.broker.cluster
     if cluster is None:
         record = ctx.broker.topics.get(topic.name)
@@ -337,6 +343,14 @@ async def _add_partitions(
         [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None,
         validate_only=validate_only,
     )
+    # as Kafka's ZkAdminManager and CreateTopics here: answered once the new partitions have
+    # leaders in this broker's metadata, within the request's timeout
+    ready = validate_only or timeout_s <= 0
+    if not ready and not await cluster.wait_topic_ready(topic.name, topic.count, timeout_s):
+        raise KafkaError(
+            "the controller did not create the partitions in time",
+            error_code=ErrorCode.REQUEST_TIMED_OUT,
+        )
     return len(assignment.partitions) if assignment is not None else 0
 
 

@@ -45,6 +45,7 @@ from wirebroker.controller import decisions
 from wirebroker.controller.controller import Controller, NotController
 from wirebroker.dynamic_config import DEFAULT_ENTITY, Reconfigurable
 from wirebroker.meta_properties import new_cluster_id, read_meta_cluster_id
+from wirebroker.metadata_cache import NO_LEADER
 from wirebroker.peer import PeerError, request_once
 from wirebroker.quotas.entities import DEFAULT, QuotaEntity
 from wirebroker.sasl.credentials import with_scram_credentials
@@ -597,16 +598,17 @@ class ClusterMember:
         return created
 
     async def wait_topic_ready(self, name: str, partitions: int, timeout_s: float) -> bool:
-        """True once the controller wrote a state for every partition (within the timeout)."""
+        """True once this broker's metadata cache (what the controller told it) has a leader for
+        each of topic ``name``'s first ``partitions`` partitions, within the timeout: what
+        Kafka's CreateTopics and CreatePartitions answer after (its DelayedCreatePartitions),
+        so that a Metadata request that follows finds them on any broker told at the same time."""
+        cache = self.broker.metadata_cache
         with trio.move_on_after(timeout_s):
             while True:
-                states = [
-                    await self.zk.exists(znodes.partition_state_path(name, p))
-                    for p in range(partitions)
-                ]
-                if all(s is not None for s in states):
+                led = (cache.partition(name, p) for p in range(partitions))
+                if all(info is not None and info.leader != NO_LEADER for info in led):
                     return True
-                await trio.sleep(0.05)
+                await trio.sleep(0.05)  # the cache has no event to await
         return False
 
     async def delete_topic(self, name: str) -> uuid.UUID:

@@ -139,7 +139,9 @@ class FileHandles:
                     self._make_room(0)
 
     def _detach(self, h: FileHandle, into: list[int] | None) -> None:
-        if h.fd is not None and h.pins == 0:
+        if h.fd is None:
+            h.on_close = None  # never opened again (see `_forget`)
+        elif h.pins == 0:
             self._idle.pop(h, None)
             if into is None:
                 self._close(h)
@@ -164,6 +166,10 @@ class FileHandles:
         h.fd = None
         self.open_count -= 1
         callback = h.on_close
+        if h._detached:
+            # Never opened again: let go of its owner (a segment, whose handle refers back to
+            # it: a cycle the collector would have to find, and never does in a frozen heap).
+            h.on_close = None
         if callback is not None:
             callback()
         return fd

@@ -1,7 +1,9 @@
 """The broker's long-lived state left out of the cyclic collector's passes (`gc.freeze`).
 
 Frozen objects are still freed by reference counting; only a reference cycle among them that
-becomes garbage later (some of a deleted topic's log objects) stays until a restart. A creation's
+becomes garbage later stays until a restart, so the state a deleted topic leaves behind must
+hold none (a segment and its file handle's close callback let go of each other once the
+handle is detached: `tests/storage/test_partition_log.py`). A creation's
 freeze collects first (`collect`), so garbage cycles of the moment are not frozen with it; the
 start-up freeze does not, to keep start-up short (its garbage is bounded: it happens once). Their
 files are closed explicitly, never by the collector. `wirebroker serve` freezes what start-up

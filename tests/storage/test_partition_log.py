@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import shutil
 import struct
+import weakref
 from pathlib import Path
 
 import pytest
@@ -521,6 +523,41 @@ def test_keyed_helper_roundtrip(tmp_path: Path) -> None:
     log.append_as_leader(keyed([(b"a", b"1"), (b"b", None)]), 0, T0)
     assert [(r.key, r.value) for r in read_all(log)] == [(b"a", b"1"), (b"b", None)]
     log.close()
+
+
+def test_deleted_segments_are_freed_without_the_collector(tmp_path: Path) -> None:
+    """The broker freezes its heap (`wirebroker.gc_freeze`), where a reference cycle that
+    becomes garbage is never collected: the segments retention deletes, and a deleted log's,
+    must be freed by reference counting alone (each segment's file handle calls it back when
+    closed: once detached, it lets go)."""
+    size = len(batch(1))
+    config = LogConfig(segment_bytes=size, retention_bytes=0, file_delete_delay_ms=0)
+    log = open_log(tmp_path / "t-0", config)
+    for i in range(3):
+        log.append_as_leader(batch(1, tag=i), 0, T0)
+    log.update_high_watermark(3)
+    gc.collect()
+    gc.disable()
+    try:
+        r = log.read(0, 10)  # a reader pins the first segment's file across its deletion
+        retained = [weakref.ref(seg) for seg in log.segments if seg.base_offset < 3]
+        assert log.apply_retention(T0) == 3
+        renames = log.take_renames()
+        assert renames is not None
+        renames.run()
+        for path in log.take_deleted_files(T0):
+            path.unlink(missing_ok=True)
+        r.release()
+        del r
+        for path in log.take_deleted_files(T0):  # the pinned one, once released
+            path.unlink(missing_ok=True)
+        assert [ref() for ref in retained] == [None] * 3
+        kept = [weakref.ref(seg) for seg in log.segments]
+        shutil.rmtree(log.delete())
+        del log
+        assert [ref() for ref in kept] == [None] * len(kept)
+    finally:
+        gc.enable()
 
 
 def test_delete_renames_the_directory(tmp_path: Path) -> None:

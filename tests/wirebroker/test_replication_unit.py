@@ -30,6 +30,7 @@ from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.partition_log import PartitionLog, Truncation
+from tests.wirebroker.cluster_harness import PartitionState, leader_and_isr_request
 from tests.wirebroker.held_worker import Held
 from tests.wirebroker.helpers import decode_records, trio_clock
 from wirebroker.broker import Broker
@@ -437,22 +438,11 @@ def test_a_partition_no_log_can_be_named_for_is_a_storage_error(
     # restart does not load. Kafka answers KAFKA_STORAGE_ERROR for a partition whose log cannot
     # be made (ReplicaManager.makeLeaders); the request's other partitions apply.
     def request(good: int) -> LeaderAndIsrRequest:
-        return LeaderAndIsrRequest(
-            controller_id=9,
-            controller_epoch=1,
-            broker_epoch=-1,
-            topic_states=[
-                LeaderAndIsrRequest.LeaderAndIsrTopicState(
-                    topic_name=name,
-                    partition_states=[
-                        LeaderAndIsrRequest.LeaderAndIsrPartitionState(
-                            partition_index=i, controller_epoch=1, leader=1, isr=[1], replicas=[1]
-                        )
-                    ],
-                )
-                for name, i in [(topic, index), ("good", good)]
-            ],
-        )
+        states = [
+            PartitionState(name, uuid.uuid4(), i, leader=1, leader_epoch=0, isr=[1], replicas=[1])
+            for name, i in [(topic, index), ("good", good)]
+        ]
+        return leader_and_isr_request(states, controller_id=9, controller_epoch=1, live_leaders={})
 
     broker = open_broker(tmp_path)
     try:

@@ -5,8 +5,9 @@ semantically arbitrary, each answered or refused, never a bug.
 the broker is a cluster member (`broker.id=1`, `wirebroker.external.controller=true`, on its own
 thread as there) and the fuzz plays its controller (id 100, controller epoch 1) and its peers, so
 they go past the door: LeaderAndIsr, UpdateMetadata, StopReplica, ControlledShutdown and
-AlterPartition (the controller's), WriteTxnMarkers (a transaction coordinator's), Fetch and
-OffsetForLeaderEpoch (a follower's). The broker leads `cm-lead`'s partitions (with records)
+AlterPartition (the controller's), WriteTxnMarkers and AddPartitionsToTxn's verification (a
+transaction coordinator's and a leader's), Fetch, OffsetForLeaderEpoch and ListOffsets (a
+follower's). The broker leads `cm-lead`'s partitions (with records)
 and follows broker 2 on `cm-follow`'s; a `FakeController` (`cluster_harness`) answers the
 AlterPartition requests its ISR changes send. The values (`tests.wirebroker.fuzz_values`,
 biased here further) name those topics and a new one, this broker or another as leader and in
@@ -36,11 +37,13 @@ from hypothesis import strategies as st
 
 from protocol.errors import ErrorCode
 from protocol.messages import APIS
+from protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from protocol.messages.alter_partition import AlterPartitionRequest
 from protocol.messages.controlled_shutdown import ControlledShutdownRequest
 from protocol.messages.fetch import FetchRequest
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
-from protocol.messages.metadata import MetadataResponse
+from protocol.messages.list_offsets import ListOffsetsRequest
+from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from protocol.messages.stop_replica import StopReplicaRequest
 from protocol.messages.update_metadata import UpdateMetadataRequest
@@ -56,7 +59,13 @@ from tests.wirebroker.cluster_harness import (
     update_metadata_broker,
     update_metadata_request,
 )
-from tests.wirebroker.fuzz_harness import Fuzzed, Records, fuzz_versions, recording
+from tests.wirebroker.fuzz_harness import (
+    ANSWER_TIMEOUT,
+    Fuzzed,
+    Records,
+    fuzz_versions,
+    recording,
+)
 from tests.wirebroker.fuzz_values import Known, scalars
 from tests.wirebroker.helpers import RawClient, produce_request
 from wirebroker.embed import run_broker
@@ -67,7 +76,7 @@ NODE_ID, PEER_ID, CONTROLLER_EPOCH = 1, 2, 1
 #: Topic -> partitions: `cm-lead` led here, `cm-follow` led by the peer, `cm-new` made only by
 #: the fuzz.
 TOPICS = {"cm-lead": 2, "cm-follow": 1, "cm-new": 2}
-#: Examples per API key: about 20 s for the module's 8 keys on a two-core machine; more for a
+#: Examples per API key: about 20 s for the module's 10 keys on a two-core machine; more for a
 #: longer campaign (WIREBROKER_FUZZ_EXAMPLES=5000).
 EXAMPLES = int(os.environ.get("WIREBROKER_FUZZ_EXAMPLES", "300"))
 API_KEYS = [
@@ -79,8 +88,10 @@ API_KEYS = [
         ControlledShutdownRequest,
         AlterPartitionRequest,
         WriteTxnMarkersRequest,
+        AddPartitionsToTxnRequest,
         FetchRequest,
         OffsetForLeaderEpochRequest,
+        ListOffsetsRequest,
     )
 ]
 #: What a controller sends: the module's partitions are put back after each.
@@ -177,6 +188,14 @@ class ClusterMember(Fuzzed):
             for p in range(TOPICS["cm-lead"]):
                 answer = c.request(produce_request("cm-lead", p, records, acks=1), 9)
                 assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+
+    def check_health(self) -> MetadataResponse:
+        """Metadata of every topic answered too (a fuzzed UpdateMetadata's among them), at
+        the first version that can ask for all and at the newest."""
+        with RawClient(self.bootstrap, timeout=ANSWER_TIMEOUT) as c:
+            for version in (1, 12):
+                c.request(MetadataRequest(topics=None), version)
+        return super().check_health()
 
     def restore(self, body: Message, metadata: MetadataResponse) -> None:
         if body.API_KEY in _CONTROLLERS:

@@ -443,8 +443,9 @@ class ReplicaManager:
                 continue
             if p is None and (problem := partition_dir_problem(*key)) is not None:
                 # No controller of Kafka's sends one (its topic creation refuses the name). Kafka
-                # 3.9 would make a log that a restart cannot load (`-0`, `t--4`), or fail the
-                # whole request (a NUL); here it is a log that cannot be made: its partition.
+                # 3.9 would make a directory its restart refuses (`-0`) or loads as another
+                # partition (`t--4` as t-'s 4), or fail the whole request (a NUL); here it is a
+                # log that cannot be made, answered for its partition as Kafka's makeLeaders.
                 log.warning("%r partition %d: no log can be made: %s", *key, problem)
                 errors[key] = ErrorCode.KAFKA_STORAGE_ERROR
                 continue

@@ -35,6 +35,7 @@ __all__ = [
     "offset_from_file_name",
     "parse_partition_dir",
     "partition_dir_name",
+    "partition_dir_problem",
     "prepared_file",
     "segment_file",
     "stray_dir_name",
@@ -69,7 +70,7 @@ DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)$")
 _SPECIAL_DIR = re.compile(r"\.[0-9a-f]{32}-(delete|future|stray)$")
 
@@ -93,11 +94,21 @@ def offset_from_file_name(name: str) -> int | None:
     return int(head)
 
 
-def partition_dir_name(topic: str, partition: int) -> str:
-    if not _TOPIC.match(topic) or topic in (".", ".."):
-        raise ValueError(f"invalid topic name {topic!r}")
+def partition_dir_problem(topic: str, partition: int) -> str | None:
+    """Why `topic` and `partition` cannot name a partition directory (a topic name Kafka's
+    topic creation refuses, a negative partition), or None if they can."""
+    if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+        return f"invalid topic name {topic!r}"
     if partition < 0:
-        raise ValueError(f"invalid partition {partition}")
+        return f"invalid partition {partition}"
+    return None
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """``<topic>-<partition>``; ValueError if they cannot name one (`partition_dir_problem`)."""
+    problem = partition_dir_problem(topic, partition)
+    if problem is not None:
+        raise ValueError(problem)
     return f"{topic}-{partition}"
 
 
@@ -107,7 +118,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     if _SPECIAL_DIR.search(name):
         return None
     m = _PARTITION_DIR.match(name)
-    if m is None or not _TOPIC.match(m["topic"]):
+    if m is None or not _TOPIC.fullmatch(m["topic"]):
         return None
     return m["topic"], int(m["partition"])
 

@@ -290,7 +290,10 @@ class LogManager:
         :meth:`CreateLogs.prepare` makes them (and calls `init` with each new directory, e.g.
         to write its topic id), :meth:`CreateLogs.commit` adds them to the manager. A partition
         that has a log or is being created already is left out; one that cannot be placed (no
-        log directory online) is in ``failed`` at once."""
+        log directory online) is in ``failed`` at once. ValueError, and nothing begun, if one
+        cannot name a directory (:func:`~storage.layout.partition_dir_problem`: the caller
+        checks first)."""
+        names = {tp: partition_dir_name(*tp) for tp in partitions}
         creation = CreateLogs(self, init, self._now_ms())
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         for tp, config in partitions.items():
@@ -308,7 +311,7 @@ class LogManager:
                 log_dir = min(online, key=self._per_dir.__getitem__)
             self._per_dir[log_dir] += 1
             self._creating.add(tp)
-            creation.pending[tp] = (log_dir / partition_dir_name(*tp), config)
+            creation.pending[tp] = (log_dir / names[tp], config)
         return creation
 
     def mark_stray(self, topic: str, partition: int) -> Path | None:

@@ -197,19 +197,26 @@ class MetadataCache:
         return known
 
     def _set_topic_id(self, topic: str, topic_id: uuid.UUID) -> None:
-        """`topic` has `topic_id` (a re-created topic a new one; its old id names nothing)."""
+        """`topic` has `topic_id` (a re-created topic a new one; its old id names nothing).
+        An id a controller gives two topics names the last given it (Kafka's ZkMetadataCache
+        names one of them)."""
         old = self.topic_ids.get(topic)
         if old == topic_id:
             return
         self.derived.pop(topic, None)
         if old is not None:
-            del self._topic_names[old]
+            self._unname(old, topic)
         self.topic_ids[topic] = topic_id
         self._topic_names[topic_id] = topic
 
     def _forget_topic(self, topic: str) -> None:
         topic_id = self.topic_ids.pop(topic, None)
         if topic_id is not None:
+            self._unname(topic_id, topic)
+
+    def _unname(self, topic_id: uuid.UUID, topic: str) -> None:
+        """`topic_id` no longer names `topic` (it may name another by now)."""
+        if self._topic_names.get(topic_id) == topic:
             del self._topic_names[topic_id]
 
     def set_local_broker(self, broker: BrokerInfo) -> None:

@@ -11,6 +11,8 @@ import socket
 import uuid
 from pathlib import Path
 
+import pytest
+
 from storage.chore import run_chore
 from storage.config import LogConfig
 from storage.log_manager import LogManager
@@ -127,6 +129,19 @@ def test_creation_as_a_chore_and_stray_directories(tmp_path: Path) -> None:
     lm.open()  # the strays stay aside
     assert lm.partitions() == [("t", 0), ("t", 2), ("t", 3)]
     assert len(list(tmp_path.glob("*/*-stray"))) == 2
+    lm.close()
+
+
+def test_a_creation_with_a_name_no_directory_can_have_begins_nothing(tmp_path: Path) -> None:
+    # It raised after counting the partitions before it as being created: they never were.
+    lm = LogManager([tmp_path], LogConfig())
+    lm.open()
+    for bad in [("", 0), ("t\n", 0), ("t", -1)]:
+        with pytest.raises(ValueError, match="invalid"):
+            lm.begin_create({("t", 0): LogConfig(), bad: LogConfig()})
+    creation = lm.begin_create({("t", 0): LogConfig()})
+    run_chore(creation)
+    assert list(creation.created) == [("t", 0)]
     lm.close()
 
 

@@ -256,8 +256,10 @@ class Cluster:
         for broker_id, b in sorted(self.brokers.items()):
             if broker_id in exclude or b.proc is None:
                 continue
-            out.append(_um_broker(broker_id, "127.0.0.1", b.port))
-        out.append(_um_broker(self.controller.node_id, "127.0.0.1", self.controller.port))
+            out.append(update_metadata_broker(broker_id, "127.0.0.1", b.port))
+        out.append(
+            update_metadata_broker(self.controller.node_id, "127.0.0.1", self.controller.port)
+        )
         return out
 
     def update_metadata(
@@ -267,31 +269,8 @@ class Cluster:
         exclude: set[int] | None = None,
     ) -> dict[int, UpdateMetadataResponse]:
         exclude = exclude or set()
-        topics: dict[
-            tuple[str, uuid.UUID], list[UpdateMetadataRequest.UpdateMetadataPartitionState]
-        ] = {}
-        for s in states:
-            topics.setdefault((s.topic, s.topic_id), []).append(
-                UpdateMetadataRequest.UpdateMetadataPartitionState(
-                    partition_index=s.partition,
-                    controller_epoch=self.controller_epoch,
-                    leader=s.leader,
-                    leader_epoch=s.leader_epoch,
-                    isr=list(s.isr),
-                    zk_version=s.partition_epoch,
-                    replicas=list(s.replicas),
-                )
-            )
-        request = UpdateMetadataRequest(
-            controller_id=self.controller.node_id,
-            controller_epoch=self.controller_epoch,
-            topic_states=[
-                UpdateMetadataRequest.UpdateMetadataTopicState(
-                    topic_name=name, topic_id=tid, partition_states=ps
-                )
-                for (name, tid), ps in topics.items()
-            ],
-            live_brokers=self.live_brokers(exclude),
+        request = update_metadata_request(
+            states, self.controller.node_id, self.controller_epoch, self.live_brokers(exclude)
         )
         targets = (
             to
@@ -304,41 +283,9 @@ class Cluster:
         self, broker_id: int, states: list[PartitionState], controller_epoch: int | None = None
     ) -> LeaderAndIsrResponse:
         epoch = self.controller_epoch if controller_epoch is None else controller_epoch
-        topics: dict[
-            tuple[str, uuid.UUID], list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]
-        ] = {}
-        leaders = set()
-        for s in states:
-            leaders.add(s.leader)
-            topics.setdefault((s.topic, s.topic_id), []).append(
-                LeaderAndIsrRequest.LeaderAndIsrPartitionState(
-                    partition_index=s.partition,
-                    controller_epoch=epoch,
-                    leader=s.leader,
-                    leader_epoch=s.leader_epoch,
-                    isr=list(s.isr),
-                    partition_epoch=s.partition_epoch,
-                    replicas=list(s.replicas),
-                )
-            )
-        request = LeaderAndIsrRequest(
-            controller_id=self.controller.node_id,
-            controller_epoch=epoch,
-            type=0,
-            topic_states=[
-                LeaderAndIsrRequest.LeaderAndIsrTopicState(
-                    topic_name=name, topic_id=tid, partition_states=ps
-                )
-                for (name, tid), ps in topics.items()
-            ],
-            live_leaders=[
-                LeaderAndIsrRequest.LeaderAndIsrLiveLeader(
-                    broker_id=i, host_name="127.0.0.1", port=self.brokers[i].port
-                )
-                for i in sorted(leaders)
-                if i in self.brokers
-            ],
-        )
+        leaders = {s.leader for s in states}
+        live_leaders = {i: b.port for i, b in self.brokers.items() if i in leaders}
+        request = leader_and_isr_request(states, self.controller.node_id, epoch, live_leaders)
         return self.request(broker_id, request, LEADER_AND_ISR_VERSION)
 
     def stop_replica(
@@ -421,7 +368,9 @@ class Cluster:
         return iter(self.brokers.values())
 
 
-def _um_broker(broker_id: int, host: str, port: int) -> UpdateMetadataRequest.UpdateMetadataBroker:
+def update_metadata_broker(
+    broker_id: int, host: str, port: int
+) -> UpdateMetadataRequest.UpdateMetadataBroker:
     return UpdateMetadataRequest.UpdateMetadataBroker(
         id=broker_id,
         endpoints=[
@@ -430,4 +379,84 @@ def _um_broker(broker_id: int, host: str, port: int) -> UpdateMetadataRequest.Up
             )
         ],
         rack=None,
+    )
+
+
+def _by_topic(states: list[PartitionState]) -> dict[tuple[str, uuid.UUID], list[PartitionState]]:
+    """`states` grouped by topic (name, id), in order."""
+    topics: dict[tuple[str, uuid.UUID], list[PartitionState]] = {}
+    for s in states:
+        topics.setdefault((s.topic, s.topic_id), []).append(s)
+    return topics
+
+
+def update_metadata_request(
+    states: list[PartitionState],
+    controller_id: int,
+    controller_epoch: int,
+    live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker],
+) -> UpdateMetadataRequest:
+    """UpdateMetadata (v8's fields) of `states` and `live_brokers`."""
+    return UpdateMetadataRequest(
+        controller_id=controller_id,
+        controller_epoch=controller_epoch,
+        topic_states=[
+            UpdateMetadataRequest.UpdateMetadataTopicState(
+                topic_name=name,
+                topic_id=tid,
+                partition_states=[
+                    UpdateMetadataRequest.UpdateMetadataPartitionState(
+                        partition_index=s.partition,
+                        controller_epoch=controller_epoch,
+                        leader=s.leader,
+                        leader_epoch=s.leader_epoch,
+                        isr=list(s.isr),
+                        zk_version=s.partition_epoch,
+                        replicas=list(s.replicas),
+                    )
+                    for s in ps
+                ],
+            )
+            for (name, tid), ps in _by_topic(states).items()
+        ],
+        live_brokers=live_brokers,
+    )
+
+
+def leader_and_isr_request(
+    states: list[PartitionState],
+    controller_id: int,
+    controller_epoch: int,
+    live_leaders: dict[int, int],
+) -> LeaderAndIsrRequest:
+    """LeaderAndIsr (v7's fields) of `states`; `live_leaders`: broker id -> port (127.0.0.1)."""
+    return LeaderAndIsrRequest(
+        controller_id=controller_id,
+        controller_epoch=controller_epoch,
+        type=0,
+        topic_states=[
+            LeaderAndIsrRequest.LeaderAndIsrTopicState(
+                topic_name=name,
+                topic_id=tid,
+                partition_states=[
+                    LeaderAndIsrRequest.LeaderAndIsrPartitionState(
+                        partition_index=s.partition,
+                        controller_epoch=controller_epoch,
+                        leader=s.leader,
+                        leader_epoch=s.leader_epoch,
+                        isr=list(s.isr),
+                        partition_epoch=s.partition_epoch,
+                        replicas=list(s.replicas),
+                    )
+                    for s in ps
+                ],
+            )
+            for (name, tid), ps in _by_topic(states).items()
+        ],
+        live_leaders=[
+            LeaderAndIsrRequest.LeaderAndIsrLiveLeader(
+                broker_id=i, host_name="127.0.0.1", port=port
+            )
+            for i, port in sorted(live_leaders.items())
+        ],
     )

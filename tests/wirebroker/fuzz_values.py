@@ -1,5 +1,6 @@
-"""Values of the request fuzz (`test_request_fuzz.py`): each field's scalars biased toward
-what takes a handler past its first checks, and Produce's record batches.
+"""Values of the request fuzz (`test_request_fuzz.py`, `test_cluster_member_fuzz.py`): each
+field's scalars biased toward what takes a handler past its first checks, and Produce's record
+batches.
 
 Random strings mostly name no topic and random ints mostly no partition, so the handlers would
 answer UNKNOWN_TOPIC_OR_PARTITION and stop. Each field draws from three sources instead: values
@@ -33,7 +34,7 @@ from wirebroker.topics import OFFSETS_TOPIC, TXN_TOPIC
 
 @dataclass
 class Known:
-    """What the fuzzed broker holds when the fuzz starts (`test_request_fuzz.known`)."""
+    """What the fuzzed broker holds when the fuzz starts (`test_request_fuzz._known`)."""
 
     topics: dict[str, int]  # name -> partitions
     topic_ids: list[uuid.UUID]

@@ -53,3 +53,24 @@ def test_a_new_id_merged_over_the_old_one_replaces_it() -> None:
     cache.update(update("t", second), VERSION)
     assert (cache.topic_name(second), cache.topic_name(first)) == ("t", None)
     assert cache.topic_id("t") == second
+
+
+def test_an_id_given_to_two_topics_names_the_last_given_it() -> None:
+    # Found by the cluster-member fuzz: the second topic took the id over, and when either
+    # then got another id (or was deleted) the other's entry for it was deleted too, and the
+    # next change of the other raised KeyError in the UpdateMetadata handler.
+    cache = MetadataCache()
+    shared, first, second = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    cache.update(update("t", shared), VERSION)
+    cache.update(update("u", shared), VERSION)
+    assert cache.topic_name(shared) == "u"
+    cache.update(update("t", first), VERSION)  # t leaves the id u holds
+    assert (cache.topic_name(shared), cache.topic_name(first)) == ("u", "t")
+    cache.update(update("u", second), VERSION)
+    assert (cache.topic_name(shared), cache.topic_name(second)) == (None, "u")
+    cache.update(update("t", shared), VERSION)
+    cache.update(update("u", shared), VERSION)
+    cache.update(update("u", shared, leader=LEADER_DURING_DELETE), VERSION)
+    assert cache.topic_id("t") == shared
+    cache.update(update("t", first), VERSION)
+    assert cache.topic_name(first) == "t"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import logging
 import os
 import threading
 import uuid
@@ -29,6 +30,7 @@ from storage.chore import run_chore
 from storage.clock import Clock, wall_clock_ms
 from storage.config import LogConfig
 from storage.partition_log import PartitionLog, Truncation
+from tests.wirebroker.cluster_harness import PartitionState, leader_and_isr_request
 from tests.wirebroker.held_worker import Held
 from tests.wirebroker.helpers import decode_records, trio_clock
 from wirebroker.broker import Broker
@@ -422,6 +424,45 @@ def test_leader_and_isr_every_version(tmp_path: Path, version: int) -> None:
         assert response.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     finally:
         broker.close()
+
+
+@pytest.mark.parametrize(
+    ("topic", "index"), [("", 0), ("\u00fc\u0000", 0), ("t\n", 0), ("t", -4), ("t", -(2**31))]
+)
+def test_a_partition_no_log_can_be_named_for_is_a_storage_error(
+    tmp_path: Path, topic: str, index: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by the cluster-member fuzz: naming the log's directory raised ValueError in the
+    # handler (UNKNOWN_SERVER_ERROR for the whole request, a traceback) and left the partition
+    # "being created", so the next request for it raised KeyError; "t\n" made a directory a
+    # restart does not load. Kafka answers KAFKA_STORAGE_ERROR for a partition whose log cannot
+    # be made (ReplicaManager.makeLeaders); the request's other partitions apply.
+    def request(good: int) -> LeaderAndIsrRequest:
+        states = [
+            PartitionState(name, uuid.uuid4(), i, leader=1, leader_epoch=0, isr=[1], replicas=[1])
+            for name, i in [(topic, index), ("good", good)]
+        ]
+        return leader_and_isr_request(states, controller_id=9, controller_epoch=1, live_leaders={})
+
+    broker = open_broker(tmp_path)
+    try:
+        for good in range(2):  # the second met what the first left
+            response = call(broker, request(good), 2)
+            assert response.error_code == ErrorCode.NONE
+            errors = [
+                (p.topic_name, p.partition_index, p.error_code) for p in response.partition_errors
+            ]
+            assert errors == [
+                (topic, index, ErrorCode.KAFKA_STORAGE_ERROR),
+                ("good", good, ErrorCode.NONE),
+            ]
+        assert sorted(d.name for d in (tmp_path / "data").iterdir() if d.is_dir()) == [
+            "good-0",
+            "good-1",
+        ]
+    finally:
+        broker.close()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
 def test_stale_broker_epoch(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ found has a deterministic regression test at the end of the module.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import uuid
@@ -33,11 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.api import decode_response
-from protocol.errors import EncodeError, ErrorCode
+from protocol.errors import ErrorCode
 from protocol.messages import APIS
 from protocol.messages.alter_client_quotas import AlterClientQuotasRequest
 from protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest
@@ -45,7 +42,7 @@ from protocol.messages.api_versions import ApiVersionsRequest
 from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.join_group import JoinGroupRequest
 from protocol.messages.leader_and_isr import LeaderAndIsrRequest
-from protocol.messages.metadata import MetadataRequest
+from protocol.messages.metadata import MetadataRequest, MetadataResponse
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.stop_replica import StopReplicaRequest
@@ -53,7 +50,7 @@ from protocol.messages.sync_group import SyncGroupRequest
 from protocol.record_batch import SimpleRecord
 from protocol.record_builder import build_record_batch
 from protocol.schema import Message
-from tests.protocol.strategies import messages
+from tests.wirebroker.fuzz_harness import Fuzzed, Records, fuzz_versions, metadata_of, recording
 from tests.wirebroker.fuzz_values import Known, scalars
 from tests.wirebroker.helpers import (
     RawClient,
@@ -65,7 +62,6 @@ from tests.wirebroker.helpers import (
     produce_request,
     wait_until,
 )
-from wirebroker import dispatch
 from wirebroker.dispatch import VERSIONS
 from wirebroker.embed import run_broker
 
@@ -86,106 +82,31 @@ GROUP = "fuzz-group"
 #: A group with a member (session 30 min, rebalances of 200 ms) from the start of the fuzz.
 LIVE_GROUP = "fuzz-live"
 TRANSACTIONAL_ID = "fuzz-txn"
-#: How long an answer may take: the fuzz's waits (timeouts, max_wait_ms) are at most 500 ms.
-ANSWER_TIMEOUT = 10.0
 #: Examples per API key: about 50 s for the module's 58 keys on a two-core machine; more for a
 #: longer campaign (WIREBROKER_FUZZ_EXAMPLES=5000).
 EXAMPLES = int(os.environ.get("WIREBROKER_FUZZ_EXAMPLES", "250"))
-HEALTH_VERSIONS = ApiVersionsRequest(client_software_name="fuzz", client_software_version="1")
 
 
-_FORMAT = logging.Formatter("%(levelname)s %(name)s: %(message)s")  # with its traceback
-
-
-class Records(logging.Handler):
-    """Every log record at WARNING and above, and the dispatcher's at INFO (where a handler's
-    KafkaError is told), as it is made."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def bugs(self, since: int) -> list[str]:
-        """Records since `since` that say the broker met a bug: a traceback, an unexpected
-        error, anything at ERROR, a handler failing to encode its own answer (an EncodeError
-        is a KafkaError, so the dispatcher answers it as a refusal)."""
-        return [
-            _FORMAT.format(r)
-            for r in self.records[since:]
-            if r.exc_info
-            or r.levelno >= logging.ERROR
-            or "unexpected error" in r.getMessage()
-            or any(isinstance(a, EncodeError) for a in r.args or ())
-        ]
-
-    def closed_deliberately(self, since: int) -> bool:
-        return any(
-            r.getMessage().startswith("closing connection from") for r in self.records[since:]
-        )
-
-
-class Fuzzed:
+class Standalone(Fuzzed):
     """The module's broker and what the fuzz knows of it."""
 
     def __init__(self, bootstrap: str, records: Records, known: Known) -> None:
-        self.bootstrap = bootstrap
-        self.records = records
+        super().__init__(bootstrap, records, scalars(known), list(TOPICS))
         self.known = known
-        self.values = scalars(known)
-        self._requests: dict[tuple[int, int], st.SearchStrategy[Any]] = {}
 
-    def requests(self, api_key: int, version: int) -> st.SearchStrategy[Any]:
-        key = (api_key, version)
-        if key not in self._requests:
-            cls = APIS[api_key].request_class()
-            requests = messages(cls, version, self.values)
-            if cls is AlterClientQuotasRequest:
-                requests = requests.map(_validated_only)
-            self._requests[key] = requests
-        return self._requests[key]
+    def shape(self, cls: type[Message], requests: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return requests.map(_validated_only) if cls is AlterClientQuotasRequest else requests
 
-    def exchange(self, body: Message, version: int, client_id: str | None) -> None:
-        """Send `body` on a new connection; check its answer, the log and the broker's health."""
-        since = len(self.records.records)
-        api_key, asked = body.API_KEY, version
-        with RawClient(self.bootstrap, client_id=client_id, timeout=ANSWER_TIMEOUT) as c:
-            correlation_id = c.send(body, version)
-            if isinstance(body, ProduceRequest) and body.acks == 0:
-                # Not answered: the next request is, unless the produce failed (then closed).
-                api_key, asked = ApiVersionsRequest.API_KEY, 0
-                correlation_id = c.send(ApiVersionsRequest(), asked)
-            try:
-                frame = c.receive_frame()
-            except ConnectionError:
-                wait_until(  # logged before the close: a short wait keeps shrinking short
-                    lambda: self.records.closed_deliberately(since),
-                    timeout=2,
-                    what="a warning saying why the connection was closed",
-                )
-            else:
-                answer = decode_response(frame, api_key, asked)
-                assert answer.header.correlation_id == correlation_id
-        assert not self.records.bugs(since), "\n".join(self.records.bugs(since))
-        self.check_health()
-        if body.API_KEY == DeleteGroupsRequest.API_KEY:
-            _commit(self.bootstrap)  # the group with offsets, again
-        assert not self.records.bugs(since), "\n".join(self.records.bugs(since))
-
-    def check_health(self) -> None:
-        """ApiVersions and Metadata answered on a fresh connection; the module's topics made
-        again if the fuzz deleted them."""
-        with RawClient(self.bootstrap, timeout=ANSWER_TIMEOUT) as c:
-            versions = c.request(HEALTH_VERSIONS, 3)
-            assert versions.error_code == ErrorCode.NONE
-            metadata = c.request(_metadata_of(list(TOPICS)), 12)
+    def restore(self, body: Message, metadata: MetadataResponse) -> None:
+        """The module's topics made again if the fuzz deleted them, its group's offsets
+        committed again if it deleted groups."""
         assert metadata.brokers
         for t in metadata.topics:
-            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and t.name in TOPICS:
                 made = partial(_created, self.bootstrap, t.name)
                 wait_until(made, what=f"{t.name} made again")
+        if body.API_KEY == DeleteGroupsRequest.API_KEY:
+            _commit(self.bootstrap)  # the group with offsets, again
 
 
 def _validated_only(request: AlterClientQuotasRequest) -> AlterClientQuotasRequest:
@@ -194,13 +115,6 @@ def _validated_only(request: AlterClientQuotasRequest) -> AlterClientQuotasReque
     (storing them is tests/wirebroker/test_quotas.py's)."""
     request.validate_only = True
     return request
-
-
-def _metadata_of(topics: list[str]) -> MetadataRequest:
-    return MetadataRequest(
-        topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-        allow_auto_topic_creation=False,
-    )
 
 
 def _created(bootstrap: str, name: str) -> bool:
@@ -229,7 +143,7 @@ def _known(bootstrap: str, log_dir: Path) -> Known:
         assert (
             added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
         )
-        metadata = c.request(_metadata_of(list(TOPICS)), 12)
+        metadata = c.request(metadata_of(list(TOPICS)), 12)
         member_id, generation = _join(c)
     return Known(
         topics=dict(TOPICS),
@@ -278,43 +192,19 @@ def _join(c: RawClient) -> tuple[str, int]:
 
 
 @pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     log_dir = tmp_path_factory.mktemp("fuzzed")
-    records = Records()
-    root, dispatcher = logging.getLogger(), logging.getLogger(dispatch.__name__)
-    root.addHandler(records)
-    level = dispatcher.level
-    dispatcher.setLevel(logging.INFO)
-    try:
-        with run_broker({**BROKER_PROPERTIES, "log.dirs": str(log_dir)}) as bootstrap:
-            fuzzed = Fuzzed(bootstrap, records, _known(bootstrap, log_dir))
-            yield fuzzed
-        assert not records.bugs(0), "\n".join(records.bugs(0))
-    finally:
-        dispatcher.setLevel(level)
-        root.removeHandler(records)
-
-
-CLIENT_IDS = st.sampled_from([None, "", "fuzz", "a" * 300])
+    with (
+        recording() as records,
+        run_broker({**BROKER_PROPERTIES, "log.dirs": str(log_dir)}) as bootstrap,
+    ):
+        yield Standalone(bootstrap, records, _known(bootstrap, log_dir))
 
 
 @pytest.mark.timeout(120)  # shrinking a failure takes longer than the examples
 @pytest.mark.parametrize("api_key", sorted(VERSIONS), ids=lambda k: APIS[k].name)
-def test_every_request_is_answered_or_refused(fuzzed: Fuzzed, api_key: int) -> None:
-    lo, hi = VERSIONS[api_key]
-
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(data=st.data())
-    def fuzz(data: st.DataObject) -> None:
-        version = data.draw(st.integers(lo, hi), label="version")
-        body = data.draw(fuzzed.requests(api_key, version), label="request")
-        fuzzed.exchange(body, version, data.draw(CLIENT_IDS, label="client_id"))
-
-    fuzz()
+def test_every_request_is_answered_or_refused(fuzzed: Standalone, api_key: int) -> None:
+    fuzz_versions(fuzzed, api_key, EXAMPLES)
 
 
 # Regressions: what the fuzz found, each answered as Kafka 3.9 answers it ---------------------
@@ -336,7 +226,7 @@ def _leader_and_isr_v2() -> LeaderAndIsrRequest:
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("version", [2, 3, 4])
-def test_a_refused_leader_and_isr_before_v5_is_answered(fuzzed: Fuzzed, version: int) -> None:
+def test_a_refused_leader_and_isr_before_v5_is_answered(fuzzed: Standalone, version: int) -> None:
     # The refusal was built with v5's `topics`, which v2-v4 cannot carry: the answer failed to
     # encode and the connection closed after an unexpected error. Kafka lists each partition
     # with the error (LeaderAndIsrRequest.getErrorResponse).
@@ -351,7 +241,7 @@ def test_a_refused_leader_and_isr_before_v5_is_answered(fuzzed: Fuzzed, version:
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("version", [1, 2, 3])
-def test_a_refused_stop_replica_lists_its_partitions(fuzzed: Fuzzed, version: int) -> None:
+def test_a_refused_stop_replica_lists_its_partitions(fuzzed: Standalone, version: int) -> None:
     # Found beside the LeaderAndIsr refusal: from v1 the refusal mirrored no partition (the
     # generic error response looks for v0's list); Kafka lists each with the error.
     request = StopReplicaRequest(controller_id=0, controller_epoch=1, broker_epoch=-1)
@@ -375,7 +265,7 @@ def test_a_refused_stop_replica_lists_its_partitions(fuzzed: Fuzzed, version: in
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("version", [10, 11])
-def test_metadata_before_v12_refuses_topics_by_id(fuzzed: Fuzzed, version: int) -> None:
+def test_metadata_before_v12_refuses_topics_by_id(fuzzed: Standalone, version: int) -> None:
     # A topic by id (null name) was looked up, and its null name failed to encode (v10 and v11
     # cannot carry one): the connection closed after an unexpected error. Kafka refuses ids and
     # null names before v12, each topic answered INVALID_REQUEST (a null name as "").
@@ -407,7 +297,7 @@ def test_metadata_before_v12_refuses_topics_by_id(fuzzed: Fuzzed, version: int) 
     ],
 )
 def test_a_quota_beyond_its_type_is_refused(
-    fuzzed: Fuzzed, key: str, value: float, code: ErrorCode
+    fuzzed: Standalone, key: str, value: float, code: ErrorCode
 ) -> None:
     # An infinite long quota raised OverflowError (a NaN ValueError) in the handler, answered
     # UNKNOWN_SERVER_ERROR with a traceback; a finite one beyond a long was taken whole. Kafka's
@@ -424,7 +314,7 @@ def test_a_quota_beyond_its_type_is_refused(
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("retention_ms", [2**63 - 1, -5])
-def test_a_commit_whose_expiry_is_past_is_taken(fuzzed: Fuzzed, retention_ms: int) -> None:
+def test_a_commit_whose_expiry_is_past_is_taken(fuzzed: Standalone, retention_ms: int) -> None:
     # OffsetCommit v2-v4's retention plus now overflowed an int64: the OffsetCommitValue failed
     # to encode and the handler's EncodeError was answered as a refusal; any negative retention
     # was taken as none (-1, the broker's). Kafka's Long sum wraps and only -1 means none: either
@@ -473,7 +363,7 @@ def _two_producers(acks: int) -> ProduceRequest:
 
 
 @pytest.mark.timeout(30)
-def test_an_acks_0_produce_refused_whole_closes_the_connection(fuzzed: Fuzzed) -> None:
+def test_an_acks_0_produce_refused_whole_closes_the_connection(fuzzed: Standalone) -> None:
     # It was answered with a Produce response, which an acks=0 producer does not read: it took
     # it for the answer to its next request. Kafka's ProduceRequest.getErrorResponse is null
     # for acks=0: the connection is closed, as for a partition's failure.
@@ -491,7 +381,7 @@ def test_an_acks_0_produce_refused_whole_closes_the_connection(fuzzed: Fuzzed) -
 
 
 @pytest.mark.timeout(30)
-def test_a_log_dir_path_with_a_nul_is_not_found(fuzzed: Fuzzed) -> None:
+def test_a_log_dir_path_with_a_nul_is_not_found(fuzzed: Standalone) -> None:
     # Resolving the path raised ValueError (embedded null byte) in the handler, answered
     # UNKNOWN_SERVER_ERROR with a traceback. Kafka compares it with its log dirs: not one.
     move = AlterReplicaLogDirsRequest.AlterReplicaLogDir(

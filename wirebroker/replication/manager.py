@@ -35,6 +35,7 @@ from protocol.messages.update_metadata import UpdateMetadataRequest
 from protocol.primitives import ZERO_UUID
 from storage.chore import Chore
 from storage.errors import KafkaStorageError
+from storage.layout import partition_dir_problem
 from wirebroker.java_hashing import string_hash
 from wirebroker.partition import Partition, PendingIsr, TopicPartition
 from wirebroker.peer import PeerClient, PeerError, PeerSecurity
@@ -440,6 +441,14 @@ class ReplicaManager:
                 log.warning("%s-%d: not in the assigned replicas %s", *key, s.replicas)
                 errors[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
+            if p is None and (problem := partition_dir_problem(*key)) is not None:
+                # No controller of Kafka's sends one (its topic creation refuses the name). Kafka
+                # 3.9 would make a directory its restart refuses (`-0`) or loads as another
+                # partition (`t--4` as t-'s 4), or fail the whole request (a NUL); here it is a
+                # log that cannot be made, answered for its partition as Kafka's makeLeaders.
+                log.warning("%r partition %d: no log can be made: %s", *key, problem)
+                errors[key] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
             try:
                 if p is None:
                     p = self._create_partition(tp, request_id, stored.get(tp))
@@ -518,7 +527,7 @@ class ReplicaManager:
         """Make the logs `request` names here that do not exist yet, with their topic ids, off
         the loop (`Broker.make_logs`, one call for all), before `_apply_leader_and_isr`
         applies it: it then finds them. A log that could not be made is left to it (it tries
-        again and answers KAFKA_STORAGE_ERROR)."""
+        again and answers KAFKA_STORAGE_ERROR), as is one no directory can be named for."""
         if request.controller_epoch < self.controller_epoch:
             return
         broker = self.broker
@@ -530,6 +539,7 @@ class ReplicaManager:
                 broker.node_id in s.replicas
                 and tp not in broker.partitions
                 and broker.log_manager.get(tp.topic, tp.partition) is None
+                and partition_dir_problem(tp.topic, tp.partition) is None
             ):
                 wanted[(tp.topic, tp.partition)] = log_config_for(
                     broker.config, broker.topic_overrides(tp.topic)

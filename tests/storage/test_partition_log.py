@@ -125,13 +125,20 @@ def test_read_spans_segments_and_respects_max_bytes(tmp_path: Path) -> None:
     log.close()
 
 
-def test_slices_stay_readable_after_the_segment_is_deleted(tmp_path: Path) -> None:
+def _three_records_for_retention(tmp_path: Path) -> PartitionLog:
+    """A log of three one-batch segments (and an empty active one), committed, which retention
+    deletes whole at its next pass (retention.bytes 0, no delete delay)."""
     size = len(batch(1))
     config = LogConfig(segment_bytes=size, retention_bytes=0, file_delete_delay_ms=0)
     log = open_log(tmp_path / "t-0", config)
     for i in range(3):
         log.append_as_leader(batch(1, tag=i), 0, T0)
     log.update_high_watermark(3)
+    return log
+
+
+def test_slices_stay_readable_after_the_segment_is_deleted(tmp_path: Path) -> None:
+    log = _three_records_for_retention(tmp_path)
     r = log.read(0, 10)
     assert log.apply_retention(T0) == 3
     # Forgotten at once; renamed by the removal chore (in a worker thread: here inline).
@@ -154,6 +161,7 @@ def test_slices_stay_readable_after_the_segment_is_deleted(tmp_path: Path) -> No
     assert log_file.name == f"{0:020d}.log.deleted" and log.take_deleted_files(T0) == []
     for p in due:
         p.unlink(missing_ok=True)
+    config = log.config
     log.close()
     assert log_file.exists()  # left to recovery
     log = open_log(tmp_path / "t-0", config)
@@ -530,12 +538,7 @@ def test_deleted_segments_are_freed_without_the_collector(tmp_path: Path) -> Non
     becomes garbage is never collected: the segments retention deletes, and a deleted log's,
     must be freed by reference counting alone (each segment's file handle calls it back when
     closed: once detached, it lets go)."""
-    size = len(batch(1))
-    config = LogConfig(segment_bytes=size, retention_bytes=0, file_delete_delay_ms=0)
-    log = open_log(tmp_path / "t-0", config)
-    for i in range(3):
-        log.append_as_leader(batch(1, tag=i), 0, T0)
-    log.update_high_watermark(3)
+    log = _three_records_for_retention(tmp_path)
     gc.collect()
     gc.disable()
     try:

@@ -331,12 +331,12 @@ class GroupCoordinator:
         pending = self._pending_commits.get(group_id) or Counter()
         fenced = [tp for tp in pending if tp in dropped]
         kvs: list[tuple[bytes, bytes | None]] = [
-            (records.offset_key(group_id, t, p), None) for t, p in [*gone, *fenced]
-        ]
+            (records.offset_key(group_id, t, p), None) for t, p in dict.fromkeys([*gone, *fenced])
+        ]  # one tombstone a partition, committed and being committed alike
         positions = self._commit_positions.get(group_id, {})
         for tp in gone:
             positions.pop(tp, None)
-        self.txn_offsets.drop_partitions(group_id, [*gone, *dropped])
+        self.txn_offsets.drop_partitions(group_id, [*dropped] if dropped else gone)
         dead = (
             group.state == GroupState.EMPTY
             and not group.offsets

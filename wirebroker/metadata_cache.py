@@ -125,7 +125,8 @@ class MetadataCache:
         """Apply an UpdateMetadata request (any version); returns the deleted partitions.
 
         As Kafka's ZkMetadataCache: the live brokers and the controller are replaced, partition
-        states are upserted (a leader of -2 deletes the partition), topic ids are merged.
+        states are upserted (a leader of -2 deletes the partition), topic ids are merged (a
+        topic sent with the zero id, as every one in v5 and v6, loses the id it had).
         """
         brokers: dict[int, BrokerInfo] = {}
         for b in request.live_brokers:
@@ -151,17 +152,22 @@ class MetadataCache:
                 for t in request.topic_states
                 for s in t.partition_states
             ]
-            for t in request.topic_states:
-                if version >= 7 and t.topic_id != ZERO_UUID:
-                    self._set_topic_id(t.topic_name, t.topic_id)
+            for t in request.topic_states:  # v5 and v6 have no ids: every one zero
+                topic_id = t.topic_id if version >= 7 else ZERO_UUID
+                if topic_id != ZERO_UUID:
+                    self._set_topic_id(t.topic_name, topic_id)
+                elif t.topic_name in self.topic_ids:
+                    self.derived.pop(t.topic_name, None)
+                    self._forget_topic(t.topic_name)
         else:
             states = request.ungrouped_partition_states
-        deleted: list[tuple[str, int]] = []
+        deleted: dict[tuple[str, int], None] = {}  # in order, without those given again
         for s in states:
             if s.leader == LEADER_DURING_DELETE:
                 if self.remove_partition(s.topic_name, s.partition_index):
-                    deleted.append((s.topic_name, s.partition_index))
+                    deleted[s.topic_name, s.partition_index] = None
                 continue
+            deleted.pop((s.topic_name, s.partition_index), None)
             self.derived.pop(s.topic_name, None)
             self.partitions.setdefault(s.topic_name, {})[s.partition_index] = PartitionInfo(
                 s.topic_name,
@@ -175,7 +181,7 @@ class MetadataCache:
                 s.controller_epoch,
             )
         self.populated.set()
-        return deleted
+        return list(deleted)
 
     def put_partition(self, topic_id: uuid.UUID, partition: PartitionInfo) -> None:
         """Add or replace a partition of the topic with `topic_id` (the embedded broker: one

@@ -1416,7 +1416,7 @@ class PartitionLog:
         for tests and for a failed log directory."""
         self._finish_renames(cancel=True)  # left as they are: recovery deletes them
         for seg in self._segments:
-            seg.log.detach()
+            seg.release_files()
         for _due, seg in self._pending_deletes:
             seg.release_files()
         self._close_descriptors()
@@ -1431,7 +1431,7 @@ class PartitionLog:
         be kept. Open file slices stay readable until released."""
         self._finish_renames(cancel=True)  # the directory goes, and its name may come back
         for seg in self._segments:
-            seg.log.detach()
+            seg.release_files()  # its indexes' descriptors too (the pool is shared)
         for _due, seg in self._pending_deletes:
             seg.release_files()
         self._close_descriptors()

@@ -563,6 +563,22 @@ def test_deleted_segments_are_freed_without_the_collector(tmp_path: Path) -> Non
         gc.enable()
 
 
+def test_a_deleted_or_abandoned_log_closes_every_descriptor_it_opened(tmp_path: Path) -> None:
+    """Found by `make soak`: a deleted topic's segments kept their ``.index`` and
+    ``.timeindex`` descriptors open in the broker's shared pool (until evicted, at half the
+    open-file limit), holding the unlinked files' blocks."""
+    handles = FileHandles()
+    config = LogConfig(segment_bytes=len(batch(1)))
+    for name, end in (("deleted-0", PartitionLog.delete), ("abandoned-0", PartitionLog.abandon)):
+        log = open_log(tmp_path / name, config, handles=handles)
+        for i in range(3):
+            log.append_as_leader(batch(1, tag=i), 0, T0)
+        log.flush()  # every segment's indexes written through the pool
+        assert handles.statistics()["open"] > 3
+        end(log)
+        assert handles.statistics()["open"] == 0, name
+
+
 def test_delete_renames_the_directory(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
     log.append_as_leader(batch(1), 0, T0)

@@ -33,7 +33,8 @@ waited for (Kafka appends those tombstones with acks=0).
 Offsets expire as in Kafka 3.x (`Group.expire_offsets`): every
 `offsets.retention.check.interval.ms` (first at start), offsets older than
 `offsets.retention.minutes` are deleted with tombstones, and an Empty group left without
-offsets, committed or being committed, is removed (a tombstone for its metadata too). OffsetDelete, DeleteGroups and a topic's deletion end the same way, and drop the
+offsets, committed or being committed, is removed (a tombstone for its metadata too if it had a
+generation). OffsetDelete, DeleteGroups and a topic's deletion end the same way, and drop the
 commits of their partitions still being written (Kafka's removeOffsets).
 """
 
@@ -332,7 +333,8 @@ class GroupCoordinator:
     def _cleanup(self, group: Group, tombstoned: list[tuple[str, int]]) -> bool:
         """Tombstones for the group's offsets of partitions `tombstoned` (removed, or being
         committed behind them in the log), and an Empty group left without offsets, committed
-        or being committed (Kafka's hasOffsets), is Dead: removed, its metadata tombstoned too.
+        or being committed (Kafka's hasOffsets), is Dead: removed, with a tombstone for its
+        metadata if it ever had a generation (a group that only stored offsets wrote none).
         Kafka's cleanupGroupMetadata; not awaited, as its acks=0 tombstones. Whether the group
         is Dead."""
         group_id = group.group_id
@@ -353,7 +355,8 @@ class GroupCoordinator:
             self.groups.pop(group_id, None)
             self._commit_positions.pop(group_id, None)
             self.txn_offsets.drop_group(group_id)
-            kvs.append((records.group_key(group_id), None))
+            if group.generation_id > 0:
+                kvs.append((records.group_key(group_id), None))
         if kvs:
             self._append(group_id, kvs)
         return dead

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from functools import partial
-from typing import Any
 
 import pytest
 
+from compat.transactions import group_offset
 from protocol.errors import ErrorCode
 from protocol.messages.delete_groups import DeleteGroupsRequest
 from protocol.messages.delete_topics import DeleteTopicsRequest
@@ -26,10 +26,9 @@ from protocol.messages.describe_groups import DescribeGroupsRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.metadata import MetadataRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
-from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from tests.cluster.processes import Cluster, running_cluster, wait_for
-from tests.wirebroker.helpers import RawClient
+from tests.wirebroker.helpers import RawClient, offset_commit_request, offset_delete_request
 from wirebroker.topics import OFFSETS_TOPIC
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -52,21 +51,6 @@ OVERRIDES = {
 Offsets = dict[tuple[str, int], int]
 
 
-def commit_request(
-    group: str, topic: str, partition: int, offset: int, retention_ms: int = -1
-) -> OffsetCommitRequest:
-    """A commit without group management (generation -1); v2-v4 carry `retention_ms`."""
-    committed = OffsetCommitRequest.OffsetCommitRequestPartition(
-        partition_index=partition, committed_offset=offset
-    )
-    return OffsetCommitRequest(
-        group_id=group,
-        generation_id_or_member_epoch=-1,
-        retention_time_ms=retention_ms,
-        topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[committed])],
-    )
-
-
 def committed(c: RawClient, request: OffsetCommitRequest, version: int) -> None:
     """Commit, again while the coordinator still loads (a new `__consumer_offsets`)."""
 
@@ -77,38 +61,22 @@ def committed(c: RawClient, request: OffsetCommitRequest, version: int) -> None:
     wait_for(done, 30, f"a commit of {request.group_id}")
 
 
-def fetched(c: RawClient, group: str, require_stable: bool = False) -> dict[tuple[str, int], Any]:
-    """OffsetFetch v8 of every committed partition of `group`: offset, or error if not NONE."""
+def fetched(c: RawClient, group: str) -> Offsets:
+    """The group's committed offsets (OffsetFetch v8 of every partition)."""
     request = OffsetFetchRequest(
-        groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)],
-        require_stable=require_stable,
+        groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)]
     )
     (answer,) = c.request(request, 8).groups
     assert answer.error_code == E.NONE, answer
     return {
-        (t.name, p.partition_index): p.error_code or p.committed_offset
-        for t in answer.topics
-        for p in t.partitions
+        (t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions
     }
 
 
-def unstable(c: RawClient, group: str, topic: str, partition: int) -> bool:
+def unstable(bootstrap: str, group: str, topic: str, partition: int) -> bool:
     """Whether `group` has a commit of the partition in flight (require_stable says so)."""
-    request = OffsetFetchRequest(
-        groups=[
-            OffsetFetchRequest.OffsetFetchRequestGroup(
-                group_id=group,
-                topics=[
-                    OffsetFetchRequest.OffsetFetchRequestTopics(
-                        name=topic, partition_indexes=[partition]
-                    )
-                ],
-            )
-        ],
-        require_stable=True,
-    )
-    (answer,) = c.request(request, 8).groups
-    return bool(answer.topics[0].partitions[0].error_code == E.UNSTABLE_OFFSET_COMMIT)
+    found = group_offset(bootstrap, group, topic, partition)
+    return bool(found["require_stable_error"] == E.UNSTABLE_OFFSET_COMMIT)
 
 
 def state(c: RawClient, group: str) -> str:
@@ -150,39 +118,32 @@ def test_commits_in_flight_when_their_offsets_are_removed(kind: str) -> None:
             "topic-deleted": (DELETED, 0),
         }
         pending = {**groups, "expiring": (TOPIC, 3)}
-        with RawClient(address(cluster, leader), timeout=30) as c, ExitStack() as closing:
+        leader_at = address(cluster, leader)
+        with RawClient(leader_at, timeout=30) as c, ExitStack() as closing:
             # a connection per commit in flight: a broker reads a connection's next request
             # only once it answered the one before
             in_flight = {
-                g: closing.enter_context(RawClient(address(cluster, leader), timeout=90))
-                for g in pending
+                g: closing.enter_context(RawClient(leader_at, timeout=90)) for g in pending
             }
             for group, (topic, partition) in groups.items():
-                committed(c, commit_request(group, topic, partition, 5), 8)
+                committed(c, offset_commit_request(group, topic, {partition: 5}), 8)
             # (v2: with its own retention) the last commit before the pause
-            committed(c, commit_request("expiring", TOPIC, 2, 5, RETENTION_MS), 2)
+            request = offset_commit_request(
+                "expiring", TOPIC, {2: 5}, retention_time_ms=RETENTION_MS
+            )
+            committed(c, request, 2)
 
             cluster.pause(stopped)
             try:
                 sent = {
-                    g: in_flight[g].send(commit_request(g, topic, partition, 9), 8)
+                    g: in_flight[g].send(offset_commit_request(g, topic, {partition: 9}), 8)
                     for g, (topic, partition) in pending.items()
                 }
                 for group, (topic, partition) in pending.items():
                     what = f"{group}'s commit in flight"
-                    wait_for(partial(unstable, c, group, topic, partition), 10, what)
+                    wait_for(partial(unstable, leader_at, group, topic, partition), 10, what)
 
-                offset_delete = OffsetDeleteRequest(
-                    group_id="offset-deleted",
-                    topics=[
-                        OffsetDeleteRequest.OffsetDeleteRequestTopic(
-                            name=TOPIC,
-                            partitions=[
-                                OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)
-                            ],
-                        )
-                    ],
-                )
+                offset_delete = offset_delete_request("offset-deleted", TOPIC, [0])
                 answer = c.request(offset_delete, 0)
                 assert answer.error_code == answer.topics[0].partitions[0].error_code == E.NONE
                 answer = c.request(DeleteGroupsRequest(groups_names=["group-deleted"]), 2)
@@ -202,7 +163,7 @@ def test_commits_in_flight_when_their_offsets_are_removed(kind: str) -> None:
                     RETENTION_MS / 1000 + 20,
                     "the expiry of the offset without a commit in flight",
                 )
-                assert unstable(c, "expiring", TOPIC, 3)
+                assert unstable(leader_at, "expiring", TOPIC, 3)
                 assert state(c, "expiring") == "Empty"
             finally:
                 cluster.resume(stopped)

@@ -17,7 +17,6 @@ from protocol.errors import ErrorCode
 from protocol.messages.delete_topics import DeleteTopicsRequest
 from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
-from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from tests.broker_process import broker_process
 from tests.wirebroker.helpers import (
@@ -26,6 +25,7 @@ from tests.wirebroker.helpers import (
     decode_records,
     fetch_raw,
     make_coordinator_topics,
+    offset_delete_request,
     wait_until,
 )
 from wirebroker.group import records
@@ -218,17 +218,7 @@ def test_only_a_group_that_had_a_generation_gets_a_metadata_tombstone(
             consumer.close()
 
         # OffsetDelete empties the one, DeleteGroups removes the other
-        offset_delete = OffsetDeleteRequest(
-            group_id="offsets-only",
-            topics=[
-                OffsetDeleteRequest.OffsetDeleteRequestTopic(
-                    name=topic,
-                    partitions=[
-                        OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)
-                    ],
-                )
-            ],
-        )
+        offset_delete = offset_delete_request("offsets-only", topic, [0])
         with RawClient(broker.bootstrap) as c:
             assert c.request(offset_delete, 0).error_code == E.NONE
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})

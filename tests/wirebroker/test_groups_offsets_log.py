@@ -80,6 +80,18 @@ def listed_groups(bootstrap: str) -> set[str]:
     return {g.group_id for g in result.valid}
 
 
+def group_consumer(bootstrap: str, group: str) -> Consumer:
+    """A consumer of `group` that reads from the start and commits when told."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+
+
 def test_expired_offsets_take_their_empty_group(tmp_path: Path, topic: str) -> None:
     properties = {
         "offsets.topic.num.partitions": "1",
@@ -154,14 +166,7 @@ def test_a_deleted_topic_takes_its_offsets_and_their_empty_group(
         for i in range(8):
             producer.produce(topic, value=b"%d" % i)
         assert producer.flush(15) == 0
-        consumer = Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": "both",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
+        consumer = group_consumer(broker.bootstrap, "both")
         try:
             consumer.subscribe([topic])
             values: list[bytes] = []
@@ -198,14 +203,7 @@ def test_only_a_group_that_had_a_generation_gets_a_metadata_tombstone(
         producer.produce(topic, value=b"x")
         assert producer.flush(15) == 0
         # a consumer group: a generation formed, an offset committed, the member gone (Empty)
-        consumer = Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": "formed",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
+        consumer = group_consumer(broker.bootstrap, "formed")
         try:
             consumer.subscribe([topic])
             message = None
@@ -230,7 +228,8 @@ def test_only_a_group_that_had_a_generation_gets_a_metadata_tombstone(
             return {key for _, key, value in stored if key is not None and value is None}
 
         wanted = {records.offset_key(g, topic, 0) for g in ("offsets-only", "formed")}
-        written = wait_until(lambda: wanted <= tombstones() and tombstones(), 10, 0.1)
+        wait_until(lambda: wanted <= tombstones(), 10, 0.1, "the offsets' tombstones")
+        written = tombstones()
         assert records.group_key("formed") in written
         assert records.group_key("offsets-only") not in written
 

@@ -46,6 +46,7 @@ from protocol.messages.init_producer_id import InitProducerIdRequest
 from protocol.messages.list_offsets import ListOffsetsRequest
 from protocol.messages.metadata import MetadataResponse
 from protocol.messages.offset_commit import OffsetCommitRequest
+from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.produce import ProduceRequest
 from protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake import SaslHandshakeRequest
@@ -642,6 +643,22 @@ def offset_commit_request(
             )
         ],
         **fields,
+    )
+
+
+def offset_delete_request(group: str, topic: str, partitions: Sequence[int]) -> OffsetDeleteRequest:
+    """OffsetDelete of the group's offsets of `partitions` of `topic`."""
+    return OffsetDeleteRequest(
+        group_id=group,
+        topics=[
+            OffsetDeleteRequest.OffsetDeleteRequestTopic(
+                name=topic,
+                partitions=[
+                    OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p)
+                    for p in partitions
+                ],
+            )
+        ],
     )
 
 

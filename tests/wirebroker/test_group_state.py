@@ -397,6 +397,14 @@ def test_an_offset_with_its_own_expiry_time_expires_then() -> None:
     assert busy.expire_offsets(300, RETENTION) == []
 
 
+def test_an_offset_with_a_commit_in_flight_waits() -> None:
+    """As Kafka's getExpiredOffsets: not while a commit of its partition is being written."""
+    group = Group("simple", 0)
+    committed(group, ("busy", 0), ("idle", 0))
+    assert group.expire_offsets(RETENTION, RETENTION, pending={("busy", 0)}) == [("idle", 0)]
+    assert group.expire_offsets(RETENTION, RETENTION) == [("busy", 0)]
+
+
 def test_an_offset_value_with_an_expiry_time_is_written_at_version_1() -> None:
     value = OffsetCommitValue(offset=5, leader_epoch=-1, metadata="m", commit_timestamp=9)
     value.expire_timestamp = 100

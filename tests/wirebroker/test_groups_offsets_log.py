@@ -1,7 +1,8 @@
 """`__consumer_offsets` over a broker's life, with real broker processes: offsets expire and take
 their Empty group with them (`offsets.retention.minutes`), a deleted topic's offsets go too
-(and a topic made again under its name is read from the start), and a big partition loads at
-start beside the event loop, its groups answering COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
+(and a topic made again under its name is read from the start), a removed group's metadata is
+tombstoned only if it had a generation, and a big partition loads at start beside the event
+loop, its groups answering COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
 
 from __future__ import annotations
 
@@ -18,7 +19,17 @@ from protocol.messages.find_coordinator import FindCoordinatorRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from tests.broker_process import broker_process
-from tests.wirebroker.helpers import RawClient, create_topic, make_coordinator_topics, wait_until
+from tests.wirebroker.helpers import (
+    RawClient,
+    create_topic,
+    decode_records,
+    fetch_raw,
+    make_coordinator_topics,
+    offset_delete_request,
+    wait_until,
+)
+from wirebroker.group import records
+from wirebroker.topics import OFFSETS_TOPIC
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +78,18 @@ def listed_groups(bootstrap: str) -> set[str]:
     result = admin.list_consumer_groups(request_timeout=10).result(timeout=15)
     assert not result.errors, result.errors
     return {g.group_id for g in result.valid}
+
+
+def group_consumer(bootstrap: str, group: str) -> Consumer:
+    """A consumer of `group` that reads from the start and commits when told."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
 
 
 def test_expired_offsets_take_their_empty_group(tmp_path: Path, topic: str) -> None:
@@ -143,14 +166,7 @@ def test_a_deleted_topic_takes_its_offsets_and_their_empty_group(
         for i in range(8):
             producer.produce(topic, value=b"%d" % i)
         assert producer.flush(15) == 0
-        consumer = Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": "both",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
+        consumer = group_consumer(broker.bootstrap, "both")
         try:
             consumer.subscribe([topic])
             values: list[bytes] = []
@@ -167,6 +183,60 @@ def test_a_deleted_topic_takes_its_offsets_and_their_empty_group(
         broker.restart()
         wait_until(lambda: committed(broker.bootstrap, "both") == {(other, 0): 4}, 15, 0.1)
         assert "only-deleted" not in listed_groups(broker.bootstrap)
+
+
+@pytest.mark.timeout(60)
+def test_only_a_group_that_had_a_generation_gets_a_metadata_tombstone(
+    tmp_path: Path, topic: str
+) -> None:
+    """Kafka's cleanupGroupMetadata tombstones a removed group's metadata only if its generation
+    is above 0: a group that only stored offsets never wrote metadata. Both groups' offsets are
+    tombstoned, and neither group comes back after a restart."""
+    properties = {"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
+    with broker_process(tmp_path, properties) as broker:
+        create_topic(broker.bootstrap, topic, 1)
+        make_coordinator_topics(broker.bootstrap, (0,))
+        with RawClient(broker.bootstrap) as c:
+            answer = c.request(commit_request("offsets-only", topic, {0: 5}), 8)
+            assert answer.topics[0].partitions[0].error_code == E.NONE
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce(topic, value=b"x")
+        assert producer.flush(15) == 0
+        # a consumer group: a generation formed, an offset committed, the member gone (Empty)
+        consumer = group_consumer(broker.bootstrap, "formed")
+        try:
+            consumer.subscribe([topic])
+            message = None
+            deadline = time.monotonic() + 20
+            while message is None and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+            assert message is not None and message.error() is None
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+
+        # OffsetDelete empties the one, DeleteGroups removes the other
+        offset_delete = offset_delete_request("offsets-only", topic, [0])
+        with RawClient(broker.bootstrap) as c:
+            assert c.request(offset_delete, 0).error_code == E.NONE
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.delete_consumer_groups(["formed"], request_timeout=10)["formed"].result(timeout=15)
+        assert not {"offsets-only", "formed"} & listed_groups(broker.bootstrap)
+
+        def tombstones() -> set[bytes]:
+            stored = decode_records(fetch_raw(broker.bootstrap, OFFSETS_TOPIC).records)
+            return {key for _, key, value in stored if key is not None and value is None}
+
+        wanted = {records.offset_key(g, topic, 0) for g in ("offsets-only", "formed")}
+        wait_until(lambda: wanted <= tombstones(), 10, 0.1, "the offsets' tombstones")
+        written = tombstones()
+        assert records.group_key("formed") in written
+        assert records.group_key("offsets-only") not in written
+
+        broker.restart()
+        wait_until(lambda: committed(broker.bootstrap, "formed") == {}, 15, 0.1, "loaded")
+        assert committed(broker.bootstrap, "offsets-only") == {}
+        assert not {"offsets-only", "formed"} & listed_groups(broker.bootstrap)
 
 
 PARTITIONS = 100

@@ -22,7 +22,6 @@ from protocol.messages.join_group import JoinGroupRequest
 from protocol.messages.leave_group import LeaveGroupRequest
 from protocol.messages.list_groups import ListGroupsRequest
 from protocol.messages.offset_commit import OffsetCommitRequest
-from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from tests.broker_process import BrokerProcess
@@ -32,6 +31,7 @@ from tests.wirebroker.helpers import (
     find_coordinator,
     make_coordinator_topics,
     offset_commit_request,
+    offset_delete_request,
 )
 
 pytestmark = pytest.mark.integration
@@ -290,17 +290,7 @@ def test_list_describe_delete_and_offset_delete(broker: BrokerProcess, topic: st
         assert group in {g.group_id for g in classic}
         assert c.request(ListGroupsRequest(types_filter=["consumer"]), 5).groups == []
 
-        delete_offsets = OffsetDeleteRequest(
-            group_id=group,
-            topics=[
-                OffsetDeleteRequest.OffsetDeleteRequestTopic(
-                    name=topic,
-                    partitions=[
-                        OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)
-                    ],
-                )
-            ],
-        )
+        delete_offsets = offset_delete_request(group, topic, [0])
         r = c.request(delete_offsets, 0)
         assert r.topics[0].partitions[0].error_code == E.GROUP_SUBSCRIBED_TO_TOPIC
         for version in range(3):

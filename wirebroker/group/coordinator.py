@@ -33,8 +33,9 @@ waited for (Kafka appends those tombstones with acks=0).
 Offsets expire as in Kafka 3.x (`Group.expire_offsets`): every
 `offsets.retention.check.interval.ms` (first at start), offsets older than
 `offsets.retention.minutes` are deleted with tombstones, and an Empty group left without
-offsets is removed (a tombstone for its metadata too). OffsetDelete and DeleteGroups end the
-same way.
+offsets, committed or being committed, is removed (a tombstone for its metadata too if it had a
+generation). OffsetDelete, DeleteGroups and a topic's deletion end the same way, and drop the
+commits of their partitions still being written (Kafka's removeOffsets).
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -104,10 +104,11 @@ class GroupCoordinator:
         #: Per group, the log offset of the commit each partition's offset came from: a commit
         #: acknowledged after a later one must not overwrite it.
         self._commit_positions: dict[str, dict[tuple[str, int], int]] = {}
-        #: Per group, the partitions of commits written but not yet durable, each with how
-        #: many (Kafka's pendingOffsetCommits): OffsetFetch `require_stable` calls them
-        #: unstable, and expiry leaves such a group alone.
-        self._pending_commits: dict[str, Counter[tuple[str, int]]] = {}
+        #: Per group, the partitions of commits written but not yet durable, each with those
+        #: commits (Kafka's pendingOffsetCommits): OffsetFetch `require_stable` calls them
+        #: unstable, expiry keeps their offsets and their group, and a commit is installed
+        #: once durable only if its partition was not removed from here meanwhile.
+        self._pending_commits: dict[str, dict[tuple[str, int], set[object]]] = {}
         #: Offsets committed in transactions that have not ended yet.
         self.txn_offsets = PendingTxnOffsets()
         self._joins: dict[tuple[str, str], _Waiter[JoinResult]] = {}
@@ -287,15 +288,15 @@ class GroupCoordinator:
 
     def expire_offsets(self, now: int) -> None:
         """Delete the offsets whose retention passed, and the Empty groups left without any
-        (Kafka's cleanupGroupMetadata). A group with a commit in flight waits for the next
-        check, so that no tombstone lands behind a commit it would undo."""
+        (Kafka's cleanupGroupMetadata). An offset with a commit of its partition in flight
+        stays until the next check, so that no tombstone lands behind a commit it would
+        undo, and keeps its group."""
         expired = removed = 0
         for group in list(self.groups.values()):
-            if group.group_id in self._pending_commits:
-                continue
-            gone = group.expire_offsets(now, self.retention_ms)
+            pending = self._pending_commits.get(group.group_id, {})
+            gone = group.expire_offsets(now, self.retention_ms, pending)
             expired += len(gone)
-            removed += self._remove_offsets(group, gone)
+            removed += self._cleanup(group, gone)
         if expired or removed:
             log.info("expired %d offsets, removed %d groups", expired, removed)
 
@@ -306,54 +307,58 @@ class GroupCoordinator:
         again under the name is read from where `auto.offset.reset` says, not from the old
         topic's offsets."""
         deleted = set(partitions)
-        removed = 0
-        for group in list(self.groups.values()):
-            gone = [tp for tp in group.offsets if tp in deleted]
-            for tp in gone:
-                del group.offsets[tp]
-            removed += len(gone)
-            self._remove_offsets(group, gone, dropped=deleted)
+        removed = sum(self._remove_offsets(g, deleted) for g in list(self.groups.values()))
         if removed:
             log.info("removed %d offsets of deleted partitions", removed)
 
-    def _remove_offsets(
-        self,
-        group: Group,
-        gone: list[tuple[str, int]],
-        dropped: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset(),
-    ) -> bool:
-        """Write tombstones for offsets `gone` from `group`, and drop its commits of partitions
-        `dropped` still being written (Kafka's removeOffsets): they are not installed when
-        they complete, and a tombstone behind them removes them from the log too. If that
-        leaves the group Empty without offsets, it is Dead: removed, its metadata tombstoned
-        too. Not awaited, as Kafka's acks=0 tombstones. Whether the group was removed."""
+    def _remove_offsets(self, group: Group, partitions: Set[tuple[str, int]]) -> int:
+        """The group forgets its offsets of `partitions`: those committed, and its commits of
+        them still being written, in transactions or not (Kafka's removeOffsets), so that
+        those are not installed when they complete; then `_cleanup`. How many committed
+        offsets it had."""
         group_id = group.group_id
-        pending = self._pending_commits.get(group_id) or Counter()
-        fenced = [tp for tp in pending if tp in dropped]
+        removed = [tp for tp in group.offsets if tp in partitions]
+        for tp in removed:
+            del group.offsets[tp]
+        pending = self._pending_commits.get(group_id, {})
+        fenced = [tp for tp in pending if tp in partitions]
+        for tp in fenced:
+            del pending[tp]
+        if not pending:
+            self._pending_commits.pop(group_id, None)
+        self.txn_offsets.drop_partitions(group_id, [*partitions])
+        self._cleanup(group, [*removed, *fenced])
+        return len(removed)
+
+    def _cleanup(self, group: Group, tombstoned: list[tuple[str, int]]) -> bool:
+        """Tombstones for the group's offsets of partitions `tombstoned` (removed, or being
+        committed behind them in the log), and an Empty group left without offsets, committed
+        or being committed (Kafka's hasOffsets), is Dead: removed, with a tombstone for its
+        metadata if it ever had a generation (a group that only stored offsets wrote none).
+        Kafka's cleanupGroupMetadata; not awaited, as its acks=0 tombstones. Whether the group
+        is Dead."""
+        group_id = group.group_id
         kvs: list[tuple[bytes, bytes | None]] = [
-            (records.offset_key(group_id, t, p), None) for t, p in dict.fromkeys([*gone, *fenced])
+            (records.offset_key(group_id, t, p), None) for t, p in dict.fromkeys(tombstoned)
         ]  # one tombstone a partition, committed and being committed alike
         positions = self._commit_positions.get(group_id, {})
-        for tp in gone:
+        for tp in tombstoned:
             positions.pop(tp, None)
-        self.txn_offsets.drop_partitions(group_id, [*dropped] if dropped else gone)
-        dead = (
-            group.state == GroupState.EMPTY
-            and not group.offsets
-            and not self.txn_offsets.has_group(group_id)
-            and all(tp in dropped for tp in pending)
-        )
-        if dead:
+        if group.state == GroupState.EMPTY and not (
+            group.offsets
+            or group_id in self._pending_commits
+            or self.txn_offsets.has_group(group_id)
+        ):
             group.state = GroupState.DEAD
-            del self.groups[group_id]
+        dead = group.state == GroupState.DEAD
+        if dead:
+            self.groups.pop(group_id, None)
             self._commit_positions.pop(group_id, None)
-            kvs.append((records.group_key(group_id), None))
+            self.txn_offsets.drop_group(group_id)
+            if group.generation_id > 0:
+                kvs.append((records.group_key(group_id), None))
         if kvs:
-            write = self._append(group_id, kvs)
-            if fenced and not dead:  # a commit written before the tombstones is not installed
-                fence = self._commit_positions.setdefault(group_id, {})
-                for tp in fenced:
-                    fence[tp] = _position(write)
+            self._append(group_id, kvs)
         return dead
 
     # -- groups -----------------------------------------------------------------------------
@@ -371,6 +376,7 @@ class GroupCoordinator:
             and not group.members
             and not group.pending_members
             and not group.offsets
+            and group.group_id not in self._pending_commits
             and not self.txn_offsets.has_group(group.group_id)
         ):
             self.groups.pop(group.group_id, None)
@@ -573,9 +579,8 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != GroupState.EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        gone = list(group.offsets)
-        group.offsets.clear()
-        self._remove_offsets(group, gone)
+        group.state = GroupState.DEAD  # its offsets go, and its commits being written
+        self._remove_offsets(group, {*group.offsets, *self._pending_commits.get(group_id, ())})
         return ErrorCode.NONE
 
     # -- offsets ----------------------------------------------------------------------------
@@ -620,16 +625,21 @@ class GroupCoordinator:
         if not kvs:
             return ErrorCode.NONE, codes
         in_flight = [(topic, partition) for topic, partition, _ in accepted]
-        pending = self._pending_commits.setdefault(group_id, Counter())
-        pending.update(in_flight)
+        this_commit = object()
+        pending = self._pending_commits.setdefault(group_id, {})
+        for tp in in_flight:
+            pending.setdefault(tp, set()).add(this_commit)
         try:
             write = self._append(group_id, kvs)
             stored = _offset_store_error(await self.store.stored(write))
+            kept = {tp for tp in in_flight if this_commit in pending.get(tp, ())}
         finally:
-            pending.subtract(in_flight)
             for tp in in_flight:
-                if pending[tp] <= 0:
-                    del pending[tp]
+                commits = pending.get(tp)
+                if commits is not None:
+                    commits.discard(this_commit)
+                    if not commits:
+                        del pending[tp]
             if not pending and self._pending_commits.get(group_id) is pending:
                 del self._pending_commits[group_id]
         if stored != ErrorCode.NONE:
@@ -638,9 +648,11 @@ class GroupCoordinator:
             return ErrorCode.NONE, codes  # unloaded or deleted meanwhile; the log has it
         positions = self._commit_positions.setdefault(group_id, {})
         for topic, partition, committed in accepted:
-            if positions.get((topic, partition), -1) < _position(write):
-                positions[(topic, partition)] = _position(write)
-                group.offsets[(topic, partition)] = committed
+            tp = (topic, partition)
+            # not if its offset was removed meanwhile (a tombstone follows it in the log)
+            if tp in kept and positions.get(tp, -1) < _position(write):
+                positions[tp] = _position(write)
+                group.offsets[tp] = committed
         return ErrorCode.NONE, codes
 
     def fetch(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
@@ -662,16 +674,15 @@ class GroupCoordinator:
         if subscribed is None:
             return ErrorCode.NON_EMPTY_GROUP, []
         codes: list[ErrorCode] = []
-        gone: list[tuple[str, int]] = []
+        eligible: set[tuple[str, int]] = set()
         for topic, partition in partitions:
             if topic in subscribed:
                 codes.append(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                 continue
             codes.append(ErrorCode.NONE)
-            if group.offsets.pop((topic, partition), None) is not None:
-                gone.append((topic, partition))
+            eligible.add((topic, partition))
         if ErrorCode.NONE in codes:  # as Kafka, even if none of them had an offset
-            self._remove_offsets(group, gone)
+            self._remove_offsets(group, eligible)
         return ErrorCode.NONE, codes
 
     # -- transactional offsets --------------------------------------------------------------
@@ -760,8 +771,8 @@ class GroupCoordinator:
         """Whether an offset of `tp` for the group is not settled: a commit of it is being
         written, or an open transaction holds one (Kafka's
         hasPendingOffsetCommitsForTopicPartition)."""
-        pending = self._pending_commits.get(group_id)
-        return (pending is not None and tp in pending) or self.txn_offsets.has_pending(group_id, tp)
+        pending = self._pending_commits.get(group_id, {})
+        return tp in pending or self.txn_offsets.has_pending(group_id, tp)
 
 
 def _offset_value(committed: CommittedOffset) -> OffsetCommitValue:

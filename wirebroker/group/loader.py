@@ -30,6 +30,8 @@ class GroupLoad:
         self.positions: dict[str, dict[tuple[str, int], int]] = {}
         #: Offsets of transactions not ended in this partition.
         self.pending = PendingTxnOffsets()
+        #: The groups whose metadata record stands (the others are known by offsets only).
+        self._described: set[str] = set()
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -60,7 +62,9 @@ class GroupLoad:
             if rec.value is None:
                 self.groups.pop(rec.group, None)
                 self.positions.pop(rec.group, None)
+                self._described.discard(rec.group)
                 return
+            self._described.add(rec.group)
             old = self.groups.get(rec.group)
             group = records.restore_group(rec.group, rec.value, self.initial_delay_ms)
             if old is not None:
@@ -80,7 +84,14 @@ class GroupLoad:
                     positions[tp] = pending.position
 
     def finish(self) -> None:
-        """Groups known only by their open transactions' offsets exist too (Empty)."""
+        """A group without a metadata record exists by its offsets (Kafka's loading makes
+        groups of metadata records and of offsets): gone if every one was tombstoned (a group
+        that only stored offsets gets no metadata tombstone), Empty if its open transactions'
+        offsets are all it has."""
+        for group_id, group in list(self.groups.items()):
+            if not group.offsets and group_id not in self._described:
+                del self.groups[group_id]
+                self.positions.pop(group_id, None)
         for group_id in self.pending.groups():
             self._group(group_id)
 

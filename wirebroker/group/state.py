@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode
@@ -582,13 +583,16 @@ class Group:
                 return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
-    def expire_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+    def expire_offsets(
+        self, now_ms: int, retention_ms: int, pending: Container[tuple[str, int]] = ()
+    ) -> list[tuple[str, int]]:
         """Remove and return the offsets whose retention passed (Kafka 3.x): in an Empty group,
         `retention_ms` after it became Empty (after each commit if that time is unknown); in a
         Stable consumer group, offsets of topics no member subscribes to, after their commit;
         in a group without a protocol (offsets committed by a simple consumer or an admin),
-        after each commit. Nothing expires in any other group. An offset committed with its
-        own expiry time (OffsetCommit v2-v4) expires then instead."""
+        after each commit. Nothing expires in any other group, nor an offset of a partition in
+        `pending` (a commit of it is being written). An offset committed with its own expiry
+        time (OffsetCommit v2-v4) expires then instead."""
         topics: set[str] = set()
         if self.protocol_type and self.state == GroupState.EMPTY:
             since = self.state_timestamp_ms
@@ -607,7 +611,11 @@ class Group:
                 return now_ms >= c.expire_timestamp_ms
             return now_ms - (since if since >= 0 else c.commit_timestamp_ms) >= retention_ms
 
-        gone = [tp for tp, c in self.offsets.items() if tp[0] not in topics and expired(c)]
+        gone = [
+            tp
+            for tp, c in self.offsets.items()
+            if tp[0] not in topics and tp not in pending and expired(c)
+        ]
         for tp in gone:
             del self.offsets[tp]
         return gone

@@ -426,6 +426,17 @@ def test_oauthbearer_refused_tokens_get_kafkas_error_then_fail(
         server.evaluate(b"\x01")  # the client's acknowledgement: now the exchange fails
 
 
+@pytest.mark.parametrize("exp", [1e20, 10**30, 1e306])
+def test_oauthbearer_a_far_expiry_is_kafkas_longest(exp: float) -> None:
+    # Found by tests/wirebroker/test_auth_fuzz.py: 1e306 s raised OverflowError (round of an
+    # infinite ms), 1e20 s made a session lifetime beyond a long, which the SaslAuthenticate
+    # answer could not carry: both closed the connection after an unexpected error. Kafka's
+    # claim in ms is Math.round of a double, which saturates at Long.MAX_VALUE.
+    server = OAuthBearerServer(UnsecuredValidator(), lambda: NOW_MS)
+    assert server.evaluate(bearer(jws({"sub": "a", "exp": exp}))) == b""
+    assert server.complete and server.expires_ms == 2**63 - 1
+
+
 def test_oauthbearer_claims_scope_skew_and_bad_messages() -> None:
     validator = UnsecuredValidator.from_options(
         {

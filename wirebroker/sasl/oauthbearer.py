@@ -90,6 +90,20 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+#: Java's long: Kafka holds a token's expiry (ms) in one.
+_LONG_MAX = 2**63 - 1
+
+
+def _claim_ms(seconds: float) -> int:
+    """A time claim (seconds, finite) in milliseconds as Kafka takes it: Math.round of the
+    double, which saturates at a long's bounds (a token may claim to expire in 1e300 s: its
+    session then lasts as long as a long can tell, not past what the answer can carry)."""
+    ms = seconds * 1000
+    if ms >= _LONG_MAX:
+        return _LONG_MAX
+    return max(-_LONG_MAX - 1, round(ms))
+
+
 def _decode_part(part: str) -> dict[str, Any]:
     try:
         data = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
@@ -184,7 +198,7 @@ class UnsecuredValidator:
                     f"The provided scope ({sorted(scope)}) was missing a required scope ({wanted})",
                     scope="[" + ", ".join(self.required_scope) + "]",
                 )
-        return BearerToken(principal, scope, round(exp * 1000))
+        return BearerToken(principal, scope, _claim_ms(exp))
 
     @staticmethod
     def _scope(value: Any) -> frozenset[str]:
@@ -292,7 +306,7 @@ class SecuredValidator:
         scope = [s.strip() for s in items if isinstance(s, str)] if isinstance(items, list) else []
         if "" in scope:
             raise InvalidToken(f"the token's {self.scope_claim} claim holds an empty scope")
-        return BearerToken(principal.strip(), frozenset(scope), round(exp * 1000))
+        return BearerToken(principal.strip(), frozenset(scope), _claim_ms(exp))
 
 
 class OAuthBearerServer:

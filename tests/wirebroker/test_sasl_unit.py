@@ -437,6 +437,40 @@ def test_oauthbearer_a_far_expiry_is_kafkas_longest(exp: float) -> None:
     assert server.complete and server.expires_ms == 2**63 - 1
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        bearer(jws({"sub": "a", "exp": 2e9})).replace(b"\x01\x01", b"\n\x01\x01"),
+        bearer(jws({"sub": "a", "exp": 2e9})) + b"\n",
+    ],
+    ids=["after-the-token", "after-the-message"],
+)
+def test_oauthbearer_refuses_a_trailing_newline(message: bytes) -> None:
+    # Found by the auth fuzz: a `$` matched before a final newline, so these were taken;
+    # Kafka's patterns match the whole message and its auth value.
+    with pytest.raises(SaslFailure, match="Invalid OAUTHBEARER client first message"):
+        OAuthBearerServer(UnsecuredValidator(), lambda: NOW_MS).evaluate(message)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        b"n,,n=u,r=abc\n",  # a `$` took the final newline
+        b"n,a=,n=u,r=abc",  # an empty authorization id
+        b"n,,m=,n=u,r=abc",  # an empty reserved value
+        b"n,,n=u,r=abc,ext=",  # an extension without a value
+    ],
+)
+def test_scram_refuses_a_client_first_message_outside_its_grammar(first: bytes) -> None:
+    # Found by the auth fuzz, all taken as client-first messages: in RFC 5802's grammar, as
+    # in Kafka's ClientFirstMessage, each of these values has at least one character and
+    # nothing follows the message.
+    users = {"u": ScramCredential.from_password("SCRAM-SHA-256", "p")}
+    with pytest.raises(SaslFailure, match="client-first"):
+        ScramServer("SCRAM-SHA-256", users.get).evaluate(first)
+    assert ScramServer("SCRAM-SHA-256", users.get).evaluate(b"n,,n=u,r=abc,ext=1")
+
+
 def test_oauthbearer_claims_scope_skew_and_bad_messages() -> None:
     validator = UnsecuredValidator.from_options(
         {

@@ -67,9 +67,9 @@ SECURED_VALIDATORS = (
 _SEPARATOR = "\x01"
 _CLIENT_FIRST = re.compile(
     r"n,(?:a=(?P<authzid>(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+))?,\x01"
-    r"(?P<pairs>(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*)\x01$"
+    r"(?P<pairs>(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*)\x01"
 )
-_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)$")
+_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)", re.ASCII)
 _RESERVED_CLAIMS = ("iat", "exp")
 _CLAIM_OPTIONS = (
     "unsecuredLoginStringClaim",
@@ -331,11 +331,11 @@ class OAuthBearerServer:
         if token == _SEPARATOR.encode() and self._error is not None:
             raise SaslAuthenticationFailed(self._error)
         self._error = None
-        m = _CLIENT_FIRST.match(token.decode("utf-8", "replace"))
+        m = _CLIENT_FIRST.fullmatch(token.decode("utf-8", "replace"))
         if not m:
             raise SaslFailure("Invalid OAUTHBEARER client first message")
         pairs = dict(p.split("=", 1) for p in m["pairs"].split(_SEPARATOR) if p)
-        auth = _AUTH.match(pairs.get("auth", ""))
+        auth = _AUTH.fullmatch(pairs.get("auth", ""))
         if auth is None or auth["scheme"].lower() != "bearer":
             raise SaslFailure("Invalid OAUTHBEARER client first message: no 'auth=Bearer'")
         try:

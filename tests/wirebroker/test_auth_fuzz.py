@@ -6,7 +6,8 @@ in this process): a SASL_PLAINTEXT listener (sessions of `REAUTH_MS`, so that a 
 re-authenticate) and a SASL_SSL one, each with PLAIN (the listener's JAAS users),
 SCRAM-SHA-256 and -512 (credentials made with AlterUserScramCredentials, of a user whose name
 needs SCRAM's escapes, and a delegation token's) and OAUTHBEARER (Kafka's unsecured tokens); an
-SSL listener; the ACL authorizer. Hypothesis drives, with values biased to get past the first
+SSL listener; with MIT Kerberos (`make kerberos`), a KERBEROS listener of GSSAPI (a KDC of the
+module's own); the ACL authorizer. Hypothesis drives, with values biased to get past the first
 checks (valid exchanges and their parts, then mutated):
 
 - SaslHandshake of every version with odd mechanism names, then SaslAuthenticate v0-v2 or a
@@ -15,7 +16,8 @@ checks (valid exchanges and their parts, then mutated):
   SCRAM's client-first and client-final (gs2 header, reserved `m=`, escapes, nonce, channel
   binding, extensions, tokenauth, proof; replayed, out of order); OAUTHBEARER's (gs2 header,
   auth scheme, separators, extensions, unsigned tokens and their claims, huge ones, the
-  error's \\x01 continuation);
+  error's \\x01 continuation); a real GSSAPI client's tokens, also as a Kafka 0.9 client's
+  first frame;
 - any other request before authentication, and re-authentication (KIP-368) with another
   mechanism or principal, and the session lifetimes told;
 - on the TLS ports, bytes that are no handshake, a cut one, and garbage or a close_notify after
@@ -38,6 +40,7 @@ import contextlib
 import functools
 import hashlib
 import hmac
+import importlib.util
 import json
 import logging
 import os
@@ -82,10 +85,12 @@ from tests.wirebroker.helpers import (
     server_jaas,
     wait_until,
 )
+from tests.wirebroker.kdc import REALM, Kdc, krb5_jaas, missing_binaries, serving_kdc
 from tests.wirebroker.pki import KEY_PASSWORD, Pki
 from tests.wirebroker.secured import AUTHORIZER
 from wirebroker.dispatch import VERSIONS
 from wirebroker.embed import run_broker
+from wirebroker.sasl.kerberos import GssapiClient
 from wirebroker.sasl.scram import saslname
 
 # shrinking a failure takes longer than the examples
@@ -105,6 +110,8 @@ MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 SASL_LISTENERS = ["SASL_PLAINTEXT", "SASL_SSL"]
 TLS_LISTENERS = ["SSL", "SASL_SSL"]
 LISTENERS = ["SASL_PLAINTEXT", "SASL_SSL", "SSL"]
+#: The service of the KERBEROS listener (GSSAPI), there when MIT Kerberos is.
+KERBEROS_SERVICE = "kafka/localhost"
 #: The SASL_PLAINTEXT listener's `connections.max.reauth.ms`: its sessions may be renewed.
 REAUTH_MS = 600_000
 #: Examples per case: about 25 s for the module on a two-core machine; more for a longer
@@ -112,7 +119,7 @@ REAUTH_MS = 600_000
 EXAMPLES = int(os.environ.get("WIREBROKER_AUTH_FUZZ_EXAMPLES", "150"))
 
 
-def broker_properties(pki: Pki, log_dir: Path) -> dict[str, str]:
+def broker_properties(pki: Pki, log_dir: Path, kdc: Kdc | None) -> dict[str, str]:
     users = " ".join(f'user_{user}="{password}"' for user, password in PASSWORDS.items())
     plain = (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -120,6 +127,7 @@ def broker_properties(pki: Pki, log_dir: Path) -> dict[str, str]:
     )
     return {
         "listeners": ",".join(f"{name}://127.0.0.1:0" for name in LISTENERS),
+        **(kerberos_properties(kdc) if kdc is not None else {}),
         "inter.broker.listener.name": "SASL_PLAINTEXT",
         "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "sasl.enabled.mechanisms": ",".join(MECHANISMS),
@@ -136,6 +144,21 @@ def broker_properties(pki: Pki, log_dir: Path) -> dict[str, str]:
         "authorizer.class.name": AUTHORIZER,
         "super.users": "User:admin",
         "log.dirs": str(log_dir),
+    }
+
+
+def kerberos_properties(kdc: Kdc) -> dict[str, str]:
+    """The KERBEROS listener: SASL_PLAINTEXT with GSSAPI only, the service kafka/localhost."""
+    jaas = krb5_jaas(kdc.keytab(KERBEROS_SERVICE), f"{KERBEROS_SERVICE}@{REALM}")
+    return {
+        "listeners": ",".join(f"{name}://127.0.0.1:0" for name in LISTENERS)
+        + ",KERBEROS://localhost:0",
+        "listener.security.protocol.map": ",".join(
+            [*(f"{name}:{name}" for name in LISTENERS), "KERBEROS:SASL_PLAINTEXT"]
+        ),
+        "listener.name.kerberos.sasl.enabled.mechanisms": "GSSAPI",
+        "listener.name.kerberos.gssapi.sasl.jaas.config": jaas,
+        "sasl.kerberos.service.name": "kafka",
     }
 
 
@@ -196,12 +219,20 @@ class Closed(Exception):
 class Secured(Fuzzed):
     """The module's broker: its listeners, how a client reaches each, and its health."""
 
-    def __init__(self, bootstrap: str, records: Records, pki: Pki) -> None:
+    def __init__(self, bootstrap: str, records: Records, pki: Pki, kdc: Kdc | None) -> None:
         super().__init__(bootstrap, records, any_scalar, [])
-        self.addresses = dict(zip(LISTENERS, bootstrap.split(","), strict=True))
+        names = [*LISTENERS, "KERBEROS"][: len(bootstrap.split(","))]
+        self.addresses = dict(zip(names, bootstrap.split(","), strict=True))
         self.tls = ssl.create_default_context(cafile=str(pki.ca))
         #: The module's SCRAM user, then a delegation token (made once the broker is up).
         self.scram_logins = [SCRAM_USER_LOGIN]
+        #: alice's keys, with a KERBEROS listener (if MIT Kerberos and python-gssapi are here).
+        self.alice_keytab = str(kdc.keytab("alice")) if kdc is not None else None
+
+    def gssapi_client(self) -> GssapiClient:
+        """alice's login to the KERBEROS listener (its tickets kept from one to the next)."""
+        assert self.alice_keytab is not None
+        return GssapiClient(f"alice@{REALM}", self.alice_keytab, "kafka", "localhost")
 
     def connect(self, listener: str) -> RawClient:
         client = RawClient(self.addresses[listener], client_id="auth-fuzz", timeout=ANSWER_TIMEOUT)
@@ -224,6 +255,10 @@ class Secured(Fuzzed):
                     assert not metadata.topics, [t.name for t in metadata.topics]
                     if (listener, user) == ("SASL_PLAINTEXT", "admin"):
                         _nothing_made(c)
+        if self.alice_keytab is not None:
+            with self.connect("KERBEROS") as c:
+                c.login_sasl(self.gssapi_client(), "alice")
+                assert c.request(MetadataRequest(topics=[]), 12).brokers
         return metadata
 
     def checked(self, case: Callable[[Conversation], None], listener: str) -> None:
@@ -360,16 +395,28 @@ class Conversation:
 
 
 @pytest.fixture(scope="module")
-def secured(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc | None]:
+    """A KDC for the KERBEROS listener; None (its fuzz skipped) without MIT Kerberos."""
+    if missing_binaries() or importlib.util.find_spec("gssapi") is None:
+        yield None
+        return
+    with serving_kdc(tmp_path_factory.mktemp("kdc")) as serving:
+        yield serving
+
+
+@pytest.fixture(scope="module")
+def secured(
+    pki: Pki, kdc: Kdc | None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Secured]:
     log_dir = tmp_path_factory.mktemp("auth-fuzzed")
     stored = [scram_keys(m, SCRAM_PASSWORD, SCRAM_SALT, SCRAM_ITERATIONS) for m in SCRAM_HASHES]
     with (
         recording(
             secrets=[MARK, KEY_PASSWORD, *(s for k in stored for s in k.secrets())]
         ) as records,
-        run_broker(broker_properties(pki, log_dir)) as bootstrap,
+        run_broker(broker_properties(pki, log_dir, kdc)) as bootstrap,
     ):
-        broker = Secured(bootstrap, records, pki)
+        broker = Secured(bootstrap, records, pki, kdc)
         with broker.connect("SASL_PLAINTEXT") as admin:
             admin.login_plain("admin", PASSWORDS["admin"])
             _make_scram_user(admin, stored)
@@ -444,7 +491,8 @@ def mutated(draw: st.DrawFn, token: bytes) -> bytes:
     byte made invalid UTF-8 or flipped."""
     edit = draw(st.sampled_from(["none"] * 6 + ["cut", "append", "nul", "unnul", "utf8", "flip"]))
     data = bytearray(token)
-    at = draw(st.integers(0, len(data)))
+    # where, as a share of the length: a token's length may change between draws (GSSAPI's)
+    at = draw(st.integers(0, 1 << 16)) * len(data) >> 16
     if edit == "flip" and at < len(data):
         data[at] ^= draw(st.integers(1, 255))
     elif edit == "cut":
@@ -1040,6 +1088,45 @@ def test_reauthentication(secured: Secured) -> None:
         served(c, answer, version, expires)
 
     fuzz(secured, case)
+
+
+# GSSAPI ----------------------------------------------------------------------------------------
+
+
+def test_gssapi(secured: Secured) -> None:
+    """A real client's GSSAPI tokens (RFC 4752: the context's, then the security layer's),
+    edited, or bytes; after a handshake, or as a Kafka 0.9 client sends its first token (no
+    handshake, no Kafka header)."""
+    if secured.alice_keytab is None:
+        pytest.skip("MIT Kerberos (`make kerberos`) is not installed: no KERBEROS listener")
+
+    @fuzz_settings(EXAMPLES)
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        secured.checked(lambda c: case(data, c), "KERBEROS")
+
+    def case(data: st.DataObject, c: Conversation) -> None:
+        client = secured.gssapi_client()
+        way = data.draw(st.sampled_from(["handshake v1", "handshake v0", "no handshake"]))
+        if way == "no handshake":
+            c.bare = True
+        else:
+            handshake = c.handshake("GSSAPI", 0 if way == "handshake v0" else 1)
+            assert handshake.error_code == ErrorCode.NONE
+        version = data.draw(versions(AUTHENTICATE), label="authenticate v")
+        token: bytes | None = client.initial()
+        good: bool | None = True
+        while token is not None:
+            sent = data.draw(mutated(token) | st.binary(max_size=64), label="token")
+            if sent != token:
+                good = None
+            answer, response = c.authenticate(sent, version, good)
+            if good is None:
+                return  # the exchange is off its tracks: whatever it did, it was checked
+            token = client.evaluate(answer)
+        served(c, response, version)
+
+    run()
 
 
 # TLS: what comes instead of a handshake, and after one ---------------------------------------

@@ -350,6 +350,9 @@ class Conversation:
         except Closed:
             assert good is not True, f"{token[:80]!r} refused: the connection closed"
             raise
+        if answer is not None and answer.error_code == ErrorCode.ILLEGAL_SASL_STATE:
+            assert good is None, answer  # authenticated already: served, refused as Kafka's
+            return answered, answer
         if answer is not None and answer.error_code != ErrorCode.NONE:
             assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED, answer
             assert good is not True, f"{token[:80]!r} refused: {answer.error_message}"
@@ -648,6 +651,7 @@ def extensions(login: ScramLogin) -> list[Part]:
         (",tokenauth=false", not token),
         (",ext=1", not token),
         (",Ab=c=d", not token),
+        (",i=1", not token),  # an attribute of the server's, as an extension
         (",tokenauth=true", token),
         (",tokenauth=TRUE", token),
         (",x=", False),
@@ -719,7 +723,7 @@ def test_scram(secured: Secured) -> None:
             odd = data.draw(st.sampled_from([nonce, server_nonce + "x", "", server_nonce * 2]))
             final = final.replace(f"r={server_nonce}".encode(), f"r={odd}".encode())
         elif edit == "attribute":
-            odd = data.draw(st.sampled_from(["ext=1", "m=x", "x"]))
+            odd = data.draw(st.sampled_from(["ext=1", "m=x", "i=1", "s=c2FsdA==", "x"]))
             final = f"{without_proof},{odd},p={proof}".encode()
         elif edit == "proof":
             raw = base64.b64decode(proof)

@@ -29,7 +29,7 @@ or the broker closed the connection deliberately (a warning says why; a TLS reco
 decrypt ends that connection quietly, as Kafka's); nothing logged tells a bug
 (`fuzz_harness.Records.bugs`); no password, SCRAM proof or key, or token the fuzz sent is in
 any log record, DEBUG ones included (every password holds `MARK`, the rest are watched as they
-are made); and each listener still serves a good client, having done nothing for a bad one.
+are made), nor a client's name forges a log line; and each listener still serves a good client, having done nothing for a bad one.
 Each bug the fuzz found has a deterministic regression test at the end of the module.
 """
 
@@ -100,6 +100,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 MARK = "s3cr3t"
 PASSWORDS = {"admin": f"admin-{MARK}-5e1f", "alice": f"alice-{MARK}-77c1"}
 WRONG_PASSWORD = f"wrong-{MARK}-d41d"
+#: A user name that would forge a line of the broker's log if the log wrote it as it is.
+FORGED = "mallory\nWARNING forged by a client"
 #: The SCRAM user: its name needs RFC 5802's escapes (=2C, =3D).
 SCRAM_USER = "fuzz,scr=am"
 SCRAM_PASSWORD = f"scram-{MARK}-0b9d"
@@ -267,6 +269,8 @@ class Secured(Fuzzed):
         with Conversation(self, listener) as conversation, contextlib.suppress(Closed):
             case(conversation)
         assert not self.records.bugs(since), "\n".join(self.records.bugs(since))
+        forged = [r for r in self.records.records[since:] if FORGED in r.getMessage()]
+        assert not forged, f"a client's name forged a log line: {forged[0].getMessage()!r}"
         self.check_health()
         assert not self.records.bugs(since), "\n".join(self.records.bugs(since))
 
@@ -563,7 +567,7 @@ def plain_token(authzid: str, user: str, password: str) -> bytes:
     return f"{authzid}\0{user}\0{password}".encode()
 
 
-_USERS = ["alice", "admin", "nobody", "ALICE", "alice ", "a" * 300, "\u00fcser", "=", ","]
+_USERS = ["alice", "admin", "nobody", "ALICE", "alice ", "a" * 300, "\u00fcser", "=", ",", FORGED]
 _PLAIN_PASSWORDS = [*PASSWORDS.values(), WRONG_PASSWORD, "", f"{MARK}-" * 20_000]
 
 
@@ -777,6 +781,7 @@ _SUBS: list[Part] = [
     ("alice", True),
     ("nobody", True),  # the unsecured validator takes any principal
     ("x" * 300, True),
+    (FORGED, True),
     ("", False),
     (" ", False),
     (1, False),
@@ -1268,3 +1273,19 @@ def test_a_message_outside_its_grammar_is_refused(
             f"mechanism {mechanism}"
         )
         assert c.wait_closed()
+
+
+@pytest.mark.timeout(30)
+def test_a_user_name_cannot_forge_a_log_line(secured: Secured) -> None:
+    # The failure's log line, and the debug line of a success, wrote the name a client gave as
+    # it came: a newline in it began a line of the client's own in the broker's log. Its
+    # control characters are escaped now (Kafka's failure line names no user).
+    since = len(secured.records.records)
+    with secured.connect("SASL_PLAINTEXT") as c:
+        answer = _authenticate(c, "PLAIN", plain_token("", FORGED, WRONG_PASSWORD))
+        assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert c.wait_closed()
+    wait_until(lambda: secured.records.closed_deliberately(since), what="the close logged")
+    told = [r.getMessage() for r in secured.records.records[since:]]
+    assert any("User:mallory\\x0aWARNING forged by a client failed" in m for m in told), told
+    assert not [m for m in told if FORGED in m]

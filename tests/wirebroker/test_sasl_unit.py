@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -12,6 +13,8 @@ from typing import Any
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.wirebroker.helpers import server_jaas
 from wirebroker.config import BrokerConfig, ConfigError
@@ -742,3 +745,39 @@ def test_kafkas_retriable_kerberos_errors(
     failure = gss_failure(gssapi, gssapi.raw.misc.GSSError(routine, minor), client=client)
     assert isinstance(failure, SaslFailure)
     assert isinstance(failure, SaslRetriable) is retriable
+
+
+_ODD_VALUES = st.sampled_from(
+    [None, 0, -1, 1e308, 2**64, float("inf"), float("nan"), "", "x", True, [], {}, ["a", 1]]
+    + ["kafka", "idp", ["kafka"], "ES256", "k"]  # what the validator expects
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    claims=st.dictionaries(
+        st.sampled_from(["exp", "iat", "nbf", "sub", "scope", "aud", "iss"]),
+        _ODD_VALUES | st.integers(NOW_S - 60, NOW_S + 3600),
+    ),
+    header=st.dictionaries(st.sampled_from(["alg", "kid", "typ", "crit"]), _ODD_VALUES | st.text()),
+    cut=st.integers(0, 400),
+    flip=st.integers(0, 400),
+)
+def test_a_secured_token_is_taken_or_refused_whatever_it_holds(
+    claims: dict[str, Any], header: dict[str, Any], cut: int, flip: int
+) -> None:
+    # Whatever the claims of a token signed by the key set's key, its header replaced by an odd
+    # one (the signature then wrong), or its bytes edited: a BearerToken, or InvalidToken saying
+    # why (answered as Kafka's invalid_token), never another exception (the connection would
+    # close after an unexpected error).
+    payload = json.dumps(claims).encode()  # signed as it is: jwt.encode checks claims
+    parts = jwt.PyJWS().encode(payload, SIGNING_KEY, "ES256", headers={"kid": "k"}).split(".")
+    if header:
+        parts[0] = base64.urlsafe_b64encode(json.dumps(header).encode()).rstrip(b"=").decode()
+    token = bytearray(".".join(parts).encode())
+    if flip < len(token):
+        token[flip] ^= 0x20
+    validator = secured(expected_audience=("kafka",), expected_issuer="idp")
+    for candidate in (bytes(token), bytes(token[:cut])):
+        with contextlib.suppress(InvalidToken):
+            validator.validate(candidate.decode("latin-1"), NOW_MS)

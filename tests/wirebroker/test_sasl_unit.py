@@ -259,6 +259,8 @@ def test_plain_server() -> None:
         (b"\0alice\0nope", "Invalid username or password"),
         (b"\0bob\0alice-secret", "Invalid username or password"),
         (b"alice\0alice", "expected 3 tokens, got 2"),
+        (b"\0alice\0alice-secret\0", "expected 3 tokens, got 4"),
+        (b"\0\0\0\0\0", "expected 3 tokens, got 4$"),  # as many as Kafka counts
         (b"\0\0x", "username not specified"),
         (b"bob\0alice\0alice-secret", "authorization id that is different"),
     ]:

@@ -1289,3 +1289,17 @@ def test_a_user_name_cannot_forge_a_log_line(secured: Secured) -> None:
     told = [r.getMessage() for r in secured.records.records[since:]]
     assert any("User:mallory\\x0aWARNING forged by a client failed" in m for m in told), told
     assert not [m for m in told if FORGED in m]
+
+
+@pytest.mark.timeout(30)
+def test_a_second_reauthentication_within_a_second_is_refused(secured: Secured) -> None:
+    # Read beside the fuzz's re-authentications: every SaslHandshake of a session began one.
+    # Kafka's KafkaChannel begins at most one a second; a SaslHandshake sooner is a request,
+    # which KafkaApis answers ILLEGAL_SASL_STATE, and the connection is served on.
+    token = plain_token("", "alice", PASSWORDS["alice"])
+    with secured.connect("SASL_PLAINTEXT") as c:
+        assert _authenticate(c, "PLAIN", token).session_lifetime_ms == REAUTH_MS
+        assert _authenticate(c, "PLAIN", token).session_lifetime_ms == REAUTH_MS  # renewed
+        again = c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1)
+        assert again.error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert c.request(MetadataRequest(topics=[]), 12).brokers

@@ -26,7 +26,8 @@ of turn) is answered and its connection closed only after
 `connection.failed.authentication.delay.ms`, as Kafka, so guessing passwords is slow; other
 connections are served meanwhile (an exchange whose principal cannot be made closes at once,
 as Kafka's). With `connections.max.reauth.ms` a session past its lifetime closes at its next
-request unless that is a SaslHandshake, which re-authenticates (KIP-368).
+request unless that is a SaslHandshake, which re-authenticates (KIP-368; at most once a second,
+as Kafka).
 
 A request that broke a client quota (`wirebroker.quotas`) is answered at once with its
 throttle time, and then the connection is muted for that time, as Kafka mutes the channel
@@ -99,6 +100,9 @@ _IMMEDIATE_KEYS = frozenset({0, 1, 2, 3, 8, 9, 10, 18})
 # Seconds without a byte after which a connection drops its receive buffer (the next one starts
 # small again).
 BUFFER_IDLE_S = 1.0
+# Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS: re-authentications of a connection
+# begin at least this far apart.
+MIN_REAUTHENTICATION_INTERVAL_S = 1.0
 # Requests of one connection that may wait for their answer at once, as the Java producer's
 # `max.in.flight.requests.per.connection` (and idempotent librdkafka's) default.
 MAX_WAITING_PER_CONNECTION = 5
@@ -298,6 +302,7 @@ class _Connection:
         "sasl",
         "principal",
         "session",
+        "reauthenticated_at",
         "unmuted_at",
         "frames",
         "waiting_since",
@@ -325,6 +330,8 @@ class _Connection:
         self.principal = transport.principal  # a TLS client certificate's, else ANONYMOUS
         #: (mechanism, expiry in ms) of a SASL session that must be renewed (KIP-368).
         self.session: tuple[str, int] | None = None
+        #: The trio time its last re-authentication began (KIP-368); None before one.
+        self.reauthenticated_at: float | None = None
         #: The trio time a throttled connection may read again (client quotas).
         self.unmuted_at = 0.0
         self.frames: FrameBuffer | None = None
@@ -464,12 +471,14 @@ class _Connection:
         return True
 
     def _check_session(self, frame: memoryview) -> None:
-        """A SaslHandshake renews the session; any other request after its expiry closes."""
-        from wirebroker.sasl.authenticator import SASL_HANDSHAKE_KEY, SaslAuthenticator
+        """A SaslHandshake renews the session, at most once a second (as Kafka's KafkaChannel:
+        one sooner is a request, answered ILLEGAL_SASL_STATE); any other request after its
+        expiry closes."""
+        from wirebroker.sasl.authenticator import SASL_HANDSHAKE_KEY, SaslAuthenticator, shown
 
         assert self.session is not None
         mechanism, expires_ms = self.session
-        if peek_request_header(frame)[0] == SASL_HANDSHAKE_KEY:
+        if peek_request_header(frame)[0] == SASL_HANDSHAKE_KEY and self._may_reauthenticate():
             settings = self.broker.sasl_listeners[self.listener_name]
             self.sasl = SaslAuthenticator(
                 self.broker,
@@ -480,8 +489,17 @@ class _Connection:
             )
         elif self.broker.now_ms() >= expires_ms:
             raise CloseConnection(
-                f"the SASL session of {self.principal} expired without re-authentication"
+                f"the SASL session of {shown(self.principal)} expired without re-authentication"
             )
+
+    def _may_reauthenticate(self) -> bool:
+        """Whether a SaslHandshake now begins a re-authentication (its time noted if so)."""
+        now = trio.current_time()
+        last = self.reauthenticated_at
+        if last is not None and now - last < MIN_REAUTHENTICATION_INTERVAL_S:
+            return False
+        self.reauthenticated_at = now
+        return True
 
     async def _throttled(self) -> None:
         """Mute the connection until its throttle time has passed; the answers already

@@ -1,10 +1,12 @@
 """The live-broker request fuzz's harness, shared by its modules (`test_request_fuzz.py`: a
-standalone broker; `test_cluster_member_fuzz.py`: a cluster member fed by a fake controller).
+standalone broker; `test_cluster_member_fuzz.py`: a cluster member fed by a fake controller;
+`test_auth_fuzz.py`: the authentication of SASL and TLS listeners).
 
 It owns what says a bug happened and the checks of one exchange: the log records as they are
-made (`recording`, `Records.bugs`), a fuzzed request sent on a new connection and its answer
-checked (`Fuzzed.exchange`), the broker's health after it (`Fuzzed.check_health`, then the
-module's `Fuzzed.restore`), and hypothesis's loop over one API's versions (`fuzz_versions`).
+made (`recording`, `Records.bugs`: a secret the fuzz planted found in one is a bug too), a
+fuzzed request sent on a new connection and its answer checked (`Fuzzed.exchange`), the
+broker's health after it (`Fuzzed.check_health`, then the module's `Fuzzed.restore`), and
+hypothesis's loop over one API's versions (`fuzz_versions`, with the fuzz's `fuzz_settings`).
 What the requests are made of is `tests.wirebroker.fuzz_values`'.
 """
 
@@ -41,10 +43,14 @@ _FORMAT = logging.Formatter("%(levelname)s %(name)s: %(message)s")  # with its t
 
 class Records(logging.Handler):
     """Every log record at WARNING and above, and the dispatcher's at INFO (where a handler's
-    KafkaError is told), as it is made."""
+    KafkaError is told), as it is made; every broker record, DEBUG too, while secrets are
+    watched."""
 
-    def __init__(self, expected: Iterable[str] = ()) -> None:
-        super().__init__(logging.INFO)
+    def __init__(self, expected: Iterable[str] = (), secrets: Iterable[str] = ()) -> None:
+        #: Strings no record may hold (passwords, proofs, tokens the fuzz sent): the fuzz adds
+        #: those it makes as it goes.
+        self.secrets = list(secrets)
+        super().__init__(logging.DEBUG if self.secrets else logging.INFO)
         self.records: list[logging.LogRecord] = []
         #: Patterns of the errors a fuzzed request deliberately provokes, logged at ERROR as
         #: Kafka logs them (no traceback): not bugs.
@@ -56,18 +62,22 @@ class Records(logging.Handler):
     def bugs(self, since: int) -> list[str]:
         """Records since `since` that say the broker met a bug: a traceback, an unexpected
         error, anything at ERROR, a handler failing to encode its own answer (an EncodeError
-        is a KafkaError, so the dispatcher answers it as a refusal)."""
-        return [
-            _FORMAT.format(r)
-            for r in self.records[since:]
-            if r.exc_info
-            or (
-                r.levelno >= logging.ERROR
-                and not any(e.search(r.getMessage()) for e in self.expected)
-            )
-            or "unexpected error" in r.getMessage()
-            or any(isinstance(a, EncodeError) for a in r.args or ())
-        ]
+        is a KafkaError, so the dispatcher answers it as a refusal), a secret told."""
+        found = []
+        for r in self.records[since:]:
+            text = _FORMAT.format(r)
+            if (
+                r.exc_info
+                or (
+                    r.levelno >= logging.ERROR
+                    and not any(e.search(r.getMessage()) for e in self.expected)
+                )
+                or "unexpected error" in r.getMessage()
+                or any(isinstance(a, EncodeError) for a in r.args or ())
+                or any(s in text for s in self.secrets)
+            ):
+                found.append(text)
+        return found
 
     def closed_deliberately(self, since: int) -> bool:
         return any(
@@ -76,20 +86,22 @@ class Records(logging.Handler):
 
 
 @contextmanager
-def recording(expected: Iterable[str] = ()) -> Iterator[Records]:
-    """The records of every logger, the dispatcher's from INFO, while in the block (a broker
-    run with `wirebroker.embed.run_broker` inside it logs in this process); at its end, none
-    may tell a bug (`Records.bugs`; `expected`: its patterns of deliberate errors)."""
-    records = Records(expected)
-    root, dispatcher = logging.getLogger(), logging.getLogger(dispatch.__name__)
+def recording(expected: Iterable[str] = (), secrets: Iterable[str] = ()) -> Iterator[Records]:
+    """The records of every logger, the dispatcher's from INFO (with `secrets`, the broker's
+    from DEBUG: a secret must not be in any) while in the block (a broker run with
+    `wirebroker.embed.run_broker` inside it logs in this process); at its end, none may tell
+    a bug (`Records.bugs`; `expected`: its patterns of deliberate errors)."""
+    records = Records(expected, secrets)
+    root = logging.getLogger()
+    told = logging.getLogger(dispatch.__name__ if not records.secrets else "wirebroker")
     root.addHandler(records)
-    level = dispatcher.level
-    dispatcher.setLevel(logging.INFO)
+    level = told.level
+    told.setLevel(logging.DEBUG if records.secrets else logging.INFO)
     try:
         yield records
         assert not records.bugs(0), "\n".join(records.bugs(0))
     finally:
-        dispatcher.setLevel(level)
+        told.setLevel(level)
         root.removeHandler(records)
 
 
@@ -161,16 +173,22 @@ class Fuzzed:
         return metadata
 
 
+def fuzz_settings(examples: int) -> settings:
+    """Hypothesis's settings of a live-broker fuzz: `examples` of them, however long each takes
+    (an exchange and the health check after it are slow, their draws large)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
 def fuzz_versions(fuzzed: Fuzzed, api_key: int, examples: int) -> None:
     """`examples` requests of `api_key`, of every version the broker handles, each exchanged
     (`Fuzzed.exchange`); hypothesis shrinks a failing one."""
     lo, hi = VERSIONS[api_key]
 
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+    @fuzz_settings(examples)
     @given(data=st.data())
     def fuzz(data: st.DataObject) -> None:
         version = data.draw(st.integers(lo, hi), label="version")

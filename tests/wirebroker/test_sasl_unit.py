@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -12,6 +13,8 @@ from typing import Any
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.wirebroker.helpers import server_jaas
 from wirebroker.config import BrokerConfig, ConfigError
@@ -256,6 +259,8 @@ def test_plain_server() -> None:
         (b"\0alice\0nope", "Invalid username or password"),
         (b"\0bob\0alice-secret", "Invalid username or password"),
         (b"alice\0alice", "expected 3 tokens, got 2"),
+        (b"\0alice\0alice-secret\0", "expected 3 tokens, got 4"),
+        (b"\0\0\0\0\0", "expected 3 tokens, got 4$"),  # as many as Kafka counts
         (b"\0\0x", "username not specified"),
         (b"bob\0alice\0alice-secret", "authorization id that is different"),
     ]:
@@ -424,6 +429,51 @@ def test_oauthbearer_refused_tokens_get_kafkas_error_then_fail(
     assert challenge["status"] == answer and not server.complete
     with pytest.raises(SaslAuthenticationFailed, match=answer):
         server.evaluate(b"\x01")  # the client's acknowledgement: now the exchange fails
+
+
+@pytest.mark.parametrize("exp", [1e20, 10**30, 1e306])
+def test_oauthbearer_a_far_expiry_is_kafkas_longest(exp: float) -> None:
+    # Found by tests/wirebroker/test_auth_fuzz.py: 1e306 s raised OverflowError (round of an
+    # infinite ms), 1e20 s made a session lifetime beyond a long, which the SaslAuthenticate
+    # answer could not carry: both closed the connection after an unexpected error. Kafka's
+    # claim in ms is Math.round of a double, which saturates at Long.MAX_VALUE.
+    server = OAuthBearerServer(UnsecuredValidator(), lambda: NOW_MS)
+    assert server.evaluate(bearer(jws({"sub": "a", "exp": exp}))) == b""
+    assert server.complete and server.expires_ms == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        bearer(jws({"sub": "a", "exp": 2e9})).replace(b"\x01\x01", b"\n\x01\x01"),
+        bearer(jws({"sub": "a", "exp": 2e9})) + b"\n",
+    ],
+    ids=["after-the-token", "after-the-message"],
+)
+def test_oauthbearer_refuses_a_trailing_newline(message: bytes) -> None:
+    # Found by the auth fuzz: a `$` matched before a final newline, so these were taken;
+    # Kafka's patterns match the whole message and its auth value.
+    with pytest.raises(SaslFailure, match="Invalid OAUTHBEARER client first message"):
+        OAuthBearerServer(UnsecuredValidator(), lambda: NOW_MS).evaluate(message)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        b"n,,n=u,r=abc\n",  # a `$` took the final newline
+        b"n,a=,n=u,r=abc",  # an empty authorization id
+        b"n,,m=,n=u,r=abc",  # an empty reserved value
+        b"n,,n=u,r=abc,ext=",  # an extension without a value
+    ],
+)
+def test_scram_refuses_a_client_first_message_outside_its_grammar(first: bytes) -> None:
+    # Found by the auth fuzz, all taken as client-first messages: in RFC 5802's grammar, as
+    # in Kafka's ClientFirstMessage, each of these values has at least one character and
+    # nothing follows the message.
+    users = {"u": ScramCredential.from_password("SCRAM-SHA-256", "p")}
+    with pytest.raises(SaslFailure, match="client-first"):
+        ScramServer("SCRAM-SHA-256", users.get).evaluate(first)
+    assert ScramServer("SCRAM-SHA-256", users.get).evaluate(b"n,,n=u,r=abc,ext=1")
 
 
 def test_oauthbearer_claims_scope_skew_and_bad_messages() -> None:
@@ -697,3 +747,39 @@ def test_kafkas_retriable_kerberos_errors(
     failure = gss_failure(gssapi, gssapi.raw.misc.GSSError(routine, minor), client=client)
     assert isinstance(failure, SaslFailure)
     assert isinstance(failure, SaslRetriable) is retriable
+
+
+_ODD_VALUES = st.sampled_from(
+    [None, 0, -1, 1e308, 2**64, float("inf"), float("nan"), "", "x", True, [], {}, ["a", 1]]
+    + ["kafka", "idp", ["kafka"], "ES256", "k"]  # what the validator expects
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    claims=st.dictionaries(
+        st.sampled_from(["exp", "iat", "nbf", "sub", "scope", "aud", "iss"]),
+        _ODD_VALUES | st.integers(NOW_S - 60, NOW_S + 3600),
+    ),
+    header=st.dictionaries(st.sampled_from(["alg", "kid", "typ", "crit"]), _ODD_VALUES | st.text()),
+    cut=st.integers(0, 400),
+    flip=st.integers(0, 400),
+)
+def test_a_secured_token_is_taken_or_refused_whatever_it_holds(
+    claims: dict[str, Any], header: dict[str, Any], cut: int, flip: int
+) -> None:
+    # Whatever the claims of a token signed by the key set's key, its header replaced by an odd
+    # one (the signature then wrong), or its bytes edited: a BearerToken, or InvalidToken saying
+    # why (answered as Kafka's invalid_token), never another exception (the connection would
+    # close after an unexpected error).
+    payload = json.dumps(claims).encode()  # signed as it is: jwt.encode checks claims
+    parts = jwt.PyJWS().encode(payload, SIGNING_KEY, "ES256", headers={"kid": "k"}).split(".")
+    if header:
+        parts[0] = base64.urlsafe_b64encode(json.dumps(header).encode()).rstrip(b"=").decode()
+    token = bytearray(".".join(parts).encode())
+    if flip < len(token):
+        token[flip] ^= 0x20
+    validator = secured(expected_audience=("kafka",), expected_issuer="idp")
+    for candidate in (bytes(token), bytes(token[:cut])):
+        with contextlib.suppress(InvalidToken):
+            validator.validate(candidate.decode("latin-1"), NOW_MS)

@@ -25,7 +25,8 @@ and answers what it returns. As in Kafka:
   once, unanswered, as Kafka's SocketServer does when its principal builder fails on the first
   request after the exchange; a re-authentication that ends so closes at once, unanswered, as
   Kafka's SaslServerAuthenticator builds the principal there. The log says which user from
-  which host, never the secret.
+  which host (its control characters escaped: a name cannot forge a log line), never the
+  secret.
 
 A mechanism whose server may block (GSSAPI: the keytab, the replay cache) evaluates each token
 in a worker thread.
@@ -45,6 +46,7 @@ answered with ILLEGAL_SASL_STATE).
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -88,6 +90,15 @@ log = logging.getLogger(__name__)
 
 SASL_HANDSHAKE_KEY = SaslHandshakeRequest.API_KEY
 SASL_AUTHENTICATE_KEY = SaslAuthenticateRequest.API_KEY
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """`text`, which holds what a client sent (its user name), for the log: its control
+    characters escaped, so that a name with a newline cannot forge a line of the log."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
 
 
 class Step:
@@ -335,7 +346,10 @@ class SaslAuthenticator:
             self.principal = principal
             self.session_lifetime_ms = self._session_lifetime_ms(server.expires_ms)
             log.debug(
-                "%s authenticated from %s with %s", principal, self.client_host, server.mechanism
+                "%s authenticated from %s with %s",
+                shown(principal),
+                self.client_host,
+                server.mechanism,
             )
         return answer
 
@@ -369,7 +383,7 @@ class SaslAuthenticator:
         server = self.server
         user = server.username if server is not None else None
         mechanism = server.mechanism if server is not None else "?"
-        return f"SASL/{mechanism} authentication of User:{user} failed: {e}"
+        return shown(f"SASL/{mechanism} authentication of User:{user} failed: {e}")
 
     def _context(self, header: Any) -> RequestContext:
         return RequestContext(self.broker, header, self.client_host, self.listener_name)

@@ -67,9 +67,9 @@ SECURED_VALIDATORS = (
 _SEPARATOR = "\x01"
 _CLIENT_FIRST = re.compile(
     r"n,(?:a=(?P<authzid>(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+))?,\x01"
-    r"(?P<pairs>(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*)\x01$"
+    r"(?P<pairs>(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*)\x01"
 )
-_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)$")
+_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)", re.ASCII)
 _RESERVED_CLAIMS = ("iat", "exp")
 _CLAIM_OPTIONS = (
     "unsecuredLoginStringClaim",
@@ -88,6 +88,20 @@ class InvalidToken(Exception):
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: Java's long: Kafka holds a token's expiry (ms) in one.
+_LONG_MAX = 2**63 - 1
+
+
+def _claim_ms(seconds: float) -> int:
+    """A time claim (seconds, finite) in milliseconds as Kafka takes it: Math.round of the
+    double, which saturates at a long's bounds (a token may claim to expire in 1e300 s: its
+    session then lasts as long as a long can tell, not past what the answer can carry)."""
+    ms = seconds * 1000
+    if ms >= _LONG_MAX:
+        return _LONG_MAX
+    return max(-_LONG_MAX - 1, round(ms))
 
 
 def _decode_part(part: str) -> dict[str, Any]:
@@ -184,7 +198,7 @@ class UnsecuredValidator:
                     f"The provided scope ({sorted(scope)}) was missing a required scope ({wanted})",
                     scope="[" + ", ".join(self.required_scope) + "]",
                 )
-        return BearerToken(principal, scope, round(exp * 1000))
+        return BearerToken(principal, scope, _claim_ms(exp))
 
     @staticmethod
     def _scope(value: Any) -> frozenset[str]:
@@ -292,7 +306,7 @@ class SecuredValidator:
         scope = [s.strip() for s in items if isinstance(s, str)] if isinstance(items, list) else []
         if "" in scope:
             raise InvalidToken(f"the token's {self.scope_claim} claim holds an empty scope")
-        return BearerToken(principal.strip(), frozenset(scope), round(exp * 1000))
+        return BearerToken(principal.strip(), frozenset(scope), _claim_ms(exp))
 
 
 class OAuthBearerServer:
@@ -317,11 +331,11 @@ class OAuthBearerServer:
         if token == _SEPARATOR.encode() and self._error is not None:
             raise SaslAuthenticationFailed(self._error)
         self._error = None
-        m = _CLIENT_FIRST.match(token.decode("utf-8", "replace"))
+        m = _CLIENT_FIRST.fullmatch(token.decode("utf-8", "replace"))
         if not m:
             raise SaslFailure("Invalid OAUTHBEARER client first message")
         pairs = dict(p.split("=", 1) for p in m["pairs"].split(_SEPARATOR) if p)
-        auth = _AUTH.match(pairs.get("auth", ""))
+        auth = _AUTH.fullmatch(pairs.get("auth", ""))
         if auth is None or auth["scheme"].lower() != "bearer":
             raise SaslFailure("Invalid OAUTHBEARER client first message: no 'auth=Bearer'")
         try:

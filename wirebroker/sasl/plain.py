@@ -30,8 +30,9 @@ class PlainServer:
             raise SaslAuthenticationFailed("Unexpected challenge after SASL/PLAIN authentication")
         parts = token.split(b"\0")
         if len(parts) != 3:
+            # Kafka's extractTokens stops counting at 4
             raise SaslAuthenticationFailed(
-                f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}"
+                f"Invalid SASL/PLAIN response: expected 3 tokens, got {min(len(parts), 4)}"
             )
         try:
             authzid, username, password = (p.decode() for p in parts)

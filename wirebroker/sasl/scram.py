@@ -37,16 +37,16 @@ MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
 
 _CLIENT_FIRST = re.compile(
-    r"n,(?:a=(?P<authzid>[^,]*))?,(?:m=[^,]*,)?n=(?P<saslname>[^,]+),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
-    r"(?P<extensions>(?:,[A-Za-z]+=[^,]*)*)$"
+    r"n,(?:a=(?P<authzid>[^,]+))?,(?:m=[^,]+,)?n=(?P<saslname>[^,]+),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
+    r"(?P<extensions>(?:,[A-Za-z]+=[^,]+)*)"
 )
 _SERVER_FIRST = re.compile(
     r"r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+),s=(?P<salt>[A-Za-z0-9+/=]+),i=(?P<iterations>[0-9]+)"
-    r"(?:,[A-Za-z]+=[^,]*)*$"
+    r"(?:,[A-Za-z]+=[^,]*)*"
 )
 _CLIENT_FINAL = re.compile(
     r"(?P<without_proof>c=(?P<channel>[A-Za-z0-9+/=]*),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
-    r"(?:,[A-Za-z]+=[^,]*)*),p=(?P<proof>[A-Za-z0-9+/=]+)$"
+    r"(?:,[A-Za-z]+=[^,]*)*),p=(?P<proof>[A-Za-z0-9+/=]+)"
 )
 
 
@@ -161,7 +161,7 @@ class ScramServer:
         return self._client_final(text)
 
     def _client_first(self, text: str) -> bytes:
-        m = _CLIENT_FIRST.match(text)
+        m = _CLIENT_FIRST.fullmatch(text)
         if not m:
             raise SaslFailure("invalid SCRAM client-first message")
         username = username_from_saslname(m["saslname"])
@@ -200,7 +200,7 @@ class ScramServer:
     def _client_final(self, text: str) -> bytes:
         credential = self._credential
         assert credential is not None
-        m = _CLIENT_FINAL.match(text)
+        m = _CLIENT_FINAL.fullmatch(text)
         if not m:
             raise SaslFailure("invalid SCRAM client-final message")
         # As Kafka's ScramSaslServer, the nonce must end with the server-first one: librdkafka
@@ -260,7 +260,7 @@ class ScramClient:
         return None
 
     def _client_final(self, server_first: str) -> bytes:
-        m = _SERVER_FIRST.match(server_first)
+        m = _SERVER_FIRST.fullmatch(server_first)
         if not m:
             raise SaslFailure("invalid SCRAM server-first message")
         if not m["nonce"].startswith(self._nonce) or m["nonce"] == self._nonce:

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.integration
 
 TOPICS = 3
 RECORDS = 60
+TXN_RECORDS = 10
 OURS = ("wirebroker.", "storage.", "protocol.")
 
 
@@ -58,23 +59,30 @@ def _use_and_delete(bootstrap: str, data: Path) -> None:
         for n in range(RECORDS):
             producer.produce(topic, value=b"x" * 100, partition=n % 2)
         assert producer.flush(15) == 0
+        transactional = Producer({"bootstrap.servers": bootstrap, "transactional.id": "short"})
+        transactional.init_transactions(15)
+        transactional.begin_transaction()
+        for n in range(TXN_RECORDS):
+            transactional.produce(topic, value=b"t", partition=n % 2)
+        transactional.commit_transaction(15)
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": "readers",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
+                "isolation.level": "read_committed",
             }
         )
         try:
             consumer.subscribe([topic])
             seen = 0
             deadline = time.monotonic() + 30
-            while seen < RECORDS and time.monotonic() < deadline:
+            while seen < RECORDS + TXN_RECORDS and time.monotonic() < deadline:
                 message = consumer.poll(0.5)
                 if message is not None and message.error() is None:
                     seen += 1
-            assert seen == RECORDS
+            assert seen == RECORDS + TXN_RECORDS
             consumer.commit(asynchronous=False)
         finally:
             consumer.close()

@@ -9,7 +9,7 @@ TEST_WORKERS ?= 2
 # The venv is rebuilt when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup kerberos serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls pipeline compat jars golden tools image suites dashboard-check dashboard-picture clean
+.PHONY: setup kerberos serve cluster test check generate bench bench-codec bench-storage bench-broker bench-groups bench-idempotence bench-tls soak pipeline compat jars golden tools image suites dashboard-check dashboard-picture clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -111,6 +111,10 @@ bench-groups: setup
 ## bench-idempotence: idempotent produce against plain acks=all
 bench-idempotence: setup
 	$(PY) bench/bench_idempotence.py
+
+## soak: brokers under steady load plus topic, group and connection churn; fails if memory, descriptors or threads grow, a client errs or the broker logs an ERROR (20 min; SOAK="--brokers 3 --minutes 30" a cluster; see python -m bench.soak --help)
+soak: setup jars
+	$(PY) -m bench.soak $(SOAK)
 
 ## pipeline: the Spark log-aggregation job end to end (embedded broker unless one answers on 127.0.0.1:9092; Ctrl-C stops)
 pipeline: setup jars

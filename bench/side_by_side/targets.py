@@ -359,6 +359,8 @@ class KafkaTarget:
     workdir: Path
     zk: ZooKeeperServer
     name: str = "kafka"
+    #: Settings of this target's brokers beyond the shared ones (``target_session``'s).
+    own: Mapping[str, str] = field(default_factory=dict)
     last_argv: list[str] = field(default_factory=list)
     cluster_argv: list[str] = field(default_factory=list)
 
@@ -398,6 +400,7 @@ class KafkaTarget:
             overrides={
                 **overrides,
                 **(secured.properties(ports) if secured else {}),
+                **self.own,
                 "log.dirs": ",".join(map(str, dirs)),
             },
         )
@@ -548,21 +551,25 @@ WIREBROKER_PACKAGES = ("protocol", "storage", "wirebroker")
 
 
 @contextlib.contextmanager
-def target_session(name: str, workdir: Path) -> Iterator[Target]:
-    """A target whose brokers live under ``workdir`` (removed afterwards); Kafka's ZooKeeper too."""
+def target_session(
+    name: str, workdir: Path, own: Mapping[str, str] | None = None
+) -> Iterator[Target]:
+    """A target whose brokers live under ``workdir`` (removed afterwards); Kafka's ZooKeeper too.
+    ``own``: settings every broker of the session gets beyond the shared ones."""
     workdir.mkdir(parents=True, exist_ok=True)
+    own = dict(own or {})
     try:
         if name == "kafka":
             with zookeeper(workdir=workdir / "zookeeper") as zk:
-                yield KafkaTarget(workdir, zk)
+                yield KafkaTarget(workdir, zk, own=own)
         elif name in ("wirebroker", METRICS_TARGET):
             for package in WIREBROKER_PACKAGES:
                 compileall.compile_dir(REPO_ROOT / package, quiet=1)
             if name == METRICS_TARGET:
                 metrics = {"wirebroker.metrics.listener": f"{LOOPBACK}:0"}
-                yield WirebrokerTarget(workdir, METRICS_TARGET, metrics)
+                yield WirebrokerTarget(workdir, METRICS_TARGET, metrics | own)
             else:
-                yield WirebrokerTarget(workdir)
+                yield WirebrokerTarget(workdir, own=own)
         else:
             raise ValueError(f"unknown target {name!r}; known: {', '.join(TARGET_NAMES)}")
     finally:

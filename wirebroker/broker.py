@@ -270,7 +270,7 @@ class Broker:
         coordinated here forget their offsets (Kafka's onPartitionsDeleted, which its
         UpdateMetadata handler calls in a cluster)."""
         if self._groups is not None:  # no coordinator made: no group has offsets here
-            self._groups.on_partitions_deleted(partitions)
+            self._groups.group_manager.on_partitions_deleted(partitions)
 
     @property
     def transactions(self) -> TransactionCoordinator:
@@ -669,7 +669,7 @@ class Broker:
         coordinators load or unload what they keep in it (a coordinator not built yet has
         nothing to unload; it is built to load)."""
         if tp.topic == OFFSETS_TOPIC and (leader or self._groups is not None):
-            self.groups.partition_moved(tp, leader=leader)
+            self.groups.group_manager.partition_moved(tp, leader=leader)
         elif tp.topic == TXN_TOPIC and (leader or self._transactions is not None):
             self.transactions.partition_moved(tp, leader=leader)
 

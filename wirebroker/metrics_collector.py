@@ -338,7 +338,9 @@ class BrokerCollector(Collector):
         groups = self.broker.groups
         by_state = groups.statistics()
         prefix = "kafka_coordinator_group_groupmetadatamanager_"
-        yield _gauge(f"{prefix}numgroups", "Groups coordinated here.", len(groups.groups))
+        yield _gauge(
+            f"{prefix}numgroups", "Groups coordinated here.", len(groups.group_manager.groups)
+        )
         for state in GroupState:
             yield _gauge(
                 f"{prefix}numgroups{state.value.lower()}",
@@ -348,7 +350,7 @@ class BrokerCollector(Collector):
         yield _gauge(
             f"{prefix}numoffsets",
             "Committed offsets of the groups coordinated here.",
-            sum(len(g.offsets) for g in groups.groups.values()),
+            sum(len(g.offsets) for g in groups.group_manager.groups.values()),
         )
 
     def _transactions(self) -> Iterator[Metric]:

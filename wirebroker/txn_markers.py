@@ -156,7 +156,7 @@ def _complete_offsets(broker: Broker, write: MarkerWrite) -> None:
         return
     entry = write.entry
     try:
-        broker.groups.complete_transaction(entry.producer_id, done, entry.commit)
+        broker.groups.group_manager.complete_transaction(entry.producer_id, done, entry.commit)
     except Exception:
         log.exception("completing the offsets of producer %d failed", entry.producer_id)
         for index in done:

@@ -120,7 +120,7 @@ def test_group_follows_its_coordinator(zk_connect: str, tmp_path: Path, stop: st
                 old = await coordinator_of(brokers[1])
                 assert old in brokers
                 coordinator = brokers[old].broker
-                assert coordinator.groups.owned == {0}
+                assert coordinator.groups.group_manager.owned == {0}
                 offsets_partition = coordinator.partition(OFFSETS_TOPIC, 0)
                 assert offsets_partition is not None and sorted(offsets_partition.isr) == [1, 2, 3]
                 error, before = await fetched_offsets(brokers[old])
@@ -146,7 +146,10 @@ def test_group_follows_its_coordinator(zk_connect: str, tmp_path: Path, stop: st
                 # (other brokers may learn of it from the controller before the new leader
                 # has its LeaderAndIsr and loaded the group)
                 await eventually(
-                    lambda: successor.groups.owned == {0} and GROUP in successor.groups.groups,
+                    lambda: (
+                        successor.groups.group_manager.owned == {0}
+                        and GROUP in successor.groups.group_manager.groups
+                    ),
                     30,
                     what="the group loaded by its new coordinator",
                 )
@@ -230,7 +233,7 @@ def test_a_deleted_topics_offsets_leave_its_groups(zk_connect: str, tmp_path: Pa
                 brokers[2], DeleteTopicsRequest(topic_names=[TOPIC], timeout_ms=10_000), 5
             )
             assert deleted.responses[0].error_code == ErrorCode.NONE
-            groups = found.broker.groups.groups
+            groups = found.broker.groups.group_manager.groups
             await eventually(lambda: "gone" not in groups, 30, what="the group without offsets")
             assert await offsets(found, GROUP) == {"kept"}
             nursery.cancel_scope.cancel()

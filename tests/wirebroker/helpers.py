@@ -134,7 +134,7 @@ async def make_internal_topics(broker: Broker, *names: str) -> None:
     for name in names:
         await auto_topics.create(broker, name)
         if name == OFFSETS_TOPIC:
-            await broker.groups.wait_loaded()
+            await broker.groups.group_manager.wait_loaded()
         else:
             await broker.transactions.state.wait_loaded()
 

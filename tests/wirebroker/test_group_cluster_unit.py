@@ -41,6 +41,7 @@ from wirebroker.coordinator_store import Origin, partition_for
 from wirebroker.dispatch import RequestContext, dispatch
 from wirebroker.group.coordinator import GroupCoordinator
 from wirebroker.group.loader import GroupLoad
+from wirebroker.group.metadata_manager import GroupMetadataManager
 from wirebroker.group.state import CommittedOffset, JoinResult, SyncResult
 from wirebroker.partition import TopicPartition
 from wirebroker.topics import OFFSETS_TOPIC
@@ -126,7 +127,7 @@ async def lead(b: Broker, index: int, epoch: int, replicas: list[int] | None = N
     )
     assert [p.error_code for t in response.topics for p in t.partition_errors] == [0]
     with trio.fail_after(10):
-        await b.groups.wait_loaded(index)  # replayed in a worker thread
+        await b.groups.group_manager.wait_loaded(index)  # replayed in a worker thread
 
 
 async def follow(b: Broker, index: int, epoch: int) -> None:
@@ -147,7 +148,7 @@ async def call(b: Broker, body: Any, version: int) -> Any:
     return decode_response(data, body.API_KEY, version).body
 
 
-async def commit(groups: GroupCoordinator, group: str, offset: int) -> list[ErrorCode]:
+async def commit(groups: GroupMetadataManager, group: str, offset: int) -> list[ErrorCode]:
     error, codes = await groups.commit(
         group, "", None, -1, [("t", 0, CommittedOffset(offset, -1, "m", 1))]
     )
@@ -176,12 +177,13 @@ def test_partition_loads_on_election_and_unloads_on_resignation(tmp_path: Path) 
 
 async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker) -> None:
     groups = broker.groups
-    assert groups.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR  # nothing led yet
+    manager = groups.group_manager
+    assert manager.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR  # nothing led yet
     await lead(broker, 0, 0)
     await lead(broker, 1, 0)
-    assert groups.owned == {0, 1}
-    assert await commit(groups, G0, 5) == [ErrorCode.NONE]
-    assert await commit(groups, G1, 7) == [ErrorCode.NONE]
+    assert manager.owned == {0, 1}
+    assert await commit(manager, G0, 5) == [ErrorCode.NONE]
+    assert await commit(manager, G1, 7) == [ErrorCode.NONE]
     with trio.fail_after(2):
         async with trio.open_nursery() as nursery:
             parked: list[JoinResult] = []
@@ -195,19 +197,19 @@ async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker
             )
             await follow(broker, 0, 1)  # partition 0 moves to broker 2: its groups go
     assert parked[0].error == ErrorCode.NOT_COORDINATOR
-    assert groups.owned == {1} and G0 not in groups.groups and G1 in groups.groups
-    assert groups.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR
-    assert await groups.commit(G0, "", None, -1, []) == (ErrorCode.NOT_COORDINATOR, [])
+    assert manager.owned == {1} and G0 not in manager.groups and G1 in manager.groups
+    assert manager.coordinator_error(G0) == ErrorCode.NOT_COORDINATOR
+    assert await manager.commit(G0, "", None, -1, []) == (ErrorCode.NOT_COORDINATOR, [])
     assert groups.statistics()["parked_joins"] == 0
 
     # Leader again: the partition is replayed from its log, offsets and all.
     await lead(broker, 0, 2)
-    assert groups.owned == {0, 1}
-    assert groups.fetch(G0)[("t", 0)].offset == 5
+    assert manager.owned == {0, 1}
+    assert manager.fetch(G0)[("t", 0)].offset == 5
     # A new leader epoch while leading keeps what is in memory (nothing was lost).
-    groups.groups[G0].offsets[("t", 0)] = CommittedOffset(6, -1, "", 1)
+    manager.groups[G0].offsets[("t", 0)] = CommittedOffset(6, -1, "", 1)
     await lead(broker, 0, 3)
-    assert groups.fetch(G0)[("t", 0)].offset == 6
+    assert manager.fetch(G0)[("t", 0)].offset == 6
 
     # StopReplica unloads too (Kafka's onResignation), with or without deletion.
     stop = StopReplicaRequest(
@@ -225,7 +227,7 @@ async def _partition_loads_on_election_and_unloads_on_resignation(broker: Broker
         ],
     )
     await broker.replica_manager.stop_replicas(stop, 4)
-    assert groups.owned == {0} and G1 not in groups.groups
+    assert manager.owned == {0} and G1 not in manager.groups
 
 
 def test_every_group_api_answers_not_coordinator(tmp_path: Path) -> None:
@@ -235,8 +237,8 @@ def test_every_group_api_answers_not_coordinator(tmp_path: Path) -> None:
 async def _every_group_api_answers_not_coordinator(broker: Broker) -> None:
     await lead(broker, 1, 0)  # we coordinate G1, not G0
     not_coordinator = ErrorCode.NOT_COORDINATOR
-    assert broker.groups.coordinator_error(G1) == ErrorCode.NONE
-    await commit(broker.groups, G1, 3)
+    assert broker.groups.group_manager.coordinator_error(G1) == ErrorCode.NONE
+    await commit(broker.groups.group_manager, G1, 3)
 
     joined = await call(
         broker,
@@ -319,7 +321,7 @@ def test_writes_wait_for_the_high_watermark(tmp_path: Path) -> None:
 
 
 async def _writes_wait_for_the_high_watermark(broker: Broker) -> None:
-    groups = broker.groups
+    groups = broker.groups.group_manager
     await lead(broker, 0, 0, [1, 2])  # ISR [1, 2]: broker 2 must fetch before a write is durable
     p = broker.partitions[TopicPartition(OFFSETS_TOPIC, 0)]
 
@@ -366,8 +368,10 @@ def test_under_min_insync_replicas_the_coordinator_is_not_available(tmp_path: Pa
         await lead(broker, 0, 0, [1, 2])  # ISR [1, 2]
         request = leader_and_isr(0, 1, 1, [1, 2], isr=[1])
         await broker.replica_manager.become_leader_or_follower(request, 7)
-        assert await commit(broker.groups, G0, 5) == [ErrorCode.COORDINATOR_NOT_AVAILABLE]
-        assert broker.groups.fetch(G0) == {}
+        assert await commit(broker.groups.group_manager, G0, 5) == [
+            ErrorCode.COORDINATOR_NOT_AVAILABLE
+        ]
+        assert broker.groups.group_manager.fetch(G0) == {}
 
     run(tmp_path, test, min_insync_replicas="2")
 
@@ -445,7 +449,7 @@ def test_the_topics_partition_count_decides_over_the_config(tmp_path: Path) -> N
             for g in (f"g{i}" for i in range(1000))
             if partition_for(g, 3) != partition_for(g, PARTITIONS)
         )
-        assert broker.groups.partition_of(group) == partition_for(group, PARTITIONS)
+        assert broker.groups.group_manager.partition_of(group) == partition_for(group, PARTITIONS)
         request = update_metadata()
         states = [
             UpdateMetadataRequest.UpdateMetadataPartitionState(
@@ -467,7 +471,7 @@ def test_the_topics_partition_count_decides_over_the_config(tmp_path: Path) -> N
             )
         ]
         broker.replica_manager.update_metadata(request, 8)
-        assert broker.groups.partition_of(group) == partition_for(group, 3)
+        assert broker.groups.group_manager.partition_of(group) == partition_for(group, 3)
         found = await call(broker, FindCoordinatorRequest(key=group, key_type=0), 3)
         assert found.error_code == ErrorCode.NONE and found.node_id == 2
 
@@ -489,7 +493,7 @@ def test_a_loading_partition_answers_load_in_progress(
         replay(self, key, value, origin)
 
     async def test(broker: Broker) -> None:
-        groups = broker.groups
+        groups = broker.groups.group_manager
         await lead(broker, 0, 0)
         await lead(broker, 1, 0)
         assert await commit(groups, G0, 5) == [ErrorCode.NONE]

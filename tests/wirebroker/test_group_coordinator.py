@@ -98,7 +98,7 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
                         sync, leader, {leader.member_id: b"L", follower.member_id: b"F"}
                     )
             assert synced[follower.member_id].assignment == b"F"
-            error, codes = await groups.commit(
+            error, codes = await groups.group_manager.commit(
                 "g", leader.member_id, None, 1, [("t", 1, CommittedOffset(42, 0, "meta", 7))]
             )
             assert (error, codes) == (ErrorCode.NONE, [ErrorCode.NONE])
@@ -110,7 +110,7 @@ def test_parked_requests_timers_and_reload(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             running = await nursery.start(serve_broker, config(tmp_path))
             with trio.fail_after(10):
-                await running.broker.groups.wait_loaded()
+                await running.broker.groups.group_manager.wait_loaded()
             group = running.broker.groups.describe("g")
             assert group is not None
             assert (group.state, group.generation_id) == (GroupState.STABLE, generation)
@@ -135,16 +135,17 @@ def test_expired_offsets_and_their_empty_group_are_gone_across_a_restart(tmp_pat
         async with trio.open_nursery() as nursery:
             running = await nursery.start(serve_broker, config(tmp_path))
             groups: GroupCoordinator = running.broker.groups
+            manager = groups.group_manager
             await make_internal_topics(running.broker, OFFSETS_TOPIC)
             now = running.broker.now_ms()
             for group_id, committed_at in (("old", now - 8 * day_ms), ("recent", now)):
-                error, codes = await groups.commit(
+                error, codes = await manager.commit(
                     group_id, "", None, -1, [("t", 0, CommittedOffset(1, -1, "", committed_at))]
                 )
                 assert (error, codes) == (ErrorCode.NONE, [ErrorCode.NONE])
-            groups.expire_offsets(now)  # the default retention: 7 days
-            assert groups.describe("old") is None and groups.fetch("old") == {}
-            assert groups.fetch("recent")[("t", 0)].offset == 1
+            manager.expire_offsets(now)  # the default retention: 7 days
+            assert groups.describe("old") is None and manager.fetch("old") == {}
+            assert manager.fetch("recent")[("t", 0)].offset == 1
             nursery.cancel_scope.cancel()
 
     async def second_life() -> None:
@@ -152,9 +153,9 @@ def test_expired_offsets_and_their_empty_group_are_gone_across_a_restart(tmp_pat
             running = await nursery.start(serve_broker, config(tmp_path))
             groups = running.broker.groups
             with trio.fail_after(10):
-                await groups.wait_loaded()
+                await groups.group_manager.wait_loaded()
             assert groups.describe("old") is None
-            assert groups.fetch("recent")[("t", 0)].offset == 1
+            assert groups.group_manager.fetch("recent")[("t", 0)].offset == 1
             nursery.cancel_scope.cancel()
 
     trio.run(first_life)

@@ -19,6 +19,7 @@ from wirebroker.handlers import HANDLED
 
 COORDINATORS = (
     "wirebroker.group.coordinator",
+    "wirebroker.group.metadata_manager",
     "wirebroker.group.state",
     "wirebroker.txn.coordinator",
     "wirebroker.txn.state_manager",

@@ -221,10 +221,10 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
         coordinator = broker.transactions
         result = await coordinator.init_producer_id(tid, timeout_ms, None)
         pid, epoch = result.producer_id, result.producer_epoch
-        offsets_tp = TopicPartition(OFFSETS_TOPIC, broker.groups.partition_of(group))
+        offsets_tp = TopicPartition(OFFSETS_TOPIC, broker.groups.group_manager.partition_of(group))
         assert await coordinator.add_partitions(tid, pid, epoch, frozenset({offsets_tp})) == E.NONE
         writer = TransactionalWriter(broker, tid, pid, epoch, abortable_ok=True)
-        codes = await broker.groups.commit_transactional(
+        codes = await broker.groups.group_manager.commit_transactional(
             group,
             writer,
             "",
@@ -236,7 +236,7 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
         return pid, epoch
 
     def offset_of(broker: Broker, group: str) -> int | None:
-        committed = broker.groups.fetch(group).get(("t", 0))
+        committed = broker.groups.group_manager.fetch(group).get(("t", 0))
         return None if committed is None else committed.offset
 
     async def test() -> None:
@@ -255,17 +255,19 @@ def test_transactional_offsets_across_a_restart(tmp_path: Path) -> None:
                 lambda: state_of(broker, "a") == TxnState.COMPLETE_ABORT, "transaction a aborted"
             )
             open_pid, open_epoch = await commit_offset(broker, "o", "open", 7, NEVER_MS)
-            assert broker.groups.unstable("open", ("t", 0))
+            assert broker.groups.group_manager.unstable("open", ("t", 0))
         async with running(tmp_path, **LASTING) as broker:
             assert offset_of(broker, "committed") == 5
             assert offset_of(broker, "aborted") is None
-            assert not broker.groups.unstable("aborted", ("t", 0))
-            assert offset_of(broker, "open") is None and broker.groups.unstable("open", ("t", 0))
+            assert not broker.groups.group_manager.unstable("aborted", ("t", 0))
+            assert offset_of(broker, "open") is None and broker.groups.group_manager.unstable(
+                "open", ("t", 0)
+            )
             assert broker.groups.describe("open") is not None  # known by its open offsets
             error = await broker.transactions.end_transaction("o", open_pid, open_epoch, True)
             assert error == E.NONE
             await until(lambda: offset_of(broker, "open") == 7, "group open's offset at 7")
-            assert not broker.groups.unstable("open", ("t", 0))
+            assert not broker.groups.group_manager.unstable("open", ("t", 0))
 
     run(test)
 

@@ -142,7 +142,7 @@ async def _ensure_topic(ctx: RequestContext, key_type: int, key: str) -> ErrorCo
 def _partition_of(ctx: RequestContext, key_type: int, key: str) -> tuple[str, int]:
     """The coordinator's topic and the key's partition in it."""
     if key_type == GROUP_KEY:
-        return OFFSETS_TOPIC, ctx.broker.groups.partition_of(key)
+        return OFFSETS_TOPIC, ctx.broker.groups.group_manager.partition_of(key)
     return TXN_TOPIC, ctx.broker.transactions.state.partition_for(key)
 
 
@@ -241,7 +241,7 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         # Kafka answers the code alone, listing no members
         return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    error = ctx.broker.groups.coordinator_error(request.group_id)
+    error = ctx.broker.groups.group_manager.coordinator_error(request.group_id)
     if error != ErrorCode.NONE:
         return LeaveGroupResponse(error_code=error)
     if ctx.api_version < 3:
@@ -277,7 +277,7 @@ async def describe_groups(
                 )
             )
             continue
-        error = ctx.broker.groups.coordinator_error(group_id)
+        error = ctx.broker.groups.group_manager.coordinator_error(group_id)
         group = ctx.broker.groups.describe(group_id) if error == ErrorCode.NONE else None
         d = DescribeGroupsResponse.DescribedGroup(
             error_code=error,
@@ -336,7 +336,11 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
             )
         )
     # Kafka lists what it has and says some partitions are still loading
-    error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if ctx.broker.groups.loading else ErrorCode.NONE
+    error = (
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if ctx.broker.groups.group_manager.loading
+        else ErrorCode.NONE
+    )
     return ListGroupsResponse(error_code=error, groups=listed)
 
 
@@ -347,7 +351,7 @@ async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> De
     return DeleteGroupsResponse(
         results=[
             DeleteGroupsResponse.DeletableGroupResult(
-                group_id=g, error_code=ctx.broker.groups.delete_group(g)
+                group_id=g, error_code=ctx.broker.groups.group_manager.delete_group(g)
             )
             for g in names
             if g in allowed

@@ -17,7 +17,7 @@
 In a cluster a group this broker does not coordinate gets NOT_COORDINATOR (per partition in
 OffsetCommit, per group in OffsetFetch v8+, top-level in OffsetFetch v2-7 and OffsetDelete, per
 partition in OffsetFetch v0-1), partitions are known from the metadata cache, and a commit is
-answered once replicated (see `wirebroker.group.coordinator`).
+answered once replicated (see `wirebroker.group.metadata_manager`).
 
 Authorization, as Kafka: OffsetCommit needs READ on the group (else GROUP_AUTHORIZATION_FAILED
 in every partition) and READ on each topic (else TOPIC_AUTHORIZATION_FAILED in its partitions);
@@ -73,7 +73,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     if not request.group_id:
         error = ErrorCode.INVALID_GROUP_ID
     elif wanted:
-        error, codes = await ctx.broker.groups.commit(
+        error, codes = await ctx.broker.groups.group_manager.commit(
             request.group_id,
             request.member_id,
             request.group_instance_id,
@@ -131,7 +131,7 @@ def partition_known(ctx: RequestContext, topic: str, index: int) -> bool:
 
 @handles(OffsetFetchRequest, (0, 9))
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
-    coordinator_error = ctx.broker.groups.coordinator_error
+    coordinator_error = ctx.broker.groups.group_manager.coordinator_error
     stable = ctx.api_version >= 7 and request.require_stable
     if ctx.api_version >= 8:
         groups = []
@@ -258,9 +258,9 @@ def _lookup(
 ) -> Iterable[tuple[str, list[Row]]]:
     """(topic, rows) for the requested partitions, or for every committed one if `wanted` is
     None; a partition without a commit answers offset -1 and metadata "". With
-    `require_stable`, a partition whose offset is not settled (`GroupCoordinator.unstable`)
+    `require_stable`, a partition whose offset is not settled (`GroupMetadataManager.unstable`)
     answers UNSTABLE_OFFSET_COMMIT (offset -1), as Kafka."""
-    groups = ctx.broker.groups
+    groups = ctx.broker.groups.group_manager
     offsets = groups.fetch(group_id)
 
     def row(topic: str, index: int) -> Row:
@@ -292,7 +292,7 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
         if t.name in readable
         for p in t.partitions
     ]
-    error, codes = ctx.broker.groups.delete_offsets(request.group_id, partitions)
+    error, codes = ctx.broker.groups.group_manager.delete_offsets(request.group_id, partitions)
     by_key = dict(zip(partitions, codes, strict=True)) if error is ErrorCode.NONE else {}
     for t in request.topics:
         if t.name not in readable:

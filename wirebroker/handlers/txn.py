@@ -16,8 +16,8 @@ WriteTxnMarkers in `write_txn_markers`.)
 - EndTxn v0-4: answered once the PrepareCommit or PrepareAbort record is durable; the markers
   follow. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
 - TxnOffsetCommit v0-4: partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION, the others
-  are committed in the transaction by the group coordinator (`GroupCoordinator.
-  commit_transactional`); v3+ checks the member and generation; v0-1 see
+  are committed in the transaction by the group coordinator
+  (`GroupMetadataManager.commit_transactional`); v3+ checks the member and generation; v0-1 see
   COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS (Kafka's fix for 0.11 clients);
   v4+ may see TRANSACTION_ABORTABLE where older versions see INVALID_TXN_STATE.
 - DescribeTransactions v0, ListTransactions v0-1 (state and producer-id filters, v1 the
@@ -157,7 +157,9 @@ async def add_offsets_to_txn(
     if not ctx.authorize(READ, GROUP, request.group_id):
         return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     broker = ctx.broker
-    offsets = TopicPartition(OFFSETS_TOPIC, broker.groups.partition_of(request.group_id))
+    offsets = TopicPartition(
+        OFFSETS_TOPIC, broker.groups.group_manager.partition_of(request.group_id)
+    )
     error = await broker.transactions.add_partitions(
         request.transactional_id,
         request.producer_id,
@@ -202,7 +204,7 @@ async def txn_offset_commit(
             request.producer_epoch,
             abortable_ok=ctx.api_version >= 4,
         )
-        codes = await broker.groups.commit_transactional(
+        codes = await broker.groups.group_manager.commit_transactional(
             request.group_id,
             writer,
             request.member_id,

@@ -125,7 +125,7 @@ class TransactionStateManager:
 
     def partition_for(self, transactional_id: str) -> int:
         """The id's partition; in a cluster the topic's real partition count counts, as the
-        group coordinator's `partition_of`."""
+        group metadata manager's `partition_of`."""
         count = self.num_partitions
         if self.broker.cluster_mode:
             count = len(self.broker.metadata_cache.partitions.get(TXN_TOPIC, {})) or count

@@ -54,7 +54,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -222,7 +221,9 @@ class ProducerEntry:
     ) -> None:
         self.producer_id = producer_id
         self.epoch = epoch
-        self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        #: The last batches, oldest first: a list, not a bounded deque (760 bytes each, and a
+        #: broker keeps an entry per producer for `producer.id.expiration.ms`, a day).
+        self.batches: list[BatchMetadata] = []
         self.last_timestamp = last_timestamp
         self.coordinator_epoch = coordinator_epoch
         self.current_txn_first_offset = -1
@@ -234,6 +235,13 @@ class ProducerEntry:
     @property
     def last_offset(self) -> int:
         return self.batches[-1].last_offset if self.batches else -1
+
+    def add_batch(self, batch: BatchMetadata) -> None:
+        """Remember `batch`, forgetting the oldest beyond the last five."""
+        batches = self.batches
+        batches.append(batch)
+        if len(batches) > NUM_BATCHES_TO_RETAIN:
+            del batches[0]
 
     def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
         if epoch != self.epoch:
@@ -403,7 +411,7 @@ def read_snapshot(path: Path) -> list[ProducerEntry]:
         entry.current_txn_first_offset = txn
         if last_offset >= 0:
             first_seq = max(0, last_seq - delta)
-            entry.batches.append(
+            entry.add_batch(
                 BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts)
             )
     return list(entries.values())
@@ -576,7 +584,7 @@ class ProducerStateManager:
         entry.last_timestamp = b.timestamp
         if update.marker is not None:
             return self._end_transaction(entry, update.marker, b.first_offset)
-        entry.batches.append(b)
+        entry.add_batch(b)
         if update.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = b.first_offset
             self.ongoing[b.first_offset] = pid

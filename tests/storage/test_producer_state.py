@@ -4,6 +4,7 @@ duplicate handling across rolls, clean reopens and crashes (with a hypothesis mo
 from __future__ import annotations
 
 import struct
+import sys
 from pathlib import Path
 
 import crc32c
@@ -120,7 +121,7 @@ def test_snapshot_round_trip(
     entries = []
     for pid, epoch, seq, n, off, ts in raw:
         e = ProducerEntry(pid, epoch, last_timestamp=ts)
-        e.batches.append(BatchMetadata(seq, last_sequence(seq, n - 1), off, off + n - 1, ts))
+        e.add_batch(BatchMetadata(seq, last_sequence(seq, n - 1), off, off + n - 1, ts))
         entries.append(e)
     path = tmp_path / "00000000000000000007.snapshot"
     write_snapshot(path, entries)
@@ -132,7 +133,7 @@ def test_snapshot_round_trip(
 
 def test_snapshot_layout_is_kafkas(tmp_path: Path) -> None:
     e = ProducerEntry(7, 2, last_timestamp=99)
-    e.batches.append(BatchMetadata(10, 14, 100, 104, 99))
+    e.add_batch(BatchMetadata(10, 14, 100, 104, 99))
     path = tmp_path / "00000000000000000105.snapshot"
     write_snapshot(path, [e])
     data = path.read_bytes()
@@ -298,3 +299,13 @@ def test_idle_producers_expire(tmp_path: Path) -> None:
     log = open_log(d, clock=clock, had_clean_shutdown=True)
     assert log.producer_state.producers == {}
     log.close()
+
+
+def test_a_producer_entry_keeps_its_batches_in_little_memory() -> None:
+    # A broker keeps an entry per producer id and partition for producer.id.expiration.ms (a
+    # day): clients that make a producer per task leave many. A bounded deque took 760 bytes.
+    e = ProducerEntry(7, 0)
+    for i in range(7):
+        e.add_batch(BatchMetadata(i, i, i, i, 0))
+    assert [b.first_seq for b in e.batches] == [2, 3, 4, 5, 6]
+    assert sys.getsizeof(e.batches) < 200

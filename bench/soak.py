@@ -357,7 +357,7 @@ def brokers(
             with running(target, secured) as broker:
                 ports = broker.ports
                 yield (
-                    {f"{target_name}": broker},
+                    {target_name: broker},
                     Workload(
                         broker.bootstrap,
                         1,
@@ -405,6 +405,8 @@ def soak(target_name: str, args: argparse.Namespace, workdir: Path) -> list[str]
             workload.stop.set()
             for thread in threads:
                 thread.join(60)
+        for watch in watches.values():
+            watch.read()  # what the clients' last requests and closes made it log
         write_csv(args.out / f"soak-{target_name}.csv", samples)
         return verdict(target_name, args, samples, watches, workload.counts)
 
